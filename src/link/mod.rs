@@ -1,0 +1,139 @@
+//! Links: the one small trait between the protocol engine and a medium that carries frames.
+//!
+//! The engine ([`crate::proto`]) never touches a socket. A driver takes the PDUs the engine
+//! wants to send, hands them to a [`Link`] with the destination MAC address, and feeds what the
+//! link receives back into the engine. Backends:
+//!
+//! - [`sim`]: the in-memory simulated switch (virtual clock, seeded faults): the main test-bed;
+//! - `ring`: AF_PACKET with memory-mapped TPACKET rings (the default on Linux);
+//! - `socket`: plain `send`/`recv` on the same AF_PACKET socket;
+//! - `pnet`: pnet's datalink channel,
+//!
+//! so that what the rings buy is measured against the alternatives, not assumed.
+//!
+//! A link carries ethbcast PDUs ([`crate::wire`]); the Ethernet header (destination, source,
+//! EtherType 0x88B5) is the link's business.
+
+pub mod sim;
+
+use std::time::Duration;
+use thiserror::Error;
+
+/// A 48-bit Ethernet MAC address.
+pub type MacAddr = [u8; 6];
+
+/// The Ethernet broadcast address: a frame sent here reaches every port of the segment.
+pub const BROADCAST_MAC: MacAddr = [0xff; 6];
+
+/// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: &MacAddr) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<MacAddr> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.trim().split(':');
+    for b in mac.iter_mut() {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// How a link waits for frames when none are ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitMode {
+    /// Busy-poll: lowest latency, burns a core. For dedicated nodes.
+    Spin,
+    /// Block in `poll(2)`: kind to shared machines, adds a wake-up.
+    Block,
+    /// Spin for a short while, then block: the default.
+    #[default]
+    Adaptive,
+}
+
+impl std::str::FromStr for WaitMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "spin" => Ok(WaitMode::Spin),
+            "block" => Ok(WaitMode::Block),
+            "adaptive" => Ok(WaitMode::Adaptive),
+            _ => Err(format!("unknown wait mode {s:?} (spin, block, adaptive)")),
+        }
+    }
+}
+
+/// Errors of link set-up and I/O, each with what the user can do about it.
+#[derive(Debug, Error)]
+pub enum LinkError {
+    /// The named interface does not exist (in this network namespace).
+    #[error("no such network interface {0:?}: check `ip link` (and the network namespace)")]
+    NoSuchInterface(String),
+    /// Opening a packet socket needs CAP_NET_RAW.
+    #[error("permission denied opening a raw packet socket: run as root or grant CAP_NET_RAW, e.g. `sudo setcap cap_net_raw,cap_net_admin+ep <binary>`")]
+    PermissionDenied,
+    /// The interface MTU cannot carry the frames we need.
+    #[error("interface MTU {mtu} is too small: ethbcast needs at least {need} bytes")]
+    MtuTooSmall {
+        /// The interface MTU.
+        mtu: usize,
+        /// The minimum ethbcast needs.
+        need: usize,
+    },
+    /// The kernel refused the memory-mapped ring (size, version, or memory limits).
+    #[error("packet ring setup refused: {0}; try a smaller ring or the `socket` backend")]
+    RingSetup(String),
+    /// A PDU larger than the link can carry.
+    #[error("frame of {len} bytes exceeds the link's maximum of {max}")]
+    FrameTooLong {
+        /// PDU length.
+        len: usize,
+        /// Largest PDU the link carries.
+        max: usize,
+    },
+    /// The medium is gone (simulated switch dropped, interface down).
+    #[error("link closed")]
+    Closed,
+    /// Any other operating-system error.
+    #[error("link I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A medium that carries ethbcast PDUs between MAC addresses.
+pub trait Link {
+    /// This end's MAC address.
+    fn local_mac(&self) -> MacAddr;
+    /// Largest PDU (ethbcast header + payload + CRC) one frame can carry.
+    fn max_pdu(&self) -> usize;
+    /// Queues (or sends) one PDU to `dst` (a member's MAC or [`BROADCAST_MAC`]).
+    fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError>;
+    /// Pushes out anything `send` queued. Backends that send at once do nothing.
+    fn flush(&mut self) -> Result<(), LinkError> {
+        Ok(())
+    }
+    /// Calls `f(source MAC, PDU)` for every frame that is ready. If none is ready, waits up
+    /// to `wait` (`None`: do not wait). Returns how many frames were handed to `f`.
+    fn recv(
+        &mut self,
+        wait: Option<Duration>,
+        f: &mut dyn FnMut(MacAddr, &[u8]),
+    ) -> Result<usize, LinkError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_addresses_round_trip_and_reject_garbage() {
+        let m = [0x02, 0, 0xab, 1, 2, 0xff];
+        assert_eq!(parse_mac(&format_mac(&m)), Some(m));
+        assert_eq!(parse_mac("02:00:ab"), None);
+        assert_eq!(parse_mac("02:00:ab:01:02:03:04"), None);
+        assert_eq!(parse_mac("zz:00:ab:01:02:03"), None);
+    }
+}

@@ -1,0 +1,413 @@
+//! Wire format: what an ethbcast frame looks like on the Ethernet segment.
+//!
+//! Every ethbcast PDU travels in an Ethernet II frame with EtherType [`ETHERTYPE`] (0x88B5, the
+//! IEEE "local experimental" type), either to the broadcast address (the switch copies it to
+//! every port: this is the whole point) or to one member's MAC (point-to-point repair and
+//! control). The Ethernet header itself belongs to the link layer; this module describes the
+//! PDU that follows it:
+//!
+//! ```text
+//!  0        1        2                 4                                 8
+//!  +--------+--------+-----------------+---------------------------------+
+//!  |version |  kind  |      flags      |             group id            |
+//!  +--------+--------+-----------------+---------------------------------+
+//!  |    source rank  |   dest rank     |      sequence (per-root stream) |
+//!  +-----------------+-----------------+---------------------------------+
+//!  |            message id             |          message length         |
+//!  +-----------------------------------+---------------------------------+
+//!  |            offset                 |  payload len    |  nack bitmap  |
+//!  +-----------------------------------+---------------------------------+
+//!  |            aux                    |  payload ...                    |
+//!  +-----------------------------------+---------------------------------+
+//!  |  ... payload  |  CRC32C over header and payload (4 bytes)           |
+//! ```
+//!
+//! All integers are big-endian. The CRC32C covers the whole PDU before it, end to end, as the
+//! LA-MPI paper does for every broadcast: the Ethernet FCS protects one hop, ours protects from
+//! the root's buffer to the receiver's buffer.
+//!
+//! The module follows the view + repr split: [`Frame`] is a zero-copy view over bytes whose
+//! accessors cannot panic once [`Frame::new_checked`] accepted them, and [`Repr`] is the parsed
+//! form that the protocol engine builds and [`Repr::emit`]s. Untrusted bytes only ever enter
+//! through `new_checked`, so a truncated, corrupted or foreign frame is an error value.
+
+use bitflags::bitflags;
+use thiserror::Error;
+
+/// EtherType of every ethbcast frame (IEEE 802 local experimental EtherType 2).
+pub const ETHERTYPE: u16 = 0x88B5;
+/// Current version of the wire format.
+pub const VERSION: u8 = 1;
+/// Length of the fixed header in bytes.
+pub const HEADER_LEN: usize = 36;
+/// Length of the CRC32C trailer in bytes.
+pub const CRC_LEN: usize = 4;
+/// Bytes of a PDU that are not payload.
+pub const OVERHEAD: usize = HEADER_LEN + CRC_LEN;
+/// Length of an Ethernet II header (destination, source, EtherType).
+pub const ETH_HEADER_LEN: usize = 14;
+/// Destination rank that means "every member" (a broadcast frame).
+pub const ALL: u16 = u16::MAX;
+/// Width of the NACK bitmap: frames after the base that one NACK can describe.
+pub const NACK_BITS: u32 = 16;
+
+mod field {
+    use core::ops::Range;
+    pub const VERSION: usize = 0;
+    pub const KIND: usize = 1;
+    pub const FLAGS: Range<usize> = 2..4;
+    pub const GROUP: Range<usize> = 4..8;
+    pub const SRC: Range<usize> = 8..10;
+    pub const DST: Range<usize> = 10..12;
+    pub const SEQ: Range<usize> = 12..16;
+    pub const MSG_ID: Range<usize> = 16..20;
+    pub const MSG_LEN: Range<usize> = 20..24;
+    pub const OFFSET: Range<usize> = 24..28;
+    pub const PAYLOAD_LEN: Range<usize> = 28..30;
+    pub const BITMAP: Range<usize> = 30..32;
+    pub const AUX: Range<usize> = 32..36;
+}
+
+/// What a frame is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// A fragment of a broadcast message, sent by its root (usually broadcast).
+    Data = 1,
+    /// A retransmitted fragment (point-to-point to one member, or re-broadcast).
+    Repair = 2,
+    /// Cumulative acknowledgement: `seq` is the next sequence the sender still needs from the
+    /// root `dst`.
+    Ack = 3,
+    /// Negative acknowledgement: `seq` is the first missing sequence (the base) and `bitmap`
+    /// bit `i` set means `base + 1 + i` is missing too.
+    Nack = 4,
+    /// Push-pull acknowledgement from the designated receiver: the push part of message
+    /// `msg_id` is in and its receive is posted; please send the rest.
+    Pull = 5,
+    /// Liveness beacon (failure detection).
+    Heartbeat = 6,
+    /// Membership announcement (discovery).
+    Join = 7,
+    /// Barrier arrival or release.
+    Barrier = 8,
+    /// A member has been evicted from the group.
+    Evict = 9,
+    /// Liveness probe that asks for a [`Kind::Pong`].
+    Ping = 10,
+    /// Answer to a [`Kind::Ping`].
+    Pong = 11,
+}
+
+impl Kind {
+    /// Parses the kind byte.
+    pub fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Data,
+            2 => Kind::Repair,
+            3 => Kind::Ack,
+            4 => Kind::Nack,
+            5 => Kind::Pull,
+            6 => Kind::Heartbeat,
+            7 => Kind::Join,
+            8 => Kind::Barrier,
+            9 => Kind::Evict,
+            10 => Kind::Ping,
+            11 => Kind::Pong,
+            _ => return None,
+        })
+    }
+
+    /// True for the kinds that carry message data.
+    pub fn is_data(self) -> bool {
+        matches!(self, Kind::Data | Kind::Repair)
+    }
+}
+
+bitflags! {
+    /// Per-frame flags.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct Flags: u16 {
+        /// Last fragment of its message.
+        const LAST = 1 << 0;
+        /// Fragment of the push phase of a push-pull broadcast.
+        const PUSH = 1 << 1;
+        /// The root asks for an immediate ACK/NACK (a retransmission-timer probe).
+        const ACK_REQ = 1 << 2;
+        /// The message is a push-pull broadcast whose rest waits for a pull request.
+        const PULL_WAIT = 1 << 3;
+        /// Set by the sender on frames sent to the broadcast address.
+        const BROADCAST = 1 << 4;
+        /// The frame carries a keyed MAC after the payload (group key).
+        const KEYED = 1 << 5;
+        /// Fragment of a message sent by point-to-point fail-over or the tree algorithm.
+        const P2P = 1 << 6;
+    }
+}
+
+/// Why bytes were not accepted as a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum WireError {
+    /// Fewer bytes than a header and CRC, or than the header's payload length says.
+    #[error("truncated frame: {len} bytes, need {need}")]
+    Truncated {
+        /// Bytes received.
+        len: usize,
+        /// Bytes the header requires.
+        need: usize,
+    },
+    /// A version this build does not speak (a newer or older peer on the segment).
+    #[error("unsupported wire version {0} (this build speaks {VERSION})")]
+    BadVersion(u8),
+    /// The kind byte is not one we know.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// The CRC32C does not match: the frame was corrupted somewhere between the two buffers.
+    #[error("CRC mismatch: frame corrupted in transit")]
+    BadCrc,
+    /// Offset and length in the header contradict each other.
+    #[error("inconsistent header: offset {offset} + payload {payload} > message length {msg_len}")]
+    BadGeometry {
+        /// Offset of the payload within its message.
+        offset: u32,
+        /// Payload length.
+        payload: u16,
+        /// Message length.
+        msg_len: u32,
+    },
+    /// The output buffer is too small for the frame being emitted.
+    #[error("buffer of {have} bytes too small for a {need}-byte frame")]
+    BufferTooSmall {
+        /// Bytes available.
+        have: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+    /// The payload does not fit a frame (more than 65535 bytes).
+    #[error("payload of {0} bytes does not fit one frame")]
+    PayloadTooLong(usize),
+}
+
+/// A read-only view over the bytes of one PDU.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+impl<T: AsRef<[u8]>> Frame<T> {
+    /// Wraps bytes without checking them. Accessors may panic on short buffers; use
+    /// [`Frame::new_checked`] for anything that came from the network.
+    pub fn new_unchecked(buffer: T) -> Frame<T> {
+        Frame { buffer }
+    }
+
+    /// Wraps bytes from the network after checking length, version, kind, geometry and CRC.
+    /// After this no accessor can panic.
+    pub fn new_checked(buffer: T) -> Result<Frame<T>, WireError> {
+        let frame = Frame { buffer };
+        frame.check()?;
+        Ok(frame)
+    }
+
+    fn check(&self) -> Result<(), WireError> {
+        let b = self.buffer.as_ref();
+        if b.len() < OVERHEAD {
+            return Err(WireError::Truncated {
+                len: b.len(),
+                need: OVERHEAD,
+            });
+        }
+        if b[field::VERSION] != VERSION {
+            return Err(WireError::BadVersion(b[field::VERSION]));
+        }
+        let need = OVERHEAD + usize::from(be16(&b[field::PAYLOAD_LEN]));
+        if b.len() < need {
+            return Err(WireError::Truncated { len: b.len(), need });
+        }
+        // Ethernet pads short frames to 60 bytes: trailing bytes past the CRC are ignored.
+        let body = need - CRC_LEN;
+        let crc = be32(&b[body..need]);
+        if crc32c::crc32c(&b[..body]) != crc {
+            return Err(WireError::BadCrc);
+        }
+        if Kind::from_u8(b[field::KIND]).is_none() {
+            return Err(WireError::UnknownKind(b[field::KIND]));
+        }
+        let offset = be32(&b[field::OFFSET]);
+        let payload = be16(&b[field::PAYLOAD_LEN]);
+        let msg_len = be32(&b[field::MSG_LEN]);
+        if Kind::from_u8(b[field::KIND]).is_some_and(Kind::is_data)
+            && u64::from(offset) + u64::from(payload) > u64::from(msg_len)
+        {
+            return Err(WireError::BadGeometry {
+                offset,
+                payload,
+                msg_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Frame kind. Only meaningful on a checked frame.
+    pub fn kind(&self) -> Kind {
+        Kind::from_u8(self.buffer.as_ref()[field::KIND]).unwrap_or(Kind::Heartbeat)
+    }
+    /// Flags; unknown bits are dropped.
+    pub fn flags(&self) -> Flags {
+        Flags::from_bits_truncate(be16(&self.buffer.as_ref()[field::FLAGS]))
+    }
+    /// Group id.
+    pub fn group(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::GROUP])
+    }
+    /// Rank of the sender of this frame.
+    pub fn src(&self) -> u16 {
+        be16(&self.buffer.as_ref()[field::SRC])
+    }
+    /// Rank of the destination, or [`ALL`].
+    pub fn dst(&self) -> u16 {
+        be16(&self.buffer.as_ref()[field::DST])
+    }
+    /// Sequence number (wire width; the engine extends it to 64 bits).
+    pub fn seq(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::SEQ])
+    }
+    /// Message id within the root's stream.
+    pub fn msg_id(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::MSG_ID])
+    }
+    /// Length of the whole message.
+    pub fn msg_len(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::MSG_LEN])
+    }
+    /// Offset of this payload within its message.
+    pub fn offset(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::OFFSET])
+    }
+    /// NACK bitmap.
+    pub fn bitmap(&self) -> u16 {
+        be16(&self.buffer.as_ref()[field::BITMAP])
+    }
+    /// Kind-specific extra field.
+    pub fn aux(&self) -> u32 {
+        be32(&self.buffer.as_ref()[field::AUX])
+    }
+    /// The payload bytes.
+    pub fn payload(&self) -> &[u8] {
+        let b = self.buffer.as_ref();
+        let len = usize::from(be16(&b[field::PAYLOAD_LEN]));
+        &b[HEADER_LEN..HEADER_LEN + len]
+    }
+    /// Total PDU length including the CRC.
+    pub fn total_len(&self) -> usize {
+        OVERHEAD + usize::from(be16(&self.buffer.as_ref()[field::PAYLOAD_LEN]))
+    }
+}
+
+/// The parsed header of a frame (everything but the payload bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Repr {
+    /// Frame kind. `None` is never emitted; it only makes `Default` possible.
+    pub kind: Option<Kind>,
+    /// Flags.
+    pub flags: Flags,
+    /// Group id: frames of other groups on the same segment are dropped.
+    pub group: u32,
+    /// Sender rank.
+    pub src: u16,
+    /// Destination rank or [`ALL`].
+    pub dst: u16,
+    /// Sequence number in the root's stream (data), or the acknowledged / missing base.
+    pub seq: u32,
+    /// Message id.
+    pub msg_id: u32,
+    /// Message length.
+    pub msg_len: u32,
+    /// Offset of the payload in the message.
+    pub offset: u32,
+    /// NACK bitmap.
+    pub bitmap: u16,
+    /// Kind-specific extra field.
+    pub aux: u32,
+}
+
+impl Repr {
+    /// A header of the given kind with every other field zero.
+    pub fn new(kind: Kind) -> Repr {
+        Repr {
+            kind: Some(kind),
+            ..Repr::default()
+        }
+    }
+
+    /// Parses a checked frame.
+    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Repr {
+        Repr {
+            kind: Some(frame.kind()),
+            flags: frame.flags(),
+            group: frame.group(),
+            src: frame.src(),
+            dst: frame.dst(),
+            seq: frame.seq(),
+            msg_id: frame.msg_id(),
+            msg_len: frame.msg_len(),
+            offset: frame.offset(),
+            bitmap: frame.bitmap(),
+            aux: frame.aux(),
+        }
+    }
+
+    /// Bytes a frame with `payload_len` bytes of payload occupies.
+    pub fn frame_len(payload_len: usize) -> usize {
+        OVERHEAD + payload_len
+    }
+
+    /// Writes header, payload and CRC into `buf`; returns the frame length.
+    pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize, WireError> {
+        let plen =
+            u16::try_from(payload.len()).map_err(|_| WireError::PayloadTooLong(payload.len()))?;
+        let need = OVERHEAD + payload.len();
+        if buf.len() < need {
+            return Err(WireError::BufferTooSmall {
+                have: buf.len(),
+                need,
+            });
+        }
+        let kind = self.kind.unwrap_or(Kind::Heartbeat);
+        buf[field::VERSION] = VERSION;
+        buf[field::KIND] = kind as u8;
+        buf[field::FLAGS].copy_from_slice(&self.flags.bits().to_be_bytes());
+        buf[field::GROUP].copy_from_slice(&self.group.to_be_bytes());
+        buf[field::SRC].copy_from_slice(&self.src.to_be_bytes());
+        buf[field::DST].copy_from_slice(&self.dst.to_be_bytes());
+        buf[field::SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        buf[field::MSG_ID].copy_from_slice(&self.msg_id.to_be_bytes());
+        buf[field::MSG_LEN].copy_from_slice(&self.msg_len.to_be_bytes());
+        buf[field::OFFSET].copy_from_slice(&self.offset.to_be_bytes());
+        buf[field::PAYLOAD_LEN].copy_from_slice(&plen.to_be_bytes());
+        buf[field::BITMAP].copy_from_slice(&self.bitmap.to_be_bytes());
+        buf[field::AUX].copy_from_slice(&self.aux.to_be_bytes());
+        buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
+        let body = HEADER_LEN + payload.len();
+        let crc = crc32c::crc32c(&buf[..body]);
+        buf[body..need].copy_from_slice(&crc.to_be_bytes());
+        Ok(need)
+    }
+
+    /// Emits into a new vector.
+    pub fn to_vec(&self, payload: &[u8]) -> Result<Vec<u8>, WireError> {
+        let mut v = vec![0u8; OVERHEAD + payload.len()];
+        self.emit(payload, &mut v)?;
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+use super::*;
+
+fn sample() -> (Repr, Vec<u8>) {
+    let repr = Repr {
+        kind: Some(Kind::Data),
+        flags: Flags::LAST | Flags::BROADCAST,
+        group: 0xdead_beef,
+        src: 3,
+        dst: ALL,
+        seq: 77,
+        msg_id: 5,
+        msg_len: 10,
+        offset: 6,
+        bitmap: 0,
+        aux: 9,
+    };
+    (repr, b"abcd".to_vec())
+}
+
+#[test]
+fn emit_then_parse_round_trips() {
+    let (repr, payload) = sample();
+    let bytes = repr.to_vec(&payload).unwrap();
+    assert_eq!(bytes.len(), OVERHEAD + 4);
+    let frame = Frame::new_checked(&bytes[..]).unwrap();
+    assert_eq!(Repr::parse(&frame), repr);
+    assert_eq!(frame.payload(), b"abcd");
+}
+
+#[test]
+fn literal_bytes_parse_as_documented() {
+    // An ACK from rank 1 to root 2 acknowledging everything before sequence 0x0102_0304.
+    let mut bytes = vec![
+        1, 3, 0, 0, // version, kind = Ack, flags
+        0, 0, 0, 7, // group 7
+        0, 1, 0, 2, // src 1, dst 2
+        1, 2, 3, 4, // seq
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // msg id, msg len, offset
+        0, 0, 0, 0, // payload len 0, bitmap 0
+        0, 0, 0, 0, // aux
+    ];
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_be_bytes());
+    let f = Frame::new_checked(&bytes[..]).unwrap();
+    assert_eq!(f.kind(), Kind::Ack);
+    assert_eq!(
+        (f.group(), f.src(), f.dst(), f.seq()),
+        (7, 1, 2, 0x0102_0304)
+    );
+}
+
+#[test]
+fn ethernet_padding_after_the_crc_is_ignored() {
+    let (repr, payload) = sample();
+    let mut bytes = repr.to_vec(&payload).unwrap();
+    bytes.resize(60, 0);
+    assert!(Frame::new_checked(&bytes[..]).is_ok());
+}
+
+#[test]
+fn every_truncation_is_an_error() {
+    let (repr, payload) = sample();
+    let bytes = repr.to_vec(&payload).unwrap();
+    for n in 0..bytes.len() {
+        assert!(
+            matches!(
+                Frame::new_checked(&bytes[..n]),
+                Err(WireError::Truncated { .. }) | Err(WireError::BadCrc)
+            ),
+            "prefix of {n} bytes accepted"
+        );
+    }
+}
+
+#[test]
+fn every_single_bit_flip_is_detected() {
+    let (repr, payload) = sample();
+    let bytes = repr.to_vec(&payload).unwrap();
+    for bit in 0..bytes.len() * 8 {
+        let mut b = bytes.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        assert!(
+            Frame::new_checked(&b[..]).is_err(),
+            "flip of bit {bit} accepted"
+        );
+    }
+}
+
+#[test]
+fn unknown_version_and_kind_are_rejected() {
+    let (repr, payload) = sample();
+    let mut b = repr.to_vec(&payload).unwrap();
+    b[0] = 2;
+    assert_eq!(
+        Frame::new_checked(&b[..]).unwrap_err(),
+        WireError::BadVersion(2)
+    );
+    let mut b = repr.to_vec(&payload).unwrap();
+    b[1] = 200;
+    let body = b.len() - CRC_LEN;
+    let crc = crc32c::crc32c(&b[..body]);
+    b[body..].copy_from_slice(&crc.to_be_bytes());
+    assert_eq!(
+        Frame::new_checked(&b[..]).unwrap_err(),
+        WireError::UnknownKind(200)
+    );
+}
+
+#[test]
+fn payload_beyond_message_length_is_rejected() {
+    let (mut repr, payload) = sample();
+    repr.offset = 8; // 8 + 4 > 10
+    let b = repr.to_vec(&payload).unwrap();
+    assert!(matches!(
+        Frame::new_checked(&b[..]),
+        Err(WireError::BadGeometry { .. })
+    ));
+}
+
+#[test]
+fn emit_refuses_small_buffers() {
+    let (repr, payload) = sample();
+    let mut buf = [0u8; 10];
+    assert!(matches!(
+        repr.emit(&payload, &mut buf),
+        Err(WireError::BufferTooSmall { .. })
+    ));
+}
+
+proptest::proptest! {
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+        if let Ok(f) = Frame::new_checked(&bytes[..]) {
+            // Every accessor of an accepted frame is safe to call.
+            let _ = (Repr::parse(&f), f.payload().len(), f.total_len());
+        }
+    }
+}

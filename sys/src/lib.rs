@@ -1,0 +1,1 @@
+//! Linux raw Ethernet I/O for ethbcast (placeholder).

@@ -1,0 +1,1 @@
+//! ethbcast tools (placeholder).
