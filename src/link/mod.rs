@@ -14,7 +14,12 @@
 //! A link carries ethbcast PDUs ([`crate::wire`]); the Ethernet header (destination, source,
 //! EtherType 0x88B5) is the link's business.
 
+pub mod pnet;
+#[cfg(target_os = "linux")]
+pub mod ring;
 pub mod sim;
+#[cfg(target_os = "linux")]
+pub mod socket;
 
 use std::time::Duration;
 use thiserror::Error;

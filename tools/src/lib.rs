@@ -1,1 +1,5 @@
-//! ethbcast tools (placeholder).
+//! ethbcast tools: the network-namespace test-bed and what the binaries share.
+#![deny(unsafe_code)]
+
+pub mod netns;
+pub mod testbed;

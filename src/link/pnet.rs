@@ -1,0 +1,1 @@
+//! pnet backend (placeholder).

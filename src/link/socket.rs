@@ -1,0 +1,1 @@
+//! socket backend (placeholder).
