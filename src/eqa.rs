@@ -1,1 +1,588 @@
-//! placeholder
+//! EQA, the Enhanced Queue Architecture: one retransmission buffer for every destination.
+//!
+//! Wong & Wang (section 2.3 of the EQA paper) observe that a reliable broadcast built from
+//! point-to-point channels keeps a copy of every frame per destination. EQA keeps ONE copy:
+//!
+//! - [`Buf`] is the retransmission buffer (BUF), a fixed ring of frame slots owned by the root's
+//!   send-only directed point (the SDP);
+//! - [`Hms`] is the producer's management structure: head (next sequence to publish), tail
+//!   (oldest sequence still held) and the list of live consumers;
+//! - [`Lms`] is the per-destination lightweight structure (the paper's LDP): a cursor (the next
+//!   sequence that destination still needs), its retransmission timer and back-off, its repair
+//!   queue and liveness. It holds no frame data, only references into `Buf`.
+//!
+//! Each slot carries a reference count: the number of live destinations whose cursor has not
+//! yet passed it. A slot is freed, and the tail advances, only when that count drops to zero.
+//! Adding a destination therefore costs one `Lms`, never a buffer; evicting one releases its
+//! references so that the survivors are not held back by a dead peer.
+//!
+//! Invariants (checked by the property test against a plain oracle):
+//! - `tail <= head` and `head - tail <= capacity`;
+//! - for `tail <= s < head`, `refs(s)` = number of live `Lms` with `cursor <= s`;
+//! - `tail` = min(cursor of live `Lms`, head), or `head` when none is live.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::wire::Repr;
+
+/// Sequence number in a root's stream, extended to 64 bits (never wraps in practice).
+pub type Seq = u64;
+/// Rank of a group member.
+pub type Rank = u16;
+
+/// One slot of the retransmission buffer: a frame header and its payload.
+#[derive(Debug)]
+pub struct Slot {
+    repr: Repr,
+    len: u16,
+    data: Box<[u8]>,
+    refs: u16,
+    want: u16,
+}
+
+impl Slot {
+    /// Header of the frame held here.
+    pub fn repr(&self) -> &Repr {
+        &self.repr
+    }
+    /// Payload of the frame held here.
+    pub fn payload(&self) -> &[u8] {
+        &self.data[..usize::from(self.len)]
+    }
+    /// Live destinations that still need this frame.
+    pub fn refs(&self) -> u16 {
+        self.refs
+    }
+    /// Destinations with a pending repair request for this frame.
+    pub fn want(&self) -> u16 {
+        self.want
+    }
+}
+
+/// The shared retransmission buffer: a fixed ring of frame slots.
+#[derive(Debug)]
+pub struct Buf {
+    slots: Box<[Slot]>,
+    payload_cap: usize,
+}
+
+impl Buf {
+    /// Allocates `slots` slots of `payload_cap` payload bytes each, once.
+    pub fn new(slots: usize, payload_cap: usize) -> Buf {
+        let slots = (0..slots.max(1))
+            .map(|_| Slot {
+                repr: Repr::default(),
+                len: 0,
+                data: vec![0u8; payload_cap].into_boxed_slice(),
+                refs: 0,
+                want: 0,
+            })
+            .collect();
+        Buf { slots, payload_cap }
+    }
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+    /// Largest payload a slot holds.
+    pub fn payload_cap(&self) -> usize {
+        self.payload_cap
+    }
+    fn index(&self, seq: Seq) -> usize {
+        (seq % self.slots.len() as u64) as usize
+    }
+    /// Heap bytes this buffer owns.
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.len() * (std::mem::size_of::<Slot>() + self.payload_cap)
+    }
+}
+
+/// The producer's management structure.
+#[derive(Debug, Clone, Default)]
+pub struct Hms {
+    head: Seq,
+    tail: Seq,
+    live: usize,
+}
+
+impl Hms {
+    /// Next sequence to be published.
+    pub fn head(&self) -> Seq {
+        self.head
+    }
+    /// Oldest sequence still held in `Buf`.
+    pub fn tail(&self) -> Seq {
+        self.tail
+    }
+    /// Number of live consumers.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+}
+
+/// One destination's lightweight management structure (the LDP).
+#[derive(Debug)]
+pub struct Lms {
+    rank: Rank,
+    cursor: Seq,
+    live: bool,
+    repair: VecDeque<Seq>,
+    repair_cap: usize,
+    /// Retransmission timer deadline, if armed.
+    pub timer: Option<Instant>,
+    /// Current retransmission timeout (grows by back-off, reset on progress).
+    pub rto: Duration,
+    /// Consecutive timeouts without progress.
+    pub backoffs: u32,
+    /// Last time this destination's cursor advanced (or it was created).
+    pub last_progress: Option<Instant>,
+    /// Per-destination counters.
+    pub stats: LmsStats,
+}
+
+/// Counters kept per destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LmsStats {
+    /// Frames sent to this destination point-to-point as repair.
+    pub repairs: u64,
+    /// NACK frames received from it.
+    pub nacks: u64,
+    /// ACK frames received from it.
+    pub acks: u64,
+    /// Retransmission timer expiries.
+    pub timeouts: u64,
+    /// Repair requests dropped because the repair queue was full.
+    pub repair_queue_full: u64,
+}
+
+impl Lms {
+    /// Rank of the destination.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+    /// Next sequence this destination still needs.
+    pub fn cursor(&self) -> Seq {
+        self.cursor
+    }
+    /// False once evicted.
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+    /// Pending repair requests (sequences), oldest first.
+    pub fn repair_queue(&self) -> &VecDeque<Seq> {
+        &self.repair
+    }
+    /// Heap bytes owned (the repair queue, the LDP's send queue).
+    pub fn heap_bytes(&self) -> usize {
+        self.repair.capacity() * std::mem::size_of::<Seq>()
+    }
+}
+
+/// Why a frame could not be published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// Every slot is held by some destination: wait for acknowledgements.
+    #[error("retransmission buffer full")]
+    Full,
+    /// The payload is larger than a slot.
+    #[error("payload of {0} bytes exceeds the slot size")]
+    TooLong(usize),
+}
+
+/// The retransmission buffer with its producer and per-destination consumers.
+#[derive(Debug)]
+pub struct Eqa {
+    buf: Buf,
+    hms: Hms,
+    lms: Vec<Lms>,
+    by_rank: Vec<Option<u32>>,
+}
+
+impl Eqa {
+    /// Creates the buffer and one `Lms` per destination rank. `repair_cap` bounds each
+    /// destination's repair queue (its LDP send queue).
+    pub fn new(
+        slots: usize,
+        payload_cap: usize,
+        dests: impl IntoIterator<Item = Rank>,
+        repair_cap: usize,
+        rto: Duration,
+    ) -> Eqa {
+        let mut eqa = Eqa {
+            buf: Buf::new(slots, payload_cap),
+            hms: Hms::default(),
+            lms: Vec::new(),
+            by_rank: Vec::new(),
+        };
+        for r in dests {
+            eqa.add_dest(r, repair_cap, rto);
+        }
+        eqa
+    }
+
+    /// Adds a destination whose cursor starts at the current head (it needs what is published
+    /// from now on). Costs one `Lms`.
+    pub fn add_dest(&mut self, rank: Rank, repair_cap: usize, rto: Duration) {
+        if self.index(rank).is_some() {
+            return;
+        }
+        let idx = self.lms.len() as u32;
+        self.lms.push(Lms {
+            rank,
+            cursor: self.hms.head,
+            live: true,
+            repair: VecDeque::with_capacity(repair_cap),
+            repair_cap,
+            timer: None,
+            rto,
+            backoffs: 0,
+            last_progress: None,
+            stats: LmsStats::default(),
+        });
+        let r = usize::from(rank);
+        if self.by_rank.len() <= r {
+            self.by_rank.resize(r + 1, None);
+        }
+        self.by_rank[r] = Some(idx);
+        self.hms.live += 1;
+    }
+
+    fn index(&self, rank: Rank) -> Option<usize> {
+        self.by_rank
+            .get(usize::from(rank))
+            .copied()
+            .flatten()
+            .map(|i| i as usize)
+    }
+
+    /// The buffer.
+    pub fn buf(&self) -> &Buf {
+        &self.buf
+    }
+    /// The producer structure.
+    pub fn hms(&self) -> &Hms {
+        &self.hms
+    }
+    /// Next sequence to publish.
+    pub fn head(&self) -> Seq {
+        self.hms.head
+    }
+    /// Oldest sequence still held.
+    pub fn tail(&self) -> Seq {
+        self.hms.tail
+    }
+    /// Slots free for publishing.
+    pub fn free_slots(&self) -> usize {
+        self.buf.capacity() - (self.hms.head - self.hms.tail) as usize
+    }
+    /// Every destination structure, live or evicted.
+    pub fn dests(&self) -> &[Lms] {
+        &self.lms
+    }
+    /// Mutable access to every destination structure.
+    pub fn dests_mut(&mut self) -> &mut [Lms] {
+        &mut self.lms
+    }
+    /// The structure of one destination.
+    pub fn lms(&self, rank: Rank) -> Option<&Lms> {
+        self.index(rank).map(|i| &self.lms[i])
+    }
+    /// Mutable structure of one destination.
+    pub fn lms_mut(&mut self, rank: Rank) -> Option<&mut Lms> {
+        self.index(rank).map(move |i| &mut self.lms[i])
+    }
+
+    /// Stores a frame in the next slot and returns its sequence; the header's `seq` is set.
+    /// Every live destination takes a reference.
+    pub fn publish(&mut self, mut repr: Repr, payload: &[u8]) -> Result<Seq, PublishError> {
+        if payload.len() > self.buf.payload_cap {
+            return Err(PublishError::TooLong(payload.len()));
+        }
+        if self.free_slots() == 0 {
+            return Err(PublishError::Full);
+        }
+        let seq = self.hms.head;
+        repr.seq = seq as u32;
+        let i = self.buf.index(seq);
+        let slot = &mut self.buf.slots[i];
+        slot.repr = repr;
+        slot.len = payload.len() as u16;
+        slot.data[..payload.len()].copy_from_slice(payload);
+        slot.refs = self.hms.live as u16;
+        slot.want = 0;
+        self.hms.head += 1;
+        self.advance_tail();
+        Ok(seq)
+    }
+
+    /// The slot holding `seq`, if it is still in the buffer.
+    pub fn slot(&self, seq: Seq) -> Option<&Slot> {
+        (seq >= self.hms.tail && seq < self.hms.head).then(|| &self.buf.slots[self.buf.index(seq)])
+    }
+
+    fn release(&mut self, seq: Seq) {
+        let i = self.buf.index(seq);
+        let slot = &mut self.buf.slots[i];
+        slot.refs = slot.refs.saturating_sub(1);
+    }
+
+    fn advance_tail(&mut self) {
+        while self.hms.tail < self.hms.head
+            && self.buf.slots[self.buf.index(self.hms.tail)].refs == 0
+        {
+            self.hms.tail += 1;
+        }
+    }
+
+    /// A cumulative acknowledgement from `rank`: it has everything before `cursor`.
+    /// Returns true if the cursor advanced. Stale acknowledgements change nothing; a cursor
+    /// beyond the head (a confused or forged peer) is clamped to the head.
+    pub fn ack(&mut self, rank: Rank, cursor: Seq) -> bool {
+        let Some(i) = self.index(rank) else {
+            return false;
+        };
+        let head = self.hms.head;
+        let lms = &mut self.lms[i];
+        let new = cursor.min(head);
+        if !lms.live || new <= lms.cursor {
+            return false;
+        }
+        let old = std::mem::replace(&mut lms.cursor, new);
+        // Repair requests for what it now has are void.
+        let mut dropped = Vec::new();
+        lms.repair.retain(|&s| {
+            let keep = s >= new;
+            if !keep {
+                dropped.push(s);
+            }
+            keep
+        });
+        for s in dropped {
+            self.unwant(s);
+        }
+        for s in old.max(self.hms.tail)..new {
+            self.release(s);
+        }
+        self.advance_tail();
+        true
+    }
+
+    fn unwant(&mut self, seq: Seq) {
+        if seq >= self.hms.tail && seq < self.hms.head {
+            let i = self.buf.index(seq);
+            let slot = &mut self.buf.slots[i];
+            slot.want = slot.want.saturating_sub(1);
+        }
+    }
+
+    /// Evicts a destination: releases every reference it holds and forgets its repairs.
+    /// Returns false if it was unknown or already evicted.
+    pub fn evict(&mut self, rank: Rank) -> bool {
+        let Some(i) = self.index(rank) else {
+            return false;
+        };
+        if !self.lms[i].live {
+            return false;
+        }
+        self.lms[i].live = false;
+        self.lms[i].timer = None;
+        self.hms.live -= 1;
+        let cursor = self.lms[i].cursor;
+        let pending: Vec<Seq> = self.lms[i].repair.drain(..).collect();
+        for s in pending {
+            self.unwant(s);
+        }
+        for s in cursor.max(self.hms.tail)..self.hms.head {
+            self.release(s);
+        }
+        self.advance_tail();
+        true
+    }
+
+    /// Queues `seq` for repair to `rank`. Ignored if it is not held any more, if the
+    /// destination already has it, or if it is already queued; returns true if queued.
+    pub fn request_repair(&mut self, rank: Rank, seq: Seq) -> bool {
+        let Some(i) = self.index(rank) else {
+            return false;
+        };
+        let (tail, head) = (self.hms.tail, self.hms.head);
+        let lms = &mut self.lms[i];
+        if !lms.live || seq < lms.cursor.max(tail) || seq >= head || lms.repair.contains(&seq) {
+            return false;
+        }
+        if lms.repair.len() >= lms.repair_cap {
+            lms.stats.repair_queue_full += 1;
+            return false;
+        }
+        lms.repair.push_back(seq);
+        let idx = self.buf.index(seq);
+        self.buf.slots[idx].want += 1;
+        true
+    }
+
+    /// Takes the oldest still-valid repair request of `rank`.
+    pub fn pop_repair(&mut self, rank: Rank) -> Option<Seq> {
+        let i = self.index(rank)?;
+        while let Some(s) = self.lms[i].repair.pop_front() {
+            self.unwant(s);
+            if s >= self.lms[i].cursor && s >= self.hms.tail && s < self.hms.head {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Withdraws `seq` from every destination's repair queue (it is being re-broadcast).
+    /// Returns the ranks that had asked for it.
+    pub fn withdraw_repair(&mut self, seq: Seq) -> Vec<Rank> {
+        let mut ranks = Vec::new();
+        for lms in &mut self.lms {
+            if let Some(p) = lms.repair.iter().position(|&s| s == seq) {
+                lms.repair.remove(p);
+                ranks.push(lms.rank);
+            }
+        }
+        if seq >= self.hms.tail && seq < self.hms.head {
+            let i = self.buf.index(seq);
+            self.buf.slots[i].want = 0;
+        }
+        ranks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Kind;
+    use proptest::prelude::*;
+
+    fn eqa(dests: &[Rank]) -> Eqa {
+        Eqa::new(4, 8, dests.iter().copied(), 16, Duration::from_millis(1))
+    }
+
+    fn data() -> Repr {
+        Repr::new(Kind::Data)
+    }
+
+    #[test]
+    fn a_slot_is_freed_only_when_every_live_destination_has_passed_it() {
+        let mut e = eqa(&[1, 2]);
+        let s = e.publish(data(), b"x").unwrap();
+        assert_eq!(e.slot(s).unwrap().refs(), 2);
+        e.ack(1, s + 1);
+        assert_eq!(e.tail(), s, "rank 2 still needs it");
+        e.ack(2, s + 1);
+        assert_eq!(e.tail(), s + 1);
+        assert!(e.slot(s).is_none());
+    }
+
+    #[test]
+    fn the_buffer_refuses_to_overwrite_held_frames() {
+        let mut e = eqa(&[1]);
+        for _ in 0..4 {
+            e.publish(data(), b"x").unwrap();
+        }
+        assert_eq!(e.publish(data(), b"x"), Err(PublishError::Full));
+        e.ack(1, 1);
+        assert!(e.publish(data(), b"y").is_ok());
+    }
+
+    #[test]
+    fn eviction_releases_the_references_of_the_dead() {
+        let mut e = eqa(&[1, 2]);
+        for _ in 0..4 {
+            e.publish(data(), b"x").unwrap();
+        }
+        e.ack(1, 4);
+        assert_eq!(e.free_slots(), 0);
+        assert!(e.evict(2));
+        assert_eq!(e.free_slots(), 4);
+        assert!(!e.evict(2), "evicting twice is a no-op");
+    }
+
+    #[test]
+    fn adding_a_destination_costs_no_buffer() {
+        let a = eqa(&[1]);
+        let b = eqa(&(1..100).collect::<Vec<_>>());
+        assert_eq!(a.buf().heap_bytes(), b.buf().heap_bytes());
+    }
+
+    #[test]
+    fn stale_and_future_acks_are_harmless() {
+        let mut e = eqa(&[1]);
+        e.publish(data(), b"x").unwrap();
+        assert!(e.ack(1, 1));
+        assert!(!e.ack(1, 0), "stale");
+        e.publish(data(), b"x").unwrap();
+        assert!(e.ack(1, 1_000_000), "clamped to head");
+        assert_eq!(e.lms(1).unwrap().cursor(), 2);
+        assert!(!e.ack(9, 1), "unknown rank");
+    }
+
+    #[test]
+    fn repair_requests_are_deduplicated_and_voided_by_acks() {
+        let mut e = eqa(&[1, 2]);
+        for _ in 0..3 {
+            e.publish(data(), b"x").unwrap();
+        }
+        assert!(e.request_repair(1, 1));
+        assert!(!e.request_repair(1, 1));
+        assert!(e.request_repair(2, 1));
+        assert_eq!(e.slot(1).unwrap().want(), 2);
+        assert_eq!(e.withdraw_repair(1), vec![1, 2]);
+        assert!(e.request_repair(1, 2));
+        e.ack(1, 3);
+        assert_eq!(e.pop_repair(1), None);
+        assert!(!e.request_repair(1, 7), "not published");
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Publish,
+        Ack(u16, u8),
+        Evict(u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Publish),
+            3 => (0u16..5, 0u8..6).prop_map(|(r, d)| Op::Ack(r, d)),
+            1 => (0u16..5).prop_map(Op::Evict),
+        ]
+    }
+
+    proptest! {
+        /// Random operation sequences against a plain oracle of cursors.
+        #[test]
+        fn reference_counts_match_the_oracle(ops in proptest::collection::vec(op(), 0..200)) {
+            let mut e = Eqa::new(8, 4, 0..5u16, 8, Duration::from_millis(1));
+            let mut cursors = [0u64; 5];
+            let mut live = [true; 5];
+            let mut head = 0u64;
+            for op in ops {
+                match op {
+                    Op::Publish => {
+                        let oracle_tail = (0..5).filter(|&r| live[r]).map(|r| cursors[r]).min().unwrap_or(head);
+                        let full = head - oracle_tail >= 8;
+                        prop_assert_eq!(e.publish(data(), b"ab").is_err(), full);
+                        if !full { head += 1; }
+                    }
+                    Op::Ack(r, d) => {
+                        let c = (cursors[r as usize] + u64::from(d)).min(head);
+                        e.ack(r, c);
+                        if live[r as usize] { cursors[r as usize] = cursors[r as usize].max(c); }
+                    }
+                    Op::Evict(r) => { e.evict(r); live[r as usize] = false; }
+                }
+                let tail = (0..5).filter(|&r| live[r]).map(|r| cursors[r]).min().unwrap_or(head);
+                prop_assert_eq!(e.tail(), tail);
+                prop_assert_eq!(e.head(), head);
+                for s in e.tail()..e.head() {
+                    let want = (0..5).filter(|&r| live[r] && cursors[r] <= s).count() as u16;
+                    prop_assert_eq!(e.slot(s).unwrap().refs(), want);
+                }
+            }
+        }
+    }
+}
