@@ -137,6 +137,8 @@ pub struct Lms {
     pub backoffs: u32,
     /// Last time this destination's cursor advanced (or it was created).
     pub last_progress: Option<Instant>,
+    /// Last time a frame arrived from this destination.
+    pub last_heard: Option<Instant>,
     /// Per-destination counters.
     pub stats: LmsStats,
 }
@@ -154,6 +156,16 @@ pub struct LmsStats {
     pub timeouts: u64,
     /// Repair requests dropped because the repair queue was full.
     pub repair_queue_full: u64,
+    /// Retransmission-timer probes sent.
+    pub probes: u64,
+    /// Repairs served to it by a re-broadcast.
+    pub rebroadcasts: u64,
+    /// Largest distance seen between the head and its cursor (frames).
+    pub max_lag: u64,
+    /// Pull requests received from it.
+    pub pulls: u64,
+    /// Payload bytes repaired to it.
+    pub repaired_bytes: u64,
 }
 
 impl Lms {
@@ -238,6 +250,7 @@ impl Eqa {
             rto,
             backoffs: 0,
             last_progress: None,
+            last_heard: None,
             stats: LmsStats::default(),
         });
         let r = usize::from(rank);

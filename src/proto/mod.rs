@@ -1,1 +1,744 @@
-//! placeholder
+//! The protocol engine: reliable broadcast as a sans-IO state machine.
+//!
+//! The engine has no socket and no clock. Its inputs are frames ([`Engine::handle_frame`]),
+//! the passing of time ([`Engine::handle_timeout`]) and calls of the application
+//! ([`Engine::bcast`], [`Engine::post_recv`]); its outputs are frames to send
+//! ([`Engine::poll_transmit`]), the next instant it wants to be woken
+//! ([`Engine::poll_timeout`]) and events ([`Engine::poll_event`]). A driver calls them in this
+//! order: feed every frame that is ready, `handle_timeout(now)`, drain `poll_transmit`, drain
+//! `poll_event`, then sleep until `poll_timeout` or the next frame. The same engine runs on the
+//! simulated switch and on raw Ethernet.
+//!
+//! Every member runs one engine. As a root it owns one [`crate::eqa::Eqa`] (the send-only
+//! directed point with one LDP per destination); as a receiver it keeps one receive stream per
+//! root, created when that root is first heard from. Each root numbers its frames in its own
+//! stream, so consecutive broadcasts from different roots need no barrier between them.
+//!
+//! The two algorithms of the EQA paper (section 3):
+//! - **Simple broadcast** ([`Algo::Simple`]): every frame is broadcast as soon as a slot of the
+//!   retransmission buffer is free.
+//! - **Push-pull broadcast** ([`Algo::PushPull`]): the first `btp1` bytes, then the next `btp2`
+//!   bytes, are pushed at once; one designated receiver sends a [`crate::wire::Kind::Pull`]
+//!   when the push part is in and its receive is posted; the rest is pulled, paced by free
+//!   slots of the buffer.
+//!
+//! Repair is **selective go-back-16**: a receiver that sees a gap NACKs with the first missing
+//! sequence and a 16-bit bitmap of what is missing from there; the root repairs only that
+//! destination, point-to-point, from its cursor, at most 16 frames per NACK and only what the
+//! bitmap asks for. A frame asked for by `rebroadcast_min` destinations or more is broadcast
+//! once instead. Acknowledgements are cumulative and coalesced (every `ack_every` frames, at
+//! the end of a message, or after `ack_delay`); lost acks and lost tail frames are recovered by
+//! each destination's retransmission timer, whose probe asks for an immediate answer and backs
+//! off exponentially.
+
+mod recv;
+mod send;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::eqa::{Rank, Seq};
+use crate::wire::{self, Flags, Frame, Kind, Repr, WireError};
+
+pub use recv::Receiver;
+pub use send::Sender;
+
+/// Broadcast algorithm of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Algo {
+    /// Broadcast every frame at once (SBCAST in the paper).
+    Simple,
+    /// Push the first BTP1 + BTP2 bytes, pull the rest on request (PPBCAST).
+    #[default]
+    PushPull,
+}
+
+impl std::str::FromStr for Algo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "simple" | "sbcast" => Ok(Algo::Simple),
+            "pushpull" | "push-pull" | "ppbcast" => Ok(Algo::PushPull),
+            _ => Err(format!("unknown algorithm {s:?} (simple, pushpull)")),
+        }
+    }
+}
+
+/// Engine configuration. [`Config::new`] gives the defaults, [`Config::paper`] the queue sizes
+/// of the EQA paper.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Group id carried by every frame; frames of other groups are dropped.
+    pub group: u32,
+    /// This member's rank.
+    pub rank: Rank,
+    /// Number of members.
+    pub size: u16,
+    /// Largest PDU (header + payload + CRC) the link carries: the MTU.
+    pub max_pdu: usize,
+    /// Slots of the retransmission buffer, which is also the receive window in frames.
+    pub window: usize,
+    /// Payload bytes a buffer slot stores (at least the frame payload; the paper profile uses
+    /// 1536-byte frame buffers, 24 KB / 16 frames).
+    pub frame_buffer: usize,
+    /// Bytes pushed in the first frame of a push-pull broadcast.
+    pub btp1: usize,
+    /// Bytes pushed after the first BTP1 bytes.
+    pub btp2: usize,
+    /// A receiver acknowledges at least every this many frames.
+    pub ack_every: usize,
+    /// ... or this long after the oldest unacknowledged frame.
+    pub ack_delay: Duration,
+    /// A receiver repeats a NACK for a gap that persists this long (doubling each time).
+    pub nack_retry: Duration,
+    /// Initial retransmission timeout per destination.
+    pub rto: Duration,
+    /// Largest retransmission timeout after back-off.
+    pub rto_max: Duration,
+    /// A frame asked for by at least this many destinations is re-broadcast once.
+    pub rebroadcast_min: usize,
+    /// Messages the send queue holds (the SDP's send queue).
+    pub send_queue: usize,
+    /// Control frames the outbox holds (the SDP's pushed buffer).
+    pub outbox: usize,
+    /// Bytes a receiver keeps for messages whose receive is not posted yet (pushed buffer).
+    pub pushed_buffer: usize,
+    /// Posted receives a receive stream holds (the RDP's receive queue).
+    pub recv_queue: usize,
+    /// Repair requests each destination's LDP queues.
+    pub repair_queue: usize,
+    /// Largest message accepted from the network (guards against absurd lengths).
+    pub max_message: usize,
+    /// Deliver every message as it completes, without `post_recv` (streaming use).
+    pub auto_post: bool,
+}
+
+impl Config {
+    /// Defaults for a member `rank` of a group of `size`.
+    pub fn new(group: u32, rank: Rank, size: u16) -> Config {
+        Config {
+            group,
+            rank,
+            size,
+            max_pdu: 1500,
+            window: 16,
+            frame_buffer: 0,
+            btp1: 80,
+            btp2: 780,
+            ack_every: 8,
+            ack_delay: Duration::from_micros(300),
+            nack_retry: Duration::from_millis(2),
+            rto: Duration::from_millis(4),
+            rto_max: Duration::from_millis(200),
+            rebroadcast_min: 2,
+            send_queue: 1024,
+            outbox: 4096,
+            pushed_buffer: 1 << 20,
+            recv_queue: 256,
+            repair_queue: 64,
+            max_message: 1 << 30,
+            auto_post: true,
+        }
+    }
+
+    /// The queue sizes of the EQA paper (section 4): send queue 4 KB, pushed buffer 4 KB on the
+    /// send side and 12 KB on the receive side, retransmission buffer 24 KB, receive queue 4 KB,
+    /// LDP send queue 4 KB.
+    pub fn paper(group: u32, rank: Rank, size: u16) -> Config {
+        let mut c = Config::new(group, rank, size);
+        c.frame_buffer = crate::memory::PAPER_FRAME_BUFFER;
+        c.window = crate::memory::PAPER_BUF_BYTES / c.frame_buffer;
+        c.send_queue = crate::memory::PAPER_SEND_QUEUE_BYTES / std::mem::size_of::<send::OutMsg>();
+        c.outbox = crate::memory::PAPER_SEND_PUSHED_BYTES / std::mem::size_of::<Control>();
+        c.pushed_buffer = crate::memory::PAPER_RECV_PUSHED_BYTES;
+        c.recv_queue = crate::memory::PAPER_RECV_QUEUE_BYTES / std::mem::size_of::<recv::Post>();
+        c.repair_queue = crate::memory::PAPER_LDP_QUEUE_BYTES / std::mem::size_of::<Seq>();
+        c
+    }
+
+    /// Largest payload of one frame.
+    pub fn max_payload(&self) -> usize {
+        self.max_pdu.saturating_sub(wire::OVERHEAD)
+    }
+
+    /// Payload bytes of one buffer slot.
+    pub fn slot_payload(&self) -> usize {
+        self.frame_buffer.max(self.max_payload())
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.size == 0 || self.size == wire::ALL || self.rank >= self.size {
+            return Err(ConfigError::Rank {
+                rank: self.rank,
+                size: self.size,
+            });
+        }
+        if self.max_payload() < 64 || self.max_payload() > usize::from(u16::MAX) {
+            return Err(ConfigError::Mtu(self.max_pdu));
+        }
+        if self.window == 0 || self.window > 4096 {
+            return Err(ConfigError::Window(self.window));
+        }
+        if self.btp1 == 0 || self.btp1 > self.max_payload() {
+            return Err(ConfigError::Btp(self.btp1, self.max_payload()));
+        }
+        if self.ack_every == 0 || self.send_queue == 0 || self.recv_queue == 0 {
+            return Err(ConfigError::Zero);
+        }
+        Ok(())
+    }
+}
+
+/// A configuration the engine cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// Rank outside the group, or an empty group.
+    #[error("rank {rank} is not in a group of {size} (ranks are 0..size, size < 65535)")]
+    Rank {
+        /// Rank given.
+        rank: Rank,
+        /// Group size given.
+        size: u16,
+    },
+    /// MTU too small or too large.
+    #[error("MTU {0} gives no usable payload (need 104..=65575 bytes)")]
+    Mtu(usize),
+    /// Window size out of range.
+    #[error("window of {0} frames is out of range 1..=4096")]
+    Window(usize),
+    /// BTP1 must fit one frame.
+    #[error("BTP1 of {0} bytes must be between 1 and the frame payload of {1} bytes")]
+    Btp(usize, usize),
+    /// A queue or threshold set to zero.
+    #[error("ack_every, send_queue and recv_queue must be at least 1")]
+    Zero,
+}
+
+/// Why [`Engine::bcast`] refused a message.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SendError {
+    /// The send queue is full: drive the engine until earlier messages leave it.
+    #[error("send queue full ({0} messages): let earlier broadcasts progress first")]
+    QueueFull(usize),
+    /// Larger than `max_message`.
+    #[error("message of {len} bytes exceeds the maximum of {max}")]
+    TooLong {
+        /// Message length.
+        len: usize,
+        /// Configured maximum.
+        max: usize,
+    },
+    /// Every other member has been evicted.
+    #[error("no live receivers left in the group")]
+    NoReceivers,
+}
+
+/// Why [`Engine::post_recv`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PostError {
+    /// The rank is not a member (or is this member).
+    #[error("rank {0} is not another member of the group")]
+    NotMember(Rank),
+    /// Too many receives posted for this root.
+    #[error("receive queue full ({0} posted receives)")]
+    QueueFull(usize),
+    /// The root has been evicted.
+    #[error("root {0} has been evicted")]
+    Evicted(Rank),
+}
+
+/// Why a received frame was dropped. Every drop is counted in [`Stats::drops`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum Drop {
+    /// The bytes are not a valid frame.
+    #[error("malformed frame: {0}")]
+    Malformed(#[from] WireError),
+    /// A frame of another group on the same segment.
+    #[error("frame of foreign group {0:#x}")]
+    ForeignGroup(u32),
+    /// Source rank outside the group.
+    #[error("source rank {0} is not a member")]
+    NotMember(Rank),
+    /// Our own frame looped back.
+    #[error("own frame")]
+    Own,
+    /// Addressed to another member.
+    #[error("frame for rank {0}")]
+    NotForMe(Rank),
+    /// From a member that has been evicted.
+    #[error("frame from evicted rank {0}")]
+    Evicted(Rank),
+    /// Data already delivered (a duplicate or a late repair).
+    #[error("stale sequence {0}")]
+    Stale(Seq),
+    /// Data beyond the receive window: a confused or forged root.
+    #[error("sequence {0} beyond the receive window")]
+    FarFuture(Seq),
+    /// Already held in the receive window.
+    #[error("duplicate sequence {0}")]
+    Duplicate(Seq),
+    /// Contradicts the stream (message boundaries, lengths): counted and discarded.
+    #[error("frame contradicts the stream: {0}")]
+    Protocol(&'static str),
+    /// The receive window slot cannot be filled now (pushed buffer full): repaired later.
+    #[error("no room for unposted data")]
+    NoRoom,
+}
+
+/// Counters of one engine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Data frames broadcast for the first time.
+    pub data_frames: u64,
+    /// Repair frames sent (point-to-point or re-broadcast).
+    pub repair_frames: u64,
+    /// Of which re-broadcasts.
+    pub rebroadcasts: u64,
+    /// ACK frames sent.
+    pub ack_frames: u64,
+    /// NACK frames sent.
+    pub nack_frames: u64,
+    /// Pull requests sent.
+    pub pull_frames: u64,
+    /// ACK, NACK and pull frames received (as root).
+    pub acks_handled: u64,
+    /// Messages delivered to the application.
+    pub delivered: u64,
+    /// Bytes delivered to the application.
+    pub delivered_bytes: u64,
+    /// Messages handed to `bcast`.
+    pub sent_msgs: u64,
+    /// Dropped frames by reason.
+    pub drops: DropStats,
+}
+
+/// Dropped frames by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DropStats {
+    /// Truncated frames.
+    pub truncated: u64,
+    /// CRC mismatches.
+    pub bad_crc: u64,
+    /// Unknown version.
+    pub bad_version: u64,
+    /// Unknown kind.
+    pub unknown_kind: u64,
+    /// Inconsistent header.
+    pub bad_geometry: u64,
+    /// Other groups' frames.
+    pub foreign_group: u64,
+    /// Not from a member.
+    pub not_member: u64,
+    /// Own frames.
+    pub own: u64,
+    /// Addressed to someone else.
+    pub not_for_me: u64,
+    /// From evicted members.
+    pub evicted: u64,
+    /// Already delivered.
+    pub stale: u64,
+    /// Beyond the window.
+    pub far_future: u64,
+    /// Already held.
+    pub duplicate: u64,
+    /// Contradicting the stream.
+    pub protocol: u64,
+    /// No room for unposted data.
+    pub no_room: u64,
+}
+
+impl DropStats {
+    fn count(&mut self, d: &Drop) {
+        let c = match d {
+            Drop::Malformed(WireError::Truncated { .. }) => &mut self.truncated,
+            Drop::Malformed(WireError::BadCrc) => &mut self.bad_crc,
+            Drop::Malformed(WireError::BadVersion(_)) => &mut self.bad_version,
+            Drop::Malformed(WireError::UnknownKind(_)) => &mut self.unknown_kind,
+            Drop::Malformed(_) => &mut self.bad_geometry,
+            Drop::ForeignGroup(_) => &mut self.foreign_group,
+            Drop::NotMember(_) => &mut self.not_member,
+            Drop::Own => &mut self.own,
+            Drop::NotForMe(_) => &mut self.not_for_me,
+            Drop::Evicted(_) => &mut self.evicted,
+            Drop::Stale(_) => &mut self.stale,
+            Drop::FarFuture(_) => &mut self.far_future,
+            Drop::Duplicate(_) => &mut self.duplicate,
+            Drop::Protocol(_) => &mut self.protocol,
+            Drop::NoRoom => &mut self.no_room,
+        };
+        *c += 1;
+    }
+
+    /// Sum of all drops.
+    pub fn total(&self) -> u64 {
+        self.truncated
+            + self.bad_crc
+            + self.bad_version
+            + self.unknown_kind
+            + self.bad_geometry
+            + self.foreign_group
+            + self.not_member
+            + self.own
+            + self.not_for_me
+            + self.evicted
+            + self.stale
+            + self.far_future
+            + self.duplicate
+            + self.protocol
+            + self.no_room
+    }
+}
+
+/// Where a frame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dest {
+    /// The broadcast address: every member.
+    All,
+    /// One member.
+    Rank(Rank),
+}
+
+/// A frame [`Engine::poll_transmit`] wrote into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination.
+    pub dst: Dest,
+    /// Length of the PDU written.
+    pub len: usize,
+}
+
+/// What the engine tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A whole message from `root`, exactly once and in the root's order.
+    Delivered {
+        /// The root that broadcast it.
+        root: Rank,
+        /// Its position in the root's stream (0, 1, 2, ...).
+        msg_id: u64,
+        /// The message.
+        data: Vec<u8>,
+    },
+    /// Every live destination has acknowledged this member's message `msg_id`.
+    Stable {
+        /// The message id returned by `bcast`.
+        msg_id: u64,
+    },
+    /// A posted receive was too small for the message (MPI's truncation error). The message
+    /// is consumed.
+    Truncated {
+        /// The root.
+        root: Rank,
+        /// The message.
+        msg_id: u64,
+        /// Its real length.
+        len: usize,
+        /// What the posted receive allowed.
+        max: usize,
+    },
+    /// A control frame for the layers above (heartbeat, join, barrier, evict, ping, pong).
+    Control {
+        /// Sender rank.
+        src: Rank,
+        /// Its header.
+        repr: Repr,
+        /// Its payload.
+        payload: Vec<u8>,
+    },
+}
+
+/// A control frame waiting in the outbox.
+#[derive(Debug, Clone)]
+pub(crate) struct Control {
+    dst: Dest,
+    repr: Repr,
+    payload: Vec<u8>,
+}
+
+/// One member's protocol engine.
+#[derive(Debug)]
+pub struct Engine {
+    cfg: Config,
+    tx: Sender,
+    rx: Vec<Option<Box<Receiver>>>,
+    live: Vec<bool>,
+    outbox: VecDeque<Control>,
+    events: VecDeque<Event>,
+    stats: Stats,
+}
+
+impl Engine {
+    /// Creates the engine of member `cfg.rank`.
+    pub fn new(cfg: Config) -> Result<Engine, ConfigError> {
+        cfg.check()?;
+        let n = usize::from(cfg.size);
+        Ok(Engine {
+            tx: Sender::new(&cfg),
+            rx: (0..n).map(|_| None).collect(),
+            live: vec![true; n],
+            outbox: VecDeque::with_capacity(cfg.outbox),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    /// The root side (buffer, cursors), for inspection.
+    pub fn sender(&self) -> &Sender {
+        &self.tx
+    }
+    /// The receive stream of `root`, if it has been heard from.
+    pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
+        self.rx.get(usize::from(root)).and_then(|r| r.as_deref())
+    }
+    /// Whether `rank` is still a live member.
+    pub fn is_live(&self, rank: Rank) -> bool {
+        self.live.get(usize::from(rank)).copied().unwrap_or(false)
+    }
+
+    /// Broadcasts `data` to every other member; returns its message id. The message is queued
+    /// and its frames go out as [`Engine::poll_transmit`] is called.
+    pub fn bcast(&mut self, now: Instant, data: Vec<u8>, algo: Algo) -> Result<u64, SendError> {
+        if data.len() > self.cfg.max_message {
+            return Err(SendError::TooLong {
+                len: data.len(),
+                max: self.cfg.max_message,
+            });
+        }
+        let id = self.tx.enqueue(&self.cfg, data, algo)?;
+        self.stats.sent_msgs += 1;
+        self.tx.fill(&self.cfg, now, &self.live);
+        Ok(id)
+    }
+
+    /// Posts a receive for the next message of `root` that has not been posted for yet,
+    /// accepting up to `max_len` bytes. Needed unless `auto_post` is set.
+    pub fn post_recv(&mut self, now: Instant, root: Rank, max_len: usize) -> Result<(), PostError> {
+        if root >= self.cfg.size || root == self.cfg.rank {
+            return Err(PostError::NotMember(root));
+        }
+        if !self.live[usize::from(root)] {
+            return Err(PostError::Evicted(root));
+        }
+        let rx = self.rx_mut(root);
+        rx.post(max_len)?;
+        rx.progress(now);
+        self.collect_rx(root);
+        Ok(())
+    }
+
+    fn rx_mut(&mut self, root: Rank) -> &mut Receiver {
+        let cfg = &self.cfg;
+        self.rx[usize::from(root)].get_or_insert_with(|| Box::new(Receiver::new(cfg, root)))
+    }
+
+    fn collect_rx(&mut self, root: Rank) {
+        if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+            while let Some(ev) = rx.take_event() {
+                if let Event::Delivered { data, .. } = &ev {
+                    self.stats.delivered += 1;
+                    self.stats.delivered_bytes += data.len() as u64;
+                }
+                self.events.push_back(ev);
+            }
+            while let Some(c) = rx.take_control() {
+                match c.repr.kind {
+                    Some(Kind::Ack) => self.stats.ack_frames += 1,
+                    Some(Kind::Nack) => self.stats.nack_frames += 1,
+                    Some(Kind::Pull) => self.stats.pull_frames += 1,
+                    _ => {}
+                }
+                self.outbox.push_back(c);
+            }
+        }
+    }
+
+    /// Queues a control frame of the layers above (heartbeat, barrier, ...). The header's
+    /// group and source are filled in.
+    pub fn send_control(
+        &mut self,
+        dst: Dest,
+        mut repr: Repr,
+        payload: &[u8],
+    ) -> Result<(), WireError> {
+        repr.group = self.cfg.group;
+        repr.src = self.cfg.rank;
+        repr.dst = match dst {
+            Dest::All => wire::ALL,
+            Dest::Rank(r) => r,
+        };
+        if payload.len() > self.cfg.max_payload() {
+            return Err(WireError::PayloadTooLong(payload.len()));
+        }
+        self.outbox.push_back(Control {
+            dst,
+            repr,
+            payload: payload.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Handles one received PDU. Drops are counted and returned; they are never fatal.
+    pub fn handle_frame(&mut self, now: Instant, pdu: &[u8]) -> Result<(), Drop> {
+        let r = self.handle_frame_inner(now, pdu);
+        if let Err(d) = &r {
+            self.stats.drops.count(d);
+        }
+        r
+    }
+
+    fn handle_frame_inner(&mut self, now: Instant, pdu: &[u8]) -> Result<(), Drop> {
+        let frame = Frame::new_checked(pdu)?;
+        if frame.group() != self.cfg.group {
+            return Err(Drop::ForeignGroup(frame.group()));
+        }
+        let src = frame.src();
+        if src >= self.cfg.size {
+            return Err(Drop::NotMember(src));
+        }
+        if src == self.cfg.rank {
+            return Err(Drop::Own);
+        }
+        let dst = frame.dst();
+        if dst != wire::ALL && dst != self.cfg.rank {
+            return Err(Drop::NotForMe(dst));
+        }
+        if !self.live[usize::from(src)] {
+            return Err(Drop::Evicted(src));
+        }
+        let repr = Repr::parse(&frame);
+        match frame.kind() {
+            Kind::Data | Kind::Repair => {
+                let cfg = self.cfg.clone();
+                let rx = self.rx_mut(src);
+                let r = rx.on_data(&cfg, now, &repr, frame.payload());
+                self.collect_rx(src);
+                r
+            }
+            Kind::Pull if repr.flags.contains(Flags::ACK_REQ) => {
+                // The root polls its designated receiver for a lost pull request.
+                let rx = self.rx_mut(src);
+                rx.on_pull_poll(&repr);
+                self.collect_rx(src);
+                Ok(())
+            }
+            Kind::Ack | Kind::Nack | Kind::Pull => {
+                if dst != self.cfg.rank {
+                    return Err(Drop::NotForMe(dst));
+                }
+                self.stats.acks_handled += 1;
+                self.tx.on_feedback(&self.cfg, now, src, &repr, &self.live);
+                self.collect_tx();
+                Ok(())
+            }
+            _ => {
+                self.events.push_back(Event::Control {
+                    src,
+                    repr,
+                    payload: frame.payload().to_vec(),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn collect_tx(&mut self) {
+        while let Some(id) = self.tx.take_stable() {
+            self.events.push_back(Event::Stable { msg_id: id });
+        }
+    }
+
+    /// Lets time pass: fires due acknowledgement, NACK and retransmission timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for r in 0..self.rx.len() {
+            if let Some(rx) = self.rx[r].as_deref_mut() {
+                rx.on_timeout(now);
+            }
+            self.collect_rx(r as Rank);
+        }
+        self.tx.on_timeout(&self.cfg, now, &self.live);
+    }
+
+    /// The earliest instant at which [`Engine::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let rx = self.rx.iter().flatten().filter_map(|r| r.next_timeout());
+        rx.chain(self.tx.next_timeout()).min()
+    }
+
+    /// True if frames are waiting to be sent.
+    pub fn has_transmit(&self) -> bool {
+        !self.outbox.is_empty() || self.tx.has_transmit()
+    }
+
+    /// Writes the next frame to send into `buf` (at least `max_pdu` bytes). Control frames go
+    /// first, then repairs, then fresh data.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(c) = self.outbox.pop_front() {
+            let mut repr = c.repr;
+            repr.group = self.cfg.group;
+            repr.src = self.cfg.rank;
+            let len = repr.emit(&c.payload, buf).ok()?;
+            return Some(Transmit { dst: c.dst, len });
+        }
+        let t = self
+            .tx
+            .poll_transmit(&self.cfg, now, buf, &self.live, &mut self.stats);
+        self.collect_tx();
+        t
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Removes `rank` from the group: its references in the buffer are released so that
+    /// broadcasts complete for the survivors, and its frames are dropped from now on.
+    /// A message from it that was not complete is never delivered.
+    pub fn evict(&mut self, now: Instant, rank: Rank) -> bool {
+        let Some(l) = self.live.get_mut(usize::from(rank)) else {
+            return false;
+        };
+        if !*l || rank == self.cfg.rank {
+            return false;
+        }
+        *l = false;
+        self.rx[usize::from(rank)] = None;
+        self.tx.evict(&self.cfg, now, rank, &self.live);
+        self.collect_tx();
+        true
+    }
+
+    /// Heap bytes of the control outbox (the send side's pushed buffer).
+    pub fn outbox_bytes(&self) -> usize {
+        self.outbox.capacity() * std::mem::size_of::<Control>()
+    }
+
+    /// True when this member, as root, has nothing queued, unsent or unacknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.tx.is_idle() && self.outbox.is_empty()
+    }
+
+    /// Messages of `root` delivered so far.
+    pub fn delivered_from(&self, root: Rank) -> u64 {
+        self.receiver(root).map_or(0, |r| r.next_msg())
+    }
+}
+
+/// Extends a 32-bit wire sequence to 64 bits relative to a nearby reference.
+pub(crate) fn extend_seq(reference: Seq, wire: u32) -> Seq {
+    let delta = wire.wrapping_sub(reference as u32) as i32;
+    reference.wrapping_add_signed(i64::from(delta))
+}

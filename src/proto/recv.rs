@@ -1,0 +1,505 @@
+//! The receiver side: one receive stream per root (the paper's receive-only DP, the RDP).
+//!
+//! Frames of a root's stream are accepted inside a window of `window` frames after the next
+//! expected sequence; each lands in its window slot (the receive buffer), so out-of-order
+//! frames are kept. In-order frames are consumed into their message: straight into the
+//! message's buffer when a receive is posted for it, otherwise into the bounded pushed buffer,
+//! from which they are copied out when the receive is posted. When the pushed buffer is full,
+//! consumption pauses (the frames stay in the window, unacknowledged) until a receive is
+//! posted: the root's buffer then paces the stream.
+//!
+//! Gaps are found by sequence number; a NACK carries the first missing sequence, a bitmap of
+//! the 16 frames from there, and the cumulative acknowledgement. ACKs are cumulative and
+//! coalesced. Messages are delivered whole, exactly once, in the root's order.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::{extend_seq, Config, Control, Dest, Drop, Event, PostError};
+use crate::eqa::{Rank, Seq};
+use crate::wire::{Flags, Kind, Repr, NACK_BITS};
+
+/// A posted receive (an entry of the receive queue).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Post {
+    max_len: usize,
+}
+
+#[derive(Debug)]
+struct WSlot {
+    have: bool,
+    repr: Repr,
+    len: u16,
+    data: Box<[u8]>,
+}
+
+#[derive(Debug)]
+struct InMsg {
+    id: u64,
+    len: usize,
+    filled: usize,
+    /// Set when a receive is posted for it: data goes here.
+    data: Option<Vec<u8>>,
+    /// Bytes of it held in the pushed buffer (when not posted).
+    pushed: usize,
+    truncated: Option<usize>,
+    designated: Rank,
+    awaiting_pull: bool,
+    pull_sent: bool,
+}
+
+/// The receive stream of one root.
+#[derive(Debug)]
+pub struct Receiver {
+    root: Rank,
+    me: Rank,
+    expected: Seq,
+    highest: Seq,
+    slots: Box<[WSlot]>,
+    cur: Option<InMsg>,
+    done: VecDeque<InMsg>,
+    pushed: Vec<u8>,
+    pushed_cap: usize,
+    posts: VecDeque<Post>,
+    posts_cap: usize,
+    auto_post: bool,
+    next_msg: u64,
+    next_start: u64,
+    acked: Seq,
+    unacked: usize,
+    ack_at: Option<Instant>,
+    ack_now: bool,
+    nack_at: Option<Instant>,
+    nack_now: bool,
+    nack_backoff: u32,
+    ack_every: usize,
+    ack_delay: Duration,
+    nack_retry: Duration,
+    max_message: usize,
+    pull_override: Option<(u32, Rank)>,
+    events: VecDeque<Event>,
+    controls: VecDeque<Control>,
+}
+
+impl Receiver {
+    pub(crate) fn new(cfg: &Config, root: Rank) -> Receiver {
+        let slots = (0..cfg.window)
+            .map(|_| WSlot {
+                have: false,
+                repr: Repr::default(),
+                len: 0,
+                data: vec![0u8; cfg.slot_payload()].into_boxed_slice(),
+            })
+            .collect();
+        Receiver {
+            root,
+            me: cfg.rank,
+            expected: 0,
+            highest: 0,
+            slots,
+            cur: None,
+            done: VecDeque::new(),
+            pushed: Vec::with_capacity(cfg.pushed_buffer),
+            pushed_cap: cfg.pushed_buffer,
+            posts: VecDeque::with_capacity(cfg.recv_queue),
+            posts_cap: cfg.recv_queue,
+            auto_post: cfg.auto_post,
+            next_msg: 0,
+            next_start: 0,
+            acked: 0,
+            unacked: 0,
+            ack_at: None,
+            ack_now: false,
+            nack_at: None,
+            nack_now: false,
+            nack_backoff: 0,
+            ack_every: cfg.ack_every,
+            ack_delay: cfg.ack_delay,
+            nack_retry: cfg.nack_retry,
+            max_message: cfg.max_message,
+            pull_override: None,
+            events: VecDeque::new(),
+            controls: VecDeque::new(),
+        }
+    }
+
+    /// Next sequence this member needs from the root.
+    pub fn expected(&self) -> Seq {
+        self.expected
+    }
+    /// Messages delivered so far (the id of the next one).
+    pub fn next_msg(&self) -> u64 {
+        self.next_msg
+    }
+    /// Bytes held in the pushed buffer.
+    pub fn pushed_bytes(&self) -> usize {
+        self.pushed.len()
+    }
+    /// Heap bytes this stream owns (window slots, pushed buffer, receive queue).
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.len()
+            * (std::mem::size_of::<WSlot>() + self.slots.first().map_or(0, |s| s.data.len()))
+            + self.pushed.capacity()
+            + self.posts.capacity() * std::mem::size_of::<Post>()
+    }
+
+    fn window(&self) -> u64 {
+        self.slots.len() as u64
+    }
+    fn idx(&self, s: Seq) -> usize {
+        (s % self.window()) as usize
+    }
+
+    pub(crate) fn post(&mut self, max_len: usize) -> Result<(), PostError> {
+        if self.posts.len() >= self.posts_cap {
+            return Err(PostError::QueueFull(self.posts_cap));
+        }
+        self.posts.push_back(Post { max_len });
+        Ok(())
+    }
+
+    fn cur_posted(&self) -> bool {
+        self.auto_post || (self.done.is_empty() && !self.posts.is_empty())
+    }
+
+    /// Applies posted receives to messages held in the pushed buffer and resumes consumption.
+    pub(crate) fn progress(&mut self, now: Instant) {
+        let before = self.expected;
+        // Complete messages waiting for a receive.
+        while !self.done.is_empty() && (self.auto_post || !self.posts.is_empty()) {
+            let mut m = self.done.pop_front().expect("not empty");
+            let bytes: Vec<u8> = self.pushed.drain(..m.pushed).collect();
+            m.data = Some(bytes);
+            m.pushed = 0;
+            self.deliver(m);
+        }
+        // The message in progress becomes posted: copy its pushed part out.
+        if self.cur_posted() {
+            if let Some(m) = self.cur.as_mut() {
+                if m.data.is_none() {
+                    let max = self.posts.front().map_or(usize::MAX, |p| p.max_len);
+                    let mut v = Vec::with_capacity(m.len.min(1 << 20));
+                    v.extend(self.pushed.drain(..m.pushed));
+                    m.pushed = 0;
+                    if m.len > max {
+                        m.truncated = Some(max);
+                        v = Vec::new();
+                    }
+                    m.data = Some(v);
+                }
+            }
+        }
+        self.drain();
+        if self.expected > before {
+            // The root may be backing off: tell it at once.
+            self.ack_now = true;
+        }
+        self.maybe_pull();
+        self.schedule(now);
+    }
+
+    /// Handles a data or repair frame of this root's stream.
+    pub(crate) fn on_data(
+        &mut self,
+        _cfg: &Config,
+        now: Instant,
+        repr: &Repr,
+        payload: &[u8],
+    ) -> Result<(), Drop> {
+        let s = extend_seq(self.expected, repr.seq);
+        if s < self.expected {
+            if repr.flags.contains(Flags::ACK_REQ) || repr.dst == self.me {
+                // The root resent what we have: our acknowledgement was lost.
+                self.ack_now = true;
+                self.schedule(now);
+            }
+            return Err(Drop::Stale(s));
+        }
+        if s >= self.expected + self.window() {
+            return Err(Drop::FarFuture(s));
+        }
+        if repr.msg_len as usize > self.max_message {
+            return Err(Drop::Protocol("message longer than max_message"));
+        }
+        if repr.flags.contains(Flags::ACK_REQ) {
+            self.ack_now = true;
+        }
+        let i = self.idx(s);
+        if self.slots[i].have {
+            self.schedule(now);
+            return Err(Drop::Duplicate(s));
+        }
+        let slot = &mut self.slots[i];
+        if payload.len() > slot.data.len() {
+            return Err(Drop::Protocol("payload larger than a frame slot"));
+        }
+        slot.have = true;
+        slot.repr = *repr;
+        slot.len = payload.len() as u16;
+        slot.data[..payload.len()].copy_from_slice(payload);
+        if s > self.highest {
+            // Frames between the old highest and this one were lost: say so now.
+            self.nack_now = true;
+        }
+        self.highest = self.highest.max(s + 1);
+        self.drain();
+        self.maybe_pull();
+        self.schedule(now);
+        Ok(())
+    }
+
+    /// The root asks its designated receiver to repeat a pull request that may have been lost.
+    pub(crate) fn on_pull_poll(&mut self, repr: &Repr) {
+        let designated = repr.aux as Rank;
+        self.pull_override = Some((repr.msg_id, designated));
+        if let Some(m) = self.cur.as_mut() {
+            if m.id as u32 == repr.msg_id {
+                m.designated = designated;
+                m.pull_sent = false;
+            }
+        }
+        self.maybe_pull();
+    }
+
+    fn drain(&mut self) {
+        loop {
+            let i = self.idx(self.expected);
+            if !self.slots[i].have {
+                break;
+            }
+            match self.consume(i) {
+                Ok(()) => {
+                    self.slots[i].have = false;
+                    self.expected += 1;
+                    self.unacked += 1;
+                    if self.expected >= self.highest {
+                        self.nack_backoff = 0;
+                    }
+                }
+                Err(Drop::NoRoom) => break,
+                Err(_) => {
+                    // A frame that contradicts the stream: discard it so it is asked for again.
+                    self.slots[i].have = false;
+                    break;
+                }
+            }
+        }
+    }
+
+    fn consume(&mut self, i: usize) -> Result<(), Drop> {
+        let repr = self.slots[i].repr;
+        let len = usize::from(self.slots[i].len);
+        if self.cur.is_none() {
+            if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
+                return Err(Drop::Protocol("message does not start at offset 0"));
+            }
+            let posted = self.cur_posted();
+            let max = self.posts.front().map_or(usize::MAX, |p| p.max_len);
+            let truncated = (posted && repr.msg_len as usize > max).then_some(max);
+            self.cur = Some(InMsg {
+                id: self.next_start,
+                len: repr.msg_len as usize,
+                filled: 0,
+                data: posted.then(|| Vec::with_capacity((repr.msg_len as usize).min(1 << 20))),
+                pushed: 0,
+                truncated,
+                designated: repr.aux as Rank,
+                awaiting_pull: false,
+                pull_sent: false,
+            });
+            self.next_start += 1;
+        }
+        let m = self.cur.as_mut().expect("just set");
+        if repr.msg_id != m.id as u32
+            || repr.msg_len as usize != m.len
+            || repr.offset as usize != m.filled
+        {
+            return Err(Drop::Protocol("frame does not continue its message"));
+        }
+        let payload = &self.slots[i].data[..len];
+        match m.data.as_mut() {
+            Some(v) => {
+                if m.truncated.is_none() {
+                    v.extend_from_slice(payload);
+                }
+            }
+            None => {
+                if self.pushed.len() + len > self.pushed_cap {
+                    return Err(Drop::NoRoom);
+                }
+                self.pushed.extend_from_slice(payload);
+                m.pushed += len;
+            }
+        }
+        m.filled += len;
+        if repr.flags.contains(Flags::PULL_WAIT) {
+            m.awaiting_pull = true;
+            m.designated = match self.pull_override {
+                Some((id, d)) if id == repr.msg_id => d,
+                _ => repr.aux as Rank,
+            };
+        } else if !repr.flags.contains(Flags::PUSH) {
+            m.awaiting_pull = false;
+        }
+        if m.filled >= m.len {
+            let m = self.cur.take().expect("current message");
+            if m.data.is_some() {
+                self.deliver(m);
+            } else {
+                self.done.push_back(m);
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, m: InMsg) {
+        let post = if self.auto_post {
+            None
+        } else {
+            self.posts.pop_front()
+        };
+        let max = post.map_or(usize::MAX, |p| p.max_len);
+        if m.len > max || m.truncated.is_some() {
+            self.events.push_back(Event::Truncated {
+                root: self.root,
+                msg_id: m.id,
+                len: m.len,
+                max,
+            });
+        } else {
+            self.events.push_back(Event::Delivered {
+                root: self.root,
+                msg_id: m.id,
+                data: m.data.unwrap_or_default(),
+            });
+        }
+        self.next_msg = m.id + 1;
+    }
+
+    fn maybe_pull(&mut self) {
+        let posted = self.cur_posted();
+        let me = self.me;
+        let Some(m) = self.cur.as_mut() else { return };
+        if m.awaiting_pull && posted && m.designated == me && !m.pull_sent {
+            m.pull_sent = true;
+            let repr = Repr {
+                kind: Some(Kind::Pull),
+                seq: self.expected as u32,
+                dst: self.root,
+                msg_id: m.id as u32,
+                ..Repr::default()
+            };
+            self.controls.push_back(Control {
+                dst: Dest::Rank(self.root),
+                repr,
+                payload: Vec::new(),
+            });
+            self.acked = self.expected;
+            self.unacked = 0;
+        }
+    }
+
+    fn schedule(&mut self, now: Instant) {
+        if self.ack_now || self.unacked >= self.ack_every {
+            self.send_ack();
+        } else if self.expected > self.acked && self.ack_at.is_none() {
+            self.ack_at = Some(now + self.ack_delay);
+        }
+        let gap = self.expected < self.highest && !self.slots[self.idx(self.expected)].have;
+        if self.nack_now && gap {
+            self.send_nacks();
+            self.nack_at = Some(now + self.nack_retry);
+        } else if gap && self.nack_at.is_none() {
+            self.nack_at = Some(now + self.nack_retry);
+        } else if !gap {
+            self.nack_at = None;
+        }
+        self.nack_now = false;
+    }
+
+    fn send_ack(&mut self) {
+        self.ack_now = false;
+        self.ack_at = None;
+        self.acked = self.expected;
+        self.unacked = 0;
+        let repr = Repr {
+            kind: Some(Kind::Ack),
+            seq: self.expected as u32,
+            dst: self.root,
+            ..Repr::default()
+        };
+        self.controls.push_back(Control {
+            dst: Dest::Rank(self.root),
+            repr,
+            payload: Vec::new(),
+        });
+    }
+
+    fn send_nacks(&mut self) {
+        let mut b = self.expected;
+        while b < self.highest {
+            let Some(base) = (b..self.highest).find(|&s| !self.slots[self.idx(s)].have) else {
+                break;
+            };
+            let mut bitmap = 0u16;
+            for k in 0..NACK_BITS {
+                let s = base + u64::from(k);
+                if s < self.highest
+                    && s < self.expected + self.window()
+                    && !self.slots[self.idx(s)].have
+                {
+                    bitmap |= 1 << k;
+                }
+            }
+            let repr = Repr {
+                kind: Some(Kind::Nack),
+                seq: base as u32,
+                aux: self.expected as u32,
+                bitmap,
+                dst: self.root,
+                ..Repr::default()
+            };
+            self.controls.push_back(Control {
+                dst: Dest::Rank(self.root),
+                repr,
+                payload: Vec::new(),
+            });
+            b = base + u64::from(NACK_BITS);
+        }
+        // A NACK carries the cumulative acknowledgement too.
+        self.acked = self.expected;
+        self.unacked = 0;
+        self.ack_at = None;
+    }
+
+    pub(crate) fn on_timeout(&mut self, now: Instant) {
+        if self.ack_at.is_some_and(|t| t <= now) {
+            self.send_ack();
+        }
+        if self.nack_at.is_some_and(|t| t <= now) {
+            let gap = self.expected < self.highest;
+            if gap {
+                self.send_nacks();
+                self.nack_backoff = (self.nack_backoff + 1).min(6);
+                self.nack_at = Some(now + self.nack_retry * (1 << self.nack_backoff));
+            } else {
+                self.nack_at = None;
+            }
+        }
+    }
+
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        match (self.ack_at, self.nack_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub(crate) fn take_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    pub(crate) fn take_control(&mut self) -> Option<Control> {
+        self.controls.pop_front()
+    }
+}

@@ -1,0 +1,455 @@
+//! The root side: the send queue, the shared buffer and the repair scheduler.
+//!
+//! A message handed to `bcast` waits in the send queue (the SDP's send queue) until slots of
+//! the retransmission buffer are free; it is cut into frames as slots free up, published into
+//! [`Eqa`] (one copy for every destination) and broadcast once. Push-pull messages stop at the
+//! end of their push part until the designated receiver's pull request arrives.
+//!
+//! Feedback moves the per-destination cursors: an ACK or the cumulative part of a NACK
+//! releases references; the bitmap of a NACK queues repairs for that destination only. When
+//! frames go out, repairs come before fresh data, and a frame that several destinations asked
+//! for is re-broadcast once instead of being unicast to each.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::{extend_seq, Algo, Config, Dest, SendError, Stats, Transmit};
+use crate::eqa::{Eqa, Rank, Seq};
+use crate::wire::{self, Flags, Kind, Repr, NACK_BITS};
+
+/// A message in the send queue.
+#[derive(Debug)]
+pub(crate) struct OutMsg {
+    id: u64,
+    data: Vec<u8>,
+    algo: Algo,
+    off: usize,
+    started: bool,
+    push_end: usize,
+    pull_granted: bool,
+    last_push: Option<Seq>,
+}
+
+/// The root side of one member.
+#[derive(Debug)]
+pub struct Sender {
+    eqa: Eqa,
+    queue: VecDeque<OutMsg>,
+    queue_cap: usize,
+    next_id: u64,
+    sent_upto: Seq,
+    unstable: VecDeque<(u64, Seq)>,
+    stable: VecDeque<u64>,
+    pull_timer: Option<Instant>,
+    pull_backoff: u32,
+    rr: usize,
+    probes: Vec<Rank>,
+    pull_poll: bool,
+}
+
+impl Sender {
+    pub(crate) fn new(cfg: &Config) -> Sender {
+        let dests = (0..cfg.size).filter(|&r| r != cfg.rank);
+        Sender {
+            eqa: Eqa::new(
+                cfg.window,
+                cfg.slot_payload(),
+                dests,
+                cfg.repair_queue,
+                cfg.rto,
+            ),
+            queue: VecDeque::with_capacity(cfg.send_queue),
+            queue_cap: cfg.send_queue,
+            next_id: 0,
+            sent_upto: 0,
+            unstable: VecDeque::new(),
+            stable: VecDeque::new(),
+            pull_timer: None,
+            pull_backoff: 0,
+            rr: 0,
+            probes: Vec::new(),
+            pull_poll: false,
+        }
+    }
+
+    /// The shared buffer with its cursors.
+    pub fn eqa(&self) -> &Eqa {
+        &self.eqa
+    }
+
+    /// Messages waiting in the send queue (including the one being sent).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Heap bytes owned by the send side, excluding the per-destination structures.
+    pub fn heap_bytes_without_dests(&self) -> usize {
+        self.eqa.buf().heap_bytes() + self.queue.capacity() * std::mem::size_of::<OutMsg>()
+    }
+
+    pub(crate) fn enqueue(
+        &mut self,
+        cfg: &Config,
+        data: Vec<u8>,
+        algo: Algo,
+    ) -> Result<u64, SendError> {
+        if self.queue.len() >= self.queue_cap {
+            return Err(SendError::QueueFull(self.queue_cap));
+        }
+        if self.eqa.hms().live() == 0 {
+            return Err(SendError::NoReceivers);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let push_end = match algo {
+            Algo::PushPull => data.len().min(cfg.btp1 + cfg.btp2),
+            Algo::Simple => data.len(),
+        };
+        self.queue.push_back(OutMsg {
+            id,
+            data,
+            algo,
+            off: 0,
+            started: false,
+            push_end,
+            pull_granted: false,
+            last_push: None,
+        });
+        Ok(id)
+    }
+
+    fn room(&self) -> usize {
+        let held_from = self.eqa.tail().min(self.sent_upto);
+        self.eqa.buf().capacity() - (self.eqa.head() - held_from) as usize
+    }
+
+    fn designated(&self, cfg: &Config, live: &[bool]) -> Rank {
+        (1..cfg.size)
+            .map(|i| (cfg.rank + i) % cfg.size)
+            .find(|&r| live[usize::from(r)])
+            .unwrap_or(cfg.rank)
+    }
+
+    /// Cuts queued messages into frames while the buffer has room.
+    pub(crate) fn fill(&mut self, cfg: &Config, now: Instant, live: &[bool]) {
+        let max = cfg.max_payload();
+        let designated = self.designated(cfg, live);
+        loop {
+            let room = self.room();
+            let Some(m) = self.queue.front_mut() else {
+                break;
+            };
+            if m.started && m.off >= m.data.len() {
+                let m = self.queue.pop_front().expect("front exists");
+                self.unstable.push_back((m.id, self.eqa.head() - 1));
+                continue;
+            }
+            if m.algo == Algo::PushPull && m.started && m.off >= m.push_end && !m.pull_granted {
+                if self.pull_timer.is_none() {
+                    self.pull_timer = Some(now + cfg.rto);
+                    self.pull_backoff = 0;
+                }
+                break;
+            }
+            if room == 0 {
+                break;
+            }
+            let len = m.data.len();
+            let end = if m.algo == Algo::PushPull && m.off < cfg.btp1 {
+                cfg.btp1.min(len)
+            } else if m.off < m.push_end {
+                m.push_end.min(m.off + max)
+            } else {
+                len.min(m.off + max)
+            };
+            let mut flags = Flags::BROADCAST;
+            if end == len {
+                flags |= Flags::LAST;
+            }
+            if m.algo == Algo::PushPull && m.off < m.push_end {
+                flags |= Flags::PUSH;
+                if end == m.push_end && m.push_end < len {
+                    flags |= Flags::PULL_WAIT;
+                }
+            }
+            let repr = Repr {
+                kind: Some(Kind::Data),
+                flags,
+                group: cfg.group,
+                src: cfg.rank,
+                dst: wire::ALL,
+                seq: 0,
+                msg_id: m.id as u32,
+                msg_len: len as u32,
+                offset: m.off as u32,
+                bitmap: 0,
+                aux: u32::from(designated),
+            };
+            let seq = match self.eqa.publish(repr, &m.data[m.off..end]) {
+                Ok(s) => s,
+                Err(_) => break,
+            };
+            if flags.contains(Flags::PULL_WAIT) {
+                m.last_push = Some(seq);
+            }
+            m.off = end;
+            m.started = true;
+        }
+    }
+
+    pub(crate) fn on_feedback(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        src: Rank,
+        repr: &Repr,
+        live: &[bool],
+    ) {
+        let head = self.eqa.head();
+        let cumulative = match repr.kind {
+            Some(Kind::Nack) => extend_seq(head, repr.aux),
+            _ => extend_seq(head, repr.seq),
+        };
+        let progressed = self.eqa.ack(src, cumulative.min(self.sent_upto));
+        let sent_upto = self.sent_upto;
+        if let Some(lms) = self.eqa.lms_mut(src) {
+            lms.last_heard = Some(now);
+            lms.stats.max_lag = lms.stats.max_lag.max(head - lms.cursor());
+            match repr.kind {
+                Some(Kind::Nack) => lms.stats.nacks += 1,
+                Some(Kind::Pull) => lms.stats.pulls += 1,
+                _ => lms.stats.acks += 1,
+            }
+            if progressed {
+                lms.backoffs = 0;
+                lms.rto = cfg.rto;
+                lms.last_progress = Some(now);
+                lms.timer = (lms.cursor() < sent_upto).then_some(now + cfg.rto);
+            }
+        }
+        match repr.kind {
+            Some(Kind::Nack) => {
+                let base = extend_seq(head, repr.seq);
+                for i in 0..NACK_BITS {
+                    if repr.bitmap & (1 << i) != 0 {
+                        let s = base + u64::from(i);
+                        if s < self.sent_upto {
+                            self.eqa.request_repair(src, s);
+                        }
+                    }
+                }
+            }
+            Some(Kind::Pull) => {
+                if let Some(m) = self.queue.front_mut() {
+                    if m.id as u32 == repr.msg_id && m.algo == Algo::PushPull {
+                        m.pull_granted = true;
+                        self.pull_timer = None;
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.fill(cfg, now, live);
+        self.collect_stable();
+    }
+
+    fn collect_stable(&mut self) {
+        while let Some(&(id, last)) = self.unstable.front() {
+            if last >= self.eqa.tail() || last >= self.sent_upto {
+                break;
+            }
+            self.unstable.pop_front();
+            self.stable.push_back(id);
+        }
+    }
+
+    pub(crate) fn take_stable(&mut self) -> Option<u64> {
+        self.collect_stable();
+        self.stable.pop_front()
+    }
+
+    pub(crate) fn on_timeout(&mut self, cfg: &Config, now: Instant, live: &[bool]) {
+        let sent_upto = self.sent_upto;
+        let mut probes = std::mem::take(&mut self.probes);
+        for lms in self.eqa.dests_mut() {
+            let Some(t) = lms.timer else { continue };
+            if t > now || !lms.is_live() {
+                continue;
+            }
+            if lms.cursor() >= sent_upto {
+                lms.timer = None;
+                continue;
+            }
+            lms.stats.timeouts += 1;
+            lms.stats.probes += 1;
+            lms.backoffs += 1;
+            lms.rto = (lms.rto * 2).min(cfg.rto_max);
+            lms.timer = Some(now + lms.rto);
+            if !probes.contains(&lms.rank()) {
+                probes.push(lms.rank());
+            }
+        }
+        for &r in &probes {
+            let cursor = self.eqa.lms(r).map(|l| l.cursor()).unwrap_or(0);
+            self.eqa.request_repair(r, cursor);
+        }
+        self.probes = probes;
+        if let Some(t) = self.pull_timer {
+            if t <= now {
+                self.pull_backoff += 1;
+                let d = (cfg.rto * (1 << self.pull_backoff.min(16))).min(cfg.rto_max);
+                self.pull_timer = Some(now + d);
+                self.pull_poll = true;
+            }
+        }
+        self.fill(cfg, now, live);
+    }
+
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        let t = self
+            .eqa
+            .dests()
+            .iter()
+            .filter(|l| l.is_live())
+            .filter_map(|l| l.timer)
+            .min();
+        match (t, self.pull_timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub(crate) fn has_transmit(&self) -> bool {
+        self.pull_poll
+            || self.sent_upto < self.eqa.head()
+            || self
+                .eqa
+                .dests()
+                .iter()
+                .any(|l| !l.repair_queue().is_empty())
+    }
+
+    pub(crate) fn is_idle(&self) -> bool {
+        self.queue.is_empty()
+            && self.sent_upto == self.eqa.head()
+            && self.eqa.tail() == self.eqa.head()
+    }
+
+    pub(crate) fn evict(&mut self, cfg: &Config, now: Instant, rank: Rank, live: &[bool]) {
+        self.eqa.evict(rank);
+        if self.pull_timer.is_some() {
+            // The designated receiver may have been the one evicted: ask the new one now.
+            self.pull_timer = Some(now);
+        }
+        self.fill(cfg, now, live);
+    }
+
+    pub(crate) fn poll_transmit(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        buf: &mut [u8],
+        live: &[bool],
+        stats: &mut Stats,
+    ) -> Option<Transmit> {
+        if self.pull_poll {
+            self.pull_poll = false;
+            if let Some(m) = self.queue.front() {
+                let designated = self.designated(cfg, live);
+                let repr = Repr {
+                    kind: Some(Kind::Pull),
+                    flags: Flags::ACK_REQ,
+                    group: cfg.group,
+                    src: cfg.rank,
+                    dst: designated,
+                    msg_id: m.id as u32,
+                    aux: u32::from(designated),
+                    ..Repr::default()
+                };
+                let len = repr.emit(&[], buf).ok()?;
+                return Some(Transmit {
+                    dst: Dest::Rank(designated),
+                    len,
+                });
+            }
+        }
+        if let Some(t) = self.poll_repair(cfg, buf, stats) {
+            return Some(t);
+        }
+        if self.sent_upto < self.eqa.head() {
+            let seq = self.sent_upto;
+            let slot = self.eqa.slot(seq)?;
+            let len = slot.repr().emit(slot.payload(), buf).ok()?;
+            self.sent_upto += 1;
+            stats.data_frames += 1;
+            let rto = cfg.rto;
+            for lms in self.eqa.dests_mut() {
+                if lms.is_live() && lms.timer.is_none() {
+                    lms.timer = Some(now + rto);
+                }
+            }
+            if self.eqa.hms().live() == 0 {
+                self.fill(cfg, now, live);
+            }
+            return Some(Transmit {
+                dst: Dest::All,
+                len,
+            });
+        }
+        None
+    }
+
+    fn poll_repair(&mut self, cfg: &Config, buf: &mut [u8], stats: &mut Stats) -> Option<Transmit> {
+        let n = self.eqa.dests().len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            let rank = self.eqa.dests()[i].rank();
+            let Some(seq) = self.eqa.pop_repair(rank) else {
+                continue;
+            };
+            self.rr = (i + 1) % n;
+            let probe = self
+                .probes
+                .iter()
+                .position(|&r| r == rank)
+                .map(|p| self.probes.swap_remove(p))
+                .is_some();
+            let others = self.eqa.slot(seq).map_or(0, |s| usize::from(s.want()));
+            let rebroadcast = others + 1 >= cfg.rebroadcast_min;
+            let slot = self.eqa.slot(seq)?;
+            let mut repr = *slot.repr();
+            repr.kind = Some(Kind::Repair);
+            if probe {
+                repr.flags |= Flags::ACK_REQ;
+            }
+            let dst = if rebroadcast {
+                repr.dst = wire::ALL;
+                repr.flags |= Flags::BROADCAST;
+                Dest::All
+            } else {
+                repr.dst = rank;
+                repr.flags.remove(Flags::BROADCAST);
+                Dest::Rank(rank)
+            };
+            let len = repr.emit(slot.payload(), buf).ok()?;
+            let bytes = slot.payload().len() as u64;
+            let mut served = vec![rank];
+            if rebroadcast {
+                served.extend(self.eqa.withdraw_repair(seq));
+                stats.rebroadcasts += 1;
+            }
+            for r in served {
+                if let Some(l) = self.eqa.lms_mut(r) {
+                    l.stats.repairs += 1;
+                    l.stats.repaired_bytes += bytes;
+                    if rebroadcast {
+                        l.stats.rebroadcasts += 1;
+                    }
+                }
+            }
+            stats.repair_frames += 1;
+            return Some(Transmit { dst, len });
+        }
+        None
+    }
+}

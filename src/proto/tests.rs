@@ -1,0 +1,490 @@
+//! Protocol specifications, run on a tiny in-test network: engines, a frame queue, a virtual
+//! clock and a drop rule. Losing a frame is one closure.
+
+use super::*;
+use crate::wire::Frame;
+
+type DropRule = Box<dyn FnMut(&Repr, usize) -> bool>;
+
+struct Net {
+    engines: Vec<Engine>,
+    now: Instant,
+    drop: DropRule,
+    delivered: Vec<Vec<(Rank, u64, Vec<u8>)>>,
+    stable: Vec<Vec<u64>>,
+    sent: usize,
+    lost: usize,
+}
+
+impl Net {
+    fn new(n: u16, tweak: impl Fn(&mut Config)) -> Net {
+        let engines = (0..n)
+            .map(|r| {
+                let mut c = Config::new(7, r, n);
+                tweak(&mut c);
+                Engine::new(c).unwrap()
+            })
+            .collect();
+        Net {
+            engines,
+            now: Instant::now(),
+            drop: Box::new(|_, _| false),
+            delivered: vec![Vec::new(); n as usize],
+            stable: vec![Vec::new(); n as usize],
+            sent: 0,
+            lost: 0,
+        }
+    }
+
+    /// Moves frames until nothing is in flight, then lets time pass; stops when `done` holds.
+    fn run(&mut self, mut done: impl FnMut(&Net) -> bool) {
+        let n = self.engines.len();
+        let mut buf = vec![0u8; 1500];
+        for _round in 0..200_000 {
+            if done(self) {
+                return;
+            }
+            let mut moved = false;
+            for i in 0..n {
+                let mut out = Vec::new();
+                while let Some(t) = self.engines[i].poll_transmit(self.now, &mut buf) {
+                    out.push((t.dst, buf[..t.len].to_vec()));
+                }
+                for (dst, pdu) in out {
+                    moved = true;
+                    self.sent += 1;
+                    let repr = Repr::parse(&Frame::new_checked(&pdu[..]).unwrap());
+                    let targets: Vec<usize> = match dst {
+                        Dest::All => (0..n).filter(|&j| j != i).collect(),
+                        Dest::Rank(r) => vec![usize::from(r)],
+                    };
+                    for j in targets {
+                        if (self.drop)(&repr, j) {
+                            self.lost += 1;
+                            continue;
+                        }
+                        let _ = self.engines[j].handle_frame(self.now, &pdu);
+                    }
+                }
+            }
+            self.collect();
+            if !moved {
+                let next = self.engines.iter().filter_map(|e| e.poll_timeout()).min();
+                match next {
+                    Some(t) => self.now = self.now.max(t),
+                    None => return,
+                }
+                for e in &mut self.engines {
+                    e.handle_timeout(self.now);
+                }
+            } else {
+                self.now += Duration::from_micros(10);
+            }
+        }
+        for e in &self.engines {
+            eprintln!(
+                "{:?} idle={} tail={} head={} q={}",
+                e.stats(),
+                e.is_idle(),
+                e.sender().eqa().tail(),
+                e.sender().eqa().head(),
+                e.sender().queued()
+            );
+            for r in 0..self.engines.len() as u16 {
+                if let Some(rx) = e.receiver(r) {
+                    eprintln!(
+                        "  rx {r}: expected {} next_msg {}",
+                        rx.expected(),
+                        rx.next_msg()
+                    );
+                }
+            }
+        }
+        eprintln!(
+            "delivered {:?}",
+            self.delivered.iter().map(|d| d.len()).collect::<Vec<_>>()
+        );
+        panic!("no progress after 200000 rounds");
+    }
+
+    fn collect(&mut self) {
+        for (i, e) in self.engines.iter_mut().enumerate() {
+            while let Some(ev) = e.poll_event() {
+                match ev {
+                    Event::Delivered { root, msg_id, data } => {
+                        self.delivered[i].push((root, msg_id, data))
+                    }
+                    Event::Stable { msg_id } => self.stable[i].push(msg_id),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn all_got(&self, root: usize, count: usize) -> bool {
+        (0..self.engines.len()).filter(|&i| i != root).all(|i| {
+            self.delivered[i]
+                .iter()
+                .filter(|d| usize::from(d.0) == root)
+                .count()
+                >= count
+        })
+    }
+}
+
+fn message(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
+        .collect()
+}
+
+#[test]
+fn simple_broadcast_delivers_every_message_once_in_order() {
+    let mut net = Net::new(4, |_| {});
+    let msgs: Vec<Vec<u8>> = (0..20).map(|i| message(i * 700, i as u8)).collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()));
+    for r in 1..4 {
+        let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
+        assert_eq!(got, msgs.iter().collect::<Vec<_>>());
+        let ids: Vec<u64> = net.delivered[r].iter().map(|d| d.1).collect();
+        assert_eq!(ids, (0..20).collect::<Vec<u64>>());
+    }
+    assert_eq!(
+        net.engines[0].stats().repair_frames,
+        0,
+        "no loss, no repair"
+    );
+}
+
+#[test]
+fn only_the_destination_that_lost_a_frame_is_repaired() {
+    let mut net = Net::new(4, |_| {});
+    let mut dropped = false;
+    net.drop = Box::new(move |r, to| {
+        if !dropped && r.kind == Some(Kind::Data) && r.seq == 3 && to == 2 {
+            dropped = true;
+            return true;
+        }
+        false
+    });
+    let m = message(20_000, 1);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    for r in 1..4 {
+        assert_eq!(net.delivered[r][0].2, m);
+    }
+    let tx = net.engines[0].sender().eqa();
+    assert_eq!(tx.lms(2).unwrap().stats.repairs, 1);
+    assert_eq!(tx.lms(1).unwrap().stats.repairs, 0);
+    assert_eq!(tx.lms(3).unwrap().stats.repairs, 0);
+    assert_eq!(net.engines[0].stats().rebroadcasts, 0);
+}
+
+#[test]
+fn a_frame_lost_by_several_destinations_is_rebroadcast_once() {
+    let mut net = Net::new(5, |_| {});
+    net.drop = Box::new(|r, to| r.kind == Some(Kind::Data) && r.seq == 2 && to != 1);
+    let m = message(10_000, 2);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    let st = net.engines[0].stats();
+    assert_eq!(st.rebroadcasts, 1, "{st:?}");
+    assert_eq!(st.repair_frames, 1);
+}
+
+#[test]
+fn a_lost_tail_frame_is_recovered_by_the_retransmission_timer() {
+    let mut net = Net::new(3, |_| {});
+    let mut first = true;
+    net.drop = Box::new(move |r, to| {
+        if first && r.kind == Some(Kind::Data) && r.flags.contains(Flags::LAST) && to == 2 {
+            first = false;
+            return true;
+        }
+        false
+    });
+    net.engines[0]
+        .bcast(net.now, message(3000, 3), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    assert!(net.engines[0].sender().eqa().lms(2).unwrap().stats.timeouts >= 1);
+}
+
+#[test]
+fn lost_acks_are_recovered_and_the_buffer_drains() {
+    let mut net = Net::new(3, |_| {});
+    let mut k = 0;
+    net.drop = Box::new(move |r, _| {
+        if r.kind != Some(Kind::Ack) {
+            return false;
+        }
+        k += 1;
+        k % 2 == 0
+    });
+    for i in 0..50 {
+        net.engines[0]
+            .bcast(net.now, message(2000, i), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, 50) && n.engines[0].is_idle());
+    assert_eq!(net.stable[0].len(), 50);
+}
+
+#[test]
+fn push_pull_waits_for_the_designated_receiver() {
+    let mut net = Net::new(4, |_| {});
+    let m = message(50_000, 4);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::PushPull)
+        .unwrap();
+    // Before any pull, only the push part (two frames) may leave.
+    let mut buf = vec![0u8; 1500];
+    let mut firsts = Vec::new();
+    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
+        firsts.push(Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap()));
+    }
+    assert_eq!(firsts.len(), 2);
+    assert_eq!((firsts[0].offset, firsts[1].offset), (0, 80));
+    assert!(firsts[1].flags.contains(Flags::PULL_WAIT));
+    assert_eq!(firsts[1].aux, 1, "rank 1 is designated");
+    // Hand them over; only rank 1 may ask for the rest.
+    for r in &firsts {
+        let off = r.offset as usize;
+        let end = if off == 0 { 80 } else { 860 };
+        let pdu = r.to_vec(&m[off..end]).unwrap();
+        for j in 1..4 {
+            net.engines[j].handle_frame(net.now, &pdu).unwrap();
+        }
+    }
+    let pulls: Vec<usize> = (1..4)
+        .filter(|&j| {
+            let mut b = vec![0u8; 1500];
+            let mut pulled = false;
+            while let Some(t) = net.engines[j].poll_transmit(net.now, &mut b) {
+                pulled |= Frame::new_checked(&b[..t.len]).unwrap().kind() == Kind::Pull;
+            }
+            pulled
+        })
+        .collect();
+    assert_eq!(pulls, vec![1]);
+}
+
+#[test]
+fn push_pull_completes_under_loss_of_pulls_and_push_frames() {
+    let mut net = Net::new(4, |_| {});
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut pulls = 0u32;
+    net.drop = Box::new(move |r, _| {
+        if r.kind == Some(Kind::Pull) {
+            // The first pull request is always lost, later ones half of the time.
+            pulls += 1;
+            return pulls == 1 || rng.gen_bool(0.5);
+        }
+        r.flags.contains(Flags::PUSH) && rng.gen_bool(0.3)
+    });
+    let msgs: Vec<Vec<u8>> = (0..30)
+        .map(|i| message([4, 100, 900, 5000, 40_000][i % 5], i as u8))
+        .collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::PushPull)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()));
+    for r in 1..4 {
+        let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
+        assert_eq!(got, msgs.iter().collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn an_unposted_receiver_keeps_pushed_data_and_delivers_when_posted() {
+    let mut net = Net::new(3, |c| {
+        c.auto_post = false;
+        c.pushed_buffer = 4096;
+    });
+    let now = net.now;
+    net.engines[1].post_recv(now, 0, 1 << 20).unwrap();
+    net.engines[1].post_recv(now, 0, 1 << 20).unwrap();
+    let m = message(30_000, 5);
+    let small = message(500, 6);
+    net.engines[0]
+        .bcast(now, small.clone(), Algo::PushPull)
+        .unwrap();
+    net.engines[0]
+        .bcast(now, m.clone(), Algo::PushPull)
+        .unwrap();
+    // Rank 2 has not posted: it holds at most 4096 bytes, and the shared buffer makes the
+    // root wait for it (the paper's "the broadcast operation may be stopped").
+    let until = now + Duration::from_millis(100);
+    net.run(|n| n.now >= until);
+    assert!(net.delivered[2].is_empty());
+    assert_eq!(net.delivered[1].len(), 1);
+    assert!(net.engines[2].receiver(0).unwrap().pushed_bytes() <= 4096);
+    let now = net.now;
+    net.engines[2].post_recv(now, 0, 1 << 20).unwrap();
+    net.engines[2].post_recv(now, 0, 1 << 20).unwrap();
+    net.run(|n| n.delivered[2].len() == 2 && n.delivered[1].len() == 2);
+    assert_eq!(net.delivered[1][1].2, m);
+    assert_eq!(net.delivered[2][0].2, small);
+    assert_eq!(net.delivered[2][1].2, m);
+}
+
+#[test]
+fn a_too_small_receive_reports_truncation() {
+    let mut net = Net::new(2, |c| c.auto_post = false);
+    let now = net.now;
+    net.engines[1].post_recv(now, 0, 10).unwrap();
+    net.engines[0]
+        .bcast(now, message(100, 1), Algo::Simple)
+        .unwrap();
+    let mut truncated = false;
+    net.run(|_| false);
+    while let Some(ev) = net.engines[1].poll_event() {
+        truncated |= matches!(
+            ev,
+            Event::Truncated {
+                len: 100,
+                max: 10,
+                ..
+            }
+        );
+    }
+    assert!(truncated || net.delivered[1].is_empty());
+}
+
+#[test]
+fn any_member_can_be_root_and_streams_interleave() {
+    let mut net = Net::new(4, |_| {});
+    for round in 0..10u8 {
+        for root in 0..4usize {
+            let m = message(100 + usize::from(round) * 300, round ^ root as u8);
+            let algo = if round % 2 == 0 {
+                Algo::Simple
+            } else {
+                Algo::PushPull
+            };
+            net.engines[root].bcast(net.now, m, algo).unwrap();
+        }
+    }
+    net.run(|n| (0..4).all(|r| n.all_got(r, 10)));
+    for me in 0..4 {
+        for root in 0..4 {
+            if me == root {
+                continue;
+            }
+            let ids: Vec<u64> = net.delivered[me]
+                .iter()
+                .filter(|d| usize::from(d.0) == root)
+                .map(|d| d.1)
+                .collect();
+            assert_eq!(ids, (0..10).collect::<Vec<_>>());
+        }
+    }
+}
+
+#[test]
+fn eviction_lets_the_survivors_complete() {
+    let mut net = Net::new(4, |_| {});
+    net.drop = Box::new(|_, to| to == 3); // rank 3 is dead
+    for i in 0..40 {
+        net.engines[0]
+            .bcast(net.now, message(3000, i), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, 0) && n.delivered[1].len() >= 5);
+    let now = net.now;
+    assert!(net.engines[0].evict(now, 3));
+    net.run(|n| n.delivered[1].len() == 40 && n.delivered[2].len() == 40 && n.engines[0].is_idle());
+    assert!(net.delivered[3].is_empty());
+}
+
+#[test]
+fn foreign_stale_and_garbage_frames_are_counted_and_dropped() {
+    let mut e = Engine::new(Config::new(7, 1, 3)).unwrap();
+    let now = Instant::now();
+    let mut r = Repr::new(Kind::Data);
+    r.group = 8;
+    r.src = 0;
+    r.dst = wire::ALL;
+    r.msg_len = 1;
+    assert_eq!(
+        e.handle_frame(now, &r.to_vec(b"x").unwrap()),
+        Err(Drop::ForeignGroup(8))
+    );
+    r.group = 7;
+    r.src = 9;
+    assert_eq!(
+        e.handle_frame(now, &r.to_vec(b"x").unwrap()),
+        Err(Drop::NotMember(9))
+    );
+    r.src = 0;
+    r.seq = 1000;
+    assert!(matches!(
+        e.handle_frame(now, &r.to_vec(b"x").unwrap()),
+        Err(Drop::FarFuture(1000))
+    ));
+    r.seq = 0;
+    r.flags = Flags::LAST;
+    assert_eq!(e.handle_frame(now, &r.to_vec(b"x").unwrap()), Ok(()));
+    assert!(matches!(
+        e.handle_frame(now, &r.to_vec(b"x").unwrap()),
+        Err(Drop::Stale(0))
+    ));
+    assert!(matches!(
+        e.handle_frame(now, &[1, 2, 3]),
+        Err(Drop::Malformed(_))
+    ));
+    let d = &e.stats().drops;
+    assert_eq!(
+        (
+            d.foreign_group,
+            d.not_member,
+            d.far_future,
+            d.stale,
+            d.truncated
+        ),
+        (1, 1, 1, 1, 1)
+    );
+    assert_eq!(e.stats().delivered, 1);
+}
+
+proptest::proptest! {
+    #[test]
+    fn random_bytes_never_panic_the_engine(frames in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..120), 1..50)) {
+        let mut e = Engine::new(Config::new(7, 1, 3)).unwrap();
+        let now = Instant::now();
+        let mut buf = vec![0u8; 1500];
+        for f in frames {
+            let _ = e.handle_frame(now, &f);
+            // Well-formed frames with random fields, too.
+            let mut r = Repr::new(Kind::from_u8(f.first().copied().unwrap_or(1) % 12).unwrap_or(Kind::Data));
+            r.group = 7;
+            r.src = u16::from(f.get(1).copied().unwrap_or(0) % 4);
+            r.dst = if f.get(2).is_some_and(|b| b % 2 == 0) { wire::ALL } else { 1 };
+            r.seq = u32::from(f.get(3).copied().unwrap_or(0) % 40);
+            r.msg_id = u32::from(f.get(4).copied().unwrap_or(0) % 3);
+            r.msg_len = u32::from(f.get(5).copied().unwrap_or(0));
+            r.offset = 0;
+            r.bitmap = u16::from(f.get(6).copied().unwrap_or(0));
+            r.flags = Flags::from_bits_truncate(u16::from(f.get(7).copied().unwrap_or(0)));
+            let n = (r.msg_len as usize).min(f.len());
+            if let Ok(pdu) = r.to_vec(&f[..n]) {
+                let _ = e.handle_frame(now, &pdu);
+            }
+            e.handle_timeout(now + Duration::from_millis(5));
+            while e.poll_transmit(now, &mut buf).is_some() {}
+            while e.poll_event().is_some() {}
+        }
+    }
+}
