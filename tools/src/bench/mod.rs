@@ -1,0 +1,5 @@
+//! The subcommands of `ethbcast-bench`, one module each, and what they share.
+
+pub mod memory;
+pub mod sim;
+pub mod table;

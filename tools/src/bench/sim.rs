@@ -1,0 +1,148 @@
+//! `ethbcast-bench sim`: the protocol on the simulated switch, in virtual time.
+
+use std::time::Duration;
+
+use ethbcast::cluster::{run, ClusterError, Report, Scenario};
+use ethbcast::link::sim::Faults;
+use ethbcast::proto::Algo;
+use serde::Serialize;
+
+/// Options of a simulator run (rates in percent of frames, per port).
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// Members.
+    pub nodes: u16,
+    /// Algorithms.
+    pub algos: Vec<Algo>,
+    /// Messages.
+    pub messages: usize,
+    /// Sizes to draw from.
+    pub sizes: Vec<usize>,
+    /// Roots (default: up to 4 members take turns).
+    pub roots: Option<Vec<u16>>,
+    /// Independent loss, percent.
+    pub loss: f64,
+    /// Burst-loss start probability, percent.
+    pub burst_loss: f64,
+    /// Duplication, percent.
+    pub dup: f64,
+    /// Reordering, percent.
+    pub reorder: f64,
+    /// Corruption, percent.
+    pub corrupt: f64,
+    /// Seed.
+    pub seed: u64,
+    /// Link rate in bit/s.
+    pub rate_bps: Option<u64>,
+    /// Receive window / buffer slots.
+    pub window: Option<usize>,
+}
+
+/// The JSON the subcommand prints.
+#[derive(Debug, Serialize)]
+pub struct SimJson {
+    /// Members.
+    pub nodes: u16,
+    /// Algorithms used.
+    pub algos: Vec<String>,
+    /// Seed.
+    pub seed: u64,
+    /// Message deliveries expected.
+    pub expected: u64,
+    /// Intact, first-time, in-order deliveries.
+    pub delivered: u64,
+    /// Deliveries with wrong bytes.
+    pub corrupt: u64,
+    /// Deliveries of messages already delivered.
+    pub duplicated: u64,
+    /// Deliveries out of order.
+    pub out_of_order: u64,
+    /// Deliveries that never happened.
+    pub missing: u64,
+    /// First transmissions of data frames.
+    pub data_frames: u64,
+    /// Repair frames.
+    pub repair_frames: u64,
+    /// Of which re-broadcasts.
+    pub rebroadcasts: u64,
+    /// Frames the simulator dropped.
+    pub lost_frames: u64,
+    /// repair_frames / lost_frames.
+    pub repair_ratio: f64,
+    /// ACK frames.
+    pub ack_frames: u64,
+    /// NACK frames.
+    pub nack_frames: u64,
+    /// Pull requests.
+    pub pull_frames: u64,
+    /// Frames the simulator corrupted.
+    pub corrupted_frames: u64,
+    /// Of those, caught by the CRC.
+    pub bad_crc: u64,
+    /// Virtual time.
+    pub virtual_time_us: u64,
+    /// Whether the run finished before its limit.
+    pub completed: bool,
+    /// Wall-clock seconds the simulation took.
+    pub wall_s: f64,
+}
+
+/// Runs the simulation.
+pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
+    let mut sc = Scenario::new(o.nodes, o.messages);
+    sc.sizes = o.sizes.clone();
+    sc.algos = o.algos.clone();
+    if let Some(r) = &o.roots {
+        sc.roots = r.clone();
+    }
+    sc.seed = o.seed;
+    sc.rate_bps = o.rate_bps;
+    sc.faults = Faults {
+        loss: o.loss / 100.0,
+        burst_loss: o.burst_loss / 100.0,
+        dup: o.dup / 100.0,
+        reorder: o.reorder / 100.0,
+        reorder_delay: Duration::from_micros(200),
+        corrupt: o.corrupt / 100.0,
+        ..Faults::NONE
+    };
+    sc.limit = Duration::from_secs(24 * 3600);
+    let window = o.window;
+    let t0 = std::time::Instant::now();
+    let r: Report = match window {
+        Some(w) => {
+            WINDOW.with(|c| c.set(w));
+            sc.tweak = |c| c.window = WINDOW.with(|w| w.get());
+            run(&sc)?
+        }
+        None => run(&sc)?,
+    };
+    Ok(SimJson {
+        nodes: o.nodes,
+        algos: o.algos.iter().map(|a| format!("{a:?}").to_lowercase()).collect(),
+        seed: o.seed,
+        expected: r.expected,
+        delivered: r.delivered,
+        corrupt: r.corrupt,
+        duplicated: r.duplicated,
+        out_of_order: r.out_of_order,
+        missing: r.missing,
+        data_frames: r.data_frames,
+        repair_frames: r.repair_frames,
+        rebroadcasts: r.rebroadcasts,
+        lost_frames: r.lost_frames,
+        repair_ratio: if r.lost_frames == 0 { 0.0 } else { r.repair_frames as f64 / r.lost_frames as f64 },
+        ack_frames: r.ack_frames,
+        nack_frames: r.nack_frames,
+        pull_frames: r.pull_frames,
+        corrupted_frames: r.corrupted_frames,
+        bad_crc: r.bad_crc,
+        virtual_time_us: r.virtual_time_us,
+        completed: r.completed,
+        wall_s: t0.elapsed().as_secs_f64(),
+    })
+}
+
+thread_local! {
+    static WINDOW: std::cell::Cell<usize> = const { std::cell::Cell::new(16) };
+}
