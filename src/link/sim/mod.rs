@@ -28,9 +28,11 @@
 //!   from its own ChaCha8 streams (one for sending, one for receiving), derived from the seed
 //!   and the port index, so changing the faults of one port does not perturb the others.
 //! - **Virtual time.** Nothing moves until the harness calls [`SimNet::advance_to`]. Pending
-//!   events sit in a binary heap keyed by (due time, sequence number), so ties resolve in the
-//!   order the events were created and the run is deterministic. [`SimPort::recv`] hands over
-//!   every frame that has become due and never waits: the harness owns the clock.
+//!   frames are ordered by (due time, sequence number), so ties resolve in the order the
+//!   events were created and the run is deterministic. Each link is a FIFO whose front alone
+//!   sits in a binary heap, so the heap stays small even when queues grow long under
+//!   overload. [`SimPort::recv`] hands over every frame that has become due and never waits:
+//!   the harness owns the clock.
 //!
 //! Broadcast frames are stored once (`Rc<[u8]>`) and shared by every receiving port, except
 //! for the copies that corruption rewrites. The whole simulator is single-threaded; handles
@@ -318,16 +320,28 @@ enum Target {
     One(usize),
 }
 
+/// A frame on its way: to the switch (`peer` is the destination) or to a port (`peer` is the
+/// source).
+#[derive(Debug)]
+struct InFlight<P> {
+    at: u64,
+    seq: u64,
+    peer: P,
+    pdu: Rc<[u8]>,
+}
+
+/// What the heap orders. Frames on one link leave it in the order they entered (each link is
+/// a FIFO with non-decreasing due times), so only the *front* of each link's queue needs to
+/// be in the heap: it stays as small as the number of ports plus the frames held back for
+/// reordering, however long the queues grow under overload.
 #[derive(Debug)]
 enum EventKind {
-    /// The last bit of a frame reached the switch.
-    Arrive {
-        src: usize,
-        target: Target,
-        pdu: Rc<[u8]>,
-    },
-    /// A frame reaches a port's receive queue.
-    Deliver {
+    /// The front frame of this port's uplink reaches the switch.
+    Uplink(usize),
+    /// The front frame of the switch's output queue to this port reaches the port.
+    Downlink(usize),
+    /// A frame held back for reordering reaches `port`.
+    Late {
         port: usize,
         src: usize,
         pdu: Rc<[u8]>,
@@ -372,6 +386,10 @@ struct PortState {
     out_free: u64,
     /// Completion times of the frames in the switch output queue (only with a bounded buffer).
     out_queue: VecDeque<u64>,
+    /// Frames sent by this port, on their way to the switch.
+    uplink: VecDeque<InFlight<Target>>,
+    /// Frames the switch forwarded to this port, on their way to it (not reordered ones).
+    downlink: VecDeque<InFlight<usize>>,
     rx: VecDeque<(MacAddr, Rc<[u8]>)>,
     stats: SimStats,
 }
@@ -421,10 +439,50 @@ impl Inner {
         }
     }
 
-    fn schedule(&mut self, at: u64, kind: EventKind) {
+    fn next_seq(&mut self) -> u64 {
         let seq = self.seq;
         self.seq += 1;
-        self.heap.push(Event { at, seq, kind });
+        seq
+    }
+
+    /// Puts a frame on `src`'s uplink, due at the switch at `at` (not before the frames
+    /// already on it).
+    fn push_uplink(&mut self, src: usize, at: u64, target: Target, pdu: Rc<[u8]>) {
+        let seq = self.next_seq();
+        let q = &mut self.ports[src].uplink;
+        if q.is_empty() {
+            self.heap.push(Event {
+                at,
+                seq,
+                kind: EventKind::Uplink(src),
+            });
+        }
+        q.push_back(InFlight {
+            at,
+            seq,
+            peer: target,
+            pdu,
+        });
+    }
+
+    /// Puts a frame on the switch's output link to `port`, due at `at` (not before the frames
+    /// already on it).
+    fn push_downlink(&mut self, port: usize, at: u64, src: usize, pdu: Rc<[u8]>) {
+        let seq = self.next_seq();
+        let q = &mut self.ports[port].downlink;
+        if q.is_empty() {
+            self.heap.push(Event {
+                at,
+                seq,
+                kind: EventKind::Downlink(port),
+            });
+        }
+        q.push_back(InFlight {
+            at,
+            seq,
+            peer: src,
+            pdu,
+        });
     }
 
     fn cut(&self, a: usize, b: usize) -> bool {
@@ -485,14 +543,7 @@ impl Inner {
             return Ok(());
         }
         let at = done.saturating_add(self.latency);
-        self.schedule(
-            at,
-            EventKind::Arrive {
-                src,
-                target,
-                pdu: Rc::from(pdu),
-            },
-        );
+        self.push_uplink(src, at, target, Rc::from(pdu));
         Ok(())
     }
 
@@ -560,25 +611,32 @@ impl Inner {
         } else {
             pdu
         };
-        let mut at = done;
-        if chance(rng, f.reorder) {
-            let max = to_ns(f.reorder_delay).max(1);
-            at = at.saturating_add(rng.gen_range(1..=max));
+        let late = chance(rng, f.reorder).then(|| {
             p.stats.reordered += 1;
-        }
-        let dup_at = if chance(rng, f.dup) {
+            let max = to_ns(f.reorder_delay).max(1);
+            done.saturating_add(rng.gen_range(1..=max))
+        });
+        let dup_at = chance(rng, f.dup).then(|| {
             p.stats.duplicated += 1;
             let d = p.out_free.saturating_add(ser);
             p.out_free = d;
-            Some(d)
-        } else {
-            None
-        };
-        if let Some(d) = dup_at {
-            let pdu = Rc::clone(&pdu);
-            self.schedule(d, EventKind::Deliver { port: j, src, pdu });
+            if cap.is_some() {
+                p.out_queue.push_back(d);
+            }
+            d
+        });
+        let dup = dup_at.map(|d| (d, Rc::clone(&pdu)));
+        match late {
+            Some(at) => {
+                let seq = self.next_seq();
+                let kind = EventKind::Late { port: j, src, pdu };
+                self.heap.push(Event { at, seq, kind });
+            }
+            None => self.push_downlink(j, done, src, pdu),
         }
-        self.schedule(at, EventKind::Deliver { port: j, src, pdu });
+        if let Some((d, pdu)) = dup {
+            self.push_downlink(j, d, src, pdu);
+        }
     }
 
     fn deliver(&mut self, port: usize, src: usize, pdu: Rc<[u8]>) {
@@ -592,6 +650,27 @@ impl Inner {
         }
     }
 
+    /// Takes the front frame off one of `port`'s link queues (whose turn in the heap just came)
+    /// and puts the next one's turn in the heap.
+    fn pop_front<P>(
+        &mut self,
+        port: usize,
+        queue: fn(&mut PortState) -> &mut VecDeque<InFlight<P>>,
+        token: fn(usize) -> EventKind,
+    ) -> Option<InFlight<P>> {
+        let q = queue(&mut self.ports[port]);
+        let front = q.pop_front();
+        if let Some(next) = q.front() {
+            let (at, seq) = (next.at, next.seq);
+            self.heap.push(Event {
+                at,
+                seq,
+                kind: token(port),
+            });
+        }
+        front
+    }
+
     fn advance_to(&mut self, target: u64) -> usize {
         if target < self.now {
             return 0;
@@ -601,8 +680,19 @@ impl Inner {
             let Some(ev) = self.heap.pop() else { break };
             self.now = ev.at.max(self.now);
             match ev.kind {
-                EventKind::Arrive { src, target, pdu } => self.arrive(src, target, pdu),
-                EventKind::Deliver { port, src, pdu } => {
+                EventKind::Uplink(src) => {
+                    if let Some(f) = self.pop_front(src, |p| &mut p.uplink, EventKind::Uplink) {
+                        self.arrive(src, f.peer, f.pdu);
+                    }
+                }
+                EventKind::Downlink(port) => {
+                    if let Some(f) = self.pop_front(port, |p| &mut p.downlink, EventKind::Downlink)
+                    {
+                        delivered += 1;
+                        self.deliver(port, f.peer, f.pdu);
+                    }
+                }
+                EventKind::Late { port, src, pdu } => {
                     delivered += 1;
                     self.deliver(port, src, pdu);
                 }
@@ -677,6 +767,8 @@ impl SimNet {
                 tx_free: 0,
                 out_free: 0,
                 out_queue: VecDeque::new(),
+                uplink: VecDeque::new(),
+                downlink: VecDeque::new(),
                 rx: VecDeque::new(),
                 stats: SimStats::default(),
             })

@@ -696,24 +696,21 @@ proptest! {
     }
 }
 
-/// Wall-clock throughput of the simulator itself: 16 ports, every frame a broadcast.
-/// Run with `cargo test --release --lib link::sim::tests::throughput -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, not a check"]
-fn throughput_of_broadcast_with_16_ports() {
+/// Sends `frames` 1400-byte broadcasts round-robin from 16 ports, advancing the clock by
+/// `per_64` every 64 frames, and returns (wall seconds, deliveries, virtual time).
+fn broadcast_workload(frames: u32, per_64: Duration) -> (f64, usize, Duration) {
     let (net, mut ports) = build(SimConfig {
         rate_bps: Some(1_000_000_000),
         faults: Faults::lossy(0.01),
         ..perfect(16)
     });
-    let frames = 200_000u32;
     let pdu = vec![0x5A; 1400];
     let start = Instant::now();
     let mut received = 0usize;
     for i in 0..frames {
         ports[(i % 16) as usize].send(BROADCAST_MAC, &pdu).unwrap();
         if i % 64 == 63 {
-            net.advance_by(Duration::from_micros(200));
+            net.advance_by(per_64);
             for p in &mut ports {
                 received += p
                     .recv(None, &mut |_, pdu| assert_eq!(pdu.len(), 1400))
@@ -725,13 +722,27 @@ fn throughput_of_broadcast_with_16_ports() {
     for p in &mut ports {
         received += p.recv(None, &mut |_, _| {}).unwrap();
     }
-    let secs = start.elapsed().as_secs_f64();
-    println!(
-        "sim throughput, 16 ports: {:.0} broadcast frames/s sent, {:.0} deliveries/s \
-         ({frames} frames, {received} deliveries in {secs:.3} s wall, {:?} virtual)",
-        f64::from(frames) / secs,
-        received as f64 / secs,
-        net.elapsed(),
-    );
     assert_eq!(received as u64, net.stats().frames_delivered);
+    (start.elapsed().as_secs_f64(), received, net.elapsed())
+}
+
+/// Wall-clock throughput of the simulator itself: 16 ports, every frame a broadcast, offered
+/// at 90 % of line rate (every output port busy) and at 10x overload (queues grow without
+/// bound). Run with
+/// `cargo test --lib link::sim::tests::throughput -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn throughput_of_broadcast_with_16_ports() {
+    let frames = 200_000u32;
+    // One 1400-byte frame takes 11.52 us at 1 Gbit/s; each output port gets 15/16 of all.
+    for (load, per_64) in [("90% load", 770), ("overload", 70)] {
+        let (secs, received, virt) = broadcast_workload(frames, Duration::from_micros(per_64));
+        println!(
+            "sim throughput, 16 ports, {load}: {:.0} broadcast frames/s sent, {:.0} \
+             deliveries/s ({frames} frames, {received} deliveries in {secs:.3} s wall, \
+             {virt:?} virtual)",
+            f64::from(frames) / secs,
+            received as f64 / secs,
+        );
+    }
 }
