@@ -248,6 +248,82 @@ fn loss_bursts_have_the_configured_mean_length() {
 }
 
 #[test]
+fn every_copy_is_delivered_lost_or_dropped_exactly_once() {
+    let faults = Faults {
+        loss: 0.05,
+        burst_loss: 0.02,
+        dup: 0.05,
+        reorder: 0.1,
+        corrupt: 0.05,
+        tx_loss: 0.02,
+        ..Faults::NONE
+    };
+    let (net, mut ports) = build(SimConfig {
+        ports: 5,
+        faults,
+        per_port: vec![(
+            4,
+            Faults {
+                dead: true,
+                ..faults
+            },
+        )],
+        switch_buffer: Some(4),
+        ..SimConfig::default()
+    });
+    net.partition(&[0], &[3]).unwrap();
+    let mut copies = 0u64;
+    for i in 0..5000u32 {
+        let src = (i % 5) as usize;
+        if i % 4 == 0 {
+            let dst = (src + 1 + (i as usize / 5) % 4) % 5;
+            ports[src]
+                .send(port_mac(dst as u16), &numbered(i, 100))
+                .unwrap();
+            copies += 1;
+        } else {
+            ports[src].send(BROADCAST_MAC, &numbered(i, 100)).unwrap();
+            copies += 4;
+        }
+        if i % 10 == 0 {
+            net.advance_by(Duration::from_micros(20));
+        }
+    }
+    let got = drain(&net, &mut ports).len() as u64;
+    let s = net.stats();
+    assert_eq!(got, s.frames_delivered);
+    assert_eq!(
+        s.frames_delivered - s.duplicated + s.lost + s.switch_drops,
+        copies
+    );
+    assert_eq!(net.port_stats(4).unwrap().frames_delivered, 0);
+}
+
+#[test]
+fn without_reordering_a_link_keeps_frame_order() {
+    let (net, mut ports) = build(SimConfig {
+        faults: Faults {
+            loss: 0.1,
+            dup: 0.1,
+            ..Faults::NONE
+        },
+        ..perfect(3)
+    });
+    for i in 0..2000 {
+        ports[(i % 2) as usize]
+            .send(BROADCAST_MAC, &numbered(i, 300))
+            .unwrap();
+    }
+    let got: Vec<u32> = drain(&net, &mut ports)
+        .iter()
+        .filter(|r| r.port == 2 && r.src == port_mac(0))
+        .map(|r| number(&r.pdu))
+        .collect();
+    assert!(got.len() > 900);
+    assert!(got.windows(2).all(|w| w[0] <= w[1]), "out of order");
+}
+
+#[test]
 fn duplication_delivers_a_frame_twice() {
     let (net, mut ports) = build(SimConfig {
         per_port: vec![(
