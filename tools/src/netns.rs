@@ -135,28 +135,33 @@ where
     }
 }
 
-/// Starts `program args...` inside `netns` as `ip netns exec NETNS program args...`.
+/// A [`Command`] for `ip netns exec NETNS program`: add arguments, set up
+/// stdio as needed, then spawn or get its output.
 ///
-/// Unlike [`spawn_in`] this also gives the child a `/sys` of that namespace and
-/// applies `/etc/netns/NETNS`, exactly as `ip netns exec` does. The caller
-/// owns the [`Child`] and must wait for or kill it (by its pid).
+/// Unlike [`spawn_in`] the child also gets a `/sys` of that namespace and
+/// `/etc/netns/NETNS` applied, exactly as `ip netns exec` does.
+pub fn command_in(netns: &str, program: &str) -> io::Result<Command> {
+    netns_path(netns)?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", netns, program]);
+    Ok(cmd)
+}
+
+/// Starts `program args...` inside `netns` as `ip netns exec NETNS program args...`
+/// (stdio inherited; use [`command_in`] to capture it). The caller owns the
+/// [`Child`] and must wait for it or kill it (by its pid).
 pub fn spawn_process_in<I, S>(netns: &str, program: &str, args: I) -> io::Result<Child>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    netns_path(netns)?;
-    Command::new("ip")
-        .args(["netns", "exec", netns, program])
-        .args(args)
-        .spawn()
-        .map_err(|e| {
-            if e.kind() == io::ErrorKind::NotFound {
-                io::Error::new(e.kind(), "ip not found: apt-get install iproute2")
-            } else {
-                e
-            }
-        })
+    command_in(netns, program)?.args(args).spawn().map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            io::Error::new(e.kind(), "ip not found: apt-get install iproute2")
+        } else {
+            e
+        }
+    })
 }
 
 #[cfg(test)]

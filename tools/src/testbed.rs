@@ -686,12 +686,7 @@ impl Testbed {
                 bridge_port_name(i)
             ));
         }
-        let threshold = (self.loss_pct * 100.0).round() as u32;
-        if threshold > 0 {
-            s.push_str(&format!(
-                "add rule bridge {t} loss_fwd ether type {ETHERTYPE:#06x} numgen random mod 10000 < {threshold} counter name \"loss_drops\" drop\n"
-            ));
-        }
+        s.push_str(&loss_rule(self.loss_pct));
         run_tool_in(&self.switch_netns, "nft", &["-f", "-"], Some(&s))?;
         self.nft_used = true;
         Ok(())
@@ -755,6 +750,21 @@ impl Drop for Testbed {
             );
         }
     }
+}
+
+/// The nft rule (a line of an `nft -f` script) for `pct` % random loss;
+/// empty for 0. numgen values are 0..=9999, so 100 % is an unconditional drop.
+fn loss_rule(pct: f64) -> String {
+    let t = NFT_TABLE;
+    let threshold = (pct * 100.0).round() as u32;
+    let matcher = match threshold {
+        0 => return String::new(),
+        1..=9999 => format!(" numgen random mod 10000 < {threshold}"),
+        _ => String::new(),
+    };
+    format!(
+        "add rule bridge {t} loss_fwd ether type {ETHERTYPE:#06x}{matcher} counter name \"loss_drops\" drop\n"
+    )
 }
 
 fn tbf_line(dev: &str, rate: Rate) -> String {
@@ -1121,6 +1131,17 @@ mod tests {
         );
         // Longest names stay short.
         assert!(host_netns_name("abcdefghij", MAX_HOSTS - 1).len() <= 15);
+    }
+
+    #[test]
+    fn loss_rules() {
+        assert_eq!(loss_rule(0.0), "");
+        assert_eq!(loss_rule(0.001), "");
+        assert!(loss_rule(2.5).contains("ether type 0x88b5 numgen random mod 10000 < 250 counter"));
+        assert!(loss_rule(0.01).contains("< 1 counter"));
+        assert!(loss_rule(99.99).contains("< 9999 counter"));
+        let all = loss_rule(100.0);
+        assert!(all.contains("ether type 0x88b5 counter name") && !all.contains("numgen"));
     }
 
     #[test]
