@@ -10,6 +10,7 @@
 //! Each test uses its own prefix (test tag + pid) so tests run in parallel.
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -40,7 +41,11 @@ fn netns_available(test: &str, need_nft: bool) -> bool {
                     "{test}: network namespaces required (ETHBCAST_REQUIRE_NETNS=1) but: {reason}"
                 );
             }
-            eprintln!("SKIPPED: {test}: {reason}");
+            // Straight to the stderr handle: libtest captures eprintln! of passing tests.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {test}: {reason} (set ETHBCAST_REQUIRE_NETNS=1 to make this a failure)"
+            );
             false
         }
     }
@@ -330,6 +335,10 @@ fn rate_limit_bounds_throughput() {
     .unwrap();
     let (b, _) = rx.finish();
     let bytes = b.len() as u64 * 1514;
+    eprintln!(
+        "10mbit for 500 ms: {} frames, {bytes} bytes received",
+        b.len()
+    );
     // 10 Mbit/s for 0.5 s = 625 kB, plus the bucket and queue. Without the
     // limit a veth moves far more (hundreds of MB/s).
     assert!(bytes > 200_000, "too little got through: {bytes} bytes");
