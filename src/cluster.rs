@@ -107,7 +107,9 @@ pub struct Report {
 
 /// Deterministic content of message `index` of `root`.
 pub fn message_bytes(seed: u64, root: Rank, index: u64, len: usize) -> Vec<u8> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (u64::from(root) << 48) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = ChaCha8Rng::seed_from_u64(
+        seed ^ (u64::from(root) << 48) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
     let mut v = vec![0u8; len];
     rng.fill(&mut v[..]);
     v
@@ -164,7 +166,12 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let mut rng = ChaCha8Rng::seed_from_u64(sc.seed);
     let mut pending: Vec<VecDeque<(usize, Algo)>> = vec![VecDeque::new(); n];
     let mut sent: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let roots: Vec<Rank> = sc.roots.iter().copied().filter(|&r| usize::from(r) < n).collect();
+    let roots: Vec<Rank> = sc
+        .roots
+        .iter()
+        .copied()
+        .filter(|&r| usize::from(r) < n)
+        .collect();
     if n >= 2 && !roots.is_empty() {
         for i in 0..sc.messages {
             let root = roots[i % roots.len()];
@@ -174,7 +181,10 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         }
     }
     let total: u64 = pending.iter().map(|p| p.len() as u64).sum();
-    let mut report = Report { expected: total * (n as u64 - 1).max(0), ..Report::default() };
+    let mut report = Report {
+        expected: total * (n as u64 - 1).max(0),
+        ..Report::default()
+    };
     let start = net.now();
     let mut buf = vec![0u8; 1500];
     let mut done_deliveries = 0u64;
@@ -207,14 +217,20 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
             }
         }
         let all_sent = pending.iter().all(|p| p.is_empty());
-        if all_sent && done_deliveries >= report.expected && members.iter().all(|m| m.engine.is_idle()) {
+        if all_sent
+            && done_deliveries >= report.expected
+            && members.iter().all(|m| m.engine.is_idle())
+        {
             report.completed = true;
             break;
         }
-        let next = [net.next_event(), members.iter().filter_map(|m| m.engine.poll_timeout()).min()]
-            .into_iter()
-            .flatten()
-            .min();
+        let next = [
+            net.next_event(),
+            members.iter().filter_map(|m| m.engine.poll_timeout()).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let Some(next) = next else {
             report.completed = all_sent && done_deliveries >= report.expected;
             break;
@@ -226,10 +242,9 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         let now = net.now();
         for (i, m) in members.iter_mut().enumerate() {
             let engine = &mut m.engine;
-            m.port
-                .recv(None, &mut |_, pdu| {
-                    let _ = engine.handle_frame(now, pdu);
-                })?;
+            m.port.recv(None, &mut |_, pdu| {
+                let _ = engine.handle_frame(now, pdu);
+            })?;
             engine.handle_timeout(now);
             while let Some(ev) = engine.poll_event() {
                 if let Event::Delivered { root, msg_id, data } = ev {
@@ -259,7 +274,9 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         }
     }
 
-    report.missing = report.expected.saturating_sub(report.delivered + report.corrupt);
+    report.missing = report
+        .expected
+        .saturating_sub(report.delivered + report.corrupt);
     for m in &members {
         let s = m.engine.stats();
         report.data_frames += s.data_frames;

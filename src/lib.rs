@@ -12,10 +12,12 @@
 //! - [`proto`]: the sans-IO protocol engine (simple and push-pull broadcast, selective
 //!   go-back-16 repair): frames and time in, frames, timers and events out;
 //! - [`link`]: the one trait every medium implements, and the simulated switch;
-//! - [`memory`]: the paper's memory accounting, computed from the real structures.
+//! - [`memory`]: the paper's memory accounting, computed from the real structures;
+//! - [`cluster`]: a whole group on the simulated switch, with a delivery checker.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod eqa;
 pub mod link;
 pub mod memory;

@@ -1,5 +1,6 @@
 //! ethbcast tools: the network-namespace test-bed and what the binaries share.
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod netns;
 pub mod testbed;

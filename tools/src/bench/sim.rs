@@ -119,7 +119,11 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
     };
     Ok(SimJson {
         nodes: o.nodes,
-        algos: o.algos.iter().map(|a| format!("{a:?}").to_lowercase()).collect(),
+        algos: o
+            .algos
+            .iter()
+            .map(|a| format!("{a:?}").to_lowercase())
+            .collect(),
         seed: o.seed,
         expected: r.expected,
         delivered: r.delivered,
@@ -131,7 +135,11 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
         repair_frames: r.repair_frames,
         rebroadcasts: r.rebroadcasts,
         lost_frames: r.lost_frames,
-        repair_ratio: if r.lost_frames == 0 { 0.0 } else { r.repair_frames as f64 / r.lost_frames as f64 },
+        repair_ratio: if r.lost_frames == 0 {
+            0.0
+        } else {
+            r.repair_frames as f64 / r.lost_frames as f64
+        },
         ack_frames: r.ack_frames,
         nack_frames: r.nack_frames,
         pull_frames: r.pull_frames,
@@ -145,4 +153,42 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
 
 thread_local! {
     static WINDOW: std::cell::Cell<usize> = const { std::cell::Cell::new(16) };
+}
+
+/// Renders a run for a terminal.
+pub fn render(r: &SimJson) -> String {
+    let mut t = super::table::Table::new(&["metric", "value"]);
+    let rows: Vec<(&str, String)> = vec![
+        ("nodes", r.nodes.to_string()),
+        ("algorithms", r.algos.join(",")),
+        ("expected deliveries", r.expected.to_string()),
+        ("delivered intact", r.delivered.to_string()),
+        ("corrupt", r.corrupt.to_string()),
+        ("duplicated", r.duplicated.to_string()),
+        ("out of order", r.out_of_order.to_string()),
+        ("missing", r.missing.to_string()),
+        ("data frames", r.data_frames.to_string()),
+        ("frames lost by the switch", r.lost_frames.to_string()),
+        ("repair frames", r.repair_frames.to_string()),
+        ("  of which re-broadcasts", r.rebroadcasts.to_string()),
+        ("repair / lost", format!("{:.3}", r.repair_ratio)),
+        (
+            "ack / nack / pull frames",
+            format!("{} / {} / {}", r.ack_frames, r.nack_frames, r.pull_frames),
+        ),
+        (
+            "corrupted by switch / caught by CRC",
+            format!("{} / {}", r.corrupted_frames, r.bad_crc),
+        ),
+        (
+            "virtual time",
+            format!("{:.3} s", r.virtual_time_us as f64 / 1e6),
+        ),
+        ("completed", r.completed.to_string()),
+        ("wall time", format!("{:.2} s", r.wall_s)),
+    ];
+    for (k, v) in rows {
+        t.row(vec![k.to_string(), v]);
+    }
+    t.render()
 }

@@ -10,7 +10,10 @@ pub struct Table {
 impl Table {
     /// A table with these column titles.
     pub fn new(header: &[&str]) -> Table {
-        Table { header: header.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
+        Table {
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     /// Adds a row.
@@ -30,7 +33,10 @@ impl Table {
         let mut out = String::new();
         let line = |r: &Vec<String>, out: &mut String| {
             for (i, c) in r.iter().enumerate().take(cols) {
-                let numeric = c.chars().next().is_some_and(|ch| ch.is_ascii_digit() || ch == '-' || ch == '+');
+                let numeric = c
+                    .chars()
+                    .next()
+                    .is_some_and(|ch| ch.is_ascii_digit() || ch == '-' || ch == '+');
                 if i > 0 {
                     out.push_str("  ");
                 }
@@ -43,7 +49,13 @@ impl Table {
             out.push('\n');
         };
         line(&self.header, &mut out);
-        out.push_str(&width.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+        out.push_str(
+            &width
+                .iter()
+                .map(|w| "-".repeat(*w))
+                .collect::<Vec<_>>()
+                .join("  "),
+        );
         out.push('\n');
         for r in &self.rows {
             line(r, &mut out);

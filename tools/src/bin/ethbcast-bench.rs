@@ -1,0 +1,197 @@
+//! `ethbcast-bench`: how we (and users) judge the transport.
+//!
+//! Subcommands: `sim` (the protocol on the simulated switch, virtual time) and `memory` (the
+//! EQA paper's memory table from the real structures). Human-readable tables by default,
+//! `--json` for machines.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use ethbcast::memory::Profile;
+use ethbcast::proto::Algo;
+use ethbcast_tools::bench::{memory, sim};
+
+#[derive(Parser)]
+#[command(
+    name = "ethbcast-bench",
+    version,
+    about = "Benchmarks and checks for ethbcast"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the protocol on the simulated switch and check every delivery.
+    ///
+    /// Example: ethbcast-bench sim --nodes 16 --messages 20000 --loss 5 --burst-loss 1 --dup 1
+    /// --reorder 1 --corrupt 0.1 --json
+    Sim {
+        /// Members of the group.
+        #[arg(long, default_value_t = 8)]
+        nodes: u16,
+        /// simple, pushpull or both (comma-separated).
+        #[arg(long, default_value = "simple,pushpull", value_delimiter = ',')]
+        algo: Vec<Algo>,
+        /// Messages in all, from several roots in turn.
+        #[arg(long, default_value_t = 1000)]
+        messages: usize,
+        /// Message sizes in bytes, drawn at random.
+        #[arg(long, default_value = "8,256,4096,65536", value_delimiter = ',')]
+        sizes: Vec<usize>,
+        /// Roots (comma-separated ranks); default: up to four members take turns.
+        #[arg(long, value_delimiter = ',')]
+        roots: Option<Vec<u16>>,
+        /// Independent frame loss per port, percent.
+        #[arg(long, default_value_t = 0.0)]
+        loss: f64,
+        /// Probability of starting a loss burst, percent.
+        #[arg(long, default_value_t = 0.0)]
+        burst_loss: f64,
+        /// Duplication, percent.
+        #[arg(long, default_value_t = 0.0)]
+        dup: f64,
+        /// Reordering, percent.
+        #[arg(long, default_value_t = 0.0)]
+        reorder: f64,
+        /// Corruption (bit flips), percent.
+        #[arg(long, default_value_t = 0.0)]
+        corrupt: f64,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Link rate: 100mbit, 1gbit or 0 (infinitely fast).
+        #[arg(long, default_value = "1gbit")]
+        rate: String,
+        /// Retransmission buffer slots (= receive window in frames).
+        #[arg(long)]
+        window: Option<usize>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The EQA paper's memory table, measured from the allocated structures.
+    Memory {
+        /// paper or default.
+        #[arg(long, default_value = "paper")]
+        profile: Profile,
+        /// Group sizes.
+        #[arg(long, default_value = "2,4,8,16,32,64,128", value_delimiter = ',')]
+        nodes: Vec<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_rate(s: &str) -> Result<Option<u64>, String> {
+    let s = s.trim().to_ascii_lowercase();
+    if s == "0" || s == "inf" {
+        return Ok(None);
+    }
+    let (num, mult) = if let Some(n) = s.strip_suffix("gbit") {
+        (n, 1e9)
+    } else if let Some(n) = s.strip_suffix("mbit") {
+        (n, 1e6)
+    } else if let Some(n) = s.strip_suffix("kbit") {
+        (n, 1e3)
+    } else {
+        (s.as_str(), 1.0)
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad rate {s:?} (e.g. 100mbit, 1gbit)"))?;
+    if v <= 0.0 {
+        return Err(format!("rate must be positive: {s:?}"));
+    }
+    Ok(Some((v * mult) as u64))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Sim {
+            nodes,
+            algo,
+            messages,
+            sizes,
+            roots,
+            loss,
+            burst_loss,
+            dup,
+            reorder,
+            corrupt,
+            seed,
+            rate,
+            window,
+            json,
+        } => {
+            let rate_bps = match parse_rate(&rate) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let o = sim::SimOptions {
+                nodes,
+                algos: algo,
+                messages,
+                sizes,
+                roots,
+                loss,
+                burst_loss,
+                dup,
+                reorder,
+                corrupt,
+                seed,
+                rate_bps,
+                window,
+            };
+            match sim::run_sim(&o) {
+                Ok(r) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&r).expect("serialisable")
+                        );
+                    } else {
+                        println!("{}", sim::render(&r));
+                    }
+                    let ok = r.completed
+                        && r.corrupt == 0
+                        && r.duplicated == 0
+                        && r.out_of_order == 0
+                        && r.missing == 0;
+                    if ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Memory {
+            profile,
+            nodes,
+            json,
+        } => {
+            let r = memory::report(profile, &nodes);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("serialisable")
+                );
+            } else {
+                print!("{}", memory::render(&r));
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
