@@ -35,6 +35,8 @@ pub struct Scenario {
     pub seed: u64,
     /// Faults of every port.
     pub faults: Faults,
+    /// Per-port overrides of the faults (a dead host, a lossy cable).
+    pub per_port: Vec<(usize, Faults)>,
     /// Link rate (None: infinitely fast).
     pub rate_bps: Option<u64>,
     /// Link latency.
@@ -56,6 +58,7 @@ impl Scenario {
             roots: (0..nodes.min(4)).collect(),
             seed: 1,
             faults: Faults::NONE,
+            per_port: Vec::new(),
             rate_bps: Some(1_000_000_000),
             latency: Duration::from_micros(5),
             limit: Duration::from_secs(3600),
@@ -146,7 +149,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         mtu: 1500,
         seed: sc.seed,
         faults: sc.faults,
-        per_port: Vec::new(),
+        per_port: sc.per_port.clone(),
         switch_buffer: None,
     })?;
     let mut members: Vec<Member> = (0..n)
