@@ -21,5 +21,6 @@ pub mod cluster;
 pub mod eqa;
 pub mod link;
 pub mod memory;
+pub mod node;
 pub mod proto;
 pub mod wire;

@@ -1,0 +1,302 @@
+//! `ethbcast-bench selftest`: reliable broadcast between real hosts on the test-bed.
+//!
+//! It builds its own test-bed (namespaces, bridge, optional rate limit and loss), runs one
+//! member per host, each in a thread that entered the host's namespace before opening its
+//! packet socket (a socket stays in the namespace it was created in; one process keeps the
+//! test simple and the verdict exact, and on a 2-core machine threads and processes compete
+//! for the same cores either way). Every member runs the same schedule, MPI style: message `i`
+//! comes from root `i mod R`, with a size and an algorithm drawn from a seeded generator; the
+//! root broadcasts it, the others receive it and compare it byte for byte with what the root
+//! sent. At the end members keep serving repairs until everyone has said it is done, then the
+//! test-bed is torn down and a verdict is printed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ethbcast::cluster::message_bytes;
+use ethbcast::link::{self, Backend, WaitMode};
+use ethbcast::node::{Node, NodeError};
+use ethbcast::proto::{Algo, Config, Dest, Event};
+use ethbcast::wire::{Kind, Repr};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::netns;
+use crate::testbed::{Rate, Testbed, TestbedConfig, TestbedError};
+
+/// Options of a self-test.
+#[derive(Debug, Clone)]
+pub struct SelftestOptions {
+    /// Hosts on the test-bed.
+    pub hosts: usize,
+    /// Random frame loss at the switch, percent.
+    pub loss: f64,
+    /// Link rate limit.
+    pub rate: Option<Rate>,
+    /// Messages in the schedule.
+    pub messages: usize,
+    /// Sizes to draw from.
+    pub sizes: Vec<usize>,
+    /// Roots that take turns.
+    pub roots: usize,
+    /// Algorithms to draw from.
+    pub algos: Vec<Algo>,
+    /// Link backend.
+    pub backend: Backend,
+    /// Wait mode of the link.
+    pub wait: WaitMode,
+    /// Seed of the schedule.
+    pub seed: u64,
+    /// Test-bed name prefix.
+    pub prefix: String,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+impl SelftestOptions {
+    /// Defaults for `hosts` hosts.
+    pub fn new(hosts: usize) -> SelftestOptions {
+        SelftestOptions {
+            hosts,
+            loss: 0.0,
+            rate: None,
+            messages: 40,
+            sizes: vec![1, 80, 860, 1460, 4096, 65536, 1 << 20],
+            roots: 4,
+            algos: vec![Algo::Simple, Algo::PushPull],
+            backend: Backend::Ring,
+            wait: WaitMode::Block,
+            seed: 1,
+            prefix: "ebst".into(),
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The verdict.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verdict {
+    /// Hosts.
+    pub hosts: usize,
+    /// Loss at the switch, percent.
+    pub loss_pct: f64,
+    /// Backend used.
+    pub backend: String,
+    /// Deliveries expected (messages × receivers).
+    pub expected: u64,
+    /// Intact, in-order deliveries.
+    pub delivered: u64,
+    /// Deliveries with wrong bytes.
+    pub corrupt: u64,
+    /// Deliveries that never happened.
+    pub missing: u64,
+    /// Deliveries of a message twice.
+    pub duplicated: u64,
+    /// Repair frames sent by all roots.
+    pub repair_frames: u64,
+    /// Data frames sent by all roots.
+    pub data_frames: u64,
+    /// Frames the switch dropped (nftables counter).
+    pub dropped_by_switch: u64,
+    /// Bytes delivered in all.
+    pub bytes_delivered: u64,
+    /// Wall-clock seconds of the schedule.
+    pub wall_s: f64,
+    /// Errors reported by members.
+    pub errors: Vec<String>,
+    /// True if everything arrived intact exactly once.
+    pub passed: bool,
+}
+
+/// Why the self-test could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SelftestError {
+    /// The test-bed could not be built.
+    #[error("test-bed: {0}")]
+    Testbed(#[from] TestbedError),
+    /// A member thread could not start.
+    #[error("could not start a member in its namespace: {0}")]
+    Spawn(std::io::Error),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    root: u16,
+    size: usize,
+    algo: Algo,
+}
+
+fn schedule(o: &SelftestOptions) -> Vec<Step> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(o.seed);
+    let roots = o.roots.clamp(1, o.hosts) as u16;
+    (0..o.messages)
+        .map(|i| Step {
+            root: (i as u16) % roots,
+            size: o.sizes[rng.gen_range(0..o.sizes.len())],
+            algo: o.algos[rng.gen_range(0..o.algos.len())],
+        })
+        .collect()
+}
+
+#[derive(Debug, Default)]
+struct MemberResult {
+    delivered: u64,
+    corrupt: u64,
+    missing: u64,
+    duplicated: u64,
+    bytes: u64,
+    repair_frames: u64,
+    data_frames: u64,
+    error: Option<String>,
+}
+
+/// Control frame that says "I have received everything and my broadcasts are acknowledged".
+fn done_repr() -> Repr {
+    let mut r = Repr::new(Kind::Barrier);
+    r.msg_id = u32::MAX;
+    r
+}
+
+fn member(
+    rank: u16,
+    size: u16,
+    macs: Vec<[u8; 6]>,
+    o: Arc<SelftestOptions>,
+    plan: Arc<Vec<Step>>,
+) -> MemberResult {
+    let mut res = MemberResult::default();
+    let link = match link::open(o.backend, "eth0", o.wait) {
+        Ok(l) => l,
+        Err(e) => {
+            res.error = Some(format!("rank {rank}: {e}"));
+            res.missing = plan.iter().filter(|s| s.root != rank).count() as u64;
+            return res;
+        }
+    };
+    let mut cfg = Config::new(0x5E1F, rank, size);
+    cfg.window = 64;
+    cfg.ack_every = 16;
+    let mut node = match Node::new(cfg, link, macs) {
+        Ok(n) => n,
+        Err(e) => {
+            res.error = Some(format!("rank {rank}: {e}"));
+            return res;
+        }
+    };
+    let deadline = Instant::now() + o.timeout;
+    let mut next_id = vec![0u64; usize::from(size)];
+    let mut index_of_root = vec![0u64; usize::from(size)];
+    let r: Result<(), NodeError> = (|| {
+        for step in plan.iter() {
+            let idx = index_of_root[usize::from(step.root)];
+            index_of_root[usize::from(step.root)] += 1;
+            if step.root == rank {
+                node.bcast(message_bytes(o.seed, rank, idx, step.size), step.algo)?;
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (id, data) = node.recv_from(step.root, left)?;
+            let want = next_id[usize::from(step.root)];
+            if id < want {
+                res.duplicated += 1;
+            }
+            next_id[usize::from(step.root)] = id + 1;
+            if id == idx && data == message_bytes(o.seed, step.root, idx, step.size) {
+                res.delivered += 1;
+                res.bytes += data.len() as u64;
+            } else {
+                res.corrupt += 1;
+            }
+        }
+        node.wait_idle(deadline.saturating_duration_since(Instant::now()))?;
+        Ok(())
+    })();
+    if let Err(e) = r {
+        res.error = Some(format!("rank {rank}: {e}"));
+    }
+    // Keep serving until every member is done (or the deadline), saying we are done.
+    let mut done = vec![false; usize::from(size)];
+    done[usize::from(rank)] = true;
+    let mut last_say = Instant::now() - Duration::from_secs(1);
+    let mut all_done_at: Option<Instant> = None;
+    while Instant::now() < deadline {
+        if last_say.elapsed() >= Duration::from_millis(20) {
+            let _ = node.engine_mut().send_control(Dest::All, done_repr(), &[]);
+            last_say = Instant::now();
+        }
+        if node.poll(Duration::from_millis(5)).is_err() {
+            break;
+        }
+        for ev in node.take_events().collect::<Vec<_>>() {
+            if let Event::Control { src, repr, .. } = ev {
+                if repr.kind == Some(Kind::Barrier) && repr.msg_id == u32::MAX {
+                    done[usize::from(src)] = true;
+                }
+            }
+        }
+        if done.iter().all(|&d| d) {
+            // Linger so that our own "done" reaches everyone despite loss.
+            let t = *all_done_at.get_or_insert_with(Instant::now);
+            if t.elapsed() > Duration::from_millis(200) {
+                break;
+            }
+        }
+    }
+    let st = node.engine().stats();
+    res.repair_frames = st.repair_frames;
+    res.data_frames = st.data_frames;
+    let expected = plan.iter().filter(|s| s.root != rank).count() as u64;
+    res.missing = expected.saturating_sub(res.delivered + res.corrupt);
+    res
+}
+
+/// Runs the self-test.
+pub fn run(o: &SelftestOptions) -> Result<Verdict, SelftestError> {
+    let mut cfg = TestbedConfig::new(o.hosts);
+    cfg.prefix = o.prefix.clone();
+    cfg.rate = o.rate;
+    if o.loss > 0.0 {
+        cfg.loss_pct = Some(o.loss);
+    }
+    let bed = Testbed::up(&cfg)?;
+    let macs: Vec<[u8; 6]> = bed.hosts().iter().map(|h| h.mac).collect();
+    let plan = Arc::new(schedule(o));
+    let opts = Arc::new(o.clone());
+    let size = o.hosts as u16;
+    let t0 = Instant::now();
+    let mut handles = Vec::new();
+    for h in bed.hosts() {
+        let (macs, plan, opts) = (macs.clone(), plan.clone(), opts.clone());
+        let rank = h.index as u16;
+        handles.push(netns::spawn_in(&h.netns, move || member(rank, size, macs, opts, plan)).map_err(SelftestError::Spawn)?);
+    }
+    let results: Vec<MemberResult> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| MemberResult { error: Some("member thread panicked".into()), ..Default::default() }))
+        .collect();
+    let wall_s = t0.elapsed().as_secs_f64();
+    let dropped = bed.loss_counter().unwrap_or(0);
+    drop(bed);
+    let expected: u64 = plan.len() as u64 * (o.hosts as u64 - 1);
+    let mut v = Verdict {
+        hosts: o.hosts,
+        loss_pct: o.loss,
+        backend: format!("{:?}", o.backend).to_lowercase(),
+        expected,
+        wall_s,
+        dropped_by_switch: dropped,
+        ..Verdict::default()
+    };
+    for r in results {
+        v.delivered += r.delivered;
+        v.corrupt += r.corrupt;
+        v.missing += r.missing;
+        v.duplicated += r.duplicated;
+        v.repair_frames += r.repair_frames;
+        v.data_frames += r.data_frames;
+        v.bytes_delivered += r.bytes;
+        v.errors.extend(r.error);
+    }
+    v.passed = v.delivered == v.expected && v.corrupt == 0 && v.missing == 0 && v.duplicated == 0;
+    Ok(v)
+}
