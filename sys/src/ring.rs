@@ -47,6 +47,11 @@ const fn align(x: usize) -> usize {
     (x + ALIGN - 1) & !(ALIGN - 1)
 }
 
+/// `x` is a multiple of `y` (false for `y == 0`); spelled out for the 1.80 MSRV.
+fn multiple_of(x: usize, y: usize) -> bool {
+    x.checked_rem(y) == Some(0)
+}
+
 fn page_size() -> usize {
     // SAFETY: sysconf only reads a configuration value; it has no memory-safety preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -92,26 +97,26 @@ impl RingConfig {
                 align(RX_DATA_OFFSET + ETH_HEADER_LEN + 64)
             ));
         }
-        if self.frame_size % ALIGN != 0 {
+        if !multiple_of(self.frame_size, ALIGN) {
             return bad(format!(
                 "frame size {} is not a multiple of {ALIGN}",
                 self.frame_size
             ));
         }
-        if self.block_size == 0 || self.block_size % page != 0 {
+        if self.block_size == 0 || !multiple_of(self.block_size, page) {
             return bad(format!(
                 "block size {} is not a multiple of the page size {page}",
                 self.block_size
             ));
         }
-        if self.block_size % self.frame_size != 0 {
+        if !multiple_of(self.block_size, self.frame_size) {
             return bad(format!(
                 "block size {} is not a multiple of the frame size {}",
                 self.block_size, self.frame_size
             ));
         }
         let per_block = self.block_size / self.frame_size;
-        if self.frame_count == 0 || self.frame_count % per_block != 0 {
+        if self.frame_count == 0 || !multiple_of(self.frame_count, per_block) {
             return bad(format!(
                 "frame count {} is not a positive multiple of the {per_block} frames per block",
                 self.frame_count
@@ -303,7 +308,7 @@ impl RingSocket {
 
     /// The status word of the slot at byte `offset` of the mapping.
     fn status(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset + HDRLEN <= self.map.len() && offset % ALIGN == 0);
+        debug_assert!(offset + HDRLEN <= self.map.len() && multiple_of(offset, ALIGN));
         // SAFETY: `offset` is the start of a slot inside the mapping (slots are laid out by
         // `Ring::slot_offset` within the configured sizes), so the pointer is in bounds and
         // 16-byte aligned; `tp_status` is the first u32 of the slot header. The kernel and we
