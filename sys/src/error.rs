@@ -113,6 +113,16 @@ impl Error {
         }
     }
 
+    /// Whether this I/O error means the interface went down or away (`ENETDOWN`, `ENXIO`,
+    /// `ENODEV` after the socket was bound): the link is closed, not merely failing.
+    pub fn is_link_gone(&self) -> bool {
+        matches!(
+            self,
+            Error::Io { source, .. }
+                if matches!(source.raw_os_error(), Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV))
+        )
+    }
+
     /// The `errno` behind this error, if there is one.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
