@@ -8,7 +8,8 @@
 //! ```
 //!
 //! defaults: 2000 round trips of 64-byte PDUs, 2 s of rate per backend, wait modes
-//! `adaptive,block,spin`. veth numbers measure the software path (system calls, copies,
+//! `adaptive,block,spin`. `ring-mmsg` is the ring backend sending with `sendmmsg` batches
+//! instead of the TX ring. veth numbers measure the software path (system calls, copies,
 //! wake-ups), which is what the backends differ in; a real NIC adds its own latency.
 
 #[path = "../sys/tests/common/netns.rs"]
@@ -16,7 +17,7 @@ mod netns;
 
 use ethbcast::link::measure::{blast, echo, ping, sink};
 use ethbcast::link::pnet::{PnetConfig, PnetLink};
-use ethbcast::link::ring::{RingLink, RingLinkConfig};
+use ethbcast::link::ring::{RingLink, RingLinkConfig, TxMode};
 use ethbcast::link::socket::{SocketConfig, SocketLink};
 use ethbcast::link::{Link, LinkError, WaitMode};
 use netns::{NetnsPair, END_A, END_B};
@@ -28,10 +29,15 @@ const PDU: usize = 64;
 
 fn open(backend: &str, iface: &str, wait: WaitMode) -> Result<Box<dyn Link>, LinkError> {
     Ok(match backend {
-        "ring" => Box::new(RingLink::open(
+        "ring" | "ring-mmsg" => Box::new(RingLink::open(
             iface,
             &RingLinkConfig {
                 wait,
+                tx_mode: if backend == "ring" {
+                    TxMode::Ring
+                } else {
+                    TxMode::Batch
+                },
                 ..Default::default()
             },
         )?),
@@ -128,7 +134,7 @@ fn main() {
         "{:<8} {:<9} {:>10} {:>10} {:>10} {:>5} {:>12} {:>12}",
         "backend", "wait", "median_us", "p99_us", "min_us", "lost", "sent/s", "recv/s"
     );
-    for backend in ["ring", "socket", "pnet"] {
+    for backend in ["ring", "ring-mmsg", "socket", "pnet"] {
         for &wait in &waits {
             let lat = pair(
                 &ns,

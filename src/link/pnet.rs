@@ -33,6 +33,9 @@ pub struct PnetConfig {
     pub read_buffer: usize,
     /// pnet's send buffer.
     pub write_buffer: usize,
+    /// Kernel receive buffer of the socket in bytes (Linux; see
+    /// [`super::socket::SocketConfig::recv_buffer`]).
+    pub recv_buffer: usize,
 }
 
 impl Default for PnetConfig {
@@ -41,6 +44,7 @@ impl Default for PnetConfig {
             wait: WaitMode::default(),
             read_buffer: 65536,
             write_buffer: 65536,
+            recv_buffer: 4 << 20,
         }
     }
 }
@@ -97,8 +101,15 @@ impl PnetLink {
         }
         #[cfg(target_os = "linux")]
         let (socket_fd, poll_fd) = {
+            use ethbcast_sys::socket::{PacketSocket, SocketOptions};
             use std::os::fd::IntoRawFd;
-            let fd = ethbcast_sys::socket::PacketSocket::new_unbound_fd()?;
+            // pnet sees everything, our own frames included, as it would with its own socket.
+            let sock = PacketSocket::new(&SocketOptions {
+                ignore_outgoing: false,
+                qdisc_bypass: false,
+            })?;
+            sock.set_recv_buffer(cfg.recv_buffer)?;
+            let fd = sock.into_fd();
             let dup = fd.try_clone()?;
             (Some(fd.into_raw_fd()), dup)
         };

@@ -7,8 +7,11 @@
 //! `flush` kicks the kernel once for everything queued. The unsafe half (mapping, slot status
 //! protocol, memory ordering) is in `ethbcast_sys::ring`; this file only speaks [`Link`].
 //!
-//! Queued frames leave at `flush`, when the TX ring is half full, or before `recv` blocks (so
-//! a driver that forgets to flush before waiting for an answer cannot deadlock).
+//! Sending has two modes ([`TxMode`]): the TX ring (default), or frames copied into a userspace
+//! batch and sent with one `sendmmsg(2)` per 64 frames, for kernels or setups where the TX
+//! ring is slower (the pingpong example measures both). Either way, queued frames leave at
+//! `flush`, when the queue is half full, or before `recv` blocks (so a driver that forgets to
+//! flush before waiting for an answer cannot deadlock).
 
 use super::socket::{
     check_pdu, frame_len, lookup, split_frame, stalled, strategy, write_frame, RECV_BATCH,
@@ -26,6 +29,19 @@ use std::time::Duration;
 /// How long `send` waits for a TX slot to come back before giving up.
 const SEND_STALL: Duration = Duration::from_secs(1);
 
+/// How the ring backend sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TxMode {
+    /// Frames are written into the mapped TX ring; `flush` is one `send(fd, NULL, 0)`.
+    #[default]
+    Ring,
+    /// Frames are copied into a batch; `flush` sends it with `sendmmsg` (64 frames a call).
+    Batch,
+}
+
+/// Largest `sendmmsg` batch.
+const BATCH: usize = 64;
+
 /// Configuration of the `ring` backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingLinkConfig {
@@ -33,8 +49,10 @@ pub struct RingLinkConfig {
     pub wait: WaitMode,
     /// RX ring geometry (default: 1024 slots of 2048 bytes).
     pub rx: RingConfig,
-    /// TX ring geometry (default: 256 slots of 2048 bytes).
+    /// TX ring geometry (default: 256 slots of 2048 bytes); unused with [`TxMode::Batch`].
     pub tx: RingConfig,
+    /// How frames are sent.
+    pub tx_mode: TxMode,
     /// Skip the qdisc layer when sending (`PACKET_QDISC_BYPASS`).
     pub qdisc_bypass: bool,
 }
@@ -45,6 +63,7 @@ impl Default for RingLinkConfig {
             wait: WaitMode::default(),
             rx: RingConfig::RX_DEFAULT,
             tx: RingConfig::TX_DEFAULT,
+            tx_mode: TxMode::Ring,
             qdisc_bypass: false,
         }
     }
@@ -61,6 +80,10 @@ pub struct RingLink {
     queued: usize,
     /// Flush automatically once this many frames are queued.
     flush_at: usize,
+    tx_mode: TxMode,
+    /// [`TxMode::Batch`]: queued frames, back to back, and their end offsets.
+    batch: Vec<u8>,
+    batch_ends: Vec<usize>,
 }
 
 impl RingLink {
@@ -70,10 +93,13 @@ impl RingLink {
     pub fn open(iface: &str, cfg: &RingLinkConfig) -> Result<Self, LinkError> {
         let (iface, max_pdu) = lookup(iface)?;
         let need = ETH_HEADER_LEN + max_pdu;
-        for (name, cap) in [
-            ("RX", cfg.rx.rx_frame_capacity()),
-            ("TX", cfg.tx.tx_frame_capacity()),
-        ] {
+        let with_tx_ring = cfg.tx_mode == TxMode::Ring;
+        let tx_cap = if with_tx_ring {
+            cfg.tx.tx_frame_capacity()
+        } else {
+            usize::MAX
+        };
+        for (name, cap) in [("RX", cfg.rx.rx_frame_capacity()), ("TX", tx_cap)] {
             if cap < need {
                 return Err(LinkError::RingSetup(format!(
                     "{name} ring frames of {cap} usable bytes cannot hold the {need}-byte frames of MTU {max_pdu}; raise the frame size (e.g. to the next power of two above {})",
@@ -85,14 +111,22 @@ impl RingLink {
             ignore_outgoing: true,
             qdisc_bypass: cfg.qdisc_bypass,
         };
-        let ring = RingSocket::open(iface.index, ETHERTYPE, &opts, &cfg.rx, Some(&cfg.tx))?;
+        let tx = with_tx_ring.then_some(&cfg.tx);
+        let ring = RingSocket::open(iface.index, ETHERTYPE, &opts, &cfg.rx, tx)?;
         Ok(RingLink {
             ring,
             iface,
             max_pdu,
             strategy: strategy(cfg.wait),
             queued: 0,
-            flush_at: (cfg.tx.frame_count / 2).max(1),
+            flush_at: if with_tx_ring {
+                (cfg.tx.frame_count / 2).max(1)
+            } else {
+                BATCH
+            },
+            tx_mode: cfg.tx_mode,
+            batch: Vec::new(),
+            batch_ends: Vec::new(),
         })
     }
 
@@ -105,6 +139,30 @@ impl RingLink {
     /// full); reading them resets them.
     pub fn stats(&self) -> Result<ethbcast_sys::socket::Stats, LinkError> {
         Ok(self.ring.socket().stats()?)
+    }
+
+    /// Sends the userspace batch with `sendmmsg`, waiting for room when the socket is full.
+    fn flush_batch(&mut self) -> Result<(), LinkError> {
+        let mut frames: Vec<&[u8]> = Vec::with_capacity(self.batch_ends.len());
+        let mut start = 0;
+        for &end in &self.batch_ends {
+            frames.push(&self.batch[start..end]);
+            start = end;
+        }
+        let mut done = 0;
+        while done < frames.len() {
+            let n = self.ring.socket().send_batch(&frames[done..])?;
+            if n == 0 {
+                let fd = self.ring.socket().as_fd();
+                if !wait::wait_fd(fd, Interest::Write, self.strategy, SEND_STALL)? {
+                    return Err(stalled("the packet socket"));
+                }
+            }
+            done += n;
+        }
+        self.batch.clear();
+        self.batch_ends.clear();
+        Ok(())
     }
 
     fn drain(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> usize {
@@ -136,7 +194,12 @@ impl Link for RingLink {
         let len = frame_len(pdu.len());
         let src = self.iface.mac;
         let fill = |d: &mut [u8]| write_frame(d, dst, src, pdu);
-        if !self.ring.tx_push_with(len, fill)? {
+        if self.tx_mode == TxMode::Batch {
+            let start = self.batch.len();
+            self.batch.resize(start + len, 0);
+            fill(&mut self.batch[start..]);
+            self.batch_ends.push(start + len);
+        } else if !self.ring.tx_push_with(len, fill)? {
             // The next slot is still in flight: push out what is queued, wait for the slot.
             self.flush()?;
             let ring = &self.ring;
@@ -160,7 +223,10 @@ impl Link for RingLink {
 
     fn flush(&mut self) -> Result<(), LinkError> {
         if self.queued > 0 {
-            self.ring.tx_flush()?;
+            match self.tx_mode {
+                TxMode::Ring => self.ring.tx_flush()?,
+                TxMode::Batch => self.flush_batch()?,
+            }
             self.queued = 0;
         }
         Ok(())

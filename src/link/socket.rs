@@ -21,12 +21,26 @@ use std::time::Duration;
 const SEND_STALL: Duration = Duration::from_secs(1);
 
 /// Configuration of the `socket` backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SocketConfig {
     /// How `recv` waits.
     pub wait: WaitMode,
     /// Skip the qdisc layer when sending (`PACKET_QDISC_BYPASS`).
     pub qdisc_bypass: bool,
+    /// Receive buffer in bytes: how much the kernel queues for us before it drops frames
+    /// (default 4 MiB; the kernel's default of about 200 KiB holds only some hundred frames).
+    /// Without `CAP_NET_ADMIN` the kernel caps it at `net.core.rmem_max`.
+    pub recv_buffer: usize,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            wait: WaitMode::default(),
+            qdisc_bypass: false,
+            recv_buffer: 4 << 20,
+        }
+    }
 }
 
 /// A [`Link`] over a plain `AF_PACKET` socket.
@@ -48,7 +62,10 @@ impl SocketLink {
             ignore_outgoing: true,
             qdisc_bypass: cfg.qdisc_bypass,
         };
-        let sock = PacketSocket::open(iface.index, ETHERTYPE, &opts)?;
+        // Size the buffer before binding, so no frame meets the small default.
+        let mut sock = PacketSocket::new(&opts)?;
+        sock.set_recv_buffer(cfg.recv_buffer)?;
+        sock.bind(iface.index, ETHERTYPE)?;
         Ok(SocketLink {
             sock,
             max_pdu,

@@ -136,6 +136,11 @@ impl PacketSocket {
         Ok(())
     }
 
+    /// Gives up the socket as a plain descriptor (e.g. for a library that binds it itself).
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
     /// The interface index bound to (0 before [`PacketSocket::bind`]).
     pub fn ifindex(&self) -> u32 {
         self.ifindex
@@ -164,6 +169,22 @@ impl PacketSocket {
             on.into(),
             "PACKET_QDISC_BYPASS",
         )
+    }
+
+    /// Sets the socket's receive buffer to `bytes` (what the plain socket can queue before the
+    /// kernel drops frames). Tries `SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`, ignores the
+    /// `net.core.rmem_max` limit) first, then `SO_RCVBUF` (capped at `rmem_max`). Returns the
+    /// size the kernel granted (it doubles the request for its bookkeeping).
+    pub fn set_recv_buffer(&self, bytes: usize) -> Result<usize> {
+        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX / 2);
+        if self
+            .setsockopt_int(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v, "SO_RCVBUFFORCE")
+            .is_err()
+        {
+            self.setsockopt_int(libc::SOL_SOCKET, libc::SO_RCVBUF, v, "SO_RCVBUF")?;
+        }
+        nix::sys::socket::getsockopt(&self.fd, nix::sys::socket::sockopt::RcvBuf)
+            .map_err(|e| Error::from_errno("SO_RCVBUF", e as i32))
     }
 
     /// Attaches a classic BPF program (see [`crate::filter`]) that runs on every frame before

@@ -66,7 +66,12 @@ impl NetnsPair {
                         "ETHBCAST_REQUIRE_NETNS=1 but a network namespace cannot be created: {e}"
                     );
                 }
-                eprintln!("SKIPPED: {tag}: cannot create a network namespace ({e}); run as root with iproute2 to run this test");
+                // Straight to fd 2 (not eprintln!), so the test harness's capture cannot hide it.
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: {tag}: cannot create a network namespace ({e}); run as root with iproute2 to run this test"
+                );
                 None
             }
         }
