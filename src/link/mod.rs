@@ -14,6 +14,7 @@
 //! A link carries ethbcast PDUs ([`crate::wire`]); the Ethernet header (destination, source,
 //! EtherType 0x88B5) is the link's business.
 
+pub mod measure;
 pub mod pnet;
 #[cfg(target_os = "linux")]
 pub mod ring;
@@ -29,6 +30,18 @@ pub type MacAddr = [u8; 6];
 
 /// The Ethernet broadcast address: a frame sent here reaches every port of the segment.
 pub const BROADCAST_MAC: MacAddr = [0xff; 6];
+
+/// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
+/// protocol's fragments would be too small to be worth their headers.
+pub const MIN_MTU: usize = 576;
+
+/// Checks an interface MTU against [`MIN_MTU`] and returns the largest PDU (the MTU itself).
+pub fn check_mtu(mtu: usize) -> Result<usize, LinkError> {
+    if mtu < MIN_MTU {
+        return Err(LinkError::MtuTooSmall { mtu, need: MIN_MTU });
+    }
+    Ok(mtu)
+}
 
 /// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: &MacAddr) -> String {

@@ -1,1 +1,299 @@
-//! socket backend (placeholder).
+//! The `socket` backend: plain `send`/`recvfrom` on an `AF_PACKET` socket bound to the ethbcast
+//! EtherType, one system call per frame.
+//!
+//! Why keep it next to the ring backend: it is the simplest correct raw-Ethernet link (works
+//! where ring memory is restricted, is easy to trace with `strace`), and it is the baseline
+//! that shows what the rings buy. It also hosts what the raw backends share: the mapping of
+//! [`ethbcast_sys::Error`] to [`LinkError`], interface lookup with the MTU check, frame
+//! building with padding, and the wait strategy.
+
+use super::{check_mtu, Link, LinkError, MacAddr, WaitMode};
+use crate::wire::{ETHERTYPE, ETH_HEADER_LEN};
+use ethbcast_sys::iface::Interface;
+use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
+use ethbcast_sys::wait::{self, Interest, Strategy};
+use ethbcast_sys::ETH_MIN_FRAME;
+use std::io;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+/// How long `send` waits for room in a full socket buffer before giving up.
+const SEND_STALL: Duration = Duration::from_secs(1);
+
+/// Configuration of the `socket` backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketConfig {
+    /// How `recv` waits.
+    pub wait: WaitMode,
+    /// Skip the qdisc layer when sending (`PACKET_QDISC_BYPASS`).
+    pub qdisc_bypass: bool,
+    /// Receive buffer in bytes: how much the kernel queues for us before it drops frames
+    /// (default 4 MiB; the kernel's default of about 200 KiB holds only some hundred frames).
+    /// Without `CAP_NET_ADMIN` the kernel caps it at `net.core.rmem_max`.
+    pub recv_buffer: usize,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            wait: WaitMode::default(),
+            qdisc_bypass: false,
+            recv_buffer: 4 << 20,
+        }
+    }
+}
+
+/// A [`Link`] over a plain `AF_PACKET` socket.
+#[derive(Debug)]
+pub struct SocketLink {
+    sock: PacketSocket,
+    iface: Interface,
+    max_pdu: usize,
+    strategy: Strategy,
+    tx: Vec<u8>,
+    rx: Vec<u8>,
+}
+
+impl SocketLink {
+    /// Opens interface `iface` (in the calling thread's network namespace).
+    pub fn open(iface: &str, cfg: &SocketConfig) -> Result<Self, LinkError> {
+        let (iface, max_pdu) = lookup(iface)?;
+        let opts = SocketOptions {
+            ignore_outgoing: true,
+            qdisc_bypass: cfg.qdisc_bypass,
+        };
+        // Size the buffer before binding, so no frame meets the small default.
+        let mut sock = PacketSocket::new(&opts)?;
+        sock.set_recv_buffer(cfg.recv_buffer)?;
+        sock.bind(iface.index, ETHERTYPE)?;
+        Ok(SocketLink {
+            sock,
+            max_pdu,
+            strategy: strategy(cfg.wait),
+            tx: Vec::with_capacity(ETH_HEADER_LEN + max_pdu),
+            // One spare byte: a frame that fills the buffer completely is a truncated one.
+            rx: vec![0; ETH_HEADER_LEN + max_pdu + 1],
+            iface,
+        })
+    }
+
+    /// The interface this link sends on.
+    pub fn interface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// Drains ready frames into `f`; returns how many were delivered.
+    fn drain(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
+        let mut n = 0;
+        // Bounded, so that a flood cannot keep one call busy forever.
+        for _ in 0..RECV_BATCH {
+            let Some(info) = self.sock.recv(&mut self.rx)? else {
+                break;
+            };
+            if info.is_other_host() || info.len > self.rx.len() - 1 {
+                continue;
+            }
+            if let Some((src, pdu)) = split_frame(&self.rx[..info.len]) {
+                f(src, pdu);
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Most frames one `recv` call hands over.
+pub(crate) const RECV_BATCH: usize = 1024;
+
+impl Link for SocketLink {
+    fn local_mac(&self) -> MacAddr {
+        self.iface.mac
+    }
+
+    fn max_pdu(&self) -> usize {
+        self.max_pdu
+    }
+
+    fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
+        build_frame(&mut self.tx, dst, self.iface.mac, pdu, self.max_pdu)?;
+        if self.sock.send(&self.tx)? {
+            return Ok(());
+        }
+        // The socket buffer (or the device queue) is full: wait for room, then retry once.
+        let fd = self.sock.as_fd();
+        if wait::wait_fd(fd, Interest::Write, self.strategy, SEND_STALL)?
+            && self.sock.send(&self.tx)?
+        {
+            return Ok(());
+        }
+        Err(stalled("the packet socket"))
+    }
+
+    fn recv(
+        &mut self,
+        wait: Option<Duration>,
+        f: &mut dyn FnMut(MacAddr, &[u8]),
+    ) -> Result<usize, LinkError> {
+        let n = self.drain(f)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        let Some(wait) = wait else { return Ok(0) };
+        if !wait::wait_fd(self.sock.as_fd(), Interest::Read, self.strategy, wait)? {
+            return Ok(0);
+        }
+        self.drain(f)
+    }
+}
+
+impl From<ethbcast_sys::Error> for LinkError {
+    fn from(e: ethbcast_sys::Error) -> Self {
+        use ethbcast_sys::Error as E;
+        match e {
+            E::NoSuchInterface(name) => LinkError::NoSuchInterface(name),
+            E::PermissionDenied { .. } => LinkError::PermissionDenied,
+            E::RingConfig(_) | E::RingSetup { .. } => LinkError::RingSetup(e.to_string()),
+            E::FrameTooLong { len, max } => LinkError::FrameTooLong { len, max },
+            ref io if io.is_link_gone() => LinkError::Closed,
+            other => {
+                let kind = match &other {
+                    E::InvalidInterfaceName { .. } | E::NotEthernet { .. } | E::Filter(_) => {
+                        io::ErrorKind::InvalidInput
+                    }
+                    E::Io { source, .. } => source.kind(),
+                    _ => io::ErrorKind::Other,
+                };
+                LinkError::Io(io::Error::new(kind, other))
+            }
+        }
+    }
+}
+
+/// The error of a send that found no room for [`SEND_STALL`].
+pub(crate) fn stalled(what: &str) -> LinkError {
+    LinkError::Io(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("{what} had no room to send for {SEND_STALL:?}: is the interface up and its queue draining?"),
+    ))
+}
+
+/// Looks the interface up and applies the MTU check; returns it with the largest PDU.
+pub(crate) fn lookup(name: &str) -> Result<(Interface, usize), LinkError> {
+    let iface = Interface::lookup(name)?;
+    let max_pdu = check_mtu(iface.mtu)?;
+    Ok((iface, max_pdu))
+}
+
+/// The sys wait strategy of a [`WaitMode`].
+pub(crate) fn strategy(mode: WaitMode) -> Strategy {
+    match mode {
+        WaitMode::Spin => Strategy::Spin,
+        WaitMode::Block => Strategy::Block,
+        WaitMode::Adaptive => Strategy::default(),
+    }
+}
+
+/// Length of the Ethernet frame that carries a PDU of `pdu_len` bytes (padded to the minimum).
+pub(crate) fn frame_len(pdu_len: usize) -> usize {
+    (ETH_HEADER_LEN + pdu_len).max(ETH_MIN_FRAME)
+}
+
+/// Checks the PDU length against `max_pdu`.
+pub(crate) fn check_pdu(pdu: &[u8], max_pdu: usize) -> Result<(), LinkError> {
+    if pdu.len() > max_pdu {
+        return Err(LinkError::FrameTooLong {
+            len: pdu.len(),
+            max: max_pdu,
+        });
+    }
+    Ok(())
+}
+
+/// Writes the Ethernet frame for `pdu` into `out` (zero-padded to 60 bytes, as a NIC would,
+/// so that veth and real Ethernet deliver the same bytes). `out` must be [`frame_len`] long.
+pub(crate) fn write_frame(out: &mut [u8], dst: MacAddr, src: MacAddr, pdu: &[u8]) {
+    write_eth_header(out, &dst, &src, ETHERTYPE);
+    out[ETH_HEADER_LEN..ETH_HEADER_LEN + pdu.len()].copy_from_slice(pdu);
+    out[ETH_HEADER_LEN + pdu.len()..].fill(0);
+}
+
+/// Builds the frame for `pdu` in `buf`.
+pub(crate) fn build_frame(
+    buf: &mut Vec<u8>,
+    dst: MacAddr,
+    src: MacAddr,
+    pdu: &[u8],
+    max_pdu: usize,
+) -> Result<(), LinkError> {
+    check_pdu(pdu, max_pdu)?;
+    buf.resize(frame_len(pdu.len()), 0);
+    write_frame(buf, dst, src, pdu);
+    Ok(())
+}
+
+/// Splits a received ethbcast frame into source MAC and PDU (padding included); `None` for a
+/// runt or a frame of another EtherType.
+pub(crate) fn split_frame(frame: &[u8]) -> Option<(MacAddr, &[u8])> {
+    if frame.len() < ETH_HEADER_LEN || frame[12..14] != ETHERTYPE.to_be_bytes() {
+        return None;
+    }
+    let mut src = [0u8; 6];
+    src.copy_from_slice(&frame[6..12]);
+    Some((src, &frame[ETH_HEADER_LEN..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sys_errors_map_to_link_errors_that_say_what_to_do() {
+        let e: LinkError = ethbcast_sys::Error::from_errno("socket", 1).into();
+        assert!(matches!(e, LinkError::PermissionDenied));
+        assert!(e.to_string().contains("CAP_NET_RAW"));
+        let e: LinkError = ethbcast_sys::Error::NoSuchInterface("x0".into()).into();
+        assert!(matches!(e, LinkError::NoSuchInterface(ref n) if n == "x0"));
+        let e: LinkError = ethbcast_sys::Error::RingConfig("bad".into()).into();
+        assert!(matches!(e, LinkError::RingSetup(_)));
+        let e: LinkError = ethbcast_sys::Error::InvalidInterfaceName {
+            name: "a/b".into(),
+            why: "slash",
+        }
+        .into();
+        assert!(matches!(e, LinkError::Io(ref io) if io.kind() == io::ErrorKind::InvalidInput));
+    }
+
+    #[test]
+    fn frames_are_padded_and_split_back() {
+        let mut buf = Vec::new();
+        build_frame(&mut buf, [0xff; 6], [2, 0, 0, 0, 0, 1], b"hi", 1500).unwrap();
+        assert_eq!(buf.len(), 60);
+        let (src, pdu) = split_frame(&buf).unwrap();
+        assert_eq!(src, [2, 0, 0, 0, 0, 1]);
+        assert_eq!(&pdu[..2], b"hi");
+        assert!(pdu[2..].iter().all(|&b| b == 0));
+        assert_eq!(pdu.len(), 46);
+        assert!(matches!(
+            build_frame(&mut buf, [0xff; 6], [0; 6], &[0; 1501], 1500),
+            Err(LinkError::FrameTooLong {
+                len: 1501,
+                max: 1500
+            })
+        ));
+        assert!(split_frame(&buf[..10]).is_none());
+        buf[12] = 0x08;
+        assert!(split_frame(&buf).is_none());
+    }
+
+    #[test]
+    fn mtu_below_the_minimum_is_refused() {
+        assert!(matches!(
+            check_mtu(500),
+            Err(LinkError::MtuTooSmall {
+                mtu: 500,
+                need: 576
+            })
+        ));
+        assert_eq!(check_mtu(1500).unwrap(), 1500);
+    }
+}

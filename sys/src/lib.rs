@@ -1,1 +1,39 @@
-//! Linux raw Ethernet I/O for ethbcast (placeholder).
+//! Linux raw Ethernet I/O for ethbcast: the one crate of the project that contains `unsafe`.
+//!
+//! Why a separate crate: the protocol crate (`ethbcast`) denies `unsafe` outright, so every
+//! system call, every `setsockopt` with a C struct and every access to the memory shared with
+//! the kernel lives here, behind small safe types, one file per concern:
+//!
+//! - [`iface`]: interface index, MAC address and MTU, asked from the kernel by `ioctl`;
+//! - [`socket`]: the `AF_PACKET`/`SOCK_RAW` socket bound to one interface and one EtherType,
+//!   with `PACKET_IGNORE_OUTGOING`, `PACKET_QDISC_BYPASS`, classic BPF filters, plain and
+//!   batched (`sendmmsg`) send and receive;
+//! - [`filter`]: building classic BPF programs (the EtherType filter);
+//! - [`ring`]: `TPACKET_V2` memory-mapped RX and TX rings (no system call per received frame,
+//!   one per burst of sent frames);
+//! - [`wait`]: waiting for a socket: spin, block in `ppoll(2)`, or spin then block;
+//! - [`error`]: typed errors that say what the user can do (`CAP_NET_RAW`, `ip link`, ...).
+//!
+//! Every `unsafe` block carries a `// SAFETY:` comment (enforced by
+//! `clippy::undocumented_unsafe_blocks`). The crate is empty on other systems than Linux.
+#![cfg(target_os = "linux")]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod filter;
+pub mod iface;
+pub mod ring;
+pub mod socket;
+pub mod wait;
+
+pub use error::{Error, Result};
+
+/// A 48-bit Ethernet MAC address.
+pub type MacAddr = [u8; 6];
+
+/// Length of an Ethernet II header (destination, source, EtherType).
+pub const ETH_HEADER_LEN: usize = 14;
+
+/// Smallest Ethernet frame without the FCS: shorter frames are padded with zeros to this length.
+pub const ETH_MIN_FRAME: usize = 60;

@@ -1,0 +1,161 @@
+//! Errors of the raw Ethernet layer, each saying what the user can do about it.
+//!
+//! The kernel reports everything as an `errno`; callers need to tell apart the few cases a user
+//! can fix (missing capability, wrong interface name, ring too large) from plain I/O failures.
+//! [`Error::from_errno`] is that classification, in one place, so that it can be unit-tested
+//! without privileges.
+
+use std::io;
+use thiserror::Error;
+
+/// Result of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong when opening or using a packet socket.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The interface does not exist in this network namespace.
+    #[error("no such network interface {0:?}: check `ip link` (and the network namespace)")]
+    NoSuchInterface(String),
+    /// The interface name cannot name an interface at all.
+    #[error("invalid interface name {name:?}: {why}")]
+    InvalidInterfaceName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        why: &'static str,
+    },
+    /// The interface exists but is not Ethernet (loopback, tunnel, ...).
+    #[error("interface {name:?} is not an Ethernet interface (hardware type {hw_type}): pick an Ethernet or veth interface")]
+    NotEthernet {
+        /// Interface name.
+        name: String,
+        /// ARPHRD_* hardware type the kernel reported.
+        hw_type: u16,
+    },
+    /// The operation needs `CAP_NET_RAW` (packet sockets) which this process lacks.
+    #[error("permission denied ({op}): raw packet sockets need CAP_NET_RAW; run as root or `sudo setcap cap_net_raw,cap_net_admin+ep <binary>`")]
+    PermissionDenied {
+        /// The operation that was refused.
+        op: &'static str,
+    },
+    /// The ring configuration is inconsistent; nothing was asked from the kernel.
+    #[error("invalid packet ring configuration: {0}")]
+    RingConfig(String),
+    /// The kernel refused to set up or map a packet ring.
+    #[error("packet ring setup failed ({op}): {source}; try a smaller ring (frame count, block size) or the plain socket backend")]
+    RingSetup {
+        /// The refused step.
+        op: &'static str,
+        /// The kernel's error.
+        #[source]
+        source: io::Error,
+    },
+    /// A classic BPF program the kernel cannot take.
+    #[error("invalid BPF filter: {0}")]
+    Filter(String),
+    /// A frame larger than the socket or ring can carry.
+    #[error("frame of {len} bytes exceeds the maximum of {max} bytes")]
+    FrameTooLong {
+        /// Frame length.
+        len: usize,
+        /// The largest frame accepted.
+        max: usize,
+    },
+    /// A frame shorter than an Ethernet header.
+    #[error("frame of {len} bytes is shorter than the {min}-byte Ethernet header")]
+    FrameTooShort {
+        /// Frame length.
+        len: usize,
+        /// The shortest frame accepted.
+        min: usize,
+    },
+    /// The kernel rejected a frame of the TX ring as malformed.
+    #[error("the kernel rejected a TX ring frame as malformed (TP_STATUS_WRONG_FORMAT)")]
+    TxWrongFormat,
+    /// Any other operating-system error.
+    #[error("{op} failed: {source}")]
+    Io {
+        /// The failed operation.
+        op: &'static str,
+        /// The kernel's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Classifies the `errno` of a failed operation `op`: `EPERM`/`EACCES` become
+    /// [`Error::PermissionDenied`], everything else [`Error::Io`].
+    pub fn from_errno(op: &'static str, errno: i32) -> Self {
+        Self::from_io(op, io::Error::from_raw_os_error(errno))
+    }
+
+    /// Like [`Error::from_errno`] for an [`io::Error`].
+    pub fn from_io(op: &'static str, source: io::Error) -> Self {
+        match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => Error::PermissionDenied { op },
+            _ => Error::Io { op, source },
+        }
+    }
+
+    /// The last OS error of the calling thread, classified.
+    pub(crate) fn last(op: &'static str) -> Self {
+        Self::from_io(op, io::Error::last_os_error())
+    }
+
+    /// Classifies a failed ring step: permission problems stay [`Error::PermissionDenied`],
+    /// everything else is [`Error::RingSetup`].
+    pub(crate) fn ring(op: &'static str, source: io::Error) -> Self {
+        match Self::from_io(op, source) {
+            Error::Io { op, source } => Error::RingSetup { op, source },
+            other => other,
+        }
+    }
+
+    /// Whether this I/O error means the interface went down or away (`ENETDOWN`, `ENXIO`,
+    /// `ENODEV` after the socket was bound): the link is closed, not merely failing.
+    pub fn is_link_gone(&self) -> bool {
+        matches!(
+            self,
+            Error::Io { source, .. }
+                if matches!(source.raw_os_error(), Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV))
+        )
+    }
+
+    /// The `errno` behind this error, if there is one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } | Error::RingSetup { source, .. } => source.raw_os_error(),
+            Error::PermissionDenied { .. } => Some(libc::EPERM),
+            Error::NoSuchInterface(_) => Some(libc::ENODEV),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permission_errnos_are_explained() {
+        for errno in [libc::EPERM, libc::EACCES] {
+            let e = Error::from_errno("socket(AF_PACKET)", errno);
+            assert!(matches!(e, Error::PermissionDenied { .. }), "{e:?}");
+            assert!(e.to_string().contains("CAP_NET_RAW"));
+        }
+    }
+
+    #[test]
+    fn other_errnos_stay_io_errors_and_ring_errors_are_ring_setup() {
+        let e = Error::from_errno("send", libc::ENOBUFS);
+        assert!(matches!(e, Error::Io { op: "send", .. }));
+        assert_eq!(e.raw_os_error(), Some(libc::ENOBUFS));
+        let e = Error::ring("PACKET_RX_RING", io::Error::from_raw_os_error(libc::ENOMEM));
+        assert!(matches!(e, Error::RingSetup { .. }));
+        assert!(e.to_string().contains("smaller ring"));
+        let e = Error::ring("PACKET_RX_RING", io::Error::from_raw_os_error(libc::EPERM));
+        assert!(matches!(e, Error::PermissionDenied { .. }));
+    }
+}

@@ -1,0 +1,422 @@
+//! The `AF_PACKET`/`SOCK_RAW` socket: one interface, one EtherType, whole Ethernet frames.
+//!
+//! Why these choices:
+//! - bound to the ethbcast EtherType, not `ETH_P_ALL`: the kernel then hands us only our
+//!   frames, and nothing of the host's IP traffic is copied to userspace;
+//! - created with protocol 0 and bound afterwards: a socket created with a protocol receives
+//!   from *every* interface until it is bound, and a ring must be set up before frames arrive
+//!   (frames queued on the plain socket before the ring would keep `poll` readable forever),
+//!   so [`PacketSocket::new`] makes a socket that receives nothing and [`PacketSocket::bind`]
+//!   is the last step;
+//! - `PACKET_IGNORE_OUTGOING` on by default: otherwise every frame we send to the broadcast
+//!   address is also delivered back to our own socket;
+//! - nonblocking: waiting is [`crate::wait`]'s business (spin, poll, or both).
+
+use crate::filter::{Insn, MAX_INSNS};
+use crate::{Error, MacAddr, Result};
+use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+use std::mem::size_of;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+/// Options of a packet socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketOptions {
+    /// Do not deliver frames this host sends back to this socket (`PACKET_IGNORE_OUTGOING`).
+    pub ignore_outgoing: bool,
+    /// Hand frames straight to the driver, skipping the qdisc layer (`PACKET_QDISC_BYPASS`).
+    /// Faster, but bypasses traffic shaping and the qdisc's queue (drops when the NIC is busy).
+    pub qdisc_bypass: bool,
+}
+
+impl Default for SocketOptions {
+    fn default() -> Self {
+        SocketOptions {
+            ignore_outgoing: true,
+            qdisc_bypass: false,
+        }
+    }
+}
+
+/// What [`PacketSocket::recv`] learned about one received frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvInfo {
+    /// Length of the frame on the wire; more than the buffer if the frame was truncated.
+    pub len: usize,
+    /// `PACKET_HOST`, `PACKET_BROADCAST`, `PACKET_MULTICAST`, `PACKET_OTHERHOST`, ...
+    pub pkttype: u8,
+}
+
+impl RecvInfo {
+    /// Whether the frame was addressed to someone else (seen only in promiscuous mode).
+    pub fn is_other_host(&self) -> bool {
+        self.pkttype == libc::PACKET_OTHERHOST || self.pkttype == libc::PACKET_OUTGOING
+    }
+}
+
+/// Counters of the kernel (`PACKET_STATISTICS`); reading them resets them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Frames the socket received (including dropped ones).
+    pub packets: u32,
+    /// Frames dropped because the socket buffer or ring was full.
+    pub drops: u32,
+}
+
+/// An `AF_PACKET` raw socket. Unbound after [`PacketSocket::new`]: call [`PacketSocket::bind`].
+#[derive(Debug)]
+pub struct PacketSocket {
+    fd: OwnedFd,
+    ifindex: u32,
+    ethertype: u16,
+}
+
+impl PacketSocket {
+    /// Creates a nonblocking packet socket that receives nothing yet and applies `opts`.
+    /// Needs `CAP_NET_RAW` ([`Error::PermissionDenied`] otherwise).
+    pub fn new(opts: &SocketOptions) -> Result<Self> {
+        let fd = Self::new_unbound_fd()?;
+        let s = PacketSocket {
+            fd,
+            ifindex: 0,
+            ethertype: 0,
+        };
+        if opts.ignore_outgoing {
+            s.set_ignore_outgoing(true)?;
+        }
+        if opts.qdisc_bypass {
+            s.set_qdisc_bypass(true)?;
+        }
+        Ok(s)
+    }
+
+    /// Creates, configures and binds in one step: the socket receives `ethertype` frames of
+    /// interface `ifindex`.
+    pub fn open(ifindex: u32, ethertype: u16, opts: &SocketOptions) -> Result<Self> {
+        let mut s = Self::new(opts)?;
+        s.bind(ifindex, ethertype)?;
+        Ok(s)
+    }
+
+    /// A bare nonblocking `AF_PACKET`/`SOCK_RAW` socket with protocol 0 (receives nothing),
+    /// for handing to code that binds it itself (e.g. pnet's `Config::socket_fd`).
+    pub fn new_unbound_fd() -> Result<OwnedFd> {
+        socket(
+            AddressFamily::Packet,
+            SockType::Raw,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(|e| Error::from_errno("socket(AF_PACKET, SOCK_RAW)", e as i32))
+    }
+
+    /// Binds to interface `ifindex` and EtherType `ethertype`: from now on the socket receives
+    /// those frames, and sends on that interface.
+    pub fn bind(&mut self, ifindex: u32, ethertype: u16) -> Result<()> {
+        let addr = sockaddr_ll(ifindex, ethertype);
+        // SAFETY: `addr` is a valid, initialised sockaddr_ll and the length passed is its size;
+        // the fd is an open AF_PACKET socket owned by self.
+        let rc = unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::ENODEV) | Some(libc::ENXIO) => {
+                    Error::NoSuchInterface(format!("interface index {ifindex}"))
+                }
+                _ => Error::from_io("bind(AF_PACKET)", err),
+            });
+        }
+        self.ifindex = ifindex;
+        self.ethertype = ethertype;
+        Ok(())
+    }
+
+    /// Gives up the socket as a plain descriptor (e.g. for a library that binds it itself).
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
+    /// The interface index bound to (0 before [`PacketSocket::bind`]).
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// The EtherType bound to (0 before [`PacketSocket::bind`]).
+    pub fn ethertype(&self) -> u16 {
+        self.ethertype
+    }
+
+    /// Turns `PACKET_IGNORE_OUTGOING` on or off.
+    pub fn set_ignore_outgoing(&self, on: bool) -> Result<()> {
+        self.setsockopt_int(
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            on.into(),
+            "PACKET_IGNORE_OUTGOING",
+        )
+    }
+
+    /// Turns `PACKET_QDISC_BYPASS` on or off.
+    pub fn set_qdisc_bypass(&self, on: bool) -> Result<()> {
+        self.setsockopt_int(
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            on.into(),
+            "PACKET_QDISC_BYPASS",
+        )
+    }
+
+    /// Sets the socket's receive buffer to `bytes` (what the plain socket can queue before the
+    /// kernel drops frames). Tries `SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`, ignores the
+    /// `net.core.rmem_max` limit) first, then `SO_RCVBUF` (capped at `rmem_max`). Returns the
+    /// size the kernel granted (it doubles the request for its bookkeeping).
+    pub fn set_recv_buffer(&self, bytes: usize) -> Result<usize> {
+        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX / 2);
+        if self
+            .setsockopt_int(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v, "SO_RCVBUFFORCE")
+            .is_err()
+        {
+            self.setsockopt_int(libc::SOL_SOCKET, libc::SO_RCVBUF, v, "SO_RCVBUF")?;
+        }
+        nix::sys::socket::getsockopt(&self.fd, nix::sys::socket::sockopt::RcvBuf)
+            .map_err(|e| Error::from_errno("SO_RCVBUF", e as i32))
+    }
+
+    /// Attaches a classic BPF program (see [`crate::filter`]) that runs on every frame before
+    /// it is queued to this socket.
+    pub fn attach_filter(&self, prog: &[Insn]) -> Result<()> {
+        if prog.is_empty() || prog.len() > MAX_INSNS {
+            return Err(Error::Filter(format!(
+                "a program has 1 to {MAX_INSNS} instructions, not {}",
+                prog.len()
+            )));
+        }
+        let fprog = libc::sock_fprog {
+            len: prog.len() as u16,
+            filter: prog.as_ptr().cast_mut(),
+        };
+        // SAFETY: `fprog` points to `prog.len()` valid instructions that outlive the call; the
+        // kernel copies the program and never writes through the pointer.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                (&fprog as *const libc::sock_fprog).cast(),
+                size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::EINVAL) => Error::Filter(format!("the kernel refused it: {err}")),
+                _ => Error::from_io("SO_ATTACH_FILTER", err),
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes an attached BPF program.
+    pub fn detach_filter(&self) -> Result<()> {
+        self.setsockopt_int(
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_FILTER,
+            0,
+            "SO_DETACH_FILTER",
+        )
+    }
+
+    /// Sends one whole Ethernet frame (header included) on the bound interface. Returns
+    /// `Ok(false)` if the socket cannot take it now (`EAGAIN`/`ENOBUFS`): wait for writability
+    /// and retry.
+    pub fn send(&self, frame: &[u8]) -> Result<bool> {
+        // SAFETY: the pointer and length describe the readable slice `frame`; the socket is
+        // bound, so no destination address is needed.
+        let rc = unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if rc >= 0 {
+            return Ok(true);
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::ENOBUFS) => Ok(false),
+            Some(libc::EMSGSIZE) => Err(Error::FrameTooLong {
+                len: frame.len(),
+                max: 0,
+            }),
+            _ => Err(Error::from_io("send(AF_PACKET)", err)),
+        }
+    }
+
+    /// Sends several whole Ethernet frames with one `sendmmsg(2)`. Returns how many the kernel
+    /// took (fewer than `frames.len()` if the socket filled up: wait and send the rest).
+    pub fn send_batch(&self, frames: &[&[u8]]) -> Result<usize> {
+        const MAX_BATCH: usize = 64;
+        let frames = &frames[..frames.len().min(MAX_BATCH)];
+        if frames.is_empty() {
+            return Ok(0);
+        }
+        let mut iovs: Vec<libc::iovec> = frames
+            .iter()
+            .map(|f| libc::iovec {
+                iov_base: f.as_ptr().cast_mut().cast(),
+                iov_len: f.len(),
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iovs
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: `msghdr` is plain old data; all-zero is a valid (empty) value.
+                let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+                hdr.msg_iov = iov;
+                hdr.msg_iovlen = 1;
+                libc::mmsghdr {
+                    msg_hdr: hdr,
+                    msg_len: 0,
+                }
+            })
+            .collect();
+        // SAFETY: `msgs` holds `msgs.len()` initialised headers, each pointing to one iovec of
+        // `iovs`, which point into the caller's frames; all outlive the call. The kernel only
+        // reads the frames and writes `msg_len`.
+        let rc = unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                msgs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::ENOBUFS) => Ok(0),
+            _ => Err(Error::from_io("sendmmsg(AF_PACKET)", err)),
+        }
+    }
+
+    /// Receives one whole Ethernet frame into `buf` without waiting. `Ok(None)`: nothing is
+    /// ready. If [`RecvInfo::len`] exceeds `buf.len()` the frame was truncated.
+    pub fn recv(&self, buf: &mut [u8]) -> Result<Option<RecvInfo>> {
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut alen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // SAFETY: `buf` is writable for `buf.len()` bytes, `addr`/`alen` describe a writable
+        // sockaddr_ll; MSG_TRUNC makes the kernel return the full length but never write more
+        // than `buf.len()` bytes.
+        let rc = unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                (&mut addr as *mut libc::sockaddr_ll).cast(),
+                &mut alen,
+            )
+        };
+        if rc >= 0 {
+            return Ok(Some(RecvInfo {
+                len: rc as usize,
+                pkttype: addr.sll_pkttype,
+            }));
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+            _ => Err(Error::from_io("recvfrom(AF_PACKET)", err)),
+        }
+    }
+
+    /// Reads (and resets) the kernel's counters of this socket.
+    pub fn stats(&self) -> Result<Stats> {
+        let mut st = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `st` is a writable tpacket_stats and `len` its size; the kernel writes at
+        // most `len` bytes.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::last("PACKET_STATISTICS"));
+        }
+        Ok(Stats {
+            packets: st.tp_packets,
+            drops: st.tp_drops,
+        })
+    }
+
+    /// Sets an integer socket option.
+    pub(crate) fn setsockopt_int(
+        &self,
+        level: libc::c_int,
+        name: libc::c_int,
+        value: libc::c_int,
+        op: &'static str,
+    ) -> Result<()> {
+        // SAFETY: the option value is a readable c_int and the length passed is its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::last(op));
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for PacketSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for PacketSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// A `sockaddr_ll` for interface `ifindex` and EtherType `ethertype`.
+fn sockaddr_ll(ifindex: u32, ethertype: u16) -> libc::sockaddr_ll {
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+    let mut a: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    a.sll_family = libc::AF_PACKET as u16;
+    a.sll_protocol = ethertype.to_be();
+    a.sll_ifindex = ifindex as i32;
+    a
+}
+
+/// Writes an Ethernet II header (destination, source, EtherType) into `buf[..14]`.
+pub fn write_eth_header(buf: &mut [u8], dst: &MacAddr, src: &MacAddr, ethertype: u16) {
+    buf[0..6].copy_from_slice(dst);
+    buf[6..12].copy_from_slice(src);
+    buf[12..14].copy_from_slice(&ethertype.to_be_bytes());
+}

@@ -1,0 +1,356 @@
+//! The three raw-Ethernet backends (ring, socket, pnet) over a veth pair in a private network
+//! namespace: the same behaviour is required of each.
+//!
+//! Needs root (network namespaces, `CAP_NET_RAW`). Without it every test prints
+//! `SKIPPED: ...` and passes, unless `ETHBCAST_REQUIRE_NETNS=1`, which turns that into a
+//! failure.
+#![cfg(target_os = "linux")]
+
+#[path = "../sys/tests/common/netns.rs"]
+mod netns;
+
+use ethbcast::link::pnet::{PnetConfig, PnetLink};
+use ethbcast::link::ring::{RingConfig, RingLink, RingLinkConfig, TxMode};
+use ethbcast::link::socket::{SocketConfig, SocketLink};
+use ethbcast::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
+use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
+use netns::{NetnsPair, END_A, END_B};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+type Opener = fn(&str) -> Result<Box<dyn Link>, LinkError>;
+
+fn open_ring(i: &str) -> Result<Box<dyn Link>, LinkError> {
+    Ok(Box::new(RingLink::open(i, &RingLinkConfig::default())?))
+}
+fn open_ring_mmsg(i: &str) -> Result<Box<dyn Link>, LinkError> {
+    let cfg = RingLinkConfig {
+        tx_mode: TxMode::Batch,
+        ..Default::default()
+    };
+    Ok(Box::new(RingLink::open(i, &cfg)?))
+}
+fn open_socket(i: &str) -> Result<Box<dyn Link>, LinkError> {
+    Ok(Box::new(SocketLink::open(i, &SocketConfig::default())?))
+}
+fn open_pnet(i: &str) -> Result<Box<dyn Link>, LinkError> {
+    Ok(Box::new(PnetLink::open(i, &PnetConfig::default())?))
+}
+
+const BACKENDS: [(&str, Opener); 4] = [
+    ("ring", open_ring),
+    ("ring-mmsg", open_ring_mmsg),
+    ("socket", open_socket),
+    ("pnet", open_pnet),
+];
+
+/// Receives until `want` frames arrived or `timeout` passed.
+fn recv_n(link: &mut dyn Link, want: usize, timeout: Duration) -> Vec<(MacAddr, Vec<u8>)> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + timeout;
+    while got.len() < want {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        link.recv(Some(left), &mut |src, pdu| got.push((src, pdu.to_vec())))
+            .unwrap();
+    }
+    got
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+fn exercise(name: &str, open: Opener) {
+    let Some(ns) = NetnsPair::create_or_skip(&format!("lb-{name}")) else {
+        return;
+    };
+    ns.run(|| {
+        let mut a = open(END_A).unwrap_or_else(|e| panic!("{name}: open {END_A}: {e}"));
+        let mut b = open(END_B).unwrap_or_else(|e| panic!("{name}: open {END_B}: {e}"));
+        assert_eq!(a.max_pdu(), 1500, "{name}");
+        assert_ne!(a.local_mac(), b.local_mac());
+
+        // Broadcast, several sizes up to the MTU: byte-identical, in order, with the source.
+        let sent: Vec<Vec<u8>> = [46, 100, 777, 1500]
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| pattern(l, i as u8))
+            .collect();
+        for p in &sent {
+            a.send(BROADCAST_MAC, p).unwrap();
+        }
+        a.flush().unwrap();
+        let got = recv_n(&mut *b, sent.len(), Duration::from_secs(2));
+        assert_eq!(got.len(), sent.len(), "{name}: broadcast frames lost");
+        for ((src, pdu), p) in got.iter().zip(&sent) {
+            assert_eq!(*src, a.local_mac(), "{name}");
+            assert!(
+                pdu == p,
+                "{name}: broadcast PDU of {} bytes differs",
+                p.len()
+            );
+        }
+        // Our own broadcasts are not delivered back to us.
+        let echo = recv_n(&mut *a, 1, Duration::from_millis(100));
+        assert!(
+            echo.is_empty(),
+            "{name}: own frames looped back: {}",
+            echo.len()
+        );
+
+        // Unicast the other way.
+        let p = pattern(300, 9);
+        b.send(a.local_mac(), &p).unwrap();
+        b.flush().unwrap();
+        let got = recv_n(&mut *a, 1, Duration::from_secs(2));
+        assert_eq!(got, vec![(b.local_mac(), p)], "{name}: unicast");
+
+        // A frame of another EtherType is not delivered; the next ethbcast frame is.
+        let idx = ethbcast_sys::iface::Interface::lookup(END_A).unwrap().index;
+        let foreign = PacketSocket::open(idx, 0x88B6, &SocketOptions::default()).unwrap();
+        let mut f = vec![0x42u8; 100];
+        write_eth_header(&mut f, &BROADCAST_MAC, &a.local_mac(), 0x88B6);
+        assert!(foreign.send(&f).unwrap());
+        let marker = pattern(64, 0x77);
+        a.send(BROADCAST_MAC, &marker).unwrap();
+        a.flush().unwrap();
+        let got = recv_n(&mut *b, 2, Duration::from_millis(300));
+        assert_eq!(got.len(), 1, "{name}: foreign EtherType delivered");
+        assert_eq!(got[0].1, marker);
+
+        // A short PDU arrives padded to the Ethernet minimum (46 bytes), padding zeroed.
+        a.send(b.local_mac(), b"short").unwrap();
+        a.flush().unwrap();
+        let got = recv_n(&mut *b, 1, Duration::from_secs(2));
+        assert_eq!(got.len(), 1, "{name}: short frame lost");
+        let pdu = &got[0].1;
+        assert_eq!(pdu.len(), 46, "{name}");
+        assert_eq!(&pdu[..5], b"short");
+        assert!(pdu[5..].iter().all(|&x| x == 0), "{name}: padding not zero");
+
+        // Too long is an error, not a panic, and the link stays usable.
+        assert!(matches!(
+            a.send(BROADCAST_MAC, &vec![0; 1501]),
+            Err(LinkError::FrameTooLong {
+                len: 1501,
+                max: 1500
+            })
+        ));
+        // Non-blocking receive with nothing pending returns 0 at once.
+        let t = Instant::now();
+        assert_eq!(b.recv(None, &mut |_, _| {}).unwrap(), 0);
+        assert!(t.elapsed() < Duration::from_millis(50));
+    });
+}
+
+#[test]
+fn ring_backend_over_veth() {
+    exercise(BACKENDS[0].0, BACKENDS[0].1);
+}
+
+#[test]
+fn ring_backend_with_sendmmsg_over_veth() {
+    exercise(BACKENDS[1].0, BACKENDS[1].1);
+}
+
+#[test]
+fn socket_backend_over_veth() {
+    exercise(BACKENDS[2].0, BACKENDS[2].1);
+}
+
+#[test]
+fn pnet_backend_over_veth() {
+    exercise(BACKENDS[3].0, BACKENDS[3].1);
+}
+
+/// Bursts larger than the TX ring and the sendmmsg batch arrive complete and in order.
+#[test]
+fn bursts_larger_than_the_queues_arrive_in_order() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-burst") else {
+        return;
+    };
+    ns.run(|| {
+        for (name, open) in BACKENDS {
+            let mut a = open(END_A).unwrap();
+            let mut b = open(END_B).unwrap();
+            let n = 700u32;
+            for i in 0..n {
+                let mut p = pattern(64 + (i as usize % 900), i as u8);
+                p[..4].copy_from_slice(&i.to_be_bytes());
+                a.send(b.local_mac(), &p).unwrap();
+                // Keep the receiver's queue from overflowing: this checks ordering and
+                // completeness, not loss under overload.
+                if i % 100 == 99 {
+                    a.flush().unwrap();
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            a.flush().unwrap();
+            let got = recv_n(&mut *b, n as usize, Duration::from_secs(5));
+            assert_eq!(got.len(), n as usize, "{name}: frames lost");
+            for (i, (_, p)) in got.iter().enumerate() {
+                assert_eq!(p[..4], (i as u32).to_be_bytes(), "{name}: out of order");
+            }
+        }
+    });
+}
+
+fn set_mtu(ns: &NetnsPair, mtu: u32) {
+    for dev in [END_A, END_B] {
+        let ok = Command::new("ip")
+            .args(["-n", &ns.name, "link", "set", dev, "mtu", &mtu.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cannot set MTU {mtu} on {dev}");
+    }
+}
+
+#[test]
+fn an_mtu_below_576_is_refused_by_every_backend() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-mtu") else {
+        return;
+    };
+    set_mtu(&ns, 500);
+    ns.run(|| {
+        for (name, open) in BACKENDS {
+            match open(END_A) {
+                Err(LinkError::MtuTooSmall {
+                    mtu: 500,
+                    need: 576,
+                }) => {}
+                Err(e) => panic!("{name}: expected MtuTooSmall, got {e}"),
+                Ok(_) => panic!("{name}: accepted MTU 500"),
+            }
+        }
+    });
+}
+
+#[test]
+fn jumbo_frames_need_large_ring_slots_and_then_work() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-jumbo") else {
+        return;
+    };
+    set_mtu(&ns, 9000);
+    ns.run(|| {
+        assert!(matches!(
+            RingLink::open(END_A, &RingLinkConfig::default()),
+            Err(LinkError::RingSetup(_))
+        ));
+        let slots = RingConfig {
+            block_size: 1 << 16,
+            frame_size: 16384,
+            frame_count: 64,
+        };
+        let cfg = RingLinkConfig {
+            rx: slots,
+            tx: slots,
+            ..Default::default()
+        };
+        let mut a = RingLink::open(END_A, &cfg).unwrap();
+        let mut b: Box<dyn Link> =
+            Box::new(SocketLink::open(END_B, &SocketConfig::default()).unwrap());
+        assert_eq!(a.max_pdu(), 9000);
+        assert_eq!(b.max_pdu(), 9000);
+        let big = pattern(9000, 3);
+        a.send(BROADCAST_MAC, &big).unwrap();
+        a.flush().unwrap();
+        let got = recv_n(&mut *b, 1, Duration::from_secs(2));
+        assert_eq!(got.len(), 1);
+        assert!(got[0].1 == big);
+        b.send(a.local_mac(), &big).unwrap();
+        let got = recv_n(&mut a, 1, Duration::from_secs(2));
+        assert_eq!(got.len(), 1);
+        assert!(got[0].1 == big);
+    });
+}
+
+/// The backends can be moved to the thread that drives them.
+#[test]
+fn backends_are_send() {
+    fn send<T: Send>() {}
+    send::<RingLink>();
+    send::<SocketLink>();
+    send::<PnetLink>();
+}
+
+#[test]
+fn a_missing_interface_is_named_by_every_backend() {
+    for (name, open) in BACKENDS {
+        match open("ebnope0") {
+            Err(LinkError::NoSuchInterface(n)) => assert_eq!(n, "ebnope0", "{name}"),
+            Err(e) => panic!("{name}: expected NoSuchInterface, got {e}"),
+            Ok(_) => panic!("{name}: opened a missing interface"),
+        }
+    }
+}
+
+#[test]
+fn ring_sizes_too_small_for_the_mtu_are_refused() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-ringcfg") else {
+        return;
+    };
+    ns.run(|| {
+        let mut cfg = RingLinkConfig::default();
+        cfg.rx.frame_size = 1024;
+        cfg.rx.frame_count = 1024;
+        match RingLink::open(END_A, &cfg) {
+            Err(LinkError::RingSetup(m)) => assert!(m.contains("frame size"), "{m}"),
+            other => panic!("expected RingSetup, got {other:?}"),
+        }
+        let mut cfg = RingLinkConfig::default();
+        cfg.tx.frame_count = 3;
+        assert!(matches!(
+            RingLink::open(END_A, &cfg),
+            Err(LinkError::RingSetup(_))
+        ));
+    });
+}
+
+/// Re-runs this test binary without any capability (`setpriv --bounding-set=-all`) inside the
+/// namespace; the child checks that every backend explains the missing CAP_NET_RAW.
+#[test]
+fn without_cap_net_raw_every_backend_says_so() {
+    if std::env::var("EBSYS_NOCAP_CHILD").is_ok() {
+        for (name, open) in BACKENDS {
+            match open(END_A) {
+                Err(e @ LinkError::PermissionDenied) => {
+                    assert!(e.to_string().contains("CAP_NET_RAW"), "{name}")
+                }
+                Err(e) => panic!("{name}: expected PermissionDenied, got {e}"),
+                Ok(_) => panic!("{name}: opened a raw socket without CAP_NET_RAW"),
+            }
+        }
+        return;
+    }
+    let Some(ns) = NetnsPair::create_or_skip("lb-nocap") else {
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    let out = ns.run(|| {
+        Command::new("setpriv")
+            .args(["--bounding-set=-all", "--inh-caps=-all", "--"])
+            .arg(&exe)
+            .args([
+                "--exact",
+                "without_cap_net_raw_every_backend_says_so",
+                "--test-threads=1",
+            ])
+            .env("EBSYS_NOCAP_CHILD", "1")
+            .output()
+    });
+    match out {
+        Err(e) => eprintln!("SKIPPED: without_cap_net_raw: cannot run setpriv ({e})"),
+        Ok(o) => assert!(
+            o.status.success(),
+            "child without capabilities failed:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    }
+}
