@@ -83,19 +83,36 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("rank", &self.engine.config().rank).field("stats", &self.stats).finish()
+        f.debug_struct("Node")
+            .field("rank", &self.engine.config().rank)
+            .field("stats", &self.stats)
+            .finish()
     }
 }
 
 impl Node {
     /// A member with `cfg` on `link`; `peers[r]` is the MAC address of rank `r`.
-    pub fn new(mut cfg: Config, link: Box<dyn Link + Send>, peers: Vec<MacAddr>) -> Result<Node, NodeError> {
+    pub fn new(
+        mut cfg: Config,
+        link: Box<dyn Link + Send>,
+        peers: Vec<MacAddr>,
+    ) -> Result<Node, NodeError> {
         if peers.len() != usize::from(cfg.size) {
-            return Err(NodeError::Peers { got: peers.len(), want: usize::from(cfg.size) });
+            return Err(NodeError::Peers {
+                got: peers.len(),
+                want: usize::from(cfg.size),
+            });
         }
         cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
         let buf = vec![0u8; cfg.max_pdu.max(crate::wire::OVERHEAD)];
-        Ok(Node { engine: Engine::new(cfg)?, link, peers, buf, events: VecDeque::new(), stats: NodeStats::default() })
+        Ok(Node {
+            engine: Engine::new(cfg)?,
+            link,
+            peers,
+            buf,
+            events: VecDeque::new(),
+            stats: NodeStats::default(),
+        })
     }
 
     /// The engine (configuration, counters, cursors).
@@ -188,7 +205,11 @@ impl Node {
 
     /// Waits for the next message of `root` and returns its id and bytes. Other events stay
     /// queued.
-    pub fn recv_from(&mut self, root: Rank, timeout: Duration) -> Result<(u64, Vec<u8>), NodeError> {
+    pub fn recv_from(
+        &mut self,
+        root: Rank,
+        timeout: Duration,
+    ) -> Result<(u64, Vec<u8>), NodeError> {
         let deadline = Instant::now() + timeout;
         loop {
             let pos = self.events.iter().position(|e| match e {
@@ -198,8 +219,18 @@ impl Node {
             if let Some(p) = pos {
                 match self.events.remove(p) {
                     Some(Event::Delivered { msg_id, data, .. }) => return Ok((msg_id, data)),
-                    Some(Event::Truncated { root, msg_id, len, max }) => {
-                        return Err(NodeError::Truncated { root, msg_id, len, max })
+                    Some(Event::Truncated {
+                        root,
+                        msg_id,
+                        len,
+                        max,
+                    }) => {
+                        return Err(NodeError::Truncated {
+                            root,
+                            msg_id,
+                            len,
+                            max,
+                        })
                     }
                     _ => unreachable!("position matched a delivery"),
                 }
@@ -218,7 +249,10 @@ impl Node {
         while !self.engine.is_idle() {
             let now = Instant::now();
             if now >= deadline {
-                return Err(NodeError::Timeout(timeout, "acknowledgements of our broadcasts"));
+                return Err(NodeError::Timeout(
+                    timeout,
+                    "acknowledgements of our broadcasts",
+                ));
             }
             self.poll((deadline - now).min(Duration::from_millis(50)))?;
         }

@@ -85,6 +85,79 @@ impl std::str::FromStr for WaitMode {
     }
 }
 
+/// Which real-link backend to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Backend {
+    /// AF_PACKET with memory-mapped TPACKET_V2 rings (the default).
+    #[default]
+    Ring,
+    /// Plain `send`/`recv` on an AF_PACKET socket.
+    Socket,
+    /// pnet's datalink channel.
+    Pnet,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ring" => Ok(Backend::Ring),
+            "socket" => Ok(Backend::Socket),
+            "pnet" => Ok(Backend::Pnet),
+            _ => Err(format!("unknown backend {s:?} (ring, socket, pnet)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Ring => "ring",
+            Backend::Socket => "socket",
+            Backend::Pnet => "pnet",
+        })
+    }
+}
+
+/// Opens interface `iface` with `backend`, waiting in `wait` mode, with default sizes.
+pub fn open(
+    backend: Backend,
+    iface: &str,
+    wait: WaitMode,
+) -> Result<Box<dyn Link + Send>, LinkError> {
+    Ok(match backend {
+        #[cfg(target_os = "linux")]
+        Backend::Ring => Box::new(ring::RingLink::open(
+            iface,
+            &ring::RingLinkConfig {
+                wait,
+                ..Default::default()
+            },
+        )?),
+        #[cfg(target_os = "linux")]
+        Backend::Socket => Box::new(socket::SocketLink::open(
+            iface,
+            &socket::SocketConfig {
+                wait,
+                ..Default::default()
+            },
+        )?),
+        Backend::Pnet => Box::new(pnet::PnetLink::open(
+            iface,
+            &pnet::PnetConfig {
+                wait,
+                ..Default::default()
+            },
+        )?),
+        #[cfg(not(target_os = "linux"))]
+        _ => {
+            return Err(LinkError::NoSuchInterface(format!(
+                "{iface} ({backend} needs Linux)"
+            )))
+        }
+    })
+}
+
 /// Errors of link set-up and I/O, each with what the user can do about it.
 #[derive(Debug, Error)]
 pub enum LinkError {

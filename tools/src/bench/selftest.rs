@@ -268,11 +268,19 @@ pub fn run(o: &SelftestOptions) -> Result<Verdict, SelftestError> {
     for h in bed.hosts() {
         let (macs, plan, opts) = (macs.clone(), plan.clone(), opts.clone());
         let rank = h.index as u16;
-        handles.push(netns::spawn_in(&h.netns, move || member(rank, size, macs, opts, plan)).map_err(SelftestError::Spawn)?);
+        handles.push(
+            netns::spawn_in(&h.netns, move || member(rank, size, macs, opts, plan))
+                .map_err(SelftestError::Spawn)?,
+        );
     }
     let results: Vec<MemberResult> = handles
         .into_iter()
-        .map(|h| h.join().unwrap_or_else(|_| MemberResult { error: Some("member thread panicked".into()), ..Default::default() }))
+        .map(|h| {
+            h.join().unwrap_or_else(|_| MemberResult {
+                error: Some("member thread panicked".into()),
+                ..Default::default()
+            })
+        })
         .collect();
     let wall_s = t0.elapsed().as_secs_f64();
     let dropped = bed.loss_counter().unwrap_or(0);
@@ -299,4 +307,39 @@ pub fn run(o: &SelftestOptions) -> Result<Verdict, SelftestError> {
     }
     v.passed = v.delivered == v.expected && v.corrupt == 0 && v.missing == 0 && v.duplicated == 0;
     Ok(v)
+}
+
+/// Renders a verdict for a terminal.
+pub fn render(v: &Verdict) -> String {
+    let mut t = super::table::Table::new(&["metric", "value"]);
+    for (k, val) in [
+        ("hosts", v.hosts.to_string()),
+        ("loss at the switch", format!("{}%", v.loss_pct)),
+        ("backend", v.backend.clone()),
+        ("expected deliveries", v.expected.to_string()),
+        ("delivered intact", v.delivered.to_string()),
+        ("corrupt", v.corrupt.to_string()),
+        ("missing", v.missing.to_string()),
+        ("duplicated", v.duplicated.to_string()),
+        ("data frames", v.data_frames.to_string()),
+        ("repair frames", v.repair_frames.to_string()),
+        ("dropped by the switch", v.dropped_by_switch.to_string()),
+        ("bytes delivered", v.bytes_delivered.to_string()),
+        ("wall time", format!("{:.2} s", v.wall_s)),
+        (
+            "verdict",
+            if v.passed {
+                "PASS".into()
+            } else {
+                "FAIL".into()
+            },
+        ),
+    ] {
+        t.row(vec![k.to_string(), val]);
+    }
+    let mut s = t.render();
+    for e in &v.errors {
+        s.push_str(&format!("error: {e}\n"));
+    }
+    s
 }

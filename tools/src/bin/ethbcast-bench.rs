@@ -7,9 +7,11 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use ethbcast::link::{Backend, WaitMode};
 use ethbcast::memory::Profile;
 use ethbcast::proto::Algo;
-use ethbcast_tools::bench::{memory, sim};
+use ethbcast_tools::bench::{memory, selftest, sim};
+use ethbcast_tools::testbed::Rate;
 
 #[derive(Parser)]
 #[command(
@@ -69,6 +71,46 @@ enum Cmd {
         #[arg(long)]
         window: Option<usize>,
         /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reliable broadcast between real hosts: builds a test-bed of network namespaces, runs a
+    /// mixed schedule from several roots with both algorithms, checks every byte, tears down.
+    ///
+    /// Example: ethbcast-bench selftest --testbed 8 --loss 5 --json
+    Selftest {
+        /// Hosts on the test-bed.
+        #[arg(long, default_value_t = 4)]
+        testbed: usize,
+        /// Random frame loss at the switch, percent.
+        #[arg(long, default_value_t = 0.0)]
+        loss: f64,
+        /// Link rate limit (tbf), e.g. 100mbit or 1gbit.
+        #[arg(long)]
+        rate: Option<Rate>,
+        /// Messages in the schedule.
+        #[arg(long, default_value_t = 40)]
+        messages: usize,
+        /// Message sizes, drawn at random.
+        #[arg(
+            long,
+            default_value = "1,80,860,1460,4096,65536,1048576",
+            value_delimiter = ','
+        )]
+        sizes: Vec<usize>,
+        /// Link backend: ring, socket or pnet.
+        #[arg(long, default_value = "ring")]
+        backend: Backend,
+        /// Wait mode: spin, block or adaptive.
+        #[arg(long, default_value = "block")]
+        wait: WaitMode,
+        /// Seed of the schedule.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Test-bed name prefix.
+        #[arg(long, default_value = "ebst")]
+        prefix: String,
+        /// Print the verdict as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -166,6 +208,49 @@ fn main() -> ExitCode {
                         && r.out_of_order == 0
                         && r.missing == 0;
                     if ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Selftest {
+            testbed,
+            loss,
+            rate,
+            messages,
+            sizes,
+            backend,
+            wait,
+            seed,
+            prefix,
+            json,
+        } => {
+            let mut o = selftest::SelftestOptions::new(testbed);
+            o.loss = loss;
+            o.rate = rate;
+            o.messages = messages;
+            o.sizes = sizes;
+            o.backend = backend;
+            o.wait = wait;
+            o.seed = seed;
+            o.prefix = prefix;
+            match selftest::run(&o) {
+                Ok(v) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&v).expect("serialisable")
+                        );
+                    } else {
+                        println!("{}", selftest::render(&v));
+                    }
+                    if v.passed {
                         ExitCode::SUCCESS
                     } else {
                         ExitCode::FAILURE
