@@ -881,6 +881,33 @@ fn parse_counters(json: &str) -> Result<DropCounters> {
     Ok(c)
 }
 
+/// For tests: whether a test-bed can be built here. If not, panics when
+/// `ETHBCAST_REQUIRE_NETNS=1` (CI must not skip silently), otherwise prints a loud
+/// "SKIPPED: test: reason" line straight to stderr (libtest would capture `eprintln!`) and
+/// returns false.
+pub fn netns_available(test: &str, need_nft: bool) -> bool {
+    use std::io::Write;
+    let mut problem = can_create_netns().err().map(|e| e.to_string());
+    if problem.is_none() && need_nft && find_tool("nft").is_none() {
+        problem = Some("nft not found: apt-get install nftables".into());
+    }
+    match problem {
+        None => true,
+        Some(reason) => {
+            if std::env::var("ETHBCAST_REQUIRE_NETNS").as_deref() == Ok("1") {
+                panic!(
+                    "{test}: network namespaces required (ETHBCAST_REQUIRE_NETNS=1) but: {reason}"
+                );
+            }
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {test}: {reason} (set ETHBCAST_REQUIRE_NETNS=1 to make this a failure)"
+            );
+            false
+        }
+    }
+}
+
 /// Checks that this process may build a test-bed: `ip` is installed and the
 /// effective capabilities include CAP_NET_ADMIN and CAP_SYS_ADMIN (root has both).
 /// Tests call this to fail or skip with the reason.

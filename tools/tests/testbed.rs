@@ -27,28 +27,8 @@ use pnet_datalink::Channel;
 const BROADCAST: [u8; 6] = [0xff; 6];
 const MAGIC: &[u8; 8] = b"EBCTBTST";
 
-/// Whether the test may run; panics under ETHBCAST_REQUIRE_NETNS=1 if not.
 fn netns_available(test: &str, need_nft: bool) -> bool {
-    let mut problem = can_create_netns().err().map(|e| e.to_string());
-    if problem.is_none() && need_nft && find_tool("nft").is_none() {
-        problem = Some("nft not found: apt-get install nftables".into());
-    }
-    match problem {
-        None => true,
-        Some(reason) => {
-            if std::env::var("ETHBCAST_REQUIRE_NETNS").as_deref() == Ok("1") {
-                panic!(
-                    "{test}: network namespaces required (ETHBCAST_REQUIRE_NETNS=1) but: {reason}"
-                );
-            }
-            // Straight to the stderr handle: libtest captures eprintln! of passing tests.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {test}: {reason} (set ETHBCAST_REQUIRE_NETNS=1 to make this a failure)"
-            );
-            false
-        }
-    }
+    ethbcast_tools::testbed::netns_available(test, need_nft)
 }
 
 /// A short prefix unique to this test and process.
