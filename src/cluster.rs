@@ -185,7 +185,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     }
     let total: u64 = pending.iter().map(|p| p.len() as u64).sum();
     let mut report = Report {
-        expected: total * (n as u64 - 1).max(0),
+        expected: total * (n as u64).saturating_sub(1),
         ..Report::default()
     };
     let start = net.now();
