@@ -10,7 +10,6 @@
 //! Each test uses its own prefix (test tag + pid) so tests run in parallel.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -19,8 +18,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast_tools::netns;
 use ethbcast_tools::testbed::{
-    can_create_netns, find_tool, Host, Rate, Testbed, TestbedConfig, TestbedError, BRIDGE,
-    ETHERTYPE,
+    Host, Rate, Testbed, TestbedConfig, TestbedError, BRIDGE, ETHERTYPE,
 };
 use pnet_datalink::Channel;
 
