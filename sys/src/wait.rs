@@ -19,7 +19,7 @@ pub enum Strategy {
     Spin,
     /// Block in `ppoll(2)`.
     Block,
-    /// Spin for up to `spin`, then block.
+    /// Spin for up to `spin`, yielding the CPU between checks (`sched_yield`), then block.
     Adaptive {
         /// How long to spin before blocking.
         spin: Duration,
@@ -118,6 +118,9 @@ pub fn wait_until(
         Strategy::Block => Duration::ZERO,
         Strategy::Adaptive { spin } => spin.min(timeout),
     };
+    // Adaptive waits are for shared machines: yield the CPU while spinning, so that a thread we
+    // wait for (the other end, on the same core) can run; pure spinning is for dedicated cores.
+    let yield_while_spinning = matches!(strategy, Strategy::Adaptive { .. });
     if !spin_for.is_zero() {
         loop {
             if ready() {
@@ -127,7 +130,11 @@ pub fn wait_until(
             if spun >= spin_for {
                 break;
             }
-            std::hint::spin_loop();
+            if yield_while_spinning {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
         if spin_for >= timeout {
             return Ok(ready());
