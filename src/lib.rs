@@ -19,6 +19,7 @@
 
 pub mod cluster;
 pub mod eqa;
+pub mod group;
 pub mod link;
 pub mod memory;
 pub mod node;

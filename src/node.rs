@@ -11,7 +11,7 @@
 //! that is the cheapest defence against a confused or spoofing host (the group key is the real
 //! one).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -72,13 +72,32 @@ pub struct NodeStats {
 }
 
 /// One member: an engine, a link and the rank-to-MAC table.
+///
+/// Besides the group's engine, a node keeps one two-member engine per peer it exchanges
+/// point-to-point messages with (created on first use, by either side): a reliable
+/// point-to-point channel built from the same protocol, whose "broadcast" goes to that peer's
+/// MAC only. The binomial-tree broadcast and fail-over ride on these channels.
 pub struct Node {
     engine: Engine,
+    pairs: Vec<Option<Engine>>,
+    pair_groups: HashMap<u32, Rank>,
     link: Box<dyn Link + Send>,
     peers: Vec<MacAddr>,
     buf: Vec<u8>,
     events: VecDeque<Event>,
+    pair_events: VecDeque<(Rank, Event)>,
     stats: NodeStats,
+}
+
+/// Group id of the point-to-point channel between ranks `a` and `b` of group `group`.
+pub fn pair_group(group: u32, a: Rank, b: Rank) -> u32 {
+    let (lo, hi) = (a.min(b), a.max(b));
+    let x = (u64::from(group) << 32) | (u64::from(lo) << 16) | u64::from(hi);
+    // A fixed mix (splitmix64 finaliser) keeps pair ids apart from group ids in practice.
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) as u32) | 1
 }
 
 impl std::fmt::Debug for Node {
@@ -105,12 +124,19 @@ impl Node {
         }
         cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
         let buf = vec![0u8; cfg.max_pdu.max(crate::wire::OVERHEAD)];
+        let pair_groups = (0..cfg.size)
+            .filter(|&r| r != cfg.rank)
+            .map(|r| (pair_group(cfg.group, cfg.rank, r), r))
+            .collect();
         Ok(Node {
+            pairs: (0..cfg.size).map(|_| None).collect(),
+            pair_groups,
             engine: Engine::new(cfg)?,
             link,
             peers,
             buf,
             events: VecDeque::new(),
+            pair_events: VecDeque::new(),
             stats: NodeStats::default(),
         })
     }
@@ -139,6 +165,57 @@ impl Node {
         Ok(id)
     }
 
+    fn pair_mut(&mut self, peer: Rank) -> &mut Engine {
+        let cfg = self.engine.config();
+        let (me, group) = (cfg.rank, cfg.group);
+        let mut pc = cfg.clone();
+        pc.group = pair_group(group, me, peer);
+        pc.size = 2;
+        pc.rank = u16::from(me > peer);
+        pc.auto_post = true;
+        self.pairs[usize::from(peer)].get_or_insert_with(|| {
+            Engine::new(pc).expect("a valid group config gives a valid pair config")
+        })
+    }
+
+    /// Sends `data` to `peer` alone over the reliable point-to-point channel.
+    pub fn send_to(&mut self, peer: Rank, data: Vec<u8>) -> Result<u64, NodeError> {
+        if usize::from(peer) >= self.peers.len() || peer == self.rank() {
+            return Err(NodeError::Post(PostError::NotMember(peer)));
+        }
+        let id = self
+            .pair_mut(peer)
+            .bcast(Instant::now(), data, Algo::Simple)?;
+        self.flush()?;
+        Ok(id)
+    }
+
+    /// Waits for the next point-to-point message from `peer`.
+    pub fn recv_p2p_from(
+        &mut self,
+        peer: Rank,
+        timeout: Duration,
+    ) -> Result<(u64, Vec<u8>), NodeError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(p) = self
+                .pair_events
+                .iter()
+                .position(|(r, e)| *r == peer && matches!(e, Event::Delivered { .. }))
+            {
+                if let Some((_, Event::Delivered { msg_id, data, .. })) = self.pair_events.remove(p)
+                {
+                    return Ok((msg_id, data));
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(NodeError::Timeout(timeout, "a point-to-point message"));
+            }
+            self.poll((deadline - now).min(Duration::from_millis(50)))?;
+        }
+    }
+
     fn flush(&mut self) -> Result<(), NodeError> {
         let now = Instant::now();
         while let Some(t) = self.engine.poll_transmit(now, &mut self.buf) {
@@ -149,6 +226,14 @@ impl Node {
             self.link.send(dst, &self.buf[..t.len])?;
             self.stats.frames_sent += 1;
         }
+        for (peer, pair) in self.pairs.iter_mut().enumerate() {
+            if let Some(e) = pair {
+                while let Some(t) = e.poll_transmit(now, &mut self.buf) {
+                    self.link.send(self.peers[peer], &self.buf[..t.len])?;
+                    self.stats.frames_sent += 1;
+                }
+            }
+        }
         self.link.flush()?;
         Ok(())
     }
@@ -158,28 +243,63 @@ impl Node {
     pub fn poll(&mut self, wait: Duration) -> Result<(), NodeError> {
         self.flush()?;
         let now = Instant::now();
-        let wait = match self.engine.poll_timeout() {
+        let next = self
+            .pairs
+            .iter()
+            .flatten()
+            .filter_map(|e| e.poll_timeout())
+            .chain(self.engine.poll_timeout())
+            .min();
+        let wait = match next {
             Some(t) => wait.min(t.saturating_duration_since(now)),
             None => wait,
         };
+        let main_group = self.engine.config().group;
+        let mut pair_frames: Vec<(Rank, Vec<u8>)> = Vec::new();
         let engine = &mut self.engine;
         let peers = &self.peers;
         let stats = &mut self.stats;
+        let pair_groups = &self.pair_groups;
         self.link.recv(Some(wait), &mut |src, pdu| {
             stats.frames_received += 1;
-            // Bytes 8..10 of a PDU are the claimed source rank (checked properly by the engine).
-            if pdu.len() >= 10 {
-                let rank = usize::from(u16::from_be_bytes([pdu[8], pdu[9]]));
-                if peers.get(rank).is_some_and(|m| *m != src) {
-                    stats.mac_mismatch += 1;
+            if pdu.len() < 10 {
+                let _ = engine.handle_frame(Instant::now(), pdu);
+                return;
+            }
+            let group = u32::from_be_bytes([pdu[4], pdu[5], pdu[6], pdu[7]]);
+            if group != main_group {
+                if let Some(&peer) = pair_groups.get(&group) {
+                    if peers[usize::from(peer)] == src {
+                        pair_frames.push((peer, pdu.to_vec()));
+                    } else {
+                        stats.mac_mismatch += 1;
+                    }
                     return;
                 }
             }
+            // Bytes 8..10 of a PDU are the claimed source rank (checked properly by the engine).
+            let rank = usize::from(u16::from_be_bytes([pdu[8], pdu[9]]));
+            if peers.get(rank).is_some_and(|m| *m != src) {
+                stats.mac_mismatch += 1;
+                return;
+            }
             let _ = engine.handle_frame(Instant::now(), pdu);
         })?;
-        self.engine.handle_timeout(Instant::now());
+        let now = Instant::now();
+        for (peer, pdu) in pair_frames {
+            let _ = self.pair_mut(peer).handle_frame(now, &pdu);
+        }
+        self.engine.handle_timeout(now);
         while let Some(ev) = self.engine.poll_event() {
             self.events.push_back(ev);
+        }
+        for (peer, pair) in self.pairs.iter_mut().enumerate() {
+            if let Some(e) = pair {
+                e.handle_timeout(now);
+                while let Some(ev) = e.poll_event() {
+                    self.pair_events.push_back((peer as Rank, ev));
+                }
+            }
         }
         self.flush()
     }
@@ -243,10 +363,15 @@ impl Node {
         }
     }
 
+    /// True when nothing this member sent (to the group or point-to-point) is unacknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.engine.is_idle() && self.pairs.iter().flatten().all(|e| e.is_idle())
+    }
+
     /// Waits until every live destination has acknowledged everything this member sent.
     pub fn wait_idle(&mut self, timeout: Duration) -> Result<(), NodeError> {
         let deadline = Instant::now() + timeout;
-        while !self.engine.is_idle() {
+        while !self.is_idle() {
             let now = Instant::now();
             if now >= deadline {
                 return Err(NodeError::Timeout(

@@ -1,0 +1,505 @@
+//! Groups: what MPI-style programs call. Build a group from an interface and a membership
+//! source, then `bcast(root, &mut buf)` and `barrier()`.
+//!
+//! Membership sources ([`Membership`]): an explicit MAC list (rank = position), a hostfile
+//! (one MAC per line, rank = line order), the environment of the usual launchers
+//! (`ETHBCAST_RANK`/`ETHBCAST_SIZE`, Slurm's `SLURM_PROCID`/`SLURM_NTASKS`, Open MPI's
+//! `OMPI_COMM_WORLD_RANK`/`_SIZE`, MPICH/PMI's `PMI_RANK`/`PMI_SIZE`) completed by discovery
+//! of the MACs, or pure discovery: members announce themselves by broadcast until the expected
+//! number has joined, and ranks are then assigned by sorting the MACs, so every member computes
+//! the same table. A member missing at join time gives [`GroupError::JoinTimeout`], never a
+//! hang.
+//!
+//! Broadcast algorithms ([`Algorithm`]): push-pull and simple hardware broadcast (the EQA
+//! paper's PPBCAST and SBCAST), and the point-to-point binomial tree (the MPICH-style
+//! baseline), which rides on the node's reliable point-to-point channels.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::eqa::Rank;
+use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use crate::node::{Node, NodeError};
+use crate::proto::{Algo, Config};
+use crate::wire::{Frame, Kind, Repr};
+
+/// How a broadcast travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Algorithm {
+    /// Hardware broadcast, push-pull (PPBCAST).
+    #[default]
+    PushPull,
+    /// Hardware broadcast, every frame at once (SBCAST).
+    Simple,
+    /// Point-to-point binomial tree (MPICH-style baseline).
+    Tree,
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pushpull" | "ppbcast" | "push-pull" => Ok(Algorithm::PushPull),
+            "simple" | "sbcast" => Ok(Algorithm::Simple),
+            "tree" | "binomial" | "mpich" => Ok(Algorithm::Tree),
+            _ => Err(format!("unknown algorithm {s:?} (pushpull, simple, tree)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Algorithm::PushPull => "ppbcast",
+            Algorithm::Simple => "sbcast",
+            Algorithm::Tree => "tree",
+        })
+    }
+}
+
+/// Where the member list comes from.
+#[derive(Debug, Clone)]
+pub enum Membership {
+    /// MAC addresses in rank order.
+    Explicit(Vec<MacAddr>),
+    /// A file with one MAC address per line (rank = line order; `#` comments, blank lines
+    /// ignored; a line may hold a host name before the MAC).
+    Hostfile(std::path::PathBuf),
+    /// Rank and size from the launcher's environment; MACs found by discovery.
+    Env,
+    /// Wait for `expected` members to announce themselves; ranks by sorted MAC.
+    Discover {
+        /// Members expected, this one included.
+        expected: u16,
+    },
+}
+
+/// Options of a group.
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    /// Group id (frames of other ids on the segment are ignored).
+    pub group_id: u32,
+    /// Link backend.
+    pub backend: Backend,
+    /// Wait mode.
+    pub wait: WaitMode,
+    /// Default broadcast algorithm.
+    pub algorithm: Algorithm,
+    /// How long a call may wait (join, bcast, barrier) before failing.
+    pub timeout: Duration,
+    /// Adjusts the engine configuration.
+    pub tweak: Option<fn(&mut Config)>,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions {
+            group_id: 0xEB_CA57,
+            backend: Backend::Ring,
+            wait: WaitMode::Adaptive,
+            algorithm: Algorithm::PushPull,
+            timeout: Duration::from_secs(30),
+            tweak: None,
+        }
+    }
+}
+
+/// Errors of group calls.
+#[derive(Debug, Error)]
+pub enum GroupError {
+    /// The link could not be opened or failed.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// The node failed (timeouts, configuration).
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// Not everyone joined in time.
+    #[error("only {joined} of {expected} members joined within {timeout:?}: check that every member runs, on the same segment and group id")]
+    JoinTimeout {
+        /// Members heard from (this one included).
+        joined: usize,
+        /// Members expected.
+        expected: usize,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// The membership source is unusable.
+    #[error("membership: {0}")]
+    Membership(String),
+    /// This host's MAC is not in the member list.
+    #[error("this interface's MAC {0} is not in the member list")]
+    NotAMember(String),
+    /// The rank given is outside the group.
+    #[error("rank {rank} is not in a group of {size}")]
+    BadRank {
+        /// Rank.
+        rank: Rank,
+        /// Size.
+        size: u16,
+    },
+}
+
+/// A member of a group.
+#[derive(Debug)]
+pub struct Group {
+    node: Node,
+    opts: GroupOptions,
+    next_msg: Vec<u64>,
+}
+
+impl Group {
+    /// A group over an already opened link, with the member MACs in rank order. This
+    /// member's rank is the position of the link's MAC.
+    pub fn from_link(
+        link: Box<dyn Link + Send>,
+        peers: Vec<MacAddr>,
+        opts: GroupOptions,
+    ) -> Result<Group, GroupError> {
+        let me = link.local_mac();
+        let rank = peers
+            .iter()
+            .position(|m| *m == me)
+            .ok_or_else(|| GroupError::NotAMember(link::format_mac(&me)))?;
+        let size = u16::try_from(peers.len())
+            .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
+        let mut cfg = Config::new(opts.group_id, rank as Rank, size);
+        cfg.auto_post = true;
+        if let Some(t) = opts.tweak {
+            t(&mut cfg);
+        }
+        let node = Node::new(cfg, link, peers)?;
+        Ok(Group {
+            node,
+            next_msg: vec![0; usize::from(size)],
+            opts,
+        })
+    }
+
+    /// Opens `iface` and builds the group from `membership`.
+    pub fn open(
+        iface: &str,
+        membership: Membership,
+        opts: GroupOptions,
+    ) -> Result<Group, GroupError> {
+        let mut link = link::open(opts.backend, iface, opts.wait)?;
+        let peers = match membership {
+            Membership::Explicit(p) => p,
+            Membership::Hostfile(path) => {
+                parse_hostfile(&std::fs::read_to_string(&path).map_err(|e| {
+                    GroupError::Membership(format!("cannot read hostfile {}: {e}", path.display()))
+                })?)?
+            }
+            Membership::Env => {
+                let (rank, size) = rank_size_from_env(|k| std::env::var(k).ok())
+                    .ok_or_else(|| GroupError::Membership("no rank/size in the environment (ETHBCAST_RANK/ETHBCAST_SIZE, SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE)".into()))?;
+                discover(link.as_mut(), opts.group_id, size, Some(rank), opts.timeout)?
+            }
+            Membership::Discover { expected } => {
+                discover(link.as_mut(), opts.group_id, expected, None, opts.timeout)?
+            }
+        };
+        Group::from_link(link, peers, opts)
+    }
+
+    /// This member's rank.
+    pub fn rank(&self) -> Rank {
+        self.node.rank()
+    }
+    /// Number of members.
+    pub fn size(&self) -> u16 {
+        self.node.engine().config().size
+    }
+    /// The node (engine, counters).
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+    /// Mutable node, for layers above.
+    pub fn node_mut(&mut self) -> &mut Node {
+        &mut self.node
+    }
+
+    /// MPI_Bcast with the default algorithm: at the root `buf` is sent, elsewhere it is
+    /// replaced by the root's message. Every member must call it in the same order.
+    pub fn bcast(&mut self, root: Rank, buf: &mut Vec<u8>) -> Result<(), GroupError> {
+        self.bcast_with(root, buf, self.opts.algorithm)
+    }
+
+    /// [`Group::bcast`] with a chosen algorithm (all members must choose the same).
+    pub fn bcast_with(
+        &mut self,
+        root: Rank,
+        buf: &mut Vec<u8>,
+        algo: Algorithm,
+    ) -> Result<(), GroupError> {
+        let n = self.size();
+        if root >= n {
+            return Err(GroupError::BadRank {
+                rank: root,
+                size: n,
+            });
+        }
+        let me = self.rank();
+        match algo {
+            Algorithm::PushPull | Algorithm::Simple => {
+                let a = if algo == Algorithm::Simple {
+                    Algo::Simple
+                } else {
+                    Algo::PushPull
+                };
+                if me == root {
+                    self.node.bcast(buf.clone(), a)?;
+                } else {
+                    let (_, data) = self.node.recv_from(root, self.opts.timeout)?;
+                    self.next_msg[usize::from(root)] += 1;
+                    *buf = data;
+                }
+            }
+            Algorithm::Tree => {
+                let vr = (me + n - root) % n;
+                let mut mask: u32 = 1;
+                while mask < u32::from(n) {
+                    if u32::from(vr) & mask != 0 {
+                        let parent = ((u32::from(vr) - mask) as u16 + root) % n;
+                        let (_, data) = self.node.recv_p2p_from(parent, self.opts.timeout)?;
+                        *buf = data;
+                        break;
+                    }
+                    mask <<= 1;
+                }
+                mask >>= 1;
+                while mask > 0 {
+                    if u32::from(vr) + mask < u32::from(n) {
+                        let child = ((u32::from(vr) + mask) as u16 + root) % n;
+                        self.node.send_to(child, buf.clone())?;
+                    }
+                    mask >>= 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drives the protocol for up to `wait` (repairs, acknowledgements) without a call.
+    pub fn progress(&mut self, wait: Duration) -> Result<(), GroupError> {
+        self.node.poll(wait)?;
+        Ok(())
+    }
+
+    /// Waits until everything this member sent has been acknowledged.
+    pub fn flush(&mut self) -> Result<(), GroupError> {
+        self.node.wait_idle(self.opts.timeout)?;
+        Ok(())
+    }
+}
+
+/// Rank and size from the launcher's environment (first match wins).
+pub fn rank_size_from_env(get: impl Fn(&str) -> Option<String>) -> Option<(Rank, u16)> {
+    const PAIRS: [(&str, &str); 5] = [
+        ("ETHBCAST_RANK", "ETHBCAST_SIZE"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", "PMI_SIZE"),
+        ("PMIX_RANK", "PMIX_SIZE"),
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+    ];
+    PAIRS.iter().find_map(|(r, s)| {
+        let rank: Rank = get(r)?.trim().parse().ok()?;
+        let size: u16 = get(s)?.trim().parse().ok()?;
+        (rank < size).then_some((rank, size))
+    })
+}
+
+/// Parses a hostfile: one MAC per line, optionally after a host name; `#` starts a comment.
+pub fn parse_hostfile(text: &str) -> Result<Vec<MacAddr>, GroupError> {
+    let mut macs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mac = line
+            .split_whitespace()
+            .find_map(link::parse_mac)
+            .ok_or_else(|| {
+                GroupError::Membership(format!(
+                    "hostfile line {}: no MAC address in {line:?}",
+                    i + 1
+                ))
+            })?;
+        if macs.contains(&mac) {
+            return Err(GroupError::Membership(format!(
+                "hostfile line {}: {} listed twice",
+                i + 1,
+                link::format_mac(&mac)
+            )));
+        }
+        macs.push(mac);
+    }
+    if macs.is_empty() {
+        return Err(GroupError::Membership("hostfile lists no members".into()));
+    }
+    Ok(macs)
+}
+
+const NO_RANK: u16 = u16::MAX;
+
+/// Discovery: announce (MAC, claimed rank or none, how many we know) by broadcast every 10 ms
+/// until `expected` members are known and every one of them says it knows all, then linger
+/// briefly so that late members hear us. Returns the MACs in rank order.
+pub fn discover(
+    link: &mut dyn Link,
+    group: u32,
+    expected: u16,
+    my_rank: Option<Rank>,
+    timeout: Duration,
+) -> Result<Vec<MacAddr>, GroupError> {
+    if expected == 0 {
+        return Err(GroupError::Membership(
+            "a group needs at least one member".into(),
+        ));
+    }
+    let me = link.local_mac();
+    // MAC -> (claimed rank, how many that member knows).
+    let mut known: BTreeMap<MacAddr, (u16, u16)> = BTreeMap::new();
+    known.insert(me, (my_rank.unwrap_or(NO_RANK), 1));
+    let start = Instant::now();
+    let mut last_say = start - Duration::from_secs(1);
+    let mut complete_at: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let count = known.len() as u16;
+        known.insert(me, (my_rank.unwrap_or(NO_RANK), count));
+        if now.duration_since(last_say) >= Duration::from_millis(10) {
+            let mut r = Repr::new(Kind::Join);
+            r.group = group;
+            r.src = my_rank.unwrap_or(NO_RANK);
+            r.dst = crate::wire::ALL;
+            r.aux = u32::from(expected);
+            r.msg_len = u32::from(count);
+            let pdu = r.to_vec(&me).expect("a join frame fits");
+            link.send(BROADCAST_MAC, &pdu)?;
+            link.flush()?;
+            last_say = now;
+        }
+        let everyone_knows =
+            known.len() == usize::from(expected) && known.values().all(|&(_, k)| k >= expected);
+        if everyone_knows {
+            let t = *complete_at.get_or_insert(now);
+            if now.duration_since(t) > Duration::from_millis(100) {
+                break;
+            }
+        }
+        if now.duration_since(start) > timeout {
+            if known.len() >= usize::from(expected) {
+                break; // we know all; some member may have left discovery already
+            }
+            return Err(GroupError::JoinTimeout {
+                joined: known.len(),
+                expected: usize::from(expected),
+                timeout,
+            });
+        }
+        link.recv(Some(Duration::from_millis(5)), &mut |src, pdu| {
+            let Ok(f) = Frame::new_checked(pdu) else {
+                return;
+            };
+            if f.kind() != Kind::Join
+                || f.group() != group
+                || f.payload().len() < 6
+                || f.aux() != u32::from(expected)
+            {
+                return;
+            }
+            let mut mac = [0u8; 6];
+            mac.copy_from_slice(&f.payload()[..6]);
+            if mac != src {
+                return;
+            }
+            known.insert(mac, (f.src(), f.msg_len() as u16));
+        })?;
+    }
+    if known.len() > usize::from(expected) {
+        return Err(GroupError::Membership(format!(
+            "{} members announced themselves, {expected} expected",
+            known.len()
+        )));
+    }
+    let claimed: Vec<(MacAddr, u16)> = known.iter().map(|(m, &(r, _))| (*m, r)).collect();
+    if claimed.iter().all(|&(_, r)| r != NO_RANK) {
+        let mut peers = vec![[0u8; 6]; usize::from(expected)];
+        for (m, r) in claimed {
+            if usize::from(r) >= peers.len() || peers[usize::from(r)] != [0u8; 6] {
+                return Err(GroupError::Membership(format!(
+                    "rank {r} claimed twice or out of range"
+                )));
+            }
+            peers[usize::from(r)] = m;
+        }
+        return Ok(peers);
+    }
+    // Ranks by sorted MAC (the BTreeMap is sorted).
+    Ok(known.keys().copied().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostfiles_accept_names_comments_and_reject_duplicates() {
+        let peers =
+            parse_hostfile("# cluster\nnode0 02:00:00:00:00:01\n\n02:00:00:00:00:02 # second\n")
+                .unwrap();
+        assert_eq!(peers, vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]]);
+        assert!(parse_hostfile("02:00:00:00:00:01\n02:00:00:00:00:01\n").is_err());
+        assert!(parse_hostfile("node0\n").is_err());
+        assert!(parse_hostfile("# nothing\n").is_err());
+    }
+
+    #[test]
+    fn launcher_environments_give_rank_and_size() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(a, _)| *a == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            rank_size_from_env(env(&[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "8")])),
+            Some((3, 8))
+        );
+        assert_eq!(
+            rank_size_from_env(env(&[
+                ("OMPI_COMM_WORLD_RANK", "1"),
+                ("OMPI_COMM_WORLD_SIZE", "2")
+            ])),
+            Some((1, 2))
+        );
+        assert_eq!(
+            rank_size_from_env(env(&[
+                ("ETHBCAST_RANK", "0"),
+                ("ETHBCAST_SIZE", "4"),
+                ("PMI_RANK", "2"),
+                ("PMI_SIZE", "4")
+            ])),
+            Some((0, 4))
+        );
+        assert_eq!(
+            rank_size_from_env(env(&[("PMI_RANK", "4"), ("PMI_SIZE", "4")])),
+            None,
+            "rank must be < size"
+        );
+        assert_eq!(rank_size_from_env(env(&[])), None);
+    }
+
+    #[test]
+    fn algorithms_parse_by_their_paper_names_too() {
+        assert_eq!("ppbcast".parse::<Algorithm>(), Ok(Algorithm::PushPull));
+        assert_eq!("sbcast".parse::<Algorithm>(), Ok(Algorithm::Simple));
+        assert_eq!("mpich".parse::<Algorithm>(), Ok(Algorithm::Tree));
+        assert!("x".parse::<Algorithm>().is_err());
+    }
+}

@@ -1,0 +1,115 @@
+//! The group API between real hosts of the namespace test-bed: discovery, bcast from every
+//! root with every algorithm, and a clean error when a member is missing.
+
+use std::time::Duration;
+
+use ethbcast::group::{Algorithm, Group, GroupError, GroupOptions, Membership};
+use ethbcast_tools::netns;
+use ethbcast_tools::testbed::{netns_available, Testbed, TestbedConfig};
+
+fn bed(tag: &str, hosts: usize, loss: f64) -> Testbed {
+    let mut cfg = TestbedConfig::new(hosts);
+    cfg.prefix = format!("g{tag}{:x}", std::process::id() & 0xfff);
+    if loss > 0.0 {
+        cfg.loss_pct = Some(loss);
+    }
+    Testbed::up(&cfg).expect("test-bed")
+}
+
+fn payload(root: u16, round: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8) ^ (root as u8).wrapping_mul(37) ^ (round as u8))
+        .collect()
+}
+
+#[test]
+fn discovered_group_broadcasts_from_every_root_with_every_algorithm() {
+    if !netns_available(
+        "discovered_group_broadcasts_from_every_root_with_every_algorithm",
+        true,
+    ) {
+        return;
+    }
+    let n = 6;
+    let bed = bed("a", n, 2.0);
+    let handles: Vec<_> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            netns::spawn_in(
+                &h.netns,
+                move || -> Result<Vec<(u16, Algorithm, bool)>, GroupError> {
+                    let opts = GroupOptions {
+                        timeout: Duration::from_secs(20),
+                        ..GroupOptions::default()
+                    };
+                    let mut g =
+                        Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)?;
+                    let mut seen = Vec::new();
+                    for (round, algo) in [Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        for root in 0..g.size() {
+                            for len in [8usize, 1000, 70_000] {
+                                let mut buf = if g.rank() == root {
+                                    payload(root, round, len)
+                                } else {
+                                    Vec::new()
+                                };
+                                g.bcast_with(root, &mut buf, algo)?;
+                                seen.push((root, algo, buf == payload(root, round, len)));
+                            }
+                        }
+                    }
+                    g.flush()?;
+                    // Keep answering repairs a little while others finish.
+                    for _ in 0..20 {
+                        g.progress(Duration::from_millis(10))?;
+                    }
+                    Ok(seen)
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    for h in handles {
+        let seen = h.join().expect("member thread").expect("member");
+        assert_eq!(seen.len(), 3 * n * 3);
+        assert!(seen.iter().all(|&(_, _, ok)| ok), "{seen:?}");
+    }
+}
+
+#[test]
+fn joining_with_a_member_missing_fails_with_a_clear_timeout() {
+    if !netns_available(
+        "joining_with_a_member_missing_fails_with_a_clear_timeout",
+        false,
+    ) {
+        return;
+    }
+    let bed = bed("b", 3, 0.0);
+    let handles: Vec<_> = bed.hosts()[..2]
+        .iter()
+        .map(|h| {
+            netns::spawn_in(&h.netns, || {
+                let opts = GroupOptions {
+                    timeout: Duration::from_millis(500),
+                    ..GroupOptions::default()
+                };
+                Group::open("eth0", Membership::Discover { expected: 3 }, opts).map(|_| ())
+            })
+            .unwrap()
+        })
+        .collect();
+    for h in handles {
+        match h.join().unwrap() {
+            Err(GroupError::JoinTimeout {
+                joined: 2,
+                expected: 3,
+                ..
+            }) => {}
+            other => panic!("expected a join timeout, got {other:?}"),
+        }
+    }
+}
