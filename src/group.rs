@@ -59,6 +59,27 @@ impl std::fmt::Display for Algorithm {
     }
 }
 
+/// How a barrier travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum BarrierKind {
+    /// Arrivals up a combining tree, release by one hardware broadcast.
+    #[default]
+    Broadcast,
+    /// The dissemination barrier over point-to-point messages (the software baseline).
+    Dissemination,
+}
+
+impl std::str::FromStr for BarrierKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "broadcast" | "bcast" => Ok(BarrierKind::Broadcast),
+            "dissemination" => Ok(BarrierKind::Dissemination),
+            _ => Err(format!("unknown barrier {s:?} (broadcast, dissemination)")),
+        }
+    }
+}
+
 /// Where the member list comes from.
 #[derive(Debug, Clone)]
 pub enum Membership {
@@ -91,6 +112,8 @@ pub struct GroupOptions {
     pub timeout: Duration,
     /// Adjusts the engine configuration.
     pub tweak: Option<fn(&mut Config)>,
+    /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator).
+    pub barrier_arity: u16,
 }
 
 impl Default for GroupOptions {
@@ -102,6 +125,7 @@ impl Default for GroupOptions {
             algorithm: Algorithm::PushPull,
             timeout: Duration::from_secs(30),
             tweak: None,
+            barrier_arity: 4,
         }
     }
 }
@@ -275,6 +299,47 @@ impl Group {
                         self.node.send_to(child, buf.clone())?;
                     }
                     mask >>= 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// MPI_Barrier: returns once every member has entered. Arrivals travel point-to-point up a
+    /// combining tree of arity `barrier_arity` to rank 0; the release is one hardware
+    /// broadcast message from rank 0. Both ride on reliable channels, so loss only delays.
+    pub fn barrier(&mut self) -> Result<(), GroupError> {
+        self.barrier_with(BarrierKind::Broadcast)
+    }
+
+    /// A barrier of the chosen kind (all members must choose the same).
+    pub fn barrier_with(&mut self, kind: BarrierKind) -> Result<(), GroupError> {
+        let n = self.size();
+        let me = self.rank();
+        if n < 2 {
+            return Ok(());
+        }
+        let t = self.opts.timeout;
+        match kind {
+            BarrierKind::Broadcast => {
+                let k = u32::from(self.opts.barrier_arity.max(1));
+                let (me32, n32) = (u32::from(me), u32::from(n));
+                for c in (k * me32 + 1)..=(k * me32 + k).min(n32 - 1) {
+                    self.node.recv_p2p_from(c as Rank, t)?;
+                }
+                if me != 0 {
+                    self.node.send_to(((me32 - 1) / k) as Rank, Vec::new())?;
+                    self.node.recv_from(0, t)?;
+                } else {
+                    self.node.bcast(Vec::new(), Algo::Simple)?;
+                }
+            }
+            BarrierKind::Dissemination => {
+                let mut d: u16 = 1;
+                while d < n {
+                    self.node.send_to((me + d) % n, Vec::new())?;
+                    self.node.recv_p2p_from((me + n - d) % n, t)?;
+                    d = d.saturating_mul(2);
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ethbcast::group::{Algorithm, Group, GroupError, GroupOptions, Membership};
+use ethbcast::group::{Algorithm, BarrierKind, Group, GroupError, GroupOptions, Membership};
 use ethbcast_tools::netns;
 use ethbcast_tools::testbed::{netns_available, Testbed, TestbedConfig};
 
@@ -62,6 +62,11 @@ fn discovered_group_broadcasts_from_every_root_with_every_algorithm() {
                             }
                         }
                     }
+                    for kind in [BarrierKind::Broadcast, BarrierKind::Dissemination] {
+                        for _ in 0..5 {
+                            g.barrier_with(kind)?;
+                        }
+                    }
                     g.flush()?;
                     // Keep answering repairs a little while others finish.
                     for _ in 0..20 {
@@ -110,6 +115,78 @@ fn joining_with_a_member_missing_fails_with_a_clear_timeout() {
                 ..
             }) => {}
             other => panic!("expected a join timeout, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn nobody_leaves_a_barrier_before_the_last_member_enters() {
+    if !netns_available(
+        "nobody_leaves_a_barrier_before_the_last_member_enters",
+        true,
+    ) {
+        return;
+    }
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    let n = 5;
+    let bed = bed("c", n, 5.0);
+    let macs: Vec<[u8; 6]> = bed.hosts().iter().map(|h| h.mac).collect();
+    let late_entry: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
+    let handles: Vec<_> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            let (macs, late_entry) = (macs.clone(), late_entry.clone());
+            netns::spawn_in(&h.netns, move || -> Result<Vec<Instant>, GroupError> {
+                let link = ethbcast::link::open(Default::default(), "eth0", Default::default())?;
+                let opts = GroupOptions {
+                    timeout: Duration::from_secs(20),
+                    barrier_arity: 2,
+                    ..GroupOptions::default()
+                };
+                let mut g = Group::from_link(link, macs, opts)?;
+                let mut released = Vec::new();
+                for (i, kind) in [
+                    BarrierKind::Broadcast,
+                    BarrierKind::Dissemination,
+                    BarrierKind::Broadcast,
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    // A different member is late each time.
+                    if usize::from(g.rank()) == (i * 2 + 1) % n {
+                        let t = Instant::now() + Duration::from_millis(150);
+                        while Instant::now() < t {
+                            g.progress(Duration::from_millis(5))?;
+                        }
+                        late_entry.lock().unwrap().push(Instant::now());
+                    }
+                    g.barrier_with(kind)?;
+                    released.push(Instant::now());
+                }
+                g.flush()?;
+                for _ in 0..20 {
+                    g.progress(Duration::from_millis(10))?;
+                }
+                Ok(released)
+            })
+            .unwrap()
+        })
+        .collect();
+    let released: Vec<Vec<Instant>> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("member"))
+        .collect();
+    let late = late_entry.lock().unwrap().clone();
+    assert_eq!(late.len(), 3);
+    for r in &released {
+        for (i, t) in r.iter().enumerate() {
+            assert!(
+                *t >= late[i],
+                "barrier {i} released a member before the late one entered"
+            );
         }
     }
 }
