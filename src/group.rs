@@ -114,6 +114,14 @@ pub struct GroupOptions {
     pub tweak: Option<fn(&mut Config)>,
     /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator).
     pub barrier_arity: u16,
+    /// Shared group key (see [`key_from_passphrase`]): every frame is authenticated.
+    pub key: Option<[u8; 32]>,
+}
+
+/// Derives a 256-bit group key from a passphrase (BLAKE3 key derivation with a fixed,
+/// project-specific context).
+pub fn key_from_passphrase(passphrase: &str) -> [u8; 32] {
+    blake3::derive_key("ethbcast 2026-11 group key", passphrase.as_bytes())
 }
 
 impl Default for GroupOptions {
@@ -126,6 +134,7 @@ impl Default for GroupOptions {
             timeout: Duration::from_secs(30),
             tweak: None,
             barrier_arity: 4,
+            key: None,
         }
     }
 }
@@ -190,6 +199,7 @@ impl Group {
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
         let mut cfg = Config::new(opts.group_id, rank as Rank, size);
         cfg.auto_post = true;
+        cfg.key = opts.key;
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }

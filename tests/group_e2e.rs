@@ -190,3 +190,112 @@ fn nobody_leaves_a_barrier_before_the_last_member_enters() {
         }
     }
 }
+
+#[test]
+fn with_a_group_key_a_host_outside_the_group_cannot_inject() {
+    if !netns_available(
+        "with_a_group_key_a_host_outside_the_group_cannot_inject",
+        false,
+    ) {
+        return;
+    }
+    use ethbcast::group::key_from_passphrase;
+    use ethbcast::link::{Link, BROADCAST_MAC};
+    use ethbcast::wire::{Flags, Kind, Repr, ALL};
+    let bed = bed("d", 3, 0.0);
+    let members: Vec<[u8; 6]> = bed.hosts()[..2].iter().map(|h| h.mac).collect();
+    let opts = GroupOptions {
+        key: Some(key_from_passphrase("s3cret")),
+        timeout: Duration::from_secs(10),
+        ..GroupOptions::default()
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Host 2 is not a member: it takes root 0's MAC address and blasts forged data frames
+    // claiming to be root 0, so only the keyed MAC can tell them apart.
+    let spoof = ethbcast::link::format_mac(&members[0]);
+    let st = std::process::Command::new("ip")
+        .args([
+            "-n",
+            &bed.hosts()[2].netns,
+            "link",
+            "set",
+            "eth0",
+            "address",
+            &spoof,
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let attacker = {
+        let stop = stop.clone();
+        let gid = opts.group_id;
+        netns::spawn_in(&bed.hosts()[2].netns, move || {
+            let mut link =
+                ethbcast::link::open(Default::default(), "eth0", Default::default()).unwrap();
+            let mut sent = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for seq in 0..8u32 {
+                    let mut r = Repr::new(Kind::Data);
+                    r.group = gid;
+                    r.src = 0;
+                    r.dst = ALL;
+                    r.seq = seq;
+                    r.msg_id = seq;
+                    r.msg_len = 4;
+                    r.flags = Flags::LAST | Flags::BROADCAST;
+                    link.send(BROADCAST_MAC, &r.to_vec(b"EVIL").unwrap())
+                        .unwrap();
+                    sent += 1;
+                }
+                link.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            sent
+        })
+        .unwrap()
+    };
+    let handles: Vec<_> = bed.hosts()[..2]
+        .iter()
+        .map(|h| {
+            let (members, opts) = (members.clone(), opts.clone());
+            netns::spawn_in(
+                &h.netns,
+                move || -> Result<(Vec<Vec<u8>>, u64), GroupError> {
+                    let link =
+                        ethbcast::link::open(Default::default(), "eth0", Default::default())?;
+                    let mut g = Group::from_link(link, members, opts)?;
+                    let mut got = Vec::new();
+                    for i in 0..20u8 {
+                        let mut buf = if g.rank() == 0 {
+                            vec![i; 100]
+                        } else {
+                            Vec::new()
+                        };
+                        g.bcast(0, &mut buf)?;
+                        got.push(buf);
+                    }
+                    g.flush()?;
+                    for _ in 0..10 {
+                        g.progress(Duration::from_millis(10))?;
+                    }
+                    Ok((got, g.node().engine().stats().drops.bad_mac))
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    let results: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("member"))
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let forged = attacker.join().unwrap();
+    assert!(forged > 0);
+    let (got, bad_mac) = &results[1];
+    assert_eq!(
+        got,
+        &(0..20u8).map(|i| vec![i; 100]).collect::<Vec<_>>(),
+        "only the root's real messages"
+    );
+    assert!(*bad_mac > 0, "forged frames were seen and rejected");
+}

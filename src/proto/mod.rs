@@ -115,6 +115,9 @@ pub struct Config {
     pub max_message: usize,
     /// Deliver every message as it completes, without `post_recv` (streaming use).
     pub auto_post: bool,
+    /// Group key: when set, every frame carries a keyed MAC and frames without a valid one
+    /// are dropped, so a host on the segment outside the group cannot inject data.
+    pub key: Option<[u8; 32]>,
 }
 
 impl Config {
@@ -142,6 +145,7 @@ impl Config {
             repair_queue: 64,
             max_message: 1 << 30,
             auto_post: true,
+            key: None,
         }
     }
 
@@ -162,7 +166,8 @@ impl Config {
 
     /// Largest payload of one frame.
     pub fn max_payload(&self) -> usize {
-        self.max_pdu.saturating_sub(wire::OVERHEAD)
+        let tag = if self.key.is_some() { wire::TAG_LEN } else { 0 };
+        self.max_pdu.saturating_sub(wire::OVERHEAD + tag)
     }
 
     /// Payload bytes of one buffer slot.
@@ -287,6 +292,9 @@ pub enum Drop {
     /// The receive window slot cannot be filled now (pushed buffer full): repaired later.
     #[error("no room for unposted data")]
     NoRoom,
+    /// The group has a key and the frame's keyed MAC is missing or wrong.
+    #[error("missing or invalid keyed MAC")]
+    BadMac,
 }
 
 /// Counters of one engine.
@@ -349,6 +357,8 @@ pub struct DropStats {
     pub protocol: u64,
     /// No room for unposted data.
     pub no_room: u64,
+    /// Missing or invalid keyed MAC.
+    pub bad_mac: u64,
 }
 
 impl DropStats {
@@ -369,6 +379,7 @@ impl DropStats {
             Drop::Duplicate(_) => &mut self.duplicate,
             Drop::Protocol(_) => &mut self.protocol,
             Drop::NoRoom => &mut self.no_room,
+            Drop::BadMac => &mut self.bad_mac,
         };
         *c += 1;
     }
@@ -390,6 +401,7 @@ impl DropStats {
             + self.duplicate
             + self.protocol
             + self.no_room
+            + self.bad_mac
     }
 }
 
@@ -604,6 +616,11 @@ impl Engine {
         if frame.group() != self.cfg.group {
             return Err(Drop::ForeignGroup(frame.group()));
         }
+        if let Some(key) = &self.cfg.key {
+            if !frame.verify(key) {
+                return Err(Drop::BadMac);
+            }
+        }
         let src = frame.src();
         if src >= self.cfg.size {
             return Err(Drop::NotMember(src));
@@ -685,6 +702,14 @@ impl Engine {
     /// Writes the next frame to send into `buf` (at least `max_pdu` bytes). Control frames go
     /// first, then repairs, then fresh data.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let mut t = self.poll_transmit_plain(now, buf)?;
+        if let Some(key) = &self.cfg.key {
+            t.len = wire::seal(key, buf, t.len).ok()?;
+        }
+        Some(t)
+    }
+
+    fn poll_transmit_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(c) = self.outbox.pop_front() {
             let mut repr = c.repr;
             repr.group = self.cfg.group;

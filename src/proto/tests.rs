@@ -488,3 +488,41 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn with_a_group_key_forged_and_unkeyed_frames_are_rejected() {
+    let key = [7u8; 32];
+    let mut net = Net::new(3, |c| c.key = Some([7u8; 32]));
+    let m = message(5000, 9);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::PushPull)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    assert_eq!(net.delivered[1][0].2, m, "keyed members talk normally");
+    // A host outside the group forges a data frame of root 0's stream.
+    let mut forged = Repr::new(Kind::Data);
+    forged.group = 7;
+    forged.src = 0;
+    forged.dst = wire::ALL;
+    forged.seq = 4;
+    forged.msg_id = 1;
+    forged.msg_len = 3;
+    forged.flags = Flags::LAST;
+    let plain = forged.to_vec(b"bad").unwrap();
+    assert_eq!(
+        net.engines[1].handle_frame(net.now, &plain),
+        Err(Drop::BadMac)
+    );
+    let mut buf = vec![0u8; 200];
+    let n = forged.emit(b"bad", &mut buf).unwrap();
+    let n = wire::seal(&[8u8; 32], &mut buf, n).unwrap();
+    assert_eq!(
+        net.engines[1].handle_frame(net.now, &buf[..n]),
+        Err(Drop::BadMac),
+        "wrong key"
+    );
+    assert_eq!(net.engines[1].stats().drops.bad_mac, 2);
+    let n2 = forged.emit(b"bad", &mut buf).unwrap();
+    let n2 = wire::seal(&key, &mut buf, n2).unwrap();
+    assert!(Frame::new_checked(&buf[..n2]).unwrap().verify(&key));
+}

@@ -50,6 +50,9 @@ pub const ETH_HEADER_LEN: usize = 14;
 pub const ALL: u16 = u16::MAX;
 /// Width of the NACK bitmap: frames after the base that one NACK can describe.
 pub const NACK_BITS: u32 = 16;
+/// Length of the keyed MAC a frame carries (between payload and CRC) when the group has a
+/// key: 128 bits of BLAKE3 in keyed mode over header and payload.
+pub const TAG_LEN: usize = 16;
 
 mod field {
     use core::ops::Range;
@@ -227,7 +230,9 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if b[field::VERSION] != VERSION {
             return Err(WireError::BadVersion(b[field::VERSION]));
         }
-        let need = OVERHEAD + usize::from(be16(&b[field::PAYLOAD_LEN]));
+        let keyed = Flags::from_bits_truncate(be16(&b[field::FLAGS])).contains(Flags::KEYED);
+        let need =
+            OVERHEAD + usize::from(be16(&b[field::PAYLOAD_LEN])) + if keyed { TAG_LEN } else { 0 };
         if b.len() < need {
             return Err(WireError::Truncated { len: b.len(), need });
         }
@@ -305,9 +310,37 @@ impl<T: AsRef<[u8]>> Frame<T> {
         let len = usize::from(be16(&b[field::PAYLOAD_LEN]));
         &b[HEADER_LEN..HEADER_LEN + len]
     }
-    /// Total PDU length including the CRC.
+    /// The keyed MAC, if the frame carries one.
+    pub fn tag(&self) -> Option<&[u8]> {
+        let b = self.buffer.as_ref();
+        let end = HEADER_LEN + usize::from(be16(&b[field::PAYLOAD_LEN]));
+        self.flags()
+            .contains(Flags::KEYED)
+            .then(|| &b[end..end + TAG_LEN])
+    }
+
+    /// Total PDU length including the tag and the CRC.
     pub fn total_len(&self) -> usize {
-        OVERHEAD + usize::from(be16(&self.buffer.as_ref()[field::PAYLOAD_LEN]))
+        let tag = if self.flags().contains(Flags::KEYED) {
+            TAG_LEN
+        } else {
+            0
+        };
+        OVERHEAD + usize::from(be16(&self.buffer.as_ref()[field::PAYLOAD_LEN])) + tag
+    }
+
+    /// True if the frame carries a tag that `key` produced for these header and payload bytes.
+    pub fn verify(&self, key: &[u8; 32]) -> bool {
+        let Some(tag) = self.tag() else { return false };
+        let b = self.buffer.as_ref();
+        let body = HEADER_LEN + usize::from(be16(&b[field::PAYLOAD_LEN]));
+        let want = blake3::keyed_hash(key, &b[..body]);
+        // Constant-time comparison of the truncated tag.
+        want.as_bytes()[..TAG_LEN]
+            .iter()
+            .zip(tag)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
     }
 }
 
@@ -407,6 +440,32 @@ impl Repr {
         self.emit(payload, &mut v)?;
         Ok(v)
     }
+}
+
+/// Adds the keyed MAC to an emitted frame of `len` bytes in `buf`: sets [`Flags::KEYED`],
+/// appends the tag after the payload and rewrites the CRC. Returns the new length.
+pub fn seal(key: &[u8; 32], buf: &mut [u8], len: usize) -> Result<usize, WireError> {
+    if len < OVERHEAD {
+        return Err(WireError::Truncated {
+            len,
+            need: OVERHEAD,
+        });
+    }
+    let need = len + TAG_LEN;
+    if buf.len() < need {
+        return Err(WireError::BufferTooSmall {
+            have: buf.len(),
+            need,
+        });
+    }
+    let flags = Flags::from_bits_truncate(be16(&buf[field::FLAGS])) | Flags::KEYED;
+    buf[field::FLAGS].copy_from_slice(&flags.bits().to_be_bytes());
+    let body = len - CRC_LEN;
+    let tag = blake3::keyed_hash(key, &buf[..body]);
+    buf[body..body + TAG_LEN].copy_from_slice(&tag.as_bytes()[..TAG_LEN]);
+    let crc = crc32c::crc32c(&buf[..body + TAG_LEN]);
+    buf[body + TAG_LEN..need].copy_from_slice(&crc.to_be_bytes());
+    Ok(need)
 }
 
 #[cfg(test)]

@@ -136,3 +136,24 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn sealed_frames_verify_only_with_their_key_and_survive_parsing() {
+    let (repr, payload) = sample();
+    let mut buf = vec![0u8; 200];
+    let n = repr.emit(&payload, &mut buf).unwrap();
+    let n = seal(&[1; 32], &mut buf, n).unwrap();
+    let f = Frame::new_checked(&buf[..n]).unwrap();
+    assert!(f.flags().contains(Flags::KEYED));
+    assert_eq!(f.payload(), b"abcd");
+    assert_eq!(f.total_len(), n);
+    assert!(f.verify(&[1; 32]));
+    assert!(!f.verify(&[2; 32]));
+    // Flipping a payload bit and fixing the CRC is still caught by the tag.
+    let mut b = buf[..n].to_vec();
+    b[HEADER_LEN] ^= 1;
+    let body = n - CRC_LEN;
+    let crc = crc32c::crc32c(&b[..body]);
+    b[body..].copy_from_slice(&crc.to_be_bytes());
+    assert!(!Frame::new_checked(&b[..]).unwrap().verify(&[1; 32]));
+}
