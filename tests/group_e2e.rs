@@ -200,7 +200,7 @@ fn with_a_group_key_a_host_outside_the_group_cannot_inject() {
         return;
     }
     use ethbcast::group::key_from_passphrase;
-    use ethbcast::link::{Link, BROADCAST_MAC};
+    use ethbcast::link::BROADCAST_MAC;
     use ethbcast::wire::{Flags, Kind, Repr, ALL};
     let bed = bed("d", 3, 0.0);
     let members: Vec<[u8; 6]> = bed.hosts()[..2].iter().map(|h| h.mac).collect();
