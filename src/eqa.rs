@@ -139,6 +139,12 @@ pub struct Lms {
     pub last_progress: Option<Instant>,
     /// Last time a frame arrived from this destination.
     pub last_heard: Option<Instant>,
+    /// Fail-over: hardware broadcast does not reach it, every fresh frame is also unicast.
+    pub p2p: bool,
+    /// Fresh frames broadcast since the fail-over check last looked.
+    pub recent_sent: u32,
+    /// Frames repaired to it since the fail-over check last looked.
+    pub recent_repaired: u32,
     /// Per-destination counters.
     pub stats: LmsStats,
 }
@@ -166,6 +172,8 @@ pub struct LmsStats {
     pub pulls: u64,
     /// Payload bytes repaired to it.
     pub repaired_bytes: u64,
+    /// Times it was switched to point-to-point delivery.
+    pub failovers: u64,
 }
 
 impl Lms {
@@ -251,6 +259,9 @@ impl Eqa {
             backoffs: 0,
             last_progress: None,
             last_heard: None,
+            p2p: false,
+            recent_sent: 0,
+            recent_repaired: 0,
             stats: LmsStats::default(),
         });
         let r = usize::from(rank);

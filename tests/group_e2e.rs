@@ -299,3 +299,64 @@ fn with_a_group_key_a_host_outside_the_group_cannot_inject() {
     );
     assert!(*bad_mac > 0, "forged frames were seen and rejected");
 }
+
+#[test]
+fn a_member_whose_broadcast_frames_are_filtered_is_served_point_to_point() {
+    if !netns_available(
+        "a_member_whose_broadcast_frames_are_filtered_is_served_point_to_point",
+        true,
+    ) {
+        return;
+    }
+    let mut bed = bed("e", 4, 0.0);
+    bed.drop_broadcast_to(2, true).expect("nft rule");
+    let macs: Vec<[u8; 6]> = bed.hosts().iter().map(|h| h.mac).collect();
+    let handles: Vec<_> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            let macs = macs.clone();
+            netns::spawn_in(&h.netns, move || -> Result<(bool, Vec<u16>), GroupError> {
+                let link = ethbcast::link::open(Default::default(), "eth0", Default::default())?;
+                let opts = GroupOptions {
+                    timeout: Duration::from_secs(30),
+                    ..GroupOptions::default()
+                };
+                let mut g = Group::from_link(link, macs, opts)?;
+                let mut ok = true;
+                for round in 0..60 {
+                    let mut buf = if g.rank() == 0 {
+                        payload(0, round, 3000)
+                    } else {
+                        Vec::new()
+                    };
+                    g.bcast_with(0, &mut buf, Algorithm::Simple)?;
+                    ok &= buf == payload(0, round, 3000);
+                }
+                g.flush()?;
+                for _ in 0..20 {
+                    g.progress(Duration::from_millis(10))?;
+                }
+                Ok((ok, g.node().engine().sender().failed_over()))
+            })
+            .unwrap()
+        })
+        .collect();
+    let results: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("member"))
+        .collect();
+    assert!(
+        results.iter().all(|r| r.0),
+        "every member got every message intact"
+    );
+    assert_eq!(
+        results[0].1,
+        vec![2],
+        "the root serves rank 2 point-to-point"
+    );
+    assert!(
+        bed.drop_counters().expect("nft counters").isolated > 0,
+        "broadcasts to rank 2 really were dropped"
+    );
+}

@@ -306,6 +306,8 @@ pub struct Stats {
     pub repair_frames: u64,
     /// Of which re-broadcasts.
     pub rebroadcasts: u64,
+    /// Members switched to point-to-point delivery (fail-over).
+    pub failovers: u64,
     /// ACK frames sent.
     pub ack_frames: u64,
     /// NACK frames sent.

@@ -77,6 +77,7 @@ pub struct Receiver {
     nack_retry: Duration,
     max_message: usize,
     pull_override: Option<(u32, Rank)>,
+    probe_answer: bool,
     events: VecDeque<Event>,
     controls: VecDeque<Control>,
 }
@@ -118,6 +119,7 @@ impl Receiver {
             nack_retry: cfg.nack_retry,
             max_message: cfg.max_message,
             pull_override: None,
+            probe_answer: false,
             events: VecDeque::new(),
             controls: VecDeque::new(),
         }
@@ -207,6 +209,9 @@ impl Receiver {
         payload: &[u8],
     ) -> Result<(), Drop> {
         let s = extend_seq(self.expected, repr.seq);
+        if repr.flags.contains(Flags::ACK_REQ) {
+            self.probe_answer = true;
+        }
         if s < self.expected {
             if repr.flags.contains(Flags::ACK_REQ) || repr.dst == self.me {
                 // The root resent what we have: our acknowledgement was lost.
@@ -422,12 +427,18 @@ impl Receiver {
         self.ack_at = None;
         self.acked = self.expected;
         self.unacked = 0;
-        let repr = Repr {
+        let mut repr = Repr {
             kind: Some(Kind::Ack),
             seq: self.expected as u32,
             dst: self.root,
             ..Repr::default()
         };
+        if std::mem::take(&mut self.probe_answer) {
+            // Answering a probe: say how far we have seen, so that the root can go back over
+            // everything after it (go-back-16) instead of probing frame by frame.
+            repr.flags |= Flags::ACK_REQ;
+            repr.aux = self.highest.max(self.expected) as u32;
+        }
         self.controls.push_back(Control {
             dst: Dest::Rank(self.root),
             repr,

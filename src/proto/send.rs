@@ -45,7 +45,11 @@ pub struct Sender {
     rr: usize,
     probes: Vec<Rank>,
     pull_poll: bool,
+    p2p_copies: VecDeque<(Rank, Seq)>,
 }
+
+/// Fresh frames over which the fail-over check judges a destination.
+const FAILOVER_WINDOW: u32 = 32;
 
 impl Sender {
     pub(crate) fn new(cfg: &Config) -> Sender {
@@ -69,6 +73,7 @@ impl Sender {
             rr: 0,
             probes: Vec::new(),
             pull_poll: false,
+            p2p_copies: VecDeque::new(),
         }
     }
 
@@ -239,6 +244,16 @@ impl Sender {
                     }
                 }
             }
+            Some(Kind::Ack) if repr.flags.contains(Flags::ACK_REQ) => {
+                // The answer to a probe: everything after what it has seen, up to 16 frames,
+                // was sent long enough ago to be lost: go back over it.
+                let seen = extend_seq(head, repr.aux).min(self.sent_upto);
+                let cursor = self.eqa.lms(src).map_or(seen, |l| l.cursor());
+                let end = self.sent_upto.min(cursor + u64::from(NACK_BITS));
+                for s in seen.max(cursor)..end {
+                    self.eqa.request_repair(src, s);
+                }
+            }
             Some(Kind::Pull) => {
                 if let Some(m) = self.queue.front_mut() {
                     if m.id as u32 == repr.msg_id && m.algo == Algo::PushPull {
@@ -319,8 +334,19 @@ impl Sender {
         }
     }
 
+    /// Destinations served point-to-point because broadcast does not reach them.
+    pub fn failed_over(&self) -> Vec<Rank> {
+        self.eqa
+            .dests()
+            .iter()
+            .filter(|l| l.is_live() && l.p2p)
+            .map(|l| l.rank())
+            .collect()
+    }
+
     pub(crate) fn has_transmit(&self) -> bool {
-        self.pull_poll
+        !self.p2p_copies.is_empty()
+            || self.pull_poll
             || self.sent_upto < self.eqa.head()
             || self
                 .eqa
@@ -376,6 +402,26 @@ impl Sender {
         if let Some(t) = self.poll_repair(cfg, buf, stats) {
             return Some(t);
         }
+        while let Some((rank, seq)) = self.p2p_copies.pop_front() {
+            let Some(lms) = self.eqa.lms(rank) else {
+                continue;
+            };
+            if !lms.is_live() || seq < lms.cursor() {
+                continue;
+            }
+            let Some(slot) = self.eqa.slot(seq) else {
+                continue;
+            };
+            let mut repr = *slot.repr();
+            repr.dst = rank;
+            repr.flags.remove(Flags::BROADCAST);
+            repr.flags |= Flags::P2P;
+            let len = repr.emit(slot.payload(), buf).ok()?;
+            return Some(Transmit {
+                dst: Dest::Rank(rank),
+                len,
+            });
+        }
         if self.sent_upto < self.eqa.head() {
             let seq = self.sent_upto;
             let slot = self.eqa.slot(seq)?;
@@ -384,8 +430,31 @@ impl Sender {
             stats.data_frames += 1;
             let rto = cfg.rto;
             for lms in self.eqa.dests_mut() {
-                if lms.is_live() && lms.timer.is_none() {
+                if !lms.is_live() {
+                    continue;
+                }
+                if lms.timer.is_none() {
                     lms.timer = Some(now + rto);
+                }
+                if lms.p2p {
+                    self.p2p_copies.push_back((lms.rank(), seq));
+                    continue;
+                }
+                lms.recent_sent += 1;
+                if lms.recent_sent >= FAILOVER_WINDOW {
+                    // Fail-over (LA-MPI 4.4): nearly every broadcast frame had to be repaired,
+                    // so broadcast does not reach it; serve it point-to-point from now on.
+                    if lms.recent_repaired * 10 >= lms.recent_sent * 9 {
+                        lms.p2p = true;
+                        lms.stats.failovers += 1;
+                        stats.failovers += 1;
+                        tracing::warn!(
+                            rank = lms.rank(),
+                            "broadcast does not reach this member: serving it point-to-point"
+                        );
+                    }
+                    lms.recent_sent = 0;
+                    lms.recent_repaired = 0;
                 }
             }
             if self.eqa.hms().live() == 0 {
@@ -440,6 +509,7 @@ impl Sender {
             }
             for r in served {
                 if let Some(l) = self.eqa.lms_mut(r) {
+                    l.recent_repaired += 1;
                     l.stats.repairs += 1;
                     l.stats.repaired_bytes += bytes;
                     if rebroadcast {

@@ -526,3 +526,31 @@ fn with_a_group_key_forged_and_unkeyed_frames_are_rejected() {
     let n2 = wire::seal(&key, &mut buf, n2).unwrap();
     assert!(Frame::new_checked(&buf[..n2]).unwrap().verify(&key));
 }
+
+#[test]
+fn a_member_that_broadcast_does_not_reach_is_served_point_to_point() {
+    let mut net = Net::new(4, |_| {});
+    // Every broadcast frame towards rank 2 is lost; unicast still works.
+    net.drop = Box::new(|r, to| to == 2 && r.flags.contains(Flags::BROADCAST));
+    let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(4000, i)).collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()));
+    assert_eq!(
+        net.delivered[2]
+            .iter()
+            .map(|d| d.2.clone())
+            .collect::<Vec<_>>(),
+        msgs
+    );
+    assert_eq!(net.engines[0].sender().failed_over(), vec![2]);
+    assert_eq!(net.engines[0].stats().failovers, 1);
+    let tx = net.engines[0].sender().eqa();
+    assert!(
+        !tx.lms(1).unwrap().p2p && !tx.lms(3).unwrap().p2p,
+        "the others stay on broadcast"
+    );
+}
