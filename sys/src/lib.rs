@@ -12,6 +12,7 @@
 //! - [`ring`]: `TPACKET_V2` memory-mapped RX and TX rings (no system call per received frame,
 //!   one per burst of sent frames);
 //! - [`wait`]: waiting for a socket: spin, block in `ppoll(2)`, or spin then block;
+//! - [`alloc`]: a counting global allocator for memory tests;
 //! - [`error`]: typed errors that say what the user can do (`CAP_NET_RAW`, `ip link`, ...).
 //!
 //! Every `unsafe` block carries a `// SAFETY:` comment (enforced by
@@ -20,6 +21,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod error;
 pub mod filter;
 pub mod iface;

@@ -1,0 +1,51 @@
+//! What is really allocated for a group of n matches the paper's formula
+//! `s_SDP + (n-1)·s_LDP + n·s_RDP`, with the sizes `memory::sizes` reports.
+//!
+//! One test in this binary: the counting allocator sees every thread's allocations.
+
+use std::time::Instant;
+
+use ethbcast::memory::{sizes, Profile};
+use ethbcast::proto::{Config, Engine};
+use ethbcast_sys::alloc::CountingAlloc;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc::new();
+
+#[test]
+fn allocated_bytes_match_the_formula_for_groups_up_to_128() {
+    for profile in [Profile::Paper, Profile::Default] {
+        let s = sizes(profile);
+        for n in [2u16, 4, 8, 16, 32, 64, 128] {
+            let cfg = match profile {
+                Profile::Paper => Config::paper(1, 0, n),
+                Profile::Default => Config::new(1, 0, n),
+            };
+            let now = Instant::now();
+            let before = ALLOC.live_bytes();
+            // The root: its send-only DP with one LDP per destination ...
+            let mut root = Box::new(Engine::new(cfg.clone()).unwrap());
+            // ... and n-1 receive-only DPs, one per other root ...
+            for r in 1..n {
+                root.post_recv(now, r, 0).unwrap();
+            }
+            let root_bytes = ALLOC.live_bytes() - before;
+            // ... and the receive-only DP another member keeps for this root's broadcasts.
+            let mut other = cfg.clone();
+            other.rank = 1;
+            let mut member = Engine::new(other).unwrap();
+            let before_member = ALLOC.live_bytes();
+            member.post_recv(now, 0, 0).unwrap();
+            let measured = root_bytes + (ALLOC.live_bytes() - before_member);
+            let formula = s.hb(usize::from(n));
+            let err = (measured as f64 - formula as f64).abs() / formula as f64;
+            assert!(
+                err < 0.02,
+                "{profile:?} n={n}: allocated {measured} B, formula {formula} B ({:.2}% off)",
+                err * 100.0
+            );
+            drop(root);
+            drop(member);
+        }
+    }
+}
