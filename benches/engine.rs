@@ -1,1 +1,302 @@
-fn main() {}
+//! Micro-benchmarks of the hot paths: wire encode/decode, the EQA buffer, and the sans-IO
+//! engine at a receiver (in-order data) and at the root (ACK handling, fresh data out).
+//!
+//! Run with `cargo bench --bench engine`. Measurement times are kept short (the build machine
+//! is shared); pass criterion options after `--` for longer runs, e.g.
+//! `cargo bench --bench engine -- --measurement-time 10 wire/`.
+//!
+//! Every input that the compiler could see through goes through `black_box`, and benches that
+//! change state either rebuild it outside the timed section (`iter_batched_ref`, whose inputs
+//! are also dropped outside it) or reset it with the clock stopped (`iter_custom`), so the same
+//! thing is measured on every iteration.
+
+use std::time::{Duration, Instant};
+
+use criterion::{
+    black_box, criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput,
+};
+use ethbcast::eqa::{Eqa, Rank};
+use ethbcast::proto::{Algo, Config, Dest, Engine};
+use ethbcast::wire::{self, Flags, Frame, Kind, Repr};
+
+/// Payload of a full frame at the default 1500-byte MTU.
+const FULL: usize = 1460;
+/// Message size of the receiver stream benchmark.
+const MIB: usize = 1 << 20;
+/// Setups per timed batch in `iter_batched_ref`: enough to amortise the clock reads, few
+/// enough that the engines stay small in memory and warm in cache.
+const BATCH: BatchSize = BatchSize::NumIterations(16);
+
+fn short(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    g.warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+}
+
+fn payload(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 + 7) as u8).collect()
+}
+
+/// The header of a data fragment in the middle of a 1 MiB message.
+fn data_repr() -> Repr {
+    Repr {
+        kind: Some(Kind::Data),
+        flags: Flags::BROADCAST,
+        group: 7,
+        src: 0,
+        dst: wire::ALL,
+        seq: 12345,
+        msg_id: 3,
+        msg_len: MIB as u32,
+        offset: 4 * FULL as u32,
+        bitmap: 0,
+        aux: 1,
+    }
+}
+
+/// Frame encode (`Repr::emit`: header, payload copy, CRC32C) and decode
+/// (`Frame::new_checked`: length, version, CRC32C, geometry; then `Repr::parse`).
+fn wire_benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("wire");
+    short(&mut g);
+    for len in [64usize, FULL] {
+        let repr = data_repr();
+        let data = payload(len);
+        let mut buf = vec![0u8; Repr::frame_len(len)];
+        g.throughput(Throughput::Bytes(len as u64));
+        g.bench_with_input(BenchmarkId::new("encode", len), &len, |b, _| {
+            b.iter(|| {
+                let n = black_box(&repr)
+                    .emit(black_box(&data), black_box(&mut buf[..]))
+                    .expect("buffer is large enough");
+                black_box(n)
+            })
+        });
+        let frame = repr.to_vec(&data).expect("fits");
+        g.bench_with_input(BenchmarkId::new("decode", len), &len, |b, _| {
+            b.iter(|| {
+                let f = Frame::new_checked(black_box(&frame[..])).expect("valid frame");
+                black_box(Repr::parse(&f));
+                black_box(f.payload().len())
+            })
+        });
+    }
+    g.finish();
+}
+
+/// `Eqa::publish` of one full frame, then the cumulative ACK of it by each of `n` destinations
+/// (the slot is released and the tail advances on the last one). The buffer ends every
+/// iteration empty, so iterations are identical apart from the ring index.
+fn eqa_benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("eqa/publish_release");
+    short(&mut g);
+    g.throughput(Throughput::Elements(1));
+    let data = payload(FULL);
+    for n in [1u16, 8, 64] {
+        let mut e = Eqa::new(16, FULL, 1..=n, 64, Duration::from_millis(4));
+        let repr = data_repr();
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+            b.iter(|| {
+                let seq = e
+                    .publish(black_box(repr), black_box(&data))
+                    .expect("buffer is empty at the start of every iteration");
+                for r in 1..=n {
+                    black_box(e.ack(black_box(r), seq + 1));
+                }
+                debug_assert_eq!(e.tail(), e.head());
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The data frames (wire bytes, in order) that a real root engine broadcasts for one
+/// `len`-byte simple broadcast from root 0 to one receiver, driven to completion.
+fn record_stream(len: usize) -> Vec<Vec<u8>> {
+    let mut now = Instant::now();
+    let mut root = Engine::new(Config::new(1, 0, 2)).expect("valid config");
+    let mut peer = Engine::new(Config::new(1, 1, 2)).expect("valid config");
+    root.bcast(now, payload(len), Algo::Simple)
+        .expect("queue empty");
+    let mut buf = vec![0u8; 1500];
+    let mut frames = Vec::new();
+    for _ in 0..100_000 {
+        let mut moved = false;
+        while let Some(t) = root.poll_transmit(now, &mut buf) {
+            moved = true;
+            let pdu = &buf[..t.len];
+            let f = Frame::new_checked(pdu).expect("root emits valid frames");
+            if f.kind() == Kind::Data {
+                frames.push(pdu.to_vec());
+            }
+            let _ = peer.handle_frame(now, pdu);
+        }
+        while let Some(t) = peer.poll_transmit(now, &mut buf) {
+            moved = true;
+            let _ = root.handle_frame(now, &buf[..t.len]);
+        }
+        if root.is_idle() && !moved {
+            break;
+        }
+        if !moved {
+            // Let the coalesced ACK of the tail of the message go out.
+            now += Duration::from_millis(1);
+            peer.handle_timeout(now);
+            root.handle_timeout(now);
+        }
+    }
+    assert!(root.is_idle(), "the recording broadcast completed");
+    assert_eq!(
+        frames.len(),
+        len.div_ceil(FULL),
+        "one data frame per 1460 bytes"
+    );
+    assert!(matches!(
+        peer.poll_event(),
+        Some(ethbcast::proto::Event::Delivered { data, .. }) if data.len() == len
+    ));
+    frames
+}
+
+fn receiver() -> Engine {
+    Engine::new(Config::new(1, 1, 2)).expect("valid config")
+}
+
+/// A receiver engine consuming the in-order data frames of a 1 MiB message from root 0:
+/// `handle_frame` per frame (CRC check, window slot copy, copy into the message, ACK every 8
+/// frames, delivery on the last). One iteration is one frame; when the stream is used up the
+/// receiver is replaced with the clock stopped, so the mix of frames is always that of a
+/// whole message.
+fn receiver_benches(c: &mut Criterion) {
+    let frames = record_stream(MIB);
+    let mut g = c.benchmark_group("engine/receiver");
+    short(&mut g);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("in_order_data_frame_1MiB_msg", |b| {
+        b.iter_custom(|iters| {
+            let now = Instant::now();
+            let mut rx = receiver();
+            let mut next = 0usize;
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let run = (frames.len() - next).min(left as usize);
+                let start = Instant::now();
+                for pdu in &frames[next..next + run] {
+                    let r = rx.handle_frame(black_box(now), black_box(pdu));
+                    debug_assert!(r.is_ok());
+                    black_box(r.is_ok());
+                }
+                total += start.elapsed();
+                next += run;
+                left -= run as u64;
+                if next == frames.len() {
+                    debug_assert_eq!(rx.stats().delivered, 1);
+                    black_box(rx.poll_event());
+                    rx = receiver();
+                    next = 0;
+                }
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+const ROOT_SIZE: u16 = 9; // root 0 and 8 destinations
+
+/// A root of 9 members with a 32-frame simple broadcast queued, of which the first `sent`
+/// frames have been transmitted (the buffer holds 16).
+fn root_with(sent: usize) -> Engine {
+    let now = Instant::now();
+    let mut root = Engine::new(Config::new(1, 0, ROOT_SIZE)).expect("valid config");
+    root.bcast(now, payload(32 * FULL), Algo::Simple)
+        .expect("queue empty");
+    let mut buf = vec![0u8; 1500];
+    for _ in 0..sent {
+        root.poll_transmit(now, &mut buf).expect("data to send");
+    }
+    root
+}
+
+fn ack(from: Rank, next: u32) -> Vec<u8> {
+    Repr {
+        kind: Some(Kind::Ack),
+        group: 1,
+        src: from,
+        dst: 0,
+        seq: next,
+        ..Repr::default()
+    }
+    .to_vec(&[])
+    .expect("fits")
+}
+
+/// The root: `handle_frame` of one ACK, and `poll_transmit` of one fresh data frame.
+fn root_benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("engine/root");
+    short(&mut g);
+    g.throughput(Throughput::Elements(1));
+    let now = Instant::now();
+
+    // 16 frames outstanding to 8 destinations; rank 1 acknowledges the first one: its cursor
+    // moves 0 -> 1, the slot keeps 7 references, the tail does not move.
+    let a = ack(1, 1);
+    g.bench_function("ack_advances_one_cursor", |b| {
+        b.iter_batched_ref(
+            || root_with(16),
+            |root| {
+                let r = root.handle_frame(black_box(now), black_box(&a));
+                debug_assert!(r.is_ok());
+                black_box(r.is_ok())
+            },
+            BATCH,
+        )
+    });
+
+    // Ranks 1..=7 have acknowledged frame 0; rank 8's ACK is the last reference: the slot is
+    // freed, the tail advances and the next fragment of the queued message is published.
+    let last = ack(8, 1);
+    g.bench_function("ack_frees_a_slot", |b| {
+        b.iter_batched_ref(
+            || {
+                let mut root = root_with(16);
+                for r in 1..8 {
+                    root.handle_frame(now, &ack(r, 1)).expect("valid ack");
+                }
+                assert_eq!(root.sender().eqa().tail(), 0);
+                root
+            },
+            |root| {
+                let r = root.handle_frame(black_box(now), black_box(&last));
+                debug_assert!(r.is_ok());
+                debug_assert_eq!(root.sender().eqa().tail(), 1);
+                black_box(r.is_ok())
+            },
+            BATCH,
+        )
+    });
+
+    // A published, never-sent frame goes out: header + 1460 bytes + CRC32C into the caller's
+    // buffer, and the retransmission timers of the 8 destinations are armed.
+    g.throughput(Throughput::Bytes(FULL as u64));
+    g.bench_function("poll_transmit_fresh_data", |b| {
+        b.iter_batched_ref(
+            || (root_with(0), vec![0u8; 1500]),
+            |(root, buf)| {
+                let t = root.poll_transmit(black_box(now), black_box(&mut buf[..]));
+                debug_assert!(matches!(t, Some(t) if t.dst == Dest::All));
+                black_box(t)
+            },
+            BATCH,
+        )
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = wire_benches, eqa_benches, receiver_benches, root_benches
+}
+criterion_main!(benches);

@@ -1,6 +1,13 @@
 //! The subcommands of `ethbcast-bench`, one module each, and what they share.
 
+pub mod barrier;
+pub mod bed;
+pub mod demo;
+pub mod latency;
 pub mod memory;
+pub mod plot;
 pub mod selftest;
 pub mod sim;
+pub mod simlat;
 pub mod table;
+pub mod throughput;

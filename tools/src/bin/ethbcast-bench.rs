@@ -1,16 +1,21 @@
 //! `ethbcast-bench`: how we (and users) judge the transport.
 //!
-//! Subcommands: `sim` (the protocol on the simulated switch, virtual time) and `memory` (the
-//! EQA paper's memory table from the real structures). Human-readable tables by default,
-//! `--json` for machines.
+//! Subcommands: `demo` (the one command: everything below on an 8-host test-bed, with plots),
+//! `latency`, `barrier` and `throughput` (the EQA paper's runs on a test-bed of network
+//! namespaces), `selftest`, `sim` (the protocol on the simulated switch, virtual time) and
+//! `memory` (the paper's memory table from the real structures). Human-readable tables by
+//! default, `--json` for machines.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use ethbcast::group::Algorithm;
 use ethbcast::link::{Backend, WaitMode};
 use ethbcast::memory::Profile;
 use ethbcast::proto::Algo;
-use ethbcast_tools::bench::{memory, selftest, sim};
+use ethbcast_tools::bench::bed::BedOptions;
+use ethbcast_tools::bench::{barrier, demo, latency, memory, plot, selftest, sim, throughput};
 use ethbcast_tools::testbed::Rate;
 
 #[derive(Parser)]
@@ -114,6 +119,125 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Broadcast latency on real hosts (the EQA paper, section 4): PPBCAST, SBCAST and the
+    /// binomial tree, groups of the first k hosts of one test-bed, root = rank 0.
+    ///
+    /// Latency of one broadcast = from the root's call until the LAST receiver has the whole
+    /// message (all members are threads of this process: one clock); iterations are separated
+    /// out of band so they never overlap. Reports the mean of the middle 80%, median, p99, max.
+    ///
+    /// Example: ethbcast-bench latency --testbed 8 --nodes 2,4,8 --iters 500 --out bench-out
+    Latency {
+        /// Hosts on the test-bed.
+        #[arg(long, default_value_t = 8)]
+        testbed: usize,
+        /// Group sizes (the first k hosts).
+        #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+        nodes: Vec<usize>,
+        /// Message sizes in bytes.
+        #[arg(
+            long,
+            default_value = "4,8,256,1024,4096,16384,65536",
+            value_delimiter = ','
+        )]
+        sizes: Vec<usize>,
+        /// Measured broadcasts per (algorithm, group size, size).
+        #[arg(long, default_value_t = 500)]
+        iters: usize,
+        /// Unmeasured broadcasts before them.
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        /// Algorithms: ppbcast, sbcast, tree.
+        #[arg(long, default_value = "ppbcast,sbcast,tree", value_delimiter = ',')]
+        algos: Vec<Algorithm>,
+        #[command(flatten)]
+        link: LinkArgs,
+        /// Write the rows as CSV to this file.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+        /// Write plots (PNG and SVG) into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print one JSON object (no progress bar).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Barrier latency on real hosts: broadcast barrier vs dissemination barrier.
+    ///
+    /// Latency of one barrier = from the last member entering to the last member leaving.
+    ///
+    /// Example: ethbcast-bench barrier --testbed 8 --nodes 2,4,8 --iters 500
+    Barrier {
+        /// Hosts on the test-bed.
+        #[arg(long, default_value_t = 8)]
+        testbed: usize,
+        /// Group sizes (the first k hosts).
+        #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+        nodes: Vec<usize>,
+        /// Measured barriers per kind and group size.
+        #[arg(long, default_value_t = 500)]
+        iters: usize,
+        /// Unmeasured barriers before them.
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        #[command(flatten)]
+        link: LinkArgs,
+        /// Write the plot (PNG and SVG) into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print one JSON object (no progress bar).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Goodput of one large broadcast from rank 0 to N receivers on the test-bed, and the
+    /// repair/acknowledgement overhead in frames.
+    ///
+    /// Example: ethbcast-bench throughput --testbed 8 --receivers 7 --size 64MiB --rate 1gbit
+    Throughput {
+        /// Hosts on the test-bed.
+        #[arg(long, default_value_t = 8)]
+        testbed: usize,
+        /// Receivers (default: all other hosts).
+        #[arg(long)]
+        receivers: Option<usize>,
+        /// Bytes in all (B, KiB, MiB, GiB, KB, MB, GB).
+        #[arg(long, default_value = "64MiB", value_parser = throughput::parse_size)]
+        size: usize,
+        /// Bytes per bcast.
+        #[arg(long, default_value = "1MiB", value_parser = throughput::parse_size)]
+        chunk: usize,
+        /// ppbcast or sbcast (tree as a baseline).
+        #[arg(long, default_value = "ppbcast")]
+        algo: Algorithm,
+        #[command(flatten)]
+        link: LinkArgs,
+        /// Write the plot (PNG and SVG) into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The one command: builds an 8-host test-bed (as root), runs the latency comparison of
+    /// PPBCAST, SBCAST and the binomial tree at 2, 4 and 8 nodes, the barrier comparison, a
+    /// short throughput run and the memory table, prints the tables, writes plots, tears down.
+    /// Without the privilege it says so and runs the comparison on the simulator instead.
+    ///
+    /// Example: sudo ethbcast-bench demo --out bench-out
+    Demo {
+        /// Directory for plots, demo.json and latency.csv.
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+        /// Tiny settings (4 hosts, 2 sizes, 20 iterations).
+        #[arg(long)]
+        quick: bool,
+        /// Use the simulator even with the privilege.
+        #[arg(long)]
+        sim: bool,
+        /// Test-bed name prefix.
+        #[arg(long, default_value = "ebdemo")]
+        prefix: String,
+    },
     /// The EQA paper's memory table, measured from the allocated structures.
     Memory {
         /// paper or default.
@@ -125,7 +249,72 @@ enum Cmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Plot measured M_save(n) against 0.386(1 - 1/n) into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
+}
+
+/// Test-bed and link options shared by the test-bed runs.
+#[derive(clap::Args)]
+struct LinkArgs {
+    /// Link backend: ring, socket or pnet.
+    #[arg(long, default_value = "ring")]
+    backend: Backend,
+    /// Wait mode: block, spin or adaptive.
+    #[arg(long, default_value = "block")]
+    wait: WaitMode,
+    /// Link rate limit (tbf), e.g. 100mbit or 1gbit.
+    #[arg(long)]
+    rate: Option<Rate>,
+    /// Random frame loss at the switch, percent.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Test-bed name prefix (a-z, 0-9, -; at most 10 characters).
+    #[arg(long)]
+    prefix: Option<String>,
+}
+
+impl LinkArgs {
+    fn bed(&self, hosts: usize, default_prefix: &str) -> BedOptions {
+        let mut b = BedOptions::new(hosts, self.prefix.as_deref().unwrap_or(default_prefix));
+        b.backend = self.backend;
+        b.wait = self.wait;
+        b.rate = self.rate;
+        b.loss = self.loss;
+        b
+    }
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+}
+
+fn plots(
+    out: Option<&PathBuf>,
+    f: impl FnOnce(&std::path::Path) -> Result<Vec<PathBuf>, String>,
+) -> bool {
+    let Some(dir) = out else { return true };
+    match f(dir) {
+        Ok(files) => {
+            for p in files {
+                eprintln!("wrote {}", p.display());
+            }
+            true
+        }
+        Err(e) => {
+            eprintln!("error: plots: {e}");
+            false
+        }
+    }
+}
+
+fn code(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn parse_rate(s: &str) -> Result<Option<u64>, String> {
@@ -266,17 +455,143 @@ fn main() -> ExitCode {
             profile,
             nodes,
             json,
+            out,
         } => {
             let r = memory::report(profile, &nodes);
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&r).expect("serialisable")
-                );
+                print_json(&r);
             } else {
                 print!("{}", memory::render(&r));
             }
-            ExitCode::SUCCESS
+            code(plots(out.as_ref(), |d| plot::memory(&r, d)))
+        }
+        Cmd::Latency {
+            testbed,
+            nodes,
+            sizes,
+            iters,
+            warmup,
+            algos,
+            link,
+            csv,
+            out,
+            json,
+        } => {
+            let o = latency::LatencyOptions {
+                bed: link.bed(testbed, "eblat"),
+                nodes,
+                sizes,
+                iters,
+                warmup,
+                algos,
+                progress: !json,
+            };
+            match latency::run(&o) {
+                Ok(r) => {
+                    if json {
+                        print_json(&r);
+                    } else {
+                        print!("{}", latency::render(&r));
+                    }
+                    let mut ok = true;
+                    if let Some(p) = csv {
+                        if let Err(e) = latency::write_csv(&r, &p) {
+                            eprintln!("error: write {}: {e}", p.display());
+                            ok = false;
+                        }
+                    }
+                    code(ok && plots(out.as_ref(), |d| plot::latency(&r, d)))
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Barrier {
+            testbed,
+            nodes,
+            iters,
+            warmup,
+            link,
+            out,
+            json,
+        } => {
+            let o = barrier::BarrierOptions {
+                bed: link.bed(testbed, "ebbar"),
+                nodes,
+                iters,
+                warmup,
+                progress: !json,
+            };
+            match barrier::run(&o) {
+                Ok(r) => {
+                    if json {
+                        print_json(&r);
+                    } else {
+                        print!("{}", barrier::render(&r));
+                    }
+                    code(plots(out.as_ref(), |d| plot::barrier(&r, d)))
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Throughput {
+            testbed,
+            receivers,
+            size,
+            chunk,
+            algo,
+            link,
+            out,
+            json,
+        } => {
+            let mut o = throughput::ThroughputOptions::new(testbed);
+            o.bed = link.bed(testbed, "ebtp");
+            o.receivers = receivers.unwrap_or(testbed.saturating_sub(1));
+            o.size = size;
+            o.chunk = chunk;
+            o.algo = algo;
+            match throughput::run(&o) {
+                Ok(r) => {
+                    if json {
+                        print_json(&r);
+                    } else {
+                        print!("{}", throughput::render(&r));
+                    }
+                    code(plots(out.as_ref(), |d| {
+                        plot::throughput(std::slice::from_ref(&r), d)
+                    }))
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Demo {
+            out,
+            quick,
+            sim,
+            prefix,
+        } => {
+            let o = demo::DemoOptions {
+                out,
+                quick,
+                progress: true,
+                prefix,
+                force_sim: sim,
+            };
+            match demo::run(&o) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: demo failed: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

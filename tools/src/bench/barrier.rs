@@ -1,0 +1,190 @@
+//! `ethbcast-bench barrier`: barrier latency on real hosts, the broadcast barrier (arrivals up
+//! a combining tree, release by one hardware broadcast) against the dissemination barrier.
+//!
+//! Same clock and method as the latency run: every member records the instant it entered and
+//! the instant it left; the latency of one barrier = (last member leaving) - (last member
+//! entering). Between iterations all members meet out of band (a barrier between the threads
+//! that keeps polling the protocol), so barriers never overlap.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ethbcast::group::BarrierKind;
+use serde::Serialize;
+
+use super::bed::{self, fmt_us, summarize, BedOptions};
+use super::table::Table;
+use crate::testbed::Testbed;
+
+/// The method, as printed with every report.
+pub const METHOD: &str = "latency of one barrier = (instant the LAST member left) - (instant the \
+LAST member entered), all members being threads of one process sharing one clock; members meet \
+out of band (a barrier between the threads, not the network) before each iteration; warm-up \
+iterations are not counted; mean80 = mean of the middle 80%";
+
+/// Options of a barrier run.
+#[derive(Debug, Clone)]
+pub struct BarrierOptions {
+    /// The test-bed and link.
+    pub bed: BedOptions,
+    /// Group sizes.
+    pub nodes: Vec<usize>,
+    /// Measured barriers per kind and group size.
+    pub iters: usize,
+    /// Unmeasured barriers before them.
+    pub warmup: usize,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+impl BarrierOptions {
+    /// Defaults on an N-host test-bed.
+    pub fn new(hosts: usize) -> BarrierOptions {
+        BarrierOptions {
+            bed: BedOptions::new(hosts, "ebbar"),
+            nodes: vec![2, 4, 8],
+            iters: 500,
+            warmup: 50,
+            progress: false,
+        }
+    }
+}
+
+/// One (kind, group size).
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// broadcast or dissemination.
+    pub kind: String,
+    /// Group size.
+    pub nodes: usize,
+    /// Mean of the middle 80%, µs.
+    pub mean80_us: f64,
+    /// Median, µs.
+    pub median_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Largest, µs.
+    pub max_us: f64,
+}
+
+/// The report.
+#[derive(Debug, Clone, Serialize)]
+pub struct BarrierReport {
+    /// Rows.
+    pub rows: Vec<Row>,
+    /// How it was measured.
+    pub method: String,
+    /// Hosts on the test-bed.
+    pub hosts: usize,
+    /// Measured iterations.
+    pub iters: usize,
+    /// Link backend.
+    pub backend: String,
+    /// Wait mode.
+    pub wait: String,
+}
+
+const KINDS: [(BarrierKind, &str); 2] = [
+    (BarrierKind::Broadcast, "broadcast"),
+    (BarrierKind::Dissemination, "dissemination"),
+];
+
+/// Builds a test-bed, runs, tears down.
+pub fn run(o: &BarrierOptions) -> Result<BarrierReport, String> {
+    let bed = o.bed.up()?;
+    let r = run_on(&bed, o);
+    drop(bed);
+    r
+}
+
+/// Runs on an existing test-bed.
+pub fn run_on(bed: &Testbed, o: &BarrierOptions) -> Result<BarrierReport, String> {
+    if o.iters == 0 || o.nodes.is_empty() {
+        return Err("nothing to measure (iters and nodes must be non-empty)".into());
+    }
+    let per = (KINDS.len() * (o.iters + o.warmup)) as u64;
+    let pb = bed::progress_bar(per * o.nodes.len() as u64, o.progress, "barrier");
+    let mut rows = Vec::new();
+    for &k in &o.nodes {
+        let (iters, warmup, pb2) = (o.iters, o.warmup, pb.clone());
+        let res = bed::run_group(bed, k, 0x00EB_2000 | k as u32, &o.bed, move |rank, g, b| {
+            let mut out: Vec<(Instant, Instant)> = Vec::with_capacity(KINDS.len() * iters);
+            for (kind, name) in KINDS {
+                for it in 0..warmup + iters {
+                    b.wait(|| bed::poll(g))?;
+                    let enter = Instant::now();
+                    g.barrier_with(kind)
+                        .map_err(|e| format!("{name} barrier: {e}"))?;
+                    let leave = Instant::now();
+                    if it >= warmup {
+                        out.push((enter, leave));
+                    }
+                    if rank == 0 {
+                        pb2.inc(1);
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .inspect_err(|_| pb.abandon())?;
+        let res = Arc::new(res);
+        for (ki, (_, name)) in KINDS.iter().enumerate() {
+            let samples: Vec<f64> = (0..o.iters)
+                .map(|i| {
+                    let j = ki * o.iters + i;
+                    let last_in = res.iter().map(|v| v[j].0).max().expect("members");
+                    let last_out = res.iter().map(|v| v[j].1).max().expect("members");
+                    bed::us(last_in, last_out)
+                })
+                .collect();
+            let s = summarize(&samples);
+            rows.push(Row {
+                kind: name.to_string(),
+                nodes: k,
+                mean80_us: s.mean80_us,
+                median_us: s.median_us,
+                p99_us: s.p99_us,
+                max_us: s.max_us,
+            });
+        }
+    }
+    pb.finish_and_clear();
+    Ok(BarrierReport {
+        rows,
+        method: METHOD.into(),
+        hosts: o.bed.hosts,
+        iters: o.iters,
+        backend: format!("{:?}", o.bed.backend).to_lowercase(),
+        wait: format!("{:?}", o.bed.wait).to_lowercase(),
+    })
+}
+
+/// Renders the report for a terminal.
+pub fn render(r: &BarrierReport) -> String {
+    let mut out = format!(
+        "barrier latency on a {}-host test-bed (backend {}, wait {}), {} iterations\n\n",
+        r.hosts, r.backend, r.wait, r.iters
+    );
+    let mut t = Table::new(&[
+        "barrier",
+        "nodes",
+        "mean80 µs",
+        "median µs",
+        "p99 µs",
+        "max µs",
+    ]);
+    for row in &r.rows {
+        t.row(vec![
+            row.kind.clone(),
+            row.nodes.to_string(),
+            fmt_us(row.mean80_us),
+            fmt_us(row.median_us),
+            fmt_us(row.p99_us),
+            fmt_us(row.max_us),
+        ]);
+    }
+    out.push_str(&t.render());
+    let _ = writeln!(out, "\nmethod: {}", r.method);
+    out
+}

@@ -1,0 +1,344 @@
+//! What the test-bed benchmarks share: one member per host thread, a group over the first
+//! `k` hosts, an out-of-band barrier that keeps the protocol moving, and summary statistics.
+//!
+//! All members are threads of one process on one machine, so `std::time::Instant` is one
+//! clock for all of them: a benchmark records instants in each member and compares them
+//! afterwards. Members synchronise between iterations out of band (shared atomics between the
+//! threads, never the network), so iterations do not overlap and the synchronisation itself is
+//! not measured.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ethbcast::group::{Group, GroupOptions};
+use ethbcast::link::{self, Backend, WaitMode};
+use serde::Serialize;
+
+use crate::netns;
+use crate::testbed::{Rate, Testbed, TestbedConfig};
+
+/// How members poll while they wait out of band.
+pub const POLL: Duration = Duration::from_micros(50);
+
+/// Options of a run on the test-bed.
+#[derive(Debug, Clone)]
+pub struct BedOptions {
+    /// Hosts on the test-bed.
+    pub hosts: usize,
+    /// Test-bed name prefix.
+    pub prefix: String,
+    /// Link rate limit.
+    pub rate: Option<Rate>,
+    /// Random loss at the switch, percent.
+    pub loss: f64,
+    /// Link backend.
+    pub backend: Backend,
+    /// Wait mode.
+    pub wait: WaitMode,
+    /// How long any call or out-of-band wait may take before the run fails.
+    pub timeout: Duration,
+}
+
+impl BedOptions {
+    /// Defaults: `hosts` hosts, ring backend, block wait, no rate limit, no loss.
+    pub fn new(hosts: usize, prefix: &str) -> BedOptions {
+        BedOptions {
+            hosts,
+            prefix: prefix.into(),
+            rate: None,
+            loss: 0.0,
+            backend: Backend::Ring,
+            wait: WaitMode::Block,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Builds the test-bed.
+    pub fn up(&self) -> Result<Testbed, String> {
+        let mut cfg = TestbedConfig::new(self.hosts);
+        cfg.prefix = self.prefix.clone();
+        cfg.rate = self.rate;
+        if self.loss > 0.0 {
+            cfg.loss_pct = Some(self.loss);
+        }
+        Testbed::up(&cfg).map_err(|e| format!("test-bed: {e}"))
+    }
+}
+
+/// A barrier between the member threads that keeps polling the protocol while it waits (a
+/// root must answer acknowledgements and pulls even between iterations). If one member fails,
+/// every waiter fails instead of hanging.
+#[derive(Debug)]
+pub struct PollBarrier {
+    n: usize,
+    count: AtomicUsize,
+    generation: AtomicUsize,
+    failed: AtomicBool,
+    timeout: Duration,
+}
+
+impl PollBarrier {
+    /// A barrier for `n` threads; a wait longer than `timeout` fails the run.
+    pub fn new(n: usize, timeout: Duration) -> PollBarrier {
+        PollBarrier {
+            n,
+            count: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            timeout,
+        }
+    }
+
+    /// Marks the run failed: every waiter returns an error.
+    pub fn fail(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    /// True once a member failed.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Waits for all `n` threads, calling `poll` while waiting.
+    pub fn wait(&self, mut poll: impl FnMut() -> Result<(), String>) -> Result<(), String> {
+        let g = self.generation.load(Ordering::Acquire);
+        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            self.count.store(0, Ordering::Release);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.timeout;
+        while self.generation.load(Ordering::Acquire) == g {
+            if self.failed() {
+                return Err("another member failed".into());
+            }
+            if Instant::now() > deadline {
+                self.fail();
+                return Err(format!(
+                    "out-of-band barrier timed out after {:?}",
+                    self.timeout
+                ));
+            }
+            poll()?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `counter` reaches `target`, calling `poll` meanwhile.
+    pub fn wait_for(
+        &self,
+        counter: &AtomicUsize,
+        target: usize,
+        mut poll: impl FnMut() -> Result<(), String>,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + self.timeout;
+        while counter.load(Ordering::Acquire) < target {
+            if self.failed() {
+                return Err("another member failed".into());
+            }
+            if Instant::now() > deadline {
+                self.fail();
+                return Err(format!("members did not finish within {:?}", self.timeout));
+            }
+            poll()?;
+        }
+        Ok(())
+    }
+}
+
+/// Polls `group` briefly (for [`PollBarrier`]).
+pub fn poll(group: &mut Group) -> Result<(), String> {
+    group.progress(POLL).map_err(|e| e.to_string())
+}
+
+/// Runs `body` in one thread per host `0..k` of `bed`, each with a [`Group`] of the first `k`
+/// hosts (rank = host index, group id `group_id`). Everyone opens its socket and builds its
+/// group before anyone starts; afterwards everyone flushes and waits for the others before
+/// closing, so nobody leaves while a peer still needs repairs. Returns the members' results in
+/// rank order, or the first error.
+pub fn run_group<T, F>(
+    bed: &Testbed,
+    k: usize,
+    group_id: u32,
+    o: &BedOptions,
+    body: F,
+) -> Result<Vec<T>, String>
+where
+    T: Send + 'static,
+    F: Fn(usize, &mut Group, &PollBarrier) -> Result<T, String> + Send + Sync + 'static,
+{
+    if k < 2 || k > bed.hosts().len() {
+        return Err(format!(
+            "group of {k} on a test-bed of {} hosts",
+            bed.hosts().len()
+        ));
+    }
+    let macs: Vec<[u8; 6]> = bed.hosts()[..k].iter().map(|h| h.mac).collect();
+    let barrier = Arc::new(PollBarrier::new(k, o.timeout));
+    let body = Arc::new(body);
+    let mut handles = Vec::new();
+    for h in &bed.hosts()[..k] {
+        let (macs, barrier, body) = (macs.clone(), barrier.clone(), body.clone());
+        let (rank, iface, o) = (h.index, h.iface.clone(), o.clone());
+        let handle = netns::spawn_in(&h.netns, move || -> Result<T, String> {
+            let r = (|| {
+                let link = link::open(o.backend, &iface, o.wait)
+                    .map_err(|e| format!("rank {rank}: open {iface}: {e}"))?;
+                let opts = GroupOptions {
+                    group_id,
+                    backend: o.backend,
+                    wait: o.wait,
+                    timeout: o.timeout,
+                    ..GroupOptions::default()
+                };
+                let mut g = Group::from_link(link, macs, opts)
+                    .map_err(|e| format!("rank {rank}: group: {e}"))?;
+                barrier.wait(|| poll(&mut g))?;
+                let out = body(rank, &mut g, &barrier).map_err(|e| format!("rank {rank}: {e}"))?;
+                g.flush().map_err(|e| format!("rank {rank}: flush: {e}"))?;
+                barrier.wait(|| poll(&mut g))?;
+                Ok(out)
+            })();
+            if r.is_err() {
+                barrier.fail();
+            }
+            r
+        })
+        .map_err(|e| format!("could not start a member in {}: {e}", h.netns))?;
+        handles.push(handle);
+    }
+    let mut out = Vec::new();
+    let mut first_err: Option<String> = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(v)) => out.push(v),
+            Ok(Err(e)) => {
+                // Report the member that failed first, not the ones that gave up after it.
+                if first_err.is_none() || first_err.as_deref().is_some_and(is_secondary) {
+                    first_err = Some(e);
+                }
+            }
+            Err(_) => first_err = Some("a member thread panicked".into()),
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+fn is_secondary(e: &str) -> bool {
+    e.ends_with("another member failed")
+}
+
+/// Summary of a sample of durations, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Mean of the middle 80% (the 10% smallest and 10% largest dropped; the EQA paper's
+    /// method).
+    pub mean80_us: f64,
+    /// Median.
+    pub median_us: f64,
+    /// 99th percentile (nearest rank).
+    pub p99_us: f64,
+    /// Largest.
+    pub max_us: f64,
+}
+
+/// Summarises samples given in microseconds.
+pub fn summarize(samples: &[f64]) -> Summary {
+    if samples.is_empty() {
+        return Summary::default();
+    }
+    let mut s = samples.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    let cut = n / 10;
+    let mid = &s[cut..n - cut];
+    let mean80 = mid.iter().sum::<f64>() / mid.len() as f64;
+    let median = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    let rank = ((0.99 * n as f64).ceil() as usize).clamp(1, n);
+    Summary {
+        mean80_us: mean80,
+        median_us: median,
+        p99_us: s[rank - 1],
+        max_us: s[n - 1],
+    }
+}
+
+/// Microseconds from `a` to `b` (zero if `b` is earlier).
+pub fn us(a: Instant, b: Instant) -> f64 {
+    b.saturating_duration_since(a).as_secs_f64() * 1e6
+}
+
+/// Formats microseconds for a table.
+pub fn fmt_us(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// A progress bar on the terminal, or a hidden one.
+pub fn progress_bar(len: u64, visible: bool, what: &str) -> indicatif::ProgressBar {
+    if !visible {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>12} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta})",
+        )
+        .expect("valid template"),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn middle_eighty_percent_drops_the_tails() {
+        let mut v: Vec<f64> = (1..=10).map(f64::from).collect();
+        v[9] = 1000.0; // an outlier
+        let s = summarize(&v);
+        assert_eq!(s.mean80_us, (2..=9).sum::<i32>() as f64 / 8.0);
+        assert_eq!(s.median_us, 5.5);
+        assert_eq!(s.max_us, 1000.0);
+        assert_eq!(s.p99_us, 1000.0);
+        assert_eq!(summarize(&[]).max_us, 0.0);
+    }
+
+    #[test]
+    fn the_barrier_releases_everyone_and_fails_everyone() {
+        let b = Arc::new(PollBarrier::new(3, Duration::from_secs(10)));
+        let hs: Vec<_> = (0..3)
+            .map(|_| {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        b.wait(|| {
+                            std::thread::yield_now();
+                            Ok(())
+                        })?;
+                    }
+                    Ok::<(), String>(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap().unwrap();
+        }
+        let b = PollBarrier::new(2, Duration::from_secs(10));
+        b.fail();
+        assert!(b.wait(|| Ok(())).is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! `ethbcast-bench demo`: the README's one command. With the privilege to create network
+//! namespaces it builds an 8-host test-bed and runs the paper's latency comparison (PPBCAST,
+//! SBCAST and the binomial tree at 2, 4 and 8 nodes), the barrier comparison, a short
+//! throughput run and the memory table, prints the tables, writes the plots and tears down.
+//! Without the privilege it says so loudly and runs the broadcast comparison on the simulated
+//! switch in virtual time instead (hardware-broadcast algorithms only).
+
+use std::path::{Path, PathBuf};
+
+use ethbcast::group::Algorithm;
+use ethbcast::memory::Profile;
+use ethbcast::proto::Algo;
+use serde::Serialize;
+
+use super::barrier::{self, BarrierOptions, BarrierReport};
+use super::bed::BedOptions;
+use super::latency::{self, LatencyOptions, LatencyReport};
+use super::memory::{self, MemoryReport};
+use super::plot;
+use super::simlat;
+use super::throughput::{self, ThroughputOptions, ThroughputReport};
+use crate::testbed;
+
+/// Options of the demo.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Where plots and `demo.json` go.
+    pub out: PathBuf,
+    /// Tiny settings (4 hosts, 2 sizes, few iterations): for tests and a first look.
+    pub quick: bool,
+    /// Show progress bars.
+    pub progress: bool,
+    /// Test-bed prefix.
+    pub prefix: String,
+    /// Run on the simulator even if namespaces could be created.
+    pub force_sim: bool,
+}
+
+/// Everything the demo measured.
+#[derive(Debug, Serialize)]
+pub struct DemoReport {
+    /// "testbed" or "simulator".
+    pub mode: String,
+    /// Why the simulator was used, if it was.
+    pub fallback_reason: Option<String>,
+    /// Broadcast latency.
+    pub latency: LatencyReport,
+    /// Barrier latency (test-bed only).
+    pub barrier: Option<BarrierReport>,
+    /// Throughput runs (test-bed only).
+    pub throughput: Vec<ThroughputReport>,
+    /// Memory table.
+    pub memory: MemoryReport,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+    /// Seconds the demo took.
+    pub seconds: f64,
+}
+
+/// Runs the demo, printing tables as it goes. Errors end it (after teardown).
+pub fn run(o: &DemoOptions) -> Result<DemoReport, String> {
+    let start = std::time::Instant::now();
+    let fallback = if o.force_sim {
+        Some("--sim was given".to_string())
+    } else {
+        testbed::can_create_netns().err().map(|e| e.to_string())
+    };
+    let mut r = match fallback {
+        None => on_testbed(o)?,
+        Some(reason) => on_simulator(o, reason)?,
+    };
+    let mem = memory::report(Profile::Paper, &[2, 4, 8, 16, 32, 64, 128]);
+    println!(
+        "\n== memory (EQA paper, section 4) ==\n{}",
+        memory::render(&mem)
+    );
+    let mut files = r.files.clone();
+    files.extend(plot::memory(&mem, &o.out)?);
+    files.extend(plot::latency(&r.latency, &o.out)?);
+    if let Some(b) = &r.barrier {
+        files.extend(plot::barrier(b, &o.out)?);
+    }
+    if !r.throughput.is_empty() {
+        files.extend(plot::throughput(&r.throughput, &o.out)?);
+    }
+    r.memory = mem;
+    r.files = files;
+    r.seconds = start.elapsed().as_secs_f64();
+    let json = o.out.join("demo.json");
+    std::fs::write(
+        &json,
+        serde_json::to_string_pretty(&r).expect("serialisable"),
+    )
+    .map_err(|e| format!("write {}: {e}", json.display()))?;
+    let csv = o.out.join("latency.csv");
+    latency::write_csv(&r.latency, &csv).map_err(|e| format!("write {}: {e}", csv.display()))?;
+    println!(
+        "\nwrote {} files to {}:",
+        r.files.len() + 2,
+        o.out.display()
+    );
+    for f in r.files.iter().chain([&json, &csv]) {
+        println!("  {}", f.display());
+    }
+    println!("demo took {:.1} s", r.seconds);
+    Ok(r)
+}
+
+fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
+    let hosts = if o.quick { 4 } else { 8 };
+    let nodes: Vec<usize> = if o.quick { vec![2, 4] } else { vec![2, 4, 8] };
+    let mut bo = BedOptions::new(hosts, &o.prefix);
+    bo.timeout = std::time::Duration::from_secs(60);
+    println!(
+        "== demo on a {hosts}-host test-bed of network namespaces ({}) ==",
+        o.prefix
+    );
+    let bed = bo.up()?;
+    let lo = LatencyOptions {
+        bed: bo.clone(),
+        nodes: nodes.clone(),
+        sizes: if o.quick {
+            vec![8, 4096]
+        } else {
+            vec![8, 256, 4096, 65536]
+        },
+        iters: if o.quick { 20 } else { 200 },
+        warmup: if o.quick { 5 } else { 20 },
+        algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
+        progress: o.progress,
+    };
+    let lat = latency::run_on(&bed, &lo)?;
+    println!("\n== broadcast latency ==\n{}", latency::render(&lat));
+    let bar = barrier::run_on(
+        &bed,
+        &BarrierOptions {
+            bed: bo.clone(),
+            nodes: nodes.clone(),
+            iters: if o.quick { 20 } else { 200 },
+            warmup: if o.quick { 5 } else { 20 },
+            progress: o.progress,
+        },
+    )?;
+    println!("\n== barrier latency ==\n{}", barrier::render(&bar));
+    let mut tps = Vec::new();
+    for &k in &nodes {
+        for algo in [Algorithm::PushPull, Algorithm::Simple] {
+            let mut to = ThroughputOptions::new(hosts);
+            to.bed = bo.clone();
+            to.receivers = k - 1;
+            to.size = if o.quick { 2 << 20 } else { 16 << 20 };
+            to.algo = algo;
+            tps.push(throughput::run_on(&bed, &to)?);
+        }
+    }
+    println!("\n== throughput (unlimited veth links) ==");
+    let mut t = super::table::Table::new(&[
+        "algo",
+        "receivers",
+        "MiB",
+        "goodput MB/s",
+        "data frames",
+        "repair",
+        "ack",
+        "nack",
+        "pull",
+    ]);
+    for r in &tps {
+        t.row(vec![
+            r.algo.clone(),
+            r.receivers.to_string(),
+            format!("{}", r.bytes >> 20),
+            format!("{:.1}", r.goodput_mb_s),
+            r.data_frames.to_string(),
+            r.repair_frames.to_string(),
+            r.ack_frames.to_string(),
+            r.nack_frames.to_string(),
+            r.pull_frames.to_string(),
+        ]);
+    }
+    print!("{}", t.render());
+    drop(bed);
+    Ok(DemoReport {
+        mode: "testbed".into(),
+        fallback_reason: None,
+        latency: lat,
+        barrier: Some(bar),
+        throughput: tps,
+        memory: memory::report(Profile::Paper, &[]),
+        files: Vec::new(),
+        seconds: 0.0,
+    })
+}
+
+fn on_simulator(o: &DemoOptions, reason: String) -> Result<DemoReport, String> {
+    let bar = "!".repeat(78);
+    eprintln!("{bar}\n!! NO TEST-BED: cannot create network namespaces here: {reason}\n!! Running the broadcast comparison on the SIMULATED switch instead (virtual time,\n!! 1 Gbit/s links, 5 µs switch latency). Only PPBCAST and SBCAST: the binomial tree\n!! and the barriers need real links. Run as root (CAP_NET_ADMIN + CAP_SYS_ADMIN) for\n!! the real measurement.\n{bar}");
+    let nodes: Vec<usize> = if o.quick { vec![2, 4] } else { vec![2, 4, 8] };
+    let sizes: Vec<usize> = if o.quick {
+        vec![8, 4096]
+    } else {
+        vec![8, 256, 4096, 65536]
+    };
+    let rows = simlat::rows(&nodes, &sizes, &[Algo::PushPull, Algo::Simple])?;
+    let mut lo = LatencyOptions::new(8);
+    lo.nodes = nodes;
+    lo.sizes = sizes;
+    lo.iters = 1;
+    lo.warmup = 2;
+    lo.algos = vec![Algorithm::PushPull, Algorithm::Simple];
+    let mut lat = latency::analyse(rows, &lo);
+    lat.method = "SIMULATOR, virtual time: latency of one warm broadcast (the third of three) \
+                  from the root's call until the last receiver delivered it; deterministic, so \
+                  all statistics are the same value"
+        .into();
+    lat.backend = "sim".into();
+    println!(
+        "\n== broadcast latency (simulated switch) ==\n{}",
+        latency::render(&lat)
+    );
+    Ok(DemoReport {
+        mode: "simulator".into(),
+        fallback_reason: Some(reason),
+        latency: lat,
+        barrier: None,
+        throughput: Vec::new(),
+        memory: memory::report(Profile::Paper, &[]),
+        files: Vec::new(),
+        seconds: 0.0,
+    })
+}
+
+/// True if `path` starts with the PNG signature.
+pub fn is_png(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n"))
+}

@@ -1,0 +1,391 @@
+//! `ethbcast-bench latency`: the EQA paper's broadcast latency runs (section 4) on real hosts.
+//!
+//! One test-bed of N hosts serves every group size: the group of `k` is the first `k` hosts
+//! (a separate [`ethbcast::group::Group`] per group size, with its own group id); the other
+//! hosts idle. Root = rank 0. After a warm-up, each (algorithm, size) is broadcast `iters`
+//! times. The time of one broadcast runs from the root's call until the last receiver has the
+//! whole message: every member is a thread of this process, so one `Instant` clock serves all;
+//! each receiver records the instant its `bcast` returned, the root the instant it called, and
+//! latency = max(receiver instants) - root instant. Between iterations the root waits, out of
+//! band (a shared counter between the threads, while it keeps polling the protocol), until
+//! every receiver has finished, so broadcasts never overlap; receivers are already waiting in
+//! their next `bcast` when the root calls.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ethbcast::group::Algorithm;
+use serde::Serialize;
+
+use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
+use super::table::Table;
+use crate::testbed::Testbed;
+
+/// The method, as printed with every report.
+pub const METHOD: &str = "root = rank 0; warm-up, then `iters` broadcasts per (algorithm, size, \
+group size); latency of one broadcast = (instant the LAST receiver's bcast returned) - (instant \
+the root called bcast), all members being threads of one process sharing one clock; between \
+iterations the root waits out of band (shared counter between the threads, not the network) \
+until every receiver is done, so broadcasts never overlap; mean80 = mean of the middle 80% \
+(10% fastest and 10% slowest dropped, the EQA paper's method)";
+
+/// Options of a latency run.
+#[derive(Debug, Clone)]
+pub struct LatencyOptions {
+    /// The test-bed and link.
+    pub bed: BedOptions,
+    /// Group sizes (the first k hosts).
+    pub nodes: Vec<usize>,
+    /// Message sizes in bytes.
+    pub sizes: Vec<usize>,
+    /// Measured broadcasts per (algorithm, size, group size).
+    pub iters: usize,
+    /// Unmeasured broadcasts before them.
+    pub warmup: usize,
+    /// Algorithms.
+    pub algos: Vec<Algorithm>,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+impl LatencyOptions {
+    /// The paper's defaults on an N-host test-bed.
+    pub fn new(hosts: usize) -> LatencyOptions {
+        LatencyOptions {
+            bed: BedOptions::new(hosts, "eblat"),
+            nodes: vec![2, 4, 8],
+            sizes: vec![4, 8, 256, 1024, 4096, 16384, 65536],
+            iters: 500,
+            warmup: 50,
+            algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
+            progress: false,
+        }
+    }
+}
+
+/// One (algorithm, group size, message size).
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// ppbcast, sbcast or tree.
+    pub algo: String,
+    /// Group size.
+    pub nodes: usize,
+    /// Message size, bytes.
+    pub size: usize,
+    /// Mean of the middle 80%, µs.
+    pub mean80_us: f64,
+    /// Median, µs.
+    pub median_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Largest, µs.
+    pub max_us: f64,
+}
+
+/// Latency growth from the smallest to the largest group, per algorithm and size.
+#[derive(Debug, Clone, Serialize)]
+pub struct Growth {
+    /// Algorithm.
+    pub algo: String,
+    /// Message size.
+    pub size: usize,
+    /// Smallest group.
+    pub from_nodes: usize,
+    /// Largest group.
+    pub to_nodes: usize,
+    /// mean80 at the smallest group, µs.
+    pub from_us: f64,
+    /// mean80 at the largest group, µs.
+    pub to_us: f64,
+    /// (to - from) / from, percent.
+    pub growth_pct: f64,
+}
+
+/// PPBCAST (and SBCAST) over the tree, per group size and message size (mean80).
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    /// Group size.
+    pub nodes: usize,
+    /// Message size.
+    pub size: usize,
+    /// PPBCAST mean80 / tree mean80.
+    pub ppbcast_over_tree: Option<f64>,
+    /// SBCAST mean80 / tree mean80.
+    pub sbcast_over_tree: Option<f64>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyReport {
+    /// Rows.
+    pub rows: Vec<Row>,
+    /// Growth from the smallest to the largest group.
+    pub growth: Vec<Growth>,
+    /// Hardware broadcast over the tree.
+    pub ratios: Vec<Ratio>,
+    /// How it was measured.
+    pub method: String,
+    /// Link backend.
+    pub backend: String,
+    /// Wait mode.
+    pub wait: String,
+    /// Hosts on the test-bed.
+    pub hosts: usize,
+    /// Measured iterations.
+    pub iters: usize,
+    /// Warm-up iterations.
+    pub warmup: usize,
+    /// Link rate limit, if any.
+    pub rate: Option<String>,
+    /// Loss at the switch, percent.
+    pub loss_pct: f64,
+}
+
+impl LatencyReport {
+    /// The row of (algo, nodes, size).
+    pub fn get(&self, algo: &str, nodes: usize, size: usize) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.algo == algo && r.nodes == nodes && r.size == size)
+    }
+}
+
+/// Builds a test-bed, runs, tears down.
+pub fn run(o: &LatencyOptions) -> Result<LatencyReport, String> {
+    let bed = o.bed.up()?;
+    let r = run_on(&bed, o);
+    drop(bed);
+    r
+}
+
+/// Runs on an existing test-bed (hosts `0..max(nodes)`).
+pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String> {
+    if o.iters == 0 || o.sizes.is_empty() || o.algos.is_empty() || o.nodes.is_empty() {
+        return Err("nothing to measure (iters, sizes, algos and nodes must be non-empty)".into());
+    }
+    let plan: Arc<Vec<(Algorithm, usize)>> = Arc::new(
+        o.algos
+            .iter()
+            .flat_map(|&a| o.sizes.iter().map(move |&s| (a, s)))
+            .collect(),
+    );
+    let per_group = (plan.len() * (o.iters + o.warmup)) as u64;
+    let pb = bed::progress_bar(per_group * o.nodes.len() as u64, o.progress, "latency");
+    let mut rows = Vec::new();
+    for &k in &o.nodes {
+        let done = Arc::new(AtomicUsize::new(0));
+        let (plan2, pb2) = (plan.clone(), pb.clone());
+        let (iters, warmup) = (o.iters, o.warmup);
+        let inst = bed::run_group(bed, k, 0x00EB_1000 | k as u32, &o.bed, move |rank, g, b| {
+            let mut out: Vec<Instant> = Vec::with_capacity(plan2.len() * iters);
+            let mut round = 0usize;
+            for &(algo, size) in plan2.iter() {
+                for it in 0..warmup + iters {
+                    if rank == 0 {
+                        b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+                        let mut buf = vec![(round % 251) as u8; size];
+                        let t = Instant::now();
+                        g.bcast_with(0, &mut buf, algo)
+                            .map_err(|e| format!("{algo} bcast of {size} B: {e}"))?;
+                        if it >= warmup {
+                            out.push(t);
+                        }
+                        pb2.inc(1);
+                    } else {
+                        let mut buf = Vec::new();
+                        g.bcast_with(0, &mut buf, algo)
+                            .map_err(|e| format!("{algo} receive of {size} B: {e}"))?;
+                        let t = Instant::now();
+                        if buf.len() != size || buf.first() != Some(&((round % 251) as u8)) {
+                            return Err(format!(
+                                "{algo}: got {} bytes, expected {size} (round {round})",
+                                buf.len()
+                            ));
+                        }
+                        done.fetch_add(1, Ordering::AcqRel);
+                        if it >= warmup {
+                            out.push(t);
+                        }
+                    }
+                    round += 1;
+                }
+            }
+            if rank == 0 {
+                b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+            }
+            Ok(out)
+        })
+        .inspect_err(|_| pb.abandon())?;
+        for (p, &(algo, size)) in plan.iter().enumerate() {
+            let samples: Vec<f64> = (0..o.iters)
+                .map(|i| {
+                    let j = p * o.iters + i;
+                    let last = inst[1..].iter().map(|v| v[j]).max().expect("k >= 2");
+                    bed::us(inst[0][j], last)
+                })
+                .collect();
+            let s: Summary = summarize(&samples);
+            rows.push(Row {
+                algo: algo.to_string(),
+                nodes: k,
+                size,
+                mean80_us: s.mean80_us,
+                median_us: s.median_us,
+                p99_us: s.p99_us,
+                max_us: s.max_us,
+            });
+        }
+    }
+    pb.finish_and_clear();
+    Ok(analyse(rows, o))
+}
+
+/// Growth and ratios from the rows (also used for simulator rows).
+pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
+    let mut nodes = o.nodes.clone();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut growth = Vec::new();
+    let mut ratios = Vec::new();
+    let find = |a: &str, n: usize, s: usize| {
+        rows.iter()
+            .find(|r| r.algo == a && r.nodes == n && r.size == s)
+            .map(|r| r.mean80_us)
+    };
+    if let (Some(&lo), Some(&hi)) = (nodes.first(), nodes.last()) {
+        if lo != hi {
+            for a in &o.algos {
+                for &s in &o.sizes {
+                    if let (Some(f), Some(t)) =
+                        (find(&a.to_string(), lo, s), find(&a.to_string(), hi, s))
+                    {
+                        growth.push(Growth {
+                            algo: a.to_string(),
+                            size: s,
+                            from_nodes: lo,
+                            to_nodes: hi,
+                            from_us: f,
+                            to_us: t,
+                            growth_pct: if f > 0.0 { (t - f) / f * 100.0 } else { 0.0 },
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for &n in &nodes {
+        for &s in &o.sizes {
+            if let Some(tree) = find("tree", n, s).filter(|&t| t > 0.0) {
+                let pp = find("ppbcast", n, s).map(|v| v / tree);
+                let sb = find("sbcast", n, s).map(|v| v / tree);
+                if pp.is_some() || sb.is_some() {
+                    ratios.push(Ratio {
+                        nodes: n,
+                        size: s,
+                        ppbcast_over_tree: pp,
+                        sbcast_over_tree: sb,
+                    });
+                }
+            }
+        }
+    }
+    LatencyReport {
+        rows,
+        growth,
+        ratios,
+        method: METHOD.into(),
+        backend: format!("{:?}", o.bed.backend).to_lowercase(),
+        wait: format!("{:?}", o.bed.wait).to_lowercase(),
+        hosts: o.bed.hosts,
+        iters: o.iters,
+        warmup: o.warmup,
+        rate: o.bed.rate.map(|r| r.to_string()),
+        loss_pct: o.bed.loss,
+    }
+}
+
+/// Renders the report for a terminal.
+pub fn render(r: &LatencyReport) -> String {
+    let mut out = format!(
+        "broadcast latency on a {}-host test-bed (backend {}, wait {}, rate {}, loss {}%), {} iterations after {} warm-up\n\n",
+        r.hosts,
+        r.backend,
+        r.wait,
+        r.rate.as_deref().unwrap_or("unlimited"),
+        r.loss_pct,
+        r.iters,
+        r.warmup
+    );
+    let mut t = Table::new(&[
+        "algo",
+        "nodes",
+        "size B",
+        "mean80 µs",
+        "median µs",
+        "p99 µs",
+        "max µs",
+    ]);
+    for row in &r.rows {
+        t.row(vec![
+            row.algo.clone(),
+            row.nodes.to_string(),
+            row.size.to_string(),
+            fmt_us(row.mean80_us),
+            fmt_us(row.median_us),
+            fmt_us(row.p99_us),
+            fmt_us(row.max_us),
+        ]);
+    }
+    out.push_str(&t.render());
+    if !r.growth.is_empty() {
+        let _ = writeln!(out, "\nlatency growth with the group size (mean80):");
+        let mut t = Table::new(&["algo", "size B", "from", "to", "µs", "µs", "growth"]);
+        for g in &r.growth {
+            t.row(vec![
+                g.algo.clone(),
+                g.size.to_string(),
+                g.from_nodes.to_string(),
+                g.to_nodes.to_string(),
+                fmt_us(g.from_us),
+                fmt_us(g.to_us),
+                format!("{:+.1}%", g.growth_pct),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    if !r.ratios.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nhardware broadcast over the binomial tree (mean80; < 1 = faster than the tree):"
+        );
+        let mut t = Table::new(&["nodes", "size B", "PPBCAST/tree", "SBCAST/tree"]);
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        for x in &r.ratios {
+            t.row(vec![
+                x.nodes.to_string(),
+                x.size.to_string(),
+                f(x.ppbcast_over_tree),
+                f(x.sbcast_over_tree),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    let _ = writeln!(out, "\nmethod: {}", r.method);
+    out
+}
+
+/// Writes the rows as CSV.
+pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
+    let mut s = String::from("algo,nodes,size,mean80_us,median_us,p99_us,max_us\n");
+    for row in &r.rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{:.3},{:.3},{:.3},{:.3}",
+            row.algo, row.nodes, row.size, row.mean80_us, row.median_us, row.p99_us, row.max_us
+        );
+    }
+    std::fs::write(path, s)
+}

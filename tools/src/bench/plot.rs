@@ -1,0 +1,376 @@
+//! Plots of the benchmark results, PNG and SVG, with `plotters`.
+//!
+//! Text is drawn with the DejaVu Sans font embedded in the binary (`tools/assets`, Bitstream
+//! Vera licence), through plotters' pure-Rust `ab_glyph` renderer: no fontconfig or freetype
+//! needed to build or run.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::barrier::BarrierReport;
+use super::latency::LatencyReport;
+use super::memory::MemoryReport;
+use super::throughput::ThroughputReport;
+
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The embedded font is a valid TrueType file; failing here is a build defect.
+        if plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_err() {
+            panic!("the embedded DejaVu Sans font could not be loaded");
+        }
+    });
+}
+
+/// One line of a chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend.
+    pub name: String,
+    /// Points (x, y).
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    /// Title.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// Logarithmic x axis.
+    pub log_x: bool,
+    /// Logarithmic y axis.
+    pub log_y: bool,
+    /// Lines.
+    pub series: Vec<Series>,
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+];
+
+fn draw_in<DB, X, Y>(area: &DrawingArea<DB, Shift>, c: &Chart, x: X, y: Y) -> Result<(), String>
+where
+    DB: DrawingBackend,
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("plot {:?}: {e}", c.title);
+    area.fill(&WHITE).map_err(e)?;
+    let mut chart = ChartBuilder::on(area)
+        .caption(&c.title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x, y)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc(&c.x_label)
+        .y_desc(&c.y_label)
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .x_label_formatter(&|v| fmt_tick(*v))
+        .y_label_formatter(&|v| fmt_tick(*v))
+        .draw()
+        .map_err(e)?;
+    for (i, s) in c.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(e)?
+            .label(s.name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(e)?;
+    area.present().map_err(e)?;
+    Ok(())
+}
+
+fn fmt_tick(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 && (v / 1048576.0).fract() == 0.0 {
+        format!("{}Mi", v / 1048576.0)
+    } else if a >= 1024.0 && (v / 1024.0).fract() == 0.0 {
+        format!("{}Ki", v / 1024.0)
+    } else if a >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+    let v: Vec<f64> = vals
+        .filter(|v| v.is_finite() && (!log || *v > 0.0))
+        .collect();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !lo.is_finite() {
+        return (if log { 1.0 } else { 0.0 }, 1.0);
+    }
+    if log {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        let pad = ((hi - lo) * 0.08).max(hi.abs() * 0.05).max(1e-9);
+        (lo.min(0.0), hi + pad)
+    }
+}
+
+fn draw_on<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String> {
+    let (x0, x1) = range(
+        c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)),
+        c.log_x,
+    );
+    let (y0, y1) = range(
+        c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+        c.log_y,
+    );
+    let (x0, x1) = if c.log_x {
+        (x0, x1)
+    } else {
+        let pad = ((x1 - x0) * 0.05).max(0.5);
+        (x0 - pad, x1 + pad)
+    };
+    match (c.log_x, c.log_y) {
+        (false, false) => draw_in(area, c, x0..x1, y0..y1),
+        (true, false) => draw_in(area, c, (x0..x1).log_scale(), y0..y1),
+        (false, true) => draw_in(area, c, x0..x1, (y0..y1).log_scale()),
+        (true, true) => draw_in(area, c, (x0..x1).log_scale(), (y0..y1).log_scale()),
+    }
+}
+
+/// Draws `c` into `dir/stem.png` and `dir/stem.svg`; returns both paths.
+pub fn draw(c: &Chart, dir: &Path, stem: &str) -> Result<Vec<PathBuf>, String> {
+    register_font();
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let png = dir.join(format!("{stem}.png"));
+    let svg = dir.join(format!("{stem}.svg"));
+    {
+        let area = BitMapBackend::new(&png, (900, 600)).into_drawing_area();
+        draw_on(&area, c)?;
+    }
+    {
+        let area = SVGBackend::new(&svg, (900, 600)).into_drawing_area();
+        draw_on(&area, c)?;
+    }
+    Ok(vec![png, svg])
+}
+
+/// Latency vs size per algorithm (one chart per group size) and latency vs group size (for
+/// 8 B and 256 B, or the two smallest sizes measured).
+pub fn latency(r: &LatencyReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    let mut algos: Vec<String> = Vec::new();
+    let mut nodes: Vec<usize> = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    for row in &r.rows {
+        if !algos.contains(&row.algo) {
+            algos.push(row.algo.clone());
+        }
+        if !nodes.contains(&row.nodes) {
+            nodes.push(row.nodes);
+        }
+        if !sizes.contains(&row.size) {
+            sizes.push(row.size);
+        }
+    }
+    nodes.sort_unstable();
+    sizes.sort_unstable();
+    for &n in &nodes {
+        let c = Chart {
+            title: format!("Broadcast latency, {n} nodes (mean of middle 80%)"),
+            x_label: "message size (bytes)".into(),
+            y_label: "latency (µs)".into(),
+            log_x: true,
+            log_y: true,
+            series: algos
+                .iter()
+                .map(|a| Series {
+                    name: a.to_uppercase(),
+                    points: r
+                        .rows
+                        .iter()
+                        .filter(|x| &x.algo == a && x.nodes == n)
+                        .map(|x| (x.size as f64, x.mean80_us))
+                        .collect(),
+                })
+                .collect(),
+        };
+        files.extend(draw(&c, dir, &format!("latency-vs-size-{n}nodes"))?);
+    }
+    let mut pick: Vec<usize> = [8, 256].into_iter().filter(|s| sizes.contains(s)).collect();
+    if pick.is_empty() {
+        pick = sizes.iter().copied().take(2).collect();
+    }
+    if nodes.len() >= 2 {
+        for s in pick {
+            let c = Chart {
+                title: format!("Broadcast latency of {s} B vs group size"),
+                x_label: "nodes".into(),
+                y_label: "latency (µs)".into(),
+                log_x: false,
+                log_y: false,
+                series: algos
+                    .iter()
+                    .map(|a| Series {
+                        name: a.to_uppercase(),
+                        points: r
+                            .rows
+                            .iter()
+                            .filter(|x| &x.algo == a && x.size == s)
+                            .map(|x| (x.nodes as f64, x.mean80_us))
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            files.extend(draw(&c, dir, &format!("latency-vs-nodes-{s}B"))?);
+        }
+    }
+    Ok(files)
+}
+
+/// Barrier latency vs group size per kind.
+pub fn barrier(r: &BarrierReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut kinds: Vec<String> = Vec::new();
+    for row in &r.rows {
+        if !kinds.contains(&row.kind) {
+            kinds.push(row.kind.clone());
+        }
+    }
+    let c = Chart {
+        title: "Barrier latency vs group size (mean of middle 80%)".into(),
+        x_label: "nodes".into(),
+        y_label: "latency (µs)".into(),
+        log_x: false,
+        log_y: false,
+        series: kinds
+            .iter()
+            .map(|k| Series {
+                name: k.clone(),
+                points: r
+                    .rows
+                    .iter()
+                    .filter(|x| &x.kind == k)
+                    .map(|x| (x.nodes as f64, x.mean80_us))
+                    .collect(),
+            })
+            .collect(),
+    };
+    draw(&c, dir, "barrier-vs-nodes")
+}
+
+/// Goodput of one or more throughput runs (x = receivers, one line per algorithm).
+pub fn throughput(runs: &[ThroughputReport], dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut algos: Vec<String> = Vec::new();
+    for r in runs {
+        if !algos.contains(&r.algo) {
+            algos.push(r.algo.clone());
+        }
+    }
+    let c = Chart {
+        title: "Goodput of a large broadcast".into(),
+        x_label: "receivers".into(),
+        y_label: "goodput (MB/s)".into(),
+        log_x: false,
+        log_y: false,
+        series: algos
+            .iter()
+            .map(|a| Series {
+                name: a.to_uppercase(),
+                points: runs
+                    .iter()
+                    .filter(|r| &r.algo == a)
+                    .map(|r| (r.receivers as f64, r.goodput_mb_s))
+                    .collect(),
+            })
+            .collect(),
+    };
+    draw(&c, dir, "throughput")
+}
+
+/// Measured M_save(n) against the paper's 0.386(1 - 1/n).
+pub fn memory(r: &MemoryReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let c = Chart {
+        title: format!("Memory saved by hardware broadcast (profile {})", r.profile),
+        x_label: "group size n".into(),
+        y_label: "M_save(n)".into(),
+        log_x: true,
+        log_y: false,
+        series: vec![
+            Series {
+                name: "measured".into(),
+                points: r.rows.iter().map(|x| (x.n as f64, x.m_save)).collect(),
+            },
+            Series {
+                name: "paper: 0.386(1 - 1/n)".into(),
+                points: r
+                    .rows
+                    .iter()
+                    .map(|x| (x.n as f64, x.m_save_paper))
+                    .collect(),
+            },
+        ],
+    };
+    draw(&c, dir, "memory-msave")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chart_renders_to_png_and_svg() {
+        let dir = std::env::temp_dir().join(format!("ethbcast-plot-{}", std::process::id()));
+        let c = Chart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            log_x: true,
+            log_y: true,
+            series: vec![Series {
+                name: "a".into(),
+                points: vec![(8.0, 10.0), (4096.0, 100.0)],
+            }],
+        };
+        let files = draw(&c, &dir, "t").unwrap();
+        let png = std::fs::read(&files[0]).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        let svg = std::fs::read_to_string(&files[1]).unwrap();
+        assert!(svg.contains("<svg"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
