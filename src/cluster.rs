@@ -137,11 +137,30 @@ pub enum ClusterError {
     /// The engine configuration is invalid.
     #[error("engine configuration: {0}")]
     Config(#[from] crate::proto::ConfigError),
+    /// The scenario itself is unusable.
+    #[error("scenario: {0}")]
+    Scenario(String),
 }
 
 /// Runs a scenario to completion (or its limit) and reports.
 pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let n = usize::from(sc.nodes);
+    if n < 2 {
+        return Err(ClusterError::Scenario(format!(
+            "--nodes {n}: a broadcast needs at least 2 members"
+        )));
+    }
+    if let Some(r) = sc.roots.iter().find(|&&r| usize::from(r) >= n) {
+        return Err(ClusterError::Scenario(format!(
+            "root {r} is not a member of a group of {n} (ranks 0..{})",
+            n - 1
+        )));
+    }
+    if sc.roots.is_empty() || sc.sizes.is_empty() || sc.algos.is_empty() {
+        return Err(ClusterError::Scenario(
+            "roots, sizes and algorithms must not be empty".into(),
+        ));
+    }
     let net = SimNet::new(SimConfig {
         ports: n,
         rate_bps: sc.rate_bps,

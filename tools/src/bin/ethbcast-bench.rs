@@ -334,6 +334,9 @@ fn parse_rate(s: &str) -> Result<Option<u64>, String> {
     let v: f64 = num
         .parse()
         .map_err(|_| format!("bad rate {s:?} (e.g. 100mbit, 1gbit)"))?;
+    if !v.is_finite() {
+        return Err(format!("bad rate {s:?} (e.g. 100mbit, 1gbit)"));
+    }
     if v <= 0.0 {
         return Err(format!("rate must be positive: {s:?}"));
     }
