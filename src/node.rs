@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
 use crate::eqa::Rank;
 use crate::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
 use crate::proto::{Algo, Config, ConfigError, Dest, Engine, Event, PostError, SendError};
+use crate::wire::Kind;
 
 /// Errors of a member on a real link.
 #[derive(Debug, Error)]
@@ -46,6 +48,13 @@ pub enum NodeError {
     /// Nothing arrived before the deadline.
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(Duration, &'static str),
+    /// The member we wait for was declared dead by the failure detector and evicted; what it
+    /// had sent only partly is never delivered.
+    #[error("rank {0} failed (declared dead by the failure detector and evicted)")]
+    PeerDead(Rank),
+    /// The failure detector configuration is invalid.
+    #[error("failure detector: {0}")]
+    Detector(String),
     /// A posted receive was smaller than the message.
     #[error("message {msg_id} from root {root} has {len} bytes, the receive allowed {max}")]
     Truncated {
@@ -79,6 +88,8 @@ pub struct NodeStats {
 /// MAC only. The binomial-tree broadcast and fail-over ride on these channels.
 pub struct Node {
     engine: Engine,
+    detector: Option<Detector>,
+    evicted: Vec<(Rank, Instant)>,
     pairs: Vec<Option<Engine>>,
     pair_groups: HashMap<u32, Rank>,
     link: Box<dyn Link + Send>,
@@ -129,6 +140,8 @@ impl Node {
             .map(|r| (pair_group(cfg.group, cfg.rank, r), r))
             .collect();
         Ok(Node {
+            detector: None,
+            evicted: Vec::new(),
             pairs: (0..cfg.size).map(|_| None).collect(),
             pair_groups,
             engine: Engine::new(cfg)?,
@@ -139,6 +152,87 @@ impl Node {
             pair_events: VecDeque::new(),
             stats: NodeStats::default(),
         })
+    }
+
+    /// Turns on failure detection: gossip heartbeats, a confirmation ping, then eviction of
+    /// members declared dead (from every LDP, so broadcasts complete for the survivors).
+    pub fn enable_detector(&mut self, mut cfg: DetectorConfig) -> Result<(), NodeError> {
+        cfg.rank = self.rank();
+        cfg.size = self.engine.config().size;
+        let mut d = Detector::new(cfg).map_err(|e| NodeError::Detector(e.to_string()))?;
+        d.handle_timeout(Instant::now());
+        self.detector = Some(d);
+        Ok(())
+    }
+
+    /// The failure detector, if enabled.
+    pub fn detector(&self) -> Option<&Detector> {
+        self.detector.as_ref()
+    }
+
+    /// Members evicted so far, with the instant of their eviction.
+    pub fn evicted(&self) -> &[(Rank, Instant)] {
+        &self.evicted
+    }
+
+    /// Evicts `rank` now (also called by the failure detector).
+    pub fn evict(&mut self, rank: Rank) {
+        let now = Instant::now();
+        if self.engine.evict(now, rank) {
+            self.evicted.push((rank, now));
+            tracing::warn!(rank, "member evicted");
+        }
+        if let Some(d) = self.detector.as_mut() {
+            d.evicted(rank);
+        }
+        if let Some(p) = self.pairs.get_mut(usize::from(rank)) {
+            *p = None;
+        }
+    }
+
+    fn is_evicted(&self, rank: Rank) -> bool {
+        !self.engine.is_live(rank)
+    }
+
+    fn run_detector(&mut self, now: Instant) {
+        let Some(d) = self.detector.as_mut() else { return };
+        // Control frames of the detector never reach the application.
+        let size = self.engine.config().size;
+        let mut keep = VecDeque::with_capacity(self.events.len());
+        for ev in self.events.drain(..) {
+            if let Event::Control { src, repr, payload } = &ev {
+                if matches!(repr.kind, Some(Kind::Heartbeat | Kind::Ping | Kind::Pong)) {
+                    if let Ok(m) = Msg::from_control(repr, payload, size) {
+                        let _ = d.handle_msg(now, *src, &m);
+                    }
+                    continue;
+                }
+            }
+            keep.push_back(ev);
+        }
+        self.events = keep;
+        if d.poll_timeout().is_some_and(|t| t <= now) {
+            d.handle_timeout(now);
+        }
+        let mut out = Vec::new();
+        while let Some(t) = d.poll_transmit() {
+            out.push(t);
+        }
+        let mut dead = Vec::new();
+        while let Some(ev) = d.poll_event() {
+            match ev {
+                DetectorEvent::Dead(r) => dead.push(r),
+                DetectorEvent::Suspect(r) => tracing::info!(rank = r, "member suspected"),
+                DetectorEvent::Cleared(r) => tracing::info!(rank = r, "suspicion cleared"),
+            }
+        }
+        for (target, m) in out {
+            let (repr, payload) = m.to_control();
+            let _ = self.engine.send_control(Dest::Rank(target), repr, &payload);
+        }
+        for r in dead {
+            self.evict(r);
+        }
     }
 
     /// The engine (configuration, counters, cursors).
@@ -183,6 +277,9 @@ impl Node {
         if usize::from(peer) >= self.peers.len() || peer == self.rank() {
             return Err(NodeError::Post(PostError::NotMember(peer)));
         }
+        if self.is_evicted(peer) {
+            return Err(NodeError::PeerDead(peer));
+        }
         let id = self
             .pair_mut(peer)
             .bcast(Instant::now(), data, Algo::Simple)?;
@@ -207,6 +304,9 @@ impl Node {
                 {
                     return Ok((msg_id, data));
                 }
+            }
+            if self.is_evicted(peer) {
+                return Err(NodeError::PeerDead(peer));
             }
             let now = Instant::now();
             if now >= deadline {
@@ -255,6 +355,7 @@ impl Node {
             None => wait,
         };
         let main_group = self.engine.config().group;
+        let mut heard: Vec<Rank> = Vec::new();
         let mut pair_frames: Vec<(Rank, Vec<u8>)> = Vec::new();
         let engine = &mut self.engine;
         let peers = &self.peers;
@@ -283,9 +384,16 @@ impl Node {
                 stats.mac_mismatch += 1;
                 return;
             }
-            let _ = engine.handle_frame(Instant::now(), pdu);
+            if engine.handle_frame(Instant::now(), pdu).is_ok() && !heard.contains(&(rank as Rank)) {
+                heard.push(rank as Rank);
+            }
         })?;
         let now = Instant::now();
+        if let Some(d) = self.detector.as_mut() {
+            for r in heard.iter().copied().chain(pair_frames.iter().map(|(p, _)| *p)) {
+                d.mark_alive(now, r);
+            }
+        }
         for (peer, pdu) in pair_frames {
             let _ = self.pair_mut(peer).handle_frame(now, &pdu);
         }
@@ -301,6 +409,7 @@ impl Node {
                 }
             }
         }
+        self.run_detector(now);
         self.flush()
     }
 
@@ -354,6 +463,9 @@ impl Node {
                     }
                     _ => unreachable!("position matched a delivery"),
                 }
+            }
+            if self.is_evicted(root) {
+                return Err(NodeError::PeerDead(root));
             }
             let now = Instant::now();
             if now >= deadline {
