@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod detect;
 pub mod eqa;
 pub mod link;
 pub mod memory;
