@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod barrier;
 pub mod cluster;
 pub mod detect;
 pub mod eqa;
