@@ -17,7 +17,9 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod barrier;
 pub mod cluster;
+pub mod detect;
 pub mod eqa;
 pub mod group;
 pub mod link;
