@@ -203,7 +203,8 @@ impl Group {
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
-        let node = Node::new(cfg, link, peers)?;
+        let mut node = Node::new(cfg, link, peers)?;
+        node.set_barrier_arity(opts.barrier_arity)?;
         Ok(Group {
             node,
             next_msg: vec![0; usize::from(size)],
@@ -316,43 +317,19 @@ impl Group {
     }
 
     /// MPI_Barrier: returns once every member has entered. Arrivals travel point-to-point up a
-    /// combining tree of arity `barrier_arity` to rank 0; the release is one hardware
-    /// broadcast message from rank 0. Both ride on reliable channels, so loss only delays.
+    /// combining tree of arity `barrier_arity`; the release is one hardware broadcast frame.
+    /// Lost arrivals and releases are retransmitted on timers ([`crate::barrier`]).
     pub fn barrier(&mut self) -> Result<(), GroupError> {
         self.barrier_with(BarrierKind::Broadcast)
     }
 
     /// A barrier of the chosen kind (all members must choose the same).
     pub fn barrier_with(&mut self, kind: BarrierKind) -> Result<(), GroupError> {
-        let n = self.size();
-        let me = self.rank();
-        if n < 2 {
-            return Ok(());
-        }
-        let t = self.opts.timeout;
-        match kind {
-            BarrierKind::Broadcast => {
-                let k = u32::from(self.opts.barrier_arity.max(1));
-                let (me32, n32) = (u32::from(me), u32::from(n));
-                for c in (k * me32 + 1)..=(k * me32 + k).min(n32 - 1) {
-                    self.node.recv_p2p_from(c as Rank, t)?;
-                }
-                if me != 0 {
-                    self.node.send_to(((me32 - 1) / k) as Rank, Vec::new())?;
-                    self.node.recv_from(0, t)?;
-                } else {
-                    self.node.bcast(Vec::new(), Algo::Simple)?;
-                }
-            }
-            BarrierKind::Dissemination => {
-                let mut d: u16 = 1;
-                while d < n {
-                    self.node.send_to((me + d) % n, Vec::new())?;
-                    self.node.recv_p2p_from((me + n - d) % n, t)?;
-                    d = d.saturating_mul(2);
-                }
-            }
-        }
+        let which = match kind {
+            BarrierKind::Broadcast => 0,
+            BarrierKind::Dissemination => 1,
+        };
+        self.node.barrier(which, self.opts.timeout)?;
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
 use crate::eqa::Rank;
 use crate::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
@@ -55,6 +56,9 @@ pub enum NodeError {
     /// The failure detector configuration is invalid.
     #[error("failure detector: {0}")]
     Detector(String),
+    /// The barrier configuration or call is invalid.
+    #[error("barrier: {0}")]
+    Barrier(String),
     /// A posted receive was smaller than the message.
     #[error("message {msg_id} from root {root} has {len} bytes, the receive allowed {max}")]
     Truncated {
@@ -89,6 +93,8 @@ pub struct NodeStats {
 pub struct Node {
     engine: Engine,
     detector: Option<Detector>,
+    /// Barrier state machines: [0] the broadcast barrier, [1] the dissemination barrier.
+    barriers: [Barrier; 2],
     evicted: Vec<(Rank, Instant)>,
     pairs: Vec<Option<Engine>>,
     pair_groups: HashMap<u32, Rank>,
@@ -99,6 +105,9 @@ pub struct Node {
     pair_events: VecDeque<(Rank, Event)>,
     stats: NodeStats,
 }
+
+/// Value of the `bitmap` field that tells the two barrier machines' frames apart.
+const BARRIER_TAG: [u16; 2] = [0xBA01, 0xBA02];
 
 /// Group id of the point-to-point channel between ranks `a` and `b` of group `group`.
 pub fn pair_group(group: u32, a: Rank, b: Rank) -> u32 {
@@ -139,8 +148,17 @@ impl Node {
             .filter(|&r| r != cfg.rank)
             .map(|r| (pair_group(cfg.group, cfg.rank, r), r))
             .collect();
+        let mut bc = BarrierConfig::new(cfg.rank, cfg.size);
+        bc.algorithm = BarrierAlgorithm::Broadcast { arity: 4 };
+        let mut dc = BarrierConfig::new(cfg.rank, cfg.size);
+        dc.algorithm = BarrierAlgorithm::Dissemination;
+        let barriers = [
+            Barrier::new(bc).map_err(|e| NodeError::Barrier(e.to_string()))?,
+            Barrier::new(dc).map_err(|e| NodeError::Barrier(e.to_string()))?,
+        ];
         Ok(Node {
             detector: None,
+            barriers,
             evicted: Vec::new(),
             pairs: (0..cfg.size).map(|_| None).collect(),
             pair_groups,
@@ -188,6 +206,72 @@ impl Node {
         if let Some(p) = self.pairs.get_mut(usize::from(rank)) {
             *p = None;
         }
+        for b in &mut self.barriers {
+            b.evicted(now, rank);
+        }
+    }
+
+    /// Sets the arity of the broadcast barrier's combining tree (before the first barrier).
+    pub fn set_barrier_arity(&mut self, arity: u16) -> Result<(), NodeError> {
+        let cfg = self.engine.config();
+        let mut bc = BarrierConfig::new(cfg.rank, cfg.size);
+        bc.algorithm = BarrierAlgorithm::Broadcast {
+            arity: arity.max(1),
+        };
+        self.barriers[0] = Barrier::new(bc).map_err(|e| NodeError::Barrier(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Enters the next barrier of kind `which` (0: broadcast, 1: dissemination) and waits until
+    /// it is released. Barrier frames are handled in every `poll`, so a member that left a
+    /// barrier keeps answering late members whatever call it is in.
+    pub fn barrier(&mut self, which: usize, timeout: Duration) -> Result<(), NodeError> {
+        let b = &mut self.barriers[which.min(1)];
+        let epoch = b.next_epoch();
+        b.enter(Instant::now(), epoch)
+            .map_err(|e| NodeError::Barrier(e.to_string()))?;
+        self.pump_barriers();
+        self.flush()?;
+        let deadline = Instant::now() + timeout;
+        while !self.barriers[which.min(1)].is_released(epoch) {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(NodeError::Timeout(timeout, "the barrier release"));
+            }
+            self.poll((deadline - now).min(Duration::from_millis(50)))?;
+        }
+        Ok(())
+    }
+
+    fn pump_barriers(&mut self) {
+        for (i, b) in self.barriers.iter_mut().enumerate() {
+            while let Some((dst, mut repr, payload)) = b.poll_transmit() {
+                repr.bitmap = BARRIER_TAG[i];
+                let _ = self.engine.send_control(dst, repr, &payload);
+            }
+        }
+    }
+
+    fn run_barriers(&mut self, now: Instant) {
+        let mut keep = VecDeque::with_capacity(self.events.len());
+        for ev in self.events.drain(..) {
+            if let Event::Control { src, repr, payload } = &ev {
+                if repr.kind == Some(Kind::Barrier) {
+                    if let Some(i) = BARRIER_TAG.iter().position(|&t| t == repr.bitmap) {
+                        let _ = self.barriers[i].handle_frame(now, *src, repr, payload);
+                        continue;
+                    }
+                }
+            }
+            keep.push_back(ev);
+        }
+        self.events = keep;
+        for b in &mut self.barriers {
+            if b.poll_timeout().is_some_and(|t| t <= now) {
+                b.handle_timeout(now);
+            }
+        }
+        self.pump_barriers();
     }
 
     fn is_evicted(&self, rank: Rank) -> bool {
@@ -195,7 +279,9 @@ impl Node {
     }
 
     fn run_detector(&mut self, now: Instant) {
-        let Some(d) = self.detector.as_mut() else { return };
+        let Some(d) = self.detector.as_mut() else {
+            return;
+        };
         // Control frames of the detector never reach the application.
         let size = self.engine.config().size;
         let mut keep = VecDeque::with_capacity(self.events.len());
@@ -384,13 +470,18 @@ impl Node {
                 stats.mac_mismatch += 1;
                 return;
             }
-            if engine.handle_frame(Instant::now(), pdu).is_ok() && !heard.contains(&(rank as Rank)) {
+            if engine.handle_frame(Instant::now(), pdu).is_ok() && !heard.contains(&(rank as Rank))
+            {
                 heard.push(rank as Rank);
             }
         })?;
         let now = Instant::now();
         if let Some(d) = self.detector.as_mut() {
-            for r in heard.iter().copied().chain(pair_frames.iter().map(|(p, _)| *p)) {
+            for r in heard
+                .iter()
+                .copied()
+                .chain(pair_frames.iter().map(|(p, _)| *p))
+            {
                 d.mark_alive(now, r);
             }
         }
@@ -410,6 +501,7 @@ impl Node {
             }
         }
         self.run_detector(now);
+        self.run_barriers(now);
         self.flush()
     }
 
