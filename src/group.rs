@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::detect::{DetectorConfig, Gossip};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
 use crate::node::{Node, NodeError};
@@ -116,6 +117,37 @@ pub struct GroupOptions {
     pub barrier_arity: u16,
     /// Shared group key (see [`key_from_passphrase`]): every frame is authenticated.
     pub key: Option<[u8; 32]>,
+    /// Failure detection (gossip heartbeats, confirmation ping, eviction of the dead). Off by
+    /// default: heartbeats only flow while a member is inside a call (or calls `progress`),
+    /// so turn it on when members call into the library at least every `T_cleanup`.
+    pub detector: Option<Detection>,
+}
+
+/// Failure-detection settings of a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Detection {
+    /// Gossip schedule (the P2P-MPI paper's RR, BRR or DBRR).
+    pub protocol: Gossip,
+    /// Gossip period.
+    pub t_gossip: Duration,
+}
+
+impl Detection {
+    /// Detection bound: `T_cleanup` of the protocol plus the confirmation time and one period.
+    pub fn bound(&self, size: u16) -> Duration {
+        let cfg = DetectorConfig {
+            protocol: self.protocol,
+            ..DetectorConfig::new(0, size, self.t_gossip)
+        };
+        cfg.cleanup() + cfg.confirm_timeout + self.t_gossip
+    }
+}
+
+/// What a collective call reports besides its data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Members evicted (declared dead) during this call: the call completed for the others.
+    pub evicted: Vec<Rank>,
 }
 
 /// Derives a 256-bit group key from a passphrase (BLAKE3 key derivation with a fixed,
@@ -135,6 +167,7 @@ impl Default for GroupOptions {
             tweak: None,
             barrier_arity: 4,
             key: None,
+            detector: None,
         }
     }
 }
@@ -178,6 +211,7 @@ pub enum GroupError {
 #[derive(Debug)]
 pub struct Group {
     node: Node,
+    reported: usize,
     opts: GroupOptions,
     next_msg: Vec<u64>,
 }
@@ -205,7 +239,13 @@ impl Group {
         }
         let mut node = Node::new(cfg, link, peers)?;
         node.set_barrier_arity(opts.barrier_arity)?;
+        if let Some(d) = opts.detector {
+            let mut dc = DetectorConfig::new(rank as Rank, size, d.t_gossip);
+            dc.protocol = d.protocol;
+            node.enable_detector(dc)?;
+        }
         Ok(Group {
+            reported: 0,
             node,
             next_msg: vec![0; usize::from(size)],
             opts,
@@ -257,7 +297,7 @@ impl Group {
 
     /// MPI_Bcast with the default algorithm: at the root `buf` is sent, elsewhere it is
     /// replaced by the root's message. Every member must call it in the same order.
-    pub fn bcast(&mut self, root: Rank, buf: &mut Vec<u8>) -> Result<(), GroupError> {
+    pub fn bcast(&mut self, root: Rank, buf: &mut Vec<u8>) -> Result<Outcome, GroupError> {
         self.bcast_with(root, buf, self.opts.algorithm)
     }
 
@@ -267,7 +307,7 @@ impl Group {
         root: Rank,
         buf: &mut Vec<u8>,
         algo: Algorithm,
-    ) -> Result<(), GroupError> {
+    ) -> Result<Outcome, GroupError> {
         let n = self.size();
         if root >= n {
             return Err(GroupError::BadRank {
@@ -285,6 +325,12 @@ impl Group {
                 };
                 if me == root {
                     self.node.bcast(buf.clone(), a)?;
+                    if self.opts.detector.is_some() {
+                        // With failure detection, the root's call returns when every live
+                        // member has the message, so that a member that died during it is
+                        // evicted and reported by this call.
+                        self.node.wait_idle(self.opts.timeout)?;
+                    }
                 } else {
                     let (_, data) = self.node.recv_from(root, self.opts.timeout)?;
                     self.next_msg[usize::from(root)] += 1;
@@ -313,7 +359,22 @@ impl Group {
                 }
             }
         }
-        Ok(())
+        Ok(self.outcome())
+    }
+
+    fn outcome(&mut self) -> Outcome {
+        let ev = self.node.evicted();
+        let evicted = ev[self.reported.min(ev.len())..]
+            .iter()
+            .map(|&(r, _)| r)
+            .collect();
+        self.reported = ev.len();
+        Outcome { evicted }
+    }
+
+    /// Every member evicted so far.
+    pub fn evicted(&self) -> Vec<Rank> {
+        self.node.evicted().iter().map(|&(r, _)| r).collect()
     }
 
     /// MPI_Barrier: returns once every member has entered. Arrivals travel point-to-point up a

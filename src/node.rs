@@ -435,6 +435,8 @@ impl Node {
             .flatten()
             .filter_map(|e| e.poll_timeout())
             .chain(self.engine.poll_timeout())
+            .chain(self.detector.as_ref().and_then(|d| d.poll_timeout()))
+            .chain(self.barriers.iter().filter_map(|b| b.poll_timeout()))
             .min();
         let wait = match next {
             Some(t) => wait.min(t.saturating_duration_since(now)),
