@@ -22,6 +22,12 @@ fn bench(args: &[&str]) -> (Value, String) {
     (v, stderr)
 }
 
+/// A test-bed prefix unique to this test process (namespaces are machine-wide, and other
+/// checkouts may run test-beds at the same time).
+fn prefix(tag: &str) -> String {
+    format!("b5{tag}{:x}", std::process::id() & 0xffff)
+}
+
 fn positive(v: &Value, key: &str) -> f64 {
     let x = v[key]
         .as_f64()
@@ -48,7 +54,7 @@ fn latency_reports_every_algorithm_group_and_size() {
         "--warmup",
         "5",
         "--prefix",
-        "eblt",
+        &prefix("l"),
         "--json",
     ]);
     let rows = v["rows"].as_array().expect("rows");
@@ -124,7 +130,7 @@ fn throughput_delivers_everything_and_counts_frames() {
         "--size",
         "4MiB",
         "--prefix",
-        "ebtt",
+        &prefix("t"),
         "--json",
     ]);
     assert_eq!(v["receivers"], 3);
@@ -143,7 +149,7 @@ fn demo_quick_writes_png_plots() {
     }
     let dir = std::env::temp_dir().join(format!("ethbcast-demo-{}", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_ethbcast-bench"))
-        .args(["demo", "--quick", "--prefix", "ebdq", "--out"])
+        .args(["demo", "--quick", "--prefix", &prefix("d"), "--out"])
         .arg(&dir)
         .output()
         .expect("run ethbcast-bench demo");
