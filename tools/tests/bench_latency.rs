@@ -101,7 +101,7 @@ fn barrier_reports_both_kinds() {
         "--warmup",
         "5",
         "--prefix",
-        "ebbt",
+        &prefix("b"),
         "--json",
     ]);
     let rows = v["rows"].as_array().expect("rows");
