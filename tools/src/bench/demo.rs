@@ -124,8 +124,8 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         } else {
             vec![8, 256, 4096, 65536]
         },
-        iters: if o.quick { 20 } else { 200 },
-        warmup: if o.quick { 5 } else { 20 },
+        iters: if o.quick { 20 } else { 500 },
+        warmup: if o.quick { 5 } else { 50 },
         algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
         progress: o.progress,
     };
@@ -136,8 +136,8 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         &BarrierOptions {
             bed: bo.clone(),
             nodes: nodes.clone(),
-            iters: if o.quick { 20 } else { 200 },
-            warmup: if o.quick { 5 } else { 20 },
+            iters: if o.quick { 20 } else { 500 },
+            warmup: if o.quick { 5 } else { 50 },
             progress: o.progress,
         },
     )?;

@@ -133,7 +133,7 @@ fn fmt_tick(v: f64) -> String {
     }
 }
 
-fn range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f64) {
     let v: Vec<f64> = vals
         .filter(|v| v.is_finite() && (!log || *v > 0.0))
         .collect();
@@ -146,7 +146,7 @@ fn range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
         (lo / 1.5, hi * 1.5)
     } else {
         let pad = ((hi - lo) * 0.08).max(hi.abs() * 0.05).max(1e-9);
-        (lo.min(0.0), hi + pad)
+        (if from_zero { lo.min(0.0) } else { lo }, hi + pad)
     }
 }
 
@@ -154,10 +154,12 @@ fn draw_on<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Resu
     let (x0, x1) = range(
         c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)),
         c.log_x,
+        false,
     );
     let (y0, y1) = range(
         c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
         c.log_y,
+        true,
     );
     let (x0, x1) = if c.log_x {
         (x0, x1)

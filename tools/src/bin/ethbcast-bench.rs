@@ -228,7 +228,7 @@ enum Cmd {
         /// Directory for plots, demo.json and latency.csv.
         #[arg(long, default_value = "bench-out")]
         out: PathBuf,
-        /// Tiny settings (4 hosts, 2 sizes, 20 iterations).
+        /// Tiny settings (4 hosts, 2 sizes, 20 iterations); the full demo uses the paper's 500 after 50 warm-up.
         #[arg(long)]
         quick: bool,
         /// Use the simulator even with the privilege.

@@ -1,0 +1,219 @@
+//! `ethbcast-bench latency`, `barrier`, `throughput` and `demo --quick` through the binary, on
+//! small test-beds. Structure and completeness only: no timed asserts.
+
+use std::process::Command;
+
+use ethbcast_tools::testbed::netns_available;
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> (Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ethbcast-bench"))
+        .args(args)
+        .output()
+        .expect("run ethbcast-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "ethbcast-bench {args:?} failed: {}\nstderr: {stderr}",
+        out.status
+    );
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    (v, stderr)
+}
+
+/// A test-bed prefix unique to this test process (namespaces are machine-wide, and other
+/// checkouts may run test-beds at the same time).
+fn prefix(tag: &str) -> String {
+    format!("b5{tag}{:x}", std::process::id() & 0xffff)
+}
+
+fn positive(v: &Value, key: &str) -> f64 {
+    let x = v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"));
+    assert!(x > 0.0 && x.is_finite(), "{key} = {x} in {v}");
+    x
+}
+
+#[test]
+fn latency_reports_every_algorithm_group_and_size() {
+    if !netns_available("latency_reports_every_algorithm_group_and_size", false) {
+        return;
+    }
+    let (v, _) = bench(&[
+        "latency",
+        "--testbed",
+        "4",
+        "--nodes",
+        "2,4",
+        "--sizes",
+        "8,4096",
+        "--iters",
+        "20",
+        "--warmup",
+        "5",
+        "--prefix",
+        &prefix("l"),
+        "--json",
+    ]);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3 * 2 * 2, "{v}");
+    for algo in ["ppbcast", "sbcast", "tree"] {
+        for nodes in [2, 4] {
+            for size in [8, 4096] {
+                let row = rows
+                    .iter()
+                    .find(|r| r["algo"] == algo && r["nodes"] == nodes && r["size"] == size)
+                    .unwrap_or_else(|| panic!("no row {algo} {nodes} {size} in {v}"));
+                let mean = positive(row, "mean80_us");
+                positive(row, "median_us");
+                let p99 = positive(row, "p99_us");
+                let max = positive(row, "max_us");
+                assert!(max >= p99 && max >= mean, "{row}");
+            }
+        }
+    }
+    assert_eq!(v["growth"].as_array().expect("growth").len(), 3 * 2);
+    let ratios = v["ratios"].as_array().expect("ratios");
+    assert_eq!(ratios.len(), 2 * 2);
+    assert!(ratios
+        .iter()
+        .all(|r| r["ppbcast_over_tree"].as_f64().is_some()));
+    assert!(v["method"].as_str().unwrap().contains("LAST receiver"));
+    assert_eq!(v["backend"], "ring");
+    assert_eq!(v["wait"], "block");
+}
+
+#[test]
+fn barrier_reports_both_kinds() {
+    if !netns_available("barrier_reports_both_kinds", false) {
+        return;
+    }
+    let (v, _) = bench(&[
+        "barrier",
+        "--testbed",
+        "4",
+        "--nodes",
+        "2,4",
+        "--iters",
+        "20",
+        "--warmup",
+        "5",
+        "--prefix",
+        &prefix("b"),
+        "--json",
+    ]);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2 * 2, "{v}");
+    for kind in ["broadcast", "dissemination"] {
+        for nodes in [2, 4] {
+            let row = rows
+                .iter()
+                .find(|r| r["kind"] == kind && r["nodes"] == nodes)
+                .unwrap_or_else(|| panic!("no row {kind} {nodes} in {v}"));
+            positive(row, "mean80_us");
+            positive(row, "max_us");
+        }
+    }
+}
+
+#[test]
+fn throughput_delivers_everything_and_counts_frames() {
+    if !netns_available("throughput_delivers_everything_and_counts_frames", false) {
+        return;
+    }
+    let (v, _) = bench(&[
+        "throughput",
+        "--testbed",
+        "4",
+        "--size",
+        "4MiB",
+        "--prefix",
+        &prefix("t"),
+        "--json",
+    ]);
+    assert_eq!(v["receivers"], 3);
+    assert_eq!(v["bytes"], 4 << 20);
+    positive(&v, "seconds");
+    positive(&v, "goodput_mb_s");
+    // 4 MiB in frames of at most 1500 bytes: at least 2800 first transmissions.
+    assert!(v["data_frames"].as_u64().unwrap() >= 2800, "{v}");
+    assert!(v["ack_frames"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn demo_quick_writes_png_plots() {
+    if !netns_available("demo_quick_writes_png_plots", false) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ethbcast-demo-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_ethbcast-bench"))
+        .args(["demo", "--quick", "--prefix", &prefix("d"), "--out"])
+        .arg(&dir)
+        .output()
+        .expect("run ethbcast-bench demo");
+    assert!(
+        out.status.success(),
+        "demo failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("broadcast latency"), "{stdout}");
+    assert!(stdout.contains("barrier latency"), "{stdout}");
+    let pngs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .collect();
+    for stem in [
+        "latency-vs-size-2nodes",
+        "latency-vs-size-4nodes",
+        "latency-vs-nodes-8B",
+        "barrier-vs-nodes",
+        "throughput",
+        "memory-msave",
+    ] {
+        assert!(
+            pngs.iter().any(|p| p.file_stem().unwrap() == stem),
+            "{stem}.png missing in {pngs:?}"
+        );
+    }
+    for p in &pngs {
+        let b = std::fs::read(p).unwrap();
+        assert!(
+            b.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "{} is not a PNG",
+            p.display()
+        );
+        assert!(p.with_extension("svg").exists());
+    }
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("demo.json")).unwrap()).unwrap();
+    assert_eq!(json["mode"], "testbed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn demo_on_the_simulator_compares_the_hardware_algorithms() {
+    let dir = std::env::temp_dir().join(format!("ethbcast-demo-sim-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_ethbcast-bench"))
+        .args(["demo", "--quick", "--sim", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("run ethbcast-bench demo --sim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("NO TEST-BED"), "{stderr}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("demo.json")).unwrap()).unwrap();
+    assert_eq!(json["mode"], "simulator");
+    let rows = json["latency"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 2 * 2);
+    assert!(rows.iter().all(|r| r["mean80_us"].as_f64().unwrap() > 0.0));
+    assert!(std::fs::read(dir.join("latency-vs-size-4nodes.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
