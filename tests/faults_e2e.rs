@@ -28,6 +28,11 @@ fn bed(tag: &str, hosts: usize, loss: f64) -> Testbed {
     Testbed::up(&cfg).expect("test-bed")
 }
 
+/// Rank, intact messages, evictions the calls reported, evictions with their instants.
+type Survivor = (u16, usize, Vec<u16>, Vec<(u16, Instant)>);
+/// Rank, message index reached, the error and when it came.
+type Receiver = (u16, usize, Option<(GroupError, Instant)>);
+
 fn opts() -> GroupOptions {
     GroupOptions {
         detector: Some(DETECTION),
@@ -58,34 +63,30 @@ fn a_receiver_killed_during_a_long_broadcast_is_evicted_and_the_others_complete(
         .iter()
         .map(|h| {
             let (macs, killed_at) = (macs.clone(), killed_at.clone());
-            netns::spawn_in(
-                &h.netns,
-                move || -> Result<(u16, usize, Vec<u16>, Vec<(u16, Instant)>), GroupError> {
-                    let link =
-                        ethbcast::link::open(Default::default(), "eth0", Default::default())?;
-                    let mut g = Group::from_link(link, macs, opts())?;
-                    let me = g.rank();
-                    let mut intact = 0;
-                    let mut reported = Vec::new();
-                    for i in 0..150 {
-                        if me == victim && i == 30 {
-                            // Killed: the thread stops and its socket closes; nothing more is sent.
-                            *killed_at.lock().unwrap() = Some(Instant::now());
-                            return Ok((me, intact, reported, Vec::new()));
-                        }
-                        let mut buf = if me == 0 { msg(i) } else { Vec::new() };
-                        let out = g.bcast_with(0, &mut buf, Algorithm::Simple)?;
-                        reported.extend(out.evicted);
-                        intact += usize::from(buf == msg(i));
+            netns::spawn_in(&h.netns, move || -> Result<Survivor, GroupError> {
+                let link = ethbcast::link::open(Default::default(), "eth0", Default::default())?;
+                let mut g = Group::from_link(link, macs, opts())?;
+                let me = g.rank();
+                let mut intact = 0;
+                let mut reported = Vec::new();
+                for i in 0..150 {
+                    if me == victim && i == 30 {
+                        // Killed: the thread stops and its socket closes; nothing more is sent.
+                        *killed_at.lock().unwrap() = Some(Instant::now());
+                        return Ok((me, intact, reported, Vec::new()));
                     }
-                    g.flush()?;
-                    for _ in 0..30 {
-                        g.progress(Duration::from_millis(10))?;
-                    }
-                    let ev = g.node().evicted().to_vec();
-                    Ok((me, intact, reported, ev))
-                },
-            )
+                    let mut buf = if me == 0 { msg(i) } else { Vec::new() };
+                    let out = g.bcast_with(0, &mut buf, Algorithm::Simple)?;
+                    reported.extend(out.evicted);
+                    intact += usize::from(buf == msg(i));
+                }
+                g.flush()?;
+                for _ in 0..30 {
+                    g.progress(Duration::from_millis(10))?;
+                }
+                let ev = g.node().evicted().to_vec();
+                Ok((me, intact, reported, ev))
+            })
             .unwrap()
         })
         .collect();
@@ -135,27 +136,23 @@ fn a_killed_root_makes_the_receivers_fail_cleanly_within_the_bound() {
         .iter()
         .map(|h| {
             let (macs, killed_at) = (macs.clone(), killed_at.clone());
-            netns::spawn_in(
-                &h.netns,
-                move || -> Result<(u16, usize, Option<(GroupError, Instant)>), GroupError> {
-                    let link =
-                        ethbcast::link::open(Default::default(), "eth0", Default::default())?;
-                    let mut g = Group::from_link(link, macs, opts())?;
-                    let me = g.rank();
-                    for i in 0..1000 {
-                        if me == 0 && i == 10 {
-                            *killed_at.lock().unwrap() = Some(Instant::now());
-                            return Ok((me, i, None));
-                        }
-                        let mut buf = if me == 0 { msg(i) } else { Vec::new() };
-                        if let Err(e) = g.bcast_with(0, &mut buf, Algorithm::PushPull) {
-                            return Ok((me, i, Some((e, Instant::now()))));
-                        }
-                        assert_eq!(buf, msg(i), "nothing half-received is delivered");
+            netns::spawn_in(&h.netns, move || -> Result<Receiver, GroupError> {
+                let link = ethbcast::link::open(Default::default(), "eth0", Default::default())?;
+                let mut g = Group::from_link(link, macs, opts())?;
+                let me = g.rank();
+                for i in 0..1000 {
+                    if me == 0 && i == 10 {
+                        *killed_at.lock().unwrap() = Some(Instant::now());
+                        return Ok((me, i, None));
                     }
-                    Ok((me, 1000, None))
-                },
-            )
+                    let mut buf = if me == 0 { msg(i) } else { Vec::new() };
+                    if let Err(e) = g.bcast_with(0, &mut buf, Algorithm::PushPull) {
+                        return Ok((me, i, Some((e, Instant::now()))));
+                    }
+                    assert_eq!(buf, msg(i), "nothing half-received is delivered");
+                }
+                Ok((me, 1000, None))
+            })
             .unwrap()
         })
         .collect();

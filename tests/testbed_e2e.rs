@@ -38,7 +38,10 @@ fn two_hosts_without_loss() {
     if let Some(v) = check("two_hosts_without_loss", o) {
         // Without loss repairs only come from timers firing late on a busy machine.
         assert_eq!(v.dropped_by_switch, 0, "{v:?}");
-        assert!(v.repair_frames * 10 <= v.data_frames, "repairs without loss stay rare: {v:?}");
+        assert!(
+            v.repair_frames * 10 <= v.data_frames,
+            "repairs without loss stay rare: {v:?}"
+        );
     }
 }
 
