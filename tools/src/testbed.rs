@@ -616,6 +616,31 @@ impl Testbed {
     /// Starts (`on`) or stops dropping ethbcast frames sent to the broadcast
     /// address ff:ff:ff:ff:ff:ff on their way to host `host_index` (out of its
     /// bridge port). Unicast to that host and its own sending are unaffected.
+    /// Gives host `index`'s `eth0` another MAC address (e.g. to let a test host spoof a member).
+    pub fn set_host_mac(&mut self, index: usize, mac: [u8; 6]) -> Result<()> {
+        let (hosts, prefix) = (self.hosts.len(), self.prefix.clone());
+        let host = self.hosts.get_mut(index).ok_or(TestbedError::NoSuchHost {
+            index,
+            hosts,
+            prefix,
+        })?;
+        run_tool(
+            "ip",
+            &[
+                "-n",
+                &host.netns,
+                "link",
+                "set",
+                "eth0",
+                "address",
+                &format_mac(&mac),
+            ],
+            None,
+        )?;
+        host.mac = mac;
+        Ok(())
+    }
+
     pub fn drop_broadcast_to(&mut self, host_index: usize, on: bool) -> Result<()> {
         if host_index >= self.hosts.len() {
             return Err(TestbedError::NoSuchHost {

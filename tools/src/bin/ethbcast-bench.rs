@@ -238,6 +238,21 @@ enum Cmd {
         #[arg(long, default_value = "ebdemo")]
         prefix: String,
     },
+    /// The failure scenarios (receiver killed, root killed, broadcast filtered, forged frames)
+    /// on a test-bed of their own, with detection times against the detector's bound.
+    ///
+    /// Example: ethbcast-bench faults --testbed 8 --json
+    Faults {
+        /// Members per scenario (at least 3).
+        #[arg(long, default_value_t = 8)]
+        testbed: usize,
+        /// Test-bed name prefix.
+        #[arg(long, default_value = "ebflt")]
+        prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The EQA paper's memory table, measured from the allocated structures.
     Memory {
         /// paper or default.
@@ -443,6 +458,37 @@ fn main() -> ExitCode {
                         println!("{}", selftest::render(&v));
                     }
                     if v.passed {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Faults {
+            testbed,
+            prefix,
+            json,
+        } => {
+            if let Err(e) = ethbcast_tools::testbed::can_create_netns() {
+                eprintln!("error: the fault scenarios need a test-bed: {e}");
+                return ExitCode::FAILURE;
+            }
+            match ethbcast_tools::bench::faults::run_all(&prefix, testbed) {
+                Ok(r) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&r).expect("serialisable")
+                        );
+                    } else {
+                        print!("{}", ethbcast_tools::bench::faults::render(&r));
+                    }
+                    if r.scenarios.iter().all(|s| s.passed) {
                         ExitCode::SUCCESS
                     } else {
                         ExitCode::FAILURE

@@ -1,0 +1,423 @@
+//! `ethbcast-bench faults`: the failure scenarios on a test-bed of its own, with the measured
+//! detection time against the detector's bound (Kascade's paper evaluates its fault
+//! tolerance this way).
+//!
+//! Scenarios (each on a fresh test-bed, members are threads inside the host namespaces):
+//! - `receiver-killed`: a receiver stops during a long broadcast; the root must evict it,
+//!   report it from its bcast calls, and every survivor must get every message;
+//! - `root-killed`: the root stops; every receiver's call must fail with `PeerDead(root)`;
+//! - `broadcast-filtered`: an nftables rule drops every broadcast frame to one member; the
+//!   root must fail it over to point-to-point and everyone must get everything;
+//! - `forged-frames`: with a group key, a host outside the group that took the root's MAC
+//!   injects data frames; none may be delivered and the MAC check must count them.
+//!
+//! Detection times are measured with the one clock all member threads share: from the
+//! instant the victim stopped to the instant the root evicted it (or the receivers' calls
+//! failed).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ethbcast::detect::Gossip;
+use ethbcast::group::{key_from_passphrase, Algorithm, Detection, Group, GroupError, GroupOptions};
+use ethbcast::link::{self, BROADCAST_MAC};
+use ethbcast::node::NodeError;
+use ethbcast::wire::{Flags, Kind, Repr, ALL};
+use serde::Serialize;
+
+use crate::netns;
+use crate::testbed::{Testbed, TestbedConfig, TestbedError};
+
+/// The detector the scenarios use.
+pub const DETECTION: Detection = Detection {
+    protocol: Gossip::DoubleBinaryRoundRobin,
+    t_gossip: Duration::from_millis(10),
+};
+
+/// Outcome of one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioResult {
+    /// Scenario name.
+    pub name: String,
+    /// Whether every expectation held.
+    pub passed: bool,
+    /// Measured detection time, if the scenario detects a failure.
+    pub detect_ms: Option<f64>,
+    /// The detector's bound for this group size.
+    pub bound_ms: Option<f64>,
+    /// Members.
+    pub hosts: usize,
+    /// What was checked, in words, and what was seen.
+    pub detail: String,
+}
+
+/// All scenarios.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultsReport {
+    /// One entry per scenario.
+    pub scenarios: Vec<ScenarioResult>,
+}
+
+fn bed(prefix: &str, hosts: usize, loss: f64) -> Result<Testbed, TestbedError> {
+    let mut cfg = TestbedConfig::new(hosts);
+    cfg.prefix = prefix.to_string();
+    if loss > 0.0 {
+        cfg.loss_pct = Some(loss);
+    }
+    Testbed::up(&cfg)
+}
+
+fn opts(detect: bool) -> GroupOptions {
+    GroupOptions {
+        detector: detect.then_some(DETECTION),
+        timeout: Duration::from_secs(20),
+        ..GroupOptions::default()
+    }
+}
+
+fn msg(i: usize) -> Vec<u8> {
+    (0..20_000).map(|k| (k as u8) ^ (i as u8)).collect()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+type Member<T> = std::thread::JoinHandle<Result<T, GroupError>>;
+
+fn spawn_members<T: Send + 'static>(
+    bed: &Testbed,
+    hosts: std::ops::Range<usize>,
+    f: impl Fn(Group) -> Result<T, GroupError> + Send + Sync + Clone + 'static,
+    opts: GroupOptions,
+) -> Result<Vec<Member<T>>, TestbedError> {
+    let macs: Vec<[u8; 6]> = bed.hosts()[hosts.clone()].iter().map(|h| h.mac).collect();
+    bed.hosts()[hosts]
+        .iter()
+        .map(|h| {
+            let (macs, f, opts) = (macs.clone(), f.clone(), opts.clone());
+            netns::spawn_in(&h.netns, move || {
+                let link = link::open(Default::default(), "eth0", Default::default())?;
+                f(Group::from_link(link, macs, opts)?)
+            })
+            .map_err(|e| TestbedError::Io {
+                context: "spawn member".into(),
+                source: e,
+            })
+        })
+        .collect()
+}
+
+fn join_all<T>(handles: Vec<Member<T>>) -> Vec<Result<T, String>> {
+    handles
+        .into_iter()
+        .map(|h| match h.join() {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("member thread panicked".into()),
+        })
+        .collect()
+}
+
+/// A receiver stops during a long broadcast.
+pub fn receiver_killed(
+    prefix: &str,
+    hosts: usize,
+    loss: f64,
+) -> Result<ScenarioResult, TestbedError> {
+    let bed = bed(prefix, hosts, loss)?;
+    let victim = (hosts - 1) as u16;
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let k = killed_at.clone();
+    let handles = spawn_members(
+        &bed,
+        0..hosts,
+        move |mut g| {
+            let me = g.rank();
+            let (mut intact, mut reported) = (0usize, Vec::new());
+            for i in 0..150 {
+                if me == victim && i == 30 {
+                    *k.lock().expect("lock") = Some(Instant::now());
+                    return Ok((me, intact, reported, Vec::new()));
+                }
+                let mut buf = if me == 0 { msg(i) } else { Vec::new() };
+                reported.extend(g.bcast_with(0, &mut buf, Algorithm::Simple)?.evicted);
+                intact += usize::from(buf == msg(i));
+            }
+            g.flush()?;
+            for _ in 0..30 {
+                g.progress(Duration::from_millis(10))?;
+            }
+            Ok((me, intact, reported, g.node().evicted().to_vec()))
+        },
+        opts(true),
+    )?;
+    let results = join_all(handles);
+    let bound = DETECTION.bound(hosts as u16);
+    let killed = killed_at.lock().expect("lock").unwrap_or_else(Instant::now);
+    let mut detail = Vec::new();
+    let mut passed = true;
+    let mut detect = None;
+    for r in &results {
+        match r {
+            Ok((me, _, _, _)) if *me == victim => {}
+            Ok((me, intact, reported, evicted)) => {
+                if *intact != 150 {
+                    passed = false;
+                    detail.push(format!("rank {me} got {intact}/150 messages"));
+                }
+                if *me == 0 {
+                    if reported != &vec![victim] {
+                        passed = false;
+                        detail.push(format!("root reported evictions {reported:?}"));
+                    }
+                    detect = evicted
+                        .iter()
+                        .find(|(r, _)| *r == victim)
+                        .map(|&(_, at)| at.duration_since(killed));
+                }
+            }
+            Err(e) => {
+                passed = false;
+                detail.push(e.clone());
+            }
+        }
+    }
+    passed &= detect.is_some_and(|d| d <= bound);
+    if detail.is_empty() {
+        detail.push(format!("rank {victim} killed after 30 of 150 messages; survivors got all 150; the root evicted and reported it"));
+    }
+    Ok(ScenarioResult {
+        name: "receiver-killed".into(),
+        passed,
+        detect_ms: detect.map(ms),
+        bound_ms: Some(ms(bound)),
+        hosts,
+        detail: detail.join("; "),
+    })
+}
+
+/// The root stops: every receiver's call must fail with `PeerDead(0)`.
+pub fn root_killed(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
+    let bed = bed(prefix, hosts, 0.0)?;
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let k = killed_at.clone();
+    let handles = spawn_members(
+        &bed,
+        0..hosts,
+        move |mut g| {
+            let me = g.rank();
+            for i in 0..1000 {
+                if me == 0 && i == 10 {
+                    *k.lock().expect("lock") = Some(Instant::now());
+                    return Ok((me, i, None));
+                }
+                let mut buf = if me == 0 { msg(i) } else { Vec::new() };
+                match g.bcast_with(0, &mut buf, Algorithm::PushPull) {
+                    Ok(_) if buf == msg(i) => {}
+                    Ok(_) => {
+                        return Ok((
+                            me,
+                            i,
+                            Some(("corrupt delivery".to_string(), Instant::now())),
+                        ))
+                    }
+                    Err(GroupError::Node(NodeError::PeerDead(0))) => {
+                        return Ok((me, i, Some(("PeerDead(0)".to_string(), Instant::now()))))
+                    }
+                    Err(e) => return Ok((me, i, Some((e.to_string(), Instant::now())))),
+                }
+            }
+            Ok((me, 1000, None))
+        },
+        opts(true),
+    )?;
+    let results = join_all(handles);
+    let bound = DETECTION.bound(hosts as u16);
+    let killed = killed_at.lock().expect("lock").unwrap_or_else(Instant::now);
+    let mut passed = true;
+    let mut detail = Vec::new();
+    let mut worst = Duration::ZERO;
+    for r in results.iter().skip(1) {
+        match r {
+            Ok((me, 10, Some((e, when)))) if e == "PeerDead(0)" => {
+                worst = worst.max(when.duration_since(killed))
+            }
+            Ok((me, at, e)) => {
+                passed = false;
+                detail.push(format!("rank {me} stopped at {at} with {e:?}"));
+            }
+            Err(e) => {
+                passed = false;
+                detail.push(e.clone());
+            }
+        }
+    }
+    passed &= worst <= bound;
+    if detail.is_empty() {
+        detail.push("every receiver's 11th bcast failed with PeerDead(0); nothing half-received was delivered".into());
+    }
+    Ok(ScenarioResult {
+        name: "root-killed".into(),
+        passed,
+        detect_ms: Some(ms(worst)),
+        bound_ms: Some(ms(bound)),
+        hosts,
+        detail: detail.join("; "),
+    })
+}
+
+/// Broadcast frames to one member are dropped by nftables: fail-over must keep it served.
+pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
+    let mut bed = bed(prefix, hosts, 0.0)?;
+    let victim = hosts / 2;
+    bed.drop_broadcast_to(victim, true)?;
+    let handles = spawn_members(
+        &bed,
+        0..hosts,
+        |mut g| {
+            let mut ok = 0usize;
+            for i in 0..60 {
+                let mut buf = if g.rank() == 0 { msg(i) } else { Vec::new() };
+                g.bcast_with(0, &mut buf, Algorithm::Simple)?;
+                ok += usize::from(buf == msg(i));
+            }
+            g.flush()?;
+            for _ in 0..20 {
+                g.progress(Duration::from_millis(10))?;
+            }
+            Ok((ok, g.node().engine().sender().failed_over()))
+        },
+        opts(false),
+    )?;
+    let results = join_all(handles);
+    let dropped = bed.drop_counters().map(|c| c.isolated).unwrap_or(0);
+    let all_ok = results.iter().all(|r| matches!(r, Ok((60, _))));
+    let failed_over = match &results[0] {
+        Ok((_, f)) => f.clone(),
+        Err(_) => Vec::new(),
+    };
+    let passed = all_ok && failed_over == vec![victim as u16] && dropped > 0;
+    Ok(ScenarioResult {
+        name: "broadcast-filtered".into(),
+        passed,
+        detect_ms: None,
+        bound_ms: None,
+        hosts,
+        detail: format!(
+            "broadcast frames to rank {victim} dropped by nftables ({dropped} dropped); root failed over {failed_over:?}; every member got 60/60: {all_ok}"
+        ),
+    })
+}
+
+/// A host outside the keyed group spoofs the root's MAC and injects data frames.
+pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
+    let mut bed = bed(prefix, hosts + 1, 0.0)?;
+    let root_mac = bed.hosts()[0].mac;
+    bed.set_host_mac(hosts, root_mac)?;
+    let attacker_host = bed.hosts()[hosts].clone();
+    let mut o = opts(false);
+    o.key = Some(key_from_passphrase("ethbcast-bench faults"));
+    let gid = o.group_id;
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let attacker = netns::spawn_in(&attacker_host.netns, move || -> Result<u64, GroupError> {
+        let mut l = link::open(Default::default(), "eth0", Default::default())?;
+        let mut sent = 0;
+        while !s.load(Ordering::Relaxed) {
+            for seq in 0..8u32 {
+                let mut r = Repr::new(Kind::Data);
+                r.group = gid;
+                r.dst = ALL;
+                r.seq = seq;
+                r.msg_id = seq;
+                r.msg_len = 4;
+                r.flags = Flags::LAST | Flags::BROADCAST;
+                l.send(BROADCAST_MAC, &r.to_vec(b"EVIL").expect("small frame"))?;
+                sent += 1;
+            }
+            l.flush()?;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(sent)
+    })
+    .map_err(|e| TestbedError::Io {
+        context: "spawn attacker".into(),
+        source: e,
+    })?;
+    let handles = spawn_members(
+        &bed,
+        0..hosts,
+        |mut g| {
+            let mut ok = 0usize;
+            for i in 0..20 {
+                let mut buf = if g.rank() == 0 { msg(i) } else { Vec::new() };
+                g.bcast(0, &mut buf)?;
+                ok += usize::from(buf == msg(i));
+            }
+            g.flush()?;
+            for _ in 0..10 {
+                g.progress(Duration::from_millis(10))?;
+            }
+            Ok((ok, g.node().engine().stats().drops.bad_mac))
+        },
+        o,
+    )?;
+    let results = join_all(handles);
+    stop.store(true, Ordering::Relaxed);
+    let forged = attacker.join().ok().and_then(|r| r.ok()).unwrap_or(0);
+    let all_ok = results.iter().all(|r| matches!(r, Ok((20, _))));
+    let rejected: u64 = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(|r| r.1)
+        .sum();
+    Ok(ScenarioResult {
+        name: "forged-frames".into(),
+        passed: all_ok && forged > 0 && rejected > 0,
+        detect_ms: None,
+        bound_ms: None,
+        hosts,
+        detail: format!("{forged} forged frames sent with the root's MAC; {rejected} rejected by the keyed MAC; every member got only the root's 20 messages: {all_ok}"),
+    })
+}
+
+/// Runs every scenario with `hosts` members.
+pub fn run_all(prefix: &str, hosts: usize) -> Result<FaultsReport, TestbedError> {
+    let hosts = hosts.max(3);
+    Ok(FaultsReport {
+        scenarios: vec![
+            receiver_killed(&format!("{prefix}a"), hosts, 1.0)?,
+            root_killed(&format!("{prefix}b"), hosts)?,
+            broadcast_filtered(&format!("{prefix}c"), hosts)?,
+            forged_frames(&format!("{prefix}d"), hosts)?,
+        ],
+    })
+}
+
+/// Renders the report for a terminal.
+pub fn render(r: &FaultsReport) -> String {
+    let mut t = super::table::Table::new(&[
+        "scenario",
+        "hosts",
+        "result",
+        "detect ms",
+        "bound ms",
+        "detail",
+    ]);
+    for s in &r.scenarios {
+        t.row(vec![
+            s.name.clone(),
+            s.hosts.to_string(),
+            if s.passed {
+                "PASS".into()
+            } else {
+                "FAIL".into()
+            },
+            s.detect_ms.map_or("-".into(), |d| format!("{d:.1}")),
+            s.bound_ms.map_or("-".into(), |d| format!("{d:.1}")),
+            s.detail.clone(),
+        ]);
+    }
+    t.render()
+}
