@@ -145,6 +145,8 @@ pub struct Lms {
     pub recent_sent: u32,
     /// Frames repaired to it since the fail-over check last looked.
     pub recent_repaired: u32,
+    /// Consecutive fail-over windows in which nearly everything had to be repaired.
+    pub strikes: u8,
     /// Per-destination counters.
     pub stats: LmsStats,
 }
@@ -262,6 +264,7 @@ impl Eqa {
             p2p: false,
             recent_sent: 0,
             recent_repaired: 0,
+            strikes: 0,
             stats: LmsStats::default(),
         });
         let r = usize::from(rank);

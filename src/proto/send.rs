@@ -444,7 +444,14 @@ impl Sender {
                 if lms.recent_sent >= FAILOVER_WINDOW {
                     // Fail-over (LA-MPI 4.4): nearly every broadcast frame had to be repaired,
                     // so broadcast does not reach it; serve it point-to-point from now on.
+                    // Two windows in a row, so that a burst of loss at a busy receiver is
+                    // not mistaken for a broken broadcast path.
                     if lms.recent_repaired * 10 >= lms.recent_sent * 9 {
+                        lms.strikes += 1;
+                    } else {
+                        lms.strikes = 0;
+                    }
+                    if lms.strikes >= 2 {
                         lms.p2p = true;
                         lms.stats.failovers += 1;
                         stats.failovers += 1;
