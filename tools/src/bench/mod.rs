@@ -1,5 +1,6 @@
 //! The subcommands of `ethbcast-bench`, one module each, and what they share.
 
+pub mod distribute;
 pub mod memory;
 pub mod selftest;
 pub mod sim;
