@@ -122,7 +122,10 @@ fn run_udpcast(
     for (i, h) in tb.hosts()[..=n].iter().enumerate() {
         sh_in(
             &h.netns,
-            &format!("ip addr replace 10.250.0.{}/24 dev eth0", i + 1),
+            &format!(
+                "ip addr replace 10.250.0.{}/24 dev eth0 && ip route replace 224.0.0.0/4 dev eth0",
+                i + 1
+            ),
         )?;
     }
     let rule = if loss > 0.0 {
@@ -154,17 +157,33 @@ fn run_udpcast(
         rs.push(Kill(c));
     }
     let t0 = Instant::now();
-    let st = netns::command_in(&tb.hosts()[0].netns, "udp-sender")
-        .map_err(|e| e.to_string())?
-        .args(["--interface", "eth0", "--nokbd", "--min-receivers"])
-        .arg(n.to_string())
-        .arg("--file")
-        .arg(input)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| e.to_string())?;
+    let mut sender = Kill(
+        netns::command_in(&tb.hosts()[0].netns, "udp-sender")
+            .map_err(|e| e.to_string())?
+            .args(["--interface", "eth0", "--nokbd", "--min-receivers"])
+            .arg(n.to_string())
+            .arg("--file")
+            .arg(input)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?,
+    );
+    // udpcast's rendezvous can hang: give up after two minutes.
+    let limit = t0 + Duration::from_secs(120);
+    let st = loop {
+        if let Ok(Some(s)) = sender.0.try_wait() {
+            break Some(s);
+        }
+        if Instant::now() > limit {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let secs = t0.elapsed().as_secs_f64();
+    let Some(st) = st else {
+        return Err("udp-sender did not finish within 120 s (rendezvous failed?)".into());
+    };
     let mut all_ok = st.success();
     for mut r in rs {
         let deadline = Instant::now() + Duration::from_secs(20);

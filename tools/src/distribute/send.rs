@@ -342,7 +342,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 "interrupted: transfer aborted, receivers told to discard it",
             ));
         }
-        let live_receivers = outcome[1..].iter().any(|o| *o == Outcome::Active);
+        let live_receivers = outcome[1..].contains(&Outcome::Active);
         // Feed the engine.
         let mut wait = Duration::from_millis(5);
         while live_receivers && !eof && inflight.len() < a.max_inflight {
