@@ -105,7 +105,11 @@ enum Cmd {
         #[arg(short = 'i', long = "input")]
         input: Option<PathBuf>,
         /// Wait for this many receivers.
-        #[arg(long, required_unless_present = "hostfile", conflicts_with = "hostfile")]
+        #[arg(
+            long,
+            required_unless_present = "hostfile",
+            conflicts_with = "hostfile"
+        )]
         receivers: Option<usize>,
         /// Wait for exactly the hosts of this file (one MAC per line, optionally after a
         /// host name; `#` comments).

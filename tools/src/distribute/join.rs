@@ -93,7 +93,11 @@ pub fn collect(
                 if !strangers.is_empty() {
                     msg.push_str(&format!(
                         "; heard from hosts not in the hostfile: {}",
-                        strangers.iter().map(format_mac).collect::<Vec<_>>().join(", ")
+                        strangers
+                            .iter()
+                            .map(format_mac)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ));
                 }
             }
@@ -106,8 +110,7 @@ pub fn collect(
                 return;
             };
             let p = f.payload();
-            if f.kind() != Kind::Join || f.group() != group || p.len() < 10 || &p[..4] != HELLO
-            {
+            if f.kind() != Kind::Join || f.group() != group || p.len() < 10 || &p[..4] != HELLO {
                 return;
             }
             if p[4..10] != src || src == me {

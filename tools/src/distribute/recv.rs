@@ -116,9 +116,8 @@ impl Sink {
                     )));
                 }
                 let tmp = temp_name(dst)?;
-                let f = File::create(&tmp).map_err(|e| {
-                    Fatal::io(format!("cannot create {}: {e}", tmp.display()))
-                })?;
+                let f = File::create(&tmp)
+                    .map_err(|e| Fatal::io(format!("cannot create {}: {e}", tmp.display())))?;
                 Sink::File {
                     tmp,
                     dst: dst.clone(),
@@ -199,7 +198,9 @@ impl Sink {
                     return Ok(());
                 };
                 let flushed = match stdin {
-                    Some(mut w) => w.flush().map_err(|e| write_err(&format!("command {cmd:?}"), e)),
+                    Some(mut w) => w
+                        .flush()
+                        .map_err(|e| write_err(&format!("command {cmd:?}"), e)),
                     None => Ok(()),
                 }; // dropping the writer closes the pipe
                 let status = child
@@ -355,7 +356,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                     }
                     Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e)),
                 },
-                Event::Control { src: 0, payload, .. } => {
+                Event::Control {
+                    src: 0, payload, ..
+                } => {
                     if payload.starts_with(ABORT) {
                         break 'run Err(Fatal::new(
                             EXIT_INTERRUPTED,
