@@ -2,5 +2,6 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod distribute;
 pub mod netns;
 pub mod testbed;

@@ -3,6 +3,7 @@
 pub mod barrier;
 pub mod bed;
 pub mod demo;
+pub mod distribute;
 pub mod faults;
 pub mod latency;
 pub mod memory;

@@ -15,7 +15,9 @@ use ethbcast::link::{Backend, WaitMode};
 use ethbcast::memory::Profile;
 use ethbcast::proto::Algo;
 use ethbcast_tools::bench::bed::BedOptions;
-use ethbcast_tools::bench::{barrier, demo, latency, memory, plot, selftest, sim, throughput};
+use ethbcast_tools::bench::{
+    barrier, demo, distribute, latency, memory, plot, selftest, sim, throughput,
+};
 use ethbcast_tools::testbed::Rate;
 
 #[derive(Parser)]
@@ -249,6 +251,33 @@ enum Cmd {
         /// Test-bed name prefix.
         #[arg(long, default_value = "ebflt")]
         prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// File distribution on a test-bed: ethbcast vs UDPCast vs an unreliable raw-broadcast
+    /// blaster (the medium's limit). Needs root, nftables and (for UDPCast) udpcast.
+    ///
+    /// Example: ethbcast-bench distribute --receivers 8 --mib 256 --rate 1gbit --loss 0,1
+    Distribute {
+        /// Receivers.
+        #[arg(long, default_value_t = 8)]
+        receivers: usize,
+        /// File size, MiB.
+        #[arg(long, default_value_t = 256)]
+        mib: usize,
+        /// Port rate (tbf).
+        #[arg(long, default_value = "1gbit")]
+        rate: Rate,
+        /// Loss rates at the switch, percent.
+        #[arg(long, default_value = "0,1", value_delimiter = ',')]
+        loss: Vec<f64>,
+        /// Test-bed prefix.
+        #[arg(long, default_value = "ebdb")]
+        prefix: String,
+        /// Skip UDPCast.
+        #[arg(long)]
+        no_udpcast: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -496,6 +525,47 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Distribute {
+            receivers,
+            mib,
+            rate,
+            loss,
+            prefix,
+            no_udpcast,
+            json,
+        } => {
+            let o = distribute::Opts {
+                receivers,
+                mib,
+                rate,
+                losses: loss,
+                prefix,
+                no_udpcast,
+            };
+            match distribute::run(&o) {
+                Ok(rows) => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
+                    } else {
+                        println!(
+                            "{receivers} receivers, {mib} MiB, {rate} ports\n{:<12} {:>6} {:>14} {:>9}  note",
+                            "tool", "loss%", "goodput Mbit/s", "seconds"
+                        );
+                        for r in rows {
+                            println!(
+                                "{:<12} {:>6} {:>14.1} {:>9.2}  {}",
+                                r.tool, r.loss_pct, r.goodput_mbit, r.seconds, r.note
+                            );
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("ethbcast-bench distribute: {e}");
                     ExitCode::FAILURE
                 }
             }

@@ -1,0 +1,312 @@
+//! `ethbcast-bench distribute`: file distribution on the test-bed, ethbcast against UDPCast
+//! (`udp-sender`/`udp-receiver`) and against an unreliable raw-broadcast blaster (the limit
+//! of the medium: frames of 0x88B5 broadcast with no reliability, receivers counting).
+//!
+//! Everything runs inside namespaces built here: the `ethbcast` binary (next to this one)
+//! and udpcast through `ip netns exec`; udpcast gets temporary addresses 10.250.0.x/24 on the
+//! hosts' eth0 inside the namespaces, and for its lossy runs an nft rule in the switch
+//! namespace drops the same fraction of IPv4 frames as the test-bed drops of 0x88B5 frames.
+//! Goodput = file bytes × 8 / time: for ethbcast the sender's data time (join excluded), for
+//! udpcast the sender's wall time (its session set-up included, a few ms), for the blaster
+//! the slowest receiver's frames × PDU bytes over the blasting time.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::netns;
+use crate::testbed::{find_tool, Rate, Testbed, TestbedConfig};
+
+/// One measured row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// ethbcast, udpcast or raw-blaster.
+    pub tool: String,
+    /// Loss at the switch, percent.
+    pub loss_pct: f64,
+    /// Goodput per receiver, Mbit/s (slowest receiver for the blaster).
+    pub goodput_mbit: f64,
+    /// Seconds.
+    pub seconds: f64,
+    /// Whether every receiver got everything (the blaster: frames received / sent, %).
+    pub note: String,
+}
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    /// Receivers.
+    pub receivers: usize,
+    /// File size in MiB.
+    pub mib: usize,
+    /// Port rate.
+    pub rate: Rate,
+    /// Loss percentages to run.
+    pub losses: Vec<f64>,
+    /// Test-bed prefix.
+    pub prefix: String,
+    /// Skip udpcast.
+    pub no_udpcast: bool,
+}
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ethbcast_bin() -> PathBuf {
+    let me = std::env::current_exe().expect("current exe");
+    me.with_file_name("ethbcast")
+}
+
+fn run_ethbcast(tb: &Testbed, input: &Path, n: usize) -> Result<(f64, f64, bool), String> {
+    let bin = ethbcast_bin();
+    let bin = bin.to_str().ok_or("bad path")?;
+    let mut rs = Vec::new();
+    for h in &tb.hosts()[1..=n] {
+        let c = netns::command_in(&h.netns, bin)
+            .map_err(|e| e.to_string())?
+            .args(["recv", "--iface", "eth0", "--quiet", "--wait", "60"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        rs.push(Kill(c));
+    }
+    let out = netns::command_in(&tb.hosts()[0].netns, bin)
+        .map_err(|e| e.to_string())?
+        .args([
+            "send", "--iface", "eth0", "--quiet", "--json", "--wait", "60",
+        ])
+        .arg("-i")
+        .arg(input)
+        .args(["--receivers", &n.to_string()])
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("ethbcast send gave no report ({e}), exit {:?}", out.status))?;
+    for mut r in rs {
+        let _ = r.0.wait();
+    }
+    Ok((
+        v["goodput_mbit"].as_f64().unwrap_or(0.0),
+        v["seconds"].as_f64().unwrap_or(0.0),
+        v["ok"].as_bool().unwrap_or(false),
+    ))
+}
+
+fn sh_in(ns: &str, script: &str) -> Result<(), String> {
+    let st = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", script])
+        .status()
+        .map_err(|e| e.to_string())?;
+    st.success()
+        .then_some(())
+        .ok_or(format!("{ns}: {script} failed"))
+}
+
+fn run_udpcast(
+    tb: &Testbed,
+    input: &Path,
+    n: usize,
+    loss: f64,
+) -> Result<(f64, f64, bool), String> {
+    for (i, h) in tb.hosts()[..=n].iter().enumerate() {
+        sh_in(
+            &h.netns,
+            &format!(
+                "ip addr replace 10.250.0.{}/24 dev eth0 && ip route replace 224.0.0.0/4 dev eth0",
+                i + 1
+            ),
+        )?;
+    }
+    let rule = if loss > 0.0 {
+        format!(
+            "add table bridge ebdistudp\nadd chain bridge ebdistudp fwd {{ type filter hook forward priority 0; policy accept; }}\nflush chain bridge ebdistudp fwd\nadd rule bridge ebdistudp fwd ether type ip numgen random mod 10000 < {} drop\n",
+            (loss * 100.0).round() as u32
+        )
+    } else {
+        "add table bridge ebdistudp\ndelete table bridge ebdistudp\n".into()
+    };
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", tb.switch_netns(), "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    std::io::Write::write_all(c.stdin.as_mut().expect("stdin"), rule.as_bytes())
+        .map_err(|e| e.to_string())?;
+    drop(c.stdin.take());
+    c.wait().map_err(|e| e.to_string())?;
+    let mut rs = Vec::new();
+    for h in &tb.hosts()[1..=n] {
+        let c = netns::command_in(&h.netns, "udp-receiver")
+            .map_err(|e| e.to_string())?
+            .args(["--interface", "eth0", "--nokbd", "--file", "/dev/null"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        rs.push(Kill(c));
+    }
+    let t0 = Instant::now();
+    let mut sender = Kill(
+        netns::command_in(&tb.hosts()[0].netns, "udp-sender")
+            .map_err(|e| e.to_string())?
+            .args(["--interface", "eth0", "--nokbd", "--min-receivers"])
+            .arg(n.to_string())
+            .arg("--file")
+            .arg(input)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?,
+    );
+    // udpcast's rendezvous can hang: give up after two minutes.
+    let limit = t0 + Duration::from_secs(120);
+    let st = loop {
+        if let Ok(Some(s)) = sender.0.try_wait() {
+            break Some(s);
+        }
+        if Instant::now() > limit {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    let Some(st) = st else {
+        return Err("udp-sender did not finish within 120 s (rendezvous failed?)".into());
+    };
+    let mut all_ok = st.success();
+    for mut r in rs {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match r.0.try_wait() {
+                Ok(Some(s)) => {
+                    all_ok &= s.success();
+                    break;
+                }
+                _ if Instant::now() > deadline => {
+                    all_ok = false;
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+    let bytes = std::fs::metadata(input).map_err(|e| e.to_string())?.len();
+    Ok((bytes as f64 * 8.0 / secs / 1e6, secs, all_ok))
+}
+
+fn run_blaster(tb: &Testbed, n: usize) -> Result<(f64, f64, String), String> {
+    use ethbcast::link::{self, measure, Backend, WaitMode, BROADCAST_MAC};
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut sinks = Vec::new();
+    for h in &tb.hosts()[1..=n] {
+        let stop = stop.clone();
+        sinks.push(
+            netns::spawn_in(&h.netns, move || -> Result<u64, String> {
+                let mut l = link::open(Backend::Ring, "eth0", WaitMode::Block)
+                    .map_err(|e| e.to_string())?;
+                measure::sink(l.as_mut(), &stop, Duration::from_millis(200))
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| e.to_string())?,
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let pdu = 1500usize;
+    let (sent, elapsed) = netns::run_in(&tb.hosts()[0].netns, move || {
+        let mut l =
+            link::open(Backend::Ring, "eth0", WaitMode::Block).map_err(|e| e.to_string())?;
+        measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 32)
+            .map_err(|e| e.to_string())
+    })
+    .map_err(|e| e.to_string())??;
+    stop.store(true, Ordering::Release);
+    let mut min = u64::MAX;
+    for s in sinks {
+        let got = s.join().map_err(|_| "sink panicked")??;
+        min = min.min(got);
+    }
+    let secs = elapsed.as_secs_f64();
+    Ok((
+        min as f64 * pdu as f64 * 8.0 / secs / 1e6,
+        secs,
+        format!(
+            "slowest receiver got {:.1}% of {sent} frames",
+            100.0 * min as f64 / sent.max(1) as f64
+        ),
+    ))
+}
+
+/// Runs the comparison; one test-bed per loss rate.
+pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
+    let n = o.receivers;
+    let input = std::env::temp_dir().join(format!("ethbcast-bench-{}.bin", std::process::id()));
+    {
+        use rand::{RngCore, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let mut v = vec![0u8; o.mib << 20];
+        rng.fill_bytes(&mut v);
+        std::fs::write(&input, &v).map_err(|e| e.to_string())?;
+    }
+    let udpcast = !o.no_udpcast && find_tool("udp-sender").is_some();
+    let mut rows = Vec::new();
+    let result = (|| {
+        for &loss in &o.losses {
+            let mut cfg = TestbedConfig::new(n + 1)
+                .prefix(o.prefix.clone())
+                .rate(o.rate);
+            if loss > 0.0 {
+                cfg = cfg.loss_pct(loss);
+            }
+            let tb = Testbed::up(&cfg).map_err(|e| e.to_string())?;
+            let (g, s, ok) = run_ethbcast(&tb, &input, n)?;
+            rows.push(Row {
+                tool: "ethbcast".into(),
+                loss_pct: loss,
+                goodput_mbit: g,
+                seconds: s,
+                note: if ok {
+                    "all complete".into()
+                } else {
+                    "INCOMPLETE".into()
+                },
+            });
+            if udpcast {
+                let (g, s, ok) = run_udpcast(&tb, &input, n, loss)?;
+                rows.push(Row {
+                    tool: "udpcast".into(),
+                    loss_pct: loss,
+                    goodput_mbit: g,
+                    seconds: s,
+                    note: if ok {
+                        "all complete".into()
+                    } else {
+                        "INCOMPLETE".into()
+                    },
+                });
+            }
+            let (g, s, note) = run_blaster(&tb, n)?;
+            rows.push(Row {
+                tool: "raw-blaster".into(),
+                loss_pct: loss,
+                goodput_mbit: g,
+                seconds: s,
+                note,
+            });
+            tb.down().map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    })();
+    let _ = std::fs::remove_file(&input);
+    result.map(|()| rows)
+}

@@ -1,0 +1,291 @@
+//! `ethbcast`: distribute a file or a stream to many hosts at line rate, over the switch's
+//! hardware broadcast. See [`ethbcast_tools::distribute`] for the protocol and exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use ethbcast::link::{Backend, WaitMode};
+use ethbcast_tools::distribute::{
+    self, join::Expect, rate::parse_rate, recv, send, Fatal, LinkOpts, DEFAULT_GROUP_ID,
+};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    every receiver completed (recv: this receiver completed)
+  1    some receiver failed or was evicted (recv: the transfer failed here)
+  2    usage error
+  3    join timeout: not all receivers joined within --wait
+  4    I/O or permission error (interface, CAP_NET_RAW, input file, disk full)
+  130  interrupted (Ctrl-C / SIGTERM, or the sender aborted)";
+
+const EXAMPLES: &str = "\
+Examples:
+  # on 8 receivers:
+  ethbcast recv --iface eth0 -o /data/image.raw
+  # on the sender:
+  ethbcast send --iface eth0 -i image.raw --receivers 8
+
+  # a directory tree, unpacked on every receiver:
+  ethbcast recv --iface eth0 -O 'tar -x -C /opt'
+  tar -c -C /src . | ethbcast send --iface eth0 --receivers 8 --max-rate 500mbit
+
+  # exactly the hosts of a hostfile (one MAC per line), JSON report:
+  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --json > report.json";
+
+#[derive(Parser)]
+#[command(
+    name = "ethbcast",
+    version,
+    about = "Distribute a file or a stream to many hosts at once over raw Ethernet broadcast, reliably",
+    long_about = "Distribute a file or a stream to many hosts at once over raw Ethernet \
+                  broadcast (EtherType 0x88B5), reliably: lost frames are repaired, the \
+                  whole stream is checked with BLAKE3, and dead or stalled receivers are \
+                  evicted so that the others finish. Needs root or CAP_NET_RAW.",
+    after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}")
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Network interface (all hosts on one Ethernet segment).
+    #[arg(long)]
+    iface: String,
+    /// Group id: transfers with different ids on one segment ignore each other.
+    #[arg(long, default_value_t = DEFAULT_GROUP_ID, value_parser = parse_group)]
+    group_id: u32,
+    /// Link backend: ring (mmap rings), socket or pnet.
+    #[arg(long, default_value = "ring")]
+    backend: Backend,
+    /// How to wait for frames: adaptive, block (kind to shared machines) or spin.
+    #[arg(long, default_value = "adaptive")]
+    wait_mode: WaitMode,
+    /// Retransmission buffer slots = frames in flight (both sides must agree).
+    #[arg(long, default_value_t = 128)]
+    window: usize,
+}
+
+fn parse_group(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s:?}: {e}"))
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, u) = t.split_at(split);
+    let n: usize = n.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    let m = match u.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        _ => return Err(format!("{s:?}: unit must be B, K/KiB or M/MiB")),
+    };
+    let v = n * m;
+    if !(1024..=64 << 20).contains(&v) {
+        return Err(format!("{s:?}: chunk must be 1 KiB..64 MiB"));
+    }
+    Ok(v)
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Send a file (-i) or standard input to the receivers.
+    #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
+    Send {
+        #[command(flatten)]
+        common: Common,
+        /// Input file (default: standard input, read until EOF).
+        #[arg(short = 'i', long = "input")]
+        input: Option<PathBuf>,
+        /// Wait for this many receivers.
+        #[arg(
+            long,
+            required_unless_present = "hostfile",
+            conflicts_with = "hostfile"
+        )]
+        receivers: Option<usize>,
+        /// Wait for exactly the hosts of this file (one MAC per line, optionally after a
+        /// host name; `#` comments).
+        #[arg(long)]
+        hostfile: Option<PathBuf>,
+        /// Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only
+        /// by the shared buffer (at most --window frames unacknowledged).
+        #[arg(long, value_parser = parse_rate)]
+        max_rate: Option<u64>,
+        /// Bytes per broadcast message (e.g. 1M, 256K).
+        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        chunk: usize,
+        /// Seconds to wait for the receivers to join (exit 3 if they don't).
+        #[arg(long, default_value_t = 60.0)]
+        wait: f64,
+        /// Evict a receiver whose cursor has not moved and that was silent this many
+        /// seconds while it had data outstanding.
+        #[arg(long, default_value_t = 3.0)]
+        timeout: f64,
+        /// Seconds to wait for completion reports once all data is acknowledged (an -O
+        /// command may need time to finish).
+        #[arg(long, default_value_t = 60.0)]
+        report_wait: f64,
+        /// No progress bar or messages (the REPORT is still printed to stderr).
+        #[arg(long)]
+        quiet: bool,
+        /// Print the final report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Receive one transfer: to stdout (default), a file (-o) or a command's stdin (-O).
+    #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
+    Recv {
+        #[command(flatten)]
+        common: Common,
+        /// Output file, written as a temporary file and renamed once the digest matched.
+        #[arg(short = 'o', long = "output", conflicts_with = "command")]
+        output: Option<PathBuf>,
+        /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
+        #[arg(short = 'O', long = "command")]
+        command: Option<String>,
+        /// Give up after this many seconds without any frame from the sender.
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+        /// Seconds to wait for a sender to start (exit 3 if none does).
+        #[arg(long, default_value_t = 3600.0)]
+        wait: f64,
+        /// No messages on stderr.
+        #[arg(long)]
+        quiet: bool,
+        /// Print the outcome as JSON on stderr (stdout may carry the data).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn link_opts(c: &Common) -> LinkOpts {
+    LinkOpts {
+        iface: c.iface.clone(),
+        group_id: c.group_id,
+        backend: c.backend,
+        wait_mode: c.wait_mode,
+        window: c.window,
+    }
+}
+
+fn fail(f: Fatal) -> ExitCode {
+    eprintln!("ethbcast: error: {f}");
+    ExitCode::from(f.code)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Send {
+            common,
+            input,
+            receivers,
+            hostfile,
+            max_rate,
+            chunk,
+            wait,
+            timeout,
+            report_wait,
+            quiet,
+            json,
+        } => {
+            let expect = match (receivers, hostfile) {
+                (Some(0), _) => {
+                    return fail(Fatal::new(
+                        distribute::EXIT_USAGE,
+                        "--receivers must be at least 1",
+                    ))
+                }
+                (Some(n), _) => Expect::Count(n),
+                (None, Some(p)) => {
+                    let text = match std::fs::read_to_string(&p) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            return fail(Fatal::io(format!(
+                                "cannot read hostfile {}: {e}",
+                                p.display()
+                            )))
+                        }
+                    };
+                    match ethbcast::group::parse_hostfile(&text) {
+                        Ok(l) => Expect::List(l),
+                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
+                    }
+                }
+                (None, None) => unreachable!("clap requires one"),
+            };
+            let args = send::SendArgs {
+                link: link_opts(&common),
+                input,
+                expect,
+                max_rate,
+                chunk,
+                wait: distribute::secs(wait),
+                timeout: distribute::secs(timeout),
+                report_wait: distribute::secs(report_wait),
+                max_inflight: 4,
+                quiet,
+            };
+            match send::run(&args) {
+                Ok(r) => {
+                    eprint!("{}", r.render());
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&r).expect("report serialises")
+                        );
+                    }
+                    ExitCode::from(send::exit_code(&r))
+                }
+                Err(f) => fail(f),
+            }
+        }
+        Cmd::Recv {
+            common,
+            output,
+            command,
+            timeout,
+            wait,
+            quiet,
+            json,
+        } => {
+            let out = match (output, command) {
+                (Some(p), _) => recv::Output::File(p),
+                (None, Some(c)) => recv::Output::Command(c),
+                (None, None) => recv::Output::Stdout,
+            };
+            let args = recv::RecvArgs {
+                link: link_opts(&common),
+                output: out,
+                timeout: distribute::secs(timeout),
+                wait: distribute::secs(wait),
+                quiet,
+            };
+            match recv::run(&args) {
+                Ok(r) => {
+                    if !r.ok {
+                        eprintln!("ethbcast: error: {}", r.error);
+                    } else if !quiet {
+                        eprintln!(
+                            "ethbcast: rank {}: {} bytes received and verified in {:.2} s",
+                            r.rank, r.bytes, r.seconds
+                        );
+                    }
+                    if json {
+                        eprintln!("{}", serde_json::to_string(&r).expect("report serialises"));
+                    }
+                    ExitCode::from(r.code)
+                }
+                Err(f) => fail(f),
+            }
+        }
+    }
+}

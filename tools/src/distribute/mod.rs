@@ -1,0 +1,158 @@
+//! `ethbcast send` / `ethbcast recv`: distribute a file or a stream to many hosts at once,
+//! over the switch's hardware broadcast, reliably.
+//!
+//! # How a transfer goes
+//!
+//! 1. **Join** ([`join`]): every receiver broadcasts a hello (a `Join` frame of the group id
+//!    carrying its MAC) every 20 ms. The sender collects the first `--receivers N` distinct
+//!    MACs (or exactly the MACs of `--hostfile`), then broadcasts the roster: the sender is
+//!    rank 0, the receivers follow in the order they were accepted. A receiver that finds
+//!    itself in the roster builds its node and confirms over its reliable point-to-point
+//!    channel to the sender; the sender repeats the roster until everyone has confirmed. A
+//!    missing receiver ends the join after `--wait` seconds with exit code 3.
+//! 2. **Stream** ([`stream`]): broadcast messages from rank 0: a header (magic, version,
+//!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
+//!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
+//!    and the BLAKE3 digest of the whole stream.
+//! 3. **Rate**: by default the engine's shared retransmission buffer paces the sender: no
+//!    more than `window` frames are ever unacknowledged by the slowest live receiver, and
+//!    no more than a few chunks are queued in the engine. `--max-rate` adds a token bucket
+//!    on the sender (`500mbit`, `1gbit`, `50MB/s`, `20MiB/s`); with it, messages shrink
+//!    to about 5 ms worth of bytes so that bursts stay small.
+//! 4. **Failures**: a receiver whose acknowledgement cursor has not moved and that has not
+//!    been heard from for `send --timeout` seconds (3 by default) while it has data
+//!    outstanding is evicted: the engine releases its buffer references and the transfer
+//!    continues for the others. A receiver that reports a local failure (disk full, digest
+//!    mismatch, its `-O` command failing) is evicted at once. Each receiver ends by sending
+//!    the sender a point-to-point completion report (bytes, digest verdict, error); the
+//!    sender prints a REPORT (per receiver: rank, MAC, completed/failed/evicted, bytes,
+//!    time) and exits 1 unless every receiver completed.
+//! 5. **Interruption**: Ctrl-C (or SIGTERM) on the sender broadcasts an abort; receivers
+//!    remove their temporary file (or kill their `-O` command) and exit 130. A receiver
+//!    that hears nothing from the sender for `recv --timeout` seconds (30 by default) gives
+//!    up with exit code 1. Output files are written under a temporary name
+//!    (`.NAME.ethbcast-PID.part`) in the target directory and renamed only after the
+//!    digest matched, so a file with the final name is always complete.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! | ---- | ------- |
+//! | 0 | every receiver completed (on a receiver: this receiver completed) |
+//! | 1 | some receiver failed or was evicted (on a receiver: the transfer failed here) |
+//! | 2 | usage error |
+//! | 3 | join timeout: the expected receivers did not all join within `--wait` |
+//! | 4 | I/O or permission error (interface, CAP_NET_RAW, input file, disk full) |
+//! | 130 | interrupted (Ctrl-C, SIGTERM, or the sender aborted) |
+
+pub mod join;
+pub mod rate;
+pub mod recv;
+pub mod send;
+pub mod stream;
+
+use std::time::Duration;
+
+use ethbcast::link::{Backend, LinkError, WaitMode};
+
+/// Exit code: everything completed.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: some receiver failed (or, on a receiver, the transfer failed).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code: usage error (clap uses it too).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: the receivers did not all join in time.
+pub const EXIT_JOIN_TIMEOUT: u8 = 3;
+/// Exit code: I/O or permission error.
+pub const EXIT_IO: u8 = 4;
+/// Exit code: interrupted.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Default group id of distribute sessions (distinct from the library's default, so MPI-style
+/// groups and transfers on one segment ignore each other).
+pub const DEFAULT_GROUP_ID: u32 = 0xEBD1_5700;
+
+/// An error that ends a command, with its exit code.
+#[derive(Debug)]
+pub struct Fatal {
+    /// Exit code.
+    pub code: u8,
+    /// What to tell the user.
+    pub msg: String,
+}
+
+impl Fatal {
+    /// A fatal error with `code`.
+    pub fn new(code: u8, msg: impl Into<String>) -> Fatal {
+        Fatal {
+            code,
+            msg: msg.into(),
+        }
+    }
+    /// An I/O error (exit 4).
+    pub fn io(msg: impl Into<String>) -> Fatal {
+        Fatal::new(EXIT_IO, msg)
+    }
+}
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl From<LinkError> for Fatal {
+    fn from(e: LinkError) -> Fatal {
+        Fatal::io(e.to_string())
+    }
+}
+
+impl From<ethbcast::node::NodeError> for Fatal {
+    fn from(e: ethbcast::node::NodeError) -> Fatal {
+        match e {
+            ethbcast::node::NodeError::Link(l) => l.into(),
+            other => Fatal::new(EXIT_FAILED, other.to_string()),
+        }
+    }
+}
+
+/// Link and engine settings shared by both sides.
+#[derive(Debug, Clone)]
+pub struct LinkOpts {
+    /// Interface.
+    pub iface: String,
+    /// Group id.
+    pub group_id: u32,
+    /// Backend.
+    pub backend: Backend,
+    /// Wait mode.
+    pub wait_mode: WaitMode,
+    /// Retransmission buffer slots (frames in flight).
+    pub window: usize,
+}
+
+/// How long the join phase and completion reports may take at most.
+pub fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+/// Formats bytes per second as Mbit/s.
+pub fn mbit(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 * 8.0 / d.as_secs_f64().max(1e-9) / 1e6
+}
+
+/// An interruption flag set by Ctrl-C / SIGTERM (installed once per process).
+pub fn interrupt_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, OnceLock};
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let f = Arc::new(AtomicBool::new(false));
+        let g = f.clone();
+        // If a handler is already installed (tests in one process), polling the flag
+        // simply never fires.
+        let _ = ctrlc::set_handler(move || g.store(true, Ordering::SeqCst));
+        f
+    })
+    .clone()
+}

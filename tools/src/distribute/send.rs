@@ -1,0 +1,559 @@
+//! The sending side: join, stream, watch the receivers, report.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+use ethbcast::link::{self, format_mac, MacAddr};
+use ethbcast::node::{Node, NodeError};
+use ethbcast::proto::{Algo, Config, Dest, Event, SendError};
+use ethbcast::wire::{Kind, Repr};
+use serde::Serialize;
+
+use super::join::{self, Expect};
+use super::rate::TokenBucket;
+use super::stream::{hex, Final, Msg, ABORT, EVICTED};
+use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
+
+/// What `ethbcast send` was asked to do.
+#[derive(Debug, Clone)]
+pub struct SendArgs {
+    /// Interface, group, backend.
+    pub link: LinkOpts,
+    /// Input file (`None`: standard input).
+    pub input: Option<PathBuf>,
+    /// Receivers to wait for.
+    pub expect: Expect,
+    /// Token-bucket limit in bytes per second.
+    pub max_rate: Option<u64>,
+    /// Bytes per data message.
+    pub chunk: usize,
+    /// How long the join may take.
+    pub wait: Duration,
+    /// A receiver without progress and silent this long (with data outstanding) is evicted.
+    pub timeout: Duration,
+    /// How long to wait for completion reports once all data is acknowledged.
+    pub report_wait: Duration,
+    /// Data messages queued in the engine at most.
+    pub max_inflight: usize,
+    /// No progress bar or chatter.
+    pub quiet: bool,
+}
+
+/// The fate of one receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Still going.
+    Active,
+    /// Received everything, digest verified, output committed.
+    Completed,
+    /// Reported a failure (or never reported).
+    Failed,
+    /// Evicted by the sender (dead or stalled).
+    Evicted,
+}
+
+/// One line of the REPORT.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReceiverReport {
+    /// Rank in the transfer.
+    pub rank: u16,
+    /// MAC address.
+    pub mac: String,
+    /// Outcome.
+    pub status: Outcome,
+    /// Bytes: reported by the receiver, or (evicted) bytes acknowledged by all before.
+    pub bytes: u64,
+    /// Seconds from the start of the data to the outcome.
+    pub seconds: f64,
+    /// Why it failed or was evicted.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// The sender's final report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Every receiver completed.
+    pub ok: bool,
+    /// Interface.
+    pub iface: String,
+    /// Bytes in the stream.
+    pub bytes: u64,
+    /// BLAKE3 of the stream (hex).
+    pub digest: String,
+    /// Seconds the join took.
+    pub join_seconds: f64,
+    /// Seconds from the first data message to the last outcome.
+    pub seconds: f64,
+    /// Goodput in Mbit/s (stream bytes over `seconds`).
+    pub goodput_mbit: f64,
+    /// Receivers.
+    pub receivers: Vec<ReceiverReport>,
+    /// Data frames broadcast.
+    pub data_frames: u64,
+    /// Repair frames sent.
+    pub repair_frames: u64,
+    /// Of which re-broadcasts.
+    pub rebroadcasts: u64,
+}
+
+impl Report {
+    /// The human REPORT (Kascade style).
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "REPORT: {} bytes in {:.2} s ({:.1} Mbit/s), digest blake3:{}, join {:.2} s, {} data frames, {} repairs\n",
+            self.bytes,
+            self.seconds,
+            self.goodput_mbit,
+            &self.digest[..16.min(self.digest.len())],
+            self.join_seconds,
+            self.data_frames,
+            self.repair_frames
+        );
+        s.push_str(&format!(
+            "{:>4}  {:<17}  {:<9}  {:>12}  {:>8}  {}\n",
+            "rank", "mac", "status", "bytes", "time s", "error"
+        ));
+        for r in &self.receivers {
+            let st = match r.status {
+                Outcome::Active => "active",
+                Outcome::Completed => "completed",
+                Outcome::Failed => "failed",
+                Outcome::Evicted => "evicted",
+            };
+            s.push_str(&format!(
+                "{:>4}  {:<17}  {:<9}  {:>12}  {:>8.2}  {}\n",
+                r.rank, r.mac, st, r.bytes, r.seconds, r.error
+            ));
+        }
+        let bad = self
+            .receivers
+            .iter()
+            .filter(|r| r.status != Outcome::Completed)
+            .count();
+        if bad == 0 {
+            s.push_str(&format!(
+                "REPORT: all {} receivers completed\n",
+                self.receivers.len()
+            ));
+        } else {
+            s.push_str(&format!(
+                "REPORT: {bad} of {} receivers did NOT complete\n",
+                self.receivers.len()
+            ));
+        }
+        s
+    }
+}
+
+enum Block {
+    Data(Vec<u8>),
+    Eof,
+    Err(std::io::Error),
+}
+
+/// Reads `msg` bytes at a time (each buffer starts with the `D` type byte) on a thread.
+fn reader(mut input: Box<dyn Read + Send>, msg: usize) -> Receiver<Block> {
+    let (tx, rx) = sync_channel(2);
+    std::thread::spawn(move || loop {
+        let mut buf = vec![0u8; msg + 1];
+        buf[0] = b'D';
+        let mut n = 1;
+        while n < buf.len() {
+            match input.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = tx.send(Block::Err(e));
+                    return;
+                }
+            }
+        }
+        let eof = n < buf.len();
+        buf.truncate(n);
+        if n > 1 && tx.send(Block::Data(buf)).is_err() {
+            return;
+        }
+        if eof {
+            let _ = tx.send(Block::Eof);
+            return;
+        }
+    });
+    rx
+}
+
+fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let (pb, tpl) = match total {
+        Some(t) => (
+            ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr()),
+            "{spinner} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+        ),
+        None => (
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+            "{spinner} [{elapsed_precise}] {bytes} {binary_bytes_per_sec} {msg}",
+        ),
+    };
+    if let Ok(style) = ProgressStyle::with_template(tpl) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+fn control(node: &mut Node, dst: Dest, payload: &[u8]) {
+    let _ = node
+        .engine_mut()
+        .send_control(dst, Repr::new(Kind::Join), payload);
+}
+
+/// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the
+/// report (its `ok` says whether every receiver completed).
+pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
+    let stop = super::interrupt_flag();
+    let (input, total): (Box<dyn Read + Send>, Option<u64>) = match &a.input {
+        Some(p) => {
+            let f = File::open(p)
+                .map_err(|e| Fatal::io(format!("cannot open input {}: {e}", p.display())))?;
+            let meta = f
+                .metadata()
+                .map_err(|e| Fatal::io(format!("cannot stat input {}: {e}", p.display())))?;
+            if meta.is_dir() {
+                return Err(Fatal::io(format!(
+                    "input {} is a directory (send a tar stream: tar -c DIR | ethbcast send ...)",
+                    p.display()
+                )));
+            }
+            let total = meta.is_file().then_some(meta.len());
+            (Box::new(f), total)
+        }
+        None => (Box::new(std::io::stdin()), None),
+    };
+    // Smaller messages under a rate limit keep bursts near 5 ms worth of bytes.
+    let msg = match a.max_rate {
+        Some(r) => a.chunk.min(((r / 200) as usize).max(16 * 1024)),
+        None => a.chunk,
+    };
+
+    let t_join = Instant::now();
+    let deadline = t_join + a.wait;
+    let mut lnk = link::open(a.link.backend, &a.link.iface, a.link.wait_mode)?;
+    let me = lnk.local_mac();
+    if !a.quiet {
+        eprintln!(
+            "ethbcast: waiting for {} receiver(s) on {} ({}), group {:#x}, up to {:.0} s",
+            match &a.expect {
+                Expect::Count(n) => *n,
+                Expect::List(l) => l.len(),
+            },
+            a.link.iface,
+            format_mac(&me),
+            a.link.group_id,
+            a.wait.as_secs_f64()
+        );
+    }
+    let receivers = join::collect(lnk.as_mut(), a.link.group_id, &a.expect, deadline, &stop)?;
+    let mut roster: Vec<MacAddr> = vec![me];
+    roster.extend(receivers);
+    let size = u16::try_from(roster.len())
+        .ok()
+        .filter(|&s| s < u16::MAX)
+        .ok_or_else(|| Fatal::new(super::EXIT_USAGE, "too many receivers"))?;
+    let mut cfg = Config::new(a.link.group_id, 0, size);
+    cfg.window = a.link.window;
+    cfg.auto_post = true;
+    let mut node = Node::new(cfg, lnk, roster.clone())?;
+    join::confirm(&mut node, &roster, deadline, &stop)?;
+    let join_seconds = t_join.elapsed().as_secs_f64();
+    if !a.quiet {
+        eprintln!(
+            "ethbcast: {} receiver(s) joined in {join_seconds:.2} s; sending {}",
+            roster.len() - 1,
+            match total {
+                Some(t) => format!("{t} bytes"),
+                None => "a stream of unknown length".into(),
+            }
+        );
+    }
+
+    let n = roster.len();
+    let mut outcome = vec![Outcome::Active; n];
+    let mut bytes_of = vec![0u64; n];
+    let mut at = vec![0f64; n];
+    let mut error = vec![String::new(); n];
+    let rx = reader(input, msg);
+    let pb = progress_bar(total, a.quiet);
+    let start = Instant::now();
+    let mut bucket = a
+        .max_rate
+        .map(|r| TokenBucket::new(r, (msg as u64).max(r / 100), start));
+    node.bcast(
+        Msg::Header {
+            total,
+            chunk: msg as u32,
+        }
+        .encode(),
+        Algo::Simple,
+    )?;
+    let mut inflight: VecDeque<(u64, u64)> = VecDeque::new();
+    let mut pending: Option<Vec<u8>> = None;
+    let mut hasher = blake3::Hasher::new();
+    let mut sent: u64 = 0;
+    let mut acked: u64 = 0;
+    let mut eof = false;
+    let mut trailer: Option<u64> = None;
+    let mut trailer_stable: Option<Instant> = None;
+    let mut digest = [0u8; 32];
+
+    let finish = |o: &mut Vec<Outcome>,
+                  b: &mut Vec<u64>,
+                  t: &mut Vec<f64>,
+                  e: &mut Vec<String>,
+                  r: usize,
+                  what: Outcome,
+                  bytes: u64,
+                  err: String| {
+        o[r] = what;
+        b[r] = bytes;
+        t[r] = start.elapsed().as_secs_f64();
+        e[r] = err;
+    };
+
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            pb.finish_and_clear();
+            for _ in 0..5 {
+                control(&mut node, Dest::All, ABORT);
+                let _ = node.poll(Duration::from_millis(20));
+            }
+            let _ = node.bcast(Msg::Abort("interrupted".into()).encode(), Algo::Simple);
+            let _ = node.poll(Duration::from_millis(50));
+            return Err(Fatal::new(
+                EXIT_INTERRUPTED,
+                "interrupted: transfer aborted, receivers told to discard it",
+            ));
+        }
+        let live_receivers = outcome[1..].contains(&Outcome::Active);
+        // Feed the engine.
+        let mut wait = Duration::from_millis(5);
+        while live_receivers && !eof && inflight.len() < a.max_inflight {
+            if pending.is_none() {
+                match rx.try_recv() {
+                    Ok(Block::Data(v)) => pending = Some(v),
+                    Ok(Block::Eof) => {
+                        digest = *hasher.finalize().as_bytes();
+                        let id = node.bcast(
+                            Msg::Trailer {
+                                bytes: sent,
+                                digest,
+                            }
+                            .encode(),
+                            Algo::Simple,
+                        );
+                        match id {
+                            Ok(id) => trailer = Some(id),
+                            Err(NodeError::Send(SendError::NoReceivers)) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        eof = true;
+                        break;
+                    }
+                    Ok(Block::Err(e)) => {
+                        pb.finish_and_clear();
+                        for _ in 0..5 {
+                            control(&mut node, Dest::All, ABORT);
+                            let _ = node.poll(Duration::from_millis(20));
+                        }
+                        return Err(Fatal::io(format!("reading the input: {e}")));
+                    }
+                    Err(TryRecvError::Empty) => {
+                        wait = Duration::from_millis(1);
+                        break;
+                    }
+                    Err(TryRecvError::Disconnected) => {
+                        return Err(Fatal::io("the input reader stopped"));
+                    }
+                }
+            }
+            let len = pending.as_ref().map_or(0, |v| v.len() as u64 - 1);
+            if let Some(b) = bucket.as_mut() {
+                if let Err(d) = b.take(len, Instant::now()) {
+                    wait = d.min(Duration::from_millis(5));
+                    break;
+                }
+            }
+            let v = pending.take().expect("pending data");
+            hasher.update(&v[1..]);
+            sent += len;
+            match node.bcast(v, Algo::Simple) {
+                Ok(id) => inflight.push_back((id, len)),
+                Err(NodeError::Send(SendError::NoReceivers)) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        node.poll(wait)?;
+        let now = Instant::now();
+        let events: Vec<Event> = node.take_events().collect();
+        for ev in events {
+            if let Event::Stable { msg_id } = ev {
+                while inflight.front().is_some_and(|f| f.0 <= msg_id) {
+                    acked += inflight.pop_front().map_or(0, |f| f.1);
+                }
+                if trailer == Some(msg_id) {
+                    trailer_stable = Some(now);
+                    acked = sent;
+                }
+            }
+        }
+        // Completion reports.
+        for r in 1..n {
+            if outcome[r] == Outcome::Completed || outcome[r] == Outcome::Failed {
+                continue;
+            }
+            if let Ok((_, m)) = node.recv_p2p_from(r as u16, Duration::ZERO) {
+                match Final::decode(&m) {
+                    Some(f) if f.ok => finish(
+                        &mut outcome,
+                        &mut bytes_of,
+                        &mut at,
+                        &mut error,
+                        r,
+                        Outcome::Completed,
+                        f.bytes,
+                        String::new(),
+                    ),
+                    Some(f) => {
+                        node.engine_mut().evict(now, r as u16);
+                        finish(
+                            &mut outcome,
+                            &mut bytes_of,
+                            &mut at,
+                            &mut error,
+                            r,
+                            Outcome::Failed,
+                            f.bytes,
+                            f.error,
+                        );
+                    }
+                    None => {}
+                }
+            }
+        }
+        // Liveness: evict receivers without progress and silent for `timeout`.
+        let head = node.engine().sender().eqa().head();
+        for r in 1..n {
+            if outcome[r] != Outcome::Active {
+                continue;
+            }
+            let Some(l) = node.engine().sender().eqa().lms(r as u16) else {
+                continue;
+            };
+            let last = [l.last_heard, l.last_progress, Some(start)]
+                .into_iter()
+                .flatten()
+                .max()
+                .unwrap_or(start);
+            if l.cursor() < head && now.duration_since(last) > a.timeout {
+                node.engine_mut().evict(now, r as u16);
+                control(&mut node, Dest::Rank(r as u16), EVICTED);
+                let msg = format!(
+                    "no progress and silent for {:.1} s",
+                    now.duration_since(last).as_secs_f64()
+                );
+                if !a.quiet {
+                    pb.suspend(|| {
+                        eprintln!(
+                            "ethbcast: evicting rank {r} ({}): {msg}",
+                            format_mac(&roster[r])
+                        )
+                    });
+                }
+                finish(
+                    &mut outcome,
+                    &mut bytes_of,
+                    &mut at,
+                    &mut error,
+                    r,
+                    Outcome::Evicted,
+                    acked,
+                    msg,
+                );
+            }
+        }
+        // All data acknowledged but no report: give up after `report_wait`.
+        if let Some(t) = trailer_stable {
+            if now.duration_since(t) > a.report_wait {
+                for r in 1..n {
+                    if outcome[r] == Outcome::Active {
+                        finish(
+                            &mut outcome,
+                            &mut bytes_of,
+                            &mut at,
+                            &mut error,
+                            r,
+                            Outcome::Failed,
+                            sent,
+                            "acknowledged all data but sent no completion report".into(),
+                        );
+                    }
+                }
+            }
+        }
+        pb.set_position(acked);
+        if outcome[1..].iter().all(|o| *o != Outcome::Active) {
+            break;
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    // Linger: acknowledge the last point-to-point reports.
+    let linger = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < linger {
+        node.poll(Duration::from_millis(10))?;
+    }
+    if !eof {
+        digest = *hasher.finalize().as_bytes();
+    }
+    let st = node.engine().stats().clone();
+    let receivers: Vec<ReceiverReport> = (1..n)
+        .map(|r| ReceiverReport {
+            rank: r as u16,
+            mac: format_mac(&roster[r]),
+            status: outcome[r],
+            bytes: bytes_of[r],
+            seconds: at[r],
+            error: error[r].clone(),
+        })
+        .collect();
+    Ok(Report {
+        ok: receivers.iter().all(|r| r.status == Outcome::Completed),
+        iface: a.link.iface.clone(),
+        bytes: sent,
+        digest: hex(&digest),
+        join_seconds,
+        seconds,
+        goodput_mbit: mbit(sent, Duration::from_secs_f64(seconds)),
+        receivers,
+        data_frames: st.data_frames,
+        repair_frames: st.repair_frames,
+        rebroadcasts: st.rebroadcasts,
+    })
+}
+
+/// The exit code of a finished transfer.
+pub fn exit_code(r: &Report) -> u8 {
+    if r.ok {
+        super::EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
+}
