@@ -212,6 +212,7 @@ pub enum GroupError {
 pub struct Group {
     node: Node,
     reported: usize,
+    tree_fallbacks: u64,
     opts: GroupOptions,
     next_msg: Vec<u64>,
 }
@@ -246,6 +247,7 @@ impl Group {
         }
         Ok(Group {
             reported: 0,
+            tree_fallbacks: 0,
             node,
             next_msg: vec![0; usize::from(size)],
             opts,
@@ -324,7 +326,18 @@ impl Group {
                     Algo::PushPull
                 };
                 if me == root {
-                    self.node.bcast(buf.clone(), a)?;
+                    let tx = self.node.engine().sender();
+                    let failed = tx.failed_over().len();
+                    if failed > 0 && failed * 2 >= tx.eqa().hms().live() {
+                        // Fail-over of the group (LA-MPI 4.4): broadcast reaches too few
+                        // members, so this message goes down the binomial tree instead.
+                        self.tree_fallbacks += 1;
+                        for child in tree_children(me, root, n) {
+                            self.node.send_to(child, buf.clone())?;
+                        }
+                    } else {
+                        self.node.bcast(buf.clone(), a)?;
+                    }
                     if self.opts.detector.is_some() {
                         // With failure detection, the root's call returns when every live
                         // member has the message, so that a member that died during it is
@@ -332,30 +345,23 @@ impl Group {
                         self.node.wait_idle(self.opts.timeout)?;
                     }
                 } else {
-                    let (_, data) = self.node.recv_from(root, self.opts.timeout)?;
-                    self.next_msg[usize::from(root)] += 1;
+                    let parent = tree_parent(me, root, n).unwrap_or(root);
+                    let (by_tree, data) = self.node.recv_either(root, parent, self.opts.timeout)?;
+                    if by_tree {
+                        for child in tree_children(me, root, n) {
+                            self.node.send_to(child, data.clone())?;
+                        }
+                    }
                     *buf = data;
                 }
             }
             Algorithm::Tree => {
-                let vr = (me + n - root) % n;
-                let mut mask: u32 = 1;
-                while mask < u32::from(n) {
-                    if u32::from(vr) & mask != 0 {
-                        let parent = ((u32::from(vr) - mask) as u16 + root) % n;
-                        let (_, data) = self.node.recv_p2p_from(parent, self.opts.timeout)?;
-                        *buf = data;
-                        break;
-                    }
-                    mask <<= 1;
+                if let Some(parent) = tree_parent(me, root, n) {
+                    let (_, data) = self.node.recv_p2p_from(parent, self.opts.timeout)?;
+                    *buf = data;
                 }
-                mask >>= 1;
-                while mask > 0 {
-                    if u32::from(vr) + mask < u32::from(n) {
-                        let child = ((u32::from(vr) + mask) as u16 + root) % n;
-                        self.node.send_to(child, buf.clone())?;
-                    }
-                    mask >>= 1;
+                for child in tree_children(me, root, n) {
+                    self.node.send_to(child, buf.clone())?;
                 }
             }
         }
@@ -370,6 +376,11 @@ impl Group {
             .collect();
         self.reported = ev.len();
         Outcome { evicted }
+    }
+
+    /// Broadcasts this member sent down the tree because hardware broadcast reached too few.
+    pub fn tree_fallbacks(&self) -> u64 {
+        self.tree_fallbacks
     }
 
     /// Every member evicted so far.
@@ -405,6 +416,37 @@ impl Group {
         self.node.wait_idle(self.opts.timeout)?;
         Ok(())
     }
+}
+
+/// Parent of `me` in the binomial tree rooted at `root` (MPICH's numbering), `None` at the root.
+pub fn tree_parent(me: Rank, root: Rank, n: u16) -> Option<Rank> {
+    let vr = u32::from((me + n - root) % n);
+    let mut mask = 1u32;
+    while mask < u32::from(n) {
+        if vr & mask != 0 {
+            return Some((((vr - mask) + u32::from(root)) % u32::from(n)) as Rank);
+        }
+        mask <<= 1;
+    }
+    None
+}
+
+/// Children of `me` in the binomial tree rooted at `root`, farthest subtree first.
+pub fn tree_children(me: Rank, root: Rank, n: u16) -> Vec<Rank> {
+    let vr = u32::from((me + n - root) % n);
+    let mut mask = 1u32;
+    while mask < u32::from(n) && vr & mask == 0 {
+        mask <<= 1;
+    }
+    let mut children = Vec::new();
+    mask >>= 1;
+    while mask > 0 {
+        if vr + mask < u32::from(n) {
+            children.push(((vr + mask + u32::from(root)) % u32::from(n)) as Rank);
+        }
+        mask >>= 1;
+    }
+    children
 }
 
 /// Rank and size from the launcher's environment (first match wins).
@@ -606,6 +648,28 @@ mod tests {
             "rank must be < size"
         );
         assert_eq!(rank_size_from_env(env(&[])), None);
+    }
+
+    #[test]
+    fn the_binomial_tree_reaches_every_member_exactly_once() {
+        for n in 1u16..=33 {
+            for root in 0..n {
+                let mut reached = vec![0u32; usize::from(n)];
+                reached[usize::from(root)] += 1;
+                for me in 0..n {
+                    for c in tree_children(me, root, n) {
+                        reached[usize::from(c)] += 1;
+                        assert_eq!(tree_parent(c, root, n), Some(me), "n={n} root={root}");
+                    }
+                }
+                assert!(
+                    reached.iter().all(|&k| k == 1),
+                    "n={n} root={root}: {reached:?}"
+                );
+                assert_eq!(tree_parent(root, root, n), None);
+            }
+        }
+        assert_eq!(tree_children(0, 0, 8), vec![4, 2, 1]);
     }
 
     #[test]

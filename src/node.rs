@@ -574,6 +574,44 @@ impl Node {
         self.engine.is_idle() && self.pairs.iter().flatten().all(|e| e.is_idle())
     }
 
+    /// Waits for the next message of `root`, whether it comes by the group's broadcast or, when
+    /// the root fell back to the binomial tree, point-to-point from `parent`. Returns whether
+    /// it came by the tree, and the bytes.
+    pub fn recv_either(
+        &mut self,
+        root: Rank,
+        parent: Rank,
+        timeout: Duration,
+    ) -> Result<(bool, Vec<u8>), NodeError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pos = self
+                .events
+                .iter()
+                .position(|e| matches!(e, Event::Delivered { root: r, .. } if *r == root));
+            if let Some(Some(Event::Delivered { data, .. })) = pos.map(|p| self.events.remove(p)) {
+                return Ok((false, data));
+            }
+            let pos = self
+                .pair_events
+                .iter()
+                .position(|(r, e)| *r == parent && matches!(e, Event::Delivered { .. }));
+            if let Some(Some((_, Event::Delivered { data, .. }))) =
+                pos.map(|p| self.pair_events.remove(p))
+            {
+                return Ok((true, data));
+            }
+            if self.is_evicted(root) {
+                return Err(NodeError::PeerDead(root));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(NodeError::Timeout(timeout, "a message from the root"));
+            }
+            self.poll((deadline - now).min(Duration::from_millis(50)))?;
+        }
+    }
+
     /// Waits until every live destination has acknowledged everything this member sent.
     pub fn wait_idle(&mut self, timeout: Duration) -> Result<(), NodeError> {
         let deadline = Instant::now() + timeout;

@@ -61,6 +61,18 @@ fn a_member_whose_broadcast_frames_are_filtered_is_served_point_to_point() {
 }
 
 #[test]
+fn when_broadcast_fails_for_many_the_group_falls_back_to_the_tree() {
+    if !netns_available(
+        "when_broadcast_fails_for_many_the_group_falls_back_to_the_tree",
+        true,
+    ) {
+        return;
+    }
+    let r = faults::broadcast_filtered_for_many(&prefix("e"), 5).expect("test-bed");
+    assert!(r.passed, "{r:?}");
+}
+
+#[test]
 fn with_a_group_key_a_host_outside_the_group_cannot_inject() {
     if !netns_available(
         "with_a_group_key_a_host_outside_the_group_cannot_inject",

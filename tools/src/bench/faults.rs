@@ -8,6 +8,8 @@
 //! - `root-killed`: the root stops; every receiver's call must fail with `PeerDead(root)`;
 //! - `broadcast-filtered`: an nftables rule drops every broadcast frame to one member; the
 //!   root must fail it over to point-to-point and everyone must get everything;
+//! - `broadcast-filtered-for-many`: broadcast frames to half of the receivers are dropped;
+//!   the group must fall back to the point-to-point binomial tree;
 //! - `forged-frames`: with a group key, a host outside the group that took the root's MAC
 //!   injects data frames; none may be delivered and the MAC check must count them.
 //!
@@ -310,6 +312,60 @@ pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, 
     })
 }
 
+/// Broadcast frames to half of the receivers are dropped: the group falls back to the tree.
+pub fn broadcast_filtered_for_many(
+    prefix: &str,
+    hosts: usize,
+) -> Result<ScenarioResult, TestbedError> {
+    let mut bed = bed(prefix, hosts, 0.0)?;
+    let blocked: Vec<usize> = (1..hosts).filter(|i| i % 2 == 1).collect();
+    for &b in &blocked {
+        bed.drop_broadcast_to(b, true)?;
+    }
+    let handles = spawn_members(
+        &bed,
+        0..hosts,
+        |mut g| {
+            let mut ok = 0usize;
+            for i in 0..60 {
+                let mut buf = if g.rank() == 0 { msg(i) } else { Vec::new() };
+                g.bcast_with(0, &mut buf, Algorithm::Simple)?;
+                ok += usize::from(buf == msg(i));
+                if g.rank() == 0 {
+                    // The root waits for each message, so that what it learnt from the last
+                    // one (fail-overs) decides how the next one travels.
+                    g.flush()?;
+                }
+            }
+            g.flush()?;
+            for _ in 0..20 {
+                g.progress(Duration::from_millis(10))?;
+            }
+            Ok((
+                ok,
+                (g.tree_fallbacks(), g.node().engine().sender().failed_over()),
+            ))
+        },
+        opts(false),
+    )?;
+    let results = join_all(handles);
+    let all_ok = results.iter().all(|r| matches!(r, Ok((60, _))));
+    let (fallbacks, failed_over) = match &results[0] {
+        Ok((_, f)) => f.clone(),
+        Err(_) => (0, Vec::new()),
+    };
+    Ok(ScenarioResult {
+        name: "broadcast-filtered-for-many".into(),
+        passed: all_ok && fallbacks > 0,
+        detect_ms: None,
+        bound_ms: None,
+        hosts,
+        detail: format!(
+            "broadcast frames to ranks {blocked:?} dropped; failed over {failed_over:?}; the root sent {fallbacks} of 60 messages down the binomial tree; every member got 60/60: {all_ok}"
+        ),
+    })
+}
+
 /// A host outside the keyed group spoofs the root's MAC and injects data frames.
 pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
     let mut bed = bed(prefix, hosts + 1, 0.0)?;
@@ -390,6 +446,7 @@ pub fn run_all(prefix: &str, hosts: usize) -> Result<FaultsReport, TestbedError>
             receiver_killed(&format!("{prefix}a"), hosts, 1.0)?,
             root_killed(&format!("{prefix}b"), hosts)?,
             broadcast_filtered(&format!("{prefix}c"), hosts)?,
+            broadcast_filtered_for_many(&format!("{prefix}e"), hosts)?,
             forged_frames(&format!("{prefix}d"), hosts)?,
         ],
     })
