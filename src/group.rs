@@ -214,7 +214,6 @@ pub struct Group {
     reported: usize,
     tree_fallbacks: u64,
     opts: GroupOptions,
-    next_msg: Vec<u64>,
 }
 
 impl Group {
@@ -249,7 +248,6 @@ impl Group {
             reported: 0,
             tree_fallbacks: 0,
             node,
-            next_msg: vec![0; usize::from(size)],
             opts,
         })
     }
