@@ -211,6 +211,8 @@ pub enum GroupError {
 #[derive(Debug)]
 pub struct Group {
     node: Node,
+    /// Collective calls so far per root (MPI order makes them agree at every member).
+    collectives: Vec<u64>,
     reported: usize,
     tree_fallbacks: u64,
     opts: GroupOptions,
@@ -245,6 +247,7 @@ impl Group {
             node.enable_detector(dc)?;
         }
         Ok(Group {
+            collectives: vec![0; usize::from(size)],
             reported: 0,
             tree_fallbacks: 0,
             node,
@@ -316,6 +319,14 @@ impl Group {
             });
         }
         let me = self.rank();
+        // Point-to-point messages of this call carry (root, the root's collective count), so
+        // that a member still in an earlier call never takes a later call's message.
+        let seq = self.collectives[usize::from(root)];
+        self.collectives[usize::from(root)] += 1;
+        let mut tag = [0u8; 10];
+        tag[..2].copy_from_slice(&root.to_be_bytes());
+        tag[2..].copy_from_slice(&seq.to_be_bytes());
+        let tagged = |data: &[u8]| [&tag[..], data].concat();
         match algo {
             Algorithm::PushPull | Algorithm::Simple => {
                 let a = if algo == Algorithm::Simple {
@@ -331,7 +342,7 @@ impl Group {
                         // members, so this message goes down the binomial tree instead.
                         self.tree_fallbacks += 1;
                         for child in tree_children(me, root, n) {
-                            self.node.send_to(child, buf.clone())?;
+                            self.node.send_to(child, tagged(buf))?;
                         }
                     } else {
                         self.node.bcast(buf.clone(), a)?;
@@ -344,10 +355,12 @@ impl Group {
                     }
                 } else {
                     let parent = tree_parent(me, root, n).unwrap_or(root);
-                    let (by_tree, data) = self.node.recv_either(root, parent, self.opts.timeout)?;
+                    let (by_tree, data) =
+                        self.node
+                            .recv_either(root, parent, &tag, self.opts.timeout)?;
                     if by_tree {
                         for child in tree_children(me, root, n) {
-                            self.node.send_to(child, data.clone())?;
+                            self.node.send_to(child, tagged(&data))?;
                         }
                     }
                     *buf = data;
@@ -355,11 +368,10 @@ impl Group {
             }
             Algorithm::Tree => {
                 if let Some(parent) = tree_parent(me, root, n) {
-                    let (_, data) = self.node.recv_p2p_from(parent, self.opts.timeout)?;
-                    *buf = data;
+                    *buf = self.node.recv_p2p_tagged(parent, &tag, self.opts.timeout)?;
                 }
                 for child in tree_children(me, root, n) {
-                    self.node.send_to(child, buf.clone())?;
+                    self.node.send_to(child, tagged(buf))?;
                 }
             }
         }

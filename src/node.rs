@@ -232,15 +232,11 @@ impl Node {
             .map_err(|e| NodeError::Barrier(e.to_string()))?;
         self.pump_barriers();
         self.flush()?;
-        let deadline = Instant::now() + timeout;
-        while !self.barriers[which.min(1)].is_released(epoch) {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(NodeError::Timeout(timeout, "the barrier release"));
-            }
-            self.poll((deadline - now).min(Duration::from_millis(50)))?;
-        }
-        Ok(())
+        self.wait_for(timeout, "the barrier release", None, |n| {
+            n.barriers[which.min(1)]
+                .is_released(epoch)
+                .then_some(Ok(()))
+        })
     }
 
     fn pump_barriers(&mut self) {
@@ -379,24 +375,69 @@ impl Node {
         peer: Rank,
         timeout: Duration,
     ) -> Result<(u64, Vec<u8>), NodeError> {
+        self.wait_for(timeout, "a point-to-point message", Some(peer), |n| {
+            n.take_pair_delivery(peer).map(|(id, data)| Ok((id, data)))
+        })
+    }
+
+    fn take_pair_delivery(&mut self, peer: Rank) -> Option<(u64, Vec<u8>)> {
+        self.take_pair_delivery_tagged(peer, &[])
+    }
+
+    /// Takes the oldest point-to-point message of `peer` that starts with `tag`, and returns it
+    /// without the tag. Messages with other tags stay queued for the calls they belong to.
+    fn take_pair_delivery_tagged(&mut self, peer: Rank, tag: &[u8]) -> Option<(u64, Vec<u8>)> {
+        let p = self.pair_events.iter().position(|(r, e)| {
+            *r == peer && matches!(e, Event::Delivered { data, .. } if data.starts_with(tag))
+        })?;
+        match self.pair_events.remove(p) {
+            Some((
+                _,
+                Event::Delivered {
+                    msg_id, mut data, ..
+                },
+            )) => {
+                data.drain(..tag.len());
+                Some((msg_id, data))
+            }
+            _ => None,
+        }
+    }
+
+    /// Waits for the next point-to-point message from `peer` that starts with `tag` and returns
+    /// it without the tag (collectives tag their messages so that consecutive ones never mix).
+    pub fn recv_p2p_tagged(
+        &mut self,
+        peer: Rank,
+        tag: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, NodeError> {
+        self.wait_for(timeout, "a point-to-point message", Some(peer), |n| {
+            n.take_pair_delivery_tagged(peer, tag)
+                .map(|(_, data)| Ok(data))
+        })
+    }
+
+    /// Polls until `ready` gives a result, `watched` is evicted, or `timeout` passes: the one
+    /// loop behind every blocking call, so none waits forever.
+    fn wait_for<T>(
+        &mut self,
+        timeout: Duration,
+        what: &'static str,
+        watched: Option<Rank>,
+        mut ready: impl FnMut(&mut Node) -> Option<Result<T, NodeError>>,
+    ) -> Result<T, NodeError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(p) = self
-                .pair_events
-                .iter()
-                .position(|(r, e)| *r == peer && matches!(e, Event::Delivered { .. }))
-            {
-                if let Some((_, Event::Delivered { msg_id, data, .. })) = self.pair_events.remove(p)
-                {
-                    return Ok((msg_id, data));
-                }
+            if let Some(r) = ready(self) {
+                return r;
             }
-            if self.is_evicted(peer) {
-                return Err(NodeError::PeerDead(peer));
+            if let Some(w) = watched.filter(|&w| self.is_evicted(w)) {
+                return Err(NodeError::PeerDead(w));
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(NodeError::Timeout(timeout, "a point-to-point message"));
+                return Err(NodeError::Timeout(timeout, what));
             }
             self.poll((deadline - now).min(Duration::from_millis(50)))?;
         }
@@ -533,40 +574,27 @@ impl Node {
         root: Rank,
         timeout: Duration,
     ) -> Result<(u64, Vec<u8>), NodeError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let pos = self.events.iter().position(|e| match e {
+        self.wait_for(timeout, "a message from the root", Some(root), |n| {
+            let p = n.events.iter().position(|e| match e {
                 Event::Delivered { root: r, .. } | Event::Truncated { root: r, .. } => *r == root,
                 _ => false,
-            });
-            if let Some(p) = pos {
-                match self.events.remove(p) {
-                    Some(Event::Delivered { msg_id, data, .. }) => return Ok((msg_id, data)),
-                    Some(Event::Truncated {
-                        root,
-                        msg_id,
-                        len,
-                        max,
-                    }) => {
-                        return Err(NodeError::Truncated {
-                            root,
-                            msg_id,
-                            len,
-                            max,
-                        })
-                    }
-                    _ => unreachable!("position matched a delivery"),
-                }
+            })?;
+            match n.events.remove(p)? {
+                Event::Delivered { msg_id, data, .. } => Some(Ok((msg_id, data))),
+                Event::Truncated {
+                    root,
+                    msg_id,
+                    len,
+                    max,
+                } => Some(Err(NodeError::Truncated {
+                    root,
+                    msg_id,
+                    len,
+                    max,
+                })),
+                _ => None,
             }
-            if self.is_evicted(root) {
-                return Err(NodeError::PeerDead(root));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(NodeError::Timeout(timeout, "a message from the root"));
-            }
-            self.poll((deadline - now).min(Duration::from_millis(50)))?;
-        }
+        })
     }
 
     /// True when nothing this member sent (to the group or point-to-point) is unacknowledged.
@@ -575,56 +603,32 @@ impl Node {
     }
 
     /// Waits for the next message of `root`, whether it comes by the group's broadcast or, when
-    /// the root fell back to the binomial tree, point-to-point from `parent`. Returns whether
-    /// it came by the tree, and the bytes.
+    /// the root fell back to the binomial tree, point-to-point from `parent` with `tag` in front.
+    /// Returns whether it came by the tree, and the bytes.
     pub fn recv_either(
         &mut self,
         root: Rank,
         parent: Rank,
+        tag: &[u8],
         timeout: Duration,
     ) -> Result<(bool, Vec<u8>), NodeError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let pos = self
+        self.wait_for(timeout, "a message from the root", Some(root), |n| {
+            let pos = n
                 .events
                 .iter()
                 .position(|e| matches!(e, Event::Delivered { root: r, .. } if *r == root));
-            if let Some(Some(Event::Delivered { data, .. })) = pos.map(|p| self.events.remove(p)) {
-                return Ok((false, data));
+            if let Some(Some(Event::Delivered { data, .. })) = pos.map(|p| n.events.remove(p)) {
+                return Some(Ok((false, data)));
             }
-            let pos = self
-                .pair_events
-                .iter()
-                .position(|(r, e)| *r == parent && matches!(e, Event::Delivered { .. }));
-            if let Some(Some((_, Event::Delivered { data, .. }))) =
-                pos.map(|p| self.pair_events.remove(p))
-            {
-                return Ok((true, data));
-            }
-            if self.is_evicted(root) {
-                return Err(NodeError::PeerDead(root));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(NodeError::Timeout(timeout, "a message from the root"));
-            }
-            self.poll((deadline - now).min(Duration::from_millis(50)))?;
-        }
+            n.take_pair_delivery_tagged(parent, tag)
+                .map(|(_, data)| Ok((true, data)))
+        })
     }
 
     /// Waits until every live destination has acknowledged everything this member sent.
     pub fn wait_idle(&mut self, timeout: Duration) -> Result<(), NodeError> {
-        let deadline = Instant::now() + timeout;
-        while !self.is_idle() {
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(NodeError::Timeout(
-                    timeout,
-                    "acknowledgements of our broadcasts",
-                ));
-            }
-            self.poll((deadline - now).min(Duration::from_millis(50)))?;
-        }
-        Ok(())
+        self.wait_for(timeout, "acknowledgements of our broadcasts", None, |n| {
+            n.is_idle().then_some(Ok(()))
+        })
     }
 }
