@@ -640,9 +640,7 @@ impl Engine {
         let repr = Repr::parse(&frame);
         match frame.kind() {
             Kind::Data | Kind::Repair => {
-                let cfg = self.cfg.clone();
-                let rx = self.rx_mut(src);
-                let r = rx.on_data(&cfg, now, &repr, frame.payload());
+                let r = self.rx_mut(src).on_data(now, &repr, frame.payload());
                 self.collect_rx(src);
                 r
             }

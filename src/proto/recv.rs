@@ -203,7 +203,6 @@ impl Receiver {
     /// Handles a data or repair frame of this root's stream.
     pub(crate) fn on_data(
         &mut self,
-        _cfg: &Config,
         now: Instant,
         repr: &Repr,
         payload: &[u8],
