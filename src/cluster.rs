@@ -43,7 +43,9 @@ pub struct Scenario {
     pub latency: Duration,
     /// Give up (and report `completed: false`) after this much virtual time.
     pub limit: Duration,
-    /// Adjusts every member's engine configuration.
+    /// Retransmission buffer slots (= receive window) of every member, if not the default.
+    pub window: Option<usize>,
+    /// Adjusts every member's engine configuration (after `window`).
     pub tweak: fn(&mut Config),
 }
 
@@ -62,6 +64,7 @@ impl Scenario {
             rate_bps: Some(1_000_000_000),
             latency: Duration::from_micros(5),
             limit: Duration::from_secs(3600),
+            window: None,
             tweak: |_| {},
         }
     }
@@ -174,6 +177,9 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let mut members: Vec<Member> = (0..n)
         .map(|i| {
             let mut cfg = Config::new(0xEB, i as Rank, sc.nodes);
+            if let Some(w) = sc.window {
+                cfg.window = w;
+            }
             (sc.tweak)(&mut cfg);
             Ok(Member {
                 engine: Engine::new(cfg)?,

@@ -121,14 +121,9 @@ proptest! {
         sc.seed = seed;
         sc.sizes = vec![0, 1, 79, 80, 81, 859, 860, 861, 1460, 5000, 40_000];
         sc.faults = Faults { loss, burst_loss: burst, dup, reorder, reorder_delay: Duration::from_micros(300), corrupt, ..Faults::NONE };
-        WINDOW.with(|w| w.set(window));
-        sc.tweak = |c| c.window = WINDOW.with(|w| w.get());
+        sc.window = Some(window);
         let r = run(&sc).unwrap();
         prop_assert!(r.completed, "{:?}", r);
         prop_assert_eq!((r.corrupt, r.duplicated, r.out_of_order, r.missing), (0, 0, 0, 0));
     }
-}
-
-thread_local! {
-    static WINDOW: std::cell::Cell<usize> = const { std::cell::Cell::new(16) };
 }

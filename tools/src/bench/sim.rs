@@ -107,16 +107,9 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
         ..Faults::NONE
     };
     sc.limit = Duration::from_secs(24 * 3600);
-    let window = o.window;
+    sc.window = o.window;
     let t0 = std::time::Instant::now();
-    let r: Report = match window {
-        Some(w) => {
-            WINDOW.with(|c| c.set(w));
-            sc.tweak = |c| c.window = WINDOW.with(|w| w.get());
-            run(&sc)?
-        }
-        None => run(&sc)?,
-    };
+    let r: Report = run(&sc)?;
     Ok(SimJson {
         nodes: o.nodes,
         algos: o
@@ -149,10 +142,6 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
         completed: r.completed,
         wall_s: t0.elapsed().as_secs_f64(),
     })
-}
-
-thread_local! {
-    static WINDOW: std::cell::Cell<usize> = const { std::cell::Cell::new(16) };
 }
 
 /// Renders a run for a terminal.
