@@ -7,8 +7,8 @@
 //! for the same cores either way). Every member runs the same schedule, MPI style: message `i`
 //! comes from root `i mod R`, with a size and an algorithm drawn from a seeded generator; the
 //! root broadcasts it, the others receive it and compare it byte for byte with what the root
-//! sent. At the end members keep serving repairs until everyone has said it is done, then the
-//! test-bed is torn down and a verdict is printed.
+//! sent. At the end members meet at the group barrier (nobody leaves while others may still need
+//! repairs from it), then the test-bed is torn down and a verdict is printed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use ethbcast::cluster::message_bytes;
 use ethbcast::link::{self, Backend, WaitMode};
 use ethbcast::node::{Node, NodeError};
-use ethbcast::proto::{Algo, Config, Dest, Event};
-use ethbcast::wire::{Kind, Repr};
+use ethbcast::proto::{Algo, Config};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
@@ -150,13 +149,6 @@ struct MemberResult {
     error: Option<String>,
 }
 
-/// Control frame that says "I have received everything and my broadcasts are acknowledged".
-fn done_repr() -> Repr {
-    let mut r = Repr::new(Kind::Barrier);
-    r.msg_id = u32::MAX;
-    r
-}
-
 fn member(
     rank: u16,
     size: u16,
@@ -214,34 +206,16 @@ fn member(
     if let Err(e) = r {
         res.error = Some(format!("rank {rank}: {e}"));
     }
-    // Keep serving until every member is done (or the deadline), saying we are done.
-    let mut done = vec![false; usize::from(size)];
-    done[usize::from(rank)] = true;
-    let mut last_say = Instant::now() - Duration::from_secs(1);
-    let mut all_done_at: Option<Instant> = None;
-    while Instant::now() < deadline {
-        if last_say.elapsed() >= Duration::from_millis(20) {
-            let _ = node.engine_mut().send_control(Dest::All, done_repr(), &[]);
-            last_say = Instant::now();
-        }
-        if node.poll(Duration::from_millis(5)).is_err() {
-            break;
-        }
-        for ev in node.take_events().collect::<Vec<_>>() {
-            if let Event::Control { src, repr, .. } = ev {
-                if repr.kind == Some(Kind::Barrier) && repr.msg_id == u32::MAX {
-                    done[usize::from(src)] = true;
-                }
-            }
-        }
-        if done.iter().all(|&d| d) {
-            // Linger so that our own "done" reaches everyone despite loss.
-            let t = *all_done_at.get_or_insert_with(Instant::now);
-            if t.elapsed() > Duration::from_millis(200) {
-                break;
-            }
-        }
+    // Nobody leaves before everybody has received everything and had its broadcasts
+    // acknowledged: the group's barrier. Then linger briefly so that late barrier frames and
+    // acknowledgements are still answered.
+    let left = deadline.saturating_duration_since(Instant::now());
+    if let Err(e) = node.barrier(0, left) {
+        res.error
+            .get_or_insert(format!("rank {rank}: final barrier: {e}"));
     }
+    let linger = Instant::now() + Duration::from_millis(200);
+    while Instant::now() < linger && node.poll(Duration::from_millis(5)).is_ok() {}
     let st = node.engine().stats();
     res.repair_frames = st.repair_frames;
     res.data_frames = st.data_frames;
