@@ -269,71 +269,37 @@ pub fn root_killed(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testbed
     })
 }
 
-/// Broadcast frames to one member are dropped by nftables: fail-over must keep it served.
-pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
-    let mut bed = bed(prefix, hosts, 0.0)?;
-    let victim = hosts / 2;
-    bed.drop_broadcast_to(victim, true)?;
-    let handles = spawn_members(
-        &bed,
-        0..hosts,
-        |mut g| {
-            let mut ok = 0usize;
-            for i in 0..60 {
-                let mut buf = if g.rank() == 0 { msg(i) } else { Vec::new() };
-                g.bcast_with(0, &mut buf, Algorithm::Simple)?;
-                ok += usize::from(buf == msg(i));
-            }
-            g.flush()?;
-            for _ in 0..20 {
-                g.progress(Duration::from_millis(10))?;
-            }
-            Ok((ok, g.node().engine().sender().failed_over()))
-        },
-        opts(false),
-    )?;
-    let results = join_all(handles);
-    let dropped = bed.drop_counters().map(|c| c.isolated).unwrap_or(0);
-    let all_ok = results.iter().all(|r| matches!(r, Ok((60, _))));
-    let failed_over = match &results[0] {
-        Ok((_, f)) => f.clone(),
-        Err(_) => Vec::new(),
-    };
-    let passed = all_ok && failed_over == vec![victim as u16] && dropped > 0;
-    Ok(ScenarioResult {
-        name: "broadcast-filtered".into(),
-        passed,
-        detect_ms: None,
-        bound_ms: None,
-        hosts,
-        detail: format!(
-            "broadcast frames to rank {victim} dropped by nftables ({dropped} dropped); root failed over {failed_over:?}; every member got 60/60: {all_ok}"
-        ),
-    })
+/// What 60 simple broadcasts from rank 0 showed with broadcast frames to `blocked` dropped.
+struct Filtered {
+    all_ok: bool,
+    failed_over: Vec<u16>,
+    fallbacks: u64,
+    dropped: u64,
 }
 
-/// Broadcast frames to half of the receivers are dropped: the group falls back to the tree.
-pub fn broadcast_filtered_for_many(
+/// Drops every broadcast frame towards the `blocked` hosts with nftables and broadcasts 60
+/// messages from rank 0; with `root_waits` the root waits for each message, so that what it
+/// learnt from the last one (fail-overs) decides how the next one travels.
+fn run_filtered(
     prefix: &str,
     hosts: usize,
-) -> Result<ScenarioResult, TestbedError> {
+    blocked: &[usize],
+    root_waits: bool,
+) -> Result<Filtered, TestbedError> {
     let mut bed = bed(prefix, hosts, 0.0)?;
-    let blocked: Vec<usize> = (1..hosts).filter(|i| i % 2 == 1).collect();
-    for &b in &blocked {
+    for &b in blocked {
         bed.drop_broadcast_to(b, true)?;
     }
     let handles = spawn_members(
         &bed,
         0..hosts,
-        |mut g| {
+        move |mut g| {
             let mut ok = 0usize;
             for i in 0..60 {
                 let mut buf = if g.rank() == 0 { msg(i) } else { Vec::new() };
                 g.bcast_with(0, &mut buf, Algorithm::Simple)?;
                 ok += usize::from(buf == msg(i));
-                if g.rank() == 0 {
-                    // The root waits for each message, so that what it learnt from the last
-                    // one (fail-overs) decides how the next one travels.
+                if root_waits && g.rank() == 0 {
                     g.flush()?;
                 }
             }
@@ -343,25 +309,58 @@ pub fn broadcast_filtered_for_many(
             }
             Ok((
                 ok,
-                (g.tree_fallbacks(), g.node().engine().sender().failed_over()),
+                g.tree_fallbacks(),
+                g.node().engine().sender().failed_over(),
             ))
         },
         opts(false),
     )?;
     let results = join_all(handles);
-    let all_ok = results.iter().all(|r| matches!(r, Ok((60, _))));
     let (fallbacks, failed_over) = match &results[0] {
-        Ok((_, f)) => f.clone(),
+        Ok((_, f, over)) => (*f, over.clone()),
         Err(_) => (0, Vec::new()),
     };
+    Ok(Filtered {
+        all_ok: results.iter().all(|r| matches!(r, Ok((60, _, _)))),
+        failed_over,
+        fallbacks,
+        dropped: bed.drop_counters().map(|c| c.isolated).unwrap_or(0),
+    })
+}
+
+/// Broadcast frames to one member are dropped by nftables: fail-over must keep it served.
+pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
+    let victim = hosts / 2;
+    let f = run_filtered(prefix, hosts, &[victim], false)?;
     Ok(ScenarioResult {
-        name: "broadcast-filtered-for-many".into(),
-        passed: all_ok && fallbacks > 0,
+        name: "broadcast-filtered".into(),
+        passed: f.all_ok && f.failed_over == vec![victim as u16] && f.dropped > 0,
         detect_ms: None,
         bound_ms: None,
         hosts,
         detail: format!(
-            "broadcast frames to ranks {blocked:?} dropped; failed over {failed_over:?}; the root sent {fallbacks} of 60 messages down the binomial tree; every member got 60/60: {all_ok}"
+            "broadcast frames to rank {victim} dropped by nftables ({} dropped); root failed over {:?}; every member got 60/60: {}",
+            f.dropped, f.failed_over, f.all_ok
+        ),
+    })
+}
+
+/// Broadcast frames to half of the receivers are dropped: the group falls back to the tree.
+pub fn broadcast_filtered_for_many(
+    prefix: &str,
+    hosts: usize,
+) -> Result<ScenarioResult, TestbedError> {
+    let blocked: Vec<usize> = (1..hosts).filter(|i| i % 2 == 1).collect();
+    let f = run_filtered(prefix, hosts, &blocked, true)?;
+    Ok(ScenarioResult {
+        name: "broadcast-filtered-for-many".into(),
+        passed: f.all_ok && f.fallbacks > 0,
+        detect_ms: None,
+        bound_ms: None,
+        hosts,
+        detail: format!(
+            "broadcast frames to ranks {blocked:?} dropped; failed over {:?}; the root sent {} of 60 messages down the binomial tree; every member got 60/60: {}",
+            f.failed_over, f.fallbacks, f.all_ok
         ),
     })
 }
