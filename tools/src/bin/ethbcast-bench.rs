@@ -361,30 +361,16 @@ fn code(ok: bool) -> ExitCode {
     }
 }
 
+/// A simulated link rate: a test-bed rate (`100mbit`, `1gbit`, ...) or `0`/`inf` for an
+/// infinitely fast link.
 fn parse_rate(s: &str) -> Result<Option<u64>, String> {
-    let s = s.trim().to_ascii_lowercase();
-    if s == "0" || s == "inf" {
-        return Ok(None);
+    match s.trim() {
+        "0" | "inf" => Ok(None),
+        r => r
+            .parse::<Rate>()
+            .map(|r| Some(r.bits_per_sec()))
+            .map_err(|e| format!("bad rate: {e}; or 0 for an infinitely fast link")),
     }
-    let (num, mult) = if let Some(n) = s.strip_suffix("gbit") {
-        (n, 1e9)
-    } else if let Some(n) = s.strip_suffix("mbit") {
-        (n, 1e6)
-    } else if let Some(n) = s.strip_suffix("kbit") {
-        (n, 1e3)
-    } else {
-        (s.as_str(), 1.0)
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("bad rate {s:?} (e.g. 100mbit, 1gbit)"))?;
-    if !v.is_finite() {
-        return Err(format!("bad rate {s:?} (e.g. 100mbit, 1gbit)"));
-    }
-    if v <= 0.0 {
-        return Err(format!("rate must be positive: {s:?}"));
-    }
-    Ok(Some((v * mult) as u64))
 }
 
 fn main() -> ExitCode {
