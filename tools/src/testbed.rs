@@ -382,13 +382,8 @@ pub fn host_mac(prefix: &str, index: usize) -> [u8; 6] {
     [0x02, 0xeb, 0x00, hi, lo, (index & 0xff) as u8]
 }
 
-/// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
+/// Formats a MAC address as `aa:bb:cc:dd:ee:ff` (the library's formatter).
+pub use ethbcast::link::format_mac;
 
 /// One simulated host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
