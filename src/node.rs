@@ -248,20 +248,32 @@ impl Node {
         }
     }
 
-    fn run_barriers(&mut self, now: Instant) {
-        let mut keep = VecDeque::with_capacity(self.events.len());
-        for ev in self.events.drain(..) {
-            if let Event::Control { src, repr, payload } = &ev {
-                if repr.kind == Some(Kind::Barrier) {
+    /// Hands control frames of the detector and the barriers to them (they never reach the
+    /// application) and queues every other event.
+    fn route(&mut self, now: Instant, ev: Event) {
+        if let Event::Control { src, repr, payload } = &ev {
+            match repr.kind {
+                Some(Kind::Barrier) => {
                     if let Some(i) = BARRIER_TAG.iter().position(|&t| t == repr.bitmap) {
                         let _ = self.barriers[i].handle_frame(now, *src, repr, payload);
-                        continue;
+                        return;
                     }
                 }
+                Some(Kind::Heartbeat | Kind::Ping | Kind::Pong) => {
+                    if let Some(d) = self.detector.as_mut() {
+                        if let Ok(m) = Msg::from_control(repr, payload, self.engine.config().size) {
+                            let _ = d.handle_msg(now, *src, &m);
+                        }
+                        return;
+                    }
+                }
+                _ => {}
             }
-            keep.push_back(ev);
         }
-        self.events = keep;
+        self.events.push_back(ev);
+    }
+
+    fn run_barriers(&mut self, now: Instant) {
         for b in &mut self.barriers {
             if b.poll_timeout().is_some_and(|t| t <= now) {
                 b.handle_timeout(now);
@@ -278,21 +290,6 @@ impl Node {
         let Some(d) = self.detector.as_mut() else {
             return;
         };
-        // Control frames of the detector never reach the application.
-        let size = self.engine.config().size;
-        let mut keep = VecDeque::with_capacity(self.events.len());
-        for ev in self.events.drain(..) {
-            if let Event::Control { src, repr, payload } = &ev {
-                if matches!(repr.kind, Some(Kind::Heartbeat | Kind::Ping | Kind::Pong)) {
-                    if let Ok(m) = Msg::from_control(repr, payload, size) {
-                        let _ = d.handle_msg(now, *src, &m);
-                    }
-                    continue;
-                }
-            }
-            keep.push_back(ev);
-        }
-        self.events = keep;
         if d.poll_timeout().is_some_and(|t| t <= now) {
             d.handle_timeout(now);
         }
@@ -533,7 +530,7 @@ impl Node {
         }
         self.engine.handle_timeout(now);
         while let Some(ev) = self.engine.poll_event() {
-            self.events.push_back(ev);
+            self.route(now, ev);
         }
         for (peer, pair) in self.pairs.iter_mut().enumerate() {
             if let Some(e) = pair {
