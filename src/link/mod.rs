@@ -125,30 +125,60 @@ pub fn open(
     iface: &str,
     wait: WaitMode,
 ) -> Result<Box<dyn Link + Send>, LinkError> {
+    open_sized(backend, iface, wait, 0)
+}
+
+/// Like [`open`], but the kernel queues at least `rx_frames` full-size received frames for us
+/// (the RX ring's slots, or the socket's receive buffer) before it drops any; 0 keeps the
+/// defaults (about a thousand frames).
+///
+/// Why: a bulk receiver that is descheduled for a few milliseconds on a busy host must not
+/// lose the frames that arrive meanwhile, or every such pause turns into repairs. A window
+/// of `W` frames in flight can arrive as one burst, so bulk transfers ask for `W` slots.
+pub fn open_sized(
+    backend: Backend,
+    iface: &str,
+    wait: WaitMode,
+    rx_frames: usize,
+) -> Result<Box<dyn Link + Send>, LinkError> {
+    let buffer_bytes = |default: usize| default.max(rx_frames.saturating_mul(2048));
     Ok(match backend {
         #[cfg(target_os = "linux")]
-        Backend::Ring => Box::new(ring::RingLink::open(
-            iface,
-            &ring::RingLinkConfig {
+        Backend::Ring => {
+            let mut cfg = ring::RingLinkConfig {
                 wait,
                 ..Default::default()
-            },
-        )?),
+            };
+            if rx_frames > cfg.rx.frame_count {
+                // Whole blocks of slots.
+                let per_block = cfg.rx.block_size / cfg.rx.frame_size;
+                cfg.rx.frame_count = rx_frames.div_ceil(per_block) * per_block;
+            }
+            Box::new(ring::RingLink::open(iface, &cfg)?)
+        }
         #[cfg(target_os = "linux")]
-        Backend::Socket => Box::new(socket::SocketLink::open(
-            iface,
-            &socket::SocketConfig {
-                wait,
-                ..Default::default()
-            },
-        )?),
-        Backend::Pnet => Box::new(pnet::PnetLink::open(
-            iface,
-            &pnet::PnetConfig {
-                wait,
-                ..Default::default()
-            },
-        )?),
+        Backend::Socket => {
+            let d = socket::SocketConfig::default();
+            Box::new(socket::SocketLink::open(
+                iface,
+                &socket::SocketConfig {
+                    wait,
+                    recv_buffer: buffer_bytes(d.recv_buffer),
+                    ..d
+                },
+            )?)
+        }
+        Backend::Pnet => {
+            let d = pnet::PnetConfig::default();
+            Box::new(pnet::PnetLink::open(
+                iface,
+                &pnet::PnetConfig {
+                    wait,
+                    recv_buffer: buffer_bytes(d.recv_buffer),
+                    ..d
+                },
+            )?)
+        }
         #[cfg(not(target_os = "linux"))]
         _ => {
             return Err(LinkError::NoSuchInterface(format!(

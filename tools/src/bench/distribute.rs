@@ -123,14 +123,16 @@ fn run_udpcast(
         sh_in(
             &h.netns,
             &format!(
-                "ip addr replace 10.250.0.{}/24 dev eth0 && ip route replace 224.0.0.0/4 dev eth0",
+                // `brd +`: udpcast finds its rendezvous address with SIOCGIFBRDADDR; without a
+                // broadcast address it says hello to 0.0.0.0 and the session never starts.
+                "ip addr flush dev eth0 scope global && ip addr add 10.250.0.{}/24 brd + dev eth0 && ip route replace 224.0.0.0/4 dev eth0",
                 i + 1
             ),
         )?;
     }
     let rule = if loss > 0.0 {
         format!(
-            "add table bridge ebdistudp\nadd chain bridge ebdistudp fwd {{ type filter hook forward priority 0; policy accept; }}\nflush chain bridge ebdistudp fwd\nadd rule bridge ebdistudp fwd ether type ip numgen random mod 10000 < {} drop\n",
+            "add table bridge ebdistudp\nadd chain bridge ebdistudp forward {{ type filter hook forward priority 0; policy accept; }}\nflush chain bridge ebdistudp forward\nadd rule bridge ebdistudp forward ether type ip numgen random mod 10000 < {} drop\n",
             (loss * 100.0).round() as u32
         )
     } else {
@@ -205,6 +207,10 @@ fn run_udpcast(
     Ok((bytes as f64 * 8.0 / secs / 1e6, secs, all_ok))
 }
 
+/// The blaster's links get the receive queue `ethbcast recv` asks for by default (its
+/// window), so that the limit and the protocol are measured on the same footing.
+const RX_FRAMES: usize = crate::distribute::DEFAULT_WINDOW;
+
 fn run_blaster(tb: &Testbed, n: usize) -> Result<(f64, f64, String), String> {
     use ethbcast::link::{self, measure, Backend, WaitMode, BROADCAST_MAC};
     let stop = Arc::new(AtomicBool::new(false));
@@ -213,7 +219,7 @@ fn run_blaster(tb: &Testbed, n: usize) -> Result<(f64, f64, String), String> {
         let stop = stop.clone();
         sinks.push(
             netns::spawn_in(&h.netns, move || -> Result<u64, String> {
-                let mut l = link::open(Backend::Ring, "eth0", WaitMode::Block)
+                let mut l = link::open_sized(Backend::Ring, "eth0", WaitMode::Adaptive, RX_FRAMES)
                     .map_err(|e| e.to_string())?;
                 measure::sink(l.as_mut(), &stop, Duration::from_millis(200))
                     .map_err(|e| e.to_string())
@@ -224,9 +230,11 @@ fn run_blaster(tb: &Testbed, n: usize) -> Result<(f64, f64, String), String> {
     std::thread::sleep(Duration::from_millis(200));
     let pdu = 1500usize;
     let (sent, elapsed) = netns::run_in(&tb.hosts()[0].netns, move || {
-        let mut l =
-            link::open(Backend::Ring, "eth0", WaitMode::Block).map_err(|e| e.to_string())?;
-        measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 32)
+        // The wait mode `ethbcast send` uses by default: blocking on a full TX ring sleeps
+        // past the moment slots free up and understates the medium.
+        let mut l = link::open_sized(Backend::Ring, "eth0", WaitMode::Adaptive, RX_FRAMES)
+            .map_err(|e| e.to_string())?;
+        measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 64)
             .map_err(|e| e.to_string())
     })
     .map_err(|e| e.to_string())??;

@@ -64,8 +64,12 @@ struct Common {
     #[arg(long, default_value = "adaptive")]
     wait_mode: WaitMode,
     /// Retransmission buffer slots = frames in flight (both sides must agree).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = distribute::DEFAULT_WINDOW)]
     window: usize,
+    /// A receiver acknowledges every this many frames (and at message ends and after a short
+    /// delay): fewer acknowledgements cost the sender and the switch less per data frame.
+    #[arg(long, default_value_t = distribute::DEFAULT_ACK_EVERY)]
+    ack_every: usize,
 }
 
 fn parse_group(s: &str) -> Result<u32, String> {
@@ -173,6 +177,7 @@ fn link_opts(c: &Common) -> LinkOpts {
         backend: c.backend,
         wait_mode: c.wait_mode,
         window: c.window,
+        ack_every: c.ack_every,
     }
 }
 

@@ -72,6 +72,16 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// groups and transfers on one segment ignore each other).
 pub const DEFAULT_GROUP_ID: u32 = 0xEBD1_5700;
 
+/// Frames in flight by default: the shared retransmission buffer's slots on the sender and
+/// the receive window (and receive queue) of each receiver. A bulk transfer needs a window
+/// that covers the bandwidth-delay product including the scheduling delays of busy hosts:
+/// 4096 frames of 1500 bytes are 6 MiB, 49 ms at 1 Gbit/s.
+pub const DEFAULT_WINDOW: usize = 4096;
+
+/// Acknowledge every this many frames by default: one acknowledgement per receiver per 32
+/// data frames keeps the sender's and the switch's per-frame work low.
+pub const DEFAULT_ACK_EVERY: usize = 8;
+
 /// An error that ends a command, with its exit code.
 #[derive(Debug)]
 pub struct Fatal {
@@ -129,6 +139,8 @@ pub struct LinkOpts {
     pub wait_mode: WaitMode,
     /// Retransmission buffer slots (frames in flight).
     pub window: usize,
+    /// A receiver acknowledges every this many frames.
+    pub ack_every: usize,
 }
 
 /// How long the join phase and completion reports may take at most.

@@ -257,7 +257,12 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let stop = super::interrupt_flag();
     let mut guard = Guard(Sink::open(&a.output)?);
     let sink = &mut guard.0;
-    let mut lnk = link::open(a.link.backend, &a.link.iface, a.link.wait_mode)?;
+    let mut lnk = link::open_sized(
+        a.link.backend,
+        &a.link.iface,
+        a.link.wait_mode,
+        a.link.window,
+    )?;
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
@@ -279,6 +284,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         .expect("the roster names us") as u16;
     let mut cfg = Config::new(a.link.group_id, rank, roster.len() as u16);
     cfg.window = a.link.window;
+    cfg.ack_every = a.link.ack_every;
     cfg.auto_post = true;
     let mut node = Node::new(cfg, lnk, roster)?;
     node.send_to(0, b"J".to_vec())?;

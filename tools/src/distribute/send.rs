@@ -246,7 +246,12 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
 
     let t_join = Instant::now();
     let deadline = t_join + a.wait;
-    let mut lnk = link::open(a.link.backend, &a.link.iface, a.link.wait_mode)?;
+    let mut lnk = link::open_sized(
+        a.link.backend,
+        &a.link.iface,
+        a.link.wait_mode,
+        a.link.window,
+    )?;
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
@@ -270,6 +275,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         .ok_or_else(|| Fatal::new(super::EXIT_USAGE, "too many receivers"))?;
     let mut cfg = Config::new(a.link.group_id, 0, size);
     cfg.window = a.link.window;
+    cfg.ack_every = a.link.ack_every;
     cfg.auto_post = true;
     let mut node = Node::new(cfg, lnk, roster.clone())?;
     join::confirm(&mut node, &roster, deadline, &stop)?;
