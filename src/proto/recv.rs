@@ -233,6 +233,26 @@ impl Receiver {
             self.schedule(now);
             return Err(Drop::Duplicate(s));
         }
+        if s == self.expected {
+            // In order (the common case): straight into its message, no stop in the window.
+            match self.consume(repr, payload) {
+                Ok(()) => {
+                    self.advance();
+                    self.highest = self.highest.max(s + 1);
+                    self.drain();
+                    self.maybe_pull();
+                    self.schedule(now);
+                    return Ok(());
+                }
+                // No room to take it yet: it waits in its slot like any other frame.
+                Err(Drop::NoRoom) => {}
+                Err(_) => {
+                    // A frame that contradicts the stream: discard it so it is asked for again.
+                    self.schedule(now);
+                    return Ok(());
+                }
+            }
+        }
         let slot = &mut self.slots[i];
         if payload.len() > slot.data.len() {
             return Err(Drop::Protocol("payload larger than a frame slot"));
@@ -271,14 +291,16 @@ impl Receiver {
             if !self.slots[i].have {
                 break;
             }
-            match self.consume(i) {
+            // Lend the slot's buffer out for the call (a pointer swap, not a copy).
+            let data = std::mem::take(&mut self.slots[i].data);
+            let len = usize::from(self.slots[i].len);
+            let repr = self.slots[i].repr;
+            let r = self.consume(&repr, &data[..len]);
+            self.slots[i].data = data;
+            match r {
                 Ok(()) => {
                     self.slots[i].have = false;
-                    self.expected += 1;
-                    self.unacked += 1;
-                    if self.expected >= self.highest {
-                        self.nack_backoff = 0;
-                    }
+                    self.advance();
                 }
                 Err(Drop::NoRoom) => break,
                 Err(_) => {
@@ -290,9 +312,18 @@ impl Receiver {
         }
     }
 
-    fn consume(&mut self, i: usize) -> Result<(), Drop> {
-        let repr = self.slots[i].repr;
-        let len = usize::from(self.slots[i].len);
+    /// The next expected frame was consumed.
+    fn advance(&mut self) {
+        self.expected += 1;
+        self.unacked += 1;
+        if self.expected >= self.highest {
+            self.nack_backoff = 0;
+        }
+    }
+
+    /// Appends the next expected frame (`repr`, `payload`) to the message it belongs to.
+    fn consume(&mut self, repr: &Repr, payload: &[u8]) -> Result<(), Drop> {
+        let len = payload.len();
         if self.cur.is_none() {
             if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
                 return Err(Drop::Protocol("message does not start at offset 0"));
@@ -320,7 +351,6 @@ impl Receiver {
         {
             return Err(Drop::Protocol("frame does not continue its message"));
         }
-        let payload = &self.slots[i].data[..len];
         match m.data.as_mut() {
             Some(v) => {
                 if m.truncated.is_none() {

@@ -83,7 +83,7 @@ pub const DEFAULT_WINDOW: usize = 4096;
 pub const DEFAULT_ACK_EVERY: usize = 8;
 
 /// An error that ends a command, with its exit code.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Fatal {
     /// Exit code.
     pub code: u8,

@@ -5,6 +5,8 @@ use std::io::{BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ethbcast::link;
@@ -12,7 +14,7 @@ use ethbcast::node::Node;
 use ethbcast::proto::{Config, Event};
 use serde::Serialize;
 
-use super::stream::{hex, Final, Msg, ABORT, EVICTED};
+use super::stream::{hex, Data, Final, Msg, ABORT, EVICTED};
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// Where the stream goes.
@@ -220,6 +222,16 @@ impl Sink {
         }
     }
 
+    /// What the protocol loop needs to discard this output while another thread may be stuck
+    /// writing it: the temporary file to remove, the command to kill.
+    fn handle(&self) -> SinkHandle {
+        match self {
+            Sink::File { tmp, .. } => SinkHandle::File(tmp.clone()),
+            Sink::Command { child: Some(c), .. } => SinkHandle::Pid(c.id()),
+            _ => SinkHandle::None,
+        }
+    }
+
     /// Discards the output: removes the temporary file, kills the command.
     fn abort(&mut self) {
         match std::mem::replace(self, Sink::Done) {
@@ -248,6 +260,149 @@ struct Guard(Sink);
 impl Drop for Guard {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// See [`Sink::handle`].
+enum SinkHandle {
+    None,
+    File(PathBuf),
+    Pid(u32),
+}
+
+impl SinkHandle {
+    fn discard(&self) {
+        match self {
+            SinkHandle::None => {}
+            SinkHandle::File(tmp) => {
+                let _ = std::fs::remove_file(tmp);
+            }
+            SinkHandle::Pid(pid) => {
+                if let Ok(pid) = i32::try_from(*pid) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Messages of data in the writer's queue at most (about a megabyte each by default).
+///
+/// Why a queue: writing (and hashing) happens on its own thread so that a disk that pauses or
+/// a `-O` command that reads in bursts does not stop the protocol loop, which must keep
+/// acknowledging and asking for repairs. When the queue is full the loop waits for it: the
+/// receiver then stops acknowledging, and the sender's shared buffer paces the transfer to
+/// what this receiver drains (or, if it drains nothing for the sender's timeout, evicts it).
+const WRITE_QUEUE: usize = 32;
+
+/// What the protocol loop hands the writer thread.
+enum Job {
+    Data(Data),
+    /// The trailer: check the byte count and the digest, then commit the output.
+    Verify {
+        bytes: u64,
+        digest: [u8; 32],
+    },
+}
+
+/// What the writer thread ends with.
+#[derive(Clone)]
+struct Written {
+    result: Result<(), Fatal>,
+    bytes: u64,
+    digest: [u8; 32],
+}
+
+/// The writer thread and its queue.
+struct Writer {
+    tx: Option<SyncSender<Job>>,
+    thread: Option<JoinHandle<Written>>,
+    handle: SinkHandle,
+    done: Option<Written>,
+}
+
+impl Writer {
+    fn spawn(sink: Sink) -> Result<Writer, Fatal> {
+        let handle = sink.handle();
+        let (tx, rx) = sync_channel::<Job>(WRITE_QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("ethbcast-writer".into())
+            .spawn(move || {
+                let mut sink = Guard(sink);
+                let mut hasher = blake3::Hasher::new();
+                let mut bytes = 0u64;
+                let result = loop {
+                    match rx.recv() {
+                        Ok(Job::Data(d)) => {
+                            hasher.update(d.bytes());
+                            bytes += d.bytes().len() as u64;
+                            if let Err(e) = sink.0.write(d.bytes()) {
+                                break Err(e);
+                            }
+                        }
+                        Ok(Job::Verify { bytes: b, digest }) => {
+                            let mine = *hasher.finalize().as_bytes();
+                            if b != bytes || mine != digest {
+                                break Err(Fatal::new(
+                                    EXIT_FAILED,
+                                    format!(
+                                        "integrity check failed: got {bytes} bytes blake3:{}, the sender sent {b} bytes blake3:{}",
+                                        hex(&mine),
+                                        hex(&digest)
+                                    ),
+                                ));
+                            }
+                            break sink.0.commit();
+                        }
+                        // The protocol loop gave up: the guard discards the output.
+                        Err(_) => break Err(Fatal::new(EXIT_FAILED, "transfer ended early")),
+                    }
+                };
+                Written {
+                    result,
+                    bytes,
+                    digest: *hasher.finalize().as_bytes(),
+                }
+            })
+            .map_err(|e| Fatal::io(format!("cannot start the writer thread: {e}")))?;
+        Ok(Writer {
+            tx: Some(tx),
+            thread: Some(thread),
+            handle,
+            done: None,
+        })
+    }
+
+    /// Queues a job; `false` if the writer has stopped (its error is in [`Writer::finish`]).
+    fn push(&mut self, job: Job) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok())
+    }
+
+    /// The writer stopped on its own (an error, or done after `Verify`).
+    fn stopped(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Closes the queue and waits for the writer. `None` if it did not end within `patience`
+    /// (stuck writing): the output is then discarded from here. Later calls return the same.
+    fn finish(&mut self, patience: Duration) -> Option<Written> {
+        if self.done.is_some() {
+            return self.done.clone();
+        }
+        self.tx = None;
+        let deadline = Instant::now() + patience;
+        while !self.stopped() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !self.stopped() {
+            self.handle.discard();
+            return None;
+        }
+        self.done = self.thread.take()?.join().ok();
+        self.done.clone()
     }
 }
 
@@ -290,13 +445,24 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     node.send_to(0, b"J".to_vec())?;
 
     let start = Instant::now();
-    let mut hasher = blake3::Hasher::new();
-    let mut bytes: u64 = 0;
-    let mut header = false;
+    let mut writer: Option<Writer> = None;
+    // Why the writer stopped before the trailer (it returns its own error from `finish`).
+    let writer_failed = |w: &mut Writer| -> Fatal {
+        match w.finish(Duration::from_secs(2)) {
+            Some(Written { result: Err(e), .. }) => e,
+            _ => Fatal::new(EXIT_FAILED, "the writer stopped"),
+        }
+    };
     let mut last_rx = (node.stats().frames_received, Instant::now());
+    let mut written: Option<Written> = None;
     let outcome: Result<(), Fatal> = 'run: loop {
         if stop.load(Ordering::SeqCst) {
             break 'run Err(Fatal::new(EXIT_INTERRUPTED, "interrupted"));
+        }
+        if let Some(w) = writer.as_mut() {
+            if w.stopped() {
+                break 'run Err(writer_failed(w));
+            }
         }
         if let Err(e) = node.poll(Duration::from_millis(20)) {
             break 'run Err(e.into());
@@ -318,8 +484,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         for ev in events {
             match ev {
                 Event::Delivered { root: 0, data, .. } => match Msg::decode(data) {
-                    Ok(Msg::Header { total, .. }) => {
-                        header = true;
+                    Ok(Msg::Header { total, .. }) if writer.is_none() => {
                         if !a.quiet {
                             eprintln!(
                                 "ethbcast: rank {rank}: receiving {}",
@@ -329,27 +494,45 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         if let Err(e) = sink.start() {
                             break 'run Err(e);
                         }
-                    }
-                    Ok(Msg::Data(d)) if header => {
-                        hasher.update(&d);
-                        bytes += d.len() as u64;
-                        if let Err(e) = sink.write(&d) {
-                            break 'run Err(e);
+                        match Writer::spawn(std::mem::replace(sink, Sink::Done)) {
+                            Ok(w) => writer = Some(w),
+                            Err(e) => break 'run Err(e),
                         }
                     }
-                    Ok(Msg::Trailer { bytes: b, digest }) if header => {
-                        let mine = *hasher.finalize().as_bytes();
-                        if b != bytes || mine != digest {
+                    Ok(Msg::Data(d)) => {
+                        let Some(w) = writer.as_mut() else {
                             break 'run Err(Fatal::new(
                                 EXIT_FAILED,
-                                format!(
-                                    "integrity check failed: got {bytes} bytes blake3:{}, the sender sent {b} bytes blake3:{}",
-                                    hex(&mine),
-                                    hex(&digest)
-                                ),
+                                "stream data before its header",
                             ));
+                        };
+                        if !w.push(Job::Data(d)) {
+                            break 'run Err(writer_failed(w));
                         }
-                        break 'run sink.commit();
+                    }
+                    Ok(Msg::Trailer { bytes, digest }) => {
+                        let Some(w) = writer.as_mut() else {
+                            break 'run Err(Fatal::new(
+                                EXIT_FAILED,
+                                "stream trailer before its header",
+                            ));
+                        };
+                        if !w.push(Job::Verify { bytes, digest }) {
+                            break 'run Err(writer_failed(w));
+                        }
+                        // Keep answering the sender while the output is flushed and committed.
+                        while !w.stopped() {
+                            if let Err(e) = node.poll(Duration::from_millis(10)) {
+                                break 'run Err(e.into());
+                            }
+                        }
+                        let done = w.finish(Duration::ZERO);
+                        let result = match &done {
+                            Some(d) => d.result.as_ref().map(|_| ()).map_err(Clone::clone),
+                            None => Err(Fatal::new(EXIT_FAILED, "the writer stopped")),
+                        };
+                        written = done;
+                        break 'run result;
                     }
                     Ok(Msg::Abort(why)) => {
                         break 'run Err(Fatal::new(
@@ -357,8 +540,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                             format!("the sender aborted the transfer ({why})"),
                         ))
                     }
-                    Ok(_) => {
-                        break 'run Err(Fatal::new(EXIT_FAILED, "stream data before its header"))
+                    Ok(Msg::Header { .. }) => {
+                        break 'run Err(Fatal::new(EXIT_FAILED, "a second stream header"))
                     }
                     Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e)),
                 },
@@ -385,11 +568,19 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let (ok, error, code) = match &outcome {
         Ok(()) => (true, String::new(), super::EXIT_OK),
         Err(f) => {
+            // Discard the output, wherever it is: still here, or with the writer.
             sink.abort();
+            if let Some(w) = writer.as_mut() {
+                written = w.finish(Duration::from_secs(2));
+            }
             (false, f.msg.clone(), f.code)
         }
     };
-    let digest = hex(hasher.finalize().as_bytes());
+    let (bytes, digest) = written
+        .as_ref()
+        .map_or((0, hex(blake3::hash(b"").as_bytes())), |w| {
+            (w.bytes, hex(&w.digest))
+        });
     // Tell the sender (best effort for failures), then make sure it heard us.
     let report = Final {
         ok,

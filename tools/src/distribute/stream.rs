@@ -41,7 +41,7 @@ pub enum Msg {
         chunk: u32,
     },
     /// Data.
-    Data(Vec<u8>),
+    Data(Data),
     /// Trailer.
     Trailer {
         /// Bytes in the stream.
@@ -65,12 +65,7 @@ impl Msg {
                 v.extend_from_slice(&chunk.to_be_bytes());
                 v
             }
-            Msg::Data(d) => {
-                let mut v = Vec::with_capacity(d.len() + 1);
-                v.push(b'D');
-                v.extend_from_slice(d);
-                v
-            }
+            Msg::Data(d) => d.0.clone(),
             Msg::Trailer { bytes, digest } => {
                 let mut v = vec![b'T'];
                 v.extend_from_slice(&bytes.to_be_bytes());
@@ -86,7 +81,7 @@ impl Msg {
     }
 
     /// Decodes (taking the buffer, so data needs no copy beyond one shift).
-    pub fn decode(mut m: Vec<u8>) -> Result<Msg, String> {
+    pub fn decode(m: Vec<u8>) -> Result<Msg, String> {
         let Some(&t) = m.first() else {
             return Err("empty message".into());
         };
@@ -108,10 +103,7 @@ impl Msg {
                     chunk,
                 })
             }
-            b'D' => {
-                m.remove(0);
-                Ok(Msg::Data(m))
-            }
+            b'D' => Ok(Msg::Data(Data(m))),
             b'T' if m.len() == 41 => Ok(Msg::Trailer {
                 bytes: u64::from_be_bytes(m[1..9].try_into().expect("8 bytes")),
                 digest: m[9..41].try_into().expect("32 bytes"),
@@ -119,6 +111,26 @@ impl Msg {
             b'A' => Ok(Msg::Abort(String::from_utf8_lossy(&m[1..]).into_owned())),
             _ => Err(format!("unknown stream message type {t:#x}")),
         }
+    }
+}
+
+/// The bytes of a data message, kept in the buffer the engine delivered (type byte first):
+/// decoding a megabyte of data copies none of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Data(Vec<u8>);
+
+impl Data {
+    /// A data message carrying `bytes`.
+    pub fn new(bytes: &[u8]) -> Data {
+        let mut v = Vec::with_capacity(bytes.len() + 1);
+        v.push(b'D');
+        v.extend_from_slice(bytes);
+        Data(v)
+    }
+
+    /// The stream bytes it carries.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0[1..]
     }
 }
 
@@ -202,8 +214,8 @@ mod tests {
                 total: None,
                 chunk: 7,
             },
-            Msg::Data(vec![1, 2, 3]),
-            Msg::Data(vec![]),
+            Msg::Data(Data::new(&[1, 2, 3])),
+            Msg::Data(Data::new(&[])),
             Msg::Trailer {
                 bytes: 99,
                 digest: [7; 32],
