@@ -28,6 +28,8 @@ pub(crate) struct Post {
 #[derive(Debug)]
 struct WSlot {
     have: bool,
+    /// When this (missing) frame was last asked for.
+    nacked: Option<Instant>,
     repr: Repr,
     len: u16,
     data: Box<[u8]>,
@@ -72,6 +74,8 @@ pub struct Receiver {
     nack_at: Option<Instant>,
     nack_now: bool,
     nack_backoff: u32,
+    /// Smoothed time from a NACK to the repair it asked for.
+    repair_rtt: Option<Duration>,
     ack_every: usize,
     ack_delay: Duration,
     nack_retry: Duration,
@@ -87,6 +91,7 @@ impl Receiver {
         let slots = (0..cfg.window)
             .map(|_| WSlot {
                 have: false,
+                nacked: None,
                 repr: Repr::default(),
                 len: 0,
                 data: vec![0u8; cfg.slot_payload()].into_boxed_slice(),
@@ -114,6 +119,7 @@ impl Receiver {
             nack_at: None,
             nack_now: false,
             nack_backoff: 0,
+            repair_rtt: None,
             ack_every: cfg.ack_every,
             ack_delay: cfg.ack_delay,
             nack_retry: cfg.nack_retry,
@@ -235,6 +241,9 @@ impl Receiver {
         }
         if s == self.expected {
             // In order (the common case): straight into its message, no stop in the window.
+            if let Some(t) = self.slots[i].nacked.take() {
+                self.repair_sample(now.saturating_duration_since(t));
+            }
             match self.consume(repr, payload) {
                 Ok(()) => {
                     self.advance();
@@ -252,6 +261,9 @@ impl Receiver {
                     return Ok(());
                 }
             }
+        }
+        if let Some(t) = self.slots[i].nacked.take() {
+            self.repair_sample(now.saturating_duration_since(t));
         }
         let slot = &mut self.slots[i];
         if payload.len() > slot.data.len() {
@@ -312,13 +324,28 @@ impl Receiver {
         }
     }
 
-    /// The next expected frame was consumed.
+    /// The next expected frame was consumed: progress, so NACK retries start over at their
+    /// shortest interval.
     fn advance(&mut self) {
         self.expected += 1;
         self.unacked += 1;
-        if self.expected >= self.highest {
-            self.nack_backoff = 0;
-        }
+        self.nack_backoff = 0;
+    }
+
+    /// A repair arrived `rtt` after it was asked for.
+    fn repair_sample(&mut self, rtt: Duration) {
+        self.repair_rtt = Some(match self.repair_rtt {
+            None => rtt,
+            Some(s) => (s * 7 + rtt) / 8,
+        });
+    }
+
+    /// How long a NACKed frame is given to arrive before it is asked for again: the configured
+    /// retry, or one and a half repair round trips when those are longer (a busy root, or
+    /// repairs queued behind data in the switch), doubled per retry without progress.
+    fn nack_interval(&self) -> Duration {
+        let rtt = self.repair_rtt.map_or(Duration::ZERO, |r| r + r / 2);
+        self.nack_retry.max(rtt) * (1 << self.nack_backoff)
     }
 
     /// Appends the next expected frame (`repr`, `payload`) to the message it belongs to.
@@ -441,10 +468,10 @@ impl Receiver {
         }
         let gap = self.expected < self.highest && !self.slots[self.idx(self.expected)].have;
         if self.nack_now && gap {
-            self.send_nacks();
-            self.nack_at = Some(now + self.nack_retry);
+            self.send_nacks(now);
+            self.nack_at = Some(now + self.nack_interval());
         } else if gap && self.nack_at.is_none() {
-            self.nack_at = Some(now + self.nack_retry);
+            self.nack_at = Some(now + self.nack_interval());
         } else if !gap {
             self.nack_at = None;
         }
@@ -475,20 +502,31 @@ impl Receiver {
         });
     }
 
-    fn send_nacks(&mut self) {
+    /// Asks for the missing frames that were never asked for, or not within the retry
+    /// interval: a repair already on its way is not asked for again. Returns whether a NACK
+    /// went out.
+    fn send_nacks(&mut self, now: Instant) -> bool {
+        let retry = self.nack_interval();
+        let end = self.highest.min(self.expected + self.window());
+        let due = |slot: &WSlot| {
+            !slot.have
+                && slot
+                    .nacked
+                    .is_none_or(|t| now.saturating_duration_since(t) >= retry)
+        };
         let mut b = self.expected;
-        while b < self.highest {
-            let Some(base) = (b..self.highest).find(|&s| !self.slots[self.idx(s)].have) else {
+        let mut sent = false;
+        while b < end {
+            let Some(base) = (b..end).find(|&s| due(&self.slots[self.idx(s)])) else {
                 break;
             };
             let mut bitmap = 0u16;
             for k in 0..NACK_BITS {
                 let s = base + u64::from(k);
-                if s < self.highest
-                    && s < self.expected + self.window()
-                    && !self.slots[self.idx(s)].have
-                {
+                if s < end && due(&self.slots[self.idx(s)]) {
                     bitmap |= 1 << k;
+                    let i = self.idx(s);
+                    self.slots[i].nacked = Some(now);
                 }
             }
             let repr = Repr {
@@ -505,11 +543,15 @@ impl Receiver {
                 payload: Vec::new(),
             });
             b = base + u64::from(NACK_BITS);
+            sent = true;
         }
-        // A NACK carries the cumulative acknowledgement too.
-        self.acked = self.expected;
-        self.unacked = 0;
-        self.ack_at = None;
+        if sent {
+            // A NACK carries the cumulative acknowledgement too.
+            self.acked = self.expected;
+            self.unacked = 0;
+            self.ack_at = None;
+        }
+        sent
     }
 
     pub(crate) fn on_timeout(&mut self, now: Instant) {
@@ -519,9 +561,10 @@ impl Receiver {
         if self.nack_at.is_some_and(|t| t <= now) {
             let gap = self.expected < self.highest;
             if gap {
-                self.send_nacks();
-                self.nack_backoff = (self.nack_backoff + 1).min(6);
-                self.nack_at = Some(now + self.nack_retry * (1 << self.nack_backoff));
+                if self.send_nacks(now) {
+                    self.nack_backoff = (self.nack_backoff + 1).min(6);
+                }
+                self.nack_at = Some(now + self.nack_interval());
             } else {
                 self.nack_at = None;
             }

@@ -78,8 +78,9 @@ pub const DEFAULT_GROUP_ID: u32 = 0xEBD1_5700;
 /// 4096 frames of 1500 bytes are 6 MiB, 49 ms at 1 Gbit/s.
 pub const DEFAULT_WINDOW: usize = 4096;
 
-/// Acknowledge every this many frames by default: one acknowledgement per receiver per 32
-/// data frames keeps the sender's and the switch's per-frame work low.
+/// Acknowledge every this many frames by default (the engine's default). Measured on the
+/// 8-receiver test-bed at 1 Gbit/s: 8, 32, 64 and 128 gave the same goodput within the noise,
+/// and frequent acknowledgements free the shared buffer sooner.
 pub const DEFAULT_ACK_EVERY: usize = 8;
 
 /// An error that ends a command, with its exit code.
