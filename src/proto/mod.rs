@@ -481,6 +481,8 @@ pub struct Engine {
     rx: Vec<Option<Box<Receiver>>>,
     live: Vec<bool>,
     outbox: VecDeque<Control>,
+    /// Set by [`Engine::abandon`]: only control frames leave from then on.
+    abandoned: bool,
     events: VecDeque<Event>,
     stats: Stats,
 }
@@ -495,6 +497,7 @@ impl Engine {
             rx: (0..n).map(|_| None).collect(),
             live: vec![true; n],
             outbox: VecDeque::with_capacity(cfg.outbox),
+            abandoned: false,
             events: VecDeque::new(),
             stats: Stats::default(),
             cfg,
@@ -717,11 +720,21 @@ impl Engine {
             let len = repr.emit(&c.payload, buf).ok()?;
             return Some(Transmit { dst: c.dst, len });
         }
+        if self.abandoned {
+            return None;
+        }
         let t = self
             .tx
             .poll_transmit(&self.cfg, now, buf, &self.live, &mut self.stats);
         self.collect_tx();
         t
+    }
+
+    /// Stops sending broadcast data and repairs for good: only control frames leave from now
+    /// on. Why: a root that aborts must tell its receivers so, and on a saturated link its
+    /// last data frames would crowd that tell out of the switch's queues.
+    pub fn abandon(&mut self) {
+        self.abandoned = true;
     }
 
     /// The next event for the application.

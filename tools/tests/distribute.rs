@@ -5,8 +5,8 @@
 //! prefix; every child process is killed (by its pid, through its `Child`) when its handle
 //! drops, and the test-bed is torn down on drop.
 //!
-//! `ETHBCAST_DIST_MB` sets the size of the 8-receiver file test (default 16 MiB; the issue's
-//! 256 MiB run is done by hand with the release build, see the benchmark).
+//! `ETHBCAST_DIST_MB` sets the size of the 8-receiver file test (default 256 MiB, the size the
+//! distribution issue asks for; outputs are compared by digest, not held in memory).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -116,6 +116,13 @@ fn report(out: &Output) -> serde_json::Value {
     })
 }
 
+fn file_digest(path: &Path) -> blake3::Hash {
+    let mut h = blake3::Hasher::new();
+    h.update_reader(std::fs::File::open(path).expect("output file"))
+        .expect("read output");
+    h.finalize()
+}
+
 fn no_part_files(dir: &Path) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
@@ -131,7 +138,7 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
     let mb: usize = std::env::var("ETHBCAST_DIST_MB")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(16);
+        .unwrap_or(256);
     let tb = Testbed::up(
         &TestbedConfig::new(9)
             .prefix(prefix("f"))
@@ -141,7 +148,7 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
     .expect("test-bed");
     let dir = tmpdir("file");
     let input = dir.join("input.bin");
-    let data = random_file(&input, mb << 20, 1);
+    let want = blake3::hash(&random_file(&input, mb << 20, 1));
     let outs: Vec<PathBuf> = (1..9).map(|i| dir.join(format!("out{i}.bin"))).collect();
     let mut rs: Vec<Proc> = (1..9)
         .map(|i| recv(&tb, i, &["-o", outs[i - 1].to_str().unwrap()]))
@@ -194,7 +201,7 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
         );
     }
     for o in &outs {
-        assert!(std::fs::read(o).unwrap() == data, "{} differs", o.display());
+        assert_eq!(file_digest(o), want, "{} differs", o.display());
     }
     no_part_files(&dir);
     eprintln!(
@@ -212,17 +219,24 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
         return;
     }
     let tb =
-        Testbed::up(&TestbedConfig::new(4).prefix(prefix("p")).loss_pct(1.0)).expect("test-bed");
+        Testbed::up(&TestbedConfig::new(9).prefix(prefix("p")).loss_pct(1.0)).expect("test-bed");
     let dir = tmpdir("pipe");
     let mut rng = rand::rngs::SmallRng::seed_from_u64(2);
-    let mut data = vec![0u8; 5 * 1024 * 1024 + 12345];
+    let mut data = vec![0u8; 24 * 1024 * 1024 + 12345];
     rng.fill_bytes(&mut data);
-    let f1 = dir.join("one.bin");
+    // Receivers 1-5 write files, 6 pipes into cat, 7 into gzip (the Kascade `dd | gzip`
+    // example, the other way round), 8 writes to its standard output.
+    let files: Vec<PathBuf> = (1..=5).map(|i| dir.join(format!("f{i}.bin"))).collect();
+    let mut rf: Vec<Proc> = (1..=5)
+        .map(|i| recv(&tb, i, &["-o", files[i - 1].to_str().unwrap()]))
+        .collect();
     let f2 = dir.join("via-cat.bin");
-    let mut r1 = recv(&tb, 1, &["-o", f1.to_str().unwrap()]);
     let cmd = format!("cat > {}", f2.display());
-    let mut r2 = recv(&tb, 2, &["-O", &cmd]);
-    let mut r3 = recv(&tb, 3, &[]); // stdout, drained as it comes
+    let mut r2 = recv(&tb, 6, &["-O", &cmd]);
+    let gz = dir.join("via-gzip.bin.gz");
+    let gzcmd = format!("gzip -1 > {}", gz.display());
+    let mut r_gz = recv(&tb, 7, &["-O", &gzcmd]);
+    let mut r3 = recv(&tb, 8, &[]); // stdout, drained as it comes
     let mut r3_out = r3.0.as_mut().unwrap().stdout.take().unwrap();
     let drain = std::thread::spawn(move || {
         let mut v = Vec::new();
@@ -238,7 +252,7 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
             "--wait-mode",
             "block",
             "--receivers",
-            "3",
+            "8",
             "--chunk",
             "256K",
             "--wait",
@@ -269,7 +283,11 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(rep["bytes"], data.len() as u64);
-    for r in [&mut r1, &mut r2] {
+    assert!(
+        rep["repair_frames"].as_u64().unwrap() > 0,
+        "1% loss must cause repairs"
+    );
+    for r in rf.iter_mut().chain([&mut r2, &mut r_gz]) {
         let o = r.wait_timeout(Duration::from_secs(30));
         assert_eq!(
             o.status.code(),
@@ -286,8 +304,17 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
         String::from_utf8_lossy(&o3.stderr)
     );
     assert!(drain.join().unwrap() == data, "stdout output differs");
-    assert!(std::fs::read(&f1).unwrap() == data, "-o output differs");
+    for f in &files {
+        assert!(std::fs::read(f).unwrap() == data, "{} differs", f.display());
+    }
     assert!(std::fs::read(&f2).unwrap() == data, "-O output differs");
+    let unzipped = std::process::Command::new("gzip")
+        .arg("-dc")
+        .arg(&gz)
+        .output()
+        .expect("gzip -dc");
+    assert!(unzipped.status.success());
+    assert!(unzipped.stdout == data, "-O gzip output differs");
     no_part_files(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
@@ -457,6 +484,92 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
         .unwrap();
     let h = String::from_utf8_lossy(&help.stdout);
     assert!(h.contains("Exit codes") && h.contains("130") && h.contains("Examples"));
+}
+
+#[test]
+fn a_tar_stream_is_unpacked_on_the_fly_by_every_receiver() {
+    if !netns_available() {
+        return;
+    }
+    let tb =
+        Testbed::up(&TestbedConfig::new(4).prefix(prefix("t")).loss_pct(1.0)).expect("test-bed");
+    let dir = tmpdir("tar");
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    let mut want = Vec::new();
+    for (i, name) in ["a.bin", "sub/b.bin", "sub/deeper/c.bin", "empty"]
+        .iter()
+        .enumerate()
+    {
+        let len = if *name == "empty" {
+            0
+        } else {
+            (i + 1) * 700_001
+        };
+        want.push((
+            name.to_string(),
+            random_file(&src.join(name), len, 10 + i as u64),
+        ));
+    }
+    // Receivers run the Kascade example: -O 'tar -x -C DIR'.
+    let mut rs: Vec<Proc> = (1..4)
+        .map(|i| {
+            let d = dir.join(format!("dst{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            recv(&tb, i, &["-O", &format!("tar -x -C {}", d.display())])
+        })
+        .collect();
+    let mut tar = std::process::Command::new("tar")
+        .args(["-c", "-C"])
+        .arg(&src)
+        .arg(".")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tar");
+    let tar_out = tar.stdout.take().unwrap();
+    let mut s = spawn(
+        &tb.hosts()[0].netns,
+        &[
+            "send",
+            "--iface",
+            "eth0",
+            "--wait-mode",
+            "block",
+            "--receivers",
+            "3",
+            "--wait",
+            "30",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::from(tar_out),
+    );
+    let out = s.wait_timeout(Duration::from_secs(120));
+    assert!(tar.wait().unwrap().success());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in rs.iter_mut() {
+        let o = r.wait_timeout(Duration::from_secs(30));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for i in 1..4 {
+        for (name, data) in &want {
+            let got = std::fs::read(dir.join(format!("dst{i}")).join(name))
+                .unwrap_or_else(|e| panic!("dst{i}/{name}: {e}"));
+            assert!(got == *data, "dst{i}/{name} differs");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
 }
 
 fn netns_available() -> bool {

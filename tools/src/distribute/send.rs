@@ -210,6 +210,16 @@ fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
     pb
 }
 
+/// Tells every receiver to discard the transfer: data stops at once and the abort is repeated
+/// for about 100 ms (the first copies may meet queues still full of data).
+fn abort_receivers(node: &mut Node) {
+    node.engine_mut().abandon();
+    for _ in 0..6 {
+        control(node, Dest::All, ABORT);
+        let _ = node.poll(Duration::from_millis(20));
+    }
+}
+
 fn control(node: &mut Node, dst: Dest, payload: &[u8]) {
     let _ = node
         .engine_mut()
@@ -337,12 +347,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     loop {
         if stop.load(Ordering::SeqCst) {
             pb.finish_and_clear();
-            for _ in 0..5 {
-                control(&mut node, Dest::All, ABORT);
-                let _ = node.poll(Duration::from_millis(20));
-            }
-            let _ = node.bcast(Msg::Abort("interrupted".into()).encode(), Algo::Simple);
-            let _ = node.poll(Duration::from_millis(50));
+            abort_receivers(&mut node);
             return Err(Fatal::new(
                 EXIT_INTERRUPTED,
                 "interrupted: transfer aborted, receivers told to discard it",
@@ -375,10 +380,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     }
                     Ok(Block::Err(e)) => {
                         pb.finish_and_clear();
-                        for _ in 0..5 {
-                            control(&mut node, Dest::All, ABORT);
-                            let _ = node.poll(Duration::from_millis(20));
-                        }
+                        abort_receivers(&mut node);
                         return Err(Fatal::io(format!("reading the input: {e}")));
                     }
                     Err(TryRecvError::Empty) => {
