@@ -239,11 +239,11 @@ impl Receiver {
             self.schedule(now);
             return Err(Drop::Duplicate(s));
         }
+        if let Some(t) = self.slots[i].nacked.take() {
+            self.repair_sample(now.saturating_duration_since(t));
+        }
         if s == self.expected {
             // In order (the common case): straight into its message, no stop in the window.
-            if let Some(t) = self.slots[i].nacked.take() {
-                self.repair_sample(now.saturating_duration_since(t));
-            }
             match self.consume(repr, payload) {
                 Ok(()) => {
                     self.advance();
@@ -261,9 +261,6 @@ impl Receiver {
                     return Ok(());
                 }
             }
-        }
-        if let Some(t) = self.slots[i].nacked.take() {
-            self.repair_sample(now.saturating_duration_since(t));
         }
         let slot = &mut self.slots[i];
         if payload.len() > slot.data.len() {

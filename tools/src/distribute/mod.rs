@@ -144,6 +144,23 @@ pub struct LinkOpts {
     pub ack_every: usize,
 }
 
+impl LinkOpts {
+    /// Opens the interface with receive queues as deep as the window (a whole window can
+    /// arrive while this host is busy elsewhere).
+    pub fn open(&self) -> Result<Box<dyn ethbcast::link::Link + Send>, LinkError> {
+        ethbcast::link::open_sized(self.backend, &self.iface, self.wait_mode, self.window)
+    }
+
+    /// The engine configuration of member `rank` of a transfer of `size` members.
+    pub fn config(&self, rank: u16, size: u16) -> ethbcast::proto::Config {
+        let mut cfg = ethbcast::proto::Config::new(self.group_id, rank, size);
+        cfg.window = self.window;
+        cfg.ack_every = self.ack_every;
+        cfg.auto_post = true;
+        cfg
+    }
+}
+
 /// How long the join phase and completion reports may take at most.
 pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.max(0.0))

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast::link;
 use ethbcast::node::Node;
-use ethbcast::proto::{Config, Event};
+use ethbcast::proto::Event;
 use serde::Serialize;
 
 use super::stream::{hex, Data, Final, Msg, ABORT, EVICTED};
@@ -412,12 +412,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let stop = super::interrupt_flag();
     let mut guard = Guard(Sink::open(&a.output)?);
     let sink = &mut guard.0;
-    let mut lnk = link::open_sized(
-        a.link.backend,
-        &a.link.iface,
-        a.link.wait_mode,
-        a.link.window,
-    )?;
+    let mut lnk = a.link.open()?;
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
@@ -437,10 +432,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         .iter()
         .position(|m| *m == me)
         .expect("the roster names us") as u16;
-    let mut cfg = Config::new(a.link.group_id, rank, roster.len() as u16);
-    cfg.window = a.link.window;
-    cfg.ack_every = a.link.ack_every;
-    cfg.auto_post = true;
+    let cfg = a.link.config(rank, roster.len() as u16);
     let mut node = Node::new(cfg, lnk, roster)?;
     node.send_to(0, b"J".to_vec())?;
 

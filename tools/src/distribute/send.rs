@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use ethbcast::link::{self, format_mac, MacAddr};
+use ethbcast::link::{format_mac, MacAddr};
 use ethbcast::node::{Node, NodeError};
-use ethbcast::proto::{Algo, Config, Dest, Event, SendError};
+use ethbcast::proto::{Algo, Dest, Event, SendError};
 use ethbcast::wire::{Kind, Repr};
 use serde::Serialize;
 
@@ -256,12 +256,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
 
     let t_join = Instant::now();
     let deadline = t_join + a.wait;
-    let mut lnk = link::open_sized(
-        a.link.backend,
-        &a.link.iface,
-        a.link.wait_mode,
-        a.link.window,
-    )?;
+    let mut lnk = a.link.open()?;
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
@@ -283,10 +278,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         .ok()
         .filter(|&s| s < u16::MAX)
         .ok_or_else(|| Fatal::new(super::EXIT_USAGE, "too many receivers"))?;
-    let mut cfg = Config::new(a.link.group_id, 0, size);
-    cfg.window = a.link.window;
-    cfg.ack_every = a.link.ack_every;
-    cfg.auto_post = true;
+    let cfg = a.link.config(0, size);
     let mut node = Node::new(cfg, lnk, roster.clone())?;
     join::confirm(&mut node, &roster, deadline, &stop)?;
     let join_seconds = t_join.elapsed().as_secs_f64();
