@@ -462,6 +462,14 @@ impl Node {
         Ok(())
     }
 
+    /// Sends whatever the engines have to send and waits up to `timeout` until the link has
+    /// handed all of it to the device (see [`crate::link::Link::drain`]); returns whether it
+    /// did. For a member that sends its last words and exits.
+    pub fn drain(&mut self, timeout: Duration) -> Result<bool, NodeError> {
+        self.flush()?;
+        Ok(self.link.drain(timeout)?)
+    }
+
     /// One turn: send, wait up to `wait` (or the engine's next timer, if sooner) for frames,
     /// handle them and the timers, send again.
     pub fn poll(&mut self, wait: Duration) -> Result<(), NodeError> {

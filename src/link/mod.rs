@@ -236,6 +236,14 @@ pub trait Link {
     fn flush(&mut self) -> Result<(), LinkError> {
         Ok(())
     }
+    /// Pushes out anything queued and waits up to `timeout` until the device has taken all of
+    /// it; returns whether it did. Frames still queued when a link is dropped are lost, so a
+    /// program that sends its last words (an abort, a final report) and exits drains first.
+    fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
+        let _ = timeout;
+        self.flush()?;
+        Ok(true)
+    }
     /// Calls `f(source MAC, PDU)` for every frame that is ready. If none is ready, waits up
     /// to `wait` (`None`: do not wait). Returns how many frames were handed to `f`.
     fn recv(

@@ -24,10 +24,12 @@ use ethbcast_sys::ring::RingSocket;
 use ethbcast_sys::socket::SocketOptions;
 use ethbcast_sys::wait::{self, Interest, Strategy};
 use std::os::fd::AsFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long `send` waits for a TX slot to come back before giving up.
 const SEND_STALL: Duration = Duration::from_secs(1);
+/// While waiting for the TX ring, kick it this often (see [`RingSocket::tx_flush`]).
+const KICK_EVERY: Duration = Duration::from_millis(1);
 
 /// How the ring backend sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -142,6 +144,35 @@ impl RingLink {
     }
 
     /// Sends the userspace batch with `sendmmsg`, waiting for room when the socket is full.
+    /// Kicks the TX ring every [`KICK_EVERY`] until `done` holds or `timeout` passed; returns
+    /// whether it holds. One kick is not enough: the kernel leaves frames that a full device
+    /// queue refused in the ring until the next kick, and only a kick frees their slots.
+    fn wait_tx(
+        &mut self,
+        timeout: Duration,
+        done: impl Fn(&RingSocket) -> bool,
+    ) -> Result<bool, LinkError> {
+        let deadline = Instant::now() + timeout;
+        self.queued = 0;
+        loop {
+            self.ring.tx_flush()?;
+            let ring = &self.ring;
+            let round = KICK_EVERY.min(deadline.saturating_duration_since(Instant::now()));
+            if wait::wait_until(
+                ring.socket().as_fd(),
+                Interest::Write,
+                self.strategy,
+                round,
+                || done(ring),
+            )? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+        }
+    }
+
     fn flush_batch(&mut self) -> Result<(), LinkError> {
         let mut frames: Vec<&[u8]> = Vec::with_capacity(self.batch_ends.len());
         let mut start = 0;
@@ -201,16 +232,9 @@ impl Link for RingLink {
             self.batch_ends.push(start + len);
         } else if !self.ring.tx_push_with(len, fill)? {
             // The next slot is still in flight: push out what is queued, wait for the slot.
-            self.flush()?;
-            let ring = &self.ring;
-            let free = wait::wait_until(
-                ring.socket().as_fd(),
-                Interest::Write,
-                self.strategy,
-                SEND_STALL,
-                || ring.tx_slot_free(),
-            )?;
-            if !free || !self.ring.tx_push_with(len, fill)? {
+            if !self.wait_tx(SEND_STALL, RingSocket::tx_slot_free)?
+                || !self.ring.tx_push_with(len, fill)?
+            {
                 return Err(stalled("the TX ring"));
             }
         }
@@ -222,7 +246,10 @@ impl Link for RingLink {
     }
 
     fn flush(&mut self) -> Result<(), LinkError> {
-        if self.queued > 0 {
+        // A ring that still holds frames the device refused at the last kick is kicked again
+        // even when nothing new was queued.
+        let refused = self.tx_mode == TxMode::Ring && !self.ring.tx_idle();
+        if self.queued > 0 || refused {
             match self.tx_mode {
                 TxMode::Ring => self.ring.tx_flush()?,
                 TxMode::Batch => self.flush_batch()?,
@@ -230,6 +257,15 @@ impl Link for RingLink {
             self.queued = 0;
         }
         Ok(())
+    }
+
+    fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
+        self.flush()?;
+        match self.tx_mode {
+            TxMode::Ring => self.wait_tx(timeout, RingSocket::tx_idle),
+            // `flush_batch` returns once the kernel took every frame.
+            TxMode::Batch => Ok(true),
+        }
     }
 
     fn recv(

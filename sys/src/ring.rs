@@ -389,6 +389,15 @@ impl RingSocket {
         })
     }
 
+    /// Whether the kernel has taken every queued TX frame: it sends in ring order, so the
+    /// most recently queued slot being free means all are. True without a TX ring.
+    pub fn tx_idle(&self) -> bool {
+        self.tx.is_none_or(|tx| {
+            let last = (tx.head + tx.frame_count - 1) % tx.frame_count;
+            self.status(tx.slot_offset(last)).load(Ordering::Acquire) == libc::TP_STATUS_AVAILABLE
+        })
+    }
+
     /// Queues one frame of `len` bytes (Ethernet header included), written by `fill` directly
     /// into the next TX slot (zero-filled first). Returns `Ok(false)` if the slot is still in
     /// use (flush with [`RingSocket::tx_flush`] and wait). Nothing is sent before `tx_flush`.
@@ -444,7 +453,9 @@ impl RingSocket {
     }
 
     /// Asks the kernel to send every queued TX frame (`send(fd, NULL, 0, MSG_DONTWAIT)`).
-    /// Frames the device could not take now are dropped by the kernel, as on any Ethernet.
+    /// When the device's queue refuses a frame (`ENOBUFS`), the kernel stops there and leaves
+    /// that frame and the ones after it queued: they go out only at a later kick, so whoever
+    /// waits for TX slots must keep kicking.
     pub fn tx_flush(&self) -> Result<()> {
         if self.tx.is_none() {
             return Ok(());

@@ -572,6 +572,86 @@ fn a_tar_stream_is_unpacked_on_the_fly_by_every_receiver() {
     tb.down().unwrap();
 }
 
+#[test]
+fn ctrl_c_on_the_sender_ends_the_transfer_at_every_receiver_without_complete_looking_files() {
+    if !netns_available() {
+        return;
+    }
+    // 100 Mbit/s ports: the sender's queue is full when the interruption comes, so the abort
+    // has to get past data the device refused.
+    let tb = Testbed::up(
+        &TestbedConfig::new(3)
+            .prefix(prefix("c"))
+            .rate(Rate::from_bits_per_sec(100_000_000).unwrap()),
+    )
+    .expect("test-bed");
+    let dir = tmpdir("ctrlc");
+    let out1 = dir.join("out1.bin");
+    let mut r1 = recv(&tb, 1, &["-o", out1.to_str().unwrap()]);
+    let cat_cmd = format!("cat > {}", dir.join("cat.bin").display());
+    let mut r2 = recv(&tb, 2, &["-O", &cat_cmd]);
+    let mut s = spawn(
+        &tb.hosts()[0].netns,
+        &[
+            "send",
+            "--iface",
+            "eth0",
+            "--wait-mode",
+            "block",
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--quiet",
+        ],
+        Stdio::piped(),
+    );
+    // An endless stream: the transfer only ends by the interruption.
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block = vec![0x5au8; 64 * 1024];
+        while stdin.write_all(&block).is_ok() {}
+    });
+    let t0 = Instant::now();
+    loop {
+        let grown = std::fs::read_dir(&dir).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with(".out1.bin")
+                && e.metadata().map(|m| m.len() > 1 << 20).unwrap_or(false)
+        });
+        if grown {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no data arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // `ip netns exec` execs the command, so the child's pid is the sender's.
+    let pid = i32::try_from(s.0.as_ref().unwrap().id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT to the sender we started");
+    let out = s.wait_timeout(Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    // The receivers' silence timeout is 20 s: ending within 15 s with 130 means they heard
+    // the abort.
+    for r in [&mut r1, &mut r2] {
+        let o = r.wait_timeout(Duration::from_secs(15));
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(130), "{e}");
+    }
+    feeder.join().unwrap();
+    assert!(
+        !out1.exists(),
+        "an interrupted transfer left a complete-looking file"
+    );
+    no_part_files(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
 fn netns_available() -> bool {
     ethbcast_tools::testbed::netns_available("distribute", true)
 }

@@ -210,14 +210,16 @@ fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
     pb
 }
 
-/// Tells every receiver to discard the transfer: data stops at once and the abort is repeated
-/// for about 100 ms (the first copies may meet queues still full of data).
+/// Tells every receiver to discard the transfer: data stops at once, the abort is repeated
+/// for about 100 ms (the first copies may meet queues still full of data), and the link is
+/// drained before the process exits with them.
 fn abort_receivers(node: &mut Node) {
     node.engine_mut().abandon();
     for _ in 0..6 {
         control(node, Dest::All, ABORT);
         let _ = node.poll(Duration::from_millis(20));
     }
+    let _ = node.drain(Duration::from_millis(500));
 }
 
 fn control(node: &mut Node, dst: Dest, payload: &[u8]) {
