@@ -120,6 +120,12 @@ pub struct Config {
     pub key: Option<[u8; 32]>,
 }
 
+/// Largest window (frames in flight per root). Sequence numbers travel as 32 bits and are
+/// extended against the receiver's position, which is exact while the window stays far below
+/// 2^31; the bound is about memory: each receiver keeps one slot per frame of the window (a
+/// 65536-frame window is about 100 MiB per root at a 1500-byte MTU).
+pub const MAX_WINDOW: usize = 1 << 16;
+
 impl Config {
     /// Defaults for a member `rank` of a group of `size`.
     pub fn new(group: u32, rank: Rank, size: u16) -> Config {
@@ -185,7 +191,7 @@ impl Config {
         if self.max_payload() < 64 || self.max_payload() > usize::from(u16::MAX) {
             return Err(ConfigError::Mtu(self.max_pdu));
         }
-        if self.window == 0 || self.window > 4096 {
+        if self.window == 0 || self.window > MAX_WINDOW {
             return Err(ConfigError::Window(self.window));
         }
         if self.btp1 == 0 || self.btp1 > self.max_payload() {
@@ -213,7 +219,7 @@ pub enum ConfigError {
     #[error("MTU {0} gives no usable payload (need 104..=65575 bytes)")]
     Mtu(usize),
     /// Window size out of range.
-    #[error("window of {0} frames is out of range 1..=4096")]
+    #[error("window of {0} frames is out of range 1..={MAX_WINDOW}")]
     Window(usize),
     /// BTP1 must fit one frame.
     #[error("BTP1 of {0} bytes must be between 1 and the frame payload of {1} bytes")]

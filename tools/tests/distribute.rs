@@ -464,6 +464,13 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // A window the engine cannot take fails before any join, not after it.
+    let out = std::process::Command::new(BIN)
+        .args(["recv", "--iface", "eth0", "--window", "70000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the window must be 1..=65536"));
     let out = std::process::Command::new(BIN)
         .args([
             "send",

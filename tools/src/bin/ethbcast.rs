@@ -64,7 +64,7 @@ struct Common {
     #[arg(long, default_value = "adaptive")]
     wait_mode: WaitMode,
     /// Retransmission buffer slots = frames in flight (both sides must agree).
-    #[arg(long, default_value_t = distribute::DEFAULT_WINDOW)]
+    #[arg(long, default_value_t = distribute::DEFAULT_WINDOW, value_parser = parse_window)]
     window: usize,
     /// A receiver acknowledges every this many frames (and at message ends and after a short
     /// delay): fewer acknowledgements cost the sender and the switch less per data frame.
@@ -78,6 +78,15 @@ fn parse_group(s: &str) -> Result<u32, String> {
         None => s.parse(),
     };
     r.map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Checked here, so that a bad window fails at once instead of after the join.
+fn parse_window(s: &str) -> Result<usize, String> {
+    let max = ethbcast::proto::MAX_WINDOW;
+    match s.trim().parse::<usize>() {
+        Ok(w) if (1..=max).contains(&w) => Ok(w),
+        _ => Err(format!("{s:?}: the window must be 1..={max} frames")),
+    }
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -236,7 +245,6 @@ fn main() -> ExitCode {
                 wait: distribute::secs(wait),
                 timeout: distribute::secs(timeout),
                 report_wait: distribute::secs(report_wait),
-                max_inflight: 4,
                 quiet,
             };
             match send::run(&args) {

@@ -38,8 +38,6 @@ pub struct SendArgs {
     pub timeout: Duration,
     /// How long to wait for completion reports once all data is acknowledged.
     pub report_wait: Duration,
-    /// Data messages queued in the engine at most.
-    pub max_inflight: usize,
     /// No progress bar or chatter.
     pub quiet: bool,
 }
@@ -281,6 +279,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         .filter(|&s| s < u16::MAX)
         .ok_or_else(|| Fatal::new(super::EXIT_USAGE, "too many receivers"))?;
     let cfg = a.link.config(0, size);
+    // Data messages handed to the engine at most: enough to cover the shared buffer twice.
+    // A message leaves only when every receiver acknowledged all of it, repairs included, so
+    // with fewer the buffer runs dry while the oldest message waits for its last repair.
+    let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
     let mut node = Node::new(cfg, lnk, roster.clone())?;
     join::confirm(&mut node, &roster, deadline, &stop)?;
     let join_seconds = t_join.elapsed().as_secs_f64();
@@ -350,7 +352,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         let live_receivers = outcome[1..].contains(&Outcome::Active);
         // Feed the engine.
         let mut wait = Duration::from_millis(5);
-        while live_receivers && !eof && inflight.len() < a.max_inflight {
+        while live_receivers && !eof && inflight.len() < max_inflight {
             if pending.is_none() {
                 match rx.try_recv() {
                     Ok(Block::Data(v)) => pending = Some(v),
