@@ -184,6 +184,10 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
     );
     assert_eq!(rep["ok"], true);
     assert_eq!(rep["bytes"], (mb << 20) as u64);
+    assert!(
+        rep["digest"].as_str().unwrap().starts_with("xxh3:"),
+        "{rep}"
+    );
     let recs = rep["receivers"].as_array().unwrap();
     assert_eq!(recs.len(), 8);
     assert!(recs.iter().all(|r| r["status"] == "completed"), "{rep}");
@@ -546,6 +550,8 @@ fn a_tar_stream_is_unpacked_on_the_fly_by_every_receiver() {
             "3",
             "--wait",
             "30",
+            "--digest",
+            "blake3",
             "--quiet",
             "--json",
         ],
@@ -558,6 +564,11 @@ fn a_tar_stream_is_unpacked_on_the_fly_by_every_receiver() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let rep = report(&out);
+    assert!(
+        rep["digest"].as_str().unwrap().starts_with("blake3:"),
+        "{rep}"
     );
     for r in rs.iter_mut() {
         let o = r.wait_timeout(Duration::from_secs(30));

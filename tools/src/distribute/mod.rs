@@ -13,7 +13,8 @@
 //! 2. **Stream** ([`stream`]): broadcast messages from rank 0: a header (magic, version,
 //!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
 //!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
-//!    and the BLAKE3 digest of the whole stream.
+//!    and the digest of the whole stream (XXH3-128, or BLAKE3 with `--digest blake3`; the
+//!    header names which).
 //! 3. **Rate**: by default the engine's shared retransmission buffer paces the sender: no
 //!    more than `window` frames are ever unacknowledged by the slowest live receiver, and
 //!    no more than a few chunks are queued in the engine. `--max-rate` adds a token bucket

@@ -14,7 +14,7 @@ use ethbcast::node::Node;
 use ethbcast::proto::Event;
 use serde::Serialize;
 
-use super::stream::{hex, Data, Final, Msg, ABORT, EVICTED};
+use super::stream::{Data, DigestAlgo, Final, Msg, StreamHasher, ABORT, EVICTED};
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// Where the stream goes.
@@ -54,7 +54,7 @@ pub struct RecvReport {
     pub bytes: u64,
     /// Seconds from the header to the end.
     pub seconds: f64,
-    /// BLAKE3 of what was received (hex).
+    /// Digest of what was received (`xxh3:HEX` or `blake3:HEX`; empty if nothing was).
     pub digest: String,
     /// Why it failed.
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -313,7 +313,8 @@ enum Job {
 struct Written {
     result: Result<(), Fatal>,
     bytes: u64,
-    digest: [u8; 32],
+    /// The digest of what was written, rendered.
+    digest: String,
 }
 
 /// The writer thread and its queue.
@@ -325,14 +326,14 @@ struct Writer {
 }
 
 impl Writer {
-    fn spawn(sink: Sink) -> Result<Writer, Fatal> {
+    fn spawn(sink: Sink, algo: DigestAlgo) -> Result<Writer, Fatal> {
         let handle = sink.handle();
         let (tx, rx) = sync_channel::<Job>(WRITE_QUEUE);
         let thread = std::thread::Builder::new()
             .name("ethbcast-writer".into())
             .spawn(move || {
                 let mut sink = Guard(sink);
-                let mut hasher = blake3::Hasher::new();
+                let mut hasher = StreamHasher::new(algo);
                 let mut bytes = 0u64;
                 let result = loop {
                     match rx.recv() {
@@ -344,14 +345,14 @@ impl Writer {
                             }
                         }
                         Ok(Job::Verify { bytes: b, digest }) => {
-                            let mine = *hasher.finalize().as_bytes();
+                            let mine = hasher.finalize();
                             if b != bytes || mine != digest {
                                 break Err(Fatal::new(
                                     EXIT_FAILED,
                                     format!(
-                                        "integrity check failed: got {bytes} bytes blake3:{}, the sender sent {b} bytes blake3:{}",
-                                        hex(&mine),
-                                        hex(&digest)
+                                        "integrity check failed: got {bytes} bytes {}, the sender sent {b} bytes {}",
+                                        algo.render(&mine),
+                                        algo.render(&digest)
                                     ),
                                 ));
                             }
@@ -364,7 +365,7 @@ impl Writer {
                 Written {
                     result,
                     bytes,
-                    digest: *hasher.finalize().as_bytes(),
+                    digest: algo.render(&hasher.finalize()),
                 }
             })
             .map_err(|e| Fatal::io(format!("cannot start the writer thread: {e}")))?;
@@ -476,7 +477,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         for ev in events {
             match ev {
                 Event::Delivered { root: 0, data, .. } => match Msg::decode(data) {
-                    Ok(Msg::Header { total, .. }) if writer.is_none() => {
+                    Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
                         if !a.quiet {
                             eprintln!(
                                 "ethbcast: rank {rank}: receiving {}",
@@ -486,7 +487,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         if let Err(e) = sink.start() {
                             break 'run Err(e);
                         }
-                        match Writer::spawn(std::mem::replace(sink, Sink::Done)) {
+                        match Writer::spawn(std::mem::replace(sink, Sink::Done), digest) {
                             Ok(w) => writer = Some(w),
                             Err(e) => break 'run Err(e),
                         }
@@ -570,9 +571,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     };
     let (bytes, digest) = written
         .as_ref()
-        .map_or((0, hex(blake3::hash(b"").as_bytes())), |w| {
-            (w.bytes, hex(&w.digest))
-        });
+        .map_or((0, String::new()), |w| (w.bytes, w.digest.clone()));
     // Tell the sender (best effort for failures), then make sure it heard us.
     let report = Final {
         ok,

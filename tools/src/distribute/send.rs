@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::join::{self, Expect};
 use super::rate::TokenBucket;
-use super::stream::{hex, Final, Msg, ABORT, EVICTED};
+use super::stream::{DigestAlgo, Final, Msg, StreamHasher, ABORT, EVICTED};
 use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// What `ethbcast send` was asked to do.
@@ -28,6 +28,8 @@ pub struct SendArgs {
     pub input: Option<PathBuf>,
     /// Receivers to wait for.
     pub expect: Expect,
+    /// End-to-end digest of the stream.
+    pub digest: DigestAlgo,
     /// Token-bucket limit in bytes per second.
     pub max_rate: Option<u64>,
     /// Bytes per data message.
@@ -83,7 +85,7 @@ pub struct Report {
     pub iface: String,
     /// Bytes in the stream.
     pub bytes: u64,
-    /// BLAKE3 of the stream (hex).
+    /// Digest of the stream (`xxh3:HEX` or `blake3:HEX`).
     pub digest: String,
     /// Seconds the join took.
     pub join_seconds: f64,
@@ -105,11 +107,11 @@ impl Report {
     /// The human REPORT (Kascade style).
     pub fn render(&self) -> String {
         let mut s = format!(
-            "REPORT: {} bytes in {:.2} s ({:.1} Mbit/s), digest blake3:{}, join {:.2} s, {} data frames, {} repairs\n",
+            "REPORT: {} bytes in {:.2} s ({:.1} Mbit/s), digest {}, join {:.2} s, {} data frames, {} repairs\n",
             self.bytes,
             self.seconds,
             self.goodput_mbit,
-            &self.digest[..16.min(self.digest.len())],
+            self.digest,
             self.join_seconds,
             self.data_frames,
             self.repair_frames
@@ -312,13 +314,14 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         Msg::Header {
             total,
             chunk: msg as u32,
+            digest: a.digest,
         }
         .encode(),
         Algo::Simple,
     )?;
     let mut inflight: VecDeque<(u64, u64)> = VecDeque::new();
     let mut pending: Option<Vec<u8>> = None;
-    let mut hasher = blake3::Hasher::new();
+    let mut hasher = StreamHasher::new(a.digest);
     let mut sent: u64 = 0;
     let mut acked: u64 = 0;
     let mut eof = false;
@@ -357,7 +360,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 match rx.try_recv() {
                     Ok(Block::Data(v)) => pending = Some(v),
                     Ok(Block::Eof) => {
-                        digest = *hasher.finalize().as_bytes();
+                        digest = hasher.finalize();
                         let id = node.bcast(
                             Msg::Trailer {
                                 bytes: sent,
@@ -525,7 +528,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         node.poll(Duration::from_millis(10))?;
     }
     if !eof {
-        digest = *hasher.finalize().as_bytes();
+        digest = hasher.finalize();
     }
     let st = node.engine().stats().clone();
     let receivers: Vec<ReceiverReport> = (1..n)
@@ -542,7 +545,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         ok: receivers.iter().all(|r| r.status == Outcome::Completed),
         iface: a.link.iface.clone(),
         bytes: sent,
-        digest: hex(&digest),
+        digest: a.digest.render(&digest),
         join_seconds,
         seconds,
         goodput_mbit: mbit(sent, Duration::from_secs_f64(seconds)),

@@ -1,10 +1,11 @@
 //! The stream protocol carried by the broadcast messages, and the control payloads.
 //!
 //! Broadcast messages from the sender (rank 0), first byte = type:
-//! - `H` header: magic `EBDS`, version (1), total size (u64, `u64::MAX` = unknown), chunk
-//!   size (u32);
+//! - `H` header: magic `EBDS`, version (2), total size (u64, `u64::MAX` = unknown), chunk
+//!   size (u32), digest algorithm (u8: 1 XXH3-128, 2 BLAKE3);
 //! - `D` data: the next bytes of the stream;
-//! - `T` trailer: total bytes (u64) and the BLAKE3 digest (32 bytes) of the whole stream;
+//! - `T` trailer: total bytes (u64) and the digest of the whole stream (32 bytes; XXH3-128
+//!   fills the first 16, big-endian, and zeros the rest);
 //! - `A` abort: a reason (UTF-8).
 //!
 //! Point-to-point messages from a receiver to the sender: `J` (joined) and `F` (final
@@ -16,7 +17,7 @@
 use ethbcast::link::MacAddr;
 
 /// Protocol version in the header.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Header magic.
 pub const MAGIC: &[u8; 4] = b"EBDS";
 /// Receiver hello.
@@ -39,6 +40,8 @@ pub enum Msg {
         total: Option<u64>,
         /// Chunk size.
         chunk: u32,
+        /// How the trailer's digest is computed.
+        digest: DigestAlgo,
     },
     /// Data.
     Data(Data),
@@ -46,7 +49,7 @@ pub enum Msg {
     Trailer {
         /// Bytes in the stream.
         bytes: u64,
-        /// BLAKE3 of the stream.
+        /// Digest of the stream (see the header's algorithm).
         digest: [u8; 32],
     },
     /// Abort.
@@ -57,12 +60,17 @@ impl Msg {
     /// Encodes.
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Msg::Header { total, chunk } => {
+            Msg::Header {
+                total,
+                chunk,
+                digest,
+            } => {
                 let mut v = vec![b'H'];
                 v.extend_from_slice(MAGIC);
                 v.push(VERSION);
                 v.extend_from_slice(&total.unwrap_or(UNKNOWN).to_be_bytes());
                 v.extend_from_slice(&chunk.to_be_bytes());
+                v.push(digest.code());
                 v
             }
             Msg::Data(d) => d.0.clone(),
@@ -87,7 +95,7 @@ impl Msg {
         };
         match t {
             b'H' => {
-                if m.len() < 18 || &m[1..5] != MAGIC {
+                if m.len() < 6 || &m[1..5] != MAGIC {
                     return Err("not an ethbcast stream header".into());
                 }
                 if m[5] != VERSION {
@@ -96,11 +104,17 @@ impl Msg {
                         m[5]
                     ));
                 }
+                if m.len() != 19 {
+                    return Err(format!("stream header of {} bytes (19 expected)", m.len()));
+                }
                 let total = u64::from_be_bytes(m[6..14].try_into().expect("8 bytes"));
                 let chunk = u32::from_be_bytes(m[14..18].try_into().expect("4 bytes"));
+                let digest = DigestAlgo::from_code(m[18])
+                    .ok_or_else(|| format!("unknown digest algorithm {}", m[18]))?;
                 Ok(Msg::Header {
                     total: (total != UNKNOWN).then_some(total),
                     chunk,
+                    digest,
                 })
             }
             b'D' => Ok(Msg::Data(Data(m))),
@@ -199,6 +213,96 @@ pub fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The end-to-end digest of a stream, checked by every receiver.
+///
+/// Why two: every frame already carries a CRC32C (and, with a group key, a keyed BLAKE3 tag),
+/// so the stream digest guards against what slips between frames: a lost, repeated or
+/// misplaced chunk, a bug. XXH3-128 does that at memory speed. BLAKE3 is for whoever wants a
+/// cryptographic digest to compare with `b3sum`; hashing the stream on every receiver costs
+/// about 6% of the goodput on a CPU-bound host (measured on the 8-receiver test-bed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DigestAlgo {
+    /// XXH3, 128 bits (the default).
+    Xxh3,
+    /// BLAKE3, 256 bits.
+    Blake3,
+}
+
+impl DigestAlgo {
+    fn code(self) -> u8 {
+        match self {
+            DigestAlgo::Xxh3 => 1,
+            DigestAlgo::Blake3 => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<DigestAlgo> {
+        match c {
+            1 => Some(DigestAlgo::Xxh3),
+            2 => Some(DigestAlgo::Blake3),
+            _ => None,
+        }
+    }
+
+    /// Name, as digests are printed (`xxh3:…`, `blake3:…`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DigestAlgo::Xxh3 => "xxh3",
+            DigestAlgo::Blake3 => "blake3",
+        }
+    }
+
+    /// `digest` (as a trailer carries it) printed as `NAME:HEX`.
+    pub fn render(self, digest: &[u8; 32]) -> String {
+        let len = match self {
+            DigestAlgo::Xxh3 => 16,
+            DigestAlgo::Blake3 => 32,
+        };
+        format!("{}:{}", self.name(), hex(&digest[..len]))
+    }
+}
+
+/// A running digest of a stream.
+#[derive(Clone)]
+pub enum StreamHasher {
+    /// XXH3-128.
+    Xxh3(Box<xxhash_rust::xxh3::Xxh3Default>),
+    /// BLAKE3.
+    Blake3(Box<blake3::Hasher>),
+}
+
+impl StreamHasher {
+    /// A new digest of `algo`.
+    pub fn new(algo: DigestAlgo) -> StreamHasher {
+        match algo {
+            DigestAlgo::Xxh3 => StreamHasher::Xxh3(Box::default()),
+            DigestAlgo::Blake3 => StreamHasher::Blake3(Box::default()),
+        }
+    }
+
+    /// Adds the next bytes of the stream.
+    pub fn update(&mut self, bytes: &[u8]) {
+        match self {
+            StreamHasher::Xxh3(h) => h.update(bytes),
+            StreamHasher::Blake3(h) => {
+                h.update(bytes);
+            }
+        }
+    }
+
+    /// The digest so far, as the trailer carries it.
+    pub fn finalize(&self) -> [u8; 32] {
+        match self {
+            StreamHasher::Xxh3(h) => {
+                let mut d = [0u8; 32];
+                d[..16].copy_from_slice(&h.digest128().to_be_bytes());
+                d
+            }
+            StreamHasher::Blake3(h) => *h.finalize().as_bytes(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,10 +313,12 @@ mod tests {
             Msg::Header {
                 total: Some(123),
                 chunk: 1 << 20,
+                digest: DigestAlgo::Xxh3,
             },
             Msg::Header {
                 total: None,
                 chunk: 7,
+                digest: DigestAlgo::Blake3,
             },
             Msg::Data(Data::new(&[1, 2, 3])),
             Msg::Data(Data::new(&[])),
@@ -234,5 +340,57 @@ mod tests {
         assert_eq!(Final::decode(&f.encode()), Some(f));
         let peers = vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
         assert_eq!(decode_roster(&encode_roster(&peers)), Some(peers));
+    }
+
+    #[test]
+    fn headers_with_a_wrong_length_or_an_unknown_digest_are_rejected() {
+        let h = Msg::Header {
+            total: None,
+            chunk: 7,
+            digest: DigestAlgo::Xxh3,
+        }
+        .encode();
+        assert!(Msg::decode(h[..18].to_vec()).is_err());
+        let mut long = h.clone();
+        long.push(0);
+        assert!(Msg::decode(long).is_err());
+        let mut unknown = h.clone();
+        unknown[18] = 9;
+        assert!(Msg::decode(unknown).unwrap_err().contains("digest"));
+        let mut old = h;
+        old[5] = 1;
+        assert!(Msg::decode(old).unwrap_err().contains("version"));
+    }
+
+    #[test]
+    fn stream_digests_do_not_depend_on_chunking_and_see_every_byte() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        for algo in [DigestAlgo::Xxh3, DigestAlgo::Blake3] {
+            let mut whole = StreamHasher::new(algo);
+            whole.update(&data);
+            let mut pieces = StreamHasher::new(algo);
+            for c in data.chunks(1459) {
+                pieces.update(c);
+            }
+            assert_eq!(whole.finalize(), pieces.finalize(), "{algo:?}");
+            let mut flipped = data.clone();
+            flipped[54_321] ^= 1;
+            let mut other = StreamHasher::new(algo);
+            other.update(&flipped);
+            assert_ne!(whole.finalize(), other.finalize(), "{algo:?}");
+        }
+        let mut b = StreamHasher::new(DigestAlgo::Blake3);
+        b.update(&data);
+        assert_eq!(b.finalize(), *blake3::hash(&data).as_bytes());
+        let mut x = StreamHasher::new(DigestAlgo::Xxh3);
+        x.update(&data);
+        let d = x.finalize();
+        assert_eq!(
+            d[..16],
+            xxhash_rust::xxh3::xxh3_128(&data).to_be_bytes(),
+            "XXH3-128, big-endian"
+        );
+        assert_eq!(d[16..], [0u8; 16]);
+        assert_eq!(DigestAlgo::Xxh3.render(&d).len(), "xxh3:".len() + 32);
     }
 }
