@@ -32,8 +32,49 @@ pub struct Row {
     pub goodput_mbit: f64,
     /// Seconds.
     pub seconds: f64,
-    /// Whether every receiver got everything (the blaster: frames received / sent, %).
+    /// Whether every receiver got everything (the blaster: frames received / sent, %), and
+    /// the spread of the runs.
     pub note: String,
+    /// Goodput of every run, Mbit/s, in the order run.
+    pub runs: Vec<f64>,
+}
+
+/// One run of one tool: goodput, seconds, note.
+type Sample = (f64, f64, String);
+
+/// The median run of `samples` (by goodput) as the row; the note tells the spread and any
+/// other run that did not complete.
+fn summarize(tool: &str, loss_pct: f64, samples: Vec<Sample>) -> Row {
+    let runs: Vec<f64> = samples.iter().map(|s| s.0).collect();
+    let mut sorted = samples.clone();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (g, secs, note) = sorted[sorted.len() / 2].clone();
+    let odd: Vec<&str> = samples
+        .iter()
+        .map(|s| s.2.as_str())
+        .filter(|n| *n != note && (n.contains("INCOMPLETE") || n.contains("FAILED")))
+        .collect();
+    let mut note = if samples.len() > 1 {
+        format!(
+            "{note}; median of {} runs ({:.0}..{:.0})",
+            samples.len(),
+            sorted[0].0,
+            sorted[sorted.len() - 1].0
+        )
+    } else {
+        note
+    };
+    if !odd.is_empty() {
+        note.push_str(&format!("; other runs: {}", odd.join(", ")));
+    }
+    Row {
+        tool: tool.into(),
+        loss_pct,
+        goodput_mbit: g,
+        seconds: secs,
+        note,
+        runs,
+    }
 }
 
 /// Settings.
@@ -51,6 +92,9 @@ pub struct Opts {
     pub prefix: String,
     /// Skip udpcast.
     pub no_udpcast: bool,
+    /// Runs of each tool per loss rate (the rows give the median run): the 2-core machine
+    /// varies by several percent from run to run.
+    pub repeat: usize,
 }
 
 struct Kill(Child);
@@ -277,41 +321,27 @@ pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
                 cfg = cfg.loss_pct(loss);
             }
             let tb = Testbed::up(&cfg).map_err(|e| e.to_string())?;
-            let (g, s, ok) = run_ethbcast(&tb, &input, n)?;
-            rows.push(Row {
-                tool: "ethbcast".into(),
-                loss_pct: loss,
-                goodput_mbit: g,
-                seconds: s,
-                note: if ok {
-                    "all complete".into()
-                } else {
-                    "INCOMPLETE".into()
-                },
-            });
-            if udpcast {
-                // A UDPCast session that hangs is a result too, not the end of the comparison.
-                let (g, s, note) = match run_udpcast(&tb, &input, n, loss) {
-                    Ok((g, s, true)) => (g, s, "all complete".to_string()),
-                    Ok((g, s, false)) => (g, s, "INCOMPLETE".to_string()),
-                    Err(e) => (0.0, 0.0, format!("FAILED: {e}")),
-                };
-                rows.push(Row {
-                    tool: "udpcast".into(),
-                    loss_pct: loss,
-                    goodput_mbit: g,
-                    seconds: s,
-                    note,
-                });
+            let (mut eb, mut uc, mut bl) = (Vec::new(), Vec::new(), Vec::new());
+            // Interleaved, so that a slow phase of the machine hits every tool alike.
+            for _ in 0..o.repeat.max(1) {
+                let (g, s, ok) = run_ethbcast(&tb, &input, n)?;
+                let note = if ok { "all complete" } else { "INCOMPLETE" };
+                eb.push((g, s, note.to_string()));
+                if udpcast {
+                    // A UDPCast session that hangs is a result too, not the end of the comparison.
+                    uc.push(match run_udpcast(&tb, &input, n, loss) {
+                        Ok((g, s, true)) => (g, s, "all complete".to_string()),
+                        Ok((g, s, false)) => (g, s, "INCOMPLETE".to_string()),
+                        Err(e) => (0.0, 0.0, format!("FAILED: {e}")),
+                    });
+                }
+                bl.push(run_blaster(&tb, n)?);
             }
-            let (g, s, note) = run_blaster(&tb, n)?;
-            rows.push(Row {
-                tool: "raw-blaster".into(),
-                loss_pct: loss,
-                goodput_mbit: g,
-                seconds: s,
-                note,
-            });
+            rows.push(summarize("ethbcast", loss, eb));
+            if udpcast {
+                rows.push(summarize("udpcast", loss, uc));
+            }
+            rows.push(summarize("raw-blaster", loss, bl));
             tb.down().map_err(|e| e.to_string())?;
         }
         Ok::<(), String>(())

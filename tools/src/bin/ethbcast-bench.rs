@@ -278,6 +278,9 @@ enum Cmd {
         /// Skip UDPCast.
         #[arg(long)]
         no_udpcast: bool,
+        /// Runs of each tool per loss rate, interleaved; the table gives the median run.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -522,6 +525,7 @@ fn main() -> ExitCode {
             loss,
             prefix,
             no_udpcast,
+            repeat,
             json,
         } => {
             let o = distribute::Opts {
@@ -531,6 +535,7 @@ fn main() -> ExitCode {
                 losses: loss,
                 prefix,
                 no_udpcast,
+                repeat,
             };
             match distribute::run(&o) {
                 Ok(rows) => {
@@ -541,11 +546,23 @@ fn main() -> ExitCode {
                             "{receivers} receivers, {mib} MiB, {rate} ports\n{:<12} {:>6} {:>14} {:>9}  note",
                             "tool", "loss%", "goodput Mbit/s", "seconds"
                         );
-                        for r in rows {
+                        for r in &rows {
                             println!(
                                 "{:<12} {:>6} {:>14.1} {:>9.2}  {}",
                                 r.tool, r.loss_pct, r.goodput_mbit, r.seconds, r.note
                             );
+                        }
+                        for (i, r) in rows.iter().enumerate() {
+                            let limit = rows[i..]
+                                .iter()
+                                .find(|b| b.tool == "raw-blaster" && b.loss_pct == r.loss_pct);
+                            if let (true, Some(b)) = (r.tool == "ethbcast", limit) {
+                                println!(
+                                    "loss {}%: ethbcast / raw-blaster = {:.2} (medians)",
+                                    r.loss_pct,
+                                    r.goodput_mbit / b.goodput_mbit.max(1e-9)
+                                );
+                            }
                         }
                     }
                     ExitCode::SUCCESS
