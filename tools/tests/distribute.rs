@@ -91,6 +91,13 @@ fn recv(tb: &Testbed, host: usize, out: &[&str]) -> Proc {
     spawn(&tb.hosts()[host].netns, &args, Stdio::null())
 }
 
+/// `ethbcast send` on host 0 (block wait mode), with `args` after the common ones.
+fn send(tb: &Testbed, args: &[&str], stdin: Stdio) -> Proc {
+    let mut all = vec!["send", "--iface", "eth0", "--wait-mode", "block"];
+    all.extend_from_slice(args);
+    spawn(&tb.hosts()[0].netns, &all, stdin)
+}
+
 fn random_file(path: &Path, len: usize, seed: u64) -> Vec<u8> {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let mut v = vec![0u8; len];
@@ -153,14 +160,9 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
     let mut rs: Vec<Proc> = (1..9)
         .map(|i| recv(&tb, i, &["-o", outs[i - 1].to_str().unwrap()]))
         .collect();
-    let mut s = spawn(
-        &tb.hosts()[0].netns,
+    let mut s = send(
+        &tb,
         &[
-            "send",
-            "--iface",
-            "eth0",
-            "--wait-mode",
-            "block",
             "-i",
             input.to_str().unwrap(),
             "--receivers",
@@ -247,14 +249,9 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
         std::io::Read::read_to_end(&mut r3_out, &mut v).unwrap();
         v
     });
-    let mut s = spawn(
-        &tb.hosts()[0].netns,
+    let mut s = send(
+        &tb,
         &[
-            "send",
-            "--iface",
-            "eth0",
-            "--wait-mode",
-            "block",
             "--receivers",
             "8",
             "--chunk",
@@ -342,14 +339,9 @@ fn a_receiver_killed_mid_transfer_is_evicted_and_the_others_complete() {
     let mut rs: Vec<Proc> = (1..4)
         .map(|i| recv(&tb, i, &["-o", outs[i - 1].to_str().unwrap()]))
         .collect();
-    let mut s = spawn(
-        &tb.hosts()[0].netns,
+    let mut s = send(
+        &tb,
         &[
-            "send",
-            "--iface",
-            "eth0",
-            "--wait-mode",
-            "block",
             "-i",
             input.to_str().unwrap(),
             "--receivers",
@@ -420,14 +412,9 @@ fn a_missing_receiver_fails_the_join_with_exit_code_3_within_wait() {
     random_file(&input, 1000, 4);
     let _r = recv(&tb, 1, &["-o", dir.join("out.bin").to_str().unwrap()]);
     let t0 = Instant::now();
-    let mut s = spawn(
-        &tb.hosts()[0].netns,
+    let mut s = send(
+        &tb,
         &[
-            "send",
-            "--iface",
-            "eth0",
-            "--wait-mode",
-            "block",
             "-i",
             input.to_str().unwrap(),
             "--receivers",
@@ -538,14 +525,9 @@ fn a_tar_stream_is_unpacked_on_the_fly_by_every_receiver() {
         .spawn()
         .expect("tar");
     let tar_out = tar.stdout.take().unwrap();
-    let mut s = spawn(
-        &tb.hosts()[0].netns,
+    let mut s = send(
+        &tb,
         &[
-            "send",
-            "--iface",
-            "eth0",
-            "--wait-mode",
-            "block",
             "--receivers",
             "3",
             "--wait",
@@ -608,20 +590,9 @@ fn ctrl_c_on_the_sender_ends_the_transfer_at_every_receiver_without_complete_loo
     let mut r1 = recv(&tb, 1, &["-o", out1.to_str().unwrap()]);
     let cat_cmd = format!("cat > {}", dir.join("cat.bin").display());
     let mut r2 = recv(&tb, 2, &["-O", &cat_cmd]);
-    let mut s = spawn(
-        &tb.hosts()[0].netns,
-        &[
-            "send",
-            "--iface",
-            "eth0",
-            "--wait-mode",
-            "block",
-            "--receivers",
-            "2",
-            "--wait",
-            "30",
-            "--quiet",
-        ],
+    let mut s = send(
+        &tb,
+        &["--receivers", "2", "--wait", "30", "--quiet"],
         Stdio::piped(),
     );
     // An endless stream: the transfer only ends by the interruption.
