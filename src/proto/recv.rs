@@ -28,6 +28,9 @@ pub(crate) struct Post {
 #[derive(Debug)]
 struct WSlot {
     have: bool,
+    /// The payload was written straight into its message (see `Receiver::place`); `data` is
+    /// unused.
+    placed: bool,
     /// When this (missing) frame was last asked for.
     nacked: Option<Instant>,
     repr: Repr,
@@ -59,6 +62,11 @@ pub struct Receiver {
     highest: Seq,
     slots: Box<[WSlot]>,
     cur: Option<InMsg>,
+    /// Messages after `cur` (consecutive ids) begun by out-of-order frames placed into them.
+    ahead: VecDeque<InMsg>,
+    /// Bytes held by the buffers of `ahead` (bounded by the window's worth of frames).
+    ahead_bytes: usize,
+    slot_payload: usize,
     done: VecDeque<InMsg>,
     pushed: Vec<u8>,
     pushed_cap: usize,
@@ -72,7 +80,9 @@ pub struct Receiver {
     ack_at: Option<Instant>,
     ack_now: bool,
     nack_at: Option<Instant>,
-    nack_now: bool,
+    /// Frames from here on were found missing since the last NACK: ask for them now (the
+    /// older gaps wait for the retry timer, so a new gap costs a scan of itself only).
+    nack_from: Option<Seq>,
     nack_backoff: u32,
     /// Smoothed time from a NACK to the repair it asked for.
     repair_rtt: Option<Duration>,
@@ -91,6 +101,7 @@ impl Receiver {
         let slots = (0..cfg.window)
             .map(|_| WSlot {
                 have: false,
+                placed: false,
                 nacked: None,
                 repr: Repr::default(),
                 len: 0,
@@ -104,6 +115,9 @@ impl Receiver {
             highest: 0,
             slots,
             cur: None,
+            ahead: VecDeque::new(),
+            ahead_bytes: 0,
+            slot_payload: cfg.slot_payload(),
             done: VecDeque::new(),
             pushed: Vec::with_capacity(cfg.pushed_buffer),
             pushed_cap: cfg.pushed_buffer,
@@ -117,7 +131,7 @@ impl Receiver {
             ack_at: None,
             ack_now: false,
             nack_at: None,
-            nack_now: false,
+            nack_from: None,
             nack_backoff: 0,
             repair_rtt: None,
             ack_every: cfg.ack_every,
@@ -244,7 +258,7 @@ impl Receiver {
         }
         if s == self.expected {
             // In order (the common case): straight into its message, no stop in the window.
-            match self.consume(repr, payload) {
+            match self.consume(repr, Some(payload)) {
                 Ok(()) => {
                     self.advance();
                     self.highest = self.highest.max(s + 1);
@@ -262,17 +276,21 @@ impl Receiver {
                 }
             }
         }
-        let slot = &mut self.slots[i];
-        if payload.len() > slot.data.len() {
+        if payload.len() > self.slot_payload {
             return Err(Drop::Protocol("payload larger than a frame slot"));
         }
+        let placed = self.place(s, repr, payload);
+        let slot = &mut self.slots[i];
         slot.have = true;
+        slot.placed = placed;
         slot.repr = *repr;
         slot.len = payload.len() as u16;
-        slot.data[..payload.len()].copy_from_slice(payload);
+        if !placed {
+            slot.data[..payload.len()].copy_from_slice(payload);
+        }
         if s > self.highest {
             // Frames between the old highest and this one were lost: say so now.
-            self.nack_now = true;
+            self.nack_from = Some(self.nack_from.map_or(self.highest, |f| f.min(self.highest)));
         }
         self.highest = self.highest.max(s + 1);
         self.drain();
@@ -300,12 +318,17 @@ impl Receiver {
             if !self.slots[i].have {
                 break;
             }
-            // Lend the slot's buffer out for the call (a pointer swap, not a copy).
-            let data = std::mem::take(&mut self.slots[i].data);
             let len = usize::from(self.slots[i].len);
             let repr = self.slots[i].repr;
-            let r = self.consume(&repr, &data[..len]);
-            self.slots[i].data = data;
+            let r = if self.slots[i].placed {
+                self.consume(&repr, None)
+            } else {
+                // Lend the slot's buffer out for the call (a pointer swap, not a copy).
+                let data = std::mem::take(&mut self.slots[i].data);
+                let r = self.consume(&repr, Some(&data[..len]));
+                self.slots[i].data = data;
+                r
+            };
             match r {
                 Ok(()) => {
                     self.slots[i].have = false;
@@ -345,29 +368,107 @@ impl Receiver {
         self.nack_retry.max(rtt) * (1 << self.nack_backoff)
     }
 
-    /// Appends the next expected frame (`repr`, `payload`) to the message it belongs to.
-    fn consume(&mut self, repr: &Repr, payload: &[u8]) -> Result<(), Drop> {
-        let len = payload.len();
+    fn new_msg(&self, id: u64, repr: &Repr) -> InMsg {
+        let posted = self.cur_posted();
+        let max = self.posts.front().map_or(usize::MAX, |p| p.max_len);
+        let truncated = (posted && repr.msg_len as usize > max).then_some(max);
+        InMsg {
+            id,
+            len: repr.msg_len as usize,
+            filled: 0,
+            data: posted.then(|| Vec::with_capacity((repr.msg_len as usize).min(1 << 20))),
+            pushed: 0,
+            truncated,
+            designated: repr.aux as Rank,
+            awaiting_pull: false,
+            pull_sent: false,
+        }
+    }
+
+    /// Writes the out-of-order frame `s` straight into the buffer of its message, so that it
+    /// is copied once instead of twice (into its slot, then out of it): under steady loss
+    /// nearly every frame arrives behind a gap. The message is the one in progress, or one
+    /// after it, begun here (consecutive ids only). Only when receives are posted
+    /// automatically (every message has its buffer at once). The frame is checked against
+    /// its message again when its turn comes; a frame that does not fit is left to its slot.
+    fn place(&mut self, s: Seq, repr: &Repr, payload: &[u8]) -> bool {
+        if !self.auto_post {
+            return false;
+        }
+        let (off, len) = (repr.offset as usize, repr.msg_len as usize);
+        let end = off + payload.len();
+        // An honest root's frame `s` lies at most this far past the first byte still missing.
+        let reach = (s - self.expected) as usize * self.slot_payload;
+        if end > len {
+            return false;
+        }
+        let cur_id = self.cur.as_ref().map(|m| m.id);
+        let mut k = match cur_id {
+            Some(id) if id as u32 == repr.msg_id => None,
+            _ => {
+                let first = cur_id.map_or(self.next_start, |id| id + 1);
+                match self.ahead.iter().position(|m| m.id as u32 == repr.msg_id) {
+                    Some(k) => Some(k),
+                    None => {
+                        let id = first + self.ahead.len() as u64;
+                        if id as u32 != repr.msg_id {
+                            return false;
+                        }
+                        let m = self.new_msg(id, repr);
+                        self.ahead.push_back(m);
+                        Some(self.ahead.len() - 1)
+                    }
+                }
+            }
+        };
+        let m = match k.as_mut() {
+            None => self.cur.as_mut().expect("current message"),
+            Some(k) => &mut self.ahead[*k],
+        };
+        if m.len != len || m.truncated.is_some() || off < m.filled || off - m.filled > reach {
+            return false;
+        }
+        let Some(v) = m.data.as_mut() else {
+            return false;
+        };
+        if v.len() < end {
+            let grow = end - v.len();
+            if k.is_some() {
+                if self.ahead_bytes + grow > self.slots.len() * self.slot_payload {
+                    return false;
+                }
+                self.ahead_bytes += grow;
+            }
+            v.resize(end, 0);
+        }
+        v[off..end].copy_from_slice(payload);
+        true
+    }
+
+    /// Appends the next expected frame to the message it belongs to: `payload`, or `None`
+    /// when `place` already wrote it there.
+    fn consume(&mut self, repr: &Repr, payload: Option<&[u8]>) -> Result<(), Drop> {
         if self.cur.is_none() {
             if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
                 return Err(Drop::Protocol("message does not start at offset 0"));
             }
-            let posted = self.cur_posted();
-            let max = self.posts.front().map_or(usize::MAX, |p| p.max_len);
-            let truncated = (posted && repr.msg_len as usize > max).then_some(max);
-            self.cur = Some(InMsg {
-                id: self.next_start,
-                len: repr.msg_len as usize,
-                filled: 0,
-                data: posted.then(|| Vec::with_capacity((repr.msg_len as usize).min(1 << 20))),
-                pushed: 0,
-                truncated,
-                designated: repr.aux as Rank,
-                awaiting_pull: false,
-                pull_sent: false,
-            });
+            let m = match self.ahead.pop_front() {
+                Some(m) => {
+                    self.ahead_bytes -= m.data.as_ref().map_or(0, Vec::len);
+                    m
+                }
+                None if payload.is_none() => {
+                    return Err(Drop::Protocol("placed frame without its message"))
+                }
+                None => self.new_msg(self.next_start, repr),
+            };
+            self.cur = Some(m);
             self.next_start += 1;
         }
+        let len = match payload {
+            None => usize::from(self.slots[self.idx(self.expected)].len),
+            Some(p) => p.len(),
+        };
         let m = self.cur.as_mut().expect("just set");
         if repr.msg_id != m.id as u32
             || repr.msg_len as usize != m.len
@@ -375,17 +476,29 @@ impl Receiver {
         {
             return Err(Drop::Protocol("frame does not continue its message"));
         }
-        match m.data.as_mut() {
-            Some(v) => {
+        match (m.data.as_mut(), payload) {
+            // Placed: already in `v` at its offset.
+            (Some(_), None) => {}
+            (Some(v), Some(p)) => {
                 if m.truncated.is_none() {
-                    v.extend_from_slice(payload);
+                    let end = m.filled + len;
+                    if v.len() == m.filled {
+                        v.extend_from_slice(p);
+                    } else {
+                        // Frames after this one were placed already.
+                        if v.len() < end {
+                            v.resize(end, 0);
+                        }
+                        v[m.filled..end].copy_from_slice(p);
+                    }
                 }
             }
-            None => {
+            (None, None) => return Err(Drop::Protocol("placed frame without its buffer")),
+            (None, Some(p)) => {
                 if self.pushed.len() + len > self.pushed_cap {
                     return Err(Drop::NoRoom);
                 }
-                self.pushed.extend_from_slice(payload);
+                self.pushed.extend_from_slice(p);
                 m.pushed += len;
             }
         }
@@ -464,15 +577,15 @@ impl Receiver {
             self.ack_at = Some(now + self.ack_delay);
         }
         let gap = self.expected < self.highest && !self.slots[self.idx(self.expected)].have;
-        if self.nack_now && gap {
-            self.send_nacks(now);
+        if let (Some(from), true) = (self.nack_from, gap) {
+            self.send_nacks(now, from);
             self.nack_at = Some(now + self.nack_interval());
         } else if gap && self.nack_at.is_none() {
             self.nack_at = Some(now + self.nack_interval());
         } else if !gap {
             self.nack_at = None;
         }
-        self.nack_now = false;
+        self.nack_from = None;
     }
 
     fn send_ack(&mut self) {
@@ -499,10 +612,10 @@ impl Receiver {
         });
     }
 
-    /// Asks for the missing frames that were never asked for, or not within the retry
-    /// interval: a repair already on its way is not asked for again. Returns whether a NACK
-    /// went out.
-    fn send_nacks(&mut self, now: Instant) -> bool {
+    /// Asks for the missing frames from `from` on that were never asked for, or not within the
+    /// retry interval: a repair already on its way is not asked for again. Returns whether a
+    /// NACK went out.
+    fn send_nacks(&mut self, now: Instant, from: Seq) -> bool {
         let retry = self.nack_interval();
         let end = self.highest.min(self.expected + self.window());
         let due = |slot: &WSlot| {
@@ -511,7 +624,7 @@ impl Receiver {
                     .nacked
                     .is_none_or(|t| now.saturating_duration_since(t) >= retry)
         };
-        let mut b = self.expected;
+        let mut b = self.expected.max(from);
         let mut sent = false;
         while b < end {
             let Some(base) = (b..end).find(|&s| due(&self.slots[self.idx(s)])) else {
@@ -558,7 +671,7 @@ impl Receiver {
         if self.nack_at.is_some_and(|t| t <= now) {
             let gap = self.expected < self.highest;
             if gap {
-                if self.send_nacks(now) {
+                if self.send_nacks(now, self.expected) {
                     self.nack_backoff = (self.nack_backoff + 1).min(6);
                 }
                 self.nack_at = Some(now + self.nack_interval());
