@@ -85,7 +85,8 @@ pub struct Report {
     pub iface: String,
     /// Bytes in the stream.
     pub bytes: u64,
-    /// Digest of the stream (`xxh3:HEX` or `blake3:HEX`).
+    /// Digest of the stream (`xxh3:HEX` or `blake3:HEX`; `xxh3:none` when the input was not
+    /// read to its end).
     pub digest: String,
     /// Seconds the join took.
     pub join_seconds: f64,
@@ -154,13 +155,17 @@ impl Report {
 
 enum Block {
     Data(Vec<u8>),
-    Eof,
+    /// The end of the input, with the digest of all of it.
+    Eof([u8; 32]),
     Err(std::io::Error),
 }
 
-/// Reads `msg` bytes at a time (each buffer starts with the `D` type byte) on a thread.
-fn reader(mut input: Box<dyn Read + Send>, msg: usize) -> Receiver<Block> {
+/// Reads `msg` bytes at a time (each buffer starts with the `D` type byte) on a thread, which
+/// also computes the stream digest (off the thread that drives the link, where every cycle
+/// is a frame not sent).
+fn reader(mut input: Box<dyn Read + Send>, msg: usize, algo: DigestAlgo) -> Receiver<Block> {
     let (tx, rx) = sync_channel(2);
+    let mut hasher = StreamHasher::new(algo);
     std::thread::spawn(move || loop {
         let mut buf = vec![0u8; msg + 1];
         buf[0] = b'D';
@@ -178,11 +183,12 @@ fn reader(mut input: Box<dyn Read + Send>, msg: usize) -> Receiver<Block> {
         }
         let eof = n < buf.len();
         buf.truncate(n);
+        hasher.update(&buf[1..]);
         if n > 1 && tx.send(Block::Data(buf)).is_err() {
             return;
         }
         if eof {
-            let _ = tx.send(Block::Eof);
+            let _ = tx.send(Block::Eof(hasher.finalize()));
             return;
         }
     });
@@ -304,7 +310,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let mut bytes_of = vec![0u64; n];
     let mut at = vec![0f64; n];
     let mut error = vec![String::new(); n];
-    let rx = reader(input, msg);
+    let rx = reader(input, msg, a.digest);
     let pb = progress_bar(total, a.quiet);
     let start = Instant::now();
     let mut bucket = a
@@ -321,7 +327,6 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     )?;
     let mut inflight: VecDeque<(u64, u64)> = VecDeque::new();
     let mut pending: Option<Vec<u8>> = None;
-    let mut hasher = StreamHasher::new(a.digest);
     let mut sent: u64 = 0;
     let mut acked: u64 = 0;
     let mut eof = false;
@@ -359,8 +364,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             if pending.is_none() {
                 match rx.try_recv() {
                     Ok(Block::Data(v)) => pending = Some(v),
-                    Ok(Block::Eof) => {
-                        digest = hasher.finalize();
+                    Ok(Block::Eof(d)) => {
+                        digest = d;
                         let id = node.bcast(
                             Msg::Trailer {
                                 bytes: sent,
@@ -399,7 +404,6 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 }
             }
             let v = pending.take().expect("pending data");
-            hasher.update(&v[1..]);
             sent += len;
             match node.bcast(v, Algo::Simple) {
                 Ok(id) => inflight.push_back((id, len)),
@@ -527,9 +531,6 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     while Instant::now() < linger {
         node.poll(Duration::from_millis(10))?;
     }
-    if !eof {
-        digest = hasher.finalize();
-    }
     let st = node.engine().stats().clone();
     let receivers: Vec<ReceiverReport> = (1..n)
         .map(|r| ReceiverReport {
@@ -545,7 +546,12 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         ok: receivers.iter().all(|r| r.status == Outcome::Completed),
         iface: a.link.iface.clone(),
         bytes: sent,
-        digest: a.digest.render(&digest),
+        // Known only for an input read to its end.
+        digest: if eof {
+            a.digest.render(&digest)
+        } else {
+            format!("{}:none", a.digest.name())
+        },
         join_seconds,
         seconds,
         goodput_mbit: mbit(sent, Duration::from_secs_f64(seconds)),
