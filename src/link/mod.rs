@@ -71,6 +71,9 @@ pub enum WaitMode {
     /// Spin for a short while, then block: the default.
     #[default]
     Adaptive,
+    /// Check every 200 µs and sleep in between, taking what arrived as one batch: for bulk
+    /// receivers on hosts with more busy processes than cores.
+    Doze,
 }
 
 impl std::str::FromStr for WaitMode {
@@ -80,7 +83,10 @@ impl std::str::FromStr for WaitMode {
             "spin" => Ok(WaitMode::Spin),
             "block" => Ok(WaitMode::Block),
             "adaptive" => Ok(WaitMode::Adaptive),
-            _ => Err(format!("unknown wait mode {s:?} (spin, block, adaptive)")),
+            "doze" => Ok(WaitMode::Doze),
+            _ => Err(format!(
+                "unknown wait mode {s:?} (spin, block, adaptive, doze)"
+            )),
         }
     }
 }

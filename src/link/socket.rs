@@ -190,6 +190,9 @@ pub(crate) fn strategy(mode: WaitMode) -> Strategy {
         WaitMode::Spin => Strategy::Spin,
         WaitMode::Block => Strategy::Block,
         WaitMode::Adaptive => Strategy::default(),
+        WaitMode::Doze => Strategy::Doze {
+            interval: Strategy::DEFAULT_DOZE,
+        },
     }
 }
 

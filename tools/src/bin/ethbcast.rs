@@ -61,9 +61,12 @@ struct Common {
     /// Link backend: ring (mmap rings), socket or pnet.
     #[arg(long, default_value = "ring")]
     backend: Backend,
-    /// How to wait for frames: adaptive, block (kind to shared machines) or spin.
-    #[arg(long, default_value = "adaptive")]
-    wait_mode: WaitMode,
+    /// How to wait for frames: adaptive (spin briefly, then block), block, spin, or doze (check
+    /// every 200 µs and take what arrived as one batch). Default: adaptive on the sender, doze
+    /// on receivers, where a wake-up or a yield per frame costs more than the frame itself
+    /// when hosts have more busy processes than cores.
+    #[arg(long)]
+    wait_mode: Option<WaitMode>,
     /// Retransmission buffer slots = frames in flight (both sides must agree).
     #[arg(long, default_value_t = distribute::DEFAULT_WINDOW, value_parser = parse_window)]
     window: usize,
@@ -184,12 +187,12 @@ enum Cmd {
     },
 }
 
-fn link_opts(c: &Common) -> LinkOpts {
+fn link_opts(c: &Common, default_wait: WaitMode) -> LinkOpts {
     LinkOpts {
         iface: c.iface.clone(),
         group_id: c.group_id,
         backend: c.backend,
-        wait_mode: c.wait_mode,
+        wait_mode: c.wait_mode.unwrap_or(default_wait),
         window: c.window,
         ack_every: c.ack_every,
     }
@@ -243,7 +246,7 @@ fn main() -> ExitCode {
                 (None, None) => unreachable!("clap requires one"),
             };
             let args = send::SendArgs {
-                link: link_opts(&common),
+                link: link_opts(&common, WaitMode::Adaptive),
                 input,
                 expect,
                 digest,
@@ -283,7 +286,7 @@ fn main() -> ExitCode {
                 (None, None) => recv::Output::Stdout,
             };
             let args = recv::RecvArgs {
-                link: link_opts(&common),
+                link: link_opts(&common, WaitMode::Doze),
                 output: out,
                 timeout: distribute::secs(timeout),
                 wait: distribute::secs(wait),
