@@ -21,7 +21,7 @@ use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
 use crate::eqa::Rank;
 use crate::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
 use crate::proto::{Algo, Config, ConfigError, Dest, Engine, Event, PostError, SendError};
-use crate::wire::Kind;
+use crate::wire::{Flags, Kind};
 
 /// Errors of a member on a real link.
 #[derive(Debug, Error)]
@@ -523,7 +523,8 @@ impl Node {
             }
             // Bytes 8..10 of a PDU are the claimed source rank (checked properly by the engine).
             let rank = usize::from(u16::from_be_bytes([pdu[8], pdu[9]]));
-            if peers.get(rank).is_some_and(|m| *m != src) {
+            if peers.get(rank).is_some_and(|m| *m != src) && !(relayed(pdu) && peers.contains(&src))
+            {
                 stats.mac_mismatch += 1;
                 return;
             }
@@ -644,4 +645,12 @@ impl Node {
             n.is_idle().then_some(Ok(()))
         })
     }
+}
+
+/// A peer repair: a frame of a root's stream that a fellow member relays point to point, so
+/// its Ethernet source is that member's, not the root's (bytes 1 and 2..4 of a PDU are the
+/// kind and the flags).
+fn relayed(pdu: &[u8]) -> bool {
+    let flags = u16::from_be_bytes([pdu[2], pdu[3]]);
+    pdu[1] == Kind::Repair as u8 && Flags::from_bits_truncate(flags).contains(Flags::P2P)
 }

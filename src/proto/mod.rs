@@ -118,6 +118,12 @@ pub struct Config {
     /// Group key: when set, every frame carries a keyed MAC and frames without a valid one
     /// are dropped, so a host on the segment outside the group cannot inject data.
     pub key: Option<[u8; 32]>,
+    /// Peer repair: a receiver asks a fellow receiver (the next live rank) for a lost frame
+    /// first, and the root only if that did not help within the NACK retry interval. Why: with
+    /// independent loss at `n` receivers the root's link carries `n` times the loss rate in
+    /// point-to-point repairs, which caps bulk goodput; a peer's link is idle. Off by default
+    /// (the paper's model: every repair comes from the root).
+    pub peer_repair: bool,
 }
 
 /// Largest window (frames in flight per root). Sequence numbers travel as 32 bits and are
@@ -152,6 +158,7 @@ impl Config {
             max_message: 1 << 30,
             auto_post: true,
             key: None,
+            peer_repair: false,
         }
     }
 
@@ -322,6 +329,10 @@ pub struct Stats {
     pub pull_frames: u64,
     /// ACK, NACK and pull frames received (as root).
     pub acks_handled: u64,
+    /// Of the NACK frames sent, those sent to a peer (peer repair).
+    pub peer_nacks: u64,
+    /// Repair frames served to peers from this member's copy of a root's stream.
+    pub peer_repairs: u64,
     /// Messages delivered to the application.
     pub delivered: u64,
     /// Bytes delivered to the application.
@@ -563,8 +574,26 @@ impl Engine {
     }
 
     fn rx_mut(&mut self, root: Rank) -> &mut Receiver {
-        let cfg = &self.cfg;
-        self.rx[usize::from(root)].get_or_insert_with(|| Box::new(Receiver::new(cfg, root)))
+        if self.rx[usize::from(root)].is_none() {
+            let mut rx = Receiver::new(&self.cfg, root);
+            rx.set_peer(self.peer_for(root));
+            self.rx[usize::from(root)] = Some(Box::new(rx));
+        }
+        self.rx[usize::from(root)]
+            .as_deref_mut()
+            .expect("just made")
+    }
+
+    /// The fellow receiver this member asks first for frames of `root`'s stream lost here:
+    /// the next live rank after this one, other than the root (peer repair).
+    fn peer_for(&self, root: Rank) -> Option<Rank> {
+        if !self.cfg.peer_repair {
+            return None;
+        }
+        let n = self.cfg.size;
+        (1..n)
+            .map(|k| ((u32::from(self.cfg.rank) + u32::from(k)) % u32::from(n)) as Rank)
+            .find(|&r| r != root && self.live[usize::from(r)])
     }
 
     fn collect_rx(&mut self, root: Rank) {
@@ -579,7 +608,15 @@ impl Engine {
             while let Some(c) = rx.take_control() {
                 match c.repr.kind {
                     Some(Kind::Ack) => self.stats.ack_frames += 1,
-                    Some(Kind::Nack) => self.stats.nack_frames += 1,
+                    Some(Kind::Nack) => {
+                        self.stats.nack_frames += 1;
+                        if c.repr.flags.contains(Flags::PEER)
+                            && !c.repr.flags.contains(Flags::UNHELD)
+                        {
+                            self.stats.peer_nacks += 1;
+                        }
+                    }
+                    Some(Kind::Repair) => self.stats.peer_repairs += 1,
                     Some(Kind::Pull) => self.stats.pull_frames += 1,
                     _ => {}
                 }
@@ -660,6 +697,31 @@ impl Engine {
                 self.collect_rx(src);
                 Ok(())
             }
+            Kind::Nack if repr.flags.contains(Flags::PEER) => {
+                // A fellow receiver lost frames of a root's stream: serve those still held.
+                let root = repr.msg_id;
+                if dst != self.cfg.rank
+                    || root >= u32::from(self.cfg.size)
+                    || root == u32::from(self.cfg.rank)
+                {
+                    return Err(Drop::Protocol("peer NACK for a bad root or member"));
+                }
+                let budget = self.cfg.outbox.saturating_sub(self.outbox.len());
+                if let Some(rx) = self.rx[root as usize].as_deref_mut() {
+                    if repr.flags.contains(Flags::UNHELD) {
+                        rx.on_unheld(now, &repr, src);
+                    } else {
+                        rx.serve_peer(&repr, src, budget);
+                    }
+                    self.collect_rx(root as Rank);
+                } else if !repr.flags.contains(Flags::UNHELD) && repr.bitmap != 0 {
+                    // No stream of that root here: nothing held.
+                    let reply = recv::unheld_reply(&repr, src, root as Rank, repr.bitmap);
+                    self.outbox.push_back(reply);
+                    self.stats.nack_frames += 1;
+                }
+                Ok(())
+            }
             Kind::Ack | Kind::Nack | Kind::Pull => {
                 if dst != self.cfg.rank {
                     return Err(Drop::NotForMe(dst));
@@ -722,7 +784,11 @@ impl Engine {
         if let Some(c) = self.outbox.pop_front() {
             let mut repr = c.repr;
             repr.group = self.cfg.group;
-            repr.src = self.cfg.rank;
+            if repr.kind != Some(Kind::Repair) {
+                // A repair in the outbox is a peer repair: a frame of the root's stream, relayed,
+                // which keeps the root as its source.
+                repr.src = self.cfg.rank;
+            }
             let len = repr.emit(&c.payload, buf).ok()?;
             return Some(Transmit { dst: c.dst, len });
         }
@@ -760,6 +826,12 @@ impl Engine {
         }
         *l = false;
         self.rx[usize::from(rank)] = None;
+        for root in 0..self.cfg.size {
+            let peer = self.peer_for(root);
+            if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+                rx.set_peer(peer);
+            }
+        }
         self.tx.evict(&self.cfg, now, rank, &self.live);
         self.collect_tx();
         true

@@ -19,18 +19,32 @@ use super::{extend_seq, Config, Control, Dest, Drop, Event, PostError};
 use crate::eqa::{Rank, Seq};
 use crate::wire::{Flags, Kind, Repr, NACK_BITS};
 
+/// Unanswered peer requests in a row after which a receiver stops asking its peer.
+const PEER_SILENCE_LIMIT: u32 = 16;
+
 /// A posted receive (an entry of the receive queue).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Post {
     max_len: usize,
 }
 
+bitflags::bitflags! {
+    /// What a window slot holds (one byte: the slots are counted in the memory accounting).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct SlotState: u8 {
+        /// The frame is here and not consumed yet.
+        const HAVE = 1 << 0;
+        /// Its payload was written straight into its message (see `Receiver::place`), not
+        /// into `data`.
+        const PLACED = 1 << 1;
+        /// It was asked of the peer already: the next ask goes to the root.
+        const PEER_ASKED = 1 << 2;
+    }
+}
+
 #[derive(Debug)]
 struct WSlot {
-    have: bool,
-    /// The payload was written straight into its message (see `Receiver::place`); `data` is
-    /// unused.
-    placed: bool,
+    state: SlotState,
     /// When this (missing) frame was last asked for.
     nacked: Option<Instant>,
     repr: Repr,
@@ -86,6 +100,11 @@ pub struct Receiver {
     nack_backoff: u32,
     /// Smoothed time from a NACK to the repair it asked for.
     repair_rtt: Option<Duration>,
+    /// The fellow receiver asked first for lost frames (peer repair), if any.
+    peer: Option<Rank>,
+    /// Frames the peer was asked for and never answered (neither repair nor "not held"), in
+    /// a row: a dead or stalled peer is given up after `PEER_SILENCE_LIMIT`.
+    peer_silence: u32,
     ack_every: usize,
     ack_delay: Duration,
     nack_retry: Duration,
@@ -100,8 +119,7 @@ impl Receiver {
     pub(crate) fn new(cfg: &Config, root: Rank) -> Receiver {
         let slots = (0..cfg.window)
             .map(|_| WSlot {
-                have: false,
-                placed: false,
+                state: SlotState::empty(),
                 nacked: None,
                 repr: Repr::default(),
                 len: 0,
@@ -134,6 +152,8 @@ impl Receiver {
             nack_from: None,
             nack_backoff: 0,
             repair_rtt: None,
+            peer: None,
+            peer_silence: 0,
             ack_every: cfg.ack_every,
             ack_delay: cfg.ack_delay,
             nack_retry: cfg.nack_retry,
@@ -167,6 +187,109 @@ impl Receiver {
 
     fn window(&self) -> u64 {
         self.slots.len() as u64
+    }
+
+    /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
+    pub(crate) fn set_peer(&mut self, peer: Option<Rank>) {
+        self.peer = peer;
+        self.peer_silence = 0;
+    }
+
+    /// The payload of frame `s` of this stream, if this member still holds it: in its slot,
+    /// or in the buffer of a message not delivered yet. Delivered messages are gone; the
+    /// asking peer then turns to the root.
+    fn held(&self, s: Seq) -> Option<(Repr, &[u8])> {
+        if s + self.window() <= self.expected || s >= self.expected + self.window() {
+            return None;
+        }
+        let slot = &self.slots[self.idx(s)];
+        let r = slot.repr;
+        if r.kind.is_none() || r.seq != s as u32 {
+            return None;
+        }
+        let (off, len) = (r.offset as usize, usize::from(slot.len));
+        if s >= self.expected && !slot.state.contains(SlotState::HAVE) {
+            return None;
+        }
+        if s >= self.expected && !slot.state.contains(SlotState::PLACED) {
+            return Some((r, &slot.data[..len]));
+        }
+        // Consumed (`s < expected`) or placed: in its message's buffer.
+        let m = self
+            .cur
+            .iter()
+            .chain(self.ahead.iter())
+            .find(|m| m.id as u32 == r.msg_id && m.len == r.msg_len as usize)?;
+        if s < self.expected && off + len > m.filled {
+            return None;
+        }
+        let p = m.data.as_ref()?.get(off..off + len)?;
+        Some((r, p))
+    }
+
+    /// A peer (`asker`) lost the frames of `nack` (base and bitmap): sends it, point to point,
+    /// those this member still holds, as repairs of the root's stream. At most `budget`.
+    pub(crate) fn serve_peer(&mut self, nack: &Repr, asker: Rank, budget: usize) {
+        let base = extend_seq(self.expected, nack.seq);
+        let mut served = 0;
+        let mut unheld = 0u16;
+        for k in 0..NACK_BITS {
+            if nack.bitmap & (1 << k) == 0 {
+                continue;
+            }
+            let held = if served < budget {
+                self.held(base + u64::from(k))
+            } else {
+                None
+            };
+            let Some((r, payload)) = held else {
+                unheld |= 1 << k;
+                continue;
+            };
+            let mut repr = r;
+            repr.kind = Some(Kind::Repair);
+            repr.dst = asker;
+            repr.flags.remove(Flags::BROADCAST | Flags::ACK_REQ);
+            repr.flags |= Flags::P2P;
+            let payload = payload.to_vec();
+            self.controls.push_back(Control {
+                dst: Dest::Rank(asker),
+                repr,
+                payload,
+            });
+            served += 1;
+        }
+        if unheld != 0 {
+            self.controls
+                .push_back(unheld_reply(nack, asker, self.root, unheld));
+        }
+    }
+
+    /// The peer (`from`) does not hold the frames of `reply` (base and bitmap): those still
+    /// missing here are asked of the root now.
+    pub(crate) fn on_unheld(&mut self, now: Instant, reply: &Repr, from: Rank) {
+        if self.peer != Some(from) {
+            return;
+        }
+        self.peer_silence = 0;
+        let base = extend_seq(self.expected, reply.seq);
+        let mut first = None;
+        for k in 0..NACK_BITS {
+            let s = base + u64::from(k);
+            if reply.bitmap & (1 << k) == 0 || s < self.expected || s >= self.highest {
+                continue;
+            }
+            let i = self.idx(s);
+            let slot = &mut self.slots[i];
+            if !slot.state.contains(SlotState::HAVE) && slot.state.contains(SlotState::PEER_ASKED) {
+                slot.nacked = None;
+                first.get_or_insert(s);
+            }
+        }
+        if let Some(s) = first {
+            self.nack_from = Some(self.nack_from.map_or(s, |f| f.min(s)));
+            self.schedule(now);
+        }
     }
     fn idx(&self, s: Seq) -> usize {
         (s % self.window()) as usize
@@ -249,17 +372,26 @@ impl Receiver {
             self.ack_now = true;
         }
         let i = self.idx(s);
-        if self.slots[i].have {
+        if self.slots[i].state.contains(SlotState::HAVE) {
             self.schedule(now);
             return Err(Drop::Duplicate(s));
         }
         if let Some(t) = self.slots[i].nacked.take() {
             self.repair_sample(now.saturating_duration_since(t));
         }
+        self.slots[i].state.remove(SlotState::PEER_ASKED);
+        if repr.kind == Some(Kind::Repair) && repr.flags.contains(Flags::P2P) {
+            // Relayed by a peer: it answers.
+            self.peer_silence = 0;
+        }
         if s == self.expected {
             // In order (the common case): straight into its message, no stop in the window.
             match self.consume(repr, Some(payload)) {
                 Ok(()) => {
+                    // Its header stays in the slot: a peer may ask for the frame (peer repair).
+                    let slot = &mut self.slots[i];
+                    slot.repr = *repr;
+                    slot.len = payload.len() as u16;
                     self.advance();
                     self.highest = self.highest.max(s + 1);
                     self.drain();
@@ -281,8 +413,8 @@ impl Receiver {
         }
         let placed = self.place(s, repr, payload);
         let slot = &mut self.slots[i];
-        slot.have = true;
-        slot.placed = placed;
+        slot.state.insert(SlotState::HAVE);
+        slot.state.set(SlotState::PLACED, placed);
         slot.repr = *repr;
         slot.len = payload.len() as u16;
         if !placed {
@@ -315,12 +447,12 @@ impl Receiver {
     fn drain(&mut self) {
         loop {
             let i = self.idx(self.expected);
-            if !self.slots[i].have {
+            if !self.slots[i].state.contains(SlotState::HAVE) {
                 break;
             }
             let len = usize::from(self.slots[i].len);
             let repr = self.slots[i].repr;
-            let r = if self.slots[i].placed {
+            let r = if self.slots[i].state.contains(SlotState::PLACED) {
                 self.consume(&repr, None)
             } else {
                 // Lend the slot's buffer out for the call (a pointer swap, not a copy).
@@ -331,13 +463,13 @@ impl Receiver {
             };
             match r {
                 Ok(()) => {
-                    self.slots[i].have = false;
+                    self.slots[i].state.remove(SlotState::HAVE);
                     self.advance();
                 }
                 Err(Drop::NoRoom) => break,
                 Err(_) => {
                     // A frame that contradicts the stream: discard it so it is asked for again.
-                    self.slots[i].have = false;
+                    self.slots[i].state.remove(SlotState::HAVE);
                     break;
                 }
             }
@@ -576,7 +708,10 @@ impl Receiver {
         } else if self.expected > self.acked && self.ack_at.is_none() {
             self.ack_at = Some(now + self.ack_delay);
         }
-        let gap = self.expected < self.highest && !self.slots[self.idx(self.expected)].have;
+        let gap = self.expected < self.highest
+            && !self.slots[self.idx(self.expected)]
+                .state
+                .contains(SlotState::HAVE);
         if let (Some(from), true) = (self.nack_from, gap) {
             self.send_nacks(now, from);
             self.nack_at = Some(now + self.nack_interval());
@@ -619,43 +754,77 @@ impl Receiver {
         let retry = self.nack_interval();
         let end = self.highest.min(self.expected + self.window());
         let due = |slot: &WSlot| {
-            !slot.have
+            !slot.state.contains(SlotState::HAVE)
                 && slot
                     .nacked
                     .is_none_or(|t| now.saturating_duration_since(t) >= retry)
         };
         let mut b = self.expected.max(from);
         let mut sent = false;
+        let mut sent_root = false;
         while b < end {
             let Some(base) = (b..end).find(|&s| due(&self.slots[self.idx(s)])) else {
                 break;
             };
-            let mut bitmap = 0u16;
+            // A frame is asked of the peer once, then of the root.
+            let (mut to_peer, mut to_root) = (0u16, 0u16);
             for k in 0..NACK_BITS {
                 let s = base + u64::from(k);
-                if s < end && due(&self.slots[self.idx(s)]) {
-                    bitmap |= 1 << k;
-                    let i = self.idx(s);
-                    self.slots[i].nacked = Some(now);
+                let i = self.idx(s);
+                if s < end && due(&self.slots[i]) {
+                    let slot = &mut self.slots[i];
+                    if self.peer.is_some() && !slot.state.contains(SlotState::PEER_ASKED) {
+                        slot.state.insert(SlotState::PEER_ASKED);
+                        to_peer |= 1 << k;
+                    } else {
+                        if slot.state.contains(SlotState::PEER_ASKED) && slot.nacked.is_some() {
+                            // Asked of the peer, and its retry interval passed unanswered.
+                            self.peer_silence += 1;
+                        }
+                        to_root |= 1 << k;
+                    }
+                    slot.nacked = Some(now);
                 }
             }
-            let repr = Repr {
+            let nack = |dst: Rank, bitmap: u16| Repr {
                 kind: Some(Kind::Nack),
                 seq: base as u32,
                 aux: self.expected as u32,
                 bitmap,
-                dst: self.root,
+                dst,
                 ..Repr::default()
             };
-            self.controls.push_back(Control {
-                dst: Dest::Rank(self.root),
-                repr,
-                payload: Vec::new(),
-            });
+            if let (Some(peer), true) = (self.peer, to_peer != 0) {
+                let mut repr = nack(peer, to_peer);
+                repr.flags |= Flags::PEER;
+                repr.msg_id = u32::from(self.root);
+                self.controls.push_back(Control {
+                    dst: Dest::Rank(peer),
+                    repr,
+                    payload: Vec::new(),
+                });
+            }
+            if to_root != 0 {
+                self.controls.push_back(Control {
+                    dst: Dest::Rank(self.root),
+                    repr: nack(self.root, to_root),
+                    payload: Vec::new(),
+                });
+                sent_root = true;
+            }
             b = base + u64::from(NACK_BITS);
             sent = true;
         }
-        if sent {
+        if self.peer_silence >= PEER_SILENCE_LIMIT {
+            tracing::warn!(
+                root = self.root,
+                peer = self.peer,
+                "the peer does not answer repair requests: asking the root only"
+            );
+            self.peer = None;
+            self.peer_silence = 0;
+        }
+        if sent_root {
             // A NACK carries the cumulative acknowledgement too.
             self.acked = self.expected;
             self.unacked = 0;
@@ -694,5 +863,23 @@ impl Receiver {
 
     pub(crate) fn take_control(&mut self) -> Option<Control> {
         self.controls.pop_front()
+    }
+}
+
+/// The answer to a peer NACK (`nack`, from `asker`) for frames of `root`'s stream this member
+/// does not hold (`bitmap`).
+pub(crate) fn unheld_reply(nack: &Repr, asker: Rank, root: Rank, bitmap: u16) -> Control {
+    Control {
+        dst: Dest::Rank(asker),
+        repr: Repr {
+            kind: Some(Kind::Nack),
+            flags: Flags::PEER | Flags::UNHELD,
+            dst: asker,
+            seq: nack.seq,
+            msg_id: u32::from(root),
+            bitmap,
+            ..Repr::default()
+        },
+        payload: Vec::new(),
     }
 }

@@ -619,3 +619,199 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got, want);
     }
 }
+
+fn peer_net(n: u16) -> Net {
+    Net::new(n, |c| c.peer_repair = true)
+}
+
+#[test]
+fn with_peer_repair_a_fellow_receiver_repairs_and_the_root_sends_nothing_again() {
+    let mut net = peer_net(4);
+    let mut dropped = false;
+    net.drop = Box::new(move |r, to| {
+        if !dropped && r.kind == Some(Kind::Data) && r.seq == 3 && to == 2 {
+            dropped = true;
+            return true;
+        }
+        false
+    });
+    // Long enough that the peer is still assembling it when asked (a peer serves only
+    // frames of messages it has not delivered yet).
+    let m = message(150_000, 1);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    for r in 1..4 {
+        assert_eq!(net.delivered[r], vec![(0, 0, m.clone())]);
+    }
+    // Rank 2's peer is rank 3 (the next rank after it that is not the root).
+    assert_eq!(net.engines[0].stats().repair_frames, 0);
+    assert_eq!(net.engines[3].stats().peer_repairs, 1);
+    assert_eq!(net.engines[1].stats().peer_repairs, 0);
+    assert_eq!(net.engines[2].stats().peer_nacks, 1);
+    assert_eq!(net.engines[2].stats().drops.total(), 0);
+}
+
+#[test]
+fn when_the_peer_cannot_help_the_root_repairs_after_the_retry_interval() {
+    let mut net = peer_net(4);
+    let mut dropped = false;
+    // Rank 2 loses frame 3, and every repair a peer sends it is lost too.
+    net.drop = Box::new(move |r, to| {
+        if to != 2 {
+            return false;
+        }
+        if r.kind == Some(Kind::Repair) && r.flags.contains(Flags::P2P) {
+            return true;
+        }
+        if !dropped && r.kind == Some(Kind::Data) && r.seq == 3 {
+            dropped = true;
+            return true;
+        }
+        false
+    });
+    let m = message(150_000, 4);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    assert_eq!(net.delivered[2], vec![(0, 0, m)]);
+    assert_eq!(net.engines[3].stats().peer_repairs, 1, "the peer tried");
+    let tx = net.engines[0].sender().eqa();
+    assert_eq!(
+        tx.lms(2).unwrap().stats.repairs,
+        1,
+        "then the root repaired"
+    );
+}
+
+#[test]
+fn after_an_eviction_the_next_live_member_is_the_peer() {
+    let mut net = peer_net(4);
+    let now = net.now;
+    for e in 0..3 {
+        assert!(net.engines[e].evict(now, 3));
+    }
+    let mut dropped = false;
+    net.drop = Box::new(move |r, to| {
+        if to == 3 {
+            return true; // rank 3 is gone
+        }
+        if !dropped && r.kind == Some(Kind::Data) && r.seq == 2 && to == 2 {
+            dropped = true;
+            return true;
+        }
+        false
+    });
+    let m = message(150_000, 5);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.delivered[1].len() == 1 && n.delivered[2].len() == 1);
+    assert_eq!(net.delivered[2], vec![(0, 0, m)]);
+    // Rank 2's peer was 3; with 3 evicted it wraps around past the root to rank 1.
+    assert_eq!(net.engines[1].stats().peer_repairs, 1);
+    assert_eq!(net.engines[0].stats().repair_frames, 0);
+}
+
+#[test]
+fn a_peer_nack_naming_a_bad_root_is_dropped() {
+    let mut e = Engine::new({
+        let mut c = Config::new(7, 1, 3);
+        c.peer_repair = true;
+        c
+    })
+    .unwrap();
+    let now = Instant::now();
+    for root in [1u32, 3, 99] {
+        let mut r = Repr::new(Kind::Nack);
+        r.group = 7;
+        r.src = 2;
+        r.dst = 1;
+        r.flags = Flags::PEER;
+        r.msg_id = root;
+        r.bitmap = 1;
+        let pdu = r.to_vec(&[]).unwrap();
+        assert!(
+            matches!(e.handle_frame(now, &pdu), Err(Drop::Protocol(_))),
+            "root {root}"
+        );
+    }
+    // A root this member has no stream of yet: nothing held, and the asker is told so.
+    let mut r = Repr::new(Kind::Nack);
+    r.group = 7;
+    r.src = 2;
+    r.dst = 1;
+    r.flags = Flags::PEER;
+    r.msg_id = 0;
+    r.seq = 5;
+    r.bitmap = 0xffff;
+    assert!(e.handle_frame(now, &r.to_vec(&[]).unwrap()).is_ok());
+    let mut buf = vec![0u8; 1500];
+    let t = e.poll_transmit(now, &mut buf).expect("a reply");
+    assert_eq!(t.dst, Dest::Rank(2));
+    let reply = Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap());
+    assert_eq!(reply.kind, Some(Kind::Nack));
+    assert!(reply.flags.contains(Flags::PEER | Flags::UNHELD));
+    assert_eq!((reply.seq, reply.bitmap, reply.msg_id), (5, 0xffff, 0));
+    assert!(e.poll_transmit(now, &mut buf).is_none());
+}
+
+#[test]
+fn a_peer_that_lost_the_frame_too_says_so_and_the_root_is_asked_at_once() {
+    // Ranks 1 and 2 are each other's peer, and both lose frame 3.
+    let mut net = peer_net(3);
+    let mut lost = [false; 3];
+    net.drop = Box::new(move |r, to| {
+        if r.kind == Some(Kind::Data) && r.seq == 3 && !lost[to] {
+            lost[to] = true;
+            return true;
+        }
+        false
+    });
+    let start = net.now;
+    let m = message(150_000, 6);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    assert_eq!(net.delivered[1], vec![(0, 0, m.clone())]);
+    assert_eq!(net.delivered[2], vec![(0, 0, m)]);
+    assert_eq!(net.engines[1].stats().peer_repairs, 0);
+    assert_eq!(net.engines[2].stats().peer_repairs, 0);
+    assert!(net.engines[0].stats().repair_frames >= 1);
+    // Without the answer, each would have waited out its retry interval before asking the root.
+    let retry = Config::new(7, 0, 3).nack_retry;
+    assert!(net.now - start < retry, "took {:?}", net.now - start);
+}
+
+#[test]
+fn a_peer_that_never_answers_is_given_up_and_the_root_is_asked_directly() {
+    let mut net = peer_net(4);
+    let now = net.now;
+    // Rank 3 is gone, but only the root and rank 1 know it: rank 2 still takes it as its
+    // peer. Every tenth data frame to rank 2 is lost.
+    assert!(net.engines[0].evict(now, 3));
+    assert!(net.engines[1].evict(now, 3));
+    net.drop = Box::new(|r, to| {
+        let from_peer = (r.kind == Some(Kind::Repair) && r.flags.contains(Flags::P2P))
+            || r.flags.contains(Flags::PEER);
+        to == 3
+            || (to == 2 && from_peer)
+            || (to == 2 && r.kind == Some(Kind::Data) && r.seq % 10 == 5)
+    });
+    let msgs: Vec<Vec<u8>> = (0..10).map(|i| message(150_000, i)).collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.delivered[1].len() == 10 && n.delivered[2].len() == 10);
+    let got: Vec<&Vec<u8>> = net.delivered[2].iter().map(|d| &d.2).collect();
+    assert_eq!(got, msgs.iter().collect::<Vec<_>>());
+    let lost = net.engines[0].sender().eqa().lms(2).unwrap().stats.repairs;
+    let asked_peer = net.engines[2].stats().peer_nacks;
+    assert!(lost >= 90, "{lost} repairs");
+    assert!(asked_peer <= 20, "asked the silent peer {asked_peer} times");
+}

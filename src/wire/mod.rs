@@ -145,6 +145,13 @@ bitflags! {
         const KEYED = 1 << 5;
         /// Fragment of a message sent by point-to-point fail-over or the tree algorithm.
         const P2P = 1 << 6;
+        /// A NACK addressed to a fellow receiver instead of the root (peer repair); its
+        /// `msg_id` names the root whose stream it is about.
+        const PEER = 1 << 7;
+        /// With `PEER`: the answer of a peer that does not hold the frames of the bitmap (any
+        /// more), so that the asker turns to the root at once instead of after its retry
+        /// interval.
+        const UNHELD = 1 << 8;
     }
 }
 

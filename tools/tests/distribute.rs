@@ -193,9 +193,14 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
     let recs = rep["receivers"].as_array().unwrap();
     assert_eq!(recs.len(), 8);
     assert!(recs.iter().all(|r| r["status"] == "completed"), "{rep}");
+    // Each receiver loses about 1% of the data frames; fellow receivers repair most of them
+    // (peer repair), so the sender's own repairs are far fewer than the losses.
+    let data = rep["data_frames"].as_u64().unwrap();
+    let root_repairs = rep["repair_frames"].as_u64().unwrap();
     assert!(
-        rep["repair_frames"].as_u64().unwrap() > 0,
-        "1% loss must cause repairs"
+        root_repairs < data * 8 / 100 / 2,
+        "sender repaired {root_repairs} of about {} lost frames",
+        data * 8 / 100
     );
     for r in rs.iter_mut() {
         let o = r.wait_timeout(Duration::from_secs(30));
@@ -231,10 +236,14 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
     let mut data = vec![0u8; 24 * 1024 * 1024 + 12345];
     rng.fill_bytes(&mut data);
     // Receivers 1-5 write files, 6 pipes into cat, 7 into gzip (the Kascade `dd | gzip`
-    // example, the other way round), 8 writes to its standard output.
+    // example, the other way round), 8 writes to its standard output. 1-5 ask only the sender
+    // for lost frames; 6-8 ask a fellow receiver first (peer repair, the default).
     let files: Vec<PathBuf> = (1..=5).map(|i| dir.join(format!("f{i}.bin"))).collect();
     let mut rf: Vec<Proc> = (1..=5)
-        .map(|i| recv(&tb, i, &["-o", files[i - 1].to_str().unwrap()]))
+        .map(|i| {
+            let f = files[i - 1].to_str().unwrap();
+            recv(&tb, i, &["-o", f, "--no-peer-repair"])
+        })
         .collect();
     let f2 = dir.join("via-cat.bin");
     let cmd = format!("cat > {}", f2.display());
@@ -286,7 +295,7 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
     assert_eq!(rep["bytes"], data.len() as u64);
     assert!(
         rep["repair_frames"].as_u64().unwrap() > 0,
-        "1% loss must cause repairs"
+        "1% loss at receivers that ask only the sender must cause repairs from it"
     );
     for r in rf.iter_mut().chain([&mut r2, &mut r_gz]) {
         let o = r.wait_timeout(Duration::from_secs(30));

@@ -74,6 +74,10 @@ struct Common {
     /// delay): fewer acknowledgements cost the sender and the switch less per data frame.
     #[arg(long, default_value_t = distribute::DEFAULT_ACK_EVERY)]
     ack_every: usize,
+    /// Receivers ask only the sender for lost frames. By default a receiver asks a fellow
+    /// receiver first (peer repair), which keeps repairs off the sender's link.
+    #[arg(long)]
+    no_peer_repair: bool,
 }
 
 fn parse_group(s: &str) -> Result<u32, String> {
@@ -195,6 +199,7 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> LinkOpts {
         wait_mode: c.wait_mode.unwrap_or(default_wait),
         window: c.window,
         ack_every: c.ack_every,
+        peer_repair: !c.no_peer_repair,
     }
 }
 

@@ -143,6 +143,8 @@ pub struct LinkOpts {
     pub window: usize,
     /// A receiver acknowledges every this many frames.
     pub ack_every: usize,
+    /// A receiver asks a fellow receiver for a lost frame before the sender (peer repair).
+    pub peer_repair: bool,
 }
 
 impl LinkOpts {
@@ -157,6 +159,7 @@ impl LinkOpts {
         let mut cfg = ethbcast::proto::Config::new(self.group_id, rank, size);
         cfg.window = self.window;
         cfg.ack_every = self.ack_every;
+        cfg.peer_repair = self.peer_repair;
         cfg.auto_post = true;
         cfg
     }
