@@ -654,3 +654,25 @@ fn relayed(pdu: &[u8]) -> bool {
     let flags = u16::from_be_bytes([pdu[2], pdu[3]]);
     pdu[1] == Kind::Repair as u8 && Flags::from_bits_truncate(flags).contains(Flags::P2P)
 }
+
+#[cfg(test)]
+mod relay_tests {
+    use super::relayed;
+    use crate::wire::{Flags, Kind, Repr};
+
+    fn pdu(kind: Kind, flags: Flags) -> Vec<u8> {
+        let mut r = Repr::new(kind);
+        r.flags = flags;
+        r.to_vec(b"x").unwrap()
+    }
+
+    /// Only a peer repair may come from another member's MAC than its claimed source's.
+    #[test]
+    fn only_peer_repairs_count_as_relayed() {
+        assert!(relayed(&pdu(Kind::Repair, Flags::P2P)));
+        assert!(!relayed(&pdu(Kind::Repair, Flags::empty())));
+        assert!(!relayed(&pdu(Kind::Data, Flags::P2P)));
+        assert!(!relayed(&pdu(Kind::Nack, Flags::PEER | Flags::P2P)));
+        assert!(!relayed(&pdu(Kind::Ack, Flags::P2P)));
+    }
+}
