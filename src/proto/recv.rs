@@ -80,7 +80,6 @@ pub struct Receiver {
     ahead: VecDeque<InMsg>,
     /// Bytes held by the buffers of `ahead` (bounded by the window's worth of frames).
     ahead_bytes: usize,
-    slot_payload: usize,
     done: VecDeque<InMsg>,
     pushed: Vec<u8>,
     pushed_cap: usize,
@@ -135,7 +134,6 @@ impl Receiver {
             cur: None,
             ahead: VecDeque::new(),
             ahead_bytes: 0,
-            slot_payload: cfg.slot_payload(),
             done: VecDeque::new(),
             pushed: Vec::with_capacity(cfg.pushed_buffer),
             pushed_cap: cfg.pushed_buffer,
@@ -187,6 +185,11 @@ impl Receiver {
 
     fn window(&self) -> u64 {
         self.slots.len() as u64
+    }
+
+    /// Payload bytes a window slot holds (the largest frame payload accepted).
+    fn slot_payload(&self) -> usize {
+        self.slots.first().map_or(0, |s| s.data.len())
     }
 
     /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
@@ -408,7 +411,7 @@ impl Receiver {
                 }
             }
         }
-        if payload.len() > self.slot_payload {
+        if payload.len() > self.slot_payload() {
             return Err(Drop::Protocol("payload larger than a frame slot"));
         }
         let placed = self.place(s, repr, payload);
@@ -530,7 +533,8 @@ impl Receiver {
         let (off, len) = (repr.offset as usize, repr.msg_len as usize);
         let end = off + payload.len();
         // An honest root's frame `s` lies at most this far past the first byte still missing.
-        let reach = (s - self.expected) as usize * self.slot_payload;
+        let reach = (s - self.expected) as usize * self.slot_payload();
+        let ahead_cap = self.slots.len() * self.slot_payload();
         if end > len {
             return false;
         }
@@ -566,7 +570,7 @@ impl Receiver {
         if v.len() < end {
             let grow = end - v.len();
             if k.is_some() {
-                if self.ahead_bytes + grow > self.slots.len() * self.slot_payload {
+                if self.ahead_bytes + grow > ahead_cap {
                     return false;
                 }
                 self.ahead_bytes += grow;

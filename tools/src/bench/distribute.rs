@@ -251,9 +251,9 @@ fn run_udpcast(
     Ok((bytes as f64 * 8.0 / secs / 1e6, secs, all_ok))
 }
 
-/// The blaster's links get the receive queue `ethbcast recv` asks for by default (its
-/// window), so that the limit and the protocol are measured on the same footing.
-const RX_FRAMES: usize = crate::distribute::DEFAULT_WINDOW;
+/// The blaster's receive queues: at least as deep as those `ethbcast recv` asks for (its
+/// window), so that the limit is never measured lower than the protocol's footing.
+const RX_FRAMES: usize = 4096;
 
 fn run_blaster(tb: &Testbed, n: usize) -> Result<(f64, f64, String), String> {
     use ethbcast::link::{self, measure, Backend, WaitMode, BROADCAST_MAC};
