@@ -271,4 +271,18 @@ mod tests {
         assert_eq!(parse_mac("02:00:ab:01:02:03:04"), None);
         assert_eq!(parse_mac("zz:00:ab:01:02:03"), None);
     }
+
+    #[test]
+    fn wait_modes_parse_by_name_and_unknown_names_list_the_choices() {
+        for (name, mode) in [
+            ("spin", WaitMode::Spin),
+            ("block", WaitMode::Block),
+            ("adaptive", WaitMode::Adaptive),
+            ("doze", WaitMode::Doze),
+        ] {
+            assert_eq!(name.parse::<WaitMode>(), Ok(mode));
+        }
+        let err = "nap".parse::<WaitMode>().unwrap_err();
+        assert!(err.contains("doze") && err.contains("nap"), "{err}");
+    }
 }
