@@ -98,6 +98,23 @@ fn send(tb: &Testbed, args: &[&str], stdin: Stdio) -> Proc {
     spawn(&tb.hosts()[0].netns, &all, stdin)
 }
 
+/// Waits until a receiver's temporary output (a file in `dir` whose name starts with `name`)
+/// holds more than `bytes`: data flows.
+fn wait_for_temporary_file(dir: &Path, name: &str, bytes: u64) {
+    let t0 = Instant::now();
+    loop {
+        let grown = std::fs::read_dir(dir).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with(name)
+                && e.metadata().map(|m| m.len() > bytes).unwrap_or(false)
+        });
+        if grown {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no data arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn random_file(path: &Path, len: usize, seed: u64) -> Vec<u8> {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let mut v = vec![0u8; len];
@@ -364,20 +381,9 @@ fn a_receiver_killed_mid_transfer_is_evicted_and_the_others_complete() {
         ],
         Stdio::null(),
     );
-    // Kill receiver 2 once data flows (its temporary file has grown).
+    // Kill receiver 2 once data flows.
     let victim_mac = tb.hosts()[2].mac_string();
-    let t0 = Instant::now();
-    loop {
-        let grown = std::fs::read_dir(&dir).unwrap().flatten().any(|e| {
-            e.file_name().to_string_lossy().starts_with(".out2.bin")
-                && e.metadata().map(|m| m.len() > 2 << 20).unwrap_or(false)
-        });
-        if grown {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "no data arrived");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_temporary_file(&dir, ".out2.bin", 2 << 20);
     rs[1].kill();
     let out = s.wait_timeout(Duration::from_secs(120));
     let rep = report(&out);
@@ -406,6 +412,83 @@ fn a_receiver_killed_mid_transfer_is_evicted_and_the_others_complete() {
         !outs[1].exists(),
         "the killed receiver must not have a complete-looking file"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
+fn a_stalled_receiver_is_evicted_and_learns_it_as_soon_as_it_resumes() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(
+        &TestbedConfig::new(3)
+            .prefix(prefix("z"))
+            .rate(Rate::from_bits_per_sec(100_000_000).unwrap()),
+    )
+    .expect("test-bed");
+    let dir = tmpdir("stall");
+    let input = dir.join("input.bin");
+    let data = random_file(&input, 48 << 20, 4); // ~4 s at 100 Mbit/s
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| recv(&tb, i, &["-o", outs[i - 1].to_str().unwrap()]))
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--timeout",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    // Stop receiver 2 once data flows, for longer than the sender's timeout; its receive queue
+    // fills with data meanwhile, so the first eviction notice finds no room.
+    wait_for_temporary_file(&dir, ".out2.bin", 2 << 20);
+    let victim = Pid::from_raw(rs[1].0.as_ref().unwrap().id() as i32);
+    kill(victim, Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_millis(1600));
+    kill(victim, Signal::SIGCONT).unwrap();
+    let resumed = Instant::now();
+    let o = rs[1].wait_timeout(Duration::from_secs(30));
+    // Told again while the transfer goes on; without that it would wait for its own timeout
+    // (20 s) after the sender's end.
+    assert!(
+        resumed.elapsed() < Duration::from_secs(3),
+        "exited {:?} after resuming",
+        resumed.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("evicted"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!outs[1].exists(), "no complete-looking file");
+    let out = s.wait_timeout(Duration::from_secs(120));
+    let rep = report(&out);
+    assert_eq!(out.status.code(), Some(1));
+    let st: Vec<&str> = rep["receivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(st, ["completed", "evicted"], "{rep}");
+    let o = rs[0].wait_timeout(Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(0));
+    assert!(std::fs::read(&outs[0]).unwrap() == data);
+    no_part_files(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }

@@ -153,6 +153,9 @@ impl Report {
     }
 }
 
+/// How often an evicted receiver is told so again while the transfer lasts.
+const EVICTED_REPEAT: Duration = Duration::from_millis(250);
+
 enum Block {
     Data(Vec<u8>),
     /// The end of the input, with the digest of all of it.
@@ -310,6 +313,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let mut bytes_of = vec![0u64; n];
     let mut at = vec![0f64; n];
     let mut error = vec![String::new(); n];
+    // When each evicted receiver was last told so: the notice is repeated while the transfer
+    // lasts, because a receiver that was only stalled resumes with a full receive queue, in
+    // which the first notice found no room.
+    let mut told_evicted: Vec<Option<Instant>> = vec![None; n];
     let rx = reader(input, msg, a.digest);
     let pb = progress_bar(total, a.quiet);
     let start = Instant::now();
@@ -427,7 +434,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         }
         // Completion reports.
         for r in 1..n {
-            if outcome[r] == Outcome::Completed || outcome[r] == Outcome::Failed {
+            if outcome[r] != Outcome::Active {
                 continue;
             }
             if let Ok((_, m)) = node.recv_p2p_from(r as u16, Duration::ZERO) {
@@ -459,6 +466,12 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 }
             }
         }
+        for (r, told) in told_evicted.iter_mut().enumerate() {
+            if told.is_some_and(|t| now.duration_since(t) >= EVICTED_REPEAT) {
+                control(&mut node, Dest::Rank(r as u16), EVICTED);
+                *told = Some(now);
+            }
+        }
         // Liveness: evict receivers without progress and silent for `timeout`.
         let head = node.engine().sender().eqa().head();
         for r in 1..n {
@@ -476,6 +489,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             if l.cursor() < head && now.duration_since(last) > a.timeout {
                 node.engine_mut().evict(now, r as u16);
                 control(&mut node, Dest::Rank(r as u16), EVICTED);
+                told_evicted[r] = Some(now);
                 let msg = format!(
                     "no progress and silent for {:.1} s",
                     now.duration_since(last).as_secs_f64()
