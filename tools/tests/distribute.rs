@@ -74,13 +74,13 @@ fn spawn(ns: &str, args: &[&str], stdin: Stdio) -> Proc {
     Proc(Some(c))
 }
 
+/// `ethbcast recv` on `host` in its default (doze) wait mode, with `out` after the common
+/// arguments.
 fn recv(tb: &Testbed, host: usize, out: &[&str]) -> Proc {
     let mut args = vec![
         "recv",
         "--iface",
         "eth0",
-        "--wait-mode",
-        "block",
         "--quiet",
         "--wait",
         "60",
