@@ -74,8 +74,9 @@ struct Common {
     /// delay): fewer acknowledgements cost the sender and the switch less per data frame.
     #[arg(long, default_value_t = distribute::DEFAULT_ACK_EVERY)]
     ack_every: usize,
-    /// Receivers ask only the sender for lost frames. By default a receiver asks a fellow
-    /// receiver first (peer repair), which keeps repairs off the sender's link.
+    /// On a receiver: ask only the sender for lost frames. By default a receiver asks a fellow
+    /// receiver first (peer repair), which keeps repairs off the sender's link. No effect on
+    /// the sender.
     #[arg(long)]
     no_peer_repair: bool,
 }
