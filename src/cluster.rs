@@ -91,6 +91,8 @@ pub struct Report {
     pub repair_frames: u64,
     /// Of which re-broadcasts.
     pub rebroadcasts: u64,
+    /// Repair frames members relayed to fellow members (peer repair), besides the roots' own.
+    pub peer_repairs: u64,
     /// Frames the simulator dropped (counted per receiving port).
     pub lost_frames: u64,
     /// ACK frames.
@@ -309,6 +311,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         let s = m.engine.stats();
         report.data_frames += s.data_frames;
         report.repair_frames += s.repair_frames;
+        report.peer_repairs += s.peer_repairs;
         report.rebroadcasts += s.rebroadcasts;
         report.ack_frames += s.ack_frames;
         report.nack_frames += s.nack_frames;

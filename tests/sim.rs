@@ -44,6 +44,20 @@ fn sixteen_nodes_under_every_fault_at_once() {
 }
 
 #[test]
+fn with_peer_repair_sixteen_nodes_under_every_fault_at_once() {
+    let mut sc = Scenario::new(16, 1500);
+    sc.faults = hostile();
+    sc.tweak = |c| c.peer_repair = true;
+    let r = run(&sc).unwrap();
+    assert_perfect(&r);
+    assert!(r.lost_frames > 1000, "the faults were really there: {r:?}");
+    assert!(
+        r.peer_repairs > r.lost_frames / 4,
+        "members repaired each other: {r:?}"
+    );
+}
+
+#[test]
 fn repair_traffic_stays_close_to_what_was_lost() {
     let mut sc = Scenario::new(8, 800);
     sc.faults = Faults::lossy(0.05);
@@ -116,12 +130,16 @@ proptest! {
         reorder in 0.0f64..0.05,
         corrupt in 0.0f64..0.01,
         window in prop_oneof![Just(4usize), Just(16), Just(64)],
+        peer_repair in any::<bool>(),
     ) {
         let mut sc = Scenario::new(nodes, 120);
         sc.seed = seed;
         sc.sizes = vec![0, 1, 79, 80, 81, 859, 860, 861, 1460, 5000, 40_000];
         sc.faults = Faults { loss, burst_loss: burst, dup, reorder, reorder_delay: Duration::from_micros(300), corrupt, ..Faults::NONE };
         sc.window = Some(window);
+        if peer_repair {
+            sc.tweak = |c| c.peer_repair = true;
+        }
         let r = run(&sc).unwrap();
         prop_assert!(r.completed, "{:?}", r);
         prop_assert_eq!((r.corrupt, r.duplicated, r.out_of_order, r.missing), (0, 0, 0, 0));
