@@ -132,6 +132,24 @@ impl Net {
     }
 }
 
+/// A drop rule that loses data frame `seq` once, on its way to member `to`.
+fn lose_once(seq: u32, to: usize) -> impl FnMut(&Repr, usize) -> bool {
+    let mut dropped = false;
+    move |r, t| {
+        let hit = !dropped && r.kind == Some(Kind::Data) && r.seq == seq && t == to;
+        dropped |= hit;
+        hit
+    }
+}
+
+/// Root 0 broadcasts `m`; runs until every other member has it.
+fn broadcast_to_all(net: &mut Net, m: &[u8]) {
+    net.engines[0]
+        .bcast(net.now, m.to_vec(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+}
+
 fn message(len: usize, salt: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
@@ -164,19 +182,9 @@ fn simple_broadcast_delivers_every_message_once_in_order() {
 #[test]
 fn only_the_destination_that_lost_a_frame_is_repaired() {
     let mut net = Net::new(4, |_| {});
-    let mut dropped = false;
-    net.drop = Box::new(move |r, to| {
-        if !dropped && r.kind == Some(Kind::Data) && r.seq == 3 && to == 2 {
-            dropped = true;
-            return true;
-        }
-        false
-    });
+    net.drop = Box::new(lose_once(3, 2));
     let m = message(20_000, 1);
-    net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
-        .unwrap();
-    net.run(|n| n.all_got(0, 1));
+    broadcast_to_all(&mut net, &m);
     for r in 1..4 {
         assert_eq!(net.delivered[r][0].2, m);
     }
@@ -627,21 +635,11 @@ fn peer_net(n: u16) -> Net {
 #[test]
 fn with_peer_repair_a_fellow_receiver_repairs_and_the_root_sends_nothing_again() {
     let mut net = peer_net(4);
-    let mut dropped = false;
-    net.drop = Box::new(move |r, to| {
-        if !dropped && r.kind == Some(Kind::Data) && r.seq == 3 && to == 2 {
-            dropped = true;
-            return true;
-        }
-        false
-    });
+    net.drop = Box::new(lose_once(3, 2));
     // Long enough that the peer is still assembling it when asked (a peer serves only
     // frames of messages it has not delivered yet).
     let m = message(150_000, 1);
-    net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
-        .unwrap();
-    net.run(|n| n.all_got(0, 1));
+    broadcast_to_all(&mut net, &m);
     for r in 1..4 {
         assert_eq!(net.delivered[r], vec![(0, 0, m.clone())]);
     }
@@ -656,26 +654,14 @@ fn with_peer_repair_a_fellow_receiver_repairs_and_the_root_sends_nothing_again()
 #[test]
 fn when_the_peer_cannot_help_the_root_repairs_after_the_retry_interval() {
     let mut net = peer_net(4);
-    let mut dropped = false;
     // Rank 2 loses frame 3, and every repair a peer sends it is lost too.
+    let mut lose = lose_once(3, 2);
     net.drop = Box::new(move |r, to| {
-        if to != 2 {
-            return false;
-        }
-        if r.kind == Some(Kind::Repair) && r.flags.contains(Flags::P2P) {
-            return true;
-        }
-        if !dropped && r.kind == Some(Kind::Data) && r.seq == 3 {
-            dropped = true;
-            return true;
-        }
-        false
+        let peer_repair = r.kind == Some(Kind::Repair) && r.flags.contains(Flags::P2P);
+        (to == 2 && peer_repair) || lose(r, to)
     });
     let m = message(150_000, 4);
-    net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
-        .unwrap();
-    net.run(|n| n.all_got(0, 1));
+    broadcast_to_all(&mut net, &m);
     assert_eq!(net.delivered[2], vec![(0, 0, m)]);
     assert_eq!(net.engines[3].stats().peer_repairs, 1, "the peer tried");
     let tx = net.engines[0].sender().eqa();
@@ -693,17 +679,9 @@ fn after_an_eviction_the_next_live_member_is_the_peer() {
     for e in 0..3 {
         assert!(net.engines[e].evict(now, 3));
     }
-    let mut dropped = false;
-    net.drop = Box::new(move |r, to| {
-        if to == 3 {
-            return true; // rank 3 is gone
-        }
-        if !dropped && r.kind == Some(Kind::Data) && r.seq == 2 && to == 2 {
-            dropped = true;
-            return true;
-        }
-        false
-    });
+    let mut lose = lose_once(2, 2);
+    // Rank 3 is gone.
+    net.drop = Box::new(move |r, to| to == 3 || lose(r, to));
     let m = message(150_000, 5);
     net.engines[0]
         .bcast(net.now, m.clone(), Algo::Simple)

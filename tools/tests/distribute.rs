@@ -98,6 +98,53 @@ fn send(tb: &Testbed, args: &[&str], stdin: Stdio) -> Proc {
     spawn(&tb.hosts()[0].netns, &all, stdin)
 }
 
+/// A test-bed of `hosts` with 100 Mbit/s ports, and a scratch directory.
+fn slow_bed(hosts: usize, tag: &str, dir: &str) -> (Testbed, PathBuf) {
+    let tb = Testbed::up(
+        &TestbedConfig::new(hosts)
+            .prefix(prefix(tag))
+            .rate(Rate::from_bits_per_sec(100_000_000).unwrap()),
+    )
+    .expect("test-bed");
+    (tb, tmpdir(dir))
+}
+
+/// A random file of `len` bytes sent from host 0 to every other host (outputs `outN.bin` in
+/// `dir`), with a 1 s eviction timeout. Returns the data, the outputs, the receivers and the
+/// sender.
+fn file_transfer(
+    tb: &Testbed,
+    dir: &Path,
+    len: usize,
+    seed: u64,
+) -> (Vec<u8>, Vec<PathBuf>, Vec<Proc>, Proc) {
+    let n = tb.hosts().len();
+    let input = dir.join("input.bin");
+    let data = random_file(&input, len, seed);
+    let outs: Vec<PathBuf> = (1..n).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let rs: Vec<Proc> = (1..n)
+        .map(|i| recv(tb, i, &["-o", outs[i - 1].to_str().unwrap()]))
+        .collect();
+    let receivers = (n - 1).to_string();
+    let s = send(
+        tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            &receivers,
+            "--wait",
+            "30",
+            "--timeout",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    (data, outs, rs, s)
+}
+
 /// Waits until a receiver's temporary output (a file in `dir` whose name starts with `name`)
 /// holds more than `bytes`: data flows.
 fn wait_for_temporary_file(dir: &Path, name: &str, bytes: u64) {
@@ -352,36 +399,9 @@ fn a_receiver_killed_mid_transfer_is_evicted_and_the_others_complete() {
     if !netns_available() {
         return;
     }
-    let tb = Testbed::up(
-        &TestbedConfig::new(4)
-            .prefix(prefix("k"))
-            .rate(Rate::from_bits_per_sec(100_000_000).unwrap()),
-    )
-    .expect("test-bed");
-    let dir = tmpdir("kill");
-    let input = dir.join("input.bin");
-    let data = random_file(&input, 24 << 20, 3); // ~2 s at 100 Mbit/s
-    let outs: Vec<PathBuf> = (1..4).map(|i| dir.join(format!("out{i}.bin"))).collect();
-    let mut rs: Vec<Proc> = (1..4)
-        .map(|i| recv(&tb, i, &["-o", outs[i - 1].to_str().unwrap()]))
-        .collect();
-    let mut s = send(
-        &tb,
-        &[
-            "-i",
-            input.to_str().unwrap(),
-            "--receivers",
-            "3",
-            "--wait",
-            "30",
-            "--timeout",
-            "1",
-            "--quiet",
-            "--json",
-        ],
-        Stdio::null(),
-    );
-    // Kill receiver 2 once data flows.
+    let (tb, dir) = slow_bed(4, "k", "kill");
+    let (data, outs, mut rs, mut s) = file_transfer(&tb, &dir, 24 << 20, 3); // ~2 s
+                                                                             // Kill receiver 2 once data flows.
     let victim_mac = tb.hosts()[2].mac_string();
     wait_for_temporary_file(&dir, ".out2.bin", 2 << 20);
     rs[1].kill();
@@ -423,37 +443,10 @@ fn a_stalled_receiver_is_evicted_and_learns_it_as_soon_as_it_resumes() {
     if !netns_available() {
         return;
     }
-    let tb = Testbed::up(
-        &TestbedConfig::new(3)
-            .prefix(prefix("z"))
-            .rate(Rate::from_bits_per_sec(100_000_000).unwrap()),
-    )
-    .expect("test-bed");
-    let dir = tmpdir("stall");
-    let input = dir.join("input.bin");
-    let data = random_file(&input, 48 << 20, 4); // ~4 s at 100 Mbit/s
-    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
-    let mut rs: Vec<Proc> = (1..3)
-        .map(|i| recv(&tb, i, &["-o", outs[i - 1].to_str().unwrap()]))
-        .collect();
-    let mut s = send(
-        &tb,
-        &[
-            "-i",
-            input.to_str().unwrap(),
-            "--receivers",
-            "2",
-            "--wait",
-            "30",
-            "--timeout",
-            "1",
-            "--quiet",
-            "--json",
-        ],
-        Stdio::null(),
-    );
-    // Stop receiver 2 once data flows, for longer than the sender's timeout; its receive queue
-    // fills with data meanwhile, so the first eviction notice finds no room.
+    let (tb, dir) = slow_bed(3, "z", "stall");
+    let (data, outs, mut rs, mut s) = file_transfer(&tb, &dir, 48 << 20, 4); // ~4 s
+                                                                             // Stop receiver 2 once data flows, for longer than the sender's timeout; its receive queue
+                                                                             // fills with data meanwhile, so the first eviction notice finds no room.
     wait_for_temporary_file(&dir, ".out2.bin", 2 << 20);
     let victim = Pid::from_raw(rs[1].0.as_ref().unwrap().id() as i32);
     kill(victim, Signal::SIGSTOP).unwrap();
