@@ -581,6 +581,20 @@ impl Receiver {
         true
     }
 
+    /// Drops the messages begun ahead and the frames placed into them (they are asked for
+    /// again like any missing frame).
+    fn forget_ahead(&mut self) {
+        let ids: Vec<u32> = self.ahead.drain(..).map(|m| m.id as u32).collect();
+        self.ahead_bytes = 0;
+        for slot in self.slots.iter_mut() {
+            if slot.state.contains(SlotState::HAVE | SlotState::PLACED)
+                && ids.contains(&slot.repr.msg_id)
+            {
+                slot.state.remove(SlotState::HAVE | SlotState::PLACED);
+            }
+        }
+    }
+
     /// Appends the next expected frame to the message it belongs to: `payload`, or `None`
     /// when `place` already wrote it there.
     fn consume(&mut self, repr: &Repr, payload: Option<&[u8]>) -> Result<(), Drop> {
@@ -589,9 +603,18 @@ impl Receiver {
                 return Err(Drop::Protocol("message does not start at offset 0"));
             }
             let m = match self.ahead.pop_front() {
-                Some(m) => {
+                Some(m) if m.id == self.next_start && m.len == repr.msg_len as usize => {
                     self.ahead_bytes -= m.data.as_ref().map_or(0, Vec::len);
                     m
+                }
+                Some(_) => {
+                    // Begun by frames that contradict this one: what was placed ahead is
+                    // forgotten and asked for again.
+                    self.forget_ahead();
+                    if payload.is_none() {
+                        return Err(Drop::Protocol("placed frame contradicts its message"));
+                    }
+                    self.new_msg(self.next_start, repr)
                 }
                 None if payload.is_none() => {
                     return Err(Drop::Protocol("placed frame without its message"))

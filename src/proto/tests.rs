@@ -793,3 +793,52 @@ fn a_peer_that_never_answers_is_given_up_and_the_root_is_asked_directly() {
     assert!(lost >= 90, "{lost} repairs");
     assert!(asked_peer <= 20, "asked the silent peer {asked_peer} times");
 }
+
+#[test]
+fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_again() {
+    let mut rx = Engine::new({
+        let mut c = Config::new(7, 1, 2);
+        c.window = 64;
+        c
+    })
+    .unwrap();
+    let now = Instant::now();
+    let frame = |seq: u32, msg_id: u32, msg_len: u32, offset: u32, len: usize, last: bool| {
+        let mut r = Repr::new(Kind::Data);
+        r.group = 7;
+        r.src = 0;
+        r.dst = wire::ALL;
+        r.seq = seq;
+        r.msg_id = msg_id;
+        r.msg_len = msg_len;
+        r.offset = offset;
+        if last {
+            r.flags |= Flags::LAST;
+        }
+        let payload: Vec<u8> = (0..len)
+            .map(|i| (i as u32 + offset + 7 * msg_id) as u8)
+            .collect();
+        r.to_vec(&payload).unwrap()
+    };
+    // Message 0 is in progress when a frame of message 1 arrives ahead, claiming a length
+    // that its first frame will contradict.
+    rx.handle_frame(now, &frame(0, 0, 2000, 0, 1000, false))
+        .unwrap();
+    rx.handle_frame(now, &frame(3, 1, 500, 0, 100, false))
+        .unwrap();
+    rx.handle_frame(now, &frame(1, 0, 2000, 1000, 1000, true))
+        .unwrap();
+    rx.handle_frame(now, &frame(2, 1, 1000, 0, 500, false))
+        .unwrap();
+    // The contradicting frame was forgotten: its sequence is taken again.
+    rx.handle_frame(now, &frame(3, 1, 1000, 500, 500, true))
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(ev) = rx.poll_event() {
+        if let Event::Delivered { msg_id, data, .. } = ev {
+            got.push((msg_id, data));
+        }
+    }
+    let want = |id: u32, len: u32| -> Vec<u8> { (0..len).map(|i| (i + 7 * id) as u8).collect() };
+    assert_eq!(got, vec![(0, want(0, 2000)), (1, want(1, 1000))]);
+}
