@@ -714,7 +714,10 @@ impl Engine {
                         rx.serve_peer(&repr, src, budget);
                     }
                     self.collect_rx(root as Rank);
-                } else if !repr.flags.contains(Flags::UNHELD) && repr.bitmap != 0 {
+                } else if !repr.flags.contains(Flags::UNHELD)
+                    && repr.bitmap != 0
+                    && self.outbox.len() < self.cfg.outbox
+                {
                     // No stream of that root here: nothing held.
                     let reply = recv::unheld_reply(&repr, src, root as Rank, repr.bitmap);
                     self.outbox.push_back(reply);

@@ -125,17 +125,11 @@ pub fn wait_until(
     let remaining = |now: Instant| deadline.map(|d| d.saturating_duration_since(now));
     if let Strategy::Doze { interval } = strategy {
         loop {
-            let Some(left) = remaining(Instant::now()) else {
-                std::thread::sleep(interval);
-                if ready() {
-                    return Ok(true);
-                }
-                continue;
-            };
-            if left.is_zero() {
+            let left = remaining(Instant::now());
+            if left == Some(Duration::ZERO) {
                 return Ok(ready());
             }
-            std::thread::sleep(interval.min(left));
+            std::thread::sleep(left.map_or(interval, |l| interval.min(l)));
             if ready() {
                 return Ok(true);
             }
