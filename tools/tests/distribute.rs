@@ -400,8 +400,8 @@ fn a_receiver_killed_mid_transfer_is_evicted_and_the_others_complete() {
         return;
     }
     let (tb, dir) = slow_bed(4, "k", "kill");
-    let (data, outs, mut rs, mut s) = file_transfer(&tb, &dir, 24 << 20, 3); // ~2 s
-                                                                             // Kill receiver 2 once data flows.
+    // About 2 s at 100 Mbit/s. Kill receiver 2 once data flows.
+    let (data, outs, mut rs, mut s) = file_transfer(&tb, &dir, 24 << 20, 3);
     let victim_mac = tb.hosts()[2].mac_string();
     wait_for_temporary_file(&dir, ".out2.bin", 2 << 20);
     rs[1].kill();
@@ -444,9 +444,10 @@ fn a_stalled_receiver_is_evicted_and_learns_it_as_soon_as_it_resumes() {
         return;
     }
     let (tb, dir) = slow_bed(3, "z", "stall");
-    let (data, outs, mut rs, mut s) = file_transfer(&tb, &dir, 48 << 20, 4); // ~4 s
-                                                                             // Stop receiver 2 once data flows, for longer than the sender's timeout; its receive queue
-                                                                             // fills with data meanwhile, so the first eviction notice finds no room.
+    // About 4 s at 100 Mbit/s. Stop receiver 2 once data flows, for longer than the sender's
+    // timeout; its receive queue fills with data meanwhile, so the first eviction notice finds
+    // no room.
+    let (data, outs, mut rs, mut s) = file_transfer(&tb, &dir, 48 << 20, 4);
     wait_for_temporary_file(&dir, ".out2.bin", 2 << 20);
     let victim = Pid::from_raw(rs[1].0.as_ref().unwrap().id() as i32);
     kill(victim, Signal::SIGSTOP).unwrap();
