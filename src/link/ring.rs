@@ -143,7 +143,6 @@ impl RingLink {
         Ok(self.ring.socket().stats()?)
     }
 
-    /// Sends the userspace batch with `sendmmsg`, waiting for room when the socket is full.
     /// Kicks the TX ring every [`KICK_EVERY`] until `done` holds or `timeout` passed; returns
     /// whether it holds. One kick is not enough: the kernel leaves frames that a full device
     /// queue refused in the ring until the next kick, and only a kick frees their slots.
@@ -173,6 +172,7 @@ impl RingLink {
         }
     }
 
+    /// Sends the userspace batch with `sendmmsg`, waiting for room when the socket is full.
     fn flush_batch(&mut self) -> Result<(), LinkError> {
         let mut frames: Vec<&[u8]> = Vec::with_capacity(self.batch_ends.len());
         let mut start = 0;
