@@ -22,6 +22,15 @@ use crate::wire::{Flags, Kind, Repr, NACK_BITS};
 /// Unanswered peer requests in a row after which a receiver stops asking its peer.
 const PEER_SILENCE_LIMIT: u32 = 16;
 
+/// Where the payload of a frame being consumed is.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    /// These bytes.
+    Here(&'a [u8]),
+    /// Already in its message's buffer at its offset (see `Receiver::place`); this many bytes.
+    Placed(usize),
+}
+
 /// A posted receive (an entry of the receive queue).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Post {
@@ -389,7 +398,7 @@ impl Receiver {
         }
         if s == self.expected {
             // In order (the common case): straight into its message, no stop in the window.
-            match self.consume(repr, Some(payload)) {
+            match self.consume(repr, Payload::Here(payload)) {
                 Ok(()) => {
                     // Its header stays in the slot: a peer may ask for the frame (peer repair).
                     let slot = &mut self.slots[i];
@@ -456,11 +465,11 @@ impl Receiver {
             let len = usize::from(self.slots[i].len);
             let repr = self.slots[i].repr;
             let r = if self.slots[i].state.contains(SlotState::PLACED) {
-                self.consume(&repr, None)
+                self.consume(&repr, Payload::Placed(len))
             } else {
                 // Lend the slot's buffer out for the call (a pointer swap, not a copy).
                 let data = std::mem::take(&mut self.slots[i].data);
-                let r = self.consume(&repr, Some(&data[..len]));
+                let r = self.consume(&repr, Payload::Here(&data[..len]));
                 self.slots[i].data = data;
                 r
             };
@@ -595,9 +604,8 @@ impl Receiver {
         }
     }
 
-    /// Appends the next expected frame to the message it belongs to: `payload`, or `None`
-    /// when `place` already wrote it there.
-    fn consume(&mut self, repr: &Repr, payload: Option<&[u8]>) -> Result<(), Drop> {
+    /// Appends the next expected frame to the message it belongs to.
+    fn consume(&mut self, repr: &Repr, payload: Payload<'_>) -> Result<(), Drop> {
         if self.cur.is_none() {
             if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
                 return Err(Drop::Protocol("message does not start at offset 0"));
@@ -611,12 +619,12 @@ impl Receiver {
                     // Begun by frames that contradict this one: what was placed ahead is
                     // forgotten and asked for again.
                     self.forget_ahead();
-                    if payload.is_none() {
+                    if let Payload::Placed(_) = payload {
                         return Err(Drop::Protocol("placed frame contradicts its message"));
                     }
                     self.new_msg(self.next_start, repr)
                 }
-                None if payload.is_none() => {
+                None if matches!(payload, Payload::Placed(_)) => {
                     return Err(Drop::Protocol("placed frame without its message"))
                 }
                 None => self.new_msg(self.next_start, repr),
@@ -625,8 +633,8 @@ impl Receiver {
             self.next_start += 1;
         }
         let len = match payload {
-            None => usize::from(self.slots[self.idx(self.expected)].len),
-            Some(p) => p.len(),
+            Payload::Placed(len) => len,
+            Payload::Here(p) => p.len(),
         };
         let m = self.cur.as_mut().expect("just set");
         if repr.msg_id != m.id as u32
@@ -637,8 +645,8 @@ impl Receiver {
         }
         match (m.data.as_mut(), payload) {
             // Placed: already in `v` at its offset.
-            (Some(_), None) => {}
-            (Some(v), Some(p)) => {
+            (Some(_), Payload::Placed(_)) => {}
+            (Some(v), Payload::Here(p)) => {
                 if m.truncated.is_none() {
                     let end = m.filled + len;
                     if v.len() == m.filled {
@@ -652,8 +660,10 @@ impl Receiver {
                     }
                 }
             }
-            (None, None) => return Err(Drop::Protocol("placed frame without its buffer")),
-            (None, Some(p)) => {
+            (None, Payload::Placed(_)) => {
+                return Err(Drop::Protocol("placed frame without its buffer"))
+            }
+            (None, Payload::Here(p)) => {
                 if self.pushed.len() + len > self.pushed_cap {
                     return Err(Drop::NoRoom);
                 }
