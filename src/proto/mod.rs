@@ -488,6 +488,46 @@ pub(crate) struct Control {
     dst: Dest,
     repr: Repr,
     payload: Vec<u8>,
+    /// A frame of a root's stream relayed for it (peer repair): its source stays the root.
+    /// Every other control frame leaves with this member as its source.
+    relayed: bool,
+}
+
+impl Control {
+    /// A frame of this member's own for `dst`.
+    pub(crate) fn new(dst: Dest, repr: Repr, payload: Vec<u8>) -> Control {
+        Control {
+            dst,
+            repr,
+            payload,
+            relayed: false,
+        }
+    }
+
+    /// A frame of a root's stream that this member relays to `dst` (peer repair).
+    pub(crate) fn relay(dst: Dest, repr: Repr, payload: Vec<u8>) -> Control {
+        Control {
+            relayed: true,
+            ..Control::new(dst, repr, payload)
+        }
+    }
+
+    /// Counts this frame, about to be queued, in `stats`.
+    fn count(&self, stats: &mut Stats) {
+        let peer = self.repr.flags.contains(Flags::PEER);
+        match self.repr.kind {
+            Some(Kind::Ack) => stats.ack_frames += 1,
+            Some(Kind::Nack) => {
+                stats.nack_frames += 1;
+                if peer && !self.repr.flags.contains(Flags::UNHELD) {
+                    stats.peer_nacks += 1;
+                }
+            }
+            Some(Kind::Repair) if self.relayed => stats.peer_repairs += 1,
+            Some(Kind::Pull) => stats.pull_frames += 1,
+            _ => {}
+        }
+    }
 }
 
 /// One member's protocol engine.
@@ -606,20 +646,7 @@ impl Engine {
                 self.events.push_back(ev);
             }
             while let Some(c) = rx.take_control() {
-                match c.repr.kind {
-                    Some(Kind::Ack) => self.stats.ack_frames += 1,
-                    Some(Kind::Nack) => {
-                        self.stats.nack_frames += 1;
-                        if c.repr.flags.contains(Flags::PEER)
-                            && !c.repr.flags.contains(Flags::UNHELD)
-                        {
-                            self.stats.peer_nacks += 1;
-                        }
-                    }
-                    Some(Kind::Repair) => self.stats.peer_repairs += 1,
-                    Some(Kind::Pull) => self.stats.pull_frames += 1,
-                    _ => {}
-                }
+                c.count(&mut self.stats);
                 self.outbox.push_back(c);
             }
         }
@@ -642,11 +669,8 @@ impl Engine {
         if payload.len() > self.cfg.max_payload() {
             return Err(WireError::PayloadTooLong(payload.len()));
         }
-        self.outbox.push_back(Control {
-            dst,
-            repr,
-            payload: payload.to_vec(),
-        });
+        self.outbox
+            .push_back(Control::new(dst, repr, payload.to_vec()));
         Ok(())
     }
 
@@ -720,8 +744,8 @@ impl Engine {
                 {
                     // No stream of that root here: nothing held.
                     let reply = recv::unheld_reply(&repr, src, root as Rank, repr.bitmap);
+                    reply.count(&mut self.stats);
                     self.outbox.push_back(reply);
-                    self.stats.nack_frames += 1;
                 }
                 Ok(())
             }
@@ -787,9 +811,7 @@ impl Engine {
         if let Some(c) = self.outbox.pop_front() {
             let mut repr = c.repr;
             repr.group = self.cfg.group;
-            if repr.kind != Some(Kind::Repair) {
-                // A repair in the outbox is a peer repair: a frame of the root's stream, relayed,
-                // which keeps the root as its source.
+            if !c.relayed {
                 repr.src = self.cfg.rank;
             }
             let len = repr.emit(&c.payload, buf).ok()?;

@@ -264,11 +264,8 @@ impl Receiver {
             repr.flags.remove(Flags::BROADCAST | Flags::ACK_REQ);
             repr.flags |= Flags::P2P;
             let payload = payload.to_vec();
-            self.controls.push_back(Control {
-                dst: Dest::Rank(asker),
-                repr,
-                payload,
-            });
+            self.controls
+                .push_back(Control::relay(Dest::Rank(asker), repr, payload));
             served += 1;
         }
         if unheld != 0 {
@@ -729,11 +726,8 @@ impl Receiver {
                 msg_id: m.id as u32,
                 ..Repr::default()
             };
-            self.controls.push_back(Control {
-                dst: Dest::Rank(self.root),
-                repr,
-                payload: Vec::new(),
-            });
+            self.controls
+                .push_back(Control::new(Dest::Rank(self.root), repr, Vec::new()));
             self.acked = self.expected;
             self.unacked = 0;
         }
@@ -777,11 +771,8 @@ impl Receiver {
             repr.flags |= Flags::ACK_REQ;
             repr.aux = self.highest.max(self.expected) as u32;
         }
-        self.controls.push_back(Control {
-            dst: Dest::Rank(self.root),
-            repr,
-            payload: Vec::new(),
-        });
+        self.controls
+            .push_back(Control::new(Dest::Rank(self.root), repr, Vec::new()));
     }
 
     /// Asks for the missing frames from `from` on that were never asked for, or not within the
@@ -835,18 +826,15 @@ impl Receiver {
                 let mut repr = nack(peer, to_peer);
                 repr.flags |= Flags::PEER;
                 repr.msg_id = u32::from(self.root);
-                self.controls.push_back(Control {
-                    dst: Dest::Rank(peer),
-                    repr,
-                    payload: Vec::new(),
-                });
+                self.controls
+                    .push_back(Control::new(Dest::Rank(peer), repr, Vec::new()));
             }
             if to_root != 0 {
-                self.controls.push_back(Control {
-                    dst: Dest::Rank(self.root),
-                    repr: nack(self.root, to_root),
-                    payload: Vec::new(),
-                });
+                self.controls.push_back(Control::new(
+                    Dest::Rank(self.root),
+                    nack(self.root, to_root),
+                    Vec::new(),
+                ));
                 sent_root = true;
             }
             b = base + u64::from(NACK_BITS);
@@ -906,17 +894,14 @@ impl Receiver {
 /// The answer to a peer NACK (`nack`, from `asker`) for frames of `root`'s stream this member
 /// does not hold (`bitmap`).
 pub(crate) fn unheld_reply(nack: &Repr, asker: Rank, root: Rank, bitmap: u16) -> Control {
-    Control {
-        dst: Dest::Rank(asker),
-        repr: Repr {
-            kind: Some(Kind::Nack),
-            flags: Flags::PEER | Flags::UNHELD,
-            dst: asker,
-            seq: nack.seq,
-            msg_id: u32::from(root),
-            bitmap,
-            ..Repr::default()
-        },
-        payload: Vec::new(),
-    }
+    let repr = Repr {
+        kind: Some(Kind::Nack),
+        flags: Flags::PEER | Flags::UNHELD,
+        dst: asker,
+        seq: nack.seq,
+        msg_id: u32::from(root),
+        bitmap,
+        ..Repr::default()
+    };
+    Control::new(Dest::Rank(asker), repr, Vec::new())
 }
