@@ -336,10 +336,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let mut pending: Option<Vec<u8>> = None;
     let mut sent: u64 = 0;
     let mut acked: u64 = 0;
-    let mut eof = false;
     let mut trailer: Option<u64> = None;
     let mut trailer_stable: Option<Instant> = None;
-    let mut digest = [0u8; 32];
+    // Set at the end of the input: the digest of all of it.
+    let mut digest: Option<[u8; 32]> = None;
 
     let finish = |o: &mut Vec<Outcome>,
                   b: &mut Vec<u64>,
@@ -367,16 +367,16 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         let live_receivers = outcome[1..].contains(&Outcome::Active);
         // Feed the engine.
         let mut wait = Duration::from_millis(5);
-        while live_receivers && !eof && inflight.len() < max_inflight {
+        while live_receivers && digest.is_none() && inflight.len() < max_inflight {
             if pending.is_none() {
                 match rx.try_recv() {
                     Ok(Block::Data(v)) => pending = Some(v),
                     Ok(Block::Eof(d)) => {
-                        digest = d;
+                        digest = Some(d);
                         let id = node.bcast(
                             Msg::Trailer {
                                 bytes: sent,
-                                digest,
+                                digest: d,
                             }
                             .encode(),
                             Algo::Simple,
@@ -386,7 +386,6 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                             Err(NodeError::Send(SendError::NoReceivers)) => {}
                             Err(e) => return Err(e.into()),
                         }
-                        eof = true;
                         break;
                     }
                     Ok(Block::Err(e)) => {
@@ -561,11 +560,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         iface: a.link.iface.clone(),
         bytes: sent,
         // Known only for an input read to its end.
-        digest: if eof {
-            a.digest.render(&digest)
-        } else {
-            format!("{}:none", a.digest.name())
-        },
+        digest: digest.map_or_else(
+            || format!("{}:none", a.digest.name()),
+            |d| a.digest.render(&d),
+        ),
         join_seconds,
         seconds,
         goodput_mbit: mbit(sent, Duration::from_secs_f64(seconds)),
