@@ -145,6 +145,41 @@ fn file_transfer(
     (data, outs, rs, s)
 }
 
+/// The sender ends with exit 1 and a REPORT in which the receiver with MAC `victim` was
+/// evicted and every other one completed; those exit 0 with the data, and the victim (`rs[1]`,
+/// output `outs[1]`, already ended or killed) has no complete-looking file.
+fn only_the_victim_was_evicted(
+    sender: &mut Proc,
+    rs: &mut [Proc],
+    outs: &[PathBuf],
+    data: &[u8],
+    victim: &str,
+) {
+    let out = sender.wait_timeout(Duration::from_secs(120));
+    let rep = report(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(rep["ok"], false);
+    assert!(stderr.contains("REPORT"), "{stderr}");
+    for r in rep["receivers"].as_array().unwrap() {
+        let want = if r["mac"] == victim {
+            "evicted"
+        } else {
+            "completed"
+        };
+        assert_eq!(r["status"], want, "{rep}");
+    }
+    for (i, r) in rs.iter_mut().enumerate().filter(|(i, _)| *i != 1) {
+        let o = r.wait_timeout(Duration::from_secs(30));
+        assert_eq!(o.status.code(), Some(0));
+        assert!(std::fs::read(&outs[i]).unwrap() == data);
+    }
+    assert!(
+        !outs[1].exists(),
+        "the victim must not have a complete-looking file"
+    );
+}
+
 /// Waits until a receiver's temporary output (a file in `dir` whose name starts with `name`)
 /// holds more than `bytes`: data flows.
 fn wait_for_temporary_file(dir: &Path, name: &str, bytes: u64) {
@@ -405,33 +440,7 @@ fn a_receiver_killed_mid_transfer_is_evicted_and_the_others_complete() {
     let victim_mac = tb.hosts()[2].mac_string();
     wait_for_temporary_file(&dir, ".out2.bin", 2 << 20);
     rs[1].kill();
-    let out = s.wait_timeout(Duration::from_secs(120));
-    let rep = report(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(rep["ok"], false);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("REPORT"), "{stderr}");
-    for r in rep["receivers"].as_array().unwrap() {
-        if r["mac"] == victim_mac.as_str() {
-            assert_eq!(r["status"], "evicted", "{rep}");
-        } else {
-            assert_eq!(r["status"], "completed", "{rep}");
-        }
-    }
-    for i in [0, 2] {
-        let o = rs[i].wait_timeout(Duration::from_secs(30));
-        assert_eq!(o.status.code(), Some(0));
-        assert!(std::fs::read(&outs[i]).unwrap() == data);
-    }
-    assert!(
-        !outs[1].exists(),
-        "the killed receiver must not have a complete-looking file"
-    );
+    only_the_victim_was_evicted(&mut s, &mut rs, &outs, &data, &victim_mac);
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
@@ -468,20 +477,7 @@ fn a_stalled_receiver_is_evicted_and_learns_it_as_soon_as_it_resumes() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    assert!(!outs[1].exists(), "no complete-looking file");
-    let out = s.wait_timeout(Duration::from_secs(120));
-    let rep = report(&out);
-    assert_eq!(out.status.code(), Some(1));
-    let st: Vec<&str> = rep["receivers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["status"].as_str().unwrap())
-        .collect();
-    assert_eq!(st, ["completed", "evicted"], "{rep}");
-    let o = rs[0].wait_timeout(Duration::from_secs(30));
-    assert_eq!(o.status.code(), Some(0));
-    assert!(std::fs::read(&outs[0]).unwrap() == data);
+    only_the_victim_was_evicted(&mut s, &mut rs, &outs, &data, &tb.hosts()[2].mac_string());
     no_part_files(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
