@@ -702,30 +702,29 @@ fn a_peer_nack_naming_a_bad_root_is_dropped() {
     })
     .unwrap();
     let now = Instant::now();
-    for root in [1u32, 3, 99] {
+    // Rank 2 asks rank 1 for frames of `root`'s stream.
+    let peer_nack = |root: u32, seq: u32, bitmap: u16| {
         let mut r = Repr::new(Kind::Nack);
         r.group = 7;
         r.src = 2;
         r.dst = 1;
         r.flags = Flags::PEER;
         r.msg_id = root;
-        r.bitmap = 1;
-        let pdu = r.to_vec(&[]).unwrap();
+        r.seq = seq;
+        r.bitmap = bitmap;
+        r.to_vec(&[]).unwrap()
+    };
+    for root in [1u32, 3, 99] {
         assert!(
-            matches!(e.handle_frame(now, &pdu), Err(Drop::Protocol(_))),
+            matches!(
+                e.handle_frame(now, &peer_nack(root, 0, 1)),
+                Err(Drop::Protocol(_))
+            ),
             "root {root}"
         );
     }
     // A root this member has no stream of yet: nothing held, and the asker is told so.
-    let mut r = Repr::new(Kind::Nack);
-    r.group = 7;
-    r.src = 2;
-    r.dst = 1;
-    r.flags = Flags::PEER;
-    r.msg_id = 0;
-    r.seq = 5;
-    r.bitmap = 0xffff;
-    assert!(e.handle_frame(now, &r.to_vec(&[]).unwrap()).is_ok());
+    assert!(e.handle_frame(now, &peer_nack(0, 5, 0xffff)).is_ok());
     let mut buf = vec![0u8; 1500];
     let t = e.poll_transmit(now, &mut buf).expect("a reply");
     assert_eq!(t.dst, Dest::Rank(2));
