@@ -25,11 +25,7 @@ pub mod socket;
 use std::time::Duration;
 use thiserror::Error;
 
-/// A 48-bit Ethernet MAC address.
-pub type MacAddr = [u8; 6];
-
-/// The Ethernet broadcast address: a frame sent here reaches every port of the segment.
-pub const BROADCAST_MAC: MacAddr = [0xff; 6];
+pub use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers.
@@ -41,6 +37,17 @@ pub fn check_mtu(mtu: usize) -> Result<usize, LinkError> {
         return Err(LinkError::MtuTooSmall { mtu, need: MIN_MTU });
     }
     Ok(mtu)
+}
+
+/// Checks a PDU's length against the link's `max_pdu`.
+pub(crate) fn check_pdu(pdu: &[u8], max_pdu: usize) -> Result<(), LinkError> {
+    if pdu.len() > max_pdu {
+        return Err(LinkError::FrameTooLong {
+            len: pdu.len(),
+            max: max_pdu,
+        });
+    }
+    Ok(())
 }
 
 /// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.

@@ -13,16 +13,14 @@
 //! [`WaitMode`]; pnet is opened with a zero read timeout so `next` never blocks. Elsewhere the
 //! backend waits by polling pnet with short sleeps.
 
-use super::{check_mtu, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
-use crate::wire::{ETHERTYPE, ETH_HEADER_LEN};
+use super::{check_mtu, check_pdu, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use crate::wire::ethernet::{self, HEADER_LEN as ETH_HEADER_LEN};
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender};
 use std::io;
 use std::time::{Duration, Instant};
 
 /// Most frames one `recv` call hands over (counting foreign frames pnet shows us).
 const RECV_BATCH: usize = 1024;
-/// Smallest Ethernet frame without FCS; shorter frames are zero-padded.
-const ETH_MIN_FRAME: usize = 60;
 
 /// Configuration of the `pnet` backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,16 +150,14 @@ impl PnetLink {
                 Err(e) if is_would_block(&e) => break,
                 Err(e) => return Err(LinkError::Io(e)),
             };
-            if frame.len() < ETH_HEADER_LEN || frame[12..14] != ETHERTYPE.to_be_bytes() {
+            let Ok(eth) = ethernet::Frame::new_checked(frame) else {
                 continue;
-            }
-            let dst = &frame[0..6];
-            let mut src = [0u8; 6];
-            src.copy_from_slice(&frame[6..12]);
+            };
+            let (src, dst) = (eth.src(), eth.dst());
             if src == self.mac || (dst != self.mac && dst != BROADCAST_MAC) {
                 continue;
             }
-            f(src, &frame[ETH_HEADER_LEN..]);
+            f(src, eth.payload());
             n += 1;
         }
         Ok(n)
@@ -224,19 +220,10 @@ impl Link for PnetLink {
     }
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
-        if pdu.len() > self.max_pdu {
-            return Err(LinkError::FrameTooLong {
-                len: pdu.len(),
-                max: self.max_pdu,
-            });
-        }
-        let len = (ETH_HEADER_LEN + pdu.len()).max(ETH_MIN_FRAME);
-        self.frame.clear();
-        self.frame.extend_from_slice(&dst);
-        self.frame.extend_from_slice(&self.mac);
-        self.frame.extend_from_slice(&ETHERTYPE.to_be_bytes());
-        self.frame.extend_from_slice(pdu);
-        self.frame.resize(len, 0);
+        check_pdu(pdu, self.max_pdu)?;
+        self.frame.resize(ethernet::frame_len(pdu.len()), 0);
+        ethernet::emit(&mut self.frame, dst, self.mac, pdu)
+            .map_err(|e| LinkError::Io(io::Error::other(e)))?;
         match self.tx.send_to(&self.frame, None) {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) => Err(LinkError::Io(e)),

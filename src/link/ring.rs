@@ -13,11 +13,10 @@
 //! `flush`, when the queue is half full, or before `recv` blocks (so a driver that forgets to
 //! flush before waiting for an answer cannot deadlock).
 
-use super::socket::{
-    check_pdu, frame_len, lookup, split_frame, stalled, strategy, write_frame, RECV_BATCH,
-};
+use super::check_pdu;
+use super::socket::{lookup, stalled, strategy, RECV_BATCH};
 use super::{Link, LinkError, MacAddr, WaitMode};
-use crate::wire::{ETHERTYPE, ETH_HEADER_LEN};
+use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::iface::Interface;
 pub use ethbcast_sys::ring::RingConfig;
 use ethbcast_sys::ring::RingSocket;
@@ -202,8 +201,8 @@ impl RingLink {
             if fr.is_other_host() || fr.truncated() {
                 return;
             }
-            if let Some((src, pdu)) = split_frame(fr.data) {
-                f(src, pdu);
+            if let Ok(eth) = ethernet::Frame::new_checked(fr.data) {
+                f(eth.src(), eth.payload());
                 n += 1;
             }
         });
@@ -222,9 +221,12 @@ impl Link for RingLink {
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         check_pdu(pdu, self.max_pdu)?;
-        let len = frame_len(pdu.len());
+        let len = ethernet::frame_len(pdu.len());
         let src = self.iface.mac;
-        let fill = |d: &mut [u8]| write_frame(d, dst, src, pdu);
+        // The slot is exactly `len` bytes long, so emit cannot fail.
+        let fill = |d: &mut [u8]| {
+            let _ = ethernet::emit(d, dst, src, pdu);
+        };
         if self.tx_mode == TxMode::Batch {
             let start = self.batch.len();
             self.batch.resize(start + len, 0);

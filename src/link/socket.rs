@@ -7,12 +7,11 @@
 //! [`ethbcast_sys::Error`] to [`LinkError`], interface lookup with the MTU check, frame
 //! building with padding, and the wait strategy.
 
-use super::{check_mtu, Link, LinkError, MacAddr, WaitMode};
-use crate::wire::{ETHERTYPE, ETH_HEADER_LEN};
+use super::{check_mtu, check_pdu, Link, LinkError, MacAddr, WaitMode};
+use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::iface::Interface;
-use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
+use ethbcast_sys::socket::{PacketSocket, SocketOptions};
 use ethbcast_sys::wait::{self, Interest, Strategy};
-use ethbcast_sys::ETH_MIN_FRAME;
 use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -93,8 +92,8 @@ impl SocketLink {
             if info.is_other_host() || info.len > self.rx.len() - 1 {
                 continue;
             }
-            if let Some((src, pdu)) = split_frame(&self.rx[..info.len]) {
-                f(src, pdu);
+            if let Ok(fr) = ethernet::Frame::new_checked(&self.rx[..info.len]) {
+                f(fr.src(), fr.payload());
                 n += 1;
             }
         }
@@ -115,7 +114,10 @@ impl Link for SocketLink {
     }
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
-        build_frame(&mut self.tx, dst, self.iface.mac, pdu, self.max_pdu)?;
+        check_pdu(pdu, self.max_pdu)?;
+        self.tx.resize(ethernet::frame_len(pdu.len()), 0);
+        ethernet::emit(&mut self.tx, dst, self.iface.mac, pdu)
+            .map_err(|e| LinkError::Io(io::Error::other(e)))?;
         if self.sock.send(&self.tx)? {
             return Ok(());
         }
@@ -196,55 +198,6 @@ pub(crate) fn strategy(mode: WaitMode) -> Strategy {
     }
 }
 
-/// Length of the Ethernet frame that carries a PDU of `pdu_len` bytes (padded to the minimum).
-pub(crate) fn frame_len(pdu_len: usize) -> usize {
-    (ETH_HEADER_LEN + pdu_len).max(ETH_MIN_FRAME)
-}
-
-/// Checks the PDU length against `max_pdu`.
-pub(crate) fn check_pdu(pdu: &[u8], max_pdu: usize) -> Result<(), LinkError> {
-    if pdu.len() > max_pdu {
-        return Err(LinkError::FrameTooLong {
-            len: pdu.len(),
-            max: max_pdu,
-        });
-    }
-    Ok(())
-}
-
-/// Writes the Ethernet frame for `pdu` into `out` (zero-padded to 60 bytes, as a NIC would,
-/// so that veth and real Ethernet deliver the same bytes). `out` must be [`frame_len`] long.
-pub(crate) fn write_frame(out: &mut [u8], dst: MacAddr, src: MacAddr, pdu: &[u8]) {
-    write_eth_header(out, &dst, &src, ETHERTYPE);
-    out[ETH_HEADER_LEN..ETH_HEADER_LEN + pdu.len()].copy_from_slice(pdu);
-    out[ETH_HEADER_LEN + pdu.len()..].fill(0);
-}
-
-/// Builds the frame for `pdu` in `buf`.
-pub(crate) fn build_frame(
-    buf: &mut Vec<u8>,
-    dst: MacAddr,
-    src: MacAddr,
-    pdu: &[u8],
-    max_pdu: usize,
-) -> Result<(), LinkError> {
-    check_pdu(pdu, max_pdu)?;
-    buf.resize(frame_len(pdu.len()), 0);
-    write_frame(buf, dst, src, pdu);
-    Ok(())
-}
-
-/// Splits a received ethbcast frame into source MAC and PDU (padding included); `None` for a
-/// runt or a frame of another EtherType.
-pub(crate) fn split_frame(frame: &[u8]) -> Option<(MacAddr, &[u8])> {
-    if frame.len() < ETH_HEADER_LEN || frame[12..14] != ETHERTYPE.to_be_bytes() {
-        return None;
-    }
-    let mut src = [0u8; 6];
-    src.copy_from_slice(&frame[6..12]);
-    Some((src, &frame[ETH_HEADER_LEN..]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,25 +220,15 @@ mod tests {
     }
 
     #[test]
-    fn frames_are_padded_and_split_back() {
-        let mut buf = Vec::new();
-        build_frame(&mut buf, [0xff; 6], [2, 0, 0, 0, 0, 1], b"hi", 1500).unwrap();
-        assert_eq!(buf.len(), 60);
-        let (src, pdu) = split_frame(&buf).unwrap();
-        assert_eq!(src, [2, 0, 0, 0, 0, 1]);
-        assert_eq!(&pdu[..2], b"hi");
-        assert!(pdu[2..].iter().all(|&b| b == 0));
-        assert_eq!(pdu.len(), 46);
+    fn pdus_longer_than_the_link_carries_are_refused() {
+        assert!(check_pdu(&[0; 1500], 1500).is_ok());
         assert!(matches!(
-            build_frame(&mut buf, [0xff; 6], [0; 6], &[0; 1501], 1500),
+            check_pdu(&[0; 1501], 1500),
             Err(LinkError::FrameTooLong {
                 len: 1501,
                 max: 1500
             })
         ));
-        assert!(split_frame(&buf[..10]).is_none());
-        buf[12] = 0x08;
-        assert!(split_frame(&buf).is_none());
     }
 
     #[test]

@@ -34,8 +34,10 @@
 use bitflags::bitflags;
 use thiserror::Error;
 
-/// EtherType of every ethbcast frame (IEEE 802 local experimental EtherType 2).
-pub const ETHERTYPE: u16 = 0x88B5;
+pub mod ethernet;
+
+pub use ethernet::ETHERTYPE;
+
 /// Current version of the wire format.
 pub const VERSION: u8 = 1;
 /// Length of the fixed header in bytes.
@@ -44,8 +46,8 @@ pub const HEADER_LEN: usize = 36;
 pub const CRC_LEN: usize = 4;
 /// Bytes of a PDU that are not payload.
 pub const OVERHEAD: usize = HEADER_LEN + CRC_LEN;
-/// Length of an Ethernet II header (destination, source, EtherType).
-pub const ETH_HEADER_LEN: usize = 14;
+/// Length of an Ethernet II header (see [`ethernet`]).
+pub const ETH_HEADER_LEN: usize = ethernet::HEADER_LEN;
 /// Destination rank that means "every member" (a broadcast frame).
 pub const ALL: u16 = u16::MAX;
 /// Width of the NACK bitmap: frames after the base that one NACK can describe.

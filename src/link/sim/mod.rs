@@ -63,6 +63,7 @@
 //! back into the simulator from a receive callback is safe.
 
 use super::{Link, LinkError, MacAddr, BROADCAST_MAC};
+use crate::wire::ethernet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cell::RefCell;
@@ -343,8 +344,8 @@ enum Target {
     One(usize),
 }
 
-/// A frame on its way: to the switch (`peer` is the destination) or to a port (`peer` is the
-/// source).
+/// An Ethernet frame on its way: to the switch (`peer` is where it is addressed) or to a
+/// port (`peer` is `()`: the frame's header names its source).
 #[derive(Debug)]
 struct InFlight<P> {
     at: u64,
@@ -364,11 +365,7 @@ enum EventKind {
     /// The front frame of the switch's output queue to this port reaches the port.
     Downlink(usize),
     /// A frame held back for reordering reaches `port`.
-    Late {
-        port: usize,
-        src: usize,
-        pdu: Rc<[u8]>,
-    },
+    Late { port: usize, pdu: Rc<[u8]> },
 }
 
 #[derive(Debug)]
@@ -412,8 +409,9 @@ struct PortState {
     /// Frames sent by this port, on their way to the switch.
     uplink: VecDeque<InFlight<Target>>,
     /// Frames the switch forwarded to this port, on their way to it (not reordered ones).
-    downlink: VecDeque<InFlight<usize>>,
-    rx: VecDeque<(MacAddr, Rc<[u8]>)>,
+    downlink: VecDeque<InFlight<()>>,
+    /// Ethernet frames due at this port, oldest first.
+    rx: VecDeque<Rc<[u8]>>,
     stats: SimStats,
 }
 
@@ -490,7 +488,7 @@ impl Inner {
 
     /// Puts a frame on the switch's output link to `port`, due at `at` (not before the frames
     /// already on it).
-    fn push_downlink(&mut self, port: usize, at: u64, src: usize, pdu: Rc<[u8]>) {
+    fn push_downlink(&mut self, port: usize, at: u64, pdu: Rc<[u8]>) {
         let seq = self.next_seq();
         let q = &mut self.ports[port].downlink;
         if q.is_empty() {
@@ -503,7 +501,7 @@ impl Inner {
         q.push_back(InFlight {
             at,
             seq,
-            peer: src,
+            peer: (),
             pdu,
         });
     }
@@ -566,7 +564,9 @@ impl Inner {
             return Ok(());
         }
         let at = done.saturating_add(self.latency);
-        self.push_uplink(src, at, target, Rc::from(pdu));
+        // `src < ports <= MAX_PORTS`, so the index fits.
+        let frame = ethernet::to_vec(dst, port_mac(src as u16), pdu);
+        self.push_uplink(src, at, target, Rc::from(frame));
         Ok(())
     }
 
@@ -591,7 +591,7 @@ impl Inner {
     /// One output port's share of a frame: queueing, serialisation, receive-side faults.
     fn forward(&mut self, src: usize, j: usize, pdu: Rc<[u8]>) {
         let now = self.now;
-        let ser = self.ser_ns(pdu.len());
+        let ser = self.ser_ns(pdu.len().saturating_sub(ethernet::HEADER_LEN));
         if self.cut(src, j) || self.ports[j].dead() {
             self.ports[j].stats.lost += 1;
             return;
@@ -628,7 +628,7 @@ impl Inner {
             p.stats.lost += 1;
             return;
         }
-        let pdu = if !pdu.is_empty() && chance(rng, f.corrupt) {
+        let pdu = if pdu.len() > ethernet::HEADER_LEN && chance(rng, f.corrupt) {
             p.stats.corrupted += 1;
             corrupt(rng, &pdu)
         } else {
@@ -652,24 +652,23 @@ impl Inner {
         match late {
             Some(at) => {
                 let seq = self.next_seq();
-                let kind = EventKind::Late { port: j, src, pdu };
+                let kind = EventKind::Late { port: j, pdu };
                 self.heap.push(Event { at, seq, kind });
             }
-            None => self.push_downlink(j, done, src, pdu),
+            None => self.push_downlink(j, done, pdu),
         }
         if let Some((d, pdu)) = dup {
-            self.push_downlink(j, d, src, pdu);
+            self.push_downlink(j, d, pdu);
         }
     }
 
-    fn deliver(&mut self, port: usize, src: usize, pdu: Rc<[u8]>) {
+    fn deliver(&mut self, port: usize, pdu: Rc<[u8]>) {
         let p = &mut self.ports[port];
         if p.dead() {
             p.stats.lost += 1;
         } else {
             p.stats.frames_delivered += 1;
-            // `src < ports <= MAX_PORTS`, so the index fits.
-            p.rx.push_back((port_mac(src as u16), pdu));
+            p.rx.push_back(pdu);
         }
     }
 
@@ -712,12 +711,12 @@ impl Inner {
                     if let Some(f) = self.pop_front(port, |p| &mut p.downlink, EventKind::Downlink)
                     {
                         delivered += 1;
-                        self.deliver(port, f.peer, f.pdu);
+                        self.deliver(port, f.pdu);
                     }
                 }
-                EventKind::Late { port, src, pdu } => {
+                EventKind::Late { port, pdu } => {
                     delivered += 1;
-                    self.deliver(port, src, pdu);
+                    self.deliver(port, pdu);
                 }
             }
         }
@@ -726,10 +725,12 @@ impl Inner {
     }
 }
 
-/// A copy of `pdu` with 1 to 3 distinct bits flipped (`pdu` is not empty).
-fn corrupt(rng: &mut ChaCha8Rng, pdu: &[u8]) -> Rc<[u8]> {
-    let mut bytes = pdu.to_vec();
-    let bits = bytes.len() * 8;
+/// A copy of the Ethernet frame `frame` with 1 to 3 distinct bits of its PDU flipped (the
+/// frame is longer than its header). The header stays intact: a real switch delivers the frame
+/// to the port its header names, and the PDU's CRC is what must catch the damage.
+fn corrupt(rng: &mut ChaCha8Rng, frame: &[u8]) -> Rc<[u8]> {
+    let mut bytes = frame.to_vec();
+    let bits = (bytes.len() - ethernet::HEADER_LEN) * 8;
     let flips = rng.gen_range(1..=3usize).min(bits);
     let mut chosen = [usize::MAX; 3];
     let mut k = 0;
@@ -741,7 +742,7 @@ fn corrupt(rng: &mut ChaCha8Rng, pdu: &[u8]) -> Rc<[u8]> {
         }
     }
     for &bit in &chosen[..flips] {
-        if let Some(b) = bytes.get_mut(bit / 8) {
+        if let Some(b) = bytes.get_mut(ethernet::HEADER_LEN + bit / 8) {
             *b ^= 1 << (bit % 8);
         }
     }
@@ -1026,8 +1027,12 @@ impl Link for SimPort {
         // Take the queue out so that no borrow is held while `f` runs.
         let mut q = std::mem::take(&mut self.inner.borrow_mut().ports[self.index].rx);
         let n = q.len();
-        for (src, pdu) in q.drain(..) {
-            f(src, &pdu);
+        for frame in q.drain(..) {
+            // Every frame in the queue was built by `ethernet::to_vec` and its header is never
+            // corrupted, so the check only guards against our own bugs.
+            if let Ok(eth) = ethernet::Frame::new_checked(&frame[..]) {
+                f(eth.src(), eth.payload());
+            }
         }
         let mut inner = self.inner.borrow_mut();
         let rx = &mut inner.ports[self.index].rx;

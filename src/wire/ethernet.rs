@@ -1,0 +1,189 @@
+//! Ethernet II framing of ethbcast PDUs: the one place that knows the 14-byte header.
+//!
+//! Every backend (memory-mapped rings, the plain socket, pnet, AF_XDP) and the simulated switch
+//! wrap a PDU with [`emit`] and unwrap a received frame with [`Frame::new_checked`], so that
+//! padding, the EtherType check and the address fields are written once:
+//!
+//! ```text
+//!  0                 6                 12      14
+//!  +-----------------+-----------------+-------+---------------------------+
+//!  | destination MAC |   source MAC    | 88 B5 | ethbcast PDU (+ padding)  |
+//!  +-----------------+-----------------+-------+---------------------------+
+//! ```
+//!
+//! Frames shorter than [`MIN_FRAME`] are zero-padded, as a NIC pads them on the wire, so a
+//! receiver may see padding after the PDU; the PDU's own header says where it ends
+//! ([`super::Frame::new_checked`] ignores trailing bytes). The FCS is the device's business.
+
+use thiserror::Error;
+
+/// A 48-bit Ethernet MAC address.
+pub type MacAddr = [u8; 6];
+
+/// The Ethernet broadcast address: a frame sent here reaches every port of the segment.
+pub const BROADCAST_MAC: MacAddr = [0xff; 6];
+
+/// EtherType of every ethbcast frame (IEEE 802 local experimental EtherType 2).
+pub const ETHERTYPE: u16 = 0x88B5;
+
+/// Length of an Ethernet II header (destination, source, EtherType).
+pub const HEADER_LEN: usize = 14;
+
+/// Smallest Ethernet frame without the FCS: shorter frames are zero-padded to it.
+pub const MIN_FRAME: usize = 60;
+
+/// True for group (multicast or broadcast) addresses: the I/G bit of the first byte.
+pub fn is_group_mac(mac: &MacAddr) -> bool {
+    mac[0] & 1 == 1
+}
+
+/// Why bytes are not an ethbcast Ethernet frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum EthernetError {
+    /// Shorter than an Ethernet header.
+    #[error("runt Ethernet frame of {0} bytes")]
+    Runt(usize),
+    /// Another protocol's frame (the links filter by EtherType, so this is a stray).
+    #[error("EtherType {0:#06x} is not ethbcast's")]
+    OtherEtherType(u16),
+    /// The output buffer cannot hold the frame.
+    #[error("buffer of {have} bytes too small for a {need}-byte Ethernet frame")]
+    BufferTooSmall {
+        /// Bytes available.
+        have: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+}
+
+/// A checked view over one received Ethernet frame that carries an ethbcast PDU.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Frame<T> {
+    /// Checks that `buffer` is at least a header long and carries [`ETHERTYPE`]; after this no
+    /// accessor can panic.
+    pub fn new_checked(buffer: T) -> Result<Frame<T>, EthernetError> {
+        let b = buffer.as_ref();
+        if b.len() < HEADER_LEN {
+            return Err(EthernetError::Runt(b.len()));
+        }
+        let ethertype = u16::from_be_bytes([b[12], b[13]]);
+        if ethertype != ETHERTYPE {
+            return Err(EthernetError::OtherEtherType(ethertype));
+        }
+        Ok(Frame { buffer })
+    }
+
+    /// Destination address.
+    pub fn dst(&self) -> MacAddr {
+        mac_at(self.buffer.as_ref(), 0)
+    }
+
+    /// Source address.
+    pub fn src(&self) -> MacAddr {
+        mac_at(self.buffer.as_ref(), 6)
+    }
+
+    /// The PDU after the header, padding included.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..]
+    }
+}
+
+fn mac_at(b: &[u8], at: usize) -> MacAddr {
+    let mut m = [0u8; 6];
+    m.copy_from_slice(&b[at..at + 6]);
+    m
+}
+
+/// Length of the Ethernet frame that carries a PDU of `pdu_len` bytes (padded to the minimum).
+pub fn frame_len(pdu_len: usize) -> usize {
+    (HEADER_LEN + pdu_len).max(MIN_FRAME)
+}
+
+/// Writes the header for `dst`/`src` and `pdu` into `out`, zero-padding to [`MIN_FRAME`];
+/// returns the frame length ([`frame_len`]).
+pub fn emit(
+    out: &mut [u8],
+    dst: MacAddr,
+    src: MacAddr,
+    pdu: &[u8],
+) -> Result<usize, EthernetError> {
+    let need = frame_len(pdu.len());
+    if out.len() < need {
+        return Err(EthernetError::BufferTooSmall {
+            have: out.len(),
+            need,
+        });
+    }
+    emit_header(out, dst, src);
+    out[HEADER_LEN..HEADER_LEN + pdu.len()].copy_from_slice(pdu);
+    out[HEADER_LEN + pdu.len()..need].fill(0);
+    Ok(need)
+}
+
+/// Writes only the 14-byte header (for backends that place the PDU themselves). `out` must be
+/// at least [`HEADER_LEN`] long.
+pub fn emit_header(out: &mut [u8], dst: MacAddr, src: MacAddr) {
+    out[0..6].copy_from_slice(&dst);
+    out[6..12].copy_from_slice(&src);
+    out[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+}
+
+/// Builds the frame for `pdu` in a vector.
+pub fn to_vec(dst: MacAddr, src: MacAddr, pdu: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; frame_len(pdu.len())];
+    // The vector is exactly frame_len long, so emit cannot fail.
+    let _ = emit(&mut v, dst, src, pdu);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: MacAddr = [2, 0, 0, 0, 0, 1];
+
+    #[test]
+    fn short_pdus_are_padded_and_split_back() {
+        let v = to_vec(BROADCAST_MAC, A, b"hi");
+        assert_eq!(v.len(), MIN_FRAME);
+        let f = Frame::new_checked(&v[..]).unwrap();
+        assert_eq!(f.dst(), BROADCAST_MAC);
+        assert_eq!(f.src(), A);
+        assert_eq!(&f.payload()[..2], b"hi");
+        assert!(f.payload()[2..].iter().all(|&b| b == 0));
+        assert_eq!(f.payload().len(), MIN_FRAME - HEADER_LEN);
+    }
+
+    #[test]
+    fn runts_other_protocols_and_small_buffers_are_errors() {
+        let mut v = to_vec(A, A, &[7; 100]);
+        assert_eq!(v.len(), HEADER_LEN + 100);
+        assert_eq!(
+            Frame::new_checked(&v[..10]).unwrap_err(),
+            EthernetError::Runt(10)
+        );
+        v[12] = 0x08;
+        v[13] = 0x00;
+        assert_eq!(
+            Frame::new_checked(&v[..]).unwrap_err(),
+            EthernetError::OtherEtherType(0x0800)
+        );
+        let mut small = [0u8; 20];
+        assert_eq!(
+            emit(&mut small, A, A, &[0; 10]),
+            Err(EthernetError::BufferTooSmall { have: 20, need: 60 })
+        );
+    }
+
+    #[test]
+    fn group_addresses_are_told_apart_from_station_addresses() {
+        assert!(is_group_mac(&BROADCAST_MAC));
+        assert!(is_group_mac(&[0x03, 0, 0, 0, 0, 1]));
+        assert!(!is_group_mac(&A));
+    }
+}
