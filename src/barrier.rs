@@ -1,4 +1,4 @@
-//! Barriers over control frames of kind [`Kind::Barrier`], as sans-IO state machines.
+//! Barriers over [`Control::Barrier`] frames, as sans-IO state machines.
 //!
 //! Two algorithms, chosen by [`Algorithm`]:
 //!
@@ -29,8 +29,7 @@
 //! [`Op::Query`] to its round-`k` partner, which re-sends its round-`k` frame or, if it is past
 //! that epoch, the release. No acknowledgements are needed.
 //!
-//! **Epochs.** The `seq` field carries the epoch (0, 1, 2, ...), `offset` the round, `msg_id`
-//! the [`Op`]; members enter epochs in order and only after the previous one released, so
+//! **Epochs.** Every frame carries its epoch (0, 1, 2, ...), the round and the [`Op`]; members enter epochs in order and only after the previous one released, so
 //! members are never more than one epoch apart and consecutive barriers never mix.
 //!
 //! **Evictions.** [`Barrier::evicted`] removes a member: the tree and the dissemination ring
@@ -44,7 +43,8 @@ use thiserror::Error;
 
 use crate::eqa::Rank;
 use crate::proto::Dest;
-use crate::wire::{Kind, Repr};
+pub use crate::wire::BarrierOp as Op;
+use crate::wire::{BarrierAlgo, BarrierMsg, Control};
 
 /// Which barrier algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -122,12 +122,9 @@ pub enum BarrierError {
 /// Why a barrier frame was refused (nothing from the network makes the barrier panic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum FrameError {
-    /// Not a [`Kind::Barrier`] frame.
-    #[error("not a barrier frame")]
-    Kind,
-    /// Unknown operation code in `msg_id`.
-    #[error("unknown barrier operation {0}")]
-    Op(u32),
+    /// A frame of the other barrier machine.
+    #[error("frame of the other barrier algorithm")]
+    Algo,
     /// The arrival set has the wrong length or names ranks outside the group.
     #[error("malformed arrival set of {0} bytes")]
     Set(usize),
@@ -137,32 +134,6 @@ pub enum FrameError {
     /// Sender outside the group.
     #[error("sender {0} outside the group")]
     Src(Rank),
-}
-
-/// Barrier operations (the `msg_id` field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Op {
-    /// Broadcast barrier: these ranks have entered the epoch (bitmap payload).
-    Arrive = 1,
-    /// The epoch is complete: everybody entered.
-    Release = 2,
-    /// Dissemination: my round-`offset` message.
-    Round = 3,
-    /// Dissemination: I am waiting for your round-`offset` message.
-    Query = 4,
-}
-
-impl Op {
-    fn from_u32(v: u32) -> Option<Op> {
-        Some(match v {
-            1 => Op::Arrive,
-            2 => Op::Release,
-            3 => Op::Round,
-            4 => Op::Query,
-            _ => return None,
-        })
-    }
 }
 
 /// Frames sent, by operation.
@@ -223,7 +194,7 @@ pub struct Barrier {
     retx_at: Option<Instant>,
     rto: Duration,
     last_rebroadcast: Option<(u32, Instant)>,
-    transmits: VecDeque<(Dest, Repr, Vec<u8>)>,
+    transmits: VecDeque<(Dest, Control)>,
     stats: BarrierStats,
 }
 
@@ -342,12 +313,22 @@ impl Barrier {
 
     // ---- output helpers ----
 
-    fn push(&mut self, dst: Dest, op: Op, epoch: u32, round: u32, payload: Vec<u8>) {
-        let mut r = Repr::new(Kind::Barrier);
-        r.seq = epoch;
-        r.msg_id = op as u32;
-        r.offset = round;
-        r.aux = self.view;
+    fn algo(&self) -> BarrierAlgo {
+        match self.cfg.algorithm {
+            Algorithm::Broadcast { .. } => BarrierAlgo::Broadcast,
+            Algorithm::Dissemination => BarrierAlgo::Dissemination,
+        }
+    }
+
+    fn push(&mut self, dst: Dest, op: Op, epoch: u32, round: u32, set: Vec<u8>) {
+        let msg = BarrierMsg {
+            algo: self.algo(),
+            op,
+            epoch,
+            round,
+            view: self.view,
+            set,
+        };
         match (op, dst) {
             (Op::Arrive, _) => self.stats.arrive += 1,
             (Op::Release, Dest::All) => self.stats.release_bcast += 1,
@@ -355,7 +336,7 @@ impl Barrier {
             (Op::Round, _) => self.stats.round += 1,
             (Op::Query, _) => self.stats.query += 1,
         }
-        self.transmits.push_back((dst, r, payload));
+        self.transmits.push_back((dst, Control::Barrier(msg)));
     }
 
     fn encode_set(set: &[bool]) -> Vec<u8> {
@@ -465,23 +446,22 @@ impl Barrier {
         &mut self,
         now: Instant,
         src: Rank,
-        repr: &Repr,
-        payload: &[u8],
+        msg: &BarrierMsg,
     ) -> Result<(), FrameError> {
-        if repr.kind != Some(Kind::Barrier) {
-            return Err(FrameError::Kind);
+        if msg.algo != self.algo() {
+            return Err(FrameError::Algo);
         }
         if src >= self.cfg.size {
             return Err(FrameError::Src(src));
         }
-        let op = Op::from_u32(repr.msg_id).ok_or(FrameError::Op(repr.msg_id))?;
-        let e = repr.seq;
+        let op = msg.op;
+        let e = msg.epoch;
         let set = match op {
-            Op::Arrive => Some(self.decode_set(payload)?),
+            Op::Arrive => Some(self.decode_set(&msg.set)?),
             _ => None,
         };
-        if matches!(op, Op::Round | Op::Query) && repr.offset >= 16 {
-            return Err(FrameError::Round(repr.offset));
+        if matches!(op, Op::Round | Op::Query) && msg.round >= 16 {
+            return Err(FrameError::Round(msg.round));
         }
         if self.evicted[usize::from(src)] {
             return Ok(());
@@ -519,16 +499,16 @@ impl Barrier {
                 }
             }
             Op::Round => {
-                let from = self.partners(repr.offset).map(|(_, from)| from);
-                if repr.aux == self.view && from == Some(src) {
-                    self.got.insert((e, repr.offset));
+                let from = self.partners(msg.round).map(|(_, from)| from);
+                if msg.view == self.view && from == Some(src) {
+                    self.got.insert((e, msg.round));
                 }
             }
             Op::Query => {
-                let to = self.partners(repr.offset).map(|(to, _)| to);
-                let sent = self.waiting() == Some(e) && self.sent_rounds > repr.offset;
-                if repr.aux == self.view && to == Some(src) && sent {
-                    self.push(Dest::Rank(src), Op::Round, e, repr.offset, Vec::new());
+                let to = self.partners(msg.round).map(|(to, _)| to);
+                let sent = self.waiting() == Some(e) && self.sent_rounds > msg.round;
+                if msg.view == self.view && to == Some(src) && sent {
+                    self.push(Dest::Rank(src), Op::Round, e, msg.round, Vec::new());
                 }
             }
         }
@@ -593,7 +573,7 @@ impl Barrier {
 
     /// The next frame to send: destination, header (group and source are filled in by the
     /// engine) and payload.
-    pub fn poll_transmit(&mut self) -> Option<(Dest, Repr, Vec<u8>)> {
+    pub fn poll_transmit(&mut self) -> Option<(Dest, Control)> {
         self.transmits.pop_front()
     }
 

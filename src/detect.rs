@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::eqa::Rank;
-use crate::wire::{Kind, Repr};
+use crate::wire::Control;
 
 /// Largest group a table can describe: 512 `u16` counters (1024 bytes) fit the payload of any
 /// standard Ethernet frame.
@@ -210,33 +210,9 @@ pub enum DecodeError {
         /// Our group size.
         size: u16,
     },
-    /// The frame is not a Heartbeat, Ping or Pong frame.
-    #[error("frame kind {0:?} is not a detector message")]
-    Kind(Option<Kind>),
     /// A ping or pong names a rank outside the group.
     #[error("rank {0} outside the group")]
     Rank(u32),
-}
-
-/// Writes a table as big-endian `u16` counters.
-pub fn encode(table: &[u16]) -> Vec<u8> {
-    table.iter().flat_map(|c| c.to_be_bytes()).collect()
-}
-
-/// Reads a table of `size` counters; anything else is an error, never a panic.
-pub fn decode(payload: &[u8], size: u16) -> Result<Vec<u16>, DecodeError> {
-    let expected = 2 * usize::from(size);
-    if payload.len() != expected || size > MAX_MEMBERS {
-        return Err(DecodeError::Length {
-            len: payload.len(),
-            expected,
-            size,
-        });
-    }
-    Ok(payload
-        .chunks_exact(2)
-        .map(|c| u16::from_be_bytes([c[0], c[1]]))
-        .collect())
 }
 
 /// What a detector sends.
@@ -251,42 +227,40 @@ pub enum Msg {
 }
 
 impl Msg {
-    /// The control frame that carries it (kinds Heartbeat, Ping, Pong; `aux` holds the table
-    /// length or the rank). The engine fills in group, source and destination.
-    pub fn to_control(&self) -> (Repr, Vec<u8>) {
+    /// The control message that carries it.
+    pub fn to_control(&self) -> Control {
         match self {
-            Msg::Gossip(t) => {
-                let mut r = Repr::new(Kind::Heartbeat);
-                r.aux = t.len() as u32;
-                (r, encode(t))
-            }
-            Msg::Ping(rank) => {
-                let mut r = Repr::new(Kind::Ping);
-                r.aux = u32::from(*rank);
-                (r, Vec::new())
-            }
-            Msg::Pong(rank) => {
-                let mut r = Repr::new(Kind::Pong);
-                r.aux = u32::from(*rank);
-                (r, Vec::new())
-            }
+            Msg::Gossip(t) => Control::Heartbeat { table: t.clone() },
+            Msg::Ping(rank) => Control::Ping { rank: *rank },
+            Msg::Pong(rank) => Control::Pong { rank: *rank },
         }
     }
 
-    /// Parses a control frame of a group of `size` members.
-    pub fn from_control(repr: &Repr, payload: &[u8], size: u16) -> Result<Msg, DecodeError> {
-        let rank = || {
-            Rank::try_from(repr.aux)
-                .ok()
-                .filter(|r| *r < size)
-                .ok_or(DecodeError::Rank(repr.aux))
+    /// Reads a control message of a group of `size` members (`None`: not the detector's).
+    pub fn from_control(msg: &Control, size: u16) -> Option<Result<Msg, DecodeError>> {
+        let rank = |r: Rank| {
+            if r < size {
+                Ok(r)
+            } else {
+                Err(DecodeError::Rank(u32::from(r)))
+            }
         };
-        match repr.kind {
-            Some(Kind::Heartbeat) => decode(payload, size).map(Msg::Gossip),
-            Some(Kind::Ping) => rank().map(Msg::Ping),
-            Some(Kind::Pong) => rank().map(Msg::Pong),
-            k => Err(DecodeError::Kind(k)),
-        }
+        Some(match msg {
+            Control::Heartbeat { table } => {
+                if table.len() != usize::from(size) || size > MAX_MEMBERS {
+                    Err(DecodeError::Length {
+                        len: 2 * table.len(),
+                        expected: 2 * usize::from(size),
+                        size,
+                    })
+                } else {
+                    Ok(Msg::Gossip(table.clone()))
+                }
+            }
+            Control::Ping { rank: r } => rank(*r).map(Msg::Ping),
+            Control::Pong { rank: r } => rank(*r).map(Msg::Pong),
+            _ => return None,
+        })
     }
 }
 

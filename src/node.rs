@@ -21,7 +21,7 @@ use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
 use crate::eqa::Rank;
 use crate::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
 use crate::proto::{Algo, Config, ConfigError, Dest, Engine, Event, PostError, SendError};
-use crate::wire::{Flags, Kind};
+use crate::wire::{BarrierAlgo, Control, Flags, Kind};
 
 /// Errors of a member on a real link.
 #[derive(Debug, Error)]
@@ -105,9 +105,6 @@ pub struct Node {
     pair_events: VecDeque<(Rank, Event)>,
     stats: NodeStats,
 }
-
-/// Value of the `bitmap` field that tells the two barrier machines' frames apart.
-const BARRIER_TAG: [u16; 2] = [0xBA01, 0xBA02];
 
 /// Group id of the point-to-point channel between ranks `a` and `b` of group `group`.
 pub fn pair_group(group: u32, a: Rank, b: Rank) -> u32 {
@@ -240,10 +237,9 @@ impl Node {
     }
 
     fn pump_barriers(&mut self) {
-        for (i, b) in self.barriers.iter_mut().enumerate() {
-            while let Some((dst, mut repr, payload)) = b.poll_transmit() {
-                repr.bitmap = BARRIER_TAG[i];
-                let _ = self.engine.send_control(dst, repr, &payload);
+        for b in self.barriers.iter_mut() {
+            while let Some((dst, msg)) = b.poll_transmit() {
+                let _ = self.engine.send_control(dst, msg);
             }
         }
     }
@@ -251,23 +247,19 @@ impl Node {
     /// Hands control frames of the detector and the barriers to them (they never reach the
     /// application) and queues every other event.
     fn route(&mut self, now: Instant, ev: Event) {
-        if let Event::Control { src, repr, payload } = &ev {
-            match repr.kind {
-                Some(Kind::Barrier) => {
-                    if let Some(i) = BARRIER_TAG.iter().position(|&t| t == repr.bitmap) {
-                        let _ = self.barriers[i].handle_frame(now, *src, repr, payload);
-                        return;
+        if let Event::Control { src, msg } = &ev {
+            if let Control::Barrier(b) = msg {
+                let i = usize::from(b.algo == BarrierAlgo::Dissemination);
+                let _ = self.barriers[i].handle_frame(now, *src, b);
+                return;
+            }
+            if let Some(d) = self.detector.as_mut() {
+                if let Some(m) = Msg::from_control(msg, self.engine.config().size) {
+                    if let Ok(m) = m {
+                        let _ = d.handle_msg(now, *src, &m);
                     }
+                    return;
                 }
-                Some(Kind::Heartbeat | Kind::Ping | Kind::Pong) => {
-                    if let Some(d) = self.detector.as_mut() {
-                        if let Ok(m) = Msg::from_control(repr, payload, self.engine.config().size) {
-                            let _ = d.handle_msg(now, *src, &m);
-                        }
-                        return;
-                    }
-                }
-                _ => {}
             }
         }
         self.events.push_back(ev);
@@ -306,8 +298,7 @@ impl Node {
             }
         }
         for (target, m) in out {
-            let (repr, payload) = m.to_control();
-            let _ = self.engine.send_control(Dest::Rank(target), repr, &payload);
+            let _ = self.engine.send_control(Dest::Rank(target), m.to_control());
         }
         for r in dead {
             self.evict(r);

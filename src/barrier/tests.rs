@@ -26,8 +26,7 @@ struct InFlight {
     seq: u64,
     src: Rank,
     dst: Rank,
-    repr: Repr,
-    payload: Vec<u8>,
+    msg: BarrierMsg,
 }
 impl PartialEq for InFlight {
     fn eq(&self, o: &Self) -> bool {
@@ -97,7 +96,7 @@ impl Net {
         }
     }
 
-    fn send(&mut self, src: Rank, dst: Rank, repr: Repr, payload: Vec<u8>) {
+    fn send(&mut self, src: Rank, dst: Rank, msg: BarrierMsg) {
         if self.rng.gen_bool(self.loss) {
             return;
         }
@@ -108,20 +107,22 @@ impl Net {
             seq: self.seq,
             src,
             dst,
-            repr,
-            payload,
+            msg,
         });
     }
 
     fn drain(&mut self, i: usize) {
-        while let Some((dst, repr, payload)) = self.members[i].poll_transmit() {
+        while let Some((dst, c)) = self.members[i].poll_transmit() {
+            let Control::Barrier(msg) = c else {
+                panic!("a barrier sends only barrier frames: {c:?}")
+            };
             self.frames += 1;
             match dst {
-                Dest::Rank(d) => self.send(i as Rank, d, repr, payload.clone()),
+                Dest::Rank(d) => self.send(i as Rank, d, msg.clone()),
                 Dest::All => {
                     for d in 0..self.members.len() {
                         if d != i {
-                            self.send(i as Rank, d as Rank, repr, payload.clone());
+                            self.send(i as Rank, d as Rank, msg.clone());
                         }
                     }
                 }
@@ -167,9 +168,7 @@ impl Net {
                 if self.crashed[d] {
                     continue;
                 }
-                self.members[d]
-                    .handle_frame(now, m.src, &m.repr, &m.payload)
-                    .unwrap();
+                self.members[d].handle_frame(now, m.src, &m.msg).unwrap();
                 self.drain(d);
             }
             for i in 0..self.members.len() {
@@ -311,30 +310,40 @@ fn an_evicted_member_no_longer_blocks_the_barrier() {
     }
 }
 
+fn barrier_msg(algo: BarrierAlgo, op: Op, round: u32, set: &[u8]) -> BarrierMsg {
+    BarrierMsg {
+        algo,
+        op,
+        epoch: 0,
+        round,
+        view: 0,
+        set: set.to_vec(),
+    }
+}
+
 #[test]
 fn malformed_frames_are_errors() {
     let mut b = Barrier::new(BarrierConfig::new(1, 10)).unwrap();
     let now = Instant::now();
-    let mut r = Repr::new(Kind::Barrier);
-    r.msg_id = 9;
-    assert_eq!(b.handle_frame(now, 2, &r, &[]), Err(FrameError::Op(9)));
-    r.msg_id = Op::Arrive as u32;
-    assert_eq!(b.handle_frame(now, 2, &r, &[0]), Err(FrameError::Set(1)));
+    let arrive = |set: &[u8]| barrier_msg(BarrierAlgo::Broadcast, Op::Arrive, 0, set);
     assert_eq!(
-        b.handle_frame(now, 2, &r, &[0, 0x04]),
+        b.handle_frame(now, 2, &arrive(&[0])),
+        Err(FrameError::Set(1))
+    );
+    assert_eq!(
+        b.handle_frame(now, 2, &arrive(&[0, 0x04])),
         Err(FrameError::Set(2)),
         "rank 10"
     );
-    assert_eq!(b.handle_frame(now, 2, &r, &[0, 0x02]), Ok(()));
+    assert_eq!(b.handle_frame(now, 2, &arrive(&[0, 0x02])), Ok(()));
     assert_eq!(
-        b.handle_frame(now, 10, &r, &[0, 0]),
+        b.handle_frame(now, 10, &arrive(&[0, 0])),
         Err(FrameError::Src(10))
     );
-    r.msg_id = Op::Query as u32;
-    r.offset = 99;
-    assert_eq!(b.handle_frame(now, 2, &r, &[]), Err(FrameError::Round(99)));
-    r.kind = Some(Kind::Ping);
-    assert_eq!(b.handle_frame(now, 2, &r, &[]), Err(FrameError::Kind));
+    let query = barrier_msg(BarrierAlgo::Broadcast, Op::Query, 99, &[]);
+    assert_eq!(b.handle_frame(now, 2, &query), Err(FrameError::Round(99)));
+    let other = barrier_msg(BarrierAlgo::Dissemination, Op::Round, 0, &[]);
+    assert_eq!(b.handle_frame(now, 2, &other), Err(FrameError::Algo));
 }
 
 #[test]
@@ -351,12 +360,14 @@ fn epochs_are_entered_in_order_after_release() {
     b.enter(now, 0).unwrap();
     assert_eq!(b.enter(now, 1), Err(BarrierError::NotReleased(0)));
     // Rank 1 sends its arrival to the root, rank 0.
-    let (dst, repr, _) = b.poll_transmit().unwrap();
+    let (dst, msg) = b.poll_transmit().unwrap();
     assert_eq!(dst, Dest::Rank(0));
-    assert_eq!(repr.msg_id, Op::Arrive as u32);
-    let mut rel = Repr::new(Kind::Barrier);
-    rel.msg_id = Op::Release as u32;
-    b.handle_frame(now, 0, &rel, &[]).unwrap();
+    assert!(matches!(
+        msg,
+        Control::Barrier(BarrierMsg { op: Op::Arrive, .. })
+    ));
+    let rel = barrier_msg(BarrierAlgo::Broadcast, Op::Release, 0, &[]);
+    b.handle_frame(now, 0, &rel).unwrap();
     assert!(b.is_released(0));
     assert!(!b.is_released(1));
     b.enter(now, 1).unwrap();

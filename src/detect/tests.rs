@@ -146,42 +146,28 @@ fn news_spreads_in_d_rounds_from_round_one_and_before_cleanup_from_any_round() {
 }
 
 #[test]
-fn tables_round_trip_and_bad_payloads_are_errors() {
+fn detector_messages_round_trip_and_bad_ones_are_errors() {
     let t = vec![0, 1, 2, u16::MAX, 7];
-    assert_eq!(decode(&encode(&t), 5), Ok(t.clone()));
-    assert_eq!(encode(&[0x0102]), vec![1, 2]);
+    for m in [Msg::Gossip(t.clone()), Msg::Ping(3), Msg::Pong(4)] {
+        assert_eq!(Msg::from_control(&m.to_control(), 5), Some(Ok(m)));
+    }
+    let short = Control::Heartbeat { table: vec![0; 4] };
     assert!(matches!(
-        decode(&[0; 9], 5),
-        Err(DecodeError::Length { .. })
+        Msg::from_control(&short, 5),
+        Some(Err(DecodeError::Length { .. }))
     ));
-    assert!(matches!(
-        decode(&[0; 12], 5),
-        Err(DecodeError::Length { .. })
-    ));
-    assert!(matches!(decode(&[], 5), Err(DecodeError::Length { .. })));
+    let huge = Control::Heartbeat {
+        table: vec![0; 600],
+    };
     assert!(
-        decode(&vec![0; 2 * 600], 600).is_err(),
+        Msg::from_control(&huge, 600).unwrap().is_err(),
         "beyond MAX_MEMBERS"
     );
-    for m in [Msg::Gossip(t.clone()), Msg::Ping(3), Msg::Pong(4)] {
-        let (repr, payload) = m.to_control();
-        assert_eq!(Msg::from_control(&repr, &payload, 5), Ok(m));
-    }
-    let (mut repr, _) = Msg::Ping(3).to_control();
-    repr.aux = 5;
-    assert_eq!(Msg::from_control(&repr, &[], 5), Err(DecodeError::Rank(5)));
-    repr.kind = Some(Kind::Barrier);
-    assert!(matches!(
-        Msg::from_control(&repr, &[], 5),
-        Err(DecodeError::Kind(_))
-    ));
-}
-
-proptest::proptest! {
-    #[test]
-    fn decode_never_panics(bytes in proptest::collection::vec(0u8.., 0..64), n in 0u16..40) {
-        let _ = decode(&bytes, n);
-    }
+    assert_eq!(
+        Msg::from_control(&Control::Ping { rank: 5 }, 5),
+        Some(Err(DecodeError::Rank(5)))
+    );
+    assert_eq!(Msg::from_control(&Control::Evict { rank: 1 }, 5), None);
 }
 
 #[test]

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::eqa::{Rank, Seq};
-use crate::wire::{self, Flags, Frame, Kind, Repr, WireError};
+use crate::wire::{self, Control, ControlError, Frame, Repr, WireError};
 
 pub use recv::Receiver;
 pub use send::Sender;
@@ -170,7 +170,7 @@ impl Config {
         c.frame_buffer = crate::memory::PAPER_FRAME_BUFFER;
         c.window = crate::memory::PAPER_BUF_BYTES / c.frame_buffer;
         c.send_queue = crate::memory::PAPER_SEND_QUEUE_BYTES / std::mem::size_of::<send::OutMsg>();
-        c.outbox = crate::memory::PAPER_SEND_PUSHED_BYTES / std::mem::size_of::<Control>();
+        c.outbox = crate::memory::PAPER_SEND_PUSHED_BYTES / std::mem::size_of::<Outgoing>();
         c.pushed_buffer = crate::memory::PAPER_RECV_PUSHED_BYTES;
         c.recv_queue = crate::memory::PAPER_RECV_QUEUE_BYTES / std::mem::size_of::<recv::Post>();
         c.repair_queue = crate::memory::PAPER_LDP_QUEUE_BYTES / std::mem::size_of::<Seq>();
@@ -308,6 +308,9 @@ pub enum Drop {
     /// The group has a key and the frame's keyed MAC is missing or wrong.
     #[error("missing or invalid keyed MAC")]
     BadMac,
+    /// A control frame whose fields contradict its kind.
+    #[error("bad control frame: {0}")]
+    BadControl(#[from] ControlError),
 }
 
 /// Counters of one engine.
@@ -378,6 +381,8 @@ pub struct DropStats {
     pub no_room: u64,
     /// Missing or invalid keyed MAC.
     pub bad_mac: u64,
+    /// Control frames whose fields contradict their kind.
+    pub bad_control: u64,
 }
 
 impl DropStats {
@@ -399,6 +404,7 @@ impl DropStats {
             Drop::Protocol(_) => &mut self.protocol,
             Drop::NoRoom => &mut self.no_room,
             Drop::BadMac => &mut self.bad_mac,
+            Drop::BadControl(_) => &mut self.bad_control,
         };
         *c += 1;
     }
@@ -421,6 +427,7 @@ impl DropStats {
             + self.protocol
             + self.no_room
             + self.bad_mac
+            + self.bad_control
     }
 }
 
@@ -471,61 +478,63 @@ pub enum Event {
         /// What the posted receive allowed.
         max: usize,
     },
-    /// A control frame for the layers above (heartbeat, join, barrier, evict, ping, pong).
+    /// A control message for the layers above (heartbeat, join, barrier, evict, ping, pong,
+    /// notice).
     Control {
         /// Sender rank.
         src: Rank,
-        /// Its header.
+        /// The message.
+        msg: Control,
+    },
+}
+
+/// A frame waiting in the outbox: a control message of this member's own, or a frame of a
+/// root's stream that this member relays (peer repair), whose source stays the root.
+#[derive(Debug, Clone)]
+pub(crate) enum Outgoing {
+    /// A control message from this member.
+    Own {
+        /// Destination.
+        dst: Dest,
+        /// The message.
+        msg: Control,
+    },
+    /// A data frame of another root's stream, relayed point to point.
+    Relay {
+        /// Destination.
+        dst: Dest,
+        /// Its header (source: the root).
         repr: Repr,
         /// Its payload.
         payload: Vec<u8>,
     },
 }
 
-/// A control frame waiting in the outbox.
-#[derive(Debug, Clone)]
-pub(crate) struct Control {
-    dst: Dest,
-    repr: Repr,
-    payload: Vec<u8>,
-    /// A frame of a root's stream relayed for it (peer repair): its source stays the root.
-    /// Every other control frame leaves with this member as its source.
-    relayed: bool,
-}
-
-impl Control {
-    /// A frame of this member's own for `dst`.
-    pub(crate) fn new(dst: Dest, repr: Repr, payload: Vec<u8>) -> Control {
-        Control {
-            dst,
-            repr,
-            payload,
-            relayed: false,
-        }
-    }
-
-    /// A frame of a root's stream that this member relays to `dst` (peer repair).
-    pub(crate) fn relay(dst: Dest, repr: Repr, payload: Vec<u8>) -> Control {
-        Control {
-            relayed: true,
-            ..Control::new(dst, repr, payload)
+impl Outgoing {
+    /// A control message to `rank`.
+    pub(crate) fn to(rank: Rank, msg: Control) -> Outgoing {
+        Outgoing::Own {
+            dst: Dest::Rank(rank),
+            msg,
         }
     }
 
     /// Counts this frame, about to be queued, in `stats`.
     fn count(&self, stats: &mut Stats) {
-        let peer = self.repr.flags.contains(Flags::PEER);
-        match self.repr.kind {
-            Some(Kind::Ack) => stats.ack_frames += 1,
-            Some(Kind::Nack) => {
-                stats.nack_frames += 1;
-                if peer && !self.repr.flags.contains(Flags::UNHELD) {
-                    stats.peer_nacks += 1;
+        match self {
+            Outgoing::Relay { .. } => stats.peer_repairs += 1,
+            Outgoing::Own { msg, .. } => match msg {
+                Control::Ack { .. } => stats.ack_frames += 1,
+                Control::Nack { .. } => stats.nack_frames += 1,
+                Control::PeerNack { unheld, .. } => {
+                    stats.nack_frames += 1;
+                    if !unheld {
+                        stats.peer_nacks += 1;
+                    }
                 }
-            }
-            Some(Kind::Repair) if self.relayed => stats.peer_repairs += 1,
-            Some(Kind::Pull) => stats.pull_frames += 1,
-            _ => {}
+                Control::Pull { .. } => stats.pull_frames += 1,
+                _ => {}
+            },
         }
     }
 }
@@ -537,7 +546,7 @@ pub struct Engine {
     tx: Sender,
     rx: Vec<Option<Box<Receiver>>>,
     live: Vec<bool>,
-    outbox: VecDeque<Control>,
+    outbox: VecDeque<Outgoing>,
     /// Set by [`Engine::abandon`]: only control frames leave from then on.
     abandoned: bool,
     events: VecDeque<Event>,
@@ -652,39 +661,37 @@ impl Engine {
         }
     }
 
-    /// Queues a control frame of the layers above (heartbeat, barrier, ...). The header's
-    /// group and source are filled in.
-    pub fn send_control(
-        &mut self,
-        dst: Dest,
-        mut repr: Repr,
-        payload: &[u8],
-    ) -> Result<(), WireError> {
-        repr.group = self.cfg.group;
-        repr.src = self.cfg.rank;
-        repr.dst = match dst {
-            Dest::All => wire::ALL,
-            Dest::Rank(r) => r,
-        };
-        if payload.len() > self.cfg.max_payload() {
-            return Err(WireError::PayloadTooLong(payload.len()));
+    /// Queues a control message of the layers above (heartbeat, barrier, ...).
+    pub fn send_control(&mut self, dst: Dest, msg: Control) -> Result<(), WireError> {
+        if msg.payload_len() > self.cfg.max_payload() {
+            return Err(WireError::PayloadTooLong(msg.payload_len()));
         }
-        self.outbox
-            .push_back(Control::new(dst, repr, payload.to_vec()));
+        self.outbox.push_back(Outgoing::Own { dst, msg });
         Ok(())
     }
 
     /// Handles one received PDU. Drops are counted and returned; they are never fatal.
     pub fn handle_frame(&mut self, now: Instant, pdu: &[u8]) -> Result<(), Drop> {
-        let r = self.handle_frame_inner(now, pdu);
+        let r = Frame::new_checked(pdu)
+            .map_err(Drop::from)
+            .and_then(|f| self.handle_checked_inner(now, &f));
         if let Err(d) = &r {
             self.stats.drops.count(d);
         }
         r
     }
 
-    fn handle_frame_inner(&mut self, now: Instant, pdu: &[u8]) -> Result<(), Drop> {
-        let frame = Frame::new_checked(pdu)?;
+    /// Handles a frame its caller already checked ([`Frame::new_checked`]), so that a layer
+    /// that demultiplexes frames by their header checks each one once.
+    pub fn handle_checked(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), Drop> {
+        let r = self.handle_checked_inner(now, frame);
+        if let Err(d) = &r {
+            self.stats.drops.count(d);
+        }
+        r
+    }
+
+    fn handle_checked_inner(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), Drop> {
         if frame.group() != self.cfg.group {
             return Err(Drop::ForeignGroup(frame.group()));
         }
@@ -707,66 +714,83 @@ impl Engine {
         if !self.live[usize::from(src)] {
             return Err(Drop::Evicted(src));
         }
-        let repr = Repr::parse(&frame);
-        match frame.kind() {
-            Kind::Data | Kind::Repair => {
-                let r = self.rx_mut(src).on_data(now, &repr, frame.payload());
-                self.collect_rx(src);
-                r
-            }
-            Kind::Pull if repr.flags.contains(Flags::ACK_REQ) => {
+        if frame.kind().is_data() {
+            let repr = Repr::parse(&frame);
+            let r = self.rx_mut(src).on_data(now, &repr, frame.payload());
+            self.collect_rx(src);
+            return r;
+        }
+        let msg = Control::parse(&frame)?;
+        self.handle_control(now, src, dst, msg)
+    }
+
+    /// Handles a parsed control message from `src` addressed to `dst` (this member or all).
+    fn handle_control(
+        &mut self,
+        now: Instant,
+        src: Rank,
+        dst: Rank,
+        msg: Control,
+    ) -> Result<(), Drop> {
+        let to_me = dst == self.cfg.rank;
+        let feedback = match msg {
+            Control::PullPoll { msg_id, designated } => {
                 // The root polls its designated receiver for a lost pull request.
                 let rx = self.rx_mut(src);
-                rx.on_pull_poll(&repr);
+                rx.on_pull_poll(msg_id, designated);
                 self.collect_rx(src);
-                Ok(())
+                return Ok(());
             }
-            Kind::Nack if repr.flags.contains(Flags::PEER) => {
+            Control::PeerNack {
+                root,
+                base,
+                missing,
+                unheld,
+            } => {
                 // A fellow receiver lost frames of a root's stream: serve those still held.
-                let root = repr.msg_id;
-                if dst != self.cfg.rank
-                    || root >= u32::from(self.cfg.size)
-                    || root == u32::from(self.cfg.rank)
-                {
+                if !to_me || root >= self.cfg.size || root == self.cfg.rank {
                     return Err(Drop::Protocol("peer NACK for a bad root or member"));
                 }
                 let budget = self.cfg.outbox.saturating_sub(self.outbox.len());
-                if let Some(rx) = self.rx[root as usize].as_deref_mut() {
-                    if repr.flags.contains(Flags::UNHELD) {
-                        rx.on_unheld(now, &repr, src);
+                if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+                    if unheld {
+                        rx.on_unheld(now, base, missing, src);
                     } else {
-                        rx.serve_peer(&repr, src, budget);
+                        rx.serve_peer(base, missing, src, budget);
                     }
-                    self.collect_rx(root as Rank);
-                } else if !repr.flags.contains(Flags::UNHELD)
-                    && repr.bitmap != 0
-                    && self.outbox.len() < self.cfg.outbox
-                {
+                    self.collect_rx(root);
+                } else if !unheld && missing != 0 && self.outbox.len() < self.cfg.outbox {
                     // No stream of that root here: nothing held.
-                    let reply = recv::unheld_reply(&repr, src, root as Rank, repr.bitmap);
+                    let reply = recv::unheld_reply(src, root, base, missing);
                     reply.count(&mut self.stats);
                     self.outbox.push_back(reply);
                 }
-                Ok(())
+                return Ok(());
             }
-            Kind::Ack | Kind::Nack | Kind::Pull => {
-                if dst != self.cfg.rank {
-                    return Err(Drop::NotForMe(dst));
-                }
-                self.stats.acks_handled += 1;
-                self.tx.on_feedback(&self.cfg, now, src, &repr, &self.live);
-                self.collect_tx();
-                Ok(())
+            Control::Ack { next, seen } => send::Feedback::Ack { next, seen },
+            Control::Nack {
+                base,
+                missing,
+                next,
+            } => send::Feedback::Nack {
+                base,
+                missing,
+                next,
+            },
+            Control::Pull { msg_id, next } => send::Feedback::Pull { msg_id, next },
+            msg => {
+                self.events.push_back(Event::Control { src, msg });
+                return Ok(());
             }
-            _ => {
-                self.events.push_back(Event::Control {
-                    src,
-                    repr,
-                    payload: frame.payload().to_vec(),
-                });
-                Ok(())
-            }
+        };
+        if !to_me {
+            return Err(Drop::NotForMe(dst));
         }
+        self.stats.acks_handled += 1;
+        self.tx
+            .on_feedback(&self.cfg, now, src, &feedback, &self.live);
+        self.collect_tx();
+        Ok(())
     }
 
     fn collect_tx(&mut self) {
@@ -809,13 +833,25 @@ impl Engine {
 
     fn poll_transmit_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(c) = self.outbox.pop_front() {
-            let mut repr = c.repr;
-            repr.group = self.cfg.group;
-            if !c.relayed {
-                repr.src = self.cfg.rank;
-            }
-            let len = repr.emit(&c.payload, buf).ok()?;
-            return Some(Transmit { dst: c.dst, len });
+            return match c {
+                Outgoing::Own { dst, msg } => {
+                    let to = match dst {
+                        Dest::All => wire::ALL,
+                        Dest::Rank(r) => r,
+                    };
+                    let len = msg.emit(self.cfg.group, self.cfg.rank, to, buf).ok()?;
+                    Some(Transmit { dst, len })
+                }
+                Outgoing::Relay {
+                    dst,
+                    mut repr,
+                    payload,
+                } => {
+                    repr.group = self.cfg.group;
+                    let len = repr.emit(&payload, buf).ok()?;
+                    Some(Transmit { dst, len })
+                }
+            };
         }
         if self.abandoned {
             return None;
@@ -864,7 +900,7 @@ impl Engine {
 
     /// Heap bytes of the control outbox (the send side's pushed buffer).
     pub fn outbox_bytes(&self) -> usize {
-        self.outbox.capacity() * std::mem::size_of::<Control>()
+        self.outbox.capacity() * std::mem::size_of::<Outgoing>()
     }
 
     /// True when this member, as root, has nothing queued, unsent or unacknowledged.
@@ -876,10 +912,4 @@ impl Engine {
     pub fn delivered_from(&self, root: Rank) -> u64 {
         self.receiver(root).map_or(0, |r| r.next_msg())
     }
-}
-
-/// Extends a 32-bit wire sequence to 64 bits relative to a nearby reference.
-pub(crate) fn extend_seq(reference: Seq, wire: u32) -> Seq {
-    let delta = wire.wrapping_sub(reference as u32) as i32;
-    reference.wrapping_add_signed(i64::from(delta))
 }

@@ -15,9 +15,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::{extend_seq, Config, Control, Dest, Drop, Event, PostError};
+use super::{Config, Dest, Drop, Event, Outgoing, PostError};
 use crate::eqa::{Rank, Seq};
-use crate::wire::{Flags, Kind, Repr, NACK_BITS};
+use crate::wire::{locate, Control, Flags, Kind, Position, Repr, NACK_BITS};
 
 /// Unanswered peer requests in a row after which a receiver stops asking its peer.
 const PEER_SILENCE_LIMIT: u32 = 16;
@@ -120,7 +120,7 @@ pub struct Receiver {
     pull_override: Option<(u32, Rank)>,
     probe_answer: bool,
     events: VecDeque<Event>,
-    controls: VecDeque<Control>,
+    controls: VecDeque<Outgoing>,
 }
 
 impl Receiver {
@@ -239,20 +239,19 @@ impl Receiver {
         Some((r, p))
     }
 
-    /// A peer (`asker`) lost the frames of `nack` (base and bitmap): sends it, point to point,
-    /// those this member still holds, as repairs of the root's stream. At most `budget`.
-    pub(crate) fn serve_peer(&mut self, nack: &Repr, asker: Rank, budget: usize) {
-        let base = extend_seq(self.expected, nack.seq);
+    /// A peer (`asker`) lost the frames of `missing` (bit `k`: `wire_base + k`): sends it, point
+    /// to point, those this member still holds, as repairs of the root's stream. At most `budget`.
+    pub(crate) fn serve_peer(&mut self, wire_base: u32, missing: u16, asker: Rank, budget: usize) {
+        let base = self.near(wire_base);
         let mut served = 0;
         let mut unheld = 0u16;
         for k in 0..NACK_BITS {
-            if nack.bitmap & (1 << k) == 0 {
+            if missing & (1 << k) == 0 {
                 continue;
             }
-            let held = if served < budget {
-                self.held(base + u64::from(k))
-            } else {
-                None
+            let held = match base {
+                Some(b) if served < budget => self.held(b + u64::from(k)),
+                _ => None,
             };
             let Some((r, payload)) = held else {
                 unheld |= 1 << k;
@@ -264,28 +263,43 @@ impl Receiver {
             repr.flags.remove(Flags::BROADCAST | Flags::ACK_REQ);
             repr.flags |= Flags::P2P;
             let payload = payload.to_vec();
-            self.controls
-                .push_back(Control::relay(Dest::Rank(asker), repr, payload));
+            self.controls.push_back(Outgoing::Relay {
+                dst: Dest::Rank(asker),
+                repr,
+                payload,
+            });
             served += 1;
         }
         if unheld != 0 {
             self.controls
-                .push_back(unheld_reply(nack, asker, self.root, unheld));
+                .push_back(unheld_reply(asker, self.root, wire_base, unheld));
+        }
+    }
+
+    /// The stream position of a sequence number a peer names in a repair request: within a
+    /// window of the next expected one, either side; `None` otherwise.
+    fn near(&self, wire: u32) -> Option<Seq> {
+        let w = self.window() as u32;
+        match locate(self.expected.saturating_sub(u64::from(w)), wire, 2 * w) {
+            Position::Window(s) => Some(s),
+            _ => None,
         }
     }
 
     /// The peer (`from`) does not hold the frames of `reply` (base and bitmap): those still
     /// missing here are asked of the root now.
-    pub(crate) fn on_unheld(&mut self, now: Instant, reply: &Repr, from: Rank) {
+    pub(crate) fn on_unheld(&mut self, now: Instant, wire_base: u32, missing: u16, from: Rank) {
         if self.peer != Some(from) {
             return;
         }
         self.peer_silence = 0;
-        let base = extend_seq(self.expected, reply.seq);
+        let Some(base) = self.near(wire_base) else {
+            return;
+        };
         let mut first = None;
         for k in 0..NACK_BITS {
             let s = base + u64::from(k);
-            if reply.bitmap & (1 << k) == 0 || s < self.expected || s >= self.highest {
+            if missing & (1 << k) == 0 || s < self.expected || s >= self.highest {
                 continue;
             }
             let i = self.idx(s);
@@ -359,21 +373,21 @@ impl Receiver {
         repr: &Repr,
         payload: &[u8],
     ) -> Result<(), Drop> {
-        let s = extend_seq(self.expected, repr.seq);
         if repr.flags.contains(Flags::ACK_REQ) {
             self.probe_answer = true;
         }
-        if s < self.expected {
-            if repr.flags.contains(Flags::ACK_REQ) || repr.dst == self.me {
-                // The root resent what we have: our acknowledgement was lost.
-                self.ack_now = true;
-                self.schedule(now);
+        let s = match locate(self.expected, repr.seq, self.window() as u32) {
+            Position::Window(s) => s,
+            Position::Behind => {
+                if repr.flags.contains(Flags::ACK_REQ) || repr.dst == self.me {
+                    // The root resent what we have: our acknowledgement was lost.
+                    self.ack_now = true;
+                    self.schedule(now);
+                }
+                return Err(Drop::Stale(u64::from(repr.seq)));
             }
-            return Err(Drop::Stale(s));
-        }
-        if s >= self.expected + self.window() {
-            return Err(Drop::FarFuture(s));
-        }
+            Position::Beyond => return Err(Drop::FarFuture(u64::from(repr.seq))),
+        };
         if repr.msg_len as usize > self.max_message {
             return Err(Drop::Protocol("message longer than max_message"));
         }
@@ -441,11 +455,10 @@ impl Receiver {
     }
 
     /// The root asks its designated receiver to repeat a pull request that may have been lost.
-    pub(crate) fn on_pull_poll(&mut self, repr: &Repr) {
-        let designated = repr.aux as Rank;
-        self.pull_override = Some((repr.msg_id, designated));
+    pub(crate) fn on_pull_poll(&mut self, msg_id: u32, designated: Rank) {
+        self.pull_override = Some((msg_id, designated));
         if let Some(m) = self.cur.as_mut() {
-            if m.id as u32 == repr.msg_id {
+            if m.id as u32 == msg_id {
                 m.designated = designated;
                 m.pull_sent = false;
             }
@@ -719,15 +732,11 @@ impl Receiver {
         let Some(m) = self.cur.as_mut() else { return };
         if m.awaiting_pull && posted && m.designated == me && !m.pull_sent {
             m.pull_sent = true;
-            let repr = Repr {
-                kind: Some(Kind::Pull),
-                seq: self.expected as u32,
-                dst: self.root,
+            let pull = Control::Pull {
                 msg_id: m.id as u32,
-                ..Repr::default()
+                next: self.expected as u32,
             };
-            self.controls
-                .push_back(Control::new(Dest::Rank(self.root), repr, Vec::new()));
+            self.controls.push_back(Outgoing::to(self.root, pull));
             self.acked = self.expected;
             self.unacked = 0;
         }
@@ -759,20 +768,15 @@ impl Receiver {
         self.ack_at = None;
         self.acked = self.expected;
         self.unacked = 0;
-        let mut repr = Repr {
-            kind: Some(Kind::Ack),
-            seq: self.expected as u32,
-            dst: self.root,
-            ..Repr::default()
+        // Answering a probe: say how far we have seen, so that the root can go back over
+        // everything after it (go-back-16) instead of probing frame by frame.
+        let seen =
+            std::mem::take(&mut self.probe_answer).then(|| self.highest.max(self.expected) as u32);
+        let ack = Control::Ack {
+            next: self.expected as u32,
+            seen,
         };
-        if std::mem::take(&mut self.probe_answer) {
-            // Answering a probe: say how far we have seen, so that the root can go back over
-            // everything after it (go-back-16) instead of probing frame by frame.
-            repr.flags |= Flags::ACK_REQ;
-            repr.aux = self.highest.max(self.expected) as u32;
-        }
-        self.controls
-            .push_back(Control::new(Dest::Rank(self.root), repr, Vec::new()));
+        self.controls.push_back(Outgoing::to(self.root, ack));
     }
 
     /// Asks for the missing frames from `from` on that were never asked for, or not within the
@@ -814,27 +818,22 @@ impl Receiver {
                     slot.nacked = Some(now);
                 }
             }
-            let nack = |dst: Rank, bitmap: u16| Repr {
-                kind: Some(Kind::Nack),
-                seq: base as u32,
-                aux: self.expected as u32,
-                bitmap,
-                dst,
-                ..Repr::default()
-            };
             if let (Some(peer), true) = (self.peer, to_peer != 0) {
-                let mut repr = nack(peer, to_peer);
-                repr.flags |= Flags::PEER;
-                repr.msg_id = u32::from(self.root);
-                self.controls
-                    .push_back(Control::new(Dest::Rank(peer), repr, Vec::new()));
+                let ask = Control::PeerNack {
+                    root: self.root,
+                    base: base as u32,
+                    missing: to_peer,
+                    unheld: false,
+                };
+                self.controls.push_back(Outgoing::to(peer, ask));
             }
             if to_root != 0 {
-                self.controls.push_back(Control::new(
-                    Dest::Rank(self.root),
-                    nack(self.root, to_root),
-                    Vec::new(),
-                ));
+                let nack = Control::Nack {
+                    base: base as u32,
+                    missing: to_root,
+                    next: self.expected as u32,
+                };
+                self.controls.push_back(Outgoing::to(self.root, nack));
                 sent_root = true;
             }
             b = base + u64::from(NACK_BITS);
@@ -886,22 +885,21 @@ impl Receiver {
         self.events.pop_front()
     }
 
-    pub(crate) fn take_control(&mut self) -> Option<Control> {
+    pub(crate) fn take_control(&mut self) -> Option<Outgoing> {
         self.controls.pop_front()
     }
 }
 
-/// The answer to a peer NACK (`nack`, from `asker`) for frames of `root`'s stream this member
-/// does not hold (`bitmap`).
-pub(crate) fn unheld_reply(nack: &Repr, asker: Rank, root: Rank, bitmap: u16) -> Control {
-    let repr = Repr {
-        kind: Some(Kind::Nack),
-        flags: Flags::PEER | Flags::UNHELD,
-        dst: asker,
-        seq: nack.seq,
-        msg_id: u32::from(root),
-        bitmap,
-        ..Repr::default()
-    };
-    Control::new(Dest::Rank(asker), repr, Vec::new())
+/// The answer to a peer NACK from `asker` for frames of `root`'s stream this member does not
+/// hold (`missing`, from `base`).
+pub(crate) fn unheld_reply(asker: Rank, root: Rank, base: u32, missing: u16) -> Outgoing {
+    Outgoing::to(
+        asker,
+        Control::PeerNack {
+            root,
+            base,
+            missing,
+            unheld: true,
+        },
+    )
 }

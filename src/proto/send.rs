@@ -13,9 +13,20 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::{extend_seq, Algo, Config, Dest, SendError, Stats, Transmit};
+use super::{Algo, Config, Dest, SendError, Stats, Transmit};
 use crate::eqa::{Eqa, Rank, Seq};
-use crate::wire::{self, Flags, Kind, Repr, NACK_BITS};
+use crate::wire::{self, control::behind, Control, Flags, Kind, Repr, NACK_BITS};
+
+/// What a receiver tells the root about its stream (the root-bound control messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Feedback {
+    /// Cumulative acknowledgement; with `seen`, the answer to a probe.
+    Ack { next: u32, seen: Option<u32> },
+    /// Missing frames from `base`, and the cumulative acknowledgement.
+    Nack { base: u32, missing: u16, next: u32 },
+    /// The designated receiver's pull request.
+    Pull { msg_id: u32, next: u32 },
+}
 
 /// A message in the send queue.
 #[derive(Debug)]
@@ -207,23 +218,26 @@ impl Sender {
         cfg: &Config,
         now: Instant,
         src: Rank,
-        repr: &Repr,
+        fb: &Feedback,
         live: &[bool],
     ) {
         let head = self.eqa.head();
-        let cumulative = match repr.kind {
-            Some(Kind::Nack) => extend_seq(head, repr.aux),
-            _ => extend_seq(head, repr.seq),
+        let next = match *fb {
+            Feedback::Ack { next, .. }
+            | Feedback::Nack { next, .. }
+            | Feedback::Pull { next, .. } => next,
         };
+        // A number before the stream's start acknowledges nothing.
+        let cumulative = behind(head, next).unwrap_or(0);
         let progressed = self.eqa.ack(src, cumulative.min(self.sent_upto));
         let sent_upto = self.sent_upto;
         if let Some(lms) = self.eqa.lms_mut(src) {
             lms.last_heard = Some(now);
             lms.stats.max_lag = lms.stats.max_lag.max(head - lms.cursor());
-            match repr.kind {
-                Some(Kind::Nack) => lms.stats.nacks += 1,
-                Some(Kind::Pull) => lms.stats.pulls += 1,
-                _ => lms.stats.acks += 1,
+            match fb {
+                Feedback::Nack { .. } => lms.stats.nacks += 1,
+                Feedback::Pull { .. } => lms.stats.pulls += 1,
+                Feedback::Ack { .. } => lms.stats.acks += 1,
             }
             if progressed {
                 lms.backoffs = 0;
@@ -232,11 +246,14 @@ impl Sender {
                 lms.timer = (lms.cursor() < sent_upto).then_some(now + cfg.rto);
             }
         }
-        match repr.kind {
-            Some(Kind::Nack) => {
-                let base = extend_seq(head, repr.seq);
+        match *fb {
+            Feedback::Nack { base, missing, .. } => {
+                let Some(base) = behind(head, base) else {
+                    self.fill(cfg, now, live);
+                    return;
+                };
                 for i in 0..NACK_BITS {
-                    if repr.bitmap & (1 << i) != 0 {
+                    if missing & (1 << i) != 0 {
                         let s = base + u64::from(i);
                         if s < self.sent_upto {
                             self.eqa.request_repair(src, s);
@@ -244,19 +261,21 @@ impl Sender {
                     }
                 }
             }
-            Some(Kind::Ack) if repr.flags.contains(Flags::ACK_REQ) => {
+            Feedback::Ack {
+                seen: Some(seen), ..
+            } => {
                 // The answer to a probe: everything after what it has seen, up to 16 frames,
                 // was sent long enough ago to be lost: go back over it.
-                let seen = extend_seq(head, repr.aux).min(self.sent_upto);
+                let seen = behind(head, seen).unwrap_or(0).min(self.sent_upto);
                 let cursor = self.eqa.lms(src).map_or(seen, |l| l.cursor());
                 let end = self.sent_upto.min(cursor + u64::from(NACK_BITS));
                 for s in seen.max(cursor)..end {
                     self.eqa.request_repair(src, s);
                 }
             }
-            Some(Kind::Pull) => {
+            Feedback::Pull { msg_id, .. } => {
                 if let Some(m) = self.queue.front_mut() {
-                    if m.id as u32 == repr.msg_id && m.algo == Algo::PushPull {
+                    if m.id as u32 == msg_id && m.algo == Algo::PushPull {
                         m.pull_granted = true;
                         self.pull_timer = None;
                     }
@@ -382,17 +401,11 @@ impl Sender {
             self.pull_poll = false;
             if let Some(m) = self.queue.front() {
                 let designated = self.designated(cfg, live);
-                let repr = Repr {
-                    kind: Some(Kind::Pull),
-                    flags: Flags::ACK_REQ,
-                    group: cfg.group,
-                    src: cfg.rank,
-                    dst: designated,
+                let poll = Control::PullPoll {
                     msg_id: m.id as u32,
-                    aux: u32::from(designated),
-                    ..Repr::default()
+                    designated,
                 };
-                let len = repr.emit(&[], buf).ok()?;
+                let len = poll.emit(cfg.group, cfg.rank, designated, buf).ok()?;
                 return Some(Transmit {
                     dst: Dest::Rank(designated),
                     len,

@@ -2,7 +2,7 @@
 //! clock and a drop rule. Losing a frame is one closure.
 
 use super::*;
-use crate::wire::Frame;
+use crate::wire::{Flags, Frame, Kind};
 
 type DropRule = Box<dyn FnMut(&Repr, usize) -> bool>;
 

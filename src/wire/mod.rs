@@ -34,8 +34,10 @@
 use bitflags::bitflags;
 use thiserror::Error;
 
+pub mod control;
 pub mod ethernet;
 
+pub use control::{locate, BarrierAlgo, BarrierMsg, BarrierOp, Control, ControlError, Position};
 pub use ethernet::ETHERTYPE;
 
 /// Current version of the wire format.
@@ -50,8 +52,7 @@ pub const OVERHEAD: usize = HEADER_LEN + CRC_LEN;
 pub const ETH_HEADER_LEN: usize = ethernet::HEADER_LEN;
 /// Destination rank that means "every member" (a broadcast frame).
 pub const ALL: u16 = u16::MAX;
-/// Width of the NACK bitmap: frames after the base that one NACK can describe.
-pub const NACK_BITS: u32 = 16;
+pub use control::NACK_BITS;
 /// Length of the keyed MAC a frame carries (between payload and CRC) when the group has a
 /// key: 128 bits of BLAKE3 in keyed mode over header and payload.
 pub const TAG_LEN: usize = 16;
@@ -81,14 +82,11 @@ pub enum Kind {
     Data = 1,
     /// A retransmitted fragment (point-to-point to one member, or re-broadcast).
     Repair = 2,
-    /// Cumulative acknowledgement: `seq` is the next sequence the sender still needs from the
-    /// root `dst`.
+    /// Cumulative acknowledgement ([`Control::Ack`]).
     Ack = 3,
-    /// Negative acknowledgement: `seq` is the first missing sequence (the base) and `bitmap`
-    /// bit `i` set means `base + 1 + i` is missing too.
+    /// Negative acknowledgement ([`Control::Nack`], [`Control::PeerNack`]).
     Nack = 4,
-    /// Push-pull acknowledgement from the designated receiver: the push part of message
-    /// `msg_id` is in and its receive is posted; please send the rest.
+    /// Push-pull pull request or its poll ([`Control::Pull`], [`Control::PullPoll`]).
     Pull = 5,
     /// Liveness beacon (failure detection).
     Heartbeat = 6,
@@ -102,6 +100,8 @@ pub enum Kind {
     Ping = 10,
     /// Answer to a [`Kind::Ping`].
     Pong = 11,
+    /// An unreliable application datagram ([`Control::Notice`]).
+    Notice = 12,
 }
 
 impl Kind {
@@ -119,6 +119,7 @@ impl Kind {
             9 => Kind::Evict,
             10 => Kind::Ping,
             11 => Kind::Pong,
+            12 => Kind::Notice,
             _ => return None,
         })
     }

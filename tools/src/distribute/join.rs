@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use ethbcast::link::{format_mac, Link, MacAddr, BROADCAST_MAC};
 use ethbcast::node::Node;
 use ethbcast::proto::Dest;
-use ethbcast::wire::{self, Frame, Kind, Repr};
+use ethbcast::wire::{self, Control, Frame, Kind, Repr};
 
 use super::stream::{decode_roster, encode_roster, HELLO};
 use super::{Fatal, EXIT_INTERRUPTED, EXIT_JOIN_TIMEOUT};
@@ -144,9 +144,11 @@ pub fn confirm(
         interrupted(stop)?;
         let now = Instant::now();
         if now.duration_since(last) >= REPEAT {
-            let r = Repr::new(Kind::Join);
+            let roster = Control::Join {
+                body: payload.clone(),
+            };
             node.engine_mut()
-                .send_control(Dest::All, r, &payload)
+                .send_control(Dest::All, roster)
                 .map_err(|e| Fatal::new(super::EXIT_FAILED, format!("roster: {e}")))?;
             last = now;
         }

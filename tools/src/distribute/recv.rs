@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use ethbcast::link;
 use ethbcast::node::Node;
 use ethbcast::proto::Event;
+use ethbcast::wire::Control;
 use serde::Serialize;
 
 use super::stream::{Data, DigestAlgo, Final, Msg, StreamHasher, ABORT, EVICTED};
@@ -539,7 +540,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                     Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e)),
                 },
                 Event::Control {
-                    src: 0, payload, ..
+                    src: 0,
+                    msg: Control::Notice { body: payload },
                 } => {
                     if payload.starts_with(ABORT) {
                         break 'run Err(Fatal::new(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use ethbcast::link::{format_mac, MacAddr};
 use ethbcast::node::{Node, NodeError};
 use ethbcast::proto::{Algo, Dest, Event, SendError};
-use ethbcast::wire::{Kind, Repr};
+use ethbcast::wire::Control;
 use serde::Serialize;
 
 use super::join::{self, Expect};
@@ -232,9 +232,10 @@ fn abort_receivers(node: &mut Node) {
 }
 
 fn control(node: &mut Node, dst: Dest, payload: &[u8]) {
-    let _ = node
-        .engine_mut()
-        .send_control(dst, Repr::new(Kind::Join), payload);
+    let notice = Control::Notice {
+        body: payload.to_vec(),
+    };
+    let _ = node.engine_mut().send_control(dst, notice);
 }
 
 /// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the

@@ -1,0 +1,611 @@
+//! Control messages: every frame kind but data, parsed into what it means.
+//!
+//! The header ([`super::Repr`]) has one set of fields for every kind; data frames use them as
+//! their names say (sequence, message id, length, offset). Control frames reuse some of them
+//! with meanings of their own, and this module is the only place that knows which: the table
+//! below is the whole mapping, [`Control::parse`] reads it and [`Control::emit`] writes it.
+//! Everything above `wire` speaks [`Control`] values, never header fields.
+//!
+//! | message | kind | flags | `seq` | `msg_id` | `offset` | `bitmap` | `aux` | payload |
+//! |---|---|---|---|---|---|---|---|---|
+//! | [`Control::Ack`] | Ack | `ACK_REQ` if `seen` | `next` | | | | `seen` | |
+//! | [`Control::Nack`] | Nack | | `base` | | | `missing` | `next` | |
+//! | [`Control::PeerNack`] | Nack | `PEER` (+`UNHELD`) | `base` | `root` | | `missing` | | |
+//! | [`Control::Pull`] | Pull | | `next` | `msg_id` | | | | |
+//! | [`Control::PullPoll`] | Pull | `ACK_REQ` | | `msg_id` | | | `designated` | |
+//! | [`Control::Heartbeat`] | Heartbeat | | | | | | entries | `u16` table |
+//! | [`Control::Ping`], [`Control::Pong`] | Ping, Pong | | | | | | `rank` | |
+//! | [`Control::Barrier`] | Barrier | | `epoch` | op | `round` | algorithm | `view` | arrival set |
+//! | [`Control::Join`] | Join | | | | | | | membership message |
+//! | [`Control::Evict`] | Evict | | | | | | `rank` | |
+//! | [`Control::Notice`] | Notice | | | | | | | application bytes |
+//!
+//! Sequence numbers travel as their low 32 bits; [`locate`] and [`behind`] turn them back into
+//! stream positions relative to a reference the receiver trusts, with checked arithmetic, so
+//! no value a peer sends can overflow anything.
+
+use thiserror::Error;
+
+use super::{Flags, Frame, Kind, Repr, WireError};
+
+/// A 64-bit position in a root's stream.
+pub type Seq = u64;
+
+/// Bits of a NACK bitmap: bit `i` set means frame `base + i` is missing.
+pub const NACK_BITS: u32 = 16;
+
+/// Which barrier machine a barrier frame belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BarrierAlgo {
+    /// The combining tree with a broadcast release.
+    Broadcast,
+    /// The dissemination barrier.
+    Dissemination,
+}
+
+impl BarrierAlgo {
+    fn tag(self) -> u16 {
+        match self {
+            BarrierAlgo::Broadcast => 0xBA01,
+            BarrierAlgo::Dissemination => 0xBA02,
+        }
+    }
+    fn from_tag(t: u16) -> Option<BarrierAlgo> {
+        match t {
+            0xBA01 => Some(BarrierAlgo::Broadcast),
+            0xBA02 => Some(BarrierAlgo::Dissemination),
+            _ => None,
+        }
+    }
+}
+
+/// Barrier operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BarrierOp {
+    /// Broadcast barrier: these ranks have entered the epoch (bitmap payload).
+    Arrive,
+    /// The epoch is complete: everybody entered.
+    Release,
+    /// Dissemination: my round-`round` message.
+    Round,
+    /// Dissemination: I am waiting for your round-`round` message.
+    Query,
+}
+
+impl BarrierOp {
+    fn code(self) -> u32 {
+        match self {
+            BarrierOp::Arrive => 1,
+            BarrierOp::Release => 2,
+            BarrierOp::Round => 3,
+            BarrierOp::Query => 4,
+        }
+    }
+    fn from_code(v: u32) -> Option<BarrierOp> {
+        Some(match v {
+            1 => BarrierOp::Arrive,
+            2 => BarrierOp::Release,
+            3 => BarrierOp::Round,
+            4 => BarrierOp::Query,
+            _ => return None,
+        })
+    }
+}
+
+/// A barrier frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BarrierMsg {
+    /// Which barrier machine.
+    pub algo: BarrierAlgo,
+    /// What it says.
+    pub op: BarrierOp,
+    /// The barrier's epoch (0, 1, 2, ...).
+    pub epoch: u32,
+    /// Dissemination round.
+    pub round: u32,
+    /// A hash of the sender's view (its evicted set).
+    pub view: u32,
+    /// Arrival set (one bit per rank) of an `Arrive`.
+    pub set: Vec<u8>,
+}
+
+/// Every frame that is not data, by meaning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// Cumulative acknowledgement to a root: every frame before `next` is in. With `seen`, the
+    /// answer to the root's probe: the receiver has seen frames up to `seen`, so everything
+    /// after it that the root sent was lost.
+    Ack {
+        /// Next sequence the receiver needs.
+        next: u32,
+        /// Highest sequence seen (answer to a probe).
+        seen: Option<u32>,
+    },
+    /// Negative acknowledgement to a root: the frames of `missing` (bit `i`: `base + i`) are
+    /// missing; it acknowledges everything before `next` too.
+    Nack {
+        /// First sequence the bitmap describes.
+        base: u32,
+        /// Missing frames from `base`.
+        missing: u16,
+        /// Cumulative acknowledgement.
+        next: u32,
+    },
+    /// Peer repair: a receiver asks a fellow receiver for frames of `root`'s stream, or (with
+    /// `unheld`) a fellow receiver answers that it does not hold them.
+    PeerNack {
+        /// Whose stream.
+        root: u16,
+        /// First sequence the bitmap describes.
+        base: u32,
+        /// Frames asked for (or not held).
+        missing: u16,
+        /// This is the answer "not held".
+        unheld: bool,
+    },
+    /// Push-pull: the designated receiver has the push part of `msg_id` and its receive is
+    /// posted: please send the rest. Acknowledges everything before `next`.
+    Pull {
+        /// Message id (low 32 bits).
+        msg_id: u32,
+        /// Cumulative acknowledgement.
+        next: u32,
+    },
+    /// Push-pull: the root asks `designated` to repeat a pull request that may have been lost.
+    PullPoll {
+        /// Message id (low 32 bits).
+        msg_id: u32,
+        /// The receiver that is to pull.
+        designated: u16,
+    },
+    /// Gossip heartbeat table of the failure detector, one counter per rank.
+    Heartbeat {
+        /// The table.
+        table: Vec<u16>,
+    },
+    /// Confirmation probe of a suspect.
+    Ping {
+        /// The rank probed.
+        rank: u16,
+    },
+    /// Answer to a ping.
+    Pong {
+        /// The answering rank.
+        rank: u16,
+    },
+    /// A barrier frame.
+    Barrier(BarrierMsg),
+    /// A membership message (encoded by [`crate::membership`]).
+    Join {
+        /// Its bytes.
+        body: Vec<u8>,
+    },
+    /// `rank` has been evicted from the group.
+    Evict {
+        /// The evicted rank.
+        rank: u16,
+    },
+    /// An unreliable application datagram (the tools' notices).
+    Notice {
+        /// Its bytes.
+        body: Vec<u8>,
+    },
+}
+
+/// Why a control frame does not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ControlError {
+    /// A data frame handed to the control parser.
+    #[error("data frame, not a control frame")]
+    NotControl,
+    /// A field holds a value the message cannot have.
+    #[error("bad {field} in a {kind:?} frame")]
+    BadField {
+        /// The kind.
+        kind: Kind,
+        /// The field.
+        field: &'static str,
+    },
+    /// The payload has the wrong length.
+    #[error("payload of {len} bytes in a {kind:?} frame")]
+    BadPayload {
+        /// The kind.
+        kind: Kind,
+        /// Its length.
+        len: usize,
+    },
+}
+
+fn rank_field(kind: Kind, v: u32) -> Result<u16, ControlError> {
+    u16::try_from(v).map_err(|_| ControlError::BadField {
+        kind,
+        field: "rank",
+    })
+}
+
+impl Control {
+    /// Parses a checked frame of a control kind.
+    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Control, ControlError> {
+        let kind = frame.kind();
+        let flags = frame.flags();
+        let payload = frame.payload();
+        let no_payload = || {
+            if payload.is_empty() {
+                Ok(())
+            } else {
+                Err(ControlError::BadPayload {
+                    kind,
+                    len: payload.len(),
+                })
+            }
+        };
+        Ok(match kind {
+            Kind::Data | Kind::Repair => return Err(ControlError::NotControl),
+            Kind::Ack => {
+                no_payload()?;
+                Control::Ack {
+                    next: frame.seq(),
+                    seen: flags.contains(Flags::ACK_REQ).then(|| frame.aux()),
+                }
+            }
+            Kind::Nack if flags.contains(Flags::PEER) => {
+                no_payload()?;
+                Control::PeerNack {
+                    root: rank_field(kind, frame.msg_id())?,
+                    base: frame.seq(),
+                    missing: frame.bitmap(),
+                    unheld: flags.contains(Flags::UNHELD),
+                }
+            }
+            Kind::Nack => {
+                no_payload()?;
+                Control::Nack {
+                    base: frame.seq(),
+                    missing: frame.bitmap(),
+                    next: frame.aux(),
+                }
+            }
+            Kind::Pull if flags.contains(Flags::ACK_REQ) => {
+                no_payload()?;
+                Control::PullPoll {
+                    msg_id: frame.msg_id(),
+                    designated: rank_field(kind, frame.aux())?,
+                }
+            }
+            Kind::Pull => {
+                no_payload()?;
+                Control::Pull {
+                    msg_id: frame.msg_id(),
+                    next: frame.seq(),
+                }
+            }
+            Kind::Heartbeat => {
+                if !payload.len().is_multiple_of(2) || payload.len() / 2 != frame.aux() as usize {
+                    return Err(ControlError::BadPayload {
+                        kind,
+                        len: payload.len(),
+                    });
+                }
+                Control::Heartbeat {
+                    table: payload
+                        .chunks_exact(2)
+                        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                        .collect(),
+                }
+            }
+            Kind::Ping => {
+                no_payload()?;
+                Control::Ping {
+                    rank: rank_field(kind, frame.aux())?,
+                }
+            }
+            Kind::Pong => {
+                no_payload()?;
+                Control::Pong {
+                    rank: rank_field(kind, frame.aux())?,
+                }
+            }
+            Kind::Barrier => Control::Barrier(BarrierMsg {
+                algo: BarrierAlgo::from_tag(frame.bitmap()).ok_or(ControlError::BadField {
+                    kind,
+                    field: "barrier algorithm",
+                })?,
+                op: BarrierOp::from_code(frame.msg_id()).ok_or(ControlError::BadField {
+                    kind,
+                    field: "barrier operation",
+                })?,
+                epoch: frame.seq(),
+                round: frame.offset(),
+                view: frame.aux(),
+                set: payload.to_vec(),
+            }),
+            Kind::Join => Control::Join {
+                body: payload.to_vec(),
+            },
+            Kind::Evict => {
+                no_payload()?;
+                Control::Evict {
+                    rank: rank_field(kind, frame.aux())?,
+                }
+            }
+            Kind::Notice => Control::Notice {
+                body: payload.to_vec(),
+            },
+        })
+    }
+
+    /// The frame kind this message travels in.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Control::Ack { .. } => Kind::Ack,
+            Control::Nack { .. } | Control::PeerNack { .. } => Kind::Nack,
+            Control::Pull { .. } | Control::PullPoll { .. } => Kind::Pull,
+            Control::Heartbeat { .. } => Kind::Heartbeat,
+            Control::Ping { .. } => Kind::Ping,
+            Control::Pong { .. } => Kind::Pong,
+            Control::Barrier(_) => Kind::Barrier,
+            Control::Join { .. } => Kind::Join,
+            Control::Evict { .. } => Kind::Evict,
+            Control::Notice { .. } => Kind::Notice,
+        }
+    }
+
+    /// Bytes of payload the message carries.
+    pub fn payload_len(&self) -> usize {
+        match self {
+            Control::Heartbeat { table } => 2 * table.len(),
+            Control::Barrier(b) => b.set.len(),
+            Control::Join { body } | Control::Notice { body } => body.len(),
+            _ => 0,
+        }
+    }
+
+    /// The header fields of this message (group, source and destination left zero).
+    pub fn header(&self) -> Repr {
+        let mut r = Repr::new(self.kind());
+        match *self {
+            Control::Ack { next, seen } => {
+                r.seq = next;
+                if let Some(s) = seen {
+                    r.flags |= Flags::ACK_REQ;
+                    r.aux = s;
+                }
+            }
+            Control::Nack {
+                base,
+                missing,
+                next,
+            } => {
+                r.seq = base;
+                r.bitmap = missing;
+                r.aux = next;
+            }
+            Control::PeerNack {
+                root,
+                base,
+                missing,
+                unheld,
+            } => {
+                r.flags |= Flags::PEER;
+                if unheld {
+                    r.flags |= Flags::UNHELD;
+                }
+                r.seq = base;
+                r.msg_id = u32::from(root);
+                r.bitmap = missing;
+            }
+            Control::Pull { msg_id, next } => {
+                r.seq = next;
+                r.msg_id = msg_id;
+            }
+            Control::PullPoll { msg_id, designated } => {
+                r.flags |= Flags::ACK_REQ;
+                r.msg_id = msg_id;
+                r.aux = u32::from(designated);
+            }
+            Control::Heartbeat { ref table } => r.aux = table.len() as u32,
+            Control::Ping { rank } | Control::Pong { rank } | Control::Evict { rank } => {
+                r.aux = u32::from(rank)
+            }
+            Control::Barrier(ref b) => {
+                r.seq = b.epoch;
+                r.msg_id = b.op.code();
+                r.offset = b.round;
+                r.bitmap = b.algo.tag();
+                r.aux = b.view;
+            }
+            Control::Join { .. } | Control::Notice { .. } => {}
+        }
+        r
+    }
+
+    /// Writes the frame for this message from `src` to `dst` of `group` into `buf`; returns
+    /// its length.
+    pub fn emit(&self, group: u32, src: u16, dst: u16, buf: &mut [u8]) -> Result<usize, WireError> {
+        let mut r = self.header();
+        r.group = group;
+        r.src = src;
+        r.dst = dst;
+        match self {
+            Control::Heartbeat { table } => {
+                let bytes: Vec<u8> = table.iter().flat_map(|c| c.to_be_bytes()).collect();
+                r.emit(&bytes, buf)
+            }
+            Control::Barrier(b) => r.emit(&b.set, buf),
+            Control::Join { body } | Control::Notice { body } => r.emit(body, buf),
+            _ => r.emit(&[], buf),
+        }
+    }
+
+    /// Emits into a new vector.
+    pub fn to_vec(&self, group: u32, src: u16, dst: u16) -> Vec<u8> {
+        let mut v = vec![0u8; super::OVERHEAD + self.payload_len()];
+        // The vector is exactly as long as the frame; only a payload above 65535 bytes can
+        // fail, and then the frame is empty.
+        match self.emit(group, src, dst, &mut v) {
+            Ok(n) => v.truncate(n),
+            Err(_) => v.clear(),
+        }
+        v
+    }
+}
+
+/// Where a received sequence number falls relative to the next one expected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Position {
+    /// Before `expected`: already delivered (a duplicate or a late repair).
+    Behind,
+    /// Inside the window: the 64-bit position.
+    Window(Seq),
+    /// At or beyond `expected + window`: a confused or forged sender.
+    Beyond,
+}
+
+/// Places the wire sequence `wire` relative to `expected` and a window of `window` frames
+/// (at most 2^31). Numbers within 2^31 behind `expected` are [`Position::Behind`]; the
+/// arithmetic is checked, so no value overflows.
+pub fn locate(expected: Seq, wire: u32, window: u32) -> Position {
+    let ahead = wire.wrapping_sub(expected as u32);
+    if ahead < window {
+        expected
+            .checked_add(u64::from(ahead))
+            .map_or(Position::Beyond, Position::Window)
+    } else if ahead >= 1 << 31 {
+        Position::Behind
+    } else {
+        Position::Beyond
+    }
+}
+
+/// The stream position of a number a receiver reports about frames the root `head` has
+/// already published (`wire` at or before `head`, at most 2^32 - 1 behind): `None` if it
+/// would lie before the stream's start.
+pub fn behind(head: Seq, wire: u32) -> Option<Seq> {
+    let back = (head as u32).wrapping_sub(wire);
+    head.checked_sub(u64::from(back))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(c: Control) {
+        let v = c.to_vec(0xEB, 3, 5);
+        let f = Frame::new_checked(&v[..]).expect("a checked frame");
+        assert_eq!((f.group(), f.src(), f.dst()), (0xEB, 3, 5));
+        assert_eq!(Control::parse(&f), Ok(c));
+    }
+
+    #[test]
+    fn every_control_message_round_trips_through_its_frame() {
+        round_trip(Control::Ack {
+            next: 7,
+            seen: None,
+        });
+        round_trip(Control::Ack {
+            next: 7,
+            seen: Some(9),
+        });
+        round_trip(Control::Nack {
+            base: u32::MAX,
+            missing: 0b101,
+            next: 4,
+        });
+        for unheld in [false, true] {
+            round_trip(Control::PeerNack {
+                root: 2,
+                base: 10,
+                missing: 0xffff,
+                unheld,
+            });
+        }
+        round_trip(Control::Pull { msg_id: 1, next: 2 });
+        round_trip(Control::PullPoll {
+            msg_id: 1,
+            designated: 4,
+        });
+        round_trip(Control::Heartbeat {
+            table: vec![0, 1, 65535],
+        });
+        round_trip(Control::Ping { rank: 1 });
+        round_trip(Control::Pong { rank: 1 });
+        for (algo, op) in [
+            (BarrierAlgo::Broadcast, BarrierOp::Arrive),
+            (BarrierAlgo::Broadcast, BarrierOp::Release),
+            (BarrierAlgo::Dissemination, BarrierOp::Round),
+            (BarrierAlgo::Dissemination, BarrierOp::Query),
+        ] {
+            round_trip(Control::Barrier(BarrierMsg {
+                algo,
+                op,
+                epoch: 9,
+                round: 2,
+                view: 0xdead,
+                set: vec![1, 2],
+            }));
+        }
+        round_trip(Control::Join { body: vec![1; 30] });
+        round_trip(Control::Evict { rank: 6 });
+        round_trip(Control::Notice {
+            body: b"x".to_vec(),
+        });
+    }
+
+    #[test]
+    fn fields_a_message_cannot_have_are_errors() {
+        let mut r = Control::Ping { rank: 1 }.header();
+        r.aux = 70_000;
+        let v = r.to_vec(&[]).unwrap();
+        assert!(matches!(
+            Control::parse(&Frame::new_checked(&v[..]).unwrap()),
+            Err(ControlError::BadField { .. })
+        ));
+        let r = Control::Heartbeat { table: vec![1, 2] }.header();
+        let v = r.to_vec(&[0; 3]).unwrap();
+        assert!(matches!(
+            Control::parse(&Frame::new_checked(&v[..]).unwrap()),
+            Err(ControlError::BadPayload { len: 3, .. })
+        ));
+        let mut r = Control::Barrier(BarrierMsg {
+            algo: BarrierAlgo::Broadcast,
+            op: BarrierOp::Release,
+            epoch: 0,
+            round: 0,
+            view: 0,
+            set: vec![],
+        })
+        .header();
+        r.msg_id = 99;
+        let v = r.to_vec(&[]).unwrap();
+        assert!(Control::parse(&Frame::new_checked(&v[..]).unwrap()).is_err());
+        let v = Repr::new(Kind::Data).to_vec(&[]).unwrap();
+        assert_eq!(
+            Control::parse(&Frame::new_checked(&v[..]).unwrap()),
+            Err(ControlError::NotControl)
+        );
+        let v = Repr::new(Kind::Ack).to_vec(b"junk").unwrap();
+        assert!(Control::parse(&Frame::new_checked(&v[..]).unwrap()).is_err());
+    }
+
+    #[test]
+    fn sequence_numbers_are_placed_relative_to_the_window_without_overflow() {
+        assert_eq!(locate(10, 10, 16), Position::Window(10));
+        assert_eq!(locate(10, 25, 16), Position::Window(25));
+        assert_eq!(locate(10, 26, 16), Position::Beyond);
+        assert_eq!(locate(10, 9, 16), Position::Behind);
+        // Across the 32-bit wrap.
+        let e = (1u64 << 32) - 2;
+        assert_eq!(locate(e, 1, 16), Position::Window((1 << 32) + 1));
+        assert_eq!(locate(e, u32::MAX - 5, 16), Position::Behind);
+        // Near the end of the 64-bit space nothing overflows.
+        assert_eq!(
+            locate(u64::MAX - 1, u32::MAX, 16),
+            Position::Window(u64::MAX)
+        );
+        assert_eq!(locate(u64::MAX, 0, 16), Position::Beyond);
+        assert_eq!(behind(100, 90), Some(90));
+        assert_eq!(behind(100, 100), Some(100));
+        assert_eq!(behind(5, 6), None, "before the stream's start");
+        assert_eq!(behind((1 << 32) + 3, u32::MAX), Some((1 << 32) - 1));
+    }
+}
