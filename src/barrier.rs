@@ -474,17 +474,16 @@ impl Barrier {
         match op {
             Op::Release => self.mark_complete(e),
             Op::Arrive if known_complete => {
-                // A late arrival: its sender missed the release.
+                // A late arrival: its sender missed the release. It gets one point to point
+                // (a member that broadcast does not reach would miss a re-broadcast too); the
+                // root also re-broadcasts it, once per epoch, for others that missed it.
                 let rebroadcast = self.position(&self.ring()) == 0
-                    && self
-                        .last_rebroadcast
-                        .is_none_or(|(le, t)| le != e || now >= t + self.cfg.rto);
+                    && self.last_rebroadcast.is_none_or(|(le, _)| le != e);
                 if rebroadcast {
                     self.last_rebroadcast = Some((e, now));
                     self.push(Dest::All, Op::Release, e, 0, Vec::new());
-                } else {
-                    self.push(Dest::Rank(src), Op::Release, e, 0, Vec::new());
                 }
+                self.push(Dest::Rank(src), Op::Release, e, 0, Vec::new());
             }
             Op::Arrive => {
                 let n = self.evicted.len();

@@ -1,22 +1,229 @@
-//! A whole group on the simulated switch: N engines, a workload, and a checker.
+//! A whole group on the simulated switch: N members, each run by the one driver in virtual
+//! time, a workload, and a checker.
 //!
-//! This is the main test-bed of the protocol. [`run`] builds a [`SimNet`] with the link model
-//! and faults of a [`Scenario`], gives each port an [`Engine`], broadcasts a seeded mix of
-//! messages from several roots with both algorithms, drives everything in virtual time until
-//! every message is delivered everywhere (or a virtual-time limit is hit), and checks each
-//! delivery against the message that was sent: corrupt, duplicated, out-of-order and missing
-//! deliveries are counted, never assumed away. Same scenario and seed, same report.
+//! This is the main test-bed of everything above the links. A [`SimCluster`] puts one
+//! [`Member`] on each port of a [`SimNet`], each run by a [`Driver`] whose clock is the
+//! switch's; [`SimCluster::run`] jumps from event to event (the next frame due at some port,
+//! or the earliest member timer) and lets a [`Workload`] act on each member it ran: start and
+//! finish calls, broadcast, take deliveries and check them. Only the members that have a
+//! frame due or a timer expired are visited, so a step costs what happens in it, not the size
+//! of the group. Same seed, same run, bit for bit.
+//!
+//! Two workloads come with it: [`run`] streams a seeded mix of messages from several roots
+//! with both hardware-broadcast algorithms and checks every delivery against what was sent
+//! (corrupt, duplicated, out-of-order and missing deliveries are counted, never assumed away);
+//! [`crate::simgroup`] runs the group API (`bcast` with every algorithm, barriers, dead and
+//! deaf members) call by call.
 
-use std::collections::VecDeque;
-use std::time::Duration;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::driver::Driver;
 use crate::eqa::Rank;
 use crate::link::sim::{Faults, SimConfig, SimError, SimNet, SimPort};
-use crate::link::{Link, LinkError, BROADCAST_MAC};
-use crate::proto::{Algo, Config, Dest, Engine, Event};
+use crate::link::LinkError;
+use crate::member::{Event, Member, MemberConfig, MemberError};
+use crate::proto::{Algo, Config};
+
+/// Why a cluster could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The simulated switch refused the configuration.
+    #[error("simulator: {0}")]
+    Sim(#[from] SimError),
+    /// A simulated port refused a frame (a bug of ours: frames must fit the MTU).
+    #[error("simulated link: {0}")]
+    Link(#[from] LinkError),
+    /// A member could not be built.
+    #[error("member: {0}")]
+    Member(#[from] MemberError),
+    /// The engine configuration is invalid.
+    #[error("engine configuration: {0}")]
+    Config(#[from] crate::proto::ConfigError),
+    /// The scenario itself is unusable.
+    #[error("scenario: {0}")]
+    Scenario(String),
+}
+
+/// What drives the members of a cluster: the application of every host.
+pub trait Workload {
+    /// Member `i` has just run (frames in, timers, frames out) at `now`: act on it.
+    fn visit(&mut self, i: usize, member: &mut Member, now: Instant);
+    /// True when the workload has everything it waited for.
+    fn done(&self) -> bool;
+    /// Hosts to kill now (asked after every step).
+    fn kill_now(&mut self) -> Vec<usize> {
+        Vec::new()
+    }
+}
+
+/// N members on one simulated switch, each run by the driver in the switch's virtual time.
+#[derive(Debug)]
+pub struct SimCluster {
+    net: SimNet,
+    nodes: Vec<Driver<SimPort>>,
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    /// The timer of each member in the heap (older entries are stale and skipped).
+    scheduled: Vec<Option<Instant>>,
+    /// Hosts that were killed: their members never run again.
+    halted: Vec<bool>,
+    /// Scratch: members to visit in this step.
+    mark: Vec<bool>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The workload is done and every live member is idle.
+    Done,
+    /// Nothing is left to happen but the workload is not done.
+    Stuck,
+    /// The virtual-time limit was reached.
+    Limit,
+}
+
+impl SimCluster {
+    /// Member `i` on port `i` of `net`.
+    pub fn new(net: SimNet, members: Vec<Member>) -> Result<SimCluster, ClusterError> {
+        let n = members.len();
+        if n > net.num_ports() {
+            return Err(ClusterError::Scenario(format!(
+                "{n} members on a switch of {} ports",
+                net.num_ports()
+            )));
+        }
+        let nodes = members
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| Ok(Driver::new(m, net.port(i)?)))
+            .collect::<Result<Vec<_>, ClusterError>>()?;
+        Ok(SimCluster {
+            net,
+            nodes,
+            timers: BinaryHeap::new(),
+            scheduled: vec![None; n],
+            halted: vec![false; n],
+            mark: vec![false; n],
+        })
+    }
+
+    /// The switch.
+    pub fn net(&self) -> &SimNet {
+        &self.net
+    }
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+    /// True without members.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+    /// Member `i`.
+    pub fn member(&self, i: usize) -> &Member {
+        self.nodes[i].member()
+    }
+    /// Every member, in port order.
+    pub fn members(&self) -> impl Iterator<Item = &Member> {
+        self.nodes.iter().map(|d| d.member())
+    }
+    /// True if host `i` was killed.
+    pub fn is_halted(&self, i: usize) -> bool {
+        self.halted[i]
+    }
+
+    /// Kills host `i`: its port goes dead and its member never runs again.
+    pub fn kill(&mut self, i: usize) -> Result<(), ClusterError> {
+        self.net.kill(i)?;
+        self.halted[i] = true;
+        Ok(())
+    }
+
+    fn schedule(&mut self, i: usize) {
+        let t = self.nodes[i].member().poll_timeout();
+        if t.is_some() && t != self.scheduled[i] {
+            self.scheduled[i] = t;
+            if let Some(t) = t {
+                self.timers.push(Reverse((t, i)));
+            }
+        }
+    }
+
+    /// The earliest live timer, dropping stale heap entries.
+    fn next_timer(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if self.scheduled[i] == Some(t) && !self.halted[i] {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Runs until the workload is done and every live member idle, nothing is left to
+    /// happen, or `limit` of virtual time has passed since the call.
+    pub fn run(&mut self, limit: Duration, w: &mut impl Workload) -> Result<RunEnd, ClusterError> {
+        let start = self.net.now();
+        let mut ready: Vec<usize> = (0..self.nodes.len()).collect();
+        loop {
+            let now = self.net.now();
+            for &i in &ready {
+                self.mark[i] = false;
+            }
+            for &i in &ready {
+                if self.mark[i] || self.halted[i] {
+                    continue;
+                }
+                self.mark[i] = true;
+                let d = &mut self.nodes[i];
+                d.turn(&self.net, None)?;
+                w.visit(i, d.member_mut(), now);
+                d.flush(now)?;
+                self.schedule(i);
+            }
+            for h in w.kill_now() {
+                self.kill(h)?;
+            }
+            if w.done() && self.all_idle() {
+                return Ok(RunEnd::Done);
+            }
+            let next = [self.net.next_event(), self.next_timer()]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(next) = next else {
+                return Ok(RunEnd::Stuck);
+            };
+            if next.saturating_duration_since(start) > limit {
+                return Ok(RunEnd::Limit);
+            }
+            self.net.advance_to(next.max(now));
+            let now = self.net.now();
+            ready = self.net.take_ready();
+            while let Some(&Reverse((t, i))) = self.timers.peek() {
+                if t > now {
+                    break;
+                }
+                self.timers.pop();
+                if self.scheduled[i] == Some(t) {
+                    self.scheduled[i] = None;
+                    ready.push(i);
+                }
+            }
+        }
+    }
+
+    fn all_idle(&self) -> bool {
+        self.nodes
+            .iter()
+            .zip(&self.halted)
+            .all(|(d, &h)| h || d.member().is_idle())
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -107,6 +314,8 @@ pub struct Report {
     pub bad_crc: u64,
     /// Frames the simulator corrupted.
     pub corrupted_frames: u64,
+    /// Most events a member held for its application at once.
+    pub peak_queued_events: usize,
     /// Virtual time the run took.
     pub virtual_time_us: u64,
     /// False if the limit was hit before everything was delivered.
@@ -123,28 +332,79 @@ pub fn message_bytes(seed: u64, root: Rank, index: u64, len: usize) -> Vec<u8> {
     v
 }
 
-struct Member {
-    engine: Engine,
-    port: SimPort,
-    /// Per root: next message id expected.
-    next: Vec<u64>,
+/// Receives a streaming member keeps posted per root in a scenario.
+const SCENARIO_PREPOST: usize = 64;
+
+/// The switch of a scenario.
+fn switch(sc: &Scenario) -> Result<SimNet, ClusterError> {
+    Ok(SimNet::new(SimConfig {
+        ports: usize::from(sc.nodes),
+        rate_bps: sc.rate_bps,
+        latency: sc.latency,
+        mtu: 1500,
+        seed: sc.seed,
+        faults: sc.faults,
+        per_port: sc.per_port.clone(),
+        switch_buffer: None,
+    })?)
 }
 
-/// Why a scenario could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    /// The simulated switch refused the configuration.
-    #[error("simulator: {0}")]
-    Sim(#[from] SimError),
-    /// A simulated port refused a frame (an engine bug: frames must fit the MTU).
-    #[error("simulated link: {0}")]
-    Link(#[from] LinkError),
-    /// The engine configuration is invalid.
-    #[error("engine configuration: {0}")]
-    Config(#[from] crate::proto::ConfigError),
-    /// The scenario itself is unusable.
-    #[error("scenario: {0}")]
-    Scenario(String),
+/// The streaming workload: roots broadcast their queue; every member checks what it gets.
+struct Stream {
+    seed: u64,
+    /// Per root: (size, algo) still to hand to the root.
+    pending: Vec<VecDeque<(usize, Algo)>>,
+    /// Per root: sizes of the messages handed over, by message id.
+    sent: Vec<Vec<usize>>,
+    /// Per member and root: next message id expected.
+    next: Vec<Vec<u64>>,
+    report: Report,
+    deliveries: u64,
+}
+
+impl Workload for Stream {
+    fn visit(&mut self, i: usize, m: &mut Member, now: Instant) {
+        while let Some(&(size, algo)) = self.pending[i].front() {
+            let idx = self.sent[i].len() as u64;
+            let data = message_bytes(self.seed, i as Rank, idx, size);
+            if m.send_stream(now, data, algo).is_err() {
+                break;
+            }
+            self.sent[i].push(size);
+            self.pending[i].pop_front();
+        }
+        self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
+        while let Some(ev) = m.poll_event() {
+            let Event::Delivered { root, msg_id, data } = ev else {
+                continue;
+            };
+            let r = usize::from(root);
+            let expect = self.next[i][r];
+            if msg_id < expect {
+                self.report.duplicated += 1;
+                continue;
+            }
+            if msg_id > expect {
+                self.report.out_of_order += 1;
+            }
+            self.next[i][r] = msg_id + 1;
+            let ok = self.sent[r]
+                .get(msg_id as usize)
+                .is_some_and(|&len| data == message_bytes(self.seed, root, msg_id, len));
+            if ok && msg_id == expect {
+                self.report.delivered += 1;
+            } else if !ok {
+                self.report.corrupt += 1;
+            }
+            if i != r {
+                self.deliveries += 1;
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.pending.iter().all(VecDeque::is_empty) && self.deliveries >= self.report.expected
+    }
 }
 
 /// Runs a scenario to completion (or its limit) and reports.
@@ -166,149 +426,54 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
             "roots, sizes and algorithms must not be empty".into(),
         ));
     }
-    let net = SimNet::new(SimConfig {
-        ports: n,
-        rate_bps: sc.rate_bps,
-        latency: sc.latency,
-        mtu: 1500,
-        seed: sc.seed,
-        faults: sc.faults,
-        per_port: sc.per_port.clone(),
-        switch_buffer: None,
-    })?;
-    let mut members: Vec<Member> = (0..n)
+    let net = switch(sc)?;
+    let macs: Vec<_> = (0..n)
+        .map(|i| crate::link::sim::port_mac(i as u16))
+        .collect();
+    let start = net.now();
+    let members = (0..n)
         .map(|i| {
             let mut cfg = Config::new(0xEB, i as Rank, sc.nodes);
             if let Some(w) = sc.window {
                 cfg.window = w;
             }
             (sc.tweak)(&mut cfg);
-            Ok(Member {
-                engine: Engine::new(cfg)?,
-                port: net.port(i).map_err(ClusterError::Sim)?,
-                next: vec![0; n],
-            })
+            let mut mc = MemberConfig::new(cfg, macs.clone());
+            mc.prepost = SCENARIO_PREPOST;
+            Ok(Member::new(start, mc)?)
         })
-        .collect::<Result<_, ClusterError>>()?;
-    let macs: Vec<_> = members.iter().map(|m| m.port.local_mac()).collect();
+        .collect::<Result<Vec<_>, ClusterError>>()?;
+    let mut cluster = SimCluster::new(net, members)?;
 
     // The workload: per root, a queue of (size, algo).
     let mut rng = ChaCha8Rng::seed_from_u64(sc.seed);
     let mut pending: Vec<VecDeque<(usize, Algo)>> = vec![VecDeque::new(); n];
-    let mut sent: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let roots: Vec<Rank> = sc
-        .roots
-        .iter()
-        .copied()
-        .filter(|&r| usize::from(r) < n)
-        .collect();
-    if n >= 2 && !roots.is_empty() {
-        for i in 0..sc.messages {
-            let root = roots[i % roots.len()];
-            let size = sc.sizes[rng.gen_range(0..sc.sizes.len())];
-            let algo = sc.algos[rng.gen_range(0..sc.algos.len())];
-            pending[usize::from(root)].push_back((size, algo));
-        }
+    for i in 0..sc.messages {
+        let root = sc.roots[i % sc.roots.len()];
+        let size = sc.sizes[rng.gen_range(0..sc.sizes.len())];
+        let algo = sc.algos[rng.gen_range(0..sc.algos.len())];
+        pending[usize::from(root)].push_back((size, algo));
     }
     let total: u64 = pending.iter().map(|p| p.len() as u64).sum();
-    let mut report = Report {
-        expected: total * (n as u64).saturating_sub(1),
-        ..Report::default()
+    let mut w = Stream {
+        seed: sc.seed,
+        pending,
+        sent: vec![Vec::new(); n],
+        next: vec![vec![0; n]; n],
+        report: Report {
+            expected: total * (n as u64 - 1),
+            ..Report::default()
+        },
+        deliveries: 0,
     };
-    let start = net.now();
-    let mut buf = vec![0u8; 1500];
-    let mut done_deliveries = 0u64;
-
-    loop {
-        let now = net.now();
-        // Hand queued messages to their roots while their send queues take them.
-        for (r, queue) in pending.iter_mut().enumerate() {
-            while let Some(&(size, algo)) = queue.front() {
-                let idx = sent[r].len() as u64;
-                let data = message_bytes(sc.seed, r as Rank, idx, size);
-                match members[r].engine.bcast(now, data, algo) {
-                    Ok(_) => {
-                        sent[r].push(size);
-                        queue.pop_front();
-                    }
-                    Err(_) => break,
-                }
-            }
-        }
-        // Transmit.
-        for m in members.iter_mut() {
-            while let Some(t) = m.engine.poll_transmit(now, &mut buf) {
-                let dst = match t.dst {
-                    Dest::All => BROADCAST_MAC,
-                    Dest::Rank(r) => macs[usize::from(r)],
-                };
-                // A frame the simulated port refuses is a bug of ours: surface it.
-                m.port.send(dst, &buf[..t.len])?;
-            }
-        }
-        let all_sent = pending.iter().all(|p| p.is_empty());
-        if all_sent
-            && done_deliveries >= report.expected
-            && members.iter().all(|m| m.engine.is_idle())
-        {
-            report.completed = true;
-            break;
-        }
-        let next = [
-            net.next_event(),
-            members.iter().filter_map(|m| m.engine.poll_timeout()).min(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let Some(next) = next else {
-            report.completed = all_sent && done_deliveries >= report.expected;
-            break;
-        };
-        if next.duration_since(start) > sc.limit {
-            break;
-        }
-        net.advance_to(next.max(now));
-        let now = net.now();
-        for (i, m) in members.iter_mut().enumerate() {
-            let engine = &mut m.engine;
-            m.port.recv(None, &mut |_, pdu| {
-                let _ = engine.handle_frame(now, pdu);
-            })?;
-            engine.handle_timeout(now);
-            while let Some(ev) = engine.poll_event() {
-                if let Event::Delivered { root, msg_id, data } = ev {
-                    let r = usize::from(root);
-                    let expect = m.next[r];
-                    if msg_id < expect {
-                        report.duplicated += 1;
-                        continue;
-                    }
-                    if msg_id > expect {
-                        report.out_of_order += 1;
-                    }
-                    m.next[r] = msg_id + 1;
-                    let ok = sent[r]
-                        .get(msg_id as usize)
-                        .is_some_and(|&len| data == message_bytes(sc.seed, root, msg_id, len));
-                    if ok && msg_id == expect {
-                        report.delivered += 1;
-                    } else if !ok {
-                        report.corrupt += 1;
-                    }
-                    if i != r {
-                        done_deliveries += 1;
-                    }
-                }
-            }
-        }
-    }
-
+    let end = cluster.run(sc.limit, &mut w)?;
+    let mut report = w.report;
+    report.completed = end == RunEnd::Done;
     report.missing = report
         .expected
         .saturating_sub(report.delivered + report.corrupt);
-    for m in &members {
-        let s = m.engine.stats();
+    for m in cluster.members() {
+        let s = m.engine_stats();
         report.data_frames += s.data_frames;
         report.repair_frames += s.repair_frames;
         report.peer_repairs += s.peer_repairs;
@@ -316,12 +481,12 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         report.ack_frames += s.ack_frames;
         report.nack_frames += s.nack_frames;
         report.pull_frames += s.pull_frames;
-        report.dropped_by_engines += s.drops.total();
-        report.bad_crc += s.drops.bad_crc;
+        report.dropped_by_engines += s.drops.total() + m.stats().malformed;
+        report.bad_crc += s.drops.bad_crc + m.stats().bad_crc;
     }
-    let st = net.stats();
+    let st = cluster.net().stats();
     report.lost_frames = st.lost;
     report.corrupted_frames = st.corrupted;
-    report.virtual_time_us = net.now().duration_since(start).as_micros() as u64;
+    report.virtual_time_us = cluster.net().now().duration_since(start).as_micros() as u64;
     Ok(report)
 }

@@ -141,6 +141,10 @@ pub struct Lms {
     pub last_heard: Option<Instant>,
     /// Fail-over: hardware broadcast does not reach it, every fresh frame is also unicast.
     pub p2p: bool,
+    /// It fell silent past its retransmission timeout since its last NACK (a NACK shows that
+    /// broadcast frames reach it): its repairs go point-to-point, because a re-broadcast may
+    /// not reach it either.
+    pub unicast_repairs: bool,
     /// Fresh frames broadcast since the fail-over check last looked.
     pub recent_sent: u32,
     /// Frames repaired to it since the fail-over check last looked.
@@ -262,6 +266,7 @@ impl Eqa {
             last_progress: None,
             last_heard: None,
             p2p: false,
+            unicast_repairs: false,
             recent_sent: 0,
             recent_repaired: 0,
             strikes: 0,

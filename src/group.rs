@@ -20,66 +20,14 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::detect::{DetectorConfig, Gossip};
+use crate::driver::{Driver, WallClock};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
-use crate::node::{Node, NodeError};
-use crate::proto::{Algo, Config};
+use crate::member::{Done, Member, MemberConfig, MemberError};
+use crate::proto::Config;
 use crate::wire::{Frame, Kind, Repr};
 
-/// How a broadcast travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Algorithm {
-    /// Hardware broadcast, push-pull (PPBCAST).
-    #[default]
-    PushPull,
-    /// Hardware broadcast, every frame at once (SBCAST).
-    Simple,
-    /// Point-to-point binomial tree (MPICH-style baseline).
-    Tree,
-}
-
-impl std::str::FromStr for Algorithm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "pushpull" | "ppbcast" | "push-pull" => Ok(Algorithm::PushPull),
-            "simple" | "sbcast" => Ok(Algorithm::Simple),
-            "tree" | "binomial" | "mpich" => Ok(Algorithm::Tree),
-            _ => Err(format!("unknown algorithm {s:?} (pushpull, simple, tree)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Algorithm::PushPull => "ppbcast",
-            Algorithm::Simple => "sbcast",
-            Algorithm::Tree => "tree",
-        })
-    }
-}
-
-/// How a barrier travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum BarrierKind {
-    /// Arrivals up a combining tree, release by one hardware broadcast.
-    #[default]
-    Broadcast,
-    /// The dissemination barrier over point-to-point messages (the software baseline).
-    Dissemination,
-}
-
-impl std::str::FromStr for BarrierKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "broadcast" | "bcast" => Ok(BarrierKind::Broadcast),
-            "dissemination" => Ok(BarrierKind::Dissemination),
-            _ => Err(format!("unknown barrier {s:?} (broadcast, dissemination)")),
-        }
-    }
-}
+pub use crate::member::{tree_children, tree_parent, Algorithm, BarrierKind};
 
 /// Where the member list comes from.
 #[derive(Debug, Clone)]
@@ -178,9 +126,17 @@ pub enum GroupError {
     /// The link could not be opened or failed.
     #[error(transparent)]
     Link(#[from] LinkError),
-    /// The node failed (timeouts, configuration).
+    /// The member refused the call or it failed (configuration, a dead peer).
     #[error(transparent)]
-    Node(#[from] NodeError),
+    Member(#[from] MemberError),
+    /// The call did not complete in time.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// What we waited for.
+        what: &'static str,
+        /// How long.
+        after: Duration,
+    },
     /// Not everyone joined in time.
     #[error("only {joined} of {expected} members joined within {timeout:?}: check that every member runs, on the same segment and group id")]
     JoinTimeout {
@@ -207,16 +163,25 @@ pub enum GroupError {
     },
 }
 
-/// A member of a group.
-#[derive(Debug)]
+/// A member of a group on a real link: a [`Member`] run by the [`Driver`] with the wall clock.
 pub struct Group {
-    node: Node,
-    /// Collective calls so far per root (MPI order makes them agree at every member).
-    collectives: Vec<u64>,
+    driver: Driver<Box<dyn Link + Send>>,
     reported: usize,
-    tree_fallbacks: u64,
     opts: GroupOptions,
 }
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("rank", &self.rank())
+            .field("size", &self.size())
+            .field("stats", &self.member().stats())
+            .finish()
+    }
+}
+
+/// How long one turn of a blocking call may wait before it checks its deadline again.
+const SLICE: Duration = Duration::from_millis(50);
 
 impl Group {
     /// A group over an already opened link, with the member MACs in rank order. This
@@ -234,23 +199,22 @@ impl Group {
         let size = u16::try_from(peers.len())
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
         let mut cfg = Config::new(opts.group_id, rank as Rank, size);
-        cfg.auto_post = true;
         cfg.key = opts.key;
+        cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
-        let mut node = Node::new(cfg, link, peers)?;
-        node.set_barrier_arity(opts.barrier_arity)?;
-        if let Some(d) = opts.detector {
+        let mut mc = MemberConfig::new(cfg, peers);
+        mc.barrier_arity = opts.barrier_arity;
+        mc.detector = opts.detector.map(|d| {
             let mut dc = DetectorConfig::new(rank as Rank, size, d.t_gossip);
             dc.protocol = d.protocol;
-            node.enable_detector(dc)?;
-        }
+            dc
+        });
+        let member = Member::new(Instant::now(), mc)?;
         Ok(Group {
-            collectives: vec![0; usize::from(size)],
+            driver: Driver::new(member, link),
             reported: 0,
-            tree_fallbacks: 0,
-            node,
             opts,
         })
     }
@@ -283,19 +247,31 @@ impl Group {
 
     /// This member's rank.
     pub fn rank(&self) -> Rank {
-        self.node.rank()
+        self.member().rank()
     }
     /// Number of members.
     pub fn size(&self) -> u16 {
-        self.node.engine().config().size
+        self.member().size()
     }
-    /// The node (engine, counters).
-    pub fn node(&self) -> &Node {
-        &self.node
+    /// The member (engine, counters, evictions).
+    pub fn member(&self) -> &Member {
+        self.driver.member()
     }
-    /// Mutable node, for layers above.
-    pub fn node_mut(&mut self) -> &mut Node {
-        &mut self.node
+
+    /// Runs the driver until the call in progress gives its result, or the timeout.
+    fn finish(&mut self, what: &'static str) -> Result<Done, GroupError> {
+        let after = self.opts.timeout;
+        let deadline = Instant::now() + after;
+        match self
+            .driver
+            .run_until(&WallClock, deadline, SLICE, Member::take_result)?
+        {
+            Some(r) => Ok(r?),
+            None => {
+                self.driver.member_mut().cancel_call();
+                Err(GroupError::Timeout { what, after })
+            }
+        }
     }
 
     /// MPI_Bcast with the default algorithm: at the root `buf` is sent, elsewhere it is
@@ -318,68 +294,24 @@ impl Group {
                 size: n,
             });
         }
-        let me = self.rank();
-        // Point-to-point messages of this call carry (root, the root's collective count), so
-        // that a member still in an earlier call never takes a later call's message.
-        let seq = self.collectives[usize::from(root)];
-        self.collectives[usize::from(root)] += 1;
-        let mut tag = [0u8; 10];
-        tag[..2].copy_from_slice(&root.to_be_bytes());
-        tag[2..].copy_from_slice(&seq.to_be_bytes());
-        let tagged = |data: &[u8]| [&tag[..], data].concat();
-        match algo {
-            Algorithm::PushPull | Algorithm::Simple => {
-                let a = if algo == Algorithm::Simple {
-                    Algo::Simple
-                } else {
-                    Algo::PushPull
-                };
-                if me == root {
-                    let tx = self.node.engine().sender();
-                    let failed = tx.failed_over().len();
-                    if failed > 0 && failed * 2 >= tx.eqa().hms().live() {
-                        // Fail-over of the group (LA-MPI 4.4): broadcast reaches too few
-                        // members, so this message goes down the binomial tree instead.
-                        self.tree_fallbacks += 1;
-                        for child in tree_children(me, root, n) {
-                            self.node.send_to(child, tagged(buf))?;
-                        }
-                    } else {
-                        self.node.bcast(buf.clone(), a)?;
-                    }
-                    if self.opts.detector.is_some() {
-                        // With failure detection, the root's call returns when every live
-                        // member has the message, so that a member that died during it is
-                        // evicted and reported by this call.
-                        self.node.wait_idle(self.opts.timeout)?;
-                    }
-                } else {
-                    let parent = tree_parent(me, root, n).unwrap_or(root);
-                    let (by_tree, data) =
-                        self.node
-                            .recv_either(root, parent, &tag, self.opts.timeout)?;
-                    if by_tree {
-                        for child in tree_children(me, root, n) {
-                            self.node.send_to(child, tagged(&data))?;
-                        }
-                    }
-                    *buf = data;
-                }
-            }
-            Algorithm::Tree => {
-                if let Some(parent) = tree_parent(me, root, n) {
-                    *buf = self.node.recv_p2p_tagged(parent, &tag, self.opts.timeout)?;
-                }
-                for child in tree_children(me, root, n) {
-                    self.node.send_to(child, tagged(buf))?;
-                }
+        let data = if root == self.rank() {
+            buf.clone()
+        } else {
+            Vec::new()
+        };
+        self.driver
+            .member_mut()
+            .bcast(Instant::now(), root, data, algo)?;
+        if let Done::Bcast(data) = self.finish("a message from the root")? {
+            if root != self.rank() {
+                *buf = data;
             }
         }
         Ok(self.outcome())
     }
 
     fn outcome(&mut self) -> Outcome {
-        let ev = self.node.evicted();
+        let ev = self.member().evicted();
         let evicted = ev[self.reported.min(ev.len())..]
             .iter()
             .map(|&(r, _)| r)
@@ -390,12 +322,12 @@ impl Group {
 
     /// Broadcasts this member sent down the tree because hardware broadcast reached too few.
     pub fn tree_fallbacks(&self) -> u64 {
-        self.tree_fallbacks
+        self.member().stats().tree_fallbacks
     }
 
     /// Every member evicted so far.
     pub fn evicted(&self) -> Vec<Rank> {
-        self.node.evicted().iter().map(|&(r, _)| r).collect()
+        self.member().evicted().iter().map(|&(r, _)| r).collect()
     }
 
     /// MPI_Barrier: returns once every member has entered. Arrivals travel point-to-point up a
@@ -407,58 +339,33 @@ impl Group {
 
     /// A barrier of the chosen kind (all members must choose the same).
     pub fn barrier_with(&mut self, kind: BarrierKind) -> Result<(), GroupError> {
-        let which = match kind {
-            BarrierKind::Broadcast => 0,
-            BarrierKind::Dissemination => 1,
-        };
-        self.node.barrier(which, self.opts.timeout)?;
+        self.driver.member_mut().barrier(Instant::now(), kind)?;
+        self.finish("the barrier release")?;
         Ok(())
     }
 
     /// Drives the protocol for up to `wait` (repairs, acknowledgements) without a call.
     pub fn progress(&mut self, wait: Duration) -> Result<(), GroupError> {
-        self.node.poll(wait)?;
+        self.driver.turn(&WallClock, Some(wait))?;
         Ok(())
     }
 
     /// Waits until everything this member sent has been acknowledged.
     pub fn flush(&mut self) -> Result<(), GroupError> {
-        self.node.wait_idle(self.opts.timeout)?;
-        Ok(())
-    }
-}
-
-/// Parent of `me` in the binomial tree rooted at `root` (MPICH's numbering), `None` at the root.
-pub fn tree_parent(me: Rank, root: Rank, n: u16) -> Option<Rank> {
-    let vr = u32::from((me + n - root) % n);
-    let mut mask = 1u32;
-    while mask < u32::from(n) {
-        if vr & mask != 0 {
-            return Some((((vr - mask) + u32::from(root)) % u32::from(n)) as Rank);
+        let after = self.opts.timeout;
+        let deadline = Instant::now() + after;
+        match self
+            .driver
+            .run_until(&WallClock, deadline, SLICE, |m| m.is_idle().then_some(()))?
+        {
+            Some(()) => Ok(()),
+            None => Err(GroupError::Timeout {
+                what: "acknowledgements of our broadcasts",
+                after,
+            }),
         }
-        mask <<= 1;
     }
-    None
 }
-
-/// Children of `me` in the binomial tree rooted at `root`, farthest subtree first.
-pub fn tree_children(me: Rank, root: Rank, n: u16) -> Vec<Rank> {
-    let vr = u32::from((me + n - root) % n);
-    let mut mask = 1u32;
-    while mask < u32::from(n) && vr & mask == 0 {
-        mask <<= 1;
-    }
-    let mut children = Vec::new();
-    mask >>= 1;
-    while mask > 0 {
-        if vr + mask < u32::from(n) {
-            children.push(((vr + mask + u32::from(root)) % u32::from(n)) as Rank);
-        }
-        mask >>= 1;
-    }
-    children
-}
-
 /// Rank and size from the launcher's environment (first match wins).
 pub fn rank_size_from_env(get: impl Fn(&str) -> Option<String>) -> Option<(Rank, u16)> {
     const PAIRS: [(&str, &str); 5] = [

@@ -20,10 +20,12 @@
 pub mod barrier;
 pub mod cluster;
 pub mod detect;
+pub mod driver;
 pub mod eqa;
 pub mod group;
 pub mod link;
+pub mod member;
 pub mod memory;
-pub mod node;
 pub mod proto;
+pub mod simgroup;
 pub mod wire;

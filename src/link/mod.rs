@@ -266,6 +266,31 @@ pub trait Link {
     ) -> Result<usize, LinkError>;
 }
 
+impl<L: Link + ?Sized> Link for Box<L> {
+    fn local_mac(&self) -> MacAddr {
+        (**self).local_mac()
+    }
+    fn max_pdu(&self) -> usize {
+        (**self).max_pdu()
+    }
+    fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
+        (**self).send(dst, pdu)
+    }
+    fn flush(&mut self) -> Result<(), LinkError> {
+        (**self).flush()
+    }
+    fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
+        (**self).drain(timeout)
+    }
+    fn recv(
+        &mut self,
+        wait: Option<Duration>,
+        f: &mut dyn FnMut(MacAddr, &[u8]),
+    ) -> Result<usize, LinkError> {
+        (**self).recv(wait, f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

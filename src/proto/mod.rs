@@ -715,12 +715,12 @@ impl Engine {
             return Err(Drop::Evicted(src));
         }
         if frame.kind().is_data() {
-            let repr = Repr::parse(&frame);
+            let repr = Repr::parse(frame);
             let r = self.rx_mut(src).on_data(now, &repr, frame.payload());
             self.collect_rx(src);
             return r;
         }
-        let msg = Control::parse(&frame)?;
+        let msg = Control::parse(frame)?;
         self.handle_control(now, src, dst, msg)
     }
 

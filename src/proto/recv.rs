@@ -542,11 +542,16 @@ impl Receiver {
     /// Writes the out-of-order frame `s` straight into the buffer of its message, so that it
     /// is copied once instead of twice (into its slot, then out of it): under steady loss
     /// nearly every frame arrives behind a gap. The message is the one in progress, or one
-    /// after it, begun here (consecutive ids only). Only when receives are posted
-    /// automatically (every message has its buffer at once). The frame is checked against
-    /// its message again when its turn comes; a frame that does not fit is left to its slot.
+    /// after it, begun here (consecutive ids only; only when receives are posted
+    /// automatically, so that every message has its buffer at once: with explicit posts only
+    /// the posted message in progress). The frame is checked against its message again when
+    /// its turn comes; a frame that does not fit is left to its slot.
     fn place(&mut self, s: Seq, repr: &Repr, payload: &[u8]) -> bool {
-        if !self.auto_post {
+        let in_cur = self
+            .cur
+            .as_ref()
+            .is_some_and(|m| m.id as u32 == repr.msg_id);
+        if !self.auto_post && !in_cur {
             return false;
         }
         let (off, len) = (repr.offset as usize, repr.msg_len as usize);

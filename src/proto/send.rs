@@ -235,7 +235,10 @@ impl Sender {
             lms.last_heard = Some(now);
             lms.stats.max_lag = lms.stats.max_lag.max(head - lms.cursor());
             match fb {
-                Feedback::Nack { .. } => lms.stats.nacks += 1,
+                Feedback::Nack { .. } => {
+                    lms.stats.nacks += 1;
+                    lms.unicast_repairs = false;
+                }
                 Feedback::Pull { .. } => lms.stats.pulls += 1,
                 Feedback::Ack { .. } => lms.stats.acks += 1,
             }
@@ -317,6 +320,7 @@ impl Sender {
             lms.stats.timeouts += 1;
             lms.stats.probes += 1;
             lms.backoffs += 1;
+            lms.unicast_repairs = true;
             lms.rto = (lms.rto * 2).min(cfg.rto_max);
             lms.timer = Some(now + lms.rto);
             if !probes.contains(&lms.rank()) {
@@ -453,14 +457,18 @@ impl Sender {
                     self.p2p_copies.push_back((lms.rank(), seq));
                     continue;
                 }
-                lms.recent_sent += 1;
-                if lms.recent_sent >= FAILOVER_WINDOW {
+                lms.recent_sent = lms.recent_sent.saturating_add(1);
+                // Frames of the window it has not acknowledged yet may still be repaired:
+                // judge only those settled, and only once there are enough of them.
+                let outstanding = (self.sent_upto - lms.cursor()).min(u64::from(lms.recent_sent));
+                let settled = lms.recent_sent - outstanding as u32;
+                if lms.recent_sent >= FAILOVER_WINDOW && settled >= FAILOVER_WINDOW / 2 {
                     // Fail-over (LA-MPI 4.4): nearly every broadcast frame had to be repaired,
                     // so broadcast does not reach it; serve it point-to-point from now on.
                     // Two windows in a row, so that a burst of loss at a busy receiver is
                     // not mistaken for a broken broadcast path.
-                    if lms.recent_repaired * 10 >= lms.recent_sent * 9 {
-                        lms.strikes += 1;
+                    if u64::from(lms.recent_repaired) * 10 >= u64::from(settled) * 9 {
+                        lms.strikes = lms.strikes.saturating_add(1);
                     } else {
                         lms.strikes = 0;
                     }
@@ -504,7 +512,11 @@ impl Sender {
                 .map(|p| self.probes.swap_remove(p))
                 .is_some();
             let others = self.eqa.slot(seq).map_or(0, |s| usize::from(s.want()));
-            let rebroadcast = others + 1 >= cfg.rebroadcast_min;
+            let unicast = self
+                .eqa
+                .lms(rank)
+                .is_some_and(|l| l.unicast_repairs || l.p2p);
+            let rebroadcast = !unicast && others + 1 >= cfg.rebroadcast_min;
             let slot = self.eqa.slot(seq)?;
             let mut repr = *slot.repr();
             repr.kind = Some(Kind::Repair);
@@ -524,12 +536,19 @@ impl Sender {
             let bytes = slot.payload().len() as u64;
             let mut served = vec![rank];
             if rebroadcast {
-                served.extend(self.eqa.withdraw_repair(seq));
+                for r in self.eqa.withdraw_repair(seq) {
+                    if self.eqa.lms(r).is_some_and(|l| l.unicast_repairs || l.p2p) {
+                        // The re-broadcast may not reach it: it keeps its own request.
+                        self.eqa.request_repair(r, seq);
+                    } else {
+                        served.push(r);
+                    }
+                }
                 stats.rebroadcasts += 1;
             }
             for r in served {
                 if let Some(l) = self.eqa.lms_mut(r) {
-                    l.recent_repaired += 1;
+                    l.recent_repaired = l.recent_repaired.saturating_add(1);
                     l.stats.repairs += 1;
                     l.stats.repaired_bytes += bytes;
                     if rebroadcast {

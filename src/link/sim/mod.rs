@@ -107,7 +107,8 @@ pub fn port_index(mac: &MacAddr) -> Option<u16> {
 /// What can go wrong on one port. Probabilities are per frame, in `[0, 1]`.
 ///
 /// Receive-side faults apply, in this order, to each frame the switch forwards to the port:
-/// dead port, loss burst, independent loss, corruption, reordering, duplication.
+/// dead port, loss burst, independent loss, loss of group-addressed frames, corruption, reordering,
+/// duplication.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Faults {
     /// Independent drop probability of each frame arriving at this port.
@@ -129,6 +130,10 @@ pub struct Faults {
     pub corrupt: f64,
     /// The port is dead: it sends and receives nothing.
     pub dead: bool,
+    /// Probability that a frame to a group address (broadcast or multicast) arriving at this
+    /// port is lost, on top of `loss`: 1 models a port behind a filter that drops broadcast
+    /// but passes unicast (the fail-over case).
+    pub group_loss: f64,
     /// Probability that a frame *sent* by this port is lost before the switch, i.e. for every
     /// destination at once.
     pub tx_loss: f64,
@@ -151,6 +156,7 @@ impl Faults {
         reorder_delay: Duration::from_micros(100),
         corrupt: 0.0,
         dead: false,
+        group_loss: 0.0,
         tx_loss: 0.0,
     };
 
@@ -171,6 +177,7 @@ impl Faults {
             ("reorder", self.reorder),
             ("corrupt", self.corrupt),
             ("tx_loss", self.tx_loss),
+            ("group_loss", self.group_loss),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(SimError::BadProbability { field, value });
@@ -434,6 +441,9 @@ struct Inner {
     /// Partitions: frames between a port with `true` in one and a port with `true` in the
     /// other are dropped.
     cuts: Vec<(Vec<bool>, Vec<bool>)>,
+    /// Ports whose receive queue became non-empty since [`SimNet::take_ready`] last ran, so
+    /// that a harness visits only the hosts that have something to receive.
+    ready: Vec<usize>,
 }
 
 impl Inner {
@@ -624,6 +634,8 @@ impl Inner {
         } else {
             chance(rng, f.loss)
         };
+        let to_group = pdu.first().is_some_and(|b| b & 1 == 1);
+        let lost = lost || (to_group && chance(rng, f.group_loss));
         if lost {
             p.stats.lost += 1;
             return;
@@ -668,6 +680,9 @@ impl Inner {
             p.stats.lost += 1;
         } else {
             p.stats.frames_delivered += 1;
+            if p.rx.is_empty() {
+                self.ready.push(port);
+            }
             p.rx.push_back(pdu);
         }
     }
@@ -810,6 +825,7 @@ impl SimNet {
                 heap: BinaryHeap::new(),
                 ports,
                 cuts: Vec::new(),
+                ready: Vec::new(),
             })),
         })
     }
@@ -846,6 +862,12 @@ impl SimNet {
     /// Virtual time elapsed since the switch was built.
     pub fn elapsed(&self) -> Duration {
         Duration::from_nanos(self.inner.borrow().now)
+    }
+
+    /// Takes the ports whose receive queue became non-empty since the last call, each once,
+    /// in the order their first frame arrived.
+    pub fn take_ready(&self) -> Vec<usize> {
+        std::mem::take(&mut self.inner.borrow_mut().ready)
     }
 
     /// When the earliest pending event is due: a frame reaching the switch or a port. Advancing

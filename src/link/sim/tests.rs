@@ -689,10 +689,14 @@ fn any_faults() -> impl Strategy<Value = Faults> {
             any_prob(),
             any::<bool>(),
             any_prob(),
+            any_prob(),
         ),
     )
         .prop_map(
-            |((loss, burst_loss, burst_len, dup), (reorder, d, corrupt, dead, tx_loss))| Faults {
+            |(
+                (loss, burst_loss, burst_len, dup),
+                (reorder, d, corrupt, dead, tx_loss, group_loss),
+            )| Faults {
                 loss,
                 burst_loss,
                 burst_len,
@@ -701,6 +705,7 @@ fn any_faults() -> impl Strategy<Value = Faults> {
                 reorder_delay: Duration::from_nanos(d),
                 corrupt,
                 dead,
+                group_loss,
                 tx_loss,
             },
         )
@@ -828,4 +833,26 @@ fn throughput_of_broadcast_with_16_ports() {
             received as f64 / secs,
         );
     }
+}
+
+#[test]
+fn a_port_that_loses_group_frames_still_gets_unicast() {
+    let (net, mut ports) = build(SimConfig {
+        per_port: vec![(
+            1,
+            Faults {
+                group_loss: 1.0,
+                ..Faults::NONE
+            },
+        )],
+        ..perfect(3)
+    });
+    ports[0].send(BROADCAST_MAC, b"to all").unwrap();
+    ports[0].send(port_mac(1), b"to one").unwrap();
+    let got = drain(&net, &mut ports);
+    let at1: Vec<&Rx> = got.iter().filter(|r| r.port == 1).collect();
+    assert_eq!(at1.len(), 1, "{got:?}");
+    assert!(carries(at1[0], b"to one"));
+    assert_eq!(got.iter().filter(|r| r.port == 2).count(), 1);
+    assert_eq!(net.stats().lost, 1);
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use ethbcast::detect::Gossip;
 use ethbcast::group::{key_from_passphrase, Algorithm, Detection, Group, GroupError, GroupOptions};
 use ethbcast::link::{self, BROADCAST_MAC};
-use ethbcast::node::NodeError;
+use ethbcast::member::MemberError;
 use ethbcast::wire::{Flags, Kind, Repr, ALL};
 use serde::Serialize;
 
@@ -150,7 +150,7 @@ pub fn receiver_killed(
             for _ in 0..30 {
                 g.progress(Duration::from_millis(10))?;
             }
-            Ok((me, intact, reported, g.node().evicted().to_vec()))
+            Ok((me, intact, reported, g.member().evicted().to_vec()))
         },
         opts(true),
     )?;
@@ -224,7 +224,7 @@ pub fn root_killed(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testbed
                             Some(("corrupt delivery".to_string(), Instant::now())),
                         ))
                     }
-                    Err(GroupError::Node(NodeError::PeerDead(0))) => {
+                    Err(GroupError::Member(MemberError::PeerDead(0))) => {
                         return Ok((me, i, Some(("PeerDead(0)".to_string(), Instant::now()))))
                     }
                     Err(e) => return Ok((me, i, Some((e.to_string(), Instant::now())))),
@@ -275,6 +275,8 @@ struct Filtered {
     failed_over: Vec<u16>,
     fallbacks: u64,
     dropped: u64,
+    /// The first member error, if any.
+    error: Option<String>,
 }
 
 /// Drops every broadcast frame towards the `blocked` hosts with nftables and broadcasts 60
@@ -307,11 +309,7 @@ fn run_filtered(
             for _ in 0..20 {
                 g.progress(Duration::from_millis(10))?;
             }
-            Ok((
-                ok,
-                g.tree_fallbacks(),
-                g.node().engine().sender().failed_over(),
-            ))
+            Ok((ok, g.tree_fallbacks(), g.member().failed_over()))
         },
         opts(false),
     )?;
@@ -325,7 +323,15 @@ fn run_filtered(
         failed_over,
         fallbacks,
         dropped: bed.drop_counters().map(|c| c.isolated).unwrap_or(0),
+        error: results
+            .iter()
+            .find_map(|r| r.as_ref().err().map(|e| e.to_string())),
     })
+}
+
+fn error_suffix(e: &Option<String>) -> String {
+    e.as_ref()
+        .map_or(String::new(), |e| format!("; first error: {e}"))
 }
 
 /// Broadcast frames to one member are dropped by nftables: fail-over must keep it served.
@@ -339,8 +345,8 @@ pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, 
         bound_ms: None,
         hosts,
         detail: format!(
-            "broadcast frames to rank {victim} dropped by nftables ({} dropped); root failed over {:?}; every member got 60/60: {}",
-            f.dropped, f.failed_over, f.all_ok
+            "broadcast frames to rank {victim} dropped by nftables ({} dropped); root failed over {:?}; every member got 60/60: {}{}",
+            f.dropped, f.failed_over, f.all_ok, error_suffix(&f.error)
         ),
     })
 }
@@ -359,8 +365,8 @@ pub fn broadcast_filtered_for_many(
         bound_ms: None,
         hosts,
         detail: format!(
-            "broadcast frames to ranks {blocked:?} dropped; failed over {:?}; the root sent {} of 60 messages down the binomial tree; every member got 60/60: {}",
-            f.failed_over, f.fallbacks, f.all_ok
+            "broadcast frames to ranks {blocked:?} dropped; failed over {:?}; the root sent {} of 60 messages down the binomial tree; every member got 60/60: {}{}",
+            f.failed_over, f.fallbacks, f.all_ok, error_suffix(&f.error)
         ),
     })
 }
@@ -416,7 +422,7 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
             for _ in 0..10 {
                 g.progress(Duration::from_millis(10))?;
             }
-            Ok((ok, g.node().engine().stats().drops.bad_mac))
+            Ok((ok, g.member().engine_stats().drops.bad_mac))
         },
         o,
     )?;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::message_bytes;
+use ethbcast::group::{Algorithm, BarrierKind, Group, GroupError, GroupOptions};
 use ethbcast::link::{self, Backend, WaitMode};
-use ethbcast::node::{Node, NodeError};
 use ethbcast::proto::{Algo, Config};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -165,43 +165,51 @@ fn member(
             return res;
         }
     };
-    let mut cfg = Config::new(0x5E1F, rank, size);
-    cfg.window = 64;
-    cfg.ack_every = 16;
-    let mut node = match Node::new(cfg, link, macs) {
-        Ok(n) => n,
+    let opts = GroupOptions {
+        group_id: 0x5E1F,
+        backend: o.backend,
+        wait: o.wait,
+        timeout: o.timeout,
+        tweak: Some(|c: &mut Config| {
+            c.window = 64;
+            c.ack_every = 16;
+        }),
+        ..GroupOptions::default()
+    };
+    let mut g = match Group::from_link(link, macs, opts) {
+        Ok(g) => g,
         Err(e) => {
             res.error = Some(format!("rank {rank}: {e}"));
             return res;
         }
     };
-    let deadline = Instant::now() + o.timeout;
-    let mut next_id = vec![0u64; usize::from(size)];
     let mut index_of_root = vec![0u64; usize::from(size)];
-    let r: Result<(), NodeError> = (|| {
+    let r: Result<(), GroupError> = (|| {
         for step in plan.iter() {
             let idx = index_of_root[usize::from(step.root)];
             index_of_root[usize::from(step.root)] += 1;
+            let algo = match step.algo {
+                Algo::Simple => Algorithm::Simple,
+                Algo::PushPull => Algorithm::PushPull,
+            };
+            let want = message_bytes(o.seed, step.root, idx, step.size);
+            let mut buf = if step.root == rank {
+                want.clone()
+            } else {
+                Vec::new()
+            };
+            g.bcast_with(step.root, &mut buf, algo)?;
             if step.root == rank {
-                node.bcast(message_bytes(o.seed, rank, idx, step.size), step.algo)?;
                 continue;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (id, data) = node.recv_from(step.root, left)?;
-            let want = next_id[usize::from(step.root)];
-            if id < want {
-                res.duplicated += 1;
-            }
-            next_id[usize::from(step.root)] = id + 1;
-            if id == idx && data == message_bytes(o.seed, step.root, idx, step.size) {
+            if buf == want {
                 res.delivered += 1;
-                res.bytes += data.len() as u64;
+                res.bytes += buf.len() as u64;
             } else {
                 res.corrupt += 1;
             }
         }
-        node.wait_idle(deadline.saturating_duration_since(Instant::now()))?;
-        Ok(())
+        g.flush()
     })();
     if let Err(e) = r {
         res.error = Some(format!("rank {rank}: {e}"));
@@ -209,14 +217,13 @@ fn member(
     // Nobody leaves before everybody has received everything and had its broadcasts
     // acknowledged: the group's barrier. Then linger briefly so that late barrier frames and
     // acknowledgements are still answered.
-    let left = deadline.saturating_duration_since(Instant::now());
-    if let Err(e) = node.barrier(0, left) {
+    if let Err(e) = g.barrier_with(BarrierKind::Broadcast) {
         res.error
             .get_or_insert(format!("rank {rank}: final barrier: {e}"));
     }
     let linger = Instant::now() + Duration::from_millis(200);
-    while Instant::now() < linger && node.poll(Duration::from_millis(5)).is_ok() {}
-    let st = node.engine().stats();
+    while Instant::now() < linger && g.progress(Duration::from_millis(5)).is_ok() {}
+    let st = g.member().engine_stats();
     res.repair_frames = st.repair_frames;
     res.data_frames = st.data_frames;
     let expected = plan.iter().filter(|s| s.root != rank).count() as u64;

@@ -154,7 +154,7 @@ pub fn run_on(bed: &Testbed, o: &ThroughputOptions) -> Result<ThroughputReport, 
         };
         // Let the last acknowledgements land before reading the counters.
         b.wait(|| bed::poll(g))?;
-        Ok((t, g.node().engine().stats().clone()))
+        Ok((t, g.member().engine_stats().clone()))
     })?;
     let t0 = res[0].0;
     let last = res[1..].iter().map(|r| r.0).max().expect("receivers");

@@ -6,13 +6,13 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ethbcast::driver::WallClock;
 use ethbcast::link::{format_mac, Link, MacAddr, BROADCAST_MAC};
-use ethbcast::node::Node;
 use ethbcast::proto::Dest;
 use ethbcast::wire::{self, Control, Frame, Kind, Repr};
 
 use super::stream::{decode_roster, encode_roster, HELLO};
-use super::{Fatal, EXIT_INTERRUPTED, EXIT_JOIN_TIMEOUT};
+use super::{Fatal, Node, EXIT_INTERRUPTED, EXIT_JOIN_TIMEOUT};
 
 /// Rank field of frames from hosts that have no rank yet.
 const NO_RANK: u16 = u16::MAX;
@@ -147,13 +147,13 @@ pub fn confirm(
             let roster = Control::Join {
                 body: payload.clone(),
             };
-            node.engine_mut()
+            node.member_mut()
                 .send_control(Dest::All, roster)
                 .map_err(|e| Fatal::new(super::EXIT_FAILED, format!("roster: {e}")))?;
             last = now;
         }
         for (r, c) in confirmed.iter_mut().enumerate() {
-            if !*c && node.recv_p2p_from(r as u16, Duration::ZERO).is_ok() {
+            if !*c && node.member_mut().take_p2p(now, r as u16).is_some() {
                 *c = true;
             }
         }
@@ -175,7 +175,7 @@ pub fn confirm(
                 ),
             ));
         }
-        node.poll(Duration::from_millis(5))?;
+        node.turn(&WallClock, Some(Duration::from_millis(5)))?;
     }
 }
 

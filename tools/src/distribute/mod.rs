@@ -123,14 +123,18 @@ impl From<LinkError> for Fatal {
     }
 }
 
-impl From<ethbcast::node::NodeError> for Fatal {
-    fn from(e: ethbcast::node::NodeError) -> Fatal {
-        match e {
-            ethbcast::node::NodeError::Link(l) => l.into(),
-            other => Fatal::new(EXIT_FAILED, other.to_string()),
-        }
+impl From<ethbcast::member::MemberError> for Fatal {
+    fn from(e: ethbcast::member::MemberError) -> Fatal {
+        Fatal::new(EXIT_FAILED, e.to_string())
     }
 }
+
+/// A transfer's member, run by the library's driver over the transfer's link.
+pub type Node = ethbcast::driver::Driver<Box<dyn ethbcast::link::Link + Send>>;
+
+/// Deliveries a receiver accepts ahead of its writer (receives kept posted per root). The
+/// writer's own queue holds 32 messages; this bounds what waits before it.
+pub const PREPOST: usize = 64;
 
 /// Link and engine settings shared by both sides.
 #[derive(Debug, Clone)]
@@ -164,8 +168,22 @@ impl LinkOpts {
         cfg.window = self.window;
         cfg.ack_every = self.ack_every;
         cfg.peer_repair = self.peer_repair;
-        cfg.auto_post = true;
         cfg
+    }
+
+    /// The member of rank `rank` in `roster` (sender first), on `link`.
+    pub fn node(
+        &self,
+        link: Box<dyn ethbcast::link::Link + Send>,
+        rank: u16,
+        roster: Vec<ethbcast::link::MacAddr>,
+    ) -> Result<Node, Fatal> {
+        let mut cfg = self.config(rank, roster.len() as u16);
+        cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
+        let mut mc = ethbcast::member::MemberConfig::new(cfg, roster);
+        mc.prepost = PREPOST;
+        let member = ethbcast::member::Member::new(std::time::Instant::now(), mc)?;
+        Ok(ethbcast::driver::Driver::new(member, link))
     }
 }
 

@@ -9,10 +9,9 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ethbcast::driver::WallClock;
 use ethbcast::link;
-use ethbcast::node::Node;
-use ethbcast::proto::Event;
-use ethbcast::wire::Control;
+use ethbcast::member::Event;
 use serde::Serialize;
 
 use super::stream::{Data, DigestAlgo, Final, Msg, StreamHasher, ABORT, EVICTED};
@@ -434,9 +433,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         .iter()
         .position(|m| *m == me)
         .expect("the roster names us") as u16;
-    let cfg = a.link.config(rank, roster.len() as u16);
-    let mut node = Node::new(cfg, lnk, roster)?;
-    node.send_to(0, b"J".to_vec())?;
+    let mut node = a.link.node(lnk, rank, roster)?;
+    node.member_mut()
+        .send_to(Instant::now(), 0, b"J".to_vec())?;
 
     let start = Instant::now();
     let mut writer: Option<Writer> = None;
@@ -447,7 +446,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             _ => Fatal::new(EXIT_FAILED, "the writer stopped"),
         }
     };
-    let mut last_rx = (node.stats().frames_received, Instant::now());
+    let mut last_rx = (node.member().stats().accepted, Instant::now());
     let mut written: Option<Written> = None;
     let outcome: Result<(), Fatal> = 'run: loop {
         if stop.load(Ordering::SeqCst) {
@@ -458,11 +457,11 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                 break 'run Err(writer_failed(w));
             }
         }
-        if let Err(e) = node.poll(Duration::from_millis(20)) {
+        if let Err(e) = node.turn(&WallClock, Some(Duration::from_millis(20))) {
             break 'run Err(e.into());
         }
         let now = Instant::now();
-        let fr = node.stats().frames_received;
+        let fr = node.member().stats().accepted;
         if fr != last_rx.0 {
             last_rx = (fr, now);
         } else if now.duration_since(last_rx.1) > a.timeout {
@@ -474,8 +473,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                 ),
             ));
         }
-        let events: Vec<Event> = node.take_events().collect();
-        for ev in events {
+        while let Some(ev) = node.member_mut().poll_event() {
             match ev {
                 Event::Delivered { root: 0, data, .. } => match Msg::decode(data) {
                     Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
@@ -516,7 +514,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         }
                         // Keep answering the sender while the output is flushed and committed.
                         while !w.stopped() {
-                            if let Err(e) = node.poll(Duration::from_millis(10)) {
+                            if let Err(e) = node.turn(&WallClock, Some(Duration::from_millis(10))) {
                                 break 'run Err(e.into());
                             }
                         }
@@ -539,9 +537,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                     }
                     Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e)),
                 },
-                Event::Control {
+                Event::Notice {
                     src: 0,
-                    msg: Control::Notice { body: payload },
+                    body: payload,
                 } => {
                     if payload.starts_with(ABORT) {
                         break 'run Err(Fatal::new(
@@ -580,13 +578,22 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         bytes,
         error: error.clone(),
     };
-    if node.send_to(0, report.encode()).is_ok() {
+    if node
+        .member_mut()
+        .send_to(Instant::now(), 0, report.encode())
+        .is_ok()
+    {
         let patience = if ok {
             Duration::from_secs(3)
         } else {
             Duration::from_millis(500)
         };
-        let _ = node.wait_idle(patience);
+        let _ = node.run_until(
+            &WallClock,
+            Instant::now() + patience,
+            Duration::from_millis(20),
+            |m| m.is_idle().then_some(()),
+        );
     }
     Ok(RecvReport {
         ok,

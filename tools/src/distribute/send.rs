@@ -8,16 +8,16 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
+use ethbcast::driver::WallClock;
 use ethbcast::link::{format_mac, MacAddr};
-use ethbcast::node::{Node, NodeError};
-use ethbcast::proto::{Algo, Dest, Event, SendError};
-use ethbcast::wire::Control;
+use ethbcast::member::MemberError;
+use ethbcast::proto::{Algo, Dest, SendError};
 use serde::Serialize;
 
 use super::join::{self, Expect};
 use super::rate::TokenBucket;
 use super::stream::{DigestAlgo, Final, Msg, StreamHasher, ABORT, EVICTED};
-use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
+use super::{mbit, Fatal, LinkOpts, Node, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// What `ethbcast send` was asked to do.
 #[derive(Debug, Clone)]
@@ -223,19 +223,16 @@ fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
 /// for about 100 ms (the first copies may meet queues still full of data), and the link is
 /// drained before the process exits with them.
 fn abort_receivers(node: &mut Node) {
-    node.engine_mut().abandon();
+    node.member_mut().abandon();
     for _ in 0..6 {
         control(node, Dest::All, ABORT);
-        let _ = node.poll(Duration::from_millis(20));
+        let _ = node.turn(&WallClock, Some(Duration::from_millis(20)));
     }
-    let _ = node.drain(Duration::from_millis(500));
+    let _ = node.drain(&WallClock, Duration::from_millis(500));
 }
 
 fn control(node: &mut Node, dst: Dest, payload: &[u8]) {
-    let notice = Control::Notice {
-        body: payload.to_vec(),
-    };
-    let _ = node.engine_mut().send_control(dst, notice);
+    let _ = node.member_mut().send_notice(dst, payload.to_vec());
 }
 
 /// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the
@@ -295,7 +292,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     // A message leaves only when every receiver acknowledged all of it, repairs included, so
     // with fewer the buffer runs dry while the oldest message waits for its last repair.
     let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
-    let mut node = Node::new(cfg, lnk, roster.clone())?;
+    let mut node = a.link.node(lnk, 0, roster.clone())?;
     join::confirm(&mut node, &roster, deadline, &stop)?;
     let join_seconds = t_join.elapsed().as_secs_f64();
     if !a.quiet {
@@ -324,7 +321,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let mut bucket = a
         .max_rate
         .map(|r| TokenBucket::new(r, (msg as u64).max(r / 100), start));
-    node.bcast(
+    node.member_mut().send_stream(
+        Instant::now(),
         Msg::Header {
             total,
             chunk: msg as u32,
@@ -374,7 +372,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     Ok(Block::Data(v)) => pending = Some(v),
                     Ok(Block::Eof(d)) => {
                         digest = Some(d);
-                        let id = node.bcast(
+                        let id = node.member_mut().send_stream(
+                            Instant::now(),
                             Msg::Trailer {
                                 bytes: sent,
                                 digest: d,
@@ -384,7 +383,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                         );
                         match id {
                             Ok(id) => trailer = Some(id),
-                            Err(NodeError::Send(SendError::NoReceivers)) => {}
+                            Err(MemberError::Send(SendError::NoReceivers)) => {}
                             Err(e) => return Err(e.into()),
                         }
                         break;
@@ -412,24 +411,25 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             }
             let v = pending.take().expect("pending data");
             sent += len;
-            match node.bcast(v, Algo::Simple) {
+            match node
+                .member_mut()
+                .send_stream(Instant::now(), v, Algo::Simple)
+            {
                 Ok(id) => inflight.push_back((id, len)),
-                Err(NodeError::Send(SendError::NoReceivers)) => break,
+                Err(MemberError::Send(SendError::NoReceivers)) => break,
                 Err(e) => return Err(e.into()),
             }
         }
-        node.poll(wait)?;
+        node.turn(&WallClock, Some(wait))?;
         let now = Instant::now();
-        let events: Vec<Event> = node.take_events().collect();
-        for ev in events {
-            if let Event::Stable { msg_id } = ev {
-                while inflight.front().is_some_and(|f| f.0 <= msg_id) {
-                    acked += inflight.pop_front().map_or(0, |f| f.1);
-                }
-                if trailer == Some(msg_id) {
-                    trailer_stable = Some(now);
-                    acked = sent;
-                }
+        while node.member_mut().poll_event().is_some() {}
+        if let Some(stable) = node.member().stable_through() {
+            while inflight.front().is_some_and(|f| f.0 <= stable) {
+                acked += inflight.pop_front().map_or(0, |f| f.1);
+            }
+            if trailer.is_some_and(|t| t <= stable) && trailer_stable.is_none() {
+                trailer_stable = Some(now);
+                acked = sent;
             }
         }
         // Completion reports.
@@ -437,7 +437,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             if outcome[r] != Outcome::Active {
                 continue;
             }
-            if let Ok((_, m)) = node.recv_p2p_from(r as u16, Duration::ZERO) {
+            if let Some(m) = node.member_mut().take_p2p(now, r as u16) {
                 match Final::decode(&m) {
                     Some(f) if f.ok => finish(
                         &mut outcome,
@@ -450,7 +450,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                         String::new(),
                     ),
                     Some(f) => {
-                        node.engine_mut().evict(now, r as u16);
+                        node.member_mut().evict(now, r as u16);
                         finish(
                             &mut outcome,
                             &mut bytes_of,
@@ -473,12 +473,11 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             }
         }
         // Liveness: evict receivers without progress and silent for `timeout`.
-        let head = node.engine().sender().eqa().head();
         for r in 1..n {
             if outcome[r] != Outcome::Active {
                 continue;
             }
-            let Some(l) = node.engine().sender().eqa().lms(r as u16) else {
+            let Some(l) = node.member().dest_progress(r as u16) else {
                 continue;
             };
             let last = [l.last_heard, l.last_progress, Some(start)]
@@ -486,8 +485,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 .flatten()
                 .max()
                 .unwrap_or(start);
-            if l.cursor() < head && now.duration_since(last) > a.timeout {
-                node.engine_mut().evict(now, r as u16);
+            if l.outstanding > 0 && now.duration_since(last) > a.timeout {
+                node.member_mut().evict(now, r as u16);
                 control(&mut node, Dest::Rank(r as u16), EVICTED);
                 told_evicted[r] = Some(now);
                 let msg = format!(
@@ -543,9 +542,9 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     // Linger: acknowledge the last point-to-point reports.
     let linger = Instant::now() + Duration::from_millis(300);
     while Instant::now() < linger {
-        node.poll(Duration::from_millis(10))?;
+        node.turn(&WallClock, Some(Duration::from_millis(10)))?;
     }
-    let st = node.engine().stats().clone();
+    let st = node.member().engine_stats().clone();
     let receivers: Vec<ReceiverReport> = (1..n)
         .map(|r| ReceiverReport {
             rank: r as u16,

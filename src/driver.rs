@@ -1,0 +1,148 @@
+//! The one driver: runs a [`Member`] over a [`Link`] with a clock.
+//!
+//! Everything above the links is sans-IO; this is the only loop that moves frames between a
+//! member and a medium and reads a clock. One turn ([`Driver::turn`]) sends what the member
+//! has, waits for frames no longer than the member's next timer, feeds every frame in, fires
+//! due timers and sends again. The blocking calls of [`crate::group::Group`] are loops of
+//! turns with a deadline ([`Driver::run_until`]), so none waits forever; the simulated
+//! cluster ([`crate::cluster`]) runs the same turns in virtual time, the switch's clock
+//! ([`crate::link::sim::SimNet`]) standing in for the wall clock.
+
+use std::time::{Duration, Instant};
+
+use crate::link::sim::SimNet;
+use crate::link::{Link, LinkError};
+use crate::member::Member;
+
+/// Where a driver reads the time.
+pub trait Clock {
+    /// The current instant.
+    fn now(&self) -> Instant;
+}
+
+/// The wall clock of real links.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WallClock;
+
+impl Clock for WallClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+impl Clock for SimNet {
+    fn now(&self) -> Instant {
+        SimNet::now(self)
+    }
+}
+
+/// Frames handled between two readings of the clock while a batch is fed in: timers need no
+/// finer grain, and at line rate one reading per frame was a visible share of a receiver's
+/// time.
+const FRAMES_PER_CLOCK_READ: u32 = 64;
+
+/// A member and the link it runs on.
+pub struct Driver<L> {
+    member: Member,
+    link: L,
+    buf: Vec<u8>,
+}
+
+impl<L> std::fmt::Debug for Driver<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("member", &self.member)
+            .finish()
+    }
+}
+
+impl<L: Link> Driver<L> {
+    /// Drives `member` over `link`.
+    pub fn new(member: Member, link: L) -> Driver<L> {
+        let buf = vec![0u8; link.max_pdu().max(crate::wire::OVERHEAD)];
+        Driver { member, link, buf }
+    }
+
+    /// The member.
+    pub fn member(&self) -> &Member {
+        &self.member
+    }
+    /// The member, for calls.
+    pub fn member_mut(&mut self) -> &mut Member {
+        &mut self.member
+    }
+    /// The link.
+    pub fn link(&self) -> &L {
+        &self.link
+    }
+
+    /// Hands every frame the member has to the link.
+    pub fn flush(&mut self, now: Instant) -> Result<(), LinkError> {
+        while let Some(t) = self.member.poll_transmit(now, &mut self.buf) {
+            self.link.send(t.dst, &self.buf[..t.len])?;
+        }
+        self.link.flush()
+    }
+
+    /// One turn: send, wait up to `wait` (or the member's next timer, if sooner; `None`:
+    /// do not wait) for frames, hand them in, fire due timers, send again. Returns the
+    /// frames received.
+    pub fn turn(&mut self, clock: &impl Clock, wait: Option<Duration>) -> Result<usize, LinkError> {
+        let now = clock.now();
+        self.flush(now)?;
+        let wait = match (wait, self.member.poll_timeout()) {
+            (Some(w), Some(t)) => Some(w.min(t.saturating_duration_since(now))),
+            (w, _) => w,
+        };
+        let member = &mut self.member;
+        let mut stamp = (now, 0u32);
+        let n = self.link.recv(wait, &mut |src, pdu| {
+            // The first frame of a batch may come after a long wait: read the clock then.
+            if stamp.1.is_multiple_of(FRAMES_PER_CLOCK_READ) {
+                stamp.0 = clock.now();
+            }
+            stamp.1 = stamp.1.wrapping_add(1);
+            member.handle_frame(stamp.0, src, pdu);
+        })?;
+        let now = clock.now();
+        if self.member.poll_timeout().is_some_and(|t| t <= now) {
+            self.member.handle_timeout(now);
+        }
+        self.flush(now)?;
+        Ok(n)
+    }
+
+    /// Turns until `ready` gives a value or `deadline` passes (`Ok(None)`). Waits at most
+    /// `slice` per turn, so that `ready` is asked again at least that often.
+    pub fn run_until<T>(
+        &mut self,
+        clock: &impl Clock,
+        deadline: Instant,
+        slice: Duration,
+        mut ready: impl FnMut(&mut Member) -> Option<T>,
+    ) -> Result<Option<T>, LinkError> {
+        loop {
+            if let Some(v) = ready(&mut self.member) {
+                return Ok(Some(v));
+            }
+            let now = clock.now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            self.turn(clock, Some((deadline - now).min(slice)))?;
+        }
+    }
+
+    /// Sends whatever the member has and waits up to `timeout` until the link has handed all
+    /// of it to the device; returns whether it did. For a member that sends its last words and
+    /// exits.
+    pub fn drain(&mut self, clock: &impl Clock, timeout: Duration) -> Result<bool, LinkError> {
+        self.flush(clock.now())?;
+        self.link.drain(timeout)
+    }
+
+    /// Takes the driver apart.
+    pub fn into_parts(self) -> (Member, L) {
+        (self.member, self.link)
+    }
+}

@@ -1,0 +1,491 @@
+//! The group API on the simulated switch: what `Group::bcast` and `Group::barrier` do, call
+//! by call, for every member, under faults, with dead and deaf members.
+//!
+//! Every member runs the same schedule, MPI style: call `c` is a broadcast from a rotating
+//! root with a size and an algorithm (push-pull, simple, or the binomial tree) drawn from the
+//! seed, and every `barrier_every` calls a barrier. The members are [`Member`]s run by the
+//! one driver in virtual time ([`crate::cluster::SimCluster`]), with failure detection on.
+//! `kill` members die a third of the way through the run (their host stops: its port goes
+//! dead and its member never runs again); `filter` members sit behind a filter that drops
+//! every group-addressed frame, so the roots must fail them over to point-to-point. The
+//! checker compares every broadcast a survivor completed with what its root sent, counts
+//! barriers, and measures how long each death took to be noticed by every survivor against
+//! the detector's bound. Same scenario and seed, same report.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use rand::{seq::SliceRandom, Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_like::Json;
+
+use crate::cluster::{message_bytes, ClusterError, RunEnd, SimCluster, Workload};
+use crate::detect::{DetectorConfig, Gossip};
+use crate::eqa::Rank;
+use crate::group::Detection;
+use crate::link::sim::{port_mac, Faults, SimConfig, SimNet};
+use crate::member::{Algorithm, BarrierKind, Done, Event, Member, MemberConfig};
+use crate::proto::Config;
+
+mod serde_like {
+    /// A tiny JSON object writer: keys in insertion order, so that reports are stable.
+    #[derive(Debug, Default)]
+    pub struct Json(Vec<(String, String)>);
+
+    impl Json {
+        /// Adds a number or a literal.
+        pub fn raw(mut self, k: &str, v: impl std::fmt::Display) -> Json {
+            self.0.push((k.to_string(), v.to_string()));
+            self
+        }
+        /// Adds a list of numbers.
+        pub fn list(self, k: &str, v: &[u16]) -> Json {
+            let items: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+            self.raw(k, format!("[{}]", items.join(",")))
+        }
+        /// The object.
+        pub fn finish(&self) -> String {
+            let fields: Vec<String> = self.0.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            format!("{{{}}}", fields.join(","))
+        }
+    }
+}
+
+/// A run of the group API on the simulator.
+#[derive(Debug, Clone)]
+pub struct GroupScenario {
+    /// Members.
+    pub nodes: u16,
+    /// Broadcast calls.
+    pub messages: usize,
+    /// Message sizes to draw from.
+    pub sizes: Vec<usize>,
+    /// Algorithms to draw from.
+    pub algos: Vec<Algorithm>,
+    /// A barrier after every this many broadcasts (0: none).
+    pub barrier_every: usize,
+    /// Members that die a third of the way through.
+    pub kill: usize,
+    /// Members whose group-addressed frames are all lost.
+    pub filter: usize,
+    /// Faults of every port.
+    pub faults: Faults,
+    /// Seed of the schedule, the choice of victims and the switch.
+    pub seed: u64,
+    /// Link rate (None: infinitely fast).
+    pub rate_bps: Option<u64>,
+    /// Link latency.
+    pub latency: Duration,
+    /// Failure detection of every member.
+    pub detection: Detection,
+    /// Give up after this much virtual time.
+    pub limit: Duration,
+    /// Group key, if any.
+    pub key: Option<[u8; 32]>,
+}
+
+impl GroupScenario {
+    /// `nodes` members, `messages` broadcasts, every algorithm, a barrier every 10 calls,
+    /// 1 Gbit/s links, DBRR detection with a 10 ms period, no faults.
+    pub fn new(nodes: u16, messages: usize) -> GroupScenario {
+        GroupScenario {
+            nodes,
+            messages,
+            sizes: vec![8, 256, 4096, 65536],
+            algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
+            barrier_every: 10,
+            kill: 0,
+            filter: 0,
+            faults: Faults::NONE,
+            seed: 1,
+            rate_bps: Some(1_000_000_000),
+            latency: Duration::from_micros(5),
+            detection: Detection {
+                protocol: Gossip::DoubleBinaryRoundRobin,
+                t_gossip: Duration::from_millis(10),
+            },
+            limit: Duration::from_secs(600),
+            key: None,
+        }
+    }
+}
+
+/// What a run of the group API gave.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupReport {
+    /// Broadcast deliveries expected at the survivors (calls × survivors but the root).
+    pub expected: u64,
+    /// Of which completed with the root's bytes.
+    pub delivered: u64,
+    /// Completed with other bytes.
+    pub corrupt: u64,
+    /// Completed with the bytes of an earlier call of the same root.
+    pub duplicated: u64,
+    /// Completed with the bytes of a later call of the same root.
+    pub out_of_order: u64,
+    /// Never completed (a call that failed or did not finish).
+    pub missing: u64,
+    /// Barriers expected at the survivors.
+    pub barriers_expected: u64,
+    /// Barriers the survivors completed.
+    pub barriers_completed: u64,
+    /// Calls that failed at a survivor (their errors).
+    pub failed_calls: u64,
+    /// The first failure, if any.
+    pub first_error: Option<String>,
+    /// Members killed.
+    pub killed: Vec<Rank>,
+    /// Members every survivor evicted.
+    pub evicted: Vec<Rank>,
+    /// Survivors some member evicted (false positives).
+    pub wrongly_evicted: Vec<Rank>,
+    /// Members behind a broadcast filter.
+    pub filtered: Vec<Rank>,
+    /// Longest time from a death until the last survivor evicted the dead member.
+    pub max_detect_ms: f64,
+    /// The detector's bound.
+    pub bound_ms: f64,
+    /// Broadcasts the roots sent down the tree because hardware broadcast reached too few.
+    pub tree_fallbacks: u64,
+    /// Most events a member held at once.
+    pub peak_queued_events: usize,
+    /// Virtual time of the run.
+    pub virtual_time_us: u64,
+    /// True if every survivor finished the schedule.
+    pub completed: bool,
+}
+
+impl GroupReport {
+    /// True if every survivor got every broadcast intact, exactly once, in order, every
+    /// barrier completed, every dead member was evicted by all within the bound, and nobody
+    /// alive was evicted.
+    pub fn perfect(&self) -> bool {
+        self.completed
+            && self.delivered == self.expected
+            && self.corrupt + self.duplicated + self.out_of_order + self.missing == 0
+            && self.barriers_completed == self.barriers_expected
+            && self.evicted == self.killed
+            && self.wrongly_evicted.is_empty()
+            && self.max_detect_ms <= self.bound_ms
+    }
+
+    /// The report as one JSON object (`wall_s` is the caller's to add).
+    pub fn to_json(&self) -> String {
+        Json::default()
+            .raw("expected", self.expected)
+            .raw("delivered", self.delivered)
+            .raw("corrupt", self.corrupt)
+            .raw("duplicated", self.duplicated)
+            .raw("out_of_order", self.out_of_order)
+            .raw("missing", self.missing)
+            .raw("barriers_expected", self.barriers_expected)
+            .raw("barriers_completed", self.barriers_completed)
+            .raw("failed_calls", self.failed_calls)
+            .list("killed", &self.killed)
+            .list("evicted", &self.evicted)
+            .list("wrongly_evicted", &self.wrongly_evicted)
+            .list("filtered", &self.filtered)
+            .raw("max_detect_ms", format!("{:.3}", self.max_detect_ms))
+            .raw("bound_ms", format!("{:.3}", self.bound_ms))
+            .raw("tree_fallbacks", self.tree_fallbacks)
+            .raw("peak_queued_events", self.peak_queued_events)
+            .raw("virtual_time_us", self.virtual_time_us)
+            .raw("completed", self.completed)
+            .raw("perfect", self.perfect())
+            .finish()
+    }
+}
+
+/// One call of the schedule.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Bcast {
+        /// Index among the broadcasts (the message's identity).
+        call: u64,
+        root: Rank,
+        size: usize,
+        algo: Algorithm,
+    },
+    Barrier,
+}
+
+struct Schedule {
+    seed: u64,
+    /// The switch, whose clock stamps the deaths.
+    net: SimNet,
+    steps: Vec<Step>,
+    /// Per member: the step it is in (or will start next), and whether a call is running.
+    at: Vec<usize>,
+    in_call: Vec<bool>,
+    victims: Vec<usize>,
+    survivor: Vec<bool>,
+    kill_after: usize,
+    killed_at: Option<Instant>,
+    /// evicted[i][r]: when member i evicted r.
+    evicted: Vec<Vec<Option<Instant>>>,
+    report: GroupReport,
+}
+
+impl Schedule {
+    fn check(&mut self, step: Step, data: &[u8]) {
+        let Step::Bcast {
+            call, root, size, ..
+        } = step
+        else {
+            return;
+        };
+        if data == message_bytes(self.seed, root, call, size).as_slice() {
+            self.report.delivered += 1;
+            return;
+        }
+        // Which call of this root's did it get?
+        let other = self.steps.iter().find_map(|s| match *s {
+            Step::Bcast {
+                call: c,
+                root: r,
+                size: z,
+                ..
+            } if r == root && c != call && data == message_bytes(self.seed, r, c, z).as_slice() => {
+                Some(c)
+            }
+            _ => None,
+        });
+        match other {
+            Some(c) if c < call => self.report.duplicated += 1,
+            Some(_) => self.report.out_of_order += 1,
+            None => self.report.corrupt += 1,
+        }
+    }
+}
+
+impl Workload for Schedule {
+    fn visit(&mut self, i: usize, m: &mut Member, now: Instant) {
+        while let Some(ev) = m.poll_event() {
+            if let Event::Evicted { rank } = ev {
+                self.evicted[i][usize::from(rank)].get_or_insert(now);
+            }
+        }
+        self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
+        loop {
+            if self.in_call[i] {
+                let Some(r) = m.take_result() else {
+                    return;
+                };
+                self.in_call[i] = false;
+                let step = self.steps[self.at[i]];
+                self.at[i] += 1;
+                if !self.survivor[i] {
+                    continue;
+                }
+                match r {
+                    Ok(Done::Bcast(data)) => {
+                        if !matches!(step, Step::Bcast { root, .. } if usize::from(root) == i) {
+                            self.check(step, &data);
+                        }
+                    }
+                    Ok(Done::Barrier) => self.report.barriers_completed += 1,
+                    Err(e) => {
+                        self.report.failed_calls += 1;
+                        self.report.first_error.get_or_insert_with(|| {
+                            format!("member {i}, step {}: {e}", self.at[i] - 1)
+                        });
+                    }
+                }
+            }
+            let Some(&step) = self.steps.get(self.at[i]) else {
+                return;
+            };
+            let started = match step {
+                Step::Bcast {
+                    call,
+                    root,
+                    size,
+                    algo,
+                } => {
+                    let data = if usize::from(root) == i {
+                        message_bytes(self.seed, root, call, size)
+                    } else {
+                        Vec::new()
+                    };
+                    m.bcast(now, root, data, algo)
+                }
+                Step::Barrier => m.barrier(now, BarrierKind::Broadcast),
+            };
+            match started {
+                Ok(()) => self.in_call[i] = true,
+                Err(e) => {
+                    self.at[i] += 1;
+                    if self.survivor[i] {
+                        self.report.failed_calls += 1;
+                        self.report
+                            .first_error
+                            .get_or_insert_with(|| format!("member {i}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.at
+            .iter()
+            .zip(&self.survivor)
+            .all(|(&a, &s)| !s || a >= self.steps.len())
+    }
+
+    fn kill_now(&mut self) -> Vec<usize> {
+        if self.killed_at.is_some() || self.victims.is_empty() {
+            return Vec::new();
+        }
+        if self.at.iter().any(|&a| a >= self.kill_after) {
+            self.killed_at = Some(self.net.now());
+            return self.victims.clone();
+        }
+        Vec::new()
+    }
+}
+
+/// Runs the group API on the simulator.
+pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
+    let n = usize::from(sc.nodes);
+    if n < 2 {
+        return Err(ClusterError::Scenario(format!(
+            "--nodes {n}: a group needs at least 2 members"
+        )));
+    }
+    if sc.sizes.is_empty() || sc.algos.is_empty() {
+        return Err(ClusterError::Scenario(
+            "sizes and algorithms must not be empty".into(),
+        ));
+    }
+    if sc.kill + sc.filter > n - 2 {
+        return Err(ClusterError::Scenario(format!(
+            "{} killed and {} filtered members leave fewer than 2 healthy ones of {n}",
+            sc.kill, sc.filter
+        )));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(sc.seed);
+    // Victims and filtered members: never rank 0, never both.
+    let mut others: Vec<usize> = (1..n).collect();
+    others.shuffle(&mut rng);
+    let mut victims: Vec<usize> = others[..sc.kill].to_vec();
+    let mut filtered: Vec<usize> = others[sc.kill..sc.kill + sc.filter].to_vec();
+    victims.sort_unstable();
+    filtered.sort_unstable();
+    // Roots rotate over the members that survive.
+    let roots: Vec<Rank> = (0..n)
+        .filter(|i| !victims.contains(i))
+        .map(|i| i as Rank)
+        .collect();
+    let mut steps = Vec::new();
+    for c in 0..sc.messages {
+        steps.push(Step::Bcast {
+            call: c as u64,
+            root: roots[c % roots.len()],
+            size: sc.sizes[rng.gen_range(0..sc.sizes.len())],
+            algo: sc.algos[rng.gen_range(0..sc.algos.len())],
+        });
+        if sc.barrier_every > 0 && (c + 1) % sc.barrier_every == 0 {
+            steps.push(Step::Barrier);
+        }
+    }
+    let mut per_port = vec![];
+    for &f in &filtered {
+        per_port.push((
+            f,
+            Faults {
+                group_loss: 1.0,
+                ..sc.faults
+            },
+        ));
+    }
+    let net = SimNet::new(SimConfig {
+        ports: n,
+        rate_bps: sc.rate_bps,
+        latency: sc.latency,
+        mtu: 1500,
+        seed: sc.seed,
+        faults: sc.faults,
+        per_port,
+        switch_buffer: None,
+    })?;
+    let start = net.now();
+    let macs: Vec<_> = (0..n).map(|i| port_mac(i as u16)).collect();
+    let members = (0..n)
+        .map(|i| {
+            let mut cfg = Config::new(0x6E0, i as Rank, sc.nodes);
+            cfg.key = sc.key;
+            let mut mc = MemberConfig::new(cfg, macs.clone());
+            let mut dc = DetectorConfig::new(i as Rank, sc.nodes, sc.detection.t_gossip);
+            dc.protocol = sc.detection.protocol;
+            mc.detector = Some(dc);
+            Ok(Member::new(start, mc)?)
+        })
+        .collect::<Result<Vec<_>, ClusterError>>()?;
+    let mut cluster = SimCluster::new(net, members)?;
+    let survivor: Vec<bool> = (0..n).map(|i| !victims.contains(&i)).collect();
+    let survivors = survivor.iter().filter(|&&s| s).count() as u64;
+    let mut expected = 0;
+    let mut barriers = 0;
+    for s in &steps {
+        match s {
+            Step::Bcast { root, .. } => {
+                expected += survivors - u64::from(survivor[usize::from(*root)]);
+            }
+            Step::Barrier => barriers += survivors,
+        }
+    }
+    let mut w = Schedule {
+        seed: sc.seed,
+        net: cluster.net().clone(),
+        kill_after: steps.len() / 3,
+        steps,
+        at: vec![0; n],
+        in_call: vec![false; n],
+        victims: victims.clone(),
+        survivor: survivor.clone(),
+        killed_at: None,
+        evicted: vec![vec![None; n]; n],
+        report: GroupReport {
+            expected,
+            barriers_expected: barriers,
+            killed: victims.iter().map(|&v| v as Rank).collect(),
+            filtered: filtered.iter().map(|&v| v as Rank).collect(),
+            bound_ms: sc.detection.bound(sc.nodes).as_secs_f64() * 1e3,
+            ..GroupReport::default()
+        },
+    };
+    let end = cluster.run(sc.limit, &mut w)?;
+    let mut r = w.report.clone();
+    r.completed = end == RunEnd::Done;
+    r.missing = r
+        .expected
+        .saturating_sub(r.delivered + r.corrupt + r.duplicated + r.out_of_order);
+    let survivors_idx: Vec<usize> = (0..n).filter(|&i| survivor[i]).collect();
+    let mut evicted_by_all = BTreeSet::new();
+    let mut wrongly = BTreeSet::new();
+    let mut max_detect = Duration::ZERO;
+    for (v, &alive) in survivor.iter().enumerate() {
+        let times: Vec<Option<Instant>> = survivors_idx.iter().map(|&i| w.evicted[i][v]).collect();
+        if alive {
+            if times.iter().any(Option::is_some) {
+                wrongly.insert(v as Rank);
+            }
+            continue;
+        }
+        if times.iter().all(Option::is_some) {
+            evicted_by_all.insert(v as Rank);
+            if let Some(k) = w.killed_at {
+                for t in times.into_iter().flatten() {
+                    max_detect = max_detect.max(t.saturating_duration_since(k));
+                }
+            }
+        }
+    }
+    r.evicted = evicted_by_all.into_iter().collect();
+    r.wrongly_evicted = wrongly.into_iter().collect();
+    r.max_detect_ms = max_detect.as_secs_f64() * 1e3;
+    r.tree_fallbacks = cluster.members().map(|m| m.stats().tree_fallbacks).sum();
+    r.virtual_time_us = cluster.net().now().duration_since(start).as_micros() as u64;
+    Ok(r)
+}
