@@ -59,6 +59,11 @@ pub trait Workload {
     fn kill_now(&mut self) -> Vec<usize> {
         Vec::new()
     }
+    /// When the application wants every member visited again although no frame or timer
+    /// calls for it (the end of a compute phase).
+    fn next_wake(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// N members on one simulated switch, each run by the driver in the switch's virtual time.
@@ -191,7 +196,8 @@ impl SimCluster {
             if w.done() && self.all_idle() {
                 return Ok(RunEnd::Done);
             }
-            let next = [self.net.next_event(), self.next_timer()]
+            let wake = w.next_wake().filter(|&t| t > now);
+            let next = [self.net.next_event(), self.next_timer(), wake]
                 .into_iter()
                 .flatten()
                 .min();
@@ -203,7 +209,11 @@ impl SimCluster {
             }
             self.net.advance_to(next.max(now));
             let now = self.net.now();
-            ready = self.net.take_ready();
+            ready = if wake.is_some_and(|t| t <= now) {
+                (0..self.nodes.len()).collect()
+            } else {
+                self.net.take_ready()
+            };
             while let Some(&Reverse((t, i))) = self.timers.peek() {
                 if t > now {
                     break;

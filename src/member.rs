@@ -608,8 +608,10 @@ impl Member {
             && self.posted[usize::from(root)] == 0
         {
             // The receive of this call (the MPI way: posted when the call is made). A receive
-            // left by a call the root served down the tree serves this one.
+            // left by a call the root served down the tree serves this one. A message already
+            // held in the pushed buffer is delivered by the post.
             self.post(now, root)?;
+            self.collect(now);
         }
         self.call = Some(Call::Bcast {
             root,
@@ -894,8 +896,10 @@ impl Member {
 
     /// Writes the next frame to send into `buf` (at least the MTU long).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        while let Some(root) = self.top_ups.pop() {
-            self.top_up(now, root);
+        if !self.top_ups.is_empty() {
+            // Posts the receives the application made room for (a message held unposted is
+            // delivered by its post).
+            self.collect(now);
         }
         self.pump_controls();
         if let Some(t) = self.engine.poll_transmit(now, buf) {
@@ -1021,6 +1025,19 @@ impl Member {
     /// Takes the group engine's events: deliveries to the call or the application, control
     /// messages to their machines, stability into the counter.
     fn collect(&mut self, now: Instant) {
+        loop {
+            self.collect_once(now);
+            if self.top_ups.is_empty() {
+                return;
+            }
+            // Posting may deliver messages held unposted: collect again.
+            while let Some(root) = self.top_ups.pop() {
+                self.top_up(now, root);
+            }
+        }
+    }
+
+    fn collect_once(&mut self, now: Instant) {
         while let Some(ev) = self.engine.poll_event() {
             match ev {
                 proto::Event::Delivered { root, msg_id, data } => {
@@ -1058,9 +1075,6 @@ impl Member {
                 }
                 proto::Event::Control { src, msg } => self.route(now, src, msg),
             }
-        }
-        while let Some(root) = self.top_ups.pop() {
-            self.top_up(now, root);
         }
     }
 

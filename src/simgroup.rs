@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use rand::{seq::SliceRandom, Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde_like::Json;
 
 use crate::cluster::{message_bytes, ClusterError, RunEnd, SimCluster, Workload};
 use crate::detect::{DetectorConfig, Gossip};
@@ -26,30 +25,6 @@ use crate::group::Detection;
 use crate::link::sim::{port_mac, Faults, SimConfig, SimNet};
 use crate::member::{Algorithm, BarrierKind, Done, Event, Member, MemberConfig};
 use crate::proto::Config;
-
-mod serde_like {
-    /// A tiny JSON object writer: keys in insertion order, so that reports are stable.
-    #[derive(Debug, Default)]
-    pub struct Json(Vec<(String, String)>);
-
-    impl Json {
-        /// Adds a number or a literal.
-        pub fn raw(mut self, k: &str, v: impl std::fmt::Display) -> Json {
-            self.0.push((k.to_string(), v.to_string()));
-            self
-        }
-        /// Adds a list of numbers.
-        pub fn list(self, k: &str, v: &[u16]) -> Json {
-            let items: Vec<String> = v.iter().map(|x| x.to_string()).collect();
-            self.raw(k, format!("[{}]", items.join(",")))
-        }
-        /// The object.
-        pub fn finish(&self) -> String {
-            let fields: Vec<String> = self.0.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-            format!("{{{}}}", fields.join(","))
-        }
-    }
-}
 
 /// A run of the group API on the simulator.
 #[derive(Debug, Clone)]
@@ -167,32 +142,6 @@ impl GroupReport {
             && self.evicted == self.killed
             && self.wrongly_evicted.is_empty()
             && self.max_detect_ms <= self.bound_ms
-    }
-
-    /// The report as one JSON object (`wall_s` is the caller's to add).
-    pub fn to_json(&self) -> String {
-        Json::default()
-            .raw("expected", self.expected)
-            .raw("delivered", self.delivered)
-            .raw("corrupt", self.corrupt)
-            .raw("duplicated", self.duplicated)
-            .raw("out_of_order", self.out_of_order)
-            .raw("missing", self.missing)
-            .raw("barriers_expected", self.barriers_expected)
-            .raw("barriers_completed", self.barriers_completed)
-            .raw("failed_calls", self.failed_calls)
-            .list("killed", &self.killed)
-            .list("evicted", &self.evicted)
-            .list("wrongly_evicted", &self.wrongly_evicted)
-            .list("filtered", &self.filtered)
-            .raw("max_detect_ms", format!("{:.3}", self.max_detect_ms))
-            .raw("bound_ms", format!("{:.3}", self.bound_ms))
-            .raw("tree_fallbacks", self.tree_fallbacks)
-            .raw("peak_queued_events", self.peak_queued_events)
-            .raw("virtual_time_us", self.virtual_time_us)
-            .raw("completed", self.completed)
-            .raw("perfect", self.perfect())
-            .finish()
     }
 }
 

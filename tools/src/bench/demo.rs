@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use ethbcast::group::Algorithm;
 use ethbcast::memory::Profile;
-use ethbcast::proto::Algo;
 use serde::Serialize;
 
 use super::barrier::{self, BarrierOptions, BarrierReport};
@@ -194,24 +193,25 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
 
 fn on_simulator(o: &DemoOptions, reason: String) -> Result<DemoReport, String> {
     let bar = "!".repeat(78);
-    eprintln!("{bar}\n!! NO TEST-BED: cannot create network namespaces here: {reason}\n!! Running the broadcast comparison on the SIMULATED switch instead (virtual time,\n!! 1 Gbit/s links, 5 µs switch latency). Only PPBCAST and SBCAST: the binomial tree\n!! and the barriers need real links. Run as root (CAP_NET_ADMIN + CAP_SYS_ADMIN) for\n!! the real measurement.\n{bar}");
+    eprintln!("{bar}\n!! NO TEST-BED: cannot create network namespaces here: {reason}\n!! Running the broadcast comparison on the SIMULATED switch instead (virtual time,\n!! 1 Gbit/s links, 5 µs switch latency): PPBCAST, SBCAST and the binomial tree; the\n!! barrier benchmark needs real links. Run as root (CAP_NET_ADMIN + CAP_SYS_ADMIN) for\n!! the real measurement.\n{bar}");
     let nodes: Vec<usize> = if o.quick { vec![2, 4] } else { vec![2, 4, 8] };
     let sizes: Vec<usize> = if o.quick {
         vec![8, 4096]
     } else {
         vec![8, 256, 4096, 65536]
     };
-    let rows = simlat::rows(&nodes, &sizes, &[Algo::PushPull, Algo::Simple])?;
+    let algos = [Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree];
+    let rows = simlat::rows(&nodes, &sizes, &algos)?;
     let mut lo = LatencyOptions::new(8);
     lo.nodes = nodes;
     lo.sizes = sizes;
     lo.iters = 1;
     lo.warmup = 2;
-    lo.algos = vec![Algorithm::PushPull, Algorithm::Simple];
+    lo.algos = algos.to_vec();
     let mut lat = latency::analyse(rows, &lo);
     lat.method = "SIMULATOR, virtual time: latency of one warm broadcast (the third of three) \
-                  from the root's call until the last receiver delivered it; deterministic, so \
-                  all statistics are the same value"
+                  from the root's call until the last receiver's call returned; deterministic, \
+                  so all statistics are the same value"
         .into();
     lat.backend = "sim".into();
     println!(

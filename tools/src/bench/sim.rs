@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use ethbcast::cluster::{run, ClusterError, Report, Scenario};
 use ethbcast::link::sim::Faults;
+use ethbcast::member::Algorithm;
 use ethbcast::proto::Algo;
+use ethbcast::simgroup::{run_group, GroupScenario};
 use serde::Serialize;
 
 /// Options of a simulator run (rates in percent of frames, per port).
@@ -87,6 +89,176 @@ pub struct SimJson {
     pub wall_s: f64,
 }
 
+impl SimOptions {
+    fn faults(&self) -> Faults {
+        Faults {
+            loss: self.loss / 100.0,
+            burst_loss: self.burst_loss / 100.0,
+            dup: self.dup / 100.0,
+            reorder: self.reorder / 100.0,
+            reorder_delay: Duration::from_micros(200),
+            corrupt: self.corrupt / 100.0,
+            ..Faults::NONE
+        }
+    }
+}
+
+/// Options of a run of the group API (`sim --api group`).
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    /// The switch, the faults and the workload's size.
+    pub sim: SimOptions,
+    /// Algorithms drawn per call.
+    pub algos: Vec<Algorithm>,
+    /// A barrier after every this many broadcasts.
+    pub barrier_every: usize,
+    /// Members killed a third of the way through.
+    pub kill: usize,
+    /// Members behind a broadcast filter.
+    pub filter: usize,
+}
+
+/// The JSON of `sim --api group`.
+#[derive(Debug, Serialize)]
+pub struct GroupJson {
+    /// Members.
+    pub nodes: u16,
+    /// Algorithms drawn per call.
+    pub algos: Vec<String>,
+    /// Seed.
+    pub seed: u64,
+    /// Broadcast deliveries expected at the survivors.
+    pub expected: u64,
+    /// Completed with the root's bytes.
+    pub delivered: u64,
+    /// Completed with other bytes.
+    pub corrupt: u64,
+    /// Completed with an earlier call's bytes.
+    pub duplicated: u64,
+    /// Completed with a later call's bytes.
+    pub out_of_order: u64,
+    /// Never completed.
+    pub missing: u64,
+    /// Barriers expected at the survivors.
+    pub barriers_expected: u64,
+    /// Barriers the survivors completed.
+    pub barriers_completed: u64,
+    /// Calls that failed at a survivor.
+    pub failed_calls: u64,
+    /// Members killed.
+    pub killed: Vec<u16>,
+    /// Members every survivor evicted.
+    pub evicted: Vec<u16>,
+    /// Survivors some member evicted.
+    pub wrongly_evicted: Vec<u16>,
+    /// Members behind a broadcast filter.
+    pub filtered: Vec<u16>,
+    /// Longest time from a death to its eviction by the last survivor.
+    pub max_detect_ms: f64,
+    /// The detector's bound.
+    pub bound_ms: f64,
+    /// Broadcasts sent down the tree because hardware broadcast reached too few.
+    pub tree_fallbacks: u64,
+    /// Most events a member held at once.
+    pub peak_queued_events: usize,
+    /// Virtual time.
+    pub virtual_time_us: u64,
+    /// Every survivor finished its schedule.
+    pub completed: bool,
+    /// Everything above held (and detection within the bound).
+    pub perfect: bool,
+    /// The first failed call, if any.
+    pub first_error: Option<String>,
+    /// Wall-clock seconds the simulation took.
+    pub wall_s: f64,
+}
+
+/// Runs the group API on the simulator.
+pub fn run_group_sim(o: &GroupOptions) -> Result<GroupJson, ClusterError> {
+    let mut sc = GroupScenario::new(o.sim.nodes, o.sim.messages);
+    sc.sizes = o.sim.sizes.clone();
+    sc.algos = o.algos.clone();
+    sc.barrier_every = o.barrier_every;
+    sc.kill = o.kill;
+    sc.filter = o.filter;
+    sc.faults = o.sim.faults();
+    sc.seed = o.sim.seed;
+    sc.rate_bps = o.sim.rate_bps;
+    let t0 = std::time::Instant::now();
+    let r = run_group(&sc)?;
+    Ok(GroupJson {
+        nodes: o.sim.nodes,
+        algos: o.algos.iter().map(|a| a.to_string()).collect(),
+        seed: o.sim.seed,
+        expected: r.expected,
+        delivered: r.delivered,
+        corrupt: r.corrupt,
+        duplicated: r.duplicated,
+        out_of_order: r.out_of_order,
+        missing: r.missing,
+        barriers_expected: r.barriers_expected,
+        barriers_completed: r.barriers_completed,
+        failed_calls: r.failed_calls,
+        perfect: r.perfect(),
+        killed: r.killed,
+        evicted: r.evicted,
+        wrongly_evicted: r.wrongly_evicted,
+        filtered: r.filtered,
+        max_detect_ms: r.max_detect_ms,
+        bound_ms: r.bound_ms,
+        tree_fallbacks: r.tree_fallbacks,
+        peak_queued_events: r.peak_queued_events,
+        virtual_time_us: r.virtual_time_us,
+        completed: r.completed,
+        first_error: r.first_error,
+        wall_s: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Renders a group run for a terminal.
+pub fn render_group(r: &GroupJson) -> String {
+    let mut t = super::table::Table::new(&["metric", "value"]);
+    let rows: Vec<(&str, String)> = vec![
+        ("nodes", r.nodes.to_string()),
+        ("algorithms", r.algos.join(",")),
+        ("expected deliveries", r.expected.to_string()),
+        ("delivered intact", r.delivered.to_string()),
+        (
+            "corrupt / duplicated / out of order / missing",
+            format!(
+                "{} / {} / {} / {}",
+                r.corrupt, r.duplicated, r.out_of_order, r.missing
+            ),
+        ),
+        (
+            "barriers completed",
+            format!("{} of {}", r.barriers_completed, r.barriers_expected),
+        ),
+        (
+            "killed / evicted",
+            format!("{:?} / {:?}", r.killed, r.evicted),
+        ),
+        ("wrongly evicted", format!("{:?}", r.wrongly_evicted)),
+        ("behind a broadcast filter", format!("{:?}", r.filtered)),
+        (
+            "detection (max) / bound",
+            format!("{:.1} ms / {:.1} ms", r.max_detect_ms, r.bound_ms),
+        ),
+        ("tree fall-backs", r.tree_fallbacks.to_string()),
+        ("peak queued events", r.peak_queued_events.to_string()),
+        (
+            "virtual time",
+            format!("{:.3} s", r.virtual_time_us as f64 / 1e6),
+        ),
+        ("perfect", r.perfect.to_string()),
+        ("wall time", format!("{:.2} s", r.wall_s)),
+    ];
+    for (k, v) in rows {
+        t.row(vec![k.to_string(), v]);
+    }
+    t.render()
+}
+
 /// Runs the simulation.
 pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
     let mut sc = Scenario::new(o.nodes, o.messages);
@@ -97,15 +269,7 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
     }
     sc.seed = o.seed;
     sc.rate_bps = o.rate_bps;
-    sc.faults = Faults {
-        loss: o.loss / 100.0,
-        burst_loss: o.burst_loss / 100.0,
-        dup: o.dup / 100.0,
-        reorder: o.reorder / 100.0,
-        reorder_delay: Duration::from_micros(200),
-        corrupt: o.corrupt / 100.0,
-        ..Faults::NONE
-    };
+    sc.faults = o.faults();
     sc.limit = Duration::from_secs(24 * 3600);
     sc.window = o.window;
     let t0 = std::time::Instant::now();

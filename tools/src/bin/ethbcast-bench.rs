@@ -31,19 +31,47 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// Which layer `sim` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SimApi {
+    /// Streams of broadcasts from several roots.
+    Stream,
+    /// The group API, call by call.
+    Group,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the protocol on the simulated switch and check every delivery.
     ///
     /// Example: ethbcast-bench sim --nodes 16 --messages 20000 --loss 5 --burst-loss 1 --dup 1
     /// --reorder 1 --corrupt 0.1 --json
+    ///
+    /// With `--api group`, the group API call by call (bcast from rotating roots with every
+    /// algorithm, barriers, killed and filtered members, failure detection):
+    /// ethbcast-bench sim --api group --nodes 64 --messages 5000 --barrier-every 20 --kill 2
+    /// --filter 1 --loss 2 --burst-loss 1 --dup 1 --reorder 1 --corrupt 0.1 --seed 7 --json
     Sim {
+        /// stream: roots broadcast streams of messages (the engine under every member);
+        /// group: the group API, call by call.
+        #[arg(long, default_value = "stream")]
+        api: SimApi,
         /// Members of the group.
         #[arg(long, default_value_t = 8)]
         nodes: u16,
-        /// simple, pushpull or both (comma-separated).
-        #[arg(long, default_value = "simple,pushpull", value_delimiter = ',')]
-        algo: Vec<Algo>,
+        /// Algorithms (comma-separated): simple, pushpull, and with --api group also tree.
+        /// Default: simple,pushpull (stream); pushpull,simple,tree (group).
+        #[arg(long, value_delimiter = ',')]
+        algo: Option<Vec<Algorithm>>,
+        /// With --api group: a barrier after every this many broadcasts (0: none).
+        #[arg(long, default_value_t = 10)]
+        barrier_every: usize,
+        /// With --api group: members killed a third of the way through.
+        #[arg(long, default_value_t = 0)]
+        kill: usize,
+        /// With --api group: members behind a filter that drops broadcast frames.
+        #[arg(long, default_value_t = 0)]
+        filter: usize,
         /// Messages in all, from several roots in turn.
         #[arg(long, default_value_t = 1000)]
         messages: usize,
@@ -380,8 +408,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Sim {
+            api,
             nodes,
             algo,
+            barrier_every,
+            kill,
+            filter,
             messages,
             sizes,
             roots,
@@ -402,9 +434,26 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            let stream_algos: Result<Vec<Algo>, String> = algo
+                .clone()
+                .unwrap_or(vec![Algorithm::Simple, Algorithm::PushPull])
+                .into_iter()
+                .map(|a| match a {
+                    Algorithm::Simple => Ok(Algo::Simple),
+                    Algorithm::PushPull => Ok(Algo::PushPull),
+                    Algorithm::Tree => Err("--algo tree needs --api group".to_string()),
+                })
+                .collect();
+            let stream_algos = match (api, stream_algos) {
+                (SimApi::Stream, Err(e)) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+                (_, a) => a.unwrap_or_default(),
+            };
             let o = sim::SimOptions {
                 nodes,
-                algos: algo,
+                algos: stream_algos,
                 messages,
                 sizes,
                 roots,
@@ -417,6 +466,40 @@ fn main() -> ExitCode {
                 rate_bps,
                 window,
             };
+            if api == SimApi::Group {
+                let g = sim::GroupOptions {
+                    sim: o,
+                    algos: algo.unwrap_or(vec![
+                        Algorithm::PushPull,
+                        Algorithm::Simple,
+                        Algorithm::Tree,
+                    ]),
+                    barrier_every,
+                    kill,
+                    filter,
+                };
+                return match sim::run_group_sim(&g) {
+                    Ok(r) => {
+                        if json {
+                            println!(
+                                "{}",
+                                serde_json::to_string_pretty(&r).expect("serialisable")
+                            );
+                        } else {
+                            println!("{}", sim::render_group(&r));
+                        }
+                        if r.perfect {
+                            ExitCode::SUCCESS
+                        } else {
+                            ExitCode::FAILURE
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::from(2)
+                    }
+                };
+            }
             match sim::run_sim(&o) {
                 Ok(r) => {
                     if json {
