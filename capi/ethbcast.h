@@ -106,6 +106,11 @@
 #define ETHBCAST_ALGO_TREE 2
 
 /**
+ * `root_waits_above` as the algorithm needs.
+ */
+#define ETHBCAST_ROOT_WAITS_AUTO UINT32_MAX
+
+/**
  * A member of a group (opaque). Made by `ethbcast_open`, freed by `ethbcast_close`.
  */
 typedef struct ethbcast_group_t ethbcast_group_t;
@@ -147,6 +152,15 @@ typedef struct ethbcast_options_t {
    * acknowledged, in ms.
    */
   uint32_t linger_ms;
+  /**
+   * A root's `ethbcast_bcast` of more than this many bytes returns only once every member
+   * has acknowledged the message; shorter ones return as soon as they are sent.
+   * `ETHBCAST_ROOT_WAITS_AUTO` (the default): as the algorithm needs (simple: 16 KiB, the
+   * window's reach; push-pull: 860 bytes, what it pushes before receivers pull; tree:
+   * always). Beyond that the root must keep serving its message, and a root that returned
+   * would do so only when it next calls in (or when the progress thread looks).
+   */
+  uint32_t root_waits_above;
 } ethbcast_options_t;
 
 /**

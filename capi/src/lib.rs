@@ -72,6 +72,9 @@ pub const ETHBCAST_ALGO_SIMPLE: u32 = 1;
 /// Broadcast algorithm: point-to-point binomial tree.
 pub const ETHBCAST_ALGO_TREE: u32 = 2;
 
+/// `root_waits_above` as the algorithm needs.
+pub const ETHBCAST_ROOT_WAITS_AUTO: u32 = u32::MAX;
+
 /// Options of `ethbcast_open`. Fill with `ethbcast_options_default` first, then change
 /// fields: new fields may be added at the end in later versions.
 #[repr(C)]
@@ -95,6 +98,13 @@ pub struct EthbcastOptions {
     /// How long `ethbcast_close` keeps serving peers after its own broadcasts were
     /// acknowledged, in ms.
     pub linger_ms: u32,
+    /// A root's `ethbcast_bcast` of more than this many bytes returns only once every member
+    /// has acknowledged the message; shorter ones return as soon as they are sent.
+    /// `ETHBCAST_ROOT_WAITS_AUTO` (the default): as the algorithm needs (simple: 16 KiB, the
+    /// window's reach; push-pull: 860 bytes, what it pushes before receivers pull; tree:
+    /// always). Beyond that the root must keep serving its message, and a root that returned
+    /// would do so only when it next calls in (or when the progress thread looks).
+    pub root_waits_above: u32,
 }
 
 /// Counters of a group (`ethbcast_counters`).
@@ -147,6 +157,7 @@ impl Default for EthbcastOptions {
             expected: 0,
             progress_thread: 1,
             linger_ms: 50,
+            root_waits_above: ETHBCAST_ROOT_WAITS_AUTO,
         }
     }
 }
@@ -263,6 +274,8 @@ fn options_from(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> {
         membership,
         progress_thread: c.progress_thread != 0,
         linger: Duration::from_millis(u64::from(c.linger_ms)),
+        root_waits_above: (c.root_waits_above != ETHBCAST_ROOT_WAITS_AUTO)
+            .then_some(c.root_waits_above as usize),
     })
 }
 
