@@ -94,6 +94,29 @@ static void ebc_setup(void) {
             snprintf(reason, sizeof reason, "%s", ethbcast_last_error());
         }
     }
+    /* One rank per interface: several ranks behind one MAC cannot each be a member. */
+    char mac[32] = "";
+    if (ok) {
+        char path[300];
+        snprintf(path, sizeof path, "/sys/class/net/%s/address", iface);
+        FILE *f = fopen(path, "r");
+        if (f == NULL || fgets(mac, sizeof mac, f) == NULL)
+            snprintf(mac, sizeof mac, "rank-%d", ebc_world_rank);
+        if (f != NULL)
+            fclose(f);
+    }
+    char *macs = calloc((size_t)ebc_world_size, sizeof mac);
+    PMPI_Allgather(mac, sizeof mac, MPI_CHAR, macs, sizeof mac, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; ok && r < ebc_world_size; r++)
+        if (r != ebc_world_rank && macs[r * sizeof mac] != '\0' &&
+            strncmp(mac, macs + r * sizeof mac, sizeof mac) == 0) {
+            ok = 0;
+            snprintf(reason, sizeof reason,
+                     "ranks %d and %d share interface %s (one rank per host is supported)",
+                     r < ebc_world_rank ? r : ebc_world_rank,
+                     r < ebc_world_rank ? ebc_world_rank : r, iface);
+        }
+    free(macs);
     /* Step 1: can every rank open the interface? (Cheap; no waiting for the others.) */
     int in[2] = {ok, ebc_world_rank}, all[2];
     PMPI_Allreduce(in, all, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);

@@ -7,6 +7,7 @@
  * - a derived datatype (MPI_Type_vector) on MPI_COMM_WORLD at every rank, and mixed: the
  *   root sends the vector while the others receive the same signature as plain MPI_INT;
  * - MPI_Barrier on MPI_COMM_WORLD and on the duplicate.
+ * With --quick: two lengths (8 B, 4 KiB) and 5 rounds of barriers (for slow fallbacks).
  * Prints "ok rank R world W congruent C other O" (how many broadcast and barrier calls went to
  * communicators congruent to MPI_COMM_WORLD and to others) or exits 1 with the reason. */
 #include <mpi.h>
@@ -56,14 +57,18 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    const size_t lens[] = {8, 256, 1460, 4096, 65536};
+    const size_t lens_full[] = {8, 256, 1460, 4096, 65536}, lens_quick[] = {8, 4096};
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    const size_t *lens = quick ? lens_quick : lens_full;
+    size_t nlens = quick ? 2 : 5;
+    int barrier_rounds = quick ? 5 : 20;
     MPI_Comm dup, half;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     MPI_Comm_split(MPI_COMM_WORLD, me % 2, n - me, &half); /* reversed order, too */
     int hn;
     MPI_Comm_size(half, &hn);
 
-    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+    for (size_t k = 0; k < nlens; k++) {
         bcast_all_roots(MPI_COMM_WORLD, MPI_BYTE, 1, lens[k], 1);
         bcast_all_roots(MPI_COMM_WORLD, MPI_INT, 4, lens[k], 2);
         bcast_all_roots(dup, MPI_DOUBLE, 8, lens[k], 3);
@@ -103,7 +108,7 @@ int main(int argc, char **argv) {
     }
     MPI_Type_free(&vec);
 
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < barrier_rounds; i++) {
         CHECK(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS, "barrier");
         CHECK(MPI_Barrier(dup) == MPI_SUCCESS, "barrier dup");
         CHECK(MPI_Barrier(half) == MPI_SUCCESS, "barrier half");
