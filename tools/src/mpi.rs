@@ -312,6 +312,11 @@ impl MpiBed {
         &self.bed
     }
 
+    /// The test-bed, to change its loss or rules between jobs.
+    pub fn testbed_mut(&mut self) -> &mut Testbed {
+        &mut self.bed
+    }
+
     /// Removes the test-bed.
     pub fn down(self) -> Result<(), MpiError> {
         Ok(self.bed.down()?)
