@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use ethbcast::group::{Algorithm, GroupError, GroupOptions, Membership};
 use ethbcast::link::{Backend, LinkError, WaitMode};
-use ethbcast::node::NodeError;
+use ethbcast::member::MemberError;
 
 use endpoint::{CallError, Counters, Endpoint, EndpointOptions};
 
@@ -203,10 +203,10 @@ fn code_of(e: &CallError) -> c_int {
         CallError::Poisoned => ETHBCAST_ERR_INTERNAL,
         CallError::Group(g) => match g {
             GroupError::Link(l) => link_code(l),
-            GroupError::Node(NodeError::Link(l)) => link_code(l),
-            GroupError::Node(NodeError::Timeout(..)) => ETHBCAST_ERR_TIMEOUT,
-            GroupError::Node(NodeError::PeerDead(_)) => ETHBCAST_ERR_PEER_DEAD,
-            GroupError::Node(_) => ETHBCAST_ERR_INTERNAL,
+            GroupError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
+            GroupError::Member(MemberError::PeerDead(_)) => ETHBCAST_ERR_PEER_DEAD,
+            GroupError::Member(MemberError::BadRank { .. }) => ETHBCAST_ERR_BAD_RANK,
+            GroupError::Member(_) => ETHBCAST_ERR_INTERNAL,
             GroupError::JoinTimeout { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
             GroupError::Membership(_) | GroupError::NotAMember(_) => ETHBCAST_ERR_MEMBERSHIP,
             GroupError::BadRank { .. } => ETHBCAST_ERR_BAD_RANK,
