@@ -1,7 +1,8 @@
 /* Test program of the C ABI (run by capi/tests/c_abi.rs, one copy per test-bed host).
  *
  * Every member takes every rank as root in turn, for lengths 0 B to 64 KiB, and checks every
- * received byte against the pattern the root wrote; then a barrier, a deliberately wrong
+ * received byte against the pattern the root wrote; 200 back-to-back broadcasts of one root
+ * far ahead of its receivers; then a barrier, a deliberately wrong
  * length (must give ETHBCAST_ERR_LENGTH at the receivers), the counters, and close.
  * Prints "ok rank R size N bcasts B" on success; exits 1 with a reason otherwise. */
 #include <stdint.h>
@@ -84,6 +85,22 @@ int main(int argc, char **argv) {
                 expected_bytes_in += len;
             bcasts++;
         }
+    }
+    /* A root far ahead of its receivers: 200 back-to-back 8-byte broadcasts from the last
+     * rank (MPI lets the root return at once; the receivers must still get each in order). */
+    for (int i = 0; i < 200; i++) {
+        uint8_t small[8];
+        for (int j = 0; j < 8; j++)
+            small[j] = me == n - 1 ? (uint8_t)(i * 8 + j) : 0xEE;
+        rc = ethbcast_bcast(g, n - 1, small, sizeof small);
+        if (rc != ETHBCAST_OK)
+            FAIL("rank %d: back-to-back bcast %d: %s", me, i, ethbcast_strerror(rc));
+        for (int j = 0; j < 8; j++)
+            if (small[j] != (uint8_t)(i * 8 + j))
+                FAIL("rank %d: back-to-back bcast %d byte %d is %u", me, i, j, small[j]);
+        if (me != n - 1)
+            expected_bytes_in += 8;
+        bcasts++;
     }
     rc = ethbcast_barrier(g);
     if (rc != ETHBCAST_OK)

@@ -138,13 +138,10 @@ pub fn probe(iface: &str, backend: Backend) -> Result<(), CallError> {
 
 impl Endpoint {
     /// Opens `iface` and joins the group.
-    pub fn open(iface: &str, mut opts: EndpointOptions) -> Result<Endpoint, CallError> {
+    pub fn open(iface: &str, opts: EndpointOptions) -> Result<Endpoint, CallError> {
         let root_waits_above = opts
             .root_waits_above
             .unwrap_or_else(|| root_waits_above(opts.group.algorithm));
-        if opts.group.tweak.is_none() {
-            opts.group.tweak = Some(acknowledge_at_once);
-        }
         let group = Group::open(iface, opts.membership, opts.group)?;
         let (rank, size) = (group.rank(), group.size());
         let shared = Arc::new(Shared {
@@ -308,35 +305,19 @@ impl Drop for Endpoint {
 
 /// Longest message a root may leave behind as soon as its call has queued it: everything
 /// up to here leaves the root within the call. Longer messages need the root afterwards (a
-/// simple broadcast beyond the 64-frame window sends the rest as acknowledgements come in; a
+/// simple broadcast beyond the 16-frame window sends the rest as acknowledgements come in; a
 /// push-pull broadcast pushes 860 bytes and serves the pulls for the rest; the tree relays
 /// point to point), and a root that returned would serve them only when it next calls in or
 /// when the progress thread looks (a 64 KiB broadcast took 16 ms instead of 1.5 ms).
 pub fn root_waits_above(algorithm: Algorithm) -> usize {
     match algorithm {
-        // The window's 64 frames hold 64 x 1400+ bytes; keep a margin.
-        Algorithm::Simple => 64 * 1024,
+        // The default window's 16 frames hold 16 x 1400+ bytes; keep a margin.
+        Algorithm::Simple => 16 * 1024,
         // BTP1 + BTP2 of the default configuration.
         Algorithm::PushPull => 860,
         Algorithm::Tree => 0,
     }
 }
-
-/// Receivers acknowledge a frame in the same turn that received it, not `ack_delay` later:
-/// a receiver returns to its caller as soon as it has the message, and a delayed
-/// acknowledgement would leave only with its next call (or the progress thread), while the
-/// root waits for it.
-///
-/// The window is 64 frames (the library's default is 16): a 64 KiB message then leaves the
-/// root in one burst instead of three rounds of acknowledgements, which on the test-bed took
-/// the 64 KiB broadcast from about 2 ms to about 1 ms. It costs each member 64 slots per root.
-fn acknowledge_at_once(c: &mut ethbcast::proto::Config) {
-    c.ack_delay = Duration::ZERO;
-    c.window = c.window.max(WINDOW);
-}
-
-/// Frames in flight per root (see [`acknowledge_at_once`]).
-const WINDOW: usize = 64;
 
 fn progress_loop(s: &Shared) {
     let mut pause = PROGRESS_FIRST;

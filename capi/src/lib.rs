@@ -100,7 +100,7 @@ pub struct EthbcastOptions {
     pub linger_ms: u32,
     /// A root's `ethbcast_bcast` of more than this many bytes returns only once every member
     /// has acknowledged the message; shorter ones return as soon as they are sent.
-    /// `ETHBCAST_ROOT_WAITS_AUTO` (the default): as the algorithm needs (simple: 64 KiB, the
+    /// `ETHBCAST_ROOT_WAITS_AUTO` (the default): as the algorithm needs (simple: 16 KiB, the
     /// window's reach; push-pull: 860 bytes, what it pushes before receivers pull; tree:
     /// always). Beyond that the root must keep serving its message, and a root that returned
     /// would do so only when it next calls in (or when the progress thread looks).

@@ -2,7 +2,7 @@
 //! system C compiler (the `cc` crate finds it) against `libethbcast_capi.a` and the checked-in
 //! `ethbcast.h`, then run one process per host of a 4-host test-bed (each in its network
 //! namespace, ranks from `ETHBCAST_RANK`/`ETHBCAST_SIZE`). `bcast_check` checks every byte of
-//! every root's broadcasts (0 B to 64 KiB), a barrier, length and rank errors and the counters;
+//! every root's broadcasts (0 B to 64 KiB), 200 back-to-back broadcasts of one root, a barrier, length and rank errors and the counters;
 //! with `--errors` it checks the codes and sentences of calls that fail before joining.
 
 use std::path::{Path, PathBuf};
@@ -118,8 +118,8 @@ fn c_programs_broadcast_byte_exact_across_four_hosts() {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        // 4 roots x 8 lengths + the mismatched one at rank 0.
-        let bcasts = if i == 0 { 33 } else { 32 };
+        // 4 roots x 8 lengths, 200 back-to-back, and the mismatched one at rank 0.
+        let bcasts = if i == 0 { 233 } else { 232 };
         assert_eq!(stdout.trim(), format!("ok rank {i} size 4 bcasts {bcasts}"));
     }
     for (i, out) in run_on_hosts(&bed, &hello).iter().enumerate() {
