@@ -3,5 +3,6 @@
 
 pub mod bench;
 pub mod distribute;
+pub mod mpi;
 pub mod netns;
 pub mod testbed;

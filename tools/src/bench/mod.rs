@@ -7,6 +7,7 @@ pub mod distribute;
 pub mod faults;
 pub mod latency;
 pub mod memory;
+pub mod mpi;
 pub mod plot;
 pub mod selftest;
 pub mod sim;

@@ -16,8 +16,9 @@ use ethbcast::memory::Profile;
 use ethbcast::proto::Algo;
 use ethbcast_tools::bench::bed::BedOptions;
 use ethbcast_tools::bench::{
-    barrier, demo, distribute, latency, memory, plot, selftest, sim, throughput,
+    barrier, demo, distribute, latency, memory, mpi, plot, selftest, sim, throughput,
 };
+use ethbcast_tools::mpi::MpiImpl;
 use ethbcast_tools::testbed::Rate;
 
 #[derive(Parser)]
@@ -216,6 +217,50 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Print one JSON object (no progress bar).
+        #[arg(long)]
+        json: bool,
+    },
+    /// MPI_Bcast and MPI_Barrier latency of a C MPI program under Open MPI and MPICH, with and
+    /// without the ethbcast interposer (LD_PRELOAD), one rank per test-bed host (or K).
+    ///
+    /// Builds the benchmark with each mpicc and the interposer with capi/mpi/build.sh (run it
+    /// from the checkout). Latency of one broadcast = root's call until the LAST rank returned;
+    /// of a barrier = last rank entering to last rank leaving; every rank checks every byte.
+    ///
+    /// Example: ethbcast-bench mpi --testbed 8 --impl openmpi,mpich --json
+    Mpi {
+        /// Hosts on the test-bed.
+        #[arg(long, default_value_t = 8)]
+        testbed: usize,
+        /// MPI implementations: openmpi, mpich.
+        #[arg(long = "impl", default_value = "openmpi,mpich", value_delimiter = ',')]
+        impls: Vec<MpiImpl>,
+        /// Ranks per host.
+        #[arg(long, default_value_t = 1)]
+        ranks_per_host: usize,
+        /// Broadcast sizes in bytes.
+        #[arg(
+            long,
+            default_value = "8,64,256,1024,4096,16384,65536",
+            value_delimiter = ','
+        )]
+        sizes: Vec<usize>,
+        /// Measured iterations per size and of the barrier.
+        #[arg(long, default_value_t = 500)]
+        iters: usize,
+        /// Unmeasured iterations before them.
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        /// The interposer's wait mode: adaptive, block, spin, doze.
+        #[arg(long, default_value = "adaptive")]
+        wait: WaitMode,
+        /// Test-bed name prefix.
+        #[arg(long, default_value = "ebmpi")]
+        prefix: String,
+        /// Seconds after which a job that has not finished is killed (its rows so far count).
+        #[arg(long, default_value_t = 240)]
+        job_timeout: u64,
+        /// Print one JSON object.
         #[arg(long)]
         json: bool,
     },
@@ -770,6 +815,42 @@ fn main() -> ExitCode {
                     code(plots(out.as_ref(), |d| {
                         plot::throughput(std::slice::from_ref(&r), d)
                     }))
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Mpi {
+            testbed,
+            impls,
+            ranks_per_host,
+            sizes,
+            iters,
+            warmup,
+            wait,
+            prefix,
+            job_timeout,
+            json,
+        } => {
+            let mut o = mpi::MpiBenchOptions::new(testbed);
+            o.impls = impls;
+            o.ranks_per_host = ranks_per_host;
+            o.sizes = sizes;
+            o.iters = iters;
+            o.warmup = warmup;
+            o.wait = format!("{wait:?}").to_ascii_lowercase();
+            o.prefix = prefix;
+            o.job_timeout = std::time::Duration::from_secs(job_timeout);
+            match mpi::run(&o) {
+                Ok(r) => {
+                    if json {
+                        print_json(&r);
+                    } else {
+                        print!("{}", mpi::render(&r));
+                    }
+                    code(r.rows.iter().all(|x| x.verified))
                 }
                 Err(e) => {
                     eprintln!("error: {e}");

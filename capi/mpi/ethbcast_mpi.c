@@ -1,0 +1,319 @@
+/* libethbcast_mpi: MPI_Bcast and MPI_Barrier over Ethernet hardware broadcast, for MPI
+ * programs as they are (LD_PRELOAD), through the MPI profiling interface (PMPI).
+ *
+ * Compiled once per MPI implementation with its own mpicc (Open MPI's MPI_Comm is a pointer,
+ * MPICH's an int): `bash capi/mpi/build.sh` makes target/mpi/libethbcast_mpi-openmpi.so and
+ * target/mpi/libethbcast_mpi-mpich.so. Run with
+ *   ETHBCAST_IFACE=eth0 LD_PRELOAD=.../libethbcast_mpi-openmpi.so ./program
+ * (mpirun -x / mpiexec -genv pass both to every rank).
+ *
+ * What goes over ethbcast: MPI_Bcast and MPI_Barrier on MPI_COMM_WORLD and on communicators
+ * congruent to it (same members, same order: MPI_Comm_compare gives MPI_IDENT or
+ * MPI_CONGRUENT; with MPI_THREAD_MULTIPLE only MPI_COMM_WORLD, since two threads may run
+ * collectives on two congruent communicators in different orders on different ranks).
+ * Everything else calls the PMPI_ function: other communicators, intercommunicators,
+ * invalid arguments (so MPI reports the error as usual), and the whole job when
+ * ETHBCAST_IFACE is unset or any rank cannot open it (one warning per job).
+ *
+ * Why the choice depends on the communicator only, never on the datatype: MPI lets ranks pass
+ * different datatypes with the same type signature (the root a vector, the others plain
+ * ints). A per-rank choice by datatype would send some ranks to ethbcast and others to PMPI
+ * within one broadcast, and they would wait for each other forever. So every rank moves
+ * count * MPI_Type_size bytes: predefined datatypes straight from the buffer, derived ones
+ * packed with PMPI_Pack (the signature's elements in order) and unpacked with PMPI_Unpack.
+ *
+ * Environment: ETHBCAST_IFACE (required), ETHBCAST_WAIT (block, adaptive, spin, doze;
+ * default adaptive), ETHBCAST_ALGO (simple, pushpull, tree; default simple),
+ * ETHBCAST_PROGRESS_THREAD=0 (no progress thread: only for programs that call collectives
+ * all the time), ETHBCAST_ROOT_WAITS_ABOVE=BYTES (a root's broadcast longer than this returns
+ * once all acknowledged; default: as the algorithm needs),
+ * ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0
+ * draws one per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many
+ * calls went where). */
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ethbcast.h"
+
+#ifndef ETHBCAST_MPI_IMPL
+#define ETHBCAST_MPI_IMPL "mpi"
+#endif
+
+static ethbcast_group_t *ebc_group = NULL;
+static int ebc_keyval = MPI_KEYVAL_INVALID;
+static int ebc_thread_multiple = 0;
+static int ebc_world_size = 0;
+static int ebc_world_rank = 0;
+static unsigned long long ebc_calls_hw = 0, ebc_calls_pmpi = 0;
+
+/* Attribute values cached on a communicator: whether it is congruent to MPI_COMM_WORLD. */
+#define EBC_NOT_CONGRUENT ((void *)(intptr_t)1)
+#define EBC_CONGRUENT ((void *)(intptr_t)2)
+
+static void ebc_setenv_int(const char *name, int value) {
+    char text[16];
+    snprintf(text, sizeof text, "%d", value);
+    setenv(name, text, 1);
+}
+
+static uint32_t ebc_wait_mode(void) {
+    const char *w = getenv("ETHBCAST_WAIT");
+    if (w == NULL || strcasecmp(w, "adaptive") == 0)
+        return ETHBCAST_WAIT_ADAPTIVE;
+    if (strcasecmp(w, "block") == 0)
+        return ETHBCAST_WAIT_BLOCK;
+    if (strcasecmp(w, "spin") == 0)
+        return ETHBCAST_WAIT_SPIN;
+    if (strcasecmp(w, "doze") == 0)
+        return ETHBCAST_WAIT_DOZE;
+    return UINT32_MAX; /* rejected by ethbcast_open with a sentence */
+}
+
+/* Joins the group, or leaves ebc_group NULL on every rank: all ranks decide together, so that
+ * no rank uses ethbcast while another uses PMPI. The lowest rank that failed prints why. */
+static void ebc_setup(void) {
+    PMPI_Comm_rank(MPI_COMM_WORLD, &ebc_world_rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &ebc_world_size);
+    char reason[512] = "";
+    const char *iface = getenv("ETHBCAST_IFACE");
+    int ok = 1;
+    if (iface == NULL || iface[0] == '\0') {
+        ok = 0;
+        snprintf(reason, sizeof reason, "ETHBCAST_IFACE is not set");
+    } else {
+        int rc = ethbcast_probe(iface);
+        if (rc != ETHBCAST_OK) {
+            ok = 0;
+            snprintf(reason, sizeof reason, "%s", ethbcast_last_error());
+        }
+    }
+    /* One rank per interface: several ranks behind one MAC cannot each be a member. */
+    char mac[32] = "";
+    if (ok) {
+        char path[300];
+        snprintf(path, sizeof path, "/sys/class/net/%s/address", iface);
+        FILE *f = fopen(path, "r");
+        if (f == NULL || fgets(mac, sizeof mac, f) == NULL)
+            snprintf(mac, sizeof mac, "rank-%d", ebc_world_rank);
+        if (f != NULL)
+            fclose(f);
+    }
+    char *macs = calloc((size_t)ebc_world_size, sizeof mac);
+    PMPI_Allgather(mac, sizeof mac, MPI_CHAR, macs, sizeof mac, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; ok && r < ebc_world_size; r++)
+        if (r != ebc_world_rank && macs[r * sizeof mac] != '\0' &&
+            strncmp(mac, macs + r * sizeof mac, sizeof mac) == 0) {
+            ok = 0;
+            snprintf(reason, sizeof reason,
+                     "ranks %d and %d share interface %s (one rank per host is supported)",
+                     r < ebc_world_rank ? r : ebc_world_rank,
+                     r < ebc_world_rank ? ebc_world_rank : r, iface);
+        }
+    free(macs);
+    /* Step 1: can every rank open the interface? (Cheap; no waiting for the others.) */
+    int in[2] = {ok, ebc_world_rank}, all[2];
+    PMPI_Allreduce(in, all, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
+    if (all[0]) {
+        ethbcast_options_t opts;
+        ethbcast_options_default(&opts);
+        opts.wait = ebc_wait_mode();
+        const char *algo = getenv("ETHBCAST_ALGO");
+        opts.algorithm = ETHBCAST_ALGO_SIMPLE;
+        if (algo != NULL && strcasecmp(algo, "pushpull") == 0)
+            opts.algorithm = ETHBCAST_ALGO_PUSHPULL;
+        else if (algo != NULL && strcasecmp(algo, "tree") == 0)
+            opts.algorithm = ETHBCAST_ALGO_TREE;
+        const char *root_waits = getenv("ETHBCAST_ROOT_WAITS_ABOVE");
+        if (root_waits != NULL && root_waits[0] != '\0')
+            opts.root_waits_above = (uint32_t)strtoul(root_waits, NULL, 0);
+        const char *progress = getenv("ETHBCAST_PROGRESS_THREAD");
+        if (progress != NULL && strcmp(progress, "0") == 0)
+            opts.progress_thread = 0;
+        const char *t = getenv("ETHBCAST_TIMEOUT_MS");
+        if (t != NULL && atoi(t) > 0)
+            opts.timeout_ms = (uint32_t)atoi(t);
+        /* A group id per job, so that two jobs on one segment ignore each other. */
+        unsigned int id = 0;
+        const char *gid = getenv("ETHBCAST_GROUP_ID");
+        if (gid != NULL && gid[0] != '\0')
+            id = (unsigned int)strtoul(gid, NULL, 0);
+        else if (ebc_world_rank == 0)
+            id = (unsigned int)getpid() * 2654435761u ^ (unsigned int)time(NULL);
+        PMPI_Bcast(&id, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
+        opts.group_id = id;
+        /* Ranks are MPI_COMM_WORLD's: ETHBCAST_RANK/SIZE take precedence over the
+         * launcher's variables in the membership from the environment. */
+        char *old_rank = getenv("ETHBCAST_RANK"), *old_size = getenv("ETHBCAST_SIZE");
+        old_rank = old_rank ? strdup(old_rank) : NULL;
+        old_size = old_size ? strdup(old_size) : NULL;
+        ebc_setenv_int("ETHBCAST_RANK", ebc_world_rank);
+        ebc_setenv_int("ETHBCAST_SIZE", ebc_world_size);
+        int rc = ethbcast_open(iface, &opts, &ebc_group);
+        if (old_rank) setenv("ETHBCAST_RANK", old_rank, 1); else unsetenv("ETHBCAST_RANK");
+        if (old_size) setenv("ETHBCAST_SIZE", old_size, 1); else unsetenv("ETHBCAST_SIZE");
+        free(old_rank);
+        free(old_size);
+        ok = rc == ETHBCAST_OK;
+        if (!ok)
+            snprintf(reason, sizeof reason, "%s", ethbcast_last_error());
+        else if (ethbcast_rank(ebc_group) != ebc_world_rank ||
+                 ethbcast_size(ebc_group) != ebc_world_size) {
+            ok = 0;
+            snprintf(reason, sizeof reason, "group rank %d of %d differs from MPI rank %d of %d",
+                     ethbcast_rank(ebc_group), ethbcast_size(ebc_group), ebc_world_rank,
+                     ebc_world_size);
+        }
+        /* Step 2: did every rank join? */
+        in[0] = ok;
+        PMPI_Allreduce(in, all, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
+        if (!all[0] && ebc_group != NULL) {
+            ethbcast_close(ebc_group);
+            ebc_group = NULL;
+        }
+    }
+    if (!all[0] && ebc_world_rank == all[1])
+        fprintf(stderr,
+                "ethbcast-mpi: rank %d: hardware broadcast is off for this job, MPI_Bcast and "
+                "MPI_Barrier use " ETHBCAST_MPI_IMPL "'s own: %s\n",
+                ebc_world_rank, reason);
+    if (ebc_group != NULL)
+        PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &ebc_keyval,
+                                NULL);
+}
+
+int MPI_Init(int *argc, char ***argv) {
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS)
+        ebc_setup();
+    return rc;
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) {
+        ebc_thread_multiple = *provided == MPI_THREAD_MULTIPLE;
+        ebc_setup();
+    }
+    return rc;
+}
+
+/* Whether collectives on `comm` go over ethbcast (the same answer on every rank of comm). */
+static int ebc_uses_group(MPI_Comm comm) {
+    if (ebc_group == NULL || comm == MPI_COMM_NULL)
+        return 0;
+    if (comm == MPI_COMM_WORLD)
+        return 1;
+    if (ebc_thread_multiple)
+        return 0;
+    void *cached = NULL;
+    int found = 0;
+    if (PMPI_Comm_get_attr(comm, ebc_keyval, &cached, &found) != MPI_SUCCESS)
+        return 0;
+    if (found)
+        return cached == EBC_CONGRUENT;
+    int inter = 0, result = MPI_UNEQUAL;
+    if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
+        return 0;
+    if (PMPI_Comm_compare(MPI_COMM_WORLD, comm, &result) != MPI_SUCCESS)
+        return 0;
+    int yes = result == MPI_IDENT || result == MPI_CONGRUENT;
+    PMPI_Comm_set_attr(comm, ebc_keyval, yes ? EBC_CONGRUENT : EBC_NOT_CONGRUENT);
+    return yes;
+}
+
+/* An ethbcast failure as an MPI error, through the communicator's error handler. */
+static int ebc_fail(MPI_Comm comm, const char *what, int rc) {
+    int code = rc == ETHBCAST_ERR_LENGTH ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
+    fprintf(stderr, "ethbcast-mpi: rank %d: %s: %s (%s)\n", ebc_world_rank, what,
+            ethbcast_strerror(rc), ethbcast_last_error());
+    PMPI_Comm_call_errhandler(comm, code);
+    return code;
+}
+
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+    int size = 0, ni, na, nd, combiner;
+    if (!ebc_uses_group(comm) || count < 0 || root < 0 || root >= ebc_world_size ||
+        datatype == MPI_DATATYPE_NULL || PMPI_Type_size(datatype, &size) != MPI_SUCCESS ||
+        PMPI_Type_get_envelope(datatype, &ni, &na, &nd, &combiner) != MPI_SUCCESS) {
+        ebc_calls_pmpi++;
+        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    }
+    ebc_calls_hw++;
+    size_t bytes = (size_t)count * (size_t)size;
+    if (bytes == 0)
+        return MPI_SUCCESS;
+    if (combiner == MPI_COMBINER_NAMED) {
+        int rc = ethbcast_bcast(ebc_group, root, buffer, bytes);
+        return rc == ETHBCAST_OK ? MPI_SUCCESS : ebc_fail(comm, "MPI_Bcast", rc);
+    }
+    if (bytes > INT32_MAX)
+        return PMPI_Bcast(buffer, count, datatype, root, comm); /* MPI_Pack's int sizes */
+    int packed_max = 0;
+    PMPI_Pack_size(count, datatype, comm, &packed_max);
+    if ((size_t)packed_max < bytes)
+        packed_max = (int)bytes;
+    char *packed = malloc((size_t)packed_max);
+    if (packed == NULL) {
+        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    int me = 0, position = 0, rc = MPI_SUCCESS;
+    PMPI_Comm_rank(comm, &me);
+    if (me == root) {
+        rc = PMPI_Pack(buffer, count, datatype, packed, packed_max, &position, comm);
+        if (rc == MPI_SUCCESS && (size_t)position != bytes) {
+            fprintf(stderr, "ethbcast-mpi: MPI_Pack made %d bytes of a %zu-byte signature\n",
+                    position, bytes);
+            rc = MPI_ERR_INTERN;
+        }
+    }
+    if (rc == MPI_SUCCESS) {
+        int e = ethbcast_bcast(ebc_group, root, packed, bytes);
+        if (e != ETHBCAST_OK)
+            rc = ebc_fail(comm, "MPI_Bcast", e);
+        else if (me != root)
+            rc = PMPI_Unpack(packed, (int)bytes, &position, buffer, count, datatype, comm);
+    }
+    free(packed);
+    return rc;
+}
+
+int MPI_Barrier(MPI_Comm comm) {
+    if (!ebc_uses_group(comm)) {
+        ebc_calls_pmpi++;
+        return PMPI_Barrier(comm);
+    }
+    ebc_calls_hw++;
+    int rc = ethbcast_barrier(ebc_group);
+    return rc == ETHBCAST_OK ? MPI_SUCCESS : ebc_fail(comm, "MPI_Barrier", rc);
+}
+
+int MPI_Finalize(void) {
+    if (ebc_group != NULL) {
+        /* Everyone's broadcasts acknowledged, everyone past the last ethbcast call, then a
+         * barrier that MPI carries reliably (the progress thread serves stragglers of the
+         * ethbcast barrier meanwhile): after it no member needs another, so close. */
+        int rc = ethbcast_flush(ebc_group);
+        if (rc == ETHBCAST_OK)
+            rc = ethbcast_barrier(ebc_group);
+        if (rc != ETHBCAST_OK)
+            fprintf(stderr, "ethbcast-mpi: rank %d: leaving the group: %s (%s)\n",
+                    ebc_world_rank, ethbcast_strerror(rc), ethbcast_last_error());
+        PMPI_Barrier(MPI_COMM_WORLD);
+        ethbcast_close(ebc_group);
+        ebc_group = NULL;
+        PMPI_Comm_free_keyval(&ebc_keyval);
+    }
+    const char *verbose = getenv("ETHBCAST_MPI_VERBOSE");
+    if (verbose != NULL && strcmp(verbose, "1") == 0)
+        fprintf(stderr, "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI\n",
+                ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi);
+    return PMPI_Finalize();
+}

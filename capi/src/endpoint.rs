@@ -1,0 +1,341 @@
+//! A group as C callers and the MPI interposer use it: the [`Group`] behind a lock, a
+//! progress thread, counters, and broadcasts into caller-owned buffers.
+//!
+//! Why a progress thread: a member serves its peers (acknowledgements, repairs, barrier
+//! releases) only while one of its calls runs. An MPI program between two collectives may sit
+//! in a point-to-point receive for a long time; if the peer it waits for is itself waiting for
+//! a repair that only this member can send, both wait forever. The progress thread drives the
+//! protocol whenever the caller has been out of the library for a while: first after 1 ms,
+//! then backing off to every 10 ms, so a tight loop of collectives never meets it and an idle
+//! member costs about a hundred wake-ups a second. It only ever *tries* the lock, and drives
+//! the protocol without waiting (`progress(0)`), so a caller entering a call waits at most for
+//! one non-blocking poll.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ethbcast::group::{Algorithm, Group, GroupError, GroupOptions, Membership};
+use ethbcast::link::{self, Backend, LinkError, WaitMode};
+use thiserror::Error;
+
+/// First pause of the progress thread after the caller left the library.
+const PROGRESS_FIRST: Duration = Duration::from_millis(1);
+/// Longest pause between two background polls.
+const PROGRESS_MAX: Duration = Duration::from_millis(10);
+
+/// Errors of calls on an [`Endpoint`].
+#[derive(Debug, Error)]
+pub enum CallError {
+    /// The group layer failed (link, timeout, membership, rank).
+    #[error(transparent)]
+    Group(#[from] GroupError),
+    /// The link could not be opened (probe).
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// The root's message does not have the length this member passed.
+    #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
+    Length {
+        /// Root of the broadcast.
+        root: u16,
+        /// Length of the message.
+        got: usize,
+        /// Length of the caller's buffer.
+        want: usize,
+    },
+    /// An earlier call panicked while holding the group; its state cannot be trusted.
+    #[error("the group is unusable after an internal error in an earlier call: close it")]
+    Poisoned,
+}
+
+/// What a member has done so far (`ethbcast_counters`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Broadcasts completed (as root or receiver).
+    pub bcasts: u64,
+    /// Payload bytes this member broadcast as root.
+    pub bytes_sent: u64,
+    /// Payload bytes this member received from other roots.
+    pub bytes_received: u64,
+    /// Barriers completed.
+    pub barriers: u64,
+    /// Calls that returned an error.
+    pub errors: u64,
+    /// Times the progress thread drove the protocol while the caller was away.
+    pub background_polls: u64,
+    /// Nanoseconds spent inside broadcast and barrier calls.
+    pub busy_ns: u64,
+}
+
+#[derive(Debug, Default)]
+struct CounterCells {
+    bcasts: AtomicU64,
+    bytes_sent: AtomicU64,
+    bytes_received: AtomicU64,
+    barriers: AtomicU64,
+    errors: AtomicU64,
+    background_polls: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    group: Mutex<Group>,
+    /// Calls entered so far; the progress thread backs off only while this stays put.
+    calls: AtomicU64,
+    in_call: AtomicBool,
+    stop: AtomicBool,
+    counters: CounterCells,
+}
+
+/// How to open an [`Endpoint`].
+#[derive(Debug, Clone)]
+pub struct EndpointOptions {
+    /// Options of the group.
+    pub group: GroupOptions,
+    /// Membership source.
+    pub membership: Membership,
+    /// Run a progress thread.
+    pub progress_thread: bool,
+    /// How long `close` keeps serving peers after its own messages are acknowledged.
+    pub linger: Duration,
+    /// A root's broadcast longer than this many bytes returns only once every member has
+    /// acknowledged it; `None`: as the algorithm needs ([`root_waits_above`]).
+    pub root_waits_above: Option<usize>,
+}
+
+impl Default for EndpointOptions {
+    fn default() -> Self {
+        EndpointOptions {
+            group: GroupOptions::default(),
+            membership: Membership::Env,
+            progress_thread: true,
+            linger: Duration::from_millis(50),
+            root_waits_above: None,
+        }
+    }
+}
+
+/// A member of a group, usable from any thread (calls are serialised).
+#[derive(Debug)]
+pub struct Endpoint {
+    shared: Arc<Shared>,
+    progress: Option<JoinHandle<()>>,
+    rank: u16,
+    size: u16,
+    linger: Duration,
+    root_waits_above: usize,
+}
+
+/// Checks that `iface` can be opened for raw Ethernet (it exists, we have the privilege)
+/// without joining a group, so that a launcher can decide quickly, on every member, whether
+/// to use ethbcast at all.
+pub fn probe(iface: &str, backend: Backend) -> Result<(), CallError> {
+    link::open(backend, iface, WaitMode::Block)?;
+    Ok(())
+}
+
+impl Endpoint {
+    /// Opens `iface` and joins the group.
+    pub fn open(iface: &str, opts: EndpointOptions) -> Result<Endpoint, CallError> {
+        let root_waits_above = opts
+            .root_waits_above
+            .unwrap_or_else(|| root_waits_above(opts.group.algorithm));
+        let group = Group::open(iface, opts.membership, opts.group)?;
+        let (rank, size) = (group.rank(), group.size());
+        let shared = Arc::new(Shared {
+            group: Mutex::new(group),
+            calls: AtomicU64::new(0),
+            in_call: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            counters: CounterCells::default(),
+        });
+        let progress = if opts.progress_thread {
+            let s = Arc::clone(&shared);
+            Some(
+                std::thread::Builder::new()
+                    .name("ethbcast-progress".into())
+                    .spawn(move || progress_loop(&s))
+                    .map_err(|e| CallError::Link(LinkError::Io(e)))?,
+            )
+        } else {
+            None
+        };
+        Ok(Endpoint {
+            shared,
+            progress,
+            rank,
+            size,
+            linger: opts.linger,
+            root_waits_above,
+        })
+    }
+
+    /// This member's rank.
+    pub fn rank(&self) -> u16 {
+        self.rank
+    }
+
+    /// Number of members.
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
+    /// Broadcast into the caller's buffer: the root sends `buf`, every other member receives
+    /// the root's message into it. Every member must pass the same length; a receiver whose
+    /// length differs gets [`CallError::Length`] and its buffer is left as it was.
+    pub fn bcast(&self, root: u16, buf: &mut [u8]) -> Result<(), CallError> {
+        let counters = &self.shared.counters;
+        let result = self.call(|g| {
+            if root == g.rank() {
+                // Take in what arrived while the caller was away (acknowledgements of earlier
+                // messages) first: they free the window this message is sent from.
+                g.progress(Duration::ZERO)?;
+                let mut msg = buf.to_vec();
+                g.bcast(root, &mut msg)?;
+                if buf.len() > self.root_waits_above {
+                    g.flush()?;
+                }
+                counters
+                    .bytes_sent
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            } else {
+                let mut msg = Vec::new();
+                g.bcast(root, &mut msg)?;
+                if msg.len() != buf.len() {
+                    return Err(CallError::Length {
+                        root,
+                        got: msg.len(),
+                        want: buf.len(),
+                    });
+                }
+                buf.copy_from_slice(&msg);
+                counters
+                    .bytes_received
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+        self.count(&result, &counters.bcasts);
+        result
+    }
+
+    /// Barrier: returns once every member has entered.
+    pub fn barrier(&self) -> Result<(), CallError> {
+        let result = self.call(|g| Ok(g.barrier()?));
+        self.count(&result, &self.shared.counters.barriers);
+        result
+    }
+
+    /// Waits until everything this member broadcast has been acknowledged by all.
+    pub fn flush(&self) -> Result<(), CallError> {
+        let result = self.call(|g| Ok(g.flush()?));
+        if result.is_err() {
+            self.shared.counters.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> Counters {
+        let c = &self.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Counters {
+            bcasts: get(&c.bcasts),
+            bytes_sent: get(&c.bytes_sent),
+            bytes_received: get(&c.bytes_received),
+            barriers: get(&c.barriers),
+            errors: get(&c.errors),
+            background_polls: get(&c.background_polls),
+            busy_ns: get(&c.busy_ns),
+        }
+    }
+
+    /// Leaves the group: waits (up to the group's timeout) until this member's broadcasts are
+    /// acknowledged, serves peers for the linger time, then closes the link.
+    pub fn close(mut self) -> Result<(), CallError> {
+        self.stop_progress();
+        let flushed = self.flush();
+        let end = Instant::now() + self.linger;
+        while Instant::now() < end {
+            let _ = self.call(|g| Ok(g.progress(Duration::from_millis(1))?));
+        }
+        flushed
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Group>, CallError> {
+        self.shared.group.lock().map_err(|_| CallError::Poisoned)
+    }
+
+    fn call<T>(&self, f: impl FnOnce(&mut Group) -> Result<T, CallError>) -> Result<T, CallError> {
+        let s = &self.shared;
+        s.calls.fetch_add(1, Ordering::Relaxed);
+        s.in_call.store(true, Ordering::Release);
+        let t0 = Instant::now();
+        let result = self.lock().and_then(|mut g| f(&mut g));
+        s.counters
+            .busy_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        s.in_call.store(false, Ordering::Release);
+        result
+    }
+
+    fn count<T>(&self, result: &Result<T, CallError>, done: &AtomicU64) {
+        match result {
+            Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.shared.counters.errors.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    fn stop_progress(&mut self) {
+        if let Some(t) = self.progress.take() {
+            self.shared.stop.store(true, Ordering::Release);
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop_progress();
+    }
+}
+
+/// Longest message a root may leave behind as soon as its call has queued it: everything
+/// up to here leaves the root within the call. Longer messages need the root afterwards (a
+/// simple broadcast beyond the 16-frame window sends the rest as acknowledgements come in; a
+/// push-pull broadcast pushes 860 bytes and serves the pulls for the rest; the tree relays
+/// point to point), and a root that returned would serve them only when it next calls in or
+/// when the progress thread looks (a 64 KiB broadcast took 16 ms instead of 1.5 ms).
+pub fn root_waits_above(algorithm: Algorithm) -> usize {
+    match algorithm {
+        // The default window's 16 frames hold 16 x 1400+ bytes; keep a margin.
+        Algorithm::Simple => 16 * 1024,
+        // BTP1 + BTP2 of the default configuration.
+        Algorithm::PushPull => 860,
+        Algorithm::Tree => 0,
+    }
+}
+
+fn progress_loop(s: &Shared) {
+    let mut pause = PROGRESS_FIRST;
+    let mut seen = s.calls.load(Ordering::Relaxed);
+    while !s.stop.load(Ordering::Acquire) {
+        std::thread::park_timeout(pause);
+        let calls = s.calls.load(Ordering::Relaxed);
+        if calls != seen || s.in_call.load(Ordering::Acquire) {
+            // The caller was here since the last look: it drove the protocol itself.
+            seen = calls;
+            pause = PROGRESS_FIRST;
+            continue;
+        }
+        if let Ok(mut g) = s.group.try_lock() {
+            // An error here (a dead link) shows up again in the caller's next call.
+            let _ = g.progress(Duration::ZERO);
+            s.counters.background_polls.fetch_add(1, Ordering::Relaxed);
+        }
+        pause = (pause * 2).min(PROGRESS_MAX);
+    }
+}
