@@ -134,6 +134,10 @@ pub enum FrameError {
     /// Sender outside the group.
     #[error("sender {0} outside the group")]
     Src(Rank),
+    /// An epoch no member can be in while this one is where it is (members are never more
+    /// than one epoch apart): a confused or forged frame, which must not complete epochs.
+    #[error("epoch {0} is not within one epoch of ours")]
+    Epoch(u32),
 }
 
 /// Frames sent, by operation.
@@ -456,6 +460,11 @@ impl Barrier {
         }
         let op = msg.op;
         let e = msg.epoch;
+        // Nobody is ever more than one epoch ahead of us (it could not leave our last epoch
+        // without our arrival), and frames of older epochs than our previous one are stale.
+        if e > self.next || e.saturating_add(2) < self.next {
+            return Err(FrameError::Epoch(e));
+        }
         let set = match op {
             Op::Arrive => Some(self.decode_set(&msg.set)?),
             _ => None,

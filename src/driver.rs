@@ -11,8 +11,37 @@
 use std::time::{Duration, Instant};
 
 use crate::link::sim::SimNet;
-use crate::link::{Link, LinkError};
-use crate::member::Member;
+use crate::link::{Link, LinkError, MacAddr};
+use crate::member::{Member, Transmit};
+
+/// A sans-IO state machine the driver can run: frames and time in, frames and a wake-up time
+/// out. The group [`Member`] is one; the join of a group ([`crate::membership::Join`]) is the
+/// other.
+pub trait Machine {
+    /// Handles one received PDU from the Ethernet source `src`.
+    fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]);
+    /// Lets time pass.
+    fn handle_timeout(&mut self, now: Instant);
+    /// The earliest instant at which `handle_timeout` has work.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Writes the next frame to send into `buf`.
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
+}
+
+impl Machine for Member {
+    fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
+        Member::handle_frame(self, now, src, pdu)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Member::handle_timeout(self, now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Member::poll_timeout(self)
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        Member::poll_transmit(self, now, buf)
+    }
+}
 
 /// Where a driver reads the time.
 pub trait Clock {
@@ -41,34 +70,38 @@ impl Clock for SimNet {
 /// time.
 const FRAMES_PER_CLOCK_READ: u32 = 64;
 
-/// A member and the link it runs on.
-pub struct Driver<L> {
-    member: Member,
+/// A machine (a member, by default) and the link it runs on.
+pub struct Driver<L, M = Member> {
+    member: M,
     link: L,
     buf: Vec<u8>,
 }
 
-impl<L> std::fmt::Debug for Driver<L> {
+impl<L, M: std::fmt::Debug> std::fmt::Debug for Driver<L, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
-            .field("member", &self.member)
+            .field("machine", &self.member)
             .finish()
     }
 }
 
-impl<L: Link> Driver<L> {
-    /// Drives `member` over `link`.
-    pub fn new(member: Member, link: L) -> Driver<L> {
+impl<L: Link, M: Machine> Driver<L, M> {
+    /// Drives `machine` over `link`.
+    pub fn new(machine: M, link: L) -> Driver<L, M> {
         let buf = vec![0u8; link.max_pdu().max(crate::wire::OVERHEAD)];
-        Driver { member, link, buf }
+        Driver {
+            member: machine,
+            link,
+            buf,
+        }
     }
 
-    /// The member.
-    pub fn member(&self) -> &Member {
+    /// The machine.
+    pub fn member(&self) -> &M {
         &self.member
     }
-    /// The member, for calls.
-    pub fn member_mut(&mut self) -> &mut Member {
+    /// The machine, for calls.
+    pub fn member_mut(&mut self) -> &mut M {
         &mut self.member
     }
     /// The link.
@@ -119,7 +152,7 @@ impl<L: Link> Driver<L> {
         clock: &impl Clock,
         deadline: Instant,
         slice: Duration,
-        mut ready: impl FnMut(&mut Member) -> Option<T>,
+        mut ready: impl FnMut(&mut M) -> Option<T>,
     ) -> Result<Option<T>, LinkError> {
         loop {
             if let Some(v) = ready(&mut self.member) {
@@ -142,7 +175,7 @@ impl<L: Link> Driver<L> {
     }
 
     /// Takes the driver apart.
-    pub fn into_parts(self) -> (Member, L) {
+    pub fn into_parts(self) -> (M, L) {
         (self.member, self.link)
     }
 }

@@ -346,6 +346,29 @@ fn malformed_frames_are_errors() {
     assert_eq!(b.handle_frame(now, 2, &other), Err(FrameError::Algo));
 }
 
+/// Performs the attack: one spoofed frame with a huge epoch would complete every epoch below
+/// it ("nobody sends for e before e - 1 completed"), turning later barriers into no-ops. It is
+/// refused, and the next barrier still waits for its members.
+#[test]
+fn a_frame_from_a_far_epoch_completes_nothing() {
+    let now = Instant::now();
+    let mut b = Barrier::new(BarrierConfig::new(1, 3)).unwrap();
+    let mut forged = barrier_msg(BarrierAlgo::Broadcast, Op::Release, 0, &[]);
+    forged.epoch = 1_000_000;
+    assert_eq!(
+        b.handle_frame(now, 2, &forged),
+        Err(FrameError::Epoch(1_000_000))
+    );
+    b.enter(now, 0).unwrap();
+    assert!(!b.is_released(0), "epoch 0 waits for the other members");
+    forged.epoch = 1;
+    assert_eq!(
+        b.handle_frame(now, 2, &forged),
+        Ok(()),
+        "one epoch ahead is possible"
+    );
+}
+
 #[test]
 fn epochs_are_entered_in_order_after_release() {
     let now = Instant::now();

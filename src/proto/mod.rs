@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::eqa::{Rank, Seq};
-use crate::wire::{self, Control, ControlError, Frame, Repr, WireError};
+use crate::wire::{self, Control, ControlError, Frame, ReplayWindow, Repr, WireError};
 
 pub use recv::Receiver;
 pub use send::Sender;
@@ -311,6 +311,9 @@ pub enum Drop {
     /// A control frame whose fields contradict its kind.
     #[error("bad control frame: {0}")]
     BadControl(#[from] ControlError),
+    /// A control frame whose counter was seen before or is too old: a replay.
+    #[error("replayed control frame")]
+    Replayed,
 }
 
 /// Counters of one engine.
@@ -383,6 +386,8 @@ pub struct DropStats {
     pub bad_mac: u64,
     /// Control frames whose fields contradict their kind.
     pub bad_control: u64,
+    /// Control frames refused as replays.
+    pub replayed: u64,
 }
 
 impl DropStats {
@@ -405,6 +410,7 @@ impl DropStats {
             Drop::NoRoom => &mut self.no_room,
             Drop::BadMac => &mut self.bad_mac,
             Drop::BadControl(_) => &mut self.bad_control,
+            Drop::Replayed => &mut self.replayed,
         };
         *c += 1;
     }
@@ -428,6 +434,7 @@ impl DropStats {
             + self.no_room
             + self.bad_mac
             + self.bad_control
+            + self.replayed
     }
 }
 
@@ -547,6 +554,10 @@ pub struct Engine {
     rx: Vec<Option<Box<Receiver>>>,
     live: Vec<bool>,
     outbox: VecDeque<Outgoing>,
+    /// The control counter of the last control frame sent (see [`wire::control::counter`]).
+    ctl_ctr: u32,
+    /// The control counters seen lately from each member, to refuse replays.
+    replay: Vec<ReplayWindow>,
     /// Set by [`Engine::abandon`]: only control frames leave from then on.
     abandoned: bool,
     events: VecDeque<Event>,
@@ -563,6 +574,8 @@ impl Engine {
             rx: (0..n).map(|_| None).collect(),
             live: vec![true; n],
             outbox: VecDeque::with_capacity(cfg.outbox),
+            ctl_ctr: 0,
+            replay: vec![ReplayWindow::default(); n],
             abandoned: false,
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -714,6 +727,11 @@ impl Engine {
         if !self.live[usize::from(src)] {
             return Err(Drop::Evicted(src));
         }
+        if !frame.kind().is_data()
+            && !self.replay[usize::from(src)].accept(wire::control::counter(frame))
+        {
+            return Err(Drop::Replayed);
+        }
         if frame.kind().is_data() {
             let repr = Repr::parse(frame);
             let r = self.rx_mut(src).on_data(now, &repr, frame.payload());
@@ -834,14 +852,7 @@ impl Engine {
     fn poll_transmit_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(c) = self.outbox.pop_front() {
             return match c {
-                Outgoing::Own { dst, msg } => {
-                    let to = match dst {
-                        Dest::All => wire::ALL,
-                        Dest::Rank(r) => r,
-                    };
-                    let len = msg.emit(self.cfg.group, self.cfg.rank, to, buf).ok()?;
-                    Some(Transmit { dst, len })
-                }
+                Outgoing::Own { dst, msg } => self.emit_control(dst, &msg, buf),
                 Outgoing::Relay {
                     dst,
                     mut repr,
@@ -856,11 +867,28 @@ impl Engine {
         if self.abandoned {
             return None;
         }
+        if let Some((designated, poll)) = self.tx.take_pull_poll(&self.cfg, &self.live) {
+            return self.emit_control(Dest::Rank(designated), &poll, buf);
+        }
         let t = self
             .tx
             .poll_transmit(&self.cfg, now, buf, &self.live, &mut self.stats);
         self.collect_tx();
         t
+    }
+
+    /// Writes a control message of this member's own, with the next control counter.
+    fn emit_control(&mut self, dst: Dest, msg: &Control, buf: &mut [u8]) -> Option<Transmit> {
+        let to = match dst {
+            Dest::All => wire::ALL,
+            Dest::Rank(r) => r,
+        };
+        // Counters start at 1 and skip 0 when they wrap.
+        self.ctl_ctr = self.ctl_ctr.wrapping_add(1).max(1);
+        let len = msg
+            .emit(self.cfg.group, self.cfg.rank, to, self.ctl_ctr, buf)
+            .ok()?;
+        Some(Transmit { dst, len })
     }
 
     /// Stops sending broadcast data and repairs for good: only control frames leave from now

@@ -393,6 +393,25 @@ impl Sender {
         self.fill(cfg, now, live);
     }
 
+    /// The poll of the designated receiver for a pull request that may have been lost, when
+    /// one is due: (its rank, the message).
+    pub(crate) fn take_pull_poll(
+        &mut self,
+        cfg: &Config,
+        live: &[bool],
+    ) -> Option<(Rank, Control)> {
+        if !std::mem::take(&mut self.pull_poll) {
+            return None;
+        }
+        let m = self.queue.front()?;
+        let designated = self.designated(cfg, live);
+        let poll = Control::PullPoll {
+            msg_id: m.id as u32,
+            designated,
+        };
+        Some((designated, poll))
+    }
+
     pub(crate) fn poll_transmit(
         &mut self,
         cfg: &Config,
@@ -401,21 +420,6 @@ impl Sender {
         live: &[bool],
         stats: &mut Stats,
     ) -> Option<Transmit> {
-        if self.pull_poll {
-            self.pull_poll = false;
-            if let Some(m) = self.queue.front() {
-                let designated = self.designated(cfg, live);
-                let poll = Control::PullPoll {
-                    msg_id: m.id as u32,
-                    designated,
-                };
-                let len = poll.emit(cfg.group, cfg.rank, designated, buf).ok()?;
-                return Some(Transmit {
-                    dst: Dest::Rank(designated),
-                    len,
-                });
-            }
-        }
         if let Some(t) = self.poll_repair(cfg, buf, stats) {
             return Some(t);
         }

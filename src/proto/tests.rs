@@ -702,7 +702,8 @@ fn a_peer_nack_naming_a_bad_root_is_dropped() {
     })
     .unwrap();
     let now = Instant::now();
-    // Rank 2 asks rank 1 for frames of `root`'s stream.
+    // Rank 2 asks rank 1 for frames of `root`'s stream (each with a fresh control counter).
+    let ctr = std::cell::Cell::new(0);
     let peer_nack = |root: u32, seq: u32, bitmap: u16| {
         let mut r = Repr::new(Kind::Nack);
         r.group = 7;
@@ -712,6 +713,8 @@ fn a_peer_nack_naming_a_bad_root_is_dropped() {
         r.msg_id = root;
         r.seq = seq;
         r.bitmap = bitmap;
+        ctr.set(ctr.get() + 1);
+        r.msg_len = ctr.get();
         r.to_vec(&[]).unwrap()
     };
     for root in [1u32, 3, 99] {
@@ -840,4 +843,25 @@ fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_a
     }
     let want = |id: u32, len: u32| -> Vec<u8> { (0..len).map(|i| (i + 7 * id) as u8).collect() };
     assert_eq!(got, vec![(0, want(0, 2000)), (1, want(1, 1000))]);
+}
+
+/// Performs the attack: a recorded acknowledgement sent again is refused (its control counter
+/// was seen), so it can neither keep a dead receiver alive nor move a cursor.
+#[test]
+fn a_replayed_control_frame_is_refused() {
+    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
+    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
+    let now = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    root.bcast(now, vec![1; 10], Algo::Simple).unwrap();
+    let t = root.poll_transmit(now, &mut buf).unwrap();
+    rx.handle_frame(now, &buf[..t.len]).unwrap();
+    rx.handle_timeout(now + Duration::from_secs(1));
+    let t = rx.poll_transmit(now, &mut buf).expect("an acknowledgement");
+    let ack = buf[..t.len].to_vec();
+    assert_eq!(Frame::new_checked(&ack[..]).unwrap().kind(), Kind::Ack);
+    assert_eq!(root.handle_frame(now, &ack), Ok(()));
+    assert_eq!(root.handle_frame(now, &ack), Err(Drop::Replayed));
+    assert_eq!(root.stats().drops.replayed, 1);
+    assert_eq!(root.stats().acks_handled, 1);
 }

@@ -6,6 +6,10 @@
 //! below is the whole mapping, [`Control::parse`] reads it and [`Control::emit`] writes it.
 //! Everything above `wire` speaks [`Control`] values, never header fields.
 //!
+//! Every control frame also carries its sender's control counter in `msg_len` ([`counter`]):
+//! one per sender and group, counting from 1, covered by the keyed MAC with the rest of the
+//! header, so that a receiver refuses a control frame it has seen before (a replay).
+//!
 //! | message | kind | flags | `seq` | `msg_id` | `offset` | `bitmap` | `aux` | payload |
 //! |---|---|---|---|---|---|---|---|---|
 //! | [`Control::Ack`] | Ack | `ACK_REQ` if `seen` | `next` | | | | `seen` | |
@@ -419,13 +423,21 @@ impl Control {
         r
     }
 
-    /// Writes the frame for this message from `src` to `dst` of `group` into `buf`; returns
-    /// its length.
-    pub fn emit(&self, group: u32, src: u16, dst: u16, buf: &mut [u8]) -> Result<usize, WireError> {
+    /// Writes the frame for this message from `src` to `dst` of `group`, with the sender's
+    /// control counter `ctr`, into `buf`; returns its length.
+    pub fn emit(
+        &self,
+        group: u32,
+        src: u16,
+        dst: u16,
+        ctr: u32,
+        buf: &mut [u8],
+    ) -> Result<usize, WireError> {
         let mut r = self.header();
         r.group = group;
         r.src = src;
         r.dst = dst;
+        r.msg_len = ctr;
         match self {
             Control::Heartbeat { table } => {
                 let bytes: Vec<u8> = table.iter().flat_map(|c| c.to_be_bytes()).collect();
@@ -438,15 +450,66 @@ impl Control {
     }
 
     /// Emits into a new vector.
-    pub fn to_vec(&self, group: u32, src: u16, dst: u16) -> Vec<u8> {
+    pub fn to_vec(&self, group: u32, src: u16, dst: u16, ctr: u32) -> Vec<u8> {
         let mut v = vec![0u8; super::OVERHEAD + self.payload_len()];
         // The vector is exactly as long as the frame; only a payload above 65535 bytes can
         // fail, and then the frame is empty.
-        match self.emit(group, src, dst, &mut v) {
+        match self.emit(group, src, dst, ctr, &mut v) {
             Ok(n) => v.truncate(n),
             Err(_) => v.clear(),
         }
         v
+    }
+}
+
+/// The sender's control counter of a control frame.
+pub fn counter<T: AsRef<[u8]>>(frame: &Frame<T>) -> u32 {
+    frame.msg_len()
+}
+
+/// The control counters of one sender seen lately: a frame whose counter is not newer than
+/// the last [`ReplayWindow::SPAN`] and not seen among them is accepted once (the IPsec
+/// anti-replay window). Counters compare with wrapping arithmetic, so the window slides past
+/// `u32::MAX`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayWindow {
+    /// Highest counter accepted (0: none yet).
+    top: u32,
+    /// Bit `i` set: counter `top - i` was accepted.
+    seen: u64,
+}
+
+impl ReplayWindow {
+    /// Counters older than this many behind the highest are refused.
+    pub const SPAN: u32 = 64;
+
+    /// Accepts `ctr` if it was not seen and is not too old; records it.
+    pub fn accept(&mut self, ctr: u32) -> bool {
+        if ctr == 0 {
+            return false;
+        }
+        if self.top == 0 {
+            self.top = ctr;
+            self.seen = 1;
+            return true;
+        }
+        let ahead = ctr.wrapping_sub(self.top);
+        if ahead != 0 && ahead < 1 << 31 {
+            self.seen = if ahead >= 64 { 0 } else { self.seen << ahead };
+            self.seen |= 1;
+            self.top = ctr;
+            return true;
+        }
+        let back = self.top.wrapping_sub(ctr);
+        if back >= Self::SPAN {
+            return false;
+        }
+        let bit = 1u64 << back;
+        if self.seen & bit != 0 {
+            return false;
+        }
+        self.seen |= bit;
+        true
     }
 }
 
@@ -490,10 +553,32 @@ mod tests {
     use super::*;
 
     fn round_trip(c: Control) {
-        let v = c.to_vec(0xEB, 3, 5);
+        let v = c.to_vec(0xEB, 3, 5, 77);
         let f = Frame::new_checked(&v[..]).expect("a checked frame");
-        assert_eq!((f.group(), f.src(), f.dst()), (0xEB, 3, 5));
+        assert_eq!((f.group(), f.src(), f.dst(), counter(&f)), (0xEB, 3, 5, 77));
         assert_eq!(Control::parse(&f), Ok(c));
+    }
+
+    #[test]
+    fn a_replay_window_accepts_each_counter_once_and_nothing_too_old() {
+        let mut w = ReplayWindow::default();
+        assert!(!w.accept(0), "0 is never sent");
+        assert!(w.accept(10));
+        assert!(!w.accept(10), "a replay");
+        assert!(w.accept(12));
+        assert!(w.accept(11), "late but new");
+        assert!(!w.accept(11));
+        assert!(w.accept(100));
+        assert!(!w.accept(36), "more than 64 behind");
+        assert!(w.accept(37));
+        assert!(!w.accept(12), "seen long ago and now too old");
+        // Across the wrap of the counter.
+        let mut w = ReplayWindow::default();
+        assert!(w.accept(u32::MAX - 1));
+        assert!(w.accept(3));
+        assert!(!w.accept(u32::MAX - 1));
+        assert!(w.accept(u32::MAX));
+        assert!(!w.accept(u32::MAX));
     }
 
     #[test]

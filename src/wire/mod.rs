@@ -37,7 +37,9 @@ use thiserror::Error;
 pub mod control;
 pub mod ethernet;
 
-pub use control::{locate, BarrierAlgo, BarrierMsg, BarrierOp, Control, ControlError, Position};
+pub use control::{
+    locate, BarrierAlgo, BarrierMsg, BarrierOp, Control, ControlError, Position, ReplayWindow,
+};
 pub use ethernet::ETHERTYPE;
 
 /// Current version of the wire format.
