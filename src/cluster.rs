@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::driver::Driver;
+use crate::driver::{Driver, Machine};
 use crate::eqa::Rank;
 use crate::link::sim::{Faults, SimConfig, SimError, SimNet, SimPort};
 use crate::link::LinkError;
@@ -50,9 +50,9 @@ pub enum ClusterError {
 }
 
 /// What drives the members of a cluster: the application of every host.
-pub trait Workload {
+pub trait Workload<M = Member> {
     /// Member `i` has just run (frames in, timers, frames out) at `now`: act on it.
-    fn visit(&mut self, i: usize, member: &mut Member, now: Instant);
+    fn visit(&mut self, i: usize, member: &mut M, now: Instant);
     /// True when the workload has everything it waited for.
     fn done(&self) -> bool;
     /// Hosts to kill now (asked after every step).
@@ -66,11 +66,12 @@ pub trait Workload {
     }
 }
 
-/// N members on one simulated switch, each run by the driver in the switch's virtual time.
+/// N members (or other machines, such as joins) on one simulated switch, each run by the
+/// driver in the switch's virtual time.
 #[derive(Debug)]
-pub struct SimCluster {
+pub struct SimCluster<M = Member> {
     net: SimNet,
-    nodes: Vec<Driver<SimPort>>,
+    nodes: Vec<Driver<SimPort, M>>,
     timers: BinaryHeap<Reverse<(Instant, usize)>>,
     /// The timer of each member in the heap (older entries are stale and skipped).
     scheduled: Vec<Option<Instant>>,
@@ -91,9 +92,9 @@ pub enum RunEnd {
     Limit,
 }
 
-impl SimCluster {
+impl<M: Machine + std::fmt::Debug> SimCluster<M> {
     /// Member `i` on port `i` of `net`.
-    pub fn new(net: SimNet, members: Vec<Member>) -> Result<SimCluster, ClusterError> {
+    pub fn new(net: SimNet, members: Vec<M>) -> Result<SimCluster<M>, ClusterError> {
         let n = members.len();
         if n > net.num_ports() {
             return Err(ClusterError::Scenario(format!(
@@ -129,11 +130,15 @@ impl SimCluster {
         self.nodes.is_empty()
     }
     /// Member `i`.
-    pub fn member(&self, i: usize) -> &Member {
+    pub fn member(&self, i: usize) -> &M {
         self.nodes[i].member()
     }
+    /// Member `i`, to act on it between runs.
+    pub fn member_mut(&mut self, i: usize) -> &mut M {
+        self.nodes[i].member_mut()
+    }
     /// Every member, in port order.
-    pub fn members(&self) -> impl Iterator<Item = &Member> {
+    pub fn members(&self) -> impl Iterator<Item = &M> {
         self.nodes.iter().map(|d| d.member())
     }
     /// True if host `i` was killed.
@@ -171,7 +176,11 @@ impl SimCluster {
 
     /// Runs until the workload is done and every live member idle, nothing is left to
     /// happen, or `limit` of virtual time has passed since the call.
-    pub fn run(&mut self, limit: Duration, w: &mut impl Workload) -> Result<RunEnd, ClusterError> {
+    pub fn run(
+        &mut self,
+        limit: Duration,
+        w: &mut impl Workload<M>,
+    ) -> Result<RunEnd, ClusterError> {
         let start = self.net.now();
         let mut ready: Vec<usize> = (0..self.nodes.len()).collect();
         loop {
@@ -212,7 +221,10 @@ impl SimCluster {
             ready = if wake.is_some_and(|t| t <= now) {
                 (0..self.nodes.len()).collect()
             } else {
-                self.net.take_ready()
+                // Ports beyond the members (a tap, an attacker) are the test's business.
+                let mut r = self.net.take_ready();
+                r.retain(|&p| p < self.nodes.len());
+                r
             };
             while let Some(&Reverse((t, i))) = self.timers.peek() {
                 if t > now {

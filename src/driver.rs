@@ -26,6 +26,10 @@ pub trait Machine {
     fn poll_timeout(&self) -> Option<Instant>;
     /// Writes the next frame to send into `buf`.
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
+    /// True when the machine has nothing unacknowledged in flight.
+    fn is_idle(&self) -> bool {
+        true
+    }
 }
 
 impl Machine for Member {
@@ -40,6 +44,9 @@ impl Machine for Member {
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         Member::poll_transmit(self, now, buf)
+    }
+    fn is_idle(&self) -> bool {
+        Member::is_idle(self)
     }
 }
 

@@ -25,6 +25,7 @@ pub mod eqa;
 pub mod group;
 pub mod link;
 pub mod member;
+pub mod membership;
 pub mod memory;
 pub mod proto;
 pub mod simgroup;

@@ -444,6 +444,8 @@ struct Inner {
     /// Ports whose receive queue became non-empty since [`SimNet::take_ready`] last ran, so
     /// that a harness visits only the hosts that have something to receive.
     ready: Vec<usize>,
+    /// Ports that receive copies of unicast frames between other ports (taps).
+    taps: Vec<usize>,
 }
 
 impl Inner {
@@ -537,6 +539,19 @@ impl Inner {
     }
 
     fn send(&mut self, src: usize, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
+        // `src < ports <= MAX_PORTS`, so the index fits.
+        self.send_as(src, port_mac(src as u16), dst, pdu)
+    }
+
+    /// Sends from port `src` a frame whose Ethernet source is `src_mac` (its own, or a
+    /// spoofed one).
+    fn send_as(
+        &mut self,
+        src: usize,
+        src_mac: MacAddr,
+        dst: MacAddr,
+        pdu: &[u8],
+    ) -> Result<(), LinkError> {
         if pdu.len() > self.mtu {
             return Err(LinkError::FrameTooLong {
                 len: pdu.len(),
@@ -574,8 +589,7 @@ impl Inner {
             return Ok(());
         }
         let at = done.saturating_add(self.latency);
-        // `src < ports <= MAX_PORTS`, so the index fits.
-        let frame = ethernet::to_vec(dst, port_mac(src as u16), pdu);
+        let frame = ethernet::to_vec(dst, src_mac, pdu);
         self.push_uplink(src, at, target, Rc::from(frame));
         Ok(())
     }
@@ -587,7 +601,14 @@ impl Inner {
             return;
         }
         match target {
-            Target::One(j) => self.forward(src, j, pdu),
+            Target::One(j) => {
+                for k in self.taps.clone() {
+                    if k != src && k != j {
+                        self.forward(src, k, Rc::clone(&pdu));
+                    }
+                }
+                self.forward(src, j, pdu)
+            }
             Target::All => {
                 for j in 0..self.ports.len() {
                     if j != src {
@@ -826,6 +847,7 @@ impl SimNet {
                 ports,
                 cuts: Vec::new(),
                 ready: Vec::new(),
+                taps: Vec::new(),
             })),
         })
     }
@@ -940,6 +962,18 @@ impl SimNet {
         Ok(inner.ports[port].faults)
     }
 
+    /// Makes `port` a tap: it also receives copies of unicast frames between other ports (an
+    /// attacker's recorder in tests).
+    pub fn set_promiscuous(&self, port: usize, on: bool) -> Result<(), SimError> {
+        let mut inner = self.inner.borrow_mut();
+        inner.check_port(port)?;
+        inner.taps.retain(|&t| t != port);
+        if on {
+            inner.taps.push(port);
+        }
+        Ok(())
+    }
+
     /// Crashes the host on `port`: it sends and receives nothing, frames waiting in its receive
     /// queue are gone, and its frames still on the way to the switch are lost.
     pub fn kill(&self, port: usize) -> Result<(), SimError> {
@@ -1020,6 +1054,29 @@ impl SimPort {
     /// Frames waiting in this port's receive queue.
     pub fn pending(&self) -> usize {
         self.inner.borrow().ports[self.index].rx.len()
+    }
+}
+
+impl SimPort {
+    /// Sends a whole Ethernet frame as it is, whatever source address it carries (a recorded
+    /// or forged frame, in tests of hostile hosts). Frames that are not ethbcast's are
+    /// refused.
+    pub fn send_frame(&mut self, frame: &[u8]) -> Result<(), LinkError> {
+        let eth = ethernet::Frame::new_checked(frame)
+            .map_err(|e| LinkError::Io(std::io::Error::other(e)))?;
+        self.inner
+            .borrow_mut()
+            .send_as(self.index, eth.src(), eth.dst(), eth.payload())
+    }
+
+    /// Hands over every due frame whole (Ethernet header included); never waits.
+    pub fn recv_frames(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+        let mut q = std::mem::take(&mut self.inner.borrow_mut().ports[self.index].rx);
+        let n = q.len();
+        for frame in q.drain(..) {
+            f(&frame);
+        }
+        n
     }
 }
 

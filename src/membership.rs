@@ -1,0 +1,888 @@
+//! Joining a group, as a sans-IO state machine: who the members are, in which rank order, and
+//! which session they share.
+//!
+//! One protocol serves every way a group is formed: an explicit list of MACs or a hostfile
+//! ([`Expect::List`]), ranks from a launcher's environment ([`Expect::Ranks`]), pure discovery
+//! ([`Expect::Discover`]), and the file distribution of `ethbcast send/recv`, where the sender
+//! takes the first receivers that answer ([`Expect::FirstCome`], [`Expect::Invited`]).
+//!
+//! **The exchange.** A coordinator (rank 0 where ranks are known beforehand; every member is a
+//! candidate in pure discovery, and the lowest MAC of the complete set coordinates) picks a
+//! fresh random nonce `N` and broadcasts a *challenge* carrying it. Every member answers each
+//! challenge it accepts with a *hello* that echoes `N` and carries a fresh nonce `m` of its
+//! own (and its rank claim). Once the coordinator has the whole group it broadcasts the
+//! *roster* — every member's MAC and `m`, in rank order, under `N` — until each member has
+//! *confirmed* it. A member accepts only a roster that names it with its own `m`.
+//!
+//! **Why it is safe to replay nothing.** `N` is new in every session, so a hello recorded in an
+//! earlier session echoes the wrong nonce and is ignored; `m` is new too, so a recorded roster
+//! never names a member with its current nonce. With a group key every join frame is sealed: the
+//! challenge under a key derived from the group key, the rest under one derived from the key
+//! and `N`, so a host without the key can neither join, claim a rank, nor fill the roster. The
+//! session ([`Session`]) that the members then share is derived from `N` and the roster: its
+//! wire group id and, with a key, its session key, so frames of another session (an earlier
+//! run with the same key, say) fail the group check or the tag of every frame.
+//!
+//! Nonces come from the caller, so that runs on the simulator repeat exactly.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::driver::Machine;
+use crate::eqa::Rank;
+use crate::member::Transmit;
+use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
+use crate::wire::{self, Control, Frame, Kind};
+
+/// Rank claim of a member that has none yet.
+pub const NO_RANK: u16 = u16::MAX;
+
+/// How often challenges, hellos and rosters are repeated until answered.
+pub const REPEAT: Duration = Duration::from_millis(10);
+
+/// Challenges a member answers at once (the most recent; a replayed challenge can take a slot
+/// but not keep the real coordinator's).
+const MAX_CHALLENGES: usize = 8;
+
+/// Roster entries per frame: MAC (6) and member nonce (8), after a 15-byte part header, in a
+/// payload of 1400 bytes (a 1500-byte MTU less header, tag and CRC, with room to spare).
+const ENTRIES_PER_PART: usize = (1400 - 15) / 14;
+
+/// The session a group shares once joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    /// The coordinator's nonce.
+    pub nonce: u64,
+    /// The wire group id of the session's frames (derived from the group id and the nonce).
+    pub group: u32,
+    /// The session key (derived from the group key, the nonce and the roster), if the group
+    /// has a key.
+    pub key: Option<[u8; 32]>,
+}
+
+/// Derives the session of group `group_id` (with `key`) from the coordinator's `nonce` and the
+/// roster (every member's MAC and nonce, in rank order).
+pub fn session(
+    group_id: u32,
+    key: Option<&[u8; 32]>,
+    nonce: u64,
+    roster: &[(MacAddr, u64)],
+) -> Session {
+    let mut h = blake3::Hasher::new();
+    h.update(&group_id.to_be_bytes());
+    h.update(&nonce.to_be_bytes());
+    for (mac, m) in roster {
+        h.update(mac);
+        h.update(&m.to_be_bytes());
+    }
+    let digest = h.finalize();
+    let d = digest.as_bytes();
+    let key = key.map(|k| {
+        let mut material = Vec::with_capacity(64);
+        material.extend_from_slice(k);
+        material.extend_from_slice(d);
+        blake3::derive_key("ethbcast 2026-11 session key", &material)
+    });
+    Session {
+        nonce,
+        group: u32::from_be_bytes([d[0], d[1], d[2], d[3]]),
+        key,
+    }
+}
+
+/// The key that seals challenges (no session yet).
+fn challenge_key(key: &[u8; 32]) -> [u8; 32] {
+    blake3::derive_key("ethbcast 2026-11 join challenge", key)
+}
+
+/// The key that seals hellos, rosters and confirmations of the join with nonce `nonce`.
+fn join_key(key: &[u8; 32], nonce: u64) -> [u8; 32] {
+    let mut material = key.to_vec();
+    material.extend_from_slice(&nonce.to_be_bytes());
+    blake3::derive_key("ethbcast 2026-11 join", &material)
+}
+
+/// Whom a join waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// Exactly these members, in rank order (an explicit list, a hostfile); rank 0
+    /// coordinates.
+    List(Vec<MacAddr>),
+    /// `size` members that each claim their rank (a launcher's environment); rank 0
+    /// coordinates.
+    Ranks {
+        /// Members.
+        size: u16,
+        /// This member's rank.
+        rank: Rank,
+    },
+    /// `size` members, ranked by sorted MAC; the lowest MAC coordinates.
+    Discover {
+        /// Members, this one included.
+        size: u16,
+    },
+    /// This member coordinates as rank 0 and takes the first `receivers` members that answer
+    /// (only those of `only` if given, in its order), in the order they answered.
+    FirstCome {
+        /// Members besides this one.
+        receivers: usize,
+        /// The only acceptable members, in rank order (a hostfile).
+        only: Option<Vec<MacAddr>>,
+    },
+    /// This member answers any coordinator and joins the first roster that names it.
+    Invited,
+}
+
+/// What a join needs.
+#[derive(Debug, Clone)]
+pub struct JoinConfig {
+    /// Group id (join frames of other groups are ignored).
+    pub group: u32,
+    /// This member's MAC.
+    pub mac: MacAddr,
+    /// Group key: every join frame is sealed.
+    pub key: Option<[u8; 32]>,
+    /// Whom to wait for.
+    pub expect: Expect,
+    /// Largest payload of a frame (the MTU less the protocol's overhead).
+    pub max_payload: usize,
+}
+
+/// A finished join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joined {
+    /// The members' MACs, in rank order.
+    pub peers: Vec<MacAddr>,
+    /// This member's rank.
+    pub rank: Rank,
+    /// The session they share.
+    pub session: Session,
+    /// What a member needs to confirm a roster it hears again after it joined (its
+    /// confirmation was lost): see [`LateRoster`].
+    pub late: LateRoster,
+}
+
+/// Lets a member that already joined answer the coordinator's repeated roster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateRoster {
+    group: u32,
+    nonce: u64,
+    member_nonce: u64,
+    coordinator: MacAddr,
+    key: Option<[u8; 32]>,
+}
+
+impl LateRoster {
+    /// If `pdu` (from `src`) is the coordinator's roster of this session, the confirmation to
+    /// send back: (destination, frame).
+    pub fn answer(&self, src: MacAddr, pdu: &[u8]) -> Option<(MacAddr, Vec<u8>)> {
+        if src != self.coordinator {
+            return None;
+        }
+        let f = Frame::new_checked(pdu).ok()?;
+        if f.kind() != Kind::Join || f.group() != self.group {
+            return None;
+        }
+        if let Some(k) = &self.key {
+            if !f.verify(&join_key(k, self.nonce)) {
+                return None;
+            }
+        }
+        match Msg::decode(f.payload())? {
+            Msg::Roster { nonce, .. } if nonce == self.nonce => {}
+            _ => return None,
+        }
+        let confirm = Msg::Confirm {
+            nonce: self.nonce,
+            member: self.member_nonce,
+        };
+        let frame = seal(
+            self.key.map(|k| join_key(&k, self.nonce)),
+            &Control::Join {
+                body: confirm.encode(),
+            }
+            .to_vec(self.group, NO_RANK, NO_RANK, 0),
+        )?;
+        Some((self.coordinator, frame))
+    }
+}
+
+/// Why a join failed (timeouts are the caller's: see [`Join::progress`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum JoinError {
+    /// The configuration cannot work.
+    #[error("membership: {0}")]
+    Config(String),
+    /// Two members claim one rank.
+    #[error("rank {rank} claimed by both {a} and {b}")]
+    RankClaimedTwice {
+        /// The rank.
+        rank: Rank,
+        /// One claimant.
+        a: String,
+        /// The other.
+        b: String,
+    },
+    /// The coordinator's roster contradicts this member's list.
+    #[error("the coordinator's roster differs from this member's list of members")]
+    RosterMismatch,
+}
+
+/// The join messages, inside [`Control::Join`] frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Msg {
+    Challenge {
+        nonce: u64,
+        size: u16,
+    },
+    Hello {
+        nonce: u64,
+        member: u64,
+        claim: u16,
+    },
+    Roster {
+        nonce: u64,
+        part: u16,
+        parts: u16,
+        entries: Vec<(MacAddr, u64)>,
+    },
+    Confirm {
+        nonce: u64,
+        member: u64,
+    },
+}
+
+fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+impl Msg {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        match self {
+            Msg::Challenge { nonce, size } => {
+                v.push(1);
+                v.extend_from_slice(&nonce.to_be_bytes());
+                v.extend_from_slice(&size.to_be_bytes());
+            }
+            Msg::Hello {
+                nonce,
+                member,
+                claim,
+            } => {
+                v.push(2);
+                v.extend_from_slice(&nonce.to_be_bytes());
+                v.extend_from_slice(&member.to_be_bytes());
+                v.extend_from_slice(&claim.to_be_bytes());
+            }
+            Msg::Roster {
+                nonce,
+                part,
+                parts,
+                entries,
+            } => {
+                v.push(3);
+                v.extend_from_slice(&nonce.to_be_bytes());
+                v.extend_from_slice(&part.to_be_bytes());
+                v.extend_from_slice(&parts.to_be_bytes());
+                v.extend_from_slice(&(entries.len() as u16).to_be_bytes());
+                for (mac, m) in entries {
+                    v.extend_from_slice(mac);
+                    v.extend_from_slice(&m.to_be_bytes());
+                }
+            }
+            Msg::Confirm { nonce, member } => {
+                v.push(4);
+                v.extend_from_slice(&nonce.to_be_bytes());
+                v.extend_from_slice(&member.to_be_bytes());
+            }
+        }
+        v
+    }
+
+    /// Parses a join message; anything malformed is `None`, never a panic.
+    fn decode(b: &[u8]) -> Option<Msg> {
+        let (&t, rest) = b.split_first()?;
+        Some(match t {
+            1 if rest.len() == 10 => Msg::Challenge {
+                nonce: be64(rest),
+                size: u16::from_be_bytes([rest[8], rest[9]]),
+            },
+            2 if rest.len() == 18 => Msg::Hello {
+                nonce: be64(rest),
+                member: be64(&rest[8..]),
+                claim: u16::from_be_bytes([rest[16], rest[17]]),
+            },
+            3 if rest.len() >= 14 => {
+                let count = usize::from(u16::from_be_bytes([rest[12], rest[13]]));
+                let body = &rest[14..];
+                if body.len() != count * 14 {
+                    return None;
+                }
+                Msg::Roster {
+                    nonce: be64(rest),
+                    part: u16::from_be_bytes([rest[8], rest[9]]),
+                    parts: u16::from_be_bytes([rest[10], rest[11]]),
+                    entries: body
+                        .chunks_exact(14)
+                        .map(|c| {
+                            let mut mac = [0u8; 6];
+                            mac.copy_from_slice(&c[..6]);
+                            (mac, be64(&c[6..]))
+                        })
+                        .collect(),
+                }
+            }
+            4 if rest.len() == 16 => Msg::Confirm {
+                nonce: be64(rest),
+                member: be64(&rest[8..]),
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// Seals an emitted frame with `key`, if any.
+fn seal(key: Option<[u8; 32]>, frame: &[u8]) -> Option<Vec<u8>> {
+    match key {
+        None => Some(frame.to_vec()),
+        Some(k) => {
+            let mut v = frame.to_vec();
+            v.resize(frame.len() + wire::TAG_LEN, 0);
+            let n = wire::seal(&k, &mut v, frame.len()).ok()?;
+            v.truncate(n);
+            Some(v)
+        }
+    }
+}
+
+/// A roster being collected from its parts.
+#[derive(Debug, Default)]
+struct Parts {
+    parts: u16,
+    got: BTreeMap<u16, Vec<(MacAddr, u64)>>,
+}
+
+/// The coordinator's side.
+#[derive(Debug)]
+struct Coordinating {
+    /// Fresh hellos: MAC -> (claim, member nonce), in arrival order of first hello.
+    hellos: Vec<(MacAddr, u16, u64)>,
+    /// The roster, once decided, and who confirmed it.
+    roster: Option<Vec<(MacAddr, u64)>>,
+    confirmed: BTreeSet<MacAddr>,
+    /// Stepped down: a lower MAC coordinates (discovery).
+    stepped_down: bool,
+}
+
+/// The join of one member (sans-IO).
+#[derive(Debug)]
+pub struct Join {
+    cfg: JoinConfig,
+    /// This member's nonce (the challenge's, if it coordinates).
+    nonce: u64,
+    /// The member nonce of this member's hellos.
+    member_nonce: u64,
+    coord: Option<Coordinating>,
+    /// Challenges heard (coordinator MAC, nonce), most recent last.
+    challenges: VecDeque<(MacAddr, u64)>,
+    rosters: BTreeMap<(MacAddr, u64), Parts>,
+    /// Hosts heard that the expectation excludes.
+    strangers: BTreeSet<MacAddr>,
+    next_send: Instant,
+    out: VecDeque<(MacAddr, Vec<u8>)>,
+    result: Option<Result<Joined, JoinError>>,
+    done: bool,
+}
+
+impl Join {
+    /// Starts the join of `cfg` at `now`. `nonce` must be fresh and unpredictable (a random
+    /// number); the member nonce is derived from it.
+    pub fn new(cfg: JoinConfig, now: Instant, nonce: u64) -> Result<Join, JoinError> {
+        let candidate = match &cfg.expect {
+            Expect::List(l) => {
+                if l.is_empty() || l.len() >= usize::from(u16::MAX) {
+                    return Err(JoinError::Config(format!(
+                        "{} members listed (1..65534)",
+                        l.len()
+                    )));
+                }
+                if !l.contains(&cfg.mac) {
+                    return Err(JoinError::Config(format!(
+                        "this interface's MAC {} is not in the member list",
+                        crate::link::format_mac(&cfg.mac)
+                    )));
+                }
+                l[0] == cfg.mac
+            }
+            Expect::Ranks { size, rank } => {
+                if rank >= size {
+                    return Err(JoinError::Config(format!(
+                        "rank {rank} is not in a group of {size}"
+                    )));
+                }
+                *rank == 0
+            }
+            Expect::Discover { size } => {
+                if *size == 0 || *size == u16::MAX {
+                    return Err(JoinError::Config("a group needs 1..65534 members".into()));
+                }
+                true
+            }
+            Expect::FirstCome { receivers, only } => {
+                if *receivers == 0 && only.is_none() {
+                    return Err(JoinError::Config("no receivers expected".into()));
+                }
+                true
+            }
+            Expect::Invited => false,
+        };
+        let member_nonce = {
+            let h = blake3::hash(&nonce.to_be_bytes());
+            be64(h.as_bytes())
+        };
+        let mut j = Join {
+            cfg,
+            nonce,
+            member_nonce,
+            coord: candidate.then(|| Coordinating {
+                hellos: Vec::new(),
+                roster: None,
+                confirmed: BTreeSet::new(),
+                stepped_down: false,
+            }),
+            challenges: VecDeque::new(),
+            rosters: BTreeMap::new(),
+            strangers: BTreeSet::new(),
+            next_send: now,
+            out: VecDeque::new(),
+            result: None,
+            done: false,
+        };
+        j.decide(now);
+        Ok(j)
+    }
+
+    /// The join's outcome, once there is one.
+    pub fn take_result(&mut self) -> Option<Result<Joined, JoinError>> {
+        self.result.take()
+    }
+
+    /// Members known so far (this one included) and members expected, for a timeout message.
+    pub fn progress(&self) -> (usize, usize) {
+        let heard = self.coord.as_ref().map_or(0, |c| c.hellos.len()) + 1;
+        let expected = match &self.cfg.expect {
+            Expect::List(l) => l.len(),
+            Expect::Ranks { size, .. } | Expect::Discover { size } => usize::from(*size),
+            Expect::FirstCome { receivers, only } => only.as_ref().map_or(*receivers, Vec::len) + 1,
+            Expect::Invited => 0,
+        };
+        (heard, expected)
+    }
+
+    /// MACs that answered and are not expected (a hostfile that misses them).
+    pub fn strangers(&self) -> Vec<MacAddr> {
+        self.strangers.iter().copied().collect()
+    }
+
+    /// MACs heard from that the coordinator has accepted so far.
+    pub fn heard(&self) -> Vec<MacAddr> {
+        self.coord
+            .as_ref()
+            .map(|c| c.hellos.iter().map(|h| h.0).collect())
+            .unwrap_or_default()
+    }
+
+    /// True if this member coordinates (and has not stepped down).
+    pub fn is_coordinator(&self) -> bool {
+        self.coord.as_ref().is_some_and(|c| !c.stepped_down)
+    }
+
+    fn send(&mut self, dst: MacAddr, key: Option<[u8; 32]>, msg: &Msg, claim: u16) {
+        let frame = Control::Join { body: msg.encode() }.to_vec(self.cfg.group, claim, NO_RANK, 0);
+        if let Some(f) = seal(key, &frame) {
+            self.out.push_back((dst, f));
+        }
+    }
+
+    fn claim(&self) -> u16 {
+        match &self.cfg.expect {
+            Expect::List(l) => l
+                .iter()
+                .position(|m| *m == self.cfg.mac)
+                .map_or(NO_RANK, |p| p as u16),
+            Expect::Ranks { rank, .. } => *rank,
+            Expect::FirstCome { .. } => 0,
+            _ => NO_RANK,
+        }
+    }
+
+    fn expected_size(&self) -> Option<usize> {
+        match &self.cfg.expect {
+            Expect::List(l) => Some(l.len()),
+            Expect::Ranks { size, .. } | Expect::Discover { size } => Some(usize::from(*size)),
+            Expect::FirstCome { receivers, only } => {
+                Some(only.as_ref().map_or(*receivers, Vec::len) + 1)
+            }
+            Expect::Invited => None,
+        }
+    }
+
+    /// Whether a hello from `mac` claiming `claim` is acceptable to this coordinator.
+    fn acceptable(&self, mac: &MacAddr, claim: u16) -> bool {
+        match &self.cfg.expect {
+            Expect::List(l) => l.get(usize::from(claim)) == Some(mac),
+            Expect::Ranks { size, .. } => claim < *size && claim != 0,
+            Expect::Discover { .. } => true,
+            Expect::FirstCome { only, .. } => only.as_ref().is_none_or(|l| l.contains(mac)),
+            Expect::Invited => false,
+        }
+    }
+
+    /// The coordinator decides the roster once it has everybody.
+    fn decide(&mut self, now: Instant) {
+        let Some(size) = self.expected_size() else {
+            return;
+        };
+        let me = self.cfg.mac;
+        let expect = self.cfg.expect.clone();
+        let Some(c) = self.coord.as_mut() else {
+            return;
+        };
+        if c.roster.is_some() || c.stepped_down || c.hellos.len() + 1 < size {
+            return;
+        }
+        let mine = (me, self.member_nonce);
+        let roster: Vec<(MacAddr, u64)> = match &expect {
+            Expect::List(l) => l
+                .iter()
+                .map(|m| {
+                    if *m == me {
+                        mine
+                    } else {
+                        let h = c.hellos.iter().find(|h| h.0 == *m).expect("all heard");
+                        (h.0, h.2)
+                    }
+                })
+                .collect(),
+            Expect::Ranks { .. } => {
+                let mut by_rank: Vec<Option<(MacAddr, u64)>> = vec![None; size];
+                by_rank[0] = Some(mine);
+                for &(mac, claim, m) in &c.hellos {
+                    match by_rank[usize::from(claim)] {
+                        Some((other, _)) => {
+                            self.result = Some(Err(JoinError::RankClaimedTwice {
+                                rank: claim,
+                                a: crate::link::format_mac(&other),
+                                b: crate::link::format_mac(&mac),
+                            }));
+                            return;
+                        }
+                        None => by_rank[usize::from(claim)] = Some((mac, m)),
+                    }
+                }
+                by_rank.into_iter().flatten().collect()
+            }
+            Expect::Discover { .. } if c.hellos.len() + 1 > size => {
+                self.result = Some(Err(JoinError::Config(format!(
+                    "{} members announced themselves, {size} expected",
+                    c.hellos.len() + 1
+                ))));
+                self.done = true;
+                return;
+            }
+            Expect::Discover { .. } => {
+                let mut all: Vec<(MacAddr, u64)> = c.hellos.iter().map(|h| (h.0, h.2)).collect();
+                all.push(mine);
+                all.sort();
+                if all[0].0 != me {
+                    // A lower MAC coordinates; this member waits for its roster.
+                    c.stepped_down = true;
+                    return;
+                }
+                all
+            }
+            Expect::FirstCome { receivers, only } => {
+                let mut r = vec![mine];
+                match only {
+                    Some(l) => {
+                        for m in l {
+                            let h = c.hellos.iter().find(|h| h.0 == *m).expect("all heard");
+                            r.push((h.0, h.2));
+                        }
+                    }
+                    None => r.extend(c.hellos.iter().take(*receivers).map(|h| (h.0, h.2))),
+                }
+                r
+            }
+            Expect::Invited => return,
+        };
+        if roster.len() != size {
+            return;
+        }
+        c.confirmed.insert(me);
+        let alone = roster.len() == 1;
+        c.roster = Some(roster.clone());
+        self.next_send = now;
+        if alone {
+            self.finish(me, self.nonce, &roster);
+        }
+    }
+
+    fn finish(&mut self, coordinator: MacAddr, nonce: u64, roster: &[(MacAddr, u64)]) {
+        let peers: Vec<MacAddr> = roster.iter().map(|e| e.0).collect();
+        let Some(rank) = peers.iter().position(|m| *m == self.cfg.mac) else {
+            return;
+        };
+        self.done = true;
+        self.result = Some(Ok(Joined {
+            rank: rank as Rank,
+            session: session(self.cfg.group, self.cfg.key.as_ref(), nonce, roster),
+            late: LateRoster {
+                group: self.cfg.group,
+                nonce,
+                member_nonce: self.member_nonce,
+                coordinator,
+                key: self.cfg.key,
+            },
+            peers,
+        }));
+    }
+
+    /// A member checks a complete roster against what it expects.
+    fn accept_roster(&mut self, from: MacAddr, nonce: u64, roster: Vec<(MacAddr, u64)>) {
+        if !roster.contains(&(self.cfg.mac, self.member_nonce))
+            || roster.first().map(|e| e.0) != Some(from)
+        {
+            return;
+        }
+        let ok = match &self.cfg.expect {
+            Expect::List(l) => {
+                if roster.iter().map(|e| e.0).ne(l.iter().copied()) {
+                    self.result = Some(Err(JoinError::RosterMismatch));
+                    self.done = true;
+                    return;
+                }
+                true
+            }
+            Expect::Ranks { size, rank } => {
+                roster.len() == usize::from(*size)
+                    && roster.get(usize::from(*rank)).map(|e| e.0) == Some(self.cfg.mac)
+            }
+            Expect::Discover { size } => {
+                roster.len() == usize::from(*size) && roster.windows(2).all(|w| w[0].0 < w[1].0)
+            }
+            Expect::Invited => true,
+            Expect::FirstCome { .. } => false,
+        };
+        if !ok {
+            return;
+        }
+        let confirm = Msg::Confirm {
+            nonce,
+            member: self.member_nonce,
+        };
+        let key = self.cfg.key.map(|k| join_key(&k, nonce));
+        self.send(from, key, &confirm, NO_RANK);
+        self.finish(from, nonce, &roster);
+    }
+
+    fn on_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
+        let Ok(f) = Frame::new_checked(pdu) else {
+            return;
+        };
+        if f.kind() != Kind::Join || f.group() != self.cfg.group || src == self.cfg.mac {
+            return;
+        }
+        // The message names its nonce; the tag (with a key) decides whether to believe it.
+        let Some(msg) = Msg::decode(f.payload()) else {
+            return;
+        };
+        let verified = |key: [u8; 32]| f.verify(&key);
+        match msg {
+            Msg::Challenge { nonce, size } => {
+                if let Some(k) = &self.cfg.key {
+                    if !verified(challenge_key(k)) {
+                        return;
+                    }
+                }
+                let from_coordinator = match &self.cfg.expect {
+                    Expect::List(l) => l.first() == Some(&src),
+                    Expect::Ranks { size: s, .. } => f.src() == 0 && size == *s,
+                    Expect::Discover { size: s } => size == *s,
+                    Expect::Invited => true,
+                    Expect::FirstCome { .. } => false,
+                };
+                if !from_coordinator || self.challenges.contains(&(src, nonce)) {
+                    return;
+                }
+                if self.challenges.len() >= MAX_CHALLENGES {
+                    self.challenges.pop_front();
+                }
+                self.challenges.push_back((src, nonce));
+                self.next_send = now;
+            }
+            Msg::Hello {
+                nonce,
+                member,
+                claim,
+            } => {
+                if nonce != self.nonce {
+                    return;
+                }
+                if let Some(k) = &self.cfg.key {
+                    if !verified(join_key(k, nonce)) {
+                        return;
+                    }
+                }
+                if !self.acceptable(&src, claim) {
+                    self.strangers.insert(src);
+                    return;
+                }
+                let Some(c) = self.coord.as_mut() else {
+                    return;
+                };
+                match c.hellos.iter_mut().find(|h| h.0 == src) {
+                    Some(h) => *h = (src, claim, member),
+                    None if c.roster.is_none() => c.hellos.push((src, claim, member)),
+                    None => {}
+                }
+                self.decide(now);
+            }
+            Msg::Confirm { nonce, member } => {
+                if nonce != self.nonce {
+                    return;
+                }
+                if let Some(k) = &self.cfg.key {
+                    if !verified(join_key(k, nonce)) {
+                        return;
+                    }
+                }
+                let me = self.cfg.mac;
+                let Some(c) = self.coord.as_mut() else {
+                    return;
+                };
+                let Some(roster) = c.roster.clone() else {
+                    return;
+                };
+                if roster.contains(&(src, member)) {
+                    c.confirmed.insert(src);
+                }
+                if c.confirmed.len() == roster.len() && !self.done {
+                    self.finish(me, self.nonce, &roster);
+                }
+            }
+            Msg::Roster {
+                nonce,
+                part,
+                parts,
+                entries,
+            } => {
+                if self.done || !self.challenges.contains(&(src, nonce)) {
+                    return;
+                }
+                if let Some(k) = &self.cfg.key {
+                    if !verified(join_key(k, nonce)) {
+                        return;
+                    }
+                }
+                if parts == 0 || part >= parts {
+                    return;
+                }
+                let p = self.rosters.entry((src, nonce)).or_default();
+                if p.parts != parts {
+                    p.parts = parts;
+                    p.got.clear();
+                }
+                p.got.insert(part, entries);
+                if p.got.len() == usize::from(parts) {
+                    let roster: Vec<(MacAddr, u64)> = p.got.values().flatten().copied().collect();
+                    self.accept_roster(src, nonce, roster);
+                }
+            }
+        }
+    }
+
+    /// Queues what is due: challenges, hellos, roster parts.
+    fn on_timeout(&mut self, now: Instant) {
+        if now < self.next_send || self.done {
+            return;
+        }
+        self.next_send = now + REPEAT;
+        let key = self.cfg.key;
+        let claim = self.claim();
+        let coordinating = self
+            .coord
+            .as_ref()
+            .map(|c| (c.stepped_down, c.roster.clone()));
+        match coordinating {
+            Some((false, None)) => {
+                let size = self.expected_size().unwrap_or(0).min(usize::from(u16::MAX)) as u16;
+                let msg = Msg::Challenge {
+                    nonce: self.nonce,
+                    size,
+                };
+                self.send(BROADCAST_MAC, key.map(|k| challenge_key(&k)), &msg, claim);
+            }
+            Some((false, Some(roster))) => {
+                let per = ENTRIES_PER_PART
+                    .min((self.cfg.max_payload.saturating_sub(15)) / 14)
+                    .max(1);
+                let parts = roster.len().div_ceil(per) as u16;
+                for (i, chunk) in roster.chunks(per).enumerate() {
+                    let msg = Msg::Roster {
+                        nonce: self.nonce,
+                        part: i as u16,
+                        parts,
+                        entries: chunk.to_vec(),
+                    };
+                    self.send(
+                        BROADCAST_MAC,
+                        key.map(|k| join_key(&k, self.nonce)),
+                        &msg,
+                        claim,
+                    );
+                }
+            }
+            _ => {}
+        }
+        // As a member: answer every challenge heard.
+        let challenges: Vec<(MacAddr, u64)> = self.challenges.iter().copied().collect();
+        for (coordinator, nonce) in challenges {
+            let msg = Msg::Hello {
+                nonce,
+                member: self.member_nonce,
+                claim,
+            };
+            self.send(coordinator, key.map(|k| join_key(&k, nonce)), &msg, claim);
+        }
+    }
+}
+
+impl Machine for Join {
+    fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
+        self.on_frame(now, src, pdu);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.on_timeout(now);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        (!self.done).then_some(self.next_send)
+    }
+
+    fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let (dst, frame) = self.out.pop_front()?;
+        let len = frame.len().min(buf.len());
+        buf[..len].copy_from_slice(&frame[..len]);
+        Some(Transmit { dst, len })
+    }
+}
+
+#[cfg(test)]
+mod tests;

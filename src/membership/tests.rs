@@ -1,0 +1,332 @@
+//! Joins as specifications, on the simulated switch: every way of forming a group ends with
+//! the same roster and session at every member, and hostile hosts can neither join nor replay
+//! an earlier session's join.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::cluster::{RunEnd, SimCluster, Workload};
+use crate::link::sim::{port_mac, Faults, SimConfig, SimNet, SimPort};
+
+const GROUP: u32 = 0x10_1E;
+const KEY: [u8; 32] = [7; 32];
+
+/// Collects every join's outcome.
+struct Outcomes(Vec<Option<Result<Joined, JoinError>>>);
+
+impl Workload<Join> for Outcomes {
+    fn visit(&mut self, i: usize, j: &mut Join, _now: Instant) {
+        if let Some(r) = j.take_result() {
+            self.0[i] = Some(r);
+        }
+    }
+    fn done(&self) -> bool {
+        self.0.iter().all(Option::is_some)
+    }
+}
+
+fn cfg(i: usize, expect: Expect, key: Option<[u8; 32]>) -> JoinConfig {
+    JoinConfig {
+        group: GROUP,
+        mac: port_mac(i as u16),
+        key,
+        expect,
+        max_payload: 1400,
+    }
+}
+
+/// Runs one join per entry of `expects` (port i) on a switch with `faults`; `nonce_base`
+/// makes sessions differ.
+fn run_joins(
+    expects: Vec<Expect>,
+    key: Option<[u8; 32]>,
+    faults: Faults,
+    nonce_base: u64,
+) -> (Vec<Option<Result<Joined, JoinError>>>, RunEnd) {
+    let n = expects.len();
+    let net = SimNet::new(SimConfig {
+        faults,
+        ..SimConfig::new(n)
+    })
+    .unwrap();
+    let joins = expects
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| Join::new(cfg(i, e, key), net.now(), nonce_base + i as u64).unwrap())
+        .collect();
+    let mut c = SimCluster::new(net, joins).unwrap();
+    let mut w = Outcomes(vec![None; n]);
+    let end = c.run(Duration::from_secs(5), &mut w).unwrap();
+    (w.0, end)
+}
+
+fn all_joined(out: &[Option<Result<Joined, JoinError>>]) -> Vec<Joined> {
+    out.iter()
+        .map(|o| o.clone().expect("an outcome").expect("joined"))
+        .collect()
+}
+
+fn assert_agree(joined: &[Joined]) {
+    for (i, j) in joined.iter().enumerate() {
+        assert_eq!(j.peers, joined[0].peers, "member {i}");
+        assert_eq!(j.session, joined[0].session, "member {i}");
+        assert_eq!(j.peers[usize::from(j.rank)], port_mac(i as u16));
+    }
+}
+
+#[test]
+fn a_listed_group_joins_in_list_order_under_loss() {
+    let list: Vec<MacAddr> = [3u16, 0, 4, 1, 2].iter().map(|&i| port_mac(i)).collect();
+    let (out, end) = run_joins(
+        vec![Expect::List(list.clone()); 5],
+        Some(KEY),
+        Faults::lossy(0.1),
+        100,
+    );
+    assert_eq!(end, RunEnd::Done);
+    let joined = all_joined(&out);
+    assert_agree(&joined);
+    assert_eq!(joined[0].peers, list);
+    assert!(joined[0].session.key.is_some());
+}
+
+#[test]
+fn launcher_ranks_discovery_and_first_come_all_agree() {
+    let ranks = [2u16, 0, 1, 3];
+    let (out, _) = run_joins(
+        ranks
+            .iter()
+            .map(|&rank| Expect::Ranks { size: 4, rank })
+            .collect(),
+        None,
+        Faults::NONE,
+        200,
+    );
+    let joined = all_joined(&out);
+    assert_agree(&joined);
+    for (i, j) in joined.iter().enumerate() {
+        assert_eq!(j.rank, ranks[i]);
+    }
+    let (out, _) = run_joins(
+        vec![Expect::Discover { size: 6 }; 6],
+        Some(KEY),
+        Faults::lossy(0.05),
+        300,
+    );
+    let joined = all_joined(&out);
+    assert_agree(&joined);
+    let mut sorted = joined[0].peers.clone();
+    sorted.sort();
+    assert_eq!(joined[0].peers, sorted);
+    let mut e = vec![Expect::Invited; 5];
+    e[0] = Expect::FirstCome {
+        receivers: 4,
+        only: None,
+    };
+    let (out, _) = run_joins(e, Some(KEY), Faults::NONE, 400);
+    let joined = all_joined(&out);
+    assert_agree(&joined);
+    assert_eq!(joined[0].rank, 0);
+}
+
+#[test]
+fn every_session_has_its_own_identity() {
+    let list: Vec<MacAddr> = (0..3).map(port_mac).collect();
+    let a = all_joined(
+        &run_joins(
+            vec![Expect::List(list.clone()); 3],
+            Some(KEY),
+            Faults::NONE,
+            1,
+        )
+        .0,
+    );
+    let b = all_joined(&run_joins(vec![Expect::List(list); 3], Some(KEY), Faults::NONE, 2).0);
+    assert_eq!(a[0].peers, b[0].peers);
+    assert_ne!(a[0].session.nonce, b[0].session.nonce);
+    assert_ne!(a[0].session.group, b[0].session.group);
+    assert_ne!(a[0].session.key, b[0].session.key);
+}
+
+/// A host outside the group (port `n`) joins with the wrong key, or none: with a key on the
+/// group, it never gets into the roster, and cannot abort the join by claiming a taken rank.
+#[test]
+fn a_host_without_the_key_cannot_join_or_claim_a_rank() {
+    for (expects, stranger) in [
+        (
+            {
+                let mut e = vec![Expect::Invited; 3];
+                e[0] = Expect::FirstCome {
+                    receivers: 2,
+                    only: None,
+                };
+                e
+            },
+            Expect::Invited,
+        ),
+        (
+            (0..3).map(|rank| Expect::Ranks { size: 3, rank }).collect(),
+            Expect::Ranks { size: 3, rank: 1 },
+        ),
+    ] {
+        let n = expects.len();
+        let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
+        let mut joins: Vec<Join> = expects
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| Join::new(cfg(i, e, Some(KEY)), net.now(), 50 + i as u64).unwrap())
+            .collect();
+        // The stranger starts first, so that a first-come coordinator would take it.
+        joins.insert(
+            0,
+            Join::new(cfg(n, stranger, Some([9; 32])), net.now(), 99).unwrap(),
+        );
+        joins.rotate_left(1);
+        let mut c = SimCluster::new(net, joins).unwrap();
+        let mut w = Outcomes(vec![None; n + 1]);
+        w.0[n] = Some(Err(JoinError::RosterMismatch)); // the stranger's own outcome is moot
+        assert_eq!(c.run(Duration::from_secs(5), &mut w).unwrap(), RunEnd::Done);
+        let joined = all_joined(&w.0[..n]);
+        assert_agree(&joined);
+        assert!(!joined[0].peers.contains(&port_mac(n as u16)));
+    }
+}
+
+/// Records every join frame of a session at a tap port.
+fn record_session(n: usize) -> Vec<Vec<u8>> {
+    let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
+    net.set_promiscuous(n, true).unwrap();
+    let list: Vec<MacAddr> = (0..n as u16).map(port_mac).collect();
+    let joins: Vec<Join> = (0..n)
+        .map(|i| {
+            Join::new(
+                cfg(i, Expect::List(list.clone()), Some(KEY)),
+                net.now(),
+                10 + i as u64,
+            )
+            .unwrap()
+        })
+        .collect();
+    let mut tap: SimPort = net.port(n).unwrap();
+    let mut c = SimCluster::new(net, joins).unwrap();
+    let mut w = Outcomes(vec![None; n]);
+    assert_eq!(c.run(Duration::from_secs(5), &mut w).unwrap(), RunEnd::Done);
+    let mut frames = Vec::new();
+    tap.recv_frames(&mut |f| frames.push(f.to_vec()));
+    assert!(
+        frames.len() >= 2 * (n - 1) + 2,
+        "hellos, rosters and confirmations were heard: {}",
+        frames.len()
+    );
+    frames
+}
+
+/// Replays the recorded frames from a tap port while `joins` run; returns the outcomes.
+struct Replaying {
+    out: Outcomes,
+    attacker: SimPort,
+    frames: Vec<Vec<u8>>,
+    next: usize,
+    last: Option<Instant>,
+}
+
+impl Workload<Join> for Replaying {
+    fn visit(&mut self, i: usize, j: &mut Join, now: Instant) {
+        self.out.visit(i, j, now);
+        // A burst of recorded frames every millisecond, round and round.
+        if self
+            .last
+            .is_some_and(|t| now < t + Duration::from_millis(1))
+        {
+            return;
+        }
+        self.last = Some(now);
+        for _ in 0..self.frames.len() {
+            let f = &self.frames[self.next % self.frames.len()];
+            self.next += 1;
+            let _ = self.attacker.send_frame(f);
+        }
+    }
+    fn done(&self) -> bool {
+        self.out.done()
+    }
+}
+
+/// Performs the attack: the join frames of an earlier session with the same key, sent again
+/// during a new one, join nobody. With every member present the new session forms as if
+/// nothing happened; with one member missing, its recorded hello does not stand in for it.
+#[test]
+fn a_recorded_join_does_not_replay() {
+    let n = 4;
+    let frames = record_session(n);
+    for missing in [None, Some(2usize)] {
+        let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
+        let list: Vec<MacAddr> = (0..n as u16).map(port_mac).collect();
+        let joins: Vec<Join> = (0..n)
+            .map(|i| {
+                Join::new(
+                    cfg(i, Expect::List(list.clone()), Some(KEY)),
+                    net.now(),
+                    1000 + i as u64,
+                )
+                .unwrap()
+            })
+            .collect();
+        let attacker = net.port(n).unwrap();
+        let mut c = SimCluster::new(net, joins).unwrap();
+        if let Some(m) = missing {
+            c.kill(m).unwrap();
+        }
+        let mut w = Replaying {
+            out: Outcomes(vec![None; n]),
+            attacker,
+            frames: frames.clone(),
+            next: 0,
+            last: None,
+        };
+        if let Some(m) = missing {
+            w.out.0[m] = Some(Err(JoinError::RosterMismatch));
+        }
+        let end = c.run(Duration::from_millis(500), &mut w).unwrap();
+        match missing {
+            None => {
+                assert_eq!(end, RunEnd::Done);
+                let joined = all_joined(&w.out.0);
+                assert_agree(&joined);
+                assert_eq!(joined[0].session.nonce, 1000, "the new session's own nonce");
+            }
+            Some(m) => {
+                assert_ne!(end, RunEnd::Done, "the join waits for the missing member");
+                assert!(w
+                    .out
+                    .0
+                    .iter()
+                    .enumerate()
+                    .all(|(i, o)| i == m || o.is_none()));
+                assert!(!c.member(0).heard().contains(&port_mac(m as u16)));
+            }
+        }
+    }
+}
+
+#[test]
+fn join_messages_that_are_not_well_formed_are_ignored() {
+    assert_eq!(Msg::decode(&[]), None);
+    assert_eq!(Msg::decode(&[9, 1, 2]), None);
+    assert_eq!(Msg::decode(&[1; 5]), None);
+    let mut roster = Msg::Roster {
+        nonce: 1,
+        part: 0,
+        parts: 1,
+        entries: vec![([2; 6], 3)],
+    }
+    .encode();
+    assert!(Msg::decode(&roster).is_some());
+    roster.pop();
+    assert_eq!(Msg::decode(&roster), None, "a truncated entry");
+    let mut j = Join::new(cfg(0, Expect::Invited, None), Instant::now(), 1).unwrap();
+    for junk in [&b""[..], &[0u8; 7][..], &[0xff; 64][..]] {
+        j.handle_frame(Instant::now(), port_mac(1), junk);
+    }
+    assert!(j.take_result().is_none());
+}
