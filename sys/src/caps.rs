@@ -5,10 +5,12 @@
 //! root is a file capability (`setcap cap_net_raw,cap_net_admin+ep`). When that does not work
 //! the kernel only says `EPERM`, and the reasons differ: the file has no capabilities; it has
 //! them but sits on a `nosuid` mount; the process runs with `no_new_privs` (containers,
-//! systemd's `NoNewPrivileges=`), which makes the kernel ignore file capabilities; the
-//! capability bounding set lacks it; or the process holds the capability and a security
-//! module refused anyway. [`Advice`] finds out which and says what to do, with the exact
-//! `setcap` command for this program.
+//! systemd's `NoNewPrivileges=`), with which the kernel documents that file capabilities are
+//! not granted (Linux 6.18 on the test machine granted them anyway); or the process holds the
+//! capability and a security module refused anyway. [`Advice`] finds out which and says what
+//! to do, with the exact `setcap` command for this program. (A bounding set without the
+//! capability needs no advice of ours: the kernel then refuses to execute a `+ep` program at
+//! all.)
 //!
 //! What needs which capability (checked against the kernel and on the test-bed):
 //! - [`Capability::NetRaw`]: creating an `AF_PACKET` socket. Everything else ethbcast asks of
@@ -208,8 +210,6 @@ pub enum Reason {
     NosuidMount,
     /// The file carries it, but the process runs with `no_new_privs`.
     NoNewPrivs,
-    /// The file carries it, but the bounding set lacks it.
-    NotInBoundingSet,
     /// The file carries it and nothing explains why the process lacks it.
     Unknown,
 }
@@ -227,7 +227,6 @@ impl Advice {
             (_, f) if !f.is_some_and(|f| f.grants(cap)) => Reason::NotGranted,
             _ if program.as_deref().and_then(mounted_nosuid) == Some(true) => Reason::NosuidMount,
             (Some(p), _) if p.no_new_privs => Reason::NoNewPrivs,
-            (Some(p), _) if p.bounding & cap.mask() == 0 => Reason::NotInBoundingSet,
             _ => Reason::Unknown,
         };
         Advice {
@@ -270,12 +269,6 @@ impl fmt::Display for Advice {
                  with no_new_privs (a container, systemd's NoNewPrivileges= or DynamicUser=, \
                  `setpriv --no-new-privs`), so the kernel ignores it; grant it as an ambient \
                  capability instead (systemd: AmbientCapabilities={cap}) or run as root"
-            ),
-            Reason::NotInBoundingSet => write!(
-                f,
-                "this needs {cap}: {prog} carries it as a file capability, but this process's \
-                 capability bounding set lacks it (containers and systemd's \
-                 CapabilityBoundingSet= remove it); add {cap} there or run as root"
             ),
             Reason::Unknown => write!(
                 f,
