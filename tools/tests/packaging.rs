@@ -83,12 +83,21 @@ fn pages_and_completions_cover_both_subcommands_and_hide_the_generator() {
     let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
     let main = read("ethbcast.1");
     assert!(main.contains("ethbcast\\-send(1)") && main.contains("ethbcast\\-recv(1)"));
-    assert!(main.contains("Exit codes"), "the exit codes belong in the man page");
+    assert!(
+        main.contains("Exit codes"),
+        "the exit codes belong in the man page"
+    );
     assert!(read("ethbcast-send.1").contains("\\-\\-receivers"));
     assert!(read("ethbcast-recv.1").contains("\\-\\-output"));
     for completion in ["ethbcast.bash", "_ethbcast", "ethbcast.fish"] {
         let text = read(completion);
-        assert!(text.contains("recv") && text.contains("max-rate"), "{completion}");
-        assert!(!text.contains("generate-assets"), "{completion} offers the hidden generator");
+        assert!(
+            text.contains("recv") && text.contains("max-rate"),
+            "{completion}"
+        );
+        assert!(
+            !text.contains("generate-assets"),
+            "{completion} offers the hidden generator"
+        );
     }
 }

@@ -40,12 +40,9 @@ impl Scratch {
             std::env::temp_dir(),
             PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
         ];
-        let base = candidates
-            .iter()
-            .find(|d| !nosuid(d))
-            .unwrap_or_else(|| {
-                panic!("every candidate scratch directory ({candidates:?}) is mounted nosuid")
-            });
+        let base = candidates.iter().find(|d| !nosuid(d)).unwrap_or_else(|| {
+            panic!("every candidate scratch directory ({candidates:?}) is mounted nosuid")
+        });
         let dir = base.join(format!("ethbcast-unpriv-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("out")).unwrap();
@@ -165,10 +162,9 @@ fn nobody_transfers_a_file_with_a_capability_granted_binary() {
     if !tools_available(test) {
         return;
     }
-    let tb = Testbed::up(
-        &TestbedConfig::new(3).prefix(format!("uc{:x}", std::process::id() & 0xfff)),
-    )
-    .expect("test-bed");
+    let tb =
+        Testbed::up(&TestbedConfig::new(3).prefix(format!("uc{:x}", std::process::id() & 0xfff)))
+            .expect("test-bed");
     let scratch = Scratch::new("transfer");
     let dir = &scratch.0;
     let bin = dir.join("ethbcast");
@@ -227,7 +223,11 @@ fn nobody_transfers_a_file_with_a_capability_granted_binary() {
     for (r, out) in receivers.iter_mut().zip(&outs) {
         let o = r.wait_timeout(Duration::from_secs(30));
         assert_eq!(o.status.code(), Some(0), "receiver: {}", text(&o.stderr));
-        assert!(std::fs::read(out).unwrap() == data, "{} differs", out.display());
+        assert!(
+            std::fs::read(out).unwrap() == data,
+            "{} differs",
+            out.display()
+        );
         // Written by the receiver itself, which ran as nobody.
         assert_eq!(std::fs::metadata(out).unwrap().uid(), NOBODY);
     }
@@ -240,10 +240,9 @@ fn without_the_capabilities_the_error_names_cap_net_raw_and_the_remedy() {
     if !tools_available(test) {
         return;
     }
-    let tb = Testbed::up(
-        &TestbedConfig::new(1).prefix(format!("un{:x}", std::process::id() & 0xfff)),
-    )
-    .expect("test-bed");
+    let tb =
+        Testbed::up(&TestbedConfig::new(1).prefix(format!("un{:x}", std::process::id() & 0xfff)))
+            .expect("test-bed");
     let ns = &tb.hosts()[0].netns;
     let scratch = Scratch::new("refused");
     let plain = scratch.0.join("ethbcast-plain");
@@ -259,7 +258,10 @@ fn without_the_capabilities_the_error_names_cap_net_raw_and_the_remedy() {
 
     // A binary without file capabilities: the exact setcap command for this very file.
     let err = check(spawn_as(ns, &as_nobody(), &plain, &recv_args));
-    let setcap = format!("sudo setcap cap_net_raw,cap_net_admin+ep {}", plain.display());
+    let setcap = format!(
+        "sudo setcap cap_net_raw,cap_net_admin+ep {}",
+        plain.display()
+    );
     assert!(err.contains(&setcap), "{err}");
 
     // A copy that carries the capabilities on a nosuid mount (as home directories and
@@ -289,6 +291,9 @@ fn without_the_capabilities_the_error_names_cap_net_raw_and_the_remedy() {
         .expect("spawn unshare");
     let err = check(Proc(Some(child)));
     assert!(err.contains("mounted nosuid"), "{err}");
-    assert!(err.contains(&format!("{} carries it", bin.display())), "{err}");
+    assert!(
+        err.contains(&format!("{} carries it", bin.display())),
+        "{err}"
+    );
     drop(tb);
 }
