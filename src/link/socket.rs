@@ -183,7 +183,7 @@ pub(crate) fn size_recv_buffer(sock: &PacketSocket, bytes: usize) -> Result<(), 
             "raise net.core.rmem_max".to_owned()
         } else {
             format!(
-                "a larger buffer {}, or raise net.core.rmem_max",
+                "for a larger buffer {}; or raise net.core.rmem_max",
                 Advice::for_missing(Capability::NetAdmin)
             )
         };
