@@ -207,8 +207,12 @@ pub enum LinkError {
     /// The named interface does not exist (in this network namespace).
     #[error("no such network interface {0:?}: check `ip link` (and the network namespace)")]
     NoSuchInterface(String),
-    /// Opening a packet socket needs CAP_NET_RAW.
-    #[error("permission denied opening a raw packet socket: run as root or grant CAP_NET_RAW, e.g. `sudo setcap cap_net_raw,cap_net_admin+ep <binary>`")]
+    /// Opening a packet socket needs CAP_NET_RAW. The message says why this process lacks it
+    /// and gives the `setcap` command for this program.
+    #[error(
+        "permission denied opening a raw packet socket: {}",
+        raw_socket_advice()
+    )]
     PermissionDenied,
     /// The interface MTU cannot carry the frames we need.
     #[error("interface MTU {mtu} is too small: ethbcast needs at least {need} bytes")]
@@ -235,6 +239,20 @@ pub enum LinkError {
     /// Any other operating-system error.
     #[error("link I/O error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// What to tell a user whom the kernel refused a raw packet socket: the missing capability,
+/// why it is missing, and the exact `setcap` command (see [`ethbcast_sys::caps`]).
+fn raw_socket_advice() -> String {
+    #[cfg(target_os = "linux")]
+    {
+        use ethbcast_sys::caps::{Advice, Capability};
+        Advice::for_missing(Capability::NetRaw).to_string()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        "raw packet sockets need root".to_owned()
+    }
 }
 
 /// A medium that carries ethbcast PDUs between MAC addresses.

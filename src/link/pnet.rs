@@ -106,7 +106,7 @@ impl PnetLink {
                 ignore_outgoing: false,
                 qdisc_bypass: false,
             })?;
-            sock.set_recv_buffer(cfg.recv_buffer)?;
+            super::socket::size_recv_buffer(&sock, cfg.recv_buffer)?;
             let fd = sock.into_fd();
             let dup = fd.try_clone()?;
             (Some(fd.into_raw_fd()), dup)

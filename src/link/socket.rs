@@ -63,7 +63,7 @@ impl SocketLink {
         };
         // Size the buffer before binding, so no frame meets the small default.
         let mut sock = PacketSocket::new(&opts)?;
-        sock.set_recv_buffer(cfg.recv_buffer)?;
+        size_recv_buffer(&sock, cfg.recv_buffer)?;
         sock.bind(iface.index, ETHERTYPE)?;
         Ok(SocketLink {
             sock,
@@ -169,6 +169,31 @@ impl From<ethbcast_sys::Error> for LinkError {
             }
         }
     }
+}
+
+/// Asks for a receive buffer of `bytes` and warns when the kernel granted less: without
+/// `CAP_NET_ADMIN` it caps the buffer at `net.core.rmem_max`, and a receiver that is busy
+/// elsewhere for a moment then drops frames that must be repaired.
+pub(crate) fn size_recv_buffer(sock: &PacketSocket, bytes: usize) -> Result<(), LinkError> {
+    let granted = sock.set_recv_buffer(bytes)?;
+    // The kernel doubles what it grants (for its bookkeeping).
+    if granted < bytes.saturating_mul(2) {
+        use ethbcast_sys::caps::{Advice, Capability, ProcessCaps};
+        let why = if ProcessCaps::current().is_some_and(|p| p.has(Capability::NetAdmin)) {
+            "raise net.core.rmem_max".to_owned()
+        } else {
+            format!(
+                "for a larger buffer {}; or raise net.core.rmem_max",
+                Advice::for_missing(Capability::NetAdmin)
+            )
+        };
+        tracing::warn!(
+            asked = bytes,
+            granted = granted / 2,
+            "the kernel capped the packet socket's receive buffer; {why}"
+        );
+    }
+    Ok(())
 }
 
 /// The error of a send that found no room for [`SEND_STALL`].

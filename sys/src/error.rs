@@ -33,8 +33,13 @@ pub enum Error {
         /// ARPHRD_* hardware type the kernel reported.
         hw_type: u16,
     },
-    /// The operation needs `CAP_NET_RAW` (packet sockets) which this process lacks.
-    #[error("permission denied ({op}): raw packet sockets need CAP_NET_RAW; run as root or `sudo setcap cap_net_raw,cap_net_admin+ep <binary>`")]
+    /// The operation needs `CAP_NET_RAW` (packet sockets) which this process lacks. The message
+    /// says why it is missing and gives the `setcap` command for this program
+    /// ([`crate::caps::Advice`]).
+    #[error(
+        "permission denied ({op}): {}",
+        crate::caps::Advice::for_missing(crate::caps::Capability::NetRaw)
+    )]
     PermissionDenied {
         /// The operation that was refused.
         op: &'static str,
@@ -143,7 +148,14 @@ mod tests {
         for errno in [libc::EPERM, libc::EACCES] {
             let e = Error::from_errno("socket(AF_PACKET)", errno);
             assert!(matches!(e, Error::PermissionDenied { .. }), "{e:?}");
-            assert!(e.to_string().contains("CAP_NET_RAW"));
+            let msg = e.to_string();
+            assert!(msg.contains("CAP_NET_RAW"), "{msg}");
+            // Unless the process holds the capability (then something else refused), the
+            // message gives the setcap command for this very program.
+            let held = crate::caps::ProcessCaps::current()
+                .is_some_and(|p| p.has(crate::caps::Capability::NetRaw));
+            let exe = std::env::current_exe().unwrap();
+            assert!(held || msg.contains(&format!("{}", exe.display())), "{msg}");
         }
     }
 

@@ -12,6 +12,8 @@
 //! - [`ring`]: `TPACKET_V2` memory-mapped RX and TX rings (no system call per received frame,
 //!   one per burst of sent frames);
 //! - [`wait`]: waiting for a socket: spin, block in `ppoll(2)`, or spin then block;
+//! - [`caps`]: which capabilities the process and its program file hold, and why one is
+//!   missing (`nosuid`, `no_new_privs`, ...), for error messages with the exact `setcap` command;
 //! - [`alloc`]: a counting global allocator for memory tests;
 //! - [`error`]: typed errors that say what the user can do (`CAP_NET_RAW`, `ip link`, ...).
 //!
@@ -22,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod caps;
 pub mod error;
 pub mod filter;
 pub mod iface;

@@ -5,4 +5,5 @@ pub mod bench;
 pub mod distribute;
 pub mod mpi;
 pub mod netns;
+pub mod packaging;
 pub mod testbed;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
 use ethbcast::link::{Backend, WaitMode};
 use ethbcast_tools::distribute::{
@@ -190,6 +191,14 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write the man pages and shell completions into a directory (for packaging; see
+    /// `ethbcast_tools::packaging`).
+    #[command(hide = true)]
+    GenerateAssets {
+        /// Directory to write into (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn link_opts(c: &Common, default_wait: WaitMode) -> LinkOpts {
@@ -314,6 +323,17 @@ fn main() -> ExitCode {
                     ExitCode::from(r.code)
                 }
                 Err(f) => fail(f),
+            }
+        }
+        Cmd::GenerateAssets { out } => {
+            match ethbcast_tools::packaging::generate(Cli::command(), &out) {
+                Ok(files) => {
+                    for f in files {
+                        println!("{}", f.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(Fatal::io(format!("cannot write to {}: {e}", out.display()))),
             }
         }
     }

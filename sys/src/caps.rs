@@ -1,0 +1,345 @@
+//! Capabilities: which ones this process holds, which ones its program file carries, and what
+//! to tell a user whom the kernel refused.
+//!
+//! Why: raw packet sockets need `CAP_NET_RAW`, and the usual way to run `ethbcast` without
+//! root is a file capability (`setcap cap_net_raw,cap_net_admin+ep`). When that does not work
+//! the kernel only says `EPERM`, and the reasons differ: the file has no capabilities; it has
+//! them but sits on a `nosuid` mount; the process runs with `no_new_privs` (containers,
+//! systemd's `NoNewPrivileges=`), with which the kernel documents that file capabilities are
+//! not granted (Linux 6.18 on the test machine granted them anyway); or the process holds the
+//! capability and a security module refused anyway. [`Advice`] finds out which and says what
+//! to do, with the exact `setcap` command for this program. (A bounding set without the
+//! capability needs no advice of ours: the kernel then refuses to execute a `+ep` program at
+//! all.)
+//!
+//! What needs which capability (checked against the kernel and on the test-bed):
+//! - [`Capability::NetRaw`]: creating an `AF_PACKET` socket. Everything else ethbcast asks of
+//!   a packet socket (binding, rings, `PACKET_QDISC_BYPASS`, filters) needs nothing more.
+//! - [`Capability::NetAdmin`]: only `SO_RCVBUFFORCE`, a receive buffer above
+//!   `net.core.rmem_max` for the `socket` and `pnet` backends. Without it the buffer is capped
+//!   and a busy receiver drops (and then repairs) more; the default `ring` backend sizes its
+//!   ring without it.
+
+use std::ffi::CString;
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The capabilities ethbcast uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// `CAP_NET_RAW`: open raw packet sockets.
+    NetRaw,
+    /// `CAP_NET_ADMIN`: force socket buffers above the system limit.
+    NetAdmin,
+}
+
+impl Capability {
+    /// The capability's bit number (`linux/capability.h`).
+    pub const fn bit(self) -> u32 {
+        match self {
+            Capability::NetAdmin => 12,
+            Capability::NetRaw => 13,
+        }
+    }
+
+    /// `CAP_NET_RAW` or `CAP_NET_ADMIN`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Capability::NetRaw => "CAP_NET_RAW",
+            Capability::NetAdmin => "CAP_NET_ADMIN",
+        }
+    }
+
+    fn mask(self) -> u64 {
+        1 << self.bit()
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The capability sets of this process (from `/proc/self/status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessCaps {
+    /// Effective set.
+    pub effective: u64,
+    /// Bounding set: what an `execve` can ever gain.
+    pub bounding: u64,
+    /// `no_new_privs`: `execve` grants no file capabilities.
+    pub no_new_privs: bool,
+}
+
+impl ProcessCaps {
+    /// Reads this process's sets; `None` if `/proc` is not mounted or unreadable.
+    pub fn current() -> Option<ProcessCaps> {
+        Self::parse(&std::fs::read_to_string("/proc/self/status").ok()?)
+    }
+
+    /// Parses the text of `/proc/PID/status`.
+    pub fn parse(status: &str) -> Option<ProcessCaps> {
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let hex = |name: &str| u64::from_str_radix(field(name)?, 16).ok();
+        Some(ProcessCaps {
+            effective: hex("CapEff")?,
+            bounding: hex("CapBnd")?,
+            // Absent before Linux 4.10: then we cannot tell, and assume it is off.
+            no_new_privs: field("NoNewPrivs") == Some("1"),
+        })
+    }
+
+    /// Whether `cap` is in the effective set.
+    pub fn has(&self, cap: Capability) -> bool {
+        self.effective & cap.mask() != 0
+    }
+}
+
+/// The file capabilities of a program (its `security.capability` extended attribute).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileCaps {
+    /// Permitted set granted at `execve`.
+    pub permitted: u64,
+    /// Whether the granted capabilities are also made effective (`+e`).
+    pub effective: bool,
+}
+
+/// `VFS_CAP_*` of `linux/capability.h`.
+const VFS_CAP_REVISION_MASK: u32 = 0xFF00_0000;
+const VFS_CAP_REVISION_1: u32 = 0x0100_0000;
+const VFS_CAP_FLAGS_EFFECTIVE: u32 = 0x0000_0001;
+
+impl FileCaps {
+    /// Reads the file capabilities of `path`: `Ok(None)` if it has none.
+    pub fn of(path: &Path) -> std::io::Result<Option<FileCaps>> {
+        let cpath = CString::new(path.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let mut buf = [0u8; 32];
+        // SAFETY: both strings are NUL-terminated and live across the call; the kernel writes
+        // at most `buf.len()` bytes into `buf`, which we own.
+        let n = unsafe {
+            libc::getxattr(
+                cpath.as_ptr(),
+                c"security.capability".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok(Self::parse(&buf[..n as usize]))
+    }
+
+    /// Parses a `vfs_cap_data` value (revision 1, 2 or 3, little-endian).
+    pub fn parse(data: &[u8]) -> Option<FileCaps> {
+        let word = |i: usize| {
+            data.get(4 * i..4 * i + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let magic = word(0)?;
+        let low = u64::from(word(1)?);
+        let high = if magic & VFS_CAP_REVISION_MASK == VFS_CAP_REVISION_1 {
+            0
+        } else {
+            u64::from(word(3)?)
+        };
+        Some(FileCaps {
+            permitted: low | high << 32,
+            effective: magic & VFS_CAP_FLAGS_EFFECTIVE != 0,
+        })
+    }
+
+    /// Whether an `execve` of this file grants `cap` (permitted and effective).
+    pub fn grants(&self, cap: Capability) -> bool {
+        self.effective && self.permitted & cap.mask() != 0
+    }
+}
+
+/// Whether the file system holding `path` is mounted `nosuid` (the kernel then ignores file
+/// capabilities as well as set-user-ID bits).
+pub fn mounted_nosuid(path: &Path) -> Option<bool> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    statvfs(path)
+        .ok()
+        .map(|s| s.flags().contains(FsFlags::ST_NOSUID))
+}
+
+/// The `setcap` command that gives `program` what ethbcast uses.
+pub fn setcap_command(program: &Path) -> String {
+    format!(
+        "sudo setcap cap_net_raw,cap_net_admin+ep {}",
+        program.display()
+    )
+}
+
+/// Why this process lacks (or was refused despite holding) a capability, and what to do.
+///
+/// Its `Display` is one paragraph for an error message. It is built when the error is
+/// reported, from the state of this process and of its program file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advice {
+    /// The capability the refused operation needs.
+    pub cap: Capability,
+    /// The running program (`/proc/self/exe`), if known.
+    pub program: Option<PathBuf>,
+    /// Why, and what to do.
+    pub reason: Reason,
+}
+
+/// Why a capability is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The process holds the capability: something else refused (a security module,
+    /// seccomp).
+    HeldButRefused,
+    /// The program file does not carry the capability (or carries it without `+e`).
+    NotGranted,
+    /// The file carries it, but its file system is mounted `nosuid`.
+    NosuidMount,
+    /// The file carries it, but the process runs with `no_new_privs`.
+    NoNewPrivs,
+    /// The file carries it and nothing explains why the process lacks it.
+    Unknown,
+}
+
+impl Advice {
+    /// Finds out why this process lacks `cap`.
+    pub fn for_missing(cap: Capability) -> Advice {
+        let program = std::env::current_exe().ok();
+        let proc_caps = ProcessCaps::current();
+        let file = program
+            .as_deref()
+            .and_then(|p| FileCaps::of(p).ok().flatten());
+        let reason = match (proc_caps, file) {
+            (Some(p), _) if p.has(cap) => Reason::HeldButRefused,
+            (_, f) if !f.is_some_and(|f| f.grants(cap)) => Reason::NotGranted,
+            _ if program.as_deref().and_then(mounted_nosuid) == Some(true) => Reason::NosuidMount,
+            (Some(p), _) if p.no_new_privs => Reason::NoNewPrivs,
+            _ => Reason::Unknown,
+        };
+        Advice {
+            cap,
+            program,
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for Advice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cap = self.cap;
+        let program = self
+            .program
+            .as_deref()
+            .unwrap_or(Path::new("/path/to/program"));
+        let setcap = setcap_command(program);
+        let prog = program.display();
+        match self.reason {
+            Reason::HeldButRefused => write!(
+                f,
+                "this process holds {cap}, yet the kernel refused: a security module (AppArmor, \
+                 SELinux) or a seccomp filter forbids it here"
+            ),
+            Reason::NotGranted => write!(
+                f,
+                "this needs {cap}, which this process lacks: run as root, or grant the program \
+                 its capabilities once with `{setcap}`"
+            ),
+            Reason::NosuidMount => write!(
+                f,
+                "this needs {cap}: {prog} carries it as a file capability, but its file system \
+                 is mounted nosuid, so the kernel ignores it; install the program elsewhere (e.g. \
+                 /usr/local/bin) and run `sudo setcap cap_net_raw,cap_net_admin+ep` on that copy"
+            ),
+            Reason::NoNewPrivs => write!(
+                f,
+                "this needs {cap}: {prog} carries it as a file capability, but this process runs \
+                 with no_new_privs (a container, systemd's NoNewPrivileges= or DynamicUser=, \
+                 `setpriv --no-new-privs`), so the kernel ignores it; grant it as an ambient \
+                 capability instead (systemd: AmbientCapabilities={cap}) or run as root"
+            ),
+            Reason::Unknown => write!(
+                f,
+                "this needs {cap}, which this process lacks although {prog} carries it as a \
+                 file capability; run as root, or check `getcap {prog}` and `grep Cap \
+                 /proc/self/status`"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_status_is_parsed() {
+        let s = "Name:\tx\nCapInh:\t0000000000000000\nCapPrm:\t0000000000003000\n\
+                 CapEff:\t0000000000002000\nCapBnd:\t000001ffffffffff\nNoNewPrivs:\t1\n";
+        let p = ProcessCaps::parse(s).unwrap();
+        assert!(p.has(Capability::NetRaw));
+        assert!(!p.has(Capability::NetAdmin));
+        assert!(p.no_new_privs);
+        assert_eq!(p.bounding, 0x1ff_ffff_ffff);
+        assert!(ProcessCaps::parse("Name:\tx\n").is_none());
+    }
+
+    #[test]
+    fn vfs_cap_data_is_parsed() {
+        // What `setcap cap_net_raw,cap_net_admin+ep` writes (revision 2).
+        let mut v2 = Vec::new();
+        for w in [0x0200_0001u32, 0x3000, 0, 0, 0] {
+            v2.extend_from_slice(&w.to_le_bytes());
+        }
+        let f = FileCaps::parse(&v2).unwrap();
+        assert!(f.grants(Capability::NetRaw) && f.grants(Capability::NetAdmin));
+        // `+p` only: permitted but not effective, so nothing is granted to a plain program.
+        v2[0] = 0;
+        assert!(!FileCaps::parse(&v2).unwrap().grants(Capability::NetRaw));
+        assert!(FileCaps::parse(&v2[..8]).is_none());
+    }
+
+    #[test]
+    fn advice_names_the_capability_and_the_setcap_command() {
+        let a = Advice {
+            cap: Capability::NetRaw,
+            program: Some("/usr/bin/ethbcast".into()),
+            reason: Reason::NotGranted,
+        };
+        let s = a.to_string();
+        assert!(s.contains("CAP_NET_RAW"), "{s}");
+        assert!(
+            s.contains("`sudo setcap cap_net_raw,cap_net_admin+ep /usr/bin/ethbcast`"),
+            "{s}"
+        );
+        let nosuid = Advice {
+            reason: Reason::NosuidMount,
+            ..a.clone()
+        };
+        assert!(nosuid.to_string().contains("nosuid"));
+        let nnp = Advice {
+            reason: Reason::NoNewPrivs,
+            ..a
+        };
+        assert!(nnp.to_string().contains("AmbientCapabilities=CAP_NET_RAW"));
+    }
+
+    #[test]
+    fn this_process_is_diagnosed_consistently() {
+        let a = Advice::for_missing(Capability::NetRaw);
+        let held = ProcessCaps::current().is_some_and(|p| p.has(Capability::NetRaw));
+        assert_eq!(a.reason == Reason::HeldButRefused, held, "{a:?}");
+    }
+}
