@@ -210,7 +210,16 @@ fn demo_on_the_simulator_compares_the_hardware_algorithms() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("demo.json")).unwrap()).unwrap();
     assert_eq!(json["mode"], "simulator");
     let rows = json["latency"]["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 2 * 2 * 2);
+    // sbcast, ppbcast and the binomial tree of point-to-point sends, at two
+    // sizes and two group sizes each.
+    assert_eq!(rows.len(), 3 * 2 * 2, "{rows:?}");
+    for algo in ["sbcast", "ppbcast", "tree"] {
+        assert_eq!(
+            rows.iter().filter(|r| r["algo"] == algo).count(),
+            4,
+            "{algo}: {rows:?}"
+        );
+    }
     assert!(rows.iter().all(|r| r["mean80_us"].as_f64().unwrap() > 0.0));
     assert!(std::fs::read(dir.join("latency-vs-size-4nodes.png"))
         .unwrap()
