@@ -10,6 +10,11 @@
 //! band (a shared counter between the threads, while it keeps polling the protocol), until
 //! every receiver has finished, so broadcasts never overlap; receivers are already waiting in
 //! their next `bcast` when the root calls.
+//!
+//! Unless told otherwise, every group size is first measured at the raw floor
+//! ([`super::floor`]: raw broadcast frames, the same threads, clock, link and waits, no
+//! protocol), so that every protocol row is also given as a multiple of the floor measured in
+//! the same run, moments before it.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -21,6 +26,7 @@ use ethbcast::group::Algorithm;
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
+use super::floor::{self, FLOOR};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -49,6 +55,8 @@ pub struct LatencyOptions {
     pub algos: Vec<Algorithm>,
     /// Show a progress bar.
     pub progress: bool,
+    /// Measure the raw floor of every group size first (rows named `floor`).
+    pub floor: bool,
 }
 
 impl LatencyOptions {
@@ -62,6 +70,7 @@ impl LatencyOptions {
             warmup: 50,
             algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
             progress: false,
+            floor: true,
         }
     }
 }
@@ -117,6 +126,23 @@ pub struct Ratio {
     pub sbcast_over_tree: Option<f64>,
 }
 
+/// One protocol row over the raw floor of the same group size and message size.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverFloor {
+    /// Algorithm.
+    pub algo: String,
+    /// Group size.
+    pub nodes: usize,
+    /// Message size.
+    pub size: usize,
+    /// The floor's mean80, µs.
+    pub floor_us: f64,
+    /// The algorithm's mean80, µs.
+    pub algo_us: f64,
+    /// algo / floor.
+    pub ratio: f64,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyReport {
@@ -126,6 +152,8 @@ pub struct LatencyReport {
     pub growth: Vec<Growth>,
     /// Hardware broadcast over the tree.
     pub ratios: Vec<Ratio>,
+    /// Every protocol row over the raw floor measured in the same run (empty without it).
+    pub over_floor: Vec<OverFloor>,
     /// How it was measured.
     pub method: String,
     /// Link backend.
@@ -176,6 +204,9 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
     let pb = bed::progress_bar(per_group * o.nodes.len() as u64, o.progress, "latency");
     let mut rows = Vec::new();
     for &k in &o.nodes {
+        if o.floor {
+            rows.extend(floor::group(bed, k, o).inspect_err(|_| pb.abandon())?);
+        }
         let done = Arc::new(AtomicUsize::new(0));
         let (plan2, pb2) = (plan.clone(), pb.clone());
         let (iters, warmup) = (o.iters, o.warmup);
@@ -292,10 +323,26 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
             }
         }
     }
+    let over_floor = rows
+        .iter()
+        .filter(|r| r.algo != FLOOR)
+        .filter_map(|r| {
+            let f = find(FLOOR, r.nodes, r.size).filter(|&f| f > 0.0)?;
+            Some(OverFloor {
+                algo: r.algo.clone(),
+                nodes: r.nodes,
+                size: r.size,
+                floor_us: f,
+                algo_us: r.mean80_us,
+                ratio: r.mean80_us / f,
+            })
+        })
+        .collect();
     LatencyReport {
         rows,
         growth,
         ratios,
+        over_floor,
         method: METHOD.into(),
         backend: format!("{:?}", o.bed.backend).to_lowercase(),
         wait: format!("{:?}", o.bed.wait).to_lowercase(),
@@ -373,8 +420,50 @@ pub fn render(r: &LatencyReport) -> String {
         }
         out.push_str(&t.render());
     }
+    if !r.over_floor.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nover the raw floor measured in this run (mean80 / floor mean80; 1.0 = the medium's own latency):"
+        );
+        let mut algos: Vec<&str> = Vec::new();
+        for x in &r.over_floor {
+            if !algos.contains(&x.algo.as_str()) {
+                algos.push(&x.algo);
+            }
+        }
+        let mut head = vec!["nodes", "size B", "floor µs"];
+        head.extend(algos.iter().copied());
+        let mut t = Table::new(&head);
+        let mut keys: Vec<(usize, usize, f64)> = Vec::new();
+        for x in &r.over_floor {
+            if !keys.iter().any(|k| k.0 == x.nodes && k.1 == x.size) {
+                keys.push((x.nodes, x.size, x.floor_us));
+            }
+        }
+        for (n, s, f) in keys {
+            let mut row = vec![n.to_string(), s.to_string(), fmt_us(f)];
+            for a in &algos {
+                row.push(
+                    r.over_floor
+                        .iter()
+                        .find(|x| x.nodes == n && x.size == s && x.algo == *a)
+                        .map_or("-".into(), |x| format!("{:.2}", x.ratio)),
+                );
+            }
+            t.row(row);
+        }
+        out.push_str(&t.render());
+        let _ = writeln!(out, "floor: {}", floor_method());
+    }
     let _ = writeln!(out, "\nmethod: {}", r.method);
     out
+}
+
+/// How the floor rows were measured.
+pub fn floor_method() -> &'static str {
+    "raw broadcast frames of the message size (one frame up to the MTU), same threads, link, \
+     wait mode, clock and out-of-band separation as the protocol rows; root's send until the \
+     LAST receiver has every frame; no protocol"
 }
 
 /// Writes the rows as CSV.

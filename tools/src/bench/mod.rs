@@ -5,6 +5,7 @@ pub mod bed;
 pub mod demo;
 pub mod distribute;
 pub mod faults;
+pub mod floor;
 pub mod latency;
 pub mod memory;
 pub mod mpi;

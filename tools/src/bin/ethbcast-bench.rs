@@ -16,7 +16,7 @@ use ethbcast::memory::Profile;
 use ethbcast::proto::Algo;
 use ethbcast_tools::bench::bed::BedOptions;
 use ethbcast_tools::bench::{
-    barrier, demo, distribute, latency, memory, mpi, plot, selftest, sim, throughput,
+    barrier, demo, distribute, floor, latency, memory, mpi, plot, selftest, sim, throughput,
 };
 use ethbcast_tools::mpi::MpiImpl;
 use ethbcast_tools::testbed::Rate;
@@ -181,6 +181,9 @@ enum Cmd {
         /// Algorithms: ppbcast, sbcast, tree.
         #[arg(long, default_value = "ppbcast,sbcast,tree", value_delimiter = ',')]
         algos: Vec<Algorithm>,
+        /// Skip the raw floor (measured by default before each group size, for the ratios).
+        #[arg(long)]
+        no_floor: bool,
         #[command(flatten)]
         link: LinkArgs,
         /// Write the rows as CSV to this file.
@@ -190,6 +193,38 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Print one JSON object (no progress bar).
+        #[arg(long)]
+        json: bool,
+    },
+    /// The raw floor of broadcast latency: raw broadcast frames, no protocol, measured exactly
+    /// as `latency` measures (same threads, clock, link, wait modes, sizes, group sizes).
+    ///
+    /// Latency of one iteration = from the root's send until the LAST receiver has every frame.
+    ///
+    /// Example: ethbcast-bench floor --testbed 8 --nodes 2,8 --sizes 8,256 --iters 2000
+    Floor {
+        /// Hosts on the test-bed.
+        #[arg(long, default_value_t = 8)]
+        testbed: usize,
+        /// Group sizes (the first k hosts).
+        #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+        nodes: Vec<usize>,
+        /// Message sizes in bytes.
+        #[arg(
+            long,
+            default_value = "4,8,256,1024,4096,16384,65536",
+            value_delimiter = ','
+        )]
+        sizes: Vec<usize>,
+        /// Measured iterations per (group size, size).
+        #[arg(long, default_value_t = 500)]
+        iters: usize,
+        /// Unmeasured iterations before them.
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        #[command(flatten)]
+        link: LinkArgs,
+        /// Print one JSON object.
         #[arg(long)]
         json: bool,
     },
@@ -722,6 +757,7 @@ fn main() -> ExitCode {
             iters,
             warmup,
             algos,
+            no_floor,
             link,
             csv,
             out,
@@ -735,6 +771,7 @@ fn main() -> ExitCode {
                 warmup,
                 algos,
                 progress: !json,
+                floor: !no_floor,
             };
             match latency::run(&o) {
                 Ok(r) => {
@@ -751,6 +788,43 @@ fn main() -> ExitCode {
                         }
                     }
                     code(ok && plots(out.as_ref(), |d| plot::latency(&r, d)))
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Floor {
+            testbed,
+            nodes,
+            sizes,
+            iters,
+            warmup,
+            link,
+            json,
+        } => {
+            let o = latency::LatencyOptions {
+                bed: link.bed(testbed, "ebfl"),
+                nodes,
+                sizes,
+                iters,
+                warmup,
+                algos: Vec::new(),
+                progress: false,
+                floor: true,
+            };
+            let r = o.bed.up().and_then(|bed| floor::run_on(&bed, &o));
+            match r {
+                Ok(rows) => {
+                    let mut r = latency::analyse(rows, &o);
+                    r.method = latency::floor_method().into();
+                    if json {
+                        print_json(&r);
+                    } else {
+                        print!("{}", latency::render(&r));
+                    }
+                    ExitCode::SUCCESS
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
