@@ -42,7 +42,7 @@ const SEND_STALL: Duration = Duration::from_secs(1);
 const TX_NAP: Duration = Duration::from_micros(20);
 
 /// Configuration of the `xdp` backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct XdpLinkConfig {
     /// How `recv` (and a `send` that finds no free TX frame) waits.
     pub wait: WaitMode,
@@ -52,17 +52,6 @@ pub struct XdpLinkConfig {
     pub mode: Option<XdpMode>,
     /// The receive queue to listen on; `None`: queue 0, and the interface must have only one.
     pub queue: Option<u32>,
-}
-
-impl Default for XdpLinkConfig {
-    fn default() -> Self {
-        XdpLinkConfig {
-            wait: WaitMode::default(),
-            xsk: XskConfig::default(),
-            mode: None,
-            queue: None,
-        }
-    }
 }
 
 /// A [`Link`] over an AF_XDP socket.
