@@ -129,6 +129,7 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
         progress: o.progress,
         floor: true,
+        blocks: 4,
     };
     let lat = latency::run_on(&bed, &lo)?;
     println!("\n== broadcast latency ==\n{}", latency::render(&lat));

@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::link::{self, Link, BROADCAST_MAC};
+use ethbcast::link::{Link, BROADCAST_MAC};
 
-use super::bed::{self, summarize, PollBarrier, POLL};
-use super::latency::{LatencyOptions, Row};
+use super::bed::{self, PollBarrier, POLL};
+use super::latency::{mark_probe, LatencyOptions, Stamp};
 use crate::netns;
 use crate::testbed::Testbed;
 
@@ -74,17 +74,14 @@ fn idle(l: &mut dyn Link, early: &mut Vec<(u32, u16, u16)>) -> Result<(), String
         .map_err(|e| e.to_string())
 }
 
-/// Runs the floor for every group size of `o` on `bed`: rows named [`FLOOR`].
-pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<Vec<Row>, String> {
-    let mut rows = Vec::new();
-    for &k in &o.nodes {
-        rows.extend(group(bed, k, o)?);
-    }
-    Ok(rows)
-}
-
-/// The floor of one group size `k`: one row per message size.
-pub fn group(bed: &Testbed, k: usize, o: &LatencyOptions) -> Result<Vec<Row>, String> {
+/// The floor's stamps of group size `k`, `iters` measured iterations per message size of `o`
+/// (after `o.warmup` unmeasured ones): `[member][size index * iters + i]`.
+pub fn stamps(
+    bed: &Testbed,
+    k: usize,
+    o: &LatencyOptions,
+    iters: usize,
+) -> Result<Vec<Vec<Stamp>>, String> {
     if k < 2 || k > bed.hosts().len() {
         return Err(format!(
             "group of {k} on a test-bed of {} hosts",
@@ -95,16 +92,16 @@ pub fn group(bed: &Testbed, k: usize, o: &LatencyOptions) -> Result<Vec<Row>, St
         return Err("the raw floor has no reliability: measure it without --loss".into());
     }
     let sizes = Arc::new(o.sizes.clone());
-    let (iters, warmup, timeout) = (o.iters, o.warmup, o.bed.timeout);
+    let (warmup, timeout) = (o.warmup, o.bed.timeout);
     let done = Arc::new(AtomicUsize::new(0));
     let barrier = Arc::new(PollBarrier::new(k, timeout));
     let mut handles = Vec::new();
     for h in &bed.hosts()[..k] {
         let (sizes, done, barrier) = (sizes.clone(), done.clone(), barrier.clone());
         let (rank, iface, bo) = (h.index, h.iface.clone(), o.bed.clone());
-        let handle = netns::spawn_in(&h.netns, move || -> Result<Vec<Instant>, String> {
+        let handle = netns::spawn_in(&h.netns, move || -> Result<Vec<Stamp>, String> {
             let r = (|| {
-                let mut l = link::open(bo.backend, &iface, bo.wait)
+                let mut l = bed::open_link(&bo, &iface)
                     .map_err(|e| format!("rank {rank}: open {iface}: {e}"))?;
                 let l = l.as_mut();
                 let mut early = Vec::new();
@@ -120,6 +117,7 @@ pub fn group(bed: &Testbed, k: usize, o: &LatencyOptions) -> Result<Vec<Row>, St
                             barrier.wait_for(&done, round as usize * (k - 1), || {
                                 idle(l, &mut early)
                             })?;
+                            mark_probe();
                             let t = Instant::now();
                             for (i, &len) in lens.iter().enumerate() {
                                 let n = build(&mut buf, round, i as u16, count, len);
@@ -128,14 +126,16 @@ pub fn group(bed: &Testbed, k: usize, o: &LatencyOptions) -> Result<Vec<Row>, St
                             }
                             l.flush().map_err(|e| format!("flush: {e}"))?;
                             if it >= warmup {
-                                out.push(t);
+                                out.push(Stamp::root(t));
                             }
                         } else {
                             let t = receive(l, round, count, timeout, &barrier, &mut early)
                                 .map_err(|e| format!("rank {rank}, {size} B: {e}"))?;
+                            let stamp = Stamp::receiver(t);
+                            mark_probe();
                             done.fetch_add(1, Ordering::AcqRel);
                             if it >= warmup {
-                                out.push(t);
+                                out.push(stamp);
                             }
                         }
                         round += 1;
@@ -155,11 +155,11 @@ pub fn group(bed: &Testbed, k: usize, o: &LatencyOptions) -> Result<Vec<Row>, St
         .map_err(|e| format!("could not start a host thread in {}: {e}", h.netns))?;
         handles.push(handle);
     }
-    let mut inst = Vec::new();
+    let mut stamps = Vec::new();
     let mut first_err = None;
     for h in handles {
         match h.join() {
-            Ok(Ok(v)) => inst.push(v),
+            Ok(Ok(v)) => stamps.push(v),
             Ok(Err(e)) => {
                 if first_err.is_none() || first_err.as_deref().is_some_and(secondary) {
                     first_err = Some(e);
@@ -168,32 +168,10 @@ pub fn group(bed: &Testbed, k: usize, o: &LatencyOptions) -> Result<Vec<Row>, St
             Err(_) => first_err = Some("a host thread panicked".into()),
         }
     }
-    if let Some(e) = first_err {
-        return Err(format!("floor: {e}"));
+    match first_err {
+        Some(e) => Err(format!("floor: {e}")),
+        None => Ok(stamps),
     }
-    Ok(o.sizes
-        .iter()
-        .enumerate()
-        .map(|(p, &size)| {
-            let samples: Vec<f64> = (0..iters)
-                .map(|i| {
-                    let j = p * iters + i;
-                    let last = inst[1..].iter().map(|v| v[j]).max().expect("k >= 2");
-                    bed::us(inst[0][j], last)
-                })
-                .collect();
-            let s = summarize(&samples);
-            Row {
-                algo: FLOOR.into(),
-                nodes: k,
-                size,
-                mean80_us: s.mean80_us,
-                median_us: s.median_us,
-                p99_us: s.p99_us,
-                max_us: s.max_us,
-            }
-        })
-        .collect())
 }
 
 fn secondary(e: &str) -> bool {

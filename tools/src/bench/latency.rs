@@ -57,6 +57,9 @@ pub struct LatencyOptions {
     pub progress: bool,
     /// Measure the raw floor of every group size first (rows named `floor`).
     pub floor: bool,
+    /// Split the iterations into this many blocks, each floor then protocol, so that a busy
+    /// phase of a shared machine hits both alike (each block has its own warm-up).
+    pub blocks: usize,
 }
 
 impl LatencyOptions {
@@ -71,6 +74,7 @@ impl LatencyOptions {
             algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
             progress: false,
             floor: true,
+            blocks: 4,
         }
     }
 }
@@ -143,6 +147,29 @@ pub struct OverFloor {
     pub ratio: f64,
 }
 
+/// Where the time of one broadcast goes (medians; probing only). The instants: the root's
+/// call, its first `send` to the link, the link `flush` after it, the last receiver's first
+/// received frame, that receiver's return.
+#[derive(Debug, Clone, Serialize)]
+pub struct Breakdown {
+    /// Algorithm (or floor).
+    pub algo: String,
+    /// Group size.
+    pub nodes: usize,
+    /// Message size.
+    pub size: usize,
+    /// Iterations with every instant.
+    pub samples: usize,
+    /// Root: call -> first frame handed to the link (engine, copies, encoding).
+    pub pre_send_us: f64,
+    /// Root: first send -> its flush returned (the kick; on veth it also runs the delivery).
+    pub kick_us: f64,
+    /// Root's first send -> the last receiver's first frame (medium and wake-up).
+    pub to_last_rx_us: f64,
+    /// Last receiver: first frame -> return (engine, the node's loop, the group call).
+    pub last_rx_to_return_us: f64,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyReport {
@@ -154,6 +181,8 @@ pub struct LatencyReport {
     pub ratios: Vec<Ratio>,
     /// Every protocol row over the raw floor measured in the same run (empty without it).
     pub over_floor: Vec<OverFloor>,
+    /// Where the time goes (empty unless probing).
+    pub breakdown: Vec<Breakdown>,
     /// How it was measured.
     pub method: String,
     /// Link backend.
@@ -191,8 +220,12 @@ pub fn run(o: &LatencyOptions) -> Result<LatencyReport, String> {
 
 /// Runs on an existing test-bed (hosts `0..max(nodes)`).
 pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String> {
-    if o.iters == 0 || o.sizes.is_empty() || o.algos.is_empty() || o.nodes.is_empty() {
-        return Err("nothing to measure (iters, sizes, algos and nodes must be non-empty)".into());
+    if o.iters == 0 || o.sizes.is_empty() || (o.algos.is_empty() && !o.floor) || o.nodes.is_empty()
+    {
+        return Err(
+            "nothing to measure (iters, sizes, algorithms or the floor, and nodes must be given)"
+                .into(),
+        );
     }
     let plan: Arc<Vec<(Algorithm, usize)>> = Arc::new(
         o.algos
@@ -200,78 +233,201 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
             .flat_map(|&a| o.sizes.iter().map(move |&s| (a, s)))
             .collect(),
     );
-    let per_group = (plan.len() * (o.iters + o.warmup)) as u64;
+    let blocks = o.blocks.clamp(1, o.iters);
+    let per_group = (plan.len() * (o.iters + o.warmup * blocks)) as u64;
     let pb = bed::progress_bar(per_group * o.nodes.len() as u64, o.progress, "latency");
     let mut rows = Vec::new();
+    let mut breakdown = Vec::new();
     for &k in &o.nodes {
-        if o.floor {
-            rows.extend(floor::group(bed, k, o).inspect_err(|_| pb.abandon())?);
+        // Per (algorithm, size) of the plan, and per floor size: the stamps of every member,
+        // block after block.
+        let mut proto: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; plan.len()];
+        let mut raw: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; o.sizes.len()];
+        for blk in 0..blocks {
+            let iters = o.iters / blocks + usize::from(blk < o.iters % blocks);
+            if o.floor {
+                let st = floor::stamps(bed, k, o, iters).inspect_err(|_| pb.abandon())?;
+                append(&mut raw, st, iters);
+            }
+            if !plan.is_empty() {
+                let st =
+                    protocol_stamps(bed, k, o, &plan, iters, &pb).inspect_err(|_| pb.abandon())?;
+                append(&mut proto, st, iters);
+            }
         }
-        let done = Arc::new(AtomicUsize::new(0));
-        let (plan2, pb2) = (plan.clone(), pb.clone());
-        let (iters, warmup) = (o.iters, o.warmup);
-        let inst = bed::run_group(bed, k, 0x00EB_1000 | k as u32, &o.bed, move |rank, g, b| {
-            let mut out: Vec<Instant> = Vec::with_capacity(plan2.len() * iters);
-            let mut round = 0usize;
-            for &(algo, size) in plan2.iter() {
-                for it in 0..warmup + iters {
-                    if rank == 0 {
-                        b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
-                        let mut buf = vec![(round % 251) as u8; size];
-                        let t = Instant::now();
-                        g.bcast_with(0, &mut buf, algo)
-                            .map_err(|e| format!("{algo} bcast of {size} B: {e}"))?;
-                        if it >= warmup {
-                            out.push(t);
-                        }
-                        pb2.inc(1);
-                    } else {
-                        let mut buf = Vec::new();
-                        g.bcast_with(0, &mut buf, algo)
-                            .map_err(|e| format!("{algo} receive of {size} B: {e}"))?;
-                        let t = Instant::now();
-                        if buf.len() != size || buf.first() != Some(&((round % 251) as u8)) {
-                            return Err(format!(
-                                "{algo}: got {} bytes, expected {size} (round {round})",
-                                buf.len()
-                            ));
-                        }
-                        done.fetch_add(1, Ordering::AcqRel);
-                        if it >= warmup {
-                            out.push(t);
-                        }
-                    }
-                    round += 1;
-                }
-            }
-            if rank == 0 {
-                b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
-            }
-            Ok(out)
-        })
-        .inspect_err(|_| pb.abandon())?;
-        for (p, &(algo, size)) in plan.iter().enumerate() {
-            let samples: Vec<f64> = (0..o.iters)
-                .map(|i| {
-                    let j = p * o.iters + i;
-                    let last = inst[1..].iter().map(|v| v[j]).max().expect("k >= 2");
-                    bed::us(inst[0][j], last)
-                })
-                .collect();
-            let s: Summary = summarize(&samples);
-            rows.push(Row {
-                algo: algo.to_string(),
-                nodes: k,
-                size,
-                mean80_us: s.mean80_us,
-                median_us: s.median_us,
-                p99_us: s.p99_us,
-                max_us: s.max_us,
-            });
+        let named = o
+            .sizes
+            .iter()
+            .map(|&s| (FLOOR.to_string(), s))
+            .zip(&raw)
+            .filter(|_| o.floor)
+            .chain(plan.iter().map(|&(a, s)| (a.to_string(), s)).zip(&proto));
+        for ((algo, size), st) in named {
+            let (row, b) = summarize_stamps(&algo, k, size, st);
+            rows.push(row);
+            breakdown.extend(b);
         }
     }
     pb.finish_and_clear();
-    Ok(analyse(rows, o))
+    let mut r = analyse(rows, o);
+    r.breakdown = breakdown;
+    Ok(r)
+}
+
+/// What one member saw of one iteration: `t` defines the latency (the root's call, a
+/// receiver's return); with probing, the link's instants (root: first send, the flush after
+/// it; receiver: the first frame received).
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    /// The root's call, or the receiver's return.
+    pub t: Instant,
+    /// Root: first frame handed to the link. Receiver: first frame received.
+    pub a: Option<Instant>,
+    /// Root: the link flush after it. Receiver: unused.
+    pub b: Option<Instant>,
+}
+
+impl Stamp {
+    /// The root's stamp at `t` with what this thread's probe saw, if probing.
+    pub fn root(t: Instant) -> Stamp {
+        let (send, flushed, _) = bed::probe().map_or((None, None, None), |p| p.seen());
+        Stamp {
+            t,
+            a: send,
+            b: flushed,
+        }
+    }
+
+    /// A receiver's stamp at `t` with what this thread's probe saw, if probing.
+    pub fn receiver(t: Instant) -> Stamp {
+        let (_, _, rx) = bed::probe().map_or((None, None, None), |p| p.seen());
+        Stamp { t, a: rx, b: None }
+    }
+}
+
+/// Clears this thread's probe (before an iteration), if probing.
+pub fn mark_probe() {
+    if let Some(p) = bed::probe() {
+        p.mark();
+    }
+}
+
+/// Appends one block's stamps (`st[member]` holds `iters` per entry, entry after entry) to
+/// `acc[entry][member]`.
+fn append(acc: &mut [Vec<Vec<Stamp>>], st: Vec<Vec<Stamp>>, iters: usize) {
+    for (m, v) in st.into_iter().enumerate() {
+        for (e, chunk) in v.chunks(iters.max(1)).enumerate() {
+            if let Some(a) = acc.get_mut(e) {
+                a[m].extend_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// The row (and, with probing, the breakdown) of one (algorithm or floor, size) from the
+/// stamps of every member: latency = last receiver's `t` - root's `t`.
+fn summarize_stamps(
+    algo: &str,
+    k: usize,
+    size: usize,
+    st: &[Vec<Stamp>],
+) -> (Row, Option<Breakdown>) {
+    let n = st[0].len();
+    let mut lat = Vec::with_capacity(n);
+    let (mut pre, mut kick, mut wire, mut post) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for j in 0..n {
+        let root = st[0][j];
+        let last = st[1..]
+            .iter()
+            .map(|v| v[j])
+            .max_by_key(|s| s.t)
+            .expect("k >= 2");
+        lat.push(bed::us(root.t, last.t));
+        if let (Some(send), Some(flushed), Some(rx)) = (root.a, root.b, last.a) {
+            pre.push(bed::us(root.t, send));
+            kick.push(bed::us(send, flushed));
+            wire.push(bed::us(send, rx));
+            post.push(bed::us(rx, last.t));
+        }
+    }
+    let s: Summary = summarize(&lat);
+    let row = Row {
+        algo: algo.to_string(),
+        nodes: k,
+        size,
+        mean80_us: s.mean80_us,
+        median_us: s.median_us,
+        p99_us: s.p99_us,
+        max_us: s.max_us,
+    };
+    let b = (!pre.is_empty()).then(|| Breakdown {
+        algo: algo.to_string(),
+        nodes: k,
+        size,
+        samples: pre.len(),
+        pre_send_us: summarize(&pre).median_us,
+        kick_us: summarize(&kick).median_us,
+        to_last_rx_us: summarize(&wire).median_us,
+        last_rx_to_return_us: summarize(&post).median_us,
+    });
+    (row, b)
+}
+
+/// The protocol's stamps of group size `k` for `iters` measured iterations of every plan entry
+/// (after `o.warmup` unmeasured ones): `[member][entry * iters + i]`.
+fn protocol_stamps(
+    bed: &Testbed,
+    k: usize,
+    o: &LatencyOptions,
+    plan: &Arc<Vec<(Algorithm, usize)>>,
+    iters: usize,
+    pb: &indicatif::ProgressBar,
+) -> Result<Vec<Vec<Stamp>>, String> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let (plan2, pb2) = (plan.clone(), pb.clone());
+    let warmup = o.warmup;
+    bed::run_group(bed, k, 0x00EB_1000 | k as u32, &o.bed, move |rank, g, b| {
+        let mut out: Vec<Stamp> = Vec::with_capacity(plan2.len() * iters);
+        let mut round = 0usize;
+        for &(algo, size) in plan2.iter() {
+            for it in 0..warmup + iters {
+                if rank == 0 {
+                    b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+                    let mut buf = vec![(round % 251) as u8; size];
+                    mark_probe();
+                    let t = Instant::now();
+                    g.bcast_with(0, &mut buf, algo)
+                        .map_err(|e| format!("{algo} bcast of {size} B: {e}"))?;
+                    if it >= warmup {
+                        out.push(Stamp::root(t));
+                    }
+                    pb2.inc(1);
+                } else {
+                    let mut buf = Vec::new();
+                    g.bcast_with(0, &mut buf, algo)
+                        .map_err(|e| format!("{algo} receive of {size} B: {e}"))?;
+                    let t = Instant::now();
+                    if buf.len() != size || buf.first() != Some(&((round % 251) as u8)) {
+                        return Err(format!(
+                            "{algo}: got {} bytes, expected {size} (round {round})",
+                            buf.len()
+                        ));
+                    }
+                    let stamp = Stamp::receiver(t);
+                    mark_probe();
+                    done.fetch_add(1, Ordering::AcqRel);
+                    if it >= warmup {
+                        out.push(stamp);
+                    }
+                }
+                round += 1;
+            }
+        }
+        if rank == 0 {
+            b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+        }
+        Ok(out)
+    })
 }
 
 /// Growth and ratios from the rows (also used for simulator rows).
@@ -343,6 +499,7 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
         growth,
         ratios,
         over_floor,
+        breakdown: Vec::new(),
         method: METHOD.into(),
         backend: format!("{:?}", o.bed.backend).to_lowercase(),
         wait: format!("{:?}", o.bed.wait).to_lowercase(),
@@ -454,6 +611,33 @@ pub fn render(r: &LatencyReport) -> String {
         }
         out.push_str(&t.render());
         let _ = writeln!(out, "floor: {}", floor_method());
+    }
+    if !r.breakdown.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nwhere the time goes (medians, µs; root call -> root's first send -> last receiver's first frame -> its return):"
+        );
+        let mut t = Table::new(&[
+            "algo",
+            "nodes",
+            "size B",
+            "call->send",
+            "send->flushed",
+            "send->last rx",
+            "rx->return",
+        ]);
+        for b in &r.breakdown {
+            t.row(vec![
+                b.algo.clone(),
+                b.nodes.to_string(),
+                b.size.to_string(),
+                fmt_us(b.pre_send_us),
+                fmt_us(b.kick_us),
+                fmt_us(b.to_last_rx_us),
+                fmt_us(b.last_rx_to_return_us),
+            ]);
+        }
+        out.push_str(&t.render());
     }
     let _ = writeln!(out, "\nmethod: {}", r.method);
     out

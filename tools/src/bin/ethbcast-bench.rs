@@ -16,7 +16,7 @@ use ethbcast::memory::Profile;
 use ethbcast::proto::Algo;
 use ethbcast_tools::bench::bed::BedOptions;
 use ethbcast_tools::bench::{
-    barrier, demo, distribute, floor, latency, memory, mpi, plot, selftest, sim, throughput,
+    barrier, demo, distribute, latency, memory, mpi, plot, selftest, sim, throughput,
 };
 use ethbcast_tools::mpi::MpiImpl;
 use ethbcast_tools::testbed::Rate;
@@ -184,6 +184,14 @@ enum Cmd {
         /// Skip the raw floor (measured by default before each group size, for the ratios).
         #[arg(long)]
         no_floor: bool,
+        /// Split the iterations into this many blocks, each floor then protocol, so that a
+        /// busy phase of a shared machine hits both alike.
+        #[arg(long, default_value_t = 4)]
+        blocks: usize,
+        /// Also say where the time goes: root call, root's first send, its flush, the last
+        /// receiver's first frame and return (medians).
+        #[arg(long)]
+        breakdown: bool,
         #[command(flatten)]
         link: LinkArgs,
         /// Write the rows as CSV to this file.
@@ -222,6 +230,9 @@ enum Cmd {
         /// Unmeasured iterations before them.
         #[arg(long, default_value_t = 50)]
         warmup: usize,
+        /// Also say where the time goes (see `latency --breakdown`).
+        #[arg(long)]
+        breakdown: bool,
         #[command(flatten)]
         link: LinkArgs,
         /// Print one JSON object.
@@ -758,13 +769,17 @@ fn main() -> ExitCode {
             warmup,
             algos,
             no_floor,
+            blocks,
+            breakdown,
             link,
             csv,
             out,
             json,
         } => {
+            let mut bed = link.bed(testbed, "eblat");
+            bed.probe = breakdown;
             let o = latency::LatencyOptions {
-                bed: link.bed(testbed, "eblat"),
+                bed,
                 nodes,
                 sizes,
                 iters,
@@ -772,6 +787,7 @@ fn main() -> ExitCode {
                 algos,
                 progress: !json,
                 floor: !no_floor,
+                blocks,
             };
             match latency::run(&o) {
                 Ok(r) => {
@@ -801,11 +817,14 @@ fn main() -> ExitCode {
             sizes,
             iters,
             warmup,
+            breakdown,
             link,
             json,
         } => {
+            let mut bed = link.bed(testbed, "ebfl");
+            bed.probe = breakdown;
             let o = latency::LatencyOptions {
-                bed: link.bed(testbed, "ebfl"),
+                bed,
                 nodes,
                 sizes,
                 iters,
@@ -813,11 +832,10 @@ fn main() -> ExitCode {
                 algos: Vec::new(),
                 progress: false,
                 floor: true,
+                blocks: 1,
             };
-            let r = o.bed.up().and_then(|bed| floor::run_on(&bed, &o));
-            match r {
-                Ok(rows) => {
-                    let mut r = latency::analyse(rows, &o);
+            match latency::run(&o) {
+                Ok(mut r) => {
                     r.method = latency::floor_method().into();
                     if json {
                         print_json(&r);
