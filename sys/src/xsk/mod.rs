@@ -36,6 +36,9 @@ use umem::Umem;
 /// Room the kernel keeps in front of a received frame in copy mode (`XDP_PACKET_HEADROOM`).
 pub const RX_HEADROOM: usize = 256;
 
+/// How long [`XdpSocket::open`] waits for a queue whose previous socket is being released.
+pub const QUEUE_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Whether to use zero-copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ZeroCopy {
@@ -144,9 +147,28 @@ impl std::fmt::Debug for XdpSocket {
 impl XdpSocket {
     /// Creates a socket with a UMEM and rings of geometry `cfg`, binds it to queue `queue` of
     /// interface `ifindex` (zero-copy as `cfg` says) and puts it into `map` at `queue`.
+    ///
+    /// A queue whose previous socket was closed moments ago stays taken until the kernel has
+    /// released that socket's memory (deferred work, usually within milliseconds), so `EBUSY`
+    /// is retried for up to [`QUEUE_RELEASE_WAIT`] before it becomes
+    /// [`Error::XskQueueBusy`].
     pub fn open(ifindex: u32, queue: u32, cfg: &XskConfig, map: &XskMap) -> Result<Self> {
         cfg.validate()?;
-        let sock = match cfg.zero_copy {
+        let deadline = std::time::Instant::now() + QUEUE_RELEASE_WAIT;
+        let sock = loop {
+            match Self::open_policy(ifindex, queue, cfg) {
+                Err(Error::XskQueueBusy { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                other => break other?,
+            }
+        };
+        map.set(queue, sock.fd.as_fd())?;
+        Ok(sock)
+    }
+
+    fn open_policy(ifindex: u32, queue: u32, cfg: &XskConfig) -> Result<Self> {
+        Ok(match cfg.zero_copy {
             ZeroCopy::Off => Self::open_mode(ifindex, queue, cfg, false)?,
             ZeroCopy::Require => Self::open_mode(ifindex, queue, cfg, true)?,
             ZeroCopy::Auto => match Self::open_mode(ifindex, queue, cfg, true) {
@@ -156,9 +178,7 @@ impl XdpSocket {
                 }
                 Err(e) => return Err(e),
             },
-        };
-        map.set(queue, sock.fd.as_fd())?;
-        Ok(sock)
+        })
     }
 
     fn open_mode(ifindex: u32, queue: u32, cfg: &XskConfig, zc: bool) -> Result<Self> {
