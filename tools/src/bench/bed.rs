@@ -262,6 +262,7 @@ pub struct Probe {
     first_send: AtomicU64,
     flushed: AtomicU64,
     first_rx: AtomicU64,
+    waits: AtomicU64,
 }
 
 impl Probe {
@@ -271,12 +272,13 @@ impl Probe {
             first_send: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             first_rx: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         }
     }
 
     /// Forgets what was seen: the next send, flush and frame are recorded.
     pub fn mark(&self) {
-        for a in [&self.first_send, &self.flushed, &self.first_rx] {
+        for a in [&self.first_send, &self.flushed, &self.first_rx, &self.waits] {
             a.store(0, Ordering::Relaxed);
         }
     }
@@ -302,6 +304,11 @@ impl Probe {
             self.at(&self.flushed),
             self.at(&self.first_rx),
         )
+    }
+
+    /// The first waiting `recv` after the flush (the root going back to sleep).
+    pub fn waits(&self) -> Option<Instant> {
+        self.at(&self.waits)
     }
 }
 
@@ -339,6 +346,9 @@ impl Link for ProbedLink {
         f: &mut dyn FnMut(MacAddr, &[u8]),
     ) -> Result<usize, LinkError> {
         let probe = &self.probe;
+        if wait.is_some() && probe.flushed.load(Ordering::Relaxed) != 0 {
+            probe.stamp(&probe.waits);
+        }
         self.inner.recv(wait, &mut |src, pdu| {
             probe.stamp(&probe.first_rx);
             f(src, pdu)

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use ethbcast::link::{Link, BROADCAST_MAC};
 
 use super::bed::{self, PollBarrier, POLL};
-use super::latency::{mark_probe, LatencyOptions, Stamp};
+use super::latency::{mark_probe, root_mark_probe, LatencyOptions, Stamp};
 use crate::netns;
 use crate::testbed::Testbed;
 
@@ -117,7 +117,7 @@ pub fn stamps(
                             barrier.wait_for(&done, round as usize * (k - 1), || {
                                 idle(l, &mut early)
                             })?;
-                            mark_probe();
+                            root_mark_probe(&mut out);
                             let t = Instant::now();
                             for (i, &len) in lens.iter().enumerate() {
                                 let n = build(&mut buf, round, i as u16, count, len);
@@ -143,6 +143,7 @@ pub fn stamps(
                 }
                 if rank == 0 {
                     barrier.wait_for(&done, round as usize * (k - 1), || idle(l, &mut early))?;
+                    root_mark_probe(&mut out);
                 }
                 barrier.wait(|| idle(l, &mut early))?;
                 Ok(out)

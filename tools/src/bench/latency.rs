@@ -168,6 +168,9 @@ pub struct Breakdown {
     pub to_last_rx_us: f64,
     /// Last receiver: first frame -> return (engine, the node's loop, the group call).
     pub last_rx_to_return_us: f64,
+    /// Root: flush returned -> its next waiting receive (work that delays a receiver woken on
+    /// the root's CPU).
+    pub root_back_to_wait_us: f64,
 }
 
 /// The whole report.
@@ -285,6 +288,8 @@ pub struct Stamp {
     pub a: Option<Instant>,
     /// Root: the link flush after it. Receiver: unused.
     pub b: Option<Instant>,
+    /// Root: its first waiting receive after the flush (back to sleep). Receiver: unused.
+    pub c: Option<Instant>,
 }
 
 impl Stamp {
@@ -295,19 +300,36 @@ impl Stamp {
             t,
             a: send,
             b: flushed,
+            c: None,
         }
     }
 
     /// A receiver's stamp at `t` with what this thread's probe saw, if probing.
     pub fn receiver(t: Instant) -> Stamp {
         let (_, _, rx) = bed::probe().map_or((None, None, None), |p| p.seen());
-        Stamp { t, a: rx, b: None }
+        Stamp {
+            t,
+            a: rx,
+            b: None,
+            c: None,
+        }
     }
 }
 
 /// Clears this thread's probe (before an iteration), if probing.
 pub fn mark_probe() {
     if let Some(p) = bed::probe() {
+        p.mark();
+    }
+}
+
+/// The root, before its next iteration: completes its previous stamp with the instant it went
+/// back to waiting, then clears the probe.
+pub fn root_mark_probe(out: &mut [Stamp]) {
+    if let Some(p) = bed::probe() {
+        if let Some(last) = out.last_mut() {
+            last.c = last.c.or(p.waits());
+        }
         p.mark();
     }
 }
@@ -335,6 +357,7 @@ fn summarize_stamps(
     let n = st[0].len();
     let mut lat = Vec::with_capacity(n);
     let (mut pre, mut kick, mut wire, mut post) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut back = Vec::new();
     for j in 0..n {
         let root = st[0][j];
         let last = st[1..]
@@ -348,6 +371,9 @@ fn summarize_stamps(
             kick.push(bed::us(send, flushed));
             wire.push(bed::us(send, rx));
             post.push(bed::us(rx, last.t));
+            if let Some(w) = root.c {
+                back.push(bed::us(flushed, w));
+            }
         }
     }
     let s: Summary = summarize(&lat);
@@ -369,6 +395,7 @@ fn summarize_stamps(
         kick_us: summarize(&kick).median_us,
         to_last_rx_us: summarize(&wire).median_us,
         last_rx_to_return_us: summarize(&post).median_us,
+        root_back_to_wait_us: summarize(&back).median_us,
     });
     (row, b)
 }
@@ -394,7 +421,7 @@ fn protocol_stamps(
                 if rank == 0 {
                     b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
                     let mut buf = vec![(round % 251) as u8; size];
-                    mark_probe();
+                    root_mark_probe(&mut out);
                     let t = Instant::now();
                     g.bcast_with(0, &mut buf, algo)
                         .map_err(|e| format!("{algo} bcast of {size} B: {e}"))?;
@@ -425,6 +452,7 @@ fn protocol_stamps(
         }
         if rank == 0 {
             b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+            root_mark_probe(&mut out);
         }
         Ok(out)
     })
@@ -625,6 +653,7 @@ pub fn render(r: &LatencyReport) -> String {
             "send->flushed",
             "send->last rx",
             "rx->return",
+            "root flushed->waits",
         ]);
         for b in &r.breakdown {
             t.row(vec![
@@ -635,6 +664,7 @@ pub fn render(r: &LatencyReport) -> String {
                 fmt_us(b.kick_us),
                 fmt_us(b.to_last_rx_us),
                 fmt_us(b.last_rx_to_return_us),
+                fmt_us(b.root_back_to_wait_us),
             ]);
         }
         out.push_str(&t.render());
