@@ -2,6 +2,7 @@
 
 pub mod barrier;
 pub mod bed;
+pub mod cpu;
 pub mod demo;
 pub mod distribute;
 pub mod faults;

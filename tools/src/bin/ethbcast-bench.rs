@@ -134,7 +134,7 @@ enum Cmd {
             value_delimiter = ','
         )]
         sizes: Vec<usize>,
-        /// Link backend: ring, socket or pnet.
+        /// Link backend: ring, socket, pnet or xdp.
         #[arg(long, default_value = "ring")]
         backend: Backend,
         /// Wait mode: spin, block or adaptive.
@@ -385,9 +385,14 @@ enum Cmd {
         /// File size, MiB.
         #[arg(long, default_value_t = 256)]
         mib: usize,
-        /// Port rate (tbf).
-        #[arg(long, default_value = "1gbit")]
-        rate: Rate,
+        /// Port rate (tbf), or none for unshaped veths (then every tool also reports its CPU
+        /// seconds per GiB).
+        #[arg(long, default_value = "1gbit", value_parser = parse_limit)]
+        rate: Limit,
+        /// Link backends of ethbcast and the raw blaster, each measured (ring, socket, pnet,
+        /// xdp).
+        #[arg(long, default_value = "ring", value_delimiter = ',')]
+        backend: Vec<Backend>,
         /// Loss rates at the switch, percent.
         #[arg(long, default_value = "0,1", value_delimiter = ',')]
         loss: Vec<f64>,
@@ -424,15 +429,15 @@ enum Cmd {
 /// Test-bed and link options shared by the test-bed runs.
 #[derive(clap::Args)]
 struct LinkArgs {
-    /// Link backend: ring, socket or pnet.
+    /// Link backend: ring, socket, pnet or xdp.
     #[arg(long, default_value = "ring")]
     backend: Backend,
     /// Wait mode: block, spin or adaptive.
     #[arg(long, default_value = "block")]
     wait: WaitMode,
-    /// Link rate limit (tbf), e.g. 100mbit or 1gbit.
-    #[arg(long)]
-    rate: Option<Rate>,
+    /// Link rate limit (tbf), e.g. 100mbit or 1gbit; none (the default) for unshaped veths.
+    #[arg(long, value_parser = parse_limit)]
+    rate: Option<Limit>,
     /// Random frame loss at the switch, percent.
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
@@ -446,9 +451,23 @@ impl LinkArgs {
         let mut b = BedOptions::new(hosts, self.prefix.as_deref().unwrap_or(default_prefix));
         b.backend = self.backend;
         b.wait = self.wait;
-        b.rate = self.rate;
+        b.rate = self.rate.and_then(|l| l.0);
         b.loss = self.loss;
         b
+    }
+}
+
+/// A port rate, or none (`none`, `unlimited`): unshaped veths.
+#[derive(Debug, Clone, Copy)]
+struct Limit(Option<Rate>);
+
+fn parse_limit(s: &str) -> Result<Limit, String> {
+    match s.trim() {
+        "none" | "unlimited" => Ok(Limit(None)),
+        r => r
+            .parse::<Rate>()
+            .map(|r| Limit(Some(r)))
+            .map_err(|e| format!("{e}; or none for no limit")),
     }
 }
 
@@ -696,6 +715,7 @@ fn main() -> ExitCode {
             receivers,
             mib,
             rate,
+            backend,
             loss,
             prefix,
             no_udpcast,
@@ -705,7 +725,8 @@ fn main() -> ExitCode {
             let o = distribute::Opts {
                 receivers,
                 mib,
-                rate,
+                rate: rate.0,
+                backends: backend,
                 losses: loss,
                 prefix,
                 no_udpcast,
@@ -716,28 +737,7 @@ fn main() -> ExitCode {
                     if json {
                         println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
                     } else {
-                        println!(
-                            "{receivers} receivers, {mib} MiB, {rate} ports\n{:<12} {:>6} {:>14} {:>9}  note",
-                            "tool", "loss%", "goodput Mbit/s", "seconds"
-                        );
-                        for r in &rows {
-                            println!(
-                                "{:<12} {:>6} {:>14.1} {:>9.2}  {}",
-                                r.tool, r.loss_pct, r.goodput_mbit, r.seconds, r.note
-                            );
-                        }
-                        for (i, r) in rows.iter().enumerate() {
-                            let limit = rows[i..]
-                                .iter()
-                                .find(|b| b.tool == "raw-blaster" && b.loss_pct == r.loss_pct);
-                            if let (true, Some(b)) = (r.tool == "ethbcast", limit) {
-                                println!(
-                                    "loss {}%: ethbcast / raw-blaster = {:.2} (medians)",
-                                    r.loss_pct,
-                                    r.goodput_mbit / b.goodput_mbit.max(1e-9)
-                                );
-                            }
-                        }
+                        print!("{}", distribute::render(&o, &rows));
                     }
                     ExitCode::SUCCESS
                 }
