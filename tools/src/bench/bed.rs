@@ -41,6 +41,8 @@ pub struct BedOptions {
     pub timeout: Duration,
     /// Wrap every member's link in a [`ProbedLink`] (for the latency breakdown).
     pub probe: bool,
+    /// GRO on every veth of the test-bed (NAPI receive; see [`TestbedConfig::gro`]).
+    pub gro: bool,
 }
 
 impl BedOptions {
@@ -55,6 +57,7 @@ impl BedOptions {
             wait: WaitMode::Block,
             timeout: Duration::from_secs(60),
             probe: false,
+            gro: false,
         }
     }
 
@@ -63,6 +66,7 @@ impl BedOptions {
         let mut cfg = TestbedConfig::new(self.hosts);
         cfg.prefix = self.prefix.clone();
         cfg.rate = self.rate;
+        cfg.gro = self.gro;
         if self.loss > 0.0 {
             cfg.loss_pct = Some(self.loss);
         }

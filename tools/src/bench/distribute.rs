@@ -112,6 +112,8 @@ pub struct Opts {
     /// Runs of each tool per loss rate (the rows give the median run): the 2-core machine
     /// varies by several percent from run to run.
     pub repeat: usize,
+    /// GRO on every veth of the test-bed.
+    pub gro: bool,
 }
 
 struct Kill(Child);
@@ -373,7 +375,9 @@ pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     let result = (|| {
         for &loss in &o.losses {
-            let mut cfg = TestbedConfig::new(n + 1).prefix(o.prefix.clone());
+            let mut cfg = TestbedConfig::new(n + 1)
+                .prefix(o.prefix.clone())
+                .gro(o.gro);
             cfg.rate = o.rate;
             if loss > 0.0 {
                 cfg = cfg.loss_pct(loss);

@@ -529,7 +529,7 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
         over_floor,
         breakdown: Vec::new(),
         method: METHOD.into(),
-        backend: format!("{:?}", o.bed.backend).to_lowercase(),
+        backend: o.bed.backend.resolve().unwrap_or(o.bed.backend).to_string(),
         wait: format!("{:?}", o.bed.wait).to_lowercase(),
         hosts: o.bed.hosts,
         iters: o.iters,

@@ -405,6 +405,9 @@ enum Cmd {
         /// Runs of each tool per loss rate, interleaved; the table gives the median run.
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// GRO on every veth of the test-bed (NAPI receive, as with native XDP).
+        #[arg(long)]
+        gro: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -441,6 +444,9 @@ struct LinkArgs {
     /// Random frame loss at the switch, percent.
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
+    /// GRO on every veth of the test-bed (veths then receive through NAPI, as with native XDP).
+    #[arg(long)]
+    gro: bool,
     /// Test-bed name prefix (a-z, 0-9, -; at most 10 characters).
     #[arg(long)]
     prefix: Option<String>,
@@ -453,6 +459,7 @@ impl LinkArgs {
         b.wait = self.wait;
         b.rate = self.rate.and_then(|l| l.0);
         b.loss = self.loss;
+        b.gro = self.gro;
         b
     }
 }
@@ -720,9 +727,11 @@ fn main() -> ExitCode {
             prefix,
             no_udpcast,
             repeat,
+            gro,
             json,
         } => {
             let o = distribute::Opts {
+                gro,
                 receivers,
                 mib,
                 rate: rate.0,
