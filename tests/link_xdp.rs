@@ -237,3 +237,57 @@ fn the_test_bed_turns_gro_on_at_both_ends_when_asked() {
     });
     assert!(!off.unwrap());
 }
+
+/// Every wait mode times out when nothing comes and wakes for a frame that does.
+#[test]
+fn every_wait_mode_times_out_and_wakes_for_a_frame() {
+    use ethbcast::link::WaitMode;
+    let test = "every_wait_mode_times_out_and_wakes_for_a_frame";
+    let Some(tb) = bed(test, "w", 2) else { return };
+    let h = tb.hosts().to_vec();
+    for mode in [
+        WaitMode::Spin,
+        WaitMode::Block,
+        WaitMode::Adaptive,
+        WaitMode::Doze,
+    ] {
+        let cfg = XdpLinkConfig {
+            wait: mode,
+            ..Default::default()
+        };
+        let (tx, rx) = mpsc::channel::<()>();
+        let iface1 = h[1].iface.clone();
+        let r = netns::spawn_in(&h[1].netns, move || {
+            let mut l = XdpLink::open(&iface1, &cfg).unwrap();
+            let t = Instant::now();
+            let n = l
+                .recv(Some(Duration::from_millis(20)), &mut |_, _| {})
+                .unwrap();
+            let idle = t.elapsed();
+            tx.send(()).unwrap();
+            let got = recv_n(&mut l, 1, Duration::from_secs(2));
+            (n, idle, got)
+        })
+        .unwrap();
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let iface0 = h[0].iface.clone();
+        netns::run_in(&h[0].netns, move || {
+            let mut l = XdpLink::open(&iface0, &cfg).unwrap();
+            l.send(BROADCAST_MAC, &pdu(7, 64)).unwrap();
+            assert!(l.drain(Duration::from_secs(1)).unwrap());
+        })
+        .unwrap();
+        let (n, idle, got) = r.join().unwrap();
+        assert_eq!(n, 0, "{mode:?}");
+        assert!(
+            idle >= Duration::from_millis(20) && idle < Duration::from_millis(500),
+            "{mode:?}: {idle:?}"
+        );
+        assert_eq!(
+            got.len(),
+            1,
+            "{mode:?}: the frame did not wake the receiver"
+        );
+        assert_eq!(got[0].1, pdu(7, 64), "{mode:?}");
+    }
+}
