@@ -323,11 +323,15 @@ pub fn mark_probe() {
     }
 }
 
-/// The root, before its next iteration: completes its previous stamp with the instant it went
-/// back to waiting, then clears the probe.
+/// The root, before its next iteration: completes its previous stamp with what happened after
+/// its call returned (going back to waiting; and the first send and flush, if the call
+/// returned before handing its frames to the link), then clears the probe.
 pub fn root_mark_probe(out: &mut [Stamp]) {
     if let Some(p) = bed::probe() {
         if let Some(last) = out.last_mut() {
+            let (send, flushed, _) = p.seen();
+            last.a = last.a.or(send);
+            last.b = last.b.or(flushed);
             last.c = last.c.or(p.waits());
         }
         p.mark();
