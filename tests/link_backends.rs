@@ -1,4 +1,4 @@
-//! The three raw-Ethernet backends (ring, socket, pnet) over a veth pair in a private network
+//! The raw-Ethernet backends (ring, socket, pnet, xdp) over a veth pair in a private network
 //! namespace: the same behaviour is required of each.
 //!
 //! Needs root (network namespaces, `CAP_NET_RAW`). Without it every test prints
@@ -12,6 +12,7 @@ mod netns;
 use ethbcast::link::pnet::{PnetConfig, PnetLink};
 use ethbcast::link::ring::{RingConfig, RingLink, RingLinkConfig, TxMode};
 use ethbcast::link::socket::{SocketConfig, SocketLink};
+use ethbcast::link::xdp::{XdpLink, XdpLinkConfig};
 use ethbcast::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
 use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
 use netns::{NetnsPair, END_A, END_B};
@@ -36,12 +37,16 @@ fn open_socket(i: &str) -> Result<Box<dyn Link>, LinkError> {
 fn open_pnet(i: &str) -> Result<Box<dyn Link>, LinkError> {
     Ok(Box::new(PnetLink::open(i, &PnetConfig::default())?))
 }
+fn open_xdp(i: &str) -> Result<Box<dyn Link>, LinkError> {
+    Ok(Box::new(XdpLink::open(i, &XdpLinkConfig::default())?))
+}
 
-const BACKENDS: [(&str, Opener); 4] = [
+const BACKENDS: [(&str, Opener); 5] = [
     ("ring", open_ring),
     ("ring-mmsg", open_ring_mmsg),
     ("socket", open_socket),
     ("pnet", open_pnet),
+    ("xdp", open_xdp),
 ];
 
 /// Receives until `want` frames arrived or `timeout` passed.
@@ -168,6 +173,11 @@ fn pnet_backend_over_veth() {
     exercise(BACKENDS[3].0, BACKENDS[3].1);
 }
 
+#[test]
+fn xdp_backend_over_veth() {
+    exercise(BACKENDS[4].0, BACKENDS[4].1);
+}
+
 /// Bursts larger than the TX ring and the sendmmsg batch arrive complete and in order.
 #[test]
 fn bursts_larger_than_the_queues_arrive_in_order() {
@@ -277,6 +287,7 @@ fn backends_are_send() {
     send::<RingLink>();
     send::<SocketLink>();
     send::<PnetLink>();
+    send::<XdpLink>();
 }
 
 #[test]
@@ -319,7 +330,7 @@ fn without_cap_net_raw_every_backend_says_so() {
     if std::env::var("EBSYS_NOCAP_CHILD").is_ok() {
         for (name, open) in BACKENDS {
             match open(END_A) {
-                Err(e @ LinkError::PermissionDenied) => {
+                Err(e @ (LinkError::PermissionDenied | LinkError::XdpPermissionDenied)) => {
                     assert!(e.to_string().contains("CAP_NET_RAW"), "{name}")
                 }
                 Err(e) => panic!("{name}: expected PermissionDenied, got {e}"),

@@ -102,3 +102,18 @@ fn fast_ethernet_rate_limit() {
     o.sizes = vec![8, 256, 4096, 65536, 300_000];
     check("fast_ethernet_rate_limit", o);
 }
+
+#[test]
+fn xdp_backend_is_reliable_under_loss() {
+    let mut o = SelftestOptions::new(4);
+    o.prefix = prefix("x");
+    o.loss = 5.0;
+    o.backend = Backend::Xdp;
+    o.messages = 20;
+    if let Some(v) = check("xdp_backend_is_reliable_under_loss", o) {
+        assert!(
+            v.dropped_by_switch > 0 && v.repair_frames > 0,
+            "loss was real and repaired: {v:?}"
+        );
+    }
+}

@@ -7,7 +7,9 @@
 //! - [`sim`]: the in-memory simulated switch (virtual clock, seeded faults): the main test-bed;
 //! - `ring`: AF_PACKET with memory-mapped TPACKET rings (the default on Linux);
 //! - `socket`: plain `send`/`recv` on the same AF_PACKET socket;
-//! - `pnet`: pnet's datalink channel,
+//! - `pnet`: pnet's datalink channel;
+//! - `xdp`: AF_XDP sockets behind an XDP program (kernel bypass; zero-copy where the driver
+//!   has it),
 //!
 //! so that what the rings buy is measured against the alternatives, not assumed.
 //!
@@ -21,6 +23,8 @@ pub mod ring;
 pub mod sim;
 #[cfg(target_os = "linux")]
 pub mod socket;
+#[cfg(target_os = "linux")]
+pub mod xdp;
 
 use std::time::Duration;
 use thiserror::Error;
@@ -108,6 +112,34 @@ pub enum Backend {
     Socket,
     /// pnet's datalink channel.
     Pnet,
+    /// AF_XDP sockets fed by an XDP program: the kernel-bypass path (root or CAP_BPF +
+    /// CAP_NET_ADMIN; one process per interface).
+    Xdp,
+}
+
+/// The environment variable that overrides the backend a program asks for.
+pub const BACKEND_ENV: &str = "ETHBCAST_BACKEND";
+
+impl Backend {
+    /// Every backend, in the order they are listed to users.
+    pub const ALL: [Backend; 4] = [Backend::Ring, Backend::Socket, Backend::Pnet, Backend::Xdp];
+
+    /// The backend [`open`] really opens when asked for `self`: the one named by
+    /// `ETHBCAST_BACKEND` if that is set (so that a deployed program can be switched, e.g. to
+    /// `xdp`, without being rebuilt), else `self`. A value that names no backend is an error
+    /// rather than silently ignored.
+    pub fn resolve(self) -> Result<Backend, LinkError> {
+        Self::resolve_with(self, std::env::var(BACKEND_ENV).ok().as_deref())
+    }
+
+    fn resolve_with(self, env: Option<&str>) -> Result<Backend, LinkError> {
+        match env.map(str::trim).filter(|v| !v.is_empty()) {
+            None => Ok(self),
+            Some(v) => v
+                .parse()
+                .map_err(|why: String| LinkError::BadBackendEnv(why)),
+        }
+    }
 }
 
 impl std::str::FromStr for Backend {
@@ -117,7 +149,8 @@ impl std::str::FromStr for Backend {
             "ring" => Ok(Backend::Ring),
             "socket" => Ok(Backend::Socket),
             "pnet" => Ok(Backend::Pnet),
-            _ => Err(format!("unknown backend {s:?} (ring, socket, pnet)")),
+            "xdp" => Ok(Backend::Xdp),
+            _ => Err(format!("unknown backend {s:?} (ring, socket, pnet, xdp)")),
         }
     }
 }
@@ -128,11 +161,13 @@ impl std::fmt::Display for Backend {
             Backend::Ring => "ring",
             Backend::Socket => "socket",
             Backend::Pnet => "pnet",
+            Backend::Xdp => "xdp",
         })
     }
 }
 
-/// Opens interface `iface` with `backend`, waiting in `wait` mode, with default sizes.
+/// Opens interface `iface` with `backend` (or the one `ETHBCAST_BACKEND` names, see
+/// [`Backend::resolve`]), waiting in `wait` mode, with default sizes.
 pub fn open(
     backend: Backend,
     iface: &str,
@@ -155,6 +190,7 @@ pub fn open_sized(
     rx_frames: usize,
 ) -> Result<Box<dyn Link + Send>, LinkError> {
     let buffer_bytes = |default: usize| default.max(rx_frames.saturating_mul(2048));
+    let backend = backend.resolve()?;
     Ok(match backend {
         #[cfg(target_os = "linux")]
         Backend::Ring => {
@@ -192,6 +228,11 @@ pub fn open_sized(
                 },
             )?)
         }
+        #[cfg(target_os = "linux")]
+        Backend::Xdp => Box::new(xdp::XdpLink::open(
+            iface,
+            &xdp::config_for(wait, rx_frames),
+        )?),
         #[cfg(not(target_os = "linux"))]
         _ => {
             return Err(LinkError::NoSuchInterface(format!(
@@ -233,6 +274,16 @@ pub enum LinkError {
         /// Largest PDU the link carries.
         max: usize,
     },
+    /// The kernel or the interface refused the AF_XDP set-up; the message says why and what to
+    /// do (another XDP program attached, too many queues, MTU, locked memory, ...).
+    #[error("xdp backend: {0}")]
+    XdpSetup(String),
+    /// The xdp backend needs privileges for eBPF.
+    #[error("permission denied setting up the xdp backend: it needs CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW and CAP_IPC_LOCK; run as root or `sudo setcap cap_bpf,cap_net_admin,cap_net_raw,cap_ipc_lock+ep <binary>`, or use the ring backend")]
+    XdpPermissionDenied,
+    /// `ETHBCAST_BACKEND` names no backend.
+    #[error("ETHBCAST_BACKEND: {0}")]
+    BadBackendEnv(String),
     /// The medium is gone (simulated switch dropped, interface down).
     #[error("link closed")]
     Closed,
@@ -334,5 +385,29 @@ mod tests {
         }
         let err = "nap".parse::<WaitMode>().unwrap_err();
         assert!(err.contains("doze") && err.contains("nap"), "{err}");
+    }
+
+    #[test]
+    fn backends_parse_by_name_and_the_environment_overrides_the_request() {
+        for b in Backend::ALL {
+            assert_eq!(b.to_string().parse::<Backend>(), Ok(b));
+        }
+        assert!("dpdk".parse::<Backend>().unwrap_err().contains("xdp"));
+        assert_eq!(Backend::Ring.resolve_with(None).unwrap(), Backend::Ring);
+        assert_eq!(
+            Backend::Ring.resolve_with(Some(" ")).unwrap(),
+            Backend::Ring
+        );
+        assert_eq!(
+            Backend::Ring.resolve_with(Some("xdp")).unwrap(),
+            Backend::Xdp
+        );
+        assert_eq!(
+            Backend::Xdp.resolve_with(Some("socket")).unwrap(),
+            Backend::Socket
+        );
+        let e = Backend::Ring.resolve_with(Some("fast")).unwrap_err();
+        assert!(matches!(e, LinkError::BadBackendEnv(_)), "{e}");
+        assert!(e.to_string().contains("ETHBCAST_BACKEND") && e.to_string().contains("xdp"));
     }
 }

@@ -156,6 +156,15 @@ impl From<ethbcast_sys::Error> for LinkError {
             E::PermissionDenied { .. } => LinkError::PermissionDenied,
             E::RingConfig(_) | E::RingSetup { .. } => LinkError::RingSetup(e.to_string()),
             E::FrameTooLong { len, max } => LinkError::FrameTooLong { len, max },
+            E::BpfPermission { .. } => LinkError::XdpPermissionDenied,
+            E::Bpf(_)
+            | E::XdpBusy { .. }
+            | E::XskUnsupported
+            | E::XskConfig(_)
+            | E::ZeroCopyUnsupported { .. }
+            | E::XskBind { .. }
+            | E::XskQueueBusy { .. }
+            | E::Xsk { .. } => LinkError::XdpSetup(e.to_string()),
             ref io if io.is_link_gone() => LinkError::Closed,
             other => {
                 let kind = match &other {

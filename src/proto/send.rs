@@ -3,7 +3,8 @@
 //! A message handed to `bcast` waits in the send queue (the SDP's send queue) until slots of
 //! the retransmission buffer are free; it is cut into frames as slots free up, published into
 //! [`Eqa`] (one copy for every destination) and broadcast once. Push-pull messages stop at the
-//! end of their push part until the designated receiver's pull request arrives.
+//! end of their push part until the designated receiver's pull request arrives; a push-pull
+//! message that fits one frame is pushed whole in it (no BTP1 cut, no pull).
 //!
 //! Feedback moves the per-destination cursors: an ACK or the cumulative part of a NACK
 //! releases references; the bitmap of a NACK queues repairs for that destination only. When
@@ -118,6 +119,10 @@ impl Sender {
         let id = self.next_id;
         self.next_id += 1;
         let push_end = match algo {
+            // A message that fits one frame is pushed whole in that frame: cutting it at BTP1
+            // would cost a second frame (and above BTP1 + BTP2 a pull round trip) for bytes
+            // the first frame had room for.
+            Algo::PushPull if data.len() <= cfg.max_payload() => data.len(),
             Algo::PushPull => data.len().min(cfg.btp1 + cfg.btp2),
             Algo::Simple => data.len(),
         };
@@ -171,7 +176,7 @@ impl Sender {
                 break;
             }
             let len = m.data.len();
-            let end = if m.algo == Algo::PushPull && m.off < cfg.btp1 {
+            let end = if m.algo == Algo::PushPull && m.off < cfg.btp1 && len > max {
                 cfg.btp1.min(len)
             } else if m.off < m.push_end {
                 m.push_end.min(m.off + max)
@@ -564,5 +569,61 @@ impl Sender {
             return Some(Transmit { dst, len });
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod one_frame_push_pull {
+    use super::super::{Algo, Config, Dest, Engine, Event};
+    use crate::wire::{Flags, Frame, Kind, Repr};
+    use std::time::Instant;
+
+    /// What the root sends for one push-pull message of `len` bytes before any answer.
+    fn first_frames(len: usize) -> (Vec<Repr>, Vec<Vec<u8>>) {
+        let mut root = Engine::new(Config::new(7, 0, 3)).unwrap();
+        let now = Instant::now();
+        root.bcast(now, vec![5; len], Algo::PushPull).unwrap();
+        let (mut reprs, mut pdus) = (Vec::new(), Vec::new());
+        let mut buf = vec![0u8; 1500];
+        while let Some(t) = root.poll_transmit(now, &mut buf) {
+            assert_eq!(t.dst, Dest::All);
+            reprs.push(Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap()));
+            pdus.push(buf[..t.len].to_vec());
+        }
+        (reprs, pdus)
+    }
+
+    #[test]
+    fn a_message_that_fits_one_frame_is_pushed_whole_and_needs_no_pull() {
+        let max = Config::new(7, 0, 3).max_payload();
+        for len in [1, 80, 81, 256, 860, 861, max] {
+            let (reprs, pdus) = first_frames(len);
+            assert_eq!(reprs.len(), 1, "{len} B: one frame");
+            let f = reprs[0].flags;
+            assert!(f.contains(Flags::PUSH | Flags::LAST), "{len} B: {f:?}");
+            assert!(!f.contains(Flags::PULL_WAIT), "{len} B: waits for a pull");
+            // A receiver delivers it from that frame alone and asks for nothing.
+            let mut rx = Engine::new(Config::new(7, 1, 3)).unwrap();
+            let now = Instant::now();
+            rx.handle_frame(now, &pdus[0]).unwrap();
+            match rx.poll_event() {
+                Some(Event::Delivered { data, .. }) => assert_eq!(data, vec![5; len]),
+                other => panic!("{len} B: {other:?}"),
+            }
+            let mut buf = vec![0u8; 1500];
+            while let Some(t) = rx.poll_transmit(now, &mut buf) {
+                let kind = Frame::new_checked(&buf[..t.len]).unwrap().kind();
+                assert_ne!(kind, Kind::Pull, "{len} B: pulled");
+            }
+        }
+    }
+
+    #[test]
+    fn a_longer_message_still_pushes_btp1_then_btp2_and_waits() {
+        let max = Config::new(7, 0, 3).max_payload();
+        let (reprs, _) = first_frames(max + 1);
+        assert_eq!(reprs.len(), 2);
+        assert_eq!((reprs[0].offset, reprs[1].offset), (0, 80));
+        assert!(reprs[1].flags.contains(Flags::PULL_WAIT));
     }
 }

@@ -78,6 +78,61 @@ pub enum Error {
     /// The kernel rejected a frame of the TX ring as malformed.
     #[error("the kernel rejected a TX ring frame as malformed (TP_STATUS_WRONG_FORMAT)")]
     TxWrongFormat,
+    /// Loading or attaching eBPF (the XDP program, its map) needs privileges we lack.
+    #[error("permission denied ({op}): the xdp backend needs CAP_BPF and CAP_NET_ADMIN (and CAP_NET_RAW, CAP_IPC_LOCK for its memory); run as root or `sudo setcap cap_bpf,cap_net_admin,cap_net_raw,cap_ipc_lock+ep <binary>`, or use the ring backend")]
+    BpfPermission {
+        /// The refused operation.
+        op: &'static str,
+    },
+    /// The kernel refused an eBPF program or map for a reason other than privileges.
+    #[error("eBPF: {0}")]
+    Bpf(String),
+    /// Another XDP program is attached to the interface.
+    #[error("another XDP program is attached to interface index {ifindex} (another ethbcast process, or a tool): see `ip link show`, detach it with `ip link set dev <iface> xdp off`, or use the ring backend")]
+    XdpBusy {
+        /// The interface.
+        ifindex: u32,
+    },
+    /// The kernel has no AF_XDP sockets.
+    #[error("this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): use the ring backend")]
+    XskUnsupported,
+    /// The AF_XDP socket geometry is inconsistent; nothing was asked from the kernel.
+    #[error("invalid AF_XDP configuration: {0}")]
+    XskConfig(String),
+    /// The driver cannot do zero-copy AF_XDP (veth, most virtual NICs).
+    #[error("interface index {ifindex} has no zero-copy AF_XDP support (its driver refused with EOPNOTSUPP): allow copy mode")]
+    ZeroCopyUnsupported {
+        /// The interface.
+        ifindex: u32,
+    },
+    /// Binding the AF_XDP socket to the queue failed.
+    #[error("binding an AF_XDP socket to queue {queue} of interface index {ifindex} failed: {source}; does the interface have that queue (`ethtool -l`), and is it up?")]
+    XskBind {
+        /// The interface.
+        ifindex: u32,
+        /// The queue.
+        queue: u32,
+        /// The kernel's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Another AF_XDP socket is bound to the queue.
+    #[error("queue {queue} of interface index {ifindex} already has an AF_XDP socket (another ethbcast process?): one socket per queue")]
+    XskQueueBusy {
+        /// The interface.
+        ifindex: u32,
+        /// The queue.
+        queue: u32,
+    },
+    /// Setting up an AF_XDP socket failed.
+    #[error("AF_XDP setup failed ({op}): {source}{hint}", hint = xsk_hint(.source))]
+    Xsk {
+        /// The refused step.
+        op: &'static str,
+        /// The kernel's error.
+        #[source]
+        source: io::Error,
+    },
     /// Any other operating-system error.
     #[error("{op} failed: {source}")]
     Io {
@@ -89,7 +144,26 @@ pub enum Error {
     },
 }
 
+/// What the user can do about an AF_XDP setup error.
+fn xsk_hint(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::ENOMEM) | Some(libc::ENOBUFS) => {
+            "; the UMEM is locked memory: raise the limit (`ulimit -l`, LimitMEMLOCK) or grant CAP_IPC_LOCK"
+        }
+        _ => "",
+    }
+}
+
 impl Error {
+    /// Classifies a failed AF_XDP step: permission problems become [`Error::BpfPermission`],
+    /// everything else [`Error::Xsk`].
+    pub(crate) fn xsk(op: &'static str, source: io::Error) -> Self {
+        match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => Error::BpfPermission { op },
+            _ => Error::Xsk { op, source },
+        }
+    }
+
     /// Classifies the `errno` of a failed operation `op`: `EPERM`/`EACCES` become
     /// [`Error::PermissionDenied`], everything else [`Error::Io`].
     pub fn from_errno(op: &'static str, errno: i32) -> Self {
@@ -131,8 +205,11 @@ impl Error {
     /// The `errno` behind this error, if there is one.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            Error::Io { source, .. } | Error::RingSetup { source, .. } => source.raw_os_error(),
-            Error::PermissionDenied { .. } => Some(libc::EPERM),
+            Error::Io { source, .. }
+            | Error::RingSetup { source, .. }
+            | Error::Xsk { source, .. }
+            | Error::XskBind { source, .. } => source.raw_os_error(),
+            Error::PermissionDenied { .. } | Error::BpfPermission { .. } => Some(libc::EPERM),
             Error::NoSuchInterface(_) => Some(libc::ENODEV),
             _ => None,
         }

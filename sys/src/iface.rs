@@ -60,6 +60,93 @@ impl Interface {
     }
 }
 
+/// `struct ethtool_channels` (linux/ethtool.h).
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// How many receive queues interface `name` has (`ETHTOOL_GCHANNELS`: receive-only plus
+/// combined channels), or `None` if its driver does not say. A NIC spreads incoming frames
+/// over its queues, so a socket bound to one queue sees only that queue's share.
+pub fn rx_queues(name: &str) -> Result<Option<u32>> {
+    let req = IfReq::new(name)?;
+    let sock = ioctl_socket()?;
+    let mut ch = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..Default::default()
+    };
+    let mut r = req.req;
+    r.ifr_ifru.ifru_data = (&mut ch as *mut EthtoolChannels).cast();
+    // SAFETY: `sock` is an open socket; `r` is a valid ifreq with a NUL-terminated name whose
+    // data pointer points to a writable ethtool_channels that outlives the call; for
+    // ETHTOOL_GCHANNELS the kernel reads `cmd` and writes the struct.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut r) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::ENODEV) | Some(libc::ENXIO) => Err(Error::NoSuchInterface(name.into())),
+            // No ethtool channel support (or not allowed to ask): unknown.
+            _ => Ok(None),
+        };
+    }
+    Ok(Some(ch.rx_count + ch.combined_count).filter(|&n| n > 0))
+}
+
+/// `struct ethtool_value` (linux/ethtool.h).
+#[repr(C)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+const ETHTOOL_GGRO: u32 = 0x2b;
+const ETHTOOL_SGRO: u32 = 0x2c;
+
+/// Issues a one-value ethtool request on interface `name`.
+fn ethtool_value(name: &str, cmd: u32, data: u32, op: &'static str) -> Result<u32> {
+    let req = IfReq::new(name)?;
+    let sock = ioctl_socket()?;
+    let mut v = EthtoolValue { cmd, data };
+    let mut r = req.req;
+    r.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
+    // SAFETY: `sock` is an open socket; `r` is a valid ifreq with a NUL-terminated name whose
+    // data pointer points to a writable ethtool_value that outlives the call; the kernel reads
+    // `cmd` (and `data` for a set) and writes `data` for a get.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut r) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(match err.raw_os_error() {
+            Some(libc::ENODEV) | Some(libc::ENXIO) => Error::NoSuchInterface(name.into()),
+            _ => Error::from_io(op, err),
+        });
+    }
+    Ok(v.data)
+}
+
+/// Turns generic receive offload of interface `name` on or off (`ETHTOOL_SGRO`; needs
+/// CAP_NET_ADMIN). On a veth, GRO also makes the device receive through NAPI, the path native
+/// XDP takes, instead of the per-CPU backlog.
+pub fn set_gro(name: &str, on: bool) -> Result<()> {
+    ethtool_value(name, ETHTOOL_SGRO, u32::from(on), "ETHTOOL_SGRO").map(|_| ())
+}
+
+/// Whether generic receive offload is on for interface `name` (`ETHTOOL_GGRO`).
+pub fn gro(name: &str) -> Result<bool> {
+    ethtool_value(name, ETHTOOL_GGRO, 0, "ETHTOOL_GGRO").map(|v| v != 0)
+}
+
 /// Checks that `name` can be an interface name: 1 to 15 bytes, no NUL, `/` or whitespace
 /// (the kernel's `dev_valid_name`).
 pub fn validate_name(name: &str) -> Result<()> {

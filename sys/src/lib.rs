@@ -11,6 +11,9 @@
 //! - [`filter`]: building classic BPF programs (the EtherType filter);
 //! - [`ring`]: `TPACKET_V2` memory-mapped RX and TX rings (no system call per received frame,
 //!   one per burst of sent frames);
+//! - [`bpf`]: the raw `bpf(2)` system call: the XDP redirect program, its XSKMAP and the link
+//!   that attaches it;
+//! - [`xsk`]: AF_XDP sockets: UMEM, fill/RX/TX/completion rings, zero-copy detection;
 //! - [`wait`]: waiting for a socket: spin, block in `ppoll(2)`, or spin then block;
 //! - [`caps`]: which capabilities the process and its program file hold, and why one is
 //!   missing (`nosuid`, `no_new_privs`, ...), for error messages with the exact `setcap` command;
@@ -24,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod bpf;
 pub mod caps;
 pub mod error;
 pub mod filter;
@@ -31,6 +35,7 @@ pub mod iface;
 pub mod ring;
 pub mod socket;
 pub mod wait;
+pub mod xsk;
 
 pub use error::{Error, Result};
 

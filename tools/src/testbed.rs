@@ -24,6 +24,13 @@
 //!   nftables rule in the bridge family in the switch namespace. The bridge
 //!   clones a flooded frame once per output port and the forward hook sees each
 //!   clone, so every receiver loses frames independently;
+//! * optionally GRO on both ends of every veth ([`TestbedConfig::gro`]), which makes a veth
+//!   receive through NAPI (batches, the path native XDP takes) instead of the per-CPU
+//!   backlog. Native XDP on a veth itself needs nothing of its peer: an XDP program attached
+//!   to a host's `eth0` turns on NAPI for that end, and the AF_XDP backend receives there
+//!   (tested in native and generic mode). What needs the *peer* to have an XDP program or GRO
+//!   is a frame redirected *into* a veth (`XDP_TX`, `XDP_REDIRECT` to it), which ethbcast
+//!   never does: its AF_XDP socket sends in copy mode, through the ordinary transmit path;
 //! * on demand, a rule that drops ethbcast *broadcast* frames on their way out
 //!   of one host's bridge port ([`Testbed::drop_broadcast_to`]), for fail-over
 //!   tests (a receiver that misses the hardware broadcast but still gets unicast).
@@ -262,6 +269,8 @@ pub struct TestbedConfig {
     pub rate: Option<Rate>,
     /// Optional random loss of ethbcast frames at the switch, percent (0..=100).
     pub loss_pct: Option<f64>,
+    /// GRO on both ends of every veth (NAPI receive instead of the per-CPU backlog).
+    pub gro: bool,
 }
 
 impl Default for TestbedConfig {
@@ -271,6 +280,7 @@ impl Default for TestbedConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             rate: None,
             loss_pct: None,
+            gro: false,
         }
     }
 }
@@ -293,6 +303,12 @@ impl TestbedConfig {
     /// Sets the rate limit.
     pub fn rate(mut self, rate: Rate) -> Self {
         self.rate = Some(rate);
+        self
+    }
+
+    /// Turns GRO on on both ends of every veth.
+    pub fn gro(mut self, on: bool) -> Self {
+        self.gro = on;
         self
     }
 
@@ -484,6 +500,9 @@ impl Testbed {
             armed: true,
         };
         tb.build()?;
+        if config.gro {
+            tb.set_gro(true)?;
+        }
         if let Some(pct) = config.loss_pct {
             if pct > 0.0 {
                 tb.set_loss(pct)?;
@@ -560,6 +579,34 @@ impl Testbed {
         }
         if let Some(e) = first_err {
             return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Turns GRO on or off on both ends of every veth (the bridge ports in the switch
+    /// namespace, every host's `eth0`).
+    pub fn set_gro(&self, on: bool) -> Result<()> {
+        let set = |ns: &str, devs: Vec<String>| -> Result<()> {
+            let ns2 = ns.to_owned();
+            netns::run_in(ns, move || -> Result<()> {
+                for d in &devs {
+                    ethbcast_sys::iface::set_gro(d, on).map_err(|e| TestbedError::Io {
+                        context: format!("GRO {} on {d} in {ns2}", if on { "on" } else { "off" }),
+                        source: io::Error::other(e.to_string()),
+                    })?;
+                }
+                Ok(())
+            })
+            .map_err(|e| io_err(format!("cannot enter namespace {ns}"), e))?
+        };
+        let ports = self
+            .hosts
+            .iter()
+            .map(|h| bridge_port_name(h.index))
+            .collect();
+        set(&self.switch_netns, ports)?;
+        for h in &self.hosts {
+            set(&h.netns, vec![HOST_IFACE.to_owned()])?;
         }
         Ok(())
     }

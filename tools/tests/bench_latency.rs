@@ -53,13 +53,17 @@ fn latency_reports_every_algorithm_group_and_size() {
         "20",
         "--warmup",
         "5",
+        "--blocks",
+        "2",
+        "--breakdown",
         "--prefix",
         &prefix("l"),
         "--json",
     ]);
     let rows = v["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 3 * 2 * 2, "{v}");
-    for algo in ["ppbcast", "sbcast", "tree"] {
+    // The three algorithms and the raw floor, measured in the same run.
+    assert_eq!(rows.len(), 4 * 2 * 2, "{v}");
+    for algo in ["floor", "ppbcast", "sbcast", "tree"] {
         for nodes in [2, 4] {
             for size in [8, 4096] {
                 let row = rows
@@ -83,6 +87,60 @@ fn latency_reports_every_algorithm_group_and_size() {
     assert!(v["method"].as_str().unwrap().contains("LAST receiver"));
     assert_eq!(v["backend"], "ring");
     assert_eq!(v["wait"], "block");
+    // Every protocol row over the floor of the same group and size.
+    let over = v["over_floor"].as_array().expect("over_floor");
+    assert_eq!(over.len(), 3 * 2 * 2, "{v}");
+    for o in over {
+        let r = positive(o, "ratio");
+        let (a, f) = (positive(o, "algo_us"), positive(o, "floor_us"));
+        assert!((r - a / f).abs() < 1e-9, "{o}");
+    }
+    // The breakdown: every row has its instants, and they add up to no more than the whole.
+    let b = v["breakdown"].as_array().expect("breakdown");
+    assert_eq!(b.len(), 4 * 2 * 2, "{v}");
+    for x in b {
+        assert!(x["samples"].as_u64().unwrap() > 0, "{x}");
+        positive(x, "to_last_rx_us");
+        positive(x, "kick_us");
+    }
+}
+
+#[test]
+fn floor_measures_raw_broadcast_to_every_host_on_the_xdp_backend() {
+    if !netns_available(
+        "floor_measures_raw_broadcast_to_every_host_on_the_xdp_backend",
+        false,
+    ) {
+        return;
+    }
+    // 4096 B is three frames: the last receiver must have all of them.
+    let (v, _) = bench(&[
+        "floor",
+        "--testbed",
+        "3",
+        "--nodes",
+        "2,3",
+        "--sizes",
+        "8,4096",
+        "--iters",
+        "20",
+        "--warmup",
+        "5",
+        "--backend",
+        "xdp",
+        "--prefix",
+        &prefix("f"),
+        "--json",
+    ]);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2 * 2, "{v}");
+    assert!(rows.iter().all(|r| r["algo"] == "floor"), "{v}");
+    for r in rows {
+        positive(r, "mean80_us");
+    }
+    assert_eq!(v["backend"], "xdp");
+    assert!(v["over_floor"].as_array().unwrap().is_empty());
+    assert!(v["method"].as_str().unwrap().contains("no protocol"));
 }
 
 #[test]
@@ -140,6 +198,11 @@ fn throughput_delivers_everything_and_counts_frames() {
     // 4 MiB in frames of at most 1500 bytes: at least 2800 first transmissions.
     assert!(v["data_frames"].as_u64().unwrap() >= 2800, "{v}");
     assert!(v["ack_frames"].as_u64().unwrap() > 0, "{v}");
+    // Sender and receivers used CPU, and the per-GiB figure is their sum over 4 MiB.
+    let cpu = &v["cpu"];
+    let (s, r) = (positive(cpu, "sender_s"), positive(cpu, "receivers_s"));
+    let per_gib = positive(cpu, "per_gib_s");
+    assert!((per_gib - (s + r) * 256.0).abs() < 1e-6 * per_gib, "{cpu}");
 }
 
 #[test]

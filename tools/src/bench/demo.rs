@@ -1,6 +1,7 @@
 //! `ethbcast-bench demo`: the README's one command. With the privilege to create network
 //! namespaces it builds an 8-host test-bed and runs the paper's latency comparison (PPBCAST,
-//! SBCAST and the binomial tree at 2, 4 and 8 nodes), the barrier comparison, a short
+//! SBCAST and the binomial tree at 2, 4 and 8 nodes, each over the raw floor measured in the
+//! same run), the barrier comparison, a short
 //! throughput run and the memory table, prints the tables, writes the plots and tears down.
 //! Without the privilege it says so loudly and runs the broadcast comparison on the simulated
 //! switch in virtual time instead (hardware-broadcast algorithms only).
@@ -127,6 +128,8 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         warmup: if o.quick { 5 } else { 50 },
         algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
         progress: o.progress,
+        floor: true,
+        blocks: 4,
     };
     let lat = latency::run_on(&bed, &lo)?;
     println!("\n== broadcast latency ==\n{}", latency::render(&lat));
@@ -208,6 +211,7 @@ fn on_simulator(o: &DemoOptions, reason: String) -> Result<DemoReport, String> {
     lo.iters = 1;
     lo.warmup = 2;
     lo.algos = algos.to_vec();
+    lo.floor = false;
     let mut lat = latency::analyse(rows, &lo);
     lat.method = "SIMULATOR, virtual time: latency of one warm broadcast (the third of three) \
                   from the root's call until the last receiver's call returned; deterministic, \

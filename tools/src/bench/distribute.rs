@@ -9,6 +9,13 @@
 //! Goodput = file bytes × 8 / time: for ethbcast the sender's data time (join excluded), for
 //! udpcast the sender's wall time (its session set-up included, a few ms), for the blaster
 //! the slowest receiver's frames × PDU bytes over the blasting time.
+//!
+//! ethbcast and the blaster run once per link backend asked for (`--backend ring,xdp`), the
+//! blaster on the same backend as the ethbcast row it is the limit of. Every row also gives
+//! the CPU seconds its sender and all its receivers used per GiB given to each receiver
+//! ([`super::cpu`]: `RUSAGE_CHILDREN` around the tool's processes, `RUSAGE_THREAD` in the
+//! blaster's threads); without a rate limit (`--rate none`) that is what the transfer costs,
+//! since nothing but the CPU limits it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,8 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ethbcast::link::Backend;
 use serde::Serialize;
 
+use super::cpu::{self, CpuCost};
 use crate::netns;
 use crate::testbed::{find_tool, Rate, Testbed, TestbedConfig};
 
@@ -26,6 +35,8 @@ use crate::testbed::{find_tool, Rate, Testbed, TestbedConfig};
 pub struct Row {
     /// ethbcast, udpcast or raw-blaster.
     pub tool: String,
+    /// Link backend (ethbcast and the blaster; "-" for UDPCast).
+    pub backend: String,
     /// Loss at the switch, percent.
     pub loss_pct: f64,
     /// Goodput per receiver, Mbit/s (slowest receiver for the blaster).
@@ -37,18 +48,20 @@ pub struct Row {
     pub note: String,
     /// Goodput of every run, Mbit/s, in the order run.
     pub runs: Vec<f64>,
+    /// CPU of the median run (sender, receivers, per GiB).
+    pub cpu: CpuCost,
 }
 
-/// One run of one tool: goodput, seconds, note.
-type Sample = (f64, f64, String);
+/// One run of one tool: goodput, seconds, note, CPU.
+type Sample = (f64, f64, String, CpuCost);
 
 /// The median run of `samples` (by goodput) as the row; the note tells the spread and any
 /// other run that did not complete.
-fn summarize(tool: &str, loss_pct: f64, samples: Vec<Sample>) -> Row {
+fn summarize(tool: &str, backend: &str, loss_pct: f64, samples: Vec<Sample>) -> Row {
     let runs: Vec<f64> = samples.iter().map(|s| s.0).collect();
     let mut sorted = samples.clone();
     sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (g, secs, note) = sorted[sorted.len() / 2].clone();
+    let (g, secs, note, cpu) = sorted[sorted.len() / 2].clone();
     let odd: Vec<&str> = samples
         .iter()
         .map(|s| s.2.as_str())
@@ -69,11 +82,13 @@ fn summarize(tool: &str, loss_pct: f64, samples: Vec<Sample>) -> Row {
     }
     Row {
         tool: tool.into(),
+        backend: backend.into(),
         loss_pct,
         goodput_mbit: g,
         seconds: secs,
         note,
         runs,
+        cpu,
     }
 }
 
@@ -84,8 +99,10 @@ pub struct Opts {
     pub receivers: usize,
     /// File size in MiB.
     pub mib: usize,
-    /// Port rate.
-    pub rate: Rate,
+    /// Port rate; `None`: unshaped veths.
+    pub rate: Option<Rate>,
+    /// Link backends of ethbcast and the blaster, each measured.
+    pub backends: Vec<Backend>,
     /// Loss percentages to run.
     pub losses: Vec<f64>,
     /// Test-bed prefix.
@@ -95,6 +112,8 @@ pub struct Opts {
     /// Runs of each tool per loss rate (the rows give the median run): the 2-core machine
     /// varies by several percent from run to run.
     pub repeat: usize,
+    /// GRO on every veth of the test-bed.
+    pub gro: bool,
 }
 
 struct Kill(Child);
@@ -110,14 +129,25 @@ fn ethbcast_bin() -> PathBuf {
     me.with_file_name("ethbcast")
 }
 
-fn run_ethbcast(tb: &Testbed, input: &Path, n: usize) -> Result<(f64, f64, bool), String> {
+/// One ethbcast transfer: goodput, seconds, whether all completed, and the CPU of the sender
+/// and of all receivers.
+fn run_ethbcast(
+    tb: &Testbed,
+    input: &Path,
+    n: usize,
+    backend: Backend,
+) -> Result<(f64, f64, bool, CpuCost), String> {
     let bin = ethbcast_bin();
     let bin = bin.to_str().ok_or("bad path")?;
+    let be = backend.to_string();
     let mut rs = Vec::new();
+    let c_start = cpu::children_seconds();
+    let k_start = cpu::ksoftirqd_seconds();
     for h in &tb.hosts()[1..=n] {
         let c = netns::command_in(&h.netns, bin)
             .map_err(|e| e.to_string())?
             .args(["recv", "--iface", "eth0", "--quiet", "--wait", "60"])
+            .args(["--backend", &be])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -129,21 +159,27 @@ fn run_ethbcast(tb: &Testbed, input: &Path, n: usize) -> Result<(f64, f64, bool)
         .args([
             "send", "--iface", "eth0", "--quiet", "--json", "--wait", "60",
         ])
+        .args(["--backend", &be])
         .arg("-i")
         .arg(input)
         .args(["--receivers", &n.to_string()])
         .stderr(Stdio::null())
         .output()
         .map_err(|e| e.to_string())?;
+    let sender_s = cpu::children_seconds() - c_start;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("ethbcast send gave no report ({e}), exit {:?}", out.status))?;
     for mut r in rs {
         let _ = r.0.wait();
     }
+    let receivers_s = cpu::children_seconds() - c_start - sender_s;
+    let bytes = std::fs::metadata(input).map_err(|e| e.to_string())?.len();
     Ok((
         v["goodput_mbit"].as_f64().unwrap_or(0.0),
         v["seconds"].as_f64().unwrap_or(0.0),
         v["ok"].as_bool().unwrap_or(false),
+        CpuCost::new(sender_s, receivers_s, bytes)
+            .with_ksoftirqd(cpu::ksoftirqd_seconds() - k_start),
     ))
 }
 
@@ -162,7 +198,7 @@ fn run_udpcast(
     input: &Path,
     n: usize,
     loss: f64,
-) -> Result<(f64, f64, bool), String> {
+) -> Result<(f64, f64, bool, CpuCost), String> {
     for (i, h) in tb.hosts()[..=n].iter().enumerate() {
         sh_in(
             &h.netns,
@@ -191,6 +227,8 @@ fn run_udpcast(
         .map_err(|e| e.to_string())?;
     drop(c.stdin.take());
     c.wait().map_err(|e| e.to_string())?;
+    let c_start = cpu::children_seconds();
+    let k_start = cpu::ksoftirqd_seconds();
     let mut rs = Vec::new();
     for h in &tb.hosts()[1..=n] {
         let c = netns::command_in(&h.netns, "udp-receiver")
@@ -230,6 +268,9 @@ fn run_udpcast(
     let Some(st) = st else {
         return Err("udp-sender did not finish within 60 s".into());
     };
+    // Reaped: its time is in RUSAGE_CHILDREN now.
+    drop(sender);
+    let sender_s = cpu::children_seconds() - c_start;
     let mut all_ok = st.success();
     for mut r in rs {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -247,46 +288,63 @@ fn run_udpcast(
             }
         }
     }
+    let receivers_s = cpu::children_seconds() - c_start - sender_s;
     let bytes = std::fs::metadata(input).map_err(|e| e.to_string())?.len();
-    Ok((bytes as f64 * 8.0 / secs / 1e6, secs, all_ok))
+    Ok((
+        bytes as f64 * 8.0 / secs / 1e6,
+        secs,
+        all_ok,
+        CpuCost::new(sender_s, receivers_s, bytes)
+            .with_ksoftirqd(cpu::ksoftirqd_seconds() - k_start),
+    ))
 }
 
 /// The blaster's receive queues: at least as deep as those `ethbcast recv` asks for (its
 /// window), so that the limit is never measured lower than the protocol's footing.
 const RX_FRAMES: usize = 4096;
 
-fn run_blaster(tb: &Testbed, n: usize) -> Result<(f64, f64, String), String> {
-    use ethbcast::link::{self, measure, Backend, WaitMode, BROADCAST_MAC};
+fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, String> {
+    use ethbcast::link::{self, measure, WaitMode, BROADCAST_MAC};
     let stop = Arc::new(AtomicBool::new(false));
     let mut sinks = Vec::new();
     for h in &tb.hosts()[1..=n] {
         let stop = stop.clone();
         sinks.push(
-            netns::spawn_in(&h.netns, move || -> Result<u64, String> {
-                let mut l = link::open_sized(Backend::Ring, "eth0", WaitMode::Adaptive, RX_FRAMES)
+            netns::spawn_in(&h.netns, move || -> Result<(u64, f64), String> {
+                // The receivers wait as `ethbcast recv`'s do (doze): sinks that spin took the
+                // CPU from the blaster's sender on the 2-core test-bed (2.2 s of 3 s unshaped).
+                let mut l = link::open_sized(backend, "eth0", WaitMode::Doze, RX_FRAMES)
                     .map_err(|e| e.to_string())?;
-                measure::sink(l.as_mut(), &stop, Duration::from_millis(200))
-                    .map_err(|e| e.to_string())
+                let c0 = cpu::thread_seconds();
+                let got = measure::sink(l.as_mut(), &stop, Duration::from_millis(200))
+                    .map_err(|e| e.to_string())?;
+                Ok((got, cpu::thread_seconds() - c0))
             })
             .map_err(|e| e.to_string())?,
         );
     }
     std::thread::sleep(Duration::from_millis(200));
     let pdu = 1500usize;
-    let (sent, elapsed) = netns::run_in(&tb.hosts()[0].netns, move || {
+    let k_start = cpu::ksoftirqd_seconds();
+    let (sent, elapsed, sender_s) = netns::run_in(&tb.hosts()[0].netns, move || {
         // The wait mode `ethbcast send` uses by default: blocking on a full TX ring sleeps
         // past the moment slots free up and understates the medium.
-        let mut l = link::open_sized(Backend::Ring, "eth0", WaitMode::Adaptive, RX_FRAMES)
+        let mut l = link::open_sized(backend, "eth0", WaitMode::Adaptive, RX_FRAMES)
             .map_err(|e| e.to_string())?;
-        measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 64)
-            .map_err(|e| e.to_string())
+        let c0 = cpu::thread_seconds();
+        let (sent, elapsed) =
+            measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 64)
+                .map_err(|e| e.to_string())?;
+        Ok::<_, String>((sent, elapsed, cpu::thread_seconds() - c0))
     })
     .map_err(|e| e.to_string())??;
     stop.store(true, Ordering::Release);
     let mut min = u64::MAX;
+    let mut receivers_s = 0.0;
     for s in sinks {
-        let got = s.join().map_err(|_| "sink panicked")??;
+        let (got, c) = s.join().map_err(|_| "sink panicked")??;
         min = min.min(got);
+        receivers_s += c;
     }
     let secs = elapsed.as_secs_f64();
     Ok((
@@ -296,6 +354,9 @@ fn run_blaster(tb: &Testbed, n: usize) -> Result<(f64, f64, String), String> {
             "slowest receiver got {:.1}% of {sent} frames",
             100.0 * min as f64 / sent.max(1) as f64
         ),
+        // Per GiB the slowest receiver got: what every receiver was given in full.
+        CpuCost::new(sender_s, receivers_s, min * pdu as u64)
+            .with_ksoftirqd(cpu::ksoftirqd_seconds() - k_start),
     ))
 }
 
@@ -316,36 +377,109 @@ pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
         for &loss in &o.losses {
             let mut cfg = TestbedConfig::new(n + 1)
                 .prefix(o.prefix.clone())
-                .rate(o.rate);
+                .gro(o.gro);
+            cfg.rate = o.rate;
             if loss > 0.0 {
                 cfg = cfg.loss_pct(loss);
             }
             let tb = Testbed::up(&cfg).map_err(|e| e.to_string())?;
-            let (mut eb, mut uc, mut bl) = (Vec::new(), Vec::new(), Vec::new());
+            let backends = if o.backends.is_empty() {
+                vec![Backend::Ring]
+            } else {
+                o.backends.clone()
+            };
+            let mut eb = vec![Vec::new(); backends.len()];
+            let mut bl = vec![Vec::new(); backends.len()];
+            let mut uc = Vec::new();
             // Interleaved, so that a slow phase of the machine hits every tool alike.
             for _ in 0..o.repeat.max(1) {
-                let (g, s, ok) = run_ethbcast(&tb, &input, n)?;
-                let note = if ok { "all complete" } else { "INCOMPLETE" };
-                eb.push((g, s, note.to_string()));
+                for (i, &b) in backends.iter().enumerate() {
+                    let (g, s, ok, c) = run_ethbcast(&tb, &input, n, b)?;
+                    let note = if ok { "all complete" } else { "INCOMPLETE" };
+                    eb[i].push((g, s, note.to_string(), c));
+                    bl[i].push(run_blaster(&tb, n, b)?);
+                }
                 if udpcast {
                     // A UDPCast session that hangs is a result too, not the end of the comparison.
                     uc.push(match run_udpcast(&tb, &input, n, loss) {
-                        Ok((g, s, true)) => (g, s, "all complete".to_string()),
-                        Ok((g, s, false)) => (g, s, "INCOMPLETE".to_string()),
-                        Err(e) => (0.0, 0.0, format!("FAILED: {e}")),
+                        Ok((g, s, true, c)) => (g, s, "all complete".to_string(), c),
+                        Ok((g, s, false, c)) => (g, s, "INCOMPLETE".to_string(), c),
+                        Err(e) => (0.0, 0.0, format!("FAILED: {e}"), CpuCost::default()),
                     });
                 }
-                bl.push(run_blaster(&tb, n)?);
             }
-            rows.push(summarize("ethbcast", loss, eb));
+            for (i, b) in backends.iter().enumerate() {
+                let name = b.to_string();
+                rows.push(summarize(
+                    "ethbcast",
+                    &name,
+                    loss,
+                    std::mem::take(&mut eb[i]),
+                ));
+                rows.push(summarize(
+                    "raw-blaster",
+                    &name,
+                    loss,
+                    std::mem::take(&mut bl[i]),
+                ));
+            }
             if udpcast {
-                rows.push(summarize("udpcast", loss, uc));
+                rows.push(summarize("udpcast", "-", loss, uc));
             }
-            rows.push(summarize("raw-blaster", loss, bl));
             tb.down().map_err(|e| e.to_string())?;
         }
         Ok::<(), String>(())
     })();
     let _ = std::fs::remove_file(&input);
     result.map(|()| rows)
+}
+
+/// The table of a run, with ethbcast over the blaster of the same backend per loss rate.
+pub fn render(o: &Opts, rows: &[Row]) -> String {
+    use std::fmt::Write as _;
+    let rate = o.rate.map_or("unshaped".to_string(), |r| format!("{r}"));
+    let mut out = format!(
+        "{} receivers, {} MiB, {rate} ports; CPU = user + system seconds of the sender and all receivers per GiB given to each receiver (ksoftirqd: the machine's softirq threads meanwhile, not in the sum)\n",
+        o.receivers, o.mib
+    );
+    let mut t = super::table::Table::new(&[
+        "tool",
+        "backend",
+        "loss %",
+        "goodput Mbit/s",
+        "seconds",
+        "CPU s/GiB",
+        "CPU sender / receivers s",
+        "ksoftirqd s",
+        "note",
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.tool.clone(),
+            r.backend.clone(),
+            r.loss_pct.to_string(),
+            format!("{:.1}", r.goodput_mbit),
+            format!("{:.2}", r.seconds),
+            format!("{:.2}", r.cpu.per_gib_s),
+            format!("{:.2} / {:.2}", r.cpu.sender_s, r.cpu.receivers_s),
+            format!("{:.2}", r.cpu.ksoftirqd_s),
+            r.note.clone(),
+        ]);
+    }
+    out.push_str(&t.render());
+    for r in rows.iter().filter(|r| r.tool == "ethbcast") {
+        if let Some(b) = rows
+            .iter()
+            .find(|b| b.tool == "raw-blaster" && b.backend == r.backend && b.loss_pct == r.loss_pct)
+        {
+            let _ = writeln!(
+                out,
+                "loss {}%, {}: ethbcast / raw-blaster = {:.2} (medians)",
+                r.loss_pct,
+                r.backend,
+                r.goodput_mbit / b.goodput_mbit.max(1e-9)
+            );
+        }
+    }
+    out
 }

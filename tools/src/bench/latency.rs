@@ -10,6 +10,11 @@
 //! band (a shared counter between the threads, while it keeps polling the protocol), until
 //! every receiver has finished, so broadcasts never overlap; receivers are already waiting in
 //! their next `bcast` when the root calls.
+//!
+//! Unless told otherwise, every group size is first measured at the raw floor
+//! ([`super::floor`]: raw broadcast frames, the same threads, clock, link and waits, no
+//! protocol), so that every protocol row is also given as a multiple of the floor measured in
+//! the same run, moments before it.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -21,6 +26,7 @@ use ethbcast::group::Algorithm;
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
+use super::floor::{self, FLOOR};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -49,6 +55,11 @@ pub struct LatencyOptions {
     pub algos: Vec<Algorithm>,
     /// Show a progress bar.
     pub progress: bool,
+    /// Measure the raw floor of every group size first (rows named `floor`).
+    pub floor: bool,
+    /// Split the iterations into this many blocks, each floor then protocol, so that a busy
+    /// phase of a shared machine hits both alike (each block has its own warm-up).
+    pub blocks: usize,
 }
 
 impl LatencyOptions {
@@ -62,6 +73,8 @@ impl LatencyOptions {
             warmup: 50,
             algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
             progress: false,
+            floor: true,
+            blocks: 4,
         }
     }
 }
@@ -117,6 +130,49 @@ pub struct Ratio {
     pub sbcast_over_tree: Option<f64>,
 }
 
+/// One protocol row over the raw floor of the same group size and message size.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverFloor {
+    /// Algorithm.
+    pub algo: String,
+    /// Group size.
+    pub nodes: usize,
+    /// Message size.
+    pub size: usize,
+    /// The floor's mean80, µs.
+    pub floor_us: f64,
+    /// The algorithm's mean80, µs.
+    pub algo_us: f64,
+    /// algo / floor.
+    pub ratio: f64,
+}
+
+/// Where the time of one broadcast goes (medians; probing only). The instants: the root's
+/// call, its first `send` to the link, the link `flush` after it, the last receiver's first
+/// received frame, that receiver's return.
+#[derive(Debug, Clone, Serialize)]
+pub struct Breakdown {
+    /// Algorithm (or floor).
+    pub algo: String,
+    /// Group size.
+    pub nodes: usize,
+    /// Message size.
+    pub size: usize,
+    /// Iterations with every instant.
+    pub samples: usize,
+    /// Root: call -> first frame handed to the link (engine, copies, encoding).
+    pub pre_send_us: f64,
+    /// Root: first send -> its flush returned (the kick; on veth it also runs the delivery).
+    pub kick_us: f64,
+    /// Root's first send -> the last receiver's first frame (medium and wake-up).
+    pub to_last_rx_us: f64,
+    /// Last receiver: first frame -> return (engine, the node's loop, the group call).
+    pub last_rx_to_return_us: f64,
+    /// Root: flush returned -> its next waiting receive (work that delays a receiver woken on
+    /// the root's CPU).
+    pub root_back_to_wait_us: f64,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyReport {
@@ -126,6 +182,10 @@ pub struct LatencyReport {
     pub growth: Vec<Growth>,
     /// Hardware broadcast over the tree.
     pub ratios: Vec<Ratio>,
+    /// Every protocol row over the raw floor measured in the same run (empty without it).
+    pub over_floor: Vec<OverFloor>,
+    /// Where the time goes (empty unless probing).
+    pub breakdown: Vec<Breakdown>,
     /// How it was measured.
     pub method: String,
     /// Link backend.
@@ -163,8 +223,12 @@ pub fn run(o: &LatencyOptions) -> Result<LatencyReport, String> {
 
 /// Runs on an existing test-bed (hosts `0..max(nodes)`).
 pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String> {
-    if o.iters == 0 || o.sizes.is_empty() || o.algos.is_empty() || o.nodes.is_empty() {
-        return Err("nothing to measure (iters, sizes, algos and nodes must be non-empty)".into());
+    if o.iters == 0 || o.sizes.is_empty() || (o.algos.is_empty() && !o.floor) || o.nodes.is_empty()
+    {
+        return Err(
+            "nothing to measure (iters, sizes, algorithms or the floor, and nodes must be given)"
+                .into(),
+        );
     }
     let plan: Arc<Vec<(Algorithm, usize)>> = Arc::new(
         o.algos
@@ -172,75 +236,230 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
             .flat_map(|&a| o.sizes.iter().map(move |&s| (a, s)))
             .collect(),
     );
-    let per_group = (plan.len() * (o.iters + o.warmup)) as u64;
+    let blocks = o.blocks.clamp(1, o.iters);
+    let per_group = (plan.len() * (o.iters + o.warmup * blocks)) as u64;
     let pb = bed::progress_bar(per_group * o.nodes.len() as u64, o.progress, "latency");
     let mut rows = Vec::new();
+    let mut breakdown = Vec::new();
     for &k in &o.nodes {
-        let done = Arc::new(AtomicUsize::new(0));
-        let (plan2, pb2) = (plan.clone(), pb.clone());
-        let (iters, warmup) = (o.iters, o.warmup);
-        let inst = bed::run_group(bed, k, 0x00EB_1000 | k as u32, &o.bed, move |rank, g, b| {
-            let mut out: Vec<Instant> = Vec::with_capacity(plan2.len() * iters);
-            let mut round = 0usize;
-            for &(algo, size) in plan2.iter() {
-                for it in 0..warmup + iters {
-                    if rank == 0 {
-                        b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
-                        let mut buf = vec![(round % 251) as u8; size];
-                        let t = Instant::now();
-                        g.bcast_with(0, &mut buf, algo)
-                            .map_err(|e| format!("{algo} bcast of {size} B: {e}"))?;
-                        if it >= warmup {
-                            out.push(t);
-                        }
-                        pb2.inc(1);
-                    } else {
-                        let mut buf = Vec::new();
-                        g.bcast_with(0, &mut buf, algo)
-                            .map_err(|e| format!("{algo} receive of {size} B: {e}"))?;
-                        let t = Instant::now();
-                        if buf.len() != size || buf.first() != Some(&((round % 251) as u8)) {
-                            return Err(format!(
-                                "{algo}: got {} bytes, expected {size} (round {round})",
-                                buf.len()
-                            ));
-                        }
-                        done.fetch_add(1, Ordering::AcqRel);
-                        if it >= warmup {
-                            out.push(t);
-                        }
-                    }
-                    round += 1;
-                }
+        // Per (algorithm, size) of the plan, and per floor size: the stamps of every member,
+        // block after block.
+        let mut proto: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; plan.len()];
+        let mut raw: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; o.sizes.len()];
+        for blk in 0..blocks {
+            let iters = o.iters / blocks + usize::from(blk < o.iters % blocks);
+            if o.floor {
+                let st = floor::stamps(bed, k, o, iters).inspect_err(|_| pb.abandon())?;
+                append(&mut raw, st, iters);
             }
-            if rank == 0 {
-                b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+            if !plan.is_empty() {
+                let st =
+                    protocol_stamps(bed, k, o, &plan, iters, &pb).inspect_err(|_| pb.abandon())?;
+                append(&mut proto, st, iters);
             }
-            Ok(out)
-        })
-        .inspect_err(|_| pb.abandon())?;
-        for (p, &(algo, size)) in plan.iter().enumerate() {
-            let samples: Vec<f64> = (0..o.iters)
-                .map(|i| {
-                    let j = p * o.iters + i;
-                    let last = inst[1..].iter().map(|v| v[j]).max().expect("k >= 2");
-                    bed::us(inst[0][j], last)
-                })
-                .collect();
-            let s: Summary = summarize(&samples);
-            rows.push(Row {
-                algo: algo.to_string(),
-                nodes: k,
-                size,
-                mean80_us: s.mean80_us,
-                median_us: s.median_us,
-                p99_us: s.p99_us,
-                max_us: s.max_us,
-            });
+        }
+        let named = o
+            .sizes
+            .iter()
+            .map(|&s| (FLOOR.to_string(), s))
+            .zip(&raw)
+            .filter(|_| o.floor)
+            .chain(plan.iter().map(|&(a, s)| (a.to_string(), s)).zip(&proto));
+        for ((algo, size), st) in named {
+            let (row, b) = summarize_stamps(&algo, k, size, st);
+            rows.push(row);
+            breakdown.extend(b);
         }
     }
     pb.finish_and_clear();
-    Ok(analyse(rows, o))
+    let mut r = analyse(rows, o);
+    r.breakdown = breakdown;
+    Ok(r)
+}
+
+/// What one member saw of one iteration: `t` defines the latency (the root's call, a
+/// receiver's return); with probing, the link's instants (root: first send, the flush after
+/// it; receiver: the first frame received).
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    /// The root's call, or the receiver's return.
+    pub t: Instant,
+    /// Root: first frame handed to the link. Receiver: first frame received.
+    pub a: Option<Instant>,
+    /// Root: the link flush after it. Receiver: unused.
+    pub b: Option<Instant>,
+    /// Root: its first waiting receive after the flush (back to sleep). Receiver: unused.
+    pub c: Option<Instant>,
+}
+
+impl Stamp {
+    /// The root's stamp at `t` with what this thread's probe saw, if probing.
+    pub fn root(t: Instant) -> Stamp {
+        let (send, flushed, _) = bed::probe().map_or((None, None, None), |p| p.seen());
+        Stamp {
+            t,
+            a: send,
+            b: flushed,
+            c: None,
+        }
+    }
+
+    /// A receiver's stamp at `t` with what this thread's probe saw, if probing.
+    pub fn receiver(t: Instant) -> Stamp {
+        let (_, _, rx) = bed::probe().map_or((None, None, None), |p| p.seen());
+        Stamp {
+            t,
+            a: rx,
+            b: None,
+            c: None,
+        }
+    }
+}
+
+/// Clears this thread's probe (before an iteration), if probing.
+pub fn mark_probe() {
+    if let Some(p) = bed::probe() {
+        p.mark();
+    }
+}
+
+/// The root, before its next iteration: completes its previous stamp with what happened after
+/// its call returned (going back to waiting; and the first send and flush, if the call
+/// returned before handing its frames to the link), then clears the probe.
+pub fn root_mark_probe(out: &mut [Stamp]) {
+    if let Some(p) = bed::probe() {
+        if let Some(last) = out.last_mut() {
+            let (send, flushed, _) = p.seen();
+            last.a = last.a.or(send);
+            last.b = last.b.or(flushed);
+            last.c = last.c.or(p.waits());
+        }
+        p.mark();
+    }
+}
+
+/// Appends one block's stamps (`st[member]` holds `iters` per entry, entry after entry) to
+/// `acc[entry][member]`.
+fn append(acc: &mut [Vec<Vec<Stamp>>], st: Vec<Vec<Stamp>>, iters: usize) {
+    for (m, v) in st.into_iter().enumerate() {
+        for (e, chunk) in v.chunks(iters.max(1)).enumerate() {
+            if let Some(a) = acc.get_mut(e) {
+                a[m].extend_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// The row (and, with probing, the breakdown) of one (algorithm or floor, size) from the
+/// stamps of every member: latency = last receiver's `t` - root's `t`.
+fn summarize_stamps(
+    algo: &str,
+    k: usize,
+    size: usize,
+    st: &[Vec<Stamp>],
+) -> (Row, Option<Breakdown>) {
+    let n = st[0].len();
+    let mut lat = Vec::with_capacity(n);
+    let (mut pre, mut kick, mut wire, mut post) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut back = Vec::new();
+    for j in 0..n {
+        let root = st[0][j];
+        let last = st[1..]
+            .iter()
+            .map(|v| v[j])
+            .max_by_key(|s| s.t)
+            .expect("k >= 2");
+        lat.push(bed::us(root.t, last.t));
+        if let (Some(send), Some(flushed), Some(rx)) = (root.a, root.b, last.a) {
+            pre.push(bed::us(root.t, send));
+            kick.push(bed::us(send, flushed));
+            wire.push(bed::us(send, rx));
+            post.push(bed::us(rx, last.t));
+            if let Some(w) = root.c {
+                back.push(bed::us(flushed, w));
+            }
+        }
+    }
+    let s: Summary = summarize(&lat);
+    let row = Row {
+        algo: algo.to_string(),
+        nodes: k,
+        size,
+        mean80_us: s.mean80_us,
+        median_us: s.median_us,
+        p99_us: s.p99_us,
+        max_us: s.max_us,
+    };
+    let b = (!pre.is_empty()).then(|| Breakdown {
+        algo: algo.to_string(),
+        nodes: k,
+        size,
+        samples: pre.len(),
+        pre_send_us: summarize(&pre).median_us,
+        kick_us: summarize(&kick).median_us,
+        to_last_rx_us: summarize(&wire).median_us,
+        last_rx_to_return_us: summarize(&post).median_us,
+        root_back_to_wait_us: summarize(&back).median_us,
+    });
+    (row, b)
+}
+
+/// The protocol's stamps of group size `k` for `iters` measured iterations of every plan entry
+/// (after `o.warmup` unmeasured ones): `[member][entry * iters + i]`.
+fn protocol_stamps(
+    bed: &Testbed,
+    k: usize,
+    o: &LatencyOptions,
+    plan: &Arc<Vec<(Algorithm, usize)>>,
+    iters: usize,
+    pb: &indicatif::ProgressBar,
+) -> Result<Vec<Vec<Stamp>>, String> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let (plan2, pb2) = (plan.clone(), pb.clone());
+    let warmup = o.warmup;
+    bed::run_group(bed, k, 0x00EB_1000 | k as u32, &o.bed, move |rank, g, b| {
+        let mut out: Vec<Stamp> = Vec::with_capacity(plan2.len() * iters);
+        let mut round = 0usize;
+        for &(algo, size) in plan2.iter() {
+            for it in 0..warmup + iters {
+                if rank == 0 {
+                    b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+                    let mut buf = vec![(round % 251) as u8; size];
+                    root_mark_probe(&mut out);
+                    let t = Instant::now();
+                    g.bcast_with(0, &mut buf, algo)
+                        .map_err(|e| format!("{algo} bcast of {size} B: {e}"))?;
+                    if it >= warmup {
+                        out.push(Stamp::root(t));
+                    }
+                    pb2.inc(1);
+                } else {
+                    let mut buf = Vec::new();
+                    g.bcast_with(0, &mut buf, algo)
+                        .map_err(|e| format!("{algo} receive of {size} B: {e}"))?;
+                    let t = Instant::now();
+                    if buf.len() != size || buf.first() != Some(&((round % 251) as u8)) {
+                        return Err(format!(
+                            "{algo}: got {} bytes, expected {size} (round {round})",
+                            buf.len()
+                        ));
+                    }
+                    let stamp = Stamp::receiver(t);
+                    mark_probe();
+                    done.fetch_add(1, Ordering::AcqRel);
+                    if it >= warmup {
+                        out.push(stamp);
+                    }
+                }
+                round += 1;
+            }
+        }
+        if rank == 0 {
+            b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+            root_mark_probe(&mut out);
+        }
+        Ok(out)
+    })
 }
 
 /// Growth and ratios from the rows (also used for simulator rows).
@@ -292,12 +511,29 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
             }
         }
     }
+    let over_floor = rows
+        .iter()
+        .filter(|r| r.algo != FLOOR)
+        .filter_map(|r| {
+            let f = find(FLOOR, r.nodes, r.size).filter(|&f| f > 0.0)?;
+            Some(OverFloor {
+                algo: r.algo.clone(),
+                nodes: r.nodes,
+                size: r.size,
+                floor_us: f,
+                algo_us: r.mean80_us,
+                ratio: r.mean80_us / f,
+            })
+        })
+        .collect();
     LatencyReport {
         rows,
         growth,
         ratios,
+        over_floor,
+        breakdown: Vec::new(),
         method: METHOD.into(),
-        backend: format!("{:?}", o.bed.backend).to_lowercase(),
+        backend: o.bed.backend.resolve().unwrap_or(o.bed.backend).to_string(),
         wait: format!("{:?}", o.bed.wait).to_lowercase(),
         hosts: o.bed.hosts,
         iters: o.iters,
@@ -373,8 +609,79 @@ pub fn render(r: &LatencyReport) -> String {
         }
         out.push_str(&t.render());
     }
+    if !r.over_floor.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nover the raw floor measured in this run (mean80 / floor mean80; 1.0 = the medium's own latency):"
+        );
+        let mut algos: Vec<&str> = Vec::new();
+        for x in &r.over_floor {
+            if !algos.contains(&x.algo.as_str()) {
+                algos.push(&x.algo);
+            }
+        }
+        let mut head = vec!["nodes", "size B", "floor µs"];
+        head.extend(algos.iter().copied());
+        let mut t = Table::new(&head);
+        let mut keys: Vec<(usize, usize, f64)> = Vec::new();
+        for x in &r.over_floor {
+            if !keys.iter().any(|k| k.0 == x.nodes && k.1 == x.size) {
+                keys.push((x.nodes, x.size, x.floor_us));
+            }
+        }
+        for (n, s, f) in keys {
+            let mut row = vec![n.to_string(), s.to_string(), fmt_us(f)];
+            for a in &algos {
+                row.push(
+                    r.over_floor
+                        .iter()
+                        .find(|x| x.nodes == n && x.size == s && x.algo == *a)
+                        .map_or("-".into(), |x| format!("{:.2}", x.ratio)),
+                );
+            }
+            t.row(row);
+        }
+        out.push_str(&t.render());
+        let _ = writeln!(out, "floor: {}", floor_method());
+    }
+    if !r.breakdown.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nwhere the time goes (medians, µs; root call -> root's first send -> last receiver's first frame -> its return):"
+        );
+        let mut t = Table::new(&[
+            "algo",
+            "nodes",
+            "size B",
+            "call->send",
+            "send->flushed",
+            "send->last rx",
+            "rx->return",
+            "root flushed->waits",
+        ]);
+        for b in &r.breakdown {
+            t.row(vec![
+                b.algo.clone(),
+                b.nodes.to_string(),
+                b.size.to_string(),
+                fmt_us(b.pre_send_us),
+                fmt_us(b.kick_us),
+                fmt_us(b.to_last_rx_us),
+                fmt_us(b.last_rx_to_return_us),
+                fmt_us(b.root_back_to_wait_us),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
     let _ = writeln!(out, "\nmethod: {}", r.method);
     out
+}
+
+/// How the floor rows were measured.
+pub fn floor_method() -> &'static str {
+    "raw broadcast frames of the message size (one frame up to the MTU), same threads, link, \
+     wait mode, clock and out-of-band separation as the protocol rows; root's send until the \
+     LAST receiver has every frame; no protocol"
 }
 
 /// Writes the rows as CSV.

@@ -2,9 +2,11 @@
 
 pub mod barrier;
 pub mod bed;
+pub mod cpu;
 pub mod demo;
 pub mod distribute;
 pub mod faults;
+pub mod floor;
 pub mod latency;
 pub mod memory;
 pub mod mpi;

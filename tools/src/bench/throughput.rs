@@ -2,7 +2,9 @@
 //! test-bed, sent as a sequence of chunk-sized `bcast`s (MPI programs broadcast large data the
 //! same way). Goodput = bytes / (instant the last receiver had the last chunk - instant the
 //! root started), with the same shared clock as the latency run; overhead = frames beyond the
-//! data frames, from the engines' counters.
+//! data frames, from the engines' counters. CPU: every member thread's user + system time
+//! (`getrusage(RUSAGE_THREAD)`) from its start to its last chunk, as seconds per GiB
+//! ([`super::cpu`]).
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -12,6 +14,7 @@ use ethbcast::proto::Stats;
 use serde::Serialize;
 
 use super::bed::{self, BedOptions};
+use super::cpu::{self, CpuCost};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -78,6 +81,10 @@ pub struct ThroughputReport {
     pub overhead_pct: f64,
     /// Frames the switch dropped (nftables counter), with loss.
     pub dropped_by_switch: u64,
+    /// Link backend.
+    pub backend: String,
+    /// CPU seconds of the sender and the receivers, and per GiB.
+    pub cpu: CpuCost,
 }
 
 /// Parses sizes like `64MiB`, `1MiB`, `4096`, `512KiB`, `2MB`.
@@ -127,10 +134,12 @@ pub fn run_on(bed: &Testbed, o: &ThroughputOptions) -> Result<ThroughputReport, 
         return Err("size and chunk must be positive".into());
     }
     let (size, chunk, algo) = (o.size, o.chunk, o.algo);
+    let k_start = cpu::ksoftirqd_seconds();
     let res = bed::run_group(bed, k, 0x00EB_3000 | k as u32, &o.bed, move |rank, g, b| {
         let chunks: Vec<usize> = (0..size.div_ceil(chunk))
             .map(|i| chunk.min(size - i * chunk))
             .collect();
+        let c0 = cpu::thread_seconds();
         let t = if rank == 0 {
             let data: Vec<u8> = (0..chunk).map(|i| (i % 253) as u8).collect();
             let t0 = Instant::now();
@@ -152,9 +161,10 @@ pub fn run_on(bed: &Testbed, o: &ThroughputOptions) -> Result<ThroughputReport, 
             }
             Instant::now()
         };
+        let cpu_s = cpu::thread_seconds() - c0;
         // Let the last acknowledgements land before reading the counters.
         b.wait(|| bed::poll(g))?;
-        Ok((t, g.member().engine_stats().clone()))
+        Ok((t, g.member().engine_stats().clone(), cpu_s))
     })?;
     let t0 = res[0].0;
     let last = res[1..].iter().map(|r| r.0).max().expect("receivers");
@@ -185,6 +195,9 @@ pub fn run_on(bed: &Testbed, o: &ThroughputOptions) -> Result<ThroughputReport, 
         } else {
             0
         },
+        backend: o.bed.backend.resolve().unwrap_or(o.bed.backend).to_string(),
+        cpu: CpuCost::new(res[0].2, res[1..].iter().map(|r| r.2).sum(), o.size as u64)
+            .with_ksoftirqd(cpu::ksoftirqd_seconds() - k_start),
         ..Default::default()
     };
     if r.data_frames > 0 {
@@ -200,6 +213,7 @@ pub fn render(r: &ThroughputReport) -> String {
     let mut t = Table::new(&["metric", "value"]);
     let mut add = |k: &str, v: String| t.row(vec![k.to_string(), v]);
     add("algorithm", r.algo.clone());
+    add("backend", r.backend.clone());
     add("receivers", r.receivers.to_string());
     add(
         "bytes",
@@ -225,12 +239,22 @@ pub fn render(r: &ThroughputReport) -> String {
     if r.loss_pct > 0.0 {
         add("dropped by the switch", r.dropped_by_switch.to_string());
     }
+    add(
+        "CPU (sender / receivers)",
+        format!("{:.2} s / {:.2} s", r.cpu.sender_s, r.cpu.receivers_s),
+    );
+    add("CPU per GiB delivered", format!("{:.2} s", r.cpu.per_gib_s));
+    add(
+        "ksoftirqd meanwhile (machine)",
+        format!("{:.2} s", r.cpu.ksoftirqd_s),
+    );
     let mut out = t.render();
     let _ = writeln!(
         out,
         "\nmethod: one root (rank 0) broadcasts the bytes as consecutive bcasts of the chunk size; \
          time from the root's first call until the last receiver returned from its last bcast \
-         (one process, one clock); frame counts summed over all members"
+         (one process, one clock); frame counts summed over all members; CPU = user + system \
+         time of every member thread (getrusage) per GiB given to each receiver"
     );
     out
 }

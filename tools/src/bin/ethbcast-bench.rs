@@ -134,7 +134,7 @@ enum Cmd {
             value_delimiter = ','
         )]
         sizes: Vec<usize>,
-        /// Link backend: ring, socket or pnet.
+        /// Link backend: ring, socket, pnet or xdp.
         #[arg(long, default_value = "ring")]
         backend: Backend,
         /// Wait mode: spin, block or adaptive.
@@ -181,6 +181,17 @@ enum Cmd {
         /// Algorithms: ppbcast, sbcast, tree.
         #[arg(long, default_value = "ppbcast,sbcast,tree", value_delimiter = ',')]
         algos: Vec<Algorithm>,
+        /// Skip the raw floor (measured by default before each group size, for the ratios).
+        #[arg(long)]
+        no_floor: bool,
+        /// Split the iterations into this many blocks, each floor then protocol, so that a
+        /// busy phase of a shared machine hits both alike.
+        #[arg(long, default_value_t = 4)]
+        blocks: usize,
+        /// Also say where the time goes: root call, root's first send, its flush, the last
+        /// receiver's first frame and return (medians).
+        #[arg(long)]
+        breakdown: bool,
         #[command(flatten)]
         link: LinkArgs,
         /// Write the rows as CSV to this file.
@@ -190,6 +201,41 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Print one JSON object (no progress bar).
+        #[arg(long)]
+        json: bool,
+    },
+    /// The raw floor of broadcast latency: raw broadcast frames, no protocol, measured exactly
+    /// as `latency` measures (same threads, clock, link, wait modes, sizes, group sizes).
+    ///
+    /// Latency of one iteration = from the root's send until the LAST receiver has every frame.
+    ///
+    /// Example: ethbcast-bench floor --testbed 8 --nodes 2,8 --sizes 8,256 --iters 2000
+    Floor {
+        /// Hosts on the test-bed.
+        #[arg(long, default_value_t = 8)]
+        testbed: usize,
+        /// Group sizes (the first k hosts).
+        #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+        nodes: Vec<usize>,
+        /// Message sizes in bytes.
+        #[arg(
+            long,
+            default_value = "4,8,256,1024,4096,16384,65536",
+            value_delimiter = ','
+        )]
+        sizes: Vec<usize>,
+        /// Measured iterations per (group size, size).
+        #[arg(long, default_value_t = 500)]
+        iters: usize,
+        /// Unmeasured iterations before them.
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        /// Also say where the time goes (see `latency --breakdown`).
+        #[arg(long)]
+        breakdown: bool,
+        #[command(flatten)]
+        link: LinkArgs,
+        /// Print one JSON object.
         #[arg(long)]
         json: bool,
     },
@@ -339,9 +385,14 @@ enum Cmd {
         /// File size, MiB.
         #[arg(long, default_value_t = 256)]
         mib: usize,
-        /// Port rate (tbf).
-        #[arg(long, default_value = "1gbit")]
-        rate: Rate,
+        /// Port rate (tbf), or none for unshaped veths (then every tool also reports its CPU
+        /// seconds per GiB).
+        #[arg(long, default_value = "1gbit", value_parser = parse_limit)]
+        rate: Limit,
+        /// Link backends of ethbcast and the raw blaster, each measured (ring, socket, pnet,
+        /// xdp).
+        #[arg(long, default_value = "ring", value_delimiter = ',')]
+        backend: Vec<Backend>,
         /// Loss rates at the switch, percent.
         #[arg(long, default_value = "0,1", value_delimiter = ',')]
         loss: Vec<f64>,
@@ -354,6 +405,9 @@ enum Cmd {
         /// Runs of each tool per loss rate, interleaved; the table gives the median run.
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        /// GRO on every veth of the test-bed (NAPI receive, as with native XDP).
+        #[arg(long)]
+        gro: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -378,18 +432,21 @@ enum Cmd {
 /// Test-bed and link options shared by the test-bed runs.
 #[derive(clap::Args)]
 struct LinkArgs {
-    /// Link backend: ring, socket or pnet.
+    /// Link backend: ring, socket, pnet or xdp.
     #[arg(long, default_value = "ring")]
     backend: Backend,
     /// Wait mode: block, spin or adaptive.
     #[arg(long, default_value = "block")]
     wait: WaitMode,
-    /// Link rate limit (tbf), e.g. 100mbit or 1gbit.
-    #[arg(long)]
-    rate: Option<Rate>,
+    /// Link rate limit (tbf), e.g. 100mbit or 1gbit; none (the default) for unshaped veths.
+    #[arg(long, value_parser = parse_limit)]
+    rate: Option<Limit>,
     /// Random frame loss at the switch, percent.
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
+    /// GRO on every veth of the test-bed (veths then receive through NAPI, as with native XDP).
+    #[arg(long)]
+    gro: bool,
     /// Test-bed name prefix (a-z, 0-9, -; at most 10 characters).
     #[arg(long)]
     prefix: Option<String>,
@@ -400,9 +457,24 @@ impl LinkArgs {
         let mut b = BedOptions::new(hosts, self.prefix.as_deref().unwrap_or(default_prefix));
         b.backend = self.backend;
         b.wait = self.wait;
-        b.rate = self.rate;
+        b.rate = self.rate.and_then(|l| l.0);
         b.loss = self.loss;
+        b.gro = self.gro;
         b
+    }
+}
+
+/// A port rate, or none (`none`, `unlimited`): unshaped veths.
+#[derive(Debug, Clone, Copy)]
+struct Limit(Option<Rate>);
+
+fn parse_limit(s: &str) -> Result<Limit, String> {
+    match s.trim() {
+        "none" | "unlimited" => Ok(Limit(None)),
+        r => r
+            .parse::<Rate>()
+            .map(|r| Limit(Some(r)))
+            .map_err(|e| format!("{e}; or none for no limit")),
     }
 }
 
@@ -650,16 +722,20 @@ fn main() -> ExitCode {
             receivers,
             mib,
             rate,
+            backend,
             loss,
             prefix,
             no_udpcast,
             repeat,
+            gro,
             json,
         } => {
             let o = distribute::Opts {
+                gro,
                 receivers,
                 mib,
-                rate,
+                rate: rate.0,
+                backends: backend,
                 losses: loss,
                 prefix,
                 no_udpcast,
@@ -670,28 +746,7 @@ fn main() -> ExitCode {
                     if json {
                         println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
                     } else {
-                        println!(
-                            "{receivers} receivers, {mib} MiB, {rate} ports\n{:<12} {:>6} {:>14} {:>9}  note",
-                            "tool", "loss%", "goodput Mbit/s", "seconds"
-                        );
-                        for r in &rows {
-                            println!(
-                                "{:<12} {:>6} {:>14.1} {:>9.2}  {}",
-                                r.tool, r.loss_pct, r.goodput_mbit, r.seconds, r.note
-                            );
-                        }
-                        for (i, r) in rows.iter().enumerate() {
-                            let limit = rows[i..]
-                                .iter()
-                                .find(|b| b.tool == "raw-blaster" && b.loss_pct == r.loss_pct);
-                            if let (true, Some(b)) = (r.tool == "ethbcast", limit) {
-                                println!(
-                                    "loss {}%: ethbcast / raw-blaster = {:.2} (medians)",
-                                    r.loss_pct,
-                                    r.goodput_mbit / b.goodput_mbit.max(1e-9)
-                                );
-                            }
-                        }
+                        print!("{}", distribute::render(&o, &rows));
                     }
                     ExitCode::SUCCESS
                 }
@@ -722,19 +777,26 @@ fn main() -> ExitCode {
             iters,
             warmup,
             algos,
+            no_floor,
+            blocks,
+            breakdown,
             link,
             csv,
             out,
             json,
         } => {
+            let mut bed = link.bed(testbed, "eblat");
+            bed.probe = breakdown;
             let o = latency::LatencyOptions {
-                bed: link.bed(testbed, "eblat"),
+                bed,
                 nodes,
                 sizes,
                 iters,
                 warmup,
                 algos,
                 progress: !json,
+                floor: !no_floor,
+                blocks,
             };
             match latency::run(&o) {
                 Ok(r) => {
@@ -751,6 +813,45 @@ fn main() -> ExitCode {
                         }
                     }
                     code(ok && plots(out.as_ref(), |d| plot::latency(&r, d)))
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Floor {
+            testbed,
+            nodes,
+            sizes,
+            iters,
+            warmup,
+            breakdown,
+            link,
+            json,
+        } => {
+            let mut bed = link.bed(testbed, "ebfl");
+            bed.probe = breakdown;
+            let o = latency::LatencyOptions {
+                bed,
+                nodes,
+                sizes,
+                iters,
+                warmup,
+                algos: Vec::new(),
+                progress: false,
+                floor: true,
+                blocks: 1,
+            };
+            match latency::run(&o) {
+                Ok(mut r) => {
+                    r.method = latency::floor_method().into();
+                    if json {
+                        print_json(&r);
+                    } else {
+                        print!("{}", latency::render(&r));
+                    }
+                    ExitCode::SUCCESS
                 }
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -53,6 +53,10 @@ enum Cmd {
         /// Random loss of ethbcast frames at the switch, percent per receiving port (0..=100).
         #[arg(long, value_parser = parse_loss)]
         loss: Option<f64>,
+        /// GRO on both ends of every veth: veths then receive through NAPI, as with native
+        /// XDP, instead of the per-CPU backlog.
+        #[arg(long)]
+        gro: bool,
         /// Namespace name prefix ([a-z0-9-], up to 10 characters).
         #[arg(long, default_value = DEFAULT_PREFIX)]
         prefix: String,
@@ -126,6 +130,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
             hosts,
             rate,
             loss,
+            gro,
             prefix,
             json,
         } => {
@@ -134,6 +139,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
                 prefix,
                 rate,
                 loss_pct: loss,
+                gro,
             };
             let start = Instant::now();
             let tb = Testbed::up(&config)?;

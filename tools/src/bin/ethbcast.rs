@@ -59,7 +59,7 @@ struct Common {
     /// Group id: transfers with different ids on one segment ignore each other.
     #[arg(long, default_value_t = DEFAULT_GROUP_ID, value_parser = parse_group)]
     group_id: u32,
-    /// Link backend: ring (mmap rings), socket or pnet.
+    /// Link backend: ring (mmap rings), socket, pnet or xdp (AF_XDP).
     #[arg(long, default_value = "ring")]
     backend: Backend,
     /// How to wait for frames: adaptive (spin briefly, then block), block, spin, or doze (check

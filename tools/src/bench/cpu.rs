@@ -1,0 +1,135 @@
+//! CPU time of the benchmarks' members, for the cost of bulk transfers in CPU seconds per GiB.
+//!
+//! Why per thread and per child rather than the machine's `/proc/stat`: the machine is shared,
+//! so only the time of our own members counts. Members that are threads of the benchmark
+//! (throughput, the raw blaster) read `getrusage(RUSAGE_THREAD)` at their start and end;
+//! members that are processes (`ethbcast send`/`recv`, UDPCast) are measured with
+//! `getrusage(RUSAGE_CHILDREN)` around waiting for them (the kernel adds a child's time when
+//! it is reaped; `ip netns exec` execs the program, so the child is the program itself).
+//! Kernel work done on behalf of a member in its own context (a veth send delivers the frame
+//! in the sender's system call) counts; work the kernel defers to its own threads does not,
+//! so [`ksoftirqd_seconds`] reports the machine's softirq threads beside it (machine-wide: on
+//! a shared machine it includes other users' traffic, so it is shown, not added).
+
+use nix::sys::resource::{getrusage, UsageWho};
+use serde::Serialize;
+
+/// User plus system seconds of `who` so far.
+fn seconds(who: UsageWho) -> f64 {
+    getrusage(who).map_or(0.0, |u| {
+        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 * 1e-6;
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
+/// CPU seconds the calling thread has used so far.
+pub fn thread_seconds() -> f64 {
+    seconds(UsageWho::RUSAGE_THREAD)
+}
+
+/// CPU seconds of every child reaped so far (and of their reaped descendants).
+pub fn children_seconds() -> f64 {
+    seconds(UsageWho::RUSAGE_CHILDREN)
+}
+
+/// CPU seconds of the kernel's softirq threads (`ksoftirqd/N`) so far, from `/proc` (0 if
+/// unreadable).
+pub fn ksoftirqd_seconds() -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&t| t > 0)
+        .unwrap_or(100) as f64;
+    let mut ticks = 0u64;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        ticks += ksoftirqd_ticks(&stat).unwrap_or(0);
+    }
+    ticks as f64 / tick
+}
+
+/// utime + stime (clock ticks) from a `/proc/PID/stat` line, if the task is a ksoftirqd.
+fn ksoftirqd_ticks(stat: &str) -> Option<u64> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    if !stat[open + 1..close].starts_with("ksoftirqd/") {
+        return None;
+    }
+    // Fields after the name: state (3), ppid, ... utime is field 14, stime 15.
+    let mut f = stat[close + 1..].split_whitespace().skip(11);
+    Some(f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?)
+}
+
+/// CPU cost of moving `bytes` to every receiver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CpuCost {
+    /// The sender's CPU seconds.
+    pub sender_s: f64,
+    /// All receivers' CPU seconds together.
+    pub receivers_s: f64,
+    /// (sender + receivers) seconds per GiB of payload delivered to each receiver.
+    pub per_gib_s: f64,
+    /// The machine's softirq threads' seconds meanwhile (not in the sum: machine-wide).
+    pub ksoftirqd_s: f64,
+}
+
+impl CpuCost {
+    /// The cost of `bytes` of payload given to every receiver.
+    pub fn new(sender_s: f64, receivers_s: f64, bytes: u64) -> CpuCost {
+        let gib = bytes as f64 / (1u64 << 30) as f64;
+        CpuCost {
+            sender_s,
+            receivers_s,
+            per_gib_s: if gib > 0.0 {
+                (sender_s + receivers_s) / gib
+            } else {
+                0.0
+            },
+            ksoftirqd_s: 0.0,
+        }
+    }
+
+    /// With the softirq threads' seconds of the same interval.
+    pub fn with_ksoftirqd(mut self, s: f64) -> CpuCost {
+        self.ksoftirqd_s = s;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_thread_uses_cpu_time_and_the_cost_scales_per_gib() {
+        let t0 = thread_seconds();
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        assert!(x != 1);
+        assert!(thread_seconds() - t0 > 0.005);
+        let c = CpuCost::new(1.0, 3.0, 2 << 30);
+        assert_eq!(c.per_gib_s, 2.0);
+        assert_eq!(CpuCost::new(1.0, 1.0, 0).per_gib_s, 0.0);
+    }
+
+    #[test]
+    fn softirq_threads_are_found_by_name_in_proc_stat() {
+        let line = "12 (ksoftirqd/0) S 2 0 0 0 -1 69238848 0 0 0 0 17 42 0 0 20 0 1 0 3 0 0";
+        assert_eq!(ksoftirqd_ticks(line), Some(59));
+        let other = "13 (kworker/0:1) S 2 0 0 0 -1 69238848 0 0 0 0 17 42 0 0 20 0 1 0 3 0 0";
+        assert_eq!(ksoftirqd_ticks(other), None);
+        assert!(ksoftirqd_seconds() >= 0.0);
+    }
+}

@@ -1,0 +1,241 @@
+//! `ethbcast-bench floor`: the raw floor of broadcast latency on the test-bed, what the medium
+//! and the host give before any protocol runs.
+//!
+//! Measured exactly as [`super::latency`] measures a protocol broadcast, so that the two divide:
+//! the same threads (one per host, in its namespace), the same link backend and wait mode, the
+//! same group sizes (the first k hosts), message sizes, iterations and warm-up, the same clock,
+//! and the same out-of-band separation of iterations (the root waits on a shared counter while
+//! it keeps polling its link, receivers already wait in their next receive). One iteration is
+//! the root sending the message as raw broadcast frames (one frame up to the MTU, full frames
+//! after that) and flushing; its latency runs from the instant before the send until the LAST
+//! receiver has every frame of it. No protocol: no header beyond a tag and sequence number, no
+//! acknowledgement, no reliability (a lost frame fails the run, so the floor needs a lossless
+//! test-bed).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ethbcast::link::{Link, BROADCAST_MAC};
+
+use super::bed::{self, PollBarrier, POLL};
+use super::latency::{mark_probe, root_mark_probe, LatencyOptions, Stamp};
+use crate::netns;
+use crate::testbed::Testbed;
+
+/// The name floor rows carry in place of an algorithm.
+pub const FLOOR: &str = "floor";
+
+/// Tag at the start of every floor frame.
+const MAGIC: [u8; 4] = *b"EBFL";
+/// Tag, round, frame index, frame count.
+const HEADER: usize = 12;
+
+/// Frame `i` of the message of `size` bytes in round `round`, into `buf`; returns its length.
+fn build(buf: &mut Vec<u8>, round: u32, i: u16, count: u16, len: usize) -> usize {
+    let len = len.max(HEADER);
+    buf.clear();
+    buf.resize(len, (round % 251) as u8);
+    buf[..4].copy_from_slice(&MAGIC);
+    buf[4..8].copy_from_slice(&round.to_be_bytes());
+    buf[8..10].copy_from_slice(&i.to_be_bytes());
+    buf[10..12].copy_from_slice(&count.to_be_bytes());
+    len
+}
+
+/// (round, frame index, frame count) of a floor frame.
+fn parse(pdu: &[u8]) -> Option<(u32, u16, u16)> {
+    if pdu.len() < HEADER || pdu[..4] != MAGIC {
+        return None;
+    }
+    Some((
+        u32::from_be_bytes([pdu[4], pdu[5], pdu[6], pdu[7]]),
+        u16::from_be_bytes([pdu[8], pdu[9]]),
+        u16::from_be_bytes([pdu[10], pdu[11]]),
+    ))
+}
+
+/// Lengths of the frames that carry `size` bytes over a link of `max_pdu`.
+fn frame_lens(size: usize, max_pdu: usize) -> Vec<usize> {
+    if size <= max_pdu {
+        return vec![size];
+    }
+    (0..size.div_ceil(max_pdu))
+        .map(|i| max_pdu.min(size - i * max_pdu))
+        .collect()
+}
+
+/// Receives for one poll period: what a member does while it waits out of band. Floor frames
+/// that arrive meanwhile (a receiver still leaving the start barrier when the root sends) are
+/// kept in `early` for [`receive`].
+fn idle(l: &mut dyn Link, early: &mut Vec<(u32, u16, u16)>) -> Result<(), String> {
+    l.recv(Some(POLL), &mut |_, pdu| early.extend(parse(pdu)))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The floor's stamps of group size `k`, `iters` measured iterations per message size of `o`
+/// (after `o.warmup` unmeasured ones): `[member][size index * iters + i]`.
+pub fn stamps(
+    bed: &Testbed,
+    k: usize,
+    o: &LatencyOptions,
+    iters: usize,
+) -> Result<Vec<Vec<Stamp>>, String> {
+    if k < 2 || k > bed.hosts().len() {
+        return Err(format!(
+            "group of {k} on a test-bed of {} hosts",
+            bed.hosts().len()
+        ));
+    }
+    if o.bed.loss > 0.0 {
+        return Err("the raw floor has no reliability: measure it without --loss".into());
+    }
+    let sizes = Arc::new(o.sizes.clone());
+    let (warmup, timeout) = (o.warmup, o.bed.timeout);
+    let done = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(PollBarrier::new(k, timeout));
+    let mut handles = Vec::new();
+    for h in &bed.hosts()[..k] {
+        let (sizes, done, barrier) = (sizes.clone(), done.clone(), barrier.clone());
+        let (rank, iface, bo) = (h.index, h.iface.clone(), o.bed.clone());
+        let handle = netns::spawn_in(&h.netns, move || -> Result<Vec<Stamp>, String> {
+            let r = (|| {
+                let mut l = bed::open_link(&bo, &iface)
+                    .map_err(|e| format!("rank {rank}: open {iface}: {e}"))?;
+                let l = l.as_mut();
+                let mut early = Vec::new();
+                barrier.wait(|| idle(l, &mut early))?;
+                let mut out = Vec::with_capacity(sizes.len() * iters);
+                let mut buf = Vec::new();
+                let mut round = 0u32;
+                for &size in sizes.iter() {
+                    let lens = frame_lens(size, l.max_pdu());
+                    let count = lens.len() as u16;
+                    for it in 0..warmup + iters {
+                        if rank == 0 {
+                            barrier.wait_for(&done, round as usize * (k - 1), || {
+                                idle(l, &mut early)
+                            })?;
+                            root_mark_probe(&mut out);
+                            let t = Instant::now();
+                            for (i, &len) in lens.iter().enumerate() {
+                                let n = build(&mut buf, round, i as u16, count, len);
+                                l.send(BROADCAST_MAC, &buf[..n])
+                                    .map_err(|e| format!("send: {e}"))?;
+                            }
+                            l.flush().map_err(|e| format!("flush: {e}"))?;
+                            if it >= warmup {
+                                out.push(Stamp::root(t));
+                            }
+                        } else {
+                            let t = receive(l, round, count, timeout, &barrier, &mut early)
+                                .map_err(|e| format!("rank {rank}, {size} B: {e}"))?;
+                            let stamp = Stamp::receiver(t);
+                            mark_probe();
+                            done.fetch_add(1, Ordering::AcqRel);
+                            if it >= warmup {
+                                out.push(stamp);
+                            }
+                        }
+                        round += 1;
+                    }
+                }
+                if rank == 0 {
+                    barrier.wait_for(&done, round as usize * (k - 1), || idle(l, &mut early))?;
+                    root_mark_probe(&mut out);
+                }
+                barrier.wait(|| idle(l, &mut early))?;
+                Ok(out)
+            })();
+            if r.is_err() {
+                barrier.fail();
+            }
+            r
+        })
+        .map_err(|e| format!("could not start a host thread in {}: {e}", h.netns))?;
+        handles.push(handle);
+    }
+    let mut stamps = Vec::new();
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(v)) => stamps.push(v),
+            Ok(Err(e)) => {
+                if first_err.is_none() || first_err.as_deref().is_some_and(secondary) {
+                    first_err = Some(e);
+                }
+            }
+            Err(_) => first_err = Some("a host thread panicked".into()),
+        }
+    }
+    match first_err {
+        Some(e) => Err(format!("floor: {e}")),
+        None => Ok(stamps),
+    }
+}
+
+fn secondary(e: &str) -> bool {
+    e.ends_with("another member failed")
+}
+
+/// Waits until every frame of `round` arrived; returns the instant the last one did.
+fn receive(
+    l: &mut dyn Link,
+    round: u32,
+    count: u16,
+    timeout: Duration,
+    barrier: &PollBarrier,
+    early: &mut Vec<(u32, u16, u16)>,
+) -> Result<Instant, String> {
+    let deadline = Instant::now() + timeout;
+    let mut got = vec![false; usize::from(count)];
+    let mut have = 0u16;
+    // Marks a frame of this round as seen; true if it is new.
+    let mark = |got: &mut [bool], (r, i, c): (u32, u16, u16)| {
+        let slot = got
+            .get_mut(usize::from(i))
+            .filter(|_| r == round && c == count);
+        slot.is_some_and(|seen| !std::mem::replace(seen, true))
+    };
+    for f in early.drain(..) {
+        have += u16::from(mark(&mut got, f));
+    }
+    while have < count {
+        if barrier.failed() {
+            return Err("another member failed".into());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "{have} of {count} frames of round {round} within {timeout:?} (the floor needs a lossless test-bed)"
+            ));
+        }
+        l.recv(Some(left.min(Duration::from_millis(50))), &mut |_, pdu| {
+            if let Some(f) = parse(pdu) {
+                have += u16::from(mark(&mut got, f));
+            }
+        })
+        .map_err(|e| format!("recv: {e}"))?;
+    }
+    Ok(Instant::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_split_into_full_frames_and_tags_round_trip() {
+        assert_eq!(frame_lens(8, 1500), vec![8]);
+        assert_eq!(frame_lens(1500, 1500), vec![1500]);
+        assert_eq!(frame_lens(4096, 1500), vec![1500, 1500, 1096]);
+        let mut b = Vec::new();
+        let n = build(&mut b, 7, 2, 3, 8);
+        assert_eq!(n, HEADER);
+        assert_eq!(parse(&b[..n]), Some((7, 2, 3)));
+        assert_eq!(parse(&b[..8]), None);
+        b[0] = b'X';
+        assert_eq!(parse(&b), None);
+    }
+}
