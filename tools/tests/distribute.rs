@@ -567,6 +567,115 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
 }
 
 #[test]
+fn durations_are_checked_and_inf_means_no_limit() {
+    // A duration clap accepted used to reach `Duration::from_secs_f64` unchecked: `inf`
+    // panicked (exit 101). Now it means no limit: these get as far as the interface.
+    for args in [
+        &["recv", "--iface", "ethbcast-nope0", "--wait", "inf"][..],
+        &["recv", "--iface", "ethbcast-nope0", "--timeout", "1e300"],
+        &[
+            "send",
+            "--iface",
+            "ethbcast-nope0",
+            "--receivers",
+            "1",
+            "-i",
+            "/dev/null",
+            "--wait",
+            "inf",
+            "--timeout",
+            "inf",
+            "--report-wait",
+            "inf",
+        ],
+    ] {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {e}");
+        assert!(e.contains("no such network interface"), "{args:?}: {e}");
+    }
+    for (opt, v) in [
+        ("--wait", "nan"),
+        ("--timeout", "-1"),
+        ("--wait", "-inf"),
+        ("--timeout", "soon"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["recv", "--iface", "eth0", &format!("{opt}={v}")])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opt} {v}: {e}");
+        assert!(e.contains("seconds"), "{opt} {v}: {e}");
+    }
+    let out = std::process::Command::new(BIN)
+        .args([
+            "send",
+            "--iface",
+            "eth0",
+            "--receivers",
+            "1",
+            "--report-wait",
+            "-2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    if !netns_available() {
+        return;
+    }
+    // A transfer with every limit lifted runs like any other.
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("i"))).expect("test-bed");
+    let dir = tmpdir("inf");
+    let input = dir.join("input.bin");
+    let data = random_file(&input, 300_000, 5);
+    let out1 = dir.join("out1.bin");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--wait",
+            "inf",
+            "--timeout",
+            "inf",
+            "-o",
+            out1.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--wait",
+            "inf",
+            "--timeout",
+            "inf",
+            "--report-wait",
+            "inf",
+        ],
+        Stdio::null(),
+    );
+    let o = s.wait_timeout(Duration::from_secs(30));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(e.contains("group 0xebd15700, no limit"), "{e}");
+    assert_eq!(
+        r.wait_timeout(Duration::from_secs(10)).status.code(),
+        Some(0)
+    );
+    assert!(std::fs::read(&out1).unwrap() == data);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
 fn a_tar_stream_is_unpacked_on_the_fly_by_every_receiver() {
     if !netns_available() {
         return;

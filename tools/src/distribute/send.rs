@@ -269,7 +269,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
-            "ethbcast: waiting for {} receiver(s) on {} ({}), group {:#x}, up to {:.0} s",
+            "ethbcast: waiting for {} receiver(s) on {} ({}), group {:#x}, {}",
             match &a.expect {
                 Expect::Count(n) => *n,
                 Expect::List(l) => l.len(),
@@ -277,7 +277,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             a.link.iface,
             format_mac(&me),
             a.link.group_id,
-            a.wait.as_secs_f64()
+            match super::render_seconds(a.wait) {
+                s if a.wait >= super::NO_LIMIT => s,
+                s => format!("up to {s}"),
+            }
         );
     }
     let receivers = join::collect(lnk.as_mut(), a.link.group_id, &a.expect, deadline, &stop)?;
