@@ -31,9 +31,10 @@
 //! 5. **Interruption**: Ctrl-C (or SIGTERM) on the sender broadcasts an abort; receivers
 //!    remove their temporary file (or kill their `-O` command) and exit 130. A receiver
 //!    that hears nothing from the sender for `recv --timeout` seconds (30 by default) gives
-//!    up with exit code 1. Output files are written under a temporary name
-//!    (`.NAME.ethbcast-PID.part`) in the target directory and renamed only after the
-//!    digest matched, so a file with the final name is always complete.
+//!    up with exit code 1. Output files are written under a fresh random temporary name
+//!    (`.NAME.ethbcast-PID-RANDOM.part`, created exclusively, never through a symlink) in
+//!    the target directory and renamed only after the digest matched (then the directory is
+//!    synced), so a file with the final name is always complete.
 //!
 //! # Exit codes
 //!

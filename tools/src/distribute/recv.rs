@@ -78,19 +78,70 @@ enum Sink {
     Done,
 }
 
-fn temp_name(dst: &Path) -> Result<PathBuf, Fatal> {
+/// Tries at most this many fresh names for the temporary output before giving up.
+const TEMP_TRIES: usize = 16;
+
+/// Creates the temporary output next to `dst` (so that the final rename stays within one file
+/// system): `.NAME.ethbcast-PID-RANDOM.part`, with a name drawn from `suffix`.
+///
+/// Why this way: the target directory may be writable by others (`/tmp`, a shared scratch
+/// space). A predictable name opened with `File::create` follows a symlink planted there, so
+/// the transfer would overwrite whatever file the link points to, and then rename the link
+/// into place. The name is random, and the file is opened with `O_CREAT | O_EXCL |
+/// O_NOFOLLOW`: whatever already exists under the name, symlink or not, is never opened; the
+/// next name is tried instead.
+fn create_temp(dst: &Path, mut suffix: impl FnMut() -> u64) -> Result<(PathBuf, File), Fatal> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = dst
         .file_name()
         .ok_or_else(|| Fatal::io(format!("-o {}: not a file name", dst.display())))?;
-    let dir = match dst.parent() {
+    let dir = parent_dir(dst);
+    let mut last = None;
+    for _ in 0..TEMP_TRIES {
+        let tmp = dir.join(format!(
+            ".{}.ethbcast-{}-{:016x}.part",
+            name.to_string_lossy(),
+            std::process::id(),
+            suffix()
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => last = Some(tmp),
+            Err(e) => return Err(Fatal::io(format!("cannot create {}: {e}", tmp.display()))),
+        }
+    }
+    Err(Fatal::io(format!(
+        "cannot create a temporary file next to {}: {TEMP_TRIES} fresh names were taken (last {})",
+        dst.display(),
+        last.map_or_else(String::new, |p| p.display().to_string())
+    )))
+}
+
+/// The directory of `path` (`.` for a bare file name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
-    };
-    Ok(dir.join(format!(
-        ".{}.ethbcast-{}.part",
-        name.to_string_lossy(),
-        std::process::id()
-    )))
+    }
+}
+
+/// Makes a rename in `dir` durable: without it, a crash soon after the rename may leave the
+/// directory without the new name although the file's data was synced. File systems that
+/// cannot sync a directory (EINVAL) are taken at their word.
+fn sync_dir(dir: &Path) -> Result<(), Fatal> {
+    let r = File::open(dir).and_then(|d| d.sync_all());
+    match r {
+        Err(e) if e.raw_os_error() != Some(nix::libc::EINVAL) => Err(Fatal::io(format!(
+            "cannot sync directory {}: {e}",
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn write_err(what: &str, e: std::io::Error) -> Fatal {
@@ -117,9 +168,7 @@ impl Sink {
                         dst.display()
                     )));
                 }
-                let tmp = temp_name(dst)?;
-                let f = File::create(&tmp)
-                    .map_err(|e| Fatal::io(format!("cannot create {}: {e}", tmp.display())))?;
+                let (tmp, f) = create_temp(dst, rand::random)?;
                 Sink::File {
                     tmp,
                     dst: dst.clone(),
@@ -188,7 +237,8 @@ impl Sink {
                             tmp.display(),
                             dst.display()
                         ))
-                    })
+                    })?;
+                    sync_dir(&parent_dir(&dst))
                 })();
                 if r.is_err() {
                     let _ = std::fs::remove_file(&tmp);
@@ -604,4 +654,71 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         error,
         code,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ethbcast-recv-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A host user who can write to the target directory plants a symlink where the
+    /// receiver's temporary file used to be (its name was `.NAME.ethbcast-PID.part`): the
+    /// receiver must neither write through it nor rename it into place.
+    #[test]
+    fn a_symlink_planted_at_the_temporary_name_is_not_followed() {
+        let dir = scratch("symlink");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dst = dir.join("out.bin");
+        let old_name = dir.join(format!(".out.bin.ethbcast-{}.part", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &old_name).unwrap();
+        let mut sink = Sink::open(&Output::File(dst.clone())).unwrap();
+        sink.write(b"the transfer").unwrap();
+        sink.commit().unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let meta = std::fs::symlink_metadata(&dst).unwrap();
+        assert!(meta.file_type().is_file(), "the output is a regular file");
+        assert_eq!(std::fs::read(&dst).unwrap(), b"the transfer");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Whatever sits at a drawn name (a symlink, dangling or not, a file) is skipped, never
+    /// opened: the next name is drawn.
+    #[test]
+    fn names_that_exist_are_skipped_without_being_opened() {
+        let dir = scratch("exists");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dst = dir.join("out.bin");
+        let at = |k: u64| {
+            dir.join(format!(
+                ".out.bin.ethbcast-{}-{k:016x}.part",
+                std::process::id()
+            ))
+        };
+        std::os::unix::fs::symlink(&victim, at(1)).unwrap();
+        std::os::unix::fs::symlink(dir.join("created-through-a-link"), at(2)).unwrap();
+        std::fs::write(at(3), b"someone else's").unwrap();
+        let mut next = 0;
+        let (tmp, mut f) = create_temp(&dst, || {
+            next += 1;
+            next
+        })
+        .unwrap();
+        assert_eq!(tmp, at(4));
+        f.write_all(b"mine").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(!dir.join("created-through-a-link").exists());
+        assert_eq!(std::fs::read(at(3)).unwrap(), b"someone else's");
+        // Every name taken: a clear error, nothing opened.
+        let err = create_temp(&dst, || 1).unwrap_err();
+        assert!(err.msg.contains("fresh names were taken"), "{}", err.msg);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
