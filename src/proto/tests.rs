@@ -865,3 +865,39 @@ fn a_replayed_control_frame_is_refused() {
     assert_eq!(root.stats().drops.replayed, 1);
     assert_eq!(root.stats().acks_handled, 1);
 }
+
+#[test]
+fn only_frames_that_pass_every_check_are_a_sign_of_life() {
+    let key = [3u8; 32];
+    let mut e = Engine::new({
+        let mut c = Config::new(7, 1, 3);
+        c.key = Some(key);
+        c
+    })
+    .unwrap();
+    let t0 = Instant::now();
+    let mut r = Repr::new(Kind::Heartbeat);
+    r.src = 0;
+    r.dst = wire::ALL;
+    r.msg_len = 1; // the sender's control counter (a fresh frame, not a replay)
+    let sealed = |r: &Repr, k: &[u8; 32]| {
+        let mut buf = vec![0u8; 200];
+        let n = r.emit(b"", &mut buf).unwrap();
+        let n = wire::seal(k, &mut buf, n).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    r.group = 8; // another group on the segment
+    let _ = e.handle_frame(t0, &sealed(&r, &key));
+    r.group = 7;
+    let _ = e.handle_frame(t0, &r.to_vec(b"").unwrap()); // no tag
+    let _ = e.handle_frame(t0, &sealed(&r, &[4u8; 32])); // wrong key
+    let mut garbage = sealed(&r, &key);
+    garbage[20] ^= 1;
+    let _ = e.handle_frame(t0, &garbage);
+    assert_eq!(e.last_heard(0), None);
+    let t1 = t0 + Duration::from_millis(5);
+    e.handle_frame(t1, &sealed(&r, &key)).unwrap();
+    assert_eq!(e.last_heard(0), Some(t1));
+    assert_eq!(e.last_heard(2), None);
+}

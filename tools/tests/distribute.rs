@@ -484,6 +484,65 @@ fn a_stalled_receiver_is_evicted_and_learns_it_as_soon_as_it_resumes() {
 }
 
 #[test]
+fn a_receiver_gives_up_on_a_dead_sender_while_another_group_talks_on_the_segment() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("g"))).expect("test-bed");
+    let dir = tmpdir("deadsender");
+    // Host 2 waits for a transfer of another group: its hellos, broadcast every 20 ms, are
+    // frames of another group that every host on the segment receives.
+    let _other = spawn(
+        &tb.hosts()[2].netns,
+        &["recv", "--iface", "eth0", "--quiet", "--group-id", "0x1234"],
+        Stdio::null(),
+    );
+    let out1 = dir.join("out1.bin");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--timeout",
+            "1",
+            "-o",
+            out1.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &["--receivers", "1", "--wait", "30", "--quiet"],
+        Stdio::piped(),
+    );
+    // An endless stream, until the sender dies.
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block = vec![0x33u8; 64 * 1024];
+        while stdin.write_all(&block).is_ok() {}
+    });
+    wait_for_temporary_file(&dir, ".out1.bin", 1 << 20);
+    s.kill();
+    let dead = Instant::now();
+    let o = r.wait_timeout(Duration::from_secs(15));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("nothing heard from the sender"), "{e}");
+    // `--timeout 1`: the other group's frames did not count as the sender's.
+    assert!(
+        dead.elapsed() < Duration::from_secs(4),
+        "gave up {:?} after the sender died",
+        dead.elapsed()
+    );
+    feeder.join().unwrap();
+    no_part_files(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
 fn a_missing_receiver_fails_the_join_with_exit_code_3_within_wait() {
     if !netns_available() {
         return;

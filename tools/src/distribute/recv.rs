@@ -496,7 +496,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             _ => Fatal::new(EXIT_FAILED, "the writer stopped"),
         }
     };
-    let mut last_rx = (node.member().stats().accepted, Instant::now());
+    // Only frames of this transfer from the sender count as hearing from it (not frames of
+    // other groups on the segment, nor garbage).
+    let heard_since = Instant::now();
     let mut written: Option<Written> = None;
     let outcome: Result<(), Fatal> = 'run: loop {
         if stop.load(Ordering::SeqCst) {
@@ -511,10 +513,12 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             break 'run Err(e.into());
         }
         let now = Instant::now();
-        let fr = node.member().stats().accepted;
-        if fr != last_rx.0 {
-            last_rx = (fr, now);
-        } else if now.duration_since(last_rx.1) > a.timeout {
+        let heard = node
+            .member()
+            .engine()
+            .last_heard(0)
+            .map_or(heard_since, |t| t.max(heard_since));
+        if now.saturating_duration_since(heard) > a.timeout {
             break 'run Err(Fatal::new(
                 EXIT_FAILED,
                 format!(
