@@ -236,6 +236,39 @@ fn no_part_files(dir: &Path) {
     }
 }
 
+/// Whether a process whose arguments include `arg` is running (the tests give each `-O`
+/// command a unique argument, e.g. `sleep 97.25`, to find it).
+fn running_with_arg(arg: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+            .unwrap_or(false)
+    })
+}
+
+/// Sends SIGINT to a process we started (`ip netns exec` execs, so the child's pid is
+/// ethbcast's).
+fn interrupt(p: &Proc) {
+    let pid = i32::try_from(p.0.as_ref().unwrap().id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT to a process we started");
+}
+
+/// Waits for `p` after an interruption: it must exit 130 within a second.
+fn exits_130_within_a_second(p: &mut Proc, since: Instant, what: &str) {
+    let o = p.wait_timeout(Duration::from_secs(10));
+    let took = since.elapsed();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{what}: {e}");
+    assert!(
+        took < Duration::from_secs(1),
+        "{what}: exited {took:?} after SIGINT"
+    );
+}
+
 #[test]
 fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
     if !netns_available() {
@@ -538,6 +571,105 @@ fn a_receiver_gives_up_on_a_dead_sender_while_another_group_talks_on_the_segment
     );
     feeder.join().unwrap();
     no_part_files(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
+fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("s"))).expect("test-bed");
+    let dir = tmpdir("sigint");
+    // 1. During the data: the command never reads, so the receiver's writer queue fills and
+    // its protocol loop waits for room. The sender evicts it (1 s) and goes on with the other
+    // receiver, which writes a file.
+    let mut r1 = recv(&tb, 1, &["-O", "sleep 97.25"]);
+    let mut r2 = recv(&tb, 2, &["-o", dir.join("out2.bin").to_str().unwrap()]);
+    let mut s = send(
+        &tb,
+        &[
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--chunk",
+            "64K",
+            "--timeout",
+            "1",
+            "--max-rate",
+            "100mbit",
+            "--quiet",
+        ],
+        Stdio::piped(),
+    );
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block = vec![0x77u8; 64 * 1024];
+        while stdin.write_all(&block).is_ok() {}
+    });
+    // Past the first receiver's eviction: the stream flows again.
+    wait_for_temporary_file(&dir, ".out2.bin", 8 << 20);
+    assert!(running_with_arg("97.25"), "the -O command runs");
+    interrupt(&r1);
+    interrupt(&r2);
+    let t = Instant::now();
+    exits_130_within_a_second(&mut r1, t, "receiver stuck on its command's input");
+    exits_130_within_a_second(&mut r2, t, "receiver writing a file");
+    no_part_files(&dir);
+    assert!(
+        !running_with_arg("97.25"),
+        "the -O command was left running"
+    );
+    interrupt(&s);
+    s.wait_timeout(Duration::from_secs(10));
+    feeder.join().unwrap();
+
+    // 2. After the data: every byte arrived and was acknowledged, and the receiver waits for
+    // its writer to deliver the stream to a command that does not read.
+    let input = dir.join("input.bin");
+    random_file(&input, 1 << 20, 6);
+    let mut r1 = recv(&tb, 1, &["-O", "sleep 97.5"]);
+    let out2 = dir.join("second.bin");
+    let mut r2 = recv(&tb, 2, &["-o", out2.to_str().unwrap()]);
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--timeout",
+            "10",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    assert_eq!(
+        r2.wait_timeout(Duration::from_secs(30)).status.code(),
+        Some(0)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&r1);
+    let t = Instant::now();
+    exits_130_within_a_second(&mut r1, t, "receiver waiting for its command");
+    assert!(!running_with_arg("97.5"), "the -O command was left running");
+    // It told the sender, which does not wait for it any longer.
+    let out = s.wait_timeout(Duration::from_secs(5));
+    let rep = report(&out);
+    assert_eq!(out.status.code(), Some(1));
+    let st: Vec<&str> = rep["receivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(st, ["failed", "completed"], "{rep}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }

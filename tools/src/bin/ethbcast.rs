@@ -179,7 +179,8 @@ enum Cmd {
         /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
         #[arg(short = 'O', long = "command")]
         command: Option<String>,
-        /// Give up after this many seconds without any frame from the sender; inf: never.
+        /// Give up after this many seconds without any frame from the sender, or without the
+        /// output (file, stdout, -O command) taking any data; inf: never.
         #[arg(long, default_value = "30", value_parser = parse_seconds)]
         timeout: Duration,
         /// Seconds to wait for a sender to start (exit 3 if none does); inf: no limit.

@@ -29,9 +29,11 @@
 //!    sender prints a REPORT (per receiver: rank, MAC, completed/failed/evicted, bytes,
 //!    time) and exits 1 unless every receiver completed.
 //! 5. **Interruption**: Ctrl-C (or SIGTERM) on the sender broadcasts an abort; receivers
-//!    remove their temporary file (or kill their `-O` command) and exit 130. A receiver
-//!    that hears nothing from the sender for `recv --timeout` seconds (30 by default) gives
-//!    up with exit code 1. Output files are written under a fresh random temporary name
+//!    remove their temporary file (or kill their `-O` command) and exit 130. Ctrl-C on a
+//!    receiver does the same there at once, even when its output has stopped taking data
+//!    (the `-O` command runs in a process group of its own, which is killed whole). A
+//!    receiver that hears nothing from the sender, or whose output takes no data, for `recv
+//!    --timeout` seconds (30 by default) gives up with exit code 1. Output files are written under a fresh random temporary name
 //!    (`.NAME.ethbcast-PID-RANDOM.part`, created exclusively, never through a symlink) in
 //!    the target directory and renamed only after the digest matched (then the directory is
 //!    synced), so a file with the final name is always complete.

@@ -4,8 +4,9 @@ use std::fs::File;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -64,18 +65,60 @@ pub struct RecvReport {
 }
 
 enum Sink {
-    Stdout(BufWriter<std::io::Stdout>),
+    Stdout(BufWriter<Counted<std::io::Stdout>>),
     File {
         tmp: PathBuf,
         dst: PathBuf,
-        f: Option<BufWriter<File>>,
+        f: Option<BufWriter<Counted<File>>>,
     },
     Command {
         cmd: String,
         child: Option<Child>,
-        stdin: Option<BufWriter<ChildStdin>>,
+        stdin: Option<BufWriter<Counted<ChildStdin>>>,
+        /// Where the command's input counts its bytes (see [`Counted`]).
+        written: Arc<AtomicU64>,
     },
     Done,
+}
+
+/// A writer that counts the bytes its inner writer took: the file, the pipe or stdout, not
+/// the buffer in front of them. The protocol loop watches the count to tell an output that
+/// drains slowly from one that stopped taking data (a `-O` command that does not read).
+struct Counted<W> {
+    inner: W,
+    count: Arc<AtomicU64>,
+}
+
+impl<W> Counted<W> {
+    fn new(inner: W, count: &Arc<AtomicU64>) -> Counted<W> {
+        Counted {
+            inner,
+            count: count.clone(),
+        }
+    }
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Kills the `-O` command and everything it started: it runs in a process group of its own,
+/// so that `sh -c 'a | b'` or a shell that forks its last command leaves no process holding
+/// the pipe (or running on) after the receiver gave up.
+fn kill_command(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
 
 /// Tries at most this many fresh names for the temporary output before giving up.
@@ -158,9 +201,13 @@ fn write_err(what: &str, e: std::io::Error) -> Fatal {
 }
 
 impl Sink {
-    fn open(out: &Output) -> Result<Sink, Fatal> {
+    /// Opens the output; `written` counts the bytes it takes (see [`Counted`]).
+    fn open(out: &Output, written: &Arc<AtomicU64>) -> Result<Sink, Fatal> {
         Ok(match out {
-            Output::Stdout => Sink::Stdout(BufWriter::with_capacity(1 << 20, std::io::stdout())),
+            Output::Stdout => Sink::Stdout(BufWriter::with_capacity(
+                1 << 20,
+                Counted::new(std::io::stdout(), written),
+            )),
             Output::File(dst) => {
                 if dst.is_dir() {
                     return Err(Fatal::io(format!(
@@ -172,13 +219,14 @@ impl Sink {
                 Sink::File {
                     tmp,
                     dst: dst.clone(),
-                    f: Some(BufWriter::with_capacity(1 << 20, f)),
+                    f: Some(BufWriter::with_capacity(1 << 20, Counted::new(f, written))),
                 }
             }
             Output::Command(cmd) => Sink::Command {
                 cmd: cmd.clone(),
                 child: None,
                 stdin: None,
+                written: written.clone(),
             },
         })
     }
@@ -186,15 +234,26 @@ impl Sink {
     /// Starts the command (at the header, so that no command runs for a transfer that never
     /// begins).
     fn start(&mut self) -> Result<(), Fatal> {
-        if let Sink::Command { cmd, child, stdin } = self {
+        use std::os::unix::process::CommandExt;
+        if let Sink::Command {
+            cmd,
+            child,
+            stdin,
+            written,
+        } = self
+        {
             if child.is_none() {
                 let mut c = Command::new("sh")
                     .arg("-c")
                     .arg(&*cmd)
                     .stdin(Stdio::piped())
+                    .process_group(0)
                     .spawn()
                     .map_err(|e| Fatal::io(format!("cannot run sh -c {cmd:?}: {e}")))?;
-                *stdin = c.stdin.take().map(|s| BufWriter::with_capacity(1 << 20, s));
+                *stdin = c
+                    .stdin
+                    .take()
+                    .map(|s| BufWriter::with_capacity(1 << 20, Counted::new(s, written)));
                 *child = Some(c);
             }
         }
@@ -229,7 +288,8 @@ impl Sink {
                     let file = w
                         .into_inner()
                         .map_err(|e| write_err(&tmp.display().to_string(), e.into_error()))?;
-                    file.sync_all()
+                    file.inner
+                        .sync_all()
                         .map_err(|e| write_err(&tmp.display().to_string(), e))?;
                     std::fs::rename(&tmp, &dst).map_err(|e| {
                         Fatal::io(format!(
@@ -245,7 +305,9 @@ impl Sink {
                 }
                 r
             }
-            Sink::Command { cmd, child, stdin } => {
+            Sink::Command {
+                cmd, child, stdin, ..
+            } => {
                 let Some(mut child) = child else {
                     return Ok(());
                 };
@@ -292,7 +354,7 @@ impl Sink {
             Sink::Command { child, stdin, .. } => {
                 drop(stdin);
                 if let Some(mut c) = child {
-                    let _ = c.kill();
+                    kill_command(c.id());
                     let _ = c.wait();
                 }
             }
@@ -327,14 +389,7 @@ impl SinkHandle {
             SinkHandle::File(tmp) => {
                 let _ = std::fs::remove_file(tmp);
             }
-            SinkHandle::Pid(pid) => {
-                if let Ok(pid) = i32::try_from(*pid) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-            }
+            SinkHandle::Pid(pid) => kill_command(*pid),
         }
     }
 }
@@ -373,12 +428,42 @@ struct Writer {
     thread: Option<JoinHandle<Written>>,
     handle: SinkHandle,
     done: Option<Written>,
+    /// Set when the protocol loop gives up: the writer stops at its next job instead of
+    /// writing out what is still queued.
+    abandoned: Arc<AtomicBool>,
+    /// Bytes the output took so far (see [`Counted`]).
+    written: Arc<AtomicU64>,
+}
+
+/// How [`Writer::push`] ended.
+enum Pushed {
+    /// The job is in the queue.
+    Queued,
+    /// The writer stopped (its error is in [`Writer::finish`]).
+    Stopped,
+    /// Ctrl-C (or SIGTERM) while waiting for room.
+    Interrupted,
+    /// The output took no data for the patience given while waiting for room.
+    Stalled,
+}
+
+/// Why the output has not drained for `patience`.
+fn stalled(patience: Duration) -> Fatal {
+    Fatal::new(
+        EXIT_FAILED,
+        format!(
+            "the output took no data for {}: is the -O command reading its input?",
+            super::render_seconds(patience)
+        ),
+    )
 }
 
 impl Writer {
-    fn spawn(sink: Sink, algo: DigestAlgo) -> Result<Writer, Fatal> {
+    fn spawn(sink: Sink, algo: DigestAlgo, written: Arc<AtomicU64>) -> Result<Writer, Fatal> {
         let handle = sink.handle();
         let (tx, rx) = sync_channel::<Job>(WRITE_QUEUE);
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let give_up = abandoned.clone();
         let thread = std::thread::Builder::new()
             .name("ethbcast-writer".into())
             .spawn(move || {
@@ -386,7 +471,11 @@ impl Writer {
                 let mut hasher = StreamHasher::new(algo);
                 let mut bytes = 0u64;
                 let result = loop {
-                    match rx.recv() {
+                    let job = rx.recv();
+                    if give_up.load(Ordering::SeqCst) {
+                        break Err(Fatal::new(EXIT_FAILED, "transfer ended early"));
+                    }
+                    match job {
                         Ok(Job::Data(d)) => {
                             hasher.update(d.bytes());
                             bytes += d.bytes().len() as u64;
@@ -424,12 +513,50 @@ impl Writer {
             thread: Some(thread),
             handle,
             done: None,
+            abandoned,
+            written,
         })
     }
 
-    /// Queues a job; `false` if the writer has stopped (its error is in [`Writer::finish`]).
-    fn push(&mut self, job: Job) -> bool {
-        self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok())
+    /// Queues a job, waiting for room as long as the output takes data. Why not a blocking
+    /// send: an output that stopped taking data (a `-O` command that does not read) would
+    /// hold the protocol loop for good, deaf to Ctrl-C.
+    fn push(&mut self, job: Job, stop: &AtomicBool, patience: Duration) -> Pushed {
+        let Some(tx) = self.tx.as_ref() else {
+            return Pushed::Stopped;
+        };
+        let mut job = job;
+        let mut seen = (self.written.load(Ordering::Relaxed), Instant::now());
+        loop {
+            match tx.try_send(job) {
+                Ok(()) => return Pushed::Queued,
+                Err(TrySendError::Disconnected(_)) => return Pushed::Stopped,
+                Err(TrySendError::Full(j)) => job = j,
+            }
+            if stop.load(Ordering::SeqCst) {
+                return Pushed::Interrupted;
+            }
+            let now = Instant::now();
+            let w = self.written.load(Ordering::Relaxed);
+            if w != seen.0 {
+                seen = (w, now);
+            } else if now.duration_since(seen.1) > patience {
+                return Pushed::Stalled;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Bytes the output took so far.
+    fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Gives the output up from the protocol loop: the temporary file is removed, the command
+    /// killed, and the writer stops at its next job, even while it is stuck writing.
+    fn abandon(&mut self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        self.handle.discard();
     }
 
     /// The writer stopped on its own (an error, or done after `Verify`).
@@ -457,11 +584,75 @@ impl Writer {
     }
 }
 
+fn interrupted() -> Fatal {
+    Fatal::new(EXIT_INTERRUPTED, "interrupted")
+}
+
+/// What a control frame of the sender ends this receiver with, if anything: an abort or an
+/// eviction notice.
+fn sender_verdict(ev: &Event) -> Option<Fatal> {
+    let Event::Notice {
+        src: 0,
+        body: payload,
+    } = ev
+    else {
+        return None;
+    };
+    if payload.starts_with(ABORT) {
+        return Some(Fatal::new(
+            EXIT_INTERRUPTED,
+            "the sender aborted the transfer",
+        ));
+    }
+    if payload.starts_with(EVICTED) {
+        return Some(Fatal::new(
+            EXIT_FAILED,
+            "evicted by the sender (this receiver was too slow or silent)",
+        ));
+    }
+    None
+}
+
+/// After the trailer (`total` bytes in the stream): keeps answering the sender while the
+/// writer delivers the rest of the stream to the output and commits it. Gives up on Ctrl-C,
+/// on the sender's abort or eviction notice, and when the output took no data for `patience`
+/// while bytes were left to give it (once it took them all, flushing, syncing and the
+/// command's exit take what they take: the sender's `--report-wait` bounds them).
+fn await_writer(
+    node: &mut super::Node,
+    w: &Writer,
+    total: u64,
+    stop: &AtomicBool,
+    patience: Duration,
+) -> Result<(), Fatal> {
+    let mut seen = (w.written(), Instant::now());
+    while !w.stopped() {
+        if stop.load(Ordering::SeqCst) {
+            return Err(interrupted());
+        }
+        node.turn(&WallClock, Some(Duration::from_millis(10)))?;
+        while let Some(ev) = node.member_mut().poll_event() {
+            if let Some(f) = sender_verdict(&ev) {
+                return Err(f);
+            }
+        }
+        let now = Instant::now();
+        let took = w.written();
+        if took != seen.0 || took >= total {
+            seen = (took, now);
+        } else if now.duration_since(seen.1) > patience {
+            return Err(stalled(patience));
+        }
+    }
+    Ok(())
+}
+
 /// Runs `ethbcast recv`. Returns the report (its `code` is the exit code) or a fatal error
 /// that happened before the transfer began.
 pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let stop = super::interrupt_flag();
-    let mut guard = Guard(Sink::open(&a.output)?);
+    let output_took = Arc::new(AtomicU64::new(0));
+    let mut guard = Guard(Sink::open(&a.output, &output_took)?);
     let sink = &mut guard.0;
     let mut lnk = a.link.open()?;
     let me = lnk.local_mac();
@@ -502,7 +693,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let mut written: Option<Written> = None;
     let outcome: Result<(), Fatal> = 'run: loop {
         if stop.load(Ordering::SeqCst) {
-            break 'run Err(Fatal::new(EXIT_INTERRUPTED, "interrupted"));
+            break 'run Err(interrupted());
         }
         if let Some(w) = writer.as_mut() {
             if w.stopped() {
@@ -540,7 +731,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         if let Err(e) = sink.start() {
                             break 'run Err(e);
                         }
-                        match Writer::spawn(std::mem::replace(sink, Sink::Done), digest) {
+                        let out = std::mem::replace(sink, Sink::Done);
+                        match Writer::spawn(out, digest, output_took.clone()) {
                             Ok(w) => writer = Some(w),
                             Err(e) => break 'run Err(e),
                         }
@@ -552,8 +744,11 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                 "stream data before its header",
                             ));
                         };
-                        if !w.push(Job::Data(d)) {
-                            break 'run Err(writer_failed(w));
+                        match w.push(Job::Data(d), &stop, a.timeout) {
+                            Pushed::Queued => {}
+                            Pushed::Stopped => break 'run Err(writer_failed(w)),
+                            Pushed::Interrupted => break 'run Err(interrupted()),
+                            Pushed::Stalled => break 'run Err(stalled(a.timeout)),
                         }
                     }
                     Ok(Msg::Trailer { bytes, digest }) => {
@@ -563,14 +758,14 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                 "stream trailer before its header",
                             ));
                         };
-                        if !w.push(Job::Verify { bytes, digest }) {
-                            break 'run Err(writer_failed(w));
+                        match w.push(Job::Verify { bytes, digest }, &stop, a.timeout) {
+                            Pushed::Queued => {}
+                            Pushed::Stopped => break 'run Err(writer_failed(w)),
+                            Pushed::Interrupted => break 'run Err(interrupted()),
+                            Pushed::Stalled => break 'run Err(stalled(a.timeout)),
                         }
-                        // Keep answering the sender while the output is flushed and committed.
-                        while !w.stopped() {
-                            if let Err(e) = node.turn(&WallClock, Some(Duration::from_millis(10))) {
-                                break 'run Err(e.into());
-                            }
+                        if let Err(e) = await_writer(&mut node, w, bytes, &stop, a.timeout) {
+                            break 'run Err(e);
                         }
                         let done = w.finish(Duration::ZERO);
                         let result = match &done {
@@ -591,34 +786,25 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                     }
                     Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e)),
                 },
-                Event::Notice {
-                    src: 0,
-                    body: payload,
-                } => {
-                    if payload.starts_with(ABORT) {
-                        break 'run Err(Fatal::new(
-                            EXIT_INTERRUPTED,
-                            "the sender aborted the transfer",
-                        ));
-                    }
-                    if payload.starts_with(EVICTED) {
-                        break 'run Err(Fatal::new(
-                            EXIT_FAILED,
-                            "evicted by the sender (this receiver was too slow or silent)",
-                        ));
+                ev => {
+                    if let Some(f) = sender_verdict(&ev) {
+                        break 'run Err(f);
                     }
                 }
-                _ => {}
             }
         }
     };
     let (ok, error, code) = match &outcome {
         Ok(()) => (true, String::new(), super::EXIT_OK),
         Err(f) => {
-            // Discard the output, wherever it is: still here, or with the writer.
+            // Discard the output, wherever it is: still here, or with the writer (which
+            // may be stuck writing to a command that does not read: it is killed first).
             sink.abort();
             if let Some(w) = writer.as_mut() {
-                written = w.finish(Duration::from_secs(2));
+                if !w.stopped() {
+                    w.abandon();
+                }
+                written = w.finish(Duration::from_millis(500));
             }
             (false, f.msg.clone(), f.code)
         }
@@ -682,7 +868,7 @@ mod tests {
         let dst = dir.join("out.bin");
         let old_name = dir.join(format!(".out.bin.ethbcast-{}.part", std::process::id()));
         std::os::unix::fs::symlink(&victim, &old_name).unwrap();
-        let mut sink = Sink::open(&Output::File(dst.clone())).unwrap();
+        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default()).unwrap();
         sink.write(b"the transfer").unwrap();
         sink.commit().unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
