@@ -237,7 +237,7 @@ fn no_part_files(dir: &Path) {
 }
 
 /// Whether a process whose arguments include `arg` is running (the tests give each `-O`
-/// command a unique argument, e.g. `sleep 97.25`, to find it).
+/// command a unique argument, e.g. `sleep 29.25`, to find it).
 fn running_with_arg(arg: &str) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
         std::fs::read(e.path().join("cmdline"))
@@ -585,7 +585,7 @@ fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
     // 1. During the data: the command never reads, so the receiver's writer queue fills and
     // its protocol loop waits for room. The sender evicts it (1 s) and goes on with the other
     // receiver, which writes a file.
-    let mut r1 = recv(&tb, 1, &["-O", "sleep 97.25"]);
+    let mut r1 = recv(&tb, 1, &["-O", "sleep 29.25"]);
     let mut r2 = recv(&tb, 2, &["-o", dir.join("out2.bin").to_str().unwrap()]);
     let mut s = send(
         &tb,
@@ -611,7 +611,7 @@ fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
     });
     // Past the first receiver's eviction: the stream flows again.
     wait_for_temporary_file(&dir, ".out2.bin", 8 << 20);
-    assert!(running_with_arg("97.25"), "the -O command runs");
+    assert!(running_with_arg("29.25"), "the -O command runs");
     interrupt(&r1);
     interrupt(&r2);
     let t = Instant::now();
@@ -619,7 +619,7 @@ fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
     exits_130_within_a_second(&mut r2, t, "receiver writing a file");
     no_part_files(&dir);
     assert!(
-        !running_with_arg("97.25"),
+        !running_with_arg("29.25"),
         "the -O command was left running"
     );
     interrupt(&s);
@@ -630,7 +630,7 @@ fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
     // its writer to deliver the stream to a command that does not read.
     let input = dir.join("input.bin");
     random_file(&input, 1 << 20, 6);
-    let mut r1 = recv(&tb, 1, &["-O", "sleep 97.5"]);
+    let mut r1 = recv(&tb, 1, &["-O", "sleep 29.5"]);
     let out2 = dir.join("second.bin");
     let mut r2 = recv(&tb, 2, &["-o", out2.to_str().unwrap()]);
     let mut s = send(
@@ -657,7 +657,7 @@ fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
     interrupt(&r1);
     let t = Instant::now();
     exits_130_within_a_second(&mut r1, t, "receiver waiting for its command");
-    assert!(!running_with_arg("97.5"), "the -O command was left running");
+    assert!(!running_with_arg("29.5"), "the -O command was left running");
     // It told the sender, which does not wait for it any longer.
     let out = s.wait_timeout(Duration::from_secs(5));
     let rep = report(&out);
@@ -670,6 +670,78 @@ fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
         .collect();
     assert_eq!(st, ["failed", "completed"], "{rep}");
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
+fn a_receiver_that_acknowledged_everything_but_makes_no_progress_is_failed_after_the_timeout() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("r"))).expect("test-bed");
+    let dir = tmpdir("noreport");
+    let input = dir.join("input.bin");
+    random_file(&input, 1 << 20, 7);
+    // Receiver 1's command never reads: it acknowledges every frame, then waits for ever to
+    // hand the stream over. Receiver 2's command reads slowly (64 KiB every 0.2 s, about 3 s
+    // for the stream), which is progress, however slow.
+    let mut r1 = recv(&tb, 1, &["-O", "sleep 29.75"]);
+    let slow = "while [ \"$(head -c 65536 | wc -c)\" -gt 0 ]; do sleep 0.2; done";
+    let mut r2 = recv(&tb, 2, &["-O", slow]);
+    let t0 = Instant::now();
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--timeout",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    // Not the 60 s of --report-wait.
+    let out = s.wait_timeout(Duration::from_secs(15));
+    let took = t0.elapsed();
+    let rep = report(&out);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    let recs = rep["receivers"].as_array().unwrap();
+    let r1_mac = tb.hosts()[1].mac_string();
+    for r in recs {
+        if r["mac"] == r1_mac {
+            assert_eq!(r["status"], "failed", "{rep}");
+            assert!(
+                r["error"].as_str().unwrap().contains("no progress"),
+                "{rep}"
+            );
+        } else {
+            assert_eq!(r["status"], "completed", "{rep}");
+        }
+    }
+    assert!(took < Duration::from_secs(10), "the sender took {took:?}");
+    // The failed receiver is told so and gives up too, its command with it.
+    let o = r1.wait_timeout(Duration::from_secs(5));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !running_with_arg("29.75"),
+        "the -O command was left running"
+    );
+    assert_eq!(
+        r2.wait_timeout(Duration::from_secs(10)).status.code(),
+        Some(0)
+    );
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }

@@ -154,7 +154,9 @@ enum Cmd {
         #[arg(long, default_value = "60", value_parser = parse_seconds)]
         wait: Duration,
         /// Evict a receiver whose cursor has not moved and that was silent this many
-        /// seconds while it had data outstanding; inf: never.
+        /// seconds while it had data outstanding, and fail one that acknowledged all data
+        /// but showed no progress towards its report (its output taking data) for as long;
+        /// inf: never.
         #[arg(long, default_value = "3", value_parser = parse_seconds)]
         timeout: Duration,
         /// Seconds to wait for completion reports once all data is acknowledged (an -O

@@ -24,7 +24,10 @@
 //!    been heard from for `send --timeout` seconds (3 by default) while it has data
 //!    outstanding is evicted: the engine releases its buffer references and the transfer
 //!    continues for the others. A receiver that reports a local failure (disk full, digest
-//!    mismatch, its `-O` command failing) is evicted at once. Each receiver ends by sending
+//!    mismatch, its `-O` command failing) is evicted at once. A receiver that acknowledged
+//!    everything tells the sender every 200 ms how far its output got while it finishes; one
+//!    whose output took nothing for `send --timeout` (a `-O` command that stopped reading)
+//!    is failed and evicted then, not after `--report-wait`. Each receiver ends by sending
 //!    the sender a point-to-point completion report (bytes, digest verdict, error); the
 //!    sender prints a REPORT (per receiver: rank, MAC, completed/failed/evicted, bytes,
 //!    time) and exits 1 unless every receiver completed.

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use ethbcast::driver::WallClock;
 use ethbcast::link;
 use ethbcast::member::Event;
+use ethbcast::proto::Dest;
 use serde::Serialize;
 
-use super::stream::{Data, DigestAlgo, Final, Msg, StreamHasher, ABORT, EVICTED};
+use super::stream::{Data, DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED};
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// Where the stream goes.
@@ -84,6 +85,10 @@ enum Sink {
 /// A writer that counts the bytes its inner writer took: the file, the pipe or stdout, not
 /// the buffer in front of them. The protocol loop watches the count to tell an output that
 /// drains slowly from one that stopped taking data (a `-O` command that does not read).
+///
+/// It hands the inner writer at most [`COUNTED_STEP`] bytes per call: a blocking write to a
+/// pipe returns only once all its bytes went through, so a megabyte written at once would
+/// show no progress until the reader had taken all of it.
 struct Counted<W> {
     inner: W,
     count: Arc<AtomicU64>,
@@ -98,9 +103,12 @@ impl<W> Counted<W> {
     }
 }
 
+/// Bytes per write of [`Counted`]: a pipe's default capacity.
+const COUNTED_STEP: usize = 64 << 10;
+
 impl<W: Write> Write for Counted<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
+        let n = self.inner.write(&buf[..buf.len().min(COUNTED_STEP)])?;
         self.count.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
@@ -613,11 +621,16 @@ fn sender_verdict(ev: &Event) -> Option<Fatal> {
     None
 }
 
+/// How often a receiver finishing its output tells the sender how far it got (see
+/// [`Progress`]).
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
 /// After the trailer (`total` bytes in the stream): keeps answering the sender while the
-/// writer delivers the rest of the stream to the output and commits it. Gives up on Ctrl-C,
-/// on the sender's abort or eviction notice, and when the output took no data for `patience`
-/// while bytes were left to give it (once it took them all, flushing, syncing and the
-/// command's exit take what they take: the sender's `--report-wait` bounds them).
+/// writer delivers the rest of the stream to the output and commits it, and tells the sender
+/// how far the output got. Gives up on Ctrl-C, on the sender's abort or eviction notice, and
+/// when the output took no data for `patience` while bytes were left to give it (once it took
+/// them all, flushing, syncing and the command's exit take what they take: the sender's
+/// `--report-wait` bounds them).
 fn await_writer(
     node: &mut super::Node,
     w: &Writer,
@@ -626,9 +639,19 @@ fn await_writer(
     patience: Duration,
 ) -> Result<(), Fatal> {
     let mut seen = (w.written(), Instant::now());
+    let mut told: Option<Instant> = None;
     while !w.stopped() {
         if stop.load(Ordering::SeqCst) {
             return Err(interrupted());
+        }
+        if told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+            let took = w.written();
+            let p = Progress {
+                took,
+                all_taken: took >= total,
+            };
+            let _ = node.member_mut().send_notice(Dest::Rank(0), p.encode());
+            told = Some(Instant::now());
         }
         node.turn(&WallClock, Some(Duration::from_millis(10)))?;
         while let Some(ev) = node.member_mut().poll_event() {

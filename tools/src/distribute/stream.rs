@@ -12,7 +12,9 @@
 //! report: ok flag, bytes, digest, error text).
 //!
 //! Control frames (`Join` kind, told apart by a 4-byte magic): `EBDH` hello + MAC,
-//! `EBDR` roster (count u16 + MACs in rank order), `EBDX` abort, `EBDE` "you were evicted".
+//! `EBDR` roster (count u16 + MACs in rank order), `EBDX` abort, `EBDE` "you were evicted",
+//! `EBDP` a receiver's progress after the trailer (bytes its output took, u64, and whether
+//! it took them all, u8).
 
 use ethbcast::link::MacAddr;
 
@@ -28,6 +30,8 @@ pub const ROSTER: &[u8; 4] = b"EBDR";
 pub const ABORT: &[u8; 4] = b"EBDX";
 /// Eviction notice.
 pub const EVICTED: &[u8; 4] = b"EBDE";
+/// A receiver's progress notice.
+pub const PROGRESS: &[u8; 4] = b"EBDP";
 /// Unknown total size.
 pub const UNKNOWN: u64 = u64::MAX;
 
@@ -176,6 +180,39 @@ impl Final {
             ok: m[1] == 1,
             bytes: u64::from_be_bytes(m[2..10].try_into().ok()?),
             error: String::from_utf8_lossy(&m[10..]).into_owned(),
+        })
+    }
+}
+
+/// A receiver's notice, sent while it finishes its output after the trailer, that it is
+/// getting on with it. Why: by then it has acknowledged every frame, so the sender sees no
+/// cursor move; without a notice it cannot tell an output that drains slowly from one that
+/// stopped (a `-O` command that does not read), and would wait `--report-wait` for either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes the output took so far (the file, the pipe, stdout).
+    pub took: u64,
+    /// The output took every byte of the stream: the receiver flushes, syncs, or waits for
+    /// its command to exit.
+    pub all_taken: bool,
+}
+
+impl Progress {
+    /// Encodes (`EBDP` + took + all_taken).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = PROGRESS.to_vec();
+        v.extend_from_slice(&self.took.to_be_bytes());
+        v.push(u8::from(self.all_taken));
+        v
+    }
+    /// Decodes.
+    pub fn decode(p: &[u8]) -> Option<Progress> {
+        if p.len() != 13 || &p[..4] != PROGRESS {
+            return None;
+        }
+        Some(Progress {
+            took: u64::from_be_bytes(p[4..12].try_into().ok()?),
+            all_taken: p[12] == 1,
         })
     }
 }
@@ -338,6 +375,12 @@ mod tests {
             error: "disk full".into(),
         };
         assert_eq!(Final::decode(&f.encode()), Some(f));
+        let p = Progress {
+            took: 1 << 40,
+            all_taken: true,
+        };
+        assert_eq!(Progress::decode(&p.encode()), Some(p));
+        assert_eq!(Progress::decode(&p.encode()[..12]), None);
         let peers = vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
         assert_eq!(decode_roster(&encode_roster(&peers)), Some(peers));
     }
