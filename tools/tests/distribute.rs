@@ -747,6 +747,62 @@ fn a_receiver_that_acknowledged_everything_but_makes_no_progress_is_failed_after
 }
 
 #[test]
+fn receivers_wait_out_a_pause_of_the_senders_input_longer_than_their_timeout() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("q"))).expect("test-bed");
+    let dir = tmpdir("pause");
+    let out1 = dir.join("out1.bin");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--timeout",
+            "1",
+            "-o",
+            out1.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &["--receivers", "1", "--wait", "30", "--quiet"],
+        Stdio::piped(),
+    );
+    // A producer that thinks for 2.5 s between two bursts (a dump, a compressor): the sender
+    // has nothing to send meanwhile, and the receiver must not take that for its death.
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(8);
+    let mut data = vec![0u8; 200_000];
+    rng.fill_bytes(&mut data);
+    stdin.write_all(&data[..100_000]).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = stdin.write_all(&data[100_000..]);
+    drop(stdin);
+    let o = r.wait_timeout(Duration::from_secs(20));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = s.wait_timeout(Duration::from_secs(10));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(std::fs::read(&out1).unwrap() == data);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
 fn a_missing_receiver_fails_the_join_with_exit_code_3_within_wait() {
     if !netns_available() {
         return;

@@ -36,7 +36,8 @@
 //!    receiver does the same there at once, even when its output has stopped taking data
 //!    (the `-O` command runs in a process group of its own, which is killed whole). A
 //!    receiver that hears nothing from the sender, or whose output takes no data, for `recv
-//!    --timeout` seconds (30 by default) gives up with exit code 1. Output files are written under a fresh random temporary name
+//!    --timeout` seconds (30 by default) gives up with exit code 1 (the sender says it is
+//!    alive every 250 ms, so a pause of its input is no silence). Output files are written under a fresh random temporary name
 //!    (`.NAME.ethbcast-PID-RANDOM.part`, created exclusively, never through a symlink) in
 //!    the target directory and renamed only after the digest matched (then the directory is
 //!    synced), so a file with the final name is always complete.

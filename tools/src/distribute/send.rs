@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::join::{self, Expect};
 use super::rate::TokenBucket;
-use super::stream::{DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED};
+use super::stream::{DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE};
 use super::{mbit, Fatal, LinkOpts, Node, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// What `ethbcast send` was asked to do.
@@ -155,6 +155,9 @@ impl Report {
 
 /// How often an evicted receiver is told so again while the transfer lasts.
 const EVICTED_REPEAT: Duration = Duration::from_millis(250);
+/// How often the sender says it is alive (see [`KEEPALIVE`]): often enough for a receiver
+/// timeout well below a second, one small frame each time.
+const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
 
 enum Block {
     Data(Vec<u8>),
@@ -324,6 +327,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let mut all_acked_at: Vec<Option<Instant>> = vec![None; n];
     let mut progress_at: Vec<Option<Instant>> = vec![None; n];
     let mut took: Vec<Option<u64>> = vec![None; n];
+    let mut kept_alive = Instant::now();
     let rx = reader(input, msg, a.digest);
     let pb = progress_bar(total, a.quiet);
     let start = Instant::now();
@@ -484,6 +488,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     None => {}
                 }
             }
+        }
+        if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {
+            control(&mut node, Dest::All, KEEPALIVE);
+            kept_alive = now;
         }
         for (r, told) in told_evicted.iter_mut().enumerate() {
             if told.is_some_and(|t| now.duration_since(t) >= EVICTED_REPEAT) {

@@ -14,7 +14,7 @@
 //! Control frames (`Join` kind, told apart by a 4-byte magic): `EBDH` hello + MAC,
 //! `EBDR` roster (count u16 + MACs in rank order), `EBDX` abort, `EBDE` "you were evicted",
 //! `EBDP` a receiver's progress after the trailer (bytes its output took, u64, and whether
-//! it took them all, u8).
+//! it took them all, u8), `EBDK` the sender's keepalive.
 
 use ethbcast::link::MacAddr;
 
@@ -30,6 +30,9 @@ pub const ROSTER: &[u8; 4] = b"EBDR";
 pub const ABORT: &[u8; 4] = b"EBDX";
 /// Eviction notice.
 pub const EVICTED: &[u8; 4] = b"EBDE";
+/// The sender's keepalive: receivers give up on a sender they do not hear from for their
+/// `--timeout`, and a sender whose input pauses has nothing else to say.
+pub const KEEPALIVE: &[u8; 4] = b"EBDK";
 /// A receiver's progress notice.
 pub const PROGRESS: &[u8; 4] = b"EBDP";
 /// Unknown total size.
