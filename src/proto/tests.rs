@@ -901,3 +901,49 @@ fn only_frames_that_pass_every_check_are_a_sign_of_life() {
     assert_eq!(e.last_heard(0), Some(t1));
     assert_eq!(e.last_heard(2), None);
 }
+
+/// A NACK-like frame (`kind` Nack) from `src` to `dst` with `flags`, naming `root` in
+/// `msg_id`, base `seq` and `bitmap`.
+fn nack_frame(src: Rank, dst: Rank, flags: Flags, root: u32, seq: u32, bitmap: u16) -> Vec<u8> {
+    let mut r = Repr::new(Kind::Nack);
+    r.group = 7;
+    r.src = src;
+    r.dst = dst;
+    r.flags = flags;
+    r.msg_id = root;
+    r.seq = seq;
+    r.bitmap = bitmap;
+    r.msg_len = 1; // the sender's control counter: a fresh frame
+    r.to_vec(&[]).unwrap()
+}
+
+/// Member 1 of 3 with peer repair, holding the first frame of root 0's stream.
+fn member_with_a_stream_of_root_0() -> (Engine, Instant) {
+    let mut e = Engine::new({
+        let mut c = Config::new(7, 1, 3);
+        c.peer_repair = true;
+        c
+    })
+    .unwrap();
+    let now = Instant::now();
+    let mut d = Repr::new(Kind::Data);
+    d.group = 7;
+    d.src = 0;
+    d.dst = wire::ALL;
+    d.msg_len = 2000;
+    e.handle_frame(now, &d.to_vec(&[1; 1000]).unwrap()).unwrap();
+    (e, now)
+}
+
+#[test]
+fn a_peer_nack_whose_base_lies_before_the_stream_is_answered_without_overflow() {
+    // Extended against sequence 0, base 0xffff_ffff is "one before the start", which wraps
+    // to the top of the 64-bit sequence space; base + bit overflowed (found by fuzzing).
+    let (mut e, now) = member_with_a_stream_of_root_0();
+    let nack = nack_frame(2, 1, Flags::PEER, 0, u32::MAX, 0xffff);
+    assert!(e.handle_frame(now, &nack).is_ok());
+    let mut buf = vec![0u8; 1500];
+    let t = e.poll_transmit(now, &mut buf).expect("a reply");
+    let reply = Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap());
+    assert!(reply.flags.contains(Flags::PEER | Flags::UNHELD));
+}
