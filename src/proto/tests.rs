@@ -947,3 +947,11 @@ fn a_peer_nack_whose_base_lies_before_the_stream_is_answered_without_overflow() 
     let reply = Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap());
     assert!(reply.flags.contains(Flags::PEER | Flags::UNHELD));
 }
+#[test]
+fn a_not_held_reply_whose_base_lies_before_the_stream_is_ignored_without_overflow() {
+    // Rank 2 is rank 1's peer for root 0's stream; its "not held" reply names base
+    // 0xffff_ffff (found by fuzzing).
+    let (mut e, now) = member_with_a_stream_of_root_0();
+    let reply = nack_frame(2, 1, Flags::PEER | Flags::UNHELD, 0, u32::MAX, 0xffff);
+    assert!(e.handle_frame(now, &reply).is_ok());
+}
