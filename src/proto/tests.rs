@@ -955,3 +955,17 @@ fn a_not_held_reply_whose_base_lies_before_the_stream_is_ignored_without_overflo
     let reply = nack_frame(2, 1, Flags::PEER | Flags::UNHELD, 0, u32::MAX, 0xffff);
     assert!(e.handle_frame(now, &reply).is_ok());
 }
+#[test]
+fn a_nack_to_the_root_whose_base_lies_before_the_stream_asks_for_nothing() {
+    let mut root = Engine::new(Config::new(7, 0, 3)).unwrap();
+    let now = Instant::now();
+    root.bcast(now, vec![5; 100], Algo::Simple).unwrap();
+    let mut buf = vec![0u8; 1500];
+    while root.poll_transmit(now, &mut buf).is_some() {}
+    let nack = nack_frame(1, 0, Flags::empty(), 0, u32::MAX, 0xffff);
+    assert!(root.handle_frame(now, &nack).is_ok());
+    assert!(
+        root.poll_transmit(now, &mut buf).is_none(),
+        "nothing repaired"
+    );
+}
