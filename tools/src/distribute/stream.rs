@@ -346,6 +346,7 @@ impl StreamHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn messages_round_trip() {
@@ -406,6 +407,98 @@ mod tests {
         let mut old = h;
         old[5] = 1;
         assert!(Msg::decode(old).unwrap_err().contains("version"));
+    }
+
+    /// Whatever the parsers make of `b`, without a panic: what parses, encodes back to the
+    /// same thing.
+    fn parse_everything(b: &[u8]) {
+        match Msg::decode(b.to_vec()) {
+            Ok(Msg::Data(d)) => assert_eq!(Msg::Data(d).encode(), b),
+            Ok(m) => assert_eq!(Msg::decode(m.encode()), Ok(m)),
+            Err(e) => assert!(!e.is_empty()),
+        }
+        if let Some(f) = Final::decode(b) {
+            assert_eq!(Final::decode(&f.encode()), Some(f));
+        }
+        if let Some(p) = Progress::decode(b) {
+            assert_eq!(Progress::decode(&p.encode()), Some(p));
+        }
+        if let Some(r) = decode_roster(b) {
+            assert!(r.len() >= 2);
+            assert_eq!(decode_roster(&encode_roster(&r)), Some(r));
+        }
+    }
+
+    fn any_msg() -> impl Strategy<Value = Vec<u8>> {
+        let algo = prop_oneof![Just(DigestAlgo::Xxh3), Just(DigestAlgo::Blake3)];
+        prop_oneof![
+            (any::<Option<u64>>(), any::<u32>(), algo).prop_map(|(total, chunk, digest)| {
+                Msg::Header {
+                    total,
+                    chunk,
+                    digest,
+                }
+                .encode()
+            }),
+            proptest::collection::vec(any::<u8>(), 0..64)
+                .prop_map(|d| Msg::Data(Data::new(&d)).encode()),
+            (any::<u64>(), any::<[u8; 32]>()).prop_map(|(bytes, digest)| Msg::Trailer {
+                bytes,
+                digest
+            }
+            .encode()),
+            ".{0,20}".prop_map(|r| Msg::Abort(r).encode()),
+            (any::<bool>(), any::<u64>(), ".{0,20}").prop_map(|(ok, bytes, error)| Final {
+                ok,
+                bytes,
+                error
+            }
+            .encode()),
+            (any::<u64>(), any::<bool>()).prop_map(|(took, all_taken)| Progress {
+                took,
+                all_taken
+            }
+            .encode()),
+            proptest::collection::vec(any::<[u8; 6]>(), 0..6).prop_map(|m| encode_roster(&m)),
+        ]
+    }
+
+    /// One change to an encoded message: (what, where, value).
+    fn mutate(m: &mut Vec<u8>, (what, at, v): (u8, usize, u8)) {
+        match what % 4 {
+            0 if !m.is_empty() => {
+                let n = m.len();
+                m[at % n] ^= v | 1;
+            }
+            1 => m.truncate(at % (m.len() + 1)),
+            2 => m.push(v),
+            _ if !m.is_empty() => {
+                let n = m.len();
+                m[at % n] = v;
+            }
+            _ => {}
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 5000, ..Default::default() })]
+
+        #[test]
+        fn the_stream_parsers_take_random_bytes(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            parse_everything(&b);
+        }
+
+        #[test]
+        fn the_stream_parsers_take_mutated_messages(
+            mut m in any_msg(),
+            muts in proptest::collection::vec((any::<u8>(), any::<usize>(), any::<u8>()), 1..4),
+        ) {
+            parse_everything(&m);
+            for x in muts {
+                mutate(&mut m, x);
+            }
+            parse_everything(&m);
+        }
     }
 
     #[test]
