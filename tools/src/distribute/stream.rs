@@ -11,10 +11,10 @@
 //! Point-to-point messages from a receiver to the sender: `J` (joined) and `F` (final
 //! report: ok flag, bytes, digest, error text).
 //!
-//! Control frames (`Join` kind, told apart by a 4-byte magic): `EBDH` hello + MAC,
-//! `EBDR` roster (count u16 + MACs in rank order), `EBDX` abort, `EBDE` "you were evicted",
-//! `EBDP` a receiver's progress after the trailer (bytes its output took, u64, and whether
-//! it took them all, u8), `EBDK` the sender's keepalive.
+//! Control frames, told apart by a 4-byte magic. `Join` kind: `EBDH` hello + MAC, `EBDR`
+//! roster (count u16 + MACs in rank order). `Notice` kind: `EBDX` abort, `EBDE` "you were
+//! evicted", `EBDP` a receiver's progress after the trailer (bytes its output took, u64, and
+//! whether it took them all, u8), `EBDK` the sender's keepalive.
 
 use ethbcast::link::MacAddr;
 
