@@ -553,6 +553,8 @@ pub struct Engine {
     tx: Sender,
     rx: Vec<Option<Box<Receiver>>>,
     live: Vec<bool>,
+    /// When a frame of each member last passed every check (CRC, group, key, membership).
+    heard: Vec<Option<Instant>>,
     outbox: VecDeque<Outgoing>,
     /// The control counter of the last control frame sent (see [`wire::control::counter`]).
     ctl_ctr: u32,
@@ -573,6 +575,7 @@ impl Engine {
             tx: Sender::new(&cfg),
             rx: (0..n).map(|_| None).collect(),
             live: vec![true; n],
+            heard: vec![None; n],
             outbox: VecDeque::with_capacity(cfg.outbox),
             ctl_ctr: 0,
             replay: vec![ReplayWindow::default(); n],
@@ -598,6 +601,12 @@ impl Engine {
     /// The receive stream of `root`, if it has been heard from.
     pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
         self.rx.get(usize::from(root)).and_then(|r| r.as_deref())
+    }
+    /// When a frame of `rank` last passed every check of [`Engine::handle_frame`] (CRC,
+    /// group, key, membership, destination): a sign of life of that member. Frames of other
+    /// groups, garbage and forgeries the key rejects are no such sign.
+    pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
+        self.heard.get(usize::from(rank)).copied().flatten()
     }
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
@@ -732,6 +741,7 @@ impl Engine {
         {
             return Err(Drop::Replayed);
         }
+        self.heard[usize::from(src)] = Some(now);
         if frame.kind().is_data() {
             let repr = Repr::parse(frame);
             let r = self.rx_mut(src).on_data(now, &repr, frame.payload());

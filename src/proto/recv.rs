@@ -522,7 +522,9 @@ impl Receiver {
         self.nack_retry.max(rtt) * (1 << self.nack_backoff)
     }
 
-    fn new_msg(&self, id: u64, repr: &Repr) -> InMsg {
+    /// A message that `repr` (its first frame to arrive) begins, with `reserve` bytes of its
+    /// buffer allocated up front if a receive is posted for it.
+    fn new_msg(&self, id: u64, repr: &Repr, reserve: usize) -> InMsg {
         let posted = self.cur_posted();
         let max = self.posts.front().map_or(usize::MAX, |p| p.max_len);
         let truncated = (posted && repr.msg_len as usize > max).then_some(max);
@@ -530,7 +532,7 @@ impl Receiver {
             id,
             len: repr.msg_len as usize,
             filled: 0,
-            data: posted.then(|| Vec::with_capacity((repr.msg_len as usize).min(1 << 20))),
+            data: posted.then(|| Vec::with_capacity(reserve)),
             pushed: 0,
             truncated,
             designated: repr.aux as Rank,
@@ -574,7 +576,10 @@ impl Receiver {
                         if id as u32 != repr.msg_id {
                             return false;
                         }
-                        let m = self.new_msg(id, repr);
+                        // Nothing reserved for the length the frame claims: the buffer
+                        // grows with the data placed (bounded by `ahead_cap`), so forged
+                        // frames, one per window slot, cannot each reserve a message.
+                        let m = self.new_msg(id, repr, 0);
                         self.ahead.push_back(m);
                         Some(self.ahead.len() - 1)
                     }
@@ -637,12 +642,12 @@ impl Receiver {
                     if let Payload::Placed(_) = payload {
                         return Err(Drop::Protocol("placed frame contradicts its message"));
                     }
-                    self.new_msg(self.next_start, repr)
+                    self.new_msg(self.next_start, repr, first_reserve(repr))
                 }
                 None if matches!(payload, Payload::Placed(_)) => {
                     return Err(Drop::Protocol("placed frame without its message"))
                 }
-                None => self.new_msg(self.next_start, repr),
+                None => self.new_msg(self.next_start, repr, first_reserve(repr)),
             };
             self.cur = Some(m);
             self.next_start += 1;
@@ -893,6 +898,13 @@ impl Receiver {
     pub(crate) fn take_control(&mut self) -> Option<Outgoing> {
         self.controls.pop_front()
     }
+}
+
+/// Bytes reserved for a message begun by its first frame, in order: up to a megabyte of its
+/// length, so that the common message is filled without reallocating. One message per root is
+/// in progress at a time, so this bounds what a forged length can reserve.
+fn first_reserve(repr: &Repr) -> usize {
+    (repr.msg_len as usize).min(1 << 20)
 }
 
 /// The answer to a peer NACK from `asker` for frames of `root`'s stream this member does not

@@ -865,3 +865,107 @@ fn a_replayed_control_frame_is_refused() {
     assert_eq!(root.stats().drops.replayed, 1);
     assert_eq!(root.stats().acks_handled, 1);
 }
+
+#[test]
+fn only_frames_that_pass_every_check_are_a_sign_of_life() {
+    let key = [3u8; 32];
+    let mut e = Engine::new({
+        let mut c = Config::new(7, 1, 3);
+        c.key = Some(key);
+        c
+    })
+    .unwrap();
+    let t0 = Instant::now();
+    let mut r = Repr::new(Kind::Heartbeat);
+    r.src = 0;
+    r.dst = wire::ALL;
+    r.msg_len = 1; // the sender's control counter (a fresh frame, not a replay)
+    let sealed = |r: &Repr, k: &[u8; 32]| {
+        let mut buf = vec![0u8; 200];
+        let n = r.emit(b"", &mut buf).unwrap();
+        let n = wire::seal(k, &mut buf, n).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    r.group = 8; // another group on the segment
+    let _ = e.handle_frame(t0, &sealed(&r, &key));
+    r.group = 7;
+    let _ = e.handle_frame(t0, &r.to_vec(b"").unwrap()); // no tag
+    let _ = e.handle_frame(t0, &sealed(&r, &[4u8; 32])); // wrong key
+    let mut garbage = sealed(&r, &key);
+    garbage[20] ^= 1;
+    let _ = e.handle_frame(t0, &garbage);
+    assert_eq!(e.last_heard(0), None);
+    let t1 = t0 + Duration::from_millis(5);
+    e.handle_frame(t1, &sealed(&r, &key)).unwrap();
+    assert_eq!(e.last_heard(0), Some(t1));
+    assert_eq!(e.last_heard(2), None);
+}
+
+/// A NACK-like frame (`kind` Nack) from `src` to `dst` with `flags`, naming `root` in
+/// `msg_id`, base `seq` and `bitmap`.
+fn nack_frame(src: Rank, dst: Rank, flags: Flags, root: u32, seq: u32, bitmap: u16) -> Vec<u8> {
+    let mut r = Repr::new(Kind::Nack);
+    r.group = 7;
+    r.src = src;
+    r.dst = dst;
+    r.flags = flags;
+    r.msg_id = root;
+    r.seq = seq;
+    r.bitmap = bitmap;
+    r.msg_len = 1; // the sender's control counter: a fresh frame
+    r.to_vec(&[]).unwrap()
+}
+
+/// Member 1 of 3 with peer repair, holding the first frame of root 0's stream.
+fn member_with_a_stream_of_root_0() -> (Engine, Instant) {
+    let mut e = Engine::new({
+        let mut c = Config::new(7, 1, 3);
+        c.peer_repair = true;
+        c
+    })
+    .unwrap();
+    let now = Instant::now();
+    let mut d = Repr::new(Kind::Data);
+    d.group = 7;
+    d.src = 0;
+    d.dst = wire::ALL;
+    d.msg_len = 2000;
+    e.handle_frame(now, &d.to_vec(&[1; 1000]).unwrap()).unwrap();
+    (e, now)
+}
+
+#[test]
+fn a_peer_nack_whose_base_lies_before_the_stream_is_answered_without_overflow() {
+    // Extended against sequence 0, base 0xffff_ffff is "one before the start", which wraps
+    // to the top of the 64-bit sequence space; base + bit overflowed (found by fuzzing).
+    let (mut e, now) = member_with_a_stream_of_root_0();
+    let nack = nack_frame(2, 1, Flags::PEER, 0, u32::MAX, 0xffff);
+    assert!(e.handle_frame(now, &nack).is_ok());
+    let mut buf = vec![0u8; 1500];
+    let t = e.poll_transmit(now, &mut buf).expect("a reply");
+    let reply = Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap());
+    assert!(reply.flags.contains(Flags::PEER | Flags::UNHELD));
+}
+#[test]
+fn a_not_held_reply_whose_base_lies_before_the_stream_is_ignored_without_overflow() {
+    // Rank 2 is rank 1's peer for root 0's stream; its "not held" reply names base
+    // 0xffff_ffff (found by fuzzing).
+    let (mut e, now) = member_with_a_stream_of_root_0();
+    let reply = nack_frame(2, 1, Flags::PEER | Flags::UNHELD, 0, u32::MAX, 0xffff);
+    assert!(e.handle_frame(now, &reply).is_ok());
+}
+#[test]
+fn a_nack_to_the_root_whose_base_lies_before_the_stream_asks_for_nothing() {
+    let mut root = Engine::new(Config::new(7, 0, 3)).unwrap();
+    let now = Instant::now();
+    root.bcast(now, vec![5; 100], Algo::Simple).unwrap();
+    let mut buf = vec![0u8; 1500];
+    while root.poll_transmit(now, &mut buf).is_some() {}
+    let nack = nack_frame(1, 0, Flags::empty(), 0, u32::MAX, 0xffff);
+    assert!(root.handle_frame(now, &nack).is_ok());
+    assert!(
+        root.poll_transmit(now, &mut buf).is_none(),
+        "nothing repaired"
+    );
+}

@@ -236,6 +236,39 @@ fn no_part_files(dir: &Path) {
     }
 }
 
+/// Whether a process whose arguments include `arg` is running (the tests give each `-O`
+/// command a unique argument, e.g. `sleep 29.25`, to find it).
+fn running_with_arg(arg: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+            .unwrap_or(false)
+    })
+}
+
+/// Sends SIGINT to a process we started (`ip netns exec` execs, so the child's pid is
+/// ethbcast's).
+fn interrupt(p: &Proc) {
+    let pid = i32::try_from(p.0.as_ref().unwrap().id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT to a process we started");
+}
+
+/// Waits for `p` after an interruption: it must exit 130 within a second.
+fn exits_130_within_a_second(p: &mut Proc, since: Instant, what: &str) {
+    let o = p.wait_timeout(Duration::from_secs(10));
+    let took = since.elapsed();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{what}: {e}");
+    assert!(
+        took < Duration::from_secs(1),
+        "{what}: exited {took:?} after SIGINT"
+    );
+}
+
 #[test]
 fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
     if !netns_available() {
@@ -484,6 +517,292 @@ fn a_stalled_receiver_is_evicted_and_learns_it_as_soon_as_it_resumes() {
 }
 
 #[test]
+fn a_receiver_gives_up_on_a_dead_sender_while_another_group_talks_on_the_segment() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("g"))).expect("test-bed");
+    let dir = tmpdir("deadsender");
+    // Host 2 waits for a transfer of another group: its hellos, broadcast every 20 ms, are
+    // frames of another group that every host on the segment receives.
+    let _other = spawn(
+        &tb.hosts()[2].netns,
+        &["recv", "--iface", "eth0", "--quiet", "--group-id", "0x1234"],
+        Stdio::null(),
+    );
+    let out1 = dir.join("out1.bin");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--timeout",
+            "1",
+            "-o",
+            out1.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &["--receivers", "1", "--wait", "30", "--quiet"],
+        Stdio::piped(),
+    );
+    // An endless stream, until the sender dies.
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block = vec![0x33u8; 64 * 1024];
+        while stdin.write_all(&block).is_ok() {}
+    });
+    wait_for_temporary_file(&dir, ".out1.bin", 1 << 20);
+    s.kill();
+    let dead = Instant::now();
+    let o = r.wait_timeout(Duration::from_secs(15));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("nothing heard from the sender"), "{e}");
+    // `--timeout 1`: the other group's frames did not count as the sender's.
+    assert!(
+        dead.elapsed() < Duration::from_secs(4),
+        "gave up {:?} after the sender died",
+        dead.elapsed()
+    );
+    feeder.join().unwrap();
+    no_part_files(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
+fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("s"))).expect("test-bed");
+    let dir = tmpdir("sigint");
+    // 1. During the data: the command never reads, so the receiver's writer queue fills and
+    // its protocol loop waits for room. The sender evicts it (1 s) and goes on with the other
+    // receiver, which writes a file.
+    let mut r1 = recv(&tb, 1, &["-O", "sleep 29.25"]);
+    let mut r2 = recv(&tb, 2, &["-o", dir.join("out2.bin").to_str().unwrap()]);
+    let mut s = send(
+        &tb,
+        &[
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--chunk",
+            "64K",
+            "--timeout",
+            "1",
+            "--max-rate",
+            "100mbit",
+            "--quiet",
+        ],
+        Stdio::piped(),
+    );
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block = vec![0x77u8; 64 * 1024];
+        while stdin.write_all(&block).is_ok() {}
+    });
+    // Past the first receiver's eviction: the stream flows again.
+    wait_for_temporary_file(&dir, ".out2.bin", 8 << 20);
+    assert!(running_with_arg("29.25"), "the -O command runs");
+    interrupt(&r1);
+    interrupt(&r2);
+    let t = Instant::now();
+    exits_130_within_a_second(&mut r1, t, "receiver stuck on its command's input");
+    exits_130_within_a_second(&mut r2, t, "receiver writing a file");
+    no_part_files(&dir);
+    assert!(
+        !running_with_arg("29.25"),
+        "the -O command was left running"
+    );
+    interrupt(&s);
+    s.wait_timeout(Duration::from_secs(10));
+    feeder.join().unwrap();
+
+    // 2. After the data: every byte arrived and was acknowledged, and the receiver waits for
+    // its writer to deliver the stream to a command that does not read.
+    let input = dir.join("input.bin");
+    random_file(&input, 1 << 20, 6);
+    let mut r1 = recv(&tb, 1, &["-O", "sleep 29.5"]);
+    let out2 = dir.join("second.bin");
+    let mut r2 = recv(&tb, 2, &["-o", out2.to_str().unwrap()]);
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--timeout",
+            "10",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    assert_eq!(
+        r2.wait_timeout(Duration::from_secs(30)).status.code(),
+        Some(0)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&r1);
+    let t = Instant::now();
+    exits_130_within_a_second(&mut r1, t, "receiver waiting for its command");
+    assert!(!running_with_arg("29.5"), "the -O command was left running");
+    // It told the sender, which does not wait for it any longer.
+    let out = s.wait_timeout(Duration::from_secs(5));
+    let rep = report(&out);
+    assert_eq!(out.status.code(), Some(1));
+    let st: Vec<&str> = rep["receivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(st, ["failed", "completed"], "{rep}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
+fn a_receiver_that_acknowledged_everything_but_makes_no_progress_is_failed_after_the_timeout() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("r"))).expect("test-bed");
+    let dir = tmpdir("noreport");
+    let input = dir.join("input.bin");
+    random_file(&input, 1 << 20, 7);
+    // Receiver 1's command never reads: it acknowledges every frame, then waits for ever to
+    // hand the stream over. Receiver 2's command reads slowly (64 KiB every 0.2 s, about 3 s
+    // for the stream), which is progress, however slow.
+    let mut r1 = recv(&tb, 1, &["-O", "sleep 29.75"]);
+    let slow = "while [ \"$(head -c 65536 | wc -c)\" -gt 0 ]; do sleep 0.2; done";
+    let mut r2 = recv(&tb, 2, &["-O", slow]);
+    let t0 = Instant::now();
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--timeout",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    // Not the 60 s of --report-wait.
+    let out = s.wait_timeout(Duration::from_secs(15));
+    let took = t0.elapsed();
+    let rep = report(&out);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    let recs = rep["receivers"].as_array().unwrap();
+    let r1_mac = tb.hosts()[1].mac_string();
+    for r in recs {
+        if r["mac"] == r1_mac {
+            assert_eq!(r["status"], "failed", "{rep}");
+            assert!(
+                r["error"].as_str().unwrap().contains("no progress"),
+                "{rep}"
+            );
+        } else {
+            assert_eq!(r["status"], "completed", "{rep}");
+        }
+    }
+    assert!(took < Duration::from_secs(10), "the sender took {took:?}");
+    // The failed receiver is told so and gives up too, its command with it.
+    let o = r1.wait_timeout(Duration::from_secs(5));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !running_with_arg("29.75"),
+        "the -O command was left running"
+    );
+    assert_eq!(
+        r2.wait_timeout(Duration::from_secs(10)).status.code(),
+        Some(0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
+fn receivers_wait_out_a_pause_of_the_senders_input_longer_than_their_timeout() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("q"))).expect("test-bed");
+    let dir = tmpdir("pause");
+    let out1 = dir.join("out1.bin");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--timeout",
+            "1",
+            "-o",
+            out1.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &["--receivers", "1", "--wait", "30", "--quiet"],
+        Stdio::piped(),
+    );
+    // A producer that thinks for 2.5 s between two bursts (a dump, a compressor): the sender
+    // has nothing to send meanwhile, and the receiver must not take that for its death.
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(8);
+    let mut data = vec![0u8; 200_000];
+    rng.fill_bytes(&mut data);
+    stdin.write_all(&data[..100_000]).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = stdin.write_all(&data[100_000..]);
+    drop(stdin);
+    let o = r.wait_timeout(Duration::from_secs(20));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = s.wait_timeout(Duration::from_secs(10));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(std::fs::read(&out1).unwrap() == data);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+#[test]
 fn a_missing_receiver_fails_the_join_with_exit_code_3_within_wait() {
     if !netns_available() {
         return;
@@ -564,6 +883,115 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
         .unwrap();
     let h = String::from_utf8_lossy(&help.stdout);
     assert!(h.contains("Exit codes") && h.contains("130") && h.contains("Examples"));
+}
+
+#[test]
+fn durations_are_checked_and_inf_means_no_limit() {
+    // A duration clap accepted used to reach `Duration::from_secs_f64` unchecked: `inf`
+    // panicked (exit 101). Now it means no limit: these get as far as the interface.
+    for args in [
+        &["recv", "--iface", "ethbcast-nope0", "--wait", "inf"][..],
+        &["recv", "--iface", "ethbcast-nope0", "--timeout", "1e300"],
+        &[
+            "send",
+            "--iface",
+            "ethbcast-nope0",
+            "--receivers",
+            "1",
+            "-i",
+            "/dev/null",
+            "--wait",
+            "inf",
+            "--timeout",
+            "inf",
+            "--report-wait",
+            "inf",
+        ],
+    ] {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {e}");
+        assert!(e.contains("no such network interface"), "{args:?}: {e}");
+    }
+    for (opt, v) in [
+        ("--wait", "nan"),
+        ("--timeout", "-1"),
+        ("--wait", "-inf"),
+        ("--timeout", "soon"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["recv", "--iface", "eth0", &format!("{opt}={v}")])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opt} {v}: {e}");
+        assert!(e.contains("seconds"), "{opt} {v}: {e}");
+    }
+    let out = std::process::Command::new(BIN)
+        .args([
+            "send",
+            "--iface",
+            "eth0",
+            "--receivers",
+            "1",
+            "--report-wait",
+            "-2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    if !netns_available() {
+        return;
+    }
+    // A transfer with every limit lifted runs like any other.
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("i"))).expect("test-bed");
+    let dir = tmpdir("inf");
+    let input = dir.join("input.bin");
+    let data = random_file(&input, 300_000, 5);
+    let out1 = dir.join("out1.bin");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--wait",
+            "inf",
+            "--timeout",
+            "inf",
+            "-o",
+            out1.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--wait",
+            "inf",
+            "--timeout",
+            "inf",
+            "--report-wait",
+            "inf",
+        ],
+        Stdio::null(),
+    );
+    let o = s.wait_timeout(Duration::from_secs(30));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(e.contains("group 0xebd15700, no limit"), "{e}");
+    assert_eq!(
+        r.wait_timeout(Duration::from_secs(10)).status.code(),
+        Some(0)
+    );
+    assert!(std::fs::read(&out1).unwrap() == data);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
 }
 
 #[test]

@@ -3,13 +3,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
 use ethbcast::link::{Backend, WaitMode};
 use ethbcast_tools::distribute::{
-    self, join::Expect, rate::parse_rate, recv, send, stream::DigestAlgo, Fatal, LinkOpts,
-    DEFAULT_GROUP_ID,
+    self, join::Expect, parse_seconds, rate::parse_rate, recv, send, stream::DigestAlgo, Fatal,
+    LinkOpts, DEFAULT_GROUP_ID,
 };
 
 const EXIT_CODES: &str = "\
@@ -149,17 +150,19 @@ enum Cmd {
         /// Bytes per broadcast message (e.g. 1M, 256K).
         #[arg(long, default_value = "1M", value_parser = parse_size)]
         chunk: usize,
-        /// Seconds to wait for the receivers to join (exit 3 if they don't).
-        #[arg(long, default_value_t = 60.0)]
-        wait: f64,
+        /// Seconds to wait for the receivers to join (exit 3 if they don't); inf: no limit.
+        #[arg(long, default_value = "60", value_parser = parse_seconds)]
+        wait: Duration,
         /// Evict a receiver whose cursor has not moved and that was silent this many
-        /// seconds while it had data outstanding.
-        #[arg(long, default_value_t = 3.0)]
-        timeout: f64,
+        /// seconds while it had data outstanding, and fail one that acknowledged all data
+        /// but showed no progress towards its report (its output taking data) for as long;
+        /// inf: never.
+        #[arg(long, default_value = "3", value_parser = parse_seconds)]
+        timeout: Duration,
         /// Seconds to wait for completion reports once all data is acknowledged (an -O
-        /// command may need time to finish).
-        #[arg(long, default_value_t = 60.0)]
-        report_wait: f64,
+        /// command may need time to finish); inf: no limit.
+        #[arg(long, default_value = "60", value_parser = parse_seconds)]
+        report_wait: Duration,
         /// No progress bar or messages (the REPORT is still printed to stderr).
         #[arg(long)]
         quiet: bool,
@@ -178,12 +181,13 @@ enum Cmd {
         /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
         #[arg(short = 'O', long = "command")]
         command: Option<String>,
-        /// Give up after this many seconds without any frame from the sender.
-        #[arg(long, default_value_t = 30.0)]
-        timeout: f64,
-        /// Seconds to wait for a sender to start (exit 3 if none does).
-        #[arg(long, default_value_t = 3600.0)]
-        wait: f64,
+        /// Give up after this many seconds without any frame from the sender, or without the
+        /// output (file, stdout, -O command) taking any data; inf: never.
+        #[arg(long, default_value = "30", value_parser = parse_seconds)]
+        timeout: Duration,
+        /// Seconds to wait for a sender to start (exit 3 if none does); inf: no limit.
+        #[arg(long, default_value = "3600", value_parser = parse_seconds)]
+        wait: Duration,
         /// No messages on stderr.
         #[arg(long)]
         quiet: bool,
@@ -267,9 +271,9 @@ fn main() -> ExitCode {
                 digest,
                 max_rate,
                 chunk,
-                wait: distribute::secs(wait),
-                timeout: distribute::secs(timeout),
-                report_wait: distribute::secs(report_wait),
+                wait,
+                timeout,
+                report_wait,
                 quiet,
             };
             match send::run(&args) {
@@ -303,8 +307,8 @@ fn main() -> ExitCode {
             let args = recv::RecvArgs {
                 link: link_opts(&common, WaitMode::Doze),
                 output: out,
-                timeout: distribute::secs(timeout),
-                wait: distribute::secs(wait),
+                timeout,
+                wait,
                 quiet,
             };
             match recv::run(&args) {

@@ -24,16 +24,23 @@
 //!    been heard from for `send --timeout` seconds (3 by default) while it has data
 //!    outstanding is evicted: the engine releases its buffer references and the transfer
 //!    continues for the others. A receiver that reports a local failure (disk full, digest
-//!    mismatch, its `-O` command failing) is evicted at once. Each receiver ends by sending
+//!    mismatch, its `-O` command failing) is evicted at once. A receiver that acknowledged
+//!    everything tells the sender every 200 ms how far its output got while it finishes; one
+//!    whose output took nothing for `send --timeout` (a `-O` command that stopped reading)
+//!    is failed and evicted then, not after `--report-wait`. Each receiver ends by sending
 //!    the sender a point-to-point completion report (bytes, digest verdict, error); the
 //!    sender prints a REPORT (per receiver: rank, MAC, completed/failed/evicted, bytes,
 //!    time) and exits 1 unless every receiver completed.
 //! 5. **Interruption**: Ctrl-C (or SIGTERM) on the sender broadcasts an abort; receivers
-//!    remove their temporary file (or kill their `-O` command) and exit 130. A receiver
-//!    that hears nothing from the sender for `recv --timeout` seconds (30 by default) gives
-//!    up with exit code 1. Output files are written under a temporary name
-//!    (`.NAME.ethbcast-PID.part`) in the target directory and renamed only after the
-//!    digest matched, so a file with the final name is always complete.
+//!    remove their temporary file (or kill their `-O` command) and exit 130. Ctrl-C on a
+//!    receiver does the same there at once, even when its output has stopped taking data
+//!    (the `-O` command runs in a process group of its own, which is killed whole). A
+//!    receiver that hears nothing from the sender, or whose output takes no data, for `recv
+//!    --timeout` seconds (30 by default) gives up with exit code 1 (the sender says it is
+//!    alive every 250 ms, so a pause of its input is no silence). Output files are written under a fresh random temporary name
+//!    (`.NAME.ethbcast-PID-RANDOM.part`, created exclusively, never through a symlink) in
+//!    the target directory and renamed only after the digest matched (then the directory is
+//!    synced), so a file with the final name is always complete.
 //!
 //! # Exit codes
 //!
@@ -187,9 +194,43 @@ impl LinkOpts {
     }
 }
 
-/// How long the join phase and completion reports may take at most.
-pub fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(s.max(0.0))
+/// The duration that stands for "no limit" (`inf`): a century, which any clock arithmetic
+/// (an `Instant` plus it) still handles, where `f64::INFINITY` seconds has no `Duration`.
+pub const NO_LIMIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Parses a number of seconds given on the command line (`--wait`, `--timeout`,
+/// `--report-wait`): a non-negative decimal number, or `inf` for no limit. Values at or above
+/// [`NO_LIMIT`] mean no limit too. Checked here, so that a bad value is a usage error instead
+/// of a panic deep in the transfer.
+pub fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if matches!(
+        t.to_ascii_lowercase().as_str(),
+        "inf" | "infinity" | "+inf" | "+infinity"
+    ) {
+        return Ok(NO_LIMIT);
+    }
+    let v: f64 = t
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number of seconds (e.g. 2.5) or inf"))?;
+    if v.is_nan() || v < 0.0 {
+        return Err(format!(
+            "{s:?}: seconds must be a number >= 0 (or inf for no limit)"
+        ));
+    }
+    if v >= NO_LIMIT.as_secs_f64() {
+        return Ok(NO_LIMIT);
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// `d` for messages: seconds, or "no limit".
+pub fn render_seconds(d: Duration) -> String {
+    if d >= NO_LIMIT {
+        "no limit".into()
+    } else {
+        format!("{:.0} s", d.as_secs_f64())
+    }
 }
 
 /// Formats bytes per second as Mbit/s.
@@ -211,4 +252,26 @@ pub fn interrupt_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
         f
     })
     .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_parse_and_inf_means_no_limit() {
+        assert_eq!(parse_seconds("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_seconds("0"), Ok(Duration::ZERO));
+        for s in ["inf", "Infinity", "+inf", "1e300", "1e19"] {
+            let d = parse_seconds(s).unwrap();
+            assert_eq!(d, NO_LIMIT, "{s}");
+            // Every use adds the limit to the clock: that must not overflow.
+            let _ = std::time::Instant::now() + d;
+        }
+        for s in ["nan", "-1", "-inf", "soon", ""] {
+            assert!(parse_seconds(s).is_err(), "{s} accepted");
+        }
+        assert_eq!(render_seconds(NO_LIMIT), "no limit");
+        assert_eq!(render_seconds(Duration::from_secs(3)), "3 s");
+    }
 }

@@ -4,17 +4,19 @@ use std::fs::File;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ethbcast::driver::WallClock;
 use ethbcast::link;
 use ethbcast::member::Event;
+use ethbcast::proto::Dest;
 use serde::Serialize;
 
-use super::stream::{Data, DigestAlgo, Final, Msg, StreamHasher, ABORT, EVICTED};
+use super::stream::{Data, DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED};
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// Where the stream goes.
@@ -64,33 +66,133 @@ pub struct RecvReport {
 }
 
 enum Sink {
-    Stdout(BufWriter<std::io::Stdout>),
+    Stdout(BufWriter<Counted<std::io::Stdout>>),
     File {
         tmp: PathBuf,
         dst: PathBuf,
-        f: Option<BufWriter<File>>,
+        f: Option<BufWriter<Counted<File>>>,
     },
     Command {
         cmd: String,
         child: Option<Child>,
-        stdin: Option<BufWriter<ChildStdin>>,
+        stdin: Option<BufWriter<Counted<ChildStdin>>>,
+        /// Where the command's input counts its bytes (see [`Counted`]).
+        written: Arc<AtomicU64>,
     },
     Done,
 }
 
-fn temp_name(dst: &Path) -> Result<PathBuf, Fatal> {
+/// A writer that counts the bytes its inner writer took: the file, the pipe or stdout, not
+/// the buffer in front of them. The protocol loop watches the count to tell an output that
+/// drains slowly from one that stopped taking data (a `-O` command that does not read).
+///
+/// It hands the inner writer at most [`COUNTED_STEP`] bytes per call: a blocking write to a
+/// pipe returns only once all its bytes went through, so a megabyte written at once would
+/// show no progress until the reader had taken all of it.
+struct Counted<W> {
+    inner: W,
+    count: Arc<AtomicU64>,
+}
+
+impl<W> Counted<W> {
+    fn new(inner: W, count: &Arc<AtomicU64>) -> Counted<W> {
+        Counted {
+            inner,
+            count: count.clone(),
+        }
+    }
+}
+
+/// Bytes per write of [`Counted`]: a pipe's default capacity.
+const COUNTED_STEP: usize = 64 << 10;
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(&buf[..buf.len().min(COUNTED_STEP)])?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Kills the `-O` command and everything it started: it runs in a process group of its own,
+/// so that `sh -c 'a | b'` or a shell that forks its last command leaves no process holding
+/// the pipe (or running on) after the receiver gave up.
+fn kill_command(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Tries at most this many fresh names for the temporary output before giving up.
+const TEMP_TRIES: usize = 16;
+
+/// Creates the temporary output next to `dst` (so that the final rename stays within one file
+/// system): `.NAME.ethbcast-PID-RANDOM.part`, with a name drawn from `suffix`.
+///
+/// Why this way: the target directory may be writable by others (`/tmp`, a shared scratch
+/// space). A predictable name opened with `File::create` follows a symlink planted there, so
+/// the transfer would overwrite whatever file the link points to, and then rename the link
+/// into place. The name is random, and the file is opened with `O_CREAT | O_EXCL |
+/// O_NOFOLLOW`: whatever already exists under the name, symlink or not, is never opened; the
+/// next name is tried instead.
+fn create_temp(dst: &Path, mut suffix: impl FnMut() -> u64) -> Result<(PathBuf, File), Fatal> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = dst
         .file_name()
         .ok_or_else(|| Fatal::io(format!("-o {}: not a file name", dst.display())))?;
-    let dir = match dst.parent() {
+    let dir = parent_dir(dst);
+    let mut last = None;
+    for _ in 0..TEMP_TRIES {
+        let tmp = dir.join(format!(
+            ".{}.ethbcast-{}-{:016x}.part",
+            name.to_string_lossy(),
+            std::process::id(),
+            suffix()
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => last = Some(tmp),
+            Err(e) => return Err(Fatal::io(format!("cannot create {}: {e}", tmp.display()))),
+        }
+    }
+    Err(Fatal::io(format!(
+        "cannot create a temporary file next to {}: {TEMP_TRIES} fresh names were taken (last {})",
+        dst.display(),
+        last.map_or_else(String::new, |p| p.display().to_string())
+    )))
+}
+
+/// The directory of `path` (`.` for a bare file name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
-    };
-    Ok(dir.join(format!(
-        ".{}.ethbcast-{}.part",
-        name.to_string_lossy(),
-        std::process::id()
-    )))
+    }
+}
+
+/// Makes a rename in `dir` durable: without it, a crash soon after the rename may leave the
+/// directory without the new name although the file's data was synced. File systems that
+/// cannot sync a directory (EINVAL) are taken at their word.
+fn sync_dir(dir: &Path) -> Result<(), Fatal> {
+    let r = File::open(dir).and_then(|d| d.sync_all());
+    match r {
+        Err(e) if e.raw_os_error() != Some(nix::libc::EINVAL) => Err(Fatal::io(format!(
+            "cannot sync directory {}: {e}",
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn write_err(what: &str, e: std::io::Error) -> Fatal {
@@ -107,9 +209,13 @@ fn write_err(what: &str, e: std::io::Error) -> Fatal {
 }
 
 impl Sink {
-    fn open(out: &Output) -> Result<Sink, Fatal> {
+    /// Opens the output; `written` counts the bytes it takes (see [`Counted`]).
+    fn open(out: &Output, written: &Arc<AtomicU64>) -> Result<Sink, Fatal> {
         Ok(match out {
-            Output::Stdout => Sink::Stdout(BufWriter::with_capacity(1 << 20, std::io::stdout())),
+            Output::Stdout => Sink::Stdout(BufWriter::with_capacity(
+                1 << 20,
+                Counted::new(std::io::stdout(), written),
+            )),
             Output::File(dst) => {
                 if dst.is_dir() {
                     return Err(Fatal::io(format!(
@@ -117,19 +223,18 @@ impl Sink {
                         dst.display()
                     )));
                 }
-                let tmp = temp_name(dst)?;
-                let f = File::create(&tmp)
-                    .map_err(|e| Fatal::io(format!("cannot create {}: {e}", tmp.display())))?;
+                let (tmp, f) = create_temp(dst, rand::random)?;
                 Sink::File {
                     tmp,
                     dst: dst.clone(),
-                    f: Some(BufWriter::with_capacity(1 << 20, f)),
+                    f: Some(BufWriter::with_capacity(1 << 20, Counted::new(f, written))),
                 }
             }
             Output::Command(cmd) => Sink::Command {
                 cmd: cmd.clone(),
                 child: None,
                 stdin: None,
+                written: written.clone(),
             },
         })
     }
@@ -137,15 +242,26 @@ impl Sink {
     /// Starts the command (at the header, so that no command runs for a transfer that never
     /// begins).
     fn start(&mut self) -> Result<(), Fatal> {
-        if let Sink::Command { cmd, child, stdin } = self {
+        use std::os::unix::process::CommandExt;
+        if let Sink::Command {
+            cmd,
+            child,
+            stdin,
+            written,
+        } = self
+        {
             if child.is_none() {
                 let mut c = Command::new("sh")
                     .arg("-c")
                     .arg(&*cmd)
                     .stdin(Stdio::piped())
+                    .process_group(0)
                     .spawn()
                     .map_err(|e| Fatal::io(format!("cannot run sh -c {cmd:?}: {e}")))?;
-                *stdin = c.stdin.take().map(|s| BufWriter::with_capacity(1 << 20, s));
+                *stdin = c
+                    .stdin
+                    .take()
+                    .map(|s| BufWriter::with_capacity(1 << 20, Counted::new(s, written)));
                 *child = Some(c);
             }
         }
@@ -180,7 +296,8 @@ impl Sink {
                     let file = w
                         .into_inner()
                         .map_err(|e| write_err(&tmp.display().to_string(), e.into_error()))?;
-                    file.sync_all()
+                    file.inner
+                        .sync_all()
                         .map_err(|e| write_err(&tmp.display().to_string(), e))?;
                     std::fs::rename(&tmp, &dst).map_err(|e| {
                         Fatal::io(format!(
@@ -188,14 +305,17 @@ impl Sink {
                             tmp.display(),
                             dst.display()
                         ))
-                    })
+                    })?;
+                    sync_dir(&parent_dir(&dst))
                 })();
                 if r.is_err() {
                     let _ = std::fs::remove_file(&tmp);
                 }
                 r
             }
-            Sink::Command { cmd, child, stdin } => {
+            Sink::Command {
+                cmd, child, stdin, ..
+            } => {
                 let Some(mut child) = child else {
                     return Ok(());
                 };
@@ -242,7 +362,7 @@ impl Sink {
             Sink::Command { child, stdin, .. } => {
                 drop(stdin);
                 if let Some(mut c) = child {
-                    let _ = c.kill();
+                    kill_command(c.id());
                     let _ = c.wait();
                 }
             }
@@ -277,14 +397,7 @@ impl SinkHandle {
             SinkHandle::File(tmp) => {
                 let _ = std::fs::remove_file(tmp);
             }
-            SinkHandle::Pid(pid) => {
-                if let Ok(pid) = i32::try_from(*pid) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-            }
+            SinkHandle::Pid(pid) => kill_command(*pid),
         }
     }
 }
@@ -323,12 +436,42 @@ struct Writer {
     thread: Option<JoinHandle<Written>>,
     handle: SinkHandle,
     done: Option<Written>,
+    /// Set when the protocol loop gives up: the writer stops at its next job instead of
+    /// writing out what is still queued.
+    abandoned: Arc<AtomicBool>,
+    /// Bytes the output took so far (see [`Counted`]).
+    written: Arc<AtomicU64>,
+}
+
+/// How [`Writer::push`] ended.
+enum Pushed {
+    /// The job is in the queue.
+    Queued,
+    /// The writer stopped (its error is in [`Writer::finish`]).
+    Stopped,
+    /// Ctrl-C (or SIGTERM) while waiting for room.
+    Interrupted,
+    /// The output took no data for the patience given while waiting for room.
+    Stalled,
+}
+
+/// Why the output has not drained for `patience`.
+fn stalled(patience: Duration) -> Fatal {
+    Fatal::new(
+        EXIT_FAILED,
+        format!(
+            "the output took no data for {}: is the -O command reading its input?",
+            super::render_seconds(patience)
+        ),
+    )
 }
 
 impl Writer {
-    fn spawn(sink: Sink, algo: DigestAlgo) -> Result<Writer, Fatal> {
+    fn spawn(sink: Sink, algo: DigestAlgo, written: Arc<AtomicU64>) -> Result<Writer, Fatal> {
         let handle = sink.handle();
         let (tx, rx) = sync_channel::<Job>(WRITE_QUEUE);
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let give_up = abandoned.clone();
         let thread = std::thread::Builder::new()
             .name("ethbcast-writer".into())
             .spawn(move || {
@@ -336,7 +479,11 @@ impl Writer {
                 let mut hasher = StreamHasher::new(algo);
                 let mut bytes = 0u64;
                 let result = loop {
-                    match rx.recv() {
+                    let job = rx.recv();
+                    if give_up.load(Ordering::SeqCst) {
+                        break Err(Fatal::new(EXIT_FAILED, "transfer ended early"));
+                    }
+                    match job {
                         Ok(Job::Data(d)) => {
                             hasher.update(d.bytes());
                             bytes += d.bytes().len() as u64;
@@ -374,12 +521,50 @@ impl Writer {
             thread: Some(thread),
             handle,
             done: None,
+            abandoned,
+            written,
         })
     }
 
-    /// Queues a job; `false` if the writer has stopped (its error is in [`Writer::finish`]).
-    fn push(&mut self, job: Job) -> bool {
-        self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok())
+    /// Queues a job, waiting for room as long as the output takes data. Why not a blocking
+    /// send: an output that stopped taking data (a `-O` command that does not read) would
+    /// hold the protocol loop for good, deaf to Ctrl-C.
+    fn push(&mut self, job: Job, stop: &AtomicBool, patience: Duration) -> Pushed {
+        let Some(tx) = self.tx.as_ref() else {
+            return Pushed::Stopped;
+        };
+        let mut job = job;
+        let mut seen = (self.written.load(Ordering::Relaxed), Instant::now());
+        loop {
+            match tx.try_send(job) {
+                Ok(()) => return Pushed::Queued,
+                Err(TrySendError::Disconnected(_)) => return Pushed::Stopped,
+                Err(TrySendError::Full(j)) => job = j,
+            }
+            if stop.load(Ordering::SeqCst) {
+                return Pushed::Interrupted;
+            }
+            let now = Instant::now();
+            let w = self.written.load(Ordering::Relaxed);
+            if w != seen.0 {
+                seen = (w, now);
+            } else if now.duration_since(seen.1) > patience {
+                return Pushed::Stalled;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Bytes the output took so far.
+    fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Gives the output up from the protocol loop: the temporary file is removed, the command
+    /// killed, and the writer stops at its next job, even while it is stuck writing.
+    fn abandon(&mut self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        self.handle.discard();
     }
 
     /// The writer stopped on its own (an error, or done after `Verify`).
@@ -407,11 +592,90 @@ impl Writer {
     }
 }
 
+fn interrupted() -> Fatal {
+    Fatal::new(EXIT_INTERRUPTED, "interrupted")
+}
+
+/// What a control frame of the sender ends this receiver with, if anything: an abort or an
+/// eviction notice.
+fn sender_verdict(ev: &Event) -> Option<Fatal> {
+    let Event::Notice {
+        src: 0,
+        body: payload,
+    } = ev
+    else {
+        return None;
+    };
+    if payload.starts_with(ABORT) {
+        return Some(Fatal::new(
+            EXIT_INTERRUPTED,
+            "the sender aborted the transfer",
+        ));
+    }
+    if payload.starts_with(EVICTED) {
+        return Some(Fatal::new(
+            EXIT_FAILED,
+            "evicted by the sender (this receiver was too slow or silent)",
+        ));
+    }
+    None
+}
+
+/// How often a receiver finishing its output tells the sender how far it got (see
+/// [`Progress`]).
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
+/// After the trailer (`total` bytes in the stream): keeps answering the sender while the
+/// writer delivers the rest of the stream to the output and commits it, and tells the sender
+/// how far the output got. Gives up on Ctrl-C, on the sender's abort or eviction notice, and
+/// when the output took no data for `patience` while bytes were left to give it (once it took
+/// them all, flushing, syncing and the command's exit take what they take: the sender's
+/// `--report-wait` bounds them).
+fn await_writer(
+    node: &mut super::Node,
+    w: &Writer,
+    total: u64,
+    stop: &AtomicBool,
+    patience: Duration,
+) -> Result<(), Fatal> {
+    let mut seen = (w.written(), Instant::now());
+    let mut told: Option<Instant> = None;
+    while !w.stopped() {
+        if stop.load(Ordering::SeqCst) {
+            return Err(interrupted());
+        }
+        if told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+            let took = w.written();
+            let p = Progress {
+                took,
+                all_taken: took >= total,
+            };
+            let _ = node.member_mut().send_notice(Dest::Rank(0), p.encode());
+            told = Some(Instant::now());
+        }
+        node.turn(&WallClock, Some(Duration::from_millis(10)))?;
+        while let Some(ev) = node.member_mut().poll_event() {
+            if let Some(f) = sender_verdict(&ev) {
+                return Err(f);
+            }
+        }
+        let now = Instant::now();
+        let took = w.written();
+        if took != seen.0 || took >= total {
+            seen = (took, now);
+        } else if now.duration_since(seen.1) > patience {
+            return Err(stalled(patience));
+        }
+    }
+    Ok(())
+}
+
 /// Runs `ethbcast recv`. Returns the report (its `code` is the exit code) or a fatal error
 /// that happened before the transfer began.
 pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let stop = super::interrupt_flag();
-    let mut guard = Guard(Sink::open(&a.output)?);
+    let output_took = Arc::new(AtomicU64::new(0));
+    let mut guard = Guard(Sink::open(&a.output, &output_took)?);
     let sink = &mut guard.0;
     let mut lnk = a.link.open()?;
     let me = lnk.local_mac();
@@ -446,11 +710,13 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             _ => Fatal::new(EXIT_FAILED, "the writer stopped"),
         }
     };
-    let mut last_rx = (node.member().stats().accepted, Instant::now());
+    // Only frames of this transfer from the sender count as hearing from it (not frames of
+    // other groups on the segment, nor garbage).
+    let heard_since = Instant::now();
     let mut written: Option<Written> = None;
     let outcome: Result<(), Fatal> = 'run: loop {
         if stop.load(Ordering::SeqCst) {
-            break 'run Err(Fatal::new(EXIT_INTERRUPTED, "interrupted"));
+            break 'run Err(interrupted());
         }
         if let Some(w) = writer.as_mut() {
             if w.stopped() {
@@ -461,10 +727,12 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             break 'run Err(e.into());
         }
         let now = Instant::now();
-        let fr = node.member().stats().accepted;
-        if fr != last_rx.0 {
-            last_rx = (fr, now);
-        } else if now.duration_since(last_rx.1) > a.timeout {
+        let heard = node
+            .member()
+            .engine()
+            .last_heard(0)
+            .map_or(heard_since, |t| t.max(heard_since));
+        if now.saturating_duration_since(heard) > a.timeout {
             break 'run Err(Fatal::new(
                 EXIT_FAILED,
                 format!(
@@ -486,7 +754,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         if let Err(e) = sink.start() {
                             break 'run Err(e);
                         }
-                        match Writer::spawn(std::mem::replace(sink, Sink::Done), digest) {
+                        let out = std::mem::replace(sink, Sink::Done);
+                        match Writer::spawn(out, digest, output_took.clone()) {
                             Ok(w) => writer = Some(w),
                             Err(e) => break 'run Err(e),
                         }
@@ -498,8 +767,11 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                 "stream data before its header",
                             ));
                         };
-                        if !w.push(Job::Data(d)) {
-                            break 'run Err(writer_failed(w));
+                        match w.push(Job::Data(d), &stop, a.timeout) {
+                            Pushed::Queued => {}
+                            Pushed::Stopped => break 'run Err(writer_failed(w)),
+                            Pushed::Interrupted => break 'run Err(interrupted()),
+                            Pushed::Stalled => break 'run Err(stalled(a.timeout)),
                         }
                     }
                     Ok(Msg::Trailer { bytes, digest }) => {
@@ -509,14 +781,14 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                 "stream trailer before its header",
                             ));
                         };
-                        if !w.push(Job::Verify { bytes, digest }) {
-                            break 'run Err(writer_failed(w));
+                        match w.push(Job::Verify { bytes, digest }, &stop, a.timeout) {
+                            Pushed::Queued => {}
+                            Pushed::Stopped => break 'run Err(writer_failed(w)),
+                            Pushed::Interrupted => break 'run Err(interrupted()),
+                            Pushed::Stalled => break 'run Err(stalled(a.timeout)),
                         }
-                        // Keep answering the sender while the output is flushed and committed.
-                        while !w.stopped() {
-                            if let Err(e) = node.turn(&WallClock, Some(Duration::from_millis(10))) {
-                                break 'run Err(e.into());
-                            }
+                        if let Err(e) = await_writer(&mut node, w, bytes, &stop, a.timeout) {
+                            break 'run Err(e);
                         }
                         let done = w.finish(Duration::ZERO);
                         let result = match &done {
@@ -537,34 +809,25 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                     }
                     Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e)),
                 },
-                Event::Notice {
-                    src: 0,
-                    body: payload,
-                } => {
-                    if payload.starts_with(ABORT) {
-                        break 'run Err(Fatal::new(
-                            EXIT_INTERRUPTED,
-                            "the sender aborted the transfer",
-                        ));
-                    }
-                    if payload.starts_with(EVICTED) {
-                        break 'run Err(Fatal::new(
-                            EXIT_FAILED,
-                            "evicted by the sender (this receiver was too slow or silent)",
-                        ));
+                ev => {
+                    if let Some(f) = sender_verdict(&ev) {
+                        break 'run Err(f);
                     }
                 }
-                _ => {}
             }
         }
     };
     let (ok, error, code) = match &outcome {
         Ok(()) => (true, String::new(), super::EXIT_OK),
         Err(f) => {
-            // Discard the output, wherever it is: still here, or with the writer.
+            // Discard the output, wherever it is: still here, or with the writer (which
+            // may be stuck writing to a command that does not read: it is killed first).
             sink.abort();
             if let Some(w) = writer.as_mut() {
-                written = w.finish(Duration::from_secs(2));
+                if !w.stopped() {
+                    w.abandon();
+                }
+                written = w.finish(Duration::from_millis(500));
             }
             (false, f.msg.clone(), f.code)
         }
@@ -604,4 +867,71 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         error,
         code,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ethbcast-recv-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A host user who can write to the target directory plants a symlink where the
+    /// receiver's temporary file used to be (its name was `.NAME.ethbcast-PID.part`): the
+    /// receiver must neither write through it nor rename it into place.
+    #[test]
+    fn a_symlink_planted_at_the_temporary_name_is_not_followed() {
+        let dir = scratch("symlink");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dst = dir.join("out.bin");
+        let old_name = dir.join(format!(".out.bin.ethbcast-{}.part", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &old_name).unwrap();
+        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default()).unwrap();
+        sink.write(b"the transfer").unwrap();
+        sink.commit().unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let meta = std::fs::symlink_metadata(&dst).unwrap();
+        assert!(meta.file_type().is_file(), "the output is a regular file");
+        assert_eq!(std::fs::read(&dst).unwrap(), b"the transfer");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Whatever sits at a drawn name (a symlink, dangling or not, a file) is skipped, never
+    /// opened: the next name is drawn.
+    #[test]
+    fn names_that_exist_are_skipped_without_being_opened() {
+        let dir = scratch("exists");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dst = dir.join("out.bin");
+        let at = |k: u64| {
+            dir.join(format!(
+                ".out.bin.ethbcast-{}-{k:016x}.part",
+                std::process::id()
+            ))
+        };
+        std::os::unix::fs::symlink(&victim, at(1)).unwrap();
+        std::os::unix::fs::symlink(dir.join("created-through-a-link"), at(2)).unwrap();
+        std::fs::write(at(3), b"someone else's").unwrap();
+        let mut next = 0;
+        let (tmp, mut f) = create_temp(&dst, || {
+            next += 1;
+            next
+        })
+        .unwrap();
+        assert_eq!(tmp, at(4));
+        f.write_all(b"mine").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(!dir.join("created-through-a-link").exists());
+        assert_eq!(std::fs::read(at(3)).unwrap(), b"someone else's");
+        // Every name taken: a clear error, nothing opened.
+        let err = create_temp(&dst, || 1).unwrap_err();
+        assert!(err.msg.contains("fresh names were taken"), "{}", err.msg);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

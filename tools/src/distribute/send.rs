@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use ethbcast::driver::WallClock;
 use ethbcast::link::{format_mac, MacAddr};
-use ethbcast::member::MemberError;
+use ethbcast::member::{Event, MemberError};
 use ethbcast::proto::{Algo, Dest, SendError};
 use serde::Serialize;
 
 use super::join::{self, Expect};
 use super::rate::TokenBucket;
-use super::stream::{DigestAlgo, Final, Msg, StreamHasher, ABORT, EVICTED};
+use super::stream::{DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE};
 use super::{mbit, Fatal, LinkOpts, Node, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// What `ethbcast send` was asked to do.
@@ -155,6 +155,9 @@ impl Report {
 
 /// How often an evicted receiver is told so again while the transfer lasts.
 const EVICTED_REPEAT: Duration = Duration::from_millis(250);
+/// How often the sender says it is alive (see [`KEEPALIVE`]): often enough for a receiver
+/// timeout well below a second, one small frame each time.
+const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
 
 enum Block {
     Data(Vec<u8>),
@@ -269,7 +272,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
-            "ethbcast: waiting for {} receiver(s) on {} ({}), group {:#x}, up to {:.0} s",
+            "ethbcast: waiting for {} receiver(s) on {} ({}), group {:#x}, {}",
             match &a.expect {
                 Expect::Count(n) => *n,
                 Expect::List(l) => l.len(),
@@ -277,7 +280,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             a.link.iface,
             format_mac(&me),
             a.link.group_id,
-            a.wait.as_secs_f64()
+            match super::render_seconds(a.wait) {
+                s if a.wait >= super::NO_LIMIT => s,
+                s => format!("up to {s}"),
+            }
         );
     }
     let receivers = join::collect(lnk.as_mut(), a.link.group_id, &a.expect, deadline, &stop)?;
@@ -315,6 +321,13 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     // lasts, because a receiver that was only stalled resumes with a full receive queue, in
     // which the first notice found no room.
     let mut told_evicted: Vec<Option<Instant>> = vec![None; n];
+    // A receiver that acknowledged everything, trailer included, still owes its report: when
+    // it was first seen so, when it last showed progress towards the report (its output
+    // taking data, or done taking it), and the bytes its last notice said.
+    let mut all_acked_at: Vec<Option<Instant>> = vec![None; n];
+    let mut progress_at: Vec<Option<Instant>> = vec![None; n];
+    let mut took: Vec<Option<u64>> = vec![None; n];
+    let mut kept_alive = Instant::now();
     let rx = reader(input, msg, a.digest);
     let pb = progress_bar(total, a.quiet);
     let start = Instant::now();
@@ -422,7 +435,17 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         }
         node.turn(&WallClock, Some(wait))?;
         let now = Instant::now();
-        while node.member_mut().poll_event().is_some() {}
+        while let Some(ev) = node.member_mut().poll_event() {
+            if let Event::Notice { src, body } = ev {
+                let r = usize::from(src);
+                if let (Some(p), true) = (Progress::decode(&body), (1..n).contains(&r)) {
+                    if p.all_taken || took[r] != Some(p.took) {
+                        progress_at[r] = Some(now);
+                    }
+                    took[r] = Some(p.took);
+                }
+            }
+        }
         if let Some(stable) = node.member().stable_through() {
             while inflight.front().is_some_and(|f| f.0 <= stable) {
                 acked += inflight.pop_front().map_or(0, |f| f.1);
@@ -465,6 +488,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     None => {}
                 }
             }
+        }
+        if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {
+            control(&mut node, Dest::All, KEEPALIVE);
+            kept_alive = now;
         }
         for (r, told) in told_evicted.iter_mut().enumerate() {
             if told.is_some_and(|t| now.duration_since(t) >= EVICTED_REPEAT) {
@@ -509,6 +536,47 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     r,
                     Outcome::Evicted,
                     acked,
+                    msg,
+                );
+                continue;
+            }
+            // Everything acknowledged, the trailer included: from now on only its output and
+            // its report are left, and the receiver says how its output gets on (progress
+            // notices). None for `timeout` and it is failed like a stalled receiver, not
+            // waited for until `report_wait`.
+            let all_acked = trailer.is_some()
+                && node.member().engine().sender().queued() == 0
+                && l.outstanding == 0;
+            if !all_acked {
+                continue;
+            }
+            let since = *all_acked_at[r].get_or_insert(now);
+            let last = progress_at[r].map_or(since, |p| p.max(since));
+            if now.duration_since(last) > a.timeout {
+                node.member_mut().evict(now, r as u16);
+                control(&mut node, Dest::Rank(r as u16), EVICTED);
+                told_evicted[r] = Some(now);
+                let msg = format!(
+                    "acknowledged all data, then no progress towards its report for {:.1} s (its output took {})",
+                    now.duration_since(last).as_secs_f64(),
+                    took[r].map_or("nothing it told of".into(), |b| format!("{b} bytes"))
+                );
+                if !a.quiet {
+                    pb.suspend(|| {
+                        eprintln!(
+                            "ethbcast: failing rank {r} ({}): {msg}",
+                            format_mac(&roster[r])
+                        )
+                    });
+                }
+                finish(
+                    &mut outcome,
+                    &mut bytes_of,
+                    &mut at,
+                    &mut error,
+                    r,
+                    Outcome::Failed,
+                    sent,
                     msg,
                 );
             }

@@ -11,8 +11,10 @@
 //! Point-to-point messages from a receiver to the sender: `J` (joined) and `F` (final
 //! report: ok flag, bytes, digest, error text).
 //!
-//! Control frames (`Join` kind, told apart by a 4-byte magic): `EBDH` hello + MAC,
-//! `EBDR` roster (count u16 + MACs in rank order), `EBDX` abort, `EBDE` "you were evicted".
+//! Control frames, told apart by a 4-byte magic. `Join` kind: `EBDH` hello + MAC, `EBDR`
+//! roster (count u16 + MACs in rank order). `Notice` kind: `EBDX` abort, `EBDE` "you were
+//! evicted", `EBDP` a receiver's progress after the trailer (bytes its output took, u64, and
+//! whether it took them all, u8), `EBDK` the sender's keepalive.
 
 use ethbcast::link::MacAddr;
 
@@ -28,6 +30,11 @@ pub const ROSTER: &[u8; 4] = b"EBDR";
 pub const ABORT: &[u8; 4] = b"EBDX";
 /// Eviction notice.
 pub const EVICTED: &[u8; 4] = b"EBDE";
+/// The sender's keepalive: receivers give up on a sender they do not hear from for their
+/// `--timeout`, and a sender whose input pauses has nothing else to say.
+pub const KEEPALIVE: &[u8; 4] = b"EBDK";
+/// A receiver's progress notice.
+pub const PROGRESS: &[u8; 4] = b"EBDP";
 /// Unknown total size.
 pub const UNKNOWN: u64 = u64::MAX;
 
@@ -180,6 +187,39 @@ impl Final {
     }
 }
 
+/// A receiver's notice, sent while it finishes its output after the trailer, that it is
+/// getting on with it. Why: by then it has acknowledged every frame, so the sender sees no
+/// cursor move; without a notice it cannot tell an output that drains slowly from one that
+/// stopped (a `-O` command that does not read), and would wait `--report-wait` for either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes the output took so far (the file, the pipe, stdout).
+    pub took: u64,
+    /// The output took every byte of the stream: the receiver flushes, syncs, or waits for
+    /// its command to exit.
+    pub all_taken: bool,
+}
+
+impl Progress {
+    /// Encodes (`EBDP` + took + all_taken).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = PROGRESS.to_vec();
+        v.extend_from_slice(&self.took.to_be_bytes());
+        v.push(u8::from(self.all_taken));
+        v
+    }
+    /// Decodes.
+    pub fn decode(p: &[u8]) -> Option<Progress> {
+        if p.len() != 13 || &p[..4] != PROGRESS {
+            return None;
+        }
+        Some(Progress {
+            took: u64::from_be_bytes(p[4..12].try_into().ok()?),
+            all_taken: p[12] == 1,
+        })
+    }
+}
+
 /// Roster payload: magic, count, MACs.
 pub fn encode_roster(peers: &[MacAddr]) -> Vec<u8> {
     let mut v = ROSTER.to_vec();
@@ -306,6 +346,7 @@ impl StreamHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn messages_round_trip() {
@@ -338,6 +379,12 @@ mod tests {
             error: "disk full".into(),
         };
         assert_eq!(Final::decode(&f.encode()), Some(f));
+        let p = Progress {
+            took: 1 << 40,
+            all_taken: true,
+        };
+        assert_eq!(Progress::decode(&p.encode()), Some(p));
+        assert_eq!(Progress::decode(&p.encode()[..12]), None);
         let peers = vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
         assert_eq!(decode_roster(&encode_roster(&peers)), Some(peers));
     }
@@ -360,6 +407,98 @@ mod tests {
         let mut old = h;
         old[5] = 1;
         assert!(Msg::decode(old).unwrap_err().contains("version"));
+    }
+
+    /// Whatever the parsers make of `b`, without a panic: what parses, encodes back to the
+    /// same thing.
+    fn parse_everything(b: &[u8]) {
+        match Msg::decode(b.to_vec()) {
+            Ok(Msg::Data(d)) => assert_eq!(Msg::Data(d).encode(), b),
+            Ok(m) => assert_eq!(Msg::decode(m.encode()), Ok(m)),
+            Err(e) => assert!(!e.is_empty()),
+        }
+        if let Some(f) = Final::decode(b) {
+            assert_eq!(Final::decode(&f.encode()), Some(f));
+        }
+        if let Some(p) = Progress::decode(b) {
+            assert_eq!(Progress::decode(&p.encode()), Some(p));
+        }
+        if let Some(r) = decode_roster(b) {
+            assert!(r.len() >= 2);
+            assert_eq!(decode_roster(&encode_roster(&r)), Some(r));
+        }
+    }
+
+    fn any_msg() -> impl Strategy<Value = Vec<u8>> {
+        let algo = prop_oneof![Just(DigestAlgo::Xxh3), Just(DigestAlgo::Blake3)];
+        prop_oneof![
+            (any::<Option<u64>>(), any::<u32>(), algo).prop_map(|(total, chunk, digest)| {
+                Msg::Header {
+                    total,
+                    chunk,
+                    digest,
+                }
+                .encode()
+            }),
+            proptest::collection::vec(any::<u8>(), 0..64)
+                .prop_map(|d| Msg::Data(Data::new(&d)).encode()),
+            (any::<u64>(), any::<[u8; 32]>()).prop_map(|(bytes, digest)| Msg::Trailer {
+                bytes,
+                digest
+            }
+            .encode()),
+            ".{0,20}".prop_map(|r| Msg::Abort(r).encode()),
+            (any::<bool>(), any::<u64>(), ".{0,20}").prop_map(|(ok, bytes, error)| Final {
+                ok,
+                bytes,
+                error
+            }
+            .encode()),
+            (any::<u64>(), any::<bool>()).prop_map(|(took, all_taken)| Progress {
+                took,
+                all_taken
+            }
+            .encode()),
+            proptest::collection::vec(any::<[u8; 6]>(), 0..6).prop_map(|m| encode_roster(&m)),
+        ]
+    }
+
+    /// One change to an encoded message: (what, where, value).
+    fn mutate(m: &mut Vec<u8>, (what, at, v): (u8, usize, u8)) {
+        match what % 4 {
+            0 if !m.is_empty() => {
+                let n = m.len();
+                m[at % n] ^= v | 1;
+            }
+            1 => m.truncate(at % (m.len() + 1)),
+            2 => m.push(v),
+            _ if !m.is_empty() => {
+                let n = m.len();
+                m[at % n] = v;
+            }
+            _ => {}
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 5000, ..Default::default() })]
+
+        #[test]
+        fn the_stream_parsers_take_random_bytes(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+            parse_everything(&b);
+        }
+
+        #[test]
+        fn the_stream_parsers_take_mutated_messages(
+            mut m in any_msg(),
+            muts in proptest::collection::vec((any::<u8>(), any::<usize>(), any::<u8>()), 1..4),
+        ) {
+            parse_everything(&m);
+            for x in muts {
+                mutate(&mut m, x);
+            }
+            parse_everything(&m);
+        }
     }
 
     #[test]
