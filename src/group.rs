@@ -14,7 +14,6 @@
 //! paper's PPBCAST and SBCAST), and the point-to-point binomial tree (the MPICH-style
 //! baseline), which rides on the node's reliable point-to-point channels.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -22,10 +21,10 @@ use thiserror::Error;
 use crate::detect::{DetectorConfig, Gossip};
 use crate::driver::{Driver, WallClock};
 use crate::eqa::Rank;
-use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{Done, Member, MemberConfig, MemberError};
+use crate::membership::{Expect, Join, JoinConfig, JoinError, Joined};
 use crate::proto::Config;
-use crate::wire::{Frame, Kind, Repr};
 
 pub use crate::member::{tree_children, tree_parent, Algorithm, BarrierKind};
 
@@ -138,7 +137,7 @@ pub enum GroupError {
         after: Duration,
     },
     /// Not everyone joined in time.
-    #[error("only {joined} of {expected} members joined within {timeout:?}: check that every member runs, on the same segment and group id")]
+    #[error("only {joined} of {expected} members joined within {timeout:?} ({waiting}): check that every member runs, on the same segment, with the same group id and key")]
     JoinTimeout {
         /// Members heard from (this one included).
         joined: usize,
@@ -146,7 +145,15 @@ pub enum GroupError {
         expected: usize,
         /// How long we waited.
         timeout: Duration,
+        /// What this member was waiting for, and hosts it heard that the membership excludes.
+        waiting: String,
     },
+    /// The join failed (two members claim one rank, rosters disagree, a bad configuration).
+    #[error(transparent)]
+    Join(#[from] JoinError),
+    /// The caller asked to stop while waiting.
+    #[error("interrupted")]
+    Interrupted,
     /// The membership source is unusable.
     #[error("membership: {0}")]
     Membership(String),
@@ -185,29 +192,84 @@ const SLICE: Duration = Duration::from_millis(50);
 
 impl Group {
     /// A group over an already opened link, with the member MACs in rank order. This
-    /// member's rank is the position of the link's MAC.
+    /// member's rank is the position of the link's MAC. The members join first (a fresh
+    /// session, see [`crate::membership`]), so every member must call this (or
+    /// [`Group::open`] with the same list) within `opts.timeout`.
     pub fn from_link(
         link: Box<dyn Link + Send>,
         peers: Vec<MacAddr>,
         opts: GroupOptions,
     ) -> Result<Group, GroupError> {
-        let me = link.local_mac();
-        let rank = peers
-            .iter()
-            .position(|m| *m == me)
-            .ok_or_else(|| GroupError::NotAMember(link::format_mac(&me)))?;
-        let size = u16::try_from(peers.len())
+        Group::join(link, Expect::List(peers), opts)
+    }
+
+    /// Opens `iface` and builds the group from `membership`.
+    pub fn open(
+        iface: &str,
+        membership: Membership,
+        opts: GroupOptions,
+    ) -> Result<Group, GroupError> {
+        let link = link::open(opts.backend, iface, opts.wait)?;
+        let expect = match membership {
+            Membership::Explicit(p) => Expect::List(p),
+            Membership::Hostfile(path) => Expect::List(parse_hostfile(
+                &std::fs::read_to_string(&path).map_err(|e| {
+                    GroupError::Membership(format!("cannot read hostfile {}: {e}", path.display()))
+                })?,
+            )?),
+            Membership::Env => {
+                let (rank, size) = rank_size_from_env(|k| std::env::var(k).ok())
+                    .ok_or_else(|| GroupError::Membership("no rank/size in the environment (ETHBCAST_RANK/ETHBCAST_SIZE, SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE)".into()))?;
+                Expect::Ranks { size, rank }
+            }
+            Membership::Discover { expected } => Expect::Discover { size: expected },
+        };
+        Group::join(link, expect, opts)
+    }
+
+    fn join(
+        link: Box<dyn Link + Send>,
+        expect: Expect,
+        opts: GroupOptions,
+    ) -> Result<Group, GroupError> {
+        if let Expect::List(l) = &expect {
+            let me = link.local_mac();
+            if !l.contains(&me) {
+                return Err(GroupError::NotAMember(link::format_mac(&me)));
+            }
+        }
+        let cfg = JoinConfig {
+            group: opts.group_id,
+            mac: link.local_mac(),
+            key: opts.key,
+            expect,
+            max_payload: link.max_pdu().saturating_sub(crate::wire::OVERHEAD),
+        };
+        let (joined, link) = join(link, cfg, opts.timeout, || false)?;
+        Group::joined(link, joined, opts)
+    }
+
+    /// A group of members that have joined (see [`join`]): the session's group id and key
+    /// protect every frame.
+    pub fn joined(
+        link: Box<dyn Link + Send>,
+        joined: Joined,
+        opts: GroupOptions,
+    ) -> Result<Group, GroupError> {
+        let rank = joined.rank;
+        let size = u16::try_from(joined.peers.len())
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
-        let mut cfg = Config::new(opts.group_id, rank as Rank, size);
-        cfg.key = opts.key;
+        let mut cfg = Config::new(joined.session.group, rank, size);
+        cfg.key = joined.session.key;
         cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
         if let Some(t) = opts.tweak {
             t(&mut cfg);
         }
-        let mut mc = MemberConfig::new(cfg, peers);
+        let mut mc = MemberConfig::new(cfg, joined.peers);
         mc.barrier_arity = opts.barrier_arity;
+        mc.late = Some(joined.late);
         mc.detector = opts.detector.map(|d| {
-            let mut dc = DetectorConfig::new(rank as Rank, size, d.t_gossip);
+            let mut dc = DetectorConfig::new(rank, size, d.t_gossip);
             dc.protocol = d.protocol;
             dc
         });
@@ -217,32 +279,6 @@ impl Group {
             reported: 0,
             opts,
         })
-    }
-
-    /// Opens `iface` and builds the group from `membership`.
-    pub fn open(
-        iface: &str,
-        membership: Membership,
-        opts: GroupOptions,
-    ) -> Result<Group, GroupError> {
-        let mut link = link::open(opts.backend, iface, opts.wait)?;
-        let peers = match membership {
-            Membership::Explicit(p) => p,
-            Membership::Hostfile(path) => {
-                parse_hostfile(&std::fs::read_to_string(&path).map_err(|e| {
-                    GroupError::Membership(format!("cannot read hostfile {}: {e}", path.display()))
-                })?)?
-            }
-            Membership::Env => {
-                let (rank, size) = rank_size_from_env(|k| std::env::var(k).ok())
-                    .ok_or_else(|| GroupError::Membership("no rank/size in the environment (ETHBCAST_RANK/ETHBCAST_SIZE, SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE)".into()))?;
-                discover(link.as_mut(), opts.group_id, size, Some(rank), opts.timeout)?
-            }
-            Membership::Discover { expected } => {
-                discover(link.as_mut(), opts.group_id, expected, None, opts.timeout)?
-            }
-        };
-        Group::from_link(link, peers, opts)
     }
 
     /// This member's rank.
@@ -414,104 +450,59 @@ pub fn parse_hostfile(text: &str) -> Result<Vec<MacAddr>, GroupError> {
     Ok(macs)
 }
 
-const NO_RANK: u16 = u16::MAX;
-
-/// Discovery: announce (MAC, claimed rank or none, how many we know) by broadcast every 10 ms
-/// until `expected` members are known and every one of them says it knows all, then linger
-/// briefly so that late members hear us. Returns the MACs in rank order.
-pub fn discover(
-    link: &mut dyn Link,
-    group: u32,
-    expected: u16,
-    my_rank: Option<Rank>,
+/// Runs the join `cfg` over `link` with the wall clock until the group is formed, `timeout`
+/// passes ([`GroupError::JoinTimeout`], saying what was missing) or `stop` returns true
+/// ([`GroupError::Interrupted`]; asked every 50 ms). Returns the join and the link. The
+/// join's nonce comes from the operating system's random source.
+pub fn join<L: Link>(
+    link: L,
+    cfg: JoinConfig,
     timeout: Duration,
-) -> Result<Vec<MacAddr>, GroupError> {
-    if expected == 0 {
-        return Err(GroupError::Membership(
-            "a group needs at least one member".into(),
-        ));
-    }
-    let me = link.local_mac();
-    // MAC -> (claimed rank, how many that member knows).
-    let mut known: BTreeMap<MacAddr, (u16, u16)> = BTreeMap::new();
-    known.insert(me, (my_rank.unwrap_or(NO_RANK), 1));
+    mut stop: impl FnMut() -> bool,
+) -> Result<(Joined, L), GroupError> {
+    use rand::RngCore;
     let start = Instant::now();
-    let mut last_say = start - Duration::from_secs(1);
-    let mut complete_at: Option<Instant> = None;
+    // A timeout past any real wait ("no limit") must not overflow the instant.
+    let deadline = start
+        .checked_add(timeout)
+        .unwrap_or(start + Duration::from_secs(100 * 365 * 86_400));
+    let nonce = rand::rngs::OsRng.next_u64();
+    let mut driver = Driver::new(Join::new(cfg, start, nonce)?, link);
     loop {
-        let now = Instant::now();
-        let count = known.len() as u16;
-        known.insert(me, (my_rank.unwrap_or(NO_RANK), count));
-        if now.duration_since(last_say) >= Duration::from_millis(10) {
-            let mut r = Repr::new(Kind::Join);
-            r.group = group;
-            r.src = my_rank.unwrap_or(NO_RANK);
-            r.dst = crate::wire::ALL;
-            r.aux = u32::from(expected);
-            r.msg_len = u32::from(count);
-            let pdu = r.to_vec(&me).expect("a join frame fits");
-            link.send(BROADCAST_MAC, &pdu)?;
-            link.flush()?;
-            last_say = now;
+        if stop() {
+            return Err(GroupError::Interrupted);
         }
-        let everyone_knows =
-            known.len() == usize::from(expected) && known.values().all(|&(_, k)| k >= expected);
-        if everyone_knows {
-            let t = *complete_at.get_or_insert(now);
-            if now.duration_since(t) > Duration::from_millis(100) {
-                break;
-            }
+        let until = (Instant::now() + SLICE).min(deadline);
+        if let Some(r) = driver.run_until(&WallClock, until, SLICE, Join::take_result)? {
+            let joined = r?;
+            return Ok((joined, driver.into_parts().1));
         }
-        if now.duration_since(start) > timeout {
-            if known.len() >= usize::from(expected) {
-                break; // we know all; some member may have left discovery already
+        if Instant::now() >= deadline {
+            let j = driver.member();
+            let (joined, expected) = j.progress();
+            let mut waiting = if j.is_coordinator() {
+                let heard: Vec<String> = j.heard().iter().map(link::format_mac).collect();
+                if heard.is_empty() {
+                    "heard from no other member".to_string()
+                } else {
+                    format!("heard from {}", heard.join(", "))
+                }
+            } else {
+                "no roster from the group's coordinator".to_string()
+            };
+            let strangers = j.strangers();
+            if !strangers.is_empty() {
+                let s: Vec<String> = strangers.iter().map(link::format_mac).collect();
+                waiting.push_str(&format!("; not in the membership: {}", s.join(", ")));
             }
             return Err(GroupError::JoinTimeout {
-                joined: known.len(),
-                expected: usize::from(expected),
+                joined,
+                expected,
                 timeout,
+                waiting,
             });
         }
-        link.recv(Some(Duration::from_millis(5)), &mut |src, pdu| {
-            let Ok(f) = Frame::new_checked(pdu) else {
-                return;
-            };
-            if f.kind() != Kind::Join
-                || f.group() != group
-                || f.payload().len() < 6
-                || f.aux() != u32::from(expected)
-            {
-                return;
-            }
-            let mut mac = [0u8; 6];
-            mac.copy_from_slice(&f.payload()[..6]);
-            if mac != src {
-                return;
-            }
-            known.insert(mac, (f.src(), f.msg_len() as u16));
-        })?;
     }
-    if known.len() > usize::from(expected) {
-        return Err(GroupError::Membership(format!(
-            "{} members announced themselves, {expected} expected",
-            known.len()
-        )));
-    }
-    let claimed: Vec<(MacAddr, u16)> = known.iter().map(|(m, &(r, _))| (*m, r)).collect();
-    if claimed.iter().all(|&(_, r)| r != NO_RANK) {
-        let mut peers = vec![[0u8; 6]; usize::from(expected)];
-        for (m, r) in claimed {
-            if usize::from(r) >= peers.len() || peers[usize::from(r)] != [0u8; 6] {
-                return Err(GroupError::Membership(format!(
-                    "rank {r} claimed twice or out of range"
-                )));
-            }
-            peers[usize::from(r)] = m;
-        }
-        return Ok(peers);
-    }
-    // Ranks by sorted MAC (the BTreeMap is sorted).
-    Ok(known.keys().copied().collect())
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ use thiserror::Error;
 use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
 use crate::eqa::Rank;
+use crate::membership::LateRoster;
 use crate::proto::{
     self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, Stats as EngineStats,
 };
@@ -50,6 +51,10 @@ pub const TREE_CACHE: usize = 8;
 
 /// First byte of a point-to-point message: a tree broadcast (tag and data follow) or an
 /// application message.
+/// Confirmations of a repeated roster waiting to be sent, at most (the coordinator repeats
+/// its roster every [`crate::membership::REPEAT`]; more would only answer replays).
+const MAX_RAW_OUT: usize = 4;
+
 const P2P_TREE: u8 = b'T';
 const P2P_APP: u8 = b'A';
 
@@ -196,6 +201,9 @@ pub struct MemberConfig {
     /// stream of broadcasts as [`Event::Delivered`] (0: a receive is posted by each `bcast`
     /// call, the MPI way).
     pub prepost: usize,
+    /// How to confirm the join's roster if the coordinator repeats it after this member
+    /// joined (its confirmation was lost): from [`crate::membership::Joined::late`].
+    pub late: Option<LateRoster>,
 }
 
 impl MemberConfig {
@@ -208,6 +216,7 @@ impl MemberConfig {
             detector: None,
             barrier_arity: 4,
             prepost: 0,
+            late: None,
         }
     }
 }
@@ -394,6 +403,9 @@ pub struct Member {
     peers: Vec<MacAddr>,
     group_mac: MacAddr,
     prepost: usize,
+    late: Option<LateRoster>,
+    /// Whole frames to send before the engines' (confirmations of a repeated roster).
+    raw_out: VecDeque<(MacAddr, Vec<u8>)>,
     /// Receives posted on the group engine and not consumed yet, per root.
     posted: Vec<u32>,
     /// Messages delivered by the group engine and not claimed by a call yet, per root.
@@ -424,6 +436,7 @@ impl Member {
             detector,
             barrier_arity,
             prepost,
+            late,
         } = cfg;
         let n = usize::from(ecfg.size);
         if peers.len() != n {
@@ -474,6 +487,8 @@ impl Member {
             peers,
             group_mac,
             prepost,
+            late,
+            raw_out: VecDeque::new(),
             posted: vec![0; n],
             inbox: vec![VecDeque::new(); n],
             queued: vec![0; n],
@@ -851,6 +866,15 @@ impl Member {
                 Err(_) => self.stats.dropped += 1,
             }
             self.collect_pair(now, peer);
+        } else if frame.kind() == Kind::Join {
+            // The join's coordinator repeats its roster until every member confirmed it.
+            match self.late.as_ref().and_then(|l| l.answer(src, pdu)) {
+                Some(confirm) if self.raw_out.len() < MAX_RAW_OUT => {
+                    self.raw_out.push_back(confirm)
+                }
+                _ => self.stats.foreign += 1,
+            }
+            return;
         } else {
             self.stats.foreign += 1;
             return;
@@ -902,6 +926,12 @@ impl Member {
             self.collect(now);
         }
         self.pump_controls();
+        if let Some((dst, frame)) = self.raw_out.pop_front() {
+            let len = frame.len().min(buf.len());
+            buf[..len].copy_from_slice(&frame[..len]);
+            self.stats.frames_sent += 1;
+            return Some(Transmit { dst, len });
+        }
         if let Some(t) = self.engine.poll_transmit(now, buf) {
             self.stats.frames_sent += 1;
             let dst = match t.dst {

@@ -208,7 +208,10 @@ fn code_of(e: &CallError) -> c_int {
             GroupError::Member(MemberError::BadRank { .. }) => ETHBCAST_ERR_BAD_RANK,
             GroupError::Member(_) => ETHBCAST_ERR_INTERNAL,
             GroupError::JoinTimeout { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
-            GroupError::Membership(_) | GroupError::NotAMember(_) => ETHBCAST_ERR_MEMBERSHIP,
+            GroupError::Membership(_) | GroupError::NotAMember(_) | GroupError::Join(_) => {
+                ETHBCAST_ERR_MEMBERSHIP
+            }
+            GroupError::Interrupted => ETHBCAST_ERR_TIMEOUT,
             GroupError::BadRank { .. } => ETHBCAST_ERR_BAD_RANK,
         },
     }
