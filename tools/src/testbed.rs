@@ -655,9 +655,6 @@ impl Testbed {
         Ok(())
     }
 
-    /// Starts (`on`) or stops dropping ethbcast frames sent to the broadcast
-    /// address ff:ff:ff:ff:ff:ff on their way to host `host_index` (out of its
-    /// bridge port). Unicast to that host and its own sending are unaffected.
     /// Gives host `index`'s `eth0` another MAC address (e.g. to let a test host spoof a member).
     pub fn set_host_mac(&mut self, index: usize, mac: [u8; 6]) -> Result<()> {
         let (hosts, prefix) = (self.hosts.len(), self.prefix.clone());
@@ -683,6 +680,40 @@ impl Testbed {
         Ok(())
     }
 
+    /// Turns MAC learning on the bridge port of host `index` on or off. Off models a switch
+    /// port with port security (static MAC entries): frames a host sends with another host's
+    /// source MAC no longer divert that host's unicast traffic to it.
+    pub fn set_learning(&self, index: usize, on: bool) -> Result<()> {
+        if index >= self.hosts.len() {
+            return Err(TestbedError::NoSuchHost {
+                index,
+                hosts: self.hosts.len(),
+                prefix: self.prefix.clone(),
+            });
+        }
+        let port = bridge_port_name(index);
+        run_tool(
+            "ip",
+            &[
+                "-n",
+                &self.switch_netns,
+                "link",
+                "set",
+                "dev",
+                &port,
+                "type",
+                "bridge_slave",
+                "learning",
+                if on { "on" } else { "off" },
+            ],
+            None,
+        )?;
+        Ok(())
+    }
+
+    /// Starts (`on`) or stops dropping ethbcast frames sent to the broadcast
+    /// address ff:ff:ff:ff:ff:ff on their way to host `host_index` (out of its
+    /// bridge port). Unicast to that host and its own sending are unaffected.
     pub fn drop_broadcast_to(&mut self, host_index: usize, on: bool) -> Result<()> {
         if host_index >= self.hosts.len() {
             return Err(TestbedError::NoSuchHost {

@@ -523,11 +523,22 @@ fn a_receiver_gives_up_on_a_dead_sender_while_another_group_talks_on_the_segment
     }
     let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("g"))).expect("test-bed");
     let dir = tmpdir("deadsender");
-    // Host 2 waits for a transfer of another group: its hellos, broadcast every 20 ms, are
-    // frames of another group that every host on the segment receives.
+    // Host 2 waits for receivers of a transfer of another group: its challenges, broadcast
+    // every 10 ms, are frames of another group that every host on the segment receives.
     let _other = spawn(
         &tb.hosts()[2].netns,
-        &["recv", "--iface", "eth0", "--quiet", "--group-id", "0x1234"],
+        &[
+            "send",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--group-id",
+            "0x1234",
+            "--receivers",
+            "5",
+            "--wait",
+            "60",
+        ],
         Stdio::null(),
     );
     let out1 = dir.join("out1.bin");
@@ -662,13 +673,18 @@ fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
     let out = s.wait_timeout(Duration::from_secs(5));
     let rep = report(&out);
     assert_eq!(out.status.code(), Some(1));
-    let st: Vec<&str> = rep["receivers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["status"].as_str().unwrap())
-        .collect();
-    assert_eq!(st, ["failed", "completed"], "{rep}");
+    // Ranks go to receivers in the order they answered the sender: find them by MAC.
+    let status_of = |host: usize| {
+        let mac = tb.hosts()[host].mac_string();
+        rep["receivers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["mac"] == mac.as_str())
+            .map(|r| r["status"].as_str().unwrap().to_string())
+    };
+    assert_eq!(status_of(1).as_deref(), Some("failed"), "{rep}");
+    assert_eq!(status_of(2).as_deref(), Some("completed"), "{rep}");
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
@@ -1147,6 +1163,327 @@ fn ctrl_c_on_the_sender_ends_the_transfer_at_every_receiver_without_complete_loo
         "an interrupted transfer left a complete-looking file"
     );
     no_part_files(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
+/// A hostile host: records every ethbcast frame (EtherType 0x88B5) its port sees until told
+/// to stop, then sends them again.
+struct Hostile {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<usize>,
+}
+
+fn eth0_channel(
+    read_timeout: Duration,
+) -> (
+    Box<dyn pnet_datalink::DataLinkSender>,
+    Box<dyn pnet_datalink::DataLinkReceiver>,
+) {
+    let iface = pnet_datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == "eth0")
+        .expect("eth0 in this namespace");
+    let config = pnet_datalink::Config {
+        read_timeout: Some(read_timeout),
+        ..Default::default()
+    };
+    match pnet_datalink::channel(&iface, config).expect("AF_PACKET channel") {
+        pnet_datalink::Channel::Ethernet(tx, rx) => (tx, rx),
+        _ => panic!("unexpected channel type"),
+    }
+}
+
+/// The sender's abort notice, forged from a frame the sender sent: its session's group id
+/// and MAC, a control counter far ahead of any real one, and (if the frame carries a tag) a
+/// tag of the attacker's own key. Without a key every receiver would abort and delete its
+/// output.
+fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
+    use ethbcast::wire::{seal, Control, Flags, Frame, TAG_LEN};
+    let f = Frame::new_checked(&eth[14..]).ok()?;
+    if f.src() != 0 || f.kind() == ethbcast::wire::Kind::Join {
+        return None;
+    }
+    let notice = Control::Notice {
+        body: b"EBDX".to_vec(),
+    };
+    let mut pdu = notice.to_vec(f.group(), 0, ethbcast::wire::ALL, 1 << 30);
+    if f.flags().contains(Flags::KEYED) {
+        let n = pdu.len();
+        pdu.resize(n + TAG_LEN, 0);
+        seal(&[0x5A; 32], &mut pdu, n).ok()?;
+    }
+    let mut frame = vec![0xFF; 6];
+    frame.extend_from_slice(&eth[6..14]);
+    frame.extend_from_slice(&pdu);
+    Some(frame)
+}
+
+/// Data frames that race the real ones: for a data frame of the running transfer, the next
+/// two sequence numbers with random payloads (tagged with a key of the attacker's own if the
+/// frame carries a tag), ahead of the sender's. Without a key, receivers would take them.
+fn forge_ahead(eth: &[u8], rng: &mut rand::rngs::SmallRng) -> Vec<Vec<u8>> {
+    use ethbcast::wire::{seal, Flags, Frame, Repr, TAG_LEN};
+    let Ok(f) = Frame::new_checked(&eth[14..]) else {
+        return Vec::new();
+    };
+    if !f.kind().is_data() {
+        return Vec::new();
+    }
+    let keyed = f.flags().contains(Flags::KEYED);
+    let repr = Repr::parse(&f);
+    let len = f.payload().len();
+    (1..=2u32)
+        .filter_map(|k| {
+            let mut r = repr;
+            r.flags.remove(Flags::KEYED);
+            r.seq = r.seq.wrapping_add(k);
+            r.offset = r.offset.wrapping_add(k * len as u32);
+            let mut junk = vec![0u8; len];
+            rng.fill_bytes(&mut junk);
+            let mut pdu = r.to_vec(&junk).ok()?;
+            if keyed {
+                let n = pdu.len();
+                pdu.resize(n + TAG_LEN, 0);
+                seal(&[0x5A; 32], &mut pdu, n).ok()?;
+            }
+            let mut frame = eth[..14].to_vec();
+            frame.extend_from_slice(&pdu);
+            Some(frame)
+        })
+        .collect()
+}
+
+fn is_ethbcast(frame: &[u8]) -> bool {
+    frame.len() > 14 + ethbcast::wire::OVERHEAD && frame[12..14] == [0x88, 0xB5]
+}
+
+impl Hostile {
+    /// Records the frames host `host` sees.
+    fn record(tb: &Testbed, host: usize) -> (Self, std::sync::mpsc::Receiver<Vec<Vec<u8>>>) {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        let handle = netns::spawn_in(&tb.hosts()[host].netns, move || {
+            let (_, mut rx_link) = eth0_channel(Duration::from_millis(20));
+            let mut got: Vec<Vec<u8>> = Vec::new();
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(f) = rx_link.next() {
+                    if is_ethbcast(f) && got.len() < 50_000 {
+                        got.push(f.to_vec());
+                    }
+                }
+            }
+            let n = got.len();
+            let _ = tx.send(got);
+            n
+        })
+        .expect("hostile thread");
+        (Hostile { stop, handle }, rx)
+    }
+
+    /// Sends `frames` again and again from host `host`, each followed by a forged copy (one
+    /// byte after the fixed header changed, the CRC made valid again), and forges a copy of
+    /// every frame of the running transfer it sees, until stopped.
+    fn replay(tb: &Testbed, host: usize, frames: Vec<Vec<u8>>) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = netns::spawn_in(&tb.hosts()[host].netns, move || {
+            let (mut tx_link, mut rx_link) = eth0_channel(Duration::from_micros(200));
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(99);
+            let mut rng_ahead = rand::rngs::SmallRng::seed_from_u64(100);
+            let mut last_abort = Instant::now();
+            let mut sent = 0usize;
+            let mut next = 0usize;
+            let mut forge = |f: &[u8], tx: &mut Box<dyn pnet_datalink::DataLinkSender>| {
+                let mut m = f.to_vec();
+                let pdu = &mut m[14..];
+                let total = ethbcast::wire::Frame::new_unchecked(&*pdu).total_len();
+                if total > pdu.len() || total <= ethbcast::wire::OVERHEAD + 8 {
+                    return 0;
+                }
+                let at = 8 + (rng.next_u32() as usize) % (total - ethbcast::wire::CRC_LEN - 8);
+                pdu[at] ^= 1 << (rng.next_u32() % 8);
+                let body = total - ethbcast::wire::CRC_LEN;
+                let crc = crc32c::crc32c(&pdu[..body]);
+                pdu[body..total].copy_from_slice(&crc.to_be_bytes());
+                let _ = tx.send_to(&m, None);
+                1
+            };
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(f) = rx_link.next() {
+                    if is_ethbcast(f) {
+                        let f = f.to_vec();
+                        sent += forge(&f, &mut tx_link);
+                        for ahead in forge_ahead(&f, &mut rng_ahead) {
+                            let _ = tx_link.send_to(&ahead, None);
+                            sent += 1;
+                        }
+                        if last_abort.elapsed() > Duration::from_millis(20) {
+                            if let Some(abort) = forge_abort(&f) {
+                                let _ = tx_link.send_to(&abort, None);
+                                sent += 1;
+                                last_abort = Instant::now();
+                            }
+                        }
+                    }
+                }
+                if let Some(f) = frames.get(next % frames.len().max(1)) {
+                    let _ = tx_link.send_to(f, None);
+                    sent += 1 + forge(f, &mut tx_link);
+                    next += 1;
+                }
+            }
+            sent
+        })
+        .expect("hostile thread");
+        Hostile { stop, handle }
+    }
+
+    fn stop(self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.handle.join().expect("hostile thread")
+    }
+}
+
+#[test]
+fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_one_and_forges_frames(
+) {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(4).prefix(prefix("k"))).expect("test-bed");
+    let dir = tmpdir("keyed");
+    let key = dir.join("key");
+    std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    let keyed_transfer = |input: &Path, tag: &str| {
+        let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("{tag}{i}.bin"))).collect();
+        let rs: Vec<Proc> = (1..3)
+            .map(|i| {
+                recv(
+                    &tb,
+                    i,
+                    &[
+                        "--key-file",
+                        key.to_str().unwrap(),
+                        "-o",
+                        outs[i - 1].to_str().unwrap(),
+                    ],
+                )
+            })
+            .collect();
+        let s = send(
+            &tb,
+            &[
+                "--key-file",
+                key.to_str().unwrap(),
+                "-i",
+                input.to_str().unwrap(),
+                "--receivers",
+                "2",
+                "--wait",
+                "30",
+                "--quiet",
+                "--json",
+            ],
+            Stdio::null(),
+        );
+        (outs, rs, s)
+    };
+
+    // 1. A transfer the hostile host (host 3, no key) records.
+    let first = dir.join("first.bin");
+    random_file(&first, 4 << 20, 1);
+    let (rec, recorded) = Hostile::record(&tb, 3);
+    let (_, mut rs, mut s) = keyed_transfer(&first, "a");
+    let out = s.wait_timeout(Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in &mut rs {
+        r.wait_timeout(Duration::from_secs(10));
+    }
+    let n = rec.stop();
+    let frames = recorded.recv().unwrap();
+    assert!(n > 100, "the hostile host recorded only {n} frames");
+
+    // 2. The same key, another file, while the recording is replayed with forgeries. The
+    // switch port of the hostile host does not learn MACs (port security): a host that sends
+    // with another's source MAC would otherwise divert that host's unicast frames to itself,
+    // a denial of service at layer 2 that no key prevents.
+    tb.set_learning(3, false).unwrap();
+    let second = dir.join("second.bin");
+    random_file(&second, 4 << 20, 2);
+    let attacker = Hostile::replay(&tb, 3, frames);
+    std::thread::sleep(Duration::from_millis(200));
+    let (outs, mut rs, mut s) = keyed_transfer(&second, "b");
+    let out = s.wait_timeout(Duration::from_secs(90));
+    let sent = attacker.stop();
+    let rep = report(&out);
+    assert_eq!(out.status.code(), Some(0), "{rep}");
+    for r in &mut rs {
+        let o = r.wait_timeout(Duration::from_secs(10));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for o in &outs {
+        assert_eq!(file_digest(o), file_digest(&second), "{}", o.display());
+    }
+    assert!(sent > 1000, "the hostile host sent only {sent} frames");
+
+    // 3. A receiver with another key cannot join: both sides give up with exit 3.
+    let wrong = dir.join("wrong-key");
+    std::fs::write(&wrong, [7u8; 32]).unwrap();
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--wait",
+            "3",
+            "--key-file",
+            wrong.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            key.to_str().unwrap(),
+            "-i",
+            second.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--wait",
+            "2",
+            "--quiet",
+        ],
+        Stdio::null(),
+    );
+    let o = s.wait_timeout(Duration::from_secs(20));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(
+        e.contains("0 of 1 receivers joined") && e.contains("--key-file"),
+        "{e}"
+    );
+    let o = r.wait_timeout(Duration::from_secs(20));
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }

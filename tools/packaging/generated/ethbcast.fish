@@ -31,10 +31,11 @@ complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "recv" -d 'Receive
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l iface -d 'Network interface (all hosts on one Ethernet segment)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l group-id -d 'Group id: transfers with different ids on one segment ignore each other' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l backend -d 'Link backend: ring (mmap rings), socket or pnet' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l backend -d 'Link backend: ring (mmap rings), socket, pnet or xdp (AF_XDP)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l wait-mode -d 'How to wait for frames: adaptive (spin briefly, then block), block, spin, or doze (check every 200 µs and take what arrived as one batch). Default: adaptive on the sender, doze on receivers, where a wake-up or a yield per frame costs more than the frame itself when hosts have more busy processes than cores' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l window -d 'Retransmission buffer slots = frames in flight (both sides must agree)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l ack-every -d 'A receiver acknowledges every this many frames (and at message ends and after a short delay): fewer acknowledgements cost the sender and the switch less per data frame' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l key-file -d 'Group key file (32 raw bytes, or a passphrase on its first line), the same on every host: the join and every frame of the transfer are authenticated, so a host without the key can neither join, inject data, abort, evict nor report. Without a key, any host on the segment can do all of that (see README, "Threat model")' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -s i -l input -d 'Input file (default: standard input, read until EOF)' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l receivers -d 'Wait for this many receivers' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l hostfile -d 'Wait for exactly the hosts of this file (one MAC per line, optionally after a host name; `#` comments)' -r -F
@@ -42,23 +43,24 @@ complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l max-rate -d '
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l digest -d 'End-to-end digest every receiver checks: xxh3 (XXH3-128, fast) or blake3 (cryptographic, about 6% slower on a busy 8-receiver host)' -r -f -a "xxh3\t'XXH3, 128 bits (the default)'
 blake3\t'BLAKE3, 256 bits'"
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l chunk -d 'Bytes per broadcast message (e.g. 1M, 256K)' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l wait -d 'Seconds to wait for the receivers to join (exit 3 if they don\'t)' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l timeout -d 'Evict a receiver whose cursor has not moved and that was silent this many seconds while it had data outstanding' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l report-wait -d 'Seconds to wait for completion reports once all data is acknowledged (an -O command may need time to finish)' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l wait -d 'Seconds to wait for the receivers to join (exit 3 if they don\'t); inf: no limit' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l timeout -d 'Evict a receiver whose cursor has not moved and that was silent this many seconds while it had data outstanding, and fail one that acknowledged all data but showed no progress towards its report (its output taking data) for as long; inf: never' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l report-wait -d 'Seconds to wait for completion reports once all data is acknowledged (an -O command may need time to finish); inf: no limit' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l no-peer-repair -d 'On a receiver: ask only the sender for lost frames. By default a receiver asks a fellow receiver first (peer repair), which keeps repairs off the sender\'s link. No effect on the sender'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l quiet -d 'No progress bar or messages (the REPORT is still printed to stderr)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l json -d 'Print the final report as JSON on stdout'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l iface -d 'Network interface (all hosts on one Ethernet segment)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l group-id -d 'Group id: transfers with different ids on one segment ignore each other' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l backend -d 'Link backend: ring (mmap rings), socket or pnet' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l backend -d 'Link backend: ring (mmap rings), socket, pnet or xdp (AF_XDP)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l wait-mode -d 'How to wait for frames: adaptive (spin briefly, then block), block, spin, or doze (check every 200 µs and take what arrived as one batch). Default: adaptive on the sender, doze on receivers, where a wake-up or a yield per frame costs more than the frame itself when hosts have more busy processes than cores' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l window -d 'Retransmission buffer slots = frames in flight (both sides must agree)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l ack-every -d 'A receiver acknowledges every this many frames (and at message ends and after a short delay): fewer acknowledgements cost the sender and the switch less per data frame' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l key-file -d 'Group key file (32 raw bytes, or a passphrase on its first line), the same on every host: the join and every frame of the transfer are authenticated, so a host without the key can neither join, inject data, abort, evict nor report. Without a key, any host on the segment can do all of that (see README, "Threat model")' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s o -l output -d 'Output file, written as a temporary file and renamed once the digest matched' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s O -l command -d 'Pipe the stream into `sh -c COMMAND` (its exit status counts)' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l timeout -d 'Give up after this many seconds without any frame from the sender' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l wait -d 'Seconds to wait for a sender to start (exit 3 if none does)' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l timeout -d 'Give up after this many seconds without any frame from the sender, or without the output (file, stdout, -O command) taking any data; inf: never' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l wait -d 'Seconds to wait for a sender to start (exit 3 if none does); inf: no limit' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l no-peer-repair -d 'On a receiver: ask only the sender for lost frames. By default a receiver asks a fellow receiver first (peer repair), which keeps repairs off the sender\'s link. No effect on the sender'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l quiet -d 'No messages on stderr'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l json -d 'Print the outcome as JSON on stderr (stdout may carry the data)'

@@ -9,7 +9,7 @@ use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
 use ethbcast::link::{Backend, WaitMode};
 use ethbcast_tools::distribute::{
-    self, join::Expect, parse_seconds, rate::parse_rate, recv, send, stream::DigestAlgo, Fatal,
+    self, parse_seconds, rate::parse_rate, recv, send, send::Expect, stream::DigestAlgo, Fatal,
     LinkOpts, DEFAULT_GROUP_ID,
 };
 
@@ -81,6 +81,12 @@ struct Common {
     /// the sender.
     #[arg(long)]
     no_peer_repair: bool,
+    /// Group key file (32 raw bytes, or a passphrase on its first line), the same on every
+    /// host: the join and every frame of the transfer are authenticated, so a host without
+    /// the key can neither join, inject data, abort, evict nor report. Without a key, any
+    /// host on the segment can do all of that (see README, "Threat model").
+    #[arg(long, env = "ETHBCAST_KEY_FILE")]
+    key_file: Option<PathBuf>,
 }
 
 fn parse_group(s: &str) -> Result<u32, String> {
@@ -205,8 +211,8 @@ enum Cmd {
     },
 }
 
-fn link_opts(c: &Common, default_wait: WaitMode) -> LinkOpts {
-    LinkOpts {
+fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
+    Ok(LinkOpts {
         iface: c.iface.clone(),
         group_id: c.group_id,
         backend: c.backend,
@@ -214,7 +220,12 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> LinkOpts {
         window: c.window,
         ack_every: c.ack_every,
         peer_repair: !c.no_peer_repair,
-    }
+        key: c
+            .key_file
+            .as_deref()
+            .map(distribute::read_key_file)
+            .transpose()?,
+    })
 }
 
 fn fail(f: Fatal) -> ExitCode {
@@ -265,7 +276,10 @@ fn main() -> ExitCode {
                 (None, None) => unreachable!("clap requires one"),
             };
             let args = send::SendArgs {
-                link: link_opts(&common, WaitMode::Adaptive),
+                link: match link_opts(&common, WaitMode::Adaptive) {
+                    Ok(l) => l,
+                    Err(f) => return fail(f),
+                },
                 input,
                 expect,
                 digest,
@@ -305,7 +319,10 @@ fn main() -> ExitCode {
                 (None, None) => recv::Output::Stdout,
             };
             let args = recv::RecvArgs {
-                link: link_opts(&common, WaitMode::Doze),
+                link: match link_opts(&common, WaitMode::Doze) {
+                    Ok(l) => l,
+                    Err(f) => return fail(f),
+                },
                 output: out,
                 timeout,
                 wait,

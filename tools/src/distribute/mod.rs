@@ -3,13 +3,17 @@
 //!
 //! # How a transfer goes
 //!
-//! 1. **Join** ([`join`]): every receiver broadcasts a hello (a `Join` frame of the group id
-//!    carrying its MAC) every 20 ms. The sender collects the first `--receivers N` distinct
-//!    MACs (or exactly the MACs of `--hostfile`), then broadcasts the roster: the sender is
-//!    rank 0, the receivers follow in the order they were accepted. A receiver that finds
-//!    itself in the roster builds its node and confirms over its reliable point-to-point
-//!    channel to the sender; the sender repeats the roster until everyone has confirmed. A
-//!    missing receiver ends the join after `--wait` seconds with exit code 3.
+//! 1. **Join** ([`ethbcast::membership`], the library's join): the sender broadcasts a
+//!    challenge with a fresh random nonce every 10 ms; every receiver answers with a hello
+//!    that echoes it and carries a nonce of its own. The sender takes the first `--receivers
+//!    N` distinct hosts (or exactly the hosts of `--hostfile`), then broadcasts the roster:
+//!    the sender is rank 0, the receivers follow in the order they were accepted. A receiver
+//!    named in the roster with its own nonce confirms it; the sender repeats the roster until
+//!    everyone has. The transfer's frames then carry a group id derived from the nonces, so
+//!    no frame of another transfer (an earlier one recorded and replayed, say) is taken for
+//!    one of this transfer. With `--key-file` every join frame is sealed and every frame of
+//!    the transfer is authenticated under a key of this session. A missing receiver ends the
+//!    join after `--wait` seconds with exit code 3.
 //! 2. **Stream** ([`stream`]): broadcast messages from rank 0: a header (magic, version,
 //!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
 //!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
@@ -53,7 +57,6 @@
 //! | 4 | I/O or permission error (interface, CAP_NET_RAW, input file, disk full) |
 //! | 130 | interrupted (Ctrl-C, SIGTERM, or the sender aborted) |
 
-pub mod join;
 pub mod rate;
 pub mod recv;
 pub mod send;
@@ -62,6 +65,7 @@ pub mod stream;
 use std::time::Duration;
 
 use ethbcast::link::{Backend, LinkError, WaitMode};
+use ethbcast::membership::{Expect, JoinConfig, Joined};
 
 /// Exit code: everything completed.
 pub const EXIT_OK: u8 = 0;
@@ -160,6 +164,9 @@ pub struct LinkOpts {
     pub ack_every: usize,
     /// A receiver asks a fellow receiver for a lost frame before the sender (peer repair).
     pub peer_repair: bool,
+    /// Group key ([`read_key_file`]): the join and every frame of the transfer are
+    /// authenticated under a key of this session.
+    pub key: Option<[u8; 32]>,
 }
 
 impl LinkOpts {
@@ -178,20 +185,103 @@ impl LinkOpts {
         cfg
     }
 
-    /// The member of rank `rank` in `roster` (sender first), on `link`.
+    /// Joins the transfer on `link` ([`ethbcast::membership`]): the sender coordinates and
+    /// takes the receivers `expect` names, a receiver answers the first sender whose roster
+    /// names it. Gives up after `wait` (exit 3) or when `stop` is set (exit 130).
+    pub fn join(
+        &self,
+        link: Box<dyn ethbcast::link::Link + Send>,
+        expect: Expect,
+        wait: Duration,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<(Joined, Box<dyn ethbcast::link::Link + Send>), Fatal> {
+        use ethbcast::group::GroupError;
+        let sender = !matches!(expect, Expect::Invited);
+        let cfg = JoinConfig {
+            group: self.group_id,
+            mac: link.local_mac(),
+            key: self.key,
+            max_payload: link.max_pdu().saturating_sub(ethbcast::wire::OVERHEAD),
+            expect,
+        };
+        let hint = if self.key.is_some() {
+            "the same --group-id and --key-file"
+        } else {
+            "the same --group-id and no key"
+        };
+        ethbcast::group::join(link, cfg, wait, || {
+            stop.load(std::sync::atomic::Ordering::SeqCst)
+        })
+        .map_err(|e| match e {
+            GroupError::Interrupted => Fatal::new(EXIT_INTERRUPTED, "interrupted"),
+            GroupError::JoinTimeout {
+                joined,
+                expected,
+                waiting,
+                ..
+            } if sender => Fatal::new(
+                EXIT_JOIN_TIMEOUT,
+                format!(
+                    "join timeout: {} of {} receivers joined ({waiting}); is `ethbcast recv` running on every receiver, on this segment, with {hint}?",
+                    joined.saturating_sub(1),
+                    expected.saturating_sub(1)
+                ),
+            ),
+            GroupError::JoinTimeout { .. } => Fatal::new(
+                EXIT_JOIN_TIMEOUT,
+                format!("join timeout: no sender published a roster that names this host (is `ethbcast send` running on this segment with {hint}, and waiting for this host?)"),
+            ),
+            GroupError::Link(l) => Fatal::from(l),
+            other => Fatal::new(EXIT_FAILED, format!("join: {other}")),
+        })
+    }
+
+    /// This host's member of the transfer `joined` formed, on `link`.
     pub fn node(
         &self,
         link: Box<dyn ethbcast::link::Link + Send>,
-        rank: u16,
-        roster: Vec<ethbcast::link::MacAddr>,
+        joined: Joined,
     ) -> Result<Node, Fatal> {
-        let mut cfg = self.config(rank, roster.len() as u16);
+        let size = u16::try_from(joined.peers.len())
+            .map_err(|_| Fatal::new(EXIT_USAGE, "too many receivers"))?;
+        let mut cfg = self.config(joined.rank, size);
+        cfg.group = joined.session.group;
+        cfg.key = joined.session.key;
         cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
-        let mut mc = ethbcast::member::MemberConfig::new(cfg, roster);
+        let mut mc = ethbcast::member::MemberConfig::new(cfg, joined.peers);
         mc.prepost = PREPOST;
+        mc.late = Some(joined.late);
         let member = ethbcast::member::Member::new(std::time::Instant::now(), mc)?;
         Ok(ethbcast::driver::Driver::new(member, link))
     }
+}
+
+/// Reads a group key file: exactly 32 bytes are the key itself; anything else is a
+/// passphrase on the first line (surrounding white space ignored), from which the key is
+/// derived ([`ethbcast::group::key_from_passphrase`]). An empty passphrase is refused.
+pub fn read_key_file(path: &std::path::Path) -> Result<[u8; 32], Fatal> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Fatal::io(format!("cannot read key file {}: {e}", path.display())))?;
+    if let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice()) {
+        return Ok(key);
+    }
+    let text = std::str::from_utf8(&bytes).map_err(|_| {
+        Fatal::new(
+            EXIT_USAGE,
+            format!(
+                "key file {}: neither 32 raw bytes nor a passphrase line of text",
+                path.display()
+            ),
+        )
+    })?;
+    let line = text.lines().next().unwrap_or("").trim();
+    if line.is_empty() {
+        return Err(Fatal::new(
+            EXIT_USAGE,
+            format!("key file {}: the passphrase is empty", path.display()),
+        ));
+    }
+    Ok(ethbcast::group::key_from_passphrase(line))
 }
 
 /// The duration that stands for "no limit" (`inf`): a century, which any clock arithmetic
@@ -257,6 +347,36 @@ pub fn interrupt_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_files_hold_raw_keys_or_a_passphrase_line() {
+        let dir = std::env::temp_dir().join(format!("ethbcast-keyfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        let raw = [0xA5u8; 32];
+        assert_eq!(read_key_file(&write("raw", &raw)).unwrap(), raw);
+        let phrase = read_key_file(&write("phrase", b"  correct horse\nignored\n")).unwrap();
+        assert_eq!(
+            phrase,
+            ethbcast::group::key_from_passphrase("correct horse")
+        );
+        assert_ne!(
+            phrase,
+            read_key_file(&write("other", b"correct horsf\n")).unwrap()
+        );
+        let empty = read_key_file(&write("empty", b"\n  \n")).unwrap_err();
+        assert_eq!(empty.code, EXIT_USAGE);
+        assert!(empty.msg.contains("empty"), "{}", empty.msg);
+        let binary = read_key_file(&write("binary", &[0xFF; 31])).unwrap_err();
+        assert!(binary.msg.contains("32 raw bytes"), "{}", binary.msg);
+        let missing = read_key_file(&dir.join("missing")).unwrap_err();
+        assert_eq!(missing.code, EXIT_IO);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn seconds_parse_and_inf_means_no_limit() {

@@ -677,7 +677,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let output_took = Arc::new(AtomicU64::new(0));
     let mut guard = Guard(Sink::open(&a.output, &output_took)?);
     let sink = &mut guard.0;
-    let mut lnk = a.link.open()?;
+    let lnk = a.link.open()?;
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
@@ -687,19 +687,11 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             a.link.group_id
         );
     }
-    let roster = super::join::hello(
-        lnk.as_mut(),
-        a.link.group_id,
-        Instant::now() + a.wait,
-        &stop,
-    )?;
-    let rank = roster
-        .iter()
-        .position(|m| *m == me)
-        .expect("the roster names us") as u16;
-    let mut node = a.link.node(lnk, rank, roster)?;
-    node.member_mut()
-        .send_to(Instant::now(), 0, b"J".to_vec())?;
+    let (joined, lnk) = a
+        .link
+        .join(lnk, ethbcast::membership::Expect::Invited, a.wait, &stop)?;
+    let rank = joined.rank;
+    let mut node = a.link.node(lnk, joined)?;
 
     let start = Instant::now();
     let mut writer: Option<Writer> = None;

@@ -14,7 +14,6 @@ use ethbcast::member::{Event, MemberError};
 use ethbcast::proto::{Algo, Dest, SendError};
 use serde::Serialize;
 
-use super::join::{self, Expect};
 use super::rate::TokenBucket;
 use super::stream::{DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE};
 use super::{mbit, Fatal, LinkOpts, Node, EXIT_FAILED, EXIT_INTERRUPTED};
@@ -238,6 +237,41 @@ fn control(node: &mut Node, dst: Dest, payload: &[u8]) {
     let _ = node.member_mut().send_notice(dst, payload.to_vec());
 }
 
+/// Whom the sender waits for.
+#[derive(Debug, Clone)]
+pub enum Expect {
+    /// The first `n` distinct receivers.
+    Count(usize),
+    /// Exactly these MACs (hostfile), in this rank order.
+    List(Vec<MacAddr>),
+}
+
+impl Expect {
+    /// Receivers expected.
+    pub fn len(&self) -> usize {
+        match self {
+            Expect::Count(n) => *n,
+            Expect::List(l) => l.len(),
+        }
+    }
+
+    /// True if no receiver is expected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The join's expectation: the sender coordinates and takes the first that answer.
+    fn membership(&self) -> ethbcast::membership::Expect {
+        ethbcast::membership::Expect::FirstCome {
+            receivers: self.len(),
+            only: match self {
+                Expect::Count(_) => None,
+                Expect::List(l) => Some(l.clone()),
+            },
+        }
+    }
+}
+
 /// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the
 /// report (its `ok` says whether every receiver completed).
 pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
@@ -267,16 +301,12 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     };
 
     let t_join = Instant::now();
-    let deadline = t_join + a.wait;
-    let mut lnk = a.link.open()?;
+    let lnk = a.link.open()?;
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
             "ethbcast: waiting for {} receiver(s) on {} ({}), group {:#x}, {}",
-            match &a.expect {
-                Expect::Count(n) => *n,
-                Expect::List(l) => l.len(),
-            },
+            a.expect.len(),
             a.link.iface,
             format_mac(&me),
             a.link.group_id,
@@ -286,20 +316,17 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             }
         );
     }
-    let receivers = join::collect(lnk.as_mut(), a.link.group_id, &a.expect, deadline, &stop)?;
-    let mut roster: Vec<MacAddr> = vec![me];
-    roster.extend(receivers);
-    let size = u16::try_from(roster.len())
-        .ok()
-        .filter(|&s| s < u16::MAX)
-        .ok_or_else(|| Fatal::new(super::EXIT_USAGE, "too many receivers"))?;
-    let cfg = a.link.config(0, size);
+    if a.expect.len() >= usize::from(u16::MAX - 1) {
+        return Err(Fatal::new(super::EXIT_USAGE, "too many receivers"));
+    }
+    let (joined, lnk) = a.link.join(lnk, a.expect.membership(), a.wait, &stop)?;
+    let roster = joined.peers.clone();
+    let cfg = a.link.config(0, roster.len() as u16);
     // Data messages handed to the engine at most: enough to cover the shared buffer twice.
     // A message leaves only when every receiver acknowledged all of it, repairs included, so
     // with fewer the buffer runs dry while the oldest message waits for its last repair.
     let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
-    let mut node = a.link.node(lnk, 0, roster.clone())?;
-    join::confirm(&mut node, &roster, deadline, &stop)?;
+    let mut node = a.link.node(lnk, joined)?;
     let join_seconds = t_join.elapsed().as_secs_f64();
     if !a.quiet {
         eprintln!(

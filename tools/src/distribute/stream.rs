@@ -16,16 +16,10 @@
 //! evicted", `EBDP` a receiver's progress after the trailer (bytes its output took, u64, and
 //! whether it took them all, u8), `EBDK` the sender's keepalive.
 
-use ethbcast::link::MacAddr;
-
 /// Protocol version in the header.
 pub const VERSION: u8 = 2;
 /// Header magic.
 pub const MAGIC: &[u8; 4] = b"EBDS";
-/// Receiver hello.
-pub const HELLO: &[u8; 4] = b"EBDH";
-/// Roster.
-pub const ROSTER: &[u8; 4] = b"EBDR";
 /// Abort control.
 pub const ABORT: &[u8; 4] = b"EBDX";
 /// Eviction notice.
@@ -220,34 +214,6 @@ impl Progress {
     }
 }
 
-/// Roster payload: magic, count, MACs.
-pub fn encode_roster(peers: &[MacAddr]) -> Vec<u8> {
-    let mut v = ROSTER.to_vec();
-    v.extend_from_slice(&(peers.len() as u16).to_be_bytes());
-    for m in peers {
-        v.extend_from_slice(m);
-    }
-    v
-}
-
-/// Parses a roster payload.
-pub fn decode_roster(p: &[u8]) -> Option<Vec<MacAddr>> {
-    if p.len() < 6 || &p[..4] != ROSTER {
-        return None;
-    }
-    let n = usize::from(u16::from_be_bytes([p[4], p[5]]));
-    let body = &p[6..];
-    if body.len() < n * 6 || n < 2 {
-        return None;
-    }
-    Some(
-        body.chunks_exact(6)
-            .take(n)
-            .map(|c| c.try_into().expect("6 bytes"))
-            .collect(),
-    )
-}
-
 /// Hex of a digest.
 pub fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
@@ -385,8 +351,6 @@ mod tests {
         };
         assert_eq!(Progress::decode(&p.encode()), Some(p));
         assert_eq!(Progress::decode(&p.encode()[..12]), None);
-        let peers = vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
-        assert_eq!(decode_roster(&encode_roster(&peers)), Some(peers));
     }
 
     #[test]
@@ -423,10 +387,6 @@ mod tests {
         if let Some(p) = Progress::decode(b) {
             assert_eq!(Progress::decode(&p.encode()), Some(p));
         }
-        if let Some(r) = decode_roster(b) {
-            assert!(r.len() >= 2);
-            assert_eq!(decode_roster(&encode_roster(&r)), Some(r));
-        }
     }
 
     fn any_msg() -> impl Strategy<Value = Vec<u8>> {
@@ -459,7 +419,6 @@ mod tests {
                 all_taken
             }
             .encode()),
-            proptest::collection::vec(any::<[u8; 6]>(), 0..6).prop_map(|m| encode_roster(&m)),
         ]
     }
 
