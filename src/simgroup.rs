@@ -11,6 +11,13 @@
 //! checker compares every broadcast a survivor completed with what its root sent, counts
 //! barriers, and measures how long each death took to be noticed by every survivor against
 //! the detector's bound. Same scenario and seed, same report.
+//!
+//! With `impostor` a host outside the group sits on one more port of the switch and attacks
+//! the detector: it records every frame the members to be killed send while they live
+//! (heartbeats, pongs, acknowledgements, data), and once they are dead it sends them again
+//! under their MAC addresses, each followed by a forged copy with a fresh control counter
+//! (and, in a keyed group, a tag of a key of its own). A replayed frame must be refused by
+//! the replay windows, a forged one by the key, so the dead are still evicted in time.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -22,9 +29,11 @@ use crate::cluster::{message_bytes, ClusterError, RunEnd, SimCluster, Workload};
 use crate::detect::{DetectorConfig, Gossip};
 use crate::eqa::Rank;
 use crate::group::Detection;
-use crate::link::sim::{port_mac, Faults, SimConfig, SimNet};
+use crate::link::sim::{port_mac, Faults, SimConfig, SimNet, SimPort};
 use crate::member::{Algorithm, BarrierKind, Done, Event, Member, MemberConfig};
 use crate::proto::Config;
+use crate::wire::ethernet::MacAddr;
+use crate::wire::{seal, Flags, Frame, Repr, ETH_HEADER_LEN, TAG_LEN};
 
 /// A run of the group API on the simulator.
 #[derive(Debug, Clone)]
@@ -57,6 +66,9 @@ pub struct GroupScenario {
     pub limit: Duration,
     /// Group key, if any.
     pub key: Option<[u8; 32]>,
+    /// A host outside the group replays the frames of the members that die, and forges
+    /// fresh ones (see the module docs).
+    pub impostor: bool,
 }
 
 impl GroupScenario {
@@ -81,6 +93,7 @@ impl GroupScenario {
             },
             limit: Duration::from_secs(600),
             key: None,
+            impostor: false,
         }
     }
 }
@@ -126,6 +139,8 @@ pub struct GroupReport {
     pub peak_queued_events: usize,
     /// Virtual time of the run.
     pub virtual_time_us: u64,
+    /// Frames the impostor sent (replayed and forged).
+    pub impostor_frames: u64,
     /// True if every survivor finished the schedule.
     pub completed: bool,
 }
@@ -172,7 +187,88 @@ struct Schedule {
     killed_at: Option<Instant>,
     /// evicted[i][r]: when member i evicted r.
     evicted: Vec<Vec<Option<Instant>>>,
+    impostor: Option<Impostor>,
     report: GroupReport,
+}
+
+/// A host on the segment, outside the group, that speaks for the dead.
+struct Impostor {
+    port: SimPort,
+    /// MAC addresses of the members that will die.
+    victims: Vec<MacAddr>,
+    /// Their frames, recorded while they lived (whole Ethernet frames).
+    recorded: Vec<Vec<u8>>,
+    next: usize,
+    last: Option<Instant>,
+    /// Control counter of the next forgery: far ahead of any real one.
+    counter: u32,
+    sent: u64,
+}
+
+/// Frames recorded at most.
+const IMPOSTOR_RECORD: usize = 4096;
+/// Recorded frames sent again per millisecond of virtual time (each with a forged copy).
+const IMPOSTOR_BURST: usize = 16;
+
+impl Impostor {
+    fn step(&mut self, now: Instant, dead: bool) {
+        let (victims, recorded) = (&self.victims, &mut self.recorded);
+        self.port.recv_frames(&mut |f| {
+            if !dead
+                && recorded.len() < IMPOSTOR_RECORD
+                && f.len() > 12
+                && victims.iter().any(|v| f[6..12] == v[..])
+            {
+                recorded.push(f.to_vec());
+            }
+        });
+        if !dead || self.recorded.is_empty() {
+            return;
+        }
+        if self
+            .last
+            .is_some_and(|t| now < t + Duration::from_millis(1))
+        {
+            return;
+        }
+        self.last = Some(now);
+        for _ in 0..IMPOSTOR_BURST {
+            let f = self.recorded[self.next % self.recorded.len()].clone();
+            self.next += 1;
+            if self.port.send_frame(&f).is_ok() {
+                self.sent += 1;
+            }
+            if let Some(forged) = self.forge(&f) {
+                if self.port.send_frame(&forged).is_ok() {
+                    self.sent += 1;
+                }
+            }
+        }
+    }
+
+    /// The recorded frame `eth` with a fresh control counter (its `msg_len`), the CRC valid
+    /// again, and a tag of the impostor's own key if the original had one.
+    fn forge(&mut self, eth: &[u8]) -> Option<Vec<u8>> {
+        let pdu = eth.get(ETH_HEADER_LEN..)?;
+        let f = Frame::new_checked(pdu).ok()?;
+        if f.kind().is_data() {
+            return None;
+        }
+        let mut r = Repr::parse(&f);
+        let keyed = r.flags.contains(Flags::KEYED);
+        r.flags.remove(Flags::KEYED);
+        self.counter = self.counter.wrapping_add(1);
+        r.msg_len = self.counter;
+        let mut out = r.to_vec(f.payload()).ok()?;
+        if keyed {
+            let n = out.len();
+            out.resize(n + TAG_LEN, 0);
+            seal(&[0x1F; 32], &mut out, n).ok()?;
+        }
+        let mut frame = eth[..ETH_HEADER_LEN].to_vec();
+        frame.extend_from_slice(&out);
+        Some(frame)
+    }
 }
 
 impl Schedule {
@@ -209,6 +305,9 @@ impl Schedule {
 
 impl Workload for Schedule {
     fn visit(&mut self, i: usize, m: &mut Member, now: Instant) {
+        if let Some(imp) = self.impostor.as_mut() {
+            imp.step(now, self.killed_at.is_some());
+        }
         while let Some(ev) = m.poll_event() {
             if let Event::Evicted { rank } = ev {
                 self.evicted[i][usize::from(rank)].get_or_insert(now);
@@ -348,8 +447,13 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
             },
         ));
     }
+    if sc.impostor && sc.kill == 0 {
+        return Err(ClusterError::Scenario(
+            "an impostor speaks for killed members: kill at least one".into(),
+        ));
+    }
     let net = SimNet::new(SimConfig {
-        ports: n,
+        ports: n + usize::from(sc.impostor),
         rate_bps: sc.rate_bps,
         latency: sc.latency,
         mtu: 1500,
@@ -371,6 +475,20 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
             Ok(Member::new(start, mc)?)
         })
         .collect::<Result<Vec<_>, ClusterError>>()?;
+    let impostor = if sc.impostor {
+        net.set_promiscuous(n, true)?;
+        Some(Impostor {
+            port: net.port(n)?,
+            victims: victims.iter().map(|&v| macs[v]).collect(),
+            recorded: Vec::new(),
+            next: 0,
+            last: None,
+            counter: 1 << 30,
+            sent: 0,
+        })
+    } else {
+        None
+    };
     let mut cluster = SimCluster::new(net, members)?;
     let survivor: Vec<bool> = (0..n).map(|i| !victims.contains(&i)).collect();
     let survivors = survivor.iter().filter(|&&s| s).count() as u64;
@@ -395,6 +513,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
         survivor: survivor.clone(),
         killed_at: None,
         evicted: vec![vec![None; n]; n],
+        impostor,
         report: GroupReport {
             expected,
             barriers_expected: barriers,
@@ -436,5 +555,6 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
     r.max_detect_ms = max_detect.as_secs_f64() * 1e3;
     r.tree_fallbacks = cluster.members().map(|m| m.stats().tree_fallbacks).sum();
     r.virtual_time_us = cluster.net().now().duration_since(start).as_micros() as u64;
+    r.impostor_frames = w.impostor.as_ref().map_or(0, |i| i.sent);
     Ok(r)
 }

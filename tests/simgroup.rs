@@ -152,3 +152,36 @@ fn a_root_far_ahead_of_late_receivers_loses_nothing() {
         assert_eq!(w.wrong, 0);
     }
 }
+
+/// Performs the spoofed-liveness attack: a host outside the group records what the members
+/// about to die send, and once they are dead it sends it again under their MACs, with forged
+/// copies (fresh control counters, a tag of its own key). The replay windows refuse the
+/// recordings, the key refuses the forgeries: the dead are evicted within the bound and the
+/// survivors complete every call.
+#[test]
+fn a_dead_member_is_evicted_although_an_impostor_speaks_for_it() {
+    let mut sc = GroupScenario::new(6, 120);
+    sc.kill = 1;
+    sc.key = Some([0x42; 32]);
+    sc.impostor = true;
+    let r = run_group(&sc).unwrap();
+    assert_perfect(&r);
+    assert!(r.impostor_frames > 1000, "{r:?}");
+}
+
+/// What the key is for: without one, the impostor's forgeries (fresh counters, no tag to
+/// check) pass for the dead member's own frames, and it is not evicted in time.
+#[test]
+fn without_a_key_an_impostor_keeps_a_dead_member_alive() {
+    let mut sc = GroupScenario::new(6, 120);
+    sc.kill = 1;
+    sc.impostor = true;
+    sc.limit = std::time::Duration::from_secs(5);
+    let r = run_group(&sc).unwrap();
+    assert!(r.impostor_frames > 1000, "{r:?}");
+    assert!(!r.perfect(), "{r:?}");
+    assert!(
+        r.evicted.is_empty() || r.max_detect_ms > r.bound_ms,
+        "{r:?}"
+    );
+}
