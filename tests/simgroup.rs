@@ -185,3 +185,122 @@ fn without_a_key_an_impostor_keeps_a_dead_member_alive() {
         "{r:?}"
     );
 }
+
+/// The root dies after its tenth broadcast (the test-bed's `faults` scenario `root-killed`),
+/// under loss, for many seeds: every receiver got the ten messages intact and in order, and
+/// its eleventh call fails with `PeerDead(0)` within the detector's bound of the death;
+/// nothing half-received is delivered.
+#[test]
+fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
+    use ethbcast::cluster::{RunEnd, SimCluster, Workload};
+    use ethbcast::detect::{DetectorConfig, Gossip};
+    use ethbcast::group::Detection;
+    use ethbcast::link::sim::{port_mac, SimConfig, SimNet};
+    use ethbcast::member::{Algorithm, Done, Member, MemberConfig, MemberError};
+    use ethbcast::proto::Config;
+    use std::time::{Duration, Instant};
+
+    const BEFORE: u64 = 10;
+    struct RootDies {
+        at: Vec<u64>,
+        in_call: Vec<bool>,
+        /// Per receiver: how its call after the root's death ended, and when.
+        ended: Vec<Option<(Result<(), String>, Instant)>>,
+        wrong: u64,
+        killed_at: Option<Instant>,
+        /// The switch, whose clock stamps the death.
+        net: SimNet,
+    }
+    impl Workload for RootDies {
+        fn visit(&mut self, i: usize, m: &mut Member, now: Instant) {
+            loop {
+                if self.in_call[i] {
+                    match m.take_result() {
+                        None => return,
+                        Some(Ok(Done::Bcast(d))) if i == 0 || d == self.at[i].to_be_bytes() => {}
+                        Some(Ok(_)) => self.wrong += 1,
+                        Some(Err(MemberError::PeerDead(0))) if self.at[i] == BEFORE => {
+                            self.ended[i] = Some((Ok(()), now));
+                        }
+                        Some(Err(e)) => self.ended[i] = Some((Err(e.to_string()), now)),
+                    }
+                    self.in_call[i] = false;
+                    self.at[i] += 1;
+                }
+                if self.ended[i].is_some() || (i == 0 && self.at[i] >= BEFORE) {
+                    return;
+                }
+                if i != 0 && self.at[i] > BEFORE {
+                    self.ended[i] = Some((Err("the call after the death completed".into()), now));
+                    return;
+                }
+                let data = if i == 0 {
+                    self.at[i].to_be_bytes().to_vec()
+                } else {
+                    Vec::new()
+                };
+                m.bcast(now, 0, data, Algorithm::PushPull).unwrap();
+                self.in_call[i] = true;
+            }
+        }
+        fn done(&self) -> bool {
+            self.ended[1..].iter().all(Option::is_some)
+        }
+        fn kill_now(&mut self) -> Vec<usize> {
+            // The root has handed its tenth message over and is idle: it dies.
+            if self.killed_at.is_none() && self.at[0] >= BEFORE {
+                self.killed_at = Some(self.net.now());
+                return vec![0];
+            }
+            Vec::new()
+        }
+    }
+    let n = 6u16;
+    let detection = Detection {
+        protocol: Gossip::DoubleBinaryRoundRobin,
+        t_gossip: Duration::from_millis(10),
+    };
+    for seed in 1..=8 {
+        let net = SimNet::new(SimConfig {
+            seed,
+            faults: ethbcast::link::sim::Faults::lossy(0.02),
+            ..SimConfig::new(usize::from(n))
+        })
+        .unwrap();
+        let macs: Vec<_> = (0..n).map(port_mac).collect();
+        let members = (0..n)
+            .map(|i| {
+                let mut mc = MemberConfig::new(Config::new(3, i, n), macs.clone());
+                let mut dc = DetectorConfig::new(i, n, detection.t_gossip);
+                dc.protocol = detection.protocol;
+                mc.detector = Some(dc);
+                Member::new(net.now(), mc).unwrap()
+            })
+            .collect();
+        let clock = net.clone();
+        let mut c = SimCluster::new(net, members).unwrap();
+        let bound = detection.bound(n);
+        let mut w = RootDies {
+            at: vec![0; usize::from(n)],
+            in_call: vec![false; usize::from(n)],
+            ended: vec![None; usize::from(n)],
+            wrong: 0,
+            killed_at: None,
+            net: clock,
+        };
+        let end = c.run(Duration::from_secs(10), &mut w).unwrap();
+        assert_eq!(end, RunEnd::Done, "seed {seed}: {:?}", w.ended);
+        assert_eq!(w.wrong, 0, "seed {seed}");
+        let killed = w.killed_at.expect("the root died");
+        for (i, e) in w.ended.iter().enumerate().skip(1) {
+            let (r, when) = e.as_ref().unwrap();
+            assert_eq!(r, &Ok(()), "seed {seed}, member {i}");
+            let took = when.duration_since(killed);
+            assert!(
+                took <= bound,
+                "seed {seed}, member {i}: {took:?} > {bound:?}"
+            );
+            assert_eq!(w.at[i], BEFORE + 1, "seed {seed}, member {i}");
+        }
+    }
+}
