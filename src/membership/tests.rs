@@ -330,3 +330,78 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
     }
     assert!(j.take_result().is_none());
 }
+
+/// A member whose confirmation was lost has left its join: the coordinator still repeats the
+/// roster, and the member, now running the group, confirms it from there (to the
+/// coordinator only, and only the roster of its own session).
+#[test]
+fn a_member_confirms_a_roster_repeated_after_it_joined() {
+    use crate::member::{Member, MemberConfig};
+    use crate::proto::Config;
+    let n = 3;
+    let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
+    net.set_promiscuous(n, true).unwrap();
+    let list: Vec<MacAddr> = (0..n as u16).map(port_mac).collect();
+    let joins: Vec<Join> = (0..n)
+        .map(|i| {
+            Join::new(
+                cfg(i, Expect::List(list.clone()), Some(KEY)),
+                net.now(),
+                50 + i as u64,
+            )
+            .unwrap()
+        })
+        .collect();
+    let mut tap: SimPort = net.port(n).unwrap();
+    let mut c = SimCluster::new(net, joins).unwrap();
+    let mut w = Outcomes(vec![None; n]);
+    assert_eq!(c.run(Duration::from_secs(5), &mut w).unwrap(), RunEnd::Done);
+    let joined = all_joined(&w.0);
+    let mut from_coordinator = Vec::new();
+    tap.recv_frames(&mut |f| {
+        if f[6..12] == port_mac(0) {
+            from_coordinator.push(f[crate::wire::ETH_HEADER_LEN..].to_vec());
+        }
+    });
+    assert!(!from_coordinator.is_empty());
+
+    let member = |late: bool| {
+        let j = &joined[1];
+        let mut ecfg = Config::new(j.session.group, j.rank, n as u16);
+        ecfg.key = j.session.key;
+        let mut mc = MemberConfig::new(ecfg, j.peers.clone());
+        if late {
+            mc.late = Some(j.late.clone());
+        }
+        Member::new(Instant::now(), mc).unwrap()
+    };
+    let answers = |m: &mut Member, src: MacAddr| {
+        let now = Instant::now();
+        for f in &from_coordinator {
+            m.handle_frame(now, src, f);
+        }
+        let mut buf = vec![0u8; 1600];
+        let mut out = Vec::new();
+        while let Some(t) = m.poll_transmit(now, &mut buf) {
+            let f = Frame::new_checked(&buf[..t.len]).unwrap();
+            if f.kind() == Kind::Join {
+                out.push((t.dst, f.group()));
+            }
+        }
+        out
+    };
+    let confirms = answers(&mut member(true), port_mac(0));
+    assert!(!confirms.is_empty(), "the repeated roster is confirmed");
+    assert!(confirms.len() <= 4, "at most a few at once: {confirms:?}");
+    assert!(confirms
+        .iter()
+        .all(|&(dst, g)| dst == port_mac(0) && g == GROUP));
+    assert!(
+        answers(&mut member(true), port_mac(2)).is_empty(),
+        "a roster from another host"
+    );
+    assert!(
+        answers(&mut member(false), port_mac(0)).is_empty(),
+        "a member that was not told how"
+    );
+}
