@@ -42,6 +42,9 @@ pub const NO_RANK: u16 = u16::MAX;
 /// How often challenges, hellos and rosters are repeated until answered.
 pub const REPEAT: Duration = Duration::from_millis(10);
 
+/// Members a coordinator sends point-to-point copies of a round to, at most.
+const UNICAST_PER_ROUND: usize = 16;
+
 /// Challenges a member answers at once (the most recent; a replayed challenge can take a slot
 /// but not keep the real coordinator's).
 const MAX_CHALLENGES: usize = 8;
@@ -377,6 +380,10 @@ struct Coordinating {
     confirmed: BTreeSet<MacAddr>,
     /// Stepped down: a lower MAC coordinates (discovery).
     stepped_down: bool,
+    /// Broadcasts of the current phase (challenge, then roster) so far.
+    rounds: u32,
+    /// Where the next round's point-to-point copies start (round robin over the members).
+    cursor: usize,
 }
 
 /// The join of one member (sans-IO).
@@ -454,6 +461,8 @@ impl Join {
                 roster: None,
                 confirmed: BTreeSet::new(),
                 stepped_down: false,
+                rounds: 0,
+                cursor: 0,
             }),
             challenges: VecDeque::new(),
             rosters: BTreeMap::new(),
@@ -627,6 +636,7 @@ impl Join {
         c.confirmed.insert(me);
         let alone = roster.len() == 1;
         c.roster = Some(roster.clone());
+        c.rounds = 0;
         self.next_send = now;
         if alone {
             self.finish(me, self.nonce, &roster);
@@ -827,12 +837,32 @@ impl Join {
                     size,
                 };
                 self.send(BROADCAST_MAC, key.map(|k| challenge_key(&k)), &msg, claim);
+                // Members known beforehand that broadcast does not seem to reach get copies.
+                let unheard: Vec<MacAddr> = match (&self.cfg.expect, self.coord.as_ref()) {
+                    (Expect::List(l), Some(c)) => l
+                        .iter()
+                        .filter(|m| **m != self.cfg.mac && !c.hellos.iter().any(|h| h.0 == **m))
+                        .copied()
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                for dst in self.unicast_round(&unheard) {
+                    self.send(dst, key.map(|k| challenge_key(&k)), &msg, claim);
+                }
             }
             Some((false, Some(roster))) => {
                 let per = ENTRIES_PER_PART
                     .min((self.cfg.max_payload.saturating_sub(15)) / 14)
                     .max(1);
                 let parts = roster.len().div_ceil(per) as u16;
+                let unconfirmed: Vec<MacAddr> = self.coord.as_ref().map_or(Vec::new(), |c| {
+                    roster
+                        .iter()
+                        .map(|e| e.0)
+                        .filter(|m| !c.confirmed.contains(m))
+                        .collect()
+                });
+                let copies = self.unicast_round(&unconfirmed);
                 for (i, chunk) in roster.chunks(per).enumerate() {
                     let msg = Msg::Roster {
                         nonce: self.nonce,
@@ -840,12 +870,9 @@ impl Join {
                         parts,
                         entries: chunk.to_vec(),
                     };
-                    self.send(
-                        BROADCAST_MAC,
-                        key.map(|k| join_key(&k, self.nonce)),
-                        &msg,
-                        claim,
-                    );
+                    for &dst in std::iter::once(&BROADCAST_MAC).chain(&copies) {
+                        self.send(dst, key.map(|k| join_key(&k, self.nonce)), &msg, claim);
+                    }
                 }
             }
             _ => {}
@@ -860,6 +887,28 @@ impl Join {
             };
             self.send(coordinator, key.map(|k| join_key(&k, nonce)), &msg, claim);
         }
+    }
+}
+
+impl Join {
+    /// Counts a broadcast round of the coordinator and picks who gets a point-to-point copy
+    /// of it: from the third round on, up to [`UNICAST_PER_ROUND`] of `waiting` (members a
+    /// broadcast filter may hide), round robin, so that a member that hears no broadcast
+    /// still joins, and late starters in a large group do not cost a frame each per round.
+    fn unicast_round(&mut self, waiting: &[MacAddr]) -> Vec<MacAddr> {
+        let Some(c) = self.coord.as_mut() else {
+            return Vec::new();
+        };
+        c.rounds = c.rounds.saturating_add(1);
+        if c.rounds < 3 || waiting.is_empty() {
+            return Vec::new();
+        }
+        let take = waiting.len().min(UNICAST_PER_ROUND);
+        let start = c.cursor % waiting.len();
+        c.cursor = c.cursor.wrapping_add(take);
+        (0..take)
+            .map(|k| waiting[(start + k) % waiting.len()])
+            .collect()
     }
 }
 

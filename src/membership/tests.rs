@@ -405,3 +405,46 @@ fn a_member_confirms_a_roster_repeated_after_it_joined() {
         "a member that was not told how"
     );
 }
+
+/// A listed member behind a filter that drops every broadcast frame to it (the test-bed's
+/// nftables rule; a switch that does not flood) still joins: after two broadcast rounds the
+/// coordinator sends the challenge and the roster to the members it has not heard from
+/// point to point as well.
+#[test]
+fn a_listed_member_that_hears_no_broadcast_still_joins() {
+    let n = 5;
+    let list: Vec<MacAddr> = (0..n as u16).map(port_mac).collect();
+    for deaf in [vec![2usize], vec![1, 3]] {
+        let net = SimNet::new(SimConfig {
+            per_port: deaf
+                .iter()
+                .map(|&d| {
+                    (
+                        d,
+                        Faults {
+                            group_loss: 1.0,
+                            ..Faults::NONE
+                        },
+                    )
+                })
+                .collect(),
+            ..SimConfig::new(n)
+        })
+        .unwrap();
+        let joins = (0..n)
+            .map(|i| {
+                Join::new(
+                    cfg(i, Expect::List(list.clone()), Some(KEY)),
+                    net.now(),
+                    700 + i as u64,
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut c = SimCluster::new(net, joins).unwrap();
+        let mut w = Outcomes(vec![None; n]);
+        let end = c.run(Duration::from_secs(2), &mut w).unwrap();
+        assert_eq!(end, RunEnd::Done, "deaf {deaf:?}");
+        assert_agree(&all_joined(&w.0));
+    }
+}

@@ -25,7 +25,7 @@ use ethbcast::detect::Gossip;
 use ethbcast::group::{key_from_passphrase, Algorithm, Detection, Group, GroupError, GroupOptions};
 use ethbcast::link::{self, BROADCAST_MAC};
 use ethbcast::member::MemberError;
-use ethbcast::wire::{Flags, Kind, Repr, ALL};
+use ethbcast::wire::{Flags, Frame, Kind, Repr, ALL};
 use serde::Serialize;
 
 use crate::netns;
@@ -384,6 +384,25 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
     let s = stop.clone();
     let attacker = netns::spawn_in(&attacker_host.netns, move || -> Result<u64, GroupError> {
         let mut l = link::open(Default::default(), "eth0", Default::default())?;
+        // The session's wire group id (the group joins with a fresh nonce first): from the
+        // first frame of the root's that is not a join frame.
+        let mut session = None;
+        let t0 = Instant::now();
+        while session.is_none()
+            && !s.load(Ordering::Relaxed)
+            && t0.elapsed() < Duration::from_secs(30)
+        {
+            l.recv(Some(Duration::from_millis(10)), &mut |src, pdu| {
+                if let Ok(f) = Frame::new_checked(pdu) {
+                    if src == root_mac && f.kind() != Kind::Join && f.group() != gid {
+                        session = Some(f.group());
+                    }
+                }
+            })?;
+        }
+        let Some(gid) = session else {
+            return Ok(0);
+        };
         let mut sent = 0;
         while !s.load(Ordering::Relaxed) {
             for seq in 0..8u32 {
