@@ -302,7 +302,13 @@ impl Group {
             .driver
             .run_until(&WallClock, deadline, SLICE, Member::take_result)?
         {
-            Some(r) => Ok(r?),
+            Some(r) => {
+                // A root's call can complete before its frames left (a small message is
+                // handed to the engine whole): they go now, not at the next call, which may
+                // come after a long computation.
+                self.driver.flush(Instant::now())?;
+                Ok(r?)
+            }
             None => {
                 self.driver.member_mut().cancel_call();
                 Err(GroupError::Timeout { what, after })

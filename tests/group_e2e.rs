@@ -190,3 +190,71 @@ fn nobody_leaves_a_barrier_before_the_last_member_enters() {
         }
     }
 }
+
+/// A root's call may return before its frames leave (a small message is handed over whole):
+/// they must leave then, not at its next call. Here the root computes (sleeps) for two
+/// seconds after each broadcast, and the receivers, whose calls time out after one, still
+/// get every message.
+#[test]
+fn a_root_that_computes_after_its_call_does_not_hold_its_message_back() {
+    if !netns_available(
+        "a_root_that_computes_after_its_call_does_not_hold_its_message_back",
+        true,
+    ) {
+        return;
+    }
+    let n = 3;
+    let bed = bed("d", n, 0.0);
+    let macs: Vec<[u8; 6]> = bed.hosts().iter().map(|h| h.mac).collect();
+    let handles: Vec<_> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            let macs = macs.clone();
+            netns::spawn_in(&h.netns, move || -> Result<usize, GroupError> {
+                let link = ethbcast::link::open(Default::default(), "eth0", Default::default())?;
+                let opts = GroupOptions {
+                    timeout: Duration::from_secs(10),
+                    ..GroupOptions::default()
+                };
+                let mut g = Group::from_link(link, macs, opts)?;
+                let mut got = 0;
+                for (i, algo) in [Algorithm::PushPull, Algorithm::Simple]
+                    .into_iter()
+                    .enumerate()
+                {
+                    // Everybody is in step before the timed call.
+                    g.barrier()?;
+                    let mut buf = if g.rank() == 0 {
+                        payload(0, i, 100)
+                    } else {
+                        Vec::new()
+                    };
+                    if g.rank() == 0 {
+                        g.bcast_with(0, &mut buf, algo)?;
+                        std::thread::sleep(Duration::from_secs(2));
+                    } else {
+                        let t = std::time::Instant::now();
+                        g.bcast_with(0, &mut buf, algo)?;
+                        if t.elapsed() < Duration::from_secs(1) && buf == payload(0, i, 100) {
+                            got += 1;
+                        }
+                    }
+                }
+                g.barrier()?;
+                g.flush()?;
+                Ok(got)
+            })
+            .unwrap()
+        })
+        .collect();
+    let got: Vec<usize> = handles
+        .into_iter()
+        .map(|h| h.join().expect("member thread").expect("member"))
+        .collect();
+    assert_eq!(
+        got,
+        vec![0, 2, 2],
+        "receivers got each message within a second"
+    );
+}
