@@ -194,24 +194,33 @@ fn frame_from(template: &[u8], pdu: &[u8], keyed: bool) -> Vec<u8> {
     frame
 }
 
-/// The control message `control` from `src` to `dst` in the session of `template`, with a
-/// control counter far ahead of any real one, sent with source MAC `src_mac` to `dst_mac`;
-/// tagged with [`ATTACKER_KEY`] if the template is keyed.
-pub fn forge_control(
-    template: &[u8],
-    control: &Control,
-    src: u16,
-    dst: u16,
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-) -> Option<Vec<u8>> {
+/// Where a forged frame goes and whom it claims to come from.
+#[derive(Debug, Clone, Copy)]
+pub struct Spoof {
+    /// Claimed source rank.
+    pub src: u16,
+    /// Destination rank (or [`wire::ALL`]).
+    pub dst: u16,
+    /// Source MAC of the Ethernet frame.
+    pub src_mac: [u8; 6],
+    /// Destination MAC of the Ethernet frame.
+    pub dst_mac: [u8; 6],
+    /// Tag the frame with [`ATTACKER_KEY`] if the template is keyed (otherwise send it
+    /// without a tag, as an unkeyed member would).
+    pub tag: bool,
+}
+
+/// The control message `control` as `spoof` says, in the session (group id) of `template`,
+/// with a control counter far ahead of any real one.
+pub fn forge_control(template: &[u8], control: &Control, spoof: Spoof) -> Option<Vec<u8>> {
     let f = pdu(template)?;
-    let keyed = f.flags().contains(Flags::KEYED);
+    let keyed = spoof.tag && f.flags().contains(Flags::KEYED);
     let mut frame = frame_from(
         template,
-        &control.to_vec(f.group(), src, dst, 1 << 30),
+        &control.to_vec(f.group(), spoof.src, spoof.dst, 1 << 30),
         keyed,
     );
+    let (src_mac, dst_mac) = (spoof.src_mac, spoof.dst_mac);
     frame[..6].copy_from_slice(&dst_mac);
     frame[6..12].copy_from_slice(&src_mac);
     Some(frame)
@@ -229,14 +238,14 @@ pub fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
     };
     let mut src = [0u8; 6];
     src.copy_from_slice(&eth[6..12]);
-    forge_control(
-        eth,
-        &notice,
-        0,
-        wire::ALL,
-        src,
-        wire::ethernet::BROADCAST_MAC,
-    )
+    let spoof = Spoof {
+        src: 0,
+        dst: wire::ALL,
+        src_mac: src,
+        dst_mac: wire::ethernet::BROADCAST_MAC,
+        tag: true,
+    };
+    forge_control(eth, &notice, spoof)
 }
 
 /// Data frames that race the real ones: for a data frame of the running session, the next
@@ -350,6 +359,33 @@ pub fn replay_and_forge(netns: &str, frames: Vec<Vec<u8>>) -> Result<Hostile<usi
         }
         port.sent
     })
+}
+
+/// A forged data message of `len` bytes `payload` from `src` to `dst` on group `group` (a
+/// session's or a point-to-point channel's, see [`ethbcast::member::pair_group`]), as frame
+/// `seq` of message `msg_id`, in the session of `template`.
+pub fn forge_data(
+    template: &[u8],
+    group: u32,
+    spoof: Spoof,
+    seq: u32,
+    msg_id: u32,
+    payload: &[u8],
+) -> Option<Vec<u8>> {
+    let f = pdu(template)?;
+    let keyed = spoof.tag && f.flags().contains(Flags::KEYED);
+    let mut r = Repr::new(Kind::Data);
+    r.group = group;
+    r.src = spoof.src;
+    r.dst = spoof.dst;
+    r.seq = seq;
+    r.msg_id = msg_id;
+    r.msg_len = payload.len() as u32;
+    r.flags = Flags::LAST;
+    let mut frame = frame_from(template, &r.to_vec(payload).ok()?, keyed);
+    frame[..6].copy_from_slice(&spoof.dst_mac);
+    frame[6..12].copy_from_slice(&spoof.src_mac);
+    Some(frame)
 }
 
 /// Picks a random element (for the attacks' choices of frames).
