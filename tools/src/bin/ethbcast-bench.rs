@@ -750,10 +750,6 @@ fn main() -> ExitCode {
             json,
         } => {
             use ethbcast_tools::bench::attack;
-            if let Err(e) = ethbcast_tools::testbed::can_create_netns() {
-                eprintln!("error: the attacks need a test-bed: {e}");
-                return ExitCode::FAILURE;
-            }
             if let Some(bad) = only
                 .iter()
                 .find(|o| !attack::SCENARIOS.contains(&o.as_str()))
@@ -763,6 +759,10 @@ fn main() -> ExitCode {
                     attack::SCENARIOS.join(", ")
                 );
                 return ExitCode::from(2);
+            }
+            if let Err(e) = ethbcast_tools::testbed::can_create_netns() {
+                eprintln!("error: the attacks need a test-bed: {e}");
+                return ExitCode::FAILURE;
             }
             let bin = ethbcast.unwrap_or_else(attack::default_ethbcast);
             match attack::run_all(&prefix, testbed, &bin, &only) {
