@@ -90,7 +90,7 @@ impl Port {
 
     /// The next ethbcast frame the port sees (with its Ethernet header), if one arrives
     /// before the read timeout.
-    pub fn next(&mut self) -> Option<Vec<u8>> {
+    pub fn next_frame(&mut self) -> Option<Vec<u8>> {
         match self.rx.next() {
             Ok(f) if is_ethbcast(f) => Some(f.to_vec()),
             _ => None,
@@ -150,7 +150,7 @@ pub fn random_from(template: &[u8], rng: &mut impl RngCore) -> Option<Vec<u8>> {
     let mut r = Repr::new(Kind::from_u8(1 + (rng.next_u32() % 12) as u8)?);
     r.group = f.group();
     r.src = (rng.next_u32() % 8) as u16;
-    r.dst = if rng.next_u32() % 2 == 0 {
+    r.dst = if rng.next_u32().is_multiple_of(2) {
         wire::ALL
     } else {
         (rng.next_u32() % 8) as u16
@@ -314,7 +314,7 @@ pub fn record(netns: &str, limit: usize) -> Result<Hostile<Vec<Vec<u8>>>, Hostil
     Hostile::spawn(netns, Duration::from_millis(20), move |port, stop| {
         let mut got = Vec::new();
         while !stop.load(Ordering::SeqCst) {
-            if let Some(f) = port.next() {
+            if let Some(f) = port.next_frame() {
                 if got.len() < limit {
                     got.push(f);
                 }
@@ -335,7 +335,7 @@ pub fn replay_and_forge(netns: &str, frames: Vec<Vec<u8>>) -> Result<Hostile<usi
         let mut last_abort = std::time::Instant::now();
         let mut next = 0usize;
         while !stop.load(Ordering::SeqCst) {
-            if let Some(f) = port.next() {
+            if let Some(f) = port.next_frame() {
                 if let Some(m) = mutate(&f, &mut rng) {
                     port.send(&m);
                 }

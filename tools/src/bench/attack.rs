@@ -272,7 +272,7 @@ pub fn spoofed_liveness(prefix: &str, hosts: usize, replay: bool) -> Result<Scen
             let (mut template, mut recorded) = (None::<Vec<u8>>, Vec::<Vec<u8>>::new());
             let (mut spoofed, mut last) = (0usize, Instant::now());
             while !stop.load(Ordering::SeqCst) {
-                if let Some(f) = port.next() {
+                if let Some(f) = port.next_frame() {
                     if f[6..12] == vmac && is_control(&f) {
                         if recorded.len() < 1024 {
                             recorded.push(f);
@@ -446,7 +446,7 @@ pub fn replay_control_in_session(prefix: &str, hosts: usize) -> Result<Scenario,
             let mut seen: Vec<(Instant, Vec<u8>)> = Vec::new();
             let mut last = Instant::now();
             while !stop.load(Ordering::SeqCst) {
-                if let Some(f) = port.next() {
+                if let Some(f) = port.next_frame() {
                     if is_control(&f) {
                         if seen.len() >= 512 {
                             seen.remove(0);
@@ -515,7 +515,7 @@ pub fn forged_join(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> 
             let mut joins: Vec<Vec<u8>> = Vec::new();
             let mut last = Instant::now();
             while !stop.load(Ordering::SeqCst) {
-                if let Some(f) = port.next() {
+                if let Some(f) = port.next_frame() {
                     if pdu(&f).is_some_and(|p| p.kind() == Kind::Join) && joins.len() < 4096 {
                         joins.push(f);
                     }
@@ -579,9 +579,7 @@ pub fn forged_join(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> 
             problems.push(format!(
                 "rank {}'s roster {:?} is not the {m} members",
                 s.rank,
-                r.iter()
-                    .map(|m| ethbcast::link::format_mac(m))
-                    .collect::<Vec<_>>()
+                r.iter().map(ethbcast::link::format_mac).collect::<Vec<_>>()
             ));
         }
     }
@@ -618,7 +616,7 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
             let mut barriers: Vec<Vec<u8>> = Vec::new();
             let mut last = Instant::now();
             while !stop.load(Ordering::SeqCst) {
-                if let Some(f) = port.next() {
+                if let Some(f) = port.next_frame() {
                     if pdu(&f).is_some_and(|p| p.kind() == Kind::Barrier) && barriers.len() < 4096 {
                         barriers.push(f);
                     }
@@ -748,7 +746,7 @@ pub fn flood(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
             let mut live: Vec<Vec<u8>> = Vec::new();
             let mut burst = 0u32;
             while !stop.load(Ordering::SeqCst) {
-                if let Some(f) = port.next() {
+                if let Some(f) = port.next_frame() {
                     if live.len() < 1024 {
                         live.push(f);
                     } else {
@@ -767,7 +765,7 @@ pub fn flood(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
                 }
                 // Bounded, so that the two cores stay with the members rather than the flood.
                 burst += 1;
-                if burst % 16 == 0 {
+                if burst.is_multiple_of(16) {
                     std::thread::sleep(Duration::from_micros(500));
                 }
             }
@@ -1007,7 +1005,7 @@ pub fn send_recv_forged_control(
             let mut template: Option<Vec<u8>> = None;
             let mut last = Instant::now();
             while !stop.load(Ordering::SeqCst) {
-                if let Some(f) = port.next() {
+                if let Some(f) = port.next_frame() {
                     if pdu(&f).is_some_and(|p| p.kind() == Kind::Data && p.src() == 0) {
                         template = Some(f);
                     }
