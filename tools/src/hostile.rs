@@ -210,14 +210,38 @@ pub struct Spoof {
     pub tag: bool,
 }
 
+/// Fresh control counters far ahead of any real one: each forgery takes a new one, so that
+/// an unkeyed group's replay window would take every one.
+#[derive(Debug, Clone, Copy)]
+pub struct Counter(u32);
+
+impl Default for Counter {
+    fn default() -> Self {
+        Counter(1 << 30)
+    }
+}
+
+impl Counter {
+    /// The next counter.
+    pub fn fresh(&mut self) -> u32 {
+        self.0 = self.0.wrapping_add(1);
+        self.0
+    }
+}
+
 /// The control message `control` as `spoof` says, in the session (group id) of `template`,
-/// with a control counter far ahead of any real one.
-pub fn forge_control(template: &[u8], control: &Control, spoof: Spoof) -> Option<Vec<u8>> {
+/// with the next counter of `ctr`.
+pub fn forge_control(
+    template: &[u8],
+    control: &Control,
+    spoof: Spoof,
+    ctr: &mut Counter,
+) -> Option<Vec<u8>> {
     let f = pdu(template)?;
     let keyed = spoof.tag && f.flags().contains(Flags::KEYED);
     let mut frame = frame_from(
         template,
-        &control.to_vec(f.group(), spoof.src, spoof.dst, 1 << 30),
+        &control.to_vec(f.group(), spoof.src, spoof.dst, ctr.fresh()),
         keyed,
     );
     let (src_mac, dst_mac) = (spoof.src_mac, spoof.dst_mac);
@@ -245,7 +269,7 @@ pub fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
         dst_mac: wire::ethernet::BROADCAST_MAC,
         tag: true,
     };
-    forge_control(eth, &notice, spoof)
+    forge_control(eth, &notice, spoof, &mut Counter::default())
 }
 
 /// Data frames that race the real ones: for a data frame of the running session, the next

@@ -31,7 +31,7 @@ use ethbcast::detect::Gossip;
 use ethbcast::group::Detection;
 
 use super::faults::{bed, join_all, ms, msg, spawn_members};
-use crate::hostile::{self, pdu, HostileError, Spoof};
+use crate::hostile::{self, pdu, Counter, HostileError, Spoof};
 use crate::netns;
 use crate::testbed::{Testbed, TestbedError};
 
@@ -268,6 +268,7 @@ pub fn spoofed_liveness(prefix: &str, hosts: usize, replay: bool) -> Result<Scen
         Duration::from_millis(1),
         move |port, stop: &AtomicBool| {
             let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+            let mut ctr = Counter::default();
             let vmac = macs[victim as usize];
             let (mut template, mut recorded) = (None::<Vec<u8>>, Vec::<Vec<u8>>::new());
             let (mut spoofed, mut last) = (0usize, Instant::now());
@@ -321,7 +322,7 @@ pub fn spoofed_liveness(prefix: &str, hosts: usize, replay: bool) -> Result<Scen
                                 seen: None,
                             },
                         ] {
-                            if let Some(x) = hostile::forge_control(t, &c, spoof) {
+                            if let Some(x) = hostile::forge_control(t, &c, spoof, &mut ctr) {
                                 port.send(&x);
                             }
                         }
@@ -613,6 +614,7 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
         Duration::from_micros(500),
         move |port, stop: &AtomicBool| {
             let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+            let mut ctr = Counter::default();
             let mut barriers: Vec<Vec<u8>> = Vec::new();
             let mut last = Instant::now();
             while !stop.load(Ordering::SeqCst) {
@@ -651,7 +653,7 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
                             dst_mac: wire::ethernet::BROADCAST_MAC,
                             tag,
                         };
-                        if let Some(x) = hostile::forge_control(&f, &release, spoof) {
+                        if let Some(x) = hostile::forge_control(&f, &release, spoof, &mut ctr) {
                             port.send(&x);
                         }
                         let arrive = Control::Barrier(wire::BarrierMsg {
@@ -669,7 +671,7 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
                                 dst_mac: macs[0],
                                 tag,
                             };
-                            if let Some(x) = hostile::forge_control(&f, &arrive, spoof) {
+                            if let Some(x) = hostile::forge_control(&f, &arrive, spoof, &mut ctr) {
                                 port.send(&x);
                             }
                         }
@@ -1003,6 +1005,7 @@ pub fn send_recv_forged_control(
         Duration::from_micros(500),
         move |port, stop: &AtomicBool| {
             let mut template: Option<Vec<u8>> = None;
+            let mut ctr = Counter::default();
             let mut last = Instant::now();
             while !stop.load(Ordering::SeqCst) {
                 if let Some(f) = port.next_frame() {
@@ -1030,7 +1033,7 @@ pub fn send_recv_forged_control(
                         body: ABORT.to_vec(),
                     };
                     if let Some(x) =
-                        hostile::forge_control(t, &abort, from_sender(wire::ALL, bcast))
+                        hostile::forge_control(t, &abort, from_sender(wire::ALL, bcast), &mut ctr)
                     {
                         port.send(&x);
                     }
@@ -1041,7 +1044,7 @@ pub fn send_recv_forged_control(
                         };
                         let evict = Control::Evict { rank: r };
                         for c in [&evicted, &evict] {
-                            if let Some(x) = hostile::forge_control(t, c, to) {
+                            if let Some(x) = hostile::forge_control(t, c, to, &mut ctr) {
                                 port.send(&x);
                             }
                         }
@@ -1059,7 +1062,9 @@ pub fn send_recv_forged_control(
                             }
                             .encode(),
                         };
-                        if let Some(x) = hostile::forge_control(t, &progress, from_receiver) {
+                        if let Some(x) =
+                            hostile::forge_control(t, &progress, from_receiver, &mut ctr)
+                        {
                             port.send(&x);
                         }
                         let pair = ethbcast::member::pair_group(group, 0, r);
