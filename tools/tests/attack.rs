@@ -89,10 +89,10 @@ fn every_attack_of_a_host_without_the_key_fails_against_a_keyed_group_and_transf
 
 /// Scenarios in which the library has a known defect that delays, but does not prevent, the
 /// eviction of a dead member: while the attacker replays the dead member's recorded
-/// acknowledgements and heartbeats (with mutated copies), the root evicts it 60-230 ms beyond
-/// the detector's bound in most runs (never without the attacker, nor with forged frames).
-/// The path is not identified yet: every replayed frame should fail the replay window or the
-/// tag, yet something the dead member sent earlier is taken as a sign of life.
+/// acknowledgements and heartbeats (unchanged copies suffice), the root evicts it 60-270 ms
+/// beyond the detector's bound in most runs (never without the attacker, nor with forged
+/// frames). The path is not identified yet: every replayed frame should fail the replay
+/// window, yet something the dead member sent earlier is taken as a sign of life.
 const KNOWN_LATE: &[&str] = &["spoofed-liveness-replayed"];
 
 #[test]
