@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod distribute;
+pub mod hostile;
 pub mod mpi;
 pub mod netns;
 pub mod packaging;

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ethbcast_tools::netns;
 use ethbcast_tools::testbed::{Rate, Testbed, TestbedConfig};
+use ethbcast_tools::{hostile, netns};
 use rand::{RngCore, SeedableRng};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ethbcast");
@@ -1167,185 +1167,6 @@ fn ctrl_c_on_the_sender_ends_the_transfer_at_every_receiver_without_complete_loo
     tb.down().unwrap();
 }
 
-/// A hostile host: records every ethbcast frame (EtherType 0x88B5) its port sees until told
-/// to stop, then sends them again.
-struct Hostile {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    handle: std::thread::JoinHandle<usize>,
-}
-
-fn eth0_channel(
-    read_timeout: Duration,
-) -> (
-    Box<dyn pnet_datalink::DataLinkSender>,
-    Box<dyn pnet_datalink::DataLinkReceiver>,
-) {
-    let iface = pnet_datalink::interfaces()
-        .into_iter()
-        .find(|i| i.name == "eth0")
-        .expect("eth0 in this namespace");
-    let config = pnet_datalink::Config {
-        read_timeout: Some(read_timeout),
-        ..Default::default()
-    };
-    match pnet_datalink::channel(&iface, config).expect("AF_PACKET channel") {
-        pnet_datalink::Channel::Ethernet(tx, rx) => (tx, rx),
-        _ => panic!("unexpected channel type"),
-    }
-}
-
-/// The sender's abort notice, forged from a frame the sender sent: its session's group id
-/// and MAC, a control counter far ahead of any real one, and (if the frame carries a tag) a
-/// tag of the attacker's own key. Without a key every receiver would abort and delete its
-/// output.
-fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
-    use ethbcast::wire::{seal, Control, Flags, Frame, TAG_LEN};
-    let f = Frame::new_checked(&eth[14..]).ok()?;
-    if f.src() != 0 || f.kind() == ethbcast::wire::Kind::Join {
-        return None;
-    }
-    let notice = Control::Notice {
-        body: b"EBDX".to_vec(),
-    };
-    let mut pdu = notice.to_vec(f.group(), 0, ethbcast::wire::ALL, 1 << 30);
-    if f.flags().contains(Flags::KEYED) {
-        let n = pdu.len();
-        pdu.resize(n + TAG_LEN, 0);
-        seal(&[0x5A; 32], &mut pdu, n).ok()?;
-    }
-    let mut frame = vec![0xFF; 6];
-    frame.extend_from_slice(&eth[6..14]);
-    frame.extend_from_slice(&pdu);
-    Some(frame)
-}
-
-/// Data frames that race the real ones: for a data frame of the running transfer, the next
-/// two sequence numbers with random payloads (tagged with a key of the attacker's own if the
-/// frame carries a tag), ahead of the sender's. Without a key, receivers would take them.
-fn forge_ahead(eth: &[u8], rng: &mut rand::rngs::SmallRng) -> Vec<Vec<u8>> {
-    use ethbcast::wire::{seal, Flags, Frame, Repr, TAG_LEN};
-    let Ok(f) = Frame::new_checked(&eth[14..]) else {
-        return Vec::new();
-    };
-    if !f.kind().is_data() {
-        return Vec::new();
-    }
-    let keyed = f.flags().contains(Flags::KEYED);
-    let repr = Repr::parse(&f);
-    let len = f.payload().len();
-    (1..=2u32)
-        .filter_map(|k| {
-            let mut r = repr;
-            r.flags.remove(Flags::KEYED);
-            r.seq = r.seq.wrapping_add(k);
-            r.offset = r.offset.wrapping_add(k * len as u32);
-            let mut junk = vec![0u8; len];
-            rng.fill_bytes(&mut junk);
-            let mut pdu = r.to_vec(&junk).ok()?;
-            if keyed {
-                let n = pdu.len();
-                pdu.resize(n + TAG_LEN, 0);
-                seal(&[0x5A; 32], &mut pdu, n).ok()?;
-            }
-            let mut frame = eth[..14].to_vec();
-            frame.extend_from_slice(&pdu);
-            Some(frame)
-        })
-        .collect()
-}
-
-fn is_ethbcast(frame: &[u8]) -> bool {
-    frame.len() > 14 + ethbcast::wire::OVERHEAD && frame[12..14] == [0x88, 0xB5]
-}
-
-impl Hostile {
-    /// Records the frames host `host` sees.
-    fn record(tb: &Testbed, host: usize) -> (Self, std::sync::mpsc::Receiver<Vec<Vec<u8>>>) {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let s = stop.clone();
-        let handle = netns::spawn_in(&tb.hosts()[host].netns, move || {
-            let (_, mut rx_link) = eth0_channel(Duration::from_millis(20));
-            let mut got: Vec<Vec<u8>> = Vec::new();
-            while !s.load(std::sync::atomic::Ordering::SeqCst) {
-                if let Ok(f) = rx_link.next() {
-                    if is_ethbcast(f) && got.len() < 50_000 {
-                        got.push(f.to_vec());
-                    }
-                }
-            }
-            let n = got.len();
-            let _ = tx.send(got);
-            n
-        })
-        .expect("hostile thread");
-        (Hostile { stop, handle }, rx)
-    }
-
-    /// Sends `frames` again and again from host `host`, each followed by a forged copy (one
-    /// byte after the fixed header changed, the CRC made valid again), and forges a copy of
-    /// every frame of the running transfer it sees, until stopped.
-    fn replay(tb: &Testbed, host: usize, frames: Vec<Vec<u8>>) -> Self {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let handle = netns::spawn_in(&tb.hosts()[host].netns, move || {
-            let (mut tx_link, mut rx_link) = eth0_channel(Duration::from_micros(200));
-            let mut rng = rand::rngs::SmallRng::seed_from_u64(99);
-            let mut rng_ahead = rand::rngs::SmallRng::seed_from_u64(100);
-            let mut last_abort = Instant::now();
-            let mut sent = 0usize;
-            let mut next = 0usize;
-            let mut forge = |f: &[u8], tx: &mut Box<dyn pnet_datalink::DataLinkSender>| {
-                let mut m = f.to_vec();
-                let pdu = &mut m[14..];
-                let total = ethbcast::wire::Frame::new_unchecked(&*pdu).total_len();
-                if total > pdu.len() || total <= ethbcast::wire::OVERHEAD + 8 {
-                    return 0;
-                }
-                let at = 8 + (rng.next_u32() as usize) % (total - ethbcast::wire::CRC_LEN - 8);
-                pdu[at] ^= 1 << (rng.next_u32() % 8);
-                let body = total - ethbcast::wire::CRC_LEN;
-                let crc = crc32c::crc32c(&pdu[..body]);
-                pdu[body..total].copy_from_slice(&crc.to_be_bytes());
-                let _ = tx.send_to(&m, None);
-                1
-            };
-            while !s.load(std::sync::atomic::Ordering::SeqCst) {
-                if let Ok(f) = rx_link.next() {
-                    if is_ethbcast(f) {
-                        let f = f.to_vec();
-                        sent += forge(&f, &mut tx_link);
-                        for ahead in forge_ahead(&f, &mut rng_ahead) {
-                            let _ = tx_link.send_to(&ahead, None);
-                            sent += 1;
-                        }
-                        if last_abort.elapsed() > Duration::from_millis(20) {
-                            if let Some(abort) = forge_abort(&f) {
-                                let _ = tx_link.send_to(&abort, None);
-                                sent += 1;
-                                last_abort = Instant::now();
-                            }
-                        }
-                    }
-                }
-                if let Some(f) = frames.get(next % frames.len().max(1)) {
-                    let _ = tx_link.send_to(f, None);
-                    sent += 1 + forge(f, &mut tx_link);
-                    next += 1;
-                }
-            }
-            sent
-        })
-        .expect("hostile thread");
-        Hostile { stop, handle }
-    }
-
-    fn stop(self) -> usize {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.handle.join().expect("hostile thread")
-    }
-}
-
 #[test]
 fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_one_and_forges_frames(
 ) {
@@ -1394,7 +1215,7 @@ fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_on
     // 1. A transfer the hostile host (host 3, no key) records.
     let first = dir.join("first.bin");
     random_file(&first, 4 << 20, 1);
-    let (rec, recorded) = Hostile::record(&tb, 3);
+    let rec = hostile::record(&tb.hosts()[3].netns, 50_000).expect("hostile host");
     let (_, mut rs, mut s) = keyed_transfer(&first, "a");
     let out = s.wait_timeout(Duration::from_secs(60));
     assert_eq!(
@@ -1406,8 +1227,8 @@ fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_on
     for r in &mut rs {
         r.wait_timeout(Duration::from_secs(10));
     }
-    let n = rec.stop();
-    let frames = recorded.recv().unwrap();
+    let frames = rec.stop().expect("hostile host");
+    let n = frames.len();
     assert!(n > 100, "the hostile host recorded only {n} frames");
 
     // 2. The same key, another file, while the recording is replayed with forgeries. The
@@ -1417,11 +1238,11 @@ fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_on
     tb.set_learning(3, false).unwrap();
     let second = dir.join("second.bin");
     random_file(&second, 4 << 20, 2);
-    let attacker = Hostile::replay(&tb, 3, frames);
+    let attacker = hostile::replay_and_forge(&tb.hosts()[3].netns, frames).expect("hostile host");
     std::thread::sleep(Duration::from_millis(200));
     let (outs, mut rs, mut s) = keyed_transfer(&second, "b");
     let out = s.wait_timeout(Duration::from_secs(90));
-    let sent = attacker.stop();
+    let sent = attacker.stop().expect("hostile host");
     let rep = report(&out);
     assert_eq!(out.status.code(), Some(0), "{rep}");
     for r in &mut rs {

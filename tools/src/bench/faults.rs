@@ -61,7 +61,7 @@ pub struct FaultsReport {
     pub scenarios: Vec<ScenarioResult>,
 }
 
-fn bed(prefix: &str, hosts: usize, loss: f64) -> Result<Testbed, TestbedError> {
+pub(crate) fn bed(prefix: &str, hosts: usize, loss: f64) -> Result<Testbed, TestbedError> {
     let mut cfg = TestbedConfig::new(hosts);
     cfg.prefix = prefix.to_string();
     if loss > 0.0 {
@@ -78,17 +78,17 @@ fn opts(detect: bool) -> GroupOptions {
     }
 }
 
-fn msg(i: usize) -> Vec<u8> {
+pub(crate) fn msg(i: usize) -> Vec<u8> {
     (0..20_000).map(|k| (k as u8) ^ (i as u8)).collect()
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-type Member<T> = std::thread::JoinHandle<Result<T, GroupError>>;
+pub(crate) type Member<T> = std::thread::JoinHandle<Result<T, GroupError>>;
 
-fn spawn_members<T: Send + 'static>(
+pub(crate) fn spawn_members<T: Send + 'static>(
     bed: &Testbed,
     hosts: std::ops::Range<usize>,
     f: impl Fn(Group) -> Result<T, GroupError> + Send + Sync + Clone + 'static,
@@ -111,7 +111,7 @@ fn spawn_members<T: Send + 'static>(
         .collect()
 }
 
-fn join_all<T>(handles: Vec<Member<T>>) -> Vec<Result<T, String>> {
+pub(crate) fn join_all<T>(handles: Vec<Member<T>>) -> Vec<Result<T, String>> {
     handles
         .into_iter()
         .map(|h| match h.join() {

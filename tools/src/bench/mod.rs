@@ -1,5 +1,6 @@
 //! The subcommands of `ethbcast-bench`, one module each, and what they share.
 
+pub mod attack;
 pub mod barrier;
 pub mod bed;
 pub mod cpu;

@@ -374,6 +374,30 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The attacks of a host without the key (spoofed liveness, replays from an earlier
+    /// session and in-session, forged join, forged barrier epochs, a flood of random and
+    /// mutated frames, forged abort/evict/report on a transfer) against a keyed group and a
+    /// keyed `ethbcast send/recv` transfer, on a test-bed whose last host is hostile. Exits 1
+    /// if any scenario failed.
+    ///
+    /// Example: ethbcast-bench attack --testbed 6 --json
+    Attack {
+        /// Hosts per scenario, the hostile one included (at least 4).
+        #[arg(long, default_value_t = 6)]
+        testbed: usize,
+        /// Test-bed name prefix.
+        #[arg(long, default_value = "ebatk")]
+        prefix: String,
+        /// The ethbcast binary for the transfers (default: next to this one).
+        #[arg(long)]
+        ethbcast: Option<std::path::PathBuf>,
+        /// Run only these scenarios (repeat or comma-separate; default: all).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// File distribution on a test-bed: ethbcast vs UDPCast vs an unreliable raw-broadcast
     /// blaster (the medium's limit). Needs root, nftables and (for UDPCast) udpcast.
     ///
@@ -705,6 +729,51 @@ fn main() -> ExitCode {
                         );
                     } else {
                         print!("{}", ethbcast_tools::bench::faults::render(&r));
+                    }
+                    if r.scenarios.iter().all(|s| s.passed) {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Attack {
+            testbed,
+            prefix,
+            ethbcast,
+            only,
+            json,
+        } => {
+            use ethbcast_tools::bench::attack;
+            if let Some(bad) = only
+                .iter()
+                .find(|o| !attack::SCENARIOS.contains(&o.as_str()))
+            {
+                eprintln!(
+                    "error: no scenario {bad}; the scenarios are {}",
+                    attack::SCENARIOS.join(", ")
+                );
+                return ExitCode::from(2);
+            }
+            if let Err(e) = ethbcast_tools::testbed::can_create_netns() {
+                eprintln!("error: the attacks need a test-bed: {e}");
+                return ExitCode::FAILURE;
+            }
+            let bin = ethbcast.unwrap_or_else(attack::default_ethbcast);
+            match attack::run_all(&prefix, testbed, &bin, &only) {
+                Ok(r) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&r).expect("serialisable")
+                        );
+                    } else {
+                        print!("{}", attack::render(&r));
                     }
                     if r.scenarios.iter().all(|s| s.passed) {
                         ExitCode::SUCCESS
