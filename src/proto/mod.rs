@@ -741,13 +741,17 @@ impl Engine {
         {
             return Err(Drop::Replayed);
         }
-        self.heard[usize::from(src)] = Some(now);
         if frame.kind().is_data() {
             let repr = Repr::parse(frame);
             let r = self.rx_mut(src).on_data(now, &repr, frame.payload());
             self.collect_rx(src);
+            // A duplicate or stale data frame (a replay, say) is no sign of the root's life.
+            if r.is_ok() {
+                self.heard[usize::from(src)] = Some(now);
+            }
             return r;
         }
+        self.heard[usize::from(src)] = Some(now);
         let msg = Control::parse(frame)?;
         self.handle_control(now, src, dst, msg)
     }

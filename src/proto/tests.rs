@@ -969,3 +969,25 @@ fn a_nack_to_the_root_whose_base_lies_before_the_stream_asks_for_nothing() {
         "nothing repaired"
     );
 }
+
+/// Performs the attack: a recorded data frame sent again is a duplicate, no sign of its root's
+/// life (a receiver that waits for a dead sender must not be kept waiting by replays).
+#[test]
+fn a_replayed_data_frame_is_no_sign_of_life() {
+    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
+    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
+    let t0 = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    root.bcast(t0, vec![1; 10], Algo::Simple).unwrap();
+    let t = root.poll_transmit(t0, &mut buf).unwrap();
+    let data = buf[..t.len].to_vec();
+    rx.handle_frame(t0, &data).unwrap();
+    assert_eq!(rx.last_heard(0), Some(t0));
+    let t1 = t0 + Duration::from_secs(1);
+    assert!(rx.handle_frame(t1, &data).is_err(), "a duplicate");
+    assert_eq!(
+        rx.last_heard(0),
+        Some(t0),
+        "the replay is not a sign of life"
+    );
+}
