@@ -19,9 +19,14 @@
 //! Invariants (checked by the property test against a plain oracle):
 //! - `tail <= head` and `head - tail <= capacity`;
 //! - for `tail <= s < head`, `refs(s)` = number of live `Lms` with `cursor <= s`;
-//! - `tail` = min(cursor of live `Lms`, head), or `head` when none is live.
+//! - `tail` = min(cursor of live `Lms`, head), or `head` when none is live;
+//! - a destination is in the pending set exactly when its repair queue is not empty.
+//!
+//! Cost: with a thousand destinations, work per frame or per acknowledgement must not visit
+//! every destination. The pending set lets the repair scheduler find the destinations that
+//! asked for something without scanning the ones that did not.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::wire::Repr;
@@ -129,7 +134,8 @@ pub struct Lms {
     live: bool,
     repair: VecDeque<Seq>,
     repair_cap: usize,
-    /// Retransmission timer deadline, if armed.
+    /// Retransmission timer deadline, if armed. Read-only outside the root's sender, which
+    /// keeps its ordered set of running timers in step with it.
     pub timer: Option<Instant>,
     /// Current retransmission timeout (grows by back-off, reset on progress).
     pub rto: Duration,
@@ -223,6 +229,8 @@ pub struct Eqa {
     hms: Hms,
     lms: Vec<Lms>,
     by_rank: Vec<Option<u32>>,
+    /// Indices (into `lms`) of the destinations whose repair queue is not empty.
+    pending: BTreeSet<u32>,
 }
 
 impl Eqa {
@@ -240,6 +248,7 @@ impl Eqa {
             hms: Hms::default(),
             lms: Vec::new(),
             by_rank: Vec::new(),
+            pending: BTreeSet::new(),
         };
         for r in dests {
             eqa.add_dest(r, repair_cap, rto);
@@ -390,6 +399,9 @@ impl Eqa {
             }
             keep
         });
+        if lms.repair.is_empty() {
+            self.pending.remove(&(i as u32));
+        }
         for s in dropped {
             self.unwant(s);
         }
@@ -422,6 +434,7 @@ impl Eqa {
         self.hms.live -= 1;
         let cursor = self.lms[i].cursor;
         let pending: Vec<Seq> = self.lms[i].repair.drain(..).collect();
+        self.pending.remove(&(i as u32));
         for s in pending {
             self.unwant(s);
         }
@@ -448,6 +461,7 @@ impl Eqa {
             return false;
         }
         lms.repair.push_back(seq);
+        self.pending.insert(i as u32);
         let idx = self.buf.index(seq);
         self.buf.slots[idx].want += 1;
         true
@@ -456,24 +470,54 @@ impl Eqa {
     /// Takes the oldest still-valid repair request of `rank`.
     pub fn pop_repair(&mut self, rank: Rank) -> Option<Seq> {
         let i = self.index(rank)?;
+        let mut found = None;
         while let Some(s) = self.lms[i].repair.pop_front() {
             self.unwant(s);
             if s >= self.lms[i].cursor && s >= self.hms.tail && s < self.hms.head {
-                return Some(s);
+                found = Some(s);
+                break;
             }
         }
-        None
+        if self.lms[i].repair.is_empty() {
+            self.pending.remove(&(i as u32));
+        }
+        found
+    }
+
+    /// Whether any destination has a repair request queued.
+    pub fn has_repairs(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The first destination at index `from` or after it (wrapping around) in
+    /// [`Eqa::dests`] whose repair queue is not empty: the round-robin repair scheduler's next
+    /// turn, found without visiting the destinations that asked for nothing.
+    pub fn next_with_repairs(&self, from: usize) -> Option<usize> {
+        let from = u32::try_from(from).unwrap_or(u32::MAX);
+        self.pending
+            .range(from..)
+            .next()
+            .or_else(|| self.pending.iter().next())
+            .map(|&i| i as usize)
     }
 
     /// Withdraws `seq` from every destination's repair queue (it is being re-broadcast).
     /// Returns the ranks that had asked for it.
     pub fn withdraw_repair(&mut self, seq: Seq) -> Vec<Rank> {
         let mut ranks = Vec::new();
-        for lms in &mut self.lms {
+        let mut emptied = Vec::new();
+        for &i in &self.pending {
+            let lms = &mut self.lms[i as usize];
             if let Some(p) = lms.repair.iter().position(|&s| s == seq) {
                 lms.repair.remove(p);
                 ranks.push(lms.rank);
+                if lms.repair.is_empty() {
+                    emptied.push(i);
+                }
             }
+        }
+        for i in emptied {
+            self.pending.remove(&i);
         }
         if seq >= self.hms.tail && seq < self.hms.head {
             let i = self.buf.index(seq);
@@ -574,6 +618,9 @@ mod tests {
         Publish,
         Ack(u16, u8),
         Evict(u16),
+        Request(u16, u8),
+        Pop(u16),
+        Withdraw(u8),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -581,7 +628,37 @@ mod tests {
             3 => Just(Op::Publish),
             3 => (0u16..5, 0u8..6).prop_map(|(r, d)| Op::Ack(r, d)),
             1 => (0u16..5).prop_map(Op::Evict),
+            2 => (0u16..5, 0u8..8).prop_map(|(r, d)| Op::Request(r, d)),
+            1 => (0u16..5).prop_map(Op::Pop),
+            1 => (0u8..8).prop_map(Op::Withdraw),
         ]
+    }
+
+    /// The repair bookkeeping against the queues themselves: the pending set names exactly
+    /// the destinations with a queued request, the round robin finds the first of them from
+    /// any index on, and each held frame's `want` counts the queues that hold it.
+    fn check_repairs(e: &Eqa) -> Result<(), TestCaseError> {
+        let nonempty: Vec<usize> = (0..e.dests().len())
+            .filter(|&i| !e.dests()[i].repair_queue().is_empty())
+            .collect();
+        prop_assert_eq!(e.has_repairs(), !nonempty.is_empty());
+        for from in 0..=e.dests().len() {
+            let want = nonempty
+                .iter()
+                .find(|&&i| i >= from)
+                .or(nonempty.first())
+                .copied();
+            prop_assert_eq!(e.next_with_repairs(from), want);
+        }
+        for s in e.tail()..e.head() {
+            let queued = e
+                .dests()
+                .iter()
+                .filter(|l| l.repair_queue().contains(&s))
+                .count() as u16;
+            prop_assert_eq!(e.slot(s).unwrap().want(), queued);
+        }
+        Ok(())
     }
 
     proptest! {
@@ -606,7 +683,11 @@ mod tests {
                         if live[r as usize] { cursors[r as usize] = cursors[r as usize].max(c); }
                     }
                     Op::Evict(r) => { e.evict(r); live[r as usize] = false; }
+                    Op::Request(r, d) => { e.request_repair(r, e.tail() + u64::from(d)); }
+                    Op::Pop(r) => { e.pop_repair(r); }
+                    Op::Withdraw(d) => { e.withdraw_repair(e.tail() + u64::from(d)); }
                 }
+                check_repairs(&e)?;
                 let tail = (0..5).filter(|&r| live[r]).map(|r| cursors[r]).min().unwrap_or(head);
                 prop_assert_eq!(e.tail(), tail);
                 prop_assert_eq!(e.head(), head);

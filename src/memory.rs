@@ -79,6 +79,8 @@ pub fn sizes(profile: Profile) -> Sizes {
     let now = std::time::Instant::now();
     // Create the receive stream of root 1 (streams are created when a root is first heard).
     let _ = engine.post_recv(now, 1, 0);
+    // Make the destination structures (a member makes them at its first broadcast).
+    let _ = engine.bcast(now, Vec::new(), crate::proto::Algo::Simple);
     let tx = engine.sender();
     let ldp = &tx.eqa().dests()[0];
     let s_ldp = std::mem::size_of_val(ldp) + ldp.heap_bytes();

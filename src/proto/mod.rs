@@ -36,7 +36,7 @@ mod send;
 #[cfg(test)]
 mod tests;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -552,6 +552,10 @@ pub struct Engine {
     cfg: Config,
     tx: Sender,
     rx: Vec<Option<Box<Receiver>>>,
+    /// The next timeout of every receive stream that has one: `(deadline, root)`, kept in step
+    /// with the streams after each call into them, so that finding the earliest timer and
+    /// firing the due ones never visits the streams that are quiet.
+    rx_timers: BTreeSet<(Instant, Rank)>,
     live: Vec<bool>,
     /// When a frame of each member last passed every check (CRC, group, key, membership).
     heard: Vec<Option<Instant>>,
@@ -574,6 +578,7 @@ impl Engine {
         Ok(Engine {
             tx: Sender::new(&cfg),
             rx: (0..n).map(|_| None).collect(),
+            rx_timers: BTreeSet::new(),
             live: vec![true; n],
             heard: vec![None; n],
             outbox: VecDeque::with_capacity(cfg.outbox),
@@ -622,7 +627,7 @@ impl Engine {
                 max: self.cfg.max_message,
             });
         }
-        let id = self.tx.enqueue(&self.cfg, data, algo)?;
+        let id = self.tx.enqueue(&self.cfg, data, algo, &self.live)?;
         self.stats.sent_msgs += 1;
         self.tx.fill(&self.cfg, now, &self.live);
         Ok(id)
@@ -679,6 +684,16 @@ impl Engine {
             while let Some(c) = rx.take_control() {
                 c.count(&mut self.stats);
                 self.outbox.push_back(c);
+            }
+            let next = rx.next_timeout();
+            if next != rx.armed {
+                if let Some(t) = rx.armed {
+                    self.rx_timers.remove(&(t, root));
+                }
+                if let Some(t) = next {
+                    self.rx_timers.insert((t, root));
+                }
+                rx.armed = next;
             }
         }
     }
@@ -833,19 +848,33 @@ impl Engine {
 
     /// Lets time pass: fires due acknowledgement, NACK and retransmission timers.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for r in 0..self.rx.len() {
-            if let Some(rx) = self.rx[r].as_deref_mut() {
+        // The streams whose timer is due, in rank order.
+        let mut due = Vec::new();
+        while let Some(&(t, root)) = self.rx_timers.first() {
+            if t > now {
+                break;
+            }
+            self.rx_timers.pop_first();
+            due.push(root);
+        }
+        due.sort_unstable();
+        for root in due {
+            if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+                rx.armed = None;
                 rx.on_timeout(now);
             }
-            self.collect_rx(r as Rank);
+            self.collect_rx(root);
         }
         self.tx.on_timeout(&self.cfg, now, &self.live);
     }
 
     /// The earliest instant at which [`Engine::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let rx = self.rx.iter().flatten().filter_map(|r| r.next_timeout());
-        rx.chain(self.tx.next_timeout()).min()
+        let rx = self.rx_timers.first().map(|&(t, _)| t);
+        match (rx, self.tx.next_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// True if frames are waiting to be sent.
@@ -928,7 +957,9 @@ impl Engine {
             return false;
         }
         *l = false;
-        self.rx[usize::from(rank)] = None;
+        if let Some(t) = self.rx[usize::from(rank)].take().and_then(|rx| rx.armed) {
+            self.rx_timers.remove(&(t, rank));
+        }
         for root in 0..self.cfg.size {
             let peer = self.peer_for(root);
             if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {

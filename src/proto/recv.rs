@@ -121,6 +121,9 @@ pub struct Receiver {
     probe_answer: bool,
     events: VecDeque<Event>,
     controls: VecDeque<Outgoing>,
+    /// The deadline under which the engine's timer set holds this stream (the engine keeps
+    /// it in step with `next_timeout`).
+    pub(crate) armed: Option<Instant>,
 }
 
 impl Receiver {
@@ -169,6 +172,7 @@ impl Receiver {
             probe_answer: false,
             events: VecDeque::new(),
             controls: VecDeque::new(),
+            armed: None,
         }
     }
 

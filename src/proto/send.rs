@@ -10,8 +10,16 @@
 //! releases references; the bitmap of a NACK queues repairs for that destination only. When
 //! frames go out, repairs come before fresh data, and a frame that several destinations asked
 //! for is re-broadcast once instead of being unicast to each.
+//!
+//! Cost with many destinations: nothing that happens per acknowledgement or per timeout
+//! visits every destination. Retransmission timers live in an ordered set (the earliest is
+//! found at once, and a timeout visits only the timers that fired), and the repair scheduler
+//! visits only the destinations that asked for something. A fresh frame visits each
+//! destination once (its timer and fail-over counters), as the switch delivers it to each. A
+//! member that never broadcasts never allocates its destination structures: they are made at
+//! its first broadcast.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
 use super::{Algo, Config, Dest, SendError, Stats, Transmit};
@@ -55,9 +63,16 @@ pub struct Sender {
     pull_timer: Option<Instant>,
     pull_backoff: u32,
     rr: usize,
-    probes: Vec<Rank>,
+    /// Per rank: its retransmission timer fired and the next repair to it is a probe (asks
+    /// for an immediate acknowledgement).
+    probing: Vec<bool>,
     pull_poll: bool,
     p2p_copies: VecDeque<(Rank, Seq)>,
+    /// Whether the destination structures exist (made at the first broadcast).
+    dests_made: bool,
+    /// Every running retransmission timer of a live destination: `(deadline, rank)`, in step
+    /// with `Lms::timer`.
+    timers: BTreeSet<(Instant, Rank)>,
 }
 
 /// Fresh frames over which the fail-over check judges a destination.
@@ -65,12 +80,11 @@ const FAILOVER_WINDOW: u32 = 32;
 
 impl Sender {
     pub(crate) fn new(cfg: &Config) -> Sender {
-        let dests = (0..cfg.size).filter(|&r| r != cfg.rank);
         Sender {
             eqa: Eqa::new(
                 cfg.window,
                 cfg.slot_payload(),
-                dests,
+                std::iter::empty(),
                 cfg.repair_queue,
                 cfg.rto,
             ),
@@ -83,9 +97,40 @@ impl Sender {
             pull_timer: None,
             pull_backoff: 0,
             rr: 0,
-            probes: Vec::new(),
+            probing: vec![false; usize::from(cfg.size)],
             pull_poll: false,
             p2p_copies: VecDeque::new(),
+            dests_made: false,
+            timers: BTreeSet::new(),
+        }
+    }
+
+    /// Makes one `Lms` per other member (the evicted ones evicted at once), once: a member
+    /// becomes a root, and pays for its destinations, at its first broadcast. Their cursors
+    /// start at the head, which has not moved before.
+    pub(crate) fn make_dests(&mut self, cfg: &Config, live: &[bool]) {
+        if self.dests_made {
+            return;
+        }
+        self.dests_made = true;
+        for r in (0..cfg.size).filter(|&r| r != cfg.rank) {
+            self.eqa.add_dest(r, cfg.repair_queue, cfg.rto);
+            if !live.get(usize::from(r)).copied().unwrap_or(true) {
+                self.eqa.evict(r);
+            }
+        }
+    }
+
+    /// Sets (or stops) the retransmission timer of `rank`, keeping the timer set in step.
+    fn set_timer(&mut self, rank: Rank, timer: Option<Instant>) {
+        let Some(lms) = self.eqa.lms_mut(rank) else {
+            return;
+        };
+        if let Some(old) = std::mem::replace(&mut lms.timer, timer) {
+            self.timers.remove(&(old, rank));
+        }
+        if let Some(t) = timer {
+            self.timers.insert((t, rank));
         }
     }
 
@@ -109,10 +154,12 @@ impl Sender {
         cfg: &Config,
         data: Vec<u8>,
         algo: Algo,
+        live: &[bool],
     ) -> Result<u64, SendError> {
         if self.queue.len() >= self.queue_cap {
             return Err(SendError::QueueFull(self.queue_cap));
         }
+        self.make_dests(cfg, live);
         if self.eqa.hms().live() == 0 {
             return Err(SendError::NoReceivers);
         }
@@ -236,6 +283,7 @@ impl Sender {
         let cumulative = behind(head, next).unwrap_or(0);
         let progressed = self.eqa.ack(src, cumulative.min(self.sent_upto));
         let sent_upto = self.sent_upto;
+        let mut timer = None;
         if let Some(lms) = self.eqa.lms_mut(src) {
             lms.last_heard = Some(now);
             lms.stats.max_lag = lms.stats.max_lag.max(head - lms.cursor());
@@ -251,8 +299,11 @@ impl Sender {
                 lms.backoffs = 0;
                 lms.rto = cfg.rto;
                 lms.last_progress = Some(now);
-                lms.timer = (lms.cursor() < sent_upto).then_some(now + cfg.rto);
+                timer = Some((lms.cursor() < sent_upto).then_some(now + cfg.rto));
             }
+        }
+        if let Some(t) = timer {
+            self.set_timer(src, t);
         }
         match *fb {
             Feedback::Nack { base, missing, .. } => {
@@ -312,14 +363,23 @@ impl Sender {
 
     pub(crate) fn on_timeout(&mut self, cfg: &Config, now: Instant, live: &[bool]) {
         let sent_upto = self.sent_upto;
-        let mut probes = std::mem::take(&mut self.probes);
-        for lms in self.eqa.dests_mut() {
-            let Some(t) = lms.timer else { continue };
-            if t > now || !lms.is_live() {
-                continue;
+        // The timers that fired, in rank order.
+        let mut fired = Vec::new();
+        while let Some(&(t, rank)) = self.timers.first() {
+            if t > now {
+                break;
             }
-            if lms.cursor() >= sent_upto {
-                lms.timer = None;
+            fired.push(rank);
+            self.timers.pop_first();
+        }
+        fired.sort_unstable();
+        for rank in fired {
+            let Some(lms) = self.eqa.lms_mut(rank) else {
+                continue;
+            };
+            // Out of the timer set: set again below, or stopped.
+            lms.timer = None;
+            if !lms.is_live() || lms.cursor() >= sent_upto {
                 continue;
             }
             lms.stats.timeouts += 1;
@@ -327,16 +387,15 @@ impl Sender {
             lms.backoffs += 1;
             lms.unicast_repairs = true;
             lms.rto = (lms.rto * 2).min(cfg.rto_max);
-            lms.timer = Some(now + lms.rto);
-            if !probes.contains(&lms.rank()) {
-                probes.push(lms.rank());
+            let (next, cursor) = (now + lms.rto, lms.cursor());
+            self.set_timer(rank, Some(next));
+            if let Some(p) = self.probing.get_mut(usize::from(rank)) {
+                *p = true;
             }
+            // Go back to its cursor (the probe). A timer acts once, when it fires: however
+            // often a driver calls this, the protocol is the same.
+            self.eqa.request_repair(rank, cursor);
         }
-        for &r in &probes {
-            let cursor = self.eqa.lms(r).map(|l| l.cursor()).unwrap_or(0);
-            self.eqa.request_repair(r, cursor);
-        }
-        self.probes = probes;
         if let Some(t) = self.pull_timer {
             if t <= now {
                 self.pull_backoff += 1;
@@ -349,13 +408,7 @@ impl Sender {
     }
 
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        let t = self
-            .eqa
-            .dests()
-            .iter()
-            .filter(|l| l.is_live())
-            .filter_map(|l| l.timer)
-            .min();
+        let t = self.timers.first().map(|&(t, _)| t);
         match (t, self.pull_timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -376,11 +429,7 @@ impl Sender {
         !self.p2p_copies.is_empty()
             || self.pull_poll
             || self.sent_upto < self.eqa.head()
-            || self
-                .eqa
-                .dests()
-                .iter()
-                .any(|l| !l.repair_queue().is_empty())
+            || self.eqa.has_repairs()
     }
 
     pub(crate) fn is_idle(&self) -> bool {
@@ -390,6 +439,7 @@ impl Sender {
     }
 
     pub(crate) fn evict(&mut self, cfg: &Config, now: Instant, rank: Rank, live: &[bool]) {
+        self.set_timer(rank, None);
         self.eqa.evict(rank);
         if self.pull_timer.is_some() {
             // The designated receiver may have been the one evicted: ask the new one now.
@@ -454,13 +504,15 @@ impl Sender {
             let len = slot.repr().emit(slot.payload(), buf).ok()?;
             self.sent_upto += 1;
             stats.data_frames += 1;
-            let rto = cfg.rto;
+            let at = now + cfg.rto;
+            let timers = &mut self.timers;
             for lms in self.eqa.dests_mut() {
                 if !lms.is_live() {
                     continue;
                 }
                 if lms.timer.is_none() {
-                    lms.timer = Some(now + rto);
+                    lms.timer = Some(at);
+                    timers.insert((at, lms.rank()));
                 }
                 if lms.p2p {
                     self.p2p_copies.push_back((lms.rank(), seq));
@@ -507,19 +559,17 @@ impl Sender {
 
     fn poll_repair(&mut self, cfg: &Config, buf: &mut [u8], stats: &mut Stats) -> Option<Transmit> {
         let n = self.eqa.dests().len();
-        for k in 0..n {
-            let i = (self.rr + k) % n;
+        // Round robin over the destinations with queued repairs only.
+        while let Some(i) = self.eqa.next_with_repairs(self.rr) {
             let rank = self.eqa.dests()[i].rank();
             let Some(seq) = self.eqa.pop_repair(rank) else {
                 continue;
             };
             self.rr = (i + 1) % n;
             let probe = self
-                .probes
-                .iter()
-                .position(|&r| r == rank)
-                .map(|p| self.probes.swap_remove(p))
-                .is_some();
+                .probing
+                .get_mut(usize::from(rank))
+                .is_some_and(std::mem::take);
             let others = self.eqa.slot(seq).map_or(0, |s| usize::from(s.want()));
             let unicast = self
                 .eqa

@@ -14,6 +14,10 @@ struct Net {
     stable: Vec<Vec<u64>>,
     sent: usize,
     lost: usize,
+    /// Call `handle_timeout` on every engine after every round, due or not, instead of only on
+    /// those with a due timer (a driver that polls often must see the same protocol as one
+    /// that wakes only for due timers).
+    eager_timeouts: bool,
 }
 
 impl Net {
@@ -33,6 +37,7 @@ impl Net {
             stable: vec![Vec::new(); n as usize],
             sent: 0,
             lost: 0,
+            eager_timeouts: false,
         }
     }
 
@@ -65,6 +70,13 @@ impl Net {
                         }
                         let _ = self.engines[j].handle_frame(self.now, &pdu);
                     }
+                }
+            }
+            // Due timers fire (a driver that sleeps until the earliest), or every engine is
+            // told the time whether it has a due timer or not (one that polls).
+            for e in &mut self.engines {
+                if self.eager_timeouts || e.poll_timeout().is_some_and(|t| t <= self.now) {
+                    e.handle_timeout(self.now);
                 }
             }
             self.collect();
@@ -990,4 +1002,70 @@ fn a_replayed_data_frame_is_no_sign_of_life() {
         Some(t0),
         "the replay is not a sign of life"
     );
+}
+
+/// A seeded drop rule: every data, repair and ACK frame is lost with probability `p`.
+fn lossy(seed: u64, p: f64) -> DropRule {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    Box::new(move |r, _| {
+        matches!(r.kind, Some(Kind::Data | Kind::Repair | Kind::Ack)) && rng.gen::<f64>() < p
+    })
+}
+
+#[test]
+fn the_protocol_does_not_depend_on_how_often_timeouts_are_handled() {
+    // A driver that wakes only for due timers (one that schedules the members an event
+    // concerns) and one that calls `handle_timeout` on every member after every frame must see
+    // the same frames: a timer's effects happen when it fires, never again on a later call.
+    let run = |eager: bool| {
+        let mut net = Net::new(8, |_| {});
+        net.eager_timeouts = eager;
+        net.drop = lossy(1, 0.2);
+        for i in 0..40 {
+            net.engines[0]
+                .bcast(net.now, message(1000 + 97 * i, i as u8), Algo::Simple)
+                .unwrap();
+        }
+        net.run(|n| n.all_got(0, 40) && n.engines[0].is_idle());
+        let stats: Vec<Stats> = net.engines.iter().map(|e| e.stats().clone()).collect();
+        (stats, net.sent, net.delivered)
+    };
+    let (lazy, eager) = (run(false), run(true));
+    assert!(lazy.0[0].repair_frames > 0, "the loss must cause repairs");
+    assert!(
+        lazy.0.iter().map(|s| s.drops.stale).sum::<u64>() > 0,
+        "and stale repairs, as when a probe crosses an acknowledgement"
+    );
+    assert!(
+        lazy == eager,
+        "root's counters, driven lazily then eagerly: {:?} / {:?}",
+        lazy.0[0],
+        eager.0[0]
+    );
+}
+
+#[test]
+fn a_member_makes_its_destination_structures_at_its_first_broadcast() {
+    let mut net = Net::new(200, |_| {});
+    net.engines[0]
+        .bcast(net.now, message(3000, 9), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    assert_eq!(net.engines[0].sender().eqa().dests().len(), 199);
+    for e in &net.engines[1..] {
+        assert!(
+            e.sender().eqa().dests().is_empty(),
+            "a receiver holds no LDPs"
+        );
+    }
+    // A member evicted before the first broadcast starts out evicted.
+    assert!(net.engines[1].evict(net.now, 7));
+    net.engines[1]
+        .bcast(net.now, message(10, 1), Algo::Simple)
+        .unwrap();
+    let eqa = net.engines[1].sender().eqa();
+    assert_eq!(eqa.dests().len(), 199);
+    assert!(!eqa.lms(7).unwrap().is_live());
+    assert_eq!(eqa.hms().live(), 198);
 }

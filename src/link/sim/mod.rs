@@ -57,6 +57,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! That loop visits every host after every event, which costs O(hosts) per event and
+//! O(hosts²) per broadcast once each host answers. A harness for large groups visits only the
+//! hosts an event concerns: [`SimNet::take_ready`] names the ports whose receive queue
+//! became non-empty since it was last called, and the harness keeps its hosts' own timers in a priority queue; the
+//! next instant to advance to is the earlier of [`SimNet::next_event`] and that queue's head.
+//!
 //! Broadcast frames are stored once (`Rc<[u8]>`) and shared by every receiving port, except
 //! for the copies that corruption rewrites. The whole simulator is single-threaded; handles
 //! share it through `Rc<RefCell<..>>`, and no borrow is held while user code runs, so calling
@@ -600,29 +606,30 @@ impl Inner {
             self.lose_everywhere(src, target);
             return;
         }
+        let ser = self.ser_ns(pdu.len().saturating_sub(ethernet::HEADER_LEN));
         match target {
             Target::One(j) => {
                 for k in self.taps.clone() {
                     if k != src && k != j {
-                        self.forward(src, k, Rc::clone(&pdu));
+                        self.forward(src, k, Rc::clone(&pdu), ser);
                     }
                 }
-                self.forward(src, j, pdu)
+                self.forward(src, j, pdu, ser)
             }
             Target::All => {
                 for j in 0..self.ports.len() {
                     if j != src {
-                        self.forward(src, j, Rc::clone(&pdu));
+                        self.forward(src, j, Rc::clone(&pdu), ser);
                     }
                 }
             }
         }
     }
 
-    /// One output port's share of a frame: queueing, serialisation, receive-side faults.
-    fn forward(&mut self, src: usize, j: usize, pdu: Rc<[u8]>) {
+    /// One output port's share of a frame (`ser` ns on the wire): queueing, serialisation,
+    /// receive-side faults.
+    fn forward(&mut self, src: usize, j: usize, pdu: Rc<[u8]>, ser: u64) {
         let now = self.now;
-        let ser = self.ser_ns(pdu.len().saturating_sub(ethernet::HEADER_LEN));
         if self.cut(src, j) || self.ports[j].dead() {
             self.ports[j].stats.lost += 1;
             return;

@@ -856,3 +856,27 @@ fn a_port_that_loses_group_frames_still_gets_unicast() {
     assert_eq!(got.iter().filter(|r| r.port == 2).count(), 1);
     assert_eq!(net.stats().lost, 1);
 }
+
+#[test]
+fn ready_ports_name_each_port_whose_queue_filled_once_and_only_those() {
+    let (net, mut ports) = build(perfect(6));
+    assert!(net.take_ready().is_empty());
+    ports[4].send(port_mac(2), b"one").unwrap();
+    ports[4].send(port_mac(2), b"two").unwrap();
+    ports[1].send(port_mac(3), b"three").unwrap();
+    net.run_until_idle();
+    let mut ready = net.take_ready();
+    ready.sort_unstable();
+    assert_eq!(ready, vec![2, 3], "each port once, however many frames it got");
+    assert!(net.take_ready().is_empty(), "the list starts again");
+    for p in &mut ports {
+        p.recv(None, &mut |_, _| {}).unwrap();
+    }
+    // A broadcast lists every other port; a dead port receives nothing, so it is never ready.
+    net.kill(5).unwrap();
+    ports[0].send(BROADCAST_MAC, b"all").unwrap();
+    net.run_until_idle();
+    let mut ready = net.take_ready();
+    ready.sort_unstable();
+    assert_eq!(ready, vec![1, 2, 3, 4]);
+}
