@@ -13,7 +13,7 @@ use ethbcast::link::pnet::{PnetConfig, PnetLink};
 use ethbcast::link::ring::{RingConfig, RingLink, RingLinkConfig, TxMode};
 use ethbcast::link::socket::{SocketConfig, SocketLink};
 use ethbcast::link::xdp::{XdpLink, XdpLinkConfig};
-use ethbcast::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
+use ethbcast::link::{group_mac, Link, LinkError, MacAddr, BROADCAST_MAC};
 use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
 use netns::{NetnsPair, END_A, END_B};
 use std::process::Command;
@@ -364,4 +364,83 @@ fn without_cap_net_raw_every_backend_says_so() {
             String::from_utf8_lossy(&o.stderr)
         ),
     }
+}
+
+/// A link receives a multicast group's frames only while it has joined the group, on every
+/// backend: the veth device passes every multicast frame up, so this is the backends' own
+/// filter (the socket filter in the kernel for ring and socket, userspace for pnet).
+#[test]
+fn group_frames_arrive_only_while_the_group_is_joined() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-groups") else {
+        return;
+    };
+    ns.run(|| {
+        let (g, other) = (group_mac(0xA1), group_mac(0xB2));
+        for (name, open) in BACKENDS {
+            let mut a = open(END_A).unwrap();
+            let mut b = open(END_B).unwrap();
+            let mut send = |dst: MacAddr, tag: u8| {
+                a.send(dst, &pattern(200, tag)).unwrap();
+                a.flush().unwrap();
+            };
+            // Not joined: nothing; a broadcast sent after it still arrives (alone).
+            send(g, 1);
+            send(BROADCAST_MAC, 2);
+            let got = recv_n(&mut *b, 2, Duration::from_millis(300));
+            assert_eq!(got.len(), 1, "{name}: a group not joined was received");
+            assert_eq!(got[0].1, pattern(200, 2), "{name}");
+            // Joined (twice is once): its frames arrive, another group's do not.
+            b.join_group(g).unwrap();
+            b.join_group(g).unwrap();
+            send(other, 3);
+            send(g, 4);
+            let got = recv_n(&mut *b, 2, Duration::from_millis(300));
+            assert_eq!(got.len(), 1, "{name}: {} frames after joining", got.len());
+            assert_eq!(got[0].1, pattern(200, 4), "{name}");
+            // Left: nothing again.
+            b.leave_group(g).unwrap();
+            send(g, 5);
+            assert!(
+                recv_n(&mut *b, 1, Duration::from_millis(200)).is_empty(),
+                "{name}: left"
+            );
+            // A station address is not a group.
+            assert!(matches!(
+                b.join_group(a.local_mac()),
+                Err(LinkError::NotGroupAddress(m)) if m == a.local_mac()
+            ));
+        }
+    });
+}
+
+/// Frames of a group not joined never reach the socket: the kernel's counter of frames queued
+/// to the ring socket stays at zero.
+#[test]
+fn a_ring_link_outside_the_group_counts_none_of_its_frames() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-gcount") else {
+        return;
+    };
+    ns.run(|| {
+        let mut a = open_socket(END_A).unwrap();
+        let mut b = RingLink::open(END_B, &RingLinkConfig::default()).unwrap();
+        let _ = b.stats().unwrap(); // reading resets
+        for i in 0..50u8 {
+            a.send(group_mac(7), &pattern(300, i)).unwrap();
+        }
+        a.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            b.stats().unwrap().packets,
+            0,
+            "frames of group 7 reached the socket"
+        );
+        b.join_group(group_mac(7)).unwrap();
+        for i in 0..50u8 {
+            a.send(group_mac(7), &pattern(300, i)).unwrap();
+        }
+        a.flush().unwrap();
+        let got = recv_n(&mut b, 50, Duration::from_secs(2));
+        assert_eq!(got.len(), 50);
+        assert_eq!(b.stats().unwrap().packets, 50);
+    });
 }

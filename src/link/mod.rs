@@ -15,6 +15,11 @@
 //!
 //! A link carries ethbcast PDUs ([`crate::wire`]); the Ethernet header (destination, source,
 //! EtherType 0x88B5) is the link's business.
+//!
+//! A link receives frames to its own address, to the broadcast address, and to the multicast
+//! groups it joined ([`Link::join_group`]; a group's address is
+//! [`crate::wire::ethernet::group_mac`] of its id), and nothing else: a host outside a group
+//! never handles the group's frames.
 
 pub mod measure;
 pub mod pnet;
@@ -29,7 +34,7 @@ pub mod xdp;
 use std::time::Duration;
 use thiserror::Error;
 
-pub use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
+pub use crate::wire::ethernet::{group_mac, GroupAddress, MacAddr, BROADCAST_MAC};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers.
@@ -70,6 +75,55 @@ pub fn parse_mac(s: &str) -> Option<MacAddr> {
         *b = u8::from_str_radix(parts.next()?, 16).ok()?;
     }
     parts.next().is_none().then_some(mac)
+}
+
+/// The multicast groups a link joined, and the destination check of the backends that filter
+/// in userspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Groups {
+    joined: Vec<MacAddr>,
+}
+
+impl Groups {
+    /// Records `group`; returns whether it is new (the kernel must be told). The broadcast
+    /// address is always received and never recorded.
+    pub(crate) fn join(&mut self, group: MacAddr) -> Result<bool, LinkError> {
+        check_group(&group)?;
+        if group == BROADCAST_MAC || self.joined.contains(&group) {
+            return Ok(false);
+        }
+        self.joined.push(group);
+        Ok(true)
+    }
+
+    /// Forgets `group`; returns whether it was joined.
+    pub(crate) fn leave(&mut self, group: MacAddr) -> Result<bool, LinkError> {
+        check_group(&group)?;
+        let before = self.joined.len();
+        self.joined.retain(|g| *g != group);
+        Ok(self.joined.len() != before)
+    }
+
+    /// Whether a frame to `dst` is for a link with address `own`.
+    pub(crate) fn accepts(&self, own: &MacAddr, dst: &MacAddr) -> bool {
+        dst == own || *dst == BROADCAST_MAC || self.joined.contains(dst)
+    }
+
+    /// The group addresses received: broadcast and the joined ones (for a socket filter).
+    pub(crate) fn received(&self) -> Vec<MacAddr> {
+        std::iter::once(BROADCAST_MAC)
+            .chain(self.joined.iter().copied())
+            .collect()
+    }
+}
+
+/// Refuses station (unicast) addresses as groups.
+fn check_group(group: &MacAddr) -> Result<(), LinkError> {
+    if crate::wire::ethernet::is_group_mac(group) {
+        Ok(())
+    } else {
+        Err(LinkError::NotGroupAddress(*group))
+    }
 }
 
 /// How a link waits for frames when none are ready.
@@ -284,6 +338,12 @@ pub enum LinkError {
     /// `ETHBCAST_BACKEND` names no backend.
     #[error("ETHBCAST_BACKEND: {0}")]
     BadBackendEnv(String),
+    /// [`Link::join_group`] or [`Link::leave_group`] was given a station address.
+    #[error("{} is a station address, not a group: a group address has the multicast bit (the lowest bit of the first byte) set, e.g. 03:eb:00:00:00:01", format_mac(.0))]
+    NotGroupAddress(MacAddr),
+    /// The link cannot take more group addresses.
+    #[error("too many multicast groups joined on one link (at most {0}): leave some first")]
+    TooManyGroups(usize),
     /// The medium is gone (simulated switch dropped, interface down).
     #[error("link closed")]
     Closed,
@@ -312,8 +372,17 @@ pub trait Link {
     fn local_mac(&self) -> MacAddr;
     /// Largest PDU (ethbcast header + payload + CRC) one frame can carry.
     fn max_pdu(&self) -> usize;
-    /// Queues (or sends) one PDU to `dst` (a member's MAC or [`BROADCAST_MAC`]).
+    /// Queues (or sends) one PDU to `dst` (a member's MAC, a group's address or
+    /// [`BROADCAST_MAC`]).
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError>;
+    /// Receives frames sent to the multicast address `group` from now on, besides those to
+    /// this link's own address and to [`BROADCAST_MAC`] (always received). Joining twice is
+    /// joining once. A real link joins with `PACKET_ADD_MEMBERSHIP`, so the NIC passes the
+    /// group's frames up, and filters in the kernel, so frames of groups not joined never
+    /// reach it. Fails with [`LinkError::NotGroupAddress`] for a station address.
+    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError>;
+    /// Stops receiving frames sent to `group` (a no-op if it was not joined).
+    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError>;
     /// Pushes out anything `send` queued. Backends that send at once do nothing.
     fn flush(&mut self) -> Result<(), LinkError> {
         Ok(())
@@ -350,6 +419,12 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
         (**self).drain(timeout)
+    }
+    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        (**self).join_group(group)
+    }
+    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        (**self).leave_group(group)
     }
     fn recv(
         &mut self,

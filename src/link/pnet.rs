@@ -4,7 +4,9 @@
 //! Linux; measuring it next to the ring and socket backends shows what they buy. pnet opens an
 //! `ETH_P_ALL` socket, so it receives every frame of the interface (IP, ARP, IPv6 neighbour
 //! discovery, and on Linux our own outgoing frames): this backend filters in userspace by
-//! EtherType 0x88B5, by destination (us or broadcast) and drops frames whose source is us.
+//! EtherType 0x88B5, by destination (us, broadcast or a joined group) and drops frames whose
+//! source is us. Joining a group programs the NIC through our descriptor of pnet's socket
+//! (Linux only; elsewhere the NIC must already pass the group's frames up).
 //!
 //! Waiting: pnet's receiver can only wait with a timeout fixed when the channel is created and
 //! in whole milliseconds. On Linux we therefore create the socket ourselves (via
@@ -13,7 +15,7 @@
 //! [`WaitMode`]; pnet is opened with a zero read timeout so `next` never blocks. Elsewhere the
 //! backend waits by polling pnet with short sleeps.
 
-use super::{check_mtu, check_pdu, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use super::{check_mtu, check_pdu, Groups, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, HEADER_LEN as ETH_HEADER_LEN};
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender};
 use std::io;
@@ -57,7 +59,10 @@ pub struct PnetLink {
     wait: WaitMode,
     #[cfg(target_os = "linux")]
     poll_fd: std::os::fd::OwnedFd,
+    #[cfg(target_os = "linux")]
+    ifindex: u32,
     frame: Vec<u8>,
+    groups: Groups,
 }
 
 impl std::fmt::Debug for PnetLink {
@@ -86,7 +91,8 @@ impl PnetLink {
                     format!("interface {iface:?} has no Ethernet MAC address: pick an Ethernet or veth interface"),
                 ))
             })?;
-        let max_pdu = check_mtu(mtu(iface)?)?;
+        let (max_pdu, _ifindex) = mtu_and_index(iface)?;
+        let max_pdu = check_mtu(max_pdu)?;
         if cfg.read_buffer < ETH_HEADER_LEN + max_pdu {
             return Err(LinkError::Io(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -138,7 +144,10 @@ impl PnetLink {
             wait: cfg.wait,
             #[cfg(target_os = "linux")]
             poll_fd,
+            #[cfg(target_os = "linux")]
+            ifindex: _ifindex,
             frame: Vec::with_capacity(ETH_HEADER_LEN + max_pdu),
+            groups: Groups::default(),
         })
     }
 
@@ -154,7 +163,7 @@ impl PnetLink {
                 continue;
             };
             let (src, dst) = (eth.src(), eth.dst());
-            if src == self.mac || (dst != self.mac && dst != BROADCAST_MAC) {
+            if src == self.mac || !self.groups.accepts(&self.mac, &dst) {
                 continue;
             }
             f(src, eth.payload());
@@ -200,14 +209,29 @@ fn map_io(e: io::Error, iface: &str) -> LinkError {
 }
 
 #[cfg(target_os = "linux")]
-fn mtu(iface: &str) -> Result<usize, LinkError> {
-    Ok(ethbcast_sys::iface::Interface::lookup(iface)?.mtu)
+fn mtu_and_index(iface: &str) -> Result<(usize, u32), LinkError> {
+    let i = ethbcast_sys::iface::Interface::lookup(iface)?;
+    Ok((i.mtu, i.index))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn mtu(_iface: &str) -> Result<usize, LinkError> {
+fn mtu_and_index(_iface: &str) -> Result<(usize, u32), LinkError> {
     // pnet does not report the MTU; assume standard Ethernet.
-    Ok(1500)
+    Ok((1500, 0))
+}
+
+impl PnetLink {
+    /// Joins or leaves `group` at the NIC (Linux).
+    fn set_membership(&self, group: &MacAddr, join: bool) -> Result<(), LinkError> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsFd;
+            ethbcast_sys::socket::set_membership(self.poll_fd.as_fd(), self.ifindex, group, join)?;
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (group, join);
+        Ok(())
+    }
 }
 
 impl Link for PnetLink {
@@ -231,6 +255,23 @@ impl Link for PnetLink {
                 "pnet could not send the frame (buffer too small)",
             ))),
         }
+    }
+
+    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        if self.groups.join(group)? {
+            if let Err(e) = self.set_membership(&group, true) {
+                self.groups.leave(group)?;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        if self.groups.leave(group)? {
+            self.set_membership(&group, false)?;
+        }
+        Ok(())
     }
 
     fn recv(

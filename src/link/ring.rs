@@ -14,8 +14,8 @@
 //! flush before waiting for an answer cannot deadlock).
 
 use super::check_pdu;
-use super::socket::{lookup, stalled, strategy, RECV_BATCH};
-use super::{Link, LinkError, MacAddr, WaitMode};
+use super::socket::{self, lookup, stalled, strategy, RECV_BATCH};
+use super::{Groups, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::iface::Interface;
 pub use ethbcast_sys::ring::RingConfig;
@@ -85,6 +85,7 @@ pub struct RingLink {
     /// [`TxMode::Batch`]: queued frames, back to back, and their end offsets.
     batch: Vec<u8>,
     batch_ends: Vec<usize>,
+    groups: Groups,
 }
 
 impl RingLink {
@@ -114,6 +115,12 @@ impl RingLink {
         };
         let tx = with_tx_ring.then_some(&cfg.tx);
         let ring = RingSocket::open(iface.index, ETHERTYPE, &opts, &cfg.rx, tx)?;
+        let groups = Groups::default();
+        // Frames of groups not joined never take a ring slot. (The ring is bound when this
+        // is attached: a stray multicast frame that arrived in between is passed over by no
+        // one but the engine, which drops other groups' frames.)
+        ring.socket()
+            .attach_filter(&ethbcast_sys::filter::destinations(&groups.received()))?;
         Ok(RingLink {
             ring,
             iface,
@@ -128,6 +135,7 @@ impl RingLink {
             tx_mode: cfg.tx_mode,
             batch: Vec::new(),
             batch_ends: Vec::new(),
+            groups,
         })
     }
 
@@ -268,6 +276,14 @@ impl Link for RingLink {
             // `flush_batch` returns once the kernel took every frame.
             TxMode::Batch => Ok(true),
         }
+    }
+
+    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        socket::join_group(self.ring.socket(), &mut self.groups, group)
+    }
+
+    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        socket::leave_group(self.ring.socket(), &mut self.groups, group)
     }
 
     fn recv(

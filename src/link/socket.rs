@@ -5,10 +5,11 @@
 //! where ring memory is restricted, is easy to trace with `strace`), and it is the baseline
 //! that shows what the rings buy. It also hosts what the raw backends share: the mapping of
 //! [`ethbcast_sys::Error`] to [`LinkError`], interface lookup with the MTU check, frame
-//! building with padding, and the wait strategy.
+//! building with padding, the wait strategy, and joining multicast groups.
 
-use super::{check_mtu, check_pdu, Link, LinkError, MacAddr, WaitMode};
+use super::{check_mtu, check_pdu, Groups, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
+use ethbcast_sys::filter;
 use ethbcast_sys::iface::Interface;
 use ethbcast_sys::socket::{PacketSocket, SocketOptions};
 use ethbcast_sys::wait::{self, Interest, Strategy};
@@ -51,6 +52,7 @@ pub struct SocketLink {
     strategy: Strategy,
     tx: Vec<u8>,
     rx: Vec<u8>,
+    groups: Groups,
 }
 
 impl SocketLink {
@@ -64,6 +66,9 @@ impl SocketLink {
         // Size the buffer before binding, so no frame meets the small default.
         let mut sock = PacketSocket::new(&opts)?;
         size_recv_buffer(&sock, cfg.recv_buffer)?;
+        let groups = Groups::default();
+        // Filter before binding: no frame of a group not joined is ever queued to us.
+        sock.attach_filter(&filter::destinations(&groups.received()))?;
         sock.bind(iface.index, ETHERTYPE)?;
         Ok(SocketLink {
             sock,
@@ -73,6 +78,7 @@ impl SocketLink {
             // One spare byte: a frame that fills the buffer completely is a truncated one.
             rx: vec![0; ETH_HEADER_LEN + max_pdu + 1],
             iface,
+            groups,
         })
     }
 
@@ -129,6 +135,14 @@ impl Link for SocketLink {
             return Ok(());
         }
         Err(stalled("the packet socket"))
+    }
+
+    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        join_group(&self.sock, &mut self.groups, group)
+    }
+
+    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        leave_group(&self.sock, &mut self.groups, group)
     }
 
     fn recv(
@@ -201,6 +215,45 @@ pub(crate) fn size_recv_buffer(sock: &PacketSocket, bytes: usize) -> Result<(), 
             granted = granted / 2,
             "the kernel capped the packet socket's receive buffer; {why}"
         );
+    }
+    Ok(())
+}
+
+/// Joins `group` on `sock` (`PACKET_ADD_MEMBERSHIP`) and lets the socket filter accept it.
+pub(crate) fn join_group(
+    sock: &PacketSocket,
+    groups: &mut Groups,
+    group: MacAddr,
+) -> Result<(), LinkError> {
+    if !groups.join(group)? {
+        return Ok(());
+    }
+    let installed = if groups.received().len() > filter::MAX_GROUPS {
+        Err(LinkError::TooManyGroups(filter::MAX_GROUPS - 1))
+    } else {
+        sock.add_membership(&group).map_err(LinkError::from)
+    };
+    if let Err(e) = installed {
+        groups.leave(group)?;
+        return Err(e);
+    }
+    if let Err(e) = sock.attach_filter(&filter::destinations(&groups.received())) {
+        groups.leave(group)?;
+        let _ = sock.drop_membership(&group);
+        return Err(e.into());
+    }
+    Ok(())
+}
+
+/// Leaves `group` on `sock`: the socket filter drops its frames again, then the membership goes.
+pub(crate) fn leave_group(
+    sock: &PacketSocket,
+    groups: &mut Groups,
+    group: MacAddr,
+) -> Result<(), LinkError> {
+    if groups.leave(group)? {
+        sock.attach_filter(&filter::destinations(&groups.received()))?;
+        sock.drop_membership(&group)?;
     }
     Ok(())
 }

@@ -14,6 +14,16 @@
 //! Frames shorter than [`MIN_FRAME`] are zero-padded, as a NIC pads them on the wire, so a
 //! receiver may see padding after the PDU; the PDU's own header says where it ends
 //! ([`super::Frame::new_checked`] ignores trailing bytes). The FCS is the device's business.
+//!
+//! # Group addresses
+//!
+//! A group's broadcasts go to one Ethernet multicast address, [`group_mac`] of its group id
+//! (`03:eb:` and the id's four bytes: the multicast bit and the locally-administered bit set,
+//! so it can clash with no vendor's address), rather than to [`BROADCAST_MAC`]. Why: a switch
+//! floods both alike, but a host's NIC passes a multicast frame up only if the host joined
+//! that address, so hosts outside the group, and their CPUs, never see its frames, and several
+//! groups share one segment. [`GroupAddress`] is the configuration: the derived address, the
+//! broadcast address (for switches or NICs that mishandle multicast), or a fixed one.
 
 use thiserror::Error;
 
@@ -35,6 +45,105 @@ pub const MIN_FRAME: usize = 60;
 /// True for group (multicast or broadcast) addresses: the I/G bit of the first byte.
 pub fn is_group_mac(mac: &MacAddr) -> bool {
     mac[0] & 1 == 1
+}
+
+/// The first two bytes of every derived group address: multicast (bit 0) and locally
+/// administered (bit 1), then `0xEB` for ethbcast.
+pub const GROUP_MAC_PREFIX: [u8; 2] = [0x03, 0xEB];
+
+/// The multicast address of group `group`: [`GROUP_MAC_PREFIX`] followed by the id, big-endian.
+/// Distinct ids give distinct addresses.
+pub const fn group_mac(group: u32) -> MacAddr {
+    let g = group.to_be_bytes();
+    [
+        GROUP_MAC_PREFIX[0],
+        GROUP_MAC_PREFIX[1],
+        g[0],
+        g[1],
+        g[2],
+        g[3],
+    ]
+}
+
+/// Where a group's broadcasts go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GroupAddress {
+    /// The group's own multicast address, [`group_mac`] of its id (the default).
+    #[default]
+    Derived,
+    /// The Ethernet broadcast address: every host of the segment receives the group's frames.
+    Broadcast,
+    /// A fixed multicast address (its first byte has the multicast bit set).
+    Fixed(MacAddr),
+}
+
+impl GroupAddress {
+    /// The destination address of group `group`'s broadcasts.
+    pub fn mac(&self, group: u32) -> MacAddr {
+        match *self {
+            GroupAddress::Derived => group_mac(group),
+            GroupAddress::Broadcast => BROADCAST_MAC,
+            GroupAddress::Fixed(mac) => mac,
+        }
+    }
+}
+
+/// A group address that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GroupAddressError {
+    /// Neither a keyword nor `aa:bb:cc:dd:ee:ff`.
+    #[error(
+        "{0:?} is not a group address: use derived, broadcast or a MAC such as 03:eb:00:00:00:01"
+    )]
+    Syntax(String),
+    /// A station (unicast) address: one host would receive the group's frames.
+    #[error("{0} is a station address: a group address has the multicast bit (the lowest bit of the first byte) set, e.g. 03:eb:00:00:00:01")]
+    NotMulticast(String),
+}
+
+impl std::str::FromStr for GroupAddress {
+    type Err = GroupAddressError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "derived" => return Ok(GroupAddress::Derived),
+            "broadcast" => return Ok(GroupAddress::Broadcast),
+            _ => {}
+        }
+        let mut mac = [0u8; 6];
+        let mut parts = s.trim().split(':');
+        for b in mac.iter_mut() {
+            *b = parts
+                .next()
+                .filter(|p| p.len() == 2)
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .ok_or_else(|| GroupAddressError::Syntax(s.to_owned()))?;
+        }
+        if parts.next().is_some() {
+            return Err(GroupAddressError::Syntax(s.to_owned()));
+        }
+        if !is_group_mac(&mac) {
+            return Err(GroupAddressError::NotMulticast(s.trim().to_owned()));
+        }
+        Ok(if mac == BROADCAST_MAC {
+            GroupAddress::Broadcast
+        } else {
+            GroupAddress::Fixed(mac)
+        })
+    }
+}
+
+impl std::fmt::Display for GroupAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GroupAddress::Derived => f.write_str("derived"),
+            GroupAddress::Broadcast => f.write_str("broadcast"),
+            GroupAddress::Fixed(m) => write!(
+                f,
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            ),
+        }
+    }
 }
 
 /// Why bytes are not an ethbcast Ethernet frame.
@@ -178,6 +287,57 @@ mod tests {
             emit(&mut small, A, A, &[0; 10]),
             Err(EthernetError::BufferTooSmall { have: 20, need: 60 })
         );
+    }
+
+    #[test]
+    fn group_macs_are_locally_administered_multicast_and_distinct_per_group() {
+        let a = group_mac(0xEB);
+        assert_eq!(a, [0x03, 0xEB, 0, 0, 0, 0xEB]);
+        assert!(
+            is_group_mac(&a) && a[0] & 2 == 2,
+            "multicast, locally administered"
+        );
+        assert_ne!(group_mac(1), group_mac(2));
+        assert_ne!(group_mac(u32::MAX), BROADCAST_MAC);
+        assert_eq!(GroupAddress::default().mac(7), group_mac(7));
+        assert_eq!(GroupAddress::Broadcast.mac(7), BROADCAST_MAC);
+    }
+
+    #[test]
+    fn group_addresses_parse_and_print_and_station_addresses_are_refused() {
+        for (text, want) in [
+            ("derived", GroupAddress::Derived),
+            ("broadcast", GroupAddress::Broadcast),
+            ("ff:ff:ff:ff:ff:ff", GroupAddress::Broadcast),
+            ("03:eb:00:00:00:2a", GroupAddress::Fixed(group_mac(42))),
+            (
+                "01:00:5e:00:00:01",
+                GroupAddress::Fixed([1, 0, 0x5e, 0, 0, 1]),
+            ),
+        ] {
+            let got: GroupAddress = text.parse().unwrap();
+            assert_eq!(got, want, "{text}");
+            assert_eq!(got.to_string().parse::<GroupAddress>().unwrap(), want);
+        }
+        let err = "02:00:00:00:00:01".parse::<GroupAddress>().unwrap_err();
+        assert!(matches!(err, GroupAddressError::NotMulticast(_)));
+        assert!(err.to_string().contains("multicast bit"), "{err}");
+        for bad in [
+            "",
+            "multicast",
+            "03:eb:00:00:00",
+            "03:eb:00:00:00:01:02",
+            "3:eb:0:0:0:1",
+            "03:eb:zz:00:00:01",
+        ] {
+            assert!(
+                matches!(
+                    bad.parse::<GroupAddress>(),
+                    Err(GroupAddressError::Syntax(_))
+                ),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -5,6 +5,12 @@
 //! be bound to `ETH_P_ALL` (for instance one handed to another library), where it moves the
 //! EtherType check from userspace into the kernel, before any copy. Attaching is
 //! [`crate::socket::PacketSocket::attach_filter`].
+//!
+//! The destination filter ([`destinations`]) is what keeps a host outside a multicast group
+//! from seeing the group's frames. Joining a group (`PACKET_ADD_MEMBERSHIP`) programs the
+//! NIC's multicast filter, but NICs filter by hash (false positives), and virtual devices
+//! (veth, bridges) pass every multicast frame up; the socket filter drops the rest in the
+//! kernel, before the frame is queued to the socket, so it is never counted or copied.
 
 /// One classic BPF instruction (`struct sock_filter`).
 pub type Insn = libc::sock_filter;
@@ -16,10 +22,16 @@ pub const MAX_INSNS: usize = 4096;
 const BPF_LD: u16 = 0x00;
 const BPF_JMP: u16 = 0x05;
 const BPF_RET: u16 = 0x06;
+const BPF_W: u16 = 0x00;
 const BPF_H: u16 = 0x08;
+const BPF_B: u16 = 0x10;
 const BPF_ABS: u16 = 0x20;
 const BPF_JEQ: u16 = 0x10;
+const BPF_JSET: u16 = 0x40;
 const BPF_K: u16 = 0x00;
+
+/// What an accepting program returns: the whole frame.
+const ACCEPT: u32 = 0x0004_0000;
 
 /// A statement: `code k`.
 pub const fn stmt(code: u16, k: u32) -> Insn {
@@ -42,9 +54,37 @@ pub fn ethertype(ethertype: u16) -> Vec<Insn> {
     vec![
         stmt(BPF_LD | BPF_H | BPF_ABS, 12),
         jump(BPF_JMP | BPF_JEQ | BPF_K, u32::from(ethertype), 0, 1),
-        stmt(BPF_RET | BPF_K, 0x0004_0000),
+        stmt(BPF_RET | BPF_K, ACCEPT),
         stmt(BPF_RET | BPF_K, 0),
     ]
+}
+
+/// Most group addresses one [`destinations`] program can accept (five instructions each).
+pub const MAX_GROUPS: usize = (MAX_INSNS - 4) / 5;
+
+/// Accept frames to a station (unicast) address, whole, and frames to a group (multicast)
+/// address only if it is one of `groups`; drop the rest. The broadcast address is a group
+/// address like any other: list it to receive broadcasts. At most [`MAX_GROUPS`] addresses
+/// (the rest are ignored). Every jump is local, so the program has no length limit but the
+/// kernel's.
+pub fn destinations(groups: &[crate::MacAddr]) -> Vec<Insn> {
+    let groups = &groups[..groups.len().min(MAX_GROUPS)];
+    let mut p = Vec::with_capacity(4 + 5 * groups.len());
+    // The I/G bit of the first destination byte: clear for a station address.
+    p.push(stmt(BPF_LD | BPF_B | BPF_ABS, 0));
+    p.push(jump(BPF_JMP | BPF_JSET | BPF_K, 1, 1, 0));
+    p.push(stmt(BPF_RET | BPF_K, ACCEPT));
+    for g in groups {
+        let hi = u32::from_be_bytes([g[0], g[1], g[2], g[3]]);
+        let lo = u32::from(u16::from_be_bytes([g[4], g[5]]));
+        p.push(stmt(BPF_LD | BPF_W | BPF_ABS, 0));
+        p.push(jump(BPF_JMP | BPF_JEQ | BPF_K, hi, 0, 3));
+        p.push(stmt(BPF_LD | BPF_H | BPF_ABS, 4));
+        p.push(jump(BPF_JMP | BPF_JEQ | BPF_K, lo, 0, 1));
+        p.push(stmt(BPF_RET | BPF_K, ACCEPT));
+    }
+    p.push(stmt(BPF_RET | BPF_K, 0));
+    p
 }
 
 /// A tiny interpreter for the programs built here, so that they can be tested without a socket.
@@ -56,13 +96,24 @@ pub fn run(prog: &[Insn], frame: &[u8]) -> Option<u32> {
     while let Some(i) = prog.get(pc) {
         pc += 1;
         match i.code {
+            c if c == BPF_LD | BPF_W | BPF_ABS => {
+                let k = i.k as usize;
+                let b = frame.get(k..k.checked_add(4)?)?;
+                acc = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+            }
             c if c == BPF_LD | BPF_H | BPF_ABS => {
                 let k = i.k as usize;
                 let b = frame.get(k..k.checked_add(2)?)?;
                 acc = u32::from(u16::from_be_bytes([b[0], b[1]]));
             }
+            c if c == BPF_LD | BPF_B | BPF_ABS => {
+                acc = u32::from(*frame.get(i.k as usize)?);
+            }
             c if c == BPF_JMP | BPF_JEQ | BPF_K => {
                 pc += usize::from(if acc == i.k { i.jt } else { i.jf });
+            }
+            c if c == BPF_JMP | BPF_JSET | BPF_K => {
+                pc += usize::from(if acc & i.k != 0 { i.jt } else { i.jf });
             }
             c if c == BPF_RET | BPF_K => return Some(i.k),
             _ => return None,
@@ -84,5 +135,45 @@ mod tests {
         frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
         assert_eq!(run(&prog, &frame), Some(0));
         assert_eq!(run(&prog, &frame[..10]), None);
+    }
+
+    fn to(dst: [u8; 6]) -> [u8; 60] {
+        let mut f = [0u8; 60];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        f
+    }
+
+    #[test]
+    fn destination_filter_takes_station_frames_and_only_the_joined_groups() {
+        let bcast = [0xff; 6];
+        let a = [0x03, 0xeb, 0, 0, 0, 1];
+        let b = [0x03, 0xeb, 0, 0, 0, 2];
+        let prog = destinations(&[bcast, a]);
+        assert_eq!(run(&prog, &to([2, 0, 0, 0, 0, 1])), Some(ACCEPT), "station");
+        assert_eq!(run(&prog, &to(bcast)), Some(ACCEPT));
+        assert_eq!(run(&prog, &to(a)), Some(ACCEPT));
+        assert_eq!(run(&prog, &to(b)), Some(0), "group not joined");
+        // Same first four bytes, other last two; same last two, other first four.
+        assert_eq!(run(&prog, &to([0x03, 0xeb, 0, 0, 0xff, 0xff])), Some(0));
+        assert_eq!(run(&prog, &to([0x03, 0xec, 0, 0, 0, 1])), Some(0));
+        // Without the broadcast address, broadcasts are dropped too.
+        assert_eq!(run(&destinations(&[a]), &to(bcast)), Some(0));
+        assert_eq!(run(&destinations(&[]), &to(a)), Some(0));
+        // Many groups: each one still found, and the program stays within the kernel's limit.
+        let many: Vec<[u8; 6]> = (0..MAX_GROUPS as u32 + 10)
+            .map(|g| {
+                let x = g.to_be_bytes();
+                [0x03, 0xeb, x[0], x[1], x[2], x[3]]
+            })
+            .collect();
+        let prog = destinations(&many);
+        assert!(prog.len() <= MAX_INSNS);
+        assert_eq!(run(&prog, &to(many[MAX_GROUPS - 1])), Some(ACCEPT));
+        assert_eq!(
+            run(&prog, &to(many[MAX_GROUPS])),
+            Some(0),
+            "beyond the limit"
+        );
     }
 }

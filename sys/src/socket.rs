@@ -221,6 +221,20 @@ impl PacketSocket {
         Ok(())
     }
 
+    /// Joins the link-layer multicast group `mac` on the bound interface
+    /// (`PACKET_ADD_MEMBERSHIP` with `PACKET_MR_MULTICAST`): the kernel adds it to the
+    /// device's multicast list, so the NIC passes frames to it up. The membership lasts until
+    /// [`PacketSocket::drop_membership`] or until the socket is closed; joining twice counts
+    /// twice. Frames of joined groups still pass a socket filter only if it accepts them.
+    pub fn add_membership(&self, mac: &MacAddr) -> Result<()> {
+        set_membership(self.as_fd(), self.ifindex, mac, true)
+    }
+
+    /// Leaves a group joined with [`PacketSocket::add_membership`].
+    pub fn drop_membership(&self, mac: &MacAddr) -> Result<()> {
+        set_membership(self.as_fd(), self.ifindex, mac, false)
+    }
+
     /// Removes an attached BPF program.
     pub fn detach_filter(&self) -> Result<()> {
         self.setsockopt_int(
@@ -402,6 +416,39 @@ impl AsRawFd for PacketSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
+}
+
+/// Joins (`join`) or leaves the link-layer multicast group `mac` on interface `ifindex` for
+/// the packet socket `fd` (which need not be a [`PacketSocket`]: pnet owns its own).
+pub fn set_membership(fd: BorrowedFd<'_>, ifindex: u32, mac: &MacAddr, join: bool) -> Result<()> {
+    let (name, op) = if join {
+        (libc::PACKET_ADD_MEMBERSHIP, "PACKET_ADD_MEMBERSHIP")
+    } else {
+        (libc::PACKET_DROP_MEMBERSHIP, "PACKET_DROP_MEMBERSHIP")
+    };
+    let mut address = [0u8; 8];
+    address[..6].copy_from_slice(mac);
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as libc::c_int,
+        mr_type: libc::PACKET_MR_MULTICAST as libc::c_ushort,
+        mr_alen: 6,
+        mr_address: address,
+    };
+    // SAFETY: `mreq` is an initialised packet_mreq and the length passed is its size; the
+    // kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            name,
+            (&mreq as *const libc::packet_mreq).cast(),
+            size_of::<libc::packet_mreq>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::last(op));
+    }
+    Ok(())
 }
 
 /// A `sockaddr_ll` for interface `ifindex` and EtherType `ethertype`.

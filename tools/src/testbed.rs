@@ -31,9 +31,10 @@
 //!   (tested in native and generic mode). What needs the *peer* to have an XDP program or GRO
 //!   is a frame redirected *into* a veth (`XDP_TX`, `XDP_REDIRECT` to it), which ethbcast
 //!   never does: its AF_XDP socket sends in copy mode, through the ordinary transmit path;
-//! * on demand, a rule that drops ethbcast *broadcast* frames on their way out
-//!   of one host's bridge port ([`Testbed::drop_broadcast_to`]), for fail-over
-//!   tests (a receiver that misses the hardware broadcast but still gets unicast).
+//! * on demand, a rule that drops ethbcast frames sent to a group address
+//!   (broadcast or multicast) on their way out of one host's bridge port
+//!   ([`Testbed::drop_broadcast_to`]), for fail-over tests (a receiver that
+//!   misses the hardware broadcast but still gets unicast).
 //!
 //! Everything is created with a few batched `ip`/`tc`/`nft` invocations (see
 //! [`Testbed::up`]) and removed by deleting the namespaces, which destroys the
@@ -711,9 +712,10 @@ impl Testbed {
         Ok(())
     }
 
-    /// Starts (`on`) or stops dropping ethbcast frames sent to the broadcast
-    /// address ff:ff:ff:ff:ff:ff on their way to host `host_index` (out of its
-    /// bridge port). Unicast to that host and its own sending are unaffected.
+    /// Starts (`on`) or stops dropping ethbcast frames sent to a group address
+    /// (the broadcast address or a group's multicast address: the I/G bit of
+    /// the destination) on their way to host `host_index` (out of its bridge
+    /// port). Unicast to that host and its own sending are unaffected.
     pub fn drop_broadcast_to(&mut self, host_index: usize, on: bool) -> Result<()> {
         if host_index >= self.hosts.len() {
             return Err(TestbedError::NoSuchHost {
@@ -780,7 +782,7 @@ impl Testbed {
         );
         for &i in &self.isolated {
             s.push_str(&format!(
-                "add rule bridge {t} isolate_fwd oifname \"{}\" ether daddr ff:ff:ff:ff:ff:ff ether type {ETHERTYPE:#06x} counter name \"isolate_drops\" drop\n",
+                "add rule bridge {t} isolate_fwd oifname \"{}\" ether daddr & 01:00:00:00:00:00 == 01:00:00:00:00:00 ether type {ETHERTYPE:#06x} counter name \"isolate_drops\" drop\n",
                 bridge_port_name(i)
             ));
         }

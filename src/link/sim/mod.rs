@@ -10,8 +10,12 @@
 //!
 //! - **Ports and addresses.** Port `i` has the MAC [`port_mac`]`(i)` = `02:00:00:00:HI:LO`
 //!   (locally administered). A frame to [`BROADCAST_MAC`] is copied to every *other* port; a
-//!   frame to a port's MAC goes only there; a frame to any other MAC (or to the sender's own)
-//!   is dropped by the switch and counted in [`SimStats::unknown_dst`].
+//!   frame to a port's MAC goes only there; a frame to any other station MAC (or to the
+//!   sender's own) is dropped by the switch and counted in [`SimStats::unknown_dst`].
+//! - **Multicast.** A frame to a group (multicast) address is flooded like a broadcast, so it
+//!   takes its time on every other port's link, but only the hosts that joined the group
+//!   ([`Link::join_group`]) receive it; the others' NICs discard it
+//!   ([`SimStats::filtered`]), as a real NIC discards groups it was not told to pass up.
 //! - **Link model.** Store-and-forward. A sending port's uplink serialises its frames one
 //!   after the other at `rate_bps` (time on the wire: [`wire_bytes`] × 8 / rate, i.e. the PDU
 //!   padded to the Ethernet minimum, plus header, FCS, preamble and inter-frame gap); after
@@ -74,7 +78,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::rc::Rc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -295,6 +299,9 @@ pub struct SimStats {
     pub switch_drops: u64,
     /// Frames sent to a MAC address that is not another port of the switch.
     pub unknown_dst: u64,
+    /// Multicast frames that reached the port for a group its host had not joined (discarded
+    /// by its NIC; they still took their time on the link).
+    pub filtered: u64,
     /// Bytes the port put on its uplink, padding, header, FCS, preamble and gap included.
     pub bytes_on_wire: u64,
 }
@@ -309,6 +316,7 @@ impl std::ops::AddAssign for SimStats {
         self.corrupted += o.corrupted;
         self.switch_drops += o.switch_drops;
         self.unknown_dst += o.unknown_dst;
+        self.filtered += o.filtered;
         self.bytes_on_wire += o.bytes_on_wire;
     }
 }
@@ -355,6 +363,7 @@ fn chance(rng: &mut ChaCha8Rng, p: f64) -> bool {
 enum Target {
     All,
     One(usize),
+    Group(MacAddr),
 }
 
 /// An Ethernet frame on its way: to the switch (`peer` is where it is addressed) or to a
@@ -444,6 +453,8 @@ struct Inner {
     switch_buffer: Option<usize>,
     heap: BinaryHeap<Event>,
     ports: Vec<PortState>,
+    /// The ports that joined each multicast group, in index order.
+    groups: BTreeMap<MacAddr, Vec<usize>>,
     /// Partitions: frames between a port with `true` in one and a port with `true` in the
     /// other are dropped.
     cuts: Vec<(Vec<bool>, Vec<bool>)>,
@@ -534,6 +545,13 @@ impl Inner {
     fn lose_everywhere(&mut self, src: usize, target: Target) {
         match target {
             Target::One(j) => self.ports[j].stats.lost += 1,
+            Target::Group(g) => {
+                for &j in self.groups.get(&g).into_iter().flatten() {
+                    if j != src {
+                        self.ports[j].stats.lost += 1;
+                    }
+                }
+            }
             Target::All => {
                 for (j, p) in self.ports.iter_mut().enumerate() {
                     if j != src {
@@ -567,6 +585,8 @@ impl Inner {
         let n = self.ports.len();
         let target = if dst == BROADCAST_MAC {
             Some(Target::All)
+        } else if ethernet::is_group_mac(&dst) {
+            Some(Target::Group(dst))
         } else {
             port_index(&dst)
                 .map(usize::from)
@@ -616,6 +636,22 @@ impl Inner {
                 }
                 self.forward(src, j, pdu, ser)
             }
+            Target::Group(g) => {
+                // Flooded: every other port's link carries it, the members' hosts take it.
+                let members = self.groups.get(&g).cloned().unwrap_or_default();
+                let mut next = members.iter().copied().peekable();
+                for j in 0..self.ports.len() {
+                    let member = next.next_if_eq(&j).is_some();
+                    if j == src {
+                        continue;
+                    }
+                    if member {
+                        self.forward(src, j, Rc::clone(&pdu), ser);
+                    } else {
+                        self.occupy(src, j, ser);
+                    }
+                }
+            }
             Target::All => {
                 for j in 0..self.ports.len() {
                     if j != src {
@@ -629,27 +665,15 @@ impl Inner {
     /// One output port's share of a frame (`ser` ns on the wire): queueing, serialisation,
     /// receive-side faults.
     fn forward(&mut self, src: usize, j: usize, pdu: Rc<[u8]>, ser: u64) {
-        let now = self.now;
         if self.cut(src, j) || self.ports[j].dead() {
             self.ports[j].stats.lost += 1;
             return;
         }
+        let Some(done) = self.queue_out(j, ser) else {
+            return;
+        };
         let cap = self.switch_buffer;
         let p = &mut self.ports[j];
-        if let Some(cap) = cap {
-            while p.out_queue.front().is_some_and(|&done| done <= now) {
-                p.out_queue.pop_front();
-            }
-            if p.out_queue.len() >= cap {
-                p.stats.switch_drops += 1;
-                return;
-            }
-        }
-        let done = p.out_free.max(now).saturating_add(ser);
-        p.out_free = done;
-        if cap.is_some() {
-            p.out_queue.push_back(done);
-        }
 
         // Receive-side faults, drawn from this port's own stream.
         let f = p.faults;
@@ -699,6 +723,40 @@ impl Inner {
         }
         if let Some((d, pdu)) = dup {
             self.push_downlink(j, d, pdu);
+        }
+    }
+
+    /// Puts a frame of `ser` ns on the switch's output queue to port `j`: when its last bit
+    /// will have left, or `None` if the queue is full (tail drop, counted).
+    fn queue_out(&mut self, j: usize, ser: u64) -> Option<u64> {
+        let now = self.now;
+        let cap = self.switch_buffer;
+        let p = &mut self.ports[j];
+        if let Some(cap) = cap {
+            while p.out_queue.front().is_some_and(|&done| done <= now) {
+                p.out_queue.pop_front();
+            }
+            if p.out_queue.len() >= cap {
+                p.stats.switch_drops += 1;
+                return None;
+            }
+        }
+        let done = p.out_free.max(now).saturating_add(ser);
+        p.out_free = done;
+        if cap.is_some() {
+            p.out_queue.push_back(done);
+        }
+        Some(done)
+    }
+
+    /// A flooded multicast frame for a group port `j`'s host did not join: it takes its time
+    /// on the link, and the NIC discards it.
+    fn occupy(&mut self, src: usize, j: usize, ser: u64) {
+        if self.cut(src, j) || self.ports[j].dead() {
+            return;
+        }
+        if self.queue_out(j, ser).is_some() {
+            self.ports[j].stats.filtered += 1;
         }
     }
 
@@ -852,6 +910,7 @@ impl SimNet {
                 switch_buffer: cfg.switch_buffer,
                 heap: BinaryHeap::new(),
                 ports,
+                groups: BTreeMap::new(),
                 cuts: Vec::new(),
                 ready: Vec::new(),
                 taps: Vec::new(),
@@ -1101,6 +1160,34 @@ impl Link for SimPort {
     /// and loses it. Refuses PDUs larger than the MTU.
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         self.inner.borrow_mut().send(self.index, dst, pdu)
+    }
+
+    /// The switch floods the group's frames to every port; from now on this port's host
+    /// takes them instead of discarding them.
+    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        if !ethernet::is_group_mac(&group) {
+            return Err(LinkError::NotGroupAddress(group));
+        }
+        if group == BROADCAST_MAC {
+            return Ok(());
+        }
+        let mut inner = self.inner.borrow_mut();
+        let members = inner.groups.entry(group).or_default();
+        if let Err(at) = members.binary_search(&self.index) {
+            members.insert(at, self.index);
+        }
+        Ok(())
+    }
+
+    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        if !ethernet::is_group_mac(&group) {
+            return Err(LinkError::NotGroupAddress(group));
+        }
+        let mut inner = self.inner.borrow_mut();
+        if let Some(members) = inner.groups.get_mut(&group) {
+            members.retain(|&p| p != self.index);
+        }
+        Ok(())
     }
 
     /// Hands over every frame that has become due; never waits (`wait` is ignored: the harness

@@ -1,6 +1,7 @@
 //! The simulated switch, specified by its behaviour.
 
 use super::*;
+use crate::wire::ethernet::group_mac;
 use proptest::prelude::*;
 
 /// A switch with `cfg` and handles to all its ports.
@@ -879,4 +880,83 @@ fn ready_ports_name_each_port_whose_queue_filled_once_and_only_those() {
     let mut ready = net.take_ready();
     ready.sort_unstable();
     assert_eq!(ready, vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn a_group_frame_reaches_only_the_ports_that_joined_but_occupies_every_link() {
+    let (net, mut ports) = build(SimConfig {
+        rate_bps: Some(100_000_000),
+        ..perfect(5)
+    });
+    let g = group_mac(0xA1);
+    for p in [1, 3, 0] {
+        ports[p].join_group(g).unwrap();
+    }
+    ports[3].join_group(g).unwrap(); // twice is once
+    ports[0].send(g, &numbered(1, 1000)).unwrap();
+    // Right behind it, a frame from another host to port 4 (which did not join): it waits on
+    // port 4's link while the group frame, which port 4's NIC discards, passes.
+    ports[2].send(port_mac(4), &numbered(2, 1000)).unwrap();
+    let got = drain(&net, &mut ports);
+    let mut receivers: Vec<usize> = got
+        .iter()
+        .filter(|r| number(&r.pdu) == 1)
+        .map(|r| r.port)
+        .collect();
+    receivers.sort_unstable();
+    assert_eq!(receivers, vec![1, 3], "the members but the sender");
+    assert_eq!(net.port_stats(2).unwrap().filtered, 1);
+    assert_eq!(net.port_stats(4).unwrap().filtered, 1);
+    assert_eq!(net.stats().filtered, 2);
+    let at = |port: usize, n: u32| {
+        got.iter()
+            .find(|r| r.port == port && number(&r.pdu) == n)
+            .unwrap()
+            .at_ns
+    };
+    let frame_ns = (1038u64 * 8 * 1_000_000_000).div_ceil(100_000_000);
+    assert_eq!(
+        at(4, 2),
+        at(1, 1) + frame_ns,
+        "port 4's link carried the group frame first"
+    );
+    // After leaving, nothing more; a station address is not a group.
+    ports[3].leave_group(g).unwrap();
+    ports[0].send(g, b"again").unwrap();
+    let got = drain(&net, &mut ports);
+    assert_eq!(got.iter().map(|r| r.port).collect::<Vec<_>>(), vec![1]);
+    assert!(matches!(
+        ports[1].join_group(port_mac(2)),
+        Err(LinkError::NotGroupAddress(_))
+    ));
+    // Lost everywhere it was meant for when the sender is dead: at the members only.
+    net.kill(0).unwrap();
+    ports[0].send(g, b"from the dead").unwrap();
+    net.run_until_idle();
+    assert_eq!(net.port_stats(1).unwrap().lost, 1);
+    assert_eq!(net.port_stats(4).unwrap().lost, 0);
+}
+
+#[test]
+fn two_groups_on_one_switch_never_see_each_others_frames() {
+    let (net, mut ports) = build(perfect(6));
+    let (a, b) = (group_mac(1), group_mac(2));
+    for (i, p) in ports.iter_mut().enumerate() {
+        p.join_group(if i < 3 { a } else { b }).unwrap();
+    }
+    for i in 0..10 {
+        ports[0].send(a, &numbered(i, 100)).unwrap();
+        ports[3].send(b, &numbered(100 + i, 100)).unwrap();
+    }
+    let got = drain(&net, &mut ports);
+    assert_eq!(got.len(), 40);
+    for r in &got {
+        let in_a = r.port < 3;
+        assert_eq!(number(&r.pdu) < 100, in_a, "{r:?}");
+    }
+    assert_eq!(
+        net.stats().filtered,
+        60,
+        "each frame reached the other group's 3 ports"
+    );
 }

@@ -87,6 +87,11 @@ struct Common {
     /// host on the segment can do all of that (see README, "Threat model").
     #[arg(long, env = "ETHBCAST_KEY_FILE")]
     key_file: Option<PathBuf>,
+    /// Where broadcasts go: derived (the group's own multicast address, 03:eb: and the group
+    /// id, so hosts outside the transfer never see its frames), broadcast (every host of the
+    /// segment; for switches or NICs that mishandle multicast), or a multicast MAC.
+    #[arg(long, default_value = "derived")]
+    group_address: ethbcast::link::GroupAddress,
 }
 
 fn parse_group(s: &str) -> Result<u32, String> {
@@ -225,6 +230,7 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
             .as_deref()
             .map(distribute::read_key_file)
             .transpose()?,
+        group_address: c.group_address,
     })
 }
 

@@ -167,13 +167,25 @@ pub struct LinkOpts {
     /// Group key ([`read_key_file`]): the join and every frame of the transfer are
     /// authenticated under a key of this session.
     pub key: Option<[u8; 32]>,
+    /// Where the transfer's broadcasts go: its own multicast address by default.
+    pub group_address: ethbcast::link::GroupAddress,
 }
 
 impl LinkOpts {
     /// Opens the interface with receive queues as deep as the window (a whole window can
     /// arrive while this host is busy elsewhere).
+    /// The link joins the transfer's group address, so that it receives the transfer's
+    /// broadcasts and, on a segment shared with other transfers, only this one's.
     pub fn open(&self) -> Result<Box<dyn ethbcast::link::Link + Send>, LinkError> {
-        ethbcast::link::open_sized(self.backend, &self.iface, self.wait_mode, self.window)
+        let mut link =
+            ethbcast::link::open_sized(self.backend, &self.iface, self.wait_mode, self.window)?;
+        link.join_group(self.group_mac())?;
+        Ok(link)
+    }
+
+    /// The destination of the transfer's broadcasts.
+    pub fn group_mac(&self) -> ethbcast::link::MacAddr {
+        self.group_address.mac(self.group_id)
     }
 
     /// The engine configuration of member `rank` of a transfer of `size` members.
