@@ -575,6 +575,26 @@ fn a_member_that_broadcast_does_not_reach_is_served_point_to_point() {
     );
 }
 
+#[test]
+fn members_that_broadcast_does_not_reach_are_probed_point_to_point_and_fail_over() {
+    // Two members miss every broadcast frame, re-broadcasts included: the frame each one lacks
+    // is wanted by both, and a re-broadcast would never reach them. A member whose timer
+    // fired is repaired point to point, which reaches it, until it NACKs again.
+    let mut net = Net::new(5, |_| {});
+    net.drop = Box::new(|r, to| (to == 1 || to == 3) && r.flags.contains(Flags::BROADCAST));
+    let msgs: Vec<Vec<u8>> = (0..10).map(|i| message(20_000, i)).collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()));
+    for r in 1..5 {
+        let got: Vec<Vec<u8>> = net.delivered[r].iter().map(|d| d.2.clone()).collect();
+        assert_eq!(got, msgs, "rank {r}");
+    }
+    assert_eq!(net.engines[0].sender().failed_over(), vec![1, 3]);
+}
 /// The root's data frames for `msgs`, broadcast with no receiver answering.
 fn frames_of(msgs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let mut c = Config::new(7, 0, 2);

@@ -868,7 +868,11 @@ fn ready_ports_name_each_port_whose_queue_filled_once_and_only_those() {
     net.run_until_idle();
     let mut ready = net.take_ready();
     ready.sort_unstable();
-    assert_eq!(ready, vec![2, 3], "each port once, however many frames it got");
+    assert_eq!(
+        ready,
+        vec![2, 3],
+        "each port once, however many frames it got"
+    );
     assert!(net.take_ready().is_empty(), "the list starts again");
     for p in &mut ports {
         p.recv(None, &mut |_, _| {}).unwrap();

@@ -173,9 +173,9 @@ pub struct LinkOpts {
 
 impl LinkOpts {
     /// Opens the interface with receive queues as deep as the window (a whole window can
-    /// arrive while this host is busy elsewhere).
-    /// The link joins the transfer's group address, so that it receives the transfer's
-    /// broadcasts and, on a segment shared with other transfers, only this one's.
+    /// arrive while this host is busy elsewhere), joined to the transfer's group address, so
+    /// that it receives the transfer's broadcasts and, on a segment shared with other
+    /// transfers, only this one's.
     pub fn open(&self) -> Result<Box<dyn ethbcast::link::Link + Send>, LinkError> {
         let mut link =
             ethbcast::link::open_sized(self.backend, &self.iface, self.wait_mode, self.window)?;
