@@ -274,7 +274,11 @@ pub struct Scenario {
     pub limit: Duration,
     /// Retransmission buffer slots (= receive window) of every member, if not the default.
     pub window: Option<usize>,
-    /// Adjusts every member's engine configuration (after `window`).
+    /// Fan-out of the acknowledgement tree (0: off), if not the default.
+    pub ack_tree: Option<u16>,
+    /// Peer repair on or off, if not the default.
+    pub peer_repair: Option<bool>,
+    /// Adjusts every member's engine configuration (after the options above).
     pub tweak: fn(&mut Config),
 }
 
@@ -294,6 +298,8 @@ impl Scenario {
             latency: Duration::from_micros(5),
             limit: Duration::from_secs(3600),
             window: None,
+            ack_tree: None,
+            peer_repair: None,
             tweak: |_| {},
         }
     }
@@ -324,8 +330,14 @@ pub struct Report {
     pub peer_repairs: u64,
     /// Frames the simulator dropped (counted per receiving port).
     pub lost_frames: u64,
-    /// ACK frames.
+    /// ACK frames sent to a root directly.
     pub ack_frames: u64,
+    /// Acknowledgements sent up the acknowledgement tree (to a parent, or a root).
+    pub tree_ack_frames: u64,
+    /// Control frames the roots received: ACKs, NACKs, pulls and tree acknowledgements.
+    pub root_control_frames: u64,
+    /// Message bytes delivered, summed over every receiver.
+    pub delivered_bytes: u64,
     /// NACK frames.
     pub nack_frames: u64,
     /// Pull requests.
@@ -459,6 +471,12 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
             if let Some(w) = sc.window {
                 cfg.window = w;
             }
+            if let Some(k) = sc.ack_tree {
+                cfg.ack_tree = k;
+            }
+            if let Some(p) = sc.peer_repair {
+                cfg.peer_repair = p;
+            }
             (sc.tweak)(&mut cfg);
             let mut mc = MemberConfig::new(cfg, macs.clone());
             mc.prepost = SCENARIO_PREPOST;
@@ -501,6 +519,9 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         report.peer_repairs += s.peer_repairs;
         report.rebroadcasts += s.rebroadcasts;
         report.ack_frames += s.ack_frames;
+        report.tree_ack_frames += s.tree_ack_frames;
+        report.root_control_frames += s.acks_handled;
+        report.delivered_bytes += s.delivered_bytes;
         report.nack_frames += s.nack_frames;
         report.pull_frames += s.pull_frames;
         report.dropped_by_engines += s.drops.total() + m.stats().malformed;

@@ -33,6 +33,7 @@
 
 mod recv;
 mod send;
+mod tree;
 #[cfg(test)]
 mod tests;
 
@@ -124,7 +125,20 @@ pub struct Config {
     /// point-to-point repairs, which caps bulk goodput; a peer's link is idle. Off by default
     /// (the paper's model: every repair comes from the root).
     pub peer_repair: bool,
+    /// Fan-out of the acknowledgement tree (see [`tree`]): receivers acknowledge to a parent
+    /// that reports for its whole subtree, so the root receives about `ack_tree / ack_every`
+    /// acknowledgements per data frame whatever the group's size. 0: every receiver
+    /// acknowledges to the root, as in the EQA paper. [`Config::new`] turns it on from
+    /// [`ACK_TREE_FROM`] members.
+    pub ack_tree: u16,
 }
+
+/// Group size from which [`Config::new`] acknowledges up a tree ([`Config::ack_tree`]): below
+/// it the root's acknowledgements per data frame stay few, and a tree would only add a hop.
+pub const ACK_TREE_FROM: u16 = 32;
+
+/// The tree's fan-out [`Config::new`] picks for groups of [`ACK_TREE_FROM`] members or more.
+pub const ACK_TREE_FANOUT: u16 = 4;
 
 /// Largest window (frames in flight per root). Sequence numbers travel as 32 bits and are
 /// extended against the receiver's position, which is exact while the window stays far below
@@ -159,6 +173,11 @@ impl Config {
             auto_post: true,
             key: None,
             peer_repair: false,
+            ack_tree: if size >= ACK_TREE_FROM {
+                ACK_TREE_FANOUT
+            } else {
+                0
+            },
         }
     }
 
@@ -333,8 +352,15 @@ pub struct Stats {
     pub nack_frames: u64,
     /// Pull requests sent.
     pub pull_frames: u64,
-    /// ACK, NACK and pull frames received (as root).
+    /// ACK, NACK, pull and tree acknowledgement frames received as root: the root's inbound
+    /// control traffic.
     pub acks_handled: u64,
+    /// Acknowledgements sent up the acknowledgement tree (besides `ack_frames`, the ones
+    /// sent to a root directly).
+    pub tree_ack_frames: u64,
+    /// Tree acknowledgements received from a member in another view or not a child here,
+    /// and ignored.
+    pub tree_acks_ignored: u64,
     /// Of the NACK frames sent, those sent to a peer (peer repair).
     pub peer_nacks: u64,
     /// Repair frames served to peers from this member's copy of a root's stream.
@@ -532,6 +558,7 @@ impl Outgoing {
             Outgoing::Relay { .. } => stats.peer_repairs += 1,
             Outgoing::Own { msg, .. } => match msg {
                 Control::Ack { .. } => stats.ack_frames += 1,
+                Control::TreeAck { .. } => stats.tree_ack_frames += 1,
                 Control::Nack { .. } => stats.nack_frames += 1,
                 Control::PeerNack { unheld, .. } => {
                     stats.nack_frames += 1;
@@ -559,6 +586,10 @@ pub struct Engine {
     live: Vec<bool>,
     /// When a frame of each member last passed every check (CRC, group, key, membership).
     heard: Vec<Option<Instant>>,
+    /// The view (a hash of the evicted set) the acknowledgement trees are laid out in.
+    view: u32,
+    /// This member's acknowledgement tree as a root (made when first needed, per view).
+    root_tree: Option<tree::Tree>,
     outbox: VecDeque<Outgoing>,
     /// The control counter of the last control frame sent (see [`wire::control::counter`]).
     ctl_ctr: u32,
@@ -579,6 +610,8 @@ impl Engine {
             tx: Sender::new(&cfg),
             rx: (0..n).map(|_| None).collect(),
             rx_timers: BTreeSet::new(),
+            view: tree::view_of(&vec![true; n]),
+            root_tree: None,
             live: vec![true; n],
             heard: vec![None; n],
             outbox: VecDeque::with_capacity(cfg.outbox),
@@ -642,22 +675,37 @@ impl Engine {
         if !self.live[usize::from(root)] {
             return Err(PostError::Evicted(root));
         }
-        let rx = self.rx_mut(root);
+        let rx = self.rx_mut(now, root);
         rx.post(max_len)?;
         rx.progress(now);
         self.collect_rx(root);
         Ok(())
     }
 
-    fn rx_mut(&mut self, root: Rank) -> &mut Receiver {
+    fn rx_mut(&mut self, now: Instant, root: Rank) -> &mut Receiver {
         if self.rx[usize::from(root)].is_none() {
             let mut rx = Receiver::new(&self.cfg, root);
             rx.set_peer(self.peer_for(root));
+            rx.set_tree(now, self.tree_link(root));
             self.rx[usize::from(root)] = Some(Box::new(rx));
         }
         self.rx[usize::from(root)]
             .as_deref_mut()
             .expect("just made")
+    }
+
+    /// This member's place in the acknowledgement tree of `root`'s stream, in the current view.
+    fn tree_link(&self, root: Rank) -> Option<recv::TreeLink> {
+        if self.cfg.ack_tree == 0 {
+            return None;
+        }
+        let t = tree::Tree::new(root, &self.live, self.cfg.ack_tree);
+        let parent = t.parent(self.cfg.rank)?;
+        Some(recv::TreeLink::new(
+            parent,
+            t.children(self.cfg.rank),
+            self.view,
+        ))
     }
 
     /// The fellow receiver this member asks first for frames of `root`'s stream lost here:
@@ -758,7 +806,7 @@ impl Engine {
         }
         if frame.kind().is_data() {
             let repr = Repr::parse(frame);
-            let r = self.rx_mut(src).on_data(now, &repr, frame.payload());
+            let r = self.rx_mut(now, src).on_data(now, &repr, frame.payload());
             self.collect_rx(src);
             // A duplicate or stale data frame (a replay, say) is no sign of the root's life.
             if r.is_ok() {
@@ -783,7 +831,7 @@ impl Engine {
         let feedback = match msg {
             Control::PullPoll { msg_id, designated } => {
                 // The root polls its designated receiver for a lost pull request.
-                let rx = self.rx_mut(src);
+                let rx = self.rx_mut(now, src);
                 rx.on_pull_poll(msg_id, designated);
                 self.collect_rx(src);
                 return Ok(());
@@ -814,6 +862,18 @@ impl Engine {
                 }
                 return Ok(());
             }
+            Control::TreeAck {
+                root,
+                next,
+                laggard,
+                view,
+            } => {
+                if !to_me {
+                    return Err(Drop::NotForMe(dst));
+                }
+                self.on_tree_ack(now, src, root, next, laggard, view);
+                return Ok(());
+            }
             Control::Ack { next, seen } => send::Feedback::Ack { next, seen },
             Control::Nack {
                 base,
@@ -838,6 +898,48 @@ impl Engine {
             .on_feedback(&self.cfg, now, src, &feedback, &self.live);
         self.collect_tx();
         Ok(())
+    }
+
+    /// A report of `src` up the acknowledgement tree of `root`'s stream: as the root, every
+    /// member of its subtree has everything before `next`; as a parent, one of the children's
+    /// reports.
+    fn on_tree_ack(
+        &mut self,
+        now: Instant,
+        src: Rank,
+        root: Rank,
+        next: u32,
+        laggard: Rank,
+        view: u32,
+    ) {
+        if root == self.cfg.rank {
+            self.stats.acks_handled += 1;
+            if view != self.view || self.cfg.ack_tree == 0 {
+                self.stats.tree_acks_ignored += 1;
+                return;
+            }
+            let t = self
+                .root_tree
+                .get_or_insert_with(|| tree::Tree::new(root, &self.live, self.cfg.ack_tree));
+            if t.parent(src) != Some(root) {
+                self.stats.tree_acks_ignored += 1;
+                return;
+            }
+            let covered = t.subtree(src);
+            self.tx
+                .on_tree_ack(&self.cfg, now, src, &covered, next, laggard, &self.live);
+            self.collect_tx();
+            return;
+        }
+        let taken = match self.rx.get_mut(usize::from(root)) {
+            Some(Some(rx)) => rx.on_report(now, src, next, laggard, view),
+            _ => false,
+        };
+        if taken {
+            self.collect_rx(root);
+        } else {
+            self.stats.tree_acks_ignored += 1;
+        }
     }
 
     fn collect_tx(&mut self) {
@@ -960,11 +1062,19 @@ impl Engine {
         if let Some(t) = self.rx[usize::from(rank)].take().and_then(|rx| rx.armed) {
             self.rx_timers.remove(&(t, rank));
         }
+        // The trees re-form in the new view.
+        self.view = tree::view_of(&self.live);
+        self.root_tree = None;
         for root in 0..self.cfg.size {
-            let peer = self.peer_for(root);
+            if self.rx[usize::from(root)].is_none() {
+                continue;
+            }
+            let (peer, link) = (self.peer_for(root), self.tree_link(root));
             if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
                 rx.set_peer(peer);
+                rx.set_tree(now, link);
             }
+            self.collect_rx(root);
         }
         self.tx.evict(&self.cfg, now, rank, &self.live);
         self.collect_tx();

@@ -11,6 +11,14 @@
 //! Gaps are found by sequence number; a NACK carries the first missing sequence, a bitmap of
 //! the 16 frames from there, and the cumulative acknowledgement. ACKs are cumulative and
 //! coalesced. Messages are delivered whole, exactly once, in the root's order.
+//!
+//! With an acknowledgement tree ([`super::tree`]) the stream acknowledges to its parent, for
+//! its whole subtree: the minimum of its own position and its children's last reports, under
+//! the same coalescing rules (every `ack_every` frames of progress of that minimum, or
+//! `ack_delay` after it moved). NACKs still go to the root (or the peer) directly. A probe of
+//! the root (a frame asking for an acknowledgement) means the root is not hearing of this
+//! member's progress, say because an ancestor died: the answer goes straight to the root, and
+//! so do this member's acknowledgements for `rto_max` after it, besides the tree's.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -21,6 +29,39 @@ use crate::wire::{locate, Control, Flags, Kind, Position, Repr, NACK_BITS};
 
 /// Unanswered peer requests in a row after which a receiver stops asking its peer.
 const PEER_SILENCE_LIMIT: u32 = 16;
+
+/// This stream's place in the acknowledgement tree of its root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TreeLink {
+    /// Whom it reports to.
+    parent: Rank,
+    /// Who reports to it: each child, the last position it reported for its subtree, and
+    /// the member of its subtree at that position.
+    children: Vec<(Rank, Seq, Rank)>,
+    /// The view the tree was laid out in.
+    view: u32,
+    /// The position last reported to the parent.
+    sent: Seq,
+}
+
+impl TreeLink {
+    /// A link to `parent`, with `children` reporting, in view `view`.
+    pub(crate) fn new(parent: Rank, children: Vec<Rank>, view: u32) -> TreeLink {
+        TreeLink {
+            parent,
+            children: children.into_iter().map(|c| (c, 0, c)).collect(),
+            view,
+            sent: 0,
+        }
+    }
+}
+
+/// The 64-bit position of `wire`, a position reported by a fellow receiver, which may be
+/// ahead of or behind `reference` by up to 2^31 (checked, so no value overflows).
+fn near(reference: Seq, wire: u32) -> Option<Seq> {
+    let delta = wire.wrapping_sub(reference as u32) as i32;
+    reference.checked_add_signed(i64::from(delta))
+}
 
 /// Where the payload of a frame being consumed is.
 #[derive(Clone, Copy)]
@@ -119,6 +160,12 @@ pub struct Receiver {
     max_message: usize,
     pull_override: Option<(u32, Rank)>,
     probe_answer: bool,
+    /// Where this stream reports in the acknowledgement tree (`None`: to the root directly).
+    tree: Option<TreeLink>,
+    /// Until then, acknowledgements also go straight to the root (set by a probe).
+    direct_until: Option<Instant>,
+    /// How long a probe sends acknowledgements straight to the root.
+    direct_for: Duration,
     events: VecDeque<Event>,
     controls: VecDeque<Outgoing>,
     /// The deadline under which the engine's timer set holds this stream (the engine keeps
@@ -166,6 +213,9 @@ impl Receiver {
             peer_silence: 0,
             ack_every: cfg.ack_every,
             ack_delay: cfg.ack_delay,
+            tree: None,
+            direct_until: None,
+            direct_for: cfg.rto_max,
             nack_retry: cfg.nack_retry,
             max_message: cfg.max_message,
             pull_override: None,
@@ -751,14 +801,16 @@ impl Receiver {
                 next: self.expected as u32,
             };
             self.controls.push_back(Outgoing::to(self.root, pull));
-            self.acked = self.expected;
-            self.unacked = 0;
+            if self.tree.is_none() {
+                self.acked = self.expected;
+                self.unacked = 0;
+            }
         }
     }
 
     fn schedule(&mut self, now: Instant) {
         if self.ack_now || self.unacked >= self.ack_every {
-            self.send_ack();
+            self.send_ack(now);
         } else if self.expected > self.acked && self.ack_at.is_none() {
             self.ack_at = Some(now + self.ack_delay);
         }
@@ -777,7 +829,7 @@ impl Receiver {
         self.nack_from = None;
     }
 
-    fn send_ack(&mut self) {
+    fn send_ack(&mut self, now: Instant) {
         self.ack_now = false;
         self.ack_at = None;
         self.acked = self.expected;
@@ -786,11 +838,105 @@ impl Receiver {
         // everything after it (go-back-16) instead of probing frame by frame.
         let seen =
             std::mem::take(&mut self.probe_answer).then(|| self.highest.max(self.expected) as u32);
-        let ack = Control::Ack {
-            next: self.expected as u32,
-            seen,
+        if seen.is_some() && self.tree.is_some() {
+            self.direct_until = Some(now + self.direct_for);
+        }
+        let direct = self.tree.is_none() || self.direct_until.is_some_and(|t| now < t);
+        if direct {
+            let ack = Control::Ack {
+                next: self.expected as u32,
+                seen,
+            };
+            self.controls.push_back(Outgoing::to(self.root, ack));
+        }
+        // The root's children report on their own schedule even when their subtree did not
+        // move: the root learns which member it waits for, and stops probing the others.
+        let always = self.tree.as_ref().is_some_and(|t| t.parent == self.root);
+        self.report(always);
+    }
+
+    /// The position this stream's subtree has reached (its own, or a child's report if
+    /// lower), and the member at it.
+    fn subtree_next(&self) -> (Seq, Rank) {
+        let own = (self.expected, self.me);
+        self.tree.as_ref().map_or(own, |t| {
+            t.children
+                .iter()
+                .map(|c| (c.1, c.2))
+                .fold(own, |a, b| if b.0 < a.0 { b } else { a })
+        })
+    }
+
+    /// Reports the subtree's position to the parent if it moved since the last report, or in
+    /// any case with `always` (so that the root hears which member the subtree waits for).
+    fn report(&mut self, always: bool) {
+        let (next, laggard) = self.subtree_next();
+        let root = self.root;
+        let Some(t) = self.tree.as_mut() else { return };
+        if next <= t.sent && !always {
+            return;
+        }
+        t.sent = t.sent.max(next);
+        let msg = Control::TreeAck {
+            root,
+            next: next as u32,
+            laggard,
+            view: t.view,
         };
-        self.controls.push_back(Outgoing::to(self.root, ack));
+        self.controls.push_back(Outgoing::to(t.parent, msg));
+    }
+
+    /// Places this stream in the acknowledgement tree (`None`: acknowledge to the root).
+    /// After a change the first report goes out at the next timeout.
+    pub(crate) fn set_tree(&mut self, now: Instant, link: Option<TreeLink>) {
+        if self.tree == link {
+            return;
+        }
+        self.tree = link;
+        if self.tree.is_some() {
+            self.ack_at = Some(now);
+        }
+    }
+
+    /// A child's report of its subtree's position (`next`, in view `view`). Reports from
+    /// members that are not this stream's children in this view are ignored; returns whether
+    /// it was taken.
+    pub(crate) fn on_report(
+        &mut self,
+        now: Instant,
+        child: Rank,
+        next: u32,
+        laggard: Rank,
+        view: u32,
+    ) -> bool {
+        let expected = self.expected;
+        let every = self.ack_every as u64;
+        let Some(t) = self.tree.as_mut() else {
+            return false;
+        };
+        if t.view != view {
+            return false;
+        }
+        let Some(c) = t.children.iter_mut().find(|c| c.0 == child) else {
+            return false;
+        };
+        let Some(next) = near(expected, next) else {
+            return false;
+        };
+        if next >= c.1 {
+            (c.1, c.2) = (next, laggard);
+        }
+        let (sent, to_root) = (t.sent, t.parent == self.root);
+        let (moved, _) = self.subtree_next();
+        // Forwarded at once when the subtree crosses a multiple of `ack_every` (so a laggard
+        // that catches up is heard without waiting), later otherwise. The root's children
+        // report on their own schedule instead (see `send_ack`).
+        if !to_root && moved / every > sent / every {
+            self.report(false);
+        } else if moved > sent && self.ack_at.is_none() {
+            self.ack_at = Some(now + self.ack_delay);
+        }
+        true
     }
 
     /// Asks for the missing frames from `from` on that were never asked for, or not within the
@@ -862,8 +1008,9 @@ impl Receiver {
             self.peer = None;
             self.peer_silence = 0;
         }
-        if sent_root {
-            // A NACK carries the cumulative acknowledgement too.
+        if sent_root && self.tree.is_none() {
+            // A NACK carries the cumulative acknowledgement too (but for this member only:
+            // with a tree its subtree's report is still due).
             self.acked = self.expected;
             self.unacked = 0;
             self.ack_at = None;
@@ -873,7 +1020,7 @@ impl Receiver {
 
     pub(crate) fn on_timeout(&mut self, now: Instant) {
         if self.ack_at.is_some_and(|t| t <= now) {
-            self.send_ack();
+            self.send_ack(now);
         }
         if self.nack_at.is_some_and(|t| t <= now) {
             let gap = self.expected < self.highest;

@@ -346,6 +346,51 @@ impl Sender {
         self.collect_stable();
     }
 
+    /// A report up the acknowledgement tree from `reporter`, a child of this root: every
+    /// member of `covered` (its subtree, the reporter included) has everything before `next`,
+    /// and `laggard` is at `next`. Each cursor moves as an acknowledgement of its own would
+    /// move it. The subtree is alive and waits for the laggard: the other members' timers
+    /// start again, so that only the laggard is probed if the subtree stays stuck.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_tree_ack(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        reporter: Rank,
+        covered: &[Rank],
+        next: u32,
+        laggard: Rank,
+        live: &[bool],
+    ) {
+        let head = self.eqa.head();
+        let sent_upto = self.sent_upto;
+        if let Some(c) = behind(head, next) {
+            let c = c.min(sent_upto);
+            for &r in covered {
+                let progressed = self.eqa.ack(r, c);
+                let Some(lms) = self.eqa.lms_mut(r) else {
+                    continue;
+                };
+                if progressed {
+                    lms.backoffs = 0;
+                    lms.rto = cfg.rto;
+                    lms.last_progress = Some(now);
+                    let timer = (lms.cursor() < sent_upto).then_some(now + cfg.rto);
+                    self.set_timer(r, timer);
+                } else if r != laggard && lms.timer.is_some() {
+                    let t = now + lms.rto;
+                    self.set_timer(r, Some(t));
+                }
+            }
+        }
+        if let Some(lms) = self.eqa.lms_mut(reporter) {
+            lms.last_heard = Some(now);
+            lms.stats.acks += 1;
+        }
+        self.fill(cfg, now, live);
+        self.collect_stable();
+    }
+
     fn collect_stable(&mut self) {
         while let Some(&(id, last)) = self.unstable.front() {
             if last >= self.eqa.tail() || last >= self.sent_upto {

@@ -13,6 +13,7 @@
 //! | message | kind | flags | `seq` | `msg_id` | `offset` | `bitmap` | `aux` | payload |
 //! |---|---|---|---|---|---|---|---|---|
 //! | [`Control::Ack`] | Ack | `ACK_REQ` if `seen` | `next` | | | | `seen` | |
+//! | [`Control::TreeAck`] | Ack | `TREE` | `next` | `root` | `laggard` | | `view` | |
 //! | [`Control::Nack`] | Nack | | `base` | | | `missing` | `next` | |
 //! | [`Control::PeerNack`] | Nack | `PEER` (+`UNHELD`) | `base` | `root` | | `missing` | | |
 //! | [`Control::Pull`] | Pull | | `next` | `msg_id` | | | | |
@@ -124,6 +125,19 @@ pub enum Control {
         next: u32,
         /// Highest sequence seen (answer to a probe).
         seen: Option<u32>,
+    },
+    /// Acknowledgement up the acknowledgement tree of `root`'s stream: the sender and every
+    /// member of its subtree (as the tree of view `view` lays it out) hold every frame before
+    /// `next`. Sent to the sender's parent in the tree, which is the root for its children.
+    TreeAck {
+        /// Whose stream.
+        root: u16,
+        /// Next sequence the whole subtree needs.
+        next: u32,
+        /// The member of the subtree that is at `next` (the one the others wait for).
+        laggard: u16,
+        /// The view (a hash of the evicted set) the tree was laid out in.
+        view: u32,
     },
     /// Negative acknowledgement to a root: the frames of `missing` (bit `i`: `base + i`) are
     /// missing; it acknowledges everything before `next` too.
@@ -245,6 +259,15 @@ impl Control {
         };
         Ok(match kind {
             Kind::Data | Kind::Repair => return Err(ControlError::NotControl),
+            Kind::Ack if flags.contains(Flags::TREE) => {
+                no_payload()?;
+                Control::TreeAck {
+                    root: rank_field(kind, frame.msg_id())?,
+                    next: frame.seq(),
+                    laggard: rank_field(kind, frame.offset())?,
+                    view: frame.aux(),
+                }
+            }
             Kind::Ack => {
                 no_payload()?;
                 Control::Ack {
@@ -341,7 +364,7 @@ impl Control {
     /// The frame kind this message travels in.
     pub fn kind(&self) -> Kind {
         match self {
-            Control::Ack { .. } => Kind::Ack,
+            Control::Ack { .. } | Control::TreeAck { .. } => Kind::Ack,
             Control::Nack { .. } | Control::PeerNack { .. } => Kind::Nack,
             Control::Pull { .. } | Control::PullPoll { .. } => Kind::Pull,
             Control::Heartbeat { .. } => Kind::Heartbeat,
@@ -374,6 +397,18 @@ impl Control {
                     r.flags |= Flags::ACK_REQ;
                     r.aux = s;
                 }
+            }
+            Control::TreeAck {
+                root,
+                next,
+                laggard,
+                view,
+            } => {
+                r.flags |= Flags::TREE;
+                r.seq = next;
+                r.msg_id = u32::from(root);
+                r.offset = u32::from(laggard);
+                r.aux = view;
             }
             Control::Nack {
                 base,
@@ -590,6 +625,12 @@ mod tests {
         round_trip(Control::Ack {
             next: 7,
             seen: Some(9),
+        });
+        round_trip(Control::TreeAck {
+            root: 1023,
+            next: u32::MAX,
+            laggard: 77,
+            view: 0x811c_9dc5,
         });
         round_trip(Control::Nack {
             base: u32::MAX,

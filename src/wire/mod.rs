@@ -157,6 +157,9 @@ bitflags! {
         /// more), so that the asker turns to the root at once instead of after its retry
         /// interval.
         const UNHELD = 1 << 8;
+        /// An acknowledgement up the acknowledgement tree: it speaks for the sender's whole
+        /// subtree, and its `msg_id` names the root whose stream it is about.
+        const TREE = 1 << 9;
     }
 }
 

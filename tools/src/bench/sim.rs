@@ -38,6 +38,10 @@ pub struct SimOptions {
     pub rate_bps: Option<u64>,
     /// Receive window / buffer slots.
     pub window: Option<usize>,
+    /// Acknowledgement tree fan-out (0: every receiver acknowledges to the root).
+    pub ack_tree: Option<u16>,
+    /// Peer repair.
+    pub peer_repair: Option<bool>,
 }
 
 /// The JSON the subcommand prints.
@@ -71,8 +75,16 @@ pub struct SimJson {
     pub lost_frames: u64,
     /// repair_frames / lost_frames.
     pub repair_ratio: f64,
-    /// ACK frames.
+    /// ACK frames sent to a root directly.
     pub ack_frames: u64,
+    /// Acknowledgements sent up the acknowledgement tree.
+    pub tree_ack_frames: u64,
+    /// Control frames the roots received (acks, nacks, pulls, tree acknowledgements).
+    pub root_control_frames: u64,
+    /// root_control_frames / data_frames.
+    pub root_control_per_data_frame: f64,
+    /// Message bytes delivered per receiver (in megabits) divided by the virtual time.
+    pub goodput_mbps: f64,
     /// NACK frames.
     pub nack_frames: u64,
     /// Pull requests.
@@ -272,6 +284,8 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
     sc.faults = o.faults();
     sc.limit = Duration::from_secs(24 * 3600);
     sc.window = o.window;
+    sc.ack_tree = o.ack_tree;
+    sc.peer_repair = o.peer_repair;
     let t0 = std::time::Instant::now();
     let r: Report = run(&sc)?;
     Ok(SimJson {
@@ -298,6 +312,16 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
             r.repair_frames as f64 / r.lost_frames as f64
         },
         ack_frames: r.ack_frames,
+        tree_ack_frames: r.tree_ack_frames,
+        root_control_frames: r.root_control_frames,
+        root_control_per_data_frame: r.root_control_frames as f64 / r.data_frames.max(1) as f64,
+        goodput_mbps: if r.virtual_time_us == 0 {
+            0.0
+        } else {
+            r.delivered_bytes as f64 * 8.0
+                / f64::from(o.nodes.saturating_sub(1).max(1))
+                / r.virtual_time_us as f64
+        },
         nack_frames: r.nack_frames,
         pull_frames: r.pull_frames,
         corrupted_frames: r.corrupted_frames,
@@ -326,9 +350,20 @@ pub fn render(r: &SimJson) -> String {
         ("  of which re-broadcasts", r.rebroadcasts.to_string()),
         ("repair / lost", format!("{:.3}", r.repair_ratio)),
         (
-            "ack / nack / pull frames",
-            format!("{} / {} / {}", r.ack_frames, r.nack_frames, r.pull_frames),
+            "ack / tree ack / nack / pull frames",
+            format!(
+                "{} / {} / {} / {}",
+                r.ack_frames, r.tree_ack_frames, r.nack_frames, r.pull_frames
+            ),
         ),
+        (
+            "control frames into the roots",
+            format!(
+                "{} ({:.2} per data frame)",
+                r.root_control_frames, r.root_control_per_data_frame
+            ),
+        ),
+        ("goodput per receiver", format!("{:.1} Mbit/s", r.goodput_mbps)),
         (
             "corrupted by switch / caught by CRC",
             format!("{} / {}", r.corrupted_frames, r.bad_crc),

@@ -106,6 +106,14 @@ enum Cmd {
         /// Retransmission buffer slots (= receive window in frames).
         #[arg(long)]
         window: Option<usize>,
+        /// Fan-out of the acknowledgement tree; 0: every receiver acknowledges to the root.
+        /// Default: a tree of fan-out 4 from 32 members on.
+        #[arg(long)]
+        ack_tree: Option<u16>,
+        /// Peer repair (a receiver asks a fellow receiver before the root): on or off.
+        /// Default: on from 32 members.
+        #[arg(long, value_parser = parse_on_off)]
+        peer_repair: Option<bool>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -566,6 +574,8 @@ fn main() -> ExitCode {
             seed,
             rate,
             window,
+            ack_tree,
+            peer_repair,
             json,
         } => {
             let rate_bps = match parse_rate(&rate) {
@@ -606,6 +616,8 @@ fn main() -> ExitCode {
                 seed,
                 rate_bps,
                 window,
+                ack_tree,
+                peer_repair,
             };
             if api == SimApi::Group {
                 let g = sim::GroupOptions {
@@ -1049,5 +1061,14 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// `on` or `off`.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: on or off")),
     }
 }

@@ -1,0 +1,190 @@
+//! The acknowledgement tree of a root's stream: how a thousand receivers acknowledge without
+//! a thousand acknowledgements reaching the root.
+//!
+//! Why: with every receiver acknowledging every `ack_every` frames, the root receives
+//! `n / ack_every` control frames per data frame: 16 at 128 members, 130 at 1024, more frames
+//! into the root than it sends (the ACK implosion). LA-MPI (seed 003) combines
+//! acknowledgements up a tree; so does this. Each receiver reports to its parent the cumulative
+//! acknowledgement of its whole subtree, the minimum of its own and its children's reports; the
+//! root applies a report from a child to every member of that child's subtree, so one frame
+//! advances many per-destination cursors (`Lms`). The root receives `fanout` reports per
+//! `ack_every` frames, whatever the group's size. Selective repair is untouched: NACKs still
+//! name their sender, and the root's per-destination timers still probe a silent member, which
+//! answers directly (see [`super::recv`]).
+//!
+//! Layout: the live members in rank order starting at the root form a ring; position `p` of
+//! the ring (the root is 0) has the children `fanout·p + 1 ..= fanout·p + fanout`, a heap.
+//! Every member computes the same tree from the same view (its set of evicted members). A
+//! report carries a hash of the view it was laid out in, and is applied only by a member in the
+//! same view: while views differ (an eviction is spreading), reports are ignored and the
+//! root's timers and probes do the work, as without a tree; nothing is ever acknowledged for a
+//! member that did not report it.
+
+use crate::eqa::Rank;
+
+/// The view id: a hash (FNV-1a) of the evicted set, equal at every member that evicted the
+/// same ranks, in whatever order.
+pub(crate) fn view_of(live: &[bool]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for (r, _) in live.iter().enumerate().filter(|(_, l)| !**l) {
+        for b in (r as u16).to_be_bytes() {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+    }
+    h
+}
+
+/// The acknowledgement tree of one root's stream in one view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tree {
+    /// Live members, the root first, then in rank order after it (wrapping).
+    ring: Vec<Rank>,
+    /// Position of each rank in `ring`, `u32::MAX` for the evicted.
+    pos: Vec<u32>,
+    fanout: usize,
+}
+
+impl Tree {
+    /// The tree of `root`'s stream over the members marked live (the root counts as live).
+    pub(crate) fn new(root: Rank, live: &[bool], fanout: u16) -> Tree {
+        let n = live.len();
+        let mut pos = vec![u32::MAX; n];
+        let mut ring = Vec::with_capacity(n);
+        for k in 0..n {
+            let r = (usize::from(root) + k) % n;
+            if k == 0 || live[r] {
+                pos[r] = ring.len() as u32;
+                ring.push(r as Rank);
+            }
+        }
+        Tree {
+            ring,
+            pos,
+            fanout: usize::from(fanout.max(1)),
+        }
+    }
+
+    fn position(&self, rank: Rank) -> Option<usize> {
+        self.pos
+            .get(usize::from(rank))
+            .filter(|&&p| p != u32::MAX)
+            .map(|&p| p as usize)
+    }
+
+    /// The member `rank` reports to (the root for the root's children); `None` for the root
+    /// itself and for members not in the tree.
+    pub(crate) fn parent(&self, rank: Rank) -> Option<Rank> {
+        let p = self.position(rank)?;
+        (p > 0).then(|| self.ring[(p - 1) / self.fanout])
+    }
+
+    /// The members that report to `rank`.
+    pub(crate) fn children(&self, rank: Rank) -> Vec<Rank> {
+        let Some(p) = self.position(rank) else {
+            return Vec::new();
+        };
+        let first = self.fanout * p + 1;
+        let end = (first + self.fanout).min(self.ring.len());
+        self.ring.get(first..end).unwrap_or_default().to_vec()
+    }
+
+    /// `rank` and every member below it: whom a report of `rank` speaks for.
+    pub(crate) fn subtree(&self, rank: Rank) -> Vec<Rank> {
+        let Some(p) = self.position(rank) else {
+            return Vec::new();
+        };
+        let n = self.ring.len();
+        let mut out = Vec::new();
+        // Level by level: positions lo..=hi, then fanout·lo + 1 ..= fanout·hi + fanout.
+        let (mut lo, mut hi) = (p, p);
+        while lo < n {
+            out.extend_from_slice(&self.ring[lo..=hi.min(n - 1)]);
+            lo = lo.saturating_mul(self.fanout).saturating_add(1);
+            hi = hi
+                .saturating_mul(self.fanout)
+                .saturating_add(self.fanout);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_small_tree_by_hand() {
+        // Root 2 of 8, rank 5 evicted: ring 2 3 4 6 7 0 1; fanout 2.
+        let mut live = vec![true; 8];
+        live[5] = false;
+        let t = Tree::new(2, &live, 2);
+        assert_eq!(t.children(2), vec![3, 4]);
+        assert_eq!(t.children(3), vec![6, 7]);
+        assert_eq!(t.children(4), vec![0, 1]);
+        assert_eq!(t.parent(6), Some(3));
+        assert_eq!(t.parent(3), Some(2));
+        assert_eq!(t.parent(2), None);
+        assert_eq!(t.parent(5), None, "evicted: not in the tree");
+        assert_eq!(t.subtree(3), vec![3, 6, 7]);
+        assert_eq!(t.subtree(2).len(), 7);
+        assert!(t.subtree(5).is_empty());
+    }
+
+    #[test]
+    fn views_differ_exactly_when_the_evicted_sets_do() {
+        let mut a = vec![true; 10];
+        let b = a.clone();
+        assert_eq!(view_of(&a), view_of(&b));
+        a[3] = false;
+        assert_ne!(view_of(&a), view_of(&b));
+        let mut c = vec![true; 10];
+        c[4] = false;
+        assert_ne!(view_of(&a), view_of(&c));
+    }
+
+    proptest! {
+        /// Every live member but the root has one parent; following parents reaches the root;
+        /// a member's subtree is itself plus its children's subtrees, disjoint; the root's
+        /// subtree is every live member.
+        #[test]
+        fn the_tree_covers_every_live_member_once(
+            n in 2usize..300,
+            root_seed in any::<u16>(),
+            dead in proptest::collection::vec(any::<u16>(), 0..20),
+            fanout in 1u16..9,
+        ) {
+            let root = (usize::from(root_seed) % n) as Rank;
+            let mut live = vec![true; n];
+            for d in dead {
+                let d = usize::from(d) % n;
+                if d != usize::from(root) {
+                    live[d] = false;
+                }
+            }
+            let t = Tree::new(root, &live, fanout);
+            let mut all = t.subtree(root);
+            all.sort_unstable();
+            let want: Vec<Rank> = (0..n).filter(|&r| live[r]).map(|r| r as Rank).collect();
+            prop_assert_eq!(&all, &want);
+            for &r in &want {
+                let mut s = t.subtree(r);
+                let mut parts = vec![r];
+                for c in t.children(r) {
+                    prop_assert_eq!(t.parent(c), Some(r));
+                    parts.extend(t.subtree(c));
+                }
+                s.sort_unstable();
+                parts.sort_unstable();
+                prop_assert_eq!(s, parts);
+                let (mut x, mut hops) = (r, 0);
+                while let Some(p) = t.parent(x) {
+                    x = p;
+                    hops += 1;
+                    prop_assert!(hops <= n);
+                }
+                prop_assert_eq!(x, root);
+            }
+        }
+    }
+}
