@@ -341,6 +341,13 @@ pub enum LinkError {
     /// [`Link::join_group`] or [`Link::leave_group`] was given a station address.
     #[error("{} is a station address, not a group: a group address has the multicast bit (the lowest bit of the first byte) set, e.g. 03:eb:00:00:00:01", format_mac(.0))]
     NotGroupAddress(MacAddr),
+    /// The backend receives only its own address and broadcast (its kernel filter knows no
+    /// multicast groups).
+    #[error("the {backend} backend cannot join a multicast group: use the broadcast group address (--group-address broadcast) or the ring backend")]
+    GroupsUnsupported {
+        /// The backend.
+        backend: &'static str,
+    },
     /// The link cannot take more group addresses.
     #[error("too many multicast groups joined on one link (at most {0}): leave some first")]
     TooManyGroups(usize),

@@ -186,6 +186,26 @@ impl Link for XdpLink {
         self.max_pdu
     }
 
+    /// The redirect program passes only frames to this host's address and to broadcast to
+    /// the socket: a multicast group is refused with a typed error (the broadcast address,
+    /// always received, is accepted).
+    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        if !crate::wire::ethernet::is_group_mac(&group) {
+            return Err(LinkError::NotGroupAddress(group));
+        }
+        if group == BROADCAST_MAC {
+            return Ok(());
+        }
+        Err(LinkError::GroupsUnsupported { backend: "xdp" })
+    }
+
+    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        if !crate::wire::ethernet::is_group_mac(&group) {
+            return Err(LinkError::NotGroupAddress(group));
+        }
+        Ok(())
+    }
+
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         check_pdu(pdu, self.max_pdu)?;
         let len = ethernet::frame_len(pdu.len());

@@ -33,9 +33,9 @@
 
 mod recv;
 mod send;
-mod tree;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};

@@ -100,9 +100,7 @@ impl Tree {
         while lo < n {
             out.extend_from_slice(&self.ring[lo..=hi.min(n - 1)]);
             lo = lo.saturating_mul(self.fanout).saturating_add(1);
-            hi = hi
-                .saturating_mul(self.fanout)
-                .saturating_add(self.fanout);
+            hi = hi.saturating_mul(self.fanout).saturating_add(self.fanout);
         }
         out
     }

@@ -330,6 +330,12 @@ impl Link for ProbedLink {
     fn max_pdu(&self) -> usize {
         self.inner.max_pdu()
     }
+    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        self.inner.join_group(group)
+    }
+    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
+        self.inner.leave_group(group)
+    }
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         self.probe.stamp(&self.probe.first_send);
         self.inner.send(dst, pdu)

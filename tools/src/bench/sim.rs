@@ -363,7 +363,10 @@ pub fn render(r: &SimJson) -> String {
                 r.root_control_frames, r.root_control_per_data_frame
             ),
         ),
-        ("goodput per receiver", format!("{:.1} Mbit/s", r.goodput_mbps)),
+        (
+            "goodput per receiver",
+            format!("{:.1} Mbit/s", r.goodput_mbps),
+        ),
         (
             "corrupted by switch / caught by CRC",
             format!("{} / {}", r.corrupted_frames, r.bad_crc),

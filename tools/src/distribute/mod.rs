@@ -179,7 +179,19 @@ impl LinkOpts {
     pub fn open(&self) -> Result<Box<dyn ethbcast::link::Link + Send>, LinkError> {
         let mut link =
             ethbcast::link::open_sized(self.backend, &self.iface, self.wait_mode, self.window)?;
-        link.join_group(self.group_mac())?;
+        match link.join_group(self.group_mac()) {
+            // The member still sends to the broadcast address, which every link receives: a
+            // backend without multicast groups keeps working with the default address.
+            Err(LinkError::GroupsUnsupported { backend })
+                if self.group_address == ethbcast::link::GroupAddress::Derived =>
+            {
+                tracing::warn!(
+                    backend,
+                    "multicast group not joined; the group's frames go to broadcast"
+                );
+            }
+            r => r?,
+        }
         Ok(link)
     }
 
