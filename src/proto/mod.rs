@@ -705,6 +705,7 @@ impl Engine {
             parent,
             t.children(self.cfg.rank),
             self.view,
+            self.cfg.ack_delay * 3,
         ))
     }
 

@@ -17,8 +17,8 @@
 //! the same coalescing rules (every `ack_every` frames of progress of that minimum, or
 //! `ack_delay` after it moved). NACKs still go to the root (or the peer) directly. A probe of
 //! the root (a frame asking for an acknowledgement) means the root is not hearing of this
-//! member's progress, say because an ancestor died: the answer goes straight to the root, and
-//! so do this member's acknowledgements for `rto_max` after it, besides the tree's.
+//! member's progress, say because an ancestor died: the answer goes straight to the root,
+//! besides the tree's report.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -42,16 +42,27 @@ pub(crate) struct TreeLink {
     view: u32,
     /// The position last reported to the parent.
     sent: Seq,
+    /// When the last report is sent again, if no newer one went first.
+    refresh_at: Option<Instant>,
+    /// How long after a report it is sent again.
+    refresh_after: Duration,
 }
 
 impl TreeLink {
     /// A link to `parent`, with `children` reporting, in view `view`.
-    pub(crate) fn new(parent: Rank, children: Vec<Rank>, view: u32) -> TreeLink {
+    pub(crate) fn new(
+        parent: Rank,
+        children: Vec<Rank>,
+        view: u32,
+        refresh_after: Duration,
+    ) -> TreeLink {
         TreeLink {
             parent,
             children: children.into_iter().map(|c| (c, 0, c)).collect(),
             view,
             sent: 0,
+            refresh_at: None,
+            refresh_after,
         }
     }
 }
@@ -162,10 +173,6 @@ pub struct Receiver {
     probe_answer: bool,
     /// Where this stream reports in the acknowledgement tree (`None`: to the root directly).
     tree: Option<TreeLink>,
-    /// Until then, acknowledgements also go straight to the root (set by a probe).
-    direct_until: Option<Instant>,
-    /// How long a probe sends acknowledgements straight to the root.
-    direct_for: Duration,
     events: VecDeque<Event>,
     controls: VecDeque<Outgoing>,
     /// The deadline under which the engine's timer set holds this stream (the engine keeps
@@ -214,8 +221,6 @@ impl Receiver {
             ack_every: cfg.ack_every,
             ack_delay: cfg.ack_delay,
             tree: None,
-            direct_until: None,
-            direct_for: cfg.rto_max,
             nack_retry: cfg.nack_retry,
             max_message: cfg.max_message,
             pull_override: None,
@@ -838,10 +843,9 @@ impl Receiver {
         // everything after it (go-back-16) instead of probing frame by frame.
         let seen =
             std::mem::take(&mut self.probe_answer).then(|| self.highest.max(self.expected) as u32);
-        if seen.is_some() && self.tree.is_some() {
-            self.direct_until = Some(now + self.direct_for);
-        }
-        let direct = self.tree.is_none() || self.direct_until.is_some_and(|t| now < t);
+        // A probe's answer goes straight to the root, which is not hearing of this member's
+        // progress through the tree (an ancestor may have died).
+        let direct = self.tree.is_none() || seen.is_some();
         if direct {
             let ack = Control::Ack {
                 next: self.expected as u32,
@@ -851,8 +855,9 @@ impl Receiver {
         }
         // The root's children report on their own schedule even when their subtree did not
         // move: the root learns which member it waits for, and stops probing the others.
-        let always = self.tree.as_ref().is_some_and(|t| t.parent == self.root);
-        self.report(always);
+        // A probe's answer also reports again to the parent, even unchanged: a report on the
+        // way up may have been lost.
+        self.report(now, seen.is_some());
     }
 
     /// The position this stream's subtree has reached (its own, or a child's report if
@@ -868,8 +873,8 @@ impl Receiver {
     }
 
     /// Reports the subtree's position to the parent if it moved since the last report, or in
-    /// any case with `always` (so that the root hears which member the subtree waits for).
-    fn report(&mut self, always: bool) {
+    /// any case with `always` (a probe's answer: the report on the way up may have been lost).
+    fn report(&mut self, now: Instant, always: bool) {
         let (next, laggard) = self.subtree_next();
         let root = self.root;
         let Some(t) = self.tree.as_mut() else { return };
@@ -877,6 +882,10 @@ impl Receiver {
             return;
         }
         t.sent = t.sent.max(next);
+        // Sent once more after a while unless a newer report goes first: a lost report is
+        // otherwise repeated only when the subtree moves on, which at the end of a stream it
+        // does not (the root would wait for its timeouts and probe the whole subtree).
+        t.refresh_at = Some(now + t.refresh_after);
         let msg = Control::TreeAck {
             root,
             next: next as u32,
@@ -926,13 +935,12 @@ impl Receiver {
         if next >= c.1 {
             (c.1, c.2) = (next, laggard);
         }
-        let (sent, to_root) = (t.sent, t.parent == self.root);
+        let sent = t.sent;
         let (moved, _) = self.subtree_next();
         // Forwarded at once when the subtree crosses a multiple of `ack_every` (so a laggard
-        // that catches up is heard without waiting), later otherwise. The root's children
-        // report on their own schedule instead (see `send_ack`).
-        if !to_root && moved / every > sent / every {
-            self.report(false);
+        // that catches up is heard without waiting), later otherwise.
+        if moved / every > sent / every {
+            self.report(now, false);
         } else if moved > sent && self.ack_at.is_none() {
             self.ack_at = Some(now + self.ack_delay);
         }
@@ -1022,6 +1030,16 @@ impl Receiver {
         if self.ack_at.is_some_and(|t| t <= now) {
             self.send_ack(now);
         }
+        if let Some(t) = self.tree.as_mut() {
+            if t.refresh_at.is_some_and(|r| r <= now) {
+                t.refresh_at = None;
+                self.report(now, true);
+                // Once: the repeat does not arm another.
+                if let Some(t) = self.tree.as_mut() {
+                    t.refresh_at = None;
+                }
+            }
+        }
         if self.nack_at.is_some_and(|t| t <= now) {
             let gap = self.expected < self.highest;
             if gap {
@@ -1036,10 +1054,11 @@ impl Receiver {
     }
 
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        match (self.ack_at, self.nack_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let refresh = self.tree.as_ref().and_then(|t| t.refresh_at);
+        [self.ack_at, self.nack_at, refresh]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     pub(crate) fn take_event(&mut self) -> Option<Event> {

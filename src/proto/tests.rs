@@ -1089,3 +1089,115 @@ fn a_member_makes_its_destination_structures_at_its_first_broadcast() {
     assert!(!eqa.lms(7).unwrap().is_live());
     assert_eq!(eqa.hms().live(), 198);
 }
+
+/// Every message of `root` (ids `0..count`, made by `message(len, id)`) reached every live
+/// member but `root` once, intact, in order.
+fn assert_exact(net: &Net, root: usize, count: usize, len: usize, skip: &[usize]) {
+    for (i, got) in net.delivered.iter().enumerate() {
+        if i == root || skip.contains(&i) {
+            continue;
+        }
+        let mine: Vec<_> = got.iter().filter(|d| usize::from(d.0) == root).collect();
+        assert_eq!(mine.len(), count, "member {i}: every message once");
+        for (k, d) in mine.iter().enumerate() {
+            assert_eq!(d.1, k as u64, "member {i}: in order");
+            assert_eq!(d.2, message(len, k as u8), "member {i}: intact");
+        }
+    }
+}
+
+/// Length of the messages of [`lossy_stream`]: 14 frames.
+const LOSSY_LEN: usize = 20_000;
+
+/// Root 0 of `n` members streams `count` messages under 1% loss of data, repair and
+/// acknowledgement frames (tree reports included); returns the root's stats.
+fn lossy_stream(n: u16, tweak: impl Fn(&mut Config), count: usize) -> (Net, Stats) {
+    let mut net = Net::new(n, tweak);
+    net.drop = lossy(5, 0.01);
+    for i in 0..count {
+        net.engines[0]
+            .bcast(net.now, message(LOSSY_LEN, i as u8), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, count) && n.engines[0].is_idle());
+    let stats = net.engines[0].stats().clone();
+    (net, stats)
+}
+
+#[test]
+fn with_an_acknowledgement_tree_the_root_hears_a_few_reports_not_every_receiver() {
+    let (n, count) = (48, 40);
+    let (flat_net, flat) = lossy_stream(
+        n,
+        |c| {
+            c.ack_tree = 0;
+            c.peer_repair = true;
+        },
+        count,
+    );
+    assert_exact(&flat_net, 0, count, LOSSY_LEN, &[]);
+    let (tree_net, tree) = lossy_stream(
+        n,
+        |c| {
+            c.ack_tree = 4;
+            c.peer_repair = true;
+        },
+        count,
+    );
+    assert_exact(&tree_net, 0, count, LOSSY_LEN, &[]);
+    let members: Vec<&Stats> = tree_net.engines[1..].iter().map(|e| e.stats()).collect();
+    assert!(
+        members.iter().map(|s| s.tree_ack_frames).sum::<u64>() > 0,
+        "receivers report up the tree"
+    );
+    assert_eq!(tree.tree_acks_ignored, 0, "one view: every report is taken");
+    // Without the tree every receiver acknowledges every 8 frames: about n/8 per data frame.
+    assert!(
+        flat.acks_handled > 3 * flat.data_frames,
+        "flat: {} control frames for {} data frames",
+        flat.acks_handled,
+        flat.data_frames
+    );
+    assert!(
+        tree.acks_handled <= tree.data_frames,
+        "tree: {} control frames for {} data frames",
+        tree.acks_handled,
+        tree.data_frames
+    );
+}
+
+#[test]
+fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
+    // Fan-out 2 over 20 members, root 0: rank 1 reports for ranks 3, 4, 7-10, 15-18.
+    let mut net = Net::new(20, |c| c.ack_tree = 2);
+    net.drop = Box::new(|_, to| to == 1); // rank 1 is dead
+    let count = 30;
+    for i in 0..count {
+        net.engines[0]
+            .bcast(net.now, message(3000, i as u8), Algo::Simple)
+            .unwrap();
+    }
+    // Its subtree's reports do not reach the root, which probes them and hears their answers
+    // directly: they keep receiving while rank 1 is still a member.
+    let t0 = net.now;
+    net.run(|n| n.now >= t0 + Duration::from_millis(100));
+    assert!(net.delivered[9].len() < count, "the root waits for rank 1");
+    let probes: u64 = net.engines[0]
+        .sender()
+        .eqa()
+        .dests()
+        .iter()
+        .map(|l| l.stats.probes)
+        .sum();
+    assert!(probes > 0, "the silent subtree is probed");
+    let now = net.now;
+    for e in &mut net.engines {
+        e.evict(now, 1);
+    }
+    net.run(|n| (0..20).all(|i| i <= 1 || n.delivered[i].len() == count) && n.engines[0].is_idle());
+    assert_exact(&net, 0, count, 3000, &[1]);
+    assert!(
+        net.engines[3].stats().tree_ack_frames > 0,
+        "rank 3 reports up the new tree"
+    );
+}
