@@ -428,15 +428,23 @@ impl Sender {
                 continue;
             }
             lms.stats.timeouts += 1;
-            lms.stats.probes += 1;
+            // With an acknowledgement tree a whole subtree waits for one member's frame (the
+            // last of a stream, lost there, which nothing else reveals), and every cursor of
+            // the subtree times out at once: the first timeout only repairs the frame at the
+            // cursor, re-broadcast once when many wait for it, and the member's report comes
+            // up the tree. Probes (an answer straight from each) start at the second.
+            let quiet = cfg.ack_tree > 0 && lms.backoffs == 0;
             lms.backoffs += 1;
-            lms.unicast_repairs = true;
             lms.rto = (lms.rto * 2).min(cfg.rto_max);
             let (next, cursor) = (now + lms.rto, lms.cursor());
-            self.set_timer(rank, Some(next));
-            if let Some(p) = self.probing.get_mut(usize::from(rank)) {
-                *p = true;
+            if !quiet {
+                lms.stats.probes += 1;
+                lms.unicast_repairs = true;
+                if let Some(p) = self.probing.get_mut(usize::from(rank)) {
+                    *p = true;
+                }
             }
+            self.set_timer(rank, Some(next));
             // Go back to its cursor (the probe). A timer acts once, when it fires: however
             // often a driver calls this, the protocol is the same.
             self.eqa.request_repair(rank, cursor);
