@@ -122,8 +122,10 @@ pub struct Config {
     /// Peer repair: a receiver asks a fellow receiver (the next live rank) for a lost frame
     /// first, and the root only if that did not help within the NACK retry interval. Why: with
     /// independent loss at `n` receivers the root's link carries `n` times the loss rate in
-    /// point-to-point repairs, which caps bulk goodput; a peer's link is idle. Off by default
-    /// (the paper's model: every repair comes from the root).
+    /// point-to-point repairs, which caps bulk goodput; a peer's link is idle; and their NACKs
+    /// (about `n` times the loss rate per data frame) would all reach the root. [`Config::new`]
+    /// turns it on from [`ACK_TREE_FROM`] members, off below (the paper's model: every repair
+    /// comes from the root).
     pub peer_repair: bool,
     /// Fan-out of the acknowledgement tree (see [`tree`]): receivers acknowledge to a parent
     /// that reports for its whole subtree, so the root receives about `ack_tree / ack_every`
@@ -172,7 +174,7 @@ impl Config {
             max_message: 1 << 30,
             auto_post: true,
             key: None,
-            peer_repair: false,
+            peer_repair: size >= ACK_TREE_FROM,
             ack_tree: if size >= ACK_TREE_FROM {
                 ACK_TREE_FANOUT
             } else {

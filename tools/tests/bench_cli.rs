@@ -35,6 +35,53 @@ fn u(v: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("field {key:?} is not an unsigned integer: {}", v[key]))
 }
 
+/// `sim --json` at 48 members, 1% loss, with the given extra arguments.
+fn sim48(extra: &[&str]) -> Value {
+    let mut args = vec![
+        "sim",
+        "--nodes",
+        "48",
+        "--messages",
+        "40",
+        "--sizes",
+        "8,20000",
+        "--loss",
+        "1",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let v = stdout_json(&args);
+    assert_eq!(u(&v, "delivered"), u(&v, "expected"), "{v}");
+    for key in ["corrupt", "duplicated", "out_of_order", "missing"] {
+        assert_eq!(u(&v, key), 0, "{key} in {v}");
+    }
+    v
+}
+
+#[test]
+fn sim_json_counts_the_control_frames_into_the_roots_and_the_goodput() {
+    // Defaults at 48 members: the acknowledgement tree and peer repair.
+    let tree = sim48(&[]);
+    let flat = sim48(&["--ack-tree", "0", "--peer-repair", "off"]);
+    for v in [&tree, &flat] {
+        let g = v["goodput_mbps"].as_f64().expect("goodput_mbps");
+        assert!(
+            g > 0.0 && g < 1000.0,
+            "goodput within the 1 Gbit/s links: {v}"
+        );
+    }
+    assert!(u(&tree, "tree_ack_frames") > 0, "{tree}");
+    assert_eq!(u(&flat, "tree_ack_frames"), 0, "{flat}");
+    assert!(
+        u(&tree, "root_control_frames") <= u(&tree, "data_frames"),
+        "tree: at most one control frame into the roots per data frame: {tree}"
+    );
+    assert!(
+        u(&flat, "root_control_frames") > 3 * u(&flat, "data_frames"),
+        "flat: 47 receivers acknowledge every 8 frames each: {flat}"
+    );
+}
+
 #[test]
 fn sim_json_reports_every_delivery_and_no_violation() {
     let v = stdout_json(&[
