@@ -172,7 +172,8 @@ pub struct Receiver {
     pull_override: Option<(u32, Rank)>,
     probe_answer: bool,
     /// Where this stream reports in the acknowledgement tree (`None`: to the root directly).
-    tree: Option<TreeLink>,
+    /// Boxed: most streams (groups below the tree's threshold) have none.
+    tree: Option<Box<TreeLink>>,
     events: VecDeque<Event>,
     controls: VecDeque<Outgoing>,
     /// The deadline under which the engine's timer set holds this stream (the engine keeps
@@ -249,6 +250,10 @@ impl Receiver {
             * (std::mem::size_of::<WSlot>() + self.slots.first().map_or(0, |s| s.data.len()))
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
+            + self.tree.as_ref().map_or(0, |t| {
+                std::mem::size_of::<TreeLink>()
+                    + t.children.capacity() * std::mem::size_of::<(Rank, Seq, Rank)>()
+            })
     }
 
     fn window(&self) -> u64 {
@@ -898,10 +903,10 @@ impl Receiver {
     /// Places this stream in the acknowledgement tree (`None`: acknowledge to the root).
     /// After a change the first report goes out at the next timeout.
     pub(crate) fn set_tree(&mut self, now: Instant, link: Option<TreeLink>) {
-        if self.tree == link {
+        if self.tree.as_deref() == link.as_ref() {
             return;
         }
-        self.tree = link;
+        self.tree = link.map(Box::new);
         if self.tree.is_some() {
             self.ack_at = Some(now);
         }
