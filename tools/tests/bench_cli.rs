@@ -239,3 +239,65 @@ fn a_root_outside_the_group_is_rejected() {
 fn a_rate_that_is_not_a_number_is_rejected_with_a_clear_message() {
     rejects(&["sim", "--rate", "nan", "--messages", "1"], &["bad rate"]);
 }
+
+#[test]
+fn scale_reports_every_size_rate_and_loss_exactly_with_memory_by_the_formulas() {
+    let dir = std::env::temp_dir().join(format!("ethbcast-scale-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ethbcast-bench"))
+        .args([
+            "scale",
+            "--nodes",
+            "4,16",
+            "--rates",
+            "100mbit,1gbit",
+            "--loss",
+            "0,1",
+            "--messages",
+            "20",
+            "--json",
+            "--out",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("run ethbcast-bench scale");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 2 * 2);
+    for r in rows {
+        assert_eq!(r["exact"], true, "{r}");
+        assert!(r["goodput_mbps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            r["goodput_mbps"].as_f64().unwrap() <= r["rate_mbps"].as_f64().unwrap(),
+            "{r}"
+        );
+    }
+    // The root's memory grows by one s_LDP per member; a member's does not grow.
+    let mem = |n: u64| {
+        rows.iter()
+            .find(|r| r["nodes"] == n)
+            .map(|r| {
+                (
+                    r["root_memory_bytes"].as_u64().unwrap(),
+                    r["member_memory_bytes"].as_u64().unwrap(),
+                )
+            })
+            .unwrap()
+    };
+    let ((r4, m4), (r16, m16)) = (mem(4), mem(16));
+    assert_eq!(m4, m16);
+    assert!(r16 > r4 && (r16 - r4) % 12 == 0, "{r4} {r16}");
+    for f in [
+        "scale.json",
+        "scale.csv",
+        "scale-goodput.png",
+        "scale-root-control.svg",
+    ] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

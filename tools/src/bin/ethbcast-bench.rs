@@ -444,6 +444,38 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The scale study on the simulator: one root broadcasting to groups of every size
+    /// asked, at each link rate and loss: completion time, goodput, control frames into the
+    /// root per data frame, repairs per lost frame, root and member memory. Writes
+    /// scale.json, scale.csv and two plots into --out.
+    ///
+    /// Example: ethbcast-bench scale --nodes 16,64,256,1024 --rates 100mbit,1gbit --loss 0,1
+    Scale {
+        /// Group sizes.
+        #[arg(long, default_value = "16,64,256,1024", value_delimiter = ',')]
+        nodes: Vec<u16>,
+        /// Link rates (100mbit, 1gbit, ...).
+        #[arg(long, default_value = "100mbit,1gbit", value_delimiter = ',')]
+        rates: Vec<String>,
+        /// Independent loss per port, percent.
+        #[arg(long, default_value = "0,1", value_delimiter = ',')]
+        loss: Vec<f64>,
+        /// Messages per run.
+        #[arg(long, default_value_t = 200)]
+        messages: usize,
+        /// Message sizes drawn from.
+        #[arg(long, default_value = "8,4096,65536", value_delimiter = ',')]
+        sizes: Vec<usize>,
+        /// Seed.
+        #[arg(long, default_value_t = 3)]
+        seed: u64,
+        /// Directory for the JSON, CSV and plots.
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The EQA paper's memory table, measured from the allocated structures.
     Memory {
         /// paper or default.
@@ -834,6 +866,71 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("ethbcast-bench distribute: {e}");
                     ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Scale {
+            nodes,
+            rates,
+            loss,
+            messages,
+            sizes,
+            seed,
+            out,
+            json,
+        } => {
+            let mut rates_bps = Vec::new();
+            for r in &rates {
+                match parse_rate(r) {
+                    Ok(Some(b)) => rates_bps.push(b),
+                    Ok(None) => {
+                        eprintln!(
+                            "ethbcast-bench: --rates {r}: a scale study needs a finite link rate"
+                        );
+                        return ExitCode::from(2);
+                    }
+                    Err(e) => {
+                        eprintln!("ethbcast-bench: --rates {r}: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            let o = ethbcast_tools::bench::scale::ScaleOptions {
+                nodes,
+                rates: rates_bps,
+                losses: loss,
+                messages,
+                sizes,
+                seed,
+            };
+            match ethbcast_tools::bench::scale::run(&o) {
+                Ok(r) => {
+                    if json {
+                        print_json(&r);
+                    } else {
+                        print!("{}", ethbcast_tools::bench::scale::render(&r));
+                    }
+                    match ethbcast_tools::bench::scale::write(&r, &out) {
+                        Ok(files) => {
+                            for f in files {
+                                eprintln!("wrote {}", f.display());
+                            }
+                        }
+                        Err(e) => {
+                            eprintln!("ethbcast-bench: {e}");
+                            return ExitCode::from(1);
+                        }
+                    }
+                    if r.rows.iter().all(|w| w.exact) {
+                        ExitCode::SUCCESS
+                    } else {
+                        eprintln!("ethbcast-bench: some run did not deliver every message exactly");
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("ethbcast-bench: {e}");
+                    ExitCode::from(2)
                 }
             }
         }
