@@ -245,11 +245,29 @@ pub fn placement_from_env(
     Ok(Some((rank, hosts)))
 }
 
-/// The file of host `h`'s segment: one per job (group id, size) and host (its owner's rank).
+/// The file of host `h`'s segment: one per job (group id, size), host (its owner's rank) and
+/// network namespace. `/dev/shm` is shared by every namespace of a machine: jobs on different
+/// test-beds (or containers) of one machine must not meet in one segment, whatever group id
+/// they chose.
 fn segment_path(group_id: u32, hosts: &Hosts, h: u16) -> std::path::PathBuf {
     let owner = hosts.ranks_on(h).first().copied().unwrap_or(0);
-    std::path::Path::new(smp::SHM_DIR)
-        .join(format!("ethbcast-{group_id:08x}-{}-{owner}", hosts.size()))
+    std::path::Path::new(smp::SHM_DIR).join(format!(
+        "ethbcast-{group_id:08x}-{}-{owner}-{}",
+        hosts.size(),
+        net_namespace()
+    ))
+}
+
+/// The inode of this process's network namespace (`/proc/self/ns/net` reads `net:[N]`), or 0
+/// where it cannot be read.
+fn net_namespace() -> u64 {
+    std::fs::read_link("/proc/self/ns/net")
+        .ok()
+        .and_then(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 impl Endpoint {
@@ -769,8 +787,11 @@ mod tests {
         let c = segment_path(0x1235, &hosts, 1);
         assert_ne!(a, b);
         assert_ne!(b, c);
+        let ns = net_namespace();
+        assert_ne!(ns, 0, "/proc/self/ns/net is readable");
         assert!(
-            b.to_string_lossy().ends_with("ethbcast-00001234-8-4"),
+            b.to_string_lossy()
+                .ends_with(&format!("ethbcast-00001234-8-4-{ns}")),
             "{b:?}"
         );
     }

@@ -157,12 +157,26 @@ fn c_programs_broadcast_byte_exact_with_two_and_four_ranks_per_host() {
     // Its own executable: the other test may be compiling and running its copy meanwhile.
     let check = compile("c/bcast_check.c", "bcast_check_shared");
     let bed = Testbed::up(&TestbedConfig::new(2).prefix(prefix("s"))).expect("test-bed");
+    // Segments of this test-bed's namespaces (their names end in the namespace's inode).
+    let inodes: Vec<String> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            use std::os::unix::fs::MetadataExt;
+            let ino = std::fs::metadata(Path::new("/run/netns").join(&h.netns))
+                .expect("namespace file")
+                .ino();
+            format!("-{ino}")
+        })
+        .collect();
     let segments = || -> Vec<String> {
         std::fs::read_dir("/dev/shm")
             .map(|d| {
                 d.filter_map(|e| e.ok())
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("ethbcast-"))
+                    .filter(|n| {
+                        n.starts_with("ethbcast-") && inodes.iter().any(|i| n.ends_with(i))
+                    })
                     .collect()
             })
             .unwrap_or_default()
