@@ -174,9 +174,7 @@ fn c_programs_broadcast_byte_exact_with_two_and_four_ranks_per_host() {
             .map(|d| {
                 d.filter_map(|e| e.ok())
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| {
-                        n.starts_with("ethbcast-") && inodes.iter().any(|i| n.ends_with(i))
-                    })
+                    .filter(|n| n.starts_with("ethbcast-") && inodes.iter().any(|i| n.ends_with(i)))
                     .collect()
             })
             .unwrap_or_default()
