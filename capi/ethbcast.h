@@ -71,6 +71,12 @@
 #define ETHBCAST_ERR_INTERNAL -11
 
 /**
+ * Ranks on one host could not share memory (segment in /dev/shm, a rank on the host gone,
+ * collectives called in different orders), or the ranks-per-host description is unusable.
+ */
+#define ETHBCAST_ERR_SHARED_MEMORY -12
+
+/**
  * Wait mode: spin a while, then block (the default).
  */
 #define ETHBCAST_WAIT_ADAPTIVE 0
@@ -104,6 +110,11 @@
  * Broadcast algorithm: point-to-point binomial tree.
  */
 #define ETHBCAST_ALGO_TREE 2
+
+/**
+ * `host_spin_us`: never sleep, keep looking (yielding the CPU in between).
+ */
+#define ETHBCAST_HOST_SPIN_FOREVER UINT32_MAX
 
 /**
  * `root_waits_above` as the algorithm needs.
@@ -161,6 +172,12 @@ typedef struct ethbcast_options_t {
    * would do so only when it next calls in (or when the progress thread looks).
    */
   uint32_t root_waits_above;
+  /**
+   * Ranks sharing a host wait for each other in shared memory: they look again (yielding
+   * the CPU) for this many µs, then sleep on a futex. `ETHBCAST_HOST_SPIN_FOREVER`: never
+   * sleep.
+   */
+  uint32_t host_spin_us;
 } ethbcast_options_t;
 
 /**
@@ -223,7 +240,11 @@ int ethbcast_probe(const char *iface);
 /**
  * Opens interface `iface` and joins the group; on success stores the handle in `*out`.
  * `opts` may be NULL for the defaults (rank and size from the environment). Every member
- * must call it; it returns when all have joined, or fails after `timeout_ms`.
+ * must call it; it returns when all have joined, or fails after `timeout_ms`. When the
+ * launcher's environment says that several ranks share a host (`ETHBCAST_LOCAL_RANK`/
+ * `_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`/`_SIZE`, `MPI_LOCALRANKID`/`MPI_LOCALNRANKS`,
+ * `SLURM_LOCALID`/`SLURM_NTASKS_PER_NODE`; blocks of consecutive ranks, as many on every
+ * host), they share the host's network member as `ethbcast_open_hosts` describes.
  *
  * # Safety
  * `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by
@@ -232,6 +253,26 @@ int ethbcast_probe(const char *iface);
 int ethbcast_open(const char *iface,
                   const struct ethbcast_options_t *opts,
                   struct ethbcast_group_t **out);
+
+/**
+ * Opens a group whose ranks may share hosts: this process is rank `rank` of `size`, and
+ * `host_of_rank[r]` names the host of rank r (any values, equal for ranks on one host, e.g.
+ * an index into the distinct MAC addresses of the ranks' interfaces). The lowest rank of each
+ * host joins the network group on `iface` for its host; the other ranks of the host receive
+ * through shared memory (a segment in /dev/shm) and need no network privilege. Every rank
+ * must pass the same array. `opts` may be NULL for the defaults; `opts.expected` is ignored.
+ *
+ * # Safety
+ * `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by
+ * `ethbcast_options_default`; `host_of_rank` is NULL or points to `size` readable ints;
+ * `out` is NULL or points to writable memory for one pointer.
+ */
+int ethbcast_open_hosts(const char *iface,
+                        const struct ethbcast_options_t *opts,
+                        int rank,
+                        int size,
+                        const int *host_of_rank,
+                        struct ethbcast_group_t **out);
 
 /**
  * This member's rank, or -1 if `group` is NULL.

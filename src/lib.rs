@@ -13,7 +13,8 @@
 //!   go-back-16 repair): frames and time in, frames, timers and events out;
 //! - [`link`]: the one trait every medium implements, and the simulated switch;
 //! - [`memory`]: the paper's memory accounting, computed from the real structures;
-//! - [`cluster`]: a whole group on the simulated switch, with a delivery checker.
+//! - [`cluster`]: a whole group on the simulated switch, with a delivery checker;
+//! - [`smp`]: several ranks per host, one network member per host and a ring in shared memory.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -29,4 +30,5 @@ pub mod membership;
 pub mod memory;
 pub mod proto;
 pub mod simgroup;
+pub mod smp;
 pub mod wire;

@@ -111,6 +111,17 @@ impl Sizes {
         let p = self.p2p(n) as f64;
         (p - self.hb(n) as f64) / p
     }
+    /// Bytes one host spends on a job of `hosts` hosts with `k` ranks each when every rank
+    /// is its own member (its own socket) of the group of `hosts·k`: `k·HB(hosts·k)`.
+    pub fn host_socket_per_rank(&self, hosts: usize, k: usize) -> usize {
+        k * self.hb(hosts * k)
+    }
+    /// Bytes one host spends when only its owner is a member of the group of `hosts` and its
+    /// ranks share the host's ring ([`crate::smp`]): `HB(hosts)` plus the segment, which
+    /// holds each message once for all `k` ranks and a cursor block per rank.
+    pub fn host_shared(&self, hosts: usize, ring: crate::smp::Layout) -> usize {
+        self.hb(hosts) + ring.segment_bytes()
+    }
     /// The constant `c` of `M_save(n) = c(1 - 1/n)`.
     pub fn m_save_coefficient(&self) -> f64 {
         (self.s_sdp as f64 - self.s_ldp as f64) / (self.s_sdp + self.s_rdp) as f64
@@ -126,6 +137,34 @@ mod tests {
     fn within(actual: usize, paper_kb: f64, tol: f64) -> bool {
         let want = paper_kb * 1000.0;
         ((actual as f64 - want) / want).abs() <= tol
+    }
+
+    /// Several ranks per host: the shared ring costs less than a member per rank from two
+    /// ranks per host on, and the gap grows with the ranks per host (each socket-per-rank
+    /// member keeps a receive point per member of the larger group).
+    #[test]
+    fn sharing_a_host_costs_less_than_a_member_per_rank() {
+        for profile in [Profile::Paper, Profile::Default] {
+            let s = sizes(profile);
+            let hosts = 8;
+            assert_eq!(
+                s.host_socket_per_rank(hosts, 1),
+                s.hb(hosts),
+                "one rank per host is the plain group"
+            );
+            let mut last_saving = 0;
+            for k in [2, 4, 8] {
+                let ring = crate::smp::Layout::new(k);
+                let nic = s.host_socket_per_rank(hosts, k);
+                let shared = s.host_shared(hosts, ring);
+                assert!(
+                    shared < nic,
+                    "{profile:?} k={k}: shared {shared} B, sockets {nic} B"
+                );
+                assert!(nic - shared > last_saving, "{profile:?} k={k}");
+                last_saving = nic - shared;
+            }
+        }
     }
 
     #[test]

@@ -15,6 +15,11 @@
  * invalid arguments (so MPI reports the error as usual), and the whole job when
  * ETHBCAST_IFACE is unset or any rank cannot open it (one warning per job).
  *
+ * Several ranks per host: ranks whose ETHBCAST_IFACE has the same MAC address share a host.
+ * The lowest of them is the host's member of the network group (one member per host), the
+ * others receive through a ring in shared memory (/dev/shm), and a root among them hands its
+ * message to that member through the ring.
+ *
  * Why the choice depends on the communicator only, never on the datatype: MPI lets ranks pass
  * different datatypes with the same type signature (the root a vector, the others plain
  * ints). A per-rank choice by datatype would send some ranks to ethbcast and others to PMPI
@@ -27,6 +32,8 @@
  * ETHBCAST_PROGRESS_THREAD=0 (no progress thread: only for programs that call collectives
  * all the time), ETHBCAST_ROOT_WAITS_ABOVE=BYTES (a root's broadcast longer than this returns
  * once all acknowledged; default: as the algorithm needs),
+ * ETHBCAST_HOST_SPIN_US (ranks sharing a host look again for this long before sleeping on a
+ * futex; default 20; "forever": never sleep),
  * ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0
  * draws one per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many
  * calls went where). */
@@ -56,12 +63,6 @@ static unsigned long long ebc_calls_hw = 0, ebc_calls_pmpi = 0;
 /* Attribute values cached on a communicator: whether it is congruent to MPI_COMM_WORLD. */
 #define EBC_NOT_CONGRUENT ((void *)(intptr_t)1)
 #define EBC_CONGRUENT ((void *)(intptr_t)2)
-
-static void ebc_setenv_int(const char *name, int value) {
-    char text[16];
-    snprintf(text, sizeof text, "%d", value);
-    setenv(name, text, 1);
-}
 
 static uint32_t ebc_wait_mode(void) {
     const char *w = getenv("ETHBCAST_WAIT");
@@ -94,7 +95,8 @@ static void ebc_setup(void) {
             snprintf(reason, sizeof reason, "%s", ethbcast_last_error());
         }
     }
-    /* One rank per interface: several ranks behind one MAC cannot each be a member. */
+    /* Ranks behind one MAC share a host: the lowest of them is the host's member of the
+     * network group, the others go through shared memory. */
     char mac[32] = "";
     if (ok) {
         char path[300];
@@ -106,16 +108,17 @@ static void ebc_setup(void) {
             fclose(f);
     }
     char *macs = calloc((size_t)ebc_world_size, sizeof mac);
+    int *host_of = calloc((size_t)ebc_world_size, sizeof(int));
     PMPI_Allgather(mac, sizeof mac, MPI_CHAR, macs, sizeof mac, MPI_CHAR, MPI_COMM_WORLD);
-    for (int r = 0; ok && r < ebc_world_size; r++)
-        if (r != ebc_world_rank && macs[r * sizeof mac] != '\0' &&
-            strncmp(mac, macs + r * sizeof mac, sizeof mac) == 0) {
-            ok = 0;
-            snprintf(reason, sizeof reason,
-                     "ranks %d and %d share interface %s (one rank per host is supported)",
-                     r < ebc_world_rank ? r : ebc_world_rank,
-                     r < ebc_world_rank ? ebc_world_rank : r, iface);
-        }
+    for (int r = 0; r < ebc_world_size; r++) {
+        host_of[r] = r;
+        for (int q = 0; q < r; q++)
+            if (macs[r * sizeof mac] != '\0' &&
+                strncmp(macs + r * sizeof mac, macs + q * sizeof mac, sizeof mac) == 0) {
+                host_of[r] = host_of[q];
+                break;
+            }
+    }
     free(macs);
     /* Step 1: can every rank open the interface? (Cheap; no waiting for the others.) */
     int in[2] = {ok, ebc_world_rank}, all[2];
@@ -133,6 +136,11 @@ static void ebc_setup(void) {
         const char *root_waits = getenv("ETHBCAST_ROOT_WAITS_ABOVE");
         if (root_waits != NULL && root_waits[0] != '\0')
             opts.root_waits_above = (uint32_t)strtoul(root_waits, NULL, 0);
+        const char *spin = getenv("ETHBCAST_HOST_SPIN_US");
+        if (spin != NULL && strcasecmp(spin, "forever") == 0)
+            opts.host_spin_us = ETHBCAST_HOST_SPIN_FOREVER;
+        else if (spin != NULL && spin[0] != '\0')
+            opts.host_spin_us = (uint32_t)strtoul(spin, NULL, 0);
         const char *progress = getenv("ETHBCAST_PROGRESS_THREAD");
         if (progress != NULL && strcmp(progress, "0") == 0)
             opts.progress_thread = 0;
@@ -148,18 +156,9 @@ static void ebc_setup(void) {
             id = (unsigned int)getpid() * 2654435761u ^ (unsigned int)time(NULL);
         PMPI_Bcast(&id, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
         opts.group_id = id;
-        /* Ranks are MPI_COMM_WORLD's: ETHBCAST_RANK/SIZE take precedence over the
-         * launcher's variables in the membership from the environment. */
-        char *old_rank = getenv("ETHBCAST_RANK"), *old_size = getenv("ETHBCAST_SIZE");
-        old_rank = old_rank ? strdup(old_rank) : NULL;
-        old_size = old_size ? strdup(old_size) : NULL;
-        ebc_setenv_int("ETHBCAST_RANK", ebc_world_rank);
-        ebc_setenv_int("ETHBCAST_SIZE", ebc_world_size);
-        int rc = ethbcast_open(iface, &opts, &ebc_group);
-        if (old_rank) setenv("ETHBCAST_RANK", old_rank, 1); else unsetenv("ETHBCAST_RANK");
-        if (old_size) setenv("ETHBCAST_SIZE", old_size, 1); else unsetenv("ETHBCAST_SIZE");
-        free(old_rank);
-        free(old_size);
+        /* Ranks are MPI_COMM_WORLD's, hosts are the ranks' MACs. */
+        int rc = ethbcast_open_hosts(iface, &opts, ebc_world_rank, ebc_world_size, host_of,
+                                     &ebc_group);
         ok = rc == ETHBCAST_OK;
         if (!ok)
             snprintf(reason, sizeof reason, "%s", ethbcast_last_error());
@@ -178,6 +177,7 @@ static void ebc_setup(void) {
             ebc_group = NULL;
         }
     }
+    free(host_of);
     if (!all[0] && ebc_world_rank == all[1])
         fprintf(stderr,
                 "ethbcast-mpi: rank %d: hardware broadcast is off for this job, MPI_Bcast and "

@@ -27,8 +27,9 @@ use std::time::Duration;
 use ethbcast::group::{Algorithm, GroupError, GroupOptions, Membership};
 use ethbcast::link::{Backend, LinkError, WaitMode};
 use ethbcast::member::MemberError;
+use ethbcast::smp::{Hosts, SmpError};
 
-use endpoint::{CallError, Counters, Endpoint, EndpointOptions};
+use endpoint::{CallError, Counters, Endpoint, EndpointOptions, Placement};
 
 /// Success.
 pub const ETHBCAST_OK: c_int = 0;
@@ -55,6 +56,9 @@ pub const ETHBCAST_ERR_PEER_DEAD: c_int = -9;
 pub const ETHBCAST_ERR_LINK: c_int = -10;
 /// An internal error (a bug): the group must be closed.
 pub const ETHBCAST_ERR_INTERNAL: c_int = -11;
+/// Ranks on one host could not share memory (segment in /dev/shm, a rank on the host gone,
+/// collectives called in different orders), or the ranks-per-host description is unusable.
+pub const ETHBCAST_ERR_SHARED_MEMORY: c_int = -12;
 
 /// Wait mode: spin a while, then block (the default).
 pub const ETHBCAST_WAIT_ADAPTIVE: u32 = 0;
@@ -71,6 +75,9 @@ pub const ETHBCAST_ALGO_PUSHPULL: u32 = 0;
 pub const ETHBCAST_ALGO_SIMPLE: u32 = 1;
 /// Broadcast algorithm: point-to-point binomial tree.
 pub const ETHBCAST_ALGO_TREE: u32 = 2;
+
+/// `host_spin_us`: never sleep, keep looking (yielding the CPU in between).
+pub const ETHBCAST_HOST_SPIN_FOREVER: u32 = u32::MAX;
 
 /// `root_waits_above` as the algorithm needs.
 pub const ETHBCAST_ROOT_WAITS_AUTO: u32 = u32::MAX;
@@ -105,6 +112,10 @@ pub struct EthbcastOptions {
     /// always). Beyond that the root must keep serving its message, and a root that returned
     /// would do so only when it next calls in (or when the progress thread looks).
     pub root_waits_above: u32,
+    /// Ranks sharing a host wait for each other in shared memory: they look again (yielding
+    /// the CPU) for this many µs, then sleep on a futex. `ETHBCAST_HOST_SPIN_FOREVER`: never
+    /// sleep.
+    pub host_spin_us: u32,
 }
 
 /// Counters of a group (`ethbcast_counters`).
@@ -158,6 +169,8 @@ impl Default for EthbcastOptions {
             progress_thread: 1,
             linger_ms: 50,
             root_waits_above: ETHBCAST_ROOT_WAITS_AUTO,
+            host_spin_us: u32::try_from(ethbcast::smp::Wait::default().spin.as_micros())
+                .unwrap_or(0),
         }
     }
 }
@@ -201,6 +214,18 @@ fn code_of(e: &CallError) -> c_int {
         CallError::Link(l) => link_code(l),
         CallError::Length { .. } => ETHBCAST_ERR_LENGTH,
         CallError::Poisoned => ETHBCAST_ERR_INTERNAL,
+        CallError::Placement(_) => ETHBCAST_ERR_MEMBERSHIP,
+        CallError::Host(h) => match h {
+            SmpError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
+            SmpError::RankGone { .. } => ETHBCAST_ERR_PEER_DEAD,
+            SmpError::OwnerFailed { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
+            SmpError::Length { .. } => ETHBCAST_ERR_LENGTH,
+            SmpError::Topology(_) => ETHBCAST_ERR_MEMBERSHIP,
+            SmpError::Shm(_)
+            | SmpError::Layout { .. }
+            | SmpError::SlotTaken { .. }
+            | SmpError::Protocol(_) => ETHBCAST_ERR_SHARED_MEMORY,
+        },
         CallError::Group(g) => match g {
             GroupError::Link(l) => link_code(l),
             GroupError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
@@ -279,6 +304,13 @@ fn options_from(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> {
         linger: Duration::from_millis(u64::from(c.linger_ms)),
         root_waits_above: (c.root_waits_above != ETHBCAST_ROOT_WAITS_AUTO)
             .then_some(c.root_waits_above as usize),
+        placement: Placement::Auto,
+        host_wait: ethbcast::smp::Wait {
+            spin: match c.host_spin_us {
+                ETHBCAST_HOST_SPIN_FOREVER => Duration::MAX,
+                us => Duration::from_micros(u64::from(us)),
+            },
+        },
     })
 }
 
@@ -339,7 +371,11 @@ pub unsafe extern "C" fn ethbcast_probe(iface: *const c_char) -> c_int {
 
 /// Opens interface `iface` and joins the group; on success stores the handle in `*out`.
 /// `opts` may be NULL for the defaults (rank and size from the environment). Every member
-/// must call it; it returns when all have joined, or fails after `timeout_ms`.
+/// must call it; it returns when all have joined, or fails after `timeout_ms`. When the
+/// launcher's environment says that several ranks share a host (`ETHBCAST_LOCAL_RANK`/
+/// `_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`/`_SIZE`, `MPI_LOCALRANKID`/`MPI_LOCALNRANKS`,
+/// `SLURM_LOCALID`/`SLURM_NTASKS_PER_NODE`; blocks of consecutive ranks, as many on every
+/// host), they share the host's network member as `ethbcast_open_hosts` describes.
 ///
 /// # Safety
 /// `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by
@@ -359,6 +395,58 @@ pub unsafe extern "C" fn ethbcast_open(
         // SAFETY: the caller promises NULL or valid options; `as_ref` maps NULL to None.
         let c_opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
         let endpoint = Endpoint::open(iface, options_from(&c_opts)?)?;
+        let handle = Box::into_raw(Box::new(EthbcastGroup { endpoint }));
+        // SAFETY: `out` is non-NULL and the caller promises it is writable.
+        unsafe { out.write(handle) };
+        Ok(())
+    })
+}
+
+/// Opens a group whose ranks may share hosts: this process is rank `rank` of `size`, and
+/// `host_of_rank[r]` names the host of rank r (any values, equal for ranks on one host, e.g.
+/// an index into the distinct MAC addresses of the ranks' interfaces). The lowest rank of each
+/// host joins the network group on `iface` for its host; the other ranks of the host receive
+/// through shared memory (a segment in /dev/shm) and need no network privilege. Every rank
+/// must pass the same array. `opts` may be NULL for the defaults; `opts.expected` is ignored.
+///
+/// # Safety
+/// `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by
+/// `ethbcast_options_default`; `host_of_rank` is NULL or points to `size` readable ints;
+/// `out` is NULL or points to writable memory for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn ethbcast_open_hosts(
+    iface: *const c_char,
+    opts: *const EthbcastOptions,
+    rank: c_int,
+    size: c_int,
+    host_of_rank: *const c_int,
+    out: *mut *mut EthbcastGroup,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::invalid("output pointer is NULL"));
+        }
+        if host_of_rank.is_null() {
+            return Err(Failure::invalid("host_of_rank is NULL"));
+        }
+        let size_u16 = u16::try_from(size)
+            .ok()
+            .filter(|&s| s > 0 && s < u16::MAX)
+            .ok_or_else(|| Failure::invalid(format!("size {size}: 1 to 65534 ranks")))?;
+        let rank = u16::try_from(rank)
+            .ok()
+            .filter(|&r| r < size_u16)
+            .ok_or_else(|| Failure::invalid(format!("rank {rank} is not in a job of {size}")))?;
+        // SAFETY: the caller promises NULL or a NUL-terminated string.
+        let iface = unsafe { c_str(iface, "interface name") }?;
+        // SAFETY: the caller promises NULL or valid options; `as_ref` maps NULL to None.
+        let c_opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        // SAFETY: non-NULL, and the caller promises `size` readable ints (size > 0 checked).
+        let labels = unsafe { std::slice::from_raw_parts(host_of_rank, usize::from(size_u16)) };
+        let hosts = Hosts::from_labels(labels).map_err(|e| Failure::from(CallError::Host(e)))?;
+        let mut options = options_from(&c_opts)?;
+        options.placement = Placement::Hosts { rank, hosts };
+        let endpoint = Endpoint::open(iface, options)?;
         let handle = Box::into_raw(Box::new(EthbcastGroup { endpoint }));
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
         unsafe { out.write(handle) };
@@ -518,6 +606,7 @@ pub extern "C" fn ethbcast_strerror(code: c_int) -> *const c_char {
         ETHBCAST_ERR_PEER_DEAD => c"a member was declared dead by the failure detector",
         ETHBCAST_ERR_LINK => c"link failure (I/O error, interface down, MTU too small)",
         ETHBCAST_ERR_INTERNAL => c"internal error (close the group)",
+        ETHBCAST_ERR_SHARED_MEMORY => c"ranks on one host could not share memory (check /dev/shm; a rank on the host gone, or collectives called in different orders)",
         _ => c"unknown error code",
     };
     s.as_ptr()
@@ -562,7 +651,7 @@ mod tests {
 
     #[test]
     fn every_code_has_its_own_sentence() {
-        let codes = ETHBCAST_ERR_INTERNAL..=ETHBCAST_OK;
+        let codes = ETHBCAST_ERR_SHARED_MEMORY..=ETHBCAST_OK;
         let texts: std::collections::BTreeSet<String> = codes
             .clone()
             // SAFETY: ethbcast_strerror returns a static NUL-terminated string.

@@ -2,7 +2,8 @@
 //! system C compiler (the `cc` crate finds it) against `libethbcast_capi.a` and the checked-in
 //! `ethbcast.h`, then run one process per host of a 4-host test-bed (each in its network
 //! namespace, ranks from `ETHBCAST_RANK`/`ETHBCAST_SIZE`). `bcast_check` checks every byte of
-//! every root's broadcasts (0 B to 64 KiB), 200 back-to-back broadcasts of one root, a barrier, length and rank errors and the counters;
+//! every root's broadcasts (0 B to 64 KiB), 200 back-to-back broadcasts of one root, a barrier, length and rank errors and the counters,
+//! also with 2 and 4 processes per namespace sharing the host's member through shared memory;
 //! with `--errors` it checks the codes and sentences of calls that fail before joining.
 
 use std::path::{Path, PathBuf};
@@ -56,23 +57,32 @@ fn prefix(tag: &str) -> String {
 
 /// Runs `exe eth0` once per host, rank = host index, and waits (bounded) for all.
 fn run_on_hosts(bed: &Testbed, exe: &Path) -> Vec<Output> {
-    let n = bed.hosts().len();
-    let children: Vec<_> = bed
-        .hosts()
-        .iter()
-        .map(|h| {
-            netns::command_in(&h.netns, exe.to_str().expect("UTF-8 path"))
-                .expect("command in namespace")
-                .arg(&h.iface)
-                .env("ETHBCAST_RANK", h.index.to_string())
+    run_per_host(bed, exe, 1)
+}
+
+/// Runs `exe eth0` `k` times per host: ranks in blocks of `k` per host, with the local rank and
+/// size in `ETHBCAST_LOCAL_RANK`/`_SIZE` as launchers give them. Waits (bounded) for all;
+/// outputs in rank order.
+fn run_per_host(bed: &Testbed, exe: &Path, k: usize) -> Vec<Output> {
+    let n = bed.hosts().len() * k;
+    let children: Vec<_> = (0..n)
+        .map(|rank| {
+            let h = &bed.hosts()[rank / k];
+            let mut cmd = netns::command_in(&h.netns, exe.to_str().expect("UTF-8 path"))
+                .expect("command in namespace");
+            cmd.arg(&h.iface)
+                .env("ETHBCAST_RANK", rank.to_string())
                 .env("ETHBCAST_SIZE", n.to_string())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn in namespace")
+                .stderr(Stdio::piped());
+            if k > 1 {
+                cmd.env("ETHBCAST_LOCAL_RANK", (rank % k).to_string())
+                    .env("ETHBCAST_LOCAL_SIZE", k.to_string());
+            }
+            cmd.spawn().expect("spawn in namespace")
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(90);
     let mut outputs = Vec::new();
     for mut child in children {
         while child.try_wait().expect("wait").is_none() {
@@ -130,5 +140,68 @@ fn c_programs_broadcast_byte_exact_across_four_hosts() {
             assert!(stdout.contains(&line), "rank {i} lacks {line:?}:\n{stdout}");
         }
     }
+    bed.down().expect("tear down");
+}
+
+/// Several ranks per namespace (2, then 4, on a 2-host test-bed): the lowest rank of each
+/// host is the network member, the others go through the host's shared-memory ring. The same
+/// checks as with one rank per host: every root (local roots hand their message to the owner),
+/// every length up to 64 KiB (8 slots of the ring), 200 back-to-back broadcasts, barriers,
+/// length and rank errors, counters. No segment is left in /dev/shm.
+#[test]
+fn c_programs_broadcast_byte_exact_with_two_and_four_ranks_per_host() {
+    let test = "c_programs_broadcast_byte_exact_with_two_and_four_ranks_per_host";
+    if !netns_available(test, false) {
+        return;
+    }
+    // Its own executable: the other test may be compiling and running its copy meanwhile.
+    let check = compile("c/bcast_check.c", "bcast_check_shared");
+    let bed = Testbed::up(&TestbedConfig::new(2).prefix(prefix("s"))).expect("test-bed");
+    // Segments of this test-bed's namespaces (their names end in the namespace's inode).
+    let inodes: Vec<String> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            use std::os::unix::fs::MetadataExt;
+            let ino = std::fs::metadata(Path::new("/run/netns").join(&h.netns))
+                .expect("namespace file")
+                .ino();
+            format!("-{ino}")
+        })
+        .collect();
+    let segments = || -> Vec<String> {
+        std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("ethbcast-") && inodes.iter().any(|i| n.ends_with(i)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = segments();
+    for k in [2, 4] {
+        let n = 2 * k;
+        for (i, out) in run_per_host(&bed, &check, k).iter().enumerate() {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "bcast_check {k} per host, rank {i}: {}\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bcasts = n * 8 + 200 + usize::from(i == 0);
+            assert_eq!(
+                stdout.trim(),
+                format!("ok rank {i} size {n} bcasts {bcasts}"),
+                "{k} per host"
+            );
+        }
+    }
+    let left: Vec<String> = segments()
+        .into_iter()
+        .filter(|s| !before.contains(s))
+        .collect();
+    assert!(left.is_empty(), "segments left in /dev/shm: {left:?}");
     bed.down().expect("tear down");
 }

@@ -6,9 +6,11 @@
 //! the receivers), and barriers. With `ETHBCAST_MPI_VERBOSE=1` the interposer reports per
 //! rank how many calls went over ethbcast and how many over PMPI: the test asserts they are
 //! exactly the calls on communicators congruent to MPI_COMM_WORLD and on the others. Without
-//! `ETHBCAST_IFACE`, and with two ranks sharing a host's interface, the whole job falls back
-//! to PMPI with exactly one warning and the same correct results (shown with Open MPI: MPICH's
-//! busy-polling ranks crawl on 2 cores without the interposer). Last, with 3% of ethbcast
+//! `ETHBCAST_IFACE` the whole job falls back to PMPI with exactly one warning and the same
+//! correct results (shown with Open MPI: MPICH's busy-polling ranks crawl on 2 cores without
+//! the interposer). With 2 and 4 ranks per namespace (Open MPI), ranks behind one MAC share
+//! its network member through shared memory and every congruent call still goes over
+//! ethbcast. Last, with 3% of ethbcast
 //! frames dropped at the switch, the results stay byte-exact.
 //!
 //! Needs root and both MPIs (`.ci/run` installs them): with `ETHBCAST_REQUIRE_NETNS=1`
@@ -171,17 +173,26 @@ fn mpi_programs_get_correct_results_with_and_without_hardware_broadcast() {
         assert_eq!(w.len(), 1, "{m}: one warning per job: {out}");
         assert!(w[0].contains("ETHBCAST_IFACE is not set"), "{}", w[0]);
     }
-    // Two ranks per host share one interface: the job falls back (one warning) and is right.
+    // Several ranks per host (2 on 4 hosts, 4 on 2 hosts): ranks behind one MAC share its
+    // network member through shared memory; every congruent call still goes over ethbcast,
+    // byte-exact, with no warning.
     let (m, b) = &built[0];
-    let out = bed
-        .run(&job(*m, b, 4, 2, &[("ETHBCAST_IFACE", mpi::IFACE)], true))
-        .expect("job");
-    let calls = results(&out, 8);
-    let all_pmpi: Vec<(u64, u64)> = calls.iter().map(|&(c, o)| (0, c + o)).collect();
-    assert_eq!(routed(&out, 8), all_pmpi, "{out}");
-    let w = warnings(&out);
-    assert_eq!(w.len(), 1, "{out}");
-    assert!(w[0].contains("share interface"), "{}", w[0]);
+    for (hosts, k) in [(4, 2), (2, 4)] {
+        let out = bed
+            .run(&job(
+                *m,
+                b,
+                hosts,
+                k,
+                &[("ETHBCAST_IFACE", mpi::IFACE)],
+                true,
+            ))
+            .expect("job");
+        let expected = results(&out, hosts * k);
+        assert_eq!(routed(&out, hosts * k), expected, "{k} per host: {out}");
+        assert!(expected.iter().all(|&(c, o)| c > 0 && o > 0), "{out}");
+        assert!(warnings(&out).is_empty(), "{k} per host: {out}");
+    }
     // 3% of ethbcast frames lost at the switch (MPI's own TCP traffic untouched): repairs are
     // needed while ranks sit in PMPI calls on the halves right after a broadcast, which only
     // the progress thread can serve; results stay byte-exact.

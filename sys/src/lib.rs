@@ -17,6 +17,8 @@
 //! - [`wait`]: waiting for a socket: spin, block in `ppoll(2)`, or spin then block;
 //! - [`caps`]: which capabilities the process and its program file hold, and why one is
 //!   missing (`nosuid`, `no_new_privs`, ...), for error messages with the exact `setcap` command;
+//! - [`shm`]: shared-memory segments of one host (files in `/dev/shm`), seen only through
+//!   bounds-checked atomics, copies and futexes, for ranks that share a host;
 //! - [`alloc`]: a counting global allocator for memory tests;
 //! - [`error`]: typed errors that say what the user can do (`CAP_NET_RAW`, `ip link`, ...).
 //!
@@ -33,6 +35,7 @@ pub mod error;
 pub mod filter;
 pub mod iface;
 pub mod ring;
+pub mod shm;
 pub mod socket;
 pub mod wait;
 pub mod xsk;

@@ -8,6 +8,13 @@
 //! last leaving. Iterations are separated out of band (a futex barrier on a shared-memory
 //! file), so the separation costs the same under every MPI. Every rank checks every byte.
 //!
+//! With `--ranks-per-host K` (K > 1) the interposer runs twice: ranks of a host sharing one
+//! network member through shared memory (path `shm`, K ranks in each of the test-bed's first
+//! H namespaces), and every rank with its own socket and MAC (path `nic`, one rank in each of
+//! H·K namespaces: the same ranks and group size as K sockets per host would give). `--also
+//! KEY=VALUE,...` adds interposer runs with more environment (e.g. `ETHBCAST_HOST_SPIN_US=forever`
+//! to compare how ranks of a host wait, in one run); its rows carry the setting in `env`.
+//!
 //! A job that does not finish (MPICH's busy-polling ranks on an over-subscribed host) is
 //! killed at `--job-timeout`; the rows it printed before count, and a note says what is
 //! missing. An interposer run in which the interposer fell back to PMPI gives no rows but a
@@ -52,6 +59,8 @@ pub struct MpiBenchOptions {
     pub prefix: String,
     /// A job still running after this long is killed.
     pub job_timeout: Duration,
+    /// More interposer runs, each with this environment added.
+    pub also: Vec<Vec<(String, String)>>,
     /// `libethbcast_capi.a` to build the interposer with (`None`: a release build).
     pub capi_lib: Option<PathBuf>,
 }
@@ -69,6 +78,7 @@ impl MpiBenchOptions {
             wait: "adaptive".into(),
             prefix: "ebmpi".into(),
             job_timeout: Duration::from_secs(240),
+            also: Vec::new(),
             capi_lib: None,
         }
     }
@@ -88,6 +98,13 @@ pub struct Row {
     pub ranks: usize,
     /// Whether MPI_Bcast/MPI_Barrier went over ethbcast.
     pub interposer: bool,
+    /// Ranks per host.
+    pub ranks_per_host: usize,
+    /// `mpi` (the MPI's own), `nic` (ethbcast, every rank its own network member) or `shm`
+    /// (ethbcast, one network member per host and shared memory among its ranks).
+    pub path: String,
+    /// Environment added to the interposer's run (`--also`), empty for the default.
+    pub env: String,
     /// Mean of the middle 80%, µs.
     pub mean80_us: f64,
     /// Median, µs.
@@ -149,31 +166,31 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
         let so = mpi::build_interposer(m, o.capi_lib.as_deref(), &dir)?;
         programs.push((m, exe, so));
     }
-    let bed = MpiBed::up(&TestbedConfig::new(o.hosts).prefix(&o.prefix), &dir)?;
+    let k = o.ranks_per_host.max(1);
+    let namespaces = if k > 1 { o.hosts * k } else { o.hosts };
+    let bed = MpiBed::up(&TestbedConfig::new(namespaces).prefix(&o.prefix), &dir)?;
     let mut report = Report {
         rows: Vec::new(),
         notes: Vec::new(),
         method: METHOD.into(),
     };
     for (m, exe, so) in &programs {
-        for interposer in [false, true] {
+        for run in runs(o) {
             let sync = format!("/dev/shm/ethbcast-mpi-bench-{}-{m}", o.prefix);
             let mut args = vec![sync.clone(), o.iters.to_string(), o.warmup.to_string()];
             args.extend(o.sizes.iter().map(|s| s.to_string()));
-            let env = if interposer {
-                vec![
-                    ("LD_PRELOAD".to_string(), so.display().to_string()),
-                    ("ETHBCAST_IFACE".into(), mpi::IFACE.into()),
-                    ("ETHBCAST_WAIT".into(), o.wait.clone()),
-                    ("ETHBCAST_MPI_VERBOSE".into(), "1".into()),
-                ]
-            } else {
-                Vec::new()
-            };
+            let mut env = Vec::new();
+            if run.path != "mpi" {
+                env.push(("LD_PRELOAD".to_string(), so.display().to_string()));
+                env.push(("ETHBCAST_IFACE".into(), mpi::IFACE.into()));
+                env.push(("ETHBCAST_WAIT".into(), o.wait.clone()));
+                env.push(("ETHBCAST_MPI_VERBOSE".into(), "1".into()));
+                env.extend(run.env.iter().cloned());
+            }
             let job = Job {
                 mpi: *m,
-                hosts: o.hosts,
-                ranks_per_host: o.ranks_per_host,
+                hosts: run.hosts,
+                ranks_per_host: run.ranks_per_host,
                 program: exe.clone(),
                 args,
                 env,
@@ -184,11 +201,11 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
             let out = match out {
                 Ok(out) => out,
                 Err(e) => {
-                    report.notes.push(format!("{m} {}: {e}", label(interposer)));
+                    report.notes.push(format!("{m} {}: {e}", run.label()));
                     continue;
                 }
             };
-            collect(&mut report, *m, interposer, o, &out);
+            collect(&mut report, *m, &run, o, &out);
         }
     }
     bed.down()?;
@@ -196,22 +213,70 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
     Ok(report)
 }
 
-fn label(interposer: bool) -> &'static str {
-    if interposer {
-        "with the interposer"
-    } else {
-        "without the interposer"
+/// One job of the benchmark per MPI implementation.
+#[derive(Debug, Clone)]
+struct Run {
+    /// `mpi`, `nic` or `shm` (see [`Row::path`]).
+    path: &'static str,
+    hosts: usize,
+    ranks_per_host: usize,
+    env: Vec<(String, String)>,
+}
+
+impl Run {
+    fn label(&self) -> String {
+        let mut s = match self.path {
+            "mpi" => "without the interposer".to_string(),
+            "shm" => "with the interposer, shared memory on each host".to_string(),
+            _ => "with the interposer, a socket per rank".to_string(),
+        };
+        if !self.env.is_empty() {
+            s.push_str(&format!(" ({})", env_text(&self.env)));
+        }
+        s
     }
 }
 
-fn collect(
-    report: &mut Report,
-    m: MpiImpl,
-    interposer: bool,
-    o: &MpiBenchOptions,
-    out: &JobOutput,
-) {
-    let what = format!("{m} {}", label(interposer));
+fn env_text(env: &[(String, String)]) -> String {
+    env.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The jobs of one MPI implementation: its own collectives, the interposer (shared memory when
+/// ranks share hosts), the `--also` variants, and with K > 1 a socket per rank on H·K hosts.
+fn runs(o: &MpiBenchOptions) -> Vec<Run> {
+    let k = o.ranks_per_host.max(1);
+    let hw = if k > 1 { "shm" } else { "nic" };
+    let mut runs = vec![Run {
+        path: "mpi",
+        hosts: o.hosts,
+        ranks_per_host: k,
+        env: Vec::new(),
+    }];
+    for env in std::iter::once(Vec::new()).chain(o.also.iter().cloned()) {
+        runs.push(Run {
+            path: hw,
+            hosts: o.hosts,
+            ranks_per_host: k,
+            env,
+        });
+    }
+    if k > 1 {
+        runs.push(Run {
+            path: "nic",
+            hosts: o.hosts * k,
+            ranks_per_host: 1,
+            env: Vec::new(),
+        });
+    }
+    runs
+}
+
+fn collect(report: &mut Report, m: MpiImpl, run: &Run, o: &MpiBenchOptions, out: &JobOutput) {
+    let what = format!("{m} {}", run.label());
+    let interposer = run.path != "mpi";
     if interposer {
         if let Some(w) = out
             .stderr
@@ -237,6 +302,9 @@ fn collect(
             size: l.size,
             ranks: l.ranks,
             interposer,
+            ranks_per_host: run.ranks_per_host,
+            path: run.path.into(),
+            env: env_text(&run.env),
             mean80_us: s.mean80_us,
             median_us: s.median_us,
             p99_us: s.p99_us,
@@ -266,52 +334,74 @@ fn collect(
     }
 }
 
-/// A table: each MPI's own latency beside the interposer's, and their ratio.
+/// A table: one line per measured (implementation, path, operation, size), with the ratio to
+/// the same MPI's own collective (same ranks per host).
 pub fn render(r: &Report) -> String {
     let mut t = Table::new(&[
         "impl",
         "op",
         "size",
         "ranks",
-        "MPI mean80",
-        "MPI median",
-        "+ethbcast mean80",
-        "+ethbcast median",
+        "per host",
+        "path",
+        "env",
+        "mean80",
+        "median",
+        "p99",
         "ratio (mean80)",
         "verified",
     ]);
-    let find = |m: &str, op: &str, size: usize, i: bool| {
-        r.rows
-            .iter()
-            .find(|x| x.mpi == m && x.op == op && x.size == size && x.interposer == i)
+    let base = |x: &Row| {
+        r.rows.iter().find(|b| {
+            !b.interposer
+                && b.mpi == x.mpi
+                && b.op == x.op
+                && b.size == x.size
+                && b.ranks == x.ranks
+        })
     };
-    let mut keys: Vec<(String, String, usize)> = Vec::new();
-    for x in &r.rows {
-        let k = (x.mpi.clone(), x.op.clone(), x.size);
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    for (m, op, size) in keys {
-        let base = find(&m, &op, size, false);
-        let hw = find(&m, &op, size, true);
-        let cell = |x: Option<&Row>, f: fn(&Row) -> f64| x.map_or("-".into(), |x| fmt_us(f(x)));
+    let mut rows: Vec<&Row> = r.rows.iter().collect();
+    rows.sort_by(|a, b| {
+        (
+            &a.mpi,
+            &a.op != "bcast",
+            a.size,
+            a.interposer,
+            &a.path,
+            &a.env,
+        )
+            .cmp(&(
+                &b.mpi,
+                &b.op != "bcast",
+                b.size,
+                b.interposer,
+                &b.path,
+                &b.env,
+            ))
+    });
+    for x in rows {
         t.row(vec![
-            m.clone(),
-            op.clone(),
-            size.to_string(),
-            base.or(hw).map_or(0, |x| x.ranks).to_string(),
-            cell(base, |x| x.mean80_us),
-            cell(base, |x| x.median_us),
-            cell(hw, |x| x.mean80_us),
-            cell(hw, |x| x.median_us),
-            match (base, hw) {
-                (Some(b), Some(h)) if b.mean80_us > 0.0 => {
-                    format!("{:.2}", h.mean80_us / b.mean80_us)
+            x.mpi.clone(),
+            x.op.clone(),
+            x.size.to_string(),
+            x.ranks.to_string(),
+            x.ranks_per_host.to_string(),
+            x.path.clone(),
+            if x.env.is_empty() {
+                "-".into()
+            } else {
+                x.env.clone()
+            },
+            fmt_us(x.mean80_us),
+            fmt_us(x.median_us),
+            fmt_us(x.p99_us),
+            match base(x) {
+                Some(b) if x.interposer && b.mean80_us > 0.0 => {
+                    format!("{:.2}", x.mean80_us / b.mean80_us)
                 }
                 _ => "-".into(),
             },
-            [base, hw].iter().flatten().all(|x| x.verified).to_string(),
+            x.verified.to_string(),
         ]);
     }
     let mut s = t.render();
@@ -326,4 +416,38 @@ pub fn render(r: &Report) -> String {
 /// script (the binary finds them through the path it was built from).
 pub fn sources_present(root: &Path) -> bool {
     root.join("tools/mpi/mpi_bench.c").is_file() && root.join("capi/mpi/build.sh").is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_per_host_measure_shared_memory_against_a_socket_per_rank() {
+        let mut o = MpiBenchOptions::new(8);
+        let one: Vec<_> = runs(&o)
+            .iter()
+            .map(|r| (r.path, r.hosts, r.ranks_per_host))
+            .collect();
+        assert_eq!(one, [("mpi", 8, 1), ("nic", 8, 1)]);
+        o.ranks_per_host = 4;
+        o.also = vec![vec![("ETHBCAST_HOST_SPIN_US".into(), "forever".into())]];
+        let four = runs(&o);
+        let shape: Vec<_> = four
+            .iter()
+            .map(|r| (r.path, r.hosts, r.ranks_per_host, r.env.len()))
+            .collect();
+        // The same 32 ranks every time: the MPI's own, shared memory (twice: default and
+        // --also), and one socket per rank in 32 namespaces.
+        assert_eq!(
+            shape,
+            [
+                ("mpi", 8, 4, 0),
+                ("shm", 8, 4, 0),
+                ("shm", 8, 4, 1),
+                ("nic", 32, 1, 0)
+            ]
+        );
+        assert!(four[2].label().contains("ETHBCAST_HOST_SPIN_US=forever"));
+    }
 }

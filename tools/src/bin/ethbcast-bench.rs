@@ -314,6 +314,10 @@ enum Cmd {
         /// Seconds after which a job that has not finished is killed (its rows so far count).
         #[arg(long, default_value_t = 240)]
         job_timeout: u64,
+        /// One more interposer run with this environment added, as KEY=VALUE[,KEY=VALUE...]
+        /// (repeatable), e.g. --also ETHBCAST_HOST_SPIN_US=forever.
+        #[arg(long, value_parser = parse_env_list)]
+        also: Vec<EnvList>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -540,6 +544,20 @@ fn parse_limit(s: &str) -> Result<Limit, String> {
             .map(|r| Limit(Some(r)))
             .map_err(|e| format!("{e}; or none for no limit")),
     }
+}
+
+/// Environment variables given as `KEY=VALUE[,KEY=VALUE...]`.
+#[derive(Debug, Clone)]
+struct EnvList(Vec<(String, String)>);
+
+fn parse_env_list(s: &str) -> Result<EnvList, String> {
+    s.split(',')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+            _ => Err(format!("{kv:?} is not KEY=VALUE")),
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map(EnvList)
 }
 
 fn print_json<T: serde::Serialize>(v: &T) {
@@ -1111,9 +1129,11 @@ fn main() -> ExitCode {
             wait,
             prefix,
             job_timeout,
+            also,
             json,
         } => {
             let mut o = mpi::MpiBenchOptions::new(testbed);
+            o.also = also.into_iter().map(|e| e.0).collect();
             o.impls = impls;
             o.ranks_per_host = ranks_per_host;
             o.sizes = sizes;
