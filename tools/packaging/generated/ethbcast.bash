@@ -111,7 +111,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --no-peer-repair --key-file --output --command --timeout --wait --quiet --json --help"
+            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --no-peer-repair --key-file --group-address --output --command --timeout --wait --quiet --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -142,6 +142,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --key-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group-address)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -177,7 +181,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -h --iface --group-id --backend --wait-mode --window --ack-every --no-peer-repair --key-file --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --help"
+            opts="-i -h --iface --group-id --backend --wait-mode --window --ack-every --no-peer-repair --key-file --group-address --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -208,6 +212,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --key-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group-address)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
