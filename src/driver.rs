@@ -152,8 +152,9 @@ impl<L: Link, M: Machine> Driver<L, M> {
         Ok(n)
     }
 
-    /// Turns until `ready` gives a value or `deadline` passes (`Ok(None)`). Waits at most
-    /// `slice` per turn, so that `ready` is asked again at least that often.
+    /// Turns until `ready` gives a value or `deadline` passes (`Ok(None)`), and sends what
+    /// the machine has before returning the value. Waits at most `slice` per turn, so that
+    /// `ready` is asked again at least that often.
     pub fn run_until<T>(
         &mut self,
         clock: &impl Clock,
@@ -163,6 +164,10 @@ impl<L: Link, M: Machine> Driver<L, M> {
     ) -> Result<Option<T>, LinkError> {
         loop {
             if let Some(v) = ready(&mut self.member) {
+                // A call can complete before the frames it made left (a root's small message
+                // is handed over whole): they go now, not at the next call, which may come
+                // after a long computation.
+                self.flush(clock.now())?;
                 return Ok(Some(v));
             }
             let now = clock.now();

@@ -14,12 +14,12 @@
 //! paper's PPBCAST and SBCAST), and the point-to-point binomial tree (the MPICH-style
 //! baseline), which rides on the node's reliable point-to-point channels.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use thiserror::Error;
 
 use crate::detect::{DetectorConfig, Gossip};
-use crate::driver::{Driver, WallClock};
+use crate::driver::{Clock, Driver, WallClock};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{Done, Member, MemberConfig, MemberError};
@@ -273,7 +273,7 @@ impl Group {
             dc.protocol = d.protocol;
             dc
         });
-        let member = Member::new(Instant::now(), mc)?;
+        let member = Member::new(WallClock.now(), mc)?;
         Ok(Group {
             driver: Driver::new(member, link),
             reported: 0,
@@ -297,18 +297,12 @@ impl Group {
     /// Runs the driver until the call in progress gives its result, or the timeout.
     fn finish(&mut self, what: &'static str) -> Result<Done, GroupError> {
         let after = self.opts.timeout;
-        let deadline = Instant::now() + after;
+        let deadline = WallClock.now() + after;
         match self
             .driver
             .run_until(&WallClock, deadline, SLICE, Member::take_result)?
         {
-            Some(r) => {
-                // A root's call can complete before its frames left (a small message is
-                // handed to the engine whole): they go now, not at the next call, which may
-                // come after a long computation.
-                self.driver.flush(Instant::now())?;
-                Ok(r?)
-            }
+            Some(r) => Ok(r?),
             None => {
                 self.driver.member_mut().cancel_call();
                 Err(GroupError::Timeout { what, after })
@@ -343,7 +337,7 @@ impl Group {
         };
         self.driver
             .member_mut()
-            .bcast(Instant::now(), root, data, algo)?;
+            .bcast(WallClock.now(), root, data, algo)?;
         if let Done::Bcast(data) = self.finish("a message from the root")? {
             if root != self.rank() {
                 *buf = data;
@@ -381,7 +375,7 @@ impl Group {
 
     /// A barrier of the chosen kind (all members must choose the same).
     pub fn barrier_with(&mut self, kind: BarrierKind) -> Result<(), GroupError> {
-        self.driver.member_mut().barrier(Instant::now(), kind)?;
+        self.driver.member_mut().barrier(WallClock.now(), kind)?;
         self.finish("the barrier release")?;
         Ok(())
     }
@@ -395,7 +389,7 @@ impl Group {
     /// Waits until everything this member sent has been acknowledged.
     pub fn flush(&mut self) -> Result<(), GroupError> {
         let after = self.opts.timeout;
-        let deadline = Instant::now() + after;
+        let deadline = WallClock.now() + after;
         match self
             .driver
             .run_until(&WallClock, deadline, SLICE, |m| m.is_idle().then_some(()))?
@@ -467,7 +461,7 @@ pub fn join<L: Link>(
     mut stop: impl FnMut() -> bool,
 ) -> Result<(Joined, L), GroupError> {
     use rand::RngCore;
-    let start = Instant::now();
+    let start = WallClock.now();
     // A timeout past any real wait ("no limit") must not overflow the instant.
     let deadline = start
         .checked_add(timeout)
@@ -478,12 +472,12 @@ pub fn join<L: Link>(
         if stop() {
             return Err(GroupError::Interrupted);
         }
-        let until = (Instant::now() + SLICE).min(deadline);
+        let until = (WallClock.now() + SLICE).min(deadline);
         if let Some(r) = driver.run_until(&WallClock, until, SLICE, Join::take_result)? {
             let joined = r?;
             return Ok((joined, driver.into_parts().1));
         }
-        if Instant::now() >= deadline {
+        if WallClock.now() >= deadline {
             let j = driver.member();
             let (joined, expected) = j.progress();
             let mut waiting = if j.is_coordinator() {

@@ -100,6 +100,7 @@ impl GroupScenario {
 
 /// What a run of the group API gave.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct GroupReport {
     /// Broadcast deliveries expected at the survivors (calls × survivors but the root).
     pub expected: u64,

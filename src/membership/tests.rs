@@ -192,27 +192,40 @@ fn a_host_without_the_key_cannot_join_or_claim_a_rank() {
     }
 }
 
-/// Records every join frame of a session at a tap port.
-fn record_session(n: usize) -> Vec<Vec<u8>> {
-    let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
-    net.set_promiscuous(n, true).unwrap();
+/// One keyed join per port `0..n`, all expecting the list of those ports in order, with
+/// nonces from `nonce_base` up.
+fn listed_joins(net: &SimNet, n: usize, nonce_base: u64) -> Vec<Join> {
     let list: Vec<MacAddr> = (0..n as u16).map(port_mac).collect();
-    let joins: Vec<Join> = (0..n)
+    (0..n)
         .map(|i| {
             Join::new(
                 cfg(i, Expect::List(list.clone()), Some(KEY)),
                 net.now(),
-                10 + i as u64,
+                nonce_base + i as u64,
             )
             .unwrap()
         })
-        .collect();
+        .collect()
+}
+
+/// Runs a keyed listed join of `n` members (nonces from `nonce_base`) with a tap on one more
+/// port; returns what each member joined and every frame the tap saw.
+fn recorded_join(n: usize, nonce_base: u64) -> (Vec<Joined>, Vec<Vec<u8>>) {
+    let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
+    net.set_promiscuous(n, true).unwrap();
+    let joins = listed_joins(&net, n, nonce_base);
     let mut tap: SimPort = net.port(n).unwrap();
     let mut c = SimCluster::new(net, joins).unwrap();
     let mut w = Outcomes(vec![None; n]);
     assert_eq!(c.run(Duration::from_secs(5), &mut w).unwrap(), RunEnd::Done);
     let mut frames = Vec::new();
     tap.recv_frames(&mut |f| frames.push(f.to_vec()));
+    (all_joined(&w.0), frames)
+}
+
+/// Records every join frame of a session at a tap port.
+fn record_session(n: usize) -> Vec<Vec<u8>> {
+    let (_, frames) = recorded_join(n, 10);
     assert!(
         frames.len() >= 2 * (n - 1) + 2,
         "hellos, rosters and confirmations were heard: {}",
@@ -261,17 +274,7 @@ fn a_recorded_join_does_not_replay() {
     let frames = record_session(n);
     for missing in [None, Some(2usize)] {
         let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
-        let list: Vec<MacAddr> = (0..n as u16).map(port_mac).collect();
-        let joins: Vec<Join> = (0..n)
-            .map(|i| {
-                Join::new(
-                    cfg(i, Expect::List(list.clone()), Some(KEY)),
-                    net.now(),
-                    1000 + i as u64,
-                )
-                .unwrap()
-            })
-            .collect();
+        let joins = listed_joins(&net, n, 1000);
         let attacker = net.port(n).unwrap();
         let mut c = SimCluster::new(net, joins).unwrap();
         if let Some(m) = missing {
@@ -339,30 +342,12 @@ fn a_member_confirms_a_roster_repeated_after_it_joined() {
     use crate::member::{Member, MemberConfig};
     use crate::proto::Config;
     let n = 3;
-    let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
-    net.set_promiscuous(n, true).unwrap();
-    let list: Vec<MacAddr> = (0..n as u16).map(port_mac).collect();
-    let joins: Vec<Join> = (0..n)
-        .map(|i| {
-            Join::new(
-                cfg(i, Expect::List(list.clone()), Some(KEY)),
-                net.now(),
-                50 + i as u64,
-            )
-            .unwrap()
-        })
+    let (joined, frames) = recorded_join(n, 50);
+    let from_coordinator: Vec<Vec<u8>> = frames
+        .iter()
+        .filter(|f| f[6..12] == port_mac(0))
+        .map(|f| f[crate::wire::ETH_HEADER_LEN..].to_vec())
         .collect();
-    let mut tap: SimPort = net.port(n).unwrap();
-    let mut c = SimCluster::new(net, joins).unwrap();
-    let mut w = Outcomes(vec![None; n]);
-    assert_eq!(c.run(Duration::from_secs(5), &mut w).unwrap(), RunEnd::Done);
-    let joined = all_joined(&w.0);
-    let mut from_coordinator = Vec::new();
-    tap.recv_frames(&mut |f| {
-        if f[6..12] == port_mac(0) {
-            from_coordinator.push(f[crate::wire::ETH_HEADER_LEN..].to_vec());
-        }
-    });
     assert!(!from_coordinator.is_empty());
 
     let member = |late: bool| {
@@ -413,7 +398,6 @@ fn a_member_confirms_a_roster_repeated_after_it_joined() {
 #[test]
 fn a_listed_member_that_hears_no_broadcast_still_joins() {
     let n = 5;
-    let list: Vec<MacAddr> = (0..n as u16).map(port_mac).collect();
     for deaf in [vec![2usize], vec![1, 3]] {
         let net = SimNet::new(SimConfig {
             per_port: deaf
@@ -431,16 +415,7 @@ fn a_listed_member_that_hears_no_broadcast_still_joins() {
             ..SimConfig::new(n)
         })
         .unwrap();
-        let joins = (0..n)
-            .map(|i| {
-                Join::new(
-                    cfg(i, Expect::List(list.clone()), Some(KEY)),
-                    net.now(),
-                    700 + i as u64,
-                )
-                .unwrap()
-            })
-            .collect();
+        let joins = listed_joins(&net, n, 700);
         let mut c = SimCluster::new(net, joins).unwrap();
         let mut w = Outcomes(vec![None; n]);
         let end = c.run(Duration::from_secs(2), &mut w).unwrap();

@@ -6,7 +6,7 @@ use ethbcast::cluster::{run, ClusterError, Report, Scenario};
 use ethbcast::link::sim::Faults;
 use ethbcast::member::Algorithm;
 use ethbcast::proto::Algo;
-use ethbcast::simgroup::{run_group, GroupScenario};
+use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
 use serde::Serialize;
 
 /// Options of a simulator run (rates in percent of frames, per port).
@@ -130,7 +130,7 @@ pub struct GroupOptions {
     pub filter: usize,
 }
 
-/// The JSON of `sim --api group`.
+/// The JSON of `sim --api group`: the scenario, the simulator's report, and the verdict.
 #[derive(Debug, Serialize)]
 pub struct GroupJson {
     /// Members.
@@ -139,48 +139,11 @@ pub struct GroupJson {
     pub algos: Vec<String>,
     /// Seed.
     pub seed: u64,
-    /// Broadcast deliveries expected at the survivors.
-    pub expected: u64,
-    /// Completed with the root's bytes.
-    pub delivered: u64,
-    /// Completed with other bytes.
-    pub corrupt: u64,
-    /// Completed with an earlier call's bytes.
-    pub duplicated: u64,
-    /// Completed with a later call's bytes.
-    pub out_of_order: u64,
-    /// Never completed.
-    pub missing: u64,
-    /// Barriers expected at the survivors.
-    pub barriers_expected: u64,
-    /// Barriers the survivors completed.
-    pub barriers_completed: u64,
-    /// Calls that failed at a survivor.
-    pub failed_calls: u64,
-    /// Members killed.
-    pub killed: Vec<u16>,
-    /// Members every survivor evicted.
-    pub evicted: Vec<u16>,
-    /// Survivors some member evicted.
-    pub wrongly_evicted: Vec<u16>,
-    /// Members behind a broadcast filter.
-    pub filtered: Vec<u16>,
-    /// Longest time from a death to its eviction by the last survivor.
-    pub max_detect_ms: f64,
-    /// The detector's bound.
-    pub bound_ms: f64,
-    /// Broadcasts sent down the tree because hardware broadcast reached too few.
-    pub tree_fallbacks: u64,
-    /// Most events a member held at once.
-    pub peak_queued_events: usize,
-    /// Virtual time.
-    pub virtual_time_us: u64,
-    /// Every survivor finished its schedule.
-    pub completed: bool,
-    /// Everything above held (and detection within the bound).
+    /// What the run gave (deliveries, barriers, evictions, detection, ...).
+    #[serde(flatten)]
+    pub report: GroupReport,
+    /// Everything in the report held (and detection within the bound).
     pub perfect: bool,
-    /// The first failed call, if any.
-    pub first_error: Option<String>,
     /// Wall-clock seconds the simulation took.
     pub wall_s: f64,
 }
@@ -197,42 +160,24 @@ pub fn run_group_sim(o: &GroupOptions) -> Result<GroupJson, ClusterError> {
     sc.seed = o.sim.seed;
     sc.rate_bps = o.sim.rate_bps;
     let t0 = std::time::Instant::now();
-    let r = run_group(&sc)?;
+    let report = run_group(&sc)?;
     Ok(GroupJson {
         nodes: o.sim.nodes,
         algos: o.algos.iter().map(|a| a.to_string()).collect(),
         seed: o.sim.seed,
-        expected: r.expected,
-        delivered: r.delivered,
-        corrupt: r.corrupt,
-        duplicated: r.duplicated,
-        out_of_order: r.out_of_order,
-        missing: r.missing,
-        barriers_expected: r.barriers_expected,
-        barriers_completed: r.barriers_completed,
-        failed_calls: r.failed_calls,
-        perfect: r.perfect(),
-        killed: r.killed,
-        evicted: r.evicted,
-        wrongly_evicted: r.wrongly_evicted,
-        filtered: r.filtered,
-        max_detect_ms: r.max_detect_ms,
-        bound_ms: r.bound_ms,
-        tree_fallbacks: r.tree_fallbacks,
-        peak_queued_events: r.peak_queued_events,
-        virtual_time_us: r.virtual_time_us,
-        completed: r.completed,
-        first_error: r.first_error,
+        perfect: report.perfect(),
+        report,
         wall_s: t0.elapsed().as_secs_f64(),
     })
 }
 
 /// Renders a group run for a terminal.
-pub fn render_group(r: &GroupJson) -> String {
+pub fn render_group(j: &GroupJson) -> String {
+    let r = &j.report;
     let mut t = super::table::Table::new(&["metric", "value"]);
     let rows: Vec<(&str, String)> = vec![
-        ("nodes", r.nodes.to_string()),
-        ("algorithms", r.algos.join(",")),
+        ("nodes", j.nodes.to_string()),
+        ("algorithms", j.algos.join(",")),
         ("expected deliveries", r.expected.to_string()),
         ("delivered intact", r.delivered.to_string()),
         (
@@ -262,8 +207,8 @@ pub fn render_group(r: &GroupJson) -> String {
             "virtual time",
             format!("{:.3} s", r.virtual_time_us as f64 / 1e6),
         ),
-        ("perfect", r.perfect.to_string()),
-        ("wall time", format!("{:.2} s", r.wall_s)),
+        ("perfect", j.perfect.to_string()),
+        ("wall time", format!("{:.2} s", j.wall_s)),
     ];
     for (k, v) in rows {
         t.row(vec![k.to_string(), v]);
