@@ -838,15 +838,22 @@ impl Join {
                 };
                 self.send(BROADCAST_MAC, key.map(|k| challenge_key(&k)), &msg, claim);
                 // Members known beforehand that broadcast does not seem to reach get copies.
-                let unheard: Vec<MacAddr> = match (&self.cfg.expect, self.coord.as_ref()) {
-                    (Expect::List(l), Some(c)) => l
-                        .iter()
-                        .filter(|m| **m != self.cfg.mac && !c.hellos.iter().any(|h| h.0 == **m))
-                        .copied()
-                        .collect(),
-                    _ => Vec::new(),
+                let me = self.cfg.mac;
+                let list = match &self.cfg.expect {
+                    Expect::List(l) => Some(l.clone()),
+                    _ => None,
                 };
-                for dst in self.unicast_round(&unheard) {
+                let copies = self.unicast_round(|c| {
+                    let Some(l) = &list else {
+                        return Vec::new();
+                    };
+                    let heard: BTreeSet<MacAddr> = c.hellos.iter().map(|h| h.0).collect();
+                    l.iter()
+                        .filter(|m| **m != me && !heard.contains(*m))
+                        .copied()
+                        .collect()
+                });
+                for dst in copies {
                     self.send(dst, key.map(|k| challenge_key(&k)), &msg, claim);
                 }
             }
@@ -855,14 +862,13 @@ impl Join {
                     .min((self.cfg.max_payload.saturating_sub(15)) / 14)
                     .max(1);
                 let parts = roster.len().div_ceil(per) as u16;
-                let unconfirmed: Vec<MacAddr> = self.coord.as_ref().map_or(Vec::new(), |c| {
+                let copies = self.unicast_round(|c| {
                     roster
                         .iter()
                         .map(|e| e.0)
                         .filter(|m| !c.confirmed.contains(m))
                         .collect()
                 });
-                let copies = self.unicast_round(&unconfirmed);
                 for (i, chunk) in roster.chunks(per).enumerate() {
                     let msg = Msg::Roster {
                         nonce: self.nonce,
@@ -895,12 +901,20 @@ impl Join {
     /// of it: from the third round on, up to [`UNICAST_PER_ROUND`] of `waiting` (members a
     /// broadcast filter may hide), round robin, so that a member that hears no broadcast
     /// still joins, and late starters in a large group do not cost a frame each per round.
-    fn unicast_round(&mut self, waiting: &[MacAddr]) -> Vec<MacAddr> {
+    /// `waiting` is asked only when copies are due.
+    fn unicast_round(
+        &mut self,
+        waiting: impl FnOnce(&Coordinating) -> Vec<MacAddr>,
+    ) -> Vec<MacAddr> {
         let Some(c) = self.coord.as_mut() else {
             return Vec::new();
         };
         c.rounds = c.rounds.saturating_add(1);
-        if c.rounds < 3 || waiting.is_empty() {
+        if c.rounds < 3 {
+            return Vec::new();
+        }
+        let waiting = waiting(c);
+        if waiting.is_empty() {
             return Vec::new();
         }
         let take = waiting.len().min(UNICAST_PER_ROUND);
