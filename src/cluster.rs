@@ -336,6 +336,12 @@ pub struct Report {
     pub tree_ack_frames: u64,
     /// Control frames the roots received: ACKs, NACKs, pulls and tree acknowledgements.
     pub root_control_frames: u64,
+    /// Of `root_control_frames`: NACKs.
+    pub root_nacks: u64,
+    /// Of `root_control_frames`: tree acknowledgements.
+    pub root_tree_acks: u64,
+    /// Of `root_control_frames`: answers to the roots' probes.
+    pub root_probe_answers: u64,
     /// Message bytes delivered, summed over every receiver.
     pub delivered_bytes: u64,
     /// NACK frames.
@@ -521,6 +527,9 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         report.ack_frames += s.ack_frames;
         report.tree_ack_frames += s.tree_ack_frames;
         report.root_control_frames += s.acks_handled;
+        report.root_nacks += s.nacks_handled;
+        report.root_tree_acks += s.tree_acks_handled;
+        report.root_probe_answers += s.probe_answers_handled;
         report.delivered_bytes += s.delivered_bytes;
         report.nack_frames += s.nack_frames;
         report.pull_frames += s.pull_frames;

@@ -357,6 +357,12 @@ pub struct Stats {
     /// ACK, NACK, pull and tree acknowledgement frames received as root: the root's inbound
     /// control traffic.
     pub acks_handled: u64,
+    /// Of `acks_handled`: NACKs (repair requests that reached the root).
+    pub nacks_handled: u64,
+    /// Of `acks_handled`: acknowledgements up the tree (from the root's children).
+    pub tree_acks_handled: u64,
+    /// Of `acks_handled`: answers to the root's probes (acknowledgements sent straight to it).
+    pub probe_answers_handled: u64,
     /// Acknowledgements sent up the acknowledgement tree (besides `ack_frames`, the ones
     /// sent to a root directly).
     pub tree_ack_frames: u64,
@@ -897,6 +903,11 @@ impl Engine {
             return Err(Drop::NotForMe(dst));
         }
         self.stats.acks_handled += 1;
+        match feedback {
+            send::Feedback::Nack { .. } => self.stats.nacks_handled += 1,
+            send::Feedback::Ack { seen: Some(_), .. } => self.stats.probe_answers_handled += 1,
+            _ => {}
+        }
         self.tx
             .on_feedback(&self.cfg, now, src, &feedback, &self.live);
         self.collect_tx();
@@ -917,6 +928,7 @@ impl Engine {
     ) {
         if root == self.cfg.rank {
             self.stats.acks_handled += 1;
+            self.stats.tree_acks_handled += 1;
             if view != self.view || self.cfg.ack_tree == 0 {
                 self.stats.tree_acks_ignored += 1;
                 return;

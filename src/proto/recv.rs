@@ -100,6 +100,9 @@ bitflags::bitflags! {
         const PLACED = 1 << 1;
         /// It was asked of the peer already: the next ask goes to the root.
         const PEER_ASKED = 1 << 2;
+        /// `data` holds its payload (a frame not placed, or the copy kept for peer repair):
+        /// a peer may be served from it after its message was handed on.
+        const COPY = 1 << 3;
     }
 }
 
@@ -162,6 +165,10 @@ pub struct Receiver {
     repair_rtt: Option<Duration>,
     /// The fellow receiver asked first for lost frames (peer repair), if any.
     peer: Option<Rank>,
+    /// Keep a copy of every frame in its slot until the slot is reused, so that a fellow
+    /// receiver's request can be served after the frame's message was delivered (with peer
+    /// repair; without it, frames placed into their message are not copied).
+    keep_copies: bool,
     /// Frames the peer was asked for and never answered (neither repair nor "not held"), in
     /// a row: a dead or stalled peer is given up after `PEER_SILENCE_LIMIT`.
     peer_silence: u32,
@@ -218,6 +225,7 @@ impl Receiver {
             nack_backoff: 0,
             repair_rtt: None,
             peer: None,
+            keep_copies: cfg.peer_repair,
             peer_silence: 0,
             ack_every: cfg.ack_every,
             ack_delay: cfg.ack_delay,
@@ -287,7 +295,7 @@ impl Receiver {
         if s >= self.expected && !slot.state.contains(SlotState::HAVE) {
             return None;
         }
-        if s >= self.expected && !slot.state.contains(SlotState::PLACED) {
+        if slot.state.contains(SlotState::COPY) {
             return Some((r, &slot.data[..len]));
         }
         // Consumed (`s < expected`) or placed: in its message's buffer.
@@ -475,10 +483,16 @@ impl Receiver {
             // In order (the common case): straight into its message, no stop in the window.
             match self.consume(repr, Payload::Here(payload)) {
                 Ok(()) => {
-                    // Its header stays in the slot: a peer may ask for the frame (peer repair).
+                    // Its header stays in the slot (and with peer repair its payload): a peer
+                    // may ask for the frame.
+                    let keep = self.keep_copies && payload.len() <= self.slot_payload();
                     let slot = &mut self.slots[i];
                     slot.repr = *repr;
                     slot.len = payload.len() as u16;
+                    slot.state.set(SlotState::COPY, keep);
+                    if keep {
+                        slot.data[..payload.len()].copy_from_slice(payload);
+                    }
                     self.advance();
                     self.highest = self.highest.max(s + 1);
                     self.drain();
@@ -504,7 +518,9 @@ impl Receiver {
         slot.state.set(SlotState::PLACED, placed);
         slot.repr = *repr;
         slot.len = payload.len() as u16;
-        if !placed {
+        let copy = !placed || self.keep_copies;
+        slot.state.set(SlotState::COPY, copy);
+        if copy {
             slot.data[..payload.len()].copy_from_slice(payload);
         }
         if s > self.highest {
@@ -555,7 +571,9 @@ impl Receiver {
                 Err(Drop::NoRoom) => break,
                 Err(_) => {
                     // A frame that contradicts the stream: discard it so it is asked for again.
-                    self.slots[i].state.remove(SlotState::HAVE);
+                    self.slots[i]
+                        .state
+                        .remove(SlotState::HAVE | SlotState::COPY);
                     break;
                 }
             }
@@ -683,7 +701,8 @@ impl Receiver {
             if slot.state.contains(SlotState::HAVE | SlotState::PLACED)
                 && ids.contains(&slot.repr.msg_id)
             {
-                slot.state.remove(SlotState::HAVE | SlotState::PLACED);
+                slot.state
+                    .remove(SlotState::HAVE | SlotState::PLACED | SlotState::COPY);
             }
         }
     }

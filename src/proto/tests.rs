@@ -684,6 +684,31 @@ fn with_peer_repair_a_fellow_receiver_repairs_and_the_root_sends_nothing_again()
 }
 
 #[test]
+fn a_peer_that_delivered_the_message_already_still_repairs_from_the_copy_it_keeps() {
+    // Messages of one frame each: the peer (rank 3) has handed message 3 to its application
+    // long before rank 2 finds frame 3 missing (when frame 4 arrives).
+    let mut net = peer_net(4);
+    net.drop = Box::new(lose_once(3, 2));
+    let msgs: Vec<Vec<u8>> = (0..6).map(|i| message(100, i)).collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()));
+    let want: Vec<_> = (0..msgs.len())
+        .map(|i| (0, i as u64, msgs[i].clone()))
+        .collect();
+    assert_eq!(net.delivered[2], want);
+    assert_eq!(net.engines[3].stats().peer_repairs, 1, "the peer repaired");
+    assert_eq!(
+        net.engines[0].stats().repair_frames,
+        0,
+        "the root was not asked"
+    );
+}
+
+#[test]
 fn when_the_peer_cannot_help_the_root_repairs_after_the_retry_interval() {
     let mut net = peer_net(4);
     // Rank 2 loses frame 3, and every repair a peer sends it is lost too.

@@ -83,6 +83,14 @@ pub struct SimJson {
     pub root_control_frames: u64,
     /// root_control_frames / data_frames.
     pub root_control_per_data_frame: f64,
+    /// Repair frames members relayed to fellow members (peer repair).
+    pub peer_repairs: u64,
+    /// Of root_control_frames: NACKs.
+    pub root_nacks: u64,
+    /// Of root_control_frames: tree acknowledgements.
+    pub root_tree_acks: u64,
+    /// Of root_control_frames: answers to the roots' probes.
+    pub root_probe_answers: u64,
     /// Message bytes delivered per receiver (in megabits) divided by the virtual time.
     pub goodput_mbps: f64,
     /// NACK frames.
@@ -260,6 +268,10 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
         tree_ack_frames: r.tree_ack_frames,
         root_control_frames: r.root_control_frames,
         root_control_per_data_frame: r.root_control_frames as f64 / r.data_frames.max(1) as f64,
+        peer_repairs: r.peer_repairs,
+        root_nacks: r.root_nacks,
+        root_tree_acks: r.root_tree_acks,
+        root_probe_answers: r.root_probe_answers,
         goodput_mbps: if r.virtual_time_us == 0 {
             0.0
         } else {
