@@ -142,6 +142,21 @@ pub const ACK_TREE_FROM: u16 = 32;
 /// The tree's fan-out [`Config::new`] picks for groups of [`ACK_TREE_FROM`] members or more.
 pub const ACK_TREE_FANOUT: u16 = 4;
 
+/// The window [`Config::new`] picks: 16 frames (the EQA paper's 24 KB buffer of 1536-byte
+/// frames) for groups below [`ACK_TREE_FROM`]; above, 16 frames per level of the
+/// acknowledgement tree. Why: the root frees a slot when the report of the last member to
+/// have the frame reaches it, one level per hop, and each hop waits in a switch queue behind
+/// data; with 16 frames per hop the root still has frames to send while the reports climb.
+/// Measured on the simulator (1024 members, 1 % loss, 1 Gbit/s, four roots): goodput 0.29 of
+/// 16 members' with 16 frames, 0.78 with 64 (see README, the scale study).
+pub fn default_window(size: u16) -> usize {
+    if size < ACK_TREE_FROM {
+        16
+    } else {
+        16 * tree::depth(usize::from(size), usize::from(ACK_TREE_FANOUT))
+    }
+}
+
 /// Largest window (frames in flight per root). Sequence numbers travel as 32 bits and are
 /// extended against the receiver's position, which is exact while the window stays far below
 /// 2^31; the bound is about memory: each receiver keeps one slot per frame of the window (a
@@ -156,7 +171,7 @@ impl Config {
             rank,
             size,
             max_pdu: 1500,
-            window: 16,
+            window: default_window(size),
             frame_buffer: 0,
             btp1: 80,
             btp2: 780,

@@ -34,6 +34,19 @@ pub(crate) fn view_of(live: &[bool]) -> u32 {
     h
 }
 
+/// Levels below the root of the tree of `n` members (the root counts) with `fanout`: the
+/// hops the last member's report climbs.
+pub(crate) fn depth(n: usize, fanout: usize) -> usize {
+    let fanout = fanout.max(2);
+    let (mut levels, mut covered, mut width) = (0, 1usize, 1usize);
+    while covered < n {
+        width = width.saturating_mul(fanout);
+        covered = covered.saturating_add(width);
+        levels += 1;
+    }
+    levels
+}
+
 /// The acknowledgement tree of one root's stream in one view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tree {
@@ -127,6 +140,26 @@ mod tests {
         assert_eq!(t.subtree(3), vec![3, 6, 7]);
         assert_eq!(t.subtree(2).len(), 7);
         assert!(t.subtree(5).is_empty());
+    }
+
+    #[test]
+    fn depth_counts_the_levels_below_the_root() {
+        assert_eq!(depth(1, 4), 0);
+        assert_eq!(depth(2, 4), 1);
+        assert_eq!(depth(5, 4), 1);
+        assert_eq!(depth(6, 4), 2);
+        assert_eq!(depth(21, 4), 2);
+        assert_eq!(depth(22, 4), 3);
+        assert_eq!(depth(1024, 4), 5);
+        for n in [2usize, 7, 100, 1024, 65534] {
+            let t = Tree::new(0, &vec![true; n], 4);
+            let (mut x, mut hops) = ((n - 1) as Rank, 0);
+            while let Some(p) = t.parent(x) {
+                x = p;
+                hops += 1;
+            }
+            assert_eq!(hops, depth(n, 4), "the last rank of {n} is deepest");
+        }
     }
 
     #[test]
