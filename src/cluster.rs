@@ -375,6 +375,14 @@ pub fn message_bytes(seed: u64, root: Rank, index: u64, len: usize) -> Vec<u8> {
 /// Receives a streaming member keeps posted per root in a scenario.
 const SCENARIO_PREPOST: usize = 64;
 
+/// Frames a simulated host's transmit queue holds before its link says it is not ready
+/// ([`SimConfig::tx_queue`]): a short NIC queue, as byte queue limits keep it. Without a
+/// bound a root handed a whole window of data to its link at once, and a repair asked for
+/// meanwhile waited behind it (80 frames, 10 ms at 100 Mbit/s): the NACK was repeated, the
+/// root's timers fired for whole subtrees, and at 1024 members on 100 Mbit/s links with 1 %
+/// loss the queue grew without end (the simulator ran out of memory past 12 GB).
+pub const HOST_TX_QUEUE: usize = 4;
+
 /// The switch of a scenario.
 fn switch(sc: &Scenario) -> Result<SimNet, ClusterError> {
     Ok(SimNet::new(SimConfig {
@@ -386,7 +394,17 @@ fn switch(sc: &Scenario) -> Result<SimNet, ClusterError> {
         faults: sc.faults,
         per_port: sc.per_port.clone(),
         switch_buffer: None,
+        tx_queue: Some(HOST_TX_QUEUE),
     })?)
+}
+
+/// A message a root handed over: its bytes, kept until every receiver has checked its copy
+/// (generated once, not once per receiver).
+#[derive(Debug, Clone)]
+struct Sent {
+    data: Option<Vec<u8>>,
+    /// Receivers that have not delivered it yet.
+    left: u64,
 }
 
 /// The streaming workload: roots broadcast their queue; every member checks what it gets.
@@ -394,12 +412,14 @@ struct Stream {
     seed: u64,
     /// Per root: (size, algo) still to hand to the root.
     pending: Vec<VecDeque<(usize, Algo)>>,
-    /// Per root: sizes of the messages handed over, by message id.
-    sent: Vec<Vec<usize>>,
+    /// Per root: the messages handed over, by message id.
+    sent: Vec<Vec<Sent>>,
     /// Per member and root: next message id expected.
     next: Vec<Vec<u64>>,
     report: Report,
     deliveries: u64,
+    /// Members that receive each message (all but its root).
+    receivers: u64,
 }
 
 impl Workload for Stream {
@@ -407,10 +427,13 @@ impl Workload for Stream {
         while let Some(&(size, algo)) = self.pending[i].front() {
             let idx = self.sent[i].len() as u64;
             let data = message_bytes(self.seed, i as Rank, idx, size);
-            if m.send_stream(now, data, algo).is_err() {
+            if m.send_stream(now, data.clone(), algo).is_err() {
                 break;
             }
-            self.sent[i].push(size);
+            self.sent[i].push(Sent {
+                data: Some(data),
+                left: self.receivers,
+            });
             self.pending[i].pop_front();
         }
         self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
@@ -428,9 +451,17 @@ impl Workload for Stream {
                 self.report.out_of_order += 1;
             }
             self.next[i][r] = msg_id + 1;
-            let ok = self.sent[r]
-                .get(msg_id as usize)
-                .is_some_and(|&len| data == message_bytes(self.seed, root, msg_id, len));
+            let sent = self.sent[r].get_mut(msg_id as usize);
+            let ok = sent
+                .as_ref()
+                .and_then(|s| s.data.as_ref())
+                .is_some_and(|d| *d == data);
+            if let Some(s) = sent {
+                s.left = s.left.saturating_sub(1);
+                if s.left == 0 {
+                    s.data = None;
+                }
+            }
             if ok && msg_id == expect {
                 self.report.delivered += 1;
             } else if !ok {
@@ -467,7 +498,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         ));
     }
     let net = switch(sc)?;
-    let macs: Vec<_> = (0..n)
+    let macs: std::sync::Arc<[_]> = (0..n)
         .map(|i| crate::link::sim::port_mac(i as u16))
         .collect();
     let start = net.now();
@@ -511,6 +542,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
             ..Report::default()
         },
         deliveries: 0,
+        receivers: n as u64 - 1,
     };
     let end = cluster.run(sc.limit, &mut w)?;
     let mut report = w.report;

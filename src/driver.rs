@@ -118,7 +118,12 @@ impl<L: Link, M: Machine> Driver<L, M> {
 
     /// Hands every frame the member has to the link.
     pub fn flush(&mut self, now: Instant) -> Result<(), LinkError> {
-        while let Some(t) = self.member.poll_transmit(now, &mut self.buf) {
+        // Only as much as the link takes without a long queue: the rest stays with the
+        // machine, which puts repairs and control before fresh data when it is asked again.
+        while self.link.tx_ready() {
+            let Some(t) = self.member.poll_transmit(now, &mut self.buf) else {
+                break;
+            };
             self.link.send(t.dst, &self.buf[..t.len])?;
         }
         self.link.flush()

@@ -25,6 +25,7 @@
 //! dropped and counted ([`MemberStats::events_dropped`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use thiserror::Error;
@@ -188,8 +189,9 @@ pub fn pair_group(group: u32, a: Rank, b: Rank) -> u32 {
 pub struct MemberConfig {
     /// The group engine's configuration (group id, rank, size, key, window, ...).
     pub engine: Config,
-    /// MAC address of every rank, in rank order.
-    pub peers: Vec<MacAddr>,
+    /// MAC address of every rank, in rank order (shared: the members of a simulated group
+    /// hold one table, not one each).
+    pub peers: Arc<[MacAddr]>,
     /// Where frames for every member go: the broadcast address, or the group's multicast
     /// address.
     pub group_mac: MacAddr,
@@ -208,10 +210,10 @@ pub struct MemberConfig {
 
 impl MemberConfig {
     /// A member of the group `engine` describes, with the MAC of every rank.
-    pub fn new(engine: Config, peers: Vec<MacAddr>) -> MemberConfig {
+    pub fn new(engine: Config, peers: impl Into<Arc<[MacAddr]>>) -> MemberConfig {
         MemberConfig {
             engine,
-            peers,
+            peers: peers.into(),
             group_mac: BROADCAST_MAC,
             detector: None,
             barrier_arity: 4,
@@ -400,7 +402,7 @@ pub struct Member {
     tree_cache: VecDeque<(Tag, Vec<u8>, Vec<Rank>)>,
     barriers: [Barrier; 2],
     detector: Option<Detector>,
-    peers: Vec<MacAddr>,
+    peers: Arc<[MacAddr]>,
     group_mac: MacAddr,
     prepost: usize,
     late: Option<LateRoster>,
@@ -828,8 +830,13 @@ impl Member {
             let claimed = frame.src();
             let relayed = frame.kind() == Kind::Repair && frame.flags().contains(Flags::P2P);
             let from = self.peers.get(usize::from(claimed));
-            // A peer repair keeps the root as its source but comes from a fellow member.
-            if from != Some(&src) && !(relayed && self.peers.contains(&src)) {
+            // A peer repair keeps the root as its source but comes from the fellow member
+            // this one asks for that root's frames.
+            let relayer = || {
+                let peer = self.engine.repair_peer(claimed)?;
+                self.peers.get(usize::from(peer))
+            };
+            if from != Some(&src) && !(relayed && relayer() == Some(&src)) {
                 self.stats.mac_mismatch += 1;
                 return;
             }
@@ -1253,5 +1260,55 @@ impl Member {
             Some(r) => self.result = Some(r),
             None => self.call = Some(call),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::sim::port_mac;
+    use crate::wire::{Kind, Repr, ALL};
+
+    /// Rank 2 of 4 with peer repair: for root 0's stream it asks rank 3.
+    fn member() -> (Member, Instant) {
+        let now = Instant::now();
+        let mut cfg = Config::new(7, 2, 4);
+        cfg.peer_repair = true;
+        let macs: Vec<MacAddr> = (0..4).map(port_mac).collect();
+        let mut mc = MemberConfig::new(cfg, macs);
+        mc.prepost = 4;
+        (Member::new(now, mc).unwrap(), now)
+    }
+
+    fn frame(kind: Kind, seq: u32, dst: Rank, flags: Flags) -> Vec<u8> {
+        let mut r = Repr::new(kind);
+        r.group = 7;
+        r.src = 0;
+        r.dst = dst;
+        r.flags = flags;
+        r.msg_id = seq;
+        r.seq = seq;
+        r.msg_len = 100;
+        r.to_vec(&[seq as u8; 100]).unwrap()
+    }
+
+    #[test]
+    fn a_relayed_repair_is_taken_only_from_the_peer_the_stream_asks() {
+        let (mut m, now) = member();
+        m.handle_frame(
+            now,
+            port_mac(0),
+            &frame(Kind::Data, 0, ALL, Flags::BROADCAST),
+        );
+        assert_eq!(m.stats().accepted, 1);
+        // Frame 1 relayed by rank 1, which this stream never asks: a forgery.
+        let relayed = frame(Kind::Repair, 1, 2, Flags::P2P);
+        m.handle_frame(now, port_mac(1), &relayed);
+        assert_eq!(m.stats().mac_mismatch, 1);
+        assert_eq!(m.stats().accepted, 1);
+        // The same frame from rank 3, the stream's repair peer: taken.
+        m.handle_frame(now, port_mac(3), &relayed);
+        assert_eq!(m.stats().accepted, 2);
+        assert_eq!(m.engine_stats().delivered, 2);
     }
 }

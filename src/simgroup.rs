@@ -462,9 +462,10 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
         faults: sc.faults,
         per_port,
         switch_buffer: None,
+        tx_queue: Some(crate::cluster::HOST_TX_QUEUE),
     })?;
     let start = net.now();
-    let macs: Vec<_> = (0..n).map(|i| port_mac(i as u16)).collect();
+    let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
             let mut cfg = Config::new(0x6E0, i as Rank, sc.nodes);

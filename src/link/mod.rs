@@ -394,6 +394,14 @@ pub trait Link {
     fn flush(&mut self) -> Result<(), LinkError> {
         Ok(())
     }
+    /// Whether the link takes another frame now without putting it behind more than a few
+    /// frames the device has yet to send. A driver stops asking its machine for frames while
+    /// this is false and asks again at its next turn, so that what the machine sends next (a
+    /// repair, an acknowledgement) goes out soon instead of waiting behind a window of data
+    /// in a queue the protocol cannot see. Backends whose `send` waits for room say `true`.
+    fn tx_ready(&self) -> bool {
+        true
+    }
     /// Pushes out anything queued and waits up to `timeout` until the device has taken all of
     /// it; returns whether it did. Frames still queued when a link is dropped are lost, so a
     /// program that sends its last words (an abort, a final report) and exits drains first.
@@ -423,6 +431,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn flush(&mut self) -> Result<(), LinkError> {
         (**self).flush()
+    }
+    fn tx_ready(&self) -> bool {
+        (**self).tx_ready()
     }
     fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
         (**self).drain(timeout)

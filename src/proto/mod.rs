@@ -663,6 +663,11 @@ impl Engine {
     pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
         self.rx.get(usize::from(root)).and_then(|r| r.as_deref())
     }
+    /// The fellow receiver this member asks for lost frames of `root`'s stream (peer repair),
+    /// if any: the one member whose relayed repairs of that stream are expected.
+    pub fn repair_peer(&self, root: Rank) -> Option<Rank> {
+        self.receiver(root).and_then(Receiver::peer)
+    }
     /// When a frame of `rank` last passed every check of [`Engine::handle_frame`] (CRC,
     /// group, key, membership, destination): a sign of life of that member. Frames of other
     /// groups, garbage and forgeries the key rejects are no such sign.
@@ -729,6 +734,7 @@ impl Engine {
             t.children(self.cfg.rank),
             self.view,
             self.cfg.ack_delay * 3,
+            self.cfg.rto * 3 / 4,
         ))
     }
 

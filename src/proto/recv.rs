@@ -13,9 +13,12 @@
 //! coalesced. Messages are delivered whole, exactly once, in the root's order.
 //!
 //! With an acknowledgement tree ([`super::tree`]) the stream acknowledges to its parent, for
-//! its whole subtree: the minimum of its own position and its children's last reports, under
-//! the same coalescing rules (every `ack_every` frames of progress of that minimum, or
-//! `ack_delay` after it moved). NACKs still go to the root (or the peer) directly. A probe of
+//! its whole subtree: the minimum of its own position and its children's last reports, at
+//! once when that minimum crosses a multiple of `ack_every` (aligned, so that a parent
+//! forwards one report per `ack_every` frames, not one per child), `ack_delay` after it last
+//! moved otherwise (the end of a stream), and every `keepalive` while the subtree lags behind
+//! what the member has seen (so that the root, hearing the subtree is alive, times out only
+//! the laggard). NACKs still go to the root (or the peer) directly. A probe of
 //! the root (a frame asking for an acknowledgement) means the root is not hearing of this
 //! member's progress, say because an ancestor died: the answer goes straight to the root,
 //! besides the tree's report.
@@ -46,6 +49,9 @@ pub(crate) struct TreeLink {
     refresh_at: Option<Instant>,
     /// How long after a report it is sent again.
     refresh_after: Duration,
+    /// While the subtree lags behind what this member has seen, how often its position is
+    /// reported again, moved or not (below the root's retransmission timeout).
+    keepalive: Duration,
 }
 
 impl TreeLink {
@@ -55,6 +61,7 @@ impl TreeLink {
         children: Vec<Rank>,
         view: u32,
         refresh_after: Duration,
+        keepalive: Duration,
     ) -> TreeLink {
         TreeLink {
             parent,
@@ -63,6 +70,7 @@ impl TreeLink {
             sent: 0,
             refresh_at: None,
             refresh_after,
+            keepalive,
         }
     }
 }
@@ -178,6 +186,8 @@ pub struct Receiver {
     max_message: usize,
     pull_override: Option<(u32, Rank)>,
     probe_answer: bool,
+    /// The root repaired a frame this member has: its report is sent again, even unchanged.
+    rereport: bool,
     /// Where this stream reports in the acknowledgement tree (`None`: to the root directly).
     /// Boxed: most streams (groups below the tree's threshold) have none.
     tree: Option<Box<TreeLink>>,
@@ -234,6 +244,7 @@ impl Receiver {
             max_message: cfg.max_message,
             pull_override: None,
             probe_answer: false,
+            rereport: false,
             events: VecDeque::new(),
             controls: VecDeque::new(),
             armed: None,
@@ -274,6 +285,12 @@ impl Receiver {
     }
 
     /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
+    /// The fellow receiver this stream asks for lost frames (and the only one whose relayed
+    /// repairs it takes).
+    pub(crate) fn peer(&self) -> Option<Rank> {
+        self.peer
+    }
+
     pub(crate) fn set_peer(&mut self, peer: Option<Rank>) {
         self.peer = peer;
         self.peer_silence = 0;
@@ -451,9 +468,13 @@ impl Receiver {
         let s = match locate(self.expected, repr.seq, self.window() as u32) {
             Position::Window(s) => s,
             Position::Behind => {
-                if repr.flags.contains(Flags::ACK_REQ) || repr.dst == self.me {
-                    // The root resent what we have: our acknowledgement was lost.
+                if repr.flags.contains(Flags::ACK_REQ) || repr.dst == self.me || self.tree.is_some()
+                {
+                    // The root resent what we have: our acknowledgement was lost (with a
+                    // tree, a report on the way up, maybe above us: report again, even
+                    // unchanged, so that a parent holding our old position hears the new).
                     self.ack_now = true;
+                    self.rereport = true;
                     self.schedule(now);
                 }
                 return Err(Drop::Stale(u64::from(repr.seq)));
@@ -838,7 +859,9 @@ impl Receiver {
     }
 
     fn schedule(&mut self, now: Instant) {
-        if self.ack_now || self.unacked >= self.ack_every {
+        if let Some(sent) = self.tree.as_ref().map(|t| t.sent).filter(|_| !self.ack_now) {
+            self.schedule_report(now, sent);
+        } else if self.ack_now || self.unacked >= self.ack_every {
             self.send_ack(now);
         } else if self.expected > self.acked && self.ack_at.is_none() {
             self.ack_at = Some(now + self.ack_delay);
@@ -881,7 +904,25 @@ impl Receiver {
         // move: the root learns which member it waits for, and stops probing the others.
         // A probe's answer also reports again to the parent, even unchanged: a report on the
         // way up may have been lost.
-        self.report(now, seen.is_some());
+        let again = std::mem::take(&mut self.rereport);
+        self.report(now, seen.is_some() || again);
+    }
+
+    /// With a tree: reports at once when the subtree's position crosses a multiple of
+    /// `ack_every` (aligned, so that a parent forwards one report per `ack_every` frames of
+    /// its subtree, not one per child), and otherwise `ack_delay` after the subtree last moved
+    /// (a quiet period: the end of a stream, where no multiple is crossed; while frames keep
+    /// coming the aligned reports do the work). `sent`: the position last reported.
+    fn schedule_report(&mut self, now: Instant, sent: Seq) {
+        let every = self.ack_every as u64;
+        let (moved, _) = self.subtree_next();
+        self.acked = self.expected;
+        self.unacked = 0;
+        if moved / every > sent / every {
+            self.send_ack(now);
+        } else if moved > sent {
+            self.ack_at = Some(now + self.ack_delay);
+        }
     }
 
     /// The position this stream's subtree has reached (its own, or a child's report if
@@ -943,7 +984,6 @@ impl Receiver {
         view: u32,
     ) -> bool {
         let expected = self.expected;
-        let every = self.ack_every as u64;
         let Some(t) = self.tree.as_mut() else {
             return false;
         };
@@ -960,14 +1000,9 @@ impl Receiver {
             (c.1, c.2) = (next, laggard);
         }
         let sent = t.sent;
-        let (moved, _) = self.subtree_next();
         // Forwarded at once when the subtree crosses a multiple of `ack_every` (so a laggard
-        // that catches up is heard without waiting), later otherwise.
-        if moved / every > sent / every {
-            self.report(now, false);
-        } else if moved > sent && self.ack_at.is_none() {
-            self.ack_at = Some(now + self.ack_delay);
-        }
+        // that catches up is heard without waiting), after a quiet period otherwise.
+        self.schedule_report(now, sent);
         true
     }
 
@@ -1058,9 +1093,13 @@ impl Receiver {
             if t.refresh_at.is_some_and(|r| r <= now) {
                 t.refresh_at = None;
                 self.report(now, true);
-                // Once: the repeat does not arm another.
+                // Once, unless the subtree lags behind what this member has seen (a member
+                // below waits for a repair): then again every `keepalive`, so that the root
+                // hears the subtree is alive and waits for one laggard, and times out that
+                // one only, not every member of the subtree at once.
+                let stuck = self.subtree_next().0 < self.highest;
                 if let Some(t) = self.tree.as_mut() {
-                    t.refresh_at = None;
+                    t.refresh_at = stuck.then(|| now + t.keepalive);
                 }
             }
         }

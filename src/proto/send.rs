@@ -366,6 +366,16 @@ impl Sender {
         let sent_upto = self.sent_upto;
         if let Some(c) = behind(head, next) {
             let c = c.min(sent_upto);
+            // A report naming as laggard a member this root knows to have everything sent is
+            // stale (a newer report from below was lost on the way, and the subtree, done, no
+            // longer reports): it restarts no timer, so that the subtree's timers fire, the
+            // root's repairs of frames they have make them report again, and the stale
+            // position above is replaced.
+            let stale = c < sent_upto
+                && self
+                    .eqa
+                    .lms(laggard)
+                    .is_some_and(|l| l.cursor() >= sent_upto);
             for &r in covered {
                 let progressed = self.eqa.ack(r, c);
                 let Some(lms) = self.eqa.lms_mut(r) else {
@@ -377,7 +387,7 @@ impl Sender {
                     lms.last_progress = Some(now);
                     let timer = (lms.cursor() < sent_upto).then_some(now + cfg.rto);
                     self.set_timer(r, timer);
-                } else if r != laggard && lms.timer.is_some() {
+                } else if r != laggard && !stale && lms.timer.is_some() {
                     let t = now + lms.rto;
                     self.set_timer(r, Some(t));
                 }

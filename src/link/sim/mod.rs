@@ -219,6 +219,11 @@ pub struct SimConfig {
     pub per_port: Vec<(usize, Faults)>,
     /// Capacity of each switch output queue in frames (tail drop); `None` is unbounded.
     pub switch_buffer: Option<usize>,
+    /// Largest frames a host's transmit queue holds before its link says it is not ready
+    /// ([`Link::tx_ready`]; a NIC's ring, kept short as byte queue limits keep it); the
+    /// port's host is visited again when the queue has drained below it. `None`: the link
+    /// takes everything at once (an unbounded queue).
+    pub tx_queue: Option<usize>,
 }
 
 impl Default for SimConfig {
@@ -233,6 +238,7 @@ impl Default for SimConfig {
             faults: Faults::NONE,
             per_port: Vec::new(),
             switch_buffer: None,
+            tx_queue: None,
         }
     }
 }
@@ -388,6 +394,8 @@ enum EventKind {
     Downlink(usize),
     /// A frame held back for reordering reaches `port`.
     Late { port: usize, pdu: Rc<[u8]> },
+    /// The transmit queue of `port`'s host may have drained below its bound.
+    TxReady(usize),
 }
 
 #[derive(Debug)]
@@ -424,6 +432,8 @@ struct PortState {
     in_burst: bool,
     /// When the uplink finishes serialising what it has been given.
     tx_free: u64,
+    /// Its host was told the link is not ready; it is woken when the queue drains.
+    tx_blocked: bool,
     /// When the switch output link to this port finishes what it has been given.
     out_free: u64,
     /// Completion times of the frames in the switch output queue (only with a bounded buffer).
@@ -451,6 +461,8 @@ struct Inner {
     latency: u64,
     mtu: usize,
     switch_buffer: Option<usize>,
+    /// Serialisation time of the transmit queue's bound ([`SimConfig::tx_queue`]).
+    tx_queue_ns: Option<u64>,
     heap: BinaryHeap<Event>,
     ports: Vec<PortState>,
     /// The ports that joined each multicast group, in index order.
@@ -487,6 +499,37 @@ impl Inner {
                 u64::try_from(ns).unwrap_or(u64::MAX)
             }
         }
+    }
+
+    /// Whether `port`'s host may hand over another frame without queueing it behind more
+    /// than the transmit queue's bound.
+    fn tx_ready(&self, port: usize) -> bool {
+        self.tx_queue_ns
+            .is_none_or(|q| self.ports[port].tx_free.saturating_sub(self.now) < q)
+    }
+
+    /// Tells `port`'s host whether it may send; when not, wakes it (puts it on the ready
+    /// list) once the queue has drained below the bound.
+    fn poll_tx_ready(&mut self, port: usize) -> bool {
+        if self.tx_ready(port) {
+            return true;
+        }
+        if !self.ports[port].tx_blocked {
+            self.ports[port].tx_blocked = true;
+            self.schedule_tx_wake(port);
+        }
+        false
+    }
+
+    fn schedule_tx_wake(&mut self, port: usize) {
+        let q = self.tx_queue_ns.unwrap_or(0);
+        let at = (self.ports[port].tx_free.saturating_sub(q) + 1).max(self.now);
+        let seq = self.next_seq();
+        self.heap.push(Event {
+            at,
+            seq,
+            kind: EventKind::TxReady(port),
+        });
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -819,6 +862,16 @@ impl Inner {
                     delivered += 1;
                     self.deliver(port, pdu);
                 }
+                EventKind::TxReady(port) => {
+                    if !self.tx_ready(port) {
+                        self.schedule_tx_wake(port);
+                    } else if std::mem::take(&mut self.ports[port].tx_blocked)
+                        && self.ports[port].rx.is_empty()
+                    {
+                        // (A port with frames waiting is on the list already.)
+                        self.ready.push(port);
+                    }
+                }
             }
         }
         self.now = target;
@@ -890,6 +943,7 @@ impl SimNet {
                 rx_rng: rng(i, 1),
                 in_burst: false,
                 tx_free: 0,
+                tx_blocked: false,
                 out_free: 0,
                 out_queue: VecDeque::new(),
                 uplink: VecDeque::new(),
@@ -900,7 +954,7 @@ impl SimNet {
             .collect();
         // Pin the shared base instant now, before anybody asks for the time.
         let _ = base();
-        Ok(SimNet {
+        let net = SimNet {
             inner: Rc::new(RefCell::new(Inner {
                 now: 0,
                 seq: 0,
@@ -908,6 +962,7 @@ impl SimNet {
                 latency: to_ns(cfg.latency),
                 mtu: cfg.mtu,
                 switch_buffer: cfg.switch_buffer,
+                tx_queue_ns: None,
                 heap: BinaryHeap::new(),
                 ports,
                 groups: BTreeMap::new(),
@@ -915,7 +970,16 @@ impl SimNet {
                 ready: Vec::new(),
                 taps: Vec::new(),
             })),
-        })
+        };
+        {
+            let mut inner = net.inner.borrow_mut();
+            let frame = inner.ser_ns(cfg.mtu);
+            inner.tx_queue_ns = cfg
+                .tx_queue
+                .map(|k| frame.saturating_mul(k as u64))
+                .filter(|&q| q > 0);
+        }
+        Ok(net)
     }
 
     /// Number of ports.
@@ -1154,6 +1218,12 @@ impl Link for SimPort {
 
     fn max_pdu(&self) -> usize {
         self.inner.borrow().mtu
+    }
+
+    /// False while the host's transmit queue holds [`SimConfig::tx_queue`] frames' worth or
+    /// more; the port is then put on the ready list ([`SimNet::take_ready`]) when it drains.
+    fn tx_ready(&self) -> bool {
+        self.inner.borrow_mut().poll_tx_ready(self.index)
     }
 
     /// Puts the PDU on this port's uplink at the current virtual time. A dead port accepts it

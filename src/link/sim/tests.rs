@@ -887,6 +887,38 @@ fn ready_ports_name_each_port_whose_queue_filled_once_and_only_those() {
 }
 
 #[test]
+fn a_host_whose_transmit_queue_is_full_is_told_so_and_woken_when_it_drains() {
+    // 100 Mbit/s: a 1000-byte frame takes about 82 us; the queue holds two of the largest.
+    let (net, mut ports) = build(SimConfig {
+        rate_bps: Some(100_000_000),
+        tx_queue: Some(2),
+        ..perfect(3)
+    });
+    let mut sent = 0;
+    while ports[0].tx_ready() {
+        ports[0].send(port_mac(1), &numbered(sent, 1000)).unwrap();
+        sent += 1;
+        assert!(sent < 10, "the queue is bounded");
+    }
+    assert!(sent >= 2, "it took {sent} frames");
+    assert!(!ports[0].tx_ready(), "asked again: still full");
+    // Nothing arrives at port 0, yet it is woken once its queue has drained.
+    let mut woken = false;
+    while let Some(t) = net.next_event() {
+        net.advance_to(t);
+        if net.take_ready().contains(&0) {
+            woken = true;
+            break;
+        }
+    }
+    assert!(woken, "port 0 was never woken");
+    assert!(ports[0].tx_ready());
+    // Without a bound the link takes everything.
+    let (_, unbounded) = build(perfect(2));
+    assert!(unbounded[0].tx_ready());
+}
+
+#[test]
 fn a_group_frame_reaches_only_the_ports_that_joined_but_occupies_every_link() {
     let (net, mut ports) = build(SimConfig {
         rate_bps: Some(100_000_000),

@@ -236,6 +236,7 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
     sc.rate_bps = o.rate_bps;
     sc.faults = o.faults();
     sc.limit = Duration::from_secs(24 * 3600);
+
     sc.window = o.window;
     sc.ack_tree = o.ack_tree;
     sc.peer_repair = o.peer_repair;

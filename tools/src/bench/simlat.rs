@@ -105,7 +105,7 @@ pub fn one(nodes: u16, size: usize, algo: Algorithm, repeat: usize) -> Result<f6
         ..SimConfig::new(n)
     })
     .map_err(|e| e.to_string())?;
-    let macs: Vec<_> = (0..n).map(|i| port_mac(i as u16)).collect();
+    let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
             let cfg = Config::new(0xEB, i as u16, nodes);
