@@ -72,9 +72,17 @@ pub struct Sizes {
     pub s_ldp: usize,
 }
 
-/// Measures the sizes from the structures a real engine of `profile` allocates.
+/// Measures the sizes from the structures a real engine of `profile` allocates (in a group
+/// of two: the sizes below [`crate::proto::ACK_TREE_FROM`] members).
 pub fn sizes(profile: Profile) -> Sizes {
-    let cfg = profile.config(0, 2);
+    sizes_for(profile, 2)
+}
+
+/// The sizes in a group of `n` members: the default window grows with the acknowledgement
+/// tree from [`crate::proto::ACK_TREE_FROM`] members (see [`crate::proto::default_window`]),
+/// and with it `s_SDP` and `s_RDP`.
+pub fn sizes_for(profile: Profile, n: u16) -> Sizes {
+    let cfg = profile.config(0, n.max(2));
     let mut engine = Engine::new(cfg).expect("profile configurations are valid");
     let now = std::time::Instant::now();
     // Create the receive stream of root 1 (streams are created when a root is first heard).

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use ethbcast::memory::{sizes, Profile};
+use ethbcast::memory::{sizes_for, Profile};
 use ethbcast::proto::{Algo, Config, Engine};
 use ethbcast_sys::alloc::CountingAlloc;
 
@@ -15,8 +15,8 @@ static ALLOC: CountingAlloc = CountingAlloc::new();
 #[test]
 fn allocated_bytes_match_the_formula_for_groups_up_to_128() {
     for profile in [Profile::Paper, Profile::Default] {
-        let s = sizes(profile);
         for n in [2u16, 4, 8, 16, 32, 64, 128] {
+            let s = sizes_for(profile, n);
             let cfg = match profile {
                 Profile::Paper => Config::paper(1, 0, n),
                 Profile::Default => Config::new(1, 0, n),

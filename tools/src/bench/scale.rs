@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use ethbcast::cluster::ClusterError;
-use ethbcast::memory::{sizes, Profile};
+use ethbcast::memory::{sizes_for, Profile};
 use ethbcast::proto::Algo;
 use serde::Serialize;
 
@@ -79,9 +79,9 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
             "--nodes: every group needs at least 2 members".into(),
         ));
     }
-    let mem = sizes(Profile::Default);
     let mut rows = Vec::new();
     for &nodes in &o.nodes {
+        let mem = sizes_for(Profile::Default, nodes);
         for &rate in &o.rates {
             for &loss in &o.losses {
                 let r = run_sim(&SimOptions {
