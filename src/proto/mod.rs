@@ -95,6 +95,10 @@ pub struct Config {
     /// ... or this long after the oldest unacknowledged frame.
     pub ack_delay: Duration,
     /// A receiver repeats a NACK for a gap that persists this long (doubling each time).
+    /// [`Config::new`] gives 2 ms, and 1 ms from [`ACK_TREE_FROM`] members: there the first
+    /// repeat goes to the peer (whose link is idle), not the root, and with a thousand
+    /// receivers every window waits for the member whose repair was lost (at 1024 members,
+    /// 1 % loss: goodput 0.78 of 16 members' with 2 ms, 0.83 with 1 ms).
     pub nack_retry: Duration,
     /// Initial retransmission timeout per destination.
     pub rto: Duration,
@@ -177,7 +181,11 @@ impl Config {
             btp2: 780,
             ack_every: 8,
             ack_delay: Duration::from_micros(300),
-            nack_retry: Duration::from_millis(2),
+            nack_retry: if size >= ACK_TREE_FROM {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_millis(2)
+            },
             rto: Duration::from_millis(4),
             rto_max: Duration::from_millis(200),
             rebroadcast_min: 2,

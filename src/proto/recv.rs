@@ -106,8 +106,11 @@ bitflags::bitflags! {
         /// Its payload was written straight into its message (see `Receiver::place`), not
         /// into `data`.
         const PLACED = 1 << 1;
-        /// It was asked of the peer already: the next ask goes to the root.
+        /// It was asked of the peer already.
         const PEER_ASKED = 1 << 2;
+        /// It was asked of the peer twice (the first repair was lost, or late): the next ask
+        /// goes to the root.
+        const PEER_ASKED_AGAIN = 1 << 4;
         /// `data` holds its payload (a frame not placed, or the copy kept for peer repair):
         /// a peer may be served from it after its message was handed on.
         const COPY = 1 << 3;
@@ -495,7 +498,9 @@ impl Receiver {
         if let Some(t) = self.slots[i].nacked.take() {
             self.repair_sample(now.saturating_duration_since(t));
         }
-        self.slots[i].state.remove(SlotState::PEER_ASKED);
+        self.slots[i]
+            .state
+            .remove(SlotState::PEER_ASKED | SlotState::PEER_ASKED_AGAIN);
         if repr.kind == Some(Kind::Repair) && repr.flags.contains(Flags::P2P) {
             // Relayed by a peer: it answers.
             self.peer_silence = 0;
@@ -1032,8 +1037,18 @@ impl Receiver {
                 let i = self.idx(s);
                 if s < end && due(&self.slots[i]) {
                     let slot = &mut self.slots[i];
+                    let retry = slot.nacked.is_some();
                     if self.peer.is_some() && !slot.state.contains(SlotState::PEER_ASKED) {
                         slot.state.insert(SlotState::PEER_ASKED);
+                        to_peer |= 1 << k;
+                    } else if self.peer.is_some()
+                        && retry
+                        && !slot.state.contains(SlotState::PEER_ASKED_AGAIN)
+                    {
+                        // The peer has it (it did not say otherwise) and its repair did not
+                        // come in time: most likely lost. Asked once more before the root.
+                        self.peer_silence += 1;
+                        slot.state.insert(SlotState::PEER_ASKED_AGAIN);
                         to_peer |= 1 << k;
                     } else {
                         if slot.state.contains(SlotState::PEER_ASKED) && slot.nacked.is_some() {
