@@ -287,23 +287,25 @@ impl Receiver {
         self.slots.first().map_or(0, |s| s.data.len())
     }
 
-    /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
     /// The fellow receiver this stream asks for lost frames (and the only one whose relayed
     /// repairs it takes).
     pub(crate) fn peer(&self) -> Option<Rank> {
         self.peer
     }
 
+    /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
     pub(crate) fn set_peer(&mut self, peer: Option<Rank>) {
         self.peer = peer;
         self.peer_silence = 0;
     }
 
-    /// The payload of frame `s` of this stream, if this member still holds it: in its slot,
-    /// or in the buffer of a message not delivered yet. Delivered messages are gone; the
-    /// asking peer then turns to the root.
+    /// The payload of frame `s` of this stream, if this member still holds it: in its slot
+    /// (a frame not placed, or the copy kept for peer repair), or in the buffer of a message
+    /// not delivered yet. Otherwise the asking peer is told, and turns to the root.
     fn held(&self, s: Seq) -> Option<(Repr, &[u8])> {
-        if s + self.window() <= self.expected || s >= self.expected + self.window() {
+        // Frame `s + window` lands in the same slot: until it has arrived (`expected` past it),
+        // the slot still holds `s` (the sequence check below confirms it).
+        if s + self.window() < self.expected || s >= self.expected + self.window() {
             return None;
         }
         let slot = &self.slots[self.idx(s)];

@@ -720,7 +720,12 @@ fn when_the_peer_cannot_help_the_root_repairs_after_the_retry_interval() {
     let m = message(150_000, 4);
     broadcast_to_all(&mut net, &m);
     assert_eq!(net.delivered[2], vec![(0, 0, m)]);
-    assert_eq!(net.engines[3].stats().peer_repairs, 1, "the peer tried");
+    assert_eq!(net.engines[2].stats().peer_nacks, 2, "asked the peer twice");
+    assert_eq!(
+        net.engines[3].stats().peer_repairs,
+        2,
+        "the peer tried twice"
+    );
     let tx = net.engines[0].sender().eqa();
     assert_eq!(
         tx.lms(2).unwrap().stats.repairs,
