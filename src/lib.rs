@@ -14,7 +14,8 @@
 //! - [`link`]: the one trait every medium implements, and the simulated switch;
 //! - [`memory`]: the paper's memory accounting, computed from the real structures;
 //! - [`cluster`]: a whole group on the simulated switch, with a delivery checker;
-//! - [`smp`]: several ranks per host, one network member per host and a ring in shared memory.
+//! - [`smp`]: several ranks per host, one network member per host and a ring in shared memory
+//!   (a medium like the links, so it lives beside them: [`link::smp`]).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -30,5 +31,5 @@ pub mod membership;
 pub mod memory;
 pub mod proto;
 pub mod simgroup;
-pub mod smp;
+pub use link::smp;
 pub mod wire;

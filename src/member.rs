@@ -1269,9 +1269,12 @@ mod tests {
     use crate::link::sim::port_mac;
     use crate::wire::{Kind, Repr, ALL};
 
-    /// Rank 2 of 4 with peer repair: for root 0's stream it asks rank 3.
+    /// Rank 2 of 4 with peer repair: for root 0's stream it asks rank 3. Time is the
+    /// simulator's virtual clock.
     fn member() -> (Member, Instant) {
-        let now = Instant::now();
+        let now = crate::link::sim::SimNet::new(crate::link::sim::SimConfig::new(4))
+            .unwrap()
+            .now();
         let mut cfg = Config::new(7, 2, 4);
         cfg.peer_repair = true;
         let macs: Vec<MacAddr> = (0..4).map(port_mac).collect();

@@ -73,18 +73,18 @@ pub struct Sizes {
 }
 
 /// Measures the sizes from the structures a real engine of `profile` allocates (in a group
-/// of two: the sizes below [`crate::proto::ACK_TREE_FROM`] members).
-pub fn sizes(profile: Profile) -> Sizes {
-    sizes_for(profile, 2)
+/// of two: the sizes below [`crate::proto::ACK_TREE_FROM`] members). `now` is the instant the
+/// engine is built and driven at (the caller's clock: any instant gives the same sizes).
+pub fn sizes(profile: Profile, now: std::time::Instant) -> Sizes {
+    sizes_for(profile, 2, now)
 }
 
 /// The sizes in a group of `n` members: the default window grows with the acknowledgement
 /// tree from [`crate::proto::ACK_TREE_FROM`] members (see [`crate::proto::default_window`]),
 /// and with it `s_SDP` and `s_RDP`.
-pub fn sizes_for(profile: Profile, n: u16) -> Sizes {
+pub fn sizes_for(profile: Profile, n: u16, now: std::time::Instant) -> Sizes {
     let cfg = profile.config(0, n.max(2));
     let mut engine = Engine::new(cfg).expect("profile configurations are valid");
-    let now = std::time::Instant::now();
     // Create the receive stream of root 1 (streams are created when a root is first heard).
     let _ = engine.post_recv(now, 1, 0);
     // Make the destination structures (a member makes them at its first broadcast).
@@ -139,6 +139,13 @@ impl Sizes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::link::sim::{SimConfig, SimNet};
+
+    /// An instant of the simulator's virtual clock: the sizes do not depend on it.
+    fn sizes(profile: Profile) -> Sizes {
+        let net = SimNet::new(SimConfig::new(2)).expect("a valid switch");
+        super::sizes(profile, net.now())
+    }
 
     /// The paper's totals (33.8, 41.4, 4.4 "Kbytes") are read with 1 KB = 1000 bytes; its
     /// queue sizes (4, 12, 24 KB) are allocated as 1024-byte kilobytes.

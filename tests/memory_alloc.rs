@@ -16,7 +16,7 @@ static ALLOC: CountingAlloc = CountingAlloc::new();
 fn allocated_bytes_match_the_formula_for_groups_up_to_128() {
     for profile in [Profile::Paper, Profile::Default] {
         for n in [2u16, 4, 8, 16, 32, 64, 128] {
-            let s = sizes_for(profile, n);
+            let s = sizes_for(profile, n, Instant::now());
             let cfg = match profile {
                 Profile::Paper => Config::paper(1, 0, n),
                 Profile::Default => Config::new(1, 0, n),

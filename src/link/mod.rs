@@ -13,6 +13,10 @@
 //!
 //! so that what the rings buy is measured against the alternatives, not assumed.
 //!
+//! Besides the network links, [`smp`] is the other medium: the ring in shared memory through
+//! which the ranks of one host receive (its waits, on futexes and with deadlines, are I/O like
+//! a link's receive; the crate re-exports it as `ethbcast::smp`).
+//!
 //! A link carries ethbcast PDUs ([`crate::wire`]); the Ethernet header (destination, source,
 //! EtherType 0x88B5) is the link's business.
 //!
@@ -26,6 +30,7 @@ pub mod pnet;
 #[cfg(target_os = "linux")]
 pub mod ring;
 pub mod sim;
+pub mod smp;
 #[cfg(target_os = "linux")]
 pub mod socket;
 #[cfg(target_os = "linux")]

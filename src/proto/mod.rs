@@ -131,7 +131,7 @@ pub struct Config {
     /// turns it on from [`ACK_TREE_FROM`] members, off below (the paper's model: every repair
     /// comes from the root).
     pub peer_repair: bool,
-    /// Fan-out of the acknowledgement tree (see [`tree`]): receivers acknowledge to a parent
+    /// Fan-out of the acknowledgement tree (`proto/tree.rs`): receivers acknowledge to a parent
     /// that reports for its whole subtree, so the root receives about `ack_tree / ack_every`
     /// acknowledgements per data frame whatever the group's size. 0: every receiver
     /// acknowledges to the root, as in the EQA paper. [`Config::new`] turns it on from

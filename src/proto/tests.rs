@@ -1231,3 +1231,59 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
         "rank 3 reports up the new tree"
     );
 }
+
+/// A push-pull message that fits one frame (the root side).
+mod one_frame_push_pull {
+    use crate::proto::{Algo, Config, Dest, Engine, Event};
+    use crate::wire::{Flags, Frame, Kind, Repr};
+    use std::time::Instant;
+
+    /// What the root sends for one push-pull message of `len` bytes before any answer.
+    fn first_frames(len: usize) -> (Vec<Repr>, Vec<Vec<u8>>) {
+        let mut root = Engine::new(Config::new(7, 0, 3)).unwrap();
+        let now = Instant::now();
+        root.bcast(now, vec![5; len], Algo::PushPull).unwrap();
+        let (mut reprs, mut pdus) = (Vec::new(), Vec::new());
+        let mut buf = vec![0u8; 1500];
+        while let Some(t) = root.poll_transmit(now, &mut buf) {
+            assert_eq!(t.dst, Dest::All);
+            reprs.push(Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap()));
+            pdus.push(buf[..t.len].to_vec());
+        }
+        (reprs, pdus)
+    }
+
+    #[test]
+    fn a_message_that_fits_one_frame_is_pushed_whole_and_needs_no_pull() {
+        let max = Config::new(7, 0, 3).max_payload();
+        for len in [1, 80, 81, 256, 860, 861, max] {
+            let (reprs, pdus) = first_frames(len);
+            assert_eq!(reprs.len(), 1, "{len} B: one frame");
+            let f = reprs[0].flags;
+            assert!(f.contains(Flags::PUSH | Flags::LAST), "{len} B: {f:?}");
+            assert!(!f.contains(Flags::PULL_WAIT), "{len} B: waits for a pull");
+            // A receiver delivers it from that frame alone and asks for nothing.
+            let mut rx = Engine::new(Config::new(7, 1, 3)).unwrap();
+            let now = Instant::now();
+            rx.handle_frame(now, &pdus[0]).unwrap();
+            match rx.poll_event() {
+                Some(Event::Delivered { data, .. }) => assert_eq!(data, vec![5; len]),
+                other => panic!("{len} B: {other:?}"),
+            }
+            let mut buf = vec![0u8; 1500];
+            while let Some(t) = rx.poll_transmit(now, &mut buf) {
+                let kind = Frame::new_checked(&buf[..t.len]).unwrap().kind();
+                assert_ne!(kind, Kind::Pull, "{len} B: pulled");
+            }
+        }
+    }
+
+    #[test]
+    fn a_longer_message_still_pushes_btp1_then_btp2_and_waits() {
+        let max = Config::new(7, 0, 3).max_payload();
+        let (reprs, _) = first_frames(max + 1);
+        assert_eq!(reprs.len(), 2);
+        assert_eq!((reprs[0].offset, reprs[1].offset), (0, 80));
+        assert!(reprs[1].flags.contains(Flags::PULL_WAIT));
+    }
+}

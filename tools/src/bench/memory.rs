@@ -39,7 +39,7 @@ pub struct MemoryReport {
 
 /// Builds the report.
 pub fn report(profile: Profile, nodes: &[usize]) -> MemoryReport {
-    let s = sizes(profile);
+    let s = sizes(profile, std::time::Instant::now());
     MemoryReport {
         profile: match profile {
             Profile::Paper => "paper".into(),

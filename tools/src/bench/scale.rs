@@ -81,7 +81,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
     }
     let mut rows = Vec::new();
     for &nodes in &o.nodes {
-        let mem = sizes_for(Profile::Default, nodes);
+        let mem = sizes_for(Profile::Default, nodes, std::time::Instant::now());
         for &rate in &o.rates {
             for &loss in &o.losses {
                 let r = run_sim(&SimOptions {
