@@ -1084,6 +1084,25 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Local rank `local` (rank `local` of the job) attaches with the default wait.
+    fn attach(
+        path: &Path,
+        layout: Layout,
+        world: u16,
+        local: usize,
+        timeout: Duration,
+    ) -> Result<HostRing, SmpError> {
+        HostRing::attach(
+            path,
+            layout,
+            world,
+            local,
+            local as Rank,
+            Wait::default(),
+            timeout,
+        )
+    }
+
     fn temp(name: &str) -> PathBuf {
         let p = std::env::temp_dir().join(format!(
             "ethbcast-smp-test-{}-{name}-{:x}",
@@ -1486,17 +1505,7 @@ mod tests {
         }
         let local = {
             let path = path.clone();
-            std::thread::spawn(move || {
-                HostRing::attach(
-                    &path,
-                    layout,
-                    2,
-                    1,
-                    1,
-                    Wait::default(),
-                    Duration::from_secs(5),
-                )
-            })
+            std::thread::spawn(move || attach(&path, layout, 2, 1, Duration::from_secs(5)))
         };
         std::thread::sleep(Duration::from_millis(30));
         let mut owner =
@@ -1516,54 +1525,18 @@ mod tests {
         let mut owner =
             HostRing::create(&path, SMALL, 4, 0, Wait::default(), Duration::from_secs(1)).unwrap();
         let other = Layout { locals: 3, ..SMALL };
-        let e = HostRing::attach(
-            &path,
-            other,
-            4,
-            1,
-            1,
-            Wait::default(),
-            Duration::from_secs(1),
-        )
-        .unwrap_err();
+        let e = attach(&path, other, 4, 1, Duration::from_secs(1)).unwrap_err();
         assert!(matches!(e, SmpError::Layout { .. }), "{e}");
-        let e = HostRing::attach(
-            &path,
-            SMALL,
-            5,
-            1,
-            1,
-            Wait::default(),
-            Duration::from_secs(1),
-        )
-        .unwrap_err();
+        let e = attach(&path, SMALL, 5, 1, Duration::from_secs(1)).unwrap_err();
         assert!(matches!(e, SmpError::Layout { .. }), "{e}");
         owner
             .word(owner.layout.cursor(2) + L_RANK)
             .unwrap()
             .store(8, Ordering::Relaxed);
-        let e = HostRing::attach(
-            &path,
-            SMALL,
-            4,
-            2,
-            2,
-            Wait::default(),
-            Duration::from_secs(1),
-        )
-        .unwrap_err();
+        let e = attach(&path, SMALL, 4, 2, Duration::from_secs(1)).unwrap_err();
         assert!(matches!(e, SmpError::SlotTaken { holder: 7, .. }), "{e}");
         owner.failed().unwrap();
-        let e = HostRing::attach(
-            &path,
-            SMALL,
-            4,
-            1,
-            1,
-            Wait::default(),
-            Duration::from_millis(50),
-        )
-        .unwrap_err();
+        let e = attach(&path, SMALL, 4, 1, Duration::from_millis(50)).unwrap_err();
         assert!(matches!(e, SmpError::Timeout { .. }), "{e}");
     }
 }

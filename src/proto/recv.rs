@@ -108,12 +108,12 @@ bitflags::bitflags! {
         const PLACED = 1 << 1;
         /// It was asked of the peer already.
         const PEER_ASKED = 1 << 2;
-        /// It was asked of the peer twice (the first repair was lost, or late): the next ask
-        /// goes to the root.
-        const PEER_ASKED_AGAIN = 1 << 4;
         /// `data` holds its payload (a frame not placed, or the copy kept for peer repair):
         /// a peer may be served from it after its message was handed on.
         const COPY = 1 << 3;
+        /// It was asked of the peer twice (the first repair was lost, or late): the next ask
+        /// goes to the root.
+        const PEER_ASKED_AGAIN = 1 << 4;
     }
 }
 
@@ -473,7 +473,10 @@ impl Receiver {
         let s = match locate(self.expected, repr.seq, self.window() as u32) {
             Position::Window(s) => s,
             Position::Behind => {
-                if repr.flags.contains(Flags::ACK_REQ) || repr.dst == self.me || self.tree.is_some()
+                let repair = repr.kind == Some(Kind::Repair);
+                if repr.flags.contains(Flags::ACK_REQ)
+                    || repr.dst == self.me
+                    || (repair && self.tree.is_some())
                 {
                     // The root resent what we have: our acknowledgement was lost (with a
                     // tree, a report on the way up, maybe above us: report again, even
@@ -923,8 +926,6 @@ impl Receiver {
     fn schedule_report(&mut self, now: Instant, sent: Seq) {
         let every = self.ack_every as u64;
         let (moved, _) = self.subtree_next();
-        self.acked = self.expected;
-        self.unacked = 0;
         if moved / every > sent / every {
             self.send_ack(now);
         } else if moved > sent {
