@@ -11,50 +11,9 @@
 use std::time::{Duration, Instant};
 
 use crate::link::sim::SimNet;
-use crate::link::{Link, LinkError, MacAddr};
-use crate::member::{Member, Transmit};
-
-/// A sans-IO state machine the driver can run: frames and time in, frames and a wake-up time
-/// out. The group [`Member`] is one; the join of a group ([`crate::membership::Join`]) is the
-/// other.
-pub trait Machine {
-    /// Handles one received PDU from the Ethernet source `src`.
-    fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]);
-    /// Lets time pass.
-    fn handle_timeout(&mut self, now: Instant);
-    /// The earliest instant at which `handle_timeout` has work.
-    fn poll_timeout(&self) -> Option<Instant>;
-    /// Writes the next frame to send into `buf`.
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
-    /// True when the machine has nothing unacknowledged in flight.
-    fn is_idle(&self) -> bool {
-        true
-    }
-}
-
-impl Machine for Member {
-    fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
-        Member::handle_frame(self, now, src, pdu)
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        Member::handle_timeout(self, now)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        Member::poll_timeout(self)
-    }
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        Member::poll_transmit(self, now, buf)
-    }
-    fn is_idle(&self) -> bool {
-        Member::is_idle(self)
-    }
-}
-
-/// Where a driver reads the time.
-pub trait Clock {
-    /// The current instant.
-    fn now(&self) -> Instant;
-}
+use crate::link::{Link, LinkError};
+use crate::member::Member;
+pub use ethbcast_proto::machine::{Clock, Machine};
 
 /// The wall clock of real links.
 #[derive(Debug, Clone, Copy, Default)]

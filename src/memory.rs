@@ -14,23 +14,6 @@
 
 use crate::proto::{Config, Engine};
 
-/// The paper's retransmission buffer: 24 KB.
-pub const PAPER_BUF_BYTES: usize = 24 * 1024;
-/// The paper's send queue: 4 KB.
-pub const PAPER_SEND_QUEUE_BYTES: usize = 4 * 1024;
-/// The paper's send-side pushed buffer: 4 KB.
-pub const PAPER_SEND_PUSHED_BYTES: usize = 4 * 1024;
-/// The paper's receive queue: 4 KB.
-pub const PAPER_RECV_QUEUE_BYTES: usize = 4 * 1024;
-/// The paper's receive-side pushed buffer: 12 KB.
-pub const PAPER_RECV_PUSHED_BYTES: usize = 12 * 1024;
-/// The paper's LDP send queue: 4 KB.
-pub const PAPER_LDP_QUEUE_BYTES: usize = 4 * 1024;
-
-/// The paper's frame buffers: 24 KB hold 16 frames of 1536 bytes (a 1514-byte Ethernet frame
-/// rounded up to a 64-byte boundary).
-pub const PAPER_FRAME_BUFFER: usize = 1536;
-
 /// Which queue sizes to account for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {

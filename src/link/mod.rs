@@ -39,7 +39,9 @@ pub mod xdp;
 use std::time::Duration;
 use thiserror::Error;
 
-pub use crate::wire::ethernet::{group_mac, GroupAddress, MacAddr, BROADCAST_MAC};
+pub use crate::wire::ethernet::{
+    format_mac, group_mac, parse_mac, GroupAddress, MacAddr, BROADCAST_MAC,
+};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers.
@@ -62,24 +64,6 @@ pub(crate) fn check_pdu(pdu: &[u8], max_pdu: usize) -> Result<(), LinkError> {
         });
     }
     Ok(())
-}
-
-/// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
-pub fn format_mac(mac: &MacAddr) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Option<MacAddr> {
-    let mut mac = [0u8; 6];
-    let mut parts = s.trim().split(':');
-    for b in mac.iter_mut() {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 /// The multicast groups a link joined, and the destination check of the backends that filter

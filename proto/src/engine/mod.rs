@@ -211,13 +211,13 @@ impl Config {
     /// LDP send queue 4 KB.
     pub fn paper(group: u32, rank: Rank, size: u16) -> Config {
         let mut c = Config::new(group, rank, size);
-        c.frame_buffer = crate::memory::PAPER_FRAME_BUFFER;
-        c.window = crate::memory::PAPER_BUF_BYTES / c.frame_buffer;
-        c.send_queue = crate::memory::PAPER_SEND_QUEUE_BYTES / std::mem::size_of::<send::OutMsg>();
-        c.outbox = crate::memory::PAPER_SEND_PUSHED_BYTES / std::mem::size_of::<Outgoing>();
-        c.pushed_buffer = crate::memory::PAPER_RECV_PUSHED_BYTES;
-        c.recv_queue = crate::memory::PAPER_RECV_QUEUE_BYTES / std::mem::size_of::<recv::Post>();
-        c.repair_queue = crate::memory::PAPER_LDP_QUEUE_BYTES / std::mem::size_of::<Seq>();
+        c.frame_buffer = paper::FRAME_BUFFER;
+        c.window = paper::BUF_BYTES / c.frame_buffer;
+        c.send_queue = paper::SEND_QUEUE_BYTES / std::mem::size_of::<send::OutMsg>();
+        c.outbox = paper::SEND_PUSHED_BYTES / std::mem::size_of::<Outgoing>();
+        c.pushed_buffer = paper::RECV_PUSHED_BYTES;
+        c.recv_queue = paper::RECV_QUEUE_BYTES / std::mem::size_of::<recv::Post>();
+        c.repair_queue = paper::LDP_QUEUE_BYTES / std::mem::size_of::<Seq>();
         c
     }
 
@@ -504,14 +504,8 @@ pub enum Dest {
     Rank(Rank),
 }
 
-/// A frame [`Engine::poll_transmit`] wrote into the caller's buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transmit {
-    /// Destination.
-    pub dst: Dest,
-    /// Length of the PDU written.
-    pub len: usize,
-}
+/// A frame [`Engine::poll_transmit`] wrote into the caller's buffer, addressed by rank.
+pub type Transmit = crate::machine::Transmit<Dest>;
 
 /// What the engine tells the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1139,4 +1133,25 @@ impl Engine {
     pub fn delivered_from(&self, root: Rank) -> u64 {
         self.receiver(root).map_or(0, |r| r.next_msg())
     }
+}
+
+/// The queue sizes of the EQA paper (section 4), in bytes; [`Config::paper`] turns them into
+/// entry counts and the memory study compares them with this crate's defaults.
+pub mod paper {
+    /// The paper's retransmission buffer: 24 KB.
+    pub const BUF_BYTES: usize = 24 * 1024;
+    /// The paper's send queue: 4 KB.
+    pub const SEND_QUEUE_BYTES: usize = 4 * 1024;
+    /// The paper's send-side pushed buffer: 4 KB.
+    pub const SEND_PUSHED_BYTES: usize = 4 * 1024;
+    /// The paper's receive queue: 4 KB.
+    pub const RECV_QUEUE_BYTES: usize = 4 * 1024;
+    /// The paper's receive-side pushed buffer: 12 KB.
+    pub const RECV_PUSHED_BYTES: usize = 12 * 1024;
+    /// The paper's LDP send queue: 4 KB.
+    pub const LDP_QUEUE_BYTES: usize = 4 * 1024;
+
+    /// The paper's frame buffers: 24 KB hold 16 frames of 1536 bytes (a 1514-byte Ethernet frame
+    /// rounded up to a 64-byte boundary).
+    pub const FRAME_BUFFER: usize = 1536;
 }

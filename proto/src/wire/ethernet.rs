@@ -30,6 +30,24 @@ use thiserror::Error;
 /// A 48-bit Ethernet MAC address.
 pub type MacAddr = [u8; 6];
 
+/// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: &MacAddr) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<MacAddr> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.trim().split(':');
+    for b in mac.iter_mut() {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
 /// The Ethernet broadcast address: a frame sent here reaches every port of the segment.
 pub const BROADCAST_MAC: MacAddr = [0xff; 6];
 

@@ -32,11 +32,13 @@ use thiserror::Error;
 
 use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
-use crate::eqa::Rank;
-use crate::membership::LateRoster;
-use crate::proto::{
+use crate::engine::{
     self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, Stats as EngineStats,
 };
+use crate::eqa::Rank;
+use crate::machine::Machine;
+pub use crate::machine::Transmit;
+use crate::membership::LateRoster;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::{BarrierAlgo, Control, Flags, Frame, Kind, WireError};
 
@@ -279,15 +281,6 @@ pub enum MemberError {
         /// Allowed length.
         max: usize,
     },
-}
-
-/// A frame [`Member::poll_transmit`] wrote into the caller's buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transmit {
-    /// Destination MAC address.
-    pub dst: MacAddr,
-    /// Length of the PDU written.
-    pub len: usize,
 }
 
 /// What a member tells its application besides call results.
@@ -1077,7 +1070,7 @@ impl Member {
     fn collect_once(&mut self, now: Instant) {
         while let Some(ev) = self.engine.poll_event() {
             match ev {
-                proto::Event::Delivered { root, msg_id, data } => {
+                engine::Event::Delivered { root, msg_id, data } => {
                     let r = usize::from(root);
                     self.posted[r] = self.posted[r].saturating_sub(1);
                     if self.prepost > 0 {
@@ -1088,7 +1081,7 @@ impl Member {
                         self.inbox[r].push_back(data);
                     }
                 }
-                proto::Event::Truncated {
+                engine::Event::Truncated {
                     root,
                     msg_id,
                     len,
@@ -1106,11 +1099,11 @@ impl Member {
                         }));
                     }
                 }
-                proto::Event::Stable { msg_id } => {
+                engine::Event::Stable { msg_id } => {
                     self.stable_through =
                         Some(self.stable_through.map_or(msg_id, |s| s.max(msg_id)));
                 }
-                proto::Event::Control { src, msg } => self.route(now, src, msg),
+                engine::Event::Control { src, msg } => self.route(now, src, msg),
             }
         }
     }
@@ -1122,7 +1115,7 @@ impl Member {
         };
         let mut got = Vec::new();
         while let Some(ev) = e.poll_event() {
-            if let proto::Event::Delivered { data, .. } = ev {
+            if let engine::Event::Delivered { data, .. } = ev {
                 got.push(data);
             }
         }
@@ -1263,24 +1256,46 @@ impl Member {
     }
 }
 
+impl Machine for Member {
+    fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
+        Member::handle_frame(self, now, src, pdu)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Member::handle_timeout(self, now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Member::poll_timeout(self)
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        Member::poll_transmit(self, now, buf)
+    }
+    fn is_idle(&self) -> bool {
+        Member::is_idle(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::link::sim::port_mac;
     use crate::wire::{Kind, Repr, ALL};
 
     /// Rank 2 of 4 with peer repair: for root 0's stream it asks rank 3. Time is the
     /// simulator's virtual clock.
     fn member() -> (Member, Instant) {
-        let now = crate::link::sim::SimNet::new(crate::link::sim::SimConfig::new(4))
-            .unwrap()
-            .now();
+        // Any instant will do: the member reads no clock, every call takes `now`.
+        let now = Instant::now();
         let mut cfg = Config::new(7, 2, 4);
         cfg.peer_repair = true;
         let macs: Vec<MacAddr> = (0..4).map(port_mac).collect();
         let mut mc = MemberConfig::new(cfg, macs);
         mc.prepost = 4;
         (Member::new(now, mc).unwrap(), now)
+    }
+
+    /// Rank `i`'s address.
+    fn port_mac(i: u16) -> MacAddr {
+        let [hi, lo] = i.to_be_bytes();
+        [0x02, 0, 0, 0, hi, lo]
     }
 
     fn frame(kind: Kind, seq: u32, dst: Rank, flags: Flags) -> Vec<u8> {

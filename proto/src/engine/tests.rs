@@ -1234,7 +1234,7 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
 
 /// A push-pull message that fits one frame (the root side).
 mod one_frame_push_pull {
-    use crate::proto::{Algo, Config, Dest, Engine, Event};
+    use crate::engine::{Algo, Config, Dest, Engine, Event};
     use crate::wire::{Flags, Frame, Kind, Repr};
     use std::time::Instant;
 

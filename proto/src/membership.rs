@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::driver::Machine;
 use crate::eqa::Rank;
-use crate::member::Transmit;
+use crate::machine::Machine;
+use crate::machine::Transmit;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::{self, Control, Frame, Kind};
 
@@ -421,7 +421,7 @@ impl Join {
                 if !l.contains(&cfg.mac) {
                     return Err(JoinError::Config(format!(
                         "this interface's MAC {} is not in the member list",
-                        crate::link::format_mac(&cfg.mac)
+                        crate::wire::ethernet::format_mac(&cfg.mac)
                     )));
                 }
                 l[0] == cfg.mac
@@ -586,8 +586,8 @@ impl Join {
                         Some((other, _)) => {
                             self.result = Some(Err(JoinError::RankClaimedTwice {
                                 rank: claim,
-                                a: crate::link::format_mac(&other),
-                                b: crate::link::format_mac(&mac),
+                                a: crate::wire::ethernet::format_mac(&other),
+                                b: crate::wire::ethernet::format_mac(&mac),
                             }));
                             return;
                         }

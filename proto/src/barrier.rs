@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::engine::Dest;
 use crate::eqa::Rank;
-use crate::proto::Dest;
 pub use crate::wire::BarrierOp as Op;
 use crate::wire::{BarrierAlgo, BarrierMsg, Control};
 

@@ -1,0 +1,30 @@
+//! The sans-IO core of ethbcast: everything the protocol decides, nothing it does to a device.
+//!
+//! Frames and time go in, frames, timers and events come out; no module here opens a socket,
+//! reads a clock or sleeps. The `ethbcast` crate drives these machines over real links or the
+//! simulated switch; Cargo keeps the layering, since this crate depends on no link or
+//! system code.
+//!
+//! Modules, bottom up:
+//! - [`wire`]: the frame format (view + repr, CRC32C end to end) and Ethernet addresses;
+//! - [`machine`]: the leaf every machine shares: [`machine::Machine`], [`machine::Transmit`],
+//!   [`machine::Clock`];
+//! - [`eqa`]: the shared retransmission buffer `Buf`, the producer `Hms`, the per-destination
+//!   cursors `Lms` with reference counts (Wong & Wang, *Efficient Reliable Broadcast for
+//!   Commodity Clusters*);
+//! - [`engine`]: simple and push-pull broadcast with selective go-back-16 repair;
+//! - [`barrier`], [`detect`]: the barrier algorithms and the failure detector;
+//! - [`membership`]: how a group forms (listed, ranked or discovered joins, keyed sessions);
+//! - [`member`]: one group member: demultiplexes frames to the engine, barriers, detector and
+//!   point-to-point channels.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod barrier;
+pub mod detect;
+pub mod engine;
+pub mod eqa;
+pub mod machine;
+pub mod member;
+pub mod membership;
+pub mod wire;

@@ -1,0 +1,52 @@
+//! What every sans-IO state machine of the core offers its driver, and the one [`Transmit`].
+//!
+//! This module is the leaf of the crate: it depends on nothing but the MAC address type, so
+//! that the engine, the member and the join can all be driven by one loop without knowing of
+//! each other. The loop itself (sockets, the wall clock) lives in the `ethbcast` crate; the
+//! simulated switch drives the same machines in virtual time.
+//!
+//! Call order, for every machine: feed each received frame to [`Machine::handle_frame`], call
+//! [`Machine::handle_timeout`] once [`Machine::poll_timeout`]'s instant has passed, then drain
+//! [`Machine::poll_transmit`] until it gives `None`. No call blocks or reads a clock: `now` is
+//! always the caller's.
+
+use std::time::Instant;
+
+use crate::wire::ethernet::MacAddr;
+
+/// A frame a machine wrote into the caller's buffer: `len` bytes of PDU for `dst`.
+///
+/// The member addresses frames by MAC (`Transmit<MacAddr>`, the default); the engine below it
+/// by destination rank or broadcast (`Transmit<engine::Dest>`), which the member maps to MACs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit<D = MacAddr> {
+    /// Destination.
+    pub dst: D,
+    /// Length of the PDU written.
+    pub len: usize,
+}
+
+/// A sans-IO state machine a driver can run: frames and time in, frames and a wake-up time
+/// out. The group member (`member::Member`) is one; the join of a group
+/// (`membership::Join`) is the other.
+pub trait Machine {
+    /// Handles one received PDU from the Ethernet source `src`.
+    fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]);
+    /// Lets time pass.
+    fn handle_timeout(&mut self, now: Instant);
+    /// The earliest instant at which `handle_timeout` has work.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Writes the next frame to send into `buf`.
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
+    /// True when the machine has nothing unacknowledged in flight.
+    fn is_idle(&self) -> bool {
+        true
+    }
+}
+
+/// Where a driver reads the time: the wall clock for real links, the simulated switch's
+/// virtual clock in simulations.
+pub trait Clock {
+    /// The current instant.
+    fn now(&self) -> Instant;
+}

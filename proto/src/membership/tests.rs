@@ -1,0 +1,39 @@
+//! The join's decoder on its own: what is not a well-formed join message is dropped. Joins as
+//! whole specifications run on the simulated switch (the `ethbcast` crate's tests/join.rs).
+
+use std::time::Instant;
+
+use super::*;
+
+#[test]
+fn join_messages_that_are_not_well_formed_are_ignored() {
+    assert_eq!(Msg::decode(&[]), None);
+    assert_eq!(Msg::decode(&[9, 1, 2]), None);
+    assert_eq!(Msg::decode(&[1; 5]), None);
+    let mut roster = Msg::Roster {
+        nonce: 1,
+        part: 0,
+        parts: 1,
+        entries: vec![([2; 6], 3)],
+    }
+    .encode();
+    assert!(Msg::decode(&roster).is_some());
+    roster.pop();
+    assert_eq!(Msg::decode(&roster), None, "a truncated entry");
+    let mut j = Join::new(
+        JoinConfig {
+            group: 7,
+            mac: [2, 0, 0, 0, 0, 0],
+            key: None,
+            expect: Expect::Invited,
+            max_payload: 1400,
+        },
+        Instant::now(),
+        1,
+    )
+    .unwrap();
+    for junk in [&b""[..], &[0u8; 7][..], &[0xff; 64][..]] {
+        j.handle_frame(Instant::now(), [2, 0, 0, 0, 0, 1], junk);
+    }
+    assert!(j.take_result().is_none());
+}
