@@ -19,7 +19,7 @@ use ethbcast::link::measure::{blast, echo, ping, sink};
 use ethbcast::link::pnet::{PnetConfig, PnetLink};
 use ethbcast::link::ring::{RingLink, RingLinkConfig, TxMode};
 use ethbcast::link::socket::{SocketConfig, SocketLink};
-use ethbcast::link::{Link, LinkError, WaitMode};
+use ethbcast::link::{Link, LinkError, MacAddr, WaitMode};
 use netns::{NetnsPair, END_A, END_B};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -93,7 +93,7 @@ fn pair<T: Send>(
                     let mut link = open(backend, END_A, wait).map_err(|e| e.to_string())?;
                     // Let the server reach its receive loop.
                     std::thread::sleep(Duration::from_millis(50));
-                    client(&mut *link, peer).map_err(|e| e.to_string())
+                    client(&mut *link, peer.0).map_err(|e| e.to_string())
                 })
                 .join()
                 .map_err(|_| "client panicked".to_string())?;
@@ -140,14 +140,14 @@ fn main() {
                 &ns,
                 backend,
                 wait,
-                |l, peer| ping(l, peer, n, PDU, Duration::from_millis(200)),
+                |l, peer| ping(l, MacAddr(peer), n, PDU, Duration::from_millis(200)),
                 echo,
             );
             let rate = pair(
                 &ns,
                 backend,
                 wait,
-                |l, peer| blast(l, peer, PDU, Duration::from_secs_f64(secs), 32),
+                |l, peer| blast(l, MacAddr(peer), PDU, Duration::from_secs_f64(secs), 32),
                 |l, stop| sink(l, stop, Duration::from_millis(100)),
             );
             match (lat, rate) {

@@ -197,9 +197,10 @@ impl Group {
     /// [`Group::open`] with the same list) within `opts.timeout`.
     pub fn from_link(
         link: Box<dyn Link + Send>,
-        peers: Vec<MacAddr>,
+        peers: impl IntoIterator<Item = impl Into<MacAddr>>,
         opts: GroupOptions,
     ) -> Result<Group, GroupError> {
+        let peers = peers.into_iter().map(Into::into).collect();
         Group::join(link, Expect::List(peers), opts)
     }
 
@@ -235,7 +236,7 @@ impl Group {
         if let Expect::List(l) = &expect {
             let me = link.local_mac();
             if !l.contains(&me) {
-                return Err(GroupError::NotAMember(link::format_mac(&me)));
+                return Err(GroupError::NotAMember(me.to_string()));
             }
         }
         let cfg = JoinConfig {
@@ -439,7 +440,7 @@ pub fn parse_hostfile(text: &str) -> Result<Vec<MacAddr>, GroupError> {
             return Err(GroupError::Membership(format!(
                 "hostfile line {}: {} listed twice",
                 i + 1,
-                link::format_mac(&mac)
+                mac
             )));
         }
         macs.push(mac);
@@ -481,7 +482,7 @@ pub fn join<L: Link>(
             let j = driver.member();
             let (joined, expected) = j.progress();
             let mut waiting = if j.is_coordinator() {
-                let heard: Vec<String> = j.heard().iter().map(link::format_mac).collect();
+                let heard: Vec<String> = j.heard().iter().map(|m| m.to_string()).collect();
                 if heard.is_empty() {
                     "heard from no other member".to_string()
                 } else {
@@ -492,7 +493,7 @@ pub fn join<L: Link>(
             };
             let strangers = j.strangers();
             if !strangers.is_empty() {
-                let s: Vec<String> = strangers.iter().map(link::format_mac).collect();
+                let s: Vec<String> = strangers.iter().map(|m| m.to_string()).collect();
                 waiting.push_str(&format!("; not in the membership: {}", s.join(", ")));
             }
             return Err(GroupError::JoinTimeout {

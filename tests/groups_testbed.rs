@@ -149,7 +149,7 @@ fn two_groups_transfer_at_once_and_no_host_sees_another_groups_frames() {
     let start = Arc::new(Barrier::new(6));
     let mut handles = Vec::new();
     for (gid, members) in &groups {
-        let macs: Vec<MacAddr> = members.iter().map(|&h| hosts[h].mac).collect();
+        let macs: Vec<MacAddr> = members.iter().map(|&h| MacAddr(hosts[h].mac)).collect();
         let finished = Arc::new(AtomicUsize::new(0));
         for (rank, &h) in members.iter().enumerate() {
             let (macs, start, finished, gid) =

@@ -325,7 +325,7 @@ fn a_member_confirms_a_roster_repeated_after_it_joined() {
     let (joined, frames) = recorded_join(n, 50);
     let from_coordinator: Vec<Vec<u8>> = frames
         .iter()
-        .filter(|f| f[6..12] == port_mac(0))
+        .filter(|f| f[6..12] == port_mac(0).0)
         .map(|f| f[ethbcast::wire::ETH_HEADER_LEN..].to_vec())
         .collect();
     assert!(!from_coordinator.is_empty());

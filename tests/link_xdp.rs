@@ -118,7 +118,7 @@ fn broadcast_reaches_every_host_and_other_ethertypes_stay_with_the_kernel() {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        l.send(unicast_to, &pdu(n, 200)).unwrap();
+        l.send(MacAddr(unicast_to), &pdu(n, 200)).unwrap();
         assert!(l.drain(Duration::from_secs(2)).unwrap(), "TX never drained");
     })
     .unwrap();

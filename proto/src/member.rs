@@ -1295,7 +1295,7 @@ mod tests {
     /// Rank `i`'s address.
     fn port_mac(i: u16) -> MacAddr {
         let [hi, lo] = i.to_be_bytes();
-        [0x02, 0, 0, 0, hi, lo]
+        MacAddr([0x02, 0, 0, 0, hi, lo])
     }
 
     fn frame(kind: Kind, seq: u32, dst: Rank, flags: Flags) -> Vec<u8> {

@@ -77,7 +77,7 @@ pub fn session(
     h.update(&group_id.to_be_bytes());
     h.update(&nonce.to_be_bytes());
     for (mac, m) in roster {
-        h.update(mac);
+        h.update(mac.as_slice());
         h.update(&m.to_be_bytes());
     }
     let digest = h.finalize();
@@ -294,7 +294,7 @@ impl Msg {
                 v.extend_from_slice(&parts.to_be_bytes());
                 v.extend_from_slice(&(entries.len() as u16).to_be_bytes());
                 for (mac, m) in entries {
-                    v.extend_from_slice(mac);
+                    v.extend_from_slice(mac.as_slice());
                     v.extend_from_slice(&m.to_be_bytes());
                 }
             }
@@ -335,7 +335,7 @@ impl Msg {
                         .map(|c| {
                             let mut mac = [0u8; 6];
                             mac.copy_from_slice(&c[..6]);
-                            (mac, be64(&c[6..]))
+                            (MacAddr(mac), be64(&c[6..]))
                         })
                         .collect(),
                 }
@@ -421,7 +421,7 @@ impl Join {
                 if !l.contains(&cfg.mac) {
                     return Err(JoinError::Config(format!(
                         "this interface's MAC {} is not in the member list",
-                        crate::wire::ethernet::format_mac(&cfg.mac)
+                        cfg.mac
                     )));
                 }
                 l[0] == cfg.mac
@@ -586,8 +586,8 @@ impl Join {
                         Some((other, _)) => {
                             self.result = Some(Err(JoinError::RankClaimedTwice {
                                 rank: claim,
-                                a: crate::wire::ethernet::format_mac(&other),
-                                b: crate::wire::ethernet::format_mac(&mac),
+                                a: other.to_string(),
+                                b: mac.to_string(),
                             }));
                             return;
                         }

@@ -39,9 +39,7 @@ pub mod xdp;
 use std::time::Duration;
 use thiserror::Error;
 
-pub use crate::wire::ethernet::{
-    format_mac, group_mac, parse_mac, GroupAddress, MacAddr, BROADCAST_MAC,
-};
+pub use crate::wire::ethernet::{group_mac, parse_mac, GroupAddress, MacAddr, BROADCAST_MAC};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers.
@@ -99,9 +97,10 @@ impl Groups {
     }
 
     /// The group addresses received: broadcast and the joined ones (for a socket filter).
-    pub(crate) fn received(&self) -> Vec<MacAddr> {
+    pub(crate) fn received(&self) -> Vec<[u8; 6]> {
         std::iter::once(BROADCAST_MAC)
             .chain(self.joined.iter().copied())
+            .map(MacAddr::octets)
             .collect()
     }
 }
@@ -328,7 +327,7 @@ pub enum LinkError {
     #[error("ETHBCAST_BACKEND: {0}")]
     BadBackendEnv(String),
     /// [`Link::join_group`] or [`Link::leave_group`] was given a station address.
-    #[error("{} is a station address, not a group: a group address has the multicast bit (the lowest bit of the first byte) set, e.g. 03:eb:00:00:00:01", format_mac(.0))]
+    #[error("{} is a station address, not a group: a group address has the multicast bit (the lowest bit of the first byte) set, e.g. 03:eb:00:00:00:01", .0)]
     NotGroupAddress(MacAddr),
     /// The backend receives only its own address and broadcast (its kernel filter knows no
     /// multicast groups).
@@ -448,8 +447,8 @@ mod tests {
 
     #[test]
     fn mac_addresses_round_trip_and_reject_garbage() {
-        let m = [0x02, 0, 0xab, 1, 2, 0xff];
-        assert_eq!(parse_mac(&format_mac(&m)), Some(m));
+        let m = MacAddr([0x02, 0, 0xab, 1, 2, 0xff]);
+        assert_eq!(parse_mac(&m.to_string()), Some(m));
         assert_eq!(parse_mac("02:00:ab"), None);
         assert_eq!(parse_mac("02:00:ab:01:02:03:04"), None);
         assert_eq!(parse_mac("zz:00:ab:01:02:03"), None);

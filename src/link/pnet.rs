@@ -68,7 +68,7 @@ pub struct PnetLink {
 impl std::fmt::Debug for PnetLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PnetLink")
-            .field("mac", &super::format_mac(&self.mac))
+            .field("mac", &self.mac)
             .field("max_pdu", &self.max_pdu)
             .finish()
     }
@@ -139,7 +139,7 @@ impl PnetLink {
         Ok(PnetLink {
             tx,
             rx,
-            mac,
+            mac: MacAddr(mac),
             max_pdu,
             wait: cfg.wait,
             #[cfg(target_os = "linux")]

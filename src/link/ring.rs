@@ -220,7 +220,7 @@ impl RingLink {
 
 impl Link for RingLink {
     fn local_mac(&self) -> MacAddr {
-        self.iface.mac
+        MacAddr(self.iface.mac)
     }
 
     fn max_pdu(&self) -> usize {
@@ -233,7 +233,7 @@ impl Link for RingLink {
         let src = self.iface.mac;
         // The slot is exactly `len` bytes long, so emit cannot fail.
         let fill = |d: &mut [u8]| {
-            let _ = ethernet::emit(d, dst, src, pdu);
+            let _ = ethernet::emit(d, dst, MacAddr(src), pdu);
         };
         if self.tx_mode == TxMode::Batch {
             let start = self.batch.len();

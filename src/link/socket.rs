@@ -112,7 +112,7 @@ pub(crate) const RECV_BATCH: usize = 1024;
 
 impl Link for SocketLink {
     fn local_mac(&self) -> MacAddr {
-        self.iface.mac
+        MacAddr(self.iface.mac)
     }
 
     fn max_pdu(&self) -> usize {
@@ -122,7 +122,7 @@ impl Link for SocketLink {
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         check_pdu(pdu, self.max_pdu)?;
         self.tx.resize(ethernet::frame_len(pdu.len()), 0);
-        ethernet::emit(&mut self.tx, dst, self.iface.mac, pdu)
+        ethernet::emit(&mut self.tx, dst, MacAddr(self.iface.mac), pdu)
             .map_err(|e| LinkError::Io(io::Error::other(e)))?;
         if self.sock.send(&self.tx)? {
             return Ok(());

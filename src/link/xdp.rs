@@ -98,7 +98,7 @@ impl XdpLink {
         let prog = XdpRedirect::attach(
             iface.index,
             ETHERTYPE,
-            &[iface.mac, BROADCAST_MAC],
+            &[iface.mac, BROADCAST_MAC.0],
             queues.max(queue + 1),
             cfg.mode,
         )?;
@@ -179,7 +179,7 @@ impl XdpLink {
 
 impl Link for XdpLink {
     fn local_mac(&self) -> MacAddr {
-        self.iface.mac
+        MacAddr(self.iface.mac)
     }
 
     fn max_pdu(&self) -> usize {
@@ -212,7 +212,7 @@ impl Link for XdpLink {
         let src = self.iface.mac;
         // The chunk slice is exactly `len` bytes long, so emit cannot fail.
         let fill = |d: &mut [u8]| {
-            let _ = ethernet::emit(d, dst, src, pdu);
+            let _ = ethernet::emit(d, dst, MacAddr(src), pdu);
         };
         if !self.sock.tx_push_with(len, fill)? {
             // Every TX frame is queued or in flight: push them out, wait for one to complete.

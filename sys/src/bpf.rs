@@ -23,7 +23,7 @@
 //! so the program is detached when the process exits, however it exits, and it never replaces
 //! a program someone else attached (the kernel refuses with `EBUSY`).
 
-use crate::{Error, MacAddr, Result};
+use crate::{Error, Result};
 use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -140,7 +140,7 @@ fn load_map_fd(dst: u8, map_fd: i32) -> [Insn; 2] {
 /// `accept` go to the AF_XDP socket in slot `rx_queue_index` of the XSKMAP `map_fd`,
 /// everything else to the kernel. Errors if `accept` is empty or longer than
 /// [`MAX_ACCEPTED_MACS`].
-pub fn redirect_program(map_fd: i32, ethertype: u16, accept: &[MacAddr]) -> Result<Vec<Insn>> {
+pub fn redirect_program(map_fd: i32, ethertype: u16, accept: &[[u8; 6]]) -> Result<Vec<Insn>> {
     if accept.is_empty() || accept.len() > MAX_ACCEPTED_MACS {
         return Err(Error::Bpf(format!(
             "the XDP program accepts 1 to {MAX_ACCEPTED_MACS} destination addresses, not {}",
@@ -478,7 +478,7 @@ impl XdpRedirect {
     pub fn attach(
         ifindex: u32,
         ethertype: u16,
-        accept: &[MacAddr],
+        accept: &[[u8; 6]],
         queues: u32,
         mode: Option<XdpMode>,
     ) -> Result<Self> {

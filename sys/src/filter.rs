@@ -67,7 +67,7 @@ pub const MAX_GROUPS: usize = (MAX_INSNS - 4) / 5;
 /// address like any other: list it to receive broadcasts. At most [`MAX_GROUPS`] addresses
 /// (the rest are ignored). Every jump is local, so the program has no length limit but the
 /// kernel's.
-pub fn destinations(groups: &[crate::MacAddr]) -> Vec<Insn> {
+pub fn destinations(groups: &[[u8; 6]]) -> Vec<Insn> {
     let groups = &groups[..groups.len().min(MAX_GROUPS)];
     let mut p = Vec::with_capacity(4 + 5 * groups.len());
     // The I/G bit of the first destination byte: clear for a station address.

@@ -6,7 +6,7 @@
 //! which is what the test-bed (threads entering namespaces with `setns`) needs. They need no
 //! privileges, so a wrong name is reported as such before `CAP_NET_RAW` is ever needed.
 
-use crate::{Error, MacAddr, Result};
+use crate::{Error, Result};
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -21,7 +21,7 @@ pub struct Interface {
     /// Kernel interface index (what `AF_PACKET` sockets bind to).
     pub index: u32,
     /// The interface's MAC address.
-    pub mac: MacAddr,
+    pub mac: [u8; 6],
     /// MTU: the largest Ethernet payload, i.e. the largest ethbcast PDU.
     pub mtu: usize,
 }

@@ -42,9 +42,6 @@ pub mod xsk;
 
 pub use error::{Error, Result};
 
-/// A 48-bit Ethernet MAC address.
-pub type MacAddr = [u8; 6];
-
 /// Length of an Ethernet II header (destination, source, EtherType).
 pub const ETH_HEADER_LEN: usize = 14;
 

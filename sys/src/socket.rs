@@ -13,7 +13,7 @@
 //! - nonblocking: waiting is [`crate::wait`]'s business (spin, poll, or both).
 
 use crate::filter::{Insn, MAX_INSNS};
-use crate::{Error, MacAddr, Result};
+use crate::{Error, Result};
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
 use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -226,12 +226,12 @@ impl PacketSocket {
     /// device's multicast list, so the NIC passes frames to it up. The membership lasts until
     /// [`PacketSocket::drop_membership`] or until the socket is closed; joining twice counts
     /// twice. Frames of joined groups still pass a socket filter only if it accepts them.
-    pub fn add_membership(&self, mac: &MacAddr) -> Result<()> {
+    pub fn add_membership(&self, mac: &[u8; 6]) -> Result<()> {
         set_membership(self.as_fd(), self.ifindex, mac, true)
     }
 
     /// Leaves a group joined with [`PacketSocket::add_membership`].
-    pub fn drop_membership(&self, mac: &MacAddr) -> Result<()> {
+    pub fn drop_membership(&self, mac: &[u8; 6]) -> Result<()> {
         set_membership(self.as_fd(), self.ifindex, mac, false)
     }
 
@@ -420,7 +420,7 @@ impl AsRawFd for PacketSocket {
 
 /// Joins (`join`) or leaves the link-layer multicast group `mac` on interface `ifindex` for
 /// the packet socket `fd` (which need not be a [`PacketSocket`]: pnet owns its own).
-pub fn set_membership(fd: BorrowedFd<'_>, ifindex: u32, mac: &MacAddr, join: bool) -> Result<()> {
+pub fn set_membership(fd: BorrowedFd<'_>, ifindex: u32, mac: &[u8; 6], join: bool) -> Result<()> {
     let (name, op) = if join {
         (libc::PACKET_ADD_MEMBERSHIP, "PACKET_ADD_MEMBERSHIP")
     } else {
@@ -462,7 +462,7 @@ fn sockaddr_ll(ifindex: u32, ethertype: u16) -> libc::sockaddr_ll {
 }
 
 /// Writes an Ethernet II header (destination, source, EtherType) into `buf[..14]`.
-pub fn write_eth_header(buf: &mut [u8], dst: &MacAddr, src: &MacAddr, ethertype: u16) {
+pub fn write_eth_header(buf: &mut [u8], dst: &[u8; 6], src: &[u8; 6], ethertype: u16) {
     buf[0..6].copy_from_slice(dst);
     buf[6..12].copy_from_slice(src);
     buf[12..14].copy_from_slice(&ethertype.to_be_bytes());

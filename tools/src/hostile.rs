@@ -266,7 +266,7 @@ pub fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
         src: 0,
         dst: wire::ALL,
         src_mac: src,
-        dst_mac: wire::ethernet::BROADCAST_MAC,
+        dst_mac: wire::ethernet::BROADCAST_MAC.0,
         tag: true,
     };
     forge_control(eth, &notice, spoof, &mut Counter::default())

@@ -400,7 +400,11 @@ pub fn host_mac(prefix: &str, index: usize) -> [u8; 6] {
 }
 
 /// Formats a MAC address as `aa:bb:cc:dd:ee:ff` (the library's formatter).
-pub use ethbcast::link::format_mac;
+/// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: &[u8; 6]) -> String {
+    let [a, b, c, d, e, g] = *mac;
+    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+}
 
 /// One simulated host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

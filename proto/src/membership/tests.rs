@@ -14,7 +14,7 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
         nonce: 1,
         part: 0,
         parts: 1,
-        entries: vec![([2; 6], 3)],
+        entries: vec![(MacAddr([2; 6]), 3)],
     }
     .encode();
     assert!(Msg::decode(&roster).is_some());
@@ -23,7 +23,7 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
     let mut j = Join::new(
         JoinConfig {
             group: 7,
-            mac: [2, 0, 0, 0, 0, 0],
+            mac: MacAddr([2, 0, 0, 0, 0, 0]),
             key: None,
             expect: Expect::Invited,
             max_payload: 1400,
@@ -33,7 +33,7 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
     )
     .unwrap();
     for junk in [&b""[..], &[0u8; 7][..], &[0xff; 64][..]] {
-        j.handle_frame(Instant::now(), [2, 0, 0, 0, 0, 1], junk);
+        j.handle_frame(Instant::now(), MacAddr([2, 0, 0, 0, 0, 1]), junk);
     }
     assert!(j.take_result().is_none());
 }

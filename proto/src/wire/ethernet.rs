@@ -27,15 +27,74 @@
 
 use thiserror::Error;
 
-/// A 48-bit Ethernet MAC address.
-pub type MacAddr = [u8; 6];
+/// A 48-bit Ethernet MAC address; printed as `aa:bb:cc:dd:ee:ff`.
+///
+/// A newtype over the six bytes, so that an address is never confused with other byte arrays
+/// and prints itself in error messages; it dereferences to the bytes for the wire code.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct MacAddr(pub [u8; 6]);
 
-/// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
-pub fn format_mac(mac: &MacAddr) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+impl MacAddr {
+    /// The six bytes.
+    pub const fn octets(self) -> [u8; 6] {
+        self.0
+    }
+}
+
+impl From<[u8; 6]> for MacAddr {
+    fn from(b: [u8; 6]) -> MacAddr {
+        MacAddr(b)
+    }
+}
+
+impl From<MacAddr> for [u8; 6] {
+    fn from(m: MacAddr) -> [u8; 6] {
+        m.0
+    }
+}
+
+impl std::ops::Deref for MacAddr {
+    type Target = [u8; 6];
+    fn deref(&self) -> &[u8; 6] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for MacAddr {
+    fn deref_mut(&mut self) -> &mut [u8; 6] {
+        &mut self.0
+    }
+}
+
+impl AsRef<[u8]> for MacAddr {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl PartialEq<MacAddr> for [u8; 6] {
+    fn eq(&self, other: &MacAddr) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<[u8; 6]> for MacAddr {
+    fn eq(&self, other: &[u8; 6]) -> bool {
+        self.0 == *other
+    }
+}
+
+impl std::fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+impl std::fmt::Debug for MacAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -45,11 +104,11 @@ pub fn parse_mac(s: &str) -> Option<MacAddr> {
     for b in mac.iter_mut() {
         *b = u8::from_str_radix(parts.next()?, 16).ok()?;
     }
-    parts.next().is_none().then_some(mac)
+    parts.next().is_none().then_some(MacAddr(mac))
 }
 
 /// The Ethernet broadcast address: a frame sent here reaches every port of the segment.
-pub const BROADCAST_MAC: MacAddr = [0xff; 6];
+pub const BROADCAST_MAC: MacAddr = MacAddr([0xff; 6]);
 
 /// EtherType of every ethbcast frame (IEEE 802 local experimental EtherType 2).
 pub const ETHERTYPE: u16 = 0x88B5;
@@ -73,14 +132,14 @@ pub const GROUP_MAC_PREFIX: [u8; 2] = [0x03, 0xEB];
 /// Distinct ids give distinct addresses.
 pub const fn group_mac(group: u32) -> MacAddr {
     let g = group.to_be_bytes();
-    [
+    MacAddr([
         GROUP_MAC_PREFIX[0],
         GROUP_MAC_PREFIX[1],
         g[0],
         g[1],
         g[2],
         g[3],
-    ]
+    ])
 }
 
 /// Where a group's broadcasts go.
@@ -139,13 +198,13 @@ impl std::str::FromStr for GroupAddress {
         if parts.next().is_some() {
             return Err(GroupAddressError::Syntax(s.to_owned()));
         }
-        if !is_group_mac(&mac) {
+        if !is_group_mac(&MacAddr(mac)) {
             return Err(GroupAddressError::NotMulticast(s.trim().to_owned()));
         }
         Ok(if mac == BROADCAST_MAC {
             GroupAddress::Broadcast
         } else {
-            GroupAddress::Fixed(mac)
+            GroupAddress::Fixed(MacAddr(mac))
         })
     }
 }
@@ -223,7 +282,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 fn mac_at(b: &[u8], at: usize) -> MacAddr {
     let mut m = [0u8; 6];
     m.copy_from_slice(&b[at..at + 6]);
-    m
+    MacAddr(m)
 }
 
 /// Length of the Ethernet frame that carries a PDU of `pdu_len` bytes (padded to the minimum).
@@ -255,8 +314,8 @@ pub fn emit(
 /// Writes only the 14-byte header (for backends that place the PDU themselves). `out` must be
 /// at least [`HEADER_LEN`] long.
 pub fn emit_header(out: &mut [u8], dst: MacAddr, src: MacAddr) {
-    out[0..6].copy_from_slice(&dst);
-    out[6..12].copy_from_slice(&src);
+    out[0..6].copy_from_slice(dst.as_slice());
+    out[6..12].copy_from_slice(src.as_slice());
     out[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
 }
 
@@ -272,7 +331,7 @@ pub fn to_vec(dst: MacAddr, src: MacAddr, pdu: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    const A: MacAddr = [2, 0, 0, 0, 0, 1];
+    const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 
     #[test]
     fn short_pdus_are_padded_and_split_back() {
@@ -330,7 +389,7 @@ mod tests {
             ("03:eb:00:00:00:2a", GroupAddress::Fixed(group_mac(42))),
             (
                 "01:00:5e:00:00:01",
-                GroupAddress::Fixed([1, 0, 0x5e, 0, 0, 1]),
+                GroupAddress::Fixed(MacAddr([1, 0, 0x5e, 0, 0, 1])),
             ),
         ] {
             let got: GroupAddress = text.parse().unwrap();
@@ -361,7 +420,7 @@ mod tests {
     #[test]
     fn group_addresses_are_told_apart_from_station_addresses() {
         assert!(is_group_mac(&BROADCAST_MAC));
-        assert!(is_group_mac(&[0x03, 0, 0, 0, 0, 1]));
+        assert!(is_group_mac(&MacAddr([0x03, 0, 0, 0, 0, 1])));
         assert!(!is_group_mac(&A));
     }
 }

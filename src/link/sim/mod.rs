@@ -103,13 +103,13 @@ pub fn wire_bytes(pdu_len: usize) -> usize {
 /// The MAC address of port `index`: `02:00:00:00:HI:LO`.
 pub const fn port_mac(index: u16) -> MacAddr {
     let [hi, lo] = index.to_be_bytes();
-    [0x02, 0, 0, 0, hi, lo]
+    MacAddr([0x02, 0, 0, 0, hi, lo])
 }
 
 /// The port index a MAC address of the simulated switch names, if it is one of ours.
 pub fn port_index(mac: &MacAddr) -> Option<u16> {
-    match mac {
-        [0x02, 0, 0, 0, hi, lo] => Some(u16::from_be_bytes([*hi, *lo])),
+    match mac.0 {
+        [0x02, 0, 0, 0, hi, lo] => Some(u16::from_be_bytes([hi, lo])),
         _ => None,
     }
 }

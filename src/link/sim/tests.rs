@@ -102,9 +102,11 @@ fn unicast_reaches_only_its_destination() {
 #[test]
 fn frames_to_unknown_or_own_mac_are_dropped_and_counted() {
     let (net, mut ports) = build(perfect(3));
-    ports[0].send([0x02, 0, 0, 0, 0, 7], b"no port 7").unwrap();
     ports[0]
-        .send([0x00, 0x11, 0x22, 0x33, 0x44, 0x55], b"stranger")
+        .send(MacAddr([0x02, 0, 0, 0, 0, 7]), b"no port 7")
+        .unwrap();
+    ports[0]
+        .send(MacAddr([0x00, 0x11, 0x22, 0x33, 0x44, 0x55]), b"stranger")
         .unwrap();
     ports[0].send(port_mac(0), b"myself").unwrap();
     assert!(drain(&net, &mut ports).is_empty());
@@ -756,8 +758,8 @@ proptest! {
                     let mac = match dst % 4 {
                         0 => BROADCAST_MAC,
                         1 => port_mac(u16::from(dst % 8)),
-                        2 => [dst; 6],
-                        _ => [0x02, 0, 0, 0, 0, dst],
+                        2 => MacAddr([dst; 6]),
+                        _ => MacAddr([0x02, 0, 0, 0, 0, dst]),
                     };
                     let r = p.send(mac, &vec![dst; len]);
                     prop_assert_eq!(r.is_err(), len > 1500);

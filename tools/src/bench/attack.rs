@@ -552,8 +552,10 @@ pub fn forged_join(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> 
                     Membership::Discover { expected: m as u16 },
                     keyed(false),
                 )?;
-                let roster: Vec<[u8; 6]> =
-                    (0..g.size()).filter_map(|r| g.member().mac_of(r)).collect();
+                let roster: Vec<[u8; 6]> = (0..g.size())
+                    .filter_map(|r| g.member().mac_of(r))
+                    .map(|m| m.octets())
+                    .collect();
                 let seen = workload(&mut g, 10, 4, 5, None)?;
                 Ok((seen, roster))
             })
@@ -580,7 +582,7 @@ pub fn forged_join(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> 
             problems.push(format!(
                 "rank {}'s roster {:?} is not the {m} members",
                 s.rank,
-                r.iter().map(ethbcast::link::format_mac).collect::<Vec<_>>()
+                r.iter().map(crate::testbed::format_mac).collect::<Vec<_>>()
             ));
         }
     }
@@ -650,7 +652,7 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
                             src: 0,
                             dst: wire::ALL,
                             src_mac: macs[0],
-                            dst_mac: wire::ethernet::BROADCAST_MAC,
+                            dst_mac: wire::ethernet::BROADCAST_MAC.0,
                             tag,
                         };
                         if let Some(x) = hostile::forge_control(&f, &release, spoof, &mut ctr) {
@@ -1033,7 +1035,7 @@ pub fn send_recv_forged_control(
                         body: ABORT.to_vec(),
                     };
                     if let Some(x) =
-                        hostile::forge_control(t, &abort, from_sender(wire::ALL, bcast), &mut ctr)
+                        hostile::forge_control(t, &abort, from_sender(wire::ALL, bcast.0), &mut ctr)
                     {
                         port.send(&x);
                     }

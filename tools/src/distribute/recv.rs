@@ -11,7 +11,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ethbcast::driver::WallClock;
-use ethbcast::link;
 use ethbcast::member::Event;
 use ethbcast::proto::Dest;
 use serde::Serialize;
@@ -683,7 +682,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         eprintln!(
             "ethbcast: {} ({}) waiting for a sender, group {:#x}",
             a.link.iface,
-            link::format_mac(&me),
+            me,
             a.link.group_id
         );
     }

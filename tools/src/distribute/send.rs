@@ -9,7 +9,7 @@ use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use ethbcast::driver::WallClock;
-use ethbcast::link::{format_mac, MacAddr};
+use ethbcast::link::MacAddr;
 use ethbcast::member::{Event, MemberError};
 use ethbcast::proto::{Algo, Dest, SendError};
 use serde::Serialize;
@@ -308,7 +308,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             "ethbcast: waiting for {} receiver(s) on {} ({}), group {:#x}, {}",
             a.expect.len(),
             a.link.iface,
-            format_mac(&me),
+            me,
             a.link.group_id,
             match super::render_seconds(a.wait) {
                 s if a.wait >= super::NO_LIMIT => s,
@@ -551,7 +551,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     pb.suspend(|| {
                         eprintln!(
                             "ethbcast: evicting rank {r} ({}): {msg}",
-                            format_mac(&roster[r])
+                            roster[r]
                         )
                     });
                 }
@@ -592,7 +592,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     pb.suspend(|| {
                         eprintln!(
                             "ethbcast: failing rank {r} ({}): {msg}",
-                            format_mac(&roster[r])
+                            roster[r]
                         )
                     });
                 }
@@ -643,7 +643,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let receivers: Vec<ReceiverReport> = (1..n)
         .map(|r| ReceiverReport {
             rank: r as u16,
-            mac: format_mac(&roster[r]),
+            mac: roster[r].to_string(),
             status: outcome[r],
             bytes: bytes_of[r],
             seconds: at[r],
