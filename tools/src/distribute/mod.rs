@@ -280,6 +280,17 @@ impl LinkOpts {
     }
 }
 
+/// Drops every capability of the process ([`ethbcast_sys::caps::drop_all`]) once its link is
+/// open: nothing after that needs one, and the code that runs afterwards parses what arrives
+/// from the network and feeds files and `-O` commands. Call it before any thread starts
+/// (capabilities belong to threads; later ones inherit the empty sets).
+pub fn drop_capabilities() -> Result<(), Fatal> {
+    let d = ethbcast_sys::caps::drop_all()
+        .map_err(|e| Fatal::io(format!("after opening the link: {e}")))?;
+    tracing::debug!(bounding = d.bounding, "capabilities dropped");
+    Ok(())
+}
+
 /// Reads a group key file: exactly 32 bytes are the key itself; anything else is a
 /// passphrase on the first line (surrounding white space ignored), from which the key is
 /// derived ([`ethbcast::group::key_from_passphrase`]). An empty passphrase is refused.

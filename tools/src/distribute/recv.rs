@@ -673,11 +673,14 @@ fn await_writer(
 /// Runs `ethbcast recv`. Returns the report (its `code` is the exit code) or a fatal error
 /// that happened before the transfer began.
 pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
+    let lnk = a.link.open()?;
+    // Before any thread starts (the Ctrl-C handler's, the writer): they inherit the empty
+    // sets. The output is opened afterwards, with the same rights its final rename has.
+    super::drop_capabilities()?;
     let stop = super::interrupt_flag();
     let output_took = Arc::new(AtomicU64::new(0));
     let mut guard = Guard(Sink::open(&a.output, &output_took)?);
     let sink = &mut guard.0;
-    let lnk = a.link.open()?;
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
