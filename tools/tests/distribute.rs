@@ -1309,6 +1309,120 @@ fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_on
     tb.down().unwrap();
 }
 
+/// A receiver ends `r` with exit 1 and an error that contains `why`, and leaves neither its
+/// output `out` nor a temporary file next to it.
+fn refused_without_a_trace(r: &mut Proc, out: &Path, why: &str) {
+    let o = r.wait_timeout(Duration::from_secs(60));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains(why), "want {why:?} in: {e}");
+    assert!(!out.exists(), "{} was left behind", out.display());
+    no_part_files(out.parent().unwrap());
+}
+
+/// A sender that sends more than a receiver accepts (`--max-bytes`), or more than it
+/// announced in its header, does not fill the receiver's disk: the receiver refuses, with a
+/// clear error, and leaves no file, neither the output nor a temporary one. A receiver
+/// without the limit takes the same transfer.
+#[test]
+fn a_receiver_refuses_more_than_max_bytes_or_than_announced_and_leaves_no_file() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("m"))).expect("test-bed");
+    let dir = tmpdir("max-bytes");
+    let input = dir.join("input.bin");
+    let data = random_file(&input, 3 << 20, 5);
+    let limited = |tag: &str, max: &str| {
+        let out = dir.join(format!("{tag}-limited.bin"));
+        (
+            recv(&tb, 1, &["--max-bytes", max, "-o", out.to_str().unwrap()]),
+            out,
+        )
+    };
+    let unlimited = |tag: &str| {
+        let out = dir.join(format!("{tag}-unlimited.bin"));
+        (recv(&tb, 2, &["-o", out.to_str().unwrap()]), out)
+    };
+    let args = ["--receivers", "2", "--wait", "30", "--quiet"];
+
+    // 1. A file: its header announces 3 MiB, refused at once.
+    let (mut r1, o1) = limited("file", "1M");
+    let (mut r2, o2) = unlimited("file");
+    let mut s = send(
+        &tb,
+        &[&["-i", input.to_str().unwrap()][..], &args].concat(),
+        Stdio::null(),
+    );
+    refused_without_a_trace(&mut r1, &o1, "--max-bytes 1048576");
+    assert_eq!(
+        r2.wait_timeout(Duration::from_secs(60)).status.code(),
+        Some(0)
+    );
+    assert!(std::fs::read(&o2).unwrap() == data);
+    assert_eq!(
+        s.wait_timeout(Duration::from_secs(60)).status.code(),
+        Some(1)
+    );
+
+    // 2. A pipe of unknown length: refused as the data passes the limit.
+    let (mut r1, o1) = limited("pipe", "1M");
+    let (mut r2, o2) = unlimited("pipe");
+    let mut s = send(&tb, &args, Stdio::piped());
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let feed = {
+        let data = data.clone();
+        std::thread::spawn(move || stdin.write_all(&data))
+    };
+    refused_without_a_trace(&mut r1, &o1, "--max-bytes 1048576");
+    feed.join().unwrap().unwrap();
+    assert_eq!(
+        r2.wait_timeout(Duration::from_secs(60)).status.code(),
+        Some(0)
+    );
+    assert!(std::fs::read(&o2).unwrap() == data);
+    assert_eq!(
+        s.wait_timeout(Duration::from_secs(60)).status.code(),
+        Some(1)
+    );
+
+    // 3. A sender whose data runs past the total it announced (its input file grew after it
+    // announced the size): refused, although the stream is under --max-bytes.
+    let growing = dir.join("growing.bin");
+    std::fs::write(&growing, &data[..1 << 20]).unwrap();
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            growing.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--wait",
+            "30",
+        ],
+        Stdio::null(),
+    );
+    stderr_until(&mut s, "waiting for 1 receiver");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&growing)
+        .unwrap()
+        .write_all(&data[1 << 20..])
+        .unwrap();
+    let (mut r1, o1) = limited("grown", "16M");
+    refused_without_a_trace(
+        &mut r1,
+        &o1,
+        "the sender sent more than the 1048576 bytes it announced",
+    );
+    assert_eq!(
+        s.wait_timeout(Duration::from_secs(60)).status.code(),
+        Some(1)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}
+
 /// The capability sets of every thread of process `pid`: (thread, field, value) for each of
 /// CapInh, CapPrm, CapEff, CapBnd and CapAmb that is not zero.
 fn capabilities_held(pid: u32) -> Vec<(String, String, String)> {

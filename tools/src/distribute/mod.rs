@@ -349,6 +349,32 @@ pub fn parse_seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// Parses a number of bytes given on the command line (`recv --max-bytes`): a whole number
+/// with an optional binary unit, `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`1G` is
+/// 1073741824 bytes), or `inf` for no limit (`None`).
+pub fn parse_bytes(s: &str) -> Result<Option<u64>, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("inf") {
+        return Ok(None);
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number of bytes (e.g. 500M, 64G) or inf"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "k" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        "T" | "TiB" => 40,
+        u => return Err(format!("{s:?}: unknown unit {u:?} (B, K, M, G or T)")),
+    };
+    n.checked_mul(1 << shift)
+        .map(Some)
+        .ok_or_else(|| format!("{s:?}: too large"))
+}
+
 /// `d` for messages: seconds, or "no limit".
 pub fn render_seconds(d: Duration) -> String {
     if d >= NO_LIMIT {
@@ -411,6 +437,27 @@ mod tests {
         let missing = read_key_file(&dir.join("missing")).unwrap_err();
         assert_eq!(missing.code, EXIT_IO);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn byte_counts_parse_with_binary_units_and_inf() {
+        assert_eq!(parse_bytes("1000"), Ok(Some(1000)));
+        assert_eq!(parse_bytes("1M"), Ok(Some(1 << 20)));
+        assert_eq!(parse_bytes(" 64 GiB "), Ok(Some(64 << 30)));
+        assert_eq!(parse_bytes("2T"), Ok(Some(2 << 40)));
+        assert_eq!(parse_bytes("0"), Ok(Some(0)));
+        assert_eq!(parse_bytes("inf"), Ok(None));
+        for bad in [
+            "",
+            "-1",
+            "1.5G",
+            "10X",
+            "M",
+            "99999999999999999999",
+            "20000000T",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]
