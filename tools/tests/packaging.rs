@@ -142,7 +142,10 @@ fn the_receiver_unit_takes_a_key_credential_a_size_limit_and_a_per_instance_outp
     // The output: by default in the instance's own state directory; settings per instance
     // come after the shared ones, which name no output.
     assert!(exec.contains("--output ${ETHBCAST_OUTPUT}"), "{exec}");
-    assert!(env.contains("ETHBCAST_OUTPUT=%S/ethbcast/%i/image"), "{env}");
+    assert!(
+        env.contains("ETHBCAST_OUTPUT=%S/ethbcast/%i/image"),
+        "{env}"
+    );
     assert_eq!(
         unit_setting(&unit, "EnvironmentFile"),
         [
