@@ -280,9 +280,240 @@ impl fmt::Display for Advice {
     }
 }
 
+/// What [`drop_all`] left the calling thread with (from `/proc/thread-self/status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// The bounding set afterwards: 0 if the thread could drop it (it held `CAP_SETPCAP`, as
+    /// root does); otherwise what it was, which without `CAP_SETPCAP` an unprivileged
+    /// process cannot use to gain anything (its permitted set is empty).
+    pub bounding: u64,
+}
+
+/// Errors of [`drop_all`].
+#[derive(Debug, thiserror::Error)]
+pub enum DropError {
+    /// A system call failed.
+    #[error("cannot drop capabilities: {op}: {source}")]
+    Call {
+        /// Which call.
+        op: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The kernel says the thread still holds some.
+    #[error(
+        "capabilities still held after dropping them: effective {effective:#x}, permitted \
+         {permitted:#x}, inheritable {inheritable:#x}, ambient {ambient:#x}"
+    )]
+    StillHeld {
+        /// Effective set.
+        effective: u64,
+        /// Permitted set.
+        permitted: u64,
+        /// Inheritable set.
+        inheritable: u64,
+        /// Ambient set.
+        ambient: u64,
+    },
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3` of `linux/capability.h`: two 32-bit words per set.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Drops every capability of the calling thread for good: the ambient set, the bounding set
+/// (when the thread may, i.e. holds `CAP_SETPCAP`; then not even a program it executes as
+/// root regains any), then the effective, permitted and inheritable sets. Checks the result
+/// in `/proc/thread-self/status`.
+///
+/// Why: ethbcast needs `CAP_NET_RAW` (and `CAP_NET_ADMIN`) only to open its link. What runs
+/// afterwards parses frames from the network and writes files or feeds a `-O` command: a
+/// flaw there must not come with the capabilities of the process (all of them, when started
+/// as root).
+///
+/// Capabilities belong to threads: call it while the calling thread is the only one (threads
+/// started afterwards inherit the empty sets).
+pub fn drop_all() -> Result<Dropped, DropError> {
+    let call = |op: &'static str, rc: libc::c_int| {
+        if rc < 0 {
+            Err(DropError::Call {
+                op,
+                source: std::io::Error::last_os_error(),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: prctl with integer arguments only; the kernel reads no memory of ours.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    // EINVAL: a kernel before 4.3, which has no ambient set.
+    if rc < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        call("PR_CAP_AMBIENT_CLEAR_ALL", rc)?;
+    }
+    let held = thread_caps();
+    if held.is_some_and(|t| t.effective & (1 << CAP_SETPCAP) != 0) {
+        // Every capability the kernel knows; PR_CAPBSET_READ fails (EINVAL) past the last.
+        for cap in 0..64 {
+            // SAFETY: as above, integer arguments only.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) } < 0 {
+                break;
+            }
+            // SAFETY: as above, integer arguments only.
+            let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+            call("PR_CAPBSET_DROP", rc)?;
+        }
+    }
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    // SAFETY: `header` and `data` are the kernel's `__user_cap_header_struct` and, for
+    // version 3, an array of two `__user_cap_data_struct`; both live across the call, which
+    // reads `data` and may write `header.version`. pid 0 is the calling thread.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    };
+    call("capset", if rc < 0 { -1 } else { 0 })?;
+    let after = thread_caps().ok_or_else(|| DropError::Call {
+        op: "reading /proc/thread-self/status",
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })?;
+    if after.effective | after.permitted | after.inheritable | after.ambient != 0 {
+        return Err(DropError::StillHeld {
+            effective: after.effective,
+            permitted: after.permitted,
+            inheritable: after.inheritable,
+            ambient: after.ambient,
+        });
+    }
+    Ok(Dropped {
+        bounding: after.bounding,
+    })
+}
+
+/// `CAP_SETPCAP`: may drop from the bounding set.
+const CAP_SETPCAP: u32 = 8;
+
+/// All capability sets of one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ThreadCaps {
+    effective: u64,
+    permitted: u64,
+    inheritable: u64,
+    ambient: u64,
+    bounding: u64,
+}
+
+/// The calling thread's sets (`/proc/thread-self/status`; `/proc/self` shows the main
+/// thread's).
+fn thread_caps() -> Option<ThreadCaps> {
+    parse_thread_caps(&std::fs::read_to_string("/proc/thread-self/status").ok()?)
+}
+
+fn parse_thread_caps(status: &str) -> Option<ThreadCaps> {
+    let hex = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    };
+    Some(ThreadCaps {
+        effective: hex("CapEff")?,
+        permitted: hex("CapPrm")?,
+        inheritable: hex("CapInh")?,
+        // Absent before Linux 4.3, which has no ambient set.
+        ambient: hex("CapAmb").unwrap_or(0),
+        bounding: hex("CapBnd")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In a thread of its own (capabilities belong to threads; the test harness's others keep
+    /// theirs): afterwards the thread, and a thread it starts, hold nothing, and a raw socket,
+    /// which the test process (root on the test machine) could open before, is refused.
+    #[test]
+    fn drop_all_leaves_the_thread_and_its_children_without_capabilities() {
+        std::thread::spawn(|| {
+            let raw = || {
+                // SAFETY: socket(2) with integer arguments; a descriptor returned is closed.
+                let fd = unsafe {
+                    libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0x88B5u16.to_be() as i32)
+                };
+                if fd >= 0 {
+                    // SAFETY: `fd` is ours and used nowhere else.
+                    unsafe { libc::close(fd) };
+                }
+                fd >= 0
+            };
+            let before = thread_caps().unwrap();
+            let could = raw();
+            assert_eq!(could, before.effective & (1 << 13) != 0, "{before:?}");
+            let d = drop_all().unwrap();
+            let after = thread_caps().unwrap();
+            assert_eq!(
+                (
+                    after.effective,
+                    after.permitted,
+                    after.inheritable,
+                    after.ambient
+                ),
+                (0, 0, 0, 0)
+            );
+            if before.effective & (1 << CAP_SETPCAP) != 0 {
+                assert_eq!(d.bounding, 0, "root drops the bounding set too");
+            }
+            assert_eq!(after.bounding, d.bounding);
+            assert!(!raw(), "a raw socket opened after dropping");
+            let child = std::thread::spawn(|| thread_caps().unwrap())
+                .join()
+                .unwrap();
+            assert_eq!(child, after);
+            // Dropping again (nothing left) succeeds.
+            drop_all().unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn thread_status_is_parsed() {
+        let s = "CapInh:\t0000000000000000\nCapPrm:\t0000000000003000\n\
+                 CapEff:\t0000000000002000\nCapBnd:\t000001ffffffffff\n";
+        let t = parse_thread_caps(s).unwrap();
+        assert_eq!((t.permitted, t.effective, t.ambient), (0x3000, 0x2000, 0));
+        assert!(parse_thread_caps("CapEff:\tzz\n").is_none());
+    }
 
     #[test]
     fn process_status_is_parsed() {

@@ -17,6 +17,7 @@
 //! - [`wait`]: waiting for a socket: spin, block in `ppoll(2)`, or spin then block;
 //! - [`caps`]: which capabilities the process and its program file hold, and why one is
 //!   missing (`nosuid`, `no_new_privs`, ...), for error messages with the exact `setcap` command;
+//!   dropping them all once the link is open;
 //! - [`shm`]: shared-memory segments of one host (files in `/dev/shm`), seen only through
 //!   bounds-checked atomics, copies and futexes, for ranks that share a host;
 //! - [`alloc`]: a counting global allocator for memory tests;

@@ -111,7 +111,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --no-peer-repair --key-file --group-address --output --command --timeout --wait --quiet --json --help"
+            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --no-peer-repair --key-file --group-address --output --command --timeout --wait --max-bytes --quiet --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -170,6 +170,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -63,6 +63,7 @@ complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s o -l output -
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s O -l command -d 'Pipe the stream into `sh -c COMMAND` (its exit status counts)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l timeout -d 'Give up after this many seconds without any frame from the sender, or without the output (file, stdout, -O command) taking any data; inf: never' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l wait -d 'Seconds to wait for a sender to start (exit 3 if none does); inf: no limit' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l max-bytes -d 'Refuse a stream larger than this (e.g. 500M, 64G; binary units): at its header when it announces its size, else as soon as its data passes the limit; the output is then discarded (exit 1). A stream is refused in any case when its data runs past the size it announced. inf: no limit' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l no-peer-repair -d 'On a receiver: ask only the sender for lost frames. By default a receiver asks a fellow receiver first (peer repair), which keeps repairs off the sender\'s link. No effect on the sender'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l quiet -d 'No messages on stderr'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l json -d 'Print the outcome as JSON on stderr (stdout may carry the data)'

@@ -9,8 +9,8 @@ use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
 use ethbcast::link::{Backend, WaitMode};
 use ethbcast_tools::distribute::{
-    self, parse_seconds, rate::parse_rate, recv, send, send::Expect, stream::DigestAlgo, Fatal,
-    LinkOpts, DEFAULT_GROUP_ID,
+    self, parse_bytes, parse_seconds, rate::parse_rate, recv, send, send::Expect,
+    stream::DigestAlgo, Fatal, LinkOpts, DEFAULT_GROUP_ID,
 };
 
 const EXIT_CODES: &str = "\
@@ -111,6 +111,14 @@ fn parse_window(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `recv --max-bytes`: `None` is no limit (clap cannot hold an `Option` as a value).
+#[derive(Debug, Clone, Copy)]
+struct MaxBytes(Option<u64>);
+
+fn parse_max_bytes(s: &str) -> Result<MaxBytes, String> {
+    parse_bytes(s).map(MaxBytes)
+}
+
 fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -199,6 +207,12 @@ enum Cmd {
         /// Seconds to wait for a sender to start (exit 3 if none does); inf: no limit.
         #[arg(long, default_value = "3600", value_parser = parse_seconds)]
         wait: Duration,
+        /// Refuse a stream larger than this (e.g. 500M, 64G; binary units): at its header when
+        /// it announces its size, else as soon as its data passes the limit; the output is
+        /// then discarded (exit 1). A stream is refused in any case when its data runs past the
+        /// size it announced. inf: no limit.
+        #[arg(long, default_value = "inf", value_parser = parse_max_bytes)]
+        max_bytes: MaxBytes,
         /// No messages on stderr.
         #[arg(long)]
         quiet: bool,
@@ -316,6 +330,7 @@ fn main() -> ExitCode {
             command,
             timeout,
             wait,
+            max_bytes,
             quiet,
             json,
         } => {
@@ -332,6 +347,7 @@ fn main() -> ExitCode {
                 output: out,
                 timeout,
                 wait,
+                max_bytes: max_bytes.0,
                 quiet,
             };
             match recv::run(&args) {

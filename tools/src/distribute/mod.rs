@@ -280,6 +280,17 @@ impl LinkOpts {
     }
 }
 
+/// Drops every capability of the process ([`ethbcast_sys::caps::drop_all`]) once its link is
+/// open: nothing after that needs one, and the code that runs afterwards parses what arrives
+/// from the network and feeds files and `-O` commands. Call it before any thread starts
+/// (capabilities belong to threads; later ones inherit the empty sets).
+pub fn drop_capabilities() -> Result<(), Fatal> {
+    let d = ethbcast_sys::caps::drop_all()
+        .map_err(|e| Fatal::io(format!("after opening the link: {e}")))?;
+    tracing::debug!(bounding = d.bounding, "capabilities dropped");
+    Ok(())
+}
+
 /// Reads a group key file: exactly 32 bytes are the key itself; anything else is a
 /// passphrase on the first line (surrounding white space ignored), from which the key is
 /// derived ([`ethbcast::group::key_from_passphrase`]). An empty passphrase is refused.
@@ -336,6 +347,32 @@ pub fn parse_seconds(s: &str) -> Result<Duration, String> {
         return Ok(NO_LIMIT);
     }
     Ok(Duration::from_secs_f64(v))
+}
+
+/// Parses a number of bytes given on the command line (`recv --max-bytes`): a whole number
+/// with an optional binary unit, `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`1G` is
+/// 1073741824 bytes), or `inf` for no limit (`None`).
+pub fn parse_bytes(s: &str) -> Result<Option<u64>, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("inf") {
+        return Ok(None);
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number of bytes (e.g. 500M, 64G) or inf"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "k" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        "T" | "TiB" => 40,
+        u => return Err(format!("{s:?}: unknown unit {u:?} (B, K, M, G or T)")),
+    };
+    n.checked_mul(1 << shift)
+        .map(Some)
+        .ok_or_else(|| format!("{s:?}: too large"))
 }
 
 /// `d` for messages: seconds, or "no limit".
@@ -400,6 +437,27 @@ mod tests {
         let missing = read_key_file(&dir.join("missing")).unwrap_err();
         assert_eq!(missing.code, EXIT_IO);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn byte_counts_parse_with_binary_units_and_inf() {
+        assert_eq!(parse_bytes("1000"), Ok(Some(1000)));
+        assert_eq!(parse_bytes("1M"), Ok(Some(1 << 20)));
+        assert_eq!(parse_bytes(" 64 GiB "), Ok(Some(64 << 30)));
+        assert_eq!(parse_bytes("2T"), Ok(Some(2 << 40)));
+        assert_eq!(parse_bytes("0"), Ok(Some(0)));
+        assert_eq!(parse_bytes("inf"), Ok(None));
+        for bad in [
+            "",
+            "-1",
+            "1.5G",
+            "10X",
+            "M",
+            "99999999999999999999",
+            "20000000T",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

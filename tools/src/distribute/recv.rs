@@ -15,7 +15,7 @@ use ethbcast::member::Event;
 use ethbcast::proto::Dest;
 use serde::Serialize;
 
-use super::stream::{Data, DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED};
+use super::stream::{Budget, Data, DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED};
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// Where the stream goes.
@@ -40,6 +40,9 @@ pub struct RecvArgs {
     pub timeout: Duration,
     /// How long to wait for a sender's roster.
     pub wait: Duration,
+    /// Refuse a stream larger than this many bytes (`--max-bytes`); the header's total is
+    /// enforced in any case.
+    pub max_bytes: Option<u64>,
     /// No chatter on stderr.
     pub quiet: bool,
 }
@@ -672,11 +675,14 @@ fn await_writer(
 /// Runs `ethbcast recv`. Returns the report (its `code` is the exit code) or a fatal error
 /// that happened before the transfer began.
 pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
+    let lnk = a.link.open()?;
+    // Before any thread starts (the Ctrl-C handler's, the writer): they inherit the empty
+    // sets. The output is opened afterwards, with the same rights its final rename has.
+    super::drop_capabilities()?;
     let stop = super::interrupt_flag();
     let output_took = Arc::new(AtomicU64::new(0));
     let mut guard = Guard(Sink::open(&a.output, &output_took)?);
     let sink = &mut guard.0;
-    let lnk = a.link.open()?;
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
@@ -694,6 +700,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
 
     let start = Instant::now();
     let mut writer: Option<Writer> = None;
+    // What this receiver accepts of the stream, from the header on.
+    let mut budget: Option<Budget> = None;
     // Why the writer stopped before the trailer (it returns its own error from `finish`).
     let writer_failed = |w: &mut Writer| -> Fatal {
         match w.finish(Duration::from_secs(2)) {
@@ -736,6 +744,12 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             match ev {
                 Event::Delivered { root: 0, data, .. } => match Msg::decode(data) {
                     Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
+                        // Before the output starts: a stream refused here never runs a
+                        // command or writes a byte.
+                        match Budget::new(total, a.max_bytes) {
+                            Ok(b) => budget = Some(b),
+                            Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e.to_string())),
+                        }
                         if !a.quiet {
                             eprintln!(
                                 "ethbcast: rank {rank}: receiving {}",
@@ -752,12 +766,15 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         }
                     }
                     Ok(Msg::Data(d)) => {
-                        let Some(w) = writer.as_mut() else {
+                        let (Some(w), Some(b)) = (writer.as_mut(), budget.as_mut()) else {
                             break 'run Err(Fatal::new(
                                 EXIT_FAILED,
                                 "stream data before its header",
                             ));
                         };
+                        if let Err(e) = b.take(d.bytes().len() as u64) {
+                            break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
+                        }
                         match w.push(Job::Data(d), &stop, a.timeout) {
                             Pushed::Queued => {}
                             Pushed::Stopped => break 'run Err(writer_failed(w)),
@@ -766,12 +783,15 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         }
                     }
                     Ok(Msg::Trailer { bytes, digest }) => {
-                        let Some(w) = writer.as_mut() else {
+                        let (Some(w), Some(b)) = (writer.as_mut(), budget.as_ref()) else {
                             break 'run Err(Fatal::new(
                                 EXIT_FAILED,
                                 "stream trailer before its header",
                             ));
                         };
+                        if let Err(e) = b.end(bytes) {
+                            break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
+                        }
                         match w.push(Job::Verify { bytes, digest }, &stop, a.timeout) {
                             Pushed::Queued => {}
                             Pushed::Stopped => break 'run Err(writer_failed(w)),

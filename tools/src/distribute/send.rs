@@ -275,7 +275,6 @@ impl Expect {
 /// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the
 /// report (its `ok` says whether every receiver completed).
 pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
-    let stop = super::interrupt_flag();
     let (input, total): (Box<dyn Read + Send>, Option<u64>) = match &a.input {
         Some(p) => {
             let f = File::open(p)
@@ -302,6 +301,9 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
 
     let t_join = Instant::now();
     let lnk = a.link.open()?;
+    // Before the Ctrl-C handler's thread starts: it inherits the empty sets.
+    super::drop_capabilities()?;
+    let stop = super::interrupt_flag();
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(

@@ -149,6 +149,97 @@ impl Data {
     }
 }
 
+/// What a receiver accepts of a stream: no more than its header announced, and no more than
+/// the receiver's own limit (`recv --max-bytes`). Checked as the data arrives, before any of
+/// it is written: a sender (one without the group key, when there is none; a buggy one) can
+/// otherwise fill the receiver's disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    announced: Option<u64>,
+    max: Option<u64>,
+    received: u64,
+}
+
+/// Why a receiver refuses a stream ([`Budget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// The header announces more than `--max-bytes`.
+    #[error("the sender announced {announced} bytes, more than --max-bytes {max} allows: refused")]
+    AnnouncedTooLarge {
+        /// The header's total.
+        announced: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A stream of unknown length ran past `--max-bytes`.
+    #[error("the stream exceeds --max-bytes {max}: refused after {received} bytes")]
+    TooLarge {
+        /// The limit.
+        max: u64,
+        /// Bytes with the message that passed it.
+        received: u64,
+    },
+    /// The data ran past the header's total.
+    #[error("the sender sent more than the {announced} bytes it announced: refused")]
+    BeyondAnnounced {
+        /// The header's total.
+        announced: u64,
+    },
+    /// The trailer's count differs from the header's total.
+    #[error("the sender announced {announced} bytes but ended the stream after {bytes}")]
+    TrailerDiffers {
+        /// The header's total.
+        announced: u64,
+        /// The trailer's count.
+        bytes: u64,
+    },
+}
+
+impl Budget {
+    /// At the header: `announced` is its total (if known), `max` the receiver's limit.
+    pub fn new(announced: Option<u64>, max: Option<u64>) -> Result<Budget, Refused> {
+        if let (Some(announced), Some(max)) = (announced, max) {
+            if announced > max {
+                return Err(Refused::AnnouncedTooLarge { announced, max });
+            }
+        }
+        Ok(Budget {
+            announced,
+            max,
+            received: 0,
+        })
+    }
+
+    /// The next `n` bytes of data arrived: refused if they pass either bound.
+    pub fn take(&mut self, n: u64) -> Result<(), Refused> {
+        let received = self.received.saturating_add(n);
+        if let Some(announced) = self.announced.filter(|&a| received > a) {
+            return Err(Refused::BeyondAnnounced { announced });
+        }
+        if let Some(max) = self.max.filter(|&m| received > m) {
+            return Err(Refused::TooLarge { max, received });
+        }
+        self.received = received;
+        Ok(())
+    }
+
+    /// At the trailer, which counts `bytes`: a known total must match it. (Whether `bytes`
+    /// is what arrived, the writer checks with the digest.)
+    pub fn end(&self, bytes: u64) -> Result<(), Refused> {
+        match self.announced {
+            Some(announced) if announced != bytes => {
+                Err(Refused::TrailerDiffers { announced, bytes })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Bytes of data taken so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+}
+
 /// A receiver's final report to the sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Final {
@@ -458,6 +549,55 @@ mod tests {
             }
             parse_everything(&m);
         }
+    }
+
+    #[test]
+    fn a_budget_refuses_more_than_announced_or_allowed() {
+        // Announced above the limit: refused at the header, before any data.
+        assert_eq!(
+            Budget::new(Some(11), Some(10)),
+            Err(Refused::AnnouncedTooLarge {
+                announced: 11,
+                max: 10
+            })
+        );
+        // Announced and within the limit: data up to the total, not a byte more.
+        let mut b = Budget::new(Some(10), Some(100)).unwrap();
+        b.take(6).unwrap();
+        b.take(4).unwrap();
+        assert_eq!(b.take(1), Err(Refused::BeyondAnnounced { announced: 10 }));
+        assert_eq!(b.received(), 10);
+        b.end(10).unwrap();
+        assert_eq!(
+            b.end(9),
+            Err(Refused::TrailerDiffers {
+                announced: 10,
+                bytes: 9
+            })
+        );
+        // Unknown length: the limit, checked as data arrives; no overflow on huge counts.
+        let mut u = Budget::new(None, Some(10)).unwrap();
+        u.take(10).unwrap();
+        assert_eq!(
+            u.take(1),
+            Err(Refused::TooLarge {
+                max: 10,
+                received: 11
+            })
+        );
+        let mut big = Budget::new(None, Some(u64::MAX - 1)).unwrap();
+        big.take(u64::MAX - 1).unwrap();
+        assert!(big.take(u64::MAX).is_err());
+        // No limit, no total: anything goes; the messages name what to change.
+        let mut any = Budget::new(None, None).unwrap();
+        any.take(u64::MAX).unwrap();
+        any.end(5).unwrap();
+        let msg = Refused::TooLarge {
+            max: 10,
+            received: 11,
+        }
+        .to_string();
+        assert!(msg.contains("--max-bytes 10"), "{msg}");
     }
 
     #[test]
