@@ -18,6 +18,19 @@
 //! onto the hosts' network ranks here, on `Group`'s public API. While the owner waits for the
 //! ranks of its host it keeps serving the network itself (its lock keeps the progress thread
 //! out).
+//!
+//! Segment names and other local users: `/dev/shm` is shared by every user of the machine, so a
+//! host's segment name carries, besides the job's public numbers (group id, size, owner rank,
+//! network namespace), a tag no other user can compute when the job has a secret: a keyed hash
+//! of the launcher's per-job token (`ETHBCAST_JOB_TOKEN`, [`JOB_TOKEN_VAR`]) and of the group's
+//! key, whichever the job has. Every rank of a job computes the same name from the same
+//! environment and options. Why not the network join's session: the owner opens the ring
+//! *before* it joins (the local ranks attach while it joins, and it waits for them), and the
+//! other ranks of a host never join the network at all, so no session exists that they could
+//! all know in time. Without token or key the name can be guessed, and another user can make
+//! a file there first: the job then fails with a clear error (the segment layer refuses a file
+//! of another user, of another mode than 0600, or behind a symbolic link), but it is not fed
+//! the other user's ring.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -245,17 +258,64 @@ pub fn placement_from_env(
     Ok(Some((rank, hosts)))
 }
 
+/// The environment variable in which a launcher gives every rank of a job the same random
+/// token (at least [`JOB_TOKEN_MIN`] characters, e.g. `openssl rand -hex 16`), so that the
+/// job's shared-memory segment names cannot be guessed by other local users.
+pub const JOB_TOKEN_VAR: &str = "ETHBCAST_JOB_TOKEN";
+
+/// Shortest token accepted in [`JOB_TOKEN_VAR`].
+pub const JOB_TOKEN_MIN: usize = 16;
+
+/// The part of a segment's name that only the job can compute: 128 bits of a BLAKE3 hash keyed
+/// with the group's key (if any) over the launcher's token (if any), in hex. `Ok(None)`: the
+/// job has neither (the name is guessable). Neither the token nor the key can be recovered
+/// from the tag, which every local user can read in `/dev/shm`'s listing.
+fn segment_tag(token: Option<&str>, key: Option<&[u8; 32]>) -> Result<Option<String>, CallError> {
+    let token = token.filter(|t| !t.is_empty());
+    if let Some(t) = token {
+        if t.len() < JOB_TOKEN_MIN {
+            return Err(CallError::Placement(format!(
+                "{JOB_TOKEN_VAR} has {} characters: give every rank of the job the same random token of at least {JOB_TOKEN_MIN} characters (e.g. `openssl rand -hex 16`), or unset it",
+                t.len()
+            )));
+        }
+    }
+    if token.is_none() && key.is_none() {
+        return Ok(None);
+    }
+    const CONTEXT: &str = "ethbcast shared-memory segment name v1";
+    let mut h = match key {
+        Some(k) => blake3::Hasher::new_keyed(k),
+        None => blake3::Hasher::new_derive_key(CONTEXT),
+    };
+    h.update(CONTEXT.as_bytes());
+    h.update(&[u8::from(token.is_some())]);
+    h.update(token.unwrap_or("").as_bytes());
+    let out = h.finalize();
+    Ok(Some(
+        out.as_bytes()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    ))
+}
+
 /// The file of host `h`'s segment: one per job (group id, size), host (its owner's rank) and
-/// network namespace. `/dev/shm` is shared by every namespace of a machine: jobs on different
-/// test-beds (or containers) of one machine must not meet in one segment, whatever group id
-/// they chose.
-fn segment_path(group_id: u32, hosts: &Hosts, h: u16) -> std::path::PathBuf {
+/// network namespace, with the job's secret tag ([`segment_tag`]) when it has one. `/dev/shm`
+/// is shared by every namespace of a machine: jobs on different test-beds (or containers) of
+/// one machine must not meet in one segment, whatever group id they chose.
+fn segment_path(group_id: u32, hosts: &Hosts, h: u16, tag: Option<&str>) -> std::path::PathBuf {
     let owner = hosts.ranks_on(h).first().copied().unwrap_or(0);
-    std::path::Path::new(smp::SHM_DIR).join(format!(
+    let mut name = format!(
         "ethbcast-{group_id:08x}-{}-{owner}-{}",
         hosts.size(),
         net_namespace()
-    ))
+    );
+    if let Some(tag) = tag {
+        name.push('-');
+        name.push_str(tag);
+    }
+    std::path::Path::new(smp::SHM_DIR).join(name)
 }
 
 /// The inode of this process's network namespace (`/proc/self/ns/net` reads `net:[N]`), or 0
@@ -605,7 +665,9 @@ fn open_on_hosts(
     let host = hosts.host(rank).ok_or_else(bad)?;
     let local = hosts.local_index(rank).ok_or_else(bad)?;
     let locals = hosts.ranks_on(host).len();
-    let path = segment_path(opts.group.group_id, &hosts, host);
+    let token = std::env::var(JOB_TOKEN_VAR).ok();
+    let tag = segment_tag(token.as_deref(), opts.group.key.as_ref())?;
+    let path = segment_path(opts.group.group_id, &hosts, host, tag.as_deref());
     let layout = Layout::new(locals);
     let timeout = opts.group.timeout;
     let (size, count) = (hosts.size(), hosts.count());
@@ -782,9 +844,9 @@ mod tests {
     #[test]
     fn segments_are_named_per_job_and_host() {
         let hosts = Hosts::blocks(8, 4).unwrap();
-        let a = segment_path(0x1234, &hosts, 0);
-        let b = segment_path(0x1234, &hosts, 1);
-        let c = segment_path(0x1235, &hosts, 1);
+        let a = segment_path(0x1234, &hosts, 0, None);
+        let b = segment_path(0x1234, &hosts, 1, None);
+        let c = segment_path(0x1235, &hosts, 1, None);
         assert_ne!(a, b);
         assert_ne!(b, c);
         let ns = net_namespace();
@@ -794,5 +856,53 @@ mod tests {
                 .ends_with(&format!("ethbcast-00001234-8-4-{ns}")),
             "{b:?}"
         );
+    }
+
+    /// Issue 20, item 7: with a launcher's token or a group key, another local user who knows
+    /// every public number of the job (group id, size, ranks, network namespace) cannot name
+    /// its segment in advance; every rank of the job names it alike.
+    #[test]
+    fn segment_names_need_the_jobs_token_or_key() {
+        let hosts = Hosts::blocks(8, 4).unwrap();
+        let token = "3f1c9a7e55d04b2a9c8e61f0a2b7d4e9";
+        let key = [7u8; 32];
+        let public = segment_path(0x1234, &hosts, 1, None);
+        let named = |token: Option<&str>, key: Option<&[u8; 32]>| {
+            let tag = segment_tag(token, key).unwrap();
+            segment_path(0x1234, &hosts, 1, tag.as_deref())
+        };
+        // The same inputs on every rank give the same name.
+        assert_eq!(named(Some(token), None), named(Some(token), None));
+        assert_eq!(named(None, Some(&key)), named(None, Some(&key)));
+        // A token or a key changes the name, and so does another token or key.
+        let with_token = named(Some(token), None);
+        let with_key = named(None, Some(&key));
+        let both = named(Some(token), Some(&key));
+        for p in [&with_token, &with_key, &both] {
+            assert_ne!(p, &public);
+            assert!(p.to_string_lossy().starts_with(&*public.to_string_lossy()));
+            assert!(!p.to_string_lossy().contains(token), "{p:?}");
+        }
+        assert_ne!(with_token, with_key);
+        assert_ne!(with_token, both);
+        assert_ne!(
+            with_token,
+            named(Some("3f1c9a7e55d04b2a9c8e61f0a2b7d4e8"), None)
+        );
+        assert_ne!(with_key, named(None, Some(&[8u8; 32])));
+        // 128 bits of tag.
+        let name = with_token
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let tag = name.rsplit('-').next().unwrap();
+        assert_eq!(tag.len(), 32);
+        assert!(tag.bytes().all(|b| b.is_ascii_hexdigit()));
+        // Neither: the public name. An empty token counts as none; a short one is refused.
+        assert_eq!(named(None, None), public);
+        assert_eq!(named(Some(""), None), public);
+        let e = segment_tag(Some("1234"), None).unwrap_err();
+        assert!(e.to_string().contains(JOB_TOKEN_VAR), "{e}");
     }
 }

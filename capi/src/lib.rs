@@ -408,6 +408,10 @@ pub unsafe extern "C" fn ethbcast_open(
 /// host joins the network group on `iface` for its host; the other ranks of the host receive
 /// through shared memory (a segment in /dev/shm) and need no network privilege. Every rank
 /// must pass the same array. `opts` may be NULL for the defaults; `opts.expected` is ignored.
+/// So that other local users cannot guess the segment's name (and make a file there first,
+/// which fails the job), give every rank of the job the same random `ETHBCAST_JOB_TOKEN` (at
+/// least 16 characters, e.g. `openssl rand -hex 16`), or a group key; a segment that is not
+/// this user's with mode 0600, or a symbolic link, is refused (`ETHBCAST_ERR_SHARED_MEMORY`).
 ///
 /// # Safety
 /// `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by

@@ -57,13 +57,13 @@ fn prefix(tag: &str) -> String {
 
 /// Runs `exe eth0` once per host, rank = host index, and waits (bounded) for all.
 fn run_on_hosts(bed: &Testbed, exe: &Path) -> Vec<Output> {
-    run_per_host(bed, exe, 1)
+    run_per_host(bed, exe, 1, None)
 }
 
 /// Runs `exe eth0` `k` times per host: ranks in blocks of `k` per host, with the local rank and
-/// size in `ETHBCAST_LOCAL_RANK`/`_SIZE` as launchers give them. Waits (bounded) for all;
-/// outputs in rank order.
-fn run_per_host(bed: &Testbed, exe: &Path, k: usize) -> Vec<Output> {
+/// size in `ETHBCAST_LOCAL_RANK`/`_SIZE` as launchers give them, and the job's `token` (if any)
+/// in `ETHBCAST_JOB_TOKEN`. Waits (bounded) for all; outputs in rank order.
+fn run_per_host(bed: &Testbed, exe: &Path, k: usize, token: Option<&str>) -> Vec<Output> {
     let n = bed.hosts().len() * k;
     let children: Vec<_> = (0..n)
         .map(|rank| {
@@ -79,6 +79,10 @@ fn run_per_host(bed: &Testbed, exe: &Path, k: usize) -> Vec<Output> {
                 cmd.env("ETHBCAST_LOCAL_RANK", (rank % k).to_string())
                     .env("ETHBCAST_LOCAL_SIZE", k.to_string());
             }
+            match token {
+                Some(t) => cmd.env("ETHBCAST_JOB_TOKEN", t),
+                None => cmd.env_remove("ETHBCAST_JOB_TOKEN"),
+            };
             cmd.spawn().expect("spawn in namespace")
         })
         .collect();
@@ -157,7 +161,8 @@ fn c_programs_broadcast_byte_exact_with_two_and_four_ranks_per_host() {
     // Its own executable: the other test may be compiling and running its copy meanwhile.
     let check = compile("c/bcast_check.c", "bcast_check_shared");
     let bed = Testbed::up(&TestbedConfig::new(2).prefix(prefix("s"))).expect("test-bed");
-    // Segments of this test-bed's namespaces (their names end in the namespace's inode).
+    // Segments of this test-bed's namespaces (their names end in the namespace's inode, or
+    // carry it before the job's tag).
     let inodes: Vec<String> = bed
         .hosts()
         .iter()
@@ -174,15 +179,27 @@ fn c_programs_broadcast_byte_exact_with_two_and_four_ranks_per_host() {
             .map(|d| {
                 d.filter_map(|e| e.ok())
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with("ethbcast-") && inodes.iter().any(|i| n.ends_with(i)))
+                    .filter(|n| {
+                        n.starts_with("ethbcast-")
+                            && inodes
+                                .iter()
+                                .any(|i| n.ends_with(i) || n.contains(&format!("{i}-")))
+                    })
                     .collect()
             })
             .unwrap_or_default()
     };
     let before = segments();
+    // Four per host with a launcher's job token (every rank must derive the same segment
+    // name from it), two per host without.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let token = format!("{nanos:032x}{:08x}", std::process::id());
     for k in [2, 4] {
         let n = 2 * k;
-        for (i, out) in run_per_host(&bed, &check, k).iter().enumerate() {
+        let token = (k == 4).then_some(token.as_str());
+        for (i, out) in run_per_host(&bed, &check, k, token).iter().enumerate() {
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
                 out.status.success(),

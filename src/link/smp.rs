@@ -27,6 +27,12 @@
 //! a reader that finds anything else than it expects reports a [`SmpError::Protocol`] instead of
 //! delivering.
 //!
+//! Other local users: a segment is this user's with mode 0600, and a rank maps only such a
+//! file, never through a symbolic link ([`Segment::open`]); the owner removes a stale name
+//! only if it is its user's. Another user who made a file at a job's name first (a forged ring)
+//! makes the job fail with [`ShmError::Foreign`] instead of feeding it; names that cannot be
+//! guessed (the C ABI's per-job token) take that away too.
+//!
 //! Robustness: every field read from the segment is checked before use (lengths against the
 //! slot and the message, offsets against the message), and every access goes through
 //! [`ethbcast_sys::shm::Segment`], which refuses offsets outside the mapping. A rank that dies
@@ -383,7 +389,7 @@ pub struct HostRing {
 
 impl HostRing {
     /// The owner makes its host's segment at `path` (replacing a stale one left by a crashed
-    /// job) for `layout.locals` ranks of a job of `world` ranks; `rank` is its own rank. The
+    /// job of this user; a file of another user there is [`ShmError::Foreign`]) for `layout.locals` ranks of a job of `world` ranks; `rank` is its own rank. The
     /// segment is open for the others to attach; call [`HostRing::wait_attached`] and then
     /// [`HostRing::joined`] (or [`HostRing::failed`]).
     pub fn create(
@@ -395,7 +401,9 @@ impl HostRing {
         timeout: Duration,
     ) -> Result<HostRing, SmpError> {
         layout.check()?;
-        Segment::unlink(path)?;
+        // A stale segment of a crashed job of this user goes; another user's file at the name
+        // stays, and the job fails (it may be a forged ring the local ranks would meet).
+        Segment::remove_stale(path)?;
         let seg = Segment::create(path, layout.segment_bytes())?;
         let ring = HostRing {
             seg,
@@ -426,7 +434,8 @@ impl HostRing {
 
     /// A local rank attaches to its host's segment at `path` as cursor block `local` (its
     /// position among the host's ranks), waiting up to `timeout` for the owner to create it
-    /// and to join the network group.
+    /// and to join the network group. A file at `path` that is not this user's with mode 0600,
+    /// or a symbolic link, fails at once ([`Segment::open`]), before anything is written to it.
     pub fn attach(
         path: &Path,
         layout: Layout,
@@ -1111,6 +1120,85 @@ mod tests {
         ));
         let _ = std::fs::remove_file(&p);
         p
+    }
+
+    /// A ring forged by another local user (issue 20, item 7): `nobody` writes a well-formed
+    /// segment (a real ring's bytes, its owner's process alive) at a job's name before the job
+    /// makes it. A local rank of the job must refuse it at once, without registering in it
+    /// (the forger would see the rank and could then release it into its own ring), and the
+    /// job's owner must neither use nor remove it. Needs root (to be two users); skips without
+    /// it unless `ETHBCAST_REQUIRE_NETNS=1`.
+    #[test]
+    fn a_ring_forged_by_another_user_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt;
+        const NOBODY: u32 = 65534;
+        let euid = std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid());
+        if euid != 0 {
+            assert!(
+                std::env::var("ETHBCAST_REQUIRE_NETNS").as_deref() != Ok("1"),
+                "needs root to act as a second local user (ETHBCAST_REQUIRE_NETNS=1)"
+            );
+            eprintln!("SKIPPED: a_ring_forged_by_another_user_is_refused: needs root");
+            return;
+        }
+        let name = |tag: &str| {
+            Path::new(SHM_DIR).join(format!(
+                "ethbcast-smp-forged-{}-{tag}-{:x}",
+                std::process::id(),
+                rand::random::<u32>()
+            ))
+        };
+        // The forger's bytes: a real, initialised ring whose owner (this process) is alive.
+        let template = name("template");
+        let world = SMALL.locals as u16;
+        let timeout = Duration::from_millis(300);
+        let real = HostRing::create(&template, SMALL, world, 0, Wait::default(), timeout).unwrap();
+        let forged = std::fs::read(&template).unwrap();
+        drop(real);
+        std::fs::remove_file(&template).unwrap();
+
+        let path = name("job");
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", r#"umask 077 && cat > "$1""#, "sh"])
+            .arg(&path)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir("/")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut sh.stdin.take().unwrap(), &forged).unwrap();
+        assert!(
+            sh.wait().unwrap().success(),
+            "nobody writes the forged ring"
+        );
+        struct Remove(PathBuf);
+        impl Drop for Remove {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        let _cleanup = Remove(path.clone());
+        assert_eq!(std::fs::metadata(&path).unwrap().uid(), NOBODY);
+
+        let t0 = Instant::now();
+        match attach(&path, SMALL, world, 1, timeout) {
+            Err(SmpError::Shm(ShmError::Foreign { owner, .. })) => assert_eq!(owner, NOBODY),
+            Err(e) => panic!("a local rank took the forged ring for its host's: {e}"),
+            Ok(_) => panic!("a local rank attached to a ring forged by uid {NOBODY}"),
+        }
+        assert!(t0.elapsed() < timeout, "refused at once, not after waiting");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            forged,
+            "the rank did not register in the forged ring"
+        );
+        match HostRing::create(&path, SMALL, world, 0, Wait::default(), timeout) {
+            Err(SmpError::Shm(ShmError::Foreign { owner, .. })) => assert_eq!(owner, NOBODY),
+            other => panic!("the owner replaced or used uid {NOBODY}'s file: {other:?}"),
+        }
+        assert!(path.exists(), "another user's file is not removed");
     }
 
     const SMALL: Layout = Layout {

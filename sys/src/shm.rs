@@ -11,18 +11,30 @@
 //! never a data race in the language's sense, whatever the other process does; ordering comes
 //! from the `Acquire`/`Release` operations the caller makes on the words it publishes with.
 //!
-//! A segment's file is created with `O_EXCL` and mode 0600, sized once, and never truncated by
-//! this code. (A process that shrank the file would make the others fault on access; the
+//! A segment's file is created with `O_EXCL|O_NOFOLLOW` and mode 0600 (whatever the umask),
+//! sized once, and never truncated by this code. (A process that shrank the file would make the others fault on access; the
 //! processes of one job do not.) Its name can be removed as soon as every process has mapped it
 //! ([`Segment::unlink`]): the memory lives until the last mapping goes, and nothing stale is
 //! left behind by a crash after that point.
+//!
+//! Other local users: `/dev/shm` is writable by every user of the machine, and segment names
+//! are often guessable, so another user may create a file at a job's name before the job does,
+//! or plant a symbolic link there, to feed the job's ranks its own ring (or have them write
+//! into a file of its choice). [`Segment::open`] therefore opens with `O_NOFOLLOW` (a link is
+//! [`ShmError::Symlink`]) and accepts, after `fstat` on the opened file, only a regular file
+//! owned by this process's effective user with mode exactly 0600 ([`ShmError::Foreign`],
+//! [`ShmError::BadMode`]); [`Segment::remove_stale`] never removes another user's file. A
+//! file of ours with mode 0600 can be opened by no other user except root, who can open
+//! anything anyway. What is left to another user is denial of service: a file at a job's
+//! name makes the job fail with a clear error; an unguessable name (the caller's concern, see
+//! the C ABI's `ETHBCAST_JOB_TOKEN`) takes that away as well.
 //!
 //! Waiting uses shared futexes on 32-bit words of the segment (the kernel keys them by file and
 //! offset, so they work across processes that mapped the file at different addresses).
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
@@ -32,6 +44,16 @@ use thiserror::Error;
 
 /// Where POSIX shared memory lives on Linux (`shm_open` names map to files here).
 pub const SHM_DIR: &str = "/dev/shm";
+
+/// Permissions of every segment: its user's only.
+const SEGMENT_MODE: u32 = 0o600;
+
+/// This process's effective user id: the owner of the files it creates, and the only owner
+/// of a segment it accepts.
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail (POSIX).
+    unsafe { libc::geteuid() }
+}
 
 /// Errors of shared-memory segments, each saying what to do.
 #[derive(Debug, Error)]
@@ -74,6 +96,30 @@ pub enum ShmError {
         /// The alignment needed.
         align: usize,
     },
+    /// The segment's name is a symbolic link (never followed).
+    #[error("shared-memory segment {0} is a symbolic link, which is never followed: another local user may be trying to take over this job's ring; remove the link, and give jobs a random token (ETHBCAST_JOB_TOKEN) so that their segment names cannot be guessed")]
+    Symlink(PathBuf),
+    /// The file at the segment's name belongs to another user.
+    #[error("shared-memory segment {path} belongs to uid {owner}, not to this process's user (uid {me}): another local user may have made it to take over this job's ring; it is neither used nor removed. Remove it as its owner or root, and give jobs a random token (ETHBCAST_JOB_TOKEN) so that their segment names cannot be guessed")]
+    Foreign {
+        /// The segment's file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective user id.
+        me: u32,
+    },
+    /// The segment's file has other permissions than 0600 (this code makes none such).
+    #[error("shared-memory segment {path} has mode {mode:o}, not 600: other users could read or write it, so it is not used; remove it (jobs make their segments with mode 600)")]
+    BadMode {
+        /// The segment's file.
+        path: PathBuf,
+        /// Its permission bits (with set-id and sticky bits).
+        mode: u32,
+    },
+    /// The segment's name is not a regular file (a directory, a FIFO, a socket...).
+    #[error("shared-memory segment {0} is not a regular file; remove it")]
+    NotAFile(PathBuf),
     /// The futex system call failed.
     #[error("futex on a shared-memory segment failed: {0}")]
     Futex(#[source] io::Error),
@@ -99,43 +145,89 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// Creates the segment file at `path` (it must not exist; mode 0600) with `len` zero bytes
-    /// and maps it.
+    /// Creates the segment file at `path` (it must not exist, not even as a symbolic link)
+    /// with mode 0600, whatever the umask, and `len` zero bytes, and maps it.
     pub fn create(path: &Path, len: usize) -> Result<Segment> {
         if len == 0 || isize::try_from(len).is_err() {
             return Err(ShmError::BadSize(len as u64));
         }
+        // `create_new` is O_CREAT|O_EXCL, which fails on any existing name, a dangling
+        // symbolic link included; O_NOFOLLOW says so once more.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(SEGMENT_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(|source| match source.kind() {
                 io::ErrorKind::AlreadyExists => ShmError::Exists(path.to_path_buf()),
                 _ => io_error(path, "create", source),
             })?;
-        file.set_len(len as u64).map_err(|source| {
+        // The umask may have taken bits away (0400 would lock out the other ranks); it
+        // cannot have added any.
+        let sized = file
+            .set_permissions(std::fs::Permissions::from_mode(SEGMENT_MODE))
+            .map_err(|source| io_error(path, "chmod", source))
+            .and_then(|()| {
+                file.set_len(len as u64)
+                    .map_err(|source| io_error(path, "size", source))
+            });
+        if let Err(e) = sized {
             let _ = std::fs::remove_file(path);
-            io_error(path, "size", source)
-        })?;
+            return Err(e);
+        }
         Self::map(file, path, len)
     }
 
-    /// Opens and maps the existing segment at `path`, all of it.
+    /// Opens and maps the existing segment at `path`, all of it, if it is a regular file of
+    /// this process's user with mode 0600, as [`Segment::create`] makes them: a symbolic link
+    /// is not followed ([`ShmError::Symlink`]), a file of another user ([`ShmError::Foreign`])
+    /// or with other permissions ([`ShmError::BadMode`]) is refused. The checks are made on
+    /// the opened file (`fstat`), so the name cannot be swapped between check and use.
     pub fn open(path: &Path) -> Result<Segment> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            // O_NONBLOCK: a FIFO planted at the name does not hold the open up.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(path)
-            .map_err(|source| match source.kind() {
-                io::ErrorKind::NotFound => ShmError::NotFound(path.to_path_buf()),
+            .map_err(|source| match source.raw_os_error() {
+                Some(libc::ENOENT) => ShmError::NotFound(path.to_path_buf()),
+                Some(libc::ELOOP) => ShmError::Symlink(path.to_path_buf()),
+                // A file of another user, of mode 0600, opened by a user other than root.
+                Some(libc::EACCES) => match std::fs::symlink_metadata(path) {
+                    Ok(m) if m.uid() != effective_uid() => ShmError::Foreign {
+                        path: path.to_path_buf(),
+                        owner: m.uid(),
+                        me: effective_uid(),
+                    },
+                    _ => io_error(path, "open", source),
+                },
                 _ => io_error(path, "open", source),
             })?;
-        let len = file
+        let meta = file
             .metadata()
-            .map_err(|source| io_error(path, "stat", source))?
-            .len();
+            .map_err(|source| io_error(path, "stat", source))?;
+        let me = effective_uid();
+        if meta.uid() != me {
+            return Err(ShmError::Foreign {
+                path: path.to_path_buf(),
+                owner: meta.uid(),
+                me,
+            });
+        }
+        if !meta.file_type().is_file() {
+            return Err(ShmError::NotAFile(path.to_path_buf()));
+        }
+        let mode = meta.mode() & 0o7777;
+        if mode != SEGMENT_MODE {
+            return Err(ShmError::BadMode {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        let len = meta.len();
         let len = usize::try_from(len)
             .ok()
             .filter(|&l| l > 0 && isize::try_from(l).is_ok())
@@ -163,6 +255,28 @@ impl Segment {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(source) => Err(io_error(path, "unlink", source)),
         }
+    }
+
+    /// Removes what a crashed job of this user left at `path`, before [`Segment::create`]
+    /// makes a new segment there. A name that does not exist is not an error; a file (or
+    /// link) of another user is neither removed nor used ([`ShmError::Foreign`]): in the
+    /// sticky `/dev/shm`, only its owner (or root) could have put it there, and only its owner
+    /// should take it away.
+    pub fn remove_stale(path: &Path) -> Result<()> {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(io_error(path, "lstat", source)),
+        };
+        let me = effective_uid();
+        if meta.uid() != me {
+            return Err(ShmError::Foreign {
+                path: path.to_path_buf(),
+                owner: meta.uid(),
+                me,
+            });
+        }
+        Self::unlink(path)
     }
 
     /// The segment's file.
@@ -427,6 +541,39 @@ mod tests {
         Segment::unlink(&p).unwrap();
         assert!(matches!(Segment::open(&p), Err(ShmError::NotFound(_))));
         assert!(matches!(Segment::create(&p, 0), Err(ShmError::BadSize(0))));
+    }
+
+    #[test]
+    fn open_follows_no_link_and_takes_only_mode_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let p = temp("mode");
+        let link = temp("mode-link");
+        let _s = Segment::create(&p, 64).unwrap();
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert!(matches!(Segment::open(&link), Err(ShmError::Symlink(_))));
+        assert!(matches!(
+            Segment::create(&link, 64),
+            Err(ShmError::Exists(_))
+        ));
+        // Our own link, stale: removed, not followed (the target stays).
+        Segment::remove_stale(&link).unwrap();
+        assert!(p.exists());
+        for mode in [0o644, 0o606, 0o700, 0o2600] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(
+                matches!(Segment::open(&p), Err(ShmError::BadMode { mode: m, .. }) if m == mode),
+                "mode {mode:o}"
+            );
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(Segment::open(&p).is_ok());
+        Segment::unlink(&p).unwrap();
+        // A directory at the name.
+        std::fs::create_dir(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let r = Segment::open(&p);
+        std::fs::remove_dir(&p).unwrap();
+        assert!(r.is_err(), "{r:?}");
     }
 
     #[test]
