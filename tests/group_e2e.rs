@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use ethbcast::group::{Algorithm, BarrierKind, Group, GroupError, GroupOptions, Membership};
-use ethbcast_tools::netns;
-use ethbcast_tools::testbed::{netns_available, Testbed, TestbedConfig};
+use ethbcast_testbed::netns;
+use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
 fn bed(tag: &str, hosts: usize, loss: f64) -> Testbed {
     let mut cfg = TestbedConfig::new(hosts);

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use ethbcast::link::ring::{RingLink, RingLinkConfig};
 use ethbcast::link::{group_mac, Link, MacAddr};
 use ethbcast::proto::{Algo, Config, Dest, Engine, Event};
-use ethbcast_tools::netns;
-use ethbcast_tools::testbed::{netns_available, Testbed, TestbedConfig};
+use ethbcast_testbed::netns;
+use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
 const MESSAGES: usize = 40;
 const LIMIT: Duration = Duration::from_secs(60);

@@ -15,8 +15,8 @@ use ethbcast::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
 use ethbcast_sys::iface::Interface;
 use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
 use ethbcast_sys::xsk::ZeroCopy;
-use ethbcast_tools::netns;
-use ethbcast_tools::testbed::{netns_available, Testbed, TestbedConfig};
+use ethbcast_testbed::netns;
+use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
 fn prefix(tag: &str) -> String {
     format!("x{tag}{:x}", std::process::id() & 0xfff)

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ethbcast_tools::netns;
-use ethbcast_tools::testbed::{netns_available, Testbed, TestbedConfig};
+use ethbcast_testbed::netns;
+use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
 /// The static library cargo built for this test run (next to the test binary).
 fn staticlib() -> PathBuf {

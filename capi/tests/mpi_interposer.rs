@@ -19,8 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ethbcast_tools::mpi::{self, Job, JobOutput, MpiBed, MpiImpl};
-use ethbcast_tools::testbed::{netns_available, TestbedConfig};
+use ethbcast_testbed::mpi::{self, Job, JobOutput, MpiBed, MpiImpl};
+use ethbcast_testbed::{netns_available, TestbedConfig};
 
 fn staticlib() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");

@@ -2,7 +2,8 @@
 # Checks the two ways of installing ethbcast that README's "Installing on a cluster" gives, as
 # an administrator would use them (CI runs this after the tests; needs root, cargo-deb, dpkg):
 #
-# 1. `cargo install --path tools --root DIR` gives ethbcast, ethbcast-bench, ethbcast-testbed.
+# 1. `cargo install --path tools --root DIR` gives ethbcast and ethbcast-bench,
+#    `cargo install --path tools/testbed --root DIR` ethbcast-testbed.
 # 2. `cargo deb -p ethbcast-tools` builds the package `ethbcast`; `dpkg -i` installs
 #    /usr/bin/ethbcast with cap_net_raw,cap_net_admin+ep, man pages, completions, the systemd
 #    unit; `nobody` can open a raw socket with the installed binary; reinstalling (what an
@@ -33,8 +34,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "cargo install --path tools --root $work/root"
+step "cargo install --path tools (and tools/testbed) --root $work/root"
 cargo install --locked --quiet --path tools --root "$work/root"
+cargo install --locked --quiet --path tools/testbed --root "$work/root"
 for bin in ethbcast ethbcast-bench ethbcast-testbed; do
   "$work/root/bin/$bin" --version >/dev/null || fail "cargo install: $bin does not run"
 done

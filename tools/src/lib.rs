@@ -1,10 +1,11 @@
-//! ethbcast tools: the network-namespace test-bed and what the binaries share.
+//! ethbcast tools: what the `ethbcast` CLI and `ethbcast-bench` share (the test-bed is its own
+//! crate, `ethbcast-testbed`, re-exported here).
 #![deny(unsafe_code)]
+
+pub use ethbcast_testbed as testbed;
+pub use ethbcast_testbed::{mpi, netns};
 
 pub mod bench;
 pub mod distribute;
 pub mod hostile;
-pub mod mpi;
-pub mod netns;
 pub mod packaging;
-pub mod testbed;

@@ -23,10 +23,10 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::netns;
-use crate::testbed::{Testbed, TestbedConfig, TestbedError};
+use crate::{Testbed, TestbedConfig, TestbedError};
 
 /// The interface every host's ranks use (the test-bed's).
-pub const IFACE: &str = crate::testbed::HOST_IFACE;
+pub const IFACE: &str = crate::HOST_IFACE;
 
 /// An MPI implementation as Debian packages it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -132,7 +132,7 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> MpiError
 /// Checks that `mpi`'s compiler and launcher are installed.
 pub fn require(mpi: MpiImpl) -> Result<(), MpiError> {
     for tool in [mpi.mpicc(), mpi.mpirun()] {
-        if crate::testbed::find_tool(tool).is_none() {
+        if crate::find_tool(tool).is_none() {
             return Err(MpiError::Missing {
                 tool,
                 packages: mpi.packages(),

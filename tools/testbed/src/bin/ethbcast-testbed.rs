@@ -9,9 +9,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use ethbcast_tools::testbed::{
-    Rate, Testbed, TestbedConfig, TestbedError, DEFAULT_PREFIX, MAX_HOSTS,
-};
+use ethbcast_testbed::{Rate, Testbed, TestbedConfig, TestbedError, DEFAULT_PREFIX, MAX_HOSTS};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -148,7 +146,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
                 let out = serde_json::json!({
                     "prefix": tb.prefix(),
                     "switch": tb.switch_netns(),
-                    "bridge": ethbcast_tools::testbed::BRIDGE,
+                    "bridge": ethbcast_testbed::BRIDGE,
                     "rate": tb.rate().map(|r| r.to_string()),
                     "loss_pct": tb.loss_pct(),
                     "hosts": tb.hosts(),
@@ -160,7 +158,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
                     tb.prefix(),
                     took.as_millis(),
                     tb.switch_netns(),
-                    ethbcast_tools::testbed::BRIDGE,
+                    ethbcast_testbed::BRIDGE,
                     tb.rate().map_or("unlimited".to_owned(), |r| r.to_string()),
                     tb.loss_pct()
                 );

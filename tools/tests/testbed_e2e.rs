@@ -7,8 +7,8 @@
 
 use ethbcast::link::Backend;
 use ethbcast::proto::Algo;
+use ethbcast_testbed::{netns_available, Rate};
 use ethbcast_tools::bench::selftest::{run, SelftestOptions, Verdict};
-use ethbcast_tools::testbed::{netns_available, Rate};
 
 fn prefix(tag: &str) -> String {
     format!("e{tag}{:x}", std::process::id() & 0xfff)

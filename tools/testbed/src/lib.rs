@@ -44,6 +44,9 @@
 //! and removed by [`Testbed::down_prefix`], which [`Testbed::up`] calls first.
 #![deny(unsafe_code)]
 
+pub mod mpi;
+pub mod netns;
+
 use std::collections::BTreeSet;
 use std::fmt;
 use std::io::{self, Write};
@@ -51,8 +54,6 @@ use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
 
 use serde::Serialize;
-
-use crate::netns;
 
 /// Default name prefix of the namespaces.
 pub const DEFAULT_PREFIX: &str = "ebc";

@@ -16,17 +16,15 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast_tools::netns;
-use ethbcast_tools::testbed::{
-    Host, Rate, Testbed, TestbedConfig, TestbedError, BRIDGE, ETHERTYPE,
-};
+use ethbcast_testbed::netns;
+use ethbcast_testbed::{Host, Rate, Testbed, TestbedConfig, TestbedError, BRIDGE, ETHERTYPE};
 use pnet_datalink::Channel;
 
 const BROADCAST: [u8; 6] = [0xff; 6];
 const MAGIC: &[u8; 8] = b"EBCTBTST";
 
 fn netns_available(test: &str, need_nft: bool) -> bool {
-    ethbcast_tools::testbed::netns_available(test, need_nft)
+    ethbcast_testbed::netns_available(test, need_nft)
 }
 
 /// A short prefix unique to this test and process.

@@ -5,8 +5,8 @@
 //! times are checked against the detector's bound (DBRR, `T_cleanup = 3 ceil(log2 n)
 //! T_gossip`, plus the confirmation ping), with slack for a shared 2-core machine.
 
+use ethbcast_testbed::netns_available;
 use ethbcast_tools::bench::faults::{self, ScenarioResult};
-use ethbcast_tools::testbed::netns_available;
 
 /// Scheduling slack on a shared 2-core machine, on top of the protocol's bound.
 const SLACK_MS: f64 = 150.0;
