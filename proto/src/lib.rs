@@ -15,6 +15,7 @@
 //! - [`engine`]: simple and push-pull broadcast with selective go-back-16 repair;
 //! - [`barrier`], [`detect`]: the barrier algorithms and the failure detector;
 //! - [`membership`]: how a group forms (listed, ranked or discovered joins, keyed sessions);
+//! - [`queue`]: the deterministic event queue of every virtual-time harness;
 //! - [`member`]: one group member: demultiplexes frames to the engine, barriers, detector and
 //!   point-to-point channels.
 #![deny(unsafe_code)]
@@ -27,4 +28,5 @@ pub mod eqa;
 pub mod machine;
 pub mod member;
 pub mod membership;
+pub mod queue;
 pub mod wire;

@@ -1,8 +1,7 @@
 //! Barriers as a specification: a seeded in-test network of members with latency and loss runs
 //! many consecutive barriers and checks that nobody leaves early and everybody leaves.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use crate::queue::EventQueue;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
@@ -21,28 +20,11 @@ fn algos(n: u16) -> Vec<Algorithm> {
     ]
 }
 
+/// A message on its way from `src` to `dst`.
 struct InFlight {
-    at: Duration,
-    seq: u64,
     src: Rank,
     dst: Rank,
     msg: BarrierMsg,
-}
-impl PartialEq for InFlight {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for InFlight {}
-impl PartialOrd for InFlight {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for InFlight {
-    fn cmp(&self, o: &Self) -> Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
 }
 
 /// n members on a switch: point-to-point and broadcast frames, each copy lost independently.
@@ -51,8 +33,7 @@ struct Net {
     now: Duration,
     members: Vec<Barrier>,
     crashed: Vec<bool>,
-    queue: BinaryHeap<InFlight>,
-    seq: u64,
+    queue: EventQueue<Duration, InFlight>,
     rng: SmallRng,
     loss: f64,
     /// entered[e][i]: when member i entered epoch e.
@@ -84,8 +65,7 @@ impl Net {
             now: Duration::ZERO,
             members,
             crashed: vec![false; usize::from(n)],
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: EventQueue::new(),
             rng,
             loss,
             entered: vec![vec![None; usize::from(n)]; e],
@@ -100,15 +80,8 @@ impl Net {
         if self.rng.gen_bool(self.loss) {
             return;
         }
-        self.seq += 1;
         let lat = Duration::from_micros(self.rng.gen_range(10..100));
-        self.queue.push(InFlight {
-            at: self.now + lat,
-            seq: self.seq,
-            src,
-            dst,
-            msg,
-        });
+        self.queue.push(self.now + lat, InFlight { src, dst, msg });
     }
 
     fn drain(&mut self, i: usize) {
@@ -140,7 +113,7 @@ impl Net {
     }
 
     fn next_event(&self) -> Option<Duration> {
-        let msg = self.queue.peek().map(|m| m.at);
+        let msg = self.queue.next_at();
         let timers = (0..self.members.len())
             .filter(|i| !self.crashed[*i])
             .flat_map(|i| {
@@ -162,8 +135,7 @@ impl Net {
             }
             self.now = self.now.max(t);
             let now = self.base + self.now;
-            while self.queue.peek().is_some_and(|m| m.at <= self.now) {
-                let Some(m) = self.queue.pop() else { break };
+            while let Some((_, m)) = self.queue.pop_due(self.now) {
                 let d = usize::from(m.dst);
                 if self.crashed[d] {
                     continue;

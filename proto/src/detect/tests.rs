@@ -1,8 +1,7 @@
 //! The detector as a specification: the paper's formulas, the schedules, the codec, and a small
 //! virtual-time network of detectors in which members crash.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use crate::queue::EventQueue;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
@@ -243,29 +242,11 @@ fn ping_is_answered_with_pong() {
 
 // ---- a small network of detectors in virtual time ----
 
+/// A message on its way from `src` to `dst`.
 struct InFlight {
-    at: Duration,
-    seq: u64,
     src: Rank,
     dst: Rank,
     msg: Msg,
-}
-impl PartialEq for InFlight {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for InFlight {}
-impl PartialOrd for InFlight {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for InFlight {
-    fn cmp(&self, o: &Self) -> Ordering {
-        // Reversed: BinaryHeap is a max-heap, we want the earliest first.
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
 }
 
 struct Net {
@@ -274,8 +255,7 @@ struct Net {
     nodes: Vec<Detector>,
     wake: Vec<Option<Duration>>,
     crashed: Vec<Option<Duration>>,
-    queue: BinaryHeap<InFlight>,
-    seq: u64,
+    queue: EventQueue<Duration, InFlight>,
     rng: SmallRng,
     loss: f64,
     /// (time, observer, event)
@@ -307,8 +287,7 @@ impl Net {
             nodes,
             wake,
             crashed: vec![None; usize::from(n)],
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: EventQueue::new(),
             rng,
             loss,
             events: Vec::new(),
@@ -330,14 +309,14 @@ impl Net {
                 continue;
             }
             let lat = Duration::from_micros(self.rng.gen_range(50..500));
-            self.seq += 1;
-            self.queue.push(InFlight {
-                at: self.now + lat,
-                seq: self.seq,
-                src: i as Rank,
-                dst,
-                msg,
-            });
+            self.queue.push(
+                self.now + lat,
+                InFlight {
+                    src: i as Rank,
+                    dst,
+                    msg,
+                },
+            );
         }
         let mut dead = Vec::new();
         while let Some(e) = self.nodes[i].poll_event() {
@@ -361,7 +340,7 @@ impl Net {
 
     fn run_until(&mut self, end: Duration) {
         loop {
-            let next_msg = self.queue.peek().map(|m| m.at);
+            let next_msg = self.queue.next_at();
             let next_wake = self.wake.iter().flatten().min().copied();
             let Some(t) = next_msg.into_iter().chain(next_wake).min() else {
                 break;
@@ -371,8 +350,7 @@ impl Net {
             }
             self.now = t;
             let now = self.base + t;
-            while self.queue.peek().is_some_and(|m| m.at <= t) {
-                let Some(m) = self.queue.pop() else { break };
+            while let Some((_, m)) = self.queue.pop_due(t) {
                 let d = usize::from(m.dst);
                 if self.crashed[d].is_some() {
                     continue;

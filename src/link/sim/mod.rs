@@ -74,11 +74,11 @@
 
 use super::{Link, LinkError, MacAddr, BROADCAST_MAC};
 use crate::wire::ethernet;
+use ethbcast_proto::queue::EventQueue;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cell::RefCell;
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -382,7 +382,7 @@ struct InFlight<P> {
     pdu: Rc<[u8]>,
 }
 
-/// What the heap orders. Frames on one link leave it in the order they entered (each link is
+/// What the event queue orders, by (due time, creation order of the frame or event). Frames on one link leave it in the order they entered (each link is
 /// a FIFO with non-decreasing due times), so only the *front* of each link's queue needs to
 /// be in the heap: it stays as small as the number of ports plus the frames held back for
 /// reordering, however long the queues grow under overload.
@@ -396,31 +396,6 @@ enum EventKind {
     Late { port: usize, pdu: Rc<[u8]> },
     /// The transmit queue of `port`'s host may have drained below its bound.
     TxReady(usize),
-}
-
-#[derive(Debug)]
-struct Event {
-    at: u64,
-    seq: u64,
-    kind: EventKind,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Event {
-    /// Reversed, so that `BinaryHeap` (a max-heap) pops the earliest event first.
-    fn cmp(&self, o: &Self) -> Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
 }
 
 #[derive(Debug)]
@@ -463,7 +438,7 @@ struct Inner {
     switch_buffer: Option<usize>,
     /// Serialisation time of the transmit queue's bound ([`SimConfig::tx_queue`]).
     tx_queue_ns: Option<u64>,
-    heap: BinaryHeap<Event>,
+    heap: EventQueue<(u64, u64), EventKind>,
     ports: Vec<PortState>,
     /// The ports that joined each multicast group, in index order.
     groups: BTreeMap<MacAddr, Vec<usize>>,
@@ -525,11 +500,7 @@ impl Inner {
         let q = self.tx_queue_ns.unwrap_or(0);
         let at = (self.ports[port].tx_free.saturating_sub(q) + 1).max(self.now);
         let seq = self.next_seq();
-        self.heap.push(Event {
-            at,
-            seq,
-            kind: EventKind::TxReady(port),
-        });
+        self.heap.push((at, seq), EventKind::TxReady(port));
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -544,11 +515,7 @@ impl Inner {
         let seq = self.next_seq();
         let q = &mut self.ports[src].uplink;
         if q.is_empty() {
-            self.heap.push(Event {
-                at,
-                seq,
-                kind: EventKind::Uplink(src),
-            });
+            self.heap.push((at, seq), EventKind::Uplink(src));
         }
         q.push_back(InFlight {
             at,
@@ -564,11 +531,7 @@ impl Inner {
         let seq = self.next_seq();
         let q = &mut self.ports[port].downlink;
         if q.is_empty() {
-            self.heap.push(Event {
-                at,
-                seq,
-                kind: EventKind::Downlink(port),
-            });
+            self.heap.push((at, seq), EventKind::Downlink(port));
         }
         q.push_back(InFlight {
             at,
@@ -760,7 +723,7 @@ impl Inner {
             Some(at) => {
                 let seq = self.next_seq();
                 let kind = EventKind::Late { port: j, pdu };
-                self.heap.push(Event { at, seq, kind });
+                self.heap.push((at, seq), kind);
             }
             None => self.push_downlink(j, done, pdu),
         }
@@ -828,11 +791,7 @@ impl Inner {
         let front = q.pop_front();
         if let Some(next) = q.front() {
             let (at, seq) = (next.at, next.seq);
-            self.heap.push(Event {
-                at,
-                seq,
-                kind: token(port),
-            });
+            self.heap.push((at, seq), token(port));
         }
         front
     }
@@ -842,10 +801,9 @@ impl Inner {
             return 0;
         }
         let mut delivered = 0;
-        while self.heap.peek().is_some_and(|e| e.at <= target) {
-            let Some(ev) = self.heap.pop() else { break };
-            self.now = ev.at.max(self.now);
-            match ev.kind {
+        while let Some(((at, _), kind)) = self.heap.pop_due((target, u64::MAX)) {
+            self.now = at.max(self.now);
+            match kind {
                 EventKind::Uplink(src) => {
                     if let Some(f) = self.pop_front(src, |p| &mut p.uplink, EventKind::Uplink) {
                         self.arrive(src, f.peer, f.pdu);
@@ -963,7 +921,7 @@ impl SimNet {
                 mtu: cfg.mtu,
                 switch_buffer: cfg.switch_buffer,
                 tx_queue_ns: None,
-                heap: BinaryHeap::new(),
+                heap: EventQueue::new(),
                 ports,
                 groups: BTreeMap::new(),
                 cuts: Vec::new(),
@@ -1026,7 +984,11 @@ impl SimNet {
     /// to it may deliver nothing (the switch only forwarded the frame onward). `None` when the
     /// network is idle.
     pub fn next_event(&self) -> Option<Instant> {
-        self.inner.borrow().heap.peek().map(|e| to_instant(e.at))
+        self.inner
+            .borrow()
+            .heap
+            .next_at()
+            .map(|(at, _)| to_instant(at))
     }
 
     /// Moves the clock to `t`: every frame due at or before `t` becomes receivable at its port,
@@ -1048,7 +1010,7 @@ impl SimNet {
     /// Advances to the next pending event, if any, and returns the new time.
     pub fn step(&self) -> Option<Instant> {
         let mut inner = self.inner.borrow_mut();
-        let at = inner.heap.peek()?.at;
+        let (at, _) = inner.heap.next_at()?;
         inner.advance_to(at);
         Some(to_instant(at))
     }
@@ -1058,7 +1020,7 @@ impl SimNet {
     pub fn run_until_idle(&self) -> usize {
         let mut inner = self.inner.borrow_mut();
         let mut n = 0;
-        while let Some(at) = inner.heap.peek().map(|e| e.at) {
+        while let Some((at, _)) = inner.heap.next_at() {
             n += inner.advance_to(at);
         }
         n

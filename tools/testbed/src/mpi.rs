@@ -168,11 +168,12 @@ pub fn compile(mpi: MpiImpl, source: &Path, out: &Path) -> Result<(), MpiError> 
     run_build(cmd)
 }
 
-/// The repository's root (this crate lives in `tools/`).
+/// The repository's root (this crate lives in `tools/testbed/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tools/ has a parent")
+        .ancestors()
+        .nth(2)
+        .expect("tools/testbed/ has a grandparent")
         .to_path_buf()
 }
 
