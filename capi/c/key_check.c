@@ -5,8 +5,8 @@
  * MPI job's would. Each round, rank 0 enters a barrier 300 ms late, then broadcasts 64 bytes
  * after another 300 ms pause: a forged barrier release would let the others out early, and a
  * forged data message would reach their buffers before the root's. Prints
- * "rank R size N early E corrupt C errors X" (barriers left early, broadcasts with wrong
- * bytes, failed calls) and exits 0; exits 1 if the group cannot be opened. */
+ * "rank R size N keyed K early E corrupt C errors X" (whether the group has a key, barriers
+ * left early, broadcasts with wrong bytes, failed calls) and exits 0; exits 1 if the group cannot be opened. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "open: %s [%s]\n", ethbcast_strerror(rc), ethbcast_last_error());
         return 1;
     }
-    int me = ethbcast_rank(g), n = ethbcast_size(g);
+    int me = ethbcast_rank(g), n = ethbcast_size(g), keyed = ethbcast_keyed(g);
     int early = 0, corrupt = 0, errors = 0;
     uint8_t buf[LEN];
     for (int round = 0; round < ROUNDS; round++) {
@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
         errors++;
     if (ethbcast_close(g) != ETHBCAST_OK)
         errors++;
-    printf("rank %d size %d early %d corrupt %d errors %d\n", me, n, early, corrupt, errors);
+    printf("rank %d size %d keyed %d early %d corrupt %d errors %d\n", me, n, keyed, early,
+           corrupt, errors);
     return 0;
 }

@@ -179,8 +179,8 @@ fn attacked(
     (outputs, forged)
 }
 
-/// Each rank's (early barriers, corrupt broadcasts, errors), or the reason it has none.
-fn verdicts(outputs: &[Output]) -> Vec<Result<(u32, u32, u32), String>> {
+/// Each rank's (keyed, early barriers, corrupt broadcasts, errors), or the reason it has none.
+fn verdicts(outputs: &[Output]) -> Vec<Result<(u32, u32, u32, u32), String>> {
     outputs
         .iter()
         .enumerate()
@@ -188,10 +188,11 @@ fn verdicts(outputs: &[Output]) -> Vec<Result<(u32, u32, u32), String>> {
             let stdout = String::from_utf8_lossy(&out.stdout);
             let w: Vec<&str> = stdout.split_whitespace().collect();
             match w[..] {
-                ["rank", r, "size", _, "early", e, "corrupt", c, "errors", x]
+                ["rank", r, "size", _, "keyed", k, "early", e, "corrupt", c, "errors", x]
                     if r == i.to_string() && out.status.success() =>
                 {
                     Ok((
+                        k.parse().expect("0 or 1"),
                         e.parse().expect("count"),
                         c.parse().expect("count"),
                         x.parse().expect("count"),
@@ -241,7 +242,7 @@ fn a_c_abi_group_keyed_by_ethbcast_key_file_refuses_forged_data_releases_and_evi
     );
     let v = verdicts(&outputs);
     assert!(
-        v.iter().all(|r| r == &Ok((0, 0, 0))),
-        "forgeries accepted ({forged:?}); per rank (early barriers, corrupt broadcasts, failed calls): {v:#?}"
+        v.iter().all(|r| r == &Ok((1, 0, 0, 0))),
+        "forgeries accepted ({forged:?}); per rank (keyed, early barriers, corrupt broadcasts, failed calls): {v:#?}"
     );
 }
