@@ -77,6 +77,13 @@
 #define ETHBCAST_ERR_SHARED_MEMORY -12
 
 /**
+ * No usable group key: the key file (`key_file`, or `ETHBCAST_KEY_FILE`) cannot be read or
+ * holds neither 32 raw bytes nor a passphrase, or `ETHBCAST_REQUIRE_KEY=1` and no key is
+ * given.
+ */
+#define ETHBCAST_ERR_KEY -13
+
+/**
  * Wait mode: spin a while, then block (the default).
  */
 #define ETHBCAST_WAIT_ADAPTIVE 0
@@ -183,6 +190,27 @@ typedef struct ethbcast_options_t {
    * sleep.
    */
   uint32_t host_spin_us;
+  /**
+   * The group key, 32 bytes (`key_len` must be 32), or NULL. Every member must have the
+   * same key; every frame is then authenticated, and a host on the segment without it can
+   * neither write into broadcast buffers nor release barriers nor evict members. Without a
+   * key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset) any host on the segment
+   * can. The bytes are copied during `ethbcast_open`.
+   */
+  const uint8_t *key;
+  /**
+   * Length of `key`: 32 (or 0 when `key` is NULL).
+   */
+  size_t key_len;
+  /**
+   * A key file, read as the `ethbcast` command reads `--key-file`: exactly 32 bytes are
+   * the key, anything else is a passphrase on its first line. NULL (the default): the file
+   * named by the environment variable `ETHBCAST_KEY_FILE`, if set and not empty. Ignored
+   * when `key` is given (giving both is an error). A file that cannot be read or holds no
+   * key gives `ETHBCAST_ERR_KEY`. With `ETHBCAST_REQUIRE_KEY=1` in the environment, no key
+   * at all gives `ETHBCAST_ERR_KEY` too.
+   */
+  const char *key_file;
 } ethbcast_options_t;
 
 /**
@@ -298,6 +326,16 @@ int ethbcast_rank(const struct ethbcast_group_t *group);
  * `group` is NULL or a live handle.
  */
 int ethbcast_size(const struct ethbcast_group_t *group);
+
+/**
+ * Whether the group has a key (1) or not (0): with one, every frame is authenticated and a
+ * host on the segment without the key can neither write into broadcast buffers nor release
+ * barriers nor evict members. -1 if `group` is NULL.
+ *
+ * # Safety
+ * `group` is NULL or a live handle.
+ */
+int ethbcast_keyed(const struct ethbcast_group_t *group);
 
 /**
  * Broadcast (MPI_Bcast): at `root`, sends the `len` bytes at `buf`; at every other member,

@@ -23,6 +23,7 @@ pub use ethbcast_proto::{barrier, detect, eqa, machine, member, membership, wire
 pub mod cluster;
 pub mod driver;
 pub mod group;
+pub mod keyfile;
 pub mod link;
 pub mod memory;
 pub mod simgroup;

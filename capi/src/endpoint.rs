@@ -207,6 +207,8 @@ pub struct Endpoint {
     size: u16,
     linger: Duration,
     root_waits_above: usize,
+    /// Whether the group has a key (every frame authenticated).
+    keyed: bool,
 }
 
 /// Checks that `iface` can be opened for raw Ethernet (it exists, we have the privilege)
@@ -380,7 +382,14 @@ impl Endpoint {
             size,
             linger: opts.linger,
             root_waits_above,
+            keyed: opts.group.key.is_some(),
         })
+    }
+
+    /// Whether the group has a key: every frame is authenticated, and a host without the key
+    /// can neither write into buffers nor release barriers nor evict members.
+    pub fn keyed(&self) -> bool {
+        self.keyed
     }
 
     /// This member's rank.

@@ -20,11 +20,12 @@
 pub mod endpoint;
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use ethbcast::group::{Algorithm, GroupError, GroupOptions, Membership};
+use ethbcast::keyfile::{self, KEY_FILE_ENV};
 use ethbcast::link::{Backend, LinkError, WaitMode};
 use ethbcast::member::MemberError;
 use ethbcast::smp::{Hosts, SmpError};
@@ -59,6 +60,14 @@ pub const ETHBCAST_ERR_INTERNAL: c_int = -11;
 /// Ranks on one host could not share memory (segment in /dev/shm, a rank on the host gone,
 /// collectives called in different orders), or the ranks-per-host description is unusable.
 pub const ETHBCAST_ERR_SHARED_MEMORY: c_int = -12;
+/// No usable group key: the key file (`key_file`, or `ETHBCAST_KEY_FILE`) cannot be read or
+/// holds neither 32 raw bytes nor a passphrase, or `ETHBCAST_REQUIRE_KEY=1` and no key is
+/// given.
+pub const ETHBCAST_ERR_KEY: c_int = -13;
+
+/// The environment variable that makes `ethbcast_open` refuse to open a group without a key
+/// (value `1`).
+pub const REQUIRE_KEY_ENV: &str = "ETHBCAST_REQUIRE_KEY";
 
 /// Wait mode: spin a while, then block (the default).
 pub const ETHBCAST_WAIT_ADAPTIVE: u32 = 0;
@@ -116,6 +125,21 @@ pub struct EthbcastOptions {
     /// the CPU) for this many µs, then sleep on a futex. `ETHBCAST_HOST_SPIN_FOREVER`: never
     /// sleep.
     pub host_spin_us: u32,
+    /// The group key, 32 bytes (`key_len` must be 32), or NULL. Every member must have the
+    /// same key; every frame is then authenticated, and a host on the segment without it can
+    /// neither write into broadcast buffers nor release barriers nor evict members. Without a
+    /// key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset) any host on the segment
+    /// can. The bytes are copied during `ethbcast_open`.
+    pub key: *const u8,
+    /// Length of `key`: 32 (or 0 when `key` is NULL).
+    pub key_len: usize,
+    /// A key file, read as the `ethbcast` command reads `--key-file`: exactly 32 bytes are
+    /// the key, anything else is a passphrase on its first line. NULL (the default): the file
+    /// named by the environment variable `ETHBCAST_KEY_FILE`, if set and not empty. Ignored
+    /// when `key` is given (giving both is an error). A file that cannot be read or holds no
+    /// key gives `ETHBCAST_ERR_KEY`. With `ETHBCAST_REQUIRE_KEY=1` in the environment, no key
+    /// at all gives `ETHBCAST_ERR_KEY` too.
+    pub key_file: *const c_char,
 }
 
 /// Counters of a group (`ethbcast_counters`).
@@ -171,6 +195,9 @@ impl Default for EthbcastOptions {
             root_waits_above: ETHBCAST_ROOT_WAITS_AUTO,
             host_spin_us: u32::try_from(ethbcast::smp::Wait::default().spin.as_micros())
                 .unwrap_or(0),
+            key: std::ptr::null(),
+            key_len: 0,
+            key_file: std::ptr::null(),
         }
     }
 }
@@ -189,6 +216,87 @@ impl Failure {
             message: message.into(),
         }
     }
+}
+
+/// The group key of `ethbcast_open`: `key` (the options' 32 bytes), else the file `key_file`
+/// names, else the file `ETHBCAST_KEY_FILE` names in the environment `env`; `None` without
+/// any, refused when `ETHBCAST_REQUIRE_KEY=1`. Files are read by the library's one reading
+/// ([`keyfile::read_key_file`]), as the `ethbcast` command reads them.
+fn resolve_key(
+    key: Option<&[u8]>,
+    key_file: Option<&str>,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<Option<[u8; 32]>, Failure> {
+    let key_error = |message: String| Failure {
+        code: ETHBCAST_ERR_KEY,
+        message,
+    };
+    let found = match (key, key_file) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::invalid(
+                "both key and key_file are set: give one of them",
+            ))
+        }
+        (Some(k), None) => Some(<[u8; 32]>::try_from(k).map_err(|_| {
+            Failure::invalid(format!(
+                "key_len is {}: a group key has 32 bytes (for a passphrase, use key_file)",
+                k.len()
+            ))
+        })?),
+        (None, Some(path)) => Some(
+            keyfile::read_key_file(std::path::Path::new(path))
+                .map_err(|e| key_error(format!("{e} (key_file of the options)")))?,
+        ),
+        (None, None) => {
+            keyfile::key_from_env(&env).map_err(|e| key_error(format!("{e} ({KEY_FILE_ENV})")))?
+        }
+    };
+    if found.is_none() && env(REQUIRE_KEY_ENV).is_some_and(|v| v == "1") {
+        return Err(key_error(format!(
+            "no group key, and {REQUIRE_KEY_ENV}=1 refuses a group without one: set {KEY_FILE_ENV} to a key file (32 raw bytes or a passphrase line), the same on every member"
+        )));
+    }
+    Ok(found)
+}
+
+/// The key arguments of options from C.
+///
+/// # Safety
+/// `c.key` is NULL or points to `c.key_len` readable bytes; `c.key_file` is NULL or a
+/// NUL-terminated string; both stay valid during the call.
+unsafe fn key_args<'a>(
+    c: &EthbcastOptions,
+) -> Result<(Option<&'a [u8]>, Option<&'a str>), Failure> {
+    let key = if c.key.is_null() {
+        None
+    } else {
+        if c.key_len > isize::MAX as usize {
+            return Err(Failure::invalid("key_len exceeds isize::MAX"));
+        }
+        // SAFETY: non-NULL, and the caller promises `key_len` readable bytes valid for the
+        // call; `key_len` <= isize::MAX as `from_raw_parts` requires.
+        Some(unsafe { std::slice::from_raw_parts(c.key, c.key_len) })
+    };
+    let key_file = if c.key_file.is_null() {
+        None
+    } else {
+        // SAFETY: non-NULL, and the caller promises a NUL-terminated string.
+        Some(unsafe { c_str(c.key_file, "key_file") }?)
+    };
+    Ok((key, key_file))
+}
+
+/// The options of `ethbcast_open` with the key resolved ([`resolve_key`]) from the process's
+/// environment.
+///
+/// # Safety
+/// As [`key_args`].
+unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> {
+    let mut options = options_from(c)?;
+    // SAFETY: the caller's promise, passed on.
+    let (key, key_file) = unsafe { key_args(c) }?;
+    options.group.key = resolve_key(key, key_file, |v| std::env::var_os(v))?;
+    Ok(options)
 }
 
 impl From<CallError> for Failure {
@@ -394,7 +502,9 @@ pub unsafe extern "C" fn ethbcast_open(
         let iface = unsafe { c_str(iface, "interface name") }?;
         // SAFETY: the caller promises NULL or valid options; `as_ref` maps NULL to None.
         let c_opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
-        let endpoint = Endpoint::open(iface, options_from(&c_opts)?)?;
+        // SAFETY: the caller promises options whose key pointers are NULL or valid.
+        let options = unsafe { open_options(&c_opts) }?;
+        let endpoint = Endpoint::open(iface, options)?;
         let handle = Box::into_raw(Box::new(EthbcastGroup { endpoint }));
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
         unsafe { out.write(handle) };
@@ -448,7 +558,8 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
         // SAFETY: non-NULL, and the caller promises `size` readable ints (size > 0 checked).
         let labels = unsafe { std::slice::from_raw_parts(host_of_rank, usize::from(size_u16)) };
         let hosts = Hosts::from_labels(labels).map_err(|e| Failure::from(CallError::Host(e)))?;
-        let mut options = options_from(&c_opts)?;
+        // SAFETY: the caller promises options whose key pointers are NULL or valid.
+        let mut options = unsafe { open_options(&c_opts) }?;
         options.placement = Placement::Hosts { rank, hosts };
         let endpoint = Endpoint::open(iface, options)?;
         let handle = Box::into_raw(Box::new(EthbcastGroup { endpoint }));
@@ -480,6 +591,21 @@ pub unsafe extern "C" fn ethbcast_size(group: *const EthbcastGroup) -> c_int {
     // SAFETY: the caller promises NULL or a live handle.
     match unsafe { group_ref(group) } {
         Ok(g) => c_int::from(g.endpoint.size()),
+        Err(_) => -1,
+    }
+}
+
+/// Whether the group has a key (1) or not (0): with one, every frame is authenticated and a
+/// host on the segment without the key can neither write into broadcast buffers nor release
+/// barriers nor evict members. -1 if `group` is NULL.
+///
+/// # Safety
+/// `group` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn ethbcast_keyed(group: *const EthbcastGroup) -> c_int {
+    // SAFETY: the caller promises NULL or a live handle.
+    match unsafe { group_ref(group) } {
+        Ok(g) => c_int::from(g.endpoint.keyed()),
         Err(_) => -1,
     }
 }
@@ -611,6 +737,7 @@ pub extern "C" fn ethbcast_strerror(code: c_int) -> *const c_char {
         ETHBCAST_ERR_LINK => c"link failure (I/O error, interface down, MTU too small)",
         ETHBCAST_ERR_INTERNAL => c"internal error (close the group)",
         ETHBCAST_ERR_SHARED_MEMORY => c"ranks on one host could not share memory (check /dev/shm; a rank on the host gone, or collectives called in different orders)",
+        ETHBCAST_ERR_KEY => c"no usable group key (the key file cannot be read or holds no key, or ETHBCAST_REQUIRE_KEY=1 and no key is given)",
         _ => c"unknown error code",
     };
     s.as_ptr()
@@ -654,8 +781,83 @@ mod tests {
     }
 
     #[test]
+    fn keys_come_from_the_options_then_key_file_then_the_environment() {
+        let dir = std::env::temp_dir().join(format!("ethbcast-capi-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let phrase = dir.join("phrase");
+        std::fs::write(&phrase, "correct horse\n").unwrap();
+        let empty = dir.join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let want = keyfile::read_key_file(&phrase).unwrap();
+        let phrase_s = phrase.to_str().unwrap();
+        let env_of = |vars: Vec<(&'static str, String)>| {
+            move |v: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == v)
+                    .map(|(_, x)| OsString::from(x))
+            }
+        };
+        let none = env_of(vec![]);
+        // Nothing anywhere: no key (a warning is the interposer's business).
+        assert_eq!(resolve_key(None, None, &none).unwrap(), None);
+        // The options' 32 bytes, as they are.
+        assert_eq!(
+            resolve_key(Some(&[7; 32]), None, &none).unwrap(),
+            Some([7; 32])
+        );
+        let short = resolve_key(Some(&[7; 31]), None, &none).unwrap_err();
+        assert_eq!(short.code, ETHBCAST_ERR_INVALID, "{}", short.message);
+        let both = resolve_key(Some(&[7; 32]), Some(phrase_s), &none).unwrap_err();
+        assert_eq!(both.code, ETHBCAST_ERR_INVALID, "{}", both.message);
+        // A key file, as the command line reads it, from the options or the environment.
+        assert_eq!(
+            resolve_key(None, Some(phrase_s), &none).unwrap(),
+            Some(want)
+        );
+        let env = env_of(vec![(KEY_FILE_ENV, phrase_s.to_string())]);
+        assert_eq!(resolve_key(None, None, &env).unwrap(), Some(want));
+        // The options' key wins over the environment's file.
+        assert_eq!(
+            resolve_key(Some(&[7; 32]), None, &env).unwrap(),
+            Some([7; 32])
+        );
+        // Unreadable or empty key files: ETHBCAST_ERR_KEY, naming the file, never keyless.
+        for (path, what) in [(dir.join("missing"), "cannot read"), (empty, "empty")] {
+            let p = path.to_str().unwrap().to_string();
+            let e = resolve_key(None, Some(&p), &none).unwrap_err();
+            assert_eq!(e.code, ETHBCAST_ERR_KEY, "{}", e.message);
+            assert!(
+                e.message.contains(what) && e.message.contains(&p),
+                "{}",
+                e.message
+            );
+            let e = resolve_key(None, None, env_of(vec![(KEY_FILE_ENV, p.clone())])).unwrap_err();
+            assert_eq!(e.code, ETHBCAST_ERR_KEY, "{}", e.message);
+            assert!(e.message.contains(KEY_FILE_ENV), "{}", e.message);
+        }
+        // ETHBCAST_REQUIRE_KEY=1: no key is refused, a key is fine.
+        let strict = env_of(vec![(REQUIRE_KEY_ENV, "1".into())]);
+        let e = resolve_key(None, None, &strict).unwrap_err();
+        assert_eq!(e.code, ETHBCAST_ERR_KEY);
+        assert!(
+            e.message.contains("ETHBCAST_REQUIRE_KEY=1"),
+            "{}",
+            e.message
+        );
+        assert!(resolve_key(Some(&[7; 32]), None, &strict).is_ok());
+        let strict_file = env_of(vec![
+            (REQUIRE_KEY_ENV, "1".into()),
+            (KEY_FILE_ENV, phrase_s.to_string()),
+        ]);
+        assert_eq!(resolve_key(None, None, &strict_file).unwrap(), Some(want));
+        let lax = env_of(vec![(REQUIRE_KEY_ENV, "0".into())]);
+        assert_eq!(resolve_key(None, None, &lax).unwrap(), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn every_code_has_its_own_sentence() {
-        let codes = ETHBCAST_ERR_SHARED_MEMORY..=ETHBCAST_OK;
+        let codes = ETHBCAST_ERR_KEY..=ETHBCAST_OK;
         let texts: std::collections::BTreeSet<String> = codes
             .clone()
             // SAFETY: ethbcast_strerror returns a static NUL-terminated string.

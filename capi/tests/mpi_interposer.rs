@@ -234,3 +234,95 @@ fn mpi_programs_get_correct_results_with_and_without_hardware_broadcast() {
     assert!(lost > 0, "the loss rule dropped nothing");
     bed.down().expect("tear down");
 }
+
+fn key_warnings(out: &JobOutput) -> Vec<&str> {
+    out.stderr
+        .lines()
+        .filter(|l| l.contains("no group key"))
+        .collect()
+}
+
+/// Keys for MPI jobs (Open MPI, 4 hosts): without a key the job runs over ethbcast with
+/// exactly one warning for the job; with `ETHBCAST_KEY_FILE` it runs keyed without one; with
+/// `ETHBCAST_REQUIRE_KEY=1` and no key the interposer refuses hardware broadcast and the whole
+/// job falls back to PMPI, with one warning naming the reason, and the same correct results.
+#[test]
+fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
+    let test = "keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi";
+    if !netns_available(test, true) || !mpis_available(test) {
+        return;
+    }
+    let m = MpiImpl::OpenMpi;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-interposer-key");
+    std::fs::create_dir_all(&dir).expect("build directory");
+    let b = build(m, &dir);
+    let key_file = dir.join("job.key");
+    std::fs::write(&key_file, "the job's passphrase\n").expect("key file");
+    let key = key_file.to_str().expect("UTF-8 path");
+    let prefix = format!("ck{:x}", std::process::id() & 0xfff);
+    let bed = MpiBed::up(&TestbedConfig::new(4).prefix(prefix), &dir).expect("test-bed");
+    let iface = ("ETHBCAST_IFACE", mpi::IFACE);
+
+    // No key: over ethbcast, one warning for the whole job.
+    let out = run_job(&bed, &job(m, &b, 4, 1, &[iface], true)).expect("job");
+    let expected = results(&out, 4);
+    assert_eq!(routed(&out, 4), expected, "keyless: {out}");
+    assert!(expected.iter().all(|&(c, _)| c > 0), "{out}");
+    let w = key_warnings(&out);
+    assert_eq!(w.len(), 1, "one keyless warning per job: {out}");
+    assert!(w[0].contains("ETHBCAST_KEY_FILE"), "{}", w[0]);
+    assert!(warnings(&out).is_empty(), "{out}");
+
+    // A key file: over ethbcast, keyed, no warning.
+    let out = run_job(
+        &bed,
+        &job(m, &b, 4, 1, &[iface, ("ETHBCAST_KEY_FILE", key)], true),
+    )
+    .expect("job");
+    let expected = results(&out, 4);
+    assert_eq!(routed(&out, 4), expected, "keyed: {out}");
+    assert!(expected.iter().all(|&(c, _)| c > 0), "{out}");
+    assert!(
+        key_warnings(&out).is_empty() && warnings(&out).is_empty(),
+        "keyed: {out}"
+    );
+
+    // ETHBCAST_REQUIRE_KEY=1 without a key: refused, everything over PMPI, one warning.
+    let out = run_job(
+        &bed,
+        &job(m, &b, 4, 1, &[iface, ("ETHBCAST_REQUIRE_KEY", "1")], true),
+    )
+    .expect("job");
+    let calls = results(&out, 4);
+    let all_pmpi: Vec<(u64, u64)> = calls.iter().map(|&(c, o)| (0, c + o)).collect();
+    assert_eq!(routed(&out, 4), all_pmpi, "required key: {out}");
+    let w = warnings(&out);
+    assert_eq!(w.len(), 1, "one warning per job: {out}");
+    assert!(w[0].contains("ETHBCAST_REQUIRE_KEY=1"), "{}", w[0]);
+
+    // ETHBCAST_REQUIRE_KEY=1 with an unreadable key file: refused too, naming the file.
+    let missing = dir.join("no-such.key");
+    let out = run_job(
+        &bed,
+        &job(
+            m,
+            &b,
+            4,
+            1,
+            &[
+                iface,
+                ("ETHBCAST_REQUIRE_KEY", "1"),
+                ("ETHBCAST_KEY_FILE", missing.to_str().expect("UTF-8 path")),
+            ],
+            true,
+        ),
+    )
+    .expect("job");
+    let calls = results(&out, 4);
+    let all_pmpi: Vec<(u64, u64)> = calls.iter().map(|&(c, o)| (0, c + o)).collect();
+    assert_eq!(routed(&out, 4), all_pmpi, "unreadable key file: {out}");
+    let w = warnings(&out);
+    assert_eq!(w.len(), 1, "one warning per job: {out}");
+    assert!(w[0].contains("no-such.key"), "{}", w[0]);
+    bed.down().expect("tear down");
+}

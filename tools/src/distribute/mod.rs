@@ -291,32 +291,17 @@ pub fn drop_capabilities() -> Result<(), Fatal> {
     Ok(())
 }
 
-/// Reads a group key file: exactly 32 bytes are the key itself; anything else is a
+/// Reads a group key file ([`ethbcast::keyfile::read_key_file`], the one reading the C ABI
+/// and the MPI interposer share): exactly 32 bytes are the key itself; anything else is a
 /// passphrase on the first line (surrounding white space ignored), from which the key is
-/// derived ([`ethbcast::group::key_from_passphrase`]). An empty passphrase is refused.
+/// derived. An empty passphrase is refused (a usage error, like a file that is not text; an
+/// unreadable file is an I/O error).
 pub fn read_key_file(path: &std::path::Path) -> Result<[u8; 32], Fatal> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Fatal::io(format!("cannot read key file {}: {e}", path.display())))?;
-    if let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice()) {
-        return Ok(key);
-    }
-    let text = std::str::from_utf8(&bytes).map_err(|_| {
-        Fatal::new(
-            EXIT_USAGE,
-            format!(
-                "key file {}: neither 32 raw bytes nor a passphrase line of text",
-                path.display()
-            ),
-        )
-    })?;
-    let line = text.lines().next().unwrap_or("").trim();
-    if line.is_empty() {
-        return Err(Fatal::new(
-            EXIT_USAGE,
-            format!("key file {}: the passphrase is empty", path.display()),
-        ));
-    }
-    Ok(ethbcast::group::key_from_passphrase(line))
+    use ethbcast::keyfile::KeyFileError;
+    ethbcast::keyfile::read_key_file(path).map_err(|e| match e {
+        KeyFileError::Io { .. } => Fatal::io(e.to_string()),
+        _ => Fatal::new(EXIT_USAGE, e.to_string()),
+    })
 }
 
 /// The duration that stands for "no limit" (`inf`): a century, which any clock arithmetic

@@ -1,0 +1,248 @@
+//! Keys for C callers: a C-ABI group whose key comes from `ETHBCAST_KEY_FILE` (as an MPI job's
+//! does through the interposer) refuses what a host on the segment without the key forges.
+//!
+//! `capi/c/key_check.c` runs on 3 hosts of a 4-host test-bed; the 4th is hostile
+//! ([`ethbcast_tools::hostile`]): it sees every frame (MAC learning off on every port, as a hub
+//! floods) and, from the live session's frames, forges the root's next broadcast message,
+//! barrier releases from the coordinator and evictions of rank 1. The root enters every
+//! barrier and every broadcast 300 ms late, so that forgeries arrive first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ethbcast::wire::{self, BarrierOp, Control};
+use ethbcast_tools::hostile::{self, pdu, Counter, Hostile, Spoof};
+use ethbcast_tools::netns;
+use ethbcast_tools::testbed::{netns_available, Testbed, TestbedConfig};
+
+/// The static library cargo built for this test run (next to the test binary).
+fn staticlib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps directory");
+    [
+        deps.join("libethbcast_capi.a"),
+        deps.join("../libethbcast_capi.a"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .expect("libethbcast_capi.a next to the test binary (crate-type staticlib)")
+}
+
+/// Compiles one C file against the static library; returns the executable.
+fn compile(source: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}"));
+    let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let compiler = cc::Build::new()
+        .cargo_metadata(false)
+        .opt_level(2)
+        .target(&target)
+        .host(&target)
+        .get_compiler();
+    let status = compiler
+        .to_command()
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(dir)
+        .arg(dir.join(source))
+        .arg(staticlib())
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&out)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling {source} failed");
+    out
+}
+
+/// What the hostile host forged.
+#[derive(Debug, Default, Clone, Copy)]
+struct Forged {
+    data: usize,
+    releases: usize,
+    evictions: usize,
+}
+
+/// The hostile host on the last host of `bed`: forgeries of the members' live session.
+fn attack(bed: &Testbed, members: usize) -> Hostile<Forged> {
+    let macs: Vec<[u8; 6]> = bed.hosts().iter().map(|h| h.mac).collect();
+    Hostile::spawn(
+        &bed.hosts()[members].netns,
+        Duration::from_micros(500),
+        move |port, stop: &AtomicBool| {
+            let mut ctr = Counter::default();
+            let mut forged = Forged::default();
+            let mut last_evict = Instant::now();
+            let mut template: Option<Vec<u8>> = None;
+            let from_root = Spoof {
+                src: 0,
+                dst: wire::ALL,
+                src_mac: macs[0],
+                dst_mac: wire::ethernet::BROADCAST_MAC.0,
+                tag: true,
+            };
+            while !stop.load(Ordering::SeqCst) {
+                if let (Some(t), true) =
+                    (&template, last_evict.elapsed() > Duration::from_millis(50))
+                {
+                    let evict = Control::Evict { rank: 1 };
+                    if let Some(x) = hostile::forge_control(t, &evict, from_root, &mut ctr) {
+                        port.send(&x);
+                        forged.evictions += 1;
+                    }
+                    last_evict = Instant::now();
+                }
+                let Some(f) = port.next_frame() else {
+                    continue;
+                };
+                let Some(p) = pdu(&f) else {
+                    continue;
+                };
+                if p.kind() == wire::Kind::Join {
+                    continue;
+                }
+                template.get_or_insert_with(|| f.clone());
+                if p.kind().is_data() && p.src() == 0 {
+                    // The root's next message, ahead of the root.
+                    let junk = vec![0x66; p.msg_len() as usize];
+                    for (dseq, dmsg) in [(1, 1), (1, 0), (2, 1)] {
+                        if let Some(x) = hostile::forge_data(
+                            &f,
+                            p.group(),
+                            from_root,
+                            p.seq().wrapping_add(dseq),
+                            p.msg_id().wrapping_add(dmsg),
+                            &junk,
+                        ) {
+                            port.send(&x);
+                            forged.data += 1;
+                        }
+                    }
+                }
+                if let Ok(Control::Barrier(b)) = Control::parse(&p) {
+                    for epoch in [b.epoch, b.epoch + 1] {
+                        let release = Control::Barrier(wire::BarrierMsg {
+                            op: BarrierOp::Release,
+                            epoch,
+                            ..b.clone()
+                        });
+                        if let Some(x) = hostile::forge_control(&f, &release, from_root, &mut ctr) {
+                            port.send(&x);
+                            forged.releases += 1;
+                        }
+                    }
+                }
+            }
+            forged
+        },
+    )
+    .expect("hostile host")
+}
+
+/// Runs `exe` on the first `members` hosts, with `env`, while the hostile host attacks;
+/// returns each rank's output and what was forged.
+fn attacked(
+    bed: &Testbed,
+    exe: &Path,
+    members: usize,
+    env: &[(&str, &str)],
+) -> (Vec<Output>, Forged) {
+    let attacker = attack(bed, members);
+    let children: Vec<_> = (0..members)
+        .map(|rank| {
+            let h = &bed.hosts()[rank];
+            let mut cmd = netns::command_in(&h.netns, exe.to_str().expect("UTF-8 path"))
+                .expect("command in namespace");
+            cmd.arg(&h.iface)
+                .env("ETHBCAST_RANK", rank.to_string())
+                .env("ETHBCAST_SIZE", members.to_string())
+                .env_remove("ETHBCAST_KEY_FILE")
+                .env_remove("ETHBCAST_REQUIRE_KEY")
+                .envs(env.iter().copied())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            cmd.spawn().expect("spawn in namespace")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut outputs = Vec::new();
+    for mut child in children {
+        while child.try_wait().expect("wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        outputs.push(child.wait_with_output().expect("output"));
+    }
+    let forged = attacker.stop().expect("hostile host ran");
+    (outputs, forged)
+}
+
+/// Each rank's (keyed, early barriers, corrupt broadcasts, errors), or the reason it has none.
+fn verdicts(outputs: &[Output]) -> Vec<Result<(u32, u32, u32, u32), String>> {
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let w: Vec<&str> = stdout.split_whitespace().collect();
+            match w[..] {
+                ["rank", r, "size", _, "keyed", k, "early", e, "corrupt", c, "errors", x]
+                    if r == i.to_string() && out.status.success() =>
+                {
+                    Ok((
+                        k.parse().expect("0 or 1"),
+                        e.parse().expect("count"),
+                        c.parse().expect("count"),
+                        x.parse().expect("count"),
+                    ))
+                }
+                _ => Err(format!(
+                    "rank {i}: {}: {stdout}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                )),
+            }
+        })
+        .collect()
+}
+
+fn prefix(tag: &str) -> String {
+    format!("k{tag}{:x}", std::process::id() & 0xfff)
+}
+
+/// With `ETHBCAST_KEY_FILE` naming a passphrase file, the hostile host's forged broadcast
+/// data, barrier releases and evictions are all refused: every barrier waits for the late
+/// root, every buffer holds the root's bytes, no call fails.
+#[test]
+fn a_c_abi_group_keyed_by_ethbcast_key_file_refuses_forged_data_releases_and_evictions() {
+    let test =
+        "a_c_abi_group_keyed_by_ethbcast_key_file_refuses_forged_data_releases_and_evictions";
+    if !netns_available(test, false) {
+        return;
+    }
+    let exe = compile("c/key_check.c", "key_check");
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let key_file = dir.join("group.key");
+    std::fs::write(&key_file, "a passphrase the hostile host does not know\n").expect("key file");
+    let bed = Testbed::up(&TestbedConfig::new(4).prefix(prefix("a"))).expect("test-bed");
+    for h in 0..4 {
+        bed.set_learning(h, false).expect("learning off");
+    }
+    let key = key_file.to_str().expect("UTF-8 path");
+    let (outputs, forged) = attacked(&bed, &exe, 3, &[("ETHBCAST_KEY_FILE", key)]);
+    bed.down().expect("tear down");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        forged.data > 0 && forged.releases > 0 && forged.evictions > 0,
+        "the attack did not happen: {forged:?}"
+    );
+    let v = verdicts(&outputs);
+    assert!(
+        v.iter().all(|r| r == &Ok((1, 0, 0, 0))),
+        "forgeries accepted ({forged:?}); per rank (keyed, early barriers, corrupt broadcasts, failed calls): {v:#?}"
+    );
+}
