@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ethbcast::wire::{self, BarrierOp, Control};
+use ethbcast_testbed::netns;
+use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 use ethbcast_tools::hostile::{self, pdu, Counter, Hostile, Spoof};
-use ethbcast_tools::netns;
-use ethbcast_tools::testbed::{netns_available, Testbed, TestbedConfig};
 
 /// The static library cargo built for this test run (next to the test binary).
 fn staticlib() -> PathBuf {
