@@ -1,0 +1,534 @@
+//! The switch itself: ports, links as FIFOs whose fronts sit in one event queue, faults drawn
+//! per receiving port, partitions and taps. [`super::SimNet`] and [`super::SimPort`] are the
+//! handles the harness and the hosts hold on it.
+
+use super::model::*;
+use super::{LinkError, MacAddr, BROADCAST_MAC};
+use crate::wire::ethernet;
+use ethbcast_proto::queue::EventQueue;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The instant virtual time zero maps to, shared by every simulator of the process so that
+/// two runs with the same seed produce the same `Instant`s.
+pub(super) fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+pub(super) fn to_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+pub(super) fn to_instant(ns: u64) -> Instant {
+    let b = base();
+    b.checked_add(Duration::from_nanos(ns))
+        .or_else(|| b.checked_add(Duration::from_secs(u64::from(u32::MAX))))
+        .unwrap_or(b)
+}
+
+/// `p > 0` and a uniform draw falls below it; draws nothing for `p == 0`, never panics.
+pub(super) fn chance(rng: &mut ChaCha8Rng, p: f64) -> bool {
+    p > 0.0 && rng.gen::<f64>() < p
+}
+
+/// Where the switch sends a frame.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Target {
+    All,
+    One(usize),
+    Group(MacAddr),
+}
+
+/// An Ethernet frame on its way: to the switch (`peer` is where it is addressed) or to a
+/// port (`peer` is `()`: the frame's header names its source).
+#[derive(Debug)]
+pub(super) struct InFlight<P> {
+    pub(super) at: u64,
+    pub(super) seq: u64,
+    pub(super) peer: P,
+    pub(super) pdu: Rc<[u8]>,
+}
+
+/// What the event queue orders, by (due time, creation order of the frame or event). Frames on one link leave it in the order they entered (each link is
+/// a FIFO with non-decreasing due times), so only the *front* of each link's queue needs to
+/// be in the heap: it stays as small as the number of ports plus the frames held back for
+/// reordering, however long the queues grow under overload.
+#[derive(Debug)]
+pub(super) enum EventKind {
+    /// The front frame of this port's uplink reaches the switch.
+    Uplink(usize),
+    /// The front frame of the switch's output queue to this port reaches the port.
+    Downlink(usize),
+    /// A frame held back for reordering reaches `port`.
+    Late { port: usize, pdu: Rc<[u8]> },
+    /// The transmit queue of `port`'s host may have drained below its bound.
+    TxReady(usize),
+}
+
+#[derive(Debug)]
+pub(super) struct PortState {
+    pub(super) faults: Faults,
+    pub(super) killed: bool,
+    pub(super) tx_rng: ChaCha8Rng,
+    pub(super) rx_rng: ChaCha8Rng,
+    pub(super) in_burst: bool,
+    /// When the uplink finishes serialising what it has been given.
+    pub(super) tx_free: u64,
+    /// Its host was told the link is not ready; it is woken when the queue drains.
+    pub(super) tx_blocked: bool,
+    /// When the switch output link to this port finishes what it has been given.
+    pub(super) out_free: u64,
+    /// Completion times of the frames in the switch output queue (only with a bounded buffer).
+    pub(super) out_queue: VecDeque<u64>,
+    /// Frames sent by this port, on their way to the switch.
+    pub(super) uplink: VecDeque<InFlight<Target>>,
+    /// Frames the switch forwarded to this port, on their way to it (not reordered ones).
+    pub(super) downlink: VecDeque<InFlight<()>>,
+    /// Ethernet frames due at this port, oldest first.
+    pub(super) rx: VecDeque<Rc<[u8]>>,
+    pub(super) stats: SimStats,
+}
+
+impl PortState {
+    pub(super) fn dead(&self) -> bool {
+        self.killed || self.faults.dead
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Inner {
+    pub(super) now: u64,
+    pub(super) seq: u64,
+    pub(super) rate_bps: Option<u64>,
+    pub(super) latency: u64,
+    pub(super) mtu: usize,
+    pub(super) switch_buffer: Option<usize>,
+    /// Serialisation time of the transmit queue's bound ([`SimConfig::tx_queue`]).
+    pub(super) tx_queue_ns: Option<u64>,
+    pub(super) heap: EventQueue<(u64, u64), EventKind>,
+    pub(super) ports: Vec<PortState>,
+    /// The ports that joined each multicast group, in index order.
+    pub(super) groups: BTreeMap<MacAddr, Vec<usize>>,
+    /// Partitions: frames between a port with `true` in one and a port with `true` in the
+    /// other are dropped.
+    pub(super) cuts: Vec<(Vec<bool>, Vec<bool>)>,
+    /// Ports whose receive queue became non-empty since [`SimNet::take_ready`] last ran, so
+    /// that a harness visits only the hosts that have something to receive.
+    pub(super) ready: Vec<usize>,
+    /// Ports that receive copies of unicast frames between other ports (taps).
+    pub(super) taps: Vec<usize>,
+}
+
+impl Inner {
+    pub(super) fn check_port(&self, port: usize) -> Result<(), SimError> {
+        if port < self.ports.len() {
+            Ok(())
+        } else {
+            Err(SimError::NoSuchPort {
+                port,
+                ports: self.ports.len(),
+            })
+        }
+    }
+
+    /// Serialisation time of a PDU in nanoseconds (rounded up).
+    pub(super) fn ser_ns(&self, pdu_len: usize) -> u64 {
+        match self.rate_bps {
+            None | Some(0) => 0,
+            Some(rate) => {
+                let bits = wire_bytes(pdu_len) as u128 * 8;
+                let ns = (bits * 1_000_000_000).div_ceil(u128::from(rate));
+                u64::try_from(ns).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
+    /// Whether `port`'s host may hand over another frame without queueing it behind more
+    /// than the transmit queue's bound.
+    pub(super) fn tx_ready(&self, port: usize) -> bool {
+        self.tx_queue_ns
+            .is_none_or(|q| self.ports[port].tx_free.saturating_sub(self.now) < q)
+    }
+
+    /// Tells `port`'s host whether it may send; when not, wakes it (puts it on the ready
+    /// list) once the queue has drained below the bound.
+    pub(super) fn poll_tx_ready(&mut self, port: usize) -> bool {
+        if self.tx_ready(port) {
+            return true;
+        }
+        if !self.ports[port].tx_blocked {
+            self.ports[port].tx_blocked = true;
+            self.schedule_tx_wake(port);
+        }
+        false
+    }
+
+    pub(super) fn schedule_tx_wake(&mut self, port: usize) {
+        let q = self.tx_queue_ns.unwrap_or(0);
+        let at = (self.ports[port].tx_free.saturating_sub(q) + 1).max(self.now);
+        let seq = self.next_seq();
+        self.heap.push((at, seq), EventKind::TxReady(port));
+    }
+
+    pub(super) fn next_seq(&mut self) -> u64 {
+        let seq = self.seq;
+        self.seq += 1;
+        seq
+    }
+
+    /// Puts a frame on `src`'s uplink, due at the switch at `at` (not before the frames
+    /// already on it).
+    pub(super) fn push_uplink(&mut self, src: usize, at: u64, target: Target, pdu: Rc<[u8]>) {
+        let seq = self.next_seq();
+        let q = &mut self.ports[src].uplink;
+        if q.is_empty() {
+            self.heap.push((at, seq), EventKind::Uplink(src));
+        }
+        q.push_back(InFlight {
+            at,
+            seq,
+            peer: target,
+            pdu,
+        });
+    }
+
+    /// Puts a frame on the switch's output link to `port`, due at `at` (not before the frames
+    /// already on it).
+    pub(super) fn push_downlink(&mut self, port: usize, at: u64, pdu: Rc<[u8]>) {
+        let seq = self.next_seq();
+        let q = &mut self.ports[port].downlink;
+        if q.is_empty() {
+            self.heap.push((at, seq), EventKind::Downlink(port));
+        }
+        q.push_back(InFlight {
+            at,
+            seq,
+            peer: (),
+            pdu,
+        });
+    }
+
+    pub(super) fn cut(&self, a: usize, b: usize) -> bool {
+        self.cuts
+            .iter()
+            .any(|(x, y)| (x[a] && y[b]) || (y[a] && x[b]))
+    }
+
+    /// Counts a frame from `src` to `target` as lost at every port it was meant for.
+    pub(super) fn lose_everywhere(&mut self, src: usize, target: Target) {
+        match target {
+            Target::One(j) => self.ports[j].stats.lost += 1,
+            Target::Group(g) => {
+                for &j in self.groups.get(&g).into_iter().flatten() {
+                    if j != src {
+                        self.ports[j].stats.lost += 1;
+                    }
+                }
+            }
+            Target::All => {
+                for (j, p) in self.ports.iter_mut().enumerate() {
+                    if j != src {
+                        p.stats.lost += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn send(&mut self, src: usize, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
+        // `src < ports <= MAX_PORTS`, so the index fits.
+        self.send_as(src, port_mac(src as u16), dst, pdu)
+    }
+
+    /// Sends from port `src` a frame whose Ethernet source is `src_mac` (its own, or a
+    /// spoofed one).
+    pub(super) fn send_as(
+        &mut self,
+        src: usize,
+        src_mac: MacAddr,
+        dst: MacAddr,
+        pdu: &[u8],
+    ) -> Result<(), LinkError> {
+        if pdu.len() > self.mtu {
+            return Err(LinkError::FrameTooLong {
+                len: pdu.len(),
+                max: self.mtu,
+            });
+        }
+        let n = self.ports.len();
+        let target = if dst == BROADCAST_MAC {
+            Some(Target::All)
+        } else if ethernet::is_group_mac(&dst) {
+            Some(Target::Group(dst))
+        } else {
+            port_index(&dst)
+                .map(usize::from)
+                .filter(|&j| j < n && j != src)
+                .map(Target::One)
+        };
+        let ser = self.ser_ns(pdu.len());
+        let now = self.now;
+        let sender = &mut self.ports[src];
+        sender.stats.frames_sent += 1;
+        if sender.dead() {
+            if let Some(t) = target {
+                self.lose_everywhere(src, t);
+            }
+            return Ok(());
+        }
+        let done = sender.tx_free.max(now).saturating_add(ser);
+        sender.tx_free = done;
+        sender.stats.bytes_on_wire += wire_bytes(pdu.len()) as u64;
+        let Some(target) = target else {
+            sender.stats.unknown_dst += 1;
+            return Ok(());
+        };
+        if chance(&mut sender.tx_rng, sender.faults.tx_loss) {
+            self.lose_everywhere(src, target);
+            return Ok(());
+        }
+        let at = done.saturating_add(self.latency);
+        let frame = ethernet::to_vec(dst, src_mac, pdu);
+        self.push_uplink(src, at, target, Rc::from(frame));
+        Ok(())
+    }
+
+    /// The switch received a whole frame at `self.now`: forward it to its output ports.
+    pub(super) fn arrive(&mut self, src: usize, target: Target, pdu: Rc<[u8]>) {
+        if self.ports[src].dead() {
+            self.lose_everywhere(src, target);
+            return;
+        }
+        let ser = self.ser_ns(pdu.len().saturating_sub(ethernet::HEADER_LEN));
+        match target {
+            Target::One(j) => {
+                for k in self.taps.clone() {
+                    if k != src && k != j {
+                        self.forward(src, k, Rc::clone(&pdu), ser);
+                    }
+                }
+                self.forward(src, j, pdu, ser)
+            }
+            Target::Group(g) => {
+                // Flooded: every other port's link carries it, the members' hosts take it.
+                let members = self.groups.get(&g).cloned().unwrap_or_default();
+                let mut next = members.iter().copied().peekable();
+                for j in 0..self.ports.len() {
+                    let member = next.next_if_eq(&j).is_some();
+                    if j == src {
+                        continue;
+                    }
+                    if member {
+                        self.forward(src, j, Rc::clone(&pdu), ser);
+                    } else {
+                        self.occupy(src, j, ser);
+                    }
+                }
+            }
+            Target::All => {
+                for j in 0..self.ports.len() {
+                    if j != src {
+                        self.forward(src, j, Rc::clone(&pdu), ser);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One output port's share of a frame (`ser` ns on the wire): queueing, serialisation,
+    /// receive-side faults.
+    pub(super) fn forward(&mut self, src: usize, j: usize, pdu: Rc<[u8]>, ser: u64) {
+        if self.cut(src, j) || self.ports[j].dead() {
+            self.ports[j].stats.lost += 1;
+            return;
+        }
+        let Some(done) = self.queue_out(j, ser) else {
+            return;
+        };
+        let cap = self.switch_buffer;
+        let p = &mut self.ports[j];
+
+        // Receive-side faults, drawn from this port's own stream.
+        let f = p.faults;
+        let rng = &mut p.rx_rng;
+        // Gilbert-Elliott: a frame in (or starting) a burst is lost, and the burst goes on past
+        // it with probability 1 - 1/burst_len, so burst lengths are geometric with that mean.
+        let lost = if p.in_burst || chance(rng, f.burst_loss) {
+            p.in_burst = !chance(rng, 1.0 / f.burst_len);
+            true
+        } else {
+            chance(rng, f.loss)
+        };
+        let to_group = pdu.first().is_some_and(|b| b & 1 == 1);
+        let lost = lost || (to_group && chance(rng, f.group_loss));
+        if lost {
+            p.stats.lost += 1;
+            return;
+        }
+        let pdu = if pdu.len() > ethernet::HEADER_LEN && chance(rng, f.corrupt) {
+            p.stats.corrupted += 1;
+            corrupt(rng, &pdu)
+        } else {
+            pdu
+        };
+        let late = chance(rng, f.reorder).then(|| {
+            p.stats.reordered += 1;
+            let max = to_ns(f.reorder_delay).max(1);
+            done.saturating_add(rng.gen_range(1..=max))
+        });
+        let dup_at = chance(rng, f.dup).then(|| {
+            p.stats.duplicated += 1;
+            let d = p.out_free.saturating_add(ser);
+            p.out_free = d;
+            if cap.is_some() {
+                p.out_queue.push_back(d);
+            }
+            d
+        });
+        let dup = dup_at.map(|d| (d, Rc::clone(&pdu)));
+        match late {
+            Some(at) => {
+                let seq = self.next_seq();
+                let kind = EventKind::Late { port: j, pdu };
+                self.heap.push((at, seq), kind);
+            }
+            None => self.push_downlink(j, done, pdu),
+        }
+        if let Some((d, pdu)) = dup {
+            self.push_downlink(j, d, pdu);
+        }
+    }
+
+    /// Puts a frame of `ser` ns on the switch's output queue to port `j`: when its last bit
+    /// will have left, or `None` if the queue is full (tail drop, counted).
+    pub(super) fn queue_out(&mut self, j: usize, ser: u64) -> Option<u64> {
+        let now = self.now;
+        let cap = self.switch_buffer;
+        let p = &mut self.ports[j];
+        if let Some(cap) = cap {
+            while p.out_queue.front().is_some_and(|&done| done <= now) {
+                p.out_queue.pop_front();
+            }
+            if p.out_queue.len() >= cap {
+                p.stats.switch_drops += 1;
+                return None;
+            }
+        }
+        let done = p.out_free.max(now).saturating_add(ser);
+        p.out_free = done;
+        if cap.is_some() {
+            p.out_queue.push_back(done);
+        }
+        Some(done)
+    }
+
+    /// A flooded multicast frame for a group port `j`'s host did not join: it takes its time
+    /// on the link, and the NIC discards it.
+    pub(super) fn occupy(&mut self, src: usize, j: usize, ser: u64) {
+        if self.cut(src, j) || self.ports[j].dead() {
+            return;
+        }
+        if self.queue_out(j, ser).is_some() {
+            self.ports[j].stats.filtered += 1;
+        }
+    }
+
+    pub(super) fn deliver(&mut self, port: usize, pdu: Rc<[u8]>) {
+        let p = &mut self.ports[port];
+        if p.dead() {
+            p.stats.lost += 1;
+        } else {
+            p.stats.frames_delivered += 1;
+            if p.rx.is_empty() {
+                self.ready.push(port);
+            }
+            p.rx.push_back(pdu);
+        }
+    }
+
+    /// Takes the front frame off one of `port`'s link queues (whose turn in the heap just came)
+    /// and puts the next one's turn in the heap.
+    pub(super) fn pop_front<P>(
+        &mut self,
+        port: usize,
+        queue: fn(&mut PortState) -> &mut VecDeque<InFlight<P>>,
+        token: fn(usize) -> EventKind,
+    ) -> Option<InFlight<P>> {
+        let q = queue(&mut self.ports[port]);
+        let front = q.pop_front();
+        if let Some(next) = q.front() {
+            let (at, seq) = (next.at, next.seq);
+            self.heap.push((at, seq), token(port));
+        }
+        front
+    }
+
+    pub(super) fn advance_to(&mut self, target: u64) -> usize {
+        if target < self.now {
+            return 0;
+        }
+        let mut delivered = 0;
+        while let Some(((at, _), kind)) = self.heap.pop_due((target, u64::MAX)) {
+            self.now = at.max(self.now);
+            match kind {
+                EventKind::Uplink(src) => {
+                    if let Some(f) = self.pop_front(src, |p| &mut p.uplink, EventKind::Uplink) {
+                        self.arrive(src, f.peer, f.pdu);
+                    }
+                }
+                EventKind::Downlink(port) => {
+                    if let Some(f) = self.pop_front(port, |p| &mut p.downlink, EventKind::Downlink)
+                    {
+                        delivered += 1;
+                        self.deliver(port, f.pdu);
+                    }
+                }
+                EventKind::Late { port, pdu } => {
+                    delivered += 1;
+                    self.deliver(port, pdu);
+                }
+                EventKind::TxReady(port) => {
+                    if !self.tx_ready(port) {
+                        self.schedule_tx_wake(port);
+                    } else if std::mem::take(&mut self.ports[port].tx_blocked)
+                        && self.ports[port].rx.is_empty()
+                    {
+                        // (A port with frames waiting is on the list already.)
+                        self.ready.push(port);
+                    }
+                }
+            }
+        }
+        self.now = target;
+        delivered
+    }
+}
+
+/// A copy of the Ethernet frame `frame` with 1 to 3 distinct bits of its PDU flipped (the
+/// frame is longer than its header). The header stays intact: a real switch delivers the frame
+/// to the port its header names, and the PDU's CRC is what must catch the damage.
+pub(super) fn corrupt(rng: &mut ChaCha8Rng, frame: &[u8]) -> Rc<[u8]> {
+    let mut bytes = frame.to_vec();
+    let bits = (bytes.len() - ethernet::HEADER_LEN) * 8;
+    let flips = rng.gen_range(1..=3usize).min(bits);
+    let mut chosen = [usize::MAX; 3];
+    let mut k = 0;
+    while k < flips {
+        let bit = rng.gen_range(0..bits);
+        if !chosen[..k].contains(&bit) {
+            chosen[k] = bit;
+            k += 1;
+        }
+    }
+    for &bit in &chosen[..flips] {
+        if let Some(b) = bytes.get_mut(ethernet::HEADER_LEN + bit / 8) {
+            *b ^= 1 << (bit % 8);
+        }
+    }
+    Rc::from(bytes)
+}
