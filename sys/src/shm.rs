@@ -209,14 +209,7 @@ impl Segment {
         let meta = file
             .metadata()
             .map_err(|source| io_error(path, "stat", source))?;
-        let me = effective_uid();
-        if meta.uid() != me {
-            return Err(ShmError::Foreign {
-                path: path.to_path_buf(),
-                owner: meta.uid(),
-                me,
-            });
-        }
+        check_owner(path, &meta)?;
         if !meta.file_type().is_file() {
             return Err(ShmError::NotAFile(path.to_path_buf()));
         }
@@ -268,14 +261,7 @@ impl Segment {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(source) => return Err(io_error(path, "lstat", source)),
         };
-        let me = effective_uid();
-        if meta.uid() != me {
-            return Err(ShmError::Foreign {
-                path: path.to_path_buf(),
-                owner: meta.uid(),
-                me,
-            });
-        }
+        check_owner(path, &meta)?;
         Self::unlink(path)
     }
 
@@ -388,10 +374,7 @@ impl Segment {
         timeout: Option<Duration>,
     ) -> Result<Wake> {
         let word = self.u32_at(offset)?;
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: t.subsec_nanos() as libc::c_long,
-        });
+        let ts = timeout.map(crate::wait::timespec);
         let ts_ptr = ts
             .as_ref()
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);
@@ -466,6 +449,19 @@ pub fn process_alive(pid: u32) -> bool {
         Ok(()) => true,
         Err(e) => e == nix::errno::Errno::EPERM,
     }
+}
+
+/// A file this process did not make as its own user is another user's: refused.
+fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    let me = effective_uid();
+    if meta.uid() != me {
+        return Err(ShmError::Foreign {
+            path: path.to_path_buf(),
+            owner: meta.uid(),
+            me,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -71,10 +71,7 @@ pub fn poll_fd(fd: BorrowedFd<'_>, interest: Interest, timeout: Option<Duration>
         events,
         revents: 0,
     };
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
+    let ts = timeout.map(timespec);
     let ts_ptr = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
@@ -196,6 +193,14 @@ pub fn wait_fd(
     match err {
         Some(e) => Err(e),
         None => Ok(ok),
+    }
+}
+
+/// `d` as the kernel's timespec for a relative timeout (seconds capped at `i32::MAX`).
+pub(crate) fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
     }
 }
 
