@@ -668,18 +668,27 @@ impl HostRing {
     /// The lowest cursor of the other attached ranks (`None`: no other rank attached).
     fn min_cursor(&self) -> Result<Option<u64>, SmpError> {
         let mut min = None;
-        for j in 0..self.layout.locals {
-            if j == self.me {
-                continue;
-            }
-            let at = self.layout.cursor(j);
-            if self.word(at + L_STATE)?.load(Ordering::Acquire) != LOCAL_ATTACHED {
-                continue;
-            }
+        for at in self.others() {
+            let at = at?;
             let c = self.word(at + L_CURSOR)?.load(Ordering::Acquire);
             min = Some(min.map_or(c, |m: u64| m.min(c)));
         }
         Ok(min)
+    }
+
+    /// The cursor blocks of the other attached ranks (no allocation: the writer asks on
+    /// every slot it fills).
+    fn others(&self) -> impl Iterator<Item = Result<usize, SmpError>> + '_ {
+        (0..self.layout.locals)
+            .filter(move |&j| j != self.me)
+            .filter_map(move |j| {
+                let at = self.layout.cursor(j);
+                match self.word(at + L_STATE) {
+                    Ok(w) if w.load(Ordering::Acquire) == LOCAL_ATTACHED => Some(Ok(at)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            })
     }
 
     fn protocol(&self, what: String) -> SmpError {
@@ -722,14 +731,8 @@ impl HostRing {
             return Ok(());
         }
         self.checked = Instant::now();
-        for j in 0..self.layout.locals {
-            if j == self.me {
-                continue;
-            }
-            let at = self.layout.cursor(j);
-            if self.word(at + L_STATE)?.load(Ordering::Acquire) != LOCAL_ATTACHED {
-                continue;
-            }
+        for at in self.others() {
+            let at = at?;
             let pid = self.word(at + L_PID)?.load(Ordering::Relaxed);
             if !alive(pid) {
                 let rank = self.word(at + L_RANK)?.load(Ordering::Relaxed);
