@@ -11,20 +11,43 @@
 //!   pnet, the simulated switch) and the shared-memory host ring ([`smp`]);
 //! - [`driver`]: the one loop that moves frames between a machine and a link with a clock;
 //! - [`group`]: the blocking API a program calls (`bcast`, `barrier`, streaming);
-//! - [`memory`]: the paper's memory accounting, computed from the real structures;
-//! - [`cluster`], [`simgroup`]: whole groups on the simulated switch, with a delivery checker.
+//! - with the `sim` feature, `memory` (the paper's memory accounting, computed from the real
+//!   structures) and `cluster`, `simgroup` (whole groups on the simulated switch, with a
+//!   delivery checker).
+//!
+//! The core's modules (`wire`, `member`, `proto`, ...) are re-exported under this crate's name
+//! with the `internals` feature, for tools and tests; programs depend on `ethbcast-proto`
+//! directly if they drive the sans-IO machines themselves.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
-/// The broadcast engine (simple and push-pull broadcast, selective go-back-16 repair).
-pub use ethbcast_proto::engine as proto;
-pub use ethbcast_proto::{barrier, detect, eqa, machine, member, membership, wire};
-
-pub mod cluster;
 pub mod driver;
 pub mod group;
 pub mod keyfile;
 pub mod link;
-pub mod memory;
-pub mod simgroup;
 pub use link::smp;
+
+#[cfg(feature = "sim")]
+pub mod cluster;
+#[cfg(feature = "sim")]
+pub mod memory;
+#[cfg(feature = "sim")]
+pub mod simgroup;
+
+pub use ethbcast_proto::eqa::Rank;
+pub use ethbcast_proto::wire::ethernet::MacAddr;
+/// What a program that broadcasts needs, at the crate root.
+pub use group::{Group, GroupError, GroupOptions, Membership};
+pub use link::{Backend, WaitMode};
+
+// The core's modules: public with the `internals` feature, crate-private otherwise (the links,
+// the driver and the group use them under these names).
+#[cfg(feature = "internals")]
+pub use ethbcast_proto::engine as proto;
+#[cfg(not(feature = "internals"))]
+use ethbcast_proto::engine as proto;
+#[cfg(feature = "internals")]
+pub use ethbcast_proto::{barrier, detect, eqa, machine, member, membership, wire};
+#[cfg(not(feature = "internals"))]
+use ethbcast_proto::{detect, eqa, member, membership, wire};
