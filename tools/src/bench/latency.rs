@@ -18,7 +18,7 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
 use super::floor::{self, FLOOR};
+use super::probe::{receiver_done, root_mark_probe, Stamp};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -249,7 +250,8 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
         for blk in 0..blocks {
             let iters = o.iters / blocks + usize::from(blk < o.iters % blocks);
             if o.floor {
-                let st = floor::stamps(bed, k, o, iters).inspect_err(|_| pb.abandon())?;
+                let st = floor::stamps(bed, k, &o.bed, &o.sizes, o.warmup, iters)
+                    .inspect_err(|_| pb.abandon())?;
                 append(&mut raw, st, iters);
             }
             if !plan.is_empty() {
@@ -275,67 +277,6 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
     let mut r = analyse(rows, o);
     r.breakdown = breakdown;
     Ok(r)
-}
-
-/// What one member saw of one iteration: `t` defines the latency (the root's call, a
-/// receiver's return); with probing, the link's instants (root: first send, the flush after
-/// it; receiver: the first frame received).
-#[derive(Debug, Clone, Copy)]
-pub struct Stamp {
-    /// The root's call, or the receiver's return.
-    pub t: Instant,
-    /// Root: first frame handed to the link. Receiver: first frame received.
-    pub a: Option<Instant>,
-    /// Root: the link flush after it. Receiver: unused.
-    pub b: Option<Instant>,
-    /// Root: its first waiting receive after the flush (back to sleep). Receiver: unused.
-    pub c: Option<Instant>,
-}
-
-impl Stamp {
-    /// The root's stamp at `t` with what this thread's probe saw, if probing.
-    pub fn root(t: Instant) -> Stamp {
-        let (send, flushed, _) = bed::probe().map_or((None, None, None), |p| p.seen());
-        Stamp {
-            t,
-            a: send,
-            b: flushed,
-            c: None,
-        }
-    }
-
-    /// A receiver's stamp at `t` with what this thread's probe saw, if probing.
-    pub fn receiver(t: Instant) -> Stamp {
-        let (_, _, rx) = bed::probe().map_or((None, None, None), |p| p.seen());
-        Stamp {
-            t,
-            a: rx,
-            b: None,
-            c: None,
-        }
-    }
-}
-
-/// Clears this thread's probe (before an iteration), if probing.
-pub fn mark_probe() {
-    if let Some(p) = bed::probe() {
-        p.mark();
-    }
-}
-
-/// The root, before its next iteration: completes its previous stamp with what happened after
-/// its call returned (going back to waiting; and the first send and flush, if the call
-/// returned before handing its frames to the link), then clears the probe.
-pub fn root_mark_probe(out: &mut [Stamp]) {
-    if let Some(p) = bed::probe() {
-        if let Some(last) = out.last_mut() {
-            let (send, flushed, _) = p.seen();
-            last.a = last.a.or(send);
-            last.b = last.b.or(flushed);
-            last.c = last.c.or(p.waits());
-        }
-        p.mark();
-    }
 }
 
 /// Appends one block's stamps (`st[member]` holds `iters` per entry, entry after entry) to
@@ -444,12 +385,7 @@ fn protocol_stamps(
                             buf.len()
                         ));
                     }
-                    let stamp = Stamp::receiver(t);
-                    mark_probe();
-                    done.fetch_add(1, Ordering::AcqRel);
-                    if it >= warmup {
-                        out.push(stamp);
-                    }
+                    receiver_done(&mut out, t, &done, it >= warmup);
                 }
                 round += 1;
             }
@@ -642,7 +578,7 @@ pub fn render(r: &LatencyReport) -> String {
             t.row(row);
         }
         out.push_str(&t.render());
-        let _ = writeln!(out, "floor: {}", floor_method());
+        let _ = writeln!(out, "floor: {}", floor::METHOD);
     }
     if !r.breakdown.is_empty() {
         let _ = writeln!(
@@ -675,13 +611,6 @@ pub fn render(r: &LatencyReport) -> String {
     }
     let _ = writeln!(out, "\nmethod: {}", r.method);
     out
-}
-
-/// How the floor rows were measured.
-pub fn floor_method() -> &'static str {
-    "raw broadcast frames of the message size (one frame up to the MTU), same threads, link, \
-     wait mode, clock and out-of-band separation as the protocol rows; root's send until the \
-     LAST receiver has every frame; no protocol"
 }
 
 /// Writes the rows as CSV.

@@ -12,6 +12,7 @@ pub mod latency;
 pub mod memory;
 pub mod mpi;
 pub mod plot;
+pub mod probe;
 pub mod scale;
 pub mod selftest;
 pub mod sim;

@@ -1042,7 +1042,7 @@ fn main() -> ExitCode {
             };
             match latency::run(&o) {
                 Ok(mut r) => {
-                    r.method = latency::floor_method().into();
+                    r.method = ethbcast_tools::bench::floor::METHOD.into();
                     if json {
                         print_json(&r);
                     } else {
