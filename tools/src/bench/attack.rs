@@ -30,7 +30,7 @@ use serde::Serialize;
 use ethbcast::detect::Gossip;
 use ethbcast::group::Detection;
 
-use super::faults::{bed, join_all, ms, msg, spawn_members};
+use super::bed::{bed, join_all, ms, msg, spawn_members};
 use crate::hostile::{self, pdu, Counter, HostileError, Spoof};
 use crate::netns;
 use crate::testbed::{Testbed, TestbedError};

@@ -22,14 +22,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ethbcast::detect::Gossip;
-use ethbcast::group::{key_from_passphrase, Algorithm, Detection, Group, GroupError, GroupOptions};
+use ethbcast::group::{key_from_passphrase, Algorithm, Detection, GroupError, GroupOptions};
 use ethbcast::link::{self, BROADCAST_MAC};
 use ethbcast::member::MemberError;
 use ethbcast::wire::{Flags, Frame, Kind, Repr, ALL};
 use serde::Serialize;
 
+use super::bed::{bed, join_all, ms, msg, spawn_members};
 use crate::netns;
-use crate::testbed::{Testbed, TestbedConfig, TestbedError};
+use crate::testbed::TestbedError;
 
 /// The detector the scenarios use.
 pub const DETECTION: Detection = Detection {
@@ -61,64 +62,12 @@ pub struct FaultsReport {
     pub scenarios: Vec<ScenarioResult>,
 }
 
-pub(crate) fn bed(prefix: &str, hosts: usize, loss: f64) -> Result<Testbed, TestbedError> {
-    let mut cfg = TestbedConfig::new(hosts);
-    cfg.prefix = prefix.to_string();
-    if loss > 0.0 {
-        cfg.loss_pct = Some(loss);
-    }
-    Testbed::up(&cfg)
-}
-
 fn opts(detect: bool) -> GroupOptions {
     GroupOptions {
         detector: detect.then_some(DETECTION),
         timeout: Duration::from_secs(20),
         ..GroupOptions::default()
     }
-}
-
-pub(crate) fn msg(i: usize) -> Vec<u8> {
-    (0..20_000).map(|k| (k as u8) ^ (i as u8)).collect()
-}
-
-pub(crate) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-pub(crate) type Member<T> = std::thread::JoinHandle<Result<T, GroupError>>;
-
-pub(crate) fn spawn_members<T: Send + 'static>(
-    bed: &Testbed,
-    hosts: std::ops::Range<usize>,
-    f: impl Fn(Group) -> Result<T, GroupError> + Send + Sync + Clone + 'static,
-    opts: GroupOptions,
-) -> Result<Vec<Member<T>>, TestbedError> {
-    let macs: Vec<[u8; 6]> = bed.hosts()[hosts.clone()].iter().map(|h| h.mac).collect();
-    bed.hosts()[hosts]
-        .iter()
-        .map(|h| {
-            let (macs, f, opts) = (macs.clone(), f.clone(), opts.clone());
-            netns::spawn_in(&h.netns, move || {
-                let link = link::open(Default::default(), "eth0", Default::default())?;
-                f(Group::from_link(link, macs, opts)?)
-            })
-            .map_err(|e| TestbedError::Io {
-                context: "spawn member".into(),
-                source: e,
-            })
-        })
-        .collect()
-}
-
-pub(crate) fn join_all<T>(handles: Vec<Member<T>>) -> Vec<Result<T, String>> {
-    handles
-        .into_iter()
-        .map(|h| match h.join() {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err("member thread panicked".into()),
-        })
-        .collect()
 }
 
 /// A receiver stops during a long broadcast.
