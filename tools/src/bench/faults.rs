@@ -17,6 +17,7 @@
 //! instant the victim stopped to the instant the root evicted it (or the receivers' calls
 //! failed).
 
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ use ethbcast::wire::{Flags, Frame, Kind, Repr, ALL};
 use serde::Serialize;
 
 use super::bed::{bed, join_all, ms, msg, spawn_members};
+use super::cli::{code, fail, print};
 use crate::netns;
 use crate::testbed::TestbedError;
 
@@ -452,4 +454,37 @@ pub fn render(r: &FaultsReport) -> String {
         ]);
     }
     t.render()
+}
+
+/// The failure scenarios (receiver killed, root killed, broadcast filtered, forged frames)
+/// on a test-bed of their own, with detection times against the detector's bound.
+///
+/// Example: ethbcast-bench faults --testbed 8 --json
+#[derive(clap::Args)]
+pub struct Args {
+    /// Members per scenario (at least 3).
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// Test-bed name prefix.
+    #[arg(long, default_value = "ebflt")]
+    prefix: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the scenarios; exits 1 unless every one passed.
+    pub fn run(self) -> ExitCode {
+        if let Err(e) = crate::testbed::can_create_netns() {
+            return fail(format!("the fault scenarios need a test-bed: {e}"));
+        }
+        match run_all(&self.prefix, self.testbed) {
+            Ok(r) => {
+                print(self.json, &r, render);
+                code(r.scenarios.iter().all(|s| s.passed))
+            }
+            Err(e) => fail(e),
+        }
+    }
 }

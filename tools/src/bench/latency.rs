@@ -17,7 +17,8 @@
 //! the same run, moments before it.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +27,7 @@ use ethbcast::group::Algorithm;
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
+use super::cli::{code, fail, plots, print, LinkArgs};
 use super::floor::{self, FLOOR};
 use super::probe::{receiver_done, root_mark_probe, Stamp};
 use super::table::Table;
@@ -624,4 +626,157 @@ pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
         );
     }
     std::fs::write(path, s)
+}
+
+/// Broadcast latency on real hosts (the EQA paper, section 4): PPBCAST, SBCAST and the
+/// binomial tree, groups of the first k hosts of one test-bed, root = rank 0.
+///
+/// Latency of one broadcast = from the root's call until the LAST receiver has the whole
+/// message (all members are threads of this process: one clock); iterations are separated
+/// out of band so they never overlap. Reports the mean of the middle 80%, median, p99, max.
+///
+/// Example: ethbcast-bench latency --testbed 8 --nodes 2,4,8 --iters 500 --out bench-out
+#[derive(clap::Args)]
+pub struct Args {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// Group sizes (the first k hosts).
+    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+    nodes: Vec<usize>,
+    /// Message sizes in bytes.
+    #[arg(
+        long,
+        default_value = "4,8,256,1024,4096,16384,65536",
+        value_delimiter = ','
+    )]
+    sizes: Vec<usize>,
+    /// Measured broadcasts per (algorithm, group size, size).
+    #[arg(long, default_value_t = 500)]
+    iters: usize,
+    /// Unmeasured broadcasts before them.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// Algorithms: ppbcast, sbcast, tree.
+    #[arg(long, default_value = "ppbcast,sbcast,tree", value_delimiter = ',')]
+    algos: Vec<Algorithm>,
+    /// Skip the raw floor (measured by default before each group size, for the ratios).
+    #[arg(long)]
+    no_floor: bool,
+    /// Split the iterations into this many blocks, each floor then protocol, so that a
+    /// busy phase of a shared machine hits both alike.
+    #[arg(long, default_value_t = 4)]
+    blocks: usize,
+    /// Also say where the time goes: root call, root's first send, its flush, the last
+    /// receiver's first frame and return (medians).
+    #[arg(long)]
+    breakdown: bool,
+    #[command(flatten)]
+    link: LinkArgs,
+    /// Write the rows as CSV to this file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Write plots (PNG and SVG) into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print one JSON object (no progress bar).
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the comparison (and writes the CSV and plots).
+    pub fn run(self) -> ExitCode {
+        let mut bed = self.link.bed(self.testbed, "eblat");
+        bed.probe = self.breakdown;
+        let o = LatencyOptions {
+            bed,
+            nodes: self.nodes,
+            sizes: self.sizes,
+            iters: self.iters,
+            warmup: self.warmup,
+            algos: self.algos,
+            progress: !self.json,
+            floor: !self.no_floor,
+            blocks: self.blocks,
+        };
+        let r = match run(&o) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        };
+        print(self.json, &r, render);
+        let mut ok = true;
+        if let Some(p) = self.csv {
+            if let Err(e) = write_csv(&r, &p) {
+                eprintln!("error: write {}: {e}", p.display());
+                ok = false;
+            }
+        }
+        code(ok && plots(self.out.as_ref(), |d| super::plot::latency(&r, d)))
+    }
+}
+
+/// The raw floor of broadcast latency: raw broadcast frames, no protocol, measured exactly
+/// as `latency` measures (same threads, clock, link, wait modes, sizes, group sizes).
+///
+/// Latency of one iteration = from the root's send until the LAST receiver has every frame.
+///
+/// Example: ethbcast-bench floor --testbed 8 --nodes 2,8 --sizes 8,256 --iters 2000
+#[derive(clap::Args)]
+pub struct FloorArgs {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// Group sizes (the first k hosts).
+    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+    nodes: Vec<usize>,
+    /// Message sizes in bytes.
+    #[arg(
+        long,
+        default_value = "4,8,256,1024,4096,16384,65536",
+        value_delimiter = ','
+    )]
+    sizes: Vec<usize>,
+    /// Measured iterations per (group size, size).
+    #[arg(long, default_value_t = 500)]
+    iters: usize,
+    /// Unmeasured iterations before them.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// Also say where the time goes (see `latency --breakdown`).
+    #[arg(long)]
+    breakdown: bool,
+    #[command(flatten)]
+    link: LinkArgs,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+impl FloorArgs {
+    /// Measures the floor alone: a latency run without algorithms (floor.rs measures, this
+    /// module reports).
+    pub fn run(self) -> ExitCode {
+        let mut bed = self.link.bed(self.testbed, "ebfl");
+        bed.probe = self.breakdown;
+        let o = LatencyOptions {
+            bed,
+            nodes: self.nodes,
+            sizes: self.sizes,
+            iters: self.iters,
+            warmup: self.warmup,
+            algos: Vec::new(),
+            progress: false,
+            floor: true,
+            blocks: 1,
+        };
+        match run(&o) {
+            Ok(mut r) => {
+                r.method = floor::METHOD.into();
+                print(self.json, &r, render);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        }
+    }
 }

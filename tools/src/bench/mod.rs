@@ -3,6 +3,7 @@
 pub mod attack;
 pub mod barrier;
 pub mod bed;
+pub mod cli;
 pub mod cpu;
 pub mod demo;
 pub mod distribute;
