@@ -216,18 +216,26 @@ where
         .map_err(|e| format!("could not start a member in {}: {e}", h.netns))?;
         handles.push(handle);
     }
+    join_hosts(handles, "a member thread panicked")
+}
+
+/// Joins the threads of the hosts: their results in rank order, or the error of the member
+/// that failed first, not of the ones that gave up after it (`panicked` if one panicked).
+pub fn join_hosts<T>(
+    handles: Vec<std::thread::JoinHandle<Result<T, String>>>,
+    panicked: &str,
+) -> Result<Vec<T>, String> {
     let mut out = Vec::new();
     let mut first_err: Option<String> = None;
     for h in handles {
         match h.join() {
             Ok(Ok(v)) => out.push(v),
             Ok(Err(e)) => {
-                // Report the member that failed first, not the ones that gave up after it.
                 if first_err.is_none() || first_err.as_deref().is_some_and(is_secondary) {
                     first_err = Some(e);
                 }
             }
-            Err(_) => first_err = Some("a member thread panicked".into()),
+            Err(_) => first_err = Some(panicked.into()),
         }
     }
     match first_err {

@@ -158,27 +158,7 @@ pub fn stamps(
         .map_err(|e| format!("could not start a host thread in {}: {e}", h.netns))?;
         handles.push(handle);
     }
-    let mut stamps = Vec::new();
-    let mut first_err = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(v)) => stamps.push(v),
-            Ok(Err(e)) => {
-                if first_err.is_none() || first_err.as_deref().is_some_and(secondary) {
-                    first_err = Some(e);
-                }
-            }
-            Err(_) => first_err = Some("a host thread panicked".into()),
-        }
-    }
-    match first_err {
-        Some(e) => Err(format!("floor: {e}")),
-        None => Ok(stamps),
-    }
-}
-
-fn secondary(e: &str) -> bool {
-    e.ends_with("another member failed")
+    bed::join_hosts(handles, "a host thread panicked").map_err(|e| format!("floor: {e}"))
 }
 
 /// Waits until every frame of `round` arrived; returns the instant the last one did.
