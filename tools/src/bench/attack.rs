@@ -30,7 +30,7 @@ use serde::Serialize;
 use ethbcast::detect::Gossip;
 use ethbcast::group::Detection;
 
-use super::faults::{bed, join_all, ms, msg, spawn_members};
+use super::bed::{bed, join_all, ms, msg, spawn_members};
 use crate::hostile::{self, pdu, Counter, HostileError, Spoof};
 use crate::netns;
 use crate::testbed::{Testbed, TestbedError};
@@ -1171,4 +1171,53 @@ pub fn render(r: &AttackReport) -> String {
         ]);
     }
     t.render()
+}
+
+/// The attacks of a host without the key (spoofed liveness, replays from an earlier
+/// session and in-session, forged join, forged barrier epochs, a flood of random and
+/// mutated frames, forged abort/evict/report on a transfer) against a keyed group and a
+/// keyed `ethbcast send/recv` transfer, on a test-bed whose last host is hostile. Exits 1
+/// if any scenario failed.
+///
+/// Example: ethbcast-bench attack --testbed 6 --json
+#[derive(clap::Args)]
+pub struct Args {
+    /// Hosts per scenario, the hostile one included (at least 4).
+    #[arg(long, default_value_t = 6)]
+    testbed: usize,
+    /// Test-bed name prefix.
+    #[arg(long, default_value = "ebatk")]
+    prefix: String,
+    /// The ethbcast binary for the transfers (default: next to this one).
+    #[arg(long)]
+    ethbcast: Option<PathBuf>,
+    /// Run only these scenarios (repeat or comma-separate; default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the attacks; exits 1 unless every one failed to do harm, 2 on an unknown name.
+    pub fn run(self) -> std::process::ExitCode {
+        use super::cli::{code, fail, print};
+        if let Some(bad) = self.only.iter().find(|o| !SCENARIOS.contains(&o.as_str())) {
+            let all = SCENARIOS.join(", ");
+            fail(format!("no scenario {bad}; the scenarios are {all}"));
+            return std::process::ExitCode::from(2);
+        }
+        if let Err(e) = crate::testbed::can_create_netns() {
+            return fail(format!("the attacks need a test-bed: {e}"));
+        }
+        let bin = self.ethbcast.unwrap_or_else(default_ethbcast);
+        match run_all(&self.prefix, self.testbed, &bin, &self.only) {
+            Ok(r) => {
+                print(self.json, &r, render);
+                code(r.scenarios.iter().all(|s| s.passed))
+            }
+            Err(e) => fail(e),
+        }
+    }
 }

@@ -7,6 +7,8 @@
 //! that keeps polling the protocol), so barriers never overlap.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +16,7 @@ use ethbcast::group::BarrierKind;
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions};
+use super::cli::{code, fail, plots, print, LinkArgs};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -187,4 +190,53 @@ pub fn render(r: &BarrierReport) -> String {
     out.push_str(&t.render());
     let _ = writeln!(out, "\nmethod: {}", r.method);
     out
+}
+
+/// Barrier latency on real hosts: broadcast barrier vs dissemination barrier.
+///
+/// Latency of one barrier = from the last member entering to the last member leaving.
+///
+/// Example: ethbcast-bench barrier --testbed 8 --nodes 2,4,8 --iters 500
+#[derive(clap::Args)]
+pub struct Args {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// Group sizes (the first k hosts).
+    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+    nodes: Vec<usize>,
+    /// Measured barriers per kind and group size.
+    #[arg(long, default_value_t = 500)]
+    iters: usize,
+    /// Unmeasured barriers before them.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    #[command(flatten)]
+    link: LinkArgs,
+    /// Write the plot (PNG and SVG) into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print one JSON object (no progress bar).
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the comparison (and plots it).
+    pub fn run(self) -> ExitCode {
+        let o = BarrierOptions {
+            bed: self.link.bed(self.testbed, "ebbar"),
+            nodes: self.nodes,
+            iters: self.iters,
+            warmup: self.warmup,
+            progress: !self.json,
+        };
+        match run(&o) {
+            Ok(r) => {
+                print(self.json, &r, render);
+                code(plots(self.out.as_ref(), |d| super::plot::barrier(&r, d)))
+            }
+            Err(e) => fail(e),
+        }
+    }
 }

@@ -7,17 +7,17 @@
 //! threads, never the network), so iterations do not overlap and the synchronisation itself is
 //! not measured.
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::group::{Group, GroupOptions};
-use ethbcast::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
+use ethbcast::group::{Group, GroupError, GroupOptions};
+use ethbcast::link::{self, Backend, Link, LinkError, WaitMode};
 use serde::Serialize;
 
+use super::probe;
 use crate::netns;
-use crate::testbed::{Rate, Testbed, TestbedConfig};
+use crate::testbed::{Rate, Testbed, TestbedConfig, TestbedError};
 
 /// How members poll while they wait out of band.
 pub const POLL: Duration = Duration::from_micros(50);
@@ -216,18 +216,26 @@ where
         .map_err(|e| format!("could not start a member in {}: {e}", h.netns))?;
         handles.push(handle);
     }
+    join_hosts(handles, "a member thread panicked")
+}
+
+/// Joins the threads of the hosts: their results in rank order, or the error of the member
+/// that failed first, not of the ones that gave up after it (`panicked` if one panicked).
+pub fn join_hosts<T>(
+    handles: Vec<std::thread::JoinHandle<Result<T, String>>>,
+    panicked: &str,
+) -> Result<Vec<T>, String> {
     let mut out = Vec::new();
     let mut first_err: Option<String> = None;
     for h in handles {
         match h.join() {
             Ok(Ok(v)) => out.push(v),
             Ok(Err(e)) => {
-                // Report the member that failed first, not the ones that gave up after it.
                 if first_err.is_none() || first_err.as_deref().is_some_and(is_secondary) {
                     first_err = Some(e);
                 }
             }
-            Err(_) => first_err = Some("a member thread panicked".into()),
+            Err(_) => first_err = Some(panicked.into()),
         }
     }
     match first_err {
@@ -236,134 +244,70 @@ where
     }
 }
 
-/// Opens the member's link as `o` says, wrapped in a [`ProbedLink`] if `o.probe` (the probe
-/// is then this thread's [`probe`]).
+/// A fresh test-bed of `hosts` hosts for a scenario, with `loss` percent loss at the switch.
+pub fn bed(prefix: &str, hosts: usize, loss: f64) -> Result<Testbed, TestbedError> {
+    let mut cfg = TestbedConfig::new(hosts);
+    cfg.prefix = prefix.to_string();
+    if loss > 0.0 {
+        cfg.loss_pct = Some(loss);
+    }
+    Testbed::up(&cfg)
+}
+
+/// Message `i` of a scenario: 20 000 bytes that differ from message to message.
+pub fn msg(i: usize) -> Vec<u8> {
+    (0..20_000).map(|k| (k as u8) ^ (i as u8)).collect()
+}
+
+/// Milliseconds.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// A member thread of a scenario.
+pub type Member<T> = std::thread::JoinHandle<Result<T, GroupError>>;
+
+/// Starts one member thread per host of `hosts`, each running `f` with a [`Group`] of those
+/// hosts over the default link.
+pub fn spawn_members<T: Send + 'static>(
+    bed: &Testbed,
+    hosts: std::ops::Range<usize>,
+    f: impl Fn(Group) -> Result<T, GroupError> + Send + Sync + Clone + 'static,
+    opts: GroupOptions,
+) -> Result<Vec<Member<T>>, TestbedError> {
+    let macs: Vec<[u8; 6]> = bed.hosts()[hosts.clone()].iter().map(|h| h.mac).collect();
+    bed.hosts()[hosts]
+        .iter()
+        .map(|h| {
+            let (macs, f, opts) = (macs.clone(), f.clone(), opts.clone());
+            netns::spawn_in(&h.netns, move || {
+                let link = link::open(Default::default(), "eth0", Default::default())?;
+                f(Group::from_link(link, macs, opts)?)
+            })
+            .map_err(|e| TestbedError::Io {
+                context: "spawn member".into(),
+                source: e,
+            })
+        })
+        .collect()
+}
+
+/// Joins the member threads, in rank order.
+pub fn join_all<T>(handles: Vec<Member<T>>) -> Vec<Result<T, String>> {
+    handles
+        .into_iter()
+        .map(|h| match h.join() {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("member thread panicked".into()),
+        })
+        .collect()
+}
+
+/// Opens the member's link as `o` says, wrapped in a [`probe::ProbedLink`] if `o.probe` (the
+/// probe is then this thread's [`probe::probe`]).
 pub fn open_link(o: &BedOptions, iface: &str) -> Result<Box<dyn Link + Send>, LinkError> {
     let l = link::open(o.backend, iface, o.wait)?;
-    if !o.probe {
-        return Ok(l);
-    }
-    let p = Arc::new(Probe::new());
-    PROBE.with(|t| *t.borrow_mut() = Some(p.clone()));
-    Ok(Box::new(ProbedLink { inner: l, probe: p }))
-}
-
-thread_local! {
-    static PROBE: RefCell<Option<Arc<Probe>>> = const { RefCell::new(None) };
-}
-
-/// The probe of the link this thread opened with [`open_link`], if probing.
-pub fn probe() -> Option<Arc<Probe>> {
-    PROBE.with(|t| t.borrow().clone())
-}
-
-/// Instants on a member's link since the last [`Probe::mark`]: the first `send`, the first
-/// `flush` after it, the first frame received. Shared between the link (inside the member's
-/// group) and the benchmark loop of the same thread, so it is atomics, not a lock.
-#[derive(Debug)]
-pub struct Probe {
-    base: Instant,
-    first_send: AtomicU64,
-    flushed: AtomicU64,
-    first_rx: AtomicU64,
-    waits: AtomicU64,
-}
-
-impl Probe {
-    fn new() -> Probe {
-        Probe {
-            base: Instant::now(),
-            first_send: AtomicU64::new(0),
-            flushed: AtomicU64::new(0),
-            first_rx: AtomicU64::new(0),
-            waits: AtomicU64::new(0),
-        }
-    }
-
-    /// Forgets what was seen: the next send, flush and frame are recorded.
-    pub fn mark(&self) {
-        for a in [&self.first_send, &self.flushed, &self.first_rx, &self.waits] {
-            a.store(0, Ordering::Relaxed);
-        }
-    }
-
-    fn stamp(&self, a: &AtomicU64) {
-        if a.load(Ordering::Relaxed) == 0 {
-            let ns = self.base.elapsed().as_nanos() as u64 + 1;
-            a.store(ns, Ordering::Relaxed);
-        }
-    }
-
-    fn at(&self, a: &AtomicU64) -> Option<Instant> {
-        match a.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(self.base + Duration::from_nanos(ns - 1)),
-        }
-    }
-
-    /// (first send, first flush after it, first frame received) since the mark.
-    pub fn seen(&self) -> (Option<Instant>, Option<Instant>, Option<Instant>) {
-        (
-            self.at(&self.first_send),
-            self.at(&self.flushed),
-            self.at(&self.first_rx),
-        )
-    }
-
-    /// The first waiting `recv` after the flush (the root going back to sleep).
-    pub fn waits(&self) -> Option<Instant> {
-        self.at(&self.waits)
-    }
-}
-
-/// A link that records the instants of [`Probe`] and otherwise passes everything through.
-/// Its cost is one clock reading per recorded instant (tens of nanoseconds).
-pub struct ProbedLink {
-    inner: Box<dyn Link + Send>,
-    probe: Arc<Probe>,
-}
-
-impl Link for ProbedLink {
-    fn local_mac(&self) -> MacAddr {
-        self.inner.local_mac()
-    }
-    fn max_pdu(&self) -> usize {
-        self.inner.max_pdu()
-    }
-    fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
-        self.inner.join_group(group)
-    }
-    fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
-        self.inner.leave_group(group)
-    }
-    fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
-        self.probe.stamp(&self.probe.first_send);
-        self.inner.send(dst, pdu)
-    }
-    fn flush(&mut self) -> Result<(), LinkError> {
-        let r = self.inner.flush();
-        if self.probe.first_send.load(Ordering::Relaxed) != 0 {
-            self.probe.stamp(&self.probe.flushed);
-        }
-        r
-    }
-    fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
-        self.inner.drain(timeout)
-    }
-    fn recv(
-        &mut self,
-        wait: Option<Duration>,
-        f: &mut dyn FnMut(MacAddr, &[u8]),
-    ) -> Result<usize, LinkError> {
-        let probe = &self.probe;
-        if wait.is_some() && probe.flushed.load(Ordering::Relaxed) != 0 {
-            probe.stamp(&probe.waits);
-        }
-        self.inner.recv(wait, &mut |src, pdu| {
-            probe.stamp(&probe.first_rx);
-            f(src, pdu)
-        })
-    }
+    Ok(if o.probe { probe::install(l) } else { l })
 }
 
 fn is_secondary(e: &str) -> bool {

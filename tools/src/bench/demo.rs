@@ -7,6 +7,7 @@
 //! switch in virtual time instead (hardware-broadcast algorithms only).
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use ethbcast::group::Algorithm;
 use ethbcast::memory::Profile;
@@ -14,6 +15,7 @@ use serde::Serialize;
 
 use super::barrier::{self, BarrierOptions, BarrierReport};
 use super::bed::BedOptions;
+use super::cli::fail;
 use super::latency::{self, LatencyOptions, LatencyReport};
 use super::memory::{self, MemoryReport};
 use super::plot;
@@ -237,4 +239,43 @@ fn on_simulator(o: &DemoOptions, reason: String) -> Result<DemoReport, String> {
 /// True if `path` starts with the PNG signature.
 pub fn is_png(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n"))
+}
+
+/// The one command: builds an 8-host test-bed (as root), runs the latency comparison of
+/// PPBCAST, SBCAST and the binomial tree at 2, 4 and 8 nodes, the barrier comparison, a
+/// short throughput run and the memory table, prints the tables, writes plots, tears down.
+/// Without the privilege it says so and runs the comparison on the simulator instead.
+///
+/// Example: sudo ethbcast-bench demo --out bench-out
+#[derive(clap::Args)]
+pub struct Args {
+    /// Directory for plots, demo.json and latency.csv.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// Tiny settings (4 hosts, 2 sizes, 20 iterations); the full demo uses the paper's 500 after 50 warm-up.
+    #[arg(long)]
+    quick: bool,
+    /// Use the simulator even with the privilege.
+    #[arg(long)]
+    sim: bool,
+    /// Test-bed name prefix.
+    #[arg(long, default_value = "ebdemo")]
+    prefix: String,
+}
+
+impl Args {
+    /// Runs the demo.
+    pub fn run(self) -> ExitCode {
+        let o = DemoOptions {
+            out: self.out,
+            quick: self.quick,
+            progress: true,
+            prefix: self.prefix,
+            force_sim: self.sim,
+        };
+        match run(&o) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => fail(format!("demo failed: {e}")),
+        }
+    }
 }

@@ -18,7 +18,7 @@
 //! since nothing but the CPU limits it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use ethbcast::link::Backend;
 use serde::Serialize;
 
+use super::cli::{parse_limit, print, Limit};
 use super::cpu::{self, CpuCost};
 use crate::netns;
 use crate::testbed::{find_tool, Rate, Testbed, TestbedConfig};
@@ -482,4 +483,71 @@ pub fn render(o: &Opts, rows: &[Row]) -> String {
         }
     }
     out
+}
+
+/// File distribution on a test-bed: ethbcast vs UDPCast vs an unreliable raw-broadcast
+/// blaster (the medium's limit). Needs root, nftables and (for UDPCast) udpcast.
+///
+/// Example: ethbcast-bench distribute --receivers 8 --mib 256 --rate 1gbit --loss 0,1
+#[derive(clap::Args)]
+pub struct Args {
+    /// Receivers.
+    #[arg(long, default_value_t = 8)]
+    receivers: usize,
+    /// File size, MiB.
+    #[arg(long, default_value_t = 256)]
+    mib: usize,
+    /// Port rate (tbf), or none for unshaped veths (then every tool also reports its CPU
+    /// seconds per GiB).
+    #[arg(long, default_value = "1gbit", value_parser = parse_limit)]
+    rate: Limit,
+    /// Link backends of ethbcast and the raw blaster, each measured (ring, socket, pnet,
+    /// xdp).
+    #[arg(long, default_value = "ring", value_delimiter = ',')]
+    backend: Vec<Backend>,
+    /// Loss rates at the switch, percent.
+    #[arg(long, default_value = "0,1", value_delimiter = ',')]
+    loss: Vec<f64>,
+    /// Test-bed prefix.
+    #[arg(long, default_value = "ebdb")]
+    prefix: String,
+    /// Skip UDPCast.
+    #[arg(long)]
+    no_udpcast: bool,
+    /// Runs of each tool per loss rate, interleaved; the table gives the median run.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// GRO on every veth of the test-bed (NAPI receive, as with native XDP).
+    #[arg(long)]
+    gro: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the comparison.
+    pub fn run(self) -> ExitCode {
+        let o = Opts {
+            gro: self.gro,
+            receivers: self.receivers,
+            mib: self.mib,
+            rate: self.rate.0,
+            backends: self.backend,
+            losses: self.loss,
+            prefix: self.prefix,
+            no_udpcast: self.no_udpcast,
+            repeat: self.repeat,
+        };
+        match run(&o) {
+            Ok(rows) => {
+                print(self.json, &rows, |rows| render(&o, rows));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ethbcast-bench distribute: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
 }

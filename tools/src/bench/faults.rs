@@ -17,19 +17,22 @@
 //! instant the victim stopped to the instant the root evicted it (or the receivers' calls
 //! failed).
 
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ethbcast::detect::Gossip;
-use ethbcast::group::{key_from_passphrase, Algorithm, Detection, Group, GroupError, GroupOptions};
+use ethbcast::group::{key_from_passphrase, Algorithm, Detection, GroupError, GroupOptions};
 use ethbcast::link::{self, BROADCAST_MAC};
 use ethbcast::member::MemberError;
 use ethbcast::wire::{Flags, Frame, Kind, Repr, ALL};
 use serde::Serialize;
 
+use super::bed::{bed, join_all, ms, msg, spawn_members};
+use super::cli::{code, fail, print};
 use crate::netns;
-use crate::testbed::{Testbed, TestbedConfig, TestbedError};
+use crate::testbed::TestbedError;
 
 /// The detector the scenarios use.
 pub const DETECTION: Detection = Detection {
@@ -61,64 +64,12 @@ pub struct FaultsReport {
     pub scenarios: Vec<ScenarioResult>,
 }
 
-pub(crate) fn bed(prefix: &str, hosts: usize, loss: f64) -> Result<Testbed, TestbedError> {
-    let mut cfg = TestbedConfig::new(hosts);
-    cfg.prefix = prefix.to_string();
-    if loss > 0.0 {
-        cfg.loss_pct = Some(loss);
-    }
-    Testbed::up(&cfg)
-}
-
 fn opts(detect: bool) -> GroupOptions {
     GroupOptions {
         detector: detect.then_some(DETECTION),
         timeout: Duration::from_secs(20),
         ..GroupOptions::default()
     }
-}
-
-pub(crate) fn msg(i: usize) -> Vec<u8> {
-    (0..20_000).map(|k| (k as u8) ^ (i as u8)).collect()
-}
-
-pub(crate) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-pub(crate) type Member<T> = std::thread::JoinHandle<Result<T, GroupError>>;
-
-pub(crate) fn spawn_members<T: Send + 'static>(
-    bed: &Testbed,
-    hosts: std::ops::Range<usize>,
-    f: impl Fn(Group) -> Result<T, GroupError> + Send + Sync + Clone + 'static,
-    opts: GroupOptions,
-) -> Result<Vec<Member<T>>, TestbedError> {
-    let macs: Vec<[u8; 6]> = bed.hosts()[hosts.clone()].iter().map(|h| h.mac).collect();
-    bed.hosts()[hosts]
-        .iter()
-        .map(|h| {
-            let (macs, f, opts) = (macs.clone(), f.clone(), opts.clone());
-            netns::spawn_in(&h.netns, move || {
-                let link = link::open(Default::default(), "eth0", Default::default())?;
-                f(Group::from_link(link, macs, opts)?)
-            })
-            .map_err(|e| TestbedError::Io {
-                context: "spawn member".into(),
-                source: e,
-            })
-        })
-        .collect()
-}
-
-pub(crate) fn join_all<T>(handles: Vec<Member<T>>) -> Vec<Result<T, String>> {
-    handles
-        .into_iter()
-        .map(|h| match h.join() {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(_) => Err("member thread panicked".into()),
-        })
-        .collect()
 }
 
 /// A receiver stops during a long broadcast.
@@ -503,4 +454,37 @@ pub fn render(r: &FaultsReport) -> String {
         ]);
     }
     t.render()
+}
+
+/// The failure scenarios (receiver killed, root killed, broadcast filtered, forged frames)
+/// on a test-bed of their own, with detection times against the detector's bound.
+///
+/// Example: ethbcast-bench faults --testbed 8 --json
+#[derive(clap::Args)]
+pub struct Args {
+    /// Members per scenario (at least 3).
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// Test-bed name prefix.
+    #[arg(long, default_value = "ebflt")]
+    prefix: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the scenarios; exits 1 unless every one passed.
+    pub fn run(self) -> ExitCode {
+        if let Err(e) = crate::testbed::can_create_netns() {
+            return fail(format!("the fault scenarios need a test-bed: {e}"));
+        }
+        match run_all(&self.prefix, self.testbed) {
+            Ok(r) => {
+                print(self.json, &r, render);
+                code(r.scenarios.iter().all(|s| s.passed))
+            }
+            Err(e) => fail(e),
+        }
+    }
 }

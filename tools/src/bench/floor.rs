@@ -12,19 +12,24 @@
 //! acknowledgement, no reliability (a lost frame fails the run, so the floor needs a lossless
 //! test-bed).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ethbcast::link::{Link, BROADCAST_MAC};
 
-use super::bed::{self, PollBarrier, POLL};
-use super::latency::{mark_probe, root_mark_probe, LatencyOptions, Stamp};
+use super::bed::{self, BedOptions, PollBarrier, POLL};
+use super::probe::{receiver_done, root_mark_probe, Stamp};
 use crate::netns;
 use crate::testbed::Testbed;
 
 /// The name floor rows carry in place of an algorithm.
 pub const FLOOR: &str = "floor";
+
+/// How the floor rows were measured.
+pub const METHOD: &str = "raw broadcast frames of the message size (one frame up to the MTU), \
+same threads, link, wait mode, clock and out-of-band separation as the protocol rows; root's \
+send until the LAST receiver has every frame; no protocol";
 
 /// Tag at the start of every floor frame.
 const MAGIC: [u8; 4] = *b"EBFL";
@@ -74,12 +79,14 @@ fn idle(l: &mut dyn Link, early: &mut Vec<(u32, u16, u16)>) -> Result<(), String
         .map_err(|e| e.to_string())
 }
 
-/// The floor's stamps of group size `k`, `iters` measured iterations per message size of `o`
-/// (after `o.warmup` unmeasured ones): `[member][size index * iters + i]`.
+/// The floor's stamps of group size `k` on the link of `o`, `iters` measured iterations per
+/// message size of `sizes` (after `warmup` unmeasured ones): `[member][size index * iters + i]`.
 pub fn stamps(
     bed: &Testbed,
     k: usize,
-    o: &LatencyOptions,
+    o: &BedOptions,
+    sizes: &[usize],
+    warmup: usize,
     iters: usize,
 ) -> Result<Vec<Vec<Stamp>>, String> {
     if k < 2 || k > bed.hosts().len() {
@@ -88,17 +95,17 @@ pub fn stamps(
             bed.hosts().len()
         ));
     }
-    if o.bed.loss > 0.0 {
+    if o.loss > 0.0 {
         return Err("the raw floor has no reliability: measure it without --loss".into());
     }
-    let sizes = Arc::new(o.sizes.clone());
-    let (warmup, timeout) = (o.warmup, o.bed.timeout);
+    let sizes = Arc::new(sizes.to_vec());
+    let timeout = o.timeout;
     let done = Arc::new(AtomicUsize::new(0));
     let barrier = Arc::new(PollBarrier::new(k, timeout));
     let mut handles = Vec::new();
     for h in &bed.hosts()[..k] {
         let (sizes, done, barrier) = (sizes.clone(), done.clone(), barrier.clone());
-        let (rank, iface, bo) = (h.index, h.iface.clone(), o.bed.clone());
+        let (rank, iface, bo) = (h.index, h.iface.clone(), o.clone());
         let handle = netns::spawn_in(&h.netns, move || -> Result<Vec<Stamp>, String> {
             let r = (|| {
                 let mut l = bed::open_link(&bo, &iface)
@@ -131,12 +138,7 @@ pub fn stamps(
                         } else {
                             let t = receive(l, round, count, timeout, &barrier, &mut early)
                                 .map_err(|e| format!("rank {rank}, {size} B: {e}"))?;
-                            let stamp = Stamp::receiver(t);
-                            mark_probe();
-                            done.fetch_add(1, Ordering::AcqRel);
-                            if it >= warmup {
-                                out.push(stamp);
-                            }
+                            receiver_done(&mut out, t, &done, it >= warmup);
                         }
                         round += 1;
                     }
@@ -156,27 +158,7 @@ pub fn stamps(
         .map_err(|e| format!("could not start a host thread in {}: {e}", h.netns))?;
         handles.push(handle);
     }
-    let mut stamps = Vec::new();
-    let mut first_err = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(v)) => stamps.push(v),
-            Ok(Err(e)) => {
-                if first_err.is_none() || first_err.as_deref().is_some_and(secondary) {
-                    first_err = Some(e);
-                }
-            }
-            Err(_) => first_err = Some("a host thread panicked".into()),
-        }
-    }
-    match first_err {
-        Some(e) => Err(format!("floor: {e}")),
-        None => Ok(stamps),
-    }
-}
-
-fn secondary(e: &str) -> bool {
-    e.ends_with("another member failed")
+    bed::join_hosts(handles, "a host thread panicked").map_err(|e| format!("floor: {e}"))
 }
 
 /// Waits until every frame of `round` arrived; returns the instant the last one did.

@@ -17,8 +17,9 @@
 //! the same run, moments before it.
 
 use std::fmt::Write as _;
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,7 +27,9 @@ use ethbcast::group::Algorithm;
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
+use super::cli::{code, fail, plots, print, LinkArgs};
 use super::floor::{self, FLOOR};
+use super::probe::{receiver_done, root_mark_probe, Stamp};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -249,7 +252,8 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
         for blk in 0..blocks {
             let iters = o.iters / blocks + usize::from(blk < o.iters % blocks);
             if o.floor {
-                let st = floor::stamps(bed, k, o, iters).inspect_err(|_| pb.abandon())?;
+                let st = floor::stamps(bed, k, &o.bed, &o.sizes, o.warmup, iters)
+                    .inspect_err(|_| pb.abandon())?;
                 append(&mut raw, st, iters);
             }
             if !plan.is_empty() {
@@ -275,67 +279,6 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
     let mut r = analyse(rows, o);
     r.breakdown = breakdown;
     Ok(r)
-}
-
-/// What one member saw of one iteration: `t` defines the latency (the root's call, a
-/// receiver's return); with probing, the link's instants (root: first send, the flush after
-/// it; receiver: the first frame received).
-#[derive(Debug, Clone, Copy)]
-pub struct Stamp {
-    /// The root's call, or the receiver's return.
-    pub t: Instant,
-    /// Root: first frame handed to the link. Receiver: first frame received.
-    pub a: Option<Instant>,
-    /// Root: the link flush after it. Receiver: unused.
-    pub b: Option<Instant>,
-    /// Root: its first waiting receive after the flush (back to sleep). Receiver: unused.
-    pub c: Option<Instant>,
-}
-
-impl Stamp {
-    /// The root's stamp at `t` with what this thread's probe saw, if probing.
-    pub fn root(t: Instant) -> Stamp {
-        let (send, flushed, _) = bed::probe().map_or((None, None, None), |p| p.seen());
-        Stamp {
-            t,
-            a: send,
-            b: flushed,
-            c: None,
-        }
-    }
-
-    /// A receiver's stamp at `t` with what this thread's probe saw, if probing.
-    pub fn receiver(t: Instant) -> Stamp {
-        let (_, _, rx) = bed::probe().map_or((None, None, None), |p| p.seen());
-        Stamp {
-            t,
-            a: rx,
-            b: None,
-            c: None,
-        }
-    }
-}
-
-/// Clears this thread's probe (before an iteration), if probing.
-pub fn mark_probe() {
-    if let Some(p) = bed::probe() {
-        p.mark();
-    }
-}
-
-/// The root, before its next iteration: completes its previous stamp with what happened after
-/// its call returned (going back to waiting; and the first send and flush, if the call
-/// returned before handing its frames to the link), then clears the probe.
-pub fn root_mark_probe(out: &mut [Stamp]) {
-    if let Some(p) = bed::probe() {
-        if let Some(last) = out.last_mut() {
-            let (send, flushed, _) = p.seen();
-            last.a = last.a.or(send);
-            last.b = last.b.or(flushed);
-            last.c = last.c.or(p.waits());
-        }
-        p.mark();
-    }
 }
 
 /// Appends one block's stamps (`st[member]` holds `iters` per entry, entry after entry) to
@@ -444,12 +387,7 @@ fn protocol_stamps(
                             buf.len()
                         ));
                     }
-                    let stamp = Stamp::receiver(t);
-                    mark_probe();
-                    done.fetch_add(1, Ordering::AcqRel);
-                    if it >= warmup {
-                        out.push(stamp);
-                    }
+                    receiver_done(&mut out, t, &done, it >= warmup);
                 }
                 round += 1;
             }
@@ -642,7 +580,7 @@ pub fn render(r: &LatencyReport) -> String {
             t.row(row);
         }
         out.push_str(&t.render());
-        let _ = writeln!(out, "floor: {}", floor_method());
+        let _ = writeln!(out, "floor: {}", floor::METHOD);
     }
     if !r.breakdown.is_empty() {
         let _ = writeln!(
@@ -677,13 +615,6 @@ pub fn render(r: &LatencyReport) -> String {
     out
 }
 
-/// How the floor rows were measured.
-pub fn floor_method() -> &'static str {
-    "raw broadcast frames of the message size (one frame up to the MTU), same threads, link, \
-     wait mode, clock and out-of-band separation as the protocol rows; root's send until the \
-     LAST receiver has every frame; no protocol"
-}
-
 /// Writes the rows as CSV.
 pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
     let mut s = String::from("algo,nodes,size,mean80_us,median_us,p99_us,max_us\n");
@@ -695,4 +626,157 @@ pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
         );
     }
     std::fs::write(path, s)
+}
+
+/// Broadcast latency on real hosts (the EQA paper, section 4): PPBCAST, SBCAST and the
+/// binomial tree, groups of the first k hosts of one test-bed, root = rank 0.
+///
+/// Latency of one broadcast = from the root's call until the LAST receiver has the whole
+/// message (all members are threads of this process: one clock); iterations are separated
+/// out of band so they never overlap. Reports the mean of the middle 80%, median, p99, max.
+///
+/// Example: ethbcast-bench latency --testbed 8 --nodes 2,4,8 --iters 500 --out bench-out
+#[derive(clap::Args)]
+pub struct Args {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// Group sizes (the first k hosts).
+    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+    nodes: Vec<usize>,
+    /// Message sizes in bytes.
+    #[arg(
+        long,
+        default_value = "4,8,256,1024,4096,16384,65536",
+        value_delimiter = ','
+    )]
+    sizes: Vec<usize>,
+    /// Measured broadcasts per (algorithm, group size, size).
+    #[arg(long, default_value_t = 500)]
+    iters: usize,
+    /// Unmeasured broadcasts before them.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// Algorithms: ppbcast, sbcast, tree.
+    #[arg(long, default_value = "ppbcast,sbcast,tree", value_delimiter = ',')]
+    algos: Vec<Algorithm>,
+    /// Skip the raw floor (measured by default before each group size, for the ratios).
+    #[arg(long)]
+    no_floor: bool,
+    /// Split the iterations into this many blocks, each floor then protocol, so that a
+    /// busy phase of a shared machine hits both alike.
+    #[arg(long, default_value_t = 4)]
+    blocks: usize,
+    /// Also say where the time goes: root call, root's first send, its flush, the last
+    /// receiver's first frame and return (medians).
+    #[arg(long)]
+    breakdown: bool,
+    #[command(flatten)]
+    link: LinkArgs,
+    /// Write the rows as CSV to this file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Write plots (PNG and SVG) into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print one JSON object (no progress bar).
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the comparison (and writes the CSV and plots).
+    pub fn run(self) -> ExitCode {
+        let mut bed = self.link.bed(self.testbed, "eblat");
+        bed.probe = self.breakdown;
+        let o = LatencyOptions {
+            bed,
+            nodes: self.nodes,
+            sizes: self.sizes,
+            iters: self.iters,
+            warmup: self.warmup,
+            algos: self.algos,
+            progress: !self.json,
+            floor: !self.no_floor,
+            blocks: self.blocks,
+        };
+        let r = match run(&o) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        };
+        print(self.json, &r, render);
+        let mut ok = true;
+        if let Some(p) = self.csv {
+            if let Err(e) = write_csv(&r, &p) {
+                eprintln!("error: write {}: {e}", p.display());
+                ok = false;
+            }
+        }
+        code(ok && plots(self.out.as_ref(), |d| super::plot::latency(&r, d)))
+    }
+}
+
+/// The raw floor of broadcast latency: raw broadcast frames, no protocol, measured exactly
+/// as `latency` measures (same threads, clock, link, wait modes, sizes, group sizes).
+///
+/// Latency of one iteration = from the root's send until the LAST receiver has every frame.
+///
+/// Example: ethbcast-bench floor --testbed 8 --nodes 2,8 --sizes 8,256 --iters 2000
+#[derive(clap::Args)]
+pub struct FloorArgs {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// Group sizes (the first k hosts).
+    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+    nodes: Vec<usize>,
+    /// Message sizes in bytes.
+    #[arg(
+        long,
+        default_value = "4,8,256,1024,4096,16384,65536",
+        value_delimiter = ','
+    )]
+    sizes: Vec<usize>,
+    /// Measured iterations per (group size, size).
+    #[arg(long, default_value_t = 500)]
+    iters: usize,
+    /// Unmeasured iterations before them.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// Also say where the time goes (see `latency --breakdown`).
+    #[arg(long)]
+    breakdown: bool,
+    #[command(flatten)]
+    link: LinkArgs,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+impl FloorArgs {
+    /// Measures the floor alone: a latency run without algorithms (floor.rs measures, this
+    /// module reports).
+    pub fn run(self) -> ExitCode {
+        let mut bed = self.link.bed(self.testbed, "ebfl");
+        bed.probe = self.breakdown;
+        let o = LatencyOptions {
+            bed,
+            nodes: self.nodes,
+            sizes: self.sizes,
+            iters: self.iters,
+            warmup: self.warmup,
+            algos: Vec::new(),
+            progress: false,
+            floor: true,
+            blocks: 1,
+        };
+        match run(&o) {
+            Ok(mut r) => {
+                r.method = floor::METHOD.into();
+                print(self.json, &r, render);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        }
+    }
 }

@@ -1,8 +1,12 @@
 //! `ethbcast-bench memory`: the paper's memory table, from the real structures.
 
+use std::path::PathBuf;
+use std::process::ExitCode;
+
 use ethbcast::memory::{sizes, Profile};
 use serde::Serialize;
 
+use super::cli::{code, plots, print};
 use super::table::Table;
 
 /// One row: a group of `n`.
@@ -88,4 +92,30 @@ pub fn render(r: &MemoryReport) -> String {
     }
     out.push_str(&t.render());
     out
+}
+
+/// The EQA paper's memory table, measured from the allocated structures.
+#[derive(clap::Args)]
+pub struct Args {
+    /// paper or default.
+    #[arg(long, default_value = "paper")]
+    profile: Profile,
+    /// Group sizes.
+    #[arg(long, default_value = "2,4,8,16,32,64,128", value_delimiter = ',')]
+    nodes: Vec<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Plot measured M_save(n) against 0.386(1 - 1/n) into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl Args {
+    /// Prints the table (and plots it).
+    pub fn run(self) -> ExitCode {
+        let r = report(self.profile, &self.nodes);
+        print(self.json, &r, render);
+        code(plots(self.out.as_ref(), |d| super::plot::memory(&r, d)))
+    }
 }

@@ -3,6 +3,7 @@
 pub mod attack;
 pub mod barrier;
 pub mod bed;
+pub mod cli;
 pub mod cpu;
 pub mod demo;
 pub mod distribute;
@@ -12,6 +13,7 @@ pub mod latency;
 pub mod memory;
 pub mod mpi;
 pub mod plot;
+pub mod probe;
 pub mod scale;
 pub mod selftest;
 pub mod sim;

@@ -22,11 +22,14 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
+use ethbcast::link::WaitMode;
 use serde::Serialize;
 
 use super::bed::{fmt_us, summarize};
+use super::cli::{code, fail, print};
 use super::table::Table;
 use crate::mpi::{self, Job, JobOutput, MpiBed, MpiError, MpiImpl};
 use crate::testbed::TestbedConfig;
@@ -450,4 +453,91 @@ mod tests {
         );
         assert!(four[2].label().contains("ETHBCAST_HOST_SPIN_US=forever"));
     }
+}
+
+/// MPI_Bcast and MPI_Barrier latency of a C MPI program under Open MPI and MPICH, with and
+/// without the ethbcast interposer (LD_PRELOAD), one rank per test-bed host (or K).
+///
+/// Builds the benchmark with each mpicc and the interposer with capi/mpi/build.sh (run it
+/// from the checkout). Latency of one broadcast = root's call until the LAST rank returned;
+/// of a barrier = last rank entering to last rank leaving; every rank checks every byte.
+///
+/// Example: ethbcast-bench mpi --testbed 8 --impl openmpi,mpich --json
+#[derive(clap::Args)]
+pub struct Args {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// MPI implementations: openmpi, mpich.
+    #[arg(long = "impl", default_value = "openmpi,mpich", value_delimiter = ',')]
+    impls: Vec<MpiImpl>,
+    /// Ranks per host.
+    #[arg(long, default_value_t = 1)]
+    ranks_per_host: usize,
+    /// Broadcast sizes in bytes.
+    #[arg(
+        long,
+        default_value = "8,64,256,1024,4096,16384,65536",
+        value_delimiter = ','
+    )]
+    sizes: Vec<usize>,
+    /// Measured iterations per size and of the barrier.
+    #[arg(long, default_value_t = 500)]
+    iters: usize,
+    /// Unmeasured iterations before them.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// The interposer's wait mode: adaptive, block, spin, doze.
+    #[arg(long, default_value = "adaptive")]
+    wait: WaitMode,
+    /// Test-bed name prefix.
+    #[arg(long, default_value = "ebmpi")]
+    prefix: String,
+    /// Seconds after which a job that has not finished is killed (its rows so far count).
+    #[arg(long, default_value_t = 240)]
+    job_timeout: u64,
+    /// One more interposer run with this environment added, as KEY=VALUE[,KEY=VALUE...]
+    /// (repeatable), e.g. --also ETHBCAST_HOST_SPIN_US=forever.
+    #[arg(long, value_parser = parse_env_list)]
+    also: Vec<EnvList>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the MPI benchmark; exits 1 unless every row was verified.
+    pub fn run(self) -> ExitCode {
+        let mut o = MpiBenchOptions::new(self.testbed);
+        o.also = self.also.into_iter().map(|e| e.0).collect();
+        o.impls = self.impls;
+        o.ranks_per_host = self.ranks_per_host;
+        o.sizes = self.sizes;
+        o.iters = self.iters;
+        o.warmup = self.warmup;
+        o.wait = format!("{:?}", self.wait).to_ascii_lowercase();
+        o.prefix = self.prefix;
+        o.job_timeout = Duration::from_secs(self.job_timeout);
+        match run(&o) {
+            Ok(r) => {
+                print(self.json, &r, render);
+                code(r.rows.iter().all(|x| x.verified))
+            }
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Environment variables given as `KEY=VALUE[,KEY=VALUE...]`.
+#[derive(Debug, Clone)]
+struct EnvList(Vec<(String, String)>);
+
+fn parse_env_list(s: &str) -> Result<EnvList, String> {
+    s.split(',')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+            _ => Err(format!("{kv:?} is not KEY=VALUE")),
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map(EnvList)
 }

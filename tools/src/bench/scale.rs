@@ -6,12 +6,14 @@
 //! Every run is checked: a row whose deliveries are not all intact, once and in order says so.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use ethbcast::cluster::ClusterError;
 use ethbcast::memory::{sizes_for, Profile};
 use ethbcast::proto::Algo;
 use serde::Serialize;
 
+use super::cli::{parse_rate, print};
 use super::plot::{draw, Chart, Series};
 use super::sim::{run_sim, SimOptions};
 
@@ -237,4 +239,87 @@ pub fn write(r: &ScaleReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
         "scale-root-control",
     )?);
     Ok(files)
+}
+
+/// The scale study on the simulator: one root broadcasting to groups of every size
+/// asked, at each link rate and loss: completion time, goodput, control frames into the
+/// root per data frame, repairs per lost frame, root and member memory. Writes
+/// scale.json, scale.csv and two plots into --out.
+///
+/// Example: ethbcast-bench scale --nodes 16,64,256,1024 --rates 100mbit,1gbit --loss 0,1
+#[derive(clap::Args)]
+pub struct Args {
+    /// Group sizes. (1024 members on 100 Mbit/s links with 1 % loss currently exhaust the
+    /// simulator's memory, more than 10 GB: run that point alone, if at all.)
+    #[arg(long, default_value = "16,64,256,1024", value_delimiter = ',')]
+    nodes: Vec<u16>,
+    /// Link rates (100mbit, 1gbit, ...).
+    #[arg(long, default_value = "100mbit,1gbit", value_delimiter = ',')]
+    rates: Vec<String>,
+    /// Independent loss per port, percent.
+    #[arg(long, default_value = "0,1", value_delimiter = ',')]
+    loss: Vec<f64>,
+    /// Messages per run.
+    #[arg(long, default_value_t = 200)]
+    messages: usize,
+    /// Message sizes drawn from.
+    #[arg(long, default_value = "8,4096,65536", value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Seed.
+    #[arg(long, default_value_t = 3)]
+    seed: u64,
+    /// Directory for the JSON, CSV and plots.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the study; exits 1 unless every run delivered exactly (or the files could not
+    /// be written), 2 on bad options.
+    pub fn run(self) -> ExitCode {
+        let fail = |e: String, c: u8| {
+            eprintln!("ethbcast-bench: {e}");
+            ExitCode::from(c)
+        };
+        let mut rates = Vec::new();
+        for r in &self.rates {
+            match parse_rate(r) {
+                Ok(Some(b)) => rates.push(b),
+                Ok(None) => {
+                    let e = format!("--rates {r}: a scale study needs a finite link rate");
+                    return fail(e, 2);
+                }
+                Err(e) => return fail(format!("--rates {r}: {e}"), 2),
+            }
+        }
+        let o = ScaleOptions {
+            nodes: self.nodes,
+            rates,
+            losses: self.loss,
+            messages: self.messages,
+            sizes: self.sizes,
+            seed: self.seed,
+        };
+        let r = match run(&o) {
+            Ok(r) => r,
+            Err(e) => return fail(e.to_string(), 2),
+        };
+        print(self.json, &r, render);
+        match write(&r, &self.out) {
+            Ok(files) => {
+                for f in files {
+                    eprintln!("wrote {}", f.display());
+                }
+            }
+            Err(e) => return fail(e, 1),
+        }
+        if r.rows.iter().all(|w| w.exact) {
+            ExitCode::SUCCESS
+        } else {
+            fail("some run did not deliver every message exactly".into(), 1)
+        }
+    }
 }

@@ -10,6 +10,7 @@
 //! sent. At the end members meet at the group barrier (nobody leaves while others may still need
 //! repairs from it), then the test-bed is torn down and a verdict is printed.
 
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,7 @@ use ethbcast::proto::{Algo, Config};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use super::cli::{code, fail, print};
 use crate::netns;
 use crate::testbed::{Rate, Testbed, TestbedConfig, TestbedError};
 
@@ -323,4 +325,68 @@ pub fn render(v: &Verdict) -> String {
         s.push_str(&format!("error: {e}\n"));
     }
     s
+}
+
+/// Reliable broadcast between real hosts: builds a test-bed of network namespaces, runs a
+/// mixed schedule from several roots with both algorithms, checks every byte, tears down.
+///
+/// Example: ethbcast-bench selftest --testbed 8 --loss 5 --json
+#[derive(clap::Args)]
+pub struct Args {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 4)]
+    testbed: usize,
+    /// Random frame loss at the switch, percent.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Link rate limit (tbf), e.g. 100mbit or 1gbit.
+    #[arg(long)]
+    rate: Option<Rate>,
+    /// Messages in the schedule.
+    #[arg(long, default_value_t = 40)]
+    messages: usize,
+    /// Message sizes, drawn at random.
+    #[arg(
+        long,
+        default_value = "1,80,860,1460,4096,65536,1048576",
+        value_delimiter = ','
+    )]
+    sizes: Vec<usize>,
+    /// Link backend: ring, socket, pnet or xdp.
+    #[arg(long, default_value = "ring")]
+    backend: Backend,
+    /// Wait mode: spin, block or adaptive.
+    #[arg(long, default_value = "block")]
+    wait: WaitMode,
+    /// Seed of the schedule.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Test-bed name prefix.
+    #[arg(long, default_value = "ebst")]
+    prefix: String,
+    /// Print the verdict as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the self-test; exits 1 unless it passed.
+    pub fn run(self) -> ExitCode {
+        let mut o = SelftestOptions::new(self.testbed);
+        o.loss = self.loss;
+        o.rate = self.rate;
+        o.messages = self.messages;
+        o.sizes = self.sizes;
+        o.backend = self.backend;
+        o.wait = self.wait;
+        o.seed = self.seed;
+        o.prefix = self.prefix;
+        match run(&o) {
+            Ok(v) => {
+                print(self.json, &v, |v| render(v) + "\n");
+                code(v.passed)
+            }
+            Err(e) => fail(e),
+        }
+    }
 }

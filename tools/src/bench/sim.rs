@@ -1,5 +1,6 @@
 //! `ethbcast-bench sim`: the protocol on the simulated switch, in virtual time.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use ethbcast::cluster::{run, ClusterError, Report, Scenario};
@@ -8,6 +9,8 @@ use ethbcast::member::Algorithm;
 use ethbcast::proto::Algo;
 use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
 use serde::Serialize;
+
+use super::cli::{code, fail, parse_rate, print};
 
 /// Options of a simulator run (rates in percent of frames, per port).
 #[derive(Debug, Clone)]
@@ -340,4 +343,180 @@ pub fn render(r: &SimJson) -> String {
         t.row(vec![k.to_string(), v]);
     }
     t.render()
+}
+
+/// Which layer `sim` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SimApi {
+    /// Streams of broadcasts from several roots.
+    Stream,
+    /// The group API, call by call.
+    Group,
+}
+
+/// Run the protocol on the simulated switch and check every delivery.
+///
+/// Example: ethbcast-bench sim --nodes 16 --messages 20000 --loss 5 --burst-loss 1 --dup 1
+/// --reorder 1 --corrupt 0.1 --json
+///
+/// With `--api group`, the group API call by call (bcast from rotating roots with every
+/// algorithm, barriers, killed and filtered members, failure detection):
+/// ethbcast-bench sim --api group --nodes 64 --messages 5000 --barrier-every 20 --kill 2
+/// --filter 1 --loss 2 --burst-loss 1 --dup 1 --reorder 1 --corrupt 0.1 --seed 7 --json
+#[derive(clap::Args)]
+pub struct Args {
+    /// stream: roots broadcast streams of messages (the engine under every member);
+    /// group: the group API, call by call.
+    #[arg(long, default_value = "stream")]
+    api: SimApi,
+    /// Members of the group.
+    #[arg(long, default_value_t = 8)]
+    nodes: u16,
+    /// Algorithms (comma-separated): simple, pushpull, and with --api group also tree.
+    /// Default: simple,pushpull (stream); pushpull,simple,tree (group).
+    #[arg(long, value_delimiter = ',')]
+    algo: Option<Vec<Algorithm>>,
+    /// With --api group: a barrier after every this many broadcasts (0: none).
+    #[arg(long, default_value_t = 10)]
+    barrier_every: usize,
+    /// With --api group: members killed a third of the way through.
+    #[arg(long, default_value_t = 0)]
+    kill: usize,
+    /// With --api group: members behind a filter that drops broadcast frames.
+    #[arg(long, default_value_t = 0)]
+    filter: usize,
+    /// Messages in all, from several roots in turn.
+    #[arg(long, default_value_t = 1000)]
+    messages: usize,
+    /// Message sizes in bytes, drawn at random.
+    #[arg(long, default_value = "8,256,4096,65536", value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Roots (comma-separated ranks); default: up to four members take turns.
+    #[arg(long, value_delimiter = ',')]
+    roots: Option<Vec<u16>>,
+    /// Independent frame loss per port, percent.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Probability of starting a loss burst, percent.
+    #[arg(long, default_value_t = 0.0)]
+    burst_loss: f64,
+    /// Duplication, percent.
+    #[arg(long, default_value_t = 0.0)]
+    dup: f64,
+    /// Reordering, percent.
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
+    /// Corruption (bit flips), percent.
+    #[arg(long, default_value_t = 0.0)]
+    corrupt: f64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Link rate: 100mbit, 1gbit or 0 (infinitely fast).
+    #[arg(long, default_value = "1gbit")]
+    rate: String,
+    /// Retransmission buffer slots (= receive window in frames).
+    #[arg(long)]
+    window: Option<usize>,
+    /// Fan-out of the acknowledgement tree; 0: every receiver acknowledges to the root.
+    /// Default: a tree of fan-out 4 from 32 members on.
+    #[arg(long)]
+    ack_tree: Option<u16>,
+    /// Peer repair (a receiver asks a fellow receiver before the root): on or off.
+    /// Default: on from 32 members.
+    #[arg(long, value_parser = parse_on_off)]
+    peer_repair: Option<bool>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the simulation; exits 1 unless every delivery was exact, 2 on bad options.
+    pub fn run(self) -> ExitCode {
+        let rate_bps = match parse_rate(&self.rate) {
+            Ok(r) => r,
+            Err(e) => return usage(e),
+        };
+        let stream_algos: Result<Vec<Algo>, String> = self
+            .algo
+            .clone()
+            .unwrap_or(vec![Algorithm::Simple, Algorithm::PushPull])
+            .into_iter()
+            .map(|a| match a {
+                Algorithm::Simple => Ok(Algo::Simple),
+                Algorithm::PushPull => Ok(Algo::PushPull),
+                Algorithm::Tree => Err("--algo tree needs --api group".to_string()),
+            })
+            .collect();
+        let stream_algos = match (self.api, stream_algos) {
+            (SimApi::Stream, Err(e)) => return usage(e),
+            (_, a) => a.unwrap_or_default(),
+        };
+        let o = SimOptions {
+            nodes: self.nodes,
+            algos: stream_algos,
+            messages: self.messages,
+            sizes: self.sizes,
+            roots: self.roots,
+            loss: self.loss,
+            burst_loss: self.burst_loss,
+            dup: self.dup,
+            reorder: self.reorder,
+            corrupt: self.corrupt,
+            seed: self.seed,
+            rate_bps,
+            window: self.window,
+            ack_tree: self.ack_tree,
+            peer_repair: self.peer_repair,
+        };
+        if self.api == SimApi::Group {
+            let g = GroupOptions {
+                sim: o,
+                algos: self.algo.unwrap_or(vec![
+                    Algorithm::PushPull,
+                    Algorithm::Simple,
+                    Algorithm::Tree,
+                ]),
+                barrier_every: self.barrier_every,
+                kill: self.kill,
+                filter: self.filter,
+            };
+            return match run_group_sim(&g) {
+                Ok(r) => {
+                    print(self.json, &r, |r| render_group(r) + "\n");
+                    code(r.perfect)
+                }
+                Err(e) => usage(e),
+            };
+        }
+        match run_sim(&o) {
+            Ok(r) => {
+                print(self.json, &r, |r| render(r) + "\n");
+                code(
+                    r.completed
+                        && r.corrupt == 0
+                        && r.duplicated == 0
+                        && r.out_of_order == 0
+                        && r.missing == 0,
+                )
+            }
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Says `error: {e}` and exits 2.
+fn usage(e: impl std::fmt::Display) -> ExitCode {
+    fail(e);
+    ExitCode::from(2)
+}
+
+/// `on` or `off`.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: on or off")),
+    }
 }

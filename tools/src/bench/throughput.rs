@@ -7,6 +7,8 @@
 //! ([`super::cpu`]).
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
 use ethbcast::group::Algorithm;
@@ -14,6 +16,7 @@ use ethbcast::proto::Stats;
 use serde::Serialize;
 
 use super::bed::{self, BedOptions};
+use super::cli::{code, fail, plots, print, LinkArgs};
 use super::cpu::{self, CpuCost};
 use super::table::Table;
 use crate::testbed::Testbed;
@@ -270,5 +273,57 @@ mod tests {
         assert_eq!(parse_size("512KiB"), Ok(512 << 10));
         assert_eq!(parse_size("2MB"), Ok(2_000_000));
         assert!(parse_size("3 parsecs").is_err());
+    }
+}
+
+/// Goodput of one large broadcast from rank 0 to N receivers on the test-bed, and the
+/// repair/acknowledgement overhead in frames.
+///
+/// Example: ethbcast-bench throughput --testbed 8 --receivers 7 --size 64MiB --rate 1gbit
+#[derive(clap::Args)]
+pub struct Args {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    testbed: usize,
+    /// Receivers (default: all other hosts).
+    #[arg(long)]
+    receivers: Option<usize>,
+    /// Bytes in all (B, KiB, MiB, GiB, KB, MB, GB).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    size: usize,
+    /// Bytes per bcast.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    chunk: usize,
+    /// ppbcast or sbcast (tree as a baseline).
+    #[arg(long, default_value = "ppbcast")]
+    algo: Algorithm,
+    #[command(flatten)]
+    link: LinkArgs,
+    /// Write the plot (PNG and SVG) into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    /// Runs the broadcast (and plots it).
+    pub fn run(self) -> ExitCode {
+        let mut o = ThroughputOptions::new(self.testbed);
+        o.bed = self.link.bed(self.testbed, "ebtp");
+        o.receivers = self.receivers.unwrap_or(self.testbed.saturating_sub(1));
+        o.size = self.size;
+        o.chunk = self.chunk;
+        o.algo = self.algo;
+        match run(&o) {
+            Ok(r) => {
+                print(self.json, &r, render);
+                code(plots(self.out.as_ref(), |d| {
+                    super::plot::throughput(std::slice::from_ref(&r), d)
+                }))
+            }
+            Err(e) => fail(e),
+        }
     }
 }
