@@ -6,8 +6,9 @@
 //! entering). Between iterations all members meet out of band (a barrier between the threads
 //! that keeps polling the protocol), so barriers never overlap.
 
+use super::plot::{draw, Chart, Series};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -234,9 +235,39 @@ impl Args {
         match run(&o) {
             Ok(r) => {
                 print(self.json, &r, render);
-                code(plots(self.out.as_ref(), |d| super::plot::barrier(&r, d)))
+                code(plots(self.out.as_ref(), |d| plot(&r, d)))
             }
             Err(e) => fail(e),
         }
     }
+}
+
+/// Barrier latency vs group size per kind.
+pub fn plot(r: &BarrierReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut kinds: Vec<String> = Vec::new();
+    for row in &r.rows {
+        if !kinds.contains(&row.kind) {
+            kinds.push(row.kind.clone());
+        }
+    }
+    let c = Chart {
+        title: "Barrier latency vs group size (mean of middle 80%)".into(),
+        x_label: "nodes".into(),
+        y_label: "latency (µs)".into(),
+        log_x: false,
+        log_y: false,
+        series: kinds
+            .iter()
+            .map(|k| Series {
+                name: k.clone(),
+                points: r
+                    .rows
+                    .iter()
+                    .filter(|x| &x.kind == k)
+                    .map(|x| (x.nodes as f64, x.mean80_us))
+                    .collect(),
+            })
+            .collect(),
+    };
+    draw(&c, dir, "barrier-vs-nodes")
 }

@@ -18,7 +18,6 @@ use super::bed::BedOptions;
 use super::cli::fail;
 use super::latency::{self, LatencyOptions, LatencyReport};
 use super::memory::{self, MemoryReport};
-use super::plot;
 use super::simlat;
 use super::throughput::{self, ThroughputOptions, ThroughputReport};
 use crate::testbed;
@@ -77,13 +76,13 @@ pub fn run(o: &DemoOptions) -> Result<DemoReport, String> {
         memory::render(&mem)
     );
     let mut files = r.files.clone();
-    files.extend(plot::memory(&mem, &o.out)?);
-    files.extend(plot::latency(&r.latency, &o.out)?);
+    files.extend(memory::plot(&mem, &o.out)?);
+    files.extend(latency::plot(&r.latency, &o.out)?);
     if let Some(b) = &r.barrier {
-        files.extend(plot::barrier(b, &o.out)?);
+        files.extend(barrier::plot(b, &o.out)?);
     }
     if !r.throughput.is_empty() {
-        files.extend(plot::throughput(&r.throughput, &o.out)?);
+        files.extend(throughput::plot(&r.throughput, &o.out)?);
     }
     r.memory = mem;
     r.files = files;

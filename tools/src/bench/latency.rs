@@ -16,6 +16,7 @@
 //! protocol), so that every protocol row is also given as a multiple of the floor measured in
 //! the same run, moments before it.
 
+use super::plot::{draw, Chart, Series};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -712,7 +713,7 @@ impl Args {
                 ok = false;
             }
         }
-        code(ok && plots(self.out.as_ref(), |d| super::plot::latency(&r, d)))
+        code(ok && plots(self.out.as_ref(), |d| plot(&r, d)))
     }
 }
 
@@ -779,4 +780,77 @@ impl FloorArgs {
             Err(e) => fail(e),
         }
     }
+}
+
+/// Latency vs size per algorithm (one chart per group size) and latency vs group size (for
+/// 8 B and 256 B, or the two smallest sizes measured).
+pub fn plot(r: &LatencyReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    let mut algos: Vec<String> = Vec::new();
+    let mut nodes: Vec<usize> = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    for row in &r.rows {
+        if !algos.contains(&row.algo) {
+            algos.push(row.algo.clone());
+        }
+        if !nodes.contains(&row.nodes) {
+            nodes.push(row.nodes);
+        }
+        if !sizes.contains(&row.size) {
+            sizes.push(row.size);
+        }
+    }
+    nodes.sort_unstable();
+    sizes.sort_unstable();
+    for &n in &nodes {
+        let c = Chart {
+            title: format!("Broadcast latency, {n} nodes (mean of middle 80%)"),
+            x_label: "message size (bytes)".into(),
+            y_label: "latency (µs)".into(),
+            log_x: true,
+            log_y: true,
+            series: algos
+                .iter()
+                .map(|a| Series {
+                    name: a.to_uppercase(),
+                    points: r
+                        .rows
+                        .iter()
+                        .filter(|x| &x.algo == a && x.nodes == n)
+                        .map(|x| (x.size as f64, x.mean80_us))
+                        .collect(),
+                })
+                .collect(),
+        };
+        files.extend(draw(&c, dir, &format!("latency-vs-size-{n}nodes"))?);
+    }
+    let mut pick: Vec<usize> = [8, 256].into_iter().filter(|s| sizes.contains(s)).collect();
+    if pick.is_empty() {
+        pick = sizes.iter().copied().take(2).collect();
+    }
+    if nodes.len() >= 2 {
+        for s in pick {
+            let c = Chart {
+                title: format!("Broadcast latency of {s} B vs group size"),
+                x_label: "nodes".into(),
+                y_label: "latency (µs)".into(),
+                log_x: false,
+                log_y: false,
+                series: algos
+                    .iter()
+                    .map(|a| Series {
+                        name: a.to_uppercase(),
+                        points: r
+                            .rows
+                            .iter()
+                            .filter(|x| &x.algo == a && x.size == s)
+                            .map(|x| (x.nodes as f64, x.mean80_us))
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            files.extend(draw(&c, dir, &format!("latency-vs-nodes-{s}B"))?);
+        }
+    }
+    Ok(files)
 }

@@ -1,6 +1,7 @@
 //! `ethbcast-bench memory`: the paper's memory table, from the real structures.
 
-use std::path::PathBuf;
+use super::plot::{draw, Chart, Series};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use ethbcast::memory::{sizes, Profile};
@@ -116,6 +117,32 @@ impl Args {
     pub fn run(self) -> ExitCode {
         let r = report(self.profile, &self.nodes);
         print(self.json, &r, render);
-        code(plots(self.out.as_ref(), |d| super::plot::memory(&r, d)))
+        code(plots(self.out.as_ref(), |d| plot(&r, d)))
     }
+}
+
+/// Measured M_save(n) against the paper's 0.386(1 - 1/n).
+pub fn plot(r: &MemoryReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let c = Chart {
+        title: format!("Memory saved by hardware broadcast (profile {})", r.profile),
+        x_label: "group size n".into(),
+        y_label: "M_save(n)".into(),
+        log_x: true,
+        log_y: false,
+        series: vec![
+            Series {
+                name: "measured".into(),
+                points: r.rows.iter().map(|x| (x.n as f64, x.m_save)).collect(),
+            },
+            Series {
+                name: "paper: 0.386(1 - 1/n)".into(),
+                points: r
+                    .rows
+                    .iter()
+                    .map(|x| (x.n as f64, x.m_save_paper))
+                    .collect(),
+            },
+        ],
+    };
+    draw(&c, dir, "memory-msave")
 }

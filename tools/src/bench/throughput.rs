@@ -6,8 +6,9 @@
 //! (`getrusage(RUSAGE_THREAD)`) from its start to its last chunk, as seconds per GiB
 //! ([`super::cpu`]).
 
+use super::plot::{draw, Chart, Series};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -262,6 +263,35 @@ pub fn render(r: &ThroughputReport) -> String {
     out
 }
 
+/// Goodput of one or more throughput runs (x = receivers, one line per algorithm).
+pub fn plot(runs: &[ThroughputReport], dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut algos: Vec<String> = Vec::new();
+    for r in runs {
+        if !algos.contains(&r.algo) {
+            algos.push(r.algo.clone());
+        }
+    }
+    let c = Chart {
+        title: "Goodput of a large broadcast".into(),
+        x_label: "receivers".into(),
+        y_label: "goodput (MB/s)".into(),
+        log_x: false,
+        log_y: false,
+        series: algos
+            .iter()
+            .map(|a| Series {
+                name: a.to_uppercase(),
+                points: runs
+                    .iter()
+                    .filter(|r| &r.algo == a)
+                    .map(|r| (r.receivers as f64, r.goodput_mb_s))
+                    .collect(),
+            })
+            .collect(),
+    };
+    draw(&c, dir, "throughput")
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_size;
@@ -320,7 +350,7 @@ impl Args {
             Ok(r) => {
                 print(self.json, &r, render);
                 code(plots(self.out.as_ref(), |d| {
-                    super::plot::throughput(std::slice::from_ref(&r), d)
+                    plot(std::slice::from_ref(&r), d)
                 }))
             }
             Err(e) => fail(e),
