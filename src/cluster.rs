@@ -305,10 +305,13 @@ impl Scenario {
     }
 }
 
-/// What happened.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
-    /// Message deliveries expected (messages × receivers).
+/// What the delivery checker counted: every expected delivery is exactly one of delivered,
+/// corrupt, duplicated, out of order or missing. One type for every harness that checks
+/// deliveries (the simulated cluster, the group API on the simulator, the tools' reports).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Deliveries {
+    /// Deliveries expected (messages × receivers).
     pub expected: u64,
     /// Deliveries that arrived intact, first time, in order.
     pub delivered: u64,
@@ -320,6 +323,32 @@ pub struct Report {
     pub out_of_order: u64,
     /// Expected deliveries that never happened.
     pub missing: u64,
+}
+
+impl Deliveries {
+    /// Every expected delivery arrived intact, exactly once, in order.
+    pub fn exact(&self) -> bool {
+        self.delivered == self.expected
+            && self.corrupt + self.duplicated + self.out_of_order + self.missing == 0
+    }
+}
+
+impl std::ops::AddAssign for Deliveries {
+    fn add_assign(&mut self, o: Deliveries) {
+        self.expected += o.expected;
+        self.delivered += o.delivered;
+        self.corrupt += o.corrupt;
+        self.duplicated += o.duplicated;
+        self.out_of_order += o.out_of_order;
+        self.missing += o.missing;
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The checker's counts.
+    pub deliveries: Deliveries,
     /// Data frames broadcast for the first time.
     pub data_frames: u64,
     /// Repair frames (point-to-point and re-broadcast).
@@ -444,11 +473,11 @@ impl Workload for Stream {
             let r = usize::from(root);
             let expect = self.next[i][r];
             if msg_id < expect {
-                self.report.duplicated += 1;
+                self.report.deliveries.duplicated += 1;
                 continue;
             }
             if msg_id > expect {
-                self.report.out_of_order += 1;
+                self.report.deliveries.out_of_order += 1;
             }
             self.next[i][r] = msg_id + 1;
             let sent = self.sent[r].get_mut(msg_id as usize);
@@ -463,9 +492,9 @@ impl Workload for Stream {
                 }
             }
             if ok && msg_id == expect {
-                self.report.delivered += 1;
+                self.report.deliveries.delivered += 1;
             } else if !ok {
-                self.report.corrupt += 1;
+                self.report.deliveries.corrupt += 1;
             }
             if i != r {
                 self.deliveries += 1;
@@ -474,7 +503,8 @@ impl Workload for Stream {
     }
 
     fn done(&self) -> bool {
-        self.pending.iter().all(VecDeque::is_empty) && self.deliveries >= self.report.expected
+        self.pending.iter().all(VecDeque::is_empty)
+            && self.deliveries >= self.report.deliveries.expected
     }
 }
 
@@ -538,7 +568,10 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         sent: vec![Vec::new(); n],
         next: vec![vec![0; n]; n],
         report: Report {
-            expected: total * (n as u64 - 1),
+            deliveries: Deliveries {
+                expected: total * (n as u64 - 1),
+                ..Deliveries::default()
+            },
             ..Report::default()
         },
         deliveries: 0,
@@ -547,9 +580,10 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let end = cluster.run(sc.limit, &mut w)?;
     let mut report = w.report;
     report.completed = end == RunEnd::Done;
-    report.missing = report
+    report.deliveries.missing = report
+        .deliveries
         .expected
-        .saturating_sub(report.delivered + report.corrupt);
+        .saturating_sub(report.deliveries.delivered + report.deliveries.corrupt);
     for m in cluster.members() {
         let s = m.engine_stats();
         report.data_frames += s.data_frames;

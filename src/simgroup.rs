@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use rand::{seq::SliceRandom, Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cluster::{message_bytes, ClusterError, RunEnd, SimCluster, Workload};
+use crate::cluster::{message_bytes, ClusterError, Deliveries, RunEnd, SimCluster, Workload};
 use crate::detect::{DetectorConfig, Gossip};
 use crate::eqa::Rank;
 use crate::group::Detection;
@@ -102,18 +102,10 @@ impl GroupScenario {
 #[derive(Debug, Clone, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct GroupReport {
-    /// Broadcast deliveries expected at the survivors (calls × survivors but the root).
-    pub expected: u64,
-    /// Of which completed with the root's bytes.
-    pub delivered: u64,
-    /// Completed with other bytes.
-    pub corrupt: u64,
-    /// Completed with the bytes of an earlier call of the same root.
-    pub duplicated: u64,
-    /// Completed with the bytes of a later call of the same root.
-    pub out_of_order: u64,
-    /// Never completed (a call that failed or did not finish).
-    pub missing: u64,
+    /// Broadcast deliveries at the survivors (calls × survivors but the root): completed with
+    /// the root's bytes, other bytes, an earlier or a later call's bytes, or never.
+    #[cfg_attr(feature = "serde", serde(flatten))]
+    pub deliveries: Deliveries,
     /// Barriers expected at the survivors.
     pub barriers_expected: u64,
     /// Barriers the survivors completed.
@@ -152,8 +144,7 @@ impl GroupReport {
     /// alive was evicted.
     pub fn perfect(&self) -> bool {
         self.completed
-            && self.delivered == self.expected
-            && self.corrupt + self.duplicated + self.out_of_order + self.missing == 0
+            && self.deliveries.exact()
             && self.barriers_completed == self.barriers_expected
             && self.evicted == self.killed
             && self.wrongly_evicted.is_empty()
@@ -281,7 +272,7 @@ impl Schedule {
             return;
         };
         if data == message_bytes(self.seed, root, call, size).as_slice() {
-            self.report.delivered += 1;
+            self.report.deliveries.delivered += 1;
             return;
         }
         // Which call of this root's did it get?
@@ -297,9 +288,9 @@ impl Schedule {
             _ => None,
         });
         match other {
-            Some(c) if c < call => self.report.duplicated += 1,
-            Some(_) => self.report.out_of_order += 1,
-            None => self.report.corrupt += 1,
+            Some(c) if c < call => self.report.deliveries.duplicated += 1,
+            Some(_) => self.report.deliveries.out_of_order += 1,
+            None => self.report.deliveries.corrupt += 1,
         }
     }
 }
@@ -517,7 +508,10 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
         evicted: vec![vec![None; n]; n],
         impostor,
         report: GroupReport {
-            expected,
+            deliveries: Deliveries {
+                expected,
+                ..Deliveries::default()
+            },
             barriers_expected: barriers,
             killed: victims.iter().map(|&v| v as Rank).collect(),
             filtered: filtered.iter().map(|&v| v as Rank).collect(),
@@ -528,9 +522,12 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
     let end = cluster.run(sc.limit, &mut w)?;
     let mut r = w.report.clone();
     r.completed = end == RunEnd::Done;
-    r.missing = r
-        .expected
-        .saturating_sub(r.delivered + r.corrupt + r.duplicated + r.out_of_order);
+    r.deliveries.missing = r.deliveries.expected.saturating_sub(
+        r.deliveries.delivered
+            + r.deliveries.corrupt
+            + r.deliveries.duplicated
+            + r.deliveries.out_of_order,
+    );
     let survivors_idx: Vec<usize> = (0..n).filter(|&i| survivor[i]).collect();
     let mut evicted_by_all = BTreeSet::new();
     let mut wrongly = BTreeSet::new();

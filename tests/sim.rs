@@ -11,11 +11,16 @@ use proptest::prelude::*;
 fn assert_perfect(r: &Report) {
     assert!(r.completed, "run did not finish: {r:?}");
     assert_eq!(
-        (r.corrupt, r.duplicated, r.out_of_order, r.missing),
+        (
+            r.deliveries.corrupt,
+            r.deliveries.duplicated,
+            r.deliveries.out_of_order,
+            r.deliveries.missing
+        ),
         (0, 0, 0, 0),
         "{r:?}"
     );
-    assert_eq!(r.delivered, r.expected, "{r:?}");
+    assert_eq!(r.deliveries.delivered, r.deliveries.expected, "{r:?}");
 }
 
 fn hostile() -> Faults {
@@ -114,8 +119,15 @@ fn a_dead_receiver_stalls_the_root_but_nothing_wrong_is_delivered() {
     sc.limit = Duration::from_secs(2);
     let r = run(&sc).unwrap();
     assert!(!r.completed);
-    assert_eq!((r.corrupt, r.duplicated, r.out_of_order), (0, 0, 0));
-    assert!(r.missing >= 200, "rank 3 got nothing: {r:?}");
+    assert_eq!(
+        (
+            r.deliveries.corrupt,
+            r.deliveries.duplicated,
+            r.deliveries.out_of_order
+        ),
+        (0, 0, 0)
+    );
+    assert!(r.deliveries.missing >= 200, "rank 3 got nothing: {r:?}");
 }
 
 proptest! {
@@ -142,6 +154,6 @@ proptest! {
         }
         let r = run(&sc).unwrap();
         prop_assert!(r.completed, "{:?}", r);
-        prop_assert_eq!((r.corrupt, r.duplicated, r.out_of_order, r.missing), (0, 0, 0, 0));
+        prop_assert_eq!((r.deliveries.corrupt, r.deliveries.duplicated, r.deliveries.out_of_order, r.deliveries.missing), (0, 0, 0, 0));
     }
 }

@@ -13,7 +13,7 @@ fn assert_perfect(r: &GroupReport) {
 fn eight_members_broadcast_with_every_algorithm_and_meet_at_barriers() {
     let r = run_group(&GroupScenario::new(8, 200)).unwrap();
     assert_perfect(&r);
-    assert_eq!(r.expected, 200 * 7);
+    assert_eq!(r.deliveries.expected, 200 * 7);
     assert_eq!(r.barriers_expected, 20 * 8);
 }
 

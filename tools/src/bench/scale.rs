@@ -103,9 +103,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
                     ack_tree: None,
                     peer_repair: None,
                 })?;
-                let exact = r.completed
-                    && r.delivered == r.expected
-                    && r.corrupt + r.duplicated + r.out_of_order + r.missing == 0;
+                let exact = r.completed && r.deliveries.exact();
                 rows.push(ScaleRow {
                     nodes,
                     rate_mbps: rate / 1_000_000,

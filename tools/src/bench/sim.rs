@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ethbcast::cluster::{run, ClusterError, Report, Scenario};
+use ethbcast::cluster::{run, ClusterError, Deliveries, Report, Scenario};
 use ethbcast::link::sim::Faults;
 use ethbcast::member::Algorithm;
 use ethbcast::proto::Algo;
@@ -56,18 +56,9 @@ pub struct SimJson {
     pub algos: Vec<String>,
     /// Seed.
     pub seed: u64,
-    /// Message deliveries expected.
-    pub expected: u64,
-    /// Intact, first-time, in-order deliveries.
-    pub delivered: u64,
-    /// Deliveries with wrong bytes.
-    pub corrupt: u64,
-    /// Deliveries of messages already delivered.
-    pub duplicated: u64,
-    /// Deliveries out of order.
-    pub out_of_order: u64,
-    /// Deliveries that never happened.
-    pub missing: u64,
+    /// The delivery checker's counts (flat in the JSON).
+    #[serde(flatten)]
+    pub deliveries: Deliveries,
     /// First transmissions of data frames.
     pub data_frames: u64,
     /// Repair frames.
@@ -189,13 +180,16 @@ pub fn render_group(j: &GroupJson) -> String {
     let rows: Vec<(&str, String)> = vec![
         ("nodes", j.nodes.to_string()),
         ("algorithms", j.algos.join(",")),
-        ("expected deliveries", r.expected.to_string()),
-        ("delivered intact", r.delivered.to_string()),
+        ("expected deliveries", r.deliveries.expected.to_string()),
+        ("delivered intact", r.deliveries.delivered.to_string()),
         (
             "corrupt / duplicated / out of order / missing",
             format!(
                 "{} / {} / {} / {}",
-                r.corrupt, r.duplicated, r.out_of_order, r.missing
+                r.deliveries.corrupt,
+                r.deliveries.duplicated,
+                r.deliveries.out_of_order,
+                r.deliveries.missing
             ),
         ),
         (
@@ -253,12 +247,7 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
             .map(|a| format!("{a:?}").to_lowercase())
             .collect(),
         seed: o.seed,
-        expected: r.expected,
-        delivered: r.delivered,
-        corrupt: r.corrupt,
-        duplicated: r.duplicated,
-        out_of_order: r.out_of_order,
-        missing: r.missing,
+        deliveries: r.deliveries,
         data_frames: r.data_frames,
         repair_frames: r.repair_frames,
         rebroadcasts: r.rebroadcasts,
@@ -299,12 +288,12 @@ pub fn render(r: &SimJson) -> String {
     let rows: Vec<(&str, String)> = vec![
         ("nodes", r.nodes.to_string()),
         ("algorithms", r.algos.join(",")),
-        ("expected deliveries", r.expected.to_string()),
-        ("delivered intact", r.delivered.to_string()),
-        ("corrupt", r.corrupt.to_string()),
-        ("duplicated", r.duplicated.to_string()),
-        ("out of order", r.out_of_order.to_string()),
-        ("missing", r.missing.to_string()),
+        ("expected deliveries", r.deliveries.expected.to_string()),
+        ("delivered intact", r.deliveries.delivered.to_string()),
+        ("corrupt", r.deliveries.corrupt.to_string()),
+        ("duplicated", r.deliveries.duplicated.to_string()),
+        ("out of order", r.deliveries.out_of_order.to_string()),
+        ("missing", r.deliveries.missing.to_string()),
         ("data frames", r.data_frames.to_string()),
         ("frames lost by the switch", r.lost_frames.to_string()),
         ("repair frames", r.repair_frames.to_string()),
@@ -493,13 +482,7 @@ impl Args {
         match run_sim(&o) {
             Ok(r) => {
                 print(self.json, &r, |r| render(r) + "\n");
-                code(
-                    r.completed
-                        && r.corrupt == 0
-                        && r.duplicated == 0
-                        && r.out_of_order == 0
-                        && r.missing == 0,
-                )
+                code(r.completed && r.deliveries.exact())
             }
             Err(e) => fail(e),
         }
