@@ -468,7 +468,12 @@ pub fn join<L: Link>(
         .checked_add(timeout)
         .unwrap_or(start + Duration::from_secs(100 * 365 * 86_400));
     let nonce = rand::rngs::OsRng.next_u64();
-    let mut driver = Driver::new(Join::new(cfg, start, nonce)?, link);
+    // The wall clock orders this host's joins: a member prefers a coordinator's newest
+    // challenge, so recordings of earlier ones cannot displace it.
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let mut driver = Driver::new(Join::new(cfg, start, nonce)?.with_clock(clock), link);
     loop {
         if stop() {
             return Err(GroupError::Interrupted);
