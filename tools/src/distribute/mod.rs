@@ -293,8 +293,9 @@ pub fn drop_capabilities() -> Result<(), Fatal> {
 
 /// Reads a group key file: exactly 32 bytes are the key itself; anything else is a
 /// passphrase on the first line (surrounding white space ignored), from which the key is
-/// derived ([`ethbcast::group::key_from_passphrase`]). An empty passphrase is refused.
-pub fn read_key_file(path: &std::path::Path) -> Result<[u8; 32], Fatal> {
+/// derived for group `group_id` ([`ethbcast::group::key_from_passphrase`]). An empty
+/// passphrase is refused.
+pub fn read_key_file(path: &std::path::Path, group_id: u32) -> Result<[u8; 32], Fatal> {
     let bytes = std::fs::read(path)
         .map_err(|e| Fatal::io(format!("cannot read key file {}: {e}", path.display())))?;
     if let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice()) {
@@ -316,7 +317,8 @@ pub fn read_key_file(path: &std::path::Path) -> Result<[u8; 32], Fatal> {
             format!("key file {}: the passphrase is empty", path.display()),
         ));
     }
-    Ok(ethbcast::group::key_from_passphrase(line))
+    ethbcast::group::key_from_passphrase(line, group_id)
+        .map_err(|e| Fatal::new(EXIT_USAGE, format!("key file {}: {e}", path.display())))
 }
 
 /// The duration that stands for "no limit" (`inf`): a century, which any clock arithmetic
@@ -419,22 +421,22 @@ mod tests {
             p
         };
         let raw = [0xA5u8; 32];
-        assert_eq!(read_key_file(&write("raw", &raw)).unwrap(), raw);
-        let phrase = read_key_file(&write("phrase", b"  correct horse\nignored\n")).unwrap();
+        assert_eq!(read_key_file(&write("raw", &raw), 7).unwrap(), raw);
+        let phrase = read_key_file(&write("phrase", b"  correct horse\nignored\n"), 7).unwrap();
         assert_eq!(
             phrase,
-            ethbcast::group::key_from_passphrase("correct horse")
+            ethbcast::group::key_from_passphrase("correct horse", 7).unwrap()
         );
         assert_ne!(
             phrase,
-            read_key_file(&write("other", b"correct horsf\n")).unwrap()
+            read_key_file(&write("other", b"correct horsf\n"), 7).unwrap()
         );
-        let empty = read_key_file(&write("empty", b"\n  \n")).unwrap_err();
+        let empty = read_key_file(&write("empty", b"\n  \n"), 7).unwrap_err();
         assert_eq!(empty.code, EXIT_USAGE);
         assert!(empty.msg.contains("empty"), "{}", empty.msg);
-        let binary = read_key_file(&write("binary", &[0xFF; 31])).unwrap_err();
+        let binary = read_key_file(&write("binary", &[0xFF; 31]), 7).unwrap_err();
         assert!(binary.msg.contains("32 raw bytes"), "{}", binary.msg);
-        let missing = read_key_file(&dir.join("missing")).unwrap_err();
+        let missing = read_key_file(&dir.join("missing"), 7).unwrap_err();
         assert_eq!(missing.code, EXIT_IO);
         let _ = std::fs::remove_dir_all(&dir);
     }
