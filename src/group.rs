@@ -97,10 +97,32 @@ pub struct Outcome {
     pub evicted: Vec<Rank>,
 }
 
-/// Derives a 256-bit group key from a passphrase (BLAKE3 key derivation with a fixed,
-/// project-specific context).
-pub fn key_from_passphrase(passphrase: &str) -> [u8; 32] {
-    blake3::derive_key("ethbcast 2026-11 group key", passphrase.as_bytes())
+/// Argon2id cost of [`key_from_passphrase`]: 19 MiB, 2 passes, 1 lane (the OWASP minimum for
+/// Argon2id), about 50 ms on one core of a current machine.
+pub const PASSPHRASE_COST: (u32, u32, u32) = (19 * 1024, 2, 1);
+
+/// A passphrase could not be stretched into a key.
+#[derive(Debug, Error)]
+#[error("cannot derive a key from the passphrase: {0}")]
+pub struct PassphraseError(String);
+
+/// Derives the 256-bit key of group `group_id` from a passphrase: Argon2id
+/// ([`PASSPHRASE_COST`]) with a salt derived from the group id. A frame sealed with the key
+/// (a captured challenge, say) lets an attacker test guesses offline, so every guess must
+/// cost as much memory and time as the stretching does; the salt makes the same passphrase a
+/// different key in another group, so no table of guesses serves two groups. Random keys (32
+/// raw bytes in a key file) need no stretching and are used as they are.
+pub fn key_from_passphrase(passphrase: &str, group_id: u32) -> Result<[u8; 32], PassphraseError> {
+    let salt = blake3::derive_key("ethbcast 2026-11 passphrase salt", &group_id.to_be_bytes());
+    let (m, t, p) = PASSPHRASE_COST;
+    let params =
+        argon2::Params::new(m, t, p, Some(32)).map_err(|e| PassphraseError(e.to_string()))?;
+    let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+    let mut key = [0u8; 32];
+    argon
+        .hash_password_into(passphrase.as_bytes(), &salt[..16], &mut key)
+        .map_err(|e| PassphraseError(e.to_string()))?;
+    Ok(key)
 }
 
 impl Default for GroupOptions {
@@ -468,7 +490,12 @@ pub fn join<L: Link>(
         .checked_add(timeout)
         .unwrap_or(start + Duration::from_secs(100 * 365 * 86_400));
     let nonce = rand::rngs::OsRng.next_u64();
-    let mut driver = Driver::new(Join::new(cfg, start, nonce)?, link);
+    // The wall clock orders this host's joins: a member prefers a coordinator's newest
+    // challenge, so recordings of earlier ones cannot displace it.
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let mut driver = Driver::new(Join::new(cfg, start, nonce)?.with_clock(clock), link);
     loop {
         if stop() {
             return Err(GroupError::Interrupted);
@@ -509,6 +536,40 @@ pub fn join<L: Link>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Performs the attack: the dictionary attacker's cheap derivation (the unsalted BLAKE3
+    /// key derivation of each guess) must not reach the key even with the right passphrase;
+    /// the key is Argon2id of the passphrase with the group's salt, and differs per group.
+    #[test]
+    fn passphrases_are_stretched_with_a_salt_of_the_group() {
+        let key = key_from_passphrase("correct horse", 0xEB_CA57).unwrap();
+        assert_ne!(
+            key,
+            blake3::derive_key("ethbcast 2026-11 group key", b"correct horse"),
+            "one cheap hash per guess finds the key"
+        );
+        assert_ne!(
+            key,
+            key_from_passphrase("correct horse", 0xEB_CA58).unwrap()
+        );
+        assert_eq!(
+            key,
+            key_from_passphrase("correct horse", 0xEB_CA57).unwrap()
+        );
+        let salt = blake3::derive_key(
+            "ethbcast 2026-11 passphrase salt",
+            &0xEB_CA57u32.to_be_bytes(),
+        );
+        let mut expect = [0u8; 32];
+        argon2::Argon2::new(
+            argon2::Algorithm::Argon2id,
+            argon2::Version::V0x13,
+            argon2::Params::new(19 * 1024, 2, 1, Some(32)).unwrap(),
+        )
+        .hash_password_into(b"correct horse", &salt[..16], &mut expect)
+        .unwrap();
+        assert_eq!(key, expect);
+    }
 
     #[test]
     fn hostfiles_accept_names_comments_and_reject_duplicates() {

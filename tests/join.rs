@@ -403,3 +403,373 @@ fn a_listed_member_that_hears_no_broadcast_still_joins() {
         assert_agree(&all_joined(&w.0));
     }
 }
+
+/// Runs one join per entry of `expects` (port i), with `key`, and a tap on one more port;
+/// returns every frame the tap saw.
+fn record(expects: Vec<Expect>, key: Option<[u8; 32]>, nonce_base: u64) -> Vec<Vec<u8>> {
+    let n = expects.len();
+    let net = SimNet::new(SimConfig::new(n + 1)).unwrap();
+    net.set_promiscuous(n, true).unwrap();
+    let joins = expects
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            Join::new(cfg(i, e, key), net.now(), nonce_base + i as u64)
+                .unwrap()
+                .with_clock(nonce_base)
+        })
+        .collect();
+    let mut tap: SimPort = net.port(n).unwrap();
+    let mut c = SimCluster::new(net, joins).unwrap();
+    let mut w = Outcomes(vec![None; n]);
+    assert_eq!(c.run(Duration::from_secs(5), &mut w).unwrap(), RunEnd::Done);
+    all_joined(&w.0);
+    let mut frames = Vec::new();
+    tap.recv_frames(&mut |f| frames.push(f.to_vec()));
+    frames
+}
+
+/// The join message type of an Ethernet frame (1 challenge, 2 hello, 3 roster, 4 confirm).
+fn join_type(eth: &[u8]) -> Option<u8> {
+    let f = Frame::new_checked(eth.get(ethbcast::wire::ETH_HEADER_LEN..)?).ok()?;
+    (f.kind() == Kind::Join)
+        .then(|| f.payload().first().copied())
+        .flatten()
+}
+
+fn src_of(eth: &[u8]) -> MacAddr {
+    let mut m = [0u8; 6];
+    m.copy_from_slice(&eth[6..12]);
+    MacAddr(m)
+}
+
+/// `eth` sent again, unchanged, from `from` (a host that has only the recording).
+fn resent_from(eth: &[u8], from: MacAddr) -> Vec<u8> {
+    let mut v = eth.to_vec();
+    v[6..12].copy_from_slice(&from.0);
+    v
+}
+
+/// A keyless join frame rebuilt as if `from` had sent it: its sender's MAC replaced by `from`
+/// wherever it appears (a host without a key can write any join message).
+fn forged_from(eth: &[u8], from: MacAddr) -> Vec<u8> {
+    let orig = src_of(eth);
+    let f = Frame::new_checked(&eth[ethbcast::wire::ETH_HEADER_LEN..]).unwrap();
+    let mut body = f.payload().to_vec();
+    for i in 0..body.len().saturating_sub(5) {
+        if body[i..i + 6] == orig.0 {
+            body[i..i + 6].copy_from_slice(&from.0);
+        }
+    }
+    let pdu = ethbcast::wire::Control::Join { body }.to_vec(f.group(), f.src(), f.dst(), 0);
+    let mut v = eth[..ethbcast::wire::ETH_HEADER_LEN].to_vec();
+    v[6..12].copy_from_slice(&from.0);
+    v.extend_from_slice(&pdu);
+    v
+}
+
+/// The `k`-th MAC of a hostile host that sends from as many addresses as it likes.
+fn stranger(k: usize) -> MacAddr {
+    MacAddr([0x02, 0xEE, 0, (k >> 16) as u8, (k >> 8) as u8, k as u8])
+}
+
+/// Joins with a hostile host on the last port: every millisecond it gets what its port
+/// received since (everything, if promiscuous) and sends what `attack` makes of it.
+struct Attacked<F> {
+    out: Outcomes,
+    port: SimPort,
+    attack: F,
+    last: Option<Instant>,
+    every: Duration,
+    sent: usize,
+}
+
+impl<F: FnMut(&[Vec<u8>]) -> Vec<Vec<u8>>> Workload<Join> for Attacked<F> {
+    fn visit(&mut self, i: usize, j: &mut Join, now: Instant) {
+        self.out.visit(i, j, now);
+        if self.last.is_some_and(|t| now < t + self.every) {
+            return;
+        }
+        self.last = Some(now);
+        let mut got = Vec::new();
+        self.port.recv_frames(&mut |f| got.push(f.to_vec()));
+        for f in (self.attack)(&got) {
+            if self.port.send_frame(&f).is_ok() {
+                self.sent += 1;
+            }
+        }
+    }
+    fn done(&self) -> bool {
+        self.out.done()
+    }
+}
+
+/// Outcomes, how the run ended, how long it took, frames the hostile host sent, and each
+/// join's statistics.
+type AttackedRun = (
+    Vec<Option<Result<Joined, JoinError>>>,
+    RunEnd,
+    Duration,
+    usize,
+    Vec<JoinStats>,
+);
+
+/// Runs `expects` (ports 0..n, nonces from `nonce_base`) against a hostile host on port n
+/// (promiscuous if `tap`, acting every millisecond, or on every step if `tap`; port 2 loses
+/// 80% of what it should receive if `slow`, so that its hello comes late) for up to `limit`;
+/// returns the outcomes, how the run ended, how
+/// long it took, the frames the hostile host sent, and each join's statistics.
+fn attacked_join<F: FnMut(&[Vec<u8>]) -> Vec<Vec<u8>>>(
+    expects: Vec<Expect>,
+    key: Option<[u8; 32]>,
+    nonce_base: u64,
+    tap: bool,
+    slow: bool,
+    limit: Duration,
+    attack: F,
+) -> AttackedRun {
+    let n = expects.len();
+    let net = SimNet::new(SimConfig {
+        per_port: if slow {
+            vec![(2, Faults::lossy(0.8))]
+        } else {
+            Vec::new()
+        },
+        ..SimConfig::new(n + 1)
+    })
+    .unwrap();
+    net.set_promiscuous(n, tap).unwrap();
+    let start = net.now();
+    let joins = expects
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            Join::new(cfg(i, e, key), start, nonce_base + i as u64)
+                .unwrap()
+                .with_clock(nonce_base)
+        })
+        .collect();
+    let port = net.port(n).unwrap();
+    let mut c = SimCluster::new(net, joins).unwrap();
+    let mut w = Attacked {
+        out: Outcomes(vec![None; n]),
+        port,
+        attack,
+        last: None,
+        every: if tap {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        },
+        sent: 0,
+    };
+    let end = c.run(limit, &mut w).unwrap();
+    let took = c.net().now() - start;
+    let stats = c.members().map(Join::stats).collect();
+    (w.out.0, end, took, w.sent, stats)
+}
+
+fn ranked(n: u16) -> Vec<Expect> {
+    (0..n).map(|rank| Expect::Ranks { size: n, rank }).collect()
+}
+
+fn first_come(n: usize) -> Vec<Expect> {
+    let mut e = vec![Expect::Invited; n];
+    e[0] = Expect::FirstCome {
+        receivers: n - 1,
+        only: None,
+    };
+    e
+}
+
+/// Hellos a member may send in `t`: a round of at most 8 (one per challenge held) every
+/// 5 ms at most, however many challenges arrive (and one more round when its roster is
+/// decided).
+fn hello_bound(t: Duration) -> u64 {
+    8 * (t.as_micros() / 5_000 + 2) as u64
+}
+
+/// Performs the attack: a hostile host without the key re-sends every challenge of an earlier
+/// keyed session from 64 MACs of its own, 64 times a millisecond, during a new one. The join
+/// completes anyway (the challenge seals its coordinator's MAC and its time, and a member
+/// keeps the newest one of each coordinator), with the same roster, and no member's hello
+/// rate grows with the flood.
+#[test]
+fn a_challenge_flood_from_many_macs_neither_stalls_a_keyed_join_nor_multiplies_hellos() {
+    for expects in [
+        ranked(3),
+        vec![Expect::Discover { size: 3 }; 3],
+        first_come(3),
+    ] {
+        let recorded = record(expects.clone(), Some(KEY), 10);
+        let mut challenges: Vec<Vec<u8>> = Vec::new();
+        for f in recorded.iter().filter(|f| join_type(f) == Some(1)) {
+            if !challenges.contains(f) {
+                challenges.push(f.clone());
+            }
+        }
+        assert!(!challenges.is_empty(), "{expects:?}: challenges recorded");
+        let mut k = 0;
+        let (out, end, took, sent, stats) = attacked_join(
+            expects.clone(),
+            Some(KEY),
+            1000,
+            false,
+            true,
+            Duration::from_secs(3),
+            |_| {
+                let mut v = Vec::new();
+                for _ in 0..64 {
+                    k += 1;
+                    let c = &challenges[k % challenges.len()];
+                    v.push(resent_from(c, stranger(k % 64)));
+                    if k % 8 == 0 {
+                        v.push(c.clone());
+                    }
+                }
+                v
+            },
+        );
+        assert_eq!(end, RunEnd::Done, "{expects:?}: the join completes");
+        assert!(sent >= 256, "the attack happened: {sent}");
+        let joined = all_joined(&out);
+        assert_agree(&joined);
+        assert_eq!(joined[0].session.nonce, 1000, "{expects:?}");
+        assert!(joined[0].peers.iter().all(|m| m.0[1] != 0xEE));
+        for (i, s) in stats.iter().enumerate() {
+            assert!(
+                s.hellos <= hello_bound(took),
+                "{expects:?}: member {i} sent {} hellos in {took:?}",
+                s.hellos
+            );
+        }
+    }
+}
+
+/// Performs the attack on a keyless join (where anybody can write a challenge): challenges
+/// and rosters from hundreds of MACs, each a new coordinator. A member keeps a bounded number
+/// of challenges and rosters, and answers at a bounded rate rather than once per challenge.
+#[test]
+fn forged_challenges_and_rosters_from_many_macs_hold_bounded_state_and_hellos() {
+    let expects = first_come(3);
+    let recorded = record(expects.clone(), None, 10);
+    let pairs: Vec<Vec<u8>> = recorded
+        .iter()
+        .filter(|f| matches!(join_type(f), Some(1) | Some(3)) && src_of(f) == port_mac(0))
+        .take(8)
+        .cloned()
+        .collect();
+    assert!(pairs.iter().any(|f| join_type(f) == Some(3)), "a roster");
+    let mut k = 0;
+    let (_, _, took, sent, stats) = attacked_join(
+        vec![Expect::Invited; 2],
+        None,
+        1000,
+        false,
+        false,
+        Duration::from_millis(500),
+        |_| {
+            let mut v = Vec::new();
+            for _ in 0..16 {
+                k += 1;
+                for f in &pairs {
+                    v.push(forged_from(f, stranger(k)));
+                }
+            }
+            v
+        },
+    );
+    assert!(sent > 1000, "the attack happened: {sent}");
+    for (i, s) in stats.iter().enumerate() {
+        assert!(s.challenges <= 8, "member {i}: {s:?}");
+        assert!(s.peak_rosters <= 8, "member {i}: {s:?}");
+        assert!(
+            s.hellos <= hello_bound(took),
+            "member {i} sent {} hellos in {took:?}",
+            s.hellos
+        );
+    }
+}
+
+/// Performs the attack: recorded challenge/roster pairs of an earlier keyed session, re-sent
+/// from a new MAC each time, during a new join of invited members. The rosters a member
+/// collects stay bounded (before, one per MAC, never removed), and the join completes.
+#[test]
+fn replayed_rosters_from_new_macs_do_not_grow_a_keyed_join() {
+    let expects = first_come(3);
+    let recorded = record(expects.clone(), Some(KEY), 10);
+    let challenge = recorded
+        .iter()
+        .find(|f| join_type(f) == Some(1))
+        .unwrap()
+        .clone();
+    let roster = recorded
+        .iter()
+        .find(|f| join_type(f) == Some(3))
+        .unwrap()
+        .clone();
+    let mut k = 0;
+    let (out, end, _, sent, stats) = attacked_join(
+        expects,
+        Some(KEY),
+        1000,
+        false,
+        true,
+        Duration::from_secs(3),
+        |_| {
+            let mut v = Vec::new();
+            for _ in 0..16 {
+                k += 1;
+                v.push(resent_from(&challenge, stranger(k)));
+                v.push(resent_from(&roster, stranger(k)));
+            }
+            v
+        },
+    );
+    assert!(sent >= 256, "the attack happened: {sent}");
+    for (i, s) in stats.iter().enumerate() {
+        assert!(s.peak_rosters <= 8, "member {i}: {s:?}");
+    }
+    assert_eq!(end, RunEnd::Done);
+    assert_agree(&all_joined(&out));
+}
+
+/// Performs the attack: a host that sees the members' unicast re-sends every hello and
+/// confirmation from its own MAC. The tags seal the member's MAC, so it neither takes a
+/// first-come slot nor aborts a discovery ("4 members announced") or a ranked join
+/// (`RankClaimedTwice`): every kind of join completes with the members alone.
+#[test]
+fn hellos_and_confirmations_resent_from_a_foreign_mac_change_nothing() {
+    for expects in [
+        ranked(3),
+        vec![Expect::Discover { size: 3 }; 3],
+        first_come(3),
+    ] {
+        let n = expects.len();
+        let me = port_mac(n as u16);
+        let (out, end, _, sent, _) = attacked_join(
+            expects.clone(),
+            Some(KEY),
+            1000,
+            true,
+            true,
+            Duration::from_secs(3),
+            |got| {
+                got.iter()
+                    .filter(|f| matches!(join_type(f), Some(2) | Some(4)) && src_of(f) != me)
+                    .map(|f| resent_from(f, me))
+                    .collect()
+            },
+        );
+        assert!(sent > 0, "{expects:?}: the attack happened");
+        let results: Vec<_> = out.iter().flatten().collect();
+        assert!(
+            results.iter().all(|r| r.is_ok()),
+            "{expects:?}: {results:?}"
+        );
+        assert_eq!(end, RunEnd::Done, "{expects:?}");
+        let joined = all_joined(&out);
+        assert_agree(&joined);
+        assert!(!joined[0].peers.contains(&me), "{expects:?}");
+    }
+}

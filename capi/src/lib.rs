@@ -225,6 +225,7 @@ impl Failure {
 fn resolve_key(
     key: Option<&[u8]>,
     key_file: Option<&str>,
+    group_id: u32,
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Result<Option<[u8; 32]>, Failure> {
     let key_error = |message: String| Failure {
@@ -244,12 +245,11 @@ fn resolve_key(
             ))
         })?),
         (None, Some(path)) => Some(
-            keyfile::read_key_file(std::path::Path::new(path))
+            keyfile::read_key_file(std::path::Path::new(path), group_id)
                 .map_err(|e| key_error(format!("{e} (key_file of the options)")))?,
         ),
-        (None, None) => {
-            keyfile::key_from_env(&env).map_err(|e| key_error(format!("{e} ({KEY_FILE_ENV})")))?
-        }
+        (None, None) => keyfile::key_from_env(&env, group_id)
+            .map_err(|e| key_error(format!("{e} ({KEY_FILE_ENV})")))?,
     };
     if found.is_none() && env(REQUIRE_KEY_ENV).is_some_and(|v| v == "1") {
         return Err(key_error(format!(
@@ -295,7 +295,9 @@ unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> 
     let mut options = options_from(c)?;
     // SAFETY: the caller's promise, passed on.
     let (key, key_file) = unsafe { key_args(c) }?;
-    options.group.key = resolve_key(key, key_file, |v| std::env::var_os(v))?;
+    options.group.key = resolve_key(key, key_file, options.group.group_id, |v| {
+        std::env::var_os(v)
+    })?;
     Ok(options)
 }
 
@@ -753,6 +755,8 @@ pub extern "C" fn ethbcast_last_error() -> *const c_char {
 
 #[cfg(test)]
 mod tests {
+    /// The group id the key tests derive passphrase keys for.
+    const GID: u32 = 0xEB_CA57;
     use super::*;
 
     #[test]
@@ -788,7 +792,7 @@ mod tests {
         std::fs::write(&phrase, "correct horse\n").unwrap();
         let empty = dir.join("empty");
         std::fs::write(&empty, "\n").unwrap();
-        let want = keyfile::read_key_file(&phrase).unwrap();
+        let want = keyfile::read_key_file(&phrase, GID).unwrap();
         let phrase_s = phrase.to_str().unwrap();
         let env_of = |vars: Vec<(&'static str, String)>| {
             move |v: &str| {
@@ -799,59 +803,63 @@ mod tests {
         };
         let none = env_of(vec![]);
         // Nothing anywhere: no key (a warning is the interposer's business).
-        assert_eq!(resolve_key(None, None, &none).unwrap(), None);
+        assert_eq!(resolve_key(None, None, GID, &none).unwrap(), None);
         // The options' 32 bytes, as they are.
         assert_eq!(
-            resolve_key(Some(&[7; 32]), None, &none).unwrap(),
+            resolve_key(Some(&[7; 32]), None, GID, &none).unwrap(),
             Some([7; 32])
         );
-        let short = resolve_key(Some(&[7; 31]), None, &none).unwrap_err();
+        let short = resolve_key(Some(&[7; 31]), None, GID, &none).unwrap_err();
         assert_eq!(short.code, ETHBCAST_ERR_INVALID, "{}", short.message);
-        let both = resolve_key(Some(&[7; 32]), Some(phrase_s), &none).unwrap_err();
+        let both = resolve_key(Some(&[7; 32]), Some(phrase_s), GID, &none).unwrap_err();
         assert_eq!(both.code, ETHBCAST_ERR_INVALID, "{}", both.message);
         // A key file, as the command line reads it, from the options or the environment.
         assert_eq!(
-            resolve_key(None, Some(phrase_s), &none).unwrap(),
+            resolve_key(None, Some(phrase_s), GID, &none).unwrap(),
             Some(want)
         );
         let env = env_of(vec![(KEY_FILE_ENV, phrase_s.to_string())]);
-        assert_eq!(resolve_key(None, None, &env).unwrap(), Some(want));
+        assert_eq!(resolve_key(None, None, GID, &env).unwrap(), Some(want));
         // The options' key wins over the environment's file.
         assert_eq!(
-            resolve_key(Some(&[7; 32]), None, &env).unwrap(),
+            resolve_key(Some(&[7; 32]), None, GID, &env).unwrap(),
             Some([7; 32])
         );
         // Unreadable or empty key files: ETHBCAST_ERR_KEY, naming the file, never keyless.
         for (path, what) in [(dir.join("missing"), "cannot read"), (empty, "empty")] {
             let p = path.to_str().unwrap().to_string();
-            let e = resolve_key(None, Some(&p), &none).unwrap_err();
+            let e = resolve_key(None, Some(&p), GID, &none).unwrap_err();
             assert_eq!(e.code, ETHBCAST_ERR_KEY, "{}", e.message);
             assert!(
                 e.message.contains(what) && e.message.contains(&p),
                 "{}",
                 e.message
             );
-            let e = resolve_key(None, None, env_of(vec![(KEY_FILE_ENV, p.clone())])).unwrap_err();
+            let e =
+                resolve_key(None, None, GID, env_of(vec![(KEY_FILE_ENV, p.clone())])).unwrap_err();
             assert_eq!(e.code, ETHBCAST_ERR_KEY, "{}", e.message);
             assert!(e.message.contains(KEY_FILE_ENV), "{}", e.message);
         }
         // ETHBCAST_REQUIRE_KEY=1: no key is refused, a key is fine.
         let strict = env_of(vec![(REQUIRE_KEY_ENV, "1".into())]);
-        let e = resolve_key(None, None, &strict).unwrap_err();
+        let e = resolve_key(None, None, GID, &strict).unwrap_err();
         assert_eq!(e.code, ETHBCAST_ERR_KEY);
         assert!(
             e.message.contains("ETHBCAST_REQUIRE_KEY=1"),
             "{}",
             e.message
         );
-        assert!(resolve_key(Some(&[7; 32]), None, &strict).is_ok());
+        assert!(resolve_key(Some(&[7; 32]), None, GID, &strict).is_ok());
         let strict_file = env_of(vec![
             (REQUIRE_KEY_ENV, "1".into()),
             (KEY_FILE_ENV, phrase_s.to_string()),
         ]);
-        assert_eq!(resolve_key(None, None, &strict_file).unwrap(), Some(want));
+        assert_eq!(
+            resolve_key(None, None, GID, &strict_file).unwrap(),
+            Some(want)
+        );
         let lax = env_of(vec![(REQUIRE_KEY_ENV, "0".into())]);
-        assert_eq!(resolve_key(None, None, &lax).unwrap(), None);
+        assert_eq!(resolve_key(None, None, GID, &lax).unwrap(), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -23,7 +23,17 @@
 //! wire group id and, with a key, its session key, so frames of another session (an earlier
 //! run with the same key, say) fail the group check or the tag of every frame.
 //!
-//! Nonces come from the caller, so that runs on the simulator repeat exactly.
+//! **Why a stranger cannot stall it.** A recorded frame can be sent again from any MAC. So
+//! every join message seals its sender's MAC and is ignored from another: a challenge names
+//! its coordinator, a hello or confirmation its member (else a re-sent hello would take a
+//! first-come slot, claim a rank twice or announce a member too many). A challenge also seals
+//! its coordinator's clock: a member keeps the newest challenge of each coordinator and, of
+//! [`MAX_CHALLENGES`] places, gives one up only for a newer challenge and never once the
+//! coordinator's roster has named it, so recordings of earlier joins cannot push the current
+//! one out. Rosters are collected for held challenges only, and hellos go out in rounds at
+//! least [`HELLO_GAP`] apart, so a flood costs bounded memory and bounded answers.
+//!
+//! Nonces and clocks come from the caller, so that runs on the simulator repeat exactly.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -45,9 +55,18 @@ pub const REPEAT: Duration = Duration::from_millis(10);
 /// Members a coordinator sends point-to-point copies of a round to, at most.
 const UNICAST_PER_ROUND: usize = 16;
 
-/// Challenges a member answers at once (the most recent; a replayed challenge can take a slot
-/// but not keep the real coordinator's).
-const MAX_CHALLENGES: usize = 8;
+/// Challenges a member holds and answers at once (and rosters it collects: one per challenge).
+pub const MAX_CHALLENGES: usize = 8;
+
+/// Least time between two rounds of hellos, however many challenges arrive: a flood of
+/// challenges costs a member at most [`MAX_CHALLENGES`] hellos per gap.
+pub const HELLO_GAP: Duration = Duration::from_millis(5);
+
+/// Hosts outside the expectation remembered for a timeout message, at most.
+const MAX_STRANGERS: usize = 64;
+
+/// Members of a roster, at most (a group has at most 65534).
+const MAX_ROSTER: usize = u16::MAX as usize - 1;
 
 /// Roster entries per frame: MAC (6) and member nonce (8), after a 15-byte part header, in a
 /// payload of 1400 bytes (a 1500-byte MTU less header, tag and CRC, with room to spare).
@@ -173,6 +192,7 @@ pub struct LateRoster {
     group: u32,
     nonce: u64,
     member_nonce: u64,
+    member: MacAddr,
     coordinator: MacAddr,
     key: Option<[u8; 32]>,
 }
@@ -200,6 +220,7 @@ impl LateRoster {
         let confirm = Msg::Confirm {
             nonce: self.nonce,
             member: self.member_nonce,
+            mac: self.member,
         };
         let frame = seal(
             self.key.map(|k| join_key(&k, self.nonce)),
@@ -210,6 +231,20 @@ impl LateRoster {
         )?;
         Some((self.coordinator, frame))
     }
+}
+
+/// What a join holds and has sent, for tests and reports: the state a stranger could try to
+/// grow, and the hellos it could try to multiply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JoinStats {
+    /// Hellos sent so far.
+    pub hellos: u64,
+    /// Challenges held now.
+    pub challenges: usize,
+    /// Rosters being collected now.
+    pub rosters: usize,
+    /// Most rosters held at once.
+    pub peak_rosters: usize,
 }
 
 /// Why a join failed (timeouts are the caller's: see [`Join::progress`]).
@@ -239,11 +274,18 @@ enum Msg {
     Challenge {
         nonce: u64,
         size: u16,
+        /// The coordinator's MAC: sealed, so the challenge is worth nothing from another.
+        coordinator: MacAddr,
+        /// The coordinator's clock when it started the join (a later join of a host has a
+        /// larger one): a member prefers the newest challenge of each coordinator.
+        time: u64,
     },
     Hello {
         nonce: u64,
         member: u64,
         claim: u16,
+        /// The member's MAC: sealed, so the hello is worth nothing from another.
+        mac: MacAddr,
     },
     Roster {
         nonce: u64,
@@ -254,7 +296,15 @@ enum Msg {
     Confirm {
         nonce: u64,
         member: u64,
+        /// The member's MAC, as in its hello.
+        mac: MacAddr,
     },
+}
+
+fn mac_at(b: &[u8]) -> MacAddr {
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&b[..6]);
+    MacAddr(mac)
 }
 
 fn be64(b: &[u8]) -> u64 {
@@ -267,20 +317,29 @@ impl Msg {
     fn encode(&self) -> Vec<u8> {
         let mut v = Vec::new();
         match self {
-            Msg::Challenge { nonce, size } => {
+            Msg::Challenge {
+                nonce,
+                size,
+                coordinator,
+                time,
+            } => {
                 v.push(1);
                 v.extend_from_slice(&nonce.to_be_bytes());
                 v.extend_from_slice(&size.to_be_bytes());
+                v.extend_from_slice(coordinator.as_slice());
+                v.extend_from_slice(&time.to_be_bytes());
             }
             Msg::Hello {
                 nonce,
                 member,
                 claim,
+                mac,
             } => {
                 v.push(2);
                 v.extend_from_slice(&nonce.to_be_bytes());
                 v.extend_from_slice(&member.to_be_bytes());
                 v.extend_from_slice(&claim.to_be_bytes());
+                v.extend_from_slice(mac.as_slice());
             }
             Msg::Roster {
                 nonce,
@@ -298,10 +357,11 @@ impl Msg {
                     v.extend_from_slice(&m.to_be_bytes());
                 }
             }
-            Msg::Confirm { nonce, member } => {
+            Msg::Confirm { nonce, member, mac } => {
                 v.push(4);
                 v.extend_from_slice(&nonce.to_be_bytes());
                 v.extend_from_slice(&member.to_be_bytes());
+                v.extend_from_slice(mac.as_slice());
             }
         }
         v
@@ -311,14 +371,17 @@ impl Msg {
     fn decode(b: &[u8]) -> Option<Msg> {
         let (&t, rest) = b.split_first()?;
         Some(match t {
-            1 if rest.len() == 10 => Msg::Challenge {
+            1 if rest.len() == 24 => Msg::Challenge {
                 nonce: be64(rest),
                 size: u16::from_be_bytes([rest[8], rest[9]]),
+                coordinator: mac_at(&rest[10..]),
+                time: be64(&rest[16..]),
             },
-            2 if rest.len() == 18 => Msg::Hello {
+            2 if rest.len() == 24 => Msg::Hello {
                 nonce: be64(rest),
                 member: be64(&rest[8..]),
                 claim: u16::from_be_bytes([rest[16], rest[17]]),
+                mac: mac_at(&rest[18..]),
             },
             3 if rest.len() >= 14 => {
                 let count = usize::from(u16::from_be_bytes([rest[12], rest[13]]));
@@ -332,17 +395,14 @@ impl Msg {
                     parts: u16::from_be_bytes([rest[10], rest[11]]),
                     entries: body
                         .chunks_exact(14)
-                        .map(|c| {
-                            let mut mac = [0u8; 6];
-                            mac.copy_from_slice(&c[..6]);
-                            (MacAddr(mac), be64(&c[6..]))
-                        })
+                        .map(|c| (mac_at(c), be64(&c[6..])))
                         .collect(),
                 }
             }
-            4 if rest.len() == 16 => Msg::Confirm {
+            4 if rest.len() == 22 => Msg::Confirm {
                 nonce: be64(rest),
                 member: be64(&rest[8..]),
+                mac: mac_at(&rest[16..]),
             },
             _ => return None,
         })
@@ -370,6 +430,17 @@ struct Parts {
     got: BTreeMap<u16, Vec<(MacAddr, u64)>>,
 }
 
+/// A challenge a member holds and answers.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    coordinator: MacAddr,
+    nonce: u64,
+    time: u64,
+    /// A roster of it named this member with its current nonce: the coordinator heard this
+    /// member's hello of this join, so the challenge is live, not a recording.
+    answered: bool,
+}
+
 /// The coordinator's side.
 #[derive(Debug)]
 struct Coordinating {
@@ -395,9 +466,19 @@ pub struct Join {
     /// The member nonce of this member's hellos.
     member_nonce: u64,
     coord: Option<Coordinating>,
-    /// Challenges heard (coordinator MAC, nonce), most recent last.
-    challenges: VecDeque<(MacAddr, u64)>,
+    /// This join's clock value, sealed in its challenges (see [`Join::with_clock`]).
+    clock: u64,
+    /// Challenges held (at most [`MAX_CHALLENGES`]), in arrival order.
+    challenges: Vec<Held>,
+    /// Rosters being collected, one per challenge held at most.
     rosters: BTreeMap<(MacAddr, u64), Parts>,
+    /// When the last round of hellos went out.
+    last_round: Option<Instant>,
+    /// How to confirm a repeated roster once joined (the result may have been taken).
+    late: Option<LateRoster>,
+    /// Hellos sent and the most rosters held at once.
+    hellos_sent: u64,
+    peak_rosters: usize,
     /// Hosts heard that the expectation excludes.
     strangers: BTreeSet<MacAddr>,
     next_send: Instant,
@@ -464,8 +545,13 @@ impl Join {
                 rounds: 0,
                 cursor: 0,
             }),
-            challenges: VecDeque::new(),
+            clock: 0,
+            challenges: Vec::new(),
             rosters: BTreeMap::new(),
+            last_round: None,
+            late: None,
+            hellos_sent: 0,
+            peak_rosters: 0,
             strangers: BTreeSet::new(),
             next_send: now,
             out: VecDeque::new(),
@@ -474,6 +560,17 @@ impl Join {
         };
         j.decide(now);
         Ok(j)
+    }
+
+    /// Sets the value this join seals in its challenges as their time: the wall clock (in
+    /// microseconds since the UNIX epoch, say), or anything that grows from one join of this
+    /// host to the next. A member prefers the challenge of a coordinator with the largest
+    /// time, so that challenges recorded in earlier joins and sent again cannot displace the
+    /// current one. Joins that leave it at 0 tie, and then the challenges that came first are
+    /// kept.
+    pub fn with_clock(mut self, time: u64) -> Join {
+        self.clock = time;
+        self
     }
 
     /// The join's outcome, once there is one.
@@ -504,6 +601,16 @@ impl Join {
             .as_ref()
             .map(|c| c.hellos.iter().map(|h| h.0).collect())
             .unwrap_or_default()
+    }
+
+    /// What the join holds and has sent so far.
+    pub fn stats(&self) -> JoinStats {
+        JoinStats {
+            hellos: self.hellos_sent,
+            challenges: self.challenges.len(),
+            rosters: self.rosters.len(),
+            peak_rosters: self.peak_rosters,
+        }
     }
 
     /// True if this member coordinates (and has not stepped down).
@@ -649,16 +756,19 @@ impl Join {
             return;
         };
         self.done = true;
+        let late = LateRoster {
+            group: self.cfg.group,
+            nonce,
+            member_nonce: self.member_nonce,
+            member: self.cfg.mac,
+            coordinator,
+            key: self.cfg.key,
+        };
+        self.late = Some(late.clone());
         self.result = Some(Ok(Joined {
             rank: rank as Rank,
             session: session(self.cfg.group, self.cfg.key.as_ref(), nonce, roster),
-            late: LateRoster {
-                group: self.cfg.group,
-                nonce,
-                member_nonce: self.member_nonce,
-                coordinator,
-                key: self.cfg.key,
-            },
+            late,
             peers,
         }));
     }
@@ -695,6 +805,7 @@ impl Join {
         let confirm = Msg::Confirm {
             nonce,
             member: self.member_nonce,
+            mac: self.cfg.mac,
         };
         let key = self.cfg.key.map(|k| join_key(&k, nonce));
         self.send(from, key, &confirm, NO_RANK);
@@ -708,13 +819,31 @@ impl Join {
         if f.kind() != Kind::Join || f.group() != self.cfg.group || src == self.cfg.mac {
             return;
         }
+        if self.done {
+            // Joined: the coordinator repeats its roster until this member's confirmation
+            // arrives; confirm again (as the member will, through `Joined::late`).
+            if let Some(late) = &self.late {
+                if let Some(answer) = late.answer(src, pdu) {
+                    self.out.push_back(answer);
+                }
+            }
+            return;
+        }
         // The message names its nonce; the tag (with a key) decides whether to believe it.
         let Some(msg) = Msg::decode(f.payload()) else {
             return;
         };
         let verified = |key: [u8; 32]| f.verify(&key);
         match msg {
-            Msg::Challenge { nonce, size } => {
+            Msg::Challenge {
+                nonce,
+                size,
+                coordinator,
+                time,
+            } => {
+                if coordinator != src {
+                    return;
+                }
                 if let Some(k) = &self.cfg.key {
                     if !verified(challenge_key(k)) {
                         return;
@@ -727,21 +856,19 @@ impl Join {
                     Expect::Invited => true,
                     Expect::FirstCome { .. } => false,
                 };
-                if !from_coordinator || self.challenges.contains(&(src, nonce)) {
-                    return;
+                if from_coordinator && self.hold(src, nonce, time) {
+                    // Answer soon, but no sooner than a gap after the last round.
+                    let earliest = self.last_round.map_or(now, |t| (t + HELLO_GAP).max(now));
+                    self.next_send = self.next_send.min(earliest);
                 }
-                if self.challenges.len() >= MAX_CHALLENGES {
-                    self.challenges.pop_front();
-                }
-                self.challenges.push_back((src, nonce));
-                self.next_send = now;
             }
             Msg::Hello {
                 nonce,
                 member,
                 claim,
+                mac,
             } => {
-                if nonce != self.nonce {
+                if nonce != self.nonce || mac != src {
                     return;
                 }
                 if let Some(k) = &self.cfg.key {
@@ -750,7 +877,9 @@ impl Join {
                     }
                 }
                 if !self.acceptable(&src, claim) {
-                    self.strangers.insert(src);
+                    if self.strangers.len() < MAX_STRANGERS {
+                        self.strangers.insert(src);
+                    }
                     return;
                 }
                 let Some(c) = self.coord.as_mut() else {
@@ -763,8 +892,8 @@ impl Join {
                 }
                 self.decide(now);
             }
-            Msg::Confirm { nonce, member } => {
-                if nonce != self.nonce {
+            Msg::Confirm { nonce, member, mac } => {
+                if nonce != self.nonce || mac != src {
                     return;
                 }
                 if let Some(k) = &self.cfg.key {
@@ -792,7 +921,14 @@ impl Join {
                 parts,
                 entries,
             } => {
-                if self.done || !self.challenges.contains(&(src, nonce)) {
+                let Some(at) = self
+                    .challenges
+                    .iter()
+                    .position(|h| h.coordinator == src && h.nonce == nonce)
+                else {
+                    return;
+                };
+                if self.done {
                     return;
                 }
                 if let Some(k) = &self.cfg.key {
@@ -803,12 +939,27 @@ impl Join {
                 if parts == 0 || part >= parts {
                     return;
                 }
-                let p = self.rosters.entry((src, nonce)).or_default();
+                if entries.contains(&(self.cfg.mac, self.member_nonce)) {
+                    self.challenges[at].answered = true;
+                }
+                if let std::collections::btree_map::Entry::Vacant(e) =
+                    self.rosters.entry((src, nonce))
+                {
+                    e.insert(Parts::default());
+                    self.peak_rosters = self.peak_rosters.max(self.rosters.len());
+                }
+                let Some(p) = self.rosters.get_mut(&(src, nonce)) else {
+                    return;
+                };
                 if p.parts != parts {
                     p.parts = parts;
                     p.got.clear();
                 }
                 p.got.insert(part, entries);
+                if p.got.values().map(Vec::len).sum::<usize>() > MAX_ROSTER {
+                    p.got.clear();
+                    return;
+                }
                 if p.got.len() == usize::from(parts) {
                     let roster: Vec<(MacAddr, u64)> = p.got.values().flatten().copied().collect();
                     self.accept_roster(src, nonce, roster);
@@ -823,6 +974,7 @@ impl Join {
             return;
         }
         self.next_send = now + REPEAT;
+        self.last_round = Some(now);
         let key = self.cfg.key;
         let claim = self.claim();
         let coordinating = self
@@ -835,6 +987,8 @@ impl Join {
                 let msg = Msg::Challenge {
                     nonce: self.nonce,
                     size,
+                    coordinator: self.cfg.mac,
+                    time: self.clock,
                 };
                 self.send(BROADCAST_MAC, key.map(|k| challenge_key(&k)), &msg, claim);
                 // Members known beforehand that broadcast does not seem to reach get copies.
@@ -884,19 +1038,72 @@ impl Join {
             _ => {}
         }
         // As a member: answer every challenge heard.
-        let challenges: Vec<(MacAddr, u64)> = self.challenges.iter().copied().collect();
+        let challenges: Vec<(MacAddr, u64)> = self
+            .challenges
+            .iter()
+            .map(|h| (h.coordinator, h.nonce))
+            .collect();
         for (coordinator, nonce) in challenges {
             let msg = Msg::Hello {
                 nonce,
                 member: self.member_nonce,
                 claim,
+                mac: self.cfg.mac,
             };
             self.send(coordinator, key.map(|k| join_key(&k, nonce)), &msg, claim);
+            self.hellos_sent += 1;
         }
     }
 }
 
 impl Join {
+    /// Takes the challenge `nonce` of `coordinator` (sealed with `time`) into the challenges
+    /// held, if it earns a place; true if it did. A coordinator has one challenge held, its
+    /// newest (a recording of an earlier join has an older time); when every place is taken,
+    /// a new challenge displaces the oldest one no roster has answered yet, and only if it is
+    /// newer. A challenge whose roster named this member is never dropped. The rosters of a
+    /// challenge dropped go with it.
+    fn hold(&mut self, coordinator: MacAddr, nonce: u64, time: u64) -> bool {
+        let fresh = Held {
+            coordinator,
+            nonce,
+            time,
+            answered: false,
+        };
+        let mut victim = None;
+        for (i, h) in self.challenges.iter().enumerate() {
+            if h.coordinator != coordinator {
+                continue;
+            }
+            if h.nonce == nonce || h.time > time || (h.time == time && h.answered) {
+                return false;
+            }
+            if h.time < time && !h.answered {
+                victim = Some(i);
+            }
+        }
+        if victim.is_none() && self.challenges.len() >= MAX_CHALLENGES {
+            victim = self
+                .challenges
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| !h.answered && h.time < time)
+                .min_by_key(|(_, h)| h.time)
+                .map(|(i, _)| i);
+            if victim.is_none() {
+                return false;
+            }
+        }
+        match victim {
+            Some(i) => {
+                let old = std::mem::replace(&mut self.challenges[i], fresh);
+                self.rosters.remove(&(old.coordinator, old.nonce));
+            }
+            None => self.challenges.push(fresh),
+        }
+        true
+    }
+
     /// Counts a broadcast round of the coordinator and picks who gets a point-to-point copy
     /// of it: from the third round on, up to [`UNICAST_PER_ROUND`] of `waiting` (members a
     /// broadcast filter may hide), round robin, so that a member that hears no broadcast

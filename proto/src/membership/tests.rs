@@ -18,6 +18,34 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
     }
     .encode();
     assert!(Msg::decode(&roster).is_some());
+    for m in [
+        Msg::Challenge {
+            nonce: 1,
+            size: 3,
+            coordinator: MacAddr([2, 0, 0, 0, 0, 9]),
+            time: 77,
+        },
+        Msg::Hello {
+            nonce: 1,
+            member: 2,
+            claim: 1,
+            mac: MacAddr([2, 0, 0, 0, 0, 8]),
+        },
+        Msg::Confirm {
+            nonce: 1,
+            member: 2,
+            mac: MacAddr([2, 0, 0, 0, 0, 8]),
+        },
+    ] {
+        let mut b = m.encode();
+        assert_eq!(Msg::decode(&b), Some(m));
+        b.pop();
+        assert_eq!(
+            Msg::decode(&b),
+            None,
+            "a message without its whole MAC or time"
+        );
+    }
     roster.pop();
     assert_eq!(Msg::decode(&roster), None, "a truncated entry");
     let mut j = Join::new(

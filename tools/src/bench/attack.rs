@@ -104,7 +104,11 @@ pub const DETECTION: Detection = Detection {
 
 /// The group key of the scenarios.
 fn group_key() -> [u8; 32] {
-    key_from_passphrase("ethbcast-bench attack")
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    *KEY.get_or_init(|| {
+        key_from_passphrase("ethbcast-bench attack", GroupOptions::default().group_id)
+            .expect("the passphrase is stretched")
+    })
 }
 
 fn keyed(detect: bool) -> GroupOptions {
@@ -536,7 +540,7 @@ pub fn forged_join(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> 
     )?;
     let intruder = netns::spawn_in(&netns, move || {
         let opts = GroupOptions {
-            key: Some(key_from_passphrase("not the group's key")),
+            key: key_from_passphrase("not the group's key", GroupOptions::default().group_id).ok(),
             timeout: Duration::from_secs(4),
             ..GroupOptions::default()
         };

@@ -329,7 +329,10 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
     bed.set_host_mac(hosts, root_mac)?;
     let attacker_host = bed.hosts()[hosts].clone();
     let mut o = opts(false);
-    o.key = Some(key_from_passphrase("ethbcast-bench faults"));
+    o.key = Some(
+        key_from_passphrase("ethbcast-bench faults", o.group_id)
+            .expect("fixed Argon2id parameters are valid"),
+    );
     let gid = o.group_id;
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();

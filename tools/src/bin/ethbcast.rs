@@ -242,7 +242,7 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
         key: c
             .key_file
             .as_deref()
-            .map(distribute::read_key_file)
+            .map(|p| distribute::read_key_file(p, c.group_id))
             .transpose()?,
         group_address: c.group_address,
     })

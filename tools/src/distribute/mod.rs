@@ -294,11 +294,11 @@ pub fn drop_capabilities() -> Result<(), Fatal> {
 /// Reads a group key file ([`ethbcast::keyfile::read_key_file`], the one reading the C ABI
 /// and the MPI interposer share): exactly 32 bytes are the key itself; anything else is a
 /// passphrase on the first line (surrounding white space ignored), from which the key is
-/// derived. An empty passphrase is refused (a usage error, like a file that is not text; an
-/// unreadable file is an I/O error).
-pub fn read_key_file(path: &std::path::Path) -> Result<[u8; 32], Fatal> {
+/// derived for group `group_id` with Argon2id. An empty passphrase is refused (a usage error,
+/// like a file that is not text; an unreadable file is an I/O error).
+pub fn read_key_file(path: &std::path::Path, group_id: u32) -> Result<[u8; 32], Fatal> {
     use ethbcast::keyfile::KeyFileError;
-    ethbcast::keyfile::read_key_file(path).map_err(|e| match e {
+    ethbcast::keyfile::read_key_file(path, group_id).map_err(|e| match e {
         KeyFileError::Io { .. } => Fatal::io(e.to_string()),
         _ => Fatal::new(EXIT_USAGE, e.to_string()),
     })
@@ -404,22 +404,22 @@ mod tests {
             p
         };
         let raw = [0xA5u8; 32];
-        assert_eq!(read_key_file(&write("raw", &raw)).unwrap(), raw);
-        let phrase = read_key_file(&write("phrase", b"  correct horse\nignored\n")).unwrap();
+        assert_eq!(read_key_file(&write("raw", &raw), 7).unwrap(), raw);
+        let phrase = read_key_file(&write("phrase", b"  correct horse\nignored\n"), 7).unwrap();
         assert_eq!(
             phrase,
-            ethbcast::group::key_from_passphrase("correct horse")
+            ethbcast::group::key_from_passphrase("correct horse", 7).unwrap()
         );
         assert_ne!(
             phrase,
-            read_key_file(&write("other", b"correct horsf\n")).unwrap()
+            read_key_file(&write("other", b"correct horsf\n"), 7).unwrap()
         );
-        let empty = read_key_file(&write("empty", b"\n  \n")).unwrap_err();
+        let empty = read_key_file(&write("empty", b"\n  \n"), 7).unwrap_err();
         assert_eq!(empty.code, EXIT_USAGE);
         assert!(empty.msg.contains("empty"), "{}", empty.msg);
-        let binary = read_key_file(&write("binary", &[0xFF; 31])).unwrap_err();
+        let binary = read_key_file(&write("binary", &[0xFF; 31]), 7).unwrap_err();
         assert!(binary.msg.contains("32 raw bytes"), "{}", binary.msg);
-        let missing = read_key_file(&dir.join("missing")).unwrap_err();
+        let missing = read_key_file(&dir.join("missing"), 7).unwrap_err();
         assert_eq!(missing.code, EXIT_IO);
         let _ = std::fs::remove_dir_all(&dir);
     }
