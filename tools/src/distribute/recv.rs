@@ -687,9 +687,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     if !a.quiet {
         eprintln!(
             "ethbcast: {} ({}) waiting for a sender, group {:#x}",
-            a.link.iface,
-            me,
-            a.link.group_id
+            a.link.iface, me, a.link.group_id
         );
     }
     let (joined, lnk) = a

@@ -550,12 +550,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     now.duration_since(last).as_secs_f64()
                 );
                 if !a.quiet {
-                    pb.suspend(|| {
-                        eprintln!(
-                            "ethbcast: evicting rank {r} ({}): {msg}",
-                            roster[r]
-                        )
-                    });
+                    pb.suspend(|| eprintln!("ethbcast: evicting rank {r} ({}): {msg}", roster[r]));
                 }
                 finish(
                     &mut outcome,
@@ -591,12 +586,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     took[r].map_or("nothing it told of".into(), |b| format!("{b} bytes"))
                 );
                 if !a.quiet {
-                    pb.suspend(|| {
-                        eprintln!(
-                            "ethbcast: failing rank {r} ({}): {msg}",
-                            roster[r]
-                        )
-                    });
+                    pb.suspend(|| eprintln!("ethbcast: failing rank {r} ({}): {msg}", roster[r]));
                 }
                 finish(
                     &mut outcome,
