@@ -339,6 +339,9 @@ pub struct MemberStats {
     pub dropped: u64,
     /// Control messages nobody here handles (evict notices, stray join frames).
     pub unhandled: u64,
+    /// Heartbeats, pings and pongs the failure detector ignored because they came late
+    /// (inside the replay window but not its newest): no sign of life.
+    pub late_liveness: u64,
     /// Events dropped because the application did not take them ([`EVENT_BOUND`]).
     pub events_dropped: u64,
     /// Most events queued at once.
@@ -825,19 +828,33 @@ impl Member {
             let from = self.peers.get(usize::from(claimed));
             // A peer repair keeps the root as its source but comes from the fellow member
             // this one asks for that root's frames.
-            let relayer = || {
-                let peer = self.engine.repair_peer(claimed)?;
-                self.peers.get(usize::from(peer))
+            let relayer = self
+                .engine
+                .repair_peer(claimed)
+                .filter(|&p| self.peers.get(usize::from(p)) == Some(&src));
+            // Who this frame proves alive: the rank whose address sent it.
+            let speaker = if from == Some(&src) {
+                claimed
+            } else {
+                match relayer.filter(|_| relayed) {
+                    Some(peer) => peer,
+                    None => {
+                        self.stats.mac_mismatch += 1;
+                        return;
+                    }
+                }
             };
-            if from != Some(&src) && !(relayed && relayer() == Some(&src)) {
-                self.stats.mac_mismatch += 1;
-                return;
-            }
             match self.engine.handle_checked(now, &frame) {
                 Ok(()) => {
                     self.stats.accepted += 1;
-                    if let Some(d) = self.detector.as_mut() {
-                        d.mark_alive(now, claimed);
+                    // New data proves its sender spoke (a duplicate is refused); a control
+                    // frame does only if its counter advanced the replay window, which the
+                    // engine then notes as heard now. A late one (inside the window, never
+                    // seen) may have been held back and replayed by anybody on the segment.
+                    let spoke =
+                        frame.kind().is_data() || self.engine.last_heard(claimed) == Some(now);
+                    if let Some(d) = self.detector.as_mut().filter(|_| spoke) {
+                        d.mark_alive(now, speaker);
                     }
                 }
                 Err(_) => self.stats.dropped += 1,
@@ -859,7 +876,13 @@ impl Member {
             match self.pair(now, peer).handle_checked(now, &frame) {
                 Ok(()) => {
                     self.stats.accepted += 1;
-                    if let Some(d) = self.detector.as_mut() {
+                    // As above: new data, or a control counter that advanced the window.
+                    let spoke = frame.kind().is_data()
+                        || self
+                            .pairs
+                            .get(&peer)
+                            .is_some_and(|e| e.last_heard(peer) == Some(now));
+                    if let Some(d) = self.detector.as_mut().filter(|_| spoke) {
                         d.mark_alive(now, peer);
                     }
                 }
@@ -1103,7 +1126,7 @@ impl Member {
                     self.stable_through =
                         Some(self.stable_through.map_or(msg_id, |s| s.max(msg_id)));
                 }
-                engine::Event::Control { src, msg } => self.route(now, src, msg),
+                engine::Event::Control { src, msg, fresh } => self.route(now, src, msg, fresh),
             }
         }
     }
@@ -1156,7 +1179,7 @@ impl Member {
     }
 
     /// Hands a control message to the machine it belongs to.
-    fn route(&mut self, now: Instant, src: Rank, msg: Control) {
+    fn route(&mut self, now: Instant, src: Rank, msg: Control, fresh: bool) {
         match msg {
             Control::Barrier(b) => {
                 let i = usize::from(b.algo == BarrierAlgo::Dissemination);
@@ -1168,6 +1191,10 @@ impl Member {
             msg => {
                 let size = self.size();
                 match (self.detector.as_mut(), Msg::from_control(&msg, size)) {
+                    // A late heartbeat, ping or pong (taken from inside the replay window)
+                    // proves nothing of now: its sender's life, or the ages in its table,
+                    // may be a recording played back after the sender died.
+                    (Some(_), Some(Ok(_))) if !fresh => self.stats.late_liveness += 1,
                     (Some(d), Some(Ok(m))) => {
                         let _ = d.handle_msg(now, src, &m);
                     }
@@ -1328,5 +1355,173 @@ mod tests {
         m.handle_frame(now, port_mac(3), &relayed);
         assert_eq!(m.stats().accepted, 2);
         assert_eq!(m.engine_stats().delivered, 2);
+    }
+}
+
+/// Liveness from replays: only what proves that a member spoke now keeps it alive.
+#[cfg(test)]
+mod liveness_tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::wire::{Repr, ALL};
+
+    const PERIOD: Duration = Duration::from_millis(10);
+
+    fn mac(i: u16) -> MacAddr {
+        let [hi, lo] = i.to_be_bytes();
+        MacAddr([0x02, 0, 0, 0, hi, lo])
+    }
+
+    /// Rank `rank` of `size` with a failure detector of period [`PERIOD`], started at `now`.
+    fn detected(rank: Rank, size: u16, peer_repair: bool, now: Instant) -> Member {
+        let mut cfg = Config::new(7, rank, size);
+        cfg.peer_repair = peer_repair;
+        let macs: Vec<MacAddr> = (0..size).map(mac).collect();
+        let mut mc = MemberConfig::new(cfg, macs);
+        mc.prepost = 4;
+        mc.detector = Some(DetectorConfig::new(rank, size, PERIOD));
+        let mut m = Member::new(now, mc).unwrap();
+        m.handle_timeout(now);
+        m
+    }
+
+    fn age(m: &Member, rank: Rank) -> u16 {
+        m.detector().expect("a detector").table()[usize::from(rank)]
+    }
+
+    /// Lets `periods` gossip periods pass after `now`, sending whatever the member sends
+    /// nowhere; returns the new instant.
+    fn wait(m: &mut Member, now: Instant, periods: u32) -> Instant {
+        let mut buf = vec![0u8; 9000];
+        let end = now + PERIOD * periods;
+        let mut t = now;
+        while t < end {
+            t += Duration::from_millis(1);
+            m.handle_timeout(t);
+            while m.poll_transmit(t, &mut buf).is_some() {}
+        }
+        end
+    }
+
+    fn ack(src: Rank, dst: Rank, ctr: u32) -> Vec<u8> {
+        Control::Ack {
+            next: 0,
+            seen: None,
+        }
+        .to_vec(7, src, dst, ctr)
+    }
+
+    fn heartbeat(src: Rank, dst: Rank, ctr: u32, size: u16) -> Vec<u8> {
+        Control::Heartbeat {
+            table: vec![0; usize::from(size)],
+        }
+        .to_vec(7, src, dst, ctr)
+    }
+
+    /// Performs the attack: a control frame whose counter lies inside the replay window but
+    /// was never seen (held back by the attacker) is replayed after its sender went quiet. It
+    /// is still taken (a late frame may be genuine), but it is no sign of life: the sender's
+    /// age keeps growing. A counter that advances the window's top is one.
+    #[test]
+    fn an_in_window_never_seen_control_frame_does_not_refresh_the_age() {
+        let t0 = Instant::now();
+        let mut m = detected(0, 3, false, t0);
+        for ctr in [1, 2, 3, 5] {
+            m.handle_frame(t0, mac(2), &ack(2, 0, ctr));
+        }
+        assert_eq!(m.stats().accepted, 4);
+        assert_eq!(age(&m, 2), 0);
+        let t1 = wait(&mut m, t0, 3);
+        assert_eq!(age(&m, 2), 3);
+        // Counter 4: in the window (top 5), never seen.
+        m.handle_frame(t1, mac(2), &ack(2, 0, 4));
+        assert_eq!(m.stats().accepted, 5, "a late frame is still taken");
+        assert_eq!(age(&m, 2), 3, "a late frame is no sign of life");
+        // The same as a heartbeat, counter 4 being spent: counter 5 is the top, seen.
+        m.handle_frame(t1, mac(2), &heartbeat(2, 0, 5, 3));
+        assert_eq!(age(&m, 2), 3, "a seen counter is refused");
+        // A counter above the top proves the sender spoke after everything heard so far.
+        m.handle_frame(t1, mac(2), &ack(2, 0, 6));
+        assert_eq!(age(&m, 2), 0);
+    }
+
+    /// Performs the attack: a relayed repair names the root of the stream as its source but
+    /// comes from the repair peer. It proves that the peer spoke, not the root: a dead root
+    /// must not be kept alive by its stream's repairs.
+    #[test]
+    fn a_relayed_repair_credits_the_relaying_peer_not_the_root() {
+        let t0 = Instant::now();
+        // Rank 2 of 4: for root 0's stream it asks rank 3.
+        let mut m = detected(2, 4, true, t0);
+        let data = |kind: Kind, seq: u32, dst: Rank, flags: Flags| {
+            let mut r = Repr::new(kind);
+            r.group = 7;
+            r.src = 0;
+            r.dst = dst;
+            r.flags = flags;
+            r.msg_id = seq;
+            r.seq = seq;
+            r.msg_len = 100;
+            r.to_vec(&[seq as u8; 100]).unwrap()
+        };
+        m.handle_frame(t0, mac(0), &data(Kind::Data, 0, ALL, Flags::BROADCAST));
+        assert_eq!(m.engine().repair_peer(0), Some(3));
+        let t1 = wait(&mut m, t0, 3);
+        assert_eq!((age(&m, 0), age(&m, 3)), (3, 3));
+        m.handle_frame(t1, mac(3), &data(Kind::Repair, 1, 2, Flags::P2P));
+        assert_eq!(m.stats().accepted, 2, "the relayed repair is taken");
+        assert_eq!(age(&m, 3), 0, "the relaying peer spoke");
+        assert_eq!(age(&m, 0), 3, "the root did not");
+    }
+
+    /// Performs the attack: the attacker recorded a member's heartbeats and acknowledgements,
+    /// held every other one back, and after the member died replays them all, one per gossip
+    /// period (the seen ones are refused, the held-back ones lie in the replay window). The
+    /// dead member is still evicted within the detector's bound.
+    #[test]
+    fn replayed_heartbeats_and_acks_do_not_keep_a_dead_member_alive() {
+        let t0 = Instant::now();
+        let mut m = detected(0, 3, false, t0);
+        let size = 3;
+        let recorded: Vec<Vec<u8>> = (1..=40)
+            .map(|ctr| {
+                if ctr % 2 == 0 {
+                    heartbeat(2, 0, ctr, size)
+                } else {
+                    ack(2, 0, ctr)
+                }
+            })
+            .collect();
+        let mut t = t0;
+        for (i, f) in recorded.iter().enumerate() {
+            if i % 2 == 0 {
+                m.handle_frame(t, mac(2), f);
+            }
+            t += Duration::from_millis(1);
+            m.handle_timeout(t);
+        }
+        let died = t;
+        let cfg = DetectorConfig::new(0, size, PERIOD);
+        let bound = cfg.cleanup() + cfg.confirm_timeout + PERIOD;
+        // Rank 1 stays alive and says so with fresh counters; the attacker replays one of
+        // rank 2's recorded frames (held back or not) every period.
+        let (mut ctr1, mut next) = (1, 0);
+        while t < died + 3 * bound && m.is_live(2) {
+            m.handle_frame(t, mac(1), &ack(1, 0, ctr1));
+            ctr1 += 1;
+            let f = &recorded[(next * 2 + 1) % recorded.len()];
+            m.handle_frame(t, mac(2), f);
+            m.handle_frame(t, mac(2), &recorded[next % recorded.len()]);
+            next += 1;
+            t = wait(&mut m, t, 1);
+        }
+        let evicted = m.evicted().iter().find(|(r, _)| *r == 2).map(|&(_, at)| at);
+        let after = evicted.map(|at| at - died);
+        assert!(
+            after.is_some_and(|d| d <= bound),
+            "rank 2 evicted after {after:?}, bound {bound:?}"
+        );
+        assert!(m.is_live(1));
     }
 }

@@ -43,7 +43,9 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::eqa::{Rank, Seq};
-use crate::wire::{self, Control, ControlError, Frame, ReplayWindow, Repr, WireError};
+use crate::wire::{
+    self, Admit, Control, ControlError, Flags, Frame, Kind, ReplayWindow, Repr, WireError,
+};
 
 pub use recv::Receiver;
 pub use send::Sender;
@@ -543,6 +545,10 @@ pub enum Event {
         src: Rank,
         /// The message.
         msg: Control,
+        /// Whether its control counter advanced the sender's replay window (a sign that the
+        /// sender spoke lately); `false` for a late frame taken once from inside the window,
+        /// which a third party may have held back and replayed.
+        fresh: bool,
     },
 }
 
@@ -609,7 +615,7 @@ pub struct Engine {
     /// firing the due ones never visits the streams that are quiet.
     rx_timers: BTreeSet<(Instant, Rank)>,
     live: Vec<bool>,
-    /// When a frame of each member last passed every check (CRC, group, key, membership).
+    /// When each member last gave a sign of life ([`Engine::last_heard`]).
     heard: Vec<Option<Instant>>,
     /// The view (a hash of the evicted set) the acknowledgement trees are laid out in.
     view: u32,
@@ -670,9 +676,14 @@ impl Engine {
     pub fn repair_peer(&self, root: Rank) -> Option<Rank> {
         self.receiver(root).and_then(Receiver::peer)
     }
-    /// When a frame of `rank` last passed every check of [`Engine::handle_frame`] (CRC,
-    /// group, key, membership, destination): a sign of life of that member. Frames of other
-    /// groups, garbage and forgeries the key rejects are no such sign.
+    /// When `rank` last gave a sign of life: a frame of it passed every check of
+    /// [`Engine::handle_frame`] (CRC, group, key, membership, destination) and proved that it
+    /// spoke then. Frames of other groups, garbage and forgeries the key rejects are no such
+    /// sign; nor are replays that pass the checks: a control frame whose counter does not
+    /// advance the replay window ([`crate::wire::Admit::Late`]) or a duplicate data frame. A
+    /// repair sent point to point counts for nobody here: a fellow member may have relayed it
+    /// with the root as its source, and only the layer that sees the Ethernet source can tell
+    /// who spoke (see `Member::handle_frame`).
     pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
         self.heard.get(usize::from(rank)).copied().flatten()
     }
@@ -831,24 +842,28 @@ impl Engine {
         if !self.live[usize::from(src)] {
             return Err(Drop::Evicted(src));
         }
-        if !frame.kind().is_data()
-            && !self.replay[usize::from(src)].accept(wire::control::counter(frame))
-        {
-            return Err(Drop::Replayed);
-        }
         if frame.kind().is_data() {
             let repr = Repr::parse(frame);
             let r = self.rx_mut(now, src).on_data(now, &repr, frame.payload());
             self.collect_rx(src);
-            // A duplicate or stale data frame (a replay, say) is no sign of the root's life.
-            if r.is_ok() {
+            // A duplicate or stale data frame (a replay, say) is no sign of the root's life,
+            // nor is a point-to-point repair: a fellow member may have relayed it.
+            let relayed = frame.kind() == Kind::Repair && frame.flags().contains(Flags::P2P);
+            if r.is_ok() && !relayed {
                 self.heard[usize::from(src)] = Some(now);
             }
             return r;
         }
-        self.heard[usize::from(src)] = Some(now);
+        let fresh = match self.replay[usize::from(src)].admit(wire::control::counter(frame)) {
+            Admit::Refused => return Err(Drop::Replayed),
+            Admit::Late => false,
+            Admit::Newest => true,
+        };
+        if fresh {
+            self.heard[usize::from(src)] = Some(now);
+        }
         let msg = Control::parse(frame)?;
-        self.handle_control(now, src, dst, msg)
+        self.handle_control(now, src, dst, msg, fresh)
     }
 
     /// Handles a parsed control message from `src` addressed to `dst` (this member or all).
@@ -858,6 +873,7 @@ impl Engine {
         src: Rank,
         dst: Rank,
         msg: Control,
+        fresh: bool,
     ) -> Result<(), Drop> {
         let to_me = dst == self.cfg.rank;
         let feedback = match msg {
@@ -918,7 +934,7 @@ impl Engine {
             },
             Control::Pull { msg_id, next } => send::Feedback::Pull { msg_id, next },
             msg => {
-                self.events.push_back(Event::Control { src, msg });
+                self.events.push_back(Event::Control { src, msg, fresh });
                 return Ok(());
             }
         };

@@ -514,37 +514,56 @@ pub struct ReplayWindow {
     seen: u64,
 }
 
+/// How a [`ReplayWindow`] took a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Newer than every counter seen: the sender sent it after everything heard from it so
+    /// far, so it proves the sender spoke lately (a sign of life).
+    Newest,
+    /// Inside the window and not seen, but older than the newest: taken once (frames may be
+    /// reordered or lost on their way), yet no sign of life, since a frame held back by a
+    /// third party looks the same.
+    Late,
+    /// Seen already, zero, or too old: refused.
+    Refused,
+}
+
 impl ReplayWindow {
     /// Counters older than this many behind the highest are refused.
     pub const SPAN: u32 = 64;
 
     /// Accepts `ctr` if it was not seen and is not too old; records it.
     pub fn accept(&mut self, ctr: u32) -> bool {
+        self.admit(ctr) != Admit::Refused
+    }
+
+    /// Like [`ReplayWindow::accept`], telling whether `ctr` advanced the window's top.
+    pub fn admit(&mut self, ctr: u32) -> Admit {
         if ctr == 0 {
-            return false;
+            return Admit::Refused;
         }
         if self.top == 0 {
             self.top = ctr;
             self.seen = 1;
-            return true;
+            return Admit::Newest;
         }
         let ahead = ctr.wrapping_sub(self.top);
         if ahead != 0 && ahead < 1 << 31 {
             self.seen = if ahead >= 64 { 0 } else { self.seen << ahead };
             self.seen |= 1;
             self.top = ctr;
-            return true;
+            return Admit::Newest;
         }
         let back = self.top.wrapping_sub(ctr);
         if back >= Self::SPAN {
-            return false;
+            return Admit::Refused;
         }
         let bit = 1u64 << back;
         if self.seen & bit != 0 {
-            return false;
+            return Admit::Refused;
         }
         self.seen |= bit;
-        true
+        Admit::Late
     }
 }
 
@@ -592,6 +611,17 @@ mod tests {
         let f = Frame::new_checked(&v[..]).expect("a checked frame");
         assert_eq!((f.group(), f.src(), f.dst(), counter(&f)), (0xEB, 3, 5, 77));
         assert_eq!(Control::parse(&f), Ok(c));
+    }
+
+    #[test]
+    fn only_a_counter_above_the_top_is_newest() {
+        let mut w = ReplayWindow::default();
+        assert_eq!(w.admit(5), Admit::Newest);
+        assert_eq!(w.admit(7), Admit::Newest);
+        assert_eq!(w.admit(6), Admit::Late);
+        assert_eq!(w.admit(6), Admit::Refused);
+        assert_eq!(w.admit(7), Admit::Refused);
+        assert_eq!(w.admit(8), Admit::Newest);
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub mod control;
 pub mod ethernet;
 
 pub use control::{
-    locate, BarrierAlgo, BarrierMsg, BarrierOp, Control, ControlError, Position, ReplayWindow,
+    locate, Admit, BarrierAlgo, BarrierMsg, BarrierOp, Control, ControlError, Position,
+    ReplayWindow,
 };
 pub use ethernet::ETHERTYPE;
 
