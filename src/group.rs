@@ -13,6 +13,11 @@
 //! Broadcast algorithms ([`Algorithm`]): push-pull and simple hardware broadcast (the EQA
 //! paper's PPBCAST and SBCAST), and the point-to-point binomial tree (the MPICH-style
 //! baseline), which rides on the node's reliable point-to-point channels.
+//!
+//! Two more kinds of group are built on the same member and driver: [`HostGroup`]
+//! ([`host`]), a job with several ranks per host (one network member per host plus the host's
+//! shared-memory ring), and [`Stream`] ([`stream`]), a root that pushes a stream of messages
+//! to receivers that take them as events (what `ethbcast send`/`recv` use).
 
 use std::time::Duration;
 
@@ -27,6 +32,12 @@ use crate::membership::{Expect, Join, JoinConfig, JoinError, Joined};
 use crate::proto::Config;
 
 pub use crate::member::{tree_children, tree_parent, Algorithm, BarrierKind};
+
+pub mod host;
+pub mod stream;
+
+pub use host::{HostError, HostGroup, HostOptions, Placement};
+pub use stream::{Stream, StreamOptions};
 
 /// Where the member list comes from.
 #[derive(Debug, Clone)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
+use ethbcast::group::StreamOptions;
 use ethbcast::link::{Backend, WaitMode};
 use ethbcast_tools::distribute::{
     self, parse_bytes, parse_seconds, rate::parse_rate, recv, send, send::Expect,
@@ -233,18 +234,21 @@ enum Cmd {
 fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
     Ok(LinkOpts {
         iface: c.iface.clone(),
-        group_id: c.group_id,
-        backend: c.backend,
-        wait_mode: c.wait_mode.unwrap_or(default_wait),
-        window: c.window,
-        ack_every: c.ack_every,
-        peer_repair: !c.no_peer_repair,
-        key: c
-            .key_file
-            .as_deref()
-            .map(|p| distribute::read_key_file(p, c.group_id))
-            .transpose()?,
-        group_address: c.group_address,
+        stream: StreamOptions {
+            group_id: c.group_id,
+            backend: c.backend,
+            wait: c.wait_mode.unwrap_or(default_wait),
+            window: c.window,
+            ack_every: c.ack_every,
+            peer_repair: !c.no_peer_repair,
+            key: c
+                .key_file
+                .as_deref()
+                .map(|p| distribute::read_key_file(p, c.group_id))
+                .transpose()?,
+            group_address: c.group_address,
+            ..StreamOptions::default()
+        },
     })
 }
 

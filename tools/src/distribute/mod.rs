@@ -64,8 +64,9 @@ pub mod stream;
 
 use std::time::Duration;
 
-use ethbcast::link::{Backend, LinkError, WaitMode};
-use ethbcast::membership::{Expect, JoinConfig, Joined};
+use ethbcast::group::stream::{Role, Stream, StreamOptions};
+use ethbcast::group::GroupError;
+use ethbcast::link::{Link, LinkError};
 
 /// Exit code: everything completed.
 pub const EXIT_OK: u8 = 0;
@@ -140,100 +141,38 @@ impl From<ethbcast::member::MemberError> for Fatal {
     }
 }
 
-/// A transfer's member, run by the library's driver over the transfer's link.
-pub type Node = ethbcast::driver::Driver<Box<dyn ethbcast::link::Link + Send>>;
-
-/// Deliveries a receiver accepts ahead of its writer (receives kept posted per root). The
-/// writer's own queue holds 32 messages; this bounds what waits before it.
-pub const PREPOST: usize = 64;
-
-/// Link and engine settings shared by both sides.
+/// The interface and the stream's settings, shared by both sides.
 #[derive(Debug, Clone)]
 pub struct LinkOpts {
     /// Interface.
     pub iface: String,
-    /// Group id.
-    pub group_id: u32,
-    /// Backend.
-    pub backend: Backend,
-    /// Wait mode.
-    pub wait_mode: WaitMode,
-    /// Retransmission buffer slots (frames in flight).
-    pub window: usize,
-    /// A receiver acknowledges every this many frames.
-    pub ack_every: usize,
-    /// A receiver asks a fellow receiver for a lost frame before the sender (peer repair).
-    pub peer_repair: bool,
-    /// Group key ([`read_key_file`]): the join and every frame of the transfer are
-    /// authenticated under a key of this session.
-    pub key: Option<[u8; 32]>,
-    /// Where the transfer's broadcasts go: its own multicast address by default.
-    pub group_address: ethbcast::link::GroupAddress,
+    /// Group id, backend, window, key, group address of the transfer.
+    pub stream: StreamOptions,
 }
 
 impl LinkOpts {
-    /// Opens the interface with receive queues as deep as the window (a whole window can
-    /// arrive while this host is busy elsewhere), joined to the transfer's group address, so
-    /// that it receives the transfer's broadcasts and, on a segment shared with other
-    /// transfers, only this one's.
-    pub fn open(&self) -> Result<Box<dyn ethbcast::link::Link + Send>, LinkError> {
-        let mut link =
-            ethbcast::link::open_sized(self.backend, &self.iface, self.wait_mode, self.window)?;
-        match link.join_group(self.group_mac()) {
-            // The member still sends to the broadcast address, which every link receives: a
-            // backend without multicast groups keeps working with the default address.
-            Err(LinkError::GroupsUnsupported { backend })
-                if self.group_address == ethbcast::link::GroupAddress::Derived =>
-            {
-                tracing::warn!(
-                    backend,
-                    "multicast group not joined; the group's frames go to broadcast"
-                );
-            }
-            r => r?,
-        }
-        Ok(link)
+    /// Opens the interface for the transfer ([`StreamOptions::open_link`]).
+    pub fn open(&self) -> Result<Box<dyn Link + Send>, LinkError> {
+        self.stream.open_link(&self.iface)
     }
 
-    /// The destination of the transfer's broadcasts.
-    pub fn group_mac(&self) -> ethbcast::link::MacAddr {
-        self.group_address.mac(self.group_id)
-    }
-
-    /// The engine configuration of member `rank` of a transfer of `size` members.
-    pub fn config(&self, rank: u16, size: u16) -> ethbcast::proto::Config {
-        let mut cfg = ethbcast::proto::Config::new(self.group_id, rank, size);
-        cfg.window = self.window;
-        cfg.ack_every = self.ack_every;
-        cfg.peer_repair = self.peer_repair;
-        cfg
-    }
-
-    /// Joins the transfer on `link` ([`ethbcast::membership`]): the sender coordinates and
-    /// takes the receivers `expect` names, a receiver answers the first sender whose roster
-    /// names it. Gives up after `wait` (exit 3) or when `stop` is set (exit 130).
+    /// Joins the transfer on `link` ([`Stream::join`]): the sender coordinates and takes the
+    /// receivers `role` names, a receiver answers the first sender whose roster names it.
+    /// Gives up after `wait` (exit 3) or when `stop` is set (exit 130).
     pub fn join(
         &self,
-        link: Box<dyn ethbcast::link::Link + Send>,
-        expect: Expect,
+        link: Box<dyn Link + Send>,
+        role: Role,
         wait: Duration,
         stop: &std::sync::atomic::AtomicBool,
-    ) -> Result<(Joined, Box<dyn ethbcast::link::Link + Send>), Fatal> {
-        use ethbcast::group::GroupError;
-        let sender = !matches!(expect, Expect::Invited);
-        let cfg = JoinConfig {
-            group: self.group_id,
-            mac: link.local_mac(),
-            key: self.key,
-            max_payload: link.max_pdu().saturating_sub(ethbcast::wire::OVERHEAD),
-            expect,
-        };
-        let hint = if self.key.is_some() {
+    ) -> Result<Stream, Fatal> {
+        let sender = role != Role::Receiver;
+        let hint = if self.stream.key.is_some() {
             "the same --group-id and --key-file"
         } else {
             "the same --group-id and no key"
         };
-        ethbcast::group::join(link, cfg, wait, || {
+        Stream::join(link, role, &self.stream, wait, || {
             stop.load(std::sync::atomic::Ordering::SeqCst)
         })
         .map_err(|e| match e {
@@ -256,27 +195,10 @@ impl LinkOpts {
                 format!("join timeout: no sender published a roster that names this host (is `ethbcast send` running on this segment with {hint}, and waiting for this host?)"),
             ),
             GroupError::Link(l) => Fatal::from(l),
+            GroupError::Member(m) => Fatal::from(m),
+            GroupError::Membership(m) => Fatal::new(EXIT_USAGE, m),
             other => Fatal::new(EXIT_FAILED, format!("join: {other}")),
         })
-    }
-
-    /// This host's member of the transfer `joined` formed, on `link`.
-    pub fn node(
-        &self,
-        link: Box<dyn ethbcast::link::Link + Send>,
-        joined: Joined,
-    ) -> Result<Node, Fatal> {
-        let size = u16::try_from(joined.peers.len())
-            .map_err(|_| Fatal::new(EXIT_USAGE, "too many receivers"))?;
-        let mut cfg = self.config(joined.rank, size);
-        cfg.group = joined.session.group;
-        cfg.key = joined.session.key;
-        cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
-        let mut mc = ethbcast::member::MemberConfig::new(cfg, joined.peers);
-        mc.prepost = PREPOST;
-        mc.late = Some(joined.late);
-        let member = ethbcast::member::Member::new(std::time::Instant::now(), mc)?;
-        Ok(ethbcast::driver::Driver::new(member, link))
     }
 }
 

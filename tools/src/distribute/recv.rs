@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::driver::WallClock;
+use ethbcast::group::stream::{Role, Stream};
 use ethbcast::member::Event;
 use ethbcast::proto::Dest;
 use serde::Serialize;
@@ -634,7 +634,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 /// them all, flushing, syncing and the command's exit take what they take: the sender's
 /// `--report-wait` bounds them).
 fn await_writer(
-    node: &mut super::Node,
+    node: &mut Stream,
     w: &Writer,
     total: u64,
     stop: &AtomicBool,
@@ -652,11 +652,11 @@ fn await_writer(
                 took,
                 all_taken: took >= total,
             };
-            let _ = node.member_mut().send_notice(Dest::Rank(0), p.encode());
+            let _ = node.notice(Dest::Rank(0), p.encode());
             told = Some(Instant::now());
         }
-        node.turn(&WallClock, Some(Duration::from_millis(10)))?;
-        while let Some(ev) = node.member_mut().poll_event() {
+        node.turn(Duration::from_millis(10))?;
+        while let Some(ev) = node.poll_event() {
             if let Some(f) = sender_verdict(&ev) {
                 return Err(f);
             }
@@ -687,14 +687,11 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     if !a.quiet {
         eprintln!(
             "ethbcast: {} ({}) waiting for a sender, group {:#x}",
-            a.link.iface, me, a.link.group_id
+            a.link.iface, me, a.link.stream.group_id
         );
     }
-    let (joined, lnk) = a
-        .link
-        .join(lnk, ethbcast::membership::Expect::Invited, a.wait, &stop)?;
-    let rank = joined.rank;
-    let mut node = a.link.node(lnk, joined)?;
+    let mut node = a.link.join(lnk, Role::Receiver, a.wait, &stop)?;
+    let rank = node.rank();
 
     let start = Instant::now();
     let mut writer: Option<Writer> = None;
@@ -720,13 +717,11 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                 break 'run Err(writer_failed(w));
             }
         }
-        if let Err(e) = node.turn(&WallClock, Some(Duration::from_millis(20))) {
+        if let Err(e) = node.turn(Duration::from_millis(20)) {
             break 'run Err(e.into());
         }
         let now = Instant::now();
         let heard = node
-            .member()
-            .engine()
             .last_heard(0)
             .map_or(heard_since, |t| t.max(heard_since));
         if now.saturating_duration_since(heard) > a.timeout {
@@ -738,7 +733,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                 ),
             ));
         }
-        while let Some(ev) = node.member_mut().poll_event() {
+        while let Some(ev) = node.poll_event() {
             match ev {
                 Event::Delivered { root: 0, data, .. } => match Msg::decode(data) {
                     Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
@@ -850,22 +845,13 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         bytes,
         error: error.clone(),
     };
-    if node
-        .member_mut()
-        .send_to(Instant::now(), 0, report.encode())
-        .is_ok()
-    {
+    if node.send_to(0, report.encode()).is_ok() {
         let patience = if ok {
             Duration::from_secs(3)
         } else {
             Duration::from_millis(500)
         };
-        let _ = node.run_until(
-            &WallClock,
-            Instant::now() + patience,
-            Duration::from_millis(20),
-            |m| m.is_idle().then_some(()),
-        );
+        let _ = node.settle(patience);
     }
     Ok(RecvReport {
         ok,

@@ -8,15 +8,15 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use ethbcast::driver::WallClock;
+use ethbcast::group::stream::{Role, Stream};
 use ethbcast::link::MacAddr;
 use ethbcast::member::{Event, MemberError};
-use ethbcast::proto::{Algo, Dest, SendError};
+use ethbcast::proto::{Dest, SendError};
 use serde::Serialize;
 
 use super::rate::TokenBucket;
 use super::stream::{DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE};
-use super::{mbit, Fatal, LinkOpts, Node, EXIT_FAILED, EXIT_INTERRUPTED};
+use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 
 /// What `ethbcast send` was asked to do.
 #[derive(Debug, Clone)]
@@ -224,17 +224,17 @@ fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
 /// Tells every receiver to discard the transfer: data stops at once, the abort is repeated
 /// for about 100 ms (the first copies may meet queues still full of data), and the link is
 /// drained before the process exits with them.
-fn abort_receivers(node: &mut Node) {
-    node.member_mut().abandon();
+fn abort_receivers(node: &mut Stream) {
+    node.abandon();
     for _ in 0..6 {
         control(node, Dest::All, ABORT);
-        let _ = node.turn(&WallClock, Some(Duration::from_millis(20)));
+        let _ = node.turn(Duration::from_millis(20));
     }
-    let _ = node.drain(&WallClock, Duration::from_millis(500));
+    let _ = node.drain(Duration::from_millis(500));
 }
 
-fn control(node: &mut Node, dst: Dest, payload: &[u8]) {
-    let _ = node.member_mut().send_notice(dst, payload.to_vec());
+fn control(node: &mut Stream, dst: Dest, payload: &[u8]) {
+    let _ = node.notice(dst, payload.to_vec());
 }
 
 /// Whom the sender waits for.
@@ -260,9 +260,9 @@ impl Expect {
         self.len() == 0
     }
 
-    /// The join's expectation: the sender coordinates and takes the first that answer.
-    fn membership(&self) -> ethbcast::membership::Expect {
-        ethbcast::membership::Expect::FirstCome {
+    /// The sender's role in the join: it coordinates and takes the first that answer.
+    fn role(&self) -> Role {
+        Role::Root {
             receivers: self.len(),
             only: match self {
                 Expect::Count(_) => None,
@@ -311,7 +311,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             a.expect.len(),
             a.link.iface,
             me,
-            a.link.group_id,
+            a.link.stream.group_id,
             match super::render_seconds(a.wait) {
                 s if a.wait >= super::NO_LIMIT => s,
                 s => format!("up to {s}"),
@@ -321,14 +321,13 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     if a.expect.len() >= usize::from(u16::MAX - 1) {
         return Err(Fatal::new(super::EXIT_USAGE, "too many receivers"));
     }
-    let (joined, lnk) = a.link.join(lnk, a.expect.membership(), a.wait, &stop)?;
-    let roster = joined.peers.clone();
-    let cfg = a.link.config(0, roster.len() as u16);
+    let mut node = a.link.join(lnk, a.expect.role(), a.wait, &stop)?;
+    let roster = node.peers().to_vec();
+    let cfg = a.link.stream.config(0, roster.len() as u16);
     // Data messages handed to the engine at most: enough to cover the shared buffer twice.
     // A message leaves only when every receiver acknowledged all of it, repairs included, so
     // with fewer the buffer runs dry while the oldest message waits for its last repair.
     let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
-    let mut node = a.link.node(lnk, joined)?;
     let join_seconds = t_join.elapsed().as_secs_f64();
     if !a.quiet {
         eprintln!(
@@ -363,15 +362,13 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let mut bucket = a
         .max_rate
         .map(|r| TokenBucket::new(r, (msg as u64).max(r / 100), start));
-    node.member_mut().send_stream(
-        Instant::now(),
+    node.send(
         Msg::Header {
             total,
             chunk: msg as u32,
             digest: a.digest,
         }
         .encode(),
-        Algo::Simple,
     )?;
     let mut inflight: VecDeque<(u64, u64)> = VecDeque::new();
     let mut pending: Option<Vec<u8>> = None;
@@ -414,14 +411,12 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     Ok(Block::Data(v)) => pending = Some(v),
                     Ok(Block::Eof(d)) => {
                         digest = Some(d);
-                        let id = node.member_mut().send_stream(
-                            Instant::now(),
+                        let id = node.send(
                             Msg::Trailer {
                                 bytes: sent,
                                 digest: d,
                             }
                             .encode(),
-                            Algo::Simple,
                         );
                         match id {
                             Ok(id) => trailer = Some(id),
@@ -453,18 +448,15 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             }
             let v = pending.take().expect("pending data");
             sent += len;
-            match node
-                .member_mut()
-                .send_stream(Instant::now(), v, Algo::Simple)
-            {
+            match node.send(v) {
                 Ok(id) => inflight.push_back((id, len)),
                 Err(MemberError::Send(SendError::NoReceivers)) => break,
                 Err(e) => return Err(e.into()),
             }
         }
-        node.turn(&WallClock, Some(wait))?;
+        node.turn(wait)?;
         let now = Instant::now();
-        while let Some(ev) = node.member_mut().poll_event() {
+        while let Some(ev) = node.poll_event() {
             if let Event::Notice { src, body } = ev {
                 let r = usize::from(src);
                 if let (Some(p), true) = (Progress::decode(&body), (1..n).contains(&r)) {
@@ -475,7 +467,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 }
             }
         }
-        if let Some(stable) = node.member().stable_through() {
+        if let Some(stable) = node.stable_through() {
             while inflight.front().is_some_and(|f| f.0 <= stable) {
                 acked += inflight.pop_front().map_or(0, |f| f.1);
             }
@@ -489,7 +481,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             if outcome[r] != Outcome::Active {
                 continue;
             }
-            if let Some(m) = node.member_mut().take_p2p(now, r as u16) {
+            if let Some(m) = node.take_p2p(r as u16) {
                 match Final::decode(&m) {
                     Some(f) if f.ok => finish(
                         &mut outcome,
@@ -502,7 +494,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                         String::new(),
                     ),
                     Some(f) => {
-                        node.member_mut().evict(now, r as u16);
+                        node.evict(r as u16);
                         finish(
                             &mut outcome,
                             &mut bytes_of,
@@ -533,7 +525,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             if outcome[r] != Outcome::Active {
                 continue;
             }
-            let Some(l) = node.member().dest_progress(r as u16) else {
+            let Some(l) = node.receiver_progress(r as u16) else {
                 continue;
             };
             let last = [l.last_heard, l.last_progress, Some(start)]
@@ -542,7 +534,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 .max()
                 .unwrap_or(start);
             if l.outstanding > 0 && now.duration_since(last) > a.timeout {
-                node.member_mut().evict(now, r as u16);
+                node.evict(r as u16);
                 control(&mut node, Dest::Rank(r as u16), EVICTED);
                 told_evicted[r] = Some(now);
                 let msg = format!(
@@ -568,16 +560,14 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             // its report are left, and the receiver says how its output gets on (progress
             // notices). None for `timeout` and it is failed like a stalled receiver, not
             // waited for until `report_wait`.
-            let all_acked = trailer.is_some()
-                && node.member().engine().sender().queued() == 0
-                && l.outstanding == 0;
+            let all_acked = trailer.is_some() && node.queued() == 0 && l.outstanding == 0;
             if !all_acked {
                 continue;
             }
             let since = *all_acked_at[r].get_or_insert(now);
             let last = progress_at[r].map_or(since, |p| p.max(since));
             if now.duration_since(last) > a.timeout {
-                node.member_mut().evict(now, r as u16);
+                node.evict(r as u16);
                 control(&mut node, Dest::Rank(r as u16), EVICTED);
                 told_evicted[r] = Some(now);
                 let msg = format!(
@@ -629,9 +619,9 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     // Linger: acknowledge the last point-to-point reports.
     let linger = Instant::now() + Duration::from_millis(300);
     while Instant::now() < linger {
-        node.turn(&WallClock, Some(Duration::from_millis(10)))?;
+        node.turn(Duration::from_millis(10))?;
     }
-    let st = node.member().engine_stats().clone();
+    let st = node.stats().clone();
     let receivers: Vec<ReceiverReport> = (1..n)
         .map(|r| ReceiverReport {
             rank: r as u16,

@@ -1,0 +1,287 @@
+//! A streaming group: one root pushes a stream of messages, the receivers take them as
+//! events as they arrive (what `ethbcast send`/`recv` use to distribute a file).
+//!
+//! Why a type of its own: a [`Group`](super::Group) is MPI style, every member enters the
+//! same collective call and the call returns when it is done, so a receiver cannot get
+//! ahead of its application and a root cannot have more than one broadcast on the wire. A
+//! stream instead keeps the root's shared retransmission buffer full: the root queues
+//! messages as long as the window allows ([`Stream::send`]), learns which of them every live
+//! receiver has acknowledged ([`Stream::stable_through`]), and watches each receiver's
+//! progress ([`Stream::receiver_progress`]) to evict the dead ([`Stream::evict`]); receivers
+//! keep [`StreamOptions::prepost`] deliveries posted and take them as
+//! [`Event::Delivered`] ([`Stream::poll_event`]). Both sides can exchange small notices and
+//! reliable point-to-point messages (completion reports, say).
+//!
+//! The join, the key and the timeouts are the group's: the root coordinates the library's
+//! join ([`crate::membership`]) and takes the receivers [`Role::Root`] names, a receiver
+//! answers the first root whose roster names it; the session then protects every frame
+//! (with [`StreamOptions::key`], under a key of this session). The member is the same
+//! [`Member`] run by the same [`Driver`] as a group's, with the wall clock; nothing blocks
+//! longer than the wait a caller passes to [`Stream::turn`].
+
+use std::time::{Duration, Instant};
+
+use super::GroupError;
+use crate::driver::{Driver, WallClock};
+use crate::eqa::Rank;
+use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
+use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
+use crate::membership::{Expect, JoinConfig};
+use crate::proto::{Algo, Config, Dest, Stats as EngineStats};
+
+/// Options of a stream (both sides must agree on the group id, the key and the address).
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// Group id of the join (the stream's frames carry one derived from the session).
+    pub group_id: u32,
+    /// Link backend.
+    pub backend: Backend,
+    /// Wait mode.
+    pub wait: WaitMode,
+    /// Frames in flight: the root's shared retransmission buffer slots, and the receive
+    /// window and receive queue of each receiver.
+    pub window: usize,
+    /// A receiver acknowledges every this many frames.
+    pub ack_every: usize,
+    /// A receiver asks a fellow receiver for a lost frame before the root (peer repair).
+    pub peer_repair: bool,
+    /// Shared key: the join and every frame of the stream are authenticated under a key of
+    /// this session.
+    pub key: Option<[u8; 32]>,
+    /// Where the stream's broadcasts go: its own multicast address by default.
+    pub group_address: GroupAddress,
+    /// Deliveries a receiver accepts ahead of its application.
+    pub prepost: usize,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        let cfg = Config::new(0, 0, 2);
+        StreamOptions {
+            group_id: 0xEBD1_5700,
+            backend: Backend::Ring,
+            wait: WaitMode::Adaptive,
+            window: cfg.window,
+            ack_every: cfg.ack_every,
+            peer_repair: cfg.peer_repair,
+            key: None,
+            group_address: GroupAddress::Derived,
+            prepost: 64,
+        }
+    }
+}
+
+impl StreamOptions {
+    /// Opens `iface` with receive queues as deep as the window (a whole window can arrive
+    /// while this host is busy elsewhere), joined to the stream's group address, so that it
+    /// receives the stream's broadcasts and, on a segment shared with other streams, only
+    /// this one's. Separate from the join so that a program can drop its privileges in
+    /// between.
+    pub fn open_link(&self, iface: &str) -> Result<Box<dyn Link + Send>, LinkError> {
+        let mut link = link::open_sized(self.backend, iface, self.wait, self.window)?;
+        match link.join_group(self.group_mac()) {
+            // The member still sends to the broadcast address, which every link receives: a
+            // backend without multicast groups keeps working with the default address.
+            Err(LinkError::GroupsUnsupported { backend })
+                if self.group_address == GroupAddress::Derived =>
+            {
+                tracing::warn!(
+                    backend,
+                    "multicast group not joined; the group's frames go to broadcast"
+                );
+            }
+            r => r?,
+        }
+        Ok(link)
+    }
+
+    /// The destination of the stream's broadcasts.
+    pub fn group_mac(&self) -> MacAddr {
+        self.group_address.mac(self.group_id)
+    }
+
+    /// The engine configuration of member `rank` of a stream of `size` members (before the
+    /// session's group id and key, and the link's frame size, apply).
+    pub fn config(&self, rank: Rank, size: u16) -> Config {
+        let mut cfg = Config::new(self.group_id, rank, size);
+        cfg.window = self.window;
+        cfg.ack_every = self.ack_every;
+        cfg.peer_repair = self.peer_repair;
+        cfg
+    }
+}
+
+/// Which side of the stream this member is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// The root (rank 0): it coordinates the join and takes the first `receivers` distinct
+    /// hosts that answer, only those of `only` if given (in that rank order).
+    Root {
+        /// Receivers to wait for.
+        receivers: usize,
+        /// The receivers' MACs, if only those may join.
+        only: Option<Vec<MacAddr>>,
+    },
+    /// A receiver: it joins the first root whose roster names it.
+    Receiver,
+}
+
+/// A member of a stream (see the [module](self)).
+pub struct Stream {
+    driver: Driver<Box<dyn Link + Send>>,
+    peers: Vec<MacAddr>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("rank", &self.rank())
+            .field("size", &self.size())
+            .finish()
+    }
+}
+
+impl Stream {
+    /// Joins the stream on `link` (see [`StreamOptions::open_link`]) as `role`. Gives up
+    /// after `wait` ([`GroupError::JoinTimeout`]) or once `stop` returns true
+    /// ([`GroupError::Interrupted`]; asked every 50 ms).
+    pub fn join(
+        link: Box<dyn Link + Send>,
+        role: Role,
+        opts: &StreamOptions,
+        wait: Duration,
+        stop: impl FnMut() -> bool,
+    ) -> Result<Stream, GroupError> {
+        let expect = match role {
+            Role::Root { receivers, only } => Expect::FirstCome { receivers, only },
+            Role::Receiver => Expect::Invited,
+        };
+        let cfg = JoinConfig {
+            group: opts.group_id,
+            mac: link.local_mac(),
+            key: opts.key,
+            max_payload: link.max_pdu().saturating_sub(crate::wire::OVERHEAD),
+            expect,
+        };
+        let (joined, link) = super::join(link, cfg, wait, stop)?;
+        let size = u16::try_from(joined.peers.len())
+            .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
+        let mut cfg = opts.config(joined.rank, size);
+        cfg.group = joined.session.group;
+        cfg.key = joined.session.key;
+        cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
+        let peers = joined.peers.clone();
+        let mut mc = MemberConfig::new(cfg, joined.peers);
+        mc.prepost = opts.prepost;
+        mc.late = Some(joined.late);
+        let member = Member::new(Instant::now(), mc)?;
+        Ok(Stream {
+            driver: Driver::new(member, link),
+            peers,
+        })
+    }
+
+    /// This member's rank (the root is 0).
+    pub fn rank(&self) -> Rank {
+        self.member().rank()
+    }
+    /// Number of members, root included.
+    pub fn size(&self) -> u16 {
+        self.member().size()
+    }
+    /// The members' MACs in rank order.
+    pub fn peers(&self) -> &[MacAddr] {
+        &self.peers
+    }
+    /// The member (engine, counters).
+    pub fn member(&self) -> &Member {
+        self.driver.member()
+    }
+    /// The root's engine counters (data, repair frames).
+    pub fn stats(&self) -> &EngineStats {
+        self.member().engine_stats()
+    }
+
+    /// One turn of the driver: hands what the member has to the link, waits up to `wait` for
+    /// frames (less when a timer is due), takes them in, fires timers.
+    pub fn turn(&mut self, wait: Duration) -> Result<(), LinkError> {
+        self.driver.turn(&WallClock, Some(wait))?;
+        Ok(())
+    }
+
+    /// The next event for the application: a message of the stream
+    /// ([`Event::Delivered`]), a notice, an eviction.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.driver.member_mut().poll_event()
+    }
+
+    /// Queues the next message of this member's stream; returns its id (ids grow by one).
+    /// Fails with [`crate::proto::SendError::NoReceivers`] once every receiver is gone.
+    pub fn send(&mut self, data: Vec<u8>) -> Result<u64, MemberError> {
+        self.driver
+            .member_mut()
+            .send_stream(Instant::now(), data, Algo::Simple)
+    }
+
+    /// Messages of this member queued in the engine and not yet acknowledged by all.
+    pub fn queued(&self) -> usize {
+        self.member().engine().sender().queued()
+    }
+
+    /// The last message (by id) every live receiver has acknowledged, with all before it.
+    pub fn stable_through(&self) -> Option<u64> {
+        self.member().stable_through()
+    }
+
+    /// How far receiver `rank` is with this member's stream.
+    pub fn receiver_progress(&self, rank: Rank) -> Option<DestProgress> {
+        self.member().dest_progress(rank)
+    }
+
+    /// When a frame of this stream from `rank` was last heard.
+    pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
+        self.member().engine().last_heard(rank)
+    }
+
+    /// Evicts `rank`: the stream goes on for the others without waiting for it.
+    pub fn evict(&mut self, rank: Rank) {
+        self.driver.member_mut().evict(Instant::now(), rank)
+    }
+
+    /// Stops the stream at once: nothing queued is sent or repaired any more.
+    pub fn abandon(&mut self) {
+        self.driver.member_mut().abandon()
+    }
+
+    /// Sends a small unreliable notice to `dst` (best effort: repeat what matters).
+    pub fn notice(&mut self, dst: Dest, body: Vec<u8>) -> Result<(), MemberError> {
+        self.driver.member_mut().send_notice(dst, body)
+    }
+
+    /// Sends `data` to `peer` alone over the reliable point-to-point channel.
+    pub fn send_to(&mut self, peer: Rank, data: Vec<u8>) -> Result<(), MemberError> {
+        self.driver.member_mut().send_to(Instant::now(), peer, data)
+    }
+
+    /// The next point-to-point message from `peer`, if one arrived.
+    pub fn take_p2p(&mut self, peer: Rank) -> Option<Vec<u8>> {
+        self.driver.member_mut().take_p2p(Instant::now(), peer)
+    }
+
+    /// Drives the stream until everything this member sent has been acknowledged (true) or
+    /// `patience` passed (false).
+    pub fn settle(&mut self, patience: Duration) -> Result<bool, LinkError> {
+        let r = self.driver.run_until(
+            &WallClock,
+            Instant::now() + patience,
+            Duration::from_millis(20),
+            |m| m.is_idle().then_some(()),
+        )?;
+        Ok(r.is_some())
+    }
+
+    /// Hands everything queued to the link, for up to `timeout`.
+    pub fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
+        self.driver.drain(&WallClock, timeout)
+    }
+}
