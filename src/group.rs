@@ -31,7 +31,8 @@ use crate::member::{Done, Member, MemberConfig, MemberError};
 use crate::membership::{Expect, Join, JoinConfig, JoinError, Joined};
 use crate::proto::Config;
 
-pub use crate::member::{tree_children, tree_parent, Algorithm, BarrierKind};
+pub use crate::member::{tree_children, tree_parent, Algorithm};
+pub use crate::wire::BarrierAlgo;
 
 pub mod host;
 pub mod stream;
@@ -404,11 +405,11 @@ impl Group {
     /// combining tree of arity `barrier_arity`; the release is one hardware broadcast frame.
     /// Lost arrivals and releases are retransmitted on timers ([`crate::barrier`]).
     pub fn barrier(&mut self) -> Result<(), GroupError> {
-        self.barrier_with(BarrierKind::Broadcast)
+        self.barrier_with(BarrierAlgo::Broadcast)
     }
 
     /// A barrier of the chosen kind (all members must choose the same).
-    pub fn barrier_with(&mut self, kind: BarrierKind) -> Result<(), GroupError> {
+    pub fn barrier_with(&mut self, kind: BarrierAlgo) -> Result<(), GroupError> {
         self.driver.member_mut().barrier(WallClock.now(), kind)?;
         self.finish("the barrier release")?;
         Ok(())

@@ -30,9 +30,10 @@ use crate::detect::{DetectorConfig, Gossip};
 use crate::eqa::Rank;
 use crate::group::Detection;
 use crate::link::sim::{port_mac, Faults, SimConfig, SimNet, SimPort};
-use crate::member::{Algorithm, BarrierKind, Done, Event, Member, MemberConfig};
+use crate::member::{Algorithm, Done, Event, Member, MemberConfig};
 use crate::proto::Config;
 use crate::wire::ethernet::MacAddr;
+use crate::wire::BarrierAlgo;
 use crate::wire::{seal, Flags, Frame, Repr, ETH_HEADER_LEN, TAG_LEN};
 
 /// A run of the group API on the simulator.
@@ -349,7 +350,7 @@ impl Workload for Schedule {
                     };
                     m.bcast(now, root, data, algo)
                 }
-                Step::Barrier => m.barrier(now, BarrierKind::Broadcast),
+                Step::Barrier => m.barrier(now, BarrierAlgo::Broadcast),
             };
             match started {
                 Ok(()) => self.in_call[i] = true,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ethbcast::group::{Algorithm, BarrierKind, Group, GroupError, GroupOptions, Membership};
+use ethbcast::group::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions, Membership};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
@@ -62,7 +62,7 @@ fn discovered_group_broadcasts_from_every_root_with_every_algorithm() {
                             }
                         }
                     }
-                    for kind in [BarrierKind::Broadcast, BarrierKind::Dissemination] {
+                    for kind in [BarrierAlgo::Broadcast, BarrierAlgo::Dissemination] {
                         for _ in 0..5 {
                             g.barrier_with(kind)?;
                         }
@@ -148,9 +148,9 @@ fn nobody_leaves_a_barrier_before_the_last_member_enters() {
                 let mut g = Group::from_link(link, macs, opts)?;
                 let mut released = Vec::new();
                 for (i, kind) in [
-                    BarrierKind::Broadcast,
-                    BarrierKind::Dissemination,
-                    BarrierKind::Broadcast,
+                    BarrierAlgo::Broadcast,
+                    BarrierAlgo::Dissemination,
+                    BarrierAlgo::Broadcast,
                 ]
                 .into_iter()
                 .enumerate()

@@ -39,13 +39,25 @@ pub type Seq = u64;
 /// Bits of a NACK bitmap: bit `i` set means frame `base + i` is missing.
 pub const NACK_BITS: u32 = 16;
 
-/// Which barrier machine a barrier frame belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How a barrier travels, and which barrier machine a barrier frame belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum BarrierAlgo {
-    /// The combining tree with a broadcast release.
+    /// Arrivals up a combining tree, release by one hardware broadcast.
+    #[default]
     Broadcast,
-    /// The dissemination barrier.
+    /// The dissemination barrier over point-to-point messages (the software baseline).
     Dissemination,
+}
+
+impl std::str::FromStr for BarrierAlgo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "broadcast" | "bcast" => Ok(BarrierAlgo::Broadcast),
+            "dissemination" => Ok(BarrierAlgo::Dissemination),
+            _ => Err(format!("unknown barrier {s:?} (broadcast, dissemination)")),
+        }
+    }
 }
 
 impl BarrierAlgo {

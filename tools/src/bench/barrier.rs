@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ethbcast::group::BarrierKind;
+use ethbcast::group::BarrierAlgo;
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions};
@@ -89,9 +89,9 @@ pub struct BarrierReport {
     pub wait: String,
 }
 
-const KINDS: [(BarrierKind, &str); 2] = [
-    (BarrierKind::Broadcast, "broadcast"),
-    (BarrierKind::Dissemination, "dissemination"),
+const KINDS: [(BarrierAlgo, &str); 2] = [
+    (BarrierAlgo::Broadcast, "broadcast"),
+    (BarrierAlgo::Dissemination, "dissemination"),
 ];
 
 /// Builds a test-bed, runs, tears down.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::message_bytes;
-use ethbcast::group::{Algorithm, BarrierKind, Group, GroupError, GroupOptions};
+use ethbcast::group::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions};
 use ethbcast::link::{self, Backend, WaitMode};
 use ethbcast::proto::{Algo, Config};
 use rand::{Rng, SeedableRng};
@@ -219,7 +219,7 @@ fn member(
     // Nobody leaves before everybody has received everything and had its broadcasts
     // acknowledged: the group's barrier. Then linger briefly so that late barrier frames and
     // acknowledgements are still answered.
-    if let Err(e) = g.barrier_with(BarrierKind::Broadcast) {
+    if let Err(e) = g.barrier_with(BarrierAlgo::Broadcast) {
         res.error
             .get_or_insert(format!("rank {rank}: final barrier: {e}"));
     }

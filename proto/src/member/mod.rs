@@ -42,52 +42,21 @@ use crate::membership::LateRoster;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::{BarrierAlgo, Control, Flags, Frame, Kind, WireError};
 
-/// Point-to-point messages a member accepts from one peer ahead of the application.
-pub const P2P_WINDOW: usize = 16;
+mod call;
+mod p2p;
+mod tree;
+
+use call::Call;
+use p2p::MAX_RAW_OUT;
+pub use p2p::{pair_group, P2P_WINDOW};
+use tree::P2P_TREE;
+pub use tree::{live_tree, tree_children, tree_parent, TREE_CACHE};
 
 /// Events (evictions, notices, streamed deliveries) a member holds for the application.
 pub const EVENT_BOUND: usize = 1024;
 
-/// Tree broadcasts a member remembers after forwarding them, to serve members that become
-/// its children when a member between them dies.
-pub const TREE_CACHE: usize = 8;
-
-/// First byte of a point-to-point message: a tree broadcast (tag and data follow) or an
-/// application message.
-/// Confirmations of a repeated roster waiting to be sent, at most (the coordinator repeats
-/// its roster every [`crate::membership::REPEAT`]; more would only answer replays).
-const MAX_RAW_OUT: usize = 4;
-
-const P2P_TREE: u8 = b'T';
-const P2P_APP: u8 = b'A';
-
 /// The tag of a tree broadcast: (root, the root's collective count), unique per call.
 type Tag = (Rank, u64);
-
-fn encode_tree(tag: Tag, data: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(11 + data.len());
-    v.push(P2P_TREE);
-    v.extend_from_slice(&tag.0.to_be_bytes());
-    v.extend_from_slice(&tag.1.to_be_bytes());
-    v.extend_from_slice(data);
-    v
-}
-
-/// Parent and children of `me` in the binomial tree rooted at `root` over the ranks of `live`
-/// (sorted; both `me` and `root` in it): the tree re-forms around evicted members.
-pub fn live_tree(live: &[Rank], me: Rank, root: Rank) -> (Option<Rank>, Vec<Rank>) {
-    let (Ok(pm), Ok(pr)) = (live.binary_search(&me), live.binary_search(&root)) else {
-        return (None, Vec::new());
-    };
-    let n = live.len() as u16;
-    let (pm, pr) = (pm as Rank, pr as Rank);
-    let parent = tree_parent(pm, pr, n).map(|p| live[usize::from(p)]);
-    let children = tree_children(pm, pr, n)
-        .into_iter()
-        .map(|c| live[usize::from(c)])
-        .collect();
-    (parent, children)
-}
 
 /// How a broadcast travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -121,69 +90,6 @@ impl std::fmt::Display for Algorithm {
             Algorithm::Tree => "tree",
         })
     }
-}
-
-/// How a barrier travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum BarrierKind {
-    /// Arrivals up a combining tree, release by one hardware broadcast.
-    #[default]
-    Broadcast,
-    /// The dissemination barrier over point-to-point messages (the software baseline).
-    Dissemination,
-}
-
-impl std::str::FromStr for BarrierKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "broadcast" | "bcast" => Ok(BarrierKind::Broadcast),
-            "dissemination" => Ok(BarrierKind::Dissemination),
-            _ => Err(format!("unknown barrier {s:?} (broadcast, dissemination)")),
-        }
-    }
-}
-
-/// Parent of `me` in the binomial tree rooted at `root` (MPICH's numbering), `None` at the root.
-pub fn tree_parent(me: Rank, root: Rank, n: u16) -> Option<Rank> {
-    let vr = (u32::from(me) + u32::from(n) - u32::from(root)) % u32::from(n.max(1));
-    let mut mask = 1u32;
-    while mask < u32::from(n) {
-        if vr & mask != 0 {
-            return Some((((vr - mask) + u32::from(root)) % u32::from(n)) as Rank);
-        }
-        mask <<= 1;
-    }
-    None
-}
-
-/// Children of `me` in the binomial tree rooted at `root`, farthest subtree first.
-pub fn tree_children(me: Rank, root: Rank, n: u16) -> Vec<Rank> {
-    let vr = (u32::from(me) + u32::from(n) - u32::from(root)) % u32::from(n.max(1));
-    let mut mask = 1u32;
-    while mask < u32::from(n) && vr & mask == 0 {
-        mask <<= 1;
-    }
-    let mut children = Vec::new();
-    mask >>= 1;
-    while mask > 0 {
-        if vr + mask < u32::from(n) {
-            children.push(((vr + mask + u32::from(root)) % u32::from(n)) as Rank);
-        }
-        mask >>= 1;
-    }
-    children
-}
-
-/// Group id of the point-to-point channel between ranks `a` and `b` of group `group`.
-pub fn pair_group(group: u32, a: Rank, b: Rank) -> u32 {
-    let (lo, hi) = (a.min(b), a.max(b));
-    let x = (u64::from(group) << 32) | (u64::from(lo) << 16) | u64::from(hi);
-    // A fixed mix (splitmix64 finaliser) keeps pair ids apart from group ids in practice.
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    ((z ^ (z >> 31)) as u32) | 1
 }
 
 /// Everything a member is built from.
@@ -360,23 +266,6 @@ pub struct DestProgress {
     pub last_heard: Option<Instant>,
     /// When its acknowledgement last moved.
     pub last_progress: Option<Instant>,
-}
-
-/// The collective call in progress.
-#[derive(Debug)]
-enum Call {
-    /// A broadcast: the root waits for every live member's acknowledgement (with failure
-    /// detection) or nothing; the others for the message by hardware broadcast (or, when the
-    /// root fell back to the tree, from their tree parent) or from their tree parent.
-    Bcast {
-        root: Rank,
-        algo: Algorithm,
-        tag: Tag,
-        /// At the root: its message, until every live member acknowledged it.
-        own: Option<Vec<u8>>,
-    },
-    /// A barrier of machine `which`, epoch `epoch`.
-    Barrier { which: usize, epoch: u32 },
 }
 
 /// One group member (sans-IO). See the module documentation.
@@ -570,200 +459,6 @@ impl Member {
     }
 
     // ---- calls ----
-
-    /// Starts `MPI_Bcast` from `root` with `algo`: at the root `data` is sent, elsewhere it
-    /// is ignored and the root's message is the result. Every member must call it in the
-    /// same order. The result arrives through [`Member::take_result`].
-    pub fn bcast(
-        &mut self,
-        now: Instant,
-        root: Rank,
-        data: Vec<u8>,
-        algo: Algorithm,
-    ) -> Result<(), MemberError> {
-        let n = self.size();
-        if root >= n {
-            return Err(MemberError::BadRank {
-                rank: root,
-                size: n,
-            });
-        }
-        if self.call.is_some() || self.result.is_some() {
-            return Err(MemberError::Busy);
-        }
-        let me = self.rank();
-        // Tree messages of this call carry (root, the root's collective count), so that a
-        // member still in an earlier call never takes a later call's message.
-        let tag = (root, self.collectives[usize::from(root)]);
-        self.collectives[usize::from(root)] += 1;
-        let mut own = None;
-        if me == root {
-            let failed = self.engine.sender().failed_over().len();
-            let live = self.engine.sender().eqa().hms().live();
-            if algo == Algorithm::Tree || (failed > 0 && failed * 2 >= live) {
-                // The tree, or the fail-over of the group (LA-MPI 4.4): broadcast reaches too
-                // few members, so this message goes down the binomial tree instead.
-                if algo != Algorithm::Tree {
-                    self.stats.tree_fallbacks += 1;
-                }
-                self.forward_tree(now, tag, &data)?;
-            } else {
-                let a = if algo == Algorithm::Simple {
-                    Algo::Simple
-                } else {
-                    Algo::PushPull
-                };
-                self.engine.bcast(now, data.clone(), a)?;
-            }
-            own = Some(data);
-        } else if algo != Algorithm::Tree
-            && self.inbox[usize::from(root)].is_empty()
-            && self.posted[usize::from(root)] == 0
-        {
-            // The receive of this call (the MPI way: posted when the call is made). A receive
-            // left by a call the root served down the tree serves this one. A message already
-            // held in the pushed buffer is delivered by the post.
-            self.post(now, root)?;
-            self.collect(now);
-        }
-        self.call = Some(Call::Bcast {
-            root,
-            algo,
-            tag,
-            own,
-        });
-        self.advance(now);
-        Ok(())
-    }
-
-    /// Starts a barrier of `kind`; the result arrives through [`Member::take_result`].
-    pub fn barrier(&mut self, now: Instant, kind: BarrierKind) -> Result<(), MemberError> {
-        if self.call.is_some() || self.result.is_some() {
-            return Err(MemberError::Busy);
-        }
-        let which = match kind {
-            BarrierKind::Broadcast => 0,
-            BarrierKind::Dissemination => 1,
-        };
-        let b = &mut self.barriers[which];
-        let epoch = b.next_epoch();
-        b.enter(now, epoch)
-            .map_err(|e| MemberError::Barrier(e.to_string()))?;
-        self.call = Some(Call::Barrier { which, epoch });
-        self.advance(now);
-        Ok(())
-    }
-
-    /// The result of the collective call, once it completed (or failed).
-    pub fn take_result(&mut self) -> Option<Result<Done, MemberError>> {
-        self.result.take()
-    }
-
-    /// True while a collective call waits for its result.
-    pub fn in_call(&self) -> bool {
-        self.call.is_some()
-    }
-
-    /// Abandons the call in progress (its caller gave up, e.g. on a timeout). A broadcast
-    /// already handed to the engine still completes in the background.
-    pub fn cancel_call(&mut self) {
-        self.call = None;
-        self.result = None;
-    }
-
-    /// Broadcasts one message of this member's stream outside any collective call (streaming
-    /// use); returns its id. Receivers with `prepost > 0` get it as [`Event::Delivered`].
-    pub fn send_stream(
-        &mut self,
-        now: Instant,
-        data: Vec<u8>,
-        algo: Algo,
-    ) -> Result<u64, MemberError> {
-        Ok(self.engine.bcast(now, data, algo)?)
-    }
-
-    /// Sends `data` to `peer` alone over the reliable point-to-point channel.
-    pub fn send_to(&mut self, now: Instant, peer: Rank, data: Vec<u8>) -> Result<(), MemberError> {
-        if usize::from(peer) >= self.peers.len() || peer == self.rank() {
-            return Err(MemberError::Post(PostError::NotMember(peer)));
-        }
-        self.send_to_live(now, peer, data)
-    }
-
-    fn send_to_live(&mut self, now: Instant, peer: Rank, data: Vec<u8>) -> Result<(), MemberError> {
-        let mut v = Vec::with_capacity(1 + data.len());
-        v.push(P2P_APP);
-        v.extend_from_slice(&data);
-        self.send_raw(now, peer, v)
-    }
-
-    fn send_raw(&mut self, now: Instant, peer: Rank, msg: Vec<u8>) -> Result<(), MemberError> {
-        if !self.is_live(peer) {
-            return Err(MemberError::PeerDead(peer));
-        }
-        self.pair(now, peer).bcast(now, msg, Algo::Simple)?;
-        Ok(())
-    }
-
-    /// The ranks still in the group, sorted.
-    fn live_ranks(&self) -> Vec<Rank> {
-        (0..self.size()).filter(|&r| self.is_live(r)).collect()
-    }
-
-    /// Sends a tree broadcast to this member's children in the tree over the live members,
-    /// and remembers it (see [`TREE_CACHE`]).
-    fn forward_tree(&mut self, now: Instant, tag: Tag, data: &[u8]) -> Result<(), MemberError> {
-        let (_, children) = live_tree(&self.live_ranks(), self.rank(), tag.0);
-        let msg = encode_tree(tag, data);
-        for &c in &children {
-            self.send_raw(now, c, msg.clone())?;
-        }
-        if self.tree_cache.len() >= TREE_CACHE {
-            self.tree_cache.pop_front();
-        }
-        self.tree_cache.push_back((tag, data.to_vec(), children));
-        Ok(())
-    }
-
-    /// After an eviction: members that became this member's children in a remembered tree
-    /// broadcast get it now (their old parent may have died before forwarding it).
-    fn reforward_trees(&mut self, now: Instant) {
-        let live = self.live_ranks();
-        let me = self.rank();
-        let mut sends = Vec::new();
-        for (tag, data, sent) in self.tree_cache.iter_mut() {
-            if !live.contains(&tag.0) {
-                continue;
-            }
-            let (_, children) = live_tree(&live, me, tag.0);
-            for c in children {
-                if !sent.contains(&c) {
-                    sent.push(c);
-                    sends.push((c, encode_tree(*tag, data)));
-                }
-            }
-        }
-        for (c, msg) in sends {
-            let _ = self.send_raw(now, c, msg);
-        }
-    }
-
-    /// Takes the oldest point-to-point message from `peer`.
-    pub fn take_p2p(&mut self, now: Instant, peer: Rank) -> Option<Vec<u8>> {
-        let m = self.p2p_inbox.get_mut(usize::from(peer))?.pop_front()?;
-        self.top_up_pair(now, peer);
-        Some(m)
-    }
-
-    /// Takes the tree broadcast tagged `tag`, if it arrived.
-    fn take_tree(&mut self, now: Instant, tag: Tag) -> Option<Vec<u8>> {
-        let p = self.tree_inbox.iter().position(|(t, _, _)| *t == tag)?;
-        let (_, from, data) = self.tree_inbox.remove(p)?;
-        let f = usize::from(from);
-        self.tree_held[f] = self.tree_held[f].saturating_sub(1);
-        self.top_up_pair(now, from);
-        Some(data)
-    }
 
     /// Sends a control message of a layer above (membership) to `dst`.
     pub fn send_control(&mut self, dst: Dest, msg: Control) -> Result<(), MemberError> {
@@ -1012,69 +707,6 @@ impl Member {
         self.stats.peak_events = self.stats.peak_events.max(self.events.len());
     }
 
-    fn post(&mut self, now: Instant, root: Rank) -> Result<(), MemberError> {
-        let max = self.engine.config().max_message;
-        self.engine.post_recv(now, root, max)?;
-        self.posted[usize::from(root)] += 1;
-        Ok(())
-    }
-
-    /// Keeps `prepost` receives posted for `root` while deliveries of it fit.
-    fn top_up(&mut self, now: Instant, root: Rank) {
-        let r = usize::from(root);
-        if root == self.rank() || !self.is_live(root) {
-            return;
-        }
-        while (self.posted[r] + self.queued[r]) < self.prepost as u32 {
-            if self.post(now, root).is_err() {
-                break;
-            }
-        }
-    }
-
-    fn pair(&mut self, now: Instant, peer: Rank) -> &mut Engine {
-        let p = usize::from(peer);
-        if !self.pairs.contains_key(&peer) {
-            let cfg = self.engine.config();
-            let (me, group) = (cfg.rank, cfg.group);
-            let mut pc = cfg.clone();
-            pc.group = pair_group(group, me, peer);
-            pc.size = 2;
-            pc.rank = u16::from(me > peer);
-            pc.auto_post = false;
-            // A valid group configuration gives a valid pair configuration.
-            let e = Engine::new(pc)
-                .expect("the pair configuration derives from a valid group configuration");
-            self.pairs.insert(peer, e);
-            self.p2p_posted[p] = 0;
-            self.top_up_pair(now, peer);
-        }
-        self.pairs
-            .get_mut(&peer)
-            .expect("inserted above if it was missing")
-    }
-
-    /// Keeps the peer's channel posted while its messages fit [`P2P_WINDOW`].
-    fn top_up_pair(&mut self, now: Instant, peer: Rank) {
-        let p = usize::from(peer);
-        let me = self.rank();
-        let Some(e) = self.pairs.get_mut(&peer) else {
-            return;
-        };
-        let other = u16::from(me < peer);
-        let max = e.config().max_message;
-        while usize::from(self.p2p_posted[p])
-            + self.p2p_inbox[p].len()
-            + usize::from(self.tree_held[p])
-            < P2P_WINDOW
-        {
-            if e.post_recv(now, other, max).is_err() {
-                break;
-            }
-            self.p2p_posted[p] += 1;
-        }
-    }
-
     /// Takes the group engine's events: deliveries to the call or the application, control
     /// messages to their machines, stability into the counter.
     fn collect(&mut self, now: Instant) {
@@ -1129,53 +761,6 @@ impl Member {
                 engine::Event::Control { src, msg, fresh } => self.route(now, src, msg, fresh),
             }
         }
-    }
-
-    fn collect_pair(&mut self, now: Instant, peer: Rank) {
-        let p = usize::from(peer);
-        let Some(e) = self.pairs.get_mut(&peer) else {
-            return;
-        };
-        let mut got = Vec::new();
-        while let Some(ev) = e.poll_event() {
-            if let engine::Event::Delivered { data, .. } = ev {
-                got.push(data);
-            }
-        }
-        if got.is_empty() {
-            return;
-        }
-        for mut data in got {
-            self.p2p_posted[p] = self.p2p_posted[p].saturating_sub(1);
-            match data.first() {
-                Some(&P2P_APP) => {
-                    data.remove(0);
-                    self.p2p_inbox[p].push_back(data);
-                }
-                Some(&P2P_TREE) if data.len() >= 11 => {
-                    let root = u16::from_be_bytes([data[1], data[2]]);
-                    let mut seq = [0u8; 8];
-                    seq.copy_from_slice(&data[3..11]);
-                    let tag = (root, u64::from_be_bytes(seq));
-                    let current = matches!(self.call, Some(Call::Bcast { tag: t, .. }) if t == tag);
-                    let done = self
-                        .collectives
-                        .get(usize::from(root))
-                        .is_none_or(|&c| tag.1 < c);
-                    if done && !current {
-                        // A call this member finished (or a root that does not exist): a
-                        // late or repeated copy.
-                        self.stats.dropped += 1;
-                        continue;
-                    }
-                    data.drain(..11);
-                    self.tree_held[p] += 1;
-                    self.tree_inbox.push_back((tag, peer, data));
-                }
-                _ => self.stats.dropped += 1,
-            }
-        }
-        self.top_up_pair(now, peer);
     }
 
     /// Hands a control message to the machine it belongs to.
@@ -1233,52 +818,6 @@ impl Member {
         }
         for r in dead {
             self.evict(now, r);
-        }
-    }
-
-    /// Completes the call in progress if it can.
-    fn advance(&mut self, now: Instant) {
-        let Some(call) = self.call.take() else {
-            return;
-        };
-        let me = self.rank();
-        let outcome = match &call {
-            Call::Barrier { which, epoch } => self.barriers[*which]
-                .is_released(*epoch)
-                .then_some(Ok(Done::Barrier)),
-            Call::Bcast {
-                root,
-                own: Some(data),
-                ..
-            } if *root == me => {
-                // With failure detection the root's call returns when every live member has
-                // the message, so that a member that died during it is evicted and reported
-                // by this call.
-                (self.detector.is_none() || self.is_idle()).then(|| Ok(Done::Bcast(data.clone())))
-            }
-            Call::Bcast {
-                root, algo, tag, ..
-            } => {
-                let (root, algo, tag) = (*root, *algo, *tag);
-                let hw = (algo != Algorithm::Tree)
-                    .then(|| self.inbox[usize::from(root)].pop_front())
-                    .flatten();
-                match hw {
-                    Some(data) => Some(Ok(Done::Bcast(data))),
-                    None => match self.take_tree(now, tag) {
-                        Some(data) => Some(
-                            self.forward_tree(now, tag, &data)
-                                .map(|()| Done::Bcast(data)),
-                        ),
-                        None if !self.is_live(root) => Some(Err(MemberError::PeerDead(root))),
-                        None => None,
-                    },
-                }
-            }
-        };
-        match outcome {
-            Some(r) => self.result = Some(r),
-            None => self.call = Some(call),
         }
     }
 }

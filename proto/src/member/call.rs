@@ -1,0 +1,201 @@
+//! The collective call in progress: a broadcast (push-pull, simple, or down a binomial tree of
+//! point-to-point channels) or a barrier, its posting, topping up and completion. One call at a
+//! time, as MPI collectives are called.
+
+use super::*;
+
+/// The collective call in progress.
+#[derive(Debug)]
+pub(super) enum Call {
+    /// A broadcast: the root waits for every live member's acknowledgement (with failure
+    /// detection) or nothing; the others for the message by hardware broadcast (or, when the
+    /// root fell back to the tree, from their tree parent) or from their tree parent.
+    Bcast {
+        root: Rank,
+        algo: Algorithm,
+        tag: Tag,
+        /// At the root: its message, until every live member acknowledged it.
+        own: Option<Vec<u8>>,
+    },
+    /// A barrier of machine `which`, epoch `epoch`.
+    Barrier { which: usize, epoch: u32 },
+}
+
+impl Member {
+    /// Starts `MPI_Bcast` from `root` with `algo`: at the root `data` is sent, elsewhere it
+    /// is ignored and the root's message is the result. Every member must call it in the
+    /// same order. The result arrives through [`Member::take_result`].
+    pub fn bcast(
+        &mut self,
+        now: Instant,
+        root: Rank,
+        data: Vec<u8>,
+        algo: Algorithm,
+    ) -> Result<(), MemberError> {
+        let n = self.size();
+        if root >= n {
+            return Err(MemberError::BadRank {
+                rank: root,
+                size: n,
+            });
+        }
+        if self.call.is_some() || self.result.is_some() {
+            return Err(MemberError::Busy);
+        }
+        let me = self.rank();
+        // Tree messages of this call carry (root, the root's collective count), so that a
+        // member still in an earlier call never takes a later call's message.
+        let tag = (root, self.collectives[usize::from(root)]);
+        self.collectives[usize::from(root)] += 1;
+        let mut own = None;
+        if me == root {
+            let failed = self.engine.sender().failed_over().len();
+            let live = self.engine.sender().eqa().hms().live();
+            if algo == Algorithm::Tree || (failed > 0 && failed * 2 >= live) {
+                // The tree, or the fail-over of the group (LA-MPI 4.4): broadcast reaches too
+                // few members, so this message goes down the binomial tree instead.
+                if algo != Algorithm::Tree {
+                    self.stats.tree_fallbacks += 1;
+                }
+                self.forward_tree(now, tag, &data)?;
+            } else {
+                let a = if algo == Algorithm::Simple {
+                    Algo::Simple
+                } else {
+                    Algo::PushPull
+                };
+                self.engine.bcast(now, data.clone(), a)?;
+            }
+            own = Some(data);
+        } else if algo != Algorithm::Tree
+            && self.inbox[usize::from(root)].is_empty()
+            && self.posted[usize::from(root)] == 0
+        {
+            // The receive of this call (the MPI way: posted when the call is made). A receive
+            // left by a call the root served down the tree serves this one. A message already
+            // held in the pushed buffer is delivered by the post.
+            self.post(now, root)?;
+            self.collect(now);
+        }
+        self.call = Some(Call::Bcast {
+            root,
+            algo,
+            tag,
+            own,
+        });
+        self.advance(now);
+        Ok(())
+    }
+
+    /// Starts a barrier of `kind`; the result arrives through [`Member::take_result`].
+    pub fn barrier(&mut self, now: Instant, kind: BarrierAlgo) -> Result<(), MemberError> {
+        if self.call.is_some() || self.result.is_some() {
+            return Err(MemberError::Busy);
+        }
+        let which = match kind {
+            BarrierAlgo::Broadcast => 0,
+            BarrierAlgo::Dissemination => 1,
+        };
+        let b = &mut self.barriers[which];
+        let epoch = b.next_epoch();
+        b.enter(now, epoch)
+            .map_err(|e| MemberError::Barrier(e.to_string()))?;
+        self.call = Some(Call::Barrier { which, epoch });
+        self.advance(now);
+        Ok(())
+    }
+
+    /// The result of the collective call, once it completed (or failed).
+    pub fn take_result(&mut self) -> Option<Result<Done, MemberError>> {
+        self.result.take()
+    }
+
+    /// True while a collective call waits for its result.
+    pub fn in_call(&self) -> bool {
+        self.call.is_some()
+    }
+
+    /// Abandons the call in progress (its caller gave up, e.g. on a timeout). A broadcast
+    /// already handed to the engine still completes in the background.
+    pub fn cancel_call(&mut self) {
+        self.call = None;
+        self.result = None;
+    }
+
+    /// Broadcasts one message of this member's stream outside any collective call (streaming
+    /// use); returns its id. Receivers with `prepost > 0` get it as [`Event::Delivered`].
+    pub fn send_stream(
+        &mut self,
+        now: Instant,
+        data: Vec<u8>,
+        algo: Algo,
+    ) -> Result<u64, MemberError> {
+        Ok(self.engine.bcast(now, data, algo)?)
+    }
+
+    pub(super) fn post(&mut self, now: Instant, root: Rank) -> Result<(), MemberError> {
+        let max = self.engine.config().max_message;
+        self.engine.post_recv(now, root, max)?;
+        self.posted[usize::from(root)] += 1;
+        Ok(())
+    }
+
+    /// Keeps `prepost` receives posted for `root` while deliveries of it fit.
+    pub(super) fn top_up(&mut self, now: Instant, root: Rank) {
+        let r = usize::from(root);
+        if root == self.rank() || !self.is_live(root) {
+            return;
+        }
+        while (self.posted[r] + self.queued[r]) < self.prepost as u32 {
+            if self.post(now, root).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Completes the call in progress if it can.
+    pub(super) fn advance(&mut self, now: Instant) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        let me = self.rank();
+        let outcome = match &call {
+            Call::Barrier { which, epoch } => self.barriers[*which]
+                .is_released(*epoch)
+                .then_some(Ok(Done::Barrier)),
+            Call::Bcast {
+                root,
+                own: Some(data),
+                ..
+            } if *root == me => {
+                // With failure detection the root's call returns when every live member has
+                // the message, so that a member that died during it is evicted and reported
+                // by this call.
+                (self.detector.is_none() || self.is_idle()).then(|| Ok(Done::Bcast(data.clone())))
+            }
+            Call::Bcast {
+                root, algo, tag, ..
+            } => {
+                let (root, algo, tag) = (*root, *algo, *tag);
+                let hw = (algo != Algorithm::Tree)
+                    .then(|| self.inbox[usize::from(root)].pop_front())
+                    .flatten();
+                match hw {
+                    Some(data) => Some(Ok(Done::Bcast(data))),
+                    None => match self.take_tree(now, tag) {
+                        Some(data) => Some(
+                            self.forward_tree(now, tag, &data)
+                                .map(|()| Done::Bcast(data)),
+                        ),
+                        None if !self.is_live(root) => Some(Err(MemberError::PeerDead(root))),
+                        None => None,
+                    },
+                }
+            }
+        };
+        match outcome {
+            Some(r) => self.result = Some(r),
+            None => self.call = Some(call),
+        }
+    }
+}
