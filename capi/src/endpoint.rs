@@ -43,31 +43,30 @@ const PROGRESS_MAX: Duration = Duration::from_millis(10);
 /// Errors of calls on an [`Endpoint`]: those of [`HostGroup`] and a poisoned lock.
 #[derive(Debug, Error)]
 pub enum CallError {
-    /// The group layer failed (link, timeout, membership, rank).
+    /// The group, its link, its host ring or the caller's arguments.
     #[error(transparent)]
-    Group(#[from] GroupError),
-    /// The link could not be opened (probe).
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    /// The shared-memory layer of ranks on one host failed.
-    #[error(transparent)]
-    Host(#[from] SmpError),
-    /// The root's message does not have the length this member passed.
-    #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
-    Length {
-        /// Root of the broadcast.
-        root: u16,
-        /// Length of the message.
-        got: usize,
-        /// Length of the caller's buffer.
-        want: usize,
-    },
-    /// The ranks-per-host description (arguments or environment) is unusable.
-    #[error("ranks per host: {0}")]
-    Placement(String),
+    Host(#[from] HostError),
     /// An earlier call panicked while holding the group; its state cannot be trusted.
     #[error("the group is unusable after an internal error in an earlier call: close it")]
     Poisoned,
+}
+
+impl From<GroupError> for CallError {
+    fn from(e: GroupError) -> CallError {
+        CallError::Host(HostError::Group(e))
+    }
+}
+
+impl From<LinkError> for CallError {
+    fn from(e: LinkError) -> CallError {
+        CallError::Host(HostError::Link(e))
+    }
+}
+
+impl From<SmpError> for CallError {
+    fn from(e: SmpError) -> CallError {
+        CallError::Host(HostError::Host(e))
+    }
 }
 
 /// What a member has done so far (`ethbcast_counters`).
@@ -159,18 +158,6 @@ pub struct Endpoint {
     keyed: bool,
 }
 
-impl From<HostError> for CallError {
-    fn from(e: HostError) -> CallError {
-        match e {
-            HostError::Group(e) => CallError::Group(e),
-            HostError::Link(e) => CallError::Link(e),
-            HostError::Host(e) => CallError::Host(e),
-            HostError::Length { root, got, want } => CallError::Length { root, got, want },
-            HostError::Placement(m) => CallError::Placement(m),
-        }
-    }
-}
-
 /// Checks that `iface` can be opened for raw Ethernet (it exists, we have the privilege)
 /// without joining a group, so that a launcher can decide quickly, on every member, whether
 /// to use ethbcast at all.
@@ -208,7 +195,7 @@ impl Endpoint {
                 std::thread::Builder::new()
                     .name("ethbcast-progress".into())
                     .spawn(move || progress_loop(&s))
-                    .map_err(|e| CallError::Link(LinkError::Io(e)))?,
+                    .map_err(|e| CallError::from(LinkError::Io(e)))?,
             )
         } else {
             None
@@ -246,11 +233,11 @@ impl Endpoint {
 
     /// Broadcast into the caller's buffer: the root sends `buf`, every other member receives
     /// the root's message into it. Every member must pass the same length; a receiver whose
-    /// length differs gets [`CallError::Length`] and its buffer is left as it was.
+    /// length differs gets [`HostError::Length`] and its buffer is left as it was.
     pub fn bcast(&self, root: u16, buf: &mut [u8]) -> Result<(), CallError> {
         let counters = &self.shared.counters;
         if root >= self.size {
-            let e = CallError::Group(GroupError::BadRank {
+            let e = CallError::from(GroupError::BadRank {
                 rank: root,
                 size: self.size,
             });

@@ -24,7 +24,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use ethbcast::group::{Algorithm, GroupError, GroupOptions, Membership};
+use ethbcast::group::{Algorithm, GroupError, GroupOptions, HostError, Membership};
 use ethbcast::keyfile::{self, KEY_FILE_ENV};
 use ethbcast::link::{Backend, LinkError, WaitMode};
 use ethbcast::member::MemberError;
@@ -321,11 +321,11 @@ fn link_code(e: &LinkError) -> c_int {
 /// The code of an error.
 fn code_of(e: &CallError) -> c_int {
     match e {
-        CallError::Link(l) => link_code(l),
-        CallError::Length { .. } => ETHBCAST_ERR_LENGTH,
+        CallError::Host(HostError::Link(l)) => link_code(l),
+        CallError::Host(HostError::Length { .. }) => ETHBCAST_ERR_LENGTH,
         CallError::Poisoned => ETHBCAST_ERR_INTERNAL,
-        CallError::Placement(_) => ETHBCAST_ERR_MEMBERSHIP,
-        CallError::Host(h) => match h {
+        CallError::Host(HostError::Placement(_)) => ETHBCAST_ERR_MEMBERSHIP,
+        CallError::Host(HostError::Host(h)) => match h {
             SmpError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
             SmpError::RankGone { .. } => ETHBCAST_ERR_PEER_DEAD,
             SmpError::OwnerFailed { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
@@ -336,7 +336,7 @@ fn code_of(e: &CallError) -> c_int {
             | SmpError::SlotTaken { .. }
             | SmpError::Protocol(_) => ETHBCAST_ERR_SHARED_MEMORY,
         },
-        CallError::Group(g) => match g {
+        CallError::Host(HostError::Group(g)) => match g {
             GroupError::Link(l) => link_code(l),
             GroupError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
             GroupError::Member(MemberError::PeerDead(_)) => ETHBCAST_ERR_PEER_DEAD,
@@ -559,7 +559,7 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
         let c_opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
         // SAFETY: non-NULL, and the caller promises `size` readable ints (size > 0 checked).
         let labels = unsafe { std::slice::from_raw_parts(host_of_rank, usize::from(size_u16)) };
-        let hosts = Hosts::from_labels(labels).map_err(|e| Failure::from(CallError::Host(e)))?;
+        let hosts = Hosts::from_labels(labels).map_err(|e| Failure::from(CallError::from(e)))?;
         // SAFETY: the caller promises options whose key pointers are NULL or valid.
         let mut options = unsafe { open_options(&c_opts) }?;
         options.placement = Placement::Hosts { rank, hosts };
@@ -631,7 +631,7 @@ pub unsafe extern "C" fn ethbcast_bcast(
         // SAFETY: the caller promises NULL or a live handle.
         let g = unsafe { group_ref(group) }?;
         let root = u16::try_from(root).map_err(|_| {
-            Failure::from(CallError::Group(GroupError::BadRank {
+            Failure::from(CallError::from(GroupError::BadRank {
                 rank: u16::MAX,
                 size: g.endpoint.size(),
             }))
