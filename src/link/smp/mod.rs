@@ -125,6 +125,27 @@ pub struct HostRing {
 }
 
 impl HostRing {
+    /// Local rank `me`'s view of `seg`, before its first call.
+    fn at_start(
+        seg: Segment,
+        layout: Layout,
+        me: usize,
+        wait: Wait,
+        timeout: Duration,
+    ) -> HostRing {
+        HostRing {
+            seg,
+            layout,
+            me,
+            cursor: 0,
+            calls: 0,
+            barriers: 0,
+            wait,
+            timeout,
+            checked: Instant::now(),
+        }
+    }
+
     /// The owner makes its host's segment at `path` (replacing a stale one left by a crashed
     /// job of this user; a file of another user there is [`ShmError::Foreign`]) for `layout.locals` ranks of a job of `world` ranks; `rank` is its own rank. The
     /// segment is open for the others to attach; call [`HostRing::wait_attached`] and then
@@ -142,17 +163,7 @@ impl HostRing {
         // stays, and the job fails (it may be a forged ring the local ranks would meet).
         Segment::remove_stale(path)?;
         let seg = Segment::create(path, layout.segment_bytes())?;
-        let ring = HostRing {
-            seg,
-            layout,
-            me: 0,
-            cursor: 0,
-            calls: 0,
-            barriers: 0,
-            wait,
-            timeout,
-            checked: Instant::now(),
-        };
+        let ring = HostRing::at_start(seg, layout, 0, wait, timeout);
         for (at, v) in [
             (H_LOCALS, layout.locals as u64),
             (H_SLOTS, layout.slots as u64),
@@ -205,17 +216,7 @@ impl HostRing {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let mut ring = HostRing {
-                seg,
-                layout,
-                me: local,
-                cursor: 0,
-                calls: 0,
-                barriers: 0,
-                wait,
-                timeout,
-                checked: Instant::now(),
-            };
+            let mut ring = HostRing::at_start(seg, layout, local, wait, timeout);
             match ring.join_segment(world, rank, deadline)? {
                 true => return Ok(ring),
                 // A segment left by a dead owner, or not yet initialised: look again.
