@@ -25,6 +25,16 @@ impl Clock for WallClock {
     }
 }
 
+impl WallClock {
+    /// Microseconds since the Unix epoch (0 before it): the calendar time a join seals into its
+    /// challenges, so that a member prefers a coordinator's newest one.
+    pub fn unix_micros(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+}
+
 impl Clock for SimNet {
     fn now(&self) -> Instant {
         SimNet::now(self)

@@ -504,9 +504,7 @@ pub fn join<L: Link>(
     let nonce = rand::rngs::OsRng.next_u64();
     // The wall clock orders this host's joins: a member prefers a coordinator's newest
     // challenge, so recordings of earlier ones cannot displace it.
-    let clock = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let clock = WallClock.unix_micros();
     let mut driver = Driver::new(Join::new(cfg, start, nonce)?.with_clock(clock), link);
     loop {
         if stop() {

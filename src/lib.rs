@@ -27,6 +27,7 @@ pub mod group;
 pub mod keyfile;
 pub mod link;
 pub use link::smp;
+pub mod transfer;
 
 #[cfg(feature = "sim")]
 pub mod cluster;

@@ -22,7 +22,7 @@
 use std::time::{Duration, Instant};
 
 use super::GroupError;
-use crate::driver::{Driver, WallClock};
+use crate::driver::{Clock, Driver, WallClock};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
@@ -174,7 +174,7 @@ impl Stream {
         let mut mc = MemberConfig::new(cfg, joined.peers);
         mc.prepost = opts.prepost;
         mc.late = Some(joined.late);
-        let member = Member::new(Instant::now(), mc)?;
+        let member = Member::new(WallClock.now(), mc)?;
         Ok(Stream {
             driver: Driver::new(member, link),
             peers,
@@ -220,7 +220,7 @@ impl Stream {
     pub fn send(&mut self, data: Vec<u8>) -> Result<u64, MemberError> {
         self.driver
             .member_mut()
-            .send_stream(Instant::now(), data, Algo::Simple)
+            .send_stream(WallClock.now(), data, Algo::Simple)
     }
 
     /// Messages of this member queued in the engine and not yet acknowledged by all.
@@ -245,7 +245,7 @@ impl Stream {
 
     /// Evicts `rank`: the stream goes on for the others without waiting for it.
     pub fn evict(&mut self, rank: Rank) {
-        self.driver.member_mut().evict(Instant::now(), rank)
+        self.driver.member_mut().evict(WallClock.now(), rank)
     }
 
     /// Stops the stream at once: nothing queued is sent or repaired any more.
@@ -260,12 +260,14 @@ impl Stream {
 
     /// Sends `data` to `peer` alone over the reliable point-to-point channel.
     pub fn send_to(&mut self, peer: Rank, data: Vec<u8>) -> Result<(), MemberError> {
-        self.driver.member_mut().send_to(Instant::now(), peer, data)
+        self.driver
+            .member_mut()
+            .send_to(WallClock.now(), peer, data)
     }
 
     /// The next point-to-point message from `peer`, if one arrived.
     pub fn take_p2p(&mut self, peer: Rank) -> Option<Vec<u8>> {
-        self.driver.member_mut().take_p2p(Instant::now(), peer)
+        self.driver.member_mut().take_p2p(WallClock.now(), peer)
     }
 
     /// Drives the stream until everything this member sent has been acknowledged (true) or
@@ -273,7 +275,7 @@ impl Stream {
     pub fn settle(&mut self, patience: Duration) -> Result<bool, LinkError> {
         let r = self.driver.run_until(
             &WallClock,
-            Instant::now() + patience,
+            WallClock.now() + patience,
             Duration::from_millis(20),
             |m| m.is_idle().then_some(()),
         )?;

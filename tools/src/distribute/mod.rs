@@ -57,16 +57,15 @@
 //! | 4 | I/O or permission error (interface, CAP_NET_RAW, input file, disk full) |
 //! | 130 | interrupted (Ctrl-C, SIGTERM, or the sender aborted) |
 
-pub mod rate;
 pub mod recv;
 pub mod send;
-pub mod stream;
 
 use std::time::Duration;
 
 use ethbcast::group::stream::{Role, Stream, StreamOptions};
 use ethbcast::group::GroupError;
 use ethbcast::link::{Link, LinkError};
+pub use ethbcast::transfer::{self as stream, rate};
 
 /// Exit code: everything completed.
 pub const EXIT_OK: u8 = 0;

@@ -1,4 +1,6 @@
-//! The stream protocol carried by the broadcast messages, and the control payloads.
+//! File and stream distribution (what `ethbcast send` and `ethbcast recv` speak over a
+//! [`crate::group::stream::Stream`]): the stream protocol carried by the broadcast messages,
+//! the control payloads, the end-to-end digest, and the sender's pacing ([`rate`]).
 //!
 //! Broadcast messages from the sender (rank 0), first byte = type:
 //! - `H` header: magic `EBDS`, version (2), total size (u64, `u64::MAX` = unknown), chunk
@@ -15,6 +17,8 @@
 //! roster (count u16 + MACs in rank order). `Notice` kind: `EBDX` abort, `EBDE` "you were
 //! evicted", `EBDP` a receiver's progress after the trailer (bytes its output took, u64, and
 //! whether it took them all, u8), `EBDK` the sender's keepalive.
+
+pub mod rate;
 
 /// Protocol version in the header.
 pub const VERSION: u8 = 2;
@@ -317,7 +321,8 @@ pub fn hex(d: &[u8]) -> String {
 /// misplaced chunk, a bug. XXH3-128 does that at memory speed. BLAKE3 is for whoever wants a
 /// cryptographic digest to compare with `b3sum`; hashing the stream on every receiver costs
 /// about 6% of the goodput on a CPU-bound host (measured on the 8-receiver test-bed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum DigestAlgo {
     /// XXH3, 128 bits (the default).
     Xxh3,
