@@ -6,50 +6,15 @@
 //! also with 2 and 4 processes per namespace sharing the host's member through shared memory;
 //! with `--errors` it checks the codes and sentences of calls that fail before joining.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
-/// The static library cargo built for this test run (next to the test binary).
-fn staticlib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps directory");
-    [
-        deps.join("libethbcast_capi.a"),
-        deps.join("../libethbcast_capi.a"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libethbcast_capi.a next to the test binary (crate-type staticlib)")
-}
-
-/// Compiles one C file against the static library; returns the executable.
-fn compile(source: &str, name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}"));
-    let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
-    let compiler = cc::Build::new()
-        .cargo_metadata(false)
-        .opt_level(2)
-        .target(&target)
-        .host(&target)
-        .get_compiler();
-    let status = compiler
-        .to_command()
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(dir)
-        .arg(dir.join(source))
-        .arg(staticlib())
-        .args(["-lpthread", "-ldl", "-lm", "-o"])
-        .arg(&out)
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "compiling {source} failed");
-    out
-}
+mod common;
+use common::compile;
 
 fn prefix(tag: &str) -> String {
     format!("c{tag}{:x}", std::process::id() & 0xfff)

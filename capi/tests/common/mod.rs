@@ -1,0 +1,42 @@
+//! What the C tests share: the static library cargo built for the run, and compiling a C
+//! program against it.
+
+use std::path::{Path, PathBuf};
+
+/// The static library cargo built for this test run (next to the test binary).
+pub fn staticlib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps directory");
+    [
+        deps.join("libethbcast_capi.a"),
+        deps.join("../libethbcast_capi.a"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .expect("libethbcast_capi.a next to the test binary (crate-type staticlib)")
+}
+
+/// Compiles one C file against the static library; returns the executable.
+pub fn compile(source: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}"));
+    let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let compiler = cc::Build::new()
+        .cargo_metadata(false)
+        .opt_level(2)
+        .target(&target)
+        .host(&target)
+        .get_compiler();
+    let status = compiler
+        .to_command()
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(dir)
+        .arg(dir.join(source))
+        .arg(staticlib())
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&out)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling {source} failed");
+    out
+}
