@@ -28,7 +28,7 @@ use crate::driver::{Clock, Driver, WallClock};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{Done, Member, MemberConfig, MemberError};
-use crate::membership::{Expect, Join, JoinConfig, JoinError, Joined};
+use crate::membership::{Expect, Join, JoinConfig, JoinError, JoinStats, Joined};
 use crate::proto::Config;
 
 pub use crate::member::{tree_children, tree_parent, Algorithm};
@@ -209,6 +209,7 @@ pub struct Group {
     driver: Driver<Box<dyn Link + Send>>,
     reported: usize,
     opts: GroupOptions,
+    join_stats: JoinStats,
 }
 
 impl std::fmt::Debug for Group {
@@ -292,6 +293,7 @@ impl Group {
         opts: GroupOptions,
     ) -> Result<Group, GroupError> {
         let rank = joined.rank;
+        let join_stats = joined.stats;
         let size = u16::try_from(joined.peers.len())
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
         let mut cfg = Config::new(joined.session.group, rank, size);
@@ -313,7 +315,15 @@ impl Group {
             driver: Driver::new(member, link),
             reported: 0,
             opts,
+            join_stats,
         })
+    }
+
+    /// What this member's join held and sent until it finished: hellos sent, challenges held,
+    /// the most rosters collected at once (bounded by [`crate::membership::MAX_CHALLENGES`]
+    /// and [`crate::membership::HELLO_GAP`] whatever a stranger sends during the join).
+    pub fn join_stats(&self) -> JoinStats {
+        self.join_stats
     }
 
     /// This member's rank.

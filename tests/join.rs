@@ -731,7 +731,12 @@ fn replayed_rosters_from_new_macs_do_not_grow_a_keyed_join() {
         assert!(s.peak_rosters <= 8, "member {i}: {s:?}");
     }
     assert_eq!(end, RunEnd::Done);
-    assert_agree(&all_joined(&out));
+    let joined = all_joined(&out);
+    assert_agree(&joined);
+    // What a group reports of its join (`Group::join_stats`) is the join's, as it finished.
+    for (i, (j, s)) in joined.iter().zip(&stats).enumerate() {
+        assert_eq!(j.stats, *s, "member {i}");
+    }
 }
 
 /// Performs the attack: a host that sees the members' unicast re-sends every hello and

@@ -184,6 +184,9 @@ pub struct Joined {
     /// What a member needs to confirm a roster it hears again after it joined (its
     /// confirmation was lost): see [`LateRoster`].
     pub late: LateRoster,
+    /// What the join held and sent, as it finished (see [`Join::stats`]): a join finished
+    /// holds and sends nothing more.
+    pub stats: JoinStats,
 }
 
 /// Lets a member that already joined answer the coordinator's repeated roster.
@@ -770,6 +773,7 @@ impl Join {
             session: session(self.cfg.group, self.cfg.key.as_ref(), nonce, roster),
             late,
             peers,
+            stats: self.stats(),
         }));
     }
 

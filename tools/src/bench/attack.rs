@@ -88,7 +88,7 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> AttackError 
 }
 
 /// Names of the scenarios, in the order they run.
-pub const SCENARIOS: [&str; 10] = [
+pub const SCENARIOS: [&str; 14] = [
     "spoofed-liveness-forged",
     "spoofed-liveness-replayed",
     "replay-earlier-session",
@@ -99,6 +99,10 @@ pub const SCENARIOS: [&str; 10] = [
     "send-recv-replay-earlier-transfer",
     "send-recv-forged-abort-evict-report",
     "spoofed-liveness-in-window",
+    "join-challenge-flood",
+    "join-replayed-rosters",
+    "join-resent-hellos",
+    "capi-keyed-forgery",
 ];
 
 /// The detector of the scenarios: the gossip period of `ethbcast-bench faults` tripled, so
@@ -1350,8 +1354,12 @@ pub fn run_all(
             5 => forged_barrier_epoch(&p, hosts),
             6 => flood(&p, hosts),
             7 => send_recv_replay(&p, hosts, bin),
+            8 => send_recv_forged_control(&p, hosts, bin),
             9 => spoofed_liveness_in_window(&p, hosts),
-            _ => send_recv_forged_control(&p, hosts, bin),
+            10 => join_challenge_flood(&p, hosts),
+            11 => join_replayed_rosters(&p, hosts),
+            12 => join_resent_hellos(&p, hosts),
+            _ => capi_keyed_forgery(&p, hosts),
         };
         scenarios.push(r.unwrap_or_else(|e| Scenario {
             name: name.to_string(),
@@ -1378,9 +1386,11 @@ pub fn render(r: &AttackReport) -> String {
 
 /// The attacks of a host without the key (spoofed liveness, replays from an earlier
 /// session and in-session, forged join, forged barrier epochs, a flood of random and
-/// mutated frames, forged abort/evict/report on a transfer) against a keyed group and a
-/// keyed `ethbcast send/recv` transfer, on a test-bed whose last host is hostile. Exits 1
-/// if any scenario failed.
+/// mutated frames, forged abort/evict/report on a transfer; during keyed joins a challenge
+/// flood from many MACs, replayed rosters from new MACs, hellos re-sent from foreign MACs;
+/// forgeries against a group keyed as the C ABI keys it) against a keyed group and a keyed
+/// `ethbcast send/recv` transfer, on a test-bed whose last host is hostile. Exits 1 if any
+/// scenario failed.
 ///
 /// Example: ethbcast-bench attack --testbed 6 --json
 #[derive(clap::Args)]
@@ -1423,4 +1433,785 @@ impl Args {
             Err(e) => fail(e),
         }
     }
+}
+
+/// How long a member of the join scenarios may take to join: far above a join's tens of
+/// milliseconds, so that a join the attack stalls fails the scenario rather than the run.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the last member of the join scenarios waits before it joins: the others' join
+/// stays open (challenging, answering) that long, under attack.
+const LATE_JOINER: Duration = Duration::from_millis(400);
+
+/// How a join scenario's members join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JoinKind {
+    /// An explicit list of MACs (rank = host), rank 0 coordinates.
+    List,
+    /// Each claims its rank (rank = host), as from a launcher's environment; rank 0
+    /// coordinates.
+    Ranks,
+    /// Discovery: ranks by sorted MAC, the lowest coordinates.
+    Discover,
+}
+
+/// What a member of a join scenario saw of its join.
+#[derive(Debug, Clone)]
+struct JoinSeen {
+    rank: u16,
+    /// Every rank's MAC, in rank order.
+    roster: Vec<[u8; 6]>,
+    /// What the join held and sent ([`Group::join_stats`]).
+    stats: ethbcast::membership::JoinStats,
+    /// From the call to the group.
+    took: Duration,
+}
+
+/// A keyed join of hosts `0..m` as `kind` says (host `m - 1` starts [`LATE_JOINER`] late),
+/// then one barrier; each member's view of the join, in host order.
+fn keyed_joins(
+    bed: &Testbed,
+    m: usize,
+    kind: JoinKind,
+) -> Result<Vec<Result<JoinSeen, String>>, AttackError> {
+    use ethbcast::membership::{Expect, JoinConfig};
+    let macs: Vec<ethbcast::MacAddr> = bed.hosts()[..m]
+        .iter()
+        .map(|h| ethbcast::MacAddr(h.mac))
+        .collect();
+    let handles: Vec<super::bed::Member<JoinSeen>> = (0..m)
+        .map(|i| {
+            let macs = macs.clone();
+            netns::spawn_in(&bed.hosts()[i].netns, move || -> Result<_, GroupError> {
+                if i == m - 1 {
+                    std::thread::sleep(LATE_JOINER);
+                }
+                let opts = GroupOptions {
+                    timeout: JOIN_TIMEOUT,
+                    ..keyed(false)
+                };
+                let t = Instant::now();
+                let mut g = match kind {
+                    JoinKind::List => Group::open("eth0", Membership::Explicit(macs), opts)?,
+                    JoinKind::Discover => {
+                        Group::open("eth0", Membership::Discover { expected: m as u16 }, opts)?
+                    }
+                    JoinKind::Ranks => {
+                        let link = ethbcast::link::open(opts.backend, "eth0", opts.wait)?;
+                        let cfg = JoinConfig {
+                            group: opts.group_id,
+                            mac: link.local_mac(),
+                            key: opts.key,
+                            expect: Expect::Ranks {
+                                size: m as u16,
+                                rank: i as u16,
+                            },
+                            max_payload: link.max_pdu().saturating_sub(wire::OVERHEAD),
+                        };
+                        let (joined, link) =
+                            ethbcast::group::join(link, cfg, opts.timeout, || false)?;
+                        Group::joined(link, joined, opts)?
+                    }
+                };
+                let took = t.elapsed();
+                let roster = (0..g.size())
+                    .filter_map(|r| g.member().mac_of(r))
+                    .map(|mac| mac.octets())
+                    .collect();
+                let stats = g.join_stats();
+                g.barrier()?;
+                Ok(JoinSeen {
+                    rank: g.rank(),
+                    roster,
+                    stats,
+                    took,
+                })
+            })
+            .map_err(io("spawn a member"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(join_all(handles))
+}
+
+/// Checks the members' joins of hosts `0..m` of `bed`: every one joined, with the rank
+/// `kind` gives it and the roster of exactly the members; returns the problems, each starting
+/// with `what`.
+fn check_joins(
+    bed: &Testbed,
+    m: usize,
+    kind: JoinKind,
+    results: &[Result<JoinSeen, String>],
+    what: &str,
+) -> Vec<String> {
+    let mut expected: Vec<[u8; 6]> = bed.hosts()[..m].iter().map(|h| h.mac).collect();
+    if kind == JoinKind::Discover {
+        expected.sort();
+    }
+    let mut problems = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        let mac = bed.hosts()[i].mac;
+        match r {
+            Ok(s) => {
+                let rank = expected.iter().position(|x| *x == mac);
+                if rank != Some(usize::from(s.rank)) {
+                    problems.push(format!(
+                        "{what}host {i} is rank {}, expected {rank:?}",
+                        s.rank
+                    ));
+                }
+                if s.roster != expected {
+                    problems.push(format!(
+                        "{what}host {i}'s roster {:?} is not the {m} members",
+                        s.roster
+                            .iter()
+                            .map(crate::testbed::format_mac)
+                            .collect::<Vec<_>>()
+                    ));
+                }
+                if s.took > JOIN_TIMEOUT {
+                    problems.push(format!("{what}host {i} joined after {:.0} ms", ms(s.took)));
+                }
+            }
+            Err(e) => problems.push(format!("{what}host {i}: {e}")),
+        }
+    }
+    problems
+}
+
+/// The join message type of a captured frame (1 challenge, 2 hello, 3 roster, 4 confirm).
+fn join_type(eth: &[u8]) -> Option<u8> {
+    let p = pdu(eth)?;
+    if p.kind() != Kind::Join {
+        return None;
+    }
+    p.payload().first().copied()
+}
+
+/// The `k`-th of the hostile host's made-up source MACs.
+fn stranger(k: usize) -> [u8; 6] {
+    [
+        0x02,
+        0xEE,
+        (k >> 24) as u8,
+        (k >> 16) as u8,
+        (k >> 8) as u8,
+        k as u8,
+    ]
+}
+
+/// `eth` sent again, unchanged, from `from`.
+fn resent_from(eth: &[u8], from: [u8; 6]) -> Vec<u8> {
+    let mut v = eth.to_vec();
+    v[6..12].copy_from_slice(&from);
+    v
+}
+
+/// A challenge of the hostile host's own, from `from` and naming it as the coordinator, with
+/// nonce `nonce`, `size` members and the latest time there is (it would displace any real
+/// challenge held), sealed with [`hostile::ATTACKER_KEY`]; header fields from `template` (a
+/// real challenge).
+fn forged_challenge(template: &[u8], from: [u8; 6], nonce: u64, size: u16) -> Option<Vec<u8>> {
+    let p = pdu(template)?;
+    let mut body = vec![1u8];
+    body.extend_from_slice(&nonce.to_be_bytes());
+    body.extend_from_slice(&size.to_be_bytes());
+    body.extend_from_slice(&from);
+    body.extend_from_slice(&u64::MAX.to_be_bytes());
+    let mut v = Control::Join { body }.to_vec(p.group(), p.src(), p.dst(), 0);
+    let n = v.len();
+    v.resize(n + wire::TAG_LEN, 0);
+    let n = wire::seal(&hostile::ATTACKER_KEY, &mut v, n).ok()?;
+    v.truncate(n);
+    let mut f = template[..wire::ETH_HEADER_LEN].to_vec();
+    f[6..12].copy_from_slice(&from);
+    f.extend_from_slice(&v);
+    Some(f)
+}
+
+/// Distinct join frames of type `kind` sent by one of `from` in `frames`.
+fn join_frames(frames: &[Vec<u8>], kind: u8, from: &[[u8; 6]]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for f in frames {
+        if join_type(f) == Some(kind) && from.iter().any(|m| f[6..12] == *m) && !out.contains(f) {
+            out.push(f.clone());
+        }
+    }
+    out
+}
+
+/// Hellos a member may send in `t` ([`ethbcast::membership`]): a round of at most
+/// `MAX_CHALLENGES` (one per challenge held) every `HELLO_GAP` at most, however many
+/// challenges arrive, and one more round when its roster is decided.
+fn hello_bound(t: Duration) -> u64 {
+    use ethbcast::membership::{HELLO_GAP, MAX_CHALLENGES};
+    MAX_CHALLENGES as u64 * (t.as_micros() / HELLO_GAP.as_micros() + 2) as u64
+}
+
+/// What the challenge flood sent and saw.
+#[derive(Debug, Default)]
+struct Flooded {
+    /// Challenges re-sent (recorded in session 1 or live) from made-up MACs, and unchanged.
+    resent: usize,
+    /// Challenges of the attacker's own (its key, its MACs, the latest time).
+    forged: usize,
+    /// Made-up source MACs used.
+    macs: usize,
+    /// Distinct challenges re-sent.
+    challenges: usize,
+    /// Hellos seen from each member (host order).
+    hellos: Vec<u64>,
+    /// From the first frame sent to the last.
+    span: Duration,
+}
+
+/// Challenge flood during a keyed join (issue item 2): the members discover each other with
+/// the key, twice. The hostile host records the first join, and during the second it re-sends
+/// every challenge of both (the recorded ones and the live ones it sees) from 64 made-up
+/// source MACs and unchanged from their coordinators, and challenges of its own (its own key,
+/// the latest time), some 20 a millisecond, while the last member joins 400 ms late. It sees
+/// every frame (the bridge floods, as a hub), so it counts every member's hellos. Each member
+/// must join within its timeout with the roster of exactly the members, and send no more
+/// hellos than the join's rate bound (a round of at most `MAX_CHALLENGES` per `HELLO_GAP`).
+pub fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
+    let bed = bed(prefix, hosts, 0.0)?;
+    hub(&bed)?;
+    let m = hosts - 1;
+    let netns = bed.hosts()[m].netns.clone();
+    let members: Vec<[u8; 6]> = bed.hosts()[..m].iter().map(|h| h.mac).collect();
+    let rec = hostile::record(&netns, 100_000)?;
+    let first = keyed_joins(&bed, m, JoinKind::Discover)?;
+    let frames = rec.stop()?;
+    let mut problems = check_joins(&bed, m, JoinKind::Discover, &first, "join 1: ");
+    let recorded = join_frames(&frames, 1, &members);
+    let n = recorded.len();
+    let attacker = hostile::Hostile::spawn(&netns, Duration::from_micros(200), {
+        let members = members.clone();
+        move |port, stop: &AtomicBool| {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(10);
+            let mut challenges = recorded;
+            let mut out = Flooded {
+                hellos: vec![0; members.len()],
+                ..Flooded::default()
+            };
+            let (mut k, mut last, mut begun) = (0usize, Instant::now(), None::<Instant>);
+            while !stop.load(Ordering::SeqCst) {
+                for _ in 0..256 {
+                    let Some(f) = port.next_frame() else { break };
+                    let Some(who) = members.iter().position(|x| f[6..12] == *x) else {
+                        continue;
+                    };
+                    match join_type(&f) {
+                        Some(1) if challenges.len() < 64 && !challenges.contains(&f) => {
+                            challenges.push(f)
+                        }
+                        Some(2) => out.hellos[who] += 1,
+                        _ => {}
+                    }
+                }
+                if challenges.is_empty() || last.elapsed() < Duration::from_millis(1) {
+                    continue;
+                }
+                last = Instant::now();
+                begun.get_or_insert(last);
+                for _ in 0..16 {
+                    k += 1;
+                    let c = &challenges[k % challenges.len()];
+                    port.send(&resent_from(c, stranger(k % 64)));
+                    out.resent += 1;
+                    if k % 4 == 0 {
+                        port.send(c);
+                        out.resent += 1;
+                        let size = members.len() as u16;
+                        if let Some(x) = forged_challenge(c, stranger(k % 64), rng.next_u64(), size)
+                        {
+                            port.send(&x);
+                            out.forged += 1;
+                        }
+                    }
+                }
+            }
+            out.macs = k.min(64);
+            out.challenges = challenges.len();
+            out.span = begun.map_or(Duration::ZERO, |b| last.duration_since(b));
+            out
+        }
+    })?;
+    let second = keyed_joins(&bed, m, JoinKind::Discover);
+    // Hellos still in flight reach the hostile host.
+    std::thread::sleep(Duration::from_millis(20));
+    let flood = attacker.stop()?;
+    let second = second?;
+    problems.extend(check_joins(
+        &bed,
+        m,
+        JoinKind::Discover,
+        &second,
+        "join 2: ",
+    ));
+    let mut worst = (0u64, 0u64, 0.0f64);
+    for (i, r) in second.iter().enumerate() {
+        let Ok(s) = r else { continue };
+        let bound = hello_bound(s.took);
+        let seen = flood.hellos[i];
+        if s.stats.hellos > bound || seen > bound {
+            problems.push(format!(
+                "host {i} sent {} hellos ({seen} seen by the hostile host) in its join of {:.0} ms, above the bound of {bound}",
+                s.stats.hellos,
+                ms(s.took)
+            ));
+        }
+        if s.stats.challenges > ethbcast::membership::MAX_CHALLENGES {
+            problems.push(format!("host {i} held {} challenges", s.stats.challenges));
+        }
+        if seen.max(s.stats.hellos) > worst.0.max(worst.1) {
+            worst = (s.stats.hellos, seen, ms(s.took));
+        }
+    }
+    let sent = flood.resent + flood.forged;
+    if n == 0 || flood.macs < 32 || sent < 1000 || flood.forged == 0 {
+        problems.push(format!(
+            "the attack did not happen: {n} challenges recorded, {sent} sent ({} forged) from {} MACs",
+            flood.forged, flood.macs
+        ));
+    }
+    let rate = sent as f64 / flood.span.as_secs_f64().max(1e-3);
+    Ok(verdict(
+        "join-challenge-flood",
+        problems,
+        format!(
+            "{n} challenges of a first keyed discovery recorded; during a second one (the last of {m} members 400 ms late) the hostile host sent {sent} challenges ({:.0}/s): {} of {} distinct real ones re-sent from {} made-up MACs and from their coordinators, {} of its own; every member joined with the roster of the {m} members; most hellos of a member {} ({} seen by the hostile host) in {:.0} ms, bound {} (at most {} per {:?})",
+            rate,
+            flood.resent,
+            flood.challenges,
+            flood.macs,
+            flood.forged,
+            worst.0,
+            worst.1,
+            worst.2,
+            hello_bound(Duration::from_secs_f64(worst.2 / 1e3)),
+            ethbcast::membership::MAX_CHALLENGES,
+            ethbcast::membership::HELLO_GAP
+        ),
+    ))
+}
+
+/// Replayed rosters from new MACs during a keyed join (issue item 3): the members join by an
+/// explicit list with the key, twice. The hostile host records the first join's challenges
+/// and rosters, and during the second it sends challenge/roster pairs (the recorded ones and
+/// the live ones it sees) each from a MAC never used before, and the recorded ones unchanged
+/// from the coordinator, while the last member joins 400 ms late. What each member's join
+/// held ([`Group::join_stats`]) must stay within `MAX_CHALLENGES` challenges and rosters,
+/// however many MACs sent pairs, and the join complete with the members alone.
+pub fn join_replayed_rosters(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
+    use ethbcast::membership::MAX_CHALLENGES;
+    let bed = bed(prefix, hosts, 0.0)?;
+    hub(&bed)?;
+    let m = hosts - 1;
+    let netns = bed.hosts()[m].netns.clone();
+    let members: Vec<[u8; 6]> = bed.hosts()[..m].iter().map(|h| h.mac).collect();
+    let coordinator = members[0];
+    let rec = hostile::record(&netns, 100_000)?;
+    let first = keyed_joins(&bed, m, JoinKind::List)?;
+    let frames = rec.stop()?;
+    let mut problems = check_joins(&bed, m, JoinKind::List, &first, "join 1: ");
+    let challenges = join_frames(&frames, 1, &[coordinator]);
+    let rosters = join_frames(&frames, 3, &[coordinator]);
+    let recorded = (challenges.len(), rosters.len());
+    let attacker = hostile::Hostile::spawn(&netns, Duration::from_micros(200), {
+        move |port, stop: &AtomicBool| {
+            let (old_c, old_r) = (challenges, rosters);
+            let (mut live_c, mut live_r) = (None::<Vec<u8>>, None::<Vec<u8>>);
+            let (mut k, mut sent, mut last) = (0usize, 0usize, Instant::now());
+            while !stop.load(Ordering::SeqCst) {
+                for _ in 0..256 {
+                    let Some(f) = port.next_frame() else { break };
+                    if f[6..12] != coordinator || old_c.contains(&f) || old_r.contains(&f) {
+                        continue;
+                    }
+                    match join_type(&f) {
+                        Some(1) => live_c = Some(f),
+                        Some(3) => live_r = Some(f),
+                        _ => {}
+                    }
+                }
+                if old_c.is_empty() || old_r.is_empty() || last.elapsed() < Duration::from_millis(1)
+                {
+                    continue;
+                }
+                last = Instant::now();
+                for _ in 0..8 {
+                    k += 1;
+                    let (c, r) = match (&live_c, &live_r) {
+                        (Some(c), Some(r)) if k % 2 == 0 => (c, r),
+                        _ => (&old_c[k % old_c.len()], &old_r[k % old_r.len()]),
+                    };
+                    port.send(&resent_from(c, stranger(k)));
+                    port.send(&resent_from(r, stranger(k)));
+                    sent += 2;
+                    if k % 8 == 0 {
+                        port.send(&old_c[k % old_c.len()]);
+                        port.send(&old_r[k % old_r.len()]);
+                        sent += 2;
+                    }
+                }
+            }
+            (sent, k, live_c.is_some() && live_r.is_some())
+        }
+    })?;
+    let second = keyed_joins(&bed, m, JoinKind::List);
+    let (sent, macs, live) = attacker.stop()?;
+    let second = second?;
+    problems.extend(check_joins(&bed, m, JoinKind::List, &second, "join 2: "));
+    let (mut peak, mut held) = (0, 0);
+    for (i, r) in second.iter().enumerate() {
+        let Ok(s) = r else { continue };
+        if s.stats.peak_rosters > MAX_CHALLENGES || s.stats.challenges > MAX_CHALLENGES {
+            problems.push(format!(
+                "host {i}'s join held {} challenges and up to {} rosters (bound {MAX_CHALLENGES}) under pairs from {macs} MACs",
+                s.stats.challenges, s.stats.peak_rosters
+            ));
+        }
+        peak = peak.max(s.stats.peak_rosters);
+        held = held.max(s.stats.challenges);
+    }
+    if recorded.0 == 0 || recorded.1 == 0 || macs < 16 * MAX_CHALLENGES || !live {
+        problems.push(format!(
+            "the attack did not happen: {} challenges and {} rosters recorded, pairs from {macs} MACs, live pair seen: {live}",
+            recorded.0, recorded.1
+        ));
+    }
+    Ok(verdict(
+        "join-replayed-rosters",
+        problems,
+        format!(
+            "{} challenges and {} rosters of a first keyed join by list recorded; during a second one (the last of {m} members 400 ms late) the hostile host sent {sent} frames: recorded and live challenge/roster pairs from {macs} MACs never used before, recorded ones from the coordinator; every member joined with the roster of the {m} members, holding at most {held} challenges and {peak} rosters at once (bound {MAX_CHALLENGES})",
+            recorded.0, recorded.1
+        ),
+    ))
+}
+
+/// Hellos and confirmations re-sent from foreign MACs (issue item 4): a host that sees the
+/// members' unicast (the bridge floods, as a hub) re-sends every hello and confirmation of
+/// the members, unchanged, from its own MAC and from 8 made-up ones, during a keyed join with
+/// ranks claimed (as from a launcher) and a keyed discovery, the last member 400 ms late.
+/// Before the fix a re-sent hello claimed a rank twice (`RankClaimedTwice`), announced a
+/// member too many ("N members announced") or took a place; each join must complete with
+/// the members alone.
+pub fn join_resent_hellos(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
+    let bed = bed(prefix, hosts, 0.0)?;
+    hub(&bed)?;
+    let m = hosts - 1;
+    let netns = bed.hosts()[m].netns.clone();
+    let own = bed.hosts()[m].mac;
+    let members: Vec<[u8; 6]> = bed.hosts()[..m].iter().map(|h| h.mac).collect();
+    let mut problems = Vec::new();
+    let mut done = Vec::new();
+    for kind in [JoinKind::Ranks, JoinKind::Discover] {
+        let attacker = hostile::Hostile::spawn(&netns, Duration::from_micros(200), {
+            let members = members.clone();
+            move |port, stop: &AtomicBool| {
+                let (mut hellos, mut confirms, mut k) = (0usize, 0usize, 0usize);
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(f) = port.next_frame() else { continue };
+                    if !members.iter().any(|x| f[6..12] == *x) {
+                        continue;
+                    }
+                    let t = join_type(&f);
+                    if !matches!(t, Some(2) | Some(4)) {
+                        continue;
+                    }
+                    k += 1;
+                    for from in [own, stranger(k % 8)] {
+                        port.send(&resent_from(&f, from));
+                        if t == Some(2) {
+                            hellos += 1;
+                        } else {
+                            confirms += 1;
+                        }
+                    }
+                }
+                (hellos, confirms)
+            }
+        })?;
+        let results = keyed_joins(&bed, m, kind);
+        let (hellos, confirms) = attacker.stop()?;
+        let what = format!("{kind:?}: ");
+        let results = results?;
+        problems.extend(check_joins(&bed, m, kind, &results, &what));
+        for s in results.iter().flatten() {
+            if s.roster.iter().any(|x| *x == own || x[..2] == [0x02, 0xEE]) {
+                problems.push(format!("{what}a foreign MAC in rank {}'s roster", s.rank));
+            }
+        }
+        if hellos == 0 {
+            problems.push(format!("{what}the attack did not happen: no hello re-sent"));
+        }
+        done.push(format!(
+            "{} ({hellos} hellos and {confirms} confirmations re-sent)",
+            match kind {
+                JoinKind::Ranks => "ranks claimed",
+                JoinKind::Discover => "discovery",
+                JoinKind::List => "list",
+            }
+        ));
+    }
+    Ok(verdict(
+        "join-resent-hellos",
+        problems,
+        format!(
+            "the hostile host re-sent every hello and confirmation of the members from its own MAC and 8 made-up ones during keyed joins of {m} members (the last 400 ms late): {}; each completed with the roster of the {m} members, ranks as claimed or by MAC, no foreign MAC, no rank claimed twice, no member too many",
+            done.join(", ")
+        ),
+    ))
+}
+
+/// What the forger of the C-ABI scenario forged.
+#[derive(Debug, Default, Clone, Copy)]
+struct Forged {
+    data: usize,
+    releases: usize,
+    evictions: usize,
+}
+
+/// The forgeries of capi/tests/c_abi_key.rs, from the hostile host `hostile` of `bed` against
+/// a group whose rank 0 is host 0: the root's next broadcast message ahead of the root, barrier
+/// releases of the current and next epoch, and an eviction of rank 1 every 50 ms, all from
+/// the root's MAC and rank (with the attacker's tag if the session is keyed).
+fn forge_session(bed: &Testbed, hostile: usize) -> Result<hostile::Hostile<Forged>, AttackError> {
+    let root_mac = bed.hosts()[0].mac;
+    Ok(hostile::Hostile::spawn(
+        &bed.hosts()[hostile].netns,
+        Duration::from_micros(500),
+        move |port, stop: &AtomicBool| {
+            let mut ctr = Counter::default();
+            let mut forged = Forged::default();
+            let mut last_evict = Instant::now();
+            let mut template: Option<Vec<u8>> = None;
+            let from_root = Spoof {
+                src: 0,
+                dst: wire::ALL,
+                src_mac: root_mac,
+                dst_mac: wire::ethernet::BROADCAST_MAC.0,
+                tag: true,
+            };
+            while !stop.load(Ordering::SeqCst) {
+                if let (Some(t), true) =
+                    (&template, last_evict.elapsed() > Duration::from_millis(50))
+                {
+                    let evict = Control::Evict { rank: 1 };
+                    if let Some(x) = hostile::forge_control(t, &evict, from_root, &mut ctr) {
+                        port.send(&x);
+                        forged.evictions += 1;
+                    }
+                    last_evict = Instant::now();
+                }
+                let Some(f) = port.next_frame() else { continue };
+                let Some(p) = pdu(&f) else { continue };
+                if p.kind() == Kind::Join {
+                    continue;
+                }
+                template.get_or_insert_with(|| f.clone());
+                if p.kind().is_data() && p.src() == 0 {
+                    let junk = vec![0x66; p.msg_len() as usize];
+                    for (dseq, dmsg) in [(1, 1), (1, 0), (2, 1)] {
+                        if let Some(x) = hostile::forge_data(
+                            &f,
+                            p.group(),
+                            from_root,
+                            p.seq().wrapping_add(dseq),
+                            p.msg_id().wrapping_add(dmsg),
+                            &junk,
+                        ) {
+                            port.send(&x);
+                            forged.data += 1;
+                        }
+                    }
+                }
+                if let Ok(Control::Barrier(b)) = Control::parse(&p) {
+                    for epoch in [b.epoch, b.epoch + 1] {
+                        let release = Control::Barrier(wire::BarrierMsg {
+                            op: BarrierOp::Release,
+                            epoch,
+                            ..b.clone()
+                        });
+                        if let Some(x) = hostile::forge_control(&f, &release, from_root, &mut ctr) {
+                            port.send(&x);
+                            forged.releases += 1;
+                        }
+                    }
+                }
+            }
+            forged
+        },
+    )?)
+}
+
+/// Rounds of the C-ABI scenario (capi/c/key_check.c has 6).
+const C_ROUNDS: usize = 4;
+
+/// One rank of the C-ABI scenario, as capi/c/key_check.c: each round rank 0 enters a barrier
+/// 300 ms late, then broadcasts 64 bytes after another 300 ms. (barriers left early, broadcasts
+/// with wrong bytes, failed calls); stops at the first failed call.
+fn c_abi_rank(g: &mut ethbcast::group::HostGroup) -> (u32, u32, Vec<String>) {
+    let pattern = |round: usize, i: usize| (round * 37 + i * 11 + 1) as u8;
+    let me = g.rank();
+    let (mut early, mut corrupt) = (0, 0);
+    for round in 0..C_ROUNDS {
+        if me == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let t = Instant::now();
+        if let Err(e) = g.barrier() {
+            return (early, corrupt, vec![format!("barrier {round}: {e}")]);
+        }
+        if me != 0 && t.elapsed() < Duration::from_millis(150) {
+            early += 1;
+        }
+        if me == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let mut buf: Vec<u8> = (0..64)
+            .map(|i| if me == 0 { pattern(round, i) } else { 0 })
+            .collect();
+        if let Err(e) = g.bcast(0, &mut buf) {
+            return (early, corrupt, vec![format!("bcast {round}: {e}")]);
+        }
+        if buf.iter().enumerate().any(|(i, b)| *b != pattern(round, i)) {
+            corrupt += 1;
+        }
+    }
+    match g.barrier() {
+        Ok(()) => (early, corrupt, Vec::new()),
+        Err(e) => (early, corrupt, vec![format!("last barrier: {e}")]),
+    }
+}
+
+/// Per rank: whether its group had a key, (barriers left early, corrupt broadcasts, errors).
+type CRun = Vec<Result<(bool, u32, u32, Vec<String>), String>>;
+
+/// Ranks 0..m on hosts 0..m open a [`ethbcast::group::HostGroup`] the way the C ABI opens
+/// one: the key from `ETHBCAST_KEY_FILE` of `env` (read by [`ethbcast::keyfile::key_from_env`],
+/// as `ethbcast_open` does), waiting in blocking mode, then run [`c_abi_rank`] while the
+/// hostile host forges. The members are threads of one process, so the membership is the list
+/// of the hosts rather than the launcher's rank variables.
+fn c_abi_run(
+    bed: &Testbed,
+    m: usize,
+    env: &[(&'static str, std::ffi::OsString)],
+    timeout: Duration,
+) -> Result<(CRun, Forged), AttackError> {
+    use ethbcast::group::{HostGroup, HostOptions};
+    let macs: Vec<ethbcast::MacAddr> = bed.hosts()[..m]
+        .iter()
+        .map(|h| ethbcast::MacAddr(h.mac))
+        .collect();
+    let forger = forge_session(bed, m)?;
+    let handles: Vec<_> = (0..m)
+        .map(|i| {
+            let (macs, env) = (macs.clone(), env.to_vec());
+            netns::spawn_in(&bed.hosts()[i].netns, move || -> Result<_, String> {
+                let group_id = GroupOptions::default().group_id;
+                let get = |v: &str| env.iter().find(|(k, _)| *k == v).map(|(_, x)| x.clone());
+                let key =
+                    ethbcast::keyfile::key_from_env(get, group_id).map_err(|e| e.to_string())?;
+                let opts = HostOptions {
+                    group: GroupOptions {
+                        key,
+                        wait: ethbcast::WaitMode::Block,
+                        timeout,
+                        ..GroupOptions::default()
+                    },
+                    membership: Membership::Explicit(macs),
+                    ..HostOptions::default()
+                };
+                let mut g = HostGroup::open("eth0", opts).map_err(|e| e.to_string())?;
+                let (early, corrupt, errors) = c_abi_rank(&mut g);
+                Ok((key.is_some(), early, corrupt, errors))
+            })
+            .map_err(io("spawn a rank"))
+        })
+        .collect::<Result<_, _>>()?;
+    let results = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
+        .collect();
+    Ok((results, forger.stop()?))
+}
+
+/// The C ABI and MPI interposer with a key (issue item 1): ranks open their group as
+/// `ethbcast_open` does, the key from `ETHBCAST_KEY_FILE` naming a passphrase file, and
+/// broadcast and synchronise while the hostile host forges the root's next message ahead of
+/// it, barrier releases and evictions of rank 1 (the forgeries of capi/tests/c_abi_key.rs;
+/// the root enters every call 300 ms late, so forgeries come first). Keyed, every rank's
+/// buffers hold the root's bytes, no barrier returns early, no call fails. Then the same
+/// without `ETHBCAST_KEY_FILE` (and without `ETHBCAST_REQUIRE_KEY`, so `ethbcast_open` opens
+/// a group without a key): there the forgeries must land, which shows the attack is real.
+pub fn capi_keyed_forgery(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
+    let bed = bed(prefix, hosts, 0.0)?;
+    hub(&bed)?;
+    let m = hosts - 1;
+    let (dir, _) = scratch(prefix)?;
+    let key_file = dir.join("group.key");
+    std::fs::write(&key_file, "a passphrase the hostile host does not know\n")
+        .map_err(io("write the key file"))?;
+    let keyed_env = [(
+        ethbcast::keyfile::KEY_FILE_ENV,
+        key_file.clone().into_os_string(),
+    )];
+    let keyed_run = c_abi_run(&bed, m, &keyed_env, Duration::from_secs(20));
+    let keyless_run = c_abi_run(&bed, m, &[], Duration::from_secs(3));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (keyed_ranks, keyed_forged) = keyed_run?;
+    let (keyless_ranks, keyless_forged) = keyless_run?;
+    let mut problems = Vec::new();
+    for (i, r) in keyed_ranks.iter().enumerate() {
+        match r {
+            Ok((true, 0, 0, e)) if e.is_empty() => {}
+            Ok((keyed, early, corrupt, errors)) => problems.push(format!(
+                "keyed: rank {i} (key {keyed}) left {early} barriers early, got {corrupt} corrupt broadcasts, failed {errors:?}"
+            )),
+            Err(e) => problems.push(format!("keyed: rank {i}: {e}")),
+        }
+    }
+    let f = keyed_forged;
+    if f.data == 0 || f.releases == 0 || f.evictions == 0 {
+        problems.push(format!("keyed: the attack did not happen: {f:?}"));
+    }
+    let (mut landed, mut keyless_keyed) = (Vec::new(), false);
+    for (i, r) in keyless_ranks.iter().enumerate() {
+        match r {
+            Ok((keyed, early, corrupt, errors)) => {
+                keyless_keyed |= *keyed;
+                if *early > 0 || *corrupt > 0 || !errors.is_empty() {
+                    landed.push(format!(
+                        "rank {i}: {early} early barriers, {corrupt} corrupt broadcasts{}",
+                        errors.first().map(|e| format!(", {e}")).unwrap_or_default()
+                    ));
+                }
+            }
+            Err(e) => landed.push(format!("rank {i}: {e}")),
+        }
+    }
+    if keyless_keyed {
+        problems.push("keyless: a group had a key without ETHBCAST_KEY_FILE".into());
+    }
+    if landed.is_empty() {
+        problems.push(format!(
+            "keyless: no forgery landed ({keyless_forged:?}): the attack shows nothing"
+        ));
+    }
+    Ok(verdict(
+        "capi-keyed-forgery",
+        problems,
+        format!(
+            "{m} ranks opened their group as ethbcast_open does; with ETHBCAST_KEY_FILE (a passphrase) the hostile host forged {} broadcast data frames ahead of the root, {} barrier releases and {} evictions of rank 1, and every rank got {C_ROUNDS}/{C_ROUNDS} broadcasts intact, no barrier returned before the late root, no call failed; without a key ({} data, {} releases, {} evictions forged) they landed: {}",
+            f.data,
+            f.releases,
+            f.evictions,
+            keyless_forged.data,
+            keyless_forged.releases,
+            keyless_forged.evictions,
+            landed.join("; ")
+        ),
+    ))
 }
