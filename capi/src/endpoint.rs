@@ -24,6 +24,8 @@ use ethbcast::link::{self, Backend, LinkError, WaitMode};
 use ethbcast::smp::{self, SmpError};
 use thiserror::Error;
 
+use crate::EthbcastCounters;
+
 pub use ethbcast::group::Placement;
 
 /// Shortest token accepted in [`JOB_TOKEN_VAR`].
@@ -67,25 +69,6 @@ impl From<SmpError> for CallError {
     fn from(e: SmpError) -> CallError {
         CallError::Host(HostError::Host(e))
     }
-}
-
-/// What a member has done so far (`ethbcast_counters`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Broadcasts completed (as root or receiver).
-    pub bcasts: u64,
-    /// Payload bytes this member broadcast as root.
-    pub bytes_sent: u64,
-    /// Payload bytes this member received from other roots.
-    pub bytes_received: u64,
-    /// Barriers completed.
-    pub barriers: u64,
-    /// Calls that returned an error.
-    pub errors: u64,
-    /// Times the progress thread drove the protocol while the caller was away.
-    pub background_polls: u64,
-    /// Nanoseconds spent inside broadcast and barrier calls.
-    pub busy_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -274,11 +257,11 @@ impl Endpoint {
         result
     }
 
-    /// Counters so far.
-    pub fn counters(&self) -> Counters {
+    /// Counters so far, as `ethbcast_counters` gives them to C.
+    pub fn counters(&self) -> EthbcastCounters {
         let c = &self.shared.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Counters {
+        EthbcastCounters {
             bcasts: get(&c.bcasts),
             bytes_sent: get(&c.bytes_sent),
             bytes_received: get(&c.bytes_received),

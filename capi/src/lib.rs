@@ -30,7 +30,7 @@ use ethbcast::link::{Backend, LinkError, WaitMode};
 use ethbcast::member::MemberError;
 use ethbcast::smp::{Hosts, SmpError};
 
-use endpoint::{CallError, Counters, Endpoint, EndpointOptions, Placement};
+use endpoint::{CallError, Endpoint, EndpointOptions, Placement};
 
 /// Success.
 pub const ETHBCAST_OK: c_int = 0;
@@ -144,7 +144,7 @@ pub struct EthbcastOptions {
 
 /// Counters of a group (`ethbcast_counters`).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EthbcastCounters {
     /// Broadcasts completed (as root or receiver).
     pub bcasts: u64,
@@ -160,20 +160,6 @@ pub struct EthbcastCounters {
     pub background_polls: u64,
     /// Nanoseconds spent inside broadcast and barrier calls.
     pub busy_ns: u64,
-}
-
-impl From<Counters> for EthbcastCounters {
-    fn from(c: Counters) -> Self {
-        EthbcastCounters {
-            bcasts: c.bcasts,
-            bytes_sent: c.bytes_sent,
-            bytes_received: c.bytes_received,
-            barriers: c.barriers,
-            errors: c.errors,
-            background_polls: c.background_polls,
-            busy_ns: c.busy_ns,
-        }
-    }
 }
 
 /// A member of a group (opaque). Made by `ethbcast_open`, freed by `ethbcast_close`.
@@ -698,7 +684,7 @@ pub unsafe extern "C" fn ethbcast_counters(
             return Err(Failure::invalid("counters pointer is NULL"));
         }
         // SAFETY: non-NULL, and the caller promises it points to writable counters.
-        unsafe { out.write(g.endpoint.counters().into()) };
+        unsafe { out.write(g.endpoint.counters()) };
         Ok(())
     })
 }
