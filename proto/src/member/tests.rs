@@ -1,0 +1,209 @@
+//! The member as a specification, without sockets: what it takes from whom, and what counts as
+//! a sign of life.
+
+use super::*;
+use crate::wire::{Kind, Repr, ALL};
+
+/// Rank 2 of 4 with peer repair: for root 0's stream it asks rank 3. Time is the
+/// simulator's virtual clock.
+fn member() -> (Member, Instant) {
+    // Any instant will do: the member reads no clock, every call takes `now`.
+    let now = Instant::now();
+    let mut cfg = Config::new(7, 2, 4);
+    cfg.peer_repair = true;
+    let macs: Vec<MacAddr> = (0..4).map(port_mac).collect();
+    let mut mc = MemberConfig::new(cfg, macs);
+    mc.prepost = 4;
+    (Member::new(now, mc).unwrap(), now)
+}
+
+/// Rank `i`'s address.
+fn port_mac(i: u16) -> MacAddr {
+    let [hi, lo] = i.to_be_bytes();
+    MacAddr([0x02, 0, 0, 0, hi, lo])
+}
+
+fn frame(kind: Kind, seq: u32, dst: Rank, flags: Flags) -> Vec<u8> {
+    let mut r = Repr::new(kind);
+    r.group = 7;
+    r.src = 0;
+    r.dst = dst;
+    r.flags = flags;
+    r.msg_id = seq;
+    r.seq = seq;
+    r.msg_len = 100;
+    r.to_vec(&[seq as u8; 100]).unwrap()
+}
+
+#[test]
+fn a_relayed_repair_is_taken_only_from_the_peer_the_stream_asks() {
+    let (mut m, now) = member();
+    m.handle_frame(
+        now,
+        port_mac(0),
+        &frame(Kind::Data, 0, ALL, Flags::BROADCAST),
+    );
+    assert_eq!(m.stats().accepted, 1);
+    // Frame 1 relayed by rank 1, which this stream never asks: a forgery.
+    let relayed = frame(Kind::Repair, 1, 2, Flags::P2P);
+    m.handle_frame(now, port_mac(1), &relayed);
+    assert_eq!(m.stats().mac_mismatch, 1);
+    assert_eq!(m.stats().accepted, 1);
+    // The same frame from rank 3, the stream's repair peer: taken.
+    m.handle_frame(now, port_mac(3), &relayed);
+    assert_eq!(m.stats().accepted, 2);
+    assert_eq!(m.engine_stats().delivered, 2);
+}
+
+/// Liveness from replays: only what proves that a member spoke now keeps it alive.
+mod liveness {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::wire::ALL;
+
+    const PERIOD: Duration = Duration::from_millis(10);
+
+    use super::{frame, port_mac as mac};
+
+    /// Rank `rank` of `size` with a failure detector of period [`PERIOD`], started at `now`.
+    fn detected(rank: Rank, size: u16, peer_repair: bool, now: Instant) -> Member {
+        let mut cfg = Config::new(7, rank, size);
+        cfg.peer_repair = peer_repair;
+        let macs: Vec<MacAddr> = (0..size).map(mac).collect();
+        let mut mc = MemberConfig::new(cfg, macs);
+        mc.prepost = 4;
+        mc.detector = Some(DetectorConfig::new(rank, size, PERIOD));
+        let mut m = Member::new(now, mc).unwrap();
+        m.handle_timeout(now);
+        m
+    }
+
+    fn age(m: &Member, rank: Rank) -> u16 {
+        m.detector().expect("a detector").table()[usize::from(rank)]
+    }
+
+    /// Lets `periods` gossip periods pass after `now`, sending whatever the member sends
+    /// nowhere; returns the new instant.
+    fn wait(m: &mut Member, now: Instant, periods: u32) -> Instant {
+        let mut buf = vec![0u8; 9000];
+        let end = now + PERIOD * periods;
+        let mut t = now;
+        while t < end {
+            t += Duration::from_millis(1);
+            m.handle_timeout(t);
+            while m.poll_transmit(t, &mut buf).is_some() {}
+        }
+        end
+    }
+
+    fn ack(src: Rank, dst: Rank, ctr: u32) -> Vec<u8> {
+        Control::Ack {
+            next: 0,
+            seen: None,
+        }
+        .to_vec(7, src, dst, ctr)
+    }
+
+    fn heartbeat(src: Rank, dst: Rank, ctr: u32, size: u16) -> Vec<u8> {
+        Control::Heartbeat {
+            table: vec![0; usize::from(size)],
+        }
+        .to_vec(7, src, dst, ctr)
+    }
+
+    /// Performs the attack: a control frame whose counter lies inside the replay window but
+    /// was never seen (held back by the attacker) is replayed after its sender went quiet. It
+    /// is still taken (a late frame may be genuine), but it is no sign of life: the sender's
+    /// age keeps growing. A counter that advances the window's top is one.
+    #[test]
+    fn an_in_window_never_seen_control_frame_does_not_refresh_the_age() {
+        let t0 = Instant::now();
+        let mut m = detected(0, 3, false, t0);
+        for ctr in [1, 2, 3, 5] {
+            m.handle_frame(t0, mac(2), &ack(2, 0, ctr));
+        }
+        assert_eq!(m.stats().accepted, 4);
+        assert_eq!(age(&m, 2), 0);
+        let t1 = wait(&mut m, t0, 3);
+        assert_eq!(age(&m, 2), 3);
+        // Counter 4: in the window (top 5), never seen.
+        m.handle_frame(t1, mac(2), &ack(2, 0, 4));
+        assert_eq!(m.stats().accepted, 5, "a late frame is still taken");
+        assert_eq!(age(&m, 2), 3, "a late frame is no sign of life");
+        // The same as a heartbeat, counter 4 being spent: counter 5 is the top, seen.
+        m.handle_frame(t1, mac(2), &heartbeat(2, 0, 5, 3));
+        assert_eq!(age(&m, 2), 3, "a seen counter is refused");
+        // A counter above the top proves the sender spoke after everything heard so far.
+        m.handle_frame(t1, mac(2), &ack(2, 0, 6));
+        assert_eq!(age(&m, 2), 0);
+    }
+
+    /// Performs the attack: a relayed repair names the root of the stream as its source but
+    /// comes from the repair peer. It proves that the peer spoke, not the root: a dead root
+    /// must not be kept alive by its stream's repairs.
+    #[test]
+    fn a_relayed_repair_credits_the_relaying_peer_not_the_root() {
+        let t0 = Instant::now();
+        // Rank 2 of 4: for root 0's stream it asks rank 3.
+        let mut m = detected(2, 4, true, t0);
+        m.handle_frame(t0, mac(0), &frame(Kind::Data, 0, ALL, Flags::BROADCAST));
+        assert_eq!(m.engine().repair_peer(0), Some(3));
+        let t1 = wait(&mut m, t0, 3);
+        assert_eq!((age(&m, 0), age(&m, 3)), (3, 3));
+        m.handle_frame(t1, mac(3), &frame(Kind::Repair, 1, 2, Flags::P2P));
+        assert_eq!(m.stats().accepted, 2, "the relayed repair is taken");
+        assert_eq!(age(&m, 3), 0, "the relaying peer spoke");
+        assert_eq!(age(&m, 0), 3, "the root did not");
+    }
+
+    /// Performs the attack: the attacker recorded a member's heartbeats and acknowledgements,
+    /// held every other one back, and after the member died replays them all, one per gossip
+    /// period (the seen ones are refused, the held-back ones lie in the replay window). The
+    /// dead member is still evicted within the detector's bound.
+    #[test]
+    fn replayed_heartbeats_and_acks_do_not_keep_a_dead_member_alive() {
+        let t0 = Instant::now();
+        let mut m = detected(0, 3, false, t0);
+        let size = 3;
+        let recorded: Vec<Vec<u8>> = (1..=40)
+            .map(|ctr| {
+                if ctr % 2 == 0 {
+                    heartbeat(2, 0, ctr, size)
+                } else {
+                    ack(2, 0, ctr)
+                }
+            })
+            .collect();
+        let mut t = t0;
+        for (i, f) in recorded.iter().enumerate() {
+            if i % 2 == 0 {
+                m.handle_frame(t, mac(2), f);
+            }
+            t += Duration::from_millis(1);
+            m.handle_timeout(t);
+        }
+        let died = t;
+        let cfg = DetectorConfig::new(0, size, PERIOD);
+        let bound = cfg.cleanup() + cfg.confirm_timeout + PERIOD;
+        // Rank 1 stays alive and says so with fresh counters; the attacker replays one of
+        // rank 2's recorded frames (held back or not) every period.
+        let (mut ctr1, mut next) = (1, 0);
+        while t < died + 3 * bound && m.is_live(2) {
+            m.handle_frame(t, mac(1), &ack(1, 0, ctr1));
+            ctr1 += 1;
+            let f = &recorded[(next * 2 + 1) % recorded.len()];
+            m.handle_frame(t, mac(2), f);
+            m.handle_frame(t, mac(2), &recorded[next % recorded.len()]);
+            next += 1;
+            t = wait(&mut m, t, 1);
+        }
+        let evicted = m.evicted().iter().find(|(r, _)| *r == 2).map(|&(_, at)| at);
+        let after = evicted.map(|at| at - died);
+        assert!(
+            after.is_some_and(|d| d <= bound),
+            "rank 2 evicted after {after:?}, bound {bound:?}"
+        );
+        assert!(m.is_live(1));
+    }
+}
