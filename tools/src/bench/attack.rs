@@ -260,6 +260,36 @@ fn is_control(eth: &[u8]) -> bool {
     pdu(eth).is_some_and(|p| !p.kind().is_data() && p.kind() != Kind::Join)
 }
 
+/// The checks of a liveness scenario: every survivor got its 150 messages intact, and the root
+/// evicted the dead `victim` within `bound` of its death at `killed`; returns the problems and
+/// the time the eviction took.
+fn judge_eviction(
+    results: &[Result<Seen, String>],
+    victim: u16,
+    killed: Instant,
+    bound: Duration,
+) -> (Vec<String>, Option<Duration>) {
+    let (mut problems, _) = check_all(results, 150, 0, Some(victim));
+    let detect = results.iter().find_map(|r| match r {
+        Ok(s) if s.rank == 0 => s
+            .evicted
+            .iter()
+            .find(|(r, _)| *r == victim)
+            .map(|&(_, at)| at.saturating_duration_since(killed)),
+        _ => None,
+    });
+    match detect {
+        Some(d) if d <= bound => {}
+        Some(d) => problems.push(format!(
+            "rank {victim} evicted after {:.1} ms, beyond the bound of {:.1} ms",
+            ms(d),
+            ms(bound)
+        )),
+        None => problems.push(format!("the root never evicted the dead rank {victim}")),
+    }
+    (problems, detect)
+}
+
 /// Spoofed liveness: a member dies; the hostile host replays its recorded control frames
 /// (heartbeats, pongs, acknowledgements) and forges new ones with its MAC and rank. The dead
 /// member must still be evicted within the detector's bound and the others complete.
@@ -361,24 +391,7 @@ pub fn spoofed_liveness(prefix: &str, hosts: usize, replay: bool) -> Result<Scen
     let (spoofed, recorded) = attacker.stop()?;
     let bound = DETECTION.bound(m as u16);
     let killed = killed_at.lock().expect("lock").unwrap_or_else(Instant::now);
-    let (mut problems, _) = check_all(&results, 150, 0, Some(victim));
-    let detect = results.iter().find_map(|r| match r {
-        Ok(s) if s.rank == 0 => s
-            .evicted
-            .iter()
-            .find(|(r, _)| *r == victim)
-            .map(|&(_, at)| at.saturating_duration_since(killed)),
-        _ => None,
-    });
-    match detect {
-        Some(d) if d <= bound => {}
-        Some(d) => problems.push(format!(
-            "rank {victim} evicted after {:.1} ms, beyond the bound of {:.1} ms",
-            ms(d),
-            ms(bound)
-        )),
-        None => problems.push(format!("the root never evicted the dead rank {victim}")),
-    }
+    let (mut problems, detect) = judge_eviction(&results, victim, killed, bound);
     if spoofed == 0 || (replay && recorded == 0) {
         problems.push(format!(
             "the attack did not happen: {recorded} of the victim's frames recorded, {spoofed} spoofed frames sent"
@@ -488,24 +501,7 @@ pub fn spoofed_liveness_in_window(prefix: &str, hosts: usize) -> Result<Scenario
     let (replayed, planned, recorded) = attacker.stop()?;
     let bound = DETECTION.bound(m as u16);
     let killed = killed_at.lock().expect("lock").unwrap_or_else(Instant::now);
-    let (mut problems, _) = check_all(&results, 150, 0, Some(victim));
-    let detect = results.iter().find_map(|r| match r {
-        Ok(s) if s.rank == 0 => s
-            .evicted
-            .iter()
-            .find(|(r, _)| *r == victim)
-            .map(|&(_, at)| at.saturating_duration_since(killed)),
-        _ => None,
-    });
-    match detect {
-        Some(d) if d <= bound => {}
-        Some(d) => problems.push(format!(
-            "rank {victim} evicted after {:.1} ms, beyond the bound of {:.1} ms",
-            ms(d),
-            ms(bound)
-        )),
-        None => problems.push(format!("the root never evicted the dead rank {victim}")),
-    }
+    let (mut problems, detect) = judge_eviction(&results, victim, killed, bound);
     if replayed == 0 {
         problems.push(format!(
             "the attack did not happen: {recorded} of the victim's control frames recorded, {planned} held back inside a window, {replayed} replayed"
