@@ -134,6 +134,10 @@ impl Link for ProbedLink {
     }
 }
 
+/// What one member of a latency or floor run returns: its stamps, and its work per entry over
+/// the measured iterations ([`super::cpu::Meter`]).
+pub type MemberRun = (Vec<Stamp>, Vec<super::cpu::Counts>);
+
 /// What one member saw of one iteration: `t` defines the latency (the root's call, a
 /// receiver's return); with probing, the link's instants (root: first send, the flush after
 /// it; receiver: the first frame received).
