@@ -166,6 +166,10 @@ pub struct Receiver {
     acked: Seq,
     unacked: usize,
     ack_at: Option<Instant>,
+    /// When the oldest frame not yet acknowledged was consumed (bounds the quiet timer).
+    unacked_since: Option<Instant>,
+    /// `expected` when the quiet timer was last set: it restarts only when the stream moves.
+    ack_mark: Seq,
     ack_now: bool,
     nack_at: Option<Instant>,
     /// Frames from here on were found missing since the last NACK: ask for them now (the
@@ -232,6 +236,8 @@ impl Receiver {
             acked: 0,
             unacked: 0,
             ack_at: None,
+            unacked_since: None,
+            ack_mark: 0,
             ack_now: false,
             nack_at: None,
             nack_from: None,
@@ -873,8 +879,19 @@ impl Receiver {
             self.schedule_report(now, sent);
         } else if self.ack_now || self.unacked >= self.ack_every {
             self.send_ack(now);
-        } else if self.expected > self.acked && self.ack_at.is_none() {
-            self.ack_at = Some(now + self.ack_delay);
+        } else if self.expected > self.acked {
+            // Off the critical path: while the root keeps sending, one acknowledgement per
+            // `ack_every` frames (half the window); the timer acknowledges the rest only once
+            // the stream has been quiet for `ack_delay` (restarted whenever it moves), and at
+            // the latest `ack_every * ack_delay` after the oldest frame not acknowledged.
+            let since = *self.unacked_since.get_or_insert(now);
+            if self.ack_at.is_none() || self.expected > self.ack_mark {
+                let cap = since + self.ack_delay * self.ack_every as u32;
+                self.ack_at = Some((now + self.ack_delay).min(cap));
+                self.ack_mark = self.expected;
+            }
+        } else {
+            self.unacked_since = None;
         }
         let gap = self.expected < self.highest
             && !self.slots[self.idx(self.expected)]
@@ -894,6 +911,7 @@ impl Receiver {
     fn send_ack(&mut self, now: Instant) {
         self.ack_now = false;
         self.ack_at = None;
+        self.unacked_since = None;
         self.acked = self.expected;
         self.unacked = 0;
         // Answering a probe: say how far we have seen, so that the root can go back over
@@ -1099,6 +1117,7 @@ impl Receiver {
             self.acked = self.expected;
             self.unacked = 0;
             self.ack_at = None;
+            self.unacked_since = None;
         }
         sent
     }
