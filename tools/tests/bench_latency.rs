@@ -139,6 +139,11 @@ fn latency_cost_counts_the_work_per_broadcast_of_protocol_and_floor() {
     assert_eq!(cost.len(), 2 * 2 * 2, "{v}");
     for c in cost {
         assert_eq!(c["broadcasts"], 40, "{c}");
+        // Repairs the members sent meanwhile (none on the floor, which has no protocol).
+        let repairs = c["repairs"].as_u64().expect("repairs");
+        if c["algo"] == "floor" {
+            assert_eq!(repairs, 0, "{c}");
+        }
         let p = &c["per_bcast"];
         for key in ["syscalls", "sendto", "ctx_switches", "cpu_us"] {
             positive(p, key);

@@ -160,7 +160,11 @@ pub fn stamps(
                     root_mark_probe(&mut out);
                 }
                 barrier.wait(|| idle(l, &mut early))?;
-                Ok((out, meter.into_counts()))
+                Ok(MemberRun {
+                    stamps: out,
+                    counts: meter.into_counts(),
+                    repairs: Vec::new(),
+                })
             })();
             if r.is_err() {
                 barrier.fail();

@@ -24,7 +24,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ethbcast::group::Algorithm;
+use ethbcast::group::{Algorithm, Group};
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
@@ -194,6 +194,9 @@ pub struct Cost {
     pub size: usize,
     /// Broadcasts counted.
     pub broadcasts: u64,
+    /// Repair frames (retransmissions, rebroadcasts, probes) every member sent over them: on
+    /// the lossless test-bed every one is spurious.
+    pub repairs: u64,
     /// Per broadcast.
     pub per_bcast: PerOp,
     /// Per broadcast over the floor's of the same group size and message size, measured in
@@ -280,20 +283,30 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
         // Per entry, the work of all members over every block.
         let mut proto_cost = vec![Counts::default(); plan.len()];
         let mut raw_cost = vec![Counts::default(); o.sizes.len()];
+        let mut proto_repairs = vec![0u64; plan.len()];
         for blk in 0..blocks {
             let iters = o.iters / blocks + usize::from(blk < o.iters % blocks);
             if o.floor {
                 let st = floor::stamps(bed, k, &o.bed, &o.sizes, o.warmup, iters, o.cost)
                     .inspect_err(|_| pb.abandon())?;
-                let (st, c): (Vec<_>, Vec<_>) = st.into_iter().unzip();
-                append(&mut raw, st, iters);
+                let c: Vec<_> = st.iter().map(|m| m.counts.clone()).collect();
+                append(&mut raw, st.into_iter().map(|m| m.stamps).collect(), iters);
                 sum_counts(&mut raw_cost, &c);
             }
             if !plan.is_empty() {
                 let st =
                     protocol_stamps(bed, k, o, &plan, iters, &pb).inspect_err(|_| pb.abandon())?;
-                let (st, c): (Vec<_>, Vec<_>) = st.into_iter().unzip();
-                append(&mut proto, st, iters);
+                let c: Vec<_> = st.iter().map(|m| m.counts.clone()).collect();
+                for m in &st {
+                    for (a, r) in proto_repairs.iter_mut().zip(&m.repairs) {
+                        *a += r;
+                    }
+                }
+                append(
+                    &mut proto,
+                    st.into_iter().map(|m| m.stamps).collect(),
+                    iters,
+                );
                 sum_counts(&mut proto_cost, &c);
             }
         }
@@ -310,14 +323,14 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
                 .sizes
                 .iter()
                 .map(|&s| (FLOOR.to_string(), s))
-                .zip(&raw_cost)
+                .zip(raw_cost.iter().map(|c| (c, 0)))
                 .filter(|_| o.floor)
                 .chain(
                     plan.iter()
                         .map(|&(a, s)| (a.to_string(), s))
-                        .zip(&proto_cost),
+                        .zip(proto_cost.iter().zip(proto_repairs.iter().copied())),
                 );
-            for ((algo, size), c) in named {
+            for ((algo, size), (c, repairs)) in named {
                 let per_bcast = PerOp::new(c, ops);
                 let over_floor = floor_of(size)
                     .filter(|_| algo != FLOOR)
@@ -327,6 +340,7 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
                     nodes: k,
                     size,
                     broadcasts: ops,
+                    repairs,
                     per_bcast,
                     over_floor,
                 });
@@ -435,6 +449,9 @@ fn protocol_stamps(
     bed::run_group(bed, k, 0x00EB_1000 | k as u32, &o.bed, move |rank, g, b| {
         let mut out: Vec<Stamp> = Vec::with_capacity(plan2.len() * iters);
         let mut meter = Meter::new(cost, plan2.len())?;
+        let mut repairs = vec![0u64; plan2.len()];
+        let sent = |g: &Group| g.member().engine().stats().repair_frames;
+        let mut since: Option<(usize, u64)> = None;
         let mut round = 0usize;
         for (e, &(algo, size)) in plan2.iter().enumerate() {
             for it in 0..warmup + iters {
@@ -443,9 +460,13 @@ fn protocol_stamps(
                 // receivers of the previous broadcast, is in it.
                 if it == 0 {
                     meter.stop()?;
+                    if let Some((e, r)) = since.take() {
+                        repairs[e] += sent(g) - r;
+                    }
                 }
                 if it == warmup {
                     meter.start(e)?;
+                    since = Some((e, sent(g)));
                 }
                 if rank == 0 {
                     b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
@@ -479,7 +500,14 @@ fn protocol_stamps(
             root_mark_probe(&mut out);
         }
         meter.stop()?;
-        Ok((out, meter.into_counts()))
+        if let Some((e, r)) = since.take() {
+            repairs[e] += sent(g) - r;
+        }
+        Ok(MemberRun {
+            stamps: out,
+            counts: meter.into_counts(),
+            repairs,
+        })
     })
 }
 
@@ -720,6 +748,7 @@ pub fn render_cost(cost: &[Cost]) -> String {
         "sendto x",
         "ctx sw x",
         "CPU x",
+        "repairs",
     ]);
     for c in cost {
         let p = &c.per_bcast;
@@ -736,6 +765,7 @@ pub fn render_cost(cost: &[Cost]) -> String {
             x(|o| o.sendto),
             x(|o| o.ctx_switches),
             x(|o| o.cpu_us),
+            c.repairs.to_string(),
         ]);
     }
     out.push_str(&t.render());
