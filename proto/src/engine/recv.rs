@@ -166,10 +166,6 @@ pub struct Receiver {
     acked: Seq,
     unacked: usize,
     ack_at: Option<Instant>,
-    /// When the oldest frame not yet acknowledged was consumed (bounds the quiet timer).
-    unacked_since: Option<Instant>,
-    /// `expected` when the quiet timer was last set: it restarts only when the stream moves.
-    ack_mark: Seq,
     ack_now: bool,
     nack_at: Option<Instant>,
     /// Frames from here on were found missing since the last NACK: ask for them now (the
@@ -236,8 +232,6 @@ impl Receiver {
             acked: 0,
             unacked: 0,
             ack_at: None,
-            unacked_since: None,
-            ack_mark: 0,
             ack_now: false,
             nack_at: None,
             nack_from: None,
@@ -618,11 +612,16 @@ impl Receiver {
     }
 
     /// The next expected frame was consumed: progress, so NACK retries start over at their
-    /// shortest interval.
+    /// shortest interval, and so does the acknowledgement's quiet timer.
     fn advance(&mut self) {
         self.expected += 1;
         self.unacked += 1;
         self.nack_backoff = 0;
+        if self.tree.is_none() {
+            // The stream moved: the quiet timer starts over at the next `schedule`, which
+            // follows every advance (with a tree, `schedule_report` keeps its own timer).
+            self.ack_at = None;
+        }
     }
 
     /// A repair arrived `rtt` after it was asked for.
@@ -879,19 +878,12 @@ impl Receiver {
             self.schedule_report(now, sent);
         } else if self.ack_now || self.unacked >= self.ack_every {
             self.send_ack(now);
-        } else if self.expected > self.acked {
+        } else if self.expected > self.acked && self.ack_at.is_none() {
             // Off the critical path: while the root keeps sending, one acknowledgement per
             // `ack_every` frames (half the window); the timer acknowledges the rest only once
-            // the stream has been quiet for `ack_delay` (restarted whenever it moves), and at
-            // the latest `ack_every * ack_delay` after the oldest frame not acknowledged.
-            let since = *self.unacked_since.get_or_insert(now);
-            if self.ack_at.is_none() || self.expected > self.ack_mark {
-                let cap = since + self.ack_delay * self.ack_every as u32;
-                self.ack_at = Some((now + self.ack_delay).min(cap));
-                self.ack_mark = self.expected;
-            }
-        } else {
-            self.unacked_since = None;
+            // the stream has been quiet for `ack_delay` ([`Receiver::advance`] restarts it),
+            // so at the latest `ack_every * ack_delay` after the oldest frame not acknowledged.
+            self.ack_at = Some(now + self.ack_delay);
         }
         let gap = self.expected < self.highest
             && !self.slots[self.idx(self.expected)]
@@ -911,7 +903,6 @@ impl Receiver {
     fn send_ack(&mut self, now: Instant) {
         self.ack_now = false;
         self.ack_at = None;
-        self.unacked_since = None;
         self.acked = self.expected;
         self.unacked = 0;
         // Answering a probe: say how far we have seen, so that the root can go back over
@@ -1117,7 +1108,6 @@ impl Receiver {
             self.acked = self.expected;
             self.unacked = 0;
             self.ack_at = None;
-            self.unacked_since = None;
         }
         sent
     }
