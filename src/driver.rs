@@ -102,6 +102,14 @@ impl<L: Link, M: Machine> Driver<L, M> {
     /// do not wait) for frames, hand them in, fire due timers, send again. Returns the
     /// frames received.
     pub fn turn(&mut self, clock: &impl Clock, wait: Option<Duration>) -> Result<usize, LinkError> {
+        let n = self.receive(clock, wait)?;
+        self.flush(clock.now())?;
+        Ok(n)
+    }
+
+    /// A turn without its last step: sends what the member has, waits, feeds the frames in and
+    /// fires due timers; what that made stays with the member until the next flush.
+    fn receive(&mut self, clock: &impl Clock, wait: Option<Duration>) -> Result<usize, LinkError> {
         let now = clock.now();
         self.flush(now)?;
         let wait = match (wait, self.member.poll_timeout()) {
@@ -122,7 +130,6 @@ impl<L: Link, M: Machine> Driver<L, M> {
         if self.member.poll_timeout().is_some_and(|t| t <= now) {
             self.member.handle_timeout(now);
         }
-        self.flush(now)?;
         Ok(n)
     }
 
@@ -134,21 +141,60 @@ impl<L: Link, M: Machine> Driver<L, M> {
         clock: &impl Clock,
         deadline: Instant,
         slice: Duration,
-        mut ready: impl FnMut(&mut M) -> Option<T>,
+        ready: impl FnMut(&mut M) -> Option<T>,
     ) -> Result<Option<T>, LinkError> {
+        self.run_until_with(clock, deadline, slice, ready, false)
+    }
+
+    /// [`Driver::run_until`] for a call that needs nothing sent once its result came in (a
+    /// receiver's message): when the frames of a turn complete the call, it returns before
+    /// sending what they made (acknowledgements), which leaves at the start of the next call
+    /// or turn. The caller has its message one system call sooner; the acknowledgement
+    /// leaves when the member next waits, off the broadcast's critical path.
+    pub fn run_until_deferred<T>(
+        &mut self,
+        clock: &impl Clock,
+        deadline: Instant,
+        slice: Duration,
+        ready: impl FnMut(&mut M) -> Option<T>,
+    ) -> Result<Option<T>, LinkError> {
+        self.run_until_with(clock, deadline, slice, ready, true)
+    }
+
+    fn run_until_with<T>(
+        &mut self,
+        clock: &impl Clock,
+        deadline: Instant,
+        slice: Duration,
+        mut ready: impl FnMut(&mut M) -> Option<T>,
+        defer: bool,
+    ) -> Result<Option<T>, LinkError> {
+        let mut received = false;
         loop {
             if let Some(v) = ready(&mut self.member) {
                 // A call can complete before the frames it made left (a root's small message
                 // is handed over whole): they go now, not at the next call, which may come
-                // after a long computation.
-                self.flush(clock.now())?;
+                // after a long computation. A deferred call completed by received frames
+                // leaves them for the next call.
+                if !(defer && received) {
+                    self.flush(clock.now())?;
+                }
                 return Ok(Some(v));
             }
             let now = clock.now();
             if now >= deadline {
+                if defer && received {
+                    self.flush(now)?;
+                }
                 return Ok(None);
             }
-            self.turn(clock, Some((deadline - now).min(slice)))?;
+            let wait = Some((deadline - now).min(slice));
+            if defer {
+                self.receive(clock, wait)?;
+                received = true;
+            } else {
+                self.turn(clock, wait)?;
+            }
         }
     }
 

@@ -341,12 +341,22 @@ impl Group {
 
     /// Runs the driver until the call in progress gives its result, or the timeout.
     fn finish(&mut self, what: &'static str) -> Result<Done, GroupError> {
+        self.finish_with(what, false)
+    }
+
+    /// [`Group::finish`]; `defer`: a receiver returns its message before sending the
+    /// acknowledgements it made ([`Driver::run_until_deferred`]).
+    fn finish_with(&mut self, what: &'static str, defer: bool) -> Result<Done, GroupError> {
         let after = self.opts.timeout;
         let deadline = WallClock.now() + after;
-        match self
-            .driver
-            .run_until(&WallClock, deadline, SLICE, Member::take_result)?
-        {
+        let r = if defer {
+            self.driver
+                .run_until_deferred(&WallClock, deadline, SLICE, Member::take_result)?
+        } else {
+            self.driver
+                .run_until(&WallClock, deadline, SLICE, Member::take_result)?
+        };
+        match r {
             Some(r) => Ok(r?),
             None => {
                 self.driver.member_mut().cancel_call();
@@ -383,7 +393,8 @@ impl Group {
         self.driver
             .member_mut()
             .bcast(WallClock.now(), root, data, algo)?;
-        if let Done::Bcast(data) = self.finish("a message from the root")? {
+        let receiver = root != self.rank();
+        if let Done::Bcast(data) = self.finish_with("a message from the root", receiver)? {
             if root != self.rank() {
                 *buf = data;
             }

@@ -21,6 +21,8 @@
 //! - [`shm`]: shared-memory segments of one host (files in `/dev/shm`), seen only through
 //!   bounds-checked atomics, copies and futexes, for ranks that share a host;
 //! - [`alloc`]: a counting global allocator for memory tests;
+//! - [`perf`]: per-thread perf counters (CPU time, context switches, system calls, sends) for
+//!   the benchmarks' cost per operation;
 //! - [`error`]: typed errors that say what the user can do (`CAP_NET_RAW`, `ip link`, ...).
 //!
 //! Every `unsafe` block carries a `// SAFETY:` comment (enforced by
@@ -35,6 +37,7 @@ pub mod caps;
 pub mod error;
 pub mod filter;
 pub mod iface;
+pub mod perf;
 pub mod ring;
 pub mod shm;
 pub mod socket;

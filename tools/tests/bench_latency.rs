@@ -106,6 +106,75 @@ fn latency_reports_every_algorithm_group_and_size() {
 }
 
 #[test]
+fn latency_cost_counts_the_work_per_broadcast_of_protocol_and_floor() {
+    if !netns_available(
+        "latency_cost_counts_the_work_per_broadcast_of_protocol_and_floor",
+        false,
+    ) {
+        return;
+    }
+    let (v, _) = bench(&[
+        "latency",
+        "--testbed",
+        "3",
+        "--nodes",
+        "2,3",
+        "--sizes",
+        "8,256",
+        "--algos",
+        "ppbcast",
+        "--iters",
+        "40",
+        "--warmup",
+        "5",
+        "--blocks",
+        "2",
+        "--cost",
+        "--prefix",
+        &prefix("c"),
+        "--json",
+    ]);
+    let cost = v["cost"].as_array().expect("cost");
+    // The floor and PPBCAST, two group sizes, two message sizes.
+    assert_eq!(cost.len(), 2 * 2 * 2, "{v}");
+    for c in cost {
+        assert_eq!(c["broadcasts"], 40, "{c}");
+        // Repairs the members sent meanwhile (none on the floor, which has no protocol).
+        let repairs = c["repairs"].as_u64().expect("repairs");
+        if c["algo"] == "floor" {
+            assert_eq!(repairs, 0, "{c}");
+        }
+        let p = &c["per_bcast"];
+        for key in ["syscalls", "sendto", "ctx_switches", "cpu_us"] {
+            positive(p, key);
+        }
+        let sendto = p["sendto"].as_f64().unwrap();
+        if c["algo"] == "floor" {
+            // One frame per broadcast, one kick of the TX ring: exactly one send, by the root.
+            assert!(
+                (sendto - 1.0).abs() < 0.05,
+                "floor sends {sendto} per broadcast: {c}"
+            );
+            assert!(c["over_floor"].is_null(), "{c}");
+        } else {
+            // The root sends the message at least.
+            assert!(sendto >= 1.0, "{c}");
+            let floor = cost
+                .iter()
+                .find(|f| {
+                    f["algo"] == "floor" && f["nodes"] == c["nodes"] && f["size"] == c["size"]
+                })
+                .expect("the floor of the same row");
+            let x = &c["over_floor"];
+            for key in ["syscalls", "sendto", "ctx_switches", "cpu_us"] {
+                let want = p[key].as_f64().unwrap() / floor["per_bcast"][key].as_f64().unwrap();
+                assert!((positive(x, key) - want).abs() < 1e-9, "{key}: {c}");
+            }
+        }
+    }
+}
+
+#[test]
 fn floor_measures_raw_broadcast_to_every_host_on_the_xdp_backend() {
     if !netns_available(
         "floor_measures_raw_broadcast_to_every_host_on_the_xdp_backend",

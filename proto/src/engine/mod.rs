@@ -26,10 +26,12 @@
 //! sequence and a 16-bit bitmap of what is missing from there; the root repairs only that
 //! destination, point-to-point, from its cursor, at most 16 frames per NACK and only what the
 //! bitmap asks for. A frame asked for by `rebroadcast_min` destinations or more is broadcast
-//! once instead. Acknowledgements are cumulative and coalesced (every `ack_every` frames, at
-//! the end of a message, or after `ack_delay`); lost acks and lost tail frames are recovered by
-//! each destination's retransmission timer, whose probe asks for an immediate answer and backs
-//! off exponentially.
+//! once instead. Acknowledgements are cumulative and coalesced, off the critical path: one
+//! every `ack_every` frames (half the window of a small group) while the root keeps sending,
+//! one when it asks, and otherwise one once the stream has been quiet for `ack_delay` (the
+//! group is idle); a receiver's `bcast` returns before it sends them. Lost acks and lost tail
+//! frames are recovered by each destination's retransmission timer, whose probe asks for an
+//! immediate answer and backs off exponentially.
 
 mod recv;
 mod send;
@@ -94,7 +96,8 @@ pub struct Config {
     pub btp2: usize,
     /// A receiver acknowledges at least every this many frames.
     pub ack_every: usize,
-    /// ... or this long after the oldest unacknowledged frame.
+    /// ... or once the stream has been quiet this long (restarted whenever it moves; at the
+    /// latest `ack_every * ack_delay` after the oldest frame not acknowledged).
     pub ack_delay: Duration,
     /// A receiver repeats a NACK for a gap that persists this long (doubling each time).
     /// [`Config::new`] gives 2 ms, and 1 ms from [`ACK_TREE_FROM`] members: there the first

@@ -612,11 +612,16 @@ impl Receiver {
     }
 
     /// The next expected frame was consumed: progress, so NACK retries start over at their
-    /// shortest interval.
+    /// shortest interval, and so does the acknowledgement's quiet timer.
     fn advance(&mut self) {
         self.expected += 1;
         self.unacked += 1;
         self.nack_backoff = 0;
+        if self.tree.is_none() {
+            // The stream moved: the quiet timer starts over at the next `schedule`, which
+            // follows every advance (with a tree, `schedule_report` keeps its own timer).
+            self.ack_at = None;
+        }
     }
 
     /// A repair arrived `rtt` after it was asked for.
@@ -874,6 +879,10 @@ impl Receiver {
         } else if self.ack_now || self.unacked >= self.ack_every {
             self.send_ack(now);
         } else if self.expected > self.acked && self.ack_at.is_none() {
+            // Off the critical path: while the root keeps sending, one acknowledgement per
+            // `ack_every` frames (half the window); the timer acknowledges the rest only once
+            // the stream has been quiet for `ack_delay` ([`Receiver::advance`] restarts it),
+            // so at the latest `ack_every * ack_delay` after the oldest frame not acknowledged.
             self.ack_at = Some(now + self.ack_delay);
         }
         let gap = self.expected < self.highest

@@ -1287,3 +1287,71 @@ mod one_frame_push_pull {
         assert!(reprs[1].flags.contains(Flags::PULL_WAIT));
     }
 }
+
+/// A receiver of a busy stream of one-frame messages: how many acknowledgements it sends
+/// while `count` messages arrive `every` apart, and after the stream went quiet.
+fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine) {
+    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
+    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
+    let mut now = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    let mut acks = 0;
+    let mut pump = |root: &mut Engine, rx: &mut Engine, now: Instant| {
+        let mut n = 0;
+        while let Some(t) = root.poll_transmit(now, &mut buf) {
+            let _ = rx.handle_frame(now, &buf[..t.len]);
+        }
+        while let Some(t) = rx.poll_transmit(now, &mut buf) {
+            if Frame::new_checked(&buf[..t.len]).unwrap().kind() == Kind::Ack {
+                n += 1;
+            }
+            let _ = root.handle_frame(now, &buf[..t.len]);
+        }
+        n
+    };
+    for i in 0..count {
+        root.bcast(now, vec![i as u8; 8], Algo::Simple).unwrap();
+        acks += pump(&mut root, &mut rx, now);
+        now += every;
+        for e in [&mut root, &mut rx] {
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+        }
+        acks += pump(&mut root, &mut rx, now);
+    }
+    let mut quiet = 0;
+    for _ in 0..100 {
+        now += Duration::from_micros(100);
+        for e in [&mut root, &mut rx] {
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+        }
+        quiet += pump(&mut root, &mut rx, now);
+    }
+    assert!(root.is_idle(), "the root heard every acknowledgement");
+    assert_eq!(
+        root.stats().repair_frames,
+        0,
+        "no spurious repair: {:?}",
+        root.stats()
+    );
+    while rx.poll_event().is_some() {}
+    (acks, quiet, rx)
+}
+
+#[test]
+fn a_busy_stream_of_small_messages_is_acknowledged_once_per_half_window_and_once_when_quiet() {
+    let cfg = Config::new(7, 1, 2);
+    assert_eq!(cfg.ack_every, cfg.window / 2);
+    // Messages 100 µs apart (less than ack_delay): one acknowledgement per ack_every frames
+    // while they come, the rest once the stream is quiet.
+    let (acks, quiet, _) = acks_of_a_stream(20, Duration::from_micros(100));
+    assert_eq!(acks, 20 / cfg.ack_every);
+    assert_eq!(quiet, 1);
+    // Messages further apart than ack_delay: the group is idle between them, each is
+    // acknowledged by the timer.
+    let (acks, quiet, _) = acks_of_a_stream(5, Duration::from_micros(400));
+    assert_eq!((acks, quiet), (5, 0));
+}

@@ -1,4 +1,6 @@
-//! CPU time of the benchmarks' members, for the cost of bulk transfers in CPU seconds per GiB.
+//! CPU time of the benchmarks' members, for the cost of bulk transfers in CPU seconds per GiB,
+//! and the exact work per operation (system calls, sends, context switches, CPU time) from
+//! per-thread perf counters, for `latency --cost` ([`Meter`]).
 //!
 //! Why per thread and per child rather than the machine's `/proc/stat`: the machine is shared,
 //! so only the time of our own members counts. Members that are threads of the benchmark
@@ -11,6 +13,7 @@
 //! so [`ksoftirqd_seconds`] reports the machine's softirq threads beside it (machine-wide: on
 //! a shared machine it includes other users' traffic, so it is shown, not added).
 
+pub use ethbcast_sys::perf::{Counts, ThreadCounters};
 use nix::sys::resource::{getrusage, UsageWho};
 use serde::Serialize;
 
@@ -105,6 +108,105 @@ impl CpuCost {
     }
 }
 
+/// The work of one member thread per entry of a run (an (algorithm, size) or a floor size),
+/// counted by the kernel's per-thread perf counters ([`ThreadCounters`]) over the measured
+/// iterations only: a member calls [`Meter::start`] before its first measured iteration of an
+/// entry and [`Meter::stop`] before the first iteration of the next entry (and at its end), so
+/// that the root's out-of-band waits, where it answers the protocol, are in the window. Off
+/// (`None` counters) it does nothing.
+#[derive(Debug)]
+pub struct Meter {
+    counters: Option<ThreadCounters>,
+    at: Option<(usize, Counts)>,
+    per: Vec<Counts>,
+}
+
+impl Meter {
+    /// A meter of `entries` entries for the calling thread; counting only if `on`.
+    pub fn new(on: bool, entries: usize) -> Result<Meter, String> {
+        let counters = if on {
+            Some(ThreadCounters::open().map_err(|e| {
+                format!("--cost needs the kernel's perf events (root, tracefs): {e}")
+            })?)
+        } else {
+            None
+        };
+        Ok(Meter {
+            counters,
+            at: None,
+            per: vec![Counts::default(); entries],
+        })
+    }
+
+    /// Starts counting for `entry`.
+    pub fn start(&mut self, entry: usize) -> Result<(), String> {
+        if let Some(c) = self.counters.as_mut() {
+            self.at = Some((entry, c.read().map_err(|e| e.to_string())?));
+        }
+        Ok(())
+    }
+
+    /// Ends the window started last (if any), adding it to its entry.
+    pub fn stop(&mut self) -> Result<(), String> {
+        if let (Some(c), Some((e, a))) = (self.counters.as_mut(), self.at.take()) {
+            let now = c.read().map_err(|e| e.to_string())?;
+            self.per[e].add(&ThreadCounters::between(&now, &a));
+        }
+        Ok(())
+    }
+
+    /// What was counted, per entry (all zero when off).
+    pub fn into_counts(self) -> Vec<Counts> {
+        self.per
+    }
+}
+
+/// Adds every member's per-entry counts into `acc[entry]`.
+pub fn sum_counts(acc: &mut [Counts], members: &[Vec<Counts>]) {
+    for m in members {
+        for (a, c) in acc.iter_mut().zip(m) {
+            a.add(c);
+        }
+    }
+}
+
+/// The work of all members per broadcast of one row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PerOp {
+    /// System calls per broadcast (every member thread together).
+    pub syscalls: f64,
+    /// `sendto` (and `sendmsg`, `sendmmsg`) calls per broadcast.
+    pub sendto: f64,
+    /// Context switches per broadcast.
+    pub ctx_switches: f64,
+    /// CPU time per broadcast (task-clock of every member thread), µs.
+    pub cpu_us: f64,
+}
+
+impl PerOp {
+    /// `c` over `ops` operations.
+    pub fn new(c: &Counts, ops: u64) -> PerOp {
+        let n = ops.max(1) as f64;
+        PerOp {
+            syscalls: c.syscalls as f64 / n,
+            sendto: c.sends as f64 / n,
+            ctx_switches: c.context_switches as f64 / n,
+            cpu_us: c.cpu_ns as f64 / 1e3 / n,
+        }
+    }
+
+    /// Field by field `self / base` (0 where the base is 0).
+    pub fn over(&self, base: &PerOp) -> PerOp {
+        let r = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        PerOp {
+            syscalls: r(self.syscalls, base.syscalls),
+            sendto: r(self.sendto, base.sendto),
+            ctx_switches: r(self.ctx_switches, base.ctx_switches),
+            cpu_us: r(self.cpu_us, base.cpu_us),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +224,31 @@ mod tests {
         let c = CpuCost::new(1.0, 3.0, 2 << 30);
         assert_eq!(c.per_gib_s, 2.0);
         assert_eq!(CpuCost::new(1.0, 1.0, 0).per_gib_s, 0.0);
+    }
+
+    #[test]
+    fn a_meter_counts_only_its_windows_per_entry() {
+        let mut m = Meter::new(false, 2).unwrap();
+        m.start(0).unwrap();
+        m.stop().unwrap();
+        assert_eq!(m.into_counts(), vec![Counts::default(); 2]);
+        let Ok(mut m) = Meter::new(true, 2) else {
+            return; // no perf events here (not root)
+        };
+        m.start(1).unwrap();
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(b"x", s.local_addr().unwrap()).unwrap();
+        s.send_to(b"x", s.local_addr().unwrap()).unwrap();
+        m.stop().unwrap();
+        s.send_to(b"x", s.local_addr().unwrap()).unwrap();
+        m.stop().unwrap();
+        let c = m.into_counts();
+        assert_eq!(c[0], Counts::default());
+        assert_eq!(c[1].sends, 2);
+        let p = PerOp::new(&c[1], 2);
+        assert_eq!(p.sendto, 1.0);
+        assert_eq!(p.over(&p).sendto, 1.0);
+        assert_eq!(p.over(&PerOp::default()).syscalls, 0.0);
     }
 
     #[test]

@@ -131,6 +131,7 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         progress: o.progress,
         floor: true,
         blocks: 4,
+        cost: false,
     };
     let lat = latency::run_on(&bed, &lo)?;
     println!("\n== broadcast latency ==\n{}", latency::render(&lat));

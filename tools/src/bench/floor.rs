@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use ethbcast::link::{Link, BROADCAST_MAC};
 
 use super::bed::{self, BedOptions, PollBarrier, POLL};
-use super::probe::{receiver_done, root_mark_probe, Stamp};
+use super::cpu::Meter;
+use super::probe::{receiver_done, root_mark_probe, MemberRun, Stamp};
 use crate::netns;
 use crate::testbed::Testbed;
 
@@ -80,7 +81,9 @@ fn idle(l: &mut dyn Link, early: &mut Vec<(u32, u16, u16)>) -> Result<(), String
 }
 
 /// The floor's stamps of group size `k` on the link of `o`, `iters` measured iterations per
-/// message size of `sizes` (after `warmup` unmeasured ones): `[member][size index * iters + i]`.
+/// message size of `sizes` (after `warmup` unmeasured ones): `[member]` = (stamps
+/// `[size index * iters + i]`, the member's work per size over the measured iterations, counted
+/// if `cost`, see [`Meter`]).
 pub fn stamps(
     bed: &Testbed,
     k: usize,
@@ -88,7 +91,8 @@ pub fn stamps(
     sizes: &[usize],
     warmup: usize,
     iters: usize,
-) -> Result<Vec<Vec<Stamp>>, String> {
+    cost: bool,
+) -> Result<Vec<MemberRun>, String> {
     if k < 2 || k > bed.hosts().len() {
         return Err(format!(
             "group of {k} on a test-bed of {} hosts",
@@ -106,20 +110,27 @@ pub fn stamps(
     for h in &bed.hosts()[..k] {
         let (sizes, done, barrier) = (sizes.clone(), done.clone(), barrier.clone());
         let (rank, iface, bo) = (h.index, h.iface.clone(), o.clone());
-        let handle = netns::spawn_in(&h.netns, move || -> Result<Vec<Stamp>, String> {
+        let handle = netns::spawn_in(&h.netns, move || -> Result<MemberRun, String> {
             let r = (|| {
                 let mut l = bed::open_link(&bo, &iface)
                     .map_err(|e| format!("rank {rank}: open {iface}: {e}"))?;
                 let l = l.as_mut();
+                let mut meter = Meter::new(cost, sizes.len())?;
                 let mut early = Vec::new();
                 barrier.wait(|| idle(l, &mut early))?;
                 let mut out = Vec::with_capacity(sizes.len() * iters);
                 let mut buf = Vec::new();
                 let mut round = 0u32;
-                for &size in sizes.iter() {
+                for (e, &size) in sizes.iter().enumerate() {
                     let lens = frame_lens(size, l.max_pdu());
                     let count = lens.len() as u16;
                     for it in 0..warmup + iters {
+                        if it == 0 {
+                            meter.stop()?;
+                        }
+                        if it == warmup {
+                            meter.start(e)?;
+                        }
                         if rank == 0 {
                             barrier.wait_for(&done, round as usize * (k - 1), || {
                                 idle(l, &mut early)
@@ -143,12 +154,17 @@ pub fn stamps(
                         round += 1;
                     }
                 }
+                meter.stop()?;
                 if rank == 0 {
                     barrier.wait_for(&done, round as usize * (k - 1), || idle(l, &mut early))?;
                     root_mark_probe(&mut out);
                 }
                 barrier.wait(|| idle(l, &mut early))?;
-                Ok(out)
+                Ok(MemberRun {
+                    stamps: out,
+                    counts: meter.into_counts(),
+                    repairs: Vec::new(),
+                })
             })();
             if r.is_err() {
                 barrier.fail();

@@ -24,13 +24,14 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ethbcast::group::Algorithm;
+use ethbcast::group::{Algorithm, Group};
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
 use super::cli::{code, fail, plots, print, LinkArgs};
+use super::cpu::{sum_counts, Counts, Meter, PerOp};
 use super::floor::{self, FLOOR};
-use super::probe::{receiver_done, root_mark_probe, Stamp};
+use super::probe::{receiver_done, root_mark_probe, MemberRun, Stamp};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -64,6 +65,9 @@ pub struct LatencyOptions {
     /// Split the iterations into this many blocks, each floor then protocol, so that a busy
     /// phase of a shared machine hits both alike (each block has its own warm-up).
     pub blocks: usize,
+    /// Count the work per broadcast of every row (system calls, sends, context switches, CPU
+    /// time of every member thread) with the kernel's perf counters.
+    pub cost: bool,
 }
 
 impl LatencyOptions {
@@ -79,6 +83,7 @@ impl LatencyOptions {
             progress: false,
             floor: true,
             blocks: 4,
+            cost: false,
         }
     }
 }
@@ -177,6 +182,28 @@ pub struct Breakdown {
     pub root_back_to_wait_us: f64,
 }
 
+/// The work of one row per broadcast, all member threads together, counted by the kernel
+/// over the measured iterations (see [`super::cpu::Meter`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Cost {
+    /// Algorithm (or floor).
+    pub algo: String,
+    /// Group size.
+    pub nodes: usize,
+    /// Message size.
+    pub size: usize,
+    /// Broadcasts counted.
+    pub broadcasts: u64,
+    /// Repair frames (retransmissions, rebroadcasts, probes) every member sent over them: on
+    /// the lossless test-bed every one is spurious.
+    pub repairs: u64,
+    /// Per broadcast.
+    pub per_bcast: PerOp,
+    /// Per broadcast over the floor's of the same group size and message size, measured in
+    /// the same run (absent for the floor rows or without the floor).
+    pub over_floor: Option<PerOp>,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyReport {
@@ -190,6 +217,8 @@ pub struct LatencyReport {
     pub over_floor: Vec<OverFloor>,
     /// Where the time goes (empty unless probing).
     pub breakdown: Vec<Breakdown>,
+    /// The work per broadcast of every row (empty unless counting, `--cost`).
+    pub cost: Vec<Cost>,
     /// How it was measured.
     pub method: String,
     /// Link backend.
@@ -245,22 +274,76 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
     let pb = bed::progress_bar(per_group * o.nodes.len() as u64, o.progress, "latency");
     let mut rows = Vec::new();
     let mut breakdown = Vec::new();
+    let mut cost = Vec::new();
     for &k in &o.nodes {
         // Per (algorithm, size) of the plan, and per floor size: the stamps of every member,
         // block after block.
         let mut proto: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; plan.len()];
         let mut raw: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; o.sizes.len()];
+        // Per entry, the work of all members over every block.
+        let mut proto_cost = vec![Counts::default(); plan.len()];
+        let mut raw_cost = vec![Counts::default(); o.sizes.len()];
+        let mut proto_repairs = vec![0u64; plan.len()];
         for blk in 0..blocks {
             let iters = o.iters / blocks + usize::from(blk < o.iters % blocks);
             if o.floor {
-                let st = floor::stamps(bed, k, &o.bed, &o.sizes, o.warmup, iters)
+                let st = floor::stamps(bed, k, &o.bed, &o.sizes, o.warmup, iters, o.cost)
                     .inspect_err(|_| pb.abandon())?;
-                append(&mut raw, st, iters);
+                let c: Vec<_> = st.iter().map(|m| m.counts.clone()).collect();
+                append(&mut raw, st.into_iter().map(|m| m.stamps).collect(), iters);
+                sum_counts(&mut raw_cost, &c);
             }
             if !plan.is_empty() {
                 let st =
                     protocol_stamps(bed, k, o, &plan, iters, &pb).inspect_err(|_| pb.abandon())?;
-                append(&mut proto, st, iters);
+                let c: Vec<_> = st.iter().map(|m| m.counts.clone()).collect();
+                for m in &st {
+                    for (a, r) in proto_repairs.iter_mut().zip(&m.repairs) {
+                        *a += r;
+                    }
+                }
+                append(
+                    &mut proto,
+                    st.into_iter().map(|m| m.stamps).collect(),
+                    iters,
+                );
+                sum_counts(&mut proto_cost, &c);
+            }
+        }
+        if o.cost {
+            let ops = o.iters as u64;
+            let floor_of = |size: usize| {
+                o.sizes
+                    .iter()
+                    .position(|&s| s == size)
+                    .filter(|_| o.floor)
+                    .map(|i| PerOp::new(&raw_cost[i], ops))
+            };
+            let named = o
+                .sizes
+                .iter()
+                .map(|&s| (FLOOR.to_string(), s))
+                .zip(raw_cost.iter().map(|c| (c, 0)))
+                .filter(|_| o.floor)
+                .chain(
+                    plan.iter()
+                        .map(|&(a, s)| (a.to_string(), s))
+                        .zip(proto_cost.iter().zip(proto_repairs.iter().copied())),
+                );
+            for ((algo, size), (c, repairs)) in named {
+                let per_bcast = PerOp::new(c, ops);
+                let over_floor = floor_of(size)
+                    .filter(|_| algo != FLOOR)
+                    .map(|f| per_bcast.over(&f));
+                cost.push(Cost {
+                    algo,
+                    nodes: k,
+                    size,
+                    broadcasts: ops,
+                    repairs,
+                    per_bcast,
+                    over_floor,
+                });
             }
         }
         let named = o
@@ -279,6 +362,7 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
     pb.finish_and_clear();
     let mut r = analyse(rows, o);
     r.breakdown = breakdown;
+    r.cost = cost;
     Ok(r)
 }
 
@@ -349,7 +433,8 @@ fn summarize_stamps(
 }
 
 /// The protocol's stamps of group size `k` for `iters` measured iterations of every plan entry
-/// (after `o.warmup` unmeasured ones): `[member][entry * iters + i]`.
+/// (after `o.warmup` unmeasured ones): `[member]` = (stamps `[entry * iters + i]`, the
+/// member's work per entry over the measured iterations, counted with `o.cost`).
 fn protocol_stamps(
     bed: &Testbed,
     k: usize,
@@ -357,15 +442,32 @@ fn protocol_stamps(
     plan: &Arc<Vec<(Algorithm, usize)>>,
     iters: usize,
     pb: &indicatif::ProgressBar,
-) -> Result<Vec<Vec<Stamp>>, String> {
+) -> Result<Vec<MemberRun>, String> {
     let done = Arc::new(AtomicUsize::new(0));
     let (plan2, pb2) = (plan.clone(), pb.clone());
-    let warmup = o.warmup;
+    let (warmup, cost) = (o.warmup, o.cost);
     bed::run_group(bed, k, 0x00EB_1000 | k as u32, &o.bed, move |rank, g, b| {
         let mut out: Vec<Stamp> = Vec::with_capacity(plan2.len() * iters);
+        let mut meter = Meter::new(cost, plan2.len())?;
+        let mut repairs = vec![0u64; plan2.len()];
+        let sent = |g: &Group| g.member().engine().stats().repair_frames;
+        let mut since: Option<(usize, u64)> = None;
         let mut round = 0usize;
-        for &(algo, size) in plan2.iter() {
+        for (e, &(algo, size)) in plan2.iter().enumerate() {
             for it in 0..warmup + iters {
+                // The window of an entry runs from its first measured iteration to the first of
+                // the next entry: the root's wait before each call, where it answers the
+                // receivers of the previous broadcast, is in it.
+                if it == 0 {
+                    meter.stop()?;
+                    if let Some((e, r)) = since.take() {
+                        repairs[e] += sent(g) - r;
+                    }
+                }
+                if it == warmup {
+                    meter.start(e)?;
+                    since = Some((e, sent(g)));
+                }
                 if rank == 0 {
                     b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
                     let mut buf = vec![(round % 251) as u8; size];
@@ -397,7 +499,15 @@ fn protocol_stamps(
             b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
             root_mark_probe(&mut out);
         }
-        Ok(out)
+        meter.stop()?;
+        if let Some((e, r)) = since.take() {
+            repairs[e] += sent(g) - r;
+        }
+        Ok(MemberRun {
+            stamps: out,
+            counts: meter.into_counts(),
+            repairs,
+        })
     })
 }
 
@@ -471,6 +581,7 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
         ratios,
         over_floor,
         breakdown: Vec::new(),
+        cost: Vec::new(),
         method: METHOD.into(),
         backend: o.bed.backend.resolve().unwrap_or(o.bed.backend).to_string(),
         wait: format!("{:?}", o.bed.wait).to_lowercase(),
@@ -612,7 +723,52 @@ pub fn render(r: &LatencyReport) -> String {
         }
         out.push_str(&t.render());
     }
+    if !r.cost.is_empty() {
+        out.push_str(&render_cost(&r.cost));
+    }
     let _ = writeln!(out, "\nmethod: {}", r.method);
+    out
+}
+
+/// The cost table: work per broadcast of every row, and of the protocol rows over the floor.
+pub fn render_cost(cost: &[Cost]) -> String {
+    let mut out = String::from(
+        "\nwork per broadcast, all member threads together (kernel perf counters over the \
+         measured iterations; x = over the floor of the same run):\n",
+    );
+    let mut t = Table::new(&[
+        "algo",
+        "nodes",
+        "size B",
+        "syscalls",
+        "sendto",
+        "ctx sw",
+        "CPU µs",
+        "syscalls x",
+        "sendto x",
+        "ctx sw x",
+        "CPU x",
+        "repairs",
+    ]);
+    for c in cost {
+        let p = &c.per_bcast;
+        let x = |f: fn(&PerOp) -> f64| c.over_floor.map_or("-".into(), |o| format!("{:.2}", f(&o)));
+        t.row(vec![
+            c.algo.clone(),
+            c.nodes.to_string(),
+            c.size.to_string(),
+            format!("{:.2}", p.syscalls),
+            format!("{:.2}", p.sendto),
+            format!("{:.2}", p.ctx_switches),
+            format!("{:.1}", p.cpu_us),
+            x(|o| o.syscalls),
+            x(|o| o.sendto),
+            x(|o| o.ctx_switches),
+            x(|o| o.cpu_us),
+            c.repairs.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
     out
 }
 
@@ -672,6 +828,11 @@ pub struct Args {
     /// receiver's first frame and return (medians).
     #[arg(long)]
     breakdown: bool,
+    /// Also count the work per broadcast of every row and of the floor: system calls,
+    /// `sendto`s, context switches and CPU time of every member thread, from the kernel's
+    /// per-thread perf counters (needs root and tracefs), and print their ratios.
+    #[arg(long)]
+    cost: bool,
     #[command(flatten)]
     link: LinkArgs,
     /// Write the rows as CSV to this file.
@@ -700,6 +861,7 @@ impl Args {
             progress: !self.json,
             floor: !self.no_floor,
             blocks: self.blocks,
+            cost: self.cost,
         };
         let r = match run(&o) {
             Ok(r) => r,
@@ -770,6 +932,7 @@ impl FloorArgs {
             progress: false,
             floor: true,
             blocks: 1,
+            cost: false,
         };
         match run(&o) {
             Ok(mut r) => {

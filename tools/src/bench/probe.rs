@@ -134,6 +134,17 @@ impl Link for ProbedLink {
     }
 }
 
+/// What one member of a latency or floor run returns.
+#[derive(Debug, Clone, Default)]
+pub struct MemberRun {
+    /// Its stamps.
+    pub stamps: Vec<Stamp>,
+    /// Its work per entry over the measured iterations ([`super::cpu::Meter`]).
+    pub counts: Vec<super::cpu::Counts>,
+    /// Repair frames it sent per entry over the same windows (the root; none on the floor).
+    pub repairs: Vec<u64>,
+}
+
 /// What one member saw of one iteration: `t` defines the latency (the root's call, a
 /// receiver's return); with probing, the link's instants (root: first send, the flush after
 /// it; receiver: the first frame received).
