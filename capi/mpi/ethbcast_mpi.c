@@ -34,6 +34,10 @@
  * once all acknowledged; default: as the algorithm needs),
  * ETHBCAST_HOST_SPIN_US (ranks sharing a host look again for this long before sleeping on a
  * futex; default 20; "forever": never sleep),
+ * ETHBCAST_MPI_MAX_BYTES (broadcasts longer than this go to the MPI's own MPI_Bcast; default
+ * 4096, where hardware broadcast still wins on the test-bed: from 8 KiB on Open MPI's TCP path
+ * is faster there; "unlimited" sends every size over ethbcast; every rank moves the same
+ * number of bytes, so every rank makes the same choice),
  * ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0
  * draws one per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many
  * calls went where).
@@ -67,6 +71,25 @@ static int ebc_thread_multiple = 0;
 static int ebc_world_size = 0;
 static int ebc_world_rank = 0;
 static unsigned long long ebc_calls_hw = 0, ebc_calls_pmpi = 0;
+/* Longest broadcast that goes over ethbcast (ETHBCAST_MPI_MAX_BYTES). */
+static size_t ebc_max_bytes = 4096;
+
+static void ebc_read_max_bytes(void) {
+    const char *m = getenv("ETHBCAST_MPI_MAX_BYTES");
+    if (m == NULL || m[0] == '\0')
+        return;
+    if (strcasecmp(m, "unlimited") == 0) {
+        ebc_max_bytes = SIZE_MAX;
+        return;
+    }
+    char *end = NULL;
+    unsigned long long v = strtoull(m, &end, 0);
+    if (end != NULL && *end == '\0')
+        ebc_max_bytes = (size_t)v;
+    else if (ebc_world_rank == 0)
+        fprintf(stderr, "ethbcast-mpi: ETHBCAST_MPI_MAX_BYTES=%s is not a number of bytes or "
+                        "\"unlimited\"; keeping %zu\n", m, ebc_max_bytes);
+}
 
 /* Attribute values cached on a communicator: whether it is congruent to MPI_COMM_WORLD. */
 #define EBC_NOT_CONGRUENT ((void *)(intptr_t)1)
@@ -90,6 +113,11 @@ static uint32_t ebc_wait_mode(void) {
 static void ebc_setup(void) {
     PMPI_Comm_rank(MPI_COMM_WORLD, &ebc_world_rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &ebc_world_size);
+    /* Rank 0's limit for all: ranks that chose differently would wait for each other. */
+    ebc_read_max_bytes();
+    unsigned long long max_bytes = ebc_max_bytes;
+    PMPI_Bcast(&max_bytes, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    ebc_max_bytes = (size_t)max_bytes;
     char reason[512] = "";
     const char *iface = getenv("ETHBCAST_IFACE");
     int ok = 1;
@@ -266,8 +294,12 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
         ebc_calls_pmpi++;
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     }
-    ebc_calls_hw++;
     size_t bytes = (size_t)count * (size_t)size;
+    if (bytes > ebc_max_bytes) {
+        ebc_calls_pmpi++;
+        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    }
+    ebc_calls_hw++;
     if (bytes == 0)
         return MPI_SUCCESS;
     if (combiner == MPI_COMBINER_NAMED) {

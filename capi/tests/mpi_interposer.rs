@@ -72,6 +72,11 @@ fn job(m: MpiImpl, b: &Built, hosts: usize, k: usize, env: &[(&str, &str)], quic
         .collect();
     env.push(("LD_PRELOAD".into(), b.interposer.display().to_string()));
     env.push(("ETHBCAST_MPI_VERBOSE".into(), "1".into()));
+    // Every size over ethbcast, so that the byte checks cover its long messages too, unless
+    // the test sets its own limit.
+    if !env.iter().any(|(a, _)| a == "ETHBCAST_MPI_MAX_BYTES") {
+        env.push(("ETHBCAST_MPI_MAX_BYTES".into(), "unlimited".into()));
+    }
     env.push(("ETHBCAST_TIMEOUT_MS".into(), "20000".into()));
     Job {
         mpi: m,
@@ -272,6 +277,32 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     assert_eq!(w.len(), 1, "one keyless warning per job: {out}");
     assert!(w[0].contains("ETHBCAST_KEY_FILE"), "{}", w[0]);
     assert!(warnings(&out).is_empty(), "{out}");
+
+    // Broadcasts longer than ETHBCAST_MPI_MAX_BYTES go to the MPI's own MPI_Bcast on every
+    // rank (the quick program broadcasts 8 and 4096 bytes): the 8-byte ones and the barriers
+    // over ethbcast, the 4096-byte ones over PMPI, every byte still checked.
+    let out = run_job(
+        &bed,
+        &job(
+            m,
+            &b,
+            4,
+            1,
+            &[iface, ("ETHBCAST_MPI_MAX_BYTES", "1000")],
+            true,
+        ),
+    )
+    .expect("job");
+    let calls = results(&out, 4);
+    let routes = routed(&out, 4);
+    for (r, (&(c, o), &(hw, pmpi))) in calls.iter().zip(&routes).enumerate() {
+        assert_eq!(hw + pmpi, c + o, "rank {r}: {out}");
+        assert!(
+            hw > 0 && hw < c,
+            "rank {r}: {hw} of {c} congruent calls over ethbcast: {out}"
+        );
+        assert!(pmpi > o, "rank {r}: no long broadcast went to PMPI: {out}");
+    }
 
     // A key file: over ethbcast, keyed, no warning.
     let out = run_job(
