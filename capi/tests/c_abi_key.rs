@@ -9,99 +9,20 @@
 
 use std::path::Path;
 use std::process::{Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ethbcast::wire::{self, BarrierOp, Control};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
-use ethbcast_tools::hostile::{self, pdu, Counter, Hostile, Spoof};
+use ethbcast_tools::bench::attack::{forge_session, Forged};
+use ethbcast_tools::hostile::Hostile;
 
 mod common;
 use common::compile;
 
-/// What the hostile host forged.
-#[derive(Debug, Default, Clone, Copy)]
-struct Forged {
-    data: usize,
-    releases: usize,
-    evictions: usize,
-}
-
-/// The hostile host on the last host of `bed`: forgeries of the members' live session.
+/// The hostile host on the last host of `bed`: the attack suite's forgeries of the members'
+/// live session (the root's next message, barrier releases, evictions of rank 1).
 fn attack(bed: &Testbed, members: usize) -> Hostile<Forged> {
-    let macs: Vec<[u8; 6]> = bed.hosts().iter().map(|h| h.mac).collect();
-    Hostile::spawn(
-        &bed.hosts()[members].netns,
-        Duration::from_micros(500),
-        move |port, stop: &AtomicBool| {
-            let mut ctr = Counter::default();
-            let mut forged = Forged::default();
-            let mut last_evict = Instant::now();
-            let mut template: Option<Vec<u8>> = None;
-            let from_root = Spoof {
-                src: 0,
-                dst: wire::ALL,
-                src_mac: macs[0],
-                dst_mac: wire::ethernet::BROADCAST_MAC.0,
-                tag: true,
-            };
-            while !stop.load(Ordering::SeqCst) {
-                if let (Some(t), true) =
-                    (&template, last_evict.elapsed() > Duration::from_millis(50))
-                {
-                    let evict = Control::Evict { rank: 1 };
-                    if let Some(x) = hostile::forge_control(t, &evict, from_root, &mut ctr) {
-                        port.send(&x);
-                        forged.evictions += 1;
-                    }
-                    last_evict = Instant::now();
-                }
-                let Some(f) = port.next_frame() else {
-                    continue;
-                };
-                let Some(p) = pdu(&f) else {
-                    continue;
-                };
-                if p.kind() == wire::Kind::Join {
-                    continue;
-                }
-                template.get_or_insert_with(|| f.clone());
-                if p.kind().is_data() && p.src() == 0 {
-                    // The root's next message, ahead of the root.
-                    let junk = vec![0x66; p.msg_len() as usize];
-                    for (dseq, dmsg) in [(1, 1), (1, 0), (2, 1)] {
-                        if let Some(x) = hostile::forge_data(
-                            &f,
-                            p.group(),
-                            from_root,
-                            p.seq().wrapping_add(dseq),
-                            p.msg_id().wrapping_add(dmsg),
-                            &junk,
-                        ) {
-                            port.send(&x);
-                            forged.data += 1;
-                        }
-                    }
-                }
-                if let Ok(Control::Barrier(b)) = Control::parse(&p) {
-                    for epoch in [b.epoch, b.epoch + 1] {
-                        let release = Control::Barrier(wire::BarrierMsg {
-                            op: BarrierOp::Release,
-                            epoch,
-                            ..b.clone()
-                        });
-                        if let Some(x) = hostile::forge_control(&f, &release, from_root, &mut ctr) {
-                            port.send(&x);
-                            forged.releases += 1;
-                        }
-                    }
-                }
-            }
-            forged
-        },
-    )
-    .expect("hostile host")
+    forge_session(bed, members).expect("hostile host")
 }
 
 /// Runs `exe` on the first `members` hosts, with `env`, while the hostile host attacks;

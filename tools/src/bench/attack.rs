@@ -1961,19 +1961,25 @@ pub fn join_resent_hellos(prefix: &str, hosts: usize) -> Result<Scenario, Attack
     ))
 }
 
-/// What the forger of the C-ABI scenario forged.
+/// What the forger of the C-ABI scenario (and of capi/tests/c_abi_key.rs) forged.
 #[derive(Debug, Default, Clone, Copy)]
-struct Forged {
-    data: usize,
-    releases: usize,
-    evictions: usize,
+pub struct Forged {
+    /// Data frames of the root's next message, ahead of the root.
+    pub data: usize,
+    /// Barrier releases of the current and the next epoch.
+    pub releases: usize,
+    /// Evictions of rank 1.
+    pub evictions: usize,
 }
 
-/// The forgeries of capi/tests/c_abi_key.rs, from the hostile host `hostile` of `bed` against
+/// The forgeries the C ABI's key test and this scenario share, from the hostile host `hostile` of `bed` against
 /// a group whose rank 0 is host 0: the root's next broadcast message ahead of the root, barrier
 /// releases of the current and next epoch, and an eviction of rank 1 every 50 ms, all from
 /// the root's MAC and rank (with the attacker's tag if the session is keyed).
-fn forge_session(bed: &Testbed, hostile: usize) -> Result<hostile::Hostile<Forged>, AttackError> {
+pub fn forge_session(
+    bed: &Testbed,
+    hostile: usize,
+) -> Result<hostile::Hostile<Forged>, AttackError> {
     let root_mac = bed.hosts()[0].mac;
     Ok(hostile::Hostile::spawn(
         &bed.hosts()[hostile].netns,
