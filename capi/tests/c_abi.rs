@@ -8,7 +8,7 @@
 
 use std::path::Path;
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
@@ -51,18 +51,7 @@ fn run_per_host(bed: &Testbed, exe: &Path, k: usize, token: Option<&str>) -> Vec
             cmd.spawn().expect("spawn in namespace")
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut outputs = Vec::new();
-    for mut child in children {
-        while child.try_wait().expect("wait").is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        outputs.push(child.wait_with_output().expect("output"));
-    }
-    outputs
+    common::outputs_within(children, Duration::from_secs(90))
 }
 
 #[test]

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
@@ -50,17 +50,7 @@ fn attacked(
             cmd.spawn().expect("spawn in namespace")
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut outputs = Vec::new();
-    for mut child in children {
-        while child.try_wait().expect("wait").is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        outputs.push(child.wait_with_output().expect("output"));
-    }
+    let outputs = common::outputs_within(children, Duration::from_secs(120));
     let forged = attacker.stop().expect("hostile host ran");
     (outputs, forged)
 }

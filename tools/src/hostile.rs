@@ -258,7 +258,7 @@ pub fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let notice = Control::Notice {
-        body: crate::distribute::stream::ABORT.to_vec(),
+        body: ethbcast::transfer::ABORT.to_vec(),
     };
     let mut src = [0u8; 6];
     src.copy_from_slice(&eth[6..12]);

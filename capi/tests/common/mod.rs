@@ -1,7 +1,9 @@
-//! What the C tests share: the static library cargo built for the run, and compiling a C
-//! program against it.
+//! What the C tests share: the static library cargo built for the run, compiling a C program
+//! against it, and collecting the programs' outputs.
 
 use std::path::{Path, PathBuf};
+use std::process::{Child, Output};
+use std::time::{Duration, Instant};
 
 /// The static library cargo built for this test run (next to the test binary).
 pub fn staticlib() -> PathBuf {
@@ -39,4 +41,21 @@ pub fn compile(source: &str, name: &str) -> PathBuf {
         .expect("run the C compiler");
     assert!(status.success(), "compiling {source} failed");
     out
+}
+
+/// Each child's output, in order; children still running `limit` after the call are killed
+/// (their output then says how far they got).
+pub fn outputs_within(children: Vec<Child>, limit: Duration) -> Vec<Output> {
+    let deadline = Instant::now() + limit;
+    let mut outputs = Vec::new();
+    for mut child in children {
+        while child.try_wait().expect("wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        outputs.push(child.wait_with_output().expect("output"));
+    }
+    outputs
 }

@@ -47,22 +47,10 @@ impl From<[u8; 6]> for MacAddr {
     }
 }
 
-impl From<MacAddr> for [u8; 6] {
-    fn from(m: MacAddr) -> [u8; 6] {
-        m.0
-    }
-}
-
 impl std::ops::Deref for MacAddr {
     type Target = [u8; 6];
     fn deref(&self) -> &[u8; 6] {
         &self.0
-    }
-}
-
-impl std::ops::DerefMut for MacAddr {
-    fn deref_mut(&mut self) -> &mut [u8; 6] {
-        &mut self.0
     }
 }
 

@@ -260,6 +260,24 @@ fn is_control(eth: &[u8]) -> bool {
     pdu(eth).is_some_and(|p| !p.kind().is_data() && p.kind() != Kind::Join)
 }
 
+/// The keyed members `0..m` broadcast 150 messages; `victim` stops dead after 30 and notes
+/// when in `killed_at`. What each member saw.
+fn run_with_victim(
+    bed: &Testbed,
+    m: usize,
+    victim: u16,
+    killed_at: &Arc<Mutex<Option<Instant>>>,
+) -> Result<Vec<Result<Seen, String>>, AttackError> {
+    let k = Arc::clone(killed_at);
+    let handles = spawn_members(
+        bed,
+        0..m,
+        move |mut g| workload(&mut g, 150, 0, 0, Some((victim, 30, &*k))),
+        keyed(true),
+    )?;
+    Ok(join_all(handles))
+}
+
 /// The checks of a liveness scenario: every survivor got its 150 messages intact, and the root
 /// evicted the dead `victim` within `bound` of its death at `killed`; returns the problems and
 /// the time the eviction took.
@@ -380,14 +398,7 @@ pub fn spoofed_liveness(prefix: &str, hosts: usize, replay: bool) -> Result<Scen
             (spoofed, recorded.len())
         },
     )?;
-    let k = killed_at.clone();
-    let handles = spawn_members(
-        &bed,
-        0..m,
-        move |mut g| workload(&mut g, 150, 0, 0, Some((victim, 30, &*k))),
-        keyed(true),
-    )?;
-    let results = join_all(handles);
+    let results = run_with_victim(&bed, m, victim, &killed_at)?;
     let (spoofed, recorded) = attacker.stop()?;
     let bound = DETECTION.bound(m as u16);
     let killed = killed_at.lock().expect("lock").unwrap_or_else(Instant::now);
@@ -490,14 +501,7 @@ pub fn spoofed_liveness_in_window(prefix: &str, hosts: usize) -> Result<Scenario
             (replayed, planned, recorded.len())
         },
     )?;
-    let k = killed_at.clone();
-    let handles = spawn_members(
-        &bed,
-        0..m,
-        move |mut g| workload(&mut g, 150, 0, 0, Some((victim, 30, &*k))),
-        keyed(true),
-    )?;
-    let results = join_all(handles);
+    let results = run_with_victim(&bed, m, victim, &killed_at)?;
     let (replayed, planned, recorded) = attacker.stop()?;
     let bound = DETECTION.bound(m as u16);
     let killed = killed_at.lock().expect("lock").unwrap_or_else(Instant::now);
@@ -1196,7 +1200,7 @@ pub fn send_recv_forged_control(
     hosts: usize,
     bin: &Path,
 ) -> Result<Scenario, AttackError> {
-    use crate::distribute::stream::{Final, Progress, ABORT, EVICTED};
+    use ethbcast::transfer::{Final, Progress, ABORT, EVICTED};
     let bed = bed(prefix, hosts, 0.0)?;
     let m = hosts - 1;
     bed.set_learning(m, false)?;

@@ -9,9 +9,9 @@ use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
 use ethbcast::group::StreamOptions;
 use ethbcast::link::{Backend, WaitMode};
+use ethbcast::transfer::{rate::parse_rate, DigestAlgo};
 use ethbcast_tools::distribute::{
-    self, parse_bytes, parse_seconds, rate::parse_rate, recv, send, send::Expect,
-    stream::DigestAlgo, Fatal, LinkOpts, DEFAULT_GROUP_ID,
+    self, parse_bytes, parse_seconds, recv, send, send::Expect, Fatal, LinkOpts, DEFAULT_GROUP_ID,
 };
 
 const EXIT_CODES: &str = "\

@@ -65,7 +65,6 @@ use std::time::Duration;
 use ethbcast::group::stream::{Role, Stream, StreamOptions};
 use ethbcast::group::GroupError;
 use ethbcast::link::{Link, LinkError};
-pub use ethbcast::transfer::{self as stream, rate};
 
 /// Exit code: everything completed.
 pub const EXIT_OK: u8 = 0;

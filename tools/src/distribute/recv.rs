@@ -15,8 +15,10 @@ use ethbcast::member::Event;
 use ethbcast::proto::Dest;
 use serde::Serialize;
 
-use super::stream::{Budget, Data, DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED};
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
+use ethbcast::transfer::{
+    Budget, Data, DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED,
+};
 
 /// Where the stream goes.
 #[derive(Debug, Clone)]

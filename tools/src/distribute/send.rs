@@ -14,9 +14,11 @@ use ethbcast::member::{Event, MemberError};
 use ethbcast::proto::{Dest, SendError};
 use serde::Serialize;
 
-use super::rate::TokenBucket;
-use super::stream::{DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE};
 use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
+use ethbcast::transfer::rate::TokenBucket;
+use ethbcast::transfer::{
+    DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
+};
 
 /// What `ethbcast send` was asked to do.
 #[derive(Debug, Clone)]
