@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::group::{GroupError, GroupOptions, HostError, HostGroup, HostOptions, Membership};
+use ethbcast::group::{GroupError, HostError, HostGroup, HostOptions};
 use ethbcast::link::{self, Backend, LinkError, WaitMode};
-use ethbcast::smp::{self, SmpError};
+use ethbcast::smp::SmpError;
 use thiserror::Error;
 
 use crate::EthbcastCounters;
@@ -95,36 +95,23 @@ struct Shared {
     counters: CounterCells,
 }
 
-/// How to open an [`Endpoint`].
+/// How to open an [`Endpoint`]: the host group's options, and what the C ABI adds.
 #[derive(Debug, Clone)]
 pub struct EndpointOptions {
-    /// Options of the group.
-    pub group: GroupOptions,
-    /// Membership source (with one rank per host).
-    pub membership: Membership,
-    /// Where the ranks run.
-    pub placement: Placement,
+    /// The group, its members, their placement and waits.
+    pub host: HostOptions,
     /// Run a progress thread.
     pub progress_thread: bool,
     /// How long `close` keeps serving peers after its own messages are acknowledged.
     pub linger: Duration,
-    /// A root's broadcast longer than this many bytes returns only once every member has
-    /// acknowledged it; `None`: as the algorithm needs ([`root_waits_above`]).
-    pub root_waits_above: Option<usize>,
-    /// How ranks of one host wait for each other in shared memory.
-    pub host_wait: smp::Wait,
 }
 
 impl Default for EndpointOptions {
     fn default() -> Self {
         EndpointOptions {
-            group: GroupOptions::default(),
-            membership: Membership::Env,
-            placement: Placement::Auto,
+            host: HostOptions::default(),
             progress_thread: true,
             linger: Duration::from_millis(50),
-            root_waits_above: None,
-            host_wait: smp::Wait::default(),
         }
     }
 }
@@ -152,17 +139,8 @@ pub fn probe(iface: &str, backend: Backend) -> Result<(), CallError> {
 impl Endpoint {
     /// Opens `iface` and joins the group.
     pub fn open(iface: &str, opts: EndpointOptions) -> Result<Endpoint, CallError> {
-        let keyed = opts.group.key.is_some();
-        let host = HostGroup::open(
-            iface,
-            HostOptions {
-                group: opts.group,
-                membership: opts.membership,
-                placement: opts.placement,
-                root_waits_above: opts.root_waits_above,
-                host_wait: opts.host_wait,
-            },
-        )?;
+        let keyed = opts.host.group.key.is_some();
+        let host = HostGroup::open(iface, opts.host)?;
         let (rank, size, on_network) = (host.rank(), host.size(), host.on_network());
         let shared = Arc::new(Shared {
             group: Mutex::new(host),

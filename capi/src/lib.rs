@@ -24,7 +24,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use ethbcast::group::{Algorithm, GroupError, GroupOptions, HostError, Membership};
+use ethbcast::group::{Algorithm, GroupError, GroupOptions, HostError, HostOptions, Membership};
 use ethbcast::keyfile::{self, KEY_FILE_ENV};
 use ethbcast::link::{Backend, LinkError, WaitMode};
 use ethbcast::member::MemberError;
@@ -281,7 +281,7 @@ unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> 
     let mut options = options_from(c)?;
     // SAFETY: the caller's promise, passed on.
     let (key, key_file) = unsafe { key_args(c) }?;
-    options.group.key = resolve_key(key, key_file, options.group.group_id, |v| {
+    options.host.group.key = resolve_key(key, key_file, options.host.group.group_id, |v| {
         std::env::var_os(v)
     })?;
     Ok(options)
@@ -388,25 +388,27 @@ fn options_from(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> {
         },
     };
     Ok(EndpointOptions {
-        group: GroupOptions {
-            group_id: c.group_id,
-            wait,
-            algorithm,
-            timeout: Duration::from_millis(u64::from(c.timeout_ms)),
-            ..GroupOptions::default()
-        },
-        membership,
-        progress_thread: c.progress_thread != 0,
-        linger: Duration::from_millis(u64::from(c.linger_ms)),
-        root_waits_above: (c.root_waits_above != ETHBCAST_ROOT_WAITS_AUTO)
-            .then_some(c.root_waits_above as usize),
-        placement: Placement::Auto,
-        host_wait: ethbcast::smp::Wait {
-            spin: match c.host_spin_us {
-                ETHBCAST_HOST_SPIN_FOREVER => Duration::MAX,
-                us => Duration::from_micros(u64::from(us)),
+        host: HostOptions {
+            group: GroupOptions {
+                group_id: c.group_id,
+                wait,
+                algorithm,
+                timeout: Duration::from_millis(u64::from(c.timeout_ms)),
+                ..GroupOptions::default()
+            },
+            membership,
+            root_waits_above: (c.root_waits_above != ETHBCAST_ROOT_WAITS_AUTO)
+                .then_some(c.root_waits_above as usize),
+            placement: Placement::Auto,
+            host_wait: ethbcast::smp::Wait {
+                spin: match c.host_spin_us {
+                    ETHBCAST_HOST_SPIN_FOREVER => Duration::MAX,
+                    us => Duration::from_micros(u64::from(us)),
+                },
             },
         },
+        progress_thread: c.progress_thread != 0,
+        linger: Duration::from_millis(u64::from(c.linger_ms)),
     })
 }
 
@@ -548,7 +550,7 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
         let hosts = Hosts::from_labels(labels).map_err(|e| Failure::from(CallError::from(e)))?;
         // SAFETY: the caller promises options whose key pointers are NULL or valid.
         let mut options = unsafe { open_options(&c_opts) }?;
-        options.placement = Placement::Hosts { rank, hosts };
+        options.host.placement = Placement::Hosts { rank, hosts };
         let endpoint = Endpoint::open(iface, options)?;
         let handle = Box::into_raw(Box::new(EthbcastGroup { endpoint }));
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
@@ -741,17 +743,18 @@ pub extern "C" fn ethbcast_last_error() -> *const c_char {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// The group id the key tests derive passphrase keys for.
     const GID: u32 = 0xEB_CA57;
-    use super::*;
 
     #[test]
     fn defaults_map_to_group_defaults() {
         let o = options_from(&EthbcastOptions::default()).unwrap();
         let g = GroupOptions::default();
-        assert_eq!(o.group.group_id, g.group_id);
-        assert_eq!(o.group.timeout, g.timeout);
-        assert!(matches!(o.membership, Membership::Env));
+        assert_eq!(o.host.group.group_id, g.group_id);
+        assert_eq!(o.host.group.timeout, g.timeout);
+        assert!(matches!(o.host.membership, Membership::Env));
         assert!(o.progress_thread);
     }
 
