@@ -23,16 +23,10 @@ pub enum Profile {
     Default,
 }
 
-impl std::str::FromStr for Profile {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "paper" => Ok(Profile::Paper),
-            "default" => Ok(Profile::Default),
-            _ => Err(format!("unknown profile {s:?} (paper, default)")),
-        }
-    }
-}
+ethbcast_proto::spelled!(Profile, "profile", {
+    Paper => "paper",
+    Default => "default",
+});
 
 impl Profile {
     /// The engine configuration of this profile for member `rank` of `size`.

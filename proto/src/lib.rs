@@ -15,6 +15,7 @@
 //! - [`engine`]: simple and push-pull broadcast with selective go-back-16 repair;
 //! - [`barrier`], [`detect`]: the barrier algorithms and the failure detector;
 //! - [`membership`]: how a group forms (listed, ranked or discovered joins, keyed sessions);
+//! - [`spelled!`]: the names of the enums users pick by name;
 //! - [`queue`]: the deterministic event queue of every virtual-time harness;
 //! - [`member`]: one group member: demultiplexes frames to the engine, barriers, detector and
 //!   point-to-point channels.
@@ -28,5 +29,6 @@ pub mod eqa;
 pub mod machine;
 pub mod member;
 pub mod membership;
+mod names;
 pub mod queue;
 pub mod wire;

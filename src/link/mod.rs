@@ -25,6 +25,8 @@
 //! [`crate::wire::ethernet::group_mac`] of its id), and nothing else: a host outside a group
 //! never handles the group's frames.
 
+#[cfg(target_os = "linux")]
+mod mapped;
 pub mod measure;
 pub mod pnet;
 #[cfg(target_os = "linux")]
@@ -129,20 +131,12 @@ pub enum WaitMode {
     Doze,
 }
 
-impl std::str::FromStr for WaitMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "spin" => Ok(WaitMode::Spin),
-            "block" => Ok(WaitMode::Block),
-            "adaptive" => Ok(WaitMode::Adaptive),
-            "doze" => Ok(WaitMode::Doze),
-            _ => Err(format!(
-                "unknown wait mode {s:?} (spin, block, adaptive, doze)"
-            )),
-        }
-    }
-}
+ethbcast_proto::spelled!(WaitMode, "wait mode", {
+    Spin => "spin",
+    Block => "block",
+    Adaptive => "adaptive",
+    Doze => "doze",
+});
 
 /// Which real-link backend to open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -184,29 +178,12 @@ impl Backend {
     }
 }
 
-impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "ring" => Ok(Backend::Ring),
-            "socket" => Ok(Backend::Socket),
-            "pnet" => Ok(Backend::Pnet),
-            "xdp" => Ok(Backend::Xdp),
-            _ => Err(format!("unknown backend {s:?} (ring, socket, pnet, xdp)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Backend::Ring => "ring",
-            Backend::Socket => "socket",
-            Backend::Pnet => "pnet",
-            Backend::Xdp => "xdp",
-        })
-    }
-}
+ethbcast_proto::spelled!(Backend, "backend", {
+    Ring => "ring",
+    Socket => "socket",
+    Pnet => "pnet",
+    Xdp => "xdp",
+});
 
 /// Opens interface `iface` with `backend` (or the one `ETHBCAST_BACKEND` names, see
 /// [`Backend::resolve`]), waiting in `wait` mode, with default sizes.
@@ -231,50 +208,18 @@ pub fn open_sized(
     wait: WaitMode,
     rx_frames: usize,
 ) -> Result<Box<dyn Link + Send>, LinkError> {
-    let buffer_bytes = |default: usize| default.max(rx_frames.saturating_mul(2048));
+    use pnet::PnetLink;
+    #[cfg(target_os = "linux")]
+    use {ring::RingLink, socket::SocketLink, xdp::XdpLink};
     let backend = backend.resolve()?;
     Ok(match backend {
         #[cfg(target_os = "linux")]
-        Backend::Ring => {
-            let mut cfg = ring::RingLinkConfig {
-                wait,
-                ..Default::default()
-            };
-            if rx_frames > cfg.rx.frame_count {
-                // Whole blocks of slots.
-                let per_block = cfg.rx.block_size / cfg.rx.frame_size;
-                cfg.rx.frame_count = rx_frames.div_ceil(per_block) * per_block;
-            }
-            Box::new(ring::RingLink::open(iface, &cfg)?)
-        }
+        Backend::Ring => Box::new(RingLink::open(iface, &ring::sized(wait, rx_frames))?),
         #[cfg(target_os = "linux")]
-        Backend::Socket => {
-            let d = socket::SocketConfig::default();
-            Box::new(socket::SocketLink::open(
-                iface,
-                &socket::SocketConfig {
-                    wait,
-                    recv_buffer: buffer_bytes(d.recv_buffer),
-                    ..d
-                },
-            )?)
-        }
-        Backend::Pnet => {
-            let d = pnet::PnetConfig::default();
-            Box::new(pnet::PnetLink::open(
-                iface,
-                &pnet::PnetConfig {
-                    wait,
-                    recv_buffer: buffer_bytes(d.recv_buffer),
-                    ..d
-                },
-            )?)
-        }
+        Backend::Socket => Box::new(SocketLink::open(iface, &socket::sized(wait, rx_frames))?),
+        Backend::Pnet => Box::new(PnetLink::open(iface, &pnet::sized(wait, rx_frames))?),
         #[cfg(target_os = "linux")]
-        Backend::Xdp => Box::new(xdp::XdpLink::open(
-            iface,
-            &xdp::config_for(wait, rx_frames),
-        )?),
+        Backend::Xdp => Box::new(XdpLink::open(iface, &xdp::sized(wait, rx_frames))?),
         #[cfg(not(target_os = "linux"))]
         _ => {
             return Err(LinkError::NoSuchInterface(format!(
@@ -398,13 +343,42 @@ pub trait Link {
         self.flush()?;
         Ok(true)
     }
+    /// Calls `f(source MAC, PDU)` for every frame that is ready now, without waiting; returns
+    /// how many frames were handed to `f`.
+    fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError>;
+    /// Waits up to `wait` until a frame may be ready; false when the time ran out. A backend
+    /// that queues sends pushes them out first, so that nothing it holds waits with it. The
+    /// default never waits: the simulated switch, whose harness moves the clock.
+    fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
+        let _ = wait;
+        Ok(false)
+    }
     /// Calls `f(source MAC, PDU)` for every frame that is ready. If none is ready, waits up
     /// to `wait` (`None`: do not wait). Returns how many frames were handed to `f`.
+    ///
+    /// A wake-up that brings nothing for us (a foreign frame, one of our own) is not the end of
+    /// the wait: it goes on until a frame comes or the time is up.
     fn recv(
         &mut self,
         wait: Option<Duration>,
         f: &mut dyn FnMut(MacAddr, &[u8]),
-    ) -> Result<usize, LinkError>;
+    ) -> Result<usize, LinkError> {
+        let n = self.recv_ready(f)?;
+        let Some(wait) = wait.filter(|_| n == 0) else {
+            return Ok(n);
+        };
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || !self.wait_ready(left)? {
+                return Ok(0);
+            }
+            let n = self.recv_ready(f)?;
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -431,6 +405,12 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
         (**self).leave_group(group)
+    }
+    fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
+        (**self).recv_ready(f)
+    }
+    fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
+        (**self).wait_ready(wait)
     }
     fn recv(
         &mut self,

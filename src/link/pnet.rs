@@ -19,7 +19,7 @@ use super::{check_mtu, check_pdu, Groups, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, HEADER_LEN as ETH_HEADER_LEN};
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender};
 use std::io;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Most frames one `recv` call hands over (counting foreign frames pnet shows us).
 const RECV_BATCH: usize = 1024;
@@ -46,6 +46,20 @@ impl Default for PnetConfig {
             write_buffer: 65536,
             recv_buffer: 4 << 20,
         }
+    }
+}
+
+/// The configuration of a link whose kernel queues at least `rx_frames` full-size received
+/// frames (0: the default; the socket backend's receive buffer), see [`super::open_sized`].
+pub(crate) fn sized(wait: WaitMode, rx_frames: usize) -> PnetConfig {
+    #[cfg(target_os = "linux")]
+    let recv_buffer = super::socket::sized(wait, rx_frames).recv_buffer;
+    #[cfg(not(target_os = "linux"))]
+    let recv_buffer = PnetConfig::default().recv_buffer.max(rx_frames * 2048);
+    PnetConfig {
+        wait,
+        recv_buffer,
+        ..Default::default()
     }
 }
 
@@ -150,47 +164,6 @@ impl PnetLink {
             groups: Groups::default(),
         })
     }
-
-    fn drain(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
-        let mut n = 0;
-        for _ in 0..RECV_BATCH {
-            let frame = match self.rx.next() {
-                Ok(fr) => fr,
-                Err(e) if is_would_block(&e) => break,
-                Err(e) => return Err(LinkError::Io(e)),
-            };
-            let Ok(eth) = ethernet::Frame::new_checked(frame) else {
-                continue;
-            };
-            let (src, dst) = (eth.src(), eth.dst());
-            if src == self.mac || !self.groups.accepts(&self.mac, &dst) {
-                continue;
-            }
-            f(src, eth.payload());
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    /// Waits up to `wait` for the socket to become readable.
-    fn wait_readable(&self, wait: Duration) -> Result<bool, LinkError> {
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsFd;
-            let s = super::socket::strategy(self.wait);
-            Ok(ethbcast_sys::wait::wait_fd(
-                self.poll_fd.as_fd(),
-                ethbcast_sys::wait::Interest::Read,
-                s,
-                wait,
-            )?)
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            std::thread::sleep(wait.min(Duration::from_micros(100)));
-            Ok(true)
-        }
-    }
 }
 
 fn is_would_block(e: &io::Error) -> bool {
@@ -274,28 +247,44 @@ impl Link for PnetLink {
         Ok(())
     }
 
-    fn recv(
-        &mut self,
-        wait: Option<Duration>,
-        f: &mut dyn FnMut(MacAddr, &[u8]),
-    ) -> Result<usize, LinkError> {
-        let n = self.drain(f)?;
-        if n > 0 {
-            return Ok(n);
+    fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
+        let mut n = 0;
+        for _ in 0..RECV_BATCH {
+            let frame = match self.rx.next() {
+                Ok(fr) => fr,
+                Err(e) if is_would_block(&e) => break,
+                Err(e) => return Err(LinkError::Io(e)),
+            };
+            let Ok(eth) = ethernet::Frame::new_checked(frame) else {
+                continue;
+            };
+            let (src, dst) = (eth.src(), eth.dst());
+            if src == self.mac || !self.groups.accepts(&self.mac, &dst) {
+                continue;
+            }
+            f(src, eth.payload());
+            n += 1;
         }
-        let Some(wait) = wait else { return Ok(0) };
-        // Foreign frames (IP, our own) wake us without giving us anything: keep waiting until
-        // the deadline.
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.wait_readable(left)? {
-                return Ok(0);
-            }
-            let n = self.drain(f)?;
-            if n > 0 {
-                return Ok(n);
-            }
+        Ok(n)
+    }
+
+    /// Waits up to `wait` for the socket to become readable.
+    fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsFd;
+            let s = super::socket::strategy(self.wait);
+            Ok(ethbcast_sys::wait::wait_fd(
+                self.poll_fd.as_fd(),
+                ethbcast_sys::wait::Interest::Read,
+                s,
+                wait,
+            )?)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            std::thread::sleep(wait.min(Duration::from_micros(100)));
+            Ok(true)
         }
     }
 }

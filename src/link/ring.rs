@@ -13,8 +13,8 @@
 //! `flush`, when the queue is half full, or before `recv` blocks (so a driver that forgets to
 //! flush before waiting for an answer cannot deadlock).
 
-use super::check_pdu;
-use super::socket::{self, lookup, stalled, strategy, RECV_BATCH};
+use super::mapped::{self, Batch, Mapped};
+use super::socket::{self, lookup, stalled, strategy, RECV_BATCH, SEND_STALL};
 use super::{Groups, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::iface::Interface;
@@ -22,11 +22,9 @@ pub use ethbcast_sys::ring::RingConfig;
 use ethbcast_sys::ring::RingSocket;
 use ethbcast_sys::socket::SocketOptions;
 use ethbcast_sys::wait::{self, Interest, Strategy};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-/// How long `send` waits for a TX slot to come back before giving up.
-const SEND_STALL: Duration = Duration::from_secs(1);
 /// While waiting for the TX ring, kick it this often (see [`RingSocket::tx_flush`]).
 const KICK_EVERY: Duration = Duration::from_millis(1);
 
@@ -70,6 +68,20 @@ impl Default for RingLinkConfig {
     }
 }
 
+/// The configuration of a link whose RX ring holds at least `rx_frames` full-size received
+/// frames (0: the default), in whole blocks of slots, see [`super::open_sized`].
+pub(crate) fn sized(wait: WaitMode, rx_frames: usize) -> RingLinkConfig {
+    let mut cfg = RingLinkConfig {
+        wait,
+        ..Default::default()
+    };
+    if rx_frames > cfg.rx.frame_count {
+        let per_block = cfg.rx.block_size / cfg.rx.frame_size;
+        cfg.rx.frame_count = rx_frames.div_ceil(per_block) * per_block;
+    }
+    cfg
+}
+
 /// A [`Link`] over mapped packet rings.
 #[derive(Debug)]
 pub struct RingLink {
@@ -77,10 +89,8 @@ pub struct RingLink {
     iface: Interface,
     max_pdu: usize,
     strategy: Strategy,
-    /// Frames pushed into the TX ring since the last flush.
-    queued: usize,
-    /// Flush automatically once this many frames are queued.
-    flush_at: usize,
+    /// Frames queued since the last flush.
+    batch_count: Batch,
     tx_mode: TxMode,
     /// [`TxMode::Batch`]: queued frames, back to back, and their end offsets.
     batch: Vec<u8>,
@@ -126,12 +136,11 @@ impl RingLink {
             iface,
             max_pdu,
             strategy: strategy(cfg.wait),
-            queued: 0,
-            flush_at: if with_tx_ring {
-                (cfg.tx.frame_count / 2).max(1)
+            batch_count: Batch::new(if with_tx_ring {
+                cfg.tx.frame_count / 2
             } else {
                 BATCH
-            },
+            }),
             tx_mode: cfg.tx_mode,
             batch: Vec::new(),
             batch_ends: Vec::new(),
@@ -159,7 +168,7 @@ impl RingLink {
         done: impl Fn(&RingSocket) -> bool,
     ) -> Result<bool, LinkError> {
         let deadline = Instant::now() + timeout;
-        self.queued = 0;
+        self.batch_count.queued = 0;
         loop {
             self.ring.tx_flush()?;
             let ring = &self.ring;
@@ -202,20 +211,6 @@ impl RingLink {
         self.batch_ends.clear();
         Ok(())
     }
-
-    fn drain(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> usize {
-        let mut n = 0;
-        self.ring.rx_for_each(RECV_BATCH, &mut |fr| {
-            if fr.is_other_host() || fr.truncated() {
-                return;
-            }
-            if let Ok(eth) = ethernet::Frame::new_checked(fr.data) {
-                f(eth.src(), eth.payload());
-                n += 1;
-            }
-        });
-        n
-    }
 }
 
 impl Link for RingLink {
@@ -228,43 +223,23 @@ impl Link for RingLink {
     }
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
-        check_pdu(pdu, self.max_pdu)?;
-        let len = ethernet::frame_len(pdu.len());
-        let src = self.iface.mac;
-        // The slot is exactly `len` bytes long, so emit cannot fail.
-        let fill = |d: &mut [u8]| {
-            let _ = ethernet::emit(d, dst, MacAddr(src), pdu);
+        let what = match self.tx_mode {
+            TxMode::Ring => "the TX ring",
+            TxMode::Batch => "the send batch",
         };
-        if self.tx_mode == TxMode::Batch {
-            let start = self.batch.len();
-            self.batch.resize(start + len, 0);
-            fill(&mut self.batch[start..]);
-            self.batch_ends.push(start + len);
-        } else if !self.ring.tx_push_with(len, fill)? {
-            // The next slot is still in flight: push out what is queued, wait for the slot.
-            if !self.wait_tx(SEND_STALL, RingSocket::tx_slot_free)?
-                || !self.ring.tx_push_with(len, fill)?
-            {
-                return Err(stalled("the TX ring"));
-            }
-        }
-        self.queued += 1;
-        if self.queued >= self.flush_at {
-            self.flush()?;
-        }
-        Ok(())
+        mapped::send(self, dst, pdu, what)
     }
 
     fn flush(&mut self) -> Result<(), LinkError> {
         // A ring that still holds frames the device refused at the last kick is kicked again
         // even when nothing new was queued.
         let refused = self.tx_mode == TxMode::Ring && !self.ring.tx_idle();
-        if self.queued > 0 || refused {
+        if self.batch_count.queued > 0 || refused {
             match self.tx_mode {
                 TxMode::Ring => self.ring.tx_flush()?,
                 TxMode::Batch => self.flush_batch()?,
             }
-            self.queued = 0;
+            self.batch_count.queued = 0;
         }
         Ok(())
     }
@@ -286,27 +261,59 @@ impl Link for RingLink {
         socket::leave_group(self.ring.socket(), &mut self.groups, group)
     }
 
-    fn recv(
-        &mut self,
-        wait: Option<Duration>,
-        f: &mut dyn FnMut(MacAddr, &[u8]),
-    ) -> Result<usize, LinkError> {
-        let n = self.drain(f);
-        if n > 0 {
-            return Ok(n);
+    fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
+        let mut n = 0;
+        self.ring.rx_for_each(RECV_BATCH, &mut |fr| {
+            if fr.is_other_host() || fr.truncated() {
+                return;
+            }
+            if let Ok(eth) = ethernet::Frame::new_checked(fr.data) {
+                f(eth.src(), eth.payload());
+                n += 1;
+            }
+        });
+        Ok(n)
+    }
+
+    fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
+        mapped::wait_ready(self, wait)
+    }
+}
+
+impl Mapped for RingLink {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.ring.socket().as_fd()
+    }
+
+    fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    fn rx_ready(&self) -> bool {
+        self.ring.rx_ready()
+    }
+
+    fn push_with(&mut self, len: usize, fill: &dyn Fn(&mut [u8])) -> Result<bool, LinkError> {
+        if self.tx_mode == TxMode::Batch {
+            let start = self.batch.len();
+            self.batch.resize(start + len, 0);
+            fill(&mut self.batch[start..]);
+            self.batch_ends.push(start + len);
+            return Ok(true);
         }
-        let Some(wait) = wait else { return Ok(0) };
-        self.flush()?;
-        let ring = &self.ring;
-        if !wait::wait_until(
-            ring.socket().as_fd(),
-            Interest::Read,
-            self.strategy,
-            wait,
-            || ring.rx_ready(),
-        )? {
-            return Ok(0);
-        }
-        Ok(self.drain(f))
+        Ok(self.ring.tx_push_with(len, fill)?)
+    }
+
+    /// Only the TX ring runs out of slots (the batch grows, and `flush_batch` waits for room).
+    fn wait_slot(&mut self, timeout: Duration) -> Result<bool, LinkError> {
+        self.wait_tx(timeout, RingSocket::tx_slot_free)
+    }
+
+    fn batch(&mut self) -> &mut Batch {
+        &mut self.batch_count
+    }
+
+    fn kick(&mut self) -> Result<(), LinkError> {
+        self.flush()
     }
 }

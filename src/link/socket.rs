@@ -18,7 +18,7 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 /// How long `send` waits for room in a full socket buffer before giving up.
-const SEND_STALL: Duration = Duration::from_secs(1);
+pub(crate) const SEND_STALL: Duration = Duration::from_secs(1);
 
 /// Configuration of the `socket` backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,18 @@ impl Default for SocketConfig {
             qdisc_bypass: false,
             recv_buffer: 4 << 20,
         }
+    }
+}
+
+/// The configuration of a link whose kernel queues at least `rx_frames` full-size received
+/// frames (0: the default), see [`super::open_sized`].
+pub(crate) fn sized(wait: WaitMode, rx_frames: usize) -> SocketConfig {
+    let d = SocketConfig::default();
+    let recv_buffer = d.recv_buffer.max(rx_frames.saturating_mul(2048));
+    SocketConfig {
+        wait,
+        recv_buffer,
+        ..d
     }
 }
 
@@ -86,25 +98,6 @@ impl SocketLink {
     pub fn interface(&self) -> &Interface {
         &self.iface
     }
-
-    /// Drains ready frames into `f`; returns how many were delivered.
-    fn drain(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
-        let mut n = 0;
-        // Bounded, so that a flood cannot keep one call busy forever.
-        for _ in 0..RECV_BATCH {
-            let Some(info) = self.sock.recv(&mut self.rx)? else {
-                break;
-            };
-            if info.is_other_host() || info.len > self.rx.len() - 1 {
-                continue;
-            }
-            if let Ok(fr) = ethernet::Frame::new_checked(&self.rx[..info.len]) {
-                f(fr.src(), fr.payload());
-                n += 1;
-            }
-        }
-        Ok(n)
-    }
 }
 
 /// Most frames one `recv` call hands over.
@@ -145,20 +138,31 @@ impl Link for SocketLink {
         leave_group(&self.sock, &mut self.groups, group)
     }
 
-    fn recv(
-        &mut self,
-        wait: Option<Duration>,
-        f: &mut dyn FnMut(MacAddr, &[u8]),
-    ) -> Result<usize, LinkError> {
-        let n = self.drain(f)?;
-        if n > 0 {
-            return Ok(n);
+    fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
+        let mut n = 0;
+        // Bounded, so that a flood cannot keep one call busy forever.
+        for _ in 0..RECV_BATCH {
+            let Some(info) = self.sock.recv(&mut self.rx)? else {
+                break;
+            };
+            if info.is_other_host() || info.len > self.rx.len() - 1 {
+                continue;
+            }
+            if let Ok(fr) = ethernet::Frame::new_checked(&self.rx[..info.len]) {
+                f(fr.src(), fr.payload());
+                n += 1;
+            }
         }
-        let Some(wait) = wait else { return Ok(0) };
-        if !wait::wait_fd(self.sock.as_fd(), Interest::Read, self.strategy, wait)? {
-            return Ok(0);
-        }
-        self.drain(f)
+        Ok(n)
+    }
+
+    fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
+        Ok(wait::wait_fd(
+            self.sock.as_fd(),
+            Interest::Read,
+            self.strategy,
+            wait,
+        )?)
     }
 }
 

@@ -24,19 +24,17 @@
 //! whose frames fit a UMEM chunk after the kernel's 256-byte headroom (1792 bytes with the
 //! default 2048-byte chunks, 3840 with 4096).
 
-use super::check_pdu;
-use super::socket::{lookup, stalled, strategy, RECV_BATCH};
+use super::mapped::{self, Batch, Mapped};
+use super::socket::{lookup, strategy, RECV_BATCH};
 use super::{Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::bpf::{XdpMode, XdpRedirect};
 use ethbcast_sys::iface::{self, Interface};
-use ethbcast_sys::wait::{self, Interest, Strategy};
+use ethbcast_sys::wait::Strategy;
 use ethbcast_sys::xsk::{XdpSocket, XskConfig, XskStats, ZeroCopy};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-/// How long `send` waits for a free TX frame before giving up.
-const SEND_STALL: Duration = Duration::from_secs(1);
 /// While waiting for TX frames to complete, pause this long between checks (blocking wait
 /// modes; there is no descriptor event for a completion in copy mode).
 const TX_NAP: Duration = Duration::from_micros(20);
@@ -65,9 +63,7 @@ pub struct XdpLink {
     max_pdu: usize,
     strategy: Strategy,
     /// Frames queued since the last flush.
-    queued: usize,
-    /// Flush automatically once this many frames are queued.
-    flush_at: usize,
+    batch: Batch,
 }
 
 impl XdpLink {
@@ -110,8 +106,7 @@ impl XdpLink {
             queue,
             max_pdu,
             strategy: strategy(cfg.wait),
-            queued: 0,
-            flush_at: (cfg.xsk.tx_frames as usize / 2).max(1),
+            batch: Batch::new(cfg.xsk.tx_frames as usize / 2),
         })
     }
 
@@ -148,7 +143,7 @@ impl XdpLink {
         done: impl Fn(&mut XdpSocket) -> bool,
     ) -> Result<bool, LinkError> {
         let deadline = Instant::now() + timeout;
-        self.queued = 0;
+        self.batch.queued = 0;
         loop {
             self.sock.tx_flush()?;
             if done(&mut self.sock) {
@@ -163,17 +158,6 @@ impl XdpLink {
                 Strategy::Block | Strategy::Doze { .. } => std::thread::sleep(TX_NAP),
             }
         }
-    }
-
-    fn drain_rx(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
-        let mut n = 0;
-        self.sock.rx_for_each(RECV_BATCH, &mut |data| {
-            if let Ok(eth) = ethernet::Frame::new_checked(data) {
-                f(eth.src(), eth.payload());
-                n += 1;
-            }
-        })?;
-        Ok(n)
     }
 }
 
@@ -207,33 +191,14 @@ impl Link for XdpLink {
     }
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
-        check_pdu(pdu, self.max_pdu)?;
-        let len = ethernet::frame_len(pdu.len());
-        let src = self.iface.mac;
-        // The chunk slice is exactly `len` bytes long, so emit cannot fail.
-        let fill = |d: &mut [u8]| {
-            let _ = ethernet::emit(d, dst, MacAddr(src), pdu);
-        };
-        if !self.sock.tx_push_with(len, fill)? {
-            // Every TX frame is queued or in flight: push them out, wait for one to complete.
-            if !self.wait_tx(SEND_STALL, XdpSocket::tx_slot_free)?
-                || !self.sock.tx_push_with(len, fill)?
-            {
-                return Err(stalled("the AF_XDP TX ring"));
-            }
-        }
-        self.queued += 1;
-        if self.queued >= self.flush_at {
-            self.flush()?;
-        }
-        Ok(())
+        mapped::send(self, dst, pdu, "the AF_XDP TX ring")
     }
 
     fn flush(&mut self) -> Result<(), LinkError> {
         // Frames the device refused at the last kick are still in the TX ring: kick again
         // even when nothing new was queued.
         self.sock.tx_flush()?;
-        self.queued = 0;
+        self.batch.queued = 0;
         Ok(())
     }
 
@@ -242,30 +207,25 @@ impl Link for XdpLink {
         self.wait_tx(timeout, XdpSocket::tx_idle)
     }
 
-    fn recv(
-        &mut self,
-        wait: Option<Duration>,
-        f: &mut dyn FnMut(MacAddr, &[u8]),
-    ) -> Result<usize, LinkError> {
-        let n = self.drain_rx(f)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        let Some(wait) = wait else { return Ok(0) };
-        self.flush()?;
-        let sock = &self.sock;
-        if !wait::wait_until(sock.as_fd(), Interest::Read, self.strategy, wait, || {
-            sock.rx_ready()
-        })? {
-            return Ok(0);
-        }
-        self.drain_rx(f)
+    fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
+        let mut n = 0;
+        self.sock.rx_for_each(RECV_BATCH, &mut |data| {
+            if let Ok(eth) = ethernet::Frame::new_checked(data) {
+                f(eth.src(), eth.payload());
+                n += 1;
+            }
+        })?;
+        Ok(n)
+    }
+
+    fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
+        mapped::wait_ready(self, wait)
     }
 }
 
 /// The socket geometry for a link that must queue at least `rx_frames` received frames (0:
 /// the default), see [`super::open_sized`].
-pub(crate) fn config_for(wait: WaitMode, rx_frames: usize) -> XdpLinkConfig {
+pub(crate) fn sized(wait: WaitMode, rx_frames: usize) -> XdpLinkConfig {
     let mut cfg = XdpLinkConfig {
         wait,
         ..Default::default()
@@ -274,4 +234,35 @@ pub(crate) fn config_for(wait: WaitMode, rx_frames: usize) -> XdpLinkConfig {
     cfg.xsk.rx_frames = want.next_power_of_two() as u32;
     cfg.xsk.zero_copy = ZeroCopy::Auto;
     cfg
+}
+
+impl Mapped for XdpLink {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    fn rx_ready(&self) -> bool {
+        self.sock.rx_ready()
+    }
+
+    fn push_with(&mut self, len: usize, fill: &dyn Fn(&mut [u8])) -> Result<bool, LinkError> {
+        Ok(self.sock.tx_push_with(len, fill)?)
+    }
+
+    /// Every TX frame is queued or in flight: push them out, wait for one to complete.
+    fn wait_slot(&mut self, timeout: Duration) -> Result<bool, LinkError> {
+        self.wait_tx(timeout, XdpSocket::tx_slot_free)
+    }
+
+    fn batch(&mut self) -> &mut Batch {
+        &mut self.batch
+    }
+
+    fn kick(&mut self) -> Result<(), LinkError> {
+        self.flush()
+    }
 }

@@ -339,11 +339,9 @@ impl DigestAlgo {
     }
 
     fn from_code(c: u8) -> Option<DigestAlgo> {
-        match c {
-            1 => Some(DigestAlgo::Xxh3),
-            2 => Some(DigestAlgo::Blake3),
-            _ => None,
-        }
+        [DigestAlgo::Xxh3, DigestAlgo::Blake3]
+            .into_iter()
+            .find(|d| d.code() == c)
     }
 
     /// Name, as digests are printed (`xxh3:…`, `blake3:…`).

@@ -62,16 +62,10 @@ pub enum Algo {
     PushPull,
 }
 
-impl std::str::FromStr for Algo {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "simple" | "sbcast" => Ok(Algo::Simple),
-            "pushpull" | "push-pull" | "ppbcast" => Ok(Algo::PushPull),
-            _ => Err(format!("unknown algorithm {s:?} (simple, pushpull)")),
-        }
-    }
-}
+crate::spelled!(Algo, "algorithm", {
+    Simple => "simple" | "sbcast",
+    PushPull => "pushpull" | "push-pull" | "ppbcast",
+});
 
 /// Engine configuration. [`Config::new`] gives the defaults, [`Config::paper`] the queue sizes
 /// of the EQA paper.

@@ -70,27 +70,11 @@ pub enum Algorithm {
     Tree,
 }
 
-impl std::str::FromStr for Algorithm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "pushpull" | "ppbcast" | "push-pull" => Ok(Algorithm::PushPull),
-            "simple" | "sbcast" => Ok(Algorithm::Simple),
-            "tree" | "binomial" | "mpich" => Ok(Algorithm::Tree),
-            _ => Err(format!("unknown algorithm {s:?} (pushpull, simple, tree)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Algorithm::PushPull => "ppbcast",
-            Algorithm::Simple => "sbcast",
-            Algorithm::Tree => "tree",
-        })
-    }
-}
+crate::spelled!(Algorithm, "algorithm", {
+    PushPull => "ppbcast" | "pushpull" | "push-pull",
+    Simple => "sbcast" | "simple",
+    Tree => "tree" | "binomial" | "mpich",
+});
 
 /// Everything a member is built from.
 #[derive(Debug, Clone)]

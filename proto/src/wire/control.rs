@@ -49,16 +49,10 @@ pub enum BarrierAlgo {
     Dissemination,
 }
 
-impl std::str::FromStr for BarrierAlgo {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "broadcast" | "bcast" => Ok(BarrierAlgo::Broadcast),
-            "dissemination" => Ok(BarrierAlgo::Dissemination),
-            _ => Err(format!("unknown barrier {s:?} (broadcast, dissemination)")),
-        }
-    }
-}
+crate::spelled!(BarrierAlgo, "barrier", {
+    Broadcast => "broadcast" | "bcast",
+    Dissemination => "dissemination",
+});
 
 impl BarrierAlgo {
     fn tag(self) -> u16 {
@@ -68,11 +62,9 @@ impl BarrierAlgo {
         }
     }
     fn from_tag(t: u16) -> Option<BarrierAlgo> {
-        match t {
-            0xBA01 => Some(BarrierAlgo::Broadcast),
-            0xBA02 => Some(BarrierAlgo::Dissemination),
-            _ => None,
-        }
+        [BarrierAlgo::Broadcast, BarrierAlgo::Dissemination]
+            .into_iter()
+            .find(|a| a.tag() == t)
     }
 }
 

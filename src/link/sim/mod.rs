@@ -452,13 +452,9 @@ impl Link for SimPort {
         Ok(())
     }
 
-    /// Hands over every frame that has become due; never waits (`wait` is ignored: the harness
-    /// moves the clock).
-    fn recv(
-        &mut self,
-        _wait: Option<Duration>,
-        f: &mut dyn FnMut(MacAddr, &[u8]),
-    ) -> Result<usize, LinkError> {
+    /// Hands over every frame that has become due. There is no `wait_ready`: the harness moves
+    /// the clock, so a port never waits.
+    fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
         // Take the queue out so that no borrow is held while `f` runs.
         let mut q = std::mem::take(&mut self.inner.borrow_mut().ports[self.index].rx);
         let n = q.len();

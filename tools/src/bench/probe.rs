@@ -118,6 +118,12 @@ impl Link for ProbedLink {
     fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
         self.inner.drain(timeout)
     }
+    fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
+        self.recv(None, f)
+    }
+    fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
+        self.inner.wait_ready(wait)
+    }
     fn recv(
         &mut self,
         wait: Option<Duration>,
