@@ -62,9 +62,9 @@ pub(crate) fn send(
     let fill = |d: &mut [u8]| {
         let _ = ethernet::emit(d, dst, src, pdu);
     };
-    if !slots.push_with(len, &fill)?
-        && !(slots.wait_slot(SEND_STALL)? && slots.push_with(len, &fill)?)
-    {
+    let queued = slots.push_with(len, &fill)?
+        || (slots.wait_slot(SEND_STALL)? && slots.push_with(len, &fill)?);
+    if !queued {
         return Err(stalled(what));
     }
     let batch = slots.batch();
