@@ -304,67 +304,92 @@ enum Msg {
     },
 }
 
-fn mac_at(b: &[u8]) -> MacAddr {
-    let mut mac = [0u8; 6];
-    mac.copy_from_slice(&b[..6]);
-    MacAddr(mac)
+/// A fixed-size, big-endian field of a join message.
+trait Field: Sized {
+    fn put(&self, v: &mut Vec<u8>);
+    /// Takes the field off the front of `b`; `None` if `b` is too short.
+    fn take(b: &mut &[u8]) -> Option<Self>;
 }
 
-fn be64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
+macro_rules! be_field {
+    ($($t:ty),+) => {$(
+        impl Field for $t {
+            fn put(&self, v: &mut Vec<u8>) {
+                v.extend_from_slice(&self.to_be_bytes());
+            }
+            fn take(b: &mut &[u8]) -> Option<Self> {
+                let (head, tail) = b.split_first_chunk()?;
+                *b = tail;
+                Some(<$t>::from_be_bytes(*head))
+            }
+        }
+    )+};
+}
+be_field!(u16, u64);
+
+impl Field for MacAddr {
+    fn put(&self, v: &mut Vec<u8>) {
+        v.extend_from_slice(self.as_slice());
+    }
+    fn take(b: &mut &[u8]) -> Option<Self> {
+        let (head, tail) = b.split_first_chunk()?;
+        *b = tail;
+        Some(MacAddr(*head))
+    }
+}
+
+/// The messages of one fixed layout: each one's type byte and fields, in wire order, stated
+/// once for both directions. A body must be exactly as long as its fields.
+macro_rules! fixed_layouts {
+    ($($tag:literal => $var:ident { $($f:ident),+ }),+ $(,)?) => {
+        /// Encodes a message of fixed layout; `false` for the others.
+        fn encode_fixed(&self, v: &mut Vec<u8>) -> bool {
+            match self {
+                $(Msg::$var { $($f),+ } => { v.push($tag); $($f.put(v);)+ })+
+                _ => return false,
+            }
+            true
+        }
+
+        /// Decodes the body `b` of a message of fixed layout with type byte `tag`; `None`
+        /// for another type byte or a malformed body.
+        fn decode_fixed(tag: u8, mut b: &[u8]) -> Option<Msg> {
+            let msg = match tag {
+                $($tag => Msg::$var { $($f: Field::take(&mut b)?),+ },)+
+                _ => return None,
+            };
+            b.is_empty().then_some(msg)
+        }
+    };
 }
 
 impl Msg {
+    fixed_layouts! {
+        1 => Challenge { nonce, size, coordinator, time },
+        2 => Hello { nonce, member, claim, mac },
+        4 => Confirm { nonce, member, mac },
+    }
+
     fn encode(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        match self {
-            Msg::Challenge {
-                nonce,
-                size,
-                coordinator,
-                time,
-            } => {
-                v.push(1);
-                v.extend_from_slice(&nonce.to_be_bytes());
-                v.extend_from_slice(&size.to_be_bytes());
-                v.extend_from_slice(coordinator.as_slice());
-                v.extend_from_slice(&time.to_be_bytes());
-            }
-            Msg::Hello {
-                nonce,
-                member,
-                claim,
-                mac,
-            } => {
-                v.push(2);
-                v.extend_from_slice(&nonce.to_be_bytes());
-                v.extend_from_slice(&member.to_be_bytes());
-                v.extend_from_slice(&claim.to_be_bytes());
-                v.extend_from_slice(mac.as_slice());
-            }
-            Msg::Roster {
-                nonce,
-                part,
-                parts,
-                entries,
-            } => {
-                v.push(3);
-                v.extend_from_slice(&nonce.to_be_bytes());
-                v.extend_from_slice(&part.to_be_bytes());
-                v.extend_from_slice(&parts.to_be_bytes());
-                v.extend_from_slice(&(entries.len() as u16).to_be_bytes());
-                for (mac, m) in entries {
-                    v.extend_from_slice(mac.as_slice());
-                    v.extend_from_slice(&m.to_be_bytes());
-                }
-            }
-            Msg::Confirm { nonce, member, mac } => {
-                v.push(4);
-                v.extend_from_slice(&nonce.to_be_bytes());
-                v.extend_from_slice(&member.to_be_bytes());
-                v.extend_from_slice(mac.as_slice());
+        if self.encode_fixed(&mut v) {
+            return v;
+        }
+        if let Msg::Roster {
+            nonce,
+            part,
+            parts,
+            entries,
+        } = self
+        {
+            v.push(3);
+            nonce.put(&mut v);
+            part.put(&mut v);
+            parts.put(&mut v);
+            (entries.len() as u16).put(&mut v);
+            for (mac, member) in entries {
+                mac.put(&mut v);
+                member.put(&mut v);
             }
         }
         v
@@ -372,42 +397,23 @@ impl Msg {
 
     /// Parses a join message; anything malformed is `None`, never a panic.
     fn decode(b: &[u8]) -> Option<Msg> {
-        let (&t, rest) = b.split_first()?;
-        Some(match t {
-            1 if rest.len() == 24 => Msg::Challenge {
-                nonce: be64(rest),
-                size: u16::from_be_bytes([rest[8], rest[9]]),
-                coordinator: mac_at(&rest[10..]),
-                time: be64(&rest[16..]),
-            },
-            2 if rest.len() == 24 => Msg::Hello {
-                nonce: be64(rest),
-                member: be64(&rest[8..]),
-                claim: u16::from_be_bytes([rest[16], rest[17]]),
-                mac: mac_at(&rest[18..]),
-            },
-            3 if rest.len() >= 14 => {
-                let count = usize::from(u16::from_be_bytes([rest[12], rest[13]]));
-                let body = &rest[14..];
-                if body.len() != count * 14 {
-                    return None;
-                }
-                Msg::Roster {
-                    nonce: be64(rest),
-                    part: u16::from_be_bytes([rest[8], rest[9]]),
-                    parts: u16::from_be_bytes([rest[10], rest[11]]),
-                    entries: body
-                        .chunks_exact(14)
-                        .map(|c| (mac_at(c), be64(&c[6..])))
-                        .collect(),
-                }
-            }
-            4 if rest.len() == 22 => Msg::Confirm {
-                nonce: be64(rest),
-                member: be64(&rest[8..]),
-                mac: mac_at(&rest[16..]),
-            },
-            _ => return None,
+        let (&tag, mut rest) = b.split_first()?;
+        if tag != 3 {
+            return Msg::decode_fixed(tag, rest);
+        }
+        let nonce = u64::take(&mut rest)?;
+        let part = u16::take(&mut rest)?;
+        let parts = u16::take(&mut rest)?;
+        let count = usize::from(u16::take(&mut rest)?);
+        let mut entries = Vec::with_capacity(count.min(rest.len() / 14));
+        for _ in 0..count {
+            entries.push((MacAddr::take(&mut rest)?, u64::take(&mut rest)?));
+        }
+        rest.is_empty().then_some(Msg::Roster {
+            nonce,
+            part,
+            parts,
+            entries,
         })
     }
 }
@@ -534,7 +540,9 @@ impl Join {
         };
         let member_nonce = {
             let h = blake3::hash(&nonce.to_be_bytes());
-            be64(h.as_bytes())
+            let mut first = [0u8; 8];
+            first.copy_from_slice(&h.as_bytes()[..8]);
+            u64::from_be_bytes(first)
         };
         let mut j = Join {
             cfg,

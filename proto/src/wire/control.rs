@@ -40,13 +40,16 @@ pub type Seq = u64;
 pub const NACK_BITS: u32 = 16;
 
 /// How a barrier travels, and which barrier machine a barrier frame belongs to.
+///
+/// The discriminant is the tag barrier frames carry in their bitmap field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u16)]
 pub enum BarrierAlgo {
     /// Arrivals up a combining tree, release by one hardware broadcast.
     #[default]
-    Broadcast,
+    Broadcast = 0xBA01,
     /// The dissemination barrier over point-to-point messages (the software baseline).
-    Dissemination,
+    Dissemination = 0xBA02,
 }
 
 crate::spelled!(BarrierAlgo, "barrier", {
@@ -56,10 +59,7 @@ crate::spelled!(BarrierAlgo, "barrier", {
 
 impl BarrierAlgo {
     fn tag(self) -> u16 {
-        match self {
-            BarrierAlgo::Broadcast => 0xBA01,
-            BarrierAlgo::Dissemination => 0xBA02,
-        }
+        self as u16
     }
     fn from_tag(t: u16) -> Option<BarrierAlgo> {
         [BarrierAlgo::Broadcast, BarrierAlgo::Dissemination]
@@ -70,34 +70,30 @@ impl BarrierAlgo {
 
 /// Barrier operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
 pub enum BarrierOp {
     /// Broadcast barrier: these ranks have entered the epoch (bitmap payload).
-    Arrive,
+    Arrive = 1,
     /// The epoch is complete: everybody entered.
-    Release,
+    Release = 2,
     /// Dissemination: my round-`round` message.
-    Round,
+    Round = 3,
     /// Dissemination: I am waiting for your round-`round` message.
-    Query,
+    Query = 4,
 }
 
 impl BarrierOp {
+    const ALL: [BarrierOp; 4] = [
+        BarrierOp::Arrive,
+        BarrierOp::Release,
+        BarrierOp::Round,
+        BarrierOp::Query,
+    ];
     fn code(self) -> u32 {
-        match self {
-            BarrierOp::Arrive => 1,
-            BarrierOp::Release => 2,
-            BarrierOp::Round => 3,
-            BarrierOp::Query => 4,
-        }
+        self as u32
     }
     fn from_code(v: u32) -> Option<BarrierOp> {
-        Some(match v {
-            1 => BarrierOp::Arrive,
-            2 => BarrierOp::Release,
-            3 => BarrierOp::Round,
-            4 => BarrierOp::Query,
-            _ => return None,
-        })
+        BarrierOp::ALL.into_iter().find(|op| op.code() == v)
     }
 }
 
