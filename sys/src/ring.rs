@@ -22,11 +22,12 @@
 //! timer fires, which adds latency to a protocol of small, latency-bound frames; V2 hands over
 //! every frame at once.
 
+use crate::sockcall::{self, Pod};
 use crate::socket::{PacketSocket, SocketOptions};
 use crate::{Error, Result, ETH_HEADER_LEN};
 use memmap2::{MmapOptions, MmapRaw};
 use std::mem::size_of;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Alignment of everything in a ring (`TPACKET_ALIGNMENT`).
@@ -249,16 +250,11 @@ impl RingSocket {
             tx.validate()?;
         }
         let mut sock = PacketSocket::new(opts)?;
-        sock.setsockopt_int(
-            libc::SOL_PACKET,
-            libc::PACKET_VERSION,
-            libc::tpacket_versions::TPACKET_V2 as libc::c_int,
-            "PACKET_VERSION",
-        )
-        .map_err(ring_err)?;
-        set_ring(&sock, libc::PACKET_RX_RING, rx.req(), "PACKET_RX_RING")?;
+        let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+        set_option(&sock, libc::PACKET_VERSION, &version, "PACKET_VERSION")?;
+        set_option(&sock, libc::PACKET_RX_RING, &rx.req(), "PACKET_RX_RING")?;
         if let Some(tx) = tx {
-            set_ring(&sock, libc::PACKET_TX_RING, tx.req(), "PACKET_TX_RING")?;
+            set_option(&sock, libc::PACKET_TX_RING, &tx.req(), "PACKET_TX_RING")?;
         }
         let total = rx.bytes() + tx.map_or(0, |t| t.bytes());
         // Mapping a packet socket that has rings maps exactly those rings (RX first, then TX);
@@ -481,34 +477,16 @@ impl RingSocket {
     }
 }
 
-fn ring_err(e: Error) -> Error {
-    match e {
-        Error::Io { op, source } => Error::RingSetup { op, source },
-        other => other,
-    }
-}
-
-fn set_ring(
+/// Sets a `SOL_PACKET` option of the ring setup; a refusal is [`Error::RingSetup`] (or
+/// [`Error::PermissionDenied`]).
+fn set_option<T: Pod>(
     sock: &PacketSocket,
-    opt: libc::c_int,
-    req: libc::tpacket_req,
+    name: libc::c_int,
+    value: &T,
     op: &'static str,
 ) -> Result<()> {
-    // SAFETY: `req` is a valid tpacket_req and the length passed is its size; the kernel copies
-    // it.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_PACKET,
-            opt,
-            (&req as *const libc::tpacket_req).cast(),
-            size_of::<libc::tpacket_req>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::ring(op, std::io::Error::last_os_error()));
-    }
-    Ok(())
+    sockcall::setsockopt(sock.as_fd(), libc::SOL_PACKET, name, value)
+        .map_err(|e| Error::ring(op, e))
 }
 
 #[cfg(test)]

@@ -27,9 +27,9 @@ pub mod ring;
 mod umem;
 
 use crate::bpf::XskMap;
+use crate::sockcall::{self, Pod};
 use crate::{Error, Result};
 use ring::{Desc, Ring};
-use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use umem::Umem;
 
@@ -206,7 +206,7 @@ impl XdpSocket {
             flags: 0,
             tx_metadata_len: 0,
         };
-        setsockopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
+        set_option(fd.as_fd(), libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
         let sizes = [
             (
                 libc::XDP_UMEM_FILL_RING,
@@ -222,16 +222,10 @@ impl XdpSocket {
             (libc::XDP_TX_RING, cfg.tx_frames, "XDP_TX_RING"),
         ];
         for (opt, n, what) in sizes {
-            setsockopt(fd.as_fd(), opt, &(n as libc::c_int), what)?;
+            set_option(fd.as_fd(), opt, &(n as libc::c_int), what)?;
         }
-        // SAFETY: xdp_mmap_offsets is plain old data; all-zero is a valid value.
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        getsockopt(
-            fd.as_fd(),
-            libc::XDP_MMAP_OFFSETS,
-            &mut off,
-            "XDP_MMAP_OFFSETS",
-        )?;
+        let off: libc::xdp_mmap_offsets =
+            get_option(fd.as_fd(), libc::XDP_MMAP_OFFSETS, "XDP_MMAP_OFFSETS")?;
         let fd_b = fd.as_fd();
         let rx = Ring::map(
             fd_b,
@@ -291,22 +285,9 @@ impl XdpSocket {
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
         };
-        // SAFETY: `addr` is a valid, initialised sockaddr_xdp and the length passed is its
-        // size; the fd is the AF_XDP socket owned by `s`.
-        let rc = unsafe {
-            libc::bind(
-                s.fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_xdp).cast(),
-                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            return Err(match err.raw_os_error() {
+        sockcall::bind(s.fd.as_fd(), &addr, ifindex, |err| {
+            match err.raw_os_error() {
                 Some(libc::EOPNOTSUPP) if zc => Error::ZeroCopyUnsupported { ifindex },
-                Some(libc::ENODEV) | Some(libc::ENXIO) => {
-                    Error::NoSuchInterface(format!("interface index {ifindex}"))
-                }
                 Some(libc::EINVAL) => Error::XskBind {
                     ifindex,
                     queue,
@@ -314,15 +295,15 @@ impl XdpSocket {
                 },
                 Some(libc::EBUSY) => Error::XskQueueBusy { ifindex, queue },
                 _ => Error::xsk("bind(AF_XDP)", err),
-            });
-        }
+            }
+        })?;
         s.zero_copy = s.query_zero_copy().unwrap_or(zc);
         Ok(s)
     }
 
     fn query_zero_copy(&self) -> Result<bool> {
-        let mut opts = libc::xdp_options { flags: 0 };
-        getsockopt(self.fd.as_fd(), libc::XDP_OPTIONS, &mut opts, "XDP_OPTIONS")?;
+        let opts: libc::xdp_options =
+            get_option(self.fd.as_fd(), libc::XDP_OPTIONS, "XDP_OPTIONS")?;
         Ok(opts.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
     }
 
@@ -521,14 +502,8 @@ impl XdpSocket {
 
     /// The kernel's counters for this socket.
     pub fn stats(&self) -> Result<XskStats> {
-        // SAFETY: xdp_statistics is plain old data; all-zero is a valid value.
-        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-        getsockopt(
-            self.fd.as_fd(),
-            libc::XDP_STATISTICS,
-            &mut st,
-            "XDP_STATISTICS",
-        )?;
+        let st: libc::xdp_statistics =
+            get_option(self.fd.as_fd(), libc::XDP_STATISTICS, "XDP_STATISTICS")?;
         Ok(XskStats {
             rx_dropped: st.rx_dropped,
             rx_ring_full: st.rx_ring_full,
@@ -556,51 +531,25 @@ impl AsRawFd for XdpSocket {
     }
 }
 
-fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, value: &T, op: &'static str) -> Result<()> {
-    // SAFETY: `value` is a readable, initialised `T` of the type the option expects and the
-    // length passed is its size; the kernel copies it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            name,
-            (value as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::xsk(op, std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
-fn getsockopt<T>(
+/// Sets an `SOL_XDP` option; a refusal is classified by [`Error::xsk`].
+fn set_option<T: Pod>(
     fd: BorrowedFd<'_>,
     name: libc::c_int,
-    value: &mut T,
+    value: &T,
     op: &'static str,
 ) -> Result<()> {
-    let mut len = size_of::<T>() as libc::socklen_t;
-    // SAFETY: `value` is a writable `T` of the type the option returns and `len` its size; the
-    // kernel writes at most `len` bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            name,
-            (value as *mut T).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::xsk(op, std::io::Error::last_os_error()));
-    }
-    Ok(())
+    sockcall::setsockopt(fd, libc::SOL_XDP, name, value).map_err(|e| Error::xsk(op, e))
+}
+
+/// Reads an `SOL_XDP` option; a refusal is classified by [`Error::xsk`].
+fn get_option<T: Pod>(fd: BorrowedFd<'_>, name: libc::c_int, op: &'static str) -> Result<T> {
+    sockcall::getsockopt(fd, libc::SOL_XDP, name).map_err(|e| Error::xsk(op, e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::mem::size_of;
 
     #[test]
     fn geometries_the_kernel_would_refuse_are_refused_first() {
