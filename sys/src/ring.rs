@@ -214,6 +214,7 @@ impl Ring {
 }
 
 /// A packet socket with a mapped `TPACKET_V2` RX ring and optionally a TX ring.
+#[derive(Debug)]
 pub struct RingSocket {
     // Field order: the mapping is dropped (unmapped) before the socket is closed.
     map: MmapRaw,
@@ -222,16 +223,6 @@ pub struct RingSocket {
     tx: Option<Ring>,
     rx_cfg: RingConfig,
     tx_cfg: Option<RingConfig>,
-}
-
-impl std::fmt::Debug for RingSocket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RingSocket")
-            .field("sock", &self.sock)
-            .field("rx", &self.rx_cfg)
-            .field("tx", &self.tx_cfg)
-            .finish()
-    }
 }
 
 impl RingSocket {

@@ -118,6 +118,7 @@ pub struct XskStats {
 }
 
 /// An AF_XDP socket bound to one queue of one interface, with its UMEM and rings.
+#[derive(Debug)]
 pub struct XdpSocket {
     // Field order: the rings are unmapped, then the socket is closed, then the UMEM unmapped.
     rx: Ring<Desc>,
@@ -127,20 +128,34 @@ pub struct XdpSocket {
     fd: OwnedFd,
     umem: Umem,
     /// TX chunks that are ours (not in the TX ring, not awaiting completion).
-    tx_free: Vec<u64>,
+    tx_free: Chunks,
     tx_frames: u32,
     zero_copy: bool,
     /// Chunks taken from the RX ring, to be put back into the fill ring.
-    refill: Vec<u64>,
+    refill: Chunks,
 }
 
-impl std::fmt::Debug for XdpSocket {
+/// Addresses of UMEM chunks that are ours. Its `Debug` gives only their number: a socket
+/// holds up to 65536 of them.
+struct Chunks(Vec<u64>);
+
+impl std::fmt::Debug for Chunks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("XdpSocket")
-            .field("fd", &self.fd)
-            .field("umem", &self.umem)
-            .field("zero_copy", &self.zero_copy)
-            .finish()
+        write!(f, "{} chunks", self.0.len())
+    }
+}
+
+impl std::ops::Deref for Chunks {
+    type Target = Vec<u64>;
+
+    fn deref(&self) -> &Vec<u64> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Chunks {
+    fn deref_mut(&mut self) -> &mut Vec<u64> {
+        &mut self.0
     }
 }
 
@@ -262,13 +277,15 @@ impl XdpSocket {
             fill,
             comp,
             fd,
-            tx_free: (cfg.rx_frames..frames)
-                .rev()
-                .map(|i| u64::from(i) * fs)
-                .collect(),
+            tx_free: Chunks(
+                (cfg.rx_frames..frames)
+                    .rev()
+                    .map(|i| u64::from(i) * fs)
+                    .collect(),
+            ),
             tx_frames: cfg.tx_frames,
             zero_copy: zc,
-            refill: (0..cfg.rx_frames).map(|i| u64::from(i) * fs).collect(),
+            refill: Chunks((0..cfg.rx_frames).map(|i| u64::from(i) * fs).collect()),
             umem,
         };
         // Every RX chunk into the fill ring before binding, so the first frame finds room.
