@@ -255,7 +255,7 @@ impl RingSocket {
         // atomically. (`map_raw` hands out a raw mapping, so it is not `unsafe` itself.)
         let map = MmapOptions::new()
             .len(total)
-            .map_raw(&sock)
+            .map_raw(&sock.as_fd())
             .map_err(|e| Error::ring("mmap of the packet ring", e))?;
         sock.bind(ifindex, ethertype)?;
         Ok(RingSocket {
@@ -451,7 +451,7 @@ impl RingSocket {
         // kernel reads the frames from the ring, not from the (absent) buffer.
         let rc = unsafe {
             libc::send(
-                self.sock.as_raw_fd(),
+                self.sock.as_fd().as_raw_fd(),
                 std::ptr::null(),
                 0,
                 libc::MSG_DONTWAIT,

@@ -16,7 +16,7 @@ use crate::filter::{Insn, MAX_INSNS};
 use crate::{sockcall, Error, Result};
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// Options of a packet socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,12 +361,6 @@ impl PacketSocket {
 impl AsFd for PacketSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for PacketSocket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 }
 

@@ -30,7 +30,7 @@ use crate::bpf::XskMap;
 use crate::sockcall::{self, Pod};
 use crate::{Error, Result};
 use ring::{Desc, Ring};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use umem::Umem;
 
 /// Room the kernel keeps in front of a received frame in copy mode (`XDP_PACKET_HEADROOM`).
@@ -539,12 +539,6 @@ impl XdpSocket {
 impl AsFd for XdpSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for XdpSocket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 }
 
