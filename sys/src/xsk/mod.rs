@@ -31,6 +31,7 @@ use crate::sockcall::{self, Pod};
 use crate::{Error, Result};
 use ring::{Desc, Ring};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::{null, null_mut};
 use umem::Umem;
 
 /// Room the kernel keeps in front of a received frame in copy mode (`XDP_PACKET_HEADROOM`).
@@ -115,6 +116,15 @@ pub struct XskStats {
     pub rx_invalid_descs: u64,
     /// Invalid descriptors on TX.
     pub tx_invalid_descs: u64,
+}
+
+/// Which way [`XdpSocket::wake_up`] nudges the kernel.
+#[derive(Debug, Clone, Copy)]
+enum Wakeup {
+    /// Receive: look at the fill ring again.
+    Rx,
+    /// Send: take frames from the TX ring.
+    Tx,
 }
 
 /// An AF_XDP socket bound to one queue of one interface, with its UMEM and rings.
@@ -370,26 +380,34 @@ impl XdpSocket {
             self.rx.release(n);
             self.refill_rx();
             if self.fill.needs_wakeup() {
-                self.wake_rx()?;
+                self.wake_up(Wakeup::Rx)?;
             }
         }
         Ok(n as usize)
     }
 
-    /// Asks the driver to look at the fill ring again (zero-copy drivers sleep when it ran
-    /// empty).
-    fn wake_rx(&self) -> Result<()> {
-        // SAFETY: a zero-length, non-blocking recvfrom with null buffers is the documented
-        // AF_XDP wake-up; the kernel reads and writes no user memory for it.
-        let rc = unsafe {
-            libc::recvfrom(
-                self.fd.as_raw_fd(),
-                std::ptr::null_mut(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
+    /// Nudges the kernel with a zero-length, non-blocking system call: for [`Wakeup::Rx`] a
+    /// `recvfrom`, which makes the driver look at the fill ring again (zero-copy drivers sleep
+    /// when it ran empty); for [`Wakeup::Tx`] a `sendto`, which makes the kernel send from the
+    /// TX ring. `EAGAIN`, `EBUSY`, `ENOBUFS` and `EINTR` mean "not now" (no room yet, more
+    /// left, interrupted) and are no error: whoever waits kicks again.
+    fn wake_up(&self, side: Wakeup) -> Result<()> {
+        let fd = self.fd.as_raw_fd();
+        let flags = libc::MSG_DONTWAIT;
+        let (rc, op) = match side {
+            Wakeup::Rx => (
+                // SAFETY: a zero-length recvfrom with null buffers is the documented AF_XDP
+                // wake-up; the kernel reads and writes no user memory for it.
+                unsafe { libc::recvfrom(fd, null_mut(), 0, flags, null_mut(), null_mut()) },
+                "recvfrom(AF_XDP)",
+            ),
+            Wakeup::Tx => (
+                // SAFETY: a zero-length sendto with a null buffer and no address is the
+                // documented AF_XDP TX kick; the kernel reads the frames from the TX ring and
+                // the UMEM, no other user memory.
+                unsafe { libc::sendto(fd, null(), 0, flags, null(), 0) },
+                "sendto(AF_XDP)",
+            ),
         };
         if rc < 0 {
             let err = std::io::Error::last_os_error();
@@ -397,7 +415,7 @@ impl XdpSocket {
                 err.raw_os_error(),
                 Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR)
             ) {
-                return Err(Error::from_io("recvfrom(AF_XDP)", err));
+                return Err(Error::from_io(op, err));
             }
         }
         Ok(())
@@ -486,32 +504,10 @@ impl XdpSocket {
             if self.zero_copy && !self.tx.needs_wakeup() {
                 return Ok(false);
             }
-            // SAFETY: a zero-length, non-blocking sendto with a null buffer is the documented
-            // AF_XDP TX kick; the kernel reads the frames from the TX ring and UMEM.
-            let rc = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
-            if rc < 0 {
-                let err = std::io::Error::last_os_error();
-                match err.raw_os_error() {
-                    // More left (the per-call budget) or no room yet: go again if the kernel
-                    // took something, else leave it for the next kick.
-                    Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS)
-                    | Some(libc::EINTR) => {
-                        if self.tx.pending() >= pending {
-                            return Ok(false);
-                        }
-                    }
-                    _ => return Err(Error::from_io("sendto(AF_XDP)", err)),
-                }
-            } else if self.tx.pending() >= pending {
+            // The kernel takes at most 32 frames a kick and stops early when the device has no
+            // room: go again if it took something, else leave the rest for the next kick.
+            self.wake_up(Wakeup::Tx)?;
+            if self.tx.pending() >= pending {
                 return Ok(false);
             }
         }
