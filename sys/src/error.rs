@@ -178,11 +178,6 @@ impl Error {
         }
     }
 
-    /// The last OS error of the calling thread, classified.
-    pub(crate) fn last(op: &'static str) -> Self {
-        Self::from_io(op, io::Error::last_os_error())
-    }
-
     /// Classifies a failed ring step: permission problems stay [`Error::PermissionDenied`],
     /// everything else is [`Error::RingSetup`].
     pub(crate) fn ring(op: &'static str, source: io::Error) -> Self {

@@ -23,7 +23,9 @@
 //! - [`alloc`]: a counting global allocator for memory tests;
 //! - [`perf`]: per-thread perf counters (CPU time, context switches, system calls, sends) for
 //!   the benchmarks' cost per operation;
-//! - [`error`]: typed errors that say what the user can do (`CAP_NET_RAW`, `ip link`, ...).
+//! - [`error`]: typed errors that say what the user can do (`CAP_NET_RAW`, `ip link`, ...);
+//! - `sockcall` (inside the crate): `setsockopt`, `getsockopt` and `bind` with a C value, once
+//!   for every option and address type.
 //!
 //! Every `unsafe` block carries a `// SAFETY:` comment (enforced by
 //! `clippy::undocumented_unsafe_blocks`). The crate is empty on other systems than Linux.
@@ -40,6 +42,7 @@ pub mod iface;
 pub mod perf;
 pub mod ring;
 pub mod shm;
+mod sockcall;
 pub mod socket;
 pub mod wait;
 pub mod xsk;

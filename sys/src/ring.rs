@@ -22,11 +22,12 @@
 //! timer fires, which adds latency to a protocol of small, latency-bound frames; V2 hands over
 //! every frame at once.
 
+use crate::sockcall::{self, Pod};
 use crate::socket::{PacketSocket, SocketOptions};
 use crate::{Error, Result, ETH_HEADER_LEN};
 use memmap2::{MmapOptions, MmapRaw};
 use std::mem::size_of;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Alignment of everything in a ring (`TPACKET_ALIGNMENT`).
@@ -213,6 +214,7 @@ impl Ring {
 }
 
 /// A packet socket with a mapped `TPACKET_V2` RX ring and optionally a TX ring.
+#[derive(Debug)]
 pub struct RingSocket {
     // Field order: the mapping is dropped (unmapped) before the socket is closed.
     map: MmapRaw,
@@ -221,16 +223,6 @@ pub struct RingSocket {
     tx: Option<Ring>,
     rx_cfg: RingConfig,
     tx_cfg: Option<RingConfig>,
-}
-
-impl std::fmt::Debug for RingSocket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RingSocket")
-            .field("sock", &self.sock)
-            .field("rx", &self.rx_cfg)
-            .field("tx", &self.tx_cfg)
-            .finish()
-    }
 }
 
 impl RingSocket {
@@ -249,16 +241,11 @@ impl RingSocket {
             tx.validate()?;
         }
         let mut sock = PacketSocket::new(opts)?;
-        sock.setsockopt_int(
-            libc::SOL_PACKET,
-            libc::PACKET_VERSION,
-            libc::tpacket_versions::TPACKET_V2 as libc::c_int,
-            "PACKET_VERSION",
-        )
-        .map_err(ring_err)?;
-        set_ring(&sock, libc::PACKET_RX_RING, rx.req(), "PACKET_RX_RING")?;
+        let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+        set_option(&sock, libc::PACKET_VERSION, &version, "PACKET_VERSION")?;
+        set_option(&sock, libc::PACKET_RX_RING, &rx.req(), "PACKET_RX_RING")?;
         if let Some(tx) = tx {
-            set_ring(&sock, libc::PACKET_TX_RING, tx.req(), "PACKET_TX_RING")?;
+            set_option(&sock, libc::PACKET_TX_RING, &tx.req(), "PACKET_TX_RING")?;
         }
         let total = rx.bytes() + tx.map_or(0, |t| t.bytes());
         // Mapping a packet socket that has rings maps exactly those rings (RX first, then TX);
@@ -268,7 +255,7 @@ impl RingSocket {
         // atomically. (`map_raw` hands out a raw mapping, so it is not `unsafe` itself.)
         let map = MmapOptions::new()
             .len(total)
-            .map_raw(&sock)
+            .map_raw(&sock.as_fd())
             .map_err(|e| Error::ring("mmap of the packet ring", e))?;
         sock.bind(ifindex, ethertype)?;
         Ok(RingSocket {
@@ -464,7 +451,7 @@ impl RingSocket {
         // kernel reads the frames from the ring, not from the (absent) buffer.
         let rc = unsafe {
             libc::send(
-                self.sock.as_raw_fd(),
+                self.sock.as_fd().as_raw_fd(),
                 std::ptr::null(),
                 0,
                 libc::MSG_DONTWAIT,
@@ -481,34 +468,16 @@ impl RingSocket {
     }
 }
 
-fn ring_err(e: Error) -> Error {
-    match e {
-        Error::Io { op, source } => Error::RingSetup { op, source },
-        other => other,
-    }
-}
-
-fn set_ring(
+/// Sets a `SOL_PACKET` option of the ring setup; a refusal is [`Error::RingSetup`] (or
+/// [`Error::PermissionDenied`]).
+fn set_option<T: Pod>(
     sock: &PacketSocket,
-    opt: libc::c_int,
-    req: libc::tpacket_req,
+    name: libc::c_int,
+    value: &T,
     op: &'static str,
 ) -> Result<()> {
-    // SAFETY: `req` is a valid tpacket_req and the length passed is its size; the kernel copies
-    // it.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_PACKET,
-            opt,
-            (&req as *const libc::tpacket_req).cast(),
-            size_of::<libc::tpacket_req>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::ring(op, std::io::Error::last_os_error()));
-    }
-    Ok(())
+    sockcall::setsockopt(sock.as_fd(), libc::SOL_PACKET, name, value)
+        .map_err(|e| Error::ring(op, e))
 }
 
 #[cfg(test)]

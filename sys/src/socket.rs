@@ -13,10 +13,10 @@
 //! - nonblocking: waiting is [`crate::wait`]'s business (spin, poll, or both).
 
 use crate::filter::{Insn, MAX_INSNS};
-use crate::{Error, Result};
+use crate::{sockcall, Error, Result};
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// Options of a packet socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,25 +112,12 @@ impl PacketSocket {
     /// Binds to interface `ifindex` and EtherType `ethertype`: from now on the socket receives
     /// those frames, and sends on that interface.
     pub fn bind(&mut self, ifindex: u32, ethertype: u16) -> Result<()> {
-        let addr = sockaddr_ll(ifindex, ethertype);
-        // SAFETY: `addr` is a valid, initialised sockaddr_ll and the length passed is its size;
-        // the fd is an open AF_PACKET socket owned by self.
-        let rc = unsafe {
-            libc::bind(
-                self.fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_ll).cast(),
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            return Err(match err.raw_os_error() {
-                Some(libc::ENODEV) | Some(libc::ENXIO) => {
-                    Error::NoSuchInterface(format!("interface index {ifindex}"))
-                }
-                _ => Error::from_io("bind(AF_PACKET)", err),
-            });
-        }
+        sockcall::bind(
+            self.fd.as_fd(),
+            &sockaddr_ll(ifindex, ethertype),
+            ifindex,
+            |e| Error::from_io("bind(AF_PACKET)", e),
+        )?;
         self.ifindex = ifindex;
         self.ethertype = ethertype;
         Ok(())
@@ -200,24 +187,17 @@ impl PacketSocket {
             len: prog.len() as u16,
             filter: prog.as_ptr().cast_mut(),
         };
-        // SAFETY: `fprog` points to `prog.len()` valid instructions that outlive the call; the
-        // kernel copies the program and never writes through the pointer.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ATTACH_FILTER,
-                (&fprog as *const libc::sock_fprog).cast(),
-                size_of::<libc::sock_fprog>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            return Err(match err.raw_os_error() {
-                Some(libc::EINVAL) => Error::Filter(format!("the kernel refused it: {err}")),
-                _ => Error::from_io("SO_ATTACH_FILTER", err),
-            });
-        }
+        // The kernel copies the program during the call; `prog` outlives it.
+        sockcall::setsockopt(
+            self.fd.as_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &fprog,
+        )
+        .map_err(|err| match err.raw_os_error() {
+            Some(libc::EINVAL) => Error::Filter(format!("the kernel refused it: {err}")),
+            _ => Error::from_io("SO_ATTACH_FILTER", err),
+        })?;
         Ok(())
     }
 
@@ -356,25 +336,9 @@ impl PacketSocket {
 
     /// Reads (and resets) the kernel's counters of this socket.
     pub fn stats(&self) -> Result<Stats> {
-        let mut st = libc::tpacket_stats {
-            tp_packets: 0,
-            tp_drops: 0,
-        };
-        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
-        // SAFETY: `st` is a writable tpacket_stats and `len` its size; the kernel writes at
-        // most `len` bytes.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(Error::last("PACKET_STATISTICS"));
-        }
+        let st: libc::tpacket_stats =
+            sockcall::getsockopt(self.fd.as_fd(), libc::SOL_PACKET, libc::PACKET_STATISTICS)
+                .map_err(|e| Error::from_io("PACKET_STATISTICS", e))?;
         Ok(Stats {
             packets: st.tp_packets,
             drops: st.tp_drops,
@@ -382,39 +346,21 @@ impl PacketSocket {
     }
 
     /// Sets an integer socket option.
-    pub(crate) fn setsockopt_int(
+    fn setsockopt_int(
         &self,
         level: libc::c_int,
         name: libc::c_int,
         value: libc::c_int,
         op: &'static str,
     ) -> Result<()> {
-        // SAFETY: the option value is a readable c_int and the length passed is its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                name,
-                (&value as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(Error::last(op));
-        }
-        Ok(())
+        sockcall::setsockopt(self.fd.as_fd(), level, name, &value)
+            .map_err(|e| Error::from_io(op, e))
     }
 }
 
 impl AsFd for PacketSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-}
-
-impl AsRawFd for PacketSocket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 }
 
@@ -434,21 +380,7 @@ pub fn set_membership(fd: BorrowedFd<'_>, ifindex: u32, mac: &[u8; 6], join: boo
         mr_alen: 6,
         mr_address: address,
     };
-    // SAFETY: `mreq` is an initialised packet_mreq and the length passed is its size; the
-    // kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            name,
-            (&mreq as *const libc::packet_mreq).cast(),
-            size_of::<libc::packet_mreq>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::last(op));
-    }
-    Ok(())
+    sockcall::setsockopt(fd, libc::SOL_PACKET, name, &mreq).map_err(|e| Error::from_io(op, e))
 }
 
 /// A `sockaddr_ll` for interface `ifindex` and EtherType `ethertype`.

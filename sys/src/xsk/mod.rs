@@ -27,10 +27,11 @@ pub mod ring;
 mod umem;
 
 use crate::bpf::XskMap;
+use crate::sockcall::{self, Pod};
 use crate::{Error, Result};
 use ring::{Desc, Ring};
-use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::{null, null_mut};
 use umem::Umem;
 
 /// Room the kernel keeps in front of a received frame in copy mode (`XDP_PACKET_HEADROOM`).
@@ -117,7 +118,17 @@ pub struct XskStats {
     pub tx_invalid_descs: u64,
 }
 
+/// Which way [`XdpSocket::wake_up`] nudges the kernel.
+#[derive(Debug, Clone, Copy)]
+enum Wakeup {
+    /// Receive: look at the fill ring again.
+    Rx,
+    /// Send: take frames from the TX ring.
+    Tx,
+}
+
 /// An AF_XDP socket bound to one queue of one interface, with its UMEM and rings.
+#[derive(Debug)]
 pub struct XdpSocket {
     // Field order: the rings are unmapped, then the socket is closed, then the UMEM unmapped.
     rx: Ring<Desc>,
@@ -127,20 +138,34 @@ pub struct XdpSocket {
     fd: OwnedFd,
     umem: Umem,
     /// TX chunks that are ours (not in the TX ring, not awaiting completion).
-    tx_free: Vec<u64>,
+    tx_free: Chunks,
     tx_frames: u32,
     zero_copy: bool,
     /// Chunks taken from the RX ring, to be put back into the fill ring.
-    refill: Vec<u64>,
+    refill: Chunks,
 }
 
-impl std::fmt::Debug for XdpSocket {
+/// Addresses of UMEM chunks that are ours. Its `Debug` gives only their number: a socket
+/// holds up to 65536 of them.
+struct Chunks(Vec<u64>);
+
+impl std::fmt::Debug for Chunks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("XdpSocket")
-            .field("fd", &self.fd)
-            .field("umem", &self.umem)
-            .field("zero_copy", &self.zero_copy)
-            .finish()
+        write!(f, "{} chunks", self.0.len())
+    }
+}
+
+impl std::ops::Deref for Chunks {
+    type Target = Vec<u64>;
+
+    fn deref(&self) -> &Vec<u64> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Chunks {
+    fn deref_mut(&mut self) -> &mut Vec<u64> {
+        &mut self.0
     }
 }
 
@@ -206,7 +231,7 @@ impl XdpSocket {
             flags: 0,
             tx_metadata_len: 0,
         };
-        setsockopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
+        set_option(fd.as_fd(), libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
         let sizes = [
             (
                 libc::XDP_UMEM_FILL_RING,
@@ -222,16 +247,10 @@ impl XdpSocket {
             (libc::XDP_TX_RING, cfg.tx_frames, "XDP_TX_RING"),
         ];
         for (opt, n, what) in sizes {
-            setsockopt(fd.as_fd(), opt, &(n as libc::c_int), what)?;
+            set_option(fd.as_fd(), opt, &(n as libc::c_int), what)?;
         }
-        // SAFETY: xdp_mmap_offsets is plain old data; all-zero is a valid value.
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        getsockopt(
-            fd.as_fd(),
-            libc::XDP_MMAP_OFFSETS,
-            &mut off,
-            "XDP_MMAP_OFFSETS",
-        )?;
+        let off: libc::xdp_mmap_offsets =
+            get_option(fd.as_fd(), libc::XDP_MMAP_OFFSETS, "XDP_MMAP_OFFSETS")?;
         let fd_b = fd.as_fd();
         let rx = Ring::map(
             fd_b,
@@ -268,13 +287,15 @@ impl XdpSocket {
             fill,
             comp,
             fd,
-            tx_free: (cfg.rx_frames..frames)
-                .rev()
-                .map(|i| u64::from(i) * fs)
-                .collect(),
+            tx_free: Chunks(
+                (cfg.rx_frames..frames)
+                    .rev()
+                    .map(|i| u64::from(i) * fs)
+                    .collect(),
+            ),
             tx_frames: cfg.tx_frames,
             zero_copy: zc,
-            refill: (0..cfg.rx_frames).map(|i| u64::from(i) * fs).collect(),
+            refill: Chunks((0..cfg.rx_frames).map(|i| u64::from(i) * fs).collect()),
             umem,
         };
         // Every RX chunk into the fill ring before binding, so the first frame finds room.
@@ -291,22 +312,9 @@ impl XdpSocket {
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
         };
-        // SAFETY: `addr` is a valid, initialised sockaddr_xdp and the length passed is its
-        // size; the fd is the AF_XDP socket owned by `s`.
-        let rc = unsafe {
-            libc::bind(
-                s.fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_xdp).cast(),
-                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            return Err(match err.raw_os_error() {
+        sockcall::bind(s.fd.as_fd(), &addr, ifindex, |err| {
+            match err.raw_os_error() {
                 Some(libc::EOPNOTSUPP) if zc => Error::ZeroCopyUnsupported { ifindex },
-                Some(libc::ENODEV) | Some(libc::ENXIO) => {
-                    Error::NoSuchInterface(format!("interface index {ifindex}"))
-                }
                 Some(libc::EINVAL) => Error::XskBind {
                     ifindex,
                     queue,
@@ -314,15 +322,15 @@ impl XdpSocket {
                 },
                 Some(libc::EBUSY) => Error::XskQueueBusy { ifindex, queue },
                 _ => Error::xsk("bind(AF_XDP)", err),
-            });
-        }
+            }
+        })?;
         s.zero_copy = s.query_zero_copy().unwrap_or(zc);
         Ok(s)
     }
 
     fn query_zero_copy(&self) -> Result<bool> {
-        let mut opts = libc::xdp_options { flags: 0 };
-        getsockopt(self.fd.as_fd(), libc::XDP_OPTIONS, &mut opts, "XDP_OPTIONS")?;
+        let opts: libc::xdp_options =
+            get_option(self.fd.as_fd(), libc::XDP_OPTIONS, "XDP_OPTIONS")?;
         Ok(opts.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
     }
 
@@ -372,26 +380,34 @@ impl XdpSocket {
             self.rx.release(n);
             self.refill_rx();
             if self.fill.needs_wakeup() {
-                self.wake_rx()?;
+                self.wake_up(Wakeup::Rx)?;
             }
         }
         Ok(n as usize)
     }
 
-    /// Asks the driver to look at the fill ring again (zero-copy drivers sleep when it ran
-    /// empty).
-    fn wake_rx(&self) -> Result<()> {
-        // SAFETY: a zero-length, non-blocking recvfrom with null buffers is the documented
-        // AF_XDP wake-up; the kernel reads and writes no user memory for it.
-        let rc = unsafe {
-            libc::recvfrom(
-                self.fd.as_raw_fd(),
-                std::ptr::null_mut(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
+    /// Nudges the kernel with a zero-length, non-blocking system call: for [`Wakeup::Rx`] a
+    /// `recvfrom`, which makes the driver look at the fill ring again (zero-copy drivers sleep
+    /// when it ran empty); for [`Wakeup::Tx`] a `sendto`, which makes the kernel send from the
+    /// TX ring. `EAGAIN`, `EBUSY`, `ENOBUFS` and `EINTR` mean "not now" (no room yet, more
+    /// left, interrupted) and are no error: whoever waits kicks again.
+    fn wake_up(&self, side: Wakeup) -> Result<()> {
+        let fd = self.fd.as_raw_fd();
+        let flags = libc::MSG_DONTWAIT;
+        let (rc, op) = match side {
+            Wakeup::Rx => (
+                // SAFETY: a zero-length recvfrom with null buffers is the documented AF_XDP
+                // wake-up; the kernel reads and writes no user memory for it.
+                unsafe { libc::recvfrom(fd, null_mut(), 0, flags, null_mut(), null_mut()) },
+                "recvfrom(AF_XDP)",
+            ),
+            Wakeup::Tx => (
+                // SAFETY: a zero-length sendto with a null buffer and no address is the
+                // documented AF_XDP TX kick; the kernel reads the frames from the TX ring and
+                // the UMEM, no other user memory.
+                unsafe { libc::sendto(fd, null(), 0, flags, null(), 0) },
+                "sendto(AF_XDP)",
+            ),
         };
         if rc < 0 {
             let err = std::io::Error::last_os_error();
@@ -399,7 +415,7 @@ impl XdpSocket {
                 err.raw_os_error(),
                 Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR)
             ) {
-                return Err(Error::from_io("recvfrom(AF_XDP)", err));
+                return Err(Error::from_io(op, err));
             }
         }
         Ok(())
@@ -488,32 +504,10 @@ impl XdpSocket {
             if self.zero_copy && !self.tx.needs_wakeup() {
                 return Ok(false);
             }
-            // SAFETY: a zero-length, non-blocking sendto with a null buffer is the documented
-            // AF_XDP TX kick; the kernel reads the frames from the TX ring and UMEM.
-            let rc = unsafe {
-                libc::sendto(
-                    self.fd.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
-            if rc < 0 {
-                let err = std::io::Error::last_os_error();
-                match err.raw_os_error() {
-                    // More left (the per-call budget) or no room yet: go again if the kernel
-                    // took something, else leave it for the next kick.
-                    Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS)
-                    | Some(libc::EINTR) => {
-                        if self.tx.pending() >= pending {
-                            return Ok(false);
-                        }
-                    }
-                    _ => return Err(Error::from_io("sendto(AF_XDP)", err)),
-                }
-            } else if self.tx.pending() >= pending {
+            // The kernel takes at most 32 frames a kick and stops early when the device has no
+            // room: go again if it took something, else leave the rest for the next kick.
+            self.wake_up(Wakeup::Tx)?;
+            if self.tx.pending() >= pending {
                 return Ok(false);
             }
         }
@@ -521,14 +515,8 @@ impl XdpSocket {
 
     /// The kernel's counters for this socket.
     pub fn stats(&self) -> Result<XskStats> {
-        // SAFETY: xdp_statistics is plain old data; all-zero is a valid value.
-        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-        getsockopt(
-            self.fd.as_fd(),
-            libc::XDP_STATISTICS,
-            &mut st,
-            "XDP_STATISTICS",
-        )?;
+        let st: libc::xdp_statistics =
+            get_option(self.fd.as_fd(), libc::XDP_STATISTICS, "XDP_STATISTICS")?;
         Ok(XskStats {
             rx_dropped: st.rx_dropped,
             rx_ring_full: st.rx_ring_full,
@@ -550,57 +538,25 @@ impl AsFd for XdpSocket {
     }
 }
 
-impl AsRawFd for XdpSocket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-}
-
-fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, value: &T, op: &'static str) -> Result<()> {
-    // SAFETY: `value` is a readable, initialised `T` of the type the option expects and the
-    // length passed is its size; the kernel copies it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            name,
-            (value as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::xsk(op, std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
-fn getsockopt<T>(
+/// Sets an `SOL_XDP` option; a refusal is classified by [`Error::xsk`].
+fn set_option<T: Pod>(
     fd: BorrowedFd<'_>,
     name: libc::c_int,
-    value: &mut T,
+    value: &T,
     op: &'static str,
 ) -> Result<()> {
-    let mut len = size_of::<T>() as libc::socklen_t;
-    // SAFETY: `value` is a writable `T` of the type the option returns and `len` its size; the
-    // kernel writes at most `len` bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            name,
-            (value as *mut T).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::xsk(op, std::io::Error::last_os_error()));
-    }
-    Ok(())
+    sockcall::setsockopt(fd, libc::SOL_XDP, name, value).map_err(|e| Error::xsk(op, e))
+}
+
+/// Reads an `SOL_XDP` option; a refusal is classified by [`Error::xsk`].
+fn get_option<T: Pod>(fd: BorrowedFd<'_>, name: libc::c_int, op: &'static str) -> Result<T> {
+    sockcall::getsockopt(fd, libc::SOL_XDP, name).map_err(|e| Error::xsk(op, e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::mem::size_of;
 
     #[test]
     fn geometries_the_kernel_would_refuse_are_refused_first() {

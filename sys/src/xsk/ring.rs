@@ -35,6 +35,7 @@ impl Slot for Desc {}
 impl Slot for u64 {}
 
 /// One mapped ring.
+#[derive(Debug)]
 pub(crate) struct Ring<T: Slot> {
     map: MmapRaw,
     producer: usize,
@@ -45,16 +46,6 @@ pub(crate) struct Ring<T: Slot> {
     cached_prod: u32,
     cached_cons: u32,
     _slot: PhantomData<T>,
-}
-
-impl<T: Slot> std::fmt::Debug for Ring<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ring")
-            .field("size", &self.size)
-            .field("prod", &self.cached_prod)
-            .field("cons", &self.cached_cons)
-            .finish()
-    }
 }
 
 impl<T: Slot> Ring<T> {

@@ -11,19 +11,11 @@ use crate::{Error, Result};
 use memmap2::{MmapOptions, MmapRaw};
 
 /// The UMEM mapping.
+#[derive(Debug)]
 pub(crate) struct Umem {
     map: MmapRaw,
     frame_size: u32,
     frames: u32,
-}
-
-impl std::fmt::Debug for Umem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Umem")
-            .field("frame_size", &self.frame_size)
-            .field("frames", &self.frames)
-            .finish()
-    }
 }
 
 impl Umem {
