@@ -110,7 +110,7 @@ fn set_field(r: &mut Repr, field: u8, v: Val) {
     match field % 11 {
         0 => {
             let k = v.apply(r.kind.map_or(0, |k| k as u32), 0xff) as u8;
-            r.kind = Kind::from_u8(k % (KINDS + 1)).or(r.kind);
+            r.kind = Kind::from_code(k % (KINDS + 1)).or(r.kind);
         }
         1 => r.flags = Flags::from_bits_truncate(v.apply(u32::from(r.flags.bits()), 0xffff) as u16),
         2 => r.group = v.apply(r.group, u32::MAX),
@@ -244,7 +244,7 @@ fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
 
 /// A frame made up from nothing but a kind and random fields, with a valid CRC.
 fn fresh_frame(kind: u8, fields: &[u32; 10], payload: &[u8]) -> Vec<u8> {
-    let mut r = Repr::new(Kind::from_u8(kind % KINDS + 1).unwrap_or(Kind::Data));
+    let mut r = Repr::new(Kind::from_code(kind % KINDS + 1).unwrap_or(Kind::Data));
     r.group = GROUP;
     for (k, v) in fields.iter().enumerate() {
         // Small values land inside the group's ranks and windows more often than not.

@@ -331,18 +331,9 @@ pub enum DigestAlgo {
     Blake3 = 2,
 }
 
+ethbcast_proto::coded!(DigestAlgo: u8 { Xxh3, Blake3 });
+
 impl DigestAlgo {
-    /// The code the stream header carries (the discriminant).
-    fn code(self) -> u8 {
-        self as u8
-    }
-
-    fn from_code(c: u8) -> Option<DigestAlgo> {
-        [DigestAlgo::Xxh3, DigestAlgo::Blake3]
-            .into_iter()
-            .find(|d| d.code() == c)
-    }
-
     /// Name, as digests are printed (`xxh3:…`, `blake3:…`).
     pub fn name(self) -> &'static str {
         match self {

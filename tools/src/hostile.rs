@@ -147,7 +147,7 @@ pub fn mutate(eth: &[u8], rng: &mut impl RngCore) -> Option<Vec<u8>> {
 /// but random contents otherwise, CRC-valid, from the template's source MAC.
 pub fn random_from(template: &[u8], rng: &mut impl RngCore) -> Option<Vec<u8>> {
     let f = pdu(template)?;
-    let mut r = Repr::new(Kind::from_u8(1 + (rng.next_u32() % 12) as u8)?);
+    let mut r = Repr::new(Kind::from_code(1 + (rng.next_u32() % 12) as u8)?);
     r.group = f.group();
     r.src = (rng.next_u32() % 8) as u16;
     r.dst = if rng.next_u32().is_multiple_of(2) {

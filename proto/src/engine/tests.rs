@@ -488,7 +488,7 @@ proptest::proptest! {
         for f in frames {
             let _ = e.handle_frame(now, &f);
             // Well-formed frames with random fields, too.
-            let mut r = Repr::new(Kind::from_u8(f.first().copied().unwrap_or(1) % 12).unwrap_or(Kind::Data));
+            let mut r = Repr::new(Kind::from_code(f.first().copied().unwrap_or(1) % 12).unwrap_or(Kind::Data));
             r.group = 7;
             r.src = u16::from(f.get(1).copied().unwrap_or(0) % 4);
             r.dst = if f.get(2).is_some_and(|b| b % 2 == 0) { wire::ALL } else { 1 };

@@ -41,7 +41,7 @@ pub const NACK_BITS: u32 = 16;
 
 /// How a barrier travels, and which barrier machine a barrier frame belongs to.
 ///
-/// The discriminant is the tag barrier frames carry in their bitmap field.
+/// The discriminant is the code barrier frames carry in their bitmap field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u16)]
 pub enum BarrierAlgo {
@@ -57,16 +57,7 @@ crate::spelled!(BarrierAlgo, "barrier", {
     Dissemination => "dissemination",
 });
 
-impl BarrierAlgo {
-    fn tag(self) -> u16 {
-        self as u16
-    }
-    fn from_tag(t: u16) -> Option<BarrierAlgo> {
-        [BarrierAlgo::Broadcast, BarrierAlgo::Dissemination]
-            .into_iter()
-            .find(|a| a.tag() == t)
-    }
-}
+crate::coded!(BarrierAlgo: u16 { Broadcast, Dissemination });
 
 /// Barrier operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,20 +73,7 @@ pub enum BarrierOp {
     Query = 4,
 }
 
-impl BarrierOp {
-    const ALL: [BarrierOp; 4] = [
-        BarrierOp::Arrive,
-        BarrierOp::Release,
-        BarrierOp::Round,
-        BarrierOp::Query,
-    ];
-    fn code(self) -> u32 {
-        self as u32
-    }
-    fn from_code(v: u32) -> Option<BarrierOp> {
-        BarrierOp::ALL.into_iter().find(|op| op.code() == v)
-    }
-}
+crate::coded!(BarrierOp: u32 { Arrive, Release, Round, Query });
 
 /// A barrier frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,7 +311,7 @@ impl Control {
                 }
             }
             Kind::Barrier => Control::Barrier(BarrierMsg {
-                algo: BarrierAlgo::from_tag(frame.bitmap()).ok_or(ControlError::BadField {
+                algo: BarrierAlgo::from_code(frame.bitmap()).ok_or(ControlError::BadField {
                     kind,
                     field: "barrier algorithm",
                 })?,
@@ -450,7 +428,7 @@ impl Control {
                 r.seq = b.epoch;
                 r.msg_id = b.op.code();
                 r.offset = b.round;
-                r.bitmap = b.algo.tag();
+                r.bitmap = b.algo.code();
                 r.aux = b.view;
             }
             Control::Join { .. } | Control::Notice { .. } => {}

@@ -107,26 +107,11 @@ pub enum Kind {
     Notice = 12,
 }
 
-impl Kind {
-    /// Parses the kind byte.
-    pub fn from_u8(b: u8) -> Option<Kind> {
-        Some(match b {
-            1 => Kind::Data,
-            2 => Kind::Repair,
-            3 => Kind::Ack,
-            4 => Kind::Nack,
-            5 => Kind::Pull,
-            6 => Kind::Heartbeat,
-            7 => Kind::Join,
-            8 => Kind::Barrier,
-            9 => Kind::Evict,
-            10 => Kind::Ping,
-            11 => Kind::Pong,
-            12 => Kind::Notice,
-            _ => return None,
-        })
-    }
+crate::coded!(Kind: u8 {
+    Data, Repair, Ack, Nack, Pull, Heartbeat, Join, Barrier, Evict, Ping, Pong, Notice
+});
 
+impl Kind {
     /// True for the kinds that carry message data.
     pub fn is_data(self) -> bool {
         matches!(self, Kind::Data | Kind::Repair)
@@ -258,13 +243,13 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if crc32c::crc32c(&b[..body]) != crc {
             return Err(WireError::BadCrc);
         }
-        if Kind::from_u8(b[field::KIND]).is_none() {
+        if Kind::from_code(b[field::KIND]).is_none() {
             return Err(WireError::UnknownKind(b[field::KIND]));
         }
         let offset = be32(&b[field::OFFSET]);
         let payload = be16(&b[field::PAYLOAD_LEN]);
         let msg_len = be32(&b[field::MSG_LEN]);
-        if Kind::from_u8(b[field::KIND]).is_some_and(Kind::is_data)
+        if Kind::from_code(b[field::KIND]).is_some_and(Kind::is_data)
             && u64::from(offset) + u64::from(payload) > u64::from(msg_len)
         {
             return Err(WireError::BadGeometry {
@@ -278,7 +263,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     /// Frame kind. Only meaningful on a checked frame.
     pub fn kind(&self) -> Kind {
-        Kind::from_u8(self.buffer.as_ref()[field::KIND]).unwrap_or(Kind::Heartbeat)
+        Kind::from_code(self.buffer.as_ref()[field::KIND]).unwrap_or(Kind::Heartbeat)
     }
     /// Flags; unknown bits are dropped.
     pub fn flags(&self) -> Flags {

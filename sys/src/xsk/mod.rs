@@ -1,7 +1,7 @@
 //! AF_XDP sockets: frames between the driver and us through shared memory, past the kernel's
 //! network stack (no socket buffers, no packet taps, no qdisc on the way in).
 //!
-//! An AF_XDP socket owns a UMEM ([`umem`]) and four rings ([`ring`]):
+//! An AF_XDP socket owns a UMEM (its frame memory) and four rings:
 //! - *fill*: we give the kernel empty frames to receive into;
 //! - *RX*: the kernel hands back received frames (address and length);
 //! - *TX*: we hand the kernel frames to send;
