@@ -153,7 +153,7 @@ fn record_stream(len: usize) -> Vec<Vec<u8>> {
     );
     assert!(matches!(
         peer.poll_event(),
-        Some(ethbcast::proto::Event::Delivered { data, .. }) if data.len() == len
+        Some(ethbcast::proto::Event::Delivered(ethbcast::proto::Message { data, .. })) if data.len() == len
     ));
     frames
 }

@@ -26,7 +26,7 @@ use crate::driver::{Driver, Machine};
 use crate::eqa::Rank;
 use crate::link::sim::{Faults, SimConfig, SimError, SimNet, SimPort};
 use crate::link::LinkError;
-use crate::member::{Event, Member, MemberConfig, MemberError};
+use crate::member::{Event, Member, MemberConfig, MemberError, Message};
 use crate::proto::{Algo, Config};
 
 /// Why a cluster could not run.
@@ -457,7 +457,7 @@ impl Workload for Stream {
         }
         self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
         while let Some(ev) = m.poll_event() {
-            let Event::Delivered { root, msg_id, data } = ev else {
+            let Event::Delivered(Message { root, msg_id, data }) = ev else {
                 continue;
             };
             let r = usize::from(root);

@@ -46,6 +46,21 @@ impl Clock for SimNet {
 /// time.
 const FRAMES_PER_CLOCK_READ: u32 = 64;
 
+/// When [`Driver::run_until`] sends what the machine has once the call's value came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sends {
+    /// Before returning the value. A call can complete before the frames it made left (a
+    /// root's small message is handed over whole): they go now, not at the next call, which
+    /// may come after a long computation.
+    Now,
+    /// For a call that needs nothing sent once its result came in (a receiver's message):
+    /// when the frames of a turn complete the call, it returns before sending what they made
+    /// (acknowledgements), which leaves at the start of the next call or turn. The caller has
+    /// its message one system call sooner; the acknowledgement leaves when the member next
+    /// waits, off the broadcast's critical path.
+    Deferred,
+}
+
 /// A machine (a member, by default) and the link it runs on.
 pub struct Driver<L, M = Member> {
     member: M,
@@ -133,49 +148,22 @@ impl<L: Link, M: Machine> Driver<L, M> {
         Ok(n)
     }
 
-    /// Turns until `ready` gives a value or `deadline` passes (`Ok(None)`), and sends what
-    /// the machine has before returning the value. Waits at most `slice` per turn, so that
-    /// `ready` is asked again at least that often.
+    /// Turns until `ready` gives a value or `deadline` passes (`Ok(None)`). Waits at most
+    /// `slice` per turn, so that `ready` is asked again at least that often. What the
+    /// machine has to send when the value comes leaves as `sends` says.
     pub fn run_until<T>(
         &mut self,
         clock: &impl Clock,
         deadline: Instant,
         slice: Duration,
-        ready: impl FnMut(&mut M) -> Option<T>,
-    ) -> Result<Option<T>, LinkError> {
-        self.run_until_with(clock, deadline, slice, ready, false)
-    }
-
-    /// [`Driver::run_until`] for a call that needs nothing sent once its result came in (a
-    /// receiver's message): when the frames of a turn complete the call, it returns before
-    /// sending what they made (acknowledgements), which leaves at the start of the next call
-    /// or turn. The caller has its message one system call sooner; the acknowledgement
-    /// leaves when the member next waits, off the broadcast's critical path.
-    pub fn run_until_deferred<T>(
-        &mut self,
-        clock: &impl Clock,
-        deadline: Instant,
-        slice: Duration,
-        ready: impl FnMut(&mut M) -> Option<T>,
-    ) -> Result<Option<T>, LinkError> {
-        self.run_until_with(clock, deadline, slice, ready, true)
-    }
-
-    fn run_until_with<T>(
-        &mut self,
-        clock: &impl Clock,
-        deadline: Instant,
-        slice: Duration,
+        sends: Sends,
         mut ready: impl FnMut(&mut M) -> Option<T>,
-        defer: bool,
     ) -> Result<Option<T>, LinkError> {
+        let defer = sends == Sends::Deferred;
         let mut received = false;
         loop {
             if let Some(v) = ready(&mut self.member) {
-                // A call can complete before the frames it made left (a root's small message
-                // is handed over whole): they go now, not at the next call, which may come
-                // after a long computation. A deferred call completed by received frames
-                // leaves them for the next call.
+                // A deferred call completed by received frames leaves them for the next call.
                 if !(defer && received) {
                     self.flush(clock.now())?;
                 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::detect::{DetectorConfig, Gossip};
-use crate::driver::{Clock, Driver, WallClock};
+use crate::driver::{Clock, Driver, Sends, WallClock};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{Done, Member, MemberConfig, MemberError};
@@ -341,21 +341,17 @@ impl Group {
 
     /// Runs the driver until the call in progress gives its result, or the timeout.
     fn finish(&mut self, what: &'static str) -> Result<Done, GroupError> {
-        self.finish_with(what, false)
+        self.finish_with(what, Sends::Now)
     }
 
-    /// [`Group::finish`]; `defer`: a receiver returns its message before sending the
-    /// acknowledgements it made ([`Driver::run_until_deferred`]).
-    fn finish_with(&mut self, what: &'static str, defer: bool) -> Result<Done, GroupError> {
+    /// [`Group::finish`], with the call's own frames sent as `sends` says (a receiver returns
+    /// its message before sending the acknowledgements it made).
+    fn finish_with(&mut self, what: &'static str, sends: Sends) -> Result<Done, GroupError> {
         let after = self.opts.timeout;
         let deadline = WallClock.now() + after;
-        let r = if defer {
-            self.driver
-                .run_until_deferred(&WallClock, deadline, SLICE, Member::take_result)?
-        } else {
-            self.driver
-                .run_until(&WallClock, deadline, SLICE, Member::take_result)?
-        };
+        let r = self
+            .driver
+            .run_until(&WallClock, deadline, SLICE, sends, Member::take_result)?;
         match r {
             Some(r) => Ok(r?),
             None => {
@@ -393,8 +389,12 @@ impl Group {
         self.driver
             .member_mut()
             .bcast(WallClock.now(), root, data, algo)?;
-        let receiver = root != self.rank();
-        if let Done::Bcast(data) = self.finish_with("a message from the root", receiver)? {
+        let sends = if root == self.rank() {
+            Sends::Now
+        } else {
+            Sends::Deferred
+        };
+        if let Done::Bcast(data) = self.finish_with("a message from the root", sends)? {
             if root != self.rank() {
                 *buf = data;
             }
@@ -448,8 +448,9 @@ impl Group {
         let deadline = WallClock.now() + after;
         match self
             .driver
-            .run_until(&WallClock, deadline, SLICE, |m| m.is_idle().then_some(()))?
-        {
+            .run_until(&WallClock, deadline, SLICE, Sends::Now, |m| {
+                m.is_idle().then_some(())
+            })? {
             Some(()) => Ok(()),
             None => Err(GroupError::Timeout {
                 what: "acknowledgements of our broadcasts",
@@ -532,7 +533,9 @@ pub fn join<L: Link>(
             return Err(GroupError::Interrupted);
         }
         let until = (WallClock.now() + SLICE).min(deadline);
-        if let Some(r) = driver.run_until(&WallClock, until, SLICE, Join::take_result)? {
+        if let Some(r) =
+            driver.run_until(&WallClock, until, SLICE, Sends::Now, Join::take_result)?
+        {
             let joined = r?;
             return Ok((joined, driver.into_parts().1));
         }

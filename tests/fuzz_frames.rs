@@ -26,7 +26,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ethbcast::proto::{Algo, Config, Dest, Engine, Event};
+use ethbcast::proto::{Algo, Config, Dest, Engine, Event, Message};
 use ethbcast::wire::{self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -593,7 +593,7 @@ impl World {
             }
             while let Some(ev) = self.engines[i].poll_event() {
                 match ev {
-                    Event::Delivered { root, msg_id, data } => {
+                    Event::Delivered(Message { root, msg_id, data }) => {
                         self.delivered[i].push((root, msg_id, Ok(data)))
                     }
                     Event::Truncated {

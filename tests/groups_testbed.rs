@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast::link::ring::{RingLink, RingLinkConfig};
 use ethbcast::link::{group_mac, Link, MacAddr};
-use ethbcast::proto::{Algo, Config, Dest, Engine, Event};
+use ethbcast::proto::{Algo, Config, Dest, Engine, Event, Message};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
@@ -107,7 +107,7 @@ fn member(
         link.flush().map_err(|e| e.to_string())?;
         while let Some(ev) = e.poll_event() {
             match ev {
-                Event::Delivered { msg_id, data, .. } => {
+                Event::Delivered(Message { msg_id, data, .. }) => {
                     if msg_id as usize == out.delivered && data == message(gid, out.delivered) {
                         out.delivered += 1;
                     } else {

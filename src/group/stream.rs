@@ -22,7 +22,7 @@
 use std::time::{Duration, Instant};
 
 use super::GroupError;
-use crate::driver::{Clock, Driver, WallClock};
+use crate::driver::{Clock, Driver, Sends, WallClock};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
@@ -277,6 +277,7 @@ impl Stream {
             &WallClock,
             WallClock.now() + patience,
             Duration::from_millis(20),
+            Sends::Now,
             |m| m.is_idle().then_some(()),
         )?;
         Ok(r.is_some())

@@ -506,18 +506,22 @@ pub enum Dest {
 /// A frame [`Engine::poll_transmit`] wrote into the caller's buffer, addressed by rank.
 pub type Transmit = crate::machine::Transmit<Dest>;
 
+/// A whole message of a root's stream, as it is delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The root that broadcast it.
+    pub root: Rank,
+    /// Its position in the root's stream (0, 1, 2, ...).
+    pub msg_id: u64,
+    /// The message.
+    pub data: Vec<u8>,
+}
+
 /// What the engine tells the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// A whole message from `root`, exactly once and in the root's order.
-    Delivered {
-        /// The root that broadcast it.
-        root: Rank,
-        /// Its position in the root's stream (0, 1, 2, ...).
-        msg_id: u64,
-        /// The message.
-        data: Vec<u8>,
-    },
+    /// A whole message from its root, exactly once and in the root's order.
+    Delivered(Message),
     /// Every live destination has acknowledged this member's message `msg_id`.
     Stable {
         /// The message id returned by `bcast`.
@@ -763,7 +767,7 @@ impl Engine {
     fn collect_rx(&mut self, root: Rank) {
         if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
             while let Some(ev) = rx.take_event() {
-                if let Event::Delivered { data, .. } = &ev {
+                if let Event::Delivered(Message { data, .. }) = &ev {
                     self.stats.delivered += 1;
                     self.stats.delivered_bytes += data.len() as u64;
                 }

@@ -26,7 +26,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::{Config, Dest, Drop, Event, Outgoing, PostError};
+use super::{Config, Dest, Drop, Event, Message, Outgoing, PostError};
 use crate::eqa::{Rank, Seq};
 use crate::wire::{locate, Control, Flags, Kind, Position, Repr, NACK_BITS};
 
@@ -846,11 +846,11 @@ impl Receiver {
                 max,
             });
         } else {
-            self.events.push_back(Event::Delivered {
+            self.events.push_back(Event::Delivered(Message {
                 root: self.root,
                 msg_id: m.id,
                 data: m.data.unwrap_or_default(),
-            });
+            }));
         }
         self.next_msg = m.id + 1;
     }

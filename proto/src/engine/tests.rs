@@ -123,7 +123,7 @@ impl Net {
         for (i, e) in self.engines.iter_mut().enumerate() {
             while let Some(ev) = e.poll_event() {
                 match ev {
-                    Event::Delivered { root, msg_id, data } => {
+                    Event::Delivered(Message { root, msg_id, data }) => {
                         self.delivered[i].push((root, msg_id, data))
                     }
                     Event::Stable { msg_id } => self.stable[i].push(msg_id),
@@ -651,7 +651,7 @@ proptest::proptest! {
         }
         let mut got = Vec::new();
         while let Some(ev) = rx.poll_event() {
-            if let Event::Delivered { msg_id, data, .. } = ev {
+            if let Event::Delivered(Message { msg_id, data, .. }) = ev {
                 got.push((msg_id, data));
             }
         }
@@ -899,7 +899,7 @@ fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_a
         .unwrap();
     let mut got = Vec::new();
     while let Some(ev) = rx.poll_event() {
-        if let Event::Delivered { msg_id, data, .. } = ev {
+        if let Event::Delivered(Message { msg_id, data, .. }) = ev {
             got.push((msg_id, data));
         }
     }
@@ -1234,7 +1234,7 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
 
 /// A push-pull message that fits one frame (the root side).
 mod one_frame_push_pull {
-    use crate::engine::{Algo, Config, Dest, Engine, Event};
+    use crate::engine::{Algo, Config, Dest, Engine, Event, Message};
     use crate::wire::{Flags, Frame, Kind, Repr};
     use std::time::Instant;
 
@@ -1267,7 +1267,7 @@ mod one_frame_push_pull {
             let now = Instant::now();
             rx.handle_frame(now, &pdus[0]).unwrap();
             match rx.poll_event() {
-                Some(Event::Delivered { data, .. }) => assert_eq!(data, vec![5; len]),
+                Some(Event::Delivered(Message { data, .. })) => assert_eq!(data, vec![5; len]),
                 other => panic!("{len} B: {other:?}"),
             }
             let mut buf = vec![0u8; 1500];

@@ -32,6 +32,7 @@ use thiserror::Error;
 
 use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
+pub use crate::engine::Message;
 use crate::engine::{
     self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, Stats as EngineStats,
 };
@@ -176,15 +177,8 @@ pub enum MemberError {
 /// What a member tells its application besides call results.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// A whole message of `root`'s stream (streaming members, `prepost > 0`).
-    Delivered {
-        /// The root.
-        root: Rank,
-        /// Its position in the root's stream.
-        msg_id: u64,
-        /// The message.
-        data: Vec<u8>,
-    },
+    /// A whole message of a root's stream (streaming members, `prepost > 0`).
+    Delivered(Message),
     /// `rank` was declared dead (or evicted by the application) and removed from the group.
     Evicted {
         /// The rank.
@@ -671,7 +665,7 @@ impl Member {
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
         let ev = self.events.pop_front()?;
-        if let Event::Delivered { root, .. } = &ev {
+        if let Event::Delivered(Message { root, .. }) = &ev {
             // Room for one more: the next frame or timeout posts another receive.
             let r = usize::from(*root);
             self.queued[r] = self.queued[r].saturating_sub(1);
@@ -683,7 +677,7 @@ impl Member {
     // ---- internals ----
 
     fn push_event(&mut self, ev: Event) {
-        if self.events.len() >= EVENT_BOUND && !matches!(ev, Event::Delivered { .. }) {
+        if self.events.len() >= EVENT_BOUND && !matches!(ev, Event::Delivered(Message { .. })) {
             self.stats.events_dropped += 1;
             return;
         }
@@ -709,15 +703,15 @@ impl Member {
     fn collect_once(&mut self, now: Instant) {
         while let Some(ev) = self.engine.poll_event() {
             match ev {
-                engine::Event::Delivered { root, msg_id, data } => {
-                    let r = usize::from(root);
+                engine::Event::Delivered(m) => {
+                    let (root, r) = (m.root, usize::from(m.root));
                     self.posted[r] = self.posted[r].saturating_sub(1);
                     if self.prepost > 0 {
                         self.queued[r] += 1;
-                        self.push_event(Event::Delivered { root, msg_id, data });
+                        self.push_event(Event::Delivered(m));
                         self.top_ups.push(root);
                     } else {
-                        self.inbox[r].push_back(data);
+                        self.inbox[r].push_back(m.data);
                     }
                 }
                 engine::Event::Truncated {

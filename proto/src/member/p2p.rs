@@ -116,7 +116,7 @@ impl Member {
         };
         let mut got = Vec::new();
         while let Some(ev) = e.poll_event() {
-            if let engine::Event::Delivered { data, .. } = ev {
+            if let engine::Event::Delivered(Message { data, .. }) = ev {
                 got.push(data);
             }
         }

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ethbcast::group::stream::{Role, Stream};
-use ethbcast::member::Event;
+use ethbcast::member::{Event, Message};
 use ethbcast::proto::Dest;
 use serde::Serialize;
 
@@ -737,7 +737,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         }
         while let Some(ev) = node.poll_event() {
             match ev {
-                Event::Delivered { root: 0, data, .. } => match Msg::decode(data) {
+                Event::Delivered(Message { root: 0, data, .. }) => match Msg::decode(data) {
                     Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
                         // Before the output starts: a stream refused here never runs a
                         // command or writes a byte.
