@@ -42,34 +42,35 @@ macro_rules! spelled {
     };
 }
 
-/// For a fieldless enum whose discriminants are its codes on the wire (`#[repr($t)]`), lists
-/// the variants once and derives `code` (the discriminant) and `from_code` (`None` for a code
-/// no variant has) from that list.
+/// Gives a fieldless enum its codes on the wire from one table: `code` and `from_code` (`None`
+/// for a code no variant has). The match in `code` is exhaustive, so a variant left out of the
+/// table does not compile.
 ///
 /// ```
 /// #[derive(Debug, Clone, Copy, PartialEq)]
-/// #[repr(u8)]
-/// enum Op { Get = 1, Put = 7 }
-/// ethbcast_proto::coded!(Op: u8 { Get, Put });
+/// enum Op { Get, Put }
+/// ethbcast_proto::coded!(Op: u8 { Get = 1, Put = 7 });
 /// assert_eq!(Op::Put.code(), 7);
 /// assert_eq!(Op::from_code(1), Some(Op::Get));
 /// assert_eq!(Op::from_code(2), None);
 /// ```
 #[macro_export]
 macro_rules! coded {
-    ($ty:ident: $t:ty { $($var:ident),+ $(,)? }) => {
+    ($ty:ident: $t:ty { $($var:ident = $code:literal),+ $(,)? }) => {
         impl $ty {
             /// The code of this variant on the wire.
             pub const fn code(self) -> $t {
-                self as $t
+                match self {
+                    $($ty::$var => $code,)+
+                }
             }
 
             /// The variant whose code is `code`, if any.
             pub const fn from_code(code: $t) -> Option<$ty> {
-                $(if code == $ty::$var as $t {
-                    return Some($ty::$var);
-                })+
-                None
+                match code {
+                    $($code => Some($ty::$var),)+
+                    _ => None,
+                }
             }
         }
     };

@@ -323,15 +323,14 @@ pub fn hex(d: &[u8]) -> String {
 /// about 6% of the goodput on a CPU-bound host (measured on the 8-receiver test-bed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[repr(u8)]
 pub enum DigestAlgo {
     /// XXH3, 128 bits (the default).
-    Xxh3 = 1,
+    Xxh3,
     /// BLAKE3, 256 bits.
-    Blake3 = 2,
+    Blake3,
 }
 
-ethbcast_proto::coded!(DigestAlgo: u8 { Xxh3, Blake3 });
+ethbcast_proto::coded!(DigestAlgo: u8 { Xxh3 = 1, Blake3 = 2 });
 
 impl DigestAlgo {
     /// Name, as digests are printed (`xxh3:…`, `blake3:…`).

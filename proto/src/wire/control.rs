@@ -41,15 +41,14 @@ pub const NACK_BITS: u32 = 16;
 
 /// How a barrier travels, and which barrier machine a barrier frame belongs to.
 ///
-/// The discriminant is the code barrier frames carry in their bitmap field.
+/// Barrier frames carry its code in their bitmap field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[repr(u16)]
 pub enum BarrierAlgo {
     /// Arrivals up a combining tree, release by one hardware broadcast.
     #[default]
-    Broadcast = 0xBA01,
+    Broadcast,
     /// The dissemination barrier over point-to-point messages (the software baseline).
-    Dissemination = 0xBA02,
+    Dissemination,
 }
 
 crate::spelled!(BarrierAlgo, "barrier", {
@@ -57,23 +56,22 @@ crate::spelled!(BarrierAlgo, "barrier", {
     Dissemination => "dissemination",
 });
 
-crate::coded!(BarrierAlgo: u16 { Broadcast, Dissemination });
+crate::coded!(BarrierAlgo: u16 { Broadcast = 0xBA01, Dissemination = 0xBA02 });
 
 /// Barrier operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
 pub enum BarrierOp {
     /// Broadcast barrier: these ranks have entered the epoch (bitmap payload).
-    Arrive = 1,
+    Arrive,
     /// The epoch is complete: everybody entered.
-    Release = 2,
+    Release,
     /// Dissemination: my round-`round` message.
-    Round = 3,
+    Round,
     /// Dissemination: I am waiting for your round-`round` message.
-    Query = 4,
+    Query,
 }
 
-crate::coded!(BarrierOp: u32 { Arrive, Release, Round, Query });
+crate::coded!(BarrierOp: u32 { Arrive = 1, Release = 2, Round = 3, Query = 4 });
 
 /// A barrier frame.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -79,36 +79,36 @@ mod field {
 
 /// What a frame is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
 pub enum Kind {
     /// A fragment of a broadcast message, sent by its root (usually broadcast).
-    Data = 1,
+    Data,
     /// A retransmitted fragment (point-to-point to one member, or re-broadcast).
-    Repair = 2,
+    Repair,
     /// Cumulative acknowledgement ([`Control::Ack`]).
-    Ack = 3,
+    Ack,
     /// Negative acknowledgement ([`Control::Nack`], [`Control::PeerNack`]).
-    Nack = 4,
+    Nack,
     /// Push-pull pull request or its poll ([`Control::Pull`], [`Control::PullPoll`]).
-    Pull = 5,
+    Pull,
     /// Liveness beacon (failure detection).
-    Heartbeat = 6,
+    Heartbeat,
     /// Membership announcement (discovery).
-    Join = 7,
+    Join,
     /// Barrier arrival or release.
-    Barrier = 8,
+    Barrier,
     /// A member has been evicted from the group.
-    Evict = 9,
+    Evict,
     /// Liveness probe that asks for a [`Kind::Pong`].
-    Ping = 10,
+    Ping,
     /// Answer to a [`Kind::Ping`].
-    Pong = 11,
+    Pong,
     /// An unreliable application datagram ([`Control::Notice`]).
-    Notice = 12,
+    Notice,
 }
 
 crate::coded!(Kind: u8 {
-    Data, Repair, Ack, Nack, Pull, Heartbeat, Join, Barrier, Evict, Ping, Pong, Notice
+    Data = 1, Repair = 2, Ack = 3, Nack = 4, Pull = 5, Heartbeat = 6,
+    Join = 7, Barrier = 8, Evict = 9, Ping = 10, Pong = 11, Notice = 12,
 });
 
 impl Kind {
@@ -198,6 +198,17 @@ pub struct Frame<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+/// The getters of [`Frame`] for the plain integer fields of the header: name, type, and the
+/// big-endian read of the field's bytes.
+macro_rules! header_getters {
+    ($($(#[$doc:meta])* $name:ident: $t:ty = $read:ident($place:ident);)+) => {$(
+        $(#[$doc])*
+        pub fn $name(&self) -> $t {
+            $read(&self.buffer.as_ref()[field::$place])
+        }
+    )+};
+}
+
 fn be16(b: &[u8]) -> u16 {
     u16::from_be_bytes([b[0], b[1]])
 }
@@ -269,41 +280,25 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn flags(&self) -> Flags {
         Flags::from_bits_truncate(be16(&self.buffer.as_ref()[field::FLAGS]))
     }
-    /// Group id.
-    pub fn group(&self) -> u32 {
-        be32(&self.buffer.as_ref()[field::GROUP])
-    }
-    /// Rank of the sender of this frame.
-    pub fn src(&self) -> u16 {
-        be16(&self.buffer.as_ref()[field::SRC])
-    }
-    /// Rank of the destination, or [`ALL`].
-    pub fn dst(&self) -> u16 {
-        be16(&self.buffer.as_ref()[field::DST])
-    }
-    /// Sequence number (wire width; the engine extends it to 64 bits).
-    pub fn seq(&self) -> u32 {
-        be32(&self.buffer.as_ref()[field::SEQ])
-    }
-    /// Message id within the root's stream.
-    pub fn msg_id(&self) -> u32 {
-        be32(&self.buffer.as_ref()[field::MSG_ID])
-    }
-    /// Length of the whole message.
-    pub fn msg_len(&self) -> u32 {
-        be32(&self.buffer.as_ref()[field::MSG_LEN])
-    }
-    /// Offset of this payload within its message.
-    pub fn offset(&self) -> u32 {
-        be32(&self.buffer.as_ref()[field::OFFSET])
-    }
-    /// NACK bitmap.
-    pub fn bitmap(&self) -> u16 {
-        be16(&self.buffer.as_ref()[field::BITMAP])
-    }
-    /// Kind-specific extra field.
-    pub fn aux(&self) -> u32 {
-        be32(&self.buffer.as_ref()[field::AUX])
+    header_getters! {
+        /// Group id.
+        group: u32 = be32(GROUP);
+        /// Rank of the sender of this frame.
+        src: u16 = be16(SRC);
+        /// Rank of the destination, or [`ALL`].
+        dst: u16 = be16(DST);
+        /// Sequence number (wire width; the engine extends it to 64 bits).
+        seq: u32 = be32(SEQ);
+        /// Message id within the root's stream.
+        msg_id: u32 = be32(MSG_ID);
+        /// Length of the whole message.
+        msg_len: u32 = be32(MSG_LEN);
+        /// Offset of this payload within its message.
+        offset: u32 = be32(OFFSET);
+        /// NACK bitmap.
+        bitmap: u16 = be16(BITMAP);
+        /// Kind-specific extra field.
+        aux: u32 = be32(AUX);
     }
     /// The payload bytes.
     pub fn payload(&self) -> &[u8] {
@@ -416,7 +411,7 @@ impl Repr {
         }
         let kind = self.kind.unwrap_or(Kind::Heartbeat);
         buf[field::VERSION] = VERSION;
-        buf[field::KIND] = kind as u8;
+        buf[field::KIND] = kind.code();
         buf[field::FLAGS].copy_from_slice(&self.flags.bits().to_be_bytes());
         buf[field::GROUP].copy_from_slice(&self.group.to_be_bytes());
         buf[field::SRC].copy_from_slice(&self.src.to_be_bytes());

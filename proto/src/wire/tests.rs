@@ -157,3 +157,17 @@ fn sealed_frames_verify_only_with_their_key_and_survive_parsing() {
     b[body..].copy_from_slice(&crc.to_be_bytes());
     assert!(!Frame::new_checked(&b[..]).unwrap().verify(&[1; 32]));
 }
+
+#[test]
+fn kind_codes_are_one_to_twelve_and_nothing_else() {
+    for code in 0..=u8::MAX {
+        match Kind::from_code(code) {
+            Some(kind) => {
+                assert!((1..=12).contains(&code), "{kind:?} has code {code}");
+                assert_eq!(kind.code(), code);
+            }
+            None => assert!(!(1..=12).contains(&code), "code {code} names no kind"),
+        }
+    }
+    assert_eq!((Kind::Data.code(), Kind::Notice.code()), (1, 12));
+}

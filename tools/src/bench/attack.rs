@@ -545,8 +545,8 @@ fn hold_back(bed: &Testbed, victim: usize, hostile: usize) -> Result<(), AttackE
         bridge_port_name(victim),
         bridge_port_name(hostile),
         wire::ETHERTYPE,
-        Kind::Repair as u8,
-        Kind::Join as u8,
+        Kind::Repair.code(),
+        Kind::Join.code(),
     );
     let mut child = netns::command_in(bed.switch_netns(), "nft")
         .map_err(io("the switch namespace"))?
