@@ -435,6 +435,31 @@ unsafe fn group_ref<'a>(g: *const EthbcastGroup) -> Result<&'a EthbcastGroup, Fa
     unsafe { g.as_ref() }.ok_or_else(|| Failure::invalid("group handle is NULL"))
 }
 
+/// Runs the call `f` on the group behind `group` under [`guard`]; a NULL handle is
+/// `ETHBCAST_ERR_INVALID`.
+///
+/// # Safety
+/// `group` is NULL or a live handle.
+unsafe fn on_group(
+    group: *const EthbcastGroup,
+    f: impl FnOnce(&EthbcastGroup) -> Result<(), Failure>,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller promises NULL or a live handle.
+        f(unsafe { group_ref(group) }?)
+    })
+}
+
+/// `f` of the group behind `group`, or -1 for a NULL handle (the queries that return a
+/// number).
+///
+/// # Safety
+/// `group` is NULL or a live handle.
+unsafe fn query(group: *const EthbcastGroup, f: impl FnOnce(&EthbcastGroup) -> c_int) -> c_int {
+    // SAFETY: the caller promises NULL or a live handle.
+    unsafe { group_ref(group) }.map_or(-1, f)
+}
+
 /// Fills `*out` with the default options. Returns `ETHBCAST_OK`, or
 /// `ETHBCAST_ERR_INVALID` if `out` is NULL.
 ///
@@ -566,10 +591,7 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_rank(group: *const EthbcastGroup) -> c_int {
     // SAFETY: the caller promises NULL or a live handle.
-    match unsafe { group_ref(group) } {
-        Ok(g) => c_int::from(g.endpoint.rank()),
-        Err(_) => -1,
-    }
+    unsafe { query(group, |g| c_int::from(g.endpoint.rank())) }
 }
 
 /// Number of members, or -1 if `group` is NULL.
@@ -579,10 +601,7 @@ pub unsafe extern "C" fn ethbcast_rank(group: *const EthbcastGroup) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_size(group: *const EthbcastGroup) -> c_int {
     // SAFETY: the caller promises NULL or a live handle.
-    match unsafe { group_ref(group) } {
-        Ok(g) => c_int::from(g.endpoint.size()),
-        Err(_) => -1,
-    }
+    unsafe { query(group, |g| c_int::from(g.endpoint.size())) }
 }
 
 /// Whether the group has a key (1) or not (0): with one, every frame is authenticated and a
@@ -594,10 +613,7 @@ pub unsafe extern "C" fn ethbcast_size(group: *const EthbcastGroup) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_keyed(group: *const EthbcastGroup) -> c_int {
     // SAFETY: the caller promises NULL or a live handle.
-    match unsafe { group_ref(group) } {
-        Ok(g) => c_int::from(g.endpoint.keyed()),
-        Err(_) => -1,
-    }
+    unsafe { query(group, |g| c_int::from(g.endpoint.keyed())) }
 }
 
 /// Broadcast (MPI_Bcast): at `root`, sends the `len` bytes at `buf`; at every other member,
@@ -615,9 +631,7 @@ pub unsafe extern "C" fn ethbcast_bcast(
     buf: *mut c_void,
     len: usize,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: the caller promises NULL or a live handle.
-        let g = unsafe { group_ref(group) }?;
+    let call = |g: &EthbcastGroup| {
         let root = u16::try_from(root).map_err(|_| {
             Failure::from(CallError::from(GroupError::BadRank {
                 rank: u16::MAX,
@@ -637,9 +651,10 @@ pub unsafe extern "C" fn ethbcast_bcast(
             // `len` <= isize::MAX as `from_raw_parts_mut` requires.
             unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
         };
-        g.endpoint.bcast(root, data)?;
-        Ok(())
-    })
+        Ok(g.endpoint.bcast(root, data)?)
+    };
+    // SAFETY: the caller promises NULL or a live handle.
+    unsafe { on_group(group, call) }
 }
 
 /// Barrier (MPI_Barrier): returns once every member has entered.
@@ -648,12 +663,8 @@ pub unsafe extern "C" fn ethbcast_bcast(
 /// `group` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_barrier(group: *mut EthbcastGroup) -> c_int {
-    guard(|| {
-        // SAFETY: the caller promises NULL or a live handle.
-        let g = unsafe { group_ref(group) }?;
-        g.endpoint.barrier()?;
-        Ok(())
-    })
+    // SAFETY: the caller promises NULL or a live handle.
+    unsafe { on_group(group, |g| Ok(g.endpoint.barrier()?)) }
 }
 
 /// Waits until everything this member broadcast has been acknowledged by every member.
@@ -662,12 +673,8 @@ pub unsafe extern "C" fn ethbcast_barrier(group: *mut EthbcastGroup) -> c_int {
 /// `group` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_flush(group: *mut EthbcastGroup) -> c_int {
-    guard(|| {
-        // SAFETY: the caller promises NULL or a live handle.
-        let g = unsafe { group_ref(group) }?;
-        g.endpoint.flush()?;
-        Ok(())
-    })
+    // SAFETY: the caller promises NULL or a live handle.
+    unsafe { on_group(group, |g| Ok(g.endpoint.flush()?)) }
 }
 
 /// Copies the group's counters into `*out`.
@@ -679,16 +686,16 @@ pub unsafe extern "C" fn ethbcast_counters(
     group: *const EthbcastGroup,
     out: *mut EthbcastCounters,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: the caller promises NULL or a live handle.
-        let g = unsafe { group_ref(group) }?;
+    let counters = |g: &EthbcastGroup| {
         if out.is_null() {
             return Err(Failure::invalid("counters pointer is NULL"));
         }
         // SAFETY: non-NULL, and the caller promises it points to writable counters.
         unsafe { out.write(g.endpoint.counters()) };
         Ok(())
-    })
+    };
+    // SAFETY: the caller promises NULL or a live handle.
+    unsafe { on_group(group, counters) }
 }
 
 /// Leaves the group and frees the handle: waits (up to the timeout) until this member's

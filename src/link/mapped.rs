@@ -25,10 +25,8 @@ pub(crate) trait Mapped: Link {
     fn push_with(&mut self, len: usize, fill: &dyn Fn(&mut [u8])) -> Result<bool, LinkError>;
     /// Kicks the kernel and waits up to `timeout` for a slot to come back; false if none did.
     fn wait_slot(&mut self, timeout: Duration) -> Result<bool, LinkError>;
-    /// The count of frames queued since the last kick.
+    /// The count of frames queued since the last kick ([`Link::flush`]).
     fn batch(&mut self) -> &mut Batch;
-    /// Kicks the kernel for everything queued.
-    fn kick(&mut self) -> Result<(), LinkError>;
 }
 
 /// Frames queued since the last kick, and how many make the queue kick by itself.
@@ -70,14 +68,14 @@ pub(crate) fn send(
     let batch = slots.batch();
     batch.queued += 1;
     if batch.queued >= batch.kick_at {
-        slots.kick()?;
+        slots.flush()?;
     }
     Ok(())
 }
 
 /// `Link::wait_ready`: kicks what is queued, then waits up to `wait` for a received frame.
 pub(crate) fn wait_ready(link: &mut impl Mapped, wait: Duration) -> Result<bool, LinkError> {
-    link.kick()?;
+    link.flush()?;
     let link = &*link;
     Ok(wait::wait_until(
         link.fd(),

@@ -312,8 +312,4 @@ impl Mapped for RingLink {
     fn batch(&mut self) -> &mut Batch {
         &mut self.batch_count
     }
-
-    fn kick(&mut self) -> Result<(), LinkError> {
-        self.flush()
-    }
 }

@@ -261,8 +261,4 @@ impl Mapped for XdpLink {
     fn batch(&mut self) -> &mut Batch {
         &mut self.batch
     }
-
-    fn kick(&mut self) -> Result<(), LinkError> {
-        self.flush()
-    }
 }

@@ -376,15 +376,15 @@ impl Control {
             }
             Control::TreeAck {
                 root,
-                next,
+                next: seq,
                 laggard,
-                view,
+                view: aux,
             } => {
                 r.flags |= Flags::TREE;
-                r.seq = next;
+                r.seq = seq;
                 r.msg_id = u32::from(root);
                 r.offset = u32::from(laggard);
-                r.aux = view;
+                r.aux = aux;
             }
             Control::Nack {
                 base,
@@ -397,17 +397,17 @@ impl Control {
             }
             Control::PeerNack {
                 root,
-                base,
-                missing,
+                base: seq,
+                missing: bitmap,
                 unheld,
             } => {
                 r.flags |= Flags::PEER;
                 if unheld {
                     r.flags |= Flags::UNHELD;
                 }
-                r.seq = base;
+                r.seq = seq;
                 r.msg_id = u32::from(root);
-                r.bitmap = missing;
+                r.bitmap = bitmap;
             }
             Control::Pull { msg_id, next } => {
                 r.seq = next;

@@ -184,33 +184,17 @@ impl Inner {
     /// Puts a frame on `src`'s uplink, due at the switch at `at` (not before the frames
     /// already on it).
     pub(super) fn push_uplink(&mut self, src: usize, at: u64, target: Target, pdu: Rc<[u8]>) {
-        let seq = self.next_seq();
+        let due = (at, self.next_seq());
         let q = &mut self.ports[src].uplink;
-        if q.is_empty() {
-            self.heap.push((at, seq), EventKind::Uplink(src));
-        }
-        q.push_back(InFlight {
-            at,
-            seq,
-            peer: target,
-            pdu,
-        });
+        enqueue(&mut self.heap, q, EventKind::Uplink(src), due, target, pdu);
     }
 
     /// Puts a frame on the switch's output link to `port`, due at `at` (not before the frames
     /// already on it).
     pub(super) fn push_downlink(&mut self, port: usize, at: u64, pdu: Rc<[u8]>) {
-        let seq = self.next_seq();
+        let due = (at, self.next_seq());
         let q = &mut self.ports[port].downlink;
-        if q.is_empty() {
-            self.heap.push((at, seq), EventKind::Downlink(port));
-        }
-        q.push_back(InFlight {
-            at,
-            seq,
-            peer: (),
-            pdu,
-        });
+        enqueue(&mut self.heap, q, EventKind::Downlink(port), due, (), pdu);
     }
 
     pub(super) fn cut(&self, a: usize, b: usize) -> bool {
@@ -531,4 +515,21 @@ pub(super) fn corrupt(rng: &mut ChaCha8Rng, frame: &[u8]) -> Rc<[u8]> {
         }
     }
     Rc::from(bytes)
+}
+
+/// Appends the frame `pdu` (to or from `peer`), due at `due` (time, creation order), to the
+/// link queue `q`; a frame that becomes the queue's front enters the heap as `event` (only
+/// fronts are in the heap).
+fn enqueue<P>(
+    heap: &mut EventQueue<(u64, u64), EventKind>,
+    q: &mut VecDeque<InFlight<P>>,
+    event: EventKind,
+    (at, seq): (u64, u64),
+    peer: P,
+    pdu: Rc<[u8]>,
+) {
+    if q.is_empty() {
+        heap.push((at, seq), event);
+    }
+    q.push_back(InFlight { at, seq, peer, pdu });
 }
