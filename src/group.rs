@@ -366,7 +366,10 @@ impl Group {
     }
 
     /// MPI_Bcast with the default algorithm: at the root `buf` is sent, elsewhere it is
-    /// replaced by the root's message. Every member must call it in the same order.
+    /// replaced by the root's message. Every member must call it in the same order. The
+    /// root's call returns once every frame of its message has been handed to the link (it
+    /// waits for the acknowledgements that make room in the window for the last ones), not
+    /// once every member has it (with failure detection: once every live member has it).
     pub fn bcast(&mut self, root: Rank, buf: &mut Vec<u8>) -> Result<Outcome, GroupError> {
         self.bcast_with(root, buf, self.opts.algorithm)
     }

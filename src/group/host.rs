@@ -489,10 +489,10 @@ fn idle() -> Result<(), HostError> {
 /// Sends `msg` as network root `nic_root` (this member), after taking in what arrived while
 /// the caller was away (acknowledgements of earlier messages free the window).
 ///
-/// `Group::bcast` returns at the root as soon as the member has queued the message, before a
-/// turn of the driver has handed its frames to the link: without the turn after it, the
-/// frames would leave only with the next call (an 8-byte MPI_Bcast took 3.3 ms instead of
-/// about 0.1 ms behind the C ABI's progress thread).
+/// `Group::bcast` returns at the root once the whole message is in the member's window, and
+/// hands it to the link as it returns; the turn after it takes in what arrived meanwhile and
+/// sends what that made. (An 8-byte MPI_Bcast took 3.3 ms instead of about 0.1 ms behind the
+/// C ABI's progress thread when its frames waited for the root's next call.)
 fn send(g: &mut Group, nic_root: u16, mut msg: Vec<u8>) -> Result<(), HostError> {
     g.progress(Duration::ZERO)?;
     g.bcast(nic_root, &mut msg)?;

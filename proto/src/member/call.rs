@@ -168,10 +168,19 @@ impl Member {
                 own: Some(data),
                 ..
             } if *root == me => {
-                // With failure detection the root's call returns when every live member has
-                // the message, so that a member that died during it is evicted and reported
-                // by this call.
-                (self.detector.is_none() || self.is_idle()).then(|| Ok(Done::Bcast(data.clone())))
+                // The root's call returns once its whole message is in the retransmission
+                // buffer, from where the driver's flush as the call returns sends it without
+                // waiting for anyone. A part still in the send queue (the window held earlier
+                // messages' unacknowledged frames, or a push-pull message waits for its pull)
+                // would leave only when the root is next driven, at its next call, while
+                // every receiver waits for it. With failure detection the call returns when
+                // every live member has the message, so that a member that died during it is
+                // evicted and reported by this call.
+                let done = match self.detector {
+                    None => self.send_queues_empty(),
+                    Some(_) => self.is_idle(),
+                };
+                done.then(|| Ok(Done::Bcast(data.clone())))
             }
             Call::Bcast {
                 root, algo, tag, ..

@@ -458,6 +458,13 @@ impl Member {
         self.engine.is_idle() && self.pairs.values().all(|e| e.is_idle())
     }
 
+    /// True when every message this member handed over (to the group or point-to-point) has
+    /// all its frames in a retransmission buffer: none waits in a send queue for room in the
+    /// window or for a pull. What is in the buffer leaves at the next flush.
+    pub fn send_queues_empty(&self) -> bool {
+        self.engine.sender().queued() == 0 && self.pairs.values().all(|e| e.sender().queued() == 0)
+    }
+
     // ---- calls ----
 
     /// Sends a control message of a layer above (membership) to `dst`.

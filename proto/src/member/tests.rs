@@ -207,3 +207,114 @@ mod liveness {
         assert!(m.is_live(1));
     }
 }
+
+/// The root's call and the window: a root returns only once its whole message is in its
+/// retransmission buffer, from where the driver's flush sends it without waiting for anyone.
+mod root_call {
+    use super::*;
+
+    /// Rank 0 of 3 and two receivers, default configuration (a 16-frame window).
+    fn group() -> Vec<Member> {
+        let now = Instant::now();
+        let macs: Vec<MacAddr> = (0..3).map(port_mac).collect();
+        (0..3)
+            .map(|r| Member::new(now, MemberConfig::new(Config::new(7, r, 3), macs.clone())))
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Sends every frame member `from` has to the members it is addressed to (a member's own
+    /// address: that one; the group's: every other member); returns how many it sent.
+    fn deliver(ms: &mut [Member], from: usize, now: Instant) -> usize {
+        let mut buf = vec![0u8; 9000];
+        let mut sent = 0;
+        while let Some(t) = ms[from].poll_transmit(now, &mut buf) {
+            let to = (0..ms.len()).find(|&j| port_mac(j as u16) == t.dst);
+            for j in (0..ms.len()).filter(|&j| j != from && to.is_none_or(|to| to == j)) {
+                ms[j].handle_frame(now, port_mac(from as u16), &buf[..t.len]);
+            }
+            sent += 1;
+        }
+        sent
+    }
+
+    fn message(round: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ round)
+            .collect()
+    }
+
+    /// The MPI program behind the C ABI's interposer: every rank calls bcast, a receiver's
+    /// call returns as its message completes and its acknowledgements stay with it until its
+    /// next call (it is out of the library meanwhile), and the root is driven only while its
+    /// call runs. A 16 KiB message is 12 frames of the 16-frame window, so the second one
+    /// finds the window holding the first one's 12 unacknowledged frames: room for 4. A root
+    /// that returned then would leave the other 8 in its send queue until its next call (or
+    /// its progress thread, a millisecond later and then backing off), while every receiver
+    /// waits for them. The root's call instead runs until the receivers, in their next call,
+    /// acknowledge the first message and the last frame is in the window: the round ends
+    /// without any timer (time does not move in this test).
+    #[test]
+    fn a_root_returns_only_once_its_whole_message_is_in_the_window() {
+        let mut ms = group();
+        let now = Instant::now();
+        let len: usize = 16 * 1024;
+        let max_payload = Config::new(7, 0, 3).max_payload();
+        assert_eq!(
+            len.div_ceil(max_payload),
+            12,
+            "12 frames of a 16-frame window"
+        );
+        for round in 0..4u8 {
+            let data = message(round, len);
+            // The root's call starts first: the receivers' acknowledgements of the previous
+            // message leave only as they enter their calls.
+            ms[0]
+                .bcast(now, 0, data.clone(), Algorithm::Simple)
+                .unwrap();
+            let (mut root_done, mut root_sent) = (false, 0);
+            let mut got = [false; 3];
+            for step in 0..8 {
+                if !root_done {
+                    if let Some(res) = ms[0].take_result() {
+                        assert!(matches!(res, Ok(Done::Bcast(_))));
+                        // The driver flushes once more as the call returns, then the root
+                        // is away (computing, or waiting for the others out of band).
+                        root_sent += deliver(&mut ms, 0, now);
+                        root_done = true;
+                    } else {
+                        root_sent += deliver(&mut ms, 0, now);
+                    }
+                }
+                if step == 0 {
+                    // The receivers enter: the driver's first flush of a call sends what
+                    // the previous call left (its acknowledgements).
+                    for m in &mut ms[1..] {
+                        m.bcast(now, 0, Vec::new(), Algorithm::Simple).unwrap();
+                    }
+                }
+                for r in 1..3 {
+                    if got[r] {
+                        continue;
+                    }
+                    if let Some(res) = ms[r].take_result() {
+                        match res {
+                            Ok(Done::Bcast(d)) => assert!(d == data, "round {round}: rank {r}"),
+                            other => panic!("round {round}: rank {r}: {other:?}"),
+                        }
+                        // Returns before sending what the last frames made.
+                        got[r] = true;
+                    } else {
+                        deliver(&mut ms, r, now);
+                    }
+                }
+            }
+            assert!(
+                root_done && got[1] && got[2],
+                "round {round}: root returned: {root_done} after sending {root_sent} frames, \
+                 received: {:?}",
+                &got[1..]
+            );
+        }
+    }
+}
