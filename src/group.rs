@@ -350,8 +350,16 @@ impl Group {
         let after = self.opts.timeout;
         let deadline = WallClock.now() + after;
         let r = if defer {
-            self.driver
-                .run_until_deferred(&WallClock, deadline, SLICE, Member::take_result)?
+            let r =
+                self.driver
+                    .run_until_deferred(&WallClock, deadline, SLICE, Member::take_result)?;
+            // Only acknowledgements wait for the next call: data the completing frames made
+            // (a tree relay's copies for its children) leaves now, or its receivers would
+            // wait for this member's next call.
+            if r.is_some() && self.driver.member().has_data_to_send() {
+                self.driver.flush(WallClock.now())?;
+            }
+            r
         } else {
             self.driver
                 .run_until(&WallClock, deadline, SLICE, Member::take_result)?

@@ -208,17 +208,18 @@ mod liveness {
     }
 }
 
-/// The root's call and the window: a root returns only once its whole message is in its
-/// retransmission buffer, from where the driver's flush sends it without waiting for anyone.
+/// The root's call and the window: a root (or a relay of the tree) returns only once its
+/// whole message is in its retransmission buffers, from where the driver's flush sends it
+/// without waiting for anyone.
 mod root_call {
     use super::*;
 
-    /// Rank 0 of 3 and two receivers, default configuration (a 16-frame window).
-    fn group() -> Vec<Member> {
+    /// `n` members, default configuration (16-frame windows, also point to point).
+    fn group(n: u16) -> Vec<Member> {
         let now = Instant::now();
-        let macs: Vec<MacAddr> = (0..3).map(port_mac).collect();
-        (0..3)
-            .map(|r| Member::new(now, MemberConfig::new(Config::new(7, r, 3), macs.clone())))
+        let macs: Vec<MacAddr> = (0..n).map(port_mac).collect();
+        (0..n)
+            .map(|r| Member::new(now, MemberConfig::new(Config::new(7, r, n), macs.clone())))
             .collect::<Result<_, _>>()
             .unwrap()
     }
@@ -244,22 +245,21 @@ mod root_call {
             .collect()
     }
 
-    /// The MPI program behind the C ABI's interposer: every rank calls bcast, a receiver's
-    /// call returns as its message completes and its acknowledgements stay with it until its
-    /// next call (it is out of the library meanwhile), and the root is driven only while its
-    /// call runs. A 16 KiB message is 12 frames of the 16-frame window, so the second one
-    /// finds the window holding the first one's 12 unacknowledged frames: room for 4. A root
-    /// that returned then would leave the other 8 in its send queue until its next call (or
-    /// its progress thread, a millisecond later and then backing off), while every receiver
-    /// waits for them. The root's call instead runs until the receivers, in their next call,
-    /// acknowledge the first message and the last frame is in the window: the round ends
-    /// without any timer (time does not move in this test).
-    #[test]
-    fn a_root_returns_only_once_its_whole_message_is_in_the_window() {
-        let mut ms = group();
+    /// Four rounds of 16 KiB broadcasts from rank 0 of `n` with `algo`, run the way the MPI
+    /// program behind the C ABI's interposer runs them: every rank calls bcast, and a member
+    /// is driven only while its call runs. A receiver's call returns as its message
+    /// completes, and what the completing frames made stays with it until its next call
+    /// (its acknowledgements; data to forward leaves as the call returns, as `Group` sends
+    /// it). 16 KiB is 12 frames of a 16-frame window, so the second message finds the window
+    /// holding the first one's 12 unacknowledged frames: room for 4. A member that returned
+    /// then would leave the other 8 in its send queue until its next call (or its progress
+    /// thread, a millisecond later and then backing off), while the members below it wait for
+    /// them. Time does not move: every round must end without a timer.
+    fn rounds(n: u16, algo: Algorithm) {
+        let mut ms = group(n);
         let now = Instant::now();
         let len: usize = 16 * 1024;
-        let max_payload = Config::new(7, 0, 3).max_payload();
+        let max_payload = Config::new(7, 0, n).max_payload();
         assert_eq!(
             len.div_ceil(max_payload),
             12,
@@ -269,52 +269,51 @@ mod root_call {
             let data = message(round, len);
             // The root's call starts first: the receivers' acknowledgements of the previous
             // message leave only as they enter their calls.
-            ms[0]
-                .bcast(now, 0, data.clone(), Algorithm::Simple)
-                .unwrap();
-            let (mut root_done, mut root_sent) = (false, 0);
-            let mut got = [false; 3];
-            for step in 0..8 {
-                if !root_done {
-                    if let Some(res) = ms[0].take_result() {
-                        assert!(matches!(res, Ok(Done::Bcast(_))));
-                        // The driver flushes once more as the call returns, then the root
-                        // is away (computing, or waiting for the others out of band).
-                        root_sent += deliver(&mut ms, 0, now);
-                        root_done = true;
-                    } else {
-                        root_sent += deliver(&mut ms, 0, now);
-                    }
-                }
-                if step == 0 {
-                    // The receivers enter: the driver's first flush of a call sends what
-                    // the previous call left (its acknowledgements).
-                    for m in &mut ms[1..] {
-                        m.bcast(now, 0, Vec::new(), Algorithm::Simple).unwrap();
-                    }
-                }
-                for r in 1..3 {
-                    if got[r] {
+            ms[0].bcast(now, 0, data.clone(), algo).unwrap();
+            let (mut done, mut sent) = (vec![false; ms.len()], vec![0; ms.len()]);
+            for step in 0..16 {
+                for r in 0..ms.len() {
+                    if done[r] {
                         continue;
                     }
-                    if let Some(res) = ms[r].take_result() {
-                        match res {
-                            Ok(Done::Bcast(d)) => assert!(d == data, "round {round}: rank {r}"),
-                            other => panic!("round {round}: rank {r}: {other:?}"),
+                    if step == 0 && r > 0 {
+                        // The driver's first flush of a call sends what the previous call
+                        // left (its acknowledgements).
+                        ms[r].bcast(now, 0, Vec::new(), algo).unwrap();
+                    }
+                    match ms[r].take_result() {
+                        None => sent[r] += deliver(&mut ms, r, now),
+                        Some(Ok(Done::Bcast(d))) => {
+                            assert!(d == data, "round {round}: rank {r}'s message");
+                            // The root's driver flushes once more as the call returns, and so
+                            // does a receiver's when it has data to send. Then the member is
+                            // away (computing, or waiting for the others out of band).
+                            if r == 0 || ms[r].has_data_to_send() {
+                                sent[r] += deliver(&mut ms, r, now);
+                            }
+                            done[r] = true;
                         }
-                        // Returns before sending what the last frames made.
-                        got[r] = true;
-                    } else {
-                        deliver(&mut ms, r, now);
+                        Some(other) => panic!("round {round}: rank {r}: {other:?}"),
                     }
                 }
             }
             assert!(
-                root_done && got[1] && got[2],
-                "round {round}: root returned: {root_done} after sending {root_sent} frames, \
-                 received: {:?}",
-                &got[1..]
+                done.iter().all(|&d| d),
+                "round {round}: returned {done:?} after sending {sent:?} frames"
             );
         }
+    }
+
+    #[test]
+    fn a_root_returns_only_once_its_whole_message_is_in_the_window() {
+        rounds(3, Algorithm::Simple);
+        rounds(3, Algorithm::PushPull);
+    }
+
+    /// In a binomial tree of 4 from rank 0, rank 0 sends to 1 and 2 and rank 2 relays to 3,
+    /// each copy through the pair's own 16-frame window.
+    #[test]
+    fn a_tree_relay_returns_only_once_its_copies_are_in_their_windows() {
+        rounds(4, Algorithm::Tree);
     }
 }
