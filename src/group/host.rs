@@ -263,19 +263,18 @@ fn net_namespace() -> u64 {
         .unwrap_or(0)
 }
 
-/// Longest message whose root returns without waiting for every member's acknowledgement
-/// (`usize::MAX`: none waits). The broadcasts by hardware need no such wait: a root's call
-/// runs until the whole message is in its window ([`Group::bcast`]), so nothing of it is
-/// left for the root to send after the call, and its acknowledgements, which receivers send
-/// at their next call (a receiver's bcast returns before acknowledging), make room for the
-/// root's next message. Waiting for them here stalled every 64 KiB MPI_Bcast over the
-/// interposer by 0.8-4.5 ms (median 2.4 ms): the receivers, out of the library, acknowledged
-/// only from their progress threads. The tree's root (point to point) waits, as it did.
+/// Longest message whose root returns without waiting for every member's acknowledgement:
+/// none waits (`usize::MAX`), whatever the algorithm. No broadcast needs the wait: a root's
+/// call runs until the whole message is in its windows, and so does a tree relay's until its
+/// copies are ([`Group::bcast`]), so nothing is left for them to send after the call. Their
+/// acknowledgements, which receivers send at their next call (a receiver's bcast returns
+/// before acknowledging), make room for the next message. Waiting for them here only waited
+/// for the receivers' progress threads behind the interposer: every 64 KiB MPI_Bcast stalled
+/// 0.8-4.5 ms (median 2.4 ms) in the root's wait, every tree broadcast about 3 ms.
+/// [`HostOptions::root_waits_above`] still asks for the wait.
 pub fn root_waits_above(algorithm: Algorithm) -> usize {
-    match algorithm {
-        Algorithm::Simple | Algorithm::PushPull => usize::MAX,
-        Algorithm::Tree => 0,
-    }
+    let _ = algorithm;
+    usize::MAX
 }
 
 impl HostGroup {
