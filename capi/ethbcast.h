@@ -124,7 +124,7 @@
 #define ETHBCAST_HOST_SPIN_FOREVER UINT32_MAX
 
 /**
- * `root_waits_above` as the algorithm needs.
+ * `root_waits_above` as the algorithm needs (never).
  */
 #define ETHBCAST_ROOT_WAITS_AUTO UINT32_MAX
 
@@ -178,10 +178,10 @@ typedef struct ethbcast_options_t {
   /**
    * A root's `ethbcast_bcast` of more than this many bytes returns only once every member
    * has acknowledged the message; shorter ones return as soon as they are sent.
-   * `ETHBCAST_ROOT_WAITS_AUTO` (the default): as the algorithm needs (simple: 16 KiB, the
-   * window's reach; push-pull: 860 bytes, what it pushes before receivers pull; tree:
-   * always). Beyond that the root must keep serving its message, and a root that returned
-   * would do so only when it next calls in (or when the progress thread looks).
+   * `ETHBCAST_ROOT_WAITS_AUTO` (the default): never, with every algorithm (a root's call
+   * runs until its whole message is in its window, so nothing is left for it to send).
+   * Waiting costs the time until every receiver acknowledges, which a receiver does at its
+   * next call or when its progress thread looks.
    */
   uint32_t root_waits_above;
   /**

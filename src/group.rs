@@ -352,6 +352,12 @@ impl Group {
         let r = self
             .driver
             .run_until(&WallClock, deadline, SLICE, sends, Member::take_result)?;
+        // Only acknowledgements wait for the next call: data the completing frames made (a
+        // tree relay's copies for its children) leaves now, or its receivers would wait for
+        // this member's next call.
+        if sends == Sends::Deferred && r.is_some() && self.driver.member().has_data_to_send() {
+            self.driver.flush(WallClock.now())?;
+        }
         match r {
             Some(r) => Ok(r?),
             None => {
@@ -362,7 +368,10 @@ impl Group {
     }
 
     /// MPI_Bcast with the default algorithm: at the root `buf` is sent, elsewhere it is
-    /// replaced by the root's message. Every member must call it in the same order.
+    /// replaced by the root's message. Every member must call it in the same order. The
+    /// root's call returns once every frame of its message has been handed to the link (it
+    /// waits for the acknowledgements that make room in the window for the last ones), not
+    /// once every member has it (with failure detection: once every live member has it).
     pub fn bcast(&mut self, root: Rank, buf: &mut Vec<u8>) -> Result<Outcome, GroupError> {
         self.bcast_with(root, buf, self.opts.algorithm)
     }

@@ -31,7 +31,7 @@
  * default adaptive), ETHBCAST_ALGO (simple, pushpull, tree; default simple),
  * ETHBCAST_PROGRESS_THREAD=0 (no progress thread: only for programs that call collectives
  * all the time), ETHBCAST_ROOT_WAITS_ABOVE=BYTES (a root's broadcast longer than this returns
- * once all acknowledged; default: as the algorithm needs),
+ * once all acknowledged; default: none waits),
  * ETHBCAST_HOST_SPIN_US (ranks sharing a host look again for this long before sleeping on a
  * futex; default 20; "forever": never sleep),
  * ETHBCAST_MPI_MAX_BYTES (broadcasts longer than this go to the MPI's own MPI_Bcast; default

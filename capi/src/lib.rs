@@ -88,7 +88,7 @@ pub const ETHBCAST_ALGO_TREE: u32 = 2;
 /// `host_spin_us`: never sleep, keep looking (yielding the CPU in between).
 pub const ETHBCAST_HOST_SPIN_FOREVER: u32 = u32::MAX;
 
-/// `root_waits_above` as the algorithm needs.
+/// `root_waits_above` as the algorithm needs (never).
 pub const ETHBCAST_ROOT_WAITS_AUTO: u32 = u32::MAX;
 
 /// Options of `ethbcast_open`. Fill with `ethbcast_options_default` first, then change
@@ -116,10 +116,10 @@ pub struct EthbcastOptions {
     pub linger_ms: u32,
     /// A root's `ethbcast_bcast` of more than this many bytes returns only once every member
     /// has acknowledged the message; shorter ones return as soon as they are sent.
-    /// `ETHBCAST_ROOT_WAITS_AUTO` (the default): as the algorithm needs (simple: 16 KiB, the
-    /// window's reach; push-pull: 860 bytes, what it pushes before receivers pull; tree:
-    /// always). Beyond that the root must keep serving its message, and a root that returned
-    /// would do so only when it next calls in (or when the progress thread looks).
+    /// `ETHBCAST_ROOT_WAITS_AUTO` (the default): never, with every algorithm (a root's call
+    /// runs until its whole message is in its window, so nothing is left for it to send).
+    /// Waiting costs the time until every receiver acknowledges, which a receiver does at its
+    /// next call or when its progress thread looks.
     pub root_waits_above: u32,
     /// Ranks sharing a host wait for each other in shared memory: they look again (yielding
     /// the CPU) for this many µs, then sleep on a futex. `ETHBCAST_HOST_SPIN_FOREVER`: never

@@ -1039,6 +1039,12 @@ impl Engine {
         !self.outbox.is_empty() || self.tx.has_transmit()
     }
 
+    /// True if frames of this member's own stream (fresh data or repairs) are waiting to be
+    /// sent, as opposed to control frames only (acknowledgements, requests).
+    pub fn has_data_to_send(&self) -> bool {
+        self.tx.has_transmit()
+    }
+
     /// Writes the next frame to send into `buf` (at least `max_pdu` bytes). Control frames go
     /// first, then repairs, then fresh data.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {

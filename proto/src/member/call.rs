@@ -14,7 +14,8 @@ pub(super) enum Call {
         root: Rank,
         algo: Algorithm,
         tag: Tag,
-        /// At the root: its message, until every live member acknowledged it.
+        /// At the root: its message, until the call completes. At a relay of the tree: the
+        /// message it forwards, until its copies are whole in their windows.
         own: Option<Vec<u8>>,
     },
     /// A barrier of machine `which`, epoch `epoch`.
@@ -155,11 +156,11 @@ impl Member {
 
     /// Completes the call in progress if it can.
     pub(super) fn advance(&mut self, now: Instant) {
-        let Some(call) = self.call.take() else {
+        let Some(mut call) = self.call.take() else {
             return;
         };
         let me = self.rank();
-        let outcome = match &call {
+        let outcome = match &mut call {
             Call::Barrier { which, epoch } => self.barriers[*which]
                 .is_released(*epoch)
                 .then_some(Ok(Done::Barrier)),
@@ -168,13 +169,32 @@ impl Member {
                 own: Some(data),
                 ..
             } if *root == me => {
-                // With failure detection the root's call returns when every live member has
-                // the message, so that a member that died during it is evicted and reported
-                // by this call.
-                (self.detector.is_none() || self.is_idle()).then(|| Ok(Done::Bcast(data.clone())))
+                // The root's call returns once its whole message is in the retransmission
+                // buffer, from where the driver's flush as the call returns sends it without
+                // waiting for anyone. A part still in the send queue (the window held earlier
+                // messages' unacknowledged frames, or a push-pull message waits for its pull)
+                // would leave only when the root is next driven, at its next call, while
+                // every receiver waits for it. With failure detection the call returns when
+                // every live member has the message, so that a member that died during it is
+                // evicted and reported by this call.
+                let done = match self.detector {
+                    None => self.send_queues_empty(),
+                    Some(_) => self.is_idle(),
+                };
+                done.then(|| Ok(Done::Bcast(data.clone())))
             }
+            // A relay of the tree returns, as the root does, once its copies for its children
+            // are whole in their windows.
             Call::Bcast {
-                root, algo, tag, ..
+                own: Some(data), ..
+            } => self
+                .send_queues_empty()
+                .then(|| Ok(Done::Bcast(std::mem::take(data)))),
+            Call::Bcast {
+                root,
+                algo,
+                tag,
+                own,
             } => {
                 let (root, algo, tag) = (*root, *algo, *tag);
                 let hw = (algo != Algorithm::Tree)
@@ -183,10 +203,14 @@ impl Member {
                 match hw {
                     Some(data) => Some(Ok(Done::Bcast(data))),
                     None => match self.take_tree(now, tag) {
-                        Some(data) => Some(
-                            self.forward_tree(now, tag, &data)
-                                .map(|()| Done::Bcast(data)),
-                        ),
+                        Some(data) => match self.forward_tree(now, tag, &data) {
+                            Err(e) => Some(Err(e)),
+                            Ok(()) if self.send_queues_empty() => Some(Ok(Done::Bcast(data))),
+                            Ok(()) => {
+                                *own = Some(data);
+                                None
+                            }
+                        },
                         None if !self.is_live(root) => Some(Err(MemberError::PeerDead(root))),
                         None => None,
                     },

@@ -436,6 +436,19 @@ impl Member {
         self.engine.is_idle() && self.pairs.values().all(|e| e.is_idle())
     }
 
+    /// True if frames of data (fresh or repairs, to the group or point-to-point) are waiting
+    /// to be sent, as opposed to control frames only (acknowledgements, requests).
+    pub fn has_data_to_send(&self) -> bool {
+        self.engine.has_data_to_send() || self.pairs.values().any(Engine::has_data_to_send)
+    }
+
+    /// True when every message this member handed over (to the group or point-to-point) has
+    /// all its frames in a retransmission buffer: none waits in a send queue for room in the
+    /// window or for a pull. What is in the buffer leaves at the next flush.
+    pub fn send_queues_empty(&self) -> bool {
+        self.engine.sender().queued() == 0 && self.pairs.values().all(|e| e.sender().queued() == 0)
+    }
+
     // ---- calls ----
 
     /// Sends a control message of a layer above (membership) to `dst`.

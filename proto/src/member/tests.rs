@@ -207,3 +207,113 @@ mod liveness {
         assert!(m.is_live(1));
     }
 }
+
+/// The root's call and the window: a root (or a relay of the tree) returns only once its
+/// whole message is in its retransmission buffers, from where the driver's flush sends it
+/// without waiting for anyone.
+mod root_call {
+    use super::*;
+
+    /// `n` members, default configuration (16-frame windows, also point to point).
+    fn group(n: u16) -> Vec<Member> {
+        let now = Instant::now();
+        let macs: Vec<MacAddr> = (0..n).map(port_mac).collect();
+        (0..n)
+            .map(|r| Member::new(now, MemberConfig::new(Config::new(7, r, n), macs.clone())))
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Sends every frame member `from` has to the members it is addressed to (a member's own
+    /// address: that one; the group's: every other member); returns how many it sent.
+    fn deliver(ms: &mut [Member], from: usize, now: Instant) -> usize {
+        let mut buf = vec![0u8; 9000];
+        let mut sent = 0;
+        while let Some(t) = ms[from].poll_transmit(now, &mut buf) {
+            let to = (0..ms.len()).find(|&j| port_mac(j as u16) == t.dst);
+            for j in (0..ms.len()).filter(|&j| j != from && to.is_none_or(|to| to == j)) {
+                ms[j].handle_frame(now, port_mac(from as u16), &buf[..t.len]);
+            }
+            sent += 1;
+        }
+        sent
+    }
+
+    fn message(round: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ round)
+            .collect()
+    }
+
+    /// Four rounds of 16 KiB broadcasts from rank 0 of `n` with `algo`, run the way the MPI
+    /// program behind the C ABI's interposer runs them: every rank calls bcast, and a member
+    /// is driven only while its call runs. A receiver's call returns as its message
+    /// completes, and what the completing frames made stays with it until its next call
+    /// (its acknowledgements; data to forward leaves as the call returns, as `Group` sends
+    /// it). 16 KiB is 12 frames of a 16-frame window, so the second message finds the window
+    /// holding the first one's 12 unacknowledged frames: room for 4. A member that returned
+    /// then would leave the other 8 in its send queue until its next call (or its progress
+    /// thread, a millisecond later and then backing off), while the members below it wait for
+    /// them. Time does not move: every round must end without a timer.
+    fn rounds(n: u16, algo: Algorithm) {
+        let mut ms = group(n);
+        let now = Instant::now();
+        let len: usize = 16 * 1024;
+        let max_payload = Config::new(7, 0, n).max_payload();
+        assert_eq!(
+            len.div_ceil(max_payload),
+            12,
+            "12 frames of a 16-frame window"
+        );
+        for round in 0..4u8 {
+            let data = message(round, len);
+            // The root's call starts first: the receivers' acknowledgements of the previous
+            // message leave only as they enter their calls.
+            ms[0].bcast(now, 0, data.clone(), algo).unwrap();
+            let (mut done, mut sent) = (vec![false; ms.len()], vec![0; ms.len()]);
+            for step in 0..16 {
+                for r in 0..ms.len() {
+                    if done[r] {
+                        continue;
+                    }
+                    if step == 0 && r > 0 {
+                        // The driver's first flush of a call sends what the previous call
+                        // left (its acknowledgements).
+                        ms[r].bcast(now, 0, Vec::new(), algo).unwrap();
+                    }
+                    match ms[r].take_result() {
+                        None => sent[r] += deliver(&mut ms, r, now),
+                        Some(Ok(Done::Bcast(d))) => {
+                            assert!(d == data, "round {round}: rank {r}'s message");
+                            // The root's driver flushes once more as the call returns, and so
+                            // does a receiver's when it has data to send. Then the member is
+                            // away (computing, or waiting for the others out of band).
+                            if r == 0 || ms[r].has_data_to_send() {
+                                sent[r] += deliver(&mut ms, r, now);
+                            }
+                            done[r] = true;
+                        }
+                        Some(other) => panic!("round {round}: rank {r}: {other:?}"),
+                    }
+                }
+            }
+            assert!(
+                done.iter().all(|&d| d),
+                "round {round}: returned {done:?} after sending {sent:?} frames"
+            );
+        }
+    }
+
+    #[test]
+    fn a_root_returns_only_once_its_whole_message_is_in_the_window() {
+        rounds(3, Algorithm::Simple);
+        rounds(3, Algorithm::PushPull);
+    }
+
+    /// In a binomial tree of 4 from rank 0, rank 0 sends to 1 and 2 and rank 2 relays to 3,
+    /// each copy through the pair's own 16-frame window.
+    #[test]
+    fn a_tree_relay_returns_only_once_its_copies_are_in_their_windows() {
+        rounds(4, Algorithm::Tree);
+    }
+}
