@@ -38,8 +38,9 @@ use crate::testbed::TestbedConfig;
 pub const METHOD: &str = "C program under mpirun/mpiexec, one process per rank in the \
 test-bed's namespaces; bcast latency = root's call until the LAST rank returned (one machine, \
 one CLOCK_MONOTONIC), barrier = last rank entering to last rank leaving; iterations separated \
-out of band (futex barrier on a shared-memory file); warm-up not counted; mean80 = mean of the \
-middle 80%; every rank checks every byte";
+out of band (futex barrier on a shared-memory file); warm-up not counted; each run's iterations \
+split over rounds in which the runs take turns; mean80 = mean of the middle 80%; every rank \
+checks every byte";
 
 /// Options of an MPI run.
 #[derive(Debug, Clone)]
@@ -54,8 +55,12 @@ pub struct MpiBenchOptions {
     pub sizes: Vec<usize>,
     /// Measured iterations per size (and of the barrier).
     pub iters: usize,
-    /// Unmeasured iterations before them.
+    /// Unmeasured iterations before them (in every job).
     pub warmup: usize,
+    /// Jobs each run's iterations are split over, the runs taking turns (A B A B ...): a
+    /// machine that slows down or speeds up during the benchmark then weighs on every run
+    /// alike, instead of on whichever ran at that time.
+    pub rounds: usize,
     /// The interposer's wait mode (`ETHBCAST_WAIT`).
     pub wait: String,
     /// Test-bed prefix.
@@ -78,6 +83,7 @@ impl MpiBenchOptions {
             sizes: vec![8, 64, 256, 1024, 4096, 16384, 65536],
             iters: 500,
             warmup: 50,
+            rounds: 4,
             wait: "adaptive".into(),
             prefix: "ebmpi".into(),
             job_timeout: Duration::from_secs(240),
@@ -130,7 +136,7 @@ pub struct Report {
 }
 
 /// One line of mpi_bench's output.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize)]
 struct Line {
     op: String,
     size: usize,
@@ -177,38 +183,23 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
         notes: Vec::new(),
         method: METHOD.into(),
     };
+    let rounds = o.rounds.clamp(1, o.iters);
     for (m, exe, so) in &programs {
-        for run in runs(o) {
-            let sync = format!("/dev/shm/ethbcast-mpi-bench-{}-{m}", o.prefix);
-            let mut args = vec![sync.clone(), o.iters.to_string(), o.warmup.to_string()];
-            args.extend(o.sizes.iter().map(|s| s.to_string()));
-            let mut env = Vec::new();
-            if run.path != "mpi" {
-                env.push(("LD_PRELOAD".to_string(), so.display().to_string()));
-                env.push(("ETHBCAST_IFACE".into(), mpi::IFACE.into()));
-                env.push(("ETHBCAST_WAIT".into(), o.wait.clone()));
-                env.push(("ETHBCAST_MPI_VERBOSE".into(), "1".into()));
-                env.extend(run.env.iter().cloned());
-            }
-            let job = Job {
-                mpi: *m,
-                hosts: run.hosts,
-                ranks_per_host: run.ranks_per_host,
-                program: exe.clone(),
-                args,
-                env,
-                timeout: o.job_timeout,
-            };
-            let out = bed.run(&job);
-            let _ = std::fs::remove_file(&sync);
-            let out = match out {
-                Ok(out) => out,
-                Err(e) => {
-                    report.notes.push(format!("{m} {}: {e}", run.label()));
-                    continue;
+        let runs = runs(o);
+        let mut pooled: Vec<Vec<Line>> = vec![Vec::new(); runs.len()];
+        for round in 0..rounds {
+            // This round's share of the iterations (the first rounds take the remainder).
+            let iters = o.iters / rounds + usize::from(round < o.iters % rounds);
+            for (run, pool) in runs.iter().zip(&mut pooled) {
+                let out = job(&bed, o, (*m, exe, so), run, iters);
+                match out.and_then(|out| lines(run, &out, o.sizes.len() + 1)) {
+                    Ok(lines) => pool.extend(lines),
+                    Err(e) => report.notes.push(format!("{m} {}: {e}", run.label())),
                 }
-            };
-            collect(&mut report, *m, &run, o, &out);
+            }
+        }
+        for (run, pool) in runs.iter().zip(pooled) {
+            rows(&mut report, *m, run, o, pool);
         }
     }
     bed.down()?;
@@ -277,54 +268,68 @@ fn runs(o: &MpiBenchOptions) -> Vec<Run> {
     runs
 }
 
-fn collect(report: &mut Report, m: MpiImpl, run: &Run, o: &MpiBenchOptions, out: &JobOutput) {
-    let what = format!("{m} {}", run.label());
-    let interposer = run.path != "mpi";
-    if interposer {
+/// Runs one job of `run` with `iters` measured iterations per size.
+fn job(
+    bed: &MpiBed,
+    o: &MpiBenchOptions,
+    (m, exe, so): (MpiImpl, &Path, &Path),
+    run: &Run,
+    iters: usize,
+) -> Result<JobOutput, String> {
+    let sync = format!("/dev/shm/ethbcast-mpi-bench-{}-{m}", o.prefix);
+    let mut args = vec![sync.clone(), iters.to_string(), o.warmup.to_string()];
+    args.extend(o.sizes.iter().map(|s| s.to_string()));
+    let mut env = Vec::new();
+    if run.path != "mpi" {
+        env.push(("LD_PRELOAD".to_string(), so.display().to_string()));
+        env.push(("ETHBCAST_IFACE".into(), mpi::IFACE.into()));
+        env.push(("ETHBCAST_WAIT".into(), o.wait.clone()));
+        env.push(("ETHBCAST_MPI_VERBOSE".into(), "1".into()));
+        env.extend(run.env.iter().cloned());
+    }
+    let job = Job {
+        mpi: m,
+        hosts: run.hosts,
+        ranks_per_host: run.ranks_per_host,
+        program: exe.to_path_buf(),
+        args,
+        env,
+        timeout: o.job_timeout,
+    };
+    let out = bed.run(&job);
+    let _ = std::fs::remove_file(&sync);
+    out.map_err(|e| e.to_string())
+}
+
+/// The result lines of one job of `run` (`expected`: one per size and the barrier's); a job
+/// that fell back to PMPI, failed or printed fewer is an error that says why.
+fn lines(run: &Run, out: &JobOutput, expected: usize) -> Result<Vec<Line>, String> {
+    if run.path != "mpi" {
         if let Some(w) = out
             .stderr
             .lines()
             .find(|l| l.contains("hardware broadcast is off"))
         {
-            report.notes.push(format!("{what}: fell back to PMPI: {w}"));
-            return;
+            return Err(format!("fell back to PMPI: {w}"));
         }
     }
-    let mut seen = 0;
+    let mut lines = Vec::new();
     for line in out.stdout.lines().filter(|l| l.starts_with('{')) {
-        let Ok(l) = serde_json::from_str::<Line>(line) else {
-            report
-                .notes
-                .push(format!("{what}: unreadable line {line:?}"));
-            continue;
-        };
-        let s = summarize(&l.samples_us);
-        report.rows.push(Row {
-            mpi: m.name().into(),
-            op: l.op,
-            size: l.size,
-            ranks: l.ranks,
-            interposer,
-            ranks_per_host: run.ranks_per_host,
-            path: run.path.into(),
-            env: env_text(&run.env),
-            mean80_us: s.mean80_us,
-            median_us: s.median_us,
-            p99_us: s.p99_us,
-            verified: l.verified && l.samples_us.len() == o.iters,
-        });
-        seen += 1;
+        match serde_json::from_str::<Line>(line) {
+            Ok(l) => lines.push(l),
+            Err(_) => return Err(format!("unreadable line {line:?}")),
+        }
     }
-    let expected = o.sizes.len() + 1;
-    if !out.success() || seen < expected {
+    if !out.success() || lines.len() < expected {
         let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
-        report.notes.push(format!(
-            "{what}: {} after {:.0?}, {seen} of {expected} rows{}",
+        return Err(format!(
+            "{} after {:.0?}, {} of {expected} rows{}",
             match out.status {
                 Some(s) => format!("exit {s}"),
                 None => "killed at the job timeout".into(),
             },
             out.elapsed,
+            lines.len(),
             if tail.is_empty() {
                 String::new()
             } else {
@@ -334,6 +339,40 @@ fn collect(report: &mut Report, m: MpiImpl, run: &Run, o: &MpiBenchOptions, out:
                 )
             }
         ));
+    }
+    Ok(lines)
+}
+
+/// One row per (operation, size) of `run`, over the samples of all its rounds; verified when
+/// every round was and every iteration is there.
+fn rows(report: &mut Report, m: MpiImpl, run: &Run, o: &MpiBenchOptions, pool: Vec<Line>) {
+    let mut by_key: Vec<((String, usize), Line)> = Vec::new();
+    for l in pool {
+        let key = (l.op.clone(), l.size);
+        match by_key.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, acc)) => {
+                acc.verified &= l.verified;
+                acc.samples_us.extend(l.samples_us);
+            }
+            None => by_key.push((key, l)),
+        }
+    }
+    for (_, l) in by_key {
+        let s = summarize(&l.samples_us);
+        report.rows.push(Row {
+            mpi: m.name().into(),
+            op: l.op,
+            size: l.size,
+            ranks: l.ranks,
+            interposer: run.path != "mpi",
+            ranks_per_host: run.ranks_per_host,
+            path: run.path.into(),
+            env: env_text(&run.env),
+            mean80_us: s.mean80_us,
+            median_us: s.median_us,
+            p99_us: s.p99_us,
+            verified: l.verified && l.samples_us.len() == o.iters,
+        });
     }
 }
 
@@ -484,9 +523,14 @@ pub struct Args {
     /// Measured iterations per size and of the barrier.
     #[arg(long, default_value_t = 500)]
     iters: usize,
-    /// Unmeasured iterations before them.
+    /// Unmeasured iterations before them, in every job.
     #[arg(long, default_value_t = 50)]
     warmup: usize,
+    /// Jobs each run's iterations are split over, the runs (Open MPI alone, the interposer,
+    /// every --also) taking turns, so that a machine whose speed drifts during the benchmark
+    /// weighs on all of them alike.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
     /// The interposer's wait mode: adaptive, block, spin, doze.
     #[arg(long, default_value = "adaptive")]
     wait: WaitMode,
@@ -515,7 +559,8 @@ impl Args {
         o.sizes = self.sizes;
         o.iters = self.iters;
         o.warmup = self.warmup;
-        o.wait = format!("{:?}", self.wait).to_ascii_lowercase();
+        o.rounds = self.rounds;
+        o.wait = self.wait.to_string();
         o.prefix = self.prefix;
         o.job_timeout = Duration::from_secs(self.job_timeout);
         match run(&o) {
