@@ -54,8 +54,9 @@ pub enum Sends {
     /// may come after a long computation.
     Now,
     /// For a call that needs nothing sent once its result came in (a receiver's message):
-    /// when the frames of a turn complete the call, it returns before sending what they made
-    /// (acknowledgements), which leaves at the start of the next call or turn. The caller has
+    /// when the frames of a turn complete the call and made only acknowledgements
+    /// ([`Machine::has_data_to_send`] says no), it returns before sending them; they leave at
+    /// the start of the next call or turn. The caller has
     /// its message one system call sooner; the acknowledgement leaves when the member next
     /// waits, off the broadcast's critical path.
     Deferred,
@@ -163,8 +164,10 @@ impl<L: Link, M: Machine> Driver<L, M> {
         let mut received = false;
         loop {
             if let Some(v) = ready(&mut self.member) {
-                // A deferred call completed by received frames leaves them for the next call.
-                if !(defer && received) {
+                // A deferred call completed by received frames leaves what they made for the
+                // next call, if that is acknowledgements only: data (a tree relay's copies for
+                // its children) goes now, or its receivers would wait for that next call.
+                if !(defer && received) || self.member.has_data_to_send() {
                     self.flush(clock.now())?;
                 }
                 return Ok(Some(v));

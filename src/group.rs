@@ -352,12 +352,6 @@ impl Group {
         let r = self
             .driver
             .run_until(&WallClock, deadline, SLICE, sends, Member::take_result)?;
-        // Only acknowledgements wait for the next call: data the completing frames made (a
-        // tree relay's copies for its children) leaves now, or its receivers would wait for
-        // this member's next call.
-        if sends == Sends::Deferred && r.is_some() && self.driver.member().has_data_to_send() {
-            self.driver.flush(WallClock.now())?;
-        }
         match r {
             Some(r) => Ok(r?),
             None => {

@@ -42,6 +42,12 @@ pub trait Machine {
     fn is_idle(&self) -> bool {
         true
     }
+    /// True when what the machine has to send includes data (not only acknowledgements and
+    /// requests). Only a machine that says no may have its sends deferred (see the driver's
+    /// `Sends::Deferred`); the default says yes.
+    fn has_data_to_send(&self) -> bool {
+        true
+    }
 }
 
 /// Where a driver reads the time: the wall clock for real links, the simulated switch's

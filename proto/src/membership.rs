@@ -311,6 +311,13 @@ trait Field: Sized {
     fn take(b: &mut &[u8]) -> Option<Self>;
 }
 
+/// Takes `N` bytes off the front of `b`.
+fn chunk<const N: usize>(b: &mut &[u8]) -> Option<[u8; N]> {
+    let (head, tail) = b.split_first_chunk()?;
+    *b = tail;
+    Some(*head)
+}
+
 macro_rules! be_field {
     ($($t:ty),+) => {$(
         impl Field for $t {
@@ -318,9 +325,7 @@ macro_rules! be_field {
                 v.extend_from_slice(&self.to_be_bytes());
             }
             fn take(b: &mut &[u8]) -> Option<Self> {
-                let (head, tail) = b.split_first_chunk()?;
-                *b = tail;
-                Some(<$t>::from_be_bytes(*head))
+                chunk(b).map(<$t>::from_be_bytes)
             }
         }
     )+};
@@ -332,9 +337,7 @@ impl Field for MacAddr {
         v.extend_from_slice(self.as_slice());
     }
     fn take(b: &mut &[u8]) -> Option<Self> {
-        let (head, tail) = b.split_first_chunk()?;
-        *b = tail;
-        Some(MacAddr(*head))
+        chunk(b).map(MacAddr)
     }
 }
 
@@ -540,9 +543,8 @@ impl Join {
         };
         let member_nonce = {
             let h = blake3::hash(&nonce.to_be_bytes());
-            let mut first = [0u8; 8];
-            first.copy_from_slice(&h.as_bytes()[..8]);
-            u64::from_be_bytes(first)
+            // A hash has 32 bytes: the first 8 are always there.
+            u64::take(&mut &h.as_bytes()[..]).unwrap_or_default()
         };
         let mut j = Join {
             cfg,

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::{Algorithm, Group, GroupError, GroupOptions, Membership};
+use super::{Group, GroupError, GroupOptions, Membership};
 use crate::link::{self, LinkError};
 use crate::membership::{Expect, JoinConfig};
 use crate::smp::{self, HostRing, Hosts, Layout, Sink, SmpError};
@@ -93,7 +93,14 @@ pub struct HostOptions {
     /// Where the ranks run.
     pub placement: Placement,
     /// A root's broadcast longer than this many bytes returns only once every member has
-    /// acknowledged it; `None`: as the algorithm needs ([`root_waits_above`]).
+    /// acknowledged it; `None` (the default): never.
+    ///
+    /// No broadcast needs the wait: a root's call runs until the whole message is in its
+    /// windows, and so does a tree relay's until its copies are ([`Group::bcast`]), so nothing
+    /// is left for them to send after the call. The acknowledgements, which receivers send at
+    /// their next call, make room for the next message. Waiting for them only waited for the
+    /// receivers' progress threads behind the interposer: every 64 KiB MPI_Bcast stalled
+    /// 0.8-4.5 ms (median 2.4 ms) in the root's wait, every tree broadcast about 3 ms.
     pub root_waits_above: Option<usize>,
     /// How ranks of one host wait for each other in shared memory.
     pub host_wait: smp::Wait,
@@ -146,7 +153,7 @@ pub struct HostGroup {
     view: Option<HostView>,
     rank: u16,
     size: u16,
-    root_waits_above: usize,
+    root_waits_above: Option<usize>,
 }
 
 /// Pairs of (local rank, local size) variables of the usual launchers, first match wins.
@@ -263,29 +270,13 @@ fn net_namespace() -> u64 {
         .unwrap_or(0)
 }
 
-/// Longest message whose root returns without waiting for every member's acknowledgement:
-/// none waits (`usize::MAX`), whatever the algorithm. No broadcast needs the wait: a root's
-/// call runs until the whole message is in its windows, and so does a tree relay's until its
-/// copies are ([`Group::bcast`]), so nothing is left for them to send after the call. Their
-/// acknowledgements, which receivers send at their next call (a receiver's bcast returns
-/// before acknowledging), make room for the next message. Waiting for them here only waited
-/// for the receivers' progress threads behind the interposer: every 64 KiB MPI_Bcast stalled
-/// 0.8-4.5 ms (median 2.4 ms) in the root's wait, every tree broadcast about 3 ms.
-/// [`HostOptions::root_waits_above`] still asks for the wait.
-pub fn root_waits_above(algorithm: Algorithm) -> usize {
-    let _ = algorithm;
-    usize::MAX
-}
-
 impl HostGroup {
     /// Opens `iface` (unless every rank runs on this host) and joins: the host's owner creates
     /// the host's ring (if others share the host) and joins the network group of one member
     /// per host, the others attach to the ring. With [`Placement::Auto`] and
     /// [`Membership::Env`], the launcher's environment says whether ranks share hosts.
     pub fn open(iface: &str, opts: HostOptions) -> Result<HostGroup, HostError> {
-        let root_waits_above = opts
-            .root_waits_above
-            .unwrap_or_else(|| root_waits_above(opts.group.algorithm));
+        let root_waits_above = opts.root_waits_above;
         let placement = match (&opts.placement, &opts.membership) {
             (Placement::Auto, Membership::Env) => placement_from_env(|k| std::env::var(k).ok())?,
             (Placement::Hosts { rank, hosts }, _) => Some((*rank, hosts.clone())),
@@ -351,7 +342,7 @@ impl HostGroup {
             }
         };
         let mut g = self.group.as_mut();
-        let large = buf.len() > self.root_waits_above;
+        let large = self.root_waits_above.is_some_and(|n| buf.len() > n);
         if root == self.rank {
             // Network first: the other hosts wait longest. The ring write may wait for this
             // host's ranks, and the network keeps being served meanwhile.
@@ -385,7 +376,7 @@ impl HostGroup {
             (Some(g), Some(ring)) if root_here => {
                 ring.read(root, Sink::Vec(&mut msg), &mut idle)?;
                 send(g, my_host, msg.clone())?;
-                if msg.len() > self.root_waits_above {
+                if self.root_waits_above.is_some_and(|n| msg.len() > n) {
                     g.flush()?;
                 }
             }

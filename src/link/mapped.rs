@@ -26,19 +26,19 @@ pub(crate) trait Mapped: Link {
     /// Kicks the kernel and waits up to `timeout` for a slot to come back; false if none did.
     fn wait_slot(&mut self, timeout: Duration) -> Result<bool, LinkError>;
     /// The count of frames queued since the last kick ([`Link::flush`]).
-    fn batch(&mut self) -> &mut Batch;
+    fn pending(&mut self) -> &mut Pending;
 }
 
 /// Frames queued since the last kick, and how many make the queue kick by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Batch {
+pub(crate) struct Pending {
     pub(crate) queued: usize,
     pub(crate) kick_at: usize,
 }
 
-impl Batch {
-    pub(crate) fn new(kick_at: usize) -> Batch {
-        Batch {
+impl Pending {
+    pub(crate) fn new(kick_at: usize) -> Pending {
+        Pending {
             queued: 0,
             kick_at: kick_at.max(1),
         }
@@ -65,9 +65,9 @@ pub(crate) fn send(
     if !queued {
         return Err(stalled(what));
     }
-    let batch = slots.batch();
-    batch.queued += 1;
-    if batch.queued >= batch.kick_at {
+    let pending = slots.pending();
+    pending.queued += 1;
+    if pending.queued >= pending.kick_at {
         slots.flush()?;
     }
     Ok(())

@@ -367,9 +367,9 @@ pub trait Link {
         let Some(wait) = wait.filter(|_| n == 0) else {
             return Ok(n);
         };
-        let deadline = std::time::Instant::now() + wait;
+        let start = std::time::Instant::now();
+        let mut left = wait;
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() || !self.wait_ready(left)? {
                 return Ok(0);
             }
@@ -377,6 +377,7 @@ pub trait Link {
             if n > 0 {
                 return Ok(n);
             }
+            left = wait.saturating_sub(start.elapsed());
         }
     }
 }

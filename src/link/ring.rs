@@ -13,7 +13,7 @@
 //! `flush`, when the queue is half full, or before `recv` blocks (so a driver that forgets to
 //! flush before waiting for an answer cannot deadlock).
 
-use super::mapped::{self, Batch, Mapped};
+use super::mapped::{self, Mapped, Pending};
 use super::socket::{self, lookup, stalled, strategy, RECV_BATCH, SEND_STALL};
 use super::{Groups, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
@@ -90,7 +90,7 @@ pub struct RingLink {
     max_pdu: usize,
     strategy: Strategy,
     /// Frames queued since the last flush.
-    batch_count: Batch,
+    pending: Pending,
     tx_mode: TxMode,
     /// [`TxMode::Batch`]: queued frames, back to back, and their end offsets.
     batch: Vec<u8>,
@@ -136,7 +136,7 @@ impl RingLink {
             iface,
             max_pdu,
             strategy: strategy(cfg.wait),
-            batch_count: Batch::new(if with_tx_ring {
+            pending: Pending::new(if with_tx_ring {
                 cfg.tx.frame_count / 2
             } else {
                 BATCH
@@ -168,7 +168,7 @@ impl RingLink {
         done: impl Fn(&RingSocket) -> bool,
     ) -> Result<bool, LinkError> {
         let deadline = Instant::now() + timeout;
-        self.batch_count.queued = 0;
+        self.pending.queued = 0;
         loop {
             self.ring.tx_flush()?;
             let ring = &self.ring;
@@ -234,12 +234,12 @@ impl Link for RingLink {
         // A ring that still holds frames the device refused at the last kick is kicked again
         // even when nothing new was queued.
         let refused = self.tx_mode == TxMode::Ring && !self.ring.tx_idle();
-        if self.batch_count.queued > 0 || refused {
+        if self.pending.queued > 0 || refused {
             match self.tx_mode {
                 TxMode::Ring => self.ring.tx_flush()?,
                 TxMode::Batch => self.flush_batch()?,
             }
-            self.batch_count.queued = 0;
+            self.pending.queued = 0;
         }
         Ok(())
     }
@@ -309,7 +309,7 @@ impl Mapped for RingLink {
         self.wait_tx(timeout, RingSocket::tx_slot_free)
     }
 
-    fn batch(&mut self) -> &mut Batch {
-        &mut self.batch_count
+    fn pending(&mut self) -> &mut Pending {
+        &mut self.pending
     }
 }

@@ -24,7 +24,7 @@
 //! whose frames fit a UMEM chunk after the kernel's 256-byte headroom (1792 bytes with the
 //! default 2048-byte chunks, 3840 with 4096).
 
-use super::mapped::{self, Batch, Mapped};
+use super::mapped::{self, Mapped, Pending};
 use super::socket::{lookup, strategy, RECV_BATCH};
 use super::{Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
@@ -63,7 +63,7 @@ pub struct XdpLink {
     max_pdu: usize,
     strategy: Strategy,
     /// Frames queued since the last flush.
-    batch: Batch,
+    pending: Pending,
 }
 
 impl XdpLink {
@@ -106,7 +106,7 @@ impl XdpLink {
             queue,
             max_pdu,
             strategy: strategy(cfg.wait),
-            batch: Batch::new(cfg.xsk.tx_frames as usize / 2),
+            pending: Pending::new(cfg.xsk.tx_frames as usize / 2),
         })
     }
 
@@ -143,7 +143,7 @@ impl XdpLink {
         done: impl Fn(&mut XdpSocket) -> bool,
     ) -> Result<bool, LinkError> {
         let deadline = Instant::now() + timeout;
-        self.batch.queued = 0;
+        self.pending.queued = 0;
         loop {
             self.sock.tx_flush()?;
             if done(&mut self.sock) {
@@ -198,7 +198,7 @@ impl Link for XdpLink {
         // Frames the device refused at the last kick are still in the TX ring: kick again
         // even when nothing new was queued.
         self.sock.tx_flush()?;
-        self.batch.queued = 0;
+        self.pending.queued = 0;
         Ok(())
     }
 
@@ -258,7 +258,7 @@ impl Mapped for XdpLink {
         self.wait_tx(timeout, XdpSocket::tx_slot_free)
     }
 
-    fn batch(&mut self) -> &mut Batch {
-        &mut self.batch
+    fn pending(&mut self) -> &mut Pending {
+        &mut self.pending
     }
 }

@@ -8,7 +8,7 @@
 //! application's calls; its outputs are frames ([`Member::poll_transmit`]), the next instant
 //! it wants to be woken ([`Member::poll_timeout`]), events ([`Member::poll_event`]) and the
 //! result of the call in progress ([`Member::take_result`]). One driver
-//! ([`crate::driver::Driver`]) runs it over a real link with the wall clock, or over the
+//! (`ethbcast::driver::Driver`, in the crate above this one) runs it over a real link with the wall clock, or over the
 //! simulated switch in virtual time, so every call a user makes is tested on the simulator.
 //!
 //! This follows quinn-proto's endpoint: the member is the endpoint that takes every frame,
@@ -678,11 +678,11 @@ impl Member {
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
         let ev = self.events.pop_front()?;
-        if let Event::Delivered(Message { root, .. }) = &ev {
+        if let Event::Delivered(m) = &ev {
             // Room for one more: the next frame or timeout posts another receive.
-            let r = usize::from(*root);
+            let r = usize::from(m.root);
             self.queued[r] = self.queued[r].saturating_sub(1);
-            self.top_ups.push(*root);
+            self.top_ups.push(m.root);
         }
         Some(ev)
     }
@@ -690,7 +690,7 @@ impl Member {
     // ---- internals ----
 
     fn push_event(&mut self, ev: Event) {
-        if self.events.len() >= EVENT_BOUND && !matches!(ev, Event::Delivered(Message { .. })) {
+        if self.events.len() >= EVENT_BOUND && !matches!(ev, Event::Delivered(_)) {
             self.stats.events_dropped += 1;
             return;
         }
@@ -828,6 +828,9 @@ impl Machine for Member {
     }
     fn is_idle(&self) -> bool {
         Member::is_idle(self)
+    }
+    fn has_data_to_send(&self) -> bool {
+        Member::has_data_to_send(self)
     }
 }
 

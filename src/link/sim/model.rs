@@ -118,7 +118,7 @@ impl Faults {
     }
 }
 
-/// How to build a [`SimNet`].
+/// How to build a [`SimNet`](super::SimNet).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
     /// Number of ports (at most [`MAX_PORTS`]).
@@ -127,7 +127,7 @@ pub struct SimConfig {
     pub rate_bps: Option<u64>,
     /// Propagation plus switching delay of every frame.
     pub latency: Duration,
-    /// Largest PDU a port accepts ([`Link::max_pdu`]).
+    /// Largest PDU a port accepts ([`Link::max_pdu`](crate::link::Link::max_pdu)).
     pub mtu: usize,
     /// Seed of every random decision.
     pub seed: u64,
@@ -138,7 +138,7 @@ pub struct SimConfig {
     /// Capacity of each switch output queue in frames (tail drop); `None` is unbounded.
     pub switch_buffer: Option<usize>,
     /// Largest frames a host's transmit queue holds before its link says it is not ready
-    /// ([`Link::tx_ready`]; a NIC's ring, kept short as byte queue limits keep it); the
+    /// ([`Link::tx_ready`](crate::link::Link::tx_ready); a NIC's ring, kept short as byte queue limits keep it); the
     /// port's host is visited again when the queue has drained below it. `None`: the link
     /// takes everything at once (an unbounded queue).
     pub tx_queue: Option<usize>,
@@ -203,10 +203,10 @@ pub enum SimError {
 
 /// Counters of what the simulated switch did. Sender-side counters (`frames_sent`,
 /// `bytes_on_wire`, `unknown_dst`) belong to the sending port, the others to the receiving
-/// port, so [`SimNet::stats`] (the sum) counts each event once.
+/// port, so [`SimNet::stats`](super::SimNet::stats) (the sum) counts each event once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SimStats {
-    /// Frames the port's host sent (accepted by [`Link::send`]).
+    /// Frames the port's host sent (accepted by [`Link::send`](crate::link::Link::send)).
     pub frames_sent: u64,
     /// Frames that reached the port's receive queue (duplicates included).
     pub frames_delivered: u64,

@@ -945,6 +945,27 @@ impl FloorArgs {
     }
 }
 
+/// One series per algorithm: the mean80 of the rows `keep` selects, against `x` of each.
+fn algo_series(
+    r: &LatencyReport,
+    algos: &[String],
+    keep: impl Fn(&Row) -> bool,
+    x: impl Fn(&Row) -> f64,
+) -> Vec<Series> {
+    algos
+        .iter()
+        .map(|a| Series {
+            name: a.to_uppercase(),
+            points: r
+                .rows
+                .iter()
+                .filter(|row| &row.algo == a && keep(row))
+                .map(|row| (x(row), row.mean80_us))
+                .collect(),
+        })
+        .collect()
+}
+
 /// Latency vs size per algorithm (one chart per group size) and latency vs group size (for
 /// 8 B and 256 B, or the two smallest sizes measured).
 pub fn plot(r: &LatencyReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
@@ -972,18 +993,7 @@ pub fn plot(r: &LatencyReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
             y_label: "latency (µs)".into(),
             log_x: true,
             log_y: true,
-            series: algos
-                .iter()
-                .map(|a| Series {
-                    name: a.to_uppercase(),
-                    points: r
-                        .rows
-                        .iter()
-                        .filter(|x| &x.algo == a && x.nodes == n)
-                        .map(|x| (x.size as f64, x.mean80_us))
-                        .collect(),
-                })
-                .collect(),
+            series: algo_series(r, &algos, |x| x.nodes == n, |x| x.size as f64),
         };
         files.extend(draw(&c, dir, &format!("latency-vs-size-{n}nodes"))?);
     }
@@ -999,18 +1009,7 @@ pub fn plot(r: &LatencyReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
                 y_label: "latency (µs)".into(),
                 log_x: false,
                 log_y: false,
-                series: algos
-                    .iter()
-                    .map(|a| Series {
-                        name: a.to_uppercase(),
-                        points: r
-                            .rows
-                            .iter()
-                            .filter(|x| &x.algo == a && x.size == s)
-                            .map(|x| (x.nodes as f64, x.mean80_us))
-                            .collect(),
-                    })
-                    .collect(),
+                series: algo_series(r, &algos, |x| x.size == s, |x| x.nodes as f64),
             };
             files.extend(draw(&c, dir, &format!("latency-vs-nodes-{s}B"))?);
         }
