@@ -291,3 +291,40 @@ fn every_wait_mode_times_out_and_wakes_for_a_frame() {
         assert_eq!(got[0].1, pdu(7, 64), "{mode:?}");
     }
 }
+
+/// A link let go frees its interface at once, even while another thread starts processes
+/// (each child holds copies of our descriptors from its fork to its exec): a program that
+/// closes and reopens its link never meets its own ghost.
+#[test]
+fn a_closed_link_frees_the_interface_while_other_threads_start_processes() {
+    let test = "a_closed_link_frees_the_interface_while_other_threads_start_processes";
+    let Some(tb) = bed(test, "f", 1) else { return };
+    let host = tb.hosts()[0].clone();
+    let iface = host.iface.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                Command::new("true").status().unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let reopened = netns::run_in(&host.netns, move || {
+        for round in 0..200 {
+            match open(&iface) {
+                Ok(link) => drop(link),
+                Err(e) => return Err(format!("round {round}: {e}")),
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let children = spawner.join().unwrap();
+    assert!(children > 0, "the spawner started no process");
+    reopened.unwrap();
+}

@@ -33,6 +33,7 @@ const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_LINK_DETACH: libc::c_int = 34;
 
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
@@ -298,6 +299,11 @@ struct LinkCreateAttr {
     _rest: [u64; 4],
 }
 
+#[repr(C)]
+struct LinkDetachAttr {
+    link_fd: u32,
+}
+
 fn name16(s: &str) -> [u8; 16] {
     let mut n = [0u8; 16];
     for (d, b) in n.iter_mut().zip(s.bytes().take(15)) {
@@ -465,7 +471,7 @@ pub fn attach_xdp(prog: BorrowedFd<'_>, ifindex: u32, mode: XdpMode) -> Result<O
 #[derive(Debug)]
 pub struct XdpRedirect {
     // Field order: the link goes first (detaching the program), then the program, the map.
-    _link: OwnedFd,
+    link: OwnedFd,
     _prog: OwnedFd,
     map: XskMap,
     mode: XdpMode,
@@ -495,7 +501,7 @@ impl XdpRedirect {
             match attach_xdp(prog.as_fd(), ifindex, m) {
                 Ok(link) => {
                     return Ok(XdpRedirect {
-                        _link: link,
+                        link,
                         _prog: prog,
                         map,
                         mode: m,
@@ -525,6 +531,24 @@ impl XdpRedirect {
     /// The XSKMAP.
     pub fn map(&self) -> &XskMap {
         &self.map
+    }
+
+    /// The BPF link's descriptor (to pin it, or to look at it with `bpftool link`).
+    pub fn link(&self) -> BorrowedFd<'_> {
+        self.link.as_fd()
+    }
+}
+
+impl Drop for XdpRedirect {
+    /// Detaches the program before the link's descriptor is closed. Closing alone detaches
+    /// only when the last copy of the descriptor goes, and a child that another thread forked
+    /// holds a copy until its exec: the interface would stay busy for a moment after we let
+    /// it go. An error (a kernel before 5.9) leaves the close to detach it, as before.
+    fn drop(&mut self) {
+        let mut attr = LinkDetachAttr {
+            link_fd: self.link.as_raw_fd() as u32,
+        };
+        let _ = sys_bpf(BPF_LINK_DETACH, &mut attr, "bpf(BPF_LINK_DETACH)");
     }
 }
 

@@ -161,3 +161,23 @@ fn a_second_program_on_the_same_interface_is_refused_with_a_fix() {
         XdpRedirect::attach(b.index, ET, &[BCAST], 1, None).unwrap();
     });
 }
+
+/// A copy of the link's descriptor elsewhere (a child forked by another thread between its
+/// fork and its exec holds one) must not keep the program attached: dropping the redirect
+/// detaches it, and the interface is free at once.
+#[test]
+fn a_dropped_program_is_detached_while_a_copy_of_its_link_is_still_open() {
+    let Some(ns) = NetnsPair::create_or_skip("xdp-held") else {
+        return;
+    };
+    ns.run(|| {
+        let b = Interface::lookup(END_B).unwrap();
+        let first = XdpRedirect::attach(b.index, ET, &[BCAST], 1, None).unwrap();
+        let held = first.link().try_clone_to_owned().unwrap();
+        drop(first);
+        let again = XdpRedirect::attach(b.index, ET, &[BCAST], 1, None)
+            .unwrap_or_else(|e| panic!("reattach while a copy of the old link is open: {e}"));
+        drop(held);
+        drop(again);
+    });
+}
