@@ -1,5 +1,6 @@
 //! A counting global allocator, for tests that check what the library really allocates
-//! (the EQA memory accounting is verified against it).
+//! (the EQA memory accounting is verified against it), and the C allocator's reuse of freed
+//! blocks for processes that move large buffers ([`keep_freed_memory`]).
 //!
 //! It forwards to the system allocator and keeps the number of bytes currently allocated.
 //! Install it in a test binary with `#[global_allocator]`; the test binary then needs no
@@ -7,6 +8,37 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Asks the C allocator to keep freed blocks of up to `bytes` for reuse: it serves them from
+/// its heap rather than mapping fresh pages (`M_MMAP_THRESHOLD`), and it returns the heap's
+/// free top to the kernel only beyond twice that (`M_TRIM_THRESHOLD`). For a process that
+/// allocates and frees one buffer of that size per message (a bulk transfer's chunks):
+/// otherwise every buffer is a new mapping whose pages fault in and are zeroed, then unmapped.
+/// glibc takes at most 32 MiB ([`MAX_KEPT_BLOCK`]); a larger `bytes` is taken as that. Returns
+/// whether the allocator took both settings (false where it is not glibc's).
+pub fn keep_freed_memory(bytes: usize) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let bytes = bytes.min(MAX_KEPT_BLOCK);
+        let mmap = bytes as libc::c_int;
+        let trim = (2 * bytes) as libc::c_int;
+        // SAFETY: mallopt only changes the allocator's tunables; it takes plain integers and
+        // touches no memory of ours. glibc documents both parameters.
+        let ok = unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, mmap) == 1
+                && libc::mallopt(libc::M_TRIM_THRESHOLD, trim) == 1
+        };
+        ok
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = bytes;
+        false
+    }
+}
+
+/// The largest block size glibc's `M_MMAP_THRESHOLD` accepts on 64-bit machines.
+pub const MAX_KEPT_BLOCK: usize = 32 << 20;
 
 /// The system allocator with a counter of live bytes.
 #[derive(Debug, Default)]

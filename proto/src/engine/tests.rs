@@ -168,6 +168,22 @@ fn message(len: usize, salt: u8) -> Vec<u8> {
         .collect()
 }
 
+/// A message a byte over a megabyte (a bulk transfer's chunk behind its type byte) is
+/// reserved whole by its first frame: filling it never reallocates, which would copy all of it.
+#[test]
+fn a_message_just_over_a_megabyte_is_filled_without_reallocating() {
+    let mut net = Net::new(2, |_| {});
+    let m = message((1 << 20) + 1, 3);
+    broadcast_to_all(&mut net, &m);
+    let (_, _, data) = &net.delivered[1][0];
+    assert_eq!(data, &m);
+    assert_eq!(
+        data.capacity(),
+        m.len(),
+        "the buffer grew while it was filled"
+    );
+}
+
 #[test]
 fn simple_broadcast_delivers_every_message_once_in_order() {
     let mut net = Net::new(4, |_| {});

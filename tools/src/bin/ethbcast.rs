@@ -259,6 +259,10 @@ fn fail(f: Fatal) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Both sides allocate and free one buffer per chunk (a megabyte by default): reused from
+    // the heap, not mapped, faulted in and zeroed afresh each time. Measured on 8 receivers of
+    // 256 MiB: 15.4 CPU s/GiB with it, 16.6 without.
+    ethbcast_sys::alloc::keep_freed_memory(ethbcast_sys::alloc::MAX_KEPT_BLOCK);
     match cli.cmd {
         Cmd::Send {
             common,
