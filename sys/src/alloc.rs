@@ -24,11 +24,10 @@ pub fn keep_freed_memory(bytes: usize) -> bool {
         let trim = (2 * bytes) as libc::c_int;
         // SAFETY: mallopt only changes the allocator's tunables; it takes plain integers and
         // touches no memory of ours. glibc documents both parameters.
-        let ok = unsafe {
+        unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, mmap) == 1
                 && libc::mallopt(libc::M_TRIM_THRESHOLD, trim) == 1
-        };
-        ok
+        }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
