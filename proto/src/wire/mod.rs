@@ -49,6 +49,11 @@ pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 36;
 /// Length of the CRC32C trailer in bytes.
 pub const CRC_LEN: usize = 4;
+
+/// The CRC32C (Castagnoli) of `bytes`, as every frame carries it.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
+}
 /// Bytes of a PDU that are not payload.
 pub const OVERHEAD: usize = HEADER_LEN + CRC_LEN;
 /// Length of an Ethernet II header (see [`ethernet`]).
@@ -251,7 +256,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
         // Ethernet pads short frames to 60 bytes: trailing bytes past the CRC are ignored.
         let body = need - CRC_LEN;
         let crc = be32(&b[body..need]);
-        if crc32c::crc32c(&b[..body]) != crc {
+        if crc32c(&b[..body]) != crc {
             return Err(WireError::BadCrc);
         }
         if Kind::from_code(b[field::KIND]).is_none() {
@@ -425,7 +430,7 @@ impl Repr {
         buf[field::AUX].copy_from_slice(&self.aux.to_be_bytes());
         buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
         let body = HEADER_LEN + payload.len();
-        let crc = crc32c::crc32c(&buf[..body]);
+        let crc = crc32c(&buf[..body]);
         buf[body..need].copy_from_slice(&crc.to_be_bytes());
         Ok(need)
     }
@@ -459,7 +464,7 @@ pub fn seal(key: &[u8; 32], buf: &mut [u8], len: usize) -> Result<usize, WireErr
     let body = len - CRC_LEN;
     let tag = blake3::keyed_hash(key, &buf[..body]);
     buf[body..body + TAG_LEN].copy_from_slice(&tag.as_bytes()[..TAG_LEN]);
-    let crc = crc32c::crc32c(&buf[..body + TAG_LEN]);
+    let crc = crc32c(&buf[..body + TAG_LEN]);
     buf[body + TAG_LEN..need].copy_from_slice(&crc.to_be_bytes());
     Ok(need)
 }

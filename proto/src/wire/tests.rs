@@ -128,6 +128,14 @@ fn emit_refuses_small_buffers() {
 }
 
 proptest::proptest! {
+    /// The frame CRC is CRC32C (Castagnoli), whatever the length and alignment: the fast
+    /// implementation agrees with an independent one.
+    #[test]
+    fn the_frame_crc_is_crc32c(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..3000), skip in 0usize..16) {
+        let b = &bytes[skip.min(bytes.len())..];
+        proptest::prop_assert_eq!(crc32c(b), crc32c::crc32c(b));
+    }
+
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
         if let Ok(f) = Frame::new_checked(&bytes[..]) {
