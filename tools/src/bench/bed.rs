@@ -190,6 +190,7 @@ where
         let (macs, barrier, body) = (macs.clone(), barrier.clone(), body.clone());
         let (rank, iface, o) = (h.index, h.iface.clone(), o.clone());
         let handle = netns::spawn_in(&h.netns, move || -> Result<T, String> {
+            own_core(rank, k);
             let r = (|| {
                 let link =
                     open_link(&o, &iface).map_err(|e| format!("rank {rank}: open {iface}: {e}"))?;
@@ -217,6 +218,37 @@ where
         handles.push(handle);
     }
     join_hosts(handles, "a member thread panicked")
+}
+
+/// Gives host `rank` of a group of `k` a core of its own when the process may run on at least
+/// `k` cores (the first `k` hosts of the test-bed then never share one). Called by every host
+/// thread of the floor and of the protocol runs alike.
+///
+/// Why: hosts are threads here, and the kernel wakes a receiver on the core of the thread that
+/// woke it (wake-affine), so two "hosts" end up taking turns on one core while the other idles.
+/// Which of them then runs first after a send depends on the scheduler's history, not on the
+/// protocol: measured at 2 hosts, the raw floor took 13 µs when the woken receiver preempted
+/// the sending root and 25-27 µs when it did not, and a 50 µs or a 5 µs out-of-band poll of the
+/// root flipped the floor and the protocol between the two (protocol/floor 1.62x or 1.21x). On a
+/// cluster every host has its own CPU: one core per host is the faithful model where the
+/// machine has the cores, and it makes the two comparable. Larger groups share the cores as
+/// the scheduler likes.
+pub fn own_core(rank: usize, k: usize) {
+    let me = nix::unistd::Pid::from_raw(0);
+    let Ok(allowed) = nix::sched::sched_getaffinity(me) else {
+        return;
+    };
+    let cores: Vec<usize> = (0..nix::sched::CpuSet::count())
+        .filter(|&c| allowed.is_set(c).unwrap_or(false))
+        .collect();
+    if k > cores.len() {
+        return;
+    }
+    let mut one = nix::sched::CpuSet::new();
+    if one.set(cores[rank]).is_ok() {
+        // Best effort: where the kernel refuses, the hosts share the cores as before.
+        let _ = nix::sched::sched_setaffinity(me, &one);
+    }
 }
 
 /// Joins the threads of the hosts: their results in rank order, or the error of the member

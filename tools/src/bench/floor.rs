@@ -111,6 +111,7 @@ pub fn stamps(
         let (sizes, done, barrier) = (sizes.clone(), done.clone(), barrier.clone());
         let (rank, iface, bo) = (h.index, h.iface.clone(), o.clone());
         let handle = netns::spawn_in(&h.netns, move || -> Result<MemberRun, String> {
+            bed::own_core(rank, k);
             let r = (|| {
                 let mut l = bed::open_link(&bo, &iface)
                     .map_err(|e| format!("rank {rank}: open {iface}: {e}"))?;
