@@ -23,7 +23,8 @@ use crate::testbed::Testbed;
 
 /// The method, as printed with every report.
 pub const METHOD: &str = "latency of one barrier = (instant the LAST member left) - (instant the \
-LAST member entered), all members being threads of one process sharing one clock; members meet \
+LAST member entered), all members being threads of one process sharing one clock, each on a \
+core of its own where the group has no more hosts than the machine has cores; members meet \
 out of band (a barrier between the threads, not the network) before each iteration; warm-up \
 iterations are not counted; mean80 = mean of the middle 80%";
 

@@ -6,7 +6,8 @@
 //! times. The time of one broadcast runs from the root's call until the last receiver has the
 //! whole message: every member is a thread of this process, so one `Instant` clock serves all;
 //! each receiver records the instant its `bcast` returned, the root the instant it called, and
-//! latency = max(receiver instants) - root instant. Between iterations the root waits, out of
+//! latency = max(receiver instants) - root instant. Where the group has no more hosts than the
+//! machine has cores, each host thread runs on a core of its own ([`super::bed::own_core`]). Between iterations the root waits, out of
 //! band (a shared counter between the threads, while it keeps polling the protocol), until
 //! every receiver has finished, so broadcasts never overlap; receivers are already waiting in
 //! their next `bcast` when the root calls.
@@ -38,7 +39,8 @@ use crate::testbed::Testbed;
 /// The method, as printed with every report.
 pub const METHOD: &str = "root = rank 0; warm-up, then `iters` broadcasts per (algorithm, size, \
 group size); latency of one broadcast = (instant the LAST receiver's bcast returned) - (instant \
-the root called bcast), all members being threads of one process sharing one clock; between \
+the root called bcast), all members being threads of one process sharing one clock, each on a \
+core of its own where the group has no more hosts than the machine has cores; between \
 iterations the root waits out of band (shared counter between the threads, not the network) \
 until every receiver is done, so broadcasts never overlap; mean80 = mean of the middle 80% \
 (10% fastest and 10% slowest dropped, the EQA paper's method)";
