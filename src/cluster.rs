@@ -13,7 +13,8 @@
 //! with both hardware-broadcast algorithms and checks every delivery against what was sent
 //! (corrupt, duplicated, out-of-order and missing deliveries are counted, never assumed away);
 //! [`crate::simgroup`] runs the group API (`bcast` with every algorithm, barriers, dead and
-//! deaf members) call by call.
+//! deaf members) call by call. Both scenarios embed one [`Traffic`]: the group on its switch,
+//! the links, and the messages.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -247,29 +248,85 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
     }
 }
 
-/// What to run.
+/// What every simulated run is made of, whatever its workload: the group on its switch, the
+/// links, and the messages its roots broadcast. One type for both harnesses ([`Scenario`] and
+/// [`crate::simgroup::GroupScenario`]).
 #[derive(Debug, Clone)]
-pub struct Scenario {
+pub struct Traffic {
     /// Members of the group (ports of the switch).
     pub nodes: u16,
-    /// Messages in all, spread over the roots.
+    /// Messages (broadcasts) in all.
     pub messages: usize,
     /// Message sizes to draw from.
     pub sizes: Vec<usize>,
-    /// Algorithms to draw from.
-    pub algos: Vec<Algo>,
-    /// Roots that broadcast, in turn.
-    pub roots: Vec<Rank>,
-    /// Seed of the workload and of the switch.
+    /// Seed of the workload, of the choices the harness makes and of the switch.
     pub seed: u64,
     /// Faults of every port.
     pub faults: Faults,
-    /// Per-port overrides of the faults (a dead host, a lossy cable).
-    pub per_port: Vec<(usize, Faults)>,
     /// Link rate (None: infinitely fast).
     pub rate_bps: Option<u64>,
     /// Link latency.
     pub latency: Duration,
+}
+
+impl Traffic {
+    /// `nodes` members and `messages` messages of 8 B to 64 KiB, seed 1, no faults,
+    /// 1 Gbit/s links with 5 µs latency.
+    pub fn new(nodes: u16, messages: usize) -> Traffic {
+        Traffic {
+            nodes,
+            messages,
+            sizes: vec![8, 256, 4096, 65536],
+            seed: 1,
+            faults: Faults::NONE,
+            rate_bps: Some(1_000_000_000),
+            latency: Duration::from_micros(5),
+        }
+    }
+
+    /// The number of members, if there are enough for a group (2).
+    pub(crate) fn members(&self) -> Result<usize, ClusterError> {
+        let n = usize::from(self.nodes);
+        if n < 2 {
+            return Err(ClusterError::Scenario(format!(
+                "--nodes {n}: a group needs at least 2 members"
+            )));
+        }
+        Ok(n)
+    }
+
+    /// The switch of a run: `ports` ports (the members first), MTU 1500, short host transmit
+    /// queues ([`HOST_TX_QUEUE`]), these links and faults, `per_port` overriding the faults.
+    pub(crate) fn switch(
+        &self,
+        ports: usize,
+        per_port: Vec<(usize, Faults)>,
+    ) -> Result<SimNet, SimError> {
+        SimNet::new(SimConfig {
+            ports,
+            rate_bps: self.rate_bps,
+            latency: self.latency,
+            mtu: 1500,
+            seed: self.seed,
+            faults: self.faults,
+            per_port,
+            switch_buffer: None,
+            tx_queue: Some(HOST_TX_QUEUE),
+        })
+    }
+}
+
+/// What to run: messages streamed from several roots.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The group, its links and the messages, spread over the roots.
+    pub traffic: Traffic,
+    /// Algorithms to draw from.
+    pub algos: Vec<Algo>,
+    /// Roots that broadcast, in turn.
+    pub roots: Vec<Rank>,
+    /// Per-port overrides of the faults (a dead host, a lossy cable).
+    pub per_port: Vec<(usize, Faults)>,
     /// Give up (and report `completed: false`) after this much virtual time.
     pub limit: Duration,
     /// Retransmission buffer slots (= receive window) of every member, if not the default.
@@ -283,19 +340,14 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A scenario with `nodes` members and `messages` messages, no faults, 1 Gbit/s links.
+    /// A scenario with `nodes` members and `messages` messages ([`Traffic::new`]), both
+    /// hardware-broadcast algorithms, up to 4 roots.
     pub fn new(nodes: u16, messages: usize) -> Scenario {
         Scenario {
-            nodes,
-            messages,
-            sizes: vec![8, 256, 4096, 65536],
+            traffic: Traffic::new(nodes, messages),
             algos: vec![Algo::Simple, Algo::PushPull],
             roots: (0..nodes.min(4)).collect(),
-            seed: 1,
-            faults: Faults::NONE,
             per_port: Vec::new(),
-            rate_bps: Some(1_000_000_000),
-            latency: Duration::from_micros(5),
             limit: Duration::from_secs(3600),
             window: None,
             ack_tree: None,
@@ -401,21 +453,6 @@ const SCENARIO_PREPOST: usize = 64;
 /// loss the queue grew without end (the simulator ran out of memory past 12 GB).
 pub const HOST_TX_QUEUE: usize = 4;
 
-/// The switch of a scenario.
-fn switch(sc: &Scenario) -> Result<SimNet, ClusterError> {
-    Ok(SimNet::new(SimConfig {
-        ports: usize::from(sc.nodes),
-        rate_bps: sc.rate_bps,
-        latency: sc.latency,
-        mtu: 1500,
-        seed: sc.seed,
-        faults: sc.faults,
-        per_port: sc.per_port.clone(),
-        switch_buffer: None,
-        tx_queue: Some(HOST_TX_QUEUE),
-    })?)
-}
-
 /// A message a root handed over: its bytes, kept until every receiver has checked its copy
 /// (generated once, not once per receiver).
 #[derive(Debug, Clone)]
@@ -500,31 +537,27 @@ impl Workload for Stream {
 
 /// Runs a scenario to completion (or its limit) and reports.
 pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
-    let n = usize::from(sc.nodes);
-    if n < 2 {
-        return Err(ClusterError::Scenario(format!(
-            "--nodes {n}: a broadcast needs at least 2 members"
-        )));
-    }
+    let t = &sc.traffic;
+    let n = t.members()?;
     if let Some(r) = sc.roots.iter().find(|&&r| usize::from(r) >= n) {
         return Err(ClusterError::Scenario(format!(
             "root {r} is not a member of a group of {n} (ranks 0..{})",
             n - 1
         )));
     }
-    if sc.roots.is_empty() || sc.sizes.is_empty() || sc.algos.is_empty() {
+    if sc.roots.is_empty() || t.sizes.is_empty() || sc.algos.is_empty() {
         return Err(ClusterError::Scenario(
             "roots, sizes and algorithms must not be empty".into(),
         ));
     }
-    let net = switch(sc)?;
+    let net = t.switch(n, sc.per_port.clone())?;
     let macs: std::sync::Arc<[_]> = (0..n)
         .map(|i| crate::link::sim::port_mac(i as u16))
         .collect();
     let start = net.now();
     let members = (0..n)
         .map(|i| {
-            let mut cfg = Config::new(0xEB, i as Rank, sc.nodes);
+            let mut cfg = Config::new(0xEB, i as Rank, t.nodes);
             if let Some(w) = sc.window {
                 cfg.window = w;
             }
@@ -543,17 +576,17 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let mut cluster = SimCluster::new(net, members)?;
 
     // The workload: per root, a queue of (size, algo).
-    let mut rng = ChaCha8Rng::seed_from_u64(sc.seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(t.seed);
     let mut pending: Vec<VecDeque<(usize, Algo)>> = vec![VecDeque::new(); n];
-    for i in 0..sc.messages {
+    for i in 0..t.messages {
         let root = sc.roots[i % sc.roots.len()];
-        let size = sc.sizes[rng.gen_range(0..sc.sizes.len())];
+        let size = t.sizes[rng.gen_range(0..t.sizes.len())];
         let algo = sc.algos[rng.gen_range(0..sc.algos.len())];
         pending[usize::from(root)].push_back((size, algo));
     }
     let total: u64 = pending.iter().map(|p| p.len() as u64).sum();
     let mut w = Stream {
-        seed: sc.seed,
+        seed: t.seed,
         pending,
         sent: vec![Vec::new(); n],
         next: vec![vec![0; n]; n],

@@ -25,11 +25,13 @@ use std::time::{Duration, Instant};
 use rand::{seq::SliceRandom, Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cluster::{message_bytes, ClusterError, Deliveries, RunEnd, SimCluster, Workload};
+use crate::cluster::{
+    message_bytes, ClusterError, Deliveries, RunEnd, SimCluster, Traffic, Workload,
+};
 use crate::detect::{DetectorConfig, Gossip};
 use crate::eqa::Rank;
 use crate::group::Detection;
-use crate::link::sim::{port_mac, Faults, SimConfig, SimNet, SimPort};
+use crate::link::sim::{port_mac, Faults, SimNet, SimPort};
 use crate::member::{Algorithm, Done, Event, Member, MemberConfig};
 use crate::proto::Config;
 use crate::wire::ethernet::MacAddr;
@@ -39,12 +41,9 @@ use crate::wire::{seal, Flags, Frame, Repr, ETH_HEADER_LEN, TAG_LEN};
 /// A run of the group API on the simulator.
 #[derive(Debug, Clone)]
 pub struct GroupScenario {
-    /// Members.
-    pub nodes: u16,
-    /// Broadcast calls.
-    pub messages: usize,
-    /// Message sizes to draw from.
-    pub sizes: Vec<usize>,
+    /// The group, its links and the broadcast calls (`messages`); the seed also draws the
+    /// schedule and the victims.
+    pub traffic: Traffic,
     /// Algorithms to draw from.
     pub algos: Vec<Algorithm>,
     /// A barrier after every this many broadcasts (0: none).
@@ -53,14 +52,6 @@ pub struct GroupScenario {
     pub kill: usize,
     /// Members whose group-addressed frames are all lost.
     pub filter: usize,
-    /// Faults of every port.
-    pub faults: Faults,
-    /// Seed of the schedule, the choice of victims and the switch.
-    pub seed: u64,
-    /// Link rate (None: infinitely fast).
-    pub rate_bps: Option<u64>,
-    /// Link latency.
-    pub latency: Duration,
     /// Failure detection of every member.
     pub detection: Detection,
     /// Give up after this much virtual time.
@@ -73,21 +64,15 @@ pub struct GroupScenario {
 }
 
 impl GroupScenario {
-    /// `nodes` members, `messages` broadcasts, every algorithm, a barrier every 10 calls,
-    /// 1 Gbit/s links, DBRR detection with a 10 ms period, no faults.
+    /// `nodes` members, `messages` broadcasts ([`Traffic::new`]), every algorithm, a barrier
+    /// every 10 calls, DBRR detection with a 10 ms period.
     pub fn new(nodes: u16, messages: usize) -> GroupScenario {
         GroupScenario {
-            nodes,
-            messages,
-            sizes: vec![8, 256, 4096, 65536],
+            traffic: Traffic::new(nodes, messages),
             algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
             barrier_every: 10,
             kill: 0,
             filter: 0,
-            faults: Faults::NONE,
-            seed: 1,
-            rate_bps: Some(1_000_000_000),
-            latency: Duration::from_micros(5),
             detection: Detection {
                 protocol: Gossip::DoubleBinaryRoundRobin,
                 t_gossip: Duration::from_millis(10),
@@ -388,13 +373,9 @@ impl Workload for Schedule {
 
 /// Runs the group API on the simulator.
 pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
-    let n = usize::from(sc.nodes);
-    if n < 2 {
-        return Err(ClusterError::Scenario(format!(
-            "--nodes {n}: a group needs at least 2 members"
-        )));
-    }
-    if sc.sizes.is_empty() || sc.algos.is_empty() {
+    let t = &sc.traffic;
+    let n = t.members()?;
+    if t.sizes.is_empty() || sc.algos.is_empty() {
         return Err(ClusterError::Scenario(
             "sizes and algorithms must not be empty".into(),
         ));
@@ -405,7 +386,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
             sc.kill, sc.filter
         )));
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(sc.seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(t.seed);
     // Victims and filtered members: never rank 0, never both.
     let mut others: Vec<usize> = (1..n).collect();
     others.shuffle(&mut rng);
@@ -419,11 +400,11 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
         .map(|i| i as Rank)
         .collect();
     let mut steps = Vec::new();
-    for c in 0..sc.messages {
+    for c in 0..t.messages {
         steps.push(Step::Bcast {
             call: c as u64,
             root: roots[c % roots.len()],
-            size: sc.sizes[rng.gen_range(0..sc.sizes.len())],
+            size: t.sizes[rng.gen_range(0..t.sizes.len())],
             algo: sc.algos[rng.gen_range(0..sc.algos.len())],
         });
         if sc.barrier_every > 0 && (c + 1) % sc.barrier_every == 0 {
@@ -436,7 +417,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
             f,
             Faults {
                 group_loss: 1.0,
-                ..sc.faults
+                ..t.faults
             },
         ));
     }
@@ -445,25 +426,15 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
             "an impostor speaks for killed members: kill at least one".into(),
         ));
     }
-    let net = SimNet::new(SimConfig {
-        ports: n + usize::from(sc.impostor),
-        rate_bps: sc.rate_bps,
-        latency: sc.latency,
-        mtu: 1500,
-        seed: sc.seed,
-        faults: sc.faults,
-        per_port,
-        switch_buffer: None,
-        tx_queue: Some(crate::cluster::HOST_TX_QUEUE),
-    })?;
+    let net = t.switch(n + usize::from(sc.impostor), per_port)?;
     let start = net.now();
     let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
-            let mut cfg = Config::new(0x6E0, i as Rank, sc.nodes);
+            let mut cfg = Config::new(0x6E0, i as Rank, t.nodes);
             cfg.key = sc.key;
             let mut mc = MemberConfig::new(cfg, macs.clone());
-            let mut dc = DetectorConfig::new(i as Rank, sc.nodes, sc.detection.t_gossip);
+            let mut dc = DetectorConfig::new(i as Rank, t.nodes, sc.detection.t_gossip);
             dc.protocol = sc.detection.protocol;
             mc.detector = Some(dc);
             Ok(Member::new(start, mc)?)
@@ -497,7 +468,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
         }
     }
     let mut w = Schedule {
-        seed: sc.seed,
+        seed: t.seed,
         net: cluster.net().clone(),
         kill_after: steps.len() / 3,
         steps,
@@ -516,7 +487,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
             barriers_expected: barriers,
             killed: victims.iter().map(|&v| v as Rank).collect(),
             filtered: filtered.iter().map(|&v| v as Rank).collect(),
-            bound_ms: sc.detection.bound(sc.nodes).as_secs_f64() * 1e3,
+            bound_ms: sc.detection.bound(t.nodes).as_secs_f64() * 1e3,
             ..GroupReport::default()
         },
     };

@@ -38,7 +38,7 @@ fn hostile() -> Faults {
 #[test]
 fn sixteen_nodes_under_every_fault_at_once() {
     let mut sc = Scenario::new(16, 1500);
-    sc.faults = hostile();
+    sc.traffic.faults = hostile();
     let r = run(&sc).unwrap();
     assert_perfect(&r);
     assert!(r.lost_frames > 1000, "the faults were really there: {r:?}");
@@ -51,7 +51,7 @@ fn sixteen_nodes_under_every_fault_at_once() {
 #[test]
 fn with_peer_repair_sixteen_nodes_under_every_fault_at_once() {
     let mut sc = Scenario::new(16, 1500);
-    sc.faults = hostile();
+    sc.traffic.faults = hostile();
     sc.tweak = |c| c.peer_repair = true;
     let r = run(&sc).unwrap();
     assert_perfect(&r);
@@ -65,7 +65,7 @@ fn with_peer_repair_sixteen_nodes_under_every_fault_at_once() {
 #[test]
 fn repair_traffic_stays_close_to_what_was_lost() {
     let mut sc = Scenario::new(8, 800);
-    sc.faults = Faults::lossy(0.05);
+    sc.traffic.faults = Faults::lossy(0.05);
     let r = run(&sc).unwrap();
     assert_perfect(&r);
     let ratio = r.repair_frames as f64 / r.lost_frames as f64;
@@ -77,8 +77,8 @@ fn push_pull_alone_and_simple_alone_both_survive_loss() {
     for algo in [Algo::Simple, Algo::PushPull] {
         let mut sc = Scenario::new(5, 300);
         sc.algos = vec![algo];
-        sc.sizes = vec![1, 80, 860, 861, 3000, 100_000];
-        sc.faults = hostile();
+        sc.traffic.sizes = vec![1, 80, 860, 861, 3000, 100_000];
+        sc.traffic.faults = hostile();
         assert_perfect(&run(&sc).unwrap());
     }
 }
@@ -86,8 +86,8 @@ fn push_pull_alone_and_simple_alone_both_survive_loss() {
 #[test]
 fn fast_ethernet_links_and_the_paper_profile_work_too() {
     let mut sc = Scenario::new(8, 200);
-    sc.rate_bps = Some(100_000_000);
-    sc.faults = Faults::lossy(0.02);
+    sc.traffic.rate_bps = Some(100_000_000);
+    sc.traffic.faults = Faults::lossy(0.02);
     sc.tweak = |c| {
         let p = ethbcast::proto::Config::paper(c.group, c.rank, c.size);
         *c = p;
@@ -98,8 +98,8 @@ fn fast_ethernet_links_and_the_paper_profile_work_too() {
 #[test]
 fn the_same_seed_gives_the_same_run() {
     let mut sc = Scenario::new(6, 200);
-    sc.faults = hostile();
-    sc.seed = 42;
+    sc.traffic.faults = hostile();
+    sc.traffic.seed = 42;
     assert_eq!(run(&sc).unwrap(), run(&sc).unwrap());
 }
 
@@ -145,9 +145,9 @@ proptest! {
         peer_repair in any::<bool>(),
     ) {
         let mut sc = Scenario::new(nodes, 120);
-        sc.seed = seed;
-        sc.sizes = vec![0, 1, 79, 80, 81, 859, 860, 861, 1460, 5000, 40_000];
-        sc.faults = Faults { loss, burst_loss: burst, dup, reorder, reorder_delay: Duration::from_micros(300), corrupt, ..Faults::NONE };
+        sc.traffic.seed = seed;
+        sc.traffic.sizes = vec![0, 1, 79, 80, 81, 859, 860, 861, 1460, 5000, 40_000];
+        sc.traffic.faults = Faults { loss, burst_loss: burst, dup, reorder, reorder_delay: Duration::from_micros(300), corrupt, ..Faults::NONE };
         sc.window = Some(window);
         if peer_repair {
             sc.tweak = |c| c.peer_repair = true;

@@ -48,7 +48,7 @@ fn the_group_survives_every_fault_at_once() {
     let mut sc = GroupScenario::new(16, 200);
     sc.kill = 2;
     sc.filter = 1;
-    sc.faults = Faults {
+    sc.traffic.faults = Faults {
         loss: 0.02,
         burst_loss: 0.01,
         dup: 0.01,
@@ -64,7 +64,7 @@ fn the_group_survives_every_fault_at_once() {
 fn the_same_seed_gives_the_same_report() {
     let mut sc = GroupScenario::new(8, 60);
     sc.kill = 1;
-    sc.faults = Faults::lossy(0.02);
+    sc.traffic.faults = Faults::lossy(0.02);
     let a = run_group(&sc).unwrap();
     let b = run_group(&sc).unwrap();
     assert_eq!(a, b);

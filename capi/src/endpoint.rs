@@ -61,7 +61,7 @@ impl From<GroupError> for CallError {
 
 impl From<LinkError> for CallError {
     fn from(e: LinkError) -> CallError {
-        CallError::Host(HostError::Link(e))
+        CallError::Host(HostError::from(e))
     }
 }
 

@@ -307,7 +307,6 @@ fn link_code(e: &LinkError) -> c_int {
 /// The code of an error.
 fn code_of(e: &CallError) -> c_int {
     match e {
-        CallError::Host(HostError::Link(l)) => link_code(l),
         CallError::Host(HostError::Length { .. }) => ETHBCAST_ERR_LENGTH,
         CallError::Poisoned => ETHBCAST_ERR_INTERNAL,
         CallError::Host(HostError::Placement(_)) => ETHBCAST_ERR_MEMBERSHIP,

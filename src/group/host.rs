@@ -44,9 +44,6 @@ pub enum HostError {
     /// The group layer failed (link, timeout, membership, rank).
     #[error(transparent)]
     Group(#[from] GroupError),
-    /// The link could not be opened.
-    #[error(transparent)]
-    Link(#[from] LinkError),
     /// The shared-memory layer of ranks on one host failed.
     #[error(transparent)]
     Host(#[from] SmpError),
@@ -63,6 +60,13 @@ pub enum HostError {
     /// The ranks-per-host description (arguments or environment) is unusable.
     #[error("ranks per host: {0}")]
     Placement(String),
+}
+
+impl From<LinkError> for HostError {
+    /// A link that cannot be opened fails the group layer, as in [`Group::open`].
+    fn from(e: LinkError) -> HostError {
+        HostError::Group(GroupError::Link(e))
+    }
 }
 
 /// Where the ranks of the job run.

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ethbcast::cluster::{run, ClusterError, Deliveries, Report, Scenario};
+use ethbcast::cluster::{run, ClusterError, Deliveries, Report, Scenario, Traffic};
 use ethbcast::link::sim::Faults;
 use ethbcast::member::Algorithm;
 use ethbcast::proto::Algo;
@@ -115,6 +115,17 @@ impl SimOptions {
             ..Faults::NONE
         }
     }
+
+    /// The group, its links and the messages of a run with these options.
+    fn traffic(&self) -> Traffic {
+        Traffic {
+            sizes: self.sizes.clone(),
+            seed: self.seed,
+            faults: self.faults(),
+            rate_bps: self.rate_bps,
+            ..Traffic::new(self.nodes, self.messages)
+        }
+    }
 }
 
 /// Options of a run of the group API (`sim --api group`).
@@ -153,14 +164,11 @@ pub struct GroupJson {
 /// Runs the group API on the simulator.
 pub fn run_group_sim(o: &GroupOptions) -> Result<GroupJson, ClusterError> {
     let mut sc = GroupScenario::new(o.sim.nodes, o.sim.messages);
-    sc.sizes = o.sim.sizes.clone();
+    sc.traffic = o.sim.traffic();
     sc.algos = o.algos.clone();
     sc.barrier_every = o.barrier_every;
     sc.kill = o.kill;
     sc.filter = o.filter;
-    sc.faults = o.sim.faults();
-    sc.seed = o.sim.seed;
-    sc.rate_bps = o.sim.rate_bps;
     let t0 = std::time::Instant::now();
     let report = run_group(&sc)?;
     Ok(GroupJson {
@@ -224,14 +232,11 @@ pub fn render_group(j: &GroupJson) -> String {
 /// Runs the simulation.
 pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
     let mut sc = Scenario::new(o.nodes, o.messages);
-    sc.sizes = o.sizes.clone();
+    sc.traffic = o.traffic();
     sc.algos = o.algos.clone();
     if let Some(r) = &o.roots {
         sc.roots = r.clone();
     }
-    sc.seed = o.seed;
-    sc.rate_bps = o.rate_bps;
-    sc.faults = o.faults();
     sc.limit = Duration::from_secs(24 * 3600);
 
     sc.window = o.window;
