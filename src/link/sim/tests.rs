@@ -817,14 +817,13 @@ fn broadcast_workload(frames: u32, per_64: Duration) -> (f64, usize, Duration) {
     (start.elapsed().as_secs_f64(), received, net.elapsed())
 }
 
-/// Wall-clock throughput of the simulator itself: 16 ports, every frame a broadcast, offered
-/// at 90 % of line rate (every output port busy) and at 10x overload (queues grow without
-/// bound). Run with
-/// `cargo test --lib link::sim::tests::throughput -- --ignored --nocapture`.
+/// A switch of 16 ports, every frame a broadcast, offered at 90 % of line rate (every output
+/// port busy) and at 10x overload (queues grow without bound): every port receives exactly
+/// the deliveries the switch counts, every frame whole. Also prints the simulator's own
+/// wall-clock speed (`-- --nocapture`); the speed is measured, never asserted.
 #[test]
-#[ignore = "a measurement, not a check"]
-fn throughput_of_broadcast_with_16_ports() {
-    let frames = 200_000u32;
+fn a_busy_switch_delivers_exactly_what_it_counts() {
+    let frames = 20_000u32;
     // One 1400-byte frame takes 11.52 us at 1 Gbit/s; each output port gets 15/16 of all.
     for (load, per_64) in [("90% load", 770), ("overload", 70)] {
         let (secs, received, virt) = broadcast_workload(frames, Duration::from_micros(per_64));
