@@ -272,3 +272,40 @@ pub fn plot(r: &BarrierReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
     };
     draw(&c, dir, "barrier-vs-nodes")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_keeps_its_json_keys_and_table_columns() {
+        let r = BarrierReport {
+            rows: vec![Row {
+                kind: "broadcast".into(),
+                nodes: 8,
+                mean80_us: 40.25,
+                median_us: 39.0,
+                p99_us: 98.5,
+                max_us: 2048.0,
+            }],
+            method: METHOD.into(),
+            hosts: 8,
+            iters: 500,
+            backend: "ring".into(),
+            wait: "block".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&r.rows[0]).unwrap(),
+            r#"{"kind":"broadcast","nodes":8,"mean80_us":40.25,"median_us":39.0,"p99_us":98.5,"max_us":2048.0}"#
+        );
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "barrier    nodes  mean80 µs  median µs  p99 µs  max µs\n\
+                 ---------  -----  ---------  ---------  ------  ------\n\
+                 broadcast      8       40.2       39.0    98.5    2048\n"
+            ),
+            "{text}"
+        );
+    }
+}

@@ -1018,3 +1018,37 @@ pub fn plot(r: &LatencyReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
     }
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row() -> Row {
+        Row {
+            algo: "tree".into(),
+            nodes: 4,
+            size: 256,
+            mean80_us: 12.5,
+            median_us: 12.0,
+            p99_us: 30.75,
+            max_us: 1500.0,
+        }
+    }
+
+    #[test]
+    fn a_row_keeps_its_json_keys_and_table_columns() {
+        assert_eq!(
+            serde_json::to_string(&row()).unwrap(),
+            r#"{"algo":"tree","nodes":4,"size":256,"mean80_us":12.5,"median_us":12.0,"p99_us":30.75,"max_us":1500.0}"#
+        );
+        let text = render(&analyse(vec![row()], &LatencyOptions::new(8)));
+        assert!(
+            text.contains(
+                "algo  nodes  size B  mean80 µs  median µs  p99 µs  max µs\n\
+                 ----  -----  ------  ---------  ---------  ------  ------\n\
+                 tree      4     256       12.5       12.0    30.8    1500\n"
+            ),
+            "{text}"
+        );
+    }
+}
