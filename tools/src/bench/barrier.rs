@@ -16,7 +16,7 @@ use std::time::Instant;
 use ethbcast::group::BarrierAlgo;
 use serde::Serialize;
 
-use super::bed::{self, fmt_us, summarize, BedOptions};
+use super::bed::{self, summarize, BedOptions, Summary};
 use super::cli::{code, fail, plots, print, LinkArgs};
 use super::table::Table;
 use crate::testbed::Testbed;
@@ -63,14 +63,9 @@ pub struct Row {
     pub kind: String,
     /// Group size.
     pub nodes: usize,
-    /// Mean of the middle 80%, µs.
-    pub mean80_us: f64,
-    /// Median, µs.
-    pub median_us: f64,
-    /// 99th percentile, µs.
-    pub p99_us: f64,
-    /// Largest, µs.
-    pub max_us: f64,
+    /// Latency statistics, µs (flattened: the keys `mean80_us`, `median_us`, `p99_us`, `max_us`).
+    #[serde(flatten)]
+    pub stats: Summary,
 }
 
 /// The report.
@@ -143,14 +138,10 @@ pub fn run_on(bed: &Testbed, o: &BarrierOptions) -> Result<BarrierReport, String
                     bed::us(last_in, last_out)
                 })
                 .collect();
-            let s = summarize(&samples);
             rows.push(Row {
                 kind: name.to_string(),
                 nodes: k,
-                mean80_us: s.mean80_us,
-                median_us: s.median_us,
-                p99_us: s.p99_us,
-                max_us: s.max_us,
+                stats: summarize(&samples),
             });
         }
     }
@@ -171,23 +162,13 @@ pub fn render(r: &BarrierReport) -> String {
         "barrier latency on a {}-host test-bed (backend {}, wait {}), {} iterations\n\n",
         r.hosts, r.backend, r.wait, r.iters
     );
-    let mut t = Table::new(&[
-        "barrier",
-        "nodes",
-        "mean80 µs",
-        "median µs",
-        "p99 µs",
-        "max µs",
-    ]);
+    let mut head = vec!["barrier", "nodes"];
+    head.extend(Summary::HEADERS);
+    let mut t = Table::new(&head);
     for row in &r.rows {
-        t.row(vec![
-            row.kind.clone(),
-            row.nodes.to_string(),
-            fmt_us(row.mean80_us),
-            fmt_us(row.median_us),
-            fmt_us(row.p99_us),
-            fmt_us(row.max_us),
-        ]);
+        let mut cells = vec![row.kind.clone(), row.nodes.to_string()];
+        cells.extend(row.stats.cells());
+        t.row(cells);
     }
     out.push_str(&t.render());
     let _ = writeln!(out, "\nmethod: {}", r.method);
@@ -265,7 +246,7 @@ pub fn plot(r: &BarrierReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
                     .rows
                     .iter()
                     .filter(|x| &x.kind == k)
-                    .map(|x| (x.nodes as f64, x.mean80_us))
+                    .map(|x| (x.nodes as f64, x.stats.mean80_us))
                     .collect(),
             })
             .collect(),
@@ -283,10 +264,12 @@ mod tests {
             rows: vec![Row {
                 kind: "broadcast".into(),
                 nodes: 8,
-                mean80_us: 40.25,
-                median_us: 39.0,
-                p99_us: 98.5,
-                max_us: 2048.0,
+                stats: Summary {
+                    mean80_us: 40.25,
+                    median_us: 39.0,
+                    p99_us: 98.5,
+                    max_us: 2048.0,
+                },
             }],
             method: METHOD.into(),
             hosts: 8,

@@ -99,14 +99,9 @@ pub struct Row {
     pub nodes: usize,
     /// Message size, bytes.
     pub size: usize,
-    /// Mean of the middle 80%, µs.
-    pub mean80_us: f64,
-    /// Median, µs.
-    pub median_us: f64,
-    /// 99th percentile, µs.
-    pub p99_us: f64,
-    /// Largest, µs.
-    pub max_us: f64,
+    /// Latency statistics, µs (flattened: the keys `mean80_us`, `median_us`, `p99_us`, `max_us`).
+    #[serde(flatten)]
+    pub stats: Summary,
 }
 
 /// Latency growth from the smallest to the largest group, per algorithm and size.
@@ -410,15 +405,11 @@ fn summarize_stamps(
             }
         }
     }
-    let s: Summary = summarize(&lat);
     let row = Row {
         algo: algo.to_string(),
         nodes: k,
         size,
-        mean80_us: s.mean80_us,
-        median_us: s.median_us,
-        p99_us: s.p99_us,
-        max_us: s.max_us,
+        stats: summarize(&lat),
     };
     let b = (!pre.is_empty()).then(|| Breakdown {
         algo: algo.to_string(),
@@ -523,7 +514,7 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
     let find = |a: &str, n: usize, s: usize| {
         rows.iter()
             .find(|r| r.algo == a && r.nodes == n && r.size == s)
-            .map(|r| r.mean80_us)
+            .map(|r| r.stats.mean80_us)
     };
     if let (Some(&lo), Some(&hi)) = (nodes.first(), nodes.last()) {
         if lo != hi {
@@ -572,8 +563,8 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
                 nodes: r.nodes,
                 size: r.size,
                 floor_us: f,
-                algo_us: r.mean80_us,
-                ratio: r.mean80_us / f,
+                algo_us: r.stats.mean80_us,
+                ratio: r.stats.mean80_us / f,
             })
         })
         .collect();
@@ -607,25 +598,17 @@ pub fn render(r: &LatencyReport) -> String {
         r.iters,
         r.warmup
     );
-    let mut t = Table::new(&[
-        "algo",
-        "nodes",
-        "size B",
-        "mean80 µs",
-        "median µs",
-        "p99 µs",
-        "max µs",
-    ]);
+    let mut head = vec!["algo", "nodes", "size B"];
+    head.extend(Summary::HEADERS);
+    let mut t = Table::new(&head);
     for row in &r.rows {
-        t.row(vec![
+        let mut cells = vec![
             row.algo.clone(),
             row.nodes.to_string(),
             row.size.to_string(),
-            fmt_us(row.mean80_us),
-            fmt_us(row.median_us),
-            fmt_us(row.p99_us),
-            fmt_us(row.max_us),
-        ]);
+        ];
+        cells.extend(row.stats.cells());
+        t.row(cells);
     }
     out.push_str(&t.render());
     if !r.growth.is_empty() {
@@ -781,7 +764,13 @@ pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
         let _ = writeln!(
             s,
             "{},{},{},{:.3},{:.3},{:.3},{:.3}",
-            row.algo, row.nodes, row.size, row.mean80_us, row.median_us, row.p99_us, row.max_us
+            row.algo,
+            row.nodes,
+            row.size,
+            row.stats.mean80_us,
+            row.stats.median_us,
+            row.stats.p99_us,
+            row.stats.max_us
         );
     }
     std::fs::write(path, s)
@@ -962,7 +951,7 @@ fn algo_series(
                 .rows
                 .iter()
                 .filter(|row| &row.algo == a && keep(row))
-                .map(|row| (x(row), row.mean80_us))
+                .map(|row| (x(row), row.stats.mean80_us))
                 .collect(),
         })
         .collect()
@@ -1028,10 +1017,12 @@ mod tests {
             algo: "tree".into(),
             nodes: 4,
             size: 256,
-            mean80_us: 12.5,
-            median_us: 12.0,
-            p99_us: 30.75,
-            max_us: 1500.0,
+            stats: Summary {
+                mean80_us: 12.5,
+                median_us: 12.0,
+                p99_us: 30.75,
+                max_us: 1500.0,
+            },
         }
     }
 
