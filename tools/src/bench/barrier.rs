@@ -17,7 +17,7 @@ use ethbcast::group::BarrierAlgo;
 use serde::Serialize;
 
 use super::bed::{self, summarize, BedOptions, Summary};
-use super::cli::{code, fail, plots, print, LinkArgs};
+use super::cli::{code, fail, plots, print, GroupArgs, LinkArgs};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -182,12 +182,8 @@ pub fn render(r: &BarrierReport) -> String {
 /// Example: ethbcast-bench barrier --testbed 8 --nodes 2,4,8 --iters 500
 #[derive(clap::Args)]
 pub struct Args {
-    /// Hosts on the test-bed.
-    #[arg(long, default_value_t = 8)]
-    testbed: usize,
-    /// Group sizes (the first k hosts).
-    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
-    nodes: Vec<usize>,
+    #[command(flatten)]
+    groups: GroupArgs,
     /// Measured barriers per kind and group size.
     #[arg(long, default_value_t = 500)]
     iters: usize,
@@ -208,8 +204,8 @@ impl Args {
     /// Runs the comparison (and plots it).
     pub fn run(self) -> ExitCode {
         let o = BarrierOptions {
-            bed: self.link.bed(self.testbed, "ebbar"),
-            nodes: self.nodes,
+            bed: self.link.bed(self.groups.testbed, "ebbar"),
+            nodes: self.groups.nodes,
             iters: self.iters,
             warmup: self.warmup,
             progress: !self.json,

@@ -48,6 +48,18 @@ impl LinkArgs {
     }
 }
 
+/// The test-bed and the groups measured on it, shared by the latency runs (`latency`, `floor`,
+/// `barrier`).
+#[derive(clap::Args)]
+pub struct GroupArgs {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    pub testbed: usize,
+    /// Group sizes (the first k hosts).
+    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+    pub nodes: Vec<usize>,
+}
+
 /// A port rate, or none (`none`, `unlimited`): unshaped veths.
 #[derive(Debug, Clone, Copy)]
 pub struct Limit(pub Option<Rate>);

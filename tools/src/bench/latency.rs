@@ -29,7 +29,7 @@ use ethbcast::group::{Algorithm, Group};
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
-use super::cli::{code, fail, plots, print, LinkArgs};
+use super::cli::{code, fail, plots, print, GroupArgs, LinkArgs};
 use super::cpu::{sum_counts, Counts, Meter, PerOp};
 use super::floor::{self, FLOOR};
 use super::probe::{receiver_done, root_mark_probe, MemberRun, Stamp};
@@ -776,6 +776,45 @@ pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
     std::fs::write(path, s)
 }
 
+/// What `latency` and `floor` measure: the test-bed and its groups, the message sizes and the
+/// iterations.
+#[derive(clap::Args)]
+struct SweepArgs {
+    #[command(flatten)]
+    groups: GroupArgs,
+    /// Message sizes in bytes.
+    #[arg(
+        long,
+        default_value = "4,8,256,1024,4096,16384,65536",
+        value_delimiter = ','
+    )]
+    sizes: Vec<usize>,
+    /// Measured iterations per (algorithm or floor, group size, size).
+    #[arg(long, default_value_t = 500)]
+    iters: usize,
+    /// Unmeasured iterations before them.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+}
+
+impl SweepArgs {
+    /// A latency run of these groups, sizes and iterations on the test-bed `link` describes
+    /// (`default_prefix` without `--prefix`; every link probed with `probe`), the rest as
+    /// [`LatencyOptions::new`] has it.
+    fn options(self, link: &LinkArgs, default_prefix: &str, probe: bool) -> LatencyOptions {
+        let mut bed = link.bed(self.groups.testbed, default_prefix);
+        bed.probe = probe;
+        LatencyOptions {
+            bed,
+            nodes: self.groups.nodes,
+            sizes: self.sizes,
+            iters: self.iters,
+            warmup: self.warmup,
+            ..LatencyOptions::new(self.groups.testbed)
+        }
+    }
+}
+
 /// Broadcast latency on real hosts (the EQA paper, section 4): PPBCAST, SBCAST and the
 /// binomial tree, groups of the first k hosts of one test-bed, root = rank 0.
 ///
@@ -786,25 +825,8 @@ pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
 /// Example: ethbcast-bench latency --testbed 8 --nodes 2,4,8 --iters 500 --out bench-out
 #[derive(clap::Args)]
 pub struct Args {
-    /// Hosts on the test-bed.
-    #[arg(long, default_value_t = 8)]
-    testbed: usize,
-    /// Group sizes (the first k hosts).
-    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
-    nodes: Vec<usize>,
-    /// Message sizes in bytes.
-    #[arg(
-        long,
-        default_value = "4,8,256,1024,4096,16384,65536",
-        value_delimiter = ','
-    )]
-    sizes: Vec<usize>,
-    /// Measured broadcasts per (algorithm, group size, size).
-    #[arg(long, default_value_t = 500)]
-    iters: usize,
-    /// Unmeasured broadcasts before them.
-    #[arg(long, default_value_t = 50)]
-    warmup: usize,
+    #[command(flatten)]
+    sweep: SweepArgs,
     /// Algorithms: ppbcast, sbcast, tree.
     #[arg(long, default_value = "ppbcast,sbcast,tree", value_delimiter = ',')]
     algos: Vec<Algorithm>,
@@ -840,19 +862,13 @@ pub struct Args {
 impl Args {
     /// Runs the comparison (and writes the CSV and plots).
     pub fn run(self) -> ExitCode {
-        let mut bed = self.link.bed(self.testbed, "eblat");
-        bed.probe = self.breakdown;
         let o = LatencyOptions {
-            bed,
-            nodes: self.nodes,
-            sizes: self.sizes,
-            iters: self.iters,
-            warmup: self.warmup,
             algos: self.algos,
             progress: !self.json,
             floor: !self.no_floor,
             blocks: self.blocks,
             cost: self.cost,
+            ..self.sweep.options(&self.link, "eblat", self.breakdown)
         };
         let r = match run(&o) {
             Ok(r) => r,
@@ -878,25 +894,8 @@ impl Args {
 /// Example: ethbcast-bench floor --testbed 8 --nodes 2,8 --sizes 8,256 --iters 2000
 #[derive(clap::Args)]
 pub struct FloorArgs {
-    /// Hosts on the test-bed.
-    #[arg(long, default_value_t = 8)]
-    testbed: usize,
-    /// Group sizes (the first k hosts).
-    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
-    nodes: Vec<usize>,
-    /// Message sizes in bytes.
-    #[arg(
-        long,
-        default_value = "4,8,256,1024,4096,16384,65536",
-        value_delimiter = ','
-    )]
-    sizes: Vec<usize>,
-    /// Measured iterations per (group size, size).
-    #[arg(long, default_value_t = 500)]
-    iters: usize,
-    /// Unmeasured iterations before them.
-    #[arg(long, default_value_t = 50)]
-    warmup: usize,
+    #[command(flatten)]
+    sweep: SweepArgs,
     /// Also say where the time goes (see `latency --breakdown`).
     #[arg(long)]
     breakdown: bool,
@@ -911,19 +910,13 @@ impl FloorArgs {
     /// Measures the floor alone: a latency run without algorithms (floor.rs measures, this
     /// module reports).
     pub fn run(self) -> ExitCode {
-        let mut bed = self.link.bed(self.testbed, "ebfl");
-        bed.probe = self.breakdown;
         let o = LatencyOptions {
-            bed,
-            nodes: self.nodes,
-            sizes: self.sizes,
-            iters: self.iters,
-            warmup: self.warmup,
             algos: Vec::new(),
             progress: false,
             floor: true,
             blocks: 1,
             cost: false,
+            ..self.sweep.options(&self.link, "ebfl", self.breakdown)
         };
         match run(&o) {
             Ok(mut r) => {
