@@ -17,7 +17,7 @@ use ethbcast::group::BarrierAlgo;
 use serde::Serialize;
 
 use super::bed::{self, summarize, BedOptions, Summary};
-use super::cli::{code, fail, plots, print, GroupArgs, LinkArgs};
+use super::cli::{fail, print_and_plot, GroupArgs, LinkArgs};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -211,10 +211,7 @@ impl Args {
             progress: !self.json,
         };
         match run(&o) {
-            Ok(r) => {
-                print(self.json, &r, render);
-                code(plots(self.out.as_ref(), |d| plot(&r, d)))
-            }
+            Ok(r) => print_and_plot(self.json, &r, render, self.out.as_ref(), plot),
             Err(e) => fail(e),
         }
     }

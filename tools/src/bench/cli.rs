@@ -124,6 +124,19 @@ pub fn plots(out: Option<&PathBuf>, f: impl FnOnce(&Path) -> Result<Vec<PathBuf>
     }
 }
 
+/// Prints the report `r` ([`print`]), writes its plots into `out`, if given ([`plots`]), and
+/// fails if that did.
+pub fn print_and_plot<T: Serialize>(
+    json: bool,
+    r: &T,
+    text: impl FnOnce(&T) -> String,
+    out: Option<&PathBuf>,
+    plot: impl FnOnce(&T, &Path) -> Result<Vec<PathBuf>, String>,
+) -> ExitCode {
+    print(json, r, text);
+    code(plots(out, |d| plot(r, d)))
+}
+
 /// Success if `ok`, else failure.
 pub fn code(ok: bool) -> ExitCode {
     if ok {
