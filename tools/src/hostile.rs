@@ -210,6 +210,19 @@ pub struct Spoof {
     pub tag: bool,
 }
 
+impl Spoof {
+    /// As rank 0 from `root_mac`, to every member at the broadcast MAC.
+    pub fn from_root(root_mac: [u8; 6], tag: bool) -> Spoof {
+        Spoof {
+            src: 0,
+            dst: wire::ALL,
+            src_mac: root_mac,
+            dst_mac: wire::ethernet::BROADCAST_MAC.0,
+            tag,
+        }
+    }
+}
+
 /// Fresh control counters far ahead of any real one: each forgery takes a new one, so that
 /// an unkeyed group's replay window would take every one.
 #[derive(Debug, Clone, Copy)]
@@ -262,13 +275,7 @@ pub fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
     };
     let mut src = [0u8; 6];
     src.copy_from_slice(&eth[6..12]);
-    let spoof = Spoof {
-        src: 0,
-        dst: wire::ALL,
-        src_mac: src,
-        dst_mac: wire::ethernet::BROADCAST_MAC.0,
-        tag: true,
-    };
+    let spoof = Spoof::from_root(src, true);
     forge_control(eth, &notice, spoof, &mut Counter::default())
 }
 

@@ -853,13 +853,7 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
                             epoch,
                             ..b.clone()
                         });
-                        let spoof = Spoof {
-                            src: 0,
-                            dst: wire::ALL,
-                            src_mac: macs[0],
-                            dst_mac: wire::ethernet::BROADCAST_MAC.0,
-                            tag,
-                        };
+                        let spoof = Spoof::from_root(macs[0], tag);
                         if let Some(x) = hostile::forge_control(&f, &release, spoof, &mut ctr) {
                             port.send(&x);
                         }
@@ -1993,13 +1987,7 @@ pub fn forge_session(
             let mut forged = Forged::default();
             let mut last_evict = Instant::now();
             let mut template: Option<Vec<u8>> = None;
-            let from_root = Spoof {
-                src: 0,
-                dst: wire::ALL,
-                src_mac: root_mac,
-                dst_mac: wire::ethernet::BROADCAST_MAC.0,
-                tag: true,
-            };
+            let from_root = Spoof::from_root(root_mac, true);
             while !stop.load(Ordering::SeqCst) {
                 if let (Some(t), true) =
                     (&template, last_evict.elapsed() > Duration::from_millis(50))

@@ -16,8 +16,8 @@ use std::time::Instant;
 use ethbcast::group::BarrierAlgo;
 use serde::Serialize;
 
-use super::bed::{self, fmt_us, summarize, BedOptions};
-use super::cli::{code, fail, plots, print, LinkArgs};
+use super::bed::{self, summarize, BedOptions, Summary};
+use super::cli::{fail, print_and_plot, GroupArgs, LinkArgs};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -63,14 +63,9 @@ pub struct Row {
     pub kind: String,
     /// Group size.
     pub nodes: usize,
-    /// Mean of the middle 80%, µs.
-    pub mean80_us: f64,
-    /// Median, µs.
-    pub median_us: f64,
-    /// 99th percentile, µs.
-    pub p99_us: f64,
-    /// Largest, µs.
-    pub max_us: f64,
+    /// Latency statistics, µs (flattened: the keys `mean80_us`, `median_us`, `p99_us`, `max_us`).
+    #[serde(flatten)]
+    pub stats: Summary,
 }
 
 /// The report.
@@ -143,14 +138,10 @@ pub fn run_on(bed: &Testbed, o: &BarrierOptions) -> Result<BarrierReport, String
                     bed::us(last_in, last_out)
                 })
                 .collect();
-            let s = summarize(&samples);
             rows.push(Row {
                 kind: name.to_string(),
                 nodes: k,
-                mean80_us: s.mean80_us,
-                median_us: s.median_us,
-                p99_us: s.p99_us,
-                max_us: s.max_us,
+                stats: summarize(&samples),
             });
         }
     }
@@ -171,23 +162,13 @@ pub fn render(r: &BarrierReport) -> String {
         "barrier latency on a {}-host test-bed (backend {}, wait {}), {} iterations\n\n",
         r.hosts, r.backend, r.wait, r.iters
     );
-    let mut t = Table::new(&[
-        "barrier",
-        "nodes",
-        "mean80 µs",
-        "median µs",
-        "p99 µs",
-        "max µs",
-    ]);
+    let mut head = vec!["barrier", "nodes"];
+    head.extend(Summary::HEADERS);
+    let mut t = Table::new(&head);
     for row in &r.rows {
-        t.row(vec![
-            row.kind.clone(),
-            row.nodes.to_string(),
-            fmt_us(row.mean80_us),
-            fmt_us(row.median_us),
-            fmt_us(row.p99_us),
-            fmt_us(row.max_us),
-        ]);
+        let mut cells = vec![row.kind.clone(), row.nodes.to_string()];
+        cells.extend(row.stats.cells());
+        t.row(cells);
     }
     out.push_str(&t.render());
     let _ = writeln!(out, "\nmethod: {}", r.method);
@@ -201,12 +182,8 @@ pub fn render(r: &BarrierReport) -> String {
 /// Example: ethbcast-bench barrier --testbed 8 --nodes 2,4,8 --iters 500
 #[derive(clap::Args)]
 pub struct Args {
-    /// Hosts on the test-bed.
-    #[arg(long, default_value_t = 8)]
-    testbed: usize,
-    /// Group sizes (the first k hosts).
-    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
-    nodes: Vec<usize>,
+    #[command(flatten)]
+    groups: GroupArgs,
     /// Measured barriers per kind and group size.
     #[arg(long, default_value_t = 500)]
     iters: usize,
@@ -227,17 +204,14 @@ impl Args {
     /// Runs the comparison (and plots it).
     pub fn run(self) -> ExitCode {
         let o = BarrierOptions {
-            bed: self.link.bed(self.testbed, "ebbar"),
-            nodes: self.nodes,
+            bed: self.link.bed(self.groups.testbed, "ebbar"),
+            nodes: self.groups.nodes,
             iters: self.iters,
             warmup: self.warmup,
             progress: !self.json,
         };
         match run(&o) {
-            Ok(r) => {
-                print(self.json, &r, render);
-                code(plots(self.out.as_ref(), |d| plot(&r, d)))
-            }
+            Ok(r) => print_and_plot(self.json, &r, render, self.out.as_ref(), plot),
             Err(e) => fail(e),
         }
     }
@@ -265,10 +239,49 @@ pub fn plot(r: &BarrierReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
                     .rows
                     .iter()
                     .filter(|x| &x.kind == k)
-                    .map(|x| (x.nodes as f64, x.mean80_us))
+                    .map(|x| (x.nodes as f64, x.stats.mean80_us))
                     .collect(),
             })
             .collect(),
     };
     draw(&c, dir, "barrier-vs-nodes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_keeps_its_json_keys_and_table_columns() {
+        let r = BarrierReport {
+            rows: vec![Row {
+                kind: "broadcast".into(),
+                nodes: 8,
+                stats: Summary {
+                    mean80_us: 40.25,
+                    median_us: 39.0,
+                    p99_us: 98.5,
+                    max_us: 2048.0,
+                },
+            }],
+            method: METHOD.into(),
+            hosts: 8,
+            iters: 500,
+            backend: "ring".into(),
+            wait: "block".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&r.rows[0]).unwrap(),
+            r#"{"kind":"broadcast","nodes":8,"mean80_us":40.25,"median_us":39.0,"p99_us":98.5,"max_us":2048.0}"#
+        );
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "barrier    nodes  mean80 µs  median µs  p99 µs  max µs\n\
+                 ---------  -----  ---------  ---------  ------  ------\n\
+                 broadcast      8       40.2       39.0    98.5    2048\n"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -360,6 +360,21 @@ pub struct Summary {
     pub max_us: f64,
 }
 
+impl Summary {
+    /// The column headers of the four statistics in a table, in the order of [`Summary::cells`].
+    pub const HEADERS: [&'static str; 4] = ["mean80 µs", "median µs", "p99 µs", "max µs"];
+
+    /// The four statistics formatted for a table ([`fmt_us`]), under [`Summary::HEADERS`].
+    pub fn cells(&self) -> [String; 4] {
+        [
+            fmt_us(self.mean80_us),
+            fmt_us(self.median_us),
+            fmt_us(self.p99_us),
+            fmt_us(self.max_us),
+        ]
+    }
+}
+
 /// Summarises samples given in microseconds.
 pub fn summarize(samples: &[f64]) -> Summary {
     if samples.is_empty() {

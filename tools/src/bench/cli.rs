@@ -48,6 +48,18 @@ impl LinkArgs {
     }
 }
 
+/// The test-bed and the groups measured on it, shared by the latency runs (`latency`, `floor`,
+/// `barrier`).
+#[derive(clap::Args)]
+pub struct GroupArgs {
+    /// Hosts on the test-bed.
+    #[arg(long, default_value_t = 8)]
+    pub testbed: usize,
+    /// Group sizes (the first k hosts).
+    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
+    pub nodes: Vec<usize>,
+}
+
 /// A port rate, or none (`none`, `unlimited`): unshaped veths.
 #[derive(Debug, Clone, Copy)]
 pub struct Limit(pub Option<Rate>);
@@ -110,6 +122,19 @@ pub fn plots(out: Option<&PathBuf>, f: impl FnOnce(&Path) -> Result<Vec<PathBuf>
             false
         }
     }
+}
+
+/// Prints the report `r` ([`print`]), writes its plots into `out`, if given ([`plots`]), and
+/// fails if that did.
+pub fn print_and_plot<T: Serialize>(
+    json: bool,
+    r: &T,
+    text: impl FnOnce(&T) -> String,
+    out: Option<&PathBuf>,
+    plot: impl FnOnce(&T, &Path) -> Result<Vec<PathBuf>, String>,
+) -> ExitCode {
+    print(json, r, text);
+    code(plots(out, |d| plot(r, d)))
 }
 
 /// Success if `ok`, else failure.

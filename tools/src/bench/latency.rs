@@ -29,7 +29,7 @@ use ethbcast::group::{Algorithm, Group};
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
-use super::cli::{code, fail, plots, print, LinkArgs};
+use super::cli::{code, fail, plots, print, GroupArgs, LinkArgs};
 use super::cpu::{sum_counts, Counts, Meter, PerOp};
 use super::floor::{self, FLOOR};
 use super::probe::{receiver_done, root_mark_probe, MemberRun, Stamp};
@@ -99,14 +99,9 @@ pub struct Row {
     pub nodes: usize,
     /// Message size, bytes.
     pub size: usize,
-    /// Mean of the middle 80%, µs.
-    pub mean80_us: f64,
-    /// Median, µs.
-    pub median_us: f64,
-    /// 99th percentile, µs.
-    pub p99_us: f64,
-    /// Largest, µs.
-    pub max_us: f64,
+    /// Latency statistics, µs (flattened: the keys `mean80_us`, `median_us`, `p99_us`, `max_us`).
+    #[serde(flatten)]
+    pub stats: Summary,
 }
 
 /// Latency growth from the smallest to the largest group, per algorithm and size.
@@ -410,15 +405,11 @@ fn summarize_stamps(
             }
         }
     }
-    let s: Summary = summarize(&lat);
     let row = Row {
         algo: algo.to_string(),
         nodes: k,
         size,
-        mean80_us: s.mean80_us,
-        median_us: s.median_us,
-        p99_us: s.p99_us,
-        max_us: s.max_us,
+        stats: summarize(&lat),
     };
     let b = (!pre.is_empty()).then(|| Breakdown {
         algo: algo.to_string(),
@@ -523,7 +514,7 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
     let find = |a: &str, n: usize, s: usize| {
         rows.iter()
             .find(|r| r.algo == a && r.nodes == n && r.size == s)
-            .map(|r| r.mean80_us)
+            .map(|r| r.stats.mean80_us)
     };
     if let (Some(&lo), Some(&hi)) = (nodes.first(), nodes.last()) {
         if lo != hi {
@@ -572,8 +563,8 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
                 nodes: r.nodes,
                 size: r.size,
                 floor_us: f,
-                algo_us: r.mean80_us,
-                ratio: r.mean80_us / f,
+                algo_us: r.stats.mean80_us,
+                ratio: r.stats.mean80_us / f,
             })
         })
         .collect();
@@ -607,25 +598,17 @@ pub fn render(r: &LatencyReport) -> String {
         r.iters,
         r.warmup
     );
-    let mut t = Table::new(&[
-        "algo",
-        "nodes",
-        "size B",
-        "mean80 µs",
-        "median µs",
-        "p99 µs",
-        "max µs",
-    ]);
+    let mut head = vec!["algo", "nodes", "size B"];
+    head.extend(Summary::HEADERS);
+    let mut t = Table::new(&head);
     for row in &r.rows {
-        t.row(vec![
+        let mut cells = vec![
             row.algo.clone(),
             row.nodes.to_string(),
             row.size.to_string(),
-            fmt_us(row.mean80_us),
-            fmt_us(row.median_us),
-            fmt_us(row.p99_us),
-            fmt_us(row.max_us),
-        ]);
+        ];
+        cells.extend(row.stats.cells());
+        t.row(cells);
     }
     out.push_str(&t.render());
     if !r.growth.is_empty() {
@@ -781,10 +764,55 @@ pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
         let _ = writeln!(
             s,
             "{},{},{},{:.3},{:.3},{:.3},{:.3}",
-            row.algo, row.nodes, row.size, row.mean80_us, row.median_us, row.p99_us, row.max_us
+            row.algo,
+            row.nodes,
+            row.size,
+            row.stats.mean80_us,
+            row.stats.median_us,
+            row.stats.p99_us,
+            row.stats.max_us
         );
     }
     std::fs::write(path, s)
+}
+
+/// What `latency` and `floor` measure: the test-bed and its groups, the message sizes and the
+/// iterations.
+#[derive(clap::Args)]
+struct SweepArgs {
+    #[command(flatten)]
+    groups: GroupArgs,
+    /// Message sizes in bytes.
+    #[arg(
+        long,
+        default_value = "4,8,256,1024,4096,16384,65536",
+        value_delimiter = ','
+    )]
+    sizes: Vec<usize>,
+    /// Measured iterations per (algorithm or floor, group size, size).
+    #[arg(long, default_value_t = 500)]
+    iters: usize,
+    /// Unmeasured iterations before them.
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+}
+
+impl SweepArgs {
+    /// A latency run of these groups, sizes and iterations on the test-bed `link` describes
+    /// (`default_prefix` without `--prefix`; every link probed with `probe`), the rest as
+    /// [`LatencyOptions::new`] has it.
+    fn options(self, link: &LinkArgs, default_prefix: &str, probe: bool) -> LatencyOptions {
+        let mut bed = link.bed(self.groups.testbed, default_prefix);
+        bed.probe = probe;
+        LatencyOptions {
+            bed,
+            nodes: self.groups.nodes,
+            sizes: self.sizes,
+            iters: self.iters,
+            warmup: self.warmup,
+            ..LatencyOptions::new(self.groups.testbed)
+        }
+    }
 }
 
 /// Broadcast latency on real hosts (the EQA paper, section 4): PPBCAST, SBCAST and the
@@ -797,25 +825,8 @@ pub fn write_csv(r: &LatencyReport, path: &Path) -> std::io::Result<()> {
 /// Example: ethbcast-bench latency --testbed 8 --nodes 2,4,8 --iters 500 --out bench-out
 #[derive(clap::Args)]
 pub struct Args {
-    /// Hosts on the test-bed.
-    #[arg(long, default_value_t = 8)]
-    testbed: usize,
-    /// Group sizes (the first k hosts).
-    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
-    nodes: Vec<usize>,
-    /// Message sizes in bytes.
-    #[arg(
-        long,
-        default_value = "4,8,256,1024,4096,16384,65536",
-        value_delimiter = ','
-    )]
-    sizes: Vec<usize>,
-    /// Measured broadcasts per (algorithm, group size, size).
-    #[arg(long, default_value_t = 500)]
-    iters: usize,
-    /// Unmeasured broadcasts before them.
-    #[arg(long, default_value_t = 50)]
-    warmup: usize,
+    #[command(flatten)]
+    sweep: SweepArgs,
     /// Algorithms: ppbcast, sbcast, tree.
     #[arg(long, default_value = "ppbcast,sbcast,tree", value_delimiter = ',')]
     algos: Vec<Algorithm>,
@@ -851,19 +862,13 @@ pub struct Args {
 impl Args {
     /// Runs the comparison (and writes the CSV and plots).
     pub fn run(self) -> ExitCode {
-        let mut bed = self.link.bed(self.testbed, "eblat");
-        bed.probe = self.breakdown;
         let o = LatencyOptions {
-            bed,
-            nodes: self.nodes,
-            sizes: self.sizes,
-            iters: self.iters,
-            warmup: self.warmup,
             algos: self.algos,
             progress: !self.json,
             floor: !self.no_floor,
             blocks: self.blocks,
             cost: self.cost,
+            ..self.sweep.options(&self.link, "eblat", self.breakdown)
         };
         let r = match run(&o) {
             Ok(r) => r,
@@ -889,25 +894,8 @@ impl Args {
 /// Example: ethbcast-bench floor --testbed 8 --nodes 2,8 --sizes 8,256 --iters 2000
 #[derive(clap::Args)]
 pub struct FloorArgs {
-    /// Hosts on the test-bed.
-    #[arg(long, default_value_t = 8)]
-    testbed: usize,
-    /// Group sizes (the first k hosts).
-    #[arg(long, default_value = "2,4,8", value_delimiter = ',')]
-    nodes: Vec<usize>,
-    /// Message sizes in bytes.
-    #[arg(
-        long,
-        default_value = "4,8,256,1024,4096,16384,65536",
-        value_delimiter = ','
-    )]
-    sizes: Vec<usize>,
-    /// Measured iterations per (group size, size).
-    #[arg(long, default_value_t = 500)]
-    iters: usize,
-    /// Unmeasured iterations before them.
-    #[arg(long, default_value_t = 50)]
-    warmup: usize,
+    #[command(flatten)]
+    sweep: SweepArgs,
     /// Also say where the time goes (see `latency --breakdown`).
     #[arg(long)]
     breakdown: bool,
@@ -922,19 +910,13 @@ impl FloorArgs {
     /// Measures the floor alone: a latency run without algorithms (floor.rs measures, this
     /// module reports).
     pub fn run(self) -> ExitCode {
-        let mut bed = self.link.bed(self.testbed, "ebfl");
-        bed.probe = self.breakdown;
         let o = LatencyOptions {
-            bed,
-            nodes: self.nodes,
-            sizes: self.sizes,
-            iters: self.iters,
-            warmup: self.warmup,
             algos: Vec::new(),
             progress: false,
             floor: true,
             blocks: 1,
             cost: false,
+            ..self.sweep.options(&self.link, "ebfl", self.breakdown)
         };
         match run(&o) {
             Ok(mut r) => {
@@ -962,7 +944,7 @@ fn algo_series(
                 .rows
                 .iter()
                 .filter(|row| &row.algo == a && keep(row))
-                .map(|row| (x(row), row.mean80_us))
+                .map(|row| (x(row), row.stats.mean80_us))
                 .collect(),
         })
         .collect()
@@ -1017,4 +999,40 @@ pub fn plot(r: &LatencyReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
         }
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row() -> Row {
+        Row {
+            algo: "tree".into(),
+            nodes: 4,
+            size: 256,
+            stats: Summary {
+                mean80_us: 12.5,
+                median_us: 12.0,
+                p99_us: 30.75,
+                max_us: 1500.0,
+            },
+        }
+    }
+
+    #[test]
+    fn a_row_keeps_its_json_keys_and_table_columns() {
+        assert_eq!(
+            serde_json::to_string(&row()).unwrap(),
+            r#"{"algo":"tree","nodes":4,"size":256,"mean80_us":12.5,"median_us":12.0,"p99_us":30.75,"max_us":1500.0}"#
+        );
+        let text = render(&analyse(vec![row()], &LatencyOptions::new(8)));
+        assert!(
+            text.contains(
+                "algo  nodes  size B  mean80 µs  median µs  p99 µs  max µs\n\
+                 ----  -----  ------  ---------  ---------  ------  ------\n\
+                 tree      4     256       12.5       12.0    30.8    1500\n"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use ethbcast::memory::{sizes, Profile};
 use serde::Serialize;
 
-use super::cli::{code, plots, print};
+use super::cli::print_and_plot;
 use super::table::Table;
 
 /// One row: a group of `n`.
@@ -116,8 +116,7 @@ impl Args {
     /// Prints the table (and plots it).
     pub fn run(self) -> ExitCode {
         let r = report(self.profile, &self.nodes);
-        print(self.json, &r, render);
-        code(plots(self.out.as_ref(), |d| plot(&r, d)))
+        print_and_plot(self.json, &r, render, self.out.as_ref(), plot)
     }
 }
 

@@ -16,6 +16,7 @@ use ethbcast::link::sim::{port_mac, SimConfig, SimNet};
 use ethbcast::member::{Algorithm, Done, Member, MemberConfig};
 use ethbcast::proto::Config;
 
+use super::bed::Summary;
 use super::latency::Row;
 
 /// Rank 0 broadcasts `repeat` times; each receiver calls `bcast` once per round.
@@ -153,10 +154,12 @@ pub fn rows(nodes: &[usize], sizes: &[usize], algos: &[Algorithm]) -> Result<Vec
                     algo: a.to_string(),
                     nodes: k,
                     size: s,
-                    mean80_us: v,
-                    median_us: v,
-                    p99_us: v,
-                    max_us: v,
+                    stats: Summary {
+                        mean80_us: v,
+                        median_us: v,
+                        p99_us: v,
+                        max_us: v,
+                    },
                 });
             }
         }

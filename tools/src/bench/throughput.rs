@@ -17,7 +17,7 @@ use ethbcast::proto::Stats;
 use serde::Serialize;
 
 use super::bed::{self, BedOptions};
-use super::cli::{code, fail, plots, print, LinkArgs};
+use super::cli::{fail, print_and_plot, LinkArgs};
 use super::cpu::{self, CpuCost};
 use super::table::Table;
 use crate::testbed::Testbed;
@@ -347,12 +347,9 @@ impl Args {
         o.chunk = self.chunk;
         o.algo = self.algo;
         match run(&o) {
-            Ok(r) => {
-                print(self.json, &r, render);
-                code(plots(self.out.as_ref(), |d| {
-                    plot(std::slice::from_ref(&r), d)
-                }))
-            }
+            Ok(r) => print_and_plot(self.json, &r, render, self.out.as_ref(), |r, d| {
+                plot(std::slice::from_ref(r), d)
+            }),
             Err(e) => fail(e),
         }
     }

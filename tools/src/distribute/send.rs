@@ -343,10 +343,19 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     }
 
     let n = roster.len();
-    let mut outcome = vec![Outcome::Active; n];
-    let mut bytes_of = vec![0u64; n];
-    let mut at = vec![0f64; n];
-    let mut error = vec![String::new(); n];
+    // Every rank's line of the report as it stands (the sender's, rank 0, is not reported).
+    let mut fate: Vec<ReceiverReport> = roster
+        .iter()
+        .enumerate()
+        .map(|(r, mac)| ReceiverReport {
+            rank: r as u16,
+            mac: mac.to_string(),
+            status: Outcome::Active,
+            bytes: 0,
+            seconds: 0.0,
+            error: String::new(),
+        })
+        .collect();
     // When each evicted receiver was last told so: the notice is repeated while the transfer
     // lasts, because a receiver that was only stalled resumes with a full receive queue, in
     // which the first notice found no room.
@@ -381,18 +390,11 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     // Set at the end of the input: the digest of all of it.
     let mut digest: Option<[u8; 32]> = None;
 
-    let finish = |o: &mut Vec<Outcome>,
-                  b: &mut Vec<u64>,
-                  t: &mut Vec<f64>,
-                  e: &mut Vec<String>,
-                  r: usize,
-                  what: Outcome,
-                  bytes: u64,
-                  err: String| {
-        o[r] = what;
-        b[r] = bytes;
-        t[r] = start.elapsed().as_secs_f64();
-        e[r] = err;
+    let finish = |f: &mut ReceiverReport, what: Outcome, bytes: u64, err: String| {
+        f.status = what;
+        f.bytes = bytes;
+        f.seconds = start.elapsed().as_secs_f64();
+        f.error = err;
     };
 
     loop {
@@ -404,7 +406,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 "interrupted: transfer aborted, receivers told to discard it",
             ));
         }
-        let live_receivers = outcome[1..].contains(&Outcome::Active);
+        let live_receivers = fate[1..].iter().any(|f| f.status == Outcome::Active);
         // Feed the engine.
         let mut wait = Duration::from_millis(5);
         while live_receivers && digest.is_none() && inflight.len() < max_inflight {
@@ -479,34 +481,16 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             }
         }
         // Completion reports.
-        for r in 1..n {
-            if outcome[r] != Outcome::Active {
+        for line in &mut fate[1..] {
+            if line.status != Outcome::Active {
                 continue;
             }
-            if let Some(m) = node.take_p2p(r as u16) {
+            if let Some(m) = node.take_p2p(line.rank) {
                 match Final::decode(&m) {
-                    Some(f) if f.ok => finish(
-                        &mut outcome,
-                        &mut bytes_of,
-                        &mut at,
-                        &mut error,
-                        r,
-                        Outcome::Completed,
-                        f.bytes,
-                        String::new(),
-                    ),
+                    Some(f) if f.ok => finish(line, Outcome::Completed, f.bytes, String::new()),
                     Some(f) => {
-                        node.evict(r as u16);
-                        finish(
-                            &mut outcome,
-                            &mut bytes_of,
-                            &mut at,
-                            &mut error,
-                            r,
-                            Outcome::Failed,
-                            f.bytes,
-                            f.error,
-                        );
+                        node.evict(line.rank);
+                        finish(line, Outcome::Failed, f.bytes, f.error);
                     }
                     None => {}
                 }
@@ -524,7 +508,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         }
         // Liveness: evict receivers without progress and silent for `timeout`.
         for r in 1..n {
-            if outcome[r] != Outcome::Active {
+            if fate[r].status != Outcome::Active {
                 continue;
             }
             let Some(l) = node.receiver_progress(r as u16) else {
@@ -546,16 +530,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 if !a.quiet {
                     pb.suspend(|| eprintln!("ethbcast: evicting rank {r} ({}): {msg}", roster[r]));
                 }
-                finish(
-                    &mut outcome,
-                    &mut bytes_of,
-                    &mut at,
-                    &mut error,
-                    r,
-                    Outcome::Evicted,
-                    acked,
-                    msg,
-                );
+                finish(&mut fate[r], Outcome::Evicted, acked, msg);
                 continue;
             }
             // Everything acknowledged, the trailer included: from now on only its output and
@@ -580,29 +555,16 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 if !a.quiet {
                     pb.suspend(|| eprintln!("ethbcast: failing rank {r} ({}): {msg}", roster[r]));
                 }
-                finish(
-                    &mut outcome,
-                    &mut bytes_of,
-                    &mut at,
-                    &mut error,
-                    r,
-                    Outcome::Failed,
-                    sent,
-                    msg,
-                );
+                finish(&mut fate[r], Outcome::Failed, sent, msg);
             }
         }
         // All data acknowledged but no report: give up after `report_wait`.
         if let Some(t) = trailer_stable {
             if now.duration_since(t) > a.report_wait {
-                for r in 1..n {
-                    if outcome[r] == Outcome::Active {
+                for line in &mut fate[1..] {
+                    if line.status == Outcome::Active {
                         finish(
-                            &mut outcome,
-                            &mut bytes_of,
-                            &mut at,
-                            &mut error,
-                            r,
+                            line,
                             Outcome::Failed,
                             sent,
                             "acknowledged all data but sent no completion report".into(),
@@ -612,7 +574,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             }
         }
         pb.set_position(acked);
-        if outcome[1..].iter().all(|o| *o != Outcome::Active) {
+        if fate[1..].iter().all(|f| f.status != Outcome::Active) {
             break;
         }
     }
@@ -624,16 +586,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         node.turn(Duration::from_millis(10))?;
     }
     let st = node.stats().clone();
-    let receivers: Vec<ReceiverReport> = (1..n)
-        .map(|r| ReceiverReport {
-            rank: r as u16,
-            mac: roster[r].to_string(),
-            status: outcome[r],
-            bytes: bytes_of[r],
-            seconds: at[r],
-            error: error[r].clone(),
-        })
-        .collect();
+    let receivers: Vec<ReceiverReport> = fate.split_off(1);
     Ok(Report {
         ok: receivers.iter().all(|r| r.status == Outcome::Completed),
         iface: a.link.iface.clone(),
