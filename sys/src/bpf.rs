@@ -470,7 +470,8 @@ pub fn attach_xdp(prog: BorrowedFd<'_>, ifindex: u32, mode: XdpMode) -> Result<O
 /// The redirect program attached to one interface, with its XSKMAP.
 #[derive(Debug)]
 pub struct XdpRedirect {
-    // Field order: the link goes first (detaching the program), then the program, the map.
+    // `Drop` detaches the program through the link; then the link, the program and the map
+    // close in this order.
     link: OwnedFd,
     _prog: OwnedFd,
     map: XskMap,

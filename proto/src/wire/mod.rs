@@ -49,11 +49,6 @@ pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 36;
 /// Length of the CRC32C trailer in bytes.
 pub const CRC_LEN: usize = 4;
-
-/// The CRC32C (Castagnoli) of `bytes`, as every frame carries it.
-pub fn crc32c(bytes: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
-}
 /// Bytes of a PDU that are not payload.
 pub const OVERHEAD: usize = HEADER_LEN + CRC_LEN;
 /// Length of an Ethernet II header (see [`ethernet`]).
@@ -80,6 +75,11 @@ mod field {
     pub const PAYLOAD_LEN: Range<usize> = 28..30;
     pub const BITMAP: Range<usize> = 30..32;
     pub const AUX: Range<usize> = 32..36;
+}
+
+/// The CRC32C (Castagnoli) of `bytes`, as every frame carries it.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
 }
 
 /// What a frame is for.
