@@ -7,7 +7,8 @@
 #![cfg(target_os = "linux")]
 
 use std::process::Command;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use ethbcast::link::xdp::{XdpLink, XdpLinkConfig};
@@ -301,12 +302,12 @@ fn a_closed_link_frees_the_interface_while_other_threads_start_processes() {
     let Some(tb) = bed(test, "f", 1) else { return };
     let host = tb.hosts()[0].clone();
     let iface = host.iface.clone();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let spawner = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut n = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 Command::new("true").status().unwrap();
                 n += 1;
             }
@@ -323,7 +324,7 @@ fn a_closed_link_frees_the_interface_while_other_threads_start_processes() {
         Ok(())
     })
     .unwrap();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     let children = spawner.join().unwrap();
     assert!(children > 0, "the spawner started no process");
     reopened.unwrap();

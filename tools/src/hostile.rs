@@ -124,7 +124,7 @@ fn fix_crc(eth: &mut [u8]) -> Option<()> {
         return None;
     }
     let body = total - wire::CRC_LEN;
-    let crc = ethbcast::wire::crc32c(&pdu[..body]);
+    let crc = wire::crc32c(&pdu[..body]);
     pdu[body..total].copy_from_slice(&crc.to_be_bytes());
     Some(())
 }

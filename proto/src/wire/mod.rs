@@ -79,7 +79,7 @@ mod field {
 
 /// The CRC32C (Castagnoli) of `bytes`, as every frame carries it.
 pub fn crc32c(bytes: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
+    crc_fast::crc32_iscsi(bytes)
 }
 
 /// What a frame is for.

@@ -7,10 +7,10 @@
 //! whole message: every member is a thread of this process, so one `Instant` clock serves all;
 //! each receiver records the instant its `bcast` returned, the root the instant it called, and
 //! latency = max(receiver instants) - root instant. Where the group has no more hosts than the
-//! machine has cores, each host thread runs on a core of its own ([`super::bed::own_core`]). Between iterations the root waits, out of
-//! band (a shared counter between the threads, while it keeps polling the protocol), until
-//! every receiver has finished, so broadcasts never overlap; receivers are already waiting in
-//! their next `bcast` when the root calls.
+//! machine has cores, each host thread runs on a core of its own ([`super::bed::own_core`]).
+//! Between iterations the root waits, out of band (a shared counter between the threads, while
+//! it keeps polling the protocol), until every receiver has finished, so broadcasts never
+//! overlap; receivers are already waiting in their next `bcast` when the root calls.
 //!
 //! Unless told otherwise, every group size is first measured at the raw floor
 //! ([`super::floor`]: raw broadcast frames, the same threads, clock, link and waits, no
