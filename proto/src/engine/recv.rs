@@ -33,6 +33,11 @@ use crate::wire::{locate, Control, Flags, Kind, Position, Repr, NACK_BITS};
 /// Unanswered peer requests in a row after which a receiver stops asking its peer.
 const PEER_SILENCE_LIMIT: u32 = 16;
 
+/// Windows' worth of frames a member keeps copies of after a fellow receiver asked it for
+/// frames (peer repair). Loss that makes one fellow ask keeps copies on for every later frame
+/// while it lasts; a segment without loss costs no second copy.
+const COPY_SPAN: u64 = 4;
+
 /// This stream's place in the acknowledgement tree of its root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TreeLink {
@@ -176,10 +181,12 @@ pub struct Receiver {
     repair_rtt: Option<Duration>,
     /// The fellow receiver asked first for lost frames (peer repair), if any.
     peer: Option<Rank>,
-    /// Keep a copy of every frame in its slot until the slot is reused, so that a fellow
-    /// receiver's request can be served after the frame's message was delivered (with peer
-    /// repair; without it, frames placed into their message are not copied).
-    keep_copies: bool,
+    /// With peer repair: a fellow receiver asked this member for frames lately, so frames
+    /// before this sequence keep a copy in their slot until the slot is reused, and a request
+    /// can still be served after the frame's message was delivered. A member nobody asks
+    /// (no loss on the segment) copies nothing: each frame is copied once, into its message.
+    copies_until: Seq,
+    peer_repair: bool,
     /// Frames the peer was asked for and never answered (neither repair nor "not held"), in
     /// a row: a dead or stalled peer is given up after `PEER_SILENCE_LIMIT`.
     peer_silence: u32,
@@ -238,7 +245,8 @@ impl Receiver {
             nack_backoff: 0,
             repair_rtt: None,
             peer: None,
-            keep_copies: cfg.peer_repair,
+            copies_until: 0,
+            peer_repair: cfg.peer_repair,
             peer_silence: 0,
             ack_every: cfg.ack_every,
             ack_delay: cfg.ack_delay,
@@ -336,6 +344,10 @@ impl Receiver {
     /// A peer (`asker`) lost the frames of `missing` (bit `k`: `wire_base + k`): sends it, point
     /// to point, those this member still holds, as repairs of the root's stream. At most `budget`.
     pub(crate) fn serve_peer(&mut self, wire_base: u32, missing: u16, asker: Rank, budget: usize) {
+        if self.peer_repair {
+            // Fellows lose frames: keep copies for the next windows' worth of frames.
+            self.copies_until = self.highest.max(self.expected) + COPY_SPAN * self.window();
+        }
         let base = self.near(wire_base);
         let mut served = 0;
         let mut unheld = 0u16;
@@ -516,7 +528,7 @@ impl Receiver {
                 Ok(()) => {
                     // Its header stays in the slot (and with peer repair its payload): a peer
                     // may ask for the frame.
-                    let keep = self.keep_copies && payload.len() <= self.slot_payload();
+                    let keep = s < self.copies_until && payload.len() <= self.slot_payload();
                     let slot = &mut self.slots[i];
                     slot.repr = *repr;
                     slot.len = payload.len() as u16;
@@ -549,7 +561,7 @@ impl Receiver {
         slot.state.set(SlotState::PLACED, placed);
         slot.repr = *repr;
         slot.len = payload.len() as u16;
-        let copy = !placed || self.keep_copies;
+        let copy = !placed || s < self.copies_until;
         slot.state.set(SlotState::COPY, copy);
         if copy {
             slot.data[..payload.len()].copy_from_slice(payload);

@@ -699,28 +699,62 @@ fn with_peer_repair_a_fellow_receiver_repairs_and_the_root_sends_nothing_again()
     assert_eq!(net.engines[2].stats().drops.total(), 0);
 }
 
-#[test]
-fn a_peer_that_delivered_the_message_already_still_repairs_from_the_copy_it_keeps() {
-    // Messages of one frame each: the peer (rank 3) has handed message 3 to its application
-    // long before rank 2 finds frame 3 missing (when frame 4 arrives).
+/// Root 0 broadcasts one-frame messages in `batches` (frame `i` is message `i`), each batch
+/// once every member has the one before; rank 2 loses the frames in `lost` once each.
+/// Returns the network after every member has them all.
+fn one_frame_messages_with_losses(batches: &[u8], lost: &'static [u32]) -> Net {
     let mut net = peer_net(4);
-    net.drop = Box::new(lose_once(3, 2));
-    let msgs: Vec<Vec<u8>> = (0..6).map(|i| message(100, i)).collect();
-    for m in &msgs {
-        net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
-            .unwrap();
+    let mut losers: Vec<_> = lost.iter().map(|&s| lose_once(s, 2)).collect();
+    net.drop = Box::new(move |r, to| losers.iter_mut().any(|l| l(r, to)));
+    let mut msgs = Vec::new();
+    for &count in batches {
+        for _ in 0..count {
+            let m = message(100, msgs.len() as u8);
+            net.engines[0]
+                .bcast(net.now, m.clone(), Algo::Simple)
+                .unwrap();
+            msgs.push(m);
+        }
+        net.run(|n| n.all_got(0, msgs.len()));
     }
-    net.run(|n| n.all_got(0, msgs.len()));
     let want: Vec<_> = (0..msgs.len())
         .map(|i| (0, i as u64, msgs[i].clone()))
         .collect();
     assert_eq!(net.delivered[2], want);
-    assert_eq!(net.engines[3].stats().peer_repairs, 1, "the peer repaired");
+    net
+}
+
+#[test]
+fn a_peer_nobody_asked_keeps_no_copies_so_a_frame_it_delivered_comes_from_the_root() {
+    // The peer (rank 3) has handed message 3 to its application long before rank 2 finds
+    // frame 3 missing (when frame 4 arrives). Without loss nobody asks it, so it kept no
+    // second copy of its frames: it says so, and the root repairs.
+    let net = one_frame_messages_with_losses(&[6], &[3]);
+    assert_eq!(
+        net.engines[3].stats().peer_repairs,
+        0,
+        "the peer held nothing"
+    );
+    assert_eq!(net.engines[2].stats().peer_nacks, 1, "the peer was asked");
+    assert_eq!(net.engines[0].stats().repair_frames, 1, "the root repaired");
+}
+
+#[test]
+fn once_asked_a_peer_keeps_copies_and_repairs_frames_it_delivered_already() {
+    // The first request (frame 3) finds no copy; from then on the peer keeps copies, so the
+    // next loss (frame 8, in a later batch, its message delivered at the peer) is repaired by
+    // the peer.
+    let net = one_frame_messages_with_losses(&[6, 6], &[3, 8]);
+    assert_eq!(
+        net.engines[3].stats().peer_repairs,
+        1,
+        "the peer repaired frame 8"
+    );
+    assert_eq!(net.engines[2].stats().peer_nacks, 2);
     assert_eq!(
         net.engines[0].stats().repair_frames,
-        0,
-        "the root was not asked"
+        1,
+        "the root repaired frame 3 only"
     );
 }
 
