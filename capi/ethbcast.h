@@ -99,7 +99,7 @@
 #define ETHBCAST_WAIT_SPIN 2
 
 /**
- * Wait mode: check every 200 µs and sleep in between (bulk receivers).
+ * Wait mode: check every millisecond and sleep in between (bulk receivers).
  */
 #define ETHBCAST_WAIT_DOZE 3
 

@@ -75,7 +75,7 @@ pub const ETHBCAST_WAIT_ADAPTIVE: u32 = 0;
 pub const ETHBCAST_WAIT_BLOCK: u32 = 1;
 /// Wait mode: busy-poll; lowest latency, burns a core.
 pub const ETHBCAST_WAIT_SPIN: u32 = 2;
-/// Wait mode: check every 200 µs and sleep in between (bulk receivers).
+/// Wait mode: check every millisecond and sleep in between (bulk receivers).
 pub const ETHBCAST_WAIT_DOZE: u32 = 3;
 
 /// Broadcast algorithm: push-pull hardware broadcast (PPBCAST, the default).

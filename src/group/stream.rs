@@ -107,6 +107,12 @@ impl StreamOptions {
         cfg.window = self.window;
         cfg.ack_every = self.ack_every;
         cfg.peer_repair = self.peer_repair;
+        if self.wait == WaitMode::Doze {
+            // A member that looks at its queue once per interval cannot tell a quiet stream
+            // from a busy one any sooner: a shorter quiet timer only wakes it between looks
+            // (at 300 µs, 8 dozing receivers took a fifth more CPU per GiB).
+            cfg.ack_delay = cfg.ack_delay.max(link::DOZE_INTERVAL);
+        }
         cfg
     }
 }
@@ -286,5 +292,26 @@ impl Stream {
     /// Hands everything queued to the link, for up to `timeout`.
     pub fn drain(&mut self, timeout: Duration) -> Result<bool, LinkError> {
         self.driver.drain(&WallClock, timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dozing_member_waits_for_the_stream_to_be_quiet_no_shorter_than_it_dozes() {
+        let busy = StreamOptions::default();
+        let dozing = StreamOptions {
+            wait: WaitMode::Doze,
+            ..StreamOptions::default()
+        };
+        let engine = Config::new(0, 1, 3).ack_delay;
+        assert!(
+            engine < link::DOZE_INTERVAL,
+            "the engine's own timer is finer"
+        );
+        assert_eq!(busy.config(1, 3).ack_delay, engine);
+        assert_eq!(dozing.config(1, 3).ack_delay, link::DOZE_INTERVAL);
     }
 }

@@ -116,6 +116,9 @@ fn check_group(group: &MacAddr) -> Result<(), LinkError> {
     }
 }
 
+/// How long a link in [`WaitMode::Doze`] sleeps between checks.
+pub const DOZE_INTERVAL: Duration = ethbcast_sys::wait::Strategy::DEFAULT_DOZE;
+
 /// How a link waits for frames when none are ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WaitMode {
@@ -126,8 +129,8 @@ pub enum WaitMode {
     /// Spin for a short while, then block: the default.
     #[default]
     Adaptive,
-    /// Check every 200 µs and sleep in between, taking what arrived as one batch: for bulk
-    /// receivers on hosts with more busy processes than cores.
+    /// Check every millisecond ([`DOZE_INTERVAL`]) and sleep in between, taking what arrived
+    /// as one batch: for bulk receivers on hosts with more busy processes than cores.
     Doze,
 }
 

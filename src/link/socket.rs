@@ -284,7 +284,7 @@ pub(crate) fn strategy(mode: WaitMode) -> Strategy {
         WaitMode::Block => Strategy::Block,
         WaitMode::Adaptive => Strategy::default(),
         WaitMode::Doze => Strategy::Doze {
-            interval: Strategy::DEFAULT_DOZE,
+            interval: super::DOZE_INTERVAL,
         },
     }
 }

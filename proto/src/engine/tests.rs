@@ -1432,7 +1432,9 @@ fn the_quiet_timer_is_armed_once_per_quiet_period_not_moved_by_every_frame() {
     assert_eq!(rx.poll_timeout(), Some(last + delay));
     // Then the stream was quiet for a delay: one acknowledgement of all three.
     rx.handle_timeout(last + delay);
-    let t = rx.poll_transmit(last + delay, &mut buf).expect("an acknowledgement");
+    let t = rx
+        .poll_transmit(last + delay, &mut buf)
+        .expect("an acknowledgement");
     let f = Frame::new_checked(&buf[..t.len]).unwrap();
     assert_eq!(f.kind(), Kind::Ack);
     assert_eq!(rx.poll_timeout(), None);

@@ -65,7 +65,7 @@ struct Common {
     #[arg(long, default_value = "ring")]
     backend: Backend,
     /// How to wait for frames: adaptive (spin briefly, then block), block, spin, or doze (check
-    /// every 200 µs and take what arrived as one batch). Default: adaptive on the sender, doze
+    /// every millisecond and take what arrived as one batch). Default: adaptive on the sender, doze
     /// on receivers, where a wake-up or a yield per frame costs more than the frame itself
     /// when hosts have more busy processes than cores.
     #[arg(long)]
