@@ -170,14 +170,7 @@ pub struct Receiver {
     next_start: u64,
     acked: Seq,
     unacked: usize,
-    /// When the quiet timer fires. It is armed once and not moved by every frame: when it
-    /// fires while frames still come, it is set again to `moved_at + ack_delay` (a timer set
-    /// twice per quiet period instead of once per frame).
     ack_at: Option<Instant>,
-    /// The stream last moved (the quiet timer counts from here).
-    moved_at: Option<Instant>,
-    /// The stream moved since the last `schedule`.
-    moved: bool,
     ack_now: bool,
     nack_at: Option<Instant>,
     /// Frames from here on were found missing since the last NACK: ask for them now (the
@@ -246,8 +239,6 @@ impl Receiver {
             acked: 0,
             unacked: 0,
             ack_at: None,
-            moved_at: None,
-            moved: false,
             ack_now: false,
             nack_at: None,
             nack_from: None,
@@ -638,9 +629,11 @@ impl Receiver {
         self.expected += 1;
         self.unacked += 1;
         self.nack_backoff = 0;
-        // The stream moved: the quiet timer counts from the next `schedule`, which follows
-        // every advance (with a tree, `schedule_report` keeps its own timer).
-        self.moved = true;
+        if self.tree.is_none() {
+            // The stream moved: the quiet timer starts over at the next `schedule`, which
+            // follows every advance (with a tree, `schedule_report` keeps its own timer).
+            self.ack_at = None;
+        }
     }
 
     /// A repair arrived `rtt` after it was asked for.
@@ -897,17 +890,12 @@ impl Receiver {
             self.schedule_report(now, sent);
         } else if self.ack_now || self.unacked >= self.ack_every {
             self.send_ack(now);
-        } else if self.expected > self.acked {
+        } else if self.expected > self.acked && self.ack_at.is_none() {
             // Off the critical path: while the root keeps sending, one acknowledgement per
             // `ack_every` frames (half the window); the timer acknowledges the rest only once
             // the stream has been quiet for `ack_delay` ([`Receiver::advance`] restarts it),
             // so at the latest `ack_every * ack_delay` after the oldest frame not acknowledged.
-            if std::mem::take(&mut self.moved) || self.moved_at.is_none() {
-                self.moved_at = Some(now);
-            }
-            if self.ack_at.is_none() {
-                self.ack_at = Some(now + self.ack_delay);
-            }
+            self.ack_at = Some(now + self.ack_delay);
         }
         let gap = self.expected < self.highest
             && !self.slots[self.idx(self.expected)]
@@ -927,7 +915,6 @@ impl Receiver {
     fn send_ack(&mut self, now: Instant) {
         self.ack_now = false;
         self.ack_at = None;
-        self.moved_at = None;
         self.acked = self.expected;
         self.unacked = 0;
         // Answering a probe: say how far we have seen, so that the root can go back over
@@ -1133,22 +1120,13 @@ impl Receiver {
             self.acked = self.expected;
             self.unacked = 0;
             self.ack_at = None;
-            self.moved_at = None;
         }
         sent
     }
 
     pub(crate) fn on_timeout(&mut self, now: Instant) {
         if self.ack_at.is_some_and(|t| t <= now) {
-            let quiet_until = self
-                .moved_at
-                .filter(|_| self.tree.is_none())
-                .map(|m| m + self.ack_delay);
-            match quiet_until {
-                // Frames came since the timer was armed: not quiet yet.
-                Some(q) if q > now => self.ack_at = Some(q),
-                _ => self.send_ack(now),
-            }
+            self.send_ack(now);
         }
         if let Some(t) = self.tree.as_mut() {
             if t.refresh_at.is_some_and(|r| r <= now) {

@@ -1405,37 +1405,3 @@ fn a_busy_stream_of_small_messages_is_acknowledged_once_per_half_window_and_once
     let (acks, quiet, _) = acks_of_a_stream(5, Duration::from_micros(400));
     assert_eq!((acks, quiet), (5, 0));
 }
-
-#[test]
-fn the_quiet_timer_is_armed_once_per_quiet_period_not_moved_by_every_frame() {
-    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
-    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
-    let delay = rx.config().ack_delay;
-    let t0 = Instant::now();
-    let mut buf = vec![0u8; 1500];
-    let mut deadlines = Vec::new();
-    // Three frames a tenth of the delay apart: the deadline stays where the first set it.
-    for i in 0..3u32 {
-        let now = t0 + delay * i / 10;
-        root.bcast(now, vec![i as u8; 8], Algo::Simple).unwrap();
-        while let Some(t) = root.poll_transmit(now, &mut buf) {
-            rx.handle_frame(now, &buf[..t.len]).unwrap();
-        }
-        deadlines.push(rx.poll_timeout());
-    }
-    assert_eq!(deadlines, vec![Some(t0 + delay); 3]);
-    // It fires while the stream is not quiet yet: it moves to a delay after the last frame,
-    // and nothing is sent.
-    rx.handle_timeout(t0 + delay);
-    assert!(rx.poll_transmit(t0 + delay, &mut buf).is_none());
-    let last = t0 + delay * 2 / 10;
-    assert_eq!(rx.poll_timeout(), Some(last + delay));
-    // Then the stream was quiet for a delay: one acknowledgement of all three.
-    rx.handle_timeout(last + delay);
-    let t = rx
-        .poll_transmit(last + delay, &mut buf)
-        .expect("an acknowledgement");
-    let f = Frame::new_checked(&buf[..t.len]).unwrap();
-    assert_eq!(f.kind(), Kind::Ack);
-    assert_eq!(rx.poll_timeout(), None);
-}
