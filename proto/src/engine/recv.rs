@@ -185,7 +185,11 @@ pub struct Receiver {
     /// before this sequence keep a copy in their slot until the slot is reused, and a request
     /// can still be served after the frame's message was delivered. A member nobody asks
     /// (no loss on the segment) copies nothing: each frame is copied once, into its message.
-    copies_until: Seq,
+    /// The low 32 bits of that sequence (the receiver's size is the paper's `s_RDP`), compared
+    /// as the wire compares sequences; meaningful once `asked`.
+    copies_until: u32,
+    /// A fellow receiver asked this member for frames (peer repair) at least once.
+    asked: bool,
     peer_repair: bool,
     /// Frames the peer was asked for and never answered (neither repair nor "not held"), in
     /// a row: a dead or stalled peer is given up after `PEER_SILENCE_LIMIT`.
@@ -246,6 +250,7 @@ impl Receiver {
             repair_rtt: None,
             peer: None,
             copies_until: 0,
+            asked: false,
             peer_repair: cfg.peer_repair,
             peer_silence: 0,
             ack_every: cfg.ack_every,
@@ -301,6 +306,11 @@ impl Receiver {
         self.peer
     }
 
+    /// Whether frame `s` keeps a copy in its slot after it was placed (see `copies_until`).
+    fn keeps_copy(&self, s: Seq) -> bool {
+        self.asked && (self.copies_until.wrapping_sub(s as u32) as i32) > 0
+    }
+
     /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
     pub(crate) fn set_peer(&mut self, peer: Option<Rank>) {
         self.peer = peer;
@@ -346,7 +356,9 @@ impl Receiver {
     pub(crate) fn serve_peer(&mut self, wire_base: u32, missing: u16, asker: Rank, budget: usize) {
         if self.peer_repair {
             // Fellows lose frames: keep copies for the next windows' worth of frames.
-            self.copies_until = self.highest.max(self.expected) + COPY_SPAN * self.window();
+            let until = self.highest.max(self.expected) + COPY_SPAN * self.window();
+            self.copies_until = until as u32;
+            self.asked = true;
         }
         let base = self.near(wire_base);
         let mut served = 0;
@@ -528,7 +540,7 @@ impl Receiver {
                 Ok(()) => {
                     // Its header stays in the slot (and with peer repair its payload): a peer
                     // may ask for the frame.
-                    let keep = s < self.copies_until && payload.len() <= self.slot_payload();
+                    let keep = self.keeps_copy(s) && payload.len() <= self.slot_payload();
                     let slot = &mut self.slots[i];
                     slot.repr = *repr;
                     slot.len = payload.len() as u16;
@@ -556,12 +568,12 @@ impl Receiver {
             return Err(Drop::Protocol("payload larger than a frame slot"));
         }
         let placed = self.place(s, repr, payload);
+        let copy = !placed || self.keeps_copy(s);
         let slot = &mut self.slots[i];
         slot.state.insert(SlotState::HAVE);
         slot.state.set(SlotState::PLACED, placed);
         slot.repr = *repr;
         slot.len = payload.len() as u16;
-        let copy = !placed || s < self.copies_until;
         slot.state.set(SlotState::COPY, copy);
         if copy {
             slot.data[..payload.len()].copy_from_slice(payload);

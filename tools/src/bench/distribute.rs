@@ -130,14 +130,14 @@ fn ethbcast_bin() -> PathBuf {
     me.with_file_name("ethbcast")
 }
 
-/// One ethbcast transfer: goodput, seconds, whether all completed, and the CPU of the sender
-/// and of all receivers.
+/// One ethbcast transfer: goodput, seconds, whether all completed, the frames the sender
+/// repaired, and the CPU of the sender and of all receivers.
 fn run_ethbcast(
     tb: &Testbed,
     input: &Path,
     n: usize,
     backend: Backend,
-) -> Result<(f64, f64, bool, CpuCost), String> {
+) -> Result<(f64, f64, bool, u64, CpuCost), String> {
     let bin = ethbcast_bin();
     let bin = bin.to_str().ok_or("bad path")?;
     let be = backend.to_string();
@@ -179,6 +179,7 @@ fn run_ethbcast(
         v["goodput_mbit"].as_f64().unwrap_or(0.0),
         v["seconds"].as_f64().unwrap_or(0.0),
         v["ok"].as_bool().unwrap_or(false),
+        v["repair_frames"].as_u64().unwrap_or(0),
         CpuCost::new(sender_s, receivers_s, bytes)
             .with_ksoftirqd(cpu::ksoftirqd_seconds() - k_start),
     ))
@@ -395,9 +396,9 @@ pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
             // Interleaved, so that a slow phase of the machine hits every tool alike.
             for _ in 0..o.repeat.max(1) {
                 for (i, &b) in backends.iter().enumerate() {
-                    let (g, s, ok, c) = run_ethbcast(&tb, &input, n, b)?;
-                    let note = if ok { "all complete" } else { "INCOMPLETE" };
-                    eb[i].push((g, s, note.to_string(), c));
+                    let (g, s, ok, repairs, c) = run_ethbcast(&tb, &input, n, b)?;
+                    let done = if ok { "all complete" } else { "INCOMPLETE" };
+                    eb[i].push((g, s, format!("{done}, {repairs} repairs by the sender"), c));
                     bl[i].push(run_blaster(&tb, n, b)?);
                 }
                 if udpcast {
