@@ -19,7 +19,7 @@
 //! shared-memory ring), and [`Stream`] ([`stream`]), a root that pushes a stream of messages
 //! to receivers that take them as events (what `ethbcast send`/`recv` use).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -443,6 +443,25 @@ impl Group {
     pub fn progress(&mut self, wait: Duration) -> Result<(), GroupError> {
         self.driver.turn(&WallClock, Some(wait))?;
         Ok(())
+    }
+
+    /// When the protocol next needs a turn without any frame arriving (a retransmission, an
+    /// acknowledgement timer), if ever.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.member().poll_timeout()
+    }
+
+    /// A copy of the link's descriptor that polls readable while frames wait, so that a
+    /// thread serving the group while its owner is away can sleep without holding it until
+    /// there is something to serve (with [`Group::next_deadline`]). `None` on a link without
+    /// one (the simulated switch).
+    pub fn readiness_fd(&self) -> Result<Option<std::os::fd::OwnedFd>, GroupError> {
+        self.driver
+            .link()
+            .readiness_fd()
+            .map(|fd| fd.try_clone_to_owned())
+            .transpose()
+            .map_err(|e| GroupError::Link(LinkError::Io(e)))
     }
 
     /// Waits until everything this member sent has been acknowledged.

@@ -3,12 +3,15 @@
  * Every member takes every rank as root in turn, for lengths 0 B to 64 KiB, and checks every
  * received byte against the pattern the root wrote; 200 back-to-back broadcasts of one root
  * far ahead of its receivers; then a barrier, a deliberately wrong
- * length (must give ETHBCAST_ERR_LENGTH at the receivers), the counters, and close.
+ * length (must give ETHBCAST_ERR_LENGTH at the receivers), the counters, 300 ms away from
+ * the library with nothing in flight (the progress thread must not keep looking), and close.
  * Prints "ok rank R size N bcasts B" on success; exits 1 with a reason otherwise. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ethbcast.h"
 
@@ -132,6 +135,18 @@ int main(int argc, char **argv) {
         FAIL("rank %d: counters bcasts %llu barriers %llu bytes_received %llu", me,
              (unsigned long long)c.bcasts, (unsigned long long)c.barriers,
              (unsigned long long)c.bytes_received);
+    /* Away from the library with nothing in flight: the progress thread sleeps until a frame
+     * or a deadline, so it looks a few times at most (the last acknowledgements), not every
+     * few milliseconds (about 30 times in 300 ms). */
+    struct timespec away = {0, 300 * 1000 * 1000};
+    nanosleep(&away, NULL);
+    ethbcast_counters_t later;
+    if (ethbcast_counters(g, &later) != ETHBCAST_OK)
+        FAIL("counters after the pause");
+    unsigned long long looks = later.background_polls - c.background_polls;
+    if (looks > 8)
+        FAIL("rank %d: the progress thread looked %llu times in 300 ms with nothing to serve", me,
+             looks);
     rc = ethbcast_close(g);
     if (rc != ETHBCAST_OK)
         FAIL("rank %d: close: %s", me, ethbcast_strerror(rc));

@@ -7,10 +7,15 @@
 //! in a point-to-point receive for a long time; if the peer it waits for is itself waiting for
 //! a repair that only this member can send, both wait forever. The progress thread drives the
 //! protocol whenever the caller has been out of the library for a while: first after 1 ms,
-//! then backing off to every 10 ms, so a tight loop of collectives never meets it and an idle
-//! member costs about a hundred wake-ups a second. It only ever *tries* the lock, and drives
-//! the protocol without waiting (`progress(0)`), so a caller entering a call waits at most for
-//! one non-blocking poll. Only a process that talks to the network (its host's owner, or every
+//! then only when there is something to serve. It sleeps on a copy of the link's descriptor
+//! (a frame arrived), the protocol's next deadline (a retransmission, an acknowledgement
+//! timer) and a pipe that closing the group closes, so a member with nothing in flight costs
+//! no wake-up at all while its program works or talks MPI without it: on the 2-core test-bed
+//! the ten wake-ups after each call of the old schedule (after 1, 2, 4, 8 ms, then every
+//! 10 ms) made Open MPI's own 64 KiB `MPI_Bcast` 5-15% slower under the interposer. Where the
+//! link has no such descriptor (the simulated switch) it looks every 1 to 10 ms as before.
+//! It only ever *tries* the lock, and drives the protocol without waiting (`progress(0)`), so
+//! a caller entering a call waits at most for one non-blocking poll. Only a process that talks to the network (its host's owner, or every
 //! rank with one rank per host) runs one; while the owner waits for the ranks of its host in a
 //! call, the call itself serves the network (and its lock keeps the progress thread out).
 
@@ -39,8 +44,11 @@ pub use ethbcast::group::host::JOB_TOKEN_VAR;
 
 /// First pause of the progress thread after the caller left the library.
 const PROGRESS_FIRST: Duration = Duration::from_millis(1);
-/// Longest pause between two background polls.
+/// Longest pause between two background polls on a link without a readiness descriptor.
 const PROGRESS_MAX: Duration = Duration::from_millis(10);
+/// Longest sleep of the progress thread on the link's descriptor with no deadline (a safety
+/// net: a frame, a deadline or the close end it sooner).
+const PROGRESS_IDLE: Duration = Duration::from_secs(1);
 
 /// Errors of calls on an [`Endpoint`]: those of [`HostGroup`] and a poisoned lock.
 #[derive(Debug, Error)]
@@ -121,6 +129,8 @@ impl Default for EndpointOptions {
 pub struct Endpoint {
     shared: Arc<Shared>,
     progress: Option<JoinHandle<()>>,
+    /// Dropped to wake the progress thread from its sleep on the link (see [`Waker`]).
+    wake: Option<std::io::PipeWriter>,
     rank: u16,
     size: u16,
     linger: Duration,
@@ -150,20 +160,24 @@ impl Endpoint {
             stop: AtomicBool::new(false),
             counters: CounterCells::default(),
         });
-        let progress = if opts.progress_thread && on_network {
+        let (progress, wake) = if opts.progress_thread && on_network {
             let s = Arc::clone(&shared);
-            Some(
-                std::thread::Builder::new()
-                    .name("ethbcast-progress".into())
-                    .spawn(move || progress_loop(&s))
-                    .map_err(|e| CallError::from(LinkError::Io(e)))?,
-            )
+            let (waker, wake) = match shared.group.lock() {
+                Ok(g) => Waker::new(&g)?,
+                Err(_) => return Err(CallError::Poisoned),
+            };
+            let thread = std::thread::Builder::new()
+                .name("ethbcast-progress".into())
+                .spawn(move || progress_loop(&s, waker))
+                .map_err(|e| CallError::from(LinkError::Io(e)))?;
+            (Some(thread), wake)
         } else {
-            None
+            (None, None)
         };
         Ok(Endpoint {
             shared,
             progress,
+            wake,
             rank,
             size,
             linger: opts.linger,
@@ -299,6 +313,8 @@ impl Endpoint {
     fn stop_progress(&mut self) {
         if let Some(t) = self.progress.take() {
             self.shared.stop.store(true, Ordering::Release);
+            // Closing the pipe's write end wakes a sleep on the link; unpark, a pause.
+            self.wake.take();
             t.thread().unpark();
             let _ = t.join();
         }
@@ -311,11 +327,70 @@ impl Drop for Endpoint {
     }
 }
 
-fn progress_loop(s: &Shared) {
+/// What the progress thread sleeps on once it served the group and the caller is away: a copy
+/// of the link's descriptor (readable when frames wait) and the read end of a pipe whose
+/// write end the endpoint drops on close.
+struct Waker {
+    link: std::os::fd::OwnedFd,
+    closed: std::io::PipeReader,
+}
+
+impl Waker {
+    /// The thread's waker and the endpoint's end of the pipe; `(None, None)` when the link
+    /// has no readiness descriptor (the thread then looks on a schedule).
+    fn new(g: &HostGroup) -> Result<(Option<Waker>, Option<std::io::PipeWriter>), CallError> {
+        let Some(link) = g.readiness_fd()? else {
+            return Ok((None, None));
+        };
+        let (closed, wake) = std::io::pipe().map_err(|e| CallError::from(LinkError::Io(e)))?;
+        Ok((Some(Waker { link, closed }), Some(wake)))
+    }
+
+    /// Sleeps until a frame waits on the link, `deadline` passes (at most
+    /// [`PROGRESS_IDLE`]) or the endpoint closes. False if the sleep failed (the caller then
+    /// pauses instead, so that a broken descriptor cannot make it spin).
+    fn sleep(&self, deadline: Option<Instant>) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let left = deadline.map_or(PROGRESS_IDLE, |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(PROGRESS_IDLE)
+        });
+        // Rounded up to whole milliseconds: a deadline is never missed by sleeping short of it.
+        // At least one: a deadline already due is served after a millisecond, never in a loop.
+        let ms = left
+            .as_micros()
+            .div_ceil(1000)
+            .clamp(1, u128::from(u16::MAX)) as u16;
+        let mut fds = [
+            PollFd::new(self.link.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.closed.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) => true,
+            Err(nix::errno::Errno::EINTR) => true,
+            Err(_) => false,
+        }
+    }
+}
+
+fn progress_loop(s: &Shared, waker: Option<Waker>) {
     let mut pause = PROGRESS_FIRST;
     let mut seen = s.calls.load(Ordering::Relaxed);
+    // After a look that found the caller away: the protocol's next deadline, to sleep on the
+    // link until then.
+    let mut served: Option<Option<Instant>> = None;
     while !s.stop.load(Ordering::Acquire) {
-        std::thread::park_timeout(pause);
+        let slept = match (&waker, served.take()) {
+            (Some(w), Some(deadline)) => w.sleep(deadline),
+            _ => false,
+        };
+        if !slept {
+            std::thread::park_timeout(pause);
+        }
+        if s.stop.load(Ordering::Acquire) {
+            break;
+        }
         let calls = s.calls.load(Ordering::Relaxed);
         if calls != seen || s.in_call.load(Ordering::Acquire) {
             // The caller was here since the last look: it drove the protocol itself.
@@ -327,6 +402,7 @@ fn progress_loop(s: &Shared) {
             // An error here (a dead link) shows up again in the caller's next call.
             let _ = g.progress(Duration::ZERO);
             s.counters.background_polls.fetch_add(1, Ordering::Relaxed);
+            served = Some(g.next_deadline());
         }
         pause = (pause * 2).min(PROGRESS_MAX);
     }

@@ -29,7 +29,7 @@
 //! of another user, of another mode than 0600, or behind a symbolic link), but it is not fed
 //! the other user's ring.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -446,6 +446,19 @@ impl HostGroup {
             ring.flush(&mut || serve(&mut g))?;
         }
         Ok(())
+    }
+
+    /// The network member's [`Group::next_deadline`] (`None` for a rank without one).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.group.as_ref().and_then(Group::next_deadline)
+    }
+
+    /// The network member's [`Group::readiness_fd`] (`None` for a rank without one).
+    pub fn readiness_fd(&self) -> Result<Option<std::os::fd::OwnedFd>, HostError> {
+        Ok(match self.group.as_ref() {
+            Some(g) => g.readiness_fd()?,
+            None => None,
+        })
     }
 
     /// Drives the network protocol for up to `wait` (repairs, acknowledgements) without a

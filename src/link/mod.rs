@@ -330,6 +330,13 @@ pub trait Link {
     fn flush(&mut self) -> Result<(), LinkError> {
         Ok(())
     }
+    /// A descriptor that polls readable while received frames wait, for a thread that serves
+    /// the link while its owner is away and should sleep until there is something to serve;
+    /// `None` where there is none (the simulated switch): then that thread must look on a
+    /// schedule.
+    fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
     /// Whether the link takes another frame now without putting it behind more than a few
     /// frames the device has yet to send. A driver stops asking its machine for frames while
     /// this is false and asks again at its next turn, so that what the machine sends next (a
@@ -397,6 +404,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn flush(&mut self) -> Result<(), LinkError> {
         (**self).flush()
+    }
+    fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (**self).readiness_fd()
     }
     fn tx_ready(&self) -> bool {
         (**self).tx_ready()

@@ -275,6 +275,10 @@ impl Link for RingLink {
         Ok(n)
     }
 
+    fn readiness_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.ring.socket().as_fd())
+    }
+
     fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
         mapped::wait_ready(self, wait)
     }

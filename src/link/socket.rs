@@ -156,6 +156,10 @@ impl Link for SocketLink {
         Ok(n)
     }
 
+    fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
+
     fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
         Ok(wait::wait_fd(
             self.sock.as_fd(),

@@ -218,6 +218,10 @@ impl Link for XdpLink {
         Ok(n)
     }
 
+    fn readiness_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(Mapped::fd(self))
+    }
+
     fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
         mapped::wait_ready(self, wait)
     }
