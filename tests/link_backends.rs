@@ -15,6 +15,7 @@ use ethbcast::link::socket::{SocketConfig, SocketLink};
 use ethbcast::link::xdp::{XdpLink, XdpLinkConfig};
 use ethbcast::link::{group_mac, Link, LinkError, MacAddr, BROADCAST_MAC};
 use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
+use ethbcast_sys::wait::{poll_fd, Interest};
 use netns::{NetnsPair, END_A, END_B};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -64,6 +65,12 @@ fn recv_n(link: &mut dyn Link, want: usize, timeout: Duration) -> Vec<(MacAddr, 
     got
 }
 
+/// Whether `link`'s readiness descriptor polls readable within `ms` (`None`: it has none).
+fn readable(link: &dyn Link, ms: u64) -> Option<bool> {
+    let fd = link.readiness_fd()?;
+    Some(poll_fd(fd, Interest::Read, Some(Duration::from_millis(ms))).expect("poll"))
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
@@ -86,11 +93,28 @@ fn exercise(name: &str, open: Opener) {
             .enumerate()
             .map(|(i, &l)| pattern(l, i as u8))
             .collect();
+        // The readiness descriptor (a thread serving the link while its owner is away sleeps
+        // on it) is readable exactly while frames wait; pnet has none.
+        let has_fd = name != "pnet";
+        let ready = if has_fd { Some(false) } else { None };
+        assert_eq!(readable(&*b, 0), ready, "{name}: readable before any frame");
         for p in &sent {
             a.send(BROADCAST_MAC, p).unwrap();
         }
         a.flush().unwrap();
+        let ready = if has_fd { Some(true) } else { None };
+        assert_eq!(
+            readable(&*b, 1000),
+            ready,
+            "{name}: not readable with frames waiting"
+        );
         let got = recv_n(&mut *b, sent.len(), Duration::from_secs(2));
+        let ready = if has_fd { Some(false) } else { None };
+        assert_eq!(
+            readable(&*b, 0),
+            ready,
+            "{name}: readable after every frame was taken"
+        );
         assert_eq!(got.len(), sent.len(), "{name}: broadcast frames lost");
         for ((src, pdu), p) in got.iter().zip(&sent) {
             assert_eq!(*src, a.local_mac(), "{name}");
