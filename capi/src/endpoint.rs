@@ -364,8 +364,9 @@ impl Waker {
     }
 
     /// Sleeps until a frame waits on the link, `deadline` passes (at most
-    /// [`PROGRESS_IDLE`]) or the endpoint closes. False if the sleep failed (the caller then
-    /// pauses instead, so that a broken descriptor cannot make it spin).
+    /// [`PROGRESS_IDLE`]) or the endpoint closes. False if the sleep failed or the link is in
+    /// error (the caller then pauses instead, so that a broken descriptor cannot make it
+    /// spin).
     fn sleep(&self, deadline: Option<Instant>) -> bool {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use std::os::fd::AsFd;
@@ -384,7 +385,11 @@ impl Waker {
             PollFd::new(self.closed.as_fd(), PollFlags::POLLIN),
         ];
         match poll(&mut fds, PollTimeout::from(ms)) {
-            Ok(_) => true,
+            // A link in error (its interface went away) stays "ready" for ever: pause
+            // instead; the caller's next call reports the error.
+            Ok(_) => !fds[0].revents().is_some_and(|r| {
+                r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL)
+            }),
             Err(nix::errno::Errno::EINTR) => true,
             Err(_) => false,
         }
