@@ -401,12 +401,17 @@ fn progress_loop(s: &Shared, waker: Option<Waker>) {
     let mut seen = s.calls.load(Ordering::Relaxed);
     while !s.stop.load(Ordering::Acquire) {
         let calls = s.calls.load(Ordering::Relaxed);
-        if calls != seen || s.in_call.load(Ordering::Acquire) {
+        let busy = s.in_call.load(Ordering::Acquire);
+        if calls != seen || busy {
             // The caller was here since the last look, or is here: it serves the group. Look
             // again once it has been away for the grace period.
             seen = calls;
-            let left = Duration::from_nanos(s.left_at.load(Ordering::Relaxed));
-            let away = s.born.elapsed().saturating_sub(left);
+            let away = if busy {
+                Duration::ZERO
+            } else {
+                let left = Duration::from_nanos(s.left_at.load(Ordering::Relaxed));
+                s.born.elapsed().saturating_sub(left)
+            };
             std::thread::park_timeout(PROGRESS_GRACE.saturating_sub(away).max(PROGRESS_FIRST));
             pause = PROGRESS_FIRST;
             continue;
