@@ -134,6 +134,19 @@ pub enum WaitMode {
     Doze,
 }
 
+impl WaitMode {
+    /// The shortest quiet period worth timing for a member that waits this way: one that
+    /// looks at its queue once per [`DOZE_INTERVAL`] cannot tell a quiet stream from a busy one
+    /// any sooner, so a shorter acknowledgement timer only wakes it between its looks (at
+    /// 300 µs, 8 dozing receivers took a fifth more CPU per GiB). Zero for the other modes.
+    pub fn quiet_floor(self) -> Duration {
+        match self {
+            WaitMode::Doze => DOZE_INTERVAL,
+            WaitMode::Spin | WaitMode::Block | WaitMode::Adaptive => Duration::ZERO,
+        }
+    }
+}
+
 ethbcast_proto::spelled!(WaitMode, "wait mode", {
     Spin => "spin",
     Block => "block",
