@@ -46,12 +46,13 @@ fn a_progress_thread_with_nothing_to_serve_sleeps_and_a_dead_link_does_not_make_
     let bed = Testbed::up(&TestbedConfig::new(2).prefix(prefix)).expect("test-bed");
     let eps = two_endpoints(&bed);
     let polls = |ep: &Endpoint| ep.counters().background_polls;
-    // Nothing in flight: a look or two for the last acknowledgements, then sleep.
+    // Nothing in flight: a look or two for the last acknowledgements, then sleep (the old
+    // schedule looked about 50 times in 500 ms).
     std::thread::sleep(Duration::from_millis(100));
     let before = polls(&eps[1]);
     std::thread::sleep(Duration::from_millis(500));
     let idle = polls(&eps[1]) - before;
-    assert!(idle <= 2, "{idle} looks in 500 ms with nothing to serve");
+    assert!(idle <= 5, "{idle} looks in 500 ms with nothing to serve");
     // Host 1's interface goes away: its socket is in error from now on. The thread pauses
     // between looks (every 10 ms at most), never spins.
     let h = &bed.hosts()[1];
