@@ -452,17 +452,21 @@ impl Group {
         self.member().poll_timeout()
     }
 
-    /// A copy of the link's descriptor that polls readable while frames wait, so that a
-    /// thread serving the group while its owner is away can sleep without holding it until
-    /// there is something to serve (with [`Group::next_deadline`]). `None` on a link without
-    /// one (the simulated switch).
-    pub fn readiness_fd(&self) -> Result<Option<std::os::fd::OwnedFd>, GroupError> {
-        self.driver
-            .link()
-            .readiness_fd()
-            .map(|fd| fd.try_clone_to_owned())
-            .transpose()
-            .map_err(|e| GroupError::Link(LinkError::Io(e)))
+    /// What a thread serving the group while its owner is away sleeps on without holding the
+    /// group, until there is something to serve (with [`Group::next_deadline`]); `None` on a
+    /// link that cannot say when frames wait (the simulated switch): such a thread must look
+    /// on a schedule.
+    pub fn serve_wait(&self) -> Result<Option<(ServeWait, ServeWake)>, GroupError> {
+        let io = |e| GroupError::Link(LinkError::Io(e));
+        let Some(fd) = self.driver.link().readiness_fd() else {
+            return Ok(None);
+        };
+        let link = fd.try_clone_to_owned().map_err(io)?;
+        let (closed, wake) = std::io::pipe().map_err(io)?;
+        Ok(Some((
+            ServeWait { link, closed },
+            ServeWake { _write_end: wake },
+        )))
     }
 
     /// Waits until everything this member sent has been acknowledged.
@@ -482,6 +486,34 @@ impl Group {
         }
     }
 }
+/// Where a thread that serves a group while its owner is away sleeps ([`Group::serve_wait`]):
+/// a copy of the link's descriptor, readable while frames wait, and the read end of a pipe
+/// whose write end is the [`ServeWake`].
+#[derive(Debug)]
+pub struct ServeWait {
+    link: std::os::fd::OwnedFd,
+    closed: std::io::PipeReader,
+}
+
+/// Dropping it wakes the thread sleeping on its [`ServeWait`], now and at every later sleep
+/// (the owner closes the group).
+#[derive(Debug)]
+pub struct ServeWake {
+    _write_end: std::io::PipeWriter,
+}
+
+impl ServeWait {
+    /// Sleeps until a frame waits on the link, `deadline` passes (`None`: no limit) or the
+    /// [`ServeWake`] was dropped. A link in error (its interface went away) would wake it at
+    /// once for ever: that is returned as the error, and the caller should pause instead.
+    pub fn sleep(&self, deadline: Option<Instant>) -> Result<(), LinkError> {
+        use std::os::fd::AsFd;
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        ethbcast_sys::wait::poll_readable(&[self.link.as_fd(), self.closed.as_fd()], timeout)?;
+        Ok(())
+    }
+}
+
 /// Rank and size from the launcher's environment (first match wins).
 pub fn rank_size_from_env(get: impl Fn(&str) -> Option<String>) -> Option<(Rank, u16)> {
     const PAIRS: [(&str, &str); 5] = [

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::group::{GroupError, HostError, HostGroup, HostOptions};
+use ethbcast::group::{GroupError, HostError, HostGroup, HostOptions, ServeWait, ServeWake};
 use ethbcast::link::{self, Backend, LinkError, WaitMode};
 use ethbcast::smp::SmpError;
 use thiserror::Error;
@@ -51,13 +51,11 @@ pub use ethbcast::group::host::JOB_TOKEN_VAR;
 /// slower on the 2-core test-bed). Also how long a peer waits for a repair only this member
 /// can send when its caller left for another MPI call.
 const PROGRESS_GRACE: Duration = Duration::from_millis(10);
-/// First pause between two background polls on a link without a readiness descriptor.
+/// First pause between two background polls on a link without a readiness descriptor, and
+/// the shortest sleep on one.
 const PROGRESS_FIRST: Duration = Duration::from_millis(1);
 /// Longest pause between two background polls on a link without a readiness descriptor.
 const PROGRESS_MAX: Duration = Duration::from_millis(10);
-/// Longest sleep of the progress thread on the link's descriptor with no deadline (a safety
-/// net: a frame, a deadline or the close end it sooner).
-const PROGRESS_IDLE: Duration = Duration::from_secs(1);
 
 /// Errors of calls on an [`Endpoint`]: those of [`HostGroup`] and a poisoned lock.
 #[derive(Debug, Error)]
@@ -141,8 +139,8 @@ impl Default for EndpointOptions {
 pub struct Endpoint {
     shared: Arc<Shared>,
     progress: Option<JoinHandle<()>>,
-    /// Dropped to wake the progress thread from its sleep on the link (see [`Waker`]).
-    wake: Option<std::io::PipeWriter>,
+    /// Dropped to wake the progress thread from its sleep on the link.
+    wake: Option<ServeWake>,
     rank: u16,
     size: u16,
     linger: Duration,
@@ -176,13 +174,13 @@ impl Endpoint {
         });
         let (progress, wake) = if opts.progress_thread && on_network {
             let s = Arc::clone(&shared);
-            let (waker, wake) = match shared.group.lock() {
-                Ok(g) => Waker::new(&g)?,
+            let (wait, wake) = match shared.group.lock() {
+                Ok(g) => g.serve_wait()?.unzip(),
                 Err(_) => return Err(CallError::Poisoned),
             };
             let thread = std::thread::Builder::new()
                 .name("ethbcast-progress".into())
-                .spawn(move || progress_loop(&s, waker))
+                .spawn(move || progress_loop(&s, wait))
                 .map_err(|e| CallError::from(LinkError::Io(e)))?;
             (Some(thread), wake)
         } else {
@@ -344,59 +342,7 @@ impl Drop for Endpoint {
     }
 }
 
-/// What the progress thread sleeps on once it served the group and the caller is away: a copy
-/// of the link's descriptor (readable when frames wait) and the read end of a pipe whose
-/// write end the endpoint drops on close.
-struct Waker {
-    link: std::os::fd::OwnedFd,
-    closed: std::io::PipeReader,
-}
-
-impl Waker {
-    /// The thread's waker and the endpoint's end of the pipe; `(None, None)` when the link
-    /// has no readiness descriptor (the thread then looks on a schedule).
-    fn new(g: &HostGroup) -> Result<(Option<Waker>, Option<std::io::PipeWriter>), CallError> {
-        let Some(link) = g.readiness_fd()? else {
-            return Ok((None, None));
-        };
-        let (closed, wake) = std::io::pipe().map_err(|e| CallError::from(LinkError::Io(e)))?;
-        Ok((Some(Waker { link, closed }), Some(wake)))
-    }
-
-    /// Sleeps until a frame waits on the link, `deadline` passes (at most
-    /// [`PROGRESS_IDLE`]) or the endpoint closes. False if the sleep failed or the link is in
-    /// error (the caller then pauses instead, so that a broken descriptor cannot make it
-    /// spin).
-    fn sleep(&self, deadline: Option<Instant>) -> bool {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        use std::os::fd::AsFd;
-        let left = deadline.map_or(PROGRESS_IDLE, |d| {
-            d.saturating_duration_since(Instant::now())
-                .min(PROGRESS_IDLE)
-        });
-        // Rounded up to whole milliseconds: a deadline is never missed by sleeping short of it.
-        // At least one: a deadline already due is served after a millisecond, never in a loop.
-        let ms = left
-            .as_micros()
-            .div_ceil(1000)
-            .clamp(1, u128::from(u16::MAX)) as u16;
-        let mut fds = [
-            PollFd::new(self.link.as_fd(), PollFlags::POLLIN),
-            PollFd::new(self.closed.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::from(ms)) {
-            // A link in error (its interface went away) stays "ready" for ever: pause
-            // instead; the caller's next call reports the error.
-            Ok(_) => !fds[0].revents().is_some_and(|r| {
-                r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL)
-            }),
-            Err(nix::errno::Errno::EINTR) => true,
-            Err(_) => false,
-        }
-    }
-}
-
-fn progress_loop(s: &Shared, waker: Option<Waker>) {
+fn progress_loop(s: &Shared, wait: Option<ServeWait>) {
     let mut pause = PROGRESS_FIRST;
     let mut seen = s.calls.load(Ordering::Relaxed);
     while !s.stop.load(Ordering::Acquire) {
@@ -416,17 +362,21 @@ fn progress_loop(s: &Shared, waker: Option<Waker>) {
             pause = PROGRESS_FIRST;
             continue;
         }
-        let mut deadline = None;
-        if let Ok(mut g) = s.group.try_lock() {
+        let served = s.group.try_lock().ok().map(|mut g| {
             // An error here (a dead link) shows up again in the caller's next call.
             let _ = g.progress(Duration::ZERO);
             s.counters.background_polls.fetch_add(1, Ordering::Relaxed);
-            deadline = Some(g.next_deadline());
-        }
-        // Until a frame arrives, the protocol's deadline or the close; or, without a
-        // readiness descriptor, on a schedule.
-        let slept = match (&waker, deadline) {
-            (Some(w), Some(d)) => w.sleep(d),
+            g.next_deadline()
+        });
+        // Until a frame arrives, the protocol's deadline or the close; without a way to wait
+        // for frames, or with the link in error (it would wake the sleep at once for ever), on a
+        // schedule.
+        let slept = match (&wait, served) {
+            // A deadline already due is served a millisecond later, never in a loop.
+            (Some(w), Some(deadline)) => {
+                let soonest = Instant::now() + PROGRESS_FIRST;
+                w.sleep(deadline.map(|d| d.max(soonest))).is_ok()
+            }
             _ => false,
         };
         if !slept {

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::{Group, GroupError, GroupOptions, Membership};
+use super::{Group, GroupError, GroupOptions, Membership, ServeWait, ServeWake};
 use crate::link::{self, LinkError};
 use crate::membership::{Expect, JoinConfig};
 use crate::smp::{self, HostRing, Hosts, Layout, Sink, SmpError};
@@ -453,10 +453,10 @@ impl HostGroup {
         self.group.as_ref().and_then(Group::next_deadline)
     }
 
-    /// The network member's [`Group::readiness_fd`] (`None` for a rank without one).
-    pub fn readiness_fd(&self) -> Result<Option<std::os::fd::OwnedFd>, HostError> {
+    /// The network member's [`Group::serve_wait`] (`None` for a rank without one).
+    pub fn serve_wait(&self) -> Result<Option<(ServeWait, ServeWake)>, HostError> {
         Ok(match self.group.as_ref() {
-            Some(g) => g.readiness_fd()?,
+            Some(g) => g.serve_wait()?,
             None => None,
         })
     }

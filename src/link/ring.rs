@@ -276,7 +276,7 @@ impl Link for RingLink {
     }
 
     fn readiness_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.ring.socket().as_fd())
+        Some(Mapped::fd(self))
     }
 
     fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {

@@ -69,18 +69,59 @@ pub fn poll_fd(fd: BorrowedFd<'_>, interest: Interest, timeout: Option<Duration>
         Interest::Read => libc::POLLIN,
         Interest::Write => libc::POLLOUT,
     };
-    let mut pfd = libc::pollfd {
+    let mut pfd = [pollfd(fd, events)];
+    if !ppoll(&mut pfd, timeout)? {
+        return Ok(false);
+    }
+    if pfd[0].revents & events != 0 {
+        return Ok(true);
+    }
+    Err(socket_error(fd))
+}
+
+/// Blocks in `ppoll(2)` until one of `fds` is readable or hung up (a pipe whose write end was
+/// closed), or `timeout` passes (`None`: no limit). Returns whether one is; an interrupted wait
+/// counts as not ready. A descriptor in error (a socket whose interface went away) is returned
+/// as its error, so that a caller waiting in a loop pauses instead of spinning on it.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<bool> {
+    let mut pfds: Vec<libc::pollfd> = fds.iter().map(|&fd| pollfd(fd, libc::POLLIN)).collect();
+    if !ppoll(&mut pfds, timeout)? {
+        return Ok(false);
+    }
+    let failed = libc::POLLERR | libc::POLLNVAL;
+    if let Some((fd, _)) = fds.iter().zip(&pfds).find(|(_, p)| p.revents & failed != 0) {
+        return Err(socket_error(*fd));
+    }
+    Ok(pfds
+        .iter()
+        .any(|p| p.revents & (libc::POLLIN | libc::POLLHUP) != 0))
+}
+
+fn pollfd(fd: BorrowedFd<'_>, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
         fd: fd.as_raw_fd(),
         events,
         revents: 0,
-    };
+    }
+}
+
+/// One `ppoll(2)` over `pfds`: whether any descriptor has events (an interrupted wait: no).
+fn ppoll(pfds: &mut [libc::pollfd], timeout: Option<Duration>) -> Result<bool> {
     let ts = timeout.map(timespec);
     let ts_ptr = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `pfd` is one valid, writable pollfd; `ts_ptr` is null or points to a timespec
-    // that lives until the call returns; a null signal mask means "do not change it".
-    let rc = unsafe { libc::ppoll(&mut pfd, 1, ts_ptr, std::ptr::null()) };
+    // SAFETY: `pfds` is a valid, writable array of `pfds.len()` pollfds; `ts_ptr` is null or
+    // points to a timespec that lives until the call returns; a null signal mask means "do
+    // not change it".
+    let rc = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            ts_ptr,
+            std::ptr::null(),
+        )
+    };
     if rc < 0 {
         let err = std::io::Error::last_os_error();
         return match err.raw_os_error() {
@@ -88,23 +129,20 @@ pub fn poll_fd(fd: BorrowedFd<'_>, interest: Interest, timeout: Option<Duration>
             _ => Err(Error::from_io("ppoll", err)),
         };
     }
-    if rc == 0 {
-        return Ok(false);
-    }
-    if pfd.revents & events != 0 {
-        return Ok(true);
-    }
-    if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-        let sock_err =
-            nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SocketError).unwrap_or(0);
-        let errno = if sock_err != 0 {
-            sock_err
-        } else {
-            libc::ENETDOWN
-        };
-        return Err(Error::from_errno("waiting on the packet socket", errno));
-    }
-    Ok(false)
+    Ok(rc > 0)
+}
+
+/// The error of a socket `ppoll` reported an error or a hang-up for: its pending error, or
+/// "network down" without one.
+fn socket_error(fd: BorrowedFd<'_>) -> Error {
+    let sock_err =
+        nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SocketError).unwrap_or(0);
+    let errno = if sock_err != 0 {
+        sock_err
+    } else {
+        libc::ENETDOWN
+    };
+    Error::from_errno("waiting on the packet socket", errno)
 }
 
 /// Waits until `ready()` returns true, at most `timeout`, the way `strategy` says. `ready` is
@@ -231,5 +269,24 @@ mod tests {
             b.recv(&mut buf).unwrap();
         }
         assert!(poll_fd(a.as_fd(), Interest::Write, Some(Duration::ZERO)).unwrap());
+    }
+
+    #[test]
+    fn poll_readable_wakes_for_any_descriptor_and_for_a_closed_pipe() {
+        let (a, b) = UnixDatagram::pair().unwrap();
+        let (r, w) = std::io::pipe().unwrap();
+        let fds = [b.as_fd(), r.as_fd()];
+        let t = Instant::now();
+        assert!(!poll_readable(&fds, Some(Duration::from_micros(300))).unwrap());
+        // Nanosecond timeouts: 300 µs is neither a busy loop nor a millisecond.
+        assert!(t.elapsed() >= Duration::from_micros(300));
+        a.send(b"x").unwrap();
+        assert!(poll_readable(&fds, Some(Duration::from_secs(1))).unwrap());
+        let mut buf = [0u8; 4];
+        b.recv(&mut buf).unwrap();
+        assert!(!poll_readable(&fds, Some(Duration::ZERO)).unwrap());
+        // The write end closes: the read end hangs up, which wakes the sleeper.
+        drop(w);
+        assert!(poll_readable(&fds, Some(Duration::from_secs(1))).unwrap());
     }
 }
