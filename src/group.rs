@@ -452,6 +452,34 @@ impl Group {
         self.member().poll_timeout()
     }
 
+    /// True when this member owes its peers nothing: everything it sent is acknowledged by
+    /// all, nothing waits to be sent, no timer is armed (no acknowledgement, repair or
+    /// retransmission due), and the last barrier is long enough past that a member that
+    /// missed its release would have asked again
+    /// ([`Member::serves_stragglers_until`](ethbcast_proto::member::Member::serves_stragglers_until)).
+    /// A peer's message that arrives later waits for this member's next call: only that call
+    /// can complete it for this member.
+    pub fn is_quiet(&self) -> bool {
+        self.member().is_idle()
+            && self.next_deadline().is_none()
+            && self.stragglers_until().is_none()
+    }
+
+    /// When a thread serving the group while its owner is away must look again even if no
+    /// frame arrives: [`Group::next_deadline`], or the end of the time it stays reachable for
+    /// stragglers of the last barrier, whichever comes first.
+    pub fn serve_deadline(&self) -> Option<Instant> {
+        match (self.next_deadline(), self.stragglers_until()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn stragglers_until(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.member().serves_stragglers_until().filter(|t| *t > now)
+    }
+
     /// What a thread serving the group while its owner is away sleeps on without holding the
     /// group, until there is something to serve (with [`Group::next_deadline`]); `None` on a
     /// link that cannot say when frames wait (the simulated switch): such a thread must look

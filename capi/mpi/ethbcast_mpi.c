@@ -71,6 +71,8 @@ static int ebc_thread_multiple = 0;
 static int ebc_world_size = 0;
 static int ebc_world_rank = 0;
 static unsigned long long ebc_calls_hw = 0, ebc_calls_pmpi = 0;
+/* The group's counters just before it closes, for ETHBCAST_MPI_VERBOSE. */
+static ethbcast_counters_t ebc_final;
 /* Longest broadcast that goes over ethbcast (ETHBCAST_MPI_MAX_BYTES). */
 static size_t ebc_max_bytes = 4096;
 
@@ -360,13 +362,17 @@ int MPI_Finalize(void) {
             fprintf(stderr, "ethbcast-mpi: rank %d: leaving the group: %s (%s)\n",
                     ebc_world_rank, ethbcast_strerror(rc), ethbcast_last_error());
         PMPI_Barrier(MPI_COMM_WORLD);
+        ethbcast_counters(ebc_group, &ebc_final);
         ethbcast_close(ebc_group);
         ebc_group = NULL;
         PMPI_Comm_free_keyval(&ebc_keyval);
     }
     const char *verbose = getenv("ETHBCAST_MPI_VERBOSE");
     if (verbose != NULL && strcmp(verbose, "1") == 0)
-        fprintf(stderr, "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI\n",
-                ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi);
+        fprintf(stderr,
+                "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI, "
+                "%llu looks of the progress thread\n",
+                ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi,
+                (unsigned long long)ebc_final.background_polls);
     return PMPI_Finalize();
 }

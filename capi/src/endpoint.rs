@@ -9,18 +9,25 @@
 //! protocol once the caller has been out of the library for 10 ms, and then only when there is
 //! something to serve: it sleeps on a copy of the link's descriptor (a frame arrived), the
 //! protocol's next deadline (a retransmission, an acknowledgement timer) and a pipe that
-//! closing the group closes. While the caller keeps calling, it looks once per 10 ms; a member
-//! with nothing in flight costs no wake-up at all while its program works or talks MPI without
-//! it. On the 2-core test-bed the old schedule (a look 1, 2, 4 and 8 ms after every call, then
-//! every 10 ms; every millisecond while the caller kept calling) made Open MPI's own 64 KiB
-//! `MPI_Bcast` 5-15% slower under the interposer, and its 8-byte one through ethbcast took
-//! 0.49x Open MPI's time instead of 0.37x without the thread. Where the link has no such
-//! descriptor (the simulated switch) it looks every 1 to 10 ms. It only ever *tries* the lock,
-//! and drives the protocol without waiting (`progress(0)`), so a caller entering a call waits
-//! at most for one non-blocking poll. Only a process that talks to the network (its host's
-//! owner, or every rank with one rank per host) runs one; while the owner waits for the ranks
-//! of its host in a call, the call itself serves the network (and its lock keeps the progress
-//! thread out).
+//! closing the group closes. While the caller keeps calling, it looks once per 10 ms.
+//!
+//! It runs only while the member owes its peers something ([`HostGroup::is_quiet`]): a call
+//! that returns with work left starts it, and it leaves once nothing has been owed (everything
+//! sent acknowledged, no timer armed) for a second, in which it still answers a root whose
+//! copy of an acknowledgement was lost. A peer's later message waits for this member's next
+//! call, as it would without the thread: only that call can complete it. Why not one thread
+//! for the group's life: on the 2-core test-bed a thread that merely slept in every rank made
+//! Open MPI's own 8 KiB `MPI_Bcast` 25-30% slower under the interposer (12 rounds, against
+//! 0.96-1.12x without the thread), and its 64 KiB one a few percent; a thread that had left
+//! cost nothing. Before that, a thread that looked 1, 2, 4 and 8 ms after every call, then
+//! every 10 ms (every millisecond while the caller kept calling), made the 64 KiB
+//! `MPI_Bcast` 5-15% slower and the 8-byte one through ethbcast 0.49x of Open MPI's time
+//! instead of 0.37x. Where the link has no readiness descriptor (the simulated switch), or is
+//! in error, it looks every 1 to 10 ms. It only ever *tries* the lock, and drives the
+//! protocol without waiting (`progress(0)`), so a caller entering a call waits at most for one
+//! non-blocking poll. Only a process that talks to the network (its host's owner, or every
+//! rank with one rank per host) runs one; while the owner waits for the ranks of its host in a
+//! call, the call itself serves the network (and its lock keeps the progress thread out).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,6 +58,12 @@ pub use ethbcast::group::host::JOB_TOKEN_VAR;
 /// slower on the 2-core test-bed). Also how long a peer waits for a repair only this member
 /// can send when its caller left for another MPI call.
 const PROGRESS_GRACE: Duration = Duration::from_millis(10);
+/// How long the progress thread stays once its member owes nothing, looking only when a frame
+/// arrives. An acknowledgement can be lost, and the member cannot know: its root asks again
+/// after a retransmission timeout that backs off to 200 ms, and only a member that reads the
+/// link can answer. A second covers about eight such asks (and the barrier's stragglers,
+/// who ask at most every 32 ms).
+const PROGRESS_LINGER: Duration = Duration::from_secs(1);
 /// First pause between two background polls on a link without a readiness descriptor, and
 /// the shortest sleep on one.
 const PROGRESS_FIRST: Duration = Duration::from_millis(1);
@@ -103,6 +116,14 @@ struct Shared {
     group: Mutex<HostGroup>,
     /// Whether it talks to the network (then the progress thread serves it).
     on_network: bool,
+    /// Whether the caller wants a progress thread at all.
+    progress_thread: bool,
+    /// True while a progress thread runs. Set by a call that leaves work behind and cleared by
+    /// the thread when it leaves, both with `group` locked: a call never misses a thread
+    /// that is leaving, and a thread never leaves work that a call just made.
+    serving: AtomicBool,
+    /// The running (or the last) progress thread and what wakes it from its sleep.
+    runner: Mutex<Runner>,
     /// Calls entered so far; the progress thread backs off only while this stays put.
     calls: AtomicU64,
     in_call: AtomicBool,
@@ -111,6 +132,13 @@ struct Shared {
     born: Instant,
     stop: AtomicBool,
     counters: CounterCells,
+}
+
+/// A progress thread: joined at close; dropping `wake` wakes it from its sleep on the link.
+#[derive(Debug, Default)]
+struct Runner {
+    thread: Option<JoinHandle<()>>,
+    wake: Option<ServeWake>,
 }
 
 /// How to open an [`Endpoint`]: the host group's options, and what the C ABI adds.
@@ -138,9 +166,6 @@ impl Default for EndpointOptions {
 #[derive(Debug)]
 pub struct Endpoint {
     shared: Arc<Shared>,
-    progress: Option<JoinHandle<()>>,
-    /// Dropped to wake the progress thread from its sleep on the link.
-    wake: Option<ServeWake>,
     rank: u16,
     size: u16,
     linger: Duration,
@@ -165,6 +190,9 @@ impl Endpoint {
         let shared = Arc::new(Shared {
             group: Mutex::new(host),
             on_network,
+            progress_thread: opts.progress_thread,
+            serving: AtomicBool::new(false),
+            runner: Mutex::new(Runner::default()),
             calls: AtomicU64::new(0),
             in_call: AtomicBool::new(false),
             left_at: AtomicU64::new(0),
@@ -172,24 +200,13 @@ impl Endpoint {
             stop: AtomicBool::new(false),
             counters: CounterCells::default(),
         });
-        let (progress, wake) = if opts.progress_thread && on_network {
-            let s = Arc::clone(&shared);
-            let (wait, wake) = match shared.group.lock() {
-                Ok(g) => g.serve_wait()?.unzip(),
-                Err(_) => return Err(CallError::Poisoned),
-            };
-            let thread = std::thread::Builder::new()
-                .name("ethbcast-progress".into())
-                .spawn(move || progress_loop(&s, wait))
-                .map_err(|e| CallError::from(LinkError::Io(e)))?;
-            (Some(thread), wake)
-        } else {
-            (None, None)
-        };
+        match shared.group.lock() {
+            // The join may leave acknowledgements to send.
+            Ok(g) => serve_if_owed(&shared, &g)?,
+            Err(_) => return Err(CallError::Poisoned),
+        }
         Ok(Endpoint {
             shared,
-            progress,
-            wake,
             rank,
             size,
             linger: opts.linger,
@@ -305,7 +322,11 @@ impl Endpoint {
         s.in_call.store(true, Ordering::Release);
         let t0 = Instant::now();
         let result = match s.group.lock() {
-            Ok(mut g) => f(&mut g),
+            Ok(mut g) => {
+                let result = f(&mut g);
+                let served = serve_if_owed(s, &g);
+                result.and_then(|t| served.map(|()| t))
+            }
             Err(_) => Err(CallError::Poisoned),
         };
         let end = Instant::now();
@@ -326,10 +347,17 @@ impl Endpoint {
     }
 
     fn stop_progress(&mut self) {
-        if let Some(t) = self.progress.take() {
-            self.shared.stop.store(true, Ordering::Release);
-            // Closing the pipe's write end wakes a sleep on the link; unpark, a pause.
-            self.wake.take();
+        self.shared.stop.store(true, Ordering::Release);
+        let runner = std::mem::take(
+            &mut *self
+                .shared
+                .runner
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        // Closing the pipe's write end wakes a sleep on the link; unpark, a pause.
+        drop(runner.wake);
+        if let Some(t) = runner.thread {
             t.thread().unpark();
             let _ = t.join();
         }
@@ -342,9 +370,47 @@ impl Drop for Endpoint {
     }
 }
 
+/// Starts a progress thread if the member owes its peers something (see
+/// [`HostGroup::is_quiet`]) and none runs; `g` is the locked group.
+fn serve_if_owed(shared: &Arc<Shared>, g: &HostGroup) -> Result<(), CallError> {
+    let s = &**shared;
+    if !s.progress_thread
+        || !s.on_network
+        || s.serving.load(Ordering::Acquire)
+        || s.stop.load(Ordering::Acquire)
+        || g.is_quiet()
+    {
+        return Ok(());
+    }
+    let (wait, wake) = g.serve_wait()?.unzip();
+    let thread_shared = Arc::clone(shared);
+    let thread = std::thread::Builder::new()
+        .name("ethbcast-progress".into())
+        .spawn(move || progress_loop(&thread_shared, wait))
+        .map_err(|e| CallError::from(LinkError::Io(e)))?;
+    s.serving.store(true, Ordering::Release);
+    let last = std::mem::replace(
+        &mut *s
+            .runner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        Runner {
+            thread: Some(thread),
+            wake,
+        },
+    );
+    // The last thread left when it cleared `serving`, holding the group: it is returning.
+    if let Some(t) = last.thread {
+        let _ = t.join();
+    }
+    Ok(())
+}
+
 fn progress_loop(s: &Shared, wait: Option<ServeWait>) {
     let mut pause = PROGRESS_FIRST;
     let mut seen = s.calls.load(Ordering::Relaxed);
+    // Since when the member has owed nothing, as far as this thread saw.
+    let mut quiet_since: Option<Instant> = None;
     while !s.stop.load(Ordering::Acquire) {
         let calls = s.calls.load(Ordering::Relaxed);
         let busy = s.in_call.load(Ordering::Acquire);
@@ -352,6 +418,7 @@ fn progress_loop(s: &Shared, wait: Option<ServeWait>) {
             // The caller was here since the last look, or is here: it serves the group. Look
             // again once it has been away for the grace period.
             seen = calls;
+            quiet_since = None;
             let away = if busy {
                 Duration::ZERO
             } else {
@@ -362,12 +429,28 @@ fn progress_loop(s: &Shared, wait: Option<ServeWait>) {
             pause = PROGRESS_FIRST;
             continue;
         }
-        let served = s.group.try_lock().ok().map(|mut g| {
-            // An error here (a dead link) shows up again in the caller's next call.
-            let _ = g.progress(Duration::ZERO);
-            s.counters.background_polls.fetch_add(1, Ordering::Relaxed);
-            g.next_deadline()
-        });
+        let served = match s.group.try_lock() {
+            Ok(mut g) => {
+                // An error here (a dead link) shows up again in the caller's next call; until
+                // then, look on the schedule (a due deadline would wake the sleep at once).
+                let progressed = g.progress(Duration::ZERO).is_ok();
+                s.counters.background_polls.fetch_add(1, Ordering::Relaxed);
+                if !g.is_quiet() {
+                    quiet_since = None;
+                    progressed.then(|| g.serve_deadline())
+                } else {
+                    let since = *quiet_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= PROGRESS_LINGER {
+                        // Nothing owed for a while: leave. The next call that leaves work
+                        // starts a thread.
+                        s.serving.store(false, Ordering::Release);
+                        return;
+                    }
+                    progressed.then_some(Some(since + PROGRESS_LINGER))
+                }
+            }
+            Err(_) => None,
+        };
         // Until a frame arrives, the protocol's deadline or the close; without a way to wait
         // for frames, or with the link in error (it would wake the sleep at once for ever), on a
         // schedule.

@@ -120,7 +120,8 @@ fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
             continue;
         };
         let w: Vec<&str> = rest.split_whitespace().collect();
-        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI"] = w[..] {
+        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", ..] = w[..]
+        {
             let r: usize = r.trim_end_matches(':').parse().expect("rank");
             per_rank[r] = Some((hw.parse().expect("count"), pmpi.parse().expect("count")));
         }

@@ -46,6 +46,10 @@ use crate::eqa::Rank;
 pub use crate::wire::BarrierOp as Op;
 use crate::wire::{BarrierAlgo, BarrierMsg, Control};
 
+/// How many of the longest waits between a straggler's asks a member stays reachable for
+/// after a barrier ([`Barrier::serves_stragglers_until`]).
+const STRAGGLER_WAITS: u32 = 8;
+
 /// Which barrier algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
@@ -185,6 +189,8 @@ pub struct Barrier {
     next: u32,
     /// Highest epoch known complete.
     complete: Option<u32>,
+    /// When this member last learnt of an epoch's completion.
+    completed_at: Option<Instant>,
     /// Broadcast: ranks known to have entered, per epoch not yet complete.
     sets: BTreeMap<u32, Vec<bool>>,
     /// Broadcast: members in the set last sent up for the current epoch.
@@ -222,6 +228,7 @@ impl Barrier {
             view: 0,
             next: 0,
             complete: None,
+            completed_at: None,
             sets: BTreeMap::new(),
             sent_up: 0,
             got: BTreeSet::new(),
@@ -234,6 +241,17 @@ impl Barrier {
             stats: BarrierStats::default(),
             cfg,
         })
+    }
+
+    /// Until when this member should stay reachable for stragglers of the last barrier: a
+    /// member that missed the release asks again (its parent, or its partner), and only a
+    /// member past that epoch can answer. Nobody acknowledges a release, so nobody knows when
+    /// the last straggler got it; eight of the longest waits between asks (a straggler asks
+    /// about ten times in that span) make a miss need about ten losses in a row. After it,
+    /// a straggler waits for its peer's next barrier call.
+    pub fn serves_stragglers_until(&self) -> Option<Instant> {
+        self.completed_at
+            .map(|t| t + self.cfg.max_rto * STRAGGLER_WAITS)
     }
 
     /// The configuration.
@@ -369,9 +387,10 @@ impl Barrier {
 
     // ---- state changes ----
 
-    fn mark_complete(&mut self, epoch: u32) {
+    fn mark_complete(&mut self, now: Instant, epoch: u32) {
         if self.complete.is_none_or(|c| c < epoch) {
             self.complete = Some(epoch);
+            self.completed_at = Some(now);
         }
         self.sets.retain(|e, _| *e > epoch);
         self.got.retain(|(e, _)| *e > epoch);
@@ -384,7 +403,7 @@ impl Barrier {
         let Some(e) = self.waiting() else { return };
         match self.cfg.algorithm {
             Algorithm::Broadcast { arity } => self.progress_tree(now, e, usize::from(arity)),
-            Algorithm::Dissemination => self.progress_dissemination(e),
+            Algorithm::Dissemination => self.progress_dissemination(now, e),
         }
     }
 
@@ -396,7 +415,7 @@ impl Barrier {
         let covered = |ranks: &[Rank]| ranks.iter().all(|r| set[usize::from(*r)]);
         if p == 0 {
             if covered(&ring) {
-                self.mark_complete(e);
+                self.mark_complete(now, e);
                 if ring.len() > 1 {
                     self.push(Dest::All, Op::Release, e, 0, Vec::new());
                     self.last_rebroadcast = Some((e, now));
@@ -423,11 +442,11 @@ impl Barrier {
         Some((ring[(p + step) % m], ring[(p + m - step) % m]))
     }
 
-    fn progress_dissemination(&mut self, e: u32) {
+    fn progress_dissemination(&mut self, now: Instant, e: u32) {
         let rounds = log2_ceil(self.ring().len());
         loop {
             if self.round >= rounds {
-                self.mark_complete(e);
+                self.mark_complete(now, e);
                 return;
             }
             if self.sent_rounds <= self.round {
@@ -477,11 +496,11 @@ impl Barrier {
         }
         // Nobody sends for epoch e before e - 1 completed.
         if let Some(prev) = e.checked_sub(1) {
-            self.mark_complete(prev);
+            self.mark_complete(now, prev);
         }
         let known_complete = self.complete.is_some_and(|c| c >= e);
         match op {
-            Op::Release => self.mark_complete(e),
+            Op::Release => self.mark_complete(now, e),
             Op::Arrive if known_complete => {
                 // A late arrival: its sender missed the release. It gets one point to point
                 // (a member that broadcast does not reach would miss a re-broadcast too); the

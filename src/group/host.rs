@@ -448,9 +448,14 @@ impl HostGroup {
         Ok(())
     }
 
-    /// The network member's [`Group::next_deadline`] (`None` for a rank without one).
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.group.as_ref().and_then(Group::next_deadline)
+    /// The network member's [`Group::is_quiet`] (true for a rank without one).
+    pub fn is_quiet(&self) -> bool {
+        self.group.as_ref().is_none_or(Group::is_quiet)
+    }
+
+    /// The network member's [`Group::serve_deadline`] (`None` for a rank without one).
+    pub fn serve_deadline(&self) -> Option<Instant> {
+        self.group.as_ref().and_then(Group::serve_deadline)
     }
 
     /// The network member's [`Group::serve_wait`] (`None` for a rank without one).

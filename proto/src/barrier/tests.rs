@@ -318,6 +318,41 @@ fn malformed_frames_are_errors() {
     assert_eq!(b.handle_frame(now, 2, &other), Err(FrameError::Algo));
 }
 
+/// Nobody acknowledges a release, so a member stays reachable for a while after a barrier: a
+/// member that missed the release asks again, and is answered, until eight of the longest
+/// waits between asks have passed.
+#[test]
+fn after_a_barrier_a_member_stays_reachable_for_stragglers_for_eight_longest_waits() {
+    let t0 = Instant::now();
+    let cfg = BarrierConfig::new(1, 2);
+    let linger = cfg.max_rto * 8;
+    let mut b = Barrier::new(cfg).unwrap();
+    assert_eq!(b.serves_stragglers_until(), None, "no barrier yet");
+    b.enter(t0, 0).unwrap();
+    assert_eq!(b.serves_stragglers_until(), None, "not released yet");
+    let t1 = t0 + Duration::from_millis(3);
+    let rel = barrier_msg(BarrierAlgo::Broadcast, Op::Release, 0, &[]);
+    b.handle_frame(t1, 0, &rel).unwrap();
+    assert!(b.is_released(0));
+    assert_eq!(b.serves_stragglers_until(), Some(t1 + linger));
+    // A straggler that asks within that time gets the release.
+    while b.poll_transmit().is_some() {}
+    let late = barrier_msg(BarrierAlgo::Broadcast, Op::Arrive, 0, &[0x03]);
+    b.handle_frame(t1 + linger / 2, 0, &late).unwrap();
+    let (dst, msg) = b.poll_transmit().expect("an answer to the straggler");
+    assert_eq!(dst, Dest::Rank(0));
+    assert!(matches!(
+        msg,
+        Control::Barrier(BarrierMsg {
+            op: Op::Release,
+            ..
+        })
+    ));
+    // A release heard again does not move the time: it counts from the barrier's end.
+    b.handle_frame(t1 + linger / 2, 0, &rel).unwrap();
+    assert_eq!(b.serves_stragglers_until(), Some(t1 + linger));
+}
+
 /// Performs the attack: one spoofed frame with a huge epoch would complete every epoch below
 /// it ("nobody sends for e before e - 1 completed"), turning later barriers into no-ops. It is
 /// refused, and the next barrier still waits for its members.

@@ -431,6 +431,15 @@ impl Member {
             last_progress: l.last_progress,
         })
     }
+    /// Until when this member should stay reachable for members that missed the last
+    /// barrier's release ([`Barrier::serves_stragglers_until`] of either barrier).
+    pub fn serves_stragglers_until(&self) -> Option<Instant> {
+        self.barriers
+            .iter()
+            .filter_map(Barrier::serves_stragglers_until)
+            .max()
+    }
+
     /// True when nothing this member sent (to the group or point-to-point) is unacknowledged.
     pub fn is_idle(&self) -> bool {
         self.engine.is_idle() && self.pairs.values().all(|e| e.is_idle())

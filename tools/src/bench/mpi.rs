@@ -39,8 +39,8 @@ pub const METHOD: &str = "C program under mpirun/mpiexec, one process per rank i
 test-bed's namespaces; bcast latency = root's call until the LAST rank returned (one machine, \
 one CLOCK_MONOTONIC), barrier = last rank entering to last rank leaving; iterations separated \
 out of band (futex barrier on a shared-memory file); warm-up not counted; each run's iterations \
-split over rounds in which the runs take turns; mean80 = mean of the middle 80%; every rank \
-checks every byte";
+split over rounds in which the runs take turns, each round starting one run later; mean80 = \
+mean of the middle 80%; every rank checks every byte";
 
 /// Options of an MPI run.
 #[derive(Debug, Clone)]
@@ -190,7 +190,12 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
         for round in 0..rounds {
             // This round's share of the iterations (the first rounds take the remainder).
             let iters = o.iters / rounds + usize::from(round < o.iters % rounds);
-            for (run, pool) in runs.iter().zip(&mut pooled) {
+            // Each round starts one run later, so that every run takes every place in the
+            // order equally often: a job runs slower or faster after some jobs than after
+            // others (the previous job's teardown overlaps its start).
+            for i in 0..runs.len() {
+                let k = (round + i) % runs.len();
+                let (run, pool) = (&runs[k], &mut pooled[k]);
                 let out = job(&bed, o, (*m, exe, so), run, iters);
                 match out.and_then(|out| lines(run, &out, o.sizes.len() + 1)) {
                     Ok(lines) => pool.extend(lines),
