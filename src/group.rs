@@ -459,24 +459,23 @@ impl Group {
     /// ([`Member::serves_stragglers_until`](ethbcast_proto::member::Member::serves_stragglers_until)).
     /// A peer's message that arrives later waits for this member's next call: only that call
     /// can complete it for this member.
-    pub fn is_quiet(&self) -> bool {
+    pub fn is_quiet(&self, now: Instant) -> bool {
         self.member().is_idle()
             && self.next_deadline().is_none()
-            && self.stragglers_until().is_none()
+            && self.stragglers_until(now).is_none()
     }
 
     /// When a thread serving the group while its owner is away must look again even if no
     /// frame arrives: [`Group::next_deadline`], or the end of the time it stays reachable for
     /// stragglers of the last barrier, whichever comes first.
-    pub fn serve_deadline(&self) -> Option<Instant> {
-        match (self.next_deadline(), self.stragglers_until()) {
+    pub fn serve_deadline(&self, now: Instant) -> Option<Instant> {
+        match (self.next_deadline(), self.stragglers_until(now)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
 
-    fn stragglers_until(&self) -> Option<Instant> {
-        let now = Instant::now();
+    fn stragglers_until(&self, now: Instant) -> Option<Instant> {
         self.member().serves_stragglers_until().filter(|t| *t > now)
     }
 

@@ -378,7 +378,7 @@ fn serve_if_owed(shared: &Arc<Shared>, g: &HostGroup) -> Result<(), CallError> {
         || !s.on_network
         || s.serving.load(Ordering::Acquire)
         || s.stop.load(Ordering::Acquire)
-        || g.is_quiet()
+        || g.is_quiet(Instant::now())
     {
         return Ok(());
     }
@@ -435,9 +435,9 @@ fn progress_loop(s: &Shared, wait: Option<ServeWait>) {
                 // then, look on the schedule (a due deadline would wake the sleep at once).
                 let progressed = g.progress(Duration::ZERO).is_ok();
                 s.counters.background_polls.fetch_add(1, Ordering::Relaxed);
-                if !g.is_quiet() {
+                if !g.is_quiet(Instant::now()) {
                     quiet_since = None;
-                    progressed.then(|| g.serve_deadline())
+                    progressed.then(|| g.serve_deadline(Instant::now()))
                 } else {
                     let since = *quiet_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= PROGRESS_LINGER {

@@ -449,13 +449,13 @@ impl HostGroup {
     }
 
     /// The network member's [`Group::is_quiet`] (true for a rank without one).
-    pub fn is_quiet(&self) -> bool {
-        self.group.as_ref().is_none_or(Group::is_quiet)
+    pub fn is_quiet(&self, now: Instant) -> bool {
+        self.group.as_ref().is_none_or(|g| g.is_quiet(now))
     }
 
     /// The network member's [`Group::serve_deadline`] (`None` for a rank without one).
-    pub fn serve_deadline(&self) -> Option<Instant> {
-        self.group.as_ref().and_then(Group::serve_deadline)
+    pub fn serve_deadline(&self, now: Instant) -> Option<Instant> {
+        self.group.as_ref().and_then(|g| g.serve_deadline(now))
     }
 
     /// The network member's [`Group::serve_wait`] (`None` for a rank without one).
