@@ -535,7 +535,7 @@ impl ServeWait {
     /// once for ever: that is returned as the error, and the caller should pause instead.
     pub fn sleep(&self, deadline: Option<Instant>) -> Result<(), LinkError> {
         use std::os::fd::AsFd;
-        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let timeout = deadline.map(|d| d.saturating_duration_since(WallClock.now()));
         ethbcast_sys::wait::poll_readable(&[self.link.as_fd(), self.closed.as_fd()], timeout)?;
         Ok(())
     }

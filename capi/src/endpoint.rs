@@ -435,12 +435,13 @@ fn progress_loop(s: &Shared, wait: Option<ServeWait>) {
                 // then, look on the schedule (a due deadline would wake the sleep at once).
                 let progressed = g.progress(Duration::ZERO).is_ok();
                 s.counters.background_polls.fetch_add(1, Ordering::Relaxed);
-                if !g.is_quiet(Instant::now()) {
+                let now = Instant::now();
+                if !g.is_quiet(now) {
                     quiet_since = None;
-                    progressed.then(|| g.serve_deadline(Instant::now()))
+                    progressed.then(|| g.serve_deadline(now))
                 } else {
-                    let since = *quiet_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= PROGRESS_LINGER {
+                    let since = *quiet_since.get_or_insert(now);
+                    if now - since >= PROGRESS_LINGER {
                         // Nothing owed for a while: leave. The next call that leaves work
                         // starts a thread.
                         s.serving.store(false, Ordering::Release);
