@@ -129,7 +129,6 @@ struct WSlot {
     nacked: Option<Instant>,
     repr: Repr,
     len: u16,
-    data: Box<[u8]>,
 }
 
 #[derive(Debug)]
@@ -155,6 +154,14 @@ pub struct Receiver {
     expected: Seq,
     highest: Seq,
     slots: Box<[WSlot]>,
+    /// The payloads of the slots that keep a copy ([`SlotState::COPY`]), `slot_payload` bytes
+    /// per slot, in one zeroed block: the allocator maps a large one as zero pages that cost
+    /// memory only once written, so a stream whose frames arrive in order, or one that never
+    /// carries data (a point-to-point pair's), costs no window memory. (One small allocation
+    /// per slot wrote a heap header into every page: 3 MiB of page faults per stream.)
+    slot_data: Box<[u8]>,
+    /// Payload bytes a window slot holds (the largest frame payload accepted).
+    slot_payload: usize,
     cur: Option<InMsg>,
     /// Messages after `cur` (consecutive ids) begun by out-of-order frames placed into them.
     ahead: VecDeque<InMsg>,
@@ -220,7 +227,6 @@ impl Receiver {
                 nacked: None,
                 repr: Repr::default(),
                 len: 0,
-                data: vec![0u8; cfg.slot_payload()].into_boxed_slice(),
             })
             .collect();
         Receiver {
@@ -229,6 +235,8 @@ impl Receiver {
             expected: 0,
             highest: 0,
             slots,
+            slot_data: vec![0u8; cfg.window * cfg.slot_payload()].into_boxed_slice(),
+            slot_payload: cfg.slot_payload(),
             cur: None,
             ahead: VecDeque::new(),
             ahead_bytes: 0,
@@ -281,8 +289,7 @@ impl Receiver {
     }
     /// Heap bytes this stream owns (window slots, pushed buffer, receive queue).
     pub fn heap_bytes(&self) -> usize {
-        self.slots.len()
-            * (std::mem::size_of::<WSlot>() + self.slots.first().map_or(0, |s| s.data.len()))
+        self.slots.len() * (std::mem::size_of::<WSlot>() + self.slot_payload)
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
             + self.tree.as_ref().map_or(0, |t| {
@@ -297,7 +304,19 @@ impl Receiver {
 
     /// Payload bytes a window slot holds (the largest frame payload accepted).
     fn slot_payload(&self) -> usize {
-        self.slots.first().map_or(0, |s| s.data.len())
+        self.slot_payload
+    }
+
+    /// Copies `payload` into slot `i`'s place in the block.
+    fn keep(&mut self, i: usize, payload: &[u8]) {
+        let at = i * self.slot_payload;
+        self.slot_data[at..at + payload.len()].copy_from_slice(payload);
+    }
+
+    /// The copy slot `i` keeps, `len` bytes.
+    fn kept(&self, i: usize, len: usize) -> &[u8] {
+        let at = i * self.slot_payload;
+        self.slot_data.get(at..at + len).unwrap_or(&[])
     }
 
     /// The fellow receiver this stream asks for lost frames (and the only one whose relayed
@@ -336,7 +355,7 @@ impl Receiver {
             return None;
         }
         if slot.state.contains(SlotState::COPY) {
-            return Some((r, &slot.data[..len]));
+            return Some((r, self.kept(self.idx(s), len)));
         }
         // Consumed (`s < expected`) or placed: in its message's buffer.
         let m = self
@@ -546,7 +565,7 @@ impl Receiver {
                     slot.len = payload.len() as u16;
                     slot.state.set(SlotState::COPY, keep);
                     if keep {
-                        slot.data[..payload.len()].copy_from_slice(payload);
+                        self.keep(i, payload);
                     }
                     self.advance();
                     self.highest = self.highest.max(s + 1);
@@ -576,7 +595,7 @@ impl Receiver {
         slot.len = payload.len() as u16;
         slot.state.set(SlotState::COPY, copy);
         if copy {
-            slot.data[..payload.len()].copy_from_slice(payload);
+            self.keep(i, payload);
         }
         if s > self.highest {
             // Frames between the old highest and this one were lost: say so now.
@@ -612,10 +631,11 @@ impl Receiver {
             let r = if self.slots[i].state.contains(SlotState::PLACED) {
                 self.consume(&repr, Payload::Placed(len))
             } else {
-                // Lend the slot's buffer out for the call (a pointer swap, not a copy).
-                let data = std::mem::take(&mut self.slots[i].data);
-                let r = self.consume(&repr, Payload::Here(&data[..len]));
-                self.slots[i].data = data;
+                // Lend the block out for the call (a pointer swap, not a copy).
+                let data = std::mem::take(&mut self.slot_data);
+                let at = i * self.slot_payload;
+                let r = self.consume(&repr, Payload::Here(data.get(at..at + len).unwrap_or(&[])));
+                self.slot_data = data;
                 r
             };
             match r {
