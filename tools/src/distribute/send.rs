@@ -174,22 +174,16 @@ fn reader(mut input: Box<dyn Read + Send>, msg: usize, algo: DigestAlgo) -> Rece
     let (tx, rx) = sync_channel(2);
     let mut hasher = StreamHasher::new(algo);
     std::thread::spawn(move || loop {
-        let mut buf = vec![0u8; msg + 1];
-        buf[0] = b'D';
-        let mut n = 1;
-        while n < buf.len() {
-            match input.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let _ = tx.send(Block::Err(e));
-                    return;
-                }
-            }
+        // Read into spare capacity: zeroing every buffer first cost the sender more CPU than
+        // hashing it.
+        let mut buf = Vec::with_capacity(msg + 1);
+        buf.push(b'D');
+        if let Err(e) = input.by_ref().take(msg as u64).read_to_end(&mut buf) {
+            let _ = tx.send(Block::Err(e));
+            return;
         }
-        let eof = n < buf.len();
-        buf.truncate(n);
+        let n = buf.len();
+        let eof = n < msg + 1;
         hasher.update(&buf[1..]);
         if n > 1 && tx.send(Block::Data(buf)).is_err() {
             return;
