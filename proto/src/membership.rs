@@ -201,6 +201,11 @@ pub struct LateRoster {
 }
 
 impl LateRoster {
+    /// The coordinator whose repeated roster this answers.
+    pub fn coordinator(&self) -> MacAddr {
+        self.coordinator
+    }
+
     /// If `pdu` (from `src`) is the coordinator's roster of this session, the confirmation to
     /// send back: (destination, frame).
     pub fn answer(&self, src: MacAddr, pdu: &[u8]) -> Option<(MacAddr, Vec<u8>)> {

@@ -26,7 +26,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -76,6 +76,13 @@ crate::spelled!(Algorithm, "algorithm", {
     Simple => "sbcast" | "simple",
     Tree => "tree" | "binomial" | "mpich",
 });
+
+/// How long after its join a member stays reachable for the join's coordinator, which
+/// repeats its roster every [`crate::membership::REPEAT`] until every member confirmed it: a
+/// member that took the roster and left the link alone (an MPI rank that went on to Open MPI's
+/// own collectives) left the coordinator waiting for its join timeout when its confirmation
+/// was lost. Two seconds are 200 repeats.
+pub const LATE_ROSTER_SERVE: Duration = Duration::from_secs(2);
 
 /// Everything a member is built from.
 #[derive(Debug, Clone)]
@@ -269,6 +276,12 @@ pub struct Member {
     group_mac: MacAddr,
     prepost: usize,
     late: Option<LateRoster>,
+    /// Until when this member stays reachable for the join's coordinator, which repeats its
+    /// roster until every member confirmed it (see [`LATE_ROSTER_SERVE`]).
+    late_until: Option<Instant>,
+    /// The coordinator's rank: once a frame of its session arrives, it has every
+    /// confirmation (it enters the session only then) and `late_until` ends.
+    coordinator: Option<Rank>,
     /// Whole frames to send before the engines' (confirmations of a repeated roster).
     raw_out: VecDeque<(MacAddr, Vec<u8>)>,
     /// Receives posted on the group engine and not consumed yet, per root.
@@ -338,6 +351,10 @@ impl Member {
             .filter(|&r| r != rank)
             .map(|r| (pair_group(group, rank, r), r))
             .collect();
+        let coordinator = late
+            .as_ref()
+            .and_then(|l| peers.iter().position(|m| *m == l.coordinator()))
+            .map(|r| r as Rank);
         Ok(Member {
             engine: Engine::new(ecfg)?,
             pairs: BTreeMap::new(),
@@ -352,6 +369,8 @@ impl Member {
             peers,
             group_mac,
             prepost,
+            late_until: late.as_ref().map(|_| now + LATE_ROSTER_SERVE),
+            coordinator,
             late,
             raw_out: VecDeque::new(),
             posted: vec![0; n],
@@ -431,12 +450,21 @@ impl Member {
             last_progress: l.last_progress,
         })
     }
-    /// Until when this member should stay reachable for members that missed the last
-    /// barrier's release ([`Barrier::serves_stragglers_until`] of either barrier).
+    /// Until when this member should stay reachable for members that may still need it
+    /// although it owes nothing it knows of: those that missed the last barrier's release
+    /// ([`Barrier::serves_stragglers_until`] of either barrier), and the join's coordinator
+    /// while it may be repeating its roster for a confirmation of this member that was lost
+    /// ([`LATE_ROSTER_SERVE`] after the join, unless a frame of the coordinator's session
+    /// came first).
     pub fn serves_stragglers_until(&self) -> Option<Instant> {
+        let coordinator_in_session = self
+            .coordinator
+            .is_some_and(|c| self.engine.last_heard(c).is_some());
+        let late = self.late_until.filter(|_| !coordinator_in_session);
         self.barriers
             .iter()
             .filter_map(Barrier::serves_stragglers_until)
+            .chain(late)
             .max()
     }
 
