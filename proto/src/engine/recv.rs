@@ -302,11 +302,6 @@ impl Receiver {
         self.slots.len() as u64
     }
 
-    /// Payload bytes a window slot holds (the largest frame payload accepted).
-    fn slot_payload(&self) -> usize {
-        self.slot_payload
-    }
-
     /// Copies `payload` into slot `i`'s place in the block.
     fn keep(&mut self, i: usize, payload: &[u8]) {
         let at = i * self.slot_payload;
@@ -315,8 +310,7 @@ impl Receiver {
 
     /// The copy slot `i` keeps, `len` bytes.
     fn kept(&self, i: usize, len: usize) -> &[u8] {
-        let at = i * self.slot_payload;
-        self.slot_data.get(at..at + len).unwrap_or(&[])
+        kept_in(&self.slot_data, self.slot_payload, i, len)
     }
 
     /// The fellow receiver this stream asks for lost frames (and the only one whose relayed
@@ -559,7 +553,7 @@ impl Receiver {
                 Ok(()) => {
                     // Its header stays in the slot (and with peer repair its payload): a peer
                     // may ask for the frame.
-                    let keep = self.keeps_copy(s) && payload.len() <= self.slot_payload();
+                    let keep = self.keeps_copy(s) && payload.len() <= self.slot_payload;
                     let slot = &mut self.slots[i];
                     slot.repr = *repr;
                     slot.len = payload.len() as u16;
@@ -583,7 +577,7 @@ impl Receiver {
                 }
             }
         }
-        if payload.len() > self.slot_payload() {
+        if payload.len() > self.slot_payload {
             return Err(Drop::Protocol("payload larger than a frame slot"));
         }
         let placed = self.place(s, repr, payload);
@@ -633,8 +627,10 @@ impl Receiver {
             } else {
                 // Lend the block out for the call (a pointer swap, not a copy).
                 let data = std::mem::take(&mut self.slot_data);
-                let at = i * self.slot_payload;
-                let r = self.consume(&repr, Payload::Here(data.get(at..at + len).unwrap_or(&[])));
+                let r = self.consume(
+                    &repr,
+                    Payload::Here(kept_in(&data, self.slot_payload, i, len)),
+                );
                 self.slot_data = data;
                 r
             };
@@ -721,8 +717,8 @@ impl Receiver {
         let (off, len) = (repr.offset as usize, repr.msg_len as usize);
         let end = off + payload.len();
         // An honest root's frame `s` lies at most this far past the first byte still missing.
-        let reach = (s - self.expected) as usize * self.slot_payload();
-        let ahead_cap = self.slots.len() * self.slot_payload();
+        let reach = (s - self.expected) as usize * self.slot_payload;
+        let ahead_cap = self.slots.len() * self.slot_payload;
         if end > len {
             return false;
         }
@@ -1230,4 +1226,14 @@ pub(crate) fn unheld_reply(asker: Rank, root: Rank, base: u32, missing: u16) -> 
             unheld: true,
         },
     )
+}
+
+/// The `len` bytes slot `i` keeps in `block`, `slot_payload` bytes per slot (empty if they
+/// would leave the slot's place).
+fn kept_in(block: &[u8], slot_payload: usize, i: usize, len: usize) -> &[u8] {
+    if len > slot_payload {
+        return &[];
+    }
+    let at = i * slot_payload;
+    block.get(at..at + len).unwrap_or(&[])
 }
