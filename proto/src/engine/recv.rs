@@ -177,7 +177,14 @@ pub struct Receiver {
     next_start: u64,
     acked: Seq,
     unacked: usize,
+    /// When the next acknowledgement (or, with a tree, report) is due, if one is.
     ack_at: Option<Instant>,
+    /// While `ack_at` is the quiet timer: when the stream last moved. The timer is lazy: each
+    /// frame moves this, not `ack_at`, so the engine's set of timers is not touched per frame;
+    /// a timer that fires before `quiet_from + ack_delay` is pushed back to it.
+    quiet_from: Option<Instant>,
+    /// The stream moved since the last `schedule` (see [`Receiver::advance`]).
+    moved: bool,
     ack_now: bool,
     nack_at: Option<Instant>,
     /// Frames from here on were found missing since the last NACK: ask for them now (the
@@ -251,6 +258,8 @@ impl Receiver {
             acked: 0,
             unacked: 0,
             ack_at: None,
+            quiet_from: None,
+            moved: false,
             ack_now: false,
             nack_at: None,
             nack_from: None,
@@ -657,11 +666,9 @@ impl Receiver {
         self.expected += 1;
         self.unacked += 1;
         self.nack_backoff = 0;
-        if self.tree.is_none() {
-            // The stream moved: the quiet timer starts over at the next `schedule`, which
-            // follows every advance (with a tree, `schedule_report` keeps its own timer).
-            self.ack_at = None;
-        }
+        // The stream moved: the quiet timer starts over at the next `schedule`, which follows
+        // every advance (with a tree, `schedule_report` keeps its own timer).
+        self.moved = true;
     }
 
     /// A repair arrived `rtt` after it was asked for.
@@ -914,16 +921,17 @@ impl Receiver {
     }
 
     fn schedule(&mut self, now: Instant) {
+        let moved = std::mem::take(&mut self.moved);
         if let Some(sent) = self.tree.as_ref().map(|t| t.sent).filter(|_| !self.ack_now) {
             self.schedule_report(now, sent);
         } else if self.ack_now || self.unacked >= self.ack_every {
             self.send_ack(now);
-        } else if self.expected > self.acked && self.ack_at.is_none() {
+        } else if self.expected > self.acked && (moved || self.ack_at.is_none()) {
             // Off the critical path: while the root keeps sending, one acknowledgement per
             // `ack_every` frames (half the window); the timer acknowledges the rest only once
-            // the stream has been quiet for `ack_delay` ([`Receiver::advance`] restarts it),
-            // so at the latest `ack_every * ack_delay` after the oldest frame not acknowledged.
-            self.ack_at = Some(now + self.ack_delay);
+            // the stream has been quiet for `ack_delay` (each advance restarts it), so at the
+            // latest `ack_every * ack_delay` after the oldest frame not acknowledged.
+            self.quiet(now);
         }
         let gap = self.expected < self.highest
             && !self.slots[self.idx(self.expected)]
@@ -940,9 +948,24 @@ impl Receiver {
         self.nack_from = None;
     }
 
+    /// (Re)starts the quiet timer at `now`: due `ack_delay` from now, lazily (see
+    /// `quiet_from`). An earlier deadline that is not the quiet timer (a new tree's first
+    /// report) stands.
+    fn quiet(&mut self, now: Instant) {
+        match self.ack_at {
+            None => {
+                self.ack_at = Some(now + self.ack_delay);
+                self.quiet_from = Some(now);
+            }
+            Some(_) if self.quiet_from.is_some() => self.quiet_from = Some(now),
+            Some(_) => {}
+        }
+    }
+
     fn send_ack(&mut self, now: Instant) {
         self.ack_now = false;
         self.ack_at = None;
+        self.quiet_from = None;
         self.acked = self.expected;
         self.unacked = 0;
         // Answering a probe: say how far we have seen, so that the root can go back over
@@ -978,7 +1001,7 @@ impl Receiver {
         if moved / every > sent / every {
             self.send_ack(now);
         } else if moved > sent {
-            self.ack_at = Some(now + self.ack_delay);
+            self.quiet(now);
         }
     }
 
@@ -1026,6 +1049,7 @@ impl Receiver {
         self.tree = link.map(Box::new);
         if self.tree.is_some() {
             self.ack_at = Some(now);
+            self.quiet_from = None;
         }
     }
 
@@ -1148,13 +1172,18 @@ impl Receiver {
             self.acked = self.expected;
             self.unacked = 0;
             self.ack_at = None;
+            self.quiet_from = None;
         }
         sent
     }
 
     pub(crate) fn on_timeout(&mut self, now: Instant) {
         if self.ack_at.is_some_and(|t| t <= now) {
-            self.send_ack(now);
+            match self.quiet_from.map(|q| q + self.ack_delay) {
+                // The stream moved since the timer was armed: not quiet yet.
+                Some(due) if due > now => self.ack_at = Some(due),
+                _ => self.send_ack(now),
+            }
         }
         if let Some(t) = self.tree.as_mut() {
             if t.refresh_at.is_some_and(|r| r <= now) {

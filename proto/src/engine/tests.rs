@@ -1405,3 +1405,63 @@ fn a_busy_stream_of_small_messages_is_acknowledged_once_per_half_window_and_once
     let (acks, quiet, _) = acks_of_a_stream(5, Duration::from_micros(400));
     assert_eq!((acks, quiet), (5, 0));
 }
+
+#[test]
+fn the_quiet_timer_stays_put_while_frames_come_and_acknowledges_once_quiet() {
+    // One-frame messages 100 µs apart, fewer than ack_every: the receiver acknowledges them
+    // once, `ack_delay` after the last. While they come, its timer does not move per frame
+    // (each move would reorder the engine's timers); a timer that fires while the stream
+    // still moves is pushed back, and sends nothing.
+    let msgs: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 8]).collect();
+    let frames = frames_of(&msgs);
+    let mut c = Config::new(7, 1, 2);
+    c.window = 256;
+    let delay = c.ack_delay;
+    assert!(frames.len() < c.ack_every);
+    let mut rx = Engine::new(c).unwrap();
+    let start = Instant::now();
+    let step = Duration::from_micros(100);
+    let mut buf = vec![0u8; 1500];
+    let mut sent = |rx: &mut Engine, now| {
+        let mut n = 0;
+        while rx.poll_transmit(now, &mut buf).is_some() {
+            n += 1;
+        }
+        n
+    };
+    let mut now = start;
+    let mut armed = None;
+    let mut early = 0;
+    for f in &frames {
+        if rx.poll_timeout().is_some_and(|t| t <= now) {
+            rx.handle_timeout(now);
+            early += 1;
+        }
+        rx.handle_frame(now, f).unwrap();
+        assert_eq!(sent(&mut rx, now), 0, "nothing while the stream moves");
+        let t = rx.poll_timeout().expect("the quiet timer");
+        // Armed once, at the first frame; pushed back only when it fired.
+        if armed.is_some_and(|a| a > now) {
+            assert_eq!(Some(t), armed, "the timer moved with a frame");
+        }
+        armed = Some(t);
+        now += step;
+    }
+    assert!(early > 0, "the first deadline passed while frames came");
+    let last = now - step;
+    let mut acks = 0;
+    while now < last + delay * 4 {
+        if rx.poll_timeout().is_some_and(|t| t <= now) {
+            rx.handle_timeout(now);
+            let n = sent(&mut rx, now);
+            assert!(
+                n == 0 || now >= last + delay,
+                "acknowledged before the quiet delay"
+            );
+            acks += n;
+        }
+        now += Duration::from_micros(10);
+    }
+    assert_eq!(acks, 1, "one acknowledgement once quiet");
+    while rx.poll_event().is_some() {}
+}
