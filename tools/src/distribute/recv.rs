@@ -70,7 +70,9 @@ pub struct RecvReport {
 }
 
 enum Sink {
-    Stdout(BufWriter<Counted<std::io::Stdout>>),
+    /// Standard output, written through its own descriptor: `std::io::Stdout` is
+    /// line-buffered and split every write at its last newline.
+    Stdout(BufWriter<Counted<File>>),
     File {
         tmp: PathBuf,
         dst: PathBuf,
@@ -90,21 +92,34 @@ enum Sink {
 /// the buffer in front of them. The protocol loop watches the count to tell an output that
 /// drains slowly from one that stopped taking data (a `-O` command that does not read).
 ///
-/// It hands the inner writer at most [`COUNTED_STEP`] bytes per call: a blocking write to a
-/// pipe returns only once all its bytes went through, so a megabyte written at once would
-/// show no progress until the reader had taken all of it.
+/// Into a pipe or a socket it hands the inner writer at most [`COUNTED_STEP`] bytes per call:
+/// a blocking write there returns only once all its bytes went through, so a megabyte written
+/// at once would show no progress until the reader had taken all of it. A file (or
+/// `/dev/null`) takes what it is given at once, in one system call.
 struct Counted<W> {
     inner: W,
     count: Arc<AtomicU64>,
+    step: usize,
 }
 
 impl<W> Counted<W> {
-    fn new(inner: W, count: &Arc<AtomicU64>) -> Counted<W> {
+    /// `piped`: the output is a pipe or a socket (see [`Counted`]).
+    fn new(inner: W, count: &Arc<AtomicU64>, piped: bool) -> Counted<W> {
         Counted {
             inner,
             count: count.clone(),
+            step: if piped { COUNTED_STEP } else { usize::MAX },
         }
     }
+}
+
+/// Whether `f` is a pipe or a socket, where a write blocks until a reader takes it.
+fn is_piped(f: &File) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    f.metadata().is_ok_and(|m| {
+        let t = m.file_type();
+        t.is_fifo() || t.is_socket()
+    })
 }
 
 /// Bytes per write of [`Counted`]: a pipe's default capacity.
@@ -112,7 +127,7 @@ const COUNTED_STEP: usize = 64 << 10;
 
 impl<W: Write> Write for Counted<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(&buf[..buf.len().min(COUNTED_STEP)])?;
+        let n = self.inner.write(&buf[..buf.len().min(self.step)])?;
         self.count.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
@@ -216,10 +231,19 @@ impl Sink {
     /// Opens the output; `written` counts the bytes it takes (see [`Counted`]).
     fn open(out: &Output, written: &Arc<AtomicU64>) -> Result<Sink, Fatal> {
         Ok(match out {
-            Output::Stdout => Sink::Stdout(BufWriter::with_capacity(
-                1 << 20,
-                Counted::new(std::io::stdout(), written),
-            )),
+            Output::Stdout => {
+                use std::os::fd::AsFd;
+                let out = std::io::stdout()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map(File::from)
+                    .map_err(|e| Fatal::io(format!("standard output: {e}")))?;
+                let piped = is_piped(&out);
+                Sink::Stdout(BufWriter::with_capacity(
+                    1 << 20,
+                    Counted::new(out, written, piped),
+                ))
+            }
             Output::File(dst) => {
                 if dst.is_dir() {
                     return Err(Fatal::io(format!(
@@ -231,7 +255,10 @@ impl Sink {
                 Sink::File {
                     tmp,
                     dst: dst.clone(),
-                    f: Some(BufWriter::with_capacity(1 << 20, Counted::new(f, written))),
+                    f: Some(BufWriter::with_capacity(
+                        1 << 20,
+                        Counted::new(f, written, false),
+                    )),
                 }
             }
             Output::Command(cmd) => Sink::Command {
@@ -265,7 +292,7 @@ impl Sink {
                 *stdin = c
                     .stdin
                     .take()
-                    .map(|s| BufWriter::with_capacity(1 << 20, Counted::new(s, written)));
+                    .map(|s| BufWriter::with_capacity(1 << 20, Counted::new(s, written, true)));
                 *child = Some(c);
             }
         }
@@ -869,6 +896,40 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records the size of each write it is given.
+    struct Calls(Vec<usize>);
+    impl Write for Calls {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.push(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn output_is_written_in_pipe_sized_steps_only_into_pipes() {
+        let count = Arc::new(AtomicU64::new(0));
+        let mb = vec![7u8; 1 << 20];
+        let mut file = Counted::new(Calls(Vec::new()), &count, false);
+        file.write_all(&mb).unwrap();
+        assert_eq!(file.inner.0, vec![1 << 20], "a file takes it in one call");
+        let mut pipe = Counted::new(Calls(Vec::new()), &count, true);
+        pipe.write_all(&mb).unwrap();
+        assert_eq!(pipe.inner.0, vec![COUNTED_STEP; (1 << 20) / COUNTED_STEP]);
+        assert_eq!(count.load(Ordering::Relaxed), 2 << 20, "every byte counted");
+        let (r, w) = std::io::pipe().unwrap();
+        assert!(is_piped(&File::from(std::os::fd::OwnedFd::from(w))));
+        drop(r);
+        let f = scratch("piped").join("f");
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        assert!(!is_piped(&File::create(&f).unwrap()));
+        assert!(!is_piped(
+            &File::options().write(true).open("/dev/null").unwrap()
+        ));
+    }
 
     fn scratch(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("ethbcast-recv-{tag}-{}", std::process::id()));
