@@ -923,12 +923,12 @@ mod tests {
         let (r, w) = std::io::pipe().unwrap();
         assert!(is_piped(&File::from(std::os::fd::OwnedFd::from(w))));
         drop(r);
-        let f = scratch("piped").join("f");
-        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        assert!(!is_piped(&File::create(&f).unwrap()));
+        let d = scratch("piped");
+        assert!(!is_piped(&File::create(d.join("f")).unwrap()));
         assert!(!is_piped(
             &File::options().write(true).open("/dev/null").unwrap()
         ));
+        std::fs::remove_dir_all(d).unwrap();
     }
 
     fn scratch(tag: &str) -> PathBuf {
