@@ -39,7 +39,7 @@ pub struct BedOptions {
     pub wait: WaitMode,
     /// How long any call or out-of-band wait may take before the run fails.
     pub timeout: Duration,
-    /// Wrap every member's link in a [`ProbedLink`] (for the latency breakdown).
+    /// Wrap every member's link in a [`ProbedLink`](super::probe::ProbedLink) (for the latency breakdown).
     pub probe: bool,
     /// GRO on every veth of the test-bed (NAPI receive; see [`TestbedConfig::gro`]).
     pub gro: bool,

@@ -124,7 +124,7 @@ pub fn plots(out: Option<&PathBuf>, f: impl FnOnce(&Path) -> Result<Vec<PathBuf>
     }
 }
 
-/// Prints the report `r` ([`print`]), writes its plots into `out`, if given ([`plots`]), and
+/// Prints the report `r` ([`print()`]), writes its plots into `out`, if given ([`plots`]), and
 /// fails if that did.
 pub fn print_and_plot<T: Serialize>(
     json: bool,

@@ -14,7 +14,7 @@
 //!    one of this transfer. With `--key-file` every join frame is sealed and every frame of
 //!    the transfer is authenticated under a key of this session. A missing receiver ends the
 //!    join after `--wait` seconds with exit code 3.
-//! 2. **Stream** ([`stream`]): broadcast messages from rank 0: a header (magic, version,
+//! 2. **Stream** (`ethbcast::group::stream`): broadcast messages from rank 0: a header (magic, version,
 //!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
 //!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
 //!    and the digest of the whole stream (XXH3-128, or BLAKE3 with `--digest blake3`; the
