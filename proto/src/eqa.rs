@@ -71,18 +71,53 @@ impl SlotRef<'_> {
     }
 }
 
-/// The shared retransmission buffer: a fixed ring of frame slots.
-///
-/// The payloads live in one zeroed block: the allocator maps a large one as zero pages that
-/// cost memory only once written, so a member that never broadcasts (most members of a file
-/// distribution, every point-to-point pair that carries no data) pays nothing for its buffer.
-/// (One small allocation per slot wrote a heap header into every page: 3 MiB of page faults
-/// per buffer, 51 MiB for a sender with 8 receivers and their point-to-point pairs.)
+/// The payloads of a ring of slots, `cap` bytes each, in one zeroed block: the allocator maps
+/// a large one as zero pages that cost memory only once written, so a member that never
+/// broadcasts (most members of a file distribution, every point-to-point pair that carries no
+/// data) pays nothing for its retransmission buffer, nor a stream whose frames arrive in order
+/// for its receive window. (One small allocation per slot wrote a heap header into every page:
+/// 3 MiB of page faults per buffer, 51 MiB for a sender with 8 receivers and their
+/// point-to-point pairs.)
+#[derive(Debug, Default)]
+pub(crate) struct Payloads {
+    data: Box<[u8]>,
+    cap: usize,
+}
+
+impl Payloads {
+    /// Places for `slots` payloads of at most `cap` bytes.
+    pub(crate) fn new(slots: usize, cap: usize) -> Payloads {
+        Payloads {
+            data: vec![0u8; slots * cap].into_boxed_slice(),
+            cap,
+        }
+    }
+    /// Largest payload a place holds.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+    /// Copies `payload` (at most `cap` bytes) into place `i`.
+    pub(crate) fn store(&mut self, i: usize, payload: &[u8]) {
+        let at = i * self.cap;
+        self.data[at..at + payload.len()].copy_from_slice(payload);
+    }
+    /// The first `len` bytes of place `i` (nothing for a length past the place, rather than
+    /// bytes of the next one).
+    pub(crate) fn get(&self, i: usize, len: usize) -> &[u8] {
+        if len > self.cap {
+            return &[];
+        }
+        let at = i * self.cap;
+        self.data.get(at..at + len).unwrap_or(&[])
+    }
+}
+
+/// The shared retransmission buffer: a fixed ring of frame slots, their payloads in one
+/// block ([`Payloads`]).
 #[derive(Debug)]
 pub struct Buf {
     slots: Box<[Slot]>,
-    data: Box<[u8]>,
-    payload_cap: usize,
+    payloads: Payloads,
 }
 
 impl Buf {
@@ -99,8 +134,7 @@ impl Buf {
             .collect();
         Buf {
             slots,
-            data: vec![0u8; n * payload_cap].into_boxed_slice(),
-            payload_cap,
+            payloads: Payloads::new(n, payload_cap),
         }
     }
     /// Number of slots.
@@ -109,27 +143,25 @@ impl Buf {
     }
     /// Largest payload a slot holds.
     pub fn payload_cap(&self) -> usize {
-        self.payload_cap
+        self.payloads.cap()
     }
     fn index(&self, seq: Seq) -> usize {
         (seq % self.slots.len() as u64) as usize
     }
     /// Heap bytes this buffer owns.
     pub fn heap_bytes(&self) -> usize {
-        self.slots.len() * (std::mem::size_of::<Slot>() + self.payload_cap)
+        self.slots.len() * (std::mem::size_of::<Slot>() + self.payload_cap())
     }
     /// Stores `payload` as the payload of slot `i`.
     fn store(&mut self, i: usize, payload: &[u8]) {
-        let at = i * self.payload_cap;
-        self.data[at..at + payload.len()].copy_from_slice(payload);
+        self.payloads.store(i, payload);
         self.slots[i].len = payload.len() as u16;
     }
     fn get(&self, i: usize) -> SlotRef<'_> {
         let slot = &self.slots[i];
-        let at = i * self.payload_cap;
         SlotRef {
             slot,
-            payload: self.data.get(at..at + usize::from(slot.len)).unwrap_or(&[]),
+            payload: self.payloads.get(i, usize::from(slot.len)),
         }
     }
 }
@@ -368,7 +400,7 @@ impl Eqa {
     /// Stores a frame in the next slot and returns its sequence; the header's `seq` is set.
     /// Every live destination takes a reference.
     pub fn publish(&mut self, mut repr: Repr, payload: &[u8]) -> Result<Seq, PublishError> {
-        if payload.len() > self.buf.payload_cap {
+        if payload.len() > self.buf.payload_cap() {
             return Err(PublishError::TooLong(payload.len()));
         }
         if self.free_slots() == 0 {
@@ -561,6 +593,17 @@ impl Eqa {
 mod tests {
     use super::*;
     use crate::wire::Kind;
+
+    #[test]
+    fn payload_places_hold_their_own_bytes_only() {
+        let mut p = Payloads::new(3, 4);
+        p.store(1, b"abc");
+        p.store(2, b"wxyz");
+        assert_eq!(p.get(1, 3), b"abc");
+        assert_eq!(p.get(0, 4), [0u8; 4], "untouched places read as zeros");
+        assert!(p.get(1, 5).is_empty(), "never the next place's bytes");
+        assert!(p.get(3, 1).is_empty(), "no place past the last");
+    }
     use proptest::prelude::*;
 
     fn eqa(dests: &[Rank]) -> Eqa {

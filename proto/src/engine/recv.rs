@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{Config, Dest, Drop, Event, Message, Outgoing, PostError};
-use crate::eqa::{Rank, Seq};
+use crate::eqa::{Payloads, Rank, Seq};
 use crate::wire::{locate, Control, Flags, Kind, Position, Repr, NACK_BITS};
 
 /// Unanswered peer requests in a row after which a receiver stops asking its peer.
@@ -154,14 +154,10 @@ pub struct Receiver {
     expected: Seq,
     highest: Seq,
     slots: Box<[WSlot]>,
-    /// The payloads of the slots that keep a copy ([`SlotState::COPY`]), `slot_payload` bytes
-    /// per slot, in one zeroed block: the allocator maps a large one as zero pages that cost
-    /// memory only once written, so a stream whose frames arrive in order, or one that never
-    /// carries data (a point-to-point pair's), costs no window memory. (One small allocation
-    /// per slot wrote a heap header into every page: 3 MiB of page faults per stream.)
-    slot_data: Box<[u8]>,
-    /// Payload bytes a window slot holds (the largest frame payload accepted).
-    slot_payload: usize,
+    /// The payloads of the slots that keep a copy ([`SlotState::COPY`]); a place holds the
+    /// largest frame payload accepted. Written only when a frame waits or is kept, so a
+    /// stream whose frames arrive in order costs no window memory (see [`Payloads`]).
+    slot_data: Payloads,
     cur: Option<InMsg>,
     /// Messages after `cur` (consecutive ids) begun by out-of-order frames placed into them.
     ahead: VecDeque<InMsg>,
@@ -242,8 +238,7 @@ impl Receiver {
             expected: 0,
             highest: 0,
             slots,
-            slot_data: vec![0u8; cfg.window * cfg.slot_payload()].into_boxed_slice(),
-            slot_payload: cfg.slot_payload(),
+            slot_data: Payloads::new(cfg.window, cfg.slot_payload()),
             cur: None,
             ahead: VecDeque::new(),
             ahead_bytes: 0,
@@ -298,7 +293,7 @@ impl Receiver {
     }
     /// Heap bytes this stream owns (window slots, pushed buffer, receive queue).
     pub fn heap_bytes(&self) -> usize {
-        self.slots.len() * (std::mem::size_of::<WSlot>() + self.slot_payload)
+        self.slots.len() * (std::mem::size_of::<WSlot>() + self.slot_payload())
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
             + self.tree.as_ref().map_or(0, |t| {
@@ -312,14 +307,18 @@ impl Receiver {
     }
 
     /// Copies `payload` into slot `i`'s place in the block.
+    /// Payload bytes a window slot holds (the largest frame payload accepted).
+    fn slot_payload(&self) -> usize {
+        self.slot_data.cap()
+    }
+
     fn keep(&mut self, i: usize, payload: &[u8]) {
-        let at = i * self.slot_payload;
-        self.slot_data[at..at + payload.len()].copy_from_slice(payload);
+        self.slot_data.store(i, payload);
     }
 
     /// The copy slot `i` keeps, `len` bytes.
     fn kept(&self, i: usize, len: usize) -> &[u8] {
-        kept_in(&self.slot_data, self.slot_payload, i, len)
+        self.slot_data.get(i, len)
     }
 
     /// The fellow receiver this stream asks for lost frames (and the only one whose relayed
@@ -562,7 +561,7 @@ impl Receiver {
                 Ok(()) => {
                     // Its header stays in the slot (and with peer repair its payload): a peer
                     // may ask for the frame.
-                    let keep = self.keeps_copy(s) && payload.len() <= self.slot_payload;
+                    let keep = self.keeps_copy(s) && payload.len() <= self.slot_payload();
                     let slot = &mut self.slots[i];
                     slot.repr = *repr;
                     slot.len = payload.len() as u16;
@@ -586,7 +585,7 @@ impl Receiver {
                 }
             }
         }
-        if payload.len() > self.slot_payload {
+        if payload.len() > self.slot_payload() {
             return Err(Drop::Protocol("payload larger than a frame slot"));
         }
         let placed = self.place(s, repr, payload);
@@ -634,12 +633,10 @@ impl Receiver {
             let r = if self.slots[i].state.contains(SlotState::PLACED) {
                 self.consume(&repr, Payload::Placed(len))
             } else {
-                // Lend the block out for the call (a pointer swap, not a copy).
+                // Lend the block out for the call (a pointer swap, not a copy; `consume`
+                // never looks at the window's payloads).
                 let data = std::mem::take(&mut self.slot_data);
-                let r = self.consume(
-                    &repr,
-                    Payload::Here(kept_in(&data, self.slot_payload, i, len)),
-                );
+                let r = self.consume(&repr, Payload::Here(data.get(i, len)));
                 self.slot_data = data;
                 r
             };
@@ -724,8 +721,8 @@ impl Receiver {
         let (off, len) = (repr.offset as usize, repr.msg_len as usize);
         let end = off + payload.len();
         // An honest root's frame `s` lies at most this far past the first byte still missing.
-        let reach = (s - self.expected) as usize * self.slot_payload;
-        let ahead_cap = self.slots.len() * self.slot_payload;
+        let reach = (s - self.expected) as usize * self.slot_payload();
+        let ahead_cap = self.slots.len() * self.slot_payload();
         if end > len {
             return false;
         }
@@ -1255,14 +1252,4 @@ pub(crate) fn unheld_reply(asker: Rank, root: Rank, base: u32, missing: u16) -> 
             unheld: true,
         },
     )
-}
-
-/// The `len` bytes slot `i` keeps in `block`, `slot_payload` bytes per slot (empty if they
-/// would leave the slot's place).
-fn kept_in(block: &[u8], slot_payload: usize, i: usize, len: usize) -> &[u8] {
-    if len > slot_payload {
-        return &[];
-    }
-    let at = i * slot_payload;
-    block.get(at..at + len).unwrap_or(&[])
 }
