@@ -113,7 +113,8 @@ impl Payloads {
 }
 
 /// The shared retransmission buffer: a fixed ring of frame slots, their payloads in one
-/// block ([`Payloads`]).
+/// zeroed block that costs memory only where written (a member that never broadcasts pays
+/// nothing for its buffer).
 #[derive(Debug)]
 pub struct Buf {
     slots: Box<[Slot]>,

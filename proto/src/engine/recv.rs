@@ -156,7 +156,7 @@ pub struct Receiver {
     slots: Box<[WSlot]>,
     /// The payloads of the slots that keep a copy ([`SlotState::COPY`]); a place holds the
     /// largest frame payload accepted. Written only when a frame waits or is kept, so a
-    /// stream whose frames arrive in order costs no window memory (see [`Payloads`]).
+    /// stream whose frames arrive in order costs no window memory (see `eqa::Payloads`).
     slot_data: Payloads,
     cur: Option<InMsg>,
     /// Messages after `cur` (consecutive ids) begun by out-of-order frames placed into them.
