@@ -18,7 +18,7 @@
 //! failed).
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -336,8 +336,15 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
     let gid = o.group_id;
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
+    // Forged frames sent so far: the root pauses half-way until the attack is under way, so the
+    // scenario never passes or fails by who was scheduled first.
+    let forged_sent = Arc::new(AtomicU64::new(0));
+    let counter = forged_sent.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let attacker = netns::spawn_in(&attacker_host.netns, move || -> Result<u64, GroupError> {
-        let mut l = link::open(Default::default(), "eth0", Default::default())?;
+        let opened = link::open(Default::default(), "eth0", Default::default());
+        let _ = ready_tx.send(());
+        let mut l = opened?;
         // The session's wire group id (the group joins with a fresh nonce first): from the
         // first frame of the root's that is not a join frame.
         let mut session = None;
@@ -371,6 +378,7 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
                 sent += 1;
             }
             l.flush()?;
+            counter.store(sent, Ordering::Relaxed);
             // Not faster: every forged frame teaches the bridge that the root's MAC sits behind
             // the attacker's port, which diverts the receivers' acknowledgements to the root.
             std::thread::sleep(Duration::from_millis(10));
@@ -381,12 +389,24 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
         context: "spawn attacker".into(),
         source: e,
     })?;
+    // The attacker listens before the group starts, so it sees the session's first frames.
+    let _ = ready_rx.recv_timeout(Duration::from_secs(10));
     let handles = spawn_members(
         &bed,
         0..hosts,
-        |mut g| {
+        move |mut g| {
             let mut ok = 0usize;
             for i in 0..20 {
+                if g.rank() == 0 && i == 10 {
+                    // Half-way, the members wait in their receive calls while forged frames
+                    // arrive: at least two of the attacker's bursts.
+                    let t0 = Instant::now();
+                    while forged_sent.load(Ordering::Relaxed) < 16
+                        && t0.elapsed() < Duration::from_secs(10)
+                    {
+                        g.progress(Duration::from_millis(5))?;
+                    }
+                }
                 let mut buf = if g.rank() == 0 { msg(i) } else { Vec::new() };
                 g.bcast(0, &mut buf)?;
                 ok += usize::from(buf == msg(i));
