@@ -766,6 +766,13 @@ impl Receiver {
                 }
                 self.ahead_bytes += grow;
             }
+            if v.len() <= off {
+                // Past the end (the common case behind a gap): zeroes for the gap only, then
+                // the frame, written once.
+                v.resize(off, 0);
+                v.extend_from_slice(payload);
+                return true;
+            }
             v.resize(end, 0);
         }
         v[off..end].copy_from_slice(payload);
