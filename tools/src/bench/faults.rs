@@ -421,7 +421,16 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
     )?;
     let results = join_all(handles);
     stop.store(true, Ordering::Relaxed);
-    let forged = attacker.join().ok().and_then(|r| r.ok()).unwrap_or(0);
+    let (forged, attacker_error) = match attacker.join() {
+        Ok(Ok(n)) => (n, None),
+        Ok(Err(e)) => (0, Some(format!("the attacker: {e}"))),
+        Err(_) => (0, Some("the attacker thread panicked".to_string())),
+    };
+    let first_error = attacker_error.or_else(|| {
+        results
+            .iter()
+            .find_map(|r| r.as_ref().err().map(|e| format!("a member: {e}")))
+    });
     let all_ok = results.iter().all(|r| matches!(r, Ok((20, _))));
     let rejected: u64 = results
         .iter()
@@ -434,7 +443,10 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
         detect_ms: None,
         bound_ms: None,
         hosts,
-        detail: format!("{forged} forged frames sent with the root's MAC; {rejected} rejected by the keyed MAC; every member got only the root's 20 messages: {all_ok}"),
+        detail: format!(
+            "{forged} forged frames sent with the root's MAC; {rejected} rejected by the keyed MAC; every member got only the root's 20 messages: {all_ok}{}",
+            error_suffix(&first_error)
+        ),
     })
 }
 
