@@ -229,6 +229,19 @@ fn file_digest(path: &Path) -> blake3::Hash {
     h.finalize()
 }
 
+/// No temporary file of the output `out` is left next to it (other receivers writing into the
+/// same directory may still be at work).
+fn no_part_files_of(out: &Path) {
+    let prefix = format!(".{}.", out.file_name().unwrap().to_string_lossy());
+    for e in std::fs::read_dir(out.parent().unwrap()).unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        assert!(
+            !(n.starts_with(&prefix) && n.ends_with(".part")),
+            "temporary file left behind: {n}"
+        );
+    }
+}
+
 fn no_part_files(dir: &Path) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
@@ -1317,7 +1330,7 @@ fn refused_without_a_trace(r: &mut Proc, out: &Path, why: &str) {
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(e.contains(why), "want {why:?} in: {e}");
     assert!(!out.exists(), "{} was left behind", out.display());
-    no_part_files(out.parent().unwrap());
+    no_part_files_of(out);
 }
 
 /// A sender that sends more than a receiver accepts (`--max-bytes`), or more than it
@@ -1419,6 +1432,8 @@ fn a_receiver_refuses_more_than_max_bytes_or_than_announced_and_leaves_no_file()
         s.wait_timeout(Duration::from_secs(60)).status.code(),
         Some(1)
     );
+    // Every receiver has ended: no temporary file of any is left.
+    no_part_files(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
