@@ -322,14 +322,21 @@ impl<T: Send + 'static> Hostile<T> {
     ) -> Result<Self, HostileError> {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let handle = netns::spawn_in(netns, move || {
-            let mut port = Port::open(read_timeout)?;
+            let port = Port::open(read_timeout);
+            let _ = ready_tx.send(());
+            let mut port = port?;
             Ok(attack(&mut port, &s))
         })
         .map_err(|source| HostileError::Spawn {
             netns: netns.to_string(),
             source,
         })?;
+        // The port listens before this returns: what the caller starts next is seen from its
+        // first frame, however late the thread was scheduled. (A port that failed to open
+        // says so from `stop`.)
+        let _ = ready_rx.recv_timeout(Duration::from_secs(10));
         Ok(Hostile { stop, handle })
     }
 
