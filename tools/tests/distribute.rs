@@ -232,20 +232,22 @@ fn file_digest(path: &Path) -> blake3::Hash {
 /// No temporary file of the output `out` is left next to it (other receivers writing into the
 /// same directory may still be at work).
 fn no_part_files_of(out: &Path) {
-    let prefix = format!(".{}.", out.file_name().unwrap().to_string_lossy());
-    for e in std::fs::read_dir(out.parent().unwrap()).unwrap().flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        assert!(
-            !(n.starts_with(&prefix) && n.ends_with(".part")),
-            "temporary file left behind: {n}"
-        );
-    }
+    let name = out.file_name().unwrap().to_string_lossy();
+    part_files_absent(out.parent().unwrap(), &format!(".{name}."));
 }
 
+/// No temporary file of any output is left in `dir`.
 fn no_part_files(dir: &Path) {
+    part_files_absent(dir, "");
+}
+
+fn part_files_absent(dir: &Path, prefix: &str) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
-        assert!(!n.ends_with(".part"), "temporary file left behind: {n}");
+        assert!(
+            !(n.starts_with(prefix) && n.ends_with(".part")),
+            "temporary file left behind: {n}"
+        );
     }
 }
 
