@@ -469,10 +469,10 @@ impl Group {
     /// frame arrives: [`Group::next_deadline`], or the end of the time it stays reachable for
     /// stragglers of the last barrier, whichever comes first.
     pub fn serve_deadline(&self, now: Instant) -> Option<Instant> {
-        match (self.next_deadline(), self.stragglers_until(now)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.next_deadline()
+            .into_iter()
+            .chain(self.stragglers_until(now))
+            .min()
     }
 
     fn stragglers_until(&self, now: Instant) -> Option<Instant> {

@@ -116,7 +116,8 @@ struct Shared {
     group: Mutex<HostGroup>,
     /// Whether it talks to the network (then the progress thread serves it).
     on_network: bool,
-    /// Whether the caller wants a progress thread at all.
+    /// Whether a progress thread serves it while owed: the caller wants one, and it talks to
+    /// the network.
     progress_thread: bool,
     /// True while a progress thread runs. Set by a call that leaves work behind and cleared by
     /// the thread when it leaves, both with `group` locked: a call never misses a thread
@@ -190,7 +191,7 @@ impl Endpoint {
         let shared = Arc::new(Shared {
             group: Mutex::new(host),
             on_network,
-            progress_thread: opts.progress_thread,
+            progress_thread: opts.progress_thread && on_network,
             serving: AtomicBool::new(false),
             runner: Mutex::new(Runner::default()),
             calls: AtomicU64::new(0),
@@ -375,7 +376,6 @@ impl Drop for Endpoint {
 fn serve_if_owed(shared: &Arc<Shared>, g: &HostGroup) -> Result<(), CallError> {
     let s = &**shared;
     if !s.progress_thread
-        || !s.on_network
         || s.serving.load(Ordering::Acquire)
         || s.stop.load(Ordering::Acquire)
         || g.is_quiet(Instant::now())
