@@ -453,7 +453,7 @@ impl Group {
     }
 
     /// True when this member owes its peers nothing: everything it sent is acknowledged by
-    /// all, nothing waits to be sent, no timer is armed (no acknowledgement, repair or
+    /// all, everything it received is acknowledged to its root, nothing waits to be sent, no timer is armed (no acknowledgement, repair or
     /// retransmission due), and the last barrier is long enough past that a member that
     /// missed its release would have asked again
     /// ([`Member::serves_stragglers_until`](ethbcast_proto::member::Member::serves_stragglers_until)).
@@ -461,6 +461,7 @@ impl Group {
     /// can complete it for this member.
     pub fn is_quiet(&self, now: Instant) -> bool {
         self.member().is_idle()
+            && !self.member().owes_acks()
             && self.next_deadline().is_none()
             && self.stragglers_until(now).is_none()
     }
@@ -496,10 +497,13 @@ impl Group {
         )))
     }
 
-    /// Waits until everything this member sent has been acknowledged.
+    /// Waits until everything this member sent has been acknowledged, and acknowledges what
+    /// it received (which its roots would otherwise ask for once their timers fire).
     pub fn flush(&mut self) -> Result<(), GroupError> {
         let after = self.opts.timeout;
-        let deadline = WallClock.now() + after;
+        let now = WallClock.now();
+        self.driver.member_mut().ack_all(now);
+        let deadline = now + after;
         match self
             .driver
             .run_until(&WallClock, deadline, SLICE, Sends::Now, |m| {

@@ -240,6 +240,8 @@ pub struct LmsStats {
     pub repair_queue_full: u64,
     /// Retransmission-timer probes sent.
     pub probes: u64,
+    /// Acknowledgement polls sent at a first timeout (no retransmission).
+    pub polls: u64,
     /// Repairs served to it by a re-broadcast.
     pub rebroadcasts: u64,
     /// Largest distance seen between the head and its cursor (frames).

@@ -383,8 +383,11 @@ pub struct Stats {
     pub nacks_handled: u64,
     /// Of `acks_handled`: acknowledgements up the tree (from the root's children).
     pub tree_acks_handled: u64,
-    /// Of `acks_handled`: answers to the root's probes (acknowledgements sent straight to it).
+    /// Of `acks_handled`: answers to the root's probes and polls (acknowledgements sent
+    /// straight to it).
     pub probe_answers_handled: u64,
+    /// Acknowledgement polls sent as root ([`Control::AckPoll`]).
+    pub ack_polls: u64,
     /// Acknowledgements sent up the acknowledgement tree (besides `ack_frames`, the ones
     /// sent to a root directly).
     pub tree_ack_frames: u64,
@@ -668,6 +671,22 @@ impl Engine {
     pub fn sender(&self) -> &Sender {
         &self.tx
     }
+    /// Whether some stream holds frames this member has not acknowledged to their root (see
+    /// [`Control::AckPoll`]).
+    pub fn owes_acks(&self) -> bool {
+        self.rx.iter().flatten().any(|r| r.owes_ack())
+    }
+
+    /// Acknowledges to every root what this member holds of its stream and has not
+    /// acknowledged yet, now rather than when the root asks: for a member about to leave.
+    pub fn ack_all(&mut self, now: Instant) {
+        for root in 0..self.rx.len() {
+            if let Some(rx) = self.rx[root].as_deref_mut() {
+                rx.ack_now(now);
+                self.collect_rx(root as Rank);
+            }
+        }
+    }
     /// The receive stream of `root`, if it has been heard from.
     pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
         self.rx.get(usize::from(root)).and_then(|r| r.as_deref())
@@ -878,6 +897,13 @@ impl Engine {
     ) -> Result<(), Drop> {
         let to_me = dst == self.cfg.rank;
         let feedback = match msg {
+            Control::AckPoll => {
+                // The root's timer fired with frames of its stream not acknowledged by us.
+                let rx = self.rx_mut(now, src);
+                rx.on_ack_poll(now);
+                self.collect_rx(src);
+                return Ok(());
+            }
             Control::PullPoll { msg_id, designated } => {
                 // The root polls its designated receiver for a lost pull request.
                 let rx = self.rx_mut(now, src);
@@ -1075,6 +1101,10 @@ impl Engine {
         }
         if let Some((designated, poll)) = self.tx.take_pull_poll(&self.cfg, &self.live) {
             return self.emit_control(Dest::Rank(designated), &poll, buf);
+        }
+        if let Some(dst) = self.tx.take_ack_poll() {
+            self.stats.ack_polls += 1;
+            return self.emit_control(dst, &Control::AckPoll, buf);
         }
         let t = self
             .tx

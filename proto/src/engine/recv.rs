@@ -175,12 +175,10 @@ pub struct Receiver {
     unacked: usize,
     /// When the next acknowledgement (or, with a tree, report) is due, if one is.
     ack_at: Option<Instant>,
-    /// While `ack_at` is the quiet timer: when the stream last moved. The timer is lazy: each
+    /// While `ack_at` is the quiet timer of a tree's report: when the subtree last moved. The timer is lazy: each
     /// frame moves this, not `ack_at`, so the engine's set of timers is not touched per frame;
     /// a timer that fires before `quiet_from + ack_delay` is pushed back to it.
     quiet_from: Option<Instant>,
-    /// The stream moved since the last `schedule` (see [`Receiver::advance`]).
-    moved: bool,
     ack_now: bool,
     nack_at: Option<Instant>,
     /// Frames from here on were found missing since the last NACK: ask for them now (the
@@ -254,7 +252,6 @@ impl Receiver {
             unacked: 0,
             ack_at: None,
             quiet_from: None,
-            moved: false,
             ack_now: false,
             nack_at: None,
             nack_from: None,
@@ -610,6 +607,15 @@ impl Receiver {
         Ok(())
     }
 
+    /// The root's retransmission timer fired with frames of this stream not acknowledged by
+    /// this member: answer at once, saying how far it has seen (as a probe's answer), so that
+    /// the root goes back over any tail this member lost.
+    pub(crate) fn on_ack_poll(&mut self, now: Instant) {
+        self.probe_answer = true;
+        self.ack_now = true;
+        self.schedule(now);
+    }
+
     /// The root asks its designated receiver to repeat a pull request that may have been lost.
     pub(crate) fn on_pull_poll(&mut self, msg_id: u32, designated: Rank) {
         self.pull_override = Some((msg_id, designated));
@@ -658,14 +664,11 @@ impl Receiver {
     }
 
     /// The next expected frame was consumed: progress, so NACK retries start over at their
-    /// shortest interval, and so does the acknowledgement's quiet timer.
+    /// shortest interval.
     fn advance(&mut self) {
         self.expected += 1;
         self.unacked += 1;
         self.nack_backoff = 0;
-        // The stream moved: the quiet timer starts over at the next `schedule`, which follows
-        // every advance (with a tree, `schedule_report` keeps its own timer).
-        self.moved = true;
     }
 
     /// A repair arrived `rtt` after it was asked for.
@@ -925,18 +928,17 @@ impl Receiver {
     }
 
     fn schedule(&mut self, now: Instant) {
-        let moved = std::mem::take(&mut self.moved);
         if let Some(sent) = self.tree.as_ref().map(|t| t.sent).filter(|_| !self.ack_now) {
             self.schedule_report(now, sent);
         } else if self.ack_now || self.unacked >= self.ack_every {
             self.send_ack(now);
-        } else if self.expected > self.acked && (moved || self.ack_at.is_none()) {
-            // Off the critical path: while the root keeps sending, one acknowledgement per
-            // `ack_every` frames (half the window); the timer acknowledges the rest only once
-            // the stream has been quiet for `ack_delay` (each advance restarts it), so at the
-            // latest `ack_every * ack_delay` after the oldest frame not acknowledged.
-            self.quiet(now);
         }
+        // Off the critical path: one acknowledgement per `ack_every` frames (half the window)
+        // while the root keeps sending, and the rest when the root asks (its poll or a probe,
+        // when its retransmission timer fires on an idle stream). No timer of the receiver's
+        // own: a sleep bounded by a sub-millisecond quiet timer re-armed per message cost a
+        // virtual machine's receivers a third of their CPU per broadcast (clock-event
+        // reprogramming); the root's timer runs once per idle period instead.
         let gap = self.expected < self.highest
             && !self.slots[self.idx(self.expected)]
                 .state
@@ -1214,6 +1216,21 @@ impl Receiver {
                 self.nack_at = None;
             }
         }
+    }
+
+    /// Acknowledges what it holds now, if the root has not heard of all of it (a member that
+    /// flushes before it leaves does not leave the root to ask an empty link).
+    pub(crate) fn ack_now(&mut self, now: Instant) {
+        if self.owes_ack() {
+            self.ack_now = true;
+            self.schedule(now);
+        }
+    }
+
+    /// Whether this member holds frames of the stream it has not acknowledged: the root will
+    /// ask for them (its poll), so a member serving the group between calls stays to answer.
+    pub(crate) fn owes_ack(&self) -> bool {
+        self.expected > self.acked
     }
 
     pub(crate) fn next_timeout(&self) -> Option<Instant> {

@@ -67,6 +67,9 @@ pub struct Sender {
     /// for an immediate acknowledgement).
     probing: Vec<bool>,
     pull_poll: bool,
+    /// Ranks to send a [`Control::AckPoll`]: their retransmission timer fired for the first
+    /// time since they last made progress.
+    ack_polls: Vec<Rank>,
     p2p_copies: VecDeque<(Rank, Seq)>,
     /// Whether the destination structures exist (made at the first broadcast).
     dests_made: bool,
@@ -99,6 +102,7 @@ impl Sender {
             rr: 0,
             probing: vec![false; usize::from(cfg.size)],
             pull_poll: false,
+            ack_polls: Vec::new(),
             p2p_copies: VecDeque::new(),
             dests_made: false,
             timers: BTreeSet::new(),
@@ -438,6 +442,21 @@ impl Sender {
                 continue;
             }
             lms.stats.timeouts += 1;
+            if cfg.ack_tree == 0 && lms.backoffs == 0 {
+                // The first timeout since the member last made progress: most often its
+                // stream merely went idle with frames not yet acknowledged (receivers answer
+                // every `ack_every` frames and when asked, never on a timer of their own, so
+                // that a sleeping receiver arms no sub-millisecond timer per message). Ask,
+                // without a retransmission, at the same interval; the answer says how far it
+                // has seen and the root goes back over what it lacks. A poll or answer that
+                // is lost leaves the next timeout to the probes below.
+                lms.backoffs = 1;
+                lms.stats.polls += 1;
+                let next = now + lms.rto;
+                self.set_timer(rank, Some(next));
+                self.ack_polls.push(rank);
+                continue;
+            }
             // With an acknowledgement tree a whole subtree waits for one member's frame (the
             // last of a stream, lost there, which nothing else reveals), and every cursor of
             // the subtree times out at once: the first timeout only repairs the frame at the
@@ -491,6 +510,7 @@ impl Sender {
     pub(crate) fn has_transmit(&self) -> bool {
         !self.p2p_copies.is_empty()
             || self.pull_poll
+            || !self.ack_polls.is_empty()
             || self.sent_upto < self.eqa.head()
             || self.eqa.has_repairs()
     }
@@ -509,6 +529,19 @@ impl Sender {
             self.pull_timer = Some(now);
         }
         self.fill(cfg, now, live);
+    }
+
+    /// The acknowledgement polls due: one to the member whose timer fired, or one to the
+    /// group when the timers of several fired together (a group that went idle).
+    pub(crate) fn take_ack_poll(&mut self) -> Option<Dest> {
+        match self.ack_polls.len() {
+            0 => None,
+            1 => self.ack_polls.pop().map(Dest::Rank),
+            _ => {
+                self.ack_polls.clear();
+                Some(Dest::All)
+            }
+        }
     }
 
     /// The poll of the designated receiver for a pull request that may have been lost, when

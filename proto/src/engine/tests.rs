@@ -968,8 +968,16 @@ fn a_replayed_control_frame_is_refused() {
     root.bcast(now, vec![1; 10], Algo::Simple).unwrap();
     let t = root.poll_transmit(now, &mut buf).unwrap();
     rx.handle_frame(now, &buf[..t.len]).unwrap();
-    rx.handle_timeout(now + Duration::from_secs(1));
-    let t = rx.poll_transmit(now, &mut buf).expect("an acknowledgement");
+    // The root's timer fires: its poll asks for the acknowledgement.
+    let later = now + Duration::from_secs(1);
+    root.handle_timeout(later);
+    let t = root
+        .poll_transmit(later, &mut buf)
+        .expect("the root's poll");
+    rx.handle_frame(later, &buf[..t.len]).unwrap();
+    let t = rx
+        .poll_transmit(later, &mut buf)
+        .expect("an acknowledgement");
     let ack = buf[..t.len].to_vec();
     assert_eq!(Frame::new_checked(&ack[..]).unwrap().kind(), Kind::Ack);
     assert_eq!(root.handle_frame(now, &ack), Ok(()));
@@ -1340,7 +1348,7 @@ mod one_frame_push_pull {
 
 /// A receiver of a busy stream of one-frame messages: how many acknowledgements it sends
 /// while `count` messages arrive `every` apart, and after the stream went quiet.
-fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine) {
+fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine, Engine) {
     let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
     let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
     let mut now = Instant::now();
@@ -1388,80 +1396,118 @@ fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine) {
         root.stats()
     );
     while rx.poll_event().is_some() {}
-    (acks, quiet, rx)
+    (acks, quiet, rx, root)
 }
 
 #[test]
-fn a_busy_stream_of_small_messages_is_acknowledged_once_per_half_window_and_once_when_quiet() {
+fn a_busy_stream_of_small_messages_is_acknowledged_once_per_half_window_and_once_when_the_root_asks(
+) {
     let cfg = Config::new(7, 1, 2);
     assert_eq!(cfg.ack_every, cfg.window / 2);
-    // Messages 100 µs apart (less than ack_delay): one acknowledgement per ack_every frames
-    // while they come, the rest once the stream is quiet.
-    let (acks, quiet, _) = acks_of_a_stream(20, Duration::from_micros(100));
+    // Messages 100 µs apart: one acknowledgement per ack_every frames while they come; the
+    // rest once the root's timer fires on the idle stream and it asks (one poll).
+    let (acks, quiet, _, root) = acks_of_a_stream(20, Duration::from_micros(100));
     assert_eq!(acks, 20 / cfg.ack_every);
     assert_eq!(quiet, 1);
-    // Messages further apart than ack_delay: the group is idle between them, each is
-    // acknowledged by the timer.
-    let (acks, quiet, _) = acks_of_a_stream(5, Duration::from_micros(400));
-    assert_eq!((acks, quiet), (5, 0));
+    assert_eq!(root.stats().ack_polls, 1);
+    // Messages further apart, fewer than ack_every: nothing while they come, one answer to
+    // the root's poll for all of them.
+    let (acks, quiet, _, root) = acks_of_a_stream(5, Duration::from_micros(400));
+    assert_eq!((acks, quiet), (0, 1));
+    assert_eq!(root.stats().ack_polls, 1);
 }
 
 #[test]
-fn the_quiet_timer_stays_put_while_frames_come_and_acknowledges_once_quiet() {
-    // One-frame messages 100 µs apart, fewer than ack_every: the receiver acknowledges them
-    // once, `ack_delay` after the last. While they come, its timer does not move per frame
-    // (each move would reorder the engine's timers); a timer that fires while the stream
-    // still moves is pushed back, and sends nothing.
+fn a_receiver_arms_no_timer_of_its_own_and_answers_the_roots_poll_at_once() {
+    // Why it matters: a receiver that sleeps with a sub-millisecond deadline re-armed per
+    // message pays for a clock-event reprogramming each time (an exit to the hypervisor on a
+    // virtual machine); the root's one timer per idle period does the asking instead.
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 8]).collect();
     let frames = frames_of(&msgs);
-    let mut c = Config::new(7, 1, 2);
-    c.window = 256;
-    let delay = c.ack_delay;
+    let c = Config::new(7, 1, 2);
     assert!(frames.len() < c.ack_every);
     let mut rx = Engine::new(c).unwrap();
-    let start = Instant::now();
-    let step = Duration::from_micros(100);
+    let mut now = Instant::now();
     let mut buf = vec![0u8; 1500];
-    let mut sent = |rx: &mut Engine, now| {
-        let mut n = 0;
-        while rx.poll_transmit(now, &mut buf).is_some() {
-            n += 1;
-        }
-        n
-    };
-    let mut now = start;
-    let mut armed = None;
-    let mut early = 0;
     for f in &frames {
-        if rx.poll_timeout().is_some_and(|t| t <= now) {
-            rx.handle_timeout(now);
-            early += 1;
-        }
         rx.handle_frame(now, f).unwrap();
-        assert_eq!(sent(&mut rx, now), 0, "nothing while the stream moves");
-        let t = rx.poll_timeout().expect("the quiet timer");
-        // Armed once, at the first frame; pushed back only when it fired.
-        if armed.is_some_and(|a| a > now) {
-            assert_eq!(Some(t), armed, "the timer moved with a frame");
-        }
-        armed = Some(t);
-        now += step;
+        assert!(
+            rx.poll_transmit(now, &mut buf).is_none(),
+            "nothing while frames come"
+        );
+        assert_eq!(rx.poll_timeout(), None, "no timer of the receiver's own");
+        now += Duration::from_micros(100);
     }
-    assert!(early > 0, "the first deadline passed while frames came");
-    let last = now - step;
-    let mut acks = 0;
-    while now < last + delay * 4 {
-        if rx.poll_timeout().is_some_and(|t| t <= now) {
-            rx.handle_timeout(now);
-            let n = sent(&mut rx, now);
-            assert!(
-                n == 0 || now >= last + delay,
-                "acknowledged before the quiet delay"
-            );
-            acks += n;
+    assert!(rx.owes_acks(), "it holds frames the root has not heard of");
+    let poll = Control::AckPoll.emit(7, 0, 1, 1, &mut buf).unwrap();
+    let poll = buf[..poll].to_vec();
+    rx.handle_frame(now, &poll).unwrap();
+    let t = rx
+        .poll_transmit(now, &mut buf)
+        .expect("the answer, at once");
+    let f = Frame::new_checked(&buf[..t.len]).unwrap();
+    let want = frames.len() as u32;
+    assert_eq!(
+        Control::parse(&f).unwrap(),
+        Control::Ack {
+            next: want,
+            seen: Some(want)
         }
-        now += Duration::from_micros(10);
-    }
-    assert_eq!(acks, 1, "one acknowledgement once quiet");
+    );
+    assert!(rx.poll_transmit(now, &mut buf).is_none());
+    assert!(!rx.owes_acks());
     while rx.poll_event().is_some() {}
+}
+
+#[test]
+fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
+    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
+    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
+    let t0 = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    for i in 0..3u8 {
+        root.bcast(t0, vec![i; 8], Algo::Simple).unwrap();
+    }
+    for i in 0..3 {
+        let t = root.poll_transmit(t0, &mut buf).unwrap();
+        if i < 2 {
+            rx.handle_frame(t0, &buf[..t.len]).unwrap();
+        }
+    }
+    assert_eq!(
+        rx.poll_timeout(),
+        None,
+        "nothing tells the receiver the last frame exists"
+    );
+    let fired = root
+        .poll_timeout()
+        .expect("the root's retransmission timer");
+    root.handle_timeout(fired);
+    let t = root.poll_transmit(fired, &mut buf).expect("the poll");
+    let f = Frame::new_checked(&buf[..t.len]).unwrap();
+    assert_eq!(
+        Control::parse(&f).unwrap(),
+        Control::AckPoll,
+        "a poll, not a retransmission"
+    );
+    assert_eq!(root.stats().repair_frames, 0);
+    rx.handle_frame(fired, &buf[..t.len]).unwrap();
+    let t = rx.poll_transmit(fired, &mut buf).expect("the answer");
+    root.handle_frame(fired, &buf[..t.len]).unwrap();
+    let t = root
+        .poll_transmit(fired, &mut buf)
+        .expect("the lost frame again");
+    assert_eq!(
+        Frame::new_checked(&buf[..t.len]).unwrap().kind(),
+        Kind::Repair
+    );
+    rx.handle_frame(fired, &buf[..t.len]).unwrap();
+    let got: Vec<u64> = std::iter::from_fn(|| rx.poll_event())
+        .filter_map(|e| match e {
+            Event::Delivered(Message { msg_id, .. }) => Some(msg_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, vec![0, 1, 2]);
+    assert_eq!(root.stats().repair_frames, 1, "only the lost frame");
 }

@@ -473,6 +473,21 @@ impl Member {
         self.engine.is_idle() && self.pairs.values().all(|e| e.is_idle())
     }
 
+    /// Whether this member holds frames it has not acknowledged to their roots: they will ask
+    /// (their retransmission timers' polls), so a thread that serves the member between calls
+    /// stays to answer.
+    pub fn owes_acks(&self) -> bool {
+        self.engine.owes_acks() || self.pairs.values().any(Engine::owes_acks)
+    }
+
+    /// Acknowledges every frame held and not yet acknowledged, now (see [`Engine::ack_all`]).
+    pub fn ack_all(&mut self, now: Instant) {
+        self.engine.ack_all(now);
+        for e in self.pairs.values_mut() {
+            e.ack_all(now);
+        }
+    }
+
     /// True if frames of data (fresh or repairs, to the group or point-to-point) are waiting
     /// to be sent, as opposed to control frames only (acknowledgements, requests).
     pub fn has_data_to_send(&self) -> bool {

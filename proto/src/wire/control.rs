@@ -14,6 +14,7 @@
 //! |---|---|---|---|---|---|---|---|---|
 //! | [`Control::Ack`] | Ack | `ACK_REQ` if `seen` | `next` | | | | `seen` | |
 //! | [`Control::TreeAck`] | Ack | `TREE` | `next` | `root` | `laggard` | | `view` | |
+//! | [`Control::AckPoll`] | Ack | `POLL` | | | | | | |
 //! | [`Control::Nack`] | Nack | | `base` | | | `missing` | `next` | |
 //! | [`Control::PeerNack`] | Nack | `PEER` (+`UNHELD`) | `base` | `root` | | `missing` | | |
 //! | [`Control::Pull`] | Pull | | `next` | `msg_id` | | | | |
@@ -115,6 +116,12 @@ pub enum Control {
         /// The view (a hash of the evicted set) the tree was laid out in.
         view: u32,
     },
+    /// From a root to a receiver of its stream: acknowledge now, as the answer to a probe
+    /// (an [`Control::Ack`] with `seen`). The root sends it when its retransmission timer first
+    /// fires for the receiver: receivers acknowledge every `ack_every` frames and when asked,
+    /// never on a timer of their own, so an idle stream's last frames are acknowledged when
+    /// the root asks, without a retransmission.
+    AckPoll,
     /// Negative acknowledgement to a root: the frames of `missing` (bit `i`: `base + i`) are
     /// missing; it acknowledges everything before `next` too.
     Nack {
@@ -244,6 +251,10 @@ impl Control {
                     view: frame.aux(),
                 }
             }
+            Kind::Ack if flags.contains(Flags::POLL) => {
+                no_payload()?;
+                Control::AckPoll
+            }
             Kind::Ack => {
                 no_payload()?;
                 Control::Ack {
@@ -340,7 +351,7 @@ impl Control {
     /// The frame kind this message travels in.
     pub fn kind(&self) -> Kind {
         match self {
-            Control::Ack { .. } | Control::TreeAck { .. } => Kind::Ack,
+            Control::Ack { .. } | Control::TreeAck { .. } | Control::AckPoll => Kind::Ack,
             Control::Nack { .. } | Control::PeerNack { .. } => Kind::Nack,
             Control::Pull { .. } | Control::PullPoll { .. } => Kind::Pull,
             Control::Heartbeat { .. } => Kind::Heartbeat,
@@ -386,6 +397,7 @@ impl Control {
                 r.offset = u32::from(laggard);
                 r.aux = aux;
             }
+            Control::AckPoll => r.flags |= Flags::POLL,
             Control::Nack {
                 base,
                 missing,
@@ -624,6 +636,7 @@ mod tests {
 
     #[test]
     fn every_control_message_round_trips_through_its_frame() {
+        round_trip(Control::AckPoll);
         round_trip(Control::Ack {
             next: 7,
             seen: None,

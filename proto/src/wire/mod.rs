@@ -151,6 +151,8 @@ bitflags! {
         /// An acknowledgement up the acknowledgement tree: it speaks for the sender's whole
         /// subtree, and its `msg_id` names the root whose stream it is about.
         const TREE = 1 << 9;
+        /// From a root: acknowledge at once ([`Control::AckPoll`]).
+        const POLL = 1 << 10;
     }
 }
 
