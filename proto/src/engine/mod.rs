@@ -28,10 +28,11 @@
 //! bitmap asks for. A frame asked for by `rebroadcast_min` destinations or more is broadcast
 //! once instead. Acknowledgements are cumulative and coalesced, off the critical path: one
 //! every `ack_every` frames (half the window of a small group) while the root keeps sending,
-//! one when it asks, and otherwise one once the stream has been quiet for `ack_delay` (the
-//! group is idle); a receiver's `bcast` returns before it sends them. Lost acks and lost tail
-//! frames are recovered by each destination's retransmission timer, whose probe asks for an
-//! immediate answer and backs off exponentially.
+//! and one when the root asks; a receiver's `bcast` returns before it sends them, and it keeps
+//! no timer for them. The root asks when a destination's retransmission timer first fires
+//! after its last progress (the group went idle): a poll without data, answered at once with
+//! how far the receiver has seen. Lost acks and lost tail frames are recovered by the later
+//! timeouts, whose probe asks for an immediate answer and backs off exponentially.
 
 mod recv;
 mod send;
@@ -88,10 +89,11 @@ pub struct Config {
     pub btp1: usize,
     /// Bytes pushed after the first BTP1 bytes.
     pub btp2: usize,
-    /// A receiver acknowledges at least every this many frames.
+    /// A receiver acknowledges every this many frames (and when the root asks).
     pub ack_every: usize,
-    /// ... or once the stream has been quiet this long (restarted whenever it moves; at the
-    /// latest `ack_every * ack_delay` after the oldest frame not acknowledged).
+    /// With an acknowledgement tree: a member reports its subtree's position once it has been
+    /// quiet this long (restarted whenever it moves). Without a tree receivers keep no timer:
+    /// the root's retransmission timer polls them ([`Control::AckPoll`]).
     pub ack_delay: Duration,
     /// A receiver repeats a NACK for a gap that persists this long (doubling each time).
     /// [`Config::new`] gives 2 ms, and 1 ms from [`ACK_TREE_FROM`] members: there the first

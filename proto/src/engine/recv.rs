@@ -175,9 +175,10 @@ pub struct Receiver {
     unacked: usize,
     /// When the next acknowledgement (or, with a tree, report) is due, if one is.
     ack_at: Option<Instant>,
-    /// While `ack_at` is the quiet timer of a tree's report: when the subtree last moved. The timer is lazy: each
-    /// frame moves this, not `ack_at`, so the engine's set of timers is not touched per frame;
-    /// a timer that fires before `quiet_from + ack_delay` is pushed back to it.
+    /// While `ack_at` is the quiet timer of a tree's report: when the subtree last moved. The
+    /// timer is lazy: each frame moves this, not `ack_at`, so the engine's set of timers is
+    /// not touched per frame; a timer that fires before `quiet_from + ack_delay` is pushed
+    /// back to it.
     quiet_from: Option<Instant>,
     ack_now: bool,
     nack_at: Option<Instant>,
