@@ -684,7 +684,7 @@ impl Engine {
     pub fn ack_all(&mut self, now: Instant) {
         for root in 0..self.rx.len() {
             if let Some(rx) = self.rx[root].as_deref_mut() {
-                rx.ack_now(now);
+                rx.ack_held(now);
                 self.collect_rx(root as Rank);
             }
         }

@@ -1221,7 +1221,7 @@ impl Receiver {
 
     /// Acknowledges what it holds now, if the root has not heard of all of it (a member that
     /// flushes before it leaves does not leave the root to ask an empty link).
-    pub(crate) fn ack_now(&mut self, now: Instant) {
+    pub(crate) fn ack_held(&mut self, now: Instant) {
         if self.owes_ack() {
             self.ack_now = true;
             self.schedule(now);
