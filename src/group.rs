@@ -453,9 +453,9 @@ impl Group {
     }
 
     /// True when this member owes its peers nothing: everything it sent is acknowledged by
-    /// all, everything it received is acknowledged to its root, nothing waits to be sent, no timer is armed (no acknowledgement, repair or
-    /// retransmission due), and the last barrier is long enough past that a member that
-    /// missed its release would have asked again
+    /// all, everything it received is acknowledged to its root, nothing waits to be sent, no
+    /// timer is armed (no report, repair or retransmission due), and the last barrier is long
+    /// enough past that a member that missed its release would have asked again
     /// ([`Member::serves_stragglers_until`](ethbcast_proto::member::Member::serves_stragglers_until)).
     /// A peer's message that arrives later waits for this member's next call: only that call
     /// can complete it for this member.

@@ -304,12 +304,12 @@ impl Receiver {
         self.slots.len() as u64
     }
 
-    /// Copies `payload` into slot `i`'s place in the block.
     /// Payload bytes a window slot holds (the largest frame payload accepted).
     fn slot_payload(&self) -> usize {
         self.slot_data.cap()
     }
 
+    /// Copies `payload` into slot `i`'s place in the block.
     fn keep(&mut self, i: usize, payload: &[u8]) {
         self.slot_data.store(i, payload);
     }

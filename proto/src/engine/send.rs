@@ -442,15 +442,17 @@ impl Sender {
                 continue;
             }
             lms.stats.timeouts += 1;
-            if cfg.ack_tree == 0 && lms.backoffs == 0 {
-                // The first timeout since the member last made progress: most often its
-                // stream merely went idle with frames not yet acknowledged (receivers answer
-                // every `ack_every` frames and when asked, never on a timer of their own, so
-                // that a sleeping receiver arms no sub-millisecond timer per message). Ask,
-                // without a retransmission, at the same interval; the answer says how far it
-                // has seen and the root goes back over what it lacks. A poll or answer that
-                // is lost leaves the next timeout to the probes below.
-                lms.backoffs = 1;
+            // The first timeout since the member last made progress is the gentle one, with
+            // or without a tree.
+            let first = lms.backoffs == 0;
+            lms.backoffs += 1;
+            if first && cfg.ack_tree == 0 {
+                // Most often its stream merely went idle with frames not yet acknowledged
+                // (receivers answer every `ack_every` frames and when asked, never on a timer
+                // of their own, so that a sleeping receiver arms no sub-millisecond timer per
+                // message). Ask, without a retransmission, at the same interval; the answer
+                // says how far it has seen and the root goes back over what it lacks. A poll
+                // or answer that is lost leaves the next timeout to the probes below.
                 lms.stats.polls += 1;
                 let next = now + lms.rto;
                 self.set_timer(rank, Some(next));
@@ -462,11 +464,9 @@ impl Sender {
             // the subtree times out at once: the first timeout only repairs the frame at the
             // cursor, re-broadcast once when many wait for it, and the member's report comes
             // up the tree. Probes (an answer straight from each) start at the second.
-            let quiet = cfg.ack_tree > 0 && lms.backoffs == 0;
-            lms.backoffs += 1;
             lms.rto = (lms.rto * 2).min(cfg.rto_max);
             let (next, cursor) = (now + lms.rto, lms.cursor());
-            if !quiet {
+            if !first {
                 lms.stats.probes += 1;
                 lms.unicast_repairs = true;
                 if let Some(p) = self.probing.get_mut(usize::from(rank)) {
@@ -531,17 +531,16 @@ impl Sender {
         self.fill(cfg, now, live);
     }
 
-    /// The acknowledgement polls due: one to the member whose timer fired, or one to the
-    /// group when the timers of several fired together (a group that went idle).
+    /// The next acknowledgement poll due: one to the group when the timers of several members
+    /// fired together (a group that went idle), unless one of them is served point-to-point
+    /// (the broadcast does not reach it); otherwise one per member.
     pub(crate) fn take_ack_poll(&mut self) -> Option<Dest> {
-        match self.ack_polls.len() {
-            0 => None,
-            1 => self.ack_polls.pop().map(Dest::Rank),
-            _ => {
-                self.ack_polls.clear();
-                Some(Dest::All)
-            }
+        let broadcast_reaches = |r: &Rank| self.eqa.lms(*r).is_some_and(|l| !l.p2p);
+        if self.ack_polls.len() > 1 && self.ack_polls.iter().all(broadcast_reaches) {
+            self.ack_polls.clear();
+            return Some(Dest::All);
         }
+        self.ack_polls.pop().map(Dest::Rank)
     }
 
     /// The poll of the designated receiver for a pull request that may have been lost, when

@@ -592,6 +592,38 @@ fn a_member_that_broadcast_does_not_reach_is_served_point_to_point() {
 }
 
 #[test]
+fn a_member_served_point_to_point_is_polled_point_to_point() {
+    let mut net = Net::new(4, |_| {});
+    // Nothing sent to the whole group reaches rank 2 (data, re-broadcasts, polls).
+    net.drop = Box::new(|r, to| to == 2 && r.dst == wire::ALL);
+    let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(4000, i)).collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()) && n.engines[0].is_idle());
+    assert_eq!(net.engines[0].sender().failed_over(), vec![2]);
+    let probes = |net: &Net| net.engines[0].sender().eqa().lms(2).unwrap().stats.probes;
+    let before = (probes(&net), net.engines[0].stats().ack_polls);
+    // One short message, acknowledged by nobody on its own: every timer fires together.
+    net.engines[0]
+        .bcast(net.now, vec![9; 8], Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, msgs.len() + 1) && n.engines[0].is_idle());
+    assert_eq!(
+        probes(&net),
+        before.0,
+        "rank 2 answered its poll: no probe needed"
+    );
+    assert_eq!(
+        net.engines[0].stats().ack_polls - before.1,
+        3,
+        "one poll per member, none to the group that rank 2 would miss"
+    );
+}
+
+#[test]
 fn members_that_broadcast_does_not_reach_are_probed_point_to_point_and_fail_over() {
     // Two members miss every broadcast frame, re-broadcasts included: the frame each one lacks
     // is wanted by both, and a re-broadcast would never reach them. A member whose timer
