@@ -52,6 +52,10 @@ pub struct StreamOptions {
     pub group_address: GroupAddress,
     /// Deliveries a receiver accepts ahead of its application.
     pub prepost: usize,
+    /// The application checks the whole stream end to end with a digest of its own: data
+    /// frames then carry a CRC over their header only ([`Config::end_to_end`]). Both sides
+    /// must agree.
+    pub end_to_end: bool,
 }
 
 impl Default for StreamOptions {
@@ -67,6 +71,7 @@ impl Default for StreamOptions {
             key: None,
             group_address: GroupAddress::Derived,
             prepost: 64,
+            end_to_end: false,
         }
     }
 }
@@ -107,6 +112,7 @@ impl StreamOptions {
         cfg.window = self.window;
         cfg.ack_every = self.ack_every;
         cfg.peer_repair = self.peer_repair;
+        cfg.end_to_end = self.end_to_end;
         cfg.ack_delay = cfg.ack_delay.max(self.wait.quiet_floor());
         cfg
     }

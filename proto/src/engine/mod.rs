@@ -124,6 +124,14 @@ pub struct Config {
     /// Group key: when set, every frame carries a keyed MAC and frames without a valid one
     /// are dropped, so a host on the segment outside the group cannot inject data.
     pub key: Option<[u8; 32]>,
+    /// The application checks every byte it receives end to end, with a digest of its own
+    /// over the whole stream (as `ethbcast send`/`recv` do). Then, as with a key, data frames
+    /// carry a CRC over their header only ([`Flags::HEADER_CRC`]) and each receiver reads
+    /// every payload byte once less (a fifth of a bulk receiver's CPU). The price: a payload
+    /// the Ethernet FCS let through corrupted fails the application's check at the end instead
+    /// of being repaired. Every member of the group must agree: without a key, a member that
+    /// does not say so refuses such frames rather than deliver bytes nobody checks.
+    pub end_to_end: bool,
     /// Peer repair: a receiver asks a fellow receiver (the next live rank) for a lost frame
     /// first, and the root only if that did not help within the NACK retry interval. Why: with
     /// independent loss at `n` receivers the root's link carries `n` times the loss rate in
@@ -198,6 +206,7 @@ impl Config {
             max_message: 1 << 30,
             auto_post: true,
             key: None,
+            end_to_end: false,
             peer_repair: size >= ACK_TREE_FROM,
             ack_tree: if size >= ACK_TREE_FROM {
                 ACK_TREE_FANOUT
@@ -205,6 +214,13 @@ impl Config {
                 0
             },
         }
+    }
+
+    /// Whether something this member checks anyway covers the payload of data frames (the
+    /// key's tag, or the application's end-to-end digest): then their CRC covers the header
+    /// only ([`Flags::HEADER_CRC`]).
+    pub fn payload_covered(&self) -> bool {
+        self.end_to_end || self.key.is_some()
     }
 
     /// The queue sizes of the EQA paper (section 4): send queue 4 KB, pushed buffer 4 KB on the
@@ -865,6 +881,13 @@ impl Engine {
             return Err(Drop::Evicted(src));
         }
         if frame.kind().is_data() {
+            if frame.flags().contains(Flags::HEADER_CRC) && !self.cfg.payload_covered() {
+                // Nothing this member checks covers the payload: delivering it would hand
+                // the application bytes no check has seen.
+                return Err(Drop::Protocol(
+                    "payload covered by neither a key nor an end-to-end check",
+                ));
+            }
             let repr = Repr::parse(frame);
             let r = self.rx_mut(now, src).on_data(now, &repr, frame.payload());
             self.collect_rx(src);

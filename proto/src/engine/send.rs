@@ -235,6 +235,9 @@ impl Sender {
                 len.min(m.off + max)
             };
             let mut flags = Flags::BROADCAST;
+            if cfg.payload_covered() {
+                flags |= Flags::HEADER_CRC;
+            }
             if end == len {
                 flags |= Flags::LAST;
             }

@@ -1543,3 +1543,73 @@ fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
     assert_eq!(got, vec![0, 1, 2]);
     assert_eq!(root.stats().repair_frames, 1, "only the lost frame");
 }
+
+/// One data frame of a 3000-byte broadcast from root 0 of `net`, its payload corrupted after
+/// the root emitted it (as a switch's memory might, past every Ethernet FCS).
+fn first_frame_corrupted(net: &mut Net, m: &[u8]) -> Vec<u8> {
+    net.engines[0]
+        .bcast(net.now, m.to_vec(), Algo::Simple)
+        .unwrap();
+    let mut buf = vec![0u8; 1500];
+    let t = net.engines[0].poll_transmit(net.now, &mut buf).unwrap();
+    let mut pdu = buf[..t.len].to_vec();
+    pdu[wire::HEADER_LEN + 10] ^= 0x40;
+    pdu
+}
+
+#[test]
+fn with_a_key_the_crc_leaves_the_payload_to_the_tag_which_refuses_a_corrupted_one_for_repair() {
+    let mut net = Net::new(2, |c| c.key = Some([7u8; 32]));
+    let m = message(3000, 4);
+    let pdu = first_frame_corrupted(&mut net, &m);
+    let f = Frame::new_checked(&pdu[..]).expect("the CRC covers the header only");
+    assert!(f.flags().contains(Flags::HEADER_CRC));
+    assert_eq!(
+        net.engines[1].handle_frame(net.now, &pdu),
+        Err(Drop::BadMac)
+    );
+    net.run(|n| n.all_got(0, 1));
+    assert_eq!(
+        net.delivered[1],
+        vec![(0, 0, m)],
+        "repaired, delivered intact"
+    );
+}
+
+#[test]
+fn a_member_that_checks_nothing_end_to_end_refuses_payloads_no_crc_covers() {
+    let mut net = Net::new(3, |c| c.end_to_end = c.rank != 2);
+    let m = message(3000, 5);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.delivered[1].len() == 1);
+    assert_eq!(
+        net.delivered[1][0].2, m,
+        "a member that checks end to end takes them"
+    );
+    assert!(
+        net.delivered[2].is_empty(),
+        "no unchecked bytes are delivered"
+    );
+    assert!(
+        net.engines[2].stats().drops.protocol >= 3,
+        "every frame refused"
+    );
+}
+
+#[test]
+fn without_a_key_an_end_to_end_member_takes_the_payload_as_it_came_for_its_digest_to_judge() {
+    let mut net = Net::new(2, |c| c.end_to_end = true);
+    let m = message(3000, 6);
+    let pdu = first_frame_corrupted(&mut net, &m);
+    assert_eq!(net.engines[1].handle_frame(net.now, &pdu), Ok(()));
+    net.run(|n| n.all_got(0, 1));
+    let got = &net.delivered[1][0].2;
+    let differ: Vec<usize> = (0..m.len()).filter(|&i| got[i] != m[i]).collect();
+    assert_eq!(
+        differ,
+        vec![10],
+        "the one corrupted byte is the application's check's to find"
+    );
+}

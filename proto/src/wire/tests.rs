@@ -179,3 +179,55 @@ fn kind_codes_are_one_to_twelve_and_nothing_else() {
     }
     assert_eq!((Kind::Data.code(), Kind::Notice.code()), (1, 12));
 }
+
+#[test]
+fn a_header_crc_covers_the_header_and_its_own_flag_but_not_the_payload() {
+    let (mut repr, payload) = sample();
+    repr.flags |= Flags::HEADER_CRC;
+    let good = repr.to_vec(&payload).unwrap();
+    let crc_at = good.len() - CRC_LEN;
+    assert_eq!(
+        good[crc_at..],
+        crc32c::crc32c(&good[..HEADER_LEN]).to_be_bytes(),
+        "the trailer is the CRC32C of the 36 header bytes"
+    );
+    // The payload is left to the key's tag or the application's digest.
+    let mut b = good.clone();
+    b[HEADER_LEN] ^= 1;
+    let f = Frame::new_checked(&b[..]).expect("the payload is not this CRC's to check");
+    assert_eq!(f.payload(), b"`bcd");
+    // Every header bit is still covered, the flag's own included, either way it flips.
+    for bit in 0..HEADER_LEN * 8 {
+        let mut b = good.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        assert!(
+            Frame::new_checked(&b[..]).is_err(),
+            "header bit {bit} flipped unnoticed"
+        );
+    }
+    let mut plain = repr;
+    plain.flags.remove(Flags::HEADER_CRC);
+    let mut b = plain.to_vec(&payload).unwrap();
+    b[HEADER_LEN] ^= 1;
+    b[field::FLAGS.start] |= (Flags::HEADER_CRC.bits() >> 8) as u8;
+    assert_eq!(
+        Frame::new_checked(&b[..]).unwrap_err(),
+        WireError::BadCrc,
+        "a frame that gains the flag in transit does not shed its payload check"
+    );
+}
+
+#[test]
+fn a_sealed_header_crc_frame_keeps_its_crc_over_the_header() {
+    let (mut repr, payload) = sample();
+    repr.flags |= Flags::HEADER_CRC;
+    let key = [7u8; 32];
+    let mut b = vec![0u8; 200];
+    let n = repr.emit(&payload, &mut b).unwrap();
+    let n = seal(&key, &mut b, n).unwrap();
+    let f = Frame::new_checked(&b[..n]).unwrap();
+    assert!(f.verify(&key));
+    b[HEADER_LEN] ^= 1;
+    let f = Frame::new_checked(&b[..n]).expect("the CRC leaves the payload to the tag");
+    assert!(!f.verify(&key), "and the tag refuses the corrupted payload");
+}

@@ -174,7 +174,13 @@ impl LinkOpts {
         } else {
             "the same --group-id and no key"
         };
-        Stream::join(link, role, &self.stream, wait, || {
+        // Every byte of a transfer is checked against the trailer's digest before it counts
+        // (a file is renamed into place only then), so frames need no CRC over their payload.
+        let opts = StreamOptions {
+            end_to_end: true,
+            ..self.stream.clone()
+        };
+        Stream::join(link, role, &opts, wait, || {
             stop.load(std::sync::atomic::Ordering::SeqCst)
         })
         .map_err(|e| match e {
