@@ -124,7 +124,8 @@ fn fix_crc(eth: &mut [u8]) -> Option<()> {
         return None;
     }
     let body = total - wire::CRC_LEN;
-    let span = wire::crc_span(Frame::new_unchecked(&*pdu).flags(), body);
+    let f = Frame::new_unchecked(&*pdu);
+    let span = wire::crc_span(pdu[1], f.flags(), body);
     let crc = wire::crc32c(&pdu[..span]);
     pdu[body..total].copy_from_slice(&crc.to_be_bytes());
     Some(())

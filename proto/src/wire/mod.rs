@@ -85,11 +85,12 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc_fast::crc32_iscsi(bytes)
 }
 
-/// How many leading bytes of a PDU whose CRC trailer starts at `body` its CRC covers: the
-/// header alone with [`Flags::HEADER_CRC`], else everything before the trailer. A flag flipped
-/// in transit changes the span, so the CRC fails as for any other corrupted bit.
-pub fn crc_span(flags: Flags, body: usize) -> usize {
-    if flags.contains(Flags::HEADER_CRC) {
+/// How many leading bytes of a PDU of kind code `kind` whose CRC trailer starts at `body` its
+/// CRC covers: the header alone for a data frame with [`Flags::HEADER_CRC`], else everything
+/// before the trailer (a control frame's payload is always covered). A flag flipped in transit
+/// changes the span, so the CRC fails as for any other corrupted bit.
+pub fn crc_span(kind: u8, flags: Flags, body: usize) -> usize {
+    if flags.contains(Flags::HEADER_CRC) && Kind::from_code(kind).is_some_and(Kind::is_data) {
         HEADER_LEN.min(body)
     } else {
         body
@@ -277,7 +278,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
         let body = need - CRC_LEN;
         let crc = be32(&b[body..need]);
         let flags = Flags::from_bits_truncate(be16(&b[field::FLAGS]));
-        if crc32c(&b[..crc_span(flags, body)]) != crc {
+        if crc32c(&b[..crc_span(b[field::KIND], flags, body)]) != crc {
             return Err(WireError::BadCrc);
         }
         if Kind::from_code(b[field::KIND]).is_none() {
@@ -451,7 +452,7 @@ impl Repr {
         buf[field::AUX].copy_from_slice(&self.aux.to_be_bytes());
         buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
         let body = HEADER_LEN + payload.len();
-        let crc = crc32c(&buf[..crc_span(self.flags, body)]);
+        let crc = crc32c(&buf[..crc_span(kind.code(), self.flags, body)]);
         buf[body..need].copy_from_slice(&crc.to_be_bytes());
         Ok(need)
     }
@@ -485,7 +486,7 @@ pub fn seal(key: &[u8; 32], buf: &mut [u8], len: usize) -> Result<usize, WireErr
     let body = len - CRC_LEN;
     let tag = blake3::keyed_hash(key, &buf[..body]);
     buf[body..body + TAG_LEN].copy_from_slice(&tag.as_bytes()[..TAG_LEN]);
-    let crc = crc32c(&buf[..crc_span(flags, body + TAG_LEN)]);
+    let crc = crc32c(&buf[..crc_span(buf[field::KIND], flags, body + TAG_LEN)]);
     buf[body + TAG_LEN..need].copy_from_slice(&crc.to_be_bytes());
     Ok(need)
 }

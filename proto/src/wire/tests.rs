@@ -218,6 +218,16 @@ fn a_header_crc_covers_the_header_and_its_own_flag_but_not_the_payload() {
 }
 
 #[test]
+fn a_control_frame_is_checked_whole_whatever_its_flags_say() {
+    let mut ack = Repr::new(Kind::Notice);
+    ack.flags = Flags::HEADER_CRC;
+    let mut b = ack.to_vec(b"datagram").unwrap();
+    Frame::new_checked(&b[..]).expect("emitted with its payload covered");
+    b[HEADER_LEN] ^= 1;
+    assert_eq!(Frame::new_checked(&b[..]).unwrap_err(), WireError::BadCrc);
+}
+
+#[test]
 fn a_sealed_header_crc_frame_keeps_its_crc_over_the_header() {
     let (mut repr, payload) = sample();
     repr.flags |= Flags::HEADER_CRC;
