@@ -268,28 +268,29 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if b[field::VERSION] != VERSION {
             return Err(WireError::BadVersion(b[field::VERSION]));
         }
-        let keyed = Flags::from_bits_truncate(be16(&b[field::FLAGS])).contains(Flags::KEYED);
-        let need =
-            OVERHEAD + usize::from(be16(&b[field::PAYLOAD_LEN])) + if keyed { TAG_LEN } else { 0 };
+        let flags = Flags::from_bits_truncate(be16(&b[field::FLAGS]));
+        let tag = if flags.contains(Flags::KEYED) {
+            TAG_LEN
+        } else {
+            0
+        };
+        let need = OVERHEAD + usize::from(be16(&b[field::PAYLOAD_LEN])) + tag;
         if b.len() < need {
             return Err(WireError::Truncated { len: b.len(), need });
         }
         // Ethernet pads short frames to 60 bytes: trailing bytes past the CRC are ignored.
         let body = need - CRC_LEN;
         let crc = be32(&b[body..need]);
-        let flags = Flags::from_bits_truncate(be16(&b[field::FLAGS]));
         if crc32c(&b[..crc_span(b[field::KIND], flags, body)]) != crc {
             return Err(WireError::BadCrc);
         }
-        if Kind::from_code(b[field::KIND]).is_none() {
+        let Some(kind) = Kind::from_code(b[field::KIND]) else {
             return Err(WireError::UnknownKind(b[field::KIND]));
-        }
+        };
         let offset = be32(&b[field::OFFSET]);
         let payload = be16(&b[field::PAYLOAD_LEN]);
         let msg_len = be32(&b[field::MSG_LEN]);
-        if Kind::from_code(b[field::KIND]).is_some_and(Kind::is_data)
-            && u64::from(offset) + u64::from(payload) > u64::from(msg_len)
-        {
+        if kind.is_data() && u64::from(offset) + u64::from(payload) > u64::from(msg_len) {
             return Err(WireError::BadGeometry {
                 offset,
                 payload,
