@@ -299,6 +299,7 @@ impl Group {
         let mut cfg = Config::new(joined.session.group, rank, size);
         cfg.key = joined.session.key;
         cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
+        cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
         cfg.ack_delay = cfg.ack_delay.max(opts.wait.quiet_floor());
         if let Some(t) = opts.tweak {
             t(&mut cfg);

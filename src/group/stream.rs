@@ -114,6 +114,7 @@ impl StreamOptions {
         cfg.peer_repair = self.peer_repair;
         cfg.end_to_end = self.end_to_end;
         cfg.ack_delay = cfg.ack_delay.max(self.wait.quiet_floor());
+        cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
         cfg
     }
 }

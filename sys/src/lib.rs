@@ -23,6 +23,8 @@
 //! - [`alloc`]: a counting global allocator for memory tests;
 //! - [`perf`]: per-thread perf counters (CPU time, context switches, system calls, sends) for
 //!   the benchmarks' cost per operation;
+//! - [`prefetch`]: a cache hint for the next frame's bytes, in the ring and in the message
+//!   buffer it is copied to;
 //! - [`error`]: typed errors that say what the user can do (`CAP_NET_RAW`, `ip link`, ...);
 //! - `sockcall` (inside the crate): `setsockopt`, `getsockopt` and `bind` with a C value, once
 //!   for every option and address type.
@@ -40,6 +42,7 @@ pub mod error;
 pub mod filter;
 pub mod iface;
 pub mod perf;
+pub mod prefetch;
 pub mod ring;
 pub mod shm;
 mod sockcall;

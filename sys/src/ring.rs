@@ -22,6 +22,7 @@
 //! timer fires, which adds latency to a protocol of small, latency-bound frames; V2 hands over
 //! every frame at once.
 
+use crate::prefetch::prefetch;
 use crate::sockcall::{self, Pod};
 use crate::socket::{PacketSocket, SocketOptions};
 use crate::{Error, Result, ETH_HEADER_LEN};
@@ -340,6 +341,15 @@ impl RingSocket {
             };
             let mac = usize::from(hdr.tp_mac);
             let snap = hdr.tp_snaplen as usize;
+            // The next slot, its header and as many bytes as this frame has, is read next:
+            // asked for now, it arrives while `f` handles this one (see `prefetch`).
+            let next = self
+                .rx
+                .slot_offset((self.rx.head + 1) % self.rx.frame_count);
+            prefetch(
+                self.map.as_ptr().wrapping_add(next),
+                (mac + snap).min(self.rx.frame_size),
+            );
             // Never trust offsets blindly: a slot whose data would leave the slot is skipped.
             if mac >= HDRLEN && mac + snap <= self.rx.frame_size {
                 // SAFETY: [off+mac, off+mac+snap) lies inside this slot (checked above), which

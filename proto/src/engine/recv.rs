@@ -169,6 +169,8 @@ pub struct Receiver {
     posts: VecDeque<Post>,
     posts_cap: usize,
     auto_post: bool,
+    /// The cache hint for the message buffer's next places (`Config::prefetch`).
+    prefetch: Option<super::Prefetch>,
     next_msg: u64,
     next_start: u64,
     acked: Seq,
@@ -247,6 +249,7 @@ impl Receiver {
             posts: VecDeque::with_capacity(cfg.recv_queue),
             posts_cap: cfg.recv_queue,
             auto_post: cfg.auto_post,
+            prefetch: cfg.prefetch,
             next_msg: 0,
             next_start: 0,
             acked: 0,
@@ -845,6 +848,14 @@ impl Receiver {
                     let end = m.filled + len;
                     if v.len() == m.filled {
                         v.extend_from_slice(p);
+                        if let Some(hint) = self.prefetch {
+                            // Where the frame after the next lands (see `Config::prefetch`).
+                            let at = v.len() + len;
+                            let ahead = len.min(v.capacity().saturating_sub(at));
+                            if ahead > 0 {
+                                hint(v.as_ptr().wrapping_add(at), ahead);
+                            }
+                        }
                     } else {
                         // Frames after this one were placed already.
                         if v.len() < end {

@@ -1613,3 +1613,50 @@ fn without_a_key_an_end_to_end_member_takes_the_payload_as_it_came_for_its_diges
         "the one corrupted byte is the application's check's to find"
     );
 }
+
+thread_local! {
+    /// What the recording cache hint was asked for, as (address, length).
+    static HINTS: std::cell::RefCell<Vec<(usize, usize)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn record_hint(at: *const u8, len: usize) {
+    HINTS.with(|h| h.borrow_mut().push((at as usize, len)));
+}
+
+#[test]
+fn a_receiver_hints_where_the_frame_after_the_next_lands_in_its_message() {
+    HINTS.with(|h| h.borrow_mut().clear());
+    let mut net = Net::new(2, |c| {
+        if c.rank == 1 {
+            c.prefetch = Some(record_hint);
+        }
+    });
+    let per = net.engines[0].config().max_payload();
+    // Five full frames and a short sixth.
+    let m = message(5 * per + 100, 9);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    let got = &net.delivered[1][0].2;
+    assert_eq!(got, &m);
+    let base = got.as_ptr() as usize;
+    let hints = HINTS.with(|h| h.borrow().clone());
+    // Each frame appended in order hints the place of the frame after the next (a frame's
+    // length further), as far as the message's buffer reaches: here the first four frames.
+    let lens = [per, per, per, per, per, 100];
+    let mut expected = Vec::new();
+    let mut filled = 0;
+    for len in lens {
+        filled += len;
+        let at = filled + len;
+        let ahead = len.min(got.capacity().saturating_sub(at));
+        if ahead > 0 {
+            expected.push((base + at, ahead));
+        }
+    }
+    assert_eq!(expected.len(), 4, "{expected:?}");
+    assert_eq!(hints, expected);
+    // The root's own engine was given no hint function and called none.
+    assert!(net.engines[0].config().prefetch.is_none());
+}
