@@ -96,6 +96,10 @@ impl Payloads {
     pub(crate) fn cap(&self) -> usize {
         self.cap
     }
+    /// Where place `i` starts, for a cache hint only (never dereferenced here).
+    pub(crate) fn place(&self, i: usize) -> *const u8 {
+        self.data.as_ptr().wrapping_add(i.saturating_mul(self.cap))
+    }
     /// Copies `payload` (at most `cap` bytes) into place `i`.
     pub(crate) fn store(&mut self, i: usize, payload: &[u8]) {
         let at = i * self.cap;

@@ -315,6 +315,12 @@ impl Receiver {
     /// Copies `payload` into slot `i`'s place in the block.
     fn keep(&mut self, i: usize, payload: &[u8]) {
         self.slot_data.store(i, payload);
+        if let Some(hint) = self.prefetch {
+            // Frames are kept in slot order: hint the place of the frame after the next (see
+            // `Config::prefetch`), as for the message buffer.
+            let ahead = (i + 2) % self.slots.len();
+            hint(self.slot_data.place(ahead), payload.len());
+        }
     }
 
     /// The copy slot `i` keeps, `len` bytes.

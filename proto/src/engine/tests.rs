@@ -1660,3 +1660,43 @@ fn a_receiver_hints_where_the_frame_after_the_next_lands_in_its_message() {
     // The root's own engine was given no hint function and called none.
     assert!(net.engines[0].config().prefetch.is_none());
 }
+
+#[test]
+fn a_frame_kept_in_its_slot_hints_the_place_two_slots_on() {
+    HINTS.with(|h| h.borrow_mut().clear());
+    let mut net = Net::new(2, |c| {
+        c.auto_post = false;
+        if c.rank == 1 {
+            c.prefetch = Some(record_hint);
+        }
+    });
+    let per = net.engines[0].config().max_payload();
+    let cap = net.engines[1].config().slot_payload();
+    let m = message(4 * per, 3);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    let mut buf = vec![0u8; 1500];
+    let mut frames = Vec::new();
+    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
+        frames.push(buf[..t.len].to_vec());
+    }
+    assert_eq!(frames.len(), 4);
+    // Frames 2 and 3 before frame 0: nothing is posted, so they wait in slots 2 and 3.
+    for f in &frames[2..] {
+        assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
+    }
+    let hints = HINTS.with(|h| h.borrow().clone());
+    assert_eq!(hints.len(), 2, "{hints:?}");
+    assert_eq!(hints[0].1, per);
+    assert_eq!(hints[1].1, per);
+    // Slots 4 and 5: one slot's capacity apart.
+    assert_eq!(hints[1].0 - hints[0].0, cap);
+    // Posted now, the message is whole and intact.
+    net.engines[1].post_recv(net.now, 0, 1 << 20).unwrap();
+    for f in &frames[..2] {
+        assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
+    }
+    net.collect();
+    assert_eq!(net.delivered[1], vec![(0, 0, m)]);
+}
