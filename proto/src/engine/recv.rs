@@ -724,6 +724,7 @@ impl Receiver {
     /// the posted message in progress). The frame is checked against its message again when
     /// its turn comes; a frame that does not fit is left to its slot.
     fn place(&mut self, s: Seq, repr: &Repr, payload: &[u8]) -> bool {
+        let hint = self.prefetch;
         let in_cur = self
             .cur
             .as_ref()
@@ -784,11 +785,13 @@ impl Receiver {
                 // the frame, written once.
                 v.resize(off, 0);
                 v.extend_from_slice(payload);
+                hint_ahead(hint, v, end, payload.len());
                 return true;
             }
             v.resize(end, 0);
         }
         v[off..end].copy_from_slice(payload);
+        hint_ahead(hint, v, end, payload.len());
         true
     }
 
@@ -854,14 +857,7 @@ impl Receiver {
                     let end = m.filled + len;
                     if v.len() == m.filled {
                         v.extend_from_slice(p);
-                        if let Some(hint) = self.prefetch {
-                            // Where the frame after the next lands (see `Config::prefetch`).
-                            let at = v.len() + len;
-                            let ahead = len.min(v.capacity().saturating_sub(at));
-                            if ahead > 0 {
-                                hint(v.as_ptr().wrapping_add(at), ahead);
-                            }
-                        }
+                        hint_ahead(self.prefetch, v, m.filled + len, len);
                     } else {
                         // Frames after this one were placed already.
                         if v.len() < end {
@@ -1272,6 +1268,20 @@ impl Receiver {
 /// [`WHOLE_RESERVE`], so that it is filled without reallocating. One message per root is in
 /// progress at a time, so this bounds what a forged length can reserve; the reservation is
 /// address space, the pages come as data fills them.
+/// Hints where the frame after the next lands in message buffer `v`, one just written ending
+/// at `end` and `len` long (see [`Config::prefetch`]): `len` bytes from `end + len`, as far as
+/// the buffer's reservation reaches. Frames of a message mostly come in order, also behind a
+/// gap.
+fn hint_ahead(hint: Option<super::Prefetch>, v: &Vec<u8>, end: usize, len: usize) {
+    if let Some(hint) = hint {
+        let at = end + len;
+        let ahead = len.min(v.capacity().saturating_sub(at));
+        if ahead > 0 {
+            hint(v.as_ptr().wrapping_add(at), ahead);
+        }
+    }
+}
+
 fn first_reserve(repr: &Repr) -> usize {
     (repr.msg_len as usize).min(WHOLE_RESERVE)
 }

@@ -1700,3 +1700,39 @@ fn a_frame_kept_in_its_slot_hints_the_place_two_slots_on() {
     net.collect();
     assert_eq!(net.delivered[1], vec![(0, 0, m)]);
 }
+
+#[test]
+fn a_frame_placed_behind_a_gap_hints_where_the_frame_after_the_next_lands() {
+    HINTS.with(|h| h.borrow_mut().clear());
+    let mut net = Net::new(2, |c| {
+        if c.rank == 1 {
+            c.prefetch = Some(record_hint);
+        }
+    });
+    let per = net.engines[0].config().max_payload();
+    let m = message(6 * per, 8);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    let mut buf = vec![0u8; 1500];
+    let mut frames = Vec::new();
+    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
+        frames.push(buf[..t.len].to_vec());
+    }
+    // Frame 0 in order, frame 1 lost, frame 2 placed behind the gap.
+    for f in [&frames[0], &frames[2]] {
+        assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
+    }
+    let hints = HINTS.with(|h| h.borrow().clone());
+    assert_eq!(hints.len(), 2, "{hints:?}");
+    // In order, frame 0 hints frame 2's place; placed, frame 2 hints frame 4's.
+    assert_eq!(hints[1].0 - hints[0].0, 2 * per);
+    assert_eq!((hints[0].1, hints[1].1), (per, per));
+    for f in [&frames[1], &frames[3], &frames[4], &frames[5]] {
+        assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
+    }
+    net.collect();
+    let got = &net.delivered[1][0].2;
+    assert_eq!(got, &m);
+    assert_eq!(hints[0].0, got.as_ptr() as usize + 2 * per);
+}
