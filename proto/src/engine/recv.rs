@@ -169,7 +169,8 @@ pub struct Receiver {
     posts: VecDeque<Post>,
     posts_cap: usize,
     auto_post: bool,
-    /// The cache hint for the message buffer's next places (`Config::prefetch`).
+    /// The cache hint for where the next frames land: the message buffer, the slot copies
+    /// (`Config::prefetch`).
     prefetch: Option<super::Prefetch>,
     next_msg: u64,
     next_start: u64,
@@ -857,7 +858,7 @@ impl Receiver {
                     let end = m.filled + len;
                     if v.len() == m.filled {
                         v.extend_from_slice(p);
-                        hint_ahead(self.prefetch, v, m.filled + len, len);
+                        hint_ahead(self.prefetch, v, end, len);
                     } else {
                         // Frames after this one were placed already.
                         if v.len() < end {
@@ -1264,10 +1265,6 @@ impl Receiver {
     }
 }
 
-/// Bytes reserved for a message begun by its first frame, in order: its whole length up to
-/// [`WHOLE_RESERVE`], so that it is filled without reallocating. One message per root is in
-/// progress at a time, so this bounds what a forged length can reserve; the reservation is
-/// address space, the pages come as data fills them.
 /// Hints where the frame after the next lands in message buffer `v`, one just written ending
 /// at `end` and `len` long (see [`Config::prefetch`]): `len` bytes from `end + len`, as far as
 /// the buffer's reservation reaches. Frames of a message mostly come in order, also behind a
@@ -1282,6 +1279,10 @@ fn hint_ahead(hint: Option<super::Prefetch>, v: &Vec<u8>, end: usize, len: usize
     }
 }
 
+/// Bytes reserved for a message begun by its first frame, in order: its whole length up to
+/// [`WHOLE_RESERVE`], so that it is filled without reallocating. One message per root is in
+/// progress at a time, so this bounds what a forged length can reserve; the reservation is
+/// address space, the pages come as data fills them.
 fn first_reserve(repr: &Repr) -> usize {
     (repr.msg_len as usize).min(WHOLE_RESERVE)
 }
