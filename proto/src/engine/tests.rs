@@ -1623,14 +1623,33 @@ fn record_hint(at: *const u8, len: usize) {
     HINTS.with(|h| h.borrow_mut().push((at as usize, len)));
 }
 
-#[test]
-fn a_receiver_hints_where_the_frame_after_the_next_lands_in_its_message() {
+/// Two members, rank 1 recording its cache hints (none recorded yet), after `tweak`.
+fn hinting_net(tweak: impl Fn(&mut Config)) -> Net {
     HINTS.with(|h| h.borrow_mut().clear());
-    let mut net = Net::new(2, |c| {
+    Net::new(2, |c| {
+        tweak(c);
         if c.rank == 1 {
             c.prefetch = Some(record_hint);
         }
-    });
+    })
+}
+
+/// The frames of root 0's simple broadcast of `m`, as sent and not delivered.
+fn root_frames(net: &mut Net, m: &[u8]) -> Vec<Vec<u8>> {
+    net.engines[0]
+        .bcast(net.now, m.to_vec(), Algo::Simple)
+        .unwrap();
+    let mut buf = vec![0u8; 1500];
+    let mut frames = Vec::new();
+    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
+        frames.push(buf[..t.len].to_vec());
+    }
+    frames
+}
+
+#[test]
+fn a_receiver_hints_where_the_frame_after_the_next_lands_in_its_message() {
+    let mut net = hinting_net(|_| {});
     let per = net.engines[0].config().max_payload();
     // Five full frames and a short sixth.
     let m = message(5 * per + 100, 9);
@@ -1663,24 +1682,11 @@ fn a_receiver_hints_where_the_frame_after_the_next_lands_in_its_message() {
 
 #[test]
 fn a_frame_kept_in_its_slot_hints_the_place_two_slots_on() {
-    HINTS.with(|h| h.borrow_mut().clear());
-    let mut net = Net::new(2, |c| {
-        c.auto_post = false;
-        if c.rank == 1 {
-            c.prefetch = Some(record_hint);
-        }
-    });
+    let mut net = hinting_net(|c| c.auto_post = false);
     let per = net.engines[0].config().max_payload();
     let cap = net.engines[1].config().slot_payload();
     let m = message(4 * per, 3);
-    net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
-        .unwrap();
-    let mut buf = vec![0u8; 1500];
-    let mut frames = Vec::new();
-    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
-        frames.push(buf[..t.len].to_vec());
-    }
+    let frames = root_frames(&mut net, &m);
     assert_eq!(frames.len(), 4);
     // Frames 2 and 3 before frame 0: nothing is posted, so they wait in slots 2 and 3.
     for f in &frames[2..] {
@@ -1703,22 +1709,10 @@ fn a_frame_kept_in_its_slot_hints_the_place_two_slots_on() {
 
 #[test]
 fn a_frame_placed_behind_a_gap_hints_where_the_frame_after_the_next_lands() {
-    HINTS.with(|h| h.borrow_mut().clear());
-    let mut net = Net::new(2, |c| {
-        if c.rank == 1 {
-            c.prefetch = Some(record_hint);
-        }
-    });
+    let mut net = hinting_net(|_| {});
     let per = net.engines[0].config().max_payload();
     let m = message(6 * per, 8);
-    net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
-        .unwrap();
-    let mut buf = vec![0u8; 1500];
-    let mut frames = Vec::new();
-    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
-        frames.push(buf[..t.len].to_vec());
-    }
+    let frames = root_frames(&mut net, &m);
     // Frame 0 in order, frame 1 lost, frame 2 placed behind the gap.
     for f in [&frames[0], &frames[2]] {
         assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
