@@ -15,7 +15,11 @@
 //! the CPU seconds its sender and all its receivers used per GiB given to each receiver
 //! ([`super::cpu`]: `RUSAGE_CHILDREN` around the tool's processes, `RUSAGE_THREAD` in the
 //! blaster's threads); without a rate limit (`--rate none`) that is what the transfer costs,
-//! since nothing but the CPU limits it.
+//! since nothing but the CPU limits it. Under the table, per loss rate and backend, ethbcast's
+//! CPU per GiB over the blaster's: the median of the rounds' ratios, each ethbcast run against
+//! the blaster run right after it ([`cpu_ratios`]). On a shared machine the phase drifts
+//! between rounds, so a ratio of medians (the table's columns) mixes rounds; a round's own
+//! ratio does not.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -51,6 +55,9 @@ pub struct Row {
     pub runs: Vec<f64>,
     /// CPU of the median run (sender, receivers, per GiB).
     pub cpu: CpuCost,
+    /// CPU seconds per GiB of every run, in the order run (paired with the other tools' runs
+    /// of the same round: see [`cpu_ratios`]).
+    pub cpu_runs: Vec<f64>,
 }
 
 /// One run of one tool: goodput, seconds, note, CPU.
@@ -60,6 +67,7 @@ type Sample = (f64, f64, String, CpuCost);
 /// other run that did not complete.
 fn summarize(tool: &str, backend: &str, loss_pct: f64, samples: Vec<Sample>) -> Row {
     let runs: Vec<f64> = samples.iter().map(|s| s.0).collect();
+    let cpu_runs: Vec<f64> = samples.iter().map(|s| s.3.per_gib_s).collect();
     let mut sorted = samples.clone();
     sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (g, secs, note, cpu) = sorted[sorted.len() / 2].clone();
@@ -90,7 +98,24 @@ fn summarize(tool: &str, backend: &str, loss_pct: f64, samples: Vec<Sample>) -> 
         note,
         runs,
         cpu,
+        cpu_runs,
     }
+}
+
+/// The CPU per GiB of `ours` over `floor`'s, run by run: the tools run in rounds (one run of
+/// each per round, one after the other), so a run's ratio to the floor's run of the same
+/// round sees the same phase of the machine, which drifts between rounds by more than most
+/// changes worth measuring. Sorted; rounds where either run has no CPU figure are left out.
+pub fn cpu_ratios(ours: &Row, floor: &Row) -> Vec<f64> {
+    let mut r: Vec<f64> = ours
+        .cpu_runs
+        .iter()
+        .zip(&floor.cpu_runs)
+        .filter(|(a, b)| **a > 0.0 && **b > 0.0)
+        .map(|(a, b)| a / b)
+        .collect();
+    r.sort_by(f64::total_cmp);
+    r
 }
 
 /// Settings.
@@ -476,11 +501,23 @@ pub fn render(o: &Opts, rows: &[Row]) -> String {
         {
             let _ = writeln!(
                 out,
-                "loss {}%, {}: ethbcast / raw-blaster = {:.2} (medians)",
+                "loss {}%, {}: goodput, ethbcast / raw-blaster = {:.2} (medians)",
                 r.loss_pct,
                 r.backend,
                 r.goodput_mbit / b.goodput_mbit.max(1e-9)
             );
+            let ratios = cpu_ratios(r, b);
+            if !ratios.is_empty() {
+                let each: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
+                let _ = writeln!(
+                    out,
+                    "loss {}%, {}: CPU per GiB, ethbcast / raw-blaster = {:.2} (median of the rounds' ratios: {})",
+                    r.loss_pct,
+                    r.backend,
+                    ratios[ratios.len() / 2],
+                    each.join(", ")
+                );
+            }
         }
     }
     out
@@ -550,5 +587,74 @@ impl Args {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(tool: &str, loss_pct: f64, goodput: f64, cpu_runs: &[f64]) -> Row {
+        Row {
+            tool: tool.into(),
+            backend: "ring".into(),
+            loss_pct,
+            goodput_mbit: goodput,
+            seconds: 2.0,
+            note: String::new(),
+            runs: vec![goodput; cpu_runs.len()],
+            cpu: CpuCost::default(),
+            cpu_runs: cpu_runs.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_cpu_ratio_pairs_each_round_with_the_floor_of_that_round() {
+        // The machine slows in round 2: both tools' CPU rises; the ratio of medians would mix
+        // rounds (12 / 8 = 1.5), the rounds' own ratios do not.
+        let ours = row("ethbcast", 0.0, 950.0, &[11.0, 15.0, 12.0]);
+        let floor = row("raw-blaster", 0.0, 1100.0, &[8.0, 11.0, 8.5]);
+        let r = cpu_ratios(&ours, &floor);
+        let want = [11.0 / 8.0, 12.0 / 8.5, 15.0 / 11.0];
+        let mut want = want.to_vec();
+        want.sort_by(f64::total_cmp);
+        assert_eq!(r, want);
+    }
+
+    #[test]
+    fn a_round_without_a_cpu_figure_is_left_out_of_the_ratios() {
+        let ours = row("ethbcast", 1.0, 800.0, &[16.0, 0.0, 17.0]);
+        let floor = row("raw-blaster", 1.0, 900.0, &[10.0, 9.0, 0.0]);
+        assert_eq!(cpu_ratios(&ours, &floor), vec![1.6]);
+    }
+
+    #[test]
+    fn the_table_prints_the_median_cpu_ratio_and_every_round_per_loss_rate() {
+        let o = Opts {
+            receivers: 8,
+            mib: 256,
+            rate: None,
+            backends: vec![Backend::Ring],
+            losses: vec![0.0],
+            prefix: "t".into(),
+            no_udpcast: true,
+            repeat: 3,
+            gro: false,
+        };
+        let rows = vec![
+            row("ethbcast", 0.0, 950.0, &[11.0, 15.0, 12.0]),
+            row("raw-blaster", 0.0, 1100.0, &[8.0, 11.0, 8.5]),
+        ];
+        let out = render(&o, &rows);
+        assert!(
+            out.contains(
+                "loss 0%, ring: CPU per GiB, ethbcast / raw-blaster = 1.38 (median of the rounds' ratios: 1.36, 1.38, 1.41)"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("loss 0%, ring: goodput, ethbcast / raw-blaster = 0.86 (medians)"),
+            "{out}"
+        );
     }
 }
