@@ -209,8 +209,13 @@ impl Ring {
         self.offset + idx * self.frame_size
     }
 
+    /// The slot after `idx`, round the ring.
+    fn after(&self, idx: usize) -> usize {
+        (idx + 1) % self.frame_count
+    }
+
     fn advance(&mut self) {
-        self.head = (self.head + 1) % self.frame_count;
+        self.head = self.after(self.head);
     }
 }
 
@@ -343,9 +348,7 @@ impl RingSocket {
             let snap = hdr.tp_snaplen as usize;
             // The next slot, its header and as many bytes as this frame has, is read next:
             // asked for now, it arrives while `f` handles this one (see `prefetch`).
-            let next = self
-                .rx
-                .slot_offset((self.rx.head + 1) % self.rx.frame_count);
+            let next = self.rx.slot_offset(self.rx.after(self.rx.head));
             prefetch(
                 self.map.as_ptr().wrapping_add(next),
                 (mac + snap).min(self.rx.frame_size),

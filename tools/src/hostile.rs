@@ -125,7 +125,7 @@ fn fix_crc(eth: &mut [u8]) -> Option<()> {
     }
     let body = total - wire::CRC_LEN;
     let f = Frame::new_unchecked(&*pdu);
-    let span = wire::crc_span(f.kind().code(), f.flags(), body);
+    let span = wire::crc_span(Some(f.kind()), f.flags(), body);
     let crc = wire::crc32c(&pdu[..span]);
     pdu[body..total].copy_from_slice(&crc.to_be_bytes());
     Some(())

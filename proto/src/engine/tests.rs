@@ -162,6 +162,14 @@ fn broadcast_to_all(net: &mut Net, m: &[u8]) {
     net.run(|n| n.all_got(0, 1));
 }
 
+/// The root (rank 0) and the receiver (rank 1) of a two-member group with defaults.
+fn root_and_receiver() -> (Engine, Engine) {
+    (
+        Engine::new(Config::new(7, 0, 2)).unwrap(),
+        Engine::new(Config::new(7, 1, 2)).unwrap(),
+    )
+}
+
 fn message(len: usize, salt: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
@@ -279,15 +287,11 @@ fn lost_acks_are_recovered_and_the_buffer_drains() {
 fn push_pull_waits_for_the_designated_receiver() {
     let mut net = Net::new(4, |_| {});
     let m = message(50_000, 4);
-    net.engines[0]
-        .bcast(net.now, m.clone(), Algo::PushPull)
-        .unwrap();
     // Before any pull, only the push part (two frames) may leave.
-    let mut buf = vec![0u8; 1500];
-    let mut firsts = Vec::new();
-    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
-        firsts.push(Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap()));
-    }
+    let firsts: Vec<Repr> = root_frames(&mut net, &m, Algo::PushPull)
+        .iter()
+        .map(|pdu| Repr::parse(&Frame::new_checked(&pdu[..]).unwrap()))
+        .collect();
     assert_eq!(firsts.len(), 2);
     assert_eq!((firsts[0].offset, firsts[1].offset), (0, 80));
     assert!(firsts[1].flags.contains(Flags::PULL_WAIT));
@@ -993,8 +997,7 @@ fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_a
 /// was seen), so it can neither keep a dead receiver alive nor move a cursor.
 #[test]
 fn a_replayed_control_frame_is_refused() {
-    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
-    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
+    let (mut root, mut rx) = root_and_receiver();
     let now = Instant::now();
     let mut buf = vec![0u8; 1500];
     root.bcast(now, vec![1; 10], Algo::Simple).unwrap();
@@ -1126,8 +1129,7 @@ fn a_nack_to_the_root_whose_base_lies_before_the_stream_asks_for_nothing() {
 /// life (a receiver that waits for a dead sender must not be kept waiting by replays).
 #[test]
 fn a_replayed_data_frame_is_no_sign_of_life() {
-    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
-    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
+    let (mut root, mut rx) = root_and_receiver();
     let t0 = Instant::now();
     let mut buf = vec![0u8; 1500];
     root.bcast(t0, vec![1; 10], Algo::Simple).unwrap();
@@ -1381,8 +1383,7 @@ mod one_frame_push_pull {
 /// A receiver of a busy stream of one-frame messages: how many acknowledgements it sends
 /// while `count` messages arrive `every` apart, and after the stream went quiet.
 fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine, Engine) {
-    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
-    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
+    let (mut root, mut rx) = root_and_receiver();
     let mut now = Instant::now();
     let mut buf = vec![0u8; 1500];
     let mut acks = 0;
@@ -1493,8 +1494,7 @@ fn a_receiver_arms_no_timer_of_its_own_and_answers_the_roots_poll_at_once() {
 
 #[test]
 fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
-    let mut root = Engine::new(Config::new(7, 0, 2)).unwrap();
-    let mut rx = Engine::new(Config::new(7, 1, 2)).unwrap();
+    let (mut root, mut rx) = root_and_receiver();
     let t0 = Instant::now();
     let mut buf = vec![0u8; 1500];
     for i in 0..3u8 {
@@ -1634,11 +1634,9 @@ fn hinting_net(tweak: impl Fn(&mut Config)) -> Net {
     })
 }
 
-/// The frames of root 0's simple broadcast of `m`, as sent and not delivered.
-fn root_frames(net: &mut Net, m: &[u8]) -> Vec<Vec<u8>> {
-    net.engines[0]
-        .bcast(net.now, m.to_vec(), Algo::Simple)
-        .unwrap();
+/// The frames root 0 sends at once for its broadcast of `m` with `algo`, not delivered.
+fn root_frames(net: &mut Net, m: &[u8], algo: Algo) -> Vec<Vec<u8>> {
+    net.engines[0].bcast(net.now, m.to_vec(), algo).unwrap();
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();
     while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
@@ -1686,7 +1684,7 @@ fn a_frame_kept_in_its_slot_hints_the_place_two_slots_on() {
     let per = net.engines[0].config().max_payload();
     let cap = net.engines[1].config().slot_payload();
     let m = message(4 * per, 3);
-    let frames = root_frames(&mut net, &m);
+    let frames = root_frames(&mut net, &m, Algo::Simple);
     assert_eq!(frames.len(), 4);
     // Frames 2 and 3 before frame 0: nothing is posted, so they wait in slots 2 and 3.
     for f in &frames[2..] {
@@ -1712,7 +1710,7 @@ fn a_frame_placed_behind_a_gap_hints_where_the_frame_after_the_next_lands() {
     let mut net = hinting_net(|_| {});
     let per = net.engines[0].config().max_payload();
     let m = message(6 * per, 8);
-    let frames = root_frames(&mut net, &m);
+    let frames = root_frames(&mut net, &m, Algo::Simple);
     // Frame 0 in order, frame 1 lost, frame 2 placed behind the gap.
     for f in [&frames[0], &frames[2]] {
         assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));

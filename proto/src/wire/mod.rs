@@ -85,12 +85,13 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc_fast::crc32_iscsi(bytes)
 }
 
-/// How many leading bytes of a PDU of kind code `kind` whose CRC trailer starts at `body` its
-/// CRC covers: the header alone for a data frame with [`Flags::HEADER_CRC`], else everything
-/// before the trailer (a control frame's payload is always covered). A flag flipped in transit
-/// changes the span, so the CRC fails as for any other corrupted bit.
-pub fn crc_span(kind: u8, flags: Flags, body: usize) -> usize {
-    if flags.contains(Flags::HEADER_CRC) && Kind::from_code(kind).is_some_and(Kind::is_data) {
+/// How many leading bytes of a PDU of kind `kind` (`None`: a code no kind has) whose CRC
+/// trailer starts at `body` its CRC covers: the header alone for a data frame with
+/// [`Flags::HEADER_CRC`], else everything before the trailer (a control frame's payload is
+/// always covered). A flag flipped in transit changes the span, so the CRC fails as for any
+/// other corrupted bit.
+pub fn crc_span(kind: Option<Kind>, flags: Flags, body: usize) -> usize {
+    if flags.contains(Flags::HEADER_CRC) && kind.is_some_and(Kind::is_data) {
         HEADER_LEN.min(body)
     } else {
         body
@@ -281,10 +282,11 @@ impl<T: AsRef<[u8]>> Frame<T> {
         // Ethernet pads short frames to 60 bytes: trailing bytes past the CRC are ignored.
         let body = need - CRC_LEN;
         let crc = be32(&b[body..need]);
-        if crc32c(&b[..crc_span(b[field::KIND], flags, body)]) != crc {
+        let kind = Kind::from_code(b[field::KIND]);
+        if crc32c(&b[..crc_span(kind, flags, body)]) != crc {
             return Err(WireError::BadCrc);
         }
-        let Some(kind) = Kind::from_code(b[field::KIND]) else {
+        let Some(kind) = kind else {
             return Err(WireError::UnknownKind(b[field::KIND]));
         };
         let offset = be32(&b[field::OFFSET]);
@@ -453,7 +455,7 @@ impl Repr {
         buf[field::AUX].copy_from_slice(&self.aux.to_be_bytes());
         buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
         let body = HEADER_LEN + payload.len();
-        let crc = crc32c(&buf[..crc_span(kind.code(), self.flags, body)]);
+        let crc = crc32c(&buf[..crc_span(Some(kind), self.flags, body)]);
         buf[body..need].copy_from_slice(&crc.to_be_bytes());
         Ok(need)
     }
@@ -487,7 +489,7 @@ pub fn seal(key: &[u8; 32], buf: &mut [u8], len: usize) -> Result<usize, WireErr
     let body = len - CRC_LEN;
     let tag = blake3::keyed_hash(key, &buf[..body]);
     buf[body..body + TAG_LEN].copy_from_slice(&tag.as_bytes()[..TAG_LEN]);
-    let crc = crc32c(&buf[..crc_span(buf[field::KIND], flags, body + TAG_LEN)]);
+    let crc = crc32c(&buf[..crc_span(Kind::from_code(buf[field::KIND]), flags, body + TAG_LEN)]);
     buf[body + TAG_LEN..need].copy_from_slice(&crc.to_be_bytes());
     Ok(need)
 }
