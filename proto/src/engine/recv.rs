@@ -38,6 +38,17 @@ const PEER_SILENCE_LIMIT: u32 = 16;
 /// while it lasts; a segment without loss costs no second copy.
 const COPY_SPAN: u64 = 4;
 
+/// Frames from the end of its message within which a frame keeps its copy (while copies are
+/// on, see [`COPY_SPAN`]). A frame further from its message's end is still in the message's
+/// buffer when a fellow's request for it arrives: the fellow asks once the frame after it has
+/// come, within a few of its turns (a turn is a millisecond's doze, about 85 full frames at
+/// 1 Gbit/s), and the message is delivered only when its last frame has come, at least this
+/// many frames later (3 ms at 1 Gbit/s). A later request finds nothing and goes to the root.
+/// Why: a copy of every frame was a second copy of the whole stream on every receiver once
+/// the segment lost frames (a megabyte message is about 720 frames: now its last 256 only).
+/// A window no wider than this keeps every frame it can be asked for, as before.
+pub(super) const COPY_TAIL: usize = 256;
+
 /// This stream's place in the acknowledgement tree of its root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TreeLink {
@@ -194,8 +205,9 @@ pub struct Receiver {
     /// The fellow receiver asked first for lost frames (peer repair), if any.
     peer: Option<Rank>,
     /// With peer repair: a fellow receiver asked this member for frames lately, so frames
-    /// before this sequence keep a copy in their slot until the slot is reused, and a request
-    /// can still be served after the frame's message was delivered. A member nobody asks
+    /// before this sequence near the end of their message ([`COPY_TAIL`]) keep a copy in their
+    /// slot until the slot is reused, and a request can still be served after the frame's
+    /// message was delivered. A member nobody asks
     /// (no loss on the segment) copies nothing: each frame is copied once, into its message.
     /// The low 32 bits of that sequence (the receiver's size is the paper's `s_RDP`), compared
     /// as the wire compares sequences; meaningful once `asked`.
@@ -335,9 +347,14 @@ impl Receiver {
         self.peer
     }
 
-    /// Whether frame `s` keeps a copy in its slot after it was placed (see `copies_until`).
-    fn keeps_copy(&self, s: Seq) -> bool {
-        self.asked && (self.copies_until.wrapping_sub(s as u32) as i32) > 0
+    /// Whether frame `s` (`repr`, with a payload of `len` bytes) keeps a copy in its slot after
+    /// it was placed: copies are on (see `copies_until`) and it is among the last
+    /// [`COPY_TAIL`] frames of its message.
+    fn keeps_copy(&self, s: Seq, repr: &Repr, len: usize) -> bool {
+        let after = (repr.msg_len as usize).saturating_sub(repr.offset as usize + len);
+        self.asked
+            && (self.copies_until.wrapping_sub(s as u32) as i32) > 0
+            && after < COPY_TAIL * self.slot_payload()
     }
 
     /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
@@ -569,7 +586,8 @@ impl Receiver {
                 Ok(()) => {
                     // Its header stays in the slot (and with peer repair its payload): a peer
                     // may ask for the frame.
-                    let keep = self.keeps_copy(s) && payload.len() <= self.slot_payload();
+                    let keep = self.keeps_copy(s, repr, payload.len())
+                        && payload.len() <= self.slot_payload();
                     let slot = &mut self.slots[i];
                     slot.repr = *repr;
                     slot.len = payload.len() as u16;
@@ -597,7 +615,7 @@ impl Receiver {
             return Err(Drop::Protocol("payload larger than a frame slot"));
         }
         let placed = self.place(s, repr, payload);
-        let copy = !placed || self.keeps_copy(s);
+        let copy = !placed || self.keeps_copy(s, repr, payload.len());
         let slot = &mut self.slots[i];
         slot.state.insert(SlotState::HAVE);
         slot.state.set(SlotState::PLACED, placed);

@@ -1,6 +1,7 @@
 //! Protocol specifications, run on a tiny in-test network: engines, a frame queue, a virtual
 //! clock and a drop rule. Losing a frame is one closure.
 
+use super::recv::COPY_TAIL;
 use super::*;
 use crate::wire::{Flags, Frame, Kind};
 
@@ -792,6 +793,97 @@ fn once_asked_a_peer_keeps_copies_and_repairs_frames_it_delivered_already() {
         1,
         "the root repaired frame 3 only"
     );
+}
+
+/// What receiver `rx` (rank 1 of group 7) sends back when rank 2 asks it, as a fellow, for
+/// frame `seq` of root 0's stream (`ctr`: rank 2's control counter).
+fn ask_as_fellow(rx: &mut Engine, now: Instant, seq: u32, ctr: u32) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 1500];
+    let ask = Control::PeerNack {
+        root: 0,
+        base: seq,
+        missing: 1,
+        unheld: false,
+    };
+    let n = ask.emit(7, 2, 1, ctr, &mut buf).unwrap();
+    assert_eq!(rx.handle_frame(now, &buf[..n]), Ok(()));
+    let mut out = Vec::new();
+    while let Some(t) = rx.poll_transmit(now, &mut buf) {
+        out.push(buf[..t.len].to_vec());
+    }
+    out
+}
+
+#[test]
+fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() {
+    // A window wider than the copied tail: a frame far from its message's end was in the
+    // message's buffer while the fellow's request could come; only the tail outlives the
+    // delivery in slot copies (one copy of the stream, not two, on a lossy segment).
+    let cfg = |rank| {
+        let mut c = Config::new(7, rank, 3);
+        c.window = 4 * COPY_TAIL;
+        c.peer_repair = true;
+        c
+    };
+    let (mut root, mut rx) = (Engine::new(cfg(0)).unwrap(), Engine::new(cfg(1)).unwrap());
+    let now = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    let mut send_all = |root: &mut Engine, rx: &mut Engine, m: Vec<u8>| {
+        root.bcast(now, m, Algo::Simple).unwrap();
+        while let Some(t) = root.poll_transmit(now, &mut buf) {
+            assert_eq!(rx.handle_frame(now, &buf[..t.len]), Ok(()));
+        }
+        assert!(matches!(rx.poll_event(), Some(Event::Delivered(_))));
+    };
+    // Message 0 (frame 0), delivered before anybody asked: no copy. The request turns copies on.
+    send_all(&mut root, &mut rx, vec![1; 8]);
+    let unheld = |out: &[Vec<u8>], seq: u32| {
+        out.iter().any(|f| {
+            Frame::new_checked(&f[..])
+                .ok()
+                .and_then(|f| Control::parse(&f).ok())
+                == Some(Control::PeerNack {
+                    root: 0,
+                    base: seq,
+                    missing: 1,
+                    unheld: true,
+                })
+        })
+    };
+    let repairs = |out: &[Vec<u8>]| -> Vec<Vec<u8>> {
+        out.iter()
+            .filter_map(|f| Frame::new_checked(&f[..]).ok())
+            .filter(|f| f.kind() == Kind::Repair)
+            .map(|f| f.payload().to_vec())
+            .collect()
+    };
+    let out = ask_as_fellow(&mut rx, now, 0, 1);
+    assert!(unheld(&out, 0), "nothing kept before anybody asked");
+    // Message 1: frames 1..=frames, delivered whole.
+    let per = root.config().max_payload();
+    let frames = COPY_TAIL + 40;
+    let m = message(frames * per, 9);
+    send_all(&mut root, &mut rx, m.clone());
+    // Its frame 10 (frames - 10 from the end): no copy, the fellow is sent to the root.
+    let out = ask_as_fellow(&mut rx, now, 1 + 10, 2);
+    assert!(unheld(&out, 11), "frame 10 of the message is not kept");
+    assert!(repairs(&out).is_empty());
+    // Its last frame and the first within the tail: repaired from their copies, intact.
+    for (k, ctr) in [(frames - 1, 3), (frames - COPY_TAIL, 4)] {
+        let out = ask_as_fellow(&mut rx, now, 1 + k as u32, ctr);
+        assert_eq!(
+            repairs(&out),
+            vec![m[k * per..(k + 1) * per].to_vec()],
+            "frame {k}"
+        );
+    }
+    // One frame before the tail: not kept.
+    let k = frames - COPY_TAIL - 1;
+    assert!(unheld(
+        &ask_as_fellow(&mut rx, now, 1 + k as u32, 5),
+        1 + k as u32
+    ));
+    assert_eq!(rx.stats().peer_repairs, 2);
 }
 
 #[test]
