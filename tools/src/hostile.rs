@@ -124,9 +124,7 @@ fn fix_crc(eth: &mut [u8]) -> Option<()> {
         return None;
     }
     let body = total - wire::CRC_LEN;
-    let f = Frame::new_unchecked(&*pdu);
-    let span = wire::crc_span(Some(f.kind()), f.flags(), body);
-    let crc = wire::crc32c(&pdu[..span]);
+    let crc = wire::pdu_crc(pdu, body);
     pdu[body..total].copy_from_slice(&crc.to_be_bytes());
     Some(())
 }

@@ -207,8 +207,8 @@ pub struct Receiver {
     /// With peer repair: a fellow receiver asked this member for frames lately, so frames
     /// before this sequence near the end of their message ([`COPY_TAIL`]) keep a copy in their
     /// slot until the slot is reused, and a request can still be served after the frame's
-    /// message was delivered. A member nobody asks
-    /// (no loss on the segment) copies nothing: each frame is copied once, into its message.
+    /// message was delivered. A member nobody asks (no loss on the segment) copies nothing:
+    /// each frame is copied once, into its message.
     /// The low 32 bits of that sequence (the receiver's size is the paper's `s_RDP`), compared
     /// as the wire compares sequences; meaningful once `asked`.
     copies_until: u32,
@@ -351,10 +351,11 @@ impl Receiver {
     /// it was placed: copies are on (see `copies_until`) and it is among the last
     /// [`COPY_TAIL`] frames of its message.
     fn keeps_copy(&self, s: Seq, repr: &Repr, len: usize) -> bool {
-        let after = (repr.msg_len as usize).saturating_sub(repr.offset as usize + len);
+        // Bytes of its message after this frame.
+        let after = || (repr.msg_len as usize).saturating_sub(repr.offset as usize + len);
         self.asked
             && (self.copies_until.wrapping_sub(s as u32) as i32) > 0
-            && after < COPY_TAIL * self.slot_payload()
+            && after() < COPY_TAIL * self.slot_payload()
     }
 
     /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).

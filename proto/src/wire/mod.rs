@@ -90,12 +90,22 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 /// [`Flags::HEADER_CRC`], else everything before the trailer (a control frame's payload is
 /// always covered). A flag flipped in transit changes the span, so the CRC fails as for any
 /// other corrupted bit.
-pub fn crc_span(kind: Option<Kind>, flags: Flags, body: usize) -> usize {
+fn crc_span(kind: Option<Kind>, flags: Flags, body: usize) -> usize {
     if flags.contains(Flags::HEADER_CRC) && kind.is_some_and(Kind::is_data) {
         HEADER_LEN.min(body)
     } else {
         body
     }
+}
+
+/// The CRC trailer of the PDU in `pdu` whose first `body` bytes (header, payload, tag) come
+/// before it: over the span its own kind and flags give (see `crc_span`). `pdu` holds a whole
+/// header and `body` bytes at least. For whoever writes a frame: [`Repr::emit`], [`seal`], a
+/// tool that rewrites one.
+pub fn pdu_crc(pdu: &[u8], body: usize) -> u32 {
+    let kind = Kind::from_code(pdu[field::KIND]);
+    let flags = Flags::from_bits_truncate(be16(&pdu[field::FLAGS]));
+    crc32c(&pdu[..crc_span(kind, flags, body)])
 }
 
 /// What a frame is for.
@@ -455,7 +465,7 @@ impl Repr {
         buf[field::AUX].copy_from_slice(&self.aux.to_be_bytes());
         buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
         let body = HEADER_LEN + payload.len();
-        let crc = crc32c(&buf[..crc_span(Some(kind), self.flags, body)]);
+        let crc = pdu_crc(buf, body);
         buf[body..need].copy_from_slice(&crc.to_be_bytes());
         Ok(need)
     }
@@ -489,7 +499,7 @@ pub fn seal(key: &[u8; 32], buf: &mut [u8], len: usize) -> Result<usize, WireErr
     let body = len - CRC_LEN;
     let tag = blake3::keyed_hash(key, &buf[..body]);
     buf[body..body + TAG_LEN].copy_from_slice(&tag.as_bytes()[..TAG_LEN]);
-    let crc = crc32c(&buf[..crc_span(Kind::from_code(buf[field::KIND]), flags, body + TAG_LEN)]);
+    let crc = pdu_crc(buf, body + TAG_LEN);
     buf[body + TAG_LEN..need].copy_from_slice(&crc.to_be_bytes());
     Ok(need)
 }
