@@ -379,6 +379,28 @@ impl AsFd for XskMap {
     }
 }
 
+/// Times `load_xdp` asks the kernel to load a program whose verification a signal cut short.
+const LOAD_ATTEMPTS: usize = 8;
+
+/// Runs `call` until it does not fail with `EAGAIN`, at most `attempts` times. Why: the
+/// kernel's verifier stops with `EAGAIN` when a signal is pending for the loading thread (a
+/// child process that exits sends `SIGCHLD`), and the load is simply to be made again, as
+/// libbpf does. Seen as a failed open, about once in a few hundred, in a program that started
+/// processes on another thread.
+fn again_if_interrupted<T>(attempts: usize, mut call: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut left = attempts;
+    loop {
+        match call() {
+            Err(Error::Io { source, .. })
+                if source.raw_os_error() == Some(libc::EAGAIN) && left > 1 =>
+            {
+                left -= 1;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Loads an XDP program; on rejection the verifier's log is in the error.
 pub fn load_xdp(insns: &[Insn], name: &str) -> Result<OwnedFd> {
     const LICENSE: &[u8] = b"Dual MIT/GPL\0";
@@ -396,7 +418,9 @@ pub fn load_xdp(insns: &[Insn], name: &str) -> Result<OwnedFd> {
         prog_ifindex: 0,
         expected_attach_type: BPF_XDP,
     };
-    match sys_bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)") {
+    match again_if_interrupted(LOAD_ATTEMPTS, || {
+        sys_bpf(BPF_PROG_LOAD, &mut attr, "bpf(BPF_PROG_LOAD)")
+    }) {
         Ok(fd) => Ok(owned_fd(fd)),
         Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
             // Load again with the verifier's log to say why.
@@ -556,6 +580,47 @@ impl Drop for XdpRedirect {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn failing(errno: i32) -> Error {
+        bpf_error(
+            "bpf(BPF_PROG_LOAD)",
+            std::io::Error::from_raw_os_error(errno),
+        )
+    }
+
+    #[test]
+    fn a_load_a_signal_cut_short_is_made_again_until_it_goes_through() {
+        let mut calls = 0;
+        let r = again_if_interrupted(LOAD_ATTEMPTS, || {
+            calls += 1;
+            if calls < 3 {
+                Err(failing(libc::EAGAIN))
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(r.unwrap(), 3);
+    }
+
+    #[test]
+    fn a_load_is_made_again_a_bounded_number_of_times_and_other_errors_not_at_all() {
+        let mut calls = 0;
+        let r: Result<()> = again_if_interrupted(4, || {
+            calls += 1;
+            Err(failing(libc::EAGAIN))
+        });
+        assert!(
+            matches!(r, Err(Error::Io { ref source, .. }) if source.raw_os_error() == Some(libc::EAGAIN))
+        );
+        assert_eq!(calls, 4);
+        let mut calls = 0;
+        let r: Result<()> = again_if_interrupted(4, || {
+            calls += 1;
+            Err(failing(libc::EINVAL))
+        });
+        assert!(r.is_err());
+        assert_eq!(calls, 1, "a refusal is not a signal");
+    }
 
     #[test]
     fn the_program_has_the_expected_shape_and_jumps_stay_inside() {
