@@ -819,9 +819,18 @@ impl Testbed {
         if names.is_empty() {
             return Ok(0);
         }
+        end_processes_in(&names)?;
         let script: String = names.iter().map(|n| format!("netns del {n}\n")).collect();
         run_tool("ip", &["-force", "-batch", "-"], Some(&script))?;
         Ok(names.len())
+    }
+
+    /// Ends (SIGKILL) every process still running in one of the hosts' namespaces, for
+    /// after a job that was killed at its timeout: a launcher's ranks start sessions of
+    /// their own and outlive it. Only the test-bed starts processes there. Returns how many.
+    pub fn end_processes(&self) -> Result<usize> {
+        let names: Vec<String> = self.hosts.iter().map(|h| h.netns.clone()).collect();
+        end_processes_in(&names)
     }
 
     /// What exists for `prefix`: namespaces and, if the nft table exists, counters.
@@ -1145,6 +1154,25 @@ fn spawn_tool(program: &str, args: &[&str], stdin: Option<&str>) -> Result<Runni
         }
     }
     Ok(Running { child, command })
+}
+
+/// SIGKILLs every process in the namespaces `names` (a deleted namespace lives on while a
+/// process is in it); returns how many there were.
+fn end_processes_in(names: &[String]) -> Result<usize> {
+    let mut ended = 0;
+    for name in names {
+        let pids = run_tool("ip", &["netns", "pids", name], None)?;
+        for pid in pids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok() {
+                ended += 1;
+            }
+        }
+    }
+    Ok(ended)
 }
 
 fn run_tool(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String> {

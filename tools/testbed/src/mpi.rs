@@ -361,14 +361,12 @@ impl MpiBed {
                 cmd.args(["-launcher", "ssh", "-launcher-exec", &agent])
                     .args(["-hosts", &list.join(","), "-iface", IFACE])
                     .args(["-n", &np, "-ppn", &k.to_string()])
-                    .args([
-                        "-genv",
-                        "UCX_TLS",
-                        "tcp,self",
-                        "-genv",
-                        "UCX_NET_DEVICES",
-                        IFACE,
-                    ]);
+                    .args(["-genv", "UCX_NET_DEVICES", IFACE]);
+                // MPICH's own traffic crosses the test-bed's switch like a cluster's, unless
+                // the job chooses its transports.
+                if !job.env.iter().any(|(key, _)| key == "UCX_TLS") {
+                    cmd.args(["-genv", "UCX_TLS", "tcp,self"]);
+                }
                 for (key, value) in &job.env {
                     cmd.args(["-genv", key, value]);
                 }
@@ -422,6 +420,10 @@ impl MpiBed {
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(20));
+                }
+                // Ranks left behind would spin on the next job's cores.
+                if let Ok(n @ 1..) = self.bed.end_processes() {
+                    tracing::warn!(mpi = %job.mpi, processes = n, "ended what the job left running");
                 }
                 break None;
             }

@@ -481,3 +481,56 @@ fn netns_threads_and_processes_run_inside_the_host() {
     // Errors, not panics, for a namespace that doesn't exist.
     assert!(netns::spawn_in(&format!("{p}-h9"), || ()).is_err());
 }
+
+/// Whether process `pid` still runs (a zombie counts as ended).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let state = s.rsplit(')').next().unwrap_or("").split_whitespace().next();
+            !matches!(state, Some("Z") | Some("X"))
+        })
+        .unwrap_or(false)
+}
+
+/// Starts `sleep 600` in `netns` in a session of its own (as an MPI launcher's ranks run),
+/// printing its pid; returns that pid.
+fn orphan_in(netns: &str) -> i32 {
+    let out = netns::command_in(netns, "sh")
+        .unwrap()
+        .args([
+            "-c",
+            "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $!",
+        ])
+        .output()
+        .expect("sh");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("pid")
+}
+
+#[test]
+fn end_processes_and_down_end_what_runs_in_the_namespaces() {
+    if !netns_available("end_processes", false) {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("end"))).expect("up");
+    let first = orphan_in(&tb.hosts()[1].netns);
+    assert!(running(first), "the orphan did not start");
+    assert_eq!(tb.end_processes().expect("end"), 1);
+    let t0 = Instant::now();
+    while running(first) && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!running(first), "pid {first} survived end_processes");
+    assert_eq!(tb.end_processes().expect("end"), 0, "nothing left");
+
+    let second = orphan_in(&tb.hosts()[0].netns);
+    assert!(running(second));
+    tb.down().expect("down");
+    let t0 = Instant::now();
+    while running(second) && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!running(second), "pid {second} survived down");
+}
