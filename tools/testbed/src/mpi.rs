@@ -422,7 +422,8 @@ impl MpiBed {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 // Ranks left behind would spin on the next job's cores.
-                if let Ok(n @ 1..) = self.bed.end_processes() {
+                let n = self.bed.end_processes();
+                if n > 0 {
                     tracing::warn!(mpi = %job.mpi, processes = n, "ended what the job left running");
                 }
                 break None;
