@@ -80,10 +80,8 @@ fn job(m: MpiImpl, b: &Built, hosts: usize, k: usize, env: &[(&str, &str)], quic
     if m == MpiImpl::Mpich {
         // MPICH's own messages (the halves, its PMPI calls) over UCX shared memory: the
         // namespaces share one kernel. Over UCX's TCP transport MPICH 4.0 (Debian 12) hangs
-        // in MPI_Finalize now and then, with or without the interposer: it closes every
-        // endpoint, and a TCP endpoint that has sent anything is flushed by a message the
-        // peer must acknowledge, then blocks in a PMI barrier; a peer already in that barrier
-        // never acknowledges. MPICH 4.2 moved the barrier before the close.
+        // in its own MPI_Finalize now and then, with or without the interposer
+        // (docs/mpi.md, "On the test-bed", says why).
         env.push(("UCX_TLS".into(), "self,sm".into()));
     }
     Job {

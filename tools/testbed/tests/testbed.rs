@@ -492,6 +492,15 @@ fn running(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether process `pid` has ended within 5 s (a SIGKILL takes effect asynchronously).
+fn ends(pid: i32) -> bool {
+    let t0 = Instant::now();
+    while running(pid) && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    !running(pid)
+}
+
 /// Starts `sleep 600` in `netns` in a session of its own (as an MPI launcher's ranks run),
 /// printing its pid; returns that pid.
 fn orphan_in(netns: &str) -> i32 {
@@ -518,19 +527,11 @@ fn end_processes_and_down_end_what_runs_in_the_namespaces() {
     let first = orphan_in(&tb.hosts()[1].netns);
     assert!(running(first), "the orphan did not start");
     assert_eq!(tb.end_processes(), 1);
-    let t0 = Instant::now();
-    while running(first) && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(!running(first), "pid {first} survived end_processes");
+    assert!(ends(first), "pid {first} survived end_processes");
     assert_eq!(tb.end_processes(), 0, "nothing left");
 
     let second = orphan_in(&tb.hosts()[0].netns);
     assert!(running(second));
     tb.down().expect("down");
-    let t0 = Instant::now();
-    while running(second) && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(!running(second), "pid {second} survived down");
+    assert!(ends(second), "pid {second} survived down");
 }
