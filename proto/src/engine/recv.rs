@@ -492,7 +492,20 @@ impl Receiver {
     }
 
     fn cur_posted(&self) -> bool {
-        self.auto_post || (self.done.is_empty() && !self.posts.is_empty())
+        self.post_for(0).is_some()
+    }
+
+    /// The largest length the receive posted for the `k`th message from the one in progress
+    /// (0: that one, or the next to begin) accepts, if one is posted. Receives are taken in
+    /// message order, and none is taken while a message delivered unposted waits for one.
+    fn post_for(&self, k: usize) -> Option<usize> {
+        if self.auto_post {
+            return Some(usize::MAX);
+        }
+        if !self.done.is_empty() {
+            return None;
+        }
+        self.posts.get(k).map(|p| p.max_len)
     }
 
     /// Applies posted receives to messages held in the pushed buffer and resumes consumption.
@@ -717,11 +730,13 @@ impl Receiver {
         self.nack_retry.max(rtt) * (1 << self.nack_backoff)
     }
 
-    /// A message that `repr` (its first frame to arrive) begins, with `reserve` bytes of its
-    /// buffer allocated up front if a receive is posted for it.
-    fn new_msg(&self, id: u64, repr: &Repr, reserve: usize) -> InMsg {
-        let posted = self.cur_posted();
-        let max = self.posts.front().map_or(usize::MAX, |p| p.max_len);
+    /// A message that `repr` (its first frame to arrive) begins, the `k`th from the one in
+    /// progress (see `post_for`), with `reserve` bytes of its buffer allocated up front if a
+    /// receive is posted for it.
+    fn new_msg(&self, id: u64, repr: &Repr, reserve: usize, k: usize) -> InMsg {
+        let post = self.post_for(k);
+        let posted = post.is_some();
+        let max = post.unwrap_or(usize::MAX);
         let truncated = (posted && repr.msg_len as usize > max).then_some(max);
         InMsg {
             id,
@@ -739,19 +754,12 @@ impl Receiver {
     /// Writes the out-of-order frame `s` straight into the buffer of its message, so that it
     /// is copied once instead of twice (into its slot, then out of it): under steady loss
     /// nearly every frame arrives behind a gap. The message is the one in progress, or one
-    /// after it, begun here (consecutive ids only; only when receives are posted
-    /// automatically, so that every message has its buffer at once: with explicit posts only
-    /// the posted message in progress). The frame is checked against its message again when
-    /// its turn comes; a frame that does not fit is left to its slot.
+    /// after it, begun here (consecutive ids only, and only where a receive is posted for
+    /// it: a streaming member keeps several posted, so the next message's frames behind a
+    /// gap are placed too). The frame is checked against its message again when its turn
+    /// comes; a frame that does not fit is left to its slot.
     fn place(&mut self, s: Seq, repr: &Repr, payload: &[u8]) -> bool {
         let hint = self.prefetch;
-        let in_cur = self
-            .cur
-            .as_ref()
-            .is_some_and(|m| m.id as u32 == repr.msg_id);
-        if !self.auto_post && !in_cur {
-            return false;
-        }
         let (off, len) = (repr.offset as usize, repr.msg_len as usize);
         let end = off + payload.len();
         // An honest root's frame `s` lies at most this far past the first byte still missing.
@@ -769,13 +777,25 @@ impl Receiver {
                     Some(k) => Some(k),
                     None => {
                         let id = first + self.ahead.len() as u64;
-                        if id as u32 != repr.msg_id {
+                        let k = self.ahead.len() + usize::from(cur_id.is_some());
+                        if id as u32 != repr.msg_id || self.post_for(k).is_none() {
                             return false;
                         }
-                        // Nothing reserved for the length the frame claims: the buffer
-                        // grows with the data placed (bounded by `ahead_cap`), so forged
-                        // frames, one per window slot, cannot each reserve a message.
-                        let m = self.new_msg(id, repr, 0);
+                        // Under steady loss most messages begin behind a gap, and a buffer
+                        // that grew from nothing would reallocate, copying what it holds, all
+                        // the way to its length. So the message right after the one in
+                        // progress is reserved up front as far as frames can be placed ahead
+                        // (`ahead_cap`, a window's worth: a message that long or shorter is
+                        // filled without reallocating; a longer one is reserved whole when its
+                        // turn comes, in `consume`). Later ones get nothing up front: their
+                        // buffers grow with the data placed (bounded by `ahead_cap` too), so
+                        // forged frames, one per window slot, cannot each reserve a message.
+                        let reserve = if self.ahead.is_empty() {
+                            first_reserve(repr).min(ahead_cap)
+                        } else {
+                            0
+                        };
+                        let m = self.new_msg(id, repr, reserve, k);
                         self.ahead.push_back(m);
                         Some(self.ahead.len() - 1)
                     }
@@ -837,8 +857,12 @@ impl Receiver {
                 return Err(Drop::Protocol("message does not start at offset 0"));
             }
             let m = match self.ahead.pop_front() {
-                Some(m) if m.id == self.next_start && m.len == repr.msg_len as usize => {
-                    self.ahead_bytes -= m.data.as_ref().map_or(0, Vec::len);
+                Some(mut m) if m.id == self.next_start && m.len == repr.msg_len as usize => {
+                    if let Some(v) = m.data.as_mut() {
+                        self.ahead_bytes -= v.len();
+                        // Its turn: reserved whole now, as a message begun in order is.
+                        v.reserve_exact(first_reserve(repr).saturating_sub(v.len()));
+                    }
                     m
                 }
                 Some(_) => {
@@ -848,12 +872,12 @@ impl Receiver {
                     if let Payload::Placed(_) = payload {
                         return Err(Drop::Protocol("placed frame contradicts its message"));
                     }
-                    self.new_msg(self.next_start, repr, first_reserve(repr))
+                    self.new_msg(self.next_start, repr, first_reserve(repr), 0)
                 }
                 None if matches!(payload, Payload::Placed(_)) => {
                     return Err(Drop::Protocol("placed frame without its message"))
                 }
-                None => self.new_msg(self.next_start, repr, first_reserve(repr)),
+                None => self.new_msg(self.next_start, repr, first_reserve(repr), 0),
             };
             self.cur = Some(m);
             self.next_start += 1;
@@ -1300,8 +1324,9 @@ fn hint_ahead(hint: Option<super::Prefetch>, v: &Vec<u8>, end: usize, len: usize
 
 /// Bytes reserved for a message begun by its first frame, in order: its whole length up to
 /// [`WHOLE_RESERVE`], so that it is filled without reallocating. One message per root is in
-/// progress at a time, so this bounds what a forged length can reserve; the reservation is
-/// address space, the pages come as data fills them.
+/// progress at a time, so this bounds what a forged length can reserve (the one after it,
+/// begun by a frame placed ahead, is reserved up to a window's worth only, see `place`); the
+/// reservation is address space, the pages come as data fills them.
 fn first_reserve(repr: &Repr) -> usize {
     (repr.msg_len as usize).min(WHOLE_RESERVE)
 }

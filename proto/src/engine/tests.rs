@@ -1820,3 +1820,92 @@ fn a_frame_placed_behind_a_gap_hints_where_the_frame_after_the_next_lands() {
     assert_eq!(got, &m);
     assert_eq!(hints[0].0, got.as_ptr() as usize + 2 * per);
 }
+
+/// Root 0's frames of messages `a` and then `b`, sent at once, not delivered.
+fn two_messages(net: &mut Net, a: &[u8], b: &[u8]) -> Vec<Vec<u8>> {
+    let mut frames = root_frames(net, a, Algo::Simple);
+    frames.extend(root_frames(net, b, Algo::Simple));
+    frames
+}
+
+#[test]
+fn with_receives_posted_the_next_messages_frames_behind_a_gap_go_straight_into_its_buffer() {
+    let mut net = hinting_net(|c| c.auto_post = false);
+    let per = net.engines[0].config().max_payload();
+    let (a, b) = (message(2 * per, 1), message(3 * per, 2));
+    let frames = two_messages(&mut net, &a, &b);
+    assert_eq!(frames.len(), 5);
+    // A streaming member keeps receives posted: one for each message.
+    for _ in 0..2 {
+        net.engines[1].post_recv(net.now, 0, 1 << 20).unwrap();
+    }
+    // Message a's second frame is lost for now; b's first two come behind the gap.
+    for f in [&frames[0], &frames[2], &frames[3]] {
+        assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
+    }
+    let hints = HINTS.with(|h| h.borrow().clone());
+    for f in [&frames[1], &frames[4]] {
+        assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
+    }
+    net.collect();
+    assert_eq!(net.delivered[1], vec![(0, 0, a), (0, 1, b.clone())]);
+    let got = &net.delivered[1][1].2;
+    // b's first frame was written into b's own buffer (and hinted the place of its third),
+    // not kept in a window slot to be copied again; the buffer was reserved whole then.
+    assert_eq!(hints, vec![(got.as_ptr() as usize + 2 * per, per)]);
+    assert_eq!(
+        got.capacity(),
+        b.len(),
+        "the buffer grew while it was filled"
+    );
+}
+
+#[test]
+fn without_a_receive_posted_the_next_messages_frames_wait_in_their_slots() {
+    let mut net = hinting_net(|c| c.auto_post = false);
+    let per = net.engines[0].config().max_payload();
+    let cap = net.engines[1].config().slot_payload();
+    let (a, b) = (message(2 * per, 3), message(3 * per, 4));
+    let frames = two_messages(&mut net, &a, &b);
+    // One receive, for message a only.
+    net.engines[1].post_recv(net.now, 0, 1 << 20).unwrap();
+    for f in [&frames[0], &frames[2], &frames[3]] {
+        assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
+    }
+    // Kept in slots 2 and 3, each hinting the slot two on.
+    let hints = HINTS.with(|h| h.borrow().clone());
+    assert_eq!(hints.len(), 2, "{hints:?}");
+    assert_eq!(hints[1].0 - hints[0].0, cap);
+    for f in [&frames[1], &frames[4]] {
+        assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
+    }
+    net.collect();
+    assert_eq!(net.delivered[1], vec![(0, 0, a)]);
+    // Posted now, b is delivered whole and intact from what waited.
+    net.engines[1].post_recv(net.now, 0, 1 << 20).unwrap();
+    net.collect();
+    assert_eq!(net.delivered[1][1], (0, 1, b));
+}
+
+/// Under steady loss most messages begin behind a gap: such a message is reserved whole too.
+#[test]
+fn a_message_begun_behind_a_gap_is_filled_without_reallocating() {
+    let mut net = Net::new(2, |_| {});
+    let per = net.engines[0].config().max_payload();
+    // The last frame of the first message is lost; the second message comes behind it.
+    net.drop = Box::new(lose_once(1, 1));
+    let (a, b) = (message(2 * per, 5), message(40 * per + 7, 6));
+    for m in [&a, &b] {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, 2));
+    assert_eq!(net.lost, 1);
+    assert_eq!(net.delivered[1], vec![(0, 0, a), (0, 1, b.clone())]);
+    assert_eq!(
+        net.delivered[1][1].2.capacity(),
+        b.len(),
+        "the buffer grew while it was filled"
+    );
+}
