@@ -732,7 +732,8 @@ impl Receiver {
 
     /// A message that `repr` (its first frame to arrive) begins, the `k`th from the one in
     /// progress (see `post_for`), with `reserve` bytes of its buffer allocated up front if a
-    /// receive is posted for it.
+    /// receive is posted for it (none if the receive is too small for it: its bytes are never
+    /// kept).
     fn new_msg(&self, id: u64, repr: &Repr, reserve: usize, k: usize) -> InMsg {
         let post = self.post_for(k);
         let posted = post.is_some();
@@ -742,7 +743,7 @@ impl Receiver {
             id,
             len: repr.msg_len as usize,
             filled: 0,
-            data: posted.then(|| Vec::with_capacity(reserve)),
+            data: posted.then(|| Vec::with_capacity(if truncated.is_some() { 0 } else { reserve })),
             pushed: 0,
             truncated,
             designated: repr.aux as Rank,
@@ -777,8 +778,8 @@ impl Receiver {
                     Some(k) => Some(k),
                     None => {
                         let id = first + self.ahead.len() as u64;
-                        let k = self.ahead.len() + usize::from(cur_id.is_some());
-                        if id as u32 != repr.msg_id || self.post_for(k).is_none() {
+                        let nth = self.ahead.len() + usize::from(cur_id.is_some());
+                        if id as u32 != repr.msg_id || self.post_for(nth).is_none() {
                             return false;
                         }
                         // Under steady loss most messages begin behind a gap, and a buffer
@@ -795,7 +796,7 @@ impl Receiver {
                         } else {
                             0
                         };
-                        let m = self.new_msg(id, repr, reserve, k);
+                        let m = self.new_msg(id, repr, reserve, nth);
                         self.ahead.push_back(m);
                         Some(self.ahead.len() - 1)
                     }
@@ -860,8 +861,10 @@ impl Receiver {
                 Some(mut m) if m.id == self.next_start && m.len == repr.msg_len as usize => {
                     if let Some(v) = m.data.as_mut() {
                         self.ahead_bytes -= v.len();
-                        // Its turn: reserved whole now, as a message begun in order is.
-                        v.reserve_exact(first_reserve(repr).saturating_sub(v.len()));
+                        if m.truncated.is_none() {
+                            // Its turn: reserved whole now, as a message begun in order is.
+                            v.reserve_exact(first_reserve(repr).saturating_sub(v.len()));
+                        }
                     }
                     m
                 }
