@@ -241,9 +241,15 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     let prefix = format!("ck{:x}", std::process::id() & 0xfff);
     let bed = MpiBed::up(&TestbedConfig::new(4).prefix(prefix), &dir).expect("test-bed");
     let iface = ("ETHBCAST_IFACE", mpi::IFACE);
+    // The quick program on the 4 hosts, one rank each, with `env`.
+    let run = |env: &[(&str, &str)]| bed.run(&job(m, &b, 4, 1, env, true)).expect("job");
+    // What every rank's calls look like when all of them went to PMPI.
+    let all_pmpi = |out: &JobOutput| -> Vec<(u64, u64)> {
+        results(out, 4).iter().map(|&(c, o)| (0, c + o)).collect()
+    };
 
     // No key: over ethbcast, one warning for the whole job.
-    let out = bed.run(&job(m, &b, 4, 1, &[iface], true)).expect("job");
+    let out = run(&[iface]);
     let expected = results(&out, 4);
     assert_eq!(routed(&out, 4), expected, "keyless: {out}");
     assert!(expected.iter().all(|&(c, _)| c > 0), "{out}");
@@ -255,16 +261,7 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     // Broadcasts longer than ETHBCAST_MPI_MAX_BYTES go to the MPI's own MPI_Bcast on every
     // rank (the quick program broadcasts 8 and 4096 bytes): the 8-byte ones and the barriers
     // over ethbcast, the 4096-byte ones over PMPI, every byte still checked.
-    let out = bed
-        .run(&job(
-            m,
-            &b,
-            4,
-            1,
-            &[iface, ("ETHBCAST_MPI_MAX_BYTES", "1000")],
-            true,
-        ))
-        .expect("job");
+    let out = run(&[iface, ("ETHBCAST_MPI_MAX_BYTES", "1000")]);
     let calls = results(&out, 4);
     let routes = routed(&out, 4);
     for (r, (&(c, o), &(hw, pmpi))) in calls.iter().zip(&routes).enumerate() {
@@ -277,16 +274,7 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     }
 
     // A key file: over ethbcast, keyed, no warning.
-    let out = bed
-        .run(&job(
-            m,
-            &b,
-            4,
-            1,
-            &[iface, ("ETHBCAST_KEY_FILE", key)],
-            true,
-        ))
-        .expect("job");
+    let out = run(&[iface, ("ETHBCAST_KEY_FILE", key)]);
     let expected = results(&out, 4);
     assert_eq!(routed(&out, 4), expected, "keyed: {out}");
     assert!(expected.iter().all(|&(c, _)| c > 0), "{out}");
@@ -296,42 +284,24 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     );
 
     // ETHBCAST_REQUIRE_KEY=1 without a key: refused, everything over PMPI, one warning.
-    let out = bed
-        .run(&job(
-            m,
-            &b,
-            4,
-            1,
-            &[iface, ("ETHBCAST_REQUIRE_KEY", "1")],
-            true,
-        ))
-        .expect("job");
-    let calls = results(&out, 4);
-    let all_pmpi: Vec<(u64, u64)> = calls.iter().map(|&(c, o)| (0, c + o)).collect();
-    assert_eq!(routed(&out, 4), all_pmpi, "required key: {out}");
+    let out = run(&[iface, ("ETHBCAST_REQUIRE_KEY", "1")]);
+    assert_eq!(routed(&out, 4), all_pmpi(&out), "required key: {out}");
     let w = warnings(&out);
     assert_eq!(w.len(), 1, "one warning per job: {out}");
     assert!(w[0].contains("ETHBCAST_REQUIRE_KEY=1"), "{}", w[0]);
 
     // ETHBCAST_REQUIRE_KEY=1 with an unreadable key file: refused too, naming the file.
     let missing = dir.join("no-such.key");
-    let out = bed
-        .run(&job(
-            m,
-            &b,
-            4,
-            1,
-            &[
-                iface,
-                ("ETHBCAST_REQUIRE_KEY", "1"),
-                ("ETHBCAST_KEY_FILE", missing.to_str().expect("UTF-8 path")),
-            ],
-            true,
-        ))
-        .expect("job");
-    let calls = results(&out, 4);
-    let all_pmpi: Vec<(u64, u64)> = calls.iter().map(|&(c, o)| (0, c + o)).collect();
-    assert_eq!(routed(&out, 4), all_pmpi, "unreadable key file: {out}");
+    let out = run(&[
+        iface,
+        ("ETHBCAST_REQUIRE_KEY", "1"),
+        ("ETHBCAST_KEY_FILE", missing.to_str().expect("UTF-8 path")),
+    ]);
+    assert_eq!(
+        routed(&out, 4),
+        all_pmpi(&out),
+        "unreadable key file: {out}"
+    );
     let w = warnings(&out);
     assert_eq!(w.len(), 1, "one warning per job: {out}");
     assert!(w[0].contains("no-such.key"), "{}", w[0]);
