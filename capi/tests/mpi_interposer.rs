@@ -118,6 +118,14 @@ fn results(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// What [`routed`] says of each rank when every one of its calls went to PMPI.
+fn all_over_pmpi(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
+    results(out, ranks)
+        .iter()
+        .map(|&(c, o)| (0, c + o))
+        .collect()
+}
+
 /// The interposer's per-rank "H calls over ethbcast, P over PMPI" lines.
 fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
     let mut per_rank = vec![None; ranks];
@@ -173,9 +181,7 @@ fn mpi_programs_get_correct_results_with_and_without_hardware_broadcast() {
 
         // Without ETHBCAST_IFACE: everything over PMPI, one warning for the job.
         let out = bed.run(&job(*m, b, 8, 1, &[], true)).expect("job");
-        let calls = results(&out, 8);
-        let all_pmpi: Vec<(u64, u64)> = calls.iter().map(|&(c, o)| (0, c + o)).collect();
-        assert_eq!(routed(&out, 8), all_pmpi, "{m}: {out}");
+        assert_eq!(routed(&out, 8), all_over_pmpi(&out, 8), "{m}: {out}");
         let w = warnings(&out);
         assert_eq!(w.len(), 1, "{m}: one warning per job: {out}");
         assert!(w[0].contains("ETHBCAST_IFACE is not set"), "{}", w[0]);
@@ -243,10 +249,6 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     let iface = ("ETHBCAST_IFACE", mpi::IFACE);
     // The quick program on the 4 hosts, one rank each, with `env`.
     let run = |env: &[(&str, &str)]| bed.run(&job(m, &b, 4, 1, env, true)).expect("job");
-    // What every rank's calls look like when all of them went to PMPI.
-    let all_pmpi = |out: &JobOutput| -> Vec<(u64, u64)> {
-        results(out, 4).iter().map(|&(c, o)| (0, c + o)).collect()
-    };
 
     // No key: over ethbcast, one warning for the whole job.
     let out = run(&[iface]);
@@ -285,7 +287,11 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
 
     // ETHBCAST_REQUIRE_KEY=1 without a key: refused, everything over PMPI, one warning.
     let out = run(&[iface, ("ETHBCAST_REQUIRE_KEY", "1")]);
-    assert_eq!(routed(&out, 4), all_pmpi(&out), "required key: {out}");
+    assert_eq!(
+        routed(&out, 4),
+        all_over_pmpi(&out, 4),
+        "required key: {out}"
+    );
     let w = warnings(&out);
     assert_eq!(w.len(), 1, "one warning per job: {out}");
     assert!(w[0].contains("ETHBCAST_REQUIRE_KEY=1"), "{}", w[0]);
@@ -299,7 +305,7 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     ]);
     assert_eq!(
         routed(&out, 4),
-        all_pmpi(&out),
+        all_over_pmpi(&out, 4),
         "unreadable key file: {out}"
     );
     let w = warnings(&out);
