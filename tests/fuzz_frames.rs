@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use ethbcast::proto::{Algo, Config, Dest, Engine, Event, Message};
+use ethbcast::wire::control::NACK_MORE_WORDS;
 use ethbcast::wire::{self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -264,21 +265,32 @@ fn control() -> impl Strategy<Value = Control> {
     prop_oneof![
         (small.clone(), proptest::option::of(small.clone()))
             .prop_map(|(next, seen)| Control::Ack { next, seen }),
-        (small.clone(), any::<u16>(), small.clone()).prop_map(|(base, missing, next)| {
-            Control::Nack {
+        (
+            small.clone(),
+            any::<u16>(),
+            small.clone(),
+            proptest::collection::vec(any::<u16>(), 0..=NACK_MORE_WORDS)
+        )
+            .prop_map(|(base, missing, next, more)| Control::Nack {
                 base,
                 missing,
                 next,
-            }
-        }),
-        (rank.clone(), small.clone(), any::<u16>(), any::<bool>()).prop_map(
-            |(root, base, missing, unheld)| Control::PeerNack {
+                more,
+            }),
+        (
+            rank.clone(),
+            small.clone(),
+            any::<u16>(),
+            any::<bool>(),
+            proptest::collection::vec(any::<u16>(), 0..=NACK_MORE_WORDS)
+        )
+            .prop_map(|(root, base, missing, unheld, more)| Control::PeerNack {
                 root,
                 base,
                 missing,
-                unheld
-            }
-        ),
+                unheld,
+                more,
+            }),
         (small.clone(), small.clone()).prop_map(|(msg_id, next)| Control::Pull { msg_id, next }),
         (small.clone(), rank.clone())
             .prop_map(|(msg_id, designated)| Control::PullPoll { msg_id, designated }),

@@ -43,6 +43,9 @@ pub struct StreamOptions {
     pub window: usize,
     /// A receiver acknowledges every this many frames.
     pub ack_every: usize,
+    /// A receiver gathers the gaps it finds for this many frames before it asks for them, in
+    /// one NACK ([`Config::nack_gather`]; 0: at once).
+    pub nack_gather: usize,
     /// A receiver asks a fellow receiver for a lost frame before the root (peer repair).
     pub peer_repair: bool,
     /// Shared key: the join and every frame of the stream are authenticated under a key of
@@ -67,6 +70,7 @@ impl Default for StreamOptions {
             wait: WaitMode::Adaptive,
             window: cfg.window,
             ack_every: cfg.ack_every,
+            nack_gather: cfg.nack_gather,
             peer_repair: cfg.peer_repair,
             key: None,
             group_address: GroupAddress::Derived,
@@ -111,6 +115,7 @@ impl StreamOptions {
         let mut cfg = Config::new(self.group_id, rank, size);
         cfg.window = self.window;
         cfg.ack_every = self.ack_every;
+        cfg.nack_gather = self.nack_gather;
         cfg.peer_repair = self.peer_repair;
         cfg.end_to_end = self.end_to_end;
         cfg.ack_delay = cfg.ack_delay.max(self.wait.quiet_floor());

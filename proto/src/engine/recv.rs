@@ -28,7 +28,11 @@ use std::time::{Duration, Instant};
 
 use super::{Config, Dest, Drop, Event, Message, Outgoing, PostError};
 use crate::eqa::{Payloads, Rank, Seq};
+use crate::wire::control::{nack_words, NACK_MORE_WORDS};
 use crate::wire::{locate, Control, Flags, Kind, Position, Repr, NACK_BITS};
+
+/// Frames one NACK can name from its base (its bitmap's first word and `more`).
+const NACK_REACH: u64 = NACK_BITS as u64 * (1 + NACK_MORE_WORDS as u64);
 
 /// Unanswered peer requests in a row after which a receiver stops asking its peer.
 const PEER_SILENCE_LIMIT: u32 = 16;
@@ -221,6 +225,8 @@ pub struct Receiver {
     ack_every: usize,
     ack_delay: Duration,
     nack_retry: Duration,
+    nack_gather: u64,
+    nack_gather_wait: Duration,
     max_message: usize,
     pull_override: Option<(u32, Rank)>,
     probe_answer: bool,
@@ -283,6 +289,8 @@ impl Receiver {
             ack_delay: cfg.ack_delay,
             tree: None,
             nack_retry: cfg.nack_retry,
+            nack_gather: cfg.nack_gather as u64,
+            nack_gather_wait: cfg.nack_gather_wait,
             max_message: cfg.max_message,
             pull_override: None,
             probe_answer: false,
@@ -398,9 +406,18 @@ impl Receiver {
         Some((r, p))
     }
 
-    /// A peer (`asker`) lost the frames of `missing` (bit `k`: `wire_base + k`): sends it, point
-    /// to point, those this member still holds, as repairs of the root's stream. At most `budget`.
-    pub(crate) fn serve_peer(&mut self, wire_base: u32, missing: u16, asker: Rank, budget: usize) {
+    /// A peer (`asker`) lost the frames of `missing` and `more` (bit `k` of word `w`:
+    /// `wire_base + 16·w + k`): sends it, point to point, those this member still holds, as
+    /// repairs of the root's stream, at most `budget`; the others it is told are not held, in
+    /// one answer.
+    pub(crate) fn serve_peer(
+        &mut self,
+        wire_base: u32,
+        missing: u16,
+        more: &[u16],
+        asker: Rank,
+        budget: usize,
+    ) {
         if self.peer_repair {
             // Fellows lose frames: keep copies for the next windows' worth of frames.
             let until = self.highest.max(self.expected) + COPY_SPAN * self.window();
@@ -409,17 +426,14 @@ impl Receiver {
         }
         let base = self.near(wire_base);
         let mut served = 0;
-        let mut unheld = 0u16;
-        for k in 0..NACK_BITS {
-            if missing & (1 << k) == 0 {
-                continue;
-            }
+        let mut unheld = Words::default();
+        for (off, k) in nack_words(missing, more).flat_map(bits) {
             let held = match base {
-                Some(b) if served < budget => self.held(b + u64::from(k)),
+                Some(b) if served < budget => self.held(b + u64::from(off + k)),
                 _ => None,
             };
             let Some((r, payload)) = held else {
-                unheld |= 1 << k;
+                unheld.set(off + k);
                 continue;
             };
             let mut repr = r;
@@ -435,9 +449,9 @@ impl Receiver {
             });
             served += 1;
         }
-        if unheld != 0 {
+        if let Some((first, more)) = unheld.take() {
             self.controls
-                .push_back(unheld_reply(asker, self.root, wire_base, unheld));
+                .push_back(unheld_reply(asker, self.root, wire_base, first, more));
         }
     }
 
@@ -453,7 +467,14 @@ impl Receiver {
 
     /// The peer (`from`) does not hold the frames of `reply` (base and bitmap): those still
     /// missing here are asked of the root now.
-    pub(crate) fn on_unheld(&mut self, now: Instant, wire_base: u32, missing: u16, from: Rank) {
+    pub(crate) fn on_unheld(
+        &mut self,
+        now: Instant,
+        wire_base: u32,
+        missing: u16,
+        more: &[u16],
+        from: Rank,
+    ) {
         if self.peer != Some(from) {
             return;
         }
@@ -462,9 +483,9 @@ impl Receiver {
             return;
         };
         let mut first = None;
-        for k in 0..NACK_BITS {
-            let s = base + u64::from(k);
-            if missing & (1 << k) == 0 || s < self.expected || s >= self.highest {
+        for (off, k) in nack_words(missing, more).flat_map(bits) {
+            let s = base + u64::from(off + k);
+            if s < self.expected || s >= self.highest {
                 continue;
             }
             let i = self.idx(s);
@@ -1004,13 +1025,23 @@ impl Receiver {
             && !self.slots[self.idx(self.expected)]
                 .state
                 .contains(SlotState::HAVE);
-        if let (Some(from), true) = (self.nack_from, gap) {
-            self.send_nacks(now, from);
-            self.nack_at = Some(now + self.nack_interval());
-        } else if gap && self.nack_at.is_none() {
-            self.nack_at = Some(now + self.nack_interval());
-        } else if !gap {
-            self.nack_at = None;
+        match self.nack_from {
+            // Gathering (`Config::nack_gather`): asked once enough frames followed the first
+            // gap, or at the timer; `nack_from` stays until then.
+            Some(from) if gap && self.highest < from + self.nack_gather => {
+                let t = now + self.nack_gather_wait;
+                self.nack_at = Some(self.nack_at.map_or(t, |a| a.min(t)));
+                return;
+            }
+            Some(from) if gap => {
+                self.send_nacks(now, from);
+                self.nack_at = Some(now + self.nack_interval());
+            }
+            _ if gap && self.nack_at.is_none() => {
+                self.nack_at = Some(now + self.nack_interval());
+            }
+            _ if !gap => self.nack_at = None,
+            _ => {}
         }
         self.nack_from = None;
     }
@@ -1173,17 +1204,19 @@ impl Receiver {
             let Some(base) = (b..end).find(|&s| due(&self.slots[self.idx(s)])) else {
                 break;
             };
-            // A frame is asked of the peer once, then of the root.
-            let (mut to_peer, mut to_root) = (0u16, 0u16);
-            for k in 0..NACK_BITS {
-                let s = base + u64::from(k);
+            // A frame is asked of the peer once, then of the root. One NACK to each names
+            // every frame due within its reach from `base`.
+            let stop = end.min(base + NACK_REACH);
+            let (mut to_peer, mut to_root) = (Words::default(), Words::default());
+            for s in base..stop {
+                let k = (s - base) as u32;
                 let i = self.idx(s);
-                if s < end && due(&self.slots[i]) {
+                if due(&self.slots[i]) {
                     let slot = &mut self.slots[i];
                     let retry = slot.nacked.is_some();
                     if self.peer.is_some() && !slot.state.contains(SlotState::PEER_ASKED) {
                         slot.state.insert(SlotState::PEER_ASKED);
-                        to_peer |= 1 << k;
+                        to_peer.set(k);
                     } else if self.peer.is_some()
                         && retry
                         && !slot.state.contains(SlotState::PEER_ASKED_AGAIN)
@@ -1192,36 +1225,38 @@ impl Receiver {
                         // come in time: most likely lost. Asked once more before the root.
                         self.peer_silence += 1;
                         slot.state.insert(SlotState::PEER_ASKED_AGAIN);
-                        to_peer |= 1 << k;
+                        to_peer.set(k);
                     } else {
                         if slot.state.contains(SlotState::PEER_ASKED) && slot.nacked.is_some() {
                             // Asked of the peer, and its retry interval passed unanswered.
                             self.peer_silence += 1;
                         }
-                        to_root |= 1 << k;
+                        to_root.set(k);
                     }
                     slot.nacked = Some(now);
                 }
             }
-            if let (Some(peer), true) = (self.peer, to_peer != 0) {
+            if let (Some(peer), Some((missing, more))) = (self.peer, to_peer.take()) {
                 let ask = Control::PeerNack {
                     root: self.root,
                     base: base as u32,
-                    missing: to_peer,
+                    missing,
                     unheld: false,
+                    more,
                 };
                 self.controls.push_back(Outgoing::to(peer, ask));
             }
-            if to_root != 0 {
+            if let Some((missing, more)) = to_root.take() {
                 let nack = Control::Nack {
                     base: base as u32,
-                    missing: to_root,
+                    missing,
                     next: self.expected as u32,
+                    more,
                 };
                 self.controls.push_back(Outgoing::to(self.root, nack));
                 sent_root = true;
             }
-            b = base + u64::from(NACK_BITS);
+            b = stop;
             sent = true;
         }
         if self.peer_silence >= PEER_SILENCE_LIMIT {
@@ -1269,12 +1304,15 @@ impl Receiver {
         if self.nack_at.is_some_and(|t| t <= now) {
             let gap = self.expected < self.highest;
             if gap {
-                if self.send_nacks(now, self.expected) {
+                // Gaps gathered until now are asked for the first time: no back-off for them.
+                let first = self.nack_from.take().is_some();
+                if self.send_nacks(now, self.expected) && !first {
                     self.nack_backoff = (self.nack_backoff + 1).min(6);
                 }
                 self.nack_at = Some(now + self.nack_interval());
             } else {
                 self.nack_at = None;
+                self.nack_from = None;
             }
         }
     }
@@ -1341,8 +1379,14 @@ fn first_reserve(repr: &Repr) -> usize {
 const WHOLE_RESERVE: usize = (64 << 20) + 64;
 
 /// The answer to a peer NACK from `asker` for frames of `root`'s stream this member does not
-/// hold (`missing`, from `base`).
-pub(crate) fn unheld_reply(asker: Rank, root: Rank, base: u32, missing: u16) -> Outgoing {
+/// hold (`missing` and `more`, from `base`).
+pub(crate) fn unheld_reply(
+    asker: Rank,
+    root: Rank,
+    base: u32,
+    missing: u16,
+    more: Vec<u16>,
+) -> Outgoing {
     Outgoing::to(
         asker,
         Control::PeerNack {
@@ -1350,6 +1394,42 @@ pub(crate) fn unheld_reply(asker: Rank, root: Rank, base: u32, missing: u16) -> 
             base,
             missing,
             unheld: true,
+            more,
         },
     )
+}
+
+/// The set bits of a NACK bitmap's word: `(offset of the word, bit)` for each.
+fn bits((off, word): (u32, u16)) -> impl Iterator<Item = (u32, u32)> {
+    (0..NACK_BITS)
+        .filter(move |k| word & (1 << k) != 0)
+        .map(move |k| (off, k))
+}
+
+/// A NACK bitmap being built, frame by frame (offsets from its base, below
+/// `NACK_BITS * (1 + NACK_MORE_WORDS)`).
+#[derive(Debug, Default)]
+struct Words(Vec<u16>);
+
+impl Words {
+    fn set(&mut self, off: u32) {
+        let w = (off / NACK_BITS) as usize;
+        if self.0.len() <= w {
+            self.0.resize(w + 1, 0);
+        }
+        self.0[w] |= 1 << (off % NACK_BITS);
+    }
+
+    /// The bitmap as a NACK carries it (its first word, the rest), if any bit is set.
+    fn take(&mut self) -> Option<(u16, Vec<u16>)> {
+        let mut v = std::mem::take(&mut self.0);
+        while v.last() == Some(&0) {
+            v.pop();
+        }
+        if v.is_empty() {
+            return None;
+        }
+        let first = v.remove(0);
+        Some((first, v))
+    }
 }

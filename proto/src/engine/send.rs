@@ -24,15 +24,27 @@ use std::time::Instant;
 
 use super::{Algo, Config, Dest, SendError, Stats, Transmit};
 use crate::eqa::{Eqa, Rank, Seq};
-use crate::wire::{self, control::behind, Control, Flags, Kind, Repr, NACK_BITS};
+use crate::wire::{
+    self,
+    control::{behind, nack_words},
+    Control, Flags, Kind, Repr, NACK_BITS,
+};
 
 /// What a receiver tells the root about its stream (the root-bound control messages).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Feedback {
     /// Cumulative acknowledgement; with `seen`, the answer to a probe.
     Ack { next: u32, seen: Option<u32> },
-    /// Missing frames from `base`, and the cumulative acknowledgement.
-    Nack { base: u32, missing: u16, next: u32 },
+    /// Missing frames from `base` (its bitmap: `missing` and `more`, see [`Control::Nack`]),
+    /// and the cumulative acknowledgement.
+    ///
+    /// [`Control::Nack`]: crate::wire::Control::Nack
+    Nack {
+        base: u32,
+        missing: u16,
+        next: u32,
+        more: Vec<u16>,
+    },
     /// The designated receiver's pull request.
     Pull { msg_id: u32, next: u32 },
 }
@@ -313,15 +325,20 @@ impl Sender {
             self.set_timer(src, t);
         }
         match *fb {
-            Feedback::Nack { base, missing, .. } => {
+            Feedback::Nack {
+                base,
+                missing,
+                ref more,
+                ..
+            } => {
                 let Some(base) = behind(head, base) else {
                     self.fill(cfg, now, live);
                     return;
                 };
-                for i in 0..NACK_BITS {
-                    if missing & (1 << i) != 0 {
-                        let s = base + u64::from(i);
-                        if s < self.sent_upto {
+                for (off, word) in nack_words(missing, more) {
+                    for i in 0..NACK_BITS {
+                        let s = base + u64::from(off + i);
+                        if word & (1 << i) != 0 && s < self.sent_upto {
                             self.eqa.request_repair(src, s);
                         }
                     }

@@ -804,6 +804,7 @@ fn ask_as_fellow(rx: &mut Engine, now: Instant, seq: u32, ctr: u32) -> Vec<Vec<u
         base: seq,
         missing: 1,
         unheld: false,
+        more: vec![],
     };
     let n = ask.emit(7, 2, 1, ctr, &mut buf).unwrap();
     assert_eq!(rx.handle_frame(now, &buf[..n]), Ok(()));
@@ -847,6 +848,7 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
                     base: seq,
                     missing: 1,
                     unheld: true,
+                    more: vec![],
                 })
         })
     };
@@ -1907,5 +1909,137 @@ fn a_message_begun_behind_a_gap_is_filled_without_reallocating() {
         net.delivered[1][1].2.capacity(),
         b.len(),
         "the buffer grew while it was filled"
+    );
+}
+
+/// Root 0 and receiver 1 with `nack_gather` frames of gathering; the root broadcasts one
+/// message of `frames` full frames and receiver 1 loses the frames in `lost` once each.
+/// Returns the network once the message is delivered, and the time that took.
+fn gathering(gather: usize, frames: usize, lost: &'static [u32]) -> (Net, Duration) {
+    let mut net = Net::new(2, |c| {
+        c.window = 256;
+        c.ack_every = 256;
+        c.nack_gather = gather;
+    });
+    net.drop = {
+        let mut hit = Vec::new();
+        Box::new(move |r: &Repr, to: usize| {
+            let lose = r.kind == Some(Kind::Data) && to == 1 && lost.contains(&r.seq);
+            let first = lose && !hit.contains(&r.seq);
+            if first {
+                hit.push(r.seq);
+            }
+            first
+        })
+    };
+    let len = frames * net.engines[0].config().max_payload() - 10;
+    let start = net.now;
+    net.engines[0]
+        .bcast(net.now, message(len, 3), Algo::Simple)
+        .unwrap();
+    net.run(|n| n.all_got(0, 1));
+    assert_eq!(net.delivered[1], vec![(0, 0, message(len, 3))]);
+    let took = net.now - start;
+    (net, took)
+}
+
+#[test]
+fn a_gathering_receiver_asks_for_every_gap_in_one_nack() {
+    // Three gaps in 100 frames, up to 37 frames apart (three words of the bitmap). Asking at
+    // once takes a NACK per gap; gathering 64 frames takes one, sent once 64 frames followed
+    // the first gap.
+    let lost = &[3, 10, 40];
+    let (at_once, _) = gathering(0, 100, lost);
+    assert_eq!(at_once.engines[1].stats().nack_frames, 3);
+    let (gathered, _) = gathering(64, 100, lost);
+    assert_eq!(gathered.engines[1].stats().nack_frames, 1);
+    let root = gathered.engines[0].stats();
+    assert_eq!(root.nacks_handled, 1);
+    assert_eq!(root.repair_frames, 3, "each lost frame repaired once");
+}
+
+#[test]
+fn gaps_that_fewer_frames_follow_are_asked_for_when_the_gathering_wait_ends() {
+    // The stream ends 5 frames after its gap: the NACK goes at `nack_gather_wait`, and the
+    // repair comes before the root's retransmission timer would have probed the receiver.
+    let cfg = Config::new(7, 1, 2);
+    assert!(cfg.nack_gather_wait < cfg.rto);
+    let (net, took) = gathering(64, 20, &[14]);
+    assert_eq!(net.engines[1].stats().nack_frames, 1);
+    let root = net.engines[0].stats();
+    assert_eq!((root.repair_frames, root.ack_polls), (1, 0));
+    assert!(took >= cfg.nack_gather_wait, "asked after {took:?}");
+    assert!(took < cfg.rto, "asked after {took:?}");
+}
+
+#[test]
+fn gathering_for_more_than_half_the_window_is_refused() {
+    let mut c = Config::new(7, 1, 2);
+    c.window = 256;
+    c.nack_gather = 128;
+    assert!(Engine::new(c.clone()).is_ok());
+    c.nack_gather = 129;
+    assert_eq!(Engine::new(c).err(), Some(ConfigError::Gather(129, 256)));
+}
+
+#[test]
+fn gathering_receivers_with_peer_repair_deliver_every_message_intact_under_loss() {
+    let (net, _) = lossy_stream(
+        8,
+        |c| {
+            c.peer_repair = true;
+            c.window = 128;
+            c.nack_gather = 32;
+        },
+        40,
+    );
+    assert_exact(&net, 0, 40, LOSSY_LEN, &[]);
+    let peer_nacks: u64 = net.engines[1..].iter().map(|e| e.stats().peer_nacks).sum();
+    assert!(peer_nacks > 0, "fellows were asked");
+}
+
+#[test]
+fn a_fellow_asked_for_frames_across_the_bitmap_answers_what_it_lacks_in_one_reply() {
+    // Member 1 holds frame 0 of root 0's stream only. Asked for frames 0, 1 and 17 (the
+    // bitmap's second word), it repairs frame 0 and says in one reply that it lacks 1 and 17.
+    let (mut e, now) = member_with_a_stream_of_root_0();
+    let mut buf = vec![0u8; 1500];
+    let ask = Control::PeerNack {
+        root: 0,
+        base: 0,
+        missing: 0b11,
+        unheld: false,
+        more: vec![0b10],
+    };
+    let n = ask.emit(7, 2, 1, 1, &mut buf).unwrap();
+    assert_eq!(e.handle_frame(now, &buf[..n]), Ok(()));
+    let mut out = Vec::new();
+    while let Some(t) = e.poll_transmit(now, &mut buf) {
+        out.push(buf[..t.len].to_vec());
+    }
+    let frames: Vec<_> = out
+        .iter()
+        .map(|f| Frame::new_checked(&f[..]).unwrap())
+        .collect();
+    let repairs: Vec<u32> = frames
+        .iter()
+        .filter(|f| f.kind() == Kind::Repair)
+        .map(|f| f.seq())
+        .collect();
+    assert_eq!(repairs, vec![0]);
+    let replies: Vec<Control> = frames
+        .iter()
+        .filter(|f| f.kind() == Kind::Nack)
+        .map(|f| Control::parse(f).unwrap())
+        .collect();
+    assert_eq!(
+        replies,
+        vec![Control::PeerNack {
+            root: 0,
+            base: 0,
+            missing: 0b10,
+            unheld: true,
+            more: vec![0b10],
+        }]
     );
 }

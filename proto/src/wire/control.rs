@@ -15,8 +15,8 @@
 //! | [`Control::Ack`] | Ack | `ACK_REQ` if `seen` | `next` | | | | `seen` | |
 //! | [`Control::TreeAck`] | Ack | `TREE` | `next` | `root` | `laggard` | | `view` | |
 //! | [`Control::AckPoll`] | Ack | `POLL` | | | | | | |
-//! | [`Control::Nack`] | Nack | | `base` | | | `missing` | `next` | |
-//! | [`Control::PeerNack`] | Nack | `PEER` (+`UNHELD`) | `base` | `root` | | `missing` | | |
+//! | [`Control::Nack`] | Nack | | `base` | | | `missing` | `next` | `more` (`u16` words) |
+//! | [`Control::PeerNack`] | Nack | `PEER` (+`UNHELD`) | `base` | `root` | | `missing` | | `more` |
 //! | [`Control::Pull`] | Pull | | `next` | `msg_id` | | | | |
 //! | [`Control::PullPoll`] | Pull | `ACK_REQ` | | `msg_id` | | | `designated` | |
 //! | [`Control::Heartbeat`] | Heartbeat | | | | | | entries | `u16` table |
@@ -39,6 +39,22 @@ pub type Seq = u64;
 
 /// Bits of a NACK bitmap: bit `i` set means frame `base + i` is missing.
 pub const NACK_BITS: u32 = 16;
+
+/// Words a NACK's bitmap may run on for, past its first ([`Control::Nack`]'s `more`): a NACK
+/// names frames up to 1024 from its base. Why more than the paper's 16: a receiver that gathers
+/// the gaps of many frames into one request (bulk transfers under steady loss, see
+/// `Config::nack_gather`) sends one frame where it sent one per gap.
+pub const NACK_MORE_WORDS: usize = 63;
+
+/// The words of a NACK bitmap that name frames: `(offset from base, word)`, the first word
+/// (`missing`) at 0, then `more`'s, 16 frames apart; empty words are skipped.
+pub fn nack_words(missing: u16, more: &[u16]) -> impl Iterator<Item = (u32, u16)> + '_ {
+    std::iter::once(missing)
+        .chain(more.iter().copied())
+        .zip((0u32..).step_by(NACK_BITS as usize))
+        .filter(|&(w, _)| w != 0)
+        .map(|(w, off)| (off, w))
+}
 
 /// How a barrier travels, and which barrier machine a barrier frame belongs to.
 ///
@@ -122,8 +138,8 @@ pub enum Control {
     /// never on a timer of their own, so an idle stream's last frames are acknowledged when
     /// the root asks, without a retransmission.
     AckPoll,
-    /// Negative acknowledgement to a root: the frames of `missing` (bit `i`: `base + i`) are
-    /// missing; it acknowledges everything before `next` too.
+    /// Negative acknowledgement to a root: the frames of `missing` (bit `i`: `base + i`) and
+    /// of `more` are missing; it acknowledges everything before `next` too.
     Nack {
         /// First sequence the bitmap describes.
         base: u32,
@@ -131,6 +147,9 @@ pub enum Control {
         missing: u16,
         /// Cumulative acknowledgement.
         next: u32,
+        /// The bitmap's next words, if it runs on (bit `i` of word `w`: `base + 16·(w+1) + i`;
+        /// at most [`NACK_MORE_WORDS`]).
+        more: Vec<u16>,
     },
     /// Peer repair: a receiver asks a fellow receiver for frames of `root`'s stream, or (with
     /// `unheld`) a fellow receiver answers that it does not hold them.
@@ -143,6 +162,8 @@ pub enum Control {
         missing: u16,
         /// This is the answer "not held".
         unheld: bool,
+        /// The bitmap's next words, as [`Control::Nack`]'s.
+        more: Vec<u16>,
     },
     /// Push-pull: the designated receiver has the push part of `msg_id` and its receive is
     /// posted: please send the rest. Acknowledges everything before `next`.
@@ -262,23 +283,19 @@ impl Control {
                     seen: flags.contains(Flags::ACK_REQ).then(|| frame.aux()),
                 }
             }
-            Kind::Nack if flags.contains(Flags::PEER) => {
-                no_payload()?;
-                Control::PeerNack {
-                    root: rank_field(kind, frame.msg_id())?,
-                    base: frame.seq(),
-                    missing: frame.bitmap(),
-                    unheld: flags.contains(Flags::UNHELD),
-                }
-            }
-            Kind::Nack => {
-                no_payload()?;
-                Control::Nack {
-                    base: frame.seq(),
-                    missing: frame.bitmap(),
-                    next: frame.aux(),
-                }
-            }
+            Kind::Nack if flags.contains(Flags::PEER) => Control::PeerNack {
+                root: rank_field(kind, frame.msg_id())?,
+                base: frame.seq(),
+                missing: frame.bitmap(),
+                unheld: flags.contains(Flags::UNHELD),
+                more: more_words(kind, payload)?,
+            },
+            Kind::Nack => Control::Nack {
+                base: frame.seq(),
+                missing: frame.bitmap(),
+                next: frame.aux(),
+                more: more_words(kind, payload)?,
+            },
             Kind::Pull if flags.contains(Flags::ACK_REQ) => {
                 no_payload()?;
                 Control::PullPoll {
@@ -368,6 +385,7 @@ impl Control {
     pub fn payload_len(&self) -> usize {
         match self {
             Control::Heartbeat { table } => 2 * table.len(),
+            Control::Nack { more, .. } | Control::PeerNack { more, .. } => 2 * more.len(),
             Control::Barrier(b) => b.set.len(),
             Control::Join { body } | Control::Notice { body } => body.len(),
             _ => 0,
@@ -402,6 +420,7 @@ impl Control {
                 base,
                 missing,
                 next,
+                ..
             } => {
                 r.seq = base;
                 r.bitmap = missing;
@@ -412,6 +431,7 @@ impl Control {
                 base: seq,
                 missing: bitmap,
                 unheld,
+                ..
             } => {
                 r.flags |= Flags::PEER;
                 if unheld {
@@ -462,8 +482,10 @@ impl Control {
         r.dst = dst;
         r.msg_len = ctr;
         match self {
-            Control::Heartbeat { table } => {
-                let bytes: Vec<u8> = table.iter().flat_map(|c| c.to_be_bytes()).collect();
+            Control::Heartbeat { table: words }
+            | Control::Nack { more: words, .. }
+            | Control::PeerNack { more: words, .. } => {
+                let bytes: Vec<u8> = words.iter().flat_map(|c| c.to_be_bytes()).collect();
                 r.emit(&bytes, buf)
             }
             Control::Barrier(b) => r.emit(&b.set, buf),
@@ -483,6 +505,20 @@ impl Control {
         }
         v
     }
+}
+
+/// A NACK's payload: the words its bitmap runs on for (see [`NACK_MORE_WORDS`]).
+fn more_words(kind: Kind, payload: &[u8]) -> Result<Vec<u16>, ControlError> {
+    if !payload.len().is_multiple_of(2) || payload.len() > 2 * NACK_MORE_WORDS {
+        return Err(ControlError::BadPayload {
+            kind,
+            len: payload.len(),
+        });
+    }
+    Ok(payload
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect())
 }
 
 /// The sender's control counter of a control frame.
@@ -655,6 +691,7 @@ mod tests {
             base: u32::MAX,
             missing: 0b101,
             next: 4,
+            more: vec![],
         });
         for unheld in [false, true] {
             round_trip(Control::PeerNack {
@@ -662,6 +699,7 @@ mod tests {
                 base: 10,
                 missing: 0xffff,
                 unheld,
+                more: vec![],
             });
         }
         round_trip(Control::Pull { msg_id: 1, next: 2 });
@@ -694,6 +732,38 @@ mod tests {
         round_trip(Control::Notice {
             body: b"x".to_vec(),
         });
+    }
+
+    #[test]
+    fn a_nack_bitmap_runs_on_in_the_payload_up_to_1024_frames() {
+        let more: Vec<u16> = (1..=NACK_MORE_WORDS as u16).collect();
+        round_trip(Control::Nack {
+            base: 5,
+            missing: 0,
+            next: 5,
+            more: more.clone(),
+        });
+        round_trip(Control::PeerNack {
+            root: 0,
+            base: 5,
+            missing: 1,
+            unheld: true,
+            more,
+        });
+        // Word `w` of the bitmap names frames from 16·w; empty words are skipped.
+        let words: Vec<(u32, u16)> = nack_words(0b1, &[0, 0b100, 0]).collect();
+        assert_eq!(words, vec![(0, 0b1), (32, 0b100)]);
+        // An odd byte, or a word too many, is no NACK.
+        for len in [3, 2 * NACK_MORE_WORDS + 2] {
+            let v = Repr::new(Kind::Nack).to_vec(&vec![0xff; len]).unwrap();
+            assert_eq!(
+                Control::parse(&Frame::new_checked(&v[..]).unwrap()),
+                Err(ControlError::BadPayload {
+                    kind: Kind::Nack,
+                    len
+                })
+            );
+        }
     }
 
     #[test]

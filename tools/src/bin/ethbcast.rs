@@ -77,6 +77,11 @@ struct Common {
     /// delay): fewer acknowledgements cost the sender and the switch less per data frame.
     #[arg(long, default_value_t = distribute::DEFAULT_ACK_EVERY)]
     ack_every: usize,
+    /// On a receiver: gather the gaps found in this many frames into one request for repair
+    /// (at most half the window; 0: ask at once). Default: a quarter of the window, so that
+    /// under steady loss a receiver sends one request for several lost frames.
+    #[arg(long)]
+    nack_gather: Option<usize>,
     /// On a receiver: ask only the sender for lost frames. By default a receiver asks a fellow
     /// receiver first (peer repair), which keeps repairs off the sender's link. No effect on
     /// the sender.
@@ -240,6 +245,7 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
             wait: c.wait_mode.unwrap_or(default_wait),
             window: c.window,
             ack_every: c.ack_every,
+            nack_gather: c.nack_gather.unwrap_or(c.window / 4),
             peer_repair: !c.no_peer_repair,
             key: c
                 .key_file
