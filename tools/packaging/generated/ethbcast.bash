@@ -111,7 +111,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --no-peer-repair --key-file --group-address --output --command --timeout --wait --max-bytes --quiet --json --help"
+            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --output --command --timeout --wait --max-bytes --quiet --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -138,6 +138,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --ack-every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nack-gather)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -185,7 +189,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -h --iface --group-id --backend --wait-mode --window --ack-every --no-peer-repair --key-file --group-address --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --help"
+            opts="-i -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -212,6 +216,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --ack-every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nack-gather)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
