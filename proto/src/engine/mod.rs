@@ -113,7 +113,7 @@ pub struct Config {
     /// Why gather: under steady loss a bulk stream has a gap every hundred frames, and each
     /// NACK is a frame the receiver sends and a peer or the root takes in (a system call, a
     /// pass through the switch, a wake-up), for one repair. Asking later costs only the
-    /// window's room, which a bulk transfer has (`ethbcast send` gathers a quarter window).
+    /// window's room, which a bulk transfer has (`ethbcast recv` gathers a quarter window).
     pub nack_gather: usize,
     /// The longest a receiver gathers gaps before it asks (see `nack_gather`): what a repair
     /// may wait at the end of a stream, or on a slow one.

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::{Config, Dest, Drop, Event, Message, Outgoing, PostError};
 use crate::eqa::{Payloads, Rank, Seq};
-use crate::wire::control::{nack_words, NACK_MORE_WORDS};
+use crate::wire::control::{nack_offsets, NACK_MORE_WORDS};
 use crate::wire::{locate, Control, Flags, Kind, Position, Repr, NACK_BITS};
 
 /// Frames one NACK can name from its base (its bitmap's first word and `more`).
@@ -427,13 +427,13 @@ impl Receiver {
         let base = self.near(wire_base);
         let mut served = 0;
         let mut unheld = Words::default();
-        for (off, k) in nack_words(missing, more).flat_map(bits) {
+        for off in nack_offsets(missing, more) {
             let held = match base {
-                Some(b) if served < budget => self.held(b + u64::from(off + k)),
+                Some(b) if served < budget => self.held(b + u64::from(off)),
                 _ => None,
             };
             let Some((r, payload)) = held else {
-                unheld.set(off + k);
+                unheld.set(off);
                 continue;
             };
             let mut repr = r;
@@ -483,8 +483,8 @@ impl Receiver {
             return;
         };
         let mut first = None;
-        for (off, k) in nack_words(missing, more).flat_map(bits) {
-            let s = base + u64::from(off + k);
+        for off in nack_offsets(missing, more) {
+            let s = base + u64::from(off);
             if s < self.expected || s >= self.highest {
                 continue;
             }
@@ -1397,13 +1397,6 @@ pub(crate) fn unheld_reply(
             more,
         },
     )
-}
-
-/// The set bits of a NACK bitmap's word: `(offset of the word, bit)` for each.
-fn bits((off, word): (u32, u16)) -> impl Iterator<Item = (u32, u32)> {
-    (0..NACK_BITS)
-        .filter(move |k| word & (1 << k) != 0)
-        .map(move |k| (off, k))
 }
 
 /// A NACK bitmap being built, frame by frame (offsets from its base, below

@@ -26,7 +26,7 @@ use super::{Algo, Config, Dest, SendError, Stats, Transmit};
 use crate::eqa::{Eqa, Rank, Seq};
 use crate::wire::{
     self,
-    control::{behind, nack_words},
+    control::{behind, nack_offsets},
     Control, Flags, Kind, Repr, NACK_BITS,
 };
 
@@ -335,12 +335,10 @@ impl Sender {
                     self.fill(cfg, now, live);
                     return;
                 };
-                for (off, word) in nack_words(missing, more) {
-                    for i in 0..NACK_BITS {
-                        let s = base + u64::from(off + i);
-                        if word & (1 << i) != 0 && s < self.sent_upto {
-                            self.eqa.request_repair(src, s);
-                        }
+                for off in nack_offsets(missing, more) {
+                    let s = base + u64::from(off);
+                    if s < self.sent_upto {
+                        self.eqa.request_repair(src, s);
                     }
                 }
             }

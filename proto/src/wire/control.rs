@@ -56,6 +56,15 @@ pub fn nack_words(missing: u16, more: &[u16]) -> impl Iterator<Item = (u32, u16)
         .map(|(w, off)| (off, w))
 }
 
+/// The frames a NACK bitmap names, as offsets from its base, in order.
+pub fn nack_offsets(missing: u16, more: &[u16]) -> impl Iterator<Item = u32> + '_ {
+    nack_words(missing, more).flat_map(|(off, word)| {
+        (0..NACK_BITS)
+            .filter(move |k| word & (1 << k) != 0)
+            .map(move |k| off + k)
+    })
+}
+
 /// How a barrier travels, and which barrier machine a barrier frame belongs to.
 ///
 /// Barrier frames carry its code in their bitmap field.
@@ -753,6 +762,8 @@ mod tests {
         // Word `w` of the bitmap names frames from 16·w; empty words are skipped.
         let words: Vec<(u32, u16)> = nack_words(0b1, &[0, 0b100, 0]).collect();
         assert_eq!(words, vec![(0, 0b1), (32, 0b100)]);
+        let frames: Vec<u32> = nack_offsets(0b1, &[0, 0b100, 0x8000]).collect();
+        assert_eq!(frames, vec![0, 34, 63]);
         // An odd byte, or a word too many, is no NACK.
         for len in [3, 2 * NACK_MORE_WORDS + 2] {
             let v = Repr::new(Kind::Nack).to_vec(&vec![0xff; len]).unwrap();
