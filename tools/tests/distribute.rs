@@ -894,6 +894,21 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("the window must be 1..=65536"));
+    // So does gathering repair requests for longer than half the window.
+    let out = std::process::Command::new(BIN)
+        .args([
+            "recv",
+            "--iface",
+            "eth0",
+            "--window",
+            "64",
+            "--nack-gather",
+            "33",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("more than half the window of 64"));
     let out = std::process::Command::new(BIN)
         .args([
             "send",

@@ -47,7 +47,7 @@ use thiserror::Error;
 
 use crate::eqa::{Rank, Seq};
 use crate::wire::{
-    self, control::nack_words, Admit, Control, ControlError, Flags, Frame, Kind, ReplayWindow,
+    self, control::nack_offsets, Admit, Control, ControlError, Flags, Frame, Kind, ReplayWindow,
     Repr, WireError,
 };
 
@@ -995,7 +995,7 @@ impl Engine {
                     }
                     self.collect_rx(root);
                 } else if !unheld
-                    && nack_words(missing, &more).next().is_some()
+                    && nack_offsets(missing, &more).next().is_some()
                     && self.outbox.len() < self.cfg.outbox
                 {
                     // No stream of that root here: nothing held.

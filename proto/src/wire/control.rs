@@ -48,7 +48,7 @@ pub const NACK_MORE_WORDS: usize = 63;
 
 /// The words of a NACK bitmap that name frames: `(offset from base, word)`, the first word
 /// (`missing`) at 0, then `more`'s, 16 frames apart; empty words are skipped.
-pub fn nack_words(missing: u16, more: &[u16]) -> impl Iterator<Item = (u32, u16)> + '_ {
+fn nack_words(missing: u16, more: &[u16]) -> impl Iterator<Item = (u32, u16)> + '_ {
     std::iter::once(missing)
         .chain(more.iter().copied())
         .zip((0u32..).step_by(NACK_BITS as usize))

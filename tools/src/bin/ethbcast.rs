@@ -237,6 +237,17 @@ enum Cmd {
 }
 
 fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
+    // Checked here, not by the engine at the join: a receiver would wait for a sender first.
+    let nack_gather = c.nack_gather.unwrap_or(c.window / 4);
+    if nack_gather > c.window / 2 {
+        return Err(Fatal::new(
+            distribute::EXIT_USAGE,
+            format!(
+                "--nack-gather {nack_gather} is more than half the window of {} frames",
+                c.window
+            ),
+        ));
+    }
     Ok(LinkOpts {
         iface: c.iface.clone(),
         stream: StreamOptions {
@@ -245,7 +256,7 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
             wait: c.wait_mode.unwrap_or(default_wait),
             window: c.window,
             ack_every: c.ack_every,
-            nack_gather: c.nack_gather.unwrap_or(c.window / 4),
+            nack_gather,
             peer_repair: !c.no_peer_repair,
             key: c
                 .key_file
