@@ -869,60 +869,35 @@ fn a_missing_receiver_fails_the_join_with_exit_code_3_within_wait() {
 
 #[test]
 fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
-    let out = std::process::Command::new(BIN)
-        .args(["send", "--iface", "eth0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let out = std::process::Command::new(BIN)
-        .args([
-            "send",
-            "--iface",
-            "eth0",
-            "--receivers",
-            "1",
-            "--max-rate",
-            "fast",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    // A window the engine cannot take fails before any join, not after it.
-    let out = std::process::Command::new(BIN)
-        .args(["recv", "--iface", "eth0", "--window", "70000"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("the window must be 1..=65536"));
-    // So does gathering repair requests for longer than half the window.
-    let out = std::process::Command::new(BIN)
-        .args([
-            "recv",
-            "--iface",
-            "eth0",
-            "--window",
-            "64",
-            "--nack-gather",
-            "33",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("more than half the window of 64"));
-    let out = std::process::Command::new(BIN)
-        .args([
-            "send",
-            "--iface",
-            "ethbcast-nope0",
-            "--receivers",
-            "1",
-            "-i",
-            "/dev/null",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(4));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no such network interface"));
+    // Runs `command` (arguments split at spaces): its exit code is `code` and stderr says `why`.
+    let exits = |command: &str, code: i32, why: &str| {
+        let out = std::process::Command::new(BIN)
+            .args(command.split(' '))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{command}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{command}: {err}");
+    };
+    exits("send --iface eth0", 2, "");
+    exits("send --iface eth0 --receivers 1 --max-rate fast", 2, "");
+    // A window the engine cannot take fails before any join, not after it; so does gathering
+    // repair requests for longer than half the window.
+    exits(
+        "recv --iface eth0 --window 70000",
+        2,
+        "the window must be 1..=65536",
+    );
+    exits(
+        "recv --iface eth0 --window 64 --nack-gather 33",
+        2,
+        "more than half the window of 64",
+    );
+    exits(
+        "send --iface ethbcast-nope0 --receivers 1 -i /dev/null",
+        4,
+        "no such network interface",
+    );
     let help = std::process::Command::new(BIN)
         .arg("--help")
         .output()
