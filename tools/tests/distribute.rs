@@ -99,7 +99,7 @@ fn send(tb: &Testbed, args: &[&str], stdin: Stdio) -> Proc {
 }
 
 /// A test-bed of `hosts` with 100 Mbit/s ports, and a scratch directory.
-fn slow_bed(hosts: usize, tag: &str, dir: &str) -> (Testbed, PathBuf) {
+fn slow_bed(hosts: usize, tag: &str, dir: &str) -> (Testbed, Scratch) {
     let tb = Testbed::up(
         &TestbedConfig::new(hosts)
             .prefix(prefix(tag))
@@ -205,11 +205,48 @@ fn random_file(path: &Path, len: usize, seed: u64) -> Vec<u8> {
     v
 }
 
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ethbcast-dist-{tag}-{}", std::process::id()));
+/// A scratch directory for one test, in memory where the machine has `/dev/shm`: the 1% loss
+/// transfer alone writes nine copies of 256 MiB, more than a build machine's disk may have free
+/// beside the build. Removed when dropped, also when the test fails.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    /// Fails the test, saying why, unless the scratch file system has `bytes` free.
+    fn must_hold(&self, bytes: u64) {
+        let st = nix::sys::statvfs::statvfs(&self.0).expect("statvfs of the scratch directory");
+        let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+        assert!(
+            free >= bytes,
+            "{} has {free} bytes free; this test writes {bytes}",
+            self.0.display()
+        );
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmpdir(tag: &str) -> Scratch {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let d = base.join(format!("ethbcast-dist-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("tmpdir");
-    d
+    Scratch(d)
 }
 
 fn report(out: &Output) -> serde_json::Value {
@@ -301,6 +338,7 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
     )
     .expect("test-bed");
     let dir = tmpdir("file");
+    dir.must_hold(9 * ((mb as u64) << 20));
     let input = dir.join("input.bin");
     let want = blake3::hash(&random_file(&input, mb << 20, 1));
     let outs: Vec<PathBuf> = (1..9).map(|i| dir.join(format!("out{i}.bin"))).collect();
@@ -367,7 +405,6 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
         rep["goodput_mbit"].as_f64().unwrap(),
         rep["repair_frames"]
     );
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -473,7 +510,6 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
     assert!(unzipped.status.success());
     assert!(unzipped.stdout == data, "-O gzip output differs");
     no_part_files(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -489,7 +525,6 @@ fn a_receiver_killed_mid_transfer_is_evicted_and_the_others_complete() {
     wait_for_temporary_file(&dir, ".out2.bin", 2 << 20);
     rs[1].kill();
     only_the_victim_was_evicted(&mut s, &mut rs, &outs, &data, &victim_mac);
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -527,7 +562,6 @@ fn a_stalled_receiver_is_evicted_and_learns_it_as_soon_as_it_resumes() {
     );
     only_the_victim_was_evicted(&mut s, &mut rs, &outs, &data, &tb.hosts()[2].mac_string());
     no_part_files(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -597,7 +631,6 @@ fn a_receiver_gives_up_on_a_dead_sender_while_another_group_talks_on_the_segment
     );
     feeder.join().unwrap();
     no_part_files(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -701,7 +734,6 @@ fn ctrl_c_ends_a_receiver_whose_command_stopped_reading_within_a_second() {
     assert_eq!(status_of(1).as_deref(), Some("failed"), "{rep}");
     assert_eq!(status_of(2).as_deref(), Some("completed"), "{rep}");
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -773,7 +805,6 @@ fn a_receiver_that_acknowledged_everything_but_makes_no_progress_is_failed_after
         r2.wait_timeout(Duration::from_secs(10)).status.code(),
         Some(0)
     );
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -829,7 +860,6 @@ fn receivers_wait_out_a_pause_of_the_senders_input_longer_than_their_timeout() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(std::fs::read(&out1).unwrap() == data);
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -863,7 +893,6 @@ fn a_missing_receiver_fails_the_join_with_exit_code_3_within_wait() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("join timeout: 1 of 2"), "{stderr}");
     assert!(took < Duration::from_secs(8), "took {took:?} for --wait 2");
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -1011,7 +1040,6 @@ fn durations_are_checked_and_inf_means_no_limit() {
         Some(0)
     );
     assert!(std::fs::read(&out1).unwrap() == data);
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -1099,7 +1127,6 @@ fn a_tar_stream_is_unpacked_on_the_fly_by_every_receiver() {
             assert!(got == *data, "dst{i}/{name} differs");
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -1134,7 +1161,7 @@ fn ctrl_c_on_the_sender_ends_the_transfer_at_every_receiver_without_complete_loo
     });
     let t0 = Instant::now();
     loop {
-        let grown = std::fs::read_dir(&dir).unwrap().flatten().any(|e| {
+        let grown = std::fs::read_dir(&*dir).unwrap().flatten().any(|e| {
             e.file_name().to_string_lossy().starts_with(".out1.bin")
                 && e.metadata().map(|m| m.len() > 1 << 20).unwrap_or(false)
         });
@@ -1168,7 +1195,6 @@ fn ctrl_c_on_the_sender_ends_the_transfer_at_every_receiver_without_complete_loo
         "an interrupted transfer left a complete-looking file"
     );
     no_part_files(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -1310,7 +1336,6 @@ fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_on
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -1426,7 +1451,6 @@ fn a_receiver_refuses_more_than_max_bytes_or_than_announced_and_leaves_no_file()
     );
     // Every receiver has ended: no temporary file of any is left.
     no_part_files(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
@@ -1551,7 +1575,6 @@ fn sender_and_receiver_hold_no_capability_once_their_link_is_open() {
         assert_eq!(o.status.code(), Some(0), "{backend}: receiver");
         assert!(std::fs::read(&out).unwrap() == data, "{backend}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
 }
 
