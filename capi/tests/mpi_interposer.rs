@@ -311,5 +311,24 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     let w = warnings(&out);
     assert_eq!(w.len(), 1, "one warning per job: {out}");
     assert!(w[0].contains("no-such.key"), "{}", w[0]);
+
+    // A job whose rank 0 fails at once is a failure the caller sees: it is not started a
+    // second time (which would hide a rank that fails now and then). Rank 0 leaves a line and
+    // exits 3; the others wait, so that none fails first and rank 0 surely runs.
+    let ran = dir.join("rank-0-ran");
+    let _ = std::fs::remove_file(&ran);
+    let mut failing = job(m, &b, 4, 1, &[iface], true);
+    failing.program = "/bin/sh".into();
+    failing.args = vec![
+        "-c".into(),
+        format!(
+            "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then echo ran >> '{}'; exit 3; fi; sleep 20",
+            ran.display()
+        ),
+    ];
+    let out = bed.run(&failing).expect("job");
+    assert!(!out.success(), "{out}");
+    let lines = std::fs::read_to_string(&ran).expect("rank 0's line");
+    assert_eq!(lines.lines().count(), 1, "started more than once: {out}");
     bed.down().expect("tear down");
 }

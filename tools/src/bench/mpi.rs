@@ -197,6 +197,16 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
                 let k = (round + i) % runs.len();
                 let (run, pool) = (&runs[k], &mut pooled[k]);
                 let out = job(&bed, o, (*m, exe, so), run, iters);
+                if let Ok(JobOutput {
+                    restarted: Some(why),
+                    ..
+                }) = &out
+                {
+                    report.notes.push(format!(
+                        "{m} {}: started a second time after its launcher failed ({why})",
+                        run.label()
+                    ));
+                }
                 match out.and_then(|out| lines(run, &out, o.sizes.len() + 1)) {
                     Ok(lines) => pool.extend(lines),
                     Err(e) => report.notes.push(format!("{m} {}: {e}", run.label())),

@@ -235,6 +235,9 @@ pub struct JobOutput {
     pub stderr: String,
     /// How long it ran.
     pub elapsed: Duration,
+    /// The launcher's own failure that made [`MpiBed::run`] start the job once more (the line
+    /// it printed), if it did.
+    pub restarted: Option<String>,
 }
 
 impl JobOutput {
@@ -254,8 +257,49 @@ impl fmt::Display for JobOutput {
             f,
             " after {:.1?}\n--- stdout\n{}--- stderr\n{}",
             self.elapsed, self.stdout, self.stderr
-        )
+        )?;
+        match &self.restarted {
+            Some(why) => writeln!(f, "--- started a second time after: {why}"),
+            None => Ok(()),
+        }
     }
+}
+
+/// What Open MPI's launcher prints when its daemons fail to wire up on the test-bed, before
+/// any rank runs (every host of the test-bed has the same host name): the only failure a job
+/// is started again for.
+const LAUNCHER_FAILURES: [&str; 4] = [
+    "ORTE does not know how to route a message",
+    "ORTE was unable to reliably start one or more daemons",
+    "ORTE has lost communication with a remote daemon",
+    "An ORTE daemon has unexpectedly failed after launch",
+];
+
+/// Signs that a rank ran and failed (a crash, an exit code, an abort, the interposer's own
+/// error): a job that shows one is never started again, whatever else its launcher printed.
+const RANK_FAILURES: [&str; 6] = [
+    "exited on signal",
+    "returned a non-zero exit code",
+    "exited with non-zero status",
+    "MPI_ABORT was invoked",
+    "BAD TERMINATION",
+    "ethbcast-mpi:",
+];
+
+/// The line of a failed job's output that says its launcher could not start it, if that is all
+/// that went wrong: it failed within seconds, printed one of [`LAUNCHER_FAILURES`] and none
+/// of [`RANK_FAILURES`]. A job killed at its timeout, or one whose ranks failed, is not a
+/// start-up failure: running it again could hide a failure of ours.
+fn launcher_failure(out: &JobOutput) -> Option<String> {
+    let failed_soon =
+        out.status.is_some_and(|s| !s.success()) && out.elapsed < Duration::from_secs(10);
+    let text = || out.stdout.lines().chain(out.stderr.lines());
+    if !failed_soon || text().any(|l| RANK_FAILURES.iter().any(|r| l.contains(r))) {
+        return None;
+    }
+    text()
+        .find(|l| LAUNCHER_FAILURES.iter().any(|f| l.contains(f)))
+        .map(|l| l.trim().to_owned())
 }
 
 const AGENT: &str = r#"#!/bin/sh
@@ -377,17 +421,22 @@ impl MpiBed {
     }
 
     /// Runs `job` to completion (or kills it at its timeout) and collects its output. A job
-    /// whose launcher fails within seconds is started once more: Open MPI's daemons now and then fail to wire up on the test-bed ("ORTE does not
-    /// know how to route a message", every host having the same name).
+    /// whose launcher could not start it is started once more, and says so
+    /// ([`JobOutput::restarted`]): Open MPI's daemons now and then fail to wire up on the
+    /// test-bed ("ORTE does not know how to route a message"). Nothing else is run again: a
+    /// rank that crashed, exited non-zero or printed an interposer error within seconds is a
+    /// failure the caller sees.
     pub fn run(&self, job: &Job) -> Result<JobOutput, MpiError> {
         let first = self.run_once(job)?;
-        let start_up_failure =
-            first.status.is_some_and(|s| !s.success()) && first.elapsed < Duration::from_secs(10);
-        if start_up_failure {
-            tracing::warn!(mpi = %job.mpi, "MPI job failed to start; starting it once more");
-            return self.run_once(job);
+        match launcher_failure(&first) {
+            Some(why) => {
+                tracing::warn!(mpi = %job.mpi, %why, "MPI job failed to start; starting it once more");
+                let mut second = self.run_once(job)?;
+                second.restarted = Some(why);
+                Ok(second)
+            }
+            None => Ok(first),
         }
-        Ok(first)
     }
 
     fn run_once(&self, job: &Job) -> Result<JobOutput, MpiError> {
@@ -436,6 +485,7 @@ impl MpiBed {
             stdout: read(&out_path),
             stderr: read(&err_path),
             elapsed: t0.elapsed(),
+            restarted: None,
         };
         let _ = std::fs::remove_file(&out_path);
         let _ = std::fs::remove_file(&err_path);
@@ -454,5 +504,45 @@ mod tests {
         assert!("lam".parse::<MpiImpl>().is_err());
         assert_eq!(MpiImpl::Mpich.mpicc(), "mpicc.mpich");
         assert_eq!(MpiImpl::OpenMpi.to_string(), "openmpi");
+    }
+
+    /// A job that ended as `code` after `secs` seconds, having printed `stderr`.
+    fn ended(code: i32, secs: u64, stderr: &str) -> JobOutput {
+        use std::os::unix::process::ExitStatusExt;
+        JobOutput {
+            status: Some(ExitStatus::from_raw(code << 8)),
+            stdout: String::new(),
+            stderr: stderr.into(),
+            elapsed: Duration::from_secs(secs),
+            restarted: None,
+        }
+    }
+
+    #[test]
+    fn only_a_launcher_that_could_not_start_the_job_is_a_reason_to_start_it_again() {
+        let route = "[h0:01234] [[5,0],0] ORTE does not know how to route a message to the specified daemon";
+        assert_eq!(
+            launcher_failure(&ended(1, 2, &format!("{route}\n"))).as_deref(),
+            Some(route.trim())
+        );
+        // The same launcher line beside a rank's failure: the rank's failure stands.
+        for rank in [
+            "mpirun noticed that process rank 3 with PID 77 on node h3 exited on signal 11 (Segmentation fault).",
+            "Primary job  terminated normally, but 1 process returned a non-zero exit code.",
+            "mpirun detected that one or more processes exited with non-zero status",
+            "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD",
+            "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES",
+            "ethbcast-mpi: rank 2: join: timed out (no sender)",
+        ] {
+            let out = ended(1, 2, &format!("{rank}\n{route}\n"));
+            assert_eq!(launcher_failure(&out), None, "{rank}");
+        }
+        // A quick failure that names no launcher trouble, a slow one, a success, a timeout.
+        assert_eq!(launcher_failure(&ended(1, 2, "something else\n")), None);
+        assert_eq!(launcher_failure(&ended(1, 30, route)), None);
+        assert_eq!(launcher_failure(&ended(0, 2, route)), None);
+        let mut killed = ended(1, 2, route);
+        killed.status = None;
+        assert_eq!(launcher_failure(&killed), None);
     }
 }
