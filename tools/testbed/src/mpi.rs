@@ -523,7 +523,7 @@ mod tests {
         let route = "[h0:01234] [[5,0],0] ORTE does not know how to route a message to the specified daemon";
         assert_eq!(
             launcher_failure(&ended(1, 2, &format!("{route}\n"))).as_deref(),
-            Some(route.trim())
+            Some(route)
         );
         // The same launcher line beside a rank's failure: the rank's failure stands.
         for rank in [
