@@ -27,7 +27,7 @@ use crate::eqa::Rank;
 use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
 use crate::membership::{Expect, JoinConfig};
-use crate::proto::{Algo, Config, Dest, Stats as EngineStats};
+use crate::proto::{Algo, Config, ConfigError, Dest, Stats as EngineStats};
 
 /// Options of a stream (both sides must agree on the group id, the key and the address).
 #[derive(Debug, Clone)]
@@ -107,6 +107,12 @@ impl StreamOptions {
     /// The destination of the stream's broadcasts.
     pub fn group_mac(&self) -> MacAddr {
         self.group_address.mac(self.group_id)
+    }
+
+    /// Whether an engine can run with these options ([`Config::check`]): checked before a join,
+    /// a bad option fails at once instead of once a peer has come.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        self.config(0, 2).check()
     }
 
     /// The engine configuration of member `rank` of a stream of `size` members (before the
@@ -305,6 +311,23 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_an_engine_cannot_run_with_are_refused_before_any_join() {
+        let ok = StreamOptions {
+            window: 64,
+            nack_gather: 32,
+            ..StreamOptions::default()
+        };
+        assert_eq!(ok.check(), Ok(()));
+        let gather = StreamOptions {
+            nack_gather: 33,
+            ..ok.clone()
+        };
+        assert_eq!(gather.check(), Err(ConfigError::Gather(33, 64)));
+        let zero = StreamOptions { ack_every: 0, ..ok };
+        assert_eq!(zero.check(), Err(ConfigError::Zero));
+    }
 
     #[test]
     fn a_dozing_member_waits_for_the_stream_to_be_quiet_no_shorter_than_it_dozes() {

@@ -281,7 +281,9 @@ impl Config {
         self.frame_buffer.max(self.max_payload())
     }
 
-    fn check(&self) -> Result<(), ConfigError> {
+    /// Whether an engine can run with this configuration ([`Engine::new`] checks it): for a
+    /// caller that wants to refuse bad options before it waits for peers.
+    pub fn check(&self) -> Result<(), ConfigError> {
         if self.size == 0 || self.size == wire::ALL || self.rank >= self.size {
             return Err(ConfigError::Rank {
                 rank: self.rank,
@@ -332,7 +334,7 @@ pub enum ConfigError {
     Zero,
     /// Gathering gaps for longer than half the window: the window would fill before the
     /// receiver asks for its lost frames.
-    #[error("nack_gather of {0} frames exceeds half the window of {1}")]
+    #[error("gathering gaps for {0} frames is more than half the window of {1} frames")]
     Gather(usize, usize),
 }
 

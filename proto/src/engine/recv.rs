@@ -28,11 +28,8 @@ use std::time::{Duration, Instant};
 
 use super::{Config, Dest, Drop, Event, Message, Outgoing, PostError};
 use crate::eqa::{Payloads, Rank, Seq};
-use crate::wire::control::{nack_offsets, NACK_MORE_WORDS};
-use crate::wire::{locate, Control, Flags, Kind, Position, Repr, NACK_BITS};
-
-/// Frames one NACK can name from its base (its bitmap's first word and `more`).
-const NACK_REACH: u64 = NACK_BITS as u64 * (1 + NACK_MORE_WORDS as u64);
+use crate::wire::control::{nack_offsets, NackBitmap, NACK_REACH};
+use crate::wire::{locate, Control, Flags, Kind, Position, Repr};
 
 /// Unanswered peer requests in a row after which a receiver stops asking its peer.
 const PEER_SILENCE_LIMIT: u32 = 16;
@@ -426,7 +423,7 @@ impl Receiver {
         }
         let base = self.near(wire_base);
         let mut served = 0;
-        let mut unheld = Words::default();
+        let mut unheld = NackBitmap::default();
         for off in nack_offsets(missing, more) {
             let held = match base {
                 Some(b) if served < budget => self.held(b + u64::from(off)),
@@ -1206,8 +1203,8 @@ impl Receiver {
             };
             // A frame is asked of the peer once, then of the root. One NACK to each names
             // every frame due within its reach from `base`.
-            let stop = end.min(base + NACK_REACH);
-            let (mut to_peer, mut to_root) = (Words::default(), Words::default());
+            let stop = end.min(base + u64::from(NACK_REACH));
+            let (mut to_peer, mut to_root) = (NackBitmap::default(), NackBitmap::default());
             for s in base..stop {
                 let k = (s - base) as u32;
                 let i = self.idx(s);
@@ -1397,32 +1394,4 @@ pub(crate) fn unheld_reply(
             more,
         },
     )
-}
-
-/// A NACK bitmap being built, frame by frame (offsets from its base, below
-/// `NACK_BITS * (1 + NACK_MORE_WORDS)`).
-#[derive(Debug, Default)]
-struct Words(Vec<u16>);
-
-impl Words {
-    fn set(&mut self, off: u32) {
-        let w = (off / NACK_BITS) as usize;
-        if self.0.len() <= w {
-            self.0.resize(w + 1, 0);
-        }
-        self.0[w] |= 1 << (off % NACK_BITS);
-    }
-
-    /// The bitmap as a NACK carries it (its first word, the rest), if any bit is set.
-    fn take(&mut self) -> Option<(u16, Vec<u16>)> {
-        let mut v = std::mem::take(&mut self.0);
-        while v.last() == Some(&0) {
-            v.pop();
-        }
-        if v.is_empty() {
-            return None;
-        }
-        let first = v.remove(0);
-        Some((first, v))
-    }
 }

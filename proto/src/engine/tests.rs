@@ -798,7 +798,6 @@ fn once_asked_a_peer_keeps_copies_and_repairs_frames_it_delivered_already() {
 /// What receiver `rx` (rank 1 of group 7) sends back when rank 2 asks it, as a fellow, for
 /// frame `seq` of root 0's stream (`ctr`: rank 2's control counter).
 fn ask_as_fellow(rx: &mut Engine, now: Instant, seq: u32, ctr: u32) -> Vec<Vec<u8>> {
-    let mut buf = vec![0u8; 1500];
     let ask = Control::PeerNack {
         root: 0,
         base: seq,
@@ -806,6 +805,13 @@ fn ask_as_fellow(rx: &mut Engine, now: Instant, seq: u32, ctr: u32) -> Vec<Vec<u
         unheld: false,
         more: vec![],
     };
+    fellow_sends(rx, now, &ask, ctr)
+}
+
+/// What receiver `rx` (rank 1 of group 7) sends back when rank 2 sends it `ask` (`ctr`: rank
+/// 2's control counter).
+fn fellow_sends(rx: &mut Engine, now: Instant, ask: &Control, ctr: u32) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 1500];
     let n = ask.emit(7, 2, 1, ctr, &mut buf).unwrap();
     assert_eq!(rx.handle_frame(now, &buf[..n]), Ok(()));
     let mut out = Vec::new();
@@ -2003,7 +2009,6 @@ fn a_fellow_asked_for_frames_across_the_bitmap_answers_what_it_lacks_in_one_repl
     // Member 1 holds frame 0 of root 0's stream only. Asked for frames 0, 1 and 17 (the
     // bitmap's second word), it repairs frame 0 and says in one reply that it lacks 1 and 17.
     let (mut e, now) = member_with_a_stream_of_root_0();
-    let mut buf = vec![0u8; 1500];
     let ask = Control::PeerNack {
         root: 0,
         base: 0,
@@ -2011,12 +2016,7 @@ fn a_fellow_asked_for_frames_across_the_bitmap_answers_what_it_lacks_in_one_repl
         unheld: false,
         more: vec![0b10],
     };
-    let n = ask.emit(7, 2, 1, 1, &mut buf).unwrap();
-    assert_eq!(e.handle_frame(now, &buf[..n]), Ok(()));
-    let mut out = Vec::new();
-    while let Some(t) = e.poll_transmit(now, &mut buf) {
-        out.push(buf[..t.len].to_vec());
-    }
+    let out = fellow_sends(&mut e, now, &ask, 1);
     let frames: Vec<_> = out
         .iter()
         .map(|f| Frame::new_checked(&f[..]).unwrap())

@@ -46,6 +46,41 @@ pub const NACK_BITS: u32 = 16;
 /// `Config::nack_gather`) sends one frame where it sent one per gap.
 pub const NACK_MORE_WORDS: usize = 63;
 
+/// Frames one NACK can name from its base: its first word and [`NACK_MORE_WORDS`] more.
+pub const NACK_REACH: u32 = NACK_BITS * (1 + NACK_MORE_WORDS as u32);
+
+/// A NACK bitmap being built, frame by frame, as offsets from its base (below
+/// [`NACK_REACH`]); [`NackBitmap::take`] gives it as a NACK carries it, which
+/// [`nack_offsets`] reads back.
+#[derive(Debug, Default)]
+pub struct NackBitmap(Vec<u16>);
+
+impl NackBitmap {
+    /// Names the frame `off` frames from the base.
+    pub fn set(&mut self, off: u32) {
+        debug_assert!(off < NACK_REACH, "{off} is beyond a NACK's reach");
+        let w = (off / NACK_BITS) as usize;
+        if self.0.len() <= w {
+            self.0.resize(w + 1, 0);
+        }
+        self.0[w] |= 1 << (off % NACK_BITS);
+    }
+
+    /// The bitmap as a NACK carries it (its first word, and `more` without trailing empty
+    /// words), if it names any frame; the builder is empty again afterwards.
+    pub fn take(&mut self) -> Option<(u16, Vec<u16>)> {
+        let mut v = std::mem::take(&mut self.0);
+        while v.last() == Some(&0) {
+            v.pop();
+        }
+        if v.is_empty() {
+            return None;
+        }
+        let first = v.remove(0);
+        Some((first, v))
+    }
+}
+
 /// The words of a NACK bitmap that name frames: `(offset from base, word)`, the first word
 /// (`missing`) at 0, then `more`'s, 16 frames apart; empty words are skipped.
 fn nack_words(missing: u16, more: &[u16]) -> impl Iterator<Item = (u32, u16)> + '_ {
@@ -327,10 +362,7 @@ impl Control {
                     });
                 }
                 Control::Heartbeat {
-                    table: payload
-                        .chunks_exact(2)
-                        .map(|c| u16::from_be_bytes([c[0], c[1]]))
-                        .collect(),
+                    table: be_words(payload),
                 }
             }
             Kind::Ping => {
@@ -524,10 +556,15 @@ fn more_words(kind: Kind, payload: &[u8]) -> Result<Vec<u16>, ControlError> {
             len: payload.len(),
         });
     }
-    Ok(payload
+    Ok(be_words(payload))
+}
+
+/// A payload of big-endian 16-bit words (of even length: the callers check).
+fn be_words(payload: &[u8]) -> Vec<u16> {
+    payload
         .chunks_exact(2)
         .map(|c| u16::from_be_bytes([c[0], c[1]]))
-        .collect())
+        .collect()
 }
 
 /// The sender's control counter of a control frame.
@@ -764,6 +801,18 @@ mod tests {
         assert_eq!(words, vec![(0, 0b1), (32, 0b100)]);
         let frames: Vec<u32> = nack_offsets(0b1, &[0, 0b100, 0x8000]).collect();
         assert_eq!(frames, vec![0, 34, 63]);
+        // What a builder takes is what the reader gives back; trailing empty words are not sent.
+        let mut b = NackBitmap::default();
+        for off in [3, 34, NACK_REACH - 1] {
+            b.set(off);
+        }
+        let (first, more) = b.take().expect("frames named");
+        assert_eq!(more.len(), NACK_MORE_WORDS);
+        let back: Vec<u32> = nack_offsets(first, &more).collect();
+        assert_eq!(back, vec![3, 34, NACK_REACH - 1]);
+        assert_eq!(b.take(), None);
+        b.set(40);
+        assert_eq!(b.take(), Some((0, vec![0, 0x100])));
         // An odd byte, or a word too many, is no NACK.
         for len in [3, 2 * NACK_MORE_WORDS + 2] {
             let v = Repr::new(Kind::Nack).to_vec(&vec![0xff; len]).unwrap();

@@ -237,35 +237,30 @@ enum Cmd {
 }
 
 fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
-    // Checked here, not by the engine at the join: a receiver would wait for a sender first.
-    let nack_gather = c.nack_gather.unwrap_or(c.window / 4);
-    if nack_gather > c.window / 2 {
-        return Err(Fatal::new(
-            distribute::EXIT_USAGE,
-            format!(
-                "--nack-gather {nack_gather} is more than half the window of {} frames",
-                c.window
-            ),
-        ));
-    }
+    let stream = StreamOptions {
+        group_id: c.group_id,
+        backend: c.backend,
+        wait: c.wait_mode.unwrap_or(default_wait),
+        window: c.window,
+        ack_every: c.ack_every,
+        nack_gather: c.nack_gather.unwrap_or(c.window / 4),
+        peer_repair: !c.no_peer_repair,
+        key: c
+            .key_file
+            .as_deref()
+            .map(|p| distribute::read_key_file(p, c.group_id))
+            .transpose()?,
+        group_address: c.group_address,
+        ..StreamOptions::default()
+    };
+    // Refused here with the engine's own check, not at the join: a receiver would wait for a
+    // sender first.
+    stream
+        .check()
+        .map_err(|e| Fatal::new(distribute::EXIT_USAGE, format!("invalid options: {e}")))?;
     Ok(LinkOpts {
         iface: c.iface.clone(),
-        stream: StreamOptions {
-            group_id: c.group_id,
-            backend: c.backend,
-            wait: c.wait_mode.unwrap_or(default_wait),
-            window: c.window,
-            ack_every: c.ack_every,
-            nack_gather,
-            peer_repair: !c.no_peer_repair,
-            key: c
-                .key_file
-                .as_deref()
-                .map(|p| distribute::read_key_file(p, c.group_id))
-                .transpose()?,
-            group_address: c.group_address,
-            ..StreamOptions::default()
-        },
+        stream,
     })
 }
 
