@@ -14,7 +14,7 @@
 //! blaster on the same backend as the ethbcast row it is the limit of. Every row also gives
 //! the CPU seconds its sender and all its receivers used per GiB given to each receiver
 //! ([`super::cpu`]: `RUSAGE_CHILDREN` around the tool's processes, `RUSAGE_THREAD` in the
-//! blaster's threads); without a rate limit (`--rate none`) that is what the transfer costs,
+//! blaster's threads, from before each opens its link to after it closes it); without a rate limit (`--rate none`) that is what the transfer costs,
 //! since nothing but the CPU limits it. Under the table, per loss rate and backend, ethbcast's
 //! CPU per GiB over the blaster's: the median of the rounds' ratios, each ethbcast run against
 //! the blaster run right after it ([`cpu_ratios`]). On a shared machine the phase drifts
@@ -326,9 +326,30 @@ fn run_udpcast(
     ))
 }
 
-/// The blaster's receive queues: at least as deep as those `ethbcast recv` asks for (its
-/// window), so that the limit is never measured lower than the protocol's footing.
-const RX_FRAMES: usize = 4096;
+/// The blaster's receive queues: as deep as those `ethbcast recv` asks for (its default
+/// window), so that the limit is measured on the protocol's footing, no lower; and, since the
+/// blaster's CPU includes opening and closing its links as ethbcast's processes do, no
+/// higher either.
+const RX_FRAMES: usize = crate::distribute::DEFAULT_WINDOW;
+
+/// Runs `work` on a link opened as `open` says and closed afterwards; returns what `work`
+/// returned, the CPU seconds this thread used for all of it, and those of them that opening
+/// and closing the link took. Why the link's life is counted: every ethbcast process pays for
+/// its rings (allocated and cleared by the kernel at open, freed at close) in the CPU the
+/// bench charges it, and a floor that never opened a link is not one a program can reach.
+fn with_link<L: ethbcast::link::Link, T>(
+    open: impl FnOnce() -> Result<L, ethbcast::link::LinkError>,
+    work: impl FnOnce(&mut L) -> Result<T, String>,
+) -> Result<(T, f64, f64), String> {
+    let c0 = cpu::thread_seconds();
+    let mut l = open().map_err(|e| e.to_string())?;
+    let c1 = cpu::thread_seconds();
+    let r = work(&mut l)?;
+    let c2 = cpu::thread_seconds();
+    drop(l);
+    let c3 = cpu::thread_seconds();
+    Ok((r, c3 - c0, (c1 - c0) + (c3 - c2)))
+}
 
 fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, String> {
     use ethbcast::link::{self, measure, WaitMode, BROADCAST_MAC};
@@ -337,15 +358,17 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
     for h in &tb.hosts()[1..=n] {
         let stop = stop.clone();
         sinks.push(
-            netns::spawn_in(&h.netns, move || -> Result<(u64, f64), String> {
+            netns::spawn_in(&h.netns, move || -> Result<(u64, f64, f64), String> {
                 // The receivers wait as `ethbcast recv`'s do (doze): sinks that spin took the
                 // CPU from the blaster's sender on the 2-core test-bed (2.2 s of 3 s unshaped).
-                let mut l = link::open_sized(backend, "eth0", WaitMode::Doze, RX_FRAMES)
-                    .map_err(|e| e.to_string())?;
-                let c0 = cpu::thread_seconds();
-                let got = measure::sink(l.as_mut(), &stop, Duration::from_millis(200))
-                    .map_err(|e| e.to_string())?;
-                Ok((got, cpu::thread_seconds() - c0))
+                let (got, cpu_s, link_s) = with_link(
+                    || link::open_sized(backend, "eth0", WaitMode::Doze, RX_FRAMES),
+                    |l| {
+                        measure::sink(l.as_mut(), &stop, Duration::from_millis(200))
+                            .map_err(|e| e.to_string())
+                    },
+                )?;
+                Ok((got, cpu_s, link_s))
             })
             .map_err(|e| e.to_string())?,
         );
@@ -353,33 +376,37 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
     std::thread::sleep(Duration::from_millis(200));
     let pdu = 1500usize;
     let k_start = cpu::ksoftirqd_seconds();
-    let (sent, elapsed, sender_s) = netns::run_in(&tb.hosts()[0].netns, move || {
-        // The wait mode `ethbcast send` uses by default: blocking on a full TX ring sleeps
-        // past the moment slots free up and understates the medium.
-        let mut l = link::open_sized(backend, "eth0", WaitMode::Adaptive, RX_FRAMES)
-            .map_err(|e| e.to_string())?;
-        let c0 = cpu::thread_seconds();
-        let (sent, elapsed) =
-            measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 64)
-                .map_err(|e| e.to_string())?;
-        Ok::<_, String>((sent, elapsed, cpu::thread_seconds() - c0))
-    })
-    .map_err(|e| e.to_string())??;
+    let ((sent, elapsed), sender_s, sender_link_s) =
+        netns::run_in(&tb.hosts()[0].netns, move || {
+            // The wait mode `ethbcast send` uses by default: blocking on a full TX ring sleeps
+            // past the moment slots free up and understates the medium.
+            with_link(
+                || link::open_sized(backend, "eth0", WaitMode::Adaptive, RX_FRAMES),
+                |l| {
+                    measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 64)
+                        .map_err(|e| e.to_string())
+                },
+            )
+        })
+        .map_err(|e| e.to_string())??;
     stop.store(true, Ordering::Release);
     let mut min = u64::MAX;
     let mut receivers_s = 0.0;
+    let mut link_s = sender_link_s;
     for s in sinks {
-        let (got, c) = s.join().map_err(|_| "sink panicked")??;
+        let (got, c, l) = s.join().map_err(|_| "sink panicked")??;
         min = min.min(got);
         receivers_s += c;
+        link_s += l;
     }
     let secs = elapsed.as_secs_f64();
     Ok((
         min as f64 * pdu as f64 * 8.0 / secs / 1e6,
         secs,
         format!(
-            "slowest receiver got {:.1}% of {sent} frames",
-            100.0 * min as f64 / sent.max(1) as f64
+            "slowest receiver got {:.1}% of {sent} frames; opening and closing the links took {:.3} s of the CPU",
+            100.0 * min as f64 / sent.max(1) as f64,
+            link_s
         ),
         // Per GiB the slowest receiver got: what every receiver was given in full.
         CpuCost::new(sender_s, receivers_s, min * pdu as u64)
@@ -593,6 +620,40 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Spins until this thread has used `s` more CPU seconds.
+    fn burn(s: f64) {
+        let until = cpu::thread_seconds() + s;
+        while cpu::thread_seconds() < until {
+            std::hint::black_box(0u64);
+        }
+    }
+
+    #[test]
+    fn the_floor_is_charged_for_opening_its_link_as_ethbcast_is() {
+        use ethbcast::link::sim::{SimConfig, SimNet};
+        let net = SimNet::new(SimConfig::default()).expect("a switch");
+        let port = net.port(0).expect("port 0");
+        let (got, cpu_s, link_s) = with_link(
+            || {
+                burn(0.03);
+                Ok(port)
+            },
+            |l| Ok(ethbcast::link::Link::max_pdu(l)),
+        )
+        .expect("opened");
+        assert_eq!(got, 1500, "what the work returned: the port's MTU");
+        assert!(link_s >= 0.03, "the open's CPU is counted: {link_s}");
+        assert!(
+            cpu_s >= link_s,
+            "and is part of the total: {cpu_s} < {link_s}"
+        );
+        let failed = with_link::<ethbcast::link::sim::SimPort, _>(
+            || Err(ethbcast::link::LinkError::NoSuchInterface("eth9".into())),
+            |_| Ok(()),
+        );
+        assert!(failed.unwrap_err().contains("eth9"));
+    }
 
     fn row(tool: &str, loss_pct: f64, goodput: f64, cpu_runs: &[f64]) -> Row {
         Row {
