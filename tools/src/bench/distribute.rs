@@ -14,8 +14,8 @@
 //! blaster on the same backend as the ethbcast row it is the limit of. Every row also gives
 //! the CPU seconds its sender and all its receivers used per GiB given to each receiver
 //! ([`super::cpu`]: `RUSAGE_CHILDREN` around the tool's processes, `RUSAGE_THREAD` in the
-//! blaster's threads, from before each opens its link to after it closes it); without a rate limit (`--rate none`) that is what the transfer costs,
-//! since nothing but the CPU limits it. Under the table, per loss rate and backend, ethbcast's
+//! blaster's threads, from before each opens its link to after it closes it); without a rate
+//! limit (`--rate none`) that is what the transfer costs, since nothing but the CPU limits it. Under the table, per loss rate and backend, ethbcast's
 //! CPU per GiB over the blaster's: the median of the rounds' ratios, each ethbcast run against
 //! the blaster run right after it ([`cpu_ratios`]). On a shared machine the phase drifts
 //! between rounds, so a ratio of medians (the table's columns) mixes rounds; a round's own
@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::link::Backend;
+use ethbcast::link::{Backend, Link, LinkError};
 use serde::Serialize;
 
 use super::cli::{parse_limit, print, Limit};
@@ -337,8 +337,8 @@ const RX_FRAMES: usize = crate::distribute::DEFAULT_WINDOW;
 /// and closing the link took. Why the link's life is counted: every ethbcast process pays for
 /// its rings (allocated and cleared by the kernel at open, freed at close) in the CPU the
 /// bench charges it, and a floor that never opened a link is not one a program can reach.
-fn with_link<L: ethbcast::link::Link, T>(
-    open: impl FnOnce() -> Result<L, ethbcast::link::LinkError>,
+fn with_link<L: Link, T>(
+    open: impl FnOnce() -> Result<L, LinkError>,
     work: impl FnOnce(&mut L) -> Result<T, String>,
 ) -> Result<(T, f64, f64), String> {
     let c0 = cpu::thread_seconds();
@@ -361,14 +361,13 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
             netns::spawn_in(&h.netns, move || -> Result<(u64, f64, f64), String> {
                 // The receivers wait as `ethbcast recv`'s do (doze): sinks that spin took the
                 // CPU from the blaster's sender on the 2-core test-bed (2.2 s of 3 s unshaped).
-                let (got, cpu_s, link_s) = with_link(
+                with_link(
                     || link::open_sized(backend, "eth0", WaitMode::Doze, RX_FRAMES),
                     |l| {
                         measure::sink(l.as_mut(), &stop, Duration::from_millis(200))
                             .map_err(|e| e.to_string())
                     },
-                )?;
-                Ok((got, cpu_s, link_s))
+                )
             })
             .map_err(|e| e.to_string())?,
         );
@@ -639,7 +638,7 @@ mod tests {
                 burn(0.03);
                 Ok(port)
             },
-            |l| Ok(ethbcast::link::Link::max_pdu(l)),
+            |l| Ok(Link::max_pdu(l)),
         )
         .expect("opened");
         assert_eq!(got, 1500, "what the work returned: the port's MTU");
@@ -649,7 +648,7 @@ mod tests {
             "and is part of the total: {cpu_s} < {link_s}"
         );
         let failed = with_link::<ethbcast::link::sim::SimPort, _>(
-            || Err(ethbcast::link::LinkError::NoSuchInterface("eth9".into())),
+            || Err(LinkError::NoSuchInterface("eth9".into())),
             |_| Ok(()),
         );
         assert!(failed.unwrap_err().contains("eth9"));
