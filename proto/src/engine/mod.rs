@@ -169,6 +169,16 @@ pub struct Config {
     /// turns it on from [`ACK_TREE_FROM`] members, off below (the paper's model: every repair
     /// comes from the root).
     pub peer_repair: bool,
+    /// With peer repair: while fellows ask this member for frames, each message it completes
+    /// is held back until 256 more frames of its stream have come (or 5 ms have passed, when
+    /// the stream pauses) before it is delivered, and a fellow's request for a frame of it is
+    /// served from the message's own buffer. Without it, the last 256 frames of every message
+    /// are copied into their window slots instead, to outlive the delivery: on a lossy
+    /// segment, a third of a bulk stream copied twice (a megabyte message is about 720
+    /// frames). The price is a later delivery, which a bulk stream does not notice and a
+    /// latency-bound group would: `ethbcast send`/`recv` turn it on, [`Config::new`] leaves it
+    /// off.
+    pub peer_hold: bool,
     /// Fan-out of the acknowledgement tree (`proto/tree.rs`): receivers acknowledge to a parent
     /// that reports for its whole subtree, so the root receives about `ack_tree / ack_every`
     /// acknowledgements per data frame whatever the group's size. 0: every receiver
@@ -240,6 +250,7 @@ impl Config {
             end_to_end: false,
             prefetch: None,
             peer_repair: size >= ACK_TREE_FROM,
+            peer_hold: false,
             ack_tree: if size >= ACK_TREE_FROM {
                 ACK_TREE_FANOUT
             } else {
@@ -1222,6 +1233,12 @@ impl Engine {
             return false;
         }
         *l = false;
+        // Its messages that were complete (held back for fellows' requests) are still
+        // delivered.
+        if let Some(rx) = self.rx[usize::from(rank)].as_deref_mut() {
+            rx.release_all();
+        }
+        self.collect_rx(rank);
         if let Some(t) = self.rx[usize::from(rank)].take().and_then(|rx| rx.armed) {
             self.rx_timers.remove(&(t, rank));
         }

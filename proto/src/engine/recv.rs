@@ -48,7 +48,25 @@ const COPY_SPAN: u64 = 4;
 /// Why: a copy of every frame was a second copy of the whole stream on every receiver once
 /// the segment lost frames (a megabyte message is about 720 frames: now its last 256 only).
 /// A window no wider than this keeps every frame it can be asked for, as before.
+/// With `Config::peer_hold` nothing is copied: the message itself is held back this many
+/// frames after its end (see [`Held`]), which serves every frame of it, not its tail only.
 pub(super) const COPY_TAIL: usize = 256;
+
+/// With `Config::peer_hold`: how long a completed message is held for fellows' requests when
+/// its stream pauses before [`COPY_TAIL`] more frames came (the end of a transfer). A fellow
+/// asks within its gathering wait and a few of its turns of a millisecond.
+pub(super) const PEER_HOLD_WAIT: Duration = Duration::from_millis(5);
+
+/// A message complete but held back for fellows' requests (see `Config::peer_hold`): its
+/// event, delivered once the stream reached `until` or at `deadline`.
+#[derive(Debug)]
+struct Held {
+    event: Event,
+    until: Seq,
+    /// Set at the first scheduling after it was held (completing a message does not know the
+    /// time).
+    deadline: Option<Instant>,
+}
 
 /// This stream's place in the acknowledgement tree of its root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +194,9 @@ pub struct Receiver {
     /// Bytes held by the buffers of `ahead` (bounded by the window's worth of frames).
     ahead_bytes: usize,
     done: VecDeque<InMsg>,
+    /// Complete messages held back for fellows' requests, in order (`Config::peer_hold`).
+    holding: VecDeque<Held>,
+    peer_hold: bool,
     pushed: Vec<u8>,
     pushed_cap: usize,
     posts: VecDeque<Post>,
@@ -260,6 +281,8 @@ impl Receiver {
             ahead: VecDeque::new(),
             ahead_bytes: 0,
             done: VecDeque::new(),
+            holding: VecDeque::new(),
+            peer_hold: cfg.peer_hold,
             pushed: Vec::with_capacity(cfg.pushed_buffer),
             pushed_cap: cfg.pushed_buffer,
             posts: VecDeque::with_capacity(cfg.recv_queue),
@@ -315,6 +338,14 @@ impl Receiver {
         self.slots.len() * (std::mem::size_of::<WSlot>() + self.slot_payload())
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
+            + self
+                .holding
+                .iter()
+                .map(|h| match &h.event {
+                    Event::Delivered(m) => m.data.capacity(),
+                    _ => 0,
+                })
+                .sum::<usize>()
             + self.tree.as_ref().map_or(0, |t| {
                 std::mem::size_of::<TreeLink>()
                     + t.children.capacity() * std::mem::size_of::<(Rank, Seq, Rank)>()
@@ -358,9 +389,13 @@ impl Receiver {
     fn keeps_copy(&self, s: Seq, repr: &Repr, len: usize) -> bool {
         // Bytes of its message after this frame.
         let after = || (repr.msg_len as usize).saturating_sub(repr.offset as usize + len);
-        self.asked
-            && (self.copies_until.wrapping_sub(s as u32) as i32) > 0
-            && after() < COPY_TAIL * self.slot_payload()
+        !self.peer_hold && self.copying(s) && after() < COPY_TAIL * self.slot_payload()
+    }
+
+    /// Whether frame `s` comes while fellows ask this member for frames (see
+    /// `copies_until`).
+    fn copying(&self, s: Seq) -> bool {
+        self.asked && (self.copies_until.wrapping_sub(s as u32) as i32) > 0
     }
 
     /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
@@ -390,17 +425,23 @@ impl Receiver {
         if slot.state.contains(SlotState::COPY) {
             return Some((r, self.kept(self.idx(s), len)));
         }
-        // Consumed (`s < expected`) or placed: in its message's buffer.
-        let m = self
+        // Consumed (`s < expected`) or placed: in its message's buffer, or in the message,
+        // complete, while it is held back for fellows' requests.
+        let same = |id: u64, l: usize| id as u32 == r.msg_id && l == r.msg_len as usize;
+        let data = match self
             .cur
             .iter()
             .chain(self.ahead.iter())
-            .find(|m| m.id as u32 == r.msg_id && m.len == r.msg_len as usize)?;
-        if s < self.expected && off + len > m.filled {
-            return None;
-        }
-        let p = m.data.as_ref()?.get(off..off + len)?;
-        Some((r, p))
+            .find(|m| same(m.id, m.len))
+        {
+            Some(m) if s < self.expected && off + len > m.filled => return None,
+            Some(m) => m.data.as_ref()?,
+            None => self.holding.iter().find_map(|h| match &h.event {
+                Event::Delivered(m) if same(m.msg_id, m.data.len()) => Some(&m.data),
+                _ => None,
+            })?,
+        };
+        Some((r, data.get(off..off + len)?))
     }
 
     /// A peer (`asker`) lost the frames of `missing` and `more` (bit `k` of word `w`:
@@ -971,21 +1012,52 @@ impl Receiver {
             self.posts.pop_front()
         };
         let max = post.map_or(usize::MAX, |p| p.max_len);
-        if m.len > max || m.truncated.is_some() {
-            self.events.push_back(Event::Truncated {
+        let event = if m.len > max || m.truncated.is_some() {
+            Event::Truncated {
                 root: self.root,
                 msg_id: m.id,
                 len: m.len,
                 max,
-            });
+            }
         } else {
-            self.events.push_back(Event::Delivered(Message {
+            Event::Delivered(Message {
                 root: self.root,
                 msg_id: m.id,
                 data: m.data.unwrap_or_default(),
-            }));
-        }
+            })
+        };
         self.next_msg = m.id + 1;
+        // Its last frame is the one being consumed, `expected`. Held while fellows ask, and
+        // behind any message held before it, whatever it is: delivery stays in order.
+        if self.peer_hold && (self.copying(self.expected) || !self.holding.is_empty()) {
+            self.holding.push_back(Held {
+                event,
+                until: self.expected + 1 + COPY_TAIL as u64,
+                deadline: None,
+            });
+        } else {
+            self.events.push_back(event);
+        }
+    }
+
+    /// Delivers the held messages whose time came (see `Config::peer_hold`), in order.
+    fn release_held(&mut self, now: Instant) {
+        for h in self.holding.iter_mut().filter(|h| h.deadline.is_none()) {
+            h.deadline = Some(now + PEER_HOLD_WAIT);
+        }
+        while let Some(h) = self.holding.front() {
+            if self.expected < h.until && h.deadline.is_some_and(|d| d > now) {
+                break;
+            }
+            let h = self.holding.pop_front().expect("not empty");
+            self.events.push_back(h.event);
+        }
+    }
+
+    /// Delivers every held message now: the stream is going away (its root was evicted),
+    /// and what was complete is still delivered.
+    pub(crate) fn release_all(&mut self) {
+        self.events.extend(self.holding.drain(..).map(|h| h.event));
     }
 
     fn maybe_pull(&mut self) {
@@ -1007,6 +1079,7 @@ impl Receiver {
     }
 
     fn schedule(&mut self, now: Instant) {
+        self.release_held(now);
         if let Some(sent) = self.tree.as_ref().map(|t| t.sent).filter(|_| !self.ack_now) {
             self.schedule_report(now, sent);
         } else if self.ack_now || self.unacked >= self.ack_every {
@@ -1277,6 +1350,7 @@ impl Receiver {
     }
 
     pub(crate) fn on_timeout(&mut self, now: Instant) {
+        self.release_held(now);
         if self.ack_at.is_some_and(|t| t <= now) {
             match self.quiet_from.map(|q| q + self.ack_delay) {
                 // The stream moved since the timer was armed: not quiet yet.
@@ -1331,7 +1405,8 @@ impl Receiver {
 
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
         let refresh = self.tree.as_ref().and_then(|t| t.refresh_at);
-        [self.ack_at, self.nack_at, refresh]
+        let held = self.holding.front().and_then(|h| h.deadline);
+        [self.ack_at, self.nack_at, refresh, held]
             .into_iter()
             .flatten()
             .min()

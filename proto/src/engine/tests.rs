@@ -1,7 +1,7 @@
 //! Protocol specifications, run on a tiny in-test network: engines, a frame queue, a virtual
 //! clock and a drop rule. Losing a frame is one closure.
 
-use super::recv::COPY_TAIL;
+use super::recv::{COPY_TAIL, PEER_HOLD_WAIT};
 use super::*;
 use crate::wire::{Flags, Frame, Kind};
 
@@ -892,6 +892,86 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
         1 + k as u32
     ));
     assert_eq!(rx.stats().peer_repairs, 2);
+}
+
+/// What `rx` delivered so far: (message id, bytes) of each `Delivered`, in order.
+fn delivered_now(rx: &mut Engine) -> Vec<(u64, Vec<u8>)> {
+    let mut got = Vec::new();
+    while let Some(ev) = rx.poll_event() {
+        if let Event::Delivered(m) = ev {
+            got.push((m.msg_id, m.data));
+        }
+    }
+    got
+}
+
+#[test]
+fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
+    let cfg = |rank| {
+        let mut c = Config::new(7, rank, 3);
+        c.window = 4 * COPY_TAIL;
+        c.peer_repair = true;
+        c.peer_hold = true;
+        c
+    };
+    let (mut root, mut rx) = (Engine::new(cfg(0)).unwrap(), Engine::new(cfg(1)).unwrap());
+    let now = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    let mut send = |root: &mut Engine, rx: &mut Engine, m: &[u8]| {
+        root.bcast(now, m.to_vec(), Algo::Simple).unwrap();
+        while let Some(t) = root.poll_transmit(now, &mut buf) {
+            assert_eq!(rx.handle_frame(now, &buf[..t.len]), Ok(()));
+        }
+    };
+    let repairs = |out: &[Vec<u8>]| -> Vec<Vec<u8>> {
+        out.iter()
+            .filter_map(|f| Frame::new_checked(&f[..]).ok())
+            .filter(|f| f.kind() == Kind::Repair)
+            .map(|f| f.payload().to_vec())
+            .collect()
+    };
+    // Before any fellow asked: delivered at once.
+    send(&mut root, &mut rx, &[1; 8]);
+    assert_eq!(delivered_now(&mut rx), vec![(0, vec![1; 8])]);
+    assert!(repairs(&ask_as_fellow(&mut rx, now, 0, 1)).is_empty());
+    // A fellow asked: the next message (frames 1..=frames) is complete but held back.
+    let per = root.config().max_payload();
+    let frames = COPY_TAIL + 40;
+    let m1 = message(frames * per, 9);
+    send(&mut root, &mut rx, &m1);
+    assert!(delivered_now(&mut rx).is_empty(), "held for fellows");
+    // Any frame of it is served from the message itself: the first (which a copy of the
+    // tail would not have kept), the last.
+    for (k, ctr) in [(0, 2), (frames - 1, 3)] {
+        let out = ask_as_fellow(&mut rx, now, 1 + k as u32, ctr);
+        assert_eq!(
+            repairs(&out),
+            vec![m1[k * per..(k + 1) * per].to_vec()],
+            "frame {k}"
+        );
+    }
+    // A message completed meanwhile waits behind it: delivery stays in order.
+    send(&mut root, &mut rx, &[2; 8]);
+    assert!(delivered_now(&mut rx).is_empty());
+    assert_eq!(rx.poll_timeout(), Some(now + PEER_HOLD_WAIT));
+    rx.handle_timeout(now + PEER_HOLD_WAIT);
+    assert_eq!(delivered_now(&mut rx), vec![(1, m1), (2, vec![2; 8])]);
+    // Delivered, the message is gone: no copy of its tail stayed in the window.
+    let out = ask_as_fellow(&mut rx, now, frames as u32, 4);
+    assert!(
+        repairs(&out).is_empty(),
+        "the last frame of message 1 was not copied"
+    );
+    // COPY_TAIL frames after its end release a held message without the timer.
+    let m3 = message(2 * per, 3);
+    send(&mut root, &mut rx, &m3);
+    assert!(delivered_now(&mut rx).is_empty());
+    let m4 = message((COPY_TAIL + 1) * per, 4);
+    send(&mut root, &mut rx, &m4);
+    assert_eq!(delivered_now(&mut rx), vec![(3, m3)]);
+    // The root evicted, its complete message is still delivered.
+    assert!(rx.evict(now, 0));
+    assert_eq!(delivered_now(&mut rx), vec![(4, m4)]);
 }
 
 #[test]
