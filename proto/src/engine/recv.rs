@@ -52,9 +52,9 @@ const COPY_SPAN: u64 = 4;
 /// frames after its end (see [`Held`]), which serves every frame of it, not its tail only.
 pub(super) const COPY_TAIL: usize = 256;
 
-/// With `Config::peer_hold`: how long a completed message is held for fellows' requests when
-/// its stream pauses before [`COPY_TAIL`] more frames came (the end of a transfer). A fellow
-/// asks within its gathering wait and a few of its turns of a millisecond.
+/// With `Config::peer_hold`: how long a completed message is still held for fellows'
+/// requests once its stream stopped moving (the end of a transfer, a pause of the root's
+/// input). A fellow asks within its gathering wait and a few of its turns of a millisecond.
 pub(super) const PEER_HOLD_WAIT: Duration = Duration::from_millis(5);
 
 /// A message complete but held back for fellows' requests (see `Config::peer_hold`): its
@@ -63,8 +63,9 @@ pub(super) const PEER_HOLD_WAIT: Duration = Duration::from_millis(5);
 struct Held {
     event: Event,
     until: Seq,
-    /// Set at the first scheduling after it was held (completing a message does not know the
-    /// time).
+    /// When its timer fires: [`PEER_HOLD_WAIT`] after it was held (completing a message does
+    /// not know the time: set at the next scheduling), pushed back when it fires if the
+    /// stream moved meanwhile (lazily, so that the engine's timers are not touched per frame).
     deadline: Option<Instant>,
 }
 
@@ -196,6 +197,9 @@ pub struct Receiver {
     done: VecDeque<InMsg>,
     /// Complete messages held back for fellows' requests, in order (`Config::peer_hold`).
     holding: VecDeque<Held>,
+    /// `expected`, and when it last moved, as the held messages' release last saw them.
+    hold_seen: Seq,
+    hold_moved: Option<Instant>,
     peer_hold: bool,
     pushed: Vec<u8>,
     pushed_cap: usize,
@@ -282,6 +286,8 @@ impl Receiver {
             ahead_bytes: 0,
             done: VecDeque::new(),
             holding: VecDeque::new(),
+            hold_seen: 0,
+            hold_moved: None,
             peer_hold: cfg.peer_hold,
             pushed: Vec::with_capacity(cfg.pushed_buffer),
             pushed_cap: cfg.pushed_buffer,
@@ -1028,11 +1034,13 @@ impl Receiver {
         };
         self.next_msg = m.id + 1;
         // Its last frame is the one being consumed, `expected`. Held while fellows ask, and
-        // behind any message held before it, whatever it is: delivery stays in order.
+        // behind any message held before it, whatever it is: delivery stays in order. For a
+        // window's worth of frames: any request a slot copy could serve (until the slot was
+        // reused) finds the message, at no more memory than those copies took.
         if self.peer_hold && (self.copying(self.expected) || !self.holding.is_empty()) {
             self.holding.push_back(Held {
                 event,
-                until: self.expected + 1 + COPY_TAIL as u64,
+                until: self.expected + 1 + self.window(),
                 deadline: None,
             });
         } else {
@@ -1046,12 +1054,25 @@ impl Receiver {
             // Every frame comes here: a stream without loss holds nothing.
             return;
         }
+        if self.expected != self.hold_seen {
+            self.hold_seen = self.expected;
+            self.hold_moved = Some(now);
+        }
         for h in self.holding.iter_mut().filter(|h| h.deadline.is_none()) {
             h.deadline = Some(now + PEER_HOLD_WAIT);
         }
-        while let Some(h) = self.holding.front() {
-            if self.expected < h.until && h.deadline.is_some_and(|d| d > now) {
-                break;
+        // The wait runs from the stream's last move: a slow stream (a busy host) holds by
+        // frames, not by time.
+        let quiet_until = self.hold_moved.map(|t| t + PEER_HOLD_WAIT);
+        while let Some(h) = self.holding.front_mut() {
+            if self.expected < h.until {
+                if h.deadline.is_some_and(|d| d > now) {
+                    break;
+                }
+                if let Some(q) = quiet_until.filter(|&q| q > now) {
+                    h.deadline = Some(q);
+                    break;
+                }
             }
             let h = self.holding.pop_front().expect("not empty");
             self.events.push_back(h.event);

@@ -821,18 +821,34 @@ fn fellow_sends(rx: &mut Engine, now: Instant, ask: &Control, ctr: u32) -> Vec<V
     out
 }
 
+/// Root 0 and receiver 1 of group 7 (3 members, peer repair, a window of four copied
+/// tails); `hold`: `Config::peer_hold`.
+fn fellow_pair(hold: bool) -> (Engine, Engine) {
+    let cfg = |rank| {
+        let mut c = Config::new(7, rank, 3);
+        c.window = 4 * COPY_TAIL;
+        c.peer_repair = true;
+        c.peer_hold = hold;
+        c
+    };
+    (Engine::new(cfg(0)).unwrap(), Engine::new(cfg(1)).unwrap())
+}
+
+/// The payloads of the repairs among `out`.
+fn repair_payloads(out: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    out.iter()
+        .filter_map(|f| Frame::new_checked(&f[..]).ok())
+        .filter(|f| f.kind() == Kind::Repair)
+        .map(|f| f.payload().to_vec())
+        .collect()
+}
+
 #[test]
 fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() {
     // A window wider than the copied tail: a frame far from its message's end was in the
     // message's buffer while the fellow's request could come; only the tail outlives the
     // delivery in slot copies (one copy of the stream, not two, on a lossy segment).
-    let cfg = |rank| {
-        let mut c = Config::new(7, rank, 3);
-        c.window = 4 * COPY_TAIL;
-        c.peer_repair = true;
-        c
-    };
-    let (mut root, mut rx) = (Engine::new(cfg(0)).unwrap(), Engine::new(cfg(1)).unwrap());
+    let (mut root, mut rx) = fellow_pair(false);
     let now = Instant::now();
     let mut buf = vec![0u8; 1500];
     let mut send_all = |root: &mut Engine, rx: &mut Engine, m: Vec<u8>| {
@@ -858,13 +874,7 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
                 })
         })
     };
-    let repairs = |out: &[Vec<u8>]| -> Vec<Vec<u8>> {
-        out.iter()
-            .filter_map(|f| Frame::new_checked(&f[..]).ok())
-            .filter(|f| f.kind() == Kind::Repair)
-            .map(|f| f.payload().to_vec())
-            .collect()
-    };
+    let repairs = repair_payloads;
     let out = ask_as_fellow(&mut rx, now, 0, 1);
     assert!(unheld(&out, 0), "nothing kept before anybody asked");
     // Message 1: frames 1..=frames, delivered whole.
@@ -907,38 +917,39 @@ fn delivered_now(rx: &mut Engine) -> Vec<(u64, Vec<u8>)> {
 
 #[test]
 fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
-    let cfg = |rank| {
-        let mut c = Config::new(7, rank, 3);
-        c.window = 4 * COPY_TAIL;
-        c.peer_repair = true;
-        c.peer_hold = true;
-        c
-    };
-    let (mut root, mut rx) = (Engine::new(cfg(0)).unwrap(), Engine::new(cfg(1)).unwrap());
+    let (mut root, mut rx) = fellow_pair(true);
     let now = Instant::now();
+    // Rank 2 only asks (as a fellow): the root does not wait for its acknowledgements.
+    assert!(root.evict(now, 2));
     let mut buf = vec![0u8; 1500];
-    let mut send = |root: &mut Engine, rx: &mut Engine, m: &[u8]| {
-        root.bcast(now, m.to_vec(), Algo::Simple).unwrap();
-        while let Some(t) = root.poll_transmit(now, &mut buf) {
-            assert_eq!(rx.handle_frame(now, &buf[..t.len]), Ok(()));
+    // Root 0 broadcasts `m` at `at`; rank 1's acknowledgements go back to it.
+    let mut send = |root: &mut Engine, rx: &mut Engine, at: Instant, m: &[u8]| {
+        root.bcast(at, m.to_vec(), Algo::Simple).unwrap();
+        loop {
+            let mut moved = false;
+            while let Some(t) = root.poll_transmit(at, &mut buf) {
+                moved = true;
+                assert_eq!(rx.handle_frame(at, &buf[..t.len]), Ok(()));
+            }
+            while let Some(t) = rx.poll_transmit(at, &mut buf) {
+                moved = true;
+                let _ = root.handle_frame(at, &buf[..t.len]);
+            }
+            if !moved {
+                break;
+            }
         }
     };
-    let repairs = |out: &[Vec<u8>]| -> Vec<Vec<u8>> {
-        out.iter()
-            .filter_map(|f| Frame::new_checked(&f[..]).ok())
-            .filter(|f| f.kind() == Kind::Repair)
-            .map(|f| f.payload().to_vec())
-            .collect()
-    };
+    let repairs = repair_payloads;
     // Before any fellow asked: delivered at once.
-    send(&mut root, &mut rx, &[1; 8]);
+    send(&mut root, &mut rx, now, &[1; 8]);
     assert_eq!(delivered_now(&mut rx), vec![(0, vec![1; 8])]);
     assert!(repairs(&ask_as_fellow(&mut rx, now, 0, 1)).is_empty());
     // A fellow asked: the next message (frames 1..=frames) is complete but held back.
     let per = root.config().max_payload();
     let frames = COPY_TAIL + 40;
     let m1 = message(frames * per, 9);
-    send(&mut root, &mut rx, &m1);
+    send(&mut root, &mut rx, now, &m1);
     assert!(delivered_now(&mut rx).is_empty(), "held for fellows");
     // Any frame of it is served from the message itself: the first (which a copy of the
     // tail would not have kept), the last.
@@ -951,7 +962,7 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
         );
     }
     // A message completed meanwhile waits behind it: delivery stays in order.
-    send(&mut root, &mut rx, &[2; 8]);
+    send(&mut root, &mut rx, now, &[2; 8]);
     assert!(delivered_now(&mut rx).is_empty());
     assert_eq!(rx.poll_timeout(), Some(now + PEER_HOLD_WAIT));
     rx.handle_timeout(now + PEER_HOLD_WAIT);
@@ -962,16 +973,29 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
         repairs(&out).is_empty(),
         "the last frame of message 1 was not copied"
     );
-    // COPY_TAIL frames after its end release a held message without the timer.
-    let m3 = message(2 * per, 3);
-    send(&mut root, &mut rx, &m3);
+    // The wait runs from the stream's last move: a frame 4 ms later puts it off.
+    let t0 = now + PEER_HOLD_WAIT;
+    let t1 = t0 + Duration::from_millis(4);
+    send(&mut root, &mut rx, t0, &[3; 8]);
+    send(&mut root, &mut rx, t1, &[4; 8]);
+    rx.handle_timeout(t0 + PEER_HOLD_WAIT);
+    assert!(delivered_now(&mut rx).is_empty(), "the stream moved at t1");
+    rx.handle_timeout(t1 + PEER_HOLD_WAIT);
+    assert_eq!(
+        delivered_now(&mut rx),
+        vec![(3, vec![3; 8]), (4, vec![4; 8])]
+    );
+    // A window's worth of frames after its end releases a held message without the timer.
+    let t2 = t1 + PEER_HOLD_WAIT;
+    let m5 = message(2 * per, 5);
+    send(&mut root, &mut rx, t2, &m5);
     assert!(delivered_now(&mut rx).is_empty());
-    let m4 = message((COPY_TAIL + 1) * per, 4);
-    send(&mut root, &mut rx, &m4);
-    assert_eq!(delivered_now(&mut rx), vec![(3, m3)]);
+    let m6 = message((4 * COPY_TAIL + 1) * per, 6);
+    send(&mut root, &mut rx, t2, &m6);
+    assert_eq!(delivered_now(&mut rx), vec![(5, m5)]);
     // The root evicted, its complete message is still delivered.
-    assert!(rx.evict(now, 0));
-    assert_eq!(delivered_now(&mut rx), vec![(4, m4)]);
+    assert!(rx.evict(t2, 0));
+    assert_eq!(delivered_now(&mut rx), vec![(6, m6)]);
 }
 
 #[test]
