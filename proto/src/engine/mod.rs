@@ -170,8 +170,8 @@ pub struct Config {
     /// comes from the root).
     pub peer_repair: bool,
     /// With peer repair: while fellows ask this member for frames, each message it completes
-    /// is held back until 256 more frames of its stream have come (or 5 ms have passed, when
-    /// the stream pauses) before it is delivered, and a fellow's request for a frame of it is
+    /// is held back for a window's worth of frames of its stream (or until the stream has not
+    /// moved for 5 ms) before it is delivered, and a fellow's request for a frame of it is
     /// served from the message's own buffer. Without it, the last 256 frames of every message
     /// are copied into their window slots instead, to outlive the delivery: on a lossy
     /// segment, a third of a bulk stream copied twice (a megabyte message is about 720

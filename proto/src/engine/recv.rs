@@ -48,8 +48,9 @@ const COPY_SPAN: u64 = 4;
 /// Why: a copy of every frame was a second copy of the whole stream on every receiver once
 /// the segment lost frames (a megabyte message is about 720 frames: now its last 256 only).
 /// A window no wider than this keeps every frame it can be asked for, as before.
-/// With `Config::peer_hold` nothing is copied: the message itself is held back this many
-/// frames after its end (see [`Held`]), which serves every frame of it, not its tail only.
+/// With `Config::peer_hold` nothing is copied: the message itself is held back a window's
+/// worth of frames after its end (see [`Held`]), which serves every frame of it, not its
+/// tail only.
 pub(super) const COPY_TAIL: usize = 256;
 
 /// With `Config::peer_hold`: how long a completed message is still held for fellows'
