@@ -59,15 +59,12 @@ pub(super) const COPY_TAIL: usize = 256;
 pub(super) const PEER_HOLD_WAIT: Duration = Duration::from_millis(5);
 
 /// A message complete but held back for fellows' requests (see `Config::peer_hold`): its
-/// event, delivered once the stream reached `until` or at `deadline`.
+/// event, delivered once the stream reached `until`, or once the stream stopped moving for
+/// [`PEER_HOLD_WAIT`].
 #[derive(Debug)]
 struct Held {
     event: Event,
     until: Seq,
-    /// When its timer fires: [`PEER_HOLD_WAIT`] after it was held (completing a message does
-    /// not know the time: set at the next scheduling), pushed back when it fires if the
-    /// stream moved meanwhile (lazily, so that the engine's timers are not touched per frame).
-    deadline: Option<Instant>,
 }
 
 /// This stream's place in the acknowledgement tree of its root.
@@ -201,6 +198,10 @@ pub struct Receiver {
     /// `expected`, and when it last moved, as the held messages' release last saw them.
     hold_seen: Seq,
     hold_moved: Option<Instant>,
+    /// While messages are held: when their timer fires. Lazy, so that the engine's timers
+    /// are not touched per frame: [`PEER_HOLD_WAIT`] after the stream moved when it was
+    /// armed, pushed back when it fires if the stream moved since.
+    hold_timer: Option<Instant>,
     peer_hold: bool,
     pushed: Vec<u8>,
     pushed_cap: usize,
@@ -289,6 +290,7 @@ impl Receiver {
             holding: VecDeque::new(),
             hold_seen: 0,
             hold_moved: None,
+            hold_timer: None,
             peer_hold: cfg.peer_hold,
             pushed: Vec::with_capacity(cfg.pushed_buffer),
             pushed_cap: cfg.pushed_buffer,
@@ -1042,7 +1044,6 @@ impl Receiver {
             self.holding.push_back(Held {
                 event,
                 until: self.expected + 1 + self.window(),
-                deadline: None,
             });
         } else {
             self.events.push_back(event);
@@ -1059,31 +1060,28 @@ impl Receiver {
             self.hold_seen = self.expected;
             self.hold_moved = Some(now);
         }
-        for h in self.holding.iter_mut().filter(|h| h.deadline.is_none()) {
-            h.deadline = Some(now + PEER_HOLD_WAIT);
-        }
         // The wait runs from the stream's last move: a slow stream (a busy host) holds by
         // frames, not by time.
-        let quiet_until = self.hold_moved.map(|t| t + PEER_HOLD_WAIT);
-        while let Some(h) = self.holding.front_mut() {
-            if self.expected < h.until {
-                if h.deadline.is_some_and(|d| d > now) {
-                    break;
-                }
-                if let Some(q) = quiet_until.filter(|&q| q > now) {
-                    h.deadline = Some(q);
-                    break;
-                }
+        let quiet_at = self.hold_moved.unwrap_or(now) + PEER_HOLD_WAIT;
+        while let Some(h) = self.holding.front() {
+            if self.expected < h.until && quiet_at > now {
+                break;
             }
             let h = self.holding.pop_front().expect("not empty");
             self.events.push_back(h.event);
         }
+        self.hold_timer = match self.hold_timer {
+            _ if self.holding.is_empty() => None,
+            Some(t) if t > now => Some(t),
+            _ => Some(quiet_at),
+        };
     }
 
     /// Delivers every held message now: the stream is going away (its root was evicted),
     /// and what was complete is still delivered.
     pub(crate) fn release_all(&mut self) {
         self.events.extend(self.holding.drain(..).map(|h| h.event));
+        self.hold_timer = None;
     }
 
     fn maybe_pull(&mut self) {
@@ -1431,8 +1429,7 @@ impl Receiver {
 
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
         let refresh = self.tree.as_ref().and_then(|t| t.refresh_at);
-        let held = self.holding.front().and_then(|h| h.deadline);
-        [self.ack_at, self.nack_at, refresh, held]
+        [self.ack_at, self.nack_at, refresh, self.hold_timer]
             .into_iter()
             .flatten()
             .min()
