@@ -111,11 +111,18 @@ fn eqa_benches(c: &mut Criterion) {
 }
 
 /// The data frames (wire bytes, in order) that a real root engine broadcasts for one
-/// `len`-byte simple broadcast from root 0 to one receiver, driven to completion.
-fn record_stream(len: usize) -> Vec<Vec<u8>> {
+/// `len`-byte simple broadcast from root 0 to one receiver, driven to completion; with
+/// `end_to_end` as `ethbcast send` makes them (a CRC over the header only, the payload left to
+/// the transfer's digest).
+fn record_stream(len: usize, end_to_end: bool) -> Vec<Vec<u8>> {
     let mut now = Instant::now();
-    let mut root = Engine::new(Config::new(1, 0, 2)).expect("valid config");
-    let mut peer = Engine::new(Config::new(1, 1, 2)).expect("valid config");
+    let config = |rank| {
+        let mut cfg = Config::new(1, rank, 2);
+        cfg.end_to_end = end_to_end;
+        cfg
+    };
+    let mut root = Engine::new(config(0)).expect("valid config");
+    let mut peer = Engine::new(config(1)).expect("valid config");
     root.bcast(now, payload(len), Algo::Simple)
         .expect("queue empty");
     let mut buf = vec![0u8; 1500];
@@ -127,6 +134,7 @@ fn record_stream(len: usize) -> Vec<Vec<u8>> {
             let pdu = &buf[..t.len];
             let f = Frame::new_checked(pdu).expect("root emits valid frames");
             if f.kind() == Kind::Data {
+                assert_eq!(f.flags().contains(Flags::HEADER_CRC), end_to_end);
                 frames.push(pdu.to_vec());
             }
             let _ = peer.handle_frame(now, pdu);
@@ -162,10 +170,12 @@ fn receiver() -> Engine {
     Engine::new(Config::new(1, 1, 2)).expect("valid config")
 }
 
-/// A receiver configured as `ethbcast recv`'s (a 2048-frame window, the cache hint).
+/// A receiver configured as `ethbcast recv`'s (a 2048-frame window, the cache hint, the
+/// payload left to the end-to-end digest), for the frames of `record_stream(_, true)`.
 fn bulk_receiver() -> Engine {
     let mut cfg = Config::new(1, 1, 2);
     cfg.window = 2048;
+    cfg.end_to_end = true;
     cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
     Engine::new(cfg).expect("valid config")
 }
@@ -190,15 +200,16 @@ fn behind_gaps(frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
 /// replaced with the clock stopped, so the mix of frames is always that of a whole message.
 /// `in_order`: as sent; `behind_gaps`: as after 1 % loss (see [`behind_gaps`]).
 fn receiver_benches(c: &mut Criterion) {
-    let frames = record_stream(MIB);
-    let late = behind_gaps(&frames);
+    let frames = record_stream(MIB, false);
+    let bulk = record_stream(MIB, true);
+    let late = behind_gaps(&bulk);
     let mut g = c.benchmark_group("engine/receiver");
     short(&mut g);
     g.throughput(Throughput::Elements(1));
     type Case<'a> = (&'a str, &'a [Vec<u8>], fn() -> Engine);
     let cases: [Case<'_>; 3] = [
         ("in_order_data_frame_1MiB_msg", &frames, receiver),
-        ("bulk_in_order_data_frame_1MiB_msg", &frames, bulk_receiver),
+        ("bulk_in_order_data_frame_1MiB_msg", &bulk, bulk_receiver),
         ("bulk_behind_gaps_data_frame_1MiB_msg", &late, bulk_receiver),
     ];
     for (name, frames, make) in cases {

@@ -15,11 +15,11 @@
 //! the CPU seconds its sender and all its receivers used per GiB given to each receiver
 //! ([`super::cpu`]: `RUSAGE_CHILDREN` around the tool's processes, `RUSAGE_THREAD` in the
 //! blaster's threads, from before each opens its link to after it closes it); without a rate
-//! limit (`--rate none`) that is what the transfer costs, since nothing but the CPU limits it. Under the table, per loss rate and backend, ethbcast's
-//! CPU per GiB over the blaster's: the median of the rounds' ratios, each ethbcast run against
-//! the blaster run right after it ([`cpu_ratios`]). On a shared machine the phase drifts
-//! between rounds, so a ratio of medians (the table's columns) mixes rounds; a round's own
-//! ratio does not.
+//! limit (`--rate none`) that is what the transfer costs, since nothing but the CPU limits it.
+//! Under the table, per loss rate and backend, ethbcast's CPU per GiB over the blaster's: the
+//! median of the rounds' ratios, each ethbcast run against the blaster run right after it
+//! ([`cpu_ratios`]). On a shared machine the phase drifts between rounds, so a ratio of
+//! medians (the table's columns) mixes rounds; a round's own ratio does not.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
