@@ -874,7 +874,6 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
                 })
         })
     };
-    let repairs = repair_payloads;
     let out = ask_as_fellow(&mut rx, now, 0, 1);
     assert!(unheld(&out, 0), "nothing kept before anybody asked");
     // Message 1: frames 1..=frames, delivered whole.
@@ -885,12 +884,12 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
     // Its frame 10 (frames - 10 from the end): no copy, the fellow is sent to the root.
     let out = ask_as_fellow(&mut rx, now, 1 + 10, 2);
     assert!(unheld(&out, 11), "frame 10 of the message is not kept");
-    assert!(repairs(&out).is_empty());
+    assert!(repair_payloads(&out).is_empty());
     // Its last frame and the first within the tail: repaired from their copies, intact.
     for (k, ctr) in [(frames - 1, 3), (frames - COPY_TAIL, 4)] {
         let out = ask_as_fellow(&mut rx, now, 1 + k as u32, ctr);
         assert_eq!(
-            repairs(&out),
+            repair_payloads(&out),
             vec![m[k * per..(k + 1) * per].to_vec()],
             "frame {k}"
         );
@@ -940,11 +939,10 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
             }
         }
     };
-    let repairs = repair_payloads;
     // Before any fellow asked: delivered at once.
     send(&mut root, &mut rx, now, &[1; 8]);
     assert_eq!(delivered_now(&mut rx), vec![(0, vec![1; 8])]);
-    assert!(repairs(&ask_as_fellow(&mut rx, now, 0, 1)).is_empty());
+    assert!(repair_payloads(&ask_as_fellow(&mut rx, now, 0, 1)).is_empty());
     // A fellow asked: the next message (frames 1..=frames) is complete but held back.
     let per = root.config().max_payload();
     let frames = COPY_TAIL + 40;
@@ -956,7 +954,7 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
     for (k, ctr) in [(0, 2), (frames - 1, 3)] {
         let out = ask_as_fellow(&mut rx, now, 1 + k as u32, ctr);
         assert_eq!(
-            repairs(&out),
+            repair_payloads(&out),
             vec![m1[k * per..(k + 1) * per].to_vec()],
             "frame {k}"
         );
@@ -970,7 +968,7 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
     // Delivered, the message is gone: no copy of its tail stayed in the window.
     let out = ask_as_fellow(&mut rx, now, frames as u32, 4);
     assert!(
-        repairs(&out).is_empty(),
+        repair_payloads(&out).is_empty(),
         "the last frame of message 1 was not copied"
     );
     // The wait runs from the stream's last move: a frame 4 ms later puts it off.
