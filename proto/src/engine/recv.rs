@@ -1039,7 +1039,10 @@ impl Receiver {
         // Its last frame is the one being consumed, `expected`. Held while fellows ask, and
         // behind any message held before it, whatever it is: delivery stays in order. For a
         // window's worth of frames: any request a slot copy could serve (until the slot was
-        // reused) finds the message, at no more memory than those copies took.
+        // reused) finds the message. The price is memory the application would have freed
+        // sooner: up to a window's worth of bytes and the message itself (at 1% loss a bulk
+        // receiver's message buffers, held and in progress, grew from about 3.4 to 7 MiB:
+        // docs/benchmarks.md).
         if self.peer_hold && (self.copying(self.expected) || !self.holding.is_empty()) {
             self.holding.push_back(Held {
                 event,
