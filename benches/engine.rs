@@ -16,6 +16,7 @@ use criterion::{
     black_box, criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput,
 };
 use ethbcast::eqa::{Eqa, Rank};
+use ethbcast::group::stream::StreamOptions;
 use ethbcast::proto::{Algo, Config, Dest, Engine};
 use ethbcast::wire::{self, Flags, Frame, Kind, Repr};
 
@@ -170,14 +171,20 @@ fn receiver() -> Engine {
     Engine::new(Config::new(1, 1, 2)).expect("valid config")
 }
 
-/// A receiver configured as `ethbcast recv`'s (a 2048-frame window, the cache hint, the
-/// payload left to the end-to-end digest), for the frames of `record_stream(_, true)`.
+/// A receiver configured as `ethbcast recv`'s, for the frames of `record_stream(_, true)`: a
+/// stream member's configuration ([`StreamOptions::config`]: the cache hint, messages held for
+/// fellows, the payload left to the end-to-end digest) with the tool's defaults (a 2048-frame
+/// window, an acknowledgement every 512 frames, requests gathered over a quarter window).
 fn bulk_receiver() -> Engine {
-    let mut cfg = Config::new(1, 1, 2);
-    cfg.window = 2048;
-    cfg.end_to_end = true;
-    cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
-    Engine::new(cfg).expect("valid config")
+    let opts = StreamOptions {
+        group_id: 1,
+        window: 2048,
+        ack_every: 512,
+        nack_gather: 512,
+        end_to_end: true,
+        ..StreamOptions::default()
+    };
+    Engine::new(opts.config(1, 2)).expect("valid config")
 }
 
 /// `frames` in the order a receiver behind 1 % loss takes them: every hundredth frame comes

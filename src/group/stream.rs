@@ -125,7 +125,8 @@ impl StreamOptions {
         cfg.peer_repair = self.peer_repair;
         // A stream's receivers take messages as they come, not in a call a root waits on: a
         // message held back for fellows' requests while loss lasts (a window's worth of
-        // frames) costs them nothing, and spares a copy of its last frames.
+        // frames) comes later than it could, which they do not notice, and spares a copy of
+        // its last frames; it is memory held longer (`Config::peer_hold`).
         cfg.peer_hold = true;
         cfg.end_to_end = self.end_to_end;
         cfg.ack_delay = cfg.ack_delay.max(self.wait.quiet_floor());

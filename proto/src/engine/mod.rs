@@ -176,8 +176,8 @@ pub struct Config {
     /// are copied into their window slots instead, to outlive the delivery: on a lossy
     /// segment, a third of a bulk stream copied twice (a megabyte message is about 720
     /// frames). The price is a later delivery, which a bulk stream does not notice and a
-    /// latency-bound group would: `ethbcast send`/`recv` turn it on, [`Config::new`] leaves it
-    /// off.
+    /// latency-bound group would, and the held messages' memory, which the application would
+    /// have freed sooner: `ethbcast send`/`recv` turn it on, [`Config::new`] leaves it off.
     pub peer_hold: bool,
     /// Fan-out of the acknowledgement tree (`proto/tree.rs`): receivers acknowledge to a parent
     /// that reports for its whole subtree, so the root receives about `ack_tree / ack_every`
