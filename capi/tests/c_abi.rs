@@ -16,6 +16,24 @@ use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 mod common;
 use common::compile;
 
+/// Every rank's exit status and output, for the message of a failed check: the first rank
+/// to fail is often not the cause (a root times out because a rank of another host never
+/// opened).
+fn every_rank(outputs: &[Output]) -> String {
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(rank, out)| {
+            format!(
+                "rank {rank}: {}\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+        .collect()
+}
+
 fn prefix(tag: &str) -> String {
     format!("c{tag}{:x}", std::process::id() & 0xfff)
 }
@@ -78,21 +96,26 @@ fn c_programs_broadcast_byte_exact_across_four_hosts() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok errors");
-    for (i, out) in run_on_hosts(&bed, &check).iter().enumerate() {
+    let outs = run_on_hosts(&bed, &check);
+    for (i, out) in outs.iter().enumerate() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
-            "bcast_check rank {i}: {}\n{stdout}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
+            "bcast_check rank {i} failed; every rank:\n{}",
+            every_rank(&outs)
         );
         // 4 roots x 8 lengths, 200 back-to-back, and the mismatched one at rank 0.
         let bcasts = if i == 0 { 233 } else { 232 };
         assert_eq!(stdout.trim(), format!("ok rank {i} size 4 bcasts {bcasts}"));
     }
-    for (i, out) in run_on_hosts(&bed, &hello).iter().enumerate() {
+    let outs = run_on_hosts(&bed, &hello);
+    for (i, out) in outs.iter().enumerate() {
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "hello rank {i}: {}", out.status);
+        assert!(
+            out.status.success(),
+            "hello rank {i} failed; every rank:\n{}",
+            every_rank(&outs)
+        );
         for root in 0..4 {
             let line = format!("rank {i}: from {root}: hello from rank {root}");
             assert!(stdout.contains(&line), "rank {i} lacks {line:?}:\n{stdout}");
@@ -153,13 +176,13 @@ fn c_programs_broadcast_byte_exact_with_two_and_four_ranks_per_host() {
     for k in [2, 4] {
         let n = 2 * k;
         let token = (k == 4).then_some(token.as_str());
-        for (i, out) in run_per_host(&bed, &check, k, token).iter().enumerate() {
+        let outs = run_per_host(&bed, &check, k, token);
+        for (i, out) in outs.iter().enumerate() {
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(
                 out.status.success(),
-                "bcast_check {k} per host, rank {i}: {}\n{stdout}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
+                "bcast_check {k} per host, rank {i} failed; every rank:\n{}",
+                every_rank(&outs)
             );
             let bcasts = n * 8 + 200 + usize::from(i == 0);
             assert_eq!(
