@@ -922,6 +922,13 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
         2,
         "more than half the window of 64",
     );
+    // A usage error is one whatever else is wrong: the key file (unreadable here, and a
+    // passphrase would take a second to stretch) is read only once the options are valid.
+    exits(
+        "recv --iface eth0 --window 64 --nack-gather 33 --key-file /nonexistent/ethbcast.key",
+        2,
+        "more than half the window of 64",
+    );
     exits(
         "send --iface ethbcast-nope0 --receivers 1 -i /dev/null",
         4,

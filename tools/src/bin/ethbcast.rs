@@ -237,7 +237,7 @@ enum Cmd {
 }
 
 fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
-    let stream = StreamOptions {
+    let mut stream = StreamOptions {
         group_id: c.group_id,
         backend: c.backend,
         wait: c.wait_mode.unwrap_or(default_wait),
@@ -245,19 +245,19 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
         ack_every: c.ack_every,
         nack_gather: c.nack_gather.unwrap_or(c.window / 4),
         peer_repair: !c.no_peer_repair,
-        key: c
-            .key_file
-            .as_deref()
-            .map(|p| distribute::read_key_file(p, c.group_id))
-            .transpose()?,
         group_address: c.group_address,
         ..StreamOptions::default()
     };
     // Refused here with the engine's own check, not at the join: a receiver would wait for a
-    // sender first.
+    // sender first. Before the key file is read: a usage error is one whatever the file.
     stream
         .check()
         .map_err(|e| Fatal::new(distribute::EXIT_USAGE, format!("invalid options: {e}")))?;
+    stream.key = c
+        .key_file
+        .as_deref()
+        .map(|p| distribute::read_key_file(p, c.group_id))
+        .transpose()?;
     Ok(LinkOpts {
         iface: c.iface.clone(),
         stream,
