@@ -14,9 +14,9 @@
 //! A segment's file is made without a name, given mode 0600 (whatever the umask) and its size,
 //! and only then linked at its name, which must not exist (no link there is followed); it is
 //! never truncated by this code. (A process that shrank the file would make the others fault
-//! on access; the processes of one job do not.) Its name can be removed as soon as every process has mapped it
-//! ([`Segment::unlink`]): the memory lives until the last mapping goes, and nothing stale is
-//! left behind by a crash after that point.
+//! on access; the processes of one job do not.) Its name can be removed as soon as every
+//! process has mapped it ([`Segment::unlink`]): the memory lives until the last mapping goes,
+//! and nothing stale is left behind by a crash after that point.
 //!
 //! Other local users: `/dev/shm` is writable by every user of the machine, and segment names
 //! are often guessable, so another user may create a file at a job's name before the job does,
