@@ -427,31 +427,26 @@ impl Segment {
     }
 }
 
-/// Gives the unnamed file `file` the name `path`, which must not exist. Through
-/// `/proc/self/fd` (any user may); where `/proc` is not mounted, with `AT_EMPTY_PATH` (which
-/// needs `CAP_DAC_READ_SEARCH`).
+/// Gives the unnamed file `file` the name `path`, which must not exist, through its entry in
+/// `/proc/self/fd` (which any user may link; `AT_EMPTY_PATH` would need
+/// `CAP_DAC_READ_SEARCH`).
 fn link_at(file: &File, path: &Path) -> Result<()> {
-    use nix::errno::Errno;
-    use nix::fcntl::AtFlags;
     use std::os::fd::AsRawFd;
-    let fd = file.as_raw_fd();
-    let proc_path = PathBuf::from(format!("/proc/self/fd/{fd}"));
-    let r = nix::unistd::linkat(
+    let fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    nix::unistd::linkat(
         None,
-        proc_path.as_path(),
+        fd.as_path(),
         None,
         path,
-        AtFlags::AT_SYMLINK_FOLLOW,
+        nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
     )
-    .or_else(|e| match e {
-        Errno::ENOENT if !Path::new("/proc/self/fd").exists() => {
-            nix::unistd::linkat(Some(fd), Path::new(""), None, path, AtFlags::AT_EMPTY_PATH)
-        }
-        e => Err(e),
-    });
-    r.map_err(|e| match e {
-        Errno::EEXIST => ShmError::Exists(path.to_path_buf()),
-        e => io_error(path, "link", io::Error::from(e)),
+    .map_err(|e| match e {
+        nix::errno::Errno::EEXIST => ShmError::Exists(path.to_path_buf()),
+        e => io_error(
+            path,
+            "link (from /proc/self/fd: is /proc mounted?)",
+            e.into(),
+        ),
     })
 }
 
