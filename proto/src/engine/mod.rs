@@ -157,9 +157,11 @@ pub struct Config {
     /// waits for each of its cache lines; asked for two frames ahead, they arrive in time.
     /// Measured on the test-bed (256 MiB to 8 receivers on 2 cores), with the RX ring's own
     /// prefetch, the receivers' CPU fell by a tenth (median of 12 alternated transfers). The
-    /// same hint covers frames placed behind a gap and the copies kept in slots. The pointer
-    /// may be past what the buffer holds (its spare capacity): a prefetch is a hint, never a
-    /// read.
+    /// same hint covers frames placed behind a gap and the copies kept in slots. A root hints
+    /// the bytes of its message a few frames ahead of those it publishes: a bulk sender's
+    /// message was read from its input megabytes ago and has left the cache (with the
+    /// hint, its copies took half the samples). The pointer may be past what the buffer holds
+    /// (its spare capacity): a prefetch is a hint, never a read.
     pub prefetch: Option<Prefetch>,
     /// Peer repair: a receiver asks a fellow receiver (the next live rank) for a lost frame
     /// first, and the root only if that did not help within the NACK retry interval. Why: with

@@ -2,6 +2,7 @@
 //! clock and a drop rule. Losing a frame is one closure.
 
 use super::recv::{COPY_TAIL, PEER_HOLD_WAIT};
+use super::send::PUBLISH_AHEAD;
 use super::*;
 use crate::wire::{Flags, Frame, Kind};
 
@@ -1878,6 +1879,68 @@ fn a_receiver_hints_where_the_frame_after_the_next_lands_in_its_message() {
     assert_eq!(hints, expected);
     // The root's own engine was given no hint function and called none.
     assert!(net.engines[0].config().prefetch.is_none());
+}
+
+/// A root publishes each frame into the shared buffer just before it sends it, at most
+/// `PUBLISH_AHEAD` frames ahead (the slot is still in the cache for the copy out), and hints
+/// the bytes of the frames after those in the message: a long message still goes out in
+/// order, each frame once, and arrives whole.
+#[test]
+fn a_root_publishes_frames_just_before_it_sends_them_and_hints_the_next_ones() {
+    HINTS.with(|h| h.borrow_mut().clear());
+    let mut net = Net::new(2, |c| {
+        // Room for the whole message: only publishing ahead limits what is published.
+        c.window = 128;
+        if c.rank == 0 {
+            c.prefetch = Some(record_hint);
+        }
+    });
+    let per = net.engines[0].config().max_payload();
+    let m = message(100 * per + 7, 5);
+    net.engines[0]
+        .bcast(net.now, m.clone(), Algo::Simple)
+        .unwrap();
+    let published = |e: &Engine| e.sender().eqa().head();
+    assert_eq!(published(&net.engines[0]), PUBLISH_AHEAD);
+    let mut buf = vec![0u8; 1500];
+    let mut frames = Vec::new();
+    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
+        let repr = Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap());
+        assert_eq!(
+            u64::from(repr.seq),
+            frames.len() as u64,
+            "sent out of order"
+        );
+        frames.push(buf[..t.len].to_vec());
+        let ahead = published(&net.engines[0]) - frames.len() as u64;
+        assert!(ahead <= PUBLISH_AHEAD, "{ahead} frames published ahead");
+    }
+    assert_eq!(frames.len(), 101);
+    assert_eq!(published(&net.engines[0]), 101);
+    // The message's bytes from its fifth frame on were each hinted (a frame is hinted while
+    // the one four before it is published, and the start of the next batch at the end of
+    // each), and nothing outside the message was: the lowest hint is the fifth frame's.
+    assert_eq!(
+        net.engines[0].sender().queued(),
+        0,
+        "the message left the queue"
+    );
+    let hints = HINTS.with(|h| h.borrow().clone());
+    let base = hints.iter().map(|h| h.0).min().unwrap() - 4 * per;
+    let mut hinted = vec![false; m.len()];
+    for &(at, len) in &hints {
+        assert!(len <= 4 * per, "a hint of {len} bytes");
+        assert!(at + len <= base + m.len(), "a hint past the message");
+        for b in &mut hinted[at - base..at - base + len] {
+            *b = true;
+        }
+    }
+    assert!(hinted[4 * per..].iter().all(|&b| b), "bytes not hinted");
+    for f in &frames {
+        net.engines[1].handle_frame(net.now, f).unwrap();
+    }
+    net.collect();
+    assert_eq!(net.delivered[1], vec![(0, 0, m)]);
 }
 
 #[test]
