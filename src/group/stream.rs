@@ -267,6 +267,13 @@ impl Stream {
         self.member().engine().last_heard(rank)
     }
 
+    /// Hands `observer` the bytes of `root`'s messages, in order, as they are consumed.
+    pub fn observe(&mut self, root: Rank, observer: ethbcast_proto::engine::Observer) {
+        self.driver
+            .member_mut()
+            .observe(WallClock.now(), root, observer)
+    }
+
     /// Evicts `rank`: the stream goes on for the others without waiting for it.
     pub fn evict(&mut self, rank: Rank) {
         self.driver.member_mut().evict(WallClock.now(), rank)

@@ -175,6 +175,15 @@ struct InMsg {
     pull_sent: bool,
 }
 
+/// The observer of a stream's bytes (see `Engine::observe`).
+struct Watch(super::Observer);
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
 /// The receive stream of one root.
 #[derive(Debug)]
 pub struct Receiver {
@@ -211,6 +220,7 @@ pub struct Receiver {
     /// The cache hint for where the next frames land: the message buffer, the slot copies
     /// (`Config::prefetch`).
     prefetch: Option<super::Prefetch>,
+    observer: Option<Watch>,
     next_msg: u64,
     next_start: u64,
     acked: Seq,
@@ -298,6 +308,7 @@ impl Receiver {
             posts_cap: cfg.recv_queue,
             auto_post: cfg.auto_post,
             prefetch: cfg.prefetch,
+            observer: None,
             next_msg: 0,
             next_start: 0,
             acked: 0,
@@ -549,6 +560,10 @@ impl Receiver {
     }
     fn idx(&self, s: Seq) -> usize {
         (s % self.window()) as usize
+    }
+
+    pub(crate) fn set_observer(&mut self, observer: super::Observer) {
+        self.observer = Some(Watch(observer));
     }
 
     pub(crate) fn post(&mut self, max_len: usize) -> Result<(), PostError> {
@@ -958,6 +973,7 @@ impl Receiver {
             Payload::Here(p) => p.len(),
         };
         let m = self.cur.as_mut().expect("just set");
+        let start = m.filled;
         if repr.msg_id != m.id as u32
             || repr.msg_len as usize != m.len
             || repr.offset as usize != m.filled
@@ -991,6 +1007,21 @@ impl Receiver {
                 }
                 self.pushed.extend_from_slice(p);
                 m.pushed += len;
+            }
+        }
+        if let Some(Watch(see)) = self.observer.as_mut() {
+            // A placed frame is in its message's buffer already (checked above).
+            let bytes = match payload {
+                Payload::Here(p) => Some(p),
+                Payload::Placed(_) => m.data.as_ref().and_then(|v| v.get(start..start + len)),
+            };
+            if let Some(bytes) = bytes {
+                see(&super::Piece {
+                    msg_id: m.id,
+                    msg_len: m.len,
+                    offset: start,
+                    bytes,
+                });
             }
         }
         m.filled += len;

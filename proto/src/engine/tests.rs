@@ -695,6 +695,7 @@ proptest::proptest! {
         })
         .unwrap();
         let now = Instant::now();
+        let seen = observed(&mut rx, now, 0);
         if !auto {
             for _ in &msgs {
                 rx.post_recv(now, 0, usize::MAX).unwrap();
@@ -710,8 +711,119 @@ proptest::proptest! {
             }
         }
         let want: Vec<(u64, Vec<u8>)> = msgs.into_iter().enumerate().map(|(i, m)| (i as u64, m)).collect();
-        proptest::prop_assert_eq!(got, want);
+        proptest::prop_assert_eq!(&got, &want);
+        proptest::prop_assert_eq!(pieced(&seen), want);
     }
+}
+
+/// The pieces an observer of `root`'s stream at `e` is handed: (message id, length, offset,
+/// bytes).
+type Pieces = std::sync::Arc<std::sync::Mutex<Vec<(u64, usize, usize, Vec<u8>)>>>;
+
+fn observed(e: &mut Engine, now: Instant, root: Rank) -> Pieces {
+    let seen = Pieces::default();
+    let log = seen.clone();
+    e.observe(
+        now,
+        root,
+        Box::new(move |p: &Piece<'_>| {
+            log.lock()
+                .unwrap()
+                .push((p.msg_id, p.msg_len, p.offset, p.bytes.to_vec()))
+        }),
+    );
+    seen
+}
+
+/// The messages the pieces make, checking as it goes that they come in order: each message
+/// from offset 0, each piece where the one before it ended, each message to its length before
+/// the next begins.
+fn pieced(seen: &Pieces) -> Vec<(u64, Vec<u8>)> {
+    let mut msgs: Vec<(u64, usize, Vec<u8>)> = Vec::new();
+    for (id, len, off, bytes) in seen.lock().unwrap().iter() {
+        match msgs.last_mut() {
+            Some((last, l, m)) if *last == *id => {
+                assert_eq!(
+                    (*l, m.len()),
+                    (*len, *off),
+                    "message {id}: a piece out of place"
+                );
+                m.extend_from_slice(bytes);
+            }
+            prev => {
+                if let Some((last, l, m)) = prev {
+                    assert_eq!(m.len(), *l, "message {last} ended short");
+                    assert_eq!(*id, *last + 1, "message {id} after {last}");
+                }
+                assert_eq!(*off, 0, "message {id} begun at {off}");
+                msgs.push((*id, *len, bytes.clone()));
+            }
+        }
+    }
+    msgs.into_iter().map(|(id, _, m)| (id, m)).collect()
+}
+
+/// Under loss, with fellows repairing and messages held back for them, and with pushed data
+/// kept for a receive posted late: what an observer is handed is what is delivered, in order,
+/// each byte once.
+#[test]
+fn an_observer_sees_the_bytes_delivered_in_order_once() {
+    let mut net = Net::new(4, |c| {
+        c.peer_repair = true;
+        c.peer_hold = true;
+    });
+    net.drop = lossy(11, 0.05);
+    let now = net.now;
+    let seen: Vec<Pieces> = (1..4)
+        .map(|r| observed(&mut net.engines[r], now, 0))
+        .collect();
+    let msgs: Vec<Vec<u8>> = (0..12).map(|i| message(i * 2_900 + 1, i as u8)).collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()));
+    assert!(net.lost > 0, "the test lost nothing");
+    let want: Vec<(u64, Vec<u8>)> = msgs
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, m)| (i as u64, m))
+        .collect();
+    for (k, s) in seen.iter().enumerate() {
+        let got: Vec<(u64, Vec<u8>)> = net.delivered[k + 1]
+            .iter()
+            .map(|d| (d.1, d.2.clone()))
+            .collect();
+        assert_eq!(got, want, "rank {} delivered", k + 1);
+        assert_eq!(pieced(s), want, "rank {} observed", k + 1);
+    }
+}
+
+/// A receiver that keeps pushed data until its receive is posted observes the pushed bytes as
+/// they come, once, and not again when they move into the posted buffer.
+#[test]
+fn pushed_bytes_are_observed_once() {
+    let mut net = Net::new(2, |c| {
+        c.auto_post = false;
+        c.pushed_buffer = 4096;
+    });
+    let now = net.now;
+    let seen = observed(&mut net.engines[1], now, 0);
+    let small = message(500, 6);
+    net.engines[0]
+        .bcast(now, small.clone(), Algo::PushPull)
+        .unwrap();
+    let until = now + Duration::from_millis(50);
+    net.run(|n| n.now >= until);
+    assert!(net.delivered[1].is_empty());
+    assert_eq!(pieced(&seen), vec![(0, small.clone())]);
+    let now = net.now;
+    net.engines[1].post_recv(now, 0, 1 << 20).unwrap();
+    net.run(|n| n.delivered[1].len() == 1);
+    assert_eq!(net.delivered[1][0].2, small);
+    assert_eq!(pieced(&seen), vec![(0, small)]);
 }
 
 fn peer_net(n: u16) -> Net {

@@ -390,6 +390,12 @@ impl Member {
 
     // ---- inspection ----
 
+    /// Hands `observer` the bytes of `root`'s messages, in order, as they are consumed (see
+    /// [`crate::engine::Engine::observe`]).
+    pub fn observe(&mut self, now: Instant, root: Rank, observer: crate::engine::Observer) {
+        self.engine.observe(now, root, observer)
+    }
+
     /// This member's rank.
     pub fn rank(&self) -> Rank {
         self.engine.config().rank

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -16,9 +16,7 @@ use ethbcast::proto::Dest;
 use serde::Serialize;
 
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
-use ethbcast::transfer::{
-    Budget, Data, DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED,
-};
+use ethbcast::transfer::{Budget, Data, Final, Msg, PieceDigest, Progress, ABORT, EVICTED};
 
 /// Where the stream goes.
 #[derive(Debug, Clone)]
@@ -445,10 +443,9 @@ const WRITE_QUEUE: usize = 32;
 /// What the protocol loop hands the writer thread.
 enum Job {
     Data(Data),
-    /// The trailer: check the byte count and the digest, then commit the output.
+    /// The trailer, its digest checked already: check the byte count, then commit the output.
     Verify {
         bytes: u64,
-        digest: [u8; 32],
     },
 }
 
@@ -457,8 +454,6 @@ enum Job {
 struct Written {
     result: Result<(), Fatal>,
     bytes: u64,
-    /// The digest of what was written, rendered.
-    digest: String,
 }
 
 /// The writer thread and its queue.
@@ -498,7 +493,7 @@ fn stalled(patience: Duration) -> Fatal {
 }
 
 impl Writer {
-    fn spawn(sink: Sink, algo: DigestAlgo, written: Arc<AtomicU64>) -> Result<Writer, Fatal> {
+    fn spawn(sink: Sink, written: Arc<AtomicU64>) -> Result<Writer, Fatal> {
         let handle = sink.handle();
         let (tx, rx) = sync_channel::<Job>(WRITE_QUEUE);
         let abandoned = Arc::new(AtomicBool::new(false));
@@ -507,7 +502,6 @@ impl Writer {
             .name("ethbcast-writer".into())
             .spawn(move || {
                 let mut sink = Guard(sink);
-                let mut hasher = StreamHasher::new(algo);
                 let mut bytes = 0u64;
                 let result = loop {
                     let job = rx.recv();
@@ -516,21 +510,17 @@ impl Writer {
                     }
                     match job {
                         Ok(Job::Data(d)) => {
-                            hasher.update(d.bytes());
                             bytes += d.bytes().len() as u64;
                             if let Err(e) = sink.0.write(d.bytes()) {
                                 break Err(e);
                             }
                         }
-                        Ok(Job::Verify { bytes: b, digest }) => {
-                            let mine = hasher.finalize();
-                            if b != bytes || mine != digest {
+                        Ok(Job::Verify { bytes: b }) => {
+                            if b != bytes {
                                 break Err(Fatal::new(
                                     EXIT_FAILED,
                                     format!(
-                                        "integrity check failed: got {bytes} bytes {}, the sender sent {b} bytes {}",
-                                        algo.render(&mine),
-                                        algo.render(&digest)
+                                        "integrity check failed: wrote {bytes} bytes, the sender sent {b} bytes"
                                     ),
                                 ));
                             }
@@ -540,11 +530,7 @@ impl Writer {
                         Err(_) => break Err(Fatal::new(EXIT_FAILED, "transfer ended early")),
                     }
                 };
-                Written {
-                    result,
-                    bytes,
-                    digest: algo.render(&hasher.finalize()),
-                }
+                Written { result, bytes }
             })
             .map_err(|e| Fatal::io(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer {
@@ -620,6 +606,33 @@ impl Writer {
         }
         self.done = self.thread.take()?.join().ok();
         self.done.clone()
+    }
+}
+
+/// The digest, whatever a panic elsewhere left it as (its state is a hash: nothing to break).
+fn lock(d: &Mutex<PieceDigest>) -> std::sync::MutexGuard<'_, PieceDigest> {
+    d.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether what the engine consumed of the stream is what the trailer says the sender sent:
+/// as many data bytes, the same digest.
+fn check_digest(seen: &Mutex<PieceDigest>, bytes: u64, digest: &[u8; 32]) -> Result<(), Fatal> {
+    let d = lock(seen);
+    match d.digest() {
+        Some((_, mine)) if d.bytes() == bytes && &mine == digest => Ok(()),
+        Some((algo, mine)) => Err(Fatal::new(
+            EXIT_FAILED,
+            format!(
+                "integrity check failed: got {} bytes {}, the sender sent {bytes} bytes {}",
+                d.bytes(),
+                algo.render(&mine),
+                algo.render(digest)
+            ),
+        )),
+        None => Err(Fatal::new(
+            EXIT_FAILED,
+            "integrity check failed: stream data came before its header",
+        )),
     }
 }
 
@@ -721,6 +734,10 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     }
     let mut node = a.link.join(lnk, Role::Receiver, a.wait, &stop)?;
     let rank = node.rank();
+    // The digest is taken as the engine consumes the sender's frames (see `PieceDigest`).
+    let seen = Arc::new(Mutex::new(PieceDigest::new()));
+    let fed = seen.clone();
+    node.observe(0, Box::new(move |p| lock(&fed).piece(p)));
 
     let start = Instant::now();
     let mut writer: Option<Writer> = None;
@@ -765,7 +782,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         while let Some(ev) = node.poll_event() {
             match ev {
                 Event::Delivered(Message { root: 0, data, .. }) => match Msg::decode(data) {
-                    Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
+                    Ok(Msg::Header { total, .. }) if writer.is_none() => {
                         // Before the output starts: a stream refused here never runs a
                         // command or writes a byte.
                         match Budget::new(total, a.max_bytes) {
@@ -782,7 +799,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                             break 'run Err(e);
                         }
                         let out = std::mem::replace(sink, Sink::Done);
-                        match Writer::spawn(out, digest, output_took.clone()) {
+                        match Writer::spawn(out, output_took.clone()) {
                             Ok(w) => writer = Some(w),
                             Err(e) => break 'run Err(e),
                         }
@@ -814,7 +831,10 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         if let Err(e) = b.end(bytes) {
                             break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
                         }
-                        match w.push(Job::Verify { bytes, digest }, &stop, a.timeout) {
+                        if let Err(e) = check_digest(&seen, bytes, &digest) {
+                            break 'run Err(e);
+                        }
+                        match w.push(Job::Verify { bytes }, &stop, a.timeout) {
                             Pushed::Queued => {}
                             Pushed::Stopped => break 'run Err(writer_failed(w)),
                             Pushed::Interrupted => break 'run Err(interrupted()),
@@ -865,9 +885,11 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             (false, f.msg.clone(), f.code)
         }
     };
-    let (bytes, digest) = written
-        .as_ref()
-        .map_or((0, String::new()), |w| (w.bytes, w.digest.clone()));
+    let bytes = written.as_ref().map_or(0, |w| w.bytes);
+    let digest = match (&written, lock(&seen).digest()) {
+        (Some(_), Some((algo, d))) => algo.render(&d),
+        _ => String::new(),
+    };
     // Tell the sender (best effort for failures), then make sure it heard us.
     let report = Final {
         ok,
@@ -896,6 +918,52 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A digest fed the header and one data message of `data`, in two pieces each.
+    fn digest_of(data: &[u8]) -> Mutex<PieceDigest> {
+        let mut d = PieceDigest::new();
+        let header = Msg::Header {
+            total: Some(data.len() as u64),
+            chunk: 1 << 20,
+            digest: ethbcast::transfer::DigestAlgo::Xxh3,
+        }
+        .encode();
+        for (id, m) in [header, Msg::Data(Data::new(data)).encode()]
+            .iter()
+            .enumerate()
+        {
+            let half = m.len() / 2;
+            for (offset, bytes) in [(0, &m[..half]), (half, &m[half..])] {
+                d.piece(&ethbcast::proto::Piece {
+                    msg_id: id as u64,
+                    msg_len: m.len(),
+                    offset,
+                    bytes,
+                });
+            }
+        }
+        Mutex::new(d)
+    }
+
+    fn xxh3(data: &[u8]) -> [u8; 32] {
+        let mut h = ethbcast::transfer::StreamHasher::new(ethbcast::transfer::DigestAlgo::Xxh3);
+        h.update(data);
+        h.finalize()
+    }
+
+    #[test]
+    fn the_trailer_is_checked_against_what_the_engine_consumed() {
+        let data = b"the stream's bytes";
+        let seen = digest_of(data);
+        assert!(check_digest(&seen, data.len() as u64, &xxh3(data)).is_ok());
+        let e = check_digest(&seen, data.len() as u64, &xxh3(b"other bytes")).unwrap_err();
+        assert_eq!(e.code, EXIT_FAILED);
+        assert!(e.msg.contains("integrity check failed"), "{}", e.msg);
+        let e = check_digest(&seen, data.len() as u64 + 1, &xxh3(data)).unwrap_err();
+        assert!(e.msg.contains("the sender sent 19 bytes"), "{}", e.msg);
+        let e = check_digest(&Mutex::new(PieceDigest::new()), 0, &xxh3(b"")).unwrap_err();
+        assert!(e.msg.contains("before its header"), "{}", e.msg);
+    }
 
     /// Records the size of each write it is given.
     struct Calls(Vec<usize>);
