@@ -2,9 +2,10 @@
 //!
 //! A message handed to `bcast` waits in the send queue (the SDP's send queue) until slots of
 //! the retransmission buffer are free; it is cut into frames as slots free up, each published
-//! into [`Eqa`] (one copy for every destination) shortly before it is broadcast, once. Push-pull messages stop at the
-//! end of their push part until the designated receiver's pull request arrives; a push-pull
-//! message that fits one frame is pushed whole in it (no BTP1 cut, no pull).
+//! into [`Eqa`] (one copy for every destination) shortly before it is broadcast, once.
+//! Push-pull messages stop at the end of their push part until the designated receiver's pull
+//! request arrives; a push-pull message that fits one frame is pushed whole in it (no BTP1
+//! cut, no pull).
 //!
 //! Feedback moves the per-destination cursors: an ACK or the cumulative part of a NACK
 //! releases references; the bitmap of a NACK queues repairs for that destination only. When
@@ -243,9 +244,12 @@ impl Sender {
                 }
                 break;
             }
-            if room == 0 || self.eqa.head() - self.sent_upto >= PUBLISH_AHEAD {
+            if room == 0 {
+                break;
+            }
+            if self.eqa.head() - self.sent_upto >= PUBLISH_AHEAD {
                 if let Some(hint) = cfg.prefetch {
-                    // The next frames' bytes, for the next call.
+                    // The next frames' bytes, for the call that publishes them.
                     let ahead = m
                         .data
                         .get(m.off..)
