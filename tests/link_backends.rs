@@ -13,7 +13,7 @@ use ethbcast::link::pnet::{PnetConfig, PnetLink};
 use ethbcast::link::ring::{RingConfig, RingLink, RingLinkConfig, TxMode};
 use ethbcast::link::socket::{SocketConfig, SocketLink};
 use ethbcast::link::xdp::{XdpLink, XdpLinkConfig};
-use ethbcast::link::{group_mac, Link, LinkError, MacAddr, BROADCAST_MAC};
+use ethbcast::link::{group_mac, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
 use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
 use ethbcast_sys::wait::{poll_fd, Interest};
 use netns::{NetnsPair, END_A, END_B};
@@ -301,6 +301,28 @@ fn jumbo_frames_need_large_ring_slots_and_then_work() {
         let got = recv_n(&mut a, 1, Duration::from_secs(2));
         assert_eq!(got.len(), 1);
         assert!(got[0].1 == big);
+    });
+}
+
+/// What users open (`link::open`, as `Group`, `Stream` and the tools do) sizes the ring's
+/// slots for the interface: on a jumbo-frame network the default backend opens and carries
+/// frames of the whole MTU.
+#[test]
+fn the_default_ring_backend_opens_on_jumbo_frames() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-jumbo2") else {
+        return;
+    };
+    set_mtu(&ns, 9000);
+    ns.run(|| {
+        let mut a = ethbcast::link::open(Backend::Ring, END_A, WaitMode::Block).unwrap();
+        let mut b = ethbcast::link::open(Backend::Ring, END_B, WaitMode::Block).unwrap();
+        assert_eq!(a.max_pdu(), 9000);
+        let big = pattern(9000, 5);
+        a.send(BROADCAST_MAC, &big).unwrap();
+        a.flush().unwrap();
+        let got = recv_n(&mut *b, 1, Duration::from_secs(2));
+        assert_eq!(got.len(), 1);
+        assert!(got[0].1 == big, "the frame arrived cut or changed");
     });
 }
 

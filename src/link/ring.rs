@@ -68,19 +68,42 @@ impl Default for RingLinkConfig {
     }
 }
 
-/// The configuration of a link whose RX ring holds at least `rx_frames` full-size received
-/// frames (0: the default), in whole blocks of slots, see [`super::open_sized`].
-pub(crate) fn sized(wait: WaitMode, rx_frames: usize) -> RingLinkConfig {
+/// The configuration of a link on an interface of MTU `mtu` whose RX ring holds at least
+/// `rx_frames` full-size received frames (0: the default), in whole blocks of slots, see
+/// [`super::open_sized`].
+///
+/// Slots hold the interface's largest frames: the default 2048 bytes up to an MTU of about
+/// 1 980, and above it the next power of two that holds a frame (16 KiB at a 9000-byte MTU,
+/// the jumbo frames of many cluster networks), so that the default backend opens on any
+/// interface. [`RingLink::open`] takes a configuration as given and refuses slots too small.
+pub(crate) fn sized(wait: WaitMode, rx_frames: usize, mtu: usize) -> RingLinkConfig {
     let mut cfg = RingLinkConfig {
         wait,
         ..Default::default()
     };
+    let frame = ETH_HEADER_LEN + mtu;
+    fit(&mut cfg.rx, |r| r.rx_frame_capacity() >= frame);
+    fit(&mut cfg.tx, |r| r.tx_frame_capacity() >= frame);
     if rx_frames > cfg.rx.frame_count {
         let per_block = cfg.rx.block_size / cfg.rx.frame_size;
         cfg.rx.frame_count = rx_frames.div_ceil(per_block) * per_block;
     }
     cfg
 }
+
+/// Doubles `ring`'s slots until `holds` says one holds a frame, keeping its number of slots
+/// (in whole blocks, a block at least a slot).
+fn fit(ring: &mut RingConfig, holds: impl Fn(&RingConfig) -> bool) {
+    while !holds(ring) && ring.frame_size < MAX_SLOT {
+        ring.frame_size *= 2;
+        ring.block_size = ring.block_size.max(ring.frame_size);
+        let per_block = ring.block_size / ring.frame_size;
+        ring.frame_count = ring.frame_count.div_ceil(per_block) * per_block;
+    }
+}
+
+/// The largest slot [`sized`] grows to: a frame of the largest MTU (65 535 bytes) fits.
+const MAX_SLOT: usize = 128 << 10;
 
 /// A [`Link`] over mapped packet rings.
 #[derive(Debug)]
@@ -315,5 +338,37 @@ impl Mapped for RingLink {
 
     fn pending(&mut self) -> &mut Pending {
         &mut self.pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_stay_at_the_default_up_to_a_1500_byte_mtu() {
+        let cfg = sized(WaitMode::Doze, 0, 1500);
+        assert_eq!(
+            (cfg.rx, cfg.tx),
+            (RingConfig::RX_DEFAULT, RingConfig::TX_DEFAULT)
+        );
+        let bulk = sized(WaitMode::Doze, 2048, 1500);
+        assert_eq!(bulk.rx.frame_size, 2048);
+        assert_eq!(bulk.rx.frame_count, 2048);
+    }
+
+    #[test]
+    fn slots_grow_to_hold_jumbo_frames_and_keep_their_number() {
+        for (mtu, slot) in [(9000, 16 << 10), (65535, 128 << 10)] {
+            let cfg = sized(WaitMode::Doze, 2048, mtu);
+            assert_eq!(cfg.rx.frame_size, slot, "MTU {mtu}");
+            assert_eq!(cfg.tx.frame_size, slot, "MTU {mtu}");
+            assert!(cfg.rx.rx_frame_capacity() >= ETH_HEADER_LEN + mtu);
+            assert!(cfg.tx.tx_frame_capacity() >= ETH_HEADER_LEN + mtu);
+            assert_eq!(cfg.rx.frame_count, 2048, "MTU {mtu}");
+            assert_eq!(cfg.tx.frame_count, RingConfig::TX_DEFAULT.frame_count);
+            cfg.rx.validate().unwrap();
+            cfg.tx.validate().unwrap();
+        }
     }
 }
