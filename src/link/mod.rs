@@ -230,10 +230,7 @@ pub fn open_sized(
     let backend = backend.resolve()?;
     Ok(match backend {
         #[cfg(target_os = "linux")]
-        Backend::Ring => {
-            let (_, mtu) = socket::lookup(iface)?;
-            Box::new(RingLink::open(iface, &ring::sized(wait, rx_frames, mtu))?)
-        }
+        Backend::Ring => Box::new(RingLink::open_sized(iface, wait, rx_frames)?),
         #[cfg(target_os = "linux")]
         Backend::Socket => Box::new(SocketLink::open(iface, &socket::sized(wait, rx_frames))?),
         Backend::Pnet => Box::new(PnetLink::open(iface, &pnet::sized(wait, rx_frames))?),

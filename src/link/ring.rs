@@ -76,7 +76,7 @@ impl Default for RingLinkConfig {
 /// 1 980, and above it the next power of two that holds a frame (16 KiB at a 9000-byte MTU,
 /// the jumbo frames of many cluster networks), so that the default backend opens on any
 /// interface. [`RingLink::open`] takes a configuration as given and refuses slots too small.
-pub(crate) fn sized(wait: WaitMode, rx_frames: usize, mtu: usize) -> RingLinkConfig {
+fn sized(wait: WaitMode, rx_frames: usize, mtu: usize) -> RingLinkConfig {
     let mut cfg = RingLinkConfig {
         wait,
         ..Default::default()
@@ -127,6 +127,22 @@ impl RingLink {
     /// interface's MTU or the kernel refuses the rings.
     pub fn open(iface: &str, cfg: &RingLinkConfig) -> Result<Self, LinkError> {
         let (iface, max_pdu) = lookup(iface)?;
+        Self::open_on(iface, max_pdu, cfg)
+    }
+
+    /// Opens `iface` with rings sized for its MTU and at least `rx_frames` receive slots (see
+    /// [`sized`]): what [`super::open_sized`] opens.
+    pub(crate) fn open_sized(
+        iface: &str,
+        wait: WaitMode,
+        rx_frames: usize,
+    ) -> Result<Self, LinkError> {
+        let (iface, max_pdu) = lookup(iface)?;
+        let cfg = sized(wait, rx_frames, max_pdu);
+        Self::open_on(iface, max_pdu, &cfg)
+    }
+
+    fn open_on(iface: Interface, max_pdu: usize, cfg: &RingLinkConfig) -> Result<Self, LinkError> {
         let need = ETH_HEADER_LEN + max_pdu;
         let with_tx_ring = cfg.tx_mode == TxMode::Ring;
         let tx_cap = if with_tx_ring {

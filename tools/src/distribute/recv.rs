@@ -16,7 +16,9 @@ use ethbcast::proto::Dest;
 use serde::Serialize;
 
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
-use ethbcast::transfer::{Budget, Data, Final, Msg, PieceDigest, Progress, ABORT, EVICTED};
+use ethbcast::transfer::{
+    Budget, Data, DigestAlgo, Final, Msg, PieceDigest, Progress, ABORT, EVICTED,
+};
 
 /// Where the stream goes.
 #[derive(Debug, Clone)]
@@ -609,22 +611,40 @@ impl Writer {
     }
 }
 
-/// The digest, whatever a panic elsewhere left it as (its state is a hash: nothing to break).
-fn lock(d: &Mutex<PieceDigest>) -> std::sync::MutexGuard<'_, PieceDigest> {
+/// What the engine had consumed of the stream when its last message ended: data bytes and
+/// their digest (`None` before a header, see [`PieceDigest::digest`]). The observer keeps the
+/// digest's state to itself and shares only this, once a message.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hashed {
+    bytes: u64,
+    digest: Option<(DigestAlgo, [u8; 32])>,
+}
+
+impl Hashed {
+    fn of(d: &PieceDigest) -> Hashed {
+        Hashed {
+            bytes: d.bytes(),
+            digest: d.digest(),
+        }
+    }
+}
+
+/// The shared result, whatever a panic elsewhere left it as (a plain value: nothing to break).
+fn lock(d: &Mutex<Hashed>) -> std::sync::MutexGuard<'_, Hashed> {
     d.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether what the engine consumed of the stream is what the trailer says the sender sent:
 /// as many data bytes, the same digest.
-fn check_digest(seen: &Mutex<PieceDigest>, bytes: u64, digest: &[u8; 32]) -> Result<(), Fatal> {
-    let d = lock(seen);
-    match d.digest() {
-        Some((_, mine)) if d.bytes() == bytes && &mine == digest => Ok(()),
+fn check_digest(seen: &Mutex<Hashed>, bytes: u64, digest: &[u8; 32]) -> Result<(), Fatal> {
+    let d = *lock(seen);
+    match d.digest {
+        Some((_, mine)) if d.bytes == bytes && &mine == digest => Ok(()),
         Some((algo, mine)) => Err(Fatal::new(
             EXIT_FAILED,
             format!(
                 "integrity check failed: got {} bytes {}, the sender sent {bytes} bytes {}",
-                d.bytes(),
+                d.bytes,
                 algo.render(&mine),
                 algo.render(digest)
             ),
@@ -735,7 +755,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let mut node = a.link.join(lnk, Role::Receiver, a.wait, &stop)?;
     let rank = node.rank();
     // The digest is taken as the engine consumes the sender's frames (see `PieceDigest`).
-    let seen = Arc::new(Mutex::new(PieceDigest::new()));
+    let seen = Arc::new(Mutex::new(Hashed::default()));
     let shared = seen.clone();
     let mut digest = PieceDigest::new();
     node.observe(
@@ -744,9 +764,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             digest.piece(p);
             if p.offset + p.bytes.len() == p.msg_len {
                 // What this loop looks at, the trailer or a failure, comes after a message
-                // ends: the shared copy is updated once a message, not locked once a frame
-                // (a lock and an unlock per frame were half the observer's samples).
-                *lock(&shared) = digest.clone();
+                // ends: the result is shared once a message, not locked once a frame (a lock
+                // and an unlock per frame were half the observer's samples).
+                *lock(&shared) = Hashed::of(&digest);
             }
         }),
     );
@@ -898,7 +918,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         }
     };
     let bytes = written.as_ref().map_or(0, |w| w.bytes);
-    let digest = match (&written, lock(&seen).digest()) {
+    let digest = match (&written, lock(&seen).digest) {
         (Some(_), Some((algo, d))) => algo.render(&d),
         _ => String::new(),
     };
@@ -931,8 +951,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
 mod tests {
     use super::*;
 
-    /// A digest fed the header and one data message of `data`, in two pieces each.
-    fn digest_of(data: &[u8]) -> Mutex<PieceDigest> {
+    /// What a digest fed the header and one data message of `data`, in two pieces each,
+    /// shares.
+    fn digest_of(data: &[u8]) -> Mutex<Hashed> {
         let mut d = PieceDigest::new();
         let header = Msg::Header {
             total: Some(data.len() as u64),
@@ -954,7 +975,7 @@ mod tests {
                 });
             }
         }
-        Mutex::new(d)
+        Mutex::new(Hashed::of(&d))
     }
 
     fn xxh3(data: &[u8]) -> [u8; 32] {
@@ -973,7 +994,7 @@ mod tests {
         assert!(e.msg.contains("integrity check failed"), "{}", e.msg);
         let e = check_digest(&seen, data.len() as u64 + 1, &xxh3(data)).unwrap_err();
         assert!(e.msg.contains("the sender sent 19 bytes"), "{}", e.msg);
-        let e = check_digest(&Mutex::new(PieceDigest::new()), 0, &xxh3(b"")).unwrap_err();
+        let e = check_digest(&Mutex::new(Hashed::default()), 0, &xxh3(b"")).unwrap_err();
         assert!(e.msg.contains("before its header"), "{}", e.msg);
     }
 
