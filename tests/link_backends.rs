@@ -495,3 +495,102 @@ fn a_ring_link_outside_the_group_counts_none_of_its_frames() {
         assert_eq!(b.stats().unwrap().packets, 50);
     });
 }
+
+/// A ring link holds the frames of a batch until the batch's end (`recv_held`'s `done`): the
+/// payloads handed in lie, unchanged, in the frames `done` is given; then the slots go back to
+/// the kernel, so that a ring of 64 slots carries many times that many frames. A link that
+/// holds nothing says so and gives `done` no frames.
+#[test]
+fn a_ring_link_holds_a_batch_until_its_end_and_then_gives_the_slots_back() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-held") else {
+        return;
+    };
+    ns.run(|| {
+        let slots = RingConfig {
+            block_size: 1 << 16,
+            frame_size: 2048,
+            frame_count: 64,
+        };
+        let cfg = RingLinkConfig {
+            rx: slots,
+            tx: slots,
+            ..Default::default()
+        };
+        let mut a: Box<dyn Link> = Box::new(RingLink::open(END_A, &cfg).unwrap());
+        let mut b: Box<dyn Link> =
+            Box::new(SocketLink::open(END_B, &SocketConfig::default()).unwrap());
+        assert!(a.holds_frames());
+        assert!(!b.holds_frames());
+        let to_a = a.local_mac();
+        let (mut got, mut batches, mut astray) = (0usize, 0usize, 0usize);
+        // 10 rounds of 40 frames: 400 through 64 slots.
+        for round in 0..10u8 {
+            for k in 0..40u8 {
+                b.send(to_a, &pattern(1000, round.wrapping_mul(40).wrapping_add(k)))
+                    .unwrap();
+            }
+            b.flush().unwrap();
+            let want = got + 40;
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while got < want && Instant::now() < deadline {
+                // What `f` was handed: where, and a copy to compare with at the batch's end.
+                let seen: std::cell::RefCell<Vec<(usize, Vec<u8>)>> = Default::default();
+                a.recv_held(
+                    Some(Duration::from_millis(200)),
+                    &mut |_, pdu| {
+                        seen.borrow_mut()
+                            .push((pdu.as_ptr() as usize, pdu.to_vec()))
+                    },
+                    &mut |frames| {
+                        batches += 1;
+                        for (at, bytes) in seen.borrow().iter() {
+                            let found = frames.iter().find(|f| {
+                                let f0 = f.as_ptr() as usize;
+                                f0 <= *at && at + bytes.len() <= f0 + f.len()
+                            });
+                            match found {
+                                Some(f) => {
+                                    let off = at - f.as_ptr() as usize;
+                                    assert_eq!(&f[off..off + bytes.len()], &bytes[..]);
+                                }
+                                None => astray += 1,
+                            }
+                        }
+                    },
+                )
+                .unwrap();
+                let seen = seen.into_inner();
+                for (i, (_, bytes)) in seen.iter().enumerate() {
+                    let k = (got + i) as u8;
+                    assert_eq!(
+                        bytes,
+                        &pattern(1000, k),
+                        "frame {} changed or out of order",
+                        got + i
+                    );
+                }
+                got += seen.len();
+            }
+            assert_eq!(
+                got, want,
+                "round {round}: frames lost (slots not given back?)"
+            );
+        }
+        assert_eq!(astray, 0, "payloads that were not in the batch's frames");
+        assert!(batches > 0);
+        // The socket link holds nothing: `done` is called with no frames.
+        let to_b = b.local_mac();
+        a.send(to_b, &pattern(100, 1)).unwrap();
+        a.flush().unwrap();
+        let (mut n, mut frames_given) = (0, usize::MAX);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while n == 0 && Instant::now() < deadline {
+            n += b
+                .recv_held(Some(Duration::from_millis(200)), &mut |_, _| {}, &mut |f| {
+                    frames_given = f.len()
+                })
+                .unwrap();
+        }
+        assert_eq!((n, frames_given), (1, 0));
+    });
+}

@@ -32,6 +32,12 @@ pub struct Transmit<D = MacAddr> {
 pub trait Machine {
     /// Handles one received PDU from the Ethernet source `src`.
     fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]);
+    /// The frames handed in since the last call are given back to the link: `frames` are
+    /// their bytes if the link held them until now (a mapped ring), none if it did not. A
+    /// machine that kept where something lies in them uses it now or never.
+    fn frames_done(&mut self, frames: &[&[u8]]) {
+        let _ = frames;
+    }
     /// Lets time pass.
     fn handle_timeout(&mut self, now: Instant);
     /// The earliest instant at which `handle_timeout` has work.

@@ -274,6 +274,29 @@ impl Stream {
             .observe(WallClock.now(), root, observer)
     }
 
+    /// Keeps at most `keep` bytes of `root`'s messages: longer ones are handed to the
+    /// observer alone and come as [`Event::Observed`] (see
+    /// [`ethbcast_proto::engine::Engine::keep_at_most`]).
+    pub fn keep_at_most(&mut self, root: Rank, keep: usize) {
+        self.driver
+            .member_mut()
+            .keep_at_most(WallClock.now(), root, keep)
+    }
+
+    /// Whether the link holds received frames until the observer's
+    /// [`frames_done`](ethbcast_proto::engine::Observe::frames_done) (see
+    /// [`crate::link::Link::holds_frames`]).
+    pub fn link_holds_frames(&self) -> bool {
+        self.driver.link().holds_frames()
+    }
+
+    /// Tells the observers that no frame of the link is held now (see
+    /// [`ethbcast_proto::engine::Observe::frames_done`]): what they keep to write they write
+    /// now. For bytes the engine handed over outside a turn (out of its own copies).
+    pub fn flush_observer(&mut self) {
+        self.driver.member_mut().frames_done(&[])
+    }
+
     /// Evicts `rank`: the stream goes on for the others without waiting for it.
     pub fn evict(&mut self, rank: Rank) {
         self.driver.member_mut().evict(WallClock.now(), rank)

@@ -386,22 +386,60 @@ pub trait Link {
         wait: Option<Duration>,
         f: &mut dyn FnMut(MacAddr, &[u8]),
     ) -> Result<usize, LinkError> {
+        recv_with(self, wait, |l| l.recv_ready(f))
+    }
+    /// Whether this link holds the frames it hands to [`Link::recv_ready_held`]'s `f` until
+    /// its `done` returns (a mapped ring, whose slots go back to the kernel after the
+    /// batch), so that `done` can use them in place: write their payloads out, say, without
+    /// copying them first.
+    fn holds_frames(&self) -> bool {
+        false
+    }
+    /// As [`Link::recv_ready`], then calls `done` with the frames handed to `f`, whole
+    /// (Ethernet header included), in order, if the link [holds them](Link::holds_frames)
+    /// until then, or with none if it does not (the default).
+    fn recv_ready_held(
+        &mut self,
+        f: &mut dyn FnMut(MacAddr, &[u8]),
+        done: &mut dyn FnMut(&[&[u8]]),
+    ) -> Result<usize, LinkError> {
         let n = self.recv_ready(f)?;
-        let Some(wait) = wait.filter(|_| n == 0) else {
-            return Ok(n);
-        };
-        let start = std::time::Instant::now();
-        let mut left = wait;
-        loop {
-            if left.is_zero() || !self.wait_ready(left)? {
-                return Ok(0);
-            }
-            let n = self.recv_ready(f)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            left = wait.saturating_sub(start.elapsed());
+        done(&[]);
+        Ok(n)
+    }
+    /// As [`Link::recv`], with [`Link::recv_ready_held`]'s `done`, called once per batch of
+    /// frames (also an empty one).
+    fn recv_held(
+        &mut self,
+        wait: Option<Duration>,
+        f: &mut dyn FnMut(MacAddr, &[u8]),
+        done: &mut dyn FnMut(&[&[u8]]),
+    ) -> Result<usize, LinkError> {
+        recv_with(self, wait, |l| l.recv_ready_held(f, done))
+    }
+}
+
+/// [`Link::recv`]'s wait, around `batch` (one look at what is ready).
+fn recv_with<L: Link + ?Sized>(
+    link: &mut L,
+    wait: Option<Duration>,
+    mut batch: impl FnMut(&mut L) -> Result<usize, LinkError>,
+) -> Result<usize, LinkError> {
+    let n = batch(link)?;
+    let Some(wait) = wait.filter(|_| n == 0) else {
+        return Ok(n);
+    };
+    let start = std::time::Instant::now();
+    let mut left = wait;
+    loop {
+        if left.is_zero() || !link.wait_ready(left)? {
+            return Ok(0);
         }
+        let n = batch(link)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        left = wait.saturating_sub(start.elapsed());
     }
 }
 
@@ -435,6 +473,24 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
         (**self).recv_ready(f)
+    }
+    fn holds_frames(&self) -> bool {
+        (**self).holds_frames()
+    }
+    fn recv_ready_held(
+        &mut self,
+        f: &mut dyn FnMut(MacAddr, &[u8]),
+        done: &mut dyn FnMut(&[&[u8]]),
+    ) -> Result<usize, LinkError> {
+        (**self).recv_ready_held(f, done)
+    }
+    fn recv_held(
+        &mut self,
+        wait: Option<Duration>,
+        f: &mut dyn FnMut(MacAddr, &[u8]),
+        done: &mut dyn FnMut(&[&[u8]]),
+    ) -> Result<usize, LinkError> {
+        (**self).recv_held(wait, f, done)
     }
     fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
         (**self).wait_ready(wait)

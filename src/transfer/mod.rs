@@ -413,6 +413,8 @@ pub struct PieceDigest {
     bytes: u64,
     /// Data came before a header named the algorithm: the digest cannot be trusted.
     blind: bool,
+    /// The header's total, once a header came (`Some(None)`: a stream of unknown length).
+    announced: Option<Option<u64>>,
 }
 
 /// Bytes of a stream header (`Msg::Header` encoded).
@@ -426,6 +428,12 @@ impl PieceDigest {
 
     /// Takes the next piece of the sender's stream of messages.
     pub fn piece(&mut self, p: &crate::proto::Piece<'_>) {
+        self.piece_data(p);
+    }
+
+    /// As [`PieceDigest::piece`]; returns the stream data the piece holds (what was hashed:
+    /// empty for a piece of another message than data, and before a header).
+    pub fn piece_data<'a>(&mut self, p: &crate::proto::Piece<'a>) -> &'a [u8] {
         let mut b = p.bytes;
         if p.offset == 0 {
             self.kind = b.first().copied().unwrap_or(0);
@@ -440,6 +448,7 @@ impl PieceDigest {
                     Some((_, h)) => {
                         h.update(b);
                         self.bytes += b.len() as u64;
+                        return b;
                     }
                     None => self.blind = true,
                 }
@@ -450,15 +459,22 @@ impl PieceDigest {
                     self.header.extend_from_slice(b);
                 }
                 if p.offset + p.bytes.len() == p.msg_len {
-                    if let Ok(Msg::Header { digest, .. }) =
+                    if let Ok(Msg::Header { digest, total, .. }) =
                         Msg::decode(std::mem::take(&mut self.header))
                     {
                         self.hasher = Some((digest, StreamHasher::new(digest)));
+                        self.announced = Some(total);
                     }
                 }
             }
             _ => {}
         }
+        &[]
+    }
+
+    /// The header's total once a header came: `Some(None)` for a stream of unknown length.
+    pub fn announced(&self) -> Option<Option<u64>> {
+        self.announced
     }
 
     /// Data bytes hashed so far.
@@ -739,6 +755,7 @@ mod tests {
                     msg_len: m.len(),
                     offset: w[0],
                     bytes: &m[w[0]..w[1]],
+                    in_frame: false,
                 });
             }
         }

@@ -219,6 +219,9 @@ impl Ring {
     }
 }
 
+/// What [`RingSocket::rx_for_each_held`] calls at the end of a batch, with its frames.
+type BatchEnd<'a> = &'a mut dyn FnMut(&[&[u8]]);
+
 /// A packet socket with a mapped `TPACKET_V2` RX ring and optionally a TX ring.
 #[derive(Debug)]
 pub struct RingSocket {
@@ -321,13 +324,42 @@ impl RingSocket {
     /// Hands each ready frame, at most `max`, to `f`, returning each slot to the kernel right
     /// after `f` returns. Returns how many frames were handed over. Never waits.
     pub fn rx_for_each(&mut self, max: usize, f: &mut dyn FnMut(&RxFrame<'_>)) -> usize {
+        self.rx_batch(max, f, None)
+    }
+
+    /// As [`RingSocket::rx_for_each`], but the slots are returned to the kernel only after
+    /// the whole batch: once every frame went to `f`, `done` gets the bytes of all of them
+    /// (as `f` saw them, in order), still in the ring. What `f` noted about where its frames
+    /// lie can be used there: a receiver writes the frames' payloads out of the ring without
+    /// copying them first. Holding a batch takes up to `max` slots from the kernel for the
+    /// time `done` takes; frames that come meanwhile find that much less room.
+    pub fn rx_for_each_held(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(&RxFrame<'_>),
+        done: &mut dyn FnMut(&[&[u8]]),
+    ) -> usize {
+        self.rx_batch(max, f, Some(done))
+    }
+
+    fn rx_batch(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(&RxFrame<'_>),
+        mut done: Option<BatchEnd<'_>>,
+    ) -> usize {
         let mut n = 0;
-        while n < max {
+        // Held: the frames in the slots taken, which follow each other from `first`.
+        let first = self.rx.head;
+        let mut frames: Vec<&[u8]> = Vec::new();
+        let mut taken = 0;
+        while taken < max {
             let off = self.rx.slot_offset(self.rx.head);
             let status = self.status(off).load(Ordering::Acquire);
             if status & libc::TP_STATUS_USER == 0 {
                 break;
             }
+            taken += 1;
             // SAFETY: the acquire load saw TP_STATUS_USER: the kernel has finished writing this
             // slot (it publishes the status after a write barrier) and will not touch it until
             // we store TP_STATUS_KERNEL below. The slot starts at `off`, in bounds and aligned
@@ -357,7 +389,9 @@ impl RingSocket {
             if mac >= HDRLEN && mac + snap <= self.rx.frame_size {
                 // SAFETY: [off+mac, off+mac+snap) lies inside this slot (checked above), which
                 // the kernel handed to us (status USER) and will not write until we give it
-                // back after `f` returns; the slice does not outlive this iteration.
+                // back: after `f` returns, or when held, after `done` returns, below. The
+                // slice lives in this call only (`frames` is dropped before the slots go
+                // back, and `f` and `done` cannot keep what they are lent).
                 let data =
                     unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off + mac), snap) };
                 f(&RxFrame {
@@ -367,10 +401,25 @@ impl RingSocket {
                     status,
                 });
                 n += 1;
+                if done.is_some() {
+                    frames.push(data);
+                }
             }
-            self.status(off)
-                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            if done.is_none() {
+                self.status(off)
+                    .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            }
             self.rx.advance();
+        }
+        if let Some(done) = done.as_mut() {
+            done(&frames);
+            drop(frames);
+            let mut idx = first;
+            for _ in 0..taken {
+                self.status(self.rx.slot_offset(idx))
+                    .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                idx = self.rx.after(idx);
+            }
         }
         n
     }

@@ -73,7 +73,30 @@ crate::spelled!(Algo, "algorithm", {
 pub type Prefetch = fn(*const u8, usize);
 
 /// Sees the bytes of a root's messages as they are consumed (see [`Engine::observe`]).
-pub type Observer = Box<dyn FnMut(&Piece<'_>) + Send>;
+pub type Observer = Box<dyn Observe>;
+
+/// What an [`Observer`] is told: each piece of a root's messages as it is consumed, and when
+/// the frames handed in since the last time are given back to the link. A closure taking a
+/// [`Piece`] is an observer that ignores the second.
+pub trait Observe: Send {
+    /// The next bytes of the stream, in order.
+    fn piece(&mut self, piece: &Piece<'_>);
+    /// The frames handed in since the last call (by `handle_frame`, whose pieces had
+    /// [`Piece::in_frame`] set) are about to be given back to the link that holds them:
+    /// `frames` are those frames' bytes, as the link holds them, whole (link headers
+    /// included). An observer that kept where its pieces were writes them out now, from
+    /// the link's memory; after this call they are gone. A link that holds nothing passes
+    /// no frames.
+    fn frames_done(&mut self, frames: &[&[u8]]) {
+        let _ = frames;
+    }
+}
+
+impl<F: FnMut(&Piece<'_>) + Send> Observe for F {
+    fn piece(&mut self, piece: &Piece<'_>) {
+        self(piece)
+    }
+}
 
 /// Bytes of a message, handed to an [`Observer`] as the receiver consumes them.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +109,11 @@ pub struct Piece<'a> {
     pub offset: usize,
     /// The bytes.
     pub bytes: &'a [u8],
+    /// Whether `bytes` lie in the frame being handed in (the frame in order, its payload
+    /// consumed as it came), rather than in a copy the engine kept (a frame that came behind
+    /// a gap, or a placed one). A link that holds its frames until
+    /// [`Observe::frames_done`] keeps these bytes there until then.
+    pub in_frame: bool,
 }
 
 /// Engine configuration. [`Config::new`] gives the defaults, [`Config::paper`] the queue sizes
@@ -630,6 +658,16 @@ pub enum Event {
         /// What the posted receive allowed.
         max: usize,
     },
+    /// A message longer than its root's keep limit ([`Engine::keep_at_most`]): consumed,
+    /// its bytes handed to the observer alone, in order, exactly once.
+    Observed {
+        /// The root.
+        root: Rank,
+        /// The message.
+        msg_id: u64,
+        /// Its length.
+        len: usize,
+    },
     /// A control message for the layers above (heartbeat, join, barrier, evict, ping, pong,
     /// notice).
     Control {
@@ -702,6 +740,8 @@ pub struct Engine {
     cfg: Config,
     tx: Sender,
     rx: Vec<Option<Box<Receiver>>>,
+    /// The roots whose streams have an observer ([`Engine::observe`]).
+    observed: Vec<Rank>,
     /// The next timeout of every receive stream that has one: `(deadline, root)`, kept in step
     /// with the streams after each call into them, so that finding the earliest timer and
     /// firing the due ones never visits the streams that are quiet.
@@ -732,6 +772,7 @@ impl Engine {
         Ok(Engine {
             tx: Sender::new(&cfg),
             rx: (0..n).map(|_| None).collect(),
+            observed: Vec::new(),
             rx_timers: BTreeSet::new(),
             view: tree::view_of(&vec![true; n]),
             root_tree: None,
@@ -843,6 +884,28 @@ impl Engine {
     /// end of a stream cut short (a member that leaves).
     pub fn observe(&mut self, now: Instant, root: Rank, observer: Observer) {
         self.rx_mut(now, root).set_observer(observer);
+        if !self.observed.contains(&root) {
+            self.observed.push(root);
+        }
+    }
+
+    /// Keeps at most `keep` bytes of `root`'s messages: a longer one is consumed and handed
+    /// to the observer (see [`Engine::observe`]) and not kept, and is delivered as
+    /// [`Event::Observed`], its length alone. For an application that takes a stream's bytes
+    /// from its observer (a file receiver writing straight from the link's frames): the copy
+    /// into a message buffer it would never read is not made.
+    pub fn keep_at_most(&mut self, now: Instant, root: Rank, keep: usize) {
+        self.rx_mut(now, root).keep_at_most(keep);
+    }
+
+    /// Tells the observers that the frames handed in since the last call are given back to
+    /// the link (see [`Observe::frames_done`]).
+    pub fn frames_done(&mut self, frames: &[&[u8]]) {
+        for &root in &self.observed {
+            if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+                rx.frames_done(frames);
+            }
+        }
     }
 
     fn rx_mut(&mut self, now: Instant, root: Rank) -> &mut Receiver {

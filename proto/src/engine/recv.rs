@@ -221,6 +221,8 @@ pub struct Receiver {
     /// (`Config::prefetch`).
     prefetch: Option<super::Prefetch>,
     observer: Option<Watch>,
+    /// Messages longer than this are observed and not kept (`Engine::keep_at_most`).
+    keep: usize,
     next_msg: u64,
     next_start: u64,
     acked: Seq,
@@ -309,6 +311,7 @@ impl Receiver {
             auto_post: cfg.auto_post,
             prefetch: cfg.prefetch,
             observer: None,
+            keep: usize::MAX,
             next_msg: 0,
             next_start: 0,
             acked: 0,
@@ -405,8 +408,13 @@ impl Receiver {
 
     /// Whether frame `s` (`repr`, with a payload of `len` bytes) keeps a copy in its slot after
     /// it was placed: copies are on (see `copies_until`) and it is among the last
-    /// [`COPY_TAIL`] frames of its message.
+    /// [`COPY_TAIL`] frames of its message. A frame of a message longer than the keep limit
+    /// (`Engine::keep_at_most`) has no message buffer to be served from: it keeps a copy
+    /// whenever copies are on.
     fn keeps_copy(&self, s: Seq, repr: &Repr, len: usize) -> bool {
+        if repr.msg_len as usize > self.keep {
+            return self.copying(s);
+        }
         // Bytes of its message after this frame.
         let after = || (repr.msg_len as usize).saturating_sub(repr.offset as usize + len);
         !self.peer_hold && self.copying(s) && after() < COPY_TAIL * self.slot_payload()
@@ -566,6 +574,16 @@ impl Receiver {
         self.observer = Some(Watch(observer));
     }
 
+    pub(crate) fn keep_at_most(&mut self, keep: usize) {
+        self.keep = keep;
+    }
+
+    pub(crate) fn frames_done(&mut self, frames: &[&[u8]]) {
+        if let Some(Watch(o)) = self.observer.as_mut() {
+            o.frames_done(frames);
+        }
+    }
+
     pub(crate) fn post(&mut self, max_len: usize) -> Result<(), PostError> {
         if self.posts.len() >= self.posts_cap {
             return Err(PostError::QueueFull(self.posts_cap));
@@ -606,7 +624,11 @@ impl Receiver {
         if self.cur_posted() {
             if let Some(m) = self.cur.as_mut() {
                 if m.data.is_none() {
-                    let max = self.posts.front().map_or(usize::MAX, |p| p.max_len);
+                    let max = self
+                        .posts
+                        .front()
+                        .map_or(usize::MAX, |p| p.max_len)
+                        .min(self.keep);
                     let mut v = Vec::with_capacity(m.len.min(WHOLE_RESERVE));
                     v.extend(self.pushed.drain(..m.pushed));
                     m.pushed = 0;
@@ -679,7 +701,7 @@ impl Receiver {
         }
         if s == self.expected {
             // In order (the common case): straight into its message, no stop in the window.
-            match self.consume(repr, Payload::Here(payload)) {
+            match self.consume(repr, Payload::Here(payload), true) {
                 Ok(()) => {
                     // Its header stays in the slot (and with peer repair its payload): a peer
                     // may ask for the frame.
@@ -763,12 +785,12 @@ impl Receiver {
             let len = usize::from(self.slots[i].len);
             let repr = self.slots[i].repr;
             let r = if self.slots[i].state.contains(SlotState::PLACED) {
-                self.consume(&repr, Payload::Placed(len))
+                self.consume(&repr, Payload::Placed(len), false)
             } else {
                 // Lend the block out for the call (a pointer swap, not a copy; `consume`
                 // never looks at the window's payloads).
                 let data = std::mem::take(&mut self.slot_data);
-                let r = self.consume(&repr, Payload::Here(data.get(i, len)));
+                let r = self.consume(&repr, Payload::Here(data.get(i, len)), false);
                 self.slot_data = data;
                 r
             };
@@ -820,7 +842,7 @@ impl Receiver {
     fn new_msg(&self, id: u64, repr: &Repr, reserve: usize, k: usize) -> InMsg {
         let post = self.post_for(k);
         let posted = post.is_some();
-        let max = post.unwrap_or(usize::MAX);
+        let max = post.unwrap_or(usize::MAX).min(self.keep);
         let truncated = (posted && repr.msg_len as usize > max).then_some(max);
         InMsg {
             id,
@@ -934,8 +956,9 @@ impl Receiver {
         }
     }
 
-    /// Appends the next expected frame to the message it belongs to.
-    fn consume(&mut self, repr: &Repr, payload: Payload<'_>) -> Result<(), Drop> {
+    /// Appends the next expected frame to the message it belongs to; `in_frame`: its payload
+    /// is the frame being handed in (see `Piece::in_frame`).
+    fn consume(&mut self, repr: &Repr, payload: Payload<'_>, in_frame: bool) -> Result<(), Drop> {
         if self.cur.is_none() {
             if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
                 return Err(Drop::Protocol("message does not start at offset 0"));
@@ -1016,11 +1039,12 @@ impl Receiver {
                 Payload::Placed(_) => m.data.as_ref().and_then(|v| v.get(start..start + len)),
             };
             if let Some(bytes) = bytes {
-                see(&super::Piece {
+                see.piece(&super::Piece {
                     msg_id: m.id,
                     msg_len: m.len,
                     offset: start,
                     bytes,
+                    in_frame: in_frame && matches!(payload, Payload::Here(_)),
                 });
             }
         }
@@ -1052,7 +1076,13 @@ impl Receiver {
             self.posts.pop_front()
         };
         let max = post.map_or(usize::MAX, |p| p.max_len);
-        let event = if m.len > max || m.truncated.is_some() {
+        let event = if m.len > self.keep && max >= m.len {
+            Event::Observed {
+                root: self.root,
+                msg_id: m.id,
+                len: m.len,
+            }
+        } else if m.len > max || m.truncated.is_some() {
             Event::Truncated {
                 root: self.root,
                 msg_id: m.id,

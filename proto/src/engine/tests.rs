@@ -13,6 +13,8 @@ struct Net {
     now: Instant,
     drop: DropRule,
     delivered: Vec<Vec<(Rank, u64, Vec<u8>)>>,
+    /// Messages that went to an observer alone (`Event::Observed`): root, id, length.
+    observed: Vec<Vec<(Rank, u64, usize)>>,
     stable: Vec<Vec<u64>>,
     sent: usize,
     lost: usize,
@@ -36,6 +38,7 @@ impl Net {
             now: Instant::now(),
             drop: Box::new(|_, _| false),
             delivered: vec![Vec::new(); n as usize],
+            observed: vec![Vec::new(); n as usize],
             stable: vec![Vec::new(); n as usize],
             sent: 0,
             lost: 0,
@@ -71,6 +74,8 @@ impl Net {
                             continue;
                         }
                         let _ = self.engines[j].handle_frame(self.now, &pdu);
+                        // A link that holds each frame until it is handled.
+                        self.engines[j].frames_done(&[&pdu[..]]);
                     }
                 }
             }
@@ -129,6 +134,9 @@ impl Net {
                         self.delivered[i].push((root, msg_id, data))
                     }
                     Event::Stable { msg_id } => self.stable[i].push(msg_id),
+                    Event::Observed { root, msg_id, len } => {
+                        self.observed[i].push((root, msg_id, len))
+                    }
                     _ => {}
                 }
             }
@@ -824,6 +832,121 @@ fn pushed_bytes_are_observed_once() {
     net.run(|n| n.delivered[1].len() == 1);
     assert_eq!(net.delivered[1][0].2, small);
     assert_eq!(pieced(&seen), vec![(0, small)]);
+}
+
+/// An observer that logs its pieces like `observed`'s and checks the contract of
+/// `Piece::in_frame`: each piece said to be in the frame handed in lies in the frames the next
+/// `frames_done` names.
+struct InFrame {
+    log: Pieces,
+    /// Pieces in the frame handed in, not yet found in `frames_done`'s frames: where, how long.
+    pending: Vec<(usize, usize)>,
+    /// Pieces in frames, pieces in the engine's copies, pieces `frames_done` did not find.
+    counts: std::sync::Arc<std::sync::Mutex<(usize, usize, usize)>>,
+}
+
+impl Observe for InFrame {
+    fn piece(&mut self, p: &Piece<'_>) {
+        self.log
+            .lock()
+            .unwrap()
+            .push((p.msg_id, p.msg_len, p.offset, p.bytes.to_vec()));
+        let mut c = self.counts.lock().unwrap();
+        if p.in_frame {
+            c.0 += 1;
+            self.pending
+                .push((p.bytes.as_ptr() as usize, p.bytes.len()));
+        } else {
+            c.1 += 1;
+        }
+    }
+    fn frames_done(&mut self, frames: &[&[u8]]) {
+        let mut c = self.counts.lock().unwrap();
+        for (at, len) in self.pending.drain(..) {
+            let inside = frames.iter().any(|f| {
+                let f0 = f.as_ptr() as usize;
+                f0 <= at && at + len <= f0 + f.len()
+            });
+            if !inside {
+                c.2 += 1;
+            }
+        }
+    }
+}
+
+/// A receiver that keeps at most `keep` bytes of a root's messages (a file receiver that
+/// writes from its observer): a longer message's bytes go to the observer alone, in order,
+/// once, and it comes as `Observed` with its length; shorter ones are delivered as ever. Its
+/// frames in order are observed in the frame handed in, those behind a loss from the engine's
+/// copies; and under loss, with fellows repairing each other, every receiver gets everything
+/// although none keeps the long messages to serve them from.
+#[test]
+fn messages_longer_than_the_keep_limit_go_to_the_observer_alone() {
+    let mut net = Net::new(4, |c| {
+        c.peer_repair = true;
+        c.peer_hold = true;
+    });
+    net.drop = lossy(5, 0.05);
+    let now = net.now;
+    let keep = 2_000;
+    let mut logs = Vec::new();
+    for r in 1..4 {
+        let log = Pieces::default();
+        let counts = std::sync::Arc::new(std::sync::Mutex::new((0, 0, 0)));
+        net.engines[r].keep_at_most(now, 0, keep);
+        net.engines[r].observe(
+            now,
+            0,
+            Box::new(InFrame {
+                log: log.clone(),
+                pending: Vec::new(),
+                counts: counts.clone(),
+            }),
+        );
+        logs.push((log, counts));
+    }
+    // Short and long messages, mixed.
+    let msgs: Vec<Vec<u8>> = (0..16)
+        .map(|i| message(if i % 3 == 0 { 900 } else { i * 3_100 + 7 }, i as u8))
+        .collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| (1..4).all(|r| n.delivered[r].len() + n.observed[r].len() == msgs.len()));
+    assert!(net.lost > 0, "the test lost nothing");
+    let want: Vec<(u64, Vec<u8>)> = msgs
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, m)| (i as u64, m))
+        .collect();
+    let short: Vec<(Rank, u64, Vec<u8>)> = want
+        .iter()
+        .filter(|(_, m)| m.len() <= keep)
+        .map(|(i, m)| (0, *i, m.clone()))
+        .collect();
+    let long: Vec<(Rank, u64, usize)> = want
+        .iter()
+        .filter(|(_, m)| m.len() > keep)
+        .map(|(i, m)| (0, *i, m.len()))
+        .collect();
+    for (k, (log, counts)) in logs.iter().enumerate() {
+        let r = k + 1;
+        assert_eq!(net.delivered[r], short, "rank {r} delivered");
+        assert_eq!(net.observed[r], long, "rank {r} observed only");
+        assert_eq!(pieced(log), want, "rank {r}: the observer's bytes");
+        let (in_frame, copied, astray) = *counts.lock().unwrap();
+        assert!(
+            in_frame > 0 && copied > 0,
+            "rank {r}: {in_frame} in frames, {copied} copied"
+        );
+        assert_eq!(
+            astray, 0,
+            "rank {r}: pieces said to be in frames that were not"
+        );
+    }
 }
 
 fn peer_net(n: u16) -> Net {

@@ -186,6 +186,16 @@ pub enum MemberError {
 pub enum Event {
     /// A whole message of a root's stream (streaming members, `prepost > 0`).
     Delivered(Message),
+    /// A message of a root's stream longer than the root's keep limit
+    /// ([`Member::keep_at_most`]): its bytes went to the observer alone (streaming members).
+    Observed {
+        /// The root.
+        root: Rank,
+        /// The message.
+        msg_id: u64,
+        /// Its length.
+        len: usize,
+    },
     /// `rank` was declared dead (or evicted by the application) and removed from the group.
     Evicted {
         /// The rank.
@@ -394,6 +404,18 @@ impl Member {
     /// [`crate::engine::Engine::observe`]).
     pub fn observe(&mut self, now: Instant, root: Rank, observer: crate::engine::Observer) {
         self.engine.observe(now, root, observer)
+    }
+
+    /// Keeps at most `keep` bytes of `root`'s messages; longer ones go to the observer alone
+    /// and come as [`Event::Observed`] (see [`crate::engine::Engine::keep_at_most`]).
+    pub fn keep_at_most(&mut self, now: Instant, root: Rank, keep: usize) {
+        self.engine.keep_at_most(now, root, keep)
+    }
+
+    /// Tells the observers that the frames handed in since the last call are given back to
+    /// the link (see [`crate::engine::Observe::frames_done`]).
+    pub fn frames_done(&mut self, frames: &[&[u8]]) {
+        self.engine.frames_done(frames)
     }
 
     /// This member's rank.
@@ -736,11 +758,11 @@ impl Member {
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
         let ev = self.events.pop_front()?;
-        if let Event::Delivered(m) = &ev {
+        if let Event::Delivered(Message { root, .. }) | Event::Observed { root, .. } = &ev {
             // Room for one more: the next frame or timeout posts another receive.
-            let r = usize::from(m.root);
+            let r = usize::from(*root);
             self.queued[r] = self.queued[r].saturating_sub(1);
-            self.top_ups.push(m.root);
+            self.top_ups.push(*root);
         }
         Some(ev)
     }
@@ -748,7 +770,9 @@ impl Member {
     // ---- internals ----
 
     fn push_event(&mut self, ev: Event) {
-        if self.events.len() >= EVENT_BOUND && !matches!(ev, Event::Delivered(_)) {
+        if self.events.len() >= EVENT_BOUND
+            && !matches!(ev, Event::Delivered(_) | Event::Observed { .. })
+        {
             self.stats.events_dropped += 1;
             return;
         }
@@ -783,6 +807,28 @@ impl Member {
                         self.top_ups.push(root);
                     } else {
                         self.inbox[r].push_back(m.data);
+                    }
+                }
+                engine::Event::Observed { root, msg_id, len } if self.prepost > 0 => {
+                    let r = usize::from(root);
+                    self.posted[r] = self.posted[r].saturating_sub(1);
+                    self.queued[r] += 1;
+                    self.push_event(Event::Observed { root, msg_id, len });
+                    self.top_ups.push(root);
+                }
+                // Not kept: a call waiting for it gets its bytes from nowhere (the keep limit
+                // is for streams), so it fails as a receive that allowed none of them.
+                engine::Event::Observed { root, msg_id, len } => {
+                    let r = usize::from(root);
+                    self.posted[r] = self.posted[r].saturating_sub(1);
+                    if matches!(self.call, Some(Call::Bcast { root: cr, .. }) if cr == root) {
+                        self.call = None;
+                        self.result = Some(Err(MemberError::Truncated {
+                            root,
+                            msg_id,
+                            len,
+                            max: 0,
+                        }));
                     }
                 }
                 engine::Event::Truncated {
@@ -874,6 +920,9 @@ impl Member {
 impl Machine for Member {
     fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
         Member::handle_frame(self, now, src, pdu)
+    }
+    fn frames_done(&mut self, frames: &[&[u8]]) {
+        Member::frames_done(self, frames)
     }
     fn handle_timeout(&mut self, now: Instant) {
         Member::handle_timeout(self, now)

@@ -57,6 +57,7 @@
 //! | 4 | I/O or permission error (interface, CAP_NET_RAW, input file, disk full) |
 //! | 130 | interrupted (Ctrl-C, SIGTERM, or the sender aborted) |
 
+mod direct;
 pub mod recv;
 pub mod send;
 

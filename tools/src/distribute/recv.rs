@@ -15,7 +15,9 @@ use ethbcast::member::{Event, Message};
 use ethbcast::proto::Dest;
 use serde::Serialize;
 
+use super::direct;
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
+use ethbcast::proto::Piece;
 use ethbcast::transfer::{
     Budget, Data, DigestAlgo, Final, Msg, PieceDigest, Progress, ABORT, EVICTED,
 };
@@ -62,6 +64,9 @@ pub struct RecvReport {
     pub seconds: f64,
     /// Digest of what was received (`xxh3:HEX` or `blake3:HEX`; empty if nothing was).
     pub digest: String,
+    /// Whether the data went from the link's frames to the output with no copy in between
+    /// (a ring link, and a file or `/dev/null` for output: see `direct.rs`).
+    pub direct: bool,
     /// Why it failed.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub error: String,
@@ -214,7 +219,7 @@ fn sync_dir(dir: &Path) -> Result<(), Fatal> {
     }
 }
 
-fn write_err(what: &str, e: std::io::Error) -> Fatal {
+pub(super) fn write_err(what: &str, e: std::io::Error) -> Fatal {
     if e.kind() == ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
         Fatal::io(format!("disk full writing {what}"))
     } else if e.kind() == ErrorKind::BrokenPipe {
@@ -314,6 +319,28 @@ impl Sink {
                 .map_err(|e| write_err(&format!("command {cmd:?}"), e)),
             Sink::Done => Ok(()),
         }
+    }
+
+    /// The output and its name, for writing it directly (see [`super::direct`]), if it
+    /// takes a write at once: a regular file, `/dev/null`; not a pipe, a socket or a
+    /// terminal, and not a command's input.
+    fn direct(&self) -> Option<(File, String)> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let (f, what) = match self {
+            Sink::Stdout(w) => (&w.get_ref().inner, "stdout".to_string()),
+            Sink::File {
+                tmp, f: Some(w), ..
+            } => (&w.get_ref().inner, tmp.display().to_string()),
+            _ => return None,
+        };
+        let m = f.metadata().ok()?;
+        let t = m.file_type();
+        // /dev/null: character device 1:3.
+        let null = t.is_char_device() && m.rdev() == nix::libc::makedev(1, 3);
+        if !(t.is_file() || null) {
+            return None;
+        }
+        Some((f.try_clone().ok()?, what))
     }
 
     /// Makes the output final: flush, fsync and rename; or close the command's input and
@@ -445,6 +472,8 @@ const WRITE_QUEUE: usize = 32;
 /// What the protocol loop hands the writer thread.
 enum Job {
     Data(Data),
+    /// Bytes of data the protocol thread wrote to the output itself (see [`super::direct`]).
+    Direct(u64),
     /// The trailer, its digest checked already: check the byte count, then commit the output.
     Verify {
         bytes: u64,
@@ -517,6 +546,7 @@ impl Writer {
                                 break Err(e);
                             }
                         }
+                        Ok(Job::Direct(n)) => bytes += n,
                         Ok(Job::Verify { bytes: b }) => {
                             if b != bytes {
                                 break Err(Fatal::new(
@@ -615,13 +645,13 @@ impl Writer {
 /// their digest (`None` before a header, see [`PieceDigest::digest`]). The observer keeps the
 /// digest's state to itself and shares only this, once a message.
 #[derive(Debug, Clone, Copy, Default)]
-struct Hashed {
+pub(super) struct Hashed {
     bytes: u64,
     digest: Option<(DigestAlgo, [u8; 32])>,
 }
 
 impl Hashed {
-    fn of(d: &PieceDigest) -> Hashed {
+    pub(super) fn of(d: &PieceDigest) -> Hashed {
         Hashed {
             bytes: d.bytes(),
             digest: d.digest(),
@@ -630,7 +660,7 @@ impl Hashed {
 }
 
 /// The shared result, whatever a panic elsewhere left it as (a plain value: nothing to break).
-fn lock(d: &Mutex<Hashed>) -> std::sync::MutexGuard<'_, Hashed> {
+pub(super) fn lock(d: &Mutex<Hashed>) -> std::sync::MutexGuard<'_, Hashed> {
     d.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -757,19 +787,50 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     // The digest is taken as the engine consumes the sender's frames (see `PieceDigest`).
     let seen = Arc::new(Mutex::new(Hashed::default()));
     let shared = seen.clone();
-    let mut digest = PieceDigest::new();
-    node.observe(
-        0,
-        Box::new(move |p| {
-            digest.piece(p);
-            if p.offset + p.bytes.len() == p.msg_len {
-                // What this loop looks at, the trailer or a failure, comes after a message
-                // ends: the result is shared once a message, not locked once a frame (a lock
-                // and an unlock per frame were half the observer's samples).
-                *lock(&shared) = Hashed::of(&digest);
-            }
-        }),
-    );
+    // Written straight from the link's frames where both allow it (see `super::direct`).
+    let outcome = Arc::new(Mutex::new(direct::Outcome::default()));
+    let out = if node.link_holds_frames() {
+        sink.direct()
+    } else {
+        None
+    };
+    let direct = out.is_some();
+    if let Some((out, what)) = out {
+        node.keep_at_most(0, direct::KEEP);
+        node.observe(
+            0,
+            Box::new(direct::Direct::new(
+                out,
+                what,
+                a.max_bytes,
+                shared,
+                outcome.clone(),
+                output_took.clone(),
+            )),
+        );
+    } else {
+        let mut digest = PieceDigest::new();
+        node.observe(
+            0,
+            Box::new(move |p: &Piece<'_>| {
+                digest.piece(p);
+                if p.offset + p.bytes.len() == p.msg_len {
+                    // What this loop looks at, the trailer or a failure, comes after a
+                    // message ends: the result is shared once a message, not locked once a
+                    // frame (a lock and an unlock per frame were half the observer's samples).
+                    *lock(&shared) = Hashed::of(&digest);
+                }
+            }),
+        );
+    }
+    // The direct observer's failure (an output that refused a write, data past a limit).
+    let direct_failed = || {
+        outcome
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .error
+            .clone()
+    };
 
     let start = Instant::now();
     let mut writer: Option<Writer> = None;
@@ -797,6 +858,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         }
         if let Err(e) = node.turn(Duration::from_millis(20)) {
             break 'run Err(e.into());
+        }
+        if let Some(e) = direct.then(direct_failed).flatten() {
+            break 'run Err(e);
         }
         let now = Instant::now();
         let heard = node
@@ -843,6 +907,10 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                 "stream data before its header",
                             ));
                         };
+                        if direct {
+                            // Written by the observer, which keeps its own budget.
+                            continue;
+                        }
                         if let Err(e) = b.take(d.bytes().len() as u64) {
                             break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
                         }
@@ -862,6 +930,20 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                         };
                         if let Err(e) = b.end(bytes) {
                             break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
+                        }
+                        if direct {
+                            // Copies the engine handed over outside a batch go out now.
+                            node.flush_observer();
+                            if let Some(e) = direct_failed() {
+                                break 'run Err(e);
+                            }
+                            let n = outcome.lock().unwrap_or_else(|e| e.into_inner()).written;
+                            match w.push(Job::Direct(n), &stop, a.timeout) {
+                                Pushed::Queued => {}
+                                Pushed::Stopped => break 'run Err(writer_failed(w)),
+                                Pushed::Interrupted => break 'run Err(interrupted()),
+                                Pushed::Stalled => break 'run Err(stalled(a.timeout)),
+                            }
                         }
                         if let Err(e) = check_digest(&seen, bytes, &digest) {
                             break 'run Err(e);
@@ -942,6 +1024,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         bytes,
         seconds: start.elapsed().as_secs_f64(),
         digest,
+        direct,
         error,
         code,
     })
@@ -972,6 +1055,7 @@ mod tests {
                     msg_len: m.len(),
                     offset,
                     bytes,
+                    in_frame: false,
                 });
             }
         }
