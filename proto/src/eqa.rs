@@ -100,6 +100,10 @@ impl Payloads {
     pub(crate) fn place(&self, i: usize) -> *const u8 {
         self.data.as_ptr().wrapping_add(i.saturating_mul(self.cap))
     }
+    /// All places, as one block.
+    pub(crate) fn all(&self) -> &[u8] {
+        &self.data
+    }
     /// Copies `payload` (at most `cap` bytes) into place `i`.
     pub(crate) fn store(&mut self, i: usize, payload: &[u8]) {
         let at = i * self.cap;

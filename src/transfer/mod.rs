@@ -755,7 +755,7 @@ mod tests {
                     msg_len: m.len(),
                     offset: w[0],
                     bytes: &m[w[0]..w[1]],
-                    in_frame: false,
+                    held: false,
                 });
             }
         }

@@ -81,14 +81,14 @@ pub type Observer = Box<dyn Observe>;
 pub trait Observe: Send {
     /// The next bytes of the stream, in order.
     fn piece(&mut self, piece: &Piece<'_>);
-    /// The frames handed in since the last call (by `handle_frame`, whose pieces had
-    /// [`Piece::in_frame`] set) are about to be given back to the link that holds them:
-    /// `frames` are those frames' bytes, as the link holds them, whole (link headers
-    /// included). An observer that kept where its pieces were writes them out now, from
-    /// the link's memory; after this call they are gone. A link that holds nothing passes
-    /// no frames.
-    fn frames_done(&mut self, frames: &[&[u8]]) {
-        let _ = frames;
+    /// The frames handed in since the last call are about to be given back to the link
+    /// that holds them, and the engine's copies consumed meanwhile may be reused: `memory`
+    /// names where every piece with [`Piece::held`] set since the last call lies: the
+    /// frames as the link holds them, whole (link headers included), and the engine's
+    /// window of copies. An observer that kept where its pieces were writes them out now;
+    /// after this call they are gone. A link that holds nothing passes no frames.
+    fn frames_done(&mut self, memory: &[&[u8]]) {
+        let _ = memory;
     }
 }
 
@@ -109,11 +109,14 @@ pub struct Piece<'a> {
     pub offset: usize,
     /// The bytes.
     pub bytes: &'a [u8],
-    /// Whether `bytes` lie in the frame being handed in (the frame in order, its payload
-    /// consumed as it came), rather than in a copy the engine kept (a frame that came behind
-    /// a gap, or a placed one). A link that holds its frames until
-    /// [`Observe::frames_done`] keeps these bytes there until then.
-    pub in_frame: bool,
+    /// Whether `bytes` stay where they are until the next [`Observe::frames_done`], which
+    /// names the memory they lie in: the frame being handed in (the frame in order, consumed
+    /// as it came; a link that [holds its frames](crate::machine::Machine::frames_done)
+    /// keeps it), or the engine's copy of a frame that came behind a gap, consumed while
+    /// frames are handed in (its window slot is reused by no frame before the
+    /// acknowledgements of this batch leave). Not set for bytes consumed at other times
+    /// (a receive posted late, a timer).
+    pub held: bool,
 }
 
 /// Engine configuration. [`Config::new`] gives the defaults, [`Config::paper`] the queue sizes

@@ -223,6 +223,9 @@ pub struct Receiver {
     observer: Option<Watch>,
     /// Messages longer than this are observed and not kept (`Engine::keep_at_most`).
     keep: usize,
+    /// Frames were handed in since the last `frames_done`: the window's copies consumed now
+    /// stay until then (see `Piece::held`).
+    in_batch: bool,
     next_msg: u64,
     next_start: u64,
     acked: Seq,
@@ -312,6 +315,7 @@ impl Receiver {
             prefetch: cfg.prefetch,
             observer: None,
             keep: usize::MAX,
+            in_batch: false,
             next_msg: 0,
             next_start: 0,
             acked: 0,
@@ -409,11 +413,14 @@ impl Receiver {
     /// Whether frame `s` (`repr`, with a payload of `len` bytes) keeps a copy in its slot after
     /// it was placed: copies are on (see `copies_until`) and it is among the last
     /// [`COPY_TAIL`] frames of its message. A frame of a message longer than the keep limit
-    /// (`Engine::keep_at_most`) has no message buffer to be served from: it keeps a copy
-    /// whenever copies are on.
+    /// (`Engine::keep_at_most`) has no message buffer to be served from: it keeps a copy once
+    /// any fellow ever asked. (Kept only while copies are on, `copies_until`, a file
+    /// receiver's fellows turned to the root for up to 9400 of 14700 lost frames on the
+    /// 1 Gbit/s test-bed at 1% loss, against at most 900 when served from messages: asks
+    /// came further apart than the span. Kept once asked: at most 94, in 5 runs.)
     fn keeps_copy(&self, s: Seq, repr: &Repr, len: usize) -> bool {
         if repr.msg_len as usize > self.keep {
-            return self.copying(s);
+            return self.asked;
         }
         // Bytes of its message after this frame.
         let after = || (repr.msg_len as usize).saturating_sub(repr.offset as usize + len);
@@ -580,8 +587,13 @@ impl Receiver {
 
     pub(crate) fn frames_done(&mut self, frames: &[&[u8]]) {
         if let Some(Watch(o)) = self.observer.as_mut() {
-            o.frames_done(frames);
+            // Where held pieces lie: the link's frames, and the window's copies.
+            let mut memory = Vec::with_capacity(frames.len() + 1);
+            memory.extend_from_slice(frames);
+            memory.push(self.slot_data.all());
+            o.frames_done(&memory);
         }
+        self.in_batch = false;
     }
 
     pub(crate) fn post(&mut self, max_len: usize) -> Result<(), PostError> {
@@ -656,6 +668,7 @@ impl Receiver {
         repr: &Repr,
         payload: &[u8],
     ) -> Result<(), Drop> {
+        self.in_batch = true;
         if repr.flags.contains(Flags::ACK_REQ) {
             self.probe_answer = true;
         }
@@ -790,7 +803,7 @@ impl Receiver {
                 // Lend the block out for the call (a pointer swap, not a copy; `consume`
                 // never looks at the window's payloads).
                 let data = std::mem::take(&mut self.slot_data);
-                let r = self.consume(&repr, Payload::Here(data.get(i, len)), false);
+                let r = self.consume(&repr, Payload::Here(data.get(i, len)), self.in_batch);
                 self.slot_data = data;
                 r
             };
@@ -956,9 +969,9 @@ impl Receiver {
         }
     }
 
-    /// Appends the next expected frame to the message it belongs to; `in_frame`: its payload
-    /// is the frame being handed in (see `Piece::in_frame`).
-    fn consume(&mut self, repr: &Repr, payload: Payload<'_>, in_frame: bool) -> Result<(), Drop> {
+    /// Appends the next expected frame to the message it belongs to; `held`: its payload
+    /// stays where it is until the batch's end (see `Piece::held`).
+    fn consume(&mut self, repr: &Repr, payload: Payload<'_>, held: bool) -> Result<(), Drop> {
         if self.cur.is_none() {
             if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
                 return Err(Drop::Protocol("message does not start at offset 0"));
@@ -1044,7 +1057,7 @@ impl Receiver {
                     msg_len: m.len,
                     offset: start,
                     bytes,
-                    in_frame: in_frame && matches!(payload, Payload::Here(_)),
+                    held: held && matches!(payload, Payload::Here(_)),
                 });
             }
         }

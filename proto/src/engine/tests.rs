@@ -835,40 +835,44 @@ fn pushed_bytes_are_observed_once() {
 }
 
 /// An observer that logs its pieces like `observed`'s and checks the contract of
-/// `Piece::in_frame`: each piece said to be in the frame handed in lies in the frames the next
-/// `frames_done` names.
-struct InFrame {
+/// `Piece::held`: each piece said to stay until the next `frames_done` lies, unchanged, in the
+/// memory that call names.
+struct Held {
     log: Pieces,
-    /// Pieces in the frame handed in, not yet found in `frames_done`'s frames: where, how long.
-    pending: Vec<(usize, usize)>,
-    /// Pieces in frames, pieces in the engine's copies, pieces `frames_done` did not find.
-    counts: std::sync::Arc<std::sync::Mutex<(usize, usize, usize)>>,
+    /// Held pieces not yet found: where, and their bytes.
+    pending: Vec<(usize, Vec<u8>)>,
+    /// Held pieces found in a frame, found in the engine's window, not found (or changed);
+    /// pieces not held.
+    counts: std::sync::Arc<std::sync::Mutex<[usize; 4]>>,
 }
 
-impl Observe for InFrame {
+impl Observe for Held {
     fn piece(&mut self, p: &Piece<'_>) {
         self.log
             .lock()
             .unwrap()
             .push((p.msg_id, p.msg_len, p.offset, p.bytes.to_vec()));
-        let mut c = self.counts.lock().unwrap();
-        if p.in_frame {
-            c.0 += 1;
+        if p.held {
             self.pending
-                .push((p.bytes.as_ptr() as usize, p.bytes.len()));
+                .push((p.bytes.as_ptr() as usize, p.bytes.to_vec()));
         } else {
-            c.1 += 1;
+            self.counts.lock().unwrap()[3] += 1;
         }
     }
-    fn frames_done(&mut self, frames: &[&[u8]]) {
+    fn frames_done(&mut self, memory: &[&[u8]]) {
         let mut c = self.counts.lock().unwrap();
-        for (at, len) in self.pending.drain(..) {
-            let inside = frames.iter().any(|f| {
-                let f0 = f.as_ptr() as usize;
-                f0 <= at && at + len <= f0 + f.len()
+        for (at, bytes) in self.pending.drain(..) {
+            let found = memory.iter().position(|m| {
+                let m0 = m.as_ptr() as usize;
+                m0 <= at
+                    && at + bytes.len() <= m0 + m.len()
+                    && m[at - m0..][..bytes.len()] == bytes[..]
             });
-            if !inside {
-                c.2 += 1;
+            match found {
+                // The window's copies come last.
+                Some(i) if i + 1 == memory.len() => c[1] += 1,
+                Some(_) => c[0] += 1,
+                None => c[2] += 1,
             }
         }
     }
@@ -877,8 +881,8 @@ impl Observe for InFrame {
 /// A receiver that keeps at most `keep` bytes of a root's messages (a file receiver that
 /// writes from its observer): a longer message's bytes go to the observer alone, in order,
 /// once, and it comes as `Observed` with its length; shorter ones are delivered as ever. Its
-/// frames in order are observed in the frame handed in, those behind a loss from the engine's
-/// copies; and under loss, with fellows repairing each other, every receiver gets everything
+/// frames in order are observed in the frame handed in, those behind a loss in the engine's
+/// copies, both held there until `frames_done`; and under loss, with fellows repairing each other, every receiver gets everything
 /// although none keeps the long messages to serve them from.
 #[test]
 fn messages_longer_than_the_keep_limit_go_to_the_observer_alone() {
@@ -892,12 +896,12 @@ fn messages_longer_than_the_keep_limit_go_to_the_observer_alone() {
     let mut logs = Vec::new();
     for r in 1..4 {
         let log = Pieces::default();
-        let counts = std::sync::Arc::new(std::sync::Mutex::new((0, 0, 0)));
+        let counts = std::sync::Arc::new(std::sync::Mutex::new([0; 4]));
         net.engines[r].keep_at_most(now, 0, keep);
         net.engines[r].observe(
             now,
             0,
-            Box::new(InFrame {
+            Box::new(Held {
                 log: log.clone(),
                 pending: Vec::new(),
                 counts: counts.clone(),
@@ -937,14 +941,14 @@ fn messages_longer_than_the_keep_limit_go_to_the_observer_alone() {
         assert_eq!(net.delivered[r], short, "rank {r} delivered");
         assert_eq!(net.observed[r], long, "rank {r} observed only");
         assert_eq!(pieced(log), want, "rank {r}: the observer's bytes");
-        let (in_frame, copied, astray) = *counts.lock().unwrap();
+        let [in_frame, in_window, astray, _] = *counts.lock().unwrap();
         assert!(
-            in_frame > 0 && copied > 0,
-            "rank {r}: {in_frame} in frames, {copied} copied"
+            in_frame > 0 && in_window > 0,
+            "rank {r}: {in_frame} pieces in frames, {in_window} in the window's copies"
         );
         assert_eq!(
             astray, 0,
-            "rank {r}: pieces said to be in frames that were not"
+            "rank {r}: held pieces not where they were said to stay"
         );
     }
 }

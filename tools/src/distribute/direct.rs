@@ -10,12 +10,13 @@
 //!
 //! How: the engine keeps no more than [`KEEP`] bytes of a message (`Stream::keep_at_most`):
 //! the data messages are handed to the observer, [`Direct`], alone. It hashes each piece as
-//! it comes (the digest the trailer is checked against), and notes where the piece's data is:
-//! in the frame being handed in (`Piece::in_frame`), or in a copy the engine kept (a frame
-//! that came behind a gap), which it copies once into a side buffer. When the link hands the
-//! batch back (`Observe::frames_done`), it finds its notes in the batch's frames and writes
-//! everything, in stream order, with `writev`. Only outputs that take a write at once qualify
-//! (a regular file, `/dev/null`): a pipe that blocks would hold the ring's slots.
+//! it comes (the digest the trailer is checked against), and notes where the piece's data is
+//! when it stays there until the batch ends (`Piece::held`): in the frame being handed in, or
+//! in the engine's copy of a frame that came behind a gap. Other pieces (consumed outside a
+//! batch) it copies into a side buffer. When the batch ends (`Observe::frames_done`), it
+//! finds its notes in the memory named and writes everything, in stream order, with
+//! `writev`. Only outputs that take a write at once qualify (a regular file, `/dev/null`): a
+//! pipe that blocks would hold the ring's slots.
 
 use std::fs::File;
 use std::io::{IoSlice, Write};
@@ -40,8 +41,9 @@ const IOV_MAX: usize = 1024;
 /// Where a piece of data waits to be written.
 #[derive(Debug, Clone, Copy)]
 enum Seg {
-    /// In the frame handed in: its address and length, found again in the batch's frames.
-    Frame { at: usize, len: usize },
+    /// Where it stays until the batch ends (`Piece::held`): its address and length, found
+    /// again in the memory `frames_done` names.
+    Held { at: usize, len: usize },
     /// In the side buffer, from `start`.
     Side { start: usize, len: usize },
 }
@@ -130,7 +132,7 @@ impl Direct {
         for seg in &self.segs {
             let bytes = match *seg {
                 Seg::Side { start, len } => &self.side[start..start + len],
-                Seg::Frame { at, len } => {
+                Seg::Held { at, len } => {
                     // Pieces come in the frames' order: look from the last frame found on.
                     let found = (next..frames.len()).chain(0..next).find(|&i| {
                         let f = frames[i].as_ptr() as usize;
@@ -139,7 +141,7 @@ impl Direct {
                     let Some(i) = found else {
                         return Err(Fatal::new(
                             EXIT_FAILED,
-                            "internal error: received data is no longer in the link's frames",
+                            "internal error: received data is no longer where the engine said it stays",
                         ));
                     };
                     next = i;
@@ -184,8 +186,8 @@ impl Observe for Direct {
             self.fail(e);
             return;
         }
-        if p.in_frame {
-            self.segs.push(Seg::Frame {
+        if p.held {
+            self.segs.push(Seg::Held {
                 at: data.as_ptr() as usize,
                 len: data.len(),
             });

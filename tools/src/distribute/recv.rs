@@ -1055,7 +1055,7 @@ mod tests {
                     msg_len: m.len(),
                     offset,
                     bytes,
-                    in_frame: false,
+                    held: false,
                 });
             }
         }
