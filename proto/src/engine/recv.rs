@@ -414,10 +414,10 @@ impl Receiver {
     /// it was placed: copies are on (see `copies_until`) and it is among the last
     /// [`COPY_TAIL`] frames of its message. A frame of a message longer than the keep limit
     /// (`Engine::keep_at_most`) has no message buffer to be served from: it keeps a copy once
-    /// any fellow ever asked. (Kept only while copies are on, `copies_until`, a file
-    /// receiver's fellows turned to the root for up to 9400 of 14700 lost frames on the
-    /// 1 Gbit/s test-bed at 1% loss, against at most 900 when served from messages: asks
-    /// came further apart than the span. Kept once asked: at most 94, in 5 runs.)
+    /// any fellow ever asked. (Kept only while copies are on, `copies_until`, the fellows of
+    /// receivers keeping no messages turned to the root for up to 9400 of 14700 lost frames
+    /// on the 1 Gbit/s test-bed at 1% loss, against at most 900 when served from messages.
+    /// Kept once asked: at most 94, in 5 runs.)
     fn keeps_copy(&self, s: Seq, repr: &Repr, len: usize) -> bool {
         if repr.msg_len as usize > self.keep {
             return self.asked;

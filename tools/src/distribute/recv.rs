@@ -65,7 +65,7 @@ pub struct RecvReport {
     /// Digest of what was received (`xxh3:HEX` or `blake3:HEX`; empty if nothing was).
     pub digest: String,
     /// Whether the data went from the link's frames to the output with no copy in between
-    /// (a ring link, and a file or `/dev/null` for output: see `direct.rs`).
+    /// (a ring link, and `/dev/null` for output: see `direct.rs`).
     pub direct: bool,
     /// Why it failed.
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -349,9 +349,9 @@ impl Sink {
 
     /// The output and its name, for writing it directly (see [`super::direct`]), if a write
     /// to it never waits: `/dev/null`. Not a file: a write into the page cache waits when the
-    /// kernel throttles dirty pages, and the protocol thread waiting with the ring's slots held
-    /// made the ring overflow (on the busy test-bed the sender repaired 3 800-17 000 frames of
-    /// a 1%-loss transfer instead of 60-1 700). Not a pipe, a socket or a terminal, nor a
+    /// kernel throttles dirty pages, and the protocol thread waits with the ring's slots held
+    /// (written this way, files of a 1%-loss transfer on the busy test-bed cost the sender
+    /// 3 800-17 000 repairs instead of 60-1 700). Not a pipe, a socket or a terminal, nor a
     /// command's input, which wait for their reader.
     fn direct(&self) -> Option<(File, String)> {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
