@@ -200,7 +200,8 @@ enum Cmd {
     Recv {
         #[command(flatten)]
         common: Common,
-        /// Output file, written as a temporary file and renamed once the digest matched.
+        /// Output file, written as a temporary file and renamed once the digest matched (a device
+        /// or a named pipe, such as /dev/null, is written in place).
         #[arg(short = 'o', long = "output", conflicts_with = "command")]
         output: Option<PathBuf>,
         /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
