@@ -279,19 +279,7 @@ fn jumbo_frames_need_large_ring_slots_and_then_work() {
             RingLink::open(END_A, &RingLinkConfig::default()),
             Err(LinkError::RingSetup(_))
         ));
-        let slots = RingConfig {
-            block_size: 1 << 16,
-            frame_size: 16384,
-            frame_count: 64,
-        };
-        let cfg = RingLinkConfig {
-            rx: slots,
-            tx: slots,
-            ..Default::default()
-        };
-        let mut a: Box<dyn Link> = Box::new(RingLink::open(END_A, &cfg).unwrap());
-        let mut b: Box<dyn Link> =
-            Box::new(SocketLink::open(END_B, &SocketConfig::default()).unwrap());
+        let (mut a, mut b) = small_ring_and_socket(16384);
         assert_eq!(a.max_pdu(), 9000);
         assert_eq!(b.max_pdu(), 9000);
         arrives_whole(&mut *a, &mut *b, BROADCAST_MAC, 3);
@@ -303,6 +291,25 @@ fn jumbo_frames_need_large_ring_slots_and_then_work() {
         assert_eq!(a.max_pdu(), 9000);
         arrives_whole(&mut *a, &mut *b, BROADCAST_MAC, 5);
     });
+}
+
+/// A ring link on end A with 64 slots of `frame_size` bytes each way, and a socket link on
+/// end B.
+fn small_ring_and_socket(frame_size: usize) -> (Box<dyn Link>, Box<dyn Link>) {
+    let slots = RingConfig {
+        block_size: 1 << 16,
+        frame_size,
+        frame_count: 64,
+    };
+    let cfg = RingLinkConfig {
+        rx: slots,
+        tx: slots,
+        ..Default::default()
+    };
+    (
+        Box::new(RingLink::open(END_A, &cfg).unwrap()),
+        Box::new(SocketLink::open(END_B, &SocketConfig::default()).unwrap()),
+    )
 }
 
 /// Sends a PDU of the whole MTU from `from` to `dst` and checks that `to` gets it, neither cut
@@ -506,19 +513,7 @@ fn a_ring_link_holds_a_batch_until_its_end_and_then_gives_the_slots_back() {
         return;
     };
     ns.run(|| {
-        let slots = RingConfig {
-            block_size: 1 << 16,
-            frame_size: 2048,
-            frame_count: 64,
-        };
-        let cfg = RingLinkConfig {
-            rx: slots,
-            tx: slots,
-            ..Default::default()
-        };
-        let mut a: Box<dyn Link> = Box::new(RingLink::open(END_A, &cfg).unwrap());
-        let mut b: Box<dyn Link> =
-            Box::new(SocketLink::open(END_B, &SocketConfig::default()).unwrap());
+        let (mut a, mut b) = small_ring_and_socket(2048);
         assert!(a.holds_frames());
         assert!(!b.holds_frames());
         let to_a = a.local_mac();

@@ -724,6 +724,26 @@ proptest::proptest! {
     }
 }
 
+/// The messages with their ids (0, 1, 2, ...), as a root's stream numbers them.
+fn numbered(msgs: &[Vec<u8>]) -> Vec<(u64, Vec<u8>)> {
+    msgs.iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, m)| (i as u64, m))
+        .collect()
+}
+
+/// Four members whose fellows repair each other and hold messages back for it, losing 5% of
+/// the data, repairs and acknowledgements (`seed` draws which).
+fn holding_net(seed: u64) -> Net {
+    let mut net = Net::new(4, |c| {
+        c.peer_repair = true;
+        c.peer_hold = true;
+    });
+    net.drop = lossy(seed, 0.05);
+    net
+}
+
 /// The pieces an observer of `root`'s stream at `e` is handed: (message id, length, offset,
 /// bytes).
 type Pieces = std::sync::Arc<std::sync::Mutex<Vec<(u64, usize, usize, Vec<u8>)>>>;
@@ -776,11 +796,7 @@ fn pieced(seen: &Pieces) -> Vec<(u64, Vec<u8>)> {
 /// each byte once.
 #[test]
 fn an_observer_sees_the_bytes_delivered_in_order_once() {
-    let mut net = Net::new(4, |c| {
-        c.peer_repair = true;
-        c.peer_hold = true;
-    });
-    net.drop = lossy(11, 0.05);
+    let mut net = holding_net(11);
     let now = net.now;
     let seen: Vec<Pieces> = (1..4)
         .map(|r| observed(&mut net.engines[r], now, 0))
@@ -793,12 +809,7 @@ fn an_observer_sees_the_bytes_delivered_in_order_once() {
     }
     net.run(|n| n.all_got(0, msgs.len()));
     assert!(net.lost > 0, "the test lost nothing");
-    let want: Vec<(u64, Vec<u8>)> = msgs
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(i, m)| (i as u64, m))
-        .collect();
+    let want = numbered(&msgs);
     for (k, s) in seen.iter().enumerate() {
         let got: Vec<(u64, Vec<u8>)> = net.delivered[k + 1]
             .iter()
@@ -878,19 +889,15 @@ impl Observe for Held {
     }
 }
 
-/// A receiver that keeps at most `keep` bytes of a root's messages (a file receiver that
-/// writes from its observer): a longer message's bytes go to the observer alone, in order,
-/// once, and it comes as `Observed` with its length; shorter ones are delivered as ever. Its
-/// frames in order are observed in the frame handed in, those behind a loss in the engine's
-/// copies, both held there until `frames_done`; and under loss, with fellows repairing each other, every receiver gets everything
-/// although none keeps the long messages to serve them from.
+/// A receiver that keeps at most `keep` bytes of a root's messages (one that writes from its
+/// observer): a longer message's bytes go to the observer alone, in order, once, and it comes
+/// as `Observed` with its length; shorter ones are delivered as ever. Its frames in order are
+/// observed in the frame handed in, those behind a loss in the engine's copies, both held
+/// there until `frames_done`; and under loss, with fellows repairing each other, every
+/// receiver gets everything although none keeps the long messages to serve them from.
 #[test]
 fn messages_longer_than_the_keep_limit_go_to_the_observer_alone() {
-    let mut net = Net::new(4, |c| {
-        c.peer_repair = true;
-        c.peer_hold = true;
-    });
-    net.drop = lossy(5, 0.05);
+    let mut net = holding_net(5);
     let now = net.now;
     let keep = 2_000;
     let mut logs = Vec::new();
@@ -920,12 +927,7 @@ fn messages_longer_than_the_keep_limit_go_to_the_observer_alone() {
     }
     net.run(|n| (1..4).all(|r| n.delivered[r].len() + n.observed[r].len() == msgs.len()));
     assert!(net.lost > 0, "the test lost nothing");
-    let want: Vec<(u64, Vec<u8>)> = msgs
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(i, m)| (i as u64, m))
-        .collect();
+    let want = numbered(&msgs);
     let short: Vec<(Rank, u64, Vec<u8>)> = want
         .iter()
         .filter(|(_, m)| m.len() <= keep)

@@ -819,42 +819,36 @@ impl Member {
                 // Not kept: a call waiting for it gets its bytes from nowhere (the keep limit
                 // is for streams), so it fails as a receive that allowed none of them.
                 engine::Event::Observed { root, msg_id, len } => {
-                    let r = usize::from(root);
-                    self.posted[r] = self.posted[r].saturating_sub(1);
-                    if matches!(self.call, Some(Call::Bcast { root: cr, .. }) if cr == root) {
-                        self.call = None;
-                        self.result = Some(Err(MemberError::Truncated {
-                            root,
-                            msg_id,
-                            len,
-                            max: 0,
-                        }));
-                    }
+                    self.not_kept(root, msg_id, len, 0)
                 }
                 engine::Event::Truncated {
                     root,
                     msg_id,
                     len,
                     max,
-                } => {
-                    let r = usize::from(root);
-                    self.posted[r] = self.posted[r].saturating_sub(1);
-                    if matches!(self.call, Some(Call::Bcast { root: cr, .. }) if cr == root) {
-                        self.call = None;
-                        self.result = Some(Err(MemberError::Truncated {
-                            root,
-                            msg_id,
-                            len,
-                            max,
-                        }));
-                    }
-                }
+                } => self.not_kept(root, msg_id, len, max),
                 engine::Event::Stable { msg_id } => {
                     self.stable_through =
                         Some(self.stable_through.map_or(msg_id, |s| s.max(msg_id)));
                 }
                 engine::Event::Control { src, msg, fresh } => self.route(now, src, msg, fresh),
             }
+        }
+    }
+
+    /// A message of `root` that was consumed and not kept (a receive allowed `max` of its `len`
+    /// bytes): a call waiting for it fails with `Truncated`.
+    fn not_kept(&mut self, root: Rank, msg_id: u64, len: usize, max: usize) {
+        let r = usize::from(root);
+        self.posted[r] = self.posted[r].saturating_sub(1);
+        if matches!(self.call, Some(Call::Bcast { root: cr, .. }) if cr == root) {
+            self.call = None;
+            self.result = Some(Err(MemberError::Truncated {
+                root,
+                msg_id,
+                len,
+                max,
+            }));
         }
     }
 
