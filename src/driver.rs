@@ -132,21 +132,25 @@ impl<L: Link, M: Machine> Driver<L, M> {
             (Some(w), Some(t)) => Some(w.min(t.saturating_duration_since(now))),
             (w, _) => w,
         };
+        let held = self.member.wants_frames_done();
         // Lent to two closures that never run at once: the frames' and the batch end's.
         let member = std::cell::RefCell::new(&mut self.member);
         let mut stamp = (now, 0u32);
-        let n = self.link.recv_held(
-            wait,
-            &mut |src, pdu| {
-                // The first frame of a batch may come after a long wait: read the clock then.
-                if stamp.1.is_multiple_of(FRAMES_PER_CLOCK_READ) {
-                    stamp.0 = clock.now();
-                }
-                stamp.1 = stamp.1.wrapping_add(1);
-                member.borrow_mut().handle_frame(stamp.0, src, pdu);
-            },
-            &mut |frames| member.borrow_mut().frames_done(frames),
-        )?;
+        let mut take = |src, pdu: &[u8]| {
+            // The first frame of a batch may come after a long wait: read the clock then.
+            if stamp.1.is_multiple_of(FRAMES_PER_CLOCK_READ) {
+                stamp.0 = clock.now();
+            }
+            stamp.1 = stamp.1.wrapping_add(1);
+            member.borrow_mut().handle_frame(stamp.0, src, pdu);
+        };
+        let n = if held {
+            self.link.recv_held(wait, &mut take, &mut |frames| {
+                member.borrow_mut().frames_done(frames)
+            })?
+        } else {
+            self.link.recv(wait, &mut take)?
+        };
         let now = clock.now();
         if self.member.poll_timeout().is_some_and(|t| t <= now) {
             self.member.handle_timeout(now);

@@ -38,6 +38,12 @@ pub trait Machine {
     fn frames_done(&mut self, frames: &[&[u8]]) {
         let _ = frames;
     }
+    /// Whether the machine uses [`Machine::frames_done`]: a driver that asks a link to hold
+    /// its frames until a batch ends does so only then (the machines of collectives never do,
+    /// and their frames go back at once).
+    fn wants_frames_done(&self) -> bool {
+        false
+    }
     /// Lets time pass.
     fn handle_timeout(&mut self, now: Instant);
     /// The earliest instant at which `handle_timeout` has work.

@@ -883,7 +883,7 @@ impl Engine {
     /// test-bed, 8 bulk receivers: the digest's samples fell by two fifths, and their CPU by
     /// 7%, median of 10 alternated transfers). What is observed is what is
     /// consumed, which is what is delivered, in the same order, except a message delivered
-    /// [`Event::Truncated`](crate::member::Event) (its bytes are observed, not kept) and the
+    /// [`Event::Truncated`] or [`Event::Observed`] (its bytes are observed, not kept) and the
     /// end of a stream cut short (a member that leaves).
     pub fn observe(&mut self, now: Instant, root: Rank, observer: Observer) {
         self.rx_mut(now, root).set_observer(observer);
@@ -899,6 +899,11 @@ impl Engine {
     /// into a message buffer it would never read is not made.
     pub fn keep_at_most(&mut self, now: Instant, root: Rank, keep: usize) {
         self.rx_mut(now, root).keep_at_most(keep);
+    }
+
+    /// Whether some root's stream has an observer ([`Engine::observe`]).
+    pub fn is_observed(&self) -> bool {
+        !self.observed.is_empty()
     }
 
     /// Tells the observers that the frames handed in since the last call are given back to

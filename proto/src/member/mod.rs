@@ -918,6 +918,9 @@ impl Machine for Member {
     fn frames_done(&mut self, frames: &[&[u8]]) {
         Member::frames_done(self, frames)
     }
+    fn wants_frames_done(&self) -> bool {
+        self.engine.is_observed()
+    }
     fn handle_timeout(&mut self, now: Instant) {
         Member::handle_timeout(self, now)
     }
