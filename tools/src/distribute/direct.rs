@@ -49,21 +49,16 @@ enum Seg {
     Side { start: usize, len: usize },
 }
 
-/// What the observer tells the protocol loop, once a batch that wrote something: the bytes
-/// it wrote, and why it stopped, if it did.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    /// Data bytes written to the output.
-    pub written: u64,
-    /// The first error: the output refused a write, or the data went past a limit.
-    pub error: Option<Fatal>,
-}
+/// Why the observer stopped writing, for the protocol loop: the first error (the output
+/// refused a write, or the data went past a limit). What it wrote, the output's byte count
+/// says (`took`).
+pub type Failure = Arc<Mutex<Option<Fatal>>>;
 
 /// The observer that writes a stream's data to its output (see the module's doc).
 pub struct Direct {
     digest: PieceDigest,
     hashed: Arc<Mutex<Hashed>>,
-    outcome: Arc<Mutex<Outcome>>,
+    failure: Failure,
     /// The output (a duplicate of the sink's descriptor: same file, same offset).
     out: File,
     /// The output's name, for errors.
@@ -79,20 +74,20 @@ pub struct Direct {
 
 impl Direct {
     /// An observer writing to `out` (named `what`), at most `max_bytes` of data, sharing its
-    /// digest in `hashed` and its outcome in `outcome`, counting what the output took in
+    /// digest in `hashed` and why it stopped in `failure`, counting what the output took in
     /// `took`.
     pub fn new(
         out: File,
         what: String,
         max_bytes: Option<u64>,
         hashed: Arc<Mutex<Hashed>>,
-        outcome: Arc<Mutex<Outcome>>,
+        failure: Failure,
         took: Arc<AtomicU64>,
     ) -> Direct {
         Direct {
             digest: PieceDigest::new(),
             hashed,
-            outcome,
+            failure,
             out,
             what,
             max_bytes,
@@ -107,8 +102,8 @@ impl Direct {
     fn fail(&mut self, e: Fatal) {
         self.failed = true;
         self.segs.clear();
-        let mut o = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
-        o.error.get_or_insert(e);
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        f.get_or_insert(e);
     }
 
     /// Whether `n` more data bytes are within the header's total and `--max-bytes`.
@@ -126,9 +121,8 @@ impl Direct {
     }
 
     /// Writes the noted pieces, in order, from `frames` and the side buffer.
-    fn write_out(&mut self, frames: &[&[u8]]) -> Result<u64, Fatal> {
+    fn write_out(&mut self, frames: &[&[u8]]) -> Result<(), Fatal> {
         let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.segs.len());
-        let mut total = 0u64;
         let mut next = 0;
         for seg in &self.segs {
             let bytes = match *seg {
@@ -150,7 +144,6 @@ impl Direct {
                     &frames[i][off..off + len]
                 }
             };
-            total += bytes.len() as u64;
             slices.push(IoSlice::new(bytes));
         }
         for chunk in slices.chunks_mut(IOV_MAX) {
@@ -169,7 +162,7 @@ impl Direct {
                 IoSlice::advance_slices(&mut rest, n);
             }
         }
-        Ok(total)
+        Ok(())
     }
 }
 
@@ -210,11 +203,9 @@ impl Observe for Direct {
             return;
         }
         match self.write_out(frames) {
-            Ok(n) => {
+            Ok(()) => {
                 self.segs.clear();
                 self.side.clear();
-                let mut o = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
-                o.written += n;
             }
             Err(e) => self.fail(e),
         }

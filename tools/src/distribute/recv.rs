@@ -75,10 +75,10 @@ pub struct RecvReport {
 }
 
 enum Sink {
-    /// Standard output, written through its own descriptor (`std::io::Stdout` is
-    /// line-buffered and split every write at its last newline); or a device or a named pipe
-    /// given with `-o`, written in place. Its name, for errors.
-    Stdout(BufWriter<Counted<File>>, String),
+    /// Written in place, under its name (for errors): standard output, through its own
+    /// descriptor (`std::io::Stdout` is line-buffered and split every write at its last
+    /// newline), or a device or a named pipe given with `-o`.
+    InPlace(BufWriter<Counted<File>>, String),
     File {
         tmp: PathBuf,
         dst: PathBuf,
@@ -244,6 +244,15 @@ pub(super) fn write_err(what: &str, e: std::io::Error) -> Fatal {
 }
 
 impl Sink {
+    /// An output written in place (see [`Sink::InPlace`]).
+    fn in_place(out: File, name: String, written: &Arc<AtomicU64>) -> Sink {
+        let piped = is_piped(&out);
+        Sink::InPlace(
+            BufWriter::with_capacity(1 << 20, Counted::new(out, written, piped)),
+            name,
+        )
+    }
+
     /// Opens the output; `written` counts the bytes it takes (see [`Counted`]).
     fn open(out: &Output, written: &Arc<AtomicU64>) -> Result<Sink, Fatal> {
         Ok(match out {
@@ -254,11 +263,7 @@ impl Sink {
                     .try_clone_to_owned()
                     .map(File::from)
                     .map_err(|e| Fatal::io(format!("standard output: {e}")))?;
-                let piped = is_piped(&out);
-                Sink::Stdout(
-                    BufWriter::with_capacity(1 << 20, Counted::new(out, written, piped)),
-                    "stdout".into(),
-                )
+                Sink::in_place(out, "stdout".into(), written)
             }
             Output::File(dst) if is_special(dst) => {
                 // A device or a named pipe (`-o /dev/null`) is written in place: a temporary
@@ -269,11 +274,7 @@ impl Sink {
                     .custom_flags(nix::libc::O_NOFOLLOW)
                     .open(dst)
                     .map_err(|e| Fatal::io(format!("cannot open {}: {e}", dst.display())))?;
-                let piped = is_piped(&out);
-                Sink::Stdout(
-                    BufWriter::with_capacity(1 << 20, Counted::new(out, written, piped)),
-                    dst.display().to_string(),
-                )
+                Sink::in_place(out, dst.display().to_string(), written)
             }
             Output::File(dst) => {
                 if dst.is_dir() {
@@ -332,7 +333,7 @@ impl Sink {
 
     fn write(&mut self, data: &[u8]) -> Result<(), Fatal> {
         match self {
-            Sink::Stdout(w, name) => w.write_all(data).map_err(|e| write_err(name, e)),
+            Sink::InPlace(w, name) => w.write_all(data).map_err(|e| write_err(name, e)),
             Sink::File { tmp, f, .. } => f
                 .as_mut()
                 .expect("open file")
@@ -355,7 +356,7 @@ impl Sink {
     /// command's input, which wait for their reader.
     fn direct(&self) -> Option<(File, String)> {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
-        let Sink::Stdout(w, name) = self else {
+        let Sink::InPlace(w, name) = self else {
             return None;
         };
         let f = &w.get_ref().inner;
@@ -371,7 +372,7 @@ impl Sink {
     /// check its exit status.
     fn commit(&mut self) -> Result<(), Fatal> {
         match std::mem::replace(self, Sink::Done) {
-            Sink::Stdout(mut w, name) => w.flush().map_err(|e| write_err(&name, e)),
+            Sink::InPlace(mut w, name) => w.flush().map_err(|e| write_err(&name, e)),
             Sink::File { tmp, dst, f } => {
                 let r = (|| {
                     let w = f.expect("open file");
@@ -448,7 +449,7 @@ impl Sink {
                     let _ = c.wait();
                 }
             }
-            Sink::Stdout(mut w, _) => {
+            Sink::InPlace(mut w, _) => {
                 let _ = w.flush();
             }
             Sink::Done => {}
@@ -812,7 +813,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let seen = Arc::new(Mutex::new(Hashed::default()));
     let shared = seen.clone();
     // Written straight from the link's frames where both allow it (see `super::direct`).
-    let outcome = Arc::new(Mutex::new(direct::Outcome::default()));
+    let failure = direct::Failure::default();
     let out = if node.link_holds_frames() {
         sink.direct()
     } else {
@@ -828,7 +829,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                 what,
                 a.max_bytes,
                 shared,
-                outcome.clone(),
+                failure.clone(),
                 output_took.clone(),
             )),
         );
@@ -848,13 +849,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         );
     }
     // The direct observer's failure (an output that refused a write, data past a limit).
-    let direct_failed = || {
-        outcome
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .error
-            .clone()
-    };
+    let direct_failed = || failure.lock().unwrap_or_else(|e| e.into_inner()).clone();
 
     let start = Instant::now();
     let mut writer: Option<Writer> = None;
@@ -961,7 +956,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                             if let Some(e) = direct_failed() {
                                 break 'run Err(e);
                             }
-                            let n = outcome.lock().unwrap_or_else(|e| e.into_inner()).written;
+                            // Nothing else writes to the output in this mode.
+                            let n = output_took.load(Ordering::Relaxed);
                             match w.push(Job::Direct(n), &stop, a.timeout) {
                                 Pushed::Queued => {}
                                 Pushed::Stopped => break 'run Err(writer_failed(w)),
