@@ -145,8 +145,8 @@ impl<L: Link, M: Machine> Driver<L, M> {
             member.borrow_mut().handle_frame(stamp.0, src, pdu);
         };
         let n = if held {
-            self.link.recv_held(wait, &mut take, &mut |frames| {
-                member.borrow_mut().frames_done(frames)
+            self.link.recv_held(wait, &mut take, &mut |end| {
+                member.borrow_mut().frames_done(clock.now(), end)
             })?
         } else {
             self.link.recv(wait, &mut take)?
@@ -204,6 +204,20 @@ impl<L: Link, M: Machine> Driver<L, M> {
     pub fn drain(&mut self, clock: &impl Clock, timeout: Duration) -> Result<bool, LinkError> {
         self.flush(clock.now())?;
         self.link.drain(timeout)
+    }
+
+    /// Ends a batch outside a turn: the machine is told what the link holds now (see
+    /// [`Machine::frames_done`]), none of it leaving. For bytes a machine consumed outside a
+    /// turn, or left in the link's frames.
+    pub fn frames_done(&mut self, now: Instant) {
+        let member = &mut self.member;
+        self.link.with_held(&mut |end| member.frames_done(now, end));
+    }
+
+    /// Asks the link to keep up to `frames` received frames after each batch for the machine
+    /// (see [`Link::retain`]); returns how many it keeps.
+    pub fn retain(&mut self, frames: usize) -> usize {
+        self.link.retain(frames)
     }
 
     /// Takes the driver apart.

@@ -26,17 +26,68 @@ pub struct Transmit<D = MacAddr> {
     pub len: usize,
 }
 
+/// Frames a link holds, found by where their bytes lie: a machine notes the address of bytes
+/// it was handed (`slice.as_ptr() as usize`) and finds them again while the link still holds
+/// them (see [`Machine::frames_done`]).
+pub trait Held {
+    /// The `len` bytes at address `at`, if they lie inside one frame held.
+    fn find(&self, at: usize, len: usize) -> Option<&[u8]>;
+}
+
+/// Frames held as a list of slices (a link's batch in a test, or nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Frames<'a>(pub &'a [&'a [u8]]);
+
+impl Held for Frames<'_> {
+    fn find(&self, at: usize, len: usize) -> Option<&[u8]> {
+        self.0.iter().find_map(|f| within(f, at, len))
+    }
+}
+
+/// The `len` bytes at address `at` if they lie inside `block`.
+pub fn within(block: &[u8], at: usize, len: usize) -> Option<&[u8]> {
+    let off = at.checked_sub(block.as_ptr() as usize)?;
+    block.get(off..off.checked_add(len)?)
+}
+
+/// The end of a batch of received frames (see [`Machine::frames_done`]). A link that holds its
+/// frames until a batch ends (a mapped ring) may also retain some afterwards, for the machine
+/// to read later instead of copying them: those stay held until they are `leaving`.
+#[derive(Clone, Copy)]
+pub struct BatchEnd<'a> {
+    /// Every frame the link holds now.
+    pub held: &'a dyn Held,
+    /// Of those, the ones given back to the link once the call returns.
+    pub leaving: &'a dyn Held,
+}
+
+impl BatchEnd<'static> {
+    /// Nothing held, nothing leaving.
+    pub const NOTHING: BatchEnd<'static> = BatchEnd {
+        held: &Frames(&[]),
+        leaving: &Frames(&[]),
+    };
+}
+
+impl std::fmt::Debug for BatchEnd<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchEnd")
+    }
+}
+
 /// A sans-IO state machine a driver can run: frames and time in, frames and a wake-up time
 /// out. The group member (`member::Member`) is one; the join of a group
 /// (`membership::Join`) is the other.
 pub trait Machine {
     /// Handles one received PDU from the Ethernet source `src`.
     fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]);
-    /// The frames handed in since the last call are given back to the link: `frames` are
-    /// their bytes if the link held them until now (a mapped ring), none if it did not. A
-    /// machine that kept where something lies in them uses it now or never.
-    fn frames_done(&mut self, frames: &[&[u8]]) {
-        let _ = frames;
+    /// A batch of frames handed in ends: `end.held` finds the frames the link still holds (a
+    /// mapped ring: this batch's and, if it [retains](BatchEnd) frames, older ones), and
+    /// `end.leaving` those of them that go back to the link when this call returns. A machine
+    /// that noted where something lies in them uses what leaves now or never. A link that
+    /// holds nothing passes [`BatchEnd::NOTHING`].
+    fn frames_done(&mut self, now: Instant, end: BatchEnd<'_>) {
+        let _ = (now, end);
     }
     /// Whether the machine uses [`Machine::frames_done`]: a driver that asks a link to hold
     /// its frames until a batch ends does so only then (the machines of collectives never do,

@@ -87,7 +87,17 @@ impl StreamOptions {
     /// this one's. Separate from the join so that a program can drop its privileges in
     /// between.
     pub fn open_link(&self, iface: &str) -> Result<Box<dyn Link + Send>, LinkError> {
-        let mut link = link::open_sized(self.backend, iface, self.wait, self.window)?;
+        self.open_link_sized(iface, self.window)
+    }
+
+    /// As [`StreamOptions::open_link`], with at least `rx_frames` frames of receive queue
+    /// (the window's worth, plus what the link is to [retain](crate::link::Link::retain)).
+    pub fn open_link_sized(
+        &self,
+        iface: &str,
+        rx_frames: usize,
+    ) -> Result<Box<dyn Link + Send>, LinkError> {
+        let mut link = link::open_sized(self.backend, iface, self.wait, rx_frames)?;
         match link.join_group(self.group_mac()) {
             // The member still sends to the broadcast address, which every link receives: a
             // backend without multicast groups keeps working with the default address.
@@ -294,7 +304,22 @@ impl Stream {
     /// [`ethbcast_proto::engine::Observe::frames_done`]): what they keep to write they write
     /// now. For bytes the engine handed over outside a turn (out of its own copies).
     pub fn flush_observer(&mut self) {
-        self.driver.member_mut().frames_done(&[])
+        self.driver.frames_done(WallClock.now())
+    }
+
+    /// Leaves in the link the frames of `root`'s stream that would be copied into the
+    /// receive window (behind a gap, or kept for fellows' requests), if the link can retain
+    /// up to `frames` of them after each batch (see [`crate::link::Link::retain`] and
+    /// [`ethbcast_proto::engine::Engine::leave_in_link`]). Returns how many it retains (0:
+    /// nothing changes). For a stream whose observer writes from the link's frames.
+    pub fn leave_in_link(&mut self, root: Rank, frames: usize) -> usize {
+        let kept = self.driver.retain(frames);
+        if kept > 0 {
+            self.driver
+                .member_mut()
+                .leave_in_link(WallClock.now(), root);
+        }
+        kept
     }
 
     /// Evicts `rank`: the stream goes on for the others without waiting for it.

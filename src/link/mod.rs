@@ -42,6 +42,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 pub use crate::wire::ethernet::{group_mac, parse_mac, GroupAddress, MacAddr, BROADCAST_MAC};
+pub use ethbcast_proto::machine::{BatchEnd, Held};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers.
@@ -395,17 +396,32 @@ pub trait Link {
     fn holds_frames(&self) -> bool {
         false
     }
-    /// As [`Link::recv_ready`], then calls `done` with the frames handed to `f`, whole
-    /// (Ethernet header included), in order, if the link [holds them](Link::holds_frames)
-    /// until then, or with none if it does not (the default).
+    /// As [`Link::recv_ready`], then calls `done` with the frames the link holds, if it
+    /// [holds them](Link::holds_frames) until then: those handed to `f`, whole (Ethernet
+    /// header included), and those [retained](Link::retain) from earlier batches; or with
+    /// [`BatchEnd::NOTHING`] if it does not (the default).
     fn recv_ready_held(
         &mut self,
         f: &mut dyn FnMut(MacAddr, &[u8]),
-        done: &mut dyn FnMut(&[&[u8]]),
+        done: &mut dyn FnMut(BatchEnd<'_>),
     ) -> Result<usize, LinkError> {
         let n = self.recv_ready(f)?;
-        done(&[]);
+        done(BatchEnd::NOTHING);
         Ok(n)
+    }
+    /// Keeps up to `frames` received frames held after each batch of
+    /// [`Link::recv_ready_held`] (the newest), for a machine to read in later batches
+    /// instead of copying them (see [`BatchEnd`]). Returns how many it keeps: 0 for a link
+    /// that does not hold its frames (the default). Frames read with [`Link::recv`] or
+    /// [`Link::recv_ready`] afterwards end the retention of the earlier ones.
+    fn retain(&mut self, frames: usize) -> usize {
+        let _ = frames;
+        0
+    }
+    /// Calls `f` with what the link holds between batches: the frames it
+    /// [retains](Link::retain), none leaving.
+    fn with_held(&self, f: &mut dyn FnMut(BatchEnd<'_>)) {
+        f(BatchEnd::NOTHING)
     }
     /// As [`Link::recv`], with [`Link::recv_ready_held`]'s `done`, called once per batch of
     /// frames (also an empty one).
@@ -413,7 +429,7 @@ pub trait Link {
         &mut self,
         wait: Option<Duration>,
         f: &mut dyn FnMut(MacAddr, &[u8]),
-        done: &mut dyn FnMut(&[&[u8]]),
+        done: &mut dyn FnMut(BatchEnd<'_>),
     ) -> Result<usize, LinkError> {
         recv_with(self, wait, |l| l.recv_ready_held(f, done))
     }
@@ -480,7 +496,7 @@ impl<L: Link + ?Sized> Link for Box<L> {
     fn recv_ready_held(
         &mut self,
         f: &mut dyn FnMut(MacAddr, &[u8]),
-        done: &mut dyn FnMut(&[&[u8]]),
+        done: &mut dyn FnMut(BatchEnd<'_>),
     ) -> Result<usize, LinkError> {
         (**self).recv_ready_held(f, done)
     }
@@ -488,9 +504,15 @@ impl<L: Link + ?Sized> Link for Box<L> {
         &mut self,
         wait: Option<Duration>,
         f: &mut dyn FnMut(MacAddr, &[u8]),
-        done: &mut dyn FnMut(&[&[u8]]),
+        done: &mut dyn FnMut(BatchEnd<'_>),
     ) -> Result<usize, LinkError> {
         (**self).recv_held(wait, f, done)
+    }
+    fn retain(&mut self, frames: usize) -> usize {
+        (**self).retain(frames)
+    }
+    fn with_held(&self, f: &mut dyn FnMut(BatchEnd<'_>)) {
+        (**self).with_held(f)
     }
     fn wait_ready(&mut self, wait: Duration) -> Result<bool, LinkError> {
         (**self).wait_ready(wait)

@@ -15,11 +15,11 @@
 
 use super::mapped::{self, Mapped, Pending};
 use super::socket::{self, lookup, stalled, strategy, RECV_BATCH, SEND_STALL};
-use super::{Groups, Link, LinkError, MacAddr, WaitMode};
+use super::{BatchEnd, Groups, Held, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::iface::Interface;
 pub use ethbcast_sys::ring::RingConfig;
-use ethbcast_sys::ring::{RingSocket, RxFrame};
+use ethbcast_sys::ring::{RingSocket, RxFrame, RxHeld};
 use ethbcast_sys::socket::SocketOptions;
 use ethbcast_sys::wait::{self, Interest, Strategy};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -37,6 +37,15 @@ fn hand_over(fr: &RxFrame<'_>, f: &mut dyn FnMut(MacAddr, &[u8])) -> usize {
             1
         }
         Err(_) => 0,
+    }
+}
+
+/// Frames the ring holds, as the machine finds them (see [`BatchEnd`]).
+struct InRing<'a>(RxHeld<'a>);
+
+impl Held for InRing<'_> {
+    fn find(&self, at: usize, len: usize) -> Option<&[u8]> {
+        self.0.find(at, len)
     }
 }
 
@@ -333,14 +342,33 @@ impl Link for RingLink {
     fn recv_ready_held(
         &mut self,
         f: &mut dyn FnMut(MacAddr, &[u8]),
-        done: &mut dyn FnMut(&[&[u8]]),
+        done: &mut dyn FnMut(BatchEnd<'_>),
     ) -> Result<usize, LinkError> {
         let mut n = 0;
         // Fewer than `recv_ready` takes: the slots are out of the kernel's hands until `done`
         // returns (which may write them out to a file).
-        self.ring
-            .rx_for_each_held(HELD_BATCH, &mut |fr| n += hand_over(fr, f), done);
+        self.ring.rx_for_each_held(
+            HELD_BATCH,
+            &mut |fr| n += hand_over(fr, f),
+            &mut |held, leaving| {
+                done(BatchEnd {
+                    held: &InRing(*held),
+                    leaving: &InRing(*leaving),
+                })
+            },
+        );
         Ok(n)
+    }
+
+    fn retain(&mut self, frames: usize) -> usize {
+        self.ring.retain(frames)
+    }
+
+    fn with_held(&self, f: &mut dyn FnMut(BatchEnd<'_>)) {
+        f(BatchEnd {
+            held: &InRing(self.ring.retained()),
+            leaving: BatchEnd::NOTHING.leaving,
+        })
     }
 
     fn readiness_fd(&self) -> Option<BorrowedFd<'_>> {

@@ -219,8 +219,58 @@ impl Ring {
     }
 }
 
-/// What [`RingSocket::rx_for_each_held`] calls at the end of a batch, with its frames.
-type BatchEnd<'a> = &'a mut dyn FnMut(&[&[u8]]);
+/// What [`RingSocket::rx_for_each_held`] calls at the end of a batch: with the slots held
+/// (retained ones and the batch's), and those of them given back once it returns.
+type BatchEnd<'a> = &'a mut dyn FnMut(&RxHeld<'_>, &RxHeld<'_>);
+
+/// Received frames the socket holds (slots not given back to the kernel), found by where
+/// their bytes lie: valid while the call they are lent to runs (see
+/// [`RingSocket::rx_for_each_held`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RxHeld<'a> {
+    map: &'a MmapRaw,
+    rx: Ring,
+    /// The first slot, and how many follow it round the ring.
+    from: usize,
+    count: usize,
+}
+
+impl<'a> RxHeld<'a> {
+    /// How many slots.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The `len` bytes at address `at`, if they lie inside one of these slots, past its
+    /// header (where `rx_for_each`'s callback saw its frame). The slot's header is not read:
+    /// it is one more cache line to fetch per frame, and what the bytes are is for the
+    /// caller, who noted where they were, to know.
+    pub fn find(&self, at: usize, len: usize) -> Option<&'a [u8]> {
+        let base = self.map.as_ptr() as usize;
+        let off = at.checked_sub(base + self.rx.offset)?;
+        let idx = off / self.rx.frame_size;
+        if idx >= self.rx.frame_count
+            || (idx + self.rx.frame_count - self.from) % self.rx.frame_count >= self.count
+        {
+            return None;
+        }
+        let start = off % self.rx.frame_size;
+        if start < HDRLEN || start.checked_add(len)? > self.rx.frame_size {
+            return None;
+        }
+        // SAFETY: [at, at+len) lies inside slot `idx`, past its header (checked above): a slot
+        // the kernel handed to us (status USER) and does not write until the socket gives it
+        // back, which it does not while `'a` lasts (see `rx_for_each_held`, `retained`).
+        Some(unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().add(self.rx.offset + off), len)
+        })
+    }
+}
 
 /// A packet socket with a mapped `TPACKET_V2` RX ring and optionally a TX ring.
 #[derive(Debug)]
@@ -232,6 +282,11 @@ pub struct RingSocket {
     tx: Option<Ring>,
     rx_cfg: RingConfig,
     tx_cfg: Option<RingConfig>,
+    /// Slots `rx_for_each_held` keeps after a batch (see `retain`).
+    retain: usize,
+    /// Slots kept from earlier batches: the first, and how many (they end at `rx.head`).
+    kept_from: usize,
+    kept: usize,
 }
 
 impl RingSocket {
@@ -284,6 +339,9 @@ impl RingSocket {
             }),
             rx_cfg: *rx,
             tx_cfg: tx.copied(),
+            retain: 0,
+            kept_from: 0,
+            kept: 0,
         })
     }
 
@@ -328,18 +386,58 @@ impl RingSocket {
     }
 
     /// As [`RingSocket::rx_for_each`], but the slots are returned to the kernel only after
-    /// the whole batch: once every frame went to `f`, `done` gets the bytes of all of them
-    /// (as `f` saw them, in order), still in the ring. What `f` noted about where its frames
-    /// lie can be used there: a receiver writes the frames' payloads out of the ring without
-    /// copying them first. Holding a batch takes up to `max` slots from the kernel for the
-    /// time `done` takes; frames that come meanwhile find that much less room.
+    /// the whole batch: once every frame went to `f`, `done` is called with the slots held
+    /// (this batch's, and those retained from earlier ones: see [`RingSocket::retain`]) and
+    /// those of them given back when it returns (the oldest, beyond what is retained). What
+    /// `f` noted about where its frames lie can be used there: a receiver writes the frames'
+    /// payloads out of the ring without copying them first. Holding a batch takes up to `max`
+    /// slots from the kernel for the time `done` takes, retaining takes more for longer:
+    /// frames that come meanwhile find that much less room. `done` is called for an empty
+    /// batch too.
     pub fn rx_for_each_held(
         &mut self,
         max: usize,
         f: &mut dyn FnMut(&RxFrame<'_>),
-        done: &mut dyn FnMut(&[&[u8]]),
+        done: &mut dyn FnMut(&RxHeld<'_>, &RxHeld<'_>),
     ) -> usize {
         self.rx_batch(max, f, Some(done))
+    }
+
+    /// Keeps up to `slots` slots (at most half the ring) after each batch of
+    /// [`RingSocket::rx_for_each_held`], the newest, so that what was noted about their frames
+    /// can be used in later batches: a receiver reads frames that came behind a gap when the
+    /// gap is filled, where they are, instead of copying them. Returns how many it keeps.
+    /// [`RingSocket::rx_for_each`] gives back what is kept first.
+    pub fn retain(&mut self, slots: usize) -> usize {
+        self.retain = slots.min(self.rx.frame_count / 2);
+        self.retain
+    }
+
+    /// The slots kept from earlier batches (see [`RingSocket::retain`]), while `self` is
+    /// borrowed.
+    pub fn retained(&self) -> RxHeld<'_> {
+        self.held(self.kept)
+    }
+
+    /// The `count` slots held from `kept_from` on.
+    fn held(&self, count: usize) -> RxHeld<'_> {
+        RxHeld {
+            map: &self.map,
+            rx: self.rx,
+            from: self.kept_from,
+            count,
+        }
+    }
+
+    /// Gives `count` slots back from `kept_from` on.
+    fn give_back(&mut self, count: usize) {
+        let mut idx = self.kept_from;
+        for _ in 0..count {
+            self.status(self.rx.slot_offset(idx))
+                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            idx = self.rx.after(idx);
+        }
+        self.kept_from = idx;
     }
 
     fn rx_batch(
@@ -349,9 +447,13 @@ impl RingSocket {
         mut done: Option<BatchEnd<'_>>,
     ) -> usize {
         let mut n = 0;
-        // Held: the frames in the slots taken, which follow each other from `first`.
-        let first = self.rx.head;
-        let mut frames: Vec<&[u8]> = Vec::new();
+        if done.is_none() && self.kept > 0 {
+            self.give_back(self.kept);
+            self.kept = 0;
+        }
+        if self.kept == 0 {
+            self.kept_from = self.rx.head;
+        }
         let mut taken = 0;
         while taken < max {
             let off = self.rx.slot_offset(self.rx.head);
@@ -389,9 +491,9 @@ impl RingSocket {
             if mac >= HDRLEN && mac + snap <= self.rx.frame_size {
                 // SAFETY: [off+mac, off+mac+snap) lies inside this slot (checked above), which
                 // the kernel handed to us (status USER) and will not write until we give it
-                // back: after `f` returns, or when held, after `done` returns, below. The
-                // slice lives in this call only (`frames` is dropped before the slots go
-                // back, and `f` and `done` cannot keep what they are lent).
+                // back: after `f` returns, or when held, after `done` returns (or later, when
+                // retained). The slice lives in `f`'s call only (`f` cannot keep what it is
+                // lent).
                 let data =
                     unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off + mac), snap) };
                 f(&RxFrame {
@@ -401,9 +503,6 @@ impl RingSocket {
                     status,
                 });
                 n += 1;
-                if done.is_some() {
-                    frames.push(data);
-                }
             }
             if done.is_none() {
                 self.status(off)
@@ -412,14 +511,11 @@ impl RingSocket {
             self.rx.advance();
         }
         if let Some(done) = done.as_mut() {
-            done(&frames);
-            drop(frames);
-            let mut idx = first;
-            for _ in 0..taken {
-                self.status(self.rx.slot_offset(idx))
-                    .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-                idx = self.rx.after(idx);
-            }
+            let held = self.kept + taken;
+            let leaving = held.saturating_sub(self.retain);
+            done(&self.held(held), &self.held(leaving));
+            self.give_back(leaving);
+            self.kept = held - leaving;
         }
         n
     }

@@ -87,7 +87,7 @@ pub trait Observe: Send {
     /// frames as the link holds them, whole (link headers included), and the engine's
     /// window of copies. An observer that kept where its pieces were writes them out now;
     /// after this call they are gone. A link that holds nothing passes no frames.
-    fn frames_done(&mut self, memory: &[&[u8]]) {
+    fn frames_done(&mut self, memory: &dyn crate::machine::Held) {
         let _ = memory;
     }
 }
@@ -906,12 +906,24 @@ impl Engine {
         !self.observed.is_empty()
     }
 
-    /// Tells the observers that the frames handed in since the last call are given back to
-    /// the link (see [`Observe::frames_done`]).
-    pub fn frames_done(&mut self, frames: &[&[u8]]) {
+    /// Frames of `root`'s stream that would be copied into the window (behind a gap, or kept
+    /// for fellows' requests) stay in the link instead, for a link that retains its frames
+    /// after a batch (see [`crate::machine::BatchEnd`]): they are read there when their turn
+    /// comes or a fellow asks, and copied only if still waiting when the link gives them
+    /// back. For a receiver whose observer writes from the link's frames (a bulk receiver
+    /// into `/dev/null`): under steady loss nearly every frame comes behind a gap, and the
+    /// copy of each was most of its cost.
+    pub fn leave_in_link(&mut self, now: Instant, root: Rank) {
+        self.rx_mut(now, root).set_in_link(true);
+    }
+
+    /// A batch of frames ends (see [`crate::machine::Machine::frames_done`]): frames left in
+    /// the link are consumed and served, the observers told, and what leaves the link and is
+    /// still needed copied.
+    pub fn frames_done(&mut self, now: Instant, end: crate::machine::BatchEnd<'_>) {
         for &root in &self.observed {
             if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
-                rx.frames_done(frames);
+                rx.frames_done(now, end);
             }
         }
     }

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::{Config, Dest, Drop, Event, Message, Outgoing, PostError};
 use crate::eqa::{Payloads, Rank, Seq};
+use crate::machine::{self, within, BatchEnd};
 use crate::wire::control::{nack_offsets, NackBitmap, NACK_REACH};
 use crate::wire::{locate, Control, Flags, Kind, Position, Repr};
 
@@ -148,6 +149,10 @@ bitflags::bitflags! {
         /// It was asked of the peer twice (the first repair was lost, or late): the next ask
         /// goes to the root.
         const PEER_ASKED_AGAIN = 1 << 4;
+        /// Its payload lies in a frame the link retains (see `Engine::leave_in_link`), at
+        /// `WSlot::at`: read from there when consumed or asked for, and copied into `data`
+        /// if it is still waiting when the link gives the frame back.
+        const LINK = 1 << 5;
     }
 }
 
@@ -158,6 +163,8 @@ struct WSlot {
     nacked: Option<Instant>,
     repr: Repr,
     len: u16,
+    /// With `SlotState::LINK`: the address of its payload in the link's frame.
+    at: usize,
 }
 
 #[derive(Debug)]
@@ -226,6 +233,15 @@ pub struct Receiver {
     /// Frames were handed in since the last `frames_done`: the window's copies consumed now
     /// stay until then (see `Piece::held`).
     in_batch: bool,
+    /// Payloads that would be copied into the window stay in the link's frames, which it
+    /// retains (`Engine::leave_in_link`).
+    in_link: bool,
+    /// The slots whose payloads lie in the link (`SlotState::LINK`), in the order their
+    /// frames came, which is the order the link gives them back: sequence and address.
+    link_refs: VecDeque<(Seq, usize)>,
+    /// Repairs for fellows of frames in the link, made when the batch ends (the frames are
+    /// read there): to whom, the repair's header, and where its payload lies.
+    link_relays: Vec<(Rank, Repr, usize, usize)>,
     next_msg: u64,
     next_start: u64,
     acked: Seq,
@@ -289,6 +305,7 @@ impl Receiver {
                 nacked: None,
                 repr: Repr::default(),
                 len: 0,
+                at: 0,
             })
             .collect();
         Receiver {
@@ -316,6 +333,9 @@ impl Receiver {
             observer: None,
             keep: usize::MAX,
             in_batch: false,
+            in_link: false,
+            link_refs: VecDeque::new(),
+            link_relays: Vec::new(),
             next_msg: 0,
             next_start: 0,
             acked: 0,
@@ -442,7 +462,7 @@ impl Receiver {
     /// The payload of frame `s` of this stream, if this member still holds it: in its slot
     /// (a frame not placed, or the copy kept for peer repair), or in the buffer of a message
     /// not delivered yet. Otherwise the asking peer is told, and turns to the root.
-    fn held(&self, s: Seq) -> Option<(Repr, &[u8])> {
+    fn held(&self, s: Seq) -> Option<(Repr, Found<'_>)> {
         // Frame `s + window` lands in the same slot: until it has arrived (`expected` past it),
         // the slot still holds `s` (the sequence check below confirms it).
         if s + self.window() < self.expected || s >= self.expected + self.window() {
@@ -458,7 +478,10 @@ impl Receiver {
             return None;
         }
         if slot.state.contains(SlotState::COPY) {
-            return Some((r, self.kept(self.idx(s), len)));
+            return Some((r, Found::Here(self.kept(self.idx(s), len))));
+        }
+        if slot.state.contains(SlotState::LINK) {
+            return Some((r, Found::Link(slot.at, len)));
         }
         // Consumed (`s < expected`) or placed: in its message's buffer, or in the message,
         // complete, while it is held back for fellows' requests.
@@ -476,7 +499,7 @@ impl Receiver {
                 _ => None,
             })?,
         };
-        Some((r, data.get(off..off + len)?))
+        Some((r, Found::Here(data.get(off..off + len)?)))
     }
 
     /// A peer (`asker`) lost the frames of `missing` and `more` (bit `k` of word `w`:
@@ -514,12 +537,17 @@ impl Receiver {
             repr.dst = asker;
             repr.flags.remove(Flags::BROADCAST | Flags::ACK_REQ);
             repr.flags |= Flags::P2P;
-            let payload = payload.to_vec();
-            self.controls.push_back(Outgoing::Relay {
-                dst: Dest::Rank(asker),
-                repr,
-                payload,
-            });
+            match payload {
+                Found::Here(p) => {
+                    let payload = p.to_vec();
+                    self.controls.push_back(Outgoing::Relay {
+                        dst: Dest::Rank(asker),
+                        repr,
+                        payload,
+                    });
+                }
+                Found::Link(at, len) => self.link_relays.push((asker, repr, at, len)),
+            }
             served += 1;
         }
         if let Some((first, more)) = unheld.take() {
@@ -585,15 +613,86 @@ impl Receiver {
         self.keep = keep;
     }
 
-    pub(crate) fn frames_done(&mut self, frames: &[&[u8]]) {
+    pub(crate) fn frames_done(&mut self, now: Instant, end: BatchEnd<'_>) {
+        let before = self.expected;
+        if self.in_link {
+            // Frames that waited in the link are consumed now, and fellows served from it.
+            self.drain_from(Some(end.held));
+            for (asker, repr, at, len) in std::mem::take(&mut self.link_relays) {
+                match end.held.find(at, len) {
+                    Some(p) => self.controls.push_back(Outgoing::Relay {
+                        dst: Dest::Rank(asker),
+                        repr,
+                        payload: p.to_vec(),
+                    }),
+                    None => {
+                        let mut unheld = NackBitmap::default();
+                        unheld.set(0);
+                        if let Some((first, more)) = unheld.take() {
+                            self.controls
+                                .push_back(unheld_reply(asker, self.root, repr.seq, first, more));
+                        }
+                    }
+                }
+            }
+        }
         if let Some(Watch(o)) = self.observer.as_mut() {
             // Where held pieces lie: the link's frames, and the window's copies.
-            let mut memory = Vec::with_capacity(frames.len() + 1);
-            memory.extend_from_slice(frames);
-            memory.push(self.slot_data.all());
-            o.frames_done(&memory);
+            o.frames_done(&Memory {
+                link: end.held,
+                window: self.slot_data.all(),
+            });
+        }
+        if self.in_link {
+            self.leave(end.leaving);
         }
         self.in_batch = false;
+        if self.expected > before {
+            self.maybe_pull();
+            self.schedule(now);
+        }
+    }
+
+    /// The link gives back the frames `leaving` finds: a payload of one still waiting is
+    /// copied into the window now; one consumed is forgotten (a fellow asking for it later
+    /// is told it is not held, and asks the root).
+    fn leave(&mut self, leaving: &dyn machine::Held) {
+        while let Some(&(s, at)) = self.link_refs.front() {
+            let i = self.idx(s);
+            let slot = &self.slots[i];
+            let live =
+                slot.state.contains(SlotState::LINK) && slot.at == at && slot.repr.seq == s as u32;
+            if live {
+                let len = usize::from(slot.len);
+                let Some(bytes) = leaving.find(at, len) else {
+                    // Still retained, and so is every frame after it.
+                    break;
+                };
+                let waiting = slot.state.contains(SlotState::HAVE);
+                if waiting {
+                    self.keep(i, bytes);
+                }
+                let slot = &mut self.slots[i];
+                slot.state.remove(SlotState::LINK);
+                slot.state.set(SlotState::COPY, waiting);
+            }
+            self.link_refs.pop_front();
+        }
+    }
+
+    /// Notes that slot `i`'s payload, consumed or waiting, stays in the link's frame, at
+    /// `payload`.
+    fn leave_in_link(&mut self, i: usize, s: Seq, payload: &[u8]) {
+        let at = payload.as_ptr() as usize;
+        let slot = &mut self.slots[i];
+        slot.state.remove(SlotState::COPY);
+        slot.state.insert(SlotState::LINK);
+        slot.at = at;
+        self.link_refs.push_back((s, at));
+    }
+
+    pub(crate) fn set_in_link(&mut self, on: bool) {
+        self.in_link = on;
     }
 
     pub(crate) fn post(&mut self, max_len: usize) -> Result<(), PostError> {
@@ -724,7 +823,10 @@ impl Receiver {
                     slot.repr = *repr;
                     slot.len = payload.len() as u16;
                     slot.state.set(SlotState::COPY, keep);
-                    if keep {
+                    slot.state.remove(SlotState::LINK);
+                    if keep && self.in_link {
+                        self.leave_in_link(i, s, payload);
+                    } else if keep {
                         self.keep(i, payload);
                     }
                     self.advance();
@@ -754,7 +856,10 @@ impl Receiver {
         slot.repr = *repr;
         slot.len = payload.len() as u16;
         slot.state.set(SlotState::COPY, copy);
-        if copy {
+        slot.state.remove(SlotState::LINK);
+        if copy && self.in_link {
+            self.leave_in_link(i, s, payload);
+        } else if copy {
             self.keep(i, payload);
         }
         if s > self.highest {
@@ -790,6 +895,12 @@ impl Receiver {
     }
 
     fn drain(&mut self) {
+        self.drain_from(None)
+    }
+
+    /// Consumes the frames waiting in order; those in the link's frames only where `link`
+    /// finds them (at the end of a batch: see `frames_done`).
+    fn drain_from(&mut self, link: Option<&dyn machine::Held>) {
         loop {
             let i = self.idx(self.expected);
             if !self.slots[i].state.contains(SlotState::HAVE) {
@@ -799,6 +910,24 @@ impl Receiver {
             let repr = self.slots[i].repr;
             let r = if self.slots[i].state.contains(SlotState::PLACED) {
                 self.consume(&repr, Payload::Placed(len), false)
+            } else if self.slots[i].state.contains(SlotState::LINK) {
+                let Some(link) = link else {
+                    break;
+                };
+                if let Some(hint) = self.prefetch {
+                    // The next frame waiting in the link is read next: asked for now, it
+                    // arrives while this one is consumed (see `Config::prefetch`).
+                    let next = &self.slots[self.idx(self.expected + 1)];
+                    if next.state.contains(SlotState::LINK | SlotState::HAVE) {
+                        hint(next.at as *const u8, usize::from(next.len));
+                    }
+                }
+                match link.find(self.slots[i].at, len) {
+                    Some(bytes) => self.consume(&repr, Payload::Here(bytes), true),
+                    // Not where it was noted (cannot happen while the link keeps what it
+                    // retains): asked for again.
+                    None => Err(Drop::Protocol("frame no longer in the link")),
+                }
             } else {
                 // Lend the block out for the call (a pointer swap, not a copy; `consume`
                 // never looks at the window's payloads).
@@ -817,7 +946,7 @@ impl Receiver {
                     // A frame that contradicts the stream: discard it so it is asked for again.
                     self.slots[i]
                         .state
-                        .remove(SlotState::HAVE | SlotState::COPY);
+                        .remove(SlotState::HAVE | SlotState::COPY | SlotState::LINK);
                     break;
                 }
             }
@@ -963,8 +1092,9 @@ impl Receiver {
             if slot.state.contains(SlotState::HAVE | SlotState::PLACED)
                 && ids.contains(&slot.repr.msg_id)
             {
-                slot.state
-                    .remove(SlotState::HAVE | SlotState::PLACED | SlotState::COPY);
+                slot.state.remove(
+                    SlotState::HAVE | SlotState::PLACED | SlotState::COPY | SlotState::LINK,
+                );
             }
         }
     }
@@ -1569,4 +1699,25 @@ pub(crate) fn unheld_reply(
             more,
         },
     )
+}
+
+/// Where a frame a fellow asks for lies (see `Receiver::held`).
+enum Found<'a> {
+    /// In these bytes (the window, or a message).
+    Here(&'a [u8]),
+    /// In a frame the link retains: its address and length.
+    Link(usize, usize),
+}
+
+/// What an observer's pieces may lie in at the end of a batch: the link's frames and the
+/// window's copies.
+struct Memory<'a> {
+    link: &'a dyn machine::Held,
+    window: &'a [u8],
+}
+
+impl machine::Held for Memory<'_> {
+    fn find(&self, at: usize, len: usize) -> Option<&[u8]> {
+        within(self.window, at, len).or_else(|| self.link.find(at, len))
+    }
 }

@@ -4,6 +4,7 @@
 use super::recv::{COPY_TAIL, PEER_HOLD_WAIT};
 use super::send::PUBLISH_AHEAD;
 use super::*;
+use crate::machine::{self, BatchEnd, Frames};
 use crate::wire::{Flags, Frame, Kind};
 
 type DropRule = Box<dyn FnMut(&Repr, usize) -> bool>;
@@ -22,6 +23,20 @@ struct Net {
     /// those with a due timer (a driver that polls often must see the same protocol as one
     /// that wakes only for due timers).
     eager_timeouts: bool,
+    /// The links keep this many frames after each is handled (see `BatchEnd`); `None`: each
+    /// goes back once handled.
+    retain: Option<usize>,
+    /// The frames each engine's link keeps, oldest first.
+    kept: Vec<Vec<Vec<u8>>>,
+}
+
+/// Frames a test link keeps (see `Net::retain`).
+struct Kept<'a>(&'a [Vec<u8>]);
+
+impl machine::Held for Kept<'_> {
+    fn find(&self, at: usize, len: usize) -> Option<&[u8]> {
+        self.0.iter().find_map(|f| machine::within(f, at, len))
+    }
 }
 
 impl Net {
@@ -43,6 +58,8 @@ impl Net {
             sent: 0,
             lost: 0,
             eager_timeouts: false,
+            retain: None,
+            kept: vec![Vec::new(); n as usize],
         }
     }
 
@@ -73,9 +90,33 @@ impl Net {
                             self.lost += 1;
                             continue;
                         }
-                        let _ = self.engines[j].handle_frame(self.now, &pdu);
-                        // A link that holds each frame until it is handled.
-                        self.engines[j].frames_done(&[&pdu[..]]);
+                        match self.retain {
+                            // A link that holds each frame until it is handled.
+                            None => {
+                                let _ = self.engines[j].handle_frame(self.now, &pdu);
+                                let held = Frames(&[&pdu[..]]);
+                                let end = BatchEnd {
+                                    held: &held,
+                                    leaving: &held,
+                                };
+                                self.engines[j].frames_done(self.now, end);
+                            }
+                            // One that keeps the last `keep` frames after that, where they
+                            // were handed in.
+                            Some(keep) => {
+                                let kept = &mut self.kept[j];
+                                kept.push(pdu.clone());
+                                let frame = kept.last().expect("just pushed");
+                                let _ = self.engines[j].handle_frame(self.now, frame);
+                                let leaving = kept.len().saturating_sub(keep);
+                                let end = BatchEnd {
+                                    held: &Kept(kept),
+                                    leaving: &Kept(&kept[..leaving]),
+                                };
+                                self.engines[j].frames_done(self.now, end);
+                                kept.drain(..leaving);
+                            }
+                        }
                     }
                 }
             }
@@ -852,9 +893,9 @@ struct Held {
     log: Pieces,
     /// Held pieces not yet found: where, and their bytes.
     pending: Vec<(usize, Vec<u8>)>,
-    /// Held pieces found in a frame, found in the engine's window, not found (or changed);
-    /// pieces not held.
-    counts: std::sync::Arc<std::sync::Mutex<[usize; 4]>>,
+    /// Held pieces found where they were said to stay, not found (or changed); pieces not
+    /// held.
+    counts: std::sync::Arc<std::sync::Mutex<[usize; 3]>>,
 }
 
 impl Observe for Held {
@@ -867,23 +908,15 @@ impl Observe for Held {
             self.pending
                 .push((p.bytes.as_ptr() as usize, p.bytes.to_vec()));
         } else {
-            self.counts.lock().unwrap()[3] += 1;
+            self.counts.lock().unwrap()[2] += 1;
         }
     }
-    fn frames_done(&mut self, memory: &[&[u8]]) {
+    fn frames_done(&mut self, memory: &dyn machine::Held) {
         let mut c = self.counts.lock().unwrap();
         for (at, bytes) in self.pending.drain(..) {
-            let found = memory.iter().position(|m| {
-                let m0 = m.as_ptr() as usize;
-                m0 <= at
-                    && at + bytes.len() <= m0 + m.len()
-                    && m[at - m0..][..bytes.len()] == bytes[..]
-            });
-            match found {
-                // The window's copies come last.
-                Some(i) if i + 1 == memory.len() => c[1] += 1,
-                Some(_) => c[0] += 1,
-                None => c[2] += 1,
+            match memory.find(at, bytes.len()) {
+                Some(m) if m == &bytes[..] => c[0] += 1,
+                _ => c[1] += 1,
             }
         }
     }
@@ -897,13 +930,38 @@ impl Observe for Held {
 /// receiver gets everything although none keeps the long messages to serve them from.
 #[test]
 fn messages_longer_than_the_keep_limit_go_to_the_observer_alone() {
-    let mut net = holding_net(5);
+    keep_limited(holding_net(5), false);
+}
+
+/// As `messages_longer_than_the_keep_limit_go_to_the_observer_alone`, over links that keep
+/// frames after they are handled, the receivers leaving there the frames they would copy
+/// (`Engine::leave_in_link`): those behind a gap are consumed from the link when it fills,
+/// fellows are served from it, and the bytes are as ever, whether the link keeps more
+/// frames than a gap lasts or so few (4) that most frames leave it while still waiting and
+/// are copied then.
+#[test]
+fn frames_left_in_a_link_that_keeps_them_are_consumed_and_served_from_there() {
+    for keep in [4096, 4] {
+        let mut net = holding_net(9);
+        net.retain = Some(keep);
+        let served = keep_limited(net, true);
+        assert!(served > 0, "keeping {keep}: no fellow was served");
+    }
+}
+
+/// Runs 16 messages, short and long, from root 0 to three receivers of `net` that keep at
+/// most 2000 bytes of a message (and leave frames in the link, if `in_link`), and checks
+/// what each delivered and observed. Returns the frames fellows repaired.
+fn keep_limited(mut net: Net, in_link: bool) -> u64 {
     let now = net.now;
     let keep = 2_000;
     let mut logs = Vec::new();
     for r in 1..4 {
         let log = Pieces::default();
-        let counts = std::sync::Arc::new(std::sync::Mutex::new([0; 4]));
+        let counts = std::sync::Arc::new(std::sync::Mutex::new([0; 3]));
+        if in_link {
+            net.engines[r].leave_in_link(now, 0);
+        }
         net.engines[r].keep_at_most(now, 0, keep);
         net.engines[r].observe(
             now,
@@ -943,16 +1001,14 @@ fn messages_longer_than_the_keep_limit_go_to_the_observer_alone() {
         assert_eq!(net.delivered[r], short, "rank {r} delivered");
         assert_eq!(net.observed[r], long, "rank {r} observed only");
         assert_eq!(pieced(log), want, "rank {r}: the observer's bytes");
-        let [in_frame, in_window, astray, _] = *counts.lock().unwrap();
-        assert!(
-            in_frame > 0 && in_window > 0,
-            "rank {r}: {in_frame} pieces in frames, {in_window} in the window's copies"
-        );
+        let [found, astray, _] = *counts.lock().unwrap();
+        assert!(found > 0, "rank {r}: no piece held");
         assert_eq!(
             astray, 0,
             "rank {r}: held pieces not where they were said to stay"
         );
     }
+    (1..4).map(|r| net.engines[r].stats().peer_repairs).sum()
 }
 
 fn peer_net(n: u16) -> Net {

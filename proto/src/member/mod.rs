@@ -412,10 +412,15 @@ impl Member {
         self.engine.keep_at_most(now, root, keep)
     }
 
-    /// Tells the observers that the frames handed in since the last call are given back to
-    /// the link (see [`crate::engine::Observe::frames_done`]).
-    pub fn frames_done(&mut self, frames: &[&[u8]]) {
-        self.engine.frames_done(frames)
+    /// Leaves in the link the frames of `root`'s stream that would be copied into the window
+    /// (see [`crate::engine::Engine::leave_in_link`]).
+    pub fn leave_in_link(&mut self, now: Instant, root: Rank) {
+        self.engine.leave_in_link(now, root)
+    }
+
+    /// A batch of frames ends (see [`crate::engine::Engine::frames_done`]).
+    pub fn frames_done(&mut self, now: Instant, end: crate::machine::BatchEnd<'_>) {
+        self.engine.frames_done(now, end)
     }
 
     /// This member's rank.
@@ -915,8 +920,8 @@ impl Machine for Member {
     fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
         Member::handle_frame(self, now, src, pdu)
     }
-    fn frames_done(&mut self, frames: &[&[u8]]) {
-        Member::frames_done(self, frames)
+    fn frames_done(&mut self, now: Instant, end: crate::machine::BatchEnd<'_>) {
+        Member::frames_done(self, now, end)
     }
     fn wants_frames_done(&self) -> bool {
         self.engine.is_observed()

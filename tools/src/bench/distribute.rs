@@ -327,10 +327,10 @@ fn run_udpcast(
 }
 
 /// The blaster's receive queues: as deep as those `ethbcast recv` asks for (its default
-/// window), so that the limit is measured on the protocol's footing, no lower; and, since the
-/// blaster's CPU includes opening and closing its links as ethbcast's processes do, no
-/// higher either.
-const RX_FRAMES: usize = crate::distribute::DEFAULT_WINDOW;
+/// window, and the frames it retains: `LinkOpts::open_receiving`), so that the limit is
+/// measured on the protocol's footing, no lower; and, since the blaster's CPU includes
+/// opening and closing its links as ethbcast's processes do, no higher either.
+const RX_FRAMES: usize = crate::distribute::DEFAULT_WINDOW + crate::distribute::RETAINED;
 
 /// Runs `work` on a link opened as `open` says and closed afterwards; returns what `work`
 /// returned, the CPU seconds this thread used for all of it, and those of them that opening

@@ -24,6 +24,7 @@ use std::io::{IoSlice, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ethbcast::link::Held;
 use ethbcast::proto::{Observe, Piece};
 use ethbcast::transfer::{Budget, PieceDigest};
 
@@ -120,29 +121,18 @@ impl Direct {
             .map_err(|e| Fatal::new(EXIT_FAILED, e.to_string()))
     }
 
-    /// Writes the noted pieces, in order, from `frames` and the side buffer.
-    fn write_out(&mut self, frames: &[&[u8]]) -> Result<(), Fatal> {
+    /// Writes the noted pieces, in order, from `memory` and the side buffer.
+    fn write_out(&mut self, memory: &dyn Held) -> Result<(), Fatal> {
         let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.segs.len());
-        let mut next = 0;
         for seg in &self.segs {
             let bytes = match *seg {
                 Seg::Side { start, len } => &self.side[start..start + len],
-                Seg::Held { at, len } => {
-                    // Pieces come in the frames' order: look from the last frame found on.
-                    let found = (next..frames.len()).chain(0..next).find(|&i| {
-                        let f = frames[i].as_ptr() as usize;
-                        f <= at && at + len <= f + frames[i].len()
-                    });
-                    let Some(i) = found else {
-                        return Err(Fatal::new(
-                            EXIT_FAILED,
-                            "internal error: received data is no longer where the engine said it stays",
-                        ));
-                    };
-                    next = i;
-                    let off = at - frames[i].as_ptr() as usize;
-                    &frames[i][off..off + len]
-                }
+                Seg::Held { at, len } => memory.find(at, len).ok_or_else(|| {
+                    Fatal::new(
+                        EXIT_FAILED,
+                        "internal error: received data is no longer where the engine said it stays",
+                    )
+                })?,
             };
             slices.push(IoSlice::new(bytes));
         }
@@ -198,11 +188,11 @@ impl Observe for Direct {
         }
     }
 
-    fn frames_done(&mut self, frames: &[&[u8]]) {
+    fn frames_done(&mut self, memory: &dyn Held) {
         if self.segs.is_empty() || self.failed {
             return;
         }
-        match self.write_out(frames) {
+        match self.write_out(memory) {
             Ok(()) => {
                 self.segs.clear();
                 self.side.clear();

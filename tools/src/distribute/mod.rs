@@ -94,6 +94,12 @@ pub const DEFAULT_GROUP_ID: u32 = 0xEBD1_5700;
 /// 8 receivers where 4096 moved 860-910.
 pub const DEFAULT_WINDOW: usize = 2048;
 
+/// Received frames a receiver writing from the link's frames keeps in its ring after each
+/// batch (see `direct`): the default window's worth, so that the frames that come behind a
+/// gap wait there until it is filled instead of being copied (a gap lasts the quarter window
+/// that NACKs are gathered for, and the repair's round trip). The ring is that much larger.
+pub const RETAINED: usize = DEFAULT_WINDOW;
+
 /// Acknowledge every this many frames by default: a quarter of the default window, so the
 /// shared buffer frees in four steps per window and the sender never waits for an
 /// acknowledgement while the link is busy. Each acknowledgement is a system call that runs the
@@ -157,6 +163,14 @@ impl LinkOpts {
     /// Opens the interface for the transfer ([`StreamOptions::open_link`]).
     pub fn open(&self) -> Result<Box<dyn Link + Send>, LinkError> {
         self.stream.open_link(&self.iface)
+    }
+
+    /// Opens the interface for a receiver: with room for a window's worth of frames more
+    /// than [`LinkOpts::open`], which a receiver writing from the link's frames retains
+    /// there (see `recv::run`).
+    pub fn open_receiving(&self) -> Result<Box<dyn Link + Send>, LinkError> {
+        self.stream
+            .open_link_sized(&self.iface, RETAINED + self.stream.window)
     }
 
     /// Joins the transfer on `link` ([`Stream::join`]): the sender coordinates and takes the

@@ -792,7 +792,7 @@ fn await_writer(
 /// Runs `ethbcast recv`. Returns the report (its `code` is the exit code) or a fatal error
 /// that happened before the transfer began.
 pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
-    let lnk = a.link.open()?;
+    let lnk = a.link.open_receiving()?;
     // Before any thread starts (the Ctrl-C handler's, the writer): they inherit the empty
     // sets. The output is opened afterwards, with the same rights its final rename has.
     super::drop_capabilities()?;
@@ -822,6 +822,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let direct = out.is_some();
     if let Some((out, what)) = out {
         node.keep_at_most(0, direct::KEEP);
+        // Frames behind a gap wait for it in the ring, not in copies (see `super::direct`).
+        node.leave_in_link(0, super::RETAINED);
         node.observe(
             0,
             Box::new(direct::Direct::new(
