@@ -150,7 +150,7 @@ bitflags::bitflags! {
         /// goes to the root.
         const PEER_ASKED_AGAIN = 1 << 4;
         /// Its payload lies in a frame the link retains (see `Engine::leave_in_link`), at
-        /// `WSlot::at`: read from there when consumed or asked for, and copied into `data`
+        /// `Receiver::link_at`: read from there when consumed or asked for, and copied into `data`
         /// if it is still waiting when the link gives the frame back.
         const LINK = 1 << 5;
     }
@@ -163,8 +163,6 @@ struct WSlot {
     nacked: Option<Instant>,
     repr: Repr,
     len: u16,
-    /// With `SlotState::LINK`: the address of its payload in the link's frame.
-    at: usize,
 }
 
 #[derive(Debug)]
@@ -239,6 +237,9 @@ pub struct Receiver {
     /// The slots whose payloads lie in the link (`SlotState::LINK`), in the order their
     /// frames came, which is the order the link gives them back: sequence and address.
     link_refs: VecDeque<(Seq, usize)>,
+    /// Per slot, with `SlotState::LINK`: the address of its payload in the link's frame
+    /// (allocated when frames are left in the link, empty otherwise).
+    link_at: Vec<usize>,
     /// Repairs for fellows of frames in the link, made when the batch ends (the frames are
     /// read there): to whom, the repair's header, and where its payload lies.
     link_relays: Vec<(Rank, Repr, usize, usize)>,
@@ -305,7 +306,6 @@ impl Receiver {
                 nacked: None,
                 repr: Repr::default(),
                 len: 0,
-                at: 0,
             })
             .collect();
         Receiver {
@@ -335,6 +335,7 @@ impl Receiver {
             in_batch: false,
             in_link: false,
             link_refs: VecDeque::new(),
+            link_at: Vec::new(),
             link_relays: Vec::new(),
             next_msg: 0,
             next_start: 0,
@@ -383,6 +384,7 @@ impl Receiver {
     /// Heap bytes this stream owns (window slots, pushed buffer, receive queue).
     pub fn heap_bytes(&self) -> usize {
         self.slots.len() * (std::mem::size_of::<WSlot>() + self.slot_payload())
+            + self.link_at.len() * std::mem::size_of::<usize>()
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
             + self
@@ -481,7 +483,7 @@ impl Receiver {
             return Some((r, Found::Here(self.kept(self.idx(s), len))));
         }
         if slot.state.contains(SlotState::LINK) {
-            return Some((r, Found::Link(slot.at, len)));
+            return Some((r, Found::Link(self.link_at[self.idx(s)], len)));
         }
         // Consumed (`s < expected`) or placed: in its message's buffer, or in the message,
         // complete, while it is held back for fellows' requests.
@@ -660,8 +662,9 @@ impl Receiver {
         while let Some(&(s, at)) = self.link_refs.front() {
             let i = self.idx(s);
             let slot = &self.slots[i];
-            let live =
-                slot.state.contains(SlotState::LINK) && slot.at == at && slot.repr.seq == s as u32;
+            let live = slot.state.contains(SlotState::LINK)
+                && self.link_at[i] == at
+                && slot.repr.seq == s as u32;
             if live {
                 let len = usize::from(slot.len);
                 let Some(bytes) = leaving.find(at, len) else {
@@ -687,12 +690,17 @@ impl Receiver {
         let slot = &mut self.slots[i];
         slot.state.remove(SlotState::COPY);
         slot.state.insert(SlotState::LINK);
-        slot.at = at;
+        self.link_at[i] = at;
         self.link_refs.push_back((s, at));
     }
 
     pub(crate) fn set_in_link(&mut self, on: bool) {
         self.in_link = on;
+        self.link_at = if on {
+            vec![0; self.slots.len()]
+        } else {
+            Vec::new()
+        };
     }
 
     pub(crate) fn post(&mut self, max_len: usize) -> Result<(), PostError> {
@@ -917,12 +925,13 @@ impl Receiver {
                 if let Some(hint) = self.prefetch {
                     // The next frame waiting in the link is read next: asked for now, it
                     // arrives while this one is consumed (see `Config::prefetch`).
-                    let next = &self.slots[self.idx(self.expected + 1)];
+                    let n = self.idx(self.expected + 1);
+                    let next = &self.slots[n];
                     if next.state.contains(SlotState::LINK | SlotState::HAVE) {
-                        hint(next.at as *const u8, usize::from(next.len));
+                        hint(self.link_at[n] as *const u8, usize::from(next.len));
                     }
                 }
-                match link.find(self.slots[i].at, len) {
+                match link.find(self.link_at[i], len) {
                     Some(bytes) => self.consume(&repr, Payload::Here(bytes), true),
                     // Not where it was noted (cannot happen while the link keeps what it
                     // retains): asked for again.

@@ -10,11 +10,12 @@
 //! How: the engine keeps no more than [`KEEP`] bytes of a message (`Stream::keep_at_most`):
 //! the data messages are handed to the observer, [`Direct`], alone. It hashes each piece as
 //! it comes (the digest the trailer is checked against), and notes where the piece's data is
-//! when it stays there until the batch ends (`Piece::held`): in the frame being handed in, or
-//! in the engine's copy of a frame that came behind a gap. Other pieces (consumed outside a
-//! batch) it copies into a side buffer. When the batch ends (`Observe::frames_done`), it
-//! finds its notes in the memory named and writes everything, in stream order, with
-//! `writev`. Only an output whose writes never wait qualifies, `/dev/null` (see
+//! when it stays there until the batch ends (`Piece::held`): in a frame the ring holds (the
+//! one handed in, or one that came behind a gap and waited in the ring, which retains a
+//! window's worth of frames: `Stream::leave_in_link`), or in the engine's copy of a frame.
+//! Other pieces (consumed outside a batch) it copies into a side buffer. When the batch ends
+//! (`Observe::frames_done`), it finds its notes in the memory named and writes everything,
+//! in stream order, with `writev`. Only an output whose writes never wait qualifies, `/dev/null` (see
 //! `Sink::direct`): the protocol thread writes with the ring's slots held, and a write that
 //! waits (a pipe's reader, the page cache's dirty throttling) lets the ring overflow. Files,
 //! pipes and commands keep the writer thread and its queue.
