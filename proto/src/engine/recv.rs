@@ -235,8 +235,9 @@ pub struct Receiver {
     /// retains (`Engine::leave_in_link`).
     in_link: bool,
     /// The slots whose payloads lie in the link (`SlotState::LINK`), in the order their
-    /// frames came, which is the order the link gives them back: sequence and address.
-    link_refs: VecDeque<(Seq, usize)>,
+    /// frames came, which is the order the link gives them back (their addresses are in
+    /// `link_at`).
+    link_refs: VecDeque<Seq>,
     /// Per slot, with `SlotState::LINK`: the address of its payload in the link's frame
     /// (allocated when frames are left in the link, empty otherwise).
     link_at: Vec<usize>,
@@ -659,12 +660,11 @@ impl Receiver {
     /// copied into the window now; one consumed is forgotten (a fellow asking for it later
     /// is told it is not held, and asks the root).
     fn leave(&mut self, leaving: &dyn machine::Held) {
-        while let Some(&(s, at)) = self.link_refs.front() {
+        while let Some(&s) = self.link_refs.front() {
             let i = self.idx(s);
             let slot = &self.slots[i];
-            let live = slot.state.contains(SlotState::LINK)
-                && self.link_at[i] == at
-                && slot.repr.seq == s as u32;
+            let at = self.link_at[i];
+            let live = slot.state.contains(SlotState::LINK) && slot.repr.seq == s as u32;
             if live {
                 let len = usize::from(slot.len);
                 let Some(bytes) = leaving.find(at, len) else {
@@ -691,7 +691,7 @@ impl Receiver {
         slot.state.remove(SlotState::COPY);
         slot.state.insert(SlotState::LINK);
         self.link_at[i] = at;
-        self.link_refs.push_back((s, at));
+        self.link_refs.push_back(s);
     }
 
     pub(crate) fn set_in_link(&mut self, on: bool) {
