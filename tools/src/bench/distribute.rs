@@ -20,6 +20,16 @@
 //! median of the rounds' ratios, each ethbcast run against the blaster run right after it
 //! ([`cpu_ratios`]). On a shared machine the phase drifts between rounds, so a ratio of
 //! medians (the table's columns) mixes rounds; a round's own ratio does not.
+//!
+//! Right before each run of ethbcast and of the blaster, the bench opens and closes as many
+//! links as the run opens ([`warm_up`], in a thread of its own: no tool is charged for it).
+//! Why: the test-bed is a virtual machine that hands memory freed more than about 2 s ago back
+//! to its host (free page reporting), and the kernel then clears a ring's pages at three
+//! times the cost (8 receivers opening their rings: 82 ms of CPU after 6 s idle, 25 ms right
+//! after other rings were closed). Without it, whichever tool ran after a pause paid that
+//! (ethbcast, after UDPCast's run: 261 samples in `packet_set_ring` against the blaster's
+//! 26 in one profiled round); with it, both pay what clearing costs on a machine that keeps
+//! its memory.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -351,8 +361,38 @@ fn with_link<L: Link, T>(
     Ok((r, c3 - c0, (c1 - c0) + (c3 - c2)))
 }
 
+/// The link the blaster opens on every host, as `ethbcast recv` sizes its own.
+fn open_floor_link(
+    backend: Backend,
+    wait: ethbcast::link::WaitMode,
+) -> Result<Box<dyn Link + Send>, LinkError> {
+    ethbcast::link::open_sized(backend, "eth0", wait, RX_FRAMES)
+}
+
+/// Opens `links` links with `open`, all at once, and closes them: the pages their rings took
+/// are free again, and recently used, when the run that follows opens its own (see the
+/// module doc).
+fn warm_up<L>(links: usize, open: impl Fn() -> Result<L, LinkError>) -> Result<(), String> {
+    let open: Vec<L> = (0..links)
+        .map(|_| open())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("warming up the links: {e}"))?;
+    drop(open);
+    Ok(())
+}
+
+/// [`warm_up`] with the blaster's links, in a thread of the test-bed's first host: no tool's
+/// CPU counts it, and which host does not matter (memory is the machine's).
+fn warm_up_on(tb: &Testbed, links: usize, backend: Backend) -> Result<(), String> {
+    use ethbcast::link::WaitMode;
+    netns::run_in(&tb.hosts()[0].netns, move || {
+        warm_up(links, || open_floor_link(backend, WaitMode::Doze))
+    })
+    .map_err(|e| e.to_string())?
+}
+
 fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, String> {
-    use ethbcast::link::{self, measure, WaitMode, BROADCAST_MAC};
+    use ethbcast::link::{measure, WaitMode, BROADCAST_MAC};
     let stop = Arc::new(AtomicBool::new(false));
     let mut sinks = Vec::new();
     for h in &tb.hosts()[1..=n] {
@@ -362,7 +402,7 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
                 // The receivers wait as `ethbcast recv`'s do (doze): sinks that spin took the
                 // CPU from the blaster's sender on the 2-core test-bed (2.2 s of 3 s unshaped).
                 with_link(
-                    || link::open_sized(backend, "eth0", WaitMode::Doze, RX_FRAMES),
+                    || open_floor_link(backend, WaitMode::Doze),
                     |l| {
                         measure::sink(l.as_mut(), &stop, Duration::from_millis(200))
                             .map_err(|e| e.to_string())
@@ -380,7 +420,7 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
             // The wait mode `ethbcast send` uses by default: blocking on a full TX ring sleeps
             // past the moment slots free up and understates the medium.
             with_link(
-                || link::open_sized(backend, "eth0", WaitMode::Adaptive, RX_FRAMES),
+                || open_floor_link(backend, WaitMode::Adaptive),
                 |l| {
                     measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 64)
                         .map_err(|e| e.to_string())
@@ -447,9 +487,11 @@ pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
             // Interleaved, so that a slow phase of the machine hits every tool alike.
             for _ in 0..o.repeat.max(1) {
                 for (i, &b) in backends.iter().enumerate() {
+                    warm_up_on(&tb, n + 1, b)?;
                     let (g, s, ok, repairs, c) = run_ethbcast(&tb, &input, n, b)?;
                     let done = if ok { "all complete" } else { "INCOMPLETE" };
                     eb[i].push((g, s, format!("{done}, {repairs} repairs by the sender"), c));
+                    warm_up_on(&tb, n + 1, b)?;
                     bl[i].push(run_blaster(&tb, n, b)?);
                 }
                 if udpcast {
@@ -652,6 +694,42 @@ mod tests {
             |_| Ok(()),
         );
         assert!(failed.unwrap_err().contains("eth9"));
+    }
+
+    #[test]
+    fn the_warm_up_holds_every_link_open_at_once_then_closes_them_all() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        struct Counted(Rc<Cell<usize>>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() - 1);
+            }
+        }
+        let open = Rc::new(Cell::new(0));
+        let most = Rc::new(Cell::new(0));
+        warm_up(9, || {
+            open.set(open.get() + 1);
+            most.set(most.get().max(open.get()));
+            Ok(Counted(open.clone()))
+        })
+        .expect("warmed up");
+        assert_eq!(most.get(), 9, "all nine were open together");
+        assert_eq!(open.get(), 0, "and every one was closed");
+        // A link that cannot be opened is an error that names the step, and the links opened
+        // before it are closed.
+        let tries = Cell::new(0);
+        let e = warm_up(9, || {
+            tries.set(tries.get() + 1);
+            if tries.get() == 4 {
+                return Err(LinkError::NoSuchInterface("eth0".into()));
+            }
+            open.set(open.get() + 1);
+            Ok(Counted(open.clone()))
+        })
+        .unwrap_err();
+        assert!(e.contains("warming up") && e.contains("eth0"), "{e}");
+        assert_eq!(open.get(), 0);
     }
 
     fn row(tool: &str, loss_pct: f64, goodput: f64, cpu_runs: &[f64]) -> Row {
