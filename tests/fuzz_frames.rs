@@ -519,7 +519,8 @@ struct Setup {
 
 fn setup() -> impl Strategy<Value = Setup> {
     (
-        prop_oneof![Just(4usize), Just(16), Just(64)],
+        // 24: a window that is not a power of two.
+        prop_oneof![Just(4usize), Just(16), Just(24), Just(64)],
         any::<bool>(),
         any::<bool>(),
         prop_oneof![Just(usize::MAX), Just(100usize), Just(3000)],

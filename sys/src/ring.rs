@@ -209,9 +209,15 @@ impl Ring {
         self.offset + idx * self.frame_size
     }
 
-    /// The slot after `idx`, round the ring.
+    /// The slot after `idx`, round the ring. Without a division: this runs two or three times
+    /// per received frame, and a division by a count the compiler cannot see costs 3 ns here.
     fn after(&self, idx: usize) -> usize {
-        (idx + 1) % self.frame_count
+        let next = idx + 1;
+        if next == self.frame_count {
+            0
+        } else {
+            next
+        }
     }
 
     fn advance(&mut self) {
@@ -253,13 +259,20 @@ impl<'a> RxHeld<'a> {
     pub fn find(&self, at: usize, len: usize) -> Option<&'a [u8]> {
         let base = self.map.as_ptr() as usize;
         let off = at.checked_sub(base + self.rx.offset)?;
+        // One division (this runs for every frame written out), none for the wrap.
         let idx = off / self.rx.frame_size;
-        if idx >= self.rx.frame_count
-            || (idx + self.rx.frame_count - self.from) % self.rx.frame_count >= self.count
-        {
+        if idx >= self.rx.frame_count {
             return None;
         }
-        let start = off % self.rx.frame_size;
+        let past_from = if idx >= self.from {
+            idx - self.from
+        } else {
+            idx + self.rx.frame_count - self.from
+        };
+        if past_from >= self.count {
+            return None;
+        }
+        let start = off - idx * self.rx.frame_size;
         if start < HDRLEN || start.checked_add(len)? > self.rx.frame_size {
             return None;
         }

@@ -266,6 +266,37 @@ fn simple_broadcast_delivers_every_message_once_in_order() {
     );
 }
 
+/// A window of any size works, not only a power of two: 24 slots, a stream that wraps them
+/// many times, frames lost on the way to two of the three receivers, past the first wrap. A
+/// slot found wrongly (a mask of 23, say) costs 12 repairs, not 4.
+#[test]
+fn a_window_that_is_not_a_power_of_two_wraps_and_repairs_like_any_other() {
+    let mut net = Net::new(4, |c| c.window = 24);
+    let lost = [30u32, 31, 77, 200];
+    net.drop =
+        Box::new(move |r, to| r.kind == Some(Kind::Data) && lost.contains(&r.seq) && to != 1);
+    let msgs: Vec<Vec<u8>> = (0..6).map(|i| message(60_000, i as u8)).collect();
+    for m in &msgs {
+        net.engines[0]
+            .bcast(net.now, m.clone(), Algo::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()));
+    for r in 1..4 {
+        let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
+        assert_eq!(got, msgs.iter().collect::<Vec<_>>(), "receiver {r}");
+    }
+    let tx = net.engines[0].sender().eqa();
+    assert_eq!(tx.lms(1).unwrap().stats.repairs, 0);
+    for r in [2, 3] {
+        assert_eq!(
+            tx.lms(r).unwrap().stats.repairs,
+            4,
+            "receiver {r}: its four lost frames, once each"
+        );
+    }
+}
+
 #[test]
 fn only_the_destination_that_lost_a_frame_is_repaired() {
     let mut net = Net::new(4, |_| {});
