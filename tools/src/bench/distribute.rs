@@ -21,8 +21,9 @@
 //! ([`cpu_ratios`]). On a shared machine the phase drifts between rounds, so a ratio of
 //! medians (the table's columns) mixes rounds; a round's own ratio does not.
 //!
-//! Right before each run of ethbcast and of the blaster, the bench opens and closes as many
-//! links as the run opens ([`warm_up`], in a thread of its own: no tool is charged for it).
+//! Right before each run of ethbcast and of the blaster, the bench opens on each host the link
+//! the run opens there, holds them all, and closes them ([`warm_up`], from threads of its own:
+//! no tool is charged for it).
 //! Why: the test-bed is a virtual machine that hands memory freed more than about 2 s ago back
 //! to its host (free page reporting), and the kernel then clears a ring's pages at three
 //! times the cost (8 receivers opening their rings: 82 ms of CPU after 6 s idle, 25 ms right
@@ -369,26 +370,35 @@ fn open_floor_link(
     ethbcast::link::open_sized(backend, "eth0", wait, RX_FRAMES)
 }
 
-/// Opens `links` links with `open`, all at once, and closes them: the pages their rings took
-/// are free again, and recently used, when the run that follows opens its own (see the
-/// module doc).
-fn warm_up<L>(links: usize, open: impl Fn() -> Result<L, LinkError>) -> Result<(), String> {
-    let open: Vec<L> = (0..links)
-        .map(|_| open())
+/// Opens a link with each of `opens`, holding all of them at once, and closes them: the
+/// pages their rings took are free again, and recently used, when the run that follows opens
+/// its own (see the module doc).
+fn warm_up<L, O>(opens: impl IntoIterator<Item = O>) -> Result<(), String>
+where
+    O: FnOnce() -> Result<L, String>,
+{
+    let open: Vec<L> = opens
+        .into_iter()
+        .map(|o| o())
         .collect::<Result<_, _>>()
         .map_err(|e| format!("warming up the links: {e}"))?;
     drop(open);
     Ok(())
 }
 
-/// [`warm_up`] with the blaster's links, in a thread of the test-bed's first host: no tool's
-/// CPU counts it, and which host does not matter (memory is the machine's).
+/// [`warm_up`] with the blaster's link on each of the test-bed's first `links` hosts, as a run
+/// opens them (one per interface: AF_XDP takes no second socket on a queue), each from a
+/// thread of its own: no tool's CPU counts it.
 fn warm_up_on(tb: &Testbed, links: usize, backend: Backend) -> Result<(), String> {
     use ethbcast::link::WaitMode;
-    netns::run_in(&tb.hosts()[0].netns, move || {
-        warm_up(links, || open_floor_link(backend, WaitMode::Doze))
-    })
-    .map_err(|e| e.to_string())?
+    warm_up(tb.hosts()[..links].iter().map(|h| {
+        let ns = h.netns.clone();
+        move || {
+            netns::run_in(&ns, move || open_floor_link(backend, WaitMode::Doze))
+                .map_err(|e| format!("{ns}: {e}"))?
+                .map_err(|e| format!("{ns}: {e}"))
+        }
+    }))
 }
 
 fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, String> {
@@ -707,28 +717,26 @@ mod tests {
             }
         }
         let open = Rc::new(Cell::new(0));
-        let most = Rc::new(Cell::new(0));
-        warm_up(9, || {
-            open.set(open.get() + 1);
-            most.set(most.get().max(open.get()));
-            Ok(Counted(open.clone()))
-        })
-        .expect("warmed up");
+        let most = Cell::new(0);
+        let opener = |fail: bool| {
+            let open = open.clone();
+            let most = &most;
+            move || {
+                if fail {
+                    return Err("h3: no such network interface \"eth0\"".to_string());
+                }
+                open.set(open.get() + 1);
+                most.set(most.get().max(open.get()));
+                Ok(Counted(open.clone()))
+            }
+        };
+        warm_up((0..9).map(|_| opener(false))).expect("warmed up");
         assert_eq!(most.get(), 9, "all nine were open together");
         assert_eq!(open.get(), 0, "and every one was closed");
-        // A link that cannot be opened is an error that names the step, and the links opened
-        // before it are closed.
-        let tries = Cell::new(0);
-        let e = warm_up(9, || {
-            tries.set(tries.get() + 1);
-            if tries.get() == 4 {
-                return Err(LinkError::NoSuchInterface("eth0".into()));
-            }
-            open.set(open.get() + 1);
-            Ok(Counted(open.clone()))
-        })
-        .unwrap_err();
-        assert!(e.contains("warming up") && e.contains("eth0"), "{e}");
+        // A link that cannot be opened is an error that names the step and the host, and the
+        // links opened before it are closed.
+        let e = warm_up((0..9).map(|i| opener(i == 3))).unwrap_err();
+        assert!(e.contains("warming up") && e.contains("h3"), "{e}");
         assert_eq!(open.get(), 0);
     }
 
