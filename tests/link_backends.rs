@@ -77,6 +77,16 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// Round `round` of `n` frames of `len` bytes to `to`, numbered on from the rounds before
+/// (frame `round * n + k` is `pattern(len, that)`), sent as one flush.
+fn send_round(link: &mut dyn Link, to: MacAddr, len: usize, round: u8, n: u8) {
+    for k in 0..n {
+        link.send(to, &pattern(len, round.wrapping_mul(n).wrapping_add(k)))
+            .unwrap();
+    }
+    link.flush().unwrap();
+}
+
 fn exercise(name: &str, open: Opener) {
     let Some(ns) = NetnsPair::create_or_skip(&format!("lb-{name}")) else {
         return;
@@ -520,11 +530,7 @@ fn a_ring_link_holds_a_batch_until_its_end_and_then_gives_the_slots_back() {
         let (mut got, mut batches, mut astray) = (0usize, 0usize, 0usize);
         // 10 rounds of 40 frames: 400 through 64 slots.
         for round in 0..10u8 {
-            for k in 0..40u8 {
-                b.send(to_a, &pattern(1000, round.wrapping_mul(40).wrapping_add(k)))
-                    .unwrap();
-            }
-            b.flush().unwrap();
+            send_round(b.as_mut(), to_a, 1000, round, 40);
             let want = got + 40;
             let deadline = Instant::now() + Duration::from_secs(2);
             while got < want && Instant::now() < deadline {
@@ -607,11 +613,7 @@ fn a_ring_link_retains_its_newest_frames_and_gives_them_back_oldest_first() {
         let seen: std::cell::RefCell<Vec<(usize, Vec<u8>)>> = Default::default();
         let mut left = 0usize;
         for round in 0..10u8 {
-            for k in 0..30u8 {
-                b.send(to_a, &pattern(900, round.wrapping_mul(30).wrapping_add(k)))
-                    .unwrap();
-            }
-            b.flush().unwrap();
+            send_round(b.as_mut(), to_a, 900, round, 30);
             let want = seen.borrow().len() + 30;
             let deadline = Instant::now() + Duration::from_secs(2);
             while seen.borrow().len() < want && Instant::now() < deadline {

@@ -207,10 +207,15 @@ fn lose_once(seq: u32, to: usize) -> impl FnMut(&Repr, usize) -> bool {
 
 /// Root 0 broadcasts `m`; runs until every other member has it.
 fn broadcast_to_all(net: &mut Net, m: &[u8]) {
-    net.engines[0]
-        .bcast(net.now, m.to_vec(), Algo::Simple)
-        .unwrap();
-    net.run(|n| n.all_got(0, 1));
+    broadcast_all(net, &[m.to_vec()], Algo::Simple);
+}
+
+/// Root 0 queues every one of `msgs` with `algo`; runs until every other member has them all.
+fn broadcast_all(net: &mut Net, msgs: &[Vec<u8>], algo: Algo) {
+    for m in msgs {
+        net.engines[0].bcast(net.now, m.clone(), algo).unwrap();
+    }
+    net.run(|n| n.all_got(0, msgs.len()));
 }
 
 /// The root (rank 0) and the receiver (rank 1) of a two-member group with defaults.
@@ -247,12 +252,7 @@ fn a_message_just_over_a_megabyte_is_filled_without_reallocating() {
 fn simple_broadcast_delivers_every_message_once_in_order() {
     let mut net = Net::new(4, |_| {});
     let msgs: Vec<Vec<u8>> = (0..20).map(|i| message(i * 700, i as u8)).collect();
-    for m in &msgs {
-        net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
-            .unwrap();
-    }
-    net.run(|n| n.all_got(0, msgs.len()));
+    broadcast_all(&mut net, &msgs, Algo::Simple);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>());
@@ -276,12 +276,7 @@ fn a_window_that_is_not_a_power_of_two_wraps_and_repairs_like_any_other() {
     net.drop =
         Box::new(move |r, to| r.kind == Some(Kind::Data) && lost.contains(&r.seq) && to != 1);
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| message(60_000, i as u8)).collect();
-    for m in &msgs {
-        net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
-            .unwrap();
-    }
-    net.run(|n| n.all_got(0, msgs.len()));
+    broadcast_all(&mut net, &msgs, Algo::Simple);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>(), "receiver {r}");
@@ -417,12 +412,7 @@ fn push_pull_completes_under_loss_of_pulls_and_push_frames() {
     let msgs: Vec<Vec<u8>> = (0..30)
         .map(|i| message([4, 100, 900, 5000, 40_000][i % 5], i as u8))
         .collect();
-    for m in &msgs {
-        net.engines[0]
-            .bcast(net.now, m.clone(), Algo::PushPull)
-            .unwrap();
-    }
-    net.run(|n| n.all_got(0, msgs.len()));
+    broadcast_all(&mut net, &msgs, Algo::PushPull);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>());
@@ -655,12 +645,7 @@ fn a_member_that_broadcast_does_not_reach_is_served_point_to_point() {
     // Every broadcast frame towards rank 2 is lost; unicast still works.
     net.drop = Box::new(|r, to| to == 2 && r.flags.contains(Flags::BROADCAST));
     let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(4000, i)).collect();
-    for m in &msgs {
-        net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
-            .unwrap();
-    }
-    net.run(|n| n.all_got(0, msgs.len()));
+    broadcast_all(&mut net, &msgs, Algo::Simple);
     assert_eq!(
         net.delivered[2]
             .iter()
@@ -717,12 +702,7 @@ fn members_that_broadcast_does_not_reach_are_probed_point_to_point_and_fail_over
     let mut net = Net::new(5, |_| {});
     net.drop = Box::new(|r, to| (to == 1 || to == 3) && r.flags.contains(Flags::BROADCAST));
     let msgs: Vec<Vec<u8>> = (0..10).map(|i| message(20_000, i)).collect();
-    for m in &msgs {
-        net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
-            .unwrap();
-    }
-    net.run(|n| n.all_got(0, msgs.len()));
+    broadcast_all(&mut net, &msgs, Algo::Simple);
     for r in 1..5 {
         let got: Vec<Vec<u8>> = net.delivered[r].iter().map(|d| d.2.clone()).collect();
         assert_eq!(got, msgs, "rank {r}");
@@ -874,12 +854,7 @@ fn an_observer_sees_the_bytes_delivered_in_order_once() {
         .map(|r| observed(&mut net.engines[r], now, 0))
         .collect();
     let msgs: Vec<Vec<u8>> = (0..12).map(|i| message(i * 2_900 + 1, i as u8)).collect();
-    for m in &msgs {
-        net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
-            .unwrap();
-    }
-    net.run(|n| n.all_got(0, msgs.len()));
+    broadcast_all(&mut net, &msgs, Algo::Simple);
     assert!(net.lost > 0, "the test lost nothing");
     let want = numbered(&msgs);
     for (k, s) in seen.iter().enumerate() {
