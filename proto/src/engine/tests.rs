@@ -1450,6 +1450,38 @@ fn a_peer_that_never_answers_is_given_up_and_the_root_is_asked_directly() {
     assert!(asked_peer <= 20, "asked the silent peer {asked_peer} times");
 }
 
+/// A peer silent for a while (a stalled host) is given up for a pause, not for good: once the
+/// stream has moved on, the receiver asks it again, and the later losses are repaired by it,
+/// not by the root.
+#[test]
+fn a_peer_silent_for_a_while_is_asked_again_after_a_pause() {
+    let mut net = peer_net(4);
+    // Every fifth data frame to rank 2 is lost; whatever its peer (rank 3) sends it is lost
+    // too until the root has sent frame 500.
+    let mut highest = 0u32;
+    net.drop = Box::new(move |r, to| {
+        if r.kind == Some(Kind::Data) {
+            highest = highest.max(r.seq);
+        }
+        let from_peer = (r.kind == Some(Kind::Repair) && r.flags.contains(Flags::P2P))
+            || r.flags.contains(Flags::PEER);
+        (to == 2 && from_peer && highest < 500)
+            || (to == 2 && r.kind == Some(Kind::Data) && r.seq % 5 == 2)
+    });
+    let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(150_000, i)).collect();
+    broadcast_all(&mut net, &msgs, Algo::Simple);
+    let got: Vec<&Vec<u8>> = net.delivered[2].iter().map(|d| &d.2).collect();
+    assert_eq!(got, msgs.iter().collect::<Vec<_>>());
+    let frames = net.engines[0].sender().eqa().head();
+    let lost = frames / 5;
+    let root = net.engines[0].sender().eqa().lms(2).unwrap().stats.repairs;
+    assert!(lost > 700, "{lost} losses");
+    assert!(
+        root < lost / 2,
+        "the root repaired {root} of {lost} lost frames: the peer was never asked again"
+    );
+}
+
 #[test]
 fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_again() {
     let mut rx = Engine::new({
