@@ -279,7 +279,7 @@ impl Group {
             mac: link.local_mac(),
             key: opts.key,
             expect,
-            max_payload: link.max_pdu().saturating_sub(crate::wire::OVERHEAD),
+            max_pdu: link.max_pdu(),
         };
         let (joined, link) = join(link, cfg, opts.timeout, || false)?;
         Group::joined(link, joined, opts)
@@ -298,7 +298,7 @@ impl Group {
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
         let mut cfg = Config::new(joined.session.group, rank, size);
         cfg.key = joined.session.key;
-        cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
+        cfg.max_pdu = joined.max_pdu.min(link.max_pdu());
         cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
         cfg.ack_delay = cfg.ack_delay.max(opts.wait.quiet_floor());
         if let Some(t) = opts.tweak {

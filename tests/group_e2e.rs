@@ -258,3 +258,75 @@ fn a_root_that_computes_after_its_call_does_not_hold_its_message_back() {
         "receivers got each message within a second"
     );
 }
+
+/// Opens a discovered group of `n` on every host of `bed`, broadcasts one 64 KiB message
+/// from rank 0, and returns each member's (frame size in use, data frames the root sent,
+/// message intact).
+fn jumbo_round(bed: &Testbed, n: usize) -> Vec<(usize, u64, bool)> {
+    let handles: Vec<_> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            netns::spawn_in(&h.netns, move || -> Result<_, GroupError> {
+                let opts = GroupOptions {
+                    timeout: Duration::from_secs(20),
+                    ..GroupOptions::default()
+                };
+                let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)?;
+                let want = payload(0, 0, 65_536);
+                let mut buf = if g.rank() == 0 {
+                    want.clone()
+                } else {
+                    Vec::new()
+                };
+                g.bcast_with(0, &mut buf, Algorithm::Simple)?;
+                g.flush()?;
+                for _ in 0..20 {
+                    g.progress(Duration::from_millis(10))?;
+                }
+                let engine = g.member().engine();
+                Ok((
+                    engine.config().max_pdu,
+                    engine.stats().data_frames,
+                    buf == want,
+                ))
+            })
+            .unwrap()
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("member thread").expect("member"))
+        .collect()
+}
+
+#[test]
+fn on_jumbo_frames_a_group_sends_jumbo_frames_unless_one_host_cannot_take_them() {
+    if !netns_available(
+        "on_jumbo_frames_a_group_sends_jumbo_frames_unless_one_host_cannot_take_them",
+        true,
+    ) {
+        return;
+    }
+    let n = 3;
+    let mut cfg = TestbedConfig::new(n).mtu(9000);
+    cfg.prefix = format!("gj{:x}", std::process::id() & 0xfff);
+    let bed = Testbed::up(&cfg).expect("test-bed");
+    let got = jumbo_round(&bed, n);
+    assert!(got.iter().all(|g| g.0 == 9000 && g.2), "{got:?}");
+    let frames = |pdu: usize| 65_536u64.div_ceil((pdu - ethbcast::wire::OVERHEAD) as u64);
+    // 64 KiB in frames of 9000 bytes less the header: 8 of them, not 45 of 1500.
+    assert_eq!(frames(9000), 8);
+    assert!(got.iter().any(|g| g.1 == frames(9000)), "{got:?}");
+    // One host's interface at the standard MTU: its link drops every larger frame, so the
+    // group must agree on 1500 to reach it.
+    let host = &bed.hosts()[2].netns;
+    let st = std::process::Command::new("ip")
+        .args(["-n", host, "link", "set", "eth0", "mtu", "1500"])
+        .status()
+        .expect("ip");
+    assert!(st.success());
+    let got = jumbo_round(&bed, n);
+    assert!(got.iter().all(|g| g.0 == 1500 && g.2), "{got:?}");
+    assert!(got.iter().any(|g| g.1 == frames(1500)), "{got:?}");
+}

@@ -33,7 +33,7 @@ fn cfg(i: usize, expect: Expect, key: Option<[u8; 32]>) -> JoinConfig {
         mac: port_mac(i as u16),
         key,
         expect,
-        max_payload: 1400,
+        max_pdu: 1500,
     }
 }
 
@@ -45,16 +45,30 @@ fn run_joins(
     faults: Faults,
     nonce_base: u64,
 ) -> (Vec<Option<Result<Joined, JoinError>>>, RunEnd) {
-    let n = expects.len();
+    let cfgs = expects
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| cfg(i, e, key))
+        .collect();
+    run_configs(cfgs, faults, nonce_base)
+}
+
+/// Runs one join per configuration (port i).
+fn run_configs(
+    cfgs: Vec<JoinConfig>,
+    faults: Faults,
+    nonce_base: u64,
+) -> (Vec<Option<Result<Joined, JoinError>>>, RunEnd) {
+    let n = cfgs.len();
     let net = SimNet::new(SimConfig {
         faults,
         ..SimConfig::new(n)
     })
     .unwrap();
-    let joins = expects
+    let joins = cfgs
         .into_iter()
         .enumerate()
-        .map(|(i, e)| Join::new(cfg(i, e, key), net.now(), nonce_base + i as u64).unwrap())
+        .map(|(i, c)| Join::new(c, net.now(), nonce_base + i as u64).unwrap())
         .collect();
     let mut c = SimCluster::new(net, joins).unwrap();
     let mut w = Outcomes(vec![None; n]);
@@ -72,6 +86,7 @@ fn assert_agree(joined: &[Joined]) {
     for (i, j) in joined.iter().enumerate() {
         assert_eq!(j.peers, joined[0].peers, "member {i}");
         assert_eq!(j.session, joined[0].session, "member {i}");
+        assert_eq!(j.max_pdu, joined[0].max_pdu, "member {i}");
         assert_eq!(j.peers[usize::from(j.rank)], port_mac(i as u16));
     }
 }
@@ -129,6 +144,46 @@ fn launcher_ranks_discovery_and_first_come_all_agree() {
     let joined = all_joined(&out);
     assert_agree(&joined);
     assert_eq!(joined[0].rank, 0);
+}
+
+#[test]
+fn the_group_frames_are_no_larger_than_the_smallest_mtu_of_its_members() {
+    // Jumbo frames everywhere: the group uses them.
+    let jumbo = |i: usize, e: Expect| JoinConfig {
+        max_pdu: 9000,
+        ..cfg(i, e, Some(KEY))
+    };
+    let ranks = |n: u16| (0..n).map(move |rank| Expect::Ranks { size: n, rank });
+    let cfgs = ranks(4).enumerate().map(|(i, e)| jumbo(i, e)).collect();
+    let joined = all_joined(&run_configs(cfgs, Faults::lossy(0.05), 500).0);
+    assert_agree(&joined);
+    assert_eq!(joined[0].max_pdu, 9000);
+    // One host of the segment with the standard MTU: every member sends frames it can take,
+    // whichever rank it has and whoever coordinates.
+    for odd in [0, 2] {
+        let cfgs = ranks(4)
+            .enumerate()
+            .map(|(i, e)| match i == odd {
+                true => cfg(i, e, Some(KEY)),
+                false => jumbo(i, e),
+            })
+            .collect();
+        let joined = all_joined(&run_configs(cfgs, Faults::NONE, 600).0);
+        assert_agree(&joined);
+        assert_eq!(joined[0].max_pdu, 1500, "host {odd} at 1500");
+    }
+    // A file distribution's first-come receivers: only those taken count.
+    let mut cfgs = vec![jumbo(
+        0,
+        Expect::FirstCome {
+            receivers: 2,
+            only: None,
+        },
+    )];
+    cfgs.extend((1..3).map(|i| jumbo(i, Expect::Invited)));
+    let joined = all_joined(&run_configs(cfgs, Faults::NONE, 700).0);
+    assert_agree(&joined);
+    assert_eq!(joined[0].max_pdu, 9000);
 }
 
 #[test]

@@ -14,6 +14,12 @@
 //! *roster* — every member's MAC and `m`, in rank order, under `N` — until each member has
 //! *confirmed* it. A member accepts only a roster that names it with its own `m`.
 //!
+//! **The frame size.** Each hello also offers the member's MTU; the roster carries the smallest
+//! offer of the members it names and the coordinator's own, and that is the group's largest
+//! frame ([`Joined::max_pdu`]). A link drops frames above its MTU, so on a segment with one
+//! host left at 1500 bytes among jumbo-frame hosts the group uses 1500 rather than losing every
+//! large frame at that host. A member refuses a roster whose frames its link cannot carry.
+//!
 //! **Why it is safe to replay nothing.** `N` is new in every session, so a hello recorded in an
 //! earlier session echoes the wrong nonce and is ignored; `m` is new too, so a recorded roster
 //! never names a member with its current nonce. With a group key every join frame is sealed: the
@@ -64,6 +70,10 @@ pub const HELLO_GAP: Duration = Duration::from_millis(5);
 
 /// Hosts outside the expectation remembered for a timeout message, at most.
 const MAX_STRANGERS: usize = 64;
+
+/// The smallest frame size a hello may offer or a roster decide: the IPv4 minimum datagram
+/// size, which every link carries (an offer below it is malformed, not a small MTU).
+pub const MIN_PDU: u16 = 576;
 
 /// Members of a roster, at most (a group has at most 65534).
 const MAX_ROSTER: usize = u16::MAX as usize - 1;
@@ -168,8 +178,11 @@ pub struct JoinConfig {
     pub key: Option<[u8; 32]>,
     /// Whom to wait for.
     pub expect: Expect,
-    /// Largest payload of a frame (the MTU less the protocol's overhead).
-    pub max_payload: usize,
+    /// The largest frame this member's link carries (its MTU): offered in its hello. The
+    /// group's frames are no larger than the smallest offer of its members ([`Joined::max_pdu`]),
+    /// so that a host with a smaller MTU on the segment lowers the frame size instead of losing
+    /// every large frame.
+    pub max_pdu: usize,
 }
 
 /// A finished join.
@@ -181,6 +194,9 @@ pub struct Joined {
     pub rank: Rank,
     /// The session they share.
     pub session: Session,
+    /// The largest frame every member's link carries: the smallest MTU offered in the join
+    /// (see [`JoinConfig::max_pdu`]), decided by the coordinator and carried in its roster.
+    pub max_pdu: usize,
     /// What a member needs to confirm a roster it hears again after it joined (its
     /// confirmation was lost): see [`LateRoster`].
     pub late: LateRoster,
@@ -294,11 +310,16 @@ enum Msg {
         claim: u16,
         /// The member's MAC: sealed, so the hello is worth nothing from another.
         mac: MacAddr,
+        /// The member's largest frame (its link's MTU, at most 65535).
+        pdu: u16,
     },
     Roster {
         nonce: u64,
         part: u16,
         parts: u16,
+        /// The group's largest frame: the smallest `pdu` of the members' hellos and the
+        /// coordinator's own (every part carries it).
+        pdu: u16,
         entries: Vec<(MacAddr, u64)>,
     },
     Confirm {
@@ -374,7 +395,7 @@ macro_rules! fixed_layouts {
 impl Msg {
     fixed_layouts! {
         1 => Challenge { nonce, size, coordinator, time },
-        2 => Hello { nonce, member, claim, mac },
+        2 => Hello { nonce, member, claim, mac, pdu },
         4 => Confirm { nonce, member, mac },
     }
 
@@ -387,6 +408,7 @@ impl Msg {
             nonce,
             part,
             parts,
+            pdu,
             entries,
         } = self
         {
@@ -394,6 +416,7 @@ impl Msg {
             nonce.put(&mut v);
             part.put(&mut v);
             parts.put(&mut v);
+            pdu.put(&mut v);
             (entries.len() as u16).put(&mut v);
             for (mac, member) in entries {
                 mac.put(&mut v);
@@ -412,6 +435,7 @@ impl Msg {
         let nonce = u64::take(&mut rest)?;
         let part = u16::take(&mut rest)?;
         let parts = u16::take(&mut rest)?;
+        let pdu = u16::take(&mut rest)?;
         let count = usize::from(u16::take(&mut rest)?);
         let mut entries = Vec::with_capacity(count.min(rest.len() / 14));
         for _ in 0..count {
@@ -421,6 +445,7 @@ impl Msg {
             nonce,
             part,
             parts,
+            pdu,
             entries,
         })
     }
@@ -444,6 +469,7 @@ fn seal(key: Option<[u8; 32]>, frame: &[u8]) -> Option<Vec<u8>> {
 #[derive(Debug, Default)]
 struct Parts {
     parts: u16,
+    pdu: u16,
     got: BTreeMap<u16, Vec<(MacAddr, u64)>>,
 }
 
@@ -461,10 +487,13 @@ struct Held {
 /// The coordinator's side.
 #[derive(Debug)]
 struct Coordinating {
-    /// Fresh hellos: MAC -> (claim, member nonce), in arrival order of first hello.
-    hellos: Vec<(MacAddr, u16, u64)>,
+    /// Fresh hellos: MAC -> (claim, member nonce, largest frame), in arrival order of first
+    /// hello.
+    hellos: Vec<(MacAddr, u16, u64, u16)>,
     /// The roster, once decided, and who confirmed it.
     roster: Option<Vec<(MacAddr, u64)>>,
+    /// The group's largest frame, decided with the roster.
+    pdu: u16,
     confirmed: BTreeSet<MacAddr>,
     /// Stepped down: a lower MAC coordinates (discovery).
     stepped_down: bool,
@@ -558,6 +587,7 @@ impl Join {
             coord: candidate.then(|| Coordinating {
                 hellos: Vec::new(),
                 roster: None,
+                pdu: 0,
                 confirmed: BTreeSet::new(),
                 stepped_down: false,
                 rounds: 0,
@@ -683,6 +713,7 @@ impl Join {
             return;
         };
         let me = self.cfg.mac;
+        let own_pdu = self.own_pdu();
         let expect = self.cfg.expect.clone();
         let Some(c) = self.coord.as_mut() else {
             return;
@@ -706,7 +737,7 @@ impl Join {
             Expect::Ranks { .. } => {
                 let mut by_rank: Vec<Option<(MacAddr, u64)>> = vec![None; size];
                 by_rank[0] = Some(mine);
-                for &(mac, claim, m) in &c.hellos {
+                for &(mac, claim, m, _) in &c.hellos {
                     match by_rank[usize::from(claim)] {
                         Some((other, _)) => {
                             self.result = Some(Err(JoinError::RankClaimedTwice {
@@ -760,15 +791,27 @@ impl Join {
         }
         c.confirmed.insert(me);
         let alone = roster.len() == 1;
+        c.pdu = c
+            .hellos
+            .iter()
+            .filter(|h| roster.iter().any(|e| e.0 == h.0))
+            .map(|h| h.3)
+            .fold(own_pdu, u16::min);
+        let pdu = c.pdu;
         c.roster = Some(roster.clone());
         c.rounds = 0;
         self.next_send = now;
         if alone {
-            self.finish(me, self.nonce, &roster);
+            self.finish(me, self.nonce, &roster, pdu);
         }
     }
 
-    fn finish(&mut self, coordinator: MacAddr, nonce: u64, roster: &[(MacAddr, u64)]) {
+    /// This member's offer: its link's MTU, as the wire carries it.
+    fn own_pdu(&self) -> u16 {
+        self.cfg.max_pdu.min(usize::from(u16::MAX)) as u16
+    }
+
+    fn finish(&mut self, coordinator: MacAddr, nonce: u64, roster: &[(MacAddr, u64)], pdu: u16) {
         let peers: Vec<MacAddr> = roster.iter().map(|e| e.0).collect();
         let Some(rank) = peers.iter().position(|m| *m == self.cfg.mac) else {
             return;
@@ -786,6 +829,7 @@ impl Join {
         self.result = Some(Ok(Joined {
             rank: rank as Rank,
             session: session(self.cfg.group, self.cfg.key.as_ref(), nonce, roster),
+            max_pdu: usize::from(pdu),
             late,
             peers,
             stats: self.stats(),
@@ -793,9 +837,12 @@ impl Join {
     }
 
     /// A member checks a complete roster against what it expects.
-    fn accept_roster(&mut self, from: MacAddr, nonce: u64, roster: Vec<(MacAddr, u64)>) {
+    fn accept_roster(&mut self, from: MacAddr, nonce: u64, roster: Vec<(MacAddr, u64)>, pdu: u16) {
+        // A frame size this member's link cannot carry (or too small for any frame) is not
+        // the answer to its hello, whatever the roster says.
         if !roster.contains(&(self.cfg.mac, self.member_nonce))
             || roster.first().map(|e| e.0) != Some(from)
+            || !(MIN_PDU..=self.own_pdu()).contains(&pdu)
         {
             return;
         }
@@ -828,7 +875,7 @@ impl Join {
         };
         let key = self.cfg.key.map(|k| join_key(&k, nonce));
         self.send(from, key, &confirm, NO_RANK);
-        self.finish(from, nonce, &roster);
+        self.finish(from, nonce, &roster, pdu);
     }
 
     fn on_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
@@ -886,8 +933,9 @@ impl Join {
                 member,
                 claim,
                 mac,
+                pdu: offer,
             } => {
-                if nonce != self.nonce || mac != src {
+                if nonce != self.nonce || mac != src || offer < MIN_PDU {
                     return;
                 }
                 if let Some(k) = &self.cfg.key {
@@ -905,8 +953,10 @@ impl Join {
                     return;
                 };
                 match c.hellos.iter_mut().find(|h| h.0 == src) {
-                    Some(h) => *h = (src, claim, member),
-                    None if c.roster.is_none() => c.hellos.push((src, claim, member)),
+                    Some(h) if c.roster.is_none() => *h = (src, claim, member, offer),
+                    // Decided: the roster's frame size stands.
+                    Some(h) => *h = (src, claim, member, h.3),
+                    None if c.roster.is_none() => c.hellos.push((src, claim, member, offer)),
                     None => {}
                 }
                 self.decide(now);
@@ -931,13 +981,15 @@ impl Join {
                     c.confirmed.insert(src);
                 }
                 if c.confirmed.len() == roster.len() && !self.done {
-                    self.finish(me, self.nonce, &roster);
+                    let pdu = c.pdu;
+                    self.finish(me, self.nonce, &roster, pdu);
                 }
             }
             Msg::Roster {
                 nonce,
                 part,
                 parts,
+                pdu: size,
                 entries,
             } => {
                 let Some(at) = self
@@ -970,8 +1022,9 @@ impl Join {
                 let Some(p) = self.rosters.get_mut(&(src, nonce)) else {
                     return;
                 };
-                if p.parts != parts {
+                if p.parts != parts || p.pdu != size {
                     p.parts = parts;
+                    p.pdu = size;
                     p.got.clear();
                 }
                 p.got.insert(part, entries);
@@ -981,7 +1034,7 @@ impl Join {
                 }
                 if p.got.len() == usize::from(parts) {
                     let roster: Vec<(MacAddr, u64)> = p.got.values().flatten().copied().collect();
-                    self.accept_roster(src, nonce, roster);
+                    self.accept_roster(src, nonce, roster, size);
                 }
             }
         }
@@ -999,9 +1052,9 @@ impl Join {
         let coordinating = self
             .coord
             .as_ref()
-            .map(|c| (c.stepped_down, c.roster.clone()));
+            .map(|c| (c.stepped_down, c.roster.clone(), c.pdu));
         match coordinating {
-            Some((false, None)) => {
+            Some((false, None, _)) => {
                 let size = self.expected_size().unwrap_or(0).min(usize::from(u16::MAX)) as u16;
                 let msg = Msg::Challenge {
                     nonce: self.nonce,
@@ -1030,9 +1083,9 @@ impl Join {
                     self.send(dst, key.map(|k| challenge_key(&k)), &msg, claim);
                 }
             }
-            Some((false, Some(roster))) => {
+            Some((false, Some(roster), pdu)) => {
                 let per = ENTRIES_PER_PART
-                    .min((self.cfg.max_payload.saturating_sub(15)) / 14)
+                    .min((self.cfg.max_pdu.saturating_sub(wire::OVERHEAD + 15)) / 14)
                     .max(1);
                 let parts = roster.len().div_ceil(per) as u16;
                 let copies = self.unicast_round(|c| {
@@ -1047,6 +1100,7 @@ impl Join {
                         nonce: self.nonce,
                         part: i as u16,
                         parts,
+                        pdu,
                         entries: chunk.to_vec(),
                     };
                     for &dst in std::iter::once(&BROADCAST_MAC).chain(&copies) {
@@ -1068,6 +1122,7 @@ impl Join {
                 member: self.member_nonce,
                 claim,
                 mac: self.cfg.mac,
+                pdu: self.own_pdu(),
             };
             self.send(coordinator, key.map(|k| join_key(&k, nonce)), &msg, claim);
             self.hellos_sent += 1;

@@ -561,7 +561,7 @@ fn open_on_hosts(
                         size: count,
                         rank: host,
                     },
-                    max_payload: link.max_pdu().saturating_sub(crate::wire::OVERHEAD),
+                    max_pdu: link.max_pdu(),
                 };
                 let (joined, link) = super::join(link, cfg, timeout, || false)?;
                 Some(Group::joined(link, joined, opts.group.clone())?)

@@ -194,7 +194,7 @@ impl Stream {
             group: opts.group_id,
             mac: link.local_mac(),
             key: opts.key,
-            max_payload: link.max_pdu().saturating_sub(crate::wire::OVERHEAD),
+            max_pdu: link.max_pdu(),
             expect,
         };
         let (joined, link) = super::join(link, cfg, wait, stop)?;
@@ -203,7 +203,7 @@ impl Stream {
         let mut cfg = opts.config(joined.rank, size);
         cfg.group = joined.session.group;
         cfg.key = joined.session.key;
-        cfg.max_pdu = cfg.max_pdu.min(link.max_pdu());
+        cfg.max_pdu = joined.max_pdu.min(link.max_pdu());
         let peers = joined.peers.clone();
         let mut mc = MemberConfig::new(cfg, joined.peers);
         mc.prepost = opts.prepost;

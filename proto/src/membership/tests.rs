@@ -14,6 +14,7 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
         nonce: 1,
         part: 0,
         parts: 1,
+        pdu: 1500,
         entries: vec![(MacAddr([2; 6]), 3)],
     }
     .encode();
@@ -30,6 +31,7 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
             member: 2,
             claim: 1,
             mac: MacAddr([2, 0, 0, 0, 0, 8]),
+            pdu: 9000,
         },
         Msg::Confirm {
             nonce: 1,
@@ -54,7 +56,7 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
             mac: MacAddr([2, 0, 0, 0, 0, 0]),
             key: None,
             expect: Expect::Invited,
-            max_payload: 1400,
+            max_pdu: 1500,
         },
         Instant::now(),
         1,
@@ -64,4 +66,91 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
         j.handle_frame(Instant::now(), MacAddr([2, 0, 0, 0, 0, 1]), junk);
     }
     assert!(j.take_result().is_none());
+}
+
+/// A join frame carrying `msg`, unsealed, as a coordinator would send it.
+fn frame_of(msg: &Msg) -> Vec<u8> {
+    Control::Join { body: msg.encode() }.to_vec(7, NO_RANK, NO_RANK, 0)
+}
+
+#[test]
+fn a_member_refuses_a_roster_whose_frames_its_link_cannot_carry() {
+    let coordinator = MacAddr([2, 0, 0, 0, 0, 9]);
+    let me = MacAddr([2, 0, 0, 0, 0, 1]);
+    let now = Instant::now();
+    let mut j = Join::new(
+        JoinConfig {
+            group: 7,
+            mac: me,
+            key: None,
+            expect: Expect::Invited,
+            max_pdu: 1500,
+        },
+        now,
+        1,
+    )
+    .unwrap();
+    let challenge = Msg::Challenge {
+        nonce: 42,
+        size: 2,
+        coordinator,
+        time: 1,
+    };
+    j.handle_frame(now, coordinator, &frame_of(&challenge));
+    let mine = j.member_nonce;
+    let roster = |pdu| Msg::Roster {
+        nonce: 42,
+        part: 0,
+        parts: 1,
+        pdu,
+        entries: vec![(coordinator, 5), (me, mine)],
+    };
+    // Larger than this member's MTU, or smaller than any link's: not an answer to its hello.
+    for pdu in [9000, 1501, MIN_PDU - 1, 0] {
+        j.handle_frame(now, coordinator, &frame_of(&roster(pdu)));
+        assert!(j.take_result().is_none(), "a roster of {pdu}-byte frames");
+    }
+    j.handle_frame(now, coordinator, &frame_of(&roster(1400)));
+    let joined = j.take_result().expect("joined").expect("no error");
+    assert_eq!(joined.max_pdu, 1400);
+    assert_eq!(joined.peers, vec![coordinator, me]);
+}
+
+#[test]
+fn a_hello_that_offers_a_frame_smaller_than_any_link_carries_is_ignored() {
+    let me = MacAddr([2, 0, 0, 0, 0, 0]);
+    let other = MacAddr([2, 0, 0, 0, 0, 1]);
+    let now = Instant::now();
+    let mut j = Join::new(
+        JoinConfig {
+            group: 7,
+            mac: me,
+            key: None,
+            expect: Expect::FirstCome {
+                receivers: 1,
+                only: None,
+            },
+            max_pdu: 9000,
+        },
+        now,
+        1,
+    )
+    .unwrap();
+    let nonce = j.nonce;
+    let hello = |pdu| Msg::Hello {
+        nonce,
+        member: 3,
+        claim: NO_RANK,
+        mac: other,
+        pdu,
+    };
+    j.handle_frame(now, other, &frame_of(&hello(MIN_PDU - 1)));
+    assert!(
+        j.coord.as_ref().unwrap().roster.is_none(),
+        "no roster from it"
+    );
+    j.handle_frame(now, other, &frame_of(&hello(1500)));
+    let c = j.coord.as_ref().unwrap();
+    assert_eq!(c.roster.as_ref().map(Vec::len), Some(2));
+    assert_eq!(c.pdu, 1500, "the smaller of the two offers");
 }

@@ -1500,7 +1500,7 @@ fn keyed_joins(
                                 size: m as u16,
                                 rank: i as u16,
                             },
-                            max_payload: link.max_pdu().saturating_sub(wire::OVERHEAD),
+                            max_pdu: link.max_pdu(),
                         };
                         let (joined, link) =
                             ethbcast::group::join(link, cfg, opts.timeout, || false)?;

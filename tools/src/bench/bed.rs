@@ -43,6 +43,8 @@ pub struct BedOptions {
     pub probe: bool,
     /// GRO on every veth of the test-bed (NAPI receive; see [`TestbedConfig::gro`]).
     pub gro: bool,
+    /// MTU of the test-bed's interfaces (`None`: 1500).
+    pub mtu: Option<u32>,
 }
 
 impl BedOptions {
@@ -58,6 +60,7 @@ impl BedOptions {
             timeout: Duration::from_secs(60),
             probe: false,
             gro: false,
+            mtu: None,
         }
     }
 
@@ -67,6 +70,7 @@ impl BedOptions {
         cfg.prefix = self.prefix.clone();
         cfg.rate = self.rate;
         cfg.gro = self.gro;
+        cfg.mtu = self.mtu;
         if self.loss > 0.0 {
             cfg.loss_pct = Some(self.loss);
         }

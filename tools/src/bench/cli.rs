@@ -29,6 +29,9 @@ pub struct LinkArgs {
     /// GRO on every veth of the test-bed (veths then receive through NAPI, as with native XDP).
     #[arg(long)]
     gro: bool,
+    /// MTU of the test-bed's interfaces (e.g. 9000 for jumbo frames; default 1500).
+    #[arg(long)]
+    mtu: Option<u32>,
     /// Test-bed name prefix (a-z, 0-9, -; at most 10 characters).
     #[arg(long)]
     prefix: Option<String>,
@@ -44,6 +47,7 @@ impl LinkArgs {
         b.rate = self.rate.and_then(|l| l.0);
         b.loss = self.loss;
         b.gro = self.gro;
+        b.mtu = self.mtu;
         b
     }
 }

@@ -65,6 +65,8 @@ pub struct MpiBenchOptions {
     pub wait: String,
     /// Test-bed prefix.
     pub prefix: String,
+    /// MTU of the test-bed's interfaces (`None`: 1500).
+    pub mtu: Option<u32>,
     /// A job still running after this long is killed.
     pub job_timeout: Duration,
     /// More interposer runs, each with this environment added.
@@ -86,6 +88,7 @@ impl MpiBenchOptions {
             rounds: 4,
             wait: "adaptive".into(),
             prefix: "ebmpi".into(),
+            mtu: None,
             job_timeout: Duration::from_secs(240),
             also: Vec::new(),
             capi_lib: None,
@@ -177,7 +180,9 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
     }
     let k = o.ranks_per_host.max(1);
     let namespaces = if k > 1 { o.hosts * k } else { o.hosts };
-    let bed = MpiBed::up(&TestbedConfig::new(namespaces).prefix(&o.prefix), &dir)?;
+    let mut cfg = TestbedConfig::new(namespaces).prefix(&o.prefix);
+    cfg.mtu = o.mtu;
+    let bed = MpiBed::up(&cfg, &dir)?;
     let mut report = Report {
         rows: Vec::new(),
         notes: Vec::new(),
@@ -552,6 +557,9 @@ pub struct Args {
     /// Test-bed name prefix.
     #[arg(long, default_value = "ebmpi")]
     prefix: String,
+    /// MTU of the test-bed's interfaces (e.g. 9000 for jumbo frames; default 1500).
+    #[arg(long)]
+    mtu: Option<u32>,
     /// Seconds after which a job that has not finished is killed (its rows so far count).
     #[arg(long, default_value_t = 240)]
     job_timeout: u64,
@@ -577,6 +585,7 @@ impl Args {
         o.rounds = self.rounds;
         o.wait = self.wait.to_string();
         o.prefix = self.prefix;
+        o.mtu = self.mtu;
         o.job_timeout = Duration::from_secs(self.job_timeout);
         match run(&o) {
             Ok(r) => {

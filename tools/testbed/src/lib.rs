@@ -72,6 +72,10 @@ pub const HOST_IFACE: &str = "eth0";
 pub const NFT_TABLE: &str = "ethbcast";
 /// Largest frame that crosses a port (1500 MTU + Ethernet header), for tbf.
 const MAX_FRAME: u64 = 1514;
+/// Smallest MTU the test-bed sets: the least ethbcast's links accept.
+pub const MIN_MTU: u32 = 576;
+/// Largest MTU the test-bed sets: a veth's largest.
+pub const MAX_MTU: u32 = 65535;
 /// Queue latency bound of the tbf qdiscs: a small switch buffer.
 const TBF_LATENCY_MS: u64 = 5;
 
@@ -197,7 +201,13 @@ impl Rate {
     /// timer tick's worth of bytes (assuming HZ=1000; tbf uses hrtimers, so
     /// this is generous). Large enough for 1gbit, small enough for 10mbit.
     pub fn tbf_burst_bytes(self) -> u64 {
-        2 * MAX_FRAME.max(self.bytes_per_sec() / 1000)
+        self.tbf_burst_bytes_for(MAX_FRAME)
+    }
+
+    /// The same for frames of up to `max_frame` bytes (a bucket smaller than a frame never
+    /// lets it through).
+    pub fn tbf_burst_bytes_for(self, max_frame: u64) -> u64 {
+        2 * max_frame.max(self.bytes_per_sec() / 1000)
     }
 }
 
@@ -273,6 +283,9 @@ pub struct TestbedConfig {
     pub loss_pct: Option<f64>,
     /// GRO on both ends of every veth (NAPI receive instead of the per-CPU backlog).
     pub gro: bool,
+    /// MTU of every port and host interface (`None`: the kernel's 1500), e.g. 9000 for
+    /// jumbo frames, between [`MIN_MTU`] and [`MAX_MTU`].
+    pub mtu: Option<u32>,
 }
 
 impl Default for TestbedConfig {
@@ -283,6 +296,7 @@ impl Default for TestbedConfig {
             rate: None,
             loss_pct: None,
             gro: false,
+            mtu: None,
         }
     }
 }
@@ -314,6 +328,12 @@ impl TestbedConfig {
         self
     }
 
+    /// Sets the MTU of every interface (jumbo frames: 9000).
+    pub fn mtu(mut self, mtu: u32) -> Self {
+        self.mtu = Some(mtu);
+        self
+    }
+
     /// Sets the random loss percentage.
     pub fn loss_pct(mut self, pct: f64) -> Self {
         self.loss_pct = Some(pct);
@@ -331,6 +351,11 @@ impl TestbedConfig {
         validate_prefix(&self.prefix)?;
         if let Some(pct) = self.loss_pct {
             validate_loss(pct)?;
+        }
+        if let Some(m) = self.mtu.filter(|m| !(MIN_MTU..=MAX_MTU).contains(m)) {
+            return Err(TestbedError::InvalidConfig(format!(
+                "MTU {m} is out of range: use {MIN_MTU} to {MAX_MTU} (1500 is standard Ethernet, 9000 jumbo frames)"
+            )));
         }
         Ok(())
     }
@@ -462,6 +487,7 @@ pub struct Testbed {
     switch_netns: String,
     hosts: Vec<Host>,
     rate: Option<Rate>,
+    mtu: Option<u32>,
     loss_pct: f64,
     isolated: BTreeSet<usize>,
     nft_used: bool,
@@ -469,6 +495,11 @@ pub struct Testbed {
 }
 
 impl Testbed {
+    /// The largest frame that crosses a port: the MTU and the Ethernet header.
+    fn max_frame(&self) -> u64 {
+        self.mtu.map_or(MAX_FRAME, |m| u64::from(m) + 14)
+    }
+
     /// Builds the test-bed described by `config`, first removing leftovers of
     /// a previous run with the same prefix. On error, whatever was created is
     /// removed again.
@@ -500,6 +531,7 @@ impl Testbed {
             prefix,
             hosts,
             rate: config.rate,
+            mtu: config.mtu,
             loss_pct: 0.0,
             isolated: BTreeSet::new(),
             nft_used: false,
@@ -533,14 +565,15 @@ impl Testbed {
 
         // 3. The switch: bridge, veth pairs (host ends created directly in the
         //    host namespaces as eth0 with their MAC), ports attached and up.
+        let mtu = self.mtu.map(|m| format!(" mtu {m}")).unwrap_or_default();
         let mut script = String::from("link set lo up\n");
         script.push_str(&format!(
-            "link add {BRIDGE} type bridge stp_state 0 forward_delay 0 mcast_snooping 0\n"
+            "link add {BRIDGE}{mtu} type bridge stp_state 0 forward_delay 0 mcast_snooping 0\n"
         ));
         for h in &self.hosts {
             let port = bridge_port_name(h.index);
             script.push_str(&format!(
-                "link add {port} type veth peer name {HOST_IFACE} address {} netns {}\n",
+                "link add {port}{mtu} type veth peer name {HOST_IFACE}{mtu} address {} netns {}\n",
                 h.mac_string(),
                 h.netns
             ));
@@ -554,7 +587,11 @@ impl Testbed {
         if let Some(rate) = self.rate {
             let mut script = String::new();
             for h in &self.hosts {
-                script.push_str(&tbf_line(&bridge_port_name(h.index), rate));
+                script.push_str(&tbf_line(
+                    &bridge_port_name(h.index),
+                    rate,
+                    self.max_frame(),
+                ));
             }
             run_tool("tc", &["-n", sw, "-batch", "-"], Some(&script))?;
         }
@@ -569,7 +606,7 @@ impl Testbed {
                 Some(&script),
             )?);
             if let Some(rate) = self.rate {
-                let script = tbf_line(HOST_IFACE, rate);
+                let script = tbf_line(HOST_IFACE, rate, self.max_frame());
                 children.push(spawn_tool(
                     "tc",
                     &["-n", &h.netns, "-batch", "-"],
@@ -881,11 +918,11 @@ fn loss_rule(pct: f64) -> String {
     )
 }
 
-fn tbf_line(dev: &str, rate: Rate) -> String {
+fn tbf_line(dev: &str, rate: Rate, max_frame: u64) -> String {
     format!(
         "qdisc replace dev {dev} root tbf rate {}bit burst {} latency {TBF_LATENCY_MS}ms\n",
         rate.bits_per_sec(),
-        rate.tbf_burst_bytes()
+        rate.tbf_burst_bytes_for(max_frame)
     )
 }
 
@@ -1251,13 +1288,17 @@ mod tests {
         assert_eq!(r100.tbf_burst_bytes(), 25_000);
         assert_eq!(r1g.tbf_burst_bytes(), 250_000);
         assert_eq!(r1m.tbf_burst_bytes(), 2 * MAX_FRAME);
-        assert!(tbf_line("eth0", r1g).contains("rate 1000000000bit burst 250000 latency 5ms"));
+        assert!(tbf_line("eth0", r1g, MAX_FRAME)
+            .contains("rate 1000000000bit burst 250000 latency 5ms"));
+        // A jumbo frame fits the bucket of a slow port.
+        assert_eq!(r1m.tbf_burst_bytes_for(9014), 2 * 9014);
     }
 
     #[test]
     fn config_validation() {
         assert!(TestbedConfig::new(3).validate().is_ok());
         assert!(TestbedConfig::new(64).validate().is_ok());
+        assert!(TestbedConfig::new(2).mtu(9000).validate().is_ok());
         for bad in [
             TestbedConfig::new(0),
             TestbedConfig::new(65),
@@ -1271,6 +1312,8 @@ mod tests {
             TestbedConfig::new(2).prefix("1ebc"),
             TestbedConfig::new(2).prefix("ebc-"),
             TestbedConfig::new(2).prefix("abcdefghijk"),
+            TestbedConfig::new(2).mtu(575),
+            TestbedConfig::new(2).mtu(65536),
         ] {
             let e = bad.validate().unwrap_err();
             assert!(matches!(e, TestbedError::InvalidConfig(_)), "{bad:?}: {e}");

@@ -55,6 +55,9 @@ enum Cmd {
         /// XDP, instead of the per-CPU backlog.
         #[arg(long)]
         gro: bool,
+        /// MTU of every interface (e.g. 9000 for jumbo frames; default 1500).
+        #[arg(long)]
+        mtu: Option<u32>,
         /// Namespace name prefix ([a-z0-9-], up to 10 characters).
         #[arg(long, default_value = DEFAULT_PREFIX)]
         prefix: String,
@@ -129,6 +132,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
             rate,
             loss,
             gro,
+            mtu,
             prefix,
             json,
         } => {
@@ -138,6 +142,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
                 rate,
                 loss_pct: loss,
                 gro,
+                mtu,
             };
             let start = Instant::now();
             let tb = Testbed::up(&config)?;
