@@ -151,6 +151,8 @@ pub struct Opts {
     pub repeat: usize,
     /// GRO on every veth of the test-bed.
     pub gro: bool,
+    /// MTU of the test-bed's interfaces (`None`: 1500).
+    pub mtu: Option<u32>,
 }
 
 struct Kill(Child);
@@ -423,16 +425,18 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
         );
     }
     std::thread::sleep(Duration::from_millis(200));
-    let pdu = 1500usize;
     let k_start = cpu::ksoftirqd_seconds();
-    let ((sent, elapsed), sender_s, sender_link_s) =
+    // Frames as large as the link carries (its MTU), as ethbcast's are.
+    let (((sent, elapsed), pdu), sender_s, sender_link_s) =
         netns::run_in(&tb.hosts()[0].netns, move || {
             // The wait mode `ethbcast send` uses by default: blocking on a full TX ring sleeps
             // past the moment slots free up and understates the medium.
             with_link(
                 || open_floor_link(backend, WaitMode::Adaptive),
                 |l| {
+                    let pdu = l.max_pdu();
                     measure::blast(l.as_mut(), BROADCAST_MAC, pdu, Duration::from_secs(3), 64)
+                        .map(|r| (r, pdu))
                         .map_err(|e| e.to_string())
                 },
             )
@@ -482,6 +486,7 @@ pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
                 .prefix(o.prefix.clone())
                 .gro(o.gro);
             cfg.rate = o.rate;
+            cfg.mtu = o.mtu;
             if loss > 0.0 {
                 cfg = cfg.loss_pct(loss);
             }
@@ -636,6 +641,9 @@ pub struct Args {
     /// GRO on every veth of the test-bed (NAPI receive, as with native XDP).
     #[arg(long)]
     gro: bool,
+    /// MTU of the test-bed's interfaces (e.g. 9000 for jumbo frames; default 1500).
+    #[arg(long)]
+    mtu: Option<u32>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -646,6 +654,7 @@ impl Args {
     pub fn run(self) -> ExitCode {
         let o = Opts {
             gro: self.gro,
+            mtu: self.mtu,
             receivers: self.receivers,
             mib: self.mib,
             rate: self.rate.0,
@@ -786,6 +795,7 @@ mod tests {
             no_udpcast: true,
             repeat: 3,
             gro: false,
+            mtu: None,
         };
         let rows = vec![
             row("ethbcast", 0.0, 950.0, &[11.0, 15.0, 12.0]),
