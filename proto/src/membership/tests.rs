@@ -68,6 +68,18 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
     assert!(j.take_result().is_none());
 }
 
+/// The unkeyed join of `mac` in group 7, its link carrying frames of `max_pdu`.
+fn join_of(mac: MacAddr, expect: Expect, max_pdu: usize, now: Instant) -> Join {
+    let cfg = JoinConfig {
+        group: 7,
+        mac,
+        key: None,
+        expect,
+        max_pdu,
+    };
+    Join::new(cfg, now, 1).unwrap()
+}
+
 /// A join frame carrying `msg`, unsealed, as a coordinator would send it.
 fn frame_of(msg: &Msg) -> Vec<u8> {
     Control::Join { body: msg.encode() }.to_vec(7, NO_RANK, NO_RANK, 0)
@@ -78,18 +90,7 @@ fn a_member_refuses_a_roster_whose_frames_its_link_cannot_carry() {
     let coordinator = MacAddr([2, 0, 0, 0, 0, 9]);
     let me = MacAddr([2, 0, 0, 0, 0, 1]);
     let now = Instant::now();
-    let mut j = Join::new(
-        JoinConfig {
-            group: 7,
-            mac: me,
-            key: None,
-            expect: Expect::Invited,
-            max_pdu: 1500,
-        },
-        now,
-        1,
-    )
-    .unwrap();
+    let mut j = join_of(me, Expect::Invited, 1500, now);
     let challenge = Msg::Challenge {
         nonce: 42,
         size: 2,
@@ -121,21 +122,11 @@ fn a_hello_that_offers_a_frame_smaller_than_any_link_carries_is_ignored() {
     let me = MacAddr([2, 0, 0, 0, 0, 0]);
     let other = MacAddr([2, 0, 0, 0, 0, 1]);
     let now = Instant::now();
-    let mut j = Join::new(
-        JoinConfig {
-            group: 7,
-            mac: me,
-            key: None,
-            expect: Expect::FirstCome {
-                receivers: 1,
-                only: None,
-            },
-            max_pdu: 9000,
-        },
-        now,
-        1,
-    )
-    .unwrap();
+    let first_come = Expect::FirstCome {
+        receivers: 1,
+        only: None,
+    };
+    let mut j = join_of(me, first_come, 9000, now);
     let nonce = j.nonce;
     let hello = |pdu| Msg::Hello {
         nonce,
