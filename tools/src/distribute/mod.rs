@@ -165,12 +165,14 @@ impl LinkOpts {
         self.stream.open_link(&self.iface)
     }
 
-    /// Opens the interface for a receiver: with room for a window's worth of frames more
-    /// than [`LinkOpts::open`], which a receiver writing from the link's frames retains
-    /// there (see `recv::run`).
-    pub fn open_receiving(&self) -> Result<Box<dyn Link + Send>, LinkError> {
+    /// Opens the interface for a receiver; one that is `retaining` (writing from the link's
+    /// frames, see `recv::run`) gets room for [`RETAINED`] frames more than
+    /// [`LinkOpts::open`], which it keeps there. Others get none: the kernel allocates and
+    /// clears a ring's pages when it opens.
+    pub fn open_receiving(&self, retaining: bool) -> Result<Box<dyn Link + Send>, LinkError> {
+        let extra = if retaining { RETAINED } else { 0 };
         self.stream
-            .open_link_sized(&self.iface, RETAINED + self.stream.window)
+            .open_link_sized(&self.iface, extra + self.stream.window)
     }
 
     /// Joins the transfer on `link` ([`Stream::join`]): the sender coordinates and takes the

@@ -129,6 +129,28 @@ fn is_special(path: &Path) -> bool {
     })
 }
 
+/// Whether `m` describes `/dev/null` (character device 1:3).
+fn is_dev_null(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    m.file_type().is_char_device() && m.rdev() == nix::libc::makedev(1, 3)
+}
+
+/// Whether `out` is `/dev/null`, written in place (see [`Sink::direct`]): known before the
+/// link is opened, which is sized for it (see `LinkOpts::open_receiving`).
+fn null_output(out: &Output) -> bool {
+    use std::os::fd::AsFd;
+    let m = match out {
+        Output::Stdout => std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(File::from)
+            .and_then(|f| f.metadata()),
+        Output::File(dst) => std::fs::symlink_metadata(dst),
+        Output::Command(_) => return false,
+    };
+    m.is_ok_and(|m| is_dev_null(&m))
+}
+
 /// Whether `f` is a pipe or a socket, where a write blocks until a reader takes it.
 fn is_piped(f: &File) -> bool {
     use std::os::unix::fs::FileTypeExt;
@@ -355,14 +377,11 @@ impl Sink {
     /// 3 800-17 000 repairs instead of 60-1 700). Not a pipe, a socket or a terminal, nor a
     /// command's input, which wait for their reader.
     fn direct(&self) -> Option<(File, String)> {
-        use std::os::unix::fs::{FileTypeExt, MetadataExt};
         let Sink::InPlace(w, name) = self else {
             return None;
         };
         let f = &w.get_ref().inner;
-        let m = f.metadata().ok()?;
-        // /dev/null: character device 1:3.
-        if !(m.file_type().is_char_device() && m.rdev() == nix::libc::makedev(1, 3)) {
+        if !is_dev_null(&f.metadata().ok()?) {
             return None;
         }
         Some((f.try_clone().ok()?, name.clone()))
@@ -792,7 +811,10 @@ fn await_writer(
 /// Runs `ethbcast recv`. Returns the report (its `code` is the exit code) or a fatal error
 /// that happened before the transfer began.
 pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
-    let lnk = a.link.open_receiving()?;
+    // Decided before the output is opened (the link needs the capabilities dropped below);
+    // `Sink::direct` checks the output itself.
+    let retaining = null_output(&a.output);
+    let lnk = a.link.open_receiving(retaining)?;
     // Before any thread starts (the Ctrl-C handler's, the writer): they inherit the empty
     // sets. The output is opened afterwards, with the same rights its final rename has.
     super::drop_capabilities()?;
@@ -822,8 +844,11 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let direct = out.is_some();
     if let Some((out, what)) = out {
         node.keep_at_most(0, direct::KEEP);
-        // Frames behind a gap wait for it in the ring, not in copies (see `super::direct`).
-        node.leave_in_link(0, super::RETAINED);
+        // Frames behind a gap wait for it in the ring, not in copies (see `super::direct`),
+        // where the ring was opened with room for them.
+        if retaining {
+            node.leave_in_link(0, super::RETAINED);
+        }
         node.observe(
             0,
             Box::new(direct::Direct::new(
@@ -1198,5 +1223,24 @@ mod tests {
         let err = create_temp(&dst, || 1).unwrap_err();
         assert!(err.msg.contains("fresh names were taken"), "{}", err.msg);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_dev_null_itself_gets_the_retaining_ring() {
+        assert!(null_output(&Output::File("/dev/null".into())));
+        let dir = std::env::temp_dir().join(format!("ebc-null-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let link = dir.join("l");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        // A file, a link to /dev/null (replaced by the file, never written in place), a
+        // command, a name that does not exist yet.
+        assert!(!null_output(&Output::File(file)));
+        assert!(!null_output(&Output::File(link)));
+        assert!(!null_output(&Output::Command("cat".into())));
+        assert!(!null_output(&Output::File(dir.join("new"))));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
