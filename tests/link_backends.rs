@@ -13,7 +13,7 @@ use ethbcast::link::pnet::{PnetConfig, PnetLink};
 use ethbcast::link::ring::{RingConfig, RingLink, RingLinkConfig, TxMode};
 use ethbcast::link::socket::{SocketConfig, SocketLink};
 use ethbcast::link::xdp::{XdpLink, XdpLinkConfig};
-use ethbcast::link::{group_mac, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use ethbcast::link::{self, group_mac, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
 use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
 use ethbcast_sys::wait::{poll_fd, Interest};
 use netns::{NetnsPair, END_A, END_B};
@@ -272,6 +272,16 @@ fn an_mtu_below_576_is_refused_by_every_backend() {
                 Ok(_) => panic!("{name}: accepted MTU 500"),
             }
         }
+        assert!(
+            matches!(
+                link::probe(END_A),
+                Err(LinkError::MtuTooSmall {
+                    mtu: 500,
+                    need: 576
+                })
+            ),
+            "the probe accepted MTU 500"
+        );
     });
 }
 
@@ -352,6 +362,37 @@ fn a_missing_interface_is_named_by_every_backend() {
             Ok(_) => panic!("{name}: opened a missing interface"),
         }
     }
+    match link::probe("ebnope0") {
+        Err(LinkError::NoSuchInterface(n)) => assert_eq!(n, "ebnope0", "probe"),
+        other => panic!("probe: expected NoSuchInterface, got {other:?}"),
+    }
+}
+
+/// The probe (what the C ABI's `ethbcast_probe` and the MPI interposer ask of every rank
+/// before joining) says yes for a present, usable interface, and a link opened afterwards
+/// works as if it had not run.
+#[test]
+fn the_probe_accepts_a_usable_interface_and_leaves_it_as_it_was() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-probe") else {
+        return;
+    };
+    ns.run(|| {
+        link::probe(END_A).unwrap();
+        link::probe(END_B).unwrap();
+        let mut a = open_ring(END_A).unwrap();
+        let mut b = open_ring(END_B).unwrap();
+        // A probe while the links are open takes none of their frames.
+        link::probe(END_B).unwrap();
+        let p = pattern(200, 7);
+        a.send(b.local_mac(), &p).unwrap();
+        a.flush().unwrap();
+        let got = recv_n(&mut *b, 1, Duration::from_secs(2));
+        assert_eq!(got.len(), 1);
+        assert!(
+            got[0].1 == p,
+            "the frame after the probe arrived cut or changed"
+        );
+    });
 }
 
 #[test]
@@ -389,6 +430,12 @@ fn without_cap_net_raw_every_backend_says_so() {
                 Err(e) => panic!("{name}: expected PermissionDenied, got {e}"),
                 Ok(_) => panic!("{name}: opened a raw socket without CAP_NET_RAW"),
             }
+        }
+        match link::probe(END_A) {
+            Err(e @ LinkError::PermissionDenied) => {
+                assert!(e.to_string().contains("CAP_NET_RAW"), "probe")
+            }
+            other => panic!("probe: expected PermissionDenied, got {other:?}"),
         }
         return;
     }

@@ -35,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ethbcast::group::{GroupError, HostError, HostGroup, HostOptions, ServeWait, ServeWake};
-use ethbcast::link::{self, Backend, LinkError, WaitMode};
+use ethbcast::link::{self, LinkError};
 use ethbcast::smp::SmpError;
 use thiserror::Error;
 
@@ -177,8 +177,8 @@ pub struct Endpoint {
 /// Checks that `iface` can be opened for raw Ethernet (it exists, we have the privilege)
 /// without joining a group, so that a launcher can decide quickly, on every member, whether
 /// to use ethbcast at all.
-pub fn probe(iface: &str, backend: Backend) -> Result<(), CallError> {
-    link::open(backend, iface, WaitMode::Block)?;
+pub fn probe(iface: &str) -> Result<(), CallError> {
+    link::probe(iface)?;
     Ok(())
 }
 

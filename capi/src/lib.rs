@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use ethbcast::group::{Algorithm, GroupError, GroupOptions, HostError, HostOptions, Membership};
 use ethbcast::keyfile::{self, KEY_FILE_ENV};
-use ethbcast::link::{Backend, LinkError, WaitMode};
+use ethbcast::link::{LinkError, WaitMode};
 use ethbcast::member::MemberError;
 use ethbcast::smp::{Hosts, SmpError};
 
@@ -486,7 +486,7 @@ pub unsafe extern "C" fn ethbcast_probe(iface: *const c_char) -> c_int {
     guard(|| {
         // SAFETY: the caller promises NULL or a NUL-terminated string.
         let iface = unsafe { c_str(iface, "interface name") }?;
-        endpoint::probe(iface, Backend::Ring)?;
+        endpoint::probe(iface)?;
         Ok(())
     })
 }
