@@ -208,7 +208,7 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
                 }) = &out
                 {
                     report.notes.push(format!(
-                        "{m} {}: started a second time after its launcher failed ({why})",
+                        "{m} {}: started again after its launcher failed ({why})",
                         run.label()
                     ));
                 }
