@@ -45,8 +45,10 @@ pub use crate::wire::ethernet::{group_mac, parse_mac, GroupAddress, MacAddr, BRO
 pub use ethbcast_proto::machine::{BatchEnd, Held};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
-/// protocol's fragments would be too small to be worth their headers.
-pub const MIN_MTU: usize = 576;
+/// protocol's fragments would be too small to be worth their headers. The same number as the
+/// smallest frame size a join accepts ([`ethbcast_proto::membership::MIN_PDU`]): a link that
+/// opens can always offer its MTU.
+pub const MIN_MTU: usize = ethbcast_proto::membership::MIN_PDU as usize;
 
 /// Checks an interface MTU against [`MIN_MTU`] and returns the largest PDU (the MTU itself).
 pub fn check_mtu(mtu: usize) -> Result<usize, LinkError> {
@@ -261,7 +263,12 @@ pub fn probe(iface: &str) -> Result<(), LinkError> {
     {
         use ethbcast_sys::socket::{PacketSocket, SocketOptions};
         let (iface, _) = socket::lookup(iface)?;
-        let mut sock = PacketSocket::new(&SocketOptions::default())?;
+        // No options: a socket that receives nothing and sends nothing needs none.
+        let none = SocketOptions {
+            ignore_outgoing: false,
+            qdisc_bypass: false,
+        };
+        let mut sock = PacketSocket::new(&none)?;
         sock.bind(iface.index, 0)?;
         Ok(())
     }
