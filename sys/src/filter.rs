@@ -62,9 +62,9 @@ pub fn ethertype(ethertype: u16) -> Vec<Insn> {
     ]
 }
 
-/// The kernel's ancillary load of the frame's packet type (`SKF_AD_OFF + SKF_AD_PKTTYPE`,
-/// linux/filter.h): `PACKET_HOST`, `PACKET_OTHERHOST`, ... as `sockaddr_ll` names them.
-const PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
+/// The kernel's ancillary load of the frame's packet type (linux/filter.h):
+/// `PACKET_HOST`, `PACKET_OTHERHOST`, ... as `sockaddr_ll` names them.
+const PKTTYPE: u32 = (libc::SKF_AD_OFF + libc::SKF_AD_PKTTYPE) as u32;
 
 /// Instructions of a [`destinations`] program besides its five per group address.
 const FIXED_INSNS: usize = 7;
@@ -204,6 +204,8 @@ mod tests {
                 [0x03, 0xeb, x[0], x[1], x[2], x[3]]
             })
             .collect();
+        assert_eq!(destinations(&[]).len(), FIXED_INSNS);
+        assert_eq!(destinations(&[a]).len(), FIXED_INSNS + 5);
         let prog = destinations(&many);
         assert!(prog.len() <= MAX_INSNS);
         assert_eq!(
