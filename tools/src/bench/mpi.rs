@@ -40,7 +40,7 @@ test-bed's namespaces; bcast latency = root's call until the LAST rank returned 
 one CLOCK_MONOTONIC), barrier = last rank entering to last rank leaving; iterations separated \
 out of band (futex barrier on a shared-memory file); warm-up not counted; each run's iterations \
 split over rounds in which the runs take turns, each round starting one run later; mean80 = \
-mean of the middle 80%; every rank checks every byte";
+mean of the middle 80%; per round = the ratio of each round's mean80 alone; every rank checks every byte";
 
 /// Options of an MPI run.
 #[derive(Debug, Clone)]
@@ -119,6 +119,10 @@ pub struct Row {
     pub env: String,
     /// Mean of the middle 80%, µs.
     pub mean80_us: f64,
+    /// Mean of the middle 80% of each round's samples alone, µs, in round order; `None` for a
+    /// round whose job failed. The runs take turns round by round, so round k of two runs was
+    /// measured at nearly the same time.
+    pub round_mean80_us: Vec<Option<f64>>,
     /// Median, µs.
     pub median_us: f64,
     /// 99th percentile, µs.
@@ -191,7 +195,7 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
     let rounds = o.rounds.clamp(1, o.iters);
     for (m, exe, so) in &programs {
         let runs = runs(o);
-        let mut pooled: Vec<Vec<Line>> = vec![Vec::new(); runs.len()];
+        let mut pooled: Vec<Vec<(usize, Line)>> = vec![Vec::new(); runs.len()];
         for round in 0..rounds {
             // This round's share of the iterations (the first rounds take the remainder).
             let iters = o.iters / rounds + usize::from(round < o.iters % rounds);
@@ -213,13 +217,13 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
                     ));
                 }
                 match out.and_then(|out| lines(run, &out, o.sizes.len() + 1)) {
-                    Ok(lines) => pool.extend(lines),
+                    Ok(lines) => pool.extend(lines.into_iter().map(|l| (round, l))),
                     Err(e) => report.notes.push(format!("{m} {}: {e}", run.label())),
                 }
             }
         }
         for (run, pool) in runs.iter().zip(pooled) {
-            rows(&mut report, *m, run, o, pool);
+            rows(&mut report, *m, run, o, rounds, pool);
         }
     }
     bed.down()?;
@@ -363,21 +367,40 @@ fn lines(run: &Run, out: &JobOutput, expected: usize) -> Result<Vec<Line>, Strin
     Ok(lines)
 }
 
-/// One row per (operation, size) of `run`, over the samples of all its rounds; verified when
-/// every round was and every iteration is there.
-fn rows(report: &mut Report, m: MpiImpl, run: &Run, o: &MpiBenchOptions, pool: Vec<Line>) {
-    let mut by_key: Vec<((String, usize), Line)> = Vec::new();
-    for l in pool {
-        let key = (l.op.clone(), l.size);
-        match by_key.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, acc)) => {
+/// One row per (operation, size) of `run`, over the samples of all its rounds (each line of
+/// `pool` tagged with its round); verified when every round was and every iteration is there.
+fn rows(
+    report: &mut Report,
+    m: MpiImpl,
+    run: &Run,
+    o: &MpiBenchOptions,
+    rounds: usize,
+    pool: Vec<(usize, Line)>,
+) {
+    // Each (operation, size): its pooled line and its rounds' mean80.
+    let mut by_key: Vec<(Line, Vec<Option<f64>>)> = Vec::new();
+    for (round, l) in pool {
+        let mean80 = summarize(&l.samples_us).mean80_us;
+        let i = match by_key
+            .iter()
+            .position(|(acc, _)| acc.op == l.op && acc.size == l.size)
+        {
+            Some(i) => {
+                let acc = &mut by_key[i].0;
                 acc.verified &= l.verified;
                 acc.samples_us.extend(l.samples_us);
+                i
             }
-            None => by_key.push((key, l)),
+            None => {
+                by_key.push((l, vec![None; rounds]));
+                by_key.len() - 1
+            }
+        };
+        if let Some(slot) = by_key[i].1.get_mut(round) {
+            *slot = Some(mean80);
         }
     }
-    for (_, l) in by_key {
+    for (l, round_mean80_us) in by_key {
         let s = summarize(&l.samples_us);
         report.rows.push(Row {
             mpi: m.name().into(),
@@ -389,6 +412,7 @@ fn rows(report: &mut Report, m: MpiImpl, run: &Run, o: &MpiBenchOptions, pool: V
             path: run.path.into(),
             env: env_text(&run.env),
             mean80_us: s.mean80_us,
+            round_mean80_us,
             median_us: s.median_us,
             p99_us: s.p99_us,
             verified: l.verified && l.samples_us.len() == o.iters,
@@ -411,6 +435,7 @@ pub fn render(r: &Report) -> String {
         "median",
         "p99",
         "ratio (mean80)",
+        "per round",
         "verified",
     ]);
     let base = |x: &Row| {
@@ -463,6 +488,10 @@ pub fn render(r: &Report) -> String {
                 }
                 _ => "-".into(),
             },
+            match base(x) {
+                Some(b) if x.interposer => round_ratios(x, b),
+                _ => "-".into(),
+            },
             x.verified.to_string(),
         ]);
     }
@@ -472,6 +501,20 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "note: {n}");
     }
     s
+}
+
+/// The ratio of `x` to `base` round by round (`-` for a round either lacks), so that one slow
+/// round shows apart from a run that is slower throughout.
+fn round_ratios(x: &Row, base: &Row) -> String {
+    x.round_mean80_us
+        .iter()
+        .zip(&base.round_mean80_us)
+        .map(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) if *b > 0.0 => format!("{:.2}", a / b),
+            _ => "-".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Whether the checkout at `root` has the benchmark's C sources and the interposer's build
@@ -511,6 +554,44 @@ mod tests {
             ]
         );
         assert!(four[2].label().contains("ETHBCAST_HOST_SPIN_US=forever"));
+    }
+
+    fn line(op: &str, size: usize, samples_us: &[f64]) -> Line {
+        Line {
+            op: op.into(),
+            size,
+            ranks: 8,
+            verified: true,
+            samples_us: samples_us.to_vec(),
+        }
+    }
+
+    #[test]
+    fn each_round_keeps_its_own_mean_and_a_failed_round_shows_as_missing() {
+        let mut o = MpiBenchOptions::new(8);
+        o.iters = 4;
+        let runs = runs(&o);
+        let mut report = Report {
+            rows: Vec::new(),
+            notes: Vec::new(),
+            method: METHOD.into(),
+        };
+        // Open MPI alone: rounds 0 and 1 at 100 and 200 µs. The interposer: round 0 at 50 µs,
+        // round 1's job failed.
+        let alone = vec![
+            (0, line("bcast", 8, &[100.0, 100.0])),
+            (1, line("bcast", 8, &[200.0, 200.0])),
+        ];
+        let with = vec![(0, line("bcast", 8, &[50.0, 50.0]))];
+        rows(&mut report, MpiImpl::OpenMpi, &runs[0], &o, 2, alone);
+        rows(&mut report, MpiImpl::OpenMpi, &runs[1], &o, 2, with);
+        assert_eq!(report.rows[0].round_mean80_us, [Some(100.0), Some(200.0)]);
+        assert_eq!(report.rows[1].round_mean80_us, [Some(50.0), None]);
+        // Pooled, the interposer's row lacks iterations, so it is not verified.
+        assert!(report.rows[0].verified && !report.rows[1].verified);
+        assert_eq!(round_ratios(&report.rows[1], &report.rows[0]), "0.50 -");
+        let table = render(&report);
+        assert!(table.contains("0.50 -"), "{table}");
     }
 }
 
