@@ -14,6 +14,9 @@
 //! H·K namespaces: the same ranks and group size as K sockets per host would give). `--also
 //! KEY=VALUE,...` adds interposer runs with more environment (e.g. `ETHBCAST_HOST_SPIN_US=forever`
 //! to compare how ranks of a host wait, in one run); its rows carry the setting in `env`.
+//! `--control` runs the MPI alone a second time (path `control`): where both sides make the
+//! same call (a size the interposer passes to PMPI), its ratio to the first says how far two
+//! runs of the same code differ in that run, and so what a ratio near 1 can tell.
 //!
 //! A job that does not finish (MPICH's busy-polling ranks on an over-subscribed host) is
 //! killed at `--job-timeout`; the rows it printed before count, and a note says what is
@@ -71,6 +74,8 @@ pub struct MpiBenchOptions {
     pub job_timeout: Duration,
     /// More interposer runs, each with this environment added.
     pub also: Vec<Vec<(String, String)>>,
+    /// One more run of the MPI alone, as a control.
+    pub control: bool,
     /// `libethbcast_capi.a` to build the interposer with (`None`: a release build).
     pub capi_lib: Option<PathBuf>,
 }
@@ -91,6 +96,7 @@ impl MpiBenchOptions {
             mtu: None,
             job_timeout: Duration::from_secs(240),
             also: Vec::new(),
+            control: false,
             capi_lib: None,
         }
     }
@@ -112,8 +118,9 @@ pub struct Row {
     pub interposer: bool,
     /// Ranks per host.
     pub ranks_per_host: usize,
-    /// `mpi` (the MPI's own), `nic` (ethbcast, every rank its own network member) or `shm`
-    /// (ethbcast, one network member per host and shared memory among its ranks).
+    /// `mpi` (the MPI's own), `nic` (ethbcast, every rank its own network member), `shm`
+    /// (ethbcast, one network member per host and shared memory among its ranks) or `control`
+    /// (the MPI's own again, `--control`: its ratio to `mpi` is the measurement's own spread).
     pub path: String,
     /// Environment added to the interposer's run (`--also`), empty for the default.
     pub env: String,
@@ -234,7 +241,7 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
 /// One job of the benchmark per MPI implementation.
 #[derive(Debug, Clone)]
 struct Run {
-    /// `mpi`, `nic` or `shm` (see [`Row::path`]).
+    /// `mpi`, `nic`, `shm` or `control` (see [`Row::path`]).
     path: &'static str,
     hosts: usize,
     ranks_per_host: usize,
@@ -242,9 +249,15 @@ struct Run {
 }
 
 impl Run {
+    /// Whether the job runs under the interposer.
+    fn interposed(&self) -> bool {
+        !matches!(self.path, "mpi" | "control")
+    }
+
     fn label(&self) -> String {
         let mut s = match self.path {
             "mpi" => "without the interposer".to_string(),
+            "control" => "without the interposer, again (control)".to_string(),
             "shm" => "with the interposer, shared memory on each host".to_string(),
             _ => "with the interposer, a socket per rank".to_string(),
         };
@@ -281,6 +294,14 @@ fn runs(o: &MpiBenchOptions) -> Vec<Run> {
             env,
         });
     }
+    if o.control {
+        runs.push(Run {
+            path: "control",
+            hosts: o.hosts,
+            ranks_per_host: k,
+            env: Vec::new(),
+        });
+    }
     if k > 1 {
         runs.push(Run {
             path: "nic",
@@ -304,7 +325,7 @@ fn job(
     let mut args = vec![sync.clone(), iters.to_string(), o.warmup.to_string()];
     args.extend(o.sizes.iter().map(|s| s.to_string()));
     let mut env = Vec::new();
-    if run.path != "mpi" {
+    if run.interposed() {
         env.push(("LD_PRELOAD".to_string(), so.display().to_string()));
         env.push(("ETHBCAST_IFACE".into(), mpi::IFACE.into()));
         env.push(("ETHBCAST_WAIT".into(), o.wait.clone()));
@@ -328,7 +349,7 @@ fn job(
 /// The result lines of one job of `run` (`expected`: one per size and the barrier's); a job
 /// that fell back to PMPI, failed or printed fewer is an error that says why.
 fn lines(run: &Run, out: &JobOutput, expected: usize) -> Result<Vec<Line>, String> {
-    if run.path != "mpi" {
+    if run.interposed() {
         if let Some(w) = out
             .stderr
             .lines()
@@ -407,7 +428,7 @@ fn rows(
             op: l.op,
             size: l.size,
             ranks: l.ranks,
-            interposer: run.path != "mpi",
+            interposer: run.interposed(),
             ranks_per_host: run.ranks_per_host,
             path: run.path.into(),
             env: env_text(&run.env),
@@ -440,7 +461,7 @@ pub fn render(r: &Report) -> String {
     ]);
     let base = |x: &Row| {
         r.rows.iter().find(|b| {
-            !b.interposer
+            b.path == "mpi"
                 && b.mpi == x.mpi
                 && b.op == x.op
                 && b.size == x.size
@@ -448,23 +469,16 @@ pub fn render(r: &Report) -> String {
         })
     };
     let mut rows: Vec<&Row> = r.rows.iter().collect();
-    rows.sort_by(|a, b| {
+    rows.sort_by_key(|x| {
         (
-            &a.mpi,
-            &a.op != "bcast",
-            a.size,
-            a.interposer,
-            &a.path,
-            &a.env,
+            &x.mpi,
+            &x.op != "bcast",
+            x.size,
+            x.interposer,
+            x.path != "mpi",
+            &x.path,
+            &x.env,
         )
-            .cmp(&(
-                &b.mpi,
-                &b.op != "bcast",
-                b.size,
-                b.interposer,
-                &b.path,
-                &b.env,
-            ))
     });
     for x in rows {
         t.row(vec![
@@ -483,13 +497,13 @@ pub fn render(r: &Report) -> String {
             fmt_us(x.median_us),
             fmt_us(x.p99_us),
             match base(x) {
-                Some(b) if x.interposer && b.mean80_us > 0.0 => {
+                Some(b) if x.path != "mpi" && b.mean80_us > 0.0 => {
                     format!("{:.2}", x.mean80_us / b.mean80_us)
                 }
                 _ => "-".into(),
             },
             match base(x) {
-                Some(b) if x.interposer => round_ratios(x, b),
+                Some(b) if x.path != "mpi" => round_ratios(x, b),
                 _ => "-".into(),
             },
             x.verified.to_string(),
@@ -554,6 +568,37 @@ mod tests {
             ]
         );
         assert!(four[2].label().contains("ETHBCAST_HOST_SPIN_US=forever"));
+    }
+
+    #[test]
+    fn a_control_run_is_the_mpi_alone_again_and_gets_a_ratio() {
+        let mut o = MpiBenchOptions::new(8);
+        o.control = true;
+        o.iters = 2;
+        let runs = runs(&o);
+        let paths: Vec<_> = runs.iter().map(|r| (r.path, r.interposed())).collect();
+        assert_eq!(paths, [("mpi", false), ("nic", true), ("control", false)]);
+        let mut report = Report {
+            rows: Vec::new(),
+            notes: Vec::new(),
+            method: METHOD.into(),
+        };
+        for (run, us) in runs.iter().zip([100.0, 50.0, 110.0]) {
+            rows(
+                &mut report,
+                MpiImpl::OpenMpi,
+                run,
+                &o,
+                1,
+                vec![(0, line("bcast", 8, &[us, us]))],
+            );
+        }
+        let control = report.rows.iter().find(|r| r.path == "control").unwrap();
+        assert!(!control.interposer);
+        // The control's ratio is to the first run of the MPI alone, not to itself.
+        let table = render(&report);
+        let line = table.lines().find(|l| l.contains("control")).unwrap();
+        assert!(line.contains("1.10"), "{table}");
     }
 
     fn line(op: &str, size: usize, samples_us: &[f64]) -> Line {
@@ -648,6 +693,10 @@ pub struct Args {
     /// (repeatable), e.g. --also ETHBCAST_HOST_SPIN_US=forever.
     #[arg(long, value_parser = parse_env_list)]
     also: Vec<EnvList>,
+    /// One more run of the MPI alone (path `control`), taking turns with the others: its
+    /// ratio to the first is how far two runs of the same code differ in this run.
+    #[arg(long)]
+    control: bool,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -658,6 +707,7 @@ impl Args {
     pub fn run(self) -> ExitCode {
         let mut o = MpiBenchOptions::new(self.testbed);
         o.also = self.also.into_iter().map(|e| e.0).collect();
+        o.control = self.control;
         o.impls = self.impls;
         o.ranks_per_host = self.ranks_per_host;
         o.sizes = self.sizes;
