@@ -43,7 +43,8 @@ test-bed's namespaces; bcast latency = root's call until the LAST rank returned 
 one CLOCK_MONOTONIC), barrier = last rank entering to last rank leaving; iterations separated \
 out of band (futex barrier on a shared-memory file); warm-up not counted; each run's iterations \
 split over rounds in which the runs take turns, each round starting one run later; mean80 = \
-mean of the middle 80%; per round = the ratio of each round's mean80 alone; every rank checks every byte";
+mean of the middle 80%; per round = the ratio of each round's mean80 alone; every rank checks \
+every byte";
 
 /// Options of an MPI run.
 #[derive(Debug, Clone)]
