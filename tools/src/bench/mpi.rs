@@ -482,6 +482,8 @@ pub fn render(r: &Report) -> String {
         )
     });
     for x in rows {
+        // Every run but the MPI's own is set against it.
+        let against = base(x).filter(|_| x.path != "mpi");
         t.row(vec![
             x.mpi.clone(),
             x.op.clone(),
@@ -497,16 +499,11 @@ pub fn render(r: &Report) -> String {
             fmt_us(x.mean80_us),
             fmt_us(x.median_us),
             fmt_us(x.p99_us),
-            match base(x) {
-                Some(b) if x.path != "mpi" && b.mean80_us > 0.0 => {
-                    format!("{:.2}", x.mean80_us / b.mean80_us)
-                }
+            match against {
+                Some(b) if b.mean80_us > 0.0 => format!("{:.2}", x.mean80_us / b.mean80_us),
                 _ => "-".into(),
             },
-            match base(x) {
-                Some(b) if x.path != "mpi" => round_ratios(x, b),
-                _ => "-".into(),
-            },
+            against.map_or_else(|| "-".into(), |b| round_ratios(x, b)),
             x.verified.to_string(),
         ]);
     }
