@@ -20,12 +20,22 @@
  * others receive through a ring in shared memory (/dev/shm), and a root among them hands its
  * message to that member through the ring.
  *
- * Why the choice depends on the communicator only, never on the datatype: MPI lets ranks pass
- * different datatypes with the same type signature (the root a vector, the others plain
- * ints). A per-rank choice by datatype would send some ranks to ethbcast and others to PMPI
- * within one broadcast, and they would wait for each other forever. So every rank moves
- * count * MPI_Type_size bytes: predefined datatypes straight from the buffer, derived ones
- * packed with PMPI_Pack (the signature's elements in order) and unpacked with PMPI_Unpack.
+ * Why the choice depends on the communicator and the number of bytes only, never on the
+ * datatype: MPI lets ranks pass different datatypes with the same type signature (the root a
+ * vector, the others plain ints). A per-rank choice by datatype would send some ranks to
+ * ethbcast and others to PMPI within one broadcast, and they would wait for each other
+ * forever. So every rank moves count * MPI_Type_size bytes, the signature's elements in order
+ * without holes: a predefined type whose elements lie back to back (size equal to extent and
+ * true extent, lower bound 0) straight from the buffer; every other type (derived ones, and
+ * the MAXLOC pair types such as MPI_DOUBLE_INT, whose elements have holes) packed with
+ * PMPI_Pack and unpacked with PMPI_Unpack, which leaves a receiver's holes untouched.
+ *
+ * Every broadcast on the group carries its length, zero included: a rank whose count
+ * disagrees with the root's gets MPI_ERR_TRUNCATE for that call (through the communicator's
+ * error handler), and the call has taken the root's message, so later broadcasts are not
+ * shifted. (A mismatch that puts the root and a receiver on different sides of
+ * ETHBCAST_MPI_MAX_BYTES cannot be seen by either: the receiver waits for ETHBCAST_TIMEOUT_MS
+ * and fails with MPI_ERR_OTHER.)
  *
  * Environment: ETHBCAST_IFACE (required), ETHBCAST_WAIT (block, adaptive, spin, doze;
  * default adaptive), ETHBCAST_ALGO (simple, pushpull, tree; default simple),
@@ -37,10 +47,11 @@
  * ETHBCAST_MPI_MAX_BYTES (broadcasts longer than this go to the MPI's own MPI_Bcast; default
  * 4096, where hardware broadcast still wins on the test-bed: from 8 KiB on Open MPI's TCP path
  * is faster there; "unlimited" sends every size over ethbcast; every rank moves the same
- * number of bytes, so every rank makes the same choice),
- * ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0
- * draws one per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many
- * calls went where).
+ * number of bytes, so every rank makes the same choice; at most 1 GiB, the group's largest
+ * message), ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0 draws one
+ * per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many calls went
+ * where). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
+ * ranks whose environment said otherwise in one warning per setting.
  *
  * Keys: ETHBCAST_KEY_FILE names the job's key file (32 raw bytes or a passphrase line, the
  * same on every rank; read by ethbcast_open as the ethbcast command reads --key-file). With
@@ -73,53 +84,138 @@ static int ebc_world_rank = 0;
 static unsigned long long ebc_calls_hw = 0, ebc_calls_pmpi = 0;
 /* The group's counters just before it closes, for ETHBCAST_MPI_VERBOSE. */
 static ethbcast_counters_t ebc_final;
-/* Longest broadcast that goes over ethbcast (ETHBCAST_MPI_MAX_BYTES). */
+/* Longest broadcast that goes over ethbcast (ETHBCAST_MPI_MAX_BYTES), at most the group's
+ * largest message. */
 static size_t ebc_max_bytes = 4096;
+/* The group's largest message (the engine's max_message): longer broadcasts go to PMPI on every
+ * rank, whatever ETHBCAST_MPI_MAX_BYTES says. */
+#define EBC_MAX_MESSAGE ((size_t)1 << 30)
 
-static void ebc_read_max_bytes(void) {
-    const char *m = getenv("ETHBCAST_MPI_MAX_BYTES");
-    if (m == NULL || m[0] == '\0')
-        return;
-    if (strcasecmp(m, "unlimited") == 0) {
-        ebc_max_bytes = SIZE_MAX;
-        return;
-    }
+/* The settings every rank must share, read from each rank's environment and then taken from
+ * rank 0's: ranks that chose differently would wait for each other (one waits on ethbcast while
+ * another calls PMPI, or two speak different algorithms). Unset is EBC_UNSET. */
+enum {
+    EBC_S_MAX_BYTES,
+    EBC_S_ALGO,
+    EBC_S_WAIT,
+    EBC_S_TIMEOUT_MS,
+    EBC_S_ROOT_WAITS_ABOVE,
+    EBC_S_HOST_SPIN_US,
+    EBC_S_PROGRESS_THREAD,
+    EBC_S_GROUP_ID,
+    EBC_NSETTINGS
+};
+static const char *const ebc_setting_env[EBC_NSETTINGS] = {
+    "ETHBCAST_MPI_MAX_BYTES", "ETHBCAST_ALGO",           "ETHBCAST_WAIT",
+    "ETHBCAST_TIMEOUT_MS",    "ETHBCAST_ROOT_WAITS_ABOVE", "ETHBCAST_HOST_SPIN_US",
+    "ETHBCAST_PROGRESS_THREAD", "ETHBCAST_GROUP_ID"};
+#define EBC_UNSET UINT64_MAX
+/* A value no setting takes: ethbcast_open refuses it with a sentence naming the setting. */
+#define EBC_INVALID (UINT64_MAX - 1)
+
+static uint64_t ebc_number(const char *v) {
     char *end = NULL;
-    unsigned long long v = strtoull(m, &end, 0);
-    if (end != NULL && *end == '\0')
-        ebc_max_bytes = (size_t)v;
-    else if (ebc_world_rank == 0)
-        fprintf(stderr, "ethbcast-mpi: ETHBCAST_MPI_MAX_BYTES=%s is not a number of bytes or "
-                        "\"unlimited\"; keeping %zu\n", m, ebc_max_bytes);
+    unsigned long long n = strtoull(v, &end, 0);
+    return end != NULL && end != v && *end == '\0' && v[0] != '-' ? (uint64_t)n : EBC_INVALID;
+}
+
+/* This rank's reading of one setting's environment variable. */
+static uint64_t ebc_read_setting(int which) {
+    const char *v = getenv(ebc_setting_env[which]);
+    if (v == NULL || v[0] == '\0')
+        return EBC_UNSET;
+    switch (which) {
+    case EBC_S_MAX_BYTES:
+        return strcasecmp(v, "unlimited") == 0 ? (uint64_t)EBC_MAX_MESSAGE : ebc_number(v);
+    case EBC_S_ALGO:
+        if (strcasecmp(v, "simple") == 0)
+            return ETHBCAST_ALGO_SIMPLE;
+        if (strcasecmp(v, "pushpull") == 0)
+            return ETHBCAST_ALGO_PUSHPULL;
+        if (strcasecmp(v, "tree") == 0)
+            return ETHBCAST_ALGO_TREE;
+        return EBC_INVALID;
+    case EBC_S_WAIT:
+        if (strcasecmp(v, "adaptive") == 0)
+            return ETHBCAST_WAIT_ADAPTIVE;
+        if (strcasecmp(v, "block") == 0)
+            return ETHBCAST_WAIT_BLOCK;
+        if (strcasecmp(v, "spin") == 0)
+            return ETHBCAST_WAIT_SPIN;
+        if (strcasecmp(v, "doze") == 0)
+            return ETHBCAST_WAIT_DOZE;
+        return EBC_INVALID;
+    case EBC_S_HOST_SPIN_US:
+        return strcasecmp(v, "forever") == 0 ? ETHBCAST_HOST_SPIN_FOREVER : ebc_number(v);
+    case EBC_S_PROGRESS_THREAD:
+        return strcmp(v, "0") == 0 ? 0 : strcmp(v, "1") == 0 ? 1 : EBC_INVALID;
+    default:
+        return ebc_number(v);
+    }
+}
+
+/* Every rank's settings become rank 0's. Rank 0 names, in one warning per setting, the ranks
+ * whose environment said otherwise. */
+static void ebc_agree_settings(uint64_t s[EBC_NSETTINGS]) {
+    uint64_t mine[EBC_NSETTINGS];
+    for (int i = 0; i < EBC_NSETTINGS; i++)
+        mine[i] = s[i] = ebc_read_setting(i);
+    PMPI_Bcast(s, EBC_NSETTINGS, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    unsigned differs = 0;
+    for (int i = 0; i < EBC_NSETTINGS; i++)
+        if (mine[i] != s[i])
+            differs |= 1u << i;
+    unsigned *all = ebc_world_rank == 0 ? calloc((size_t)ebc_world_size, sizeof *all) : NULL;
+    PMPI_Gather(&differs, 1, MPI_UNSIGNED, all, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
+    if (all == NULL)
+        return;
+    for (int i = 0; i < EBC_NSETTINGS; i++) {
+        char ranks[200] = "";
+        size_t used = 0;
+        int n = 0;
+        for (int r = 1; r < ebc_world_size; r++) {
+            if (!(all[r] & (1u << i)))
+                continue;
+            if (used < sizeof ranks - 16)
+                used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d",
+                                         n > 0 ? ", " : "", r);
+            else if (used < sizeof ranks - 4)
+                used += (size_t)snprintf(ranks + used, sizeof ranks - used, ", ...");
+            n++;
+        }
+        if (n > 0) {
+            const char *v = getenv(ebc_setting_env[i]);
+            fprintf(stderr,
+                    "ethbcast-mpi: warning: %s differs from rank 0's (%s) on %d rank%s (%s): "
+                    "every rank uses rank 0's; set it the same for the whole job\n",
+                    ebc_setting_env[i], v != NULL && v[0] != '\0' ? v : "unset", n,
+                    n == 1 ? "" : "s", ranks);
+        }
+    }
+    free(all);
 }
 
 /* Attribute values cached on a communicator: whether it is congruent to MPI_COMM_WORLD. */
 #define EBC_NOT_CONGRUENT ((void *)(intptr_t)1)
 #define EBC_CONGRUENT ((void *)(intptr_t)2)
 
-static uint32_t ebc_wait_mode(void) {
-    const char *w = getenv("ETHBCAST_WAIT");
-    if (w == NULL || strcasecmp(w, "adaptive") == 0)
-        return ETHBCAST_WAIT_ADAPTIVE;
-    if (strcasecmp(w, "block") == 0)
-        return ETHBCAST_WAIT_BLOCK;
-    if (strcasecmp(w, "spin") == 0)
-        return ETHBCAST_WAIT_SPIN;
-    if (strcasecmp(w, "doze") == 0)
-        return ETHBCAST_WAIT_DOZE;
-    return UINT32_MAX; /* rejected by ethbcast_open with a sentence */
-}
-
 /* Joins the group, or leaves ebc_group NULL on every rank: all ranks decide together, so that
  * no rank uses ethbcast while another uses PMPI. The lowest rank that failed prints why. */
 static void ebc_setup(void) {
     PMPI_Comm_rank(MPI_COMM_WORLD, &ebc_world_rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &ebc_world_size);
-    /* Rank 0's limit for all: ranks that chose differently would wait for each other. */
-    ebc_read_max_bytes();
-    unsigned long long max_bytes = ebc_max_bytes;
-    PMPI_Bcast(&max_bytes, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-    ebc_max_bytes = (size_t)max_bytes;
+    uint64_t set[EBC_NSETTINGS];
+    ebc_agree_settings(set);
+    if (set[EBC_S_MAX_BYTES] == EBC_INVALID) {
+        if (ebc_world_rank == 0)
+            fprintf(stderr, "ethbcast-mpi: ETHBCAST_MPI_MAX_BYTES=%s is not a number of bytes "
+                            "or \"unlimited\"; keeping %zu\n",
+                    getenv("ETHBCAST_MPI_MAX_BYTES"), ebc_max_bytes);
+    } else if (set[EBC_S_MAX_BYTES] != EBC_UNSET) {
+        ebc_max_bytes = (size_t)set[EBC_S_MAX_BYTES];
+    }
+    if (ebc_max_bytes > EBC_MAX_MESSAGE)
+        ebc_max_bytes = EBC_MAX_MESSAGE;
     char reason[512] = "";
     const char *iface = getenv("ETHBCAST_IFACE");
     int ok = 1;
@@ -164,32 +260,25 @@ static void ebc_setup(void) {
     if (all[0]) {
         ethbcast_options_t opts;
         ethbcast_options_default(&opts);
-        opts.wait = ebc_wait_mode();
-        const char *algo = getenv("ETHBCAST_ALGO");
+        /* A setting no rank of the job can take is refused by ethbcast_open, which says why. */
+        uint64_t v;
+        if ((v = set[EBC_S_WAIT]) != EBC_UNSET)
+            opts.wait = v == EBC_INVALID ? UINT32_MAX : (uint32_t)v;
         opts.algorithm = ETHBCAST_ALGO_SIMPLE;
-        if (algo != NULL && strcasecmp(algo, "pushpull") == 0)
-            opts.algorithm = ETHBCAST_ALGO_PUSHPULL;
-        else if (algo != NULL && strcasecmp(algo, "tree") == 0)
-            opts.algorithm = ETHBCAST_ALGO_TREE;
-        const char *root_waits = getenv("ETHBCAST_ROOT_WAITS_ABOVE");
-        if (root_waits != NULL && root_waits[0] != '\0')
-            opts.root_waits_above = (uint32_t)strtoul(root_waits, NULL, 0);
-        const char *spin = getenv("ETHBCAST_HOST_SPIN_US");
-        if (spin != NULL && strcasecmp(spin, "forever") == 0)
-            opts.host_spin_us = ETHBCAST_HOST_SPIN_FOREVER;
-        else if (spin != NULL && spin[0] != '\0')
-            opts.host_spin_us = (uint32_t)strtoul(spin, NULL, 0);
-        const char *progress = getenv("ETHBCAST_PROGRESS_THREAD");
-        if (progress != NULL && strcmp(progress, "0") == 0)
+        if ((v = set[EBC_S_ALGO]) != EBC_UNSET)
+            opts.algorithm = v == EBC_INVALID ? UINT32_MAX : (uint32_t)v;
+        if ((v = set[EBC_S_ROOT_WAITS_ABOVE]) != EBC_UNSET && v != EBC_INVALID)
+            opts.root_waits_above = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+        if ((v = set[EBC_S_HOST_SPIN_US]) != EBC_UNSET && v != EBC_INVALID)
+            opts.host_spin_us = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+        if (set[EBC_S_PROGRESS_THREAD] == 0)
             opts.progress_thread = 0;
-        const char *t = getenv("ETHBCAST_TIMEOUT_MS");
-        if (t != NULL && atoi(t) > 0)
-            opts.timeout_ms = (uint32_t)atoi(t);
+        if ((v = set[EBC_S_TIMEOUT_MS]) != EBC_UNSET && v != EBC_INVALID && v > 0)
+            opts.timeout_ms = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
         /* A group id per job, so that two jobs on one segment ignore each other. */
         unsigned int id = 0;
-        const char *gid = getenv("ETHBCAST_GROUP_ID");
-        if (gid != NULL && gid[0] != '\0')
-            id = (unsigned int)strtoul(gid, NULL, 0);
+        if ((v = set[EBC_S_GROUP_ID]) != EBC_UNSET && v != EBC_INVALID)
+            id = (unsigned int)v;
         else if (ebc_world_rank == 0)
             id = (unsigned int)getpid() * 2654435761u ^ (unsigned int)time(NULL);
         PMPI_Bcast(&id, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
@@ -288,6 +377,22 @@ static int ebc_fail(MPI_Comm comm, const char *what, int rc) {
     return code;
 }
 
+/* Whether `count` elements of the predefined `type` are one block of bytes at the buffer's
+ * start, the message itself: the type has no holes (its size is its extent and its true extent,
+ * from lower bound 0), so element i lies right after element i-1. MPI_DOUBLE_INT and the other
+ * pair types of MPI_MAXLOC have holes (size 12, extent 16) and are not. Derived types may
+ * overlap or reorder their blocks, so they are never taken as one block. */
+static int ebc_one_block(MPI_Datatype type, int count, int size, int combiner) {
+    if (combiner != MPI_COMBINER_NAMED)
+        return 0;
+    MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+    if (PMPI_Type_get_extent(type, &lb, &extent) != MPI_SUCCESS ||
+        PMPI_Type_get_true_extent(type, &true_lb, &true_extent) != MPI_SUCCESS)
+        return 0;
+    return lb == 0 && true_lb == 0 && true_extent == (MPI_Aint)size &&
+           (count <= 1 || extent == (MPI_Aint)size);
+}
+
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
     int size = 0, ni, na, nd, combiner;
     if (!ebc_uses_group(comm) || count < 0 || root < 0 || root >= ebc_world_size ||
@@ -296,25 +401,29 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
         ebc_calls_pmpi++;
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     }
+    /* The route depends on the number of bytes only, the same on every rank whose count and
+     * type signature agree with the root's, whatever datatype describes them (ebc_max_bytes
+     * is at most the group's largest message, so no rank can be refused what another sends). */
     size_t bytes = (size_t)count * (size_t)size;
     if (bytes > ebc_max_bytes) {
         ebc_calls_pmpi++;
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     }
     ebc_calls_hw++;
-    if (bytes == 0)
-        return MPI_SUCCESS;
-    if (combiner == MPI_COMBINER_NAMED) {
-        int rc = ethbcast_bcast(ebc_group, root, buffer, bytes);
+    /* Zero bytes are broadcast too: a rank that passes count 0 while the root sends a message
+     * must take that message now (and fail with MPI_ERR_TRUNCATE), not at its next broadcast. */
+    if (ebc_one_block(datatype, count, size, combiner)) {
+        int rc = ethbcast_bcast(ebc_group, root, bytes > 0 ? buffer : NULL, bytes);
         return rc == ETHBCAST_OK ? MPI_SUCCESS : ebc_fail(comm, "MPI_Bcast", rc);
     }
-    if (bytes > INT32_MAX)
-        return PMPI_Bcast(buffer, count, datatype, root, comm); /* MPI_Pack's int sizes */
+    /* Anything else travels packed: the type signature's elements in order, without holes
+     * (PMPI_Pack at the root, PMPI_Unpack at the others, which leaves their holes untouched).
+     * bytes <= EBC_MAX_MESSAGE fits MPI_Pack's int sizes. */
     int packed_max = 0;
     PMPI_Pack_size(count, datatype, comm, &packed_max);
     if ((size_t)packed_max < bytes)
         packed_max = (int)bytes;
-    char *packed = malloc((size_t)packed_max);
+    char *packed = malloc(packed_max > 0 ? (size_t)packed_max : 1);
     if (packed == NULL) {
         PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
         return MPI_ERR_NO_MEM;
@@ -333,7 +442,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
         int e = ethbcast_bcast(ebc_group, root, packed, bytes);
         if (e != ETHBCAST_OK)
             rc = ebc_fail(comm, "MPI_Bcast", e);
-        else if (me != root)
+        else if (me != root && bytes > 0)
             rc = PMPI_Unpack(packed, (int)bytes, &position, buffer, count, datatype, comm);
     }
     free(packed);

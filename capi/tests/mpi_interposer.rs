@@ -15,89 +15,13 @@
 //! Needs root and both MPIs (`.ci/run` installs them): with `ETHBCAST_REQUIRE_NETNS=1`
 //! anything missing fails the test instead of skipping it.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use ethbcast_testbed::mpi::{self, Job, JobOutput, MpiBed, MpiImpl};
+use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
 use ethbcast_testbed::{netns_available, TestbedConfig};
 
-fn staticlib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps directory");
-    [
-        deps.join("libethbcast_capi.a"),
-        deps.join("../libethbcast_capi.a"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libethbcast_capi.a next to the test binary (crate-type staticlib)")
-}
-
-/// Whether both MPIs are installed; panics in CI when not.
-fn mpis_available(test: &str) -> bool {
-    let missing: Vec<String> = MpiImpl::ALL
-        .iter()
-        .filter_map(|&m| mpi::require(m).err().map(|e| e.to_string()))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var("ETHBCAST_REQUIRE_NETNS").as_deref() == Ok("1") {
-        panic!("{test}: {}", missing.join("; "));
-    }
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {}", missing.join("; "));
-    false
-}
-
-struct Built {
-    check: PathBuf,
-    interposer: PathBuf,
-}
-
-fn build(m: MpiImpl, dir: &Path) -> Built {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi/mpi_check.c");
-    let check = dir.join(format!("mpi_check-{m}"));
-    mpi::compile(m, &src, &check).unwrap_or_else(|e| panic!("{e}"));
-    let interposer =
-        mpi::build_interposer(m, Some(&staticlib()), dir).unwrap_or_else(|e| panic!("{e}"));
-    Built { check, interposer }
-}
-
-fn job(m: MpiImpl, b: &Built, hosts: usize, k: usize, env: &[(&str, &str)], quick: bool) -> Job {
-    let mut env: Vec<(String, String)> = env
-        .iter()
-        .map(|(a, v)| (a.to_string(), v.to_string()))
-        .collect();
-    env.push(("LD_PRELOAD".into(), b.interposer.display().to_string()));
-    env.push(("ETHBCAST_MPI_VERBOSE".into(), "1".into()));
-    // Every size over ethbcast, so that the byte checks cover its long messages too, unless
-    // the test sets its own limit.
-    if !env.iter().any(|(a, _)| a == "ETHBCAST_MPI_MAX_BYTES") {
-        env.push(("ETHBCAST_MPI_MAX_BYTES".into(), "unlimited".into()));
-    }
-    env.push(("ETHBCAST_TIMEOUT_MS".into(), "20000".into()));
-    if m == MpiImpl::Mpich {
-        // MPICH's own messages (the halves, its PMPI calls) over UCX shared memory: the
-        // namespaces share one kernel. Over UCX's TCP transport MPICH 4.0 (Debian 12) hangs
-        // in its own MPI_Finalize now and then, with or without the interposer
-        // (docs/mpi.md, "On the test-bed", says why).
-        env.push(("UCX_TLS".into(), "self,sm".into()));
-    }
-    Job {
-        mpi: m,
-        hosts,
-        ranks_per_host: k,
-        program: b.check.clone(),
-        args: if quick {
-            vec!["--quick".into()]
-        } else {
-            vec![]
-        },
-        env,
-        timeout: Duration::from_secs(90),
-    }
-}
+mod mpi_common;
+use mpi_common::{build, job, mpis_available, Built};
 
 /// Every rank printed its "ok" line; returns (congruent, other) calls of each rank.
 fn results(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
@@ -162,13 +86,16 @@ fn mpi_programs_get_correct_results_with_and_without_hardware_broadcast() {
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-interposer");
     std::fs::create_dir_all(&dir).expect("build directory");
-    let built: Vec<(MpiImpl, Built)> = MpiImpl::ALL.iter().map(|&m| (m, build(m, &dir))).collect();
+    let built: Vec<(MpiImpl, Built)> = MpiImpl::ALL
+        .iter()
+        .map(|&m| (m, build(m, &dir, "mpi_check.c")))
+        .collect();
     let prefix = format!("cm{:x}", std::process::id() & 0xfff);
     let mut bed = MpiBed::up(&TestbedConfig::new(8).prefix(prefix), &dir).expect("test-bed");
     for (m, b) in &built {
         // With the interposer: world and its duplicate over ethbcast, the halves over PMPI.
         let out = bed
-            .run(&job(*m, b, 8, 1, &[("ETHBCAST_IFACE", mpi::IFACE)], false))
+            .run(&job(*m, b, 8, 1, &[("ETHBCAST_IFACE", mpi::IFACE)], &[]))
             .expect("job");
         let expected = results(&out, 8);
         assert_eq!(
@@ -180,7 +107,7 @@ fn mpi_programs_get_correct_results_with_and_without_hardware_broadcast() {
         assert!(warnings(&out).is_empty(), "{m}: {out}");
 
         // Without ETHBCAST_IFACE: everything over PMPI, one warning for the job.
-        let out = bed.run(&job(*m, b, 8, 1, &[], true)).expect("job");
+        let out = bed.run(&job(*m, b, 8, 1, &[], &["--quick"])).expect("job");
         assert_eq!(routed(&out, 8), all_over_pmpi(&out, 8), "{m}: {out}");
         let w = warnings(&out);
         assert_eq!(w.len(), 1, "{m}: one warning per job: {out}");
@@ -198,7 +125,7 @@ fn mpi_programs_get_correct_results_with_and_without_hardware_broadcast() {
                 hosts,
                 k,
                 &[("ETHBCAST_IFACE", mpi::IFACE)],
-                true,
+                &["--quick"],
             ))
             .expect("job");
         let expected = results(&out, hosts * k);
@@ -211,7 +138,7 @@ fn mpi_programs_get_correct_results_with_and_without_hardware_broadcast() {
     // the progress thread can serve; results stay byte-exact.
     bed.testbed_mut().set_loss(3.0).expect("loss rule");
     let out = bed
-        .run(&job(*m, b, 8, 1, &[("ETHBCAST_IFACE", mpi::IFACE)], false))
+        .run(&job(*m, b, 8, 1, &[("ETHBCAST_IFACE", mpi::IFACE)], &[]))
         .expect("job");
     let expected = results(&out, 8);
     assert_eq!(routed(&out, 8), expected, "with loss: {out}");
@@ -240,7 +167,7 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     let m = MpiImpl::OpenMpi;
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-interposer-key");
     std::fs::create_dir_all(&dir).expect("build directory");
-    let b = build(m, &dir);
+    let b = build(m, &dir, "mpi_check.c");
     let key_file = dir.join("job.key");
     std::fs::write(&key_file, "the job's passphrase\n").expect("key file");
     let key = key_file.to_str().expect("UTF-8 path");
@@ -248,7 +175,7 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     let bed = MpiBed::up(&TestbedConfig::new(4).prefix(prefix), &dir).expect("test-bed");
     let iface = ("ETHBCAST_IFACE", mpi::IFACE);
     // The quick program on the 4 hosts, one rank each, with `env`.
-    let run = |env: &[(&str, &str)]| bed.run(&job(m, &b, 4, 1, env, true)).expect("job");
+    let run = |env: &[(&str, &str)]| bed.run(&job(m, &b, 4, 1, env, &["--quick"])).expect("job");
 
     // No key: over ethbcast, one warning for the whole job.
     let out = run(&[iface]);
@@ -312,12 +239,43 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     assert_eq!(w.len(), 1, "one warning per job: {out}");
     assert!(w[0].contains("no-such.key"), "{}", w[0]);
 
+    // Settings the whole job must share, set differently on one rank (rank 2 asks for
+    // push-pull, a 1 ms timeout and a 1-byte size limit): every rank uses rank 0's, rank 0 names
+    // each setting and the rank in one warning, and every call still goes over ethbcast,
+    // byte-exact.
+    let mut odd = job(m, &b, 4, 1, &[iface], &[]);
+    odd.args = vec![
+        "-c".into(),
+        format!(
+            "if [ \"$OMPI_COMM_WORLD_RANK\" = 2 ]; then export ETHBCAST_ALGO=pushpull \
+             ETHBCAST_TIMEOUT_MS=1 ETHBCAST_MPI_MAX_BYTES=1; fi; exec '{}' --quick",
+            b.program.display()
+        ),
+    ];
+    odd.program = "/bin/sh".into();
+    let out = bed.run(&odd).expect("job");
+    let expected = results(&out, 4);
+    assert_eq!(routed(&out, 4), expected, "settings differ: {out}");
+    for setting in [
+        "ETHBCAST_ALGO",
+        "ETHBCAST_TIMEOUT_MS",
+        "ETHBCAST_MPI_MAX_BYTES",
+    ] {
+        let said: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains(&format!("{setting} differs from rank 0's")))
+            .collect();
+        assert_eq!(said.len(), 1, "{setting}: one warning: {out}");
+        assert!(said[0].contains("on 1 rank (2)"), "{}", said[0]);
+    }
+
     // A job whose rank 0 fails at once is a failure the caller sees: it is not started a
     // second time (which would hide a rank that fails now and then). Rank 0 leaves a line and
     // exits 3; the others wait, so that none fails first and rank 0 surely runs.
     let ran = dir.join("rank-0-ran");
     let _ = std::fs::remove_file(&ran);
-    let mut failing = job(m, &b, 4, 1, &[iface], true);
+    let mut failing = job(m, &b, 4, 1, &[iface], &["--quick"]);
     failing.program = "/bin/sh".into();
     failing.args = vec![
         "-c".into(),

@@ -1,0 +1,158 @@
+//! MPI_Bcast as the MPI standard defines it, under the interposer and without it, with Open MPI
+//! (8 hosts) and MPICH (4 hosts), one rank per namespace.
+//!
+//! `capi/mpi/mpi_conform.c` (its comment says what it checks and why) broadcasts every
+//! predefined datatype of MPI 3.1, the MAXLOC/MINLOC pair types with their holes among them,
+//! and derived types with holes and negative lower bounds, from every root, and checks every
+//! byte of every receiver's buffer: the root's data where the type map says, the receiver's
+//! own bytes everywhere else. The same program must pass with the MPI alone (so the test is
+//! about MPI, not about the interposer) and with the interposer, where the calls on
+//! communicators congruent to MPI_COMM_WORLD, and only those, go over ethbcast.
+//!
+//! Then, with the interposer, counts that disagree with the root's: the ranks whose count
+//! differs get MPI_ERR_TRUNCATE for that call and every later broadcast is right. Also with
+//! two ranks per host, where a host's second rank receives through shared memory.
+//!
+//! Needs root and both MPIs (`.ci/run` installs them): with `ETHBCAST_REQUIRE_NETNS=1`
+//! anything missing fails the test instead of skipping it.
+
+use std::path::Path;
+
+use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
+use ethbcast_testbed::{netns_available, TestbedConfig};
+
+mod mpi_common;
+use mpi_common::{build, job, mpis_available, Built};
+
+/// Each rank's `<tag> rank R world W broadcasts B congruent C ...` line: (B, C) per rank.
+fn counts(out: &JobOutput, tag: &str, ranks: usize) -> Vec<(u64, u64)> {
+    assert!(out.success(), "job failed: {out}");
+    let mut per_rank = vec![None; ranks];
+    for line in out.stdout.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if let [t, "rank", r, "world", n, "broadcasts", b, "congruent", c, ..] = w[..] {
+            if t != tag {
+                continue;
+            }
+            assert_eq!(n.parse::<usize>().ok(), Some(ranks), "{line}");
+            let r: usize = r.parse().expect("rank");
+            per_rank[r] = Some((b.parse().expect("count"), c.parse().expect("count")));
+        }
+    }
+    per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r} did not finish: {out}")))
+        .collect()
+}
+
+/// The interposer's per-rank "H calls over ethbcast, P over PMPI" lines.
+fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
+    let mut per_rank = vec![None; ranks];
+    for line in out.stderr.lines() {
+        let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
+            continue;
+        };
+        let w: Vec<&str> = rest.split_whitespace().collect();
+        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", ..] = w[..] {
+            let r: usize = r.trim_end_matches(':').parse().expect("rank");
+            per_rank[r] = Some((hw.parse().expect("count"), pmpi.parse().expect("count")));
+        }
+    }
+    per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r}: no interposer report: {out}")))
+        .collect()
+}
+
+/// What rank 0 listed as missing from this MPI.
+fn unavailable(out: &JobOutput) -> String {
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("unavailable:"))
+        .unwrap_or_else(|| panic!("no list of unavailable types: {out}"))
+        .trim()
+        .to_string()
+}
+
+/// The conformance program on `hosts` hosts (`k` ranks each), without and with the
+/// interposer: the same broadcasts pass byte for byte, and with the interposer exactly the
+/// congruent ones went over ethbcast.
+fn conform(bed: &MpiBed, m: MpiImpl, b: &Built, hosts: usize, k: usize) {
+    let ranks = hosts * k;
+    let iface = ("ETHBCAST_IFACE", mpi::IFACE);
+    let mut alone = job(m, b, hosts, k, &[], &[]);
+    alone.env.retain(|(v, _)| v != "LD_PRELOAD");
+    let out = bed.run(&alone).expect("job");
+    let plain = counts(&out, "conform", ranks);
+    let missing = unavailable(&out);
+    for pair in [
+        "MPI_DOUBLE_INT",
+        "MPI_LONG_INT",
+        "MPI_SHORT_INT",
+        "MPI_LONG_DOUBLE_INT",
+    ] {
+        assert!(!missing.contains(pair), "{m} lacks {pair}: {out}");
+    }
+    assert!(
+        !out.stderr.contains("ethbcast-mpi"),
+        "{m}: the interposer ran: {out}"
+    );
+
+    let out = bed.run(&job(m, b, hosts, k, &[iface], &[])).expect("job");
+    let with = counts(&out, "conform", ranks);
+    assert_eq!(
+        with, plain,
+        "{m}: other broadcasts with the interposer: {out}"
+    );
+    assert_eq!(unavailable(&out), missing, "{m}: {out}");
+    for (r, (&(all, congruent), &(hw, pmpi))) in with.iter().zip(&routed(&out, ranks)).enumerate() {
+        assert!(congruent > 0 && congruent < all, "rank {r}: {out}");
+        // Every congruent broadcast over ethbcast, every other one over PMPI.
+        assert_eq!(hw, congruent, "{m} rank {r}: {out}");
+        assert_eq!(pmpi, all - congruent, "{m} rank {r}: {out}");
+    }
+    assert!(
+        !out.stderr.contains("hardware broadcast is off"),
+        "{m}: {out}"
+    );
+}
+
+/// Counts that disagree with the root's, under the interposer: MPI_ERR_TRUNCATE at the ranks
+/// whose count differs, and every later broadcast right (the program checks both).
+fn mismatch(bed: &MpiBed, m: MpiImpl, b: &Built, hosts: usize, k: usize) {
+    let ranks = hosts * k;
+    let iface = ("ETHBCAST_IFACE", mpi::IFACE);
+    let out = bed
+        .run(&job(m, b, hosts, k, &[iface], &["--mismatch"]))
+        .expect("job");
+    let done = counts(&out, "mismatch", ranks);
+    for (r, (&(all, congruent), &(hw, _))) in done.iter().zip(&routed(&out, ranks)).enumerate() {
+        assert_eq!(all, congruent, "rank {r}: {out}");
+        assert_eq!(hw, congruent, "{m} rank {r}: not over ethbcast: {out}");
+    }
+}
+
+#[test]
+fn every_datatype_arrives_byte_exact_with_its_holes_untouched_and_mismatches_are_errors() {
+    let test =
+        "every_datatype_arrives_byte_exact_with_its_holes_untouched_and_mismatches_are_errors";
+    if !netns_available(test, true) || !mpis_available(test) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-conformance");
+    std::fs::create_dir_all(&dir).expect("build directory");
+    let ompi = build(MpiImpl::OpenMpi, &dir, "mpi_conform.c");
+    let mpich = build(MpiImpl::Mpich, &dir, "mpi_conform.c");
+    let prefix = format!("cf{:x}", std::process::id() & 0xfff);
+    let bed = MpiBed::up(&TestbedConfig::new(8).prefix(prefix), &dir).expect("test-bed");
+    conform(&bed, MpiImpl::OpenMpi, &ompi, 8, 1);
+    mismatch(&bed, MpiImpl::OpenMpi, &ompi, 8, 1);
+    // Two ranks per host: the second rank of each host receives through shared memory.
+    mismatch(&bed, MpiImpl::OpenMpi, &ompi, 4, 2);
+    // MPICH busy-polls in its own calls, which on 2 cores makes 8 ranks crawl: 4 hosts.
+    conform(&bed, MpiImpl::Mpich, &mpich, 4, 1);
+    mismatch(&bed, MpiImpl::Mpich, &mpich, 4, 1);
+    bed.down().expect("tear down");
+}
