@@ -84,6 +84,26 @@
 #define ETHBCAST_ERR_KEY -13
 
 /**
+ * `ethbcast_close` while another thread is inside a call on the same group: nothing was
+ * done and the handle stays open; close it once the other call has returned.
+ */
+#define ETHBCAST_ERR_BUSY -14
+
+/**
+ * The group handle is not open: it was closed already, or it was never returned by
+ * `ethbcast_open`/`ethbcast_open_hosts`.
+ */
+#define ETHBCAST_ERR_HANDLE -15
+
+/**
+ * The version of the ABI; the shared library's soname is `libethbcast_capi.so.<version>`.
+ * Within a version, functions and option fields are only added (fields at the end of
+ * `ethbcast_options_t`); a change that breaks programs built against an older header gets a
+ * new version, and with it a new soname.
+ */
+#define ETHBCAST_ABI_VERSION 1
+
+/**
  * Wait mode: spin a while, then block (the default).
  */
 #define ETHBCAST_WAIT_ADAPTIVE 0
@@ -135,14 +155,27 @@
 
 /**
  * A member of a group (opaque). Made by `ethbcast_open`, freed by `ethbcast_close`.
+ *
+ * A `ethbcast_group_t *` is a handle, not the address of this struct: an entry of the
+ * library's handle table (an index and a generation), never dereferenced. A handle that is
+ * closed, or was not returned by `ethbcast_open`, is refused with `ETHBCAST_ERR_HANDLE`.
  */
 typedef struct ethbcast_group_t ethbcast_group_t;
 
 /**
  * Options of `ethbcast_open`. Fill with `ethbcast_options_default` first, then change
- * fields: new fields may be added at the end in later versions.
+ * fields. Later versions of the library add fields at the end only; a field added later
+ * means "as before" when it is 0, so a program built against an older header keeps its
+ * behaviour with a newer library.
  */
 typedef struct ethbcast_options_t {
+  /**
+   * The size of the struct the program was built with, in bytes: set by
+   * `ethbcast_options_default`, never by hand. `ethbcast_open` reads exactly this many
+   * bytes; fields beyond what the library knows must be 0 (else `ETHBCAST_ERR_INVALID`),
+   * fields a newer library has beyond `size` take their defaults.
+   */
+  uint32_t size;
   /**
    * Group id: members with different ids on one segment ignore each other.
    */
@@ -199,7 +232,8 @@ typedef struct ethbcast_options_t {
    */
   const uint8_t *key;
   /**
-   * Length of `key`: 32 (or 0 when `key` is NULL).
+   * Length of `key`: 32, or 0 when `key` is NULL (NULL with another length is
+   * `ETHBCAST_ERR_INVALID`, never "no key").
    */
   size_t key_len;
   /**
@@ -252,13 +286,17 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Fills `*out` with the default options. Returns `ETHBCAST_OK`, or
- * `ETHBCAST_ERR_INVALID` if `out` is NULL.
+ * Fills the `size` bytes at `out` with the default options, and `out->size` with `size`.
+ * Programs call it through `ethbcast_options_default(&opts)`, an inline function of the
+ * header that passes `sizeof opts`: it never writes more than the caller's struct has.
+ * Bytes beyond the options this library knows are set to 0 (the default of fields added
+ * later). Returns `ETHBCAST_OK`, or `ETHBCAST_ERR_INVALID` (nothing written) if `out` is
+ * NULL or `size` is smaller than the options of ABI 1 or larger than 4096.
  *
  * # Safety
- * `out` is NULL or points to writable memory for one `ethbcast_options_t`.
+ * `out` is NULL or points to `size` writable bytes.
  */
-int ethbcast_options_default(struct ethbcast_options_t *out);
+int ethbcast_options_init(struct ethbcast_options_t *out, size_t size);
 
 /**
  * Checks, without joining a group, that `iface` exists and that this process may open a
@@ -272,8 +310,11 @@ int ethbcast_probe(const char *iface);
 
 /**
  * Opens interface `iface` and joins the group; on success stores the handle in `*out`.
- * `opts` may be NULL for the defaults (rank and size from the environment). Every member
- * must call it; it returns when all have joined, or fails after `timeout_ms`. When the
+ * `opts` may be NULL for the defaults (rank and size from the environment). Options whose
+ * `size` is not that of options filled by `ethbcast_options_default` (a program built
+ * against an ethbcast.h without the field), or that set fields this library does not know,
+ * are `ETHBCAST_ERR_INVALID`. Every member must call it; it returns when all have joined,
+ * or fails after `timeout_ms`. When the
  * launcher's environment says that several ranks share a host (`ETHBCAST_LOCAL_RANK`/
  * `_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`/`_SIZE`, `MPI_LOCALRANKID`/`MPI_LOCALNRANKS`,
  * `SLURM_LOCALID`/`SLURM_NTASKS_PER_NODE`; blocks of consecutive ranks, as many on every
@@ -281,7 +322,8 @@ int ethbcast_probe(const char *iface);
  *
  * # Safety
  * `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by
- * `ethbcast_options_default`; `out` is NULL or points to writable memory for one pointer.
+ * `ethbcast_options_default` (their `size` bytes readable); `out` is NULL or points to
+ * writable memory for one pointer.
  */
 int ethbcast_open(const char *iface,
                   const struct ethbcast_options_t *opts,
@@ -301,7 +343,8 @@ int ethbcast_open(const char *iface,
  *
  * # Safety
  * `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by
- * `ethbcast_options_default`; `host_of_rank` is NULL or points to `size` readable ints;
+ * `ethbcast_options_default` (their `size` bytes readable); `host_of_rank` is NULL or
+ * points to `size` readable ints;
  * `out` is NULL or points to writable memory for one pointer.
  */
 int ethbcast_open_hosts(const char *iface,
@@ -312,28 +355,19 @@ int ethbcast_open_hosts(const char *iface,
                         struct ethbcast_group_t **out);
 
 /**
- * This member's rank, or -1 if `group` is NULL.
- *
- * # Safety
- * `group` is NULL or a live handle.
+ * This member's rank, or -1 if `group` is NULL, closed or not a handle.
  */
 int ethbcast_rank(const struct ethbcast_group_t *group);
 
 /**
- * Number of members, or -1 if `group` is NULL.
- *
- * # Safety
- * `group` is NULL or a live handle.
+ * Number of members, or -1 if `group` is NULL, closed or not a handle.
  */
 int ethbcast_size(const struct ethbcast_group_t *group);
 
 /**
  * Whether the group has a key (1) or not (0): with one, every frame is authenticated and a
  * host on the segment without the key can neither write into broadcast buffers nor release
- * barriers nor evict members. -1 if `group` is NULL.
- *
- * # Safety
- * `group` is NULL or a live handle.
+ * barriers nor evict members. -1 if `group` is NULL, closed or not a handle.
  */
 int ethbcast_keyed(const struct ethbcast_group_t *group);
 
@@ -344,24 +378,18 @@ int ethbcast_keyed(const struct ethbcast_group_t *group);
  * `ETHBCAST_ERR_LENGTH` and leaves `buf` unchanged. `buf` may be NULL when `len` is 0.
  *
  * # Safety
- * `group` is NULL or a live handle; `buf` points to `len` bytes, readable at the root and
- * writable elsewhere, not accessed by others during the call.
+ * `buf` points to `len` bytes, readable at the root and writable elsewhere, not accessed by
+ * others during the call.
  */
 int ethbcast_bcast(struct ethbcast_group_t *group, int root, void *buf, size_t len);
 
 /**
  * Barrier (MPI_Barrier): returns once every member has entered.
- *
- * # Safety
- * `group` is NULL or a live handle.
  */
 int ethbcast_barrier(struct ethbcast_group_t *group);
 
 /**
  * Waits until everything this member broadcast has been acknowledged by every member.
- *
- * # Safety
- * `group` is NULL or a live handle.
  */
 int ethbcast_flush(struct ethbcast_group_t *group);
 
@@ -369,17 +397,18 @@ int ethbcast_flush(struct ethbcast_group_t *group);
  * Copies the group's counters into `*out`.
  *
  * # Safety
- * `group` is NULL or a live handle; `out` is NULL or points to writable counters.
+ * `out` is NULL or points to writable counters.
  */
 int ethbcast_counters(const struct ethbcast_group_t *group, struct ethbcast_counters_t *out);
 
 /**
  * Leaves the group and frees the handle: waits (up to the timeout) until this member's
  * broadcasts are acknowledged, serves peers for `linger_ms`, then closes the interface.
- * NULL is accepted and does nothing. The handle is invalid afterwards, even on error.
- *
- * # Safety
- * `group` is NULL or a live handle, not used by any other thread during or after the call.
+ * NULL is accepted and does nothing. The handle is closed afterwards, even on error; a
+ * closed handle (a second close, any call after close) is refused with
+ * `ETHBCAST_ERR_HANDLE`, as is a value that was never a handle. While another thread is
+ * inside a call on the group, the close is refused with `ETHBCAST_ERR_BUSY` and the handle
+ * stays open: nothing in use is freed.
  */
 int ethbcast_close(struct ethbcast_group_t *group);
 
@@ -399,3 +428,12 @@ const char *ethbcast_last_error(void);
 #endif  // __cplusplus
 
 #endif  /* ETHBCAST_H */
+
+/**
+ * Fills `*out` with the default options and `out->size` with `sizeof *out` (through
+ * `ethbcast_options_init`, never writing more than the program's struct has). Returns
+ * `ETHBCAST_OK`, or `ETHBCAST_ERR_INVALID` if `out` is NULL.
+ */
+static inline int ethbcast_options_default(ethbcast_options_t *out) {
+  return ethbcast_options_init(out, sizeof *out);
+}

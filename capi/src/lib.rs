@@ -11,6 +11,14 @@
 //! went wrong and what to do, for the calling thread. A group handle may be used from several
 //! threads: calls on it are serialised.
 //!
+//! The ABI can grow ([`ETHBCAST_ABI_VERSION`]): the shared library's soname is
+//! `libethbcast_capi.so.1`; [`EthbcastOptions`] starts with its own size, which
+//! `ethbcast_options_default` (an inline function of the header) passes to
+//! [`ethbcast_options_init`] and `ethbcast_open` checks, and later fields are appended. Group
+//! handles are entries of a handle table with a generation, not pointers: a closed or foreign
+//! handle is refused with `ETHBCAST_ERR_HANDLE`, and a close while another thread is inside a
+//! call on the group is refused with `ETHBCAST_ERR_BUSY`.
+//!
 //! This crate is the one place outside `sys/` with `unsafe`: a C ABI takes raw pointers. It
 //! is confined to the `extern "C"` functions below, each block with a `SAFETY:` line; the
 //! logic lives in the safe [`endpoint`] module.
@@ -21,8 +29,12 @@ pub mod endpoint;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
+use std::mem::size_of;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
+
+use slotmap::{DefaultKey, Key, KeyData, SlotMap};
 
 use ethbcast::group::{Algorithm, GroupError, GroupOptions, HostError, HostOptions, Membership};
 use ethbcast::keyfile::{self, KEY_FILE_ENV};
@@ -64,6 +76,18 @@ pub const ETHBCAST_ERR_SHARED_MEMORY: c_int = -12;
 /// holds neither 32 raw bytes nor a passphrase, or `ETHBCAST_REQUIRE_KEY=1` and no key is
 /// given.
 pub const ETHBCAST_ERR_KEY: c_int = -13;
+/// `ethbcast_close` while another thread is inside a call on the same group: nothing was
+/// done and the handle stays open; close it once the other call has returned.
+pub const ETHBCAST_ERR_BUSY: c_int = -14;
+/// The group handle is not open: it was closed already, or it was never returned by
+/// `ethbcast_open`/`ethbcast_open_hosts`.
+pub const ETHBCAST_ERR_HANDLE: c_int = -15;
+
+/// The version of the ABI; the shared library's soname is `libethbcast_capi.so.<version>`.
+/// Within a version, functions and option fields are only added (fields at the end of
+/// `ethbcast_options_t`); a change that breaks programs built against an older header gets a
+/// new version, and with it a new soname.
+pub const ETHBCAST_ABI_VERSION: u32 = 1;
 
 /// The environment variable that makes `ethbcast_open` refuse to open a group without a key
 /// (value `1`).
@@ -92,10 +116,17 @@ pub const ETHBCAST_HOST_SPIN_FOREVER: u32 = u32::MAX;
 pub const ETHBCAST_ROOT_WAITS_AUTO: u32 = u32::MAX;
 
 /// Options of `ethbcast_open`. Fill with `ethbcast_options_default` first, then change
-/// fields: new fields may be added at the end in later versions.
+/// fields. Later versions of the library add fields at the end only; a field added later
+/// means "as before" when it is 0, so a program built against an older header keeps its
+/// behaviour with a newer library.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EthbcastOptions {
+    /// The size of the struct the program was built with, in bytes: set by
+    /// `ethbcast_options_default`, never by hand. `ethbcast_open` reads exactly this many
+    /// bytes; fields beyond what the library knows must be 0 (else `ETHBCAST_ERR_INVALID`),
+    /// fields a newer library has beyond `size` take their defaults.
+    pub size: u32,
     /// Group id: members with different ids on one segment ignore each other.
     pub group_id: u32,
     /// How long open (joining), a broadcast or a barrier may wait before failing, in ms.
@@ -131,7 +162,8 @@ pub struct EthbcastOptions {
     /// key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset) any host on the segment
     /// can. The bytes are copied during `ethbcast_open`.
     pub key: *const u8,
-    /// Length of `key`: 32 (or 0 when `key` is NULL).
+    /// Length of `key`: 32, or 0 when `key` is NULL (NULL with another length is
+    /// `ETHBCAST_ERR_INVALID`, never "no key").
     pub key_len: usize,
     /// A key file, read as the `ethbcast` command reads `--key-file`: exactly 32 bytes are
     /// the key, anything else is a passphrase on its first line. NULL (the default): the file
@@ -163,14 +195,28 @@ pub struct EthbcastCounters {
 }
 
 /// A member of a group (opaque). Made by `ethbcast_open`, freed by `ethbcast_close`.
+///
+/// A `ethbcast_group_t *` is a handle, not the address of this struct: an entry of the
+/// library's handle table (an index and a generation), never dereferenced. A handle that is
+/// closed, or was not returned by `ethbcast_open`, is refused with `ETHBCAST_ERR_HANDLE`.
 pub struct EthbcastGroup {
     endpoint: Endpoint,
 }
+
+/// The size of the options of this library (ABI 1: the smallest a caller may pass, too).
+const OPTIONS_SIZE: usize = size_of::<EthbcastOptions>();
+/// The smallest options a caller may pass: those of the first layout with a size field.
+const OPTIONS_MIN_SIZE: usize = OPTIONS_SIZE;
+/// The largest options a caller may pass: room for later fields, and a bound that catches a
+/// size field that was never set.
+const OPTIONS_MAX_SIZE: usize = 4096;
 
 impl Default for EthbcastOptions {
     fn default() -> Self {
         let g = GroupOptions::default();
         EthbcastOptions {
+            // The struct has 64 bytes; the cast cannot truncate.
+            size: OPTIONS_SIZE as u32,
             group_id: g.group_id,
             timeout_ms: u32::try_from(g.timeout.as_millis()).unwrap_or(u32::MAX),
             wait: ETHBCAST_WAIT_ADAPTIVE,
@@ -254,6 +300,12 @@ unsafe fn key_args<'a>(
     c: &EthbcastOptions,
 ) -> Result<(Option<&'a [u8]>, Option<&'a str>), Failure> {
     let key = if c.key.is_null() {
+        if c.key_len != 0 {
+            return Err(Failure::invalid(format!(
+                "key is NULL but key_len is {}: give the 32 key bytes, or key_len 0 for no key (or a key_file)",
+                c.key_len
+            )));
+        }
         None
     } else {
         if c.key_len > isize::MAX as usize {
@@ -425,54 +477,180 @@ unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<&'a str, Failure> {
         .map_err(|_| Failure::invalid(format!("{what} is not UTF-8")))
 }
 
-/// The group behind a handle.
-///
-/// # Safety
-/// `g` is NULL or a handle from `ethbcast_open` not yet closed.
-unsafe fn group_ref<'a>(g: *const EthbcastGroup) -> Result<&'a EthbcastGroup, Failure> {
-    // SAFETY: the caller promises NULL or a live handle; `as_ref` maps NULL to None.
-    unsafe { g.as_ref() }.ok_or_else(|| Failure::invalid("group handle is NULL"))
+// Handles carry a 64-bit key (a 32-bit generation above a 32-bit index) in a pointer.
+const _: () = assert!(usize::BITS >= 64, "group handles need 64-bit pointers");
+
+/// The open groups, by handle. A handle is the key of its entry (`KeyData::as_ffi`) as a
+/// pointer-sized value, never an address; closing removes the entry, and the slot's next
+/// entry has another generation, so a stale handle is never taken for a newer group. Calls
+/// hold a reference of their own while they run: a close meanwhile frees nothing.
+static GROUPS: LazyLock<Mutex<SlotMap<DefaultKey, Arc<EthbcastGroup>>>> =
+    LazyLock::new(|| Mutex::new(SlotMap::new()));
+
+/// The handle table, locked. Nothing panics while it is held; should something, the table
+/// itself is still consistent.
+fn groups() -> std::sync::MutexGuard<'static, SlotMap<DefaultKey, Arc<EthbcastGroup>>> {
+    GROUPS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs the call `f` on the group behind `group` under [`guard`]; a NULL handle is
-/// `ETHBCAST_ERR_INVALID`.
-///
-/// # Safety
-/// `group` is NULL or a live handle.
-unsafe fn on_group(
-    group: *const EthbcastGroup,
-    f: impl FnOnce(&EthbcastGroup) -> Result<(), Failure>,
-) -> c_int {
-    guard(|| {
-        // SAFETY: the caller promises NULL or a live handle.
-        f(unsafe { group_ref(group) }?)
+/// Enters an opened group into the handle table; returns its handle (never NULL).
+fn register(group: EthbcastGroup) -> *mut EthbcastGroup {
+    let key = groups().insert(Arc::new(group));
+    // The key's generation is odd, so the value is not 0; `usize` has 64 bits (asserted).
+    std::ptr::without_provenance_mut(key.data().as_ffi() as usize)
+}
+
+/// The failure of a handle that is not in the table.
+fn not_open(handle: *const EthbcastGroup) -> Failure {
+    Failure {
+        code: ETHBCAST_ERR_HANDLE,
+        message: format!(
+            "group handle {handle:p} is not open: it was closed already, or was not returned by ethbcast_open"
+        ),
+    }
+}
+
+/// The table key a handle stands for; NULL is `ETHBCAST_ERR_INVALID`, a value no key has
+/// (e.g. the address of something) `ETHBCAST_ERR_HANDLE`.
+fn key_of(handle: *const EthbcastGroup) -> Result<DefaultKey, Failure> {
+    if handle.is_null() {
+        return Err(Failure::invalid("group handle is NULL"));
+    }
+    let value = handle.addr() as u64;
+    let data = KeyData::from_ffi(value);
+    if data.as_ffi() != value {
+        return Err(not_open(handle));
+    }
+    Ok(data.into())
+}
+
+/// The open group behind a handle, held for the duration of a call.
+fn lookup(handle: *const EthbcastGroup) -> Result<Arc<EthbcastGroup>, Failure> {
+    let key = key_of(handle)?;
+    groups().get(key).cloned().ok_or_else(|| not_open(handle))
+}
+
+/// Takes the group behind a handle out of the table, for closing: refused while another
+/// thread is inside a call on it (`ETHBCAST_ERR_BUSY`, the handle stays open).
+fn unregister(handle: *const EthbcastGroup) -> Result<EthbcastGroup, Failure> {
+    let key = key_of(handle)?;
+    let mut table = groups();
+    let busy = Arc::strong_count(table.get(key).ok_or_else(|| not_open(handle))?) > 1;
+    if busy {
+        return Err(Failure {
+            code: ETHBCAST_ERR_BUSY,
+            message: "another thread is inside a call on this group: close it once that call has returned".into(),
+        });
+    }
+    let entry = table.remove(key).ok_or_else(|| not_open(handle))?;
+    drop(table);
+    // Calls take their reference under the table's lock, and the entry is gone from it.
+    Arc::try_unwrap(entry).map_err(|_| Failure {
+        code: ETHBCAST_ERR_INTERNAL,
+        message: "internal error (a bug in ethbcast): a closed group is still in use".into(),
     })
 }
 
-/// `f` of the group behind `group`, or -1 for a NULL handle (the queries that return a
-/// number).
-///
-/// # Safety
-/// `group` is NULL or a live handle.
-unsafe fn query(group: *const EthbcastGroup, f: impl FnOnce(&EthbcastGroup) -> c_int) -> c_int {
-    // SAFETY: the caller promises NULL or a live handle.
-    unsafe { group_ref(group) }.map_or(-1, f)
+/// Runs the call `f` on the group behind `group` under [`guard`]; a NULL handle is
+/// `ETHBCAST_ERR_INVALID`, a closed or foreign one `ETHBCAST_ERR_HANDLE`.
+fn on_group(
+    group: *const EthbcastGroup,
+    f: impl FnOnce(&EthbcastGroup) -> Result<(), Failure>,
+) -> c_int {
+    guard(|| f(lookup(group)?.as_ref()))
 }
 
-/// Fills `*out` with the default options. Returns `ETHBCAST_OK`, or
-/// `ETHBCAST_ERR_INVALID` if `out` is NULL.
+/// `f` of the group behind `group`, or -1 (with the last error) for a handle that is NULL,
+/// closed or foreign (the queries that return a number).
+fn query(group: *const EthbcastGroup, f: impl FnOnce(&EthbcastGroup) -> c_int) -> c_int {
+    match lookup(group) {
+        Ok(g) => f(&g),
+        Err(failure) => {
+            set_last_error(&failure.message);
+            -1
+        }
+    }
+}
+
+// The options have no padding: their bytes can be copied as a whole, and every byte pattern
+// is a valid value (integers and raw pointers).
+const _: () = assert!(OPTIONS_SIZE == 10 * size_of::<u32>() + 3 * size_of::<usize>());
+
+/// Refuses an options size outside what any layout with a size field can have.
+fn check_options_size(size: usize) -> Result<(), Failure> {
+    if (OPTIONS_MIN_SIZE..=OPTIONS_MAX_SIZE).contains(&size) {
+        return Ok(());
+    }
+    Err(Failure::invalid(format!(
+        "options size {size} is not between {OPTIONS_MIN_SIZE} and {OPTIONS_MAX_SIZE} bytes: fill the options with ethbcast_options_default from the ethbcast.h of libethbcast_capi ABI {ETHBCAST_ABI_VERSION} or later (a program built against an older ethbcast.h, whose options carry no size, must be rebuilt)"
+    )))
+}
+
+/// The options at `opts` as the caller's `size` field says (NULL: the defaults). Fields
+/// beyond `size` keep their defaults; bytes beyond what this library knows must be 0.
 ///
 /// # Safety
-/// `out` is NULL or points to writable memory for one `ethbcast_options_t`.
-#[no_mangle]
-pub unsafe extern "C" fn ethbcast_options_default(out: *mut EthbcastOptions) -> c_int {
-    if out.is_null() {
-        set_last_error("options pointer is NULL");
-        return ETHBCAST_ERR_INVALID;
+/// `opts` is NULL or points to at least 4 readable bytes, and to `size` (its first field)
+/// readable bytes when that is a size this library accepts.
+unsafe fn read_options(opts: *const EthbcastOptions) -> Result<EthbcastOptions, Failure> {
+    if opts.is_null() {
+        return Ok(EthbcastOptions::default());
     }
-    // SAFETY: non-NULL, and the caller promises it points to writable options.
-    unsafe { out.write(EthbcastOptions::default()) };
-    ETHBCAST_OK
+    // SAFETY: non-NULL, and every layout of the options begins with the 4-byte size.
+    let size = unsafe { opts.cast::<u32>().read_unaligned() } as usize;
+    check_options_size(size)?;
+    let bytes = opts.cast::<u8>();
+    if size > OPTIONS_SIZE {
+        // SAFETY: the caller promises `size` readable bytes; `size` <= OPTIONS_MAX_SIZE.
+        let tail =
+            unsafe { std::slice::from_raw_parts(bytes.add(OPTIONS_SIZE), size - OPTIONS_SIZE) };
+        if let Some(i) = tail.iter().position(|&b| b != 0) {
+            return Err(Failure::invalid(format!(
+                "options of {size} bytes set byte {} beyond the {OPTIONS_SIZE} that libethbcast_capi ABI {ETHBCAST_ABI_VERSION} knows: the program was built against a newer ethbcast.h than this library; run it with a newer libethbcast_capi",
+                OPTIONS_SIZE + i
+            )));
+        }
+    }
+    let mut c = EthbcastOptions::default();
+    // SAFETY: `size.min(OPTIONS_SIZE)` bytes are readable at `bytes` (the caller's promise)
+    // and writable at `c`; every byte pattern is a valid `EthbcastOptions` (asserted above).
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes, (&raw mut c).cast::<u8>(), size.min(OPTIONS_SIZE))
+    };
+    Ok(c)
+}
+
+/// Fills the `size` bytes at `out` with the default options, and `out->size` with `size`.
+/// Programs call it through `ethbcast_options_default(&opts)`, an inline function of the
+/// header that passes `sizeof opts`: it never writes more than the caller's struct has.
+/// Bytes beyond the options this library knows are set to 0 (the default of fields added
+/// later). Returns `ETHBCAST_OK`, or `ETHBCAST_ERR_INVALID` (nothing written) if `out` is
+/// NULL or `size` is smaller than the options of ABI 1 or larger than 4096.
+///
+/// # Safety
+/// `out` is NULL or points to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ethbcast_options_init(out: *mut EthbcastOptions, size: usize) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::invalid("options pointer is NULL"));
+        }
+        check_options_size(size)?;
+        let defaults = EthbcastOptions {
+            // At most OPTIONS_MAX_SIZE: the cast cannot truncate.
+            size: size as u32,
+            ..EthbcastOptions::default()
+        };
+        let known = size.min(OPTIONS_SIZE);
+        let bytes = out.cast::<u8>();
+        // SAFETY: the caller promises `size` writable bytes at `out`; `known` <= `size` bytes
+        // are read from `defaults`, which has no padding (asserted above).
+        unsafe {
+            std::ptr::copy_nonoverlapping((&raw const defaults).cast::<u8>(), bytes, known);
+            bytes.add(known).write_bytes(0, size - known);
+        }
+        Ok(())
+    })
 }
 
 /// Checks, without joining a group, that `iface` exists and that this process may open a
@@ -492,8 +670,11 @@ pub unsafe extern "C" fn ethbcast_probe(iface: *const c_char) -> c_int {
 }
 
 /// Opens interface `iface` and joins the group; on success stores the handle in `*out`.
-/// `opts` may be NULL for the defaults (rank and size from the environment). Every member
-/// must call it; it returns when all have joined, or fails after `timeout_ms`. When the
+/// `opts` may be NULL for the defaults (rank and size from the environment). Options whose
+/// `size` is not that of options filled by `ethbcast_options_default` (a program built
+/// against an ethbcast.h without the field), or that set fields this library does not know,
+/// are `ETHBCAST_ERR_INVALID`. Every member must call it; it returns when all have joined,
+/// or fails after `timeout_ms`. When the
 /// launcher's environment says that several ranks share a host (`ETHBCAST_LOCAL_RANK`/
 /// `_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`/`_SIZE`, `MPI_LOCALRANKID`/`MPI_LOCALNRANKS`,
 /// `SLURM_LOCALID`/`SLURM_NTASKS_PER_NODE`; blocks of consecutive ranks, as many on every
@@ -501,7 +682,8 @@ pub unsafe extern "C" fn ethbcast_probe(iface: *const c_char) -> c_int {
 ///
 /// # Safety
 /// `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by
-/// `ethbcast_options_default`; `out` is NULL or points to writable memory for one pointer.
+/// `ethbcast_options_default` (their `size` bytes readable); `out` is NULL or points to
+/// writable memory for one pointer.
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_open(
     iface: *const c_char,
@@ -514,12 +696,12 @@ pub unsafe extern "C" fn ethbcast_open(
         }
         // SAFETY: the caller promises NULL or a NUL-terminated string.
         let iface = unsafe { c_str(iface, "interface name") }?;
-        // SAFETY: the caller promises NULL or valid options; `as_ref` maps NULL to None.
-        let c_opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        // SAFETY: the caller promises NULL or options filled by `ethbcast_options_default`.
+        let c_opts = unsafe { read_options(opts) }?;
         // SAFETY: the caller promises options whose key pointers are NULL or valid.
         let options = unsafe { open_options(&c_opts) }?;
         let endpoint = Endpoint::open(iface, options)?;
-        let handle = Box::into_raw(Box::new(EthbcastGroup { endpoint }));
+        let handle = register(EthbcastGroup { endpoint });
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
         unsafe { out.write(handle) };
         Ok(())
@@ -539,7 +721,8 @@ pub unsafe extern "C" fn ethbcast_open(
 ///
 /// # Safety
 /// `iface` is NULL or a NUL-terminated string; `opts` is NULL or points to options filled by
-/// `ethbcast_options_default`; `host_of_rank` is NULL or points to `size` readable ints;
+/// `ethbcast_options_default` (their `size` bytes readable); `host_of_rank` is NULL or
+/// points to `size` readable ints;
 /// `out` is NULL or points to writable memory for one pointer.
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_open_hosts(
@@ -567,8 +750,8 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
             .ok_or_else(|| Failure::invalid(format!("rank {rank} is not in a job of {size}")))?;
         // SAFETY: the caller promises NULL or a NUL-terminated string.
         let iface = unsafe { c_str(iface, "interface name") }?;
-        // SAFETY: the caller promises NULL or valid options; `as_ref` maps NULL to None.
-        let c_opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        // SAFETY: the caller promises NULL or options filled by `ethbcast_options_default`.
+        let c_opts = unsafe { read_options(opts) }?;
         // SAFETY: non-NULL, and the caller promises `size` readable ints (size > 0 checked).
         let labels = unsafe { std::slice::from_raw_parts(host_of_rank, usize::from(size_u16)) };
         let hosts = Hosts::from_labels(labels).map_err(|e| Failure::from(CallError::from(e)))?;
@@ -576,43 +759,31 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
         let mut options = unsafe { open_options(&c_opts) }?;
         options.host.placement = Placement::Hosts { rank, hosts };
         let endpoint = Endpoint::open(iface, options)?;
-        let handle = Box::into_raw(Box::new(EthbcastGroup { endpoint }));
+        let handle = register(EthbcastGroup { endpoint });
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
         unsafe { out.write(handle) };
         Ok(())
     })
 }
 
-/// This member's rank, or -1 if `group` is NULL.
-///
-/// # Safety
-/// `group` is NULL or a live handle.
+/// This member's rank, or -1 if `group` is NULL, closed or not a handle.
 #[no_mangle]
-pub unsafe extern "C" fn ethbcast_rank(group: *const EthbcastGroup) -> c_int {
-    // SAFETY: the caller promises NULL or a live handle.
-    unsafe { query(group, |g| c_int::from(g.endpoint.rank())) }
+pub extern "C" fn ethbcast_rank(group: *const EthbcastGroup) -> c_int {
+    query(group, |g| c_int::from(g.endpoint.rank()))
 }
 
-/// Number of members, or -1 if `group` is NULL.
-///
-/// # Safety
-/// `group` is NULL or a live handle.
+/// Number of members, or -1 if `group` is NULL, closed or not a handle.
 #[no_mangle]
-pub unsafe extern "C" fn ethbcast_size(group: *const EthbcastGroup) -> c_int {
-    // SAFETY: the caller promises NULL or a live handle.
-    unsafe { query(group, |g| c_int::from(g.endpoint.size())) }
+pub extern "C" fn ethbcast_size(group: *const EthbcastGroup) -> c_int {
+    query(group, |g| c_int::from(g.endpoint.size()))
 }
 
 /// Whether the group has a key (1) or not (0): with one, every frame is authenticated and a
 /// host on the segment without the key can neither write into broadcast buffers nor release
-/// barriers nor evict members. -1 if `group` is NULL.
-///
-/// # Safety
-/// `group` is NULL or a live handle.
+/// barriers nor evict members. -1 if `group` is NULL, closed or not a handle.
 #[no_mangle]
-pub unsafe extern "C" fn ethbcast_keyed(group: *const EthbcastGroup) -> c_int {
-    // SAFETY: the caller promises NULL or a live handle.
-    unsafe { query(group, |g| c_int::from(g.endpoint.keyed())) }
+pub extern "C" fn ethbcast_keyed(group: *const EthbcastGroup) -> c_int {
+    query(group, |g| c_int::from(g.endpoint.keyed()))
 }
 
 /// Broadcast (MPI_Bcast): at `root`, sends the `len` bytes at `buf`; at every other member,
@@ -621,8 +792,8 @@ pub unsafe extern "C" fn ethbcast_keyed(group: *const EthbcastGroup) -> c_int {
 /// `ETHBCAST_ERR_LENGTH` and leaves `buf` unchanged. `buf` may be NULL when `len` is 0.
 ///
 /// # Safety
-/// `group` is NULL or a live handle; `buf` points to `len` bytes, readable at the root and
-/// writable elsewhere, not accessed by others during the call.
+/// `buf` points to `len` bytes, readable at the root and writable elsewhere, not accessed by
+/// others during the call.
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_bcast(
     group: *mut EthbcastGroup,
@@ -652,34 +823,25 @@ pub unsafe extern "C" fn ethbcast_bcast(
         };
         Ok(g.endpoint.bcast(root, data)?)
     };
-    // SAFETY: the caller promises NULL or a live handle.
-    unsafe { on_group(group, call) }
+    on_group(group, call)
 }
 
 /// Barrier (MPI_Barrier): returns once every member has entered.
-///
-/// # Safety
-/// `group` is NULL or a live handle.
 #[no_mangle]
-pub unsafe extern "C" fn ethbcast_barrier(group: *mut EthbcastGroup) -> c_int {
-    // SAFETY: the caller promises NULL or a live handle.
-    unsafe { on_group(group, |g| Ok(g.endpoint.barrier()?)) }
+pub extern "C" fn ethbcast_barrier(group: *mut EthbcastGroup) -> c_int {
+    on_group(group, |g| Ok(g.endpoint.barrier()?))
 }
 
 /// Waits until everything this member broadcast has been acknowledged by every member.
-///
-/// # Safety
-/// `group` is NULL or a live handle.
 #[no_mangle]
-pub unsafe extern "C" fn ethbcast_flush(group: *mut EthbcastGroup) -> c_int {
-    // SAFETY: the caller promises NULL or a live handle.
-    unsafe { on_group(group, |g| Ok(g.endpoint.flush()?)) }
+pub extern "C" fn ethbcast_flush(group: *mut EthbcastGroup) -> c_int {
+    on_group(group, |g| Ok(g.endpoint.flush()?))
 }
 
 /// Copies the group's counters into `*out`.
 ///
 /// # Safety
-/// `group` is NULL or a live handle; `out` is NULL or points to writable counters.
+/// `out` is NULL or points to writable counters.
 #[no_mangle]
 pub unsafe extern "C" fn ethbcast_counters(
     group: *const EthbcastGroup,
@@ -693,25 +855,23 @@ pub unsafe extern "C" fn ethbcast_counters(
         unsafe { out.write(g.endpoint.counters()) };
         Ok(())
     };
-    // SAFETY: the caller promises NULL or a live handle.
-    unsafe { on_group(group, counters) }
+    on_group(group, counters)
 }
 
 /// Leaves the group and frees the handle: waits (up to the timeout) until this member's
 /// broadcasts are acknowledged, serves peers for `linger_ms`, then closes the interface.
-/// NULL is accepted and does nothing. The handle is invalid afterwards, even on error.
-///
-/// # Safety
-/// `group` is NULL or a live handle, not used by any other thread during or after the call.
+/// NULL is accepted and does nothing. The handle is closed afterwards, even on error; a
+/// closed handle (a second close, any call after close) is refused with
+/// `ETHBCAST_ERR_HANDLE`, as is a value that was never a handle. While another thread is
+/// inside a call on the group, the close is refused with `ETHBCAST_ERR_BUSY` and the handle
+/// stays open: nothing in use is freed.
 #[no_mangle]
-pub unsafe extern "C" fn ethbcast_close(group: *mut EthbcastGroup) -> c_int {
+pub extern "C" fn ethbcast_close(group: *mut EthbcastGroup) -> c_int {
     if group.is_null() {
         return ETHBCAST_OK;
     }
-    // SAFETY: a live handle made by `Box::into_raw` in `ethbcast_open`, handed back once.
-    let handle = unsafe { Box::from_raw(group) };
-    guard(move || {
-        handle.endpoint.close()?;
+    guard(|| {
+        unregister(group)?.endpoint.close()?;
         Ok(())
     })
 }
@@ -734,6 +894,8 @@ pub extern "C" fn ethbcast_strerror(code: c_int) -> *const c_char {
         ETHBCAST_ERR_INTERNAL => c"internal error (close the group)",
         ETHBCAST_ERR_SHARED_MEMORY => c"ranks on one host could not share memory (check /dev/shm; a rank on the host gone, or collectives called in different orders)",
         ETHBCAST_ERR_KEY => c"no usable group key (the key file cannot be read or holds no key, or ETHBCAST_REQUIRE_KEY=1 and no key is given)",
+        ETHBCAST_ERR_BUSY => c"another thread is inside a call on this group (close it once that call has returned)",
+        ETHBCAST_ERR_HANDLE => c"not an open group handle (closed already, or never returned by ethbcast_open)",
         _ => c"unknown error code",
     };
     s.as_ptr()
@@ -859,8 +1021,72 @@ mod tests {
     }
 
     #[test]
+    fn options_init_writes_exactly_the_size_it_is_given() {
+        // Room for a newer header's 16 bytes of later fields, then bytes not the options'.
+        let mut buf = [0xCC_u8; OPTIONS_SIZE + 32];
+        let size = OPTIONS_SIZE + 16;
+        // SAFETY: `buf` has `size` writable bytes.
+        let rc = unsafe { ethbcast_options_init(buf.as_mut_ptr().cast(), size) };
+        assert_eq!(rc, ETHBCAST_OK);
+        assert!(buf[OPTIONS_SIZE..size].iter().all(|&b| b == 0));
+        assert!(buf[size..].iter().all(|&b| b == 0xCC));
+        // SAFETY: `buf` holds the options just written.
+        let read = unsafe { read_options(buf.as_ptr().cast()) }.unwrap();
+        assert_eq!(read.size as usize, size);
+        assert_eq!(read.timeout_ms, EthbcastOptions::default().timeout_ms);
+        // A later field set: refused, naming the byte.
+        buf[OPTIONS_SIZE + 3] = 1;
+        // SAFETY: as above.
+        let e = unsafe { read_options(buf.as_ptr().cast()) }.unwrap_err();
+        assert_eq!(e.code, ETHBCAST_ERR_INVALID);
+        assert!(
+            e.message
+                .contains(&format!("set byte {}", OPTIONS_SIZE + 3)),
+            "{}",
+            e.message
+        );
+        // Smaller than any sized layout: refused, nothing written.
+        let mut small = [0xCC_u8; OPTIONS_SIZE];
+        // SAFETY: `small` has 36 writable bytes.
+        let rc = unsafe { ethbcast_options_init(small.as_mut_ptr().cast(), 36) };
+        assert_eq!(rc, ETHBCAST_ERR_INVALID);
+        assert!(small.iter().all(|&b| b == 0xCC));
+    }
+
+    #[test]
+    fn key_null_with_a_length_is_invalid_not_keyless() {
+        let c = EthbcastOptions {
+            key_len: 32,
+            ..EthbcastOptions::default()
+        };
+        // SAFETY: the key pointers are NULL.
+        let e = unsafe { open_options(&c) }.unwrap_err();
+        assert_eq!(e.code, ETHBCAST_ERR_INVALID);
+        assert!(e.message.contains("key_len is 32"), "{}", e.message);
+    }
+
+    #[test]
+    fn values_that_are_no_open_handle_are_refused() {
+        let x = 0_u64;
+        for h in [
+            std::ptr::from_ref(&x).cast::<EthbcastGroup>(),
+            std::ptr::without_provenance(0x1_0000_0001),
+            // An even generation is never a handle's.
+            std::ptr::without_provenance(0x2_0000_0001),
+        ] {
+            assert_eq!(lookup(h).err().map(|f| f.code), Some(ETHBCAST_ERR_HANDLE));
+            assert_eq!(ethbcast_close(h.cast_mut()), ETHBCAST_ERR_HANDLE);
+            assert_eq!(ethbcast_rank(h), -1);
+        }
+        assert_eq!(
+            lookup(std::ptr::null()).err().map(|f| f.code),
+            Some(ETHBCAST_ERR_INVALID)
+        );
+    }
+
+    #[test]
     fn every_code_has_its_own_sentence() {
-        let codes = ETHBCAST_ERR_KEY..=ETHBCAST_OK;
+        let codes = ETHBCAST_ERR_HANDLE..=ETHBCAST_OK;
         let texts: std::collections::BTreeSet<String> = codes
             .clone()
             // SAFETY: ethbcast_strerror returns a static NUL-terminated string.

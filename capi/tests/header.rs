@@ -33,6 +33,12 @@ fn the_checked_in_header_matches_the_rust_source() {
         "ethbcast_strerror",
         "ethbcast_counters",
         "ETHBCAST_ERR_TIMEOUT",
+        "ETHBCAST_ERR_HANDLE",
+        "ETHBCAST_ABI_VERSION",
+        "ethbcast_options_init",
+        // The options' size comes from the caller's struct.
+        "uint32_t size;",
+        "static inline int ethbcast_options_default(ethbcast_options_t *out) {\n  return ethbcast_options_init(out, sizeof *out);",
     ] {
         assert!(fresh.contains(name), "{name} missing from the header");
     }

@@ -2,7 +2,7 @@
 //! against it, and collecting the programs' outputs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 /// The static library cargo built for this test run (next to the test binary).
@@ -18,10 +18,24 @@ pub fn staticlib() -> PathBuf {
     .expect("libethbcast_capi.a next to the test binary (crate-type staticlib)")
 }
 
-/// Compiles one C file against the static library; returns the executable.
-pub fn compile(source: &str, name: &str) -> PathBuf {
+/// The shared library cargo built for this test run (next to the test binary).
+#[allow(dead_code)] // Not every test binary that shares this module links dynamically.
+pub fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps directory");
+    [
+        deps.join("libethbcast_capi.so"),
+        deps.join("../libethbcast_capi.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .expect("libethbcast_capi.so next to the test binary (crate-type cdylib)")
+}
+
+/// The system C compiler (the `cc` crate finds it) with the flags of every C test and the
+/// header's directory on the include path; sources, libraries and `-o` are the caller's.
+pub fn c_compiler() -> Command {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}"));
     let target = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
     let compiler = cc::Build::new()
         .cargo_metadata(false)
@@ -29,10 +43,17 @@ pub fn compile(source: &str, name: &str) -> PathBuf {
         .target(&target)
         .host(&target)
         .get_compiler();
-    let status = compiler
-        .to_command()
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(dir)
+    let mut cmd = compiler.to_command();
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(dir);
+    cmd
+}
+
+/// Compiles one C file against the static library; returns the executable.
+pub fn compile(source: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}"));
+    let status = c_compiler()
         .arg(dir.join(source))
         .arg(staticlib())
         .args(["-lpthread", "-ldl", "-lm", "-o"])
