@@ -73,7 +73,7 @@ fn summaries(out: &JobOutput) -> Vec<(u64, u64, u64, u64)> {
             continue;
         }
         let field = |name: &str| {
-            line.split(|c: char| c == '(' || c == ')' || c == ',')
+            line.split(['(', ')', ','])
                 .filter_map(|f| f.trim().strip_prefix(name))
                 .find_map(|v| v.strip_prefix('=').and_then(|v| v.parse().ok()))
                 .unwrap_or(0)
