@@ -32,10 +32,10 @@ use ethbcast::link::WaitMode;
 use serde::Serialize;
 
 use super::bed::{fmt_us, summarize};
-use super::cli::{code, fail, print};
+use super::cli::{code, fail, parse_limit, print, Limit};
 use super::table::Table;
 use crate::mpi::{self, Job, JobOutput, MpiBed, MpiError, MpiImpl};
-use crate::testbed::TestbedConfig;
+use crate::testbed::{Rate, TestbedConfig};
 
 /// The method, as printed with every report.
 pub const METHOD: &str = "C program under mpirun/mpiexec, one process per rank in the \
@@ -71,6 +71,8 @@ pub struct MpiBenchOptions {
     pub prefix: String,
     /// MTU of the test-bed's interfaces (`None`: 1500).
     pub mtu: Option<u32>,
+    /// Every port's rate limit (tbf, as a switch port; `None`: unshaped veths).
+    pub rate: Option<Rate>,
     /// A job still running after this long is killed.
     pub job_timeout: Duration,
     /// More interposer runs, each with this environment added.
@@ -95,6 +97,7 @@ impl MpiBenchOptions {
             wait: "adaptive".into(),
             prefix: "ebmpi".into(),
             mtu: None,
+            rate: None,
             job_timeout: Duration::from_secs(240),
             also: Vec::new(),
             control: false,
@@ -148,6 +151,8 @@ pub struct Report {
     pub notes: Vec<String>,
     /// How it was measured.
     pub method: String,
+    /// Every port's rate limit (`None`: unshaped veths).
+    pub rate: Option<String>,
 }
 
 /// One line of mpi_bench's output.
@@ -194,11 +199,13 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
     let namespaces = if k > 1 { o.hosts * k } else { o.hosts };
     let mut cfg = TestbedConfig::new(namespaces).prefix(&o.prefix);
     cfg.mtu = o.mtu;
+    cfg.rate = o.rate;
     let bed = MpiBed::up(&cfg, &dir)?;
     let mut report = Report {
         rows: Vec::new(),
         notes: Vec::new(),
         method: METHOD.into(),
+        rate: o.rate.map(|r| r.to_string()),
     };
     let rounds = o.rounds.clamp(1, o.iters);
     for (m, exe, so) in &programs {
@@ -508,7 +515,8 @@ pub fn render(r: &Report) -> String {
         ]);
     }
     let mut s = t.render();
-    let _ = writeln!(s, "latencies in µs; method: {}", r.method);
+    let ports = r.rate.as_deref().unwrap_or("unshaped veths");
+    let _ = writeln!(s, "ports: {ports}; latencies in µs; method: {}", r.method);
     for n in &r.notes {
         let _ = writeln!(s, "note: {n}");
     }
@@ -580,6 +588,7 @@ mod tests {
             rows: Vec::new(),
             notes: Vec::new(),
             method: METHOD.into(),
+            rate: None,
         };
         for (run, us) in runs.iter().zip([100.0, 50.0, 110.0]) {
             rows(
@@ -618,6 +627,7 @@ mod tests {
             rows: Vec::new(),
             notes: Vec::new(),
             method: METHOD.into(),
+            rate: None,
         };
         // Open MPI alone: rounds 0 and 1 at 100 and 200 µs. The interposer: round 0 at 50 µs,
         // round 1's job failed.
@@ -684,6 +694,10 @@ pub struct Args {
     /// MTU of the test-bed's interfaces (e.g. 9000 for jumbo frames; default 1500).
     #[arg(long)]
     mtu: Option<u32>,
+    /// Every port's rate limit (tbf, as a switch port), e.g. 100mbit or 1gbit; none (the
+    /// default) for unshaped veths.
+    #[arg(long, value_parser = parse_limit)]
+    rate: Option<Limit>,
     /// Seconds after which a job that has not finished is killed (its rows so far count).
     #[arg(long, default_value_t = 240)]
     job_timeout: u64,
@@ -715,6 +729,7 @@ impl Args {
         o.wait = self.wait.to_string();
         o.prefix = self.prefix;
         o.mtu = self.mtu;
+        o.rate = self.rate.and_then(|l| l.0);
         o.job_timeout = Duration::from_secs(self.job_timeout);
         match run(&o) {
             Ok(r) => {
