@@ -967,6 +967,84 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
 }
 
 #[test]
+fn sizes_rates_and_durations_take_the_documented_units() {
+    // Decimal and binary sizes, rates in bits or bytes per second, durations with units: all
+    // get as far as the interface.
+    for args in [
+        &[
+            "send",
+            "--iface",
+            "ethbcast-nope0",
+            "--receivers",
+            "1",
+            "-i",
+            "/dev/null",
+            "--chunk",
+            "1MB",
+            "--max-rate",
+            "100mbit",
+            "--wait",
+            "2s",
+            "--timeout",
+            "500ms",
+        ][..],
+        &[
+            "send",
+            "--iface",
+            "ethbcast-nope0",
+            "--receivers",
+            "1",
+            "-i",
+            "/dev/null",
+            "--chunk",
+            "256KiB",
+            "--max-rate",
+            "50MB/s",
+            "--report-wait",
+            "1m",
+        ],
+        &[
+            "recv",
+            "--iface",
+            "ethbcast-nope0",
+            "--max-bytes",
+            "500MB",
+            "--wait",
+            "2s",
+        ],
+        &[
+            "recv",
+            "--iface",
+            "ethbcast-nope0",
+            "--max-bytes",
+            "1MiB",
+            "--timeout",
+            "1.5",
+        ],
+    ] {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {e}");
+        assert!(e.contains("no such network interface"), "{args:?}: {e}");
+    }
+    for (opt, v, why) in [
+        ("--chunk", "1Mbit", "unknown unit"),
+        ("--chunk", "100", "1 KiB..64 MiB"),
+        ("--max-rate", "100mbps", "bps"),
+        ("--max-rate", "100", "needs a unit"),
+        ("--wait", "2 parsecs", "500ms"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["send", "--iface", "eth0", "--receivers", "1", opt, v])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opt} {v}: {e}");
+        assert!(e.contains(why), "{opt} {v}: {e}");
+    }
+}
+
+#[test]
 fn durations_are_checked_and_inf_means_no_limit() {
     // A duration clap accepted used to reach `Duration::from_secs_f64` unchecked: `inf`
     // panicked (exit 101). Now it means no limit: these get as far as the interface.

@@ -9,10 +9,11 @@ use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
 use ethbcast::group::StreamOptions;
 use ethbcast::link::{Backend, WaitMode};
-use ethbcast::transfer::{rate::parse_rate, DigestAlgo};
+use ethbcast::transfer::DigestAlgo;
 use ethbcast_tools::distribute::{
-    self, parse_bytes, parse_seconds, recv, send, send::Expect, Fatal, LinkOpts, DEFAULT_GROUP_ID,
+    self, recv, send, send::Expect, Fatal, LinkOpts, DEFAULT_GROUP_ID,
 };
+use ethbcast_tools::testbed::units::{self, parse_duration};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -122,25 +123,30 @@ fn parse_window(s: &str) -> Result<usize, String> {
 struct MaxBytes(Option<u64>);
 
 fn parse_max_bytes(s: &str) -> Result<MaxBytes, String> {
-    parse_bytes(s).map(MaxBytes)
+    if s.trim().eq_ignore_ascii_case("inf") {
+        return Ok(MaxBytes(None));
+    }
+    units::parse_size(s)
+        .map(|n| MaxBytes(Some(n)))
+        .map_err(|e| e.to_string())
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (n, u) = t.split_at(split);
-    let n: usize = n.parse().map_err(|e| format!("{s:?}: {e}"))?;
-    let m = match u.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" | "k" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        _ => return Err(format!("{s:?}: unit must be B, K/KiB or M/MiB")),
-    };
-    let v = n * m;
+/// `send --chunk`: 1 KiB to 64 MiB.
+fn parse_chunk(s: &str) -> Result<usize, String> {
+    let v = units::parse_size(s).map_err(|e| e.to_string())?;
     if !(1024..=64 << 20).contains(&v) {
-        return Err(format!("{s:?}: chunk must be 1 KiB..64 MiB"));
+        return Err("chunk must be 1 KiB..64 MiB".into());
     }
-    Ok(v)
+    Ok(v as usize)
+}
+
+/// `send --max-rate` in bytes per second, at least 1000.
+fn parse_max_rate(s: &str) -> Result<u64, String> {
+    let bytes = units::parse_rate(s).map_err(|e| e.to_string())? / 8;
+    if bytes < 1000 {
+        return Err("a rate must be at least 1000 B/s (8kbit)".into());
+    }
+    Ok(bytes)
 }
 
 #[derive(Subcommand)]
@@ -166,27 +172,28 @@ enum Cmd {
         hostfile: Option<PathBuf>,
         /// Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only
         /// by the shared buffer (at most --window frames unacknowledged).
-        #[arg(long, value_parser = parse_rate)]
+        #[arg(long, value_parser = parse_max_rate)]
         max_rate: Option<u64>,
         /// End-to-end digest every receiver checks: xxh3 (XXH3-128, fast) or blake3
         /// (cryptographic, about 6% slower on a busy 8-receiver host).
         #[arg(long, value_enum, default_value = "xxh3")]
         digest: DigestAlgo,
-        /// Bytes per broadcast message (e.g. 1M, 256K).
-        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        /// Bytes per broadcast message (e.g. 1M, 256KiB, 1MB; K, M are binary, KB, MB decimal).
+        #[arg(long, default_value = "1M", value_parser = parse_chunk)]
         chunk: usize,
-        /// Seconds to wait for the receivers to join (exit 3 if they don't); inf: no limit.
-        #[arg(long, default_value = "60", value_parser = parse_seconds)]
+        /// Seconds to wait for the receivers to join (exit 3 if they don't), e.g. 60, 2.5, 500ms,
+        /// 2m; inf: no limit.
+        #[arg(long, default_value = "60", value_parser = parse_duration)]
         wait: Duration,
         /// Evict a receiver whose cursor has not moved and that was silent this many
         /// seconds while it had data outstanding, and fail one that acknowledged all data
         /// but showed no progress towards its report (its output taking data) for as long;
         /// inf: never.
-        #[arg(long, default_value = "3", value_parser = parse_seconds)]
+        #[arg(long, default_value = "3", value_parser = parse_duration)]
         timeout: Duration,
         /// Seconds to wait for completion reports once all data is acknowledged (an -O
         /// command may need time to finish); inf: no limit.
-        #[arg(long, default_value = "60", value_parser = parse_seconds)]
+        #[arg(long, default_value = "60", value_parser = parse_duration)]
         report_wait: Duration,
         /// No progress bar or messages (the REPORT is still printed to stderr).
         #[arg(long)]
@@ -209,12 +216,13 @@ enum Cmd {
         command: Option<String>,
         /// Give up after this many seconds without any frame from the sender, or without the
         /// output (file, stdout, -O command) taking any data; inf: never.
-        #[arg(long, default_value = "30", value_parser = parse_seconds)]
+        #[arg(long, default_value = "30", value_parser = parse_duration)]
         timeout: Duration,
         /// Seconds to wait for a sender to start (exit 3 if none does); inf: no limit.
-        #[arg(long, default_value = "3600", value_parser = parse_seconds)]
+        #[arg(long, default_value = "3600", value_parser = parse_duration)]
         wait: Duration,
-        /// Refuse a stream larger than this (e.g. 500M, 64G; binary units): at its header when
+        /// Refuse a stream larger than this (e.g. 500M, 64GiB, 500MB; K, M, G, T are binary, KB,
+        /// MB, GB, TB decimal): at its header when
         /// it announces its size, else as soon as its data passes the limit; the output is
         /// then discarded (exit 1). A stream is refused in any case when its data runs past the
         /// size it announced. inf: no limit.
