@@ -8,4 +8,5 @@ pub use ethbcast_testbed::{mpi, netns};
 pub mod bench;
 pub mod distribute;
 pub mod hostile;
+pub mod logging;
 pub mod packaging;

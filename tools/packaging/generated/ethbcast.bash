@@ -41,7 +41,7 @@ _ethbcast() {
 
     case "${cmd}" in
         ethbcast)
-            opts="-h -V --help --version send recv help"
+            opts="-v -h -V --verbose --help --version send recv help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -111,7 +111,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --output --command --timeout --wait --max-bytes --quiet --json --help"
+            opts="-o -O -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --output --command --timeout --wait --max-bytes --quiet --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -189,7 +189,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --help"
+            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
