@@ -1690,3 +1690,124 @@ fn sender_and_receiver_hold_no_capability_once_their_link_is_open() {
 fn netns_available() -> bool {
     ethbcast_tools::testbed::netns_available("distribute", true)
 }
+
+#[test]
+fn min_receivers_starts_without_a_missing_host_and_every_report_names_the_hosts() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(4).prefix(prefix("m"))).expect("test-bed");
+    let dir = tmpdir("minrecv");
+    let key = dir.join("key");
+    std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    let key = key.to_str().unwrap();
+    // Hosts 1..3 by name; host 3 runs no receiver.
+    let hostfile = dir.join("hosts");
+    let mut lines = String::from("# the cluster\n");
+    for h in &tb.hosts()[1..] {
+        lines.push_str(&format!(
+            "node{} {}\n",
+            h.index,
+            ethbcast_tools::testbed::format_mac(&h.mac)
+        ));
+    }
+    std::fs::write(&hostfile, lines).unwrap();
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 3 << 20, 52);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            key,
+            "-i",
+            input.to_str().unwrap(),
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--min-receivers",
+            "2",
+            "--max-wait",
+            "2s",
+            // Far longer than the test waits: the transfer starts after --max-wait.
+            "--wait",
+            "600",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // A host of the hostfile got nothing: not a success.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(rep["not_joined"], 1, "{rep}");
+    let missing = rep["missing"].as_array().expect("missing hosts");
+    assert_eq!(missing.len(), 1, "{rep}");
+    assert_eq!(missing[0]["host"], "node3", "{rep}");
+    assert_eq!(
+        missing[0]["mac"],
+        ethbcast_tools::testbed::format_mac(&tb.hosts()[3].mac),
+        "{rep}"
+    );
+    let receivers = rep["receivers"].as_array().unwrap();
+    let mut names: Vec<&str> = receivers
+        .iter()
+        .map(|r| {
+            assert_eq!(r["status"], "completed", "{rep}");
+            r["host"].as_str().expect("host name")
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["node1", "node2"], "{rep}");
+    // The text REPORT names them too.
+    assert!(stderr.contains("did NOT join: node3"), "{stderr}");
+    assert!(
+        stderr.contains("node1") && stderr.contains("node2"),
+        "{stderr}"
+    );
+    for (r, o) in rs.iter_mut().zip(&outs) {
+        let ro = r.wait_timeout(Duration::from_secs(30));
+        assert_eq!(
+            ro.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&ro.stderr)
+        );
+        assert!(std::fs::read(o).unwrap() == data, "{} differs", o.display());
+    }
+    tb.down().unwrap();
+}
+
+#[test]
+fn min_receivers_must_be_between_1_and_the_receivers_expected() {
+    for (args, why) in [
+        (
+            "--receivers 3 --min-receivers 4 --max-wait 2s",
+            "must be 1..=3",
+        ),
+        (
+            "--receivers 3 --min-receivers 0 --max-wait 2s",
+            "must be 1..=3",
+        ),
+        ("--receivers 3 --min-receivers 2", "--max-wait"),
+        ("--receivers 3 --max-wait 2s", "--min-receivers"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["send", "--iface", "ethbcast-nope0", "-i", "/dev/null"])
+            .args(args.split(' '))
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args}: {e}");
+        assert!(e.contains(why), "{args}: {e}");
+    }
+}

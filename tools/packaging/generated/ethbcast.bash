@@ -189,7 +189,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --verbose --help"
+            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -244,6 +244,14 @@ _ethbcast() {
                     return 0
                     ;;
                 --hostfile)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-receivers)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-wait)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

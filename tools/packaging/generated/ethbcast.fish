@@ -41,7 +41,9 @@ complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l key-file -d '
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l group-address -d 'Where broadcasts go: derived (the group\'s own multicast address, 03:eb: and the group id, so hosts outside the transfer never see its frames), broadcast (every host of the segment; for switches or NICs that mishandle multicast), or a multicast MAC' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -s i -l input -d 'Input file (default: standard input, read until EOF)' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l receivers -d 'Wait for this many receivers' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l hostfile -d 'Wait for exactly the hosts of this file (one MAC per line, optionally after a host name; `#` comments)' -r -F
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l hostfile -d 'Wait for exactly the hosts of this file (one MAC per line, optionally with the host\'s name, which the report shows; `#` comments)' -r -F
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l min-receivers -d 'Start without some receivers: once at least this many have joined and --max-wait has passed; the report names those that did not join (exit 1 then)' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l max-wait -d 'With --min-receivers: how long to wait for all receivers (e.g. 2s, 30)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l max-rate -d 'Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only by the shared buffer (at most --window frames unacknowledged)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l digest -d 'End-to-end digest every receiver checks: xxh3 (XXH3-128, fast) or blake3 (cryptographic, about 6% slower on a busy 8-receiver host)' -r -f -a "xxh3\t'XXH3, 128 bits (the default)'
 blake3\t'BLAKE3, 256 bits'"

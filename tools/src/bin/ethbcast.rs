@@ -35,8 +35,11 @@ Examples:
   ethbcast recv --iface eth0 -O 'tar -x -C /opt'
   tar -c -C /src . | ethbcast send --iface eth0 --receivers 8 --max-rate 500mbit
 
-  # exactly the hosts of a hostfile (one MAC per line), JSON report:
-  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --json > report.json";
+  # exactly the hosts of a hostfile (a host name and its MAC per line), JSON report:
+  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --json > report.json
+
+  # start once 7 of the hostfile's 8 hosts joined and 30 s passed; the report names the 8th:
+  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --min-receivers 7 --max-wait 30s";
 
 #[derive(Parser)]
 #[command(
@@ -170,10 +173,17 @@ enum Cmd {
             conflicts_with = "hostfile"
         )]
         receivers: Option<usize>,
-        /// Wait for exactly the hosts of this file (one MAC per line, optionally after a
-        /// host name; `#` comments).
+        /// Wait for exactly the hosts of this file (one MAC per line, optionally with the host's
+        /// name, which the report shows; `#` comments).
         #[arg(long)]
         hostfile: Option<PathBuf>,
+        /// Start without some receivers: once at least this many have joined and --max-wait
+        /// has passed; the report names those that did not join (exit 1 then).
+        #[arg(long, requires = "max_wait")]
+        min_receivers: Option<usize>,
+        /// With --min-receivers: how long to wait for all receivers (e.g. 2s, 30).
+        #[arg(long, requires = "min_receivers", value_parser = parse_duration)]
+        max_wait: Option<Duration>,
         /// Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only
         /// by the shared buffer (at most --window frames unacknowledged).
         #[arg(long, value_parser = parse_max_rate)]
@@ -295,6 +305,8 @@ fn main() -> ExitCode {
             input,
             receivers,
             hostfile,
+            min_receivers,
+            max_wait,
             max_rate,
             digest,
             chunk,
@@ -329,6 +341,21 @@ fn main() -> ExitCode {
                 }
                 (None, None) => unreachable!("clap requires one"),
             };
+            let settle = match (min_receivers, max_wait) {
+                (Some(min), Some(after)) if (1..=expect.len()).contains(&min) => {
+                    Some(ethbcast::group::Settle { min, after })
+                }
+                (Some(min), Some(_)) => {
+                    return fail(Fatal::new(
+                        distribute::EXIT_USAGE,
+                        format!(
+                            "--min-receivers {min}: must be 1..={} (the receivers expected)",
+                            expect.len()
+                        ),
+                    ))
+                }
+                _ => None,
+            };
             let args = send::SendArgs {
                 link: match link_opts(&common, WaitMode::Adaptive) {
                     Ok(l) => l,
@@ -336,6 +363,7 @@ fn main() -> ExitCode {
                 },
                 input,
                 expect,
+                settle,
                 digest,
                 max_rate,
                 chunk,
