@@ -16,6 +16,9 @@ _ethbcast() {
             ",$1")
                 cmd="ethbcast"
                 ;;
+            ethbcast,doctor)
+                cmd="ethbcast__subcmd__doctor"
+                ;;
             ethbcast,help)
                 cmd="ethbcast__subcmd__help"
                 ;;
@@ -24,6 +27,9 @@ _ethbcast() {
                 ;;
             ethbcast,send)
                 cmd="ethbcast__subcmd__send"
+                ;;
+            ethbcast__subcmd__help,doctor)
+                cmd="ethbcast__subcmd__help__subcmd__doctor"
                 ;;
             ethbcast__subcmd__help,help)
                 cmd="ethbcast__subcmd__help__subcmd__help"
@@ -41,7 +47,7 @@ _ethbcast() {
 
     case "${cmd}" in
         ethbcast)
-            opts="-v -h -V --verbose --help --version send recv help"
+            opts="-v -h -V --verbose --help --version send recv doctor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -54,9 +60,45 @@ _ethbcast() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        ethbcast__subcmd__help)
-            opts="send recv help"
+        ethbcast__subcmd__doctor)
+            opts="-v -h --iface --backend --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --iface)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ethbcast__subcmd__help)
+            opts="send recv doctor help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ethbcast__subcmd__help__subcmd__doctor)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

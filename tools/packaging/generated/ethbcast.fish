@@ -29,6 +29,7 @@ complete -c ethbcast -n "__fish_ethbcast_needs_command" -s h -l help -d 'Print h
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -s V -l version -d 'Print version'
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "send" -d 'Send a file (-i) or standard input to the receivers'
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "recv" -d 'Receive one transfer: to stdout (default), a file (-o) or a command\'s stdin (-O)'
+complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "doctor" -d 'Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link. One line per check with its fix; exit 1 if any check fails'
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l iface -d 'Network interface (all hosts on one Ethernet segment)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l group-id -d 'Group id: transfers with different ids on one segment ignore each other' -r
@@ -75,6 +76,12 @@ complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l quiet -d 'No 
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l json -d 'Print the outcome as JSON on stderr (stdout may carry the data)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s v -l verbose -d 'Log more on stderr: -v information, -vv debug events (default: warnings and errors; RUST_LOG takes precedence)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s h -l help -d 'Print help'
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv help" -f -a "send" -d 'Send a file (-i) or standard input to the receivers'
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv help" -f -a "recv" -d 'Receive one transfer: to stdout (default), a file (-o) or a command\'s stdin (-O)'
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l iface -d 'Network interface' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l backend -d 'Link backend to check: ring, socket, pnet or xdp' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l json -d 'Print the checks as JSON on stdout'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -s v -l verbose -d 'Log more on stderr: -v information, -vv debug events (default: warnings and errors; RUST_LOG takes precedence)'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -s h -l help -d 'Print help'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv doctor help" -f -a "send" -d 'Send a file (-i) or standard input to the receivers'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv doctor help" -f -a "recv" -d 'Receive one transfer: to stdout (default), a file (-o) or a command\'s stdin (-O)'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv doctor help" -f -a "doctor" -d 'Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link. One line per check with its fix; exit 1 if any check fails'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv doctor help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

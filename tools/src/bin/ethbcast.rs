@@ -249,6 +249,20 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the
+    /// capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link. One line per
+    /// check with its fix; exit 1 if any check fails.
+    Doctor {
+        /// Network interface.
+        #[arg(long)]
+        iface: String,
+        /// Link backend to check: ring, socket, pnet or xdp.
+        #[arg(long, default_value = "ring")]
+        backend: Backend,
+        /// Print the checks as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write the man pages and shell completions into a directory (for packaging; see
     /// `ethbcast_tools::packaging`).
     #[command(hide = true)]
@@ -276,6 +290,10 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
     stream
         .check()
         .map_err(|e| Fatal::new(distribute::EXIT_USAGE, format!("invalid options: {e}")))?;
+    // A link on an interface that is down hears nobody: say so at once, with the fix.
+    if let Some((what, fix)) = ethbcast_tools::doctor::admin_down(&c.iface) {
+        return Err(Fatal::io(format!("{what}: {fix}")));
+    }
     stream.key = c
         .key_file
         .as_deref()
@@ -428,6 +446,35 @@ fn main() -> ExitCode {
                     ExitCode::from(r.code)
                 }
                 Err(f) => fail(f),
+            }
+        }
+        Cmd::Doctor {
+            iface,
+            backend,
+            json,
+        } => {
+            let checks = ethbcast_tools::doctor::run(
+                &iface,
+                backend,
+                distribute::DEFAULT_WINDOW + distribute::RETAINED,
+            );
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&checks).expect("checks serialise")
+                );
+            } else {
+                for c in &checks {
+                    println!("{}", c.render());
+                }
+            }
+            if checks
+                .iter()
+                .any(|c| c.status == ethbcast_tools::doctor::Status::Fail)
+            {
+                ExitCode::from(distribute::EXIT_FAILED)
+            } else {
+                ExitCode::SUCCESS
             }
         }
         Cmd::GenerateAssets { out } => {
