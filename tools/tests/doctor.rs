@@ -1,5 +1,6 @@
 //! `ethbcast doctor` on the test-bed: it passes on a healthy host, and names an interface that
-//! is down, a missing capability, an MTU too small and a backend override, each with its fix.
+//! is down, a missing capability, an MTU too small and a backend override, each with its fix;
+//! `recv` on an interface that is down or whose MTU is too small names it and the fix.
 //! Needs root and `setpriv`; with `ETHBCAST_REQUIRE_NETNS=1` (CI) a missing piece fails.
 
 use std::process::{Command, Output};
@@ -20,6 +21,22 @@ fn doctor(ns: &str, wrapper: &[&str], env: &[(&str, &str)]) -> (Output, String) 
     let out = cmd.output().expect("run ethbcast doctor");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     (out, text)
+}
+
+/// `ethbcast recv --iface eth0` in `ns` with a key, waiting up to 5 s for a sender.
+fn recv_on(ns: &str) -> Output {
+    let key = std::env::temp_dir().join(format!("ethbcast-doctor-{}.key", std::process::id()));
+    std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", ns, BIN, "recv", "--iface", "eth0", "--wait", "5",
+        ])
+        .arg("--key-file")
+        .arg(&key)
+        .output()
+        .expect("run ethbcast recv");
+    let _ = std::fs::remove_file(&key);
+    out
 }
 
 fn ip(args: &[&str]) {
@@ -59,17 +76,7 @@ fn doctor_passes_a_healthy_host_and_names_each_problem_with_its_fix() {
     ip(&["-n", &ns, "link", "set", "eth0", "down"]);
     let (out, text) = doctor(&ns, &[], &[]);
     // A receiver on it fails at once, naming the interface and the fix, instead of waiting.
-    let key = std::env::temp_dir().join(format!("ethbcast-doctor-{}.key", std::process::id()));
-    std::fs::write(&key, "a passphrase every host shares\n").unwrap();
-    let recv = Command::new("ip")
-        .args([
-            "netns", "exec", &ns, BIN, "recv", "--iface", "eth0", "--wait", "5",
-        ])
-        .arg("--key-file")
-        .arg(&key)
-        .output()
-        .expect("run ethbcast recv");
-    let _ = std::fs::remove_file(&key);
+    let recv = recv_on(&ns);
     ip(&["-n", &ns, "link", "set", "eth0", "up"]);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
@@ -85,7 +92,15 @@ fn doctor_passes_a_healthy_host_and_names_each_problem_with_its_fix() {
 
     ip(&["-n", &ns, "link", "set", "eth0", "mtu", "500"]);
     let (out, text) = doctor(&ns, &[], &[]);
+    let recv = recv_on(&ns);
     ip(&["-n", &ns, "link", "set", "eth0", "mtu", "1500"]);
+    let e = String::from_utf8_lossy(&recv.stderr);
+    assert_eq!(recv.status.code(), Some(4), "{e}");
+    assert!(
+        e.contains("interface eth0 has an MTU of 500 bytes")
+            && e.contains("ip link set eth0 mtu 1500"),
+        "{e}"
+    );
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
         text.contains("FAIL  interface eth0 has an MTU of 500 bytes")

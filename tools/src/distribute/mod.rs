@@ -150,6 +150,21 @@ impl From<ethbcast::member::MemberError> for Fatal {
     }
 }
 
+/// A link error from opening `iface`, naming the interface and, where there is one, the fix.
+pub fn link_error(iface: &str, e: LinkError) -> Fatal {
+    match e {
+        // Names the interface already.
+        LinkError::NoSuchInterface(_) => Fatal::from(e),
+        LinkError::MtuTooSmall { mtu, need } => Fatal::io(format!(
+            "interface {iface} has an MTU of {mtu} bytes, ethbcast needs at least {need}: ip link set {iface} mtu 1500"
+        )),
+        LinkError::Closed => Fatal::io(format!(
+            "interface {iface}: link closed (is it up? ip link set {iface} up)"
+        )),
+        e => Fatal::io(format!("interface {iface}: {e}")),
+    }
+}
+
 /// The interface and the stream's settings, shared by both sides.
 #[derive(Debug, Clone)]
 pub struct LinkOpts {

@@ -814,7 +814,10 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     // Decided before the output is opened (the link needs the capabilities dropped below);
     // `Sink::direct` checks the output itself.
     let retaining = null_output(&a.output);
-    let lnk = a.link.open_receiving(retaining)?;
+    let lnk = a
+        .link
+        .open_receiving(retaining)
+        .map_err(|e| super::link_error(&a.link.iface, e))?;
     // Before any thread starts (the Ctrl-C handler's, the writer): they inherit the empty
     // sets. The output is opened afterwards, with the same rights its final rename has.
     super::drop_capabilities()?;

@@ -370,7 +370,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     };
 
     let t_join = Instant::now();
-    let lnk = a.link.open()?;
+    let lnk = a
+        .link
+        .open()
+        .map_err(|e| super::link_error(&a.link.iface, e))?;
     // Before the Ctrl-C handler's thread starts: it inherits the empty sets.
     super::drop_capabilities()?;
     let stop = super::interrupt_flag();
