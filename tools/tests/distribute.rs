@@ -1692,7 +1692,8 @@ fn netns_available() -> bool {
 }
 
 #[test]
-fn min_receivers_starts_without_a_missing_host_and_every_report_names_the_hosts() {
+fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_failed_sends_to_it_alone(
+) {
     if !netns_available() {
         return;
     }
@@ -1784,6 +1785,42 @@ fn min_receivers_starts_without_a_missing_host_and_every_report_names_the_hosts(
         );
         assert!(std::fs::read(o).unwrap() == data, "{} differs", o.display());
     }
+    // The report's missing host alone gets the data with --only-failed.
+    let report = dir.join("report.json");
+    std::fs::write(&report, &out.stdout).unwrap();
+    let out3 = dir.join("out3.bin");
+    let mut r3 = recv(&tb, 3, &["--key-file", key, "-o", out3.to_str().unwrap()]);
+    let mut again = send(
+        &tb,
+        &[
+            "--key-file",
+            key,
+            "-i",
+            input.to_str().unwrap(),
+            "--only-failed",
+            report.to_str().unwrap(),
+            "--wait",
+            "30",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = again.wait_timeout(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let receivers = rep["receivers"].as_array().unwrap();
+    assert_eq!(receivers.len(), 1, "{rep}");
+    assert_eq!(receivers[0]["host"], "node3", "{rep}");
+    assert_eq!(receivers[0]["status"], "completed", "{rep}");
+    let o3 = r3.wait_timeout(Duration::from_secs(30));
+    assert_eq!(
+        o3.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o3.stderr)
+    );
+    assert!(std::fs::read(&out3).unwrap() == data, "out3.bin differs");
     tb.down().unwrap();
 }
 

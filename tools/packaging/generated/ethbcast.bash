@@ -231,7 +231,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --verbose --help"
+            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --only-failed --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -286,6 +286,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --hostfile)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --only-failed)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

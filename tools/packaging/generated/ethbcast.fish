@@ -43,6 +43,7 @@ complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l group-address
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -s i -l input -d 'Input file (default: standard input, read until EOF)' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l receivers -d 'Wait for this many receivers' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l hostfile -d 'Wait for exactly the hosts of this file (one MAC per line, optionally with the host\'s name, which the report shows; `#` comments)' -r -F
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l only-failed -d 'Wait for exactly the receivers that a previous `send --json` report (this file) lists as not completed or not joined, and send to them alone' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l min-receivers -d 'Start without some receivers: once at least this many have joined and --max-wait has passed; the report names those that did not join (exit 1 then)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l max-wait -d 'With --min-receivers: how long to wait for all receivers (e.g. 2s, 30)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l max-rate -d 'Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only by the shared buffer (at most --window frames unacknowledged)' -r

@@ -169,7 +169,7 @@ enum Cmd {
         /// Wait for this many receivers.
         #[arg(
             long,
-            required_unless_present = "hostfile",
+            required_unless_present_any = ["hostfile", "only_failed"],
             conflicts_with = "hostfile"
         )]
         receivers: Option<usize>,
@@ -177,6 +177,10 @@ enum Cmd {
         /// name, which the report shows; `#` comments).
         #[arg(long)]
         hostfile: Option<PathBuf>,
+        /// Wait for exactly the receivers that a previous `send --json` report (this file)
+        /// lists as not completed or not joined, and send to them alone.
+        #[arg(long, conflicts_with_all = ["receivers", "hostfile"])]
+        only_failed: Option<PathBuf>,
         /// Start without some receivers: once at least this many have joined and --max-wait
         /// has passed; the report names those that did not join (exit 1 then).
         #[arg(long, requires = "max_wait")]
@@ -323,6 +327,7 @@ fn main() -> ExitCode {
             input,
             receivers,
             hostfile,
+            only_failed,
             min_receivers,
             max_wait,
             max_rate,
@@ -334,7 +339,7 @@ fn main() -> ExitCode {
             quiet,
             json,
         } => {
-            let expect = match (receivers, hostfile) {
+            let expect = match (receivers, hostfile.or(only_failed.clone())) {
                 (Some(0), _) => {
                     return fail(Fatal::new(
                         distribute::EXIT_USAGE,
@@ -346,15 +351,17 @@ fn main() -> ExitCode {
                     let text = match std::fs::read_to_string(&p) {
                         Ok(t) => t,
                         Err(e) => {
-                            return fail(Fatal::io(format!(
-                                "cannot read hostfile {}: {e}",
-                                p.display()
-                            )))
+                            return fail(Fatal::io(format!("cannot read {}: {e}", p.display())))
                         }
                     };
-                    match ethbcast::group::parse_hostfile(&text) {
+                    let hosts = match &only_failed {
+                        Some(_) => send::failed_hosts(&text)
+                            .map_err(|e| format!("--only-failed {}: {e}", p.display())),
+                        None => ethbcast::group::parse_hostfile(&text).map_err(|e| e.to_string()),
+                    };
+                    match hosts {
                         Ok(l) => Expect::List(l),
-                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
+                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e)),
                     }
                 }
                 (None, None) => unreachable!("clap requires one"),

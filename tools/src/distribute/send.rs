@@ -342,6 +342,35 @@ impl Expect {
     }
 }
 
+/// The receivers a previous report (`send --json`) lists as not completed (failed, evicted)
+/// or as not joined (`missing`), with their host names, for `send --only-failed`.
+pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(report_json).map_err(|e| format!("not a JSON report: {e}"))?;
+    let receivers = v["receivers"]
+        .as_array()
+        .ok_or("not a report of `ethbcast send --json` (no receivers)")?;
+    let failed = receivers.iter().filter(|r| r["status"] != "completed");
+    let missing = v["missing"].as_array().into_iter().flatten();
+    let mut hosts: Vec<HostEntry> = Vec::new();
+    for r in failed.chain(missing) {
+        let mac = r["mac"]
+            .as_str()
+            .and_then(ethbcast::link::parse_mac)
+            .ok_or_else(|| format!("a receiver without a MAC address: {r}"))?;
+        if !hosts.iter().any(|h| h.mac == mac) {
+            hosts.push(HostEntry {
+                name: r["host"].as_str().map(str::to_owned),
+                mac,
+            });
+        }
+    }
+    if hosts.is_empty() {
+        return Err("every receiver of the report completed: nothing to send again".into());
+    }
+    Ok(hosts)
+}
+
 /// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the
 /// report (its `ok` says whether every receiver completed).
 pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
@@ -721,5 +750,39 @@ pub fn exit_code(r: &Report) -> u8 {
         super::EXIT_OK
     } else {
         EXIT_FAILED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failed_hosts;
+
+    #[test]
+    fn only_the_failed_and_missing_receivers_of_a_report_are_sent_to_again() {
+        let report = r#"{"ok": false, "receivers": [
+            {"rank": 1, "mac": "02:00:00:00:00:01", "host": "node1", "status": "completed"},
+            {"rank": 2, "mac": "02:00:00:00:00:02", "host": "node2", "status": "evicted"},
+            {"rank": 3, "mac": "02:00:00:00:00:03", "status": "failed"}],
+            "not_joined": 1, "missing": [{"host": "node4", "mac": "02:00:00:00:00:04"}]}"#;
+        let hosts = failed_hosts(report).unwrap();
+        let got: Vec<(Option<&str>, String)> = hosts
+            .iter()
+            .map(|h| (h.name.as_deref(), h.mac.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some("node2"), "02:00:00:00:00:02".to_string()),
+                (None, "02:00:00:00:00:03".to_string()),
+                (Some("node4"), "02:00:00:00:00:04".to_string()),
+            ]
+        );
+        let all_done = r#"{"receivers": [{"mac": "02:00:00:00:00:01", "status": "completed"}]}"#;
+        assert!(failed_hosts(all_done)
+            .unwrap_err()
+            .contains("nothing to send"));
+        assert!(failed_hosts("{").is_err());
+        assert!(failed_hosts("{}").is_err());
+        assert!(failed_hosts(r#"{"receivers": [{"mac": "nope", "status": "failed"}]}"#).is_err());
     }
 }
