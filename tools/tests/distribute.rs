@@ -393,6 +393,7 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
         "sender repaired {root_repairs} of about {} lost frames",
         data * 8 / 100
     );
+    let mut repair_requests = 0;
     for (i, r) in (1..9).zip(rs.iter_mut()) {
         let o = r.wait_timeout(Duration::from_secs(30));
         assert_eq!(
@@ -413,12 +414,23 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
         assert_eq!(rr["ok"], true, "host {i}: {rr}");
         assert_eq!(rr["bytes"], (mb << 20) as u64, "host {i}: {rr}");
         assert_eq!(rr["digest"], rep["digest"], "host {i}: {rr}");
+        // Its counters: what it asked to be repaired, of whom, and what it acknowledged.
+        let c = &rr["counters"];
+        let asked = c["repair_requests"].as_u64().unwrap();
+        assert!(
+            c["repair_requests_to_peers"].as_u64().unwrap() <= asked,
+            "host {i}: {rr}"
+        );
+        assert!(c["ack_frames"].as_u64().unwrap() > 0, "host {i}: {rr}");
+        repair_requests += asked;
     }
     {
         use std::os::unix::fs::FileTypeExt;
         let null = std::fs::symlink_metadata("/dev/null").expect("/dev/null");
         assert!(null.file_type().is_char_device(), "/dev/null was replaced");
     }
+    // 1% of every receiver's frames are lost: some were asked for again.
+    assert!(repair_requests > 0, "no receiver asked for a repair");
     part_files_absent(Path::new("/dev"), ".null.");
     for o in &outs[..6] {
         assert_eq!(file_digest(o), want, "{} differs", o.display());
