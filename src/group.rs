@@ -248,11 +248,14 @@ impl Group {
         let link = link::open(opts.backend, iface, opts.wait)?;
         let expect = match membership {
             Membership::Explicit(p) => Expect::List(p),
-            Membership::Hostfile(path) => Expect::List(parse_hostfile(
-                &std::fs::read_to_string(&path).map_err(|e| {
+            Membership::Hostfile(path) => Expect::List(
+                parse_hostfile(&std::fs::read_to_string(&path).map_err(|e| {
                     GroupError::Membership(format!("cannot read hostfile {}: {e}", path.display()))
-                })?,
-            )?),
+                })?)?
+                .into_iter()
+                .map(|h| h.mac)
+                .collect(),
+            ),
             Membership::Env => {
                 let (rank, size) = rank_size_from_env(|k| std::env::var(k).ok())
                     .ok_or_else(|| GroupError::Membership("no rank/size in the environment (ETHBCAST_RANK/ETHBCAST_SIZE, SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE)".into()))?;
@@ -562,9 +565,26 @@ pub fn rank_size_from_env(get: impl Fn(&str) -> Option<String>) -> Option<(Rank,
     })
 }
 
-/// Parses a hostfile: one MAC per line, optionally after a host name; `#` starts a comment.
-pub fn parse_hostfile(text: &str) -> Result<Vec<MacAddr>, GroupError> {
-    let mut macs = Vec::new();
+/// One host of a hostfile: its MAC and, if the line gives one, its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostEntry {
+    /// The host's name (the line's first word that is not its MAC), for reports.
+    pub name: Option<String>,
+    /// The host's MAC address.
+    pub mac: MacAddr,
+}
+
+impl HostEntry {
+    /// The name if there is one, else the MAC.
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.mac.to_string())
+    }
+}
+
+/// Parses a hostfile: one MAC per line, optionally with a host name (`node17
+/// 02:00:00:00:00:11`); `#` starts a comment.
+pub fn parse_hostfile(text: &str) -> Result<Vec<HostEntry>, GroupError> {
+    let mut hosts: Vec<HostEntry> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -579,19 +599,23 @@ pub fn parse_hostfile(text: &str) -> Result<Vec<MacAddr>, GroupError> {
                     i + 1
                 ))
             })?;
-        if macs.contains(&mac) {
+        if hosts.iter().any(|h| h.mac == mac) {
             return Err(GroupError::Membership(format!(
                 "hostfile line {}: {} listed twice",
                 i + 1,
                 mac
             )));
         }
-        macs.push(mac);
+        let name = line
+            .split_whitespace()
+            .find(|w| link::parse_mac(w).is_none())
+            .map(str::to_owned);
+        hosts.push(HostEntry { name, mac });
     }
-    if macs.is_empty() {
+    if hosts.is_empty() {
         return Err(GroupError::Membership("hostfile lists no members".into()));
     }
-    Ok(macs)
+    Ok(hosts)
 }
 
 /// Runs the join `cfg` over `link` with the wall clock until the group is formed, `timeout`
@@ -602,6 +626,29 @@ pub fn join<L: Link>(
     link: L,
     cfg: JoinConfig,
     timeout: Duration,
+    stop: impl FnMut() -> bool,
+) -> Result<(Joined, L), GroupError> {
+    join_settling(link, cfg, timeout, None, stop)
+}
+
+/// When a first-come coordinator starts without every receiver it asked for: once `after`
+/// has passed since the join began and at least `min` receivers have joined
+/// ([`Join::settle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settle {
+    /// Receivers that must have joined.
+    pub min: usize,
+    /// How long to wait for the others.
+    pub after: Duration,
+}
+
+/// [`join`], where a first-come coordinator starts as `settle` says (`None`: only with every
+/// receiver; the join times out after `timeout` whatever `settle` says).
+pub fn join_settling<L: Link>(
+    link: L,
+    cfg: JoinConfig,
+    timeout: Duration,
+    settle: Option<Settle>,
     mut stop: impl FnMut() -> bool,
 ) -> Result<(Joined, L), GroupError> {
     use rand::RngCore;
@@ -618,6 +665,12 @@ pub fn join<L: Link>(
     loop {
         if stop() {
             return Err(GroupError::Interrupted);
+        }
+        if let Some(st) = settle {
+            let now = WallClock.now();
+            if now.saturating_duration_since(start) >= st.after {
+                driver.member_mut().settle(now, st.min);
+            }
         }
         let until = (WallClock.now() + SLICE).min(deadline);
         if let Some(r) =
@@ -697,7 +750,24 @@ mod tests {
         let peers =
             parse_hostfile("# cluster\nnode0 02:00:00:00:00:01\n\n02:00:00:00:00:02 # second\n")
                 .unwrap();
-        assert_eq!(peers, vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]]);
+        assert_eq!(
+            peers,
+            vec![
+                HostEntry {
+                    name: Some("node0".into()),
+                    mac: MacAddr([2, 0, 0, 0, 0, 1])
+                },
+                HostEntry {
+                    name: None,
+                    mac: MacAddr([2, 0, 0, 0, 0, 2])
+                }
+            ]
+        );
+        assert_eq!(peers[0].label(), "node0");
+        assert_eq!(peers[1].label(), "02:00:00:00:00:02");
+        // The name may follow the MAC too.
+        let after = parse_hostfile("02:00:00:00:00:03 node3\n").unwrap();
+        assert_eq!(after[0].name.as_deref(), Some("node3"));
         assert!(parse_hostfile("02:00:00:00:00:01\n02:00:00:00:00:01\n").is_err());
         assert!(parse_hostfile("node0\n").is_err());
         assert!(parse_hostfile("# nothing\n").is_err());

@@ -531,6 +531,8 @@ pub struct Join {
     out: VecDeque<(MacAddr, Vec<u8>)>,
     result: Option<Result<Joined, JoinError>>,
     done: bool,
+    /// A first-come coordinator told to start with the receivers it holds ([`Join::settle`]).
+    settled: bool,
 }
 
 impl Join {
@@ -605,6 +607,7 @@ impl Join {
             out: VecDeque::new(),
             result: None,
             done: false,
+            settled: false,
         };
         j.decide(now);
         Ok(j)
@@ -666,6 +669,28 @@ impl Join {
         self.coord.as_ref().is_some_and(|c| !c.stepped_down)
     }
 
+    /// A first-come coordinator ([`Expect::FirstCome`]) that has not decided its roster yet
+    /// and holds at least `min` receivers decides it now with those (the earliest to answer,
+    /// in the order of `only` if given); the receivers not heard from are left out. Returns
+    /// whether the roster is decided. Any other join is unchanged (false).
+    pub fn settle(&mut self, now: Instant, min: usize) -> bool {
+        if !matches!(self.cfg.expect, Expect::FirstCome { .. }) || self.done {
+            return false;
+        }
+        let Some(c) = self.coord.as_ref() else {
+            return false;
+        };
+        if c.roster.is_some() {
+            return true;
+        }
+        if c.hellos.len() < min.max(1) {
+            return false;
+        }
+        self.settled = true;
+        self.decide(now);
+        self.coord.as_ref().is_some_and(|c| c.roster.is_some())
+    }
+
     fn send(&mut self, dst: MacAddr, key: Option<[u8; 32]>, msg: &Msg, claim: u16) {
         let frame = Control::Join { body: msg.encode() }.to_vec(self.cfg.group, claim, NO_RANK, 0);
         if let Some(f) = seal(key, &frame) {
@@ -690,7 +715,9 @@ impl Join {
             Expect::List(l) => Some(l.len()),
             Expect::Ranks { size, .. } | Expect::Discover { size } => Some(usize::from(*size)),
             Expect::FirstCome { receivers, only } => {
-                Some(only.as_ref().map_or(*receivers, Vec::len) + 1)
+                let all = only.as_ref().map_or(*receivers, Vec::len);
+                let heard = self.coord.as_ref().map_or(0, |c| c.hellos.len());
+                Some(if self.settled { heard.min(all) } else { all } + 1)
             }
             Expect::Invited => None,
         }
@@ -774,12 +801,12 @@ impl Join {
             Expect::FirstCome { receivers, only } => {
                 let mut r = vec![mine];
                 match only {
-                    Some(l) => {
-                        for m in l {
-                            let h = c.hellos.iter().find(|h| h.0 == *m).expect("all heard");
-                            r.push((h.0, h.2));
-                        }
-                    }
+                    // In the list's order; settled, only those heard.
+                    Some(l) => r.extend(
+                        l.iter()
+                            .filter_map(|m| c.hellos.iter().find(|h| h.0 == *m))
+                            .map(|h| (h.0, h.2)),
+                    ),
                     None => r.extend(c.hellos.iter().take(*receivers).map(|h| (h.0, h.2))),
                 }
                 r

@@ -155,6 +155,9 @@ pub enum Role {
         receivers: usize,
         /// The receivers' MACs, if only those may join.
         only: Option<Vec<MacAddr>>,
+        /// Start without some of them: once this many have joined and this long has passed
+        /// (`None`: only with all of them).
+        settle: Option<super::Settle>,
     },
     /// A receiver: it joins the first root whose roster names it.
     Receiver,
@@ -186,9 +189,13 @@ impl Stream {
         wait: Duration,
         stop: impl FnMut() -> bool,
     ) -> Result<Stream, GroupError> {
-        let expect = match role {
-            Role::Root { receivers, only } => Expect::FirstCome { receivers, only },
-            Role::Receiver => Expect::Invited,
+        let (expect, settle) = match role {
+            Role::Root {
+                receivers,
+                only,
+                settle,
+            } => (Expect::FirstCome { receivers, only }, settle),
+            Role::Receiver => (Expect::Invited, None),
         };
         let cfg = JoinConfig {
             group: opts.group_id,
@@ -197,7 +204,7 @@ impl Stream {
             max_pdu: link.max_pdu(),
             expect,
         };
-        let (joined, link) = super::join(link, cfg, wait, stop)?;
+        let (joined, link) = super::join_settling(link, cfg, wait, settle, stop)?;
         let size = u16::try_from(joined.peers.len())
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
         let mut cfg = opts.config(joined.rank, size);

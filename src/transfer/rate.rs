@@ -1,43 +1,6 @@
-//! `--max-rate`: parsing rates and the sender's token bucket.
+//! `--max-rate`: the sender's token bucket.
 
 use std::time::{Duration, Instant};
-
-/// Parses a rate into bytes per second: `500mbit`, `1gbit`, `800kbit` (bits, decimal),
-/// `50MB/s`, `kB/s`, `GB/s` (bytes, decimal), `20MiB/s`, `KiB/s`, `GiB/s` (bytes, binary),
-/// or a bare number of bytes per second.
-pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a number then a unit, e.g. 500mbit or 50MB/s"))?;
-    let unit = unit.trim();
-    let bytes_per_sec = match unit {
-        "" | "B/s" => v,
-        "bit" | "bps" => v / 8.0,
-        "kbit" | "Kbit" => v * 1e3 / 8.0,
-        "mbit" | "Mbit" => v * 1e6 / 8.0,
-        "gbit" | "Gbit" => v * 1e9 / 8.0,
-        "kB/s" | "KB/s" => v * 1e3,
-        "MB/s" => v * 1e6,
-        "GB/s" => v * 1e9,
-        "KiB/s" => v * 1024.0,
-        "MiB/s" => v * 1024.0 * 1024.0,
-        "GiB/s" => v * 1024.0 * 1024.0 * 1024.0,
-        _ => {
-            return Err(format!(
-                "{s:?}: unknown unit {unit:?} (bit, kbit, mbit, gbit, B/s, kB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s)"
-            ))
-        }
-    };
-    if !bytes_per_sec.is_finite() || bytes_per_sec < 1000.0 {
-        return Err(format!("{s:?}: a rate must be at least 1000 B/s"));
-    }
-    Ok(bytes_per_sec as u64)
-}
 
 /// A token bucket of bytes.
 #[derive(Debug, Clone)]
@@ -82,18 +45,6 @@ impl TokenBucket {
 mod tests {
     use super::*;
     use crate::driver::Clock;
-
-    #[test]
-    fn rates_parse() {
-        assert_eq!(parse_rate("500mbit").unwrap(), 62_500_000);
-        assert_eq!(parse_rate("1gbit").unwrap(), 125_000_000);
-        assert_eq!(parse_rate("50MB/s").unwrap(), 50_000_000);
-        assert_eq!(parse_rate("2MiB/s").unwrap(), 2 * 1024 * 1024);
-        assert_eq!(parse_rate("10000").unwrap(), 10_000);
-        assert!(parse_rate("fast").is_err());
-        assert!(parse_rate("5furlongs").is_err());
-        assert!(parse_rate("1bit").is_err());
-    }
 
     #[test]
     fn bucket_limits_the_average_rate() {

@@ -393,6 +393,7 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
         "sender repaired {root_repairs} of about {} lost frames",
         data * 8 / 100
     );
+    let mut repair_requests = 0;
     for (i, r) in (1..9).zip(rs.iter_mut()) {
         let o = r.wait_timeout(Duration::from_secs(30));
         assert_eq!(
@@ -413,12 +414,23 @@ fn a_file_reaches_8_receivers_byte_identical_through_1pct_loss() {
         assert_eq!(rr["ok"], true, "host {i}: {rr}");
         assert_eq!(rr["bytes"], (mb << 20) as u64, "host {i}: {rr}");
         assert_eq!(rr["digest"], rep["digest"], "host {i}: {rr}");
+        // Its counters: what it asked to be repaired, of whom, and what it acknowledged.
+        let c = &rr["counters"];
+        let asked = c["repair_requests"].as_u64().unwrap();
+        assert!(
+            c["repair_requests_to_peers"].as_u64().unwrap() <= asked,
+            "host {i}: {rr}"
+        );
+        assert!(c["ack_frames"].as_u64().unwrap() > 0, "host {i}: {rr}");
+        repair_requests += asked;
     }
     {
         use std::os::unix::fs::FileTypeExt;
         let null = std::fs::symlink_metadata("/dev/null").expect("/dev/null");
         assert!(null.file_type().is_char_device(), "/dev/null was replaced");
     }
+    // 1% of every receiver's frames are lost: some were asked for again.
+    assert!(repair_requests > 0, "no receiver asked for a repair");
     part_files_absent(Path::new("/dev"), ".null.");
     for o in &outs[..6] {
         assert_eq!(file_digest(o), want, "{} differs", o.display());
@@ -964,6 +976,84 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
         .unwrap();
     let h = String::from_utf8_lossy(&help.stdout);
     assert!(h.contains("Exit codes") && h.contains("130") && h.contains("Examples"));
+}
+
+#[test]
+fn sizes_rates_and_durations_take_the_documented_units() {
+    // Decimal and binary sizes, rates in bits or bytes per second, durations with units: all
+    // get as far as the interface.
+    for args in [
+        &[
+            "send",
+            "--iface",
+            "ethbcast-nope0",
+            "--receivers",
+            "1",
+            "-i",
+            "/dev/null",
+            "--chunk",
+            "1MB",
+            "--max-rate",
+            "100mbit",
+            "--wait",
+            "2s",
+            "--timeout",
+            "500ms",
+        ][..],
+        &[
+            "send",
+            "--iface",
+            "ethbcast-nope0",
+            "--receivers",
+            "1",
+            "-i",
+            "/dev/null",
+            "--chunk",
+            "256KiB",
+            "--max-rate",
+            "50MB/s",
+            "--report-wait",
+            "1m",
+        ],
+        &[
+            "recv",
+            "--iface",
+            "ethbcast-nope0",
+            "--max-bytes",
+            "500MB",
+            "--wait",
+            "2s",
+        ],
+        &[
+            "recv",
+            "--iface",
+            "ethbcast-nope0",
+            "--max-bytes",
+            "1MiB",
+            "--timeout",
+            "1.5",
+        ],
+    ] {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {e}");
+        assert!(e.contains("no such network interface"), "{args:?}: {e}");
+    }
+    for (opt, v, why) in [
+        ("--chunk", "1Mbit", "unknown unit"),
+        ("--chunk", "100", "1 KiB..64 MiB"),
+        ("--max-rate", "100mbps", "bps"),
+        ("--max-rate", "100", "needs a unit"),
+        ("--wait", "2 parsecs", "500ms"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["send", "--iface", "eth0", "--receivers", "1", opt, v])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opt} {v}: {e}");
+        assert!(e.contains(why), "{opt} {v}: {e}");
+    }
 }
 
 #[test]
@@ -1611,4 +1701,162 @@ fn sender_and_receiver_hold_no_capability_once_their_link_is_open() {
 
 fn netns_available() -> bool {
     ethbcast_tools::testbed::netns_available("distribute", true)
+}
+
+#[test]
+fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_failed_sends_to_it_alone(
+) {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(4).prefix(prefix("m"))).expect("test-bed");
+    let dir = tmpdir("minrecv");
+    let key = dir.join("key");
+    std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    let key = key.to_str().unwrap();
+    // Hosts 1..3 by name; host 3 runs no receiver.
+    let hostfile = dir.join("hosts");
+    let mut lines = String::from("# the cluster\n");
+    for h in &tb.hosts()[1..] {
+        lines.push_str(&format!(
+            "node{} {}\n",
+            h.index,
+            ethbcast_tools::testbed::format_mac(&h.mac)
+        ));
+    }
+    std::fs::write(&hostfile, lines).unwrap();
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 3 << 20, 52);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            key,
+            "-i",
+            input.to_str().unwrap(),
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--min-receivers",
+            "2",
+            "--max-wait",
+            "2s",
+            // Far longer than the test waits: the transfer starts after --max-wait.
+            "--wait",
+            "600",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // A host of the hostfile got nothing: not a success.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(rep["not_joined"], 1, "{rep}");
+    let missing = rep["missing"].as_array().expect("missing hosts");
+    assert_eq!(missing.len(), 1, "{rep}");
+    assert_eq!(missing[0]["host"], "node3", "{rep}");
+    assert_eq!(
+        missing[0]["mac"],
+        ethbcast_tools::testbed::format_mac(&tb.hosts()[3].mac),
+        "{rep}"
+    );
+    let receivers = rep["receivers"].as_array().unwrap();
+    let mut names: Vec<&str> = receivers
+        .iter()
+        .map(|r| {
+            assert_eq!(r["status"], "completed", "{rep}");
+            r["host"].as_str().expect("host name")
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["node1", "node2"], "{rep}");
+    // The text REPORT names them too.
+    assert!(stderr.contains("did NOT join: node3"), "{stderr}");
+    assert!(
+        stderr.contains("node1") && stderr.contains("node2"),
+        "{stderr}"
+    );
+    for (r, o) in rs.iter_mut().zip(&outs) {
+        let ro = r.wait_timeout(Duration::from_secs(30));
+        assert_eq!(
+            ro.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&ro.stderr)
+        );
+        assert!(std::fs::read(o).unwrap() == data, "{} differs", o.display());
+    }
+    // The report's missing host alone gets the data with --only-failed.
+    let report = dir.join("report.json");
+    std::fs::write(&report, &out.stdout).unwrap();
+    let out3 = dir.join("out3.bin");
+    let mut r3 = recv(&tb, 3, &["--key-file", key, "-o", out3.to_str().unwrap()]);
+    let mut again = send(
+        &tb,
+        &[
+            "--key-file",
+            key,
+            "-i",
+            input.to_str().unwrap(),
+            "--only-failed",
+            report.to_str().unwrap(),
+            "--wait",
+            "30",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = again.wait_timeout(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let receivers = rep["receivers"].as_array().unwrap();
+    assert_eq!(receivers.len(), 1, "{rep}");
+    assert_eq!(receivers[0]["host"], "node3", "{rep}");
+    assert_eq!(receivers[0]["status"], "completed", "{rep}");
+    let o3 = r3.wait_timeout(Duration::from_secs(30));
+    assert_eq!(
+        o3.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o3.stderr)
+    );
+    assert!(std::fs::read(&out3).unwrap() == data, "out3.bin differs");
+    tb.down().unwrap();
+}
+
+#[test]
+fn min_receivers_must_be_between_1_and_the_receivers_expected() {
+    for (args, why) in [
+        (
+            "--receivers 3 --min-receivers 4 --max-wait 2s",
+            "must be 1..=3",
+        ),
+        (
+            "--receivers 3 --min-receivers 0 --max-wait 2s",
+            "must be 1..=3",
+        ),
+        ("--receivers 3 --min-receivers 2", "--max-wait"),
+        ("--receivers 3 --max-wait 2s", "--min-receivers"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["send", "--iface", "ethbcast-nope0", "-i", "/dev/null"])
+            .args(args.split(' '))
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args}: {e}");
+        assert!(e.contains(why), "{args}: {e}");
+    }
 }

@@ -145,3 +145,78 @@ fn a_hello_that_offers_a_frame_smaller_than_any_link_carries_is_ignored() {
     assert_eq!(c.roster.as_ref().map(Vec::len), Some(2));
     assert_eq!(c.pdu, 1500, "the smaller of the two offers");
 }
+
+#[test]
+fn a_settled_first_come_join_starts_with_the_receivers_heard_in_the_list_order() {
+    let me = MacAddr([2, 0, 0, 0, 0, 0]);
+    let list: Vec<MacAddr> = (1..=4).map(|i| MacAddr([2, 0, 0, 0, 0, i])).collect();
+    let now = Instant::now();
+    let expect = Expect::FirstCome {
+        receivers: 4,
+        only: Some(list.clone()),
+    };
+    let mut j = join_of(me, expect, 1500, now);
+    let nonce = j.nonce;
+    let hello = |mac| Msg::Hello {
+        nonce,
+        member: 3,
+        claim: NO_RANK,
+        mac,
+        pdu: 1500,
+    };
+    // Hosts 3 and 1 answer (in that order); 2 and 4 never do.
+    j.handle_frame(now, list[2], &frame_of(&hello(list[2])));
+    assert!(!j.settle(now, 3), "two held, three wanted");
+    assert!(j.coord.as_ref().unwrap().roster.is_none());
+    j.handle_frame(now, list[0], &frame_of(&hello(list[0])));
+    assert!(j.coord.as_ref().unwrap().roster.is_none(), "four expected");
+    assert!(j.settle(now, 2));
+    let roster: Vec<MacAddr> = j
+        .coord
+        .as_ref()
+        .unwrap()
+        .roster
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(roster, vec![me, list[0], list[2]]);
+    // A late answer changes nothing.
+    j.handle_frame(now, list[1], &frame_of(&hello(list[1])));
+    assert_eq!(j.coord.as_ref().unwrap().roster.as_ref().unwrap().len(), 3);
+    // Any other join does not settle.
+    let mut listed = join_of(me, Expect::List(vec![me, list[0]]), 1500, now);
+    assert!(!listed.settle(now, 0));
+}
+
+#[test]
+fn a_settled_first_come_join_without_a_list_takes_at_most_its_receivers() {
+    let me = MacAddr([2, 0, 0, 0, 0, 0]);
+    let now = Instant::now();
+    let mut j = join_of(
+        me,
+        Expect::FirstCome {
+            receivers: 3,
+            only: None,
+        },
+        1500,
+        now,
+    );
+    let nonce = j.nonce;
+    assert!(!j.settle(now, 0), "nobody heard yet");
+    let a = MacAddr([2, 0, 0, 0, 0, 7]);
+    j.handle_frame(
+        now,
+        a,
+        &frame_of(&Msg::Hello {
+            nonce,
+            member: 3,
+            claim: NO_RANK,
+            mac: a,
+            pdu: 1500,
+        }),
+    );
+    assert!(j.settle(now, 1));
+    assert_eq!(j.coord.as_ref().unwrap().roster.as_ref().unwrap().len(), 2);
+}

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_ethbcast_global_optspecs
-    string join \n h/help V/version
+    string join \n v/verbose h/help V/version
 end
 
 function __fish_ethbcast_needs_command
@@ -24,10 +24,12 @@ function __fish_ethbcast_using_subcommand
     contains -- $cmd[1] $argv
 end
 
+complete -c ethbcast -n "__fish_ethbcast_needs_command" -s v -l verbose -d 'Log more on stderr: -v information, -vv debug events (default: warnings and errors; RUST_LOG takes precedence)'
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -s h -l help -d 'Print help'
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -s V -l version -d 'Print version'
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "send" -d 'Send a file (-i) or standard input to the receivers'
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "recv" -d 'Receive one transfer: to stdout (default), a file (-o) or a command\'s stdin (-O)'
+complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "doctor" -d 'Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link. One line per check with its fix; exit 1 if any check fails'
 complete -c ethbcast -n "__fish_ethbcast_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l iface -d 'Network interface (all hosts on one Ethernet segment)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l group-id -d 'Group id: transfers with different ids on one segment ignore each other' -r
@@ -40,17 +42,21 @@ complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l key-file -d '
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l group-address -d 'Where broadcasts go: derived (the group\'s own multicast address, 03:eb: and the group id, so hosts outside the transfer never see its frames), broadcast (every host of the segment; for switches or NICs that mishandle multicast), or a multicast MAC' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -s i -l input -d 'Input file (default: standard input, read until EOF)' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l receivers -d 'Wait for this many receivers' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l hostfile -d 'Wait for exactly the hosts of this file (one MAC per line, optionally after a host name; `#` comments)' -r -F
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l hostfile -d 'Wait for exactly the hosts of this file (one MAC per line, optionally with the host\'s name, which the report shows; `#` comments)' -r -F
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l only-failed -d 'Wait for exactly the receivers that a previous `send --json` report (this file) lists as not completed or not joined, and send to them alone' -r -F
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l min-receivers -d 'Start without some receivers: once at least this many have joined and --max-wait has passed; the report names those that did not join (exit 1 then)' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l max-wait -d 'With --min-receivers: how long to wait for all receivers (e.g. 2s, 30)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l max-rate -d 'Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only by the shared buffer (at most --window frames unacknowledged)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l digest -d 'End-to-end digest every receiver checks: xxh3 (XXH3-128, fast) or blake3 (cryptographic, about 6% slower on a busy 8-receiver host)' -r -f -a "xxh3\t'XXH3, 128 bits (the default)'
 blake3\t'BLAKE3, 256 bits'"
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l chunk -d 'Bytes per broadcast message (e.g. 1M, 256K)' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l wait -d 'Seconds to wait for the receivers to join (exit 3 if they don\'t); inf: no limit' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l chunk -d 'Bytes per broadcast message (e.g. 1M, 256KiB, 1MB; K, M are binary, KB, MB decimal)' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l wait -d 'Seconds to wait for the receivers to join (exit 3 if they don\'t), e.g. 60, 2.5, 500ms, 2m; inf: no limit' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l timeout -d 'Evict a receiver whose cursor has not moved and that was silent this many seconds while it had data outstanding, and fail one that acknowledged all data but showed no progress towards its report (its output taking data) for as long; inf: never' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l report-wait -d 'Seconds to wait for completion reports once all data is acknowledged (an -O command may need time to finish); inf: no limit' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l no-peer-repair -d 'On a receiver: ask only the sender for lost frames. By default a receiver asks a fellow receiver first (peer repair), which keeps repairs off the sender\'s link. No effect on the sender'
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l quiet -d 'No progress bar or messages (the REPORT is still printed to stderr)'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l quiet -d 'No progress bar or messages (the REPORT and warnings are still printed to stderr)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -l json -d 'Print the final report as JSON on stdout'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -s v -l verbose -d 'Log more on stderr: -v information, -vv debug events (default: warnings and errors; RUST_LOG takes precedence)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand send" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l iface -d 'Network interface (all hosts on one Ethernet segment)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l group-id -d 'Group id: transfers with different ids on one segment ignore each other' -r
@@ -65,11 +71,18 @@ complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s o -l output -
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s O -l command -d 'Pipe the stream into `sh -c COMMAND` (its exit status counts)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l timeout -d 'Give up after this many seconds without any frame from the sender, or without the output (file, stdout, -O command) taking any data; inf: never' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l wait -d 'Seconds to wait for a sender to start (exit 3 if none does); inf: no limit' -r
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l max-bytes -d 'Refuse a stream larger than this (e.g. 500M, 64G; binary units): at its header when it announces its size, else as soon as its data passes the limit; the output is then discarded (exit 1). A stream is refused in any case when its data runs past the size it announced. inf: no limit' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l max-bytes -d 'Refuse a stream larger than this (e.g. 500M, 64GiB, 500MB; K, M, G, T are binary, KB, MB, GB, TB decimal): at its header when it announces its size, else as soon as its data passes the limit; the output is then discarded (exit 1). A stream is refused in any case when its data runs past the size it announced. inf: no limit' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l no-peer-repair -d 'On a receiver: ask only the sender for lost frames. By default a receiver asks a fellow receiver first (peer repair), which keeps repairs off the sender\'s link. No effect on the sender'
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l quiet -d 'No messages on stderr'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l quiet -d 'No messages on stderr but warnings (RUST_LOG=error hides those too)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -l json -d 'Print the outcome as JSON on stderr (stdout may carry the data)'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s v -l verbose -d 'Log more on stderr: -v information, -vv debug events (default: warnings and errors; RUST_LOG takes precedence)'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand recv" -s h -l help -d 'Print help'
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv help" -f -a "send" -d 'Send a file (-i) or standard input to the receivers'
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv help" -f -a "recv" -d 'Receive one transfer: to stdout (default), a file (-o) or a command\'s stdin (-O)'
-complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l iface -d 'Network interface' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l backend -d 'Link backend to check: ring, socket, pnet or xdp' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l json -d 'Print the checks as JSON on stdout'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -s v -l verbose -d 'Log more on stderr: -v information, -vv debug events (default: warnings and errors; RUST_LOG takes precedence)'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -s h -l help -d 'Print help'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv doctor help" -f -a "send" -d 'Send a file (-i) or standard input to the receivers'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv doctor help" -f -a "recv" -d 'Receive one transfer: to stdout (default), a file (-o) or a command\'s stdin (-O)'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv doctor help" -f -a "doctor" -d 'Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link. One line per check with its fix; exit 1 if any check fails'
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand help; and not __fish_seen_subcommand_from send recv doctor help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

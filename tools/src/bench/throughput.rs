@@ -91,29 +91,10 @@ pub struct ThroughputReport {
     pub cpu: CpuCost,
 }
 
-/// Parses sizes like `64MiB`, `1MiB`, `4096`, `512KiB`, `2MB`.
+/// A size as [`crate::testbed::units::parse_size`] reads it (`64MiB`, `4096`, `2MB`).
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "kb" => 1e3,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "mb" => 1e6,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "gb" => 1e9,
-        u => {
-            return Err(format!(
-                "bad size unit {u:?} in {s:?} (B, KiB, MiB, GiB, KB, MB, GB)"
-            ))
-        }
-    };
-    Ok((v * mult) as usize)
+    let v = crate::testbed::units::parse_size(s).map_err(|e| e.to_string())?;
+    usize::try_from(v).map_err(|_| "too large".into())
 }
 
 /// Builds a test-bed, runs, tears down.

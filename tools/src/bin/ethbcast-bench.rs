@@ -24,6 +24,10 @@ use ethbcast_tools::bench::{
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log more on stderr: -v information, -vv debug events (default: warnings and errors;
+    /// RUST_LOG takes precedence).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(Subcommand)]
@@ -44,7 +48,9 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    ethbcast_tools::logging::init(cli.verbose);
+    match cli.cmd {
         Cmd::Sim(a) => a.run(),
         Cmd::Selftest(a) => a.run(),
         Cmd::Latency(a) => a.run(),

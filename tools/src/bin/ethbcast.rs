@@ -9,10 +9,11 @@ use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
 use ethbcast::group::StreamOptions;
 use ethbcast::link::{Backend, WaitMode};
-use ethbcast::transfer::{rate::parse_rate, DigestAlgo};
+use ethbcast::transfer::DigestAlgo;
 use ethbcast_tools::distribute::{
-    self, parse_bytes, parse_seconds, recv, send, send::Expect, Fatal, LinkOpts, DEFAULT_GROUP_ID,
+    self, recv, send, send::Expect, Fatal, LinkOpts, DEFAULT_GROUP_ID,
 };
+use ethbcast_tools::testbed::units::{self, parse_duration};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -34,8 +35,11 @@ Examples:
   ethbcast recv --iface eth0 -O 'tar -x -C /opt'
   tar -c -C /src . | ethbcast send --iface eth0 --receivers 8 --max-rate 500mbit
 
-  # exactly the hosts of a hostfile (one MAC per line), JSON report:
-  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --json > report.json";
+  # exactly the hosts of a hostfile (a host name and its MAC per line), JSON report:
+  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --json > report.json
+
+  # start once 7 of the hostfile's 8 hosts joined and 30 s passed; the report names the 8th:
+  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --min-receivers 7 --max-wait 30s";
 
 #[derive(Parser)]
 #[command(
@@ -51,6 +55,10 @@ Examples:
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log more on stderr: -v information, -vv debug events (default: warnings and errors;
+    /// RUST_LOG takes precedence).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(Args, Clone)]
@@ -122,25 +130,30 @@ fn parse_window(s: &str) -> Result<usize, String> {
 struct MaxBytes(Option<u64>);
 
 fn parse_max_bytes(s: &str) -> Result<MaxBytes, String> {
-    parse_bytes(s).map(MaxBytes)
+    if s.trim().eq_ignore_ascii_case("inf") {
+        return Ok(MaxBytes(None));
+    }
+    units::parse_size(s)
+        .map(|n| MaxBytes(Some(n)))
+        .map_err(|e| e.to_string())
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (n, u) = t.split_at(split);
-    let n: usize = n.parse().map_err(|e| format!("{s:?}: {e}"))?;
-    let m = match u.trim() {
-        "" | "B" => 1,
-        "K" | "KiB" | "k" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        _ => return Err(format!("{s:?}: unit must be B, K/KiB or M/MiB")),
-    };
-    let v = n * m;
+/// `send --chunk`: 1 KiB to 64 MiB.
+fn parse_chunk(s: &str) -> Result<usize, String> {
+    let v = units::parse_size(s).map_err(|e| e.to_string())?;
     if !(1024..=64 << 20).contains(&v) {
-        return Err(format!("{s:?}: chunk must be 1 KiB..64 MiB"));
+        return Err("chunk must be 1 KiB..64 MiB".into());
     }
-    Ok(v)
+    Ok(v as usize)
+}
+
+/// `send --max-rate` in bytes per second, at least 1000.
+fn parse_max_rate(s: &str) -> Result<u64, String> {
+    let bytes = units::parse_rate(s).map_err(|e| e.to_string())? / 8;
+    if bytes < 1000 {
+        return Err("a rate must be at least 1000 B/s (8kbit)".into());
+    }
+    Ok(bytes)
 }
 
 #[derive(Subcommand)]
@@ -156,39 +169,51 @@ enum Cmd {
         /// Wait for this many receivers.
         #[arg(
             long,
-            required_unless_present = "hostfile",
+            required_unless_present_any = ["hostfile", "only_failed"],
             conflicts_with = "hostfile"
         )]
         receivers: Option<usize>,
-        /// Wait for exactly the hosts of this file (one MAC per line, optionally after a
-        /// host name; `#` comments).
+        /// Wait for exactly the hosts of this file (one MAC per line, optionally with the host's
+        /// name, which the report shows; `#` comments).
         #[arg(long)]
         hostfile: Option<PathBuf>,
+        /// Wait for exactly the receivers that a previous `send --json` report (this file)
+        /// lists as not completed or not joined, and send to them alone.
+        #[arg(long, conflicts_with_all = ["receivers", "hostfile"])]
+        only_failed: Option<PathBuf>,
+        /// Start without some receivers: once at least this many have joined and --max-wait
+        /// has passed; the report names those that did not join (exit 1 then).
+        #[arg(long, requires = "max_wait")]
+        min_receivers: Option<usize>,
+        /// With --min-receivers: how long to wait for all receivers (e.g. 2s, 30).
+        #[arg(long, requires = "min_receivers", value_parser = parse_duration)]
+        max_wait: Option<Duration>,
         /// Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only
         /// by the shared buffer (at most --window frames unacknowledged).
-        #[arg(long, value_parser = parse_rate)]
+        #[arg(long, value_parser = parse_max_rate)]
         max_rate: Option<u64>,
         /// End-to-end digest every receiver checks: xxh3 (XXH3-128, fast) or blake3
         /// (cryptographic, about 6% slower on a busy 8-receiver host).
         #[arg(long, value_enum, default_value = "xxh3")]
         digest: DigestAlgo,
-        /// Bytes per broadcast message (e.g. 1M, 256K).
-        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        /// Bytes per broadcast message (e.g. 1M, 256KiB, 1MB; K, M are binary, KB, MB decimal).
+        #[arg(long, default_value = "1M", value_parser = parse_chunk)]
         chunk: usize,
-        /// Seconds to wait for the receivers to join (exit 3 if they don't); inf: no limit.
-        #[arg(long, default_value = "60", value_parser = parse_seconds)]
+        /// Seconds to wait for the receivers to join (exit 3 if they don't), e.g. 60, 2.5, 500ms,
+        /// 2m; inf: no limit.
+        #[arg(long, default_value = "60", value_parser = parse_duration)]
         wait: Duration,
         /// Evict a receiver whose cursor has not moved and that was silent this many
         /// seconds while it had data outstanding, and fail one that acknowledged all data
         /// but showed no progress towards its report (its output taking data) for as long;
         /// inf: never.
-        #[arg(long, default_value = "3", value_parser = parse_seconds)]
+        #[arg(long, default_value = "3", value_parser = parse_duration)]
         timeout: Duration,
         /// Seconds to wait for completion reports once all data is acknowledged (an -O
         /// command may need time to finish); inf: no limit.
-        #[arg(long, default_value = "60", value_parser = parse_seconds)]
+        #[arg(long, default_value = "60", value_parser = parse_duration)]
         report_wait: Duration,
-        /// No progress bar or messages (the REPORT is still printed to stderr).
+        /// No progress bar or messages (the REPORT and warnings are still printed to stderr).
         #[arg(long)]
         quiet: bool,
         /// Print the final report as JSON on stdout.
@@ -209,21 +234,36 @@ enum Cmd {
         command: Option<String>,
         /// Give up after this many seconds without any frame from the sender, or without the
         /// output (file, stdout, -O command) taking any data; inf: never.
-        #[arg(long, default_value = "30", value_parser = parse_seconds)]
+        #[arg(long, default_value = "30", value_parser = parse_duration)]
         timeout: Duration,
         /// Seconds to wait for a sender to start (exit 3 if none does); inf: no limit.
-        #[arg(long, default_value = "3600", value_parser = parse_seconds)]
+        #[arg(long, default_value = "3600", value_parser = parse_duration)]
         wait: Duration,
-        /// Refuse a stream larger than this (e.g. 500M, 64G; binary units): at its header when
+        /// Refuse a stream larger than this (e.g. 500M, 64GiB, 500MB; K, M, G, T are binary, KB,
+        /// MB, GB, TB decimal): at its header when
         /// it announces its size, else as soon as its data passes the limit; the output is
         /// then discarded (exit 1). A stream is refused in any case when its data runs past the
         /// size it announced. inf: no limit.
         #[arg(long, default_value = "inf", value_parser = parse_max_bytes)]
         max_bytes: MaxBytes,
-        /// No messages on stderr.
+        /// No messages on stderr but warnings (RUST_LOG=error hides those too).
         #[arg(long)]
         quiet: bool,
         /// Print the outcome as JSON on stderr (stdout may carry the data).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the
+    /// capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link. One line per
+    /// check with its fix; exit 1 if any check fails.
+    Doctor {
+        /// Network interface.
+        #[arg(long)]
+        iface: String,
+        /// Link backend to check: ring, socket, pnet or xdp.
+        #[arg(long, default_value = "ring")]
+        backend: Backend,
+        /// Print the checks as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -254,6 +294,10 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
     stream
         .check()
         .map_err(|e| Fatal::new(distribute::EXIT_USAGE, format!("invalid options: {e}")))?;
+    // A link on an interface that is down hears nobody: say so at once, with the fix.
+    if let Some((what, fix)) = ethbcast_tools::doctor::admin_down(&c.iface) {
+        return Err(Fatal::io(format!("{what}: {fix}")));
+    }
     stream.key = c
         .key_file
         .as_deref()
@@ -272,6 +316,7 @@ fn fail(f: Fatal) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    ethbcast_tools::logging::init(cli.verbose);
     // Both sides allocate and free one buffer per chunk (a megabyte by default): reused from
     // the heap, not mapped, faulted in and zeroed afresh each time. Measured on 8 receivers of
     // 256 MiB: 15.4 CPU s/GiB with it, 16.6 without.
@@ -282,6 +327,9 @@ fn main() -> ExitCode {
             input,
             receivers,
             hostfile,
+            only_failed,
+            min_receivers,
+            max_wait,
             max_rate,
             digest,
             chunk,
@@ -291,7 +339,7 @@ fn main() -> ExitCode {
             quiet,
             json,
         } => {
-            let expect = match (receivers, hostfile) {
+            let expect = match (receivers, hostfile.or(only_failed.clone())) {
                 (Some(0), _) => {
                     return fail(Fatal::new(
                         distribute::EXIT_USAGE,
@@ -303,18 +351,35 @@ fn main() -> ExitCode {
                     let text = match std::fs::read_to_string(&p) {
                         Ok(t) => t,
                         Err(e) => {
-                            return fail(Fatal::io(format!(
-                                "cannot read hostfile {}: {e}",
-                                p.display()
-                            )))
+                            return fail(Fatal::io(format!("cannot read {}: {e}", p.display())))
                         }
                     };
-                    match ethbcast::group::parse_hostfile(&text) {
+                    let hosts = match &only_failed {
+                        Some(_) => send::failed_hosts(&text)
+                            .map_err(|e| format!("--only-failed {}: {e}", p.display())),
+                        None => ethbcast::group::parse_hostfile(&text).map_err(|e| e.to_string()),
+                    };
+                    match hosts {
                         Ok(l) => Expect::List(l),
-                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
+                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e)),
                     }
                 }
                 (None, None) => unreachable!("clap requires one"),
+            };
+            let settle = match (min_receivers, max_wait) {
+                (Some(min), Some(after)) if (1..=expect.len()).contains(&min) => {
+                    Some(ethbcast::group::Settle { min, after })
+                }
+                (Some(min), Some(_)) => {
+                    return fail(Fatal::new(
+                        distribute::EXIT_USAGE,
+                        format!(
+                            "--min-receivers {min}: must be 1..={} (the receivers expected)",
+                            expect.len()
+                        ),
+                    ))
+                }
+                _ => None,
             };
             let args = send::SendArgs {
                 link: match link_opts(&common, WaitMode::Adaptive) {
@@ -323,6 +388,7 @@ fn main() -> ExitCode {
                 },
                 input,
                 expect,
+                settle,
                 digest,
                 max_rate,
                 chunk,
@@ -387,6 +453,35 @@ fn main() -> ExitCode {
                     ExitCode::from(r.code)
                 }
                 Err(f) => fail(f),
+            }
+        }
+        Cmd::Doctor {
+            iface,
+            backend,
+            json,
+        } => {
+            let checks = ethbcast_tools::doctor::run(
+                &iface,
+                backend,
+                distribute::DEFAULT_WINDOW + distribute::RETAINED,
+            );
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&checks).expect("checks serialise")
+                );
+            } else {
+                for c in &checks {
+                    println!("{}", c.render());
+                }
+            }
+            if checks
+                .iter()
+                .any(|c| c.status == ethbcast_tools::doctor::Status::Fail)
+            {
+                ExitCode::from(distribute::EXIT_FAILED)
+            } else {
+                ExitCode::SUCCESS
             }
         }
         Cmd::GenerateAssets { out } => {

@@ -150,6 +150,21 @@ impl From<ethbcast::member::MemberError> for Fatal {
     }
 }
 
+/// A link error from opening `iface`, naming the interface and, where there is one, the fix.
+pub fn link_error(iface: &str, e: LinkError) -> Fatal {
+    match e {
+        // Names the interface already.
+        LinkError::NoSuchInterface(_) => Fatal::from(e),
+        LinkError::MtuTooSmall { mtu, need } => Fatal::io(format!(
+            "interface {iface} has an MTU of {mtu} bytes, ethbcast needs at least {need}: ip link set {iface} mtu 1500"
+        )),
+        LinkError::Closed => Fatal::io(format!(
+            "interface {iface}: link closed (is it up? ip link set {iface} up)"
+        )),
+        e => Fatal::io(format!("interface {iface}: {e}")),
+    }
+}
+
 /// The interface and the stream's settings, shared by both sides.
 #[derive(Debug, Clone)]
 pub struct LinkOpts {
@@ -251,61 +266,7 @@ pub fn read_key_file(path: &std::path::Path, group_id: u32) -> Result<[u8; 32], 
     })
 }
 
-/// The duration that stands for "no limit" (`inf`): a century, which any clock arithmetic
-/// (an `Instant` plus it) still handles, where `f64::INFINITY` seconds has no `Duration`.
-pub const NO_LIMIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// Parses a number of seconds given on the command line (`--wait`, `--timeout`,
-/// `--report-wait`): a non-negative decimal number, or `inf` for no limit. Values at or above
-/// [`NO_LIMIT`] mean no limit too. Checked here, so that a bad value is a usage error instead
-/// of a panic deep in the transfer.
-pub fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if matches!(
-        t.to_ascii_lowercase().as_str(),
-        "inf" | "infinity" | "+inf" | "+infinity"
-    ) {
-        return Ok(NO_LIMIT);
-    }
-    let v: f64 = t
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a number of seconds (e.g. 2.5) or inf"))?;
-    if v.is_nan() || v < 0.0 {
-        return Err(format!(
-            "{s:?}: seconds must be a number >= 0 (or inf for no limit)"
-        ));
-    }
-    if v >= NO_LIMIT.as_secs_f64() {
-        return Ok(NO_LIMIT);
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
-/// Parses a number of bytes given on the command line (`recv --max-bytes`): a whole number
-/// with an optional binary unit, `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (`1G` is
-/// 1073741824 bytes), or `inf` for no limit (`None`).
-pub fn parse_bytes(s: &str) -> Result<Option<u64>, String> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("inf") {
-        return Ok(None);
-    }
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (n, unit) = t.split_at(split);
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a number of bytes (e.g. 500M, 64G) or inf"))?;
-    let shift = match unit.trim() {
-        "" | "B" => 0,
-        "K" | "k" | "KiB" => 10,
-        "M" | "MiB" => 20,
-        "G" | "GiB" => 30,
-        "T" | "TiB" => 40,
-        u => return Err(format!("{s:?}: unknown unit {u:?} (B, K, M, G or T)")),
-    };
-    n.checked_mul(1 << shift)
-        .map(Some)
-        .ok_or_else(|| format!("{s:?}: too large"))
-}
+pub use crate::testbed::units::NO_LIMIT;
 
 /// `d` for messages: seconds, or "no limit".
 pub fn render_seconds(d: Duration) -> String {
@@ -372,39 +333,7 @@ mod tests {
     }
 
     #[test]
-    fn byte_counts_parse_with_binary_units_and_inf() {
-        assert_eq!(parse_bytes("1000"), Ok(Some(1000)));
-        assert_eq!(parse_bytes("1M"), Ok(Some(1 << 20)));
-        assert_eq!(parse_bytes(" 64 GiB "), Ok(Some(64 << 30)));
-        assert_eq!(parse_bytes("2T"), Ok(Some(2 << 40)));
-        assert_eq!(parse_bytes("0"), Ok(Some(0)));
-        assert_eq!(parse_bytes("inf"), Ok(None));
-        for bad in [
-            "",
-            "-1",
-            "1.5G",
-            "10X",
-            "M",
-            "99999999999999999999",
-            "20000000T",
-        ] {
-            assert!(parse_bytes(bad).is_err(), "{bad} accepted");
-        }
-    }
-
-    #[test]
-    fn seconds_parse_and_inf_means_no_limit() {
-        assert_eq!(parse_seconds("2.5"), Ok(Duration::from_millis(2500)));
-        assert_eq!(parse_seconds("0"), Ok(Duration::ZERO));
-        for s in ["inf", "Infinity", "+inf", "1e300", "1e19"] {
-            let d = parse_seconds(s).unwrap();
-            assert_eq!(d, NO_LIMIT, "{s}");
-            // Every use adds the limit to the clock: that must not overflow.
-            let _ = std::time::Instant::now() + d;
-        }
-        for s in ["nan", "-1", "-inf", "soon", ""] {
-            assert!(parse_seconds(s).is_err(), "{s} accepted");
-        }
+    fn no_limit_renders_as_such() {
         assert_eq!(render_seconds(NO_LIMIT), "no limit");
         assert_eq!(render_seconds(Duration::from_secs(3)), "3 s");
     }

@@ -72,6 +72,23 @@ pub struct RecvReport {
     pub error: String,
     /// Exit code.
     pub code: u8,
+    /// What the receiver's engine did.
+    pub counters: RecvCounters,
+}
+
+/// A receiver's engine counters, in its report.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecvCounters {
+    /// Requests for repair sent (NACK frames), to the sender or to fellow receivers.
+    pub repair_requests: u64,
+    /// Of those, to fellow receivers (peer repair).
+    pub repair_requests_to_peers: u64,
+    /// Frames this receiver repaired for fellow receivers.
+    pub repairs_served: u64,
+    /// Acknowledgement frames sent.
+    pub ack_frames: u64,
+    /// Frames received twice (a repair that crossed the original, say).
+    pub duplicate_frames: u64,
 }
 
 enum Sink {
@@ -814,7 +831,10 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     // Decided before the output is opened (the link needs the capabilities dropped below);
     // `Sink::direct` checks the output itself.
     let retaining = null_output(&a.output);
-    let lnk = a.link.open_receiving(retaining)?;
+    let lnk = a
+        .link
+        .open_receiving(retaining)
+        .map_err(|e| super::link_error(&a.link.iface, e))?;
     // Before any thread starts (the Ctrl-C handler's, the writer): they inherit the empty
     // sets. The output is opened afterwards, with the same rights its final rename has.
     super::drop_capabilities()?;
@@ -1065,6 +1085,14 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         };
         let _ = node.settle(patience);
     }
+    let st = node.stats();
+    let counters = RecvCounters {
+        repair_requests: st.nack_frames,
+        repair_requests_to_peers: st.peer_nacks,
+        repairs_served: st.peer_repairs,
+        ack_frames: st.ack_frames + st.tree_ack_frames,
+        duplicate_frames: st.drops.duplicate,
+    };
     Ok(RecvReport {
         ok,
         rank,
@@ -1074,6 +1102,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         direct,
         error,
         code,
+        counters,
     })
 }
 

@@ -9,6 +9,7 @@ use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use ethbcast::group::stream::{Role, Stream};
+use ethbcast::group::{HostEntry, Settle};
 use ethbcast::link::MacAddr;
 use ethbcast::member::{Event, MemberError};
 use ethbcast::proto::{Dest, SendError};
@@ -29,6 +30,8 @@ pub struct SendArgs {
     pub input: Option<PathBuf>,
     /// Receivers to wait for.
     pub expect: Expect,
+    /// Start without some of them: once this many joined and this long passed.
+    pub settle: Option<Settle>,
     /// End-to-end digest of the stream.
     pub digest: DigestAlgo,
     /// Token-bucket limit in bytes per second.
@@ -66,6 +69,9 @@ pub struct ReceiverReport {
     pub rank: u16,
     /// MAC address.
     pub mac: String,
+    /// Host name from the hostfile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Outcome.
     pub status: Outcome,
     /// Bytes: reported by the receiver, or (evicted) bytes acknowledged by all before.
@@ -75,6 +81,16 @@ pub struct ReceiverReport {
     /// Why it failed or was evicted.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub error: String,
+}
+
+/// A receiver that was expected and did not join (the transfer started without it).
+#[derive(Debug, Clone, Serialize)]
+pub struct MissingHost {
+    /// Host name from the hostfile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// MAC address.
+    pub mac: String,
 }
 
 /// The sender's final report.
@@ -97,6 +113,11 @@ pub struct Report {
     pub goodput_mbit: f64,
     /// Receivers.
     pub receivers: Vec<ReceiverReport>,
+    /// Receivers expected that did not join (`send --min-receivers`).
+    pub not_joined: usize,
+    /// Of those, the hosts of the hostfile.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<MissingHost>,
     /// Data frames broadcast.
     pub data_frames: u64,
     /// Repair frames sent.
@@ -118,9 +139,20 @@ impl Report {
             self.data_frames,
             self.repair_frames
         );
+        let named = self.receivers.iter().any(|r| r.host.is_some());
+        let host = |h: &Option<String>| match (named, h) {
+            (false, _) => String::new(),
+            (true, h) => format!("{:<16}  ", h.as_deref().unwrap_or("-")),
+        };
         s.push_str(&format!(
-            "{:>4}  {:<17}  {:<9}  {:>12}  {:>8}  {}\n",
-            "rank", "mac", "status", "bytes", "time s", "error"
+            "{:>4}  {}{:<17}  {:<9}  {:>12}  {:>8}  {}\n",
+            "rank",
+            host(&Some("host".into())),
+            "mac",
+            "status",
+            "bytes",
+            "time s",
+            "error"
         ));
         for r in &self.receivers {
             let st = match r.status {
@@ -130,8 +162,25 @@ impl Report {
                 Outcome::Evicted => "evicted",
             };
             s.push_str(&format!(
-                "{:>4}  {:<17}  {:<9}  {:>12}  {:>8.2}  {}\n",
-                r.rank, r.mac, st, r.bytes, r.seconds, r.error
+                "{:>4}  {}{:<17}  {:<9}  {:>12}  {:>8.2}  {}\n",
+                r.rank,
+                host(&r.host),
+                r.mac,
+                st,
+                r.bytes,
+                r.seconds,
+                r.error
+            ));
+        }
+        for m in &self.missing {
+            s.push_str(&format!(
+                "{:>4}  {}{:<17}  {:<9}  {:>12}  {:>8}  did not join\n",
+                "-",
+                host(&m.host),
+                m.mac,
+                "missing",
+                0,
+                "-"
             ));
         }
         let bad = self
@@ -139,6 +188,22 @@ impl Report {
             .iter()
             .filter(|r| r.status != Outcome::Completed)
             .count();
+        if self.not_joined > 0 {
+            let names: Vec<String> = self
+                .missing
+                .iter()
+                .map(|m| m.host.clone().unwrap_or_else(|| m.mac.clone()))
+                .collect();
+            s.push_str(&format!(
+                "REPORT: {} receiver(s) did NOT join{}\n",
+                self.not_joined,
+                if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", names.join(", "))
+                }
+            ));
+        }
         if bad == 0 {
             s.push_str(&format!(
                 "REPORT: all {} receivers completed\n",
@@ -238,8 +303,8 @@ fn control(node: &mut Stream, dst: Dest, payload: &[u8]) {
 pub enum Expect {
     /// The first `n` distinct receivers.
     Count(usize),
-    /// Exactly these MACs (hostfile), in this rank order.
-    List(Vec<MacAddr>),
+    /// Exactly these hosts (hostfile), in this rank order.
+    List(Vec<HostEntry>),
 }
 
 impl Expect {
@@ -257,15 +322,53 @@ impl Expect {
     }
 
     /// The sender's role in the join: it coordinates and takes the first that answer.
-    fn role(&self) -> Role {
+    fn role(&self, settle: Option<Settle>) -> Role {
         Role::Root {
             receivers: self.len(),
             only: match self {
                 Expect::Count(_) => None,
-                Expect::List(l) => Some(l.clone()),
+                Expect::List(l) => Some(l.iter().map(|h| h.mac).collect()),
             },
+            settle,
         }
     }
+
+    /// The hostfile's name of `mac`, if any.
+    fn name_of(&self, mac: &MacAddr) -> Option<String> {
+        match self {
+            Expect::Count(_) => None,
+            Expect::List(l) => l.iter().find(|h| h.mac == *mac)?.name.clone(),
+        }
+    }
+}
+
+/// The receivers a previous report (`send --json`) lists as not completed (failed, evicted)
+/// or as not joined (`missing`), with their host names, for `send --only-failed`.
+pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(report_json).map_err(|e| format!("not a JSON report: {e}"))?;
+    let receivers = v["receivers"]
+        .as_array()
+        .ok_or("not a report of `ethbcast send --json` (no receivers)")?;
+    let failed = receivers.iter().filter(|r| r["status"] != "completed");
+    let missing = v["missing"].as_array().into_iter().flatten();
+    let mut hosts: Vec<HostEntry> = Vec::new();
+    for r in failed.chain(missing) {
+        let mac = r["mac"]
+            .as_str()
+            .and_then(ethbcast::link::parse_mac)
+            .ok_or_else(|| format!("a receiver without a MAC address: {r}"))?;
+        if !hosts.iter().any(|h| h.mac == mac) {
+            hosts.push(HostEntry {
+                name: r["host"].as_str().map(str::to_owned),
+                mac,
+            });
+        }
+    }
+    if hosts.is_empty() {
+        return Err("every receiver of the report completed: nothing to send again".into());
+    }
+    Ok(hosts)
 }
 
 /// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the
@@ -296,7 +399,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     };
 
     let t_join = Instant::now();
-    let lnk = a.link.open()?;
+    let lnk = a
+        .link
+        .open()
+        .map_err(|e| super::link_error(&a.link.iface, e))?;
     // Before the Ctrl-C handler's thread starts: it inherits the empty sets.
     super::drop_capabilities()?;
     let stop = super::interrupt_flag();
@@ -317,8 +423,29 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     if a.expect.len() >= usize::from(u16::MAX - 1) {
         return Err(Fatal::new(super::EXIT_USAGE, "too many receivers"));
     }
-    let mut node = a.link.join(lnk, a.expect.role(), a.wait, &stop)?;
+    let mut node = a.link.join(lnk, a.expect.role(a.settle), a.wait, &stop)?;
     let roster = node.peers().to_vec();
+    let not_joined = a.expect.len().saturating_sub(roster.len() - 1);
+    let missing: Vec<MissingHost> = match &a.expect {
+        Expect::Count(_) => Vec::new(),
+        Expect::List(l) => l
+            .iter()
+            .filter(|h| !roster.contains(&h.mac))
+            .map(|h| MissingHost {
+                host: h.name.clone(),
+                mac: h.mac.to_string(),
+            })
+            .collect(),
+    };
+    // Who a rank is, for messages: its host name, else its MAC.
+    let who: Vec<String> = roster
+        .iter()
+        .map(|m| {
+            a.expect
+                .name_of(m)
+                .map_or_else(|| m.to_string(), |n| format!("{n}, {m}"))
+        })
+        .collect();
     let cfg = a.link.stream.config(0, roster.len() as u16);
     // Data messages handed to the engine at most: enough to cover the shared buffer twice.
     // A message leaves only when every receiver acknowledged all of it, repairs included, so
@@ -326,6 +453,20 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
     let join_seconds = t_join.elapsed().as_secs_f64();
     if !a.quiet {
+        if not_joined > 0 {
+            let names: Vec<String> = missing
+                .iter()
+                .map(|m| m.host.clone().unwrap_or_else(|| m.mac.clone()))
+                .collect();
+            eprintln!(
+                "ethbcast: starting without {not_joined} receiver(s) that did not join{}",
+                if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", names.join(", "))
+                }
+            );
+        }
         eprintln!(
             "ethbcast: {} receiver(s) joined in {join_seconds:.2} s; sending {}",
             roster.len() - 1,
@@ -344,6 +485,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         .map(|(r, mac)| ReceiverReport {
             rank: r as u16,
             mac: mac.to_string(),
+            host: a.expect.name_of(mac),
             status: Outcome::Active,
             bytes: 0,
             seconds: 0.0,
@@ -522,7 +664,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     now.duration_since(last).as_secs_f64()
                 );
                 if !a.quiet {
-                    pb.suspend(|| eprintln!("ethbcast: evicting rank {r} ({}): {msg}", roster[r]));
+                    pb.suspend(|| eprintln!("ethbcast: evicting rank {r} ({}): {msg}", who[r]));
                 }
                 finish(&mut fate[r], Outcome::Evicted, acked, msg);
                 continue;
@@ -547,7 +689,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     took[r].map_or("nothing it told of".into(), |b| format!("{b} bytes"))
                 );
                 if !a.quiet {
-                    pb.suspend(|| eprintln!("ethbcast: failing rank {r} ({}): {msg}", roster[r]));
+                    pb.suspend(|| eprintln!("ethbcast: failing rank {r} ({}): {msg}", who[r]));
                 }
                 finish(&mut fate[r], Outcome::Failed, sent, msg);
             }
@@ -582,7 +724,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let st = node.stats().clone();
     let receivers: Vec<ReceiverReport> = fate.split_off(1);
     Ok(Report {
-        ok: receivers.iter().all(|r| r.status == Outcome::Completed),
+        ok: not_joined == 0 && receivers.iter().all(|r| r.status == Outcome::Completed),
         iface: a.link.iface.clone(),
         bytes: sent,
         // Known only for an input read to its end.
@@ -594,6 +736,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         seconds,
         goodput_mbit: mbit(sent, Duration::from_secs_f64(seconds)),
         receivers,
+        not_joined,
+        missing,
         data_frames: st.data_frames,
         repair_frames: st.repair_frames,
         rebroadcasts: st.rebroadcasts,
@@ -606,5 +750,39 @@ pub fn exit_code(r: &Report) -> u8 {
         super::EXIT_OK
     } else {
         EXIT_FAILED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failed_hosts;
+
+    #[test]
+    fn only_the_failed_and_missing_receivers_of_a_report_are_sent_to_again() {
+        let report = r#"{"ok": false, "receivers": [
+            {"rank": 1, "mac": "02:00:00:00:00:01", "host": "node1", "status": "completed"},
+            {"rank": 2, "mac": "02:00:00:00:00:02", "host": "node2", "status": "evicted"},
+            {"rank": 3, "mac": "02:00:00:00:00:03", "status": "failed"}],
+            "not_joined": 1, "missing": [{"host": "node4", "mac": "02:00:00:00:00:04"}]}"#;
+        let hosts = failed_hosts(report).unwrap();
+        let got: Vec<(Option<&str>, String)> = hosts
+            .iter()
+            .map(|h| (h.name.as_deref(), h.mac.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some("node2"), "02:00:00:00:00:02".to_string()),
+                (None, "02:00:00:00:00:03".to_string()),
+                (Some("node4"), "02:00:00:00:00:04".to_string()),
+            ]
+        );
+        let all_done = r#"{"receivers": [{"mac": "02:00:00:00:00:01", "status": "completed"}]}"#;
+        assert!(failed_hosts(all_done)
+            .unwrap_err()
+            .contains("nothing to send"));
+        assert!(failed_hosts("{").is_err());
+        assert!(failed_hosts("{}").is_err());
+        assert!(failed_hosts(r#"{"receivers": [{"mac": "nope", "status": "failed"}]}"#).is_err());
     }
 }

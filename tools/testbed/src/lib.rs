@@ -46,6 +46,7 @@
 
 pub mod mpi;
 pub mod netns;
+pub mod units;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -230,41 +231,16 @@ impl fmt::Display for Rate {
 impl FromStr for Rate {
     type Err = TestbedError;
 
-    /// Parses `tc`-style rates: `bit`, `kbit`, `mbit`, `gbit`, `tbit` (decimal
-    /// multiples), case-insensitive, with an optional fraction (`2.5gbit`).
+    /// Parses a rate as [`units::parse_rate`] does: `100mbit`, `2.5gbit` (tc's bit units,
+    /// case-insensitive) or a size per second such as `50MB/s`.
     fn from_str(s: &str) -> Result<Rate> {
-        let bad = |reason: &str| TestbedError::InvalidRate {
+        let bad = |reason: String| TestbedError::InvalidRate {
             input: s.to_owned(),
-            reason: reason.to_owned(),
+            reason,
         };
-        let lower = s.trim().to_ascii_lowercase();
-        let split = lower
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| bad("missing unit"))?;
-        let (num, unit) = lower.split_at(split);
-        if num.is_empty() {
-            return Err(bad("missing number"));
-        }
-        let scale: u64 = match unit {
-            "bit" => 1,
-            "kbit" => 1_000,
-            "mbit" => 1_000_000,
-            "gbit" => 1_000_000_000,
-            "tbit" => 1_000_000_000_000,
-            "bps" | "kbps" | "mbps" | "gbps" => {
-                return Err(bad(
-                    "`bps` means bytes per second in tc and is ambiguous; use kbit/mbit/gbit",
-                ))
-            }
-            _ => return Err(bad("unknown unit")),
-        };
-        let value: f64 = num.parse().map_err(|_| bad("not a number"))?;
-        let bits = value * scale as f64;
-        if !bits.is_finite() || bits < 1.0 || bits > u64::MAX as f64 {
-            return Err(bad("out of range"));
-        }
-        Rate::from_bits_per_sec(bits.round() as u64).map_err(|e| match e {
-            TestbedError::InvalidRate { reason, .. } => bad(&reason),
+        let bits = units::parse_rate(s).map_err(|e| bad(e.to_string()))?;
+        Rate::from_bits_per_sec(bits).map_err(|e| match e {
+            TestbedError::InvalidRate { reason, .. } => bad(reason),
             other => other,
         })
     }
