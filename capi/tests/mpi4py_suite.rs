@@ -21,7 +21,7 @@ use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
 use ethbcast_testbed::{netns_available, TestbedConfig};
 
 mod mpi_common;
-use mpi_common::{build, job, mpis_available};
+use mpi_common::{build, job, mpis_available, routed};
 
 const PYTHON: &str = "/usr/bin/python3";
 
@@ -146,20 +146,8 @@ fn mpi4py_gives_the_same_results_with_the_interposer_as_without() {
     );
     // Every rank reported calls over ethbcast at MPI_Finalize (the suite's MPI_COMM_WORLD
     // broadcasts and barriers).
-    let reports: Vec<u64> = with
-        .stderr
-        .lines()
-        .filter_map(|l| l.strip_prefix("ethbcast-mpi: rank "))
-        .filter_map(|rest| {
-            let w: Vec<&str> = rest.split_whitespace().collect();
-            match w[..] {
-                [_, hw, "calls", "over", "ethbcast,", ..] => hw.parse().ok(),
-                _ => None,
-            }
-        })
-        .collect();
-    assert_eq!(reports.len(), 8, "every rank's interposer report: {with}");
-    assert!(reports.iter().all(|&hw| hw > 0), "{reports:?}: {with}");
+    let reports = routed(&with, 8);
+    assert!(reports.iter().all(|&(hw, _)| hw > 0), "{reports:?}: {with}");
     assert!(!with.stderr.contains("hardware broadcast is off"), "{with}");
     bed.down().expect("tear down");
 }

@@ -22,7 +22,7 @@ use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
 use ethbcast_testbed::{netns_available, TestbedConfig};
 
 mod mpi_common;
-use mpi_common::{build, job, mpis_available, Built};
+use mpi_common::{build, job, mpis_available, routed, Built};
 
 /// Each rank's `<tag> rank R world W broadcasts B congruent C ...` line: (B, C) per rank.
 fn counts(out: &JobOutput, tag: &str, ranks: usize) -> Vec<(u64, u64)> {
@@ -43,26 +43,6 @@ fn counts(out: &JobOutput, tag: &str, ranks: usize) -> Vec<(u64, u64)> {
         .into_iter()
         .enumerate()
         .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r} did not finish: {out}")))
-        .collect()
-}
-
-/// The interposer's per-rank "H calls over ethbcast, P over PMPI" lines.
-fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
-    let mut per_rank = vec![None; ranks];
-    for line in out.stderr.lines() {
-        let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
-            continue;
-        };
-        let w: Vec<&str> = rest.split_whitespace().collect();
-        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", ..] = w[..] {
-            let r: usize = r.trim_end_matches(':').parse().expect("rank");
-            per_rank[r] = Some((hw.parse().expect("count"), pmpi.parse().expect("count")));
-        }
-    }
-    per_rank
-        .into_iter()
-        .enumerate()
-        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r}: no interposer report: {out}")))
         .collect()
 }
 

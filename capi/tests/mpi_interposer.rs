@@ -21,7 +21,7 @@ use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
 use ethbcast_testbed::{netns_available, TestbedConfig};
 
 mod mpi_common;
-use mpi_common::{build, job, mpis_available, Built};
+use mpi_common::{build, job, mpis_available, routed, Built};
 
 /// Every rank printed its "ok" line; returns (congruent, other) calls of each rank.
 fn results(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
@@ -47,27 +47,6 @@ fn all_over_pmpi(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
     results(out, ranks)
         .iter()
         .map(|&(c, o)| (0, c + o))
-        .collect()
-}
-
-/// The interposer's per-rank "H calls over ethbcast, P over PMPI" lines.
-fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
-    let mut per_rank = vec![None; ranks];
-    for line in out.stderr.lines() {
-        let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
-            continue;
-        };
-        let w: Vec<&str> = rest.split_whitespace().collect();
-        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", ..] = w[..]
-        {
-            let r: usize = r.trim_end_matches(':').parse().expect("rank");
-            per_rank[r] = Some((hw.parse().expect("count"), pmpi.parse().expect("count")));
-        }
-    }
-    per_rank
-        .into_iter()
-        .enumerate()
-        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r}: no interposer report: {out}")))
         .collect()
 }
 

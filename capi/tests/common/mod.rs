@@ -5,18 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
-/// The static library cargo built for this test run (next to the test binary).
-pub fn staticlib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps directory");
-    [
-        deps.join("libethbcast_capi.a"),
-        deps.join("../libethbcast_capi.a"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libethbcast_capi.a next to the test binary (crate-type staticlib)")
-}
+mod staticlib;
+pub use staticlib::staticlib;
 
 /// The shared library cargo built for this test run (next to the test binary).
 #[allow(dead_code)] // Not every test binary that shares this module links dynamically.

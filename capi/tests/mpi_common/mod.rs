@@ -5,20 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ethbcast_testbed::mpi::{self, Job, MpiImpl};
+use ethbcast_testbed::mpi::{self, Job, JobOutput, MpiImpl};
 
-/// The static library cargo built for this test run (next to the test binary).
-pub fn staticlib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps directory");
-    [
-        deps.join("libethbcast_capi.a"),
-        deps.join("../libethbcast_capi.a"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-    .expect("libethbcast_capi.a next to the test binary (crate-type staticlib)")
-}
+#[path = "../common/staticlib.rs"]
+mod staticlib;
+pub use staticlib::staticlib;
 
 /// Whether both MPIs are installed; panics in CI when not.
 pub fn mpis_available(test: &str) -> bool {
@@ -99,4 +90,26 @@ pub fn job(
         env,
         timeout: Duration::from_secs(90),
     }
+}
+
+/// The interposer's per-rank "H calls over ethbcast, P over PMPI" lines (ETHBCAST_MPI_VERBOSE),
+/// (H, P) per rank; panics naming a rank that printed none.
+pub fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
+    let mut per_rank = vec![None; ranks];
+    for line in out.stderr.lines() {
+        let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
+            continue;
+        };
+        let w: Vec<&str> = rest.split_whitespace().collect();
+        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", ..] = w[..]
+        {
+            let r: usize = r.trim_end_matches(':').parse().expect("rank");
+            per_rank[r] = Some((hw.parse().expect("count"), pmpi.parse().expect("count")));
+        }
+    }
+    per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r}: no interposer report: {out}")))
+        .collect()
 }
