@@ -145,3 +145,29 @@ fn a_hello_that_offers_a_frame_smaller_than_any_link_carries_is_ignored() {
     assert_eq!(c.roster.as_ref().map(Vec::len), Some(2));
     assert_eq!(c.pdu, 1500, "the smaller of the two offers");
 }
+
+#[test]
+fn a_full_roster_part_sealed_or_not_fits_the_frame_size_it_was_cut_for() {
+    let key = [3u8; 32];
+    for max_pdu in [576usize, 1000, 1400, 1427, 1500, 9000] {
+        for keyed in [false, true] {
+            let per = entries_per_part(max_pdu, keyed);
+            let msg = Msg::Roster {
+                nonce: u64::MAX,
+                part: 1,
+                parts: 2,
+                pdu: max_pdu as u16,
+                entries: vec![(MacAddr([2, 0, 0, 0, 0, 1]), u64::MAX); per],
+            };
+            let frame = frame_of(&msg);
+            let sent = seal(keyed.then_some(key), &frame).unwrap();
+            assert!(
+                sent.len() <= max_pdu,
+                "{per} entries make a {}-byte part for frames of {max_pdu} (keyed: {keyed})",
+                sent.len()
+            );
+            // And no more than one entry of room is left unused.
+            assert!(sent.len() + 14 > max_pdu || per == ENTRIES_PER_PART);
+        }
+    }
+}
