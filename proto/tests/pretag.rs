@@ -6,7 +6,9 @@
 //! stream, point-to-point channel or receive for such a frame. Without a key, a member that
 //! takes one rank's stream alone ([`MemberConfig::senders`]) makes nothing for another's.
 //! Measured in bytes with a counting allocator (one measurement at a time: it counts every
-//! thread's allocations).
+//! thread's allocations, so the test harness's own bookkeeping of the other tests, a few
+//! hundred bytes, may fall into a measurement: [`NOISE`] allows for it, far below the
+//! megabytes of one receive stream or channel).
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -23,6 +25,9 @@ static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// One measurement at a time.
 static MEASURE: Mutex<()> = Mutex::new(());
+
+/// Bytes the test harness may allocate meanwhile on its own threads.
+const NOISE: usize = 16 << 10;
 
 const GROUP: u32 = 0x5e55_1011;
 const SIZE: u16 = 8;
@@ -83,8 +88,8 @@ fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
             }
         }
     });
-    assert_eq!(
-        bytes, 0,
+    assert!(
+        bytes < NOISE,
         "forged frames made the member allocate {bytes} bytes"
     );
     for src in 0..SIZE {
@@ -109,8 +114,8 @@ fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
             m.handle_frame(now, mac(peer), &data(group, src, wire::ALL, None));
         }
     });
-    assert_eq!(
-        bytes, 0,
+    assert!(
+        bytes < NOISE,
         "forged frames made the member allocate {bytes} bytes"
     );
     assert_eq!(m.stats().accepted, 0);
@@ -137,8 +142,8 @@ fn without_a_key_a_member_makes_nothing_for_a_rank_whose_stream_it_does_not_take
             m.handle_frame(now, mac(src), &data(group, 1, wire::ALL, None));
         }
     });
-    assert_eq!(
-        bytes, 0,
+    assert!(
+        bytes < NOISE,
         "a second rank's frames made the member allocate {bytes} bytes"
     );
     for src in 2..SIZE {

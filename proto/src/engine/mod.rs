@@ -415,6 +415,30 @@ pub enum SendError {
     /// Every other member has been evicted.
     #[error("no live receivers left in the group")]
     NoReceivers,
+    /// The session ended: a counter of this member's frames reached its last value.
+    #[error(transparent)]
+    SessionEnded(#[from] SessionEnded),
+}
+
+/// Why a member's session ended: one of the counters that frames of the session carry, which
+/// receivers compare to refuse replays, reached its last value. A session ends instead of
+/// letting a counter wrap, after which a recording from early in the session would pass for
+/// a new frame. Open the group again (a new join, a new session): the new session's id and
+/// key make every recording of this one foreign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum SessionEnded {
+    /// This member sent the last control counter of the session (`u32::MAX`).
+    #[error(
+        "the session ended: this member's control counter reached its last value \
+         (2^32 - 1 control frames); open the group again for a new session"
+    )]
+    ControlCounter,
+    /// This member's broadcasts used the last sequence number of the session.
+    #[error(
+        "the session ended: this member's broadcasts used every sequence number \
+         (2^32 frames); open the group again for a new session"
+    )]
+    Sequence,
 }
 
 /// Why [`Engine::post_recv`] refused.
@@ -763,6 +787,8 @@ pub struct Engine {
     replay: Vec<ReplayWindow>,
     /// Set by [`Engine::abandon`]: only control frames leave from then on.
     abandoned: bool,
+    /// Set once a counter of this member's frames reached its last value.
+    ended: Option<SessionEnded>,
     events: VecDeque<Event>,
     stats: Stats,
 }
@@ -785,6 +811,7 @@ impl Engine {
             ctl_ctr: 0,
             replay: vec![ReplayWindow::default(); n],
             abandoned: false,
+            ended: None,
             events: VecDeque::new(),
             stats: Stats::default(),
             cfg,
@@ -839,6 +866,26 @@ impl Engine {
     pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
         self.heard.get(usize::from(rank)).copied().flatten()
     }
+    /// Whether this member's session ended, and why: its control counter reached its last
+    /// value (no control frame leaves any more) or its broadcasts used every sequence number
+    /// (no broadcast is taken any more).
+    pub fn session_ended(&self) -> Option<SessionEnded> {
+        self.ended
+    }
+
+    /// Test support: continues this member's control counter from `ctr`, as if the control
+    /// frames in between had been sent (a session's end is otherwise billions of frames away).
+    #[doc(hidden)]
+    pub fn skip_control_counter_to(&mut self, ctr: u32) {
+        self.ctl_ctr = self.ctl_ctr.max(ctr);
+    }
+
+    /// Test support: counts `frames` sequence numbers as used, as if broadcasts had used them.
+    #[doc(hidden)]
+    pub fn skip_sequences(&mut self, frames: u64) {
+        self.tx.skip_sequences(frames);
+    }
+
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
         self.live.get(usize::from(rank)).copied().unwrap_or(false)
@@ -847,13 +894,23 @@ impl Engine {
     /// Broadcasts `data` to every other member; returns its message id. The message is queued
     /// and its frames go out as [`Engine::poll_transmit`] is called.
     pub fn bcast(&mut self, now: Instant, data: Vec<u8>, algo: Algo) -> Result<u64, SendError> {
+        if let Some(e) = self.ended {
+            return Err(e.into());
+        }
         if data.len() > self.cfg.max_message {
             return Err(SendError::TooLong {
                 len: data.len(),
                 max: self.cfg.max_message,
             });
         }
-        let id = self.tx.enqueue(&self.cfg, data, algo, &self.live)?;
+        let id = self
+            .tx
+            .enqueue(&self.cfg, data, algo, &self.live)
+            .inspect_err(|e| {
+                if let SendError::SessionEnded(e) = e {
+                    self.ended = Some(*e);
+                }
+            })?;
         self.stats.sent_msgs += 1;
         self.tx.fill(&self.cfg, now, &self.live);
         Ok(id)
@@ -1317,8 +1374,12 @@ impl Engine {
             Dest::All => wire::ALL,
             Dest::Rank(r) => r,
         };
-        // Counters start at 1 and skip 0 when they wrap.
-        self.ctl_ctr = self.ctl_ctr.wrapping_add(1).max(1);
+        // Counters start at 1 and end the session at `u32::MAX` rather than wrap.
+        let Some(ctr) = self.ctl_ctr.checked_add(1) else {
+            self.ended.get_or_insert(SessionEnded::ControlCounter);
+            return None;
+        };
+        self.ctl_ctr = ctr;
         let len = msg
             .emit(self.cfg.group, self.cfg.rank, to, self.ctl_ctr, buf)
             .ok()?;

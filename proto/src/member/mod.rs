@@ -34,7 +34,8 @@ use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
 pub use crate::engine::Message;
 use crate::engine::{
-    self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, Stats as EngineStats,
+    self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, SessionEnded,
+    Stats as EngineStats,
 };
 use crate::eqa::Rank;
 use crate::machine::Machine;
@@ -174,6 +175,10 @@ pub enum MemberError {
     /// had sent only partly is never delivered.
     #[error("rank {0} failed (declared dead by the failure detector and evicted)")]
     PeerDead(Rank),
+    /// This member's session ended before a counter of its frames could wrap: open the group
+    /// again.
+    #[error(transparent)]
+    SessionEnded(#[from] engine::SessionEnded),
     /// A posted receive was smaller than the message.
     #[error("message {msg_id} from root {root} has {len} bytes, the receive allowed {max}")]
     Truncated {
@@ -465,6 +470,14 @@ impl Member {
     /// Members evicted so far, with the instant of their eviction.
     pub fn evicted(&self) -> &[(Rank, Instant)] {
         &self.evicted
+    }
+    /// Whether this member's session ended (its engine's or a point-to-point channel's
+    /// counters reached their last value, see [`SessionEnded`]): calls fail with
+    /// [`MemberError::SessionEnded`] then, and the group must be opened again.
+    pub fn session_ended(&self) -> Option<SessionEnded> {
+        self.engine
+            .session_ended()
+            .or_else(|| self.pairs.values().find_map(Engine::session_ended))
     }
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
