@@ -491,6 +491,15 @@ pub enum Drop {
     /// The receive window slot cannot be filled now (pushed buffer full): repaired later.
     #[error("no room for unposted data")]
     NoRoom,
+    /// A frame of a message longer than this member takes ([`Config::max_message`]): nothing
+    /// is reserved or kept for it.
+    #[error("a message of {len} bytes, longer than the {max} this member takes")]
+    TooLong {
+        /// The length the frame claims.
+        len: u32,
+        /// The longest message taken.
+        max: usize,
+    },
     /// The group has a key and the frame's keyed MAC is missing or wrong.
     #[error("missing or invalid keyed MAC")]
     BadMac,
@@ -584,6 +593,8 @@ pub struct DropStats {
     pub protocol: u64,
     /// No room for unposted data.
     pub no_room: u64,
+    /// Frames of messages longer than `max_message`.
+    pub too_long: u64,
     /// Missing or invalid keyed MAC.
     pub bad_mac: u64,
     /// Control frames whose fields contradict their kind.
@@ -610,6 +621,7 @@ impl DropStats {
             Drop::Duplicate(_) => &mut self.duplicate,
             Drop::Protocol(_) => &mut self.protocol,
             Drop::NoRoom => &mut self.no_room,
+            Drop::TooLong { .. } => &mut self.too_long,
             Drop::BadMac => &mut self.bad_mac,
             Drop::BadControl(_) => &mut self.bad_control,
             Drop::Replayed => &mut self.replayed,
@@ -634,6 +646,7 @@ impl DropStats {
             + self.duplicate
             + self.protocol
             + self.no_room
+            + self.too_long
             + self.bad_mac
             + self.bad_control
             + self.replayed
