@@ -859,6 +859,17 @@ impl Engine {
             }
         }
     }
+    /// Heap bytes of the engine's buffers: its receive streams ([`Receiver::heap_bytes`]) and
+    /// its send side without the per-destination cursors.
+    pub fn heap_bytes(&self) -> usize {
+        self.tx.heap_bytes_without_dests()
+            + self
+                .rx
+                .iter()
+                .flatten()
+                .map(|r| r.heap_bytes())
+                .sum::<usize>()
+    }
     /// The receive stream of `root`, if it has been heard from.
     pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
         self.rx.get(usize::from(root)).and_then(|r| r.as_deref())

@@ -479,6 +479,14 @@ impl Member {
             .session_ended()
             .or_else(|| self.pairs.values().find_map(Engine::session_ended))
     }
+    /// The point-to-point channels open (made by this member's sends or by a peer's frames
+    /// that passed their tag), with the heap bytes of their buffers.
+    pub fn channels(&self) -> Vec<(Rank, usize)> {
+        self.pairs
+            .iter()
+            .map(|(&p, e)| (p, e.heap_bytes()))
+            .collect()
+    }
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
         self.engine.is_live(rank)
