@@ -17,7 +17,7 @@ use ethbcast_proto::engine::Config;
 use ethbcast_proto::eqa::Rank;
 use ethbcast_proto::member::{pair_group, Member, MemberConfig};
 use ethbcast_proto::wire::ethernet::MacAddr;
-use ethbcast_proto::wire::{self, Flags, Kind, Repr};
+use ethbcast_proto::wire::{self, Control, Flags, Kind, Repr};
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]
@@ -140,6 +140,18 @@ fn without_a_key_a_member_makes_nothing_for_a_rank_whose_stream_it_does_not_take
             m.handle_frame(now, mac(src), &data(GROUP, src, wire::ALL, None));
             let group = pair_group(GROUP, 1, src);
             m.handle_frame(now, mac(src), &data(group, 1, wire::ALL, None));
+            // Polls of the stream it would have sent, which a member answers for its root.
+            let polls = [
+                Control::AckPoll,
+                Control::PullPoll {
+                    msg_id: 0,
+                    designated: 1,
+                },
+            ];
+            for (i, poll) in polls.iter().enumerate() {
+                let f = poll.to_vec(GROUP, src, 1, 1 + i as u32);
+                m.handle_frame(now, mac(src), &f);
+            }
         }
     });
     assert!(

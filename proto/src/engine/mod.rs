@@ -787,6 +787,8 @@ pub struct Engine {
     /// firing the due ones never visits the streams that are quiet.
     rx_timers: BTreeSet<(Instant, Rank)>,
     live: Vec<bool>,
+    /// Whose streams this member takes, by rank ([`Engine::take_streams_from`]).
+    takes: Vec<bool>,
     /// When each member last gave a sign of life ([`Engine::last_heard`]).
     heard: Vec<Option<Instant>>,
     /// The view (a hash of the evicted set) the acknowledgement trees are laid out in.
@@ -819,6 +821,7 @@ impl Engine {
             view: tree::view_of(&vec![true; n]),
             root_tree: None,
             live: vec![true; n],
+            takes: vec![true; n],
             heard: vec![None; n],
             outbox: VecDeque::with_capacity(cfg.outbox),
             ctl_ctr: 0,
@@ -908,6 +911,16 @@ impl Engine {
     #[doc(hidden)]
     pub fn skip_sequences(&mut self, frames: u64) {
         self.tx.skip_sequences(frames);
+    }
+
+    /// Takes the streams of `roots` alone (every member's by default): a data frame, an
+    /// acknowledgement poll or a pull poll of another rank's stream is dropped before any
+    /// receive stream is made for it. For a member that receives from one root (a stream's
+    /// receivers): without a key, a host speaking as a fellow member makes it reserve nothing.
+    pub fn take_streams_from(&mut self, roots: &[Rank]) {
+        for (r, t) in self.takes.iter_mut().enumerate() {
+            *t = roots.contains(&(r as Rank));
+        }
     }
 
     /// Whether `rank` is still a live member.
@@ -1136,6 +1149,9 @@ impl Engine {
                     "payload covered by neither a key nor an end-to-end check",
                 ));
             }
+            if !self.takes[usize::from(src)] {
+                return Err(Drop::Protocol("a stream this member does not take"));
+            }
             let repr = Repr::parse(frame);
             let r = self.rx_mut(now, src).on_data(now, &repr, frame.payload());
             self.collect_rx(src);
@@ -1169,6 +1185,12 @@ impl Engine {
         fresh: bool,
     ) -> Result<(), Drop> {
         let to_me = dst == self.cfg.rank;
+        if matches!(msg, Control::AckPoll | Control::PullPoll { .. })
+            && !self.takes[usize::from(src)]
+        {
+            // Polls for a stream: its root's alone.
+            return Err(Drop::Protocol("a stream this member does not take"));
+        }
         let feedback = match msg {
             Control::AckPoll => {
                 // The root's timer fired with frames of its stream not acknowledged by us.

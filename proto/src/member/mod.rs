@@ -381,8 +381,12 @@ impl Member {
             .as_ref()
             .and_then(|l| peers.iter().position(|m| *m == l.coordinator()))
             .map(|r| r as Rank);
+        let mut engine = Engine::new(ecfg)?;
+        if let Some(s) = &senders {
+            engine.take_streams_from(s);
+        }
         Ok(Member {
-            engine: Engine::new(ecfg)?,
+            engine,
             pairs: BTreeMap::new(),
             pair_groups,
             p2p_posted: vec![0; n],
