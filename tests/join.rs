@@ -187,6 +187,42 @@ fn the_group_frames_are_no_larger_than_the_smallest_mtu_of_its_members() {
 }
 
 #[test]
+fn a_keyed_join_of_200_members_fits_its_roster_in_frames_of_a_1400_byte_mtu() {
+    // Every port takes frames of at most 1400 bytes, and every member offers that: the roster
+    // of 200 members comes in parts, each sealed with its tag, none of them larger.
+    let n = 200;
+    let net = SimNet::new(SimConfig {
+        mtu: 1400,
+        ..SimConfig::new(n)
+    })
+    .unwrap();
+    let joins = (0..n)
+        .map(|i| {
+            let c = JoinConfig {
+                max_pdu: 1400,
+                ..cfg(
+                    i,
+                    Expect::Ranks {
+                        size: n as u16,
+                        rank: i as u16,
+                    },
+                    Some(KEY),
+                )
+            };
+            Join::new(c, net.now(), 1_400 + i as u64).unwrap()
+        })
+        .collect();
+    let mut c = SimCluster::new(net, joins).unwrap();
+    let mut w = Outcomes(vec![None; n]);
+    let end = c.run(Duration::from_secs(5), &mut w).unwrap();
+    assert_eq!(end, RunEnd::Done);
+    let joined = all_joined(&w.0);
+    assert_agree(&joined);
+    assert_eq!(joined[0].max_pdu, 1400);
+    assert!(joined[0].session.key.is_some());
+}
+
+#[test]
 fn every_session_has_its_own_identity() {
     let list: Vec<MacAddr> = (0..3).map(port_mac).collect();
     let a = all_joined(

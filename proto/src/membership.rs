@@ -78,9 +78,23 @@ pub const MIN_PDU: u16 = 576;
 /// Members of a roster, at most (a group has at most 65534).
 const MAX_ROSTER: usize = u16::MAX as usize - 1;
 
-/// Roster entries per frame: MAC (6) and member nonce (8), after a 15-byte part header, in a
-/// payload of 1400 bytes (a 1500-byte MTU less header, tag and CRC, with room to spare).
-const ENTRIES_PER_PART: usize = (1400 - 15) / 14;
+/// Roster entries per frame: MAC (6) and member nonce (8), after the part's
+/// [`ROSTER_HEADER`], in a payload of 1400 bytes (a 1500-byte MTU less header, tag and CRC,
+/// with room to spare).
+const ENTRIES_PER_PART: usize = (1400 - ROSTER_HEADER) / 14;
+
+/// Bytes of a roster part before its entries: type (1), nonce (8), part (2), parts (2),
+/// frame size (2), entry count (2).
+const ROSTER_HEADER: usize = 17;
+
+/// Roster entries in one part of a frame of at most `max_pdu` bytes: after the frame's header
+/// and CRC, the tag with a key, and the part's own header.
+fn entries_per_part(max_pdu: usize, keyed: bool) -> usize {
+    let tag = if keyed { wire::TAG_LEN } else { 0 };
+    ENTRIES_PER_PART
+        .min(max_pdu.saturating_sub(wire::OVERHEAD + tag + ROSTER_HEADER) / 14)
+        .max(1)
+}
 
 /// The session a group shares once joined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1111,9 +1125,7 @@ impl Join {
                 }
             }
             Some((false, Some(roster), pdu)) => {
-                let per = ENTRIES_PER_PART
-                    .min((self.cfg.max_pdu.saturating_sub(wire::OVERHEAD + 15)) / 14)
-                    .max(1);
+                let per = entries_per_part(self.cfg.max_pdu, key.is_some());
                 let parts = roster.len().div_ceil(per) as u16;
                 let copies = self.unicast_round(|c| {
                     roster

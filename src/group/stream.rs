@@ -59,6 +59,10 @@ pub struct StreamOptions {
     /// frames then carry a CRC over their header only ([`Config::end_to_end`]). Both sides
     /// must agree.
     pub end_to_end: bool,
+    /// The longest message a receiver takes ([`Config::max_message`]): a frame of a longer
+    /// one is dropped and counted (`drops.too_long` of [`Stream::stats`]) before anything is
+    /// reserved for it. The root sends no longer message.
+    pub max_message: usize,
 }
 
 impl Default for StreamOptions {
@@ -76,6 +80,7 @@ impl Default for StreamOptions {
             group_address: GroupAddress::Derived,
             prepost: 64,
             end_to_end: false,
+            max_message: cfg.max_message,
         }
     }
 }
@@ -139,6 +144,7 @@ impl StreamOptions {
         // its last frames; it is memory held longer (`Config::peer_hold`).
         cfg.peer_hold = true;
         cfg.end_to_end = self.end_to_end;
+        cfg.max_message = self.max_message;
         cfg.ack_delay = cfg.ack_delay.max(self.wait.quiet_floor());
         cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
         cfg
@@ -215,6 +221,11 @@ impl Stream {
         let mut mc = MemberConfig::new(cfg, joined.peers);
         mc.prepost = opts.prepost;
         mc.late = Some(joined.late);
+        if joined.rank != 0 {
+            // A receiver takes the root's stream and channel alone: nothing is made or
+            // reserved for frames that speak as a fellow receiver (without a key, anybody's).
+            mc.senders = Some(vec![0]);
+        }
         let member = Member::new(WallClock.now(), mc)?;
         Ok(Stream {
             driver: Driver::new(member, link),
@@ -238,7 +249,7 @@ impl Stream {
     pub fn member(&self) -> &Member {
         self.driver.member()
     }
-    /// The root's engine counters (data, repair frames).
+    /// This member's engine counters (data, repair frames; drops).
     pub fn stats(&self) -> &EngineStats {
         self.member().engine_stats()
     }

@@ -1575,6 +1575,67 @@ fn a_receiver_refuses_more_than_max_bytes_or_than_announced_and_leaves_no_file()
     tb.down().unwrap();
 }
 
+/// The peak resident memory of process `pid` so far (`VmHWM`), in bytes.
+fn peak_resident(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
+/// A receiver limited by `--max-bytes` neither reserves nor takes in a message longer than
+/// the limit allows: a sender whose input (a pipe, of unknown length) comes in one 48 MiB
+/// chunk, to a receiver limited to 1 MiB that hands its data to a command (messages are
+/// assembled there, not written from the link's frames), is refused at that message's
+/// first frames, never holding the message: its peak resident memory stays below it.
+#[test]
+fn a_receiver_limited_by_max_bytes_never_holds_a_longer_message() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("x"))).expect("test-bed");
+    let chunk = 48usize << 20;
+    let mut r = recv(&tb, 1, &["--max-bytes", "1M", "-O", "cat > /dev/null"]);
+    let pid = r.0.as_ref().unwrap().id();
+    let mut s = send(
+        &tb,
+        &[
+            "--receivers",
+            "1",
+            "--wait",
+            "30",
+            "--quiet",
+            "--chunk",
+            "48M",
+        ],
+        Stdio::piped(),
+    );
+    let mut stdin = s.0.as_mut().unwrap().stdin.take().unwrap();
+    let feed = std::thread::spawn(move || {
+        let _ = stdin.write_all(&vec![0x5a; chunk]);
+    });
+    // The peak while it runs (it is gone once it exits).
+    let mut peak = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while r.0.as_mut().unwrap().try_wait().unwrap().is_none() && Instant::now() < deadline {
+        peak = peak.max(peak_resident(pid).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let o = r.wait_timeout(Duration::from_secs(5));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("--max-bytes 1048576"), "{e}");
+    assert!(
+        peak < (chunk as u64) * 3 / 4,
+        "the receiver's resident memory peaked at {} MiB for a {} MiB message it refused",
+        peak >> 20,
+        chunk >> 20
+    );
+    s.kill();
+    let _ = feed.join();
+    tb.down().unwrap();
+}
+
 /// The capability sets of every thread of process `pid`: (thread, field, value) for each of
 /// CapInh, CapPrm, CapEff, CapBnd and CapAmb that is not zero.
 fn capabilities_held(pid: u32) -> Vec<(String, String, String)> {

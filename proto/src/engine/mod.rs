@@ -415,6 +415,30 @@ pub enum SendError {
     /// Every other member has been evicted.
     #[error("no live receivers left in the group")]
     NoReceivers,
+    /// The session ended: a counter of this member's frames reached its last value.
+    #[error(transparent)]
+    SessionEnded(#[from] SessionEnded),
+}
+
+/// Why a member's session ended: one of the counters that frames of the session carry, which
+/// receivers compare to refuse replays, reached its last value. A session ends instead of
+/// letting a counter wrap, after which a recording from early in the session would pass for
+/// a new frame. Open the group again (a new join, a new session): the new session's id and
+/// key make every recording of this one foreign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum SessionEnded {
+    /// This member sent the last control counter of the session (`u32::MAX`).
+    #[error(
+        "the session ended: this member's control counter reached its last value \
+         (2^32 - 1 control frames); open the group again for a new session"
+    )]
+    ControlCounter,
+    /// This member's broadcasts used the last sequence number of the session.
+    #[error(
+        "the session ended: this member's broadcasts used every sequence number \
+         (2^32 frames); open the group again for a new session"
+    )]
+    Sequence,
 }
 
 /// Why [`Engine::post_recv`] refused.
@@ -467,6 +491,15 @@ pub enum Drop {
     /// The receive window slot cannot be filled now (pushed buffer full): repaired later.
     #[error("no room for unposted data")]
     NoRoom,
+    /// A frame of a message longer than this member takes ([`Config::max_message`]): nothing
+    /// is reserved or kept for it.
+    #[error("a message of {len} bytes, longer than the {max} this member takes")]
+    TooLong {
+        /// The length the frame claims.
+        len: u32,
+        /// The longest message taken.
+        max: usize,
+    },
     /// The group has a key and the frame's keyed MAC is missing or wrong.
     #[error("missing or invalid keyed MAC")]
     BadMac,
@@ -560,6 +593,8 @@ pub struct DropStats {
     pub protocol: u64,
     /// No room for unposted data.
     pub no_room: u64,
+    /// Frames of messages longer than `max_message`.
+    pub too_long: u64,
     /// Missing or invalid keyed MAC.
     pub bad_mac: u64,
     /// Control frames whose fields contradict their kind.
@@ -586,6 +621,7 @@ impl DropStats {
             Drop::Duplicate(_) => &mut self.duplicate,
             Drop::Protocol(_) => &mut self.protocol,
             Drop::NoRoom => &mut self.no_room,
+            Drop::TooLong { .. } => &mut self.too_long,
             Drop::BadMac => &mut self.bad_mac,
             Drop::BadControl(_) => &mut self.bad_control,
             Drop::Replayed => &mut self.replayed,
@@ -610,6 +646,7 @@ impl DropStats {
             + self.duplicate
             + self.protocol
             + self.no_room
+            + self.too_long
             + self.bad_mac
             + self.bad_control
             + self.replayed
@@ -750,6 +787,8 @@ pub struct Engine {
     /// firing the due ones never visits the streams that are quiet.
     rx_timers: BTreeSet<(Instant, Rank)>,
     live: Vec<bool>,
+    /// Whose streams this member takes, by rank ([`Engine::take_streams_from`]).
+    takes: Vec<bool>,
     /// When each member last gave a sign of life ([`Engine::last_heard`]).
     heard: Vec<Option<Instant>>,
     /// The view (a hash of the evicted set) the acknowledgement trees are laid out in.
@@ -763,6 +802,8 @@ pub struct Engine {
     replay: Vec<ReplayWindow>,
     /// Set by [`Engine::abandon`]: only control frames leave from then on.
     abandoned: bool,
+    /// Set once a counter of this member's frames reached its last value.
+    ended: Option<SessionEnded>,
     events: VecDeque<Event>,
     stats: Stats,
 }
@@ -780,11 +821,13 @@ impl Engine {
             view: tree::view_of(&vec![true; n]),
             root_tree: None,
             live: vec![true; n],
+            takes: vec![true; n],
             heard: vec![None; n],
             outbox: VecDeque::with_capacity(cfg.outbox),
             ctl_ctr: 0,
             replay: vec![ReplayWindow::default(); n],
             abandoned: false,
+            ended: None,
             events: VecDeque::new(),
             stats: Stats::default(),
             cfg,
@@ -819,6 +862,17 @@ impl Engine {
             }
         }
     }
+    /// Heap bytes of the engine's buffers: its receive streams ([`Receiver::heap_bytes`]) and
+    /// its send side without the per-destination cursors.
+    pub fn heap_bytes(&self) -> usize {
+        self.tx.heap_bytes_without_dests()
+            + self
+                .rx
+                .iter()
+                .flatten()
+                .map(|r| r.heap_bytes())
+                .sum::<usize>()
+    }
     /// The receive stream of `root`, if it has been heard from.
     pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
         self.rx.get(usize::from(root)).and_then(|r| r.as_deref())
@@ -839,6 +893,36 @@ impl Engine {
     pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
         self.heard.get(usize::from(rank)).copied().flatten()
     }
+    /// Whether this member's session ended, and why: its control counter reached its last
+    /// value (no control frame leaves any more) or its broadcasts used every sequence number
+    /// (no broadcast is taken any more).
+    pub fn session_ended(&self) -> Option<SessionEnded> {
+        self.ended
+    }
+
+    /// Test support: continues this member's control counter from `ctr`, as if the control
+    /// frames in between had been sent (a session's end is otherwise billions of frames away).
+    #[doc(hidden)]
+    pub fn skip_control_counter_to(&mut self, ctr: u32) {
+        self.ctl_ctr = self.ctl_ctr.max(ctr);
+    }
+
+    /// Test support: counts `frames` sequence numbers as used, as if broadcasts had used them.
+    #[doc(hidden)]
+    pub fn skip_sequences(&mut self, frames: u64) {
+        self.tx.skip_sequences(frames);
+    }
+
+    /// Takes the streams of `roots` alone (every member's by default): a data frame, an
+    /// acknowledgement poll or a pull poll of another rank's stream is dropped before any
+    /// receive stream is made for it. For a member that receives from one root (a stream's
+    /// receivers): without a key, a host speaking as a fellow member makes it reserve nothing.
+    pub fn take_streams_from(&mut self, roots: &[Rank]) {
+        for (r, t) in self.takes.iter_mut().enumerate() {
+            *t = roots.contains(&(r as Rank));
+        }
+    }
+
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
         self.live.get(usize::from(rank)).copied().unwrap_or(false)
@@ -847,13 +931,23 @@ impl Engine {
     /// Broadcasts `data` to every other member; returns its message id. The message is queued
     /// and its frames go out as [`Engine::poll_transmit`] is called.
     pub fn bcast(&mut self, now: Instant, data: Vec<u8>, algo: Algo) -> Result<u64, SendError> {
+        if let Some(e) = self.ended {
+            return Err(e.into());
+        }
         if data.len() > self.cfg.max_message {
             return Err(SendError::TooLong {
                 len: data.len(),
                 max: self.cfg.max_message,
             });
         }
-        let id = self.tx.enqueue(&self.cfg, data, algo, &self.live)?;
+        let id = self
+            .tx
+            .enqueue(&self.cfg, data, algo, &self.live)
+            .inspect_err(|e| {
+                if let SendError::SessionEnded(e) = e {
+                    self.ended = Some(*e);
+                }
+            })?;
         self.stats.sent_msgs += 1;
         self.tx.fill(&self.cfg, now, &self.live);
         Ok(id)
@@ -1055,6 +1149,9 @@ impl Engine {
                     "payload covered by neither a key nor an end-to-end check",
                 ));
             }
+            if !self.takes[usize::from(src)] {
+                return Err(Drop::Protocol("a stream this member does not take"));
+            }
             let repr = Repr::parse(frame);
             let r = self.rx_mut(now, src).on_data(now, &repr, frame.payload());
             self.collect_rx(src);
@@ -1088,6 +1185,12 @@ impl Engine {
         fresh: bool,
     ) -> Result<(), Drop> {
         let to_me = dst == self.cfg.rank;
+        if matches!(msg, Control::AckPoll | Control::PullPoll { .. })
+            && !self.takes[usize::from(src)]
+        {
+            // Polls for a stream: its root's alone.
+            return Err(Drop::Protocol("a stream this member does not take"));
+        }
         let feedback = match msg {
             Control::AckPoll => {
                 // The root's timer fired with frames of its stream not acknowledged by us.
@@ -1317,8 +1420,12 @@ impl Engine {
             Dest::All => wire::ALL,
             Dest::Rank(r) => r,
         };
-        // Counters start at 1 and skip 0 when they wrap.
-        self.ctl_ctr = self.ctl_ctr.wrapping_add(1).max(1);
+        // Counters start at 1 and end the session at `u32::MAX` rather than wrap.
+        let Some(ctr) = self.ctl_ctr.checked_add(1) else {
+            self.ended.get_or_insert(SessionEnded::ControlCounter);
+            return None;
+        };
+        self.ctl_ctr = ctr;
         let len = msg
             .emit(self.cfg.group, self.cfg.rank, to, self.ctl_ctr, buf)
             .ok()?;

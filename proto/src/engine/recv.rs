@@ -828,7 +828,10 @@ impl Receiver {
             Position::Beyond => return Err(Drop::FarFuture(u64::from(repr.seq))),
         };
         if repr.msg_len as usize > self.max_message {
-            return Err(Drop::Protocol("message longer than max_message"));
+            return Err(Drop::TooLong {
+                len: repr.msg_len,
+                max: self.max_message,
+            });
         }
         if repr.flags.contains(Flags::ACK_REQ) {
             self.ack_now = true;

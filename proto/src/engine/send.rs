@@ -23,7 +23,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
-use super::{Algo, Config, Dest, SendError, Stats, Transmit};
+use super::{Algo, Config, Dest, SendError, SessionEnded, Stats, Transmit};
 use crate::eqa::{Eqa, Rank, Seq};
 use crate::wire::{
     self,
@@ -75,6 +75,9 @@ pub(crate) struct OutMsg {
 #[derive(Debug)]
 pub struct Sender {
     eqa: Eqa,
+    /// Sequence numbers the messages queued so far may take, at most (never more than
+    /// `LAST_SEQ + 1`: the session ends instead).
+    promised: u64,
     queue: VecDeque<OutMsg>,
     queue_cap: usize,
     next_id: u64,
@@ -103,8 +106,14 @@ pub struct Sender {
 const FAILOVER_WINDOW: u32 = 32;
 
 impl Sender {
+    /// Test support: counts `frames` sequence numbers as promised (see `Engine::skip_sequences`).
+    pub(crate) fn skip_sequences(&mut self, frames: u64) {
+        self.promised = self.promised.saturating_add(frames);
+    }
+
     pub(crate) fn new(cfg: &Config) -> Sender {
         Sender {
+            promised: 0,
             eqa: Eqa::new(
                 cfg.window,
                 cfg.slot_payload(),
@@ -184,10 +193,23 @@ impl Sender {
         if self.queue.len() >= self.queue_cap {
             return Err(SendError::QueueFull(self.queue_cap));
         }
+        // The frames it may take: one per payload, and up to two more where push-pull cuts
+        // it at its push and pull bounds. The session ends before the sequence numbers would
+        // wrap (see `SessionEnded`).
+        let max = cfg.max_payload().max(1);
+        let frames = match data.len() {
+            n if n <= max => 1,
+            n => n.div_ceil(max) as u64 + 2,
+        };
+        let promised = self.promised + frames;
+        if promised > wire::control::LAST_SEQ + 1 {
+            return Err(SendError::SessionEnded(SessionEnded::Sequence));
+        }
         self.make_dests(cfg, live);
         if self.eqa.hms().live() == 0 {
             return Err(SendError::NoReceivers);
         }
+        self.promised = promised;
         let id = self.next_id;
         self.next_id += 1;
         let push_end = match algo {

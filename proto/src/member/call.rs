@@ -43,6 +43,9 @@ impl Member {
         if self.call.is_some() || self.result.is_some() {
             return Err(MemberError::Busy);
         }
+        if let Some(e) = self.session_ended() {
+            return Err(e.into());
+        }
         let me = self.rank();
         // Tree messages of this call carry (root, the root's collective count), so that a
         // member still in an earlier call never takes a later call's message.
@@ -92,6 +95,9 @@ impl Member {
     pub fn barrier(&mut self, now: Instant, kind: BarrierAlgo) -> Result<(), MemberError> {
         if self.call.is_some() || self.result.is_some() {
             return Err(MemberError::Busy);
+        }
+        if let Some(e) = self.session_ended() {
+            return Err(e.into());
         }
         let which = match kind {
             BarrierAlgo::Broadcast => 0,
@@ -159,6 +165,11 @@ impl Member {
         let Some(mut call) = self.call.take() else {
             return;
         };
+        if let Some(e) = self.session_ended() {
+            // No frame of the call can be answered any more.
+            self.result = Some(Err(MemberError::SessionEnded(e)));
+            return;
+        }
         let me = self.rank();
         let outcome = match &mut call {
             Call::Barrier { which, epoch } => self.barriers[*which]

@@ -34,7 +34,8 @@ use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
 pub use crate::engine::Message;
 use crate::engine::{
-    self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, Stats as EngineStats,
+    self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, SessionEnded,
+    Stats as EngineStats,
 };
 use crate::eqa::Rank;
 use crate::machine::Machine;
@@ -106,6 +107,12 @@ pub struct MemberConfig {
     /// How to confirm the join's roster if the coordinator repeats it after this member
     /// joined (its confirmation was lost): from [`crate::membership::Joined::late`].
     pub late: Option<LateRoster>,
+    /// The ranks whose broadcasts and point-to-point messages this member takes (`None`:
+    /// every member's). A frame of another rank's stream or channel is dropped before any
+    /// receive stream, channel or receive is made for it: a stream's receivers take the
+    /// root's alone, so that without a key a host speaking as a fellow receiver makes them
+    /// reserve nothing.
+    pub senders: Option<Vec<Rank>>,
 }
 
 impl MemberConfig {
@@ -119,6 +126,7 @@ impl MemberConfig {
             barrier_arity: 4,
             prepost: 0,
             late: None,
+            senders: None,
         }
     }
 }
@@ -167,6 +175,10 @@ pub enum MemberError {
     /// had sent only partly is never delivered.
     #[error("rank {0} failed (declared dead by the failure detector and evicted)")]
     PeerDead(Rank),
+    /// This member's session ended before a counter of its frames could wrap: open the group
+    /// again.
+    #[error(transparent)]
+    SessionEnded(#[from] engine::SessionEnded),
     /// A posted receive was smaller than the message.
     #[error("message {msg_id} from root {root} has {len} bytes, the receive allowed {max}")]
     Truncated {
@@ -292,6 +304,9 @@ pub struct Member {
     /// The coordinator's rank: once a frame of its session arrives, it has every
     /// confirmation (it enters the session only then) and `late_until` ends.
     coordinator: Option<Rank>,
+    /// Whose broadcasts and point-to-point messages this member takes, by rank (see
+    /// [`MemberConfig::senders`]).
+    takes: Vec<bool>,
     /// Whole frames to send before the engines' (confirmations of a repeated roster).
     raw_out: VecDeque<(MacAddr, Vec<u8>)>,
     /// Receives posted on the group engine and not consumed yet, per root.
@@ -325,6 +340,7 @@ impl Member {
             barrier_arity,
             prepost,
             late,
+            senders,
         } = cfg;
         let n = usize::from(ecfg.size);
         if peers.len() != n {
@@ -365,8 +381,12 @@ impl Member {
             .as_ref()
             .and_then(|l| peers.iter().position(|m| *m == l.coordinator()))
             .map(|r| r as Rank);
+        let mut engine = Engine::new(ecfg)?;
+        if let Some(s) = &senders {
+            engine.take_streams_from(s);
+        }
         Ok(Member {
-            engine: Engine::new(ecfg)?,
+            engine,
             pairs: BTreeMap::new(),
             pair_groups,
             p2p_posted: vec![0; n],
@@ -382,6 +402,10 @@ impl Member {
             late_until: late.as_ref().map(|_| now + LATE_ROSTER_SERVE),
             coordinator,
             late,
+            takes: match senders {
+                None => vec![true; n],
+                Some(s) => (0..n).map(|r| s.contains(&(r as Rank))).collect(),
+            },
             raw_out: VecDeque::new(),
             posted: vec![0; n],
             inbox: vec![VecDeque::new(); n],
@@ -450,6 +474,22 @@ impl Member {
     /// Members evicted so far, with the instant of their eviction.
     pub fn evicted(&self) -> &[(Rank, Instant)] {
         &self.evicted
+    }
+    /// Whether this member's session ended (its engine's or a point-to-point channel's
+    /// counters reached their last value, see [`SessionEnded`]): calls fail with
+    /// [`MemberError::SessionEnded`] then, and the group must be opened again.
+    pub fn session_ended(&self) -> Option<SessionEnded> {
+        self.engine
+            .session_ended()
+            .or_else(|| self.pairs.values().find_map(Engine::session_ended))
+    }
+    /// The point-to-point channels open (made by this member's sends or by a peer's frames
+    /// that passed their tag), with the heap bytes of their buffers.
+    pub fn channels(&self) -> Vec<(Rank, usize)> {
+        self.pairs
+            .iter()
+            .map(|(&p, e)| (p, e.heap_bytes()))
+            .collect()
     }
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
@@ -615,6 +655,11 @@ impl Member {
                     }
                 }
             };
+            if frame.kind().is_data() && self.takes.get(usize::from(claimed)) != Some(&true) {
+                // A stream this member does not take: nothing is made for it.
+                self.stats.dropped += 1;
+                return;
+            }
             match self.engine.handle_checked(now, &frame) {
                 Ok(()) => {
                     self.stats.accepted += 1;
@@ -630,8 +675,14 @@ impl Member {
                 }
                 Err(_) => self.stats.dropped += 1,
             }
-            if self.prepost > 0 && frame.kind().is_data() && !relayed {
-                // A stream is created when its root is first heard: post for it then.
+            if self.prepost > 0
+                && frame.kind().is_data()
+                && !relayed
+                && self.engine.receiver(claimed).is_some()
+            {
+                // A stream is created when a frame of its root first passes the engine's
+                // checks (its tag, with a key): post for it then, and never for a frame
+                // that failed them.
                 self.top_up(now, claimed);
             }
             self.collect(now);
@@ -640,9 +691,22 @@ impl Member {
                 self.stats.mac_mismatch += 1;
                 return;
             }
-            if !self.is_live(peer) {
+            if !self.is_live(peer) || !self.takes[usize::from(peer)] {
                 self.stats.dropped += 1;
                 return;
+            }
+            if !self.pairs.contains_key(&peer) {
+                // The channel is made for a frame that passes its tag, not before: a host
+                // without the key, speaking as a member, makes no channel. (Once it exists
+                // its engine checks the tag, once a frame as for the group.)
+                let forged = match &self.engine.config().key {
+                    Some(key) => !frame.verify(key),
+                    None => false,
+                };
+                if forged {
+                    self.stats.dropped += 1;
+                    return;
+                }
             }
             match self.pair(now, peer).handle_checked(now, &frame) {
                 Ok(()) => {

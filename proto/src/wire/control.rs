@@ -574,8 +574,9 @@ pub fn counter<T: AsRef<[u8]>>(frame: &Frame<T>) -> u32 {
 
 /// The control counters of one sender seen lately: a frame whose counter is not newer than
 /// the last [`ReplayWindow::SPAN`] and not seen among them is accepted once (the IPsec
-/// anti-replay window). Counters compare with wrapping arithmetic, so the window slides past
-/// `u32::MAX`.
+/// anti-replay window). Counters compare as plain numbers: a sender's counter never wraps
+/// (its session ends at `u32::MAX`, see `engine::SessionEnded`), so a counter recorded at
+/// any time of a session is older than every later one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReplayWindow {
     /// Highest counter accepted (0: none yet).
@@ -617,14 +618,14 @@ impl ReplayWindow {
             self.seen = 1;
             return Admit::Newest;
         }
-        let ahead = ctr.wrapping_sub(self.top);
-        if ahead != 0 && ahead < 1 << 31 {
+        if ctr > self.top {
+            let ahead = ctr - self.top;
             self.seen = if ahead >= 64 { 0 } else { self.seen << ahead };
             self.seen |= 1;
             self.top = ctr;
             return Admit::Newest;
         }
-        let back = self.top.wrapping_sub(ctr);
+        let back = self.top - ctr;
         if back >= Self::SPAN {
             return Admit::Refused;
         }
@@ -648,14 +649,20 @@ pub enum Position {
     Beyond,
 }
 
+/// The last position of a stream: a root's session ends before its sequence numbers would
+/// wrap (see `engine::SessionEnded`), so that every wire number names one position.
+pub const LAST_SEQ: Seq = u32::MAX as Seq;
+
 /// Places the wire sequence `wire` relative to `expected` and a window of `window` frames
-/// (at most 2^31). Numbers within 2^31 behind `expected` are [`Position::Behind`]; the
-/// arithmetic is checked, so no value overflows.
+/// (at most 2^31). Numbers within 2^31 behind `expected` are [`Position::Behind`]; a position
+/// past [`LAST_SEQ`] is [`Position::Beyond`] (a root never sends one: a recording from early
+/// in the stream, seen across the wrap); the arithmetic is checked, so no value overflows.
 pub fn locate(expected: Seq, wire: u32, window: u32) -> Position {
     let ahead = wire.wrapping_sub(expected as u32);
     if ahead < window {
         expected
             .checked_add(u64::from(ahead))
+            .filter(|&s| s <= LAST_SEQ)
             .map_or(Position::Beyond, Position::Window)
     } else if ahead >= 1 << 31 {
         Position::Behind
@@ -707,13 +714,40 @@ mod tests {
         assert!(!w.accept(36), "more than 64 behind");
         assert!(w.accept(37));
         assert!(!w.accept(12), "seen long ago and now too old");
-        // Across the wrap of the counter.
+        // Up to the last counter, and nothing from early in the session after it.
         let mut w = ReplayWindow::default();
-        assert!(w.accept(u32::MAX - 1));
         assert!(w.accept(3));
-        assert!(!w.accept(u32::MAX - 1));
+        assert!(w.accept(u32::MAX - 1));
+        assert!(!w.accept(3), "a recording from long ago");
+        assert!(!w.accept(4), "never seen, and long ago");
         assert!(w.accept(u32::MAX));
         assert!(!w.accept(u32::MAX));
+    }
+
+    #[test]
+    fn a_counter_recorded_half_a_counter_range_ago_is_refused_and_moves_nothing() {
+        let mut w = ReplayWindow::default();
+        assert_eq!(w.admit(5), Admit::Newest);
+        // The sender's counter moves on, past half the range.
+        let top = (1 << 31) + 6;
+        for c in [1 << 30, 1 << 31, top] {
+            assert_eq!(w.admit(c), Admit::Newest);
+        }
+        assert_eq!(w.admit(5), Admit::Refused, "replayed across half the range");
+        assert_eq!(w.admit(6), Admit::Refused, "recorded long ago");
+        assert_eq!(w.admit(top + 1), Admit::Newest, "the sender's next frame");
+    }
+
+    #[test]
+    fn no_position_lies_past_the_last_sequence_number() {
+        // A receiver at the end of a stream that used every number: a recording of the
+        // stream's first frames would be the next ones if positions wrapped.
+        let end = LAST_SEQ + 1;
+        assert_eq!(locate(end, 0, 2048), Position::Beyond);
+        assert_eq!(locate(end, 5, 2048), Position::Beyond);
+        assert_eq!(locate(end - 10, 3, 2048), Position::Beyond);
+        assert_eq!(locate(end - 10, u32::MAX, 2048), Position::Window(LAST_SEQ));
+        assert_eq!(locate(end - 10, u32::MAX - 10, 2048), Position::Behind);
     }
 
     #[test]
@@ -868,15 +902,13 @@ mod tests {
         assert_eq!(locate(10, 25, 16), Position::Window(25));
         assert_eq!(locate(10, 26, 16), Position::Beyond);
         assert_eq!(locate(10, 9, 16), Position::Behind);
-        // Across the 32-bit wrap.
+        // Not across the 32-bit end: no stream goes past it.
         let e = (1u64 << 32) - 2;
-        assert_eq!(locate(e, 1, 16), Position::Window((1 << 32) + 1));
+        assert_eq!(locate(e, 1, 16), Position::Beyond);
+        assert_eq!(locate(e, u32::MAX, 16), Position::Window(LAST_SEQ));
         assert_eq!(locate(e, u32::MAX - 5, 16), Position::Behind);
         // Near the end of the 64-bit space nothing overflows.
-        assert_eq!(
-            locate(u64::MAX - 1, u32::MAX, 16),
-            Position::Window(u64::MAX)
-        );
+        assert_eq!(locate(u64::MAX - 1, u32::MAX, 16), Position::Beyond);
         assert_eq!(locate(u64::MAX, 0, 16), Position::Beyond);
         assert_eq!(behind(100, 90), Some(90));
         assert_eq!(behind(100, 100), Some(100));

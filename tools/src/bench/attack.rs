@@ -88,7 +88,7 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> AttackError 
 }
 
 /// Names of the scenarios, in the order they run.
-pub const SCENARIOS: [&str; 14] = [
+pub const SCENARIOS: [&str; 16] = [
     "spoofed-liveness-forged",
     "spoofed-liveness-replayed",
     "replay-earlier-session",
@@ -103,6 +103,8 @@ pub const SCENARIOS: [&str; 14] = [
     "join-replayed-rosters",
     "join-resent-hellos",
     "capi-keyed-forgery",
+    "pre-tag-allocation",
+    "replay-across-counter-wrap",
 ];
 
 /// The detector of the scenarios: the gossip period of `ethbcast-bench faults` tripled, so
@@ -1353,7 +1355,9 @@ pub fn run_all(
             10 => join_challenge_flood(&p, hosts),
             11 => join_replayed_rosters(&p, hosts),
             12 => join_resent_hellos(&p, hosts),
-            _ => capi_keyed_forgery(&p, hosts),
+            13 => capi_keyed_forgery(&p, hosts),
+            14 => pre_tag_allocation(&p, hosts),
+            _ => replay_across_counter_wrap(),
         };
         scenarios.push(r.unwrap_or_else(|e| Scenario {
             name: name.to_string(),
@@ -2207,5 +2211,208 @@ pub fn capi_keyed_forgery(prefix: &str, hosts: usize) -> Result<Scenario, Attack
             keyless_forged.evictions,
             landed.join("; ")
         ),
+    ))
+}
+
+/// Frames a member took in from the hostile host's forgeries before the tag (pre-tag
+/// allocation): the heap bytes of the receive streams of ranks that never broadcast and of
+/// the point-to-point channels, none of which the workload opens.
+fn pre_tag_bytes(g: &Group) -> (usize, usize) {
+    let m = g.member();
+    let streams = (1..m.size())
+        .filter_map(|r| m.engine().receiver(r))
+        .map(|r| r.heap_bytes())
+        .sum();
+    let channels = m.channels().iter().map(|&(_, b)| b).sum();
+    (streams, channels)
+}
+
+/// Pre-tag allocation: the hostile host, without the key, learns the session's group id and
+/// every member's MAC and rank from their frames, and speaks as each of them: data frames of
+/// the session from every rank, and of every pair's point-to-point channel (its id derives
+/// from the session's), tagged with another key and untagged. The members must take none of
+/// it: no receive stream of a rank that never broadcasts, no channel, measured in heap bytes;
+/// and get their 60 messages intact.
+pub fn pre_tag_allocation(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
+    let bed = bed(prefix, hosts, 0.0)?;
+    hub(&bed)?;
+    let m = hosts - 1;
+    let attacker = hostile::Hostile::spawn(
+        &bed.hosts()[m].netns,
+        Duration::from_micros(300),
+        |port, stop: &AtomicBool| {
+            // The latest keyed frame of the session, and each member heard: rank -> MAC.
+            let mut template: Option<Vec<u8>> = None;
+            let mut members: std::collections::BTreeMap<u16, [u8; 6]> = Default::default();
+            let mut seq = 0u32;
+            let mut last = Instant::now();
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(f) = port.next_frame() {
+                    if let Some(p) = pdu(&f).filter(|p| p.kind() != Kind::Join) {
+                        let mut mac = [0u8; 6];
+                        mac.copy_from_slice(&f[6..12]);
+                        members.insert(p.src(), mac);
+                        template = Some(f.clone());
+                    }
+                }
+                let Some(t) = template.as_ref().filter(|_| members.len() > 1) else {
+                    continue;
+                };
+                if last.elapsed() < Duration::from_millis(1) {
+                    continue;
+                }
+                last = Instant::now();
+                let group = pdu(t).map_or(0, |p| p.group());
+                seq = seq.wrapping_add(1);
+                for (&a, &mac_a) in &members {
+                    for tag in [true, false] {
+                        // As rank `a`, a message of the session's own stream.
+                        let spoof = Spoof {
+                            src: a,
+                            dst: wire::ALL,
+                            src_mac: mac_a,
+                            dst_mac: wire::ethernet::BROADCAST_MAC.0,
+                            tag,
+                        };
+                        if let Some(x) = hostile::forge_data(t, group, spoof, seq, seq, &[7; 1000])
+                        {
+                            port.send(&x);
+                        }
+                        // As rank `a`, on its channel to every other member.
+                        for (&b, &mac_b) in members.iter().filter(|(&b, _)| b != a) {
+                            let spoof = Spoof {
+                                src: u16::from(a > b),
+                                dst: wire::ALL,
+                                src_mac: mac_a,
+                                dst_mac: mac_b,
+                                tag,
+                            };
+                            let pair = ethbcast::member::pair_group(group, a, b);
+                            if let Some(x) = hostile::forge_data(t, pair, spoof, 0, 0, &[7; 1000]) {
+                                port.send(&x);
+                            }
+                        }
+                    }
+                }
+            }
+            port.sent
+        },
+    )?;
+    let results = join_all(spawn_members(
+        &bed,
+        0..m,
+        |mut g| {
+            let seen = workload(&mut g, 60, 9, 0, None)?;
+            Ok((seen, pre_tag_bytes(&g)))
+        },
+        keyed(false),
+    )?);
+    let sent = attacker.stop()?;
+    let seen: Vec<Result<Seen, String>> = results
+        .iter()
+        .map(|r| r.as_ref().map(|(s, _)| s.clone()).map_err(Clone::clone))
+        .collect();
+    let (mut problems, refused) = check_all(&seen, 60, 0, None);
+    let mut took = 0usize;
+    for (s, (streams, channels)) in results.iter().flatten() {
+        took += streams + channels;
+        if streams + channels > 0 {
+            problems.push(format!(
+                "rank {} holds {streams} bytes of receive streams and {channels} bytes of channels for frames that failed their tag",
+                s.rank
+            ));
+        }
+    }
+    if sent < 1000 {
+        problems.push(format!("the attack did not happen: {sent} frames forged"));
+    }
+    Ok(verdict(
+        "pre-tag-allocation",
+        problems,
+        format!("{sent} data frames forged as every member (the session's stream and every pair's channel, tagged with another key and untagged); the members hold {took} bytes for them (no receive stream of a rank that never broadcast, no channel), refused {refused} frames and got 60/60 messages intact"),
+    ))
+}
+
+/// A replay across a counter's wrap, in-process: 2^31 control frames are hours on the wire,
+/// so two keyed engines exchange notices through this function, the sender's control counter
+/// moved on with `Engine::skip_control_counter_to` as if the frames in between had been sent
+/// (the receiver's replay window sees only the counters, as on the wire). The hostile side
+/// records the sender's first frames and replays them half a counter range later and at the
+/// counter's end. Every replay must be refused, every genuine frame taken, and the session
+/// must end with a typed error at the last counter rather than wrap.
+pub fn replay_across_counter_wrap() -> Result<Scenario, AttackError> {
+    use ethbcast::proto::{Dest, Engine, SessionEnded};
+    let engine = |rank| {
+        let mut cfg = ethbcast::proto::Config::new(0x5e55_0004, rank, 2);
+        cfg.key = Some(group_key());
+        Engine::new(cfg).expect("a valid configuration")
+    };
+    let (mut a, mut b) = (engine(0), engine(1));
+    let now = Instant::now();
+    let send = |a: &mut Engine, n: u32| -> Option<Vec<u8>> {
+        let body = n.to_be_bytes().to_vec();
+        a.send_control(Dest::Rank(1), Control::Notice { body })
+            .ok()?;
+        let mut buf = vec![0u8; 1600];
+        let t = a.poll_transmit(now, &mut buf)?;
+        buf.truncate(t.len);
+        Some(buf)
+    };
+    // Whether `b` took `frame` as a notice.
+    let take = |b: &mut Engine, frame: &[u8]| -> bool {
+        let ok = b.handle_frame(now, frame).is_ok();
+        while b.poll_event().is_some() {}
+        ok
+    };
+    let mut problems = Vec::new();
+    let (mut genuine, mut refused_genuine) = (0u32, 0u32);
+    let mut exchange = |a: &mut Engine, b: &mut Engine, k: u32| -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for _ in 0..k {
+            genuine += 1;
+            match send(a, genuine) {
+                Some(f) => {
+                    if !take(b, &f) {
+                        refused_genuine += 1;
+                    }
+                    out.push(f);
+                }
+                None => refused_genuine += 1,
+            }
+        }
+        out
+    };
+    let recorded = exchange(&mut a, &mut b, 8);
+    let mut replays = 0;
+    let mut accepted = 0;
+    for (at, label) in [((1u32 << 31) + 3, "half"), (u32::MAX - 8, "end")] {
+        a.skip_control_counter_to(at);
+        exchange(&mut a, &mut b, 8);
+        for f in &recorded {
+            replays += 1;
+            if take(&mut b, f) {
+                accepted += 1;
+                problems.push(format!(
+                    "a frame recorded early was taken at the counter's {label}"
+                ));
+            }
+        }
+    }
+    if send(&mut a, 0).is_some() {
+        problems.push("a control frame left past the last counter".into());
+    }
+    match a.session_ended() {
+        Some(SessionEnded::ControlCounter) => {}
+        other => problems.push(format!(
+            "the session did not end at the last counter: {other:?}"
+        )),
+    }
+    if refused_genuine > 0 {
+        problems.push(format!("{refused_genuine} genuine frames refused"));
+    }
+    Ok(verdict(
+        "replay-across-counter-wrap",
+        problems,
+        format!("in-process (the counter moved on, not 2^31 frames sent): {genuine} genuine notices all taken, {replays} replays of the first 8 frames at half the counter range and at its end, {accepted} taken; the session ended at the last counter ({})", a.session_ended().map_or("no end".into(), |e| e.to_string())),
     ))
 }

@@ -827,6 +827,15 @@ fn await_writer(
 
 /// Runs `ethbcast recv`. Returns the report (its `code` is the exit code) or a fatal error
 /// that happened before the transfer began.
+/// The longest message a receiver limited to `max_bytes` of data takes: a data message of
+/// them all (after its one-byte type), and never less than the stream's other messages need.
+fn longest_message(max_bytes: u64) -> usize {
+    const OTHERS: usize = 64 << 10;
+    usize::try_from(max_bytes.saturating_add(1))
+        .unwrap_or(usize::MAX)
+        .max(OTHERS)
+}
+
 pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     // Decided before the output is opened (the link needs the capabilities dropped below);
     // `Sink::direct` checks the output itself.
@@ -849,7 +858,13 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             a.link.iface, me, a.link.stream.group_id
         );
     }
-    let mut node = a.link.join(lnk, Role::Receiver, a.wait, &stop)?;
+    // No message longer than `--max-bytes` allows is reserved or kept: its frames are
+    // dropped as they come (see `StreamOptions::max_message`) and the transfer refused.
+    let mut link = a.link.clone();
+    if let Some(max) = a.max_bytes {
+        link.stream.max_message = longest_message(max).min(link.stream.max_message);
+    }
+    let mut node = link.join(lnk, Role::Receiver, a.wait, &stop)?;
     let rank = node.rank();
     // The digest is taken as the engine consumes the sender's frames (see `PieceDigest`).
     let seen = Arc::new(Mutex::new(Hashed::default()));
@@ -924,6 +939,12 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         }
         if let Err(e) = node.turn(Duration::from_millis(20)) {
             break 'run Err(e.into());
+        }
+        if let Some(max) = a.max_bytes.filter(|_| node.stats().drops.too_long > 0) {
+            break 'run Err(Fatal::new(
+                EXIT_FAILED,
+                format!("the sender sent a message longer than --max-bytes {max} allows: refused"),
+            ));
         }
         if let Some(e) = direct.then(direct_failed).flatten() {
             break 'run Err(e);

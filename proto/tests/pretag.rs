@@ -1,0 +1,169 @@
+//! What a host without the key can make a member allocate by speaking as its peers: nothing.
+//!
+//! The session's group id is in every frame and the members' MACs are on the segment, so a
+//! host without the key can send frames that pass every check but the tag: from each peer's
+//! MAC, for the group's streams and for every pair's channel. A member makes no receive
+//! stream, point-to-point channel or receive for such a frame. Without a key, a member that
+//! takes one rank's stream alone ([`MemberConfig::senders`]) makes nothing for another's.
+//! Measured in bytes with a counting allocator (one measurement at a time: it counts every
+//! thread's allocations, so the test harness's own bookkeeping of the other tests, a few
+//! hundred bytes, may fall into a measurement: [`NOISE`] allows for it, far below the
+//! megabytes of one receive stream or channel).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use ethbcast_proto::engine::Config;
+use ethbcast_proto::eqa::Rank;
+use ethbcast_proto::member::{pair_group, Member, MemberConfig};
+use ethbcast_proto::wire::ethernet::MacAddr;
+use ethbcast_proto::wire::{self, Control, Flags, Kind, Repr};
+use ethbcast_sys::alloc::CountingAlloc;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc::new();
+
+/// One measurement at a time.
+static MEASURE: Mutex<()> = Mutex::new(());
+
+/// Bytes the test harness may allocate meanwhile on its own threads.
+const NOISE: usize = 16 << 10;
+
+const GROUP: u32 = 0x5e55_1011;
+const SIZE: u16 = 8;
+const KEY: [u8; 32] = [0x4b; 32];
+const WRONG: [u8; 32] = [0x4c; 32];
+
+fn mac(i: u16) -> MacAddr {
+    let [hi, lo] = i.to_be_bytes();
+    MacAddr([0x02, 0, 0, 0, hi, lo])
+}
+
+/// Rank 1 of a streaming group of [`SIZE`] with the window of `ethbcast send/recv`.
+fn member(key: Option<[u8; 32]>, senders: Option<Vec<Rank>>) -> (Member, Instant) {
+    let now = Instant::now();
+    let mut cfg = Config::new(GROUP, 1, SIZE);
+    cfg.window = 2048;
+    cfg.key = key;
+    let mut mc = MemberConfig::new(cfg, (0..SIZE).map(mac).collect::<Vec<_>>());
+    mc.prepost = 64;
+    mc.senders = senders;
+    (Member::new(now, mc).unwrap(), now)
+}
+
+/// The first data frame of a 1 GiB message of `src` in group `group`, sealed with `key`.
+fn data(group: u32, src: Rank, dst: Rank, key: Option<&[u8; 32]>) -> Vec<u8> {
+    let mut r = Repr::new(Kind::Data);
+    r.group = group;
+    r.src = src;
+    r.dst = dst;
+    r.flags = Flags::BROADCAST;
+    r.msg_len = 1 << 30;
+    let mut v = r.to_vec(&[0x5a; 1000]).unwrap();
+    if let Some(k) = key {
+        let len = v.len();
+        v.resize(len + wire::TAG_LEN, 0);
+        let n = wire::seal(k, &mut v, len).unwrap();
+        v.truncate(n);
+    }
+    v
+}
+
+/// Bytes still allocated after `f` ran, beyond those before.
+fn grown(f: impl FnOnce()) -> usize {
+    let before = ALLOC.live_bytes();
+    f();
+    ALLOC.live_bytes().saturating_sub(before)
+}
+
+#[test]
+fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
+    let _one = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut m, now) = member(Some(KEY), None);
+    let bytes = grown(|| {
+        for src in (0..SIZE).filter(|&r| r != 1) {
+            for dst in [wire::ALL, 1] {
+                m.handle_frame(now, mac(src), &data(GROUP, src, dst, Some(&WRONG)));
+                m.handle_frame(now, mac(src), &data(GROUP, src, dst, None));
+            }
+        }
+    });
+    assert!(
+        bytes < NOISE,
+        "forged frames made the member allocate {bytes} bytes"
+    );
+    for src in 0..SIZE {
+        assert!(m.engine().receiver(src).is_none(), "a stream of rank {src}");
+    }
+    assert_eq!(m.stats().accepted, 0);
+    // The same frame sealed with the key is taken: the stream is made then.
+    m.handle_frame(now, mac(0), &data(GROUP, 0, wire::ALL, Some(&KEY)));
+    assert_eq!(m.stats().accepted, 1);
+    assert!(m.engine().receiver(0).is_some());
+}
+
+#[test]
+fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
+    let _one = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut m, now) = member(Some(KEY), None);
+    let bytes = grown(|| {
+        for peer in (0..SIZE).filter(|&r| r != 1) {
+            let group = pair_group(GROUP, 1, peer);
+            let src = u16::from(peer > 1);
+            m.handle_frame(now, mac(peer), &data(group, src, wire::ALL, Some(&WRONG)));
+            m.handle_frame(now, mac(peer), &data(group, src, wire::ALL, None));
+        }
+    });
+    assert!(
+        bytes < NOISE,
+        "forged frames made the member allocate {bytes} bytes"
+    );
+    assert_eq!(m.stats().accepted, 0);
+    // Sealed with the key, the first frame of a channel is taken (and makes the channel).
+    let grew = grown(|| {
+        m.handle_frame(
+            now,
+            mac(0),
+            &data(pair_group(GROUP, 1, 0), 0, wire::ALL, Some(&KEY)),
+        )
+    });
+    assert_eq!(m.stats().accepted, 1);
+    assert!(grew > 0);
+}
+
+#[test]
+fn without_a_key_a_member_makes_nothing_for_a_rank_whose_stream_it_does_not_take() {
+    let _one = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut m, now) = member(None, Some(vec![0]));
+    let bytes = grown(|| {
+        for src in 2..SIZE {
+            m.handle_frame(now, mac(src), &data(GROUP, src, wire::ALL, None));
+            let group = pair_group(GROUP, 1, src);
+            m.handle_frame(now, mac(src), &data(group, 1, wire::ALL, None));
+            // Polls of the stream it would have sent, which a member answers for its root.
+            let polls = [
+                Control::AckPoll,
+                Control::PullPoll {
+                    msg_id: 0,
+                    designated: 1,
+                },
+            ];
+            for (i, poll) in polls.iter().enumerate() {
+                let f = poll.to_vec(GROUP, src, 1, 1 + i as u32);
+                m.handle_frame(now, mac(src), &f);
+            }
+        }
+    });
+    assert!(
+        bytes < NOISE,
+        "a second rank's frames made the member allocate {bytes} bytes"
+    );
+    for src in 2..SIZE {
+        assert!(m.engine().receiver(src).is_none(), "a stream of rank {src}");
+    }
+    assert_eq!(m.stats().accepted, 0);
+    // The root's stream is taken.
+    m.handle_frame(now, mac(0), &data(GROUP, 0, wire::ALL, None));
+    assert_eq!(m.stats().accepted, 1);
+    assert!(m.engine().receiver(0).is_some());
+}
