@@ -41,7 +41,10 @@ mod tests {
             format!("{session:?}"),
         ] {
             // 0xAB is 171: neither the decimal nor the hex bytes appear.
-            assert!(!shown.contains("171") && !shown.to_lowercase().contains("ab, "), "{shown}");
+            assert!(
+                !shown.contains("171") && !shown.to_lowercase().contains("ab, "),
+                "{shown}"
+            );
             assert!(shown.contains("<redacted>"), "{shown}");
         }
         assert_eq!(format!("{:?}", Redacted(&None)), "None");
