@@ -49,6 +49,7 @@ fn committed_man_pages_and_completions_match_the_binary() {
         names,
         [
             "_ethbcast",
+            "ethbcast-keygen.1",
             "ethbcast-recv.1",
             "ethbcast-send.1",
             "ethbcast.1",

@@ -19,6 +19,9 @@ _ethbcast() {
             ethbcast,help)
                 cmd="ethbcast__subcmd__help"
                 ;;
+            ethbcast,keygen)
+                cmd="ethbcast__subcmd__keygen"
+                ;;
             ethbcast,recv)
                 cmd="ethbcast__subcmd__recv"
                 ;;
@@ -27,6 +30,9 @@ _ethbcast() {
                 ;;
             ethbcast__subcmd__help,help)
                 cmd="ethbcast__subcmd__help__subcmd__help"
+                ;;
+            ethbcast__subcmd__help,keygen)
+                cmd="ethbcast__subcmd__help__subcmd__keygen"
                 ;;
             ethbcast__subcmd__help,recv)
                 cmd="ethbcast__subcmd__help__subcmd__recv"
@@ -41,7 +47,7 @@ _ethbcast() {
 
     case "${cmd}" in
         ethbcast)
-            opts="-h -V --help --version send recv help"
+            opts="-h -V --help --version send recv keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -55,7 +61,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__help)
-            opts="send recv help"
+            opts="send recv keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -69,6 +75,20 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ethbcast__subcmd__help__subcmd__keygen)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -110,8 +130,22 @@ _ethbcast() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        ethbcast__subcmd__keygen)
+            opts="-h --passphrase --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --output --command --timeout --wait --max-bytes --quiet --json --help"
+            opts="-o -O -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --output --command --timeout --wait --from --user --max-bytes --quiet --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -177,6 +211,14 @@ _ethbcast() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --max-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -189,7 +231,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --help"
+            opts="-i -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --input --receivers --hostfile --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
