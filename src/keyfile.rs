@@ -14,8 +14,8 @@
 //! The random salt of `ethbcast-passphrase-v1` files makes the same passphrase a different key
 //! in every deployment (a bare passphrase line shares its salt with every deployment that uses
 //! the same group id). Every host of a group reads a copy of the same file, so all derive the
-//! same key. A first line that starts with `ethbcast-` and is none of the forms above is
-//! refused, never taken as a passphrase.
+//! same key. A first word that starts with `ethbcast-key` or `ethbcast-passphrase` and is
+//! none of the tags above (another version, a typo) is refused, never taken as a passphrase.
 //!
 //! A key file must be readable by its owner only (mode 0600 or 0400, as ssh demands of a
 //! private key): one that its group or others may read or write is refused with the `chmod`
@@ -177,7 +177,7 @@ fn parse_key_text(text: &str, group_id: u32) -> Result<[u8; 32], Parsed> {
         }
         return crate::group::key_from_passphrase_salt(phrase, &salt).map_err(Parsed::Derive);
     }
-    if tag.starts_with("ethbcast-") {
+    if tag.starts_with("ethbcast-key") || tag.starts_with("ethbcast-passphrase") {
         return Err(Parsed::Malformed(format!(
             "unknown format {tag:?} (this version reads `{RAW_KEY_TAG}` and `{PASSPHRASE_TAG}`)"
         )));
@@ -344,10 +344,16 @@ mod tests {
             format!("{RAW_KEY_TAG}\n{}", "a5".repeat(32)),
             format!("{PASSPHRASE_TAG} 1234\nphrase"),
             "ethbcast-key-v2 00".to_string(),
+            "ethbcast-passphrase 00".to_string(),
         ] {
             let e = read_key_file(&private(&dir, "bad", bad.as_bytes()), GID).unwrap_err();
             assert!(matches!(e, KeyFileError::Malformed { .. }), "{bad:?}: {e}");
         }
+        // Other words that begin with "ethbcast-" are a passphrase like any other.
+        assert_eq!(
+            read_key_file(&private(&dir, "word", b"ethbcast-bench key\n"), GID).unwrap(),
+            crate::group::key_from_passphrase("ethbcast-bench key", GID).unwrap()
+        );
         let empty = read_key_file(&private(&dir, "empty", b"\n  \n"), GID).unwrap_err();
         assert!(
             matches!(empty, KeyFileError::EmptyPassphrase { .. }),
