@@ -57,8 +57,8 @@ pub enum Membership {
     },
 }
 
-/// Options of a group.
-#[derive(Debug, Clone)]
+/// Options of a group. Its `Debug` shows whether there is a key, never the key.
+#[derive(Clone)]
 pub struct GroupOptions {
     /// Group id (frames of other ids on the segment are ignored).
     pub group_id: u32,
@@ -122,19 +122,45 @@ pub struct PassphraseError(String);
 /// ([`PASSPHRASE_COST`]) with a salt derived from the group id. A frame sealed with the key
 /// (a captured challenge, say) lets an attacker test guesses offline, so every guess must
 /// cost as much memory and time as the stretching does; the salt makes the same passphrase a
-/// different key in another group, so no table of guesses serves two groups. Random keys (32
-/// raw bytes in a key file) need no stretching and are used as they are.
+/// different key in another group, so no table of guesses serves two groups. A random salt
+/// ([`key_from_passphrase_salt`], what a key file of `ethbcast keygen --passphrase` holds)
+/// makes it a different key in every deployment. Random keys need no stretching.
 pub fn key_from_passphrase(passphrase: &str, group_id: u32) -> Result<[u8; 32], PassphraseError> {
     let salt = blake3::derive_key("ethbcast 2026-11 passphrase salt", &group_id.to_be_bytes());
+    key_from_passphrase_salt(passphrase, &salt[..16])
+}
+
+/// Derives a 256-bit key from a passphrase with Argon2id ([`PASSPHRASE_COST`]) under `salt`
+/// (at least 8 bytes; 16 random bytes in a key file, see [`crate::keyfile`]).
+pub fn key_from_passphrase_salt(
+    passphrase: &str,
+    salt: &[u8],
+) -> Result<[u8; 32], PassphraseError> {
     let (m, t, p) = PASSPHRASE_COST;
     let params =
         argon2::Params::new(m, t, p, Some(32)).map_err(|e| PassphraseError(e.to_string()))?;
     let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
     let mut key = [0u8; 32];
     argon
-        .hash_password_into(passphrase.as_bytes(), &salt[..16], &mut key)
+        .hash_password_into(passphrase.as_bytes(), salt, &mut key)
         .map_err(|e| PassphraseError(e.to_string()))?;
     Ok(key)
+}
+
+impl std::fmt::Debug for GroupOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupOptions")
+            .field("group_id", &self.group_id)
+            .field("backend", &self.backend)
+            .field("wait", &self.wait)
+            .field("algorithm", &self.algorithm)
+            .field("timeout", &self.timeout)
+            .field("tweak", &self.tweak.is_some())
+            .field("barrier_arity", &self.barrier_arity)
+            .field("key", &ethbcast_proto::secret::Redacted(&self.key))
+            .field("detector", &self.detector)
+            .finish()
+    }
 }
 
 impl Default for GroupOptions {

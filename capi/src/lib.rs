@@ -949,6 +949,11 @@ mod tests {
         std::fs::write(&phrase, "correct horse\n").unwrap();
         let empty = dir.join("empty");
         std::fs::write(&empty, "\n").unwrap();
+        // Key files must be readable by their owner only.
+        for f in [&phrase, &empty] {
+            let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+            std::fs::set_permissions(f, owner_only).unwrap();
+        }
         let want = keyfile::read_key_file(&phrase, GID).unwrap();
         let phrase_s = phrase.to_str().unwrap();
         let env_of = |vars: Vec<(&'static str, String)>| {

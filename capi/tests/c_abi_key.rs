@@ -7,6 +7,7 @@
 //! barrier releases from the coordinator and evictions of rank 1. The root enters every
 //! barrier and every broadcast 300 ms late, so that forgeries arrive first.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
@@ -104,6 +105,8 @@ fn a_c_abi_group_keyed_by_ethbcast_key_file_refuses_forged_data_releases_and_evi
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let key_file = dir.join("group.key");
     std::fs::write(&key_file, "a passphrase the hostile host does not know\n").expect("key file");
+    // Key files must be readable by their owner only.
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
     let bed = Testbed::up(&TestbedConfig::new(4).prefix(prefix("a"))).expect("test-bed");
     for h in 0..4 {
         bed.set_learning(h, false).expect("learning off");

@@ -149,6 +149,9 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     let b = build(m, &dir, "mpi_check.c");
     let key_file = dir.join("job.key");
     std::fs::write(&key_file, "the job's passphrase\n").expect("key file");
+    // Key files must be readable by their owner only.
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&key_file, owner_only).expect("chmod 600");
     let key = key_file.to_str().expect("UTF-8 path");
     let prefix = format!("ck{:x}", std::process::id() & 0xfff);
     let bed = MpiBed::up(&TestbedConfig::new(4).prefix(prefix), &dir).expect("test-bed");

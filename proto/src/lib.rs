@@ -31,4 +31,5 @@ pub mod member;
 pub mod membership;
 mod names;
 pub mod queue;
+pub mod secret;
 pub mod wire;

@@ -36,7 +36,8 @@
 //! its coordinator's clock: a member keeps the newest challenge of each coordinator and, of
 //! [`MAX_CHALLENGES`] places, gives one up only for a newer challenge and never once the
 //! coordinator's roster has named it, so recordings of earlier joins cannot push the current
-//! one out. Rosters are collected for held challenges only, and hellos go out in rounds at
+//! one out. Without a key the clock is unsealed, anyone's word: challenges are then ranked by
+//! their arrival instead, so a stranger's claim of the latest time shuts no one out. Rosters are collected for held challenges only, and hellos go out in rounds at
 //! least [`HELLO_GAP`] apart, so a flood costs bounded memory and bounded answers.
 //!
 //! Nonces and clocks come from the caller, so that runs on the simulator repeat exactly.
@@ -96,8 +97,8 @@ fn entries_per_part(max_pdu: usize, keyed: bool) -> usize {
         .max(1)
 }
 
-/// The session a group shares once joined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The session a group shares once joined. Its `Debug` never shows the key.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Session {
     /// The coordinator's nonce.
     pub nonce: u64,
@@ -106,6 +107,16 @@ pub struct Session {
     /// The session key (derived from the group key, the nonce and the roster), if the group
     /// has a key.
     pub key: Option<[u8; 32]>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("nonce", &self.nonce)
+            .field("group", &self.group)
+            .field("key", &crate::secret::Redacted(&self.key))
+            .finish()
+    }
 }
 
 /// Derives the session of group `group_id` (with `key`) from the coordinator's `nonce` and the
@@ -179,10 +190,14 @@ pub enum Expect {
     },
     /// This member answers any coordinator and joins the first roster that names it.
     Invited,
+    /// As [`Expect::Invited`], from the coordinator with this MAC only: challenges (and so
+    /// rosters) of any other are ignored. Without a key a MAC can be forged, so this keeps
+    /// out strangers by mistake, not by attack.
+    InvitedBy(MacAddr),
 }
 
-/// What a join needs.
-#[derive(Debug, Clone)]
+/// What a join needs. Its `Debug` never shows the key.
+#[derive(Clone)]
 pub struct JoinConfig {
     /// Group id (join frames of other groups are ignored).
     pub group: u32,
@@ -197,6 +212,18 @@ pub struct JoinConfig {
     /// so that a host with a smaller MTU on the segment lowers the frame size instead of losing
     /// every large frame.
     pub max_pdu: usize,
+}
+
+impl std::fmt::Debug for JoinConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinConfig")
+            .field("group", &self.group)
+            .field("mac", &self.mac)
+            .field("key", &crate::secret::Redacted(&self.key))
+            .field("expect", &self.expect)
+            .field("max_pdu", &self.max_pdu)
+            .finish()
+    }
 }
 
 /// A finished join.
@@ -219,8 +246,9 @@ pub struct Joined {
     pub stats: JoinStats,
 }
 
-/// Lets a member that already joined answer the coordinator's repeated roster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Lets a member that already joined answer the coordinator's repeated roster. Its `Debug`
+/// never shows the key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct LateRoster {
     group: u32,
     nonce: u64,
@@ -228,6 +256,19 @@ pub struct LateRoster {
     member: MacAddr,
     coordinator: MacAddr,
     key: Option<[u8; 32]>,
+}
+
+impl std::fmt::Debug for LateRoster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LateRoster")
+            .field("group", &self.group)
+            .field("nonce", &self.nonce)
+            .field("member_nonce", &self.member_nonce)
+            .field("member", &self.member)
+            .field("coordinator", &self.coordinator)
+            .field("key", &crate::secret::Redacted(&self.key))
+            .finish()
+    }
 }
 
 impl LateRoster {
@@ -530,6 +571,8 @@ pub struct Join {
     clock: u64,
     /// Challenges held (at most [`MAX_CHALLENGES`]), in arrival order.
     challenges: Vec<Held>,
+    /// Challenges heard so far: without a key, the time a challenge is ranked by.
+    arrivals: u64,
     /// Rosters being collected, one per challenge held at most.
     rosters: BTreeMap<(MacAddr, u64), Parts>,
     /// When the last round of hellos went out.
@@ -589,7 +632,7 @@ impl Join {
                 }
                 true
             }
-            Expect::Invited => false,
+            Expect::Invited | Expect::InvitedBy(_) => false,
         };
         let member_nonce = {
             let h = blake3::hash(&nonce.to_be_bytes());
@@ -611,6 +654,7 @@ impl Join {
             }),
             clock: 0,
             challenges: Vec::new(),
+            arrivals: 0,
             rosters: BTreeMap::new(),
             last_round: None,
             late: None,
@@ -650,7 +694,7 @@ impl Join {
             Expect::List(l) => l.len(),
             Expect::Ranks { size, .. } | Expect::Discover { size } => usize::from(*size),
             Expect::FirstCome { receivers, only } => only.as_ref().map_or(*receivers, Vec::len) + 1,
-            Expect::Invited => 0,
+            Expect::Invited | Expect::InvitedBy(_) => 0,
         };
         (heard, expected)
     }
@@ -733,7 +777,7 @@ impl Join {
                 let heard = self.coord.as_ref().map_or(0, |c| c.hellos.len());
                 Some(if self.settled { heard.min(all) } else { all } + 1)
             }
-            Expect::Invited => None,
+            Expect::Invited | Expect::InvitedBy(_) => None,
         }
     }
 
@@ -744,7 +788,7 @@ impl Join {
             Expect::Ranks { size, .. } => claim < *size && claim != 0,
             Expect::Discover { .. } => true,
             Expect::FirstCome { only, .. } => only.as_ref().is_none_or(|l| l.contains(mac)),
-            Expect::Invited => false,
+            Expect::Invited | Expect::InvitedBy(_) => false,
         }
     }
 
@@ -825,7 +869,7 @@ impl Join {
                 }
                 r
             }
-            Expect::Invited => return,
+            Expect::Invited | Expect::InvitedBy(_) => return,
         };
         if roster.len() != size {
             return;
@@ -904,6 +948,7 @@ impl Join {
                 roster.len() == usize::from(*size) && roster.windows(2).all(|w| w[0].0 < w[1].0)
             }
             Expect::Invited => true,
+            Expect::InvitedBy(c) => roster.first().map(|e| e.0) == Some(*c),
             Expect::FirstCome { .. } => false,
         };
         if !ok {
@@ -961,7 +1006,18 @@ impl Join {
                     Expect::Ranks { size: s, .. } => f.src() == 0 && size == *s,
                     Expect::Discover { size: s } => size == *s,
                     Expect::Invited => true,
+                    Expect::InvitedBy(c) => *c == src,
                     Expect::FirstCome { .. } => false,
+                };
+                // Without a key the time is the sender's word, which a stranger could make
+                // the largest there is and so keep every place: challenges are then ranked
+                // by their arrival here instead (a place goes to the newest arrival).
+                let time = match self.cfg.key {
+                    Some(_) => time,
+                    None => {
+                        self.arrivals += 1;
+                        self.arrivals
+                    }
                 };
                 if from_coordinator && self.hold(src, nonce, time) {
                     // Answer soon, but no sooner than a gap after the last round.

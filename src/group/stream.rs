@@ -18,6 +18,12 @@
 //! (with [`StreamOptions::key`], under a key of this session). The member is the same
 //! [`Member`] run by the same [`Driver`] as a group's, with the wall clock; nothing blocks
 //! longer than the wait a caller passes to [`Stream::turn`].
+//!
+//! Without a key any host of the segment can answer a receiver's hello with a roster of its
+//! own and become the root it receives from: a stream refuses to join without a key unless
+//! [`StreamOptions::insecure`] says so, and a keyless receiver can be told whose roster
+//! alone to take ([`StreamOptions::root`]; a MAC can be forged, so this keeps out strangers
+//! by mistake, not by attack).
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +36,8 @@ use crate::membership::{Expect, JoinConfig};
 use crate::proto::{Algo, Config, ConfigError, Dest, Stats as EngineStats};
 
 /// Options of a stream (both sides must agree on the group id, the key and the address).
-#[derive(Debug, Clone)]
+/// Its `Debug` never shows the key.
+#[derive(Clone)]
 pub struct StreamOptions {
     /// Group id of the join (the stream's frames carry one derived from the session).
     pub group_id: u32,
@@ -49,8 +56,14 @@ pub struct StreamOptions {
     /// A receiver asks a fellow receiver for a lost frame before the root (peer repair).
     pub peer_repair: bool,
     /// Shared key: the join and every frame of the stream are authenticated under a key of
-    /// this session.
+    /// this session. Without one, [`Stream::join`] refuses unless `insecure` is set.
     pub key: Option<[u8; 32]>,
+    /// Join without a key: any host of the segment can then join, inject frames, and become
+    /// the root a receiver takes its stream from. Off by default.
+    pub insecure: bool,
+    /// On a receiver: take only the roster of the root with this MAC (the root's own MAC,
+    /// which a host without the key can forge, so a pin against mistakes, not attacks).
+    pub root: Option<MacAddr>,
     /// Where the stream's broadcasts go: its own multicast address by default.
     pub group_address: GroupAddress,
     /// Deliveries a receiver accepts ahead of its application.
@@ -77,11 +90,33 @@ impl Default for StreamOptions {
             nack_gather: cfg.nack_gather,
             peer_repair: cfg.peer_repair,
             key: None,
+            insecure: false,
+            root: None,
             group_address: GroupAddress::Derived,
             prepost: 64,
             end_to_end: false,
             max_message: cfg.max_message,
         }
+    }
+}
+
+impl std::fmt::Debug for StreamOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamOptions")
+            .field("group_id", &self.group_id)
+            .field("backend", &self.backend)
+            .field("wait", &self.wait)
+            .field("window", &self.window)
+            .field("ack_every", &self.ack_every)
+            .field("nack_gather", &self.nack_gather)
+            .field("peer_repair", &self.peer_repair)
+            .field("key", &ethbcast_proto::secret::Redacted(&self.key))
+            .field("insecure", &self.insecure)
+            .field("root", &self.root)
+            .field("group_address", &self.group_address)
+            .field("prepost", &self.prepost)
+            .field("end_to_end", &self.end_to_end)
+            .finish()
     }
 }
 
@@ -195,13 +230,25 @@ impl Stream {
         wait: Duration,
         stop: impl FnMut() -> bool,
     ) -> Result<Stream, GroupError> {
-        let (expect, settle) = match role {
-            Role::Root {
-                receivers,
-                only,
-                settle,
-            } => (Expect::FirstCome { receivers, only }, settle),
-            Role::Receiver => (Expect::Invited, None),
+        if opts.key.is_none() && !opts.insecure {
+            return Err(GroupError::Membership(
+                "no group key: without one any host of the segment can join, inject data or \
+                 become the root; give the stream a key (StreamOptions::key), or set \
+                 StreamOptions::insecure to join without one"
+                    .into(),
+            ));
+        }
+        let (expect, settle) = match (role, opts.root) {
+            (
+                Role::Root {
+                    receivers,
+                    only,
+                    settle,
+                },
+                _,
+            ) => (Expect::FirstCome { receivers, only }, settle),
+            (Role::Receiver, None) => (Expect::Invited, None),
+            (Role::Receiver, Some(root)) => (Expect::InvitedBy(root), None),
         };
         let cfg = JoinConfig {
             group: opts.group_id,

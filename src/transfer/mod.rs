@@ -127,10 +127,27 @@ impl Msg {
                 bytes: u64::from_be_bytes(m[1..9].try_into().expect("8 bytes")),
                 digest: m[9..41].try_into().expect("32 bytes"),
             }),
-            b'A' => Ok(Msg::Abort(String::from_utf8_lossy(&m[1..]).into_owned())),
+            b'A' => Ok(Msg::Abort(printable(&m[1..]))),
             _ => Err(format!("unknown stream message type {t:#x}")),
         }
     }
+}
+
+/// Text another host sent (an abort reason, a receiver's error), made safe to print on a
+/// terminal or in a log: invalid UTF-8 becomes U+FFFD, and control characters (escape
+/// sequences, carriage returns, new lines) and the characters that reorder text on screen
+/// (bidirectional overrides) are written as `\u{..}` escapes instead of taking effect.
+pub fn printable(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for c in String::from_utf8_lossy(bytes).chars() {
+        let reorders = matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || reorders {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The bytes of a data message, kept in the buffer the engine delivered (type byte first):
@@ -271,7 +288,7 @@ impl Final {
         Some(Final {
             ok: m[1] == 1,
             bytes: u64::from_be_bytes(m[2..10].try_into().ok()?),
-            error: String::from_utf8_lossy(&m[10..]).into_owned(),
+            error: printable(&m[10..]),
         })
     }
 }
@@ -496,6 +513,35 @@ impl PieceDigest {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// What another host sends reaches the terminal with no control character in it.
+    #[test]
+    fn remote_text_loses_its_control_characters() {
+        let hostile = "disk full\x1b]0;owned\x07\x1b[2J\r\nREPORT: all ok\u{202E}gpj.exe\u{9b}31m";
+        let mut abort = vec![b'A'];
+        abort.extend_from_slice(hostile.as_bytes());
+        let Ok(Msg::Abort(reason)) = Msg::decode(abort) else {
+            panic!("not an abort");
+        };
+        let mut fin = vec![b'F', 0];
+        fin.extend_from_slice(&7u64.to_be_bytes());
+        fin.extend_from_slice(hostile.as_bytes());
+        fin.push(0xFF);
+        let error = Final::decode(&fin).expect("a report").error;
+        for shown in [&reason, &error] {
+            assert!(
+                !shown.chars().any(|c| c.is_control() || c == '\u{202E}'),
+                "{shown:?}"
+            );
+            assert!(shown.starts_with("disk full\\u{1b}]0;owned"), "{shown:?}");
+            assert!(shown.contains("\\u{d}\\u{a}REPORT"), "{shown:?}");
+        }
+        assert!(error.ends_with('\u{FFFD}'), "{error:?}");
+        assert_eq!(
+            printable("plain text, ünïcode".as_bytes()),
+            "plain text, ünïcode"
+        );
+    }
 
     #[test]
     fn messages_round_trip() {

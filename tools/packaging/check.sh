@@ -5,9 +5,11 @@
 # 1. `cargo install --path tools --root DIR` gives ethbcast and ethbcast-bench,
 #    `cargo install --path tools/testbed --root DIR` ethbcast-testbed.
 # 2. `cargo deb -p ethbcast-tools` builds the package `ethbcast`; `dpkg -i` installs
-#    /usr/bin/ethbcast with cap_net_raw,cap_net_admin+ep, man pages, completions, the systemd
-#    unit; `nobody` can open a raw socket with the installed binary; reinstalling (what an
-#    upgrade does) keeps the capabilities and a locally edited /etc/default/ethbcast-recv;
+#    /usr/bin/ethbcast with cap_net_raw,cap_net_admin+ep, root:ethbcast and mode 0750 (the
+#    group created), man pages, completions, the systemd unit; `nobody` cannot run the
+#    installed binary, `nobody` in the group ethbcast can and opens a raw socket with it;
+#    reinstalling (what an upgrade does) keeps all of that and a locally edited
+#    /etc/default/ethbcast-recv;
 #    `dpkg --purge` removes it all again.
 #
 # The package is removed on exit, also when a check fails. A package `ethbcast` that was
@@ -55,7 +57,11 @@ case "$caps" in
   *) fail "getcap /usr/bin/ethbcast: want cap_net_admin,cap_net_raw=ep" ;;
 esac
 
-for page in ethbcast ethbcast-send ethbcast-recv; do
+getent group ethbcast >/dev/null || fail "the package created no group ethbcast"
+owner=$(stat -c '%a %U %G' /usr/bin/ethbcast)
+[ "$owner" = "750 root ethbcast" ] || fail "/usr/bin/ethbcast is '$owner', want '750 root ethbcast'"
+
+for page in ethbcast ethbcast-send ethbcast-recv ethbcast-keygen; do
   path=$(man -w "$page") || fail "man -w $page"
   echo "  $path"
 done
@@ -74,24 +80,32 @@ got=$(bash -c "source $completion
 
 systemd-analyze verify ethbcast-recv@eth0.service || fail "systemd-analyze verify ethbcast-recv@eth0.service"
 
-step "nobody runs the installed binary"
+step "nobody may not run the installed binary; nobody in the group ethbcast may"
 ip netns add "$netns"
 ip -n "$netns" link add eth0 type veth peer name eth1
 ip -n "$netns" link set eth0 up
 ip -n "$netns" link set eth1 up
-# With the capabilities the raw socket opens and the receiver waits for a sender: exit 3
-# (join timeout) after 1 s. Without them it would be exit 4 with the CAP_NET_RAW advice.
 set +e
 out=$(ip netns exec "$netns" setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
-  /usr/bin/ethbcast recv --iface eth0 --wait 1 2>&1)
+  /usr/bin/ethbcast recv --insecure --iface eth0 --wait 1 2>&1)
 rc=$?
 set -e
-[ "$rc" = 3 ] || fail "nobody: want exit 3 (join timeout), got $rc: $out"
+[ "$rc" = 126 ] || fail "nobody outside the group: want exit 126 (not executable), got $rc: $out"
+# With the capabilities the raw socket opens and the receiver waits for a sender: exit 3
+# (join timeout) after 1 s. Without them it would be exit 4 with the CAP_NET_RAW advice.
+gid=$(getent group ethbcast | cut -d: -f3)
+set +e
+out=$(ip netns exec "$netns" setpriv --reuid=65534 --regid=65534 --groups="$gid" --inh-caps=-all \
+  /usr/bin/ethbcast recv --insecure --iface eth0 --wait 1 2>&1)
+rc=$?
+set -e
+[ "$rc" = 3 ] || fail "nobody in the group ethbcast: want exit 3 (join timeout), got $rc: $out"
 
 step "reinstall (as an upgrade does) keeps the capabilities and local settings"
 echo "ETHBCAST_RECV_OPTS=--group-id 7  # local" >> /etc/default/ethbcast-recv
 dpkg -i --force-confold "$deb" >/dev/null
 getcap /usr/bin/ethbcast | grep -q 'cap_net_admin,cap_net_raw=ep' || fail "capabilities lost on reinstall"
+[ "$(stat -c '%a %G' /usr/bin/ethbcast)" = "750 ethbcast" ] || fail "owner or mode lost on reinstall"
 grep -q "# local" /etc/default/ethbcast-recv || fail "/etc/default/ethbcast-recv lost its local edit"
 
 step "dpkg --purge ethbcast"

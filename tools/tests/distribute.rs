@@ -9,6 +9,7 @@
 //! distribution issue asks for; outputs are compared by digest, not held in memory).
 
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -62,10 +63,20 @@ impl Drop for Proc {
     }
 }
 
+/// `args` with `--insecure` after the subcommand unless they name a key file: these tests
+/// are of the transfer, not of its key.
+fn keyless<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = args.to_vec();
+    if matches!(args.first(), Some(&"send" | &"recv")) && !args.contains(&"--key-file") {
+        all.insert(1, "--insecure");
+    }
+    all
+}
+
 fn spawn(ns: &str, args: &[&str], stdin: Stdio) -> Proc {
     let c = netns::command_in(ns, BIN)
         .expect("netns name")
-        .args(args)
+        .args(keyless(args))
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -549,6 +560,85 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
     tb.down().unwrap();
 }
 
+/// `recv --user`: once its link is open the receiver runs as that user, so its `-O` command
+/// does not run as root; an unknown user is a usage error.
+#[test]
+fn a_receiver_started_as_root_runs_its_command_as_the_user_given() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("u"))).expect("test-bed");
+    let dir = tmpdir("user");
+    std::fs::set_permissions(&*dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let input = dir.join("input.bin");
+    let data = random_file(&input, 200_000, 9);
+    let got = dir.join("got.bin");
+    let cmd = format!(
+        "id -u > {d}/uid; id -G > {d}/gids; cat > {}",
+        got.display(),
+        d = dir.display()
+    );
+    let mut r = recv(&tb, 1, &["--user", "nobody", "-O", &cmd]);
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--wait",
+            "30",
+            "--quiet",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let o = r.wait_timeout(Duration::from_secs(20));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(std::fs::read(&got).unwrap() == data, "-O output differs");
+    let uid = std::fs::read_to_string(dir.join("uid")).unwrap();
+    assert_eq!(uid.trim(), "65534", "the command ran as uid {uid}");
+    let gids = std::fs::read_to_string(dir.join("gids")).unwrap();
+    assert!(
+        !gids.split_whitespace().any(|g| g == "0"),
+        "the command kept root's group: {gids}"
+    );
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&got).unwrap()),
+        65534
+    );
+    // A user that does not exist: refused, before any transfer.
+    let mut bad = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--wait",
+            "1",
+            "--user",
+            "ethbcast-no-such-user",
+        ],
+        Stdio::null(),
+    );
+    let o = bad.wait_timeout(Duration::from_secs(20));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("no such user"), "{e}");
+    tb.down().unwrap();
+}
+
 #[test]
 fn a_receiver_killed_mid_transfer_is_evicted_and_the_others_complete() {
     if !netns_available() {
@@ -966,7 +1056,7 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
         "more than half the window of 64",
     );
     exits(
-        "send --iface ethbcast-nope0 --receivers 1 -i /dev/null",
+        "send --iface ethbcast-nope0 --insecure --receivers 1 -i /dev/null",
         4,
         "no such network interface",
     );
@@ -976,6 +1066,101 @@ fn usage_errors_exit_2_and_a_missing_interface_exits_4() {
         .unwrap();
     let h = String::from_utf8_lossy(&help.stdout);
     assert!(h.contains("Exit codes") && h.contains("130") && h.contains("Examples"));
+}
+
+/// Without a key neither side starts (before it opens any interface), and the error says how
+/// to make one; `--insecure` is the explicit way round.
+#[test]
+fn no_transfer_starts_without_a_key_unless_asked_for() {
+    for args in [
+        &["recv", "--iface", "eth0", "-o", "x"][..],
+        &[
+            "send",
+            "--iface",
+            "eth0",
+            "--receivers",
+            "1",
+            "-i",
+            "/dev/null",
+        ],
+    ] {
+        let child = std::process::Command::new(BIN)
+            .args(args)
+            .env_remove("ETHBCAST_KEY_FILE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // At once: not after waiting for a sender or a receiver (where eth0 exists, one that
+        // started would wait for an hour).
+        let out = Proc(Some(child)).wait_timeout(Duration::from_secs(20));
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
+        for word in ["ethbcast keygen", "--key-file", "--insecure"] {
+            assert!(e.contains(word), "{args:?}: {e}");
+        }
+    }
+    // Asked for: it gets as far as the interface, and says what it risks.
+    let out = std::process::Command::new(BIN)
+        .args(["recv", "--iface", "ethbcast-nope0", "--insecure", "-o", "x"])
+        .env_remove("ETHBCAST_KEY_FILE")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{e}");
+    assert!(e.contains("warning: no group key"), "{e}");
+    assert!(e.contains("no such network interface"), "{e}");
+    // keygen writes a key file the commands take, never over an existing one.
+    let dir = tmpdir("keygen");
+    let key = dir.join("group.key");
+    let keygen = || {
+        std::process::Command::new(BIN)
+            .args(["keygen", key.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let out = keygen();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let first = std::fs::read(&key).unwrap();
+    let out = keygen();
+    assert_ne!(out.status.code(), Some(0), "overwrote the key file");
+    assert_eq!(std::fs::read(&key).unwrap(), first);
+    let out = std::process::Command::new(BIN)
+        .args([
+            "recv",
+            "--iface",
+            "ethbcast-nope0",
+            "--key-file",
+            key.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{e}");
+    assert!(e.contains("no such network interface"), "{e}");
+    // A key file others may read is refused, with the fix.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "recv",
+            "--iface",
+            "ethbcast-nope0",
+            "--key-file",
+            key.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains("chmod 600"), "{e}");
 }
 
 #[test]
@@ -1079,7 +1264,10 @@ fn durations_are_checked_and_inf_means_no_limit() {
             "inf",
         ],
     ] {
-        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        let out = std::process::Command::new(BIN)
+            .args(keyless(args))
+            .output()
+            .unwrap();
         let e = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(4), "{args:?}: {e}");
         assert!(e.contains("no such network interface"), "{args:?}: {e}");
@@ -1329,6 +1517,7 @@ fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_on
     let dir = tmpdir("keyed");
     let key = dir.join("key");
     std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let keyed_transfer = |input: &Path, tag: &str| {
         let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("{tag}{i}.bin"))).collect();
         let rs: Vec<Proc> = (1..3)
@@ -1413,7 +1602,8 @@ fn a_keyed_transfer_is_byte_identical_while_a_hostile_host_replays_an_earlier_on
 
     // 3. A receiver with another key cannot join: both sides give up with exit 3.
     let wrong = dir.join("wrong-key");
-    std::fs::write(&wrong, [7u8; 32]).unwrap();
+    std::fs::write(&wrong, format!("ethbcast-key-v1 {}\n", "07".repeat(32))).unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut r = spawn(
         &tb.hosts()[1].netns,
         &[

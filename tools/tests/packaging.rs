@@ -50,6 +50,7 @@ fn committed_man_pages_and_completions_match_the_binary() {
         [
             "_ethbcast",
             "ethbcast-doctor.1",
+            "ethbcast-keygen.1",
             "ethbcast-recv.1",
             "ethbcast-send.1",
             "ethbcast.1",

@@ -185,6 +185,7 @@ fn nobody_transfers_a_file_with_a_capability_granted_binary() {
                 &bin,
                 &[
                     "recv",
+                    "--insecure",
                     "--iface",
                     "eth0",
                     "--wait",
@@ -204,6 +205,7 @@ fn nobody_transfers_a_file_with_a_capability_granted_binary() {
         &bin,
         &[
             "send",
+            "--insecure",
             "--iface",
             "eth0",
             "-i",
@@ -247,7 +249,7 @@ fn without_the_capabilities_the_error_names_cap_net_raw_and_the_remedy() {
     let scratch = Scratch::new("refused");
     let plain = scratch.0.join("ethbcast-plain");
     install_copy(&plain, None);
-    let recv_args = ["recv", "--iface", "eth0", "--wait", "1"];
+    let recv_args = ["recv", "--insecure", "--iface", "eth0", "--wait", "1"];
     let check = |mut p: Proc| {
         let o = p.wait_timeout(Duration::from_secs(30));
         let err = text(&o.stderr);

@@ -246,3 +246,78 @@ fn a_full_roster_part_sealed_or_not_fits_the_frame_size_it_was_cut_for() {
         }
     }
 }
+
+/// Without a key a challenge's time is unsealed: strangers claiming the largest time in every
+/// place must not keep a later coordinator's challenge out.
+#[test]
+fn keyless_a_claimed_time_shuts_no_coordinator_out() {
+    let me = MacAddr([2, 0, 0, 0, 0, 1]);
+    let now = Instant::now();
+    let mut j = join_of(me, Expect::Invited, 1500, now);
+    for i in 0..MAX_CHALLENGES as u8 {
+        let stranger = MacAddr([2, 0, 0, 0, 0x50, i]);
+        let flood = Msg::Challenge {
+            nonce: 1000 + u64::from(i),
+            size: 2,
+            coordinator: stranger,
+            time: u64::MAX,
+        };
+        j.handle_frame(now, stranger, &frame_of(&flood));
+    }
+    assert_eq!(j.challenges.len(), MAX_CHALLENGES);
+    let real = MacAddr([2, 0, 0, 0, 0, 9]);
+    let challenge = Msg::Challenge {
+        nonce: 42,
+        size: 2,
+        coordinator: real,
+        time: 1,
+    };
+    j.handle_frame(now, real, &frame_of(&challenge));
+    assert!(
+        j.challenges.iter().any(|h| h.coordinator == real),
+        "the real coordinator's challenge was refused"
+    );
+    let mine = j.member_nonce;
+    let roster = Msg::Roster {
+        nonce: 42,
+        part: 0,
+        parts: 1,
+        pdu: 1500,
+        entries: vec![(real, 5), (me, mine)],
+    };
+    j.handle_frame(now, real, &frame_of(&roster));
+    let joined = j.take_result().expect("joined").expect("no error");
+    assert_eq!(joined.peers, vec![real, me]);
+}
+
+/// A receiver pinned to one coordinator takes no other's challenge or roster.
+#[test]
+fn a_member_invited_by_one_coordinator_ignores_another() {
+    let me = MacAddr([2, 0, 0, 0, 0, 1]);
+    let real = MacAddr([2, 0, 0, 0, 0, 9]);
+    let stranger = MacAddr([2, 0, 0, 0, 0, 0x66]);
+    let now = Instant::now();
+    let mut j = join_of(me, Expect::InvitedBy(real), 1500, now);
+    let mine = j.member_nonce;
+    let challenge = |coordinator, nonce| Msg::Challenge {
+        nonce,
+        size: 2,
+        coordinator,
+        time: 1,
+    };
+    let roster = |coordinator, nonce| Msg::Roster {
+        nonce,
+        part: 0,
+        parts: 1,
+        pdu: 1500,
+        entries: vec![(coordinator, 5), (me, mine)],
+    };
+    j.handle_frame(now, stranger, &frame_of(&challenge(stranger, 7)));
+    j.handle_frame(now, stranger, &frame_of(&roster(stranger, 7)));
+    assert!(j.challenges.is_empty(), "a stranger's challenge held");
+    assert!(j.take_result().is_none(), "joined a stranger's roster");
+    j.handle_frame(now, real, &frame_of(&challenge(real, 8)));
+    j.handle_frame(now, real, &frame_of(&roster(real, 8)));
+    let joined = j.take_result().expect("joined").expect("no error");
+    assert_eq!(joined.peers, vec![real, me]);
+}

@@ -22,6 +22,9 @@ _ethbcast() {
             ethbcast,help)
                 cmd="ethbcast__subcmd__help"
                 ;;
+            ethbcast,keygen)
+                cmd="ethbcast__subcmd__keygen"
+                ;;
             ethbcast,recv)
                 cmd="ethbcast__subcmd__recv"
                 ;;
@@ -33,6 +36,9 @@ _ethbcast() {
                 ;;
             ethbcast__subcmd__help,help)
                 cmd="ethbcast__subcmd__help__subcmd__help"
+                ;;
+            ethbcast__subcmd__help,keygen)
+                cmd="ethbcast__subcmd__help__subcmd__keygen"
                 ;;
             ethbcast__subcmd__help,recv)
                 cmd="ethbcast__subcmd__help__subcmd__recv"
@@ -47,7 +53,7 @@ _ethbcast() {
 
     case "${cmd}" in
         ethbcast)
-            opts="-v -h -V --verbose --help --version send recv doctor help"
+            opts="-v -h -V --verbose --help --version send recv doctor keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -83,7 +89,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__help)
-            opts="send recv doctor help"
+            opts="send recv doctor keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -111,6 +117,20 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ethbcast__subcmd__help__subcmd__keygen)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -152,8 +172,22 @@ _ethbcast() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        ethbcast__subcmd__keygen)
+            opts="-v -h --passphrase --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --output --command --timeout --wait --max-bytes --quiet --json --verbose --help"
+            opts="-o -O -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --output --command --timeout --wait --from --user --max-bytes --quiet --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -219,6 +253,14 @@ _ethbcast() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --max-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -231,7 +273,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --group-address --input --receivers --hostfile --only-failed --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --verbose --help"
+            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --input --receivers --hostfile --only-failed --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

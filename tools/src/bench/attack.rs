@@ -35,6 +35,8 @@ use crate::hostile::{self, pdu, Counter, HostileError, Spoof};
 use crate::netns;
 use crate::testbed::{Testbed, TestbedError};
 
+mod keys;
+
 /// Outcome of one attack.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Scenario {
@@ -88,7 +90,7 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> AttackError 
 }
 
 /// Names of the scenarios, in the order they run.
-pub const SCENARIOS: [&str; 16] = [
+pub const SCENARIOS: [&str; 18] = [
     "spoofed-liveness-forged",
     "spoofed-liveness-replayed",
     "replay-earlier-session",
@@ -105,6 +107,8 @@ pub const SCENARIOS: [&str; 16] = [
     "capi-keyed-forgery",
     "pre-tag-allocation",
     "replay-across-counter-wrap",
+    "keyless-stranger-sender",
+    "passphrase-dictionary",
 ];
 
 /// The detector of the scenarios: the gossip period of `ethbcast-bench faults` tripled, so
@@ -1140,11 +1144,19 @@ impl Transfer<'_> {
     }
 }
 
+/// Makes a key file readable by its owner only, as key files must be.
+fn private(path: &Path) -> Result<(), AttackError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io("chmod 600 the key file"))
+}
+
 fn scratch(prefix: &str) -> Result<(PathBuf, PathBuf), AttackError> {
     let dir = std::env::temp_dir().join(format!("ethbcast-attack-{prefix}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
     let key = dir.join("key");
     std::fs::write(&key, "ethbcast-bench attack transfer key\n").map_err(io("write the key"))?;
+    private(&key)?;
     Ok((dir, key))
 }
 
@@ -1357,7 +1369,9 @@ pub fn run_all(
             12 => join_resent_hellos(&p, hosts),
             13 => capi_keyed_forgery(&p, hosts),
             14 => pre_tag_allocation(&p, hosts),
-            _ => replay_across_counter_wrap(),
+            15 => replay_across_counter_wrap(),
+            16 => keys::keyless_stranger_sender(&p, hosts, bin),
+            _ => keys::passphrase_dictionary(&p, hosts, bin),
         };
         scenarios.push(r.unwrap_or_else(|e| Scenario {
             name: name.to_string(),
@@ -2152,6 +2166,7 @@ pub fn capi_keyed_forgery(prefix: &str, hosts: usize) -> Result<Scenario, Attack
     let key_file = dir.join("group.key");
     std::fs::write(&key_file, "a passphrase the hostile host does not know\n")
         .map_err(io("write the key file"))?;
+    private(&key_file)?;
     let keyed_env = [(
         ethbcast::keyfile::KEY_FILE_ENV,
         key_file.clone().into_os_string(),

@@ -185,7 +185,15 @@ fn run_ethbcast(
     for h in &tb.hosts()[1..=n] {
         let c = netns::command_in(&h.netns, bin)
             .map_err(|e| e.to_string())?
-            .args(["recv", "--iface", "eth0", "--quiet", "--wait", "60"])
+            .args([
+                "recv",
+                "--insecure",
+                "--iface",
+                "eth0",
+                "--quiet",
+                "--wait",
+                "60",
+            ])
             .args(["--backend", &be])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -196,7 +204,14 @@ fn run_ethbcast(
     let out = netns::command_in(&tb.hosts()[0].netns, bin)
         .map_err(|e| e.to_string())?
         .args([
-            "send", "--iface", "eth0", "--quiet", "--json", "--wait", "60",
+            "send",
+            "--insecure",
+            "--iface",
+            "eth0",
+            "--quiet",
+            "--json",
+            "--wait",
+            "60",
         ])
         .args(["--backend", &be])
         .arg("-i")

@@ -26,13 +26,17 @@ Exit codes:
 
 const EXAMPLES: &str = "\
 Examples:
+  # once: a group key, copied to every host (mode 0600)
+  ethbcast keygen /etc/ethbcast/group.key
   # on 8 receivers:
-  ethbcast recv --iface eth0 -o /data/image.raw
+  ethbcast recv --iface eth0 --key-file /etc/ethbcast/group.key -o /data/image.raw
   # on the sender:
-  ethbcast send --iface eth0 -i image.raw --receivers 8
+  ethbcast send --iface eth0 --key-file /etc/ethbcast/group.key -i image.raw --receivers 8
 
   # a directory tree, unpacked on every receiver:
-  ethbcast recv --iface eth0 -O 'tar -x -C /opt'
+  # (ETHBCAST_KEY_FILE stands for --key-file; --user drops root's rights for the command):
+  export ETHBCAST_KEY_FILE=/etc/ethbcast/group.key
+  ethbcast recv --iface eth0 --user deploy -O 'tar -x -C /opt/app'
   tar -c -C /src . | ethbcast send --iface eth0 --receivers 8 --max-rate 500mbit
 
   # exactly the hosts of a hostfile (a host name and its MAC per line), JSON report:
@@ -95,12 +99,17 @@ struct Common {
     /// the sender.
     #[arg(long)]
     no_peer_repair: bool,
-    /// Group key file (32 raw bytes, or a passphrase on its first line), the same on every
-    /// host: the join and every frame of the transfer are authenticated, so a host without
-    /// the key can neither join, inject data, abort, evict nor report. Without a key, any
-    /// host on the segment can do all of that (see README, "Threat model").
+    /// Group key file, the same on every host, readable by its owner only (`ethbcast keygen
+    /// FILE` writes one): the join and every frame of the transfer are authenticated, so a
+    /// host without the key can neither join, inject data, abort, evict nor report. Required
+    /// unless --insecure.
     #[arg(long, env = "ETHBCAST_KEY_FILE")]
     key_file: Option<PathBuf>,
+    /// Run without a group key: any host of the segment can then join, inject data, abort,
+    /// and answer a receiver as its sender, whose data (and digest) the receiver takes (see
+    /// README, "Threat model"). Pin the sender with `recv --from`.
+    #[arg(long, conflicts_with = "key_file")]
+    insecure: bool,
     /// Where broadcasts go: derived (the group's own multicast address, 03:eb: and the group
     /// id, so hosts outside the transfer never see its frames), broadcast (every host of the
     /// segment; for switches or NICs that mishandle multicast), or a multicast MAC.
@@ -123,6 +132,11 @@ fn parse_window(s: &str) -> Result<usize, String> {
         Ok(w) if (1..=max).contains(&w) => Ok(w),
         _ => Err(format!("{s:?}: the window must be 1..={max} frames")),
     }
+}
+
+fn parse_mac(s: &str) -> Result<ethbcast::MacAddr, String> {
+    ethbcast::wire::ethernet::parse_mac(s.trim())
+        .ok_or_else(|| format!("{s:?}: not a MAC address (such as 02:00:00:00:00:01)"))
 }
 
 /// `recv --max-bytes`: `None` is no limit (clap cannot hold an `Option` as a value).
@@ -239,9 +253,17 @@ enum Cmd {
         /// Seconds to wait for a sender to start (exit 3 if none does); inf: no limit.
         #[arg(long, default_value = "3600", value_parser = parse_duration)]
         wait: Duration,
+        /// Take the transfer only from the sender with this MAC (its roster alone). Without a
+        /// key a MAC can be forged: this keeps out other senders by mistake, not by attack.
+        #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+        from: Option<ethbcast::MacAddr>,
+        /// Once the link is open, run as this user (its groups too): the output file and the
+        /// -O command get that user's rights, not root's. Needs root (or CAP_SETUID and
+        /// CAP_SETGID).
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
         /// Refuse a stream larger than this (e.g. 500M, 64GiB, 500MB; K, M, G, T are binary, KB,
-        /// MB, GB, TB decimal): at its header when
-        /// it announces its size, else as soon as its data passes the limit; the output is
+        /// MB, GB, TB decimal): at its header when it announces its size, else as soon as its data passes the limit; the output is
         /// then discarded (exit 1). A stream is refused in any case when its data runs past the
         /// size it announced. inf: no limit.
         #[arg(long, default_value = "inf", value_parser = parse_max_bytes)]
@@ -266,6 +288,17 @@ enum Cmd {
         /// Print the checks as JSON on stdout.
         #[arg(long)]
         json: bool,
+    },
+    /// Write a fresh random group key to FILE (mode 0600; an existing file is not overwritten),
+    /// to copy to every host and pass as --key-file.
+    Keygen {
+        /// The key file to create.
+        file: PathBuf,
+        /// Read a passphrase (one line) from standard input and write it with a fresh random
+        /// salt instead: the key is then stretched from it with Argon2id on every host. A
+        /// random key is stronger; a passphrase file is for hosts where one is typed.
+        #[arg(long)]
+        passphrase: bool,
     },
     /// Write the man pages and shell completions into a directory (for packaging; see
     /// `ethbcast_tools::packaging`).
@@ -294,15 +327,16 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
     stream
         .check()
         .map_err(|e| Fatal::new(distribute::EXIT_USAGE, format!("invalid options: {e}")))?;
+    stream.key = match (&c.key_file, c.insecure) {
+        (Some(p), _) => Some(distribute::read_key_file(p, c.group_id)?),
+        (None, true) => None,
+        (None, false) => return Err(distribute::no_key_error()),
+    };
     // A link on an interface that is down hears nobody: say so at once, with the fix.
     if let Some((what, fix)) = ethbcast_tools::doctor::admin_down(&c.iface) {
         return Err(Fatal::io(format!("{what}: {fix}")));
     }
-    stream.key = c
-        .key_file
-        .as_deref()
-        .map(|p| distribute::read_key_file(p, c.group_id))
-        .transpose()?;
+    stream.insecure = c.insecure;
     Ok(LinkOpts {
         iface: c.iface.clone(),
         stream,
@@ -381,11 +415,15 @@ fn main() -> ExitCode {
                 }
                 _ => None,
             };
+            let link = match link_opts(&common, WaitMode::Adaptive) {
+                Ok(l) => l,
+                Err(f) => return fail(f),
+            };
+            if common.insecure && !quiet {
+                eprintln!("{}", distribute::INSECURE_WARNING);
+            }
             let args = send::SendArgs {
-                link: match link_opts(&common, WaitMode::Adaptive) {
-                    Ok(l) => l,
-                    Err(f) => return fail(f),
-                },
+                link,
                 input,
                 expect,
                 settle,
@@ -417,6 +455,8 @@ fn main() -> ExitCode {
             command,
             timeout,
             wait,
+            from,
+            user,
             max_bytes,
             quiet,
             json,
@@ -426,11 +466,20 @@ fn main() -> ExitCode {
                 (None, Some(c)) => recv::Output::Command(c),
                 (None, None) => recv::Output::Stdout,
             };
+            let mut link = match link_opts(&common, WaitMode::Doze) {
+                Ok(l) => l,
+                Err(f) => return fail(f),
+            };
+            link.stream.root = from;
+            if common.insecure && !quiet {
+                eprintln!("{}", distribute::INSECURE_WARNING);
+                if from.is_none() {
+                    eprintln!("ethbcast: warning: and without --from, any host that answers first is taken as the sender");
+                }
+            }
             let args = recv::RecvArgs {
-                link: match link_opts(&common, WaitMode::Doze) {
-                    Ok(l) => l,
-                    Err(f) => return fail(f),
-                },
+                link,
+                user,
                 output: out,
                 timeout,
                 wait,
@@ -482,6 +531,31 @@ fn main() -> ExitCode {
                 ExitCode::from(distribute::EXIT_FAILED)
             } else {
                 ExitCode::SUCCESS
+            }
+        }
+        Cmd::Keygen { file, passphrase } => {
+            let written = if passphrase {
+                let mut line = zeroize::Zeroizing::new(String::new());
+                if let Err(e) = std::io::stdin().read_line(&mut line) {
+                    return fail(Fatal::io(format!("cannot read the passphrase: {e}")));
+                }
+                ethbcast::keyfile::write_new_passphrase(&file, &line)
+            } else {
+                ethbcast::keyfile::write_new_key(&file)
+            };
+            match written {
+                Ok(()) => {
+                    eprintln!(
+                        "ethbcast: wrote a new group key to {} (mode 0600): copy it to every host and pass --key-file {}",
+                        file.display(),
+                        file.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e @ ethbcast::keyfile::KeyFileError::Io { .. }) => {
+                    fail(Fatal::io(e.to_string()))
+                }
+                Err(e) => fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
             }
         }
         Cmd::GenerateAssets { out } => {

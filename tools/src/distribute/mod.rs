@@ -253,11 +253,59 @@ pub fn drop_capabilities() -> Result<(), Fatal> {
     Ok(())
 }
 
+/// Runs the process as `name` from now on (`recv --user`): its supplementary groups, its
+/// group, its user, real, effective and saved alike, so that nothing afterwards (the output,
+/// the `-O` command) can return to the user that started it. Call it once the link is open
+/// and before any thread starts; it needs root (or CAP_SETUID and CAP_SETGID).
+pub fn become_user(name: &str) -> Result<(), Fatal> {
+    use nix::unistd::{self, User};
+    let user = User::from_name(name)
+        .map_err(|e| Fatal::io(format!("--user {name}: cannot look the user up: {e}")))?
+        .ok_or_else(|| Fatal::new(EXIT_USAGE, format!("--user {name}: no such user")))?;
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| Fatal::new(EXIT_USAGE, format!("--user {name:?}: not a user name")))?;
+    let fail = |what: &str, e: nix::Error| {
+        Fatal::io(format!(
+            "--user {name}: {what}: {e} (switching users needs root, or CAP_SETUID and CAP_SETGID)"
+        ))
+    };
+    unistd::initgroups(&cname, user.gid).map_err(|e| fail("initgroups", e))?;
+    unistd::setresgid(user.gid, user.gid, user.gid).map_err(|e| fail("setresgid", e))?;
+    unistd::setresuid(user.uid, user.uid, user.uid).map_err(|e| fail("setresuid", e))?;
+    // Checked, not assumed: the process must not be able to return.
+    let ids = unistd::getresuid().map_err(|e| fail("getresuid", e))?;
+    let back = !user.uid.is_root() && unistd::setuid(unistd::Uid::from_raw(0)).is_ok();
+    if ids.real != user.uid || ids.effective != user.uid || ids.saved != user.uid || back {
+        return Err(Fatal::io(format!(
+            "--user {name}: the user did not change for good"
+        )));
+    }
+    tracing::debug!(
+        uid = user.uid.as_raw(),
+        gid = user.gid.as_raw(),
+        "now running as {name}"
+    );
+    Ok(())
+}
+
+/// The warning `send` and `recv` print once when run without a key (`--insecure`).
+pub const INSECURE_WARNING: &str = "ethbcast: warning: no group key (--insecure): any host of this segment can join, inject or abort the transfer, and answer a receiver as its sender with data and a digest of its own";
+
+/// Why `send` or `recv` refuse to start without a key (a usage error, before any link is
+/// opened).
+pub fn no_key_error() -> Fatal {
+    Fatal::new(
+        EXIT_USAGE,
+        "no group key: create one with `ethbcast keygen FILE`, copy FILE to every host (mode 0600) \
+         and pass `--key-file FILE` (or set ETHBCAST_KEY_FILE). Without a key any host of the \
+         segment can take part or act as the sender: `--insecure` runs so anyway",
+    )
+}
+
 /// Reads a group key file ([`ethbcast::keyfile::read_key_file`], the one reading the C ABI
-/// and the MPI interposer share): exactly 32 bytes are the key itself; anything else is a
-/// passphrase on the first line (surrounding white space ignored), from which the key is
-/// derived for group `group_id` with Argon2id. An empty passphrase is refused (a usage error,
-/// like a file that is not text; an unreadable file is an I/O error).
+/// and the MPI interposer share; see there for its forms). A file that is not well formed,
+/// an empty passphrase or a file others may read is a usage error; an unreadable file is an
+/// I/O error.
 pub fn read_key_file(path: &std::path::Path, group_id: u32) -> Result<[u8; 32], Fatal> {
     use ethbcast::keyfile::KeyFileError;
     ethbcast::keyfile::read_key_file(path, group_id).map_err(|e| match e {
@@ -303,33 +351,67 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_files_hold_raw_keys_or_a_passphrase_line() {
+    fn key_file_errors_carry_their_exit_codes() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("ethbcast-keyfile-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let write = |name: &str, bytes: &[u8]| {
+        let write = |name: &str, bytes: &[u8], mode: u32| {
             let p = dir.join(name);
             std::fs::write(&p, bytes).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
             p
         };
-        let raw = [0xA5u8; 32];
-        assert_eq!(read_key_file(&write("raw", &raw), 7).unwrap(), raw);
-        let phrase = read_key_file(&write("phrase", b"  correct horse\nignored\n"), 7).unwrap();
+        let raw = format!("ethbcast-key-v1 {}\n", "a5".repeat(32));
+        assert_eq!(
+            read_key_file(&write("raw", raw.as_bytes(), 0o600), 7).unwrap(),
+            [0xA5; 32]
+        );
+        let phrase =
+            read_key_file(&write("phrase", b"  correct horse\nignored\n", 0o600), 7).unwrap();
         assert_eq!(
             phrase,
             ethbcast::group::key_from_passphrase("correct horse", 7).unwrap()
         );
-        assert_ne!(
-            phrase,
-            read_key_file(&write("other", b"correct horsf\n"), 7).unwrap()
-        );
-        let empty = read_key_file(&write("empty", b"\n  \n"), 7).unwrap_err();
+        let empty = read_key_file(&write("empty", b"\n  \n", 0o600), 7).unwrap_err();
         assert_eq!(empty.code, EXIT_USAGE);
         assert!(empty.msg.contains("empty"), "{}", empty.msg);
-        let binary = read_key_file(&write("binary", &[0xFF; 31]), 7).unwrap_err();
-        assert!(binary.msg.contains("32 raw bytes"), "{}", binary.msg);
+        let open = read_key_file(&write("open", raw.as_bytes(), 0o644), 7).unwrap_err();
+        assert_eq!(open.code, EXIT_USAGE);
+        assert!(open.msg.contains("chmod 600"), "{}", open.msg);
         let missing = read_key_file(&dir.join("missing"), 7).unwrap_err();
         assert_eq!(missing.code, EXIT_IO);
+        let none = no_key_error();
+        assert_eq!(none.code, EXIT_USAGE);
+        for word in ["ethbcast keygen", "--key-file", "--insecure"] {
+            assert!(none.msg.contains(word), "{}", none.msg);
+        }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Options are logged and printed in errors: their `Debug` says whether there is a key,
+    /// never the key.
+    #[test]
+    fn no_debug_output_of_the_options_holds_the_key() {
+        let key = [0xAB; 32];
+        let link = LinkOpts {
+            iface: "eth0".into(),
+            stream: StreamOptions {
+                key: Some(key),
+                ..StreamOptions::default()
+            },
+        };
+        let group = ethbcast::GroupOptions {
+            key: Some(key),
+            ..ethbcast::GroupOptions::default()
+        };
+        for shown in [
+            format!("{link:?}"),
+            format!("{link:#?}"),
+            format!("{group:?}"),
+        ] {
+            assert!(!shown.contains("171") && !shown.contains("0xab"), "{shown}");
+            assert!(shown.contains("<redacted>"), "{shown}");
+        }
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct RecvArgs {
     pub max_bytes: Option<u64>,
     /// No chatter on stderr.
     pub quiet: bool,
+    /// The user to run as once the link is open (`--user`).
+    pub user: Option<String>,
 }
 
 /// A receiver's outcome.
@@ -844,8 +846,12 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         .link
         .open_receiving(retaining)
         .map_err(|e| super::link_error(&a.link.iface, e))?;
-    // Before any thread starts (the Ctrl-C handler's, the writer): they inherit the empty
-    // sets. The output is opened afterwards, with the same rights its final rename has.
+    // Before any thread starts (the Ctrl-C handler's, the writer): they inherit the user and
+    // the empty sets. The output is opened afterwards, with the same rights its final rename
+    // has.
+    if let Some(user) = &a.user {
+        super::become_user(user)?;
+    }
     super::drop_capabilities()?;
     let stop = super::interrupt_flag();
     let output_took = Arc::new(AtomicU64::new(0));
