@@ -1964,6 +1964,8 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     let dir = tmpdir("minrecv");
     let key = dir.join("key");
     std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    // Key files are the owner's alone, or refused.
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let key = key.to_str().unwrap();
     // Hosts 1..3 by name; host 3 runs no receiver.
     let hostfile = dir.join("hosts");

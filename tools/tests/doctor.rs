@@ -27,6 +27,8 @@ fn doctor(ns: &str, wrapper: &[&str], env: &[(&str, &str)]) -> (Output, String) 
 fn recv_on(ns: &str) -> Output {
     let key = std::env::temp_dir().join(format!("ethbcast-doctor-{}.key", std::process::id()));
     std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    // Key files are the owner's alone, or refused.
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let out = Command::new("ip")
         .args([
             "netns", "exec", ns, BIN, "recv", "--iface", "eth0", "--wait", "5",

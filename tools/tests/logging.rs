@@ -71,6 +71,8 @@ fn library_warnings_show_by_default_and_v_and_rust_log_choose_the_level() {
     std::fs::create_dir_all(&dir).unwrap();
     let key = dir.join("key");
     std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    // Key files are the owner's alone, or refused.
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
 
     let plain = recv_without_net_admin(&tb, &key, &[], &[]);
     assert!(
