@@ -1219,7 +1219,10 @@ fn sizes_rates_and_durations_take_the_documented_units() {
             "1.5",
         ],
     ] {
-        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        let out = std::process::Command::new(BIN)
+            .args(keyless(args))
+            .output()
+            .unwrap();
         let e = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(4), "{args:?}: {e}");
         assert!(e.contains("no such network interface"), "{args:?}: {e}");
