@@ -77,9 +77,9 @@
 #define ETHBCAST_ERR_SHARED_MEMORY -12
 
 /**
- * No usable group key: the key file (`key_file`, or `ETHBCAST_KEY_FILE`) cannot be read or
- * holds neither 32 raw bytes nor a passphrase, or `ETHBCAST_REQUIRE_KEY=1` and no key is
- * given.
+ * No usable group key: the key file (`key_file`, or `ETHBCAST_KEY_FILE`) cannot be read, is
+ * readable by others, or holds no key (`ethbcast keygen` writes one), or
+ * `ETHBCAST_REQUIRE_KEY=1` and no key is given.
  */
 #define ETHBCAST_ERR_KEY -13
 

@@ -53,8 +53,8 @@
  * where). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
  * ranks whose environment said otherwise in one warning per setting.
  *
- * Keys: ETHBCAST_KEY_FILE names the job's key file (32 raw bytes or a passphrase line, the
- * same on every rank; read by ethbcast_open as the ethbcast command reads --key-file). With
+ * Keys: ETHBCAST_KEY_FILE names the job's key file (written by `ethbcast keygen FILE`, mode
+ * 0600, the same on every rank; read by ethbcast_open as the ethbcast command reads --key-file). With
  * a key every frame is authenticated. Without one, any host on the Ethernet segment can write
  * into MPI_Bcast buffers, release barriers or evict ranks: the job still uses ethbcast, and
  * the lowest keyless rank warns once for the job. With ETHBCAST_REQUIRE_KEY=1 and no key (or
@@ -313,8 +313,8 @@ static void ebc_setup(void) {
             fprintf(stderr,
                     "ethbcast-mpi: rank %d: warning: no group key (ETHBCAST_KEY_FILE is not "
                     "set): any host on the Ethernet segment can write into MPI_Bcast buffers, "
-                    "release barriers or evict ranks. Set ETHBCAST_KEY_FILE to a key file (32 "
-                    "raw bytes or a passphrase) on every rank; ETHBCAST_REQUIRE_KEY=1 refuses "
+                    "release barriers or evict ranks. Set ETHBCAST_KEY_FILE to a key file "
+                    "(ethbcast keygen FILE) on every rank; ETHBCAST_REQUIRE_KEY=1 refuses "
                     "to run without one\n",
                     ebc_world_rank);
     }

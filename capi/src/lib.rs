@@ -72,9 +72,9 @@ pub const ETHBCAST_ERR_INTERNAL: c_int = -11;
 /// Ranks on one host could not share memory (segment in /dev/shm, a rank on the host gone,
 /// collectives called in different orders), or the ranks-per-host description is unusable.
 pub const ETHBCAST_ERR_SHARED_MEMORY: c_int = -12;
-/// No usable group key: the key file (`key_file`, or `ETHBCAST_KEY_FILE`) cannot be read or
-/// holds neither 32 raw bytes nor a passphrase, or `ETHBCAST_REQUIRE_KEY=1` and no key is
-/// given.
+/// No usable group key: the key file (`key_file`, or `ETHBCAST_KEY_FILE`) cannot be read, is
+/// readable by others, or holds no key (`ethbcast keygen` writes one), or
+/// `ETHBCAST_REQUIRE_KEY=1` and no key is given.
 pub const ETHBCAST_ERR_KEY: c_int = -13;
 /// `ethbcast_close` while another thread is inside a call on the same group: nothing was
 /// done and the handle stays open; close it once the other call has returned.
@@ -285,7 +285,7 @@ fn resolve_key(
     };
     if found.is_none() && env(REQUIRE_KEY_ENV).is_some_and(|v| v == "1") {
         return Err(key_error(format!(
-            "no group key, and {REQUIRE_KEY_ENV}=1 refuses a group without one: set {KEY_FILE_ENV} to a key file (32 raw bytes or a passphrase line), the same on every member"
+            "no group key, and {REQUIRE_KEY_ENV}=1 refuses a group without one: set {KEY_FILE_ENV} to a key file (`ethbcast keygen FILE`, mode 0600), the same on every member"
         )));
     }
     Ok(found)
