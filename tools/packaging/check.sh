@@ -61,7 +61,7 @@ getent group ethbcast >/dev/null || fail "the package created no group ethbcast"
 owner=$(stat -c '%a %U %G' /usr/bin/ethbcast)
 [ "$owner" = "750 root ethbcast" ] || fail "/usr/bin/ethbcast is '$owner', want '750 root ethbcast'"
 
-for page in ethbcast ethbcast-send ethbcast-recv ethbcast-keygen; do
+for page in ethbcast ethbcast-send ethbcast-recv ethbcast-keygen ethbcast-doctor; do
   path=$(man -w "$page") || fail "man -w $page"
   echo "  $path"
 done
@@ -86,8 +86,10 @@ ip -n "$netns" link add eth0 type veth peer name eth1
 ip -n "$netns" link set eth0 up
 ip -n "$netns" link set eth1 up
 set +e
+# Through a shell that runs as nobody: setpriv itself still holds root's capabilities when it
+# executes its command, so it could execute a file that nobody may.
 out=$(ip netns exec "$netns" setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
-  /usr/bin/ethbcast recv --insecure --iface eth0 --wait 1 2>&1)
+  sh -c 'exec /usr/bin/ethbcast recv --insecure --iface eth0 --wait 1' 2>&1)
 rc=$?
 set -e
 [ "$rc" = 126 ] || fail "nobody outside the group: want exit 126 (not executable), got $rc: $out"
@@ -96,7 +98,7 @@ set -e
 gid=$(getent group ethbcast | cut -d: -f3)
 set +e
 out=$(ip netns exec "$netns" setpriv --reuid=65534 --regid=65534 --groups="$gid" --inh-caps=-all \
-  /usr/bin/ethbcast recv --insecure --iface eth0 --wait 1 2>&1)
+  sh -c 'exec /usr/bin/ethbcast recv --insecure --iface eth0 --wait 1' 2>&1)
 rc=$?
 set -e
 [ "$rc" = 3 ] || fail "nobody in the group ethbcast: want exit 3 (join timeout), got $rc: $out"
