@@ -1133,31 +1133,25 @@ fn no_transfer_starts_without_a_key_unless_asked_for() {
     let out = keygen();
     assert_ne!(out.status.code(), Some(0), "overwrote the key file");
     assert_eq!(std::fs::read(&key).unwrap(), first);
-    let out = std::process::Command::new(BIN)
-        .args([
-            "recv",
-            "--iface",
-            "ethbcast-nope0",
-            "--key-file",
-            key.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let recv_keyed = || {
+        std::process::Command::new(BIN)
+            .args([
+                "recv",
+                "--iface",
+                "ethbcast-nope0",
+                "--key-file",
+                key.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = recv_keyed();
     let e = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{e}");
     assert!(e.contains("no such network interface"), "{e}");
     // A key file others may read is refused, with the fix.
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = std::process::Command::new(BIN)
-        .args([
-            "recv",
-            "--iface",
-            "ethbcast-nope0",
-            "--key-file",
-            key.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let out = recv_keyed();
     let e = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{e}");
     assert!(e.contains("chmod 600"), "{e}");

@@ -171,7 +171,7 @@ pub fn keyless_stranger_sender(
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Scenario {
-        name: super::SCENARIOS[16].into(),
+        name: "keyless-stranger-sender".into(),
         passed: problems.is_empty(),
         detail: if problems.is_empty() {
             format!(
@@ -353,7 +353,7 @@ pub fn passphrase_dictionary(
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Scenario {
-        name: super::SCENARIOS[17].into(),
+        name: "passphrase-dictionary".into(),
         passed: problems.is_empty(),
         detail: if problems.is_empty() {
             format!(
