@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! cargo build --release --example bcast_barrier
+//! ethbcast keygen /tmp/group.key             # the group's key, read by every member
+//! export ETHBCAST_KEY_FILE=/tmp/group.key
 //! ethbcast-testbed up 4                      # namespaces ebc-h0 .. ebc-h3
 //! for i in 0 1 2 3; do
 //!   ip netns exec ebc-h$i target/release/examples/bcast_barrier eth0 4 &
@@ -13,7 +15,8 @@
 //! Arguments: interface (default `eth0`) and the number of members (default 4): members find
 //! each other by discovery and get their ranks from their sorted MAC addresses. With
 //! `ETHBCAST_RANK`/`ETHBCAST_SIZE` (or Slurm's and MPI launchers' variables) set, those ranks
-//! are used instead.
+//! are used instead. The key comes from the file `ETHBCAST_KEY_FILE` names; without one the
+//! program refuses to start.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -36,8 +39,19 @@ fn main() -> ExitCode {
     } else {
         Membership::Discover { expected: members }
     };
+    let key = match ethbcast::keyfile::key_from_env(
+        |v| std::env::var_os(v),
+        GroupOptions::default().group_id,
+    ) {
+        Ok(key) => key,
+        Err(e) => {
+            eprintln!("bcast_barrier: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let opts = GroupOptions {
         timeout: Duration::from_secs(30),
+        key,
         ..GroupOptions::default()
     };
     let mut g = match Group::open(&iface, membership, opts) {

@@ -74,8 +74,12 @@ pub struct GroupOptions {
     pub tweak: Option<fn(&mut Config)>,
     /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator).
     pub barrier_arity: u16,
-    /// Shared group key (see [`key_from_passphrase`]): every frame is authenticated.
+    /// Shared group key (see [`key_from_passphrase`] and [`crate::keyfile`]): the join and
+    /// every frame are authenticated. Without one, joining fails unless `insecure` is set.
     pub key: Option<[u8; 32]>,
+    /// Join without a key: any host of the segment can then join the group, send frames as
+    /// any member, and broadcast data the members deliver. Off by default.
+    pub insecure: bool,
     /// Failure detection (gossip heartbeats, confirmation ping, eviction of the dead). Off by
     /// default: heartbeats only flow while a member is inside a call (or calls `progress`),
     /// so turn it on when members call into the library at least every `T_cleanup`.
@@ -158,6 +162,7 @@ impl std::fmt::Debug for GroupOptions {
             .field("tweak", &self.tweak.is_some())
             .field("barrier_arity", &self.barrier_arity)
             .field("key", &ethbcast_proto::secret::Redacted(&self.key))
+            .field("insecure", &self.insecure)
             .field("detector", &self.detector)
             .finish()
     }
@@ -174,7 +179,27 @@ impl Default for GroupOptions {
             tweak: None,
             barrier_arity: 4,
             key: None,
+            insecure: false,
             detector: None,
+        }
+    }
+}
+
+impl GroupOptions {
+    /// The default options without a key, chosen explicitly: any host of the segment can
+    /// join and inject frames ([`GroupOptions::insecure`]).
+    pub fn insecure() -> Self {
+        GroupOptions {
+            insecure: true,
+            ..GroupOptions::default()
+        }
+    }
+
+    /// Refuses a group without a key unless `insecure` says so.
+    pub(crate) fn check_key(&self) -> Result<(), GroupError> {
+        match (&self.key, self.insecure) {
+            (None, false) => Err(GroupError::NoKey),
+            _ => Ok(()),
         }
     }
 }
@@ -196,6 +221,9 @@ pub enum GroupError {
         /// How long.
         after: Duration,
     },
+    /// The options carry no key and do not set `insecure`.
+    #[error("no group key: without one any host of the segment can join, inject frames and broadcast data the members deliver; give the group a key (GroupOptions::key, from a file written by `ethbcast keygen`), or set GroupOptions::insecure to join without one")]
+    NoKey,
     /// Not everyone joined in time.
     #[error("only {joined} of {expected} members joined within {timeout:?} ({waiting}): check that every member runs, on the same segment, with the same group id and key")]
     JoinTimeout {
@@ -271,6 +299,7 @@ impl Group {
         membership: Membership,
         opts: GroupOptions,
     ) -> Result<Group, GroupError> {
+        opts.check_key()?;
         let link = link::open(opts.backend, iface, opts.wait)?;
         let expect = match membership {
             Membership::Explicit(p) => Expect::List(p),
@@ -297,6 +326,7 @@ impl Group {
         expect: Expect,
         opts: GroupOptions,
     ) -> Result<Group, GroupError> {
+        opts.check_key()?;
         if let Expect::List(l) = &expect {
             let me = link.local_mac();
             if !l.contains(&me) {
@@ -321,6 +351,9 @@ impl Group {
         joined: Joined,
         opts: GroupOptions,
     ) -> Result<Group, GroupError> {
+        if joined.session.key.is_none() {
+            opts.check_key()?;
+        }
         let rank = joined.rank;
         let join_stats = joined.stats;
         let size = u16::try_from(joined.peers.len())
@@ -736,6 +769,52 @@ pub fn join_settling<L: Link>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A program that takes the default options has made no choice about keys: it must not
+    /// end up in a group that any host of the segment can join and broadcast into. Opening
+    /// fails before any frame is sent, and the error says how to choose.
+    #[test]
+    fn default_options_refuse_a_group_without_a_key() {
+        let opts = GroupOptions::default();
+        let e = Group::open(
+            "ebc-none0",
+            Membership::Discover { expected: 2 },
+            opts.clone(),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("a keyless group opened by default"));
+        assert!(matches!(e, GroupError::NoKey), "{e}");
+        let shown = e.to_string();
+        assert!(
+            shown.contains("GroupOptions::key") && shown.contains("insecure"),
+            "{shown}"
+        );
+        let host = HostOptions {
+            group: opts,
+            ..HostOptions::default()
+        };
+        let e = HostGroup::open("ebc-none0", host)
+            .err()
+            .unwrap_or_else(|| panic!("a keyless host group"));
+        assert!(matches!(e, HostError::Group(GroupError::NoKey)), "{e}");
+        // Chosen explicitly, keyless goes on to the link (which does not exist here).
+        let e = Group::open(
+            "ebc-none0",
+            Membership::Discover { expected: 2 },
+            GroupOptions::insecure(),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("no such interface"));
+        assert!(matches!(e, GroupError::Link(_)), "{e}");
+        let keyed = GroupOptions {
+            key: Some([7; 32]),
+            ..GroupOptions::default()
+        };
+        let e = Group::open("ebc-none0", Membership::Discover { expected: 2 }, keyed)
+            .err()
+            .unwrap_or_else(|| panic!("no such interface"));
+        assert!(matches!(e, GroupError::Link(_)), "{e}");
+    }
 
     /// Performs the attack: the dictionary attacker's cheap derivation (the unsalted BLAKE3
     /// key derivation of each guess) must not reach the key even with the right passphrase;

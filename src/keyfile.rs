@@ -185,6 +185,11 @@ fn parse_key_text(text: &str, group_id: u32) -> Result<[u8; 32], Parsed> {
     if first.is_empty() {
         return Err(Parsed::Empty);
     }
+    tracing::warn!(
+        "the key file holds a bare passphrase, salted by the group id that every deployment \
+         with the same id shares: write it with `ethbcast keygen --passphrase FILE` for a \
+         random salt of its own"
+    );
     crate::group::key_from_passphrase(first, group_id).map_err(Parsed::Derive)
 }
 

@@ -41,7 +41,7 @@ fn discovered_group_broadcasts_from_every_root_with_every_algorithm() {
                 move || -> Result<Vec<(u16, Algorithm, bool)>, GroupError> {
                     let opts = GroupOptions {
                         timeout: Duration::from_secs(20),
-                        ..GroupOptions::default()
+                        ..GroupOptions::insecure()
                     };
                     let mut g =
                         Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)?;
@@ -100,7 +100,7 @@ fn joining_with_a_member_missing_fails_with_a_clear_timeout() {
             netns::spawn_in(&h.netns, || {
                 let opts = GroupOptions {
                     timeout: Duration::from_millis(500),
-                    ..GroupOptions::default()
+                    ..GroupOptions::insecure()
                 };
                 Group::open("eth0", Membership::Discover { expected: 3 }, opts).map(|_| ())
             })
@@ -143,7 +143,7 @@ fn nobody_leaves_a_barrier_before_the_last_member_enters() {
                 let opts = GroupOptions {
                     timeout: Duration::from_secs(20),
                     barrier_arity: 2,
-                    ..GroupOptions::default()
+                    ..GroupOptions::insecure()
                 };
                 let mut g = Group::from_link(link, macs, opts)?;
                 let mut released = Vec::new();
@@ -215,7 +215,7 @@ fn a_root_that_computes_after_its_call_does_not_hold_its_message_back() {
                 let link = ethbcast::link::open(Default::default(), "eth0", Default::default())?;
                 let opts = GroupOptions {
                     timeout: Duration::from_secs(10),
-                    ..GroupOptions::default()
+                    ..GroupOptions::insecure()
                 };
                 let mut g = Group::from_link(link, macs, opts)?;
                 let mut got = 0;
@@ -270,7 +270,7 @@ fn jumbo_round(bed: &Testbed, n: usize) -> Vec<(usize, u64, bool)> {
             netns::spawn_in(&h.netns, move || -> Result<_, GroupError> {
                 let opts = GroupOptions {
                     timeout: Duration::from_secs(20),
-                    ..GroupOptions::default()
+                    ..GroupOptions::insecure()
                 };
                 let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)?;
                 let want = payload(0, 0, 65_536);

@@ -336,6 +336,9 @@ unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> 
     options.host.group.key = resolve_key(key, key_file, options.host.group.group_id, |v| {
         std::env::var_os(v)
     })?;
+    // The C ABI keeps keyless groups for programs that cannot pass a key (with a warning at
+    // open, and ETHBCAST_REQUIRE_KEY=1 to refuse them, checked above).
+    options.host.group.insecure = options.host.group.key.is_none();
     Ok(options)
 }
 
@@ -385,6 +388,7 @@ fn code_of(e: &CallError) -> c_int {
             }
             GroupError::Interrupted => ETHBCAST_ERR_TIMEOUT,
             GroupError::BadRank { .. } => ETHBCAST_ERR_BAD_RANK,
+            GroupError::NoKey => ETHBCAST_ERR_KEY,
         },
     }
 }

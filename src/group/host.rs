@@ -520,6 +520,7 @@ fn open_on_hosts(
     rank: u16,
     hosts: Hosts,
 ) -> Result<(Option<Group>, Option<HostRing>, HostView), HostError> {
+    opts.group.check_key()?;
     let bad = || HostError::Placement(format!("rank {rank} is not in a job of {}", hosts.size()));
     let host = hosts.host(rank).ok_or_else(bad)?;
     let local = hosts.local_index(rank).ok_or_else(bad)?;
@@ -739,7 +740,7 @@ mod tests {
                         group: GroupOptions {
                             group_id,
                             timeout: Duration::from_secs(20),
-                            ..GroupOptions::default()
+                            ..GroupOptions::insecure()
                         },
                         placement: Placement::Hosts {
                             rank,

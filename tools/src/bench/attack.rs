@@ -2128,6 +2128,7 @@ fn c_abi_run(
                     ethbcast::keyfile::key_from_env(get, group_id).map_err(|e| e.to_string())?;
                 let opts = HostOptions {
                     group: GroupOptions {
+                        insecure: key.is_none(),
                         key,
                         wait: ethbcast::WaitMode::Block,
                         timeout,

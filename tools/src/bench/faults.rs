@@ -68,7 +68,7 @@ fn opts(detect: bool) -> GroupOptions {
     GroupOptions {
         detector: detect.then_some(DETECTION),
         timeout: Duration::from_secs(20),
-        ..GroupOptions::default()
+        ..GroupOptions::insecure()
     }
 }
 

@@ -176,7 +176,7 @@ fn member(
             c.window = 64;
             c.ack_every = 16;
         }),
-        ..GroupOptions::default()
+        ..GroupOptions::insecure()
     };
     let mut g = match Group::from_link(link, macs, opts) {
         Ok(g) => g,
