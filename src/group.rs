@@ -30,6 +30,7 @@ use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{Done, Member, MemberConfig, MemberError};
 use crate::membership::{Expect, Join, JoinConfig, JoinError, JoinStats, Joined};
 use crate::proto::Config;
+use crate::Key;
 
 pub use crate::member::{tree_children, tree_parent, Algorithm};
 pub use crate::wire::BarrierAlgo;
@@ -76,7 +77,7 @@ pub struct GroupOptions {
     pub barrier_arity: u16,
     /// Shared group key (see [`key_from_passphrase`] and [`crate::keyfile`]): the join and
     /// every frame are authenticated. Without one, joining fails unless `insecure` is set.
-    pub key: Option<[u8; 32]>,
+    pub key: Option<Key>,
     /// Join without a key: any host of the segment can then join the group, send frames as
     /// any member, and broadcast data the members deliver. Off by default.
     pub insecure: bool,
@@ -129,24 +130,21 @@ pub struct PassphraseError(String);
 /// different key in another group, so no table of guesses serves two groups. A random salt
 /// ([`key_from_passphrase_salt`], what a key file of `ethbcast keygen --passphrase` holds)
 /// makes it a different key in every deployment. Random keys need no stretching.
-pub fn key_from_passphrase(passphrase: &str, group_id: u32) -> Result<[u8; 32], PassphraseError> {
+pub fn key_from_passphrase(passphrase: &str, group_id: u32) -> Result<Key, PassphraseError> {
     let salt = blake3::derive_key("ethbcast 2026-11 passphrase salt", &group_id.to_be_bytes());
     key_from_passphrase_salt(passphrase, &salt[..16])
 }
 
 /// Derives a 256-bit key from a passphrase with Argon2id ([`PASSPHRASE_COST`]) under `salt`
 /// (at least 8 bytes; 16 random bytes in a key file, see [`crate::keyfile`]).
-pub fn key_from_passphrase_salt(
-    passphrase: &str,
-    salt: &[u8],
-) -> Result<[u8; 32], PassphraseError> {
+pub fn key_from_passphrase_salt(passphrase: &str, salt: &[u8]) -> Result<Key, PassphraseError> {
     let (m, t, p) = PASSPHRASE_COST;
     let params =
         argon2::Params::new(m, t, p, Some(32)).map_err(|e| PassphraseError(e.to_string()))?;
     let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
-    let mut key = [0u8; 32];
+    let mut key = Key::from_bytes([0; 32]);
     argon
-        .hash_password_into(passphrase.as_bytes(), salt, &mut key)
+        .hash_password_into(passphrase.as_bytes(), salt, key.as_mut_bytes())
         .map_err(|e| PassphraseError(e.to_string()))?;
     Ok(key)
 }
@@ -336,7 +334,7 @@ impl Group {
         let cfg = JoinConfig {
             group: opts.group_id,
             mac: link.local_mac(),
-            key: opts.key,
+            key: opts.key.clone(),
             expect,
             max_pdu: link.max_pdu(),
         };
@@ -807,7 +805,7 @@ mod tests {
         .unwrap_or_else(|| panic!("no such interface"));
         assert!(matches!(e, GroupError::Link(_)), "{e}");
         let keyed = GroupOptions {
-            key: Some([7; 32]),
+            key: Some([7; 32].into()),
             ..GroupOptions::default()
         };
         let e = Group::open("ebc-none0", Membership::Discover { expected: 2 }, keyed)
@@ -823,7 +821,7 @@ mod tests {
     fn passphrases_are_stretched_with_a_salt_of_the_group() {
         let key = key_from_passphrase("correct horse", 0xEB_CA57).unwrap();
         assert_ne!(
-            key,
+            *key,
             blake3::derive_key("ethbcast 2026-11 group key", b"correct horse"),
             "one cheap hash per guess finds the key"
         );
@@ -847,7 +845,7 @@ mod tests {
         )
         .hash_password_into(b"correct horse", &salt[..16], &mut expect)
         .unwrap();
-        assert_eq!(key, expect);
+        assert_eq!(key, expect.into());
     }
 
     #[test]

@@ -27,7 +27,9 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
-use zeroize::{Zeroize, Zeroizing};
+
+use crate::Key;
+use zeroize::Zeroizing;
 
 /// The environment variable naming a group key file.
 pub const KEY_FILE_ENV: &str = "ETHBCAST_KEY_FILE";
@@ -99,7 +101,7 @@ pub enum KeyFileError {
 
 /// Reads a group key file (see the [module](self)): the key it holds, or the key its
 /// passphrase stretches into for group `group_id`.
-pub fn read_key_file(path: &Path, group_id: u32) -> Result<[u8; 32], KeyFileError> {
+pub fn read_key_file(path: &Path, group_id: u32) -> Result<Key, KeyFileError> {
     let io = |source| KeyFileError::Io {
         path: path.to_path_buf(),
         source,
@@ -140,7 +142,7 @@ enum Parsed {
     Derive(crate::group::PassphraseError),
 }
 
-fn parse_key_text(text: &str, group_id: u32) -> Result<[u8; 32], Parsed> {
+fn parse_key_text(text: &str, group_id: u32) -> Result<Key, Parsed> {
     let mut lines = text.lines();
     let first = lines.next().unwrap_or("").trim();
     let mut words = first.split_whitespace();
@@ -152,11 +154,11 @@ fn parse_key_text(text: &str, group_id: u32) -> Result<[u8; 32], Parsed> {
                 "`{RAW_KEY_TAG}` takes one line: `{RAW_KEY_TAG} <64 hex digits>`"
             )));
         }
-        let mut key = [0u8; 32];
-        return match decode_hex(hex, &mut key) {
+        let mut key = Key::from_bytes([0; 32]);
+        return match decode_hex(hex, key.as_mut_bytes()) {
             true => Ok(key),
             false => {
-                key.zeroize();
+                // Dropping `key` wipes what was decoded.
                 Err(Parsed::Malformed(format!(
                     "`{RAW_KEY_TAG}` must be followed by 64 hex digits (32 bytes)"
                 )))
@@ -286,7 +288,7 @@ pub fn write_new_passphrase(path: &Path, passphrase: &str) -> Result<(), KeyFile
 pub fn key_from_env(
     get: impl Fn(&str) -> Option<std::ffi::OsString>,
     group_id: u32,
-) -> Result<Option<[u8; 32]>, KeyFileError> {
+) -> Result<Option<Key>, KeyFileError> {
     match get(KEY_FILE_ENV) {
         Some(p) if !p.is_empty() => read_key_file(Path::new(&p), group_id).map(Some),
         _ => Ok(None),
@@ -321,7 +323,7 @@ mod tests {
         let line = format!("{RAW_KEY_TAG} {}\n", "a5".repeat(32));
         assert_eq!(
             read_key_file(&private(&dir, "raw", line.as_bytes()), GID).unwrap(),
-            [0xA5; 32]
+            [0xA5; 32].into()
         );
         let phrase = private(&dir, "phrase", b"  correct horse\nignored\n");
         assert_eq!(
@@ -402,7 +404,7 @@ mod tests {
         }
         for mode in [0o600, 0o400] {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
-            assert_eq!(read_key_file(&p, GID).unwrap(), [0; 32], "{mode:o}");
+            assert_eq!(read_key_file(&p, GID).unwrap(), [0; 32].into(), "{mode:o}");
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

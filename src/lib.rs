@@ -37,6 +37,8 @@ pub mod memory;
 pub mod simgroup;
 
 pub use ethbcast_proto::eqa::Rank;
+/// A group key: wiped from memory when dropped, never shown by `Debug`.
+pub use ethbcast_proto::secret::Key;
 pub use ethbcast_proto::wire::ethernet::MacAddr;
 /// What a program that broadcasts needs, at the crate root.
 pub use group::{Group, GroupError, GroupOptions, Membership};

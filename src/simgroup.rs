@@ -19,6 +19,7 @@
 //! (and, in a keyed group, a tag of a key of its own). A replayed frame must be refused by
 //! the replay windows, a forged one by the key, so the dead are still evicted in time.
 
+use crate::Key;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,7 @@ pub struct GroupScenario {
     /// Give up after this much virtual time.
     pub limit: Duration,
     /// Group key, if any.
-    pub key: Option<[u8; 32]>,
+    pub key: Option<Key>,
     /// A host outside the group replays the frames of the members that die, and forges
     /// fresh ones (see the module docs).
     pub impostor: bool,
@@ -432,7 +433,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
     let members = (0..n)
         .map(|i| {
             let mut cfg = Config::new(0x6E0, i as Rank, t.nodes);
-            cfg.key = sc.key;
+            cfg.key = sc.key.clone();
             let mut mc = MemberConfig::new(cfg, macs.clone());
             let mut dc = DetectorConfig::new(i as Rank, t.nodes, sc.detection.t_gossip);
             dc.protocol = sc.detection.protocol;

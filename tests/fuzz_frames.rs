@@ -560,7 +560,7 @@ impl World {
                 c.peer_repair = s.peer_repair;
                 c.max_message = 1 << 20;
                 if mode.keyed() {
-                    c.key = Some(KEY);
+                    c.key = Some(KEY.into());
                 }
                 let mut e = Engine::new(c).unwrap();
                 if !s.auto_post {

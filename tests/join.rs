@@ -31,7 +31,7 @@ fn cfg(i: usize, expect: Expect, key: Option<[u8; 32]>) -> JoinConfig {
     JoinConfig {
         group: GROUP,
         mac: port_mac(i as u16),
-        key,
+        key: key.map(Into::into),
         expect,
         max_pdu: 1500,
     }
@@ -424,7 +424,7 @@ fn a_member_confirms_a_roster_repeated_after_it_joined() {
     let member = |late: bool| {
         let j = &joined[1];
         let mut ecfg = Config::new(j.session.group, j.rank, n as u16);
-        ecfg.key = j.session.key;
+        ecfg.key = j.session.key.clone();
         let mut mc = MemberConfig::new(ecfg, j.peers.clone());
         if late {
             mc.late = Some(j.late.clone());

@@ -162,7 +162,7 @@ fn a_root_far_ahead_of_late_receivers_loses_nothing() {
 fn a_dead_member_is_evicted_although_an_impostor_speaks_for_it() {
     let mut sc = GroupScenario::new(6, 120);
     sc.kill = 1;
-    sc.key = Some([0x42; 32]);
+    sc.key = Some([0x42; 32].into());
     sc.impostor = true;
     let r = run_group(&sc).unwrap();
     assert_perfect(&r);

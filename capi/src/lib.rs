@@ -259,7 +259,7 @@ fn resolve_key(
     key_file: Option<&str>,
     group_id: u32,
     env: impl Fn(&str) -> Option<OsString>,
-) -> Result<Option<[u8; 32]>, Failure> {
+) -> Result<Option<ethbcast::Key>, Failure> {
     let key_error = |message: String| Failure {
         code: ETHBCAST_ERR_KEY,
         message,
@@ -270,12 +270,14 @@ fn resolve_key(
                 "both key and key_file are set: give one of them",
             ))
         }
-        (Some(k), None) => Some(<[u8; 32]>::try_from(k).map_err(|_| {
-            Failure::invalid(format!(
-                "key_len is {}: a group key has 32 bytes (for a passphrase, use key_file)",
-                k.len()
-            ))
-        })?),
+        (Some(k), None) => Some(ethbcast::Key::from(<[u8; 32]>::try_from(k).map_err(
+            |_| {
+                Failure::invalid(format!(
+                    "key_len is {}: a group key has 32 bytes (for a passphrase, use key_file)",
+                    k.len()
+                ))
+            },
+        )?)),
         (None, Some(path)) => Some(
             keyfile::read_key_file(std::path::Path::new(path), group_id)
                 .map_err(|e| key_error(format!("{e} (key_file of the options)")))?,
@@ -973,7 +975,7 @@ mod tests {
         // The options' 32 bytes, as they are.
         assert_eq!(
             resolve_key(Some(&[7; 32]), None, GID, &none).unwrap(),
-            Some([7; 32])
+            Some([7; 32].into())
         );
         let short = resolve_key(Some(&[7; 31]), None, GID, &none).unwrap_err();
         assert_eq!(short.code, ETHBCAST_ERR_INVALID, "{}", short.message);
@@ -982,14 +984,17 @@ mod tests {
         // A key file, as the command line reads it, from the options or the environment.
         assert_eq!(
             resolve_key(None, Some(phrase_s), GID, &none).unwrap(),
-            Some(want)
+            Some(want.clone())
         );
         let env = env_of(vec![(KEY_FILE_ENV, phrase_s.to_string())]);
-        assert_eq!(resolve_key(None, None, GID, &env).unwrap(), Some(want));
+        assert_eq!(
+            resolve_key(None, None, GID, &env).unwrap(),
+            Some(want.clone())
+        );
         // The options' key wins over the environment's file.
         assert_eq!(
             resolve_key(Some(&[7; 32]), None, GID, &env).unwrap(),
-            Some([7; 32])
+            Some([7; 32].into())
         );
         // Unreadable or empty key files: ETHBCAST_ERR_KEY, naming the file, never keyless.
         for (path, what) in [(dir.join("missing"), "cannot read"), (empty, "empty")] {

@@ -50,6 +50,7 @@ use thiserror::Error;
 use crate::eqa::Rank;
 use crate::machine::Machine;
 use crate::machine::Transmit;
+use crate::secret::Key;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::{self, Control, Frame, Kind};
 
@@ -98,7 +99,7 @@ fn entries_per_part(max_pdu: usize, keyed: bool) -> usize {
 }
 
 /// The session a group shares once joined. Its `Debug` never shows the key.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Session {
     /// The coordinator's nonce.
     pub nonce: u64,
@@ -106,7 +107,7 @@ pub struct Session {
     pub group: u32,
     /// The session key (derived from the group key, the nonce and the roster), if the group
     /// has a key.
-    pub key: Option<[u8; 32]>,
+    pub key: Option<crate::secret::Key>,
 }
 
 impl std::fmt::Debug for Session {
@@ -121,12 +122,7 @@ impl std::fmt::Debug for Session {
 
 /// Derives the session of group `group_id` (with `key`) from the coordinator's `nonce` and the
 /// roster (every member's MAC and nonce, in rank order).
-pub fn session(
-    group_id: u32,
-    key: Option<&[u8; 32]>,
-    nonce: u64,
-    roster: &[(MacAddr, u64)],
-) -> Session {
+pub fn session(group_id: u32, key: Option<&Key>, nonce: u64, roster: &[(MacAddr, u64)]) -> Session {
     let mut h = blake3::Hasher::new();
     h.update(&group_id.to_be_bytes());
     h.update(&nonce.to_be_bytes());
@@ -137,10 +133,13 @@ pub fn session(
     let digest = h.finalize();
     let d = digest.as_bytes();
     let key = key.map(|k| {
-        let mut material = Vec::with_capacity(64);
-        material.extend_from_slice(k);
-        material.extend_from_slice(d);
-        blake3::derive_key("ethbcast 2026-11 session key", &material)
+        let mut material = zeroize::Zeroizing::new([0u8; 64]);
+        material[..32].copy_from_slice(k.as_bytes());
+        material[32..].copy_from_slice(d);
+        Key::from_bytes(blake3::derive_key(
+            "ethbcast 2026-11 session key",
+            &material[..],
+        ))
     });
     Session {
         nonce,
@@ -150,15 +149,16 @@ pub fn session(
 }
 
 /// The key that seals challenges (no session yet).
-fn challenge_key(key: &[u8; 32]) -> [u8; 32] {
-    blake3::derive_key("ethbcast 2026-11 join challenge", key)
+fn challenge_key(key: &[u8; 32]) -> Key {
+    Key::from_bytes(blake3::derive_key("ethbcast 2026-11 join challenge", key))
 }
 
 /// The key that seals hellos, rosters and confirmations of the join with nonce `nonce`.
-fn join_key(key: &[u8; 32], nonce: u64) -> [u8; 32] {
-    let mut material = key.to_vec();
-    material.extend_from_slice(&nonce.to_be_bytes());
-    blake3::derive_key("ethbcast 2026-11 join", &material)
+fn join_key(key: &[u8; 32], nonce: u64) -> Key {
+    let mut material = zeroize::Zeroizing::new([0u8; 40]);
+    material[..32].copy_from_slice(key);
+    material[32..].copy_from_slice(&nonce.to_be_bytes());
+    Key::from_bytes(blake3::derive_key("ethbcast 2026-11 join", &material[..]))
 }
 
 /// Whom a join waits for.
@@ -204,7 +204,7 @@ pub struct JoinConfig {
     /// This member's MAC.
     pub mac: MacAddr,
     /// Group key: every join frame is sealed.
-    pub key: Option<[u8; 32]>,
+    pub key: Option<crate::secret::Key>,
     /// Whom to wait for.
     pub expect: Expect,
     /// The largest frame this member's link carries (its MTU): offered in its hello. The
@@ -255,7 +255,7 @@ pub struct LateRoster {
     member_nonce: u64,
     member: MacAddr,
     coordinator: MacAddr,
-    key: Option<[u8; 32]>,
+    key: Option<crate::secret::Key>,
 }
 
 impl std::fmt::Debug for LateRoster {
@@ -302,7 +302,7 @@ impl LateRoster {
             mac: self.member,
         };
         let frame = seal(
-            self.key.map(|k| join_key(&k, self.nonce)),
+            self.key.as_ref().map(|k| join_key(k, self.nonce)).as_ref(),
             &Control::Join {
                 body: confirm.encode(),
             }
@@ -507,13 +507,13 @@ impl Msg {
 }
 
 /// Seals an emitted frame with `key`, if any.
-fn seal(key: Option<[u8; 32]>, frame: &[u8]) -> Option<Vec<u8>> {
+fn seal(key: Option<&Key>, frame: &[u8]) -> Option<Vec<u8>> {
     match key {
         None => Some(frame.to_vec()),
         Some(k) => {
             let mut v = frame.to_vec();
             v.resize(frame.len() + wire::TAG_LEN, 0);
-            let n = wire::seal(&k, &mut v, frame.len()).ok()?;
+            let n = wire::seal(k, &mut v, frame.len()).ok()?;
             v.truncate(n);
             Some(v)
         }
@@ -749,7 +749,7 @@ impl Join {
         self.coord.as_ref().is_some_and(|c| c.roster.is_some())
     }
 
-    fn send(&mut self, dst: MacAddr, key: Option<[u8; 32]>, msg: &Msg, claim: u16) {
+    fn send(&mut self, dst: MacAddr, key: Option<&Key>, msg: &Msg, claim: u16) {
         let frame = Control::Join { body: msg.encode() }.to_vec(self.cfg.group, claim, NO_RANK, 0);
         if let Some(f) = seal(key, &frame) {
             self.out.push_back((dst, f));
@@ -908,7 +908,7 @@ impl Join {
             member_nonce: self.member_nonce,
             member: self.cfg.mac,
             coordinator,
-            key: self.cfg.key,
+            key: self.cfg.key.clone(),
         };
         self.late = Some(late.clone());
         self.result = Some(Ok(Joined {
@@ -959,8 +959,8 @@ impl Join {
             member: self.member_nonce,
             mac: self.cfg.mac,
         };
-        let key = self.cfg.key.map(|k| join_key(&k, nonce));
-        self.send(from, key, &confirm, NO_RANK);
+        let key = self.cfg.key.as_ref().map(|k| join_key(k, nonce));
+        self.send(from, key.as_ref(), &confirm, NO_RANK);
         self.finish(from, nonce, &roster, pdu);
     }
 
@@ -985,7 +985,7 @@ impl Join {
         let Some(msg) = Msg::decode(f.payload()) else {
             return;
         };
-        let verified = |key: [u8; 32]| f.verify(&key);
+        let verified = |key: Key| f.verify(&key);
         match msg {
             Msg::Challenge {
                 nonce,
@@ -1144,7 +1144,7 @@ impl Join {
         }
         self.next_send = now + REPEAT;
         self.last_round = Some(now);
-        let key = self.cfg.key;
+        let key = self.cfg.key.clone();
         let claim = self.claim();
         let coordinating = self
             .coord
@@ -1159,7 +1159,12 @@ impl Join {
                     coordinator: self.cfg.mac,
                     time: self.clock,
                 };
-                self.send(BROADCAST_MAC, key.map(|k| challenge_key(&k)), &msg, claim);
+                self.send(
+                    BROADCAST_MAC,
+                    key.as_ref().map(|k| challenge_key(k)).as_ref(),
+                    &msg,
+                    claim,
+                );
                 // Members known beforehand that broadcast does not seem to reach get copies.
                 let me = self.cfg.mac;
                 let list = match &self.cfg.expect {
@@ -1177,7 +1182,12 @@ impl Join {
                         .collect()
                 });
                 for dst in copies {
-                    self.send(dst, key.map(|k| challenge_key(&k)), &msg, claim);
+                    self.send(
+                        dst,
+                        key.as_ref().map(|k| challenge_key(k)).as_ref(),
+                        &msg,
+                        claim,
+                    );
                 }
             }
             Some((false, Some(roster), pdu)) => {
@@ -1199,7 +1209,12 @@ impl Join {
                         entries: chunk.to_vec(),
                     };
                     for &dst in std::iter::once(&BROADCAST_MAC).chain(&copies) {
-                        self.send(dst, key.map(|k| join_key(&k, self.nonce)), &msg, claim);
+                        self.send(
+                            dst,
+                            key.as_ref().map(|k| join_key(k, self.nonce)).as_ref(),
+                            &msg,
+                            claim,
+                        );
                     }
                 }
             }
@@ -1219,7 +1234,12 @@ impl Join {
                 mac: self.cfg.mac,
                 pdu: self.own_pdu(),
             };
-            self.send(coordinator, key.map(|k| join_key(&k, nonce)), &msg, claim);
+            self.send(
+                coordinator,
+                key.as_ref().map(|k| join_key(k, nonce)).as_ref(),
+                &msg,
+                claim,
+            );
             self.hellos_sent += 1;
         }
     }

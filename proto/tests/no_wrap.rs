@@ -14,7 +14,7 @@ const KEY: [u8; 32] = [0x11; 32];
 
 fn engine(rank: u16) -> Engine {
     let mut cfg = Config::new(0x600d, rank, 2);
-    cfg.key = Some(KEY);
+    cfg.key = Some(KEY.into());
     Engine::new(cfg).unwrap()
 }
 

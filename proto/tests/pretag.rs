@@ -44,7 +44,7 @@ fn member(key: Option<[u8; 32]>, senders: Option<Vec<Rank>>) -> (Member, Instant
     let now = Instant::now();
     let mut cfg = Config::new(GROUP, 1, SIZE);
     cfg.window = 2048;
-    cfg.key = key;
+    cfg.key = key.map(Into::into);
     let mut mc = MemberConfig::new(cfg, (0..SIZE).map(mac).collect::<Vec<_>>());
     mc.prepost = 64;
     mc.senders = senders;

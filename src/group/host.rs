@@ -526,7 +526,7 @@ fn open_on_hosts(
     let local = hosts.local_index(rank).ok_or_else(bad)?;
     let locals = hosts.ranks_on(host).len();
     let token = std::env::var(JOB_TOKEN_VAR).ok();
-    let tag = segment_tag(token.as_deref(), opts.group.key.as_ref())?;
+    let tag = segment_tag(token.as_deref(), opts.group.key.as_deref())?;
     let path = segment_path(opts.group.group_id, &hosts, host, tag.as_deref());
     let layout = Layout::new(locals);
     let timeout = opts.group.timeout;
@@ -557,7 +557,7 @@ fn open_on_hosts(
                 let cfg = JoinConfig {
                     group: opts.group.group_id,
                     mac: link.local_mac(),
-                    key: opts.group.key,
+                    key: opts.group.key.clone(),
                     expect: Expect::Ranks {
                         size: count,
                         rank: host,

@@ -25,6 +25,7 @@
 //! alone to take ([`StreamOptions::root`]; a MAC can be forged, so this keeps out strangers
 //! by mistake, not by attack).
 
+use crate::Key;
 use std::time::{Duration, Instant};
 
 use super::GroupError;
@@ -57,7 +58,7 @@ pub struct StreamOptions {
     pub peer_repair: bool,
     /// Shared key: the join and every frame of the stream are authenticated under a key of
     /// this session. Without one, [`Stream::join`] refuses unless `insecure` is set.
-    pub key: Option<[u8; 32]>,
+    pub key: Option<Key>,
     /// Join without a key: any host of the segment can then join, inject frames, and become
     /// the root a receiver takes its stream from. Off by default.
     pub insecure: bool,
@@ -253,7 +254,7 @@ impl Stream {
         let cfg = JoinConfig {
             group: opts.group_id,
             mac: link.local_mac(),
-            key: opts.key,
+            key: opts.key.clone(),
             max_pdu: link.max_pdu(),
             expect,
         };

@@ -187,7 +187,7 @@ pub struct Config {
     pub auto_post: bool,
     /// Group key: when set, every frame carries a keyed MAC and frames without a valid one
     /// are dropped, so a host on the segment outside the group cannot inject data.
-    pub key: Option<[u8; 32]>,
+    pub key: Option<crate::secret::Key>,
     /// The application checks every byte it receives end to end, with a digest of its own
     /// over the whole stream (as `ethbcast send`/`recv` do). Then, as with a key, data frames
     /// carry a CRC over their header only ([`Flags::HEADER_CRC`]) and each receiver reads

@@ -604,7 +604,7 @@ proptest::proptest! {
 #[test]
 fn with_a_group_key_forged_and_unkeyed_frames_are_rejected() {
     let key = [7u8; 32];
-    let mut net = Net::new(3, |c| c.key = Some([7u8; 32]));
+    let mut net = Net::new(3, |c| c.key = Some([7u8; 32].into()));
     let m = message(5000, 9);
     net.engines[0]
         .bcast(net.now, m.clone(), Algo::PushPull)
@@ -1564,7 +1564,7 @@ fn only_frames_that_pass_every_check_are_a_sign_of_life() {
     let key = [3u8; 32];
     let mut e = Engine::new({
         let mut c = Config::new(7, 1, 3);
-        c.key = Some(key);
+        c.key = Some(key.into());
         c
     })
     .unwrap();
@@ -2097,7 +2097,7 @@ fn first_frame_corrupted(net: &mut Net, m: &[u8]) -> Vec<u8> {
 
 #[test]
 fn with_a_key_the_crc_leaves_the_payload_to_the_tag_which_refuses_a_corrupted_one_for_repair() {
-    let mut net = Net::new(2, |c| c.key = Some([7u8; 32]));
+    let mut net = Net::new(2, |c| c.key = Some([7u8; 32].into()));
     let m = message(3000, 4);
     let pdu = first_frame_corrupted(&mut net, &m);
     let f = Frame::new_checked(&pdu[..]).expect("the CRC covers the header only");

@@ -223,7 +223,7 @@ fn a_settled_first_come_join_without_a_list_takes_at_most_its_receivers() {
 
 #[test]
 fn a_full_roster_part_sealed_or_not_fits_the_frame_size_it_was_cut_for() {
-    let key = [3u8; 32];
+    let key = Key::from_bytes([3u8; 32]);
     for max_pdu in [576usize, 1000, 1400, 1427, 1500, 9000] {
         for keyed in [false, true] {
             let per = entries_per_part(max_pdu, keyed);
@@ -235,7 +235,7 @@ fn a_full_roster_part_sealed_or_not_fits_the_frame_size_it_was_cut_for() {
                 entries: vec![(MacAddr([2, 0, 0, 0, 0, 1]), u64::MAX); per],
             };
             let frame = frame_of(&msg);
-            let sent = seal(keyed.then_some(key), &frame).unwrap();
+            let sent = seal(keyed.then_some(&key), &frame).unwrap();
             assert!(
                 sent.len() <= max_pdu,
                 "{per} entries make a {}-byte part for frames of {max_pdu} (keyed: {keyed})",

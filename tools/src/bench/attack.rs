@@ -121,12 +121,13 @@ pub const DETECTION: Detection = Detection {
 };
 
 /// The group key of the scenarios.
-fn group_key() -> [u8; 32] {
-    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
-    *KEY.get_or_init(|| {
+fn group_key() -> ethbcast::Key {
+    static KEY: std::sync::OnceLock<ethbcast::Key> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
         key_from_passphrase("ethbcast-bench attack", GroupOptions::default().group_id)
             .expect("the passphrase is stretched")
     })
+    .clone()
 }
 
 fn keyed(detect: bool) -> GroupOptions {
@@ -1513,7 +1514,7 @@ fn keyed_joins(
                         let cfg = JoinConfig {
                             group: opts.group_id,
                             mac: link.local_mac(),
-                            key: opts.key,
+                            key: opts.key.clone(),
                             expect: Expect::Ranks {
                                 size: m as u16,
                                 rank: i as u16,
@@ -2126,9 +2127,10 @@ fn c_abi_run(
                 let get = |v: &str| env.iter().find(|(k, _)| *k == v).map(|(_, x)| x.clone());
                 let key =
                     ethbcast::keyfile::key_from_env(get, group_id).map_err(|e| e.to_string())?;
+                let keyed = key.is_some();
                 let opts = HostOptions {
                     group: GroupOptions {
-                        insecure: key.is_none(),
+                        insecure: !keyed,
                         key,
                         wait: ethbcast::WaitMode::Block,
                         timeout,
@@ -2139,7 +2141,7 @@ fn c_abi_run(
                 };
                 let mut g = HostGroup::open("eth0", opts).map_err(|e| e.to_string())?;
                 let (early, corrupt, errors) = c_abi_rank(&mut g);
-                Ok((key.is_some(), early, corrupt, errors))
+                Ok((keyed, early, corrupt, errors))
             })
             .map_err(io("spawn a rank"))
         })

@@ -306,7 +306,7 @@ pub fn no_key_error() -> Fatal {
 /// and the MPI interposer share; see there for its forms). A file that is not well formed,
 /// an empty passphrase or a file others may read is a usage error; an unreadable file is an
 /// I/O error.
-pub fn read_key_file(path: &std::path::Path, group_id: u32) -> Result<[u8; 32], Fatal> {
+pub fn read_key_file(path: &std::path::Path, group_id: u32) -> Result<ethbcast::Key, Fatal> {
     use ethbcast::keyfile::KeyFileError;
     ethbcast::keyfile::read_key_file(path, group_id).map_err(|e| match e {
         KeyFileError::Io { .. } => Fatal::io(e.to_string()),
@@ -364,7 +364,7 @@ mod tests {
         let raw = format!("ethbcast-key-v1 {}\n", "a5".repeat(32));
         assert_eq!(
             read_key_file(&write("raw", raw.as_bytes(), 0o600), 7).unwrap(),
-            [0xA5; 32]
+            [0xA5; 32].into()
         );
         let phrase =
             read_key_file(&write("phrase", b"  correct horse\nignored\n", 0o600), 7).unwrap();
@@ -396,12 +396,12 @@ mod tests {
         let link = LinkOpts {
             iface: "eth0".into(),
             stream: StreamOptions {
-                key: Some(key),
+                key: Some(key.into()),
                 ..StreamOptions::default()
             },
         };
         let group = ethbcast::GroupOptions {
-            key: Some(key),
+            key: Some(key.into()),
             ..ethbcast::GroupOptions::default()
         };
         for shown in [

@@ -330,14 +330,14 @@ pub fn passphrase_dictionary(
     let t = Instant::now();
     let stretched = ethbcast::group::key_from_passphrase(&word, group_id).ok();
     let argon_each = t.elapsed().as_secs_f64();
-    if !stretched.is_some_and(|k| seals(&bare_frame, &k)) {
+    if !stretched.as_ref().is_some_and(|k| seals(&bare_frame, k)) {
         problems.push(
             "Argon2id of the right word did not open the bare passphrase's challenge: the capture proves nothing"
                 .into(),
         );
     }
     if let Some(frame) = &salted_frame {
-        if stretched.is_some_and(|k| seals(frame, &k)) {
+        if stretched.as_ref().is_some_and(|k| seals(frame, k)) {
             problems.push(
                 "the keygen --passphrase file's key is Argon2id under the group id's salt, the same for every deployment"
                     .into(),
