@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Regenerates the README's two pictures, as root (the test-bed is network namespaces):
+#   docs/img/latency-vs-nodes.svg    the demo's broadcast latency against the group size at
+#                                    256 bytes: PPBCAST, SBCAST, the binomial tree, the raw floor
+#                                    (ethbcast-bench demo)
+#   docs/img/distribute-goodput.svg  goodput per receiver of ethbcast send/recv against UDPCast
+#                                    and raw broadcast frames, 8 receivers, 256 MiB, 1 Gbit/s
+#                                    ports, 0-2% loss (ethbcast-bench distribute)
+# Every other plot, and both runs' tables (demo.txt, distribute.txt), stay in OUT (default
+# bench-out).
+#
+# Usage: sudo bash docs/img/regenerate.sh [OUT]      (a few minutes, plus the release build)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-bench-out}
+if [ "$(id -u)" != 0 ]; then
+    echo "regenerate.sh: run as root: the benchmarks build a test-bed of network namespaces" >&2
+    exit 1
+fi
+# distribute runs the ethbcast binary beside ethbcast-bench: build both.
+cargo build --release -p ethbcast-tools --bin ethbcast --bin ethbcast-bench
+# Test-bed prefixes of their own, so that a test-bed of the same default name elsewhere on the
+# machine is left alone.
+bench() { cargo run --release -q -p ethbcast-tools --bin ethbcast-bench -- "$@"; }
+mkdir -p "$out"
+bench demo --out "$out" --prefix ebimgd | tee "$out/demo.txt"
+bench distribute --receivers 8 --mib 256 --rate 1gbit --loss 0,1,2 --prefix ebimg --out "$out" | tee "$out/distribute.txt"
+cp "$out/latency-vs-nodes-256B.svg" docs/img/latency-vs-nodes.svg
+cp "$out/distribute-goodput.svg" docs/img/distribute-goodput.svg
+echo "wrote docs/img/latency-vs-nodes.svg and docs/img/distribute-goodput.svg (tables: $out/demo.txt, $out/distribute.txt)"
