@@ -309,6 +309,17 @@ int ethbcast_options_init(struct ethbcast_options_t *out, size_t size);
 int ethbcast_probe(const char *iface);
 
 /**
+ * The rate interface `iface` sends at, in bits per second: the speed its driver reports or
+ * the rate of a `tbf` qdisc at the root of its egress, whichever is lower. 0 when neither is
+ * known (a virtual interface without shaping), or `iface` is NULL or names no interface.
+ * The MPI interposer chooses its size limit from it.
+ *
+ * # Safety
+ * `iface` is NULL or a NUL-terminated string.
+ */
+uint64_t ethbcast_link_rate(const char *iface);
+
+/**
  * Opens interface `iface` and joins the group; on success stores the handle in `*out`.
  * `opts` may be NULL for the defaults (rank and size from the environment). Options whose
  * `size` is not that of options filled by `ethbcast_options_default` (a program built

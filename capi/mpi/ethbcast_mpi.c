@@ -44,11 +44,14 @@
  * once all acknowledged; default: none waits),
  * ETHBCAST_HOST_SPIN_US (ranks sharing a host look again for this long before sleeping on a
  * futex; default 20; "forever": never sleep),
- * ETHBCAST_MPI_MAX_BYTES (broadcasts longer than this go to the MPI's own MPI_Bcast; default
- * 4096, where hardware broadcast still wins on the test-bed: from 8 KiB on Open MPI's TCP path
- * is faster there; "unlimited" sends every size over ethbcast; every rank moves the same
- * number of bytes, so every rank makes the same choice; at most 1 GiB, the group's largest
- * message), ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0 draws one
+ * ETHBCAST_MPI_MAX_BYTES (broadcasts longer than this go to the MPI's own MPI_Bcast;
+ * "unlimited" sends every size over ethbcast; every rank moves the same number of bytes, so
+ * every rank makes the same choice; at most 1 GiB, the group's largest message. Unset, it is
+ * chosen from the links: when every rank's interface sends at 1 Gbit/s or less (the speed
+ * its driver reports, or a root tbf's rate: ethbcast_link_rate), every size goes over
+ * ethbcast, which wins there at every size; when any rank's rate is unknown or faster (an
+ * unshaped veth reports 10 Gbit/s), 4096, where hardware broadcast still wins on unshaped
+ * veths, from 16 KiB on TCP's segmentation offload is faster there), ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0 draws one
  * per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many calls went
  * where). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
  * ranks whose environment said otherwise in one warning per setting.
@@ -84,9 +87,14 @@ static int ebc_world_rank = 0;
 static unsigned long long ebc_calls_hw = 0, ebc_calls_pmpi = 0;
 /* The group's counters just before it closes, for ETHBCAST_MPI_VERBOSE. */
 static ethbcast_counters_t ebc_final;
+/* The fastest link rate of the job (bits/s, 0: unknown), for ETHBCAST_MPI_VERBOSE. */
+static unsigned long long ebc_link_rate = 0;
 /* Longest broadcast that goes over ethbcast (ETHBCAST_MPI_MAX_BYTES), at most the group's
  * largest message. */
 static size_t ebc_max_bytes = 4096;
+/* Fastest link rate (bits/s) at which every size goes over ethbcast when
+ * ETHBCAST_MPI_MAX_BYTES is unset: measured to win at every size at 100 Mbit/s and 1 Gbit/s. */
+#define EBC_ALL_SIZES_UP_TO_RATE 1000000000ull
 /* The group's largest message (the engine's max_message): longer broadcasts go to PMPI on every
  * rank, whatever ETHBCAST_MPI_MAX_BYTES says. */
 #define EBC_MAX_MESSAGE ((size_t)1 << 30)
@@ -214,10 +222,20 @@ static void ebc_setup(void) {
     } else if (set[EBC_S_MAX_BYTES] != EBC_UNSET) {
         ebc_max_bytes = (size_t)set[EBC_S_MAX_BYTES];
     }
-    if (ebc_max_bytes > EBC_MAX_MESSAGE)
-        ebc_max_bytes = EBC_MAX_MESSAGE;
     char reason[512] = "";
     const char *iface = getenv("ETHBCAST_IFACE");
+    /* Unset, the limit follows the fastest link of the job; a link of unknown rate counts as
+     * the fastest. Every rank takes part in the reduction, so all agree. */
+    unsigned long long rate = 0, fastest = 0;
+    if (iface != NULL && iface[0] != '\0')
+        rate = (unsigned long long)ethbcast_link_rate(iface);
+    unsigned long long mine = rate == 0 ? ~0ull : rate;
+    PMPI_Allreduce(&mine, &fastest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (set[EBC_S_MAX_BYTES] == EBC_UNSET && fastest <= EBC_ALL_SIZES_UP_TO_RATE)
+        ebc_max_bytes = EBC_MAX_MESSAGE;
+    if (ebc_max_bytes > EBC_MAX_MESSAGE)
+        ebc_max_bytes = EBC_MAX_MESSAGE;
+    ebc_link_rate = fastest == ~0ull ? 0 : fastest;
     int ok = 1;
     if (iface == NULL || iface[0] == '\0') {
         ok = 0;
@@ -480,8 +498,8 @@ int MPI_Finalize(void) {
     if (verbose != NULL && strcmp(verbose, "1") == 0)
         fprintf(stderr,
                 "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI, "
-                "%llu looks of the progress thread\n",
+                "%llu looks of the progress thread; size limit %zu bytes, link %llu bit/s\n",
                 ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi,
-                (unsigned long long)ebc_final.background_polls);
+                (unsigned long long)ebc_final.background_polls, ebc_max_bytes, ebc_link_rate);
     return PMPI_Finalize();
 }

@@ -675,6 +675,22 @@ pub unsafe extern "C" fn ethbcast_probe(iface: *const c_char) -> c_int {
     })
 }
 
+/// The rate interface `iface` sends at, in bits per second: the speed its driver reports or
+/// the rate of a `tbf` qdisc at the root of its egress, whichever is lower. 0 when neither is
+/// known (a virtual interface without shaping), or `iface` is NULL or names no interface.
+/// The MPI interposer chooses its size limit from it.
+///
+/// # Safety
+/// `iface` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ethbcast_link_rate(iface: *const c_char) -> u64 {
+    // SAFETY: the caller promises NULL or a NUL-terminated string.
+    match unsafe { c_str(iface, "interface name") } {
+        Ok(name) => ethbcast_sys::linkrate::link_rate(name).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
 /// Opens interface `iface` and joins the group; on success stores the handle in `*out`.
 /// `opts` may be NULL for the defaults (rank and size from the environment). Options whose
 /// `size` is not that of options filled by `ethbcast_options_default` (a program built

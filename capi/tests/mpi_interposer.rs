@@ -272,3 +272,83 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
     assert_eq!(lines.lines().count(), 1, "started more than once: {out}");
     bed.down().expect("tear down");
 }
+
+/// Each rank's (size limit, link rate) from its ETHBCAST_MPI_VERBOSE line.
+fn limits(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
+    let mut per_rank = vec![None; ranks];
+    for line in out.stderr.lines() {
+        let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
+            continue;
+        };
+        let Some((r, tail)) = rest.split_once(':') else {
+            continue;
+        };
+        let w: Vec<&str> = tail.split_whitespace().collect();
+        if let Some(i) = w.iter().position(|&x| x == "limit") {
+            if let (Some(limit), Some(rate)) = (w.get(i + 1), w.get(i + 4)) {
+                per_rank[r.parse::<usize>().expect("rank")] =
+                    Some((limit.parse().expect("limit"), rate.parse().expect("rate")));
+            }
+        }
+    }
+    per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r}: no size limit reported: {out}")))
+        .collect()
+}
+
+/// The size limit is the link's when no one sets it: on ports shaped to 1 Gbit/s (a root tbf
+/// on every host, as on a switch port of that speed) every size goes over ethbcast, which
+/// wins there at every size (docs/mpi.md); when one rank's link is faster or reports no rate
+/// (an unshaped veth), every rank keeps 4096, where TCP's offloads win above it; a limit set in the
+/// environment is kept whatever the link. Results are byte-exact in every case.
+#[test]
+fn the_size_limit_follows_the_links_of_the_job() {
+    let test = "the_size_limit_follows_the_links_of_the_job";
+    if !netns_available(test, true) || !mpis_available(test) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-limit");
+    std::fs::create_dir_all(&dir).expect("build directory");
+    let (m, b) = (
+        MpiImpl::OpenMpi,
+        build(MpiImpl::OpenMpi, &dir, "mpi_check.c"),
+    );
+    let prefix = format!("cr{:x}", std::process::id() & 0xfff);
+    let mut cfg = TestbedConfig::new(4).prefix(prefix);
+    cfg.rate = Some("1gbit".parse().expect("rate"));
+    let bed = MpiBed::up(&cfg, &dir).expect("test-bed");
+    let run = |max: &str| {
+        let env = [
+            ("ETHBCAST_IFACE", mpi::IFACE),
+            // Empty is unset: the interposer chooses.
+            ("ETHBCAST_MPI_MAX_BYTES", max),
+        ];
+        let out = bed.run(&job(m, &b, 4, 1, &env, &["--quick"])).expect("job");
+        let expected = results(&out, 4);
+        assert_eq!(routed(&out, 4), expected, "{out}");
+        limits(&out, 4)
+    };
+    let all = |l: u64, r: u64| vec![(l, r); 4];
+    assert_eq!(run(""), all(1 << 30, 1_000_000_000), "shaped to 1 Gbit/s");
+    assert_eq!(run("4096"), all(4096, 1_000_000_000), "set by the user");
+    // One host's port unshaped: a veth reports 10 Gbit/s (or nothing, on older kernels),
+    // and the job keeps the small limit.
+    let ns = bed.testbed().hosts()[2].netns.clone();
+    let st = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &ns, "tc", "qdisc", "del", "dev", "eth0", "root",
+        ])
+        .status()
+        .expect("tc");
+    assert!(st.success(), "tc qdisc del in {ns}");
+    let unshaped = run("");
+    assert!(
+        unshaped
+            .iter()
+            .all(|&(l, r)| l == 4096 && (r == 0 || r > 1_000_000_000) && r == unshaped[0].1),
+        "one unshaped link: {unshaped:?}"
+    );
+    bed.down().expect("tear down");
+}

@@ -105,7 +105,10 @@ mod tests {
             assert!(shown.contains("<redacted>"), "{shown}");
         }
         assert_eq!(format!("{:?}", Redacted(&None)), "None");
-        assert_eq!(format!("{:?}", Key::from_bytes([0xAB; 32])), "Key(<redacted>)");
+        assert_eq!(
+            format!("{:?}", Key::from_bytes([0xAB; 32])),
+            "Key(<redacted>)"
+        );
     }
 
     /// A key is wiped when dropped: `Key` runs `zeroize` in its `Drop` (the bound below fails

@@ -5,6 +5,8 @@
 //! the kernel lives here, behind small safe types, one file per concern:
 //!
 //! - [`iface`]: interface index, MAC address and MTU, asked from the kernel by `ioctl`;
+//! - [`linkrate`]: the rate a link sends at (the driver's speed, or a root `tbf`'s rate, read
+//!   over route netlink);
 //! - [`socket`]: the `AF_PACKET`/`SOCK_RAW` socket bound to one interface and one EtherType,
 //!   with `PACKET_IGNORE_OUTGOING`, `PACKET_QDISC_BYPASS`, classic BPF filters, plain and
 //!   batched (`sendmmsg`) send and receive;
@@ -41,6 +43,7 @@ pub mod caps;
 pub mod error;
 pub mod filter;
 pub mod iface;
+pub mod linkrate;
 pub mod perf;
 pub mod prefetch;
 pub mod ring;

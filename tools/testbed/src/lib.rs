@@ -198,9 +198,11 @@ impl Rate {
         self.bits_per_sec / 8
     }
 
-    /// tbf bucket size in bytes: twice the larger of one maximum frame and one
-    /// timer tick's worth of bytes (assuming HZ=1000; tbf uses hrtimers, so
-    /// this is generous). Large enough for 1gbit, small enough for 10mbit.
+    /// tbf bucket size in bytes: the larger of two maximum frames and 50 µs of the rate. A
+    /// switch port sends its frames back to back at line rate and never faster; a bucket of
+    /// a millisecond's bytes would let a 16 KiB message of 1 Gbit/s cross at the veth's
+    /// speed, as if unshaped. tbf's watchdog is a high-resolution timer, so a bucket this
+    /// small still keeps the rate.
     pub fn tbf_burst_bytes(self) -> u64 {
         self.tbf_burst_bytes_for(MAX_FRAME)
     }
@@ -208,7 +210,7 @@ impl Rate {
     /// The same for frames of up to `max_frame` bytes (a bucket smaller than a frame never
     /// lets it through).
     pub fn tbf_burst_bytes_for(self, max_frame: u64) -> u64 {
-        2 * max_frame.max(self.bytes_per_sec() / 1000)
+        (2 * max_frame).max(self.bytes_per_sec() / 20_000)
     }
 }
 
@@ -1261,11 +1263,15 @@ mod tests {
         let r100: Rate = "100mbit".parse().unwrap();
         let r1g: Rate = "1gbit".parse().unwrap();
         let r1m: Rate = "1mbit".parse().unwrap();
-        assert_eq!(r100.tbf_burst_bytes(), 25_000);
-        assert_eq!(r1g.tbf_burst_bytes(), 250_000);
+        // A port passes no more than a couple of frames at once: a 16 KiB message (11
+        // frames) takes its time on the wire at either speed.
+        assert_eq!(r100.tbf_burst_bytes(), 2 * MAX_FRAME);
+        assert_eq!(r1g.tbf_burst_bytes(), 6_250);
+        assert!(r1g.tbf_burst_bytes() < 16_384 / 2);
         assert_eq!(r1m.tbf_burst_bytes(), 2 * MAX_FRAME);
-        assert!(tbf_line("eth0", r1g, MAX_FRAME)
-            .contains("rate 1000000000bit burst 250000 latency 5ms"));
+        assert!(
+            tbf_line("eth0", r1g, MAX_FRAME).contains("rate 1000000000bit burst 6250 latency 5ms")
+        );
         // A jumbo frame fits the bucket of a slow port.
         assert_eq!(r1m.tbf_burst_bytes_for(9014), 2 * 9014);
     }
