@@ -324,6 +324,20 @@ fn demo_quick_writes_png_plots() {
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("demo.json")).unwrap()).unwrap();
     assert_eq!(json["mode"], "testbed");
+    // The same comparison on ports shaped to Fast and Gigabit Ethernet speeds, its plots
+    // and table in a folder per rate.
+    assert!(stdout.contains("every port shaped to 100mbit"), "{stdout}");
+    assert!(stdout.contains("every port shaped to 1gbit"), "{stdout}");
+    let shaped = json["shaped"].as_array().expect("shaped runs");
+    let rates: Vec<&str> = shaped.iter().map(|s| s["rate"].as_str().unwrap()).collect();
+    assert_eq!(rates, ["100mbit", "1gbit"]);
+    for s in shaped {
+        let rows = s["latency"]["rows"].as_array().expect("rows");
+        assert!(!rows.is_empty(), "{s}");
+        let rate = s["rate"].as_str().unwrap();
+        assert!(dir.join(rate).join("latency.csv").exists(), "{rate}");
+        assert!(dir.join(rate).join("latency-vs-size-2nodes.png").exists(), "{rate}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

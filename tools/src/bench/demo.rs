@@ -1,7 +1,8 @@
 //! `ethbcast-bench demo`: the README's one command. With the privilege to create network
 //! namespaces it builds an 8-host test-bed and runs the paper's latency comparison (PPBCAST,
 //! SBCAST and the binomial tree at 2, 4 and 8 nodes, each over the raw floor measured in the
-//! same run), the barrier comparison, a short
+//! same run) on unshaped veths and again with every port shaped to 100 Mbit/s and 1 Gbit/s
+//! (tbf, as switch ports of those speeds), the barrier comparison, a short
 //! throughput run and the memory table, prints the tables, writes the plots and tears down.
 //! Without the privilege it says so loudly and runs the broadcast comparison on the simulated
 //! switch in virtual time instead (hardware-broadcast algorithms only).
@@ -44,8 +45,10 @@ pub struct DemoReport {
     pub mode: String,
     /// Why the simulator was used, if it was.
     pub fallback_reason: Option<String>,
-    /// Broadcast latency.
+    /// Broadcast latency on unshaped veths.
     pub latency: LatencyReport,
+    /// Broadcast latency with every port shaped (test-bed only): 100 Mbit/s and 1 Gbit/s.
+    pub shaped: Vec<ShapedLatency>,
     /// Barrier latency (test-bed only).
     pub barrier: Option<BarrierReport>,
     /// Throughput runs (test-bed only).
@@ -57,6 +60,18 @@ pub struct DemoReport {
     /// Seconds the demo took.
     pub seconds: f64,
 }
+
+/// The latency comparison on ports shaped to one rate.
+#[derive(Debug, Serialize)]
+pub struct ShapedLatency {
+    /// The ports' rate, e.g. `1gbit`.
+    pub rate: String,
+    /// The comparison, its floor measured on the same shaped ports.
+    pub latency: LatencyReport,
+}
+
+/// The rates the demo shapes the ports to, after its unshaped run.
+pub const SHAPED_RATES: [&str; 2] = ["100mbit", "1gbit"];
 
 /// Runs the demo, printing tables as it goes. Errors end it (after teardown).
 pub fn run(o: &DemoOptions) -> Result<DemoReport, String> {
@@ -78,6 +93,16 @@ pub fn run(o: &DemoOptions) -> Result<DemoReport, String> {
     let mut files = r.files.clone();
     files.extend(memory::plot(&mem, &o.out)?);
     files.extend(latency::plot(&r.latency, &o.out)?);
+    for sh in &r.shaped {
+        // One folder per rate: the plots keep their names.
+        let dir = o.out.join(&sh.rate);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        files.extend(latency::plot(&sh.latency, &dir)?);
+        let csv = dir.join("latency.csv");
+        latency::write_csv(&sh.latency, &csv)
+            .map_err(|e| format!("write {}: {e}", csv.display()))?;
+        files.push(csv);
+    }
     if let Some(b) = &r.barrier {
         files.extend(barrier::plot(b, &o.out)?);
     }
@@ -184,10 +209,26 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
     }
     print!("{}", t.render());
     drop(bed);
+    let mut shaped = Vec::new();
+    for rate in SHAPED_RATES {
+        let mut so = lo.clone();
+        so.bed.rate = Some(rate.parse().map_err(|e| format!("rate {rate}: {e}"))?);
+        so.iters = if o.quick { 20 } else { 200 };
+        println!("\n== broadcast latency, every port shaped to {rate} ==");
+        let bed = so.bed.up()?;
+        let l = latency::run_on(&bed, &so)?;
+        drop(bed);
+        println!("{}", latency::render(&l));
+        shaped.push(ShapedLatency {
+            rate: rate.to_string(),
+            latency: l,
+        });
+    }
     Ok(DemoReport {
         mode: "testbed".into(),
         fallback_reason: None,
         latency: lat,
+        shaped,
         barrier: Some(bar),
         throughput: tps,
         memory: memory::report(Profile::Paper, &[]),
@@ -228,6 +269,7 @@ fn on_simulator(o: &DemoOptions, reason: String) -> Result<DemoReport, String> {
         mode: "simulator".into(),
         fallback_reason: Some(reason),
         latency: lat,
+        shaped: Vec::new(),
         barrier: None,
         throughput: Vec::new(),
         memory: memory::report(Profile::Paper, &[]),
