@@ -1957,14 +1957,15 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     if !netns_available() {
         return;
     }
-    let tb = Testbed::up(&TestbedConfig::new(4).prefix(prefix("m"))).expect("test-bed");
+    // 8 receivers (hosts 1..8; host 8 runs none) and the sender.
+    let tb = Testbed::up(&TestbedConfig::new(9).prefix(prefix("m"))).expect("test-bed");
     let dir = tmpdir("minrecv");
     let key = dir.join("key");
     std::fs::write(&key, "a passphrase every host shares\n").unwrap();
     // Key files are the owner's alone, or refused.
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let key = key.to_str().unwrap();
-    // Hosts 1..3 by name; host 3 runs no receiver.
+    // Hosts 1..8 by name; host 8 runs no receiver.
     let hostfile = dir.join("hosts");
     let mut lines = String::from("# the cluster\n");
     for h in &tb.hosts()[1..] {
@@ -1977,8 +1978,8 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     std::fs::write(&hostfile, lines).unwrap();
     let input = dir.join("in.bin");
     let data = random_file(&input, 3 << 20, 52);
-    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
-    let mut rs: Vec<Proc> = (1..3)
+    let outs: Vec<PathBuf> = (1..8).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..8)
         .map(|i| {
             recv(
                 &tb,
@@ -1997,7 +1998,7 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
             "--hostfile",
             hostfile.to_str().unwrap(),
             "--min-receivers",
-            "2",
+            "7",
             "--max-wait",
             "2s",
             // Far longer than the test waits: the transfer starts after --max-wait.
@@ -2015,10 +2016,10 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     assert_eq!(rep["not_joined"], 1, "{rep}");
     let missing = rep["missing"].as_array().expect("missing hosts");
     assert_eq!(missing.len(), 1, "{rep}");
-    assert_eq!(missing[0]["host"], "node3", "{rep}");
+    assert_eq!(missing[0]["host"], "node8", "{rep}");
     assert_eq!(
         missing[0]["mac"],
-        ethbcast_tools::testbed::format_mac(&tb.hosts()[3].mac),
+        ethbcast_tools::testbed::format_mac(&tb.hosts()[8].mac),
         "{rep}"
     );
     let receivers = rep["receivers"].as_array().unwrap();
@@ -2030,13 +2031,16 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
         })
         .collect();
     names.sort();
-    assert_eq!(names, ["node1", "node2"], "{rep}");
-    // The text REPORT names them too.
-    assert!(stderr.contains("did NOT join: node3"), "{stderr}");
-    assert!(
-        stderr.contains("node1") && stderr.contains("node2"),
-        "{stderr}"
+    assert_eq!(
+        names,
+        ["node1", "node2", "node3", "node4", "node5", "node6", "node7"],
+        "{rep}"
     );
+    // The text REPORT names them too.
+    assert!(stderr.contains("did NOT join: node8"), "{stderr}");
+    for n in &names {
+        assert!(stderr.contains(n), "{n}: {stderr}");
+    }
     for (r, o) in rs.iter_mut().zip(&outs) {
         let ro = r.wait_timeout(Duration::from_secs(30));
         assert_eq!(
@@ -2050,8 +2054,8 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     // The report's missing host alone gets the data with --only-failed.
     let report = dir.join("report.json");
     std::fs::write(&report, &out.stdout).unwrap();
-    let out3 = dir.join("out3.bin");
-    let mut r3 = recv(&tb, 3, &["--key-file", key, "-o", out3.to_str().unwrap()]);
+    let out8 = dir.join("out8.bin");
+    let mut r8 = recv(&tb, 8, &["--key-file", key, "-o", out8.to_str().unwrap()]);
     let mut again = send(
         &tb,
         &[
@@ -2073,16 +2077,16 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     let rep: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     let receivers = rep["receivers"].as_array().unwrap();
     assert_eq!(receivers.len(), 1, "{rep}");
-    assert_eq!(receivers[0]["host"], "node3", "{rep}");
+    assert_eq!(receivers[0]["host"], "node8", "{rep}");
     assert_eq!(receivers[0]["status"], "completed", "{rep}");
-    let o3 = r3.wait_timeout(Duration::from_secs(30));
+    let o8 = r8.wait_timeout(Duration::from_secs(30));
     assert_eq!(
-        o3.status.code(),
+        o8.status.code(),
         Some(0),
         "{}",
-        String::from_utf8_lossy(&o3.stderr)
+        String::from_utf8_lossy(&o8.stderr)
     );
-    assert!(std::fs::read(&out3).unwrap() == data, "out3.bin differs");
+    assert!(std::fs::read(&out8).unwrap() == data, "out8.bin differs");
     tb.down().unwrap();
 }
 
