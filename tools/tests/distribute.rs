@@ -2114,3 +2114,209 @@ fn min_receivers_must_be_between_1_and_the_receivers_expected() {
         assert!(e.contains(why), "{args}: {e}");
     }
 }
+
+/// A receiver's `--json` report (its last line on stderr).
+fn recv_report(out: &Output) -> serde_json::Value {
+    let e = String::from_utf8_lossy(&out.stderr);
+    let line = e
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON report on stderr: {e}"));
+    serde_json::from_str(line).expect("receiver JSON")
+}
+
+/// `recv --resume -o OUT`'s partial output.
+fn partial_of(out: &Path) -> PathBuf {
+    let name = out.file_name().unwrap().to_string_lossy();
+    out.with_file_name(format!(".{name}.ethbcast.part"))
+}
+
+#[test]
+fn a_receiver_killed_at_half_a_file_resumes_and_gets_less_than_60_percent_again() {
+    if !netns_available() {
+        return;
+    }
+    // About 2.7 s at 100 Mbit/s.
+    let (tb, dir) = slow_bed(2, "r", "resume");
+    let len = 32 << 20;
+    let input = dir.join("in.bin");
+    let data = random_file(&input, len, 61);
+    let out = dir.join("out.bin");
+    let part = partial_of(&out);
+    let o = out.to_str().unwrap();
+    let mut r = recv(&tb, 1, &["--resume", "-o", o, "--json"]);
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--wait",
+            "30",
+            "--timeout",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    // Killed (no chance to tidy up) once half the file is on its disk.
+    let t0 = Instant::now();
+    while std::fs::metadata(&part).map_or(0, |m| m.len()) < (len / 2) as u64 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no data arrived");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    r.kill();
+    let first = s.wait_timeout(Duration::from_secs(60));
+    assert_eq!(
+        first.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let rep = report(&first);
+    assert_eq!(rep["receivers"][0]["status"], "evicted", "{rep}");
+    assert!(!out.exists(), "no complete-looking file");
+    let held = std::fs::metadata(&part)
+        .expect("the partial output is kept")
+        .len();
+    assert!(held >= (len / 2) as u64 && held < len as u64, "{held}");
+    let report_file = dir.join("report.json");
+    std::fs::write(&report_file, &first.stdout).unwrap();
+
+    // Again, to the receiver the report lists as failed.
+    let mut r = recv(&tb, 1, &["--resume", "-o", o, "--json"]);
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--only-failed",
+            report_file.to_str().unwrap(),
+            "--wait",
+            "30",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let second = s.wait_timeout(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    let rep = report(&second);
+    let from = rep["resumed_from"].as_u64().expect("resumed_from");
+    assert!(from >= (len / 2) as u64 && from <= held, "{rep}");
+    assert_eq!(rep["bytes"], len as u64, "{rep}");
+    let ro = r.wait_timeout(Duration::from_secs(30));
+    assert_eq!(
+        ro.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ro.stderr)
+    );
+    let rr = recv_report(&ro);
+    assert_eq!(rr["resumed"], from, "{rr}");
+    let again = rr["counters"]["data_bytes"].as_u64().expect("data_bytes");
+    assert_eq!(again + from, len as u64, "{rr}");
+    assert!(
+        (again as f64) < 0.6 * len as f64,
+        "{again} of {len} bytes sent again"
+    );
+    assert!(std::fs::read(&out).unwrap() == data, "out.bin differs");
+    assert!(!part.exists(), "the partial output became the file");
+    tb.down().unwrap();
+}
+
+#[test]
+fn partial_outputs_are_trusted_only_when_they_are_the_start_of_the_input() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("t"))).expect("test-bed");
+    let dir = tmpdir("tamper");
+    let len = 4 << 20;
+    let input = dir.join("in.bin");
+    let data = random_file(&input, len, 62);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    // Each round: what the two receivers' partial outputs hold, and where the sender starts.
+    let mut tampered = data[..2 << 20].to_vec();
+    tampered[1 << 20] ^= 0x40;
+    let mut longer = data.clone();
+    longer.extend_from_slice(b"more than the input has");
+    let rounds: [(&str, [Vec<u8>; 2], u64); 4] = [
+        // One byte differs in one of them: neither is trusted, all of it is sent again.
+        ("tampered", [tampered, data[..3 << 20].to_vec()], 0),
+        // Both hold the start: from the smaller.
+        (
+            "prefixes",
+            [data[..1 << 20].to_vec(), data[..3 << 20].to_vec()],
+            1 << 20,
+        ),
+        // One holds more than the input (cut to it), one holds all of it: nothing to send.
+        ("complete", [longer, data.clone()], len as u64),
+        // Bytes the input does not start with, of another length.
+        ("foreign", [vec![7; 5 << 20], data[..3 << 20].to_vec()], 0),
+    ];
+    for (what, parts, want) in rounds {
+        for (o, p) in outs.iter().zip(&parts) {
+            std::fs::write(partial_of(o), p).unwrap();
+        }
+        let mut rs: Vec<Proc> = outs
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                recv(
+                    &tb,
+                    i + 1,
+                    &["--resume", "-o", o.to_str().unwrap(), "--json"],
+                )
+            })
+            .collect();
+        let mut s = send(
+            &tb,
+            &[
+                "-i",
+                input.to_str().unwrap(),
+                "--receivers",
+                "2",
+                "--wait",
+                "30",
+                "--json",
+            ],
+            Stdio::null(),
+        );
+        let so = s.wait_timeout(Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&so.stderr);
+        assert_eq!(so.status.code(), Some(0), "{what}: {stderr}");
+        let rep = report(&so);
+        assert_eq!(rep["resumed_from"], want, "{what}: {rep}");
+        if want == 0 {
+            assert!(
+                stderr.contains("not the start of this input"),
+                "{what}: {stderr}"
+            );
+        }
+        for (r, o) in rs.iter_mut().zip(&outs) {
+            let ro = r.wait_timeout(Duration::from_secs(30));
+            let e = String::from_utf8_lossy(&ro.stderr);
+            assert_eq!(ro.status.code(), Some(0), "{what}: {e}");
+            let rr = recv_report(&ro);
+            assert_eq!(rr["resumed"], want, "{what}: {rr}");
+            assert_eq!(
+                rr["counters"]["data_bytes"],
+                len as u64 - want,
+                "{what}: {rr}"
+            );
+            assert!(
+                std::fs::read(o).unwrap() == data,
+                "{what}: {} differs",
+                o.display()
+            );
+            assert!(!partial_of(o).exists(), "{what}");
+            std::fs::remove_file(o).unwrap();
+        }
+    }
+    tb.down().unwrap();
+}

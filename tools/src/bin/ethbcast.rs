@@ -43,7 +43,11 @@ Examples:
   ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --json > report.json
 
   # start once 7 of the hostfile's 8 hosts joined and 30 s passed; the report names the 8th:
-  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --min-receivers 7 --max-wait 30s";
+  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --min-receivers 7 --max-wait 30s --json > report.json
+  # receivers that keep what arrived of a transfer that fails, to resume it:
+  ethbcast recv --iface eth0 --resume -o /data/data.bin
+  # again to the hosts the report lists as failed or missing, each from where it stopped:
+  ethbcast send --iface eth0 -i data.bin --only-failed report.json";
 
 #[derive(Parser)]
 #[command(
@@ -246,6 +250,16 @@ enum Cmd {
         /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
         #[arg(short = 'O', long = "command")]
         command: Option<String>,
+        /// With -o FILE: write under the fixed name .FILE.ethbcast.part next to FILE, and keep
+        /// it when the transfer does not complete (interrupted, evicted, the sender gone). The
+        /// next `recv --resume -o FILE` offers what it holds to the sender: the sender reads its
+        /// input file and, if the bytes' digest matches, starts its broadcast at the smallest
+        /// offset every receiver holds (at 0 if a receiver holds nothing or other bytes;
+        /// after `send --only-failed`, where the failed receivers stopped). The whole file's
+        /// digest is checked before it is renamed into place; one that does not match is
+        /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
+        #[arg(long, requires = "output")]
+        resume: bool,
         /// Give up after this many seconds without any frame from the sender, or without the
         /// output (file, stdout, -O command) taking any data; inf: never.
         #[arg(long, default_value = "30", value_parser = parse_duration)]
@@ -453,6 +467,7 @@ fn main() -> ExitCode {
             common,
             output,
             command,
+            resume,
             timeout,
             wait,
             from,
@@ -485,6 +500,7 @@ fn main() -> ExitCode {
                 wait,
                 max_bytes: max_bytes.0,
                 quiet,
+                resume,
             };
             match recv::run(&args) {
                 Ok(r) => {

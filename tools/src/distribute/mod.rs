@@ -18,7 +18,11 @@
 //!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
 //!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
 //!    and the digest of the whole stream (XXH3-128, or BLAKE3 with `--digest blake3`; the
-//!    header names which).
+//!    header names which). After the header every receiver offers what it holds of the stream
+//!    already (`recv --resume`: the partial output of an interrupted transfer, its length and
+//!    digest; else nothing), and the sender, reading a file, starts its data at the smallest
+//!    offset every receiver holds if every offer's digest matches its input, else at 0 (see
+//!    `ethbcast::transfer::Offer`).
 //! 3. **Rate**: by default the engine's shared retransmission buffer paces the sender: no
 //!    more than `window` frames are ever unacknowledged by the slowest live receiver, and
 //!    no more than a few chunks are queued in the engine. `--max-rate` adds a token bucket
