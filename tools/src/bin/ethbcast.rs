@@ -290,8 +290,16 @@ enum Cmd {
         json: bool,
     },
     /// Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the
-    /// capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link. One line per
-    /// check with its fix; exit 1 if any check fails.
+    /// capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link; with
+    /// --hostfile, every host of the file too (run `ethbcast doctor --listen` on those). One
+    /// line per check with its fix; exit 1 if any check fails.
+    #[command(after_help = "\
+Examples:
+  # on every receiver, while the sender checks (Ctrl-C to stop):
+  ethbcast doctor --iface eth0 --listen
+  # on the sender: this host, then whether a broadcast, a full-sized frame and the group's
+  # multicast address reach each host of the hostfile, and each host's MTU:
+  ethbcast doctor --iface eth0 --hostfile hosts.txt")]
     Doctor {
         /// Network interface.
         #[arg(long)]
@@ -299,6 +307,26 @@ enum Cmd {
         /// Link backend to check: ring, socket, pnet or xdp.
         #[arg(long, default_value = "ring")]
         backend: Backend,
+        /// Also probe the hosts of this file (as `send --hostfile` reads it), each running
+        /// `ethbcast doctor --listen`: one line per host and check (a broadcast reaches it;
+        /// its MTU against this host's, and whether a frame of this host's MTU reaches it; the
+        /// group's multicast address reaches it).
+        #[arg(long, conflicts_with = "listen")]
+        hostfile: Option<PathBuf>,
+        /// How long to probe the hosts of --hostfile (less when all answered), e.g. 2s.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        probe_wait: Duration,
+        /// After this host's checks (exit 1 if one fails), answer the probes of `ethbcast
+        /// doctor --hostfile` run on another host, until Ctrl-C or SIGTERM.
+        #[arg(long)]
+        listen: bool,
+        /// The group id whose multicast address is probed (as given to send and recv).
+        #[arg(long, default_value_t = DEFAULT_GROUP_ID, value_parser = parse_group)]
+        group_id: u32,
+        /// The group address probed: derived, broadcast or a multicast MAC (as given to send and
+        /// recv).
+        #[arg(long, default_value = "derived")]
+        group_address: ethbcast::link::GroupAddress,
         /// Print the checks as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -523,13 +551,35 @@ fn main() -> ExitCode {
         Cmd::Doctor {
             iface,
             backend,
+            hostfile,
+            probe_wait,
+            listen,
+            group_id,
+            group_address,
             json,
         } => {
-            let checks = ethbcast_tools::doctor::run(
+            use ethbcast_tools::doctor::{self, hosts, Status};
+            let hostfile = match hostfile {
+                Some(p) => match std::fs::read_to_string(&p) {
+                    Ok(t) => match ethbcast::group::parse_hostfile(&t) {
+                        Ok(h) => Some(h),
+                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
+                    },
+                    Err(e) => return fail(Fatal::io(format!("cannot read {}: {e}", p.display()))),
+                },
+                None => None,
+            };
+            let mut checks = doctor::run(
                 &iface,
                 backend,
                 distribute::DEFAULT_WINDOW + distribute::RETAINED,
             );
+            let group = group_address.mac(group_id);
+            let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
+            if let (Some(h), false) = (&hostfile, failed(&checks)) {
+                let backend = backend.resolve().unwrap_or(backend);
+                checks.extend(hosts::check(&iface, backend, group, h, probe_wait));
+            }
             if json {
                 println!(
                     "{}",
@@ -540,14 +590,29 @@ fn main() -> ExitCode {
                     println!("{}", c.render());
                 }
             }
-            if checks
-                .iter()
-                .any(|c| c.status == ethbcast_tools::doctor::Status::Fail)
-            {
-                ExitCode::from(distribute::EXIT_FAILED)
-            } else {
-                ExitCode::SUCCESS
+            if failed(&checks) {
+                return ExitCode::from(distribute::EXIT_FAILED);
             }
+            if listen {
+                let backend = backend.resolve().unwrap_or(backend);
+                let mut l = match hosts::Listener::open(&iface, backend, group) {
+                    Ok(l) => l,
+                    Err(e) => return fail(distribute::link_error(&iface, e)),
+                };
+                if let Err(f) = distribute::drop_capabilities() {
+                    return fail(f);
+                }
+                let stop = distribute::interrupt_flag();
+                eprintln!(
+                    "ethbcast: answering probes on {iface} ({}), group address {group}; Ctrl-C to stop",
+                    l.mac()
+                );
+                match l.run(&stop) {
+                    Ok(n) => eprintln!("ethbcast: answered {n} probes"),
+                    Err(e) => return fail(distribute::link_error(&iface, e)),
+                }
+            }
+            ExitCode::SUCCESS
         }
         Cmd::Keygen { file, passphrase } => {
             let written = if passphrase {
