@@ -2320,3 +2320,142 @@ fn partial_outputs_are_trusted_only_when_they_are_the_start_of_the_input() {
     }
     tb.down().unwrap();
 }
+
+/// A status file (`--status-file`) as it stands, if it is there.
+fn status_of(path: &Path) -> Option<serde_json::Value> {
+    let text = std::fs::read(path).ok()?;
+    Some(serde_json::from_slice(&text).expect("a status file is always whole JSON"))
+}
+
+#[test]
+fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
+    if !netns_available() {
+        return;
+    }
+    // About 2.7 s at 100 Mbit/s: the status files are written every second meanwhile.
+    let (tb, dir) = slow_bed(3, "c", "counters");
+    let len = 32 << 20;
+    let input = dir.join("in.bin");
+    let data = random_file(&input, len, 63);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let rstatus: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("r{i}.json"))).collect();
+    let sstatus = dir.join("s.json");
+
+    // A status file that cannot be written is an error before anything starts.
+    let mut bad = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--status-file",
+            "/nonexistent-dir/s.json",
+        ],
+        Stdio::null(),
+    );
+    let o = bad.wait_timeout(Duration::from_secs(30));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{e}");
+    assert!(e.contains("--status-file /nonexistent-dir/s.json"), "{e}");
+
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &[
+                    "-o",
+                    outs[i - 1].to_str().unwrap(),
+                    "--json",
+                    "--status-file",
+                    rstatus[i - 1].to_str().unwrap(),
+                ],
+            )
+        })
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--quiet",
+            "--json",
+            "--status-file",
+            sstatus.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    // Under way: each side's file says so, with bytes moving.
+    let t0 = Instant::now();
+    let (mut sending, mut receiving) = (false, [false, false]);
+    while !(sending && receiving.iter().all(|r| *r)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no status under way: sender {sending}, receivers {receiving:?}"
+        );
+        if let Some(v) = status_of(&sstatus) {
+            sending |= v["state"] == "sending" && v["bytes_sent"].as_u64() > Some(0);
+        }
+        for (seen, p) in receiving.iter_mut().zip(&rstatus) {
+            if let Some(v) = status_of(p) {
+                *seen |= v["state"] == "receiving" && v["bytes"].as_u64() > Some(0);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let so = s.wait_timeout(Duration::from_secs(60));
+    assert_eq!(
+        so.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&so.stderr)
+    );
+    let rep = report(&so);
+    let fin = status_of(&sstatus).expect("the sender's status file");
+    assert_eq!(fin["state"], "done", "{fin}");
+    assert_eq!(fin["ok"], true, "{fin}");
+    for (i, r) in rs.iter_mut().enumerate() {
+        let ro = r.wait_timeout(Duration::from_secs(30));
+        assert_eq!(
+            ro.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&ro.stderr)
+        );
+        assert!(std::fs::read(&outs[i]).unwrap() == data);
+        let mine = recv_report(&ro)["counters"].clone();
+        assert_eq!(mine["data_bytes"], len as u64, "{mine}");
+        assert_eq!(mine["written"], len as u64, "{mine}");
+        assert_eq!(mine["resumed"], 0, "{mine}");
+        assert!(
+            mine["repair_requests_to_peers"].as_u64() <= mine["repair_requests"].as_u64(),
+            "{mine}"
+        );
+        // The sender's report and its status file carry the same counters, by receiver.
+        let mac = tb.hosts()[i + 1].mac_string();
+        for (what, receivers) in [("report", &rep["receivers"]), ("status", &fin["receivers"])] {
+            let line = receivers
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["mac"] == mac)
+                .unwrap_or_else(|| panic!("{what}: no line for {mac}: {receivers}"));
+            assert_eq!(line["counters"], mine, "{what}: {line}");
+        }
+        let own = status_of(&rstatus[i]).expect("the receiver's status file");
+        assert_eq!(own["state"], "completed", "{own}");
+        assert_eq!(own["bytes"], len as u64, "{own}");
+        assert_eq!(own["counters"], mine, "{own}");
+    }
+    // Only the status files and the data: no temporary status file left.
+    for e in std::fs::read_dir(&*dir).unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        assert!(!n.ends_with(".tmp"), "left behind: {n}");
+    }
+    tb.down().unwrap();
+}

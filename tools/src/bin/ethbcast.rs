@@ -234,9 +234,15 @@ enum Cmd {
         /// No progress bar or messages (the REPORT and warnings are still printed to stderr).
         #[arg(long)]
         quiet: bool,
-        /// Print the final report as JSON on stdout.
+        /// Print the final report as JSON on stdout, with each receiver's counters (stream
+        /// bytes received and kept from a partial file, bytes its output took, repairs asked of
+        /// the sender and of fellow receivers, repairs served, acknowledgements, duplicates).
         #[arg(long)]
         json: bool,
+        /// Write the transfer's state and counters as JSON to this file every second and at the
+        /// end (each time whole: a temporary file renamed over it), for monitoring.
+        #[arg(long, value_name = "PATH")]
+        status_file: Option<PathBuf>,
     },
     /// Receive one transfer: to stdout (default), a file (-o) or a command's stdin (-O).
     #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
@@ -285,9 +291,13 @@ enum Cmd {
         /// No messages on stderr but warnings (RUST_LOG=error hides those too).
         #[arg(long)]
         quiet: bool,
-        /// Print the outcome as JSON on stderr (stdout may carry the data).
+        /// Print the outcome as JSON on stderr (stdout may carry the data), with the counters.
         #[arg(long)]
         json: bool,
+        /// Write this receiver's state and counters as JSON to this file every second and at
+        /// the end (each time whole: a temporary file renamed over it), for monitoring.
+        #[arg(long, value_name = "PATH")]
+        status_file: Option<PathBuf>,
     },
     /// Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the
     /// capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link; with
@@ -414,6 +424,7 @@ fn main() -> ExitCode {
             report_wait,
             quiet,
             json,
+            status_file,
         } => {
             let expect = match (receivers, hostfile.or(only_failed.clone())) {
                 (Some(0), _) => {
@@ -476,6 +487,7 @@ fn main() -> ExitCode {
                 timeout,
                 report_wait,
                 quiet,
+                status_file,
             };
             match send::run(&args) {
                 Ok(r) => {
@@ -503,6 +515,7 @@ fn main() -> ExitCode {
             max_bytes,
             quiet,
             json,
+            status_file,
         } => {
             let out = match (output, command) {
                 (Some(p), _) => recv::Output::File(p),
@@ -529,6 +542,7 @@ fn main() -> ExitCode {
                 max_bytes: max_bytes.0,
                 quiet,
                 resume,
+                status_file,
             };
             match recv::run(&args) {
                 Ok(r) => {

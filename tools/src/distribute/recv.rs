@@ -55,6 +55,8 @@ pub struct RecvArgs {
     /// Into a file: keep what arrived under a fixed partial name when the transfer does not
     /// complete, and offer it to the next sender (`--resume`, see [`partial_name`]).
     pub resume: bool,
+    /// Write the counters to this file every second and at the end (`--status-file`).
+    pub status_file: Option<PathBuf>,
 }
 
 /// A receiver's outcome.
@@ -85,11 +87,16 @@ pub struct RecvReport {
     pub counters: RecvCounters,
 }
 
-/// A receiver's engine counters, in its report.
-#[derive(Debug, Clone, Default, Serialize)]
+/// A receiver's counters, in its report, its status file, and (sent before its final report)
+/// the sender's report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RecvCounters {
     /// Stream bytes received from the link (without those `resumed`).
     pub data_bytes: u64,
+    /// Bytes at the start of the stream kept from a partial output (`--resume`).
+    pub resumed: u64,
+    /// Bytes the output took (the file, the pipe, the command).
+    pub written: u64,
     /// Requests for repair sent (NACK frames), to the sender or to fellow receivers.
     pub repair_requests: u64,
     /// Of those, to fellow receivers (peer repair).
@@ -100,6 +107,83 @@ pub struct RecvCounters {
     pub ack_frames: u64,
     /// Frames received twice (a repair that crossed the original, say).
     pub duplicate_frames: u64,
+}
+
+/// First byte of the point-to-point message carrying a receiver's [`RecvCounters`].
+const COUNTERS: u8 = b'C';
+
+impl RecvCounters {
+    /// What `node` counted so far, with the stream's bytes as the receiver sees them.
+    fn of(node: &Stream, data_bytes: u64, resumed: u64, written: u64) -> RecvCounters {
+        let st = node.stats();
+        RecvCounters {
+            data_bytes,
+            resumed,
+            written,
+            repair_requests: st.nack_frames,
+            repair_requests_to_peers: st.peer_nacks,
+            repairs_served: st.peer_repairs,
+            ack_frames: st.ack_frames + st.tree_ack_frames,
+            duplicate_frames: st.drops.duplicate,
+        }
+    }
+
+    fn fields(&self) -> [u64; 8] {
+        [
+            self.data_bytes,
+            self.resumed,
+            self.written,
+            self.repair_requests,
+            self.repair_requests_to_peers,
+            self.repairs_served,
+            self.ack_frames,
+            self.duplicate_frames,
+        ]
+    }
+
+    /// Encodes (`C` and eight u64).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![COUNTERS];
+        for f in self.fields() {
+            v.extend_from_slice(&f.to_be_bytes());
+        }
+        v
+    }
+
+    /// Decodes.
+    pub fn decode(m: &[u8]) -> Option<RecvCounters> {
+        if m.len() != 65 || m[0] != COUNTERS {
+            return None;
+        }
+        let f = |i: usize| u64::from_be_bytes(m[1 + 8 * i..9 + 8 * i].try_into().expect("8"));
+        Some(RecvCounters {
+            data_bytes: f(0),
+            resumed: f(1),
+            written: f(2),
+            repair_requests: f(3),
+            repair_requests_to_peers: f(4),
+            repairs_served: f(5),
+            ack_frames: f(6),
+            duplicate_frames: f(7),
+        })
+    }
+}
+
+/// A receiver's status file (`--status-file`): what it did so far.
+#[derive(Debug, Clone, Serialize)]
+struct RecvStatus<'a> {
+    /// `waiting` (for a sender), `receiving`, `completed` or `failed`.
+    state: &'a str,
+    rank: u16,
+    /// Stream bytes this receiver holds (kept and received).
+    bytes: u64,
+    /// The stream's size, if the sender said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<u64>,
+    seconds: f64,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    error: &'a str,
+    counters: RecvCounters,
 }
 
 enum Sink {
@@ -1121,6 +1205,22 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let output_took = Arc::new(AtomicU64::new(0));
     let mut guard = Guard(Sink::open(&a.output, &output_took, a.resume)?);
     let sink = &mut guard.0;
+    let status_at = |state, rank, bytes, total, seconds, error, counters| RecvStatus {
+        state,
+        rank,
+        bytes,
+        total,
+        seconds,
+        error,
+        counters,
+    };
+    let mut status = match &a.status_file {
+        Some(p) => Some(super::StatusFile::create(
+            p,
+            &status_at("waiting", 0, 0, None, 0.0, "", RecvCounters::default()),
+        )?),
+        None => None,
+    };
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
@@ -1206,6 +1306,10 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     let mut resumed: Option<u64> = None;
     // The output's content is wrong (not only incomplete): a partial output is removed.
     let mut spoilt = false;
+    // The header's total, and the progress bar from the header on.
+    let mut announced: Option<u64> = None;
+    let mut pb: Option<indicatif::ProgressBar> = None;
+    let mut pb_told: Option<Instant> = None;
     let outcome: Result<(), Fatal> = 'run: loop {
         if stop.load(Ordering::SeqCst) {
             break 'run Err(interrupted());
@@ -1226,6 +1330,39 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         }
         if let Some(e) = direct.then(direct_failed).flatten() {
             break 'run Err(e);
+        }
+        let held = lock(&seen).bytes + resumed.unwrap_or(0);
+        if let Some(pb) = pb.as_ref() {
+            pb.set_position(held);
+            if pb_told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+                pb.set_message(format!("{} repairs asked", node.stats().nack_frames));
+                pb_told = Some(Instant::now());
+            }
+        }
+        if let Some(st) = status.as_mut() {
+            let c = RecvCounters::of(
+                &node,
+                held - resumed.unwrap_or(0),
+                resumed.unwrap_or(0),
+                output_took.load(Ordering::Relaxed),
+            );
+            let state = if writer.is_some() {
+                "receiving"
+            } else {
+                "waiting"
+            };
+            st.update(
+                &status_at(
+                    state,
+                    rank,
+                    held,
+                    announced,
+                    start.elapsed().as_secs_f64(),
+                    "",
+                    c,
+                ),
+                false,
+            );
         }
         // While the writer reads the partial output, the sender hears that this receiver is
         // alive (it waits for every offer).
@@ -1273,6 +1410,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                 total.map_or("a stream".into(), |t| format!("{t} bytes"))
                             );
                         }
+                        announced = total;
+                        pb = Some(super::send::progress_bar(total, a.quiet));
                         if let Err(e) = sink.start() {
                             break 'run Err(e);
                         }
@@ -1332,9 +1471,15 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                             break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
                         }
                         if offset > 0 && !a.quiet {
-                            eprintln!(
+                            let say = || {
+                                eprintln!(
                                 "ethbcast: rank {rank}: resuming at byte {offset} (the partial output's first {offset} bytes match the sender's input)"
-                            );
+                            )
+                            };
+                            match pb.as_ref() {
+                                Some(pb) => pb.suspend(say),
+                                None => say(),
+                            }
                         }
                         match w.push(Job::Start(offset), &stop, a.timeout) {
                             Pushed::Queued => {}
@@ -1472,17 +1617,28 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             (false, f.msg.clone(), f.code)
         }
     };
+    if let Some(pb) = pb.take() {
+        pb.finish_and_clear();
+    }
     let bytes = written.as_ref().map_or(0, |w| w.bytes);
     let digest = match (&written, lock(&seen).digest) {
         (Some(_), Some((algo, d))) => algo.render(&d),
         _ => String::new(),
     };
-    // Tell the sender (best effort for failures), then make sure it heard us.
+    // Tell the sender (best effort for failures) what this receiver counted and how it ended,
+    // then make sure it heard us.
+    let counters = RecvCounters::of(
+        &node,
+        lock(&seen).bytes,
+        resumed.unwrap_or(0),
+        output_took.load(Ordering::Relaxed),
+    );
     let report = Final {
         ok,
         bytes,
         error: error.clone(),
     };
+    let _ = node.send_to(0, counters.encode());
     if node.send_to(0, report.encode()).is_ok() {
         let patience = if ok {
             Duration::from_secs(3)
@@ -1491,20 +1647,20 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         };
         let _ = node.settle(patience);
     }
-    let st = node.stats();
-    let counters = RecvCounters {
-        data_bytes: lock(&seen).bytes,
-        repair_requests: st.nack_frames,
-        repair_requests_to_peers: st.peer_nacks,
-        repairs_served: st.peer_repairs,
-        ack_frames: st.ack_frames + st.tree_ack_frames,
-        duplicate_frames: st.drops.duplicate,
-    };
+    let seconds = start.elapsed().as_secs_f64();
+    if let Some(st) = status.as_mut() {
+        let state = if ok { "completed" } else { "failed" };
+        let held = lock(&seen).bytes + resumed.unwrap_or(0);
+        st.update(
+            &status_at(state, rank, held, announced, seconds, &error, counters),
+            true,
+        );
+    }
     Ok(RecvReport {
         ok,
         rank,
         bytes,
-        seconds: start.elapsed().as_secs_f64(),
+        seconds,
         digest,
         direct,
         error,
@@ -1710,6 +1866,29 @@ mod tests {
         sink.discard();
         assert!(!part.exists(), "discarded");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn counters_round_trip_and_nothing_else_parses_as_them() {
+        let c = RecvCounters {
+            data_bytes: 1 << 40,
+            resumed: 2,
+            written: 3,
+            repair_requests: 4,
+            repair_requests_to_peers: 5,
+            repairs_served: 6,
+            ack_frames: 7,
+            duplicate_frames: u64::MAX,
+        };
+        assert_eq!(RecvCounters::decode(&c.encode()), Some(c));
+        assert_eq!(RecvCounters::decode(&c.encode()[..64]), None);
+        let f = Final {
+            ok: true,
+            bytes: 9,
+            error: String::new(),
+        };
+        assert_eq!(RecvCounters::decode(&f.encode()), None);
+        assert_eq!(Final::decode(&c.encode()), None);
     }
 
     #[test]

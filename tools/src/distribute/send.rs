@@ -15,6 +15,7 @@ use ethbcast::member::{Event, MemberError};
 use ethbcast::proto::{Dest, SendError};
 use serde::Serialize;
 
+use super::recv::RecvCounters;
 use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 use ethbcast::transfer::rate::TokenBucket;
 use ethbcast::transfer::{
@@ -46,6 +47,9 @@ pub struct SendArgs {
     pub report_wait: Duration,
     /// No progress bar or chatter.
     pub quiet: bool,
+    /// Write the transfer's counters to this file every second and at the end
+    /// (`--status-file`).
+    pub status_file: Option<PathBuf>,
 }
 
 /// The fate of one receiver.
@@ -81,6 +85,32 @@ pub struct ReceiverReport {
     /// Why it failed or was evicted.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// What the receiver counted (it sends them before its completion report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<RecvCounters>,
+}
+
+/// The sender's status file (`--status-file`): the transfer as it stands.
+#[derive(Debug, Clone, Serialize)]
+struct SendStatus<'a> {
+    /// `joining`, `sending` or `done`.
+    state: &'a str,
+    /// With `done`: every receiver completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<bool>,
+    iface: &'a str,
+    /// The input's size, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<u64>,
+    /// Stream bytes handed to the engine (from `resumed_from` on), and of those acknowledged
+    /// by every live receiver.
+    bytes_sent: u64,
+    bytes_acked: u64,
+    resumed_from: u64,
+    seconds: f64,
+    data_frames: u64,
+    repair_frames: u64,
+    receivers: &'a [ReceiverReport],
 }
 
 /// A receiver that was expected and did not join (the transfer started without it).
@@ -368,7 +398,8 @@ fn read_blocks(
     }
 }
 
-fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
+/// The progress bar on stderr (hidden when stderr is not a terminal, or `quiet`).
+pub(super) fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     if quiet {
         return ProgressBar::hidden();
@@ -509,6 +540,25 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         None => a.chunk,
     };
 
+    let mut status = match &a.status_file {
+        Some(p) => {
+            let first = SendStatus {
+                state: "joining",
+                ok: None,
+                iface: &a.link.iface,
+                total,
+                bytes_sent: 0,
+                bytes_acked: 0,
+                resumed_from: 0,
+                seconds: 0.0,
+                data_frames: 0,
+                repair_frames: 0,
+                receivers: &[],
+            };
+            Some(super::StatusFile::create(p, &first)?)
+        }
+        None => None,
+    };
     let t_join = Instant::now();
     let lnk = a
         .link
@@ -601,6 +651,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             bytes: 0,
             seconds: 0.0,
             error: String::new(),
+            counters: None,
         })
         .collect();
     // When each evicted receiver was last told so: the notice is repeated while the transfer
@@ -768,15 +819,21 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             if line.status != Outcome::Active {
                 continue;
             }
-            if let Some(m) = node.take_p2p(line.rank) {
+            // Its counters, then its report.
+            while let Some(m) = node.take_p2p(line.rank) {
+                if let Some(c) = RecvCounters::decode(&m) {
+                    line.counters = Some(c);
+                    continue;
+                }
                 match Final::decode(&m) {
                     Some(f) if f.ok => finish(line, Outcome::Completed, f.bytes, String::new()),
                     Some(f) => {
                         node.evict(line.rank);
                         finish(line, Outcome::Failed, f.bytes, f.error);
                     }
-                    None => {}
+                    None => continue,
                 }
+                break;
             }
         }
         if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {
@@ -857,6 +914,23 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             }
         }
         pb.set_position(acked);
+        if let Some(st) = status.as_mut() {
+            let stats = node.stats();
+            let now = SendStatus {
+                state: "sending",
+                ok: None,
+                iface: &a.link.iface,
+                total,
+                bytes_sent: sent,
+                bytes_acked: acked,
+                resumed_from: resumed_from.unwrap_or(0),
+                seconds: start.elapsed().as_secs_f64(),
+                data_frames: stats.data_frames,
+                repair_frames: stats.repair_frames,
+                receivers: &fate[1..],
+            };
+            st.update(&now, false);
+        }
         if fate[1..].iter().all(|f| f.status != Outcome::Active) {
             break;
         }
@@ -868,10 +942,35 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     while Instant::now() < linger {
         node.turn(Duration::from_millis(10))?;
     }
+    // Counters that came with the last reports.
+    for line in &mut fate[1..] {
+        while let Some(m) = node.take_p2p(line.rank) {
+            if let Some(c) = RecvCounters::decode(&m) {
+                line.counters = Some(c);
+            }
+        }
+    }
     let st = node.stats().clone();
     let receivers: Vec<ReceiverReport> = fate.split_off(1);
+    let ok = not_joined == 0 && receivers.iter().all(|r| r.status == Outcome::Completed);
+    if let Some(s) = status.as_mut() {
+        let end = SendStatus {
+            state: "done",
+            ok: Some(ok),
+            iface: &a.link.iface,
+            total,
+            bytes_sent: sent,
+            bytes_acked: acked,
+            resumed_from: resumed_from.unwrap_or(0),
+            seconds,
+            data_frames: st.data_frames,
+            repair_frames: st.repair_frames,
+            receivers: &receivers,
+        };
+        s.update(&end, true);
+    }
     Ok(Report {
-        ok: not_joined == 0 && receivers.iter().all(|r| r.status == Outcome::Completed),
+        ok,
         iface: a.link.iface.clone(),
         bytes: sent,
         resumed_from: resumed_from.unwrap_or(0),
