@@ -2218,6 +2218,8 @@ fn a_receiver_killed_at_half_a_file_resumes_and_gets_less_than_60_percent_again(
     );
     let rr = recv_report(&ro);
     assert_eq!(rr["resumed"], from, "{rr}");
+    // The digest of the whole file, kept bytes and received ones.
+    assert_eq!(rr["digest"], rep["digest"], "{rr}");
     let again = rr["counters"]["data_bytes"].as_u64().expect("data_bytes");
     assert_eq!(again + from, len as u64, "{rr}");
     assert!(
@@ -2304,6 +2306,7 @@ fn partial_outputs_are_trusted_only_when_they_are_the_start_of_the_input() {
             assert_eq!(ro.status.code(), Some(0), "{what}: {e}");
             let rr = recv_report(&ro);
             assert_eq!(rr["resumed"], want, "{what}: {rr}");
+            assert_eq!(rr["digest"], rep["digest"], "{what}: {rr}");
             assert_eq!(
                 rr["counters"]["data_bytes"],
                 len as u64 - want,

@@ -807,6 +807,9 @@ enum Job {
 struct Written {
     result: Result<(), Fatal>,
     bytes: u64,
+    /// Resumed past 0: the digest of the output from its first byte, as the writer hashed it
+    /// (the protocol loop's covers only what it received).
+    digest: Option<[u8; 32]>,
 }
 
 /// The writer thread and its queue.
@@ -953,7 +956,11 @@ impl Writer {
                         Err(_) => break Err(Fatal::new(EXIT_FAILED, "transfer ended early")),
                     }
                 };
-                Written { result, bytes }
+                Written {
+                    result,
+                    bytes,
+                    digest: resumed.map(|h| h.finalize()),
+                }
             })
             .map_err(|e| Fatal::io(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer {
@@ -1622,7 +1629,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     }
     let bytes = written.as_ref().map_or(0, |w| w.bytes);
     let digest = match (&written, lock(&seen).digest) {
-        (Some(_), Some((algo, d))) => algo.render(&d),
+        (Some(w), Some((algo, d))) => algo.render(&w.digest.unwrap_or(d)),
         _ => String::new(),
     };
     // Tell the sender (best effort for failures) what this receiver counted and how it ended,

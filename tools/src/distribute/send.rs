@@ -142,7 +142,7 @@ pub struct Report {
     pub join_seconds: f64,
     /// Seconds from the first data message to the last outcome.
     pub seconds: f64,
-    /// Goodput in Mbit/s (stream bytes over `seconds`).
+    /// Goodput in Mbit/s (stream bytes sent, from `resumed_from` on, over `seconds`).
     pub goodput_mbit: f64,
     /// Receivers.
     pub receivers: Vec<ReceiverReport>,
@@ -172,6 +172,12 @@ impl Report {
             self.data_frames,
             self.repair_frames
         );
+        if self.resumed_from > 0 {
+            s.push_str(&format!(
+                "REPORT: resumed at byte {}: every receiver held the bytes before it\n",
+                self.resumed_from
+            ));
+        }
         let named = self.receivers.iter().any(|r| r.host.is_some());
         let host = |h: &Option<String>| match (named, h) {
             (false, _) => String::new(),
@@ -981,7 +987,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         ),
         join_seconds,
         seconds,
-        goodput_mbit: mbit(sent, Duration::from_secs_f64(seconds)),
+        goodput_mbit: mbit(
+            sent - resumed_from.unwrap_or(0),
+            Duration::from_secs_f64(seconds),
+        ),
         receivers,
         not_joined,
         missing,
