@@ -337,6 +337,20 @@ fn doctor_with_a_hostfile_names_a_host_whose_interface_is_down_and_the_fix() {
     assert!(text.contains("no answer to a broadcast"), "{text}");
     assert!(text.contains("ip link set eth0 up"), "{text}");
     assert!(!text.contains("FAIL  node1"), "{text}");
+    // This host's own interface down: that is the line, and no host is probed.
+    ip(&["-n", &h.ns(0), "link", "set", "eth0", "down"]);
+    let (code, text) = h.check();
+    ip(&["-n", &h.ns(0), "link", "set", "eth0", "up"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  interface eth0 is down; fix: ip link set eth0 up"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 host(s) of the hostfile were not probed"),
+        "{text}"
+    );
+    assert!(!text.contains("node1"), "{text}");
 }
 
 #[test]

@@ -590,9 +590,13 @@ fn main() -> ExitCode {
             );
             let group = group_address.mac(group_id);
             let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
-            if let (Some(h), false) = (&hostfile, failed(&checks)) {
-                let backend = backend.resolve().unwrap_or(backend);
-                checks.extend(hosts::check(&iface, backend, group, h, probe_wait));
+            match (&hostfile, failed(&checks)) {
+                (Some(h), false) => {
+                    let backend = backend.resolve().unwrap_or(backend);
+                    checks.extend(hosts::check(&iface, backend, group, h, probe_wait));
+                }
+                (Some(h), true) => checks.push(hosts::not_probed(h.len())),
+                (None, _) => {}
             }
             if json {
                 println!(

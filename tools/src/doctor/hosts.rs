@@ -248,6 +248,15 @@ pub fn check(
     checks
 }
 
+/// The line that says the hosts of a hostfile were not probed: a check of this host failed.
+pub fn not_probed(hosts: usize) -> Check {
+    Check::problem(
+        Status::Fail,
+        format!("the {hosts} host(s) of the hostfile were not probed: a check of this host failed"),
+        "fix this host first (the lines above)".into(),
+    )
+}
+
 /// The lines of one host, from what it answered.
 fn verdicts(
     iface: &str,
