@@ -3,15 +3,21 @@
 //! the control payloads, the end-to-end digest, and the sender's pacing ([`rate`]).
 //!
 //! Broadcast messages from the sender (rank 0), first byte = type:
-//! - `H` header: magic `EBDS`, version (2), total size (u64, `u64::MAX` = unknown), chunk
+//! - `H` header: magic `EBDS`, version (3), total size (u64, `u64::MAX` = unknown), chunk
 //!   size (u32), digest algorithm (u8: 1 XXH3-128, 2 BLAKE3);
+//! - `S` start: the offset (u64) of the first data byte the sender sends; the receivers hold
+//!   the bytes before it already (see [`Offer`]), and the data messages follow from there;
 //! - `D` data: the next bytes of the stream;
 //! - `T` trailer: total bytes (u64) and the digest of the whole stream (32 bytes; XXH3-128
 //!   fills the first 16, big-endian, and zeros the rest);
 //! - `A` abort: a reason (UTF-8).
 //!
-//! Point-to-point messages from a receiver to the sender: `J` (joined) and `F` (final
-//! report: ok flag, bytes, digest, error text).
+//! Point-to-point messages from a receiver to the sender: `O` (offer, after the header: how
+//! many of the stream's first bytes it holds from an earlier, interrupted transfer, and their
+//! digest under the header's algorithm; 0 bytes when it holds none), `J` (joined) and `F`
+//! (final report: ok flag, bytes, digest, error text). The sender checks each offer's digest
+//! against its own input and starts at the smallest offset every receiver holds (0 unless all
+//! offers match).
 //!
 //! Control frames, told apart by a 4-byte magic. `Join` kind: `EBDH` hello + MAC, `EBDR`
 //! roster (count u16 + MACs in rank order). `Notice` kind: `EBDX` abort, `EBDE` "you were
@@ -21,7 +27,7 @@
 pub mod rate;
 
 /// Protocol version in the header.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Header magic.
 pub const MAGIC: &[u8; 4] = b"EBDS";
 /// Abort control.
@@ -47,6 +53,11 @@ pub enum Msg {
         chunk: u32,
         /// How the trailer's digest is computed.
         digest: DigestAlgo,
+    },
+    /// Where the data starts: every receiver holds the bytes before `offset`.
+    Start {
+        /// Offset of the first data byte sent.
+        offset: u64,
     },
     /// Data.
     Data(Data),
@@ -76,6 +87,11 @@ impl Msg {
                 v.extend_from_slice(&total.unwrap_or(UNKNOWN).to_be_bytes());
                 v.extend_from_slice(&chunk.to_be_bytes());
                 v.push(digest.code());
+                v
+            }
+            Msg::Start { offset } => {
+                let mut v = vec![b'S'];
+                v.extend_from_slice(&offset.to_be_bytes());
                 v
             }
             Msg::Data(d) => d.0.clone(),
@@ -122,6 +138,9 @@ impl Msg {
                     digest,
                 })
             }
+            b'S' if m.len() == 9 => Ok(Msg::Start {
+                offset: u64::from_be_bytes(m[1..9].try_into().expect("8 bytes")),
+            }),
             b'D' => Ok(Msg::Data(Data(m))),
             b'T' if m.len() == 41 => Ok(Msg::Trailer {
                 bytes: u64::from_be_bytes(m[1..9].try_into().expect("8 bytes")),
@@ -289,6 +308,37 @@ impl Final {
             ok: m[1] == 1,
             bytes: u64::from_be_bytes(m[2..10].try_into().ok()?),
             error: printable(&m[10..]),
+        })
+    }
+}
+
+/// A receiver's offer, after the header: it holds the stream's first `held` bytes (from an
+/// interrupted transfer, `recv --resume`), whose digest under the header's algorithm is
+/// `digest` (as a trailer carries it). `held` 0: it holds nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    /// Bytes held.
+    pub held: u64,
+    /// Their digest.
+    pub digest: [u8; 32],
+}
+
+impl Offer {
+    /// Encodes (`O` + held + digest).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![b'O'];
+        v.extend_from_slice(&self.held.to_be_bytes());
+        v.extend_from_slice(&self.digest);
+        v
+    }
+    /// Decodes.
+    pub fn decode(m: &[u8]) -> Option<Offer> {
+        if m.len() != 41 || m[0] != b'O' {
+            return None;
+        }
+        Some(Offer {
+            held: u64::from_be_bytes(m[1..9].try_into().ok()?),
+            digest: m[9..41].try_into().ok()?,
         })
     }
 }
@@ -556,6 +606,7 @@ mod tests {
                 chunk: 7,
                 digest: DigestAlgo::Blake3,
             },
+            Msg::Start { offset: 1 << 33 },
             Msg::Data(Data::new(&[1, 2, 3])),
             Msg::Data(Data::new(&[])),
             Msg::Trailer {
@@ -580,6 +631,13 @@ mod tests {
         };
         assert_eq!(Progress::decode(&p.encode()), Some(p));
         assert_eq!(Progress::decode(&p.encode()[..12]), None);
+        let o = Offer {
+            held: 12345,
+            digest: [9; 32],
+        };
+        assert_eq!(Offer::decode(&o.encode()), Some(o.clone()));
+        assert_eq!(Offer::decode(&o.encode()[..40]), None);
+        assert!(Msg::decode(b"S1234567".to_vec()).is_err(), "a short start");
     }
 
     #[test]
@@ -616,6 +674,9 @@ mod tests {
         if let Some(p) = Progress::decode(b) {
             assert_eq!(Progress::decode(&p.encode()), Some(p));
         }
+        if let Some(o) = Offer::decode(b) {
+            assert_eq!(Offer::decode(&o.encode()), Some(o));
+        }
     }
 
     fn any_msg() -> impl Strategy<Value = Vec<u8>> {
@@ -631,6 +692,9 @@ mod tests {
             }),
             proptest::collection::vec(any::<u8>(), 0..64)
                 .prop_map(|d| Msg::Data(Data::new(&d)).encode()),
+            any::<u64>().prop_map(|offset| Msg::Start { offset }.encode()),
+            (any::<u64>(), any::<[u8; 32]>())
+                .prop_map(|(held, digest)| Offer { held, digest }.encode()),
             (any::<u64>(), any::<[u8; 32]>()).prop_map(|(bytes, digest)| Msg::Trailer {
                 bytes,
                 digest

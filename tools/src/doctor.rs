@@ -1,7 +1,11 @@
 //! `ethbcast doctor`: checks of this host before a transfer, one line per check and, for each
 //! problem, its fix: the interface (exists, is up, is Ethernet, its MTU), the capabilities,
 //! the receive buffer limit (`net.core.rmem_max`), the backend (`ETHBCAST_BACKEND` overrides
-//! `--backend`), and finally opening the link as `send`/`recv` would.
+//! `--backend`), and finally opening the link as `send`/`recv` would. Across hosts (whether a
+//! broadcast, a full-sized frame and the group's multicast address reach each host of a
+//! hostfile, and its MTU): [`hosts`].
+
+pub mod hosts;
 
 use std::path::Path;
 

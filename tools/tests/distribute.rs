@@ -1957,14 +1957,15 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     if !netns_available() {
         return;
     }
-    let tb = Testbed::up(&TestbedConfig::new(4).prefix(prefix("m"))).expect("test-bed");
+    // 8 receivers (hosts 1..8; host 8 runs none) and the sender.
+    let tb = Testbed::up(&TestbedConfig::new(9).prefix(prefix("m"))).expect("test-bed");
     let dir = tmpdir("minrecv");
     let key = dir.join("key");
     std::fs::write(&key, "a passphrase every host shares\n").unwrap();
     // Key files are the owner's alone, or refused.
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let key = key.to_str().unwrap();
-    // Hosts 1..3 by name; host 3 runs no receiver.
+    // Hosts 1..8 by name; host 8 runs no receiver.
     let hostfile = dir.join("hosts");
     let mut lines = String::from("# the cluster\n");
     for h in &tb.hosts()[1..] {
@@ -1977,8 +1978,8 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     std::fs::write(&hostfile, lines).unwrap();
     let input = dir.join("in.bin");
     let data = random_file(&input, 3 << 20, 52);
-    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
-    let mut rs: Vec<Proc> = (1..3)
+    let outs: Vec<PathBuf> = (1..8).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..8)
         .map(|i| {
             recv(
                 &tb,
@@ -1997,7 +1998,7 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
             "--hostfile",
             hostfile.to_str().unwrap(),
             "--min-receivers",
-            "2",
+            "7",
             "--max-wait",
             "2s",
             // Far longer than the test waits: the transfer starts after --max-wait.
@@ -2015,10 +2016,10 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     assert_eq!(rep["not_joined"], 1, "{rep}");
     let missing = rep["missing"].as_array().expect("missing hosts");
     assert_eq!(missing.len(), 1, "{rep}");
-    assert_eq!(missing[0]["host"], "node3", "{rep}");
+    assert_eq!(missing[0]["host"], "node8", "{rep}");
     assert_eq!(
         missing[0]["mac"],
-        ethbcast_tools::testbed::format_mac(&tb.hosts()[3].mac),
+        ethbcast_tools::testbed::format_mac(&tb.hosts()[8].mac),
         "{rep}"
     );
     let receivers = rep["receivers"].as_array().unwrap();
@@ -2030,13 +2031,16 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
         })
         .collect();
     names.sort();
-    assert_eq!(names, ["node1", "node2"], "{rep}");
-    // The text REPORT names them too.
-    assert!(stderr.contains("did NOT join: node3"), "{stderr}");
-    assert!(
-        stderr.contains("node1") && stderr.contains("node2"),
-        "{stderr}"
+    assert_eq!(
+        names,
+        ["node1", "node2", "node3", "node4", "node5", "node6", "node7"],
+        "{rep}"
     );
+    // The text REPORT names them too.
+    assert!(stderr.contains("did NOT join: node8"), "{stderr}");
+    for n in &names {
+        assert!(stderr.contains(n), "{n}: {stderr}");
+    }
     for (r, o) in rs.iter_mut().zip(&outs) {
         let ro = r.wait_timeout(Duration::from_secs(30));
         assert_eq!(
@@ -2050,8 +2054,8 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     // The report's missing host alone gets the data with --only-failed.
     let report = dir.join("report.json");
     std::fs::write(&report, &out.stdout).unwrap();
-    let out3 = dir.join("out3.bin");
-    let mut r3 = recv(&tb, 3, &["--key-file", key, "-o", out3.to_str().unwrap()]);
+    let out8 = dir.join("out8.bin");
+    let mut r8 = recv(&tb, 8, &["--key-file", key, "-o", out8.to_str().unwrap()]);
     let mut again = send(
         &tb,
         &[
@@ -2073,16 +2077,16 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     let rep: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     let receivers = rep["receivers"].as_array().unwrap();
     assert_eq!(receivers.len(), 1, "{rep}");
-    assert_eq!(receivers[0]["host"], "node3", "{rep}");
+    assert_eq!(receivers[0]["host"], "node8", "{rep}");
     assert_eq!(receivers[0]["status"], "completed", "{rep}");
-    let o3 = r3.wait_timeout(Duration::from_secs(30));
+    let o8 = r8.wait_timeout(Duration::from_secs(30));
     assert_eq!(
-        o3.status.code(),
+        o8.status.code(),
         Some(0),
         "{}",
-        String::from_utf8_lossy(&o3.stderr)
+        String::from_utf8_lossy(&o8.stderr)
     );
-    assert!(std::fs::read(&out3).unwrap() == data, "out3.bin differs");
+    assert!(std::fs::read(&out8).unwrap() == data, "out8.bin differs");
     tb.down().unwrap();
 }
 
@@ -2109,4 +2113,352 @@ fn min_receivers_must_be_between_1_and_the_receivers_expected() {
         assert_eq!(out.status.code(), Some(2), "{args}: {e}");
         assert!(e.contains(why), "{args}: {e}");
     }
+}
+
+/// A receiver's `--json` report (its last line on stderr).
+fn recv_report(out: &Output) -> serde_json::Value {
+    let e = String::from_utf8_lossy(&out.stderr);
+    let line = e
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON report on stderr: {e}"));
+    serde_json::from_str(line).expect("receiver JSON")
+}
+
+/// `recv --resume -o OUT`'s partial output.
+fn partial_of(out: &Path) -> PathBuf {
+    let name = out.file_name().unwrap().to_string_lossy();
+    out.with_file_name(format!(".{name}.ethbcast.part"))
+}
+
+#[test]
+fn a_receiver_killed_at_half_a_file_resumes_and_gets_less_than_60_percent_again() {
+    if !netns_available() {
+        return;
+    }
+    // About 2.7 s at 100 Mbit/s.
+    let (tb, dir) = slow_bed(2, "r", "resume");
+    let len = 32 << 20;
+    let input = dir.join("in.bin");
+    let data = random_file(&input, len, 61);
+    let out = dir.join("out.bin");
+    let part = partial_of(&out);
+    let o = out.to_str().unwrap();
+    let mut r = recv(&tb, 1, &["--resume", "-o", o, "--json"]);
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--wait",
+            "30",
+            "--timeout",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    // Killed (no chance to tidy up) once half the file is on its disk.
+    let t0 = Instant::now();
+    while std::fs::metadata(&part).map_or(0, |m| m.len()) < (len / 2) as u64 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no data arrived");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    r.kill();
+    let first = s.wait_timeout(Duration::from_secs(60));
+    assert_eq!(
+        first.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let rep = report(&first);
+    assert_eq!(rep["receivers"][0]["status"], "evicted", "{rep}");
+    assert!(!out.exists(), "no complete-looking file");
+    let held = std::fs::metadata(&part)
+        .expect("the partial output is kept")
+        .len();
+    assert!(held >= (len / 2) as u64 && held < len as u64, "{held}");
+    let report_file = dir.join("report.json");
+    std::fs::write(&report_file, &first.stdout).unwrap();
+
+    // Again, to the receiver the report lists as failed.
+    let mut r = recv(&tb, 1, &["--resume", "-o", o, "--json"]);
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--only-failed",
+            report_file.to_str().unwrap(),
+            "--wait",
+            "30",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let second = s.wait_timeout(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    let rep = report(&second);
+    let from = rep["resumed_from"].as_u64().expect("resumed_from");
+    assert!(from >= (len / 2) as u64 && from <= held, "{rep}");
+    assert_eq!(rep["bytes"], len as u64, "{rep}");
+    let ro = r.wait_timeout(Duration::from_secs(30));
+    assert_eq!(
+        ro.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ro.stderr)
+    );
+    let rr = recv_report(&ro);
+    assert_eq!(rr["resumed"], from, "{rr}");
+    // The digest of the whole file, kept bytes and received ones.
+    assert_eq!(rr["digest"], rep["digest"], "{rr}");
+    let again = rr["counters"]["data_bytes"].as_u64().expect("data_bytes");
+    assert_eq!(again + from, len as u64, "{rr}");
+    assert!(
+        (again as f64) < 0.6 * len as f64,
+        "{again} of {len} bytes sent again"
+    );
+    assert!(std::fs::read(&out).unwrap() == data, "out.bin differs");
+    assert!(!part.exists(), "the partial output became the file");
+    tb.down().unwrap();
+}
+
+#[test]
+fn partial_outputs_are_trusted_only_when_they_are_the_start_of_the_input() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("t"))).expect("test-bed");
+    let dir = tmpdir("tamper");
+    let len = 4 << 20;
+    let input = dir.join("in.bin");
+    let data = random_file(&input, len, 62);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    // Each round: what the two receivers' partial outputs hold, and where the sender starts.
+    let mut tampered = data[..2 << 20].to_vec();
+    tampered[1 << 20] ^= 0x40;
+    let mut longer = data.clone();
+    longer.extend_from_slice(b"more than the input has");
+    let rounds: [(&str, [Vec<u8>; 2], u64); 4] = [
+        // One byte differs in one of them: neither is trusted, all of it is sent again.
+        ("tampered", [tampered, data[..3 << 20].to_vec()], 0),
+        // Both hold the start: from the smaller.
+        (
+            "prefixes",
+            [data[..1 << 20].to_vec(), data[..3 << 20].to_vec()],
+            1 << 20,
+        ),
+        // One holds more than the input (cut to it), one holds all of it: nothing to send.
+        ("complete", [longer, data.clone()], len as u64),
+        // Bytes the input does not start with, of another length.
+        ("foreign", [vec![7; 5 << 20], data[..3 << 20].to_vec()], 0),
+    ];
+    for (what, parts, want) in rounds {
+        for (o, p) in outs.iter().zip(&parts) {
+            std::fs::write(partial_of(o), p).unwrap();
+        }
+        let mut rs: Vec<Proc> = outs
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                recv(
+                    &tb,
+                    i + 1,
+                    &["--resume", "-o", o.to_str().unwrap(), "--json"],
+                )
+            })
+            .collect();
+        let mut s = send(
+            &tb,
+            &[
+                "-i",
+                input.to_str().unwrap(),
+                "--receivers",
+                "2",
+                "--wait",
+                "30",
+                "--json",
+            ],
+            Stdio::null(),
+        );
+        let so = s.wait_timeout(Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&so.stderr);
+        assert_eq!(so.status.code(), Some(0), "{what}: {stderr}");
+        let rep = report(&so);
+        assert_eq!(rep["resumed_from"], want, "{what}: {rep}");
+        if want == 0 {
+            assert!(
+                stderr.contains("not the start of this input"),
+                "{what}: {stderr}"
+            );
+        }
+        for (r, o) in rs.iter_mut().zip(&outs) {
+            let ro = r.wait_timeout(Duration::from_secs(30));
+            let e = String::from_utf8_lossy(&ro.stderr);
+            assert_eq!(ro.status.code(), Some(0), "{what}: {e}");
+            let rr = recv_report(&ro);
+            assert_eq!(rr["resumed"], want, "{what}: {rr}");
+            assert_eq!(rr["digest"], rep["digest"], "{what}: {rr}");
+            assert_eq!(
+                rr["counters"]["data_bytes"],
+                len as u64 - want,
+                "{what}: {rr}"
+            );
+            assert!(
+                std::fs::read(o).unwrap() == data,
+                "{what}: {} differs",
+                o.display()
+            );
+            assert!(!partial_of(o).exists(), "{what}");
+            std::fs::remove_file(o).unwrap();
+        }
+    }
+    tb.down().unwrap();
+}
+
+/// A status file (`--status-file`) as it stands, if it is there.
+fn status_of(path: &Path) -> Option<serde_json::Value> {
+    let text = std::fs::read(path).ok()?;
+    Some(serde_json::from_slice(&text).expect("a status file is always whole JSON"))
+}
+
+#[test]
+fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
+    if !netns_available() {
+        return;
+    }
+    // About 2.7 s at 100 Mbit/s: the status files are written every second meanwhile.
+    let (tb, dir) = slow_bed(3, "c", "counters");
+    let len = 32 << 20;
+    let input = dir.join("in.bin");
+    let data = random_file(&input, len, 63);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let rstatus: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("r{i}.json"))).collect();
+    let sstatus = dir.join("s.json");
+
+    // A status file that cannot be written is an error before anything starts.
+    let mut bad = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--status-file",
+            "/nonexistent-dir/s.json",
+        ],
+        Stdio::null(),
+    );
+    let o = bad.wait_timeout(Duration::from_secs(30));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{e}");
+    assert!(e.contains("--status-file /nonexistent-dir/s.json"), "{e}");
+
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &[
+                    "-o",
+                    outs[i - 1].to_str().unwrap(),
+                    "--json",
+                    "--status-file",
+                    rstatus[i - 1].to_str().unwrap(),
+                ],
+            )
+        })
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "30",
+            "--quiet",
+            "--json",
+            "--status-file",
+            sstatus.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    // Under way: each side's file says so, with bytes moving.
+    let t0 = Instant::now();
+    let (mut sending, mut receiving) = (false, [false, false]);
+    while !(sending && receiving.iter().all(|r| *r)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no status under way: sender {sending}, receivers {receiving:?}"
+        );
+        if let Some(v) = status_of(&sstatus) {
+            sending |= v["state"] == "sending" && v["bytes_sent"].as_u64() > Some(0);
+        }
+        for (seen, p) in receiving.iter_mut().zip(&rstatus) {
+            if let Some(v) = status_of(p) {
+                *seen |= v["state"] == "receiving" && v["bytes"].as_u64() > Some(0);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let so = s.wait_timeout(Duration::from_secs(60));
+    assert_eq!(
+        so.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&so.stderr)
+    );
+    let rep = report(&so);
+    let fin = status_of(&sstatus).expect("the sender's status file");
+    assert_eq!(fin["state"], "done", "{fin}");
+    assert_eq!(fin["ok"], true, "{fin}");
+    for (i, r) in rs.iter_mut().enumerate() {
+        let ro = r.wait_timeout(Duration::from_secs(30));
+        assert_eq!(
+            ro.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&ro.stderr)
+        );
+        assert!(std::fs::read(&outs[i]).unwrap() == data);
+        let mine = recv_report(&ro)["counters"].clone();
+        assert_eq!(mine["data_bytes"], len as u64, "{mine}");
+        assert_eq!(mine["written"], len as u64, "{mine}");
+        assert_eq!(mine["resumed"], 0, "{mine}");
+        assert!(
+            mine["repair_requests_to_peers"].as_u64() <= mine["repair_requests"].as_u64(),
+            "{mine}"
+        );
+        // The sender's report and its status file carry the same counters, by receiver.
+        let mac = tb.hosts()[i + 1].mac_string();
+        for (what, receivers) in [("report", &rep["receivers"]), ("status", &fin["receivers"])] {
+            let line = receivers
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["mac"] == mac)
+                .unwrap_or_else(|| panic!("{what}: no line for {mac}: {receivers}"));
+            assert_eq!(line["counters"], mine, "{what}: {line}");
+        }
+        let own = status_of(&rstatus[i]).expect("the receiver's status file");
+        assert_eq!(own["state"], "completed", "{own}");
+        assert_eq!(own["bytes"], len as u64, "{own}");
+        assert_eq!(own["counters"], mine, "{own}");
+    }
+    // Only the status files and the data: no temporary status file left.
+    for e in std::fs::read_dir(&*dir).unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        assert!(!n.ends_with(".tmp"), "left behind: {n}");
+    }
+    tb.down().unwrap();
 }

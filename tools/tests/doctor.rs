@@ -150,3 +150,237 @@ fn doctor_passes_a_healthy_host_and_names_each_problem_with_its_fix() {
 
     tb.down().unwrap();
 }
+
+/// A test-bed of `n` hosts for the checks across hosts (host 0 checks, the others listen), and
+/// the hostfile naming hosts 1.. `nodeN`.
+struct Hosts {
+    tb: Testbed,
+    hostfile: std::path::PathBuf,
+    listeners: Vec<std::process::Child>,
+}
+
+impl Hosts {
+    /// `None` (skipped) without root or `ip netns`.
+    fn up(n: usize, tag: &str) -> Option<Hosts> {
+        if !netns_available(tag, false) {
+            return None;
+        }
+        let tb = Testbed::up(
+            &TestbedConfig::new(n).prefix(format!("dh{tag}{:x}", std::process::id() & 0xfff)),
+        )
+        .expect("test-bed");
+        let hostfile = std::env::temp_dir().join(format!(
+            "ethbcast-doctor-{tag}-{}.hosts",
+            std::process::id()
+        ));
+        let mut text = String::new();
+        for h in &tb.hosts()[1..] {
+            text.push_str(&format!(
+                "node{} {}\n",
+                h.index,
+                ethbcast_tools::testbed::format_mac(&h.mac)
+            ));
+        }
+        std::fs::write(&hostfile, text).unwrap();
+        Some(Hosts {
+            tb,
+            hostfile,
+            listeners: Vec::new(),
+        })
+    }
+
+    fn ns(&self, host: usize) -> String {
+        self.tb.hosts()[host].netns.clone()
+    }
+
+    /// `ethbcast doctor --iface eth0 --listen` on `host`, after `wrapper`: its output so far
+    /// once it answers probes, or all of it if it ended (a check failed there).
+    fn listen(&mut self, host: usize, wrapper: &[&str]) -> (bool, String) {
+        use std::io::BufRead;
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.ns(host)])
+            .args(wrapper)
+            .arg(BIN)
+            .args(["doctor", "--iface", "eth0", "--listen"])
+            .env_remove("ETHBCAST_BACKEND")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run ethbcast doctor --listen");
+        let stdout = c.stdout.take().unwrap();
+        let stderr = std::io::BufReader::new(c.stderr.take().unwrap());
+        let mut seen = String::new();
+        let mut answering = false;
+        for line in stderr.lines() {
+            let Ok(line) = line else { break };
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("answering probes") {
+                answering = true;
+                break;
+            }
+        }
+        // The checks it printed first.
+        if answering {
+            self.listeners.push(c);
+        } else {
+            let mut out = String::new();
+            let _ = std::io::Read::read_to_string(&mut { stdout }, &mut out);
+            seen.push_str(&out);
+            let _ = c.wait();
+        }
+        (answering, seen)
+    }
+
+    /// `ethbcast doctor --iface eth0 --hostfile FILE` on host 0: exit code and output.
+    fn check(&self) -> (Option<i32>, String) {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns(0),
+                BIN,
+                "doctor",
+                "--iface",
+                "eth0",
+            ])
+            .arg("--hostfile")
+            .arg(&self.hostfile)
+            .env_remove("ETHBCAST_BACKEND")
+            .output()
+            .expect("run ethbcast doctor --hostfile");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), text)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for c in &mut self.listeners {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.hostfile);
+    }
+}
+
+#[test]
+fn doctor_with_a_hostfile_passes_when_every_host_answers() {
+    let Some(mut h) = Hosts::up(4, "ok") else {
+        return;
+    };
+    for host in 1..4 {
+        let (answering, text) = h.listen(host, &[]);
+        assert!(answering, "{text}");
+    }
+    let (code, text) = h.check();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("FAIL") && !text.contains("WARN"), "{text}");
+    for n in 1..4 {
+        let mac = ethbcast_tools::testbed::format_mac(&h.tb.hosts()[n].mac);
+        let who = format!("ok    node{n} ({mac}): ");
+        for what in [
+            "a broadcast reaches it",
+            "MTU 1500 bytes",
+            "the group's address 03:eb",
+        ] {
+            assert!(
+                text.contains(&format!("{who}{what}")),
+                "{who}{what}: {text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn doctor_with_a_hostfile_names_a_host_with_an_mtu_of_1200_and_the_fix() {
+    let Some(mut h) = Hosts::up(3, "mtu") else {
+        return;
+    };
+    ip(&["-n", &h.ns(2), "link", "set", "eth0", "mtu", "1200"]);
+    for host in 1..3 {
+        let (answering, text) = h.listen(host, &[]);
+        assert!(answering, "{text}");
+    }
+    let (code, text) = h.check();
+    // Transfers with it work, with smaller frames: a warning.
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("WARN  node2 (") && text.contains("an MTU of 1200 bytes, this host's 1500"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: ip link set eth0 mtu 1500 on node2"),
+        "{text}"
+    );
+    assert!(!text.contains("WARN  node1"), "{text}");
+}
+
+#[test]
+fn doctor_with_a_hostfile_names_a_host_whose_interface_is_down_and_the_fix() {
+    let Some(mut h) = Hosts::up(3, "down") else {
+        return;
+    };
+    let (answering, text) = h.listen(1, &[]);
+    assert!(answering, "{text}");
+    ip(&["-n", &h.ns(2), "link", "set", "eth0", "down"]);
+    // The listener there says why itself, and does not listen.
+    let (answering, there) = h.listen(2, &[]);
+    assert!(!answering, "{there}");
+    assert!(
+        there.contains("FAIL  interface eth0 is down; fix: ip link set eth0 up"),
+        "{there}"
+    );
+    let (code, text) = h.check();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("FAIL  node2 ("), "{text}");
+    assert!(text.contains("no answer to a broadcast"), "{text}");
+    assert!(text.contains("ip link set eth0 up"), "{text}");
+    assert!(!text.contains("FAIL  node1"), "{text}");
+    // This host's own interface down: that is the line, and no host is probed.
+    ip(&["-n", &h.ns(0), "link", "set", "eth0", "down"]);
+    let (code, text) = h.check();
+    ip(&["-n", &h.ns(0), "link", "set", "eth0", "up"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  interface eth0 is down; fix: ip link set eth0 up"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 host(s) of the hostfile were not probed"),
+        "{text}"
+    );
+    assert!(!text.contains("node1"), "{text}");
+}
+
+#[test]
+fn doctor_with_a_hostfile_names_a_host_without_cap_net_raw_and_the_fix() {
+    let Some(setpriv) = find_tool("setpriv") else {
+        eprintln!("SKIPPED: setpriv (util-linux) is missing");
+        return;
+    };
+    let Some(mut h) = Hosts::up(3, "cap") else {
+        return;
+    };
+    let (answering, text) = h.listen(1, &[]);
+    assert!(answering, "{text}");
+    let setpriv = setpriv.to_str().unwrap();
+    let (answering, there) = h.listen(
+        2,
+        &[
+            setpriv,
+            "--bounding-set=-net_raw,-net_admin",
+            "--inh-caps=-net_raw,-net_admin",
+        ],
+    );
+    assert!(!answering, "{there}");
+    assert!(
+        there.contains("FAIL  CAP_NET_RAW is missing") && there.contains("setcap"),
+        "{there}"
+    );
+    let (code, text) = h.check();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("FAIL  node2 ("), "{text}");
+    assert!(text.contains("a missing capability: setcap"), "{text}");
+    assert!(!text.contains("FAIL  node1"), "{text}");
+}

@@ -67,7 +67,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__doctor)
-            opts="-v -h --iface --backend --json --verbose --help"
+            opts="-v -h --iface --backend --hostfile --probe-wait --listen --group-id --group-address --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -78,6 +78,22 @@ _ethbcast() {
                     return 0
                     ;;
                 --backend)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hostfile)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --probe-wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group-id)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group-address)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -187,7 +203,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --output --command --timeout --wait --from --user --max-bytes --quiet --json --verbose --help"
+            opts="-o -O -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --output --command --resume --timeout --wait --from --user --max-bytes --quiet --json --status-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -265,6 +281,10 @@ _ethbcast() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --status-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -273,7 +293,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --input --receivers --hostfile --only-failed --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --verbose --help"
+            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --input --receivers --hostfile --only-failed --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --status-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -364,6 +384,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --report-wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --status-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

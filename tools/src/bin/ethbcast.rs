@@ -43,7 +43,11 @@ Examples:
   ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --json > report.json
 
   # start once 7 of the hostfile's 8 hosts joined and 30 s passed; the report names the 8th:
-  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --min-receivers 7 --max-wait 30s";
+  ethbcast send --iface eth0 -i data.bin --hostfile hosts.txt --min-receivers 7 --max-wait 30s --json > report.json
+  # receivers that keep what arrived of a transfer that fails, to resume it:
+  ethbcast recv --iface eth0 --resume -o /data/data.bin
+  # again to the hosts the report lists as failed or missing, each from where it stopped:
+  ethbcast send --iface eth0 -i data.bin --only-failed report.json";
 
 #[derive(Parser)]
 #[command(
@@ -230,9 +234,15 @@ enum Cmd {
         /// No progress bar or messages (the REPORT and warnings are still printed to stderr).
         #[arg(long)]
         quiet: bool,
-        /// Print the final report as JSON on stdout.
+        /// Print the final report as JSON on stdout, with each receiver's counters (stream
+        /// bytes received and kept from a partial file, bytes its output took, repairs asked of
+        /// the sender and of fellow receivers, repairs served, acknowledgements, duplicates).
         #[arg(long)]
         json: bool,
+        /// Write the transfer's state and counters as JSON to this file every second and at the
+        /// end (each time whole: a temporary file renamed over it), for monitoring.
+        #[arg(long, value_name = "PATH")]
+        status_file: Option<PathBuf>,
     },
     /// Receive one transfer: to stdout (default), a file (-o) or a command's stdin (-O).
     #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
@@ -246,6 +256,16 @@ enum Cmd {
         /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
         #[arg(short = 'O', long = "command")]
         command: Option<String>,
+        /// With -o FILE: write under the fixed name .FILE.ethbcast.part next to FILE, and keep
+        /// it when the transfer does not complete (interrupted, evicted, the sender gone). The
+        /// next `recv --resume -o FILE` offers what it holds to the sender: the sender reads its
+        /// input file and, if the bytes' digest matches, starts its broadcast at the smallest
+        /// offset every receiver holds (at 0 if a receiver holds nothing or other bytes;
+        /// after `send --only-failed`, where the failed receivers stopped). The whole file's
+        /// digest is checked before it is renamed into place; one that does not match is
+        /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
+        #[arg(long, requires = "output")]
+        resume: bool,
         /// Give up after this many seconds without any frame from the sender, or without the
         /// output (file, stdout, -O command) taking any data; inf: never.
         #[arg(long, default_value = "30", value_parser = parse_duration)]
@@ -271,13 +291,25 @@ enum Cmd {
         /// No messages on stderr but warnings (RUST_LOG=error hides those too).
         #[arg(long)]
         quiet: bool,
-        /// Print the outcome as JSON on stderr (stdout may carry the data).
+        /// Print the outcome as JSON on stderr (stdout may carry the data), with the counters.
         #[arg(long)]
         json: bool,
+        /// Write this receiver's state and counters as JSON to this file every second and at
+        /// the end (each time whole: a temporary file renamed over it), for monitoring.
+        #[arg(long, value_name = "PATH")]
+        status_file: Option<PathBuf>,
     },
     /// Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the
-    /// capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link. One line per
-    /// check with its fix; exit 1 if any check fails.
+    /// capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link; with
+    /// --hostfile, every host of the file too (run `ethbcast doctor --listen` on those). One
+    /// line per check with its fix; exit 1 if any check fails.
+    #[command(after_help = "\
+Examples:
+  # on every receiver, while the sender checks (Ctrl-C to stop):
+  ethbcast doctor --iface eth0 --listen
+  # on the sender: this host, then whether a broadcast, a full-sized frame and the group's
+  # multicast address reach each host of the hostfile, and each host's MTU:
+  ethbcast doctor --iface eth0 --hostfile hosts.txt")]
     Doctor {
         /// Network interface.
         #[arg(long)]
@@ -285,6 +317,26 @@ enum Cmd {
         /// Link backend to check: ring, socket, pnet or xdp.
         #[arg(long, default_value = "ring")]
         backend: Backend,
+        /// Also probe the hosts of this file (as `send --hostfile` reads it), each running
+        /// `ethbcast doctor --listen`: one line per host and check (a broadcast reaches it;
+        /// its MTU against this host's, and whether a frame of this host's MTU reaches it; the
+        /// group's multicast address reaches it).
+        #[arg(long, conflicts_with = "listen")]
+        hostfile: Option<PathBuf>,
+        /// How long to probe the hosts of --hostfile (less when all answered), e.g. 2s.
+        #[arg(long, default_value = "2s", value_parser = parse_duration)]
+        probe_wait: Duration,
+        /// After this host's checks (exit 1 if one fails), answer the probes of `ethbcast
+        /// doctor --hostfile` run on another host, until Ctrl-C or SIGTERM.
+        #[arg(long)]
+        listen: bool,
+        /// The group id whose multicast address is probed (as given to send and recv).
+        #[arg(long, default_value_t = DEFAULT_GROUP_ID, value_parser = parse_group)]
+        group_id: u32,
+        /// The group address probed: derived, broadcast or a multicast MAC (as given to send and
+        /// recv).
+        #[arg(long, default_value = "derived")]
+        group_address: ethbcast::link::GroupAddress,
         /// Print the checks as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -372,6 +424,7 @@ fn main() -> ExitCode {
             report_wait,
             quiet,
             json,
+            status_file,
         } => {
             let expect = match (receivers, hostfile.or(only_failed.clone())) {
                 (Some(0), _) => {
@@ -434,6 +487,7 @@ fn main() -> ExitCode {
                 timeout,
                 report_wait,
                 quiet,
+                status_file,
             };
             match send::run(&args) {
                 Ok(r) => {
@@ -453,6 +507,7 @@ fn main() -> ExitCode {
             common,
             output,
             command,
+            resume,
             timeout,
             wait,
             from,
@@ -460,6 +515,7 @@ fn main() -> ExitCode {
             max_bytes,
             quiet,
             json,
+            status_file,
         } => {
             let out = match (output, command) {
                 (Some(p), _) => recv::Output::File(p),
@@ -485,6 +541,8 @@ fn main() -> ExitCode {
                 wait,
                 max_bytes: max_bytes.0,
                 quiet,
+                resume,
+                status_file,
             };
             match recv::run(&args) {
                 Ok(r) => {
@@ -507,13 +565,39 @@ fn main() -> ExitCode {
         Cmd::Doctor {
             iface,
             backend,
+            hostfile,
+            probe_wait,
+            listen,
+            group_id,
+            group_address,
             json,
         } => {
-            let checks = ethbcast_tools::doctor::run(
+            use ethbcast_tools::doctor::{self, hosts, Status};
+            let hostfile = match hostfile {
+                Some(p) => match std::fs::read_to_string(&p) {
+                    Ok(t) => match ethbcast::group::parse_hostfile(&t) {
+                        Ok(h) => Some(h),
+                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
+                    },
+                    Err(e) => return fail(Fatal::io(format!("cannot read {}: {e}", p.display()))),
+                },
+                None => None,
+            };
+            let mut checks = doctor::run(
                 &iface,
                 backend,
                 distribute::DEFAULT_WINDOW + distribute::RETAINED,
             );
+            let group = group_address.mac(group_id);
+            let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
+            match (&hostfile, failed(&checks)) {
+                (Some(h), false) => {
+                    let backend = backend.resolve().unwrap_or(backend);
+                    checks.extend(hosts::check(&iface, backend, group, h, probe_wait));
+                }
+                (Some(h), true) => checks.push(hosts::not_probed(h.len())),
+                (None, _) => {}
+            }
             if json {
                 println!(
                     "{}",
@@ -524,14 +608,29 @@ fn main() -> ExitCode {
                     println!("{}", c.render());
                 }
             }
-            if checks
-                .iter()
-                .any(|c| c.status == ethbcast_tools::doctor::Status::Fail)
-            {
-                ExitCode::from(distribute::EXIT_FAILED)
-            } else {
-                ExitCode::SUCCESS
+            if failed(&checks) {
+                return ExitCode::from(distribute::EXIT_FAILED);
             }
+            if listen {
+                let backend = backend.resolve().unwrap_or(backend);
+                let mut l = match hosts::Listener::open(&iface, backend, group) {
+                    Ok(l) => l,
+                    Err(e) => return fail(distribute::link_error(&iface, e)),
+                };
+                if let Err(f) = distribute::drop_capabilities() {
+                    return fail(f);
+                }
+                let stop = distribute::interrupt_flag();
+                eprintln!(
+                    "ethbcast: answering probes on {iface} ({}), group address {group}; Ctrl-C to stop",
+                    l.mac()
+                );
+                match l.run(&stop) {
+                    Ok(n) => eprintln!("ethbcast: answered {n} probes"),
+                    Err(e) => return fail(distribute::link_error(&iface, e)),
+                }
+            }
+            ExitCode::SUCCESS
         }
         Cmd::Keygen { file, passphrase } => {
             let written = if passphrase {

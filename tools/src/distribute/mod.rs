@@ -18,7 +18,11 @@
 //!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
 //!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
 //!    and the digest of the whole stream (XXH3-128, or BLAKE3 with `--digest blake3`; the
-//!    header names which).
+//!    header names which). After the header every receiver offers what it holds of the stream
+//!    already (`recv --resume`: the partial output of an interrupted transfer, its length and
+//!    digest; else nothing), and the sender, reading a file, starts its data at the smallest
+//!    offset every receiver holds if every offer's digest matches its input, else at 0 (see
+//!    `ethbcast::transfer::Offer`).
 //! 3. **Rate**: by default the engine's shared retransmission buffer paces the sender: no
 //!    more than `window` frames are ever unacknowledged by the slowest live receiver, and
 //!    no more than a few chunks are queued in the engine. `--max-rate` adds a token bucket
@@ -286,6 +290,81 @@ pub fn become_user(name: &str) -> Result<(), Fatal> {
         "now running as {name}"
     );
     Ok(())
+}
+
+/// How often `--status-file` is written while a transfer runs.
+pub const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// `--status-file PATH`: the counters of a running transfer as JSON, written every
+/// [`STATUS_EVERY`] and at the end, each time whole: into a temporary file next to PATH, renamed
+/// over it, so a reader never sees half of one.
+pub struct StatusFile {
+    path: std::path::PathBuf,
+    tmp: std::path::PathBuf,
+    last: Option<std::time::Instant>,
+    warned: bool,
+}
+
+impl StatusFile {
+    /// Writes `first` to `path` at once: a path that cannot be written is an error before the
+    /// transfer begins.
+    pub fn create(
+        path: &std::path::Path,
+        first: &impl serde::Serialize,
+    ) -> Result<StatusFile, Fatal> {
+        let name = path.file_name().ok_or_else(|| {
+            Fatal::new(
+                EXIT_USAGE,
+                format!("--status-file {}: not a file name", path.display()),
+            )
+        })?;
+        let tmp = path.with_file_name(format!(
+            ".{}.{}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let mut f = StatusFile {
+            path: path.to_path_buf(),
+            tmp,
+            last: None,
+            warned: false,
+        };
+        f.write_now(first)
+            .map_err(|e| Fatal::io(format!("--status-file {}: {e}", path.display())))?;
+        Ok(f)
+    }
+
+    fn write_now(&mut self, v: &impl serde::Serialize) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        self.last = Some(std::time::Instant::now());
+        let mut text = serde_json::to_vec_pretty(v).map_err(std::io::Error::other)?;
+        text.push(b'\n');
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&self.tmp)?;
+        f.write_all(&text)?;
+        drop(f);
+        std::fs::rename(&self.tmp, &self.path)
+    }
+
+    /// Writes `v` if [`STATUS_EVERY`] passed since the last time (`force`: now). A failure is
+    /// a warning, once: the transfer goes on.
+    pub fn update(&mut self, v: &impl serde::Serialize, force: bool) {
+        if !force && self.last.is_some_and(|t| t.elapsed() < STATUS_EVERY) {
+            return;
+        }
+        if let Err(e) = self.write_now(v) {
+            let _ = std::fs::remove_file(&self.tmp);
+            if !self.warned {
+                tracing::warn!("--status-file {}: {e}", self.path.display());
+                self.warned = true;
+            }
+        }
+    }
 }
 
 /// The warning `send` and `recv` print once when run without a key (`--insecure`).

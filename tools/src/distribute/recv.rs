@@ -19,7 +19,8 @@ use super::direct;
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 use ethbcast::proto::Piece;
 use ethbcast::transfer::{
-    Budget, Data, DigestAlgo, Final, Msg, PieceDigest, Progress, ABORT, EVICTED,
+    Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, Progress, StreamHasher, ABORT,
+    EVICTED,
 };
 
 /// Where the stream goes.
@@ -51,6 +52,11 @@ pub struct RecvArgs {
     pub quiet: bool,
     /// The user to run as once the link is open (`--user`).
     pub user: Option<String>,
+    /// Into a file: keep what arrived under a fixed partial name when the transfer does not
+    /// complete, and offer it to the next sender (`--resume`, see [`partial_name`]).
+    pub resume: bool,
+    /// Write the counters to this file every second and at the end (`--status-file`).
+    pub status_file: Option<PathBuf>,
 }
 
 /// A receiver's outcome.
@@ -74,13 +80,23 @@ pub struct RecvReport {
     pub error: String,
     /// Exit code.
     pub code: u8,
+    /// Bytes at the start of the stream taken from the partial output of an earlier transfer
+    /// (`--resume`), not received.
+    pub resumed: u64,
     /// What the receiver's engine did.
     pub counters: RecvCounters,
 }
 
-/// A receiver's engine counters, in its report.
-#[derive(Debug, Clone, Default, Serialize)]
+/// A receiver's counters, in its report, its status file, and (sent before its final report)
+/// the sender's report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RecvCounters {
+    /// Stream bytes received from the link (without those `resumed`).
+    pub data_bytes: u64,
+    /// Bytes at the start of the stream kept from a partial output (`--resume`).
+    pub resumed: u64,
+    /// Bytes the output took (the file, the pipe, the command).
+    pub written: u64,
     /// Requests for repair sent (NACK frames), to the sender or to fellow receivers.
     pub repair_requests: u64,
     /// Of those, to fellow receivers (peer repair).
@@ -93,6 +109,83 @@ pub struct RecvCounters {
     pub duplicate_frames: u64,
 }
 
+/// First byte of the point-to-point message carrying a receiver's [`RecvCounters`].
+const COUNTERS: u8 = b'C';
+
+impl RecvCounters {
+    /// What `node` counted so far, with the stream's bytes as the receiver sees them.
+    fn of(node: &Stream, data_bytes: u64, resumed: u64, written: u64) -> RecvCounters {
+        let st = node.stats();
+        RecvCounters {
+            data_bytes,
+            resumed,
+            written,
+            repair_requests: st.nack_frames,
+            repair_requests_to_peers: st.peer_nacks,
+            repairs_served: st.peer_repairs,
+            ack_frames: st.ack_frames + st.tree_ack_frames,
+            duplicate_frames: st.drops.duplicate,
+        }
+    }
+
+    fn fields(&self) -> [u64; 8] {
+        [
+            self.data_bytes,
+            self.resumed,
+            self.written,
+            self.repair_requests,
+            self.repair_requests_to_peers,
+            self.repairs_served,
+            self.ack_frames,
+            self.duplicate_frames,
+        ]
+    }
+
+    /// Encodes (`C` and eight u64).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![COUNTERS];
+        for f in self.fields() {
+            v.extend_from_slice(&f.to_be_bytes());
+        }
+        v
+    }
+
+    /// Decodes.
+    pub fn decode(m: &[u8]) -> Option<RecvCounters> {
+        if m.len() != 65 || m[0] != COUNTERS {
+            return None;
+        }
+        let f = |i: usize| u64::from_be_bytes(m[1 + 8 * i..9 + 8 * i].try_into().expect("8"));
+        Some(RecvCounters {
+            data_bytes: f(0),
+            resumed: f(1),
+            written: f(2),
+            repair_requests: f(3),
+            repair_requests_to_peers: f(4),
+            repairs_served: f(5),
+            ack_frames: f(6),
+            duplicate_frames: f(7),
+        })
+    }
+}
+
+/// A receiver's status file (`--status-file`): what it did so far.
+#[derive(Debug, Clone, Serialize)]
+struct RecvStatus<'a> {
+    /// `waiting` (for a sender), `receiving`, `completed` or `failed`.
+    state: &'a str,
+    rank: u16,
+    /// Stream bytes this receiver holds (kept and received).
+    bytes: u64,
+    /// The stream's size, if the sender said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<u64>,
+    seconds: f64,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    error: &'a str,
+    counters: RecvCounters,
+}
+
 enum Sink {
     /// Written in place, under its name (for errors): standard output, through its own
     /// descriptor (`std::io::Stdout` is line-buffered and split every write at its last
@@ -102,6 +195,8 @@ enum Sink {
         tmp: PathBuf,
         dst: PathBuf,
         f: Option<BufWriter<Counted<File>>>,
+        /// `--resume`: `tmp` is the partial name, kept when the transfer does not complete.
+        keep: bool,
     },
     Command {
         cmd: String,
@@ -249,6 +344,54 @@ fn create_temp(dst: &Path, mut suffix: impl FnMut() -> u64) -> Result<(PathBuf, 
     )))
 }
 
+/// The name under which `recv --resume -o DST` writes `DST` until the digest matched, and
+/// keeps what arrived when the transfer does not complete: `.NAME.ethbcast.part` next to it.
+pub fn partial_name(dst: &Path) -> Option<PathBuf> {
+    let name = dst.file_name()?;
+    Some(parent_dir(dst).join(format!(".{}.ethbcast.part", name.to_string_lossy())))
+}
+
+/// Opens (or creates) the partial output of `dst` for `--resume`, read and write, locked
+/// against a second receiver writing it. `Ok(None)` if what is there cannot be trusted to be
+/// this user's own partial output (a symbolic link, not a regular file, another owner, more
+/// than one name): the caller then writes a fresh temporary file instead, as without
+/// `--resume`.
+fn open_partial(dst: &Path) -> Result<Option<(PathBuf, File)>, Fatal> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let Some(part) = partial_name(dst) else {
+        return Err(Fatal::io(format!("-o {}: not a file name", dst.display())));
+    };
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(&part)
+    {
+        Ok(f) => f,
+        // A symbolic link (ELOOP) or something else that is no file of ours.
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => return Ok(None),
+        Err(e) => return Err(Fatal::io(format!("cannot open {}: {e}", part.display()))),
+    };
+    let m = f
+        .metadata()
+        .map_err(|e| Fatal::io(format!("cannot stat {}: {e}", part.display())))?;
+    if !m.file_type().is_file() || m.uid() != nix::unistd::geteuid().as_raw() || m.nlink() != 1 {
+        return Ok(None);
+    }
+    match f.try_lock() {
+        Ok(()) => Ok(Some((part, f))),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Fatal::io(format!(
+            "{} is being written by another ethbcast recv",
+            part.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(Fatal::io(format!("cannot lock {}: {e}", part.display())))
+        }
+    }
+}
+
 /// The directory of `path` (`.` for a bare file name).
 fn parent_dir(path: &Path) -> PathBuf {
     match path.parent() {
@@ -294,8 +437,9 @@ impl Sink {
         )
     }
 
-    /// Opens the output; `written` counts the bytes it takes (see [`Counted`]).
-    fn open(out: &Output, written: &Arc<AtomicU64>) -> Result<Sink, Fatal> {
+    /// Opens the output; `written` counts the bytes it takes (see [`Counted`]). `resume`:
+    /// into a regular file, its partial output (see [`open_partial`]).
+    fn open(out: &Output, written: &Arc<AtomicU64>, resume: bool) -> Result<Sink, Fatal> {
         Ok(match out {
             Output::Stdout => {
                 use std::os::fd::AsFd;
@@ -324,7 +468,18 @@ impl Sink {
                         dst.display()
                     )));
                 }
-                let (tmp, f) = create_temp(dst, rand::random)?;
+                let partial = if resume { open_partial(dst)? } else { None };
+                if resume && partial.is_none() {
+                    tracing::warn!(
+                        "{} is not a partial output of this user (a link, another owner, not a regular file): receiving into a fresh temporary file, which is not kept",
+                        partial_name(dst).unwrap_or_default().display()
+                    );
+                }
+                let keep = partial.is_some();
+                let (tmp, f) = match partial {
+                    Some(p) => p,
+                    None => create_temp(dst, rand::random)?,
+                };
                 Sink::File {
                     tmp,
                     dst: dst.clone(),
@@ -332,6 +487,7 @@ impl Sink {
                         1 << 20,
                         Counted::new(f, written, false),
                     )),
+                    keep,
                 }
             }
             Output::Command(cmd) => Sink::Command {
@@ -389,6 +545,69 @@ impl Sink {
         }
     }
 
+    /// `--resume`: how many of the stream's first bytes the partial output holds (at most
+    /// `limit`), and their digest so far.
+    fn hash_prefix(&mut self, algo: DigestAlgo, limit: u64) -> Result<(u64, StreamHasher), Fatal> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut h = StreamHasher::new(algo);
+        let Sink::File {
+            tmp,
+            f: Some(w),
+            keep: true,
+            ..
+        } = self
+        else {
+            return Ok((0, h));
+        };
+        let err = |e: std::io::Error| Fatal::io(format!("reading {}: {e}", tmp.display()));
+        let mut file = &w.get_ref().inner;
+        file.seek(SeekFrom::Start(0)).map_err(err)?;
+        let mut r = file.take(limit);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut held = 0u64;
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    h.update(&buf[..n]);
+                    held += n as u64;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Ok((held, h))
+    }
+
+    /// `--resume`: the stream goes on at `offset`; what the partial output holds beyond it is
+    /// cut off, and the next write goes there.
+    fn resume_at(&mut self, offset: u64) -> Result<(), Fatal> {
+        use std::io::{Seek, SeekFrom};
+        let Sink::File {
+            tmp,
+            f: Some(w),
+            keep: true,
+            ..
+        } = self
+        else {
+            return Ok(());
+        };
+        let err = |e: std::io::Error| Fatal::io(format!("resuming {}: {e}", tmp.display()));
+        w.flush().map_err(err)?;
+        let file = &mut w.get_mut().inner;
+        file.set_len(offset).map_err(err)?;
+        file.seek(SeekFrom::Start(offset)).map_err(err)?;
+        Ok(())
+    }
+
+    /// Removes a partial output whose content turned out wrong (see [`Sink::abort`]).
+    fn discard(&mut self) {
+        if let Sink::File { keep, .. } = self {
+            *keep = false;
+        }
+        self.abort();
+    }
+
     /// The output and its name, for writing it directly (see [`super::direct`]), if a write
     /// to it never waits: `/dev/null`. Not a file: a write into the page cache waits when the
     /// kernel throttles dirty pages, and the protocol thread waits with the ring's slots held
@@ -411,7 +630,7 @@ impl Sink {
     fn commit(&mut self) -> Result<(), Fatal> {
         match std::mem::replace(self, Sink::Done) {
             Sink::InPlace(mut w, name) => w.flush().map_err(|e| write_err(&name, e)),
-            Sink::File { tmp, dst, f } => {
+            Sink::File { tmp, dst, f, .. } => {
                 let r = (|| {
                     let w = f.expect("open file");
                     let file = w
@@ -467,15 +686,27 @@ impl Sink {
     /// writing it: the temporary file to remove, the command to kill.
     fn handle(&self) -> SinkHandle {
         match self {
-            Sink::File { tmp, .. } => SinkHandle::File(tmp.clone()),
+            Sink::File { tmp, keep, .. } => SinkHandle::File {
+                tmp: tmp.clone(),
+                keep: *keep,
+            },
             Sink::Command { child: Some(c), .. } => SinkHandle::Pid(c.id()),
             _ => SinkHandle::None,
         }
     }
 
-    /// Discards the output: removes the temporary file, kills the command.
+    /// Discards the output: removes the temporary file (keeps a partial output for
+    /// `--resume`: what it holds is a prefix of the stream, checked when it is offered),
+    /// kills the command.
     fn abort(&mut self) {
         match std::mem::replace(self, Sink::Done) {
+            Sink::File {
+                f: Some(mut w),
+                keep: true,
+                ..
+            } => {
+                let _ = w.flush();
+            }
             Sink::File { tmp, f, .. } => {
                 drop(f);
                 let _ = std::fs::remove_file(&tmp);
@@ -507,18 +738,33 @@ impl Drop for Guard {
 /// See [`Sink::handle`].
 enum SinkHandle {
     None,
-    File(PathBuf),
+    /// The temporary file; `keep`: a partial output kept for `--resume`.
+    File {
+        tmp: PathBuf,
+        keep: bool,
+    },
     Pid(u32),
 }
 
 impl SinkHandle {
+    /// As [`Sink::abort`].
     fn discard(&self) {
         match self {
-            SinkHandle::None => {}
-            SinkHandle::File(tmp) => {
+            SinkHandle::None | SinkHandle::File { keep: true, .. } => {}
+            SinkHandle::File { tmp, .. } => {
                 let _ = std::fs::remove_file(tmp);
             }
             SinkHandle::Pid(pid) => kill_command(*pid),
+        }
+    }
+
+    /// As [`Sink::discard`]: a partial output too.
+    fn remove(&self) {
+        match self {
+            SinkHandle::File { tmp, .. } => {
+                let _ = std::fs::remove_file(tmp);
+            }
+            h => h.discard(),
         }
     }
 }
@@ -534,12 +780,25 @@ const WRITE_QUEUE: usize = 32;
 
 /// What the protocol loop hands the writer thread.
 enum Job {
+    /// `--resume`, at the header: find how many of the stream's first bytes (at most
+    /// `limit`) the partial output holds and their digest (see [`Sink::hash_prefix`]), and
+    /// tell the protocol loop through [`Writer::offer`].
+    Offer {
+        algo: DigestAlgo,
+        limit: u64,
+    },
+    /// The sender's data starts at this offset: the output keeps its first bytes up to there
+    /// (0 unless resumed) and the writer goes on from them.
+    Start(u64),
     Data(Data),
     /// Bytes of data the protocol thread wrote to the output itself (see [`super::direct`]).
     Direct(u64),
-    /// The trailer, its digest checked already: check the byte count, then commit the output.
+    /// The trailer, its digest checked already (unless the stream resumed, see
+    /// [`Job::Start`]: then `digest` is the trailer's, which the writer checks against what
+    /// the output holds): check the byte count, then commit the output.
     Verify {
         bytes: u64,
+        digest: Option<[u8; 32]>,
     },
 }
 
@@ -548,6 +807,9 @@ enum Job {
 struct Written {
     result: Result<(), Fatal>,
     bytes: u64,
+    /// Resumed past 0: the digest of the output from its first byte, as the writer hashed it
+    /// (the protocol loop's covers only what it received).
+    digest: Option<[u8; 32]>,
 }
 
 /// The writer thread and its queue.
@@ -561,6 +823,8 @@ struct Writer {
     abandoned: Arc<AtomicBool>,
     /// Bytes the output took so far (see [`Counted`]).
     written: Arc<AtomicU64>,
+    /// The answer to [`Job::Offer`]: bytes held and their digest.
+    offer: Arc<Mutex<Option<Offer>>>,
 }
 
 /// How [`Writer::push`] ended.
@@ -592,25 +856,78 @@ impl Writer {
         let (tx, rx) = sync_channel::<Job>(WRITE_QUEUE);
         let abandoned = Arc::new(AtomicBool::new(false));
         let give_up = abandoned.clone();
+        let offer = Arc::new(Mutex::new(None));
+        let offered = offer.clone();
+        let counted = written.clone();
         let thread = std::thread::Builder::new()
             .name("ethbcast-writer".into())
             .spawn(move || {
                 let mut sink = Guard(sink);
                 let mut bytes = 0u64;
+                // `--resume`: what the partial output holds (bytes, digest so far), and once
+                // the stream resumed past 0, the digest of the output from its first byte.
+                let mut held: Option<(u64, StreamHasher)> = None;
+                let mut resumed: Option<StreamHasher> = None;
+                // The header's digest algorithm (from the offer).
+                let mut algo = DigestAlgo::Xxh3;
                 let result = loop {
                     let job = rx.recv();
                     if give_up.load(Ordering::SeqCst) {
                         break Err(Fatal::new(EXIT_FAILED, "transfer ended early"));
                     }
                     match job {
+                        Ok(Job::Offer { algo: a, limit }) => match sink.0.hash_prefix(a, limit) {
+                            Ok((n, h)) => {
+                                *offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(Offer {
+                                    held: n,
+                                    digest: h.finalize(),
+                                });
+                                held = Some((n, h));
+                                algo = a;
+                            }
+                            Err(e) => break Err(e),
+                        },
+                        Ok(Job::Start(offset)) => {
+                            if offset > 0 {
+                                // The digest of the bytes kept: the offer's, or (the sender
+                                // starts before the end of what this output holds) read again.
+                                let h = match held.take() {
+                                    Some((n, h)) if n == offset => Ok(h),
+                                    Some(_) => match sink.0.hash_prefix(algo, offset) {
+                                        Ok((n, h)) if n == offset => Ok(h),
+                                        Ok((n, _)) => Err(Fatal::new(
+                                            EXIT_FAILED,
+                                            format!("the sender resumed at byte {offset}, the partial output holds {n}"),
+                                        )),
+                                        Err(e) => Err(e),
+                                    },
+                                    None => Err(Fatal::new(
+                                        EXIT_FAILED,
+                                        "the sender resumed a stream this receiver offered nothing of",
+                                    )),
+                                };
+                                match h {
+                                    Ok(h) => resumed = Some(h),
+                                    Err(e) => break Err(e),
+                                }
+                            }
+                            if let Err(e) = sink.0.resume_at(offset) {
+                                break Err(e);
+                            }
+                            bytes = offset;
+                            counted.fetch_add(offset, Ordering::Relaxed);
+                        }
                         Ok(Job::Data(d)) => {
                             bytes += d.bytes().len() as u64;
+                            if let Some(h) = resumed.as_mut() {
+                                h.update(d.bytes());
+                            }
                             if let Err(e) = sink.0.write(d.bytes()) {
                                 break Err(e);
                             }
                         }
                         Ok(Job::Direct(n)) => bytes += n,
-                        Ok(Job::Verify { bytes: b }) => {
+                        Ok(Job::Verify { bytes: b, digest }) => {
                             if b != bytes {
                                 break Err(Fatal::new(
                                     EXIT_FAILED,
@@ -619,13 +936,31 @@ impl Writer {
                                     ),
                                 ));
                             }
+                            if let (Some(h), Some(d)) = (&resumed, digest) {
+                                if h.finalize() != d {
+                                    // Not a prefix of this stream after all: kept no longer.
+                                    sink.0.discard();
+                                    break Err(Fatal::new(
+                                        EXIT_FAILED,
+                                        format!(
+                                            "integrity check failed: the output resumed from the partial file holds {}, the sender sent {}; the partial file is removed",
+                                            algo.render(&h.finalize()),
+                                            algo.render(&d)
+                                        ),
+                                    ));
+                                }
+                            }
                             break sink.0.commit();
                         }
                         // The protocol loop gave up: the guard discards the output.
                         Err(_) => break Err(Fatal::new(EXIT_FAILED, "transfer ended early")),
                     }
                 };
-                Written { result, bytes }
+                Written {
+                    result,
+                    bytes,
+                    digest: resumed.map(|h| h.finalize()),
+                }
             })
             .map_err(|e| Fatal::io(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer {
@@ -635,6 +970,7 @@ impl Writer {
             done: None,
             abandoned,
             written,
+            offer,
         })
     }
 
@@ -665,6 +1001,11 @@ impl Writer {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// The answer to [`Job::Offer`], once the writer has it.
+    fn offer(&self) -> Option<Offer> {
+        self.offer.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Bytes the output took so far.
@@ -746,6 +1087,20 @@ fn check_digest(seen: &Mutex<Hashed>, bytes: u64, digest: &[u8; 32]) -> Result<(
             EXIT_FAILED,
             "integrity check failed: stream data came before its header",
         )),
+    }
+}
+
+/// Resumed at `from`: whether the engine consumed the rest of the stream, as many data bytes
+/// as the trailer's count leaves after `from` (the digest is the writer's to check).
+fn check_count(seen: &Mutex<Hashed>, from: u64, bytes: u64) -> Result<(), Fatal> {
+    let got = lock(seen).bytes;
+    if from.checked_add(got) == Some(bytes) {
+        Ok(())
+    } else {
+        Err(Fatal::new(
+            EXIT_FAILED,
+            format!("integrity check failed: resumed at byte {from} and got {got} bytes more, the sender sent {bytes} bytes"),
+        ))
     }
 }
 
@@ -855,8 +1210,24 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     super::drop_capabilities()?;
     let stop = super::interrupt_flag();
     let output_took = Arc::new(AtomicU64::new(0));
-    let mut guard = Guard(Sink::open(&a.output, &output_took)?);
+    let mut guard = Guard(Sink::open(&a.output, &output_took, a.resume)?);
     let sink = &mut guard.0;
+    let status_at = |state, rank, bytes, total, seconds, error, counters| RecvStatus {
+        state,
+        rank,
+        bytes,
+        total,
+        seconds,
+        error,
+        counters,
+    };
+    let mut status = match &a.status_file {
+        Some(p) => Some(super::StatusFile::create(
+            p,
+            &status_at("waiting", 0, 0, None, 0.0, "", RecvCounters::default()),
+        )?),
+        None => None,
+    };
     let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
@@ -934,6 +1305,18 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     // other groups on the segment, nor garbage).
     let heard_since = Instant::now();
     let mut written: Option<Written> = None;
+    // The offer (see `Offer`): waiting for the writer's answer, then what it said was held.
+    let mut offer_pending = false;
+    let mut told_alive: Option<Instant> = None;
+    let mut offered: Option<u64> = None;
+    // The sender's start (see `Msg::Start`): where its data begins.
+    let mut resumed: Option<u64> = None;
+    // The output's content is wrong (not only incomplete): a partial output is removed.
+    let mut spoilt = false;
+    // The header's total, and the progress bar from the header on.
+    let mut announced: Option<u64> = None;
+    let mut pb: Option<indicatif::ProgressBar> = None;
+    let mut pb_told: Option<Instant> = None;
     let outcome: Result<(), Fatal> = 'run: loop {
         if stop.load(Ordering::SeqCst) {
             break 'run Err(interrupted());
@@ -955,6 +1338,56 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         if let Some(e) = direct.then(direct_failed).flatten() {
             break 'run Err(e);
         }
+        let held = lock(&seen).bytes + resumed.unwrap_or(0);
+        if let Some(pb) = pb.as_ref() {
+            pb.set_position(held);
+            if pb_told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+                pb.set_message(format!("{} repairs asked", node.stats().nack_frames));
+                pb_told = Some(Instant::now());
+            }
+        }
+        if let Some(st) = status.as_mut() {
+            let c = RecvCounters::of(
+                &node,
+                held - resumed.unwrap_or(0),
+                resumed.unwrap_or(0),
+                output_took.load(Ordering::Relaxed),
+            );
+            let state = if writer.is_some() {
+                "receiving"
+            } else {
+                "waiting"
+            };
+            st.update(
+                &status_at(
+                    state,
+                    rank,
+                    held,
+                    announced,
+                    start.elapsed().as_secs_f64(),
+                    "",
+                    c,
+                ),
+                false,
+            );
+        }
+        // While the writer reads the partial output, the sender hears that this receiver is
+        // alive (it waits for every offer).
+        if offer_pending && told_alive.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+            let p = Progress {
+                took: 0,
+                all_taken: false,
+            };
+            let _ = node.notice(Dest::Rank(0), p.encode());
+            told_alive = Some(Instant::now());
+        }
+        if let (true, Some(o)) = (offer_pending, writer.as_ref().and_then(Writer::offer)) {
+            offer_pending = false;
+            offered = Some(o.held);
+            if let Err(e) = node.send_to(0, o.encode()) {
+                break 'run Err(e.into());
+            }
+        }
         let now = Instant::now();
         let heard = node
             .last_heard(0)
@@ -971,7 +1404,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         while let Some(ev) = node.poll_event() {
             match ev {
                 Event::Delivered(Message { root: 0, data, .. }) => match Msg::decode(data) {
-                    Ok(Msg::Header { total, .. }) if writer.is_none() => {
+                    Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
                         // Before the output starts: a stream refused here never runs a
                         // command or writes a byte.
                         match Budget::new(total, a.max_bytes) {
@@ -984,20 +1417,92 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                 total.map_or("a stream".into(), |t| format!("{t} bytes"))
                             );
                         }
+                        announced = total;
+                        pb = Some(super::send::progress_bar(total, a.quiet));
                         if let Err(e) = sink.start() {
                             break 'run Err(e);
                         }
+                        let partial = matches!(sink, Sink::File { keep: true, .. });
                         let out = std::mem::replace(sink, Sink::Done);
-                        match Writer::spawn(out, output_took.clone()) {
-                            Ok(w) => writer = Some(w),
+                        let mut w = match Writer::spawn(out, output_took.clone()) {
+                            Ok(w) => w,
                             Err(e) => break 'run Err(e),
+                        };
+                        // What this receiver holds of the stream already, for the sender's
+                        // start: a partial output's (once the writer read it), else nothing.
+                        match (partial, total) {
+                            (true, Some(limit)) => {
+                                match w.push(
+                                    Job::Offer {
+                                        algo: digest,
+                                        limit,
+                                    },
+                                    &stop,
+                                    a.timeout,
+                                ) {
+                                    Pushed::Queued => offer_pending = true,
+                                    Pushed::Stopped => break 'run Err(writer_failed(&mut w)),
+                                    Pushed::Interrupted => break 'run Err(interrupted()),
+                                    Pushed::Stalled => break 'run Err(stalled(a.timeout)),
+                                }
+                            }
+                            _ => {
+                                offered = Some(0);
+                                let none = Offer {
+                                    held: 0,
+                                    digest: [0; 32],
+                                };
+                                if let Err(e) = node.send_to(0, none.encode()) {
+                                    break 'run Err(e.into());
+                                }
+                            }
                         }
+                        writer = Some(w);
                     }
-                    Ok(Msg::Data(d)) => {
+                    Ok(Msg::Start { offset }) if resumed.is_none() => {
                         let (Some(w), Some(b)) = (writer.as_mut(), budget.as_mut()) else {
                             break 'run Err(Fatal::new(
                                 EXIT_FAILED,
-                                "stream data before its header",
+                                "stream start before its header",
+                            ));
+                        };
+                        let held = offered.unwrap_or(0);
+                        if offset > held {
+                            break 'run Err(Fatal::new(
+                                EXIT_FAILED,
+                                format!("the sender starts at byte {offset}, this receiver holds {held} bytes of the stream"),
+                            ));
+                        }
+                        if let Err(e) = b.take(offset) {
+                            spoilt = true;
+                            break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
+                        }
+                        if offset > 0 && !a.quiet {
+                            let say = || {
+                                eprintln!(
+                                "ethbcast: rank {rank}: resuming at byte {offset} (the partial output's first {offset} bytes match the sender's input)"
+                            )
+                            };
+                            match pb.as_ref() {
+                                Some(pb) => pb.suspend(say),
+                                None => say(),
+                            }
+                        }
+                        match w.push(Job::Start(offset), &stop, a.timeout) {
+                            Pushed::Queued => {}
+                            Pushed::Stopped => break 'run Err(writer_failed(w)),
+                            Pushed::Interrupted => break 'run Err(interrupted()),
+                            Pushed::Stalled => break 'run Err(stalled(a.timeout)),
+                        }
+                        resumed = Some(offset);
+                    }
+                    Ok(Msg::Data(d)) => {
+                        let (Some(w), Some(b), Some(_)) =
+                            (writer.as_mut(), budget.as_mut(), resumed)
+                        else {
+                            break 'run Err(Fatal::new(
+                                EXIT_FAILED,
+                                "stream data before its header and start",
                             ));
                         };
                         if direct {
@@ -1005,6 +1510,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                             continue;
                         }
                         if let Err(e) = b.take(d.bytes().len() as u64) {
+                            spoilt = true;
                             break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
                         }
                         match w.push(Job::Data(d), &stop, a.timeout) {
@@ -1022,6 +1528,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                             ));
                         };
                         if let Err(e) = b.end(bytes) {
+                            spoilt = true;
                             break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
                         }
                         if direct {
@@ -1039,10 +1546,23 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                 Pushed::Stalled => break 'run Err(stalled(a.timeout)),
                             }
                         }
-                        if let Err(e) = check_digest(&seen, bytes, &digest) {
+                        // Resumed: the data received is the rest of the stream, whose digest
+                        // the writer checks with the bytes the output kept.
+                        let from = resumed.unwrap_or(0);
+                        let checked = if from > 0 {
+                            check_count(&seen, from, bytes)
+                        } else {
+                            check_digest(&seen, bytes, &digest)
+                        };
+                        if let Err(e) = checked {
+                            spoilt = true;
                             break 'run Err(e);
                         }
-                        match w.push(Job::Verify { bytes }, &stop, a.timeout) {
+                        let job = Job::Verify {
+                            bytes,
+                            digest: (from > 0).then_some(digest),
+                        };
+                        match w.push(job, &stop, a.timeout) {
                             Pushed::Queued => {}
                             Pushed::Stopped => break 'run Err(writer_failed(w)),
                             Pushed::Interrupted => break 'run Err(interrupted()),
@@ -1068,6 +1588,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                     Ok(Msg::Header { .. }) => {
                         break 'run Err(Fatal::new(EXIT_FAILED, "a second stream header"))
                     }
+                    Ok(Msg::Start { .. }) => {
+                        break 'run Err(Fatal::new(EXIT_FAILED, "a second stream start"))
+                    }
                     Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e)),
                 },
                 ev => {
@@ -1083,27 +1606,46 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         Err(f) => {
             // Discard the output, wherever it is: still here, or with the writer (which
             // may be stuck writing to a command that does not read: it is killed first).
-            sink.abort();
+            // A partial output is kept for `--resume` unless what it holds is wrong.
+            if spoilt {
+                sink.discard();
+            } else {
+                sink.abort();
+            }
             if let Some(w) = writer.as_mut() {
                 if !w.stopped() {
                     w.abandon();
                 }
                 written = w.finish(Duration::from_millis(500));
+                if spoilt {
+                    w.handle.remove();
+                }
             }
             (false, f.msg.clone(), f.code)
         }
     };
+    if let Some(pb) = pb.take() {
+        pb.finish_and_clear();
+    }
     let bytes = written.as_ref().map_or(0, |w| w.bytes);
     let digest = match (&written, lock(&seen).digest) {
-        (Some(_), Some((algo, d))) => algo.render(&d),
+        (Some(w), Some((algo, d))) => algo.render(&w.digest.unwrap_or(d)),
         _ => String::new(),
     };
-    // Tell the sender (best effort for failures), then make sure it heard us.
+    // Tell the sender (best effort for failures) what this receiver counted and how it ended,
+    // then make sure it heard us.
+    let counters = RecvCounters::of(
+        &node,
+        lock(&seen).bytes,
+        resumed.unwrap_or(0),
+        output_took.load(Ordering::Relaxed),
+    );
     let report = Final {
         ok,
         bytes,
         error: error.clone(),
     };
+    let _ = node.send_to(0, counters.encode());
     if node.send_to(0, report.encode()).is_ok() {
         let patience = if ok {
             Duration::from_secs(3)
@@ -1112,23 +1654,25 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         };
         let _ = node.settle(patience);
     }
-    let st = node.stats();
-    let counters = RecvCounters {
-        repair_requests: st.nack_frames,
-        repair_requests_to_peers: st.peer_nacks,
-        repairs_served: st.peer_repairs,
-        ack_frames: st.ack_frames + st.tree_ack_frames,
-        duplicate_frames: st.drops.duplicate,
-    };
+    let seconds = start.elapsed().as_secs_f64();
+    if let Some(st) = status.as_mut() {
+        let state = if ok { "completed" } else { "failed" };
+        let held = lock(&seen).bytes + resumed.unwrap_or(0);
+        st.update(
+            &status_at(state, rank, held, announced, seconds, &error, counters),
+            true,
+        );
+    }
     Ok(RecvReport {
         ok,
         rank,
         bytes,
-        seconds: start.elapsed().as_secs_f64(),
+        seconds,
         digest,
         direct,
         error,
         code,
+        resumed: resumed.unwrap_or(0),
         counters,
     })
 }
@@ -1237,7 +1781,7 @@ mod tests {
         let dst = dir.join("out.bin");
         let old_name = dir.join(format!(".out.bin.ethbcast-{}.part", std::process::id()));
         std::os::unix::fs::symlink(&victim, &old_name).unwrap();
-        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default()).unwrap();
+        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default(), false).unwrap();
         sink.write(b"the transfer").unwrap();
         sink.commit().unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
@@ -1279,6 +1823,79 @@ mod tests {
         let err = create_temp(&dst, || 1).unwrap_err();
         assert!(err.msg.contains("fresh names were taken"), "{}", err.msg);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `--resume` writes and keeps only a partial output that is this user's own regular
+    /// file with one name; a link planted there (to a file or dangling), a hard link to
+    /// another file, a file of another user is never written: a fresh temporary file is.
+    #[test]
+    fn a_partial_output_is_used_only_when_it_is_this_users_own_file() {
+        let dir = scratch("partial");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dst = dir.join("out.bin");
+        let part = partial_name(&dst).unwrap();
+        assert_eq!(part, dir.join(".out.bin.ethbcast.part"));
+        let refused = |what: &str| {
+            assert!(open_partial(&dst).unwrap().is_none(), "{what}");
+            let _ = std::fs::remove_file(&part);
+        };
+        std::os::unix::fs::symlink(&victim, &part).unwrap();
+        refused("a symbolic link");
+        std::os::unix::fs::symlink(dir.join("nowhere"), &part).unwrap();
+        refused("a dangling symbolic link");
+        assert!(!dir.join("nowhere").exists());
+        std::fs::hard_link(&victim, &part).unwrap();
+        refused("a second name of another file");
+        if nix::unistd::geteuid().is_root() {
+            std::fs::write(&part, b"someone else's").unwrap();
+            nix::unistd::chown(&part, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+            refused("another user's file");
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        // Its own file: opened, locked against a second receiver, kept by `abort`.
+        std::fs::write(&part, b"the first bytes").unwrap();
+        let (p, _f) = open_partial(&dst).unwrap().expect("its own partial output");
+        assert_eq!(p, part);
+        let second = open_partial(&dst).unwrap_err();
+        assert!(
+            second.msg.contains("another ethbcast recv"),
+            "{}",
+            second.msg
+        );
+        drop(_f);
+        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default(), true).unwrap();
+        let (held, _) = sink.hash_prefix(DigestAlgo::Xxh3, 9).unwrap();
+        assert_eq!(held, 9, "at most the stream's length");
+        sink.abort();
+        assert_eq!(std::fs::read(&part).unwrap(), b"the first bytes");
+        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default(), true).unwrap();
+        sink.discard();
+        assert!(!part.exists(), "discarded");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn counters_round_trip_and_nothing_else_parses_as_them() {
+        let c = RecvCounters {
+            data_bytes: 1 << 40,
+            resumed: 2,
+            written: 3,
+            repair_requests: 4,
+            repair_requests_to_peers: 5,
+            repairs_served: 6,
+            ack_frames: 7,
+            duplicate_frames: u64::MAX,
+        };
+        assert_eq!(RecvCounters::decode(&c.encode()), Some(c));
+        assert_eq!(RecvCounters::decode(&c.encode()[..64]), None);
+        let f = Final {
+            ok: true,
+            bytes: 9,
+            error: String::new(),
+        };
+        assert_eq!(RecvCounters::decode(&f.encode()), None);
+        assert_eq!(Final::decode(&c.encode()), None);
     }
 
     #[test]

@@ -15,10 +15,11 @@ use ethbcast::member::{Event, MemberError};
 use ethbcast::proto::{Dest, SendError};
 use serde::Serialize;
 
+use super::recv::RecvCounters;
 use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
 use ethbcast::transfer::rate::TokenBucket;
 use ethbcast::transfer::{
-    DigestAlgo, Final, Msg, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
+    DigestAlgo, Final, Msg, Offer, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
 };
 
 /// What `ethbcast send` was asked to do.
@@ -46,6 +47,9 @@ pub struct SendArgs {
     pub report_wait: Duration,
     /// No progress bar or chatter.
     pub quiet: bool,
+    /// Write the transfer's counters to this file every second and at the end
+    /// (`--status-file`).
+    pub status_file: Option<PathBuf>,
 }
 
 /// The fate of one receiver.
@@ -81,6 +85,32 @@ pub struct ReceiverReport {
     /// Why it failed or was evicted.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// What the receiver counted (it sends them before its completion report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<RecvCounters>,
+}
+
+/// The sender's status file (`--status-file`): the transfer as it stands.
+#[derive(Debug, Clone, Serialize)]
+struct SendStatus<'a> {
+    /// `joining`, `sending` or `done`.
+    state: &'a str,
+    /// With `done`: every receiver completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<bool>,
+    iface: &'a str,
+    /// The input's size, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<u64>,
+    /// Stream bytes handed to the engine (from `resumed_from` on), and of those acknowledged
+    /// by every live receiver.
+    bytes_sent: u64,
+    bytes_acked: u64,
+    resumed_from: u64,
+    seconds: f64,
+    data_frames: u64,
+    repair_frames: u64,
+    receivers: &'a [ReceiverReport],
 }
 
 /// A receiver that was expected and did not join (the transfer started without it).
@@ -105,11 +135,14 @@ pub struct Report {
     /// Digest of the stream (`xxh3:HEX` or `blake3:HEX`; `xxh3:none` when the input was not
     /// read to its end).
     pub digest: String,
+    /// Offset of the first byte sent: the receivers held the bytes before it from an earlier,
+    /// interrupted transfer (`recv --resume`), checked by their digest.
+    pub resumed_from: u64,
     /// Seconds the join took.
     pub join_seconds: f64,
     /// Seconds from the first data message to the last outcome.
     pub seconds: f64,
-    /// Goodput in Mbit/s (stream bytes over `seconds`).
+    /// Goodput in Mbit/s (stream bytes sent, from `resumed_from` on, over `seconds`).
     pub goodput_mbit: f64,
     /// Receivers.
     pub receivers: Vec<ReceiverReport>,
@@ -139,6 +172,12 @@ impl Report {
             self.data_frames,
             self.repair_frames
         );
+        if self.resumed_from > 0 {
+            s.push_str(&format!(
+                "REPORT: resumed at byte {}: every receiver held the bytes before it\n",
+                self.resumed_from
+            ));
+        }
         let named = self.receivers.iter().any(|r| r.host.is_some());
         let host = |h: &Option<String>| match (named, h) {
             (false, _) => String::new(),
@@ -226,19 +265,124 @@ const EVICTED_REPEAT: Duration = Duration::from_millis(250);
 const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
 
 enum Block {
+    /// Where the data starts (the reader's first block), and the receiver (index in the
+    /// offers) whose offer did not match the input, if one did not.
+    Start(u64, Option<usize>),
     Data(Vec<u8>),
     /// The end of the input, with the digest of all of it.
     Eof([u8; 32]),
     Err(std::io::Error),
 }
 
+/// The sender's input.
+enum Input {
+    /// A regular file: the stream can start at an offset (see [`resume_point`]).
+    File(File),
+    /// Standard input, a pipe, a device: read from its first byte.
+    Stream(Box<dyn Read + Send>),
+}
+
+/// Where the data of a file starts, given the receivers' offers (see [`Offer`]): the smallest
+/// offset any receiver holds if every offer's digest is that of the file's bytes before it,
+/// else 0; with the digest of the bytes before the start, and the file positioned there. The
+/// second value is the index of an offer that did not match, if one did not.
+fn resume_point(
+    f: &mut File,
+    algo: DigestAlgo,
+    offers: &[Offer],
+) -> std::io::Result<(u64, StreamHasher, Option<usize>)> {
+    use std::io::{Seek, SeekFrom};
+    let mut points: Vec<u64> = offers.iter().map(|o| o.held).collect();
+    points.sort_unstable();
+    points.dedup();
+    let mut h = StreamHasher::new(algo);
+    let mut pos = 0u64;
+    let mut at_start: Option<StreamHasher> = None;
+    let mut refused = None;
+    let mut buf = vec![0u8; 1 << 20];
+    for &p in points.iter().take_while(|&&p| p > 0) {
+        while pos < p {
+            let want = usize::try_from(p - pos)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            let n = match f.read(&mut buf[..want]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            h.update(&buf[..n]);
+            pos += n as u64;
+        }
+        let d = h.finalize();
+        // Held past the input's end, or other bytes: nobody resumes.
+        refused = offers
+            .iter()
+            .position(|o| o.held == p && (pos < p || o.digest != d));
+        if refused.is_some() {
+            break;
+        }
+        at_start.get_or_insert_with(|| h.clone());
+    }
+    let start = match (points.first(), at_start, refused) {
+        (Some(&s), Some(h), None) if s > 0 => Some((s, h)),
+        _ => None,
+    };
+    let (offset, h) = start.unwrap_or_else(|| (0, StreamHasher::new(algo)));
+    f.seek(SeekFrom::Start(offset))?;
+    Ok((offset, h, refused))
+}
+
 /// Reads `msg` bytes at a time (each buffer starts with the `D` type byte) on a thread, which
 /// also computes the stream digest (off the thread that drives the link, where every cycle
-/// is a frame not sent).
-fn reader(mut input: Box<dyn Read + Send>, msg: usize, algo: DigestAlgo) -> Receiver<Block> {
+/// is a frame not sent). A file waits for the receivers' offers first (on `offers`) and
+/// starts where they allow ([`resume_point`]); the first block says where.
+fn reader(
+    input: Input,
+    msg: usize,
+    algo: DigestAlgo,
+    offers: Receiver<Vec<Offer>>,
+) -> Receiver<Block> {
     let (tx, rx) = sync_channel(2);
-    let mut hasher = StreamHasher::new(algo);
-    std::thread::spawn(move || loop {
+    std::thread::spawn(move || {
+        let (mut input, mut hasher): (Box<dyn Read + Send>, _) = match input {
+            Input::File(mut f) => {
+                let Ok(offers) = offers.recv() else {
+                    return;
+                };
+                match resume_point(&mut f, algo, &offers) {
+                    Ok((offset, h, refused)) => {
+                        if tx.send(Block::Start(offset, refused)).is_err() {
+                            return;
+                        }
+                        (Box::new(f), h)
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Block::Err(e));
+                        return;
+                    }
+                }
+            }
+            Input::Stream(r) => {
+                if tx.send(Block::Start(0, None)).is_err() {
+                    return;
+                }
+                (r, StreamHasher::new(algo))
+            }
+        };
+        read_blocks(&mut input, msg, &mut hasher, &tx);
+    });
+    rx
+}
+
+/// The reader's loop (see [`reader`]), from where `input` stands.
+fn read_blocks(
+    input: &mut Box<dyn Read + Send>,
+    msg: usize,
+    hasher: &mut StreamHasher,
+    tx: &std::sync::mpsc::SyncSender<Block>,
+) {
+    loop {
         // Read into spare capacity: zeroing every buffer first cost the sender more CPU than
         // hashing it.
         let mut buf = Vec::with_capacity(msg + 1);
@@ -257,11 +401,11 @@ fn reader(mut input: Box<dyn Read + Send>, msg: usize, algo: DigestAlgo) -> Rece
             let _ = tx.send(Block::Eof(hasher.finalize()));
             return;
         }
-    });
-    rx
+    }
 }
 
-fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
+/// The progress bar on stderr (hidden when stderr is not a terminal, or `quiet`).
+pub(super) fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     if quiet {
         return ProgressBar::hidden();
@@ -374,7 +518,7 @@ pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
 /// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the
 /// report (its `ok` says whether every receiver completed).
 pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
-    let (input, total): (Box<dyn Read + Send>, Option<u64>) = match &a.input {
+    let (input, total): (Input, Option<u64>) = match &a.input {
         Some(p) => {
             let f = File::open(p)
                 .map_err(|e| Fatal::io(format!("cannot open input {}: {e}", p.display())))?;
@@ -387,17 +531,40 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     p.display()
                 )));
             }
-            let total = meta.is_file().then_some(meta.len());
-            (Box::new(f), total)
+            if meta.is_file() {
+                (Input::File(f), Some(meta.len()))
+            } else {
+                (Input::Stream(Box::new(f)), None)
+            }
         }
-        None => (Box::new(std::io::stdin()), None),
+        None => (Input::Stream(Box::new(std::io::stdin())), None),
     };
+    let resumable = matches!(input, Input::File(_));
     // Smaller messages under a rate limit keep bursts near 5 ms worth of bytes.
     let msg = match a.max_rate {
         Some(r) => a.chunk.min(((r / 200) as usize).max(16 * 1024)),
         None => a.chunk,
     };
 
+    let mut status = match &a.status_file {
+        Some(p) => {
+            let first = SendStatus {
+                state: "joining",
+                ok: None,
+                iface: &a.link.iface,
+                total,
+                bytes_sent: 0,
+                bytes_acked: 0,
+                resumed_from: 0,
+                seconds: 0.0,
+                data_frames: 0,
+                repair_frames: 0,
+                receivers: &[],
+            };
+            Some(super::StatusFile::create(p, &first)?)
+        }
+        None => None,
+    };
     let t_join = Instant::now();
     let lnk = a
         .link
@@ -490,6 +657,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             bytes: 0,
             seconds: 0.0,
             error: String::new(),
+            counters: None,
         })
         .collect();
     // When each evicted receiver was last told so: the notice is repeated while the transfer
@@ -503,7 +671,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let mut progress_at: Vec<Option<Instant>> = vec![None; n];
     let mut took: Vec<Option<u64>> = vec![None; n];
     let mut kept_alive = Instant::now();
-    let rx = reader(input, msg, a.digest);
+    let (offers_tx, offers_rx) = sync_channel(1);
+    let rx = reader(input, msg, a.digest, offers_rx);
     let pb = progress_bar(total, a.quiet);
     let start = Instant::now();
     let mut bucket = a
@@ -521,6 +690,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     let mut pending: Option<Vec<u8>> = None;
     let mut sent: u64 = 0;
     let mut acked: u64 = 0;
+    // Where the data starts, once the reader said (its first block).
+    let mut resumed_from: Option<u64> = None;
     let mut trailer: Option<u64> = None;
     let mut trailer_stable: Option<Instant> = None;
     // Set at the end of the input: the digest of all of it.
@@ -532,6 +703,16 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         f.seconds = start.elapsed().as_secs_f64();
         f.error = err;
     };
+
+    // A file can start where every receiver's partial output ends: each receiver offers
+    // what it holds (see `Offer`), and the reader checks the offers against the input.
+    let mut offer_ranks: Vec<usize> = Vec::new();
+    if resumable {
+        let offers = gather_offers(&mut node, &mut fate, &stop, a.timeout, &finish)?;
+        offer_ranks = offers.iter().map(|o| o.0).collect();
+        let _ = offers_tx.send(offers.into_iter().map(|o| o.1).collect());
+    }
+    drop(offers_tx);
 
     loop {
         if stop.load(Ordering::SeqCst) {
@@ -548,6 +729,29 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         while live_receivers && digest.is_none() && inflight.len() < max_inflight {
             if pending.is_none() {
                 match rx.try_recv() {
+                    Ok(Block::Start(offset, refused)) => {
+                        if let Some(r) = refused.filter(|_| !a.quiet) {
+                            // The offers went in rank order (those that came).
+                            let rank = offer_ranks.get(r).copied().unwrap_or(0);
+                            pb.suspend(|| eprintln!(
+                                "ethbcast: rank {rank} ({}) holds a partial output that is not the start of this input: sending from byte 0",
+                                who.get(rank).map_or("?", String::as_str)
+                            ));
+                        }
+                        if offset > 0 && !a.quiet {
+                            pb.suspend(|| eprintln!(
+                                "ethbcast: resuming at byte {offset}: every receiver holds the bytes before it (digest checked)"
+                            ));
+                        }
+                        match node.send(Msg::Start { offset }.encode()) {
+                            Ok(_) | Err(MemberError::Send(SendError::NoReceivers)) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        resumed_from = Some(offset);
+                        sent = offset;
+                        acked = offset;
+                        continue;
+                    }
                     Ok(Block::Data(v)) => pending = Some(v),
                     Ok(Block::Eof(d)) => {
                         digest = Some(d);
@@ -621,15 +825,21 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             if line.status != Outcome::Active {
                 continue;
             }
-            if let Some(m) = node.take_p2p(line.rank) {
+            // Its counters, then its report.
+            while let Some(m) = node.take_p2p(line.rank) {
+                if let Some(c) = RecvCounters::decode(&m) {
+                    line.counters = Some(c);
+                    continue;
+                }
                 match Final::decode(&m) {
                     Some(f) if f.ok => finish(line, Outcome::Completed, f.bytes, String::new()),
                     Some(f) => {
                         node.evict(line.rank);
                         finish(line, Outcome::Failed, f.bytes, f.error);
                     }
-                    None => {}
+                    None => continue,
                 }
+                break;
             }
         }
         if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {
@@ -710,6 +920,23 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             }
         }
         pb.set_position(acked);
+        if let Some(st) = status.as_mut() {
+            let stats = node.stats();
+            let now = SendStatus {
+                state: "sending",
+                ok: None,
+                iface: &a.link.iface,
+                total,
+                bytes_sent: sent,
+                bytes_acked: acked,
+                resumed_from: resumed_from.unwrap_or(0),
+                seconds: start.elapsed().as_secs_f64(),
+                data_frames: stats.data_frames,
+                repair_frames: stats.repair_frames,
+                receivers: &fate[1..],
+            };
+            st.update(&now, false);
+        }
         if fate[1..].iter().all(|f| f.status != Outcome::Active) {
             break;
         }
@@ -721,12 +948,38 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     while Instant::now() < linger {
         node.turn(Duration::from_millis(10))?;
     }
+    // Counters that came with the last reports.
+    for line in &mut fate[1..] {
+        while let Some(m) = node.take_p2p(line.rank) {
+            if let Some(c) = RecvCounters::decode(&m) {
+                line.counters = Some(c);
+            }
+        }
+    }
     let st = node.stats().clone();
     let receivers: Vec<ReceiverReport> = fate.split_off(1);
+    let ok = not_joined == 0 && receivers.iter().all(|r| r.status == Outcome::Completed);
+    if let Some(s) = status.as_mut() {
+        let end = SendStatus {
+            state: "done",
+            ok: Some(ok),
+            iface: &a.link.iface,
+            total,
+            bytes_sent: sent,
+            bytes_acked: acked,
+            resumed_from: resumed_from.unwrap_or(0),
+            seconds,
+            data_frames: st.data_frames,
+            repair_frames: st.repair_frames,
+            receivers: &receivers,
+        };
+        s.update(&end, true);
+    }
     Ok(Report {
-        ok: not_joined == 0 && receivers.iter().all(|r| r.status == Outcome::Completed),
+        ok,
         iface: a.link.iface.clone(),
         bytes: sent,
+        resumed_from: resumed_from.unwrap_or(0),
         // Known only for an input read to its end.
         digest: digest.map_or_else(
             || format!("{}:none", a.digest.name()),
@@ -734,7 +987,10 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         ),
         join_seconds,
         seconds,
-        goodput_mbit: mbit(sent, Duration::from_secs_f64(seconds)),
+        goodput_mbit: mbit(
+            sent - resumed_from.unwrap_or(0),
+            Duration::from_secs_f64(seconds),
+        ),
         receivers,
         not_joined,
         missing,
@@ -742,6 +998,80 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         repair_frames: st.repair_frames,
         rebroadcasts: st.rebroadcasts,
     })
+}
+
+/// Waits for the offer of every receiver still in the transfer (see [`Offer`]), telling them
+/// meanwhile that the sender is alive. A receiver that sends its final report instead is done
+/// (failed, as a rule: it gave up at the header); one that has not offered and was not heard
+/// from for `timeout` is taken to hold nothing (the transfer then starts at 0, and the main
+/// loop evicts it if it stays silent). Returns each remaining receiver's rank and offer.
+fn gather_offers(
+    node: &mut Stream,
+    fate: &mut [ReceiverReport],
+    stop: &std::sync::atomic::AtomicBool,
+    timeout: Duration,
+    finish: &dyn Fn(&mut ReceiverReport, Outcome, u64, String),
+) -> Result<Vec<(usize, Offer)>, Fatal> {
+    let n = fate.len();
+    let began = Instant::now();
+    let mut got: Vec<Option<Offer>> = vec![None; n];
+    let mut kept_alive = began;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            abort_receivers(node);
+            return Err(Fatal::new(
+                EXIT_INTERRUPTED,
+                "interrupted: transfer aborted, receivers told to discard it",
+            ));
+        }
+        let now = Instant::now();
+        let waiting: Vec<usize> = (1..n)
+            .filter(|&r| fate[r].status == Outcome::Active && got[r].is_none())
+            .filter(|&r| {
+                let heard = node
+                    .receiver_progress(r as u16)
+                    .and_then(|l| l.last_heard)
+                    .map_or(began, |t| t.max(began));
+                now.saturating_duration_since(heard) <= timeout
+            })
+            .collect();
+        if waiting.is_empty() {
+            break;
+        }
+        node.turn(Duration::from_millis(5))?;
+        while node.poll_event().is_some() {}
+        for r in waiting {
+            // One message at a time: a final report after the offer is the main loop's.
+            let Some(m) = node.take_p2p(r as u16) else {
+                continue;
+            };
+            if let Some(o) = Offer::decode(&m) {
+                got[r] = Some(o);
+            } else if let Some(f) = Final::decode(&m) {
+                let what = if f.ok {
+                    Outcome::Completed
+                } else {
+                    node.evict(r as u16);
+                    Outcome::Failed
+                };
+                finish(&mut fate[r], what, f.bytes, f.error);
+            }
+        }
+        if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {
+            control(node, Dest::All, KEEPALIVE);
+            kept_alive = now;
+        }
+    }
+    Ok((1..n)
+        .filter(|&r| fate[r].status == Outcome::Active)
+        .map(|r| {
+            let o = got[r].take().unwrap_or(Offer {
+                held: 0,
+                digest: [0; 32],
+            });
+            (r, o)
+        })
+        .collect())
 }
 
 /// The exit code of a finished transfer.
@@ -755,7 +1085,55 @@ pub fn exit_code(r: &Report) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::failed_hosts;
+    use super::{failed_hosts, resume_point};
+    use ethbcast::transfer::{DigestAlgo, Offer, StreamHasher};
+    use std::io::{Read, Seek};
+
+    #[test]
+    fn a_file_starts_at_the_smallest_offer_only_if_every_offer_matches_it() {
+        let path = std::env::temp_dir().join(format!("ethbcast-resume-{}", std::process::id()));
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 + i / 7) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let digest = |n: usize| {
+            let mut h = StreamHasher::new(DigestAlgo::Blake3);
+            h.update(&data[..n]);
+            h.finalize()
+        };
+        let held = |n: usize| Offer {
+            held: n as u64,
+            digest: digest(n),
+        };
+        let mut wrong = held(2_500_000);
+        wrong.digest[3] ^= 1;
+        let past_the_end = Offer {
+            held: 3_000_001,
+            digest: digest(3_000_000),
+        };
+        for (offers, start, refused) in [
+            (vec![], 0, None),
+            (vec![held(0), held(1000)], 0, None),
+            (vec![held(1_200_000)], 1_200_000, None),
+            (
+                vec![held(2_500_000), held(1_200_000), held(2_500_000)],
+                1_200_000,
+                None,
+            ),
+            (vec![held(3_000_000)], 3_000_000, None),
+            (vec![held(1_200_000), wrong], 0, Some(1)),
+            (vec![past_the_end, held(1000)], 0, Some(0)),
+        ] {
+            let mut f = std::fs::File::open(&path).unwrap();
+            let (at, h, why) = resume_point(&mut f, DigestAlgo::Blake3, &offers).unwrap();
+            assert_eq!((at, why), (start, refused), "{offers:?}");
+            // The digest so far is of the bytes before the start, and the file stands there.
+            assert_eq!(h.finalize(), digest(start as usize), "{offers:?}");
+            assert_eq!(f.stream_position().unwrap(), start);
+            let mut rest = Vec::new();
+            f.read_to_end(&mut rest).unwrap();
+            assert!(rest == data[start as usize..]);
+        }
+        let _ = std::fs::remove_file(&path);
+    }
 
     #[test]
     fn only_the_failed_and_missing_receivers_of_a_report_are_sent_to_again() {
