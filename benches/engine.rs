@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use criterion::{
     black_box, criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput,
 };
-use ethbcast::eqa::{Eqa, Rank};
-use ethbcast::group::stream::StreamOptions;
-use ethbcast::proto::{Algo, Config, Dest, Engine};
-use ethbcast::wire::{self, Flags, Frame, Kind, Repr};
+use ethbcast::StreamOptions;
+use ethbcast_proto::engine::{Algo, Config, Dest, Engine};
+use ethbcast_proto::eqa::{Eqa, Rank};
+use ethbcast_proto::wire::{self, Flags, Frame, Kind, Repr};
 
 /// Payload of a full frame at the default 1500-byte MTU.
 const FULL: usize = 1460;
@@ -162,7 +162,7 @@ fn record_stream(len: usize, end_to_end: bool) -> Vec<Vec<u8>> {
     );
     assert!(matches!(
         peer.poll_event(),
-        Some(ethbcast::proto::Event::Delivered(ethbcast::proto::Message { data, .. })) if data.len() == len
+        Some(ethbcast_proto::engine::Event::Delivered(ethbcast_proto::engine::Message { data, .. })) if data.len() == len
     ));
     frames
 }

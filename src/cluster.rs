@@ -24,11 +24,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::driver::{Driver, Machine};
+use crate::engine::{Algo, Config};
 use crate::eqa::Rank;
 use crate::link::sim::{Faults, SimConfig, SimError, SimNet, SimPort};
 use crate::link::LinkError;
 use crate::member::{Event, Member, MemberConfig, MemberError, Message};
-use crate::proto::{Algo, Config};
 
 /// Why a cluster could not run.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +44,7 @@ pub enum ClusterError {
     Member(#[from] MemberError),
     /// The engine configuration is invalid.
     #[error("engine configuration: {0}")]
-    Config(#[from] crate::proto::ConfigError),
+    Config(#[from] crate::engine::ConfigError),
     /// The scenario itself is unusable.
     #[error("scenario: {0}")]
     Scenario(String),

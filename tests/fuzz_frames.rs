@@ -26,9 +26,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ethbcast::proto::{Algo, Config, Dest, Engine, Event, Message};
-use ethbcast::wire::control::NACK_MORE_WORDS;
-use ethbcast::wire::{self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr};
+use ethbcast_proto::engine::{Algo, Config, Dest, Engine, Event, Message};
+use ethbcast_proto::wire::control::NACK_MORE_WORDS;
+use ethbcast_proto::wire::{
+    self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr,
+};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config as PropConfig, TestRunner};
@@ -891,7 +893,7 @@ fn key_valid_forged_frames_reach_the_protocol_logic() {
         let r = w.engines[1].handle_frame(w.now, &pdu);
         if !matches!(
             r,
-            Err(ethbcast::proto::Drop::Malformed(_) | ethbcast::proto::Drop::BadMac)
+            Err(ethbcast_proto::engine::Drop::Malformed(_) | ethbcast_proto::engine::Drop::BadMac)
         ) {
             past_the_door += 1;
         }

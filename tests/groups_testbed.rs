@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use ethbcast::link::ring::{RingLink, RingLinkConfig};
-use ethbcast::link::{group_mac, Link, MacAddr};
-use ethbcast::proto::{Algo, Config, Dest, Engine, Event, Message};
+use ethbcast::{group_mac, Link, MacAddr};
+use ethbcast::{RingLink, RingLinkConfig};
+use ethbcast_proto::engine::{Algo, Config, Dest, Engine, Event, Message};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use ethbcast::memory::{sizes_for, Profile};
-use ethbcast::proto::{Algo, Config, Engine};
+use ethbcast_proto::engine::{Algo, Config, Engine};
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]

@@ -5,8 +5,8 @@
 //! Needs root. In CI (`ETHBCAST_REQUIRE_NETNS=1`) a missing privilege fails; elsewhere the
 //! tests say loudly that they were skipped.
 
-use ethbcast::link::Backend;
-use ethbcast::proto::Algo;
+use ethbcast::Backend;
+use ethbcast_proto::engine::Algo;
 use ethbcast_testbed::{netns_available, Rate};
 use ethbcast_tools::bench::selftest::{run, SelftestOptions, Verdict};
 

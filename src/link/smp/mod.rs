@@ -49,7 +49,7 @@ mod layout;
 
 pub use error::SmpError;
 pub use hosts::Hosts;
-pub use layout::*;
+pub(crate) use layout::*;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast_sys::shm::{self, Segment, ShmError, Wake};
 
-pub use ethbcast_sys::shm::SHM_DIR;
+pub(crate) use ethbcast_sys::shm::SHM_DIR;
 
 use crate::eqa::Rank;
 
@@ -86,7 +86,7 @@ impl Default for Wait {
 
 /// Where a message read from the ring goes.
 #[derive(Debug)]
-pub enum Sink<'a> {
+pub(crate) enum Sink<'a> {
     /// Into this buffer, which must have the message's length.
     Buf(&'a mut [u8]),
     /// Into this vector, resized to the message's length.
@@ -101,13 +101,13 @@ enum Word {
 }
 
 /// Nothing to do while waiting.
-pub fn no_duty() -> Result<(), SmpError> {
+pub(crate) fn no_duty() -> Result<(), SmpError> {
     Ok(())
 }
 
 /// One rank's view of its host's segment: the ring, the cursors and the barrier counts.
 #[derive(Debug)]
-pub struct HostRing {
+pub(crate) struct HostRing {
     seg: Segment,
     layout: Layout,
     /// This rank's cursor block.
@@ -150,7 +150,7 @@ impl HostRing {
     /// job of this user; a file of another user there is [`ShmError::Foreign`]) for `layout.locals` ranks of a job of `world` ranks; `rank` is its own rank. The
     /// segment is open for the others to attach; call [`HostRing::wait_attached`] and then
     /// [`HostRing::joined`] (or [`HostRing::failed`]).
-    pub fn create(
+    pub(crate) fn create(
         path: &Path,
         layout: Layout,
         world: u16,
@@ -184,7 +184,7 @@ impl HostRing {
     /// position among the host's ranks), waiting up to `timeout` for the owner to create it
     /// and to join the network group. A file at `path` that is not this user's with mode 0600,
     /// or a symbolic link, fails at once ([`Segment::open`]), before anything is written to it.
-    pub fn attach(
+    pub(crate) fn attach(
         path: &Path,
         layout: Layout,
         world: u16,
@@ -306,7 +306,7 @@ impl HostRing {
     }
 
     /// The owner waits until every local rank has attached (`duty` runs between looks).
-    pub fn wait_attached<E: From<SmpError>>(
+    pub(crate) fn wait_attached<E: From<SmpError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -330,37 +330,28 @@ impl HostRing {
 
     /// The owner joined the network group: the local ranks may go. Removes the segment's name
     /// (everyone has mapped it).
-    pub fn joined(&mut self) -> Result<(), SmpError> {
+    pub(crate) fn joined(&mut self) -> Result<(), SmpError> {
         Segment::unlink(self.seg.path())?;
         self.word(H_STATE)?.store(STATE_JOINED, Ordering::Release);
         self.notify(Word::Data)
     }
 
     /// The owner could not join: the local ranks fail their open.
-    pub fn failed(&mut self) -> Result<(), SmpError> {
+    pub(crate) fn failed(&mut self) -> Result<(), SmpError> {
         Segment::unlink(self.seg.path())?;
         self.word(H_STATE)?.store(STATE_FAILED, Ordering::Release);
         self.notify(Word::Data)
     }
 
     /// This rank's position among its host's ranks.
-    pub fn local(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn local(&self) -> usize {
         self.me
-    }
-
-    /// The geometry.
-    pub fn layout(&self) -> Layout {
-        self.layout
-    }
-
-    /// Collectives this rank has taken part in through the ring.
-    pub fn calls(&self) -> u64 {
-        self.calls
     }
 
     /// Writes the message of `root` (this rank, or a root on another host whose message the
     /// owner received) as the next collective's entry, slot by slot as room frees up.
-    pub fn publish<E: From<SmpError>>(
+    pub(crate) fn publish<E: From<SmpError>>(
         &mut self,
         root: Rank,
         data: &[u8],
@@ -396,7 +387,7 @@ impl HostRing {
     /// Reads the next collective's entry, which must be the message of `root`, into `sink`.
     /// Returns the message's length. A buffer of another length is left as it was and gives
     /// [`SmpError::Length`] once the whole message has been consumed.
-    pub fn read<E: From<SmpError>>(
+    pub(crate) fn read<E: From<SmpError>>(
         &mut self,
         root: Rank,
         mut sink: Sink<'_>,
@@ -451,7 +442,7 @@ impl HostRing {
     }
 
     /// A local rank enters a barrier: counts its arrival for the owner.
-    pub fn arrive(&mut self) -> Result<(), SmpError> {
+    pub(crate) fn arrive(&mut self) -> Result<(), SmpError> {
         self.barriers += 1;
         let at = self.layout.cursor(self.me);
         self.word(at + L_BARRIERS)?
@@ -460,7 +451,7 @@ impl HostRing {
     }
 
     /// A local rank waits for the barrier's release (after [`HostRing::arrive`]).
-    pub fn await_release<E: From<SmpError>>(
+    pub(crate) fn await_release<E: From<SmpError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -472,7 +463,7 @@ impl HostRing {
     }
 
     /// The owner enters a barrier: waits until every local rank has arrived.
-    pub fn await_arrivals<E: From<SmpError>>(
+    pub(crate) fn await_arrivals<E: From<SmpError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -500,7 +491,7 @@ impl HostRing {
     }
 
     /// The owner releases the local ranks from the barrier (after the network barrier).
-    pub fn release<E: From<SmpError>>(
+    pub(crate) fn release<E: From<SmpError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -509,7 +500,7 @@ impl HostRing {
     }
 
     /// Waits until every attached rank of the host has read everything this rank has seen.
-    pub fn flush<E: From<SmpError>>(
+    pub(crate) fn flush<E: From<SmpError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -525,7 +516,7 @@ impl HostRing {
     }
 
     /// Leaves the segment: writers stop waiting for this rank's cursor.
-    pub fn detach(&mut self) -> Result<(), SmpError> {
+    pub(crate) fn detach(&mut self) -> Result<(), SmpError> {
         let at = self.layout.cursor(self.me);
         self.word(at + L_STATE)?
             .store(LOCAL_DETACHED, Ordering::Release);

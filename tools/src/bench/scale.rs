@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use ethbcast::cluster::ClusterError;
 use ethbcast::memory::{sizes_for, Profile};
-use ethbcast::proto::Algo;
+use ethbcast_proto::engine::Algo;
 use serde::Serialize;
 
 use super::cli::{parse_rate, print};

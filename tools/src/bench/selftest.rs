@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::message_bytes;
-use ethbcast::group::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions};
-use ethbcast::link::{self, Backend, WaitMode};
-use ethbcast::proto::{Algo, Config};
+use ethbcast::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions};
+use ethbcast::{Backend, WaitMode};
+use ethbcast_proto::engine::{Algo, Config};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
@@ -159,7 +159,7 @@ fn member(
     plan: Arc<Vec<Step>>,
 ) -> MemberResult {
     let mut res = MemberResult::default();
-    let link = match link::open(o.backend, "eth0", o.wait) {
+    let link = match ethbcast::open_link(o.backend, "eth0", o.wait) {
         Ok(l) => l,
         Err(e) => {
             res.error = Some(format!("rank {rank}: {e}"));

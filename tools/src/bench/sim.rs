@@ -4,10 +4,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ethbcast::cluster::{run, ClusterError, Deliveries, Report, Scenario, Traffic};
-use ethbcast::link::sim::Faults;
-use ethbcast::member::Algorithm;
-use ethbcast::proto::Algo;
 use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
+use ethbcast::Faults;
+use ethbcast_proto::engine::Algo;
+use ethbcast_proto::member::Algorithm;
 use serde::Serialize;
 
 use super::cli::{code, fail, parse_rate, print};
