@@ -8,7 +8,7 @@
 //! application's calls; its outputs are frames ([`Member::poll_transmit`]), the next instant
 //! it wants to be woken ([`Member::poll_timeout`]), events ([`Member::poll_event`]) and the
 //! result of the call in progress ([`Member::take_result`]). One driver
-//! (`ethbcast::driver::Driver`, in the crate above this one) runs it over a real link with the wall clock, or over the
+//! (the driver of `ethbcast`, the crate above this one) runs it over a real link with the wall clock, or over the
 //! simulated switch in virtual time, so every call a user makes is tested on the simulator.
 //!
 //! This follows quinn-proto's endpoint: the member is the endpoint that takes every frame,
