@@ -21,7 +21,7 @@
 //! The network is a queue of frames in flight on a virtual clock; the fuzzer interleaves
 //! broadcasts, deliveries, losses, duplicates, reorderings, the passing of time and
 //! injections. `ETHBCAST_FUZZ_CASES=N` runs N cases per property instead of the defaults
-//! (a longer campaign: `ETHBCAST_FUZZ_CASES=100000 cargo test --test fuzz_frames`).
+//! (a longer campaign: `ETHBCAST_FUZZ_CASES=100000 cargo test -p ethbcast-proto --test fuzz_frames`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
