@@ -28,17 +28,18 @@ impl Receiver {
             // gap, or at the timer; `nack_from` stays until then.
             Some(from) if gap && self.highest < from + self.nack_gather => {
                 let t = now + self.nack_gather_wait;
-                self.nack_at = Some(self.nack_at.map_or(t, |a| a.min(t)));
+                let at = self.timers.get(Timer::Nack).map_or(t, |a| a.min(t));
+                self.timers.set(Timer::Nack, at);
                 return;
             }
             Some(from) if gap => {
                 self.send_nacks(now, from);
-                self.nack_at = Some(now + self.nack_interval());
+                self.timers.set(Timer::Nack, now + self.nack_interval());
             }
-            _ if gap && self.nack_at.is_none() => {
-                self.nack_at = Some(now + self.nack_interval());
+            _ if gap && !self.timers.is_armed(Timer::Nack) => {
+                self.timers.set(Timer::Nack, now + self.nack_interval());
             }
-            _ if !gap => self.nack_at = None,
+            _ if !gap => self.timers.stop(Timer::Nack),
             _ => {}
         }
         self.nack_from = None;
@@ -48,9 +49,9 @@ impl Receiver {
     /// `quiet_from`). An earlier deadline that is not the quiet timer (a new tree's first
     /// report) stands.
     pub(super) fn quiet(&mut self, now: Instant) {
-        match self.ack_at {
+        match self.timers.get(Timer::Ack) {
             None => {
-                self.ack_at = Some(now + self.ack_delay);
+                self.timers.set(Timer::Ack, now + self.ack_delay);
                 self.quiet_from = Some(now);
             }
             Some(_) if self.quiet_from.is_some() => self.quiet_from = Some(now),
@@ -60,7 +61,7 @@ impl Receiver {
 
     pub(super) fn send_ack(&mut self, now: Instant) {
         self.ack_now = false;
-        self.ack_at = None;
+        self.timers.stop(Timer::Ack);
         self.quiet_from = None;
         self.acked = self.expected;
         self.unacked = 0;
@@ -190,7 +191,7 @@ impl Receiver {
             // with a tree its subtree's report is still due).
             self.acked = self.expected;
             self.unacked = 0;
-            self.ack_at = None;
+            self.timers.stop(Timer::Ack);
             self.quiet_from = None;
         }
         sent
@@ -214,28 +215,27 @@ impl Receiver {
 
     pub(crate) fn on_timeout(&mut self, now: Instant) {
         self.release_held(now);
-        if self.ack_at.is_some_and(|t| t <= now) {
+        if self.timers.is_expired(Timer::Ack, now) {
             match self.quiet_from.map(|q| q + self.ack_delay) {
                 // The stream moved since the timer was armed: not quiet yet.
-                Some(due) if due > now => self.ack_at = Some(due),
+                Some(due) if due > now => self.timers.set(Timer::Ack, due),
                 _ => self.send_ack(now),
             }
         }
-        if let Some(t) = self.tree.as_mut() {
-            if t.refresh_at.is_some_and(|r| r <= now) {
-                t.refresh_at = None;
-                self.report(now, true);
-                // Once, unless the subtree lags behind what this member has seen (a member
-                // below waits for a repair): then again every `keepalive`, so that the root
-                // hears the subtree is alive and waits for one laggard, and times out that
-                // one only, not every member of the subtree at once.
-                let stuck = self.subtree_next().0 < self.highest;
-                if let Some(t) = self.tree.as_mut() {
-                    t.refresh_at = stuck.then(|| now + t.keepalive);
-                }
+        if self.tree.is_some() && self.timers.is_expired(Timer::Report, now) {
+            self.timers.stop(Timer::Report);
+            self.report(now, true);
+            // Once, unless the subtree lags behind what this member has seen (a member
+            // below waits for a repair): then again every `keepalive`, so that the root
+            // hears the subtree is alive and waits for one laggard, and times out that
+            // one only, not every member of the subtree at once.
+            let stuck = self.subtree_next().0 < self.highest;
+            if let Some(t) = self.tree.as_ref() {
+                let again = stuck.then(|| now + t.keepalive);
+                self.timers.set_or_stop(Timer::Report, again);
             }
         }
-        if self.nack_at.is_some_and(|t| t <= now) {
+        if self.timers.is_expired(Timer::Nack, now) {
             let gap = self.expected < self.highest;
             if gap {
                 // Gaps gathered until now are asked for the first time: no back-off for them.
@@ -243,9 +243,9 @@ impl Receiver {
                 if self.send_nacks(now, self.expected) && !first {
                     self.nack_backoff = (self.nack_backoff + 1).min(6);
                 }
-                self.nack_at = Some(now + self.nack_interval());
+                self.timers.set(Timer::Nack, now + self.nack_interval());
             } else {
-                self.nack_at = None;
+                self.timers.stop(Timer::Nack);
                 self.nack_from = None;
             }
         }
@@ -267,10 +267,6 @@ impl Receiver {
     }
 
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        let refresh = self.tree.as_ref().and_then(|t| t.refresh_at);
-        [self.ack_at, self.nack_at, refresh, self.hold_timer]
-            .into_iter()
-            .flatten()
-            .min()
+        self.timers.next_timeout()
     }
 }

@@ -37,6 +37,7 @@ mod link;
 mod peer;
 mod reassembly;
 mod report;
+mod timer;
 
 pub(crate) use peer::unheld_reply;
 use peer::Held;
@@ -44,6 +45,7 @@ use peer::Held;
 pub(super) use peer::{COPY_TAIL, PEER_HOLD_WAIT};
 use reassembly::{Payload, WHOLE_RESERVE};
 pub(crate) use report::TreeLink;
+use timer::{Timer, TimerTable};
 
 /// A posted receive (an entry of the receive queue).
 #[derive(Debug, Clone, Copy)]
@@ -131,10 +133,6 @@ pub struct Receiver {
     /// `expected`, and when it last moved, as the held messages' release last saw them.
     hold_seen: Seq,
     hold_moved: Option<Instant>,
-    /// While messages are held: when their timer fires. Lazy, so that the engine's timers
-    /// are not touched per frame: [`PEER_HOLD_WAIT`] after the stream moved when it was
-    /// armed, pushed back when it fires if the stream moved since.
-    hold_timer: Option<Instant>,
     peer_hold: bool,
     pushed: Vec<u8>,
     pushed_cap: usize,
@@ -167,15 +165,15 @@ pub struct Receiver {
     next_start: u64,
     acked: Seq,
     unacked: usize,
-    /// When the next acknowledgement (or, with a tree, report) is due, if one is.
-    ack_at: Option<Instant>,
-    /// While `ack_at` is the quiet timer of a tree's report: when the subtree last moved. The
-    /// timer is lazy: each frame moves this, not `ack_at`, so the engine's set of timers is
+    /// While the ACK timer is the quiet timer of a tree's report: when the subtree last moved. The
+    /// timer is lazy: each frame moves this, not the timer, so the engine's set of timers is
     /// not touched per frame; a timer that fires before `quiet_from + ack_delay` is pushed
     /// back to it.
     quiet_from: Option<Instant>,
     ack_now: bool,
-    nack_at: Option<Instant>,
+    /// The stream's timers: acknowledgement, NACK, tree report, held messages' release
+    /// ([`Timer`]).
+    timers: TimerTable,
     /// Frames from here on were found missing since the last NACK: ask for them now (the
     /// older gaps wait for the retry timer, so a new gap costs a scan of itself only).
     nack_from: Option<Seq>,
@@ -252,7 +250,6 @@ impl Receiver {
             holding: VecDeque::new(),
             hold_seen: 0,
             hold_moved: None,
-            hold_timer: None,
             peer_hold: cfg.peer_hold,
             pushed: Vec::with_capacity(cfg.pushed_buffer),
             pushed_cap: cfg.pushed_buffer,
@@ -271,10 +268,9 @@ impl Receiver {
             next_start: 0,
             acked: 0,
             unacked: 0,
-            ack_at: None,
             quiet_from: None,
             ack_now: false,
-            nack_at: None,
+            timers: TimerTable::default(),
             nack_from: None,
             nack_backoff: 0,
             repair_rtt: None,

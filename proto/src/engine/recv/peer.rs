@@ -286,17 +286,18 @@ impl Receiver {
             let h = self.holding.pop_front().expect("not empty");
             self.events.push_back(h.event);
         }
-        self.hold_timer = match self.hold_timer {
+        let at = match self.timers.get(Timer::Hold) {
             _ if self.holding.is_empty() => None,
             Some(t) if t > now => Some(t),
             _ => Some(quiet_at),
         };
+        self.timers.set_or_stop(Timer::Hold, at);
     }
 
     /// Delivers every held message now: the stream is going away (its root was evicted),
     /// and what was complete is still delivered.
     pub(crate) fn release_all(&mut self) {
         self.events.extend(self.holding.drain(..).map(|h| h.event));
-        self.hold_timer = None;
+        self.timers.stop(Timer::Hold);
     }
 }

@@ -16,8 +16,6 @@ pub(crate) struct TreeLink {
     pub(super) view: u32,
     /// The position last reported to the parent.
     pub(super) sent: Seq,
-    /// When the last report is sent again, if no newer one went first.
-    pub(super) refresh_at: Option<Instant>,
     /// How long after a report it is sent again.
     pub(super) refresh_after: Duration,
     /// While the subtree lags behind what this member has seen, how often its position is
@@ -39,7 +37,6 @@ impl TreeLink {
             children: children.into_iter().map(|c| (c, 0, c)).collect(),
             view,
             sent: 0,
-            refresh_at: None,
             refresh_after,
             keepalive,
         }
@@ -94,7 +91,7 @@ impl Receiver {
         // Sent once more after a while unless a newer report goes first: a lost report is
         // otherwise repeated only when the subtree moves on, which at the end of a stream it
         // does not (the root would wait for its timeouts and probe the whole subtree).
-        t.refresh_at = Some(now + t.refresh_after);
+        self.timers.set(Timer::Report, now + t.refresh_after);
         let msg = Control::TreeAck {
             root,
             next: next as u32,
@@ -107,12 +104,14 @@ impl Receiver {
     /// Places this stream in the acknowledgement tree (`None`: acknowledge to the root).
     /// After a change the first report goes out at the next timeout.
     pub(crate) fn set_tree(&mut self, now: Instant, link: Option<TreeLink>) {
-        if self.tree.as_deref() == link.as_ref() {
+        // A new link's report timer is not armed: an armed one is another link's.
+        if self.tree.as_deref() == link.as_ref() && !self.timers.is_armed(Timer::Report) {
             return;
         }
         self.tree = link.map(Box::new);
+        self.timers.stop(Timer::Report);
         if self.tree.is_some() {
-            self.ack_at = Some(now);
+            self.timers.set(Timer::Ack, now);
             self.quiet_from = None;
         }
     }
