@@ -39,6 +39,7 @@ use thiserror::Error;
 
 pub mod control;
 pub mod ethernet;
+pub(crate) mod join;
 
 pub use control::{
     locate, Admit, BarrierAlgo, BarrierMsg, BarrierOp, Control, ControlError, Position,
