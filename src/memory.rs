@@ -65,7 +65,7 @@ pub fn sizes_for(profile: Profile, n: u16, now: std::time::Instant) -> Sizes {
     // Create the receive stream of root 1 (streams are created when a root is first heard).
     let _ = engine.post_recv(now, 1, 0);
     // Make the destination structures (a member makes them at its first broadcast).
-    let _ = engine.bcast(now, Vec::new(), crate::engine::Algo::Simple);
+    let _ = engine.bcast(now, Vec::new(), crate::engine::Algorithm::Simple);
     let tx = engine.sender();
     let ldp = &tx.eqa().dests()[0];
     let s_ldp = std::mem::size_of_val(ldp) + ldp.heap_bytes();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ethbcast::cluster::{run, Report, Scenario};
 use ethbcast::Faults;
-use ethbcast_proto::engine::Algo;
+use ethbcast_proto::engine::Algorithm;
 use proptest::prelude::*;
 
 fn assert_perfect(r: &Report) {
@@ -74,7 +74,7 @@ fn repair_traffic_stays_close_to_what_was_lost() {
 
 #[test]
 fn push_pull_alone_and_simple_alone_both_survive_loss() {
-    for algo in [Algo::Simple, Algo::PushPull] {
+    for algo in [Algorithm::Simple, Algorithm::PushPull] {
         let mut sc = Scenario::new(5, 300);
         sc.algos = vec![algo];
         sc.traffic.sizes = vec![1, 80, 860, 861, 3000, 100_000];

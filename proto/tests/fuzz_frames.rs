@@ -26,7 +26,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ethbcast_proto::engine::{Algo, Config, Dest, Engine, Event, Message};
+use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine, Event, Message};
 use ethbcast_proto::wire::control::NACK_MORE_WORDS;
 use ethbcast_proto::wire::{
     self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr,
@@ -687,9 +687,9 @@ impl World {
                     .map(|i| (i as u8).wrapping_mul(31) ^ (id as u8) ^ (root as u8 * 0x80))
                     .collect();
                 let algo = if *pushpull {
-                    Algo::PushPull
+                    Algorithm::PushPull
                 } else {
-                    Algo::Simple
+                    Algorithm::Simple
                 };
                 if let Ok(got) = self.engines[root].bcast(self.now, data.clone(), algo) {
                     assert_eq!(got, id as u64, "message ids count from 0");

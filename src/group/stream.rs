@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::GroupError;
 use crate::driver::{Clock, Driver, Sends, WallClock};
-use crate::engine::{Algo, Config, ConfigError, Dest, Stats as EngineStats};
+use crate::engine::{Algorithm, Config, ConfigError, Dest, Stats as EngineStats};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
@@ -319,7 +319,7 @@ impl Stream {
     pub fn send(&mut self, data: Vec<u8>) -> Result<u64, MemberError> {
         self.driver
             .member_mut()
-            .send_stream(WallClock.now(), data, Algo::Simple)
+            .send_stream(WallClock.now(), data, Algorithm::Simple)
     }
 
     /// Messages of this member queued in the engine and not yet acknowledged by all.

@@ -15,9 +15,9 @@
 //! stream, so consecutive broadcasts from different roots need no barrier between them.
 //!
 //! The two algorithms of the EQA paper (section 3):
-//! - **Simple broadcast** ([`Algo::Simple`]): every frame is broadcast as soon as a slot of the
+//! - **Simple broadcast** ([`Algorithm::Simple`]): every frame is broadcast as soon as a slot of the
 //!   retransmission buffer is free.
-//! - **Push-pull broadcast** ([`Algo::PushPull`]): the first `btp1` bytes, then the next `btp2`
+//! - **Push-pull broadcast** ([`Algorithm::PushPull`]): the first `btp1` bytes, then the next `btp2`
 //!   bytes, are pushed at once; one designated receiver sends a [`crate::wire::Kind::Pull`]
 //!   when the push part is in and its receive is posted; the rest is pulled, paced by free
 //!   slots of the buffer.
@@ -68,19 +68,25 @@ pub use recv::Receiver;
 pub use send::Sender;
 pub use stats::{DropStats, Stats};
 
-/// Broadcast algorithm of one message.
+/// How a broadcast travels: in hardware, push-pull or simple (the engine's two algorithms), or
+/// down a point-to-point binomial tree (a member's, see `crate::member`; the engine sends a
+/// message given `Tree` as `Simple`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Algo {
-    /// Broadcast every frame at once (SBCAST in the paper).
-    Simple,
-    /// Push the first BTP1 + BTP2 bytes, pull the rest on request (PPBCAST).
+pub enum Algorithm {
+    /// Hardware broadcast, push-pull (PPBCAST): push the first BTP1 + BTP2 bytes, pull the
+    /// rest on request.
     #[default]
     PushPull,
+    /// Hardware broadcast, every frame at once (SBCAST).
+    Simple,
+    /// Point-to-point binomial tree (MPICH-style baseline).
+    Tree,
 }
 
-crate::spelled!(Algo, "algorithm", {
-    Simple => "simple" | "sbcast",
-    PushPull => "pushpull" | "push-pull" | "ppbcast",
+crate::spelled!(Algorithm, "algorithm", {
+    PushPull => "ppbcast" | "pushpull" | "push-pull",
+    Simple => "sbcast" | "simple",
+    Tree => "tree" | "binomial" | "mpich",
 });
 
 /// One member's protocol engine.
@@ -239,7 +245,12 @@ impl Engine {
 
     /// Broadcasts `data` to every other member; returns its message id. The message is queued
     /// and its frames go out as [`Engine::poll_transmit`] is called.
-    pub fn bcast(&mut self, now: Instant, data: Vec<u8>, algo: Algo) -> Result<u64, SendError> {
+    pub fn bcast(
+        &mut self,
+        now: Instant,
+        data: Vec<u8>,
+        algo: Algorithm,
+    ) -> Result<u64, SendError> {
         if let Some(e) = self.ended {
             return Err(e.into());
         }

@@ -32,11 +32,11 @@ use thiserror::Error;
 
 use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
-pub use crate::engine::Message;
 use crate::engine::{
-    self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, SessionEnded,
+    self, Config, ConfigError, Dest, Engine, PostError, SendError, SessionEnded,
     Stats as EngineStats,
 };
+pub use crate::engine::{Algorithm, Message};
 use crate::eqa::Rank;
 use crate::machine::Machine;
 pub use crate::machine::Transmit;
@@ -65,24 +65,6 @@ pub const EVENT_BOUND: usize = 1024;
 
 /// The tag of a tree broadcast: (root, the root's collective count), unique per call.
 type Tag = (Rank, u64);
-
-/// How a broadcast travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Algorithm {
-    /// Hardware broadcast, push-pull (PPBCAST).
-    #[default]
-    PushPull,
-    /// Hardware broadcast, every frame at once (SBCAST).
-    Simple,
-    /// Point-to-point binomial tree (MPICH-style baseline).
-    Tree,
-}
-
-crate::spelled!(Algorithm, "algorithm", {
-    PushPull => "ppbcast" | "pushpull" | "push-pull",
-    Simple => "sbcast" | "simple",
-    Tree => "tree" | "binomial" | "mpich",
-});
 
 /// How long after its join a member stays reachable for the join's coordinator, which
 /// repeats its roster every [`crate::membership::REPEAT`] until every member confirmed it: a
