@@ -22,6 +22,7 @@
 
 mod driver;
 mod group;
+mod host_ring;
 mod keyfile;
 mod link;
 
@@ -34,7 +35,6 @@ pub mod simgroup;
 
 // The core's modules, under the names the links, the driver and the group use.
 use ethbcast_proto::{detect, engine, eqa, member, membership, wire};
-use link::smp;
 
 // The core's types that the API's signatures name.
 pub use ethbcast_proto::detect::{DetectorConfig, Gossip};
@@ -68,11 +68,11 @@ pub use group::{
     HostGroup, HostOptions, Membership, Outcome, PassphraseError, Placement, Role, ServeWait,
     ServeWake, Settle, Stream, StreamOptions, JOB_TOKEN_MIN, JOB_TOKEN_VAR, PASSPHRASE_COST,
 };
+pub use host_ring::{HostRingError, Hosts, Wait as HostWait};
 pub use keyfile::{
     key_from_env, read_key_file, write_new_key, write_new_passphrase, KeyFileError, KEY_FILE_ENV,
     PASSPHRASE_TAG, RAW_KEY_TAG, SALT_LEN,
 };
-pub use link::smp::{Hosts, SmpError, Wait as HostWait};
 
 pub use link::measure;
 pub use link::pnet::{PnetConfig, PnetLink};

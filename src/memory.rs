@@ -105,7 +105,7 @@ impl Sizes {
     /// `k` ranks share the host's ring (the default geometry): `HB(hosts)` plus the segment,
     /// which holds each message once for all `k` ranks and a cursor block per rank.
     pub fn host_shared(&self, hosts: usize, k: usize) -> usize {
-        self.hb(hosts) + crate::smp::Layout::new(k).segment_bytes()
+        self.hb(hosts) + crate::host_ring::Layout::new(k).segment_bytes()
     }
     /// The constant `c` of `M_save(n) = c(1 - 1/n)`.
     pub fn m_save_coefficient(&self) -> f64 {

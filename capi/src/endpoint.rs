@@ -34,8 +34,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ethbcast::HostRingError;
 use ethbcast::LinkError;
-use ethbcast::SmpError;
 use ethbcast::{GroupError, HostError, HostGroup, HostOptions, ServeWait, ServeWake};
 use thiserror::Error;
 
@@ -93,8 +93,8 @@ impl From<LinkError> for CallError {
     }
 }
 
-impl From<SmpError> for CallError {
-    fn from(e: SmpError) -> CallError {
+impl From<HostRingError> for CallError {
+    fn from(e: HostRingError) -> CallError {
         CallError::Host(HostError::Host(e))
     }
 }

@@ -40,7 +40,7 @@ use slotmap::{DefaultKey, Key, KeyData, SlotMap};
 use ethbcast::MemberError;
 use ethbcast::KEY_FILE_ENV;
 use ethbcast::{Algorithm, GroupError, GroupOptions, HostError, HostOptions, Membership};
-use ethbcast::{Hosts, SmpError};
+use ethbcast::{HostRingError, Hosts};
 use ethbcast::{LinkError, WaitMode};
 
 use endpoint::{CallError, Endpoint, EndpointOptions, Placement};
@@ -364,15 +364,15 @@ fn code_of(e: &CallError) -> c_int {
         CallError::Poisoned => ETHBCAST_ERR_INTERNAL,
         CallError::Host(HostError::Placement(_)) => ETHBCAST_ERR_MEMBERSHIP,
         CallError::Host(HostError::Host(h)) => match h {
-            SmpError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
-            SmpError::RankGone { .. } => ETHBCAST_ERR_PEER_DEAD,
-            SmpError::OwnerFailed { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
-            SmpError::Length { .. } => ETHBCAST_ERR_LENGTH,
-            SmpError::Topology(_) => ETHBCAST_ERR_MEMBERSHIP,
-            SmpError::Shm(_)
-            | SmpError::Layout { .. }
-            | SmpError::SlotTaken { .. }
-            | SmpError::Protocol(_) => ETHBCAST_ERR_SHARED_MEMORY,
+            HostRingError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
+            HostRingError::RankGone { .. } => ETHBCAST_ERR_PEER_DEAD,
+            HostRingError::OwnerFailed { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
+            HostRingError::Length { .. } => ETHBCAST_ERR_LENGTH,
+            HostRingError::Topology(_) => ETHBCAST_ERR_MEMBERSHIP,
+            HostRingError::Shm(_)
+            | HostRingError::Layout { .. }
+            | HostRingError::SlotTaken { .. }
+            | HostRingError::Protocol(_) => ETHBCAST_ERR_SHARED_MEMORY,
         },
         CallError::Host(HostError::Group(g)) => match g {
             GroupError::Link(l) => link_code(l),

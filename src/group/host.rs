@@ -1,14 +1,14 @@
 //! A group of several ranks per host: one network member per host plus the host's
-//! shared-memory ring ([`crate::smp`]).
+//! shared-memory ring ([`crate::host_ring`]).
 
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 use super::{Group, GroupError, GroupOptions, Membership, ServeWait, ServeWake};
+use crate::host_ring::{self, HostRing, HostRingError, Hosts, Layout, Sink};
 use crate::link::{self, LinkError};
 use crate::membership::{Expect, JoinConfig};
-use crate::smp::{self, HostRing, Hosts, Layout, Sink, SmpError};
 
 /// Errors of [`HostGroup`] calls.
 #[derive(Debug, Error)]
@@ -18,7 +18,7 @@ pub enum HostError {
     Group(#[from] GroupError),
     /// The shared-memory layer of ranks on one host failed.
     #[error(transparent)]
-    Host(#[from] SmpError),
+    Host(#[from] HostRingError),
     /// The root's message does not have the length this member passed.
     #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
     Length {
@@ -79,7 +79,7 @@ pub struct HostOptions {
     /// 0.8-4.5 ms (median 2.4 ms) in the root's wait, every tree broadcast about 3 ms.
     pub root_waits_above: Option<usize>,
     /// How ranks of one host wait for each other in shared memory.
-    pub host_wait: smp::Wait,
+    pub host_wait: host_ring::Wait,
 }
 
 impl Default for HostOptions {
@@ -89,7 +89,7 @@ impl Default for HostOptions {
             membership: Membership::Env,
             placement: Placement::Auto,
             root_waits_above: None,
-            host_wait: smp::Wait::default(),
+            host_wait: host_ring::Wait::default(),
         }
     }
 }
@@ -259,7 +259,7 @@ fn segment_path(group_id: u32, hosts: &Hosts, h: u16, tag: Option<&str>) -> std:
         name.push('-');
         name.push_str(tag);
     }
-    std::path::Path::new(smp::SHM_DIR).join(name)
+    std::path::Path::new(host_ring::SHM_DIR).join(name)
 }
 
 /// The inode of this process's network namespace (`/proc/self/ns/net` reads `net:[N]`), or 0
@@ -368,7 +368,7 @@ impl HostGroup {
             (None, Some(ring)) => {
                 ring.read(root, Sink::Buf(buf), &mut idle)
                     .map_err(|e| match e {
-                        HostError::Host(SmpError::Length { root, got, want }) => {
+                        HostError::Host(HostRingError::Length { root, got, want }) => {
                             HostError::Length { root, got, want }
                         }
                         e => e,

@@ -2,7 +2,7 @@
 //! each, so that cursors of different ranks never share a line), then the slots of the ring.
 //! Every offset the ring reads or writes is computed here.
 
-use super::SmpError;
+use super::HostRingError;
 
 /// Geometry of a host's segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +106,7 @@ impl Layout {
         HEADER_BYTES + self.cursor_bytes() + self.ring_bytes()
     }
 
-    pub(super) fn check(&self) -> Result<(), SmpError> {
+    pub(super) fn check(&self) -> Result<(), HostRingError> {
         let ok = (1..=MAX_LOCALS).contains(&self.locals)
             && (1..=1 << 16).contains(&self.slots)
             && (64..=1 << 20).contains(&self.slot_payload)
@@ -114,7 +114,7 @@ impl Layout {
         if ok {
             Ok(())
         } else {
-            Err(SmpError::Topology(format!(
+            Err(HostRingError::Topology(format!(
                 "unusable ring geometry {self:?} (1-{MAX_LOCALS} ranks, 1-65536 slots, 64 B-1 MiB per slot in multiples of 64)"
             )))
         }

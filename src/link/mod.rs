@@ -13,9 +13,9 @@
 //!
 //! so that what the rings buy is measured against the alternatives, not assumed.
 //!
-//! Besides the network links, [`smp`] is the other medium: the ring in shared memory through
-//! which the ranks of one host receive (its waits, on futexes and with deadlines, are I/O like
-//! a link's receive; the crate re-exports it as `ethbcast::smp`).
+//! Besides the network links, the host ring (`crate::host_ring`) is the other medium: the ring
+//! in shared memory through which the ranks of one host receive (its waits, on futexes and with
+//! deadlines, are I/O like a link's receive).
 //!
 //! A link carries ethbcast PDUs ([`crate::wire`]); the Ethernet header (destination, source,
 //! EtherType 0x88B5) is the link's business.
@@ -32,7 +32,6 @@ pub(crate) mod pnet;
 #[cfg(target_os = "linux")]
 pub(crate) mod ring;
 pub(crate) mod sim;
-pub(crate) mod smp;
 #[cfg(target_os = "linux")]
 pub(crate) mod socket;
 #[cfg(target_os = "linux")]
