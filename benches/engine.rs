@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use criterion::{
     black_box, criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput,
 };
-use ethbcast::eqa::{Eqa, Rank};
-use ethbcast::group::stream::StreamOptions;
-use ethbcast::proto::{Algo, Config, Dest, Engine};
-use ethbcast::wire::{self, Flags, Frame, Kind, Repr};
+use ethbcast::StreamOptions;
+use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine};
+use ethbcast_proto::eqa::{Eqa, Rank};
+use ethbcast_proto::wire::{self, Flags, Frame, Kind, Repr};
 
 /// Payload of a full frame at the default 1500-byte MTU.
 const FULL: usize = 1460;
@@ -124,7 +124,7 @@ fn record_stream(len: usize, end_to_end: bool) -> Vec<Vec<u8>> {
     };
     let mut root = Engine::new(config(0)).expect("valid config");
     let mut peer = Engine::new(config(1)).expect("valid config");
-    root.bcast(now, payload(len), Algo::Simple)
+    root.bcast(now, payload(len), Algorithm::Simple)
         .expect("queue empty");
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();
@@ -162,7 +162,7 @@ fn record_stream(len: usize, end_to_end: bool) -> Vec<Vec<u8>> {
     );
     assert!(matches!(
         peer.poll_event(),
-        Some(ethbcast::proto::Event::Delivered(ethbcast::proto::Message { data, .. })) if data.len() == len
+        Some(ethbcast_proto::engine::Event::Delivered(ethbcast_proto::engine::Message { data, .. })) if data.len() == len
     ));
     frames
 }
@@ -259,7 +259,7 @@ const ROOT_SIZE: u16 = 9; // root 0 and 8 destinations
 fn root_with(sent: usize) -> Engine {
     let now = Instant::now();
     let mut root = Engine::new(Config::new(1, 0, ROOT_SIZE)).expect("valid config");
-    root.bcast(now, payload(32 * FULL), Algo::Simple)
+    root.bcast(now, payload(32 * FULL), Algorithm::Simple)
         .expect("queue empty");
     let mut buf = vec![0u8; 1500];
     for _ in 0..sent {

@@ -21,7 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ethbcast::group::{Group, GroupOptions, Membership};
+use ethbcast::{Group, GroupOptions, Membership};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -34,12 +34,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let membership = if ethbcast::group::rank_size_from_env(|k| std::env::var(k).ok()).is_some() {
+    let membership = if ethbcast::rank_size_from_env(|k| std::env::var(k).ok()).is_some() {
         Membership::Env
     } else {
         Membership::Discover { expected: members }
     };
-    let key = match ethbcast::keyfile::key_from_env(
+    let key = match ethbcast::key_from_env(
         |v| std::env::var_os(v),
         GroupOptions::default().group_id,
     ) {
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         }
     };
     let (me, n) = (g.rank(), g.size());
-    let mut run = || -> Result<Duration, ethbcast::group::GroupError> {
+    let mut run = || -> Result<Duration, ethbcast::GroupError> {
         let t0 = Instant::now();
         for root in 0..n {
             let mut buf = if me == root {

@@ -15,11 +15,11 @@
 #[path = "../sys/tests/common/netns.rs"]
 mod netns;
 
-use ethbcast::link::measure::{blast, echo, ping, sink};
-use ethbcast::link::pnet::{PnetConfig, PnetLink};
-use ethbcast::link::ring::{RingLink, RingLinkConfig, TxMode};
-use ethbcast::link::socket::{SocketConfig, SocketLink};
-use ethbcast::link::{Link, LinkError, MacAddr, WaitMode};
+use ethbcast::measure::{blast, echo, ping, sink};
+use ethbcast::{Link, LinkError, MacAddr, WaitMode};
+use ethbcast::{PnetConfig, PnetLink};
+use ethbcast::{RingLink, RingLinkConfig, TxMode};
+use ethbcast::{SocketConfig, SocketLink};
 use netns::{NetnsPair, END_A, END_B};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;

@@ -24,11 +24,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::driver::{Driver, Machine};
+use crate::engine::{Algorithm, Config};
 use crate::eqa::Rank;
 use crate::link::sim::{Faults, SimConfig, SimError, SimNet, SimPort};
 use crate::link::LinkError;
 use crate::member::{Event, Member, MemberConfig, MemberError, Message};
-use crate::proto::{Algo, Config};
 
 /// Why a cluster could not run.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +44,7 @@ pub enum ClusterError {
     Member(#[from] MemberError),
     /// The engine configuration is invalid.
     #[error("engine configuration: {0}")]
-    Config(#[from] crate::proto::ConfigError),
+    Config(#[from] crate::engine::ConfigError),
     /// The scenario itself is unusable.
     #[error("scenario: {0}")]
     Scenario(String),
@@ -322,7 +322,7 @@ pub struct Scenario {
     /// The group, its links and the messages, spread over the roots.
     pub traffic: Traffic,
     /// Algorithms to draw from.
-    pub algos: Vec<Algo>,
+    pub algos: Vec<Algorithm>,
     /// Roots that broadcast, in turn.
     pub roots: Vec<Rank>,
     /// Per-port overrides of the faults (a dead host, a lossy cable).
@@ -345,7 +345,7 @@ impl Scenario {
     pub fn new(nodes: u16, messages: usize) -> Scenario {
         Scenario {
             traffic: Traffic::new(nodes, messages),
-            algos: vec![Algo::Simple, Algo::PushPull],
+            algos: vec![Algorithm::Simple, Algorithm::PushPull],
             roots: (0..nodes.min(4)).collect(),
             per_port: Vec::new(),
             limit: Duration::from_secs(3600),
@@ -466,7 +466,7 @@ struct Sent {
 struct Stream {
     seed: u64,
     /// Per root: (size, algo) still to hand to the root.
-    pending: Vec<VecDeque<(usize, Algo)>>,
+    pending: Vec<VecDeque<(usize, Algorithm)>>,
     /// Per root: the messages handed over, by message id.
     sent: Vec<Vec<Sent>>,
     /// Per member and root: next message id expected.
@@ -577,7 +577,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
 
     // The workload: per root, a queue of (size, algo).
     let mut rng = ChaCha8Rng::seed_from_u64(t.seed);
-    let mut pending: Vec<VecDeque<(usize, Algo)>> = vec![VecDeque::new(); n];
+    let mut pending: Vec<VecDeque<(usize, Algorithm)>> = vec![VecDeque::new(); n];
     for i in 0..t.messages {
         let root = sc.roots[i % sc.roots.len()];
         let size = t.sizes[rng.gen_range(0..t.sizes.len())];

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use crate::link::sim::SimNet;
 use crate::link::{Link, LinkError};
 use crate::member::Member;
-pub use ethbcast_proto::machine::{Clock, Machine};
+pub(crate) use ethbcast_proto::machine::{Clock, Machine};
 
 /// The wall clock of real links.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct WallClock;
+pub(crate) struct WallClock;
 
 impl Clock for WallClock {
     fn now(&self) -> Instant {
@@ -28,7 +28,7 @@ impl Clock for WallClock {
 impl WallClock {
     /// Microseconds since the Unix epoch (0 before it): the calendar time a join seals into its
     /// challenges, so that a member prefers a coordinator's newest one.
-    pub fn unix_micros(&self) -> u64 {
+    pub(crate) fn unix_micros(&self) -> u64 {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
@@ -48,7 +48,7 @@ const FRAMES_PER_CLOCK_READ: u32 = 64;
 
 /// When [`Driver::run_until`] sends what the machine has once the call's value came in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sends {
+pub(crate) enum Sends {
     /// Before returning the value. A call can complete before the frames it made left (a
     /// root's small message is handed over whole): they go now, not at the next call, which
     /// may come after a long computation.
@@ -63,7 +63,7 @@ pub enum Sends {
 }
 
 /// A machine (a member, by default) and the link it runs on.
-pub struct Driver<L, M = Member> {
+pub(crate) struct Driver<L, M = Member> {
     member: M,
     link: L,
     buf: Vec<u8>,
@@ -79,7 +79,7 @@ impl<L, M: std::fmt::Debug> std::fmt::Debug for Driver<L, M> {
 
 impl<L: Link, M: Machine> Driver<L, M> {
     /// Drives `machine` over `link`.
-    pub fn new(machine: M, link: L) -> Driver<L, M> {
+    pub(crate) fn new(machine: M, link: L) -> Driver<L, M> {
         let buf = vec![0u8; link.max_pdu().max(crate::wire::OVERHEAD)];
         Driver {
             member: machine,
@@ -89,20 +89,20 @@ impl<L: Link, M: Machine> Driver<L, M> {
     }
 
     /// The machine.
-    pub fn member(&self) -> &M {
+    pub(crate) fn member(&self) -> &M {
         &self.member
     }
     /// The machine, for calls.
-    pub fn member_mut(&mut self) -> &mut M {
+    pub(crate) fn member_mut(&mut self) -> &mut M {
         &mut self.member
     }
     /// The link.
-    pub fn link(&self) -> &L {
+    pub(crate) fn link(&self) -> &L {
         &self.link
     }
 
     /// Hands every frame the member has to the link.
-    pub fn flush(&mut self, now: Instant) -> Result<(), LinkError> {
+    pub(crate) fn flush(&mut self, now: Instant) -> Result<(), LinkError> {
         // Only as much as the link takes without a long queue: the rest stays with the
         // machine, which puts repairs and control before fresh data when it is asked again.
         while self.link.tx_ready() {
@@ -117,7 +117,11 @@ impl<L: Link, M: Machine> Driver<L, M> {
     /// One turn: send, wait up to `wait` (or the member's next timer, if sooner; `None`:
     /// do not wait) for frames, hand them in, fire due timers, send again. Returns the
     /// frames received.
-    pub fn turn(&mut self, clock: &impl Clock, wait: Option<Duration>) -> Result<usize, LinkError> {
+    pub(crate) fn turn(
+        &mut self,
+        clock: &impl Clock,
+        wait: Option<Duration>,
+    ) -> Result<usize, LinkError> {
         let n = self.receive(clock, wait)?;
         self.flush(clock.now())?;
         Ok(n)
@@ -161,7 +165,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
     /// Turns until `ready` gives a value or `deadline` passes (`Ok(None)`). Waits at most
     /// `slice` per turn, so that `ready` is asked again at least that often. What the
     /// machine has to send when the value comes leaves as `sends` says.
-    pub fn run_until<T>(
+    pub(crate) fn run_until<T>(
         &mut self,
         clock: &impl Clock,
         deadline: Instant,
@@ -201,7 +205,11 @@ impl<L: Link, M: Machine> Driver<L, M> {
     /// Sends whatever the member has and waits up to `timeout` until the link has handed all
     /// of it to the device; returns whether it did. For a member that sends its last words and
     /// exits.
-    pub fn drain(&mut self, clock: &impl Clock, timeout: Duration) -> Result<bool, LinkError> {
+    pub(crate) fn drain(
+        &mut self,
+        clock: &impl Clock,
+        timeout: Duration,
+    ) -> Result<bool, LinkError> {
         self.flush(clock.now())?;
         self.link.drain(timeout)
     }
@@ -209,19 +217,19 @@ impl<L: Link, M: Machine> Driver<L, M> {
     /// Ends a batch outside a turn: the machine is told what the link holds now (see
     /// [`Machine::frames_done`]), none of it leaving. For bytes a machine consumed outside a
     /// turn, or left in the link's frames.
-    pub fn frames_done(&mut self, now: Instant) {
+    pub(crate) fn frames_done(&mut self, now: Instant) {
         let member = &mut self.member;
         self.link.with_held(&mut |end| member.frames_done(now, end));
     }
 
     /// Asks the link to keep up to `frames` received frames after each batch for the machine
     /// (see [`Link::retain`]); returns how many it keeps.
-    pub fn retain(&mut self, frames: usize) -> usize {
+    pub(crate) fn retain(&mut self, frames: usize) -> usize {
         self.link.retain(frames)
     }
 
     /// Takes the driver apart.
-    pub fn into_parts(self) -> (M, L) {
+    pub(crate) fn into_parts(self) -> (M, L) {
         (self.member, self.link)
     }
 }

@@ -25,21 +25,23 @@ use thiserror::Error;
 
 use crate::detect::{DetectorConfig, Gossip};
 use crate::driver::{Clock, Driver, Sends, WallClock};
+use crate::engine::Config;
 use crate::eqa::Rank;
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{Done, Member, MemberConfig, MemberError};
 use crate::membership::{Expect, Join, JoinConfig, JoinError, JoinStats, Joined};
-use crate::proto::Config;
 use crate::Key;
 
-pub use crate::member::{tree_children, tree_parent, Algorithm};
-pub use crate::wire::BarrierAlgo;
+use crate::member::Algorithm;
+use crate::wire::BarrierAlgo;
 
-pub mod host;
-pub mod stream;
+mod host;
+mod stream;
 
-pub use host::{HostError, HostGroup, HostOptions, Placement};
-pub use stream::{Stream, StreamOptions};
+pub use host::{
+    placement_from_env, HostError, HostGroup, HostOptions, Placement, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
+};
+pub use stream::{Role, Stream, StreamOptions};
 
 /// Where the member list comes from.
 #[derive(Debug, Clone)]
@@ -136,7 +138,7 @@ pub fn key_from_passphrase(passphrase: &str, group_id: u32) -> Result<Key, Passp
 }
 
 /// Derives a 256-bit key from a passphrase with Argon2id ([`PASSPHRASE_COST`]) under `salt`
-/// (at least 8 bytes; 16 random bytes in a key file, see [`crate::keyfile`]).
+/// (at least 8 bytes; 16 random bytes in a key file, see [`read_key_file`](crate::read_key_file)).
 pub fn key_from_passphrase_salt(passphrase: &str, salt: &[u8]) -> Result<Key, PassphraseError> {
     let (m, t, p) = PASSPHRASE_COST;
     let params =
@@ -256,7 +258,7 @@ pub enum GroupError {
     },
 }
 
-/// A member of a group on a real link: a [`Member`] run by the [`Driver`] with the wall clock.
+/// A member of a group on a real link: a [`Member`] run with the wall clock.
 pub struct Group {
     driver: Driver<Box<dyn Link + Send>>,
     reported: usize,
@@ -489,7 +491,7 @@ impl Group {
 
     /// MPI_Barrier: returns once every member has entered. Arrivals travel point-to-point up a
     /// combining tree of arity `barrier_arity`; the release is one hardware broadcast frame.
-    /// Lost arrivals and releases are retransmitted on timers ([`crate::barrier`]).
+    /// Lost arrivals and releases are retransmitted on timers (`ethbcast_proto::barrier`).
     pub fn barrier(&mut self) -> Result<(), GroupError> {
         self.barrier_with(BarrierAlgo::Broadcast)
     }
@@ -701,7 +703,7 @@ pub struct Settle {
 
 /// [`join`], where a first-come coordinator starts as `settle` says (`None`: only with every
 /// receiver; the join times out after `timeout` whatever `settle` says).
-pub fn join_settling<L: Link>(
+pub(crate) fn join_settling<L: Link>(
     link: L,
     cfg: JoinConfig,
     timeout: Duration,
@@ -767,6 +769,7 @@ pub fn join_settling<L: Link>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::member::{tree_children, tree_parent};
 
     /// A program that takes the default options has made no choice about keys: it must not
     /// end up in a group that any host of the segment can join and broadcast into. Opening

@@ -99,7 +99,7 @@ pub enum KeyFileError {
     },
 }
 
-/// Reads a group key file (see the [module](self)): the key it holds, or the key its
+/// Reads a group key file (a key, a salted passphrase or a passphrase line): the key it holds, or the key its
 /// passphrase stretches into for group `group_id`.
 pub fn read_key_file(path: &Path, group_id: u32) -> Result<Key, KeyFileError> {
     let io = |source| KeyFileError::Io {

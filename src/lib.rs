@@ -6,28 +6,25 @@
 //! Clusters*: one buffer for all destinations, a lightweight cursor per destination.
 //!
 //! The protocol itself is the sans-IO crate `ethbcast-proto` (frames and time in, frames and
-//! events out); this crate runs it on real media:
-//! - [`link`]: the one trait every medium implements (AF_PACKET rings, plain socket, AF_XDP,
-//!   pnet, the simulated switch) and the shared-memory host ring ([`smp`]);
-//! - [`driver`]: the one loop that moves frames between a machine and a link with a clock;
-//! - [`group`]: the blocking API a program calls (`bcast`, `barrier`, streaming);
-//! - with the `sim` feature, `memory` (the paper's memory accounting, computed from the real
-//!   structures) and `cluster`, `simgroup` (whole groups on the simulated switch, with a
-//!   delivery checker).
+//! events out); this crate runs it on real media: the links (AF_PACKET rings, plain socket,
+//! AF_XDP, pnet, the simulated switch) behind one [`Link`] trait, the shared-memory ring of the
+//! ranks of one host ([`HostGroup`]), the loop that moves frames between a machine and a link,
+//! and the blocking API a program calls: [`Group`] (`bcast`, `barrier`) and [`Stream`].
 //!
-//! The core's modules (`wire`, `member`, `proto`, ...) are re-exported under this crate's name
-//! with the `internals` feature, for tools and tests; programs depend on `ethbcast-proto`
-//! directly if they drive the sans-IO machines themselves.
+//! Every name of the API is re-exported here, the core's types that its signatures use
+//! included; the modules themselves are private. With the `sim` feature, `memory` (the
+//! paper's memory accounting, computed from the real structures), `cluster` and
+//! `simgroup` (whole groups on the simulated switch, with a delivery checker) are there too,
+//! for the tools and the tests.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
-pub mod driver;
-pub mod group;
-pub mod keyfile;
-pub mod link;
-pub use link::smp;
-pub mod transfer;
+mod driver;
+mod group;
+mod host_ring;
+mod keyfile;
+mod link;
 
 #[cfg(feature = "sim")]
 pub mod cluster;
@@ -36,21 +33,60 @@ pub mod memory;
 #[cfg(feature = "sim")]
 pub mod simgroup;
 
+// The core's modules, under the names the links, the driver and the group use.
+use ethbcast_proto::{detect, engine, eqa, member, membership, wire};
+
+// The core's types that the API's signatures name.
+pub use ethbcast_proto::detect::{DetectorConfig, Gossip};
+pub use ethbcast_proto::engine::{
+    Config as EngineConfig, ConfigError, Dest, Observe, Observer, Piece, SendError,
+    Stats as EngineStats,
+};
 pub use ethbcast_proto::eqa::Rank;
+pub use ethbcast_proto::machine::{BatchEnd, Clock, Held};
+pub use ethbcast_proto::member::{
+    tree_children, tree_parent, Algorithm, DestProgress, Event, Member, MemberError, Message,
+};
+pub use ethbcast_proto::membership::{Expect, JoinConfig, JoinError, JoinStats, Joined};
 /// A group key: wiped from memory when dropped, never shown by `Debug`.
 pub use ethbcast_proto::secret::Key;
-pub use ethbcast_proto::wire::ethernet::MacAddr;
-/// What a program that broadcasts needs, at the crate root.
-pub use group::{Group, GroupError, GroupOptions, Membership};
-pub use link::{Backend, WaitMode};
+pub use ethbcast_proto::wire::ethernet::{
+    group_mac, parse_mac, GroupAddress, GroupAddressError, MacAddr, BROADCAST_MAC,
+};
+pub use ethbcast_proto::wire::BarrierAlgo;
+// The system layer's types that the links' signatures name.
+#[cfg(target_os = "linux")]
+pub use ethbcast_sys::{
+    bpf::XdpMode,
+    iface::Interface,
+    shm::ShmError,
+    xsk::{XskConfig, XskStats},
+};
 
-// The core's modules: public with the `internals` feature, crate-private otherwise (the links,
-// the driver and the group use them under these names).
-#[cfg(feature = "internals")]
-pub use ethbcast_proto::engine as proto;
-#[cfg(not(feature = "internals"))]
-use ethbcast_proto::engine as proto;
-#[cfg(feature = "internals")]
-pub use ethbcast_proto::{barrier, detect, eqa, machine, member, membership, wire};
-#[cfg(not(feature = "internals"))]
-use ethbcast_proto::{detect, eqa, member, membership, wire};
+/// What a program that broadcasts calls.
+pub use group::{
+    join, key_from_passphrase, key_from_passphrase_salt, parse_hostfile, placement_from_env,
+    rank_size_from_env, Detection, Group, GroupError, GroupOptions, HostEntry, HostError,
+    HostGroup, HostOptions, Membership, Outcome, PassphraseError, Placement, Role, ServeWait,
+    ServeWake, Settle, Stream, StreamOptions, JOB_TOKEN_MIN, JOB_TOKEN_VAR, PASSPHRASE_COST,
+};
+pub use host_ring::{HostRingError, Hosts, Wait as HostWait};
+pub use keyfile::{
+    key_from_env, read_key_file, write_new_key, write_new_passphrase, KeyFileError, KEY_FILE_ENV,
+    PASSPHRASE_TAG, RAW_KEY_TAG, SALT_LEN,
+};
+
+pub use link::measure;
+pub use link::pnet::{PnetConfig, PnetLink};
+#[cfg(target_os = "linux")]
+pub use link::ring::{RingConfig, RingLink, RingLinkConfig, TxMode};
+pub use link::sim::{port_mac, Faults, SimConfig, SimError, SimNet, SimPort, SimStats};
+#[cfg(target_os = "linux")]
+pub use link::socket::{SocketConfig, SocketLink};
+#[cfg(target_os = "linux")]
+pub use link::xdp::{XdpLink, XdpLinkConfig};
+/// The links: one trait, the media that implement it, and how to open one by name.
+pub use link::{
+    check_mtu, open as open_link, open_sized as open_link_sized, probe as probe_link, Backend,
+    Link, LinkError, WaitMode, BACKEND_ENV, DOZE_INTERVAL, MIN_MTU,
+};

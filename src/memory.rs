@@ -12,7 +12,7 @@
 //! adds up what its structures own (struct sizes plus heap capacity). The counting-allocator
 //! test checks that this agrees with what the allocator really hands out.
 
-use crate::proto::{Config, Engine};
+use crate::engine::{Config, Engine};
 
 /// Which queue sizes to account for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,14 +50,14 @@ pub struct Sizes {
 }
 
 /// Measures the sizes from the structures a real engine of `profile` allocates (in a group
-/// of two: the sizes below [`crate::proto::ACK_TREE_FROM`] members). `now` is the instant the
+/// of two: the sizes below [`crate::engine::ACK_TREE_FROM`] members). `now` is the instant the
 /// engine is built and driven at (the caller's clock: any instant gives the same sizes).
 pub fn sizes(profile: Profile, now: std::time::Instant) -> Sizes {
     sizes_for(profile, 2, now)
 }
 
 /// The sizes in a group of `n` members: the default window grows with the acknowledgement
-/// tree from [`crate::proto::ACK_TREE_FROM`] members (see [`crate::proto::default_window`]),
+/// tree from [`crate::engine::ACK_TREE_FROM`] members (see [`crate::engine::default_window`]),
 /// and with it `s_SDP` and `s_RDP`.
 pub fn sizes_for(profile: Profile, n: u16, now: std::time::Instant) -> Sizes {
     let cfg = profile.config(0, n.max(2));
@@ -65,7 +65,7 @@ pub fn sizes_for(profile: Profile, n: u16, now: std::time::Instant) -> Sizes {
     // Create the receive stream of root 1 (streams are created when a root is first heard).
     let _ = engine.post_recv(now, 1, 0);
     // Make the destination structures (a member makes them at its first broadcast).
-    let _ = engine.bcast(now, Vec::new(), crate::proto::Algo::Simple);
+    let _ = engine.bcast(now, Vec::new(), crate::engine::Algorithm::Simple);
     let tx = engine.sender();
     let ldp = &tx.eqa().dests()[0];
     let s_ldp = std::mem::size_of_val(ldp) + ldp.heap_bytes();
@@ -102,10 +102,10 @@ impl Sizes {
         k * self.hb(hosts * k)
     }
     /// Bytes one host spends when only its owner is a member of the group of `hosts` and its
-    /// ranks share the host's ring ([`crate::smp`]): `HB(hosts)` plus the segment, which
-    /// holds each message once for all `k` ranks and a cursor block per rank.
-    pub fn host_shared(&self, hosts: usize, ring: crate::smp::Layout) -> usize {
-        self.hb(hosts) + ring.segment_bytes()
+    /// `k` ranks share the host's ring (the default geometry): `HB(hosts)` plus the segment,
+    /// which holds each message once for all `k` ranks and a cursor block per rank.
+    pub fn host_shared(&self, hosts: usize, k: usize) -> usize {
+        self.hb(hosts) + crate::host_ring::Layout::new(k).segment_bytes()
     }
     /// The constant `c` of `M_save(n) = c(1 - 1/n)`.
     pub fn m_save_coefficient(&self) -> f64 {
@@ -146,9 +146,8 @@ mod tests {
             );
             let mut last_saving = 0;
             for k in [2, 4, 8] {
-                let ring = crate::smp::Layout::new(k);
                 let nic = s.host_socket_per_rank(hosts, k);
-                let shared = s.host_shared(hosts, ring);
+                let shared = s.host_shared(hosts, k);
                 assert!(
                     shared < nic,
                     "{profile:?} k={k}: shared {shared} B, sockets {nic} B"

@@ -30,11 +30,11 @@ use crate::cluster::{
     message_bytes, ClusterError, Deliveries, RunEnd, SimCluster, Traffic, Workload,
 };
 use crate::detect::{DetectorConfig, Gossip};
+use crate::engine::Config;
 use crate::eqa::Rank;
 use crate::group::Detection;
 use crate::link::sim::{port_mac, Faults, SimNet, SimPort};
 use crate::member::{Algorithm, Done, Event, Member, MemberConfig};
-use crate::proto::Config;
 use crate::wire::ethernet::MacAddr;
 use crate::wire::BarrierAlgo;
 use crate::wire::{seal, Flags, Frame, Repr, ETH_HEADER_LEN, TAG_LEN};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ethbcast::group::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions, Membership};
+use ethbcast::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions, Membership};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
@@ -139,7 +139,7 @@ fn nobody_leaves_a_barrier_before_the_last_member_enters() {
         .map(|h| {
             let (macs, late_entry) = (macs.clone(), late_entry.clone());
             netns::spawn_in(&h.netns, move || -> Result<Vec<Instant>, GroupError> {
-                let link = ethbcast::link::open(Default::default(), "eth0", Default::default())?;
+                let link = ethbcast::open_link(Default::default(), "eth0", Default::default())?;
                 let opts = GroupOptions {
                     timeout: Duration::from_secs(20),
                     barrier_arity: 2,
@@ -212,7 +212,7 @@ fn a_root_that_computes_after_its_call_does_not_hold_its_message_back() {
         .map(|h| {
             let macs = macs.clone();
             netns::spawn_in(&h.netns, move || -> Result<usize, GroupError> {
-                let link = ethbcast::link::open(Default::default(), "eth0", Default::default())?;
+                let link = ethbcast::open_link(Default::default(), "eth0", Default::default())?;
                 let opts = GroupOptions {
                     timeout: Duration::from_secs(10),
                     ..GroupOptions::insecure()
@@ -314,7 +314,7 @@ fn on_jumbo_frames_a_group_sends_jumbo_frames_unless_one_host_cannot_take_them()
     let bed = Testbed::up(&cfg).expect("test-bed");
     let got = jumbo_round(&bed, n);
     assert!(got.iter().all(|g| g.0 == 9000 && g.2), "{got:?}");
-    let frames = |pdu: usize| 65_536u64.div_ceil((pdu - ethbcast::wire::OVERHEAD) as u64);
+    let frames = |pdu: usize| 65_536u64.div_ceil((pdu - ethbcast_proto::wire::OVERHEAD) as u64);
     // 64 KiB in frames of 9000 bytes less the header: 8 of them, not 45 of 1500.
     assert_eq!(frames(9000), 8);
     assert!(got.iter().any(|g| g.1 == frames(9000)), "{got:?}");

@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use ethbcast::link::ring::{RingLink, RingLinkConfig};
-use ethbcast::link::{group_mac, Link, MacAddr};
-use ethbcast::proto::{Algo, Config, Dest, Engine, Event, Message};
+use ethbcast::{group_mac, Link, MacAddr};
+use ethbcast::{RingLink, RingLinkConfig};
+use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine, Event, Message};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
@@ -72,7 +72,7 @@ fn member(
     let t0 = Instant::now();
     if rank == 0 {
         for i in 0..MESSAGES {
-            e.bcast(t0, message(gid, i), Algo::Simple)
+            e.bcast(t0, message(gid, i), Algorithm::Simple)
                 .map_err(|e| e.to_string())?;
         }
     }

@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::{RunEnd, SimCluster, Workload};
-use ethbcast::link::sim::{port_mac, Faults, SimConfig, SimNet, SimPort};
-use ethbcast::membership::*;
-use ethbcast::wire::ethernet::MacAddr;
-use ethbcast::wire::{Frame, Kind};
+use ethbcast::{port_mac, Faults, SimConfig, SimNet, SimPort};
+use ethbcast_proto::membership::*;
+use ethbcast_proto::wire::ethernet::MacAddr;
+use ethbcast_proto::wire::{Frame, Kind};
 
 const GROUP: u32 = 0x10_1E;
 const KEY: [u8; 32] = [7; 32];
@@ -410,14 +410,14 @@ fn a_recorded_join_does_not_replay() {
 /// coordinator only, and only the roster of its own session).
 #[test]
 fn a_member_confirms_a_roster_repeated_after_it_joined() {
-    use ethbcast::member::{Member, MemberConfig};
-    use ethbcast::proto::Config;
+    use ethbcast_proto::engine::Config;
+    use ethbcast_proto::member::{Member, MemberConfig};
     let n = 3;
     let (joined, frames) = recorded_join(n, 50);
     let from_coordinator: Vec<Vec<u8>> = frames
         .iter()
         .filter(|f| f[6..12] == port_mac(0).0)
-        .map(|f| f[ethbcast::wire::ETH_HEADER_LEN..].to_vec())
+        .map(|f| f[ethbcast_proto::wire::ETH_HEADER_LEN..].to_vec())
         .collect();
     assert!(!from_coordinator.is_empty());
 
@@ -522,7 +522,7 @@ fn record(expects: Vec<Expect>, key: Option<[u8; 32]>, nonce_base: u64) -> Vec<V
 
 /// The join message type of an Ethernet frame (1 challenge, 2 hello, 3 roster, 4 confirm).
 fn join_type(eth: &[u8]) -> Option<u8> {
-    let f = Frame::new_checked(eth.get(ethbcast::wire::ETH_HEADER_LEN..)?).ok()?;
+    let f = Frame::new_checked(eth.get(ethbcast_proto::wire::ETH_HEADER_LEN..)?).ok()?;
     (f.kind() == Kind::Join)
         .then(|| f.payload().first().copied())
         .flatten()
@@ -545,15 +545,15 @@ fn resent_from(eth: &[u8], from: MacAddr) -> Vec<u8> {
 /// wherever it appears (a host without a key can write any join message).
 fn forged_from(eth: &[u8], from: MacAddr) -> Vec<u8> {
     let orig = src_of(eth);
-    let f = Frame::new_checked(&eth[ethbcast::wire::ETH_HEADER_LEN..]).unwrap();
+    let f = Frame::new_checked(&eth[ethbcast_proto::wire::ETH_HEADER_LEN..]).unwrap();
     let mut body = f.payload().to_vec();
     for i in 0..body.len().saturating_sub(5) {
         if body[i..i + 6] == orig.0 {
             body[i..i + 6].copy_from_slice(&from.0);
         }
     }
-    let pdu = ethbcast::wire::Control::Join { body }.to_vec(f.group(), f.src(), f.dst(), 0);
-    let mut v = eth[..ethbcast::wire::ETH_HEADER_LEN].to_vec();
+    let pdu = ethbcast_proto::wire::Control::Join { body }.to_vec(f.group(), f.src(), f.dst(), 0);
+    let mut v = eth[..ethbcast_proto::wire::ETH_HEADER_LEN].to_vec();
     v[6..12].copy_from_slice(&from.0);
     v.extend_from_slice(&pdu);
     v

@@ -9,11 +9,11 @@
 #[path = "../sys/tests/common/netns.rs"]
 mod netns;
 
-use ethbcast::link::pnet::{PnetConfig, PnetLink};
-use ethbcast::link::ring::{RingConfig, RingLink, RingLinkConfig, TxMode};
-use ethbcast::link::socket::{SocketConfig, SocketLink};
-use ethbcast::link::xdp::{XdpLink, XdpLinkConfig};
-use ethbcast::link::{self, group_mac, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use ethbcast::{group_mac, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use ethbcast::{PnetConfig, PnetLink};
+use ethbcast::{RingConfig, RingLink, RingLinkConfig, TxMode};
+use ethbcast::{SocketConfig, SocketLink};
+use ethbcast::{XdpLink, XdpLinkConfig};
 use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
 use ethbcast_sys::wait::{poll_fd, Interest};
 use netns::{NetnsPair, END_A, END_B};
@@ -274,7 +274,7 @@ fn an_mtu_below_576_is_refused_by_every_backend() {
         }
         assert!(
             matches!(
-                link::probe(END_A),
+                ethbcast::probe_link(END_A),
                 Err(LinkError::MtuTooSmall {
                     mtu: 500,
                     need: 576
@@ -306,8 +306,8 @@ fn jumbo_frames_need_large_ring_slots_and_then_work() {
         let to_a = a.local_mac();
         arrives_whole(&mut *b, &mut *a, to_a, 3);
         drop((a, b));
-        let mut a = ethbcast::link::open(Backend::Ring, END_A, WaitMode::Block).unwrap();
-        let mut b = ethbcast::link::open(Backend::Ring, END_B, WaitMode::Block).unwrap();
+        let mut a = ethbcast::open_link(Backend::Ring, END_A, WaitMode::Block).unwrap();
+        let mut b = ethbcast::open_link(Backend::Ring, END_B, WaitMode::Block).unwrap();
         assert_eq!(a.max_pdu(), 9000);
         arrives_whole(&mut *a, &mut *b, BROADCAST_MAC, 5);
     });
@@ -362,7 +362,7 @@ fn a_missing_interface_is_named_by_every_backend() {
             Ok(_) => panic!("{name}: opened a missing interface"),
         }
     }
-    match link::probe("ebnope0") {
+    match ethbcast::probe_link("ebnope0") {
         Err(LinkError::NoSuchInterface(n)) => assert_eq!(n, "ebnope0", "probe"),
         other => panic!("probe: expected NoSuchInterface, got {other:?}"),
     }
@@ -377,12 +377,12 @@ fn the_probe_accepts_a_usable_interface_and_leaves_it_as_it_was() {
         return;
     };
     ns.run(|| {
-        link::probe(END_A).unwrap();
-        link::probe(END_B).unwrap();
+        ethbcast::probe_link(END_A).unwrap();
+        ethbcast::probe_link(END_B).unwrap();
         let mut a = open_ring(END_A).unwrap();
         let mut b = open_ring(END_B).unwrap();
         // A probe while the links are open takes none of their frames.
-        link::probe(END_B).unwrap();
+        ethbcast::probe_link(END_B).unwrap();
         let p = pattern(200, 7);
         a.send(b.local_mac(), &p).unwrap();
         a.flush().unwrap();
@@ -431,7 +431,7 @@ fn without_cap_net_raw_every_backend_says_so() {
                 Ok(_) => panic!("{name}: opened a raw socket without CAP_NET_RAW"),
             }
         }
-        match link::probe(END_A) {
+        match ethbcast::probe_link(END_A) {
             Err(e @ LinkError::PermissionDenied) => {
                 assert!(e.to_string().contains("CAP_NET_RAW"), "probe")
             }

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use ethbcast::link::xdp::{XdpLink, XdpLinkConfig};
-use ethbcast::link::{Link, LinkError, MacAddr, BROADCAST_MAC};
+use ethbcast::{Link, LinkError, MacAddr, BROADCAST_MAC};
+use ethbcast::{XdpLink, XdpLinkConfig};
 use ethbcast_sys::iface::Interface;
 use ethbcast_sys::socket::{write_eth_header, PacketSocket, SocketOptions};
 use ethbcast_sys::xsk::ZeroCopy;
@@ -242,7 +242,7 @@ fn the_test_bed_turns_gro_on_at_both_ends_when_asked() {
 /// Every wait mode times out when nothing comes and wakes for a frame that does.
 #[test]
 fn every_wait_mode_times_out_and_wakes_for_a_frame() {
-    use ethbcast::link::WaitMode;
+    use ethbcast::WaitMode;
     let test = "every_wait_mode_times_out_and_wakes_for_a_frame";
     let Some(tb) = bed(test, "w", 2) else { return };
     let h = tb.hosts().to_vec();

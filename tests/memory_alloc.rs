@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use ethbcast::memory::{sizes_for, Profile};
-use ethbcast::proto::{Algo, Config, Engine};
+use ethbcast_proto::engine::{Algorithm, Config, Engine};
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]
@@ -26,7 +26,7 @@ fn allocated_bytes_match_the_formula_for_groups_up_to_128() {
             // The root: its send-only DP with one LDP per destination ...
             let mut root = Box::new(Engine::new(cfg.clone()).unwrap());
             // (a member makes its LDPs at its first broadcast) ...
-            root.bcast(now, Vec::new(), Algo::Simple).unwrap();
+            root.bcast(now, Vec::new(), Algorithm::Simple).unwrap();
             // ... and n-1 receive-only DPs, one per other root ...
             for r in 1..n {
                 root.post_recv(now, r, 0).unwrap();

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use ethbcast::cluster::{run, Report, Scenario};
-use ethbcast::link::sim::Faults;
-use ethbcast::proto::Algo;
+use ethbcast::Faults;
+use ethbcast_proto::engine::Algorithm;
 use proptest::prelude::*;
 
 fn assert_perfect(r: &Report) {
@@ -74,7 +74,7 @@ fn repair_traffic_stays_close_to_what_was_lost() {
 
 #[test]
 fn push_pull_alone_and_simple_alone_both_survive_loss() {
-    for algo in [Algo::Simple, Algo::PushPull] {
+    for algo in [Algorithm::Simple, Algorithm::PushPull] {
         let mut sc = Scenario::new(5, 300);
         sc.algos = vec![algo];
         sc.traffic.sizes = vec![1, 80, 860, 861, 3000, 100_000];
@@ -89,7 +89,7 @@ fn fast_ethernet_links_and_the_paper_profile_work_too() {
     sc.traffic.rate_bps = Some(100_000_000);
     sc.traffic.faults = Faults::lossy(0.02);
     sc.tweak = |c| {
-        let p = ethbcast::proto::Config::paper(c.group, c.rank, c.size);
+        let p = ethbcast_proto::engine::Config::paper(c.group, c.rank, c.size);
         *c = p;
     };
     assert_perfect(&run(&sc).unwrap());

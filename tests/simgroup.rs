@@ -2,8 +2,8 @@
 //! surviving member completes every call with the root's bytes, every barrier releases, and
 //! dead members are evicted by everybody within the detector's bound.
 
-use ethbcast::link::sim::Faults;
 use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
+use ethbcast::Faults;
 
 fn assert_perfect(r: &GroupReport) {
     assert!(r.perfect(), "{r:?}");
@@ -77,9 +77,9 @@ fn the_same_seed_gives_the_same_report() {
 #[test]
 fn a_root_far_ahead_of_late_receivers_loses_nothing() {
     use ethbcast::cluster::{SimCluster, Workload};
-    use ethbcast::link::sim::{port_mac, SimConfig, SimNet};
-    use ethbcast::member::{Algorithm, Done, Member, MemberConfig};
-    use ethbcast::proto::Config;
+    use ethbcast::{port_mac, SimConfig, SimNet};
+    use ethbcast_proto::engine::Config;
+    use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig};
     use std::time::{Duration, Instant};
 
     struct Ahead {
@@ -193,11 +193,11 @@ fn without_a_key_an_impostor_keeps_a_dead_member_alive() {
 #[test]
 fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
     use ethbcast::cluster::{RunEnd, SimCluster, Workload};
-    use ethbcast::detect::{DetectorConfig, Gossip};
-    use ethbcast::group::Detection;
-    use ethbcast::link::sim::{port_mac, SimConfig, SimNet};
-    use ethbcast::member::{Algorithm, Done, Member, MemberConfig, MemberError};
-    use ethbcast::proto::Config;
+    use ethbcast::Detection;
+    use ethbcast::{port_mac, SimConfig, SimNet};
+    use ethbcast_proto::detect::{DetectorConfig, Gossip};
+    use ethbcast_proto::engine::Config;
+    use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig, MemberError};
     use std::time::{Duration, Instant};
 
     const BEFORE: u64 = 10;
@@ -263,7 +263,7 @@ fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
     for seed in 1..=8 {
         let net = SimNet::new(SimConfig {
             seed,
-            faults: ethbcast::link::sim::Faults::lossy(0.02),
+            faults: ethbcast::Faults::lossy(0.02),
             ..SimConfig::new(usize::from(n))
         })
         .unwrap();

@@ -1,5 +1,5 @@
 //! A group as C callers and the MPI interposer use it: the library's [`HostGroup`] (one or
-//! several ranks per host, see [`ethbcast::group::host`]) behind a lock, a progress thread,
+//! several ranks per host, see [`ethbcast::host`]) behind a lock, a progress thread,
 //! counters, and the C ABI's error type.
 //!
 //! Why a progress thread: a member serves its peers (acknowledgements, repairs, barrier
@@ -34,23 +34,23 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::group::{GroupError, HostError, HostGroup, HostOptions, ServeWait, ServeWake};
-use ethbcast::link::{self, LinkError};
-use ethbcast::smp::SmpError;
+use ethbcast::HostRingError;
+use ethbcast::LinkError;
+use ethbcast::{GroupError, HostError, HostGroup, HostOptions, ServeWait, ServeWake};
 use thiserror::Error;
 
 use crate::EthbcastCounters;
 
-pub use ethbcast::group::Placement;
+pub use ethbcast::Placement;
 
 /// Shortest token accepted in [`JOB_TOKEN_VAR`].
 // A literal, so that the header (cbindgen reads this crate only) keeps showing it.
 pub const JOB_TOKEN_MIN: usize = 16;
-const _: () = assert!(JOB_TOKEN_MIN == ethbcast::group::host::JOB_TOKEN_MIN);
+const _: () = assert!(JOB_TOKEN_MIN == ethbcast::JOB_TOKEN_MIN);
 
 /// The environment variable of the launcher's per-job token
-/// ([`ethbcast::group::host::JOB_TOKEN_VAR`]).
-pub use ethbcast::group::host::JOB_TOKEN_VAR;
+/// ([`ethbcast::JOB_TOKEN_VAR`]).
+pub use ethbcast::JOB_TOKEN_VAR;
 
 /// How long the caller must have been out of the library before the progress thread serves
 /// the group: while the caller keeps calling it serves the group itself, and the thread looks
@@ -93,8 +93,8 @@ impl From<LinkError> for CallError {
     }
 }
 
-impl From<SmpError> for CallError {
-    fn from(e: SmpError) -> CallError {
+impl From<HostRingError> for CallError {
+    fn from(e: HostRingError) -> CallError {
         CallError::Host(HostError::Host(e))
     }
 }
@@ -178,7 +178,7 @@ pub struct Endpoint {
 /// without joining a group, so that a launcher can decide quickly, on every member, whether
 /// to use ethbcast at all.
 pub fn probe(iface: &str) -> Result<(), CallError> {
-    link::probe(iface)?;
+    ethbcast::probe_link(iface)?;
     Ok(())
 }
 

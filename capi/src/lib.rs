@@ -24,6 +24,7 @@
 //! logic lives in the safe [`endpoint`] module.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod endpoint;
 
@@ -36,11 +37,11 @@ use std::time::Duration;
 
 use slotmap::{DefaultKey, Key, KeyData, SlotMap};
 
-use ethbcast::group::{Algorithm, GroupError, GroupOptions, HostError, HostOptions, Membership};
-use ethbcast::keyfile::{self, KEY_FILE_ENV};
-use ethbcast::link::{LinkError, WaitMode};
-use ethbcast::member::MemberError;
-use ethbcast::smp::{Hosts, SmpError};
+use ethbcast::MemberError;
+use ethbcast::KEY_FILE_ENV;
+use ethbcast::{Algorithm, GroupError, GroupOptions, HostError, HostOptions, Membership};
+use ethbcast::{HostRingError, Hosts};
+use ethbcast::{LinkError, WaitMode};
 
 use endpoint::{CallError, Endpoint, EndpointOptions, Placement};
 
@@ -225,7 +226,7 @@ impl Default for EthbcastOptions {
             progress_thread: 1,
             linger_ms: 50,
             root_waits_above: ETHBCAST_ROOT_WAITS_AUTO,
-            host_spin_us: u32::try_from(ethbcast::smp::Wait::default().spin.as_micros())
+            host_spin_us: u32::try_from(ethbcast::HostWait::default().spin.as_micros())
                 .unwrap_or(0),
             key: std::ptr::null(),
             key_len: 0,
@@ -253,7 +254,7 @@ impl Failure {
 /// The group key of `ethbcast_open`: `key` (the options' 32 bytes), else the file `key_file`
 /// names, else the file `ETHBCAST_KEY_FILE` names in the environment `env`; `None` without
 /// any, refused when `ETHBCAST_REQUIRE_KEY=1`. Files are read by the library's one reading
-/// ([`keyfile::read_key_file`]), as the `ethbcast` command reads them.
+/// ([`ethbcast::read_key_file`]), as the `ethbcast` command reads them.
 fn resolve_key(
     key: Option<&[u8]>,
     key_file: Option<&str>,
@@ -279,10 +280,10 @@ fn resolve_key(
             },
         )?)),
         (None, Some(path)) => Some(
-            keyfile::read_key_file(std::path::Path::new(path), group_id)
+            ethbcast::read_key_file(std::path::Path::new(path), group_id)
                 .map_err(|e| key_error(format!("{e} (key_file of the options)")))?,
         ),
-        (None, None) => keyfile::key_from_env(&env, group_id)
+        (None, None) => ethbcast::key_from_env(&env, group_id)
             .map_err(|e| key_error(format!("{e} ({KEY_FILE_ENV})")))?,
     };
     if found.is_none() && env(REQUIRE_KEY_ENV).is_some_and(|v| v == "1") {
@@ -368,15 +369,15 @@ fn code_of(e: &CallError) -> c_int {
         CallError::Poisoned => ETHBCAST_ERR_INTERNAL,
         CallError::Host(HostError::Placement(_)) => ETHBCAST_ERR_MEMBERSHIP,
         CallError::Host(HostError::Host(h)) => match h {
-            SmpError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
-            SmpError::RankGone { .. } => ETHBCAST_ERR_PEER_DEAD,
-            SmpError::OwnerFailed { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
-            SmpError::Length { .. } => ETHBCAST_ERR_LENGTH,
-            SmpError::Topology(_) => ETHBCAST_ERR_MEMBERSHIP,
-            SmpError::Shm(_)
-            | SmpError::Layout { .. }
-            | SmpError::SlotTaken { .. }
-            | SmpError::Protocol(_) => ETHBCAST_ERR_SHARED_MEMORY,
+            HostRingError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
+            HostRingError::RankGone { .. } => ETHBCAST_ERR_PEER_DEAD,
+            HostRingError::OwnerFailed { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
+            HostRingError::Length { .. } => ETHBCAST_ERR_LENGTH,
+            HostRingError::Topology(_) => ETHBCAST_ERR_MEMBERSHIP,
+            HostRingError::Shm(_)
+            | HostRingError::Layout { .. }
+            | HostRingError::SlotTaken { .. }
+            | HostRingError::Protocol(_) => ETHBCAST_ERR_SHARED_MEMORY,
         },
         CallError::Host(HostError::Group(g)) => match g {
             GroupError::Link(l) => link_code(l),
@@ -457,7 +458,7 @@ fn options_from(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> {
             root_waits_above: (c.root_waits_above != ETHBCAST_ROOT_WAITS_AUTO)
                 .then_some(c.root_waits_above as usize),
             placement: Placement::Auto,
-            host_wait: ethbcast::smp::Wait {
+            host_wait: ethbcast::HostWait {
                 spin: match c.host_spin_us {
                     ETHBCAST_HOST_SPIN_FOREVER => Duration::MAX,
                     us => Duration::from_micros(u64::from(us)),
@@ -976,7 +977,7 @@ mod tests {
             let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
             std::fs::set_permissions(f, owner_only).unwrap();
         }
-        let want = keyfile::read_key_file(&phrase, GID).unwrap();
+        let want = ethbcast::read_key_file(&phrase, GID).unwrap();
         let phrase_s = phrase.to_str().unwrap();
         let env_of = |vars: Vec<(&'static str, String)>| {
             move |v: &str| {

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ethbcast::group::Membership;
+use ethbcast::Membership;
 use ethbcast_capi::endpoint::{Endpoint, EndpointOptions};
 use ethbcast_testbed::{netns, netns_available, Testbed, TestbedConfig};
 

@@ -21,6 +21,7 @@
 //!   point-to-point channels.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod barrier;
 pub mod detect;

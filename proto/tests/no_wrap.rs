@@ -7,7 +7,9 @@
 
 use std::time::Instant;
 
-use ethbcast_proto::engine::{Algo, Config, Dest, Drop, Engine, Event, SendError, SessionEnded};
+use ethbcast_proto::engine::{
+    Algorithm, Config, Dest, Drop, Engine, Event, SendError, SessionEnded,
+};
 use ethbcast_proto::wire::Control;
 
 const KEY: [u8; 32] = [0x11; 32];
@@ -87,7 +89,7 @@ fn a_control_frame_recorded_early_is_refused_after_half_and_after_all_of_the_cou
     );
     assert_eq!(a.session_ended(), Some(SessionEnded::ControlCounter));
     assert_eq!(
-        a.bcast(now, vec![1], Algo::Simple),
+        a.bcast(now, vec![1], Algorithm::Simple),
         Err(SendError::SessionEnded(SessionEnded::ControlCounter))
     );
     assert!(a
@@ -107,16 +109,16 @@ fn broadcasts_end_with_the_session_before_their_sequence_numbers_wrap() {
     // Three sequence numbers left: one-frame messages take two, a message of three frames'
     // payload does not fit, and the session ends.
     a.skip_sequences((1 << 32) - 3);
-    a.bcast(now, vec![7; 10], Algo::Simple).unwrap();
-    a.bcast(now, vec![7; 10], Algo::Simple).unwrap();
+    a.bcast(now, vec![7; 10], Algorithm::Simple).unwrap();
+    a.bcast(now, vec![7; 10], Algorithm::Simple).unwrap();
     assert_eq!(a.session_ended(), None);
     let three = vec![7; 3 * a.config().max_payload()];
     assert_eq!(
-        a.bcast(now, three, Algo::Simple),
+        a.bcast(now, three, Algorithm::Simple),
         Err(SendError::SessionEnded(SessionEnded::Sequence))
     );
     assert_eq!(
-        a.bcast(now, vec![7; 10], Algo::Simple),
+        a.bcast(now, vec![7; 10], Algorithm::Simple),
         Err(SendError::SessionEnded(SessionEnded::Sequence))
     );
     assert_eq!(a.session_ended(), Some(SessionEnded::Sequence));

@@ -1,42 +1,14 @@
 //! A group of several ranks per host: one network member per host plus the host's
-//! shared-memory ring ([`crate::smp`]).
-//!
-//! Why: the network protocol runs one member per NIC. When a job places several ranks on one
-//! host (MPI's usual placement), every rank of the host joining the network group would send
-//! each broadcast to the host several times over one link and repair it several times; the
-//! host's ranks instead share its member. The lowest rank of each host (the host's *owner*)
-//! joins the network group of one member per host (its rank there is its host's number); the
-//! other ranks of the host attach to the host's ring. A root that is not an owner hands its
-//! message to its owner through the ring, and the owner sends it to the other hosts; an owner
-//! that receives from the network publishes the message to its host's ranks. While the owner
-//! waits for the ranks of its host it keeps serving the network, so no other host waits for a
-//! repair only it can send. [`Group`] knows nothing of this: the world's ranks are mapped onto
-//! the hosts' network ranks here, on `Group`'s public API.
-//!
-//! [`HostGroup`] is the blocking type (one call at a time, like [`Group`]); the C ABI wraps it
-//! with a lock, a progress thread and counters.
-//!
-//! Segment names and other local users: `/dev/shm` is shared by every user of the machine, so a
-//! host's segment name carries, besides the job's public numbers (group id, size, owner rank,
-//! network namespace), a tag no other user can compute when the job has a secret: a keyed hash
-//! of the launcher's per-job token (`ETHBCAST_JOB_TOKEN`, [`JOB_TOKEN_VAR`]) and of the group's
-//! key, whichever the job has. Every rank of a job computes the same name from the same
-//! environment and options. Why not the network join's session: the owner opens the ring
-//! *before* it joins (the local ranks attach while it joins, and it waits for them), and the
-//! other ranks of a host never join the network at all, so no session exists that they could
-//! all know in time. Without token or key the name can be guessed, and another user can make
-//! a file there first: the job then fails with a clear error (the segment layer refuses a file
-//! of another user, of another mode than 0600, or behind a symbolic link), but it is not fed
-//! the other user's ring.
+//! shared-memory ring ([`crate::host_ring`]).
 
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 use super::{Group, GroupError, GroupOptions, Membership, ServeWait, ServeWake};
+use crate::host_ring::{self, HostRing, HostRingError, Hosts, Layout, Sink};
 use crate::link::{self, LinkError};
 use crate::membership::{Expect, JoinConfig};
-use crate::smp::{self, HostRing, Hosts, Layout, Sink, SmpError};
 
 /// Errors of [`HostGroup`] calls.
 #[derive(Debug, Error)]
@@ -46,7 +18,7 @@ pub enum HostError {
     Group(#[from] GroupError),
     /// The shared-memory layer of ranks on one host failed.
     #[error(transparent)]
-    Host(#[from] SmpError),
+    Host(#[from] HostRingError),
     /// The root's message does not have the length this member passed.
     #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
     Length {
@@ -107,7 +79,7 @@ pub struct HostOptions {
     /// 0.8-4.5 ms (median 2.4 ms) in the root's wait, every tree broadcast about 3 ms.
     pub root_waits_above: Option<usize>,
     /// How ranks of one host wait for each other in shared memory.
-    pub host_wait: smp::Wait,
+    pub host_wait: host_ring::Wait,
 }
 
 impl Default for HostOptions {
@@ -117,7 +89,7 @@ impl Default for HostOptions {
             membership: Membership::Env,
             placement: Placement::Auto,
             root_waits_above: None,
-            host_wait: smp::Wait::default(),
+            host_wait: host_ring::Wait::default(),
         }
     }
 }
@@ -144,8 +116,36 @@ impl HostView {
     }
 }
 
-/// A member of a job with one or several ranks per host (see the [module](self)): the host's
-/// network member (its owner only, or every rank with one rank per host) and the host's ring.
+/// A member of a job with one or several ranks per host: the host's network member (its
+/// owner only, or every rank with one rank per host) and the host's ring.
+///
+/// Why: the network protocol runs one member per NIC. When a job places several ranks on one
+/// host (MPI's usual placement), every rank of the host joining the network group would send
+/// each broadcast to the host several times over one link and repair it several times; the
+/// host's ranks instead share its member. The lowest rank of each host (the host's *owner*)
+/// joins the network group of one member per host (its rank there is its host's number); the
+/// other ranks of the host attach to the host's ring. A root that is not an owner hands its
+/// message to its owner through the ring, and the owner sends it to the other hosts; an owner
+/// that receives from the network publishes the message to its host's ranks. While the owner
+/// waits for the ranks of its host it keeps serving the network, so no other host waits for a
+/// repair only it can send. [`Group`] knows nothing of this: the world's ranks are mapped onto
+/// the hosts' network ranks here, on `Group`'s public API.
+///
+/// [`HostGroup`] is the blocking type (one call at a time, like [`Group`]); the C ABI wraps it
+/// with a lock, a progress thread and counters.
+///
+/// Segment names and other local users: `/dev/shm` is shared by every user of the machine, so a
+/// host's segment name carries, besides the job's public numbers (group id, size, owner rank,
+/// network namespace), a tag no other user can compute when the job has a secret: a keyed hash
+/// of the launcher's per-job token (`ETHBCAST_JOB_TOKEN`, [`JOB_TOKEN_VAR`]) and of the group's
+/// key, whichever the job has. Every rank of a job computes the same name from the same
+/// environment and options. Why not the network join's session: the owner opens the ring
+/// *before* it joins (the local ranks attach while it joins, and it waits for them), and the
+/// other ranks of a host never join the network at all, so no session exists that they could
+/// all know in time. Without token or key the name can be guessed, and another user can make
+/// a file there first: the job then fails with a clear error (the segment layer refuses a file
+/// of another user, of another mode than 0600, or behind a symbolic link), but it is not fed
+/// the other user's ring.
 #[derive(Debug)]
 pub struct HostGroup {
     /// The network member: every rank with one rank per host, only the hosts' owners
@@ -259,7 +259,7 @@ fn segment_path(group_id: u32, hosts: &Hosts, h: u16, tag: Option<&str>) -> std:
         name.push('-');
         name.push_str(tag);
     }
-    std::path::Path::new(smp::SHM_DIR).join(name)
+    std::path::Path::new(host_ring::SHM_DIR).join(name)
 }
 
 /// The inode of this process's network namespace (`/proc/self/ns/net` reads `net:[N]`), or 0
@@ -368,7 +368,7 @@ impl HostGroup {
             (None, Some(ring)) => {
                 ring.read(root, Sink::Buf(buf), &mut idle)
                     .map_err(|e| match e {
-                        HostError::Host(SmpError::Length { root, got, want }) => {
+                        HostError::Host(HostRingError::Length { root, got, want }) => {
                             HostError::Length { root, got, want }
                         }
                         e => e,

@@ -1,40 +1,16 @@
 //! A streaming group: one root pushes a stream of messages, the receivers take them as
 //! events as they arrive (what `ethbcast send`/`recv` use to distribute a file).
-//!
-//! Why a type of its own: a [`Group`](super::Group) is MPI style, every member enters the
-//! same collective call and the call returns when it is done, so a receiver cannot get
-//! ahead of its application and a root cannot have more than one broadcast on the wire. A
-//! stream instead keeps the root's shared retransmission buffer full: the root queues
-//! messages as long as the window allows ([`Stream::send`]), learns which of them every live
-//! receiver has acknowledged ([`Stream::stable_through`]), and watches each receiver's
-//! progress ([`Stream::receiver_progress`]) to evict the dead ([`Stream::evict`]); receivers
-//! keep [`StreamOptions::prepost`] deliveries posted and take them as
-//! [`Event::Delivered`] ([`Stream::poll_event`]). Both sides can exchange small notices and
-//! reliable point-to-point messages (completion reports, say).
-//!
-//! The join, the key and the timeouts are the group's: the root coordinates the library's
-//! join ([`crate::membership`]) and takes the receivers [`Role::Root`] names, a receiver
-//! answers the first root whose roster names it; the session then protects every frame
-//! (with [`StreamOptions::key`], under a key of this session). The member is the same
-//! [`Member`] run by the same [`Driver`] as a group's, with the wall clock; nothing blocks
-//! longer than the wait a caller passes to [`Stream::turn`].
-//!
-//! Without a key any host of the segment can answer a receiver's hello with a roster of its
-//! own and become the root it receives from: a stream refuses to join without a key unless
-//! [`StreamOptions::insecure`] says so, and a keyless receiver can be told whose roster
-//! alone to take ([`StreamOptions::root`]; a MAC can be forged, so this keeps out strangers
-//! by mistake, not by attack).
 
 use crate::Key;
 use std::time::{Duration, Instant};
 
 use super::GroupError;
 use crate::driver::{Clock, Driver, Sends, WallClock};
+use crate::engine::{Algorithm, Config, ConfigError, Dest, Stats as EngineStats};
 use crate::eqa::Rank;
 use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
 use crate::membership::{Expect, JoinConfig};
-use crate::proto::{Algo, Config, ConfigError, Dest, Stats as EngineStats};
 
 /// Options of a stream (both sides must agree on the group id, the key and the address).
 /// Its `Debug` never shows the key.
@@ -205,7 +181,31 @@ pub enum Role {
     Receiver,
 }
 
-/// A member of a stream (see the [module](self)).
+/// A member of a stream.
+///
+/// Why a type of its own: a [`Group`](super::Group) is MPI style, every member enters the
+/// same collective call and the call returns when it is done, so a receiver cannot get
+/// ahead of its application and a root cannot have more than one broadcast on the wire. A
+/// stream instead keeps the root's shared retransmission buffer full: the root queues
+/// messages as long as the window allows ([`Stream::send`]), learns which of them every live
+/// receiver has acknowledged ([`Stream::stable_through`]), and watches each receiver's
+/// progress ([`Stream::receiver_progress`]) to evict the dead ([`Stream::evict`]); receivers
+/// keep [`StreamOptions::prepost`] deliveries posted and take them as
+/// [`Event::Delivered`] ([`Stream::poll_event`]). Both sides can exchange small notices and
+/// reliable point-to-point messages (completion reports, say).
+///
+/// The join, the key and the timeouts are the group's: the root coordinates the library's
+/// join ([`crate::membership`]) and takes the receivers [`Role::Root`] names, a receiver
+/// answers the first root whose roster names it; the session then protects every frame
+/// (with [`StreamOptions::key`], under a key of this session). The member is the same
+/// [`Member`] run by the same loop as a group's, with the wall clock; nothing blocks
+/// longer than the wait a caller passes to [`Stream::turn`].
+///
+/// Without a key any host of the segment can answer a receiver's hello with a roster of its
+/// own and become the root it receives from: a stream refuses to join without a key unless
+/// [`StreamOptions::insecure`] says so, and a keyless receiver can be told whose roster
+/// alone to take ([`StreamOptions::root`]; a MAC can be forged, so this keeps out strangers
+/// by mistake, not by attack).
 pub struct Stream {
     driver: Driver<Box<dyn Link + Send>>,
     peers: Vec<MacAddr>,
@@ -316,11 +316,11 @@ impl Stream {
     }
 
     /// Queues the next message of this member's stream; returns its id (ids grow by one).
-    /// Fails with [`crate::proto::SendError::NoReceivers`] once every receiver is gone.
+    /// Fails with [`crate::engine::SendError::NoReceivers`] once every receiver is gone.
     pub fn send(&mut self, data: Vec<u8>) -> Result<u64, MemberError> {
         self.driver
             .member_mut()
-            .send_stream(WallClock.now(), data, Algo::Simple)
+            .send_stream(WallClock.now(), data, Algorithm::Simple)
     }
 
     /// Messages of this member queued in the engine and not yet acknowledged by all.

@@ -1,6 +1,6 @@
 //! Links: the one small trait between the protocol engine and a medium that carries frames.
 //!
-//! The engine ([`crate::proto`]) never touches a socket. A driver takes the PDUs the engine
+//! The engine ([`crate::engine`]) never touches a socket. A driver takes the PDUs the engine
 //! wants to send, hands them to a [`Link`] with the destination MAC address, and feeds what the
 //! link receives back into the engine. Backends:
 //!
@@ -13,9 +13,9 @@
 //!
 //! so that what the rings buy is measured against the alternatives, not assumed.
 //!
-//! Besides the network links, [`smp`] is the other medium: the ring in shared memory through
-//! which the ranks of one host receive (its waits, on futexes and with deadlines, are I/O like
-//! a link's receive; the crate re-exports it as `ethbcast::smp`).
+//! Besides the network links, the host ring (`crate::host_ring`) is the other medium: the ring
+//! in shared memory through which the ranks of one host receive (its waits, on futexes and with
+//! deadlines, are I/O like a link's receive).
 //!
 //! A link carries ethbcast PDUs ([`crate::wire`]); the Ethernet header (destination, source,
 //! EtherType 0x88B5) is the link's business.
@@ -28,21 +28,20 @@
 #[cfg(target_os = "linux")]
 mod mapped;
 pub mod measure;
-pub mod pnet;
+pub(crate) mod pnet;
 #[cfg(target_os = "linux")]
-pub mod ring;
-pub mod sim;
-pub mod smp;
+pub(crate) mod ring;
+pub(crate) mod sim;
 #[cfg(target_os = "linux")]
-pub mod socket;
+pub(crate) mod socket;
 #[cfg(target_os = "linux")]
-pub mod xdp;
+pub(crate) mod xdp;
 
 use std::time::Duration;
 use thiserror::Error;
 
-pub use crate::wire::ethernet::{group_mac, parse_mac, GroupAddress, MacAddr, BROADCAST_MAC};
-pub use ethbcast_proto::machine::{BatchEnd, Held};
+pub(crate) use crate::wire::ethernet::{parse_mac, GroupAddress, MacAddr, BROADCAST_MAC};
+pub(crate) use ethbcast_proto::machine::{BatchEnd, Held};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers. The same number as the

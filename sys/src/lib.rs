@@ -36,6 +36,7 @@
 #![cfg(target_os = "linux")]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod alloc;
 pub mod bpf;

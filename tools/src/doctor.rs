@@ -9,7 +9,7 @@ pub mod hosts;
 
 use std::path::Path;
 
-use ethbcast::link::{self, Backend, WaitMode, BACKEND_ENV};
+use ethbcast::{Backend, WaitMode, BACKEND_ENV};
 use ethbcast_sys::caps::{Advice, Capability, ProcessCaps};
 use serde::Serialize;
 
@@ -139,7 +139,7 @@ pub fn run(iface: &str, backend: Backend, rx_frames: usize) -> Vec<Check> {
             "pick an Ethernet or veth interface".into(),
         )),
     }
-    let min = usize::from(ethbcast::membership::MIN_PDU);
+    let min = usize::from(ethbcast_proto::membership::MIN_PDU);
     match read_sys(iface, "mtu").as_deref().and_then(parse_number) {
         Some(m) if m as usize >= min => checks.push(Check::ok(format!(
             "interface {iface} has an MTU of {m} bytes"
@@ -216,7 +216,7 @@ pub fn run(iface: &str, backend: Backend, rx_frames: usize) -> Vec<Check> {
     };
     if let Some(b) = resolved {
         if checks.iter().all(|c| c.status != Status::Fail) {
-            match link::open(b, iface, WaitMode::Block) {
+            match ethbcast::open_link(b, iface, WaitMode::Block) {
                 Ok(_) => checks.push(Check::ok(format!("opened {iface} with the {b} backend"))),
                 Err(e) => checks.push(Check::problem(
                     Status::Fail,

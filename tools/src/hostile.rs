@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ethbcast::wire::{self, seal, Control, Flags, Frame, Kind, Repr, TAG_LEN};
+use ethbcast_proto::wire::{self, seal, Control, Flags, Frame, Kind, Repr, TAG_LEN};
 use rand::{Rng, RngCore};
 
 use crate::netns;
@@ -271,7 +271,7 @@ pub fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let notice = Control::Notice {
-        body: ethbcast::transfer::ABORT.to_vec(),
+        body: crate::transfer::ABORT.to_vec(),
     };
     let mut src = [0u8; 6];
     src.copy_from_slice(&eth[6..12]);
@@ -400,7 +400,7 @@ pub fn replay_and_forge(netns: &str, frames: Vec<Vec<u8>>) -> Result<Hostile<usi
 }
 
 /// A forged data message of `len` bytes `payload` from `src` to `dst` on group `group` (a
-/// session's or a point-to-point channel's, see [`ethbcast::member::pair_group`]), as frame
+/// session's or a point-to-point channel's, see [`ethbcast_proto::member::pair_group`]), as frame
 /// `seq` of message `msg_id`, in the session of `template`.
 pub fn forge_data(
     template: &[u8],

@@ -11,3 +11,4 @@ pub mod doctor;
 pub mod hostile;
 pub mod logging;
 pub mod packaging;
+pub mod transfer;

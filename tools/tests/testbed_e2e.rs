@@ -5,8 +5,8 @@
 //! Needs root. In CI (`ETHBCAST_REQUIRE_NETNS=1`) a missing privilege fails; elsewhere the
 //! tests say loudly that they were skipped.
 
-use ethbcast::link::Backend;
-use ethbcast::proto::Algo;
+use ethbcast::Backend;
+use ethbcast_proto::engine::Algorithm;
 use ethbcast_testbed::{netns_available, Rate};
 use ethbcast_tools::bench::selftest::{run, SelftestOptions, Verdict};
 
@@ -70,7 +70,7 @@ fn eight_hosts_five_percent_loss_messages_of_many_frames() {
 
 #[test]
 fn eight_hosts_one_percent_loss_each_algorithm_alone() {
-    for (tag, algo) in [("d", Algo::Simple), ("e", Algo::PushPull)] {
+    for (tag, algo) in [("d", Algorithm::Simple), ("e", Algorithm::PushPull)] {
         let mut o = SelftestOptions::new(8);
         o.prefix = prefix(tag);
         o.loss = 1.0;

@@ -23,7 +23,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
-use super::{Algo, Config, Dest, SendError, SessionEnded, Stats, Transmit};
+use super::{Algorithm, Config, Dest, SendError, SessionEnded, Stats, Transmit};
 use crate::eqa::{Eqa, Rank, Seq};
 use crate::wire::{
     self,
@@ -63,7 +63,7 @@ pub(crate) enum Feedback {
 pub(crate) struct OutMsg {
     id: u64,
     data: Vec<u8>,
-    algo: Algo,
+    algo: Algorithm,
     off: usize,
     started: bool,
     push_end: usize,
@@ -187,7 +187,7 @@ impl Sender {
         &mut self,
         cfg: &Config,
         data: Vec<u8>,
-        algo: Algo,
+        algo: Algorithm,
         live: &[bool],
     ) -> Result<u64, SendError> {
         if self.queue.len() >= self.queue_cap {
@@ -216,9 +216,10 @@ impl Sender {
             // A message that fits one frame is pushed whole in that frame: cutting it at BTP1
             // would cost a second frame (and above BTP1 + BTP2 a pull round trip) for bytes
             // the first frame had room for.
-            Algo::PushPull if data.len() <= cfg.max_payload() => data.len(),
-            Algo::PushPull => data.len().min(cfg.btp1 + cfg.btp2),
-            Algo::Simple => data.len(),
+            Algorithm::PushPull if data.len() <= cfg.max_payload() => data.len(),
+            Algorithm::PushPull => data.len().min(cfg.btp1 + cfg.btp2),
+            // The engine broadcasts in hardware only: a tree's message goes out as `Simple`.
+            Algorithm::Simple | Algorithm::Tree => data.len(),
         };
         self.queue.push_back(OutMsg {
             id,
@@ -259,7 +260,8 @@ impl Sender {
                 self.unstable.push_back((m.id, self.eqa.head() - 1));
                 continue;
             }
-            if m.algo == Algo::PushPull && m.started && m.off >= m.push_end && !m.pull_granted {
+            if m.algo == Algorithm::PushPull && m.started && m.off >= m.push_end && !m.pull_granted
+            {
                 if self.pull_timer.is_none() {
                     self.pull_timer = Some(now + cfg.rto);
                     self.pull_backoff = 0;
@@ -281,7 +283,7 @@ impl Sender {
                 break;
             }
             let len = m.data.len();
-            let end = if m.algo == Algo::PushPull && m.off < cfg.btp1 && len > max {
+            let end = if m.algo == Algorithm::PushPull && m.off < cfg.btp1 && len > max {
                 cfg.btp1.min(len)
             } else if m.off < m.push_end {
                 m.push_end.min(m.off + max)
@@ -295,7 +297,7 @@ impl Sender {
             if end == len {
                 flags |= Flags::LAST;
             }
-            if m.algo == Algo::PushPull && m.off < m.push_end {
+            if m.algo == Algorithm::PushPull && m.off < m.push_end {
                 flags |= Flags::PUSH;
                 if end == m.push_end && m.push_end < len {
                     flags |= Flags::PULL_WAIT;
@@ -402,7 +404,7 @@ impl Sender {
             }
             Feedback::Pull { msg_id, .. } => {
                 if let Some(m) = self.queue.front_mut() {
-                    if m.id as u32 == msg_id && m.algo == Algo::PushPull {
+                    if m.id as u32 == msg_id && m.algo == Algorithm::PushPull {
                         m.pull_granted = true;
                         self.pull_timer = None;
                     }

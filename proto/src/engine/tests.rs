@@ -207,11 +207,11 @@ fn lose_once(seq: u32, to: usize) -> impl FnMut(&Repr, usize) -> bool {
 
 /// Root 0 broadcasts `m`; runs until every other member has it.
 fn broadcast_to_all(net: &mut Net, m: &[u8]) {
-    broadcast_all(net, &[m.to_vec()], Algo::Simple);
+    broadcast_all(net, &[m.to_vec()], Algorithm::Simple);
 }
 
 /// Root 0 queues every one of `msgs` with `algo`; runs until every other member has them all.
-fn broadcast_all(net: &mut Net, msgs: &[Vec<u8>], algo: Algo) {
+fn broadcast_all(net: &mut Net, msgs: &[Vec<u8>], algo: Algorithm) {
     for m in msgs {
         net.engines[0].bcast(net.now, m.clone(), algo).unwrap();
     }
@@ -252,7 +252,7 @@ fn a_message_just_over_a_megabyte_is_filled_without_reallocating() {
 fn simple_broadcast_delivers_every_message_once_in_order() {
     let mut net = Net::new(4, |_| {});
     let msgs: Vec<Vec<u8>> = (0..20).map(|i| message(i * 700, i as u8)).collect();
-    broadcast_all(&mut net, &msgs, Algo::Simple);
+    broadcast_all(&mut net, &msgs, Algorithm::Simple);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>());
@@ -276,7 +276,7 @@ fn a_window_that_is_not_a_power_of_two_wraps_and_repairs_like_any_other() {
     net.drop =
         Box::new(move |r, to| r.kind == Some(Kind::Data) && lost.contains(&r.seq) && to != 1);
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| message(60_000, i as u8)).collect();
-    broadcast_all(&mut net, &msgs, Algo::Simple);
+    broadcast_all(&mut net, &msgs, Algorithm::Simple);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>(), "receiver {r}");
@@ -314,7 +314,7 @@ fn a_frame_lost_by_several_destinations_is_rebroadcast_once() {
     net.drop = Box::new(|r, to| r.kind == Some(Kind::Data) && r.seq == 2 && to != 1);
     let m = message(10_000, 2);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
+        .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     let st = net.engines[0].stats();
@@ -334,7 +334,7 @@ fn a_lost_tail_frame_is_recovered_by_the_retransmission_timer() {
         false
     });
     net.engines[0]
-        .bcast(net.now, message(3000, 3), Algo::Simple)
+        .bcast(net.now, message(3000, 3), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert!(net.engines[0].sender().eqa().lms(2).unwrap().stats.timeouts >= 1);
@@ -353,7 +353,7 @@ fn lost_acks_are_recovered_and_the_buffer_drains() {
     });
     for i in 0..50 {
         net.engines[0]
-            .bcast(net.now, message(2000, i), Algo::Simple)
+            .bcast(net.now, message(2000, i), Algorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, 50) && n.engines[0].is_idle());
@@ -365,7 +365,7 @@ fn push_pull_waits_for_the_designated_receiver() {
     let mut net = Net::new(4, |_| {});
     let m = message(50_000, 4);
     // Before any pull, only the push part (two frames) may leave.
-    let firsts: Vec<Repr> = root_frames(&mut net, &m, Algo::PushPull)
+    let firsts: Vec<Repr> = root_frames(&mut net, &m, Algorithm::PushPull)
         .iter()
         .map(|pdu| Repr::parse(&Frame::new_checked(&pdu[..]).unwrap()))
         .collect();
@@ -412,7 +412,7 @@ fn push_pull_completes_under_loss_of_pulls_and_push_frames() {
     let msgs: Vec<Vec<u8>> = (0..30)
         .map(|i| message([4, 100, 900, 5000, 40_000][i % 5], i as u8))
         .collect();
-    broadcast_all(&mut net, &msgs, Algo::PushPull);
+    broadcast_all(&mut net, &msgs, Algorithm::PushPull);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>());
@@ -431,10 +431,10 @@ fn an_unposted_receiver_keeps_pushed_data_and_delivers_when_posted() {
     let m = message(30_000, 5);
     let small = message(500, 6);
     net.engines[0]
-        .bcast(now, small.clone(), Algo::PushPull)
+        .bcast(now, small.clone(), Algorithm::PushPull)
         .unwrap();
     net.engines[0]
-        .bcast(now, m.clone(), Algo::PushPull)
+        .bcast(now, m.clone(), Algorithm::PushPull)
         .unwrap();
     // Rank 2 has not posted: it holds at most 4096 bytes, and the shared buffer makes the
     // root wait for it (the paper's "the broadcast operation may be stopped").
@@ -458,7 +458,7 @@ fn a_too_small_receive_reports_truncation() {
     let now = net.now;
     net.engines[1].post_recv(now, 0, 10).unwrap();
     net.engines[0]
-        .bcast(now, message(100, 1), Algo::Simple)
+        .bcast(now, message(100, 1), Algorithm::Simple)
         .unwrap();
     let mut truncated = false;
     net.run(|_| false);
@@ -482,9 +482,9 @@ fn any_member_can_be_root_and_streams_interleave() {
         for root in 0..4usize {
             let m = message(100 + usize::from(round) * 300, round ^ root as u8);
             let algo = if round % 2 == 0 {
-                Algo::Simple
+                Algorithm::Simple
             } else {
-                Algo::PushPull
+                Algorithm::PushPull
             };
             net.engines[root].bcast(net.now, m, algo).unwrap();
         }
@@ -511,7 +511,7 @@ fn eviction_lets_the_survivors_complete() {
     net.drop = Box::new(|_, to| to == 3); // rank 3 is dead
     for i in 0..40 {
         net.engines[0]
-            .bcast(net.now, message(3000, i), Algo::Simple)
+            .bcast(net.now, message(3000, i), Algorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, 0) && n.delivered[1].len() >= 5);
@@ -607,7 +607,7 @@ fn with_a_group_key_forged_and_unkeyed_frames_are_rejected() {
     let mut net = Net::new(3, |c| c.key = Some([7u8; 32].into()));
     let m = message(5000, 9);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algo::PushPull)
+        .bcast(net.now, m.clone(), Algorithm::PushPull)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert_eq!(net.delivered[1][0].2, m, "keyed members talk normally");
@@ -645,7 +645,7 @@ fn a_member_that_broadcast_does_not_reach_is_served_point_to_point() {
     // Every broadcast frame towards rank 2 is lost; unicast still works.
     net.drop = Box::new(|r, to| to == 2 && r.flags.contains(Flags::BROADCAST));
     let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(4000, i)).collect();
-    broadcast_all(&mut net, &msgs, Algo::Simple);
+    broadcast_all(&mut net, &msgs, Algorithm::Simple);
     assert_eq!(
         net.delivered[2]
             .iter()
@@ -670,7 +670,7 @@ fn a_member_served_point_to_point_is_polled_point_to_point() {
     let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(4000, i)).collect();
     for m in &msgs {
         net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
+            .bcast(net.now, m.clone(), Algorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, msgs.len()) && n.engines[0].is_idle());
@@ -679,7 +679,7 @@ fn a_member_served_point_to_point_is_polled_point_to_point() {
     let before = (probes(&net), net.engines[0].stats().ack_polls);
     // One short message, acknowledged by nobody on its own: every timer fires together.
     net.engines[0]
-        .bcast(net.now, vec![9; 8], Algo::Simple)
+        .bcast(net.now, vec![9; 8], Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, msgs.len() + 1) && n.engines[0].is_idle());
     assert_eq!(
@@ -702,7 +702,7 @@ fn members_that_broadcast_does_not_reach_are_probed_point_to_point_and_fail_over
     let mut net = Net::new(5, |_| {});
     net.drop = Box::new(|r, to| (to == 1 || to == 3) && r.flags.contains(Flags::BROADCAST));
     let msgs: Vec<Vec<u8>> = (0..10).map(|i| message(20_000, i)).collect();
-    broadcast_all(&mut net, &msgs, Algo::Simple);
+    broadcast_all(&mut net, &msgs, Algorithm::Simple);
     for r in 1..5 {
         let got: Vec<Vec<u8>> = net.delivered[r].iter().map(|d| d.2.clone()).collect();
         assert_eq!(got, msgs, "rank {r}");
@@ -716,7 +716,7 @@ fn frames_of(msgs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let mut root = Engine::new(c).unwrap();
     let now = Instant::now();
     for m in msgs {
-        root.bcast(now, m.clone(), Algo::Simple).unwrap();
+        root.bcast(now, m.clone(), Algorithm::Simple).unwrap();
     }
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();
@@ -854,7 +854,7 @@ fn an_observer_sees_the_bytes_delivered_in_order_once() {
         .map(|r| observed(&mut net.engines[r], now, 0))
         .collect();
     let msgs: Vec<Vec<u8>> = (0..12).map(|i| message(i * 2_900 + 1, i as u8)).collect();
-    broadcast_all(&mut net, &msgs, Algo::Simple);
+    broadcast_all(&mut net, &msgs, Algorithm::Simple);
     assert!(net.lost > 0, "the test lost nothing");
     let want = numbered(&msgs);
     for (k, s) in seen.iter().enumerate() {
@@ -879,7 +879,7 @@ fn pushed_bytes_are_observed_once() {
     let seen = observed(&mut net.engines[1], now, 0);
     let small = message(500, 6);
     net.engines[0]
-        .bcast(now, small.clone(), Algo::PushPull)
+        .bcast(now, small.clone(), Algorithm::PushPull)
         .unwrap();
     let until = now + Duration::from_millis(50);
     net.run(|n| n.now >= until);
@@ -986,7 +986,7 @@ fn keep_limited(mut net: Net, in_link: bool) -> u64 {
         .collect();
     for m in &msgs {
         net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
+            .bcast(net.now, m.clone(), Algorithm::Simple)
             .unwrap();
     }
     net.run(|n| (1..4).all(|r| n.delivered[r].len() + n.observed[r].len() == msgs.len()));
@@ -1052,7 +1052,7 @@ fn one_frame_messages_with_losses(batches: &[u8], lost: &'static [u32]) -> Net {
         for _ in 0..count {
             let m = message(100, msgs.len() as u8);
             net.engines[0]
-                .bcast(net.now, m.clone(), Algo::Simple)
+                .bcast(net.now, m.clone(), Algorithm::Simple)
                 .unwrap();
             msgs.push(m);
         }
@@ -1156,7 +1156,7 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
     let now = Instant::now();
     let mut buf = vec![0u8; 1500];
     let mut send_all = |root: &mut Engine, rx: &mut Engine, m: Vec<u8>| {
-        root.bcast(now, m, Algo::Simple).unwrap();
+        root.bcast(now, m, Algorithm::Simple).unwrap();
         while let Some(t) = root.poll_transmit(now, &mut buf) {
             assert_eq!(rx.handle_frame(now, &buf[..t.len]), Ok(()));
         }
@@ -1227,7 +1227,7 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
     let mut buf = vec![0u8; 1500];
     // Root 0 broadcasts `m` at `at`; rank 1's acknowledgements go back to it.
     let mut send = |root: &mut Engine, rx: &mut Engine, at: Instant, m: &[u8]| {
-        root.bcast(at, m.to_vec(), Algo::Simple).unwrap();
+        root.bcast(at, m.to_vec(), Algorithm::Simple).unwrap();
         loop {
             let mut moved = false;
             while let Some(t) = root.poll_transmit(at, &mut buf) {
@@ -1338,7 +1338,7 @@ fn after_an_eviction_the_next_live_member_is_the_peer() {
     net.drop = Box::new(move |r, to| to == 3 || lose(r, to));
     let m = message(150_000, 5);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
+        .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.delivered[1].len() == 1 && n.delivered[2].len() == 1);
     assert_eq!(net.delivered[2], vec![(0, 0, m)]);
@@ -1407,7 +1407,7 @@ fn a_peer_that_lost_the_frame_too_says_so_and_the_root_is_asked_at_once() {
     let start = net.now;
     let m = message(150_000, 6);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
+        .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert_eq!(net.delivered[1], vec![(0, 0, m.clone())]);
@@ -1438,7 +1438,7 @@ fn a_peer_that_never_answers_is_given_up_and_the_root_is_asked_directly() {
     let msgs: Vec<Vec<u8>> = (0..10).map(|i| message(150_000, i)).collect();
     for m in &msgs {
         net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
+            .bcast(net.now, m.clone(), Algorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.delivered[1].len() == 10 && n.delivered[2].len() == 10);
@@ -1469,7 +1469,7 @@ fn a_peer_silent_for_a_while_is_asked_again_after_a_pause() {
             || (to == 2 && r.kind == Some(Kind::Data) && r.seq % 5 == 2)
     });
     let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(150_000, i)).collect();
-    broadcast_all(&mut net, &msgs, Algo::Simple);
+    broadcast_all(&mut net, &msgs, Algorithm::Simple);
     let got: Vec<&Vec<u8>> = net.delivered[2].iter().map(|d| &d.2).collect();
     assert_eq!(got, msgs.iter().collect::<Vec<_>>());
     let frames = net.engines[0].sender().eqa().head();
@@ -1538,7 +1538,7 @@ fn a_replayed_control_frame_is_refused() {
     let (mut root, mut rx) = root_and_receiver();
     let now = Instant::now();
     let mut buf = vec![0u8; 1500];
-    root.bcast(now, vec![1; 10], Algo::Simple).unwrap();
+    root.bcast(now, vec![1; 10], Algorithm::Simple).unwrap();
     let t = root.poll_transmit(now, &mut buf).unwrap();
     rx.handle_frame(now, &buf[..t.len]).unwrap();
     // The root's timer fires: its poll asks for the acknowledgement.
@@ -1652,7 +1652,7 @@ fn a_not_held_reply_whose_base_lies_before_the_stream_is_ignored_without_overflo
 fn a_nack_to_the_root_whose_base_lies_before_the_stream_asks_for_nothing() {
     let mut root = Engine::new(Config::new(7, 0, 3)).unwrap();
     let now = Instant::now();
-    root.bcast(now, vec![5; 100], Algo::Simple).unwrap();
+    root.bcast(now, vec![5; 100], Algorithm::Simple).unwrap();
     let mut buf = vec![0u8; 1500];
     while root.poll_transmit(now, &mut buf).is_some() {}
     let nack = nack_frame(1, 0, Flags::empty(), 0, u32::MAX, 0xffff);
@@ -1670,7 +1670,7 @@ fn a_replayed_data_frame_is_no_sign_of_life() {
     let (mut root, mut rx) = root_and_receiver();
     let t0 = Instant::now();
     let mut buf = vec![0u8; 1500];
-    root.bcast(t0, vec![1; 10], Algo::Simple).unwrap();
+    root.bcast(t0, vec![1; 10], Algorithm::Simple).unwrap();
     let t = root.poll_transmit(t0, &mut buf).unwrap();
     let data = buf[..t.len].to_vec();
     rx.handle_frame(t0, &data).unwrap();
@@ -1704,7 +1704,7 @@ fn the_protocol_does_not_depend_on_how_often_timeouts_are_handled() {
         net.drop = lossy(1, 0.2);
         for i in 0..40 {
             net.engines[0]
-                .bcast(net.now, message(1000 + 97 * i, i as u8), Algo::Simple)
+                .bcast(net.now, message(1000 + 97 * i, i as u8), Algorithm::Simple)
                 .unwrap();
         }
         net.run(|n| n.all_got(0, 40) && n.engines[0].is_idle());
@@ -1729,7 +1729,7 @@ fn the_protocol_does_not_depend_on_how_often_timeouts_are_handled() {
 fn a_member_makes_its_destination_structures_at_its_first_broadcast() {
     let mut net = Net::new(200, |_| {});
     net.engines[0]
-        .bcast(net.now, message(3000, 9), Algo::Simple)
+        .bcast(net.now, message(3000, 9), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert_eq!(net.engines[0].sender().eqa().dests().len(), 199);
@@ -1742,7 +1742,7 @@ fn a_member_makes_its_destination_structures_at_its_first_broadcast() {
     // A member evicted before the first broadcast starts out evicted.
     assert!(net.engines[1].evict(net.now, 7));
     net.engines[1]
-        .bcast(net.now, message(10, 1), Algo::Simple)
+        .bcast(net.now, message(10, 1), Algorithm::Simple)
         .unwrap();
     let eqa = net.engines[1].sender().eqa();
     assert_eq!(eqa.dests().len(), 199);
@@ -1776,7 +1776,7 @@ fn lossy_stream(n: u16, tweak: impl Fn(&mut Config), count: usize) -> (Net, Stat
     net.drop = lossy(5, 0.01);
     for i in 0..count {
         net.engines[0]
-            .bcast(net.now, message(LOSSY_LEN, i as u8), Algo::Simple)
+            .bcast(net.now, message(LOSSY_LEN, i as u8), Algorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, count) && n.engines[0].is_idle());
@@ -1834,7 +1834,7 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
     let count = 30;
     for i in 0..count {
         net.engines[0]
-            .bcast(net.now, message(3000, i as u8), Algo::Simple)
+            .bcast(net.now, message(3000, i as u8), Algorithm::Simple)
             .unwrap();
     }
     // Its subtree's reports do not reach the root, which probes them and hears their answers
@@ -1864,7 +1864,7 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
 
 /// A push-pull message that fits one frame (the root side).
 mod one_frame_push_pull {
-    use crate::engine::{Algo, Config, Dest, Engine, Event, Message};
+    use crate::engine::{Algorithm, Config, Dest, Engine, Event, Message};
     use crate::wire::{Flags, Frame, Kind, Repr};
     use std::time::Instant;
 
@@ -1872,7 +1872,7 @@ mod one_frame_push_pull {
     fn first_frames(len: usize) -> (Vec<Repr>, Vec<Vec<u8>>) {
         let mut root = Engine::new(Config::new(7, 0, 3)).unwrap();
         let now = Instant::now();
-        root.bcast(now, vec![5; len], Algo::PushPull).unwrap();
+        root.bcast(now, vec![5; len], Algorithm::PushPull).unwrap();
         let (mut reprs, mut pdus) = (Vec::new(), Vec::new());
         let mut buf = vec![0u8; 1500];
         while let Some(t) = root.poll_transmit(now, &mut buf) {
@@ -1939,7 +1939,8 @@ fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine, Eng
         n
     };
     for i in 0..count {
-        root.bcast(now, vec![i as u8; 8], Algo::Simple).unwrap();
+        root.bcast(now, vec![i as u8; 8], Algorithm::Simple)
+            .unwrap();
         acks += pump(&mut root, &mut rx, now);
         now += every;
         for e in [&mut root, &mut rx] {
@@ -2036,7 +2037,7 @@ fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
     let t0 = Instant::now();
     let mut buf = vec![0u8; 1500];
     for i in 0..3u8 {
-        root.bcast(t0, vec![i; 8], Algo::Simple).unwrap();
+        root.bcast(t0, vec![i; 8], Algorithm::Simple).unwrap();
     }
     for i in 0..3 {
         let t = root.poll_transmit(t0, &mut buf).unwrap();
@@ -2086,7 +2087,7 @@ fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
 /// the root emitted it (as a switch's memory might, past every Ethernet FCS).
 fn first_frame_corrupted(net: &mut Net, m: &[u8]) -> Vec<u8> {
     net.engines[0]
-        .bcast(net.now, m.to_vec(), Algo::Simple)
+        .bcast(net.now, m.to_vec(), Algorithm::Simple)
         .unwrap();
     let mut buf = vec![0u8; 1500];
     let t = net.engines[0].poll_transmit(net.now, &mut buf).unwrap();
@@ -2119,7 +2120,7 @@ fn a_member_that_checks_nothing_end_to_end_refuses_payloads_no_crc_covers() {
     let mut net = Net::new(3, |c| c.end_to_end = c.rank != 2);
     let m = message(3000, 5);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
+        .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.delivered[1].len() == 1);
     assert_eq!(
@@ -2173,7 +2174,7 @@ fn hinting_net(tweak: impl Fn(&mut Config)) -> Net {
 }
 
 /// The frames root 0 sends at once for its broadcast of `m` with `algo`, not delivered.
-fn root_frames(net: &mut Net, m: &[u8], algo: Algo) -> Vec<Vec<u8>> {
+fn root_frames(net: &mut Net, m: &[u8], algo: Algorithm) -> Vec<Vec<u8>> {
     net.engines[0].bcast(net.now, m.to_vec(), algo).unwrap();
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();
@@ -2190,7 +2191,7 @@ fn a_receiver_hints_where_the_frame_after_the_next_lands_in_its_message() {
     // Five full frames and a short sixth.
     let m = message(5 * per + 100, 9);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
+        .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     let got = &net.delivered[1][0].2;
@@ -2233,7 +2234,7 @@ fn a_root_publishes_frames_just_before_it_sends_them_and_hints_the_next_ones() {
     let per = net.engines[0].config().max_payload();
     let m = message(100 * per + 7, 5);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algo::Simple)
+        .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
     let published = |e: &Engine| e.sender().eqa().head();
     assert_eq!(published(&net.engines[0]), PUBLISH_AHEAD);
@@ -2284,7 +2285,7 @@ fn a_frame_kept_in_its_slot_hints_the_place_two_slots_on() {
     let per = net.engines[0].config().max_payload();
     let cap = net.engines[1].config().slot_payload();
     let m = message(4 * per, 3);
-    let frames = root_frames(&mut net, &m, Algo::Simple);
+    let frames = root_frames(&mut net, &m, Algorithm::Simple);
     assert_eq!(frames.len(), 4);
     // Frames 2 and 3 before frame 0: nothing is posted, so they wait in slots 2 and 3.
     for f in &frames[2..] {
@@ -2310,7 +2311,7 @@ fn a_frame_placed_behind_a_gap_hints_where_the_frame_after_the_next_lands() {
     let mut net = hinting_net(|_| {});
     let per = net.engines[0].config().max_payload();
     let m = message(6 * per, 8);
-    let frames = root_frames(&mut net, &m, Algo::Simple);
+    let frames = root_frames(&mut net, &m, Algorithm::Simple);
     // Frame 0 in order, frame 1 lost, frame 2 placed behind the gap.
     for f in [&frames[0], &frames[2]] {
         assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
@@ -2331,8 +2332,8 @@ fn a_frame_placed_behind_a_gap_hints_where_the_frame_after_the_next_lands() {
 
 /// Root 0's frames of messages `a` and then `b`, sent at once, not delivered.
 fn two_messages(net: &mut Net, a: &[u8], b: &[u8]) -> Vec<Vec<u8>> {
-    let mut frames = root_frames(net, a, Algo::Simple);
-    frames.extend(root_frames(net, b, Algo::Simple));
+    let mut frames = root_frames(net, a, Algorithm::Simple);
+    frames.extend(root_frames(net, b, Algorithm::Simple));
     frames
 }
 
@@ -2405,7 +2406,7 @@ fn a_message_begun_behind_a_gap_is_filled_without_reallocating() {
     let (a, b) = (message(2 * per, 5), message(40 * per + 7, 6));
     for m in [&a, &b] {
         net.engines[0]
-            .bcast(net.now, m.clone(), Algo::Simple)
+            .bcast(net.now, m.clone(), Algorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, 2));
@@ -2441,7 +2442,7 @@ fn gathering(gather: usize, frames: usize, lost: &'static [u32]) -> (Net, Durati
     let len = frames * net.engines[0].config().max_payload() - 10;
     let start = net.now;
     net.engines[0]
-        .bcast(net.now, message(len, 3), Algo::Simple)
+        .bcast(net.now, message(len, 3), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert_eq!(net.delivered[1], vec![(0, 0, message(len, 3))]);

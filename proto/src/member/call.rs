@@ -64,9 +64,9 @@ impl Member {
                 self.forward_tree(now, tag, &data)?;
             } else {
                 let a = if algo == Algorithm::Simple {
-                    Algo::Simple
+                    Algorithm::Simple
                 } else {
-                    Algo::PushPull
+                    Algorithm::PushPull
                 };
                 self.engine.bcast(now, data.clone(), a)?;
             }
@@ -135,7 +135,7 @@ impl Member {
         &mut self,
         now: Instant,
         data: Vec<u8>,
-        algo: Algo,
+        algo: Algorithm,
     ) -> Result<u64, MemberError> {
         Ok(self.engine.bcast(now, data, algo)?)
     }

@@ -8,7 +8,7 @@
 //! application's calls; its outputs are frames ([`Member::poll_transmit`]), the next instant
 //! it wants to be woken ([`Member::poll_timeout`]), events ([`Member::poll_event`]) and the
 //! result of the call in progress ([`Member::take_result`]). One driver
-//! (`ethbcast::driver::Driver`, in the crate above this one) runs it over a real link with the wall clock, or over the
+//! (the driver of `ethbcast`, the crate above this one) runs it over a real link with the wall clock, or over the
 //! simulated switch in virtual time, so every call a user makes is tested on the simulator.
 //!
 //! This follows quinn-proto's endpoint: the member is the endpoint that takes every frame,
@@ -32,11 +32,11 @@ use thiserror::Error;
 
 use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorConfig, DetectorEvent, Msg};
-pub use crate::engine::Message;
 use crate::engine::{
-    self, Algo, Config, ConfigError, Dest, Engine, PostError, SendError, SessionEnded,
+    self, Config, ConfigError, Dest, Engine, PostError, SendError, SessionEnded,
     Stats as EngineStats,
 };
+pub use crate::engine::{Algorithm, Message};
 use crate::eqa::Rank;
 use crate::machine::Machine;
 pub use crate::machine::Transmit;
@@ -45,10 +45,16 @@ use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::{BarrierAlgo, Control, Flags, Frame, Kind, WireError};
 
 mod call;
+mod config;
+mod error;
+mod event;
 mod p2p;
 mod tree;
 
 use call::Call;
+pub use config::MemberConfig;
+pub use error::MemberError;
+pub use event::{DestProgress, Done, Event, MemberStats};
 use p2p::MAX_RAW_OUT;
 pub use p2p::{pair_group, P2P_WINDOW};
 use tree::P2P_TREE;
@@ -60,220 +66,12 @@ pub const EVENT_BOUND: usize = 1024;
 /// The tag of a tree broadcast: (root, the root's collective count), unique per call.
 type Tag = (Rank, u64);
 
-/// How a broadcast travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Algorithm {
-    /// Hardware broadcast, push-pull (PPBCAST).
-    #[default]
-    PushPull,
-    /// Hardware broadcast, every frame at once (SBCAST).
-    Simple,
-    /// Point-to-point binomial tree (MPICH-style baseline).
-    Tree,
-}
-
-crate::spelled!(Algorithm, "algorithm", {
-    PushPull => "ppbcast" | "pushpull" | "push-pull",
-    Simple => "sbcast" | "simple",
-    Tree => "tree" | "binomial" | "mpich",
-});
-
 /// How long after its join a member stays reachable for the join's coordinator, which
 /// repeats its roster every [`crate::membership::REPEAT`] until every member confirmed it: a
 /// member that took the roster and left the link alone (an MPI rank that went on to Open MPI's
 /// own collectives) left the coordinator waiting for its join timeout when its confirmation
 /// was lost. Two seconds are 200 repeats.
 pub const LATE_ROSTER_SERVE: Duration = Duration::from_secs(2);
-
-/// Everything a member is built from.
-#[derive(Debug, Clone)]
-pub struct MemberConfig {
-    /// The group engine's configuration (group id, rank, size, key, window, ...).
-    pub engine: Config,
-    /// MAC address of every rank, in rank order (shared: the members of a simulated group
-    /// hold one table, not one each).
-    pub peers: Arc<[MacAddr]>,
-    /// Where frames for every member go: the broadcast address, or the group's multicast
-    /// address.
-    pub group_mac: MacAddr,
-    /// Failure detection (gossip heartbeats, confirmation ping, eviction of the dead).
-    pub detector: Option<DetectorConfig>,
-    /// Arity of the broadcast barrier's combining tree.
-    pub barrier_arity: u16,
-    /// Receives kept posted per root ahead of the application, for members that consume a
-    /// stream of broadcasts as [`Event::Delivered`] (0: a receive is posted by each `bcast`
-    /// call, the MPI way).
-    pub prepost: usize,
-    /// How to confirm the join's roster if the coordinator repeats it after this member
-    /// joined (its confirmation was lost): from [`crate::membership::Joined::late`].
-    pub late: Option<LateRoster>,
-    /// The ranks whose broadcasts and point-to-point messages this member takes (`None`:
-    /// every member's). A frame of another rank's stream or channel is dropped before any
-    /// receive stream, channel or receive is made for it: a stream's receivers take the
-    /// root's alone, so that without a key a host speaking as a fellow receiver makes them
-    /// reserve nothing.
-    pub senders: Option<Vec<Rank>>,
-}
-
-impl MemberConfig {
-    /// A member of the group `engine` describes, with the MAC of every rank.
-    pub fn new(engine: Config, peers: impl Into<Arc<[MacAddr]>>) -> MemberConfig {
-        MemberConfig {
-            engine,
-            peers: peers.into(),
-            group_mac: BROADCAST_MAC,
-            detector: None,
-            barrier_arity: 4,
-            prepost: 0,
-            late: None,
-            senders: None,
-        }
-    }
-}
-
-/// Why a member could not be built or a call could not be made.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum MemberError {
-    /// The engine configuration is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The peer table does not match the group size.
-    #[error("peer table has {got} MAC addresses for a group of {want}")]
-    Peers {
-        /// Entries given.
-        got: usize,
-        /// Group size.
-        want: usize,
-    },
-    /// The failure detector configuration is invalid.
-    #[error("failure detector: {0}")]
-    Detector(String),
-    /// The barrier configuration or call is invalid.
-    #[error("barrier: {0}")]
-    Barrier(String),
-    /// The broadcast could not be queued.
-    #[error(transparent)]
-    Send(#[from] SendError),
-    /// The receive could not be posted.
-    #[error(transparent)]
-    Post(#[from] PostError),
-    /// A control message did not fit a frame.
-    #[error(transparent)]
-    Wire(#[from] WireError),
-    /// A collective call is still in progress: take its result first.
-    #[error("a collective call is still in progress")]
-    Busy,
-    /// The rank given is outside the group.
-    #[error("rank {rank} is not in a group of {size}")]
-    BadRank {
-        /// Rank.
-        rank: Rank,
-        /// Size.
-        size: u16,
-    },
-    /// The member we wait for was declared dead by the failure detector and evicted; what it
-    /// had sent only partly is never delivered.
-    #[error("rank {0} failed (declared dead by the failure detector and evicted)")]
-    PeerDead(Rank),
-    /// This member's session ended before a counter of its frames could wrap: open the group
-    /// again.
-    #[error(transparent)]
-    SessionEnded(#[from] engine::SessionEnded),
-    /// A posted receive was smaller than the message.
-    #[error("message {msg_id} from root {root} has {len} bytes, the receive allowed {max}")]
-    Truncated {
-        /// Root.
-        root: Rank,
-        /// Message id.
-        msg_id: u64,
-        /// Real length.
-        len: usize,
-        /// Allowed length.
-        max: usize,
-    },
-}
-
-/// What a member tells its application besides call results.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// A whole message of a root's stream (streaming members, `prepost > 0`).
-    Delivered(Message),
-    /// A message of a root's stream longer than the root's keep limit
-    /// ([`Member::keep_at_most`]): its bytes went to the observer alone (streaming members).
-    Observed {
-        /// The root.
-        root: Rank,
-        /// The message.
-        msg_id: u64,
-        /// Its length.
-        len: usize,
-    },
-    /// `rank` was declared dead (or evicted by the application) and removed from the group.
-    Evicted {
-        /// The rank.
-        rank: Rank,
-    },
-    /// An application datagram ([`Member::send_notice`]).
-    Notice {
-        /// Sender.
-        src: Rank,
-        /// Its bytes.
-        body: Vec<u8>,
-    },
-}
-
-/// What a collective call gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Done {
-    /// A broadcast completed: the message (the root's own at the root).
-    Bcast(Vec<u8>),
-    /// A barrier released.
-    Barrier,
-}
-
-/// Counters of a member.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemberStats {
-    /// Frames handed out by `poll_transmit`.
-    pub frames_sent: u64,
-    /// Frames handed in by `handle_frame`.
-    pub frames_received: u64,
-    /// Frames that are not valid ethbcast PDUs (runts, bad CRC, unknown version or kind).
-    pub malformed: u64,
-    /// Of which failed the CRC.
-    pub bad_crc: u64,
-    /// Frames of groups this member is not in.
-    pub foreign: u64,
-    /// Frames whose source MAC is not the MAC of the rank they claim.
-    pub mac_mismatch: u64,
-    /// Frames an engine accepted (this group's, authentic, from a member).
-    pub accepted: u64,
-    /// Frames the engines dropped (see their drop counters).
-    pub dropped: u64,
-    /// Control messages nobody here handles (evict notices, stray join frames).
-    pub unhandled: u64,
-    /// Heartbeats, pings and pongs the failure detector ignored because they came late
-    /// (inside the replay window but not its newest): no sign of life.
-    pub late_liveness: u64,
-    /// Events dropped because the application did not take them ([`EVENT_BOUND`]).
-    pub events_dropped: u64,
-    /// Most events queued at once.
-    pub peak_events: usize,
-    /// Broadcasts sent down the binomial tree because hardware broadcast reached too few.
-    pub tree_fallbacks: u64,
-}
-
-/// Progress of one destination of this member's broadcasts (for the layer that decides
-/// whether a receiver is stalled).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DestProgress {
-    /// Frames this member sent that the destination has not acknowledged yet.
-    pub outstanding: u64,
-    /// When the destination was last heard from.
-    pub last_heard: Option<Instant>,
-    /// When its acknowledgement last moved.
-    pub last_progress: Option<Instant>,
-}
 
 /// One group member (sans-IO). See the module documentation.
 #[derive(Debug)]

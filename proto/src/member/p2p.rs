@@ -55,7 +55,7 @@ impl Member {
         if !self.is_live(peer) {
             return Err(MemberError::PeerDead(peer));
         }
-        self.pair(now, peer).bcast(now, msg, Algo::Simple)?;
+        self.pair(now, peer).bcast(now, msg, Algorithm::Simple)?;
         Ok(())
     }
 

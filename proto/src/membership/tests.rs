@@ -7,10 +7,10 @@ use super::*;
 
 #[test]
 fn join_messages_that_are_not_well_formed_are_ignored() {
-    assert_eq!(Msg::decode(&[]), None);
-    assert_eq!(Msg::decode(&[9, 1, 2]), None);
-    assert_eq!(Msg::decode(&[1; 5]), None);
-    let mut roster = Msg::Roster {
+    assert_eq!(JoinMsg::decode(&[]), None);
+    assert_eq!(JoinMsg::decode(&[9, 1, 2]), None);
+    assert_eq!(JoinMsg::decode(&[1; 5]), None);
+    let mut roster = JoinMsg::Roster {
         nonce: 1,
         part: 0,
         parts: 1,
@@ -18,38 +18,38 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
         entries: vec![(MacAddr([2; 6]), 3)],
     }
     .encode();
-    assert!(Msg::decode(&roster).is_some());
+    assert!(JoinMsg::decode(&roster).is_some());
     for m in [
-        Msg::Challenge {
+        JoinMsg::Challenge {
             nonce: 1,
             size: 3,
             coordinator: MacAddr([2, 0, 0, 0, 0, 9]),
             time: 77,
         },
-        Msg::Hello {
+        JoinMsg::Hello {
             nonce: 1,
             member: 2,
             claim: 1,
             mac: MacAddr([2, 0, 0, 0, 0, 8]),
             pdu: 9000,
         },
-        Msg::Confirm {
+        JoinMsg::Confirm {
             nonce: 1,
             member: 2,
             mac: MacAddr([2, 0, 0, 0, 0, 8]),
         },
     ] {
         let mut b = m.encode();
-        assert_eq!(Msg::decode(&b), Some(m));
+        assert_eq!(JoinMsg::decode(&b), Some(m));
         b.pop();
         assert_eq!(
-            Msg::decode(&b),
+            JoinMsg::decode(&b),
             None,
             "a message without its whole MAC or time"
         );
     }
     roster.pop();
-    assert_eq!(Msg::decode(&roster), None, "a truncated entry");
+    assert_eq!(JoinMsg::decode(&roster), None, "a truncated entry");
     let mut j = Join::new(
         JoinConfig {
             group: 7,
@@ -81,7 +81,7 @@ fn join_of(mac: MacAddr, expect: Expect, max_pdu: usize, now: Instant) -> Join {
 }
 
 /// A join frame carrying `msg`, unsealed, as a coordinator would send it.
-fn frame_of(msg: &Msg) -> Vec<u8> {
+fn frame_of(msg: &JoinMsg) -> Vec<u8> {
     Control::Join { body: msg.encode() }.to_vec(7, NO_RANK, NO_RANK, 0)
 }
 
@@ -91,7 +91,7 @@ fn a_member_refuses_a_roster_whose_frames_its_link_cannot_carry() {
     let me = MacAddr([2, 0, 0, 0, 0, 1]);
     let now = Instant::now();
     let mut j = join_of(me, Expect::Invited, 1500, now);
-    let challenge = Msg::Challenge {
+    let challenge = JoinMsg::Challenge {
         nonce: 42,
         size: 2,
         coordinator,
@@ -99,7 +99,7 @@ fn a_member_refuses_a_roster_whose_frames_its_link_cannot_carry() {
     };
     j.handle_frame(now, coordinator, &frame_of(&challenge));
     let mine = j.member_nonce;
-    let roster = |pdu| Msg::Roster {
+    let roster = |pdu| JoinMsg::Roster {
         nonce: 42,
         part: 0,
         parts: 1,
@@ -128,7 +128,7 @@ fn a_hello_that_offers_a_frame_smaller_than_any_link_carries_is_ignored() {
     };
     let mut j = join_of(me, first_come, 9000, now);
     let nonce = j.nonce;
-    let hello = |pdu| Msg::Hello {
+    let hello = |pdu| JoinMsg::Hello {
         nonce,
         member: 3,
         claim: NO_RANK,
@@ -157,7 +157,7 @@ fn a_settled_first_come_join_starts_with_the_receivers_heard_in_the_list_order()
     };
     let mut j = join_of(me, expect, 1500, now);
     let nonce = j.nonce;
-    let hello = |mac| Msg::Hello {
+    let hello = |mac| JoinMsg::Hello {
         nonce,
         member: 3,
         claim: NO_RANK,
@@ -209,7 +209,7 @@ fn a_settled_first_come_join_without_a_list_takes_at_most_its_receivers() {
     j.handle_frame(
         now,
         a,
-        &frame_of(&Msg::Hello {
+        &frame_of(&JoinMsg::Hello {
             nonce,
             member: 3,
             claim: NO_RANK,
@@ -227,7 +227,7 @@ fn a_full_roster_part_sealed_or_not_fits_the_frame_size_it_was_cut_for() {
     for max_pdu in [576usize, 1000, 1400, 1427, 1500, 9000] {
         for keyed in [false, true] {
             let per = entries_per_part(max_pdu, keyed);
-            let msg = Msg::Roster {
+            let msg = JoinMsg::Roster {
                 nonce: u64::MAX,
                 part: 1,
                 parts: 2,
@@ -256,7 +256,7 @@ fn keyless_a_claimed_time_shuts_no_coordinator_out() {
     let mut j = join_of(me, Expect::Invited, 1500, now);
     for i in 0..MAX_CHALLENGES as u8 {
         let stranger = MacAddr([2, 0, 0, 0, 0x50, i]);
-        let flood = Msg::Challenge {
+        let flood = JoinMsg::Challenge {
             nonce: 1000 + u64::from(i),
             size: 2,
             coordinator: stranger,
@@ -266,7 +266,7 @@ fn keyless_a_claimed_time_shuts_no_coordinator_out() {
     }
     assert_eq!(j.challenges.len(), MAX_CHALLENGES);
     let real = MacAddr([2, 0, 0, 0, 0, 9]);
-    let challenge = Msg::Challenge {
+    let challenge = JoinMsg::Challenge {
         nonce: 42,
         size: 2,
         coordinator: real,
@@ -278,7 +278,7 @@ fn keyless_a_claimed_time_shuts_no_coordinator_out() {
         "the real coordinator's challenge was refused"
     );
     let mine = j.member_nonce;
-    let roster = Msg::Roster {
+    let roster = JoinMsg::Roster {
         nonce: 42,
         part: 0,
         parts: 1,
@@ -299,13 +299,13 @@ fn a_member_invited_by_one_coordinator_ignores_another() {
     let now = Instant::now();
     let mut j = join_of(me, Expect::InvitedBy(real), 1500, now);
     let mine = j.member_nonce;
-    let challenge = |coordinator, nonce| Msg::Challenge {
+    let challenge = |coordinator, nonce| JoinMsg::Challenge {
         nonce,
         size: 2,
         coordinator,
         time: 1,
     };
-    let roster = |coordinator, nonce| Msg::Roster {
+    let roster = |coordinator, nonce| JoinMsg::Roster {
         nonce,
         part: 0,
         parts: 1,

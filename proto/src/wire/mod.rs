@@ -39,6 +39,7 @@ use thiserror::Error;
 
 pub mod control;
 pub mod ethernet;
+pub(crate) mod join;
 
 pub use control::{
     locate, Admit, BarrierAlgo, BarrierMsg, BarrierOp, Control, ControlError, Position,
@@ -65,19 +66,19 @@ pub const TAG_LEN: usize = 16;
 
 mod field {
     use core::ops::Range;
-    pub const VERSION: usize = 0;
-    pub const KIND: usize = 1;
-    pub const FLAGS: Range<usize> = 2..4;
-    pub const GROUP: Range<usize> = 4..8;
-    pub const SRC: Range<usize> = 8..10;
-    pub const DST: Range<usize> = 10..12;
-    pub const SEQ: Range<usize> = 12..16;
-    pub const MSG_ID: Range<usize> = 16..20;
-    pub const MSG_LEN: Range<usize> = 20..24;
-    pub const OFFSET: Range<usize> = 24..28;
-    pub const PAYLOAD_LEN: Range<usize> = 28..30;
-    pub const BITMAP: Range<usize> = 30..32;
-    pub const AUX: Range<usize> = 32..36;
+    pub(super) const VERSION: usize = 0;
+    pub(super) const KIND: usize = 1;
+    pub(super) const FLAGS: Range<usize> = 2..4;
+    pub(super) const GROUP: Range<usize> = 4..8;
+    pub(super) const SRC: Range<usize> = 8..10;
+    pub(super) const DST: Range<usize> = 10..12;
+    pub(super) const SEQ: Range<usize> = 12..16;
+    pub(super) const MSG_ID: Range<usize> = 16..20;
+    pub(super) const MSG_LEN: Range<usize> = 20..24;
+    pub(super) const OFFSET: Range<usize> = 24..28;
+    pub(super) const PAYLOAD_LEN: Range<usize> = 28..30;
+    pub(super) const BITMAP: Range<usize> = 30..32;
+    pub(super) const AUX: Range<usize> = 32..36;
 }
 
 /// The CRC32C (Castagnoli) of `bytes`, as every frame carries it.

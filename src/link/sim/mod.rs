@@ -41,8 +41,8 @@
 //! # Driving it
 //!
 //! ```
-//! use ethbcast::link::sim::{Faults, SimConfig, SimNet};
-//! use ethbcast::link::{Link, BROADCAST_MAC};
+//! use ethbcast::{Faults, SimConfig, SimNet};
+//! use ethbcast::{Link, BROADCAST_MAC};
 //!
 //! let cfg = SimConfig { faults: Faults::lossy(0.01), ..SimConfig::new(3) };
 //! let net = SimNet::new(cfg)?;

@@ -7,14 +7,14 @@ use thiserror::Error;
 
 /// Bytes a frame occupies on the wire besides the PDU: Ethernet header (14), FCS (4),
 /// preamble and start delimiter (8), inter-frame gap (12).
-pub const WIRE_OVERHEAD: usize = 14 + 4 + 8 + 12;
+pub(crate) const WIRE_OVERHEAD: usize = 14 + 4 + 8 + 12;
 /// Shortest Ethernet payload: shorter PDUs are padded to it on the wire.
-pub const MIN_ETH_PAYLOAD: usize = 46;
+pub(crate) const MIN_ETH_PAYLOAD: usize = 46;
 /// Most ports a simulated switch can have (the port index fills the last two MAC bytes).
-pub const MAX_PORTS: usize = 1 << 16;
+pub(crate) const MAX_PORTS: usize = 1 << 16;
 
 /// The bytes one PDU of `pdu_len` bytes occupies on the wire, padding and overhead included.
-pub fn wire_bytes(pdu_len: usize) -> usize {
+pub(crate) fn wire_bytes(pdu_len: usize) -> usize {
     pdu_len.max(MIN_ETH_PAYLOAD).saturating_add(WIRE_OVERHEAD)
 }
 
@@ -25,7 +25,7 @@ pub const fn port_mac(index: u16) -> MacAddr {
 }
 
 /// The port index a MAC address of the simulated switch names, if it is one of ours.
-pub fn port_index(mac: &MacAddr) -> Option<u16> {
+pub(crate) fn port_index(mac: &MacAddr) -> Option<u16> {
     match mac.0 {
         [0x02, 0, 0, 0, hi, lo] => Some(u16::from_be_bytes([hi, lo])),
         _ => None,
@@ -121,7 +121,7 @@ impl Faults {
 /// How to build a [`SimNet`](super::SimNet).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
-    /// Number of ports (at most [`MAX_PORTS`]).
+    /// Number of ports (at most 65,536).
     pub ports: usize,
     /// Line rate of every link in bits per second; `None` is infinitely fast.
     pub rate_bps: Option<u64>,

@@ -20,15 +20,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ethbcast::group::{
-    key_from_passphrase, Algorithm, Group, GroupError, GroupOptions, Membership,
-};
-use ethbcast::wire::{self, BarrierAlgo, BarrierOp, Control, Kind};
+use ethbcast::{key_from_passphrase, Algorithm, Group, GroupError, GroupOptions, Membership};
+use ethbcast_proto::wire::{self, BarrierAlgo, BarrierOp, Control, Kind};
 use rand::{RngCore, SeedableRng};
 use serde::Serialize;
 
-use ethbcast::detect::Gossip;
-use ethbcast::group::Detection;
+use ethbcast::Detection;
+use ethbcast_proto::detect::Gossip;
 
 use super::bed::{bed, join_all, ms, msg, spawn_members};
 use crate::hostile::{self, pdu, Counter, HostileError, Spoof};
@@ -1209,7 +1207,7 @@ pub fn send_recv_forged_control(
     hosts: usize,
     bin: &Path,
 ) -> Result<Scenario, AttackError> {
-    use ethbcast::transfer::{Final, Progress, ABORT, EVICTED};
+    use crate::transfer::{Final, Progress, ABORT, EVICTED};
     let bed = bed(prefix, hosts, 0.0)?;
     let m = hosts - 1;
     bed.set_learning(m, false)?;
@@ -1283,7 +1281,7 @@ pub fn send_recv_forged_control(
                         {
                             port.send(&x);
                         }
-                        let pair = ethbcast::member::pair_group(group, 0, r);
+                        let pair = ethbcast_proto::member::pair_group(group, 0, r);
                         for ok in [false, true] {
                             let report = Final {
                                 ok,
@@ -1475,7 +1473,7 @@ struct JoinSeen {
     /// Every rank's MAC, in rank order.
     roster: Vec<[u8; 6]>,
     /// What the join held and sent ([`Group::join_stats`]).
-    stats: ethbcast::membership::JoinStats,
+    stats: ethbcast_proto::membership::JoinStats,
     /// From the call to the group.
     took: Duration,
 }
@@ -1487,7 +1485,7 @@ fn keyed_joins(
     m: usize,
     kind: JoinKind,
 ) -> Result<Vec<Result<JoinSeen, String>>, AttackError> {
-    use ethbcast::membership::{Expect, JoinConfig};
+    use ethbcast_proto::membership::{Expect, JoinConfig};
     let macs: Vec<ethbcast::MacAddr> = bed.hosts()[..m]
         .iter()
         .map(|h| ethbcast::MacAddr(h.mac))
@@ -1510,7 +1508,7 @@ fn keyed_joins(
                         Group::open("eth0", Membership::Discover { expected: m as u16 }, opts)?
                     }
                     JoinKind::Ranks => {
-                        let link = ethbcast::link::open(opts.backend, "eth0", opts.wait)?;
+                        let link = ethbcast::open_link(opts.backend, "eth0", opts.wait)?;
                         let cfg = JoinConfig {
                             group: opts.group_id,
                             mac: link.local_mac(),
@@ -1521,8 +1519,7 @@ fn keyed_joins(
                             },
                             max_pdu: link.max_pdu(),
                         };
-                        let (joined, link) =
-                            ethbcast::group::join(link, cfg, opts.timeout, || false)?;
+                        let (joined, link) = ethbcast::join(link, cfg, opts.timeout, || false)?;
                         Group::joined(link, joined, opts)?
                     }
                 };
@@ -1652,11 +1649,11 @@ fn join_frames(frames: &[Vec<u8>], kind: u8, from: &[[u8; 6]]) -> Vec<Vec<u8>> {
     out
 }
 
-/// Hellos a member may send in `t` ([`ethbcast::membership`]): a round of at most
+/// Hellos a member may send in `t` ([`ethbcast_proto::membership`]): a round of at most
 /// `MAX_CHALLENGES` (one per challenge held) every `HELLO_GAP` at most, however many
 /// challenges arrive, and one more round when its roster is decided.
 fn hello_bound(t: Duration) -> u64 {
-    use ethbcast::membership::{HELLO_GAP, MAX_CHALLENGES};
+    use ethbcast_proto::membership::{HELLO_GAP, MAX_CHALLENGES};
     MAX_CHALLENGES as u64 * (t.as_micros() / HELLO_GAP.as_micros() + 2) as u64
 }
 
@@ -1773,7 +1770,7 @@ pub fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenario, Atta
                 ms(s.took)
             ));
         }
-        if s.stats.challenges > ethbcast::membership::MAX_CHALLENGES {
+        if s.stats.challenges > ethbcast_proto::membership::MAX_CHALLENGES {
             problems.push(format!("host {i} held {} challenges", s.stats.challenges));
         }
         if seen.max(s.stats.hellos) > worst.0.max(worst.1) {
@@ -1802,8 +1799,8 @@ pub fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenario, Atta
             worst.1,
             worst.2,
             hello_bound(Duration::from_secs_f64(worst.2 / 1e3)),
-            ethbcast::membership::MAX_CHALLENGES,
-            ethbcast::membership::HELLO_GAP
+            ethbcast_proto::membership::MAX_CHALLENGES,
+            ethbcast_proto::membership::HELLO_GAP
         ),
     ))
 }
@@ -1816,7 +1813,7 @@ pub fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenario, Atta
 /// held ([`Group::join_stats`]) must stay within `MAX_CHALLENGES` challenges and rosters,
 /// however many MACs sent pairs, and the join complete with the members alone.
 pub fn join_replayed_rosters(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
-    use ethbcast::membership::MAX_CHALLENGES;
+    use ethbcast_proto::membership::MAX_CHALLENGES;
     let bed = bed(prefix, hosts, 0.0)?;
     hub(&bed)?;
     let m = hosts - 1;
@@ -2065,7 +2062,7 @@ const C_ROUNDS: usize = 4;
 /// One rank of the C-ABI scenario, as capi/c/key_check.c: each round rank 0 enters a barrier
 /// 300 ms late, then broadcasts 64 bytes after another 300 ms. (barriers left early, broadcasts
 /// with wrong bytes, failed calls); stops at the first failed call.
-fn c_abi_rank(g: &mut ethbcast::group::HostGroup) -> (u32, u32, Vec<String>) {
+fn c_abi_rank(g: &mut ethbcast::HostGroup) -> (u32, u32, Vec<String>) {
     let pattern = |round: usize, i: usize| (round * 37 + i * 11 + 1) as u8;
     let me = g.rank();
     let (mut early, mut corrupt) = (0, 0);
@@ -2102,8 +2099,8 @@ fn c_abi_rank(g: &mut ethbcast::group::HostGroup) -> (u32, u32, Vec<String>) {
 /// Per rank: whether its group had a key, (barriers left early, corrupt broadcasts, errors).
 type CRun = Vec<Result<(bool, u32, u32, Vec<String>), String>>;
 
-/// Ranks 0..m on hosts 0..m open a [`ethbcast::group::HostGroup`] the way the C ABI opens
-/// one: the key from `ETHBCAST_KEY_FILE` of `env` (read by [`ethbcast::keyfile::key_from_env`],
+/// Ranks 0..m on hosts 0..m open a [`ethbcast::HostGroup`] the way the C ABI opens
+/// one: the key from `ETHBCAST_KEY_FILE` of `env` (read by [`ethbcast::key_from_env`],
 /// as `ethbcast_open` does), waiting in blocking mode, then run [`c_abi_rank`] while the
 /// hostile host forges. The members are threads of one process, so the membership is the list
 /// of the hosts rather than the launcher's rank variables.
@@ -2113,7 +2110,7 @@ fn c_abi_run(
     env: &[(&'static str, std::ffi::OsString)],
     timeout: Duration,
 ) -> Result<(CRun, Forged), AttackError> {
-    use ethbcast::group::{HostGroup, HostOptions};
+    use ethbcast::{HostGroup, HostOptions};
     let macs: Vec<ethbcast::MacAddr> = bed.hosts()[..m]
         .iter()
         .map(|h| ethbcast::MacAddr(h.mac))
@@ -2125,8 +2122,7 @@ fn c_abi_run(
             netns::spawn_in(&bed.hosts()[i].netns, move || -> Result<_, String> {
                 let group_id = GroupOptions::default().group_id;
                 let get = |v: &str| env.iter().find(|(k, _)| *k == v).map(|(_, x)| x.clone());
-                let key =
-                    ethbcast::keyfile::key_from_env(get, group_id).map_err(|e| e.to_string())?;
+                let key = ethbcast::key_from_env(get, group_id).map_err(|e| e.to_string())?;
                 let keyed = key.is_some();
                 let opts = HostOptions {
                     group: GroupOptions {
@@ -2170,10 +2166,7 @@ pub fn capi_keyed_forgery(prefix: &str, hosts: usize) -> Result<Scenario, Attack
     std::fs::write(&key_file, "a passphrase the hostile host does not know\n")
         .map_err(io("write the key file"))?;
     private(&key_file)?;
-    let keyed_env = [(
-        ethbcast::keyfile::KEY_FILE_ENV,
-        key_file.clone().into_os_string(),
-    )];
+    let keyed_env = [(ethbcast::KEY_FILE_ENV, key_file.clone().into_os_string())];
     let keyed_run = c_abi_run(&bed, m, &keyed_env, Duration::from_secs(20));
     let keyless_run = c_abi_run(&bed, m, &[], Duration::from_secs(3));
     let _ = std::fs::remove_dir_all(&dir);
@@ -2305,7 +2298,7 @@ pub fn pre_tag_allocation(prefix: &str, hosts: usize) -> Result<Scenario, Attack
                                 dst_mac: mac_b,
                                 tag,
                             };
-                            let pair = ethbcast::member::pair_group(group, a, b);
+                            let pair = ethbcast_proto::member::pair_group(group, a, b);
                             if let Some(x) = hostile::forge_data(t, pair, spoof, 0, 0, &[7; 1000]) {
                                 port.send(&x);
                             }
@@ -2359,9 +2352,9 @@ pub fn pre_tag_allocation(prefix: &str, hosts: usize) -> Result<Scenario, Attack
 /// counter's end. Every replay must be refused, every genuine frame taken, and the session
 /// must end with a typed error at the last counter rather than wrap.
 pub fn replay_across_counter_wrap() -> Result<Scenario, AttackError> {
-    use ethbcast::proto::{Dest, Engine, SessionEnded};
+    use ethbcast_proto::engine::{Dest, Engine, SessionEnded};
     let engine = |rank| {
-        let mut cfg = ethbcast::proto::Config::new(0x5e55_0004, rank, 2);
+        let mut cfg = ethbcast_proto::engine::Config::new(0x5e55_0004, rank, 2);
         cfg.key = Some(group_key());
         Engine::new(cfg).expect("a valid configuration")
     };

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ethbcast::group::BarrierAlgo;
+use ethbcast::BarrierAlgo;
 use serde::Serialize;
 
 use super::bed::{self, summarize, BedOptions, Summary};

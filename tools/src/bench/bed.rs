@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::group::{Group, GroupError, GroupOptions};
-use ethbcast::link::{self, Backend, Link, LinkError, WaitMode};
+use ethbcast::{Backend, Link, LinkError, WaitMode};
+use ethbcast::{Group, GroupError, GroupOptions};
 use serde::Serialize;
 
 use super::probe;
@@ -318,7 +318,7 @@ pub fn spawn_members<T: Send + 'static>(
         .map(|h| {
             let (macs, f, opts) = (macs.clone(), f.clone(), opts.clone());
             netns::spawn_in(&h.netns, move || {
-                let link = link::open(Default::default(), "eth0", Default::default())?;
+                let link = ethbcast::open_link(Default::default(), "eth0", Default::default())?;
                 f(Group::from_link(link, macs, opts)?)
             })
             .map_err(|e| TestbedError::Io {
@@ -343,7 +343,7 @@ pub fn join_all<T>(handles: Vec<Member<T>>) -> Vec<Result<T, String>> {
 /// Opens the member's link as `o` says, wrapped in a [`probe::ProbedLink`] if `o.probe` (the
 /// probe is then this thread's [`probe::probe`]).
 pub fn open_link(o: &BedOptions, iface: &str) -> Result<Box<dyn Link + Send>, LinkError> {
-    let l = link::open(o.backend, iface, o.wait)?;
+    let l = ethbcast::open_link(o.backend, iface, o.wait)?;
     Ok(if o.probe { probe::install(l) } else { l })
 }
 

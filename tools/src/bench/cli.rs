@@ -5,7 +5,7 @@ use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use ethbcast::link::{Backend, WaitMode};
+use ethbcast::{Backend, WaitMode};
 use serde::Serialize;
 
 use super::bed::BedOptions;

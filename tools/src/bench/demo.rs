@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use ethbcast::group::Algorithm;
 use ethbcast::memory::Profile;
+use ethbcast::Algorithm;
 use serde::Serialize;
 
 use super::barrier::{self, BarrierOptions, BarrierReport};

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::link::{Backend, Link, LinkError};
+use ethbcast::{Backend, Link, LinkError};
 use serde::Serialize;
 
 use super::cli::{parse_limit, print_and_plot, Limit};
@@ -382,9 +382,9 @@ fn with_link<L: Link, T>(
 /// The link the blaster opens on every host, as `ethbcast recv` sizes its own.
 fn open_floor_link(
     backend: Backend,
-    wait: ethbcast::link::WaitMode,
+    wait: ethbcast::WaitMode,
 ) -> Result<Box<dyn Link + Send>, LinkError> {
-    ethbcast::link::open_sized(backend, "eth0", wait, RX_FRAMES)
+    ethbcast::open_link_sized(backend, "eth0", wait, RX_FRAMES)
 }
 
 /// Opens a link with each of `opens`, holding all of them at once, and closes them: the
@@ -407,7 +407,7 @@ where
 /// opens them (one per interface: AF_XDP takes no second socket on a queue), each from a
 /// thread of its own: no tool's CPU counts it.
 fn warm_up_on(tb: &Testbed, links: usize, backend: Backend) -> Result<(), String> {
-    use ethbcast::link::WaitMode;
+    use ethbcast::WaitMode;
     warm_up(tb.hosts()[..links].iter().map(|h| {
         let ns = h.netns.clone();
         move || {
@@ -419,7 +419,7 @@ fn warm_up_on(tb: &Testbed, links: usize, backend: Backend) -> Result<(), String
 }
 
 fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, String> {
-    use ethbcast::link::{measure, WaitMode, BROADCAST_MAC};
+    use ethbcast::{measure, WaitMode, BROADCAST_MAC};
     let stop = Arc::new(AtomicBool::new(false));
     let mut sinks = Vec::new();
     for h in &tb.hosts()[1..=n] {
@@ -761,7 +761,7 @@ mod tests {
 
     #[test]
     fn the_floor_is_charged_for_opening_its_link_as_ethbcast_is() {
-        use ethbcast::link::sim::{SimConfig, SimNet};
+        use ethbcast::{SimConfig, SimNet};
         let net = SimNet::new(SimConfig::default()).expect("a switch");
         let port = net.port(0).expect("port 0");
         let (got, cpu_s, link_s) = with_link(
@@ -778,7 +778,7 @@ mod tests {
             cpu_s >= link_s,
             "and is part of the total: {cpu_s} < {link_s}"
         );
-        let failed = with_link::<ethbcast::link::sim::SimPort, _>(
+        let failed = with_link::<ethbcast::SimPort, _>(
             || Err(LinkError::NoSuchInterface("eth9".into())),
             |_| Ok(()),
         );

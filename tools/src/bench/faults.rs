@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ethbcast::detect::Gossip;
-use ethbcast::group::{key_from_passphrase, Algorithm, Detection, GroupError, GroupOptions};
-use ethbcast::link::{self, BROADCAST_MAC};
-use ethbcast::member::MemberError;
-use ethbcast::wire::{Flags, Frame, Kind, Repr, ALL};
+use ethbcast::BROADCAST_MAC;
+use ethbcast::{key_from_passphrase, Algorithm, Detection, GroupError, GroupOptions};
+use ethbcast_proto::detect::Gossip;
+use ethbcast_proto::member::MemberError;
+use ethbcast_proto::wire::{Flags, Frame, Kind, Repr, ALL};
 use serde::Serialize;
 
 use super::bed::{bed, join_all, ms, msg, spawn_members};
@@ -342,7 +342,7 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
     let counter = forged_sent.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let attacker = netns::spawn_in(&attacker_host.netns, move || -> Result<u64, GroupError> {
-        let opened = link::open(Default::default(), "eth0", Default::default());
+        let opened = ethbcast::open_link(Default::default(), "eth0", Default::default());
         let _ = ready_tx.send(());
         let mut l = opened?;
         // The session's wire group id (the group joins with a fresh nonce first): from the

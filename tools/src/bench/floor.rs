@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::link::{Link, BROADCAST_MAC};
+use ethbcast::{Link, BROADCAST_MAC};
 
 use super::bed::{self, BedOptions, PollBarrier, POLL};
 use super::cpu::Meter;

@@ -1,7 +1,7 @@
 //! `ethbcast-bench latency`: the EQA paper's broadcast latency runs (section 4) on real hosts.
 //!
 //! One test-bed of N hosts serves every group size: the group of `k` is the first `k` hosts
-//! (a separate [`ethbcast::group::Group`] per group size, with its own group id); the other
+//! (a separate [`ethbcast::Group`] per group size, with its own group id); the other
 //! hosts idle. Root = rank 0. After a warm-up, each (algorithm, size) is broadcast `iters`
 //! times. The time of one broadcast runs from the root's call until the last receiver has the
 //! whole message: every member is a thread of this process, so one `Instant` clock serves all;
@@ -25,7 +25,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ethbcast::group::{Algorithm, Group};
+use ethbcast::{Algorithm, Group};
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};

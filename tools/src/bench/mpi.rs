@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ethbcast::link::WaitMode;
+use ethbcast::WaitMode;
 use serde::Serialize;
 
 use super::bed::{fmt_us, summarize};

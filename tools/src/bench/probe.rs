@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::link::{Link, LinkError, MacAddr};
+use ethbcast::{Link, LinkError, MacAddr};
 
 /// Wraps `inner` in a [`ProbedLink`] whose probe becomes this thread's [`probe`].
 pub fn install(inner: Box<dyn Link + Send>) -> Box<dyn Link + Send> {

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use ethbcast::cluster::ClusterError;
 use ethbcast::memory::{sizes_for, Profile};
-use ethbcast::proto::Algo;
+use ethbcast_proto::engine::Algorithm;
 use serde::Serialize;
 
 use super::cli::{parse_rate, print};
@@ -88,7 +88,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
             for &loss in &o.losses {
                 let r = run_sim(&SimOptions {
                     nodes,
-                    algos: vec![Algo::Simple],
+                    algos: vec![Algorithm::Simple],
                     messages: o.messages,
                     sizes: o.sizes.clone(),
                     roots: Some(vec![0]),

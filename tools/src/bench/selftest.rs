@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::message_bytes;
-use ethbcast::group::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions};
-use ethbcast::link::{self, Backend, WaitMode};
-use ethbcast::proto::{Algo, Config};
+use ethbcast::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions};
+use ethbcast::{Backend, WaitMode};
+use ethbcast_proto::engine::Config;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
@@ -41,7 +41,7 @@ pub struct SelftestOptions {
     /// Roots that take turns.
     pub roots: usize,
     /// Algorithms to draw from.
-    pub algos: Vec<Algo>,
+    pub algos: Vec<Algorithm>,
     /// Link backend.
     pub backend: Backend,
     /// Wait mode of the link.
@@ -64,7 +64,7 @@ impl SelftestOptions {
             messages: 40,
             sizes: vec![1, 80, 860, 1460, 4096, 65536, 1 << 20],
             roots: 4,
-            algos: vec![Algo::Simple, Algo::PushPull],
+            algos: vec![Algorithm::Simple, Algorithm::PushPull],
             backend: Backend::Ring,
             wait: WaitMode::Block,
             seed: 1,
@@ -124,7 +124,7 @@ pub enum SelftestError {
 struct Step {
     root: u16,
     size: usize,
-    algo: Algo,
+    algo: Algorithm,
 }
 
 fn schedule(o: &SelftestOptions) -> Vec<Step> {
@@ -159,7 +159,7 @@ fn member(
     plan: Arc<Vec<Step>>,
 ) -> MemberResult {
     let mut res = MemberResult::default();
-    let link = match link::open(o.backend, "eth0", o.wait) {
+    let link = match ethbcast::open_link(o.backend, "eth0", o.wait) {
         Ok(l) => l,
         Err(e) => {
             res.error = Some(format!("rank {rank}: {e}"));
@@ -190,10 +190,7 @@ fn member(
         for step in plan.iter() {
             let idx = index_of_root[usize::from(step.root)];
             index_of_root[usize::from(step.root)] += 1;
-            let algo = match step.algo {
-                Algo::Simple => Algorithm::Simple,
-                Algo::PushPull => Algorithm::PushPull,
-            };
+            let algo = step.algo;
             let want = message_bytes(o.seed, step.root, idx, step.size);
             let mut buf = if step.root == rank {
                 want.clone()

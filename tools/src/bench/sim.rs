@@ -4,10 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ethbcast::cluster::{run, ClusterError, Deliveries, Report, Scenario, Traffic};
-use ethbcast::link::sim::Faults;
-use ethbcast::member::Algorithm;
-use ethbcast::proto::Algo;
 use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
+use ethbcast::Faults;
+use ethbcast_proto::engine::Algorithm;
 use serde::Serialize;
 
 use super::cli::{code, fail, parse_rate, print};
@@ -18,7 +17,7 @@ pub struct SimOptions {
     /// Members.
     pub nodes: u16,
     /// Algorithms.
-    pub algos: Vec<Algo>,
+    pub algos: Vec<Algorithm>,
     /// Messages.
     pub messages: usize,
     /// Sizes to draw from.
@@ -432,15 +431,14 @@ impl Args {
             Ok(r) => r,
             Err(e) => return usage(e),
         };
-        let stream_algos: Result<Vec<Algo>, String> = self
+        let stream_algos: Result<Vec<Algorithm>, String> = self
             .algo
             .clone()
             .unwrap_or(vec![Algorithm::Simple, Algorithm::PushPull])
             .into_iter()
             .map(|a| match a {
-                Algorithm::Simple => Ok(Algo::Simple),
-                Algorithm::PushPull => Ok(Algo::PushPull),
                 Algorithm::Tree => Err("--algo tree needs --api group".to_string()),
+                hardware => Ok(hardware),
             })
             .collect();
         let stream_algos = match (self.api, stream_algos) {

@@ -12,9 +12,9 @@
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::{SimCluster, Workload};
-use ethbcast::link::sim::{port_mac, SimConfig, SimNet};
-use ethbcast::member::{Algorithm, Done, Member, MemberConfig};
-use ethbcast::proto::Config;
+use ethbcast::{port_mac, SimConfig, SimNet};
+use ethbcast_proto::engine::Config;
+use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig};
 
 use super::bed::Summary;
 use super::latency::Row;

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ethbcast::group::Algorithm;
-use ethbcast::proto::Stats;
+use ethbcast::Algorithm;
+use ethbcast_proto::engine::Stats;
 use serde::Serialize;
 
 use super::bed::{self, BedOptions};

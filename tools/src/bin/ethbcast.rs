@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use clap::CommandFactory;
 use clap::{Args, Parser, Subcommand};
-use ethbcast::group::StreamOptions;
-use ethbcast::link::{Backend, WaitMode};
-use ethbcast::transfer::DigestAlgo;
+use ethbcast::StreamOptions;
+use ethbcast::{Backend, WaitMode};
 use ethbcast_tools::distribute::{
     self, recv, send, send::Expect, Fatal, LinkOpts, DEFAULT_GROUP_ID,
 };
 use ethbcast_tools::testbed::units::{self, parse_duration};
+use ethbcast_tools::transfer::DigestAlgo;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -118,7 +118,7 @@ struct Common {
     /// id, so hosts outside the transfer never see its frames), broadcast (every host of the
     /// segment; for switches or NICs that mishandle multicast), or a multicast MAC.
     #[arg(long, default_value = "derived")]
-    group_address: ethbcast::link::GroupAddress,
+    group_address: ethbcast::GroupAddress,
 }
 
 fn parse_group(s: &str) -> Result<u32, String> {
@@ -131,7 +131,7 @@ fn parse_group(s: &str) -> Result<u32, String> {
 
 /// Checked here, so that a bad window fails at once instead of after the join.
 fn parse_window(s: &str) -> Result<usize, String> {
-    let max = ethbcast::proto::MAX_WINDOW;
+    let max = ethbcast_proto::engine::MAX_WINDOW;
     match s.trim().parse::<usize>() {
         Ok(w) if (1..=max).contains(&w) => Ok(w),
         _ => Err(format!("{s:?}: the window must be 1..={max} frames")),
@@ -139,7 +139,7 @@ fn parse_window(s: &str) -> Result<usize, String> {
 }
 
 fn parse_mac(s: &str) -> Result<ethbcast::MacAddr, String> {
-    ethbcast::wire::ethernet::parse_mac(s.trim())
+    ethbcast_proto::wire::ethernet::parse_mac(s.trim())
         .ok_or_else(|| format!("{s:?}: not a MAC address (such as 02:00:00:00:00:01)"))
 }
 
@@ -444,7 +444,7 @@ fn main() -> ExitCode {
                     let hosts = match &only_failed {
                         Some(_) => send::failed_hosts(&text)
                             .map_err(|e| format!("--only-failed {}: {e}", p.display())),
-                        None => ethbcast::group::parse_hostfile(&text).map_err(|e| e.to_string()),
+                        None => ethbcast::parse_hostfile(&text).map_err(|e| e.to_string()),
                     };
                     match hosts {
                         Ok(l) => Expect::List(l),
@@ -455,7 +455,7 @@ fn main() -> ExitCode {
             };
             let settle = match (min_receivers, max_wait) {
                 (Some(min), Some(after)) if (1..=expect.len()).contains(&min) => {
-                    Some(ethbcast::group::Settle { min, after })
+                    Some(ethbcast::Settle { min, after })
                 }
                 (Some(min), Some(_)) => {
                     return fail(Fatal::new(
@@ -638,9 +638,9 @@ fn main() -> ExitCode {
                 if let Err(e) = std::io::stdin().read_line(&mut line) {
                     return fail(Fatal::io(format!("cannot read the passphrase: {e}")));
                 }
-                ethbcast::keyfile::write_new_passphrase(&file, &line)
+                ethbcast::write_new_passphrase(&file, &line)
             } else {
-                ethbcast::keyfile::write_new_key(&file)
+                ethbcast::write_new_key(&file)
             };
             match written {
                 Ok(()) => {
@@ -651,9 +651,7 @@ fn main() -> ExitCode {
                     );
                     ExitCode::SUCCESS
                 }
-                Err(e @ ethbcast::keyfile::KeyFileError::Io { .. }) => {
-                    fail(Fatal::io(e.to_string()))
-                }
+                Err(e @ ethbcast::KeyFileError::Io { .. }) => fail(Fatal::io(e.to_string())),
                 Err(e) => fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
             }
         }

@@ -25,9 +25,9 @@ use std::io::{IoSlice, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ethbcast::link::Held;
-use ethbcast::proto::{Observe, Piece};
-use ethbcast::transfer::{Budget, PieceDigest};
+use crate::transfer::{Budget, PieceDigest};
+use ethbcast::Held;
+use ethbcast_proto::engine::{Observe, Piece};
 
 use super::recv::{lock, write_err, Hashed};
 use super::{Fatal, EXIT_FAILED};

@@ -3,7 +3,7 @@
 //!
 //! # How a transfer goes
 //!
-//! 1. **Join** ([`ethbcast::membership`], the library's join): the sender broadcasts a
+//! 1. **Join** ([`ethbcast_proto::membership`], the library's join): the sender broadcasts a
 //!    challenge with a fresh random nonce every 10 ms; every receiver answers with a hello
 //!    that echoes it and carries a nonce of its own. The sender takes the first `--receivers
 //!    N` distinct hosts (or exactly the hosts of `--hostfile`), then broadcasts the roster:
@@ -14,7 +14,7 @@
 //!    one of this transfer. With `--key-file` every join frame is sealed and every frame of
 //!    the transfer is authenticated under a key of this session. A missing receiver ends the
 //!    join after `--wait` seconds with exit code 3.
-//! 2. **Stream** (`ethbcast::group::stream`): broadcast messages from rank 0: a header (magic, version,
+//! 2. **Stream** (`ethbcast::stream`): broadcast messages from rank 0: a header (magic, version,
 //!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
 //!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
 //!    and the digest of the whole stream (XXH3-128, or BLAKE3 with `--digest blake3`; the
@@ -67,9 +67,9 @@ pub mod send;
 
 use std::time::Duration;
 
-use ethbcast::group::stream::{Role, Stream, StreamOptions};
-use ethbcast::group::GroupError;
-use ethbcast::link::{Link, LinkError};
+use ethbcast::GroupError;
+use ethbcast::{Link, LinkError};
+use ethbcast::{Role, Stream, StreamOptions};
 
 /// Exit code: everything completed.
 pub const EXIT_OK: u8 = 0;
@@ -148,8 +148,8 @@ impl From<LinkError> for Fatal {
     }
 }
 
-impl From<ethbcast::member::MemberError> for Fatal {
-    fn from(e: ethbcast::member::MemberError) -> Fatal {
+impl From<ethbcast_proto::member::MemberError> for Fatal {
+    fn from(e: ethbcast_proto::member::MemberError) -> Fatal {
         Fatal::new(EXIT_FAILED, e.to_string())
     }
 }
@@ -381,13 +381,13 @@ pub fn no_key_error() -> Fatal {
     )
 }
 
-/// Reads a group key file ([`ethbcast::keyfile::read_key_file`], the one reading the C ABI
+/// Reads a group key file ([`ethbcast::read_key_file`], the one reading the C ABI
 /// and the MPI interposer share; see there for its forms). A file that is not well formed,
 /// an empty passphrase or a file others may read is a usage error; an unreadable file is an
 /// I/O error.
 pub fn read_key_file(path: &std::path::Path, group_id: u32) -> Result<ethbcast::Key, Fatal> {
-    use ethbcast::keyfile::KeyFileError;
-    ethbcast::keyfile::read_key_file(path, group_id).map_err(|e| match e {
+    use ethbcast::KeyFileError;
+    ethbcast::read_key_file(path, group_id).map_err(|e| match e {
         KeyFileError::Io { .. } => Fatal::io(e.to_string()),
         _ => Fatal::new(EXIT_USAGE, e.to_string()),
     })
@@ -449,7 +449,7 @@ mod tests {
             read_key_file(&write("phrase", b"  correct horse\nignored\n", 0o600), 7).unwrap();
         assert_eq!(
             phrase,
-            ethbcast::group::key_from_passphrase("correct horse", 7).unwrap()
+            ethbcast::key_from_passphrase("correct horse", 7).unwrap()
         );
         let empty = read_key_file(&write("empty", b"\n  \n", 0o600), 7).unwrap_err();
         assert_eq!(empty.code, EXIT_USAGE);

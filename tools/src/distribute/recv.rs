@@ -10,18 +10,18 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::group::stream::{Role, Stream};
-use ethbcast::member::{Event, Message};
-use ethbcast::proto::Dest;
+use ethbcast::{Role, Stream};
+use ethbcast_proto::engine::Dest;
+use ethbcast_proto::member::{Event, Message};
 use serde::Serialize;
 
 use super::direct;
 use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
-use ethbcast::proto::Piece;
-use ethbcast::transfer::{
+use crate::transfer::{
     Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, Progress, StreamHasher, ABORT,
     EVICTED,
 };
+use ethbcast_proto::engine::Piece;
 
 /// Where the stream goes.
 #[derive(Debug, Clone)]
@@ -1688,7 +1688,7 @@ mod tests {
         let header = Msg::Header {
             total: Some(data.len() as u64),
             chunk: 1 << 20,
-            digest: ethbcast::transfer::DigestAlgo::Xxh3,
+            digest: crate::transfer::DigestAlgo::Xxh3,
         }
         .encode();
         for (id, m) in [header, Msg::Data(Data::new(data)).encode()]
@@ -1697,7 +1697,7 @@ mod tests {
         {
             let half = m.len() / 2;
             for (offset, bytes) in [(0, &m[..half]), (half, &m[half..])] {
-                d.piece(&ethbcast::proto::Piece {
+                d.piece(&ethbcast_proto::engine::Piece {
                     msg_id: id as u64,
                     msg_len: m.len(),
                     offset,
@@ -1710,7 +1710,7 @@ mod tests {
     }
 
     fn xxh3(data: &[u8]) -> [u8; 32] {
-        let mut h = ethbcast::transfer::StreamHasher::new(ethbcast::transfer::DigestAlgo::Xxh3);
+        let mut h = crate::transfer::StreamHasher::new(crate::transfer::DigestAlgo::Xxh3);
         h.update(data);
         h.finalize()
     }

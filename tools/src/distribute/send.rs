@@ -8,17 +8,17 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use ethbcast::group::stream::{Role, Stream};
-use ethbcast::group::{HostEntry, Settle};
-use ethbcast::link::MacAddr;
-use ethbcast::member::{Event, MemberError};
-use ethbcast::proto::{Dest, SendError};
+use ethbcast::MacAddr;
+use ethbcast::{HostEntry, Settle};
+use ethbcast::{Role, Stream};
+use ethbcast_proto::engine::{Dest, SendError};
+use ethbcast_proto::member::{Event, MemberError};
 use serde::Serialize;
 
 use super::recv::RecvCounters;
 use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
-use ethbcast::transfer::rate::TokenBucket;
-use ethbcast::transfer::{
+use crate::transfer::rate::TokenBucket;
+use crate::transfer::{
     DigestAlgo, Final, Msg, Offer, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
 };
 
@@ -500,7 +500,7 @@ pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
     for r in failed.chain(missing) {
         let mac = r["mac"]
             .as_str()
-            .and_then(ethbcast::link::parse_mac)
+            .and_then(ethbcast::parse_mac)
             .ok_or_else(|| format!("a receiver without a MAC address: {r}"))?;
         if !hosts.iter().any(|h| h.mac == mac) {
             hosts.push(HostEntry {

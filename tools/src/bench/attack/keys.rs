@@ -19,7 +19,7 @@ fn run_on(bed: &Testbed, bin: &Path, host: usize, args: &[&str]) -> Result<Proc,
     let mut c =
         netns::command_in(&bed.hosts()[host].netns, &bin.to_string_lossy()).map_err(io("netns"))?;
     c.args(args)
-        .env_remove(ethbcast::keyfile::KEY_FILE_ENV)
+        .env_remove(ethbcast::KEY_FILE_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -186,7 +186,7 @@ pub fn keyless_stranger_sender(
     })
 }
 
-/// The context of the key that seals join challenges (`ethbcast::membership`), which an
+/// The context of the key that seals join challenges (`ethbcast_proto::membership`), which an
 /// attacker reads in the source.
 const CHALLENGE_CONTEXT: &str = "ethbcast 2026-11 join challenge";
 
@@ -328,7 +328,7 @@ pub fn passphrase_dictionary(
     // The attack that works: Argon2id of the right word, under the group id's salt.
     let group_id = crate::distribute::DEFAULT_GROUP_ID;
     let t = Instant::now();
-    let stretched = ethbcast::group::key_from_passphrase(&word, group_id).ok();
+    let stretched = ethbcast::key_from_passphrase(&word, group_id).ok();
     let argon_each = t.elapsed().as_secs_f64();
     if !stretched.as_ref().is_some_and(|k| seals(&bare_frame, k)) {
         problems.push(
@@ -343,7 +343,7 @@ pub fn passphrase_dictionary(
                     .into(),
             );
         }
-        let own = ethbcast::keyfile::read_key_file(&salted, group_id);
+        let own = ethbcast::read_key_file(&salted, group_id);
         if !own.as_ref().is_ok_and(|k| seals(frame, k)) {
             problems.push(format!(
                 "the keygen --passphrase file's own key did not open its challenge ({:?})",

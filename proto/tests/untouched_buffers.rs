@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
-use ethbcast::proto::{Config, Engine};
-use ethbcast::wire::{self, Flags, Kind, Repr};
+use ethbcast_proto::engine::{Config, Engine};
+use ethbcast_proto::wire::{self, Flags, Kind, Repr};
 
 /// Resident bytes of this process (`/proc/self/statm`, second field, in pages).
 fn resident() -> usize {

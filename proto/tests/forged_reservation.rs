@@ -13,8 +13,8 @@
 
 use std::time::Instant;
 
-use ethbcast::proto::{Config, Engine};
-use ethbcast::wire::{self, Kind, Repr};
+use ethbcast_proto::engine::{Config, Engine};
+use ethbcast_proto::wire::{self, Kind, Repr};
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]

@@ -10,7 +10,7 @@ use crate::eqa::Rank;
 
 /// Errors of the shared-memory layer, each saying what to do.
 #[derive(Debug, Error)]
-pub enum SmpError {
+pub enum HostRingError {
     /// The segment could not be made, opened or accessed.
     #[error(transparent)]
     Shm(#[from] ShmError),

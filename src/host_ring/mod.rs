@@ -24,7 +24,7 @@
 //! collectives in the same order (MPI requires it), and a rank starts collective `c` only after
 //! it has consumed every entry of collectives before `c`, so whoever writes entry `c` finds the
 //! ring's head at its own cursor. Every entry carries its collective number, kind and root, and
-//! a reader that finds anything else than it expects reports a [`SmpError::Protocol`] instead of
+//! a reader that finds anything else than it expects reports a [`HostRingError::Protocol`] instead of
 //! delivering.
 //!
 //! Other local users: a segment is this user's with mode 0600, and a rank maps only such a
@@ -37,7 +37,7 @@
 //! slot and the message, offsets against the message), and every access goes through
 //! [`ethbcast_sys::shm::Segment`], which refuses offsets outside the mapping. A rank that dies
 //! leaves its cursor behind: waits check the other ranks' processes every few milliseconds and
-//! fail with [`SmpError::RankGone`] instead of waiting out the timeout.
+//! fail with [`HostRingError::RankGone`] instead of waiting out the timeout.
 //!
 //! Waiting: spin (yielding the CPU) for [`Wait::spin`], then sleep on a futex. Two futex words:
 //! `data` (an entry was published, the host joined) and `room` (a cursor moved, a rank
@@ -47,9 +47,9 @@ mod error;
 mod hosts;
 mod layout;
 
-pub use error::SmpError;
+pub use error::HostRingError;
 pub use hosts::Hosts;
-pub use layout::*;
+pub(crate) use layout::*;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast_sys::shm::{self, Segment, ShmError, Wake};
 
-pub use ethbcast_sys::shm::SHM_DIR;
+pub(crate) use ethbcast_sys::shm::SHM_DIR;
 
 use crate::eqa::Rank;
 
@@ -86,7 +86,7 @@ impl Default for Wait {
 
 /// Where a message read from the ring goes.
 #[derive(Debug)]
-pub enum Sink<'a> {
+pub(crate) enum Sink<'a> {
     /// Into this buffer, which must have the message's length.
     Buf(&'a mut [u8]),
     /// Into this vector, resized to the message's length.
@@ -101,13 +101,13 @@ enum Word {
 }
 
 /// Nothing to do while waiting.
-pub fn no_duty() -> Result<(), SmpError> {
+pub(crate) fn no_duty() -> Result<(), HostRingError> {
     Ok(())
 }
 
 /// One rank's view of its host's segment: the ring, the cursors and the barrier counts.
 #[derive(Debug)]
-pub struct HostRing {
+pub(crate) struct HostRing {
     seg: Segment,
     layout: Layout,
     /// This rank's cursor block.
@@ -150,14 +150,14 @@ impl HostRing {
     /// job of this user; a file of another user there is [`ShmError::Foreign`]) for `layout.locals` ranks of a job of `world` ranks; `rank` is its own rank. The
     /// segment is open for the others to attach; call [`HostRing::wait_attached`] and then
     /// [`HostRing::joined`] (or [`HostRing::failed`]).
-    pub fn create(
+    pub(crate) fn create(
         path: &Path,
         layout: Layout,
         world: u16,
         rank: Rank,
         wait: Wait,
         timeout: Duration,
-    ) -> Result<HostRing, SmpError> {
+    ) -> Result<HostRing, HostRingError> {
         layout.check()?;
         // A stale segment of a crashed job of this user goes; another user's file at the name
         // stays, and the job fails (it may be a forged ring the local ranks would meet).
@@ -184,7 +184,7 @@ impl HostRing {
     /// position among the host's ranks), waiting up to `timeout` for the owner to create it
     /// and to join the network group. A file at `path` that is not this user's with mode 0600,
     /// or a symbolic link, fails at once ([`Segment::open`]), before anything is written to it.
-    pub fn attach(
+    pub(crate) fn attach(
         path: &Path,
         layout: Layout,
         world: u16,
@@ -192,10 +192,10 @@ impl HostRing {
         rank: Rank,
         wait: Wait,
         timeout: Duration,
-    ) -> Result<HostRing, SmpError> {
+    ) -> Result<HostRing, HostRingError> {
         layout.check()?;
         if local == 0 || local >= layout.locals {
-            return Err(SmpError::Topology(format!(
+            return Err(HostRingError::Topology(format!(
                 "local rank {local} of {} cannot attach (0 is the owner)",
                 layout.locals
             )));
@@ -203,7 +203,7 @@ impl HostRing {
         let deadline = Instant::now() + timeout;
         loop {
             if Instant::now() > deadline {
-                return Err(SmpError::Timeout {
+                return Err(HostRingError::Timeout {
                     what: "this host's owner to create the shared-memory segment and join",
                     after: timeout,
                 });
@@ -232,7 +232,7 @@ impl HostRing {
         world: u16,
         rank: Rank,
         deadline: Instant,
-    ) -> Result<bool, SmpError> {
+    ) -> Result<bool, HostRingError> {
         if self.seg.len() < HEADER_BYTES || self.word(H_MAGIC)?.load(Ordering::Acquire) != MAGIC {
             return Ok(false);
         }
@@ -250,7 +250,7 @@ impl HostRing {
             || found_world != u64::from(world)
             || self.seg.len() < self.layout.segment_bytes()
         {
-            return Err(SmpError::Layout {
+            return Err(HostRingError::Layout {
                 path: self.seg.path().to_path_buf(),
                 why: format!(
                     "was made for {found:?} in a job of {found_world} ranks, this rank expects {:?} in a job of {world}",
@@ -273,7 +273,7 @@ impl HostRing {
         })?;
         match state {
             STATE_JOINED => Ok(true),
-            STATE_FAILED => Err(SmpError::OwnerFailed {
+            STATE_FAILED => Err(HostRingError::OwnerFailed {
                 owner: self.word(H_OWNER_RANK)?.load(Ordering::Relaxed),
             }),
             _ => Ok(false),
@@ -281,7 +281,7 @@ impl HostRing {
     }
 
     /// Claims this rank's cursor block.
-    fn register(&self, rank: Rank) -> Result<(), SmpError> {
+    fn register(&self, rank: Rank) -> Result<(), HostRingError> {
         let tag = u64::from(rank) + 1;
         let at = self.layout.cursor(self.me);
         match self
@@ -291,7 +291,7 @@ impl HostRing {
             Ok(_) => {}
             Err(holder) if holder == tag => {}
             Err(holder) => {
-                return Err(SmpError::SlotTaken {
+                return Err(HostRingError::SlotTaken {
                     path: self.seg.path().to_path_buf(),
                     local: self.me,
                     holder: holder - 1,
@@ -306,7 +306,7 @@ impl HostRing {
     }
 
     /// The owner waits until every local rank has attached (`duty` runs between looks).
-    pub fn wait_attached<E: From<SmpError>>(
+    pub(crate) fn wait_attached<E: From<HostRingError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -330,44 +330,35 @@ impl HostRing {
 
     /// The owner joined the network group: the local ranks may go. Removes the segment's name
     /// (everyone has mapped it).
-    pub fn joined(&mut self) -> Result<(), SmpError> {
+    pub(crate) fn joined(&mut self) -> Result<(), HostRingError> {
         Segment::unlink(self.seg.path())?;
         self.word(H_STATE)?.store(STATE_JOINED, Ordering::Release);
         self.notify(Word::Data)
     }
 
     /// The owner could not join: the local ranks fail their open.
-    pub fn failed(&mut self) -> Result<(), SmpError> {
+    pub(crate) fn failed(&mut self) -> Result<(), HostRingError> {
         Segment::unlink(self.seg.path())?;
         self.word(H_STATE)?.store(STATE_FAILED, Ordering::Release);
         self.notify(Word::Data)
     }
 
     /// This rank's position among its host's ranks.
-    pub fn local(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn local(&self) -> usize {
         self.me
-    }
-
-    /// The geometry.
-    pub fn layout(&self) -> Layout {
-        self.layout
-    }
-
-    /// Collectives this rank has taken part in through the ring.
-    pub fn calls(&self) -> u64 {
-        self.calls
     }
 
     /// Writes the message of `root` (this rank, or a root on another host whose message the
     /// owner received) as the next collective's entry, slot by slot as room frees up.
-    pub fn publish<E: From<SmpError>>(
+    pub(crate) fn publish<E: From<HostRingError>>(
         &mut self,
         root: Rank,
         data: &[u8],
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
         if data.len() as u64 > MAX_MESSAGE {
-            return Err(SmpError::Protocol(format!(
+            return Err(HostRingError::Protocol(format!(
                 "a message of {} bytes exceeds the ring's limit of {MAX_MESSAGE}",
                 data.len()
             ))
@@ -395,8 +386,8 @@ impl HostRing {
 
     /// Reads the next collective's entry, which must be the message of `root`, into `sink`.
     /// Returns the message's length. A buffer of another length is left as it was and gives
-    /// [`SmpError::Length`] once the whole message has been consumed.
-    pub fn read<E: From<SmpError>>(
+    /// [`HostRingError::Length`] once the whole message has been consumed.
+    pub(crate) fn read<E: From<HostRingError>>(
         &mut self,
         root: Rank,
         mut sink: Sink<'_>,
@@ -430,14 +421,14 @@ impl HostRing {
             if let Some(dst) = dst {
                 self.seg
                     .read(slot + SLOT_HEADER_BYTES, dst)
-                    .map_err(SmpError::from)?;
+                    .map_err(HostRingError::from)?;
             }
             self.consume(slot)?;
             offset += len;
             if offset >= total {
                 if let Sink::Buf(b) = &sink {
                     if b.len() != total {
-                        return Err(SmpError::Length {
+                        return Err(HostRingError::Length {
                             root,
                             got: total,
                             want: b.len(),
@@ -451,7 +442,7 @@ impl HostRing {
     }
 
     /// A local rank enters a barrier: counts its arrival for the owner.
-    pub fn arrive(&mut self) -> Result<(), SmpError> {
+    pub(crate) fn arrive(&mut self) -> Result<(), HostRingError> {
         self.barriers += 1;
         let at = self.layout.cursor(self.me);
         self.word(at + L_BARRIERS)?
@@ -460,7 +451,7 @@ impl HostRing {
     }
 
     /// A local rank waits for the barrier's release (after [`HostRing::arrive`]).
-    pub fn await_release<E: From<SmpError>>(
+    pub(crate) fn await_release<E: From<HostRingError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -472,7 +463,7 @@ impl HostRing {
     }
 
     /// The owner enters a barrier: waits until every local rank has arrived.
-    pub fn await_arrivals<E: From<SmpError>>(
+    pub(crate) fn await_arrivals<E: From<HostRingError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -500,7 +491,7 @@ impl HostRing {
     }
 
     /// The owner releases the local ranks from the barrier (after the network barrier).
-    pub fn release<E: From<SmpError>>(
+    pub(crate) fn release<E: From<HostRingError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -509,7 +500,7 @@ impl HostRing {
     }
 
     /// Waits until every attached rank of the host has read everything this rank has seen.
-    pub fn flush<E: From<SmpError>>(
+    pub(crate) fn flush<E: From<HostRingError>>(
         &mut self,
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
@@ -525,7 +516,7 @@ impl HostRing {
     }
 
     /// Leaves the segment: writers stop waiting for this rank's cursor.
-    pub fn detach(&mut self) -> Result<(), SmpError> {
+    pub(crate) fn detach(&mut self) -> Result<(), HostRingError> {
         let at = self.layout.cursor(self.me);
         self.word(at + L_STATE)?
             .store(LOCAL_DETACHED, Ordering::Release);
@@ -534,7 +525,7 @@ impl HostRing {
 
     /// Writes one slot at this rank's cursor once every other attached rank has read what
     /// the slot held before.
-    fn put<E: From<SmpError>>(
+    fn put<E: From<HostRingError>>(
         &mut self,
         kind: u64,
         root: Rank,
@@ -571,7 +562,7 @@ impl HostRing {
         }
         self.seg
             .write(slot + SLOT_HEADER_BYTES, chunk)
-            .map_err(SmpError::from)?;
+            .map_err(HostRingError::from)?;
         self.word(slot + S_STAMP)?.store(seq + 1, Ordering::Release);
         self.advance()?;
         self.notify(Word::Data)?;
@@ -581,7 +572,7 @@ impl HostRing {
     /// Waits for the entry at this rank's cursor and checks it against what the call expects:
     /// kind, collective number, root and offset. Returns the slot, the message's total length
     /// and the chunk's length.
-    fn next_entry<E: From<SmpError>>(
+    fn next_entry<E: From<HostRingError>>(
         &mut self,
         kind: u64,
         root: Rank,
@@ -606,7 +597,7 @@ impl HostRing {
                 ))),
             }
         })?;
-        let get = |at: usize| -> Result<u64, SmpError> {
+        let get = |at: usize| -> Result<u64, HostRingError> {
             Ok(self.word(slot + at)?.load(Ordering::Relaxed))
         };
         let (e_kind, e_call, e_root) = (get(S_KIND)?, get(S_CALL)?, get(S_ROOT)?);
@@ -647,7 +638,7 @@ impl HostRing {
     }
 
     /// Done with the entry at the cursor: checks it was not overwritten meanwhile, moves on.
-    fn consume(&mut self, slot: usize) -> Result<(), SmpError> {
+    fn consume(&mut self, slot: usize) -> Result<(), HostRingError> {
         let seq = self.cursor;
         if self.word(slot + S_STAMP)?.load(Ordering::Acquire) != seq + 1 {
             return Err(self.protocol(format!(
@@ -658,7 +649,7 @@ impl HostRing {
         self.notify(Word::Room)
     }
 
-    fn advance(&mut self) -> Result<(), SmpError> {
+    fn advance(&mut self) -> Result<(), HostRingError> {
         self.cursor += 1;
         let at = self.layout.cursor(self.me);
         self.word(at + L_CURSOR)?
@@ -667,7 +658,7 @@ impl HostRing {
     }
 
     /// The lowest cursor of the other attached ranks (`None`: no other rank attached).
-    fn min_cursor(&self) -> Result<Option<u64>, SmpError> {
+    fn min_cursor(&self) -> Result<Option<u64>, HostRingError> {
         let mut min = None;
         for at in self.others() {
             let at = at?;
@@ -679,7 +670,7 @@ impl HostRing {
 
     /// The cursor blocks of the other attached ranks (no allocation: the writer asks on
     /// every slot it fills).
-    fn others(&self) -> impl Iterator<Item = Result<usize, SmpError>> + '_ {
+    fn others(&self) -> impl Iterator<Item = Result<usize, HostRingError>> + '_ {
         (0..self.layout.locals)
             .filter(move |&j| j != self.me)
             .filter_map(move |j| {
@@ -692,15 +683,15 @@ impl HostRing {
             })
     }
 
-    fn protocol(&self, what: String) -> SmpError {
-        SmpError::Protocol(format!(
+    fn protocol(&self, what: String) -> HostRingError {
+        HostRingError::Protocol(format!(
             "shared-memory ring {} (local rank {}): {what}",
             self.seg.path().display(),
             self.me
         ))
     }
 
-    fn word(&self, at: usize) -> Result<&AtomicU64, SmpError> {
+    fn word(&self, at: usize) -> Result<&AtomicU64, HostRingError> {
         Ok(self.seg.u64_at(at)?)
     }
 
@@ -711,12 +702,12 @@ impl HostRing {
         }
     }
 
-    fn word32(&self, at: usize) -> Result<&AtomicU32, SmpError> {
+    fn word32(&self, at: usize) -> Result<&AtomicU32, HostRingError> {
         Ok(self.seg.u32_at(at)?)
     }
 
     /// Tells sleepers on `word` that something changed.
-    fn notify(&self, word: Word) -> Result<(), SmpError> {
+    fn notify(&self, word: Word) -> Result<(), HostRingError> {
         let (event, waiters) = self.futex(word);
         self.word32(event)?.fetch_add(1, Ordering::SeqCst);
         if self.word32(waiters)?.load(Ordering::SeqCst) > 0 {
@@ -727,7 +718,7 @@ impl HostRing {
 
     /// Every other attached rank's process still exists (looked at every
     /// [`LIVENESS_EVERY`]).
-    fn check_alive(&mut self) -> Result<(), SmpError> {
+    fn check_alive(&mut self) -> Result<(), HostRingError> {
         if self.checked.elapsed() < LIVENESS_EVERY {
             return Ok(());
         }
@@ -737,7 +728,7 @@ impl HostRing {
             let pid = self.word(at + L_PID)?.load(Ordering::Relaxed);
             if !alive(pid) {
                 let rank = self.word(at + L_RANK)?.load(Ordering::Relaxed);
-                return Err(SmpError::RankGone {
+                return Err(HostRingError::RankGone {
                     rank: rank.saturating_sub(1),
                     pid,
                 });
@@ -749,19 +740,19 @@ impl HostRing {
     /// Waits until `ready` gives a value: spins (yielding) for the configured time, then sleeps
     /// on the futex `word` in slices, running `duty` and checking the other ranks between
     /// slices; fails at `deadline`.
-    fn wait_for<T, E: From<SmpError>>(
+    fn wait_for<T, E: From<HostRingError>>(
         &mut self,
         word: Word,
         what: &'static str,
         deadline: Instant,
         duty: &mut dyn FnMut() -> Result<(), E>,
-        mut ready: impl FnMut(&Self) -> Result<Option<T>, SmpError>,
+        mut ready: impl FnMut(&Self) -> Result<Option<T>, HostRingError>,
     ) -> Result<T, E> {
         if let Some(t) = ready(self)? {
             return Ok(t);
         }
         let start = Instant::now();
-        let timeout_error = SmpError::Timeout {
+        let timeout_error = HostRingError::Timeout {
             what,
             after: self.timeout,
         };
@@ -806,7 +797,7 @@ impl HostRing {
                 (Some(t), _) => return Ok(t),
                 (None, None) => return Err(timeout_error.into()),
                 (None, Some(w)) => {
-                    let w = w.map_err(SmpError::from)?;
+                    let w = w.map_err(HostRingError::from)?;
                     let now = Instant::now();
                     if w == Wake::TimedOut || now.duration_since(last_duty) >= DUTY_SLICE {
                         duty()?;

@@ -2,11 +2,11 @@
 //! each, so that cursors of different ranks never share a line), then the slots of the ring.
 //! Every offset the ring reads or writes is computed here.
 
-use super::SmpError;
+use super::HostRingError;
 
 /// Geometry of a host's segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
+pub(crate) struct Layout {
     /// Ranks on the host (the owner included): one cursor block each.
     pub locals: usize,
     /// Slots of the ring.
@@ -16,16 +16,16 @@ pub struct Layout {
 }
 
 /// Bytes of the segment's header.
-pub const HEADER_BYTES: usize = 128;
+pub(crate) const HEADER_BYTES: usize = 128;
 /// Bytes of a local rank's cursor block (one cache line: cursors of different ranks never
 /// share a line).
-pub const CURSOR_BYTES: usize = 64;
+pub(crate) const CURSOR_BYTES: usize = 64;
 /// Bytes of a slot's header.
-pub const SLOT_HEADER_BYTES: usize = 64;
+pub(crate) const SLOT_HEADER_BYTES: usize = 64;
 /// Most ranks one host's segment serves.
-pub const MAX_LOCALS: usize = 4096;
+pub(crate) const MAX_LOCALS: usize = 4096;
 /// Largest message the ring accepts from a writer (as the engine's `max_message`).
-pub const MAX_MESSAGE: u64 = 1 << 30;
+pub(crate) const MAX_MESSAGE: u64 = 1 << 30;
 
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"EBSMP\0\0\x01");
 
@@ -72,13 +72,13 @@ pub(super) const KIND_RELEASE: u64 = 2;
 
 impl Layout {
     /// Slots of the default ring.
-    pub const DEFAULT_SLOTS: usize = 64;
+    pub(crate) const DEFAULT_SLOTS: usize = 64;
     /// Payload bytes of a default slot: a 64 KiB message takes 8 slots, and the ring holds
     /// 512 KiB.
-    pub const DEFAULT_SLOT_PAYLOAD: usize = 8192;
+    pub(crate) const DEFAULT_SLOT_PAYLOAD: usize = 8192;
 
     /// The default geometry for `locals` ranks.
-    pub fn new(locals: usize) -> Layout {
+    pub(crate) fn new(locals: usize) -> Layout {
         Layout {
             locals,
             slots: Self::DEFAULT_SLOTS,
@@ -87,26 +87,26 @@ impl Layout {
     }
 
     /// Bytes of one slot (header and payload).
-    pub fn slot_bytes(&self) -> usize {
+    pub(crate) fn slot_bytes(&self) -> usize {
         SLOT_HEADER_BYTES + self.slot_payload
     }
 
     /// Bytes of the ring (every slot).
-    pub fn ring_bytes(&self) -> usize {
+    pub(crate) fn ring_bytes(&self) -> usize {
         self.slots * self.slot_bytes()
     }
 
     /// Bytes of the cursor blocks.
-    pub fn cursor_bytes(&self) -> usize {
+    pub(crate) fn cursor_bytes(&self) -> usize {
         self.locals * CURSOR_BYTES
     }
 
     /// Bytes of the whole segment.
-    pub fn segment_bytes(&self) -> usize {
+    pub(crate) fn segment_bytes(&self) -> usize {
         HEADER_BYTES + self.cursor_bytes() + self.ring_bytes()
     }
 
-    pub(super) fn check(&self) -> Result<(), SmpError> {
+    pub(super) fn check(&self) -> Result<(), HostRingError> {
         let ok = (1..=MAX_LOCALS).contains(&self.locals)
             && (1..=1 << 16).contains(&self.slots)
             && (64..=1 << 20).contains(&self.slot_payload)
@@ -114,7 +114,7 @@ impl Layout {
         if ok {
             Ok(())
         } else {
-            Err(SmpError::Topology(format!(
+            Err(HostRingError::Topology(format!(
                 "unusable ring geometry {self:?} (1-{MAX_LOCALS} ranks, 1-65536 slots, 64 B-1 MiB per slot in multiples of 64)"
             )))
         }

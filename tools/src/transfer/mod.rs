@@ -1,5 +1,5 @@
 //! File and stream distribution (what `ethbcast send` and `ethbcast recv` speak over a
-//! [`crate::group::stream::Stream`]): the stream protocol carried by the broadcast messages,
+//! [`ethbcast::Stream`]): the stream protocol carried by the broadcast messages,
 //! the control payloads, the end-to-end digest, and the sender's pacing ([`rate`]).
 //!
 //! Broadcast messages from the sender (rank 0), first byte = type:
@@ -388,8 +388,7 @@ pub fn hex(d: &[u8]) -> String {
 /// misplaced chunk, a bug. XXH3-128 does that at memory speed. BLAKE3 is for whoever wants a
 /// cryptographic digest to compare with `b3sum`; hashing the stream on every receiver costs
 /// about 6% of the goodput on a CPU-bound host (measured on the 8-receiver test-bed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DigestAlgo {
     /// XXH3, 128 bits (the default).
     Xxh3,
@@ -460,7 +459,7 @@ impl StreamHasher {
 }
 
 /// The digest of a stream's data, taken from the sender's messages piece by piece as the
-/// receiver consumes them ([`Stream::observe`](crate::group::stream::Stream::observe)): the
+/// receiver consumes them ([`Stream::observe`](ethbcast::Stream::observe)): the
 /// header names the algorithm, the data messages' bytes after their type byte are hashed, the
 /// rest is skipped.
 ///
@@ -494,13 +493,13 @@ impl PieceDigest {
     }
 
     /// Takes the next piece of the sender's stream of messages.
-    pub fn piece(&mut self, p: &crate::proto::Piece<'_>) {
+    pub fn piece(&mut self, p: &ethbcast::Piece<'_>) {
         self.piece_data(p);
     }
 
     /// As [`PieceDigest::piece`]; returns the stream data the piece holds (what was hashed:
     /// empty for a piece of another message than data, and before a header).
-    pub fn piece_data<'a>(&mut self, p: &crate::proto::Piece<'a>) -> &'a [u8] {
+    pub fn piece_data<'a>(&mut self, p: &ethbcast::Piece<'a>) -> &'a [u8] {
         let mut b = p.bytes;
         if p.offset == 0 {
             self.kind = b.first().copied().unwrap_or(0);
@@ -860,7 +859,7 @@ mod tests {
             at.sort_unstable();
             at.dedup();
             for w in at.windows(2) {
-                d.piece(&crate::proto::Piece {
+                d.piece(&ethbcast::Piece {
                     msg_id: id as u64,
                     msg_len: m.len(),
                     offset: w[0],

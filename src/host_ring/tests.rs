@@ -14,7 +14,7 @@ fn attach(
     world: u16,
     local: usize,
     timeout: Duration,
-) -> Result<HostRing, SmpError> {
+) -> Result<HostRing, HostRingError> {
     HostRing::attach(
         path,
         layout,
@@ -98,7 +98,7 @@ fn a_ring_forged_by_another_user_is_refused() {
 
     let t0 = Instant::now();
     match attach(&path, SMALL, world, 1, timeout) {
-        Err(SmpError::Shm(ShmError::Foreign { owner, .. })) => assert_eq!(owner, NOBODY),
+        Err(HostRingError::Shm(ShmError::Foreign { owner, .. })) => assert_eq!(owner, NOBODY),
         Err(e) => panic!("a local rank took the forged ring for its host's: {e}"),
         Ok(_) => panic!("a local rank attached to a ring forged by uid {NOBODY}"),
     }
@@ -109,7 +109,7 @@ fn a_ring_forged_by_another_user_is_refused() {
         "the rank did not register in the forged ring"
     );
     match HostRing::create(&path, SMALL, world, 0, Wait::default(), timeout) {
-        Err(SmpError::Shm(ShmError::Foreign { owner, .. })) => assert_eq!(owner, NOBODY),
+        Err(HostRingError::Shm(ShmError::Foreign { owner, .. })) => assert_eq!(owner, NOBODY),
         other => panic!("the owner replaced or used uid {NOBODY}'s file: {other:?}"),
     }
     assert!(path.exists(), "another user's file is not removed");
@@ -289,7 +289,7 @@ fn a_buffer_of_another_length_is_left_alone_and_the_ring_goes_on() {
     assert!(
         matches!(
             e,
-            SmpError::Length {
+            HostRingError::Length {
                 root: 0,
                 got: 700,
                 want: 50
@@ -342,7 +342,10 @@ fn corrupt_entries_are_refused() {
         let e = locals[0]
             .read(0, Sink::Vec(&mut v), &mut no_duty)
             .unwrap_err();
-        assert!(matches!(e, SmpError::Protocol(_)), "field {field}: {e}");
+        assert!(
+            matches!(e, HostRingError::Protocol(_)),
+            "field {field}: {e}"
+        );
     }
     // A stamp ahead of the reader: the slot was overwritten.
     let (owner, mut locals) = host("lapped", SMALL, Duration::from_secs(5));
@@ -377,7 +380,7 @@ fn a_dead_rank_stops_the_writer_with_an_error_not_the_timeout() {
         }
     }
     let e = result.unwrap_err();
-    assert!(matches!(e, SmpError::RankGone { rank: 2, .. }), "{e}");
+    assert!(matches!(e, HostRingError::RankGone { rank: 2, .. }), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     drop(locals);
 }
@@ -463,7 +466,7 @@ fn waits_end_at_the_timeout_with_an_error() {
     let e = locals[0]
         .read(0, Sink::Vec(&mut Vec::new()), &mut no_duty)
         .unwrap_err();
-    assert!(matches!(e, SmpError::Timeout { .. }), "{e}");
+    assert!(matches!(e, HostRingError::Timeout { .. }), "{e}");
     assert!(t0.elapsed() >= Duration::from_millis(100));
     assert!(t0.elapsed() < Duration::from_secs(2));
 }
@@ -473,12 +476,12 @@ fn duties_run_while_the_owner_waits() {
     let (mut owner, _locals) = host("duty", SMALL, Duration::from_millis(50));
     let mut runs = 0;
     let e = owner
-        .await_arrivals(&mut || -> Result<(), SmpError> {
+        .await_arrivals(&mut || -> Result<(), HostRingError> {
             runs += 1;
             Ok(())
         })
         .unwrap_err();
-    assert!(matches!(e, SmpError::Timeout { .. }), "{e}");
+    assert!(matches!(e, HostRingError::Timeout { .. }), "{e}");
     assert!(runs >= 5, "the duty ran {runs} times in 50 ms");
 }
 
@@ -526,16 +529,19 @@ fn a_segment_of_another_geometry_or_a_taken_block_is_refused() {
         HostRing::create(&path, SMALL, 4, 0, Wait::default(), Duration::from_secs(1)).unwrap();
     let other = Layout { locals: 3, ..SMALL };
     let e = attach(&path, other, 4, 1, Duration::from_secs(1)).unwrap_err();
-    assert!(matches!(e, SmpError::Layout { .. }), "{e}");
+    assert!(matches!(e, HostRingError::Layout { .. }), "{e}");
     let e = attach(&path, SMALL, 5, 1, Duration::from_secs(1)).unwrap_err();
-    assert!(matches!(e, SmpError::Layout { .. }), "{e}");
+    assert!(matches!(e, HostRingError::Layout { .. }), "{e}");
     owner
         .word(owner.layout.cursor(2) + L_RANK)
         .unwrap()
         .store(8, Ordering::Relaxed);
     let e = attach(&path, SMALL, 4, 2, Duration::from_secs(1)).unwrap_err();
-    assert!(matches!(e, SmpError::SlotTaken { holder: 7, .. }), "{e}");
+    assert!(
+        matches!(e, HostRingError::SlotTaken { holder: 7, .. }),
+        "{e}"
+    );
     owner.failed().unwrap();
     let e = attach(&path, SMALL, 4, 1, Duration::from_millis(50)).unwrap_err();
-    assert!(matches!(e, SmpError::Timeout { .. }), "{e}");
+    assert!(matches!(e, HostRingError::Timeout { .. }), "{e}");
 }

@@ -21,14 +21,16 @@
 //! The network is a queue of frames in flight on a virtual clock; the fuzzer interleaves
 //! broadcasts, deliveries, losses, duplicates, reorderings, the passing of time and
 //! injections. `ETHBCAST_FUZZ_CASES=N` runs N cases per property instead of the defaults
-//! (a longer campaign: `ETHBCAST_FUZZ_CASES=100000 cargo test --test fuzz_frames`).
+//! (a longer campaign: `ETHBCAST_FUZZ_CASES=100000 cargo test -p ethbcast-proto --test fuzz_frames`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ethbcast::proto::{Algo, Config, Dest, Engine, Event, Message};
-use ethbcast::wire::control::NACK_MORE_WORDS;
-use ethbcast::wire::{self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr};
+use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine, Event, Message};
+use ethbcast_proto::wire::control::NACK_MORE_WORDS;
+use ethbcast_proto::wire::{
+    self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr,
+};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config as PropConfig, TestRunner};
@@ -685,9 +687,9 @@ impl World {
                     .map(|i| (i as u8).wrapping_mul(31) ^ (id as u8) ^ (root as u8 * 0x80))
                     .collect();
                 let algo = if *pushpull {
-                    Algo::PushPull
+                    Algorithm::PushPull
                 } else {
-                    Algo::Simple
+                    Algorithm::Simple
                 };
                 if let Ok(got) = self.engines[root].bcast(self.now, data.clone(), algo) {
                     assert_eq!(got, id as u64, "message ids count from 0");
@@ -891,7 +893,7 @@ fn key_valid_forged_frames_reach_the_protocol_logic() {
         let r = w.engines[1].handle_frame(w.now, &pdu);
         if !matches!(
             r,
-            Err(ethbcast::proto::Drop::Malformed(_) | ethbcast::proto::Drop::BadMac)
+            Err(ethbcast_proto::engine::Drop::Malformed(_) | ethbcast_proto::engine::Drop::BadMac)
         ) {
             past_the_door += 1;
         }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use super::SmpError;
+use super::HostRingError;
 use crate::eqa::Rank;
 
 /// Ranks of a job and the host each one runs on.
@@ -19,9 +19,9 @@ pub struct Hosts {
 impl Hosts {
     /// From a host label per rank (`labels[r]`; equal labels = one host: a MAC address, a host
     /// name, an index).
-    pub fn from_labels<T: Eq + Hash>(labels: &[T]) -> Result<Hosts, SmpError> {
+    pub fn from_labels<T: Eq + Hash>(labels: &[T]) -> Result<Hosts, HostRingError> {
         if labels.is_empty() || labels.len() >= usize::from(Rank::MAX) {
-            return Err(SmpError::Topology(format!(
+            return Err(HostRingError::Topology(format!(
                 "a job of {} ranks (1 to 65534)",
                 labels.len()
             )));
@@ -42,9 +42,9 @@ impl Hosts {
     }
 
     /// `size` ranks in blocks of `per_host` consecutive ranks (the last host may have fewer).
-    pub fn blocks(size: u16, per_host: u16) -> Result<Hosts, SmpError> {
+    pub fn blocks(size: u16, per_host: u16) -> Result<Hosts, HostRingError> {
         if per_host == 0 {
-            return Err(SmpError::Topology("0 ranks per host".into()));
+            return Err(HostRingError::Topology("0 ranks per host".into()));
         }
         let labels: Vec<u16> = (0..size).map(|r| r / per_host).collect();
         Hosts::from_labels(&labels)

@@ -52,7 +52,19 @@ use crate::machine::Machine;
 use crate::machine::Transmit;
 use crate::secret::Key;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
+use crate::wire::join::{Field, JoinMsg};
 use crate::wire::{self, Control, Frame, Kind};
+
+mod challenges;
+mod config;
+mod outcome;
+mod session;
+
+use challenges::Held;
+pub use config::{Expect, JoinConfig};
+pub use outcome::{JoinError, JoinStats, Joined, LateRoster};
+use session::{challenge_key, join_key};
+pub use session::{session, Session};
 
 /// Rank claim of a member that has none yet.
 pub const NO_RANK: u16 = u16::MAX;
@@ -98,414 +110,6 @@ fn entries_per_part(max_pdu: usize, keyed: bool) -> usize {
         .max(1)
 }
 
-/// The session a group shares once joined. Its `Debug` never shows the key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Session {
-    /// The coordinator's nonce.
-    pub nonce: u64,
-    /// The wire group id of the session's frames (derived from the group id and the nonce).
-    pub group: u32,
-    /// The session key (derived from the group key, the nonce and the roster), if the group
-    /// has a key.
-    pub key: Option<crate::secret::Key>,
-}
-
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("nonce", &self.nonce)
-            .field("group", &self.group)
-            .field("key", &crate::secret::Redacted(&self.key))
-            .finish()
-    }
-}
-
-/// Derives the session of group `group_id` (with `key`) from the coordinator's `nonce` and the
-/// roster (every member's MAC and nonce, in rank order).
-pub fn session(group_id: u32, key: Option<&Key>, nonce: u64, roster: &[(MacAddr, u64)]) -> Session {
-    let mut h = blake3::Hasher::new();
-    h.update(&group_id.to_be_bytes());
-    h.update(&nonce.to_be_bytes());
-    for (mac, m) in roster {
-        h.update(mac.as_slice());
-        h.update(&m.to_be_bytes());
-    }
-    let digest = h.finalize();
-    let d = digest.as_bytes();
-    let key = key.map(|k| {
-        let mut material = zeroize::Zeroizing::new([0u8; 64]);
-        material[..32].copy_from_slice(k.as_bytes());
-        material[32..].copy_from_slice(d);
-        Key::from_bytes(blake3::derive_key(
-            "ethbcast 2026-11 session key",
-            &material[..],
-        ))
-    });
-    Session {
-        nonce,
-        group: u32::from_be_bytes([d[0], d[1], d[2], d[3]]),
-        key,
-    }
-}
-
-/// The key that seals challenges (no session yet).
-fn challenge_key(key: &[u8; 32]) -> Key {
-    Key::from_bytes(blake3::derive_key("ethbcast 2026-11 join challenge", key))
-}
-
-/// The key that seals hellos, rosters and confirmations of the join with nonce `nonce`.
-fn join_key(key: &[u8; 32], nonce: u64) -> Key {
-    let mut material = zeroize::Zeroizing::new([0u8; 40]);
-    material[..32].copy_from_slice(key);
-    material[32..].copy_from_slice(&nonce.to_be_bytes());
-    Key::from_bytes(blake3::derive_key("ethbcast 2026-11 join", &material[..]))
-}
-
-/// Whom a join waits for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expect {
-    /// Exactly these members, in rank order (an explicit list, a hostfile); rank 0
-    /// coordinates.
-    List(Vec<MacAddr>),
-    /// `size` members that each claim their rank (a launcher's environment); rank 0
-    /// coordinates.
-    Ranks {
-        /// Members.
-        size: u16,
-        /// This member's rank.
-        rank: Rank,
-    },
-    /// `size` members, ranked by sorted MAC; the lowest MAC coordinates.
-    Discover {
-        /// Members, this one included.
-        size: u16,
-    },
-    /// This member coordinates as rank 0 and takes the first `receivers` members that answer
-    /// (only those of `only` if given, in its order), in the order they answered.
-    FirstCome {
-        /// Members besides this one.
-        receivers: usize,
-        /// The only acceptable members, in rank order (a hostfile).
-        only: Option<Vec<MacAddr>>,
-    },
-    /// This member answers any coordinator and joins the first roster that names it.
-    Invited,
-    /// As [`Expect::Invited`], from the coordinator with this MAC only: challenges (and so
-    /// rosters) of any other are ignored. Without a key a MAC can be forged, so this keeps
-    /// out strangers by mistake, not by attack.
-    InvitedBy(MacAddr),
-}
-
-/// What a join needs. Its `Debug` never shows the key.
-#[derive(Clone)]
-pub struct JoinConfig {
-    /// Group id (join frames of other groups are ignored).
-    pub group: u32,
-    /// This member's MAC.
-    pub mac: MacAddr,
-    /// Group key: every join frame is sealed.
-    pub key: Option<crate::secret::Key>,
-    /// Whom to wait for.
-    pub expect: Expect,
-    /// The largest frame this member's link carries (its MTU): offered in its hello. The
-    /// group's frames are no larger than the smallest offer of its members ([`Joined::max_pdu`]),
-    /// so that a host with a smaller MTU on the segment lowers the frame size instead of losing
-    /// every large frame.
-    pub max_pdu: usize,
-}
-
-impl std::fmt::Debug for JoinConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JoinConfig")
-            .field("group", &self.group)
-            .field("mac", &self.mac)
-            .field("key", &crate::secret::Redacted(&self.key))
-            .field("expect", &self.expect)
-            .field("max_pdu", &self.max_pdu)
-            .finish()
-    }
-}
-
-/// A finished join.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Joined {
-    /// The members' MACs, in rank order.
-    pub peers: Vec<MacAddr>,
-    /// This member's rank.
-    pub rank: Rank,
-    /// The session they share.
-    pub session: Session,
-    /// The largest frame every member's link carries: the smallest MTU offered in the join
-    /// (see [`JoinConfig::max_pdu`]), decided by the coordinator and carried in its roster.
-    pub max_pdu: usize,
-    /// What a member needs to confirm a roster it hears again after it joined (its
-    /// confirmation was lost): see [`LateRoster`].
-    pub late: LateRoster,
-    /// What the join held and sent, as it finished (see [`Join::stats`]): a join finished
-    /// holds and sends nothing more.
-    pub stats: JoinStats,
-}
-
-/// Lets a member that already joined answer the coordinator's repeated roster. Its `Debug`
-/// never shows the key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct LateRoster {
-    group: u32,
-    nonce: u64,
-    member_nonce: u64,
-    member: MacAddr,
-    coordinator: MacAddr,
-    key: Option<crate::secret::Key>,
-}
-
-impl std::fmt::Debug for LateRoster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LateRoster")
-            .field("group", &self.group)
-            .field("nonce", &self.nonce)
-            .field("member_nonce", &self.member_nonce)
-            .field("member", &self.member)
-            .field("coordinator", &self.coordinator)
-            .field("key", &crate::secret::Redacted(&self.key))
-            .finish()
-    }
-}
-
-impl LateRoster {
-    /// The coordinator whose repeated roster this answers.
-    pub fn coordinator(&self) -> MacAddr {
-        self.coordinator
-    }
-
-    /// If `pdu` (from `src`) is the coordinator's roster of this session, the confirmation to
-    /// send back: (destination, frame).
-    pub fn answer(&self, src: MacAddr, pdu: &[u8]) -> Option<(MacAddr, Vec<u8>)> {
-        if src != self.coordinator {
-            return None;
-        }
-        let f = Frame::new_checked(pdu).ok()?;
-        if f.kind() != Kind::Join || f.group() != self.group {
-            return None;
-        }
-        if let Some(k) = &self.key {
-            if !f.verify(&join_key(k, self.nonce)) {
-                return None;
-            }
-        }
-        match Msg::decode(f.payload())? {
-            Msg::Roster { nonce, .. } if nonce == self.nonce => {}
-            _ => return None,
-        }
-        let confirm = Msg::Confirm {
-            nonce: self.nonce,
-            member: self.member_nonce,
-            mac: self.member,
-        };
-        let frame = seal(
-            self.key.as_ref().map(|k| join_key(k, self.nonce)).as_ref(),
-            &Control::Join {
-                body: confirm.encode(),
-            }
-            .to_vec(self.group, NO_RANK, NO_RANK, 0),
-        )?;
-        Some((self.coordinator, frame))
-    }
-}
-
-/// What a join holds and has sent, for tests and reports: the state a stranger could try to
-/// grow, and the hellos it could try to multiply.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct JoinStats {
-    /// Hellos sent so far.
-    pub hellos: u64,
-    /// Challenges held now.
-    pub challenges: usize,
-    /// Rosters being collected now.
-    pub rosters: usize,
-    /// Most rosters held at once.
-    pub peak_rosters: usize,
-}
-
-/// Why a join failed (timeouts are the caller's: see [`Join::progress`]).
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum JoinError {
-    /// The configuration cannot work.
-    #[error("membership: {0}")]
-    Config(String),
-    /// Two members claim one rank.
-    #[error("rank {rank} claimed by both {a} and {b}")]
-    RankClaimedTwice {
-        /// The rank.
-        rank: Rank,
-        /// One claimant.
-        a: String,
-        /// The other.
-        b: String,
-    },
-    /// The coordinator's roster contradicts this member's list.
-    #[error("the coordinator's roster differs from this member's list of members")]
-    RosterMismatch,
-}
-
-/// The join messages, inside [`Control::Join`] frames.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Msg {
-    Challenge {
-        nonce: u64,
-        size: u16,
-        /// The coordinator's MAC: sealed, so the challenge is worth nothing from another.
-        coordinator: MacAddr,
-        /// The coordinator's clock when it started the join (a later join of a host has a
-        /// larger one): a member prefers the newest challenge of each coordinator.
-        time: u64,
-    },
-    Hello {
-        nonce: u64,
-        member: u64,
-        claim: u16,
-        /// The member's MAC: sealed, so the hello is worth nothing from another.
-        mac: MacAddr,
-        /// The member's largest frame (its link's MTU, at most 65535).
-        pdu: u16,
-    },
-    Roster {
-        nonce: u64,
-        part: u16,
-        parts: u16,
-        /// The group's largest frame: the smallest `pdu` of the members' hellos and the
-        /// coordinator's own (every part carries it).
-        pdu: u16,
-        entries: Vec<(MacAddr, u64)>,
-    },
-    Confirm {
-        nonce: u64,
-        member: u64,
-        /// The member's MAC, as in its hello.
-        mac: MacAddr,
-    },
-}
-
-/// A fixed-size, big-endian field of a join message.
-trait Field: Sized {
-    fn put(&self, v: &mut Vec<u8>);
-    /// Takes the field off the front of `b`; `None` if `b` is too short.
-    fn take(b: &mut &[u8]) -> Option<Self>;
-}
-
-/// Takes `N` bytes off the front of `b`.
-fn chunk<const N: usize>(b: &mut &[u8]) -> Option<[u8; N]> {
-    let (head, tail) = b.split_first_chunk()?;
-    *b = tail;
-    Some(*head)
-}
-
-macro_rules! be_field {
-    ($($t:ty),+) => {$(
-        impl Field for $t {
-            fn put(&self, v: &mut Vec<u8>) {
-                v.extend_from_slice(&self.to_be_bytes());
-            }
-            fn take(b: &mut &[u8]) -> Option<Self> {
-                chunk(b).map(<$t>::from_be_bytes)
-            }
-        }
-    )+};
-}
-be_field!(u16, u64);
-
-impl Field for MacAddr {
-    fn put(&self, v: &mut Vec<u8>) {
-        v.extend_from_slice(self.as_slice());
-    }
-    fn take(b: &mut &[u8]) -> Option<Self> {
-        chunk(b).map(MacAddr)
-    }
-}
-
-/// The messages of one fixed layout: each one's type byte and fields, in wire order, stated
-/// once for both directions. A body must be exactly as long as its fields.
-macro_rules! fixed_layouts {
-    ($($tag:literal => $var:ident { $($f:ident),+ }),+ $(,)?) => {
-        /// Encodes a message of fixed layout; `false` for the others.
-        fn encode_fixed(&self, v: &mut Vec<u8>) -> bool {
-            match self {
-                $(Msg::$var { $($f),+ } => { v.push($tag); $($f.put(v);)+ })+
-                _ => return false,
-            }
-            true
-        }
-
-        /// Decodes the body `b` of a message of fixed layout with type byte `tag`; `None`
-        /// for another type byte or a malformed body.
-        fn decode_fixed(tag: u8, mut b: &[u8]) -> Option<Msg> {
-            let msg = match tag {
-                $($tag => Msg::$var { $($f: Field::take(&mut b)?),+ },)+
-                _ => return None,
-            };
-            b.is_empty().then_some(msg)
-        }
-    };
-}
-
-impl Msg {
-    fixed_layouts! {
-        1 => Challenge { nonce, size, coordinator, time },
-        2 => Hello { nonce, member, claim, mac, pdu },
-        4 => Confirm { nonce, member, mac },
-    }
-
-    fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::new();
-        if self.encode_fixed(&mut v) {
-            return v;
-        }
-        if let Msg::Roster {
-            nonce,
-            part,
-            parts,
-            pdu,
-            entries,
-        } = self
-        {
-            v.push(3);
-            nonce.put(&mut v);
-            part.put(&mut v);
-            parts.put(&mut v);
-            pdu.put(&mut v);
-            (entries.len() as u16).put(&mut v);
-            for (mac, member) in entries {
-                mac.put(&mut v);
-                member.put(&mut v);
-            }
-        }
-        v
-    }
-
-    /// Parses a join message; anything malformed is `None`, never a panic.
-    fn decode(b: &[u8]) -> Option<Msg> {
-        let (&tag, mut rest) = b.split_first()?;
-        if tag != 3 {
-            return Msg::decode_fixed(tag, rest);
-        }
-        let nonce = u64::take(&mut rest)?;
-        let part = u16::take(&mut rest)?;
-        let parts = u16::take(&mut rest)?;
-        let pdu = u16::take(&mut rest)?;
-        let count = usize::from(u16::take(&mut rest)?);
-        let mut entries = Vec::with_capacity(count.min(rest.len() / 14));
-        for _ in 0..count {
-            entries.push((MacAddr::take(&mut rest)?, u64::take(&mut rest)?));
-        }
-        rest.is_empty().then_some(Msg::Roster {
-            nonce,
-            part,
-            parts,
-            pdu,
-            entries,
-        })
-    }
-}
-
 /// Seals an emitted frame with `key`, if any.
 fn seal(key: Option<&Key>, frame: &[u8]) -> Option<Vec<u8>> {
     match key {
@@ -526,17 +130,6 @@ struct Parts {
     parts: u16,
     pdu: u16,
     got: BTreeMap<u16, Vec<(MacAddr, u64)>>,
-}
-
-/// A challenge a member holds and answers.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    coordinator: MacAddr,
-    nonce: u64,
-    time: u64,
-    /// A roster of it named this member with its current nonce: the coordinator heard this
-    /// member's hello of this join, so the challenge is live, not a recording.
-    answered: bool,
 }
 
 /// The coordinator's side.
@@ -749,7 +342,7 @@ impl Join {
         self.coord.as_ref().is_some_and(|c| c.roster.is_some())
     }
 
-    fn send(&mut self, dst: MacAddr, key: Option<&Key>, msg: &Msg, claim: u16) {
+    fn send(&mut self, dst: MacAddr, key: Option<&Key>, msg: &JoinMsg, claim: u16) {
         let frame = Control::Join { body: msg.encode() }.to_vec(self.cfg.group, claim, NO_RANK, 0);
         if let Some(f) = seal(key, &frame) {
             self.out.push_back((dst, f));
@@ -954,7 +547,7 @@ impl Join {
         if !ok {
             return;
         }
-        let confirm = Msg::Confirm {
+        let confirm = JoinMsg::Confirm {
             nonce,
             member: self.member_nonce,
             mac: self.cfg.mac,
@@ -982,12 +575,12 @@ impl Join {
             return;
         }
         // The message names its nonce; the tag (with a key) decides whether to believe it.
-        let Some(msg) = Msg::decode(f.payload()) else {
+        let Some(msg) = JoinMsg::decode(f.payload()) else {
             return;
         };
         let verified = |key: Key| f.verify(&key);
         match msg {
-            Msg::Challenge {
+            JoinMsg::Challenge {
                 nonce,
                 size,
                 coordinator,
@@ -1025,7 +618,7 @@ impl Join {
                     self.next_send = self.next_send.min(earliest);
                 }
             }
-            Msg::Hello {
+            JoinMsg::Hello {
                 nonce,
                 member,
                 claim,
@@ -1058,7 +651,7 @@ impl Join {
                 }
                 self.decide(now);
             }
-            Msg::Confirm { nonce, member, mac } => {
+            JoinMsg::Confirm { nonce, member, mac } => {
                 if nonce != self.nonce || mac != src {
                     return;
                 }
@@ -1082,7 +675,7 @@ impl Join {
                     self.finish(me, self.nonce, &roster, pdu);
                 }
             }
-            Msg::Roster {
+            JoinMsg::Roster {
                 nonce,
                 part,
                 parts,
@@ -1153,7 +746,7 @@ impl Join {
         match coordinating {
             Some((false, None, _)) => {
                 let size = self.expected_size().unwrap_or(0).min(usize::from(u16::MAX)) as u16;
-                let msg = Msg::Challenge {
+                let msg = JoinMsg::Challenge {
                     nonce: self.nonce,
                     size,
                     coordinator: self.cfg.mac,
@@ -1201,7 +794,7 @@ impl Join {
                         .collect()
                 });
                 for (i, chunk) in roster.chunks(per).enumerate() {
-                    let msg = Msg::Roster {
+                    let msg = JoinMsg::Roster {
                         nonce: self.nonce,
                         part: i as u16,
                         parts,
@@ -1227,7 +820,7 @@ impl Join {
             .map(|h| (h.coordinator, h.nonce))
             .collect();
         for (coordinator, nonce) in challenges {
-            let msg = Msg::Hello {
+            let msg = JoinMsg::Hello {
                 nonce,
                 member: self.member_nonce,
                 claim,
@@ -1242,83 +835,6 @@ impl Join {
             );
             self.hellos_sent += 1;
         }
-    }
-}
-
-impl Join {
-    /// Takes the challenge `nonce` of `coordinator` (sealed with `time`) into the challenges
-    /// held, if it earns a place; true if it did. A coordinator has one challenge held, its
-    /// newest (a recording of an earlier join has an older time); when every place is taken,
-    /// a new challenge displaces the oldest one no roster has answered yet, and only if it is
-    /// newer. A challenge whose roster named this member is never dropped. The rosters of a
-    /// challenge dropped go with it.
-    fn hold(&mut self, coordinator: MacAddr, nonce: u64, time: u64) -> bool {
-        let fresh = Held {
-            coordinator,
-            nonce,
-            time,
-            answered: false,
-        };
-        let mut victim = None;
-        for (i, h) in self.challenges.iter().enumerate() {
-            if h.coordinator != coordinator {
-                continue;
-            }
-            if h.nonce == nonce || h.time > time || (h.time == time && h.answered) {
-                return false;
-            }
-            if h.time < time && !h.answered {
-                victim = Some(i);
-            }
-        }
-        if victim.is_none() && self.challenges.len() >= MAX_CHALLENGES {
-            victim = self
-                .challenges
-                .iter()
-                .enumerate()
-                .filter(|(_, h)| !h.answered && h.time < time)
-                .min_by_key(|(_, h)| h.time)
-                .map(|(i, _)| i);
-            if victim.is_none() {
-                return false;
-            }
-        }
-        match victim {
-            Some(i) => {
-                let old = std::mem::replace(&mut self.challenges[i], fresh);
-                self.rosters.remove(&(old.coordinator, old.nonce));
-            }
-            None => self.challenges.push(fresh),
-        }
-        true
-    }
-
-    /// Counts a broadcast round of the coordinator and picks who gets a point-to-point copy
-    /// of it: from the third round on, up to [`UNICAST_PER_ROUND`] of `waiting` (members a
-    /// broadcast filter may hide), round robin, so that a member that hears no broadcast
-    /// still joins, and late starters in a large group do not cost a frame each per round.
-    /// `waiting` is asked only when copies are due.
-    fn unicast_round(
-        &mut self,
-        waiting: impl FnOnce(&Coordinating) -> Vec<MacAddr>,
-    ) -> Vec<MacAddr> {
-        let Some(c) = self.coord.as_mut() else {
-            return Vec::new();
-        };
-        c.rounds = c.rounds.saturating_add(1);
-        if c.rounds < 3 {
-            return Vec::new();
-        }
-        let waiting = waiting(c);
-        if waiting.is_empty() {
-            return Vec::new();
-        }
-        let take = waiting.len().min(UNICAST_PER_ROUND);
-        let start = c.cursor % waiting.len();
-        c.cursor = c.cursor.wrapping_add(take);
-        (0..take)
-            .map(|k| waiting[(start + k) % waiting.len()])
-            .collect()
     }
 }
 
