@@ -39,16 +39,14 @@ fn main() -> ExitCode {
     } else {
         Membership::Discover { expected: members }
     };
-    let key = match ethbcast::key_from_env(
-        |v| std::env::var_os(v),
-        GroupOptions::default().group_id,
-    ) {
-        Ok(key) => key,
-        Err(e) => {
-            eprintln!("bcast_barrier: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let key =
+        match ethbcast::key_from_env(|v| std::env::var_os(v), GroupOptions::default().group_id) {
+            Ok(key) => key,
+            Err(e) => {
+                eprintln!("bcast_barrier: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
     let opts = GroupOptions {
         timeout: Duration::from_secs(30),
         key,

@@ -336,7 +336,10 @@ fn demo_quick_writes_png_plots() {
         assert!(!rows.is_empty(), "{s}");
         let rate = s["rate"].as_str().unwrap();
         assert!(dir.join(rate).join("latency.csv").exists(), "{rate}");
-        assert!(dir.join(rate).join("latency-vs-size-2nodes.png").exists(), "{rate}");
+        assert!(
+            dir.join(rate).join("latency-vs-size-2nodes.png").exists(),
+            "{rate}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -27,12 +27,7 @@ impl std::fmt::Debug for Session {
 
 /// Derives the session of group `group_id` (with `key`) from the coordinator's `nonce` and the
 /// roster (every member's MAC and nonce, in rank order).
-pub fn session(
-    group_id: u32,
-    key: Option<&Key>,
-    nonce: u64,
-    roster: &[(MacAddr, u64)],
-) -> Session {
+pub fn session(group_id: u32, key: Option<&Key>, nonce: u64, roster: &[(MacAddr, u64)]) -> Session {
     let mut h = blake3::Hasher::new();
     h.update(&group_id.to_be_bytes());
     h.update(&nonce.to_be_bytes());

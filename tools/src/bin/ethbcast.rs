@@ -336,7 +336,7 @@ Examples:
         /// The group address probed: derived, broadcast or a multicast MAC (as given to send and
         /// recv).
         #[arg(long, default_value = "derived")]
-        group_address: ethbcast::link::GroupAddress,
+        group_address: ethbcast::GroupAddress,
         /// Print the checks as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -575,7 +575,7 @@ fn main() -> ExitCode {
             use ethbcast_tools::doctor::{self, hosts, Status};
             let hostfile = match hostfile {
                 Some(p) => match std::fs::read_to_string(&p) {
-                    Ok(t) => match ethbcast::group::parse_hostfile(&t) {
+                    Ok(t) => match ethbcast::parse_hostfile(&t) {
                         Ok(h) => Some(h),
                         Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
                     },

@@ -22,7 +22,7 @@
 //!    already (`recv --resume`: the partial output of an interrupted transfer, its length and
 //!    digest; else nothing), and the sender, reading a file, starts its data at the smallest
 //!    offset every receiver holds if every offer's digest matches its input, else at 0 (see
-//!    `ethbcast::transfer::Offer`).
+//!    `crate::transfer::Offer`).
 //! 3. **Rate**: by default the engine's shared retransmission buffer paces the sender: no
 //!    more than `window` frames are ever unacknowledged by the slowest live receiver, and
 //!    no more than a few chunks are queued in the engine. `--max-rate` adds a token bucket

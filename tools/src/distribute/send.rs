@@ -1086,7 +1086,7 @@ pub fn exit_code(r: &Report) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::{failed_hosts, resume_point};
-    use ethbcast::transfer::{DigestAlgo, Offer, StreamHasher};
+    use crate::transfer::{DigestAlgo, Offer, StreamHasher};
     use std::io::{Read, Seek};
 
     #[test]

@@ -20,8 +20,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ethbcast::group::HostEntry;
-use ethbcast::link::{self, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use ethbcast::{open_link, Backend, HostEntry, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
 
 use super::{Check, Status};
 
@@ -97,7 +96,7 @@ fn parse_answer(pdu: &[u8]) -> Option<(Kind, u64, u32)> {
 
 /// Opens `iface` for probing or answering, receiving the group address `group` too.
 fn open(iface: &str, backend: Backend, group: MacAddr) -> Result<Box<dyn Link + Send>, LinkError> {
-    let mut l = link::open(backend, iface, WaitMode::Block)?;
+    let mut l = open_link(backend, iface, WaitMode::Block)?;
     if group != BROADCAST_MAC {
         match l.join_group(group) {
             Err(LinkError::GroupsUnsupported { backend }) => {
@@ -284,7 +283,7 @@ fn verdicts(
         )];
     };
     let mut checks = vec![Check::ok(format!("{who}: a broadcast reaches it"))];
-    let min = usize::from(ethbcast::membership::MIN_PDU);
+    let min = usize::from(ethbcast_proto::membership::MIN_PDU);
     let m = mtu as usize;
     if m < min {
         checks.push(Check::problem(
