@@ -27,6 +27,7 @@ pub mod barrier;
 pub mod detect;
 pub mod engine;
 pub mod eqa;
+mod error;
 pub mod machine;
 pub mod member;
 pub mod membership;
@@ -34,3 +35,5 @@ mod names;
 pub mod queue;
 pub mod secret;
 pub mod wire;
+
+pub use error::ConfigError;

@@ -56,9 +56,9 @@ use crate::wire::{
     Repr, WireError,
 };
 
+pub use crate::error::ConfigError;
 pub use config::{
-    default_window, paper, Config, ConfigError, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM,
-    MAX_WINDOW,
+    default_window, paper, Config, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM, MAX_WINDOW,
 };
 pub use error::{Drop, PostError, SendError, SessionEnded};
 pub(crate) use event::Outgoing;
