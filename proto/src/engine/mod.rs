@@ -52,8 +52,7 @@ use thiserror::Error;
 
 use crate::eqa::{Rank, Seq};
 use crate::wire::{
-    self, control::nack_offsets, Admit, Control, ControlError, Flags, Frame, Kind, ReplayWindow,
-    Repr, WireError,
+    self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, ReplayWindow, Repr, WireError,
 };
 
 pub use crate::error::ConfigError;
@@ -491,7 +490,7 @@ impl Engine {
         if fresh {
             self.heard[usize::from(src)] = Some(now);
         }
-        let msg = Control::parse(frame)?;
+        let msg = Control::parse(frame).map_err(Drop::BadControl)?;
         self.handle_control(now, src, dst, msg, fresh)
     }
 
