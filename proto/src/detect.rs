@@ -43,9 +43,9 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::eqa::Rank;
 pub use crate::error::ConfigError;
 use crate::wire::Control;
+use crate::Rank;
 
 /// Largest group a table can describe: 512 `u16` counters (1024 bytes) fit the payload of any
 /// standard Ethernet frame.

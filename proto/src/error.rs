@@ -4,7 +4,7 @@ use thiserror::Error;
 
 use crate::detect::MAX_MEMBERS;
 use crate::engine::MAX_WINDOW;
-use crate::eqa::Rank;
+use crate::Rank;
 
 /// A configuration the core cannot run with: the engine's ([`crate::engine::Config`]) or the
 /// failure detector's ([`crate::detect::DetectorConfig`]).

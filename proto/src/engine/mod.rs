@@ -50,10 +50,10 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::eqa::{Rank, Seq};
 use crate::wire::{
     self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, ReplayWindow, Repr, WireError,
 };
+use crate::{Rank, Seq};
 
 pub use crate::error::ConfigError;
 pub use config::{
