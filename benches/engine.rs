@@ -17,8 +17,9 @@ use criterion::{
 };
 use ethbcast::StreamOptions;
 use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine};
-use ethbcast_proto::eqa::{Eqa, Rank};
+use ethbcast_proto::eqa::Eqa;
 use ethbcast_proto::wire::{self, Flags, Frame, Kind, Repr};
+use ethbcast_proto::Rank;
 
 /// Payload of a full frame at the default 1500-byte MTU.
 const FULL: usize = 1460;

@@ -2,7 +2,7 @@
 //! time, a workload, and a checker.
 //!
 //! This is the main test-bed of everything above the links. A [`SimCluster`] puts one
-//! [`Member`] on each port of a [`SimNet`], each run by a [`Driver`] whose clock is the
+//! [`Member`] on each port of a [`SimNet`], each run by the driver whose clock is the
 //! switch's; [`SimCluster::run`] jumps from event to event (the next frame due at some port,
 //! or the earliest member timer) and lets a [`Workload`] act on each member it ran: start and
 //! finish calls, broadcast, take deliveries and check them. Only the members that have a
@@ -25,10 +25,10 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::driver::{Driver, Machine};
 use crate::engine::{Algorithm, Config};
-use crate::eqa::Rank;
 use crate::link::sim::{Faults, SimConfig, SimError, SimNet, SimPort};
 use crate::link::LinkError;
 use crate::member::{Event, Member, MemberConfig, MemberError, Message};
+use crate::Rank;
 
 /// Why a cluster could not run.
 #[derive(Debug, thiserror::Error)]

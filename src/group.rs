@@ -26,11 +26,11 @@ use thiserror::Error;
 use crate::detect::{DetectorConfig, Gossip};
 use crate::driver::{Clock, Driver, Sends, WallClock};
 use crate::engine::Config;
-use crate::eqa::Rank;
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{Done, Member, MemberConfig, MemberError};
 use crate::membership::{Expect, Join, JoinConfig, JoinError, JoinStats, Joined};
 use crate::Key;
+use crate::Rank;
 
 use crate::member::Algorithm;
 use crate::wire::BarrierAlgo;

@@ -32,20 +32,22 @@ pub mod cluster;
 pub mod memory;
 #[cfg(feature = "sim")]
 pub mod simgroup;
+/// The trait of the machines the simulator's harnesses run.
+#[cfg(feature = "sim")]
+pub use ethbcast_proto::machine::Machine;
 
 // The core's modules, under the names the links, the driver and the group use.
-use ethbcast_proto::{detect, engine, eqa, member, membership, wire};
+use ethbcast_proto::{detect, engine, member, membership, wire};
 
 // The core's types that the API's signatures name.
 pub use ethbcast_proto::detect::{DetectorConfig, Gossip};
 pub use ethbcast_proto::engine::{
-    Config as EngineConfig, ConfigError, Dest, Observe, Observer, Piece, SendError,
+    Config as EngineConfig, Dest, Observe, Observer, Piece, SendError, SessionEnded,
     Stats as EngineStats,
 };
-pub use ethbcast_proto::eqa::Rank;
 pub use ethbcast_proto::machine::{BatchEnd, Clock, Held};
 pub use ethbcast_proto::member::{
-    tree_children, tree_parent, Algorithm, DestProgress, Event, Member, MemberError, Message,
+    Algorithm, DestProgress, Event, Member, MemberError, MemberStats, Message,
 };
 pub use ethbcast_proto::membership::{Expect, JoinConfig, JoinError, JoinStats, Joined};
 /// A group key: wiped from memory when dropped, never shown by `Debug`.
@@ -54,6 +56,8 @@ pub use ethbcast_proto::wire::ethernet::{
     group_mac, parse_mac, GroupAddress, GroupAddressError, MacAddr, BROADCAST_MAC,
 };
 pub use ethbcast_proto::wire::BarrierAlgo;
+pub use ethbcast_proto::ConfigError;
+pub use ethbcast_proto::Rank;
 // The system layer's types that the links' signatures name.
 #[cfg(target_os = "linux")]
 pub use ethbcast_sys::{

@@ -31,13 +31,13 @@ use crate::cluster::{
 };
 use crate::detect::{DetectorConfig, Gossip};
 use crate::engine::Config;
-use crate::eqa::Rank;
 use crate::group::Detection;
 use crate::link::sim::{port_mac, Faults, SimNet, SimPort};
 use crate::member::{Algorithm, Done, Event, Member, MemberConfig};
 use crate::wire::ethernet::MacAddr;
 use crate::wire::BarrierAlgo;
 use crate::wire::{seal, Flags, Frame, Repr, ETH_HEADER_LEN, TAG_LEN};
+use crate::Rank;
 
 /// A run of the group API on the simulator.
 #[derive(Debug, Clone)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
-use ethbcast_tools::bench::attack::{forge_session, Forged};
 use ethbcast_tools::hostile::Hostile;
+use ethbcast_tools::suite::attack::{forge_session, Forged};
 
 mod common;
 use common::compile;

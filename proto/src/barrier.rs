@@ -42,9 +42,9 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::engine::Dest;
-use crate::eqa::Rank;
 pub use crate::wire::BarrierOp as Op;
 use crate::wire::{BarrierAlgo, BarrierMsg, Control};
+use crate::Rank;
 
 /// How many of the longest waits between a straggler's asks a member stays reachable for
 /// after a barrier ([`Barrier::serves_stragglers_until`]).

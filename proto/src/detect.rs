@@ -43,8 +43,9 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::eqa::Rank;
+pub use crate::error::ConfigError;
 use crate::wire::Control;
+use crate::Rank;
 
 /// Largest group a table can describe: 512 `u16` counters (1024 bytes) fit the payload of any
 /// standard Ethernet frame.
@@ -180,25 +181,6 @@ impl DetectorConfig {
     }
 }
 
-/// Why a detector configuration was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum ConfigError {
-    /// The rank is outside the group, or the group is empty or larger than a table can carry.
-    #[error("rank {rank} in a group of {size} (1 ..= {MAX_MEMBERS} members): fix rank or size")]
-    Rank {
-        /// Rank asked for.
-        rank: Rank,
-        /// Group size asked for.
-        size: u16,
-    },
-    /// `t_gossip` is zero: the detector would spin.
-    #[error("t_gossip must be greater than zero")]
-    ZeroPeriod,
-    /// `ping_attempts` is zero: a suspect could never answer.
-    #[error("ping_attempts must be at least 1")]
-    NoPing,
-}
-
 /// Why a control frame was not accepted as a detector message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum DecodeError {
@@ -313,7 +295,7 @@ impl Detector {
     /// Creates the detector of `cfg.rank`. Every member starts fresh (age 0).
     pub fn new(cfg: DetectorConfig) -> Result<Detector, ConfigError> {
         if cfg.size == 0 || cfg.size > MAX_MEMBERS || cfg.rank >= cfg.size {
-            return Err(ConfigError::Rank {
+            return Err(ConfigError::DetectorRank {
                 rank: cfg.rank,
                 size: cfg.size,
             });

@@ -31,10 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::wire::Repr;
 
-/// Sequence number in a root's stream, extended to 64 bits (never wraps in practice).
-pub type Seq = u64;
-/// Rank of a group member.
-pub type Rank = u16;
+use crate::{Rank, Seq};
 
 /// One slot of the retransmission buffer: a frame header and where its payload is.
 #[derive(Debug)]

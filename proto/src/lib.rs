@@ -27,6 +27,7 @@ pub mod barrier;
 pub mod detect;
 pub mod engine;
 pub mod eqa;
+mod error;
 pub mod machine;
 pub mod member;
 pub mod membership;
@@ -34,3 +35,10 @@ mod names;
 pub mod queue;
 pub mod secret;
 pub mod wire;
+
+pub use error::ConfigError;
+
+/// Rank of a group member: its place in the group's roster, `0..size`.
+pub type Rank = u16;
+/// Sequence number in a root's stream, extended to 64 bits (never wraps in practice).
+pub type Seq = u64;

@@ -14,10 +14,10 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use ethbcast_proto::engine::Config;
-use ethbcast_proto::eqa::Rank;
 use ethbcast_proto::member::{pair_group, Member, MemberConfig};
 use ethbcast_proto::wire::ethernet::MacAddr;
 use ethbcast_proto::wire::{self, Control, Flags, Kind, Repr};
+use ethbcast_proto::Rank;
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]

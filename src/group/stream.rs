@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use super::GroupError;
 use crate::driver::{Clock, Driver, Sends, WallClock};
 use crate::engine::{Algorithm, Config, ConfigError, Dest, Stats as EngineStats};
-use crate::eqa::Rank;
 use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
 use crate::membership::{Expect, JoinConfig};
+use crate::Rank;
 
 /// Options of a stream (both sides must agree on the group id, the key and the address).
 /// Its `Debug` never shows the key.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ethbcast_sys::shm::ShmError;
 use thiserror::Error;
 
-use crate::eqa::Rank;
+use crate::Rank;
 
 /// Errors of the shared-memory layer, each saying what to do.
 #[derive(Debug, Error)]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use super::HostRingError;
-use crate::eqa::Rank;
+use crate::Rank;
 
 /// Ranks of a job and the host each one runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -59,7 +59,7 @@ use ethbcast_sys::shm::{self, Segment, ShmError, Wake};
 
 pub(crate) use ethbcast_sys::shm::SHM_DIR;
 
-use crate::eqa::Rank;
+use crate::Rank;
 
 /// How often a waiting rank checks that the ranks it may be waiting for still exist.
 const LIVENESS_EVERY: Duration = Duration::from_millis(20);

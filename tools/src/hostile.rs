@@ -1,5 +1,5 @@
 //! A hostile host on the test-bed: it reads every ethbcast frame its port sees, records them,
-//! replays them, and forges frames from them. The attack suite (`ethbcast-bench attack`) and
+//! replays them, and forges frames from them. The attack suite (`ethbcast-suite attack`) and
 //! the keyed-transfer test use it to check that a group or transfer with a key survives a
 //! host on the segment that has no key.
 //!

@@ -11,4 +11,5 @@ pub mod doctor;
 pub mod hostile;
 pub mod logging;
 pub mod packaging;
+pub mod suite;
 pub mod transfer;

@@ -1,4 +1,4 @@
-//! `ethbcast-bench attack` on a test-bed of 6 hosts (5 members, 1 hostile), as the issue
+//! `ethbcast-suite attack` on a test-bed of 6 hosts (5 members, 1 hostile), as the issue
 //! measures it: every attack of a host without the key fails against the keyed group and the
 //! keyed transfer, and a dead member is evicted within the detector's bound whatever the
 //! attacker replays or forges in its name.
@@ -11,7 +11,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const BENCH: &str = env!("CARGO_BIN_EXE_ethbcast-bench");
+const SUITE: &str = env!("CARGO_BIN_EXE_ethbcast-suite");
 
 #[test]
 fn every_attack_of_a_host_without_the_key_fails_against_a_keyed_group_and_transfer() {
@@ -19,7 +19,7 @@ fn every_attack_of_a_host_without_the_key_fails_against_a_keyed_group_and_transf
         return;
     }
     let prefix = format!("at{:x}", std::process::id() & 0xfff);
-    let out = Command::new(BENCH)
+    let out = Command::new(SUITE)
         .args([
             "attack",
             "--testbed",
@@ -31,7 +31,7 @@ fn every_attack_of_a_host_without_the_key_fails_against_a_keyed_group_and_transf
             env!("CARGO_BIN_EXE_ethbcast"),
         ])
         .output()
-        .expect("ethbcast-bench runs");
+        .expect("ethbcast-suite runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -100,10 +100,10 @@ fn every_attack_of_a_host_without_the_key_fails_against_a_keyed_group_and_transf
 
 #[test]
 fn an_unknown_scenario_is_refused_with_the_list_of_scenarios() {
-    let out = Command::new(BENCH)
+    let out = Command::new(SUITE)
         .args(["attack", "--only", "spoofed-liveness-forged,teleport"])
         .output()
-        .expect("ethbcast-bench runs");
+        .expect("ethbcast-suite runs");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

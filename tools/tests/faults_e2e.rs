@@ -1,4 +1,4 @@
-//! Failures on real hosts, as `ethbcast-bench faults` runs them: a receiver killed during a
+//! Failures on real hosts, as `ethbcast-suite faults` runs them: a receiver killed during a
 //! long broadcast is evicted and the survivors complete; a killed root makes the receivers'
 //! calls fail cleanly; a member that broadcast frames do not reach is failed over to
 //! point-to-point; forged frames from a host outside a keyed group are rejected. Detection
@@ -6,7 +6,7 @@
 //! T_gossip`, plus the confirmation ping), with slack for a shared 2-core machine.
 
 use ethbcast_testbed::netns_available;
-use ethbcast_tools::bench::faults::{self, ScenarioResult};
+use ethbcast_tools::suite::faults::{self, ScenarioResult};
 
 /// Scheduling slack on a shared 2-core machine, on top of the protocol's bound.
 const SLACK_MS: f64 = 150.0;

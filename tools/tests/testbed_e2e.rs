@@ -8,7 +8,7 @@
 use ethbcast::Backend;
 use ethbcast_proto::engine::Algorithm;
 use ethbcast_testbed::{netns_available, Rate};
-use ethbcast_tools::bench::selftest::{run, SelftestOptions, Verdict};
+use ethbcast_tools::suite::selftest::{run, SelftestOptions, Verdict};
 
 fn prefix(tag: &str) -> String {
     format!("e{tag}{:x}", std::process::id() & 0xfff)

@@ -292,35 +292,6 @@ impl Config {
     }
 }
 
-/// A configuration the engine cannot run with.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ConfigError {
-    /// Rank outside the group, or an empty group.
-    #[error("rank {rank} is not in a group of {size} (ranks are 0..size, size < 65535)")]
-    Rank {
-        /// Rank given.
-        rank: Rank,
-        /// Group size given.
-        size: u16,
-    },
-    /// MTU too small or too large.
-    #[error("MTU {0} gives no usable payload (need 104..=65575 bytes)")]
-    Mtu(usize),
-    /// Window size out of range.
-    #[error("window of {0} frames is out of range 1..={MAX_WINDOW}")]
-    Window(usize),
-    /// BTP1 must fit one frame.
-    #[error("BTP1 of {0} bytes must be between 1 and the frame payload of {1} bytes")]
-    Btp(usize, usize),
-    /// A queue or threshold set to zero.
-    #[error("ack_every, send_queue and recv_queue must be at least 1")]
-    Zero,
-    /// Gathering gaps for longer than half the window: the window would fill before the
-    /// receiver asks for its lost frames.
-    #[error("gathering gaps for {0} frames is more than half the window of {1} frames")]
-    Gather(usize, usize),
-}
-
 /// The queue sizes of the EQA paper (section 4), in bytes; [`Config::paper`] turns them into
 /// entry counts and the memory study compares them with this crate's defaults.
 pub mod paper {

@@ -109,7 +109,7 @@ pub enum Drop {
     BadMac,
     /// A control frame whose fields contradict its kind.
     #[error("bad control frame: {0}")]
-    BadControl(#[from] ControlError),
+    BadControl(WireError),
     /// A control frame whose counter was seen before or is too old: a replay.
     #[error("replayed control frame")]
     Replayed,

@@ -50,15 +50,14 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::eqa::{Rank, Seq};
 use crate::wire::{
-    self, control::nack_offsets, Admit, Control, ControlError, Flags, Frame, Kind, ReplayWindow,
-    Repr, WireError,
+    self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, ReplayWindow, Repr, WireError,
 };
+use crate::{Rank, Seq};
 
+pub use crate::error::ConfigError;
 pub use config::{
-    default_window, paper, Config, ConfigError, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM,
-    MAX_WINDOW,
+    default_window, paper, Config, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM, MAX_WINDOW,
 };
 pub use error::{Drop, PostError, SendError, SessionEnded};
 pub(crate) use event::Outgoing;
@@ -491,7 +490,7 @@ impl Engine {
         if fresh {
             self.heard[usize::from(src)] = Some(now);
         }
-        let msg = Control::parse(frame)?;
+        let msg = Control::parse(frame).map_err(Drop::BadControl)?;
         self.handle_control(now, src, dst, msg, fresh)
     }
 

@@ -24,12 +24,13 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
 use super::{Algorithm, Config, Dest, SendError, SessionEnded, Stats, Transmit};
-use crate::eqa::{Eqa, Rank, Seq};
+use crate::eqa::Eqa;
 use crate::wire::{
     self,
     control::{behind, nack_offsets},
     Control, Flags, Kind, Repr, NACK_BITS,
 };
+use crate::{Rank, Seq};
 
 /// Frames published into the shared buffer ahead of the one sent next, at most. A frame is
 /// copied twice on its way out: from its message into its slot of the buffer (which keeps it

@@ -20,7 +20,7 @@
 //! root's timers and probes do the work, as without a tree; nothing is ever acknowledged for a
 //! member that did not report it.
 
-use crate::eqa::Rank;
+use crate::Rank;
 
 /// The view id: a hash (FNV-1a) of the evicted set, equal at every member that evicted the
 /// same ranks, in whatever order.

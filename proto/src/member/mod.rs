@@ -37,12 +37,12 @@ use crate::engine::{
     Stats as EngineStats,
 };
 pub use crate::engine::{Algorithm, Message};
-use crate::eqa::Rank;
 use crate::machine::Machine;
 pub use crate::machine::Transmit;
 use crate::membership::LateRoster;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::{BarrierAlgo, Control, Flags, Frame, Kind, WireError};
+use crate::Rank;
 
 mod call;
 mod config;

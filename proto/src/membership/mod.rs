@@ -47,13 +47,13 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::eqa::Rank;
 use crate::machine::Machine;
 use crate::machine::Transmit;
 use crate::secret::Key;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::join::{Field, JoinMsg};
 use crate::wire::{self, Control, Frame, Kind};
+use crate::Rank;
 
 mod challenges;
 mod config;

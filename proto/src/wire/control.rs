@@ -30,8 +30,6 @@
 //! stream positions relative to a reference the receiver trusts, with checked arithmetic, so
 //! no value a peer sends can overflow anything.
 
-use thiserror::Error;
-
 use super::{Flags, Frame, Kind, Repr, WireError};
 
 /// A 64-bit position in a root's stream.
@@ -258,32 +256,8 @@ pub enum Control {
     },
 }
 
-/// Why a control frame does not parse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum ControlError {
-    /// A data frame handed to the control parser.
-    #[error("data frame, not a control frame")]
-    NotControl,
-    /// A field holds a value the message cannot have.
-    #[error("bad {field} in a {kind:?} frame")]
-    BadField {
-        /// The kind.
-        kind: Kind,
-        /// The field.
-        field: &'static str,
-    },
-    /// The payload has the wrong length.
-    #[error("payload of {len} bytes in a {kind:?} frame")]
-    BadPayload {
-        /// The kind.
-        kind: Kind,
-        /// Its length.
-        len: usize,
-    },
-}
-
-fn rank_field(kind: Kind, v: u32) -> Result<u16, ControlError> {
-    u16::try_from(v).map_err(|_| ControlError::BadField {
+fn rank_field(kind: Kind, v: u32) -> Result<u16, WireError> {
+    u16::try_from(v).map_err(|_| WireError::BadField {
         kind,
         field: "rank",
     })
@@ -291,7 +265,7 @@ fn rank_field(kind: Kind, v: u32) -> Result<u16, ControlError> {
 
 impl Control {
     /// Parses a checked frame of a control kind.
-    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Control, ControlError> {
+    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Control, WireError> {
         let kind = frame.kind();
         let flags = frame.flags();
         let payload = frame.payload();
@@ -299,14 +273,14 @@ impl Control {
             if payload.is_empty() {
                 Ok(())
             } else {
-                Err(ControlError::BadPayload {
+                Err(WireError::BadPayload {
                     kind,
                     len: payload.len(),
                 })
             }
         };
         Ok(match kind {
-            Kind::Data | Kind::Repair => return Err(ControlError::NotControl),
+            Kind::Data | Kind::Repair => return Err(WireError::NotControl),
             Kind::Ack if flags.contains(Flags::TREE) => {
                 no_payload()?;
                 Control::TreeAck {
@@ -356,7 +330,7 @@ impl Control {
             }
             Kind::Heartbeat => {
                 if !payload.len().is_multiple_of(2) || payload.len() / 2 != frame.aux() as usize {
-                    return Err(ControlError::BadPayload {
+                    return Err(WireError::BadPayload {
                         kind,
                         len: payload.len(),
                     });
@@ -378,11 +352,11 @@ impl Control {
                 }
             }
             Kind::Barrier => Control::Barrier(BarrierMsg {
-                algo: BarrierAlgo::from_code(frame.bitmap()).ok_or(ControlError::BadField {
+                algo: BarrierAlgo::from_code(frame.bitmap()).ok_or(WireError::BadField {
                     kind,
                     field: "barrier algorithm",
                 })?,
-                op: BarrierOp::from_code(frame.msg_id()).ok_or(ControlError::BadField {
+                op: BarrierOp::from_code(frame.msg_id()).ok_or(WireError::BadField {
                     kind,
                     field: "barrier operation",
                 })?,
@@ -549,9 +523,9 @@ impl Control {
 }
 
 /// A NACK's payload: the words its bitmap runs on for (see [`NACK_MORE_WORDS`]).
-fn more_words(kind: Kind, payload: &[u8]) -> Result<Vec<u16>, ControlError> {
+fn more_words(kind: Kind, payload: &[u8]) -> Result<Vec<u16>, WireError> {
     if !payload.len().is_multiple_of(2) || payload.len() > 2 * NACK_MORE_WORDS {
-        return Err(ControlError::BadPayload {
+        return Err(WireError::BadPayload {
             kind,
             len: payload.len(),
         });
@@ -852,7 +826,7 @@ mod tests {
             let v = Repr::new(Kind::Nack).to_vec(&vec![0xff; len]).unwrap();
             assert_eq!(
                 Control::parse(&Frame::new_checked(&v[..]).unwrap()),
-                Err(ControlError::BadPayload {
+                Err(WireError::BadPayload {
                     kind: Kind::Nack,
                     len
                 })
@@ -867,13 +841,13 @@ mod tests {
         let v = r.to_vec(&[]).unwrap();
         assert!(matches!(
             Control::parse(&Frame::new_checked(&v[..]).unwrap()),
-            Err(ControlError::BadField { .. })
+            Err(WireError::BadField { .. })
         ));
         let r = Control::Heartbeat { table: vec![1, 2] }.header();
         let v = r.to_vec(&[0; 3]).unwrap();
         assert!(matches!(
             Control::parse(&Frame::new_checked(&v[..]).unwrap()),
-            Err(ControlError::BadPayload { len: 3, .. })
+            Err(WireError::BadPayload { len: 3, .. })
         ));
         let mut r = Control::Barrier(BarrierMsg {
             algo: BarrierAlgo::Broadcast,
@@ -890,7 +864,7 @@ mod tests {
         let v = Repr::new(Kind::Data).to_vec(&[]).unwrap();
         assert_eq!(
             Control::parse(&Frame::new_checked(&v[..]).unwrap()),
-            Err(ControlError::NotControl)
+            Err(WireError::NotControl)
         );
         let v = Repr::new(Kind::Ack).to_vec(b"junk").unwrap();
         assert!(Control::parse(&Frame::new_checked(&v[..]).unwrap()).is_err());

@@ -27,6 +27,8 @@
 
 use thiserror::Error;
 
+use super::WireError;
+
 /// A 48-bit Ethernet MAC address; printed as `aa:bb:cc:dd:ee:ff`.
 ///
 /// A newtype over the six bytes, so that an address is never confused with other byte arrays
@@ -211,25 +213,6 @@ impl std::fmt::Display for GroupAddress {
     }
 }
 
-/// Why bytes are not an ethbcast Ethernet frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum EthernetError {
-    /// Shorter than an Ethernet header.
-    #[error("runt Ethernet frame of {0} bytes")]
-    Runt(usize),
-    /// Another protocol's frame (the links filter by EtherType, so this is a stray).
-    #[error("EtherType {0:#06x} is not ethbcast's")]
-    OtherEtherType(u16),
-    /// The output buffer cannot hold the frame.
-    #[error("buffer of {have} bytes too small for a {need}-byte Ethernet frame")]
-    BufferTooSmall {
-        /// Bytes available.
-        have: usize,
-        /// Bytes needed.
-        need: usize,
-    },
-}
-
 /// A checked view over one received Ethernet frame that carries an ethbcast PDU.
 #[derive(Debug, Clone, Copy)]
 pub struct Frame<T: AsRef<[u8]>> {
@@ -239,14 +222,14 @@ pub struct Frame<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> Frame<T> {
     /// Checks that `buffer` is at least a header long and carries [`ETHERTYPE`]; after this no
     /// accessor can panic.
-    pub fn new_checked(buffer: T) -> Result<Frame<T>, EthernetError> {
+    pub fn new_checked(buffer: T) -> Result<Frame<T>, WireError> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
-            return Err(EthernetError::Runt(b.len()));
+            return Err(WireError::Runt(b.len()));
         }
         let ethertype = u16::from_be_bytes([b[12], b[13]]);
         if ethertype != ETHERTYPE {
-            return Err(EthernetError::OtherEtherType(ethertype));
+            return Err(WireError::OtherEtherType(ethertype));
         }
         Ok(Frame { buffer })
     }
@@ -280,15 +263,10 @@ pub fn frame_len(pdu_len: usize) -> usize {
 
 /// Writes the header for `dst`/`src` and `pdu` into `out`, zero-padding to [`MIN_FRAME`];
 /// returns the frame length ([`frame_len`]).
-pub fn emit(
-    out: &mut [u8],
-    dst: MacAddr,
-    src: MacAddr,
-    pdu: &[u8],
-) -> Result<usize, EthernetError> {
+pub fn emit(out: &mut [u8], dst: MacAddr, src: MacAddr, pdu: &[u8]) -> Result<usize, WireError> {
     let need = frame_len(pdu.len());
     if out.len() < need {
-        return Err(EthernetError::BufferTooSmall {
+        return Err(WireError::BufferTooSmall {
             have: out.len(),
             need,
         });
@@ -339,18 +317,18 @@ mod tests {
         assert_eq!(v.len(), HEADER_LEN + 100);
         assert_eq!(
             Frame::new_checked(&v[..10]).unwrap_err(),
-            EthernetError::Runt(10)
+            WireError::Runt(10)
         );
         v[12] = 0x08;
         v[13] = 0x00;
         assert_eq!(
             Frame::new_checked(&v[..]).unwrap_err(),
-            EthernetError::OtherEtherType(0x0800)
+            WireError::OtherEtherType(0x0800)
         );
         let mut small = [0u8; 20];
         assert_eq!(
             emit(&mut small, A, A, &[0; 10]),
-            Err(EthernetError::BufferTooSmall { have: 20, need: 60 })
+            Err(WireError::BufferTooSmall { have: 20, need: 60 })
         );
     }
 

@@ -42,8 +42,7 @@ pub mod ethernet;
 pub(crate) mod join;
 
 pub use control::{
-    locate, Admit, BarrierAlgo, BarrierMsg, BarrierOp, Control, ControlError, Position,
-    ReplayWindow,
+    locate, Admit, BarrierAlgo, BarrierMsg, BarrierOp, Control, Position, ReplayWindow,
 };
 pub use ethernet::ETHERTYPE;
 
@@ -228,6 +227,33 @@ pub enum WireError {
     /// The payload does not fit a frame (more than 65535 bytes).
     #[error("payload of {0} bytes does not fit one frame")]
     PayloadTooLong(usize),
+    // A control frame's body (`Control::parse`).
+    /// A data frame handed to the control parser.
+    #[error("data frame, not a control frame")]
+    NotControl,
+    /// A field holds a value the message cannot have.
+    #[error("bad {field} in a {kind:?} frame")]
+    BadField {
+        /// The kind.
+        kind: Kind,
+        /// The field.
+        field: &'static str,
+    },
+    /// The payload has the wrong length.
+    #[error("payload of {len} bytes in a {kind:?} frame")]
+    BadPayload {
+        /// The kind.
+        kind: Kind,
+        /// Its length.
+        len: usize,
+    },
+    // The Ethernet header (`ethernet::Frame`).
+    /// Shorter than an Ethernet header.
+    #[error("runt Ethernet frame of {0} bytes")]
+    Runt(usize),
+    /// Another protocol's frame (the links filter by EtherType, so this is a stray).
+    #[error("EtherType {0:#06x} is not ethbcast's")]
+    OtherEtherType(u16),
 }
 
 /// A read-only view over the bytes of one PDU.

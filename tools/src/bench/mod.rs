@@ -1,13 +1,11 @@
 //! The subcommands of `ethbcast-bench`, one module each, and what they share.
 
-pub mod attack;
 pub mod barrier;
 pub mod bed;
 pub mod cli;
 pub mod cpu;
 pub mod demo;
 pub mod distribute;
-pub mod faults;
 pub mod floor;
 pub mod latency;
 pub mod memory;
@@ -15,7 +13,6 @@ pub mod mpi;
 pub mod plot;
 pub mod probe;
 pub mod scale;
-pub mod selftest;
 pub mod sim;
 pub mod simlat;
 pub mod table;

@@ -2,17 +2,17 @@
 //!
 //! Subcommands: `demo` (the one command: everything below on an 8-host test-bed, with plots),
 //! `latency`, `barrier` and `throughput` (the EQA paper's runs on a test-bed of network
-//! namespaces), `selftest`, `sim` (the protocol on the simulated switch, virtual time) and
-//! `memory` (the paper's memory table from the real structures). Human-readable tables by
-//! default, `--json` for machines. Each subcommand's options and run live in its module of
-//! `ethbcast_tools::bench`.
+//! namespaces), `sim` (the protocol on the simulated switch, virtual time) and `memory` (the
+//! paper's memory table from the real structures). Human-readable tables by default, `--json`
+//! for machines. Each subcommand's options and run live in its module of
+//! `ethbcast_tools::bench`. The test suites (`selftest`, `faults`, `attack`) are
+//! `ethbcast-suite`'s.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ethbcast_tools::bench::{
-    attack, barrier, demo, distribute, faults, latency, memory, mpi, scale, selftest, sim,
-    throughput,
+    barrier, demo, distribute, latency, memory, mpi, scale, sim, throughput,
 };
 
 #[derive(Parser)]
@@ -33,15 +33,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     Sim(sim::Args),
-    Selftest(selftest::Args),
     Latency(latency::Args),
     Floor(latency::FloorArgs),
     Barrier(barrier::Args),
     Mpi(mpi::Args),
     Throughput(throughput::Args),
     Demo(demo::Args),
-    Faults(faults::Args),
-    Attack(attack::Args),
     Distribute(distribute::Args),
     Scale(scale::Args),
     Memory(memory::Args),
@@ -52,15 +49,12 @@ fn main() -> ExitCode {
     ethbcast_tools::logging::init(cli.verbose);
     match cli.cmd {
         Cmd::Sim(a) => a.run(),
-        Cmd::Selftest(a) => a.run(),
         Cmd::Latency(a) => a.run(),
         Cmd::Floor(a) => a.run(),
         Cmd::Barrier(a) => a.run(),
         Cmd::Mpi(a) => a.run(),
         Cmd::Throughput(a) => a.run(),
         Cmd::Demo(a) => a.run(),
-        Cmd::Faults(a) => a.run(),
-        Cmd::Attack(a) => a.run(),
         Cmd::Distribute(a) => a.run(),
         Cmd::Scale(a) => a.run(),
         Cmd::Memory(a) => a.run(),

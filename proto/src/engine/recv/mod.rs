@@ -27,10 +27,11 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{Config, Dest, Drop, Event, Message, Outgoing, PostError};
-use crate::eqa::{Payloads, Rank, Seq};
+use crate::eqa::Payloads;
 use crate::machine::{self, within, BatchEnd};
 use crate::wire::control::{nack_offsets, NackBitmap, NACK_REACH};
 use crate::wire::{locate, Control, Flags, Kind, Position, Repr};
+use crate::{Rank, Seq};
 
 mod ack;
 mod link;

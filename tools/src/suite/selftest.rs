@@ -1,4 +1,4 @@
-//! `ethbcast-bench selftest`: reliable broadcast between real hosts on the test-bed.
+//! `ethbcast-suite selftest`: reliable broadcast between real hosts on the test-bed.
 //!
 //! It builds its own test-bed (namespaces, bridge, optional rate limit and loss), runs one
 //! member per host, each in a thread that entered the host's namespace before opening its
@@ -21,7 +21,7 @@ use ethbcast_proto::engine::Config;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::cli::{code, fail, print};
+use crate::bench::cli::{code, fail, print};
 use crate::netns;
 use crate::testbed::{Rate, Testbed, TestbedConfig, TestbedError};
 
@@ -291,7 +291,7 @@ pub fn run(o: &SelftestOptions) -> Result<Verdict, SelftestError> {
 
 /// Renders a verdict for a terminal.
 pub fn render(v: &Verdict) -> String {
-    let mut t = super::table::Table::new(&["metric", "value"]);
+    let mut t = crate::bench::table::Table::new(&["metric", "value"]);
     for (k, val) in [
         ("hosts", v.hosts.to_string()),
         ("loss at the switch", format!("{}%", v.loss_pct)),
@@ -327,7 +327,7 @@ pub fn render(v: &Verdict) -> String {
 /// Reliable broadcast between real hosts: builds a test-bed of network namespaces, runs a
 /// mixed schedule from several roots with both algorithms, checks every byte, tears down.
 ///
-/// Example: ethbcast-bench selftest --testbed 8 --loss 5 --json
+/// Example: ethbcast-suite selftest --testbed 8 --loss 5 --json
 #[derive(clap::Args)]
 pub struct Args {
     /// Hosts on the test-bed.

@@ -1,4 +1,4 @@
-//! `ethbcast-bench attack`: the attacks of a host on the segment without the key, against a
+//! `ethbcast-suite attack`: the attacks of a host on the segment without the key, against a
 //! keyed library group and a keyed `ethbcast send/recv` transfer, on a test-bed of their own.
 //!
 //! The test-bed has N hosts; the last one is hostile ([`crate::hostile`]): it has no key, reads
@@ -28,7 +28,7 @@ use serde::Serialize;
 use ethbcast::Detection;
 use ethbcast_proto::detect::Gossip;
 
-use super::bed::{bed, join_all, ms, msg, spawn_members};
+use crate::bench::bed::{bed, join_all, ms, msg, spawn_members};
 use crate::hostile::{self, pdu, Counter, HostileError, Spoof};
 use crate::netns;
 use crate::testbed::{Testbed, TestbedError};
@@ -109,7 +109,7 @@ pub const SCENARIOS: [&str; 18] = [
     "passphrase-dictionary",
 ];
 
-/// The detector of the scenarios: the gossip period of `ethbcast-bench faults` tripled, so
+/// The detector of the scenarios: the gossip period of `ethbcast-suite faults` tripled, so
 /// that the bound (360 ms for 3 members) holds on a machine whose cores are shared: a tick
 /// that slips by tens of milliseconds would otherwise break a 120 ms bound with or without an
 /// attacker, and the scenario is about the attacker.
@@ -1384,7 +1384,7 @@ pub fn run_all(
 
 /// Renders the report for a terminal.
 pub fn render(r: &AttackReport) -> String {
-    let mut t = super::table::Table::new(&["scenario", "result", "detail"]);
+    let mut t = crate::bench::table::Table::new(&["scenario", "result", "detail"]);
     for s in &r.scenarios {
         t.row(vec![
             s.name.clone(),
@@ -1403,7 +1403,7 @@ pub fn render(r: &AttackReport) -> String {
 /// `ethbcast send/recv` transfer, on a test-bed whose last host is hostile. Exits 1 if any
 /// scenario failed.
 ///
-/// Example: ethbcast-bench attack --testbed 6 --json
+/// Example: ethbcast-suite attack --testbed 6 --json
 #[derive(clap::Args)]
 pub struct Args {
     /// Hosts per scenario, the hostile one included (at least 4).
@@ -1426,7 +1426,7 @@ pub struct Args {
 impl Args {
     /// Runs the attacks; exits 1 unless every one failed to do harm, 2 on an unknown name.
     pub fn run(self) -> std::process::ExitCode {
-        use super::cli::{code, fail, print};
+        use crate::bench::cli::{code, fail, print};
         if let Some(bad) = self.only.iter().find(|o| !SCENARIOS.contains(&o.as_str())) {
             let all = SCENARIOS.join(", ");
             fail(format!("no scenario {bad}; the scenarios are {all}"));
@@ -1490,7 +1490,7 @@ fn keyed_joins(
         .iter()
         .map(|h| ethbcast::MacAddr(h.mac))
         .collect();
-    let handles: Vec<super::bed::Member<JoinSeen>> = (0..m)
+    let handles: Vec<crate::bench::bed::Member<JoinSeen>> = (0..m)
         .map(|i| {
             let macs = macs.clone();
             netns::spawn_in(&bed.hosts()[i].netns, move || -> Result<_, GroupError> {

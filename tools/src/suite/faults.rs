@@ -1,4 +1,4 @@
-//! `ethbcast-bench faults`: the failure scenarios on a test-bed of its own, with the measured
+//! `ethbcast-suite faults`: the failure scenarios on a test-bed of its own, with the measured
 //! detection time against the detector's bound (Kascade's paper evaluates its fault
 //! tolerance this way).
 //!
@@ -29,8 +29,8 @@ use ethbcast_proto::member::MemberError;
 use ethbcast_proto::wire::{Flags, Frame, Kind, Repr, ALL};
 use serde::Serialize;
 
-use super::bed::{bed, join_all, ms, msg, spawn_members};
-use super::cli::{code, fail, print};
+use crate::bench::bed::{bed, join_all, ms, msg, spawn_members};
+use crate::bench::cli::{code, fail, print};
 use crate::netns;
 use crate::testbed::TestbedError;
 
@@ -466,7 +466,7 @@ pub fn run_all(prefix: &str, hosts: usize) -> Result<FaultsReport, TestbedError>
 
 /// Renders the report for a terminal.
 pub fn render(r: &FaultsReport) -> String {
-    let mut t = super::table::Table::new(&[
+    let mut t = crate::bench::table::Table::new(&[
         "scenario",
         "hosts",
         "result",
@@ -494,7 +494,7 @@ pub fn render(r: &FaultsReport) -> String {
 /// The failure scenarios (receiver killed, root killed, broadcast filtered, forged frames)
 /// on a test-bed of their own, with detection times against the detector's bound.
 ///
-/// Example: ethbcast-bench faults --testbed 8 --json
+/// Example: ethbcast-suite faults --testbed 8 --json
 #[derive(clap::Args)]
 pub struct Args {
     /// Members per scenario (at least 3).
