@@ -1,6 +1,7 @@
 //! ethbcast tools: what the `ethbcast` CLI and `ethbcast-bench` share (the test-bed is its own
 //! crate, `ethbcast-testbed`, re-exported here).
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub use ethbcast_testbed as testbed;
 pub use ethbcast_testbed::{mpi, netns};

@@ -36,7 +36,7 @@ use super::{Fatal, EXIT_FAILED};
 /// trailer (41) and an abort's reason fit; a data message of the default chunk (1 MiB) is
 /// observed only. A data message this short is kept as well, and ignored by the loop: the
 /// observer writes all data.
-pub const KEEP: usize = 64 << 10;
+pub(super) const KEEP: usize = 64 << 10;
 
 /// Pieces per `writev` at most (Linux's `IOV_MAX`).
 const IOV_MAX: usize = 1024;
@@ -54,10 +54,10 @@ enum Seg {
 /// Why the observer stopped writing, for the protocol loop: the first error (the output
 /// refused a write, or the data went past a limit). What it wrote, the output's byte count
 /// says (`took`).
-pub type Failure = Arc<Mutex<Option<Fatal>>>;
+pub(super) type Failure = Arc<Mutex<Option<Fatal>>>;
 
 /// The observer that writes a stream's data to its output (see the module's doc).
-pub struct Direct {
+pub(super) struct Direct {
     digest: PieceDigest,
     hashed: Arc<Mutex<Hashed>>,
     failure: Failure,
@@ -78,7 +78,7 @@ impl Direct {
     /// An observer writing to `out` (named `what`), at most `max_bytes` of data, sharing its
     /// digest in `hashed` and why it stopped in `failure`, counting what the output took in
     /// `took`.
-    pub fn new(
+    pub(super) fn new(
         out: File,
         what: String,
         max_bytes: Option<u64>,

@@ -43,6 +43,7 @@
 //! Leftovers of a crashed run are found by name (`{prefix}-sw`, `{prefix}-hN`)
 //! and removed by [`Testbed::down_prefix`], which [`Testbed::up`] calls first.
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod mpi;
 pub mod netns;

@@ -50,7 +50,7 @@ fn random_input(path: &Path, len: usize, seed: u64) -> Result<Vec<u8>, AttackErr
 /// the stranger's bytes, digest and all: the control, which shows the attack is real. With
 /// `--insecure --from` the sender's MAC, the receiver ignores the stranger (whose send finds
 /// no receiver) and writes the real sender's bytes.
-pub fn keyless_stranger_sender(
+pub(super) fn keyless_stranger_sender(
     prefix: &str,
     hosts: usize,
     bin: &Path,
@@ -257,7 +257,7 @@ fn seals(frame: &[u8], key: &[u8; 32]) -> bool {
 /// random salt) is captured too: Argon2id of the word under the salt every command-line
 /// deployment would share (that of the default group id) must not open it, so no table
 /// computed once for that salt serves it.
-pub fn passphrase_dictionary(
+pub(super) fn passphrase_dictionary(
     prefix: &str,
     hosts: usize,
     bin: &Path,
