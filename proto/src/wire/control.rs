@@ -32,8 +32,7 @@
 
 use super::{Flags, Frame, Kind, Repr, WireError};
 
-/// A 64-bit position in a root's stream.
-pub type Seq = u64;
+pub use crate::Seq;
 
 /// Bits of a NACK bitmap: bit `i` set means frame `base + i` is missing.
 pub const NACK_BITS: u32 = 16;

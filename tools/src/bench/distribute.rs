@@ -131,7 +131,7 @@ pub fn cpu_ratios(ours: &Row, floor: &Row) -> Vec<f64> {
 
 /// Settings.
 #[derive(Debug, Clone)]
-pub struct Opts {
+pub struct DistributeOptions {
     /// Receivers.
     pub receivers: usize,
     /// File size in MiB.
@@ -355,7 +355,7 @@ fn run_udpcast(
 }
 
 /// The blaster's receive queues: as deep as those `ethbcast recv` asks for (its default
-/// window, and the frames it retains: `LinkOpts::open_receiving`), so that the limit is
+/// window, and the frames it retains: `LinkOptions::open_receiving`), so that the limit is
 /// measured on the protocol's footing, no lower; and, since the blaster's CPU includes
 /// opening and closing its links as ethbcast's processes do, no higher either.
 const RX_FRAMES: usize = crate::distribute::DEFAULT_WINDOW + crate::distribute::RETAINED;
@@ -483,7 +483,7 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
 }
 
 /// Runs the comparison; one test-bed per loss rate.
-pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
+pub fn run(o: &DistributeOptions) -> Result<Vec<Row>, String> {
     let n = o.receivers;
     let input = std::env::temp_dir().join(format!("ethbcast-bench-{}.bin", std::process::id()));
     {
@@ -560,7 +560,7 @@ pub fn run(o: &Opts) -> Result<Vec<Row>, String> {
 }
 
 /// The table of a run, with ethbcast over the blaster of the same backend per loss rate.
-pub fn render(o: &Opts, rows: &[Row]) -> String {
+pub fn render(o: &DistributeOptions, rows: &[Row]) -> String {
     use std::fmt::Write as _;
     let rate = o.rate.map_or("unshaped".to_string(), |r| format!("{r}"));
     let mut out = format!(
@@ -719,7 +719,7 @@ pub struct Args {
 impl Args {
     /// Runs the comparison.
     pub fn run(self) -> ExitCode {
-        let o = Opts {
+        let o = DistributeOptions {
             gro: self.gro,
             mtu: self.mtu,
             receivers: self.receivers,
@@ -883,7 +883,7 @@ mod tests {
 
     #[test]
     fn the_table_prints_the_median_cpu_ratio_and_every_round_per_loss_rate() {
-        let o = Opts {
+        let o = DistributeOptions {
             receivers: 8,
             mib: 256,
             rate: None,

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use ethbcast::StreamOptions;
 use ethbcast::{Backend, WaitMode};
 use ethbcast_tools::distribute::{
-    self, recv, send, send::Expect, Fatal, LinkOpts, DEFAULT_GROUP_ID,
+    self, recv, send, send::Expect, Fatal, LinkOptions, DEFAULT_GROUP_ID,
 };
 use ethbcast_tools::testbed::units::{self, parse_duration};
 use ethbcast_tools::transfer::DigestAlgo;
@@ -362,7 +362,7 @@ Examples:
     },
 }
 
-fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
+fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
     let mut stream = StreamOptions {
         group_id: c.group_id,
         backend: c.backend,
@@ -389,7 +389,7 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOpts, Fatal> {
         return Err(Fatal::io(format!("{what}: {fix}")));
     }
     stream.insecure = c.insecure;
-    Ok(LinkOpts {
+    Ok(LinkOptions {
         iface: c.iface.clone(),
         stream,
     })

@@ -171,14 +171,14 @@ pub fn link_error(iface: &str, e: LinkError) -> Fatal {
 
 /// The interface and the stream's settings, shared by both sides.
 #[derive(Debug, Clone)]
-pub struct LinkOpts {
+pub struct LinkOptions {
     /// Interface.
     pub iface: String,
     /// Group id, backend, window, key, group address of the transfer.
     pub stream: StreamOptions,
 }
 
-impl LinkOpts {
+impl LinkOptions {
     /// Opens the interface for the transfer ([`StreamOptions::open_link`]).
     pub fn open(&self) -> Result<Box<dyn Link + Send>, LinkError> {
         self.stream.open_link(&self.iface)
@@ -186,7 +186,7 @@ impl LinkOpts {
 
     /// Opens the interface for a receiver; one that is `retaining` (writing from the link's
     /// frames, see `recv::run`) gets room for [`RETAINED`] frames more than
-    /// [`LinkOpts::open`], which it keeps there. Others get none: the kernel allocates and
+    /// [`LinkOptions::open`], which it keeps there. Others get none: the kernel allocates and
     /// clears a ring's pages when it opens.
     pub fn open_receiving(&self, retaining: bool) -> Result<Box<dyn Link + Send>, LinkError> {
         let extra = if retaining { RETAINED } else { 0 };
@@ -472,7 +472,7 @@ mod tests {
     #[test]
     fn no_debug_output_of_the_options_holds_the_key() {
         let key = [0xAB; 32];
-        let link = LinkOpts {
+        let link = LinkOptions {
             iface: "eth0".into(),
             stream: StreamOptions {
                 key: Some(key.into()),

@@ -16,7 +16,7 @@ use ethbcast_proto::member::{Event, Message};
 use serde::Serialize;
 
 use super::direct;
-use super::{Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
+use super::{Fatal, LinkOptions, EXIT_FAILED, EXIT_INTERRUPTED};
 use crate::transfer::{
     Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, Progress, StreamHasher, ABORT,
     EVICTED,
@@ -38,7 +38,7 @@ pub enum Output {
 #[derive(Debug, Clone)]
 pub struct RecvArgs {
     /// Interface, group, backend.
-    pub link: LinkOpts,
+    pub link: LinkOptions,
     /// Output.
     pub output: Output,
     /// Give up after this long without a frame from the sender.
@@ -250,7 +250,7 @@ fn is_dev_null(m: &std::fs::Metadata) -> bool {
 }
 
 /// Whether `out` is `/dev/null`, written in place (see [`Sink::direct`]): known before the
-/// link is opened, which is sized for it (see `LinkOpts::open_receiving`).
+/// link is opened, which is sized for it (see `LinkOptions::open_receiving`).
 fn null_output(out: &Output) -> bool {
     use std::os::fd::AsFd;
     let m = match out {

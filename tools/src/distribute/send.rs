@@ -16,7 +16,7 @@ use ethbcast_proto::member::{Event, MemberError};
 use serde::Serialize;
 
 use super::recv::RecvCounters;
-use super::{mbit, Fatal, LinkOpts, EXIT_FAILED, EXIT_INTERRUPTED};
+use super::{mbit, Fatal, LinkOptions, EXIT_FAILED, EXIT_INTERRUPTED};
 use crate::transfer::rate::TokenBucket;
 use crate::transfer::{
     DigestAlgo, Final, Msg, Offer, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
@@ -26,7 +26,7 @@ use crate::transfer::{
 #[derive(Debug, Clone)]
 pub struct SendArgs {
     /// Interface, group, backend.
-    pub link: LinkOpts,
+    pub link: LinkOptions,
     /// Input file (`None`: standard input).
     pub input: Option<PathBuf>,
     /// Receivers to wait for.
