@@ -26,9 +26,9 @@ use thiserror::Error;
 use crate::detect::{DetectorConfig, Gossip};
 use crate::driver::{Clock, Driver, Sends, WallClock};
 use crate::engine::Config;
+use crate::join::{Expect, Join, JoinConfig, JoinError, JoinStats, Joined};
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{Done, Member, MemberConfig, MemberError};
-use crate::membership::{Expect, Join, JoinConfig, JoinError, JoinStats, Joined};
 use crate::Key;
 use crate::Rank;
 
@@ -77,7 +77,7 @@ pub struct GroupOptions {
     pub tweak: Option<fn(&mut Config)>,
     /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator).
     pub barrier_arity: u16,
-    /// Shared group key (see [`key_from_passphrase`] and [`crate::keyfile`]): the join and
+    /// Shared group key (see [`key_from_passphrase`] and [`read_key_file`](crate::read_key_file)): the join and
     /// every frame are authenticated. Without one, joining fails unless `insecure` is set.
     pub key: Option<Key>,
     /// Join without a key: any host of the segment can then join the group, send frames as
@@ -282,7 +282,7 @@ const SLICE: Duration = Duration::from_millis(50);
 impl Group {
     /// A group over an already opened link, with the member MACs in rank order. This
     /// member's rank is the position of the link's MAC. The members join first (a fresh
-    /// session, see [`crate::membership`]), so every member must call this (or
+    /// session, see [`ethbcast_proto::join`]), so every member must call this (or
     /// [`Group::open`] with the same list) within `opts.timeout`.
     pub fn from_link(
         link: Box<dyn Link + Send>,
@@ -384,8 +384,8 @@ impl Group {
     }
 
     /// What this member's join held and sent until it finished: hellos sent, challenges held,
-    /// the most rosters collected at once (bounded by [`crate::membership::MAX_CHALLENGES`]
-    /// and [`crate::membership::HELLO_GAP`] whatever a stranger sends during the join).
+    /// the most rosters collected at once (bounded by [`ethbcast_proto::join::MAX_CHALLENGES`]
+    /// and [`ethbcast_proto::join::HELLO_GAP`] whatever a stranger sends during the join).
     pub fn join_stats(&self) -> JoinStats {
         self.join_stats
     }

@@ -37,7 +37,7 @@ pub mod simgroup;
 pub use ethbcast_proto::machine::Machine;
 
 // The core's modules, under the names the links, the driver and the group use.
-use ethbcast_proto::{detect, engine, member, membership, wire};
+use ethbcast_proto::{detect, engine, join, member, wire};
 
 // The core's types that the API's signatures name.
 pub use ethbcast_proto::detect::{DetectorConfig, Gossip};
@@ -45,11 +45,11 @@ pub use ethbcast_proto::engine::{
     Config as EngineConfig, Dest, Observe, Observer, Piece, SendError, SessionEnded,
     Stats as EngineStats,
 };
+pub use ethbcast_proto::join::{Expect, JoinConfig, JoinError, JoinStats, Joined};
 pub use ethbcast_proto::machine::{BatchEnd, Clock, Held};
 pub use ethbcast_proto::member::{
     Algorithm, DestProgress, Event, Member, MemberError, MemberStats, Message,
 };
-pub use ethbcast_proto::membership::{Expect, JoinConfig, JoinError, JoinStats, Joined};
 /// A group key: wiped from memory when dropped, never shown by `Debug`.
 pub use ethbcast_proto::secret::Key;
 pub use ethbcast_proto::wire::ethernet::{

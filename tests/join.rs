@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast::cluster::{RunEnd, SimCluster, Workload};
 use ethbcast::{port_mac, Faults, SimConfig, SimNet, SimPort};
-use ethbcast_proto::membership::*;
+use ethbcast_proto::join::*;
 use ethbcast_proto::wire::ethernet::MacAddr;
 use ethbcast_proto::wire::{Frame, Kind};
 

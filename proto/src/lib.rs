@@ -14,7 +14,7 @@
 //!   Commodity Clusters*);
 //! - [`engine`]: simple and push-pull broadcast with selective go-back-16 repair;
 //! - [`barrier`], [`detect`]: the barrier algorithms and the failure detector;
-//! - [`membership`]: how a group forms (listed, ranked or discovered joins, keyed sessions);
+//! - [`join`]: how a group forms (listed, ranked or discovered joins, keyed sessions);
 //! - [`spelled!`]: the names of the enums users pick by name;
 //! - [`queue`]: the deterministic event queue of every virtual-time harness;
 //! - [`member`]: one group member: demultiplexes frames to the engine, barriers, detector and
@@ -28,9 +28,9 @@ pub mod detect;
 pub mod engine;
 pub mod eqa;
 mod error;
+pub mod join;
 pub mod machine;
 pub mod member;
-pub mod membership;
 mod names;
 pub mod queue;
 pub mod secret;

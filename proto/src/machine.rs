@@ -77,7 +77,7 @@ impl std::fmt::Debug for BatchEnd<'_> {
 
 /// A sans-IO state machine a driver can run: frames and time in, frames and a wake-up time
 /// out. The group member (`member::Member`) is one; the join of a group
-/// (`membership::Join`) is the other.
+/// (`join::Join`) is the other.
 pub trait Machine {
     /// Handles one received PDU from the Ethernet source `src`.
     fn handle_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]);

@@ -79,14 +79,14 @@ mod tests {
         let key = Some(Key::from_bytes([0xAB; 32]));
         let mut cfg = crate::engine::Config::new(7, 0, 2);
         cfg.key = key.clone();
-        let join = crate::membership::JoinConfig {
+        let join = crate::join::JoinConfig {
             group: 7,
             mac: crate::wire::ethernet::MacAddr([2, 0, 0, 0, 0, 1]),
             key: key.clone(),
-            expect: crate::membership::Expect::Invited,
+            expect: crate::join::Expect::Invited,
             max_pdu: 1500,
         };
-        let session = crate::membership::Session {
+        let session = crate::join::Session {
             nonce: 1,
             group: 2,
             key: key.clone(),

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use super::GroupError;
 use crate::driver::{Clock, Driver, Sends, WallClock};
 use crate::engine::{Algorithm, Config, ConfigError, Dest, Stats as EngineStats};
+use crate::join::{Expect, JoinConfig};
 use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
 use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
-use crate::membership::{Expect, JoinConfig};
 use crate::Rank;
 
 /// Options of a stream (both sides must agree on the group id, the key and the address).
@@ -195,7 +195,7 @@ pub enum Role {
 /// reliable point-to-point messages (completion reports, say).
 ///
 /// The join, the key and the timeouts are the group's: the root coordinates the library's
-/// join ([`crate::membership`]) and takes the receivers [`Role::Root`] names, a receiver
+/// join ([`ethbcast_proto::join`]) and takes the receivers [`Role::Root`] names, a receiver
 /// answers the first root whose roster names it; the session then protects every frame
 /// (with [`StreamOptions::key`], under a key of this session). The member is the same
 /// [`Member`] run by the same loop as a group's, with the wall clock; nothing blocks

@@ -45,9 +45,9 @@ pub(crate) use ethbcast_proto::machine::{BatchEnd, Held};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers. The same number as the
-/// smallest frame size a join accepts ([`ethbcast_proto::membership::MIN_PDU`]): a link that
+/// smallest frame size a join accepts ([`ethbcast_proto::join::MIN_PDU`]): a link that
 /// opens can always offer its MTU.
-pub const MIN_MTU: usize = ethbcast_proto::membership::MIN_PDU as usize;
+pub const MIN_MTU: usize = ethbcast_proto::join::MIN_PDU as usize;
 
 /// Checks an interface MTU against [`MIN_MTU`] and returns the largest PDU (the MTU itself).
 pub fn check_mtu(mtu: usize) -> Result<usize, LinkError> {

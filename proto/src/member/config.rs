@@ -22,7 +22,7 @@ pub struct MemberConfig {
     /// call, the MPI way).
     pub prepost: usize,
     /// How to confirm the join's roster if the coordinator repeats it after this member
-    /// joined (its confirmation was lost): from [`crate::membership::Joined::late`].
+    /// joined (its confirmation was lost): from [`crate::join::Joined::late`].
     pub late: Option<LateRoster>,
     /// The ranks whose broadcasts and point-to-point messages this member takes (`None`:
     /// every member's). A frame of another rank's stream or channel is dropped before any

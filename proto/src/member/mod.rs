@@ -37,9 +37,9 @@ use crate::engine::{
     Stats as EngineStats,
 };
 pub use crate::engine::{Algorithm, Message};
+use crate::join::LateRoster;
 use crate::machine::Machine;
 pub use crate::machine::Transmit;
-use crate::membership::LateRoster;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::{BarrierAlgo, Control, Flags, Frame, Kind, WireError};
 use crate::Rank;
@@ -67,7 +67,7 @@ pub const EVENT_BOUND: usize = 1024;
 type Tag = (Rank, u64);
 
 /// How long after its join a member stays reachable for the join's coordinator, which
-/// repeats its roster every [`crate::membership::REPEAT`] until every member confirmed it: a
+/// repeats its roster every [`crate::join::REPEAT`] until every member confirmed it: a
 /// member that took the roster and left the link alone (an MPI rank that went on to Open MPI's
 /// own collectives) left the coordinator waiting for its join timeout when its confirmation
 /// was lost. Two seconds are 200 repeats.

@@ -9,7 +9,7 @@ pub const P2P_WINDOW: usize = 16;
 /// First byte of a point-to-point message: a tree broadcast (tag and data follow) or an
 /// application message.
 /// Confirmations of a repeated roster waiting to be sent, at most (the coordinator repeats
-/// its roster every [`crate::membership::REPEAT`]; more would only answer replays).
+/// its roster every [`crate::join::REPEAT`]; more would only answer replays).
 pub(super) const MAX_RAW_OUT: usize = 4;
 
 pub(super) const P2P_APP: u8 = b'A';

@@ -238,7 +238,7 @@ pub enum Control {
     },
     /// A barrier frame.
     Barrier(BarrierMsg),
-    /// A membership message (encoded by [`crate::membership`]).
+    /// A join message (encoded by [`crate::join`]).
     Join {
         /// Its bytes.
         body: Vec<u8>,

@@ -1473,7 +1473,7 @@ struct JoinSeen {
     /// Every rank's MAC, in rank order.
     roster: Vec<[u8; 6]>,
     /// What the join held and sent ([`Group::join_stats`]).
-    stats: ethbcast_proto::membership::JoinStats,
+    stats: ethbcast_proto::join::JoinStats,
     /// From the call to the group.
     took: Duration,
 }
@@ -1485,7 +1485,7 @@ fn keyed_joins(
     m: usize,
     kind: JoinKind,
 ) -> Result<Vec<Result<JoinSeen, String>>, AttackError> {
-    use ethbcast_proto::membership::{Expect, JoinConfig};
+    use ethbcast_proto::join::{Expect, JoinConfig};
     let macs: Vec<ethbcast::MacAddr> = bed.hosts()[..m]
         .iter()
         .map(|h| ethbcast::MacAddr(h.mac))
@@ -1653,7 +1653,7 @@ fn join_frames(frames: &[Vec<u8>], kind: u8, from: &[[u8; 6]]) -> Vec<Vec<u8>> {
 /// `MAX_CHALLENGES` (one per challenge held) every `HELLO_GAP` at most, however many
 /// challenges arrive, and one more round when its roster is decided.
 fn hello_bound(t: Duration) -> u64 {
-    use ethbcast_proto::membership::{HELLO_GAP, MAX_CHALLENGES};
+    use ethbcast_proto::join::{HELLO_GAP, MAX_CHALLENGES};
     MAX_CHALLENGES as u64 * (t.as_micros() / HELLO_GAP.as_micros() + 2) as u64
 }
 
@@ -1770,7 +1770,7 @@ pub fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenario, Atta
                 ms(s.took)
             ));
         }
-        if s.stats.challenges > ethbcast_proto::membership::MAX_CHALLENGES {
+        if s.stats.challenges > ethbcast_proto::join::MAX_CHALLENGES {
             problems.push(format!("host {i} held {} challenges", s.stats.challenges));
         }
         if seen.max(s.stats.hellos) > worst.0.max(worst.1) {
@@ -1799,8 +1799,8 @@ pub fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenario, Atta
             worst.1,
             worst.2,
             hello_bound(Duration::from_secs_f64(worst.2 / 1e3)),
-            ethbcast_proto::membership::MAX_CHALLENGES,
-            ethbcast_proto::membership::HELLO_GAP
+            ethbcast_proto::join::MAX_CHALLENGES,
+            ethbcast_proto::join::HELLO_GAP
         ),
     ))
 }
@@ -1813,7 +1813,7 @@ pub fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenario, Atta
 /// held ([`Group::join_stats`]) must stay within `MAX_CHALLENGES` challenges and rosters,
 /// however many MACs sent pairs, and the join complete with the members alone.
 pub fn join_replayed_rosters(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
-    use ethbcast_proto::membership::MAX_CHALLENGES;
+    use ethbcast_proto::join::MAX_CHALLENGES;
     let bed = bed(prefix, hosts, 0.0)?;
     hub(&bed)?;
     let m = hosts - 1;
