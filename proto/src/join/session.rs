@@ -4,7 +4,7 @@
 use super::*;
 
 /// The session a group shares once joined. Its `Debug` never shows the key.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
     /// The coordinator's nonce.
     pub nonce: u64,
@@ -13,16 +13,6 @@ pub struct Session {
     /// The session key (derived from the group key, the nonce and the roster), if the group
     /// has a key.
     pub key: Option<Key>,
-}
-
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("nonce", &self.nonce)
-            .field("group", &self.group)
-            .field("key", &crate::secret::Redacted(&self.key))
-            .finish()
-    }
 }
 
 /// Derives the session of group `group_id` (with `key`) from the coordinator's `nonce` and the

@@ -24,10 +24,8 @@ use ethbcast_tools::bench::{
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-    /// Log more on stderr: -v information, -vv debug events (default: warnings and errors;
-    /// RUST_LOG takes precedence).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    verbose: u8,
+    #[command(flatten)]
+    log: ethbcast_tools::logging::Verbosity,
 }
 
 #[derive(Subcommand)]
@@ -46,7 +44,7 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    ethbcast_tools::logging::init(cli.verbose);
+    cli.log.init();
     match cli.cmd {
         Cmd::Sim(a) => a.run(),
         Cmd::Latency(a) => a.run(),
