@@ -59,19 +59,26 @@ fn mpi4py_tests() -> Result<PathBuf, String> {
 /// Each rank's summary: (tests run, failures, errors, skipped), in the order the ranks
 /// printed them (unittest's "Ran N tests" and "OK (skipped=K)" / "FAILED (...)").
 fn summaries(out: &JobOutput) -> Vec<(u64, u64, u64, u64)> {
-    let text = format!("{}\n{}", out.stdout, out.stderr);
+    summaries_of(&format!("{}\n{}", out.stdout, out.stderr))
+}
+
+fn summaries_of(text: &str) -> Vec<(u64, u64, u64, u64)> {
     let mut found = Vec::new();
-    let mut ran = None;
+    // Eight ranks write to one stderr: two "Ran" lines can come before either rank's verdict,
+    // so each verdict takes the oldest count still waiting for one.
+    let mut ran = std::collections::VecDeque::new();
     for line in text.lines() {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("Ran ") {
-            ran = rest.split_whitespace().next().and_then(|n| n.parse().ok());
+            if let Some(n) = rest.split_whitespace().next().and_then(|n| n.parse().ok()) {
+                ran.push_back(n);
+            }
             continue;
         }
-        let Some(n) = ran else { continue };
         if !(line.starts_with("OK") || line.starts_with("FAILED")) {
             continue;
         }
+        let Some(n) = ran.pop_front() else { continue };
         let field = |name: &str| {
             line.split(['(', ')', ','])
                 .filter_map(|f| f.trim().strip_prefix(name))
@@ -79,10 +86,21 @@ fn summaries(out: &JobOutput) -> Vec<(u64, u64, u64, u64)> {
                 .unwrap_or(0)
         };
         found.push((n, field("failures"), field("errors"), field("skipped")));
-        ran = None;
     }
     found.sort_unstable();
     found
+}
+
+/// Two ranks' summaries interleaved on the job's stderr (as one run wrote them) still count
+/// as two.
+#[test]
+fn interleaved_summaries_are_each_counted() {
+    let text = "Ran 301 tests in 6.6s\n\nOK (skipped=8)\n---\nRan 301 tests in 6.6s\n\n---\n\
+                Ran 300 tests in 6.6s\n\nOK (skipped=8)\nFAILED (failures=1, skipped=8)\n";
+    assert_eq!(
+        summaries_of(text),
+        [(300, 1, 0, 8), (301, 0, 0, 8), (301, 0, 0, 8)]
+    );
 }
 
 #[test]
