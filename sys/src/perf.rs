@@ -1,12 +1,15 @@
 //! Exact per-thread counts of the work a thread does, from the kernel's perf events: CPU time
-//! (`task-clock`), context switches, system calls and send system calls, for the benchmarks'
+//! (`task-clock`), context switches, system calls, send system calls and high-resolution timers
+//! armed, for the benchmarks'
 //! cost per operation on a shared, noisy machine (counts do not depend on what else runs).
 //!
 //! Why `perf_event_open(2)` rather than `/proc`: `/proc/<pid>/task/<tid>/schedstat` and
 //! `status` give CPU time and context switches, but no count of system calls (`/proc/.../io`
 //! counts only read- and write-family calls, not `sendto` or `ppoll`). The tracepoints
 //! `raw_syscalls:sys_enter` and `syscalls:sys_enter_sendto` (and `sendmsg`, `sendmmsg`) count
-//! every entry exactly. The counters are separate events (the kernel counts nothing in a
+//! every entry exactly; `timer:hrtimer_start` and `timer:timer_start` count every timer the
+//! thread arms (a `ppoll` with a timeout arms one per wait, and on a virtual machine programming
+//! the timer device traps to the host). The counters are separate events (the kernel counts nothing in a
 //! tracepoint that is a member of a group led by a software counter), one `read(2)` each, and
 //! count only the calling thread (no `inherit`), user and kernel mode alike (a veth send delivers the frame
 //! in the sender's system call; that work is the sender's). Tracepoints need root (or
@@ -60,6 +63,8 @@ pub struct Counts {
     pub syscalls: u64,
     /// `sendto`, `sendmsg` and `sendmmsg` calls entered.
     pub sends: u64,
+    /// Timers armed (started or restarted) by the thread, high-resolution or not.
+    pub timers: u64,
 }
 
 impl Counts {
@@ -72,6 +77,7 @@ impl Counts {
                 .saturating_sub(earlier.context_switches),
             syscalls: self.syscalls.saturating_sub(earlier.syscalls),
             sends: self.sends.saturating_sub(earlier.sends),
+            timers: self.timers.saturating_sub(earlier.timers),
         }
     }
 
@@ -81,15 +87,18 @@ impl Counts {
         self.context_switches += o.context_switches;
         self.syscalls += o.syscalls;
         self.sends += o.sends;
+        self.timers += o.timers;
     }
 }
 
 /// The tracepoints counted after the two software counters, in this order.
-const TRACEPOINTS: [&str; 4] = [
+const TRACEPOINTS: [&str; 6] = [
     "raw_syscalls/sys_enter",
     "syscalls/sys_enter_sendto",
     "syscalls/sys_enter_sendmsg",
     "syscalls/sys_enter_sendmmsg",
+    "timer/hrtimer_start",
+    "timer/timer_start",
 ];
 
 /// The id of a tracepoint (`category/name`) from tracefs.
@@ -176,7 +185,7 @@ impl ThreadCounters {
     pub fn read(&mut self) -> Result<Counts> {
         let mut v = [0u64; 2 + TRACEPOINTS.len()];
         // The system-call counter first (see above), then the others in order.
-        let order = [2usize, 0, 1, 3, 4, 5];
+        let order = [2usize, 0, 1, 3, 4, 5, 6, 7];
         for i in order {
             let mut b = [0u8; 8];
             self.fds[i]
@@ -189,6 +198,7 @@ impl ThreadCounters {
             context_switches: v[1],
             syscalls: v[2],
             sends: v[3] + v[4] + v[5],
+            timers: v[6] + v[7],
         })
     }
 
@@ -228,5 +238,21 @@ mod tests {
         let f = c.read().unwrap();
         assert_eq!(ThreadCounters::between(&f, &e).syscalls, 0);
         assert!(d.cpu_ns > 0);
+        // A wait with a timeout arms a timer; one without, or with none left, does not.
+        use crate::wait::{poll_fd, Interest};
+        use std::os::fd::AsFd;
+        use std::time::Duration;
+        let r = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let before = c.read().unwrap();
+        for _ in 0..3 {
+            assert!(!poll_fd(r.as_fd(), Interest::Read, Some(Duration::from_micros(200))).unwrap());
+        }
+        let d = ThreadCounters::between(&c.read().unwrap(), &before);
+        assert!(d.timers >= 3, "{d:?}");
+        s.send_to(b"x", r.local_addr().unwrap()).unwrap();
+        let before = c.read().unwrap();
+        assert!(poll_fd(r.as_fd(), Interest::Read, None).unwrap());
+        let d = ThreadCounters::between(&c.read().unwrap(), &before);
+        assert_eq!(d.timers, 0, "{d:?}");
     }
 }

@@ -179,6 +179,8 @@ pub struct PerOp {
     pub sendto: f64,
     /// Context switches per broadcast.
     pub ctx_switches: f64,
+    /// Timers armed per broadcast (a wait with a timeout arms one).
+    pub timers: f64,
     /// CPU time per broadcast (task-clock of every member thread), µs.
     pub cpu_us: f64,
 }
@@ -191,6 +193,7 @@ impl PerOp {
             syscalls: c.syscalls as f64 / n,
             sendto: c.sends as f64 / n,
             ctx_switches: c.context_switches as f64 / n,
+            timers: c.timers as f64 / n,
             cpu_us: c.cpu_ns as f64 / 1e3 / n,
         }
     }
@@ -202,6 +205,7 @@ impl PerOp {
             syscalls: r(self.syscalls, base.syscalls),
             sendto: r(self.sendto, base.sendto),
             ctx_switches: r(self.ctx_switches, base.ctx_switches),
+            timers: r(self.timers, base.timers),
             cpu_us: r(self.cpu_us, base.cpu_us),
         }
     }

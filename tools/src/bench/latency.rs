@@ -67,8 +67,8 @@ pub struct LatencyOptions {
     /// Split the iterations into this many blocks, each floor then protocol, so that a busy
     /// phase of a shared machine hits both alike (each block has its own warm-up).
     pub blocks: usize,
-    /// Count the work per broadcast of every row (system calls, sends, context switches, CPU
-    /// time of every member thread) with the kernel's perf counters.
+    /// Count the work per broadcast of every row (system calls, sends, context switches, timers
+    /// armed, CPU time of every member thread) with the kernel's perf counters.
     pub cost: bool,
 }
 
@@ -728,6 +728,7 @@ pub fn render_cost(cost: &[Cost]) -> String {
         "syscalls",
         "sendto",
         "ctx sw",
+        "timers",
         "CPU µs",
         "syscalls x",
         "sendto x",
@@ -745,6 +746,7 @@ pub fn render_cost(cost: &[Cost]) -> String {
             format!("{:.2}", p.syscalls),
             format!("{:.2}", p.sendto),
             format!("{:.2}", p.ctx_switches),
+            format!("{:.2}", p.timers),
             format!("{:.1}", p.cpu_us),
             x(|o| o.syscalls),
             x(|o| o.sendto),
@@ -842,7 +844,7 @@ pub struct Args {
     #[arg(long)]
     breakdown: bool,
     /// Also count the work per broadcast of every row and of the floor: system calls,
-    /// `sendto`s, context switches and CPU time of every member thread, from the kernel's
+    /// `sendto`s, context switches, timers armed and CPU time of every member thread, from the kernel's
     /// per-thread perf counters (needs root and tracefs), and print their ratios.
     #[arg(long)]
     cost: bool,
