@@ -46,6 +46,10 @@ impl Clock for SimNet {
 /// time.
 const FRAMES_PER_CLOCK_READ: u32 = 64;
 
+/// How long a turn waits at most while the link's send queue is full: the frames the machine
+/// still has are offered again then, even if nothing arrives and no timer fires.
+const SEND_RETRY: Duration = Duration::from_millis(50);
+
 /// When [`Driver::run_until`] sends what the machine has once the call's value came in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sends {
@@ -132,6 +136,11 @@ impl<L: Link, M: Machine> Driver<L, M> {
     fn receive(&mut self, clock: &impl Clock, wait: Option<Duration>) -> Result<usize, LinkError> {
         let now = clock.now();
         self.flush(now)?;
+        let wait = if self.link.tx_ready() {
+            wait
+        } else {
+            wait.map(|w| w.min(SEND_RETRY))
+        };
         let wait = match (wait, self.member.poll_timeout()) {
             (Some(w), Some(t)) => Some(w.min(t.saturating_duration_since(now))),
             (w, _) => w,
@@ -191,6 +200,12 @@ impl<L: Link, M: Machine> Driver<L, M> {
                     self.flush(now)?;
                 }
                 return Ok(None);
+            }
+            // Sending what the member holds can complete the call by itself (a flush is done
+            // once its last acknowledgement left): send, and look again before waiting.
+            self.flush(now)?;
+            if let Some(v) = ready(&mut self.member) {
+                return Ok(Some(v));
             }
             let wait = Some((deadline - now).min(slice));
             if defer {

@@ -261,8 +261,14 @@ impl std::fmt::Debug for Group {
     }
 }
 
-/// How long one turn of a blocking call may wait before it checks its deadline again.
+/// How long one turn of the join may wait before it checks its stop flag and settle time.
 const SLICE: Duration = Duration::from_millis(50);
+
+/// The turns of a call that only frames and the member's timers can complete (a broadcast,
+/// a barrier, a flush) wait for the next frame, the member's next timer or the call's
+/// deadline, whichever comes first, and for nothing else: a member that waits for a message
+/// sleeps until one of those, not in slices.
+const NO_SLICE: Duration = Duration::MAX;
 
 impl Group {
     /// A group over an already opened link, with the member MACs in rank order. This
@@ -398,9 +404,9 @@ impl Group {
     fn finish_with(&mut self, what: &'static str, sends: Sends) -> Result<Done, GroupError> {
         let after = self.opts.timeout;
         let deadline = WallClock.now() + after;
-        let r = self
-            .driver
-            .run_until(&WallClock, deadline, SLICE, sends, Member::take_result)?;
+        let r =
+            self.driver
+                .run_until(&WallClock, deadline, NO_SLICE, sends, Member::take_result)?;
         match r {
             Some(r) => Ok(r?),
             None => {
@@ -554,7 +560,7 @@ impl Group {
         let deadline = now + after;
         match self
             .driver
-            .run_until(&WallClock, deadline, SLICE, Sends::Now, |m| {
+            .run_until(&WallClock, deadline, NO_SLICE, Sends::Now, |m| {
                 m.is_idle().then_some(())
             })? {
             Some(()) => Ok(()),

@@ -164,6 +164,16 @@ pub fn poll(group: &mut Group) -> Result<(), String> {
     group.progress(POLL).map_err(|e| e.to_string())
 }
 
+/// One look of a root that waits out of band for its receivers between two broadcasts (for
+/// [`PollBarrier::wait_for`]): yields the CPU, then gives `group` a turn that does not wait,
+/// answering what arrived. A raw fan-out's root waits so (a `sched_yield` loop): the floor and
+/// the protocol rows wait the same way, so that neither pays for a sleep and a wake-up between
+/// iterations that the reference does not, and the root's core is as awake as it is there.
+pub fn spin(group: &mut Group) -> Result<(), String> {
+    std::thread::yield_now();
+    group.progress(Duration::ZERO).map_err(|e| e.to_string())
+}
+
 /// Runs `body` in one thread per host `0..k` of `bed`, each with a [`Group`] of the first `k`
 /// hosts (rank = host index, group id `group_id`). Everyone opens its socket and builds its
 /// group before anyone starts; afterwards everyone flushes and waits for the others before
@@ -410,9 +420,11 @@ pub fn us(a: Instant, b: Instant) -> f64 {
     b.saturating_duration_since(a).as_secs_f64() * 1e6
 }
 
-/// Formats microseconds for a table.
+/// Formats microseconds for a table (a missing value, NaN: `-`).
 pub fn fmt_us(v: f64) -> String {
-    if v >= 1000.0 {
+    if !v.is_finite() {
+        "-".into()
+    } else if v >= 1000.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.1}")

@@ -157,6 +157,7 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         floor: true,
         blocks: 4,
         cost: false,
+        reference: None,
     };
     let lat = latency::run_on(&bed, &lo)?;
     println!("\n== broadcast latency ==\n{}", latency::render(&lat));

@@ -4,8 +4,9 @@
 //! Measured exactly as [`super::latency`] measures a protocol broadcast, so that the two divide:
 //! the same threads (one per host, in its namespace), the same link backend and wait mode, the
 //! same group sizes (the first k hosts), message sizes, iterations and warm-up, the same clock,
-//! and the same out-of-band separation of iterations (the root waits on a shared counter while
-//! it keeps polling its link, receivers already wait in their next receive). One iteration is
+//! and the same out-of-band separation of iterations (the root waits on a shared counter,
+//! yielding the CPU and polling its link without blocking, receivers already wait in their next
+//! receive). One iteration is
 //! the root sending the message as raw broadcast frames (one frame up to the MTU, full frames
 //! after that) and flushing; its latency runs from the instant before the send until the LAST
 //! receiver has every frame of it. No protocol: no header beyond a tag and sequence number, no
@@ -71,11 +72,20 @@ fn frame_lens(size: usize, max_pdu: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Receives for one poll period: what a member does while it waits out of band. Floor frames
-/// that arrive meanwhile (a receiver still leaving the start barrier when the root sends) are
-/// kept in `early` for [`receive`].
+/// Receives for one poll period: what a member does while it waits at the start and end
+/// barriers. Floor frames that arrive meanwhile (a receiver still leaving the start barrier
+/// when the root sends) are kept in `early` for [`receive`].
 fn idle(l: &mut dyn Link, early: &mut Vec<(u32, u16, u16)>) -> Result<(), String> {
     l.recv(Some(POLL), &mut |_, pdu| early.extend(parse(pdu)))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// One look of the root waiting for its receivers between iterations, as
+/// [`bed::spin`] has it for a group: yields the CPU, then takes what arrived without waiting.
+fn spin(l: &mut dyn Link, early: &mut Vec<(u32, u16, u16)>) -> Result<(), String> {
+    std::thread::yield_now();
+    l.recv(None, &mut |_, pdu| early.extend(parse(pdu)))
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
@@ -134,7 +144,7 @@ pub fn stamps(
                         }
                         if rank == 0 {
                             barrier.wait_for(&done, round as usize * (k - 1), || {
-                                idle(l, &mut early)
+                                spin(l, &mut early)
                             })?;
                             root_mark_probe(&mut out);
                             let t = Instant::now();
@@ -157,7 +167,7 @@ pub fn stamps(
                 }
                 meter.stop()?;
                 if rank == 0 {
-                    barrier.wait_for(&done, round as usize * (k - 1), || idle(l, &mut early))?;
+                    barrier.wait_for(&done, round as usize * (k - 1), || spin(l, &mut early))?;
                     root_mark_probe(&mut out);
                 }
                 barrier.wait(|| idle(l, &mut early))?;
@@ -210,7 +220,8 @@ fn receive(
                 "{have} of {count} frames of round {round} within {timeout:?} (the floor needs a lossless test-bed)"
             ));
         }
-        l.recv(Some(left.min(Duration::from_millis(50))), &mut |_, pdu| {
+        // Up to the deadline, as a protocol receiver waits: a wait arms no timer for less.
+        l.recv(Some(left), &mut |_, pdu| {
             if let Some(f) = parse(pdu) {
                 have += u16::from(mark(&mut got, f));
             }

@@ -33,6 +33,7 @@ use super::cli::{code, fail, plots, print, GroupArgs, LinkArgs};
 use super::cpu::{sum_counts, Counts, Meter, PerOp};
 use super::floor::{self, FLOOR};
 use super::probe::{receiver_done, root_mark_probe, MemberRun, Stamp};
+use super::reference::{self, REFERENCE};
 use super::table::Table;
 use crate::testbed::Testbed;
 
@@ -41,8 +42,9 @@ pub const METHOD: &str = "root = rank 0; warm-up, then `iters` broadcasts per (a
 group size); latency of one broadcast = (instant the LAST receiver's bcast returned) - (instant \
 the root called bcast), all members being threads of one process sharing one clock, each on a \
 core of its own where the group has no more hosts than the machine has cores; between \
-iterations the root waits out of band (shared counter between the threads, not the network) \
-until every receiver is done, so broadcasts never overlap; mean80 = mean of the middle 80% \
+iterations the root waits out of band (shared counter between the threads, not the network; \
+it yields the CPU and polls its link without blocking meanwhile) until every receiver is done, \
+so broadcasts never overlap; mean80 = mean of the middle 80% \
 (10% fastest and 10% slowest dropped, the EQA paper's method)";
 
 /// Options of a latency run.
@@ -70,6 +72,9 @@ pub struct LatencyOptions {
     /// Count the work per broadcast of every row (system calls, sends, context switches, timers
     /// armed, CPU time of every member thread) with the kernel's perf counters.
     pub cost: bool,
+    /// An independent fan-out program to run in every block beside the floor (rows named
+    /// `reference`, see [`super::reference`]).
+    pub reference: Option<PathBuf>,
 }
 
 impl LatencyOptions {
@@ -86,6 +91,7 @@ impl LatencyOptions {
             floor: true,
             blocks: 4,
             cost: false,
+            reference: None,
         }
     }
 }
@@ -212,6 +218,9 @@ pub struct LatencyReport {
     pub ratios: Vec<Ratio>,
     /// Every protocol row over the raw floor measured in the same run (empty without it).
     pub over_floor: Vec<OverFloor>,
+    /// Every row over the reference measured in the same run (empty without it; `floor_us`
+    /// is the reference's).
+    pub over_reference: Vec<OverFloor>,
     /// Where the time goes (empty unless probing).
     pub breakdown: Vec<Breakdown>,
     /// The work per broadcast of every row (empty unless counting, `--cost`).
@@ -277,6 +286,8 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
         // block after block.
         let mut proto: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; plan.len()];
         let mut raw: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; o.sizes.len()];
+        // Per size, the reference's statistics of every block.
+        let mut refs: Vec<Vec<(Summary, usize)>> = vec![Vec::new(); o.sizes.len()];
         // Per entry, the work of all members over every block.
         let mut proto_cost = vec![Counts::default(); plan.len()];
         let mut raw_cost = vec![Counts::default(); o.sizes.len()];
@@ -289,6 +300,13 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
                 let c: Vec<_> = st.iter().map(|m| m.counts.clone()).collect();
                 append(&mut raw, st.into_iter().map(|m| m.stamps).collect(), iters);
                 sum_counts(&mut raw_cost, &c);
+            }
+            if let Some(program) = &o.reference {
+                for (i, &size) in o.sizes.iter().enumerate() {
+                    if size <= reference::MAX_SIZE {
+                        refs[i].push((reference::measure(bed, program, k, size, iters)?, iters));
+                    }
+                }
             }
             if !plan.is_empty() {
                 let st =
@@ -354,6 +372,16 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
             let (row, b) = summarize_stamps(&algo, k, size, st);
             rows.push(row);
             breakdown.extend(b);
+        }
+        for (&size, blocks) in o.sizes.iter().zip(&refs) {
+            if let Some(stats) = reference::combine(blocks) {
+                rows.push(Row {
+                    algo: REFERENCE.into(),
+                    nodes: k,
+                    size,
+                    stats,
+                });
+            }
         }
     }
     pb.finish_and_clear();
@@ -462,7 +490,7 @@ fn protocol_stamps(
                     since = Some((e, sent(g)));
                 }
                 if rank == 0 {
-                    b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+                    b.wait_for(&done, round * (k - 1), || bed::spin(g))?;
                     let mut buf = vec![(round % 251) as u8; size];
                     root_mark_probe(&mut out);
                     let t = Instant::now();
@@ -489,7 +517,7 @@ fn protocol_stamps(
             }
         }
         if rank == 0 {
-            b.wait_for(&done, round * (k - 1), || bed::poll(g))?;
+            b.wait_for(&done, round * (k - 1), || bed::spin(g))?;
             root_mark_probe(&mut out);
         }
         meter.stop()?;
@@ -553,26 +581,30 @@ pub fn analyse(rows: Vec<Row>, o: &LatencyOptions) -> LatencyReport {
             }
         }
     }
-    let over_floor = rows
-        .iter()
-        .filter(|r| r.algo != FLOOR)
-        .filter_map(|r| {
-            let f = find(FLOOR, r.nodes, r.size).filter(|&f| f > 0.0)?;
-            Some(OverFloor {
-                algo: r.algo.clone(),
-                nodes: r.nodes,
-                size: r.size,
-                floor_us: f,
-                algo_us: r.stats.mean80_us,
-                ratio: r.stats.mean80_us / f,
+    let over = |base: &str| -> Vec<OverFloor> {
+        rows.iter()
+            .filter(|r| r.algo != base)
+            .filter_map(|r| {
+                let f = find(base, r.nodes, r.size).filter(|&f| f > 0.0)?;
+                Some(OverFloor {
+                    algo: r.algo.clone(),
+                    nodes: r.nodes,
+                    size: r.size,
+                    floor_us: f,
+                    algo_us: r.stats.mean80_us,
+                    ratio: r.stats.mean80_us / f,
+                })
             })
-        })
-        .collect();
+            .collect()
+    };
+    let over_floor = over(FLOOR);
+    let over_reference = over(REFERENCE);
     LatencyReport {
         rows,
         growth,
         ratios,
         over_floor,
+        over_reference,
         breakdown: Vec::new(),
         cost: Vec::new(),
         method: METHOD.into(),
@@ -645,39 +677,20 @@ pub fn render(r: &LatencyReport) -> String {
         out.push_str(&t.render());
     }
     if !r.over_floor.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nover the raw floor measured in this run (mean80 / floor mean80; 1.0 = the medium's own latency):"
-        );
-        let mut algos: Vec<&str> = Vec::new();
-        for x in &r.over_floor {
-            if !algos.contains(&x.algo.as_str()) {
-                algos.push(&x.algo);
-            }
-        }
-        let mut head = vec!["nodes", "size B", "floor µs"];
-        head.extend(algos.iter().copied());
-        let mut t = Table::new(&head);
-        let mut keys: Vec<(usize, usize, f64)> = Vec::new();
-        for x in &r.over_floor {
-            if !keys.iter().any(|k| k.0 == x.nodes && k.1 == x.size) {
-                keys.push((x.nodes, x.size, x.floor_us));
-            }
-        }
-        for (n, s, f) in keys {
-            let mut row = vec![n.to_string(), s.to_string(), fmt_us(f)];
-            for a in &algos {
-                row.push(
-                    r.over_floor
-                        .iter()
-                        .find(|x| x.nodes == n && x.size == s && x.algo == *a)
-                        .map_or("-".into(), |x| format!("{:.2}", x.ratio)),
-                );
-            }
-            t.row(row);
-        }
-        out.push_str(&t.render());
+        out.push_str(&render_over(
+            "over the raw floor measured in this run (mean80 / floor mean80; 1.0 = the medium's own latency)",
+            "floor µs",
+            &r.over_floor,
+        ));
         let _ = writeln!(out, "floor: {}", floor::METHOD);
+    }
+    if !r.over_reference.is_empty() {
+        out.push_str(&render_over(
+            "over the reference measured in this run (mean80 / reference mean80)",
+            "reference µs",
+            &r.over_reference,
+        ));
+        let _ = writeln!(out, "reference: {}", reference::METHOD);
     }
     if !r.breakdown.is_empty() {
         let _ = writeln!(
@@ -712,6 +725,39 @@ pub fn render(r: &LatencyReport) -> String {
         out.push_str(&render_cost(&r.cost));
     }
     let _ = writeln!(out, "\nmethod: {}", r.method);
+    out
+}
+
+/// One table of ratios over a base row (the floor or the reference): a column per algorithm.
+fn render_over(title: &str, base: &str, over: &[OverFloor]) -> String {
+    let mut out = format!("\n{title}:\n");
+    let mut algos: Vec<&str> = Vec::new();
+    for x in over {
+        if !algos.contains(&x.algo.as_str()) {
+            algos.push(&x.algo);
+        }
+    }
+    let mut head = vec!["nodes", "size B", base];
+    head.extend(algos.iter().copied());
+    let mut t = Table::new(&head);
+    let mut keys: Vec<(usize, usize, f64)> = Vec::new();
+    for x in over {
+        if !keys.iter().any(|k| k.0 == x.nodes && k.1 == x.size) {
+            keys.push((x.nodes, x.size, x.floor_us));
+        }
+    }
+    for (n, s, f) in keys {
+        let mut row = vec![n.to_string(), s.to_string(), fmt_us(f)];
+        for a in &algos {
+            row.push(
+                over.iter()
+                    .find(|x| x.nodes == n && x.size == s && x.algo == *a)
+                    .map_or("-".into(), |x| format!("{:.2}", x.ratio)),
+            );
+        }
+        t.row(row);
+    }
+    out.push_str(&t.render());
     out
 }
 
@@ -848,6 +894,12 @@ pub struct Args {
     /// per-thread perf counters (needs root and tracefs), and print their ratios.
     #[arg(long)]
     cost: bool,
+    /// Also run this independent raw fan-out program in every block, beside the floor, and
+    /// print every row over it (rows `reference`; message sizes up to one frame). Its
+    /// contract is that of rawfanout.c: `PROGRAM NODES ITERS block PAYLOAD` with
+    /// `NETNS_FORMAT`, printing `mean80_us= median_us= p99_us=`.
+    #[arg(long, value_name = "PROGRAM")]
+    reference: Option<PathBuf>,
     #[command(flatten)]
     link: LinkArgs,
     /// Write the rows as CSV to this file.
@@ -870,6 +922,7 @@ impl Args {
             floor: !self.no_floor,
             blocks: self.blocks,
             cost: self.cost,
+            reference: self.reference,
             ..self.sweep.options(&self.link, "eblat", self.breakdown)
         };
         let r = match run(&o) {

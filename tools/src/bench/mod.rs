@@ -12,6 +12,7 @@ pub mod memory;
 pub mod mpi;
 pub mod plot;
 pub mod probe;
+pub mod reference;
 pub mod scale;
 pub mod sim;
 pub mod simlat;
