@@ -139,6 +139,9 @@ pub struct Receiver {
     pushed_cap: usize,
     posts: VecDeque<Post>,
     posts_cap: usize,
+    /// Buffers lent by posted receives (`Engine::post_recv_into`), at most one per post:
+    /// messages are received into them before anything is allocated.
+    spares: Vec<Vec<u8>>,
     auto_post: bool,
     /// The cache hint for where the next frames land: the message buffer, the slot copies
     /// (`Config::prefetch`).
@@ -256,6 +259,7 @@ impl Receiver {
             pushed_cap: cfg.pushed_buffer,
             posts: VecDeque::with_capacity(cfg.recv_queue),
             posts_cap: cfg.recv_queue,
+            spares: Vec::new(),
             auto_post: cfg.auto_post,
             prefetch: cfg.prefetch,
             observer: None,
@@ -316,6 +320,7 @@ impl Receiver {
             + self.link_at.len() * std::mem::size_of::<usize>()
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
+            + self.spares.iter().map(Vec::capacity).sum::<usize>()
             + self
                 .holding
                 .iter()
@@ -367,12 +372,26 @@ impl Receiver {
         self.keep = keep;
     }
 
-    pub(crate) fn post(&mut self, max_len: usize) -> Result<(), PostError> {
+    /// Posts a receive of up to `max_len` bytes; `buf`'s capacity, if any, receives a
+    /// message (see `take_spare`).
+    pub(crate) fn post(&mut self, max_len: usize, buf: Vec<u8>) -> Result<(), PostError> {
         if self.posts.len() >= self.posts_cap {
             return Err(PostError::QueueFull(self.posts_cap));
         }
         self.posts.push_back(Post { max_len });
+        if buf.capacity() > 0 && self.spares.len() < self.posts_cap {
+            self.spares.push(buf);
+        }
         Ok(())
+    }
+
+    /// An empty buffer for a message, with room for `reserve` bytes: one lent by a posted
+    /// receive if there is one (allocating only if it is smaller), else a new one.
+    pub(super) fn take_spare(&mut self, reserve: usize) -> Vec<u8> {
+        let mut v = self.spares.pop().unwrap_or_default();
+        v.clear();
+        v.reserve_exact(reserve);
+        v
     }
 
     fn cur_posted(&self) -> bool {
@@ -398,30 +417,36 @@ impl Receiver {
         // Complete messages waiting for a receive.
         while !self.done.is_empty() && (self.auto_post || !self.posts.is_empty()) {
             let mut m = self.done.pop_front().expect("not empty");
-            let bytes: Vec<u8> = self.pushed.drain(..m.pushed).collect();
+            let mut bytes = self.take_spare(m.pushed);
+            bytes.extend(self.pushed.drain(..m.pushed));
             m.data = Some(bytes);
             m.pushed = 0;
             self.deliver(m);
         }
         // The message in progress becomes posted: copy its pushed part out.
-        if self.cur_posted() {
-            if let Some(m) = self.cur.as_mut() {
-                if m.data.is_none() {
-                    let max = self
-                        .posts
-                        .front()
-                        .map_or(usize::MAX, |p| p.max_len)
-                        .min(self.keep);
-                    let mut v = Vec::with_capacity(m.len.min(WHOLE_RESERVE));
-                    v.extend(self.pushed.drain(..m.pushed));
-                    m.pushed = 0;
-                    if m.len > max {
-                        m.truncated = Some(max);
-                        v = Vec::new();
-                    }
-                    m.data = Some(v);
-                }
+        let unposted = self
+            .cur
+            .as_ref()
+            .filter(|m| m.data.is_none())
+            .map(|m| m.len);
+        if let Some(len) = unposted.filter(|_| self.cur_posted()) {
+            let max = self
+                .posts
+                .front()
+                .map_or(usize::MAX, |p| p.max_len)
+                .min(self.keep);
+            let mut v = self.take_spare(len.min(WHOLE_RESERVE));
+            let m = self
+                .cur
+                .as_mut()
+                .expect("unposted is the message in progress");
+            v.extend(self.pushed.drain(..m.pushed));
+            m.pushed = 0;
+            if m.len > max {
+                m.truncated = Some(max);
+                v = Vec::new();
             }
+            m.data = Some(v);
         }
         self.drain();
         if self.expected > before {
