@@ -139,9 +139,14 @@ pub struct Receiver {
     pushed_cap: usize,
     posts: VecDeque<Post>,
     posts_cap: usize,
-    /// Buffers lent by posted receives (`Engine::post_recv_into`), at most one per post:
-    /// messages are received into them before anything is allocated.
-    spares: Vec<Vec<u8>>,
+    /// A buffer lent by a posted receive (`Engine::post_recv_into`): the next message is
+    /// received into it before anything is allocated. Boxed, the box kept once made: a stream
+    /// that is never lent one costs a pointer (the receiver's size is the paper's `s_RDP`).
+    #[allow(
+        clippy::box_collection,
+        reason = "a pointer in the receiver, not a Vec's three words"
+    )]
+    spare: Option<Box<Vec<u8>>>,
     auto_post: bool,
     /// The cache hint for where the next frames land: the message buffer, the slot copies
     /// (`Config::prefetch`).
@@ -259,7 +264,7 @@ impl Receiver {
             pushed_cap: cfg.pushed_buffer,
             posts: VecDeque::with_capacity(cfg.recv_queue),
             posts_cap: cfg.recv_queue,
-            spares: Vec::new(),
+            spare: None,
             auto_post: cfg.auto_post,
             prefetch: cfg.prefetch,
             observer: None,
@@ -320,7 +325,7 @@ impl Receiver {
             + self.link_at.len() * std::mem::size_of::<usize>()
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
-            + self.spares.iter().map(Vec::capacity).sum::<usize>()
+            + self.spare.as_ref().map_or(0, |v| v.capacity())
             + self
                 .holding
                 .iter()
@@ -379,16 +384,24 @@ impl Receiver {
             return Err(PostError::QueueFull(self.posts_cap));
         }
         self.posts.push_back(Post { max_len });
-        if buf.capacity() > 0 && self.spares.len() < self.posts_cap {
-            self.spares.push(buf);
+        if buf.capacity() > 0 {
+            match self.spare.as_deref_mut() {
+                Some(spare) if spare.capacity() == 0 => *spare = buf,
+                Some(_) => {}
+                None => self.spare = Some(Box::new(buf)),
+            }
         }
         Ok(())
     }
 
-    /// An empty buffer for a message, with room for `reserve` bytes: one lent by a posted
-    /// receive if there is one (allocating only if it is smaller), else a new one.
+    /// An empty buffer for a message, with room for `reserve` bytes: the one a posted receive
+    /// lent if there is one (allocating only if it is smaller), else a new one.
     pub(super) fn take_spare(&mut self, reserve: usize) -> Vec<u8> {
-        let mut v = self.spares.pop().unwrap_or_default();
+        let mut v = self
+            .spare
+            .as_deref_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
         v.clear();
         v.reserve_exact(reserve);
         v
