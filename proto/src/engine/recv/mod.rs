@@ -136,9 +136,9 @@ pub struct Receiver {
     hold_moved: Option<Instant>,
     peer_hold: bool,
     pushed: Vec<u8>,
-    pushed_cap: usize,
+    pushed_cap: u32,
     posts: VecDeque<Post>,
-    posts_cap: usize,
+    posts_cap: u32,
     /// A buffer lent by a posted receive (`Engine::post_recv_into`): the next message is
     /// received into it before anything is allocated. Boxed, the box kept once made: a stream
     /// that is never lent one costs a pointer (the receiver's size is the paper's `s_RDP`).
@@ -261,9 +261,9 @@ impl Receiver {
             hold_moved: None,
             peer_hold: cfg.peer_hold,
             pushed: Vec::with_capacity(cfg.pushed_buffer),
-            pushed_cap: cfg.pushed_buffer,
+            pushed_cap: u32::try_from(cfg.pushed_buffer).unwrap_or(u32::MAX),
             posts: VecDeque::with_capacity(cfg.recv_queue),
-            posts_cap: cfg.recv_queue,
+            posts_cap: u32::try_from(cfg.recv_queue).unwrap_or(u32::MAX),
             spare: None,
             auto_post: cfg.auto_post,
             prefetch: cfg.prefetch,
@@ -380,8 +380,8 @@ impl Receiver {
     /// Posts a receive of up to `max_len` bytes; `buf`'s capacity, if any, receives a
     /// message (see `take_spare`).
     pub(crate) fn post(&mut self, max_len: usize, buf: Vec<u8>) -> Result<(), PostError> {
-        if self.posts.len() >= self.posts_cap {
-            return Err(PostError::QueueFull(self.posts_cap));
+        if self.posts.len() >= self.posts_cap as usize {
+            return Err(PostError::QueueFull(self.posts_cap as usize));
         }
         self.posts.push_back(Post { max_len });
         if buf.capacity() > 0 {

@@ -317,7 +317,7 @@ impl Receiver {
                 return Err(Drop::Protocol("placed frame without its buffer"))
             }
             (None, Payload::Here(p)) => {
-                if self.pushed.len() + len > self.pushed_cap {
+                if self.pushed.len() + len > self.pushed_cap as usize {
                     return Err(Drop::NoRoom);
                 }
                 self.pushed.extend_from_slice(p);
