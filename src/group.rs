@@ -241,6 +241,17 @@ pub enum GroupError {
         /// Size.
         size: u16,
     },
+    /// The root's message does not have the length of this member's buffer
+    /// ([`Group::bcast_into`]): the buffer is left as it was.
+    #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
+    Length {
+        /// Root of the broadcast.
+        root: Rank,
+        /// Length of the message.
+        got: usize,
+        /// Length of the caller's buffer.
+        want: usize,
+    },
 }
 
 /// A member of a group on a real link: a [`Member`] run with the wall clock.
@@ -249,6 +260,9 @@ pub struct Group {
     reported: usize,
     opts: GroupOptions,
     join_stats: JoinStats,
+    /// The buffer [`Group::bcast_into`] sends from and receives into, kept from call to call
+    /// (as large as the largest message so far).
+    spare: Vec<u8>,
 }
 
 impl std::fmt::Debug for Group {
@@ -371,6 +385,7 @@ impl Group {
             reported: 0,
             opts,
             join_stats,
+            spare: Vec::new(),
         })
     }
 
@@ -421,6 +436,14 @@ impl Group {
     /// root's call returns once every frame of its message has been handed to the link (it
     /// waits for the acknowledgements that make room in the window for the last ones), not
     /// once every member has it (with failure detection: once every live member has it).
+    ///
+    /// No byte is copied and nothing is allocated for the call: the root lends `buf` to the
+    /// library, which cuts its frames from it and gives it back unchanged; elsewhere the
+    /// message is received into `buf`'s capacity. A program that passes the same `Vec` to
+    /// every call allocates nothing once it has grown to the largest message. When the call
+    /// fails `buf` may be left empty (at the root, only if the call timed out with its
+    /// message still being sent). For a buffer of a length every member agrees on, see
+    /// [`Group::bcast_into`].
     pub fn bcast(&mut self, root: Rank, buf: &mut Vec<u8>) -> Result<Outcome, GroupError> {
         self.bcast_with(root, buf, self.opts.algorithm)
     }
@@ -439,25 +462,57 @@ impl Group {
                 size: n,
             });
         }
-        let data = if root == self.rank() {
-            buf.clone()
-        } else {
-            Vec::new()
-        };
         self.driver
             .member_mut()
-            .bcast(WallClock.now(), root, data, algo)?;
+            .bcast_from(WallClock.now(), root, buf, algo)?;
         let sends = if root == self.rank() {
             Sends::Now
         } else {
             Sends::Deferred
         };
         if let Done::Bcast(data) = self.finish_with("a message from the root", sends)? {
-            if root != self.rank() {
-                *buf = data;
-            }
+            *buf = data;
         }
         Ok(self.outcome())
+    }
+
+    /// MPI_Bcast into the caller's buffer, of a length every member agrees on: the root sends
+    /// `buf`, every other member receives the root's message into it. A message whose length
+    /// differs from `buf`'s fails with [`GroupError::Length`]; `buf` is then left as it was,
+    /// as on any other error. The bytes pass through one buffer the group keeps from call to
+    /// call, so nothing is allocated once it has grown to the largest message.
+    pub fn bcast_into(&mut self, root: Rank, buf: &mut [u8]) -> Result<Outcome, GroupError> {
+        self.bcast_into_with(root, buf, self.opts.algorithm)
+    }
+
+    /// [`Group::bcast_into`] with a chosen algorithm (all members must choose the same).
+    pub fn bcast_into_with(
+        &mut self,
+        root: Rank,
+        buf: &mut [u8],
+        algo: Algorithm,
+    ) -> Result<Outcome, GroupError> {
+        let mut spare = std::mem::take(&mut self.spare);
+        let sending = root == self.rank();
+        if sending {
+            spare.clear();
+            spare.extend_from_slice(buf);
+        }
+        let r = self.bcast_with(root, &mut spare, algo).and_then(|outcome| {
+            if !sending {
+                if spare.len() != buf.len() {
+                    return Err(GroupError::Length {
+                        root,
+                        got: spare.len(),
+                        want: buf.len(),
+                    });
+                }
+                buf.copy_from_slice(&spare);
+            }
+            Ok(outcome)
+        });
+        self.spare = spare;
+        r
     }
 
     fn outcome(&mut self) -> Outcome {

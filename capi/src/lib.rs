@@ -390,6 +390,7 @@ fn code_of(e: &CallError) -> c_int {
             }
             GroupError::Interrupted => ETHBCAST_ERR_TIMEOUT,
             GroupError::BadRank { .. } => ETHBCAST_ERR_BAD_RANK,
+            GroupError::Length { .. } => ETHBCAST_ERR_LENGTH,
             GroupError::NoKey => ETHBCAST_ERR_KEY,
         },
     }

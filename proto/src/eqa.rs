@@ -460,20 +460,20 @@ impl Eqa {
             return false;
         }
         let old = std::mem::replace(&mut lms.cursor, new);
-        // Repair requests for what it now has are void.
-        let mut dropped = Vec::new();
+        // Repair requests for what it now has are void (and no longer want their slot).
+        let (buf, held) = (&mut self.buf, self.hms.tail..self.hms.head);
         lms.repair.retain(|&s| {
-            let keep = s >= new;
-            if !keep {
-                dropped.push(s);
+            if s >= new {
+                return true;
             }
-            keep
+            if held.contains(&s) {
+                let j = buf.index(s);
+                buf.slots[j].want = buf.slots[j].want.saturating_sub(1);
+            }
+            false
         });
         if lms.repair.is_empty() {
             self.pending.remove(&(i as u32));
-        }
-        for s in dropped {
-            self.unwant(s);
         }
         for s in old.max(self.hms.tail)..new {
             self.release(s);
@@ -572,28 +572,21 @@ impl Eqa {
     }
 
     /// Withdraws `seq` from every destination's repair queue (it is being re-broadcast).
-    /// Returns the ranks that had asked for it.
-    pub fn withdraw_repair(&mut self, seq: Seq) -> Vec<Rank> {
-        let mut ranks = Vec::new();
-        let mut emptied = Vec::new();
+    /// Appends the ranks that had asked for it to `ranks`.
+    pub fn withdraw_repair(&mut self, seq: Seq, ranks: &mut Vec<Rank>) {
         for &i in &self.pending {
             let lms = &mut self.lms[i as usize];
             if let Some(p) = lms.repair.iter().position(|&s| s == seq) {
                 lms.repair.remove(p);
                 ranks.push(lms.rank);
-                if lms.repair.is_empty() {
-                    emptied.push(i);
-                }
             }
         }
-        for i in emptied {
-            self.pending.remove(&i);
-        }
+        let lms = &self.lms;
+        self.pending.retain(|&i| !lms[i as usize].repair.is_empty());
         if seq >= self.hms.tail && seq < self.hms.head {
             let i = self.buf.index(seq);
             self.buf.slots[i].want = 0;
         }
-        ranks
     }
 }
 
@@ -687,7 +680,9 @@ mod tests {
         assert!(!e.request_repair(1, 1));
         assert!(e.request_repair(2, 1));
         assert_eq!(e.slot(1).unwrap().want(), 2);
-        assert_eq!(e.withdraw_repair(1), vec![1, 2]);
+        let mut asked = Vec::new();
+        e.withdraw_repair(1, &mut asked);
+        assert_eq!(asked, vec![1, 2]);
         assert!(e.request_repair(1, 2));
         e.ack(1, 3);
         assert_eq!(e.pop_repair(1), None);
@@ -766,7 +761,7 @@ mod tests {
                     Op::Evict(r) => { e.evict(r); live[r as usize] = false; }
                     Op::Request(r, d) => { e.request_repair(r, e.tail() + u64::from(d)); }
                     Op::Pop(r) => { e.pop_repair(r); }
-                    Op::Withdraw(d) => { e.withdraw_repair(e.tail() + u64::from(d)); }
+                    Op::Withdraw(d) => { e.withdraw_repair(e.tail() + u64::from(d), &mut Vec::new()); }
                 }
                 check_repairs(&e)?;
                 let tail = (0..5).filter(|&r| live[r]).map(|r| cursors[r]).min().unwrap_or(head);

@@ -2,12 +2,20 @@
 //! (the EQA memory accounting is verified against it), and the C allocator's reuse of freed
 //! blocks for processes that move large buffers ([`keep_freed_memory`]).
 //!
-//! It forwards to the system allocator and keeps the number of bytes currently allocated.
-//! Install it in a test binary with `#[global_allocator]`; the test binary then needs no
-//! `unsafe` of its own.
+//! It forwards to the system allocator and keeps the number of bytes currently allocated and
+//! the number of allocations made (a reallocation is one), by every thread and by the calling
+//! thread. Install it in a test binary with `#[global_allocator]`; the test binary then needs
+//! no `unsafe` of its own.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+thread_local! {
+    /// Allocations made by this thread through a [`CountingAlloc`]. Constant-initialised and
+    /// without a destructor, so reading it allocates nothing.
+    static THREAD_ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
 
 /// Asks the C allocator to keep freed blocks of up to `bytes` for reuse: it serves them from
 /// its heap rather than mapping fresh pages (`M_MMAP_THRESHOLD`), and it returns the heap's
@@ -39,10 +47,11 @@ pub fn keep_freed_memory(bytes: usize) -> bool {
 /// The largest block size glibc's `M_MMAP_THRESHOLD` accepts on 64-bit machines.
 pub const MAX_KEPT_BLOCK: usize = 32 << 20;
 
-/// The system allocator with a counter of live bytes.
+/// The system allocator with counters of live bytes and of allocations.
 #[derive(Debug, Default)]
 pub struct CountingAlloc {
     live: AtomicUsize,
+    allocations: AtomicU64,
 }
 
 impl CountingAlloc {
@@ -50,12 +59,29 @@ impl CountingAlloc {
     pub const fn new() -> CountingAlloc {
         CountingAlloc {
             live: AtomicUsize::new(0),
+            allocations: AtomicU64::new(0),
         }
     }
 
     /// Bytes allocated and not yet freed (by every thread).
     pub fn live_bytes(&self) -> usize {
         self.live.load(Ordering::SeqCst)
+    }
+
+    /// Allocations and reallocations made so far (by every thread).
+    pub fn allocations(&self) -> u64 {
+        self.allocations.load(Ordering::SeqCst)
+    }
+
+    /// Allocations and reallocations the calling thread has made so far.
+    pub fn thread_allocations() -> u64 {
+        THREAD_ALLOCATIONS.try_with(Cell::get).unwrap_or(0)
+    }
+
+    fn count(&self) {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        // A thread being torn down has no counter left: its allocations count globally only.
+        let _ = THREAD_ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
     }
 }
 
@@ -67,6 +93,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             self.live.fetch_add(layout.size(), Ordering::SeqCst);
+            self.count();
         }
         p
     }
@@ -76,6 +103,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             self.live.fetch_add(layout.size(), Ordering::SeqCst);
+            self.count();
         }
         p
     }
@@ -93,6 +121,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
         if !p.is_null() {
             self.live.fetch_sub(layout.size(), Ordering::SeqCst);
             self.live.fetch_add(new_size, Ordering::SeqCst);
+            self.count();
         }
         p
     }

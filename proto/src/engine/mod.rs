@@ -250,6 +250,36 @@ impl Engine {
         data: Vec<u8>,
         algo: Algorithm,
     ) -> Result<u64, SendError> {
+        self.enqueue(now, &mut { data }, algo, false)
+    }
+
+    /// [`Engine::bcast`] of the message in `buf`, lent: the engine takes it (leaving `buf`
+    /// empty) once it is accepted, and gives it back through [`Engine::take_sent`] once all
+    /// its frames are in the retransmission buffer, so that its capacity serves the caller's
+    /// next message. On an error `buf` keeps the message.
+    pub fn bcast_from(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        algo: Algorithm,
+    ) -> Result<u64, SendError> {
+        self.enqueue(now, buf, algo, true)
+    }
+
+    /// The buffer of message `id` lent with [`Engine::bcast_from`], once all its frames are in
+    /// the retransmission buffer ([`Sender::queued`] is 0 then, if no later message waits).
+    /// Kept for the newest two such messages only; `None` before, or once taken.
+    pub fn take_sent(&mut self, id: u64) -> Option<Vec<u8>> {
+        self.tx.take_sent(id)
+    }
+
+    fn enqueue(
+        &mut self,
+        now: Instant,
+        data: &mut Vec<u8>,
+        algo: Algorithm,
+        lent: bool,
+    ) -> Result<u64, SendError> {
         if let Some(e) = self.ended {
             return Err(e.into());
         }
@@ -261,7 +291,7 @@ impl Engine {
         }
         let id = self
             .tx
-            .enqueue(&self.cfg, data, algo, &self.live)
+            .enqueue(&self.cfg, data, algo, &self.live, lent)
             .inspect_err(|e| {
                 if let SendError::SessionEnded(e) = e {
                     self.ended = Some(*e);
@@ -275,6 +305,19 @@ impl Engine {
     /// Posts a receive for the next message of `root` that has not been posted for yet,
     /// accepting up to `max_len` bytes. Needed unless `auto_post` is set.
     pub fn post_recv(&mut self, now: Instant, root: Rank, max_len: usize) -> Result<(), PostError> {
+        self.post_recv_into(now, root, max_len, Vec::new())
+    }
+
+    /// [`Engine::post_recv`] with a buffer to receive into: a message of `root` is received
+    /// into its capacity (its contents are dropped) and delivered in it, so that a caller who
+    /// hands back the buffer of its last message receives without an allocation.
+    pub fn post_recv_into(
+        &mut self,
+        now: Instant,
+        root: Rank,
+        max_len: usize,
+        buf: Vec<u8>,
+    ) -> Result<(), PostError> {
         if root >= self.cfg.size || root == self.cfg.rank {
             return Err(PostError::NotMember(root));
         }
@@ -282,7 +325,7 @@ impl Engine {
             return Err(PostError::Evicted(root));
         }
         let rx = self.rx_mut(now, root);
-        rx.post(max_len)?;
+        rx.post(max_len, buf)?;
         rx.progress(now);
         self.collect_rx(root);
         Ok(())

@@ -19,6 +19,10 @@
 //! destination once (its timer and fail-over counters), as the switch delivers it to each. A
 //! member that never broadcasts never allocates its destination structures: they are made at
 //! its first broadcast.
+//!
+//! A message lent with [`super::Engine::bcast_from`] is given back once all its frames are in
+//! the buffer ([`super::Engine::take_sent`]): the frames are copies, so the caller's buffer is
+//! free again then, and its capacity serves the caller's next message without an allocation.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
@@ -70,7 +74,15 @@ pub(crate) struct OutMsg {
     push_end: usize,
     pull_granted: bool,
     last_push: Option<Seq>,
+    /// Lent by the caller, who takes it back once its frames are all in the buffer
+    /// ([`Sender::take_sent`]).
+    lent: bool,
 }
+
+/// Lent messages whose frames are all in the buffer, kept for their callers to take back: the
+/// newest ones, at most this many (a caller that gave up on a call does not take its message
+/// back, and the next call's is the newest).
+const SENT_KEPT: usize = 2;
 
 /// The root side of one member.
 #[derive(Debug)]
@@ -101,6 +113,12 @@ pub struct Sender {
     /// Every running retransmission timer of a live destination: `(deadline, rank)`, in step
     /// with `Lms::timer`.
     timers: BTreeSet<(Instant, Rank)>,
+    /// Lent messages whose frames are all in the buffer, by id, for their callers to take
+    /// back (at most [`SENT_KEPT`]).
+    sent: VecDeque<(u64, Vec<u8>)>,
+    /// A list of ranks for the timers that fired and the destinations a repair serves, kept
+    /// so that neither allocates.
+    ranks: Vec<Rank>,
 }
 
 /// Fresh frames over which the fail-over check judges a destination.
@@ -137,6 +155,8 @@ impl Sender {
             p2p_copies: VecDeque::new(),
             dests_made: false,
             timers: BTreeSet::new(),
+            sent: VecDeque::new(),
+            ranks: Vec::new(),
         }
     }
 
@@ -184,12 +204,16 @@ impl Sender {
         self.eqa.buf().heap_bytes() + self.queue.capacity() * std::mem::size_of::<OutMsg>()
     }
 
+    /// Queues the message in `data`, taking it (leaving `data` empty) only once it is
+    /// accepted: on an error `data` keeps it. A `lent` message is kept for its caller when its
+    /// frames are all in the buffer ([`Sender::take_sent`]).
     pub(crate) fn enqueue(
         &mut self,
         cfg: &Config,
-        data: Vec<u8>,
+        data: &mut Vec<u8>,
         algo: Algorithm,
         live: &[bool],
+        lent: bool,
     ) -> Result<u64, SendError> {
         if self.queue.len() >= self.queue_cap {
             return Err(SendError::QueueFull(self.queue_cap));
@@ -224,15 +248,24 @@ impl Sender {
         };
         self.queue.push_back(OutMsg {
             id,
-            data,
+            data: std::mem::take(data),
             algo,
             off: 0,
             started: false,
             push_end,
             pull_granted: false,
             last_push: None,
+            lent,
         });
         Ok(id)
+    }
+
+    /// The buffer of lent message `id`, once all its frames are in the retransmission buffer
+    /// (`None` before, or if it was not lent, or was taken already, or was one of more than
+    /// [`SENT_KEPT`] lent messages nobody took back).
+    pub(crate) fn take_sent(&mut self, id: u64) -> Option<Vec<u8>> {
+        let i = self.sent.iter().position(|(m, _)| *m == id)?;
+        self.sent.remove(i).map(|(_, data)| data)
     }
 
     fn room(&self) -> usize {
@@ -259,6 +292,12 @@ impl Sender {
             if m.started && m.off >= m.data.len() {
                 let m = self.queue.pop_front().expect("front exists");
                 self.unstable.push_back((m.id, self.eqa.head() - 1));
+                if m.lent {
+                    if self.sent.len() >= SENT_KEPT {
+                        self.sent.pop_front();
+                    }
+                    self.sent.push_back((m.id, m.data));
+                }
                 continue;
             }
             if m.algo == Algorithm::PushPull && m.started && m.off >= m.push_end && !m.pull_granted
@@ -490,7 +529,8 @@ impl Sender {
     pub(crate) fn on_timeout(&mut self, cfg: &Config, now: Instant, live: &[bool]) {
         let sent_upto = self.sent_upto;
         // The timers that fired, in rank order.
-        let mut fired = Vec::new();
+        let mut fired = std::mem::take(&mut self.ranks);
+        fired.clear();
         while let Some(&(t, rank)) = self.timers.first() {
             if t > now {
                 break;
@@ -499,7 +539,7 @@ impl Sender {
             self.timers.pop_first();
         }
         fired.sort_unstable();
-        for rank in fired {
+        for &rank in &fired {
             let Some(lms) = self.eqa.lms_mut(rank) else {
                 continue;
             };
@@ -545,6 +585,7 @@ impl Sender {
             // often a driver calls this, the protocol is the same.
             self.eqa.request_repair(rank, cursor);
         }
+        self.ranks = fired;
         if let Some(t) = self.pull_timer {
             if t <= now {
                 self.pull_backoff += 1;
@@ -757,19 +798,24 @@ impl Sender {
             };
             let len = repr.emit(slot.payload(), buf).ok()?;
             let bytes = slot.payload().len() as u64;
-            let mut served = vec![rank];
+            let mut served = std::mem::take(&mut self.ranks);
+            served.clear();
+            served.push(rank);
             if rebroadcast {
-                for r in self.eqa.withdraw_repair(seq) {
+                self.eqa.withdraw_repair(seq, &mut served);
+                let mut k = 1;
+                while let Some(&r) = served.get(k) {
                     if self.eqa.lms(r).is_some_and(|l| l.unicast_repairs || l.p2p) {
                         // The re-broadcast may not reach it: it keeps its own request.
                         self.eqa.request_repair(r, seq);
+                        served.swap_remove(k);
                     } else {
-                        served.push(r);
+                        k += 1;
                     }
                 }
                 stats.rebroadcasts += 1;
             }
-            for r in served {
+            for &r in &served {
                 if let Some(l) = self.eqa.lms_mut(r) {
                     l.recent_repaired = l.recent_repaired.saturating_add(1);
                     l.stats.repairs += 1;
@@ -779,6 +825,7 @@ impl Sender {
                     }
                 }
             }
+            self.ranks = served;
             stats.repair_frames += 1;
             return Some(Transmit { dst, len });
         }

@@ -14,9 +14,12 @@ pub(super) enum Call {
         root: Rank,
         algo: Algorithm,
         tag: Tag,
-        /// At the root: its message, until the call completes. At a relay of the tree: the
-        /// message it forwards, until its copies are whole in their windows.
+        /// At the root of a tree broadcast: its message, until the call completes. At a relay
+        /// of the tree: the message it forwards, until its copies are whole in their windows.
         own: Option<Vec<u8>>,
+        /// At the root of a hardware broadcast: the id of its message, lent to the engine
+        /// until its frames are all in the window ([`Engine::take_sent`]).
+        lent: Option<u64>,
     },
     /// A barrier of machine `which`, epoch `epoch`.
     Barrier { which: usize, epoch: u32 },
@@ -31,6 +34,24 @@ impl Member {
         now: Instant,
         root: Rank,
         data: Vec<u8>,
+        algo: Algorithm,
+    ) -> Result<(), MemberError> {
+        self.bcast_from(now, root, &mut { data }, algo)
+    }
+
+    /// [`Member::bcast`] that borrows no bytes and allocates none in steady state: the call
+    /// takes `buf` (leaving it empty) and its result, [`Done::Bcast`], gives the buffer back.
+    /// At the root `buf` holds the message: the engine sends from it without a copy of its
+    /// own and the result is the same buffer, message unchanged. Elsewhere its capacity
+    /// receives the root's message (its contents are dropped), and the result is the
+    /// message in it. So a caller that passes the buffer of its last result each time
+    /// allocates nothing once the buffer is as large as the largest message. When this call
+    /// fails, the root's `buf` keeps its message.
+    pub fn bcast_from(
+        &mut self,
+        now: Instant,
+        root: Rank,
+        buf: &mut Vec<u8>,
         algo: Algorithm,
     ) -> Result<(), MemberError> {
         let n = self.size();
@@ -51,7 +72,7 @@ impl Member {
         // member still in an earlier call never takes a later call's message.
         let tag = (root, self.collectives[usize::from(root)]);
         self.collectives[usize::from(root)] += 1;
-        let mut own = None;
+        let (mut own, mut lent) = (None, None);
         if me == root {
             let failed = self.engine.sender().failed_over().len();
             let live = self.engine.sender().eqa().hms().live();
@@ -61,24 +82,24 @@ impl Member {
                 if algo != Algorithm::Tree {
                     self.stats.tree_fallbacks += 1;
                 }
-                self.forward_tree(now, tag, &data)?;
+                self.forward_tree(now, tag, buf)?;
+                own = Some(std::mem::take(buf));
             } else {
                 let a = if algo == Algorithm::Simple {
                     Algorithm::Simple
                 } else {
                     Algorithm::PushPull
                 };
-                self.engine.bcast(now, data.clone(), a)?;
+                lent = Some(self.engine.bcast_from(now, buf, a)?);
             }
-            own = Some(data);
         } else if algo != Algorithm::Tree
             && self.inbox[usize::from(root)].is_empty()
             && self.posted[usize::from(root)] == 0
         {
-            // The receive of this call (the MPI way: posted when the call is made). A receive
-            // left by a call the root served down the tree serves this one. A message already
-            // held in the pushed buffer is delivered by the post.
-            self.post(now, root)?;
+            // The receive of this call (the MPI way: posted when the call is made), into the
+            // caller's buffer. A receive left by a call the root served down the tree serves
+            // this one. A message already held in the pushed buffer is delivered by the post.
+            self.post_into(now, root, std::mem::take(buf))?;
             self.collect(now);
         }
         self.call = Some(Call::Bcast {
@@ -86,6 +107,7 @@ impl Member {
             algo,
             tag,
             own,
+            lent,
         });
         self.advance(now);
         Ok(())
@@ -141,8 +163,13 @@ impl Member {
     }
 
     pub(super) fn post(&mut self, now: Instant, root: Rank) -> Result<(), MemberError> {
+        self.post_into(now, root, Vec::new())
+    }
+
+    /// Posts a receive for `root` that receives into `buf`'s capacity.
+    fn post_into(&mut self, now: Instant, root: Rank, buf: Vec<u8>) -> Result<(), MemberError> {
         let max = self.engine.config().max_message;
-        self.engine.post_recv(now, root, max)?;
+        self.engine.post_recv_into(now, root, max, buf)?;
         self.posted[usize::from(root)] += 1;
         Ok(())
     }
@@ -176,9 +203,7 @@ impl Member {
                 .is_released(*epoch)
                 .then_some(Ok(Done::Barrier)),
             Call::Bcast {
-                root,
-                own: Some(data),
-                ..
+                root, own, lent, ..
             } if *root == me => {
                 // The root's call returns once its whole message is in the retransmission
                 // buffer, from where the driver's flush as the call returns sends it without
@@ -192,7 +217,15 @@ impl Member {
                     None => self.send_queues_empty(),
                     Some(_) => self.is_idle(),
                 };
-                done.then(|| Ok(Done::Bcast(data.clone())))
+                // Once the queues are empty a lent message is among the engine's sent ones
+                // (the newest lent, as calls come one at a time).
+                done.then(|| {
+                    let data = match lent {
+                        Some(id) => self.engine.take_sent(*id),
+                        None => own.take(),
+                    };
+                    Ok(Done::Bcast(data.unwrap_or_default()))
+                })
             }
             // A relay of the tree returns, as the root does, once its copies for its children
             // are whole in their windows.
@@ -206,6 +239,7 @@ impl Member {
                 algo,
                 tag,
                 own,
+                ..
             } => {
                 let (root, algo, tag) = (*root, *algo, *tag);
                 let hw = (algo != Algorithm::Tree)

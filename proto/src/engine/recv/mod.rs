@@ -136,9 +136,17 @@ pub struct Receiver {
     hold_moved: Option<Instant>,
     peer_hold: bool,
     pushed: Vec<u8>,
-    pushed_cap: usize,
+    pushed_cap: u32,
     posts: VecDeque<Post>,
-    posts_cap: usize,
+    posts_cap: u32,
+    /// A buffer lent by a posted receive (`Engine::post_recv_into`): the next message is
+    /// received into it before anything is allocated. Boxed, the box kept once made: a stream
+    /// that is never lent one costs a pointer (the receiver's size is the paper's `s_RDP`).
+    #[allow(
+        clippy::box_collection,
+        reason = "a pointer in the receiver, not a Vec's three words"
+    )]
+    spare: Option<Box<Vec<u8>>>,
     auto_post: bool,
     /// The cache hint for where the next frames land: the message buffer, the slot copies
     /// (`Config::prefetch`).
@@ -253,9 +261,10 @@ impl Receiver {
             hold_moved: None,
             peer_hold: cfg.peer_hold,
             pushed: Vec::with_capacity(cfg.pushed_buffer),
-            pushed_cap: cfg.pushed_buffer,
+            pushed_cap: u32::try_from(cfg.pushed_buffer).unwrap_or(u32::MAX),
             posts: VecDeque::with_capacity(cfg.recv_queue),
-            posts_cap: cfg.recv_queue,
+            posts_cap: u32::try_from(cfg.recv_queue).unwrap_or(u32::MAX),
+            spare: None,
             auto_post: cfg.auto_post,
             prefetch: cfg.prefetch,
             observer: None,
@@ -316,6 +325,7 @@ impl Receiver {
             + self.link_at.len() * std::mem::size_of::<usize>()
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
+            + self.spare.as_ref().map_or(0, |v| v.capacity())
             + self
                 .holding
                 .iter()
@@ -367,12 +377,34 @@ impl Receiver {
         self.keep = keep;
     }
 
-    pub(crate) fn post(&mut self, max_len: usize) -> Result<(), PostError> {
-        if self.posts.len() >= self.posts_cap {
-            return Err(PostError::QueueFull(self.posts_cap));
+    /// Posts a receive of up to `max_len` bytes; `buf`'s capacity, if any, receives a
+    /// message (see `take_spare`).
+    pub(crate) fn post(&mut self, max_len: usize, buf: Vec<u8>) -> Result<(), PostError> {
+        if self.posts.len() >= self.posts_cap as usize {
+            return Err(PostError::QueueFull(self.posts_cap as usize));
         }
         self.posts.push_back(Post { max_len });
+        if buf.capacity() > 0 {
+            match self.spare.as_deref_mut() {
+                Some(spare) if spare.capacity() == 0 => *spare = buf,
+                Some(_) => {}
+                None => self.spare = Some(Box::new(buf)),
+            }
+        }
         Ok(())
+    }
+
+    /// An empty buffer for a message, with room for `reserve` bytes: the one a posted receive
+    /// lent if there is one (allocating only if it is smaller), else a new one.
+    pub(super) fn take_spare(&mut self, reserve: usize) -> Vec<u8> {
+        let mut v = self
+            .spare
+            .as_deref_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        v.clear();
+        v.reserve_exact(reserve);
+        v
     }
 
     fn cur_posted(&self) -> bool {
@@ -398,30 +430,36 @@ impl Receiver {
         // Complete messages waiting for a receive.
         while !self.done.is_empty() && (self.auto_post || !self.posts.is_empty()) {
             let mut m = self.done.pop_front().expect("not empty");
-            let bytes: Vec<u8> = self.pushed.drain(..m.pushed).collect();
+            let mut bytes = self.take_spare(m.pushed);
+            bytes.extend(self.pushed.drain(..m.pushed));
             m.data = Some(bytes);
             m.pushed = 0;
             self.deliver(m);
         }
         // The message in progress becomes posted: copy its pushed part out.
-        if self.cur_posted() {
-            if let Some(m) = self.cur.as_mut() {
-                if m.data.is_none() {
-                    let max = self
-                        .posts
-                        .front()
-                        .map_or(usize::MAX, |p| p.max_len)
-                        .min(self.keep);
-                    let mut v = Vec::with_capacity(m.len.min(WHOLE_RESERVE));
-                    v.extend(self.pushed.drain(..m.pushed));
-                    m.pushed = 0;
-                    if m.len > max {
-                        m.truncated = Some(max);
-                        v = Vec::new();
-                    }
-                    m.data = Some(v);
-                }
+        let unposted = self
+            .cur
+            .as_ref()
+            .filter(|m| m.data.is_none())
+            .map(|m| m.len);
+        if let Some(len) = unposted.filter(|_| self.cur_posted()) {
+            let max = self
+                .posts
+                .front()
+                .map_or(usize::MAX, |p| p.max_len)
+                .min(self.keep);
+            let mut v = self.take_spare(len.min(WHOLE_RESERVE));
+            let m = self
+                .cur
+                .as_mut()
+                .expect("unposted is the message in progress");
+            v.extend(self.pushed.drain(..m.pushed));
+            m.pushed = 0;
+            if m.len > max {
+                m.truncated = Some(max);
+                v = Vec::new();
             }
+            m.data = Some(v);
         }
         self.drain();
         if self.expected > before {

@@ -119,17 +119,22 @@ impl Receiver {
     /// A message that `repr` (its first frame to arrive) begins, the `k`th from the one in
     /// progress (see `post_for`), with `reserve` bytes of its buffer allocated up front if a
     /// receive is posted for it (none if the receive is too small for it: its bytes are never
-    /// kept).
-    pub(super) fn new_msg(&self, id: u64, repr: &Repr, reserve: usize, k: usize) -> InMsg {
+    /// kept). The buffer is one a posted receive lent, if there is one.
+    pub(super) fn new_msg(&mut self, id: u64, repr: &Repr, reserve: usize, k: usize) -> InMsg {
         let post = self.post_for(k);
         let posted = post.is_some();
         let max = post.unwrap_or(usize::MAX).min(self.keep);
         let truncated = (posted && repr.msg_len as usize > max).then_some(max);
+        let data = match (posted, truncated) {
+            (false, _) => None,
+            (true, Some(_)) => Some(Vec::new()),
+            (true, None) => Some(self.take_spare(reserve)),
+        };
         InMsg {
             id,
             len: repr.msg_len as usize,
             filled: 0,
-            data: posted.then(|| Vec::with_capacity(if truncated.is_some() { 0 } else { reserve })),
+            data,
             pushed: 0,
             truncated,
             designated: repr.aux as Rank,
@@ -312,7 +317,7 @@ impl Receiver {
                 return Err(Drop::Protocol("placed frame without its buffer"))
             }
             (None, Payload::Here(p)) => {
-                if self.pushed.len() + len > self.pushed_cap {
+                if self.pushed.len() + len > self.pushed_cap as usize {
                     return Err(Drop::NoRoom);
                 }
                 self.pushed.extend_from_slice(p);
