@@ -437,9 +437,10 @@ impl Group {
     /// waits for the acknowledgements that make room in the window for the last ones), not
     /// once every member has it (with failure detection: once every live member has it).
     ///
-    /// No byte is copied and nothing is allocated for the call: the root lends `buf` to the
-    /// library, which cuts its frames from it and gives it back unchanged; elsewhere the
-    /// message is received into `buf`'s capacity. A program that passes the same `Vec` to
+    /// The call copies nothing beyond what the protocol itself does (the root's frames into
+    /// its retransmission buffer, a receiver's frames into the message) and allocates nothing:
+    /// the root lends `buf` to the library, which cuts its frames from it and gives it back
+    /// unchanged; elsewhere the message is received into `buf`'s capacity. A program that passes the same `Vec` to
     /// every call allocates nothing once it has grown to the largest message. When the call
     /// fails `buf` may be left empty (at the root, only if the call timed out with its
     /// message still being sent). For a buffer of a length every member agrees on, see

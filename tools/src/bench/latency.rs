@@ -474,6 +474,9 @@ fn protocol_stamps(
         let sent = |g: &Group| g.member().engine().stats().repair_frames;
         let mut since: Option<(usize, u64)> = None;
         let mut round = 0usize;
+        // One buffer for every call, as a program that broadcasts in a loop keeps one: the
+        // group lends it to the protocol and gives it back, so no iteration allocates.
+        let mut buf: Vec<u8> = Vec::new();
         for (e, &(algo, size)) in plan2.iter().enumerate() {
             for it in 0..warmup + iters {
                 // The window of an entry runs from its first measured iteration to the first of
@@ -491,7 +494,8 @@ fn protocol_stamps(
                 }
                 if rank == 0 {
                     b.wait_for(&done, round * (k - 1), || bed::spin(g))?;
-                    let mut buf = vec![(round % 251) as u8; size];
+                    buf.clear();
+                    buf.resize(size, (round % 251) as u8);
                     root_mark_probe(&mut out);
                     let t = Instant::now();
                     g.bcast_with(0, &mut buf, algo)
@@ -501,7 +505,6 @@ fn protocol_stamps(
                     }
                     pb2.inc(1);
                 } else {
-                    let mut buf = Vec::new();
                     g.bcast_with(0, &mut buf, algo)
                         .map_err(|e| format!("{algo} receive of {size} B: {e}"))?;
                     let t = Instant::now();
