@@ -352,7 +352,7 @@ impl Eqa {
             strikes: 0,
             stats: LmsStats::default(),
         });
-        let r = usize::from(rank);
+        let r = rank.index();
         if self.by_rank.len() <= r {
             self.by_rank.resize(r + 1, None);
         }
@@ -362,7 +362,7 @@ impl Eqa {
 
     fn index(&self, rank: Rank) -> Option<usize> {
         self.by_rank
-            .get(usize::from(rank))
+            .get(rank.index())
             .copied()
             .flatten()
             .map(|i| i as usize)
@@ -624,74 +624,74 @@ mod tests {
 
     #[test]
     fn a_slot_is_freed_only_when_every_live_destination_has_passed_it() {
-        let mut e = eqa(&[1, 2]);
+        let mut e = eqa(&[Rank::new(1), Rank::new(2)]);
         let s = e.publish(data(), b"x").unwrap();
         assert_eq!(e.slot(s).unwrap().refs(), 2);
-        e.ack(1, s + 1);
+        e.ack(Rank::new(1), s + 1);
         assert_eq!(e.tail(), s, "rank 2 still needs it");
-        e.ack(2, s + 1);
+        e.ack(Rank::new(2), s + 1);
         assert_eq!(e.tail(), s + 1);
         assert!(e.slot(s).is_none());
     }
 
     #[test]
     fn the_buffer_refuses_to_overwrite_held_frames() {
-        let mut e = eqa(&[1]);
+        let mut e = eqa(&[Rank::new(1)]);
         for _ in 0..4 {
             e.publish(data(), b"x").unwrap();
         }
         assert_eq!(e.publish(data(), b"x"), Err(PublishError::Full));
-        e.ack(1, 1);
+        e.ack(Rank::new(1), 1);
         assert!(e.publish(data(), b"y").is_ok());
     }
 
     #[test]
     fn eviction_releases_the_references_of_the_dead() {
-        let mut e = eqa(&[1, 2]);
+        let mut e = eqa(&[Rank::new(1), Rank::new(2)]);
         for _ in 0..4 {
             e.publish(data(), b"x").unwrap();
         }
-        e.ack(1, 4);
+        e.ack(Rank::new(1), 4);
         assert_eq!(e.free_slots(), 0);
-        assert!(e.evict(2));
+        assert!(e.evict(Rank::new(2)));
         assert_eq!(e.free_slots(), 4);
-        assert!(!e.evict(2), "evicting twice is a no-op");
+        assert!(!e.evict(Rank::new(2)), "evicting twice is a no-op");
     }
 
     #[test]
     fn adding_a_destination_costs_no_buffer() {
-        let a = eqa(&[1]);
-        let b = eqa(&(1..100).collect::<Vec<_>>());
+        let a = eqa(&[Rank::new(1)]);
+        let b = eqa(&Rank::all(100).skip(1).collect::<Vec<_>>());
         assert_eq!(a.buf().heap_bytes(), b.buf().heap_bytes());
     }
 
     #[test]
     fn stale_and_future_acks_are_harmless() {
-        let mut e = eqa(&[1]);
+        let mut e = eqa(&[Rank::new(1)]);
         e.publish(data(), b"x").unwrap();
-        assert!(e.ack(1, 1));
-        assert!(!e.ack(1, 0), "stale");
+        assert!(e.ack(Rank::new(1), 1));
+        assert!(!e.ack(Rank::new(1), 0), "stale");
         e.publish(data(), b"x").unwrap();
-        assert!(e.ack(1, 1_000_000), "clamped to head");
-        assert_eq!(e.lms(1).unwrap().cursor(), 2);
-        assert!(!e.ack(9, 1), "unknown rank");
+        assert!(e.ack(Rank::new(1), 1_000_000), "clamped to head");
+        assert_eq!(e.lms(Rank::new(1)).unwrap().cursor(), 2);
+        assert!(!e.ack(Rank::new(9), 1), "unknown rank");
     }
 
     #[test]
     fn repair_requests_are_deduplicated_and_voided_by_acks() {
-        let mut e = eqa(&[1, 2]);
+        let mut e = eqa(&[Rank::new(1), Rank::new(2)]);
         for _ in 0..3 {
             e.publish(data(), b"x").unwrap();
         }
-        assert!(e.request_repair(1, 1));
-        assert!(!e.request_repair(1, 1));
-        assert!(e.request_repair(2, 1));
+        assert!(e.request_repair(Rank::new(1), 1));
+        assert!(!e.request_repair(Rank::new(1), 1));
+        assert!(e.request_repair(Rank::new(2), 1));
         assert_eq!(e.slot(1).unwrap().want(), 2);
-        assert_eq!(e.withdraw_repair(1), vec![1, 2]);
-        assert!(e.request_repair(1, 2));
-        e.ack(1, 3);
-        assert_eq!(e.pop_repair(1), None);
-        assert!(!e.request_repair(1, 7), "not published");
+        assert_eq!(e.withdraw_repair(1), vec![Rank::new(1), Rank::new(2)]);
+        assert!(e.request_repair(Rank::new(1), 2));
+        e.ack(Rank::new(1), 3);
+        assert_eq!(e.pop_repair(Rank::new(1)), None);
+        assert!(!e.request_repair(Rank::new(1), 7), "not published");
     }
 
     #[derive(Debug, Clone)]
@@ -746,7 +746,7 @@ mod tests {
         /// Random operation sequences against a plain oracle of cursors.
         #[test]
         fn reference_counts_match_the_oracle(ops in proptest::collection::vec(op(), 0..200)) {
-            let mut e = Eqa::new(8, 4, 0..5u16, 8, Duration::from_millis(1));
+            let mut e = Eqa::new(8, 4, Rank::all(5), 8, Duration::from_millis(1));
             let mut cursors = [0u64; 5];
             let mut live = [true; 5];
             let mut head = 0u64;
@@ -760,12 +760,12 @@ mod tests {
                     }
                     Op::Ack(r, d) => {
                         let c = (cursors[r as usize] + u64::from(d)).min(head);
-                        e.ack(r, c);
+                        e.ack(Rank::new(r), c);
                         if live[r as usize] { cursors[r as usize] = cursors[r as usize].max(c); }
                     }
-                    Op::Evict(r) => { e.evict(r); live[r as usize] = false; }
-                    Op::Request(r, d) => { e.request_repair(r, e.tail() + u64::from(d)); }
-                    Op::Pop(r) => { e.pop_repair(r); }
+                    Op::Evict(r) => { e.evict(Rank::new(r)); live[r as usize] = false; }
+                    Op::Request(r, d) => { e.request_repair(Rank::new(r), e.tail() + u64::from(d)); }
+                    Op::Pop(r) => { e.pop_repair(Rank::new(r)); }
                     Op::Withdraw(d) => { e.withdraw_repair(e.tail() + u64::from(d)); }
                 }
                 check_repairs(&e)?;

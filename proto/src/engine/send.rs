@@ -148,9 +148,9 @@ impl Sender {
             return;
         }
         self.dests_made = true;
-        for r in (0..cfg.size).filter(|&r| r != cfg.rank) {
+        for r in Rank::all(cfg.size).filter(|&r| r != cfg.rank) {
             self.eqa.add_dest(r, cfg.repair_queue, cfg.rto);
-            if !live.get(usize::from(r)).copied().unwrap_or(true) {
+            if !live.get(r.index()).copied().unwrap_or(true) {
                 self.eqa.evict(r);
             }
         }
@@ -242,8 +242,8 @@ impl Sender {
 
     fn designated(&self, cfg: &Config, live: &[bool]) -> Rank {
         (1..cfg.size)
-            .map(|i| (cfg.rank + i) % cfg.size)
-            .find(|&r| live[usize::from(r)])
+            .map(|i| cfg.rank.ring_add(i, cfg.size))
+            .find(|&r| live[r.index()])
             .unwrap_or(cfg.rank)
     }
 
@@ -315,7 +315,7 @@ impl Sender {
                 msg_len: len as u32,
                 offset: m.off as u32,
                 bitmap: 0,
-                aux: u32::from(designated),
+                aux: u32::from(designated.get()),
             };
             if let Some(hint) = cfg.prefetch {
                 let from = (end + 3 * max).min(len);
@@ -536,7 +536,7 @@ impl Sender {
             if !first {
                 lms.stats.probes += 1;
                 lms.unicast_repairs = true;
-                if let Some(p) = self.probing.get_mut(usize::from(rank)) {
+                if let Some(p) = self.probing.get_mut(rank.index()) {
                     *p = true;
                 }
             }
@@ -700,7 +700,7 @@ impl Sender {
                         lms.stats.failovers += 1;
                         stats.failovers += 1;
                         tracing::warn!(
-                            rank = lms.rank(),
+                            rank = lms.rank().get(),
                             "broadcast does not reach this member: serving it point-to-point"
                         );
                     }
@@ -732,7 +732,7 @@ impl Sender {
             self.rr = (i + 1) % n;
             let probe = self
                 .probing
-                .get_mut(usize::from(rank))
+                .get_mut(rank.index())
                 .is_some_and(std::mem::take);
             let others = self.eqa.slot(seq).map_or(0, |s| usize::from(s.want()));
             let unicast = self

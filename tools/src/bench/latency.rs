@@ -35,6 +35,7 @@ use super::floor::{self, FLOOR};
 use super::probe::{receiver_done, root_mark_probe, MemberRun, Stamp};
 use super::table::Table;
 use crate::testbed::Testbed;
+use ethbcast::Rank;
 
 /// The method, as printed with every report.
 pub const METHOD: &str = "root = rank 0; warm-up, then `iters` broadcasts per (algorithm, size, \
@@ -466,7 +467,7 @@ fn protocol_stamps(
                     let mut buf = vec![(round % 251) as u8; size];
                     root_mark_probe(&mut out);
                     let t = Instant::now();
-                    g.bcast_with(0, &mut buf, algo)
+                    g.bcast_with(Rank::new(0), &mut buf, algo)
                         .map_err(|e| format!("{algo} bcast of {size} B: {e}"))?;
                     if it >= warmup {
                         out.push(Stamp::root(t));
@@ -474,7 +475,7 @@ fn protocol_stamps(
                     pb2.inc(1);
                 } else {
                     let mut buf = Vec::new();
-                    g.bcast_with(0, &mut buf, algo)
+                    g.bcast_with(Rank::new(0), &mut buf, algo)
                         .map_err(|e| format!("{algo} receive of {size} B: {e}"))?;
                     let t = Instant::now();
                     if buf.len() != size || buf.first() != Some(&((round % 251) as u8)) {

@@ -176,8 +176,8 @@ impl Receiver {
         {
             let frames = PEER_OFF_FIRST << self.peer_off_doublings;
             tracing::warn!(
-                root = self.root,
-                peer,
+                root = self.root.get(),
+                peer = peer.get(),
                 frames,
                 "the peer does not answer repair requests: asking the root for the next lost frames"
             );

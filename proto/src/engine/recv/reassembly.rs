@@ -132,7 +132,7 @@ impl Receiver {
             data: posted.then(|| Vec::with_capacity(if truncated.is_some() { 0 } else { reserve })),
             pushed: 0,
             truncated,
-            designated: repr.aux as Rank,
+            designated: Rank::new(repr.aux as u16),
             awaiting_pull: false,
             pull_sent: false,
         }
@@ -340,7 +340,7 @@ impl Receiver {
             m.awaiting_pull = true;
             m.designated = match self.pull_override {
                 Some((id, d)) if id == repr.msg_id => d,
-                _ => repr.aux as Rank,
+                _ => Rank::new(repr.aux as u16),
             };
         } else if !repr.flags.contains(Flags::PUSH) {
             m.awaiting_pull = false;
