@@ -19,7 +19,7 @@ use ethbcast::StreamOptions;
 use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine};
 use ethbcast_proto::eqa::Eqa;
 use ethbcast_proto::wire::{self, Flags, Frame, Kind, Repr};
-use ethbcast_proto::Rank;
+use ethbcast_proto::{Rank, Seq};
 
 /// Payload of a full frame at the default 1500-byte MTU.
 const FULL: usize = 1460;
@@ -321,13 +321,13 @@ fn root_benches(c: &mut Criterion) {
                     root.handle_frame(now, &ack(Rank::new(r), 1))
                         .expect("valid ack");
                 }
-                assert_eq!(root.sender().eqa().tail(), 0);
+                assert_eq!(root.sender().eqa().tail(), Seq::new(0));
                 root
             },
             |root| {
                 let r = root.handle_frame(black_box(now), black_box(&last));
                 debug_assert!(r.is_ok());
-                debug_assert_eq!(root.sender().eqa().tail(), 1);
+                debug_assert_eq!(root.sender().eqa().tail(), Seq::new(1));
                 black_box(r.is_ok())
             },
             BATCH,

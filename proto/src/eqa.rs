@@ -152,7 +152,7 @@ impl Buf {
         self.payloads.cap()
     }
     fn index(&self, seq: Seq) -> usize {
-        (seq % self.slots.len() as u64) as usize
+        seq.ring_index(self.slots.len())
     }
     /// Heap bytes this buffer owns.
     pub fn heap_bytes(&self) -> usize {
@@ -415,7 +415,7 @@ impl Eqa {
             return Err(PublishError::Full);
         }
         let seq = self.hms.head;
-        repr.seq = seq as u32;
+        repr.seq = seq.low32();
         let i = self.buf.index(seq);
         self.buf.store(i, payload);
         let slot = &mut self.buf.slots[i];
@@ -475,7 +475,7 @@ impl Eqa {
         for s in dropped {
             self.unwant(s);
         }
-        for s in old.max(self.hms.tail)..new {
+        for s in old.max(self.hms.tail).up_to(new) {
             self.release(s);
         }
         self.advance_tail();
@@ -508,7 +508,7 @@ impl Eqa {
         for s in pending {
             self.unwant(s);
         }
-        for s in cursor.max(self.hms.tail)..self.hms.head {
+        for s in cursor.max(self.hms.tail).up_to(self.hms.head) {
             self.release(s);
         }
         self.advance_tail();
@@ -641,7 +641,7 @@ mod tests {
             e.publish(data(), b"x").unwrap();
         }
         assert_eq!(e.publish(data(), b"x"), Err(PublishError::Full));
-        e.ack(Rank::new(1), 1);
+        e.ack(Rank::new(1), Seq::new(1));
         assert!(e.publish(data(), b"y").is_ok());
     }
 
@@ -651,7 +651,7 @@ mod tests {
         for _ in 0..4 {
             e.publish(data(), b"x").unwrap();
         }
-        e.ack(Rank::new(1), 4);
+        e.ack(Rank::new(1), Seq::new(4));
         assert_eq!(e.free_slots(), 0);
         assert!(e.evict(Rank::new(2)));
         assert_eq!(e.free_slots(), 4);
@@ -669,12 +669,12 @@ mod tests {
     fn stale_and_future_acks_are_harmless() {
         let mut e = eqa(&[Rank::new(1)]);
         e.publish(data(), b"x").unwrap();
-        assert!(e.ack(Rank::new(1), 1));
-        assert!(!e.ack(Rank::new(1), 0), "stale");
+        assert!(e.ack(Rank::new(1), Seq::new(1)));
+        assert!(!e.ack(Rank::new(1), Seq::new(0)), "stale");
         e.publish(data(), b"x").unwrap();
-        assert!(e.ack(Rank::new(1), 1_000_000), "clamped to head");
-        assert_eq!(e.lms(Rank::new(1)).unwrap().cursor(), 2);
-        assert!(!e.ack(Rank::new(9), 1), "unknown rank");
+        assert!(e.ack(Rank::new(1), Seq::new(1_000_000)), "clamped to head");
+        assert_eq!(e.lms(Rank::new(1)).unwrap().cursor(), Seq::new(2));
+        assert!(!e.ack(Rank::new(9), Seq::new(1)), "unknown rank");
     }
 
     #[test]
@@ -683,15 +683,21 @@ mod tests {
         for _ in 0..3 {
             e.publish(data(), b"x").unwrap();
         }
-        assert!(e.request_repair(Rank::new(1), 1));
-        assert!(!e.request_repair(Rank::new(1), 1));
-        assert!(e.request_repair(Rank::new(2), 1));
-        assert_eq!(e.slot(1).unwrap().want(), 2);
-        assert_eq!(e.withdraw_repair(1), vec![Rank::new(1), Rank::new(2)]);
-        assert!(e.request_repair(Rank::new(1), 2));
-        e.ack(Rank::new(1), 3);
+        assert!(e.request_repair(Rank::new(1), Seq::new(1)));
+        assert!(!e.request_repair(Rank::new(1), Seq::new(1)));
+        assert!(e.request_repair(Rank::new(2), Seq::new(1)));
+        assert_eq!(e.slot(Seq::new(1)).unwrap().want(), 2);
+        assert_eq!(
+            e.withdraw_repair(Seq::new(1)),
+            vec![Rank::new(1), Rank::new(2)]
+        );
+        assert!(e.request_repair(Rank::new(1), Seq::new(2)));
+        e.ack(Rank::new(1), Seq::new(3));
         assert_eq!(e.pop_repair(Rank::new(1)), None);
-        assert!(!e.request_repair(Rank::new(1), 7), "not published");
+        assert!(
+            !e.request_repair(Rank::new(1), Seq::new(7)),
+            "not published"
+        );
     }
 
     #[derive(Debug, Clone)]
@@ -731,7 +737,7 @@ mod tests {
                 .copied();
             prop_assert_eq!(e.next_with_repairs(from), want);
         }
-        for s in e.tail()..e.head() {
+        for s in e.tail().up_to(e.head()) {
             let queued = e
                 .dests()
                 .iter()
@@ -760,7 +766,7 @@ mod tests {
                     }
                     Op::Ack(r, d) => {
                         let c = (cursors[r as usize] + u64::from(d)).min(head);
-                        e.ack(Rank::new(r), c);
+                        e.ack(Rank::new(r), Seq::new(c));
                         if live[r as usize] { cursors[r as usize] = cursors[r as usize].max(c); }
                     }
                     Op::Evict(r) => { e.evict(Rank::new(r)); live[r as usize] = false; }
@@ -770,10 +776,10 @@ mod tests {
                 }
                 check_repairs(&e)?;
                 let tail = (0..5).filter(|&r| live[r]).map(|r| cursors[r]).min().unwrap_or(head);
-                prop_assert_eq!(e.tail(), tail);
-                prop_assert_eq!(e.head(), head);
-                for s in e.tail()..e.head() {
-                    let want = (0..5).filter(|&r| live[r] && cursors[r] <= s).count() as u16;
+                prop_assert_eq!(e.tail().get(), tail);
+                prop_assert_eq!(e.head().get(), head);
+                for s in e.tail().up_to(e.head()) {
+                    let want = (0..5).filter(|&r| live[r] && cursors[r] <= s.get()).count() as u16;
                     prop_assert_eq!(e.slot(s).unwrap().refs(), want);
                 }
             }

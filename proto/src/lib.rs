@@ -35,10 +35,9 @@ mod names;
 pub mod queue;
 mod rank;
 pub mod secret;
+mod seq;
 pub mod wire;
 
 pub use error::ConfigError;
 pub use rank::Rank;
-
-/// Sequence number in a root's stream, extended to 64 bits (never wraps in practice).
-pub type Seq = u64;
+pub use seq::Seq;

@@ -648,7 +648,7 @@ impl World {
             Mode::LateData if f.kind().is_data() => {
                 // Behind the next sequence `to` expects from that root, by serial arithmetic.
                 self.engines[to].receiver(f.src()).is_some_and(|rx| {
-                    let behind = (rx.expected() as u32).wrapping_sub(f.seq()) as i32;
+                    let behind = rx.expected().low32().wrapping_sub(f.seq()) as i32;
                     behind > 0
                 })
             }

@@ -125,7 +125,7 @@ impl Sender {
             queue: VecDeque::with_capacity(cfg.send_queue),
             queue_cap: cfg.send_queue,
             next_id: 0,
-            sent_upto: 0,
+            sent_upto: Seq::new(0),
             unstable: VecDeque::new(),
             stable: VecDeque::new(),
             pull_timer: None,
@@ -203,7 +203,7 @@ impl Sender {
             n => n.div_ceil(max) as u64 + 2,
         };
         let promised = self.promised + frames;
-        if promised > wire::control::LAST_SEQ + 1 {
+        if promised > (wire::control::LAST_SEQ + 1).get() {
             return Err(SendError::SessionEnded(SessionEnded::Sequence));
         }
         self.make_dests(cfg, live);
@@ -348,7 +348,7 @@ impl Sender {
             | Feedback::Pull { next, .. } => next,
         };
         // A number before the stream's start acknowledges nothing.
-        let cumulative = behind(head, next).unwrap_or(0);
+        let cumulative = behind(head, next).unwrap_or(Seq::new(0));
         let progressed = self.eqa.ack(src, cumulative.min(self.sent_upto));
         let sent_upto = self.sent_upto;
         let mut timer = None;
@@ -396,10 +396,12 @@ impl Sender {
             } => {
                 // The answer to a probe: everything after what it has seen, up to 16 frames,
                 // was sent long enough ago to be lost: go back over it.
-                let seen = behind(head, seen).unwrap_or(0).min(self.sent_upto);
+                let seen = behind(head, seen)
+                    .unwrap_or(Seq::new(0))
+                    .min(self.sent_upto);
                 let cursor = self.eqa.lms(src).map_or(seen, |l| l.cursor());
                 let end = self.sent_upto.min(cursor + u64::from(NACK_BITS));
-                for s in seen.max(cursor)..end {
+                for s in seen.max(cursor).up_to(end) {
                     self.eqa.request_repair(src, s);
                 }
             }

@@ -567,14 +567,14 @@ fn foreign_stale_and_garbage_frames_are_counted_and_dropped() {
     r.seq = 1000;
     assert!(matches!(
         e.handle_frame(now, &r.to_vec(b"x").unwrap()),
-        Err(Drop::FarFuture(1000))
+        Err(Drop::FarFuture(s)) if s == Seq::new(1000)
     ));
     r.seq = 0;
     r.flags = Flags::LAST;
     assert_eq!(e.handle_frame(now, &r.to_vec(b"x").unwrap()), Ok(()));
     assert!(matches!(
         e.handle_frame(now, &r.to_vec(b"x").unwrap()),
-        Err(Drop::Stale(0))
+        Err(Drop::Stale(s)) if s == Seq::new(0)
     ));
     assert!(matches!(
         e.handle_frame(now, &[1, 2, 3]),
@@ -1519,7 +1519,7 @@ fn a_peer_silent_for_a_while_is_asked_again_after_a_pause() {
     broadcast_all(&mut net, &msgs, Algorithm::Simple);
     let got: Vec<&Vec<u8>> = net.delivered[2].iter().map(|d| &d.2).collect();
     assert_eq!(got, msgs.iter().collect::<Vec<_>>());
-    let frames = net.engines[0].sender().eqa().head();
+    let frames = net.engines[0].sender().eqa().head().get();
     let lost = frames / 5;
     let root = net.engines[0]
         .sender()
@@ -2306,7 +2306,7 @@ fn a_root_publishes_frames_just_before_it_sends_them_and_hints_the_next_ones() {
     net.engines[0]
         .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
-    let published = |e: &Engine| e.sender().eqa().head();
+    let published = |e: &Engine| e.sender().eqa().head().get();
     assert_eq!(published(&net.engines[0]), PUBLISH_AHEAD);
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();

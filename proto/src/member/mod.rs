@@ -316,7 +316,7 @@ impl Member {
         let eqa = self.engine.sender().eqa();
         let l = eqa.lms(rank)?;
         Some(DestProgress {
-            outstanding: eqa.head().saturating_sub(l.cursor()),
+            outstanding: eqa.head().get().saturating_sub(l.cursor().get()),
             last_heard: l.last_heard,
             last_progress: l.last_progress,
         })

@@ -627,14 +627,14 @@ pub enum Position {
 
 /// The last position of a stream: a root's session ends before its sequence numbers would
 /// wrap (see `engine::SessionEnded`), so that every wire number names one position.
-pub const LAST_SEQ: Seq = u32::MAX as Seq;
+pub const LAST_SEQ: Seq = Seq::new(u32::MAX as u64);
 
 /// Places the wire sequence `wire` relative to `expected` and a window of `window` frames
 /// (at most 2^31). Numbers within 2^31 behind `expected` are [`Position::Behind`]; a position
 /// past [`LAST_SEQ`] is [`Position::Beyond`] (a root never sends one: a recording from early
 /// in the stream, seen across the wrap); the arithmetic is checked, so no value overflows.
 pub fn locate(expected: Seq, wire: u32, window: u32) -> Position {
-    let ahead = wire.wrapping_sub(expected as u32);
+    let ahead = wire.wrapping_sub(expected.low32());
     if ahead < window {
         expected
             .checked_add(u64::from(ahead))
@@ -651,7 +651,7 @@ pub fn locate(expected: Seq, wire: u32, window: u32) -> Position {
 /// already published (`wire` at or before `head`, at most 2^32 - 1 behind): `None` if it
 /// would lie before the stream's start.
 pub fn behind(head: Seq, wire: u32) -> Option<Seq> {
-    let back = (head as u32).wrapping_sub(wire);
+    let back = head.low32().wrapping_sub(wire);
     head.checked_sub(u64::from(back))
 }
 
@@ -877,21 +877,30 @@ mod tests {
 
     #[test]
     fn sequence_numbers_are_placed_relative_to_the_window_without_overflow() {
-        assert_eq!(locate(10, 10, 16), Position::Window(10));
-        assert_eq!(locate(10, 25, 16), Position::Window(25));
-        assert_eq!(locate(10, 26, 16), Position::Beyond);
-        assert_eq!(locate(10, 9, 16), Position::Behind);
+        assert_eq!(locate(Seq::new(10), 10, 16), Position::Window(Seq::new(10)));
+        assert_eq!(locate(Seq::new(10), 25, 16), Position::Window(Seq::new(25)));
+        assert_eq!(locate(Seq::new(10), 26, 16), Position::Beyond);
+        assert_eq!(locate(Seq::new(10), 9, 16), Position::Behind);
         // Not across the 32-bit end: no stream goes past it.
         let e = (1u64 << 32) - 2;
-        assert_eq!(locate(e, 1, 16), Position::Beyond);
-        assert_eq!(locate(e, u32::MAX, 16), Position::Window(LAST_SEQ));
-        assert_eq!(locate(e, u32::MAX - 5, 16), Position::Behind);
+        assert_eq!(locate(Seq::new(e), 1, 16), Position::Beyond);
+        assert_eq!(
+            locate(Seq::new(e), u32::MAX, 16),
+            Position::Window(LAST_SEQ)
+        );
+        assert_eq!(locate(Seq::new(e), u32::MAX - 5, 16), Position::Behind);
         // Near the end of the 64-bit space nothing overflows.
-        assert_eq!(locate(u64::MAX - 1, u32::MAX, 16), Position::Beyond);
-        assert_eq!(locate(u64::MAX, 0, 16), Position::Beyond);
-        assert_eq!(behind(100, 90), Some(90));
-        assert_eq!(behind(100, 100), Some(100));
-        assert_eq!(behind(5, 6), None, "before the stream's start");
-        assert_eq!(behind((1 << 32) + 3, u32::MAX), Some((1 << 32) - 1));
+        assert_eq!(
+            locate(Seq::new(u64::MAX - 1), u32::MAX, 16),
+            Position::Beyond
+        );
+        assert_eq!(locate(Seq::new(u64::MAX), 0, 16), Position::Beyond);
+        assert_eq!(behind(Seq::new(100), 90), Some(Seq::new(90)));
+        assert_eq!(behind(Seq::new(100), 100), Some(Seq::new(100)));
+        assert_eq!(behind(Seq::new(5), 6), None, "before the stream's start");
+        assert_eq!(
+            behind(Seq::new((1 << 32) + 3), u32::MAX),
+            Some(Seq::new((1 << 32) - 1))
+        );
     }
 }

@@ -409,7 +409,7 @@ impl Receiver {
             m.pull_sent = true;
             let pull = Control::Pull {
                 msg_id: m.id as u32,
-                next: self.expected as u32,
+                next: self.expected.low32(),
             };
             self.controls.push_back(Outgoing::to(self.root, pull));
             if self.tree.is_none() {
