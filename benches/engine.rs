@@ -19,7 +19,7 @@ use ethbcast::StreamOptions;
 use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine};
 use ethbcast_proto::eqa::Eqa;
 use ethbcast_proto::wire::{self, Flags, Frame, Kind, Repr};
-use ethbcast_proto::Rank;
+use ethbcast_proto::{Rank, Seq};
 
 /// Payload of a full frame at the default 1500-byte MTU.
 const FULL: usize = 1460;
@@ -45,7 +45,7 @@ fn data_repr() -> Repr {
         kind: Some(Kind::Data),
         flags: Flags::BROADCAST,
         group: 7,
-        src: 0,
+        src: Rank::new(0),
         dst: wire::ALL,
         seq: 12345,
         msg_id: 3,
@@ -95,7 +95,13 @@ fn eqa_benches(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let data = payload(FULL);
     for n in [1u16, 8, 64] {
-        let mut e = Eqa::new(16, FULL, 1..=n, 64, Duration::from_millis(4));
+        let mut e = Eqa::new(
+            16,
+            FULL,
+            (1..=n).map(Rank::new),
+            64,
+            Duration::from_millis(4),
+        );
         let repr = data_repr();
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
             b.iter(|| {
@@ -103,7 +109,7 @@ fn eqa_benches(c: &mut Criterion) {
                     .publish(black_box(repr), black_box(&data))
                     .expect("buffer is empty at the start of every iteration");
                 for r in 1..=n {
-                    black_box(e.ack(black_box(r), seq + 1));
+                    black_box(e.ack(black_box(Rank::new(r)), seq + 1));
                 }
                 debug_assert_eq!(e.tail(), e.head());
             })
@@ -123,8 +129,8 @@ fn record_stream(len: usize, end_to_end: bool) -> Vec<Vec<u8>> {
         cfg.end_to_end = end_to_end;
         cfg
     };
-    let mut root = Engine::new(config(0)).expect("valid config");
-    let mut peer = Engine::new(config(1)).expect("valid config");
+    let mut root = Engine::new(config(Rank::new(0))).expect("valid config");
+    let mut peer = Engine::new(config(Rank::new(1))).expect("valid config");
     root.bcast(now, payload(len), Algorithm::Simple)
         .expect("queue empty");
     let mut buf = vec![0u8; 1500];
@@ -169,7 +175,7 @@ fn record_stream(len: usize, end_to_end: bool) -> Vec<Vec<u8>> {
 }
 
 fn receiver() -> Engine {
-    Engine::new(Config::new(1, 1, 2)).expect("valid config")
+    Engine::new(Config::new(1, Rank::new(1), 2)).expect("valid config")
 }
 
 /// A receiver configured as `ethbcast recv`'s, for the frames of `record_stream(_, true)`: a
@@ -185,7 +191,7 @@ fn bulk_receiver() -> Engine {
         end_to_end: true,
         ..StreamOptions::default()
     };
-    Engine::new(opts.config(1, 2)).expect("valid config")
+    Engine::new(opts.config(Rank::new(1), 2)).expect("valid config")
 }
 
 /// `frames` in the order a receiver behind 1 % loss takes them: every hundredth frame comes
@@ -259,7 +265,7 @@ const ROOT_SIZE: u16 = 9; // root 0 and 8 destinations
 /// frames have been transmitted (the buffer holds 16).
 fn root_with(sent: usize) -> Engine {
     let now = Instant::now();
-    let mut root = Engine::new(Config::new(1, 0, ROOT_SIZE)).expect("valid config");
+    let mut root = Engine::new(Config::new(1, Rank::new(0), ROOT_SIZE)).expect("valid config");
     root.bcast(now, payload(32 * FULL), Algorithm::Simple)
         .expect("queue empty");
     let mut buf = vec![0u8; 1500];
@@ -274,7 +280,7 @@ fn ack(from: Rank, next: u32) -> Vec<u8> {
         kind: Some(Kind::Ack),
         group: 1,
         src: from,
-        dst: 0,
+        dst: Rank::new(0),
         seq: next,
         ..Repr::default()
     }
@@ -291,7 +297,7 @@ fn root_benches(c: &mut Criterion) {
 
     // 16 frames outstanding to 8 destinations; rank 1 acknowledges the first one: its cursor
     // moves 0 -> 1, the slot keeps 7 references, the tail does not move.
-    let a = ack(1, 1);
+    let a = ack(Rank::new(1), 1);
     g.bench_function("ack_advances_one_cursor", |b| {
         b.iter_batched_ref(
             || root_with(16),
@@ -306,21 +312,22 @@ fn root_benches(c: &mut Criterion) {
 
     // Ranks 1..=7 have acknowledged frame 0; rank 8's ACK is the last reference: the slot is
     // freed, the tail advances and the next fragment of the queued message is published.
-    let last = ack(8, 1);
+    let last = ack(Rank::new(8), 1);
     g.bench_function("ack_frees_a_slot", |b| {
         b.iter_batched_ref(
             || {
                 let mut root = root_with(16);
                 for r in 1..8 {
-                    root.handle_frame(now, &ack(r, 1)).expect("valid ack");
+                    root.handle_frame(now, &ack(Rank::new(r), 1))
+                        .expect("valid ack");
                 }
-                assert_eq!(root.sender().eqa().tail(), 0);
+                assert_eq!(root.sender().eqa().tail(), Seq::new(0));
                 root
             },
             |root| {
                 let r = root.handle_frame(black_box(now), black_box(&last));
                 debug_assert!(r.is_ok());
-                debug_assert_eq!(root.sender().eqa().tail(), 1);
+                debug_assert_eq!(root.sender().eqa().tail(), Seq::new(1));
                 black_box(r.is_ok())
             },
             BATCH,

@@ -21,6 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use ethbcast::Rank;
 use ethbcast::{Group, GroupOptions, Membership};
 
 fn main() -> ExitCode {
@@ -63,12 +64,12 @@ fn main() -> ExitCode {
     let mut run = || -> Result<Duration, ethbcast::GroupError> {
         let t0 = Instant::now();
         for root in 0..n {
-            let mut buf = if me == root {
+            let mut buf = if me == Rank::new(root) {
                 format!("hello from rank {root}").into_bytes()
             } else {
                 Vec::new()
             };
-            g.bcast(root, &mut buf)?;
+            g.bcast(Rank::new(root), &mut buf)?;
             println!("rank {me}: from {root}: {}", String::from_utf8_lossy(&buf));
         }
         g.barrier()?;

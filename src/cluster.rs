@@ -346,7 +346,7 @@ impl Scenario {
         Scenario {
             traffic: Traffic::new(nodes, messages),
             algos: vec![Algorithm::Simple, Algorithm::PushPull],
-            roots: (0..nodes.min(4)).collect(),
+            roots: Rank::all(nodes.min(4)).collect(),
             per_port: Vec::new(),
             limit: Duration::from_secs(3600),
             window: None,
@@ -435,7 +435,7 @@ pub struct Report {
 /// Deterministic content of message `index` of `root`.
 pub fn message_bytes(seed: u64, root: Rank, index: u64, len: usize) -> Vec<u8> {
     let mut rng = ChaCha8Rng::seed_from_u64(
-        seed ^ (u64::from(root) << 48) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        seed ^ (u64::from(root.get()) << 48) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15),
     );
     let mut v = vec![0u8; len];
     rng.fill(&mut v[..]);
@@ -482,7 +482,7 @@ impl Workload for Stream {
     fn visit(&mut self, i: usize, m: &mut Member, now: Instant) {
         while let Some(&(size, algo)) = self.pending[i].front() {
             let idx = self.sent[i].len() as u64;
-            let data = message_bytes(self.seed, i as Rank, idx, size);
+            let data = message_bytes(self.seed, Rank::new(i as u16), idx, size);
             if m.send_stream(now, data.clone(), algo).is_err() {
                 break;
             }
@@ -497,7 +497,7 @@ impl Workload for Stream {
             let Event::Delivered(Message { root, msg_id, data }) = ev else {
                 continue;
             };
-            let r = usize::from(root);
+            let r = root.index();
             let expect = self.next[i][r];
             if msg_id < expect {
                 self.report.deliveries.duplicated += 1;
@@ -539,7 +539,7 @@ impl Workload for Stream {
 pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let t = &sc.traffic;
     let n = t.members()?;
-    if let Some(r) = sc.roots.iter().find(|&&r| usize::from(r) >= n) {
+    if let Some(r) = sc.roots.iter().find(|&&r| r.index() >= n) {
         return Err(ClusterError::Scenario(format!(
             "root {r} is not a member of a group of {n} (ranks 0..{})",
             n - 1
@@ -557,7 +557,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let start = net.now();
     let members = (0..n)
         .map(|i| {
-            let mut cfg = Config::new(0xEB, i as Rank, t.nodes);
+            let mut cfg = Config::new(0xEB, Rank::new(i as u16), t.nodes);
             if let Some(w) = sc.window {
                 cfg.window = w;
             }
@@ -582,7 +582,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         let root = sc.roots[i % sc.roots.len()];
         let size = t.sizes[rng.gen_range(0..t.sizes.len())];
         let algo = sc.algos[rng.gen_range(0..sc.algos.len())];
-        pending[usize::from(root)].push_back((size, algo));
+        pending[root.index()].push_back((size, algo));
     }
     let total: u64 = pending.iter().map(|p| p.len() as u64).sum();
     let mut w = Stream {

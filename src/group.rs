@@ -103,7 +103,7 @@ impl Detection {
     pub fn bound(&self, size: u16) -> Duration {
         let cfg = DetectorConfig {
             protocol: self.protocol,
-            ..DetectorConfig::new(0, size, self.t_gossip)
+            ..DetectorConfig::new(Rank::new(0), size, self.t_gossip)
         };
         cfg.cleanup() + cfg.confirm_timeout + self.t_gossip
     }
@@ -457,7 +457,7 @@ impl Group {
         algo: Algorithm,
     ) -> Result<Outcome, GroupError> {
         let n = self.size();
-        if root >= n {
+        if root.get() >= n {
             return Err(GroupError::BadRank {
                 rank: root,
                 size: n,
@@ -667,7 +667,7 @@ pub fn rank_size_from_env(get: impl Fn(&str) -> Option<String>) -> Option<(Rank,
     PAIRS.iter().find_map(|(r, s)| {
         let rank: Rank = get(r)?.trim().parse().ok()?;
         let size: u16 = get(s)?.trim().parse().ok()?;
-        (rank < size).then_some((rank, size))
+        (rank.get() < size).then_some((rank, size))
     })
 }
 

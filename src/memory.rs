@@ -13,6 +13,7 @@
 //! test checks that this agrees with what the allocator really hands out.
 
 use crate::engine::{Config, Engine};
+use crate::Rank;
 
 /// Which queue sizes to account for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +31,7 @@ ethbcast_proto::spelled!(Profile, "profile", {
 
 impl Profile {
     /// The engine configuration of this profile for member `rank` of `size`.
-    pub fn config(self, rank: u16, size: u16) -> Config {
+    pub fn config(self, rank: Rank, size: u16) -> Config {
         match self {
             Profile::Paper => Config::paper(0, rank, size),
             Profile::Default => Config::new(0, rank, size),
@@ -60,17 +61,19 @@ pub fn sizes(profile: Profile, now: std::time::Instant) -> Sizes {
 /// tree from [`crate::engine::ACK_TREE_FROM`] members (see [`crate::engine::default_window`]),
 /// and with it `s_SDP` and `s_RDP`.
 pub fn sizes_for(profile: Profile, n: u16, now: std::time::Instant) -> Sizes {
-    let cfg = profile.config(0, n.max(2));
+    let cfg = profile.config(Rank::new(0), n.max(2));
     let mut engine = Engine::new(cfg).expect("profile configurations are valid");
     // Create the receive stream of root 1 (streams are created when a root is first heard).
-    let _ = engine.post_recv(now, 1, 0);
+    let _ = engine.post_recv(now, Rank::new(1), 0);
     // Make the destination structures (a member makes them at its first broadcast).
     let _ = engine.bcast(now, Vec::new(), crate::engine::Algorithm::Simple);
     let tx = engine.sender();
     let ldp = &tx.eqa().dests()[0];
     let s_ldp = std::mem::size_of_val(ldp) + ldp.heap_bytes();
     let s_sdp = std::mem::size_of_val(tx) + tx.heap_bytes_without_dests() + engine.outbox_bytes();
-    let rx = engine.receiver(1).expect("stream created by post_recv");
+    let rx = engine
+        .receiver(Rank::new(1))
+        .expect("stream created by post_recv");
     let s_rdp = std::mem::size_of_val(rx) + rx.heap_bytes();
     Sizes {
         s_sdp,

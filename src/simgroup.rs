@@ -289,7 +289,7 @@ impl Workload for Schedule {
         }
         while let Some(ev) = m.poll_event() {
             if let Event::Evicted { rank } = ev {
-                self.evicted[i][usize::from(rank)].get_or_insert(now);
+                self.evicted[i][rank.index()].get_or_insert(now);
             }
         }
         self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
@@ -306,7 +306,7 @@ impl Workload for Schedule {
                 }
                 match r {
                     Ok(Done::Bcast(data)) => {
-                        if !matches!(step, Step::Bcast { root, .. } if usize::from(root) == i) {
+                        if !matches!(step, Step::Bcast { root, .. } if root.index() == i) {
                             self.check(step, &data);
                         }
                     }
@@ -329,7 +329,7 @@ impl Workload for Schedule {
                     size,
                     algo,
                 } => {
-                    let data = if usize::from(root) == i {
+                    let data = if root.index() == i {
                         message_bytes(self.seed, root, call, size)
                     } else {
                         Vec::new()
@@ -398,7 +398,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
     // Roots rotate over the members that survive.
     let roots: Vec<Rank> = (0..n)
         .filter(|i| !victims.contains(i))
-        .map(|i| i as Rank)
+        .map(|i| Rank::new(i as u16))
         .collect();
     let mut steps = Vec::new();
     for c in 0..t.messages {
@@ -432,10 +432,10 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
     let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
-            let mut cfg = Config::new(0x6E0, i as Rank, t.nodes);
+            let mut cfg = Config::new(0x6E0, Rank::new(i as u16), t.nodes);
             cfg.key = sc.key.clone();
             let mut mc = MemberConfig::new(cfg, macs.clone());
-            let mut dc = DetectorConfig::new(i as Rank, t.nodes, sc.detection.t_gossip);
+            let mut dc = DetectorConfig::new(Rank::new(i as u16), t.nodes, sc.detection.t_gossip);
             dc.protocol = sc.detection.protocol;
             mc.detector = Some(dc);
             Ok(Member::new(start, mc)?)
@@ -463,7 +463,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
     for s in &steps {
         match s {
             Step::Bcast { root, .. } => {
-                expected += survivors - u64::from(survivor[usize::from(*root)]);
+                expected += survivors - u64::from(survivor[root.index()]);
             }
             Step::Barrier => barriers += survivors,
         }
@@ -486,8 +486,8 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
                 ..Deliveries::default()
             },
             barriers_expected: barriers,
-            killed: victims.iter().map(|&v| v as Rank).collect(),
-            filtered: filtered.iter().map(|&v| v as Rank).collect(),
+            killed: victims.iter().map(|&v| Rank::new(v as u16)).collect(),
+            filtered: filtered.iter().map(|&v| Rank::new(v as u16)).collect(),
             bound_ms: sc.detection.bound(t.nodes).as_secs_f64() * 1e3,
             ..GroupReport::default()
         },
@@ -509,12 +509,12 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
         let times: Vec<Option<Instant>> = survivors_idx.iter().map(|&i| w.evicted[i][v]).collect();
         if alive {
             if times.iter().any(Option::is_some) {
-                wrongly.insert(v as Rank);
+                wrongly.insert(Rank::new(v as u16));
             }
             continue;
         }
         if times.iter().all(Option::is_some) {
-            evicted_by_all.insert(v as Rank);
+            evicted_by_all.insert(Rank::new(v as u16));
             if let Some(k) = w.killed_at {
                 for t in times.into_iter().flatten() {
                     max_detect = max_detect.max(t.saturating_duration_since(k));

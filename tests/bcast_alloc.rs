@@ -205,7 +205,7 @@ fn run_group<T: Send + 'static>(
 
 /// Byte `i` of root `root`'s message in round `round`.
 fn byte(root: Rank, round: usize, i: usize) -> u8 {
-    (i as u8) ^ (root as u8).wrapping_mul(37) ^ (round as u8)
+    (i as u8) ^ (root.get() as u8).wrapping_mul(37) ^ (round as u8)
 }
 
 /// Whether `got` is root `root`'s message of round `round` (compared without allocating).
@@ -232,7 +232,7 @@ fn round(
 ) -> Result<u64, String> {
     let mut calls = 0;
     for algo in ALGORITHMS {
-        for root in 0..g.size() {
+        for root in Rank::all(g.size()) {
             for len in SIZES {
                 let me = g.rank() == root;
                 if late && !me {
@@ -311,12 +311,12 @@ fn a_buffer_of_another_length_than_the_roots_is_a_length_error_and_stays_untouch
     let results = run_group(2, |g, _| {
         let mut seen = Vec::new();
         for (sent, given) in [(8usize, 16usize), (100, 10)] {
-            if g.rank() == 0 {
+            if g.rank() == Rank::new(0) {
                 let mut msg = vec![7u8; sent];
-                g.bcast_into(0, &mut msg)?;
+                g.bcast_into(Rank::new(0), &mut msg)?;
             } else {
                 let mut mine = vec![0xAA; given];
-                let r = g.bcast_into(0, &mut mine);
+                let r = g.bcast_into(Rank::new(0), &mut mine);
                 seen.push((
                     r.err().map(|e| match e {
                         GroupError::Length { root, got, want } => Ok((root, got, want)),
@@ -326,14 +326,17 @@ fn a_buffer_of_another_length_than_the_roots_is_a_length_error_and_stays_untouch
                 ));
             }
         }
-        let mut right = vec![if g.rank() == 0 { 9u8 } else { 0 }; 32];
-        g.bcast_into(0, &mut right)?;
+        let mut right = vec![if g.rank() == Rank::new(0) { 9u8 } else { 0 }; 32];
+        g.bcast_into(Rank::new(0), &mut right)?;
         Ok((seen, right))
     });
     let (seen, right) = &results[1];
     assert_eq!(
         seen,
-        &vec![(Some(Ok((0, 8, 16))), true), (Some(Ok((0, 100, 10))), true)]
+        &vec![
+            (Some(Ok((Rank::new(0), 8, 16))), true),
+            (Some(Ok((Rank::new(0), 100, 10))), true)
+        ]
     );
     assert_eq!(
         right,

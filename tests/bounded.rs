@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::{SimCluster, Workload};
+use ethbcast::Rank;
 use ethbcast::{port_mac, SimConfig, SimNet};
 use ethbcast_proto::engine::Config;
 use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig};
@@ -53,7 +54,7 @@ impl Workload for Calls {
             } else {
                 Vec::new()
             };
-            m.bcast(now, root, data, Algorithm::Simple)
+            m.bcast(now, Rank::new(root), data, Algorithm::Simple)
                 .expect("a call starts");
             self.in_call[i] = true;
         }
@@ -70,7 +71,7 @@ fn a_million_broadcasts_leave_queues_and_heap_where_they_were() {
     let macs: Vec<_> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
-            let cfg = Config::new(0xB0, i as u16, n as u16);
+            let cfg = Config::new(0xB0, Rank::new(i as u16), n as u16);
             Member::new(net.now(), MemberConfig::new(cfg, macs.clone())).unwrap()
         })
         .collect();

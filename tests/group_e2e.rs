@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use ethbcast::Rank;
 use ethbcast::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions, Membership};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
@@ -52,12 +53,12 @@ fn discovered_group_broadcasts_from_every_root_with_every_algorithm() {
                     {
                         for root in 0..g.size() {
                             for len in [8usize, 1000, 70_000] {
-                                let mut buf = if g.rank() == root {
+                                let mut buf = if g.rank() == Rank::new(root) {
                                     payload(root, round, len)
                                 } else {
                                     Vec::new()
                                 };
-                                g.bcast_with(root, &mut buf, algo)?;
+                                g.bcast_with(Rank::new(root), &mut buf, algo)?;
                                 seen.push((root, algo, buf == payload(root, round, len)));
                             }
                         }
@@ -156,7 +157,7 @@ fn nobody_leaves_a_barrier_before_the_last_member_enters() {
                 .enumerate()
                 {
                     // A different member is late each time.
-                    if usize::from(g.rank()) == (i * 2 + 1) % n {
+                    if g.rank().index() == (i * 2 + 1) % n {
                         let t = Instant::now() + Duration::from_millis(150);
                         while Instant::now() < t {
                             g.progress(Duration::from_millis(5))?;
@@ -225,17 +226,17 @@ fn a_root_that_computes_after_its_call_does_not_hold_its_message_back() {
                 {
                     // Everybody is in step before the timed call.
                     g.barrier()?;
-                    let mut buf = if g.rank() == 0 {
+                    let mut buf = if g.rank() == Rank::new(0) {
                         payload(0, i, 100)
                     } else {
                         Vec::new()
                     };
-                    if g.rank() == 0 {
-                        g.bcast_with(0, &mut buf, algo)?;
+                    if g.rank() == Rank::new(0) {
+                        g.bcast_with(Rank::new(0), &mut buf, algo)?;
                         std::thread::sleep(Duration::from_secs(2));
                     } else {
                         let t = std::time::Instant::now();
-                        g.bcast_with(0, &mut buf, algo)?;
+                        g.bcast_with(Rank::new(0), &mut buf, algo)?;
                         if t.elapsed() < Duration::from_secs(1) && buf == payload(0, i, 100) {
                             got += 1;
                         }
@@ -274,12 +275,12 @@ fn jumbo_round(bed: &Testbed, n: usize) -> Vec<(usize, u64, bool)> {
                 };
                 let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)?;
                 let want = payload(0, 0, 65_536);
-                let mut buf = if g.rank() == 0 {
+                let mut buf = if g.rank() == Rank::new(0) {
                     want.clone()
                 } else {
                     Vec::new()
                 };
-                g.bcast_with(0, &mut buf, Algorithm::Simple)?;
+                g.bcast_with(Rank::new(0), &mut buf, Algorithm::Simple)?;
                 g.flush()?;
                 for _ in 0..20 {
                     g.progress(Duration::from_millis(10))?;

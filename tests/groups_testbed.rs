@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use ethbcast::Rank;
 use ethbcast::{group_mac, Link, MacAddr};
 use ethbcast::{RingLink, RingLinkConfig};
 use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine, Event, Message};
@@ -58,7 +59,7 @@ fn member(
         let mut link =
             RingLink::open("eth0", &RingLinkConfig::default()).map_err(|e| e.to_string())?;
         link.join_group(group_mac(gid)).map_err(|e| e.to_string())?;
-        let e = Engine::new(Config::new(gid, rank, size)).map_err(|e| e.to_string())?;
+        let e = Engine::new(Config::new(gid, Rank::new(rank), size)).map_err(|e| e.to_string())?;
         Ok((link, e))
     };
     let setup = setup();
@@ -100,7 +101,7 @@ fn member(
         while let Some(t) = e.poll_transmit(now, &mut buf) {
             let dst = match t.dst {
                 Dest::All => group_mac(gid),
-                Dest::Rank(r) => macs[usize::from(r)],
+                Dest::Rank(r) => macs[r.index()],
             };
             link.send(dst, &buf[..t.len]).map_err(|e| e.to_string())?;
         }

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::{RunEnd, SimCluster, Workload};
+use ethbcast::Rank;
 use ethbcast::{port_mac, Faults, SimConfig, SimNet, SimPort};
 use ethbcast_proto::join::*;
 use ethbcast_proto::wire::ethernet::MacAddr;
@@ -87,7 +88,7 @@ fn assert_agree(joined: &[Joined]) {
         assert_eq!(j.peers, joined[0].peers, "member {i}");
         assert_eq!(j.session, joined[0].session, "member {i}");
         assert_eq!(j.max_pdu, joined[0].max_pdu, "member {i}");
-        assert_eq!(j.peers[usize::from(j.rank)], port_mac(i as u16));
+        assert_eq!(j.peers[j.rank.index()], port_mac(i as u16));
     }
 }
 
@@ -109,7 +110,7 @@ fn a_listed_group_joins_in_list_order_under_loss() {
 
 #[test]
 fn launcher_ranks_discovery_and_first_come_all_agree() {
-    let ranks = [2u16, 0, 1, 3];
+    let ranks = [2, 0, 1, 3].map(Rank::new);
     let (out, _) = run_joins(
         ranks
             .iter()
@@ -143,7 +144,7 @@ fn launcher_ranks_discovery_and_first_come_all_agree() {
     let (out, _) = run_joins(e, Some(KEY), Faults::NONE, 400);
     let joined = all_joined(&out);
     assert_agree(&joined);
-    assert_eq!(joined[0].rank, 0);
+    assert_eq!(joined[0].rank, Rank::new(0));
 }
 
 #[test]
@@ -153,7 +154,7 @@ fn the_group_frames_are_no_larger_than_the_smallest_mtu_of_its_members() {
         max_pdu: 9000,
         ..cfg(i, e, Some(KEY))
     };
-    let ranks = |n: u16| (0..n).map(move |rank| Expect::Ranks { size: n, rank });
+    let ranks = |n: u16| Rank::all(n).map(move |rank| Expect::Ranks { size: n, rank });
     let cfgs = ranks(4).enumerate().map(|(i, e)| jumbo(i, e)).collect();
     let joined = all_joined(&run_configs(cfgs, Faults::lossy(0.05), 500).0);
     assert_agree(&joined);
@@ -204,7 +205,7 @@ fn a_keyed_join_of_200_members_fits_its_roster_in_frames_of_a_1400_byte_mtu() {
                     i,
                     Expect::Ranks {
                         size: n as u16,
-                        rank: i as u16,
+                        rank: Rank::new(i as u16),
                     },
                     Some(KEY),
                 )
@@ -258,8 +259,13 @@ fn a_host_without_the_key_cannot_join_or_claim_a_rank() {
             Expect::Invited,
         ),
         (
-            (0..3).map(|rank| Expect::Ranks { size: 3, rank }).collect(),
-            Expect::Ranks { size: 3, rank: 1 },
+            Rank::all(3)
+                .map(|rank| Expect::Ranks { size: 3, rank })
+                .collect(),
+            Expect::Ranks {
+                size: 3,
+                rank: Rank::new(1),
+            },
         ),
     ] {
         let n = expects.len();
@@ -661,7 +667,9 @@ fn attacked_join<F: FnMut(&[Vec<u8>]) -> Vec<Vec<u8>>>(
 }
 
 fn ranked(n: u16) -> Vec<Expect> {
-    (0..n).map(|rank| Expect::Ranks { size: n, rank }).collect()
+    Rank::all(n)
+        .map(|rank| Expect::Ranks { size: n, rank })
+        .collect()
 }
 
 fn first_come(n: usize) -> Vec<Expect> {

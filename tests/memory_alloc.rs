@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use ethbcast::memory::{sizes_for, Profile};
+use ethbcast::Rank;
 use ethbcast_proto::engine::{Algorithm, Config, Engine};
 use ethbcast_sys::alloc::CountingAlloc;
 
@@ -18,8 +19,8 @@ fn allocated_bytes_match_the_formula_for_groups_up_to_128() {
         for n in [2u16, 4, 8, 16, 32, 64, 128] {
             let s = sizes_for(profile, n, Instant::now());
             let cfg = match profile {
-                Profile::Paper => Config::paper(1, 0, n),
-                Profile::Default => Config::new(1, 0, n),
+                Profile::Paper => Config::paper(1, Rank::new(0), n),
+                Profile::Default => Config::new(1, Rank::new(0), n),
             };
             let now = Instant::now();
             let before = ALLOC.live_bytes();
@@ -29,15 +30,15 @@ fn allocated_bytes_match_the_formula_for_groups_up_to_128() {
             root.bcast(now, Vec::new(), Algorithm::Simple).unwrap();
             // ... and n-1 receive-only DPs, one per other root ...
             for r in 1..n {
-                root.post_recv(now, r, 0).unwrap();
+                root.post_recv(now, Rank::new(r), 0).unwrap();
             }
             let root_bytes = ALLOC.live_bytes() - before;
             // ... and the receive-only DP another member keeps for this root's broadcasts.
             let mut other = cfg.clone();
-            other.rank = 1;
+            other.rank = Rank::new(1);
             let mut member = Engine::new(other).unwrap();
             let before_member = ALLOC.live_bytes();
-            member.post_recv(now, 0, 0).unwrap();
+            member.post_recv(now, Rank::new(0), 0).unwrap();
             let measured = root_bytes + (ALLOC.live_bytes() - before_member);
             let formula = s.hb(usize::from(n));
             let err = (measured as f64 - formula as f64).abs() / formula as f64;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ethbcast::cluster::{run, Report, Scenario};
 use ethbcast::Faults;
+use ethbcast::Rank;
 use ethbcast_proto::engine::Algorithm;
 use proptest::prelude::*;
 
@@ -108,7 +109,7 @@ fn a_dead_receiver_stalls_the_root_but_nothing_wrong_is_delivered() {
     // Without failure detection and eviction (the group layer) a dead receiver holds the
     // shared buffer: the run must hit its limit, never deliver anything wrong.
     let mut sc = Scenario::new(4, 200);
-    sc.roots = vec![0];
+    sc.roots = vec![Rank::new(0)];
     sc.per_port = vec![(
         3,
         Faults {

@@ -4,6 +4,7 @@
 
 use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
 use ethbcast::Faults;
+use ethbcast::Rank;
 
 fn assert_perfect(r: &GroupReport) {
     assert!(r.perfect(), "{r:?}");
@@ -111,7 +112,7 @@ fn a_root_far_ahead_of_late_receivers_loses_nothing() {
                 } else {
                     Vec::new()
                 };
-                m.bcast(now, 0, data, Algorithm::Simple).unwrap();
+                m.bcast(now, Rank::new(0), data, Algorithm::Simple).unwrap();
                 self.in_call[i] = true;
             }
         }
@@ -128,7 +129,7 @@ fn a_root_far_ahead_of_late_receivers_loses_nothing() {
         let macs: Vec<_> = (0..n).map(|i| port_mac(i as u16)).collect();
         let members = (0..n)
             .map(|i| {
-                let mut cfg = Config::new(1, i as u16, n as u16);
+                let mut cfg = Config::new(1, Rank::new(i as u16), n as u16);
                 cfg.window = window;
                 cfg.ack_delay = Duration::ZERO;
                 Member::new(net.now(), MemberConfig::new(cfg, macs.clone())).unwrap()
@@ -219,7 +220,9 @@ fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
                         None => return,
                         Some(Ok(Done::Bcast(d))) if i == 0 || d == self.at[i].to_be_bytes() => {}
                         Some(Ok(_)) => self.wrong += 1,
-                        Some(Err(MemberError::PeerDead(0))) if self.at[i] == BEFORE => {
+                        Some(Err(MemberError::PeerDead(r)))
+                            if r == Rank::new(0) && self.at[i] == BEFORE =>
+                        {
                             self.ended[i] = Some((Ok(()), now));
                         }
                         Some(Err(e)) => self.ended[i] = Some((Err(e.to_string()), now)),
@@ -239,7 +242,8 @@ fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
                 } else {
                     Vec::new()
                 };
-                m.bcast(now, 0, data, Algorithm::PushPull).unwrap();
+                m.bcast(now, Rank::new(0), data, Algorithm::PushPull)
+                    .unwrap();
                 self.in_call[i] = true;
             }
         }
@@ -270,8 +274,8 @@ fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
         let macs: Vec<_> = (0..n).map(port_mac).collect();
         let members = (0..n)
             .map(|i| {
-                let mut mc = MemberConfig::new(Config::new(3, i, n), macs.clone());
-                let mut dc = DetectorConfig::new(i, n, detection.t_gossip);
+                let mut mc = MemberConfig::new(Config::new(3, Rank::new(i), n), macs.clone());
+                let mut dc = DetectorConfig::new(Rank::new(i), n, detection.t_gossip);
                 dc.protocol = detection.protocol;
                 mc.detector = Some(dc);
                 Member::new(net.now(), mc).unwrap()

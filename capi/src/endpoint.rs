@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast::HostRingError;
 use ethbcast::LinkError;
+use ethbcast::Rank;
 use ethbcast::{GroupError, HostError, HostGroup, HostOptions, ServeWait, ServeWake};
 use thiserror::Error;
 
@@ -167,7 +168,7 @@ impl Default for EndpointOptions {
 #[derive(Debug)]
 pub struct Endpoint {
     shared: Arc<Shared>,
-    rank: u16,
+    rank: Rank,
     size: u16,
     linger: Duration,
     /// Whether the group has a key (every frame authenticated).
@@ -222,7 +223,7 @@ impl Endpoint {
     }
 
     /// This member's rank.
-    pub fn rank(&self) -> u16 {
+    pub fn rank(&self) -> Rank {
         self.rank
     }
 
@@ -239,9 +240,9 @@ impl Endpoint {
     /// Broadcast into the caller's buffer: the root sends `buf`, every other member receives
     /// the root's message into it. Every member must pass the same length; a receiver whose
     /// length differs gets [`HostError::Length`] and its buffer is left as it was.
-    pub fn bcast(&self, root: u16, buf: &mut [u8]) -> Result<(), CallError> {
+    pub fn bcast(&self, root: Rank, buf: &mut [u8]) -> Result<(), CallError> {
         let counters = &self.shared.counters;
-        if root >= self.size {
+        if root.get() >= self.size {
             let e = CallError::from(GroupError::BadRank {
                 rank: root,
                 size: self.size,

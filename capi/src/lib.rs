@@ -36,6 +36,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use ethbcast::MemberError;
+use ethbcast::Rank;
 use ethbcast::KEY_FILE_ENV;
 use ethbcast::{Algorithm, GroupError, GroupOptions, HostError, HostOptions, Membership};
 use ethbcast::{HostRingError, Hosts};
@@ -675,6 +676,7 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
         let rank = u16::try_from(rank)
             .ok()
             .filter(|&r| r < size_u16)
+            .map(Rank::new)
             .ok_or_else(|| Failure::invalid(format!("rank {rank} is not in a job of {size}")))?;
         // SAFETY: the caller promises NULL or a NUL-terminated string.
         let iface = unsafe { c_str(iface, "interface name") }?;
@@ -697,7 +699,7 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
 /// This member's rank, or -1 if `group` is NULL, closed or not a handle.
 #[no_mangle]
 pub extern "C" fn ethbcast_rank(group: *const EthbcastGroup) -> c_int {
-    query(group, |g| c_int::from(g.endpoint.rank()))
+    query(group, |g| c_int::from(g.endpoint.rank().get()))
 }
 
 /// Number of members, or -1 if `group` is NULL, closed or not a handle.
@@ -730,9 +732,9 @@ pub unsafe extern "C" fn ethbcast_bcast(
     len: usize,
 ) -> c_int {
     let call = |g: &EthbcastGroup| {
-        let root = u16::try_from(root).map_err(|_| {
+        let root = u16::try_from(root).map(Rank::new).map_err(|_| {
             Failure::from(CallError::from(GroupError::BadRank {
-                rank: u16::MAX,
+                rank: Rank::new(u16::MAX),
                 size: g.endpoint.size(),
             }))
         })?;

@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ethbcast::Membership;
+use ethbcast::Rank;
 use ethbcast_capi::endpoint::{Endpoint, EndpointOptions};
 use ethbcast_testbed::{netns, netns_available, Testbed, TestbedConfig};
 
@@ -25,8 +26,8 @@ fn two_endpoints(bed: &Testbed) -> Vec<Endpoint> {
                 // Keyless on the test's own namespaces.
                 opts.host.group.insecure = true;
                 let ep = Endpoint::open(&iface, opts).expect("open");
-                let mut buf = [ep.rank() as u8; 8];
-                ep.bcast(0, &mut buf).expect("bcast");
+                let mut buf = [ep.rank().get() as u8; 8];
+                ep.bcast(Rank::new(0), &mut buf).expect("bcast");
                 assert_eq!(buf, [0u8; 8]);
                 ep
             })
@@ -80,7 +81,7 @@ fn a_progress_thread_runs_only_while_its_member_owes_peers_and_a_dead_link_does_
     // Host 1 broadcasts while host 0 is away: until host 0 acknowledges, host 1 owes it
     // repairs, so a call that returns leaves a thread behind.
     let mut msg = [7u8; 8];
-    eps[1].bcast(1, &mut msg).expect("bcast as root");
+    eps[1].bcast(Rank::new(1), &mut msg).expect("bcast as root");
     assert_eq!(
         until_progress_threads(1),
         1,
@@ -89,12 +90,14 @@ fn a_progress_thread_runs_only_while_its_member_owes_peers_and_a_dead_link_does_
     // Host 0 takes the message; its acknowledgement goes out from its own thread and host 1's
     // thread takes it: both leave.
     let mut got = [0u8; 8];
-    eps[0].bcast(1, &mut got).expect("bcast as receiver");
+    eps[0]
+        .bcast(Rank::new(1), &mut got)
+        .expect("bcast as receiver");
     assert_eq!(got, msg);
     assert_eq!(until_progress_threads(0), 0, "progress threads left");
     // Host 1 owes again, then its interface goes away: its socket is in error from now on. Its
     // thread pauses between looks (every 10 ms at most), never spins.
-    eps[1].bcast(1, &mut msg).expect("bcast as root");
+    eps[1].bcast(Rank::new(1), &mut msg).expect("bcast as root");
     assert_eq!(until_progress_threads(1), 1);
     let h = &bed.hosts()[1];
     let out = Command::new("ip")

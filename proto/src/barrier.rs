@@ -211,7 +211,7 @@ pub struct Barrier {
 impl Barrier {
     /// Creates the barrier of `cfg.rank`.
     pub fn new(cfg: BarrierConfig) -> Result<Barrier, BarrierError> {
-        if cfg.size == 0 || cfg.rank >= cfg.size || cfg.size == crate::wire::ALL {
+        if cfg.size == 0 || cfg.rank.get() >= cfg.size || cfg.size == crate::wire::ALL.get() {
             return Err(BarrierError::Rank {
                 rank: cfg.rank,
                 size: cfg.size,
@@ -299,7 +299,7 @@ impl Barrier {
         self.round = 0;
         self.sent_rounds = 0;
         self.retx_at = Some(now + self.rto);
-        let me = usize::from(self.cfg.rank);
+        let me = self.cfg.rank.index();
         let n = self.evicted.len();
         self.sets.entry(epoch).or_insert_with(|| vec![false; n])[me] = true;
         self.progress(now);
@@ -309,8 +309,8 @@ impl Barrier {
     // ---- views ----
 
     fn ring(&self) -> Vec<Rank> {
-        (0..self.cfg.size)
-            .filter(|r| !self.evicted[usize::from(*r)])
+        Rank::all(self.cfg.size)
+            .filter(|r| !self.evicted[r.index()])
             .collect()
     }
 
@@ -412,7 +412,7 @@ impl Barrier {
         let p = self.position(&ring);
         let n = self.evicted.len();
         let set = self.sets.entry(e).or_insert_with(|| vec![false; n]).clone();
-        let covered = |ranks: &[Rank]| ranks.iter().all(|r| set[usize::from(*r)]);
+        let covered = |ranks: &[Rank]| ranks.iter().all(|r| set[r.index()]);
         if p == 0 {
             if covered(&ring) {
                 self.mark_complete(now, e);
@@ -474,7 +474,7 @@ impl Barrier {
         if msg.algo != self.algo() {
             return Err(FrameError::Algo);
         }
-        if src >= self.cfg.size {
+        if src.get() >= self.cfg.size {
             return Err(FrameError::Src(src));
         }
         let op = msg.op;
@@ -491,7 +491,7 @@ impl Barrier {
         if matches!(op, Op::Round | Op::Query) && msg.round >= 16 {
             return Err(FrameError::Round(msg.round));
         }
-        if self.evicted[usize::from(src)] {
+        if self.evicted[src.index()] {
             return Ok(());
         }
         // Nobody sends for epoch e before e - 1 completed.
@@ -572,7 +572,7 @@ impl Barrier {
 
     /// The group agreed that `rank` is gone: the tree and the ring re-form without it.
     pub fn evicted(&mut self, now: Instant, rank: Rank) {
-        let r = usize::from(rank);
+        let r = rank.index();
         if r >= self.evicted.len() || rank == self.cfg.rank || self.evicted[r] {
             return;
         }

@@ -223,10 +223,10 @@ impl Msg {
     /// Reads a control message of a group of `size` members (`None`: not the detector's).
     pub fn from_control(msg: &Control, size: u16) -> Option<Result<Msg, DecodeError>> {
         let rank = |r: Rank| {
-            if r < size {
+            if r.get() < size {
                 Ok(r)
             } else {
-                Err(DecodeError::Rank(u32::from(r)))
+                Err(DecodeError::Rank(u32::from(r.get())))
             }
         };
         Some(match msg {
@@ -294,7 +294,7 @@ pub struct Detector {
 impl Detector {
     /// Creates the detector of `cfg.rank`. Every member starts fresh (age 0).
     pub fn new(cfg: DetectorConfig) -> Result<Detector, ConfigError> {
-        if cfg.size == 0 || cfg.size > MAX_MEMBERS || cfg.rank >= cfg.size {
+        if cfg.size == 0 || cfg.size > MAX_MEMBERS || cfg.rank.get() >= cfg.size {
             return Err(ConfigError::DetectorRank {
                 rank: cfg.rank,
                 size: cfg.size,
@@ -347,24 +347,21 @@ impl Detector {
 
     /// True if `rank` is suspected and not yet confirmed dead.
     pub fn is_suspected(&self, rank: Rank) -> bool {
-        matches!(
-            self.state.get(usize::from(rank)),
-            Some(State::Suspected { .. })
-        )
+        matches!(self.state.get(rank.index()), Some(State::Suspected { .. }))
     }
 
     /// True if `rank` has been declared dead (or evicted).
     pub fn is_dead(&self, rank: Rank) -> bool {
         matches!(
-            self.state.get(usize::from(rank)),
+            self.state.get(rank.index()),
             Some(State::Dead | State::Evicted)
         )
     }
 
     /// Members in the schedule (not evicted), in rank order.
     fn ring(&self) -> Vec<Rank> {
-        (0..self.cfg.size)
-            .filter(|r| self.state[usize::from(*r)] != State::Evicted)
+        Rank::all(self.cfg.size)
+            .filter(|r| self.state[r.index()] != State::Evicted)
             .collect()
     }
 
@@ -403,7 +400,7 @@ impl Detector {
     }
 
     fn tick(&mut self, now: Instant) {
-        let me = usize::from(self.cfg.rank);
+        let me = self.cfg.rank.index();
         // The first tick starts the clock: no period has passed yet.
         let elapsed = u16::from(self.round > 0);
         for j in 0..self.age.len() {
@@ -417,7 +414,8 @@ impl Detector {
                     next_ping: now,
                     pings_left: self.cfg.ping_attempts,
                 };
-                self.events.push_back(DetectorEvent::Suspect(j as Rank));
+                self.events
+                    .push_back(DetectorEvent::Suspect(Rank::new(j as u16)));
             }
         }
         if let Some(t) = self.next_target() {
@@ -437,9 +435,11 @@ impl Detector {
             {
                 if deadline <= now {
                     self.state[j] = State::Dead;
-                    self.events.push_back(DetectorEvent::Dead(j as Rank));
+                    self.events
+                        .push_back(DetectorEvent::Dead(Rank::new(j as u16)));
                 } else if pings_left > 0 && next_ping <= now {
-                    self.transmits.push_back((j as Rank, Msg::Ping(j as Rank)));
+                    self.transmits
+                        .push_back((Rank::new(j as u16), Msg::Ping(Rank::new(j as u16))));
                     self.state[j] = State::Suspected {
                         deadline,
                         next_ping: now + spacing,
@@ -452,7 +452,7 @@ impl Detector {
 
     /// Sets `rank`'s age to `age` if that is fresher, and clears a suspicion it ends.
     fn refresh(&mut self, rank: usize, age: u16) {
-        if rank == usize::from(self.cfg.rank) || age >= self.age[rank] {
+        if rank == self.cfg.rank.index() || age >= self.age[rank] {
             return;
         }
         match self.state[rank] {
@@ -461,7 +461,8 @@ impl Detector {
                 self.age[rank] = age;
                 if age < self.threshold {
                     self.state[rank] = State::Alive;
-                    self.events.push_back(DetectorEvent::Cleared(rank as Rank));
+                    self.events
+                        .push_back(DetectorEvent::Cleared(Rank::new(rank as u16)));
                 }
             }
             State::Dead | State::Evicted => {}
@@ -470,8 +471,8 @@ impl Detector {
 
     /// Anything heard directly from `rank` (any frame) is fresh news of it.
     pub fn mark_alive(&mut self, _now: Instant, rank: Rank) {
-        if usize::from(rank) < self.age.len() {
-            self.refresh(usize::from(rank), 0);
+        if rank.index() < self.age.len() {
+            self.refresh(rank.index(), 0);
         }
     }
 
@@ -500,7 +501,7 @@ impl Detector {
     /// A ping from `src`: it hears from us with a pong.
     pub fn handle_ping(&mut self, now: Instant, src: Rank) {
         self.mark_alive(now, src);
-        if src < self.cfg.size && src != self.cfg.rank {
+        if src.get() < self.cfg.size && src != self.cfg.rank {
             self.transmits.push_back((src, Msg::Pong(self.cfg.rank)));
         }
     }
@@ -528,7 +529,7 @@ impl Detector {
     /// The group agreed that `rank` is gone: it leaves the schedule (the ring re-forms over the
     /// survivors) and is never suspected again.
     pub fn evicted(&mut self, rank: Rank) {
-        let r = usize::from(rank);
+        let r = rank.index();
         if r >= self.state.len() || rank == self.cfg.rank || self.state[r] == State::Evicted {
             return;
         }

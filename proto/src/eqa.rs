@@ -152,7 +152,7 @@ impl Buf {
         self.payloads.cap()
     }
     fn index(&self, seq: Seq) -> usize {
-        (seq % self.slots.len() as u64) as usize
+        seq.ring_index(self.slots.len())
     }
     /// Heap bytes this buffer owns.
     pub fn heap_bytes(&self) -> usize {
@@ -352,7 +352,7 @@ impl Eqa {
             strikes: 0,
             stats: LmsStats::default(),
         });
-        let r = usize::from(rank);
+        let r = rank.index();
         if self.by_rank.len() <= r {
             self.by_rank.resize(r + 1, None);
         }
@@ -362,7 +362,7 @@ impl Eqa {
 
     fn index(&self, rank: Rank) -> Option<usize> {
         self.by_rank
-            .get(usize::from(rank))
+            .get(rank.index())
             .copied()
             .flatten()
             .map(|i| i as usize)
@@ -415,7 +415,7 @@ impl Eqa {
             return Err(PublishError::Full);
         }
         let seq = self.hms.head;
-        repr.seq = seq as u32;
+        repr.seq = seq.low32();
         let i = self.buf.index(seq);
         self.buf.store(i, payload);
         let slot = &mut self.buf.slots[i];
@@ -475,7 +475,7 @@ impl Eqa {
         if lms.repair.is_empty() {
             self.pending.remove(&(i as u32));
         }
-        for s in old.max(self.hms.tail)..new {
+        for s in old.max(self.hms.tail).up_to(new) {
             self.release(s);
         }
         self.advance_tail();
@@ -508,7 +508,7 @@ impl Eqa {
         for s in pending {
             self.unwant(s);
         }
-        for s in cursor.max(self.hms.tail)..self.hms.head {
+        for s in cursor.max(self.hms.tail).up_to(self.hms.head) {
             self.release(s);
         }
         self.advance_tail();
@@ -617,76 +617,79 @@ mod tests {
 
     #[test]
     fn a_slot_is_freed_only_when_every_live_destination_has_passed_it() {
-        let mut e = eqa(&[1, 2]);
+        let mut e = eqa(&[Rank::new(1), Rank::new(2)]);
         let s = e.publish(data(), b"x").unwrap();
         assert_eq!(e.slot(s).unwrap().refs(), 2);
-        e.ack(1, s + 1);
+        e.ack(Rank::new(1), s + 1);
         assert_eq!(e.tail(), s, "rank 2 still needs it");
-        e.ack(2, s + 1);
+        e.ack(Rank::new(2), s + 1);
         assert_eq!(e.tail(), s + 1);
         assert!(e.slot(s).is_none());
     }
 
     #[test]
     fn the_buffer_refuses_to_overwrite_held_frames() {
-        let mut e = eqa(&[1]);
+        let mut e = eqa(&[Rank::new(1)]);
         for _ in 0..4 {
             e.publish(data(), b"x").unwrap();
         }
         assert_eq!(e.publish(data(), b"x"), Err(PublishError::Full));
-        e.ack(1, 1);
+        e.ack(Rank::new(1), Seq::new(1));
         assert!(e.publish(data(), b"y").is_ok());
     }
 
     #[test]
     fn eviction_releases_the_references_of_the_dead() {
-        let mut e = eqa(&[1, 2]);
+        let mut e = eqa(&[Rank::new(1), Rank::new(2)]);
         for _ in 0..4 {
             e.publish(data(), b"x").unwrap();
         }
-        e.ack(1, 4);
+        e.ack(Rank::new(1), Seq::new(4));
         assert_eq!(e.free_slots(), 0);
-        assert!(e.evict(2));
+        assert!(e.evict(Rank::new(2)));
         assert_eq!(e.free_slots(), 4);
-        assert!(!e.evict(2), "evicting twice is a no-op");
+        assert!(!e.evict(Rank::new(2)), "evicting twice is a no-op");
     }
 
     #[test]
     fn adding_a_destination_costs_no_buffer() {
-        let a = eqa(&[1]);
-        let b = eqa(&(1..100).collect::<Vec<_>>());
+        let a = eqa(&[Rank::new(1)]);
+        let b = eqa(&Rank::all(100).skip(1).collect::<Vec<_>>());
         assert_eq!(a.buf().heap_bytes(), b.buf().heap_bytes());
     }
 
     #[test]
     fn stale_and_future_acks_are_harmless() {
-        let mut e = eqa(&[1]);
+        let mut e = eqa(&[Rank::new(1)]);
         e.publish(data(), b"x").unwrap();
-        assert!(e.ack(1, 1));
-        assert!(!e.ack(1, 0), "stale");
+        assert!(e.ack(Rank::new(1), Seq::new(1)));
+        assert!(!e.ack(Rank::new(1), Seq::new(0)), "stale");
         e.publish(data(), b"x").unwrap();
-        assert!(e.ack(1, 1_000_000), "clamped to head");
-        assert_eq!(e.lms(1).unwrap().cursor(), 2);
-        assert!(!e.ack(9, 1), "unknown rank");
+        assert!(e.ack(Rank::new(1), Seq::new(1_000_000)), "clamped to head");
+        assert_eq!(e.lms(Rank::new(1)).unwrap().cursor(), Seq::new(2));
+        assert!(!e.ack(Rank::new(9), Seq::new(1)), "unknown rank");
     }
 
     #[test]
     fn repair_requests_are_deduplicated_and_voided_by_acks() {
-        let mut e = eqa(&[1, 2]);
+        let mut e = eqa(&[Rank::new(1), Rank::new(2)]);
         for _ in 0..3 {
             e.publish(data(), b"x").unwrap();
         }
-        assert!(e.request_repair(1, 1));
-        assert!(!e.request_repair(1, 1));
-        assert!(e.request_repair(2, 1));
-        assert_eq!(e.slot(1).unwrap().want(), 2);
+        assert!(e.request_repair(Rank::new(1), Seq::new(1)));
+        assert!(!e.request_repair(Rank::new(1), Seq::new(1)));
+        assert!(e.request_repair(Rank::new(2), Seq::new(1)));
+        assert_eq!(e.slot(Seq::new(1)).unwrap().want(), 2);
         let mut asked = Vec::new();
-        e.withdraw_repair(1, &mut asked);
-        assert_eq!(asked, vec![1, 2]);
-        assert!(e.request_repair(1, 2));
-        e.ack(1, 3);
-        assert_eq!(e.pop_repair(1), None);
-        assert!(!e.request_repair(1, 7), "not published");
+        e.withdraw_repair(Seq::new(1), &mut asked);
+        assert_eq!(asked, vec![Rank::new(1), Rank::new(2)]);
+        assert!(e.request_repair(Rank::new(1), Seq::new(2)));
+        e.ack(Rank::new(1), Seq::new(3));
+        assert_eq!(e.pop_repair(Rank::new(1)), None);
+        assert!(
+            !e.request_repair(Rank::new(1), Seq::new(7)),
+            "not published"
+        );
     }
 
     #[derive(Debug, Clone)]
@@ -726,7 +729,7 @@ mod tests {
                 .copied();
             prop_assert_eq!(e.next_with_repairs(from), want);
         }
-        for s in e.tail()..e.head() {
+        for s in e.tail().up_to(e.head()) {
             let queued = e
                 .dests()
                 .iter()
@@ -741,7 +744,7 @@ mod tests {
         /// Random operation sequences against a plain oracle of cursors.
         #[test]
         fn reference_counts_match_the_oracle(ops in proptest::collection::vec(op(), 0..200)) {
-            let mut e = Eqa::new(8, 4, 0..5u16, 8, Duration::from_millis(1));
+            let mut e = Eqa::new(8, 4, Rank::all(5), 8, Duration::from_millis(1));
             let mut cursors = [0u64; 5];
             let mut live = [true; 5];
             let mut head = 0u64;
@@ -755,20 +758,20 @@ mod tests {
                     }
                     Op::Ack(r, d) => {
                         let c = (cursors[r as usize] + u64::from(d)).min(head);
-                        e.ack(r, c);
+                        e.ack(Rank::new(r), Seq::new(c));
                         if live[r as usize] { cursors[r as usize] = cursors[r as usize].max(c); }
                     }
-                    Op::Evict(r) => { e.evict(r); live[r as usize] = false; }
-                    Op::Request(r, d) => { e.request_repair(r, e.tail() + u64::from(d)); }
-                    Op::Pop(r) => { e.pop_repair(r); }
+                    Op::Evict(r) => { e.evict(Rank::new(r)); live[r as usize] = false; }
+                    Op::Request(r, d) => { e.request_repair(Rank::new(r), e.tail() + u64::from(d)); }
+                    Op::Pop(r) => { e.pop_repair(Rank::new(r)); }
                     Op::Withdraw(d) => { e.withdraw_repair(e.tail() + u64::from(d), &mut Vec::new()); }
                 }
                 check_repairs(&e)?;
                 let tail = (0..5).filter(|&r| live[r]).map(|r| cursors[r]).min().unwrap_or(head);
-                prop_assert_eq!(e.tail(), tail);
-                prop_assert_eq!(e.head(), head);
-                for s in e.tail()..e.head() {
-                    let want = (0..5).filter(|&r| live[r] && cursors[r] <= s).count() as u16;
+                prop_assert_eq!(e.tail().get(), tail);
+                prop_assert_eq!(e.head().get(), head);
+                for s in e.tail().up_to(e.head()) {
+                    let want = (0..5).filter(|&r| live[r] && cursors[r] <= s.get()).count() as u16;
                     prop_assert_eq!(e.slot(s).unwrap().refs(), want);
                 }
             }

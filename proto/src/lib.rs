@@ -33,12 +33,11 @@ pub mod machine;
 pub mod member;
 mod names;
 pub mod queue;
+mod rank;
 pub mod secret;
+mod seq;
 pub mod wire;
 
 pub use error::ConfigError;
-
-/// Rank of a group member: its place in the group's roster, `0..size`.
-pub type Rank = u16;
-/// Sequence number in a root's stream, extended to 64 bits (never wraps in practice).
-pub type Seq = u64;
+pub use rank::Rank;
+pub use seq::Seq;

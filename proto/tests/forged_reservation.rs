@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use ethbcast_proto::engine::{Config, Engine};
 use ethbcast_proto::wire::{self, Kind, Repr};
+use ethbcast_proto::Rank;
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]
@@ -23,7 +24,7 @@ static ALLOC: CountingAlloc = CountingAlloc::new();
 #[test]
 fn forged_message_lengths_reserve_no_more_than_the_data_placed() {
     let window = 2048;
-    let mut cfg = Config::new(7, 1, 2);
+    let mut cfg = Config::new(7, Rank::new(1), 2);
     cfg.window = window;
     cfg.auto_post = true;
     let mut rx = Engine::new(cfg).unwrap();
@@ -35,7 +36,7 @@ fn forged_message_lengths_reserve_no_more_than_the_data_placed() {
     for seq in 1..window as u32 {
         let mut r = Repr::new(Kind::Data);
         r.group = 7;
-        r.src = 0;
+        r.src = Rank::new(0);
         r.dst = wire::ALL;
         r.seq = seq;
         r.msg_id = seq - 1;
@@ -46,7 +47,7 @@ fn forged_message_lengths_reserve_no_more_than_the_data_placed() {
     }
     let grown = ALLOC.live_bytes() - before;
     // The receive stream itself (window slots, pushed buffer) is allocated on the first frame.
-    let stream = rx.receiver(0).unwrap().heap_bytes();
+    let stream = rx.receiver(Rank::new(0)).unwrap().heap_bytes();
     let other = grown.saturating_sub(stream);
     // The next message's buffer, reserved as far as frames can be placed ahead.
     let ahead = window * rx.config().slot_payload();

@@ -31,6 +31,7 @@ use ethbcast_proto::wire::control::NACK_MORE_WORDS;
 use ethbcast_proto::wire::{
     self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr,
 };
+use ethbcast_proto::Rank;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config as PropConfig, TestRunner};
@@ -117,8 +118,8 @@ fn set_field(r: &mut Repr, field: u8, v: Val) {
         }
         1 => r.flags = Flags::from_bits_truncate(v.apply(u32::from(r.flags.bits()), 0xffff) as u16),
         2 => r.group = v.apply(r.group, u32::MAX),
-        3 => r.src = v.apply(u32::from(r.src), 0xffff) as u16,
-        4 => r.dst = v.apply(u32::from(r.dst), 0xffff) as u16,
+        3 => r.src = Rank::new(v.apply(u32::from(r.src.get()), 0xffff) as u16),
+        4 => r.dst = Rank::new(v.apply(u32::from(r.dst.get()), 0xffff) as u16),
         5 => r.seq = v.apply(r.seq, u32::MAX),
         6 => r.msg_id = v.apply(r.msg_id, u32::MAX),
         7 => r.msg_len = v.apply(r.msg_len, u32::MAX),
@@ -263,7 +264,7 @@ fn fresh_frame(kind: u8, fields: &[u32; 10], payload: &[u8]) -> Vec<u8> {
 /// engine's handling of what it means is what gets exercised.
 fn control() -> impl Strategy<Value = Control> {
     let small = prop_oneof![0u32..40, any::<u32>()];
-    let rank = prop_oneof![0u16..4, any::<u16>()];
+    let rank = prop_oneof![0u16..4, any::<u16>()].prop_map(Rank::new);
     prop_oneof![
         (small.clone(), proptest::option::of(small.clone()))
             .prop_map(|(next, seen)| Control::Ack { next, seen }),
@@ -407,7 +408,7 @@ proptest! {
     /// Well-formed control messages, mutated like captured frames.
     #[test]
     fn the_control_parser_takes_mutated_control_frames(c in control(), muts in mutations(), keyed in any::<bool>()) {
-        let mut base = c.to_vec(GROUP, 1, 2, 1);
+        let mut base = c.to_vec(GROUP, Rank::new(1), Rank::new(2), 1);
         if keyed {
             reseal(&mut base, &KEY);
         }
@@ -536,7 +537,7 @@ fn setup() -> impl Strategy<Value = Setup> {
 }
 
 /// What a member delivered: (root, message id, Ok(data) or Err(length of a truncated one)).
-type Delivery = (u16, u64, Result<Vec<u8>, usize>);
+type Delivery = (Rank, u64, Result<Vec<u8>, usize>);
 
 struct World {
     mode: Mode,
@@ -554,7 +555,7 @@ struct World {
 impl World {
     fn new(mode: Mode, s: Setup) -> World {
         let now = Instant::now();
-        let engines = (0..MEMBERS)
+        let engines = Rank::all(MEMBERS)
             .map(|r| {
                 let mut c = Config::new(GROUP, r, MEMBERS);
                 c.window = s.window;
@@ -566,7 +567,7 @@ impl World {
                 }
                 let mut e = Engine::new(c).unwrap();
                 if !s.auto_post {
-                    for root in (0..MEMBERS).filter(|&x| x != r) {
+                    for root in Rank::all(MEMBERS).filter(|&x| x != r) {
                         for _ in 0..12 {
                             e.post_recv(now, root, s.post_max).unwrap();
                         }
@@ -603,7 +604,7 @@ impl World {
                             self.net.push_back((j, pdu.clone()));
                         }
                     }
-                    Dest::Rank(r) => self.net.push_back((usize::from(r), pdu)),
+                    Dest::Rank(r) => self.net.push_back((r.index(), pdu)),
                 }
             }
             while let Some(ev) = self.engines[i].poll_event() {
@@ -647,7 +648,7 @@ impl World {
             Mode::LateData if f.kind().is_data() => {
                 // Behind the next sequence `to` expects from that root, by serial arithmetic.
                 self.engines[to].receiver(f.src()).is_some_and(|rx| {
-                    let behind = (rx.expected() as u32).wrapping_sub(f.seq()) as i32;
+                    let behind = rx.expected().low32().wrapping_sub(f.seq()) as i32;
                     behind > 0
                 })
             }
@@ -730,13 +731,13 @@ impl World {
                 self.inject(to, b.clone());
             }
             Action::Typed(c, src, dst, ctr, t) => {
-                let src = u16::from(*src) % (MEMBERS + 1);
+                let src = Rank::new(u16::from(*src) % (MEMBERS + 1));
                 // Mostly to the member it is injected into, sometimes to all or another.
                 let to = self.to(*t);
                 let dst = match dst % 4 {
                     0 => wire::ALL,
-                    1 => u16::from(*dst) % MEMBERS,
-                    _ => to as u16,
+                    1 => Rank::new(u16::from(*dst) % MEMBERS),
+                    _ => Rank::new(to as u16),
                 };
                 let mut pdu = c.to_vec(GROUP, src, dst, *ctr);
                 match self.seal_for(*t) {
@@ -781,7 +782,7 @@ impl World {
         for (m, got) in self.delivered.iter().enumerate() {
             let mut next = vec![0u64; usize::from(MEMBERS)];
             for (root, id, data) in got {
-                let r = usize::from(*root);
+                let r = root.index();
                 prop_assert!(
                     r < usize::from(MEMBERS) && r != m,
                     "member {m} delivered from {root}"

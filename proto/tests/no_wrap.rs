@@ -11,11 +11,12 @@ use ethbcast_proto::engine::{
     Algorithm, Config, Dest, Drop, Engine, Event, SendError, SessionEnded,
 };
 use ethbcast_proto::wire::Control;
+use ethbcast_proto::Rank;
 
 const KEY: [u8; 32] = [0x11; 32];
 
 fn engine(rank: u16) -> Engine {
-    let mut cfg = Config::new(0x600d, rank, 2);
+    let mut cfg = Config::new(0x600d, Rank::new(rank), 2);
     cfg.key = Some(KEY.into());
     Engine::new(cfg).unwrap()
 }
@@ -23,7 +24,7 @@ fn engine(rank: u16) -> Engine {
 /// Queues a notice from `a` to rank 1 and returns its frame.
 fn notice(a: &mut Engine, now: Instant, n: u32) -> Option<Vec<u8>> {
     a.send_control(
-        Dest::Rank(1),
+        Dest::Rank(Rank::new(1)),
         Control::Notice {
             body: n.to_be_bytes().to_vec(),
         },

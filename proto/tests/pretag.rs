@@ -42,7 +42,7 @@ fn mac(i: u16) -> MacAddr {
 /// Rank 1 of a streaming group of [`SIZE`] with the window of `ethbcast send/recv`.
 fn member(key: Option<[u8; 32]>, senders: Option<Vec<Rank>>) -> (Member, Instant) {
     let now = Instant::now();
-    let mut cfg = Config::new(GROUP, 1, SIZE);
+    let mut cfg = Config::new(GROUP, Rank::new(1), SIZE);
     cfg.window = 2048;
     cfg.key = key.map(Into::into);
     let mut mc = MemberConfig::new(cfg, (0..SIZE).map(mac).collect::<Vec<_>>());
@@ -82,9 +82,13 @@ fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
     let (mut m, now) = member(Some(KEY), None);
     let bytes = grown(|| {
         for src in (0..SIZE).filter(|&r| r != 1) {
-            for dst in [wire::ALL, 1] {
-                m.handle_frame(now, mac(src), &data(GROUP, src, dst, Some(&WRONG)));
-                m.handle_frame(now, mac(src), &data(GROUP, src, dst, None));
+            for dst in [wire::ALL, Rank::new(1)] {
+                m.handle_frame(
+                    now,
+                    mac(src),
+                    &data(GROUP, Rank::new(src), dst, Some(&WRONG)),
+                );
+                m.handle_frame(now, mac(src), &data(GROUP, Rank::new(src), dst, None));
             }
         }
     });
@@ -93,13 +97,20 @@ fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
         "forged frames made the member allocate {bytes} bytes"
     );
     for src in 0..SIZE {
-        assert!(m.engine().receiver(src).is_none(), "a stream of rank {src}");
+        assert!(
+            m.engine().receiver(Rank::new(src)).is_none(),
+            "a stream of rank {src}"
+        );
     }
     assert_eq!(m.stats().accepted, 0);
     // The same frame sealed with the key is taken: the stream is made then.
-    m.handle_frame(now, mac(0), &data(GROUP, 0, wire::ALL, Some(&KEY)));
+    m.handle_frame(
+        now,
+        mac(0),
+        &data(GROUP, Rank::new(0), wire::ALL, Some(&KEY)),
+    );
     assert_eq!(m.stats().accepted, 1);
-    assert!(m.engine().receiver(0).is_some());
+    assert!(m.engine().receiver(Rank::new(0)).is_some());
 }
 
 #[test]
@@ -108,10 +119,18 @@ fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
     let (mut m, now) = member(Some(KEY), None);
     let bytes = grown(|| {
         for peer in (0..SIZE).filter(|&r| r != 1) {
-            let group = pair_group(GROUP, 1, peer);
+            let group = pair_group(GROUP, Rank::new(1), Rank::new(peer));
             let src = u16::from(peer > 1);
-            m.handle_frame(now, mac(peer), &data(group, src, wire::ALL, Some(&WRONG)));
-            m.handle_frame(now, mac(peer), &data(group, src, wire::ALL, None));
+            m.handle_frame(
+                now,
+                mac(peer),
+                &data(group, Rank::new(src), wire::ALL, Some(&WRONG)),
+            );
+            m.handle_frame(
+                now,
+                mac(peer),
+                &data(group, Rank::new(src), wire::ALL, None),
+            );
         }
     });
     assert!(
@@ -124,7 +143,12 @@ fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
         m.handle_frame(
             now,
             mac(0),
-            &data(pair_group(GROUP, 1, 0), 0, wire::ALL, Some(&KEY)),
+            &data(
+                pair_group(GROUP, Rank::new(1), Rank::new(0)),
+                Rank::new(0),
+                wire::ALL,
+                Some(&KEY),
+            ),
         )
     });
     assert_eq!(m.stats().accepted, 1);
@@ -134,22 +158,22 @@ fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
 #[test]
 fn without_a_key_a_member_makes_nothing_for_a_rank_whose_stream_it_does_not_take() {
     let _one = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
-    let (mut m, now) = member(None, Some(vec![0]));
+    let (mut m, now) = member(None, Some(vec![Rank::new(0)]));
     let bytes = grown(|| {
         for src in 2..SIZE {
-            m.handle_frame(now, mac(src), &data(GROUP, src, wire::ALL, None));
-            let group = pair_group(GROUP, 1, src);
-            m.handle_frame(now, mac(src), &data(group, 1, wire::ALL, None));
+            m.handle_frame(now, mac(src), &data(GROUP, Rank::new(src), wire::ALL, None));
+            let group = pair_group(GROUP, Rank::new(1), Rank::new(src));
+            m.handle_frame(now, mac(src), &data(group, Rank::new(1), wire::ALL, None));
             // Polls of the stream it would have sent, which a member answers for its root.
             let polls = [
                 Control::AckPoll,
                 Control::PullPoll {
                     msg_id: 0,
-                    designated: 1,
+                    designated: Rank::new(1),
                 },
             ];
             for (i, poll) in polls.iter().enumerate() {
-                let f = poll.to_vec(GROUP, src, 1, 1 + i as u32);
+                let f = poll.to_vec(GROUP, Rank::new(src), Rank::new(1), 1 + i as u32);
                 m.handle_frame(now, mac(src), &f);
             }
         }
@@ -159,11 +183,14 @@ fn without_a_key_a_member_makes_nothing_for_a_rank_whose_stream_it_does_not_take
         "a second rank's frames made the member allocate {bytes} bytes"
     );
     for src in 2..SIZE {
-        assert!(m.engine().receiver(src).is_none(), "a stream of rank {src}");
+        assert!(
+            m.engine().receiver(Rank::new(src)).is_none(),
+            "a stream of rank {src}"
+        );
     }
     assert_eq!(m.stats().accepted, 0);
     // The root's stream is taken.
-    m.handle_frame(now, mac(0), &data(GROUP, 0, wire::ALL, None));
+    m.handle_frame(now, mac(0), &data(GROUP, Rank::new(0), wire::ALL, None));
     assert_eq!(m.stats().accepted, 1);
-    assert!(m.engine().receiver(0).is_some());
+    assert!(m.engine().receiver(Rank::new(0)).is_some());
 }

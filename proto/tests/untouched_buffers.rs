@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use ethbcast_proto::engine::{Config, Engine};
 use ethbcast_proto::wire::{self, Flags, Kind, Repr};
+use ethbcast_proto::Rank;
 
 /// Resident bytes of this process (`/proc/self/statm`, second field, in pages).
 fn resident() -> usize {
@@ -20,19 +21,19 @@ fn resident() -> usize {
 
 #[test]
 fn a_member_pays_for_the_buffers_it_uses_not_for_their_size() {
-    let mut cfg = Config::new(1, 1, 2);
+    let mut cfg = Config::new(1, Rank::new(1), 2);
     cfg.window = 16384;
     let size = cfg.window * cfg.slot_payload();
     let now = Instant::now();
     let before = resident();
     let mut member = Engine::new(cfg.clone()).unwrap();
-    member.post_recv(now, 0, 1 << 20).unwrap();
+    member.post_recv(now, Rank::new(0), 1 << 20).unwrap();
     // One whole message, its frames in order.
     let payload = [7u8; 1000];
     for i in 0..8u32 {
         let mut r = Repr::new(Kind::Data);
         r.group = cfg.group;
-        r.src = 0;
+        r.src = Rank::new(0);
         r.dst = wire::ALL;
         r.seq = i;
         r.msg_len = 8000;

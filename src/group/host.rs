@@ -9,6 +9,7 @@ use super::{Group, GroupError, GroupOptions, Membership, ServeWait, ServeWake};
 use crate::host_ring::{self, HostRing, HostRingError, Hosts, Layout, Sink};
 use crate::join::{Expect, JoinConfig};
 use crate::link::{self, LinkError};
+use crate::Rank;
 
 /// Errors of [`HostGroup`] calls.
 #[derive(Debug, Error)]
@@ -23,7 +24,7 @@ pub enum HostError {
     #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
     Length {
         /// Root of the broadcast.
-        root: u16,
+        root: Rank,
         /// Length of the message.
         got: usize,
         /// Length of the caller's buffer.
@@ -53,7 +54,7 @@ pub enum Placement {
     /// This process is rank `rank` of a job whose ranks run on hosts as `hosts` says.
     Hosts {
         /// This process's rank.
-        rank: u16,
+        rank: Rank,
         /// The host of every rank.
         hosts: Hosts,
     },
@@ -106,7 +107,7 @@ struct HostView {
 
 impl HostView {
     /// The host of `root`, or the error a bad root gets.
-    fn host_of(&self, root: u16) -> Result<u16, HostError> {
+    fn host_of(&self, root: Rank) -> Result<u16, HostError> {
         self.hosts
             .host(root)
             .ok_or(HostError::Group(GroupError::BadRank {
@@ -155,7 +156,7 @@ pub struct HostGroup {
     ring: Option<HostRing>,
     /// `None`: one rank per host, network ranks are the world's.
     view: Option<HostView>,
-    rank: u16,
+    rank: Rank,
     size: u16,
     root_waits_above: Option<usize>,
     /// The message an owner passes between the network and its host's ring, kept from call
@@ -181,7 +182,7 @@ const LOCAL_VARS: [(&str, &str); 4] = [
 /// ([`Placement::Hosts`]; `ethbcast_open_hosts` in C).
 pub fn placement_from_env(
     get: impl Fn(&str) -> Option<String>,
-) -> Result<Option<(u16, Hosts)>, HostError> {
+) -> Result<Option<(Rank, Hosts)>, HostError> {
     let Some((rank, size)) = super::rank_size_from_env(&get) else {
         return Ok(None);
     };
@@ -196,7 +197,7 @@ pub fn placement_from_env(
     if per_host <= 1 {
         return Ok(None);
     }
-    if local_rank >= per_host || size % per_host != 0 || rank % per_host != local_rank {
+    if local_rank >= per_host || size % per_host != 0 || rank.get() % per_host != local_rank {
         return Err(HostError::Placement(format!(
             "rank {rank} of {size} is local rank {local_rank} of {per_host} ({var}): the environment describes hosts only as blocks of {per_host} consecutive ranks on every host; for other placements open with the host of every rank (ethbcast_open_hosts)"
         )));
@@ -252,7 +253,7 @@ fn segment_tag(token: Option<&str>, key: Option<&[u8; 32]>) -> Result<Option<Str
 /// is shared by every namespace of a machine: jobs on different test-beds (or containers) of
 /// one machine must not meet in one segment, whatever group id they chose.
 fn segment_path(group_id: u32, hosts: &Hosts, h: u16, tag: Option<&str>) -> std::path::PathBuf {
-    let owner = hosts.ranks_on(h).first().copied().unwrap_or(0);
+    let owner = hosts.ranks_on(h).first().copied().unwrap_or(Rank::new(0));
     let mut name = format!(
         "ethbcast-{group_id:08x}-{}-{owner}-{}",
         hosts.size(),
@@ -313,7 +314,7 @@ impl HostGroup {
     }
 
     /// This member's rank.
-    pub fn rank(&self) -> u16 {
+    pub fn rank(&self) -> Rank {
         self.rank
     }
 
@@ -335,8 +336,8 @@ impl HostGroup {
     /// Broadcast into the caller's buffer: the root sends `buf`, every other member receives
     /// the root's message into it. Every member must pass the same length; a receiver whose
     /// length differs gets [`HostError::Length`] and its buffer is left as it was.
-    pub fn bcast(&mut self, root: u16, buf: &mut [u8]) -> Result<(), HostError> {
-        if root >= self.size {
+    pub fn bcast(&mut self, root: Rank, buf: &mut [u8]) -> Result<(), HostError> {
+        if root.get() >= self.size {
             return Err(HostError::Group(GroupError::BadRank {
                 rank: root,
                 size: self.size,
@@ -346,7 +347,7 @@ impl HostGroup {
             None => (root, self.rank, false),
             Some(v) => {
                 let h = v.host_of(root)?;
-                (h, v.host, h == v.host)
+                (Rank::new(h), Rank::new(v.host), h == v.host)
             }
         };
         let mut g = self.group.as_mut();
@@ -377,8 +378,8 @@ impl HostGroup {
     /// and whether the root is on this host.
     fn bcast_through(
         &mut self,
-        root: u16,
-        (nic_root, my_host, root_here): (u16, u16, bool),
+        root: Rank,
+        (nic_root, my_host, root_here): (Rank, Rank, bool),
         buf: &mut [u8],
         msg: &mut Vec<u8>,
     ) -> Result<(), HostError> {
@@ -531,7 +532,7 @@ fn idle() -> Result<(), HostError> {
 /// hands it to the link as it returns; the turn after it takes in what arrived meanwhile and
 /// sends what that made. (An 8-byte MPI_Bcast took 3.3 ms instead of about 0.1 ms behind the
 /// C ABI's progress thread when its frames waited for the root's next call.)
-fn send(g: &mut Group, nic_root: u16, msg: &mut [u8]) -> Result<(), HostError> {
+fn send(g: &mut Group, nic_root: Rank, msg: &mut [u8]) -> Result<(), HostError> {
     g.progress(Duration::ZERO)?;
     g.bcast_into(nic_root, msg)?;
     g.progress(Duration::ZERO)?;
@@ -544,7 +545,7 @@ fn send(g: &mut Group, nic_root: u16, msg: &mut [u8]) -> Result<(), HostError> {
 fn open_on_hosts(
     iface: &str,
     opts: &HostOptions,
-    rank: u16,
+    rank: Rank,
     hosts: Hosts,
 ) -> Result<(Option<Group>, Option<HostRing>, HostView), HostError> {
     opts.group.check_key()?;
@@ -587,7 +588,7 @@ fn open_on_hosts(
                     key: opts.group.key.clone(),
                     expect: Expect::Ranks {
                         size: count,
-                        rank: host,
+                        rank: Rank::new(host),
                     },
                     max_pdu: link.max_pdu(),
                 };
@@ -636,9 +637,9 @@ mod tests {
         ]))
         .unwrap()
         .unwrap();
-        assert_eq!(rank, 5);
+        assert_eq!(rank, Rank::new(5));
         assert_eq!(hosts.count(), 2);
-        assert_eq!(hosts.ranks_on(1), &[4, 5, 6, 7]);
+        assert_eq!(hosts.ranks_on(1), &[4, 5, 6, 7].map(Rank::new));
         let (_, hosts) = placement_from_env(env(&[
             ("PMI_RANK", "2"),
             ("PMI_SIZE", "6"),
@@ -770,36 +771,36 @@ mod tests {
                             ..GroupOptions::insecure()
                         },
                         placement: Placement::Hosts {
-                            rank,
+                            rank: Rank::new(rank),
                             hosts: Hosts::blocks(N, N).unwrap(),
                         },
                         ..HostOptions::default()
                     };
                     let mut g = HostGroup::open("no-such-interface", opts).unwrap();
-                    assert_eq!((g.rank(), g.size()), (rank, N));
+                    assert_eq!((g.rank(), g.size()), (Rank::new(rank), N));
                     assert!(!g.on_network());
                     assert!(g.network().is_none());
                     for root in 0..N {
                         let mut buf = vec![rank as u8; 100 + usize::from(root)];
-                        g.bcast(root, &mut buf).unwrap();
+                        g.bcast(Rank::new(root), &mut buf).unwrap();
                         assert_eq!(buf, vec![root as u8; 100 + usize::from(root)]);
                         g.barrier().unwrap();
                     }
                     let mut short = vec![0u8; if rank == 1 { 7 } else { 8 }];
-                    match g.bcast(0, &mut short) {
+                    match g.bcast(Rank::new(0), &mut short) {
                         Err(HostError::Length {
-                            root: 0,
+                            root,
                             got: 8,
                             want: 7,
-                        }) => assert_eq!(rank, 1),
+                        }) if root == Rank::new(0) => assert_eq!(rank, 1),
                         r => {
                             r.unwrap();
                             assert_ne!(rank, 1);
                         }
                     }
                     assert!(matches!(
-                        g.bcast(N, &mut short),
-                        Err(HostError::Group(GroupError::BadRank { rank: N, size: N }))
+                        g.bcast(Rank::new(N), &mut short),
+                        Err(HostError::Group(GroupError::BadRank { rank, size: N })) if rank == Rank::new(N)
                     ));
                     g.barrier().unwrap();
                     g.flush().unwrap();

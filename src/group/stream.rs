@@ -57,7 +57,7 @@ pub struct StreamOptions {
 
 impl Default for StreamOptions {
     fn default() -> Self {
-        let cfg = Config::new(0, 0, 2);
+        let cfg = Config::new(0, Rank::new(0), 2);
         StreamOptions {
             group_id: 0xEBD1_5700,
             backend: Backend::Ring,
@@ -119,7 +119,7 @@ impl StreamOptions {
     /// Whether an engine can run with these options ([`Config::check`]): checked before a join,
     /// a bad option fails at once instead of once a peer has come.
     pub fn check(&self) -> Result<(), ConfigError> {
-        self.config(0, 2).check()
+        self.config(Rank::new(0), 2).check()
     }
 
     /// The engine configuration of member `rank` of a stream of `size` members (before the
@@ -249,10 +249,10 @@ impl Stream {
         let mut mc = MemberConfig::new(cfg, joined.peers);
         mc.prepost = opts.prepost;
         mc.late = Some(joined.late);
-        if joined.rank != 0 {
+        if joined.rank != Rank::new(0) {
             // A receiver takes the root's stream and channel alone: nothing is made or
             // reserved for frames that speak as a fellow receiver (without a key, anybody's).
-            mc.senders = Some(vec![0]);
+            mc.senders = Some(vec![Rank::new(0)]);
         }
         let member = Member::new(WallClock.now(), mc)?;
         Ok(Stream {
@@ -442,12 +442,15 @@ mod tests {
             wait: WaitMode::Doze,
             ..StreamOptions::default()
         };
-        let engine = Config::new(0, 1, 3).ack_delay;
+        let engine = Config::new(0, Rank::new(1), 3).ack_delay;
         assert!(
             engine < link::DOZE_INTERVAL,
             "the engine's own timer is finer"
         );
-        assert_eq!(busy.config(1, 3).ack_delay, engine);
-        assert_eq!(dozing.config(1, 3).ack_delay, link::DOZE_INTERVAL);
+        assert_eq!(busy.config(Rank::new(1), 3).ack_delay, engine);
+        assert_eq!(
+            dozing.config(Rank::new(1), 3).ack_delay,
+            link::DOZE_INTERVAL
+        );
     }
 }

@@ -123,14 +123,14 @@ fn launcher_environments_give_rank_and_size() {
     };
     assert_eq!(
         rank_size_from_env(env(&[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "8")])),
-        Some((3, 8))
+        Some((Rank::new(3), 8))
     );
     assert_eq!(
         rank_size_from_env(env(&[
             ("OMPI_COMM_WORLD_RANK", "1"),
             ("OMPI_COMM_WORLD_SIZE", "2")
         ])),
-        Some((1, 2))
+        Some((Rank::new(1), 2))
     );
     assert_eq!(
         rank_size_from_env(env(&[
@@ -139,7 +139,7 @@ fn launcher_environments_give_rank_and_size() {
             ("PMI_RANK", "2"),
             ("PMI_SIZE", "4")
         ])),
-        Some((0, 4))
+        Some((Rank::new(0), 4))
     );
     assert_eq!(
         rank_size_from_env(env(&[("PMI_RANK", "4"), ("PMI_SIZE", "4")])),
@@ -156,19 +156,26 @@ fn the_binomial_tree_reaches_every_member_exactly_once() {
             let mut reached = vec![0u32; usize::from(n)];
             reached[usize::from(root)] += 1;
             for me in 0..n {
-                for c in tree_children(me, root, n) {
-                    reached[usize::from(c)] += 1;
-                    assert_eq!(tree_parent(c, root, n), Some(me), "n={n} root={root}");
+                for c in tree_children(Rank::new(me), Rank::new(root), n) {
+                    reached[c.index()] += 1;
+                    assert_eq!(
+                        tree_parent(c, Rank::new(root), n),
+                        Some(Rank::new(me)),
+                        "n={n} root={root}"
+                    );
                 }
             }
             assert!(
                 reached.iter().all(|&k| k == 1),
                 "n={n} root={root}: {reached:?}"
             );
-            assert_eq!(tree_parent(root, root, n), None);
+            assert_eq!(tree_parent(Rank::new(root), Rank::new(root), n), None);
         }
     }
-    assert_eq!(tree_children(0, 0, 8), vec![4, 2, 1]);
+    assert_eq!(
+        tree_children(Rank::new(0), Rank::new(0), 8),
+        vec![Rank::new(4), Rank::new(2), Rank::new(1)]
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ impl Hosts {
     /// From a host label per rank (`labels[r]`; equal labels = one host: a MAC address, a host
     /// name, an index).
     pub fn from_labels<T: Eq + Hash>(labels: &[T]) -> Result<Hosts, HostRingError> {
-        if labels.is_empty() || labels.len() >= usize::from(Rank::MAX) {
+        if labels.is_empty() || labels.len() >= usize::from(u16::MAX) {
             return Err(HostRingError::Topology(format!(
                 "a job of {} ranks (1 to 65534)",
                 labels.len()
@@ -35,7 +35,7 @@ impl Hosts {
             if h == next {
                 ranks.push(Vec::new());
             }
-            ranks[usize::from(h)].push(r as Rank);
+            ranks[usize::from(h)].push(Rank::new(r as u16));
             host_of.push(h);
         }
         Ok(Hosts { host_of, ranks })
@@ -62,7 +62,7 @@ impl Hosts {
 
     /// Host of rank `r` (its rank in the network group), `None` outside the job.
     pub fn host(&self, r: Rank) -> Option<u16> {
-        self.host_of.get(usize::from(r)).copied()
+        self.host_of.get(r.index()).copied()
     }
 
     /// Ranks on host `h`, ascending.

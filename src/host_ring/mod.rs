@@ -170,7 +170,7 @@ impl HostRing {
             (H_PAYLOAD, layout.slot_payload as u64),
             (H_OWNER_PID, u64::from(std::process::id())),
             (H_WORLD, u64::from(world)),
-            (H_OWNER_RANK, u64::from(rank)),
+            (H_OWNER_RANK, u64::from(rank.get())),
         ] {
             ring.word(at)?.store(v, Ordering::Relaxed);
         }
@@ -282,7 +282,7 @@ impl HostRing {
 
     /// Claims this rank's cursor block.
     fn register(&self, rank: Rank) -> Result<(), HostRingError> {
-        let tag = u64::from(rank) + 1;
+        let tag = u64::from(rank.get()) + 1;
         let at = self.layout.cursor(self.me);
         match self
             .word(at + L_RANK)?
@@ -457,7 +457,7 @@ impl HostRing {
     ) -> Result<(), E> {
         self.calls += 1;
         let deadline = Instant::now() + self.timeout;
-        let (slot, _, _) = self.next_entry(KIND_RELEASE, 0, 0, deadline, duty)?;
+        let (slot, _, _) = self.next_entry(KIND_RELEASE, Rank::new(0), 0, deadline, duty)?;
         self.consume(slot)?;
         Ok(())
     }
@@ -496,7 +496,7 @@ impl HostRing {
         duty: &mut dyn FnMut() -> Result<(), E>,
     ) -> Result<(), E> {
         self.calls += 1;
-        self.put(KIND_RELEASE, 0, 0, 0, &[], duty)
+        self.put(KIND_RELEASE, Rank::new(0), 0, 0, &[], duty)
     }
 
     /// Waits until every attached rank of the host has read everything this rank has seen.
@@ -553,7 +553,7 @@ impl HostRing {
         for (at, v) in [
             (S_KIND, kind),
             (S_CALL, self.calls),
-            (S_ROOT, u64::from(root)),
+            (S_ROOT, u64::from(root.get())),
             (S_TOTAL, total as u64),
             (S_OFFSET, offset as u64),
             (S_LEN, chunk.len() as u64),
@@ -609,13 +609,13 @@ impl HostRing {
         };
         if e_kind != kind
             || e_call != self.calls
-            || (kind == KIND_DATA && e_root != u64::from(root))
+            || (kind == KIND_DATA && e_root != u64::from(root.get()))
         {
             return Err(self
                 .protocol(format!(
                     "this rank's collective #{} is {}, but the host's ring holds {} as collective #{e_call}: every rank must call the same collectives in the same order",
                     self.calls,
-                    name(kind, u64::from(root)),
+                    name(kind, u64::from(root.get())),
                     name(e_kind, e_root)
                 ))
                 .into());

@@ -20,7 +20,7 @@ fn attach(
         layout,
         world,
         local,
-        local as Rank,
+        Rank::new(local as u16),
         Wait::default(),
         timeout,
     )
@@ -67,7 +67,15 @@ fn a_ring_forged_by_another_user_is_refused() {
     let template = name("template");
     let world = SMALL.locals as u16;
     let timeout = Duration::from_millis(300);
-    let real = HostRing::create(&template, SMALL, world, 0, Wait::default(), timeout).unwrap();
+    let real = HostRing::create(
+        &template,
+        SMALL,
+        world,
+        Rank::new(0),
+        Wait::default(),
+        timeout,
+    )
+    .unwrap();
     let forged = std::fs::read(&template).unwrap();
     drop(real);
     std::fs::remove_file(&template).unwrap();
@@ -108,7 +116,7 @@ fn a_ring_forged_by_another_user_is_refused() {
         forged,
         "the rank did not register in the forged ring"
     );
-    match HostRing::create(&path, SMALL, world, 0, Wait::default(), timeout) {
+    match HostRing::create(&path, SMALL, world, Rank::new(0), Wait::default(), timeout) {
         Err(HostRingError::Shm(ShmError::Foreign { owner, .. })) => assert_eq!(owner, NOBODY),
         other => panic!("the owner replaced or used uid {NOBODY}'s file: {other:?}"),
     }
@@ -125,12 +133,21 @@ const SMALL: Layout = Layout {
 fn host(name: &str, layout: Layout, timeout: Duration) -> (HostRing, Vec<HostRing>) {
     let path = temp(name);
     let world = layout.locals as u16;
-    let mut owner = HostRing::create(&path, layout, world, 0, Wait::default(), timeout).unwrap();
+    let mut owner =
+        HostRing::create(&path, layout, world, Rank::new(0), Wait::default(), timeout).unwrap();
     let locals: Vec<_> = (1..layout.locals)
         .map(|j| {
             let path = path.clone();
             std::thread::spawn(move || {
-                HostRing::attach(&path, layout, world, j, j as Rank, Wait::default(), timeout)
+                HostRing::attach(
+                    &path,
+                    layout,
+                    world,
+                    j,
+                    Rank::new(j as u16),
+                    Wait::default(),
+                    timeout,
+                )
             })
         })
         .collect();
@@ -170,7 +187,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Every rank runs `ops` as MPI ranks would; returns what each received, in order.
 fn run(ops: Vec<Op>, layout: Layout) -> Vec<Vec<Vec<u8>>> {
-    const REMOTE: Rank = 100;
+    const REMOTE: Rank = Rank::new(100);
     let (owner, locals) = host("oracle", layout, Duration::from_secs(20));
     let mut threads = Vec::new();
     for mut ring in std::iter::once(owner).chain(locals) {
@@ -182,7 +199,7 @@ fn run(ops: Vec<Op>, layout: Layout) -> Vec<Vec<Vec<u8>>> {
                 match *op {
                     Op::Bcast { root, len } => {
                         let data = pattern(call, len);
-                        let root_rank = root.map_or(REMOTE, |r| r as Rank);
+                        let root_rank = root.map_or(REMOTE, |r| Rank::new(r as u16));
                         if root == Some(me) || (root.is_none() && me == 0) {
                             ring.publish(root_rank, &data, &mut no_duty).unwrap();
                             got.push(data);
@@ -260,18 +277,18 @@ fn hosts_are_numbered_by_their_lowest_rank() {
     let h = Hosts::from_labels(&["b", "a", "b", "c", "a"]).unwrap();
     assert_eq!(h.size(), 5);
     assert_eq!(h.count(), 3);
-    assert_eq!(h.host(0), Some(0));
-    assert_eq!(h.host(1), Some(1));
-    assert_eq!(h.host(3), Some(2));
-    assert_eq!(h.host(5), None);
-    assert_eq!(h.ranks_on(0), &[0, 2]);
-    assert_eq!(h.ranks_on(1), &[1, 4]);
-    assert_eq!(h.local_index(4), Some(1));
-    assert_eq!(h.local_index(3), Some(0));
+    assert_eq!(h.host(Rank::new(0)), Some(0));
+    assert_eq!(h.host(Rank::new(1)), Some(1));
+    assert_eq!(h.host(Rank::new(3)), Some(2));
+    assert_eq!(h.host(Rank::new(5)), None);
+    assert_eq!(h.ranks_on(0), &[0, 2].map(Rank::new));
+    assert_eq!(h.ranks_on(1), &[1, 4].map(Rank::new));
+    assert_eq!(h.local_index(Rank::new(4)), Some(1));
+    assert_eq!(h.local_index(Rank::new(3)), Some(0));
     assert!(h.shares_hosts());
     let b = Hosts::blocks(10, 4).unwrap();
     assert_eq!(b.count(), 3);
-    assert_eq!(b.ranks_on(2), &[8, 9]);
+    assert_eq!(b.ranks_on(2), &[8, 9].map(Rank::new));
     assert!(!Hosts::blocks(3, 1).unwrap().shares_hosts());
     assert!(Hosts::blocks(3, 0).is_err());
     assert!(Hosts::from_labels::<u8>(&[]).is_err());
@@ -280,27 +297,31 @@ fn hosts_are_numbered_by_their_lowest_rank() {
 #[test]
 fn a_buffer_of_another_length_is_left_alone_and_the_ring_goes_on() {
     let (mut owner, mut locals) = host("length", SMALL, Duration::from_secs(5));
-    owner.publish(0, &pattern(1, 700), &mut no_duty).unwrap();
-    owner.publish(0, &pattern(2, 10), &mut no_duty).unwrap();
+    owner
+        .publish(Rank::new(0), &pattern(1, 700), &mut no_duty)
+        .unwrap();
+    owner
+        .publish(Rank::new(0), &pattern(2, 10), &mut no_duty)
+        .unwrap();
     let mut short = vec![7u8; 50];
     let e = locals[0]
-        .read(0, Sink::Buf(&mut short), &mut no_duty)
+        .read(Rank::new(0), Sink::Buf(&mut short), &mut no_duty)
         .unwrap_err();
     assert!(
         matches!(
             e,
             HostRingError::Length {
-                root: 0,
+                root,
                 got: 700,
                 want: 50
-            }
+            } if root == Rank::new(0)
         ),
         "{e}"
     );
     assert_eq!(short, vec![7u8; 50]);
     let mut next = vec![0u8; 10];
     locals[0]
-        .read(0, Sink::Buf(&mut next), &mut no_duty)
+        .read(Rank::new(0), Sink::Buf(&mut next), &mut no_duty)
         .unwrap();
     assert_eq!(next, pattern(2, 10));
 }
@@ -308,13 +329,13 @@ fn a_buffer_of_another_length_is_left_alone_and_the_ring_goes_on() {
 #[test]
 fn collectives_in_different_orders_are_reported_not_delivered() {
     let (mut owner, mut locals) = host("order", SMALL, Duration::from_secs(5));
-    owner.publish(0, b"data", &mut no_duty).unwrap();
+    owner.publish(Rank::new(0), b"data", &mut no_duty).unwrap();
     locals[0].arrive().unwrap();
     let e = locals[0].await_release(&mut no_duty).unwrap_err();
     assert!(e.to_string().contains("same order"), "{e}");
     let mut buf = [0u8; 4];
     let e = locals[1]
-        .read(3, Sink::Buf(&mut buf), &mut no_duty)
+        .read(Rank::new(3), Sink::Buf(&mut buf), &mut no_duty)
         .unwrap_err();
     assert!(e.to_string().contains("root 3"), "{e}");
 }
@@ -332,7 +353,9 @@ fn corrupt_entries_are_refused() {
     ];
     for (field, value) in corruptions {
         let (mut owner, mut locals) = host("corrupt", SMALL, Duration::from_secs(5));
-        owner.publish(0, &pattern(0, 600), &mut no_duty).unwrap();
+        owner
+            .publish(Rank::new(0), &pattern(0, 600), &mut no_duty)
+            .unwrap();
         let slot = owner.layout.slot(0);
         owner
             .word(slot + field)
@@ -340,7 +363,7 @@ fn corrupt_entries_are_refused() {
             .store(value, Ordering::Relaxed);
         let mut v = Vec::new();
         let e = locals[0]
-            .read(0, Sink::Vec(&mut v), &mut no_duty)
+            .read(Rank::new(0), Sink::Vec(&mut v), &mut no_duty)
             .unwrap_err();
         assert!(
             matches!(e, HostRingError::Protocol(_)),
@@ -355,7 +378,7 @@ fn corrupt_entries_are_refused() {
         .unwrap()
         .store(5, Ordering::Release);
     let e = locals[0]
-        .read(0, Sink::Vec(&mut Vec::new()), &mut no_duty)
+        .read(Rank::new(0), Sink::Vec(&mut Vec::new()), &mut no_duty)
         .unwrap_err();
     assert!(e.to_string().contains("overwritten"), "{e}");
 }
@@ -374,7 +397,7 @@ fn a_dead_rank_stops_the_writer_with_an_error_not_the_timeout() {
     let t0 = Instant::now();
     let mut result = Ok(());
     for i in 0..=SMALL.slots {
-        result = owner.publish(0, &pattern(i, 8), &mut no_duty);
+        result = owner.publish(Rank::new(0), &pattern(i, 8), &mut no_duty);
         if result.is_err() {
             break;
         }
@@ -398,7 +421,9 @@ fn a_full_ring_holds_the_writer_until_every_rank_has_read() {
         let mut owner = owner;
         std::thread::spawn(move || {
             for i in 0..=SMALL.slots {
-                owner.publish(0, &pattern(i, 100), &mut no_duty).unwrap();
+                owner
+                    .publish(Rank::new(0), &pattern(i, 100), &mut no_duty)
+                    .unwrap();
                 written.fetch_add(1, Ordering::SeqCst);
             }
             owner
@@ -414,13 +439,14 @@ fn a_full_ring_holds_the_writer_until_every_rank_has_read() {
     // All but the slowest rank read the oldest entry: its slot stays taken.
     let mut buf = vec![0u8; 100];
     for l in &mut locals[1..] {
-        l.read(0, Sink::Buf(&mut buf), &mut no_duty).unwrap();
+        l.read(Rank::new(0), Sink::Buf(&mut buf), &mut no_duty)
+            .unwrap();
         assert_eq!(buf, pattern(0, 100));
     }
     settle();
     assert_eq!(written.load(Ordering::SeqCst), SMALL.slots);
     locals[0]
-        .read(0, Sink::Buf(&mut buf), &mut no_duty)
+        .read(Rank::new(0), Sink::Buf(&mut buf), &mut no_duty)
         .unwrap();
     assert_eq!(buf, pattern(0, 100));
     let _owner = writer.join().unwrap();
@@ -428,7 +454,8 @@ fn a_full_ring_holds_the_writer_until_every_rank_has_read() {
     // Every rank still reads the rest whole, the last one from the reused slot.
     for l in &mut locals {
         for i in 1..=SMALL.slots {
-            l.read(0, Sink::Buf(&mut buf), &mut no_duty).unwrap();
+            l.read(Rank::new(0), Sink::Buf(&mut buf), &mut no_duty)
+                .unwrap();
             assert_eq!(buf, pattern(i, 100), "rank {} entry {i}", l.local());
         }
     }
@@ -455,7 +482,9 @@ fn a_detached_rank_no_longer_holds_the_ring() {
         l.detach().unwrap();
     }
     for i in 0..3 * SMALL.slots {
-        owner.publish(0, &pattern(i, 300), &mut no_duty).unwrap();
+        owner
+            .publish(Rank::new(0), &pattern(i, 300), &mut no_duty)
+            .unwrap();
     }
 }
 
@@ -464,7 +493,7 @@ fn waits_end_at_the_timeout_with_an_error() {
     let (_owner, mut locals) = host("timeout", SMALL, Duration::from_millis(100));
     let t0 = Instant::now();
     let e = locals[0]
-        .read(0, Sink::Vec(&mut Vec::new()), &mut no_duty)
+        .read(Rank::new(0), Sink::Vec(&mut Vec::new()), &mut no_duty)
         .unwrap_err();
     assert!(matches!(e, HostRingError::Timeout { .. }), "{e}");
     assert!(t0.elapsed() >= Duration::from_millis(100));
@@ -491,8 +520,15 @@ fn a_stale_segment_of_a_dead_owner_is_replaced() {
     let layout = Layout::new(2);
     // A segment as a crashed job leaves it: complete, joined, its owner gone.
     {
-        let stale =
-            HostRing::create(&path, layout, 2, 0, Wait::default(), Duration::from_secs(1)).unwrap();
+        let stale = HostRing::create(
+            &path,
+            layout,
+            2,
+            Rank::new(0),
+            Wait::default(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
         child.wait().unwrap();
@@ -511,22 +547,38 @@ fn a_stale_segment_of_a_dead_owner_is_replaced() {
         std::thread::spawn(move || attach(&path, layout, 2, 1, Duration::from_secs(5)))
     };
     std::thread::sleep(Duration::from_millis(30));
-    let mut owner =
-        HostRing::create(&path, layout, 2, 0, Wait::default(), Duration::from_secs(5)).unwrap();
+    let mut owner = HostRing::create(
+        &path,
+        layout,
+        2,
+        Rank::new(0),
+        Wait::default(),
+        Duration::from_secs(5),
+    )
+    .unwrap();
     owner.wait_attached(&mut no_duty).unwrap();
     owner.joined().unwrap();
     let mut local = local.join().unwrap().unwrap();
-    owner.publish(0, b"fresh", &mut no_duty).unwrap();
+    owner.publish(Rank::new(0), b"fresh", &mut no_duty).unwrap();
     let mut buf = [0u8; 5];
-    local.read(0, Sink::Buf(&mut buf), &mut no_duty).unwrap();
+    local
+        .read(Rank::new(0), Sink::Buf(&mut buf), &mut no_duty)
+        .unwrap();
     assert_eq!(&buf, b"fresh");
 }
 
 #[test]
 fn a_segment_of_another_geometry_or_a_taken_block_is_refused() {
     let path = temp("layout");
-    let mut owner =
-        HostRing::create(&path, SMALL, 4, 0, Wait::default(), Duration::from_secs(1)).unwrap();
+    let mut owner = HostRing::create(
+        &path,
+        SMALL,
+        4,
+        Rank::new(0),
+        Wait::default(),
+        Duration::from_secs(1),
+    )
+    .unwrap();
     let other = Layout { locals: 3, ..SMALL };
     let e = attach(&path, other, 4, 1, Duration::from_secs(1)).unwrap_err();
     assert!(matches!(e, HostRingError::Layout { .. }), "{e}");

@@ -22,6 +22,7 @@ use ethbcast_proto::wire::{self, seal, Control, Flags, Frame, Kind, Repr, TAG_LE
 use rand::{Rng, RngCore};
 
 use crate::netns;
+use ethbcast::Rank;
 
 /// The key the hostile host tags its forgeries with: not the group's.
 pub const ATTACKER_KEY: [u8; 32] = [0x5A; 32];
@@ -149,11 +150,11 @@ pub fn random_from(template: &[u8], rng: &mut impl RngCore) -> Option<Vec<u8>> {
     let f = pdu(template)?;
     let mut r = Repr::new(Kind::from_code(1 + (rng.next_u32() % 12) as u8)?);
     r.group = f.group();
-    r.src = (rng.next_u32() % 8) as u16;
+    r.src = Rank::new((rng.next_u32() % 8) as u16);
     r.dst = if rng.next_u32().is_multiple_of(2) {
         wire::ALL
     } else {
-        (rng.next_u32() % 8) as u16
+        Rank::new((rng.next_u32() % 8) as u16)
     };
     r.seq = rng.next_u32();
     r.msg_id = rng.next_u32();
@@ -198,9 +199,9 @@ fn frame_from(template: &[u8], pdu: &[u8], keyed: bool) -> Vec<u8> {
 #[derive(Debug, Clone, Copy)]
 pub struct Spoof {
     /// Claimed source rank.
-    pub src: u16,
+    pub src: Rank,
     /// Destination rank (or [`wire::ALL`]).
-    pub dst: u16,
+    pub dst: Rank,
     /// Source MAC of the Ethernet frame.
     pub src_mac: [u8; 6],
     /// Destination MAC of the Ethernet frame.
@@ -214,7 +215,7 @@ impl Spoof {
     /// As rank 0 from `root_mac`, to every member at the broadcast MAC.
     pub fn from_root(root_mac: [u8; 6], tag: bool) -> Spoof {
         Spoof {
-            src: 0,
+            src: Rank::new(0),
             dst: wire::ALL,
             src_mac: root_mac,
             dst_mac: wire::ethernet::BROADCAST_MAC.0,
@@ -267,7 +268,7 @@ pub fn forge_control(
 /// sent. Without a key every receiver would abort and delete its output.
 pub fn forge_abort(eth: &[u8]) -> Option<Vec<u8>> {
     let f = pdu(eth)?;
-    if f.src() != 0 || f.kind() == Kind::Join {
+    if f.src() != Rank::new(0) || f.kind() == Kind::Join {
         return None;
     }
     let notice = Control::Notice {

@@ -50,7 +50,7 @@ impl Net {
     fn new(n: u16, algorithm: Algorithm, loss: f64, epochs: u32, seed: u64) -> Net {
         let members = (0..n)
             .map(|r| {
-                let mut c = BarrierConfig::new(r, n);
+                let mut c = BarrierConfig::new(Rank::new(r), n);
                 c.algorithm = algorithm;
                 Barrier::new(c).unwrap()
             })
@@ -91,11 +91,11 @@ impl Net {
             };
             self.frames += 1;
             match dst {
-                Dest::Rank(d) => self.send(i as Rank, d, msg.clone()),
+                Dest::Rank(d) => self.send(Rank::new(i as u16), d, msg.clone()),
                 Dest::All => {
                     for d in 0..self.members.len() {
                         if d != i {
-                            self.send(i as Rank, d as Rank, msg.clone());
+                            self.send(Rank::new(i as u16), Rank::new(d as u16), msg.clone());
                         }
                     }
                 }
@@ -136,7 +136,7 @@ impl Net {
             self.now = self.now.max(t);
             let now = self.base + self.now;
             while let Some((_, m)) = self.queue.pop_due(self.now) {
-                let d = usize::from(m.dst);
+                let d = m.dst.index();
                 if self.crashed[d] {
                     continue;
                 }
@@ -267,7 +267,7 @@ fn an_evicted_member_no_longer_blocks_the_barrier() {
                 for (i, at) in evict_at.iter_mut().enumerate() {
                     if *at <= t {
                         *at = Duration::MAX;
-                        net.members[i].evicted(now, victim);
+                        net.members[i].evicted(now, Rank::new(victim));
                         net.drain(i);
                     }
                 }
@@ -295,27 +295,36 @@ fn barrier_msg(algo: BarrierAlgo, op: Op, round: u32, set: &[u8]) -> BarrierMsg 
 
 #[test]
 fn malformed_frames_are_errors() {
-    let mut b = Barrier::new(BarrierConfig::new(1, 10)).unwrap();
+    let mut b = Barrier::new(BarrierConfig::new(Rank::new(1), 10)).unwrap();
     let now = Instant::now();
     let arrive = |set: &[u8]| barrier_msg(BarrierAlgo::Broadcast, Op::Arrive, 0, set);
     assert_eq!(
-        b.handle_frame(now, 2, &arrive(&[0])),
+        b.handle_frame(now, Rank::new(2), &arrive(&[0])),
         Err(FrameError::Set(1))
     );
     assert_eq!(
-        b.handle_frame(now, 2, &arrive(&[0, 0x04])),
+        b.handle_frame(now, Rank::new(2), &arrive(&[0, 0x04])),
         Err(FrameError::Set(2)),
         "rank 10"
     );
-    assert_eq!(b.handle_frame(now, 2, &arrive(&[0, 0x02])), Ok(()));
     assert_eq!(
-        b.handle_frame(now, 10, &arrive(&[0, 0])),
-        Err(FrameError::Src(10))
+        b.handle_frame(now, Rank::new(2), &arrive(&[0, 0x02])),
+        Ok(())
+    );
+    assert_eq!(
+        b.handle_frame(now, Rank::new(10), &arrive(&[0, 0])),
+        Err(FrameError::Src(Rank::new(10)))
     );
     let query = barrier_msg(BarrierAlgo::Broadcast, Op::Query, 99, &[]);
-    assert_eq!(b.handle_frame(now, 2, &query), Err(FrameError::Round(99)));
+    assert_eq!(
+        b.handle_frame(now, Rank::new(2), &query),
+        Err(FrameError::Round(99))
+    );
     let other = barrier_msg(BarrierAlgo::Dissemination, Op::Round, 0, &[]);
-    assert_eq!(b.handle_frame(now, 2, &other), Err(FrameError::Algo));
+    assert_eq!(
+        b.handle_frame(now, Rank::new(2), &other),
+        Err(FrameError::Algo)
+    );
 }
 
 /// Nobody acknowledges a release, so a member stays reachable for a while after a barrier: a
@@ -324,7 +333,7 @@ fn malformed_frames_are_errors() {
 #[test]
 fn after_a_barrier_a_member_stays_reachable_for_stragglers_for_eight_longest_waits() {
     let t0 = Instant::now();
-    let cfg = BarrierConfig::new(1, 2);
+    let cfg = BarrierConfig::new(Rank::new(1), 2);
     let linger = cfg.max_rto * 8;
     let mut b = Barrier::new(cfg).unwrap();
     assert_eq!(b.serves_stragglers_until(), None, "no barrier yet");
@@ -332,15 +341,16 @@ fn after_a_barrier_a_member_stays_reachable_for_stragglers_for_eight_longest_wai
     assert_eq!(b.serves_stragglers_until(), None, "not released yet");
     let t1 = t0 + Duration::from_millis(3);
     let rel = barrier_msg(BarrierAlgo::Broadcast, Op::Release, 0, &[]);
-    b.handle_frame(t1, 0, &rel).unwrap();
+    b.handle_frame(t1, Rank::new(0), &rel).unwrap();
     assert!(b.is_released(0));
     assert_eq!(b.serves_stragglers_until(), Some(t1 + linger));
     // A straggler that asks within that time gets the release.
     while b.poll_transmit().is_some() {}
     let late = barrier_msg(BarrierAlgo::Broadcast, Op::Arrive, 0, &[0x03]);
-    b.handle_frame(t1 + linger / 2, 0, &late).unwrap();
+    b.handle_frame(t1 + linger / 2, Rank::new(0), &late)
+        .unwrap();
     let (dst, msg) = b.poll_transmit().expect("an answer to the straggler");
-    assert_eq!(dst, Dest::Rank(0));
+    assert_eq!(dst, Dest::Rank(Rank::new(0)));
     assert!(matches!(
         msg,
         Control::Barrier(BarrierMsg {
@@ -349,7 +359,7 @@ fn after_a_barrier_a_member_stays_reachable_for_stragglers_for_eight_longest_wai
         })
     ));
     // A release heard again does not move the time: it counts from the barrier's end.
-    b.handle_frame(t1 + linger / 2, 0, &rel).unwrap();
+    b.handle_frame(t1 + linger / 2, Rank::new(0), &rel).unwrap();
     assert_eq!(b.serves_stragglers_until(), Some(t1 + linger));
 }
 
@@ -359,18 +369,18 @@ fn after_a_barrier_a_member_stays_reachable_for_stragglers_for_eight_longest_wai
 #[test]
 fn a_frame_from_a_far_epoch_completes_nothing() {
     let now = Instant::now();
-    let mut b = Barrier::new(BarrierConfig::new(1, 3)).unwrap();
+    let mut b = Barrier::new(BarrierConfig::new(Rank::new(1), 3)).unwrap();
     let mut forged = barrier_msg(BarrierAlgo::Broadcast, Op::Release, 0, &[]);
     forged.epoch = 1_000_000;
     assert_eq!(
-        b.handle_frame(now, 2, &forged),
+        b.handle_frame(now, Rank::new(2), &forged),
         Err(FrameError::Epoch(1_000_000))
     );
     b.enter(now, 0).unwrap();
     assert!(!b.is_released(0), "epoch 0 waits for the other members");
     forged.epoch = 1;
     assert_eq!(
-        b.handle_frame(now, 2, &forged),
+        b.handle_frame(now, Rank::new(2), &forged),
         Ok(()),
         "one epoch ahead is possible"
     );
@@ -379,7 +389,7 @@ fn a_frame_from_a_far_epoch_completes_nothing() {
 #[test]
 fn epochs_are_entered_in_order_after_release() {
     let now = Instant::now();
-    let mut b = Barrier::new(BarrierConfig::new(1, 2)).unwrap();
+    let mut b = Barrier::new(BarrierConfig::new(Rank::new(1), 2)).unwrap();
     assert_eq!(
         b.enter(now, 1),
         Err(BarrierError::Epoch {
@@ -391,19 +401,19 @@ fn epochs_are_entered_in_order_after_release() {
     assert_eq!(b.enter(now, 1), Err(BarrierError::NotReleased(0)));
     // Rank 1 sends its arrival to the root, rank 0.
     let (dst, msg) = b.poll_transmit().unwrap();
-    assert_eq!(dst, Dest::Rank(0));
+    assert_eq!(dst, Dest::Rank(Rank::new(0)));
     assert!(matches!(
         msg,
         Control::Barrier(BarrierMsg { op: Op::Arrive, .. })
     ));
     let rel = barrier_msg(BarrierAlgo::Broadcast, Op::Release, 0, &[]);
-    b.handle_frame(now, 0, &rel).unwrap();
+    b.handle_frame(now, Rank::new(0), &rel).unwrap();
     assert!(b.is_released(0));
     assert!(!b.is_released(1));
     b.enter(now, 1).unwrap();
     assert!(Barrier::new(BarrierConfig {
         algorithm: Algorithm::Broadcast { arity: 0 },
-        ..BarrierConfig::new(0, 2)
+        ..BarrierConfig::new(Rank::new(0), 2)
     })
     .is_err());
 }

@@ -147,7 +147,11 @@ fn news_spreads_in_d_rounds_from_round_one_and_before_cleanup_from_any_round() {
 #[test]
 fn detector_messages_round_trip_and_bad_ones_are_errors() {
     let t = vec![0, 1, 2, u16::MAX, 7];
-    for m in [Msg::Gossip(t.clone()), Msg::Ping(3), Msg::Pong(4)] {
+    for m in [
+        Msg::Gossip(t.clone()),
+        Msg::Ping(Rank::new(3)),
+        Msg::Pong(Rank::new(4)),
+    ] {
         assert_eq!(Msg::from_control(&m.to_control(), 5), Some(Ok(m)));
     }
     let short = Control::Heartbeat { table: vec![0; 4] };
@@ -163,35 +167,38 @@ fn detector_messages_round_trip_and_bad_ones_are_errors() {
         "beyond MAX_MEMBERS"
     );
     assert_eq!(
-        Msg::from_control(&Control::Ping { rank: 5 }, 5),
+        Msg::from_control(&Control::Ping { rank: Rank::new(5) }, 5),
         Some(Err(DecodeError::Rank(5)))
     );
-    assert_eq!(Msg::from_control(&Control::Evict { rank: 1 }, 5), None);
+    assert_eq!(
+        Msg::from_control(&Control::Evict { rank: Rank::new(1) }, 5),
+        None
+    );
 }
 
 #[test]
 fn config_is_checked() {
     let c = |rank, size| DetectorConfig::new(rank, size, T);
-    assert!(Detector::new(c(3, 3)).is_err());
-    assert!(Detector::new(c(0, 0)).is_err());
-    assert!(Detector::new(c(0, MAX_MEMBERS + 1)).is_err());
-    assert!(Detector::new(DetectorConfig::new(0, 2, Duration::ZERO)).is_err());
-    let mut no_ping = c(0, 2);
+    assert!(Detector::new(c(Rank::new(3), 3)).is_err());
+    assert!(Detector::new(c(Rank::new(0), 0)).is_err());
+    assert!(Detector::new(c(Rank::new(0), MAX_MEMBERS + 1)).is_err());
+    assert!(Detector::new(DetectorConfig::new(Rank::new(0), 2, Duration::ZERO)).is_err());
+    let mut no_ping = c(Rank::new(0), 2);
     no_ping.ping_attempts = 0;
     assert_eq!(Detector::new(no_ping).err(), Some(ConfigError::NoPing));
-    assert!(Detector::new(c(0, 1)).is_ok());
+    assert!(Detector::new(c(Rank::new(0), 1)).is_ok());
 }
 
 #[test]
 fn a_suspect_that_answers_the_ping_is_cleared_and_one_that_does_not_is_dead() {
     let t0 = Instant::now();
-    let mut cfg = DetectorConfig::new(0, 2, T);
+    let mut cfg = DetectorConfig::new(Rank::new(0), 2, T);
     cfg.protocol = Gossip::BinaryRoundRobin;
     let mut d = Detector::new(cfg).unwrap();
     assert_eq!(d.threshold(), 3, "3 ceil(log2 2)");
     let mut now = t0;
     d.handle_timeout(now);
-    assert!(matches!(d.poll_transmit(), Some((1, Msg::Gossip(_)))));
+    assert!(matches!(d.poll_transmit(), Some((r, Msg::Gossip(_))) if r == Rank::new(1)));
     for _ in 0..2 {
         now += T;
         d.handle_timeout(now);
@@ -199,14 +206,14 @@ fn a_suspect_that_answers_the_ping_is_cleared_and_one_that_does_not_is_dead() {
     }
     now += T;
     d.handle_timeout(now);
-    assert_eq!(d.poll_event(), Some(DetectorEvent::Suspect(1)));
+    assert_eq!(d.poll_event(), Some(DetectorEvent::Suspect(Rank::new(1))));
     let sent: Vec<_> = std::iter::from_fn(|| d.poll_transmit()).collect();
-    assert!(sent.contains(&(1, Msg::Ping(1))));
-    d.handle_pong(now, 1);
-    assert_eq!(d.poll_event(), Some(DetectorEvent::Cleared(1)));
-    assert!(!d.is_suspected(1));
+    assert!(sent.contains(&(Rank::new(1), Msg::Ping(Rank::new(1)))));
+    d.handle_pong(now, Rank::new(1));
+    assert_eq!(d.poll_event(), Some(DetectorEvent::Cleared(Rank::new(1))));
+    assert!(!d.is_suspected(Rank::new(1)));
     // Silent again: suspected, pinged ping_attempts times, dead at the deadline.
-    while d.poll_event() != Some(DetectorEvent::Suspect(1)) {
+    while d.poll_event() != Some(DetectorEvent::Suspect(Rank::new(1))) {
         now = d.poll_timeout().unwrap();
         d.handle_timeout(now);
     }
@@ -214,10 +221,10 @@ fn a_suspect_that_answers_the_ping_is_cleared_and_one_that_does_not_is_dead() {
     let mut pings = 0;
     loop {
         while let Some((_, m)) = d.poll_transmit() {
-            pings += usize::from(m == Msg::Ping(1));
+            pings += usize::from(m == Msg::Ping(Rank::new(1)));
         }
         if let Some(e) = d.poll_event() {
-            assert_eq!(e, DetectorEvent::Dead(1));
+            assert_eq!(e, DetectorEvent::Dead(Rank::new(1)));
             break;
         }
         now = d.poll_timeout().unwrap();
@@ -225,19 +232,22 @@ fn a_suspect_that_answers_the_ping_is_cleared_and_one_that_does_not_is_dead() {
     }
     assert_eq!(pings as u32, d.config().ping_attempts);
     assert_eq!(now - suspected_at, d.config().confirm_timeout);
-    assert!(d.is_dead(1));
+    assert!(d.is_dead(Rank::new(1)));
     // Dead is final until evicted.
-    d.mark_alive(now, 1);
-    assert!(d.is_dead(1));
-    d.evicted(1);
+    d.mark_alive(now, Rank::new(1));
+    assert!(d.is_dead(Rank::new(1)));
+    d.evicted(Rank::new(1));
     assert_eq!(d.table()[1], u16::MAX);
 }
 
 #[test]
 fn ping_is_answered_with_pong() {
-    let mut d = Detector::new(DetectorConfig::new(2, 4, T)).unwrap();
-    d.handle_ping(Instant::now(), 1);
-    assert_eq!(d.poll_transmit(), Some((1, Msg::Pong(2))));
+    let mut d = Detector::new(DetectorConfig::new(Rank::new(2), 4, T)).unwrap();
+    d.handle_ping(Instant::now(), Rank::new(1));
+    assert_eq!(
+        d.poll_transmit(),
+        Some((Rank::new(1), Msg::Pong(Rank::new(2))))
+    );
 }
 
 // ---- a small network of detectors in virtual time ----
@@ -271,7 +281,7 @@ impl Net {
     fn new(n: u16, g: Gossip, loss: f64, seed: u64) -> Net {
         let nodes: Vec<Detector> = (0..n)
             .map(|r| {
-                let mut c = DetectorConfig::new(r, n, T);
+                let mut c = DetectorConfig::new(Rank::new(r), n, T);
                 c.protocol = g;
                 Detector::new(c).unwrap()
             })
@@ -298,8 +308,8 @@ impl Net {
     }
 
     fn crash(&mut self, r: Rank) {
-        self.crashed[usize::from(r)] = Some(self.now);
-        self.wake[usize::from(r)] = None;
+        self.crashed[r.index()] = Some(self.now);
+        self.wake[r.index()] = None;
     }
 
     fn drain(&mut self, i: usize) {
@@ -312,7 +322,7 @@ impl Net {
             self.queue.push(
                 self.now + lat,
                 InFlight {
-                    src: i as Rank,
+                    src: Rank::new(i as u16),
                     dst,
                     msg,
                 },
@@ -320,7 +330,7 @@ impl Net {
         }
         let mut dead = Vec::new();
         while let Some(e) = self.nodes[i].poll_event() {
-            self.events.push((self.now, i as Rank, e));
+            self.events.push((self.now, Rank::new(i as u16), e));
             if let DetectorEvent::Dead(r) = e {
                 dead.push(r);
             }
@@ -351,7 +361,7 @@ impl Net {
             self.now = t;
             let now = self.base + t;
             while let Some((_, m)) = self.queue.pop_due(t) {
-                let d = usize::from(m.dst);
+                let d = m.dst.index();
                 if self.crashed[d].is_some() {
                     continue;
                 }
@@ -397,15 +407,15 @@ fn detection_times(n: u16, g: Gossip, loss: f64, seed: u64) -> Vec<Duration> {
     let mut net = Net::new(n, g, loss, seed);
     net.run_until(T * 200 + T / 3);
     let victim = n / 2;
-    net.crash(victim);
+    net.crash(Rank::new(victim));
     let crashed_at = net.now;
     net.run_until(crashed_at + T * 400);
     let mut times = vec![None; usize::from(n)];
     for (t, obs, e) in &net.events {
         match e {
-            DetectorEvent::Dead(r) if *r == victim => {
-                assert!(times[usize::from(*obs)].is_none());
-                times[usize::from(*obs)] = Some(*t - crashed_at);
+            DetectorEvent::Dead(r) if *r == Rank::new(victim) => {
+                assert!(times[obs.index()].is_none());
+                times[obs.index()] = Some(*t - crashed_at);
             }
             DetectorEvent::Dead(r) => panic!("{g:?} n={n}: {obs} declared live {r} dead"),
             _ => {}
@@ -418,7 +428,7 @@ fn detection_times(n: u16, g: Gossip, loss: f64, seed: u64) -> Vec<Duration> {
 }
 
 fn bound(g: Gossip, n: u16) -> Duration {
-    let c = DetectorConfig::new(0, n, T);
+    let c = DetectorConfig::new(Rank::new(0), n, T);
     t_cleanup(g, n, T) + c.confirm_timeout + T
 }
 
@@ -456,9 +466,9 @@ fn after_an_eviction_the_ring_reforms_and_a_second_crash_is_found() {
         let n = 8;
         let mut net = Net::new(n, g, 0.0, 3);
         net.run_until(T * 50);
-        net.crash(5);
+        net.crash(Rank::new(5));
         net.run_until(T * 150);
-        net.crash(2);
+        net.crash(Rank::new(2));
         let at = net.now;
         net.run_until(T * 400);
         let dead: Vec<_> = net
@@ -469,11 +479,15 @@ fn after_an_eviction_the_ring_reforms_and_a_second_crash_is_found() {
                 _ => None,
             })
             .collect();
-        assert!(dead.iter().all(|(_, _, r)| *r == 5 || *r == 2), "{dead:?}");
+        assert!(
+            dead.iter()
+                .all(|(_, _, r)| *r == Rank::new(5) || *r == Rank::new(2)),
+            "{dead:?}"
+        );
         for obs in [0u16, 1, 3, 4, 6, 7] {
             let t2 = dead
                 .iter()
-                .find(|(_, o, r)| *o == obs && *r == 2)
+                .find(|(_, o, r)| *o == Rank::new(obs) && *r == Rank::new(2))
                 .map(|(t, _, _)| *t - at);
             let t2 = t2.unwrap_or_else(|| panic!("{g:?}: {obs} missed the second crash"));
             assert!(t2 <= bound(g, 7), "{g:?}: {t2:?}");
@@ -520,7 +534,7 @@ fn steady_state_ages_stay_below_threshold() {
 }
 
 fn net_threshold(g: Gossip, n: u16) -> u16 {
-    let mut c = DetectorConfig::new(0, n, T);
+    let mut c = DetectorConfig::new(Rank::new(0), n, T);
     c.protocol = g;
     Detector::new(c).map(|d| d.threshold()).unwrap_or(0)
 }

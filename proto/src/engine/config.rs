@@ -231,7 +231,7 @@ impl Config {
     /// Whether an engine can run with this configuration ([`Engine::new`] checks it): for a
     /// caller that wants to refuse bad options before it waits for peers.
     pub fn check(&self) -> Result<(), ConfigError> {
-        if self.size == 0 || self.size == wire::ALL || self.rank >= self.size {
+        if self.size == 0 || self.size == wire::ALL.get() || self.rank.get() >= self.size {
             return Err(ConfigError::Rank {
                 rank: self.rank,
                 size: self.size,

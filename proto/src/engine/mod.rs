@@ -172,7 +172,7 @@ impl Engine {
         for root in 0..self.rx.len() {
             if let Some(rx) = self.rx[root].as_deref_mut() {
                 rx.ack_held(now);
-                self.collect_rx(root as Rank);
+                self.collect_rx(Rank::new(root as u16));
             }
         }
     }
@@ -189,7 +189,7 @@ impl Engine {
     }
     /// The receive stream of `root`, if it has been heard from.
     pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
-        self.rx.get(usize::from(root)).and_then(|r| r.as_deref())
+        self.rx.get(root.index()).and_then(|r| r.as_deref())
     }
     /// The fellow receiver this member asks for lost frames of `root`'s stream (peer repair),
     /// if any: the one member whose relayed repairs of that stream are expected.
@@ -205,7 +205,7 @@ impl Engine {
     /// with the root as its source, and only the layer that sees the Ethernet source can tell
     /// who spoke (see `Member::handle_frame`).
     pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
-        self.heard.get(usize::from(rank)).copied().flatten()
+        self.heard.get(rank.index()).copied().flatten()
     }
     /// Whether this member's session ended, and why: its control counter reached its last
     /// value (no control frame leaves any more) or its broadcasts used every sequence number
@@ -233,13 +233,13 @@ impl Engine {
     /// receivers): without a key, a host speaking as a fellow member makes it reserve nothing.
     pub fn take_streams_from(&mut self, roots: &[Rank]) {
         for (r, t) in self.takes.iter_mut().enumerate() {
-            *t = roots.contains(&(r as Rank));
+            *t = roots.contains(&Rank::new(r as u16));
         }
     }
 
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
-        self.live.get(usize::from(rank)).copied().unwrap_or(false)
+        self.live.get(rank.index()).copied().unwrap_or(false)
     }
 
     /// Broadcasts `data` to every other member; returns its message id. The message is queued
@@ -318,10 +318,10 @@ impl Engine {
         max_len: usize,
         buf: Vec<u8>,
     ) -> Result<(), PostError> {
-        if root >= self.cfg.size || root == self.cfg.rank {
+        if root.get() >= self.cfg.size || root == self.cfg.rank {
             return Err(PostError::NotMember(root));
         }
-        if !self.live[usize::from(root)] {
+        if !self.live[root.index()] {
             return Err(PostError::Evicted(root));
         }
         let rx = self.rx_mut(now, root);
@@ -378,22 +378,20 @@ impl Engine {
     /// still needed copied.
     pub fn frames_done(&mut self, now: Instant, end: crate::machine::BatchEnd<'_>) {
         for &root in &self.observed {
-            if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+            if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.frames_done(now, end);
             }
         }
     }
 
     fn rx_mut(&mut self, now: Instant, root: Rank) -> &mut Receiver {
-        if self.rx[usize::from(root)].is_none() {
+        if self.rx[root.index()].is_none() {
             let mut rx = Receiver::new(&self.cfg, root);
             rx.set_peer(self.peer_for(root));
             rx.set_tree(now, self.tree_link(root));
-            self.rx[usize::from(root)] = Some(Box::new(rx));
+            self.rx[root.index()] = Some(Box::new(rx));
         }
-        self.rx[usize::from(root)]
-            .as_deref_mut()
-            .expect("just made")
+        self.rx[root.index()].as_deref_mut().expect("just made")
     }
 
     /// This member's place in the acknowledgement tree of `root`'s stream, in the current view.
@@ -420,12 +418,12 @@ impl Engine {
         }
         let n = self.cfg.size;
         (1..n)
-            .map(|k| ((u32::from(self.cfg.rank) + u32::from(k)) % u32::from(n)) as Rank)
-            .find(|&r| r != root && self.live[usize::from(r)])
+            .map(|k| self.cfg.rank.ring_add(k, n))
+            .find(|&r| r != root && self.live[r.index()])
     }
 
     fn collect_rx(&mut self, root: Rank) {
-        if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+        if let Some(rx) = self.rx[root.index()].as_deref_mut() {
             while let Some(ev) = rx.take_event() {
                 if let Event::Delivered(Message { data, .. }) = &ev {
                     self.stats.delivered += 1;
@@ -490,7 +488,7 @@ impl Engine {
             }
         }
         let src = frame.src();
-        if src >= self.cfg.size {
+        if src.get() >= self.cfg.size {
             return Err(Drop::NotMember(src));
         }
         if src == self.cfg.rank {
@@ -500,7 +498,7 @@ impl Engine {
         if dst != wire::ALL && dst != self.cfg.rank {
             return Err(Drop::NotForMe(dst));
         }
-        if !self.live[usize::from(src)] {
+        if !self.live[src.index()] {
             return Err(Drop::Evicted(src));
         }
         if frame.kind().is_data() {
@@ -511,7 +509,7 @@ impl Engine {
                     "payload covered by neither a key nor an end-to-end check",
                 ));
             }
-            if !self.takes[usize::from(src)] {
+            if !self.takes[src.index()] {
                 return Err(Drop::Protocol("a stream this member does not take"));
             }
             let repr = Repr::parse(frame);
@@ -521,17 +519,17 @@ impl Engine {
             // nor is a point-to-point repair: a fellow member may have relayed it.
             let relayed = frame.kind() == Kind::Repair && frame.flags().contains(Flags::P2P);
             if r.is_ok() && !relayed {
-                self.heard[usize::from(src)] = Some(now);
+                self.heard[src.index()] = Some(now);
             }
             return r;
         }
-        let fresh = match self.replay[usize::from(src)].admit(wire::control::counter(frame)) {
+        let fresh = match self.replay[src.index()].admit(wire::control::counter(frame)) {
             Admit::Refused => return Err(Drop::Replayed),
             Admit::Late => false,
             Admit::Newest => true,
         };
         if fresh {
-            self.heard[usize::from(src)] = Some(now);
+            self.heard[src.index()] = Some(now);
         }
         let msg = Control::parse(frame).map_err(Drop::BadControl)?;
         self.handle_control(now, src, dst, msg, fresh)
@@ -547,9 +545,7 @@ impl Engine {
         fresh: bool,
     ) -> Result<(), Drop> {
         let to_me = dst == self.cfg.rank;
-        if matches!(msg, Control::AckPoll | Control::PullPoll { .. })
-            && !self.takes[usize::from(src)]
-        {
+        if matches!(msg, Control::AckPoll | Control::PullPoll { .. }) && !self.takes[src.index()] {
             // Polls for a stream: its root's alone.
             return Err(Drop::Protocol("a stream this member does not take"));
         }
@@ -576,11 +572,11 @@ impl Engine {
                 more,
             } => {
                 // A fellow receiver lost frames of a root's stream: serve those still held.
-                if !to_me || root >= self.cfg.size || root == self.cfg.rank {
+                if !to_me || root.get() >= self.cfg.size || root == self.cfg.rank {
                     return Err(Drop::Protocol("peer NACK for a bad root or member"));
                 }
                 let budget = self.cfg.outbox.saturating_sub(self.outbox.len());
-                if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+                if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                     if unheld {
                         rx.on_unheld(now, base, missing, &more, src);
                     } else {
@@ -675,7 +671,7 @@ impl Engine {
             self.collect_tx();
             return;
         }
-        let taken = match self.rx.get_mut(usize::from(root)) {
+        let taken = match self.rx.get_mut(root.index()) {
             Some(Some(rx)) => rx.on_report(now, src, next, laggard, view),
             _ => false,
         };
@@ -705,7 +701,7 @@ impl Engine {
         }
         due.sort_unstable();
         for root in due {
-            if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+            if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.armed = None;
                 rx.on_timeout(now);
             }
@@ -810,7 +806,7 @@ impl Engine {
     /// broadcasts complete for the survivors, and its frames are dropped from now on.
     /// A message from it that was not complete is never delivered.
     pub fn evict(&mut self, now: Instant, rank: Rank) -> bool {
-        let Some(l) = self.live.get_mut(usize::from(rank)) else {
+        let Some(l) = self.live.get_mut(rank.index()) else {
             return false;
         };
         if !*l || rank == self.cfg.rank {
@@ -819,22 +815,22 @@ impl Engine {
         *l = false;
         // Its messages that were complete (held back for fellows' requests) are still
         // delivered.
-        if let Some(rx) = self.rx[usize::from(rank)].as_deref_mut() {
+        if let Some(rx) = self.rx[rank.index()].as_deref_mut() {
             rx.release_all();
         }
         self.collect_rx(rank);
-        if let Some(t) = self.rx[usize::from(rank)].take().and_then(|rx| rx.armed) {
+        if let Some(t) = self.rx[rank.index()].take().and_then(|rx| rx.armed) {
             self.rx_timers.remove(&(t, rank));
         }
         // The trees re-form in the new view.
         self.view = tree::view_of(&self.live);
         self.root_tree = None;
-        for root in 0..self.cfg.size {
-            if self.rx[usize::from(root)].is_none() {
+        for root in Rank::all(self.cfg.size) {
+            if self.rx[root.index()].is_none() {
                 continue;
             }
             let (peer, link) = (self.peer_for(root), self.tree_link(root));
-            if let Some(rx) = self.rx[usize::from(root)].as_deref_mut() {
+            if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.set_peer(peer);
                 rx.set_tree(now, link);
             }

@@ -143,7 +143,7 @@ impl Sender {
             queue: VecDeque::with_capacity(cfg.send_queue),
             queue_cap: cfg.send_queue,
             next_id: 0,
-            sent_upto: 0,
+            sent_upto: Seq::new(0),
             unstable: VecDeque::new(),
             stable: VecDeque::new(),
             pull_timer: None,
@@ -168,9 +168,9 @@ impl Sender {
             return;
         }
         self.dests_made = true;
-        for r in (0..cfg.size).filter(|&r| r != cfg.rank) {
+        for r in Rank::all(cfg.size).filter(|&r| r != cfg.rank) {
             self.eqa.add_dest(r, cfg.repair_queue, cfg.rto);
-            if !live.get(usize::from(r)).copied().unwrap_or(true) {
+            if !live.get(r.index()).copied().unwrap_or(true) {
                 self.eqa.evict(r);
             }
         }
@@ -227,7 +227,7 @@ impl Sender {
             n => n.div_ceil(max) as u64 + 2,
         };
         let promised = self.promised + frames;
-        if promised > wire::control::LAST_SEQ + 1 {
+        if promised > (wire::control::LAST_SEQ + 1).get() {
             return Err(SendError::SessionEnded(SessionEnded::Sequence));
         }
         self.make_dests(cfg, live);
@@ -275,8 +275,8 @@ impl Sender {
 
     fn designated(&self, cfg: &Config, live: &[bool]) -> Rank {
         (1..cfg.size)
-            .map(|i| (cfg.rank + i) % cfg.size)
-            .find(|&r| live[usize::from(r)])
+            .map(|i| cfg.rank.ring_add(i, cfg.size))
+            .find(|&r| live[r.index()])
             .unwrap_or(cfg.rank)
     }
 
@@ -354,7 +354,7 @@ impl Sender {
                 msg_len: len as u32,
                 offset: m.off as u32,
                 bitmap: 0,
-                aux: u32::from(designated),
+                aux: u32::from(designated.get()),
             };
             if let Some(hint) = cfg.prefetch {
                 let from = (end + 3 * max).min(len);
@@ -387,7 +387,7 @@ impl Sender {
             | Feedback::Pull { next, .. } => next,
         };
         // A number before the stream's start acknowledges nothing.
-        let cumulative = behind(head, next).unwrap_or(0);
+        let cumulative = behind(head, next).unwrap_or(Seq::new(0));
         let progressed = self.eqa.ack(src, cumulative.min(self.sent_upto));
         let sent_upto = self.sent_upto;
         let mut timer = None;
@@ -435,10 +435,12 @@ impl Sender {
             } => {
                 // The answer to a probe: everything after what it has seen, up to 16 frames,
                 // was sent long enough ago to be lost: go back over it.
-                let seen = behind(head, seen).unwrap_or(0).min(self.sent_upto);
+                let seen = behind(head, seen)
+                    .unwrap_or(Seq::new(0))
+                    .min(self.sent_upto);
                 let cursor = self.eqa.lms(src).map_or(seen, |l| l.cursor());
                 let end = self.sent_upto.min(cursor + u64::from(NACK_BITS));
-                for s in seen.max(cursor)..end {
+                for s in seen.max(cursor).up_to(end) {
                     self.eqa.request_repair(src, s);
                 }
             }
@@ -576,7 +578,7 @@ impl Sender {
             if !first {
                 lms.stats.probes += 1;
                 lms.unicast_repairs = true;
-                if let Some(p) = self.probing.get_mut(usize::from(rank)) {
+                if let Some(p) = self.probing.get_mut(rank.index()) {
                     *p = true;
                 }
             }
@@ -741,7 +743,7 @@ impl Sender {
                         lms.stats.failovers += 1;
                         stats.failovers += 1;
                         tracing::warn!(
-                            rank = lms.rank(),
+                            rank = lms.rank().get(),
                             "broadcast does not reach this member: serving it point-to-point"
                         );
                     }
@@ -773,7 +775,7 @@ impl Sender {
             self.rr = (i + 1) % n;
             let probe = self
                 .probing
-                .get_mut(usize::from(rank))
+                .get_mut(rank.index())
                 .is_some_and(std::mem::take);
             let others = self.eqa.slot(seq).map_or(0, |s| usize::from(s.want()));
             let unicast = self

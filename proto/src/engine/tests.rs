@@ -43,7 +43,7 @@ impl Net {
     fn new(n: u16, tweak: impl Fn(&mut Config)) -> Net {
         let engines = (0..n)
             .map(|r| {
-                let mut c = Config::new(7, r, n);
+                let mut c = Config::new(7, Rank::new(r), n);
                 tweak(&mut c);
                 Engine::new(c).unwrap()
             })
@@ -83,7 +83,7 @@ impl Net {
                     let repr = Repr::parse(&Frame::new_checked(&pdu[..]).unwrap());
                     let targets: Vec<usize> = match dst {
                         Dest::All => (0..n).filter(|&j| j != i).collect(),
-                        Dest::Rank(r) => vec![usize::from(r)],
+                        Dest::Rank(r) => vec![r.index()],
                     };
                     for j in targets {
                         if (self.drop)(&repr, j) {
@@ -151,7 +151,7 @@ impl Net {
                 e.sender().queued()
             );
             for r in 0..self.engines.len() as u16 {
-                if let Some(rx) = e.receiver(r) {
+                if let Some(rx) = e.receiver(Rank::new(r)) {
                     eprintln!(
                         "  rx {r}: expected {} next_msg {}",
                         rx.expected(),
@@ -188,7 +188,7 @@ impl Net {
         (0..self.engines.len()).filter(|&i| i != root).all(|i| {
             self.delivered[i]
                 .iter()
-                .filter(|d| usize::from(d.0) == root)
+                .filter(|d| d.0.index() == root)
                 .count()
                 >= count
         })
@@ -221,8 +221,8 @@ fn broadcast_all(net: &mut Net, msgs: &[Vec<u8>], algo: Algorithm) {
 /// The root (rank 0) and the receiver (rank 1) of a two-member group with defaults.
 fn root_and_receiver() -> (Engine, Engine) {
     (
-        Engine::new(Config::new(7, 0, 2)).unwrap(),
-        Engine::new(Config::new(7, 1, 2)).unwrap(),
+        Engine::new(Config::new(7, Rank::new(0), 2)).unwrap(),
+        Engine::new(Config::new(7, Rank::new(1), 2)).unwrap(),
     )
 }
 
@@ -282,10 +282,10 @@ fn a_window_that_is_not_a_power_of_two_wraps_and_repairs_like_any_other() {
         assert_eq!(got, msgs.iter().collect::<Vec<_>>(), "receiver {r}");
     }
     let tx = net.engines[0].sender().eqa();
-    assert_eq!(tx.lms(1).unwrap().stats.repairs, 0);
+    assert_eq!(tx.lms(Rank::new(1)).unwrap().stats.repairs, 0);
     for r in [2, 3] {
         assert_eq!(
-            tx.lms(r).unwrap().stats.repairs,
+            tx.lms(Rank::new(r)).unwrap().stats.repairs,
             4,
             "receiver {r}: its four lost frames, once each"
         );
@@ -302,9 +302,9 @@ fn only_the_destination_that_lost_a_frame_is_repaired() {
         assert_eq!(net.delivered[r][0].2, m);
     }
     let tx = net.engines[0].sender().eqa();
-    assert_eq!(tx.lms(2).unwrap().stats.repairs, 1);
-    assert_eq!(tx.lms(1).unwrap().stats.repairs, 0);
-    assert_eq!(tx.lms(3).unwrap().stats.repairs, 0);
+    assert_eq!(tx.lms(Rank::new(2)).unwrap().stats.repairs, 1);
+    assert_eq!(tx.lms(Rank::new(1)).unwrap().stats.repairs, 0);
+    assert_eq!(tx.lms(Rank::new(3)).unwrap().stats.repairs, 0);
     assert_eq!(net.engines[0].stats().rebroadcasts, 0);
 }
 
@@ -337,7 +337,16 @@ fn a_lost_tail_frame_is_recovered_by_the_retransmission_timer() {
         .bcast(net.now, message(3000, 3), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
-    assert!(net.engines[0].sender().eqa().lms(2).unwrap().stats.timeouts >= 1);
+    assert!(
+        net.engines[0]
+            .sender()
+            .eqa()
+            .lms(Rank::new(2))
+            .unwrap()
+            .stats
+            .timeouts
+            >= 1
+    );
 }
 
 #[test]
@@ -426,8 +435,12 @@ fn an_unposted_receiver_keeps_pushed_data_and_delivers_when_posted() {
         c.pushed_buffer = 4096;
     });
     let now = net.now;
-    net.engines[1].post_recv(now, 0, 1 << 20).unwrap();
-    net.engines[1].post_recv(now, 0, 1 << 20).unwrap();
+    net.engines[1]
+        .post_recv(now, Rank::new(0), 1 << 20)
+        .unwrap();
+    net.engines[1]
+        .post_recv(now, Rank::new(0), 1 << 20)
+        .unwrap();
     let m = message(30_000, 5);
     let small = message(500, 6);
     net.engines[0]
@@ -442,10 +455,20 @@ fn an_unposted_receiver_keeps_pushed_data_and_delivers_when_posted() {
     net.run(|n| n.now >= until);
     assert!(net.delivered[2].is_empty());
     assert_eq!(net.delivered[1].len(), 1);
-    assert!(net.engines[2].receiver(0).unwrap().pushed_bytes() <= 4096);
+    assert!(
+        net.engines[2]
+            .receiver(Rank::new(0))
+            .unwrap()
+            .pushed_bytes()
+            <= 4096
+    );
     let now = net.now;
-    net.engines[2].post_recv(now, 0, 1 << 20).unwrap();
-    net.engines[2].post_recv(now, 0, 1 << 20).unwrap();
+    net.engines[2]
+        .post_recv(now, Rank::new(0), 1 << 20)
+        .unwrap();
+    net.engines[2]
+        .post_recv(now, Rank::new(0), 1 << 20)
+        .unwrap();
     net.run(|n| n.delivered[2].len() == 2 && n.delivered[1].len() == 2);
     assert_eq!(net.delivered[1][1].2, m);
     assert_eq!(net.delivered[2][0].2, small);
@@ -456,7 +479,7 @@ fn an_unposted_receiver_keeps_pushed_data_and_delivers_when_posted() {
 fn a_too_small_receive_reports_truncation() {
     let mut net = Net::new(2, |c| c.auto_post = false);
     let now = net.now;
-    net.engines[1].post_recv(now, 0, 10).unwrap();
+    net.engines[1].post_recv(now, Rank::new(0), 10).unwrap();
     net.engines[0]
         .bcast(now, message(100, 1), Algorithm::Simple)
         .unwrap();
@@ -497,7 +520,7 @@ fn any_member_can_be_root_and_streams_interleave() {
             }
             let ids: Vec<u64> = net.delivered[me]
                 .iter()
-                .filter(|d| usize::from(d.0) == root)
+                .filter(|d| d.0.index() == root)
                 .map(|d| d.1)
                 .collect();
             assert_eq!(ids, (0..10).collect::<Vec<_>>());
@@ -516,18 +539,18 @@ fn eviction_lets_the_survivors_complete() {
     }
     net.run(|n| n.all_got(0, 0) && n.delivered[1].len() >= 5);
     let now = net.now;
-    assert!(net.engines[0].evict(now, 3));
+    assert!(net.engines[0].evict(now, Rank::new(3)));
     net.run(|n| n.delivered[1].len() == 40 && n.delivered[2].len() == 40 && n.engines[0].is_idle());
     assert!(net.delivered[3].is_empty());
 }
 
 #[test]
 fn foreign_stale_and_garbage_frames_are_counted_and_dropped() {
-    let mut e = Engine::new(Config::new(7, 1, 3)).unwrap();
+    let mut e = Engine::new(Config::new(7, Rank::new(1), 3)).unwrap();
     let now = Instant::now();
     let mut r = Repr::new(Kind::Data);
     r.group = 8;
-    r.src = 0;
+    r.src = Rank::new(0);
     r.dst = wire::ALL;
     r.msg_len = 1;
     assert_eq!(
@@ -535,23 +558,23 @@ fn foreign_stale_and_garbage_frames_are_counted_and_dropped() {
         Err(Drop::ForeignGroup(8))
     );
     r.group = 7;
-    r.src = 9;
+    r.src = Rank::new(9);
     assert_eq!(
         e.handle_frame(now, &r.to_vec(b"x").unwrap()),
-        Err(Drop::NotMember(9))
+        Err(Drop::NotMember(Rank::new(9)))
     );
-    r.src = 0;
+    r.src = Rank::new(0);
     r.seq = 1000;
     assert!(matches!(
         e.handle_frame(now, &r.to_vec(b"x").unwrap()),
-        Err(Drop::FarFuture(1000))
+        Err(Drop::FarFuture(s)) if s == Seq::new(1000)
     ));
     r.seq = 0;
     r.flags = Flags::LAST;
     assert_eq!(e.handle_frame(now, &r.to_vec(b"x").unwrap()), Ok(()));
     assert!(matches!(
         e.handle_frame(now, &r.to_vec(b"x").unwrap()),
-        Err(Drop::Stale(0))
+        Err(Drop::Stale(s)) if s == Seq::new(0)
     ));
     assert!(matches!(
         e.handle_frame(now, &[1, 2, 3]),
@@ -574,7 +597,7 @@ fn foreign_stale_and_garbage_frames_are_counted_and_dropped() {
 proptest::proptest! {
     #[test]
     fn random_bytes_never_panic_the_engine(frames in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..120), 1..50)) {
-        let mut e = Engine::new(Config::new(7, 1, 3)).unwrap();
+        let mut e = Engine::new(Config::new(7, Rank::new(1), 3)).unwrap();
         let now = Instant::now();
         let mut buf = vec![0u8; 1500];
         for f in frames {
@@ -582,8 +605,8 @@ proptest::proptest! {
             // Well-formed frames with random fields, too.
             let mut r = Repr::new(Kind::from_code(f.first().copied().unwrap_or(1) % 12).unwrap_or(Kind::Data));
             r.group = 7;
-            r.src = u16::from(f.get(1).copied().unwrap_or(0) % 4);
-            r.dst = if f.get(2).is_some_and(|b| b % 2 == 0) { wire::ALL } else { 1 };
+            r.src = Rank::new(u16::from(f.get(1).copied().unwrap_or(0) % 4));
+            r.dst = if f.get(2).is_some_and(|b| b % 2 == 0) { wire::ALL } else { Rank::new(1) };
             r.seq = u32::from(f.get(3).copied().unwrap_or(0) % 40);
             r.msg_id = u32::from(f.get(4).copied().unwrap_or(0) % 3);
             r.msg_len = u32::from(f.get(5).copied().unwrap_or(0));
@@ -614,7 +637,7 @@ fn with_a_group_key_forged_and_unkeyed_frames_are_rejected() {
     // A host outside the group forges a data frame of root 0's stream.
     let mut forged = Repr::new(Kind::Data);
     forged.group = 7;
-    forged.src = 0;
+    forged.src = Rank::new(0);
     forged.dst = wire::ALL;
     forged.seq = 4;
     forged.msg_id = 1;
@@ -653,11 +676,11 @@ fn a_member_that_broadcast_does_not_reach_is_served_point_to_point() {
             .collect::<Vec<_>>(),
         msgs
     );
-    assert_eq!(net.engines[0].sender().failed_over(), vec![2]);
+    assert_eq!(net.engines[0].sender().failed_over(), vec![Rank::new(2)]);
     assert_eq!(net.engines[0].stats().failovers, 1);
     let tx = net.engines[0].sender().eqa();
     assert!(
-        !tx.lms(1).unwrap().p2p && !tx.lms(3).unwrap().p2p,
+        !tx.lms(Rank::new(1)).unwrap().p2p && !tx.lms(Rank::new(3)).unwrap().p2p,
         "the others stay on broadcast"
     );
 }
@@ -674,8 +697,16 @@ fn a_member_served_point_to_point_is_polled_point_to_point() {
             .unwrap();
     }
     net.run(|n| n.all_got(0, msgs.len()) && n.engines[0].is_idle());
-    assert_eq!(net.engines[0].sender().failed_over(), vec![2]);
-    let probes = |net: &Net| net.engines[0].sender().eqa().lms(2).unwrap().stats.probes;
+    assert_eq!(net.engines[0].sender().failed_over(), vec![Rank::new(2)]);
+    let probes = |net: &Net| {
+        net.engines[0]
+            .sender()
+            .eqa()
+            .lms(Rank::new(2))
+            .unwrap()
+            .stats
+            .probes
+    };
     let before = (probes(&net), net.engines[0].stats().ack_polls);
     // One short message, acknowledged by nobody on its own: every timer fires together.
     net.engines[0]
@@ -707,11 +738,14 @@ fn members_that_broadcast_does_not_reach_are_probed_point_to_point_and_fail_over
         let got: Vec<Vec<u8>> = net.delivered[r].iter().map(|d| d.2.clone()).collect();
         assert_eq!(got, msgs, "rank {r}");
     }
-    assert_eq!(net.engines[0].sender().failed_over(), vec![1, 3]);
+    assert_eq!(
+        net.engines[0].sender().failed_over(),
+        vec![Rank::new(1), Rank::new(3)]
+    );
 }
 /// The root's data frames for `msgs`, broadcast with no receiver answering.
 fn frames_of(msgs: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let mut c = Config::new(7, 0, 2);
+    let mut c = Config::new(7, Rank::new(0), 2);
     c.window = 256;
     let mut root = Engine::new(c).unwrap();
     let now = Instant::now();
@@ -748,17 +782,17 @@ proptest::proptest! {
             idx.insert(r % idx.len(), idx[(r / 7) % idx.len()]);
         }
         let mut rx = Engine::new({
-            let mut c = Config::new(7, 1, 2);
+            let mut c = Config::new(7, Rank::new(1), 2);
             c.auto_post = auto;
             c.window = 256;
             c
         })
         .unwrap();
         let now = Instant::now();
-        let seen = observed(&mut rx, now, 0);
+        let seen = observed(&mut rx, now, Rank::new(0));
         if !auto {
             for _ in &msgs {
-                rx.post_recv(now, 0, usize::MAX).unwrap();
+                rx.post_recv(now, Rank::new(0), usize::MAX).unwrap();
             }
         }
         for &i in &idx {
@@ -851,7 +885,7 @@ fn an_observer_sees_the_bytes_delivered_in_order_once() {
     let mut net = holding_net(11);
     let now = net.now;
     let seen: Vec<Pieces> = (1..4)
-        .map(|r| observed(&mut net.engines[r], now, 0))
+        .map(|r| observed(&mut net.engines[r], now, Rank::new(0)))
         .collect();
     let msgs: Vec<Vec<u8>> = (0..12).map(|i| message(i * 2_900 + 1, i as u8)).collect();
     broadcast_all(&mut net, &msgs, Algorithm::Simple);
@@ -876,7 +910,7 @@ fn pushed_bytes_are_observed_once() {
         c.pushed_buffer = 4096;
     });
     let now = net.now;
-    let seen = observed(&mut net.engines[1], now, 0);
+    let seen = observed(&mut net.engines[1], now, Rank::new(0));
     let small = message(500, 6);
     net.engines[0]
         .bcast(now, small.clone(), Algorithm::PushPull)
@@ -886,7 +920,9 @@ fn pushed_bytes_are_observed_once() {
     assert!(net.delivered[1].is_empty());
     assert_eq!(pieced(&seen), vec![(0, small.clone())]);
     let now = net.now;
-    net.engines[1].post_recv(now, 0, 1 << 20).unwrap();
+    net.engines[1]
+        .post_recv(now, Rank::new(0), 1 << 20)
+        .unwrap();
     net.run(|n| n.delivered[1].len() == 1);
     assert_eq!(net.delivered[1][0].2, small);
     assert_eq!(pieced(&seen), vec![(0, small)]);
@@ -966,12 +1002,12 @@ fn keep_limited(mut net: Net, in_link: bool) -> u64 {
         let log = Pieces::default();
         let counts = std::sync::Arc::new(std::sync::Mutex::new([0; 3]));
         if in_link {
-            net.engines[r].leave_in_link(now, 0);
+            net.engines[r].leave_in_link(now, Rank::new(0));
         }
-        net.engines[r].keep_at_most(now, 0, keep);
+        net.engines[r].keep_at_most(now, Rank::new(0), keep);
         net.engines[r].observe(
             now,
-            0,
+            Rank::new(0),
             Box::new(Held {
                 log: log.clone(),
                 pending: Vec::new(),
@@ -995,12 +1031,12 @@ fn keep_limited(mut net: Net, in_link: bool) -> u64 {
     let short: Vec<(Rank, u64, Vec<u8>)> = want
         .iter()
         .filter(|(_, m)| m.len() <= keep)
-        .map(|(i, m)| (0, *i, m.clone()))
+        .map(|(i, m)| (Rank::new(0), *i, m.clone()))
         .collect();
     let long: Vec<(Rank, u64, usize)> = want
         .iter()
         .filter(|(_, m)| m.len() > keep)
-        .map(|(i, m)| (0, *i, m.len()))
+        .map(|(i, m)| (Rank::new(0), *i, m.len()))
         .collect();
     for (k, (log, counts)) in logs.iter().enumerate() {
         let r = k + 1;
@@ -1030,7 +1066,7 @@ fn with_peer_repair_a_fellow_receiver_repairs_and_the_root_sends_nothing_again()
     let m = message(150_000, 1);
     broadcast_to_all(&mut net, &m);
     for r in 1..4 {
-        assert_eq!(net.delivered[r], vec![(0, 0, m.clone())]);
+        assert_eq!(net.delivered[r], vec![(Rank::new(0), 0, m.clone())]);
     }
     // Rank 2's peer is rank 3 (the next rank after it that is not the root).
     assert_eq!(net.engines[0].stats().repair_frames, 0);
@@ -1059,7 +1095,7 @@ fn one_frame_messages_with_losses(batches: &[u8], lost: &'static [u32]) -> Net {
         net.run(|n| n.all_got(0, msgs.len()));
     }
     let want: Vec<_> = (0..msgs.len())
-        .map(|i| (0, i as u64, msgs[i].clone()))
+        .map(|i| (Rank::new(0), i as u64, msgs[i].clone()))
         .collect();
     assert_eq!(net.delivered[2], want);
     net
@@ -1103,7 +1139,7 @@ fn once_asked_a_peer_keeps_copies_and_repairs_frames_it_delivered_already() {
 /// frame `seq` of root 0's stream (`ctr`: rank 2's control counter).
 fn ask_as_fellow(rx: &mut Engine, now: Instant, seq: u32, ctr: u32) -> Vec<Vec<u8>> {
     let ask = Control::PeerNack {
-        root: 0,
+        root: Rank::new(0),
         base: seq,
         missing: 1,
         unheld: false,
@@ -1116,7 +1152,9 @@ fn ask_as_fellow(rx: &mut Engine, now: Instant, seq: u32, ctr: u32) -> Vec<Vec<u
 /// 2's control counter).
 fn fellow_sends(rx: &mut Engine, now: Instant, ask: &Control, ctr: u32) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; 1500];
-    let n = ask.emit(7, 2, 1, ctr, &mut buf).unwrap();
+    let n = ask
+        .emit(7, Rank::new(2), Rank::new(1), ctr, &mut buf)
+        .unwrap();
     assert_eq!(rx.handle_frame(now, &buf[..n]), Ok(()));
     let mut out = Vec::new();
     while let Some(t) = rx.poll_transmit(now, &mut buf) {
@@ -1135,7 +1173,10 @@ fn fellow_pair(hold: bool) -> (Engine, Engine) {
         c.peer_hold = hold;
         c
     };
-    (Engine::new(cfg(0)).unwrap(), Engine::new(cfg(1)).unwrap())
+    (
+        Engine::new(cfg(Rank::new(0))).unwrap(),
+        Engine::new(cfg(Rank::new(1))).unwrap(),
+    )
 }
 
 /// The payloads of the repairs among `out`.
@@ -1170,7 +1211,7 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
                 .ok()
                 .and_then(|f| Control::parse(&f).ok())
                 == Some(Control::PeerNack {
-                    root: 0,
+                    root: Rank::new(0),
                     base: seq,
                     missing: 1,
                     unheld: true,
@@ -1223,7 +1264,7 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
     let (mut root, mut rx) = fellow_pair(true);
     let now = Instant::now();
     // Rank 2 only asks (as a fellow): the root does not wait for its acknowledgements.
-    assert!(root.evict(now, 2));
+    assert!(root.evict(now, Rank::new(2)));
     let mut buf = vec![0u8; 1500];
     // Root 0 broadcasts `m` at `at`; rank 1's acknowledgements go back to it.
     let mut send = |root: &mut Engine, rx: &mut Engine, at: Instant, m: &[u8]| {
@@ -1296,7 +1337,7 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
     send(&mut root, &mut rx, t2, &m6);
     assert_eq!(delivered_now(&mut rx), vec![(5, m5)]);
     // The root evicted, its complete message is still delivered.
-    assert!(rx.evict(t2, 0));
+    assert!(rx.evict(t2, Rank::new(0)));
     assert_eq!(delivered_now(&mut rx), vec![(6, m6)]);
 }
 
@@ -1311,7 +1352,7 @@ fn when_the_peer_cannot_help_the_root_repairs_after_the_retry_interval() {
     });
     let m = message(150_000, 4);
     broadcast_to_all(&mut net, &m);
-    assert_eq!(net.delivered[2], vec![(0, 0, m)]);
+    assert_eq!(net.delivered[2], vec![(Rank::new(0), 0, m)]);
     assert_eq!(net.engines[2].stats().peer_nacks, 2, "asked the peer twice");
     assert_eq!(
         net.engines[3].stats().peer_repairs,
@@ -1320,7 +1361,7 @@ fn when_the_peer_cannot_help_the_root_repairs_after_the_retry_interval() {
     );
     let tx = net.engines[0].sender().eqa();
     assert_eq!(
-        tx.lms(2).unwrap().stats.repairs,
+        tx.lms(Rank::new(2)).unwrap().stats.repairs,
         1,
         "then the root repaired"
     );
@@ -1331,7 +1372,7 @@ fn after_an_eviction_the_next_live_member_is_the_peer() {
     let mut net = peer_net(4);
     let now = net.now;
     for e in 0..3 {
-        assert!(net.engines[e].evict(now, 3));
+        assert!(net.engines[e].evict(now, Rank::new(3)));
     }
     let mut lose = lose_once(2, 2);
     // Rank 3 is gone.
@@ -1341,7 +1382,7 @@ fn after_an_eviction_the_next_live_member_is_the_peer() {
         .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.delivered[1].len() == 1 && n.delivered[2].len() == 1);
-    assert_eq!(net.delivered[2], vec![(0, 0, m)]);
+    assert_eq!(net.delivered[2], vec![(Rank::new(0), 0, m)]);
     // Rank 2's peer was 3; with 3 evicted it wraps around past the root to rank 1.
     assert_eq!(net.engines[1].stats().peer_repairs, 1);
     assert_eq!(net.engines[0].stats().repair_frames, 0);
@@ -1350,7 +1391,7 @@ fn after_an_eviction_the_next_live_member_is_the_peer() {
 #[test]
 fn a_peer_nack_naming_a_bad_root_is_dropped() {
     let mut e = Engine::new({
-        let mut c = Config::new(7, 1, 3);
+        let mut c = Config::new(7, Rank::new(1), 3);
         c.peer_repair = true;
         c
     })
@@ -1361,8 +1402,8 @@ fn a_peer_nack_naming_a_bad_root_is_dropped() {
     let peer_nack = |root: u32, seq: u32, bitmap: u16| {
         let mut r = Repr::new(Kind::Nack);
         r.group = 7;
-        r.src = 2;
-        r.dst = 1;
+        r.src = Rank::new(2);
+        r.dst = Rank::new(1);
         r.flags = Flags::PEER;
         r.msg_id = root;
         r.seq = seq;
@@ -1384,7 +1425,7 @@ fn a_peer_nack_naming_a_bad_root_is_dropped() {
     assert!(e.handle_frame(now, &peer_nack(0, 5, 0xffff)).is_ok());
     let mut buf = vec![0u8; 1500];
     let t = e.poll_transmit(now, &mut buf).expect("a reply");
-    assert_eq!(t.dst, Dest::Rank(2));
+    assert_eq!(t.dst, Dest::Rank(Rank::new(2)));
     let reply = Repr::parse(&Frame::new_checked(&buf[..t.len]).unwrap());
     assert_eq!(reply.kind, Some(Kind::Nack));
     assert!(reply.flags.contains(Flags::PEER | Flags::UNHELD));
@@ -1410,13 +1451,13 @@ fn a_peer_that_lost_the_frame_too_says_so_and_the_root_is_asked_at_once() {
         .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
-    assert_eq!(net.delivered[1], vec![(0, 0, m.clone())]);
-    assert_eq!(net.delivered[2], vec![(0, 0, m)]);
+    assert_eq!(net.delivered[1], vec![(Rank::new(0), 0, m.clone())]);
+    assert_eq!(net.delivered[2], vec![(Rank::new(0), 0, m)]);
     assert_eq!(net.engines[1].stats().peer_repairs, 0);
     assert_eq!(net.engines[2].stats().peer_repairs, 0);
     assert!(net.engines[0].stats().repair_frames >= 1);
     // Without the answer, each would have waited out its retry interval before asking the root.
-    let retry = Config::new(7, 0, 3).nack_retry;
+    let retry = Config::new(7, Rank::new(0), 3).nack_retry;
     assert!(net.now - start < retry, "took {:?}", net.now - start);
 }
 
@@ -1426,8 +1467,8 @@ fn a_peer_that_never_answers_is_given_up_and_the_root_is_asked_directly() {
     let now = net.now;
     // Rank 3 is gone, but only the root and rank 1 know it: rank 2 still takes it as its
     // peer. Every tenth data frame to rank 2 is lost.
-    assert!(net.engines[0].evict(now, 3));
-    assert!(net.engines[1].evict(now, 3));
+    assert!(net.engines[0].evict(now, Rank::new(3)));
+    assert!(net.engines[1].evict(now, Rank::new(3)));
     net.drop = Box::new(|r, to| {
         let from_peer = (r.kind == Some(Kind::Repair) && r.flags.contains(Flags::P2P))
             || r.flags.contains(Flags::PEER);
@@ -1444,7 +1485,13 @@ fn a_peer_that_never_answers_is_given_up_and_the_root_is_asked_directly() {
     net.run(|n| n.delivered[1].len() == 10 && n.delivered[2].len() == 10);
     let got: Vec<&Vec<u8>> = net.delivered[2].iter().map(|d| &d.2).collect();
     assert_eq!(got, msgs.iter().collect::<Vec<_>>());
-    let lost = net.engines[0].sender().eqa().lms(2).unwrap().stats.repairs;
+    let lost = net.engines[0]
+        .sender()
+        .eqa()
+        .lms(Rank::new(2))
+        .unwrap()
+        .stats
+        .repairs;
     let asked_peer = net.engines[2].stats().peer_nacks;
     assert!(lost >= 90, "{lost} repairs");
     assert!(asked_peer <= 20, "asked the silent peer {asked_peer} times");
@@ -1472,9 +1519,15 @@ fn a_peer_silent_for_a_while_is_asked_again_after_a_pause() {
     broadcast_all(&mut net, &msgs, Algorithm::Simple);
     let got: Vec<&Vec<u8>> = net.delivered[2].iter().map(|d| &d.2).collect();
     assert_eq!(got, msgs.iter().collect::<Vec<_>>());
-    let frames = net.engines[0].sender().eqa().head();
+    let frames = net.engines[0].sender().eqa().head().get();
     let lost = frames / 5;
-    let root = net.engines[0].sender().eqa().lms(2).unwrap().stats.repairs;
+    let root = net.engines[0]
+        .sender()
+        .eqa()
+        .lms(Rank::new(2))
+        .unwrap()
+        .stats
+        .repairs;
     assert!(lost > 700, "{lost} losses");
     assert!(
         root < lost / 2,
@@ -1485,7 +1538,7 @@ fn a_peer_silent_for_a_while_is_asked_again_after_a_pause() {
 #[test]
 fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_again() {
     let mut rx = Engine::new({
-        let mut c = Config::new(7, 1, 2);
+        let mut c = Config::new(7, Rank::new(1), 2);
         c.window = 64;
         c
     })
@@ -1494,7 +1547,7 @@ fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_a
     let frame = |seq: u32, msg_id: u32, msg_len: u32, offset: u32, len: usize, last: bool| {
         let mut r = Repr::new(Kind::Data);
         r.group = 7;
-        r.src = 0;
+        r.src = Rank::new(0);
         r.dst = wire::ALL;
         r.seq = seq;
         r.msg_id = msg_id;
@@ -1563,14 +1616,14 @@ fn a_replayed_control_frame_is_refused() {
 fn only_frames_that_pass_every_check_are_a_sign_of_life() {
     let key = [3u8; 32];
     let mut e = Engine::new({
-        let mut c = Config::new(7, 1, 3);
+        let mut c = Config::new(7, Rank::new(1), 3);
         c.key = Some(key.into());
         c
     })
     .unwrap();
     let t0 = Instant::now();
     let mut r = Repr::new(Kind::Heartbeat);
-    r.src = 0;
+    r.src = Rank::new(0);
     r.dst = wire::ALL;
     r.msg_len = 1; // the sender's control counter (a fresh frame, not a replay)
     let sealed = |r: &Repr, k: &[u8; 32]| {
@@ -1588,11 +1641,11 @@ fn only_frames_that_pass_every_check_are_a_sign_of_life() {
     let mut garbage = sealed(&r, &key);
     garbage[20] ^= 1;
     let _ = e.handle_frame(t0, &garbage);
-    assert_eq!(e.last_heard(0), None);
+    assert_eq!(e.last_heard(Rank::new(0)), None);
     let t1 = t0 + Duration::from_millis(5);
     e.handle_frame(t1, &sealed(&r, &key)).unwrap();
-    assert_eq!(e.last_heard(0), Some(t1));
-    assert_eq!(e.last_heard(2), None);
+    assert_eq!(e.last_heard(Rank::new(0)), Some(t1));
+    assert_eq!(e.last_heard(Rank::new(2)), None);
 }
 
 /// A NACK-like frame (`kind` Nack) from `src` to `dst` with `flags`, naming `root` in
@@ -1613,7 +1666,7 @@ fn nack_frame(src: Rank, dst: Rank, flags: Flags, root: u32, seq: u32, bitmap: u
 /// Member 1 of 3 with peer repair, holding the first frame of root 0's stream.
 fn member_with_a_stream_of_root_0() -> (Engine, Instant) {
     let mut e = Engine::new({
-        let mut c = Config::new(7, 1, 3);
+        let mut c = Config::new(7, Rank::new(1), 3);
         c.peer_repair = true;
         c
     })
@@ -1621,7 +1674,7 @@ fn member_with_a_stream_of_root_0() -> (Engine, Instant) {
     let now = Instant::now();
     let mut d = Repr::new(Kind::Data);
     d.group = 7;
-    d.src = 0;
+    d.src = Rank::new(0);
     d.dst = wire::ALL;
     d.msg_len = 2000;
     e.handle_frame(now, &d.to_vec(&[1; 1000]).unwrap()).unwrap();
@@ -1633,7 +1686,7 @@ fn a_peer_nack_whose_base_lies_before_the_stream_is_answered_without_overflow() 
     // Extended against sequence 0, base 0xffff_ffff is "one before the start", which wraps
     // to the top of the 64-bit sequence space; base + bit overflowed (found by fuzzing).
     let (mut e, now) = member_with_a_stream_of_root_0();
-    let nack = nack_frame(2, 1, Flags::PEER, 0, u32::MAX, 0xffff);
+    let nack = nack_frame(Rank::new(2), Rank::new(1), Flags::PEER, 0, u32::MAX, 0xffff);
     assert!(e.handle_frame(now, &nack).is_ok());
     let mut buf = vec![0u8; 1500];
     let t = e.poll_transmit(now, &mut buf).expect("a reply");
@@ -1645,17 +1698,31 @@ fn a_not_held_reply_whose_base_lies_before_the_stream_is_ignored_without_overflo
     // Rank 2 is rank 1's peer for root 0's stream; its "not held" reply names base
     // 0xffff_ffff (found by fuzzing).
     let (mut e, now) = member_with_a_stream_of_root_0();
-    let reply = nack_frame(2, 1, Flags::PEER | Flags::UNHELD, 0, u32::MAX, 0xffff);
+    let reply = nack_frame(
+        Rank::new(2),
+        Rank::new(1),
+        Flags::PEER | Flags::UNHELD,
+        0,
+        u32::MAX,
+        0xffff,
+    );
     assert!(e.handle_frame(now, &reply).is_ok());
 }
 #[test]
 fn a_nack_to_the_root_whose_base_lies_before_the_stream_asks_for_nothing() {
-    let mut root = Engine::new(Config::new(7, 0, 3)).unwrap();
+    let mut root = Engine::new(Config::new(7, Rank::new(0), 3)).unwrap();
     let now = Instant::now();
     root.bcast(now, vec![5; 100], Algorithm::Simple).unwrap();
     let mut buf = vec![0u8; 1500];
     while root.poll_transmit(now, &mut buf).is_some() {}
-    let nack = nack_frame(1, 0, Flags::empty(), 0, u32::MAX, 0xffff);
+    let nack = nack_frame(
+        Rank::new(1),
+        Rank::new(0),
+        Flags::empty(),
+        0,
+        u32::MAX,
+        0xffff,
+    );
     assert!(root.handle_frame(now, &nack).is_ok());
     assert!(
         root.poll_transmit(now, &mut buf).is_none(),
@@ -1674,11 +1741,11 @@ fn a_replayed_data_frame_is_no_sign_of_life() {
     let t = root.poll_transmit(t0, &mut buf).unwrap();
     let data = buf[..t.len].to_vec();
     rx.handle_frame(t0, &data).unwrap();
-    assert_eq!(rx.last_heard(0), Some(t0));
+    assert_eq!(rx.last_heard(Rank::new(0)), Some(t0));
     let t1 = t0 + Duration::from_secs(1);
     assert!(rx.handle_frame(t1, &data).is_err(), "a duplicate");
     assert_eq!(
-        rx.last_heard(0),
+        rx.last_heard(Rank::new(0)),
         Some(t0),
         "the replay is not a sign of life"
     );
@@ -1740,13 +1807,13 @@ fn a_member_makes_its_destination_structures_at_its_first_broadcast() {
         );
     }
     // A member evicted before the first broadcast starts out evicted.
-    assert!(net.engines[1].evict(net.now, 7));
+    assert!(net.engines[1].evict(net.now, Rank::new(7)));
     net.engines[1]
         .bcast(net.now, message(10, 1), Algorithm::Simple)
         .unwrap();
     let eqa = net.engines[1].sender().eqa();
     assert_eq!(eqa.dests().len(), 199);
-    assert!(!eqa.lms(7).unwrap().is_live());
+    assert!(!eqa.lms(Rank::new(7)).unwrap().is_live());
     assert_eq!(eqa.hms().live(), 198);
 }
 
@@ -1757,7 +1824,7 @@ fn assert_exact(net: &Net, root: usize, count: usize, len: usize, skip: &[usize]
         if i == root || skip.contains(&i) {
             continue;
         }
-        let mine: Vec<_> = got.iter().filter(|d| usize::from(d.0) == root).collect();
+        let mine: Vec<_> = got.iter().filter(|d| d.0.index() == root).collect();
         assert_eq!(mine.len(), count, "member {i}: every message once");
         for (k, d) in mine.iter().enumerate() {
             assert_eq!(d.1, k as u64, "member {i}: in order");
@@ -1852,7 +1919,7 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
     assert!(probes > 0, "the silent subtree is probed");
     let now = net.now;
     for e in &mut net.engines {
-        e.evict(now, 1);
+        e.evict(now, Rank::new(1));
     }
     net.run(|n| (0..20).all(|i| i <= 1 || n.delivered[i].len() == count) && n.engines[0].is_idle());
     assert_exact(&net, 0, count, 3000, &[1]);
@@ -1866,11 +1933,12 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
 mod one_frame_push_pull {
     use crate::engine::{Algorithm, Config, Dest, Engine, Event, Message};
     use crate::wire::{Flags, Frame, Kind, Repr};
+    use crate::Rank;
     use std::time::Instant;
 
     /// What the root sends for one push-pull message of `len` bytes before any answer.
     fn first_frames(len: usize) -> (Vec<Repr>, Vec<Vec<u8>>) {
-        let mut root = Engine::new(Config::new(7, 0, 3)).unwrap();
+        let mut root = Engine::new(Config::new(7, Rank::new(0), 3)).unwrap();
         let now = Instant::now();
         root.bcast(now, vec![5; len], Algorithm::PushPull).unwrap();
         let (mut reprs, mut pdus) = (Vec::new(), Vec::new());
@@ -1885,7 +1953,7 @@ mod one_frame_push_pull {
 
     #[test]
     fn a_message_that_fits_one_frame_is_pushed_whole_and_needs_no_pull() {
-        let max = Config::new(7, 0, 3).max_payload();
+        let max = Config::new(7, Rank::new(0), 3).max_payload();
         for len in [1, 80, 81, 256, 860, 861, max] {
             let (reprs, pdus) = first_frames(len);
             assert_eq!(reprs.len(), 1, "{len} B: one frame");
@@ -1893,7 +1961,7 @@ mod one_frame_push_pull {
             assert!(f.contains(Flags::PUSH | Flags::LAST), "{len} B: {f:?}");
             assert!(!f.contains(Flags::PULL_WAIT), "{len} B: waits for a pull");
             // A receiver delivers it from that frame alone and asks for nothing.
-            let mut rx = Engine::new(Config::new(7, 1, 3)).unwrap();
+            let mut rx = Engine::new(Config::new(7, Rank::new(1), 3)).unwrap();
             let now = Instant::now();
             rx.handle_frame(now, &pdus[0]).unwrap();
             match rx.poll_event() {
@@ -1910,7 +1978,7 @@ mod one_frame_push_pull {
 
     #[test]
     fn a_longer_message_still_pushes_btp1_then_btp2_and_waits() {
-        let max = Config::new(7, 0, 3).max_payload();
+        let max = Config::new(7, Rank::new(0), 3).max_payload();
         let (reprs, _) = first_frames(max + 1);
         assert_eq!(reprs.len(), 2);
         assert_eq!((reprs[0].offset, reprs[1].offset), (0, 80));
@@ -1974,7 +2042,7 @@ fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine, Eng
 #[test]
 fn a_busy_stream_of_small_messages_is_acknowledged_once_per_half_window_and_once_when_the_root_asks(
 ) {
-    let cfg = Config::new(7, 1, 2);
+    let cfg = Config::new(7, Rank::new(1), 2);
     assert_eq!(cfg.ack_every, cfg.window / 2);
     // Messages 100 µs apart: one acknowledgement per ack_every frames while they come; the
     // rest once the root's timer fires on the idle stream and it asks (one poll).
@@ -1996,7 +2064,7 @@ fn a_receiver_arms_no_timer_of_its_own_and_answers_the_roots_poll_at_once() {
     // virtual machine); the root's one timer per idle period does the asking instead.
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 8]).collect();
     let frames = frames_of(&msgs);
-    let c = Config::new(7, 1, 2);
+    let c = Config::new(7, Rank::new(1), 2);
     assert!(frames.len() < c.ack_every);
     let mut rx = Engine::new(c).unwrap();
     let mut now = Instant::now();
@@ -2011,7 +2079,9 @@ fn a_receiver_arms_no_timer_of_its_own_and_answers_the_roots_poll_at_once() {
         now += Duration::from_micros(100);
     }
     assert!(rx.owes_acks(), "it holds frames the root has not heard of");
-    let poll = Control::AckPoll.emit(7, 0, 1, 1, &mut buf).unwrap();
+    let poll = Control::AckPoll
+        .emit(7, Rank::new(0), Rank::new(1), 1, &mut buf)
+        .unwrap();
     let poll = buf[..poll].to_vec();
     rx.handle_frame(now, &poll).unwrap();
     let t = rx
@@ -2110,14 +2180,14 @@ fn with_a_key_the_crc_leaves_the_payload_to_the_tag_which_refuses_a_corrupted_on
     net.run(|n| n.all_got(0, 1));
     assert_eq!(
         net.delivered[1],
-        vec![(0, 0, m)],
+        vec![(Rank::new(0), 0, m)],
         "repaired, delivered intact"
     );
 }
 
 #[test]
 fn a_member_that_checks_nothing_end_to_end_refuses_payloads_no_crc_covers() {
-    let mut net = Net::new(3, |c| c.end_to_end = c.rank != 2);
+    let mut net = Net::new(3, |c| c.end_to_end = c.rank != Rank::new(2));
     let m = message(3000, 5);
     net.engines[0]
         .bcast(net.now, m.clone(), Algorithm::Simple)
@@ -2167,7 +2237,7 @@ fn hinting_net(tweak: impl Fn(&mut Config)) -> Net {
     HINTS.with(|h| h.borrow_mut().clear());
     Net::new(2, |c| {
         tweak(c);
-        if c.rank == 1 {
+        if c.rank == Rank::new(1) {
             c.prefetch = Some(record_hint);
         }
     })
@@ -2227,7 +2297,7 @@ fn a_root_publishes_frames_just_before_it_sends_them_and_hints_the_next_ones() {
     let mut net = Net::new(2, |c| {
         // Room for the whole message: only publishing ahead limits what is published.
         c.window = 128;
-        if c.rank == 0 {
+        if c.rank == Rank::new(0) {
             c.prefetch = Some(record_hint);
         }
     });
@@ -2236,7 +2306,7 @@ fn a_root_publishes_frames_just_before_it_sends_them_and_hints_the_next_ones() {
     net.engines[0]
         .bcast(net.now, m.clone(), Algorithm::Simple)
         .unwrap();
-    let published = |e: &Engine| e.sender().eqa().head();
+    let published = |e: &Engine| e.sender().eqa().head().get();
     assert_eq!(published(&net.engines[0]), PUBLISH_AHEAD);
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();
@@ -2276,7 +2346,7 @@ fn a_root_publishes_frames_just_before_it_sends_them_and_hints_the_next_ones() {
         net.engines[1].handle_frame(net.now, f).unwrap();
     }
     net.collect();
-    assert_eq!(net.delivered[1], vec![(0, 0, m)]);
+    assert_eq!(net.delivered[1], vec![(Rank::new(0), 0, m)]);
 }
 
 #[test]
@@ -2298,12 +2368,14 @@ fn a_frame_kept_in_its_slot_hints_the_place_two_slots_on() {
     // Slots 4 and 5: one slot's capacity apart.
     assert_eq!(hints[1].0 - hints[0].0, cap);
     // Posted now, the message is whole and intact.
-    net.engines[1].post_recv(net.now, 0, 1 << 20).unwrap();
+    net.engines[1]
+        .post_recv(net.now, Rank::new(0), 1 << 20)
+        .unwrap();
     for f in &frames[..2] {
         assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
     }
     net.collect();
-    assert_eq!(net.delivered[1], vec![(0, 0, m)]);
+    assert_eq!(net.delivered[1], vec![(Rank::new(0), 0, m)]);
 }
 
 #[test]
@@ -2346,7 +2418,9 @@ fn with_receives_posted_the_next_messages_frames_behind_a_gap_go_straight_into_i
     assert_eq!(frames.len(), 5);
     // A streaming member keeps receives posted: one for each message.
     for _ in 0..2 {
-        net.engines[1].post_recv(net.now, 0, 1 << 20).unwrap();
+        net.engines[1]
+            .post_recv(net.now, Rank::new(0), 1 << 20)
+            .unwrap();
     }
     // Message a's second frame is lost for now; b's first two come behind the gap.
     for f in [&frames[0], &frames[2], &frames[3]] {
@@ -2357,7 +2431,10 @@ fn with_receives_posted_the_next_messages_frames_behind_a_gap_go_straight_into_i
         assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
     }
     net.collect();
-    assert_eq!(net.delivered[1], vec![(0, 0, a), (0, 1, b.clone())]);
+    assert_eq!(
+        net.delivered[1],
+        vec![(Rank::new(0), 0, a), (Rank::new(0), 1, b.clone())]
+    );
     let got = &net.delivered[1][1].2;
     // b's first frame was written into b's own buffer (and hinted the place of its third),
     // not kept in a window slot to be copied again; the buffer was reserved whole then.
@@ -2377,7 +2454,9 @@ fn without_a_receive_posted_the_next_messages_frames_wait_in_their_slots() {
     let (a, b) = (message(2 * per, 3), message(3 * per, 4));
     let frames = two_messages(&mut net, &a, &b);
     // One receive, for message a only.
-    net.engines[1].post_recv(net.now, 0, 1 << 20).unwrap();
+    net.engines[1]
+        .post_recv(net.now, Rank::new(0), 1 << 20)
+        .unwrap();
     for f in [&frames[0], &frames[2], &frames[3]] {
         assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
     }
@@ -2389,11 +2468,13 @@ fn without_a_receive_posted_the_next_messages_frames_wait_in_their_slots() {
         assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
     }
     net.collect();
-    assert_eq!(net.delivered[1], vec![(0, 0, a)]);
+    assert_eq!(net.delivered[1], vec![(Rank::new(0), 0, a)]);
     // Posted now, b is delivered whole and intact from what waited.
-    net.engines[1].post_recv(net.now, 0, 1 << 20).unwrap();
+    net.engines[1]
+        .post_recv(net.now, Rank::new(0), 1 << 20)
+        .unwrap();
     net.collect();
-    assert_eq!(net.delivered[1][1], (0, 1, b));
+    assert_eq!(net.delivered[1][1], (Rank::new(0), 1, b));
 }
 
 /// Under steady loss most messages begin behind a gap: such a message is reserved whole too.
@@ -2411,7 +2492,10 @@ fn a_message_begun_behind_a_gap_is_filled_without_reallocating() {
     }
     net.run(|n| n.all_got(0, 2));
     assert_eq!(net.lost, 1);
-    assert_eq!(net.delivered[1], vec![(0, 0, a), (0, 1, b.clone())]);
+    assert_eq!(
+        net.delivered[1],
+        vec![(Rank::new(0), 0, a), (Rank::new(0), 1, b.clone())]
+    );
     assert_eq!(
         net.delivered[1][1].2.capacity(),
         b.len(),
@@ -2445,7 +2529,7 @@ fn gathering(gather: usize, frames: usize, lost: &'static [u32]) -> (Net, Durati
         .bcast(net.now, message(len, 3), Algorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
-    assert_eq!(net.delivered[1], vec![(0, 0, message(len, 3))]);
+    assert_eq!(net.delivered[1], vec![(Rank::new(0), 0, message(len, 3))]);
     let took = net.now - start;
     (net, took)
 }
@@ -2469,7 +2553,7 @@ fn a_gathering_receiver_asks_for_every_gap_in_one_nack() {
 fn gaps_that_fewer_frames_follow_are_asked_for_when_the_gathering_wait_ends() {
     // The stream ends 5 frames after its gap: the NACK goes at `nack_gather_wait`, and the
     // repair comes before the root's retransmission timer would have probed the receiver.
-    let cfg = Config::new(7, 1, 2);
+    let cfg = Config::new(7, Rank::new(1), 2);
     assert!(cfg.nack_gather_wait < cfg.rto);
     let (net, took) = gathering(64, 20, &[14]);
     assert_eq!(net.engines[1].stats().nack_frames, 1);
@@ -2481,7 +2565,7 @@ fn gaps_that_fewer_frames_follow_are_asked_for_when_the_gathering_wait_ends() {
 
 #[test]
 fn gathering_for_more_than_half_the_window_is_refused() {
-    let mut c = Config::new(7, 1, 2);
+    let mut c = Config::new(7, Rank::new(1), 2);
     c.window = 256;
     c.nack_gather = 128;
     assert!(Engine::new(c.clone()).is_ok());
@@ -2511,7 +2595,7 @@ fn a_fellow_asked_for_frames_across_the_bitmap_answers_what_it_lacks_in_one_repl
     // bitmap's second word), it repairs frame 0 and says in one reply that it lacks 1 and 17.
     let (mut e, now) = member_with_a_stream_of_root_0();
     let ask = Control::PeerNack {
-        root: 0,
+        root: Rank::new(0),
         base: 0,
         missing: 0b11,
         unheld: false,
@@ -2536,7 +2620,7 @@ fn a_fellow_asked_for_frames_across_the_bitmap_answers_what_it_lacks_in_one_repl
     assert_eq!(
         replies,
         vec![Control::PeerNack {
-            root: 0,
+            root: Rank::new(0),
             base: 0,
             missing: 0b10,
             unheld: true,

@@ -64,10 +64,10 @@ impl Tree {
         let mut pos = vec![u32::MAX; n];
         let mut ring = Vec::with_capacity(n);
         for k in 0..n {
-            let r = (usize::from(root) + k) % n;
+            let r = (root.index() + k) % n;
             if k == 0 || live[r] {
                 pos[r] = ring.len() as u32;
-                ring.push(r as Rank);
+                ring.push(Rank::new(r as u16));
             }
         }
         Tree {
@@ -79,7 +79,7 @@ impl Tree {
 
     fn position(&self, rank: Rank) -> Option<usize> {
         self.pos
-            .get(usize::from(rank))
+            .get(rank.index())
             .filter(|&&p| p != u32::MAX)
             .map(|&p| p as usize)
     }
@@ -129,17 +129,20 @@ mod tests {
         // Root 2 of 8, rank 5 evicted: ring 2 3 4 6 7 0 1; fanout 2.
         let mut live = vec![true; 8];
         live[5] = false;
-        let t = Tree::new(2, &live, 2);
-        assert_eq!(t.children(2), vec![3, 4]);
-        assert_eq!(t.children(3), vec![6, 7]);
-        assert_eq!(t.children(4), vec![0, 1]);
-        assert_eq!(t.parent(6), Some(3));
-        assert_eq!(t.parent(3), Some(2));
-        assert_eq!(t.parent(2), None);
-        assert_eq!(t.parent(5), None, "evicted: not in the tree");
-        assert_eq!(t.subtree(3), vec![3, 6, 7]);
-        assert_eq!(t.subtree(2).len(), 7);
-        assert!(t.subtree(5).is_empty());
+        let t = Tree::new(Rank::new(2), &live, 2);
+        assert_eq!(t.children(Rank::new(2)), vec![Rank::new(3), Rank::new(4)]);
+        assert_eq!(t.children(Rank::new(3)), vec![Rank::new(6), Rank::new(7)]);
+        assert_eq!(t.children(Rank::new(4)), vec![Rank::new(0), Rank::new(1)]);
+        assert_eq!(t.parent(Rank::new(6)), Some(Rank::new(3)));
+        assert_eq!(t.parent(Rank::new(3)), Some(Rank::new(2)));
+        assert_eq!(t.parent(Rank::new(2)), None);
+        assert_eq!(t.parent(Rank::new(5)), None, "evicted: not in the tree");
+        assert_eq!(
+            t.subtree(Rank::new(3)),
+            vec![Rank::new(3), Rank::new(6), Rank::new(7)]
+        );
+        assert_eq!(t.subtree(Rank::new(2)).len(), 7);
+        assert!(t.subtree(Rank::new(5)).is_empty());
     }
 
     #[test]
@@ -152,8 +155,8 @@ mod tests {
         assert_eq!(depth(22, 4), 3);
         assert_eq!(depth(1024, 4), 5);
         for n in [2usize, 7, 100, 1024, 65534] {
-            let t = Tree::new(0, &vec![true; n], 4);
-            let (mut x, mut hops) = ((n - 1) as Rank, 0);
+            let t = Tree::new(Rank::new(0), &vec![true; n], 4);
+            let (mut x, mut hops) = (Rank::new((n - 1) as u16), 0);
             while let Some(p) = t.parent(x) {
                 x = p;
                 hops += 1;
@@ -185,18 +188,18 @@ mod tests {
             dead in proptest::collection::vec(any::<u16>(), 0..20),
             fanout in 1u16..9,
         ) {
-            let root = (usize::from(root_seed) % n) as Rank;
+            let root = Rank::new((usize::from(root_seed) % n) as u16);
             let mut live = vec![true; n];
             for d in dead {
                 let d = usize::from(d) % n;
-                if d != usize::from(root) {
+                if d != root.index() {
                     live[d] = false;
                 }
             }
             let t = Tree::new(root, &live, fanout);
             let mut all = t.subtree(root);
             all.sort_unstable();
-            let want: Vec<Rank> = (0..n).filter(|&r| live[r]).map(|r| r as Rank).collect();
+            let want: Vec<Rank> = (0..n).filter(|&r| live[r]).map(|r| Rank::new(r as u16)).collect();
             prop_assert_eq!(&all, &want);
             for &r in &want {
                 let mut s = t.subtree(r);

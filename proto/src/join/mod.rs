@@ -67,7 +67,7 @@ use session::{challenge_key, join_key};
 pub use session::{session, Session};
 
 /// Rank claim of a member that has none yet.
-pub const NO_RANK: u16 = u16::MAX;
+pub const NO_RANK: Rank = Rank::new(u16::MAX);
 
 /// How often challenges, hellos and rosters are repeated until answered.
 pub const REPEAT: Duration = Duration::from_millis(10);
@@ -137,7 +137,7 @@ struct Parts {
 struct Coordinating {
     /// Fresh hellos: MAC -> (claim, member nonce, largest frame), in arrival order of first
     /// hello.
-    hellos: Vec<(MacAddr, u16, u64, u16)>,
+    hellos: Vec<(MacAddr, Rank, u64, u16)>,
     /// The roster, once decided, and who confirmed it.
     roster: Option<Vec<(MacAddr, u64)>>,
     /// The group's largest frame, decided with the roster.
@@ -206,12 +206,12 @@ impl Join {
                 l[0] == cfg.mac
             }
             Expect::Ranks { size, rank } => {
-                if rank >= size {
+                if rank.get() >= *size {
                     return Err(JoinError::Config(format!(
                         "rank {rank} is not in a group of {size}"
                     )));
                 }
-                *rank == 0
+                rank.get() == 0
             }
             Expect::Discover { size } => {
                 if *size == 0 || *size == u16::MAX {
@@ -342,21 +342,21 @@ impl Join {
         self.coord.as_ref().is_some_and(|c| c.roster.is_some())
     }
 
-    fn send(&mut self, dst: MacAddr, key: Option<&Key>, msg: &JoinMsg, claim: u16) {
+    fn send(&mut self, dst: MacAddr, key: Option<&Key>, msg: &JoinMsg, claim: Rank) {
         let frame = Control::Join { body: msg.encode() }.to_vec(self.cfg.group, claim, NO_RANK, 0);
         if let Some(f) = seal(key, &frame) {
             self.out.push_back((dst, f));
         }
     }
 
-    fn claim(&self) -> u16 {
+    fn claim(&self) -> Rank {
         match &self.cfg.expect {
             Expect::List(l) => l
                 .iter()
                 .position(|m| *m == self.cfg.mac)
-                .map_or(NO_RANK, |p| p as u16),
+                .map_or(NO_RANK, |p| Rank::new(p as u16)),
             Expect::Ranks { rank, .. } => *rank,
-            Expect::FirstCome { .. } => 0,
+            Expect::FirstCome { .. } => Rank::new(0),
             _ => NO_RANK,
         }
     }
@@ -375,10 +375,10 @@ impl Join {
     }
 
     /// Whether a hello from `mac` claiming `claim` is acceptable to this coordinator.
-    fn acceptable(&self, mac: &MacAddr, claim: u16) -> bool {
+    fn acceptable(&self, mac: &MacAddr, claim: Rank) -> bool {
         match &self.cfg.expect {
-            Expect::List(l) => l.get(usize::from(claim)) == Some(mac),
-            Expect::Ranks { size, .. } => claim < *size && claim != 0,
+            Expect::List(l) => l.get(claim.index()) == Some(mac),
+            Expect::Ranks { size, .. } => claim.get() < *size && claim.get() != 0,
             Expect::Discover { .. } => true,
             Expect::FirstCome { only, .. } => only.as_ref().is_none_or(|l| l.contains(mac)),
             Expect::Invited | Expect::InvitedBy(_) => false,
@@ -416,7 +416,7 @@ impl Join {
                 let mut by_rank: Vec<Option<(MacAddr, u64)>> = vec![None; size];
                 by_rank[0] = Some(mine);
                 for &(mac, claim, m, _) in &c.hellos {
-                    match by_rank[usize::from(claim)] {
+                    match by_rank[claim.index()] {
                         Some((other, _)) => {
                             self.result = Some(Err(JoinError::RankClaimedTwice {
                                 rank: claim,
@@ -425,7 +425,7 @@ impl Join {
                             }));
                             return;
                         }
-                        None => by_rank[usize::from(claim)] = Some((mac, m)),
+                        None => by_rank[claim.index()] = Some((mac, m)),
                     }
                 }
                 by_rank.into_iter().flatten().collect()
@@ -505,7 +505,7 @@ impl Join {
         };
         self.late = Some(late.clone());
         self.result = Some(Ok(Joined {
-            rank: rank as Rank,
+            rank: Rank::new(rank as u16),
             session: session(self.cfg.group, self.cfg.key.as_ref(), nonce, roster),
             max_pdu: usize::from(pdu),
             late,
@@ -535,7 +535,7 @@ impl Join {
             }
             Expect::Ranks { size, rank } => {
                 roster.len() == usize::from(*size)
-                    && roster.get(usize::from(*rank)).map(|e| e.0) == Some(self.cfg.mac)
+                    && roster.get(rank.index()).map(|e| e.0) == Some(self.cfg.mac)
             }
             Expect::Discover { size } => {
                 roster.len() == usize::from(*size) && roster.windows(2).all(|w| w[0].0 < w[1].0)
@@ -596,7 +596,7 @@ impl Join {
                 }
                 let from_coordinator = match &self.cfg.expect {
                     Expect::List(l) => l.first() == Some(&src),
-                    Expect::Ranks { size: s, .. } => f.src() == 0 && size == *s,
+                    Expect::Ranks { size: s, .. } => f.src() == Rank::new(0) && size == *s,
                     Expect::Discover { size: s } => size == *s,
                     Expect::Invited => true,
                     Expect::InvitedBy(c) => *c == src,

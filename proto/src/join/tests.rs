@@ -29,7 +29,7 @@ fn join_messages_that_are_not_well_formed_are_ignored() {
         JoinMsg::Hello {
             nonce: 1,
             member: 2,
-            claim: 1,
+            claim: Rank::new(1),
             mac: MacAddr([2, 0, 0, 0, 0, 8]),
             pdu: 9000,
         },

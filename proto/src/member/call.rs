@@ -55,7 +55,7 @@ impl Member {
         algo: Algorithm,
     ) -> Result<(), MemberError> {
         let n = self.size();
-        if root >= n {
+        if root.get() >= n {
             return Err(MemberError::BadRank {
                 rank: root,
                 size: n,
@@ -70,8 +70,8 @@ impl Member {
         let me = self.rank();
         // Tree messages of this call carry (root, the root's collective count), so that a
         // member still in an earlier call never takes a later call's message.
-        let tag = (root, self.collectives[usize::from(root)]);
-        self.collectives[usize::from(root)] += 1;
+        let tag = (root, self.collectives[root.index()]);
+        self.collectives[root.index()] += 1;
         let (mut own, mut lent) = (None, None);
         if me == root {
             let failed = self.engine.sender().failed_over().len();
@@ -93,8 +93,8 @@ impl Member {
                 lent = Some(self.engine.bcast_from(now, buf, a)?);
             }
         } else if algo != Algorithm::Tree
-            && self.inbox[usize::from(root)].is_empty()
-            && self.posted[usize::from(root)] == 0
+            && self.inbox[root.index()].is_empty()
+            && self.posted[root.index()] == 0
         {
             // The receive of this call (the MPI way: posted when the call is made), into the
             // caller's buffer. A receive left by a call the root served down the tree serves
@@ -170,13 +170,13 @@ impl Member {
     fn post_into(&mut self, now: Instant, root: Rank, buf: Vec<u8>) -> Result<(), MemberError> {
         let max = self.engine.config().max_message;
         self.engine.post_recv_into(now, root, max, buf)?;
-        self.posted[usize::from(root)] += 1;
+        self.posted[root.index()] += 1;
         Ok(())
     }
 
     /// Keeps `prepost` receives posted for `root` while deliveries of it fit.
     pub(super) fn top_up(&mut self, now: Instant, root: Rank) {
-        let r = usize::from(root);
+        let r = root.index();
         if root == self.rank() || !self.is_live(root) {
             return;
         }
@@ -243,7 +243,7 @@ impl Member {
             } => {
                 let (root, algo, tag) = (*root, *algo, *tag);
                 let hw = (algo != Algorithm::Tree)
-                    .then(|| self.inbox[usize::from(root)].pop_front())
+                    .then(|| self.inbox[root.index()].pop_front())
                     .flatten();
                 match hw {
                     Some(data) => Some(Ok(Done::Bcast(data))),

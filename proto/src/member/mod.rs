@@ -171,14 +171,14 @@ impl Member {
             }
             None => None,
         };
-        let pair_groups = (0..size)
+        let pair_groups = Rank::all(size)
             .filter(|&r| r != rank)
             .map(|r| (pair_group(group, rank, r), r))
             .collect();
         let coordinator = late
             .as_ref()
             .and_then(|l| peers.iter().position(|m| *m == l.coordinator()))
-            .map(|r| r as Rank);
+            .map(|r| Rank::new(r as u16));
         let mut engine = Engine::new(ecfg)?;
         if let Some(s) = &senders {
             engine.take_streams_from(s);
@@ -202,7 +202,7 @@ impl Member {
             late,
             takes: match senders {
                 None => vec![true; n],
-                Some(s) => (0..n).map(|r| s.contains(&(r as Rank))).collect(),
+                Some(s) => (0..n).map(|r| s.contains(&Rank::new(r as u16))).collect(),
             },
             raw_out: VecDeque::new(),
             posted: vec![0; n],
@@ -215,7 +215,7 @@ impl Member {
             evicted: Vec::new(),
             events: VecDeque::new(),
             stable_through: None,
-            pair_cursor: 0,
+            pair_cursor: Rank::new(0),
             stats: MemberStats::default(),
         })
     }
@@ -295,7 +295,7 @@ impl Member {
     }
     /// The MAC address of `rank`.
     pub fn mac_of(&self, rank: Rank) -> Option<MacAddr> {
-        self.peers.get(usize::from(rank)).copied()
+        self.peers.get(rank.index()).copied()
     }
     /// Events waiting for the application.
     pub fn queued_events(&self) -> usize {
@@ -316,7 +316,7 @@ impl Member {
         let eqa = self.engine.sender().eqa();
         let l = eqa.lms(rank)?;
         Some(DestProgress {
-            outstanding: eqa.head().saturating_sub(l.cursor()),
+            outstanding: eqa.head().get().saturating_sub(l.cursor().get()),
             last_heard: l.last_heard,
             last_progress: l.last_progress,
         })
@@ -397,13 +397,13 @@ impl Member {
         if !self.engine.evict(now, rank) {
             return;
         }
-        tracing::warn!(rank, "member evicted");
+        tracing::warn!(rank = rank.get(), "member evicted");
         self.evicted.push((rank, now));
         if let Some(d) = self.detector.as_mut() {
             d.evicted(rank);
         }
         self.pairs.remove(&rank);
-        let r = usize::from(rank);
+        let r = rank.index();
         self.p2p_posted[r] = 0;
         self.p2p_inbox[r].clear();
         self.posted[r] = 0;
@@ -434,13 +434,13 @@ impl Member {
         if group == self.engine.config().group {
             let claimed = frame.src();
             let relayed = frame.kind() == Kind::Repair && frame.flags().contains(Flags::P2P);
-            let from = self.peers.get(usize::from(claimed));
+            let from = self.peers.get(claimed.index());
             // A peer repair keeps the root as its source but comes from the fellow member
             // this one asks for that root's frames.
             let relayer = self
                 .engine
                 .repair_peer(claimed)
-                .filter(|&p| self.peers.get(usize::from(p)) == Some(&src));
+                .filter(|&p| self.peers.get(p.index()) == Some(&src));
             // Who this frame proves alive: the rank whose address sent it.
             let speaker = if from == Some(&src) {
                 claimed
@@ -453,7 +453,7 @@ impl Member {
                     }
                 }
             };
-            if frame.kind().is_data() && self.takes.get(usize::from(claimed)) != Some(&true) {
+            if frame.kind().is_data() && self.takes.get(claimed.index()) != Some(&true) {
                 // A stream this member does not take: nothing is made for it.
                 self.stats.dropped += 1;
                 return;
@@ -485,11 +485,11 @@ impl Member {
             }
             self.collect(now);
         } else if let Some(&peer) = self.pair_groups.get(&group) {
-            if self.peers[usize::from(peer)] != src {
+            if self.peers[peer.index()] != src {
                 self.stats.mac_mismatch += 1;
                 return;
             }
-            if !self.is_live(peer) || !self.takes[usize::from(peer)] {
+            if !self.is_live(peer) || !self.takes[peer.index()] {
                 self.stats.dropped += 1;
                 return;
             }
@@ -592,14 +592,17 @@ impl Member {
             self.stats.frames_sent += 1;
             let dst = match t.dst {
                 Dest::All => self.group_mac,
-                Dest::Rank(r) => self.peers[usize::from(r)],
+                Dest::Rank(r) => self.peers[r.index()],
             };
             return Some(Transmit { dst, len: t.len });
         }
         // Round robin from the channel after the last one that sent.
         let cursor = self.pair_cursor;
         let mut sent = None;
-        for (&peer, e) in self.pairs.range_mut(cursor.saturating_add(1)..) {
+        for (&peer, e) in self
+            .pairs
+            .range_mut(Rank::new(cursor.get().saturating_add(1))..)
+        {
             if let Some(t) = e.poll_transmit(now, buf) {
                 sent = Some((peer, t.len));
                 break;
@@ -617,7 +620,7 @@ impl Member {
         self.pair_cursor = peer;
         self.stats.frames_sent += 1;
         Some(Transmit {
-            dst: self.peers[usize::from(peer)],
+            dst: self.peers[peer.index()],
             len,
         })
     }
@@ -627,7 +630,7 @@ impl Member {
         let ev = self.events.pop_front()?;
         if let Event::Delivered(Message { root, .. }) | Event::Observed { root, .. } = &ev {
             // Room for one more: the next frame or timeout posts another receive.
-            let r = usize::from(*root);
+            let r = root.index();
             self.queued[r] = self.queued[r].saturating_sub(1);
             self.top_ups.push(*root);
         }
@@ -666,7 +669,7 @@ impl Member {
         while let Some(ev) = self.engine.poll_event() {
             match ev {
                 engine::Event::Delivered(m) => {
-                    let (root, r) = (m.root, usize::from(m.root));
+                    let (root, r) = (m.root, m.root.index());
                     self.posted[r] = self.posted[r].saturating_sub(1);
                     if self.prepost > 0 {
                         self.queued[r] += 1;
@@ -677,7 +680,7 @@ impl Member {
                     }
                 }
                 engine::Event::Observed { root, msg_id, len } if self.prepost > 0 => {
-                    let r = usize::from(root);
+                    let r = root.index();
                     self.posted[r] = self.posted[r].saturating_sub(1);
                     self.queued[r] += 1;
                     self.push_event(Event::Observed { root, msg_id, len });
@@ -706,7 +709,7 @@ impl Member {
     /// A message of `root` that was consumed and not kept (a receive allowed `max` of its `len`
     /// bytes): a call waiting for it fails with `Truncated`.
     fn not_kept(&mut self, root: Rank, msg_id: u64, len: usize, max: usize) {
-        let r = usize::from(root);
+        let r = root.index();
         self.posted[r] = self.posted[r].saturating_sub(1);
         if matches!(self.call, Some(Call::Bcast { root: cr, .. }) if cr == root) {
             self.call = None;
@@ -768,8 +771,8 @@ impl Member {
         while let Some(ev) = d.poll_event() {
             match ev {
                 DetectorEvent::Dead(r) => dead.push(r),
-                DetectorEvent::Suspect(r) => tracing::info!(rank = r, "member suspected"),
-                DetectorEvent::Cleared(r) => tracing::info!(rank = r, "suspicion cleared"),
+                DetectorEvent::Suspect(r) => tracing::info!(rank = r.get(), "member suspected"),
+                DetectorEvent::Cleared(r) => tracing::info!(rank = r.get(), "suspicion cleared"),
             }
         }
         for r in dead {

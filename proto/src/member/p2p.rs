@@ -17,7 +17,7 @@ pub(super) const P2P_APP: u8 = b'A';
 /// Group id of the point-to-point channel between ranks `a` and `b` of group `group`.
 pub fn pair_group(group: u32, a: Rank, b: Rank) -> u32 {
     let (lo, hi) = (a.min(b), a.max(b));
-    let x = (u64::from(group) << 32) | (u64::from(lo) << 16) | u64::from(hi);
+    let x = (u64::from(group) << 32) | (u64::from(lo.get()) << 16) | u64::from(hi.get());
     // A fixed mix (splitmix64 finaliser) keeps pair ids apart from group ids in practice.
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -28,7 +28,7 @@ pub fn pair_group(group: u32, a: Rank, b: Rank) -> u32 {
 impl Member {
     /// Sends `data` to `peer` alone over the reliable point-to-point channel.
     pub fn send_to(&mut self, now: Instant, peer: Rank, data: Vec<u8>) -> Result<(), MemberError> {
-        if usize::from(peer) >= self.peers.len() || peer == self.rank() {
+        if peer.index() >= self.peers.len() || peer == self.rank() {
             return Err(MemberError::Post(PostError::NotMember(peer)));
         }
         self.send_to_live(now, peer, data)
@@ -61,20 +61,20 @@ impl Member {
 
     /// Takes the oldest point-to-point message from `peer`.
     pub fn take_p2p(&mut self, now: Instant, peer: Rank) -> Option<Vec<u8>> {
-        let m = self.p2p_inbox.get_mut(usize::from(peer))?.pop_front()?;
+        let m = self.p2p_inbox.get_mut(peer.index())?.pop_front()?;
         self.top_up_pair(now, peer);
         Some(m)
     }
 
     pub(super) fn pair(&mut self, now: Instant, peer: Rank) -> &mut Engine {
-        let p = usize::from(peer);
+        let p = peer.index();
         if !self.pairs.contains_key(&peer) {
             let cfg = self.engine.config();
             let (me, group) = (cfg.rank, cfg.group);
             let mut pc = cfg.clone();
             pc.group = pair_group(group, me, peer);
             pc.size = 2;
-            pc.rank = u16::from(me > peer);
+            pc.rank = Rank::new(u16::from(me > peer));
             pc.auto_post = false;
             // A valid group configuration gives a valid pair configuration.
             let e = Engine::new(pc)
@@ -90,12 +90,12 @@ impl Member {
 
     /// Keeps the peer's channel posted while its messages fit [`P2P_WINDOW`].
     pub(super) fn top_up_pair(&mut self, now: Instant, peer: Rank) {
-        let p = usize::from(peer);
+        let p = peer.index();
         let me = self.rank();
         let Some(e) = self.pairs.get_mut(&peer) else {
             return;
         };
-        let other = u16::from(me < peer);
+        let other = Rank::new(u16::from(me < peer));
         let max = e.config().max_message;
         while usize::from(self.p2p_posted[p])
             + self.p2p_inbox[p].len()
@@ -110,7 +110,7 @@ impl Member {
     }
 
     pub(super) fn collect_pair(&mut self, now: Instant, peer: Rank) {
-        let p = usize::from(peer);
+        let p = peer.index();
         let Some(e) = self.pairs.get_mut(&peer) else {
             return;
         };
@@ -131,14 +131,14 @@ impl Member {
                     self.p2p_inbox[p].push_back(data);
                 }
                 Some(&P2P_TREE) if data.len() >= 11 => {
-                    let root = u16::from_be_bytes([data[1], data[2]]);
+                    let root = Rank::new(u16::from_be_bytes([data[1], data[2]]));
                     let mut seq = [0u8; 8];
                     seq.copy_from_slice(&data[3..11]);
                     let tag = (root, u64::from_be_bytes(seq));
                     let current = matches!(self.call, Some(Call::Bcast { tag: t, .. }) if t == tag);
                     let done = self
                         .collectives
-                        .get(usize::from(root))
+                        .get(root.index())
                         .is_none_or(|&c| tag.1 < c);
                     if done && !current {
                         // A call this member finished (or a root that does not exist): a

@@ -9,7 +9,7 @@ use crate::wire::{Kind, Repr, ALL};
 fn member() -> (Member, Instant) {
     // Any instant will do: the member reads no clock, every call takes `now`.
     let now = Instant::now();
-    let mut cfg = Config::new(7, 2, 4);
+    let mut cfg = Config::new(7, Rank::new(2), 4);
     cfg.peer_repair = true;
     let macs: Vec<MacAddr> = (0..4).map(port_mac).collect();
     let mut mc = MemberConfig::new(cfg, macs);
@@ -26,7 +26,7 @@ fn port_mac(i: u16) -> MacAddr {
 fn frame(kind: Kind, seq: u32, dst: Rank, flags: Flags) -> Vec<u8> {
     let mut r = Repr::new(kind);
     r.group = 7;
-    r.src = 0;
+    r.src = Rank::new(0);
     r.dst = dst;
     r.flags = flags;
     r.msg_id = seq;
@@ -45,7 +45,7 @@ fn a_relayed_repair_is_taken_only_from_the_peer_the_stream_asks() {
     );
     assert_eq!(m.stats().accepted, 1);
     // Frame 1 relayed by rank 1, which this stream never asks: a forgery.
-    let relayed = frame(Kind::Repair, 1, 2, Flags::P2P);
+    let relayed = frame(Kind::Repair, 1, Rank::new(2), Flags::P2P);
     m.handle_frame(now, port_mac(1), &relayed);
     assert_eq!(m.stats().mac_mismatch, 1);
     assert_eq!(m.stats().accepted, 1);
@@ -80,7 +80,7 @@ mod liveness {
     }
 
     fn age(m: &Member, rank: Rank) -> u16 {
-        m.detector().expect("a detector").table()[usize::from(rank)]
+        m.detector().expect("a detector").table()[rank.index()]
     }
 
     /// Lets `periods` gossip periods pass after `now`, sending whatever the member sends
@@ -119,24 +119,24 @@ mod liveness {
     #[test]
     fn an_in_window_never_seen_control_frame_does_not_refresh_the_age() {
         let t0 = Instant::now();
-        let mut m = detected(0, 3, false, t0);
+        let mut m = detected(Rank::new(0), 3, false, t0);
         for ctr in [1, 2, 3, 5] {
-            m.handle_frame(t0, mac(2), &ack(2, 0, ctr));
+            m.handle_frame(t0, mac(2), &ack(Rank::new(2), Rank::new(0), ctr));
         }
         assert_eq!(m.stats().accepted, 4);
-        assert_eq!(age(&m, 2), 0);
+        assert_eq!(age(&m, Rank::new(2)), 0);
         let t1 = wait(&mut m, t0, 3);
-        assert_eq!(age(&m, 2), 3);
+        assert_eq!(age(&m, Rank::new(2)), 3);
         // Counter 4: in the window (top 5), never seen.
-        m.handle_frame(t1, mac(2), &ack(2, 0, 4));
+        m.handle_frame(t1, mac(2), &ack(Rank::new(2), Rank::new(0), 4));
         assert_eq!(m.stats().accepted, 5, "a late frame is still taken");
-        assert_eq!(age(&m, 2), 3, "a late frame is no sign of life");
+        assert_eq!(age(&m, Rank::new(2)), 3, "a late frame is no sign of life");
         // The same as a heartbeat, counter 4 being spent: counter 5 is the top, seen.
-        m.handle_frame(t1, mac(2), &heartbeat(2, 0, 5, 3));
-        assert_eq!(age(&m, 2), 3, "a seen counter is refused");
+        m.handle_frame(t1, mac(2), &heartbeat(Rank::new(2), Rank::new(0), 5, 3));
+        assert_eq!(age(&m, Rank::new(2)), 3, "a seen counter is refused");
         // A counter above the top proves the sender spoke after everything heard so far.
-        m.handle_frame(t1, mac(2), &ack(2, 0, 6));
-        assert_eq!(age(&m, 2), 0);
+        m.handle_frame(t1, mac(2), &ack(Rank::new(2), Rank::new(0), 6));
+        assert_eq!(age(&m, Rank::new(2)), 0);
     }
 
     /// Performs the attack: a relayed repair names the root of the stream as its source but
@@ -146,15 +146,19 @@ mod liveness {
     fn a_relayed_repair_credits_the_relaying_peer_not_the_root() {
         let t0 = Instant::now();
         // Rank 2 of 4: for root 0's stream it asks rank 3.
-        let mut m = detected(2, 4, true, t0);
+        let mut m = detected(Rank::new(2), 4, true, t0);
         m.handle_frame(t0, mac(0), &frame(Kind::Data, 0, ALL, Flags::BROADCAST));
-        assert_eq!(m.engine().repair_peer(0), Some(3));
+        assert_eq!(m.engine().repair_peer(Rank::new(0)), Some(Rank::new(3)));
         let t1 = wait(&mut m, t0, 3);
-        assert_eq!((age(&m, 0), age(&m, 3)), (3, 3));
-        m.handle_frame(t1, mac(3), &frame(Kind::Repair, 1, 2, Flags::P2P));
+        assert_eq!((age(&m, Rank::new(0)), age(&m, Rank::new(3))), (3, 3));
+        m.handle_frame(
+            t1,
+            mac(3),
+            &frame(Kind::Repair, 1, Rank::new(2), Flags::P2P),
+        );
         assert_eq!(m.stats().accepted, 2, "the relayed repair is taken");
-        assert_eq!(age(&m, 3), 0, "the relaying peer spoke");
-        assert_eq!(age(&m, 0), 3, "the root did not");
+        assert_eq!(age(&m, Rank::new(3)), 0, "the relaying peer spoke");
+        assert_eq!(age(&m, Rank::new(0)), 3, "the root did not");
     }
 
     /// Performs the attack: the attacker recorded a member's heartbeats and acknowledgements,
@@ -164,14 +168,14 @@ mod liveness {
     #[test]
     fn replayed_heartbeats_and_acks_do_not_keep_a_dead_member_alive() {
         let t0 = Instant::now();
-        let mut m = detected(0, 3, false, t0);
+        let mut m = detected(Rank::new(0), 3, false, t0);
         let size = 3;
         let recorded: Vec<Vec<u8>> = (1..=40)
             .map(|ctr| {
                 if ctr % 2 == 0 {
-                    heartbeat(2, 0, ctr, size)
+                    heartbeat(Rank::new(2), Rank::new(0), ctr, size)
                 } else {
-                    ack(2, 0, ctr)
+                    ack(Rank::new(2), Rank::new(0), ctr)
                 }
             })
             .collect();
@@ -184,13 +188,13 @@ mod liveness {
             m.handle_timeout(t);
         }
         let died = t;
-        let cfg = DetectorConfig::new(0, size, PERIOD);
+        let cfg = DetectorConfig::new(Rank::new(0), size, PERIOD);
         let bound = cfg.cleanup() + cfg.confirm_timeout + PERIOD;
         // Rank 1 stays alive and says so with fresh counters; the attacker replays one of
         // rank 2's recorded frames (held back or not) every period.
         let (mut ctr1, mut next) = (1, 0);
-        while t < died + 3 * bound && m.is_live(2) {
-            m.handle_frame(t, mac(1), &ack(1, 0, ctr1));
+        while t < died + 3 * bound && m.is_live(Rank::new(2)) {
+            m.handle_frame(t, mac(1), &ack(Rank::new(1), Rank::new(0), ctr1));
             ctr1 += 1;
             let f = &recorded[(next * 2 + 1) % recorded.len()];
             m.handle_frame(t, mac(2), f);
@@ -198,13 +202,17 @@ mod liveness {
             next += 1;
             t = wait(&mut m, t, 1);
         }
-        let evicted = m.evicted().iter().find(|(r, _)| *r == 2).map(|&(_, at)| at);
+        let evicted = m
+            .evicted()
+            .iter()
+            .find(|(r, _)| *r == Rank::new(2))
+            .map(|&(_, at)| at);
         let after = evicted.map(|at| at - died);
         assert!(
             after.is_some_and(|d| d <= bound),
             "rank 2 evicted after {after:?}, bound {bound:?}"
         );
-        assert!(m.is_live(1));
+        assert!(m.is_live(Rank::new(1)));
     }
 }
 
@@ -219,7 +227,12 @@ mod root_call {
         let now = Instant::now();
         let macs: Vec<MacAddr> = (0..n).map(port_mac).collect();
         (0..n)
-            .map(|r| Member::new(now, MemberConfig::new(Config::new(7, r, n), macs.clone())))
+            .map(|r| {
+                Member::new(
+                    now,
+                    MemberConfig::new(Config::new(7, Rank::new(r), n), macs.clone()),
+                )
+            })
             .collect::<Result<_, _>>()
             .unwrap()
     }
@@ -259,7 +272,7 @@ mod root_call {
         let mut ms = group(n);
         let now = Instant::now();
         let len: usize = 16 * 1024;
-        let max_payload = Config::new(7, 0, n).max_payload();
+        let max_payload = Config::new(7, Rank::new(0), n).max_payload();
         assert_eq!(
             len.div_ceil(max_payload),
             12,
@@ -269,7 +282,7 @@ mod root_call {
             let data = message(round, len);
             // The root's call starts first: the receivers' acknowledgements of the previous
             // message leave only as they enter their calls.
-            ms[0].bcast(now, 0, data.clone(), algo).unwrap();
+            ms[0].bcast(now, Rank::new(0), data.clone(), algo).unwrap();
             let (mut done, mut sent) = (vec![false; ms.len()], vec![0; ms.len()]);
             for step in 0..16 {
                 for r in 0..ms.len() {
@@ -279,7 +292,7 @@ mod root_call {
                     if step == 0 && r > 0 {
                         // The driver's first flush of a call sends what the previous call
                         // left (its acknowledgements).
-                        ms[r].bcast(now, 0, Vec::new(), algo).unwrap();
+                        ms[r].bcast(now, Rank::new(0), Vec::new(), algo).unwrap();
                     }
                     match ms[r].take_result() {
                         None => sent[r] += deliver(&mut ms, r, now),

@@ -8,7 +8,7 @@ pub(super) const P2P_TREE: u8 = b'T';
 pub(super) fn encode_tree(tag: Tag, data: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(11 + data.len());
     v.push(P2P_TREE);
-    v.extend_from_slice(&tag.0.to_be_bytes());
+    v.extend_from_slice(&tag.0.get().to_be_bytes());
     v.extend_from_slice(&tag.1.to_be_bytes());
     v.extend_from_slice(data);
     v
@@ -21,22 +21,24 @@ pub fn live_tree(live: &[Rank], me: Rank, root: Rank) -> (Option<Rank>, Vec<Rank
         return (None, Vec::new());
     };
     let n = live.len() as u16;
-    let (pm, pr) = (pm as Rank, pr as Rank);
-    let parent = tree_parent(pm, pr, n).map(|p| live[usize::from(p)]);
+    let (pm, pr) = (Rank::new(pm as u16), Rank::new(pr as u16));
+    let parent = tree_parent(pm, pr, n).map(|p| live[p.index()]);
     let children = tree_children(pm, pr, n)
         .into_iter()
-        .map(|c| live[usize::from(c)])
+        .map(|c| live[c.index()])
         .collect();
     (parent, children)
 }
 
 /// Parent of `me` in the binomial tree rooted at `root` (MPICH's numbering), `None` at the root.
 pub fn tree_parent(me: Rank, root: Rank, n: u16) -> Option<Rank> {
-    let vr = (u32::from(me) + u32::from(n) - u32::from(root)) % u32::from(n.max(1));
+    let vr = (u32::from(me.get()) + u32::from(n) - u32::from(root.get())) % u32::from(n.max(1));
     let mut mask = 1u32;
     while mask < u32::from(n) {
         if vr & mask != 0 {
-            return Some((((vr - mask) + u32::from(root)) % u32::from(n)) as Rank);
+            return Some(Rank::new(
+                (((vr - mask) + u32::from(root.get())) % u32::from(n)) as u16,
+            ));
         }
         mask <<= 1;
     }
@@ -45,7 +47,7 @@ pub fn tree_parent(me: Rank, root: Rank, n: u16) -> Option<Rank> {
 
 /// Children of `me` in the binomial tree rooted at `root`, farthest subtree first.
 pub fn tree_children(me: Rank, root: Rank, n: u16) -> Vec<Rank> {
-    let vr = (u32::from(me) + u32::from(n) - u32::from(root)) % u32::from(n.max(1));
+    let vr = (u32::from(me.get()) + u32::from(n) - u32::from(root.get())) % u32::from(n.max(1));
     let mut mask = 1u32;
     while mask < u32::from(n) && vr & mask == 0 {
         mask <<= 1;
@@ -54,7 +56,9 @@ pub fn tree_children(me: Rank, root: Rank, n: u16) -> Vec<Rank> {
     mask >>= 1;
     while mask > 0 {
         if vr + mask < u32::from(n) {
-            children.push(((vr + mask + u32::from(root)) % u32::from(n)) as Rank);
+            children.push(Rank::new(
+                ((vr + mask + u32::from(root.get())) % u32::from(n)) as u16,
+            ));
         }
         mask >>= 1;
     }
@@ -68,7 +72,9 @@ pub const TREE_CACHE: usize = 8;
 impl Member {
     /// The ranks still in the group, sorted.
     pub(super) fn live_ranks(&self) -> Vec<Rank> {
-        (0..self.size()).filter(|&r| self.is_live(r)).collect()
+        Rank::all(self.size())
+            .filter(|&r| self.is_live(r))
+            .collect()
     }
 
     /// Sends a tree broadcast to this member's children in the tree over the live members,
@@ -118,7 +124,7 @@ impl Member {
     pub(super) fn take_tree(&mut self, now: Instant, tag: Tag) -> Option<Vec<u8>> {
         let p = self.tree_inbox.iter().position(|(t, _, _)| *t == tag)?;
         let (_, from, data) = self.tree_inbox.remove(p)?;
-        let f = usize::from(from);
+        let f = from.index();
         self.tree_held[f] = self.tree_held[f].saturating_sub(1);
         self.top_up_pair(now, from);
         Some(data)

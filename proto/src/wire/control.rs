@@ -32,6 +32,7 @@
 
 use super::{Flags, Frame, Kind, Repr, WireError};
 
+use crate::Rank;
 pub use crate::Seq;
 
 /// Bits of a NACK bitmap: bit `i` set means frame `base + i` is missing.
@@ -165,11 +166,11 @@ pub enum Control {
     /// `next`. Sent to the sender's parent in the tree, which is the root for its children.
     TreeAck {
         /// Whose stream.
-        root: u16,
+        root: Rank,
         /// Next sequence the whole subtree needs.
         next: u32,
         /// The member of the subtree that is at `next` (the one the others wait for).
-        laggard: u16,
+        laggard: Rank,
         /// The view (a hash of the evicted set) the tree was laid out in.
         view: u32,
     },
@@ -196,7 +197,7 @@ pub enum Control {
     /// `unheld`) a fellow receiver answers that it does not hold them.
     PeerNack {
         /// Whose stream.
-        root: u16,
+        root: Rank,
         /// First sequence the bitmap describes.
         base: u32,
         /// Frames asked for (or not held).
@@ -219,7 +220,7 @@ pub enum Control {
         /// Message id (low 32 bits).
         msg_id: u32,
         /// The receiver that is to pull.
-        designated: u16,
+        designated: Rank,
     },
     /// Gossip heartbeat table of the failure detector, one counter per rank.
     Heartbeat {
@@ -229,12 +230,12 @@ pub enum Control {
     /// Confirmation probe of a suspect.
     Ping {
         /// The rank probed.
-        rank: u16,
+        rank: Rank,
     },
     /// Answer to a ping.
     Pong {
         /// The answering rank.
-        rank: u16,
+        rank: Rank,
     },
     /// A barrier frame.
     Barrier(BarrierMsg),
@@ -246,7 +247,7 @@ pub enum Control {
     /// `rank` has been evicted from the group.
     Evict {
         /// The evicted rank.
-        rank: u16,
+        rank: Rank,
     },
     /// An unreliable application datagram (the tools' notices).
     Notice {
@@ -255,11 +256,13 @@ pub enum Control {
     },
 }
 
-fn rank_field(kind: Kind, v: u32) -> Result<u16, WireError> {
-    u16::try_from(v).map_err(|_| WireError::BadField {
-        kind,
-        field: "rank",
-    })
+fn rank_field(kind: Kind, v: u32) -> Result<Rank, WireError> {
+    u16::try_from(v)
+        .map(Rank::new)
+        .map_err(|_| WireError::BadField {
+            kind,
+            field: "rank",
+        })
 }
 
 impl Control {
@@ -425,8 +428,8 @@ impl Control {
             } => {
                 r.flags |= Flags::TREE;
                 r.seq = seq;
-                r.msg_id = u32::from(root);
-                r.offset = u32::from(laggard);
+                r.msg_id = u32::from(root.get());
+                r.offset = u32::from(laggard.get());
                 r.aux = aux;
             }
             Control::AckPoll => r.flags |= Flags::POLL,
@@ -452,7 +455,7 @@ impl Control {
                     r.flags |= Flags::UNHELD;
                 }
                 r.seq = seq;
-                r.msg_id = u32::from(root);
+                r.msg_id = u32::from(root.get());
                 r.bitmap = bitmap;
             }
             Control::Pull { msg_id, next } => {
@@ -462,11 +465,11 @@ impl Control {
             Control::PullPoll { msg_id, designated } => {
                 r.flags |= Flags::ACK_REQ;
                 r.msg_id = msg_id;
-                r.aux = u32::from(designated);
+                r.aux = u32::from(designated.get());
             }
             Control::Heartbeat { ref table } => r.aux = table.len() as u32,
             Control::Ping { rank } | Control::Pong { rank } | Control::Evict { rank } => {
-                r.aux = u32::from(rank)
+                r.aux = u32::from(rank.get())
             }
             Control::Barrier(ref b) => {
                 r.seq = b.epoch;
@@ -485,8 +488,8 @@ impl Control {
     pub fn emit(
         &self,
         group: u32,
-        src: u16,
-        dst: u16,
+        src: Rank,
+        dst: Rank,
         ctr: u32,
         buf: &mut [u8],
     ) -> Result<usize, WireError> {
@@ -509,7 +512,7 @@ impl Control {
     }
 
     /// Emits into a new vector.
-    pub fn to_vec(&self, group: u32, src: u16, dst: u16, ctr: u32) -> Vec<u8> {
+    pub fn to_vec(&self, group: u32, src: Rank, dst: Rank, ctr: u32) -> Vec<u8> {
         let mut v = vec![0u8; super::OVERHEAD + self.payload_len()];
         // The vector is exactly as long as the frame; only a payload above 65535 bytes can
         // fail, and then the frame is empty.
@@ -624,14 +627,14 @@ pub enum Position {
 
 /// The last position of a stream: a root's session ends before its sequence numbers would
 /// wrap (see `engine::SessionEnded`), so that every wire number names one position.
-pub const LAST_SEQ: Seq = u32::MAX as Seq;
+pub const LAST_SEQ: Seq = Seq::new(u32::MAX as u64);
 
 /// Places the wire sequence `wire` relative to `expected` and a window of `window` frames
 /// (at most 2^31). Numbers within 2^31 behind `expected` are [`Position::Behind`]; a position
 /// past [`LAST_SEQ`] is [`Position::Beyond`] (a root never sends one: a recording from early
 /// in the stream, seen across the wrap); the arithmetic is checked, so no value overflows.
 pub fn locate(expected: Seq, wire: u32, window: u32) -> Position {
-    let ahead = wire.wrapping_sub(expected as u32);
+    let ahead = wire.wrapping_sub(expected.low32());
     if ahead < window {
         expected
             .checked_add(u64::from(ahead))
@@ -648,7 +651,7 @@ pub fn locate(expected: Seq, wire: u32, window: u32) -> Position {
 /// already published (`wire` at or before `head`, at most 2^32 - 1 behind): `None` if it
 /// would lie before the stream's start.
 pub fn behind(head: Seq, wire: u32) -> Option<Seq> {
-    let back = (head as u32).wrapping_sub(wire);
+    let back = head.low32().wrapping_sub(wire);
     head.checked_sub(u64::from(back))
 }
 
@@ -657,9 +660,12 @@ mod tests {
     use super::*;
 
     fn round_trip(c: Control) {
-        let v = c.to_vec(0xEB, 3, 5, 77);
+        let v = c.to_vec(0xEB, Rank::new(3), Rank::new(5), 77);
         let f = Frame::new_checked(&v[..]).expect("a checked frame");
-        assert_eq!((f.group(), f.src(), f.dst(), counter(&f)), (0xEB, 3, 5, 77));
+        assert_eq!(
+            (f.group(), f.src(), f.dst(), counter(&f)),
+            (0xEB, Rank::new(3), Rank::new(5), 77)
+        );
         assert_eq!(Control::parse(&f), Ok(c));
     }
 
@@ -735,9 +741,9 @@ mod tests {
             seen: Some(9),
         });
         round_trip(Control::TreeAck {
-            root: 1023,
+            root: Rank::new(1023),
             next: u32::MAX,
-            laggard: 77,
+            laggard: Rank::new(77),
             view: 0x811c_9dc5,
         });
         round_trip(Control::Nack {
@@ -748,7 +754,7 @@ mod tests {
         });
         for unheld in [false, true] {
             round_trip(Control::PeerNack {
-                root: 2,
+                root: Rank::new(2),
                 base: 10,
                 missing: 0xffff,
                 unheld,
@@ -758,13 +764,13 @@ mod tests {
         round_trip(Control::Pull { msg_id: 1, next: 2 });
         round_trip(Control::PullPoll {
             msg_id: 1,
-            designated: 4,
+            designated: Rank::new(4),
         });
         round_trip(Control::Heartbeat {
             table: vec![0, 1, 65535],
         });
-        round_trip(Control::Ping { rank: 1 });
-        round_trip(Control::Pong { rank: 1 });
+        round_trip(Control::Ping { rank: Rank::new(1) });
+        round_trip(Control::Pong { rank: Rank::new(1) });
         for (algo, op) in [
             (BarrierAlgo::Broadcast, BarrierOp::Arrive),
             (BarrierAlgo::Broadcast, BarrierOp::Release),
@@ -781,7 +787,7 @@ mod tests {
             }));
         }
         round_trip(Control::Join { body: vec![1; 30] });
-        round_trip(Control::Evict { rank: 6 });
+        round_trip(Control::Evict { rank: Rank::new(6) });
         round_trip(Control::Notice {
             body: b"x".to_vec(),
         });
@@ -797,7 +803,7 @@ mod tests {
             more: more.clone(),
         });
         round_trip(Control::PeerNack {
-            root: 0,
+            root: Rank::new(0),
             base: 5,
             missing: 1,
             unheld: true,
@@ -835,7 +841,7 @@ mod tests {
 
     #[test]
     fn fields_a_message_cannot_have_are_errors() {
-        let mut r = Control::Ping { rank: 1 }.header();
+        let mut r = Control::Ping { rank: Rank::new(1) }.header();
         r.aux = 70_000;
         let v = r.to_vec(&[]).unwrap();
         assert!(matches!(
@@ -871,21 +877,30 @@ mod tests {
 
     #[test]
     fn sequence_numbers_are_placed_relative_to_the_window_without_overflow() {
-        assert_eq!(locate(10, 10, 16), Position::Window(10));
-        assert_eq!(locate(10, 25, 16), Position::Window(25));
-        assert_eq!(locate(10, 26, 16), Position::Beyond);
-        assert_eq!(locate(10, 9, 16), Position::Behind);
+        assert_eq!(locate(Seq::new(10), 10, 16), Position::Window(Seq::new(10)));
+        assert_eq!(locate(Seq::new(10), 25, 16), Position::Window(Seq::new(25)));
+        assert_eq!(locate(Seq::new(10), 26, 16), Position::Beyond);
+        assert_eq!(locate(Seq::new(10), 9, 16), Position::Behind);
         // Not across the 32-bit end: no stream goes past it.
         let e = (1u64 << 32) - 2;
-        assert_eq!(locate(e, 1, 16), Position::Beyond);
-        assert_eq!(locate(e, u32::MAX, 16), Position::Window(LAST_SEQ));
-        assert_eq!(locate(e, u32::MAX - 5, 16), Position::Behind);
+        assert_eq!(locate(Seq::new(e), 1, 16), Position::Beyond);
+        assert_eq!(
+            locate(Seq::new(e), u32::MAX, 16),
+            Position::Window(LAST_SEQ)
+        );
+        assert_eq!(locate(Seq::new(e), u32::MAX - 5, 16), Position::Behind);
         // Near the end of the 64-bit space nothing overflows.
-        assert_eq!(locate(u64::MAX - 1, u32::MAX, 16), Position::Beyond);
-        assert_eq!(locate(u64::MAX, 0, 16), Position::Beyond);
-        assert_eq!(behind(100, 90), Some(90));
-        assert_eq!(behind(100, 100), Some(100));
-        assert_eq!(behind(5, 6), None, "before the stream's start");
-        assert_eq!(behind((1 << 32) + 3, u32::MAX), Some((1 << 32) - 1));
+        assert_eq!(
+            locate(Seq::new(u64::MAX - 1), u32::MAX, 16),
+            Position::Beyond
+        );
+        assert_eq!(locate(Seq::new(u64::MAX), 0, 16), Position::Beyond);
+        assert_eq!(behind(Seq::new(100), 90), Some(Seq::new(90)));
+        assert_eq!(behind(Seq::new(100), 100), Some(Seq::new(100)));
+        assert_eq!(behind(Seq::new(5), 6), None, "before the stream's start");
+        assert_eq!(
+            behind(Seq::new((1 << 32) + 3), u32::MAX),
+            Some(Seq::new((1 << 32) - 1))
+        );
     }
 }

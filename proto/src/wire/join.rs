@@ -2,6 +2,7 @@
 //! confirmation, each a type byte and big-endian fields.
 
 use super::ethernet::MacAddr;
+use crate::Rank;
 
 /// The join messages, inside [`Control::Join`](super::Control::Join) frames.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +19,7 @@ pub(crate) enum JoinMsg {
     Hello {
         nonce: u64,
         member: u64,
-        claim: u16,
+        claim: Rank,
         /// The member's MAC: sealed, so the hello is worth nothing from another.
         mac: MacAddr,
         /// The member's largest frame (its link's MTU, at most 65535).
@@ -69,6 +70,15 @@ macro_rules! be_field {
 }
 
 be_field!(u16, u64);
+
+impl Field for Rank {
+    fn put(&self, v: &mut Vec<u8>) {
+        self.get().put(v);
+    }
+    fn take(b: &mut &[u8]) -> Option<Self> {
+        u16::take(b).map(Rank::new)
+    }
+}
 
 impl Field for MacAddr {
     fn put(&self, v: &mut Vec<u8>) {

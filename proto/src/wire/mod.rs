@@ -37,6 +37,8 @@
 use bitflags::bitflags;
 use thiserror::Error;
 
+use crate::Rank;
+
 pub mod control;
 pub mod ethernet;
 pub(crate) mod join;
@@ -57,7 +59,7 @@ pub const OVERHEAD: usize = HEADER_LEN + CRC_LEN;
 /// Length of an Ethernet II header (see [`ethernet`]).
 pub const ETH_HEADER_LEN: usize = ethernet::HEADER_LEN;
 /// Destination rank that means "every member" (a broadcast frame).
-pub const ALL: u16 = u16::MAX;
+pub const ALL: Rank = Rank::new(u16::MAX);
 pub use control::NACK_BITS;
 /// Length of the keyed MAC a frame carries (between payload and CRC) when the group has a
 /// key: 128 bits of BLAKE3 in keyed mode over header and payload.
@@ -347,13 +349,17 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn flags(&self) -> Flags {
         Flags::from_bits_truncate(be16(&self.buffer.as_ref()[field::FLAGS]))
     }
+    /// Rank of the sender of this frame.
+    pub fn src(&self) -> Rank {
+        Rank::new(be16(&self.buffer.as_ref()[field::SRC]))
+    }
+    /// Rank of the destination, or [`ALL`].
+    pub fn dst(&self) -> Rank {
+        Rank::new(be16(&self.buffer.as_ref()[field::DST]))
+    }
     header_getters! {
         /// Group id.
         group: u32 = be32(GROUP);
-        /// Rank of the sender of this frame.
-        src: u16 = be16(SRC);
-        /// Rank of the destination, or [`ALL`].
-        dst: u16 = be16(DST);
         /// Sequence number (wire width; the engine extends it to 64 bits).
         seq: u32 = be32(SEQ);
         /// Message id within the root's stream.
@@ -417,9 +423,9 @@ pub struct Repr {
     /// Group id: frames of other groups on the same segment are dropped.
     pub group: u32,
     /// Sender rank.
-    pub src: u16,
+    pub src: Rank,
     /// Destination rank or [`ALL`].
-    pub dst: u16,
+    pub dst: Rank,
     /// Sequence number in the root's stream (data), or the acknowledged / missing base.
     pub seq: u32,
     /// Message id.
@@ -481,8 +487,8 @@ impl Repr {
         buf[field::KIND] = kind.code();
         buf[field::FLAGS].copy_from_slice(&self.flags.bits().to_be_bytes());
         buf[field::GROUP].copy_from_slice(&self.group.to_be_bytes());
-        buf[field::SRC].copy_from_slice(&self.src.to_be_bytes());
-        buf[field::DST].copy_from_slice(&self.dst.to_be_bytes());
+        buf[field::SRC].copy_from_slice(&self.src.get().to_be_bytes());
+        buf[field::DST].copy_from_slice(&self.dst.get().to_be_bytes());
         buf[field::SEQ].copy_from_slice(&self.seq.to_be_bytes());
         buf[field::MSG_ID].copy_from_slice(&self.msg_id.to_be_bytes());
         buf[field::MSG_LEN].copy_from_slice(&self.msg_len.to_be_bytes());

@@ -5,7 +5,7 @@ fn sample() -> (Repr, Vec<u8>) {
         kind: Some(Kind::Data),
         flags: Flags::LAST | Flags::BROADCAST,
         group: 0xdead_beef,
-        src: 3,
+        src: Rank::new(3),
         dst: ALL,
         seq: 77,
         msg_id: 5,
@@ -45,7 +45,7 @@ fn literal_bytes_parse_as_documented() {
     assert_eq!(f.kind(), Kind::Ack);
     assert_eq!(
         (f.group(), f.src(), f.dst(), f.seq()),
-        (7, 1, 2, 0x0102_0304)
+        (7, Rank::new(1), Rank::new(2), 0x0102_0304)
     );
 }
 

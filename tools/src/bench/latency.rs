@@ -36,6 +36,7 @@ use super::probe::{receiver_done, root_mark_probe, MemberRun, Stamp};
 use super::reference::{self, REFERENCE};
 use super::table::Table;
 use crate::testbed::Testbed;
+use ethbcast::Rank;
 
 /// The method, as printed with every report.
 pub const METHOD: &str = "root = rank 0; warm-up, then `iters` broadcasts per (algorithm, size, \
@@ -498,14 +499,14 @@ fn protocol_stamps(
                     buf.resize(size, (round % 251) as u8);
                     root_mark_probe(&mut out);
                     let t = Instant::now();
-                    g.bcast_with(0, &mut buf, algo)
+                    g.bcast_with(Rank::new(0), &mut buf, algo)
                         .map_err(|e| format!("{algo} bcast of {size} B: {e}"))?;
                     if it >= warmup {
                         out.push(Stamp::root(t));
                     }
                     pb2.inc(1);
                 } else {
-                    g.bcast_with(0, &mut buf, algo)
+                    g.bcast_with(Rank::new(0), &mut buf, algo)
                         .map_err(|e| format!("{algo} receive of {size} B: {e}"))?;
                     let t = Instant::now();
                     if buf.len() != size || buf.first() != Some(&((round % 251) as u8)) {

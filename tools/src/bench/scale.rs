@@ -16,6 +16,7 @@ use serde::Serialize;
 use super::cli::{parse_rate, print};
 use super::plot::{draw, Chart, Series};
 use super::sim::{run_sim, SimOptions};
+use ethbcast::Rank;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -91,7 +92,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
                     algos: vec![Algorithm::Simple],
                     messages: o.messages,
                     sizes: o.sizes.clone(),
-                    roots: Some(vec![0]),
+                    roots: Some(vec![Rank::new(0)]),
                     loss,
                     burst_loss: 0.0,
                     dup: 0.0,

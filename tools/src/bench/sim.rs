@@ -10,6 +10,7 @@ use ethbcast_proto::engine::Algorithm;
 use serde::Serialize;
 
 use super::cli::{code, fail, parse_rate, print};
+use ethbcast::Rank;
 
 /// Options of a simulator run (rates in percent of frames, per port).
 #[derive(Debug, Clone)]
@@ -23,7 +24,7 @@ pub struct SimOptions {
     /// Sizes to draw from.
     pub sizes: Vec<usize>,
     /// Roots (default: up to 4 members take turns).
-    pub roots: Option<Vec<u16>>,
+    pub roots: Option<Vec<Rank>>,
     /// Independent loss, percent.
     pub loss: f64,
     /// Burst-loss start probability, percent.
@@ -386,7 +387,7 @@ pub struct Args {
     sizes: Vec<usize>,
     /// Roots (comma-separated ranks); default: up to four members take turns.
     #[arg(long, value_delimiter = ',')]
-    roots: Option<Vec<u16>>,
+    roots: Option<Vec<Rank>>,
     /// Independent frame loss per port, percent.
     #[arg(long, default_value_t = 0.0)]
     loss: f64,

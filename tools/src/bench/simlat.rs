@@ -18,6 +18,7 @@ use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig};
 
 use super::bed::Summary;
 use super::latency::Row;
+use ethbcast::Rank;
 
 /// Rank 0 broadcasts `repeat` times; each receiver calls `bcast` once per round.
 struct Rounds {
@@ -85,7 +86,7 @@ impl Workload for Rounds {
             } else {
                 Vec::new()
             };
-            if let Err(e) = m.bcast(now, 0, data, self.algo) {
+            if let Err(e) = m.bcast(now, Rank::new(0), data, self.algo) {
                 self.error.get_or_insert(format!("rank {i}: {e}"));
                 return;
             }
@@ -109,7 +110,7 @@ pub fn one(nodes: u16, size: usize, algo: Algorithm, repeat: usize) -> Result<f6
     let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
-            let cfg = Config::new(0xEB, i as u16, nodes);
+            let cfg = Config::new(0xEB, Rank::new(i as u16), nodes);
             Member::new(net.now(), MemberConfig::new(cfg, macs.clone())).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, String>>()?;

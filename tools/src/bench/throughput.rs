@@ -21,6 +21,7 @@ use super::cli::{fail, print_and_plot, LinkArgs};
 use super::cpu::{self, CpuCost};
 use super::table::Table;
 use crate::testbed::Testbed;
+use ethbcast::Rank;
 
 /// Options of a throughput run.
 #[derive(Debug, Clone)]
@@ -130,7 +131,7 @@ pub fn run_on(bed: &Testbed, o: &ThroughputOptions) -> Result<ThroughputReport, 
             let t0 = Instant::now();
             for &c in &chunks {
                 let mut buf = data[..c].to_vec();
-                g.bcast_with(0, &mut buf, algo)
+                g.bcast_with(Rank::new(0), &mut buf, algo)
                     .map_err(|e| format!("bcast: {e}"))?;
             }
             g.flush().map_err(|e| format!("flush: {e}"))?;
@@ -138,7 +139,7 @@ pub fn run_on(bed: &Testbed, o: &ThroughputOptions) -> Result<ThroughputReport, 
         } else {
             let mut buf = Vec::new();
             for (i, &c) in chunks.iter().enumerate() {
-                g.bcast_with(0, &mut buf, algo)
+                g.bcast_with(Rank::new(0), &mut buf, algo)
                     .map_err(|e| format!("receive of chunk {i}: {e}"))?;
                 if buf.len() != c {
                     return Err(format!("chunk {i}: {} bytes, expected {c}", buf.len()));

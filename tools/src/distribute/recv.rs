@@ -21,6 +21,7 @@ use crate::transfer::{
     Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, Progress, StreamHasher, ABORT,
     EVICTED,
 };
+use ethbcast::Rank;
 use ethbcast_proto::engine::Piece;
 
 /// Where the stream goes.
@@ -65,7 +66,7 @@ pub struct RecvReport {
     /// Completed and verified.
     pub ok: bool,
     /// Rank in the transfer.
-    pub rank: u16,
+    pub rank: Rank,
     /// Bytes received.
     pub bytes: u64,
     /// Seconds from the header to the end.
@@ -111,6 +112,9 @@ pub struct RecvCounters {
 
 /// First byte of the point-to-point message carrying a receiver's [`RecvCounters`].
 const COUNTERS: u8 = b'C';
+
+/// The sender's rank: the root of the stream, to whom a receiver reports.
+const SENDER: Rank = Rank::new(0);
 
 impl RecvCounters {
     /// What `node` counted so far, with the stream's bytes as the receiver sees them.
@@ -1112,7 +1116,7 @@ fn interrupted() -> Fatal {
 /// eviction notice.
 fn sender_verdict(ev: &Event) -> Option<Fatal> {
     let Event::Notice {
-        src: 0,
+        src: SENDER,
         body: payload,
     } = ev
     else {
@@ -1162,7 +1166,7 @@ fn await_writer(
                 took,
                 all_taken: took >= total,
             };
-            let _ = node.notice(Dest::Rank(0), p.encode());
+            let _ = node.notice(Dest::Rank(Rank::new(0)), p.encode());
             told = Some(Instant::now());
         }
         node.turn(Duration::from_millis(10))?;
@@ -1255,14 +1259,14 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     };
     let direct = out.is_some();
     if let Some((out, what)) = out {
-        node.keep_at_most(0, direct::KEEP);
+        node.keep_at_most(Rank::new(0), direct::KEEP);
         // Frames behind a gap wait for it in the ring, not in copies (see `super::direct`),
         // where the ring was opened with room for them.
         if retaining {
-            node.leave_in_link(0, super::RETAINED);
+            node.leave_in_link(Rank::new(0), super::RETAINED);
         }
         node.observe(
-            0,
+            Rank::new(0),
             Box::new(direct::Direct::new(
                 out,
                 what,
@@ -1275,7 +1279,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     } else {
         let mut digest = PieceDigest::new();
         node.observe(
-            0,
+            Rank::new(0),
             Box::new(move |p: &Piece<'_>| {
                 digest.piece(p);
                 if p.offset + p.bytes.len() == p.msg_len {
@@ -1361,7 +1365,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
             st.update(
                 &status_at(
                     state,
-                    rank,
+                    rank.get(),
                     held,
                     announced,
                     start.elapsed().as_secs_f64(),
@@ -1378,19 +1382,19 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                 took: 0,
                 all_taken: false,
             };
-            let _ = node.notice(Dest::Rank(0), p.encode());
+            let _ = node.notice(Dest::Rank(Rank::new(0)), p.encode());
             told_alive = Some(Instant::now());
         }
         if let (true, Some(o)) = (offer_pending, writer.as_ref().and_then(Writer::offer)) {
             offer_pending = false;
             offered = Some(o.held);
-            if let Err(e) = node.send_to(0, o.encode()) {
+            if let Err(e) = node.send_to(Rank::new(0), o.encode()) {
                 break 'run Err(e.into());
             }
         }
         let now = Instant::now();
         let heard = node
-            .last_heard(0)
+            .last_heard(Rank::new(0))
             .map_or(heard_since, |t| t.max(heard_since));
         if now.saturating_duration_since(heard) > a.timeout {
             break 'run Err(Fatal::new(
@@ -1403,7 +1407,9 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         }
         while let Some(ev) = node.poll_event() {
             match ev {
-                Event::Delivered(Message { root: 0, data, .. }) => match Msg::decode(data) {
+                Event::Delivered(Message {
+                    root: SENDER, data, ..
+                }) => match Msg::decode(data) {
                     Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
                         // Before the output starts: a stream refused here never runs a
                         // command or writes a byte.
@@ -1452,7 +1458,7 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                                     held: 0,
                                     digest: [0; 32],
                                 };
-                                if let Err(e) = node.send_to(0, none.encode()) {
+                                if let Err(e) = node.send_to(Rank::new(0), none.encode()) {
                                     break 'run Err(e.into());
                                 }
                             }
@@ -1645,8 +1651,8 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         bytes,
         error: error.clone(),
     };
-    let _ = node.send_to(0, counters.encode());
-    if node.send_to(0, report.encode()).is_ok() {
+    let _ = node.send_to(Rank::new(0), counters.encode());
+    if node.send_to(Rank::new(0), report.encode()).is_ok() {
         let patience = if ok {
             Duration::from_secs(3)
         } else {
@@ -1659,7 +1665,15 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
         let state = if ok { "completed" } else { "failed" };
         let held = lock(&seen).bytes + resumed.unwrap_or(0);
         st.update(
-            &status_at(state, rank, held, announced, seconds, &error, counters),
+            &status_at(
+                state,
+                rank.get(),
+                held,
+                announced,
+                seconds,
+                &error,
+                counters,
+            ),
             true,
         );
     }

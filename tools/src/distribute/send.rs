@@ -21,6 +21,7 @@ use crate::transfer::rate::TokenBucket;
 use crate::transfer::{
     DigestAlgo, Final, Msg, Offer, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
 };
+use ethbcast::Rank;
 
 /// What `ethbcast send` was asked to do.
 #[derive(Debug, Clone)]
@@ -70,7 +71,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, Serialize)]
 pub struct ReceiverReport {
     /// Rank in the transfer.
-    pub rank: u16,
+    pub rank: Rank,
     /// MAC address.
     pub mac: String,
     /// Host name from the hostfile.
@@ -613,7 +614,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 .map_or_else(|| m.to_string(), |n| format!("{n}, {m}"))
         })
         .collect();
-    let cfg = a.link.stream.config(0, roster.len() as u16);
+    let cfg = a.link.stream.config(Rank::new(0), roster.len() as u16);
     // Data messages handed to the engine at most: enough to cover the shared buffer twice.
     // A message leaves only when every receiver acknowledged all of it, repairs included, so
     // with fewer the buffer runs dry while the oldest message waits for its last repair.
@@ -650,7 +651,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         .iter()
         .enumerate()
         .map(|(r, mac)| ReceiverReport {
-            rank: r as u16,
+            rank: Rank::new(r as u16),
             mac: mac.to_string(),
             host: a.expect.name_of(mac),
             status: Outcome::Active,
@@ -802,7 +803,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         let now = Instant::now();
         while let Some(ev) = node.poll_event() {
             if let Event::Notice { src, body } = ev {
-                let r = usize::from(src);
+                let r = src.index();
                 if let (Some(p), true) = (Progress::decode(&body), (1..n).contains(&r)) {
                     if p.all_taken || took[r] != Some(p.took) {
                         progress_at[r] = Some(now);
@@ -848,7 +849,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         }
         for (r, told) in told_evicted.iter_mut().enumerate() {
             if told.is_some_and(|t| now.duration_since(t) >= EVICTED_REPEAT) {
-                control(&mut node, Dest::Rank(r as u16), EVICTED);
+                control(&mut node, Dest::Rank(Rank::new(r as u16)), EVICTED);
                 *told = Some(now);
             }
         }
@@ -857,7 +858,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             if fate[r].status != Outcome::Active {
                 continue;
             }
-            let Some(l) = node.receiver_progress(r as u16) else {
+            let Some(l) = node.receiver_progress(Rank::new(r as u16)) else {
                 continue;
             };
             let last = [l.last_heard, l.last_progress, Some(start)]
@@ -866,8 +867,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 .max()
                 .unwrap_or(start);
             if l.outstanding > 0 && now.duration_since(last) > a.timeout {
-                node.evict(r as u16);
-                control(&mut node, Dest::Rank(r as u16), EVICTED);
+                node.evict(Rank::new(r as u16));
+                control(&mut node, Dest::Rank(Rank::new(r as u16)), EVICTED);
                 told_evicted[r] = Some(now);
                 let msg = format!(
                     "no progress and silent for {:.1} s",
@@ -890,8 +891,8 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             let since = *all_acked_at[r].get_or_insert(now);
             let last = progress_at[r].map_or(since, |p| p.max(since));
             if now.duration_since(last) > a.timeout {
-                node.evict(r as u16);
-                control(&mut node, Dest::Rank(r as u16), EVICTED);
+                node.evict(Rank::new(r as u16));
+                control(&mut node, Dest::Rank(Rank::new(r as u16)), EVICTED);
                 told_evicted[r] = Some(now);
                 let msg = format!(
                     "acknowledged all data, then no progress towards its report for {:.1} s (its output took {})",
@@ -1029,7 +1030,7 @@ fn gather_offers(
             .filter(|&r| fate[r].status == Outcome::Active && got[r].is_none())
             .filter(|&r| {
                 let heard = node
-                    .receiver_progress(r as u16)
+                    .receiver_progress(Rank::new(r as u16))
                     .and_then(|l| l.last_heard)
                     .map_or(began, |t| t.max(began));
                 now.saturating_duration_since(heard) <= timeout
@@ -1042,7 +1043,7 @@ fn gather_offers(
         while node.poll_event().is_some() {}
         for r in waiting {
             // One message at a time: a final report after the offer is the main loop's.
-            let Some(m) = node.take_p2p(r as u16) else {
+            let Some(m) = node.take_p2p(Rank::new(r as u16)) else {
                 continue;
             };
             if let Some(o) = Offer::decode(&m) {
@@ -1051,7 +1052,7 @@ fn gather_offers(
                 let what = if f.ok {
                     Outcome::Completed
                 } else {
-                    node.evict(r as u16);
+                    node.evict(Rank::new(r as u16));
                     Outcome::Failed
                 };
                 finish(&mut fate[r], what, f.bytes, f.error);

@@ -32,6 +32,7 @@ use crate::bench::bed::{bed, join_all, ms, msg, spawn_members};
 use crate::hostile::{self, pdu, Counter, HostileError, Spoof};
 use crate::netns;
 use crate::testbed::{Testbed, TestbedError};
+use ethbcast::Rank;
 
 mod keys;
 
@@ -146,13 +147,13 @@ fn message(i: usize, salt: u8) -> Vec<u8> {
 /// What a member saw of a workload.
 #[derive(Debug, Clone)]
 struct Seen {
-    rank: u16,
+    rank: Rank,
     /// Messages delivered equal to the root's.
     intact: usize,
     /// Barriers completed.
     barriers: usize,
     /// Ranks this member evicted, with when.
-    evicted: Vec<(u16, Instant)>,
+    evicted: Vec<(Rank, Instant)>,
     /// Frames this member refused (malformed, foreign, wrong MAC, engine drops).
     refused: u64,
 }
@@ -175,7 +176,7 @@ fn workload(
     let (mut intact, mut barriers) = (0, 0);
     for i in 0..rounds {
         if let Some((victim, at, when)) = stop {
-            if me == victim && i == at {
+            if me == Rank::new(victim) && i == at {
                 *when.lock().expect("lock") = Some(Instant::now());
                 return Ok(Seen {
                     rank: me,
@@ -186,12 +187,12 @@ fn workload(
                 });
             }
         }
-        let mut buf = if me == 0 {
+        let mut buf = if me == Rank::new(0) {
             message(i, salt)
         } else {
             Vec::new()
         };
-        g.bcast_with(0, &mut buf, Algorithm::Simple)?;
+        g.bcast_with(Rank::new(0), &mut buf, Algorithm::Simple)?;
         intact += usize::from(buf == message(i, salt));
         if barrier_every > 0 && i % barrier_every == barrier_every - 1 {
             g.barrier()?;
@@ -217,7 +218,7 @@ fn check_all(
     results: &[Result<Seen, String>],
     rounds: usize,
     barriers: usize,
-    skip: Option<u16>,
+    skip: Option<Rank>,
 ) -> (Vec<String>, u64) {
     let mut problems = Vec::new();
     let mut total = 0;
@@ -292,12 +293,12 @@ fn judge_eviction(
     killed: Instant,
     bound: Duration,
 ) -> (Vec<String>, Option<Duration>) {
-    let (mut problems, _) = check_all(results, 150, 0, Some(victim));
+    let (mut problems, _) = check_all(results, 150, 0, Some(Rank::new(victim)));
     let detect = results.iter().find_map(|r| match r {
-        Ok(s) if s.rank == 0 => s
+        Ok(s) if s.rank == Rank::new(0) => s
             .evicted
             .iter()
-            .find(|(r, _)| *r == victim)
+            .find(|(r, _)| *r == Rank::new(victim))
             .map(|&(_, at)| at.saturating_duration_since(killed)),
         _ => None,
     });
@@ -376,8 +377,8 @@ pub fn spoofed_liveness(prefix: &str, hosts: usize, replay: bool) -> Result<Scen
                 for dst in (0..m as u16).filter(|&r| r != victim) {
                     for tag in [true, false] {
                         let spoof = Spoof {
-                            src: victim,
-                            dst,
+                            src: Rank::new(victim),
+                            dst: Rank::new(dst),
                             src_mac: vmac,
                             dst_mac: macs[dst as usize],
                             tag,
@@ -386,7 +387,9 @@ pub fn spoofed_liveness(prefix: &str, hosts: usize, replay: bool) -> Result<Scen
                             Control::Heartbeat {
                                 table: vec![u16::MAX / 2; m],
                             },
-                            Control::Pong { rank: victim },
+                            Control::Pong {
+                                rank: Rank::new(victim),
+                            },
                             Control::Ack {
                                 next: 1 << 20,
                                 seen: None,
@@ -468,7 +471,7 @@ pub fn spoofed_liveness_in_window(prefix: &str, hosts: usize) -> Result<Scenario
         Duration::from_millis(1),
         move |port, stop: &AtomicBool| {
             // (group, destination, control counter, frame), most recent last.
-            let mut recorded = std::collections::VecDeque::<(u32, u16, u32, Vec<u8>)>::new();
+            let mut recorded = std::collections::VecDeque::<(u32, Rank, u32, Vec<u8>)>::new();
             let mut plan: Option<std::collections::VecDeque<Vec<u8>>> = None;
             let (mut replayed, mut planned, mut last) = (0usize, 0usize, Instant::now());
             while !stop.load(Ordering::SeqCst) {
@@ -477,7 +480,7 @@ pub fn spoofed_liveness_in_window(prefix: &str, hosts: usize) -> Result<Scenario
                         if let Some(p) = pdu(&f) {
                             // A control frame's `msg_len` is its sender's control counter.
                             let key = (p.group(), p.dst(), p.msg_len());
-                            recorded.push_back((key.0, key.1, key.2, f));
+                            recorded.push_back((key.0, Rank::new(key.1.get()), key.2, f));
                             if recorded.len() > 4096 {
                                 recorded.pop_front();
                             }
@@ -580,10 +583,10 @@ fn hold_back(bed: &Testbed, victim: usize, hostile: usize) -> Result<(), AttackE
 /// less than 64 counters below the newest frame that reached it (addressed to it or to all,
 /// and not held back). Oldest first.
 fn in_window_held_back(
-    recorded: &std::collections::VecDeque<(u32, u16, u32, Vec<u8>)>,
+    recorded: &std::collections::VecDeque<(u32, Rank, u32, Vec<u8>)>,
 ) -> std::collections::VecDeque<Vec<u8>> {
     let (of, held) = (HELD_BACK.0, HELD_BACK.1);
-    let top = |group: u32, dst: u16| {
+    let top = |group: u32, dst: Rank| {
         recorded
             .iter()
             .filter(|(g, d, c, _)| *g == group && (*d == dst || *d == wire::ALL) && c % of != held)
@@ -763,7 +766,7 @@ pub fn forged_join(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> 
                     keyed(false),
                 )?;
                 let roster: Vec<[u8; 6]> = (0..g.size())
-                    .filter_map(|r| g.member().mac_of(r))
+                    .filter_map(|r| g.member().mac_of(Rank::new(r)))
                     .map(|m| m.octets())
                     .collect();
                 let seen = workload(&mut g, 10, 4, 5, None)?;
@@ -780,9 +783,9 @@ pub fn forged_join(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> 
     let seen: Vec<Result<Seen, String>> =
         results.iter().map(|r| r.clone().map(|(s, _)| s)).collect();
     let (mut problems, _) = check_all(&seen, 10, 2, None);
-    let mut ranks: Vec<u16> = seen.iter().flatten().map(|s| s.rank).collect();
+    let mut ranks: Vec<Rank> = seen.iter().flatten().map(|s| s.rank).collect();
     ranks.sort();
-    if ranks != (0..m as u16).collect::<Vec<_>>() {
+    if ranks != Rank::all(m as u16).collect::<Vec<_>>() {
         problems.push(format!("ranks {ranks:?}, expected 0..{m}"));
     }
     for (s, roster) in results.iter().flatten() {
@@ -871,8 +874,8 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
                         });
                         for src in 1..m as u16 {
                             let spoof = Spoof {
-                                src,
-                                dst: 0,
+                                src: Rank::new(src),
+                                dst: Rank::new(0),
                                 src_mac: macs[src as usize],
                                 dst_mac: macs[0],
                                 tag,
@@ -894,7 +897,7 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
         move |mut g| {
             let mut waits = Vec::new();
             for _ in 0..8 {
-                if g.rank() == late {
+                if g.rank() == Rank::new(late) {
                     std::thread::sleep(Duration::from_millis(150));
                 }
                 let t = Instant::now();
@@ -910,7 +913,7 @@ pub fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenario, Atta
     let mut shortest = Duration::MAX;
     for r in &results {
         match r {
-            Ok((rank, _)) if *rank == late => {}
+            Ok((rank, _)) if *rank == Rank::new(late) => {}
             Ok((rank, waits)) => {
                 // The first barrier also waits for the others to start; the late member's
                 // 150 ms bound every later one from below.
@@ -1223,7 +1226,7 @@ pub fn send_recv_forged_control(
             let mut last = Instant::now();
             while !stop.load(Ordering::SeqCst) {
                 if let Some(f) = port.next_frame() {
-                    if pdu(&f).is_some_and(|p| p.kind() == Kind::Data && p.src() == 0) {
+                    if pdu(&f).is_some_and(|p| p.kind() == Kind::Data && p.src() == Rank::new(0)) {
                         template = Some(f);
                     }
                 }
@@ -1236,8 +1239,8 @@ pub fn send_recv_forged_control(
                     continue;
                 };
                 for tag in [true, false] {
-                    let from_sender = |dst: u16, dst_mac| Spoof {
-                        src: 0,
+                    let from_sender = |dst: Rank, dst_mac| Spoof {
+                        src: Rank::new(0),
                         dst,
                         src_mac: macs[0],
                         dst_mac,
@@ -1252,19 +1255,19 @@ pub fn send_recv_forged_control(
                         port.send(&x);
                     }
                     for r in 1..m as u16 {
-                        let to = from_sender(r, macs[r as usize]);
+                        let to = from_sender(Rank::new(r), macs[r as usize]);
                         let evicted = Control::Notice {
                             body: EVICTED.to_vec(),
                         };
-                        let evict = Control::Evict { rank: r };
+                        let evict = Control::Evict { rank: Rank::new(r) };
                         for c in [&evicted, &evict] {
                             if let Some(x) = hostile::forge_control(t, c, to, &mut ctr) {
                                 port.send(&x);
                             }
                         }
                         let from_receiver = Spoof {
-                            src: r,
-                            dst: 0,
+                            src: Rank::new(r),
+                            dst: Rank::new(0),
                             src_mac: macs[r as usize],
                             dst_mac: macs[0],
                             tag,
@@ -1281,7 +1284,8 @@ pub fn send_recv_forged_control(
                         {
                             port.send(&x);
                         }
-                        let pair = ethbcast_proto::member::pair_group(group, 0, r);
+                        let pair =
+                            ethbcast_proto::member::pair_group(group, Rank::new(0), Rank::new(r));
                         for ok in [false, true] {
                             let report = Final {
                                 ok,
@@ -1515,7 +1519,7 @@ fn keyed_joins(
                             key: opts.key.clone(),
                             expect: Expect::Ranks {
                                 size: m as u16,
-                                rank: i as u16,
+                                rank: Rank::new(i as u16),
                             },
                             max_pdu: link.max_pdu(),
                         };
@@ -1525,13 +1529,13 @@ fn keyed_joins(
                 };
                 let took = t.elapsed();
                 let roster = (0..g.size())
-                    .filter_map(|r| g.member().mac_of(r))
+                    .filter_map(|r| g.member().mac_of(Rank::new(r)))
                     .map(|mac| mac.octets())
                     .collect();
                 let stats = g.join_stats();
                 g.barrier()?;
                 Ok(JoinSeen {
-                    rank: g.rank(),
+                    rank: g.rank().get(),
                     roster,
                     stats,
                     took,
@@ -2008,7 +2012,7 @@ pub fn forge_session(
                 if let (Some(t), true) =
                     (&template, last_evict.elapsed() > Duration::from_millis(50))
                 {
-                    let evict = Control::Evict { rank: 1 };
+                    let evict = Control::Evict { rank: Rank::new(1) };
                     if let Some(x) = hostile::forge_control(t, &evict, from_root, &mut ctr) {
                         port.send(&x);
                         forged.evictions += 1;
@@ -2021,7 +2025,7 @@ pub fn forge_session(
                     continue;
                 }
                 template.get_or_insert_with(|| f.clone());
-                if p.kind().is_data() && p.src() == 0 {
+                if p.kind().is_data() && p.src() == Rank::new(0) {
                     let junk = vec![0x66; p.msg_len() as usize];
                     for (dseq, dmsg) in [(1, 1), (1, 0), (2, 1)] {
                         if let Some(x) = hostile::forge_data(
@@ -2067,23 +2071,29 @@ fn c_abi_rank(g: &mut ethbcast::HostGroup) -> (u32, u32, Vec<String>) {
     let me = g.rank();
     let (mut early, mut corrupt) = (0, 0);
     for round in 0..C_ROUNDS {
-        if me == 0 {
+        if me == Rank::new(0) {
             std::thread::sleep(Duration::from_millis(300));
         }
         let t = Instant::now();
         if let Err(e) = g.barrier() {
             return (early, corrupt, vec![format!("barrier {round}: {e}")]);
         }
-        if me != 0 && t.elapsed() < Duration::from_millis(150) {
+        if me != Rank::new(0) && t.elapsed() < Duration::from_millis(150) {
             early += 1;
         }
-        if me == 0 {
+        if me == Rank::new(0) {
             std::thread::sleep(Duration::from_millis(300));
         }
         let mut buf: Vec<u8> = (0..64)
-            .map(|i| if me == 0 { pattern(round, i) } else { 0 })
+            .map(|i| {
+                if me == Rank::new(0) {
+                    pattern(round, i)
+                } else {
+                    0
+                }
+            })
             .collect();
-        if let Err(e) = g.bcast(0, &mut buf) {
+        if let Err(e) = g.bcast(Rank::new(0), &mut buf) {
             return (early, corrupt, vec![format!("bcast {round}: {e}")]);
         }
         if buf.iter().enumerate().any(|(i, b)| *b != pattern(round, i)) {
@@ -2231,7 +2241,7 @@ pub fn capi_keyed_forgery(prefix: &str, hosts: usize) -> Result<Scenario, Attack
 fn pre_tag_bytes(g: &Group) -> (usize, usize) {
     let m = g.member();
     let streams = (1..m.size())
-        .filter_map(|r| m.engine().receiver(r))
+        .filter_map(|r| m.engine().receiver(Rank::new(r)))
         .map(|r| r.heap_bytes())
         .sum();
     let channels = m.channels().iter().map(|&(_, b)| b).sum();
@@ -2262,7 +2272,7 @@ pub fn pre_tag_allocation(prefix: &str, hosts: usize) -> Result<Scenario, Attack
                     if let Some(p) = pdu(&f).filter(|p| p.kind() != Kind::Join) {
                         let mut mac = [0u8; 6];
                         mac.copy_from_slice(&f[6..12]);
-                        members.insert(p.src(), mac);
+                        members.insert(p.src().get(), mac);
                         template = Some(f.clone());
                     }
                 }
@@ -2279,7 +2289,7 @@ pub fn pre_tag_allocation(prefix: &str, hosts: usize) -> Result<Scenario, Attack
                     for tag in [true, false] {
                         // As rank `a`, a message of the session's own stream.
                         let spoof = Spoof {
-                            src: a,
+                            src: Rank::new(a),
                             dst: wire::ALL,
                             src_mac: mac_a,
                             dst_mac: wire::ethernet::BROADCAST_MAC.0,
@@ -2292,13 +2302,17 @@ pub fn pre_tag_allocation(prefix: &str, hosts: usize) -> Result<Scenario, Attack
                         // As rank `a`, on its channel to every other member.
                         for (&b, &mac_b) in members.iter().filter(|(&b, _)| b != a) {
                             let spoof = Spoof {
-                                src: u16::from(a > b),
+                                src: Rank::new(u16::from(a > b)),
                                 dst: wire::ALL,
                                 src_mac: mac_a,
                                 dst_mac: mac_b,
                                 tag,
                             };
-                            let pair = ethbcast_proto::member::pair_group(group, a, b);
+                            let pair = ethbcast_proto::member::pair_group(
+                                group,
+                                Rank::new(a),
+                                Rank::new(b),
+                            );
                             if let Some(x) = hostile::forge_data(t, pair, spoof, 0, 0, &[7; 1000]) {
                                 port.send(&x);
                             }
@@ -2358,11 +2372,11 @@ pub fn replay_across_counter_wrap() -> Result<Scenario, AttackError> {
         cfg.key = Some(group_key());
         Engine::new(cfg).expect("a valid configuration")
     };
-    let (mut a, mut b) = (engine(0), engine(1));
+    let (mut a, mut b) = (engine(Rank::new(0)), engine(Rank::new(1)));
     let now = Instant::now();
     let send = |a: &mut Engine, n: u32| -> Option<Vec<u8>> {
         let body = n.to_be_bytes().to_vec();
-        a.send_control(Dest::Rank(1), Control::Notice { body })
+        a.send_control(Dest::Rank(Rank::new(1)), Control::Notice { body })
             .ok()?;
         let mut buf = vec![0u8; 1600];
         let t = a.poll_transmit(now, &mut buf)?;

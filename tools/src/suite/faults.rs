@@ -33,6 +33,7 @@ use crate::bench::bed::{bed, join_all, ms, msg, spawn_members};
 use crate::bench::cli::{code, fail, print};
 use crate::netns;
 use crate::testbed::TestbedError;
+use ethbcast::Rank;
 
 /// The detector the scenarios use.
 pub const DETECTION: Detection = Detection {
@@ -79,7 +80,7 @@ pub fn receiver_killed(
     loss: f64,
 ) -> Result<ScenarioResult, TestbedError> {
     let bed = bed(prefix, hosts, loss)?;
-    let victim = (hosts - 1) as u16;
+    let victim = Rank::new((hosts - 1) as u16);
     let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
     let k = killed_at.clone();
     let handles = spawn_members(
@@ -93,8 +94,15 @@ pub fn receiver_killed(
                     *k.lock().expect("lock") = Some(Instant::now());
                     return Ok((me, intact, reported, Vec::new()));
                 }
-                let mut buf = if me == 0 { msg(i) } else { Vec::new() };
-                reported.extend(g.bcast_with(0, &mut buf, Algorithm::Simple)?.evicted);
+                let mut buf = if me == Rank::new(0) {
+                    msg(i)
+                } else {
+                    Vec::new()
+                };
+                reported.extend(
+                    g.bcast_with(Rank::new(0), &mut buf, Algorithm::Simple)?
+                        .evicted,
+                );
                 intact += usize::from(buf == msg(i));
             }
             g.flush()?;
@@ -119,7 +127,7 @@ pub fn receiver_killed(
                     passed = false;
                     detail.push(format!("rank {me} got {intact}/150 messages"));
                 }
-                if *me == 0 {
+                if *me == Rank::new(0) {
                     if reported != &vec![victim] {
                         passed = false;
                         detail.push(format!("root reported evictions {reported:?}"));
@@ -161,12 +169,16 @@ pub fn root_killed(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testbed
         move |mut g| {
             let me = g.rank();
             for i in 0..1000 {
-                if me == 0 && i == 10 {
+                if me == Rank::new(0) && i == 10 {
                     *k.lock().expect("lock") = Some(Instant::now());
                     return Ok((me, i, None));
                 }
-                let mut buf = if me == 0 { msg(i) } else { Vec::new() };
-                match g.bcast_with(0, &mut buf, Algorithm::PushPull) {
+                let mut buf = if me == Rank::new(0) {
+                    msg(i)
+                } else {
+                    Vec::new()
+                };
+                match g.bcast_with(Rank::new(0), &mut buf, Algorithm::PushPull) {
                     Ok(_) if buf == msg(i) => {}
                     Ok(_) => {
                         return Ok((
@@ -175,7 +187,7 @@ pub fn root_killed(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testbed
                             Some(("corrupt delivery".to_string(), Instant::now())),
                         ))
                     }
-                    Err(GroupError::Member(MemberError::PeerDead(0))) => {
+                    Err(GroupError::Member(MemberError::PeerDead(r))) if r == Rank::new(0) => {
                         return Ok((me, i, Some(("PeerDead(0)".to_string(), Instant::now()))))
                     }
                     Err(e) => return Ok((me, i, Some((e.to_string(), Instant::now())))),
@@ -223,7 +235,7 @@ pub fn root_killed(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testbed
 /// What 60 simple broadcasts from rank 0 showed with broadcast frames to `blocked` dropped.
 struct Filtered {
     all_ok: bool,
-    failed_over: Vec<u16>,
+    failed_over: Vec<Rank>,
     fallbacks: u64,
     dropped: u64,
     /// The first member error, if any.
@@ -249,10 +261,14 @@ fn run_filtered(
         move |mut g| {
             let mut ok = 0usize;
             for i in 0..60 {
-                let mut buf = if g.rank() == 0 { msg(i) } else { Vec::new() };
-                g.bcast_with(0, &mut buf, Algorithm::Simple)?;
+                let mut buf = if g.rank() == Rank::new(0) {
+                    msg(i)
+                } else {
+                    Vec::new()
+                };
+                g.bcast_with(Rank::new(0), &mut buf, Algorithm::Simple)?;
                 ok += usize::from(buf == msg(i));
-                if root_waits && g.rank() == 0 {
+                if root_waits && g.rank() == Rank::new(0) {
                     g.flush()?;
                 }
             }
@@ -291,7 +307,7 @@ pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, 
     let f = run_filtered(prefix, hosts, &[victim], false)?;
     Ok(ScenarioResult {
         name: "broadcast-filtered".into(),
-        passed: f.all_ok && f.failed_over == vec![victim as u16] && f.dropped > 0,
+        passed: f.all_ok && f.failed_over == vec![Rank::new(victim as u16)] && f.dropped > 0,
         detect_ms: None,
         bound_ms: None,
         hosts,
@@ -397,7 +413,7 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
         move |mut g| {
             let mut ok = 0usize;
             for i in 0..20 {
-                if g.rank() == 0 && i == 10 {
+                if g.rank() == Rank::new(0) && i == 10 {
                     // Half-way, the members wait in their receive calls while forged frames
                     // arrive: at least two of the attacker's bursts.
                     let t0 = Instant::now();
@@ -407,8 +423,12 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
                         g.progress(Duration::from_millis(5))?;
                     }
                 }
-                let mut buf = if g.rank() == 0 { msg(i) } else { Vec::new() };
-                g.bcast(0, &mut buf)?;
+                let mut buf = if g.rank() == Rank::new(0) {
+                    msg(i)
+                } else {
+                    Vec::new()
+                };
+                g.bcast(Rank::new(0), &mut buf)?;
                 ok += usize::from(buf == msg(i));
             }
             g.flush()?;

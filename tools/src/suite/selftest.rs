@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::bench::cli::{code, fail, print};
 use crate::netns;
 use crate::testbed::{Rate, Testbed, TestbedConfig, TestbedError};
+use ethbcast::Rank;
 
 /// Options of a self-test.
 #[derive(Debug, Clone)]
@@ -191,13 +192,13 @@ fn member(
             let idx = index_of_root[usize::from(step.root)];
             index_of_root[usize::from(step.root)] += 1;
             let algo = step.algo;
-            let want = message_bytes(o.seed, step.root, idx, step.size);
+            let want = message_bytes(o.seed, Rank::new(step.root), idx, step.size);
             let mut buf = if step.root == rank {
                 want.clone()
             } else {
                 Vec::new()
             };
-            g.bcast_with(step.root, &mut buf, algo)?;
+            g.bcast_with(Rank::new(step.root), &mut buf, algo)?;
             if step.root == rank {
                 continue;
             }

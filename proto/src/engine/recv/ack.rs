@@ -68,13 +68,13 @@ impl Receiver {
         // Answering a probe: say how far we have seen, so that the root can go back over
         // everything after it (go-back-16) instead of probing frame by frame.
         let seen =
-            std::mem::take(&mut self.probe_answer).then(|| self.highest.max(self.expected) as u32);
+            std::mem::take(&mut self.probe_answer).then(|| self.highest.max(self.expected).low32());
         // A probe's answer goes straight to the root, which is not hearing of this member's
         // progress through the tree (an ancestor may have died).
         let direct = self.tree.is_none() || seen.is_some();
         if direct {
             let ack = Control::Ack {
-                next: self.expected as u32,
+                next: self.expected.low32(),
                 seen,
             };
             self.controls.push_back(Outgoing::to(self.root, ack));
@@ -109,14 +109,14 @@ impl Receiver {
         let mut sent = false;
         let mut sent_root = false;
         while b < end {
-            let Some(base) = (b..end).find(|&s| due(&self.slots[self.idx(s)])) else {
+            let Some(base) = b.up_to(end).find(|&s| due(&self.slots[self.idx(s)])) else {
                 break;
             };
             // A frame is asked of the peer once, then of the root. One NACK to each names
             // every frame due within its reach from `base`.
             let stop = end.min(base + u64::from(NACK_REACH));
             let (mut to_peer, mut to_root) = (NackBitmap::default(), NackBitmap::default());
-            for s in base..stop {
+            for s in base.up_to(stop) {
                 let k = (s - base) as u32;
                 let i = self.idx(s);
                 if due(&self.slots[i]) {
@@ -150,7 +150,7 @@ impl Receiver {
             if let (Some(peer), Some((missing, more))) = (self.peer, to_peer.take()) {
                 let ask = Control::PeerNack {
                     root: self.root,
-                    base: base as u32,
+                    base: base.low32(),
                     missing,
                     unheld: false,
                     more,
@@ -159,9 +159,9 @@ impl Receiver {
             }
             if let Some((missing, more)) = to_root.take() {
                 let nack = Control::Nack {
-                    base: base as u32,
+                    base: base.low32(),
                     missing,
-                    next: self.expected as u32,
+                    next: self.expected.low32(),
                     more,
                 };
                 self.controls.push_back(Outgoing::to(self.root, nack));
@@ -176,8 +176,8 @@ impl Receiver {
         {
             let frames = PEER_OFF_FIRST << self.peer_off_doublings;
             tracing::warn!(
-                root = self.root,
-                peer,
+                root = self.root.get(),
+                peer = peer.get(),
                 frames,
                 "the peer does not answer repair requests: asking the root for the next lost frames"
             );

@@ -66,7 +66,7 @@ impl Receiver {
             let i = self.idx(s);
             let slot = &self.slots[i];
             let at = self.link_at[i];
-            let live = slot.state.contains(SlotState::LINK) && slot.repr.seq == s as u32;
+            let live = slot.state.contains(SlotState::LINK) && slot.repr.seq == s.low32();
             if live {
                 let len = usize::from(slot.len);
                 let Some(bytes) = leaving.find(at, len) else {

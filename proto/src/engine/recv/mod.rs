@@ -248,8 +248,8 @@ impl Receiver {
         Receiver {
             root,
             me: cfg.rank,
-            expected: 0,
-            highest: 0,
+            expected: Seq::new(0),
+            highest: Seq::new(0),
             slots,
             slot_data: Payloads::new(cfg.window, cfg.slot_payload()),
             cur: None,
@@ -257,7 +257,7 @@ impl Receiver {
             ahead_bytes: 0,
             done: VecDeque::new(),
             holding: VecDeque::new(),
-            hold_seen: 0,
+            hold_seen: Seq::new(0),
             hold_moved: None,
             peer_hold: cfg.peer_hold,
             pushed: Vec::with_capacity(cfg.pushed_buffer),
@@ -276,7 +276,7 @@ impl Receiver {
             link_relays: Vec::new(),
             next_msg: 0,
             next_start: 0,
-            acked: 0,
+            acked: Seq::new(0),
             unacked: 0,
             quiet_from: None,
             ack_now: false,
@@ -366,7 +366,7 @@ impl Receiver {
     }
 
     fn idx(&self, s: Seq) -> usize {
-        (s % self.window()) as usize
+        s.ring_index(self.slots.len())
     }
 
     pub(crate) fn set_observer(&mut self, observer: super::Observer) {
@@ -496,9 +496,9 @@ impl Receiver {
                     self.rereport = true;
                     self.schedule(now);
                 }
-                return Err(Drop::Stale(u64::from(repr.seq)));
+                return Err(Drop::Stale(Seq::new(u64::from(repr.seq))));
             }
-            Position::Beyond => return Err(Drop::FarFuture(u64::from(repr.seq))),
+            Position::Beyond => return Err(Drop::FarFuture(Seq::new(u64::from(repr.seq)))),
         };
         if repr.msg_len as usize > self.max_message {
             return Err(Drop::TooLong {

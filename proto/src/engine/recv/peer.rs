@@ -106,7 +106,7 @@ impl Receiver {
     /// Whether frame `s` comes while fellows ask this member for frames (see
     /// `copies_until`).
     pub(super) fn copying(&self, s: Seq) -> bool {
-        self.asked && (self.copies_until.wrapping_sub(s as u32) as i32) > 0
+        self.asked && (self.copies_until.wrapping_sub(s.low32()) as i32) > 0
     }
 
     /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
@@ -134,7 +134,7 @@ impl Receiver {
         }
         let slot = &self.slots[self.idx(s)];
         let r = slot.repr;
-        if r.kind.is_none() || r.seq != s as u32 {
+        if r.kind.is_none() || r.seq != s.low32() {
             return None;
         }
         let (off, len) = (r.offset as usize, usize::from(slot.len));
@@ -181,7 +181,7 @@ impl Receiver {
         if self.peer_repair {
             // Fellows lose frames: keep copies for the next windows' worth of frames.
             let until = self.highest.max(self.expected) + COPY_SPAN * self.window();
-            self.copies_until = until as u32;
+            self.copies_until = until.low32();
             self.asked = true;
         }
         let base = self.near(wire_base);

@@ -137,7 +137,7 @@ impl Receiver {
             data,
             pushed: 0,
             truncated,
-            designated: repr.aux as Rank,
+            designated: Rank::new(repr.aux as u16),
             awaiting_pull: false,
             pull_sent: false,
         }
@@ -345,7 +345,7 @@ impl Receiver {
             m.awaiting_pull = true;
             m.designated = match self.pull_override {
                 Some((id, d)) if id == repr.msg_id => d,
-                _ => repr.aux as Rank,
+                _ => Rank::new(repr.aux as u16),
             };
         } else if !repr.flags.contains(Flags::PUSH) {
             m.awaiting_pull = false;
@@ -414,7 +414,7 @@ impl Receiver {
             m.pull_sent = true;
             let pull = Control::Pull {
                 msg_id: m.id as u32,
-                next: self.expected as u32,
+                next: self.expected.low32(),
             };
             self.controls.push_back(Outgoing::to(self.root, pull));
             if self.tree.is_none() {

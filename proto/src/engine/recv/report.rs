@@ -34,9 +34,9 @@ impl TreeLink {
     ) -> TreeLink {
         TreeLink {
             parent,
-            children: children.into_iter().map(|c| (c, 0, c)).collect(),
+            children: children.into_iter().map(|c| (c, Seq::new(0), c)).collect(),
             view,
-            sent: 0,
+            sent: Seq::new(0),
             refresh_after,
             keepalive,
         }
@@ -46,7 +46,7 @@ impl TreeLink {
 /// The 64-bit position of `wire`, a position reported by a fellow receiver, which may be
 /// ahead of or behind `reference` by up to 2^31 (checked, so no value overflows).
 pub(super) fn near(reference: Seq, wire: u32) -> Option<Seq> {
-    let delta = wire.wrapping_sub(reference as u32) as i32;
+    let delta = wire.wrapping_sub(reference.low32()) as i32;
     reference.checked_add_signed(i64::from(delta))
 }
 
@@ -59,7 +59,7 @@ impl Receiver {
     pub(super) fn schedule_report(&mut self, now: Instant, sent: Seq) {
         let every = self.ack_every as u64;
         let (moved, _) = self.subtree_next();
-        if moved / every > sent / every {
+        if moved.get() / every > sent.get() / every {
             self.send_ack(now);
         } else if moved > sent {
             self.quiet(now);
@@ -94,7 +94,7 @@ impl Receiver {
         self.timers.set(Timer::Report, now + t.refresh_after);
         let msg = Control::TreeAck {
             root,
-            next: next as u32,
+            next: next.low32(),
             laggard,
             view: t.view,
         };
