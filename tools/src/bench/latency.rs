@@ -895,7 +895,9 @@ pub struct Args {
     breakdown: bool,
     /// Also count the work per broadcast of every row and of the floor: system calls,
     /// `sendto`s, context switches, timers armed and CPU time of every member thread, from the kernel's
-    /// per-thread perf counters (needs root and tracefs), and print their ratios.
+    /// per-thread perf counters (needs root and tracefs), and print their ratios. Counting
+    /// slows the counted threads (every system call takes the kernel's traced path): take
+    /// latencies, and ratios over `--reference`, from a run without it.
     #[arg(long)]
     cost: bool,
     /// Also run this independent raw fan-out program in every block, beside the floor, and
