@@ -100,6 +100,9 @@ pub struct Engine {
     /// with the streams after each call into them, so that finding the earliest timer and
     /// firing the due ones never visits the streams that are quiet.
     rx_timers: BTreeSet<(Instant, Rank)>,
+    /// The streams whose timers fire in one `handle_timeout`, kept between calls so that a
+    /// timer firing allocates nothing once it has held the most streams due at once.
+    due: Vec<Rank>,
     live: Vec<bool>,
     /// Whose streams this member takes, by rank ([`Engine::take_streams_from`]).
     takes: Vec<bool>,
@@ -132,6 +135,7 @@ impl Engine {
             rx: (0..n).map(|_| None).collect(),
             observed: Vec::new(),
             rx_timers: BTreeSet::new(),
+            due: Vec::new(),
             view: tree::view_of(&vec![true; n]),
             root_tree: None,
             live: vec![true; n],
@@ -691,7 +695,8 @@ impl Engine {
     /// Lets time pass: fires due acknowledgement, NACK and retransmission timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         // The streams whose timer is due, in rank order.
-        let mut due = Vec::new();
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
         while let Some(&(t, root)) = self.rx_timers.first() {
             if t > now {
                 break;
@@ -700,13 +705,14 @@ impl Engine {
             due.push(root);
         }
         due.sort_unstable();
-        for root in due {
+        for &root in &due {
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.armed = None;
                 rx.on_timeout(now);
             }
             self.collect_rx(root);
         }
+        self.due = due;
         self.tx.on_timeout(&self.cfg, now, &self.live);
     }
 

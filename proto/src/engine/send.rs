@@ -533,6 +533,7 @@ impl Sender {
         // The timers that fired, in rank order.
         let mut fired = std::mem::take(&mut self.ranks);
         fired.clear();
+        room_for_every_rank(&mut fired, cfg);
         while let Some(&(t, rank)) = self.timers.first() {
             if t > now {
                 break;
@@ -565,6 +566,7 @@ impl Sender {
                 lms.stats.polls += 1;
                 let next = now + lms.rto;
                 self.set_timer(rank, Some(next));
+                room_for_every_rank(&mut self.ack_polls, cfg);
                 self.ack_polls.push(rank);
                 continue;
             }
@@ -802,6 +804,7 @@ impl Sender {
             let bytes = slot.payload().len() as u64;
             let mut served = std::mem::take(&mut self.ranks);
             served.clear();
+            room_for_every_rank(&mut served, cfg);
             served.push(rank);
             if rebroadcast {
                 self.eqa.withdraw_repair(seq, &mut served);
@@ -832,5 +835,15 @@ impl Sender {
             return Some(Transmit { dst, len });
         }
         None
+    }
+}
+
+/// Makes room in `v` for one entry per member of the group at its first use, so that a list
+/// of ranks (timers fired, members to poll) never grows, and allocates, in steady state, when
+/// more members than ever before are in it at once.
+fn room_for_every_rank(v: &mut Vec<Rank>, cfg: &Config) {
+    let n = usize::from(cfg.size);
+    if v.capacity() < n {
+        v.reserve_exact(n - v.len());
     }
 }
