@@ -75,10 +75,18 @@ impl SlotRef<'_> {
 /// for its receive window. (One small allocation per slot wrote a heap header into every page:
 /// 3 MiB of page faults per buffer, 51 MiB for a sender with 8 receivers and their
 /// point-to-point pairs.)
+///
+/// The allocator does not always map such a block: once a large block was freed, glibc serves
+/// the next ones from its heap and zeroes them there, every page. A root's buffer is therefore
+/// made at its first frame ([`Payloads::at_first_store`]): in the simulator, where thousands of
+/// members share one process, a buffer zeroed at every member that never broadcasts was
+/// 141 KiB per member (578 MiB of 4096 members, 4 of them roots).
 #[derive(Debug, Default)]
 pub(crate) struct Payloads {
     data: Box<[u8]>,
     cap: usize,
+    /// Places still to allocate at the first store (0: allocated, or made with `new`).
+    deferred: usize,
 }
 
 impl Payloads {
@@ -87,6 +95,16 @@ impl Payloads {
         Payloads {
             data: vec![0u8; slots * cap].into_boxed_slice(),
             cap,
+            deferred: 0,
+        }
+    }
+    /// Places for `slots` payloads of at most `cap` bytes, allocated when the first payload is
+    /// stored.
+    pub(crate) fn at_first_store(slots: usize, cap: usize) -> Payloads {
+        Payloads {
+            data: Box::default(),
+            cap,
+            deferred: slots,
         }
     }
     /// Largest payload a place holds.
@@ -103,6 +121,10 @@ impl Payloads {
     }
     /// Copies `payload` (at most `cap` bytes) into place `i`.
     pub(crate) fn store(&mut self, i: usize, payload: &[u8]) {
+        if self.deferred > 0 {
+            self.data = vec![0u8; self.deferred * self.cap].into_boxed_slice();
+            self.deferred = 0;
+        }
         let at = i * self.cap;
         self.data[at..at + payload.len()].copy_from_slice(payload);
     }
@@ -118,8 +140,8 @@ impl Payloads {
 }
 
 /// The shared retransmission buffer: a fixed ring of frame slots, their payloads in one
-/// zeroed block that costs memory only where written (a member that never broadcasts pays
-/// nothing for its buffer).
+/// zeroed block made at the first frame published (a member that never broadcasts pays
+/// nothing for its buffer's payloads).
 #[derive(Debug)]
 pub struct Buf {
     slots: Box<[Slot]>,
@@ -140,7 +162,7 @@ impl Buf {
             .collect();
         Buf {
             slots,
-            payloads: Payloads::new(n, payload_cap),
+            payloads: Payloads::at_first_store(n, payload_cap),
         }
     }
     /// Number of slots.
@@ -154,7 +176,7 @@ impl Buf {
     fn index(&self, seq: Seq) -> usize {
         (seq % self.slots.len() as u64) as usize
     }
-    /// Heap bytes this buffer owns.
+    /// Heap bytes this buffer owns once it holds a frame (its payloads are allocated then).
     pub fn heap_bytes(&self) -> usize {
         self.slots.len() * (std::mem::size_of::<Slot>() + self.payload_cap())
     }
