@@ -217,6 +217,8 @@ pub struct Receiver {
     probe_answer: bool,
     /// The root repaired a frame this member has: its report is sent again, even unchanged.
     rereport: bool,
+    /// When a re-broadcast repair last made this stream report again (see `rereport_due`).
+    rereported: Option<Instant>,
     /// Where this stream reports in the acknowledgement tree (`None`: to the root directly).
     /// Boxed: most streams (groups below the tree's threshold) have none.
     tree: Option<Box<TreeLink>>,
@@ -292,6 +294,7 @@ impl Receiver {
             pull_override: None,
             probe_answer: false,
             rereport: false,
+            rereported: None,
             events: VecDeque::new(),
             controls: VecDeque::new(),
             armed: None,
@@ -449,7 +452,7 @@ impl Receiver {
                 let repair = repr.kind == Some(Kind::Repair);
                 if repr.flags.contains(Flags::ACK_REQ)
                     || repr.dst == self.me
-                    || (repair && self.tree.is_some())
+                    || (repair && self.rereport_due(now))
                 {
                     // The root resent what we have: our acknowledgement was lost (with a
                     // tree, a report on the way up, maybe above us: report again, even

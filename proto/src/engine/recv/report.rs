@@ -66,6 +66,26 @@ impl Receiver {
         }
     }
 
+    /// Whether a repair of a frame this member has, sent to every member (a re-broadcast),
+    /// makes it report again, even unchanged: with a tree, at most once per `keepalive`.
+    /// The root re-broadcasts a frame that several members asked for, or that a subtree
+    /// whose report was lost on the way up did not acknowledge; every member that has the
+    /// frame cannot tell which. Reporting at each one made the whole group report at every
+    /// re-broadcast: at 1024 members with 1 % random and 1 % burst loss, 437 reports per data
+    /// frame where the aligned ones are 128, and the root's children's among them (with the
+    /// peer asked again, `on_unheld`, 184). Once per `keepalive` still puts a lost report right
+    /// before the root's next timeout.
+    pub(super) fn rereport_due(&mut self, now: Instant) -> bool {
+        let Some(every) = self.tree.as_ref().map(|t| t.keepalive) else {
+            return false;
+        };
+        if self.rereported.is_some_and(|t| now < t + every) {
+            return false;
+        }
+        self.rereported = Some(now);
+        true
+    }
+
     /// The position this stream's subtree has reached (its own, or a child's report if
     /// lower), and the member at it.
     pub(super) fn subtree_next(&self) -> (Seq, Rank) {
