@@ -1443,9 +1443,21 @@ fn with_a_tree_a_peer_that_lost_the_frame_too_is_asked_again_before_the_root() {
         assert_eq!(net.delivered[r], vec![(0, 0, m.clone())]);
     }
     assert_eq!(net.engines[0].stats().repair_frames, 0, "the root repaired");
-    assert_eq!(net.engines[3].stats().peer_repairs, 1, "rank 3 repaired rank 2");
-    assert_eq!(net.engines[2].stats().peer_repairs, 1, "rank 2 repaired rank 1");
-    assert_eq!(net.engines[1].stats().peer_nacks, 2, "rank 1 asked rank 2 twice");
+    assert_eq!(
+        net.engines[3].stats().peer_repairs,
+        1,
+        "rank 3 repaired rank 2"
+    );
+    assert_eq!(
+        net.engines[2].stats().peer_repairs,
+        1,
+        "rank 2 repaired rank 1"
+    );
+    assert_eq!(
+        net.engines[1].stats().peer_nacks,
+        2,
+        "rank 1 asked rank 2 twice"
+    );
 }
 
 #[test]
