@@ -77,16 +77,14 @@ impl SlotRef<'_> {
 /// point-to-point pairs.)
 ///
 /// The allocator does not always map such a block: once a large block was freed, glibc serves
-/// the next ones from its heap and zeroes them there, every page. A root's buffer is therefore
-/// made at its first frame ([`Payloads::at_first_store`]): in the simulator, where thousands of
-/// members share one process, a buffer zeroed at every member that never broadcasts was
-/// 141 KiB per member (578 MiB of 4096 members, 4 of them roots).
+/// the next ones from its heap and zeroes them there, every page. A root's buffer therefore
+/// makes its block at its first frame ([`Payloads::none`], see `Buf::store`): in the simulator,
+/// where thousands of members share one process, a buffer zeroed at every member that never
+/// broadcasts was 141 KiB per member (578 MiB of 4096 members, 4 of them roots).
 #[derive(Debug, Default)]
 pub(crate) struct Payloads {
     data: Box<[u8]>,
     cap: usize,
-    /// Places still to allocate at the first store (0: allocated, or made with `new`).
-    deferred: usize,
 }
 
 impl Payloads {
@@ -95,16 +93,13 @@ impl Payloads {
         Payloads {
             data: vec![0u8; slots * cap].into_boxed_slice(),
             cap,
-            deferred: 0,
         }
     }
-    /// Places for `slots` payloads of at most `cap` bytes, allocated when the first payload is
-    /// stored.
-    pub(crate) fn at_first_store(slots: usize, cap: usize) -> Payloads {
+    /// No places yet, for payloads of at most `cap` bytes.
+    pub(crate) fn none(cap: usize) -> Payloads {
         Payloads {
             data: Box::default(),
             cap,
-            deferred: slots,
         }
     }
     /// Largest payload a place holds.
@@ -121,10 +116,6 @@ impl Payloads {
     }
     /// Copies `payload` (at most `cap` bytes) into place `i`.
     pub(crate) fn store(&mut self, i: usize, payload: &[u8]) {
-        if self.deferred > 0 {
-            self.data = vec![0u8; self.deferred * self.cap].into_boxed_slice();
-            self.deferred = 0;
-        }
         let at = i * self.cap;
         self.data[at..at + payload.len()].copy_from_slice(payload);
     }
@@ -162,7 +153,7 @@ impl Buf {
             .collect();
         Buf {
             slots,
-            payloads: Payloads::at_first_store(n, payload_cap),
+            payloads: Payloads::none(payload_cap),
         }
     }
     /// Number of slots.
@@ -182,6 +173,10 @@ impl Buf {
     }
     /// Stores `payload` as the payload of slot `i`.
     fn store(&mut self, i: usize, payload: &[u8]) {
+        if self.payloads.all().is_empty() {
+            // The first frame: the block is made now (see `Payloads`).
+            self.payloads = Payloads::new(self.slots.len(), self.payloads.cap());
+        }
         self.payloads.store(i, payload);
         self.slots[i].len = payload.len() as u16;
     }

@@ -217,8 +217,6 @@ pub struct Receiver {
     probe_answer: bool,
     /// The root repaired a frame this member has: its report is sent again, even unchanged.
     rereport: bool,
-    /// When a re-broadcast repair last made this stream report again (see `rereport_due`).
-    rereported: Option<Instant>,
     /// Where this stream reports in the acknowledgement tree (`None`: to the root directly).
     /// Boxed: most streams (groups below the tree's threshold) have none.
     tree: Option<Box<TreeLink>>,
@@ -294,7 +292,6 @@ impl Receiver {
             pull_override: None,
             probe_answer: false,
             rereport: false,
-            rereported: None,
             events: VecDeque::new(),
             controls: VecDeque::new(),
             armed: None,

@@ -5,7 +5,7 @@
 use super::*;
 
 /// This stream's place in the acknowledgement tree of its root.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct TreeLink {
     /// Whom it reports to.
     pub(super) parent: Rank,
@@ -21,7 +21,25 @@ pub(crate) struct TreeLink {
     /// While the subtree lags behind what this member has seen, how often its position is
     /// reported again, moved or not (below the root's retransmission timeout).
     pub(super) keepalive: Duration,
+    /// When a re-broadcast repair last made this stream report again (see
+    /// `Receiver::rereport_due`). Here rather than in the receiver, whose size is the paper's
+    /// `s_RDP`: only a stream with a tree needs it.
+    pub(super) rereported: Option<Instant>,
 }
+
+/// Two links are the same place in the same tree, whatever they last reported.
+impl PartialEq for TreeLink {
+    fn eq(&self, other: &TreeLink) -> bool {
+        self.parent == other.parent
+            && self.children == other.children
+            && self.view == other.view
+            && self.sent == other.sent
+            && self.refresh_after == other.refresh_after
+            && self.keepalive == other.keepalive
+    }
+}
+
+impl Eq for TreeLink {}
 
 impl TreeLink {
     /// A link to `parent`, with `children` reporting, in view `view`.
@@ -39,6 +57,7 @@ impl TreeLink {
             sent: 0,
             refresh_after,
             keepalive,
+            rereported: None,
         }
     }
 }
@@ -76,13 +95,13 @@ impl Receiver {
     /// peer asked again, `on_unheld`, 184). Once per `keepalive` still puts a lost report right
     /// before the root's next timeout.
     pub(super) fn rereport_due(&mut self, now: Instant) -> bool {
-        let Some(every) = self.tree.as_ref().map(|t| t.keepalive) else {
+        let Some(t) = self.tree.as_mut() else {
             return false;
         };
-        if self.rereported.is_some_and(|t| now < t + every) {
+        if t.rereported.is_some_and(|at| now < at + t.keepalive) {
             return false;
         }
-        self.rereported = Some(now);
+        t.rereported = Some(now);
         true
     }
 
