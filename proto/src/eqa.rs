@@ -75,6 +75,12 @@ impl SlotRef<'_> {
 /// for its receive window. (One small allocation per slot wrote a heap header into every page:
 /// 3 MiB of page faults per buffer, 51 MiB for a sender with 8 receivers and their
 /// point-to-point pairs.)
+///
+/// The allocator does not always map such a block: once a large block was freed, glibc serves
+/// the next ones from its heap and zeroes them there, every page. A root's buffer therefore
+/// makes its block at its first frame ([`Payloads::none`], see `Buf::store`): in the simulator,
+/// where thousands of members share one process, a buffer zeroed at every member that never
+/// broadcasts was 141 KiB per member (578 MiB of 4096 members, 4 of them roots).
 #[derive(Debug, Default)]
 pub(crate) struct Payloads {
     data: Box<[u8]>,
@@ -86,6 +92,13 @@ impl Payloads {
     pub(crate) fn new(slots: usize, cap: usize) -> Payloads {
         Payloads {
             data: vec![0u8; slots * cap].into_boxed_slice(),
+            cap,
+        }
+    }
+    /// No places yet, for payloads of at most `cap` bytes.
+    pub(crate) fn none(cap: usize) -> Payloads {
+        Payloads {
+            data: Box::default(),
             cap,
         }
     }
@@ -118,8 +131,8 @@ impl Payloads {
 }
 
 /// The shared retransmission buffer: a fixed ring of frame slots, their payloads in one
-/// zeroed block that costs memory only where written (a member that never broadcasts pays
-/// nothing for its buffer).
+/// zeroed block made at the first frame published (a member that never broadcasts pays
+/// nothing for its buffer's payloads).
 #[derive(Debug)]
 pub struct Buf {
     slots: Box<[Slot]>,
@@ -140,7 +153,7 @@ impl Buf {
             .collect();
         Buf {
             slots,
-            payloads: Payloads::new(n, payload_cap),
+            payloads: Payloads::none(payload_cap),
         }
     }
     /// Number of slots.
@@ -154,12 +167,16 @@ impl Buf {
     fn index(&self, seq: Seq) -> usize {
         seq.ring_index(self.slots.len())
     }
-    /// Heap bytes this buffer owns.
+    /// Heap bytes this buffer owns once it holds a frame (its payloads are allocated then).
     pub fn heap_bytes(&self) -> usize {
         self.slots.len() * (std::mem::size_of::<Slot>() + self.payload_cap())
     }
     /// Stores `payload` as the payload of slot `i`.
     fn store(&mut self, i: usize, payload: &[u8]) {
+        if self.payloads.all().is_empty() {
+            // The first frame: the block is made now (see `Payloads`).
+            self.payloads = Payloads::new(self.slots.len(), self.payloads.cap());
+        }
         self.payloads.store(i, payload);
         self.slots[i].len = payload.len() as u16;
     }

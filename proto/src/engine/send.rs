@@ -784,7 +784,10 @@ impl Sender {
                 .eqa
                 .lms(rank)
                 .is_some_and(|l| l.unicast_repairs || l.p2p);
-            let rebroadcast = !unicast && others + 1 >= cfg.rebroadcast_min;
+            // A probe asks its destination alone for an acknowledgement: re-broadcast, it asked
+            // every member, and each answered the root directly (at 4096 members with burst
+            // loss, a million answers: 63 control frames into the roots per data frame).
+            let rebroadcast = !unicast && !probe && others + 1 >= cfg.rebroadcast_min;
             let slot = self.eqa.slot(seq)?;
             let mut repr = *slot.repr();
             repr.kind = Some(Kind::Repair);

@@ -1462,6 +1462,46 @@ fn a_peer_that_lost_the_frame_too_says_so_and_the_root_is_asked_at_once() {
 }
 
 #[test]
+fn with_a_tree_a_peer_that_lost_the_frame_too_is_asked_again_before_the_root() {
+    // Rank 1 asks rank 2, rank 2 asks rank 3; ranks 1 and 2 both lose frame 3. Rank 2 says it
+    // lacks the frame, gets it from rank 3, and has it when rank 1 asks again: the root,
+    // whose NACKs would otherwise grow with the group, repairs nothing.
+    let mut net = Net::new(4, |c| {
+        c.peer_repair = true;
+        c.ack_tree = 2;
+    });
+    let mut lost = [false; 4];
+    net.drop = Box::new(move |r, to| {
+        if r.kind == Some(Kind::Data) && r.seq == 3 && (to == 1 || to == 2) && !lost[to] {
+            lost[to] = true;
+            return true;
+        }
+        false
+    });
+    let m = message(150_000, 6);
+    broadcast_to_all(&mut net, &m);
+    for r in 1..4 {
+        assert_eq!(net.delivered[r], vec![(Rank::new(0), 0, m.clone())]);
+    }
+    assert_eq!(net.engines[0].stats().repair_frames, 0, "the root repaired");
+    assert_eq!(
+        net.engines[3].stats().peer_repairs,
+        1,
+        "rank 3 repaired rank 2"
+    );
+    assert_eq!(
+        net.engines[2].stats().peer_repairs,
+        1,
+        "rank 2 repaired rank 1"
+    );
+    assert_eq!(
+        net.engines[1].stats().peer_nacks,
+        2,
+        "rank 1 asked rank 2 twice"
+    );
+}
+
+#[test]
 fn a_peer_that_never_answers_is_given_up_and_the_root_is_asked_directly() {
     let mut net = peer_net(4);
     let now = net.now;

@@ -30,6 +30,17 @@ pub fn thread_seconds() -> f64 {
     seconds(UsageWho::RUSAGE_THREAD)
 }
 
+/// CPU seconds of the whole process so far (every thread).
+pub fn process_seconds() -> f64 {
+    seconds(UsageWho::RUSAGE_SELF)
+}
+
+/// The process's peak resident memory so far, in bytes (0 if unknown).
+pub fn peak_rss_bytes() -> u64 {
+    // Linux reports ru_maxrss in KiB.
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| u64::try_from(u.max_rss()).unwrap_or(0) * 1024)
+}
+
 /// CPU seconds of every child reaped so far (and of their reaped descendants).
 pub fn children_seconds() -> f64 {
     seconds(UsageWho::RUSAGE_CHILDREN)

@@ -103,6 +103,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
                     window: None,
                     ack_tree: None,
                     peer_repair: None,
+                    compare_nodes: None,
                 })?;
                 let exact = r.completed && r.deliveries.exact();
                 rows.push(ScaleRow {

@@ -45,6 +45,9 @@ pub struct SimOptions {
     pub ack_tree: Option<u16>,
     /// Peer repair.
     pub peer_repair: Option<bool>,
+    /// Also run the same scenario with this many members first, and report the goodput as a
+    /// fraction of that run's.
+    pub compare_nodes: Option<u16>,
 }
 
 /// The JSON the subcommand prints.
@@ -101,6 +104,28 @@ pub struct SimJson {
     pub completed: bool,
     /// Wall-clock seconds the simulation took.
     pub wall_s: f64,
+    /// CPU seconds (user and system) the simulation took: the wall time of an idle machine.
+    pub cpu_s: f64,
+    /// Peak resident memory of the process, MiB (the whole group is in it).
+    pub peak_rss_mib: f64,
+    /// peak_rss_mib per member, KiB.
+    pub rss_per_member_kib: f64,
+    /// With `--compare-nodes`: that run's goodput, and this one's as a fraction of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compared: Option<Compared>,
+}
+
+/// The goodput of the same scenario with another number of members (`--compare-nodes`).
+#[derive(Debug, Serialize)]
+pub struct Compared {
+    /// Members of the reference run.
+    pub nodes: u16,
+    /// Its goodput per receiver, Mbit/s.
+    pub goodput_mbps: f64,
+    /// Whether every delivery of it was exact.
+    pub exact: bool,
+    /// This run's goodput divided by the reference's.
+    pub goodput_ratio: f64,
 }
 
 impl SimOptions {
@@ -229,8 +254,32 @@ pub fn render_group(j: &GroupJson) -> String {
     t.render()
 }
 
-/// Runs the simulation.
+/// Runs the simulation (first at `compare_nodes` members, if given, for the goodput ratio).
 pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
+    let reference = match o.compare_nodes {
+        Some(nodes) => Some(run_one(&SimOptions {
+            nodes,
+            compare_nodes: None,
+            ..o.clone()
+        })?),
+        None => None,
+    };
+    let mut r = run_one(o)?;
+    r.compared = reference.map(|c| Compared {
+        nodes: c.nodes,
+        goodput_mbps: c.goodput_mbps,
+        exact: c.completed && c.deliveries.exact(),
+        goodput_ratio: if c.goodput_mbps > 0.0 {
+            r.goodput_mbps / c.goodput_mbps
+        } else {
+            0.0
+        },
+    });
+    Ok(r)
+}
+
+/// One run of the simulation: its report, with the time and memory it took.
+fn run_one(o: &SimOptions) -> Result<SimJson, ClusterError> {
     let mut sc = Scenario::new(o.nodes, o.messages);
     sc.traffic = o.traffic();
     sc.algos = o.algos.clone();
@@ -243,7 +292,12 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
     sc.ack_tree = o.ack_tree;
     sc.peer_repair = o.peer_repair;
     let t0 = std::time::Instant::now();
+    let cpu0 = super::cpu::process_seconds();
     let r: Report = run(&sc)?;
+    let wall_s = t0.elapsed().as_secs_f64();
+    let cpu_s = super::cpu::process_seconds() - cpu0;
+    // The peak of the process: the larger run's when there are two (the reference is smaller).
+    let peak = super::cpu::peak_rss_bytes() as f64;
     Ok(SimJson {
         nodes: o.nodes,
         algos: o
@@ -283,7 +337,11 @@ pub fn run_sim(o: &SimOptions) -> Result<SimJson, ClusterError> {
         bad_crc: r.bad_crc,
         virtual_time_us: r.virtual_time_us,
         completed: r.completed,
-        wall_s: t0.elapsed().as_secs_f64(),
+        wall_s,
+        cpu_s,
+        peak_rss_mib: peak / (1024.0 * 1024.0),
+        rss_per_member_kib: peak / 1024.0 / f64::from(o.nodes.max(1)),
+        compared: None,
     })
 }
 
@@ -332,9 +390,31 @@ pub fn render(r: &SimJson) -> String {
         ),
         ("completed", r.completed.to_string()),
         ("wall time", format!("{:.2} s", r.wall_s)),
+        ("CPU time", format!("{:.2} s", r.cpu_s)),
+        (
+            "peak resident memory",
+            format!(
+                "{:.0} MiB ({:.0} KiB per member)",
+                r.peak_rss_mib, r.rss_per_member_kib
+            ),
+        ),
     ];
     for (k, v) in rows {
         t.row(vec![k.to_string(), v]);
+    }
+    if let Some(c) = &r.compared {
+        t.row(vec![
+            format!("goodput at {} members", c.nodes),
+            format!(
+                "{:.1} Mbit/s{}",
+                c.goodput_mbps,
+                if c.exact { "" } else { " (not exact!)" }
+            ),
+        ]);
+        t.row(vec![
+            "goodput ratio".to_string(),
+            format!("{:.2}", c.goodput_ratio),
+        ]);
     }
     t.render()
 }
@@ -420,6 +500,10 @@ pub struct Args {
     /// Default: on from 32 members.
     #[arg(long, value_parser = parse_on_off)]
     peer_repair: Option<bool>,
+    /// Run the same scenario with this many members first and report the goodput as a
+    /// fraction of theirs (e.g. 16).
+    #[arg(long)]
+    compare_nodes: Option<u16>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -462,6 +546,7 @@ impl Args {
             window: self.window,
             ack_tree: self.ack_tree,
             peer_repair: self.peer_repair,
+            compare_nodes: self.compare_nodes,
         };
         if self.api == SimApi::Group {
             let g = GroupOptions {
@@ -486,7 +571,8 @@ impl Args {
         match run_sim(&o) {
             Ok(r) => {
                 print(self.json, &r, |r| render(r) + "\n");
-                code(r.completed && r.deliveries.exact())
+                let reference_exact = r.compared.as_ref().is_none_or(|c| c.exact);
+                code(r.completed && r.deliveries.exact() && reference_exact)
             }
             Err(e) => fail(e),
         }

@@ -487,7 +487,7 @@ impl Receiver {
                 let repair = repr.kind == Some(Kind::Repair);
                 if repr.flags.contains(Flags::ACK_REQ)
                     || repr.dst == self.me
-                    || (repair && self.tree.is_some())
+                    || (repair && self.rereport_due(now))
                 {
                     // The root resent what we have: our acknowledgement was lost (with a
                     // tree, a report on the way up, maybe above us: report again, even
