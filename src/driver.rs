@@ -136,6 +136,17 @@ impl<L: Link, M: Machine> Driver<L, M> {
     fn receive(&mut self, clock: &impl Clock, wait: Option<Duration>) -> Result<usize, LinkError> {
         let now = clock.now();
         self.flush(now)?;
+        self.wait_and_feed(clock, now, wait)
+    }
+
+    /// [`Driver::receive`] after its send (at `now`): waits, feeds the frames in and fires due
+    /// timers.
+    fn wait_and_feed(
+        &mut self,
+        clock: &impl Clock,
+        now: Instant,
+        wait: Option<Duration>,
+    ) -> Result<usize, LinkError> {
         let wait = if self.link.tx_ready() {
             wait
         } else {
@@ -201,18 +212,19 @@ impl<L: Link, M: Machine> Driver<L, M> {
                 }
                 return Ok(None);
             }
-            // Sending what the member holds can complete the call by itself (a flush is done
-            // once its last acknowledgement left): send, and look again before waiting.
+            // The turn's first step, sending what the member holds, can complete the call by
+            // itself (a flush is done once its last acknowledgement left): look again before
+            // waiting.
             self.flush(now)?;
             if let Some(v) = ready(&mut self.member) {
                 return Ok(Some(v));
             }
             let wait = Some((deadline - now).min(slice));
+            self.wait_and_feed(clock, now, wait)?;
             if defer {
-                self.receive(clock, wait)?;
                 received = true;
             } else {
-                self.turn(clock, wait)?;
+                self.flush(clock.now())?;
             }
         }
     }

@@ -100,8 +100,8 @@ pub struct Engine {
     /// with the streams after each call into them, so that finding the earliest timer and
     /// firing the due ones never visits the streams that are quiet.
     rx_timers: BTreeSet<(Instant, Rank)>,
-    /// The streams whose timers fire in one `handle_timeout`, kept between calls so that a
-    /// timer firing allocates nothing once it has held the most streams due at once.
+    /// The streams whose timers fire in one `handle_timeout`, kept between calls (with room
+    /// for every member from its first use) so that a timer firing allocates nothing.
     due: Vec<Rank>,
     live: Vec<bool>,
     /// Whose streams this member takes, by rank ([`Engine::take_streams_from`]).
@@ -697,6 +697,7 @@ impl Engine {
         // The streams whose timer is due, in rank order.
         let mut due = std::mem::take(&mut self.due);
         due.clear();
+        send::room_for_every_rank(&mut due, &self.cfg);
         while let Some(&(t, root)) = self.rx_timers.first() {
             if t > now {
                 break;

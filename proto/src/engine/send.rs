@@ -844,7 +844,7 @@ impl Sender {
 /// Makes room in `v` for one entry per member of the group at its first use, so that a list
 /// of ranks (timers fired, members to poll) never grows, and allocates, in steady state, when
 /// more members than ever before are in it at once.
-fn room_for_every_rank(v: &mut Vec<Rank>, cfg: &Config) {
+pub(super) fn room_for_every_rank(v: &mut Vec<Rank>, cfg: &Config) {
     let n = usize::from(cfg.size);
     if v.capacity() < n {
         v.reserve_exact(n - v.len());
