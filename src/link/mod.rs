@@ -465,7 +465,7 @@ pub trait Link {
 }
 
 /// [`Link::recv`]'s wait, around `batch` (one look at what is ready).
-fn recv_with<L: Link + ?Sized>(
+pub(crate) fn recv_with<L: Link + ?Sized>(
     link: &mut L,
     wait: Option<Duration>,
     mut batch: impl FnMut(&mut L) -> Result<usize, LinkError>,

@@ -11,7 +11,7 @@ use super::{check_mtu, check_pdu, Groups, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::filter;
 use ethbcast_sys::iface::Interface;
-use ethbcast_sys::socket::{PacketSocket, SocketOptions};
+use ethbcast_sys::socket::{PacketSocket, RecvBatch, SocketOptions};
 use ethbcast_sys::wait::{self, Interest, Strategy};
 use std::io;
 use std::os::fd::AsFd;
@@ -62,8 +62,10 @@ pub struct SocketLink {
     iface: Interface,
     max_pdu: usize,
     strategy: Strategy,
+    /// Frames queued since the last flush, back to back, and where each ends.
     tx: Vec<u8>,
-    rx: Vec<u8>,
+    tx_ends: Vec<usize>,
+    rx: RecvBatch,
     groups: Groups,
 }
 
@@ -86,9 +88,9 @@ impl SocketLink {
             sock,
             max_pdu,
             strategy: strategy(cfg.wait),
-            tx: Vec::with_capacity(ETH_HEADER_LEN + max_pdu),
-            // One spare byte: a frame that fills the buffer completely is a truncated one.
-            rx: vec![0; ETH_HEADER_LEN + max_pdu + 1],
+            tx: Vec::with_capacity(SEND_BATCH * (ETH_HEADER_LEN + max_pdu)),
+            tx_ends: Vec::with_capacity(SEND_BATCH),
+            rx: RecvBatch::new(RECV_CALL, ETH_HEADER_LEN + max_pdu),
             iface,
             groups,
         })
@@ -98,7 +100,40 @@ impl SocketLink {
     pub fn interface(&self) -> &Interface {
         &self.iface
     }
+
+    /// Hands the first `got` frames of the last receive to `f`, those that are whole and ours;
+    /// returns how many it handed over.
+    fn hand_over(&self, got: usize, f: &mut dyn FnMut(MacAddr, &[u8])) -> usize {
+        let mut n = 0;
+        for i in 0..got {
+            let (info, bytes) = self.rx.frame(i);
+            if info.is_other_host() || info.len > self.rx.frame_len() {
+                continue;
+            }
+            if let Ok(fr) = ethernet::Frame::new_checked(bytes) {
+                f(fr.src(), fr.payload());
+                n += 1;
+            }
+        }
+        n
+    }
 }
+
+/// The shortest wait a blocking socket link spends in the receive itself: a receive's timeout
+/// has the kernel's tick as its grain (up to 10 ms at 100 Hz), so a shorter wait, bounded by a
+/// protocol timer, polls with a precise timeout instead. The receive's timeout is the wait
+/// less half of this, so that the tick never makes it late.
+const RECV_BLOCKS: Duration = Duration::from_millis(20);
+/// Longest timeout of one blocking receive: a longer wait takes several, and the receive's
+/// timeout is set once and kept.
+const RECV_TIMEOUT_MAX: Duration = Duration::from_secs(1);
+
+/// Frames queued for one `sendmmsg` at most: the driver stops handing frames over once this
+/// many wait ([`Link::tx_ready`]), and a flush sends them.
+const SEND_BATCH: usize = 32;
+
+/// Frames one receive call (`recvmmsg`) takes at most.
+const RECV_CALL: usize = 32;
 
 /// Most frames one `recv` call hands over.
 pub(crate) const RECV_BATCH: usize = 1024;
@@ -114,20 +149,49 @@ impl Link for SocketLink {
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         check_pdu(pdu, self.max_pdu)?;
-        self.tx.resize(ethernet::frame_len(pdu.len()), 0);
-        ethernet::emit(&mut self.tx, dst, MacAddr(self.iface.mac), pdu)
-            .map_err(|e| LinkError::Io(io::Error::other(e)))?;
-        if self.sock.send(&self.tx)? {
-            return Ok(());
+        if self.tx_ends.len() >= SEND_BATCH {
+            self.flush()?;
         }
-        // The socket buffer (or the device queue) is full: wait for room, then retry once.
-        let fd = self.sock.as_fd();
-        if wait::wait_fd(fd, Interest::Write, self.strategy, SEND_STALL)?
-            && self.sock.send(&self.tx)?
-        {
-            return Ok(());
+        let start = self.tx.len();
+        self.tx.resize(start + ethernet::frame_len(pdu.len()), 0);
+        if let Err(e) = ethernet::emit(&mut self.tx[start..], dst, MacAddr(self.iface.mac), pdu) {
+            self.tx.truncate(start);
+            return Err(LinkError::Io(io::Error::other(e)));
         }
-        Err(stalled("the packet socket"))
+        self.tx_ends.push(self.tx.len());
+        Ok(())
+    }
+
+    /// Sends the queued frames with one `sendmmsg` (or a few, if the socket fills up).
+    fn flush(&mut self) -> Result<(), LinkError> {
+        let mut sent = 0;
+        while sent < self.tx_ends.len() {
+            let mut from = if sent == 0 { 0 } else { self.tx_ends[sent - 1] };
+            let frames: Vec<&[u8]> = self.tx_ends[sent..]
+                .iter()
+                .map(|&end| {
+                    let f = &self.tx[from..end];
+                    from = end;
+                    f
+                })
+                .collect();
+            let took = self.sock.send_batch(&frames)?;
+            if took == 0 {
+                // The socket buffer (or the device queue) is full: wait for room.
+                let fd = self.sock.as_fd();
+                if !wait::wait_fd(fd, Interest::Write, self.strategy, SEND_STALL)? {
+                    return Err(stalled("the packet socket"));
+                }
+            }
+            sent += took;
+        }
+        self.tx.clear();
+        self.tx_ends.clear();
+        Ok(())
+    }
+
+    fn tx_ready(&self) -> bool {
+        self.tx_ends.len() < SEND_BATCH
     }
 
     fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
@@ -141,19 +205,38 @@ impl Link for SocketLink {
     fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
         let mut n = 0;
         // Bounded, so that a flood cannot keep one call busy forever.
-        for _ in 0..RECV_BATCH {
-            let Some(info) = self.sock.recv(&mut self.rx)? else {
+        let mut taken = 0;
+        while taken < RECV_BATCH {
+            let got = self.sock.recv_batch(&mut self.rx, None)?;
+            n += self.hand_over(got, f);
+            taken += got;
+            if got < self.rx.capacity() {
                 break;
-            };
-            if info.is_other_host() || info.len > self.rx.len() - 1 {
-                continue;
-            }
-            if let Ok(fr) = ethernet::Frame::new_checked(&self.rx[..info.len]) {
-                f(fr.src(), fr.payload());
-                n += 1;
             }
         }
         Ok(n)
+    }
+
+    /// A blocking link waits for frames in the receive itself when no timer is near (see
+    /// `PacketSocket::recv_batch`), and hands over what that one call brought.
+    fn recv(
+        &mut self,
+        wait: Option<Duration>,
+        f: &mut dyn FnMut(MacAddr, &[u8]),
+    ) -> Result<usize, LinkError> {
+        let Some(wait) = wait.filter(|&w| self.strategy == Strategy::Block && w >= RECV_BLOCKS)
+        else {
+            return super::recv_with(self, wait, |l| l.recv_ready(f));
+        };
+        let timeout = (wait - RECV_BLOCKS / 2).min(RECV_TIMEOUT_MAX);
+        let start = std::time::Instant::now();
+        loop {
+            let got = self.sock.recv_batch(&mut self.rx, Some(timeout))?;
+            let n = self.hand_over(got, f);
+            if n > 0 || got == 0 || start.elapsed() >= timeout {
+                return Ok(n);
+            }
+        }
     }
 
     fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {

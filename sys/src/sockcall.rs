@@ -40,6 +40,7 @@ pod!(
     libc::xdp_options,
     libc::xdp_statistics,
     libc::sockaddr_xdp,
+    libc::timeval,
 );
 
 /// Sets option `name` of `level` on `fd` to `value`, which is of the C type the kernel
