@@ -716,3 +716,57 @@ fn a_ring_link_retains_its_newest_frames_and_gives_them_back_oldest_first() {
         a.with_held(&mut |end| assert!(end.held.find(last.0, last.1.len()).is_none()));
     });
 }
+
+/// A socket link that blocks (or spins and then blocks) waits for a frame in the receive
+/// itself: it returns when the frame comes, not at its timeout, and a wait in which nothing
+/// comes lasts about its time (its receive timeout has a millisecond grain and ends before the
+/// wait would). A short wait, bounded by a protocol timer, polls with a precise timeout.
+#[test]
+fn a_waiting_socket_link_wakes_for_its_frame_and_times_out_without_one() {
+    let Some(ns) = NetnsPair::create_or_skip("lb-wait") else {
+        return;
+    };
+    ns.run(|| {
+        for wait in [WaitMode::Block, WaitMode::Adaptive] {
+            let cfg = SocketConfig {
+                wait,
+                ..Default::default()
+            };
+            let mut a = SocketLink::open(END_A, &cfg).unwrap();
+            let mut b = SocketLink::open(END_B, &cfg).unwrap();
+            let to = b.local_mac();
+            for wait_for in [Duration::from_millis(100), Duration::from_millis(5)] {
+                let t = Instant::now();
+                assert_eq!(b.recv(Some(wait_for), &mut |_, _| {}).unwrap(), 0);
+                let took = t.elapsed();
+                assert!(took >= wait_for / 2, "{wait:?}: {took:?} of {wait_for:?}");
+                assert!(
+                    took < wait_for + Duration::from_secs(1),
+                    "{wait:?}: {took:?}"
+                );
+            }
+            let p = pattern(200, 3);
+            let sent = p.clone();
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                s.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(50));
+                    a.send(to, &sent).unwrap();
+                    a.flush().unwrap();
+                });
+                let mut got = Vec::new();
+                while got.is_empty() && t.elapsed() < Duration::from_secs(10) {
+                    b.recv(Some(Duration::from_secs(10)), &mut |_, pdu| {
+                        got.push(pdu.to_vec())
+                    })
+                    .unwrap();
+                }
+                assert_eq!(got, vec![p.clone()], "{wait:?}");
+            });
+            let took = t.elapsed();
+            assert!(took >= Duration::from_millis(50), "{wait:?}: {took:?}");
+            // Woken by the frame: nowhere near the 10 s wait (or the 1 s receive timeout).
+            assert!(took < Duration::from_millis(900), "{wait:?}: {took:?}");
+        }
+    });
+}

@@ -217,18 +217,34 @@ impl Link for SocketLink {
         Ok(n)
     }
 
-    /// A blocking link waits for frames in the receive itself when no timer is near (see
-    /// `PacketSocket::recv_batch`), and hands over what that one call brought.
+    /// A blocking or adaptive link waits for frames in the receive itself when no timer is near
+    /// (see `PacketSocket::recv_batch`; an adaptive one spins first), and hands over what that
+    /// one call brought.
     fn recv(
         &mut self,
         wait: Option<Duration>,
         f: &mut dyn FnMut(MacAddr, &[u8]),
     ) -> Result<usize, LinkError> {
-        let Some(wait) = wait.filter(|&w| self.strategy == Strategy::Block && w >= RECV_BLOCKS)
-        else {
+        let spin = match self.strategy {
+            Strategy::Block => Duration::ZERO,
+            Strategy::Adaptive { spin } => spin,
+            _ => return super::recv_with(self, wait, |l| l.recv_ready(f)),
+        };
+        let Some(wait) = wait.filter(|&w| w >= RECV_BLOCKS + spin) else {
             return super::recv_with(self, wait, |l| l.recv_ready(f));
         };
-        let timeout = (wait - RECV_BLOCKS / 2).min(RECV_TIMEOUT_MAX);
+        let start = std::time::Instant::now();
+        loop {
+            let n = self.recv_ready(f)?;
+            if n > 0 || start.elapsed() >= spin {
+                if n > 0 {
+                    return Ok(n);
+                }
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let timeout = (wait - spin - RECV_BLOCKS / 2).min(RECV_TIMEOUT_MAX);
         let start = std::time::Instant::now();
         loop {
             let got = self.sock.recv_batch(&mut self.rx, Some(timeout))?;

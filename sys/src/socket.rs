@@ -589,3 +589,18 @@ pub fn write_eth_header(buf: &mut [u8], dst: &[u8; 6], src: &[u8; 6], ethertype:
     buf[6..12].copy_from_slice(src);
     buf[12..14].copy_from_slice(&ethertype.to_be_bytes());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receive_batch_has_room_for_its_frames_and_hands_out_only_what_came() {
+        let b = RecvBatch::new(4, 1514);
+        assert_eq!(b.capacity(), 4);
+        assert_eq!(b.frame_len(), 1514);
+        assert_eq!(RecvBatch::new(0, 60).capacity(), 1);
+        let r = std::panic::catch_unwind(|| b.frame(0).0.len);
+        assert!(r.is_err(), "a frame of an empty batch");
+    }
+}
