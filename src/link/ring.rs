@@ -14,7 +14,7 @@
 //! flush before waiting for an answer cannot deadlock).
 
 use super::mapped::{self, Mapped, Pending};
-use super::socket::{self, lookup, stalled, strategy, RECV_BATCH, SEND_STALL};
+use super::socket::{self, lookup, strategy, SendBatch, RECV_BATCH};
 use super::{BatchEnd, Groups, Held, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::iface::Interface;
@@ -144,8 +144,7 @@ pub struct RingLink {
     pending: Pending,
     tx_mode: TxMode,
     /// [`TxMode::Batch`]: queued frames, back to back, and their end offsets.
-    batch: Vec<u8>,
-    batch_ends: Vec<usize>,
+    batch: SendBatch,
     groups: Groups,
 }
 
@@ -209,8 +208,7 @@ impl RingLink {
                 BATCH
             }),
             tx_mode: cfg.tx_mode,
-            batch: Vec::new(),
-            batch_ends: Vec::new(),
+            batch: SendBatch::default(),
             groups,
         })
     }
@@ -257,26 +255,7 @@ impl RingLink {
 
     /// Sends the userspace batch with `sendmmsg`, waiting for room when the socket is full.
     fn flush_batch(&mut self) -> Result<(), LinkError> {
-        let mut frames: Vec<&[u8]> = Vec::with_capacity(self.batch_ends.len());
-        let mut start = 0;
-        for &end in &self.batch_ends {
-            frames.push(&self.batch[start..end]);
-            start = end;
-        }
-        let mut done = 0;
-        while done < frames.len() {
-            let n = self.ring.socket().send_batch(&frames[done..])?;
-            if n == 0 {
-                let fd = self.ring.socket().as_fd();
-                if !wait::wait_fd(fd, Interest::Write, self.strategy, SEND_STALL)? {
-                    return Err(stalled("the packet socket"));
-                }
-            }
-            done += n;
-        }
-        self.batch.clear();
-        self.batch_ends.clear();
-        Ok(())
+        self.batch.send_all(self.ring.socket(), self.strategy)
     }
 }
 
@@ -395,10 +374,10 @@ impl Mapped for RingLink {
 
     fn push_with(&mut self, len: usize, fill: &dyn Fn(&mut [u8])) -> Result<bool, LinkError> {
         if self.tx_mode == TxMode::Batch {
-            let start = self.batch.len();
-            self.batch.resize(start + len, 0);
-            fill(&mut self.batch[start..]);
-            self.batch_ends.push(start + len);
+            self.batch.push_with(len, |buf| {
+                fill(buf);
+                Ok::<(), LinkError>(())
+            })?;
             return Ok(true);
         }
         Ok(self.ring.tx_push_with(len, fill)?)

@@ -62,9 +62,8 @@ pub struct SocketLink {
     iface: Interface,
     max_pdu: usize,
     strategy: Strategy,
-    /// Frames queued since the last flush, back to back, and where each ends.
-    tx: Vec<u8>,
-    tx_ends: Vec<usize>,
+    /// Frames queued since the last flush.
+    tx: SendBatch,
     rx: RecvBatch,
     groups: Groups,
 }
@@ -88,8 +87,7 @@ impl SocketLink {
             sock,
             max_pdu,
             strategy: strategy(cfg.wait),
-            tx: Vec::with_capacity(SEND_BATCH * (ETH_HEADER_LEN + max_pdu)),
-            tx_ends: Vec::with_capacity(SEND_BATCH),
+            tx: SendBatch::with_capacity(SEND_BATCH, ETH_HEADER_LEN + max_pdu),
             rx: RecvBatch::new(RECV_CALL, ETH_HEADER_LEN + max_pdu),
             iface,
             groups,
@@ -149,49 +147,24 @@ impl Link for SocketLink {
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         check_pdu(pdu, self.max_pdu)?;
-        if self.tx_ends.len() >= SEND_BATCH {
+        if self.tx.len() >= SEND_BATCH {
             self.flush()?;
         }
-        let start = self.tx.len();
-        self.tx.resize(start + ethernet::frame_len(pdu.len()), 0);
-        if let Err(e) = ethernet::emit(&mut self.tx[start..], dst, MacAddr(self.iface.mac), pdu) {
-            self.tx.truncate(start);
-            return Err(LinkError::Io(io::Error::other(e)));
-        }
-        self.tx_ends.push(self.tx.len());
-        Ok(())
+        let src = MacAddr(self.iface.mac);
+        self.tx.push_with(ethernet::frame_len(pdu.len()), |buf| {
+            ethernet::emit(buf, dst, src, pdu)
+                .map(drop)
+                .map_err(|e| LinkError::Io(io::Error::other(e)))
+        })
     }
 
     /// Sends the queued frames with one `sendmmsg` (or a few, if the socket fills up).
     fn flush(&mut self) -> Result<(), LinkError> {
-        let mut sent = 0;
-        while sent < self.tx_ends.len() {
-            let mut from = if sent == 0 { 0 } else { self.tx_ends[sent - 1] };
-            let frames: Vec<&[u8]> = self.tx_ends[sent..]
-                .iter()
-                .map(|&end| {
-                    let f = &self.tx[from..end];
-                    from = end;
-                    f
-                })
-                .collect();
-            let took = self.sock.send_batch(&frames)?;
-            if took == 0 {
-                // The socket buffer (or the device queue) is full: wait for room.
-                let fd = self.sock.as_fd();
-                if !wait::wait_fd(fd, Interest::Write, self.strategy, SEND_STALL)? {
-                    return Err(stalled("the packet socket"));
-                }
-            }
-            sent += took;
-        }
-        self.tx.clear();
-        self.tx_ends.clear();
-        Ok(())
+        self.tx.send_all(&self.sock, self.strategy)
     }
 
     fn tx_ready(&self) -> bool {
-        self.tx_ends.len() < SEND_BATCH
+        self.tx.len() < SEND_BATCH
     }
 
     fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
@@ -378,6 +351,71 @@ pub(crate) fn lookup(name: &str) -> Result<(Interface, usize), LinkError> {
     let iface = Interface::lookup(name)?;
     let max_pdu = check_mtu(iface.mtu)?;
     Ok((iface, max_pdu))
+}
+
+/// Frames queued back to back for `sendmmsg`, and where each ends: the socket link's send
+/// queue, and the ring link's in its batch mode.
+#[derive(Debug, Default)]
+pub(crate) struct SendBatch {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl SendBatch {
+    /// Room for `frames` frames of `frame_len` bytes before the queue grows.
+    pub(crate) fn with_capacity(frames: usize, frame_len: usize) -> SendBatch {
+        SendBatch {
+            bytes: Vec::with_capacity(frames * frame_len),
+            ends: Vec::with_capacity(frames),
+        }
+    }
+
+    /// Frames queued.
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Queues a frame of `len` bytes that `fill` writes.
+    pub(crate) fn push_with<E>(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let start = self.bytes.len();
+        self.bytes.resize(start + len, 0);
+        if let Err(e) = fill(&mut self.bytes[start..]) {
+            self.bytes.truncate(start);
+            return Err(e);
+        }
+        self.ends.push(start + len);
+        Ok(())
+    }
+
+    /// Sends every queued frame on `sock` with `sendmmsg`, waiting (the way `strategy` says)
+    /// for room while the socket is full, and empties the queue.
+    pub(crate) fn send_all(
+        &mut self,
+        sock: &PacketSocket,
+        strategy: Strategy,
+    ) -> Result<(), LinkError> {
+        let mut frames: Vec<&[u8]> = Vec::with_capacity(self.ends.len());
+        let mut start = 0;
+        for &end in &self.ends {
+            frames.push(&self.bytes[start..end]);
+            start = end;
+        }
+        let mut done = 0;
+        while done < frames.len() {
+            let n = sock.send_batch(&frames[done..])?;
+            if n == 0 && !wait::wait_fd(sock.as_fd(), Interest::Write, strategy, SEND_STALL)? {
+                return Err(stalled("the packet socket"));
+            }
+            done += n;
+        }
+        self.bytes.clear();
+        self.ends.clear();
+        Ok(())
+    }
 }
 
 /// The sys wait strategy of a [`WaitMode`].
