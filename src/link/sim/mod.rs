@@ -130,6 +130,7 @@ impl SimNet {
                 tx_rng: rng(i, 0),
                 rx_rng: rng(i, 1),
                 in_burst: false,
+                last_rx: 0,
                 tx_free: 0,
                 tx_blocked: false,
                 out_free: 0,
