@@ -211,6 +211,15 @@ impl SimNet {
         std::mem::take(&mut self.inner.borrow_mut().ready)
     }
 
+    /// Frames waiting in `port`'s receive queue (0 for a port that does not exist).
+    pub fn rx_pending(&self, port: usize) -> usize {
+        self.inner
+            .borrow()
+            .ports
+            .get(port)
+            .map_or(0, |p| p.rx.len())
+    }
+
     /// When the earliest pending event is due: a frame reaching the switch or a port. Advancing
     /// to it may deliver nothing (the switch only forwarded the frame onward). `None` when the
     /// network is idle.
