@@ -2668,3 +2668,79 @@ fn a_fellow_asked_for_frames_across_the_bitmap_answers_what_it_lacks_in_one_repl
         }]
     );
 }
+
+/// What root `root` (rank 0 of group 7) transmits after rank `from` sends it `nack` (`ctr`:
+/// `from`'s control counter): each frame's kind, sequence number and whether it went to
+/// every member.
+fn root_answers(
+    root: &mut Engine,
+    now: Instant,
+    from: u16,
+    nack: &Control,
+    ctr: u32,
+) -> Vec<(Kind, u32, bool)> {
+    let mut buf = vec![0u8; 1500];
+    let n = nack
+        .emit(7, Rank::new(from), Rank::new(0), ctr, &mut buf)
+        .unwrap();
+    assert_eq!(root.handle_frame(now, &buf[..n]), Ok(()));
+    let mut out = Vec::new();
+    while let Some(t) = root.poll_transmit(now, &mut buf) {
+        let f = Frame::new_checked(&buf[..t.len]).unwrap();
+        out.push((f.kind(), f.seq(), f.flags().contains(Flags::BROADCAST)));
+    }
+    out
+}
+
+#[test]
+fn nacks_that_crossed_a_rebroadcast_of_their_frame_are_combined_with_it() {
+    // Frame 1 of root 0's stream is lost at members 1, 2 and 3 of 6. Members 1 and 2 ask for
+    // it in one batch: the root re-broadcasts it. Member 3's NACK arrives right after, sent
+    // before the re-broadcast reached it: the re-broadcast serves it, and the root sends
+    // nothing more. Member 3 lost the re-broadcast too and asks again a retry interval
+    // (`Config::nack_retry`) later: the root repairs it, to member 3 alone.
+    let mut root = Engine::new(Config::new(7, Rank::new(0), 6)).unwrap();
+    let retry = root.config().nack_retry;
+    let mut now = Instant::now();
+    root.bcast(now, message(4000, 9), Algorithm::Simple)
+        .unwrap();
+    let mut buf = vec![0u8; 1500];
+    let mut data = 0;
+    while root.poll_transmit(now, &mut buf).is_some() {
+        data += 1;
+    }
+    assert_eq!(data, 3, "the message's three data frames");
+    let nack = Control::Nack {
+        base: 1,
+        missing: 1,
+        next: 1,
+        more: vec![],
+    };
+    let mut buf = vec![0u8; 1500];
+    for from in [1u16, 2] {
+        let n = nack
+            .emit(7, Rank::new(from), Rank::new(0), 1, &mut buf)
+            .unwrap();
+        assert_eq!(root.handle_frame(now, &buf[..n]), Ok(()));
+    }
+    let mut sent = Vec::new();
+    while let Some(t) = root.poll_transmit(now, &mut buf) {
+        let f = Frame::new_checked(&buf[..t.len]).unwrap();
+        sent.push((f.kind(), f.seq(), f.flags().contains(Flags::BROADCAST)));
+    }
+    assert_eq!(sent, vec![(Kind::Repair, 1, true)], "one re-broadcast");
+    now += Duration::from_micros(100);
+    assert_eq!(
+        root_answers(&mut root, now, 3, &nack, 1),
+        vec![],
+        "the NACK that crossed the re-broadcast"
+    );
+    now += retry;
+    assert_eq!(
+        root_answers(&mut root, now, 3, &nack, 2),
+        vec![(Kind::Repair, 1, false)],
+        "asked again a retry interval later"
+    );
+    assert_eq!(root.stats().rebroadcasts, 1);
+    assert_eq!(root.stats().nacks_handled, 4);
+}
