@@ -122,6 +122,10 @@ pub struct Sender {
     /// When frames were last re-broadcast as repairs, by sequence number modulo its length
     /// (the buffer's slots; made at the first re-broadcast): see [`Sender::recently_rebroadcast`].
     rebroadcast_at: Vec<Option<(Seq, Instant)>>,
+    /// With a tree: the stream's last frame is to be re-broadcast (see `Sender::on_timeout`),
+    /// and when it last was.
+    tail_due: bool,
+    tail_at: Option<Instant>,
 }
 
 /// How long after a frame's re-broadcast the root takes no NACK for it, as a fraction of the receivers' retry interval
@@ -165,6 +169,8 @@ impl Sender {
             sent: VecDeque::new(),
             ranks: Vec::new(),
             rebroadcast_at: Vec::new(),
+            tail_due: false,
+            tail_at: None,
         }
     }
 
@@ -617,6 +623,27 @@ impl Sender {
             // often a driver calls this, the protocol is the same.
             self.eqa.request_repair(rank, cursor);
         }
+        // With a tree, at the end of the stream (everything queued sent): members that lost
+        // its last frames cannot tell, and a subtree's report names one laggard only, so the
+        // root found them one after another, a timeout each (at 2048 members with burst loss,
+        // about 100 of them over 360 ms). The last frame, re-broadcast, shows every one of
+        // them its gap at once; they ask for it as for any other. At most once per `rto`.
+        let tail = cfg.ack_tree > 0
+            && self.queue.is_empty()
+            && sent_upto > Seq::new(0)
+            && sent_upto == self.eqa.head()
+            && self
+                .tail_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= cfg.rto)
+            && fired.iter().any(|&r| {
+                self.eqa
+                    .lms(r)
+                    .is_some_and(|l| l.is_live() && l.cursor() < sent_upto)
+            });
+        if tail {
+            self.tail_due = true;
+            self.tail_at = Some(now);
+        }
         self.ranks = fired;
         if let Some(t) = self.pull_timer {
             if t <= now {
@@ -801,6 +828,28 @@ impl Sender {
         buf: &mut [u8],
         stats: &mut Stats,
     ) -> Option<Transmit> {
+        if std::mem::take(&mut self.tail_due) {
+            let seq = self.sent_upto - 1;
+            if let Some(slot) = self.eqa.slot(seq) {
+                let mut repr = *slot.repr();
+                repr.kind = Some(Kind::Repair);
+                repr.dst = wire::ALL;
+                repr.flags |= Flags::BROADCAST;
+                let len = repr.emit(slot.payload(), buf).ok()?;
+                stats.rebroadcasts += 1;
+                stats.repair_frames += 1;
+                if self.rebroadcast_at.is_empty() {
+                    self.rebroadcast_at = vec![None; cfg.window.max(1)];
+                }
+                if let Some(i) = self.rebroadcast_slot(seq) {
+                    self.rebroadcast_at[i] = Some((seq, now));
+                }
+                return Some(Transmit {
+                    dst: Dest::All,
+                    len,
+                });
+            }
+        }
         let n = self.eqa.dests().len();
         // Round robin over the destinations with queued repairs only.
         while let Some(i) = self.eqa.next_with_repairs(self.rr) {

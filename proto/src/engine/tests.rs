@@ -2783,3 +2783,43 @@ fn with_a_tree_a_peer_whose_repairs_were_lost_twice_is_asked_a_third_time_before
     );
     assert_eq!(net.engines[1].stats().peer_nacks, 3, "rank 1 asked rank 2");
 }
+
+#[test]
+fn with_a_tree_the_end_of_a_stream_is_shown_to_every_member_at_the_first_timeout() {
+    // Root 0 of 6, a tree of fan-out 2, sends one message of three frames and hears nothing
+    // back. Members that lost the stream's last frame cannot tell, and a subtree's report
+    // names one laggard only: at the first timeout the root re-broadcasts the last frame
+    // besides its repairs, and not again within the retransmission timeout.
+    let cfg = {
+        let mut c = Config::new(7, Rank::new(0), 6);
+        c.ack_tree = 2;
+        c
+    };
+    let rto = cfg.rto;
+    let mut root = Engine::new(cfg).unwrap();
+    let now = Instant::now();
+    root.bcast(now, message(4000, 3), Algorithm::Simple)
+        .unwrap();
+    let mut buf = vec![0u8; 1500];
+    while root.poll_transmit(now, &mut buf).is_some() {}
+    let sent = |root: &mut Engine, at: Instant| {
+        root.handle_timeout(at);
+        let mut buf = vec![0u8; 1500];
+        let mut out = Vec::new();
+        while let Some(t) = root.poll_transmit(at, &mut buf) {
+            let f = Frame::new_checked(&buf[..t.len]).unwrap();
+            out.push((f.kind(), f.seq(), f.flags().contains(Flags::BROADCAST)));
+        }
+        out
+    };
+    let first = sent(&mut root, now + rto);
+    assert!(
+        first.contains(&(Kind::Repair, 2, true)),
+        "the last frame re-broadcast: {first:?}"
+    );
+    let soon = sent(&mut root, now + rto + rto / 2);
+    assert!(
+        !soon.contains(&(Kind::Repair, 2, true)),
+        "not again within rto: {soon:?}"
+    );
+}
