@@ -80,6 +80,13 @@ pub struct SimCluster<M = Member> {
     halted: Vec<bool>,
     /// Scratch: members to visit in this step.
     mark: Vec<bool>,
+    /// Receive coalescing ([`SimCluster::set_rx_coalesce`]): zero, or how long after its
+    /// first frame a member's receive turn comes.
+    rx_coalesce: Duration,
+    /// Members' receive turns still to come (with coalescing), by when.
+    rx_wakes: BinaryHeap<Reverse<(Instant, usize)>>,
+    /// The receive turn each member has to come, if any.
+    rx_wake_at: Vec<Option<Instant>>,
 }
 
 /// How a run ended.
@@ -115,7 +122,24 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
             scheduled: vec![None; n],
             halted: vec![false; n],
             mark: vec![false; n],
+            rx_coalesce: Duration::ZERO,
+            rx_wakes: BinaryHeap::new(),
+            rx_wake_at: vec![None; n],
         })
+    }
+
+    /// Receive interrupt coalescing: a member whose receive queue was empty takes its
+    /// frames `d` after the first of them arrived (everything due by then, in one turn), as
+    /// a NIC raises its receive interrupt a set time after the first frame (`rx-usecs`)
+    /// and the host takes the whole batch per wake-up. Zero (the default): a member takes
+    /// its frames at the instant they arrive, one turn per instant. Timers and transmit
+    /// wake-ups are not delayed; a turn for those takes the frames waiting too.
+    ///
+    /// Why: in a large group every broadcast frame is a turn of every member, and a turn
+    /// finds the member's state cold in the caches; frames arriving a frame time apart
+    /// share one turn.
+    pub fn set_rx_coalesce(&mut self, d: Duration) {
+        self.rx_coalesce = d;
     }
 
     /// The switch.
@@ -207,7 +231,8 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
                 return Ok(RunEnd::Done);
             }
             let wake = w.next_wake().filter(|&t| t > now);
-            let next = [self.net.next_event(), self.next_timer(), wake]
+            let rx_wake = self.rx_wakes.peek().map(|&Reverse((t, _))| t);
+            let next = [self.net.next_event(), self.next_timer(), wake, rx_wake]
                 .into_iter()
                 .flatten()
                 .min();
@@ -225,8 +250,34 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
                 // Ports beyond the members (a tap, an attacker) are the test's business.
                 let mut r = self.net.take_ready();
                 r.retain(|&p| p < self.nodes.len());
+                if !self.rx_coalesce.is_zero() {
+                    // Frames wait for the member's receive turn; a transmit wake-up (its
+                    // queue empty) is taken now.
+                    let at = now + self.rx_coalesce;
+                    r.retain(|&p| {
+                        if self.net.rx_pending(p) == 0 {
+                            return true;
+                        }
+                        if self.rx_wake_at[p].is_none() {
+                            self.rx_wake_at[p] = Some(at);
+                            self.rx_wakes.push(Reverse((at, p)));
+                        }
+                        false
+                    });
+                }
                 r
             };
+            while let Some(&Reverse((t, i))) = self.rx_wakes.peek() {
+                if t > now {
+                    break;
+                }
+                self.rx_wakes.pop();
+                self.rx_wake_at[i] = None;
+                // (Frames a timer's turn took meanwhile need no second turn.)
+                if self.net.rx_pending(i) > 0 {
+                    ready.push(i);
+                }
+            }
             while let Some(&Reverse((t, i))) = self.timers.peek() {
                 if t > now {
                     break;
@@ -337,6 +388,9 @@ pub struct Scenario {
     pub peer_repair: Option<bool>,
     /// Adjusts every member's engine configuration (after the options above).
     pub tweak: fn(&mut Config),
+    /// Receive interrupt coalescing of every host ([`SimCluster::set_rx_coalesce`]; zero:
+    /// none).
+    pub rx_coalesce: Duration,
 }
 
 impl Scenario {
@@ -353,6 +407,7 @@ impl Scenario {
             ack_tree: None,
             peer_repair: None,
             tweak: |_| {},
+            rx_coalesce: Duration::ZERO,
         }
     }
 }
@@ -582,6 +637,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         })
         .collect::<Result<Vec<_>, ClusterError>>()?;
     let mut cluster = SimCluster::new(net, members)?;
+    cluster.set_rx_coalesce(sc.rx_coalesce);
 
     // The workload: per root, a queue of (size, algo).
     let mut rng = ChaCha8Rng::seed_from_u64(t.seed);

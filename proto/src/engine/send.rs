@@ -119,7 +119,18 @@ pub struct Sender {
     /// A list of ranks for the timers that fired and the destinations a repair serves, kept
     /// so that neither allocates.
     ranks: Vec<Rank>,
+    /// When frames were last re-broadcast as repairs, by sequence number modulo its length
+    /// (the buffer's slots; made at the first re-broadcast): see [`Sender::recently_rebroadcast`].
+    rebroadcast_at: Vec<Option<(Seq, Instant)>>,
+    /// With a tree: the stream's last frame is to be re-broadcast (see `Sender::on_timeout`),
+    /// and when it last was.
+    tail_due: bool,
+    tail_at: Option<Instant>,
 }
+
+/// How long after a frame's re-broadcast the root takes no NACK for it, as a fraction of the receivers' retry interval
+/// (`Config::nack_retry`): see [`Sender::recently_rebroadcast`].
+const REBROADCAST_HOLD_DIV: u32 = 2;
 
 /// Fresh frames over which the fail-over check judges a destination.
 const FAILOVER_WINDOW: u32 = 32;
@@ -157,6 +168,9 @@ impl Sender {
             timers: BTreeSet::new(),
             sent: VecDeque::new(),
             ranks: Vec::new(),
+            rebroadcast_at: Vec::new(),
+            tail_due: false,
+            tail_at: None,
         }
     }
 
@@ -372,6 +386,26 @@ impl Sender {
         }
     }
 
+    /// NACK combining: whether frame `seq` was re-broadcast less than half a retry interval
+    /// (`Config::nack_retry`) ago. A request for it then crossed the re-broadcast on its way
+    /// (asked before the re-broadcast reached its sender, which takes it), and is not
+    /// answered: a receiver that lost the re-broadcast too asks again after its retry
+    /// interval, past this hold. Without it, every batch of NACKs for a frame lost at many
+    /// receivers re-broadcast it again: at 4096 members with burst loss, 10 re-broadcasts per
+    /// data frame, each a frame to every member.
+    pub(crate) fn recently_rebroadcast(&self, cfg: &Config, seq: Seq, now: Instant) -> bool {
+        let Some(&Some((s, at))) = self.rebroadcast_slot(seq).map(|i| &self.rebroadcast_at[i])
+        else {
+            return false;
+        };
+        s == seq && now.saturating_duration_since(at) < cfg.nack_retry / REBROADCAST_HOLD_DIV
+    }
+
+    fn rebroadcast_slot(&self, seq: Seq) -> Option<usize> {
+        let n = self.rebroadcast_at.len() as u64;
+        (n > 0).then(|| (seq.get() % n) as usize)
+    }
+
     pub(crate) fn on_feedback(
         &mut self,
         cfg: &Config,
@@ -425,7 +459,7 @@ impl Sender {
                 };
                 for off in nack_offsets(missing, more) {
                     let s = base + u64::from(off);
-                    if s < self.sent_upto {
+                    if s < self.sent_upto && !self.recently_rebroadcast(cfg, s, now) {
                         self.eqa.request_repair(src, s);
                     }
                 }
@@ -589,6 +623,27 @@ impl Sender {
             // often a driver calls this, the protocol is the same.
             self.eqa.request_repair(rank, cursor);
         }
+        // With a tree, at the end of the stream (everything queued sent): members that lost
+        // its last frames cannot tell, and a subtree's report names one laggard only, so the
+        // root found them one after another, a timeout each (at 2048 members with burst loss,
+        // about 100 of them over 360 ms). The last frame, re-broadcast, shows every one of
+        // them its gap at once; they ask for it as for any other. At most once per `rto`.
+        let tail = cfg.ack_tree > 0
+            && self.queue.is_empty()
+            && sent_upto > Seq::new(0)
+            && sent_upto == self.eqa.head()
+            && self
+                .tail_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= cfg.rto)
+            && fired.iter().any(|&r| {
+                self.eqa
+                    .lms(r)
+                    .is_some_and(|l| l.is_live() && l.cursor() < sent_upto)
+            });
+        if tail {
+            self.tail_due = true;
+            self.tail_at = Some(now);
+        }
         self.ranks = fired;
         if let Some(t) = self.pull_timer {
             if t <= now {
@@ -682,7 +737,7 @@ impl Sender {
         live: &[bool],
         stats: &mut Stats,
     ) -> Option<Transmit> {
-        if let Some(t) = self.poll_repair(cfg, buf, stats) {
+        if let Some(t) = self.poll_repair(cfg, now, buf, stats) {
             return Some(t);
         }
         while let Some((rank, seq)) = self.p2p_copies.pop_front() {
@@ -766,7 +821,35 @@ impl Sender {
         None
     }
 
-    fn poll_repair(&mut self, cfg: &Config, buf: &mut [u8], stats: &mut Stats) -> Option<Transmit> {
+    fn poll_repair(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        buf: &mut [u8],
+        stats: &mut Stats,
+    ) -> Option<Transmit> {
+        if std::mem::take(&mut self.tail_due) {
+            let seq = self.sent_upto - 1;
+            if let Some(slot) = self.eqa.slot(seq) {
+                let mut repr = *slot.repr();
+                repr.kind = Some(Kind::Repair);
+                repr.dst = wire::ALL;
+                repr.flags |= Flags::BROADCAST;
+                let len = repr.emit(slot.payload(), buf).ok()?;
+                stats.rebroadcasts += 1;
+                stats.repair_frames += 1;
+                if self.rebroadcast_at.is_empty() {
+                    self.rebroadcast_at = vec![None; cfg.window.max(1)];
+                }
+                if let Some(i) = self.rebroadcast_slot(seq) {
+                    self.rebroadcast_at[i] = Some((seq, now));
+                }
+                return Some(Transmit {
+                    dst: Dest::All,
+                    len,
+                });
+            }
+        }
         let n = self.eqa.dests().len();
         // Round robin over the destinations with queued repairs only.
         while let Some(i) = self.eqa.next_with_repairs(self.rr) {
@@ -822,6 +905,12 @@ impl Sender {
                     }
                 }
                 stats.rebroadcasts += 1;
+                if self.rebroadcast_at.is_empty() {
+                    self.rebroadcast_at = vec![None; cfg.window.max(1)];
+                }
+                if let Some(i) = self.rebroadcast_slot(seq) {
+                    self.rebroadcast_at[i] = Some((seq, now));
+                }
             }
             for &r in &served {
                 if let Some(l) = self.eqa.lms_mut(r) {

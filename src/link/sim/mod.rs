@@ -130,6 +130,7 @@ impl SimNet {
                 tx_rng: rng(i, 0),
                 rx_rng: rng(i, 1),
                 in_burst: false,
+                last_rx: 0,
                 tx_free: 0,
                 tx_blocked: false,
                 out_free: 0,
@@ -208,6 +209,15 @@ impl SimNet {
     /// in the order their first frame arrived.
     pub fn take_ready(&self) -> Vec<usize> {
         std::mem::take(&mut self.inner.borrow_mut().ready)
+    }
+
+    /// Frames waiting in `port`'s receive queue (0 for a port that does not exist).
+    pub fn rx_pending(&self, port: usize) -> usize {
+        self.inner
+            .borrow()
+            .ports
+            .get(port)
+            .map_or(0, |p| p.rx.len())
     }
 
     /// When the earliest pending event is due: a frame reaching the switch or a port. Advancing

@@ -45,7 +45,10 @@ pub struct Faults {
     /// with a loss-only bad state): the frame is lost, and so is each following frame with
     /// probability `1 - 1/burst_len`.
     pub burst_loss: f64,
-    /// Mean length of a loss burst, in frames arriving at this port (at least 1).
+    /// Mean length of a loss burst, in frames arriving at this port (at least 1). A burst
+    /// also ends when no frame reached the port for 64 full frames' time (at least 1 ms):
+    /// loss bursts are close in time, and a port's traffic that stopped does not carry one
+    /// into frames that come much later.
     pub burst_len: f64,
     /// Probability that a frame is delivered twice (the copy is serialised right after it).
     pub dup: f64,

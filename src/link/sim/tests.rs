@@ -258,6 +258,50 @@ fn loss_bursts_have_the_configured_mean_length() {
 }
 
 #[test]
+fn a_loss_burst_ends_when_the_port_goes_quiet() {
+    // Bursts that, counted in frames, would never end: each round's frames are lost from
+    // the first burst on, and the first frame after a quiet spell (2 ms) starts afresh.
+    let (net, mut ports) = build(SimConfig {
+        rate_bps: None,
+        per_port: vec![(
+            1,
+            Faults {
+                burst_loss: 0.05,
+                burst_len: 1e9,
+                ..Faults::NONE
+            },
+        )],
+        ..perfect(2)
+    });
+    let dst = ports[1].local_mac();
+    let mut first_of_round = 0;
+    for round in 0..20u32 {
+        for i in 0..200 {
+            ports[0].send(dst, &numbered(round * 1000 + i, 64)).unwrap();
+        }
+        let got: Vec<u32> = drain(&net, &mut ports)
+            .iter()
+            .map(|r| number(&r.pdu) - round * 1000)
+            .collect();
+        // Never a frame after a lost one within the round: the burst went on.
+        assert_eq!(
+            got,
+            (0..got.len() as u32).collect::<Vec<_>>(),
+            "round {round}"
+        );
+        assert!(got.len() < 200, "round {round}: a burst began");
+        if got.first() == Some(&0) {
+            first_of_round += 1;
+        }
+        net.advance_by(Duration::from_millis(2));
+    }
+    assert!(
+        first_of_round >= 17,
+        "{first_of_round} of 20 rounds began without loss"
+    );
+}
+
+#[test]
 fn every_copy_is_delivered_lost_or_dropped_exactly_once() {
     let faults = Faults {
         loss: 0.05,

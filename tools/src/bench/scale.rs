@@ -104,6 +104,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
                     ack_tree: None,
                     peer_repair: None,
                     compare_nodes: None,
+                    rx_coalesce_us: 0,
                 })?;
                 let exact = r.completed && r.deliveries.exact();
                 rows.push(ScaleRow {

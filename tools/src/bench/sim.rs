@@ -48,6 +48,9 @@ pub struct SimOptions {
     /// Also run the same scenario with this many members first, and report the goodput as a
     /// fraction of that run's.
     pub compare_nodes: Option<u16>,
+    /// Receive interrupt coalescing of every host, microseconds (0: a turn per arrival
+    /// instant).
+    pub rx_coalesce_us: u64,
 }
 
 /// The JSON the subcommand prints.
@@ -291,6 +294,7 @@ fn run_one(o: &SimOptions) -> Result<SimJson, ClusterError> {
     sc.window = o.window;
     sc.ack_tree = o.ack_tree;
     sc.peer_repair = o.peer_repair;
+    sc.rx_coalesce = Duration::from_micros(o.rx_coalesce_us);
     let t0 = std::time::Instant::now();
     let cpu0 = super::cpu::process_seconds();
     let r: Report = run(&sc)?;
@@ -504,6 +508,11 @@ pub struct Args {
     /// fraction of theirs (e.g. 16).
     #[arg(long)]
     compare_nodes: Option<u16>,
+    /// Receive interrupt coalescing of every simulated host, in microseconds: a host takes
+    /// the frames that reach it in one turn this long after the first (as a NIC's
+    /// `rx-usecs`); 0: one turn per arrival instant.
+    #[arg(long, default_value_t = 25)]
+    rx_coalesce_us: u64,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -547,6 +556,7 @@ impl Args {
             ack_tree: self.ack_tree,
             peer_repair: self.peer_repair,
             compare_nodes: self.compare_nodes,
+            rx_coalesce_us: self.rx_coalesce_us,
         };
         if self.api == SimApi::Group {
             let g = GroupOptions {

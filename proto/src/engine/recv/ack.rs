@@ -134,6 +134,19 @@ impl Receiver {
                         self.peer_silence += 1;
                         slot.state.insert(SlotState::PEER_ASKED_AGAIN);
                         to_peer.set(k);
+                    } else if self.peer.is_some()
+                        && retry
+                        && self.tree.is_some()
+                        && !slot.state.contains(SlotState::PEER_ASKED_THIRD)
+                    {
+                        // With a tree (a large group), a third time: under burst loss the
+                        // peer's repair often falls into the same burst at this member as the
+                        // frame, and the repeat 1 ms later into another. Each ask of the root
+                        // instead adds to NACKs into it that grow with the group: at 1024
+                        // members with burst loss, 1.39 to 0.86 root NACKs per data frame.
+                        self.peer_silence += 1;
+                        slot.state.insert(SlotState::PEER_ASKED_THIRD);
+                        to_peer.set(k);
                     } else {
                         if slot.state.contains(SlotState::PEER_ASKED) && slot.nacked.is_some() {
                             // Asked of the peer, and its retry interval passed unanswered.

@@ -75,6 +75,9 @@ bitflags::bitflags! {
         /// `Receiver::link_at`: read from there when consumed or asked for, and copied into `data`
         /// if it is still waiting when the link gives the frame back.
         const LINK = 1 << 5;
+        /// It was asked of the peer a third time (with a tree, see `Receiver::send_nacks`): the
+        /// next ask goes to the root.
+        const PEER_ASKED_THIRD = 1 << 6;
     }
 }
 
@@ -517,9 +520,9 @@ impl Receiver {
         if let Some(t) = self.slots[i].nacked.take() {
             self.repair_sample(now.saturating_duration_since(t));
         }
-        self.slots[i]
-            .state
-            .remove(SlotState::PEER_ASKED | SlotState::PEER_ASKED_AGAIN);
+        self.slots[i].state.remove(
+            SlotState::PEER_ASKED | SlotState::PEER_ASKED_AGAIN | SlotState::PEER_ASKED_THIRD,
+        );
         if repr.kind == Some(Kind::Repair) && repr.flags.contains(Flags::P2P) {
             // Relayed by a peer: it answers.
             self.peer_answered();
