@@ -206,16 +206,20 @@ impl Link for SocketLink {
         let Some(wait) = wait.filter(|&w| w >= RECV_BLOCKS + spin) else {
             return super::recv_with(self, wait, |l| l.recv_ready(f));
         };
-        let start = std::time::Instant::now();
-        loop {
-            let n = self.recv_ready(f)?;
-            if n > 0 || start.elapsed() >= spin {
+        // An adaptive link looks without waiting for its spin; a blocking one does not look
+        // first: the receive returns at once with what is already queued.
+        if !spin.is_zero() {
+            let start = std::time::Instant::now();
+            loop {
+                let n = self.recv_ready(f)?;
                 if n > 0 {
                     return Ok(n);
                 }
-                break;
+                if start.elapsed() >= spin {
+                    break;
+                }
+                std::thread::yield_now();
             }
-            std::thread::yield_now();
         }
         let timeout = (wait - spin - RECV_BLOCKS / 2).min(RECV_TIMEOUT_MAX);
         let start = std::time::Instant::now();

@@ -68,8 +68,8 @@ pub struct PacketSocket {
     fd: OwnedFd,
     ifindex: u32,
     ethertype: u16,
-    /// The receive timeout last set for [`PacketSocket::recv_wait`], in ms (0: never set, the
-    /// descriptor still nonblocking).
+    /// The receive timeout last set for a waiting [`PacketSocket::recv_batch`], in ms (0: never
+    /// set, the descriptor still nonblocking).
     rcvtimeo_ms: std::cell::Cell<u64>,
 }
 
@@ -306,12 +306,6 @@ impl PacketSocket {
         }
     }
 
-    /// Receives one whole Ethernet frame into `buf` without waiting. `Ok(None)`: nothing is
-    /// ready. If [`RecvInfo::len`] exceeds `buf.len()` the frame was truncated.
-    pub fn recv(&self, buf: &mut [u8]) -> Result<Option<RecvInfo>> {
-        self.recv_flags(buf, libc::MSG_DONTWAIT)
-    }
-
     /// Receives up to [`RecvBatch::capacity`] whole Ethernet frames with one `recvmmsg(2)`;
     /// returns how many ([`RecvBatch::frame`] gives each). `wait: None` takes only what is
     /// queued; `Some(t)` waits for the first frame in the kernel's receive for up to `t`
@@ -395,7 +389,9 @@ impl PacketSocket {
         Ok(())
     }
 
-    fn recv_flags(&self, buf: &mut [u8], flags: libc::c_int) -> Result<Option<RecvInfo>> {
+    /// Receives one whole Ethernet frame into `buf` without waiting. `Ok(None)`: nothing is
+    /// ready. If [`RecvInfo::len`] exceeds `buf.len()` the frame was truncated.
+    pub fn recv(&self, buf: &mut [u8]) -> Result<Option<RecvInfo>> {
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let mut alen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
@@ -407,7 +403,7 @@ impl PacketSocket {
                 self.fd.as_raw_fd(),
                 buf.as_mut_ptr().cast(),
                 buf.len(),
-                flags | libc::MSG_TRUNC,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
                 (&mut addr as *mut libc::sockaddr_ll).cast(),
                 &mut alen,
             )
