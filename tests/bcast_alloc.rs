@@ -6,8 +6,11 @@
 //!
 //! The members run as threads of this process on an in-process link whose frames live in
 //! fixed slots (the link allocates nothing per frame), and each thread counts its own
-//! allocations with the counting allocator. The warm-up loses frames, so that the repair
-//! paths have run (and grown what they keep) before the count starts.
+//! allocations with the counting allocator. Before the count starts, the warm-up grows what a
+//! member keeps to the deepest the measured rounds can need: it loses frames, so that the
+//! repair paths have run, and in one round every receiver lets a root's whole burst of
+//! messages arrive before it receives the first, so that the queue of complete messages
+//! waiting for their receive has held a whole burst.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -41,6 +44,8 @@ struct Port {
     /// Whether it loses frames it sends, and how many it sent.
     lossy: AtomicBool,
     sent: AtomicU64,
+    /// Broadcasts its member has made as the root.
+    rooted: AtomicU64,
 }
 
 /// A switch between the threads of this process: every frame to a group or broadcast
@@ -63,6 +68,7 @@ impl Hub {
                 ready: Condvar::new(),
                 lossy: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
+                rooted: AtomicU64::new(0),
             })
             .collect();
         Arc::new(Hub { ports })
@@ -147,17 +153,32 @@ impl Link for HubLink {
     }
 }
 
-/// Whether a member's port loses frames.
-struct Loss {
+/// A member's view of the hub beside its link: whether its port loses frames, and how many
+/// broadcasts each member has made as the root.
+struct Ports {
     hub: Arc<Hub>,
     me: usize,
 }
 
-impl Loss {
-    fn set(&self, lossy: bool) {
+impl Ports {
+    fn set_lossy(&self, lossy: bool) {
         self.hub.ports[self.me]
             .lossy
             .store(lossy, Ordering::Relaxed);
+    }
+
+    /// Counts a broadcast this member made as the root.
+    fn rooted(&self) {
+        self.hub.ports[self.me]
+            .rooted
+            .fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Broadcasts `root` has made so far.
+    fn rooted_by(&self, root: Rank) -> u64 {
+        self.hub.ports[usize::from(root.get())]
+            .rooted
+            .load(Ordering::SeqCst)
     }
 }
 
@@ -165,7 +186,7 @@ impl Loss {
 /// returns what each gave, by rank.
 fn run_group<T: Send + 'static>(
     n: usize,
-    member: impl Fn(&mut Group, &Loss) -> Result<T, GroupError> + Send + Sync + 'static,
+    member: impl Fn(&mut Group, &Ports) -> Result<T, GroupError> + Send + Sync + 'static,
 ) -> Vec<T> {
     let hub = Hub::new(n);
     let member = Arc::new(member);
@@ -182,7 +203,7 @@ fn run_group<T: Send + 'static>(
                     me,
                 });
                 let mut g = Group::from_link(link, hub.macs(), opts)?;
-                let out = member(&mut g, &Loss { hub, me })?;
+                let out = member(&mut g, &Ports { hub, me })?;
                 g.flush()?;
                 // Keep answering repairs while the others finish.
                 for _ in 0..20 {
@@ -220,22 +241,54 @@ fn is_message(got: &[u8], root: Rank, round: usize, len: usize) -> bool {
 const SIZES: [usize; 4] = [8, 1000, 4096, 65_536];
 const ALGORITHMS: [Algorithm; 2] = [Algorithm::Simple, Algorithm::PushPull];
 
-/// One round: every root, algorithm and size, with both forms of the call; with `late`,
-/// receivers call a moment after the root, so that its message is there before their
-/// receive. Returns the broadcasts made, or the first wrong message.
+/// When receivers call, against their root.
+#[derive(Clone, Copy, PartialEq)]
+enum Late {
+    /// At once.
+    No,
+    /// A moment after the root, so that its message is there before their receive.
+    EachCall,
+    /// Once the root has made its whole burst of simple broadcasts (every size, both forms),
+    /// keeping the group going meanwhile: every message of the burst is complete before the
+    /// first receive. No more can wait: every member makes its own burst between receiving
+    /// this one and the root's next, so the next begins after all have received this one.
+    WholeBurst,
+}
+
+/// Broadcasts one root makes in a row with one algorithm.
+const BURST: u64 = 2 * SIZES.len() as u64;
+
+/// One round: every root, algorithm and size, with both forms of the call; `late` says when
+/// receivers call, and `made` counts each root's broadcasts so far. Returns the broadcasts
+/// made, or the first wrong message.
 fn round(
     g: &mut Group,
+    ports: &Ports,
     round: usize,
-    late: bool,
+    late: Late,
+    made: &mut [u64],
     buf: &mut Vec<u8>,
     fixed: &mut [u8],
 ) -> Result<u64, String> {
     let mut calls = 0;
     for algo in ALGORITHMS {
         for root in Rank::all(g.size()) {
+            let me = g.rank() == root;
+            let mine = &mut made[usize::from(root.get())];
+            if late == Late::WholeBurst && algo == Algorithm::Simple && !me {
+                let whole = *mine + BURST;
+                let since = std::time::Instant::now();
+                while ports.rooted_by(root) < whole {
+                    if since.elapsed() > Duration::from_secs(20) {
+                        return Err(format!("{root} did not make its burst"));
+                    }
+                    g.progress(Duration::from_millis(1))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            *mine += BURST;
             for len in SIZES {
-                let me = g.rank() == root;
-                if late && !me {
+                if late == Late::EachCall && !me {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 if me {
@@ -243,6 +296,9 @@ fn round(
                     buf.extend((0..len).map(|i| byte(root, round, i)));
                 }
                 g.bcast_with(root, buf, algo).map_err(|e| e.to_string())?;
+                if me {
+                    ports.rooted();
+                }
                 if !is_message(buf, root, round, len) {
                     return Err(format!("bcast from {root}, {len} B, {algo:?}: wrong bytes"));
                 }
@@ -257,6 +313,9 @@ fn round(
                 }
                 g.bcast_into_with(root, slice, algo)
                     .map_err(|e| e.to_string())?;
+                if me {
+                    ports.rooted();
+                }
                 if !is_message(slice, root, round, len) {
                     return Err(format!(
                         "bcast_into from {root}, {len} B, {algo:?}: wrong bytes"
@@ -273,20 +332,26 @@ fn round(
 fn broadcasts_allocate_nothing_in_steady_state_at_the_root_or_a_receiver() {
     const WARM: usize = 4;
     const MEASURED: usize = 5;
-    let counts = run_group(4, |g, loss| {
+    let counts = run_group(4, |g, ports| {
         let mut buf = Vec::new();
         let mut fixed = vec![0u8; SIZES[SIZES.len() - 1]];
-        // Warm-up: with lost frames, with receivers late, then as measured.
+        let mut made = vec![0u64; usize::from(g.size())];
+        // Warm-up: with lost frames, with receivers late by a call, then by a whole burst,
+        // then as measured.
         for r in 0..WARM {
-            loss.set(r + 1 < WARM);
-            if let Err(e) = round(g, r, r == 0, &mut buf, &mut fixed) {
+            ports.set_lossy(r + 1 < WARM);
+            let late = [Late::EachCall, Late::WholeBurst][..]
+                .get(r)
+                .copied()
+                .unwrap_or(Late::No);
+            if let Err(e) = round(g, ports, r, late, &mut made, &mut buf, &mut fixed) {
                 return Ok(Err(e));
             }
         }
         let before = CountingAlloc::thread_allocations();
         let mut calls = 0;
         for r in WARM..WARM + MEASURED {
-            match round(g, r, false, &mut buf, &mut fixed) {
+            match round(g, ports, r, Late::No, &mut made, &mut buf, &mut fixed) {
                 Ok(c) => calls += c,
                 Err(e) => return Ok(Err(e)),
             }
