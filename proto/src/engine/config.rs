@@ -64,7 +64,8 @@ pub struct Config {
     pub outbox: usize,
     /// Bytes a receiver keeps for messages whose receive is not posted yet (pushed buffer).
     pub pushed_buffer: usize,
-    /// Posted receives a receive stream holds (the RDP's receive queue).
+    /// Posted receives a receive stream holds (the RDP's receive queue), and complete
+    /// messages it holds for receives not posted yet.
     pub recv_queue: usize,
     /// Repair requests each destination's LDP queues.
     pub repair_queue: usize,

@@ -2823,3 +2823,67 @@ fn with_a_tree_the_end_of_a_stream_is_shown_to_every_member_at_the_first_timeout
         "not again within rto: {soon:?}"
     );
 }
+
+/// A receiver that posts no receive keeps complete messages for the receive to come, within
+/// its pushed buffer's bytes and the receive queue's count: a root that sends empty or tiny
+/// messages cannot make it hold more. Then the root waits (the paper's stopped broadcast),
+/// and once receives are posted every message arrives, in order.
+#[test]
+fn an_unposted_receiver_holds_at_most_a_receive_queue_of_tiny_messages() {
+    const QUEUE: usize = 16;
+    const SENT: usize = 200;
+    let mut net = Net::new(3, |c| {
+        c.auto_post = false;
+        c.pushed_buffer = 4096;
+        c.recv_queue = QUEUE;
+    });
+    for r in 1..3 {
+        for _ in 0..QUEUE {
+            net.engines[r].post_recv(net.now, Rank::new(0), 64).unwrap();
+        }
+    }
+    let msgs: Vec<Vec<u8>> = (0..SENT).map(|i| message(i % 2, i as u8)).collect();
+    let mut queued = 0;
+    let until = net.now + Duration::from_millis(200);
+    while queued < SENT && net.now < until {
+        while queued < SENT {
+            match net.engines[0].bcast(net.now, msgs[queued].clone(), Algorithm::Simple) {
+                Ok(_) => queued += 1,
+                Err(SendError::QueueFull(_)) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let step = net.now + Duration::from_millis(5);
+        net.run(|n| n.now >= step);
+    }
+    // Each has its first receives' messages, and holds at most a receive queue's more.
+    let held = |net: &Net| {
+        net.engines[2]
+            .receiver(Rank::new(0))
+            .unwrap()
+            .held_messages()
+    };
+    assert_eq!(net.delivered[2].len(), QUEUE);
+    assert!(held(&net) <= QUEUE, "holds {} messages", held(&net));
+    for _ in 0..(SENT / QUEUE + 1) {
+        for r in 1..3 {
+            for _ in net.engines[r].receiver(Rank::new(0)).unwrap().posted()..QUEUE {
+                net.engines[r].post_recv(net.now, Rank::new(0), 64).unwrap();
+            }
+        }
+        while queued < SENT {
+            match net.engines[0].bcast(net.now, msgs[queued].clone(), Algorithm::Simple) {
+                Ok(_) => queued += 1,
+                Err(_) => break,
+            }
+        }
+        let step = net.now + Duration::from_millis(20);
+        net.run(|n| n.now >= step);
+        assert!(held(&net) <= QUEUE, "holds {} messages", held(&net));
+    }
+    net.run(|n| n.delivered[1].len() == SENT && n.delivered[2].len() == SENT);
+    for r in 1..3 {
+        let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
+        assert_eq!(got, msgs.iter().collect::<Vec<_>>(), "rank {r}");
+    }
+}

@@ -131,6 +131,8 @@ pub struct Receiver {
     ahead: VecDeque<InMsg>,
     /// Bytes held by the buffers of `ahead` (bounded by the window's worth of frames).
     ahead_bytes: usize,
+    /// Complete messages waiting for their receive, their bytes in `pushed`: at most
+    /// `posts_cap` of them (the bytes alone would not bound empty messages).
     done: VecDeque<InMsg>,
     /// Complete messages held back for fellows' requests, in order (`Config::peer_hold`).
     holding: VecDeque<Held>,
@@ -322,12 +324,22 @@ impl Receiver {
     pub fn pushed_bytes(&self) -> usize {
         self.pushed.len()
     }
-    /// Heap bytes this stream owns (window slots, pushed buffer, receive queue).
+    /// Complete messages held for a receive not posted yet.
+    pub fn held_messages(&self) -> usize {
+        self.done.len()
+    }
+    /// Receives posted and not yet taken.
+    pub fn posted(&self) -> usize {
+        self.posts.len()
+    }
+    /// Heap bytes this stream owns (window slots, pushed buffer, receive queue, the messages
+    /// held for receives).
     pub fn heap_bytes(&self) -> usize {
         self.slots.len() * (std::mem::size_of::<WSlot>() + self.slot_payload())
             + self.link_at.len() * std::mem::size_of::<usize>()
             + self.pushed.capacity()
             + self.posts.capacity() * std::mem::size_of::<Post>()
+            + (self.done.capacity() + self.ahead.capacity()) * std::mem::size_of::<InMsg>()
             + self.spare.as_ref().map_or(0, |v| v.capacity())
             + self
                 .holding

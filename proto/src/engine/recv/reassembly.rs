@@ -255,6 +255,11 @@ impl Receiver {
             if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
                 return Err(Drop::Protocol("message does not start at offset 0"));
             }
+            if self.post_for(0).is_none() && self.done.len() >= self.posts_cap as usize {
+                // A receive queue's worth of complete messages waits for receives already:
+                // the frame waits in its slot (bytes alone would not bound empty messages).
+                return Err(Drop::NoRoom);
+            }
             let m = match self.ahead.pop_front() {
                 Some(mut m) if m.id == self.next_start && m.len == repr.msg_len as usize => {
                     if let Some(v) = m.data.as_mut() {
