@@ -11,7 +11,7 @@ use super::{check_mtu, check_pdu, Groups, Link, LinkError, MacAddr, WaitMode};
 use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
 use ethbcast_sys::filter;
 use ethbcast_sys::iface::Interface;
-use ethbcast_sys::socket::{PacketSocket, RecvBatch, SocketOptions};
+use ethbcast_sys::socket::{PacketSocket, RecvBatch, SocketOptions, SEND_BATCH_MAX};
 use ethbcast_sys::wait::{self, Interest, Strategy};
 use std::io;
 use std::os::fd::AsFd;
@@ -402,19 +402,24 @@ impl SendBatch {
         sock: &PacketSocket,
         strategy: Strategy,
     ) -> Result<(), LinkError> {
-        let mut frames: Vec<&[u8]> = Vec::with_capacity(self.ends.len());
-        let mut start = 0;
-        for &end in &self.ends {
-            frames.push(&self.bytes[start..end]);
-            start = end;
-        }
-        let mut done = 0;
-        while done < frames.len() {
-            let n = sock.send_batch(&frames[done..])?;
+        // The frames go in chunks of what one `sendmmsg` takes, their slices on the stack.
+        let (mut sent, mut start) = (0, 0);
+        while sent < self.ends.len() {
+            let mut frames: [&[u8]; SEND_BATCH_MAX] = [&[]; SEND_BATCH_MAX];
+            let ends = &self.ends[sent..self.ends.len().min(sent + SEND_BATCH_MAX)];
+            let mut from = start;
+            for (frame, &end) in frames.iter_mut().zip(ends) {
+                *frame = &self.bytes[from..end];
+                from = end;
+            }
+            let n = sock.send_batch(&frames[..ends.len()])?;
             if n == 0 && !wait::wait_fd(sock.as_fd(), Interest::Write, strategy, SEND_STALL)? {
                 return Err(stalled("the packet socket"));
             }
-            done += n;
+            if n > 0 {
+                start = ends[n - 1];
+                sent += n;
+            }
         }
         self.bytes.clear();
         self.ends.clear();

@@ -62,6 +62,9 @@ pub struct Stats {
     pub drops: u32,
 }
 
+/// Frames one [`PacketSocket::send_batch`] sends at most.
+pub const SEND_BATCH_MAX: usize = 64;
+
 /// An `AF_PACKET` raw socket. Unbound after [`PacketSocket::new`]: call [`PacketSocket::bind`].
 #[derive(Debug)]
 pub struct PacketSocket {
@@ -257,34 +260,29 @@ impl PacketSocket {
         }
     }
 
-    /// Sends several whole Ethernet frames with one `sendmmsg(2)`. Returns how many the kernel
-    /// took (fewer than `frames.len()` if the socket filled up: wait and send the rest).
+    /// Sends several whole Ethernet frames with one `sendmmsg(2)`: up to [`SEND_BATCH_MAX`] of
+    /// them, with headers on the stack (nothing allocated). Returns how many the kernel took
+    /// (fewer than `frames.len()` if the socket filled up: wait and send the rest).
     pub fn send_batch(&self, frames: &[&[u8]]) -> Result<usize> {
-        const MAX_BATCH: usize = 64;
-        let frames = &frames[..frames.len().min(MAX_BATCH)];
+        let frames = &frames[..frames.len().min(SEND_BATCH_MAX)];
         if frames.is_empty() {
             return Ok(0);
         }
-        let mut iovs: Vec<libc::iovec> = frames
-            .iter()
-            .map(|f| libc::iovec {
-                iov_base: f.as_ptr().cast_mut().cast(),
-                iov_len: f.len(),
-            })
-            .collect();
-        let mut msgs: Vec<libc::mmsghdr> = iovs
-            .iter_mut()
-            .map(|iov| {
-                // SAFETY: `msghdr` is plain old data; all-zero is a valid (empty) value.
-                let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-                hdr.msg_iov = iov;
-                hdr.msg_iovlen = 1;
-                libc::mmsghdr {
-                    msg_hdr: hdr,
-                    msg_len: 0,
-                }
-            })
-            .collect();
+        // SAFETY: `iovec` and `mmsghdr` are plain old data; all-zero is a valid value of each
+        // (null pointers, zero lengths).
+        let (mut iovs, mut msgs) = unsafe {
+            (
+                [std::mem::zeroed::<libc::iovec>(); SEND_BATCH_MAX],
+                [std::mem::zeroed::<libc::mmsghdr>(); SEND_BATCH_MAX],
+            )
+        };
+        for ((f, iov), msg) in frames.iter().zip(&mut iovs).zip(&mut msgs) {
+            iov.iov_base = f.as_ptr().cast_mut().cast();
+            iov.iov_len = f.len();
+            msg.msg_hdr.msg_iov = iov;
+            msg.msg_hdr.msg_iovlen = 1;
+        }
+        let msgs = &mut msgs[..frames.len()];
         // SAFETY: `msgs` holds `msgs.len()` initialised headers, each pointing to one iovec of
         // `iovs`, which point into the caller's frames; all outlive the call. The kernel only
         // reads the frames and writes `msg_len`.
