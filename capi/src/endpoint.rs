@@ -280,6 +280,13 @@ impl Endpoint {
         result
     }
 
+    /// Whether a progress thread serves this member now: from the call that left work behind
+    /// (set before that call returns, so before the thread may have run at all) until the
+    /// thread leaves.
+    pub fn progress_thread_running(&self) -> bool {
+        self.shared.serving.load(Ordering::Acquire)
+    }
+
     /// Counters so far, as `ethbcast_counters` gives them to C.
     pub fn counters(&self) -> EthbcastCounters {
         let c = &self.shared.counters;
