@@ -244,17 +244,19 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
             }
             self.net.advance_to(next.max(now));
             let now = self.net.now();
-            ready = if wake.is_some_and(|t| t <= now) {
-                (0..self.nodes.len()).collect()
+            if wake.is_some_and(|t| t <= now) {
+                ready.clear();
+                ready.extend(0..self.nodes.len());
             } else {
+                // One list for the whole run: the switch's and this one trade buffers.
+                self.net.take_ready_into(&mut ready);
                 // Ports beyond the members (a tap, an attacker) are the test's business.
-                let mut r = self.net.take_ready();
-                r.retain(|&p| p < self.nodes.len());
+                ready.retain(|&p| p < self.nodes.len());
                 if !self.rx_coalesce.is_zero() {
                     // Frames wait for the member's receive turn; a transmit wake-up (its
                     // queue empty) is taken now.
                     let at = now + self.rx_coalesce;
-                    r.retain(|&p| {
+                    ready.retain(|&p| {
                         if self.net.rx_pending(p) == 0 {
                             return true;
                         }
@@ -265,8 +267,7 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
                         false
                     });
                 }
-                r
-            };
+            }
             while let Some(&Reverse((t, i))) = self.rx_wakes.peek() {
                 if t > now {
                     break;

@@ -211,6 +211,13 @@ impl SimNet {
         std::mem::take(&mut self.inner.borrow_mut().ready)
     }
 
+    /// [`SimNet::take_ready`] into `out` (cleared first), without allocating: the switch keeps
+    /// `out`'s buffer for its next list.
+    pub fn take_ready_into(&self, out: &mut Vec<usize>) {
+        out.clear();
+        std::mem::swap(out, &mut self.inner.borrow_mut().ready);
+    }
+
     /// Frames waiting in `port`'s receive queue (0 for a port that does not exist).
     pub fn rx_pending(&self, port: usize) -> usize {
         self.inner
