@@ -381,9 +381,13 @@ impl Engine {
     /// the link are consumed and served, the observers told, and what leaves the link and is
     /// still needed copied.
     pub fn frames_done(&mut self, now: Instant, end: crate::machine::BatchEnd<'_>) {
-        for &root in &self.observed {
+        for k in 0..self.observed.len() {
+            let root = self.observed[k];
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.frames_done(now, end);
+                // What it delivered, served and scheduled leaves now, not at the stream's
+                // next frame or timer.
+                self.collect_rx(root);
             }
         }
     }
