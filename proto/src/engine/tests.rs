@@ -2976,3 +2976,27 @@ fn repairs_served_from_the_link_leave_when_the_batch_ends() {
     let out = drain(&mut rx, now);
     assert_eq!(repair_payloads(&out).len(), 15, "frames 1..=15 served");
 }
+
+/// Performs the misbehaviour: a fellow that asks, again and again within one batch of the
+/// link, for frames a receiver left in the link (`Engine::leave_in_link`). Repairs it serves
+/// from the link wait for the batch's end; they count against the outbox as the ones served
+/// at once do, so that a batch of requests makes it hold at most `Config::outbox` of them,
+/// not one per frame asked for in every request.
+#[test]
+fn repairs_served_from_the_link_are_bounded_by_the_outbox_whatever_a_fellow_asks() {
+    const OUTBOX: usize = 32;
+    const ASKS: u32 = 50;
+    let (mut rx, link, now) = in_link_fellow(OUTBOX);
+    for ctr in 2..2 + ASKS {
+        ask_for_16(&mut rx, now, ctr);
+    }
+    batch_end(&mut rx, now, &link);
+    let out = drain(&mut rx, now);
+    let repairs = repair_payloads(&out).len();
+    assert!(repairs > 0, "nothing served");
+    assert!(
+        repairs <= OUTBOX,
+        "{repairs} repairs for {} frames asked ({ASKS} requests of 16): the outbox holds {OUTBOX}",
+        16 * ASKS
+    );
+}
