@@ -3000,3 +3000,48 @@ fn repairs_served_from_the_link_are_bounded_by_the_outbox_whatever_a_fellow_asks
         16 * ASKS
     );
 }
+
+/// Performs the misbehaviour: a root that polls a receiver for its acknowledgement over and
+/// over (each poll with a fresh control counter) while the receiver's link takes nothing (a
+/// driver flushes only what the link takes; the rest waits in the engine). Each poll is
+/// answered, but what waits to be sent is at most `Config::outbox` control frames: beyond it
+/// a control frame is dropped and counted, as a link would lose it (acknowledgements,
+/// requests and reports are all repeated by their timers). Once the link takes frames again
+/// the next poll is answered.
+#[test]
+fn a_receiver_polled_faster_than_its_link_sends_holds_at_most_an_outbox_of_answers() {
+    const OUTBOX: usize = 64;
+    const POLLS: u32 = 1000;
+    let mut rx = Engine::new({
+        let mut c = Config::new(7, Rank::new(1), 2);
+        c.outbox = OUTBOX;
+        c
+    })
+    .unwrap();
+    let now = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    let mut poll = |rx: &mut Engine, ctr: u32| {
+        let n = Control::AckPoll
+            .emit(7, Rank::new(0), Rank::new(1), ctr, &mut buf)
+            .unwrap();
+        assert_eq!(rx.handle_frame(now, &buf[..n]), Ok(()));
+    };
+    let bytes = rx.outbox_bytes();
+    for ctr in 1..=POLLS {
+        poll(&mut rx, ctr);
+    }
+    let out = drain(&mut rx, now);
+    assert!(
+        out.len() <= OUTBOX,
+        "{} answers waited for {POLLS} polls: the outbox holds {OUTBOX}",
+        out.len()
+    );
+    assert_eq!(rx.outbox_bytes(), bytes, "the outbox grew");
+    assert_eq!(
+        rx.stats().outbox_full,
+        u64::from(POLLS) - out.len() as u64,
+        "every answer dropped is counted"
+    );
+    poll(&mut rx, POLLS + 1);
+    assert_eq!(drain(&mut rx, now).len(), 1, "answered again");
+}
