@@ -3045,3 +3045,12 @@ fn a_receiver_polled_faster_than_its_link_sends_holds_at_most_an_outbox_of_answe
     poll(&mut rx, POLLS + 1);
     assert_eq!(drain(&mut rx, now).len(), 1, "answered again");
 }
+
+/// An outbox of no frames would drop every control frame (no acknowledgement would ever
+/// leave, see `Stats::outbox_full`): such an engine is refused.
+#[test]
+fn an_engine_without_room_in_its_outbox_is_refused() {
+    let mut c = Config::new(7, Rank::new(0), 2);
+    c.outbox = 0;
+    assert_eq!(Engine::new(c).err(), Some(ConfigError::Zero));
+}
