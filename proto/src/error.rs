@@ -28,7 +28,7 @@ pub enum ConfigError {
     #[error("BTP1 of {0} bytes must be between 1 and the frame payload of {1} bytes")]
     Btp(usize, usize),
     /// A queue or threshold set to zero.
-    #[error("ack_every, send_queue and recv_queue must be at least 1")]
+    #[error("ack_every, send_queue, recv_queue and outbox must be at least 1")]
     Zero,
     /// Gathering gaps for longer than half the window: the window would fill before the
     /// receiver asks for its lost frames.

@@ -247,7 +247,7 @@ impl Config {
         if self.btp1 == 0 || self.btp1 > self.max_payload() {
             return Err(ConfigError::Btp(self.btp1, self.max_payload()));
         }
-        if self.ack_every == 0 || self.send_queue == 0 || self.recv_queue == 0 {
+        if self.ack_every == 0 || self.send_queue == 0 || self.recv_queue == 0 || self.outbox == 0 {
             return Err(ConfigError::Zero);
         }
         if self.nack_gather > self.window / 2 {

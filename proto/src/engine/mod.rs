@@ -381,9 +381,13 @@ impl Engine {
     /// the link are consumed and served, the observers told, and what leaves the link and is
     /// still needed copied.
     pub fn frames_done(&mut self, now: Instant, end: crate::machine::BatchEnd<'_>) {
-        for &root in &self.observed {
+        for k in 0..self.observed.len() {
+            let root = self.observed[k];
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.frames_done(now, end);
+                // What it delivered, served and scheduled leaves now, not at the stream's
+                // next frame or timer.
+                self.collect_rx(root);
             }
         }
     }
@@ -435,7 +439,17 @@ impl Engine {
                 }
                 self.events.push_back(ev);
             }
+            // Repairs a fellow was served from the link come at the batch's end: their room
+            // is kept for them.
+            let room = self.cfg.outbox.saturating_sub(rx.relays_waiting());
             while let Some(c) = rx.take_control() {
+                if self.outbox.len() >= room {
+                    // Made faster than the link takes them (a root polling, a fellow asking,
+                    // while the link is full): dropped as the link would lose it; its timer
+                    // repeats it.
+                    self.stats.outbox_full += 1;
+                    continue;
+                }
                 c.count(&mut self.stats);
                 self.outbox.push_back(c);
             }
@@ -452,10 +466,18 @@ impl Engine {
         }
     }
 
-    /// Queues a control message of the layers above (heartbeat, barrier, ...).
+    /// Queues a control message of the layers above (heartbeat, barrier, ...). When the
+    /// outbox holds `Config::outbox` frames already (they were made faster than the link took
+    /// them: a fellow's pings or a straggler's barrier queries, say), the message is dropped
+    /// and counted ([`Stats::outbox_full`]), as a link would lose it: every one of them is
+    /// repeated by its own timer, or unreliable (a notice).
     pub fn send_control(&mut self, dst: Dest, msg: Control) -> Result<(), WireError> {
         if msg.payload_len() > self.cfg.max_payload() {
             return Err(WireError::PayloadTooLong(msg.payload_len()));
+        }
+        if self.outbox.len() >= self.cfg.outbox {
+            self.stats.outbox_full += 1;
+            return Ok(());
         }
         self.outbox.push_back(Outgoing::Own { dst, msg });
         Ok(())

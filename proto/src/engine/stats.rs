@@ -47,6 +47,10 @@ pub struct Stats {
     pub delivered_bytes: u64,
     /// Messages handed to `bcast`.
     pub sent_msgs: u64,
+    /// Control frames of this member's own (acknowledgements, requests, reports, repairs for
+    /// fellows, the layers above's) dropped because the outbox held `Config::outbox` frames
+    /// already: they were made faster than the link took them.
+    pub outbox_full: u64,
     /// Dropped frames by reason.
     pub drops: DropStats,
 }

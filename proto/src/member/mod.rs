@@ -22,7 +22,11 @@
 //! point-to-point messages likewise (at most [`P2P_WINDOW`] per peer), acknowledgements of
 //! this member's broadcasts fold into a counter ([`Member::stable_through`]), and the other
 //! events wait in a queue of [`EVENT_BOUND`] entries, beyond which application notices are
-//! dropped and counted ([`MemberStats::events_dropped`]).
+//! dropped and counted ([`MemberStats::events_dropped`]). Control frames to send (the
+//! engine's, the barriers' and the detector's answers) wait in the engine's outbox of
+//! `Config::outbox` frames, beyond which they are dropped and counted
+//! ([`crate::engine::Stats::outbox_full`]): a link that takes frames slower than peers ask
+//! makes the member answer less, not hold more.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -552,6 +556,9 @@ impl Member {
             return;
         }
         self.advance(now);
+        // The barriers' and the detector's answers wait in the engine's bounded outbox, not
+        // in their own queues until the link next takes a frame.
+        self.pump_controls();
     }
 
     /// Lets time pass: fires the engines', the detector's and the barriers' timers.
@@ -577,6 +584,7 @@ impl Member {
             }
         }
         self.advance(now);
+        self.pump_controls();
     }
 
     /// The earliest instant at which [`Member::handle_timeout`] has work.
@@ -765,7 +773,8 @@ impl Member {
         }
     }
 
-    /// Moves the barriers' and the detector's frames into the engine's outbox.
+    /// Moves the barriers' and the detector's frames into the engine's outbox (which drops
+    /// and counts what it has no room for, see [`Engine::send_control`]).
     fn pump_controls(&mut self) {
         for b in &mut self.barriers {
             while let Some((dst, msg)) = b.poll_transmit() {

@@ -330,3 +330,42 @@ mod root_call {
         rounds(4, Algorithm::Tree);
     }
 }
+
+/// Performs the misbehaviour: a fellow pings a member (each ping with a fresh control
+/// counter) faster than the member's link sends, so that no flush comes between them. Each
+/// ping is answered, but what the member holds to send is at most its engine's outbox
+/// (`Config::outbox`) at any time, the detector's and the barriers' answers included: beyond
+/// it an answer is dropped and counted, as the link would lose it.
+#[test]
+fn a_member_pinged_faster_than_its_link_sends_holds_at_most_an_outbox_of_pongs() {
+    const OUTBOX: usize = 64;
+    const PINGS: u32 = 1000;
+    let now = Instant::now();
+    let mut cfg = Config::new(7, Rank::new(0), 3);
+    cfg.outbox = OUTBOX;
+    let macs: Vec<MacAddr> = (0..3).map(port_mac).collect();
+    let mut mc = MemberConfig::new(cfg, macs);
+    mc.detector = Some(DetectorConfig::new(
+        Rank::new(0),
+        3,
+        std::time::Duration::from_millis(10),
+    ));
+    let mut m = Member::new(now, mc).unwrap();
+    let mut buf = vec![0u8; 1500];
+    while m.poll_transmit(now, &mut buf).is_some() {}
+    for ctr in 1..=PINGS {
+        let ping = Control::Ping { rank: Rank::new(0) }.to_vec(7, Rank::new(2), Rank::new(0), ctr);
+        m.handle_frame(now, port_mac(2), &ping);
+    }
+    let dropped = m.engine_stats().outbox_full;
+    let held = u64::from(PINGS) - dropped;
+    assert!(
+        held <= OUTBOX as u64,
+        "{held} pongs held for {PINGS} pings before the link took any: the outbox holds {OUTBOX}"
+    );
+    let mut sent = 0;
+    while m.poll_transmit(now, &mut buf).is_some() {
+        sent += 1;
+    }
+    assert_eq!(sent, held, "every pong held is sent");
+}

@@ -96,6 +96,11 @@ impl Receiver {
         self.link_refs.push_back(s);
     }
 
+    /// Repairs for fellows served from the link, to be made when the batch ends.
+    pub(crate) fn relays_waiting(&self) -> usize {
+        self.link_relays.len()
+    }
+
     pub(crate) fn set_in_link(&mut self, on: bool) {
         self.in_link = on;
         self.link_at = if on {

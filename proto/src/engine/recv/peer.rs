@@ -168,8 +168,9 @@ impl Receiver {
 
     /// A peer (`asker`) lost the frames of `missing` and `more` (bit `k` of word `w`:
     /// `wire_base + 16·w + k`): sends it, point to point, those this member still holds, as
-    /// repairs of the root's stream, at most `budget`; the others it is told are not held, in
-    /// one answer.
+    /// repairs of the root's stream, at most `budget` (the outbox's room) less those served
+    /// from the link and still waiting for the batch's end; the others it is told are not
+    /// held, in one answer.
     pub(crate) fn serve_peer(
         &mut self,
         wire_base: u32,
@@ -185,6 +186,9 @@ impl Receiver {
             self.asked = true;
         }
         let base = self.near(wire_base);
+        // Repairs served from the link leave at the batch's end (`frames_done`): until then
+        // they take room in the outbox as much as the ones sent at once.
+        let budget = budget.saturating_sub(self.link_relays.len());
         let mut served = 0;
         let mut unheld = NackBitmap::default();
         for off in nack_offsets(missing, more) {
