@@ -131,7 +131,7 @@ impl Receiver {
                     {
                         // The peer has it (it did not say otherwise) and its repair did not
                         // come in time: most likely lost. Asked once more before the root.
-                        self.peer_silence += 1;
+                        self.peer_silence = self.peer_silence.saturating_add(1);
                         slot.state.insert(SlotState::PEER_ASKED_AGAIN);
                         to_peer.set(k);
                     } else if self.peer.is_some()
@@ -144,13 +144,13 @@ impl Receiver {
                         // frame, and the repeat 1 ms later into another. Each ask of the root
                         // instead adds to NACKs into it that grow with the group: at 1024
                         // members with burst loss, 1.39 to 0.86 root NACKs per data frame.
-                        self.peer_silence += 1;
+                        self.peer_silence = self.peer_silence.saturating_add(1);
                         slot.state.insert(SlotState::PEER_ASKED_THIRD);
                         to_peer.set(k);
                     } else {
                         if slot.state.contains(SlotState::PEER_ASKED) && slot.nacked.is_some() {
                             // Asked of the peer, and its retry interval passed unanswered.
-                            self.peer_silence += 1;
+                            self.peer_silence = self.peer_silence.saturating_add(1);
                         }
                         to_root.set(k);
                         if let Some((_, left)) = self.peer_off.as_mut() {
