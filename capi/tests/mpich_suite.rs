@@ -14,7 +14,14 @@
 //!   DTPools that differ per rank (each rank's pool has its own seed) with one type signature;
 //!   also built with `-DBCAST_COMM_WORLD_ONLY` (MPI_COMM_WORLD only) as upstream does;
 //! - `coll/icbcast`, `coll/icbarrier`: intercommunicators (never over ethbcast);
-//! - `comm/dup_with_info`: MPI_Barrier on communicators from MPI_Comm_dup_with_info.
+//! - `comm/dup_with_info`: MPI_Barrier on communicators from MPI_Comm_dup_with_info;
+//! - `threads/comm/ctxdup`: with MPI_THREAD_MULTIPLE, two threads of each rank in barriers on
+//!   two congruent communicators at once (both must go over PMPI);
+//! - `errors/coll/bcastlength`: counts that differ from the root's are errors at the receivers;
+//! - `rma/linked_list`, `linked_list_fop`, `linked_list_lockall` (MPICH only: Open MPI 4.1 over
+//!   TCP has no dynamic windows): MPI_Bcast of the list's head, then passive-target RMA on the
+//!   other ranks' windows while the ranks that are done wait in MPI_Barrier, which must let
+//!   MPI progress meanwhile (MPI 3.1, 11.7.3): before the interposer did, `linked_list` hung.
 //!
 //! Open MPI with 8 hosts and with 4 hosts of 2 ranks (a host's second rank through shared
 //! memory), MPICH with 4 hosts. A job that fails under the interposer is run again without it,
@@ -57,6 +64,9 @@ struct Program {
     args: &'static [&'static str],
     /// Where one rank's calls go.
     route: Route,
+    /// Whether Open MPI runs it too (Open MPI 4.1 over TCP has no one-sided component for
+    /// dynamic windows: MPI_Win_create_dynamic fails with MPI_ERR_WIN).
+    open_mpi: bool,
 }
 
 /// A single-threaded program with its own `main`.
@@ -90,7 +100,7 @@ const DTP_CONFIGS: u64 = 3 * 3;
 /// Random types per root of [`DTP_ARGS`].
 const DTP_TESTSIZE: u64 = 2;
 
-const PROGRAMS: [Program; 9] = [
+const PROGRAMS: [Program; 12] = [
     Program {
         name: "bcasttest",
         source: "coll/bcasttest.c",
@@ -99,6 +109,7 @@ const PROGRAMS: [Program; 9] = [
         args: &[],
         // 4 sizes, 5 times each.
         route: Route::Exactly(|_| (20, 0)),
+        open_mpi: true,
     },
     Program {
         name: "bcastzerotype",
@@ -107,6 +118,7 @@ const PROGRAMS: [Program; 9] = [
         flags: &[],
         args: &[],
         route: Route::Exactly(|_| (1, 0)),
+        open_mpi: true,
     },
     Program {
         name: "bcast",
@@ -116,6 +128,7 @@ const PROGRAMS: [Program; 9] = [
         args: &DTP_ARGS,
         // Every root of MPI_COMM_WORLD and of its duplicate; the other communicators over PMPI.
         route: Route::Congruent(|ranks| DTP_CONFIGS * 2 * ranks * DTP_TESTSIZE),
+        open_mpi: true,
     },
     Program {
         name: "bcast_comm_world_only",
@@ -124,6 +137,7 @@ const PROGRAMS: [Program; 9] = [
         flags: &["-DBCAST_COMM_WORLD_ONLY"],
         args: &DTP_ARGS,
         route: Route::Exactly(|ranks| (DTP_CONFIGS * ranks * DTP_TESTSIZE, 0)),
+        open_mpi: true,
     },
     Program {
         name: "icbcast",
@@ -132,6 +146,7 @@ const PROGRAMS: [Program; 9] = [
         flags: &[],
         args: &[],
         route: Route::NoneOver,
+        open_mpi: true,
     },
     Program {
         name: "icbarrier",
@@ -140,6 +155,7 @@ const PROGRAMS: [Program; 9] = [
         flags: &[],
         args: &[],
         route: Route::NoneOver,
+        open_mpi: true,
     },
     Program {
         name: "dup_with_info",
@@ -149,6 +165,7 @@ const PROGRAMS: [Program; 9] = [
         args: &[],
         // Three duplicates, two barriers on each.
         route: Route::Exactly(|_| (6, 0)),
+        open_mpi: true,
     },
     Program {
         name: "ctxdup",
@@ -159,6 +176,7 @@ const PROGRAMS: [Program; 9] = [
         // MPI_THREAD_MULTIPLE: two threads of a rank in barriers on two congruent
         // communicators at once, in an order that differs between ranks, both over PMPI.
         route: Route::Exactly(|_| (0, 2)),
+        open_mpi: true,
     },
     Program {
         name: "bcastlength",
@@ -169,6 +187,41 @@ const PROGRAMS: [Program; 9] = [
         // Two broadcasts whose counts differ from the root's: every other rank must get an
         // error from both.
         route: Route::Exactly(|_| (2, 0)),
+        open_mpi: true,
+    },
+    // MPI-3 RMA from MPICH's rma/: every rank appends to a linked list in the other ranks'
+    // windows (passive target: locks, compare-and-swap, puts) while ranks that are done wait
+    // in MPI_Barrier, which must let MPI progress so that the others' RMA on their windows
+    // completes.
+    Program {
+        name: "linked_list",
+        source: "rma/linked_list.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        // One broadcast, one barrier, both on MPI_COMM_WORLD.
+        route: Route::Exactly(|_| (2, 0)),
+        open_mpi: false,
+    },
+    Program {
+        name: "linked_list_fop",
+        source: "rma/linked_list_fop.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        // One broadcast, one barrier, both on MPI_COMM_WORLD.
+        route: Route::Exactly(|_| (2, 0)),
+        open_mpi: false,
+    },
+    Program {
+        name: "linked_list_lockall",
+        source: "rma/linked_list_lockall.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        // One broadcast, one barrier, both on MPI_COMM_WORLD.
+        route: Route::Exactly(|_| (2, 0)),
+        open_mpi: false,
     },
 ];
 
@@ -257,6 +310,7 @@ fn mpich_bcast_and_barrier_tests_pass_under_the_interposer() {
         let so = interposer(m, &dir);
         PROGRAMS
             .iter()
+            .filter(|p| m == MpiImpl::Mpich || p.open_mpi)
             .map(|p| Built {
                 program: build_program(m, p, &dir),
                 interposer: so.clone(),
@@ -273,9 +327,17 @@ fn mpich_bcast_and_barrier_tests_pass_under_the_interposer() {
     let prefix = format!("ms{:x}", std::process::id() & 0xfff);
     let bed = MpiBed::up(&TestbedConfig::new(8).prefix(prefix), &dir).expect("test-bed");
     let mut times = Vec::new();
-    for (p, b) in PROGRAMS.iter().zip(&ompi) {
-        times.push((p.name, "openmpi 8x1", run(&bed, MpiImpl::OpenMpi, p, b, 8, 1)));
-        times.push((p.name, "openmpi 4x2", run(&bed, MpiImpl::OpenMpi, p, b, 4, 2)));
+    for (p, b) in PROGRAMS.iter().filter(|p| p.open_mpi).zip(&ompi) {
+        times.push((
+            p.name,
+            "openmpi 8x1",
+            run(&bed, MpiImpl::OpenMpi, p, b, 8, 1),
+        ));
+        times.push((
+            p.name,
+            "openmpi 4x2",
+            run(&bed, MpiImpl::OpenMpi, p, b, 4, 2),
+        ));
     }
     // MPICH busy-polls in its own calls, which on 2 cores makes 8 ranks crawl: 4 hosts.
     for (p, b) in PROGRAMS.iter().zip(&mpich) {
