@@ -108,13 +108,17 @@ static size_t ebc_max_bytes = 4096;
  * a rank waiting on ethbcast makes none: a peer that needs this rank before it can reach the
  * collective would wait for it forever (MPICH's rma/linked_list did: capi/tests/mpich_suite.rs).
  * So while a call waits, a helper thread calls PMPI_Iprobe, which runs the MPI's progress
- * engine: once a call has waited across one tick (1-2 ms), once per tick until it returns. A
- * call that returns sooner costs two uncontended atomic increments and a mutex. The helper
- * needs MPI_THREAD_SERIALIZED (MPI_Init asks for it): it calls MPI only while the rank's own
- * calling thread is inside this library, and a call returns only once a probe in flight has
- * returned (the mutex). After a second without a waiting call it sleeps until the next one. */
-#define EBC_MP_TICK_NS 1000000L
-#define EBC_MP_IDLE_TICKS 1000
+ * engine. It looks every 10 ms while calls come (each look wakes a thread: at one look per
+ * millisecond, 8 ranks' 8-byte broadcasts took about 30% longer on the 2-core test-bed; at 10 ms
+ * the difference is within the runs' spread); a call it finds waiting at two looks in a row
+ * (10-20 ms) gets a probe then, and one per millisecond until it returns. A call costs two uncontended atomic increments and a
+ * mutex. The helper needs MPI_THREAD_SERIALIZED (MPI_Init asks for it): it calls MPI only while
+ * the rank's own calling thread is inside this library, and a call returns only once a probe in
+ * flight has returned (the mutex). After a second without a waiting call it sleeps until the
+ * next one. */
+#define EBC_MP_PROBE_NS 1000000L
+#define EBC_MP_LOOK_NS 10000000L
+#define EBC_MP_IDLE_LOOKS 100
 static pthread_t ebc_mp_thread;
 static int ebc_mp_running = 0;
 static pthread_mutex_t ebc_mp_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -132,17 +136,20 @@ static void *ebc_mp_main(void *arg) {
     pthread_mutex_lock(&ebc_mp_mu);
     while (!ebc_mp_stop) {
         unsigned long long c = atomic_load(&ebc_mp_calls);
+        int probing = 0;
         if (c & 1) {
             idle = 0;
-            /* The same call has waited since the last tick: let MPI progress. */
+            /* The same call has waited since the last look: let MPI progress, and look again
+             * sooner while it waits. */
             if (c == seen) {
                 int flag = 0;
                 PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
                             MPI_STATUS_IGNORE);
                 ebc_mp_probes++;
+                probing = 1;
             }
             seen = c;
-        } else if (++idle >= EBC_MP_IDLE_TICKS) {
+        } else if (++idle >= EBC_MP_IDLE_LOOKS) {
             /* Nothing waited for a second: sleep until a call waits (ebc_wait_begin wakes us;
              * seq_cst on both sides: either we see its call or it sees us asleep). */
             atomic_store(&ebc_mp_sleeping, 1);
@@ -155,7 +162,7 @@ static void *ebc_mp_main(void *arg) {
         }
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_nsec += EBC_MP_TICK_NS;
+        t.tv_nsec += probing ? EBC_MP_PROBE_NS : EBC_MP_LOOK_NS;
         if (t.tv_nsec >= 1000000000L) {
             t.tv_sec++;
             t.tv_nsec -= 1000000000L;
