@@ -111,11 +111,11 @@ static size_t ebc_max_bytes = 4096;
  * engine. It looks every 10 ms while calls come (each look wakes a thread: at one look per
  * millisecond, 8 ranks' 8-byte broadcasts took about 30% longer on the 2-core test-bed; at 10 ms
  * the difference is within the runs' spread); a call it finds waiting at two looks in a row
- * (10-20 ms) gets a probe then, and one per millisecond until it returns. A call costs two uncontended atomic increments and a
- * mutex. The helper needs MPI_THREAD_SERIALIZED (MPI_Init asks for it): it calls MPI only while
- * the rank's own calling thread is inside this library, and a call returns only once a probe in
- * flight has returned (the mutex). After a second without a waiting call it sleeps until the
- * next one. */
+ * (10-20 ms) gets a probe then, and one per millisecond until it returns. A call costs two
+ * uncontended atomic increments and a mutex. The helper needs MPI_THREAD_SERIALIZED (MPI_Init
+ * asks for it): it calls MPI only while the rank's own calling thread is inside this library,
+ * and a call returns only once a probe in flight has returned (the mutex). After a second
+ * without a waiting call it sleeps until the next one. */
 #define EBC_MP_PROBE_NS 1000000L
 #define EBC_MP_LOOK_NS 10000000L
 #define EBC_MP_IDLE_LOOKS 100
