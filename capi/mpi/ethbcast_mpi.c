@@ -65,6 +65,8 @@
  * MPI_Bcast and MPI_Barrier with one warning: never keyless, never broken. */
 #define _GNU_SOURCE
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +100,136 @@ static size_t ebc_max_bytes = 4096;
 /* The group's largest message (the engine's max_message): longer broadcasts go to PMPI on every
  * rank, whatever ETHBCAST_MPI_MAX_BYTES says. */
 #define EBC_MAX_MESSAGE ((size_t)1 << 30)
+
+/* MPI's progress while a call waits on ethbcast. MPI requires an MPI call that blocks to let
+ * other MPI communication progress: a peer's MPI_Send to this rank must complete while this
+ * rank waits in MPI_Barrier (MPI 3.1, 3.5 "Progress"), and so must a peer's passive-target RMA
+ * on this rank's window (11.7.3). Open MPI and MPICH progress only inside their own calls, and
+ * a rank waiting on ethbcast makes none: a peer that needs this rank before it can reach the
+ * collective would wait for it forever (MPICH's rma/linked_list did: capi/tests/mpich_suite.rs).
+ * So while a call waits, a helper thread calls PMPI_Iprobe, which runs the MPI's progress
+ * engine. It looks every 10 ms while calls come (each look wakes a thread: at one look per
+ * millisecond, 8 ranks' 8-byte broadcasts took about 30% longer on the 2-core test-bed; at 10 ms
+ * the difference is within the runs' spread); a call it finds waiting at two looks in a row
+ * (10-20 ms) gets a probe then, and one per millisecond until it returns. A call costs two
+ * uncontended atomic increments and a mutex. The helper needs MPI_THREAD_SERIALIZED (MPI_Init
+ * asks for it): it calls MPI only while the rank's own calling thread is inside this library,
+ * and a call returns only once a probe in flight has returned (the mutex). After a second
+ * without a waiting call it sleeps until the next one. */
+#define EBC_MP_PROBE_NS 1000000L
+#define EBC_MP_LOOK_NS 10000000L
+#define EBC_MP_IDLE_LOOKS 100
+static pthread_t ebc_mp_thread;
+static int ebc_mp_running = 0;
+static pthread_mutex_t ebc_mp_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ebc_mp_cv;
+/* Odd while a call waits on ethbcast: incremented when it starts waiting and when it returns. */
+static _Atomic unsigned long long ebc_mp_calls = 0;
+static _Atomic int ebc_mp_sleeping = 0;
+static int ebc_mp_stop = 0;
+static unsigned long long ebc_mp_probes = 0;
+
+static void *ebc_mp_main(void *arg) {
+    (void)arg;
+    unsigned long long seen = 0;
+    int idle = 0;
+    pthread_mutex_lock(&ebc_mp_mu);
+    while (!ebc_mp_stop) {
+        unsigned long long c = atomic_load(&ebc_mp_calls);
+        int probing = 0;
+        if (c & 1) {
+            idle = 0;
+            /* The same call has waited since the last look: let MPI progress, and look again
+             * sooner while it waits. */
+            if (c == seen) {
+                int flag = 0;
+                PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
+                            MPI_STATUS_IGNORE);
+                ebc_mp_probes++;
+                probing = 1;
+            }
+            seen = c;
+        } else if (++idle >= EBC_MP_IDLE_LOOKS) {
+            /* Nothing waited for a second: sleep until a call waits (ebc_wait_begin wakes us;
+             * seq_cst on both sides: either we see its call or it sees us asleep). */
+            atomic_store(&ebc_mp_sleeping, 1);
+            while (!(atomic_load(&ebc_mp_calls) & 1) && !ebc_mp_stop)
+                pthread_cond_wait(&ebc_mp_cv, &ebc_mp_mu);
+            atomic_store(&ebc_mp_sleeping, 0);
+            idle = 0;
+            seen = 0;
+            continue;
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_nsec += probing ? EBC_MP_PROBE_NS : EBC_MP_LOOK_NS;
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&ebc_mp_cv, &ebc_mp_mu, &t);
+    }
+    pthread_mutex_unlock(&ebc_mp_mu);
+    return NULL;
+}
+
+/* Starts the helper (only with MPI_THREAD_SERIALIZED or more). */
+static void ebc_mp_start(int provided) {
+    if (provided < MPI_THREAD_SERIALIZED)
+        return;
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&ebc_mp_cv, &a);
+    pthread_condattr_destroy(&a);
+    ebc_mp_running = pthread_create(&ebc_mp_thread, NULL, ebc_mp_main, NULL) == 0;
+}
+
+static void ebc_mp_stop_thread(void) {
+    if (!ebc_mp_running)
+        return;
+    pthread_mutex_lock(&ebc_mp_mu);
+    ebc_mp_stop = 1;
+    pthread_cond_signal(&ebc_mp_cv);
+    pthread_mutex_unlock(&ebc_mp_mu);
+    pthread_join(ebc_mp_thread, NULL);
+    ebc_mp_running = 0;
+}
+
+/* Around every ethbcast call that may wait for other ranks. */
+static void ebc_wait_begin(void) {
+    if (!ebc_mp_running)
+        return;
+    atomic_fetch_add(&ebc_mp_calls, 1);
+    if (atomic_load(&ebc_mp_sleeping)) {
+        pthread_mutex_lock(&ebc_mp_mu);
+        pthread_cond_signal(&ebc_mp_cv);
+        pthread_mutex_unlock(&ebc_mp_mu);
+    }
+}
+
+static void ebc_wait_end(void) {
+    if (!ebc_mp_running)
+        return;
+    /* Waits for a probe in flight: the program's next MPI call comes after it. */
+    pthread_mutex_lock(&ebc_mp_mu);
+    atomic_fetch_add(&ebc_mp_calls, 1);
+    pthread_mutex_unlock(&ebc_mp_mu);
+}
+
+static int ebc_bcast(int root, void *buf, size_t len) {
+    ebc_wait_begin();
+    int rc = ethbcast_bcast(ebc_group, root, buf, len);
+    ebc_wait_end();
+    return rc;
+}
+
+static int ebc_barrier(void) {
+    ebc_wait_begin();
+    int rc = ethbcast_barrier(ebc_group);
+    ebc_wait_end();
+    return rc;
+}
 
 /* The settings every rank must share, read from each rank's environment and then taken from
  * rank 0's: ranks that chose differently would wait for each other (one waits on ethbcast while
@@ -346,18 +478,28 @@ static void ebc_setup(void) {
                                 NULL);
 }
 
+/* MPI_Init is MPI_Init_thread with MPI_THREAD_SINGLE, which may provide more: the helper
+ * that lets MPI progress while a call waits on ethbcast needs MPI_THREAD_SERIALIZED. */
 int MPI_Init(int *argc, char ***argv) {
-    int rc = PMPI_Init(argc, argv);
-    if (rc == MPI_SUCCESS)
+    int provided = MPI_THREAD_SINGLE;
+    int rc = PMPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    if (rc == MPI_SUCCESS) {
+        ebc_thread_multiple = provided == MPI_THREAD_MULTIPLE;
         ebc_setup();
+        if (ebc_group != NULL)
+            ebc_mp_start(provided);
+    }
     return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
-    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    int asked = required < MPI_THREAD_SERIALIZED ? MPI_THREAD_SERIALIZED : required;
+    int rc = PMPI_Init_thread(argc, argv, asked, provided);
     if (rc == MPI_SUCCESS) {
         ebc_thread_multiple = *provided == MPI_THREAD_MULTIPLE;
         ebc_setup();
+        if (ebc_group != NULL)
+            ebc_mp_start(*provided);
     }
     return rc;
 }
@@ -431,7 +573,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     /* Zero bytes are broadcast too: a rank that passes count 0 while the root sends a message
      * must take that message now (and fail with MPI_ERR_TRUNCATE), not at its next broadcast. */
     if (ebc_one_block(datatype, count, size, combiner)) {
-        int rc = ethbcast_bcast(ebc_group, root, bytes > 0 ? buffer : NULL, bytes);
+        int rc = ebc_bcast(root, bytes > 0 ? buffer : NULL, bytes);
         return rc == ETHBCAST_OK ? MPI_SUCCESS : ebc_fail(comm, "MPI_Bcast", rc);
     }
     /* Anything else travels packed: the type signature's elements in order, without holes
@@ -457,7 +599,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
         }
     }
     if (rc == MPI_SUCCESS) {
-        int e = ethbcast_bcast(ebc_group, root, packed, bytes);
+        int e = ebc_bcast(root, packed, bytes);
         if (e != ETHBCAST_OK)
             rc = ebc_fail(comm, "MPI_Bcast", e);
         else if (me != root && bytes > 0)
@@ -473,7 +615,7 @@ int MPI_Barrier(MPI_Comm comm) {
         return PMPI_Barrier(comm);
     }
     ebc_calls_hw++;
-    int rc = ethbcast_barrier(ebc_group);
+    int rc = ebc_barrier();
     return rc == ETHBCAST_OK ? MPI_SUCCESS : ebc_fail(comm, "MPI_Barrier", rc);
 }
 
@@ -482,9 +624,12 @@ int MPI_Finalize(void) {
         /* Everyone's broadcasts acknowledged, everyone past the last ethbcast call, then a
          * barrier that MPI carries reliably (the progress thread serves stragglers of the
          * ethbcast barrier meanwhile): after it no member needs another, so close. */
+        ebc_wait_begin();
         int rc = ethbcast_flush(ebc_group);
+        ebc_wait_end();
         if (rc == ETHBCAST_OK)
-            rc = ethbcast_barrier(ebc_group);
+            rc = ebc_barrier();
+        ebc_mp_stop_thread();
         if (rc != ETHBCAST_OK)
             fprintf(stderr, "ethbcast-mpi: rank %d: leaving the group: %s (%s)\n",
                     ebc_world_rank, ethbcast_strerror(rc), ethbcast_last_error());
@@ -498,8 +643,10 @@ int MPI_Finalize(void) {
     if (verbose != NULL && strcmp(verbose, "1") == 0)
         fprintf(stderr,
                 "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI, "
-                "%llu looks of the progress thread; size limit %zu bytes, link %llu bit/s\n",
+                "%llu looks of the progress thread; size limit %zu bytes, link %llu bit/s; "
+                "%llu MPI progress probes while waiting\n",
                 ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi,
-                (unsigned long long)ebc_final.background_polls, ebc_max_bytes, ebc_link_rate);
+                (unsigned long long)ebc_final.background_polls, ebc_max_bytes, ebc_link_rate,
+                ebc_mp_probes);
     return PMPI_Finalize();
 }

@@ -37,6 +37,8 @@ pub struct Built {
 }
 
 /// Builds `capi/mpi/<source>` with `m`'s mpicc and the interposer for `m`, into `dir`.
+// mpich_suite.rs builds programs of its own.
+#[allow(dead_code)]
 pub fn build(m: MpiImpl, dir: &Path, source: &str) -> Built {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("mpi")
@@ -44,12 +46,15 @@ pub fn build(m: MpiImpl, dir: &Path, source: &str) -> Built {
     let stem = source.trim_end_matches(".c");
     let program = dir.join(format!("{stem}-{m}"));
     mpi::compile(m, &src, &program).unwrap_or_else(|e| panic!("{e}"));
-    let interposer =
-        mpi::build_interposer(m, Some(&staticlib()), dir).unwrap_or_else(|e| panic!("{e}"));
     Built {
         program,
-        interposer,
+        interposer: interposer(m, dir),
     }
+}
+
+/// Builds the interposer for `m` into `dir` (`libethbcast_mpi-<mpi>.so`).
+pub fn interposer(m: MpiImpl, dir: &Path) -> PathBuf {
+    mpi::build_interposer(m, Some(&staticlib()), dir).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A job of `b`'s program with `args` on `hosts` hosts, `k` ranks each, under the interposer

@@ -168,6 +168,25 @@ pub fn compile(mpi: MpiImpl, source: &Path, out: &Path) -> Result<(), MpiError> 
     run_build(cmd)
 }
 
+/// Compiles a C program of several files that we did not write (a vendored test suite) with
+/// `mpi`'s mpicc into `out`: `flags` (include folders, defines) come before the sources. Its
+/// warnings are its authors' to fix, so they do not fail the build.
+pub fn compile_foreign(
+    mpi: MpiImpl,
+    flags: &[String],
+    sources: &[PathBuf],
+    out: &Path,
+) -> Result<(), MpiError> {
+    require(mpi)?;
+    let mut cmd = Command::new(mpi.mpicc());
+    cmd.args(["-std=gnu11", "-O0", "-w"])
+        .args(flags)
+        .args(sources)
+        .arg("-o")
+        .arg(out);
+    run_build(cmd)
+}
+
 /// The repository's root (this crate lives in `tools/testbed/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,0 +1,354 @@
+//! MPI programs we did not write: the broadcast and barrier tests of MPICH's own test suite
+//! (`capi/mpi/mpich_tests/`, vendored with its `mtest` harness and DTPools; its README says
+//! from where), built with each MPI's mpicc and run under the interposer on the test-bed.
+//!
+//! Each program checks its own results and rank 0 prints " No Errors" (or "Found N errors");
+//! the test asserts that line, a zero exit, and where the calls went: the interposer's report
+//! (`ETHBCAST_MPI_VERBOSE=1`) must count exactly the calls the program makes on communicators
+//! congruent to MPI_COMM_WORLD as calls over ethbcast, and the others (intercommunicators,
+//! reordered and smaller communicators) as calls over PMPI. The programs:
+//! - `coll/bcasttest`: MPI_INT from rank 0 on MPI_COMM_WORLD, 100 to 1 Mi elements;
+//! - `coll/bcastzerotype`: a non-zero count of a zero-size datatype leaves every buffer as it was;
+//! - `coll/bcast`: every root of every communicator `MTestGetIntracommGeneral` makes (the world,
+//!   its duplicate, reordered, merged and smaller ones), with random derived datatypes from
+//!   DTPools that differ per rank (each rank's pool has its own seed) with one type signature;
+//!   also built with `-DBCAST_COMM_WORLD_ONLY` (MPI_COMM_WORLD only) as upstream does;
+//! - `coll/icbcast`, `coll/icbarrier`: intercommunicators (never over ethbcast);
+//! - `comm/dup_with_info`: MPI_Barrier on communicators from MPI_Comm_dup_with_info;
+//! - `threads/comm/ctxdup`: with MPI_THREAD_MULTIPLE, two threads of each rank in barriers on
+//!   two congruent communicators at once (both must go over PMPI);
+//! - `errors/coll/bcastlength`: counts that differ from the root's are errors at the receivers;
+//! - `rma/linked_list`, `linked_list_fop`, `linked_list_lockall` (MPICH only: Open MPI 4.1 over
+//!   TCP has no dynamic windows): MPI_Bcast of the list's head, then passive-target RMA on the
+//!   other ranks' windows while the ranks that are done wait in MPI_Barrier, which must let
+//!   MPI progress meanwhile (MPI 3.1, 11.7.3): before the interposer did, `linked_list` hung.
+//!
+//! Open MPI with 8 hosts and with 4 hosts of 2 ranks (a host's second rank through shared
+//! memory), MPICH with 4 hosts. A job that fails under the interposer is run again without it,
+//! and the failure says whether the MPI alone passes.
+//!
+//! Needs root and both MPIs (`.ci/run` installs them): with `ETHBCAST_REQUIRE_NETNS=1`
+//! anything missing fails the test instead of skipping it.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
+use ethbcast_testbed::{netns_available, TestbedConfig};
+
+mod mpi_common;
+use mpi_common::{interposer, job, mpis_available, routed, Built};
+
+/// Where the calls of one rank go, given the job's number of ranks.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    /// Exactly this many over ethbcast and this many over PMPI.
+    Exactly(fn(u64) -> (u64, u64)),
+    /// This many over ethbcast (the calls on congruent communicators), at least one over PMPI.
+    Congruent(fn(u64) -> u64),
+    /// None over ethbcast, at least one over PMPI (intercommunicators).
+    NoneOver,
+}
+
+/// One MPICH test program.
+struct Program {
+    /// Its name in the test (upstream's, as in its `testlist`).
+    name: &'static str,
+    /// Its source, under `capi/mpi/mpich_tests/`.
+    source: &'static str,
+    /// What it links besides `util/mtest.c` and `util/mtest_common.c` (upstream's makefiles).
+    harness: &'static [&'static str],
+    /// Extra flags (upstream's per-program CPPFLAGS).
+    flags: &'static [&'static str],
+    /// Its arguments.
+    args: &'static [&'static str],
+    /// Where one rank's calls go.
+    route: Route,
+    /// Whether Open MPI runs it too (Open MPI 4.1 over TCP has no one-sided component for
+    /// dynamic windows: MPI_Win_create_dynamic fails with MPI_ERR_WIN).
+    open_mpi: bool,
+}
+
+/// A single-threaded program with its own `main`.
+const SINGLE: &[&str] = &["util/mtest_single.c"];
+/// A single-threaded `run()` test: `util/run_mpitests.c` is its `main`.
+const RUN: &[&str] = &["util/run_mpitests.c", "util/mtest_single.c"];
+/// A threaded program.
+const THREADS: &[&str] = &["util/mtest_thread.c"];
+/// A single-threaded program with DTPools.
+const DTPOOLS: &[&str] = &[
+    "util/mtest_single.c",
+    "dtpools/src/dtpools.c",
+    "dtpools/src/dtpools_attr.c",
+    "dtpools/src/dtpools_custom.c",
+    "dtpools/src/dtpools_desc.c",
+    "dtpools/src/dtpools_init_verify.c",
+    "dtpools/src/dtpools_misc.c",
+];
+
+/// `coll/bcast`'s datatypes (DTPools' base types: plain, the MAXLOC pair with a hole, a
+/// struct), counts and number of random types per root; `-testsizes=2` fixes the number at 2
+/// whatever the count.
+const DTP_ARGS: [&str; 4] = [
+    "-typelist=MPI_INT,MPI_DOUBLE_INT,MPI_INT:4+MPI_DOUBLE:8",
+    "-counts=1,17,512",
+    "-seed=100",
+    "-testsizes=2",
+];
+/// Base types times counts of [`DTP_ARGS`].
+const DTP_CONFIGS: u64 = 3 * 3;
+/// Random types per root of [`DTP_ARGS`].
+const DTP_TESTSIZE: u64 = 2;
+
+const PROGRAMS: [Program; 12] = [
+    Program {
+        name: "bcasttest",
+        source: "coll/bcasttest.c",
+        harness: RUN,
+        flags: &[],
+        args: &[],
+        // 4 sizes, 5 times each.
+        route: Route::Exactly(|_| (20, 0)),
+        open_mpi: true,
+    },
+    Program {
+        name: "bcastzerotype",
+        source: "coll/bcastzerotype.c",
+        harness: RUN,
+        flags: &[],
+        args: &[],
+        route: Route::Exactly(|_| (1, 0)),
+        open_mpi: true,
+    },
+    Program {
+        name: "bcast",
+        source: "coll/bcast.c",
+        harness: DTPOOLS,
+        flags: &[],
+        args: &DTP_ARGS,
+        // Every root of MPI_COMM_WORLD and of its duplicate; the other communicators over PMPI.
+        route: Route::Congruent(|ranks| DTP_CONFIGS * 2 * ranks * DTP_TESTSIZE),
+        open_mpi: true,
+    },
+    Program {
+        name: "bcast_comm_world_only",
+        source: "coll/bcast.c",
+        harness: DTPOOLS,
+        flags: &["-DBCAST_COMM_WORLD_ONLY"],
+        args: &DTP_ARGS,
+        route: Route::Exactly(|ranks| (DTP_CONFIGS * ranks * DTP_TESTSIZE, 0)),
+        open_mpi: true,
+    },
+    Program {
+        name: "icbcast",
+        source: "coll/icbcast.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        route: Route::NoneOver,
+        open_mpi: true,
+    },
+    Program {
+        name: "icbarrier",
+        source: "coll/icbarrier.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        route: Route::NoneOver,
+        open_mpi: true,
+    },
+    Program {
+        name: "dup_with_info",
+        source: "comm/dup_with_info.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        // Three duplicates, two barriers on each.
+        route: Route::Exactly(|_| (6, 0)),
+        open_mpi: true,
+    },
+    Program {
+        name: "ctxdup",
+        source: "threads/comm/ctxdup.c",
+        harness: THREADS,
+        flags: &[],
+        args: &[],
+        // MPI_THREAD_MULTIPLE: two threads of a rank in barriers on two congruent
+        // communicators at once, in an order that differs between ranks, both over PMPI.
+        route: Route::Exactly(|_| (0, 2)),
+        open_mpi: true,
+    },
+    Program {
+        name: "bcastlength",
+        source: "errors/coll/bcastlength.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        // Two broadcasts whose counts differ from the root's: every other rank must get an
+        // error from both.
+        route: Route::Exactly(|_| (2, 0)),
+        open_mpi: true,
+    },
+    // MPI-3 RMA from MPICH's rma/: every rank appends to a linked list in the other ranks'
+    // windows (passive target: locks, compare-and-swap, puts) while ranks that are done wait
+    // in MPI_Barrier, which must let MPI progress so that the others' RMA on their windows
+    // completes.
+    Program {
+        name: "linked_list",
+        source: "rma/linked_list.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        // One broadcast, one barrier, both on MPI_COMM_WORLD.
+        route: Route::Exactly(|_| (2, 0)),
+        open_mpi: false,
+    },
+    Program {
+        name: "linked_list_fop",
+        source: "rma/linked_list_fop.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        // One broadcast, one barrier, both on MPI_COMM_WORLD.
+        route: Route::Exactly(|_| (2, 0)),
+        open_mpi: false,
+    },
+    Program {
+        name: "linked_list_lockall",
+        source: "rma/linked_list_lockall.c",
+        harness: SINGLE,
+        flags: &[],
+        args: &[],
+        // One broadcast, one barrier, both on MPI_COMM_WORLD.
+        route: Route::Exactly(|_| (2, 0)),
+        open_mpi: false,
+    },
+];
+
+/// `capi/mpi/mpich_tests/`.
+fn suite_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi/mpich_tests")
+}
+
+/// Builds `p` with `m`'s mpicc into `dir` as upstream's makefiles do: the program with the
+/// mtest harness and what else it links.
+fn build_program(m: MpiImpl, p: &Program, dir: &Path) -> PathBuf {
+    let src = suite_dir();
+    let sources: Vec<PathBuf> = [p.source, "util/mtest.c", "util/mtest_common.c"]
+        .iter()
+        .chain(p.harness)
+        .map(|f| src.join(f))
+        .collect();
+    let mut flags = vec![
+        format!("-I{}", src.join("include").display()),
+        format!("-I{}", src.join("dtpools/include").display()),
+    ];
+    flags.extend(p.flags.iter().map(|f| f.to_string()));
+    let out = dir.join(format!("{}-{m}", p.name));
+    mpi::compile_foreign(m, &flags, &sources, &out).unwrap_or_else(|e| panic!("{e}"));
+    out
+}
+
+/// Whether rank 0 printed the harness's verdict of success (" No Errors" from MTest_Finalize,
+/// "No Errors" from run_mpitests.c) and nothing printed an error count.
+fn no_errors(out: &JobOutput) -> bool {
+    let lines = || out.stdout.lines().map(str::trim);
+    lines().filter(|l| *l == "No Errors").count() == 1
+        && !lines().any(|l| l.starts_with("Found") && l.ends_with("errors"))
+}
+
+/// Runs `p` (built as `b`) on `hosts` hosts with `k` ranks each under the interposer, and
+/// asserts its verdict and where its calls went. Returns the job's wall time in seconds.
+fn run(bed: &MpiBed, m: MpiImpl, p: &Program, b: &Built, hosts: usize, k: usize) -> f64 {
+    let ranks = hosts * k;
+    let iface = ("ETHBCAST_IFACE", mpi::IFACE);
+    let args: Vec<&str> = p.args.to_vec();
+    let mut j = job(m, b, hosts, k, &[iface], &args);
+    j.timeout = std::time::Duration::from_secs(60);
+    let out = bed.run(&j).expect("job");
+    let what = format!("{m} {} on {hosts} hosts x {k}", p.name);
+    if !out.success() || !no_errors(&out) {
+        // Whether the MPI alone passes: then the failure is ethbcast's.
+        let mut alone = j.clone();
+        alone.env.retain(|(v, _)| v != "LD_PRELOAD");
+        let plain = bed.run(&alone).expect("job");
+        let verdict = if plain.success() && no_errors(&plain) {
+            "passes without the interposer"
+        } else {
+            "fails without the interposer too"
+        };
+        panic!("{what} failed under the interposer and {verdict}: {out}\n=== alone: {plain}");
+    }
+    assert!(
+        !out.stderr.contains("hardware broadcast is off"),
+        "{what}: {out}"
+    );
+    for (r, &(hw, pmpi)) in routed(&out, ranks).iter().enumerate() {
+        let n = ranks as u64;
+        match p.route {
+            Route::Exactly(calls) => assert_eq!((hw, pmpi), calls(n), "{what} rank {r}: {out}"),
+            Route::Congruent(calls) => {
+                assert_eq!(hw, calls(n), "{what} rank {r}: {out}");
+                assert!(pmpi > 0, "{what} rank {r}: {out}");
+            }
+            Route::NoneOver => assert!(hw == 0 && pmpi > 0, "{what} rank {r}: {out}"),
+        }
+    }
+    out.elapsed.as_secs_f64()
+}
+
+#[test]
+fn mpich_bcast_and_barrier_tests_pass_under_the_interposer() {
+    let test = "mpich_bcast_and_barrier_tests_pass_under_the_interposer";
+    if !netns_available(test, true) || !mpis_available(test) {
+        return;
+    }
+    let t0 = Instant::now();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpich-suite");
+    std::fs::create_dir_all(&dir).expect("build directory");
+    let built = |m: MpiImpl| -> Vec<Built> {
+        let so = interposer(m, &dir);
+        PROGRAMS
+            .iter()
+            .filter(|p| m == MpiImpl::Mpich || p.open_mpi)
+            .map(|p| Built {
+                program: build_program(m, p, &dir),
+                interposer: so.clone(),
+            })
+            .collect()
+    };
+    // One MPI's programs while the other's build.
+    let (ompi, mpich) = std::thread::scope(|s| {
+        let ompi = s.spawn(|| built(MpiImpl::OpenMpi));
+        let mpich = built(MpiImpl::Mpich);
+        (ompi.join().expect("Open MPI build"), mpich)
+    });
+    let built_in = t0.elapsed();
+    let prefix = format!("ms{:x}", std::process::id() & 0xfff);
+    let bed = MpiBed::up(&TestbedConfig::new(8).prefix(prefix), &dir).expect("test-bed");
+    let mut times = Vec::new();
+    for (p, b) in PROGRAMS.iter().filter(|p| p.open_mpi).zip(&ompi) {
+        times.push((
+            p.name,
+            "openmpi 8x1",
+            run(&bed, MpiImpl::OpenMpi, p, b, 8, 1),
+        ));
+        times.push((
+            p.name,
+            "openmpi 4x2",
+            run(&bed, MpiImpl::OpenMpi, p, b, 4, 2),
+        ));
+    }
+    // MPICH busy-polls in its own calls, which on 2 cores makes 8 ranks crawl: 4 hosts.
+    for (p, b) in PROGRAMS.iter().zip(&mpich) {
+        times.push((p.name, "mpich 4x1", run(&bed, MpiImpl::Mpich, p, b, 4, 1)));
+    }
+    bed.down().expect("tear down");
+    use std::io::Write;
+    let mut err = std::io::stderr();
+    let _ = writeln!(err, "{test}: built in {:.1?}", built_in);
+    for (name, setup, secs) in times {
+        let _ = writeln!(err, "  {name:<22} {setup:<12} {secs:5.1} s");
+    }
+    let _ = writeln!(err, "  total {:.1?}", t0.elapsed());
+}
