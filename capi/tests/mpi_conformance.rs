@@ -136,3 +136,67 @@ fn every_datatype_arrives_byte_exact_with_its_holes_untouched_and_mismatches_are
     mismatch(&bed, MpiImpl::Mpich, &mpich, 4, 1);
     bed.down().expect("tear down");
 }
+
+/// Each rank's MPI progress probes while it waited on ethbcast (the interposer's
+/// `ETHBCAST_MPI_VERBOSE` line); panics naming a rank that printed none.
+fn probes(out: &JobOutput, ranks: usize) -> Vec<u64> {
+    let mut per_rank = vec![None; ranks];
+    for line in out.stderr.lines() {
+        let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
+            continue;
+        };
+        let Some(r) = rest.split(':').next().and_then(|r| r.parse::<usize>().ok()) else {
+            continue;
+        };
+        if let Some(n) = rest
+            .strip_suffix(" MPI progress probes while waiting")
+            .and_then(|s| s.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+        {
+            per_rank[r] = Some(n);
+        }
+    }
+    per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r} reported no probes: {out}")))
+        .collect()
+}
+
+/// MPI 3.1, 3.5 ("Progress"): a send whose receive is posted completes while the receiving
+/// rank waits in another MPI call. `capi/mpi/mpi_progress.c` makes ranks wait in
+/// `MPI_Barrier` and `MPI_Bcast`, both over ethbcast, while a peer's `MPI_Ssend` to them can
+/// complete only through their MPI's progress: under the interposer every such call lets the
+/// MPI progress (it probes while the call waits), or the job never ends.
+#[test]
+fn a_rank_waiting_in_a_collective_lets_its_other_communication_progress() {
+    let test = "a_rank_waiting_in_a_collective_lets_its_other_communication_progress";
+    if !netns_available(test, true) || !mpis_available(test) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi-progress");
+    std::fs::create_dir_all(&dir).expect("build directory");
+    let prefix = format!("pg{:x}", std::process::id() & 0xfff);
+    let bed = MpiBed::up(&TestbedConfig::new(8).prefix(prefix), &dir).expect("test-bed");
+    let iface = ("ETHBCAST_IFACE", mpi::IFACE);
+    // MPICH busy-polls in its own calls, which on 2 cores makes 8 ranks crawl: 4 hosts.
+    for (m, hosts) in [(MpiImpl::OpenMpi, 8), (MpiImpl::Mpich, 4)] {
+        let b = build(m, &dir, "mpi_progress.c");
+        let out = bed.run(&job(m, &b, hosts, 1, &[iface], &[])).expect("job");
+        assert!(out.success(), "{m}: {out}");
+        for r in 0..hosts {
+            assert!(
+                out.stdout.contains(&format!("progress rank {r} ok")),
+                "{m}: rank {r} did not finish: {out}"
+            );
+        }
+        // Three barriers and three broadcasts, all over ethbcast.
+        assert_eq!(routed(&out, hosts), vec![(6, 0); hosts], "{m}: {out}");
+        // Every rank waited for a peer's MPI progress at least once: rank 0 in the barriers,
+        // the others in the broadcasts.
+        for (r, p) in probes(&out, hosts).into_iter().enumerate() {
+            assert!(p > 0, "{m}: rank {r} never let MPI progress: {out}");
+        }
+    }
+    bed.down().expect("tear down");
+}
