@@ -475,12 +475,17 @@ impl Engine {
         if msg.payload_len() > self.cfg.max_payload() {
             return Err(WireError::PayloadTooLong(msg.payload_len()));
         }
-        if self.outbox.len() >= self.cfg.outbox {
+        if self.outbox_room() == 0 {
             self.stats.outbox_full += 1;
             return Ok(());
         }
         self.outbox.push_back(Outgoing::Own { dst, msg });
         Ok(())
+    }
+
+    /// Control frames the outbox has room for (`Config::outbox` in all).
+    fn outbox_room(&self) -> usize {
+        self.cfg.outbox.saturating_sub(self.outbox.len())
     }
 
     /// Handles one received PDU. Drops are counted and returned; they are never fatal.
@@ -601,7 +606,7 @@ impl Engine {
                 if !to_me || root.get() >= self.cfg.size || root == self.cfg.rank {
                     return Err(Drop::Protocol("peer NACK for a bad root or member"));
                 }
-                let budget = self.cfg.outbox.saturating_sub(self.outbox.len());
+                let budget = self.outbox_room();
                 if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                     if unheld {
                         rx.on_unheld(now, base, missing, &more, src);
@@ -609,10 +614,7 @@ impl Engine {
                         rx.serve_peer(base, missing, &more, src, budget);
                     }
                     self.collect_rx(root);
-                } else if !unheld
-                    && nack_offsets(missing, &more).next().is_some()
-                    && self.outbox.len() < self.cfg.outbox
-                {
+                } else if !unheld && nack_offsets(missing, &more).next().is_some() && budget > 0 {
                     // No stream of that root here: nothing held.
                     let reply = recv::unheld_reply(src, root, base, missing, more);
                     reply.count(&mut self.stats);

@@ -401,6 +401,18 @@ impl Sender {
         s == seq && now.saturating_duration_since(at) < cfg.nack_retry / REBROADCAST_HOLD_DIV
     }
 
+    /// Counts a re-broadcast of frame `seq` and notes when it was made (for
+    /// [`Sender::recently_rebroadcast`]).
+    fn rebroadcast_made(&mut self, cfg: &Config, seq: Seq, now: Instant, stats: &mut Stats) {
+        stats.rebroadcasts += 1;
+        if self.rebroadcast_at.is_empty() {
+            self.rebroadcast_at = vec![None; cfg.window.max(1)];
+        }
+        if let Some(i) = self.rebroadcast_slot(seq) {
+            self.rebroadcast_at[i] = Some((seq, now));
+        }
+    }
+
     fn rebroadcast_slot(&self, seq: Seq) -> Option<usize> {
         let n = self.rebroadcast_at.len() as u64;
         (n > 0).then(|| (seq.get() % n) as usize)
@@ -836,14 +848,8 @@ impl Sender {
                 repr.dst = wire::ALL;
                 repr.flags |= Flags::BROADCAST;
                 let len = repr.emit(slot.payload(), buf).ok()?;
-                stats.rebroadcasts += 1;
+                self.rebroadcast_made(cfg, seq, now, stats);
                 stats.repair_frames += 1;
-                if self.rebroadcast_at.is_empty() {
-                    self.rebroadcast_at = vec![None; cfg.window.max(1)];
-                }
-                if let Some(i) = self.rebroadcast_slot(seq) {
-                    self.rebroadcast_at[i] = Some((seq, now));
-                }
                 return Some(Transmit {
                     dst: Dest::All,
                     len,
@@ -904,13 +910,7 @@ impl Sender {
                         k += 1;
                     }
                 }
-                stats.rebroadcasts += 1;
-                if self.rebroadcast_at.is_empty() {
-                    self.rebroadcast_at = vec![None; cfg.window.max(1)];
-                }
-                if let Some(i) = self.rebroadcast_slot(seq) {
-                    self.rebroadcast_at[i] = Some((seq, now));
-                }
+                self.rebroadcast_made(cfg, seq, now, stats);
             }
             for &r in &served {
                 if let Some(l) = self.eqa.lms_mut(r) {
