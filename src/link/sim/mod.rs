@@ -152,6 +152,7 @@ impl SimNet {
                 mtu: cfg.mtu,
                 switch_buffer: cfg.switch_buffer,
                 tx_queue_ns: None,
+                burst_gap_ns: 0,
                 heap: EventQueue::new(),
                 ports,
                 groups: BTreeMap::new(),
@@ -163,6 +164,7 @@ impl SimNet {
         {
             let mut inner = net.inner.borrow_mut();
             let frame = inner.ser_ns(cfg.mtu);
+            inner.burst_gap_ns = switch::burst_gap_ns(frame);
             inner.tx_queue_ns = cfg
                 .tx_queue
                 .map(|k| frame.saturating_mul(k as u64))

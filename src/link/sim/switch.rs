@@ -37,11 +37,18 @@ pub(super) fn chance(rng: &mut ChaCha8Rng, p: f64) -> bool {
 }
 
 /// Full frames' time without a frame after which a port's loss burst is over (see
-/// [`Inner::burst_gap`]).
+/// [`Inner::burst_gap_ns`]).
 const BURST_GAP_FRAMES: u64 = 64;
 
-/// The shortest quiet time that ends a loss burst, in nanoseconds (see [`Inner::burst_gap`]).
+/// The shortest quiet time that ends a loss burst, in nanoseconds (see [`Inner::burst_gap_ns`]).
 const BURST_GAP_MIN_NS: u64 = 1_000_000;
+
+/// [`Inner::burst_gap_ns`] for full frames that take `frame_ns` to serialise.
+pub(super) fn burst_gap_ns(frame_ns: u64) -> u64 {
+    frame_ns
+        .saturating_mul(BURST_GAP_FRAMES)
+        .max(BURST_GAP_MIN_NS)
+}
 
 /// Where the switch sends a frame.
 #[derive(Debug, Clone, Copy)]
@@ -85,7 +92,7 @@ pub(super) struct PortState {
     pub(super) rx_rng: ChaCha8Rng,
     pub(super) in_burst: bool,
     /// When the last frame for this port passed its receive-side faults (a burst ends when
-    /// the port has been quiet for [`Inner::burst_gap`]).
+    /// the port has been quiet for [`Inner::burst_gap_ns`]).
     pub(super) last_rx: u64,
     /// When the uplink finishes serialising what it has been given.
     pub(super) tx_free: u64,
@@ -120,6 +127,13 @@ pub(super) struct Inner {
     pub(super) switch_buffer: Option<usize>,
     /// Serialisation time of the transmit queue's bound ([`SimConfig::tx_queue`]).
     pub(super) tx_queue_ns: Option<u64>,
+    /// How long a port must go without frames for a loss burst to end ([`Faults::burst_len`]
+    /// counts the frames of a burst while frames come): 64 full frames' time, at least 1 ms.
+    /// Without it a burst that began as a port's traffic ended went on into the frames that
+    /// came long after (a root's probes at the end of its stream, backed off to 200 ms
+    /// apart): 15 probes in a row lost at one member of 256 held the whole run for 2.2 s of
+    /// virtual time. Fixed with the rate and the MTU (see [`burst_gap_ns`]).
+    pub(super) burst_gap_ns: u64,
     pub(super) heap: EventQueue<(u64, u64), EventKind>,
     pub(super) ports: Vec<PortState>,
     /// The ports that joined each multicast group, in index order.
@@ -156,18 +170,6 @@ impl Inner {
                 u64::try_from(ns).unwrap_or(u64::MAX)
             }
         }
-    }
-
-    /// How long a port must go without frames for a loss burst to end ([`Faults::burst_len`]
-    /// counts the frames of a burst while frames come): 64 full frames' time, at least 1 ms.
-    /// Without it a burst that began as a port's traffic ended went on into the frames that
-    /// came long after (a root's probes at the end of its stream, backed off to 200 ms
-    /// apart): 15 probes in a row lost at one member of 256 held the whole run for 2.2 s of
-    /// virtual time.
-    pub(super) fn burst_gap(&self) -> u64 {
-        self.ser_ns(self.mtu)
-            .saturating_mul(BURST_GAP_FRAMES)
-            .max(BURST_GAP_MIN_NS)
     }
 
     /// Whether `port`'s host may hand over another frame without queueing it behind more
@@ -357,7 +359,7 @@ impl Inner {
             return;
         };
         let cap = self.switch_buffer;
-        let (now, burst_gap) = (self.now, self.burst_gap());
+        let (now, burst_gap) = (self.now, self.burst_gap_ns);
         let p = &mut self.ports[j];
 
         // Receive-side faults, drawn from this port's own stream.
