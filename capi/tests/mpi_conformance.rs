@@ -22,7 +22,7 @@ use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
 use ethbcast_testbed::{netns_available, TestbedConfig};
 
 mod mpi_common;
-use mpi_common::{build, job, mpis_available, routed, Built};
+use mpi_common::{build, job, mpis_available, reports, routed, Built};
 
 /// Each rank's `<tag> rank R world W broadcasts B congruent C ...` line: (B, C) per rank.
 fn counts(out: &JobOutput, tag: &str, ranks: usize) -> Vec<(u64, u64)> {
@@ -137,32 +137,6 @@ fn every_datatype_arrives_byte_exact_with_its_holes_untouched_and_mismatches_are
     bed.down().expect("tear down");
 }
 
-/// Each rank's MPI progress probes while it waited on ethbcast (the interposer's
-/// `ETHBCAST_MPI_VERBOSE` line); panics naming a rank that printed none.
-fn probes(out: &JobOutput, ranks: usize) -> Vec<u64> {
-    let mut per_rank = vec![None; ranks];
-    for line in out.stderr.lines() {
-        let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
-            continue;
-        };
-        let Some(r) = rest.split(':').next().and_then(|r| r.parse::<usize>().ok()) else {
-            continue;
-        };
-        if let Some(n) = rest
-            .strip_suffix(" MPI progress probes while waiting")
-            .and_then(|s| s.rsplit(' ').next())
-            .and_then(|n| n.parse().ok())
-        {
-            per_rank[r] = Some(n);
-        }
-    }
-    per_rank
-        .into_iter()
-        .enumerate()
-        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r} reported no probes: {out}")))
-        .collect()
-}
-
 /// MPI 3.1, 3.5 ("Progress"): a send whose receive is posted completes while the receiving
 /// rank waits in another MPI call. `capi/mpi/mpi_progress.c` makes ranks wait in
 /// `MPI_Barrier` and `MPI_Bcast`, both over ethbcast, while a peer's `MPI_Ssend` to them can
@@ -194,8 +168,8 @@ fn a_rank_waiting_in_a_collective_lets_its_other_communication_progress() {
         assert_eq!(routed(&out, hosts), vec![(6, 0); hosts], "{m}: {out}");
         // Every rank waited for a peer's MPI progress at least once: rank 0 in the barriers,
         // the others in the broadcasts.
-        for (r, p) in probes(&out, hosts).into_iter().enumerate() {
-            assert!(p > 0, "{m}: rank {r} never let MPI progress: {out}");
+        for (r, p) in reports(&out, hosts).iter().enumerate() {
+            assert!(p.probes > 0, "{m}: rank {r} never let MPI progress: {out}");
         }
     }
     bed.down().expect("tear down");

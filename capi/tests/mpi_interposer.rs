@@ -21,7 +21,7 @@ use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
 use ethbcast_testbed::{netns_available, TestbedConfig};
 
 mod mpi_common;
-use mpi_common::{build, job, mpis_available, routed, Built};
+use mpi_common::{build, job, mpis_available, reports, routed, Built};
 
 /// Every rank printed its "ok" line; returns (congruent, other) calls of each rank.
 fn results(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
@@ -275,26 +275,9 @@ fn keyless_mpi_jobs_warn_once_and_require_key_falls_back_to_pmpi() {
 
 /// Each rank's (size limit, link rate) from its ETHBCAST_MPI_VERBOSE line.
 fn limits(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
-    let mut per_rank = vec![None; ranks];
-    for line in out.stderr.lines() {
-        let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
-            continue;
-        };
-        let Some((r, tail)) = rest.split_once(':') else {
-            continue;
-        };
-        let w: Vec<&str> = tail.split_whitespace().collect();
-        if let Some(i) = w.iter().position(|&x| x == "limit") {
-            if let (Some(limit), Some(rate)) = (w.get(i + 1), w.get(i + 4)) {
-                per_rank[r.parse::<usize>().expect("rank")] =
-                    Some((limit.parse().expect("limit"), rate.parse().expect("rate")));
-            }
-        }
-    }
-    per_rank
-        .into_iter()
-        .enumerate()
-        .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r}: no size limit reported: {out}")))
+    reports(out, ranks)
+        .iter()
+        .map(|r| (r.limit, r.rate))
         .collect()
 }
 

@@ -97,19 +97,43 @@ pub fn job(
     }
 }
 
-/// The interposer's per-rank "H calls over ethbcast, P over PMPI" lines (ETHBCAST_MPI_VERBOSE),
-/// (H, P) per rank; panics naming a rank that printed none.
-pub fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
+/// One rank's line of the interposer's report (`ETHBCAST_MPI_VERBOSE`).
+// Each test binary reads the fields it checks.
+#[allow(dead_code)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    /// Calls over ethbcast.
+    pub hw: u64,
+    /// Calls passed to PMPI.
+    pub pmpi: u64,
+    /// The size limit, bytes.
+    pub limit: u64,
+    /// The link rate it saw, bit/s.
+    pub rate: u64,
+    /// MPI progress probes while its calls waited on ethbcast.
+    pub probes: u64,
+}
+
+/// Each rank's report line; panics naming a rank that printed none.
+pub fn reports(out: &JobOutput, ranks: usize) -> Vec<Report> {
     let mut per_rank = vec![None; ranks];
     for line in out.stderr.lines() {
         let Some(rest) = line.strip_prefix("ethbcast-mpi: rank ") else {
             continue;
         };
         let w: Vec<&str> = rest.split_whitespace().collect();
-        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", ..] = w[..]
+        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", "of", "the", "progress", "thread;", "size", "limit", limit, "bytes,", "link", rate, "bit/s;", probes, "MPI", "progress", "probes", "while", "waiting"] =
+            w[..]
         {
             let r: usize = r.trim_end_matches(':').parse().expect("rank");
-            per_rank[r] = Some((hw.parse().expect("count"), pmpi.parse().expect("count")));
+            let n = |v: &str| v.parse::<u64>().expect("count");
+            per_rank[r] = Some(Report {
+                hw: n(hw),
+                pmpi: n(pmpi),
+                limit: n(limit),
+                rate: n(rate),
+                probes: n(probes),
+            });
         }
     }
     per_rank
@@ -117,4 +141,9 @@ pub fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
         .enumerate()
         .map(|(r, v)| v.unwrap_or_else(|| panic!("rank {r}: no interposer report: {out}")))
         .collect()
+}
+
+/// Where each rank's calls went: (over ethbcast, over PMPI) per rank.
+pub fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
+    reports(out, ranks).iter().map(|r| (r.hw, r.pmpi)).collect()
 }
