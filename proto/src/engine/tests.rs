@@ -1151,16 +1151,17 @@ fn ask_as_fellow(rx: &mut Engine, now: Instant, seq: u32, ctr: u32) -> Vec<Vec<u
 /// What receiver `rx` (rank 1 of group 7) sends back when rank 2 sends it `ask` (`ctr`: rank
 /// 2's control counter).
 fn fellow_sends(rx: &mut Engine, now: Instant, ask: &Control, ctr: u32) -> Vec<Vec<u8>> {
+    fellow_asks(rx, now, ask, ctr);
+    drain(rx, now)
+}
+
+/// Rank 2 sends receiver `rx` (rank 1 of group 7) `ask` (`ctr`: rank 2's control counter).
+fn fellow_asks(rx: &mut Engine, now: Instant, ask: &Control, ctr: u32) {
     let mut buf = vec![0u8; 1500];
     let n = ask
         .emit(7, Rank::new(2), Rank::new(1), ctr, &mut buf)
         .unwrap();
     assert_eq!(rx.handle_frame(now, &buf[..n]), Ok(()));
-    let mut out = Vec::new();
-    while let Some(t) = rx.poll_transmit(now, &mut buf) {
-        out.push(buf[..t.len].to_vec());
-    }
-    out
 }
 
 /// Root 0 and receiver 1 of group 7 (3 members, peer repair, a window of four copied
@@ -2948,13 +2949,10 @@ fn ask_for_16(rx: &mut Engine, now: Instant, ctr: u32) {
         unheld: false,
         more: vec![],
     };
-    let mut buf = vec![0u8; 1500];
-    let n = nack
-        .emit(7, Rank::new(2), Rank::new(1), ctr, &mut buf)
-        .unwrap();
-    assert_eq!(rx.handle_frame(now, &buf[..n]), Ok(()));
+    fellow_asks(rx, now, &nack, ctr);
 }
 
+/// Every frame `e` has to send now.
 fn drain(e: &mut Engine, now: Instant) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; 1500];
     let mut out = Vec::new();
