@@ -302,7 +302,9 @@ fn demo_quick_writes_png_plots() {
     for stem in [
         "latency-vs-size-2nodes",
         "latency-vs-size-4nodes",
+        "latency-vs-size-8nodes",
         "latency-vs-nodes-8B",
+        "latency-vs-nodes-256B",
         "barrier-vs-nodes",
         "throughput",
         "memory-msave",
@@ -324,6 +326,40 @@ fn demo_quick_writes_png_plots() {
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("demo.json")).unwrap()).unwrap();
     assert_eq!(json["mode"], "testbed");
+    // Every phase ran with the full demo's group and message sizes, the raw floor among them
+    // (on shaped ports a 64 KiB floor needs ports that queue the message, as a switch does).
+    let full_shape = |latency: &Value, what: &str| {
+        let rows = latency["rows"].as_array().expect("rows");
+        for algo in ["floor", "ppbcast", "sbcast", "tree"] {
+            for nodes in [2, 4, 8] {
+                for size in [8, 256, 4096, 65536] {
+                    assert!(
+                        rows.iter().any(|r| r["algo"] == algo
+                            && r["nodes"] == nodes
+                            && r["size"] == size
+                            && r["mean80_us"].as_f64().is_some_and(|m| m > 0.0)),
+                        "{what}: no {algo} row for {nodes} nodes, {size} B"
+                    );
+                }
+            }
+        }
+    };
+    full_shape(&json["latency"], "unshaped");
+    for s in json["shaped"].as_array().expect("shaped runs") {
+        full_shape(&s["latency"], s["rate"].as_str().unwrap());
+    }
+    let barrier_nodes: Vec<u64> = json["barrier"]["rows"]
+        .as_array()
+        .expect("barrier rows")
+        .iter()
+        .filter_map(|r| r["nodes"].as_u64())
+        .collect();
+    for n in [2, 4, 8] {
+        assert!(
+            barrier_nodes.contains(&n),
+            "barrier at {n}: {barrier_nodes:?}"
+        );
+    }
     // The same comparison on ports shaped to Fast and Gigabit Ethernet speeds, its plots
     // and table in a folder per rate.
     assert!(stdout.contains("every port shaped to 100mbit"), "{stdout}");
@@ -361,11 +397,12 @@ fn demo_on_the_simulator_compares_the_hardware_algorithms() {
     let rows = json["latency"]["rows"].as_array().unwrap();
     // sbcast, ppbcast and the binomial tree of point-to-point sends, at two
     // sizes and two group sizes each.
-    assert_eq!(rows.len(), 3 * 2 * 2, "{rows:?}");
+    // sizes and three group sizes each: the full demo's shape.
+    assert_eq!(rows.len(), 3 * 4 * 3, "{rows:?}");
     for algo in ["sbcast", "ppbcast", "tree"] {
         assert_eq!(
             rows.iter().filter(|r| r["algo"] == algo).count(),
-            4,
+            12,
             "{algo}: {rows:?}"
         );
     }

@@ -28,7 +28,8 @@ use crate::testbed;
 pub struct DemoOptions {
     /// Where plots and `demo.json` go.
     pub out: PathBuf,
-    /// Tiny settings (4 hosts, 2 sizes, few iterations): for tests and a first look.
+    /// Few iterations (and a shorter throughput run) over the full demo's hosts, group sizes,
+    /// message sizes and phases: what CI runs, and a first look.
     pub quick: bool,
     /// Show progress bars.
     pub progress: bool,
@@ -132,9 +133,25 @@ pub fn run(o: &DemoOptions) -> Result<DemoReport, String> {
     Ok(r)
 }
 
+/// The demo's group sizes, on a test-bed of as many hosts as the largest.
+const NODES: [usize; 3] = [2, 4, 8];
+/// The demo's message sizes: the EQA paper's small messages, one that push-pull pulls, and
+/// the largest a benchmark sends.
+const SIZES: [usize; 4] = [8, 256, 4096, 65536];
+
+/// (measured iterations, warm-up) of the latency and barrier runs.
+fn iterations(quick: bool, shaped: bool) -> (usize, usize) {
+    match (quick, shaped) {
+        (true, _) => (20, 5),
+        (false, false) => (500, 50),
+        (false, true) => (200, 50),
+    }
+}
+
 fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
-    let hosts = if o.quick { 4 } else { 8 };
-    let nodes: Vec<usize> = if o.quick { vec![2, 4] } else { vec![2, 4, 8] };
+    let nodes = NODES.to_vec();
+    let hosts = NODES[NODES.len() - 1];
+    let (iters, warmup) = iterations(o.quick, false);
     let mut bo = BedOptions::new(hosts, &o.prefix);
     bo.timeout = std::time::Duration::from_secs(60);
     println!(
@@ -145,13 +162,9 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
     let lo = LatencyOptions {
         bed: bo.clone(),
         nodes: nodes.clone(),
-        sizes: if o.quick {
-            vec![8, 4096]
-        } else {
-            vec![8, 256, 4096, 65536]
-        },
-        iters: if o.quick { 20 } else { 500 },
-        warmup: if o.quick { 5 } else { 50 },
+        sizes: SIZES.to_vec(),
+        iters,
+        warmup,
         algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
         progress: o.progress,
         floor: true,
@@ -166,8 +179,8 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         &BarrierOptions {
             bed: bo.clone(),
             nodes: nodes.clone(),
-            iters: if o.quick { 20 } else { 500 },
-            warmup: if o.quick { 5 } else { 50 },
+            iters,
+            warmup,
             progress: o.progress,
         },
     )?;
@@ -214,7 +227,7 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
     for rate in SHAPED_RATES {
         let mut so = lo.clone();
         so.bed.rate = Some(rate.parse().map_err(|e| format!("rate {rate}: {e}"))?);
-        so.iters = if o.quick { 20 } else { 200 };
+        (so.iters, so.warmup) = iterations(o.quick, true);
         println!("\n== broadcast latency, every port shaped to {rate} ==");
         let bed = so.bed.up()?;
         let l = latency::run_on(&bed, &so)?;
@@ -241,12 +254,8 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
 fn on_simulator(o: &DemoOptions, reason: String) -> Result<DemoReport, String> {
     let bar = "!".repeat(78);
     eprintln!("{bar}\n!! NO TEST-BED: cannot create network namespaces here: {reason}\n!! Running the broadcast comparison on the SIMULATED switch instead (virtual time,\n!! 1 Gbit/s links, 5 µs switch latency): PPBCAST, SBCAST and the binomial tree; the\n!! barrier benchmark needs real links. Run as root (CAP_NET_ADMIN + CAP_SYS_ADMIN) for\n!! the real measurement.\n{bar}");
-    let nodes: Vec<usize> = if o.quick { vec![2, 4] } else { vec![2, 4, 8] };
-    let sizes: Vec<usize> = if o.quick {
-        vec![8, 4096]
-    } else {
-        vec![8, 256, 4096, 65536]
-    };
+    let nodes = NODES.to_vec();
+    let sizes = SIZES.to_vec();
     let algos = [Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree];
     let rows = simlat::rows(&nodes, &sizes, &algos)?;
     let mut lo = LatencyOptions::new(8);
@@ -295,7 +304,9 @@ pub struct Args {
     /// Directory for plots, demo.json and latency.csv.
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
-    /// Tiny settings (4 hosts, 2 sizes, 20 iterations); the full demo uses the paper's 500 after 50 warm-up.
+    /// 20 iterations after 5 warm-up and a 2 MiB throughput run, with every phase, host, group
+    /// size and message size of the full demo (which uses the paper's 500 after 50 warm-up,
+    /// 200 on shaped ports, and 16 MiB).
     #[arg(long)]
     quick: bool,
     /// Use the simulator even with the privilege.

@@ -10,10 +10,12 @@
 //! the root sending the message as raw broadcast frames (one frame up to the MTU, full frames
 //! after that) and flushing; its latency runs from the instant before the send until the LAST
 //! receiver has every frame of it. No protocol: no header beyond a tag and sequence number, no
-//! acknowledgement, no reliability (a lost frame fails the run, so the floor needs a lossless
-//! test-bed).
+//! acknowledgement, no reliability: a lost frame fails the run, so the floor needs a lossless
+//! test-bed. A receiver that has heard nothing new of a round [`QUIET`] after the root sent
+//! it says how many frames it lacks, and the error names the ports whose queues dropped
+//! frames (from `tc -s`), instead of waiting out the run's timeout.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +34,11 @@ pub const FLOOR: &str = "floor";
 pub const METHOD: &str = "raw broadcast frames of the message size (one frame up to the MTU), \
 same threads, link, wait mode, clock and out-of-band separation as the protocol rows; root's \
 send until the LAST receiver has every frame; no protocol";
+
+/// How long a receiver waits for the rest of a round after the root flushed it and nothing new
+/// arrived, before it calls the missing frames lost: far above a 64 KiB message's wire time at
+/// 10 Mbit/s (55 ms) and a busy machine's scheduling delays.
+const QUIET: Duration = Duration::from_secs(2);
 
 /// Tag at the start of every floor frame.
 const MAGIC: [u8; 4] = *b"EBFL";
@@ -115,10 +122,13 @@ pub fn stamps(
     let sizes = Arc::new(sizes.to_vec());
     let timeout = o.timeout;
     let done = Arc::new(AtomicUsize::new(0));
+    // Rounds the root has flushed.
+    let sent = Arc::new(AtomicUsize::new(0));
     let barrier = Arc::new(PollBarrier::new(k, timeout));
     let mut handles = Vec::new();
     for h in &bed.hosts()[..k] {
         let (sizes, done, barrier) = (sizes.clone(), done.clone(), barrier.clone());
+        let sent = sent.clone();
         let (rank, iface, bo) = (h.index, h.iface.clone(), o.clone());
         let handle = netns::spawn_in(&h.netns, move || -> Result<MemberRun, String> {
             bed::own_core(rank, k);
@@ -154,11 +164,17 @@ pub fn stamps(
                                     .map_err(|e| format!("send: {e}"))?;
                             }
                             l.flush().map_err(|e| format!("flush: {e}"))?;
+                            sent.store(round as usize + 1, Ordering::Release);
                             if it >= warmup {
                                 out.push(Stamp::root(t));
                             }
                         } else {
-                            let t = receive(l, round, count, timeout, &barrier, &mut early)
+                            let wait = Wait {
+                                timeout,
+                                barrier: &barrier,
+                                sent: &sent,
+                            };
+                            let t = receive(l, round, count, &wait, &mut early)
                                 .map_err(|e| format!("rank {rank}, {size} B: {e}"))?;
                             receiver_done(&mut out, t, &done, it >= warmup);
                         }
@@ -185,7 +201,30 @@ pub fn stamps(
         .map_err(|e| format!("could not start a host thread in {}: {e}", h.netns))?;
         handles.push(handle);
     }
-    bed::join_hosts(handles, "a host thread panicked").map_err(|e| format!("floor: {e}"))
+    bed::join_hosts(handles, "a host thread panicked").map_err(|e| {
+        let ports = match bed.port_drops() {
+            Ok(d) if d.is_empty() => String::new(),
+            Ok(d) => format!(
+                "; port queues that dropped frames: {}",
+                d.iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Err(e) => format!("; port queues not read: {e}"),
+        };
+        format!("floor: {e}{ports}")
+    })
+}
+
+/// What a receiver waits with.
+struct Wait<'a> {
+    /// The whole round's bound.
+    timeout: Duration,
+    /// The members' barrier, to see another's failure.
+    barrier: &'a PollBarrier,
+    /// Rounds the root has flushed.
+    sent: &'a AtomicUsize,
 }
 
 /// Waits until every frame of `round` arrived; returns the instant the last one did.
@@ -193,11 +232,13 @@ fn receive(
     l: &mut dyn Link,
     round: u32,
     count: u16,
-    timeout: Duration,
-    barrier: &PollBarrier,
+    w: &Wait<'_>,
     early: &mut Vec<(u32, u16, u16)>,
 ) -> Result<Instant, String> {
+    let timeout = w.timeout;
     let deadline = Instant::now() + timeout;
+    // Since when nothing new arrived of a round the root has flushed.
+    let mut quiet_since: Option<Instant> = None;
     let mut got = vec![false; usize::from(count)];
     let mut have = 0u16;
     // Marks a frame of this round as seen; true if it is new.
@@ -211,22 +252,38 @@ fn receive(
         have += u16::from(mark(&mut got, f));
     }
     while have < count {
-        if barrier.failed() {
+        if w.barrier.failed() {
             return Err("another member failed".into());
         }
-        let left = deadline.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let left = deadline.saturating_duration_since(now);
         if left.is_zero() {
             return Err(format!(
                 "{have} of {count} frames of round {round} within {timeout:?} (the floor needs a lossless test-bed)"
             ));
         }
-        // Up to the deadline, as a protocol receiver waits: a wait arms no timer for less.
-        l.recv(Some(left), &mut |_, pdu| {
+        if w.sent.load(Ordering::Acquire) > round as usize {
+            let since = *quiet_since.get_or_insert(now);
+            if now.duration_since(since) >= QUIET {
+                return Err(format!(
+                    "lost {} of {count} frames of round {round}: nothing more arrived {QUIET:?} after the root sent it (the floor has no repair and needs a lossless test-bed)",
+                    count - have
+                ));
+            }
+        }
+        // One timer per wait, as a protocol receiver waits, of at most the quiet bound so
+        // that a round lost whole is seen.
+        let wait = left.min(QUIET);
+        let before = have;
+        l.recv(Some(wait), &mut |_, pdu| {
             if let Some(f) = parse(pdu) {
                 have += u16::from(mark(&mut got, f));
             }
         })
         .map_err(|e| format!("recv: {e}"))?;
+        if have > before {
+            quiet_since = None;
+        }
     }
     Ok(Instant::now())
 }

@@ -19,7 +19,12 @@
 //! * IPv6 disabled everywhere so no router/neighbour solicitations add noise;
 //! * optionally a `tbf` rate limit on both directions of every port (egress of
 //!   the host `eth0` and egress of the bridge port `p{i}`), which models the
-//!   link speed (netem is not available on our kernels, tbf is);
+//!   link speed (netem is not available on our kernels, tbf is). Each queue is
+//!   sized as the hardware it stands for: a switch port buffers at least
+//!   [`SWITCH_PORT_BUFFER`] bytes (more than the largest message a benchmark
+//!   sends), and a host's own port queues [`HOST_QUEUE_FRAMES`] frames, as a
+//!   NIC's transmit queue does, more than a socket's send buffer, so a sender is
+//!   held back by its socket instead of losing frames at its own port;
 //! * optionally random loss of ethbcast frames (EtherType 0x88B5) as an
 //!   nftables rule in the bridge family in the switch namespace. The bridge
 //!   clones a flooded frame once per output port and the forward hook sees each
@@ -78,8 +83,18 @@ const MAX_FRAME: u64 = 1514;
 pub const MIN_MTU: u32 = 576;
 /// Largest MTU the test-bed sets: a veth's largest.
 pub const MAX_MTU: u32 = 65535;
-/// Queue latency bound of the tbf qdiscs: a small switch buffer.
-const TBF_LATENCY_MS: u64 = 5;
+/// Queue of a switch port's tbf: 5 ms of the rate, and never less than
+/// [`SWITCH_PORT_BUFFER`].
+const SWITCH_QUEUE_MS: u64 = 5;
+/// Smallest buffer of a switch port, in bytes: a message of the largest size a benchmark
+/// sends (64 KiB, 45 full frames) and its headers fit several times over, as in the
+/// per-port buffers of commodity switches (hundreds of KiB).
+pub const SWITCH_PORT_BUFFER: u64 = 256 * 1024;
+/// Frames a host's own port queues before it refuses one: a NIC's transmit queue
+/// (`txqueuelen` 1000). At 1514 bytes that is 1.5 MB, more than a socket's default send
+/// buffer (`net.core.wmem_default`, 208 KiB), so a sending socket is pushed back by its
+/// buffer (`EAGAIN`, a TX ring's frames left for the next kick) before the port drops.
+pub const HOST_QUEUE_FRAMES: u64 = 1000;
 
 /// Errors of the test-bed. Messages say what to do about them.
 #[derive(Debug, thiserror::Error)]
@@ -212,6 +227,12 @@ impl Rate {
     /// lets it through).
     pub fn tbf_burst_bytes_for(self, max_frame: u64) -> u64 {
         (2 * max_frame).max(self.bytes_per_sec() / 20_000)
+    }
+
+    /// Bytes a switch port of this rate queues: [`SWITCH_QUEUE_MS`] of the rate, at least
+    /// [`SWITCH_PORT_BUFFER`].
+    pub fn switch_queue_bytes(self) -> u64 {
+        (self.bytes_per_sec() * SWITCH_QUEUE_MS / 1000).max(SWITCH_PORT_BUFFER)
     }
 }
 
@@ -446,6 +467,24 @@ pub struct DropCounters {
     pub isolated: u64,
 }
 
+/// Frames a port's queue (its tbf) dropped because it was full.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortDrops {
+    /// The host whose port it is.
+    pub host: usize,
+    /// Where the queue is: `"h3 eth0"` (the host's own port, towards the switch) or
+    /// `"sw p3"` (the switch's port, towards the host).
+    pub port: String,
+    /// Frames dropped since the test-bed came up.
+    pub drops: u64,
+}
+
+impl fmt::Display for PortDrops {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} dropped {} frame(s)", self.port, self.drops)
+    }
+}
+
 /// What is present for a prefix (for `ethbcast-testbed status`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TestbedStatus {
@@ -570,6 +609,7 @@ impl Testbed {
                     &bridge_port_name(h.index),
                     rate,
                     self.max_frame(),
+                    rate.switch_queue_bytes(),
                 ));
             }
             run_tool("tc", &["-n", sw, "-batch", "-"], Some(&script))?;
@@ -585,7 +625,12 @@ impl Testbed {
                 Some(&script),
             )?);
             if let Some(rate) = self.rate {
-                let script = tbf_line(HOST_IFACE, rate, self.max_frame());
+                let script = tbf_line(
+                    HOST_IFACE,
+                    rate,
+                    self.max_frame(),
+                    HOST_QUEUE_FRAMES * self.max_frame(),
+                );
                 children.push(spawn_tool(
                     "tc",
                     &["-n", &h.netns, "-batch", "-"],
@@ -788,6 +833,46 @@ impl Testbed {
         })
     }
 
+    /// The ports whose queue dropped frames (their tbf was full), read with `tc -s`; empty
+    /// without a rate limit (no queue of ours then) or when none dropped.
+    pub fn port_drops(&self) -> Result<Vec<PortDrops>> {
+        if self.rate.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for h in &self.hosts {
+            let json = run_tool("tc", &["-n", &h.netns, "-s", "-j", "qdisc", "show"], None)?;
+            for (dev, drops) in parse_qdisc_drops(&json)? {
+                if dev.as_deref().is_none_or(|d| d == HOST_IFACE) && drops > 0 {
+                    out.push(PortDrops {
+                        host: h.index,
+                        port: format!("h{} {HOST_IFACE}", h.index),
+                        drops,
+                    });
+                }
+            }
+        }
+        let json = run_tool(
+            "tc",
+            &["-n", &self.switch_netns, "-s", "-j", "qdisc", "show"],
+            None,
+        )?;
+        for (dev, drops) in parse_qdisc_drops(&json)? {
+            let host = dev
+                .as_deref()
+                .and_then(|d| d.strip_prefix('p'))
+                .and_then(|i| i.parse::<usize>().ok());
+            if let (Some(host), true) = (host, drops > 0) {
+                out.push(PortDrops {
+                    host,
+                    port: format!("sw p{host}"),
+                    drops,
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// Rewrites the rules of our nft table in one transaction (the table,
     /// chains and named counters are created if missing; counters survive).
     fn apply_nft(&mut self) -> Result<()> {
@@ -897,11 +982,14 @@ fn loss_rule(pct: f64) -> String {
     )
 }
 
-fn tbf_line(dev: &str, rate: Rate, max_frame: u64) -> String {
+/// The tc line of a port's tbf: `rate`, a bucket of [`Rate::tbf_burst_bytes_for`] and a
+/// queue of `queue` bytes (at least the bucket, as tbf requires).
+fn tbf_line(dev: &str, rate: Rate, max_frame: u64, queue: u64) -> String {
+    let burst = rate.tbf_burst_bytes_for(max_frame);
     format!(
-        "qdisc replace dev {dev} root tbf rate {}bit burst {} latency {TBF_LATENCY_MS}ms\n",
+        "qdisc replace dev {dev} root tbf rate {}bit burst {burst} limit {}\n",
         rate.bits_per_sec(),
-        rate.tbf_burst_bytes_for(max_frame)
+        queue.max(burst)
     )
 }
 
@@ -983,6 +1071,24 @@ fn read_counters(switch_ns: &str) -> Result<Option<DropCounters>> {
         Err(e) => return Err(e),
     };
     parse_counters(&out).map(Some)
+}
+
+/// (device, drops) of every tbf in `tc -s -j qdisc show`'s output.
+fn parse_qdisc_drops(json: &str) -> Result<Vec<(Option<String>, u64)>> {
+    let bad = |reason: String| TestbedError::BadOutput { tool: "tc", reason };
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    let items = v
+        .as_array()
+        .ok_or_else(|| bad("not a JSON array of qdiscs".into()))?;
+    Ok(items
+        .iter()
+        .filter(|q| q.get("kind").and_then(|k| k.as_str()) == Some("tbf"))
+        .map(|q| {
+            let dev = q.get("dev").and_then(|d| d.as_str()).map(str::to_owned);
+            (dev, q.get("drops").and_then(|d| d.as_u64()).unwrap_or(0))
+        })
+        .collect())
 }
 
 fn parse_counters(json: &str) -> Result<DropCounters> {
@@ -1260,6 +1366,32 @@ mod tests {
     }
 
     #[test]
+    fn qdisc_drops_parse_from_tc_json() {
+        let json = r#"[{"kind":"noqueue","handle":"0:","dev":"lo","drops":0},{"kind":"tbf","handle":"8021:","dev":"p0","root":true,"options":{"rate":12500000},"bytes":9,"packets":1,"drops":12,"backlog":0},{"kind":"tbf","dev":"p1","drops":0}]"#;
+        assert_eq!(
+            parse_qdisc_drops(json).unwrap(),
+            vec![(Some("p0".into()), 12), (Some("p1".into()), 0)]
+        );
+        assert!(parse_qdisc_drops("{}").is_err());
+        assert!(parse_qdisc_drops("not json").is_err());
+    }
+
+    #[test]
+    fn port_queues_hold_a_message_and_outlast_a_send_buffer() {
+        // 64 KiB in full frames, the largest message the benchmarks send.
+        let message = 65_536u64.div_ceil(1500) * MAX_FRAME;
+        for r in ["10mbit", "100mbit", "1gbit", "10gbit"] {
+            let r: Rate = r.parse().unwrap();
+            assert!(r.switch_queue_bytes() >= 2 * message, "{r}");
+            // Never below the time-based queue of a fast port.
+            assert!(r.switch_queue_bytes() >= r.bytes_per_sec() / 200, "{r}");
+        }
+        // A host's port holds more than a socket's default send buffer (212,992 bytes on
+        // Linux), so the socket pushes back before the port drops.
+        assert!(HOST_QUEUE_FRAMES * MAX_FRAME > 4 * 212_992);
+    }
+
+    #[test]
     fn tbf_burst_fits_both_speeds() {
         let r100: Rate = "100mbit".parse().unwrap();
         let r1g: Rate = "1gbit".parse().unwrap();
@@ -1270,9 +1402,8 @@ mod tests {
         assert_eq!(r1g.tbf_burst_bytes(), 6_250);
         assert!(r1g.tbf_burst_bytes() < 16_384 / 2);
         assert_eq!(r1m.tbf_burst_bytes(), 2 * MAX_FRAME);
-        assert!(
-            tbf_line("eth0", r1g, MAX_FRAME).contains("rate 1000000000bit burst 6250 latency 5ms")
-        );
+        assert!(tbf_line("eth0", r1g, MAX_FRAME, 300_000)
+            .contains("rate 1000000000bit burst 6250 limit 300000"));
         // A jumbo frame fits the bucket of a slow port.
         assert_eq!(r1m.tbf_burst_bytes_for(9014), 2 * 9014);
     }
