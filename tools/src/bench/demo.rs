@@ -84,7 +84,7 @@ pub fn run(o: &DemoOptions) -> Result<DemoReport, String> {
     };
     let mut r = match fallback {
         None => on_testbed(o)?,
-        Some(reason) => on_simulator(o, reason)?,
+        Some(reason) => on_simulator(reason)?,
     };
     let mem = memory::report(Profile::Paper, &[2, 4, 8, 16, 32, 64, 128]);
     println!(
@@ -251,7 +251,7 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
     })
 }
 
-fn on_simulator(o: &DemoOptions, reason: String) -> Result<DemoReport, String> {
+fn on_simulator(reason: String) -> Result<DemoReport, String> {
     let bar = "!".repeat(78);
     eprintln!("{bar}\n!! NO TEST-BED: cannot create network namespaces here: {reason}\n!! Running the broadcast comparison on the SIMULATED switch instead (virtual time,\n!! 1 Gbit/s links, 5 µs switch latency): PPBCAST, SBCAST and the binomial tree; the\n!! barrier benchmark needs real links. Run as root (CAP_NET_ADMIN + CAP_SYS_ADMIN) for\n!! the real measurement.\n{bar}");
     let nodes = NODES.to_vec();
