@@ -95,6 +95,8 @@ pub const SWITCH_PORT_BUFFER: u64 = 256 * 1024;
 /// buffer (`net.core.wmem_default`, 208 KiB), so a sending socket is pushed back by its
 /// buffer (`EAGAIN`, a TX ring's frames left for the next kick) before the port drops.
 pub const HOST_QUEUE_FRAMES: u64 = 1000;
+// A host's port holds more than a socket's default send buffer (212,992 bytes on Linux).
+const _: () = assert!(HOST_QUEUE_FRAMES * MAX_FRAME > 4 * 212_992);
 
 /// Errors of the test-bed. Messages say what to do about them.
 #[derive(Debug, thiserror::Error)]
@@ -1386,9 +1388,6 @@ mod tests {
             // Never below the time-based queue of a fast port.
             assert!(r.switch_queue_bytes() >= r.bytes_per_sec() / 200, "{r}");
         }
-        // A host's port holds more than a socket's default send buffer (212,992 bytes on
-        // Linux), so the socket pushes back before the port drops.
-        assert!(HOST_QUEUE_FRAMES * MAX_FRAME > 4 * 212_992);
     }
 
     #[test]

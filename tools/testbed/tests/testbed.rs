@@ -282,6 +282,42 @@ fn rate_installs_tbf_on_both_directions() {
     assert_eq!(got[0].0, all(0, 20));
 }
 
+/// A host's own port pushes back instead of dropping, as a NIC's queue does: 200 full frames
+/// (300 KB, more than a socket's send buffer and four 64 KiB messages) sent back to back by a
+/// blocking socket of one host of a 100 Mbit/s test-bed reach the two others whole, and no
+/// port's queue drops a frame.
+#[test]
+fn a_burst_crosses_shaped_ports_whole() {
+    if !netns_available("a_burst_crosses_shaped_ports_whole", false) {
+        return;
+    }
+    let p = prefix("bu");
+    let rate: Rate = "100mbit".parse().unwrap();
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(&p).rate(rate)).expect("up");
+    let src = tb.hosts()[0].mac;
+    let receivers: Vec<Receiver> = [1, 2]
+        .iter()
+        .map(|&i| Receiver::start(&tb.hosts()[i], src))
+        .collect();
+    let count = 200;
+    netns::run_in(&tb.hosts()[0].netns, move || {
+        let (mut tx, _rx) = open_eth0();
+        for seq in 0..count {
+            let mut f = frame(BROADCAST, src, seq);
+            f.resize(1514, 0);
+            tx.send_to(&f, None)
+                .expect("send_to result")
+                .expect("send frame");
+        }
+    })
+    .unwrap();
+    for (i, r) in receivers.into_iter().enumerate() {
+        let (b, _) = r.finish();
+        assert_eq!(b, all(0, count), "host {} missed frames", i + 1);
+    }
+    assert_eq!(tb.port_drops().expect("tc -s"), vec![]);
+}
+
 #[test]
 fn rate_limit_bounds_throughput() {
     if !netns_available("rate_limit_bounds_throughput", false) {
