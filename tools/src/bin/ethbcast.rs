@@ -394,10 +394,6 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
         (None, true) => None,
         (None, false) => return Err(distribute::no_key_error()),
     };
-    // A link on an interface that is down hears nobody: say so at once, with the fix.
-    if let Some((what, fix)) = ethbcast_tools::doctor::admin_down(&c.iface) {
-        return Err(Fatal::io(format!("{what}: {fix}")));
-    }
     stream.insecure = c.insecure;
     Ok(LinkOptions {
         iface: c.iface.clone(),
@@ -453,15 +449,22 @@ fn expect(c: &SendCmd) -> Result<Expect, Fatal> {
     };
     let text = std::fs::read_to_string(p)
         .map_err(|e| Fatal::io(format!("cannot read {}: {e}", p.display())))?;
-    let hosts = match &c.only_failed {
+    let expect = match &c.only_failed {
         Some(_) => {
             send::failed_hosts(&text).map_err(|e| format!("--only-failed {}: {e}", p.display()))
         }
-        None => ethbcast::parse_hostfile(&text).map_err(|e| e.to_string()),
+        None => ethbcast::parse_hostfile(&text)
+            .map(Expect::List)
+            .map_err(|e| e.to_string()),
     };
-    hosts
-        .map(Expect::List)
-        .map_err(|e| Fatal::new(distribute::EXIT_USAGE, e))
+    let expect = expect.map_err(|e| Fatal::new(distribute::EXIT_USAGE, e))?;
+    if let (Some(p), Expect::Count(n)) = (&c.only_failed, &expect) {
+        eprintln!(
+            "ethbcast: --only-failed {}: the report names no host for some receivers (a report of --receivers): waiting for the first {n} receivers",
+            p.display()
+        );
+    }
+    Ok(expect)
 }
 
 /// `ethbcast send`.
@@ -500,15 +503,22 @@ fn send_cmd(c: SendCmd) -> Result<ExitCode, Fatal> {
         quiet: c.quiet,
         status_file: c.status_file,
     };
-    let r = send::run(&args)?;
-    eprint!("{}", r.render());
+    let r = send::run(&args);
+    match &r.error {
+        // Nothing was sent: the error says what there is to say.
+        Some(e) if r.data_frames == 0 => {
+            eprintln!("ethbcast: error: {e}")
+        }
+        Some(e) => eprintln!("{}ethbcast: error: {e}", r.render()),
+        None => eprint!("{}", r.render()),
+    }
     if c.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&r).expect("report serialises")
         );
     }
-    Ok(ExitCode::from(send::exit_code(&r)))
+    Ok(ExitCode::from(r.code))
 }
 
 /// `ethbcast recv`.
@@ -537,13 +547,15 @@ fn recv_cmd(c: RecvCmd) -> Result<ExitCode, Fatal> {
         resume: c.resume,
         status_file: c.status_file,
     };
-    let r = recv::run(&args)?;
+    let r = recv::run(&args);
     if !r.ok {
         eprintln!("ethbcast: error: {}", r.error);
     } else if !c.quiet {
         eprintln!(
             "ethbcast: rank {}: {} bytes received and verified in {:.2} s",
-            r.rank, r.bytes, r.seconds
+            r.rank.map_or_else(|| "?".into(), |r| r.to_string()),
+            r.bytes,
+            r.seconds
         );
     }
     if c.json {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::{Role, Stream};
+use ethbcast::{JoinSeen, Role, Stream};
 use ethbcast_proto::engine::Dest;
 use ethbcast_proto::member::{Event, Message};
 use serde::Serialize;
@@ -60,13 +60,16 @@ pub struct RecvArgs {
     pub status_file: Option<PathBuf>,
 }
 
-/// A receiver's outcome.
+/// A receiver's outcome: of a transfer, or of a run that ended before one began (a join
+/// timeout, an interruption, a link or output error: `error` says which; `--json` writes one
+/// on every exit but a usage error).
 #[derive(Debug, Clone, Serialize)]
 pub struct RecvReport {
     /// Completed and verified.
     pub ok: bool,
-    /// Rank in the transfer.
-    pub rank: Rank,
+    /// Rank in the transfer (none before the join).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<Rank>,
     /// Bytes received.
     pub bytes: u64,
     /// Seconds from the header to the end.
@@ -1211,14 +1214,48 @@ fn longest_message(max_bytes: u64) -> usize {
 }
 
 /// Runs `ethbcast recv`, its steps in order: [`open`], [`join`], [`Receiving::start`],
-/// [`Receiving::run`], [`Receiving::report`]. Returns the report (its `code` is the exit code)
-/// or a fatal error that happened before the transfer began.
-pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
-    let opened = open(a)?;
-    let (setup, node) = join(a, opened)?;
+/// [`Receiving::run`], [`Receiving::report`]. Returns the report in every case (its `code` is
+/// the exit code).
+pub fn run(a: &RecvArgs) -> RecvReport {
+    let opened = match open(a) {
+        Ok(o) => o,
+        Err(f) => return RecvReport::not_started(f),
+    };
+    let mut seen = JoinSeen::default();
+    let (mut setup, node) = join(a, opened, &mut seen);
+    let node = match node {
+        Ok(n) => n,
+        Err(f) => {
+            if let Some(st) = setup.status.as_mut() {
+                let mut end = RecvStatus::waiting();
+                end.state = "failed";
+                end.error = &f.msg;
+                st.update(&end, true);
+            }
+            return RecvReport::not_started(f);
+        }
+    };
     let mut r = Receiving::start(a, setup, node);
     let outcome = r.run();
-    Ok(r.report(outcome))
+    r.report(outcome)
+}
+
+impl RecvReport {
+    /// The report of a run that ended before its transfer began.
+    fn not_started(f: Fatal) -> RecvReport {
+        RecvReport {
+            ok: false,
+            rank: None,
+            bytes: 0,
+            seconds: 0.0,
+            digest: String::new(),
+            direct: false,
+            error: f.msg,
+            code: f.code,
+            resumed: 0,
+            counters: RecvCounters::default(),
+        }
+    }
 }
 
 /// A receiver's link, open, before the join.
@@ -1246,6 +1283,7 @@ pub fn open(a: &RecvArgs) -> Result<Opened, Fatal> {
     // Decided before the output is opened (the link needs the capabilities dropped below);
     // `Sink::direct` checks the output itself.
     let retaining = null_output(&a.output);
+    a.link.check_up()?;
     let link = a
         .link
         .open_receiving(retaining)
@@ -1285,15 +1323,15 @@ pub fn open(a: &RecvArgs) -> Result<Opened, Fatal> {
 }
 
 /// Step 2: waits for a sender whose roster names this host ([`LinkOptions::join`]).
-pub fn join(a: &RecvArgs, o: Opened) -> Result<(Setup, Stream), Fatal> {
+pub fn join(a: &RecvArgs, o: Opened, seen: &mut JoinSeen) -> (Setup, Result<Stream, Fatal>) {
     // No message longer than `--max-bytes` allows is reserved or kept: its frames are
     // dropped as they come (see `StreamOptions::max_message`) and the transfer refused.
     let mut link = a.link.clone();
     if let Some(max) = a.max_bytes {
         link.stream.max_message = longest_message(max).min(link.stream.max_message);
     }
-    let node = link.join(o.link, Role::Receiver, a.wait, &o.setup.stop)?;
-    Ok((o.setup, node))
+    let node = link.join(o.link, Role::Receiver, a.wait, &o.setup.stop, seen);
+    (o.setup, node)
 }
 
 /// Why the writer stopped before the trailer (it returns its own error from `finish`).
@@ -1788,7 +1826,7 @@ impl<'a> Receiving<'a> {
         }
         RecvReport {
             ok,
-            rank: self.rank,
+            rank: Some(self.rank),
             bytes,
             seconds,
             digest,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast::MacAddr;
 use ethbcast::{HostEntry, Settle};
-use ethbcast::{Role, Stream};
+use ethbcast::{JoinSeen, Role, Stream};
 use ethbcast_proto::engine::{Dest, SendError};
 use ethbcast_proto::member::{Event, MemberError};
 use serde::Serialize;
@@ -123,13 +123,22 @@ pub struct MissingHost {
     pub host: Option<String>,
     /// MAC address.
     pub mac: String,
+    /// Why it is missing.
+    pub why: String,
 }
 
-/// The sender's final report.
+/// The sender's final report: of a transfer, or of a run that ended before every receiver
+/// had an outcome (`error` says why; `--json` writes one on every exit but a usage error).
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// Every receiver completed.
     pub ok: bool,
+    /// The exit code.
+    pub code: u8,
+    /// Why the run ended before every receiver had an outcome (a join timeout, an
+    /// interruption, a link or input error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Interface.
     pub iface: String,
     /// Bytes in the stream.
@@ -488,16 +497,20 @@ impl Expect {
     }
 }
 
-/// The receivers a previous report (`send --json`) lists as not completed (failed, evicted)
-/// or as not joined (`missing`), with their host names, for `send --only-failed`.
-pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
+/// Whom `send --only-failed` sends to, from a previous report (`send --json`, of any run: a
+/// transfer, a join timeout, an interruption, a link error): the receivers it lists as not
+/// completed (failed, evicted, or the transfer never started for them) and the hosts it
+/// names as not joined (`missing`), with their host names. A report of `--receivers N`
+/// cannot name the receivers that did not join: then the sender waits for as many receivers
+/// as the report counts failed or not joined, the first that answer ([`Expect::Count`]).
+pub fn failed_hosts(report_json: &str) -> Result<Expect, String> {
     let v: serde_json::Value =
         serde_json::from_str(report_json).map_err(|e| format!("not a JSON report: {e}"))?;
     let receivers = v["receivers"]
         .as_array()
         .ok_or("not a report of `ethbcast send --json` (no receivers)")?;
     let failed = receivers.iter().filter(|r| r["status"] != "completed");
-    let missing = v["missing"].as_array().into_iter().flatten();
+    let missing = v["missing"].as_array().map_or(&[][..], Vec::as_slice);
     let mut hosts: Vec<HostEntry> = Vec::new();
     for r in failed.chain(missing) {
         let mac = r["mac"]
@@ -511,24 +524,137 @@ pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
             });
         }
     }
+    let not_joined = v["not_joined"].as_u64().unwrap_or(0) as usize;
+    let unnamed = not_joined.saturating_sub(missing.len());
+    if unnamed > 0 {
+        return Ok(Expect::Count(hosts.len() + unnamed));
+    }
     if hosts.is_empty() {
         return Err("every receiver of the report completed: nothing to send again".into());
     }
-    Ok(hosts)
+    Ok(Expect::List(hosts))
 }
 
 /// Runs `ethbcast send`, its steps in order: [`open_input`], [`open`], [`join`],
-/// [`Transfer::start`], [`Transfer::run`], [`Transfer::report`]. `Err` for join timeouts, I/O
-/// errors and interruption; otherwise the report (its `ok` says whether every receiver
-/// completed).
-pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
+/// [`Transfer::start`], [`Transfer::run`], [`Transfer::report`]. Returns the report in every
+/// case: its `code` is the exit code, its `error` why the run ended before every receiver
+/// had an outcome (join timeout, interruption, I/O errors), its receivers who joined and its
+/// `missing` who did not.
+pub fn run(a: &SendArgs) -> Report {
+    let mut seen = JoinSeen::default();
+    let mut status = None;
+    let mut total = None;
+    match steps(a, &mut seen, &mut status, &mut total) {
+        Ok(r) => r,
+        Err(f) => not_started(a, f, &seen, total, &mut status),
+    }
+}
+
+/// [`run`]'s steps up to the transfer, which reports itself whatever way it ends.
+fn steps(
+    a: &SendArgs,
+    seen: &mut JoinSeen,
+    status: &mut Option<super::StatusFile>,
+    total: &mut Option<u64>,
+) -> Result<Report, Fatal> {
     let input = open_input(a)?;
-    let mut status = status_file(a, input.total)?;
+    *total = input.total;
+    *status = status_file(a, input.total)?;
     let link = open(a, input)?;
-    let joined = join(a, link)?;
-    let mut t = Transfer::start(a, joined)?;
-    t.run(&mut status)?;
-    t.report(&mut status)
+    let joined = join(a, link, seen)?;
+    let mut t = Transfer::start(a, joined);
+    let ended = t.run(status);
+    Ok(t.report(status, ended.err()))
+}
+
+/// The report of a run that ended before its transfer began: the receivers that answered
+/// (the transfer did not start for them) and the hosts of the hostfile that did not.
+fn not_started(
+    a: &SendArgs,
+    f: Fatal,
+    seen: &JoinSeen,
+    total: Option<u64>,
+    status: &mut Option<super::StatusFile>,
+) -> Report {
+    let reason = match f.code {
+        super::EXIT_JOIN_TIMEOUT => format!(
+            "did not answer within --wait {}",
+            super::render_seconds(a.wait)
+        ),
+        EXIT_INTERRUPTED => "had not answered when the sender was interrupted".into(),
+        _ => format!("not reached: {}", f.msg),
+    };
+    let receivers: Vec<ReceiverReport> = seen
+        .heard
+        .iter()
+        .enumerate()
+        .map(|(i, mac)| ReceiverReport {
+            // The rank it would have had.
+            rank: Rank::new(i as u16 + 1),
+            mac: mac.to_string(),
+            host: a.expect.name_of(mac),
+            status: Outcome::Failed,
+            bytes: 0,
+            seconds: 0.0,
+            error: format!(
+                "answered, but the transfer did not start: {}",
+                first_line(&f.msg)
+            ),
+            counters: None,
+        })
+        .collect();
+    let missing: Vec<MissingHost> = match &a.expect {
+        Expect::Count(_) => Vec::new(),
+        Expect::List(l) => l
+            .iter()
+            .filter(|h| !seen.heard.contains(&h.mac))
+            .map(|h| MissingHost {
+                host: h.name.clone(),
+                mac: h.mac.to_string(),
+                why: reason.clone(),
+            })
+            .collect(),
+    };
+    let not_joined = a.expect.len().saturating_sub(receivers.len());
+    if let Some(st) = status.as_mut() {
+        let end = SendStatus {
+            state: "done",
+            ok: Some(false),
+            iface: &a.link.iface,
+            total,
+            bytes_sent: 0,
+            bytes_acked: 0,
+            resumed_from: 0,
+            seconds: 0.0,
+            data_frames: 0,
+            repair_frames: 0,
+            receivers: &receivers,
+        };
+        st.update(&end, true);
+    }
+    Report {
+        ok: false,
+        code: f.code,
+        error: Some(f.msg),
+        iface: a.link.iface.clone(),
+        bytes: 0,
+        digest: format!("{}:none", a.digest.name()),
+        resumed_from: 0,
+        join_seconds: 0.0,
+        seconds: 0.0,
+        goodput_mbit: 0.0,
+        receivers,
+        not_joined,
+        missing,
+        data_frames: 0,
+        repair_frames: 0,
+        rebroadcasts: 0,
+    }
+}
+
+/// The first line of a message (up to a `;`), for a receiver's line.
+fn first_line(msg: &str) -> &str {
+    msg.split(['(', ';']).next().unwrap_or(msg).trim_end()
 }
 
 /// The sender's input, opened, with its size when it is a file.
@@ -597,6 +723,7 @@ pub struct OpenLink {
 /// Step 2: opens the link, drops every capability, and says whom the sender waits for.
 pub fn open(a: &SendArgs, input: Opened) -> Result<OpenLink, Fatal> {
     let began = Instant::now();
+    a.link.check_up()?;
     let link = a
         .link
         .open()
@@ -645,10 +772,10 @@ pub struct Joined {
 
 /// Step 3: the join ([`LinkOptions::join`]): the receivers expected, or (`--min-receivers`)
 /// those that came; says who did not.
-pub fn join(a: &SendArgs, l: OpenLink) -> Result<Joined, Fatal> {
+pub fn join(a: &SendArgs, l: OpenLink, seen: &mut JoinSeen) -> Result<Joined, Fatal> {
     let node = a
         .link
-        .join(l.link, a.expect.role(a.settle), a.wait, &l.stop)?;
+        .join(l.link, a.expect.role(a.settle), a.wait, &l.stop, seen)?;
     let roster = node.peers().to_vec();
     let not_joined = a.expect.len().saturating_sub(roster.len() - 1);
     let missing: Vec<MissingHost> = match &a.expect {
@@ -659,6 +786,11 @@ pub fn join(a: &SendArgs, l: OpenLink) -> Result<Joined, Fatal> {
             .map(|h| MissingHost {
                 host: h.name.clone(),
                 mac: h.mac.to_string(),
+                why: format!(
+                    "did not join within --max-wait {}",
+                    a.settle
+                        .map_or_else(String::new, |s| super::render_seconds(s.after))
+                ),
             })
             .collect(),
     };
@@ -725,7 +857,8 @@ pub struct Transfer<'a> {
     missing: Vec<MissingHost>,
     who: Vec<String>,
     join_seconds: f64,
-    /// Data messages handed to the engine at most.
+    /// Bytes per data message, and data messages handed to the engine at most.
+    msg: usize,
     max_inflight: usize,
     /// Every rank's line of the report as it stands (the sender's, rank 0, is not reported).
     fate: Vec<ReceiverReport>,
@@ -734,6 +867,8 @@ pub struct Transfer<'a> {
     /// The reader's blocks, and the rank of each offer it was given (in the reader's order).
     rx: Receiver<Block>,
     offer_ranks: Vec<usize>,
+    /// Reading a file: where the receivers' offers go (see [`Transfer::begin`]).
+    offers_tx: Option<std::sync::mpsc::SyncSender<Vec<Offer>>>,
     pb: indicatif::ProgressBar,
     start: Instant,
     bucket: Option<TokenBucket>,
@@ -779,10 +914,10 @@ impl Watch {
 }
 
 impl<'a> Transfer<'a> {
-    /// Starts the transfer: the reader, the header, and (a file) the receivers' offers.
-    pub fn start(a: &'a SendArgs, j: Joined) -> Result<Transfer<'a>, Fatal> {
+    /// Sets the transfer up: each receiver's line, the reader.
+    pub fn start(a: &'a SendArgs, j: Joined) -> Transfer<'a> {
         let Joined {
-            mut node,
+            node,
             stop,
             input,
             roster,
@@ -804,7 +939,7 @@ impl<'a> Transfer<'a> {
         // last repair.
         let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
         let n = roster.len();
-        let mut fate: Vec<ReceiverReport> = roster
+        let fate: Vec<ReceiverReport> = roster
             .iter()
             .enumerate()
             .map(|(r, mac)| ReceiverReport {
@@ -825,24 +960,7 @@ impl<'a> Transfer<'a> {
         let bucket = a
             .max_rate
             .map(|r| TokenBucket::new(r, (msg as u64).max(r / 100), start));
-        node.send(
-            Msg::Header {
-                total: input.total,
-                chunk: msg as u32,
-                digest: a.digest,
-            }
-            .encode(),
-        )?;
-        // A file can start where every receiver's partial output ends: each receiver offers
-        // what it holds (see `Offer`), and the reader checks the offers against the input.
-        let mut offer_ranks: Vec<usize> = Vec::new();
-        if resumable {
-            let offers = gather_offers(&mut node, &mut fate, &stop, a.timeout, start)?;
-            offer_ranks = offers.iter().map(|o| o.0).collect();
-            let _ = offers_tx.send(offers.into_iter().map(|o| o.1).collect());
-        }
-        drop(offers_tx);
-        Ok(Transfer {
+        Transfer {
             a,
             node,
             stop,
@@ -851,11 +969,13 @@ impl<'a> Transfer<'a> {
             missing,
             who,
             join_seconds,
+            msg,
             max_inflight,
             fate,
             watch: Watch::new(n),
             rx,
-            offer_ranks,
+            offer_ranks: Vec::new(),
+            offers_tx: resumable.then_some(offers_tx),
             pb,
             start,
             bucket,
@@ -867,12 +987,32 @@ impl<'a> Transfer<'a> {
             trailer: None,
             trailer_stable: None,
             digest: None,
-        })
+        }
+    }
+
+    /// The header, and (a file) the receivers' offers: a file can start where every
+    /// receiver's partial output ends (each receiver offers what it holds, see [`Offer`], and
+    /// the reader checks the offers against the input).
+    fn begin(&mut self) -> Result<(), Fatal> {
+        let header = Msg::Header {
+            total: self.total,
+            chunk: self.msg as u32,
+            digest: self.a.digest,
+        };
+        self.node.send(header.encode())?;
+        if let Some(tx) = self.offers_tx.take() {
+            let (node, fate) = (&mut self.node, &mut self.fate);
+            let offers = gather_offers(node, fate, &self.stop, self.a.timeout, self.start)?;
+            self.offer_ranks = offers.iter().map(|o| o.0).collect();
+            let _ = tx.send(offers.into_iter().map(|o| o.1).collect());
+        }
+        Ok(())
     }
 
     /// Streams the input and watches the receivers until each has an outcome. `Err` when
     /// interrupted (the receivers are told to discard the transfer) or the input fails.
     pub fn run(&mut self, status: &mut Option<super::StatusFile>) -> Result<(), Fatal> {
+        self.begin()?;
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 self.pb.finish_and_clear();
@@ -1172,14 +1312,22 @@ impl<'a> Transfer<'a> {
         }
     }
 
-    /// Step 5: the report, once every receiver has an outcome (the last status too).
-    pub fn report(mut self, status: &mut Option<super::StatusFile>) -> Result<Report, Fatal> {
+    /// Step 5: the report, once every receiver has an outcome, or once the transfer ended
+    /// early (`failure`: interrupted, the input or the link failed): receivers still active
+    /// then failed with it. The last status too.
+    pub fn report(
+        mut self,
+        status: &mut Option<super::StatusFile>,
+        failure: Option<Fatal>,
+    ) -> Report {
         let seconds = self.start.elapsed();
         self.pb.finish_and_clear();
         // Linger: acknowledge the last point-to-point reports.
         let linger = Instant::now() + Duration::from_millis(300);
-        while Instant::now() < linger {
-            self.node.turn(Duration::from_millis(10))?;
+        while failure.is_none() && Instant::now() < linger {
+            if self.node.turn(Duration::from_millis(10)).is_err() {
+                break;
+            }
         }
         // Counters that came with the last reports.
         for line in &mut self.fate[1..] {
@@ -1188,9 +1336,13 @@ impl<'a> Transfer<'a> {
                     line.counters = Some(c);
                 }
             }
+            if let (Outcome::Active, Some(f)) = (line.status, &failure) {
+                finish(line, self.start, Outcome::Failed, self.acked, f.msg.clone());
+            }
         }
         let st = self.node.stats().clone();
-        let ok = self.not_joined == 0
+        let ok = failure.is_none()
+            && self.not_joined == 0
             && self.fate[1..]
                 .iter()
                 .all(|r| r.status == Outcome::Completed);
@@ -1198,8 +1350,15 @@ impl<'a> Transfer<'a> {
             s.update(&self.status("done", Some(ok), seconds, &st), true);
         }
         let resumed_from = self.resumed_from.unwrap_or(0);
-        Ok(Report {
+        let code = match (&failure, ok) {
+            (Some(f), _) => f.code,
+            (None, true) => super::EXIT_OK,
+            (None, false) => EXIT_FAILED,
+        };
+        Report {
             ok,
+            code,
+            error: failure.map(|f| f.msg),
             iface: self.a.link.iface.clone(),
             bytes: self.sent,
             resumed_from,
@@ -1217,7 +1376,7 @@ impl<'a> Transfer<'a> {
             data_frames: st.data_frames,
             repair_frames: st.repair_frames,
             rebroadcasts: st.rebroadcasts,
-        })
+        }
     }
 }
 
@@ -1295,18 +1454,9 @@ fn gather_offers(
         .collect())
 }
 
-/// The exit code of a finished transfer.
-pub fn exit_code(r: &Report) -> u8 {
-    if r.ok {
-        super::EXIT_OK
-    } else {
-        EXIT_FAILED
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{failed_hosts, resume_point};
+    use super::{failed_hosts, resume_point, Expect};
     use crate::transfer::{DigestAlgo, Offer, StreamHasher};
     use std::io::{Read, Seek};
 
@@ -1363,7 +1513,9 @@ mod tests {
             {"rank": 2, "mac": "02:00:00:00:00:02", "host": "node2", "status": "evicted"},
             {"rank": 3, "mac": "02:00:00:00:00:03", "status": "failed"}],
             "not_joined": 1, "missing": [{"host": "node4", "mac": "02:00:00:00:00:04"}]}"#;
-        let hosts = failed_hosts(report).unwrap();
+        let Expect::List(hosts) = failed_hosts(report).unwrap() else {
+            panic!("a report that names every host gives a list");
+        };
         let got: Vec<(Option<&str>, String)> = hosts
             .iter()
             .map(|h| (h.name.as_deref(), h.mac.to_string()))
@@ -1383,5 +1535,20 @@ mod tests {
         assert!(failed_hosts("{").is_err());
         assert!(failed_hosts("{}").is_err());
         assert!(failed_hosts(r#"{"receivers": [{"mac": "nope", "status": "failed"}]}"#).is_err());
+    }
+
+    /// `--receivers N` names no host that did not join: every receiver that joined completed,
+    /// two never joined, and there is something to send again, to two receivers.
+    #[test]
+    fn a_count_report_whose_receivers_did_not_join_sends_to_as_many_again() {
+        let report = r#"{"ok": false, "receivers": [
+            {"rank": 1, "mac": "02:00:00:00:00:01", "status": "completed"}],
+            "not_joined": 2}"#;
+        assert!(matches!(failed_hosts(report), Ok(Expect::Count(2))));
+        // And with a receiver that failed: it and the two.
+        let report = r#"{"ok": false, "receivers": [
+            {"rank": 1, "mac": "02:00:00:00:00:01", "status": "failed"}],
+            "not_joined": 2, "missing": []}"#;
+        assert!(matches!(failed_hosts(report), Ok(Expect::Count(3))));
     }
 }
