@@ -109,7 +109,7 @@ struct Common {
     key_file: Option<PathBuf>,
     /// Run without a group key: any host of the segment can then join, inject data, abort,
     /// and answer a receiver as its sender, whose data (and digest) the receiver takes (see
-    /// README, "Threat model"). Pin the sender with `recv --from`.
+    /// docs/security.md, "Threat model"). Pin the sender with `recv --from`.
     #[arg(long, conflicts_with = "key_file")]
     insecure: bool,
     /// Where broadcasts go: derived (the group's own multicast address, 03:eb: and the group
@@ -304,6 +304,11 @@ struct RecvCmd {
     /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
     #[arg(long, requires = "output")]
     resume: bool,
+    /// With -o FILE: never replace an existing FILE (refused at the start; a FILE that
+    /// appears during the transfer is kept and the data received discarded). Without it an
+    /// existing FILE is replaced once the new one is complete.
+    #[arg(long, requires = "output")]
+    no_clobber: bool,
     /// Give up after this many seconds without any frame from the sender, or without the
     /// output (file, stdout, -O command) taking any data; inf: never.
     #[arg(long, default_value = "30", value_parser = parse_duration)]
@@ -367,9 +372,15 @@ struct DoctorCmd {
     /// recv).
     #[arg(long, default_value = "derived")]
     group_address: ethbcast::GroupAddress,
-    /// Print the checks as JSON on stdout.
+    /// Print the checks as JSON on stdout: one object per line of the text output, with the
+    /// check's id, its host (`local`, or the hostfile's), its status, what was found and the
+    /// fix.
     #[arg(long)]
     json: bool,
+    /// Check this group key file too, as send and recv read it: readable, mode 0600, owned by
+    /// this user or root, well formed.
+    #[arg(long, env = "ETHBCAST_KEY_FILE")]
+    key_file: Option<PathBuf>,
 }
 
 fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
@@ -546,6 +557,7 @@ fn recv_cmd(c: RecvCmd) -> Result<ExitCode, Fatal> {
         quiet: c.quiet,
         resume: c.resume,
         status_file: c.status_file,
+        no_clobber: c.no_clobber,
     };
     let r = recv::run(&args);
     if !r.ok {
@@ -583,6 +595,9 @@ fn doctor_cmd(c: DoctorCmd) -> Result<ExitCode, Fatal> {
         c.backend,
         distribute::DEFAULT_WINDOW + distribute::RETAINED,
     );
+    if let Some(p) = &c.key_file {
+        checks.extend(doctor::key_file(p, c.group_id));
+    }
     let group = c.group_address.mac(c.group_id);
     let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
     match (&hostfile, failed(&checks)) {
@@ -649,7 +664,7 @@ fn keygen(file: &std::path::Path, passphrase: bool) -> Result<ExitCode, Fatal> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e @ ethbcast::KeyFileError::Io { .. }) => Err(Fatal::io(e.to_string())),
+        Err(e @ ethbcast::KeyFileError::Write { .. }) => Err(Fatal::io(e.to_string())),
         Err(e) => Err(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
     }
 }

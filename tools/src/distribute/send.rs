@@ -164,9 +164,11 @@ pub struct Report {
     pub missing: Vec<MissingHost>,
     /// Data frames broadcast.
     pub data_frames: u64,
-    /// Repair frames sent.
+    /// Frames the sender sent again: repairs that receivers asked it for (their
+    /// `repair_requests` less those to fellow receivers), and frames whose acknowledgement came
+    /// late, sent again unasked (the stream's last frame; a probe of a silent receiver).
     pub repair_frames: u64,
-    /// Of which re-broadcasts.
+    /// Of which re-broadcasts (to every receiver at once).
     pub rebroadcasts: u64,
 }
 
@@ -174,7 +176,7 @@ impl Report {
     /// The human REPORT (Kascade style).
     pub fn render(&self) -> String {
         let mut s = format!(
-            "REPORT: {} bytes in {:.2} s ({:.1} Mbit/s), digest {}, join {:.2} s, {} data frames, {} repairs\n",
+            "REPORT: {} bytes in {:.2} s ({:.1} Mbit/s), digest {}, join {:.2} s, {} data frames, {} sent again\n",
             self.bytes,
             self.seconds,
             self.goodput_mbit,
@@ -254,16 +256,26 @@ impl Report {
                 }
             ));
         }
-        if bad == 0 {
+        if self.repair_frames > 0 {
+            let asked: u64 = self
+                .receivers
+                .iter()
+                .filter_map(|r| r.counters)
+                .map(|c| c.repair_requests - c.repair_requests_to_peers.min(c.repair_requests))
+                .sum();
             s.push_str(&format!(
-                "REPORT: all {} receivers completed\n",
-                self.receivers.len()
+                "REPORT: {} frames sent again: repairs the receivers asked the sender for ({asked} requests, each for one or more frames) and frames whose acknowledgement came late, sent again unasked\n",
+                self.repair_frames
             ));
-        } else {
-            s.push_str(&format!(
-                "REPORT: {bad} of {} receivers did NOT complete\n",
-                self.receivers.len()
-            ));
+        }
+        let n = self.receivers.len();
+        match (bad, n) {
+            (0, 1) => s.push_str("REPORT: the receiver completed\n"),
+            (0, n) => s.push_str(&format!("REPORT: all {n} receivers completed\n")),
+            (_, 1) => s.push_str("REPORT: the receiver did NOT complete\n"),
+            (bad, n) => s.push_str(&format!(
+                "REPORT: {bad} of {n} receivers did NOT complete\n"
+            )),
         }
         s
     }
@@ -860,6 +872,8 @@ pub struct Transfer<'a> {
     /// Bytes per data message, and data messages handed to the engine at most.
     msg: usize,
     max_inflight: usize,
+    /// Stream bytes a data frame carries at most (see [`Transfer::show_bytes`]).
+    frame_bytes: u64,
     /// Every rank's line of the report as it stands (the sender's, rank 0, is not reported).
     fate: Vec<ReceiverReport>,
     /// Watching the receivers (see [`Watch`]).
@@ -971,6 +985,7 @@ impl<'a> Transfer<'a> {
             join_seconds,
             msg,
             max_inflight,
+            frame_bytes: cfg.max_payload() as u64,
             fate,
             watch: Watch::new(n),
             rx,
@@ -1032,6 +1047,7 @@ impl<'a> Transfer<'a> {
             self.check_receivers(now);
             self.give_up_on_reports(now);
             self.pb.set_position(self.acked);
+            self.show_bytes();
             if let Some(st) = status.as_mut() {
                 let stats = self.node.stats();
                 st.update(
@@ -1041,6 +1057,28 @@ impl<'a> Transfer<'a> {
             }
             if self.fate[1..].iter().all(|f| f.status != Outcome::Active) {
                 return Ok(());
+            }
+        }
+    }
+
+    /// Each active receiver's bytes as they move, as far as the sender can tell: what every
+    /// live receiver acknowledged, and for one ahead of the slowest, the frames by which it is
+    /// ahead (its outstanding frames against the slowest's). Short of the truth by less than
+    /// a message; the receiver's report has the exact count.
+    fn show_bytes(&mut self) {
+        let outstanding: Vec<Option<u64>> = (0..self.fate.len())
+            .map(|r| {
+                let live = r > 0 && self.fate[r].status == Outcome::Active;
+                live.then(|| self.node.receiver_progress(Rank::new(r as u16)))
+                    .flatten()
+                    .map(|p| p.outstanding)
+            })
+            .collect();
+        let slowest = outstanding.iter().flatten().copied().max().unwrap_or(0);
+        for (line, out) in self.fate.iter_mut().zip(outstanding) {
+            if let Some(o) = out {
+                let ahead = (slowest - o).saturating_mul(self.frame_bytes);
+                line.bytes = self.acked.saturating_add(ahead).min(self.sent);
             }
         }
     }
@@ -1337,7 +1375,8 @@ impl<'a> Transfer<'a> {
                 }
             }
             if let (Outcome::Active, Some(f)) = (line.status, &failure) {
-                finish(line, self.start, Outcome::Failed, self.acked, f.msg.clone());
+                let bytes = line.bytes.max(self.acked);
+                finish(line, self.start, Outcome::Failed, bytes, f.msg.clone());
             }
         }
         let st = self.node.stats().clone();
@@ -1535,6 +1574,61 @@ mod tests {
         assert!(failed_hosts("{").is_err());
         assert!(failed_hosts("{}").is_err());
         assert!(failed_hosts(r#"{"receivers": [{"mac": "nope", "status": "failed"}]}"#).is_err());
+    }
+
+    fn report_of(receivers: usize, repair_requests: u64, repair_frames: u64) -> super::Report {
+        use super::{Outcome, ReceiverReport};
+        let line = |i: usize| ReceiverReport {
+            rank: ethbcast::Rank::new(i as u16 + 1),
+            mac: format!("02:00:00:00:00:0{}", i + 1),
+            host: None,
+            status: Outcome::Completed,
+            bytes: 10,
+            seconds: 1.0,
+            error: String::new(),
+            counters: Some(crate::distribute::recv::RecvCounters {
+                repair_requests,
+                ..Default::default()
+            }),
+        };
+        super::Report {
+            ok: true,
+            code: 0,
+            error: None,
+            iface: "eth0".into(),
+            bytes: 10,
+            digest: "xxh3:00".into(),
+            resumed_from: 0,
+            join_seconds: 0.1,
+            seconds: 1.0,
+            goodput_mbit: 1.0,
+            receivers: (0..receivers).map(line).collect(),
+            not_joined: 0,
+            missing: Vec::new(),
+            data_frames: 100,
+            repair_frames,
+            rebroadcasts: 0,
+        }
+    }
+
+    /// One receiver is "the receiver", not "all 1 receivers"; frames sent again are
+    /// explained beside the receivers' repair requests, which may be none.
+    #[test]
+    fn the_report_counts_in_words_and_explains_frames_sent_again() {
+        let one = report_of(1, 0, 0).render();
+        assert!(one.contains("REPORT: the receiver completed"), "{one}");
+        assert!(!one.contains("all 1 receivers"), "{one}");
+        assert!(!one.contains("sent again:"), "nothing sent again: {one}");
+        let two = report_of(2, 0, 170).render();
+        assert!(two.contains("REPORT: all 2 receivers completed"), "{two}");
+        assert!(
+            two.contains("170 frames sent again")
+                && two.contains("0 requests")
+                && two.contains("unasked"),
+            "{two}"
+        );
+        let asked = report_of(2, 3, 9).render();
+        assert!(asked.contains("6 requests"), "{asked}");
     }
 
     /// `--receivers N` names no host that did not join: every receiver that joined completed,
