@@ -172,6 +172,8 @@ fn only_the_victim_was_evicted(
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(rep["ok"], false);
     assert!(stderr.contains("REPORT"), "{stderr}");
+    // The report says it; no raw log line of the library beside it.
+    assert!(!stderr.contains("member evicted"), "{stderr}");
     for r in rep["receivers"].as_array().unwrap() {
         let want = if r["mac"] == victim {
             "evicted"
@@ -2393,7 +2395,8 @@ fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
         ],
         Stdio::null(),
     );
-    // Under way: each side's file says so, with bytes moving.
+    // Under way: each side's file says so, with bytes moving, the sender's for each
+    // receiver too.
     let t0 = Instant::now();
     let (mut sending, mut receiving) = (false, [false, false]);
     while !(sending && receiving.iter().all(|r| *r)) {
@@ -2402,7 +2405,14 @@ fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
             "no status under way: sender {sending}, receivers {receiving:?}"
         );
         if let Some(v) = status_of(&sstatus) {
-            sending |= v["state"] == "sending" && v["bytes_sent"].as_u64() > Some(0);
+            let moving = |l: &serde_json::Value| {
+                l["status"] == "active" && l["bytes"].as_u64().is_some_and(|b| b > 0)
+            };
+            sending |= v["state"] == "sending"
+                && v["bytes_sent"].as_u64() > Some(0)
+                && v["receivers"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().all(moving));
         }
         for (seen, p) in receiving.iter_mut().zip(&rstatus) {
             if let Some(v) = status_of(p) {
@@ -2911,4 +2921,44 @@ fn the_loser_of_two_senders_names_the_other() {
         assert!(std::fs::read(o).unwrap() == data);
     }
     tb.down().unwrap();
+}
+
+/// `keygen` into a directory that does not exist says it cannot write the key there and
+/// names the directory (not "cannot read key file").
+#[test]
+fn keygen_into_a_missing_directory_names_the_directory() {
+    let out = std::process::Command::new(BIN)
+        .args(["keygen", "/nonexistent-ethbcast-dir/sub/group.key"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{e}");
+    assert!(e.contains("cannot write key file"), "{e}");
+    assert!(
+        e.contains("directory /nonexistent-ethbcast-dir/sub does not exist"),
+        "{e}"
+    );
+    assert!(!e.contains("cannot read"), "{e}");
+}
+
+/// `--insecure`'s help points to a section of the docs that exists.
+#[test]
+fn insecure_help_points_to_a_section_that_exists() {
+    let out = std::process::Command::new(BIN)
+        .args(["send", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let at = help
+        .find("docs/security.md, \"")
+        .unwrap_or_else(|| panic!("--insecure names no section: {help}"));
+    let section = help[at..].split('"').nth(1).unwrap();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/security.md");
+    let text = std::fs::read_to_string(docs).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start_matches('#').trim() == section && l.starts_with('#')),
+        "docs/security.md has no section {section:?}"
+    );
 }
