@@ -65,7 +65,9 @@ fn a_relayed_repair_is_taken_only_from_the_peer_the_stream_asks() {
 mod liveness {
     use std::time::{Duration, Instant};
 
-    use super::{Config, Control, DetectorConfig, Flags, Kind, MacAddr, Member, MemberConfig, Rank};
+    use super::{
+        Config, Control, DetectorConfig, Flags, Kind, MacAddr, Member, MemberConfig, Rank,
+    };
     use crate::wire::ALL;
 
     const PERIOD: Duration = Duration::from_millis(10);
