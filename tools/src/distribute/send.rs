@@ -1648,6 +1648,58 @@ mod tests {
         assert!(asked.contains("6 requests"), "{asked}");
     }
 
+    fn args(input: Option<std::path::PathBuf>, iface: &str) -> super::SendArgs {
+        super::SendArgs {
+            link: crate::distribute::LinkOptions {
+                iface: iface.into(),
+                stream: ethbcast::StreamOptions::default(),
+            },
+            input,
+            expect: Expect::Count(2),
+            settle: None,
+            digest: DigestAlgo::Xxh3,
+            max_rate: None,
+            chunk: 1 << 20,
+            wait: std::time::Duration::from_secs(1),
+            timeout: std::time::Duration::from_secs(1),
+            report_wait: std::time::Duration::from_secs(1),
+            quiet: true,
+            status_file: None,
+        }
+    }
+
+    /// The first step alone: a file has a size, a directory is refused with the way to send
+    /// one, and a run that stops at a step still reports (here: no such interface), with the
+    /// receivers it expected as not joined.
+    #[test]
+    fn the_steps_stand_alone_and_every_early_end_reports() {
+        let dir = std::env::temp_dir().join(format!("ethbcast-steps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("in");
+        std::fs::write(&file, b"12345").unwrap();
+        assert_eq!(
+            super::open_input(&args(Some(file.clone()), "eth0"))
+                .unwrap()
+                .total,
+            Some(5)
+        );
+        let Err(e) = super::open_input(&args(Some(dir.clone()), "eth0")) else {
+            panic!("a directory was opened as input");
+        };
+        assert!(e.msg.contains("tar -c DIR"), "{}", e.msg);
+        let r = super::run(&args(Some(file), "ethbcast-nope0"));
+        assert_eq!(r.code, crate::distribute::EXIT_IO, "{:?}", r.error);
+        assert!(
+            r.error
+                .as_deref()
+                .is_some_and(|e| e.contains("ethbcast-nope0")),
+            "{:?}",
+            r.error
+        );
+        assert_eq!((r.ok, r.not_joined, r.receivers.len()), (false, 2, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// `--receivers N` names no host that did not join: every receiver that joined completed,
     /// two never joined, and there is something to send again, to two receivers.
     #[test]
