@@ -62,6 +62,7 @@
 //! | 130 | interrupted (Ctrl-C, SIGTERM, or the sender aborted) |
 
 mod direct;
+mod extract;
 pub mod recv;
 pub mod send;
 

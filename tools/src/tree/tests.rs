@@ -753,3 +753,51 @@ fn names_are_shown_with_control_characters_and_raw_bytes_escaped() {
     assert_eq!(show(b"new\nline\t\\"), "new\\nline\\t\\\\");
     assert_eq!(show(b"x\xff\xfey"), "x\\xff\\xfey");
 }
+
+#[test]
+fn a_tree_goes_only_to_a_new_or_empty_directory_whose_parent_exists() {
+    use super::Staging;
+    let s = Scratch::new("target");
+    let full = s.join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("a"), b"a").unwrap();
+    let e = Staging::check_target(&full).unwrap_err();
+    assert!(e.contains("not empty"), "{e}");
+    std::fs::write(s.join("file"), b"f").unwrap();
+    let e = Staging::check_target(&s.join("file")).unwrap_err();
+    assert!(e.contains("not a directory"), "{e}");
+    std::os::unix::fs::symlink("full", s.join("link")).unwrap();
+    assert!(Staging::check_target(&s.join("link")).is_err());
+    std::fs::create_dir(s.join("empty")).unwrap();
+    Staging::check_target(&s.join("empty")).unwrap();
+    Staging::check_target(&s.join("new")).unwrap();
+    let e = Staging::create(&s.join("missing/new"), || 1).unwrap_err();
+    assert!(e.contains("missing") && e.contains("does not exist"), "{e}");
+
+    // Unpacked next to the target, then renamed to it: over the empty directory too.
+    for name in ["new", "empty"] {
+        let st = Staging::create(&s.join(name), rand::random).unwrap();
+        assert_eq!(st.path.parent(), Some(s.0.as_path()));
+        unpack(&archive(&[file(b"f", b"data")])[..], &st.path).unwrap();
+        st.commit().unwrap();
+        assert!(!st.path.exists());
+        assert_eq!(std::fs::read(s.join(name).join("f")).unwrap(), b"data");
+    }
+    // A name taken is passed over; removing takes what was unpacked.
+    let mut n = 0;
+    let first = Staging::create(&s.join("other"), || 7).unwrap();
+    let second = Staging::create(&s.join("other"), || {
+        n += 1;
+        6 + n
+    })
+    .unwrap();
+    assert_ne!(first.path, second.path);
+    unpack(
+        &archive(&[dir(b"d/"), file(b"d/f", b"x")])[..],
+        &second.path,
+    )
+    .unwrap();
+    second.remove();
+    first.remove();
+    assert!(!second.path.exists() && !first.path.exists());
+}
