@@ -27,6 +27,8 @@ pub(super) struct Extract {
     /// The pipe's writing end (from the header on), and the unpacker reading the other.
     pipe: Option<BufWriter<Counted<PipeWriter>>>,
     thread: Option<JoinHandle<Result<Unpacked, UnpackError>>>,
+    /// The unpacker was started (it runs once: after it stopped, nothing starts it again).
+    started: bool,
     written: Arc<AtomicU64>,
 }
 
@@ -40,6 +42,7 @@ impl Extract {
             staging,
             pipe: None,
             thread: None,
+            started: false,
             written: written.clone(),
         })
     }
@@ -51,9 +54,10 @@ impl Extract {
 
     /// Starts the unpacker (at the header: no thread waits for a transfer that never begins).
     pub(super) fn start(&mut self) -> Result<(), Fatal> {
-        if self.pipe.is_some() {
+        if self.started {
             return Ok(());
         }
+        self.started = true;
         let (r, w) = std::io::pipe().map_err(|e| Fatal::io(format!("cannot make a pipe: {e}")))?;
         let _ = rustix::pipe::fcntl_setpipe_size(&w, PIPE_SIZE);
         let root = self.staging.path.clone();
@@ -72,7 +76,9 @@ impl Extract {
     /// Hands `data` to the unpacker. If it stopped (a refused entry, a full disk), its reason.
     pub(super) fn write(&mut self, data: &[u8]) -> Result<(), Fatal> {
         self.start()?;
-        let pipe = self.pipe.as_mut().expect("started");
+        let Some(pipe) = self.pipe.as_mut() else {
+            return Err(Fatal::new(EXIT_FAILED, "the unpacker stopped"));
+        };
         match pipe.write_all(data) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.stopped(e)),
@@ -93,14 +99,18 @@ impl Extract {
     /// renames it to DIR.
     pub(super) fn commit(mut self) -> Result<Unpacked, Fatal> {
         self.start()?;
-        let flushed = self.pipe.take().expect("started").flush();
+        let flushed = match self.pipe.take() {
+            Some(mut p) => p.flush(),
+            None => Ok(()),
+        };
         let r = match self.thread.take().map(JoinHandle::join) {
             Some(Ok(Ok(u))) => match flushed {
                 Ok(()) => self.staging.commit().map(|()| u).map_err(Fatal::io),
                 Err(e) => Err(write_err(&self.staging.shown(), e)),
             },
             Some(Ok(Err(u))) => Err(unpack_error(u, &self.staging)),
-            _ => Err(Fatal::new(EXIT_FAILED, "the unpacking thread panicked")),
+            Some(Err(_)) => Err(Fatal::new(EXIT_FAILED, "the unpacking thread panicked")),
+            None => Err(Fatal::new(EXIT_FAILED, "the unpacker stopped")),
         };
         if r.is_err() {
             self.staging.remove();
