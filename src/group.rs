@@ -220,6 +220,8 @@ pub enum GroupError {
         timeout: Duration,
         /// What this member was waiting for, and hosts it heard that the membership excludes.
         waiting: String,
+        /// What the join knew when it timed out (boxed: it is large beside the other errors).
+        seen: Box<JoinSeen>,
     },
     /// The join failed (two members claim one rank, rosters disagree, a bad configuration).
     #[error(transparent)]
@@ -734,7 +736,7 @@ pub fn join<L: Link>(
     timeout: Duration,
     stop: impl FnMut() -> bool,
 ) -> Result<(Joined, L), GroupError> {
-    join_settling(link, cfg, timeout, None, stop)
+    join_settling(link, cfg, timeout, None, stop, |_| {})
 }
 
 /// When a first-come coordinator starts without every receiver it asked for: once `after`
@@ -748,14 +750,103 @@ pub struct Settle {
     pub after: Duration,
 }
 
+/// What a join that has not completed knows so far, handed to the watcher of
+/// [`Stream::join_watching`] while the join runs and used in its timeout message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinSeen {
+    /// Members heard from whom a coordinator accepted so far (this one not included).
+    pub heard: Vec<MacAddr>,
+    /// A coordinator's roster once decided: how many of its members confirmed it (this one
+    /// included), of how many.
+    pub confirmed: Option<(usize, usize)>,
+    /// Hosts whose join frames failed authentication under this member's key (a host with
+    /// another key, as a rule), with how many frames each.
+    pub unauthenticated: Vec<(MacAddr, u64)>,
+    /// Coordinators heard challenging on this group: on a coordinator, other coordinators
+    /// (a second sender); on a member, every sender that invited it.
+    pub coordinators: Vec<MacAddr>,
+    /// Hosts that sent frames as rank 0 of another session (a transfer already running here).
+    pub others: Vec<MacAddr>,
+    /// Hosts that answered and are not expected (a hostfile that misses them).
+    pub strangers: Vec<MacAddr>,
+}
+
+impl JoinSeen {
+    fn of(j: &ethbcast_proto::join::Join) -> JoinSeen {
+        let o = j.overheard();
+        let heard = j.heard();
+        // A member that answered sends frames of its own session too once it joined one.
+        let others = o.others().into_iter().filter(|m| !heard.contains(m));
+        JoinSeen {
+            others: others.collect(),
+            heard,
+            confirmed: j.confirmed(),
+            unauthenticated: o.unauthenticated(),
+            coordinators: o.coordinators(),
+            strangers: j.strangers(),
+        }
+    }
+
+    /// What a join timeout says of it beside the counts: who failed authentication, other
+    /// coordinators, other sessions, strangers.
+    pub fn explain(&self, coordinating: bool) -> String {
+        let list = |v: &[MacAddr]| {
+            v.iter()
+                .map(MacAddr::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !self.unauthenticated.is_empty() {
+            let who: Vec<String> = self
+                .unauthenticated
+                .iter()
+                .map(|(m, n)| format!("{n} from {m}"))
+                .collect();
+            parts.push(format!(
+                "join frames failed authentication with this host's key ({}): the likely cause is a different key on that host",
+                who.join(", ")
+            ));
+        }
+        let rivals: Vec<MacAddr> = match coordinating {
+            true => self.coordinators.clone(),
+            false => Vec::new(),
+        };
+        if !rivals.is_empty() {
+            parts.push(format!(
+                "another coordinator is forming a group with this id on this segment: {}",
+                list(&rivals)
+            ));
+        }
+        let others: Vec<MacAddr> = self
+            .others
+            .iter()
+            .filter(|m| !rivals.contains(m))
+            .copied()
+            .collect();
+        if !others.is_empty() {
+            parts.push(format!(
+                "frames of another session came from {}",
+                list(&others)
+            ));
+        }
+        if !self.strangers.is_empty() {
+            parts.push(format!("not in the membership: {}", list(&self.strangers)));
+        }
+        parts.join("; ")
+    }
+}
+
 /// [`join`], where a first-come coordinator starts as `settle` says (`None`: only with every
-/// receiver; the join times out after `timeout` whatever `settle` says).
+/// receiver; the join times out after `timeout` whatever `settle` says), and `watch` is shown
+/// what the join knows every slice.
 pub(crate) fn join_settling<L: Link>(
     link: L,
     cfg: JoinConfig,
     timeout: Duration,
     settle: Option<Settle>,
     mut stop: impl FnMut() -> bool,
+    mut watch: impl FnMut(&JoinSeen),
 ) -> Result<(Joined, L), GroupError> {
     use rand::RngCore;
     let start = WallClock.now();
@@ -785,29 +876,36 @@ pub(crate) fn join_settling<L: Link>(
             let joined = r?;
             return Ok((joined, driver.into_parts().1));
         }
+        let j = driver.member();
+        let seen = JoinSeen::of(j);
+        watch(&seen);
         if WallClock.now() >= deadline {
-            let j = driver.member();
             let (joined, expected) = j.progress();
-            let mut waiting = if j.is_coordinator() {
-                let heard: Vec<String> = j.heard().iter().map(|m| m.to_string()).collect();
-                if heard.is_empty() {
-                    "heard from no other member".to_string()
-                } else {
-                    format!("heard from {}", heard.join(", "))
+            let coordinating = j.is_coordinator();
+            let mut waiting = if coordinating {
+                let heard: Vec<String> = seen.heard.iter().map(|m| m.to_string()).collect();
+                match (heard.is_empty(), seen.confirmed) {
+                    (true, _) => "heard from no other member".to_string(),
+                    (false, Some((c, of))) => format!(
+                        "heard from {}; {c} of {of} confirmed the roster",
+                        heard.join(", ")
+                    ),
+                    (false, None) => format!("heard from {}", heard.join(", ")),
                 }
             } else {
                 "no roster from the group's coordinator".to_string()
             };
-            let strangers = j.strangers();
-            if !strangers.is_empty() {
-                let s: Vec<String> = strangers.iter().map(|m| m.to_string()).collect();
-                waiting.push_str(&format!("; not in the membership: {}", s.join(", ")));
+            let why = seen.explain(coordinating);
+            if !why.is_empty() {
+                waiting.push_str("; ");
+                waiting.push_str(&why);
             }
             return Err(GroupError::JoinTimeout {
                 joined,
                 expected,
                 timeout,
                 waiting,
+                seen: Box::new(seen),
             });
         }
     }

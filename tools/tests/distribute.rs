@@ -172,6 +172,8 @@ fn only_the_victim_was_evicted(
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(rep["ok"], false);
     assert!(stderr.contains("REPORT"), "{stderr}");
+    // The report says it; no raw log line of the library beside it.
+    assert!(!stderr.contains("member evicted"), "{stderr}");
     for r in rep["receivers"].as_array().unwrap() {
         let want = if r["mac"] == victim {
             "evicted"
@@ -2393,7 +2395,8 @@ fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
         ],
         Stdio::null(),
     );
-    // Under way: each side's file says so, with bytes moving.
+    // Under way: each side's file says so, with bytes moving, the sender's for each
+    // receiver too.
     let t0 = Instant::now();
     let (mut sending, mut receiving) = (false, [false, false]);
     while !(sending && receiving.iter().all(|r| *r)) {
@@ -2402,7 +2405,14 @@ fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
             "no status under way: sender {sending}, receivers {receiving:?}"
         );
         if let Some(v) = status_of(&sstatus) {
-            sending |= v["state"] == "sending" && v["bytes_sent"].as_u64() > Some(0);
+            let moving = |l: &serde_json::Value| {
+                l["status"] == "active" && l["bytes"].as_u64().is_some_and(|b| b > 0)
+            };
+            sending |= v["state"] == "sending"
+                && v["bytes_sent"].as_u64() > Some(0)
+                && v["receivers"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().all(moving));
         }
         for (seen, p) in receiving.iter_mut().zip(&rstatus) {
             if let Some(v) = status_of(p) {
@@ -2461,6 +2471,496 @@ fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
         assert!(!n.ends_with(".tmp"), "left behind: {n}");
     }
     tb.down().unwrap();
+}
+
+/// A key file in `dir` holding `phrase` (mode 0600), as every host of a test-bed can read it.
+fn key_file(dir: &Path, name: &str, phrase: &str) -> String {
+    let key = dir.join(name);
+    std::fs::write(&key, format!("{phrase}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    key.to_str().unwrap().to_owned()
+}
+
+/// A hostfile naming hosts `hosts` of the test-bed `node<i>`.
+fn hostfile(tb: &Testbed, dir: &Path, hosts: &[usize]) -> PathBuf {
+    let path = dir.join("hosts");
+    let lines: String = hosts
+        .iter()
+        .map(|&i| format!("node{i} {}\n", tb.hosts()[i].mac_string()))
+        .collect();
+    std::fs::write(&path, lines).unwrap();
+    path
+}
+
+/// `send --only-failed REPORT` (the report is `out`'s stdout, written to `dir`) with the key,
+/// to the receivers `rs` writing `outs`: every receiver completes with `data`.
+fn only_failed_completes(
+    tb: &Testbed,
+    dir: &Path,
+    out: &Output,
+    key: &str,
+    input: &Path,
+    receivers: usize,
+) {
+    let path = dir.join("report.json");
+    std::fs::write(&path, &out.stdout).unwrap();
+    let mut again = send(
+        tb,
+        &[
+            "--key-file",
+            key,
+            "-i",
+            input.to_str().unwrap(),
+            "--only-failed",
+            path.to_str().unwrap(),
+            "--wait",
+            "30",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = again.wait_timeout(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let rep = report(&out);
+    let lines = rep["receivers"].as_array().unwrap();
+    assert_eq!(lines.len(), receivers, "{rep}");
+    assert!(lines.iter().all(|l| l["status"] == "completed"), "{rep}");
+}
+
+/// `--json` after a join timeout: one report, with the hosts that answered (the transfer did
+/// not start for them) and the one that did not, and why; `--only-failed` takes it and sends
+/// to both. A receiver's `--json` after its own join timeout is one report too.
+#[test]
+fn json_after_a_join_timeout_names_who_joined_and_who_did_not_and_feeds_only_failed() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("jj"))).expect("test-bed");
+    let dir = tmpdir("jsonjoin");
+    let key = key_file(&dir, "key", "the json join test's phrase");
+    let hosts = hostfile(&tb, &dir, &[1, 2]);
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 1 << 20, 71);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    // A receiver alone, with no sender: its own join timeout, as JSON on stderr.
+    let mut lone = spawn(
+        &tb.hosts()[2].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--key-file",
+            &key,
+            "--wait",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let o = lone.wait_timeout(Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(3));
+    let r = recv_report(&o);
+    assert_eq!(
+        (r["ok"].clone(), r["code"].clone()),
+        (false.into(), 3.into()),
+        "{r}"
+    );
+    assert!(r["error"].as_str().unwrap().contains("join timeout"), "{r}");
+
+    let mut r1 = recv(
+        &tb,
+        1,
+        &["--key-file", &key, "-o", outs[0].to_str().unwrap()],
+    );
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--wait",
+            "2",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(3));
+    let rep = report(&out);
+    assert_eq!(rep["ok"], false, "{rep}");
+    assert_eq!(rep["code"], 3, "{rep}");
+    assert!(
+        rep["error"].as_str().unwrap().contains("join timeout"),
+        "{rep}"
+    );
+    let joined = rep["receivers"].as_array().unwrap();
+    assert_eq!(joined.len(), 1, "{rep}");
+    assert_eq!(joined[0]["host"], "node1", "{rep}");
+    assert_eq!(joined[0]["status"], "failed", "{rep}");
+    assert_eq!(rep["not_joined"], 1, "{rep}");
+    let missing = rep["missing"].as_array().unwrap();
+    assert_eq!(missing.len(), 1, "{rep}");
+    assert_eq!(missing[0]["host"], "node2", "{rep}");
+    assert!(
+        missing[0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer"),
+        "{rep}"
+    );
+    // Both are sent to again: node1 never got the data.
+    let mut r2 = recv(
+        &tb,
+        2,
+        &["--key-file", &key, "-o", outs[1].to_str().unwrap()],
+    );
+    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
+    for (r, o) in [&mut r1, &mut r2].into_iter().zip(&outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
+    tb.down().unwrap();
+}
+
+/// `--json` after SIGINT of a sender mid-transfer: one report (exit 130) in which every
+/// receiver failed with the interruption; `--only-failed` takes it and sends to both again.
+#[test]
+fn json_after_sigint_lists_every_receiver_and_feeds_only_failed() {
+    if !netns_available() {
+        return;
+    }
+    let (tb, dir) = slow_bed(3, "ji", "jsonint");
+    let key = key_file(&dir, "key", "the json interrupt test's phrase");
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 8 << 20, 72);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--max-rate",
+            "8mbit",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    wait_for_temporary_file(&dir, ".out1.bin", 64 << 10);
+    interrupt(&s);
+    let t0 = Instant::now();
+    let out = s.wait_timeout(Duration::from_secs(20));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(out.status.code(), Some(130));
+    let rep = report(&out);
+    assert_eq!(rep["code"], 130, "{rep}");
+    assert!(
+        rep["error"].as_str().unwrap().contains("interrupted"),
+        "{rep}"
+    );
+    let lines = rep["receivers"].as_array().unwrap();
+    assert_eq!(lines.len(), 2, "{rep}");
+    for l in lines {
+        assert_eq!(l["status"], "failed", "{rep}");
+        assert!(
+            l["error"].as_str().unwrap().contains("interrupted"),
+            "{rep}"
+        );
+    }
+    for r in &mut rs {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(15)).status.code(),
+            Some(130)
+        );
+    }
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
+    for (r, o) in rs.iter_mut().zip(&outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
+    tb.down().unwrap();
+}
+
+/// `--json` after a missing interface, on both sides: one report each (exit 4) that names
+/// the interface; the sender's, of `--receivers 2`, names no host, and `--only-failed` takes
+/// it and waits for two receivers.
+#[test]
+fn json_after_a_missing_interface_feeds_only_failed() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("jm"))).expect("test-bed");
+    let dir = tmpdir("jsonmissing");
+    let key = key_file(&dir, "key", "the json missing interface test's phrase");
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 1 << 20, 73);
+    let mut s = spawn(
+        &tb.hosts()[0].netns,
+        &[
+            "send",
+            "--iface",
+            "eth9",
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(4));
+    let rep = report(&out);
+    assert_eq!(rep["code"], 4, "{rep}");
+    assert!(rep["error"].as_str().unwrap().contains("eth9"), "{rep}");
+    assert_eq!(rep["not_joined"], 2, "{rep}");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &["recv", "--iface", "eth9", "--key-file", &key, "--json"],
+        Stdio::null(),
+    );
+    let o = r.wait_timeout(Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(4));
+    let rr = recv_report(&o);
+    assert_eq!(rr["code"], 4, "{rr}");
+    assert!(rr["error"].as_str().unwrap().contains("eth9"), "{rr}");
+
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
+    for (r, o) in rs.iter_mut().zip(&outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
+    tb.down().unwrap();
+}
+
+/// A receiver whose key is not the sender's hears the sender's join frames fail
+/// authentication: it says so once, naming the sender and how many, and its join timeout
+/// names that as the likely cause.
+#[test]
+fn a_receiver_with_another_key_names_the_sender_whose_frames_fail_authentication() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("wk"))).expect("test-bed");
+    let dir = tmpdir("wrongkey");
+    let mine = key_file(&dir, "mine", "the receiver's own phrase");
+    let theirs = key_file(&dir, "theirs", "the sender's other phrase");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--key-file",
+            &mine,
+            "--wait",
+            "3",
+            "-o",
+            "/dev/null",
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            &theirs,
+            "-i",
+            "/dev/null",
+            "--receivers",
+            "1",
+            "--wait",
+            "3",
+            "--quiet",
+        ],
+        Stdio::null(),
+    );
+    let o = r.wait_timeout(Duration::from_secs(30));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    let sender = tb.hosts()[0].mac_string();
+    let warnings: Vec<&str> = e
+        .lines()
+        .filter(|l| l.contains("failed authentication") && l.contains("warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "said once: {e}");
+    assert!(warnings[0].contains(&sender), "{e}");
+    let timeout = e.lines().find(|l| l.contains("join timeout")).expect(&e);
+    assert!(
+        timeout.contains("failed authentication") && timeout.contains(&sender),
+        "{timeout}"
+    );
+    assert!(timeout.contains("different key"), "{timeout}");
+    assert_eq!(
+        s.wait_timeout(Duration::from_secs(30)).status.code(),
+        Some(3)
+    );
+    tb.down().unwrap();
+}
+
+/// A second sender on a group whose receivers already joined another: its join times out
+/// naming the first sender's MAC, and counts only what it heard.
+#[test]
+fn the_loser_of_two_senders_names_the_other() {
+    if !netns_available() {
+        return;
+    }
+    let (tb, dir) = slow_bed(4, "ts", "twosenders");
+    let key = key_file(&dir, "key", "the two senders' phrase");
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 16 << 20, 74);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    let mut first = send(
+        &tb,
+        &[
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--max-rate",
+            "40mbit",
+            "--quiet",
+        ],
+        Stdio::null(),
+    );
+    wait_for_temporary_file(&dir, ".out1.bin", 64 << 10);
+    let mut second = spawn(
+        &tb.hosts()[3].netns,
+        &[
+            "send",
+            "--iface",
+            "eth0",
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "2",
+            "--quiet",
+        ],
+        Stdio::null(),
+    );
+    let o = second.wait_timeout(Duration::from_secs(30));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    let winner = tb.hosts()[0].mac_string();
+    let timeout = e.lines().find(|l| l.contains("join timeout")).expect(&e);
+    assert!(timeout.contains(&winner), "names the other sender: {e}");
+    assert!(timeout.contains("0 of 2 receivers joined"), "{timeout}");
+    assert_eq!(
+        first.wait_timeout(Duration::from_secs(60)).status.code(),
+        Some(0)
+    );
+    for (r, o) in rs.iter_mut().zip(&outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
+    tb.down().unwrap();
+}
+
+/// `keygen` into a directory that does not exist says it cannot write the key there and
+/// names the directory (not "cannot read key file").
+#[test]
+fn keygen_into_a_missing_directory_names_the_directory() {
+    let out = std::process::Command::new(BIN)
+        .args(["keygen", "/nonexistent-ethbcast-dir/sub/group.key"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{e}");
+    assert!(e.contains("cannot write key file"), "{e}");
+    assert!(
+        e.contains("directory /nonexistent-ethbcast-dir/sub does not exist"),
+        "{e}"
+    );
+    assert!(!e.contains("cannot read"), "{e}");
+}
+
+/// `--insecure`'s help points to a section of the docs that exists.
+#[test]
+fn insecure_help_points_to_a_section_that_exists() {
+    let out = std::process::Command::new(BIN)
+        .args(["send", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let at = help
+        .find("docs/security.md, \"")
+        .unwrap_or_else(|| panic!("--insecure names no section: {help}"));
+    let section = help[at..].split('"').nth(1).unwrap();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/security.md");
+    let text = std::fs::read_to_string(docs).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start_matches('#').trim() == section && l.starts_with('#')),
+        "docs/security.md has no section {section:?}"
+    );
 }
 
 /// Sets the modification (and access) time of `path` itself, a symbolic link's own included.

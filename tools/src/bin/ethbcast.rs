@@ -112,7 +112,7 @@ struct Common {
     key_file: Option<PathBuf>,
     /// Run without a group key: any host of the segment can then join, inject data, abort,
     /// and answer a receiver as its sender, whose data (and digest) the receiver takes (see
-    /// README, "Threat model"). Pin the sender with `recv --from`.
+    /// docs/security.md, "Threat model"). Pin the sender with `recv --from`.
     #[arg(long, conflicts_with = "key_file")]
     insecure: bool,
     /// Where broadcasts go: derived (the group's own multicast address, 03:eb: and the group
@@ -321,6 +321,11 @@ struct RecvCmd {
     /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
     #[arg(long, requires = "output", conflicts_with = "extract")]
     resume: bool,
+    /// With -o FILE: never replace an existing FILE (refused at the start; a FILE that
+    /// appears during the transfer is kept and the data received discarded). Without it an
+    /// existing FILE is replaced once the new one is complete.
+    #[arg(long, requires = "output")]
+    no_clobber: bool,
     /// Give up after this many seconds without any frame from the sender, or without the
     /// output (file, stdout, -O command) taking any data; inf: never.
     #[arg(long, default_value = "30", value_parser = parse_duration)]
@@ -384,9 +389,15 @@ struct DoctorCmd {
     /// recv).
     #[arg(long, default_value = "derived")]
     group_address: ethbcast::GroupAddress,
-    /// Print the checks as JSON on stdout.
+    /// Print the checks as JSON on stdout: one object per line of the text output, with the
+    /// check's id, its host (`local`, or the hostfile's), its status, what was found and the
+    /// fix.
     #[arg(long)]
     json: bool,
+    /// Check this group key file too, as send and recv read it: readable, mode 0600, owned by
+    /// this user or root, well formed.
+    #[arg(long, env = "ETHBCAST_KEY_FILE")]
+    key_file: Option<PathBuf>,
 }
 
 fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
@@ -411,10 +422,6 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
         (None, true) => None,
         (None, false) => return Err(distribute::no_key_error()),
     };
-    // A link on an interface that is down hears nobody: say so at once, with the fix.
-    if let Some((what, fix)) = ethbcast_tools::doctor::admin_down(&c.iface) {
-        return Err(Fatal::io(format!("{what}: {fix}")));
-    }
     stream.insecure = c.insecure;
     Ok(LinkOptions {
         iface: c.iface.clone(),
@@ -470,15 +477,22 @@ fn expect(c: &SendCmd) -> Result<Expect, Fatal> {
     };
     let text = std::fs::read_to_string(p)
         .map_err(|e| Fatal::io(format!("cannot read {}: {e}", p.display())))?;
-    let hosts = match &c.only_failed {
+    let expect = match &c.only_failed {
         Some(_) => {
             send::failed_hosts(&text).map_err(|e| format!("--only-failed {}: {e}", p.display()))
         }
-        None => ethbcast::parse_hostfile(&text).map_err(|e| e.to_string()),
+        None => ethbcast::parse_hostfile(&text)
+            .map(Expect::List)
+            .map_err(|e| e.to_string()),
     };
-    hosts
-        .map(Expect::List)
-        .map_err(|e| Fatal::new(distribute::EXIT_USAGE, e))
+    let expect = expect.map_err(|e| Fatal::new(distribute::EXIT_USAGE, e))?;
+    if let (Some(p), Expect::Count(n)) = (&c.only_failed, &expect) {
+        eprintln!(
+            "ethbcast: --only-failed {}: the report names no host for some receivers (a report of --receivers): waiting for the first {n} receivers",
+            p.display()
+        );
+    }
+    Ok(expect)
 }
 
 /// `ethbcast send`.
@@ -517,15 +531,22 @@ fn send_cmd(c: SendCmd) -> Result<ExitCode, Fatal> {
         quiet: c.quiet,
         status_file: c.status_file,
     };
-    let r = send::run(&args)?;
-    eprint!("{}", r.render());
+    let r = send::run(&args);
+    match &r.error {
+        // Nothing was sent: the error says what there is to say.
+        Some(e) if r.data_frames == 0 => {
+            eprintln!("ethbcast: error: {e}")
+        }
+        Some(e) => eprintln!("{}ethbcast: error: {e}", r.render()),
+        None => eprint!("{}", r.render()),
+    }
     if c.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&r).expect("report serialises")
         );
     }
-    Ok(ExitCode::from(send::exit_code(&r)))
+    Ok(ExitCode::from(r.code))
 }
 
 /// `ethbcast recv`.
@@ -554,14 +575,15 @@ fn recv_cmd(c: RecvCmd) -> Result<ExitCode, Fatal> {
         quiet: c.quiet,
         resume: c.resume,
         status_file: c.status_file,
+        no_clobber: c.no_clobber,
     };
-    let r = recv::run(&args)?;
+    let r = recv::run(&args);
     if !r.ok {
         eprintln!("ethbcast: error: {}", r.error);
     } else if !c.quiet {
         eprintln!(
             "ethbcast: rank {}: {} bytes received and verified{} in {:.2} s",
-            r.rank,
+            r.rank.map_or_else(|| "?".into(), |r| r.to_string()),
             r.bytes,
             c.extract
                 .map(|d| format!(", the tree unpacked into {}", d.display()))
@@ -594,6 +616,9 @@ fn doctor_cmd(c: DoctorCmd) -> Result<ExitCode, Fatal> {
         c.backend,
         distribute::DEFAULT_WINDOW + distribute::RETAINED,
     );
+    if let Some(p) = &c.key_file {
+        checks.extend(doctor::key_file(p, c.group_id));
+    }
     let group = c.group_address.mac(c.group_id);
     let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
     match (&hostfile, failed(&checks)) {
@@ -660,7 +685,7 @@ fn keygen(file: &std::path::Path, passphrase: bool) -> Result<ExitCode, Fatal> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e @ ethbcast::KeyFileError::Io { .. }) => Err(Fatal::io(e.to_string())),
+        Err(e @ ethbcast::KeyFileError::Write { .. }) => Err(Fatal::io(e.to_string())),
         Err(e) => Err(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
     }
 }

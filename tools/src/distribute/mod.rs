@@ -71,8 +71,8 @@ pub mod send;
 use std::time::Duration;
 
 use ethbcast::GroupError;
+use ethbcast::{JoinSeen, Role, Stream, StreamOptions};
 use ethbcast::{Link, LinkError};
-use ethbcast::{Role, Stream, StreamOptions};
 
 /// Exit code: everything completed.
 pub const EXIT_OK: u8 = 0;
@@ -182,6 +182,14 @@ pub struct LinkOptions {
 }
 
 impl LinkOptions {
+    /// An interface that is set down hears nobody: said at once, with the fix (exit 4).
+    pub fn check_up(&self) -> Result<(), Fatal> {
+        match crate::doctor::admin_down(&self.iface) {
+            Some((what, fix)) => Err(Fatal::io(format!("{what}: {fix}"))),
+            None => Ok(()),
+        }
+    }
+
     /// Opens the interface for the transfer ([`StreamOptions::open_link`]).
     pub fn open(&self) -> Result<Box<dyn Link + Send>, LinkError> {
         self.stream.open_link(&self.iface)
@@ -197,55 +205,132 @@ impl LinkOptions {
             .open_link_sized(&self.iface, extra + self.stream.window)
     }
 
-    /// Joins the transfer on `link` ([`Stream::join`]): the sender coordinates and takes the
-    /// receivers `role` names, a receiver answers the first sender whose roster names it.
-    /// Gives up after `wait` (exit 3) or when `stop` is set (exit 130).
+    /// Joins the transfer on `link` ([`Stream::join_watching`]): the sender coordinates and
+    /// takes the receivers `role` names, a receiver answers the first sender whose roster
+    /// names it. Gives up after `wait` (exit 3) or when `stop` is set (exit 130). Meanwhile
+    /// `seen` holds what the join knows (see [`JoinSeen`]), and what points at a problem is
+    /// said once as it is heard ([`Overheard`]): join frames that fail authentication, another
+    /// sender on the group.
     pub fn join(
         &self,
         link: Box<dyn Link + Send>,
         role: Role,
         wait: Duration,
         stop: &std::sync::atomic::AtomicBool,
+        seen: &mut JoinSeen,
     ) -> Result<Stream, Fatal> {
         let sender = role != Role::Receiver;
-        let hint = if self.stream.key.is_some() {
-            "the same --group-id and --key-file"
-        } else {
-            "the same --group-id and no key"
-        };
         // Every byte of a transfer is checked against the trailer's digest before it counts
         // (a file is renamed into place only then), so frames need no CRC over their payload.
         let opts = StreamOptions {
             end_to_end: true,
             ..self.stream.clone()
         };
-        Stream::join(link, role, &opts, wait, || {
-            stop.load(std::sync::atomic::Ordering::SeqCst)
-        })
-        .map_err(|e| match e {
+        let mut told = Overheard::default();
+        let joined = Stream::join_watching(
+            link,
+            role,
+            &opts,
+            wait,
+            || stop.load(std::sync::atomic::Ordering::SeqCst),
+            |now| {
+                told.tell(now, sender);
+                *seen = now.clone();
+            },
+        );
+        joined.map_err(|e| self.join_error(e, sender))
+    }
+
+    /// What a failed join says, counting only what it knows.
+    fn join_error(&self, e: GroupError, sender: bool) -> Fatal {
+        let hint = if self.stream.key.is_some() {
+            "the same --group-id and --key-file"
+        } else {
+            "the same --group-id and no key"
+        };
+        match e {
             GroupError::Interrupted => Fatal::new(EXIT_INTERRUPTED, "interrupted"),
             GroupError::JoinTimeout {
-                joined,
                 expected,
                 waiting,
+                seen,
                 ..
-            } if sender => Fatal::new(
-                EXIT_JOIN_TIMEOUT,
-                format!(
-                    "join timeout: {} of {} receivers joined ({waiting}); is `ethbcast recv` running on every receiver, on this segment, with {hint}?",
-                    joined.saturating_sub(1),
-                    expected.saturating_sub(1)
-                ),
-            ),
-            GroupError::JoinTimeout { .. } => Fatal::new(
-                EXIT_JOIN_TIMEOUT,
-                format!("join timeout: no sender published a roster that names this host (is `ethbcast send` running on this segment with {hint}, and waiting for this host?)"),
-            ),
+            } if sender => {
+                let expected = expected.saturating_sub(1);
+                let counted = match seen.confirmed {
+                    // A roster was decided: only those that confirmed it joined.
+                    Some((confirmed, of)) => format!(
+                        "{} of {expected} receivers joined: {} answered, {} confirmed this sender's roster",
+                        confirmed.saturating_sub(1),
+                        of.saturating_sub(1),
+                        confirmed.saturating_sub(1)
+                    ),
+                    None => format!("{} of {expected} receivers joined", seen.heard.len()),
+                };
+                Fatal::new(
+                    EXIT_JOIN_TIMEOUT,
+                    format!(
+                        "join timeout: {counted} ({waiting}); is `ethbcast recv` running on every receiver, on this segment, with {hint}?"
+                    ),
+                )
+            }
+            GroupError::JoinTimeout { seen, .. } => {
+                let why = seen.explain(false);
+                let senders = if seen.coordinators.is_empty() || !seen.unauthenticated.is_empty() {
+                    String::new()
+                } else {
+                    let s: Vec<String> = seen.coordinators.iter().map(|m| m.to_string()).collect();
+                    format!(
+                        "; heard senders {} whose rosters did not name this host",
+                        s.join(", ")
+                    )
+                };
+                Fatal::new(
+                    EXIT_JOIN_TIMEOUT,
+                    format!(
+                        "join timeout: no sender published a roster that names this host{}{senders} (is `ethbcast send` running on this segment with {hint}, and waiting for this host?)",
+                        if why.is_empty() { String::new() } else { format!("; {why}") }
+                    ),
+                )
+            }
             GroupError::Link(l) => Fatal::from(l),
             GroupError::Member(m) => Fatal::from(m),
             GroupError::Membership(m) => Fatal::new(EXIT_USAGE, m),
             other => Fatal::new(EXIT_FAILED, format!("join: {other}")),
-        })
+        }
+    }
+}
+
+/// What a join has said so far (see [`LinkOptions::join`]): each source once.
+#[derive(Default)]
+struct Overheard {
+    unauthenticated: Vec<ethbcast::MacAddr>,
+    rivals: Vec<ethbcast::MacAddr>,
+}
+
+impl Overheard {
+    /// Says what `seen` holds that was not said yet: on stderr, as a warning (also with
+    /// `--quiet`).
+    fn tell(&mut self, seen: &JoinSeen, sender: bool) {
+        for (mac, n) in &seen.unauthenticated {
+            if !self.unauthenticated.contains(mac) {
+                self.unauthenticated.push(*mac);
+                eprintln!(
+                    "ethbcast: warning: {n} join frame(s) from {mac} failed authentication with this host's key: that host runs with another key (--key-file) or none"
+                );
+            }
+        }
+        if !sender {
+            return;
+        }
+        for mac in seen.others.iter().chain(&seen.coordinators) {
+            if !self.rivals.contains(mac) {
+                self.rivals.push(*mac);
+                eprintln!(
+                    "ethbcast: warning: {mac} is sending on this group (another `ethbcast send` with this --group-id on the segment?): receivers answer the first sender that names them"
+                );
+            }
+        }
     }
 }
 
@@ -494,6 +579,40 @@ mod tests {
             assert!(!shown.contains("171") && !shown.contains("0xab"), "{shown}");
             assert!(shown.contains("<redacted>"), "{shown}");
         }
+    }
+
+    /// A sender whose roster its receivers did not confirm (they joined another sender) says
+    /// how many answered and how many confirmed, never that all joined.
+    #[test]
+    fn a_join_timeout_counts_only_the_receivers_that_confirmed() {
+        let link = LinkOptions {
+            iface: "eth0".into(),
+            stream: StreamOptions::default(),
+        };
+        let mac = |i| ethbcast::MacAddr([2, 0, 0, 0, 0, i]);
+        let seen = JoinSeen {
+            heard: vec![mac(1), mac(2)],
+            confirmed: Some((1, 3)),
+            coordinators: vec![mac(9)],
+            ..JoinSeen::default()
+        };
+        let e = GroupError::JoinTimeout {
+            joined: 3,
+            expected: 3,
+            timeout: Duration::from_secs(2),
+            waiting: seen.explain(true),
+            seen: Box::new(seen),
+        };
+        let f = link.join_error(e, true);
+        assert_eq!(f.code, EXIT_JOIN_TIMEOUT);
+        assert!(
+            f.msg
+                .contains("0 of 2 receivers joined: 2 answered, 0 confirmed"),
+            "{}",
+            f.msg
+        );
+        assert!(f.msg.contains("02:00:00:00:00:09"), "{}", f.msg);
+        assert!(!f.msg.contains("2 of 2"), "{}", f.msg);
     }
 
     #[test]
