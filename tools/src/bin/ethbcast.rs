@@ -318,7 +318,8 @@ struct RecvCmd {
     /// offset every receiver holds (at 0 if a receiver holds nothing or other bytes;
     /// after `send --only-failed`, where the failed receivers stopped). The whole file's
     /// digest is checked before it is renamed into place; one that does not match is
-    /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
+    /// removed. Resuming needs the sender's input to be a file (-i), not a stream or a
+    /// directory; a tree (--extract) is always received whole.
     #[arg(long, requires = "output", conflicts_with = "extract")]
     resume: bool,
     /// With -o FILE: never replace an existing FILE (refused at the start; a FILE that
