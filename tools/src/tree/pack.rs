@@ -173,8 +173,10 @@ fn append_file<W: Write>(b: &mut Builder<W>, path: &Path, rel: &Path) -> Result<
     let mut h = header(EntryType::Regular, &meta);
     h.set_size(size);
     pax_mtime(b, &meta)?;
+    // The tar crate copies 8 KiB at a time: read the file in larger steps behind them.
+    let step = usize::try_from(size).map_or(READ_STEP, |s| s.clamp(8 << 10, READ_STEP));
     let mut data = Exact {
-        f: f.take(size),
+        f: io::BufReader::with_capacity(step, f.take(size)),
         got: 0,
         failed: None,
     };
@@ -193,10 +195,13 @@ fn append_file<W: Write>(b: &mut Builder<W>, path: &Path, rel: &Path) -> Result<
     }
 }
 
+/// Bytes read from a file at a time, at most.
+const READ_STEP: usize = 1 << 20;
+
 /// A file's bytes for its entry: at most its size, and an error if it ends before (recorded,
 /// to tell it from an error of the stream).
 struct Exact {
-    f: io::Take<File>,
+    f: io::BufReader<io::Take<File>>,
     got: u64,
     failed: Option<Failed>,
 }
@@ -209,7 +214,7 @@ enum Failed {
 impl Read for Exact {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self.f.read(buf) {
-            Ok(0) if self.f.limit() > 0 && !buf.is_empty() => {
+            Ok(0) if self.f.get_ref().limit() > 0 && !buf.is_empty() => {
                 self.failed = Some(Failed::Shrank);
                 Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
