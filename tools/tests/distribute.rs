@@ -2963,6 +2963,75 @@ fn insecure_help_points_to_a_section_that_exists() {
     );
 }
 
+/// A member of the transfer (here without a key, any host) that sends `Final { ok: true }`
+/// right after the join, before any data or the trailer, is not counted as completed: the
+/// report fails it, and `--only-failed` sends to it again.
+#[test]
+fn an_early_completion_report_is_not_taken_as_completed() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("ef"))).expect("test-bed");
+    let dir = tmpdir("earlyfinal");
+    let input = dir.join("in.bin");
+    random_file(&input, 4 << 20, 75);
+    let ns = tb.hosts()[1].netns.clone();
+    let liar = netns::spawn_in(&ns, || {
+        use ethbcast::{Role, Stream, StreamOptions};
+        let opts = StreamOptions {
+            group_id: ethbcast_tools::distribute::DEFAULT_GROUP_ID,
+            backend: ethbcast::Backend::Socket,
+            window: ethbcast_tools::distribute::DEFAULT_WINDOW,
+            ack_every: ethbcast_tools::distribute::DEFAULT_ACK_EVERY,
+            nack_gather: ethbcast_tools::distribute::DEFAULT_WINDOW / 4,
+            insecure: true,
+            end_to_end: true,
+            ..StreamOptions::default()
+        };
+        let link = opts.open_link("eth0").expect("link");
+        let mut node = Stream::join(link, Role::Receiver, &opts, Duration::from_secs(30), || {
+            false
+        })
+        .expect("joined");
+        let early = ethbcast_tools::transfer::Final {
+            ok: true,
+            bytes: 4 << 20,
+            error: String::new(),
+        };
+        node.send_to(ethbcast::Rank::new(0), early.encode())
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            let _ = node.turn(Duration::from_millis(10));
+            while node.poll_event().is_some() {}
+        }
+    })
+    .expect("a thread in the receiver's namespace");
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--timeout",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(60));
+    liar.join().unwrap();
+    let rep = report(&out);
+    assert_eq!(out.status.code(), Some(1), "{rep}");
+    let line = &rep["receivers"][0];
+    assert_ne!(line["status"], "completed", "{rep}");
+    let hosts = ethbcast_tools::distribute::send::failed_hosts(&rep.to_string()).unwrap();
+    assert_eq!(hosts.len(), 1, "--only-failed sends to it again");
+    tb.down().unwrap();
+}
+
 /// Sets the modification (and access) time of `path` itself, a symbolic link's own included.
 fn set_mtime(path: &Path, secs: i64, nanos: u32) {
     let t = rustix::fs::Timespec {

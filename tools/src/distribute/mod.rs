@@ -384,14 +384,22 @@ pub fn become_user(name: &str) -> Result<(), Fatal> {
 pub const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// `--status-file PATH`: the counters of a running transfer as JSON, written every
-/// [`STATUS_EVERY`] and at the end, each time whole: into a temporary file next to PATH, renamed
-/// over it, so a reader never sees half of one.
+/// [`STATUS_EVERY`] and at the end, each time whole: into a fresh temporary file next to PATH,
+/// renamed over it, so a reader never sees half of one.
+///
+/// Why a fresh random name each time, created exclusively and never through a link: the
+/// directory may be writable by others (`/tmp`, a shared monitoring directory). A name they
+/// can predict lets them plant a FIFO there, whose `open` blocks the sender's protocol loop
+/// (every receiver then times out), or a file of their own that the rename makes the status
+/// file. Whatever exists under a drawn name is skipped, never opened.
 pub struct StatusFile {
     path: std::path::PathBuf,
-    tmp: std::path::PathBuf,
     last: Option<std::time::Instant>,
     warned: bool,
 }
+
+/// Fresh temporary names tried per write at most.
+const STATUS_TRIES: usize = 16;
 
 impl StatusFile {
     /// Writes `first` to `path` at once: a path that cannot be written is an error before the
@@ -400,20 +408,14 @@ impl StatusFile {
         path: &std::path::Path,
         first: &impl serde::Serialize,
     ) -> Result<StatusFile, Fatal> {
-        let name = path.file_name().ok_or_else(|| {
-            Fatal::new(
+        if path.file_name().is_none() {
+            return Err(Fatal::new(
                 EXIT_USAGE,
                 format!("--status-file {}: not a file name", path.display()),
-            )
-        })?;
-        let tmp = path.with_file_name(format!(
-            ".{}.{}.tmp",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
+            ));
+        }
         let mut f = StatusFile {
             path: path.to_path_buf(),
-            tmp,
             last: None,
             warned: false,
         };
@@ -422,21 +424,46 @@ impl StatusFile {
         Ok(f)
     }
 
+    /// A temporary file next to the status file, under a fresh random name (`.NAME.RANDOM.tmp`,
+    /// from the bytes of NAME), created exclusively and not through a symbolic link.
+    fn fresh_temp(&self) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let name = self.path.file_name().unwrap_or_default();
+        for _ in 0..STATUS_TRIES {
+            let mut tmp = std::ffi::OsString::from(".");
+            tmp.push(name);
+            tmp.push(format!(".{:016x}.tmp", rand::random::<u64>()));
+            let tmp = self.path.with_file_name(tmp);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&tmp)
+            {
+                Ok(f) => return Ok((tmp, f)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "{STATUS_TRIES} fresh temporary names were taken"
+        )))
+    }
+
     fn write_now(&mut self, v: &impl serde::Serialize) -> std::io::Result<()> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         self.last = Some(std::time::Instant::now());
         let mut text = serde_json::to_vec_pretty(v).map_err(std::io::Error::other)?;
         text.push(b'\n');
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&self.tmp)?;
-        f.write_all(&text)?;
-        drop(f);
-        std::fs::rename(&self.tmp, &self.path)
+        let (tmp, mut f) = self.fresh_temp()?;
+        let r = f.write_all(&text).and_then(|()| {
+            drop(f);
+            std::fs::rename(&tmp, &self.path)
+        });
+        if r.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        r
     }
 
     /// Writes `v` if [`STATUS_EVERY`] passed since the last time (`force`: now). A failure is
@@ -446,7 +473,6 @@ impl StatusFile {
             return;
         }
         if let Err(e) = self.write_now(v) {
-            let _ = std::fs::remove_file(&self.tmp);
             if !self.warned {
                 tracing::warn!("--status-file {}: {e}", self.path.display());
                 self.warned = true;
@@ -613,6 +639,68 @@ mod tests {
         );
         assert!(f.msg.contains("02:00:00:00:00:09"), "{}", f.msg);
         assert!(!f.msg.contains("2 of 2"), "{}", f.msg);
+    }
+
+    /// A scratch directory for the status file's tests.
+    fn status_dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("ethbcast-status-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A FIFO planted where the status file's temporary file is predictable (or drawn)
+    /// neither blocks the writer (every receiver would time out) nor receives the status.
+    #[test]
+    fn a_fifo_planted_at_the_temporary_name_does_not_block_the_status_file() {
+        let dir = status_dir("fifo");
+        let path = dir.join("status.json");
+        let guessed = dir.join(format!(".status.json.{}.tmp", std::process::id()));
+        nix::unistd::mkfifo(&guessed, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let r = StatusFile::create(&p, &serde_json::json!({"state": "joining"}));
+            let _ = tx.send(r.map(|mut f| f.update(&serde_json::json!({"state": "done"}), true)));
+        });
+        let r = rx.recv_timeout(Duration::from_secs(3));
+        if r.is_err() {
+            // Unblock the writer before failing.
+            let _ = std::fs::File::open(&guessed);
+        }
+        assert!(
+            r.is_ok(),
+            "writing the status file blocked on a FIFO planted in its directory"
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("done"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A file another user planted at the temporary name is never written and renamed into
+    /// place: the status file stays this user's.
+    #[test]
+    fn a_file_planted_at_the_temporary_name_never_becomes_the_status_file() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED: needs root to plant another user's file");
+            return;
+        }
+        let dir = status_dir("planted");
+        let path = dir.join("status.json");
+        let guessed = dir.join(format!(".status.json.{}.tmp", std::process::id()));
+        std::fs::write(&guessed, b"theirs").unwrap();
+        nix::unistd::chown(&guessed, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let mut f = StatusFile::create(&path, &serde_json::json!({"state": "joining"})).unwrap();
+        f.update(&serde_json::json!({"state": "done"}), true);
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            m.uid(),
+            nix::unistd::geteuid().as_raw(),
+            "the status file changed owner"
+        );
+        assert_eq!(std::fs::read(&guessed).unwrap(), b"theirs");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

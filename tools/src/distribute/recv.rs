@@ -353,12 +353,14 @@ fn create_temp(dst: &Path, mut suffix: impl FnMut() -> u64) -> Result<(PathBuf, 
     let dir = parent_dir(dst);
     let mut last = None;
     for _ in 0..TEMP_TRIES {
-        let tmp = dir.join(format!(
-            ".{}.ethbcast-{}-{:016x}.part",
-            name.to_string_lossy(),
+        let mut tmp = std::ffi::OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(
+            ".ethbcast-{}-{:016x}.part",
             std::process::id(),
             suffix()
         ));
+        let tmp = dir.join(tmp);
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -378,39 +380,66 @@ fn create_temp(dst: &Path, mut suffix: impl FnMut() -> u64) -> Result<(PathBuf, 
 }
 
 /// The name under which `recv --resume -o DST` writes `DST` until the digest matched, and
-/// keeps what arrived when the transfer does not complete: `.NAME.ethbcast.part` next to it.
+/// keeps what arrived when the transfer does not complete: `.NAME.ethbcast.part` next to it,
+/// made of the bytes of NAME (two names that are not UTF-8 never share one).
 pub fn partial_name(dst: &Path) -> Option<PathBuf> {
     let name = dst.file_name()?;
-    Some(parent_dir(dst).join(format!(".{}.ethbcast.part", name.to_string_lossy())))
+    let mut part = std::ffi::OsString::from(".");
+    part.push(name);
+    part.push(".ethbcast.part");
+    Some(parent_dir(dst).join(part))
 }
 
-/// Opens (or creates) the partial output of `dst` for `--resume`, read and write, locked
-/// against a second receiver writing it. `Ok(None)` if what is there cannot be trusted to be
-/// this user's own partial output (a symbolic link, not a regular file, another owner, more
-/// than one name): the caller then writes a fresh temporary file instead, as without
-/// `--resume`.
+/// Opens the partial output of `dst` for `--resume`, read and write, locked against a second
+/// receiver writing it, or creates it if there is none. `Ok(None)` if what is there cannot be
+/// trusted to be this user's own partial output: the caller then writes a fresh temporary file
+/// instead, as without `--resume` (and keeps nothing).
+///
+/// How it is trusted: an existing file is opened without `O_CREAT` and never through a
+/// symbolic link, and must then be a regular file of this user with one name, the very file
+/// the name still names (a hard link planted and unlinked between the open and the check
+/// leaves the name to another file, or none). One this user may not open (`EACCES`, `EPERM`:
+/// another user's file, or a planted one in a sticky directory with `protected_regular`) is
+/// not its own either. A new one is created with `O_EXCL`: one that appears meanwhile is not
+/// taken.
 fn open_partial(dst: &Path) -> Result<Option<(PathBuf, File)>, Fatal> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let Some(part) = partial_name(dst) else {
         return Err(Fatal::io(format!("-o {}: not a file name", dst.display())));
     };
-    let f = match std::fs::OpenOptions::new()
+    let not_ours = [nix::libc::ELOOP, nix::libc::EACCES, nix::libc::EPERM];
+    let existing = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
         .custom_flags(nix::libc::O_NOFOLLOW)
-        .mode(0o600)
-        .open(&part)
-    {
+        .open(&part);
+    let f = match existing {
         Ok(f) => f,
-        // A symbolic link (ELOOP) or something else that is no file of ours.
-        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => return Ok(None),
+        Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .mode(0o600)
+            .open(&part)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => return Err(Fatal::io(format!("cannot create {}: {e}", part.display()))),
+        },
+        Err(e) if e.raw_os_error().is_some_and(|c| not_ours.contains(&c)) => return Ok(None),
         Err(e) => return Err(Fatal::io(format!("cannot open {}: {e}", part.display()))),
     };
     let m = f
         .metadata()
         .map_err(|e| Fatal::io(format!("cannot stat {}: {e}", part.display())))?;
-    if !m.file_type().is_file() || m.uid() != nix::unistd::geteuid().as_raw() || m.nlink() != 1 {
+    let named =
+        std::fs::symlink_metadata(&part).is_ok_and(|n| n.dev() == m.dev() && n.ino() == m.ino());
+    if !m.file_type().is_file()
+        || m.uid() != nix::unistd::geteuid().as_raw()
+        || m.nlink() != 1
+        || !named
+    {
         return Ok(None);
     }
     match f.try_lock() {
@@ -563,7 +592,7 @@ impl Sink {
                 let partial = if resume { open_partial(dst)? } else { None };
                 if resume && partial.is_none() {
                     tracing::warn!(
-                        "{} is not a partial output of this user (a link, another owner, not a regular file): receiving into a fresh temporary file, which is not kept",
+                        "{} is not a partial output of this user (a link, another owner or one this user may not open, not a regular file): receiving into a fresh temporary file, which is not kept",
                         partial_name(dst).unwrap_or_default().display()
                     );
                 }
@@ -2233,6 +2262,21 @@ mod tests {
             .collect();
         assert!(names.iter().all(|n| !n.ends_with(".part")), "{names:?}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Two output names that differ only in bytes that are not UTF-8 have partial outputs of
+    /// their own: the partial name keeps the name's bytes.
+    #[test]
+    fn partial_names_keep_the_bytes_of_the_name() {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let a = Path::new(std::ffi::OsStr::from_bytes(b"/d/image-\xff.raw"));
+        let b = Path::new(std::ffi::OsStr::from_bytes(b"/d/image-\xfe.raw"));
+        let (pa, pb) = (partial_name(a).unwrap(), partial_name(b).unwrap());
+        assert_ne!(pa, pb);
+        assert_eq!(
+            pa.into_os_string().into_vec(),
+            b"/d/.image-\xff.raw.ethbcast.part".to_vec()
+        );
     }
 
     #[test]

@@ -1255,15 +1255,32 @@ impl<'a> Transfer<'a> {
                     line.counters = Some(c);
                     continue;
                 }
-                match Final::decode(&m) {
-                    Some(f) if f.ok => {
+                let Some(f) = Final::decode(&m) else {
+                    continue;
+                };
+                // A completion counts only after the trailer and for every byte sent: a
+                // receiver (a buggy or hostile member) that says so earlier is failed, so that
+                // `--only-failed` sends to it again.
+                let early = match (f.ok, self.digest) {
+                    (true, None) => Some("reported completion before the end of the stream".into()),
+                    (true, Some(_)) if f.bytes != self.sent => Some(format!(
+                        "reported completion of {} bytes, the sender sent {}",
+                        f.bytes, self.sent
+                    )),
+                    _ => None,
+                };
+                match (f.ok, early) {
+                    (true, None) => {
                         finish(line, self.start, Outcome::Completed, f.bytes, String::new())
                     }
-                    Some(f) => {
+                    (true, Some(why)) => {
+                        self.node.evict(line.rank);
+                        finish(line, self.start, Outcome::Failed, f.bytes, why);
+                    }
+                    (false, _) => {
                         self.node.evict(line.rank);
                         finish(line, self.start, Outcome::Failed, f.bytes, f.error);
                     }
-                    None => continue,
                 }
                 break;
             }
@@ -1487,13 +1504,13 @@ fn gather_offers(
             if let Some(o) = Offer::decode(&m) {
                 got[r] = Some(o);
             } else if let Some(f) = Final::decode(&m) {
-                let what = if f.ok {
-                    Outcome::Completed
-                } else {
-                    node.evict(Rank::new(r as u16));
-                    Outcome::Failed
+                // Before the stream began nothing can have completed (see `take_reports`).
+                let why = match f.ok {
+                    true => "reported completion before the stream began".into(),
+                    false => f.error,
                 };
-                finish(&mut fate[r], start, what, f.bytes, f.error);
+                node.evict(Rank::new(r as u16));
+                finish(&mut fate[r], start, Outcome::Failed, f.bytes, why);
             }
         }
         if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {
