@@ -3031,3 +3031,364 @@ fn an_early_completion_report_is_not_taken_as_completed() {
     assert_eq!(hosts.len(), 1, "--only-failed sends to it again");
     tb.down().unwrap();
 }
+
+/// Sets the modification (and access) time of `path` itself, a symbolic link's own included.
+fn set_mtime(path: &Path, secs: i64, nanos: u32) {
+    let t = rustix::fs::Timespec {
+        tv_sec: secs,
+        tv_nsec: nanos.into(),
+    };
+    let ts = rustix::fs::Timestamps {
+        last_access: t,
+        last_modification: t,
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        path,
+        &ts,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .expect("utimensat");
+}
+
+/// A tree of 1 000 files in 10 directories: names with spaces, a newline, bytes that are not
+/// UTF-8 and over 100 bytes long; 20 symbolic links (to files, to directories, up, dangling
+/// inside, one whose target is over 100 bytes); modes from 0400 to 0755 and times with
+/// nanoseconds; an empty and a read-only directory.
+fn odd_tree(root: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let os = |b: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(b));
+    let long = "d".repeat(110);
+    let dirs: Vec<Vec<u8>> = vec![
+        b"plain".to_vec(),
+        b"with space".to_vec(),
+        b"new\nline".to_vec(),
+        b"not utf-8 \xff\xfe".to_vec(),
+        long.clone().into_bytes(),
+        format!("{long}/{long}").into_bytes(),
+        b"a/b/c".to_vec(),
+        b"read only".to_vec(),
+        b"tab\tand \\ quote\"".to_vec(),
+        b"\xe2\x98\xba smile".to_vec(),
+    ];
+    for d in &dirs {
+        std::fs::create_dir_all(root.join(os(d))).unwrap();
+    }
+    std::fs::create_dir(root.join("empty")).unwrap();
+    let modes = [0o644, 0o600, 0o755, 0o400, 0o640, 0o700];
+    for i in 0..1000usize {
+        let name: Vec<u8> = match i % 5 {
+            0 => format!("f{i:04}").into_bytes(),
+            1 => format!("file {i} with spaces").into_bytes(),
+            2 => format!("line\nbreak {i}").into_bytes(),
+            3 => [format!("raw{i}-").as_bytes(), b"\x80\xff"].concat(),
+            _ => format!("{i:04}-{}", "n".repeat(130)).into_bytes(),
+        };
+        let path = root.join(os(&dirs[i % dirs.len()])).join(os(&name));
+        let len = if i % 97 == 0 { 0 } else { (i * 131) % 9000 + 1 };
+        let data: Vec<u8> = (0..len).map(|k| (k * 7 + i * 13 + k / 509) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        std::fs::set_permissions(
+            &path,
+            std::fs::Permissions::from_mode(modes[i % modes.len()]),
+        )
+        .unwrap();
+        set_mtime(
+            &path,
+            1_600_000_000 + i as i64,
+            (i as u32 * 999_331) % 1_000_000_000,
+        );
+    }
+    let mut links: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (b"plain/to f0000".to_vec(), b"f0000".to_vec()),
+        (b"plain/to dir".to_vec(), b"../with space".to_vec()),
+        (b"a/b/c/up".to_vec(), b"../../../plain/f0000".to_vec()),
+        (b"a/b/top".to_vec(), b"../..".to_vec()),
+        (b"a/dangling".to_vec(), b"nothing here".to_vec()),
+        (
+            b"link\nnewline \xff".to_vec(),
+            b"not utf-8 \xff\xfe".to_vec(),
+        ),
+        (
+            format!("{long}/long target").into_bytes(),
+            format!("./{long}/../{long}/{long}/./f0005").into_bytes(),
+        ),
+    ];
+    for i in 0..13 {
+        links.push((
+            format!("a/b/c/l{i}").into_bytes(),
+            format!("../../../plain/f{:04}", i * 10).into_bytes(),
+        ));
+    }
+    for (i, (l, t)) in links.iter().enumerate() {
+        let path = root.join(os(l));
+        std::os::unix::fs::symlink(os(t), &path).unwrap();
+        set_mtime(&path, 1_500_000_000 + i as i64, 123_000 * i as u32);
+    }
+    // Directories last, deepest first, so that their times stay.
+    let mut all = walk_tree(root);
+    all.sort_by_key(|r| std::cmp::Reverse(r.components().count()));
+    for (i, rel) in all.iter().enumerate() {
+        let path = root.join(rel);
+        if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+            let mode = if rel == Path::new("read only") {
+                0o555
+            } else {
+                0o755
+            };
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            set_mtime(&path, 1_700_000_000 + i as i64, 1_000 * i as u32);
+        }
+    }
+}
+
+/// Every path under `root`, relative, without following links; `root` itself as "".
+fn walk_tree(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::new()];
+    let mut i = 0;
+    while i < out.len() {
+        let rel = out[i].clone();
+        i += 1;
+        let at = root.join(&rel);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+            for e in std::fs::read_dir(&at).unwrap().flatten() {
+                out.push(rel.join(e.file_name()));
+            }
+        }
+    }
+    out
+}
+
+/// A tree entry by entry: kind, permission bits, modification time to the nanosecond, and the
+/// digest of a file's bytes or a link's target.
+fn tree_of(root: &Path) -> std::collections::BTreeMap<PathBuf, (String, u32, i64, i64, String)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    walk_tree(root)
+        .into_iter()
+        .map(|rel| {
+            let p = root.join(&rel);
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let (kind, what) = if m.is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                ("link", blake3::hash(t.as_os_str().as_bytes()).to_string())
+            } else if m.is_dir() {
+                ("dir", String::new())
+            } else {
+                ("file", file_digest(&p).to_string())
+            };
+            let line = (
+                kind.to_string(),
+                m.mode() & 0o7777,
+                m.mtime(),
+                m.mtime_nsec(),
+                what,
+            );
+            (rel, line)
+        })
+        .collect()
+}
+
+/// No directory a tree was being unpacked into is left in `dir`.
+fn no_staging_dirs(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        assert!(
+            !(n.contains(".ethbcast-") && n.ends_with(".part")),
+            "a directory being unpacked was left behind: {n}"
+        );
+    }
+}
+
+#[test]
+fn a_tree_of_1000_odd_files_arrives_identical_on_3_receivers() {
+    if !netns_available() {
+        return;
+    }
+    let tb =
+        Testbed::up(&TestbedConfig::new(4).prefix(prefix("tr")).loss_pct(1.0)).expect("test-bed");
+    let dir = tmpdir("tree");
+    let src = dir.join("src");
+    std::fs::create_dir(&src).unwrap();
+    odd_tree(&src);
+    let sent = tree_of(&src);
+    assert_eq!(sent.values().filter(|l| l.0 == "file").count(), 1000);
+    assert_eq!(sent.values().filter(|l| l.0 == "link").count(), 20);
+    let dsts: Vec<PathBuf> = (1..4).map(|i| dir.join(format!("dst{i}"))).collect();
+    // One receiver's directory exists and is empty: it is taken as a missing one would be.
+    std::fs::create_dir(&dsts[2]).unwrap();
+    let mut rs: Vec<Proc> = dsts
+        .iter()
+        .enumerate()
+        .map(|(i, d)| recv(&tb, i + 1, &["--extract", d.to_str().unwrap(), "--json"]))
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            src.to_str().unwrap(),
+            "--receivers",
+            "3",
+            "--wait",
+            "30",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(120));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{e}");
+    let rep = report(&out);
+    assert_eq!(rep["ok"], true, "{rep}");
+    for r in rep["receivers"].as_array().unwrap() {
+        assert_eq!(r["status"], "completed", "{rep}");
+    }
+    for (r, d) in rs.iter_mut().zip(&dsts) {
+        let o = r.wait_timeout(Duration::from_secs(30));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(recv_report(&o)["ok"], true);
+        let diff = std::process::Command::new("diff")
+            .args(["-r", "--no-dereference"])
+            .arg(&src)
+            .arg(d)
+            .output()
+            .expect("diff runs");
+        assert!(
+            diff.status.success(),
+            "diff -r {}: {}",
+            d.display(),
+            String::from_utf8_lossy(&diff.stdout)
+        );
+        let got = tree_of(d);
+        for (k, v) in &sent {
+            assert_eq!(got.get(k), Some(v), "{}: {k:?}", d.display());
+        }
+        assert_eq!(got.len(), sent.len(), "{}", d.display());
+    }
+    no_staging_dirs(&dir);
+    tb.down().unwrap();
+}
+
+/// An entry of [`raw_archive`]: its type, name, link target and data.
+type RawEntry<'a> = (tar::EntryType, &'a [u8], &'a [u8], &'a [u8]);
+
+/// A tar archive whose entries are written as raw header fields, name and link target byte
+/// for byte: what a hostile sender can put in the stream (the tar crate's own setters refuse
+/// `..` and absolute names).
+fn raw_archive(entries: &[RawEntry<'_>]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (kind, name, link, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(*kind);
+        h.set_mode(0o644);
+        h.set_mtime(1_600_000_000);
+        h.set_size(data.len() as u64);
+        let old = h.as_old_mut();
+        old.name[..name.len()].copy_from_slice(name);
+        old.linkname[..link.len()].copy_from_slice(link);
+        h.set_cksum();
+        b.append(&h, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+#[test]
+fn a_hostile_tree_is_refused_by_every_receiver_with_nothing_written_outside() {
+    use tar::EntryType::{Regular, Symlink};
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(4).prefix(prefix("th"))).expect("test-bed");
+    let dir = tmpdir("hostile");
+    let outside = dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("keep"), b"k").unwrap();
+    let abs = outside.join("abs");
+    let abs_name = abs.as_os_str().as_encoded_bytes();
+    let out_dir = outside.as_os_str().as_encoded_bytes();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "../x",
+            raw_archive(&[
+                (Regular, b"fine", b"", b"ok"),
+                (Regular, b"../x", b"", b"x"),
+            ]),
+        ),
+        (
+            abs.to_str().unwrap(),
+            raw_archive(&[
+                (Regular, b"fine", b"", b"ok"),
+                (Regular, abs_name, b"", b"x"),
+            ]),
+        ),
+        // A symbolic link out, then a file through it.
+        (
+            "l/x",
+            raw_archive(&[
+                (Regular, b"fine", b"", b"ok"),
+                (Symlink, b"l", b"../outside", b""),
+                (Regular, b"l/x", b"", b"x"),
+            ]),
+        ),
+        // An absolute link is refused as it comes, before a file can go through it.
+        (
+            "m",
+            raw_archive(&[(Symlink, b"m", out_dir, b""), (Regular, b"m/x", b"", b"x")]),
+        ),
+    ];
+    for (n, (entry, archive)) in cases.iter().enumerate() {
+        let input = dir.join(format!("hostile{n}.tar"));
+        std::fs::write(&input, archive).unwrap();
+        let dsts: Vec<PathBuf> = (1..4).map(|i| dir.join(format!("dst{n}-{i}"))).collect();
+        let mut rs: Vec<Proc> = dsts
+            .iter()
+            .enumerate()
+            .map(|(i, d)| recv(&tb, i + 1, &["--extract", d.to_str().unwrap(), "--json"]))
+            .collect();
+        let mut s = send(
+            &tb,
+            &["--receivers", "3", "--wait", "30", "--quiet", "--json"],
+            Stdio::from(std::fs::File::open(&input).unwrap()),
+        );
+        let out = s.wait_timeout(Duration::from_secs(120));
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{entry}: {e}");
+        let rep = report(&out);
+        let named = format!("tree entry \"{entry}\" refused");
+        for r in rep["receivers"].as_array().unwrap() {
+            assert_eq!(r["status"], "failed", "{entry}: {rep}");
+            let why = r["error"].as_str().unwrap();
+            assert!(why.contains(&named), "{entry}: {why}");
+        }
+        for (r, d) in rs.iter_mut().zip(&dsts) {
+            let o = r.wait_timeout(Duration::from_secs(30));
+            let e = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{entry}: {e}");
+            assert!(e.contains(&named), "{entry}: {e}");
+            assert!(!d.exists(), "{entry}: {} exists", d.display());
+        }
+        // Nothing outside: `outside` holds what it held, and the scratch directory only the
+        // archives and `outside`.
+        let mut held: Vec<String> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        held.sort();
+        assert_eq!(held, ["keep"], "{entry}");
+        for e in std::fs::read_dir(&*dir).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                name == "outside" || (name.starts_with("hostile") && name.ends_with(".tar")),
+                "{entry}: {name} was written"
+            );
+        }
+        assert!(!dir.parent().unwrap().join("x").exists(), "{entry}");
+    }
+    tb.down().unwrap();
+}

@@ -33,10 +33,13 @@ Examples:
   # on the sender:
   ethbcast send --iface eth0 --key-file /etc/ethbcast/group.key -i image.raw --receivers 8
 
-  # a directory tree, unpacked on every receiver:
-  # (ETHBCAST_KEY_FILE stands for --key-file; --user drops root's rights for the command):
+  # a directory tree, unpacked into /opt/app (new or empty) on every receiver
+  # (ETHBCAST_KEY_FILE stands for --key-file; --user drops root's rights for the output):
   export ETHBCAST_KEY_FILE=/etc/ethbcast/group.key
-  ethbcast recv --iface eth0 --user deploy -O 'tar -x -C /opt/app'
+  ethbcast recv --iface eth0 --user deploy --extract /opt/app
+  ethbcast send --iface eth0 -i /src/app --receivers 8
+  # a stream of unknown length, into a command:
+  ethbcast recv --iface eth0 -O 'tar -x -C /opt'
   tar -c -C /src . | ethbcast send --iface eth0 --receivers 8 --max-rate 500mbit
 
   # exactly the hosts of a hostfile (a host name and its MAC per line), JSON report:
@@ -174,10 +177,11 @@ fn parse_max_rate(s: &str) -> Result<u64, String> {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Send a file (-i) or standard input to the receivers.
+    /// Send a file or a directory (-i) or standard input to the receivers.
     #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
     Send(SendCmd),
-    /// Receive one transfer: to stdout (default), a file (-o) or a command's stdin (-O).
+    /// Receive one transfer: to stdout (default), a file (-o), a command's stdin (-O), or a
+    /// directory (-x, a tree).
     #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
     Recv(RecvCmd),
     /// Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the
@@ -218,7 +222,10 @@ Examples:
 struct SendCmd {
     #[command(flatten)]
     common: Common,
-    /// Input file (default: standard input, read until EOF).
+    /// Input file (default: standard input, read until EOF), or a directory: sent as a tree
+    /// (a tar stream packed as it is sent: regular files, directories, symbolic links as
+    /// links, permission bits and times; not owners, sockets, named pipes or devices; hard
+    /// links as separate files), for `recv --extract DIR` (or `-O 'tar -x'`).
     #[arg(short = 'i', long = "input")]
     input: Option<PathBuf>,
     /// Wait for this many receivers.
@@ -289,11 +296,21 @@ struct RecvCmd {
     common: Common,
     /// Output file, written as a temporary file and renamed once the digest matched (a device
     /// or a named pipe, such as /dev/null, is written in place).
-    #[arg(short = 'o', long = "output", conflicts_with = "command")]
+    #[arg(short = 'o', long = "output", conflicts_with_all = ["command", "extract"])]
     output: Option<PathBuf>,
     /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
-    #[arg(short = 'O', long = "command")]
+    #[arg(short = 'O', long = "command", conflicts_with = "extract")]
     command: Option<String>,
+    /// Unpack a tree (`send -i DIR`, or any tar stream) into the directory DIR, which must
+    /// not exist or be empty: regular files, directories and symbolic links, with their
+    /// permission bits (not set-user/group-ID) and times, owned by this user. It is unpacked
+    /// into a fresh directory next to DIR, renamed to DIR once the digest matched, and removed
+    /// if anything fails. An entry that would land outside DIR (an absolute name, `..`, a
+    /// symbolic link that leads out, a hard link out, a path through a symbolic link), a
+    /// device or a named pipe fails the receiver, naming the entry. A tree is always received
+    /// whole (no --resume).
+    #[arg(short = 'x', long = "extract", value_name = "DIR")]
+    extract: Option<PathBuf>,
     /// With -o FILE: write under the fixed name .FILE.ethbcast.part next to FILE, and keep
     /// it when the transfer does not complete (interrupted, evicted, the sender gone). The
     /// next `recv --resume -o FILE` offers what it holds to the sender: the sender reads its
@@ -301,8 +318,9 @@ struct RecvCmd {
     /// offset every receiver holds (at 0 if a receiver holds nothing or other bytes;
     /// after `send --only-failed`, where the failed receivers stopped). The whole file's
     /// digest is checked before it is renamed into place; one that does not match is
-    /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
-    #[arg(long, requires = "output")]
+    /// removed. Resuming needs the sender's input to be a file (-i), not a stream or a
+    /// directory; a tree (--extract) is always received whole.
+    #[arg(long, requires = "output", conflicts_with = "extract")]
     resume: bool,
     /// With -o FILE: never replace an existing FILE (refused at the start; a FILE that
     /// appears during the transfer is kept and the data received discarded). Without it an
@@ -534,10 +552,11 @@ fn send_cmd(c: SendCmd) -> Result<ExitCode, Fatal> {
 
 /// `ethbcast recv`.
 fn recv_cmd(c: RecvCmd) -> Result<ExitCode, Fatal> {
-    let out = match (c.output, c.command) {
-        (Some(p), _) => recv::Output::File(p),
-        (None, Some(c)) => recv::Output::Command(c),
-        (None, None) => recv::Output::Stdout,
+    let out = match (c.output, c.command, c.extract.clone()) {
+        (Some(p), _, _) => recv::Output::File(p),
+        (None, Some(c), _) => recv::Output::Command(c),
+        (None, None, Some(d)) => recv::Output::Tree(d),
+        (None, None, None) => recv::Output::Stdout,
     };
     let mut link = link_opts(&c.common, WaitMode::Doze)?;
     link.stream.root = c.from;
@@ -564,9 +583,12 @@ fn recv_cmd(c: RecvCmd) -> Result<ExitCode, Fatal> {
         eprintln!("ethbcast: error: {}", r.error);
     } else if !c.quiet {
         eprintln!(
-            "ethbcast: rank {}: {} bytes received and verified in {:.2} s",
+            "ethbcast: rank {}: {} bytes received and verified{} in {:.2} s",
             r.rank.map_or_else(|| "?".into(), |r| r.to_string()),
             r.bytes,
+            c.extract
+                .map(|d| format!(", the tree unpacked into {}", d.display()))
+                .unwrap_or_default(),
             r.seconds
         );
     }

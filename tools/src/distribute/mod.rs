@@ -16,7 +16,9 @@
 //!    join after `--wait` seconds with exit code 3.
 //! 2. **Stream** (`ethbcast::stream`): broadcast messages from rank 0: a header (magic, version,
 //!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
-//!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
+//!    read until EOF (so a pipe of unknown length works; a directory, `-i DIR`, is such a
+//!    stream: a tar archive packed as it is read, which `recv --extract` unpacks, see
+//!    [`crate::tree`] and `extract.rs`), and a trailer with the byte count
 //!    and the digest of the whole stream (XXH3-128, or BLAKE3 with `--digest blake3`; the
 //!    header names which). After the header every receiver offers what it holds of the stream
 //!    already (`recv --resume`: the partial output of an interrupted transfer, its length and
@@ -62,6 +64,7 @@
 //! | 130 | interrupted (Ctrl-C, SIGTERM, or the sender aborted) |
 
 mod direct;
+mod extract;
 pub mod recv;
 pub mod send;
 

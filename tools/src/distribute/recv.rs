@@ -16,6 +16,7 @@ use ethbcast_proto::member::{Event, Message};
 use serde::Serialize;
 
 use super::direct;
+use super::extract::Extract;
 use super::{Fatal, LinkOptions, EXIT_FAILED, EXIT_INTERRUPTED};
 use crate::transfer::{
     Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, Progress, StreamHasher, ABORT,
@@ -33,6 +34,10 @@ pub enum Output {
     File(PathBuf),
     /// The standard input of `sh -c COMMAND`.
     Command(String),
+    /// A directory (`--extract`): the stream is a tar archive (`send -i DIR`), unpacked into a
+    /// fresh directory next to this one and renamed to it after the digest matched (see
+    /// `super::extract`).
+    Tree(PathBuf),
 }
 
 /// What `ethbcast recv` was asked to do.
@@ -231,6 +236,8 @@ enum Sink {
         /// Where the command's input counts its bytes (see [`Counted`]).
         written: Arc<AtomicU64>,
     },
+    /// A tree unpacked as it comes (`--extract`).
+    Tree(Extract),
     Done,
 }
 
@@ -242,7 +249,7 @@ enum Sink {
 /// a blocking write there returns only once all its bytes went through, so a megabyte written
 /// at once would show no progress until the reader had taken all of it. A file (or
 /// `/dev/null`) takes what it is given at once, in one system call.
-struct Counted<W> {
+pub(super) struct Counted<W> {
     inner: W,
     count: Arc<AtomicU64>,
     step: usize,
@@ -250,7 +257,7 @@ struct Counted<W> {
 
 impl<W> Counted<W> {
     /// `piped`: the output is a pipe or a socket (see [`Counted`]).
-    fn new(inner: W, count: &Arc<AtomicU64>, piped: bool) -> Counted<W> {
+    pub(super) fn new(inner: W, count: &Arc<AtomicU64>, piped: bool) -> Counted<W> {
         Counted {
             inner,
             count: count.clone(),
@@ -286,7 +293,7 @@ fn null_output(out: &Output) -> bool {
             .map(File::from)
             .and_then(|f| f.metadata()),
         Output::File(dst) => std::fs::symlink_metadata(dst),
-        Output::Command(_) => return false,
+        Output::Command(_) | Output::Tree(_) => return false,
     };
     m.is_ok_and(|m| is_dev_null(&m))
 }
@@ -611,13 +618,17 @@ impl Sink {
                 stdin: None,
                 written: written.clone(),
             },
+            Output::Tree(dst) => Sink::Tree(Extract::open(dst, written)?),
         })
     }
 
-    /// Starts the command (at the header, so that no command runs for a transfer that never
-    /// begins).
+    /// Starts the command or the unpacker (at the header, so that no command runs for a
+    /// transfer that never begins).
     fn start(&mut self) -> Result<(), Fatal> {
         use std::os::unix::process::CommandExt;
+        if let Sink::Tree(t) = self {
+            return t.start();
+        }
         if let Sink::Command {
             cmd,
             child,
@@ -656,6 +667,7 @@ impl Sink {
                 .expect("command started at the header")
                 .write_all(data)
                 .map_err(|e| write_err(&format!("command {cmd:?}"), e)),
+            Sink::Tree(t) => t.write(data),
             Sink::Done => Ok(()),
         }
     }
@@ -800,6 +812,16 @@ impl Sink {
                     ))
                 }
             }
+            Sink::Tree(t) => t.commit().map(|u| {
+                tracing::info!(
+                    files = u.files,
+                    dirs = u.dirs,
+                    symlinks = u.symlinks,
+                    hard_links = u.hard_links,
+                    bytes = u.bytes,
+                    "tree unpacked"
+                );
+            }),
             Sink::Done => Ok(()),
         }
     }
@@ -813,6 +835,7 @@ impl Sink {
                 keep: *keep,
             },
             Sink::Command { child: Some(c), .. } => SinkHandle::Pid(c.id()),
+            Sink::Tree(t) => SinkHandle::Tree(t.staging().to_path_buf()),
             _ => SinkHandle::None,
         }
     }
@@ -843,6 +866,7 @@ impl Sink {
             Sink::InPlace(mut w, _) => {
                 let _ = w.flush();
             }
+            Sink::Tree(t) => t.abort(),
             Sink::Done => {}
         }
     }
@@ -866,6 +890,8 @@ enum SinkHandle {
         keep: bool,
     },
     Pid(u32),
+    /// The directory a tree is unpacked into.
+    Tree(PathBuf),
 }
 
 impl SinkHandle {
@@ -877,6 +903,9 @@ impl SinkHandle {
                 let _ = std::fs::remove_file(tmp);
             }
             SinkHandle::Pid(pid) => kill_command(*pid),
+            SinkHandle::Tree(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
     }
 

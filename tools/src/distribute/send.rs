@@ -22,6 +22,7 @@ use crate::transfer::rate::TokenBucket;
 use crate::transfer::{
     DigestAlgo, Final, Msg, Offer, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
 };
+use crate::tree::TreeReader;
 use ethbcast::Rank;
 
 /// What `ethbcast send` was asked to do.
@@ -303,6 +304,9 @@ enum Input {
     File(File),
     /// Standard input, a pipe, a device: read from its first byte.
     Stream(Box<dyn Read + Send>),
+    /// A directory: packed into a tar stream as it is read (see [`crate::tree`]), from its
+    /// first byte; the packing starts with the data, not at the join.
+    Tree(PathBuf),
 }
 
 /// Where the data of a file starts, given the receivers' offers (see [`Offer`]): the smallest
@@ -391,6 +395,19 @@ fn reader(
                     return;
                 }
                 (r, StreamHasher::new(algo))
+            }
+            Input::Tree(dir) => {
+                let r = match TreeReader::spawn(&dir) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Block::Err(e));
+                        return;
+                    }
+                };
+                if tx.send(Block::Start(0, None)).is_err() {
+                    return;
+                }
+                (Box::new(r), StreamHasher::new(algo))
             }
         };
         read_blocks(&mut input, msg, &mut hasher, &tx);
@@ -675,8 +692,8 @@ pub struct Opened {
     total: Option<u64>,
 }
 
-/// Step 1: opens the input (`-i FILE`, else standard input). A directory is refused with the
-/// way to send one.
+/// Step 1: opens the input (`-i FILE` or `-i DIR`, else standard input). A directory is sent
+/// as a tree: a tar stream of unknown length, packed while it is sent.
 pub fn open_input(a: &SendArgs) -> Result<Opened, Fatal> {
     let (input, total) = match &a.input {
         Some(p) => {
@@ -686,12 +703,11 @@ pub fn open_input(a: &SendArgs) -> Result<Opened, Fatal> {
                 .metadata()
                 .map_err(|e| Fatal::io(format!("cannot stat input {}: {e}", p.display())))?;
             if meta.is_dir() {
-                return Err(Fatal::io(format!(
-                    "input {} is a directory (send a tar stream: tar -c DIR | ethbcast send ...)",
-                    p.display()
-                )));
-            }
-            if meta.is_file() {
+                // Readable, or refused now rather than after the join.
+                std::fs::read_dir(p)
+                    .map_err(|e| Fatal::io(format!("cannot read input {}: {e}", p.display())))?;
+                (Input::Tree(p.clone()), None)
+            } else if meta.is_file() {
                 (Input::File(f), Some(meta.len()))
             } else {
                 (Input::Stream(Box::new(f)), None)
@@ -833,9 +849,13 @@ pub fn join(a: &SendArgs, l: OpenLink, seen: &mut JoinSeen) -> Result<Joined, Fa
         eprintln!(
             "ethbcast: {} receiver(s) joined in {join_seconds:.2} s; sending {}",
             roster.len() - 1,
-            match l.input.total {
-                Some(t) => format!("{t} bytes"),
-                None => "a stream of unknown length".into(),
+            match (&l.input.input, l.input.total) {
+                (Input::Tree(dir), _) => format!(
+                    "the directory {} as a tree (a tar stream of unknown length)",
+                    dir.display()
+                ),
+                (_, Some(t)) => format!("{t} bytes"),
+                (_, None) => "a stream of unknown length".into(),
             }
         );
     }
