@@ -100,6 +100,22 @@ static size_t ebc_max_bytes = 4096;
 /* The group's largest message (the engine's max_message): longer broadcasts go to PMPI on every
  * rank, whatever ETHBCAST_MPI_MAX_BYTES says. */
 #define EBC_MAX_MESSAGE ((size_t)1 << 30)
+/* MPI_Allgather(v) and MPI_Allreduce go over ethbcast up to these many bytes in all (the sum of
+ * the parts; for MPI_Allreduce every rank's contribution counts), and each part up to
+ * ebc_max_bytes; longer calls go to the MPI's own. The defaults are measured (docs/mpi.md,
+ * "Allgather and allreduce"): every rank receives every other rank's part, p - 1 parts in all,
+ * where the MPI's own ring or recursive doubling moves about one total for Allgather and two
+ * contributions for Allreduce, in log2(p) or p - 1 rounds. ebc_default_limit scales them with
+ * the number of ranks. */
+#define EBC_ALLGATHER_TOTAL ((size_t)512 << 10)
+#define EBC_ALLREDUCE_TOTAL ((size_t)64 << 10)
+static size_t ebc_allgather_max = 0, ebc_allreduce_max = 0;
+
+/* The limit for p ranks: `total` as measured at 8 ranks, at least one part's worth for fewer. */
+static size_t ebc_default_limit(size_t total, int p) {
+    (void)p;
+    return total;
+}
 
 /* MPI's progress while a call waits on ethbcast. MPI requires an MPI call that blocks to let
  * other MPI communication progress: a peer's MPI_Send to this rank must complete while this
@@ -243,12 +259,15 @@ enum {
     EBC_S_HOST_SPIN_US,
     EBC_S_PROGRESS_THREAD,
     EBC_S_GROUP_ID,
+    EBC_S_ALLGATHER_MAX_BYTES,
+    EBC_S_ALLREDUCE_MAX_BYTES,
     EBC_NSETTINGS
 };
 static const char *const ebc_setting_env[EBC_NSETTINGS] = {
     "ETHBCAST_MPI_MAX_BYTES", "ETHBCAST_ALGO",           "ETHBCAST_WAIT",
     "ETHBCAST_TIMEOUT_MS",    "ETHBCAST_ROOT_WAITS_ABOVE", "ETHBCAST_HOST_SPIN_US",
-    "ETHBCAST_PROGRESS_THREAD", "ETHBCAST_GROUP_ID"};
+    "ETHBCAST_PROGRESS_THREAD", "ETHBCAST_GROUP_ID", "ETHBCAST_MPI_ALLGATHER_MAX_BYTES",
+    "ETHBCAST_MPI_ALLREDUCE_MAX_BYTES"};
 #define EBC_UNSET UINT64_MAX
 /* A value no setting takes: ethbcast_open refuses it with a sentence naming the setting. */
 #define EBC_INVALID (UINT64_MAX - 1)
@@ -266,6 +285,8 @@ static uint64_t ebc_read_setting(int which) {
         return EBC_UNSET;
     switch (which) {
     case EBC_S_MAX_BYTES:
+    case EBC_S_ALLGATHER_MAX_BYTES:
+    case EBC_S_ALLREDUCE_MAX_BYTES:
         return strcasecmp(v, "unlimited") == 0 ? (uint64_t)EBC_MAX_MESSAGE : ebc_number(v);
     case EBC_S_ALGO:
         if (strcasecmp(v, "simple") == 0)
@@ -353,6 +374,19 @@ static void ebc_setup(void) {
                     getenv("ETHBCAST_MPI_MAX_BYTES"), ebc_max_bytes);
     } else if (set[EBC_S_MAX_BYTES] != EBC_UNSET) {
         ebc_max_bytes = (size_t)set[EBC_S_MAX_BYTES];
+    }
+    ebc_allgather_max = ebc_default_limit(EBC_ALLGATHER_TOTAL, ebc_world_size);
+    ebc_allreduce_max = ebc_default_limit(EBC_ALLREDUCE_TOTAL, ebc_world_size);
+    for (int i = EBC_S_ALLGATHER_MAX_BYTES; i <= EBC_S_ALLREDUCE_MAX_BYTES; i++) {
+        size_t *limit = i == EBC_S_ALLGATHER_MAX_BYTES ? &ebc_allgather_max : &ebc_allreduce_max;
+        if (set[i] == EBC_INVALID) {
+            if (ebc_world_rank == 0)
+                fprintf(stderr, "ethbcast-mpi: %s=%s is not a number of bytes or "
+                                "\"unlimited\"; keeping %zu\n",
+                        ebc_setting_env[i], getenv(ebc_setting_env[i]), *limit);
+        } else if (set[i] != EBC_UNSET) {
+            *limit = set[i] > EBC_MAX_MESSAGE ? EBC_MAX_MESSAGE : (size_t)set[i];
+        }
     }
     char reason[512] = "";
     const char *iface = getenv("ETHBCAST_IFACE");
@@ -617,6 +651,326 @@ int MPI_Barrier(MPI_Comm comm) {
     ebc_calls_hw++;
     int rc = ebc_barrier();
     return rc == ETHBCAST_OK ? MPI_SUCCESS : ebc_fail(comm, "MPI_Barrier", rc);
+}
+
+/* Allgather over the group: every rank's part, `lens[r]` bytes, back to back in `out`; `part`
+ * NULL when this rank's part is already at its place in `out`. */
+static int ebc_allgather(const void *part, size_t part_len, void *out, const size_t *lens) {
+    ebc_wait_begin();
+    int rc = ethbcast_allgather(ebc_group, part, part_len, out, lens);
+    ebc_wait_end();
+    return rc;
+}
+
+/* A buffer kept from call to call (the gathered parts of MPI_Allreduce, packed parts), grown
+ * as needed. */
+struct ebc_scratch {
+    unsigned char *p;
+    size_t cap;
+};
+static struct ebc_scratch ebc_gathered, ebc_packed;
+
+static unsigned char *ebc_room(struct ebc_scratch *s, size_t len) {
+    if (len > s->cap) {
+        unsigned char *p = realloc(s->p, len);
+        if (p == NULL)
+            return NULL;
+        s->p = p;
+        s->cap = len;
+    }
+    return s->p != NULL ? s->p : (unsigned char *)(s->p = malloc(1));
+}
+
+/* Whether `type` is one usable by this interposer: size and envelope known. */
+static int ebc_type_ok(MPI_Datatype type, int *size, int *combiner) {
+    int ni, na, nd;
+    return type != MPI_DATATYPE_NULL && PMPI_Type_size(type, size) == MPI_SUCCESS &&
+           PMPI_Type_get_envelope(type, &ni, &na, &nd, combiner) == MPI_SUCCESS;
+}
+
+/* MPI_Allgatherv's work once the route is chosen: recvcounts/displs in elements of recvtype
+ * (the same on every rank), the gathered parts written through recvtype's type map. Parts
+ * travel as the type signature's bytes, straight from and into the buffers where the types
+ * are predefined, without holes, and the parts lie back to back; packed otherwise. */
+static int ebc_gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                       void *recvbuf, const int *recvcounts, const int *displs,
+                       MPI_Datatype recvtype, int rsize, int rcombiner, MPI_Comm comm,
+                       const char *what) {
+    int n = ebc_world_size, me = ebc_world_rank;
+    size_t *lens = malloc((size_t)n * sizeof *lens);
+    if (lens == NULL) {
+        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    MPI_Aint lb = 0, extent = 0;
+    PMPI_Type_get_extent(recvtype, &lb, &extent);
+    size_t total = 0;
+    int direct = ebc_one_block(recvtype, 2, rsize, rcombiner);
+    for (int r = 0; r < n; r++) {
+        lens[r] = (size_t)recvcounts[r] * (size_t)rsize;
+        /* Back to back in recvbuf: part r starts where the parts before it end. */
+        if ((size_t)displs[r] * (size_t)rsize != total || displs[r] < 0)
+            direct = 0;
+        total += lens[r];
+    }
+    int rc = MPI_SUCCESS;
+    unsigned char *out = direct ? (unsigned char *)recvbuf : ebc_room(&ebc_gathered, total);
+    const void *part = NULL;
+    size_t part_len = lens[me];
+    int position = 0;
+    if (out == NULL) {
+        rc = MPI_ERR_NO_MEM;
+    } else if (sendbuf == MPI_IN_PLACE) {
+        /* This rank's part is in recvbuf: in place when the parts go straight there, else
+         * packed to its place among the gathered bytes. */
+        if (!direct) {
+            size_t at = 0;
+            for (int r = 0; r < me; r++)
+                at += lens[r];
+            rc = PMPI_Pack((char *)recvbuf + (MPI_Aint)displs[me] * extent, recvcounts[me],
+                           recvtype, out + at, (int)lens[me], &position, comm);
+        }
+    } else {
+        int ssize = 0, scombiner = 0;
+        if (!ebc_type_ok(sendtype, &ssize, &scombiner) || sendcount < 0) {
+            rc = MPI_ERR_TYPE;
+        } else {
+            part_len = (size_t)sendcount * (size_t)ssize;
+            if (ebc_one_block(sendtype, sendcount, ssize, scombiner)) {
+                part = sendbuf;
+            } else {
+                int packed_max = 0;
+                PMPI_Pack_size(sendcount, sendtype, comm, &packed_max);
+                unsigned char *p = ebc_room(&ebc_packed, (size_t)packed_max > part_len
+                                                             ? (size_t)packed_max
+                                                             : part_len);
+                if (p == NULL)
+                    rc = MPI_ERR_NO_MEM;
+                else
+                    rc = PMPI_Pack(sendbuf, sendcount, sendtype, p, packed_max, &position,
+                                   comm);
+                part = p;
+            }
+        }
+        /* A zero-length part needs no bytes; the library takes NULL only as "in place". */
+        if (part == NULL && rc == MPI_SUCCESS)
+            part = out;
+    }
+    if (rc == MPI_SUCCESS) {
+        int e = ebc_allgather(part, part_len, out, lens);
+        if (e != ETHBCAST_OK) {
+            free(lens);
+            return ebc_fail(comm, what, e);
+        }
+        if (!direct) {
+            size_t at = 0;
+            for (int r = 0; r < n && rc == MPI_SUCCESS; r++) {
+                position = 0;
+                if (lens[r] > 0 && !(r == me && sendbuf == MPI_IN_PLACE))
+                    rc = PMPI_Unpack(out + at, (int)lens[r], &position,
+                                     (char *)recvbuf + (MPI_Aint)displs[r] * extent,
+                                     recvcounts[r], recvtype, comm);
+                at += lens[r];
+            }
+        }
+    }
+    free(lens);
+    if (rc != MPI_SUCCESS)
+        PMPI_Comm_call_errhandler(comm, rc);
+    return rc;
+}
+
+/* The route of an allgather of `total` bytes whose largest part is `largest`: the same on
+ * every rank, since every rank passes the same receive counts and type signature. */
+static int ebc_gather_here(size_t total, size_t largest) {
+    return total <= ebc_allgather_max && largest <= ebc_max_bytes;
+}
+
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+    int rsize = 0, rcombiner = 0;
+    if (!ebc_uses_group(comm) || recvcount < 0 || !ebc_type_ok(recvtype, &rsize, &rcombiner) ||
+        (sendbuf != MPI_IN_PLACE && (sendcount < 0 || sendtype == MPI_DATATYPE_NULL))) {
+        ebc_calls_pmpi++;
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    size_t part = (size_t)recvcount * (size_t)rsize;
+    if (!ebc_gather_here(part * (size_t)ebc_world_size, part)) {
+        ebc_calls_pmpi++;
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    ebc_calls_hw++;
+    int n = ebc_world_size;
+    int *counts = malloc(2 * (size_t)n * sizeof *counts);
+    if (counts == NULL) {
+        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    for (int r = 0; r < n; r++) {
+        counts[r] = recvcount;
+        counts[n + r] = r * recvcount;
+    }
+    int rc = ebc_gatherv(sendbuf, sendcount, sendtype, recvbuf, counts, counts + n, recvtype,
+                         rsize, rcombiner, comm, "MPI_Allgather");
+    free(counts);
+    return rc;
+}
+
+int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                   MPI_Comm comm) {
+    int rsize = 0, rcombiner = 0;
+    int usable = ebc_uses_group(comm) && recvcounts != NULL && displs != NULL &&
+                 ebc_type_ok(recvtype, &rsize, &rcombiner) &&
+                 (sendbuf == MPI_IN_PLACE || (sendcount >= 0 && sendtype != MPI_DATATYPE_NULL));
+    size_t total = 0, largest = 0;
+    for (int r = 0; usable && r < ebc_world_size; r++) {
+        if (recvcounts[r] < 0) {
+            usable = 0;
+            break;
+        }
+        size_t len = (size_t)recvcounts[r] * (size_t)rsize;
+        total += len;
+        largest = len > largest ? len : largest;
+    }
+    if (!usable || !ebc_gather_here(total, largest)) {
+        ebc_calls_pmpi++;
+        return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                               recvtype, comm);
+    }
+    ebc_calls_hw++;
+    return ebc_gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+                       rsize, rcombiner, comm, "MPI_Allgatherv");
+}
+
+/* Whether `op` applies to `type`, as the MPI itself answers it: a predefined op is tried on one
+ * zeroed element with PMPI_Reduce_local, errors returned rather than raised; the answers for
+ * predefined types are kept. A user-defined op is never tried (its function may have effects):
+ * MPI applies it to any type. An invalid pair goes to the MPI's own MPI_Allreduce, which reports
+ * the error through the communicator's handler as it would without the interposer. */
+static int ebc_op_applies(MPI_Op op, MPI_Datatype type, int combiner) {
+    static const MPI_Op predefined[] = {MPI_MAX,  MPI_MIN,  MPI_SUM,    MPI_PROD,
+                                        MPI_LAND, MPI_BAND, MPI_LOR,    MPI_BOR,
+                                        MPI_LXOR, MPI_BXOR, MPI_MAXLOC, MPI_MINLOC,
+                                        MPI_REPLACE, MPI_NO_OP};
+    int known = 0;
+    for (size_t i = 0; i < sizeof predefined / sizeof predefined[0]; i++)
+        known |= op == predefined[i];
+    if (!known)
+        return 1;
+    enum { CACHE = 128 };
+    static struct {
+        MPI_Op op;
+        MPI_Datatype type;
+        int applies;
+    } cache[CACHE];
+    static int cached = 0;
+    int named = combiner == MPI_COMBINER_NAMED;
+    for (int i = 0; named && i < cached; i++)
+        if (cache[i].op == op && cache[i].type == type)
+            return cache[i].applies;
+    MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
+    PMPI_Type_get_extent(type, &lb, &extent);
+    PMPI_Type_get_true_extent(type, &tlb, &textent);
+    unsigned char *a = calloc(1, (size_t)textent + 1), *b = calloc(1, (size_t)textent + 1);
+    int applies = 0;
+    if (a != NULL && b != NULL) {
+        MPI_Errhandler world, self;
+        PMPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
+        PMPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
+        PMPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        PMPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+        applies = PMPI_Reduce_local(a - tlb, b - tlb, 1, type, op) == MPI_SUCCESS;
+        PMPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
+        PMPI_Comm_set_errhandler(MPI_COMM_SELF, self);
+        PMPI_Errhandler_free(&world);
+        PMPI_Errhandler_free(&self);
+    }
+    free(a);
+    free(b);
+    if (named && cached < CACHE) {
+        cache[cached].op = op;
+        cache[cached].type = type;
+        cache[cached].applies = applies;
+        cached++;
+    }
+    return applies;
+}
+
+/* MPI_Allreduce as an allgather of every rank's contribution, then the reduction in rank order
+ * on every rank: x0 op (x1 op (... op x(p-1))), with PMPI_Reduce_local (in op inout -> inout).
+ * Every rank computes the same operations on the same bytes in the same order, so every rank
+ * has bitwise the same result, floating point included; MPI fixes this order for
+ * non-commutative ops (MPI 3.1, 5.9.1), and it is one of the orders it allows for the others. */
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                  MPI_Op op, MPI_Comm comm) {
+    int size = 0, combiner = 0;
+    if (!ebc_uses_group(comm) || count < 0 || op == MPI_OP_NULL ||
+        !ebc_type_ok(datatype, &size, &combiner)) {
+        ebc_calls_pmpi++;
+        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    }
+    size_t bytes = (size_t)count * (size_t)size;
+    int n = ebc_world_size;
+    if (bytes * (size_t)n > ebc_allreduce_max || bytes > ebc_max_bytes ||
+        !ebc_op_applies(op, datatype, combiner)) {
+        ebc_calls_pmpi++;
+        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    }
+    ebc_calls_hw++;
+    const void *mine = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    int flat = ebc_one_block(datatype, count, size, combiner);
+    unsigned char *all = ebc_room(&ebc_gathered, bytes * (size_t)n);
+    if (all == NULL) {
+        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    int rc = MPI_SUCCESS, position = 0;
+    const void *part = mine;
+    if (!flat) {
+        /* Packed to its place among the gathered bytes, and gathered in place. */
+        rc = PMPI_Pack(mine, count, datatype, all + bytes * (size_t)ebc_world_rank,
+                       (int)bytes, &position, comm);
+        part = NULL;
+    } else if (bytes == 0) {
+        part = all;
+    }
+    if (rc == MPI_SUCCESS) {
+        int e = ebc_allgather(part, bytes, all, NULL);
+        if (e != ETHBCAST_OK)
+            return ebc_fail(comm, "MPI_Allreduce", e);
+    }
+    if (rc == MPI_SUCCESS && bytes > 0) {
+        unsigned char *last = all + bytes * (size_t)(n - 1);
+        if (flat) {
+            memmove(recvbuf, last, bytes);
+            for (int r = n - 2; r >= 0 && rc == MPI_SUCCESS; r--)
+                rc = PMPI_Reduce_local(all + bytes * (size_t)r, recvbuf, count, datatype, op);
+        } else {
+            /* Each contribution unpacked into a buffer of the datatype's layout. */
+            MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
+            PMPI_Type_get_extent(datatype, &lb, &extent);
+            PMPI_Type_get_true_extent(datatype, &tlb, &textent);
+            size_t span = (size_t)textent + (size_t)(count - 1) * (size_t)extent;
+            unsigned char *tmp = malloc(span > 0 ? span : 1);
+            if (tmp == NULL)
+                rc = MPI_ERR_NO_MEM;
+            position = 0;
+            if (rc == MPI_SUCCESS)
+                rc = PMPI_Unpack(last, (int)bytes, &position, recvbuf, count, datatype, comm);
+            for (int r = n - 2; r >= 0 && rc == MPI_SUCCESS; r--) {
+                position = 0;
+                rc = PMPI_Unpack(all + bytes * (size_t)r, (int)bytes, &position, tmp - tlb,
+                                 count, datatype, comm);
+                if (rc == MPI_SUCCESS)
+                    rc = PMPI_Reduce_local(tmp - tlb, recvbuf, count, datatype, op);
+            }
+            free(tmp);
+        }
+    }
+    if (rc != MPI_SUCCESS)
+        PMPI_Comm_call_errhandler(comm, rc);
+    return rc;
 }
 
 int MPI_Finalize(void) {
