@@ -909,6 +909,7 @@ int main(int argc, char **argv) {
         intercomm(half);
         MPI_Comm_free(&half);
     } else {
+        /* No argument (or --all): everything. */
         gather_predefined(MPI_COMM_WORLD, "MPI_COMM_WORLD", 1);
         gather_derived(MPI_COMM_WORLD, "MPI_COMM_WORLD");
         gather_mixed(MPI_COMM_WORLD);
