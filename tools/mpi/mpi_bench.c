@@ -66,12 +66,20 @@ static unsigned char pattern(size_t size, int iter, size_t i) {
     return (unsigned char)(size * 3u + (unsigned)iter * 7u + i * 31u + (i >> 8));
 }
 
-static void report(const char *op, size_t size, int ok, const double *lat, int iters) {
+static void report(const char *op, size_t size, int ok, const double *lat, const double *skew,
+                   int iters) {
     printf("{\"op\":\"%s\",\"size\":%zu,\"ranks\":%d,\"verified\":%s,\"samples_us\":[", op, size,
            n, ok ? "true" : "false");
     for (int i = 0; i < iters; i++)
         printf("%s%.3f", i ? "," : "", lat[i]);
-    printf("]}\n");
+    printf("]");
+    if (skew != NULL) {
+        printf(",\"entry_skew_us\":[");
+        for (int i = 0; i < iters; i++)
+            printf("%s%.3f", i ? "," : "", skew[i]);
+        printf("]");
+    }
+    printf("}\n");
     fflush(stdout);
 }
 
@@ -130,6 +138,7 @@ int main(int argc, char **argv) {
     double *t_max = calloc((size_t)iters, sizeof(double));
     double *t_enter_max = calloc((size_t)iters, sizeof(double));
     double *lat = calloc((size_t)iters, sizeof(double));
+    double *skew = calloc((size_t)iters, sizeof(double));
     char *list = strdup(ops);
     for (char *save = NULL, *op = strtok_r(list, ",", &save); op != NULL;
          op = strtok_r(NULL, ",", &save)) {
@@ -222,9 +231,15 @@ int main(int argc, char **argv) {
             int all_ok = 0;
             PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
             if (osu) {
-                /* OSU's average latency: every rank's own time in the call, averaged. */
-                for (int i = 0; i < iters; i++)
+                /* OSU's average latency: every rank's own time in the call, averaged. And how
+                 * far apart the ranks entered it (the separating barrier's release skew). */
+                PMPI_Reduce(t_start, t_enter_max, iters, MPI_DOUBLE, MPI_MAX, 0,
+                            MPI_COMM_WORLD);
+                PMPI_Reduce(t_start, skew, iters, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+                for (int i = 0; i < iters; i++) {
+                    skew[i] = t_enter_max[i] - skew[i];
                     lat[i] = t_end[i] - t_start[i];
+                }
                 PMPI_Reduce(lat, t_max, iters, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
                 for (int i = 0; i < iters; i++)
                     lat[i] = t_max[i] / n;
@@ -238,7 +253,7 @@ int main(int argc, char **argv) {
                     lat[i] = t_max[i] - (kind == 0 ? t_start[i] : t_enter_max[i]);
             }
             if (me == 0)
-                report(op, size, all_ok, lat, iters);
+                report(op, size, all_ok, lat, osu ? skew : NULL, iters);
         }
     }
     free(list);
