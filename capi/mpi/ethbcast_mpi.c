@@ -65,6 +65,7 @@
  * MPI_Bcast and MPI_Barrier with one warning: never keyless, never broken. */
 #define _GNU_SOURCE
 #include <mpi.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -72,6 +73,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,91 +127,77 @@ static size_t ebc_default_limit(size_t total, int p) {
  * a rank waiting on ethbcast makes none: a peer that needs this rank before it can reach the
  * collective would wait for it forever (MPICH's rma/linked_list did: capi/tests/mpich_suite.rs).
  * So while a call waits, a helper thread calls PMPI_Iprobe, which runs the MPI's progress
- * engine. It looks every 10 ms while calls come (each look wakes a thread: at one look per
- * millisecond, 8 ranks' 8-byte broadcasts took about 30% longer on the 2-core test-bed; at 10 ms
- * the difference is within the runs' spread); a call it finds waiting at two looks in a row
- * (10-20 ms) gets a probe then, and one per millisecond until it returns. A call costs two
- * uncontended atomic increments and a mutex. The helper needs MPI_THREAD_SERIALIZED (MPI_Init
- * asks for it): it calls MPI only while the rank's own calling thread is inside this library,
- * and a call returns only once a probe in flight has returned (the mutex). After a second
- * without a waiting call it sleeps until the next one. */
+ * engine: a call still waiting after 10 ms gets a probe then, and one per millisecond until it
+ * returns.
+ *
+ * The helper sleeps in poll() on a timerfd that the waiting call arms as it starts waiting (10
+ * ms, then every millisecond) and disarms as it returns: a call that returns sooner costs two
+ * timerfd_settime system calls and an uncontended mutex, and wakes no thread. Nothing runs
+ * while calls come and go, nor while the program is in other MPI calls (a helper that looked on
+ * a schedule woke every rank 100 times a second while calls came). The helper needs
+ * MPI_THREAD_SERIALIZED (MPI_Init asks for it): it calls MPI only while the rank's own calling
+ * thread is inside this library, and a call returns only once a probe in flight has returned
+ * (the mutex). */
+#define EBC_MP_GRACE_NS 10000000L
 #define EBC_MP_PROBE_NS 1000000L
-#define EBC_MP_LOOK_NS 10000000L
-#define EBC_MP_IDLE_LOOKS 100
 static pthread_t ebc_mp_thread;
 static int ebc_mp_running = 0;
 static pthread_mutex_t ebc_mp_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t ebc_mp_cv;
 /* Odd while a call waits on ethbcast: incremented when it starts waiting and when it returns. */
 static _Atomic unsigned long long ebc_mp_calls = 0;
-static _Atomic int ebc_mp_sleeping = 0;
-static int ebc_mp_stop = 0;
+static int ebc_mp_timer = -1, ebc_mp_stop_fd = -1;
 static unsigned long long ebc_mp_probes = 0;
 
 static void *ebc_mp_main(void *arg) {
     (void)arg;
-    unsigned long long seen = 0;
-    int idle = 0;
-    pthread_mutex_lock(&ebc_mp_mu);
-    while (!ebc_mp_stop) {
-        unsigned long long c = atomic_load(&ebc_mp_calls);
-        int probing = 0;
-        if (c & 1) {
-            idle = 0;
-            /* The same call has waited since the last look: let MPI progress, and look again
-             * sooner while it waits. */
-            if (c == seen) {
-                int flag = 0;
-                PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
-                            MPI_STATUS_IGNORE);
-                ebc_mp_probes++;
-                probing = 1;
-            }
-            seen = c;
-        } else if (++idle >= EBC_MP_IDLE_LOOKS) {
-            /* Nothing waited for a second: sleep until a call waits (ebc_wait_begin wakes us;
-             * seq_cst on both sides: either we see its call or it sees us asleep). */
-            atomic_store(&ebc_mp_sleeping, 1);
-            while (!(atomic_load(&ebc_mp_calls) & 1) && !ebc_mp_stop)
-                pthread_cond_wait(&ebc_mp_cv, &ebc_mp_mu);
-            atomic_store(&ebc_mp_sleeping, 0);
-            idle = 0;
-            seen = 0;
+    struct pollfd fds[2] = {{.fd = ebc_mp_timer, .events = POLLIN},
+                            {.fd = ebc_mp_stop_fd, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0)
             continue;
+        if (fds[1].revents)
+            return NULL;
+        uint64_t expired = 0;
+        if (read(ebc_mp_timer, &expired, sizeof expired) != (ssize_t)sizeof expired)
+            continue;
+        /* A call waited 10 ms (or a millisecond more): let MPI progress. A call that returned
+         * meanwhile (even count) needs nothing. */
+        pthread_mutex_lock(&ebc_mp_mu);
+        if (atomic_load(&ebc_mp_calls) & 1) {
+            int flag = 0;
+            PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            ebc_mp_probes++;
         }
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_nsec += probing ? EBC_MP_PROBE_NS : EBC_MP_LOOK_NS;
-        if (t.tv_nsec >= 1000000000L) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&ebc_mp_cv, &ebc_mp_mu, &t);
+        pthread_mutex_unlock(&ebc_mp_mu);
     }
-    pthread_mutex_unlock(&ebc_mp_mu);
-    return NULL;
 }
 
 /* Starts the helper (only with MPI_THREAD_SERIALIZED or more). */
 static void ebc_mp_start(int provided) {
     if (provided < MPI_THREAD_SERIALIZED)
         return;
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&ebc_mp_cv, &a);
-    pthread_condattr_destroy(&a);
-    ebc_mp_running = pthread_create(&ebc_mp_thread, NULL, ebc_mp_main, NULL) == 0;
+    ebc_mp_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    ebc_mp_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ebc_mp_timer >= 0 && ebc_mp_stop_fd >= 0)
+        ebc_mp_running = pthread_create(&ebc_mp_thread, NULL, ebc_mp_main, NULL) == 0;
+    if (!ebc_mp_running) {
+        if (ebc_mp_timer >= 0)
+            close(ebc_mp_timer);
+        if (ebc_mp_stop_fd >= 0)
+            close(ebc_mp_stop_fd);
+        ebc_mp_timer = ebc_mp_stop_fd = -1;
+    }
 }
 
 static void ebc_mp_stop_thread(void) {
     if (!ebc_mp_running)
         return;
-    pthread_mutex_lock(&ebc_mp_mu);
-    ebc_mp_stop = 1;
-    pthread_cond_signal(&ebc_mp_cv);
-    pthread_mutex_unlock(&ebc_mp_mu);
-    pthread_join(ebc_mp_thread, NULL);
+    uint64_t one = 1;
+    if (write(ebc_mp_stop_fd, &one, sizeof one) == (ssize_t)sizeof one)
+        pthread_join(ebc_mp_thread, NULL);
+    close(ebc_mp_timer);
+    close(ebc_mp_stop_fd);
+    ebc_mp_timer = ebc_mp_stop_fd = -1;
     ebc_mp_running = 0;
 }
 
@@ -217,16 +206,16 @@ static void ebc_wait_begin(void) {
     if (!ebc_mp_running)
         return;
     atomic_fetch_add(&ebc_mp_calls, 1);
-    if (atomic_load(&ebc_mp_sleeping)) {
-        pthread_mutex_lock(&ebc_mp_mu);
-        pthread_cond_signal(&ebc_mp_cv);
-        pthread_mutex_unlock(&ebc_mp_mu);
-    }
+    struct itimerspec t = {.it_value = {.tv_nsec = EBC_MP_GRACE_NS},
+                           .it_interval = {.tv_nsec = EBC_MP_PROBE_NS}};
+    timerfd_settime(ebc_mp_timer, 0, &t, NULL);
 }
 
 static void ebc_wait_end(void) {
     if (!ebc_mp_running)
         return;
+    struct itimerspec off = {{0, 0}, {0, 0}};
+    timerfd_settime(ebc_mp_timer, 0, &off, NULL);
     /* Waits for a probe in flight: the program's next MPI call comes after it. */
     pthread_mutex_lock(&ebc_mp_mu);
     atomic_fetch_add(&ebc_mp_calls, 1);
