@@ -57,7 +57,10 @@ pub fn race(nodes: u16, bytes: usize, calls: usize, rate_bps: u64) -> Result<Rac
         let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
         let members = (0..n)
             .map(|i| {
-                let cfg = Config::new(0xC011, Rank::new(i as u16), nodes);
+                let mut cfg = Config::new(0xC011, Rank::new(i as u16), nodes);
+                // Every member holds a receive stream per root (p² in the process): room for
+                // a few parts each, not the default megabyte.
+                cfg.pushed_buffer = cfg.pushed_buffer.min(64 << 10).max(4 * bytes);
                 Ok(Member::new(start, MemberConfig::new(cfg, macs.clone()))?)
             })
             .collect::<Result<Vec<_>, ClusterError>>()?;

@@ -1,5 +1,5 @@
-/* libethbcast_mpi: MPI_Bcast and MPI_Barrier over Ethernet hardware broadcast, for MPI
- * programs as they are (LD_PRELOAD), through the MPI profiling interface (PMPI).
+/* libethbcast_mpi: MPI_Bcast, MPI_Barrier, MPI_Allgather, MPI_Allgatherv and MPI_Allreduce over
+ * Ethernet hardware broadcast, for MPI programs as they are (LD_PRELOAD), through the MPI profiling interface (PMPI).
  *
  * Compiled once per MPI implementation with its own mpicc (Open MPI's MPI_Comm is a pointer,
  * MPICH's an int): `bash capi/mpi/build.sh` makes target/mpi/libethbcast_mpi-openmpi.so and
@@ -7,8 +7,7 @@
  *   ETHBCAST_IFACE=eth0 LD_PRELOAD=.../libethbcast_mpi-openmpi.so ./program
  * (mpirun -x / mpiexec -genv pass both to every rank).
  *
- * What goes over ethbcast: MPI_Bcast and MPI_Barrier on MPI_COMM_WORLD and on communicators
- * congruent to it (same members, same order: MPI_Comm_compare gives MPI_IDENT or
+ * What goes over ethbcast: those five on MPI_COMM_WORLD and on communicators congruent to it (same members, same order: MPI_Comm_compare gives MPI_IDENT or
  * MPI_CONGRUENT; with MPI_THREAD_MULTIPLE only MPI_COMM_WORLD, since two threads may run
  * collectives on two congruent communicators in different orders on different ranks).
  * Everything else calls the PMPI_ function: other communicators, intercommunicators,
@@ -29,6 +28,15 @@
  * true extent, lower bound 0) straight from the buffer; every other type (derived ones, and
  * the MAXLOC pair types such as MPI_DOUBLE_INT, whose elements have holes) packed with
  * PMPI_Pack and unpacked with PMPI_Unpack, which leaves a receiver's holes untouched.
+ *
+ * MPI_Allgather(v) is every rank's part broadcast on its own stream, all at once
+ * (ethbcast_allgather). MPI_Allreduce is an allgather of every rank's contribution, reduced on
+ * every rank with PMPI_Reduce_local in rank order: the same operations on the same bytes in the
+ * same order, so every rank has bitwise the same result, floating point included. A predefined
+ * op the MPI refuses for the type (MPI_SUM on a pair type, any on a derived type) goes to the
+ * MPI's own MPI_Allreduce, which reports it. Above ETHBCAST_MPI_ALLGATHER_MAX_BYTES or
+ * ETHBCAST_MPI_ALLREDUCE_MAX_BYTES in all (every rank's part or contribution together), or a
+ * part above ETHBCAST_MPI_MAX_BYTES, the MPI's own collective.
  *
  * Every broadcast on the group carries its length, zero included: a rank whose count
  * disagrees with the root's gets MPI_ERR_TRUNCATE for that call (through the communicator's
@@ -103,22 +111,20 @@ static size_t ebc_max_bytes = 4096;
 /* The group's largest message (the engine's max_message): longer broadcasts go to PMPI on every
  * rank, whatever ETHBCAST_MPI_MAX_BYTES says. */
 #define EBC_MAX_MESSAGE ((size_t)1 << 30)
-/* MPI_Allgather(v) and MPI_Allreduce go over ethbcast up to these many bytes in all (the sum of
- * the parts; for MPI_Allreduce every rank's contribution counts), and each part up to
- * ebc_max_bytes; longer calls go to the MPI's own. The defaults are measured (docs/mpi.md,
- * "Allgather and allreduce"): every rank receives every other rank's part, p - 1 parts in all,
- * where the MPI's own ring or recursive doubling moves about one total for Allgather and two
- * contributions for Allreduce, in log2(p) or p - 1 rounds. ebc_default_limit scales them with
- * the number of ranks. */
+/* MPI_Allgather(v) and MPI_Allreduce go over ethbcast up to these many bytes in all, the sum of
+ * every rank's part (ETHBCAST_MPI_ALLGATHER_MAX_BYTES) or contribution
+ * (ETHBCAST_MPI_ALLREDUCE_MAX_BYTES), and each rank's up to ebc_max_bytes; larger calls go to
+ * the MPI's own. A total, because it grows with the number of ranks as the cost does: every rank
+ * receives every other rank's part. Over point-to-point links an allgather moves the same bytes
+ * into each rank in log2(p) rounds (recursive doubling), so hardware broadcast saves the rounds
+ * at every size; an allreduce moves one or two contributions per rank, so an allreduce as an
+ * allgather wins only while the p - 1 contributions it receives cost less than the rounds it
+ * saves (about 2 log2(p) round times of the link's bytes, nearly the same total at every p).
+ * The defaults are measured (docs/mpi.md, "Allgather and allreduce"). */
 #define EBC_ALLGATHER_TOTAL ((size_t)512 << 10)
-#define EBC_ALLREDUCE_TOTAL ((size_t)64 << 10)
+#define EBC_ALLREDUCE_TOTAL ((size_t)32 << 10)
 static size_t ebc_allgather_max = 0, ebc_allreduce_max = 0;
 
-/* The limit for p ranks: `total` as measured at 8 ranks, at least one part's worth for fewer. */
-static size_t ebc_default_limit(size_t total, int p) {
-    (void)p;
-    return total;
-}
 
 /* MPI's progress while a call waits on ethbcast. MPI requires an MPI call that blocks to let
  * other MPI communication progress: a peer's MPI_Send to this rank must complete while this
@@ -364,8 +370,8 @@ static void ebc_setup(void) {
     } else if (set[EBC_S_MAX_BYTES] != EBC_UNSET) {
         ebc_max_bytes = (size_t)set[EBC_S_MAX_BYTES];
     }
-    ebc_allgather_max = ebc_default_limit(EBC_ALLGATHER_TOTAL, ebc_world_size);
-    ebc_allreduce_max = ebc_default_limit(EBC_ALLREDUCE_TOTAL, ebc_world_size);
+    ebc_allgather_max = EBC_ALLGATHER_TOTAL;
+    ebc_allreduce_max = EBC_ALLREDUCE_TOTAL;
     for (int i = EBC_S_ALLGATHER_MAX_BYTES; i <= EBC_S_ALLREDUCE_MAX_BYTES; i++) {
         size_t *limit = i == EBC_S_ALLGATHER_MAX_BYTES ? &ebc_allgather_max : &ebc_allreduce_max;
         if (set[i] == EBC_INVALID) {

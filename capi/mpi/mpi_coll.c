@@ -15,8 +15,8 @@
  *   Fortran integers, floating point, logical, complex, byte, MPI_AINT/OFFSET/COUNT; MINLOC
  *   and MAXLOC on the pair types), counts 0, 1, 7 and 1031, values whose result is exact in any
  *   order; MPI_IN_PLACE; a user-defined op on a derived type with holes (holes untouched); a
- *   user-defined commutative op and a non-commutative one (2x2 matrix products, which show the
- *   order: 5.9.5 fixes rank order); MPI_SUM on a pair type, MPI_MAXLOC on MPI_INT and a
+ *   user-defined commutative op and non-commutative ones (2x2 matrix products on a derived type,
+ *   compositions of affine maps on MPI_UINT64_T; they show the order: 5.9.5 fixes rank order); MPI_SUM on a pair type, MPI_MAXLOC on MPI_INT and a
  *   predefined op on a derived type are errors (with MPI_ERRORS_RETURN), and the next calls
  *   are right.
  *
@@ -25,6 +25,7 @@
  * --identity: MPI_SUM of 1031 doubles of mixed magnitude, whose rounding depends on the order;
  * prints "identity identical" when every rank got bitwise the same result, else "identity
  * differs on K ranks" (MPI does not promise it; the interposer does).
+ * --stream: 300 allgathers and 300 allreduces of changing lengths, every element checked.
  * --mismatch (a program the standard calls erroneous, for the interposer only): a rank whose
  * count disagrees gets an error of class MPI_ERR_TRUNCATE, and the next calls are right.
  *
@@ -696,6 +697,23 @@ static void matmul(void *in, void *inout, int *len, MPI_Datatype *type) {
     }
 }
 
+/* Affine maps x -> a*x + b (mod 2^32), a in the high and b in the low 32 bits of a uint64_t:
+ * composition is associative and not commutative, and works element by element, so an MPI
+ * may cut the buffer anywhere. in o inout: x -> a1*(a2*x + b2) + b1. */
+static void affine(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    uint64_t *f = in, *g = inout;
+    for (int k = 0; k < *len; k++) {
+        uint32_t a1 = (uint32_t)(f[k] >> 32), b1 = (uint32_t)f[k];
+        uint32_t a2 = (uint32_t)(g[k] >> 32), b2 = (uint32_t)g[k];
+        g[k] = (uint64_t)(a1 * a2) << 32 | (uint32_t)(a1 * b2 + b1);
+    }
+}
+
+static uint64_t affine_of(int r, int k) {
+    return (uint64_t)(uint32_t)(2 * r + 3 + k % 5) << 32 | (uint32_t)(r * 7 + k + 1);
+}
+
 static void absmax(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
     int *a = in, *b = inout;
@@ -714,9 +732,10 @@ static void reduce_user(MPI_Comm comm, const char *cname) {
     int cme, cn;
     OK(MPI_Comm_rank(comm, &cme));
     OK(MPI_Comm_size(comm, &cn));
-    MPI_Op mm, am;
+    MPI_Op mm, am, af;
     MPI_Datatype mat;
     OK(MPI_Op_create(matmul, 0, &mm));
+    OK(MPI_Op_create(affine, 0, &af));
     OK(MPI_Op_create(absmax, 1, &am));
     OK(MPI_Type_contiguous(4, MPI_UNSIGNED, &mat));
     OK(MPI_Type_commit(&mat));
@@ -745,6 +764,28 @@ static void reduce_user(MPI_Comm comm, const char *cname) {
                   cname, count, k, r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3],
                   want[0], want[1], want[2], want[3]);
         }
+        /* The same order on a predefined type. */
+        uint64_t *fs = malloc((size_t)(count + 1) * sizeof *fs);
+        uint64_t *fr = malloc((size_t)(count + 1) * sizeof *fr);
+        CHECK(fs != NULL && fr != NULL, "out of memory");
+        for (int k = 0; k < count; k++)
+            fs[k] = affine_of(cme, k);
+        OK(MPI_Allreduce(fs, fr, count, MPI_UINT64_T, af, comm));
+        counted(comm);
+        for (int k = 0; k < count; k++) {
+            uint64_t want = affine_of(cn - 1, k);
+            int one = 1;
+            for (int q = cn - 2; q >= 0; q--) {
+                uint64_t f = affine_of(q, k);
+                affine(&f, &want, &one, NULL);
+            }
+            CHECK(fr[k] == want,
+                  "non-commutative op on MPI_UINT64_T on %s, count %d: element %d is %#llx, "
+                  "not the composition in rank order %#llx",
+                  cname, count, k, (unsigned long long)fr[k], (unsigned long long)want);
+        }
+        free(fs);
+        free(fr);
         int *a = malloc((size_t)(count + 1) * sizeof *a);
         CHECK(a != NULL, "out of memory");
         for (int k = 0; k < count; k++)
@@ -764,6 +805,7 @@ static void reduce_user(MPI_Comm comm, const char *cname) {
     MPI_Type_free(&mat);
     MPI_Op_free(&mm);
     MPI_Op_free(&am);
+    MPI_Op_free(&af);
 }
 
 /* 5.9.2 defines MPI_SUM for no pair type and MPI_MAXLOC only for them: both are errors (with
@@ -879,6 +921,34 @@ static void mismatch(void) {
     }
 }
 
+/* A stream of allgathers and allreduces of changing lengths (up to 2.8 KB per rank), every
+ * element checked: what the test runs while the switch drops frames. */
+static void stream(void) {
+    int *send = malloc(700 * sizeof *send), *recv = malloc(700 * (size_t)n * sizeof *recv);
+    int *sum = malloc(700 * sizeof *sum);
+    CHECK(send != NULL && recv != NULL && sum != NULL, "out of memory");
+    for (int k = 0; k < 300; k++) {
+        int count = 1 + (k * 37) % 700;
+        for (int i = 0; i < count; i++)
+            send[i] = me * 1000000 + k * 1000 + i;
+        OK(MPI_Allgather(send, count, MPI_INT, recv, count, MPI_INT, MPI_COMM_WORLD));
+        counted(MPI_COMM_WORLD);
+        for (int q = 0; q < n; q++)
+            for (int i = 0; i < count; i++)
+                CHECK(recv[q * count + i] == q * 1000000 + k * 1000 + i,
+                      "stream allgather %d: rank %d's element %d is %d", k, q, i,
+                      recv[q * count + i]);
+        OK(MPI_Allreduce(send, sum, count, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+        counted(MPI_COMM_WORLD);
+        for (int i = 0; i < count; i++)
+            CHECK(sum[i] == n * (n - 1) / 2 * 1000000 + n * (k * 1000 + i),
+                  "stream allreduce %d: element %d is %d", k, i, sum[i]);
+    }
+    free(send);
+    free(recv);
+    free(sum);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -888,6 +958,8 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "--identity") == 0) {
         identity();
+    } else if (strcmp(mode, "--stream") == 0) {
+        stream();
     } else if (strcmp(mode, "--mismatch") == 0) {
         mismatch();
     } else if (strcmp(mode, "--light") == 0) {
