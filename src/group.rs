@@ -1,5 +1,5 @@
 //! Groups: what MPI-style programs call. Build a group from an interface and a membership
-//! source, then `bcast(root, &mut buf)` and `barrier()`.
+//! source, then `bcast(root, &mut buf)`, `allgather(part, &mut out)` and `barrier()`.
 //!
 //! Membership sources ([`Membership`]): an explicit MAC list (rank = position), a hostfile
 //! (one MAC per line, rank = line order), the environment of the usual launchers
@@ -13,6 +13,9 @@
 //! Broadcast algorithms ([`Algorithm`]): push-pull and simple hardware broadcast (the EQA
 //! paper's PPBCAST and SBCAST), and the point-to-point binomial tree (the MPICH-style
 //! baseline), which rides on the node's reliable point-to-point channels.
+//!
+//! An allgather ([`Group::allgather`]) runs on the broadcast streams every member already has: every
+//! member broadcasts its part at once, and takes the others' in rank order.
 //!
 //! Two more kinds of group are built on the same member and driver: [`HostGroup`]
 //! ([`host`]), a job with several ranks per host (one network member per host plus the host's

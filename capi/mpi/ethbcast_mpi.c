@@ -717,7 +717,8 @@ static int ebc_gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype
     const void *part = NULL;
     size_t part_len = lens[me];
     int position = 0;
-    if (out == NULL) {
+    if (out == NULL && total > 0) {
+        /* (A NULL receive buffer is fine for parts of zero bytes.) */
         rc = MPI_ERR_NO_MEM;
     } else if (sendbuf == MPI_IN_PLACE) {
         /* This rank's part is in recvbuf: in place when the parts go straight there, else

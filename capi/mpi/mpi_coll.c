@@ -10,7 +10,7 @@
  *   derived types with holes and negative lower bounds: every byte of every receiver's buffer
  *   (each part where the type map puts it, every other byte untouched); Allgatherv with counts
  *   that differ per rank and displacements out of rank order with gaps; MPI_IN_PLACE; a
- *   signature described two ways (ints against MPI_2INT).
+ *   signature described two ways (ints against MPI_2INT); zero counts with NULL buffers.
  * - Allreduce of every predefined op on every predefined type 5.9.2 defines it for (C and
  *   Fortran integers, floating point, logical, complex, byte, MPI_AINT/OFFSET/COUNT; MINLOC
  *   and MAXLOC on the pair types), counts 0, 1, 7 and 1031, values whose result is exact in any
@@ -322,6 +322,14 @@ static void gather_mixed(MPI_Comm comm) {
     int cme, cn;
     OK(MPI_Comm_rank(comm, &cme));
     OK(MPI_Comm_size(comm, &cn));
+    /* Zero counts with NULL buffers (no element is read or written). */
+    int *zeros = calloc((size_t)cn, sizeof *zeros);
+    CHECK(zeros != NULL, "out of memory");
+    OK(MPI_Allgather(NULL, 0, MPI_INT, NULL, 0, MPI_INT, comm));
+    counted(comm);
+    OK(MPI_Allgatherv(NULL, 0, MPI_INT, NULL, zeros, zeros, MPI_INT, comm));
+    counted(comm);
+    free(zeros);
     int k = 9;
     int *send = malloc(2 * (size_t)k * sizeof(int));
     int *recv = malloc(2 * (size_t)k * (size_t)cn * sizeof(int));

@@ -109,7 +109,9 @@ impl MpiBenchOptions {
             also: Vec::new(),
             control: false,
             capi_lib: None,
-            ops: vec!["bcast".into(), "barrier".into()],
+            ops: ["bcast", "allgather", "allreduce", "barrier"]
+                .map(String::from)
+                .to_vec(),
             osu: false,
         }
     }
@@ -730,7 +732,7 @@ pub struct Args {
     control: bool,
     /// Operations: bcast, allgather, allreduce, alltoall (at every size, bytes per rank;
     /// allreduce sums ints) and barrier.
-    #[arg(long, default_value = "bcast,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "alltoall", "barrier"])]
+    #[arg(long, default_value = "bcast,allgather,allreduce,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "alltoall", "barrier"])]
     ops: Vec<String>,
     /// Separate iterations with MPI_Barrier, as the OSU micro-benchmarks do, and report their
     /// average latency (each rank's own time in the call, averaged over the ranks), instead of
