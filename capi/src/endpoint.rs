@@ -273,10 +273,11 @@ impl Endpoint {
     ) -> Result<(), CallError> {
         let counters = &self.shared.counters;
         let result = self.call(|g| {
-            Ok(match part {
+            match part {
                 Some(p) => g.allgather_into(p, out, lens)?,
                 None => g.allgather_in_place(out, lens)?,
-            })
+            }
+            Ok(())
         });
         if result.is_ok() {
             let me = self.rank.index();

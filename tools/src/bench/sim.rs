@@ -604,7 +604,12 @@ fn collectives(json: bool, o: &SimOptions) -> ExitCode {
     let mut nodes = 2u16;
     while nodes <= o.nodes {
         for &bytes in &o.sizes {
-            match ethbcast::simcoll::race(nodes, bytes, o.messages, o.rate_bps.unwrap_or(1_000_000_000)) {
+            match ethbcast::simcoll::race(
+                nodes,
+                bytes,
+                o.messages,
+                o.rate_bps.unwrap_or(1_000_000_000),
+            ) {
                 Ok(r) => races.push(r),
                 Err(e) => return fail(e),
             }
@@ -612,7 +617,7 @@ fn collectives(json: bool, o: &SimOptions) -> ExitCode {
         nodes = nodes.saturating_mul(2);
     }
     print(json, &races, |rs| {
-        let mut t = super::table::Table::new(&[
+        let mut t = crate::harness::table::Table::new(&[
             "nodes",
             "bytes",
             "bcast allgather µs",
