@@ -540,7 +540,9 @@ impl Group {
     /// back in `out`. `lens` gives every member's part length (every member passes the same
     /// `lens`, MPI's `recvcounts`), `out` is as long as they add up to, and this member's
     /// `part` is `lens[rank]` long. Every member broadcasts its part once, all at the same
-    /// time, on its own broadcast stream; each stream is repaired on its own.
+    /// time, on its own broadcast stream; each stream is repaired on its own. The parts go by
+    /// simple broadcast (push-pull's pull serves one root at a time), or down the tree when
+    /// the group's algorithm is the tree.
     ///
     /// A part whose length differs from `lens` gives [`GroupError::Length`] (naming its
     /// root; this member's own part too, which is sent all the same), once every other part
@@ -630,7 +632,13 @@ impl Group {
         sink: &mut impl FnMut(Rank, &[u8]) -> Result<(), GroupError>,
     ) -> Result<(), GroupError> {
         let now = WallClock.now();
-        let algo = self.opts.algorithm;
+        // Push-pull's pull paces one root's message by one receiver that has posted for it; in
+        // an allgather every root sends at once while its receivers still wait on their own
+        // parts, and two roots whose pullers are each other would wait for each other's pull.
+        let algo = match self.opts.algorithm {
+            Algorithm::Tree => Algorithm::Tree,
+            _ => Algorithm::Simple,
+        };
         let mut ag = match Allgather::start(now, self.driver.member_mut(), &mut own, algo) {
             Ok(ag) => ag,
             Err(e) => {

@@ -12,7 +12,10 @@
 //! [`Allgather`] is sans-IO: a sequence of [`Member`] broadcast calls, this member's own part
 //! first (so that no member waits for another to send), then every other root in rank order.
 //! Each root's calls are counted per root ([`Member::bcast_from`] tags them so), so the
-//! members need not take the roots in the same order. The driver of a [`super::Group`] runs it
+//! members need not take the roots in the same order. The parts go by simple broadcast (or
+//! down the tree): push-pull's pull comes from a receiver that has posted for that root, and
+//! in an allgather two roots whose pullers are each other would each wait in its own part's
+//! send for the other's pull. The driver of a [`super::Group`] runs it
 //! with the wall clock, the simulator's harness ([`crate::simgroup`]) in virtual time.
 //!
 //! Every part is taken, whatever fails: a part whose length is not the one the caller
