@@ -61,7 +61,7 @@
  * unshaped veth reports 10 Gbit/s), 4096, where hardware broadcast still wins on unshaped
  * veths, from 16 KiB on TCP's segmentation offload is faster there), ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0 draws one
  * per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many calls went
- * where). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
+ * where: MPI_Bcast and MPI_Barrier, then MPI_Allgather(v) and MPI_Allreduce apart). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
  * ranks whose environment said otherwise in one warning per setting.
  *
  * Keys: ETHBCAST_KEY_FILE names the job's key file (written by `ethbcast keygen FILE`, mode
@@ -98,6 +98,8 @@ static int ebc_thread_multiple = 0;
 static int ebc_world_size = 0;
 static int ebc_world_rank = 0;
 static unsigned long long ebc_calls_hw = 0, ebc_calls_pmpi = 0;
+/* The same for MPI_Allgather(v) and MPI_Allreduce, reported apart. */
+static unsigned long long ebc_coll_hw = 0, ebc_coll_pmpi = 0;
 /* The group's counters just before it closes, for ETHBCAST_MPI_VERBOSE. */
 static ethbcast_counters_t ebc_final;
 /* The fastest link rate of the job (bits/s, 0: unknown), for ETHBCAST_MPI_VERBOSE. */
@@ -792,15 +794,15 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
     int rsize = 0, rcombiner = 0;
     if (!ebc_uses_group(comm) || recvcount < 0 || !ebc_type_ok(recvtype, &rsize, &rcombiner) ||
         (sendbuf != MPI_IN_PLACE && (sendcount < 0 || sendtype == MPI_DATATYPE_NULL))) {
-        ebc_calls_pmpi++;
+        ebc_coll_pmpi++;
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     }
     size_t part = (size_t)recvcount * (size_t)rsize;
     if (!ebc_gather_here(part * (size_t)ebc_world_size, part)) {
-        ebc_calls_pmpi++;
+        ebc_coll_pmpi++;
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     }
-    ebc_calls_hw++;
+    ebc_coll_hw++;
     int n = ebc_world_size;
     int *counts = malloc(2 * (size_t)n * sizeof *counts);
     if (counts == NULL) {
@@ -835,11 +837,11 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
         largest = len > largest ? len : largest;
     }
     if (!usable || !ebc_gather_here(total, largest)) {
-        ebc_calls_pmpi++;
+        ebc_coll_pmpi++;
         return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
                                recvtype, comm);
     }
-    ebc_calls_hw++;
+    ebc_coll_hw++;
     return ebc_gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
                        rsize, rcombiner, comm, "MPI_Allgatherv");
 }
@@ -908,17 +910,17 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
     int size = 0, combiner = 0;
     if (!ebc_uses_group(comm) || count < 0 || op == MPI_OP_NULL ||
         !ebc_type_ok(datatype, &size, &combiner)) {
-        ebc_calls_pmpi++;
+        ebc_coll_pmpi++;
         return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     }
     size_t bytes = (size_t)count * (size_t)size;
     int n = ebc_world_size;
     if (n > EBC_COLL_MAX_RANKS || bytes * (size_t)n > ebc_allreduce_max || bytes > ebc_max_bytes ||
         !ebc_op_applies(op, datatype, combiner)) {
-        ebc_calls_pmpi++;
+        ebc_coll_pmpi++;
         return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     }
-    ebc_calls_hw++;
+    ebc_coll_hw++;
     const void *mine = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
     int flat = ebc_one_block(datatype, count, size, combiner);
     unsigned char *all = ebc_room(&ebc_gathered, bytes * (size_t)n);
@@ -999,9 +1001,10 @@ int MPI_Finalize(void) {
         fprintf(stderr,
                 "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI, "
                 "%llu looks of the progress thread; size limit %zu bytes, link %llu bit/s; "
-                "%llu MPI progress probes while waiting\n",
+                "%llu MPI progress probes while waiting; %llu allgathers and allreduces over "
+                "ethbcast, %llu over PMPI\n",
                 ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi,
                 (unsigned long long)ebc_final.background_polls, ebc_max_bytes, ebc_link_rate,
-                ebc_mp_probes);
+                ebc_mp_probes, ebc_coll_hw, ebc_coll_pmpi);
     return PMPI_Finalize();
 }

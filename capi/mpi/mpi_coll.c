@@ -891,6 +891,7 @@ static void identity(void) {
             printf("identity identical\n");
         else
             printf("identity differs on %d rank-rounds\n", differ);
+        fflush(stdout);
     }
     free(x);
     free(y);

@@ -22,7 +22,7 @@ use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
 use ethbcast_testbed::{netns_available, TestbedConfig};
 
 mod mpi_common;
-use mpi_common::{build, job, mpis_available, reports, routed, Built};
+use mpi_common::{build, job, mpis_available, reports, routed, routed_coll, Built};
 
 /// Each rank's `<tag> rank R world W broadcasts B congruent C ...` line: (B, C) per rank.
 fn counts(out: &JobOutput, tag: &str, ranks: usize) -> Vec<(u64, u64)> {
@@ -194,14 +194,21 @@ fn coll_counts(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Rank 0's `identity ...` line of `mpi_coll --identity`.
+/// Rank 0's verdict of `mpi_coll --identity`: `identity identical` or `identity differs on N
+/// rank-rounds` (found anywhere in the output: the launcher may interleave other ranks' lines
+/// with it).
 fn identity(out: &JobOutput) -> String {
     assert!(out.success(), "job failed: {out}");
-    out.stdout
-        .lines()
-        .find(|l| l.starts_with("identity "))
-        .unwrap_or_else(|| panic!("no identity line: {out}"))
-        .to_string()
+    let at = out
+        .stdout
+        .find("identity identical")
+        .or_else(|| out.stdout.find("identity differs"))
+        .unwrap_or_else(|| panic!("no identity verdict: {out}"));
+    let verdict = &out.stdout[at..];
+    let end = verdict
+        .find("rank-rounds")
+        .map_or("identity identical".len(), |e| e + "rank-rounds".len());
+    verdict[..end].to_string()
 }
 
 /// The calls `mpi_coll.c` makes on world-congruent communicators that the MPI must refuse,
@@ -260,7 +267,7 @@ fn allgather_and_allreduce_follow_the_standard_and_reduce_alike_on_every_rank() 
         let out = bed.run(&with).expect("job");
         assert_eq!(coll_counts(&out, hosts), plain, "{m}: {out}");
         for (r, (&(all, congruent), &(hw, pmpi))) in
-            plain.iter().zip(&routed(&out, hosts)).enumerate()
+            plain.iter().zip(&routed_coll(&out, hosts)).enumerate()
         {
             assert!(
                 congruent > refused(mode) && congruent < all,
@@ -283,7 +290,9 @@ fn allgather_and_allreduce_follow_the_standard_and_reduce_alike_on_every_rank() 
             .run(&job(m, &b, hosts, 1, &every_size, &["--mismatch"]))
             .expect("job");
         let done = coll_counts(&out, hosts);
-        for (r, (&(_, congruent), &(hw, _))) in done.iter().zip(&routed(&out, hosts)).enumerate() {
+        for (r, (&(_, congruent), &(hw, _))) in
+            done.iter().zip(&routed_coll(&out, hosts)).enumerate()
+        {
             assert_eq!(hw, congruent, "{m} rank {r}: not over ethbcast: {out}");
         }
     }
@@ -295,7 +304,7 @@ fn allgather_and_allreduce_follow_the_standard_and_reduce_alike_on_every_rank() 
             .expect("job");
         let done = coll_counts(&out, 8);
         let refused = if mode == "--light" { refused(mode) } else { 0 };
-        for (r, (&(_, congruent), &(hw, _))) in done.iter().zip(&routed(&out, 8)).enumerate() {
+        for (r, (&(_, congruent), &(hw, _))) in done.iter().zip(&routed_coll(&out, 8)).enumerate() {
             assert_eq!(hw, congruent - refused, "rank {r}: {out}");
         }
     }
@@ -306,7 +315,7 @@ fn allgather_and_allreduce_follow_the_standard_and_reduce_alike_on_every_rank() 
         .run(&job(MpiImpl::OpenMpi, &b, 8, 1, &every_size, &["--stream"]))
         .expect("job");
     let done = coll_counts(&out, 8);
-    assert_eq!(routed(&out, 8), vec![(600, 0); 8], "with loss: {out}");
+    assert_eq!(routed_coll(&out, 8), vec![(600, 0); 8], "with loss: {out}");
     assert!(done.iter().all(|&(c, _)| c == 600), "{out}");
     let lost = bed.testbed().loss_counter().expect("nft counter");
     assert!(lost > 0, "the loss rule dropped nothing");
