@@ -395,6 +395,29 @@ int ethbcast_keyed(const struct ethbcast_group_t *group);
 int ethbcast_bcast(struct ethbcast_group_t *group, int root, void *buf, size_t len);
 
 /**
+ * Allgather (MPI_Allgather, MPI_Allgatherv) into `out`: every member's part in rank order,
+ * back to back. `lens` points to one length per member (every member passes the same
+ * lengths), or is NULL when every part is `part_len` bytes; `out` holds their sum. `part`
+ * points to this member's `part_len` bytes, which must not overlap `out`, or is NULL when
+ * the part is already at its place in `out` (MPI_IN_PLACE). Every member broadcasts its part
+ * once, all at the same time. A part whose length differs from `lens` gives
+ * `ETHBCAST_ERR_LENGTH` once every part was taken (this member's own too: it is sent all
+ * the same), so later calls are not shifted; a member that dies gives
+ * `ETHBCAST_ERR_PEER_DEAD` (with failure detection) or `ETHBCAST_ERR_TIMEOUT`. After an
+ * error `out` holds no result. `out` may be NULL when the parts add up to 0 bytes.
+ *
+ * # Safety
+ * `part` is NULL or points to `part_len` readable bytes; `lens` is NULL or points to as many
+ * `size_t` as the group has members; `out` points to their sum of writable bytes (or, with
+ * `lens` NULL, to `part_len` times the members); none is accessed by others during the call.
+ */
+int ethbcast_allgather(struct ethbcast_group_t *group,
+                       const void *part,
+                       size_t part_len,
+                       void *out,
+                       const size_t *lens);
+
+/**
  * Barrier (MPI_Barrier): returns once every member has entered.
  */
 int ethbcast_barrier(struct ethbcast_group_t *group);

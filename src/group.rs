@@ -1,5 +1,5 @@
 //! Groups: what MPI-style programs call. Build a group from an interface and a membership
-//! source, then `bcast(root, &mut buf)` and `barrier()`.
+//! source, then `bcast(root, &mut buf)`, `allgather(part, &mut out)` and `barrier()`.
 //!
 //! Membership sources ([`Membership`]): an explicit MAC list (rank = position), a hostfile
 //! (one MAC per line, rank = line order), the environment of the usual launchers
@@ -13,6 +13,9 @@
 //! Broadcast algorithms ([`Algorithm`]): push-pull and simple hardware broadcast (the EQA
 //! paper's PPBCAST and SBCAST), and the point-to-point binomial tree (the MPICH-style
 //! baseline), which rides on the node's reliable point-to-point channels.
+//!
+//! An allgather ([`Group::allgather`]) runs on the broadcast streams every member already has: every
+//! member broadcasts its part at once, and takes the others' in rank order.
 //!
 //! Two more kinds of group are built on the same member and driver: [`HostGroup`]
 //! ([`host`]), a job with several ranks per host (one network member per host plus the host's
@@ -35,8 +38,11 @@ use crate::Rank;
 use crate::member::Algorithm;
 use crate::wire::BarrierAlgo;
 
+mod allgather;
 mod host;
 mod stream;
+
+pub(crate) use allgather::Allgather;
 
 pub use host::{
     placement_from_env, HostError, HostGroup, HostOptions, Placement, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
@@ -243,8 +249,22 @@ pub enum GroupError {
         /// Size.
         size: u16,
     },
+    /// An allgather's part lengths do not describe its buffer ([`Group::allgather_into`]):
+    /// nothing was sent.
+    #[error("allgather: {lens} part lengths for a group of {size}, adding up to {total} bytes for a buffer of {out}: pass one length per member, adding up to the buffer's length")]
+    Parts {
+        /// Lengths given.
+        lens: usize,
+        /// Members.
+        size: u16,
+        /// What they add up to (saturating).
+        total: usize,
+        /// Length of the buffer.
+        out: usize,
+    },
     /// The root's message does not have the length of this member's buffer
-    /// ([`Group::bcast_into`]): the buffer is left as it was.
+    /// ([`Group::bcast_into`]; in an allgather, the length given for that member's part): the
+    /// buffer is left as it was.
     #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
     Length {
         /// Root of the broadcast.
@@ -518,6 +538,136 @@ impl Group {
         r
     }
 
+    /// MPI_Allgatherv into the caller's buffer: every member's part, in rank order, back to
+    /// back in `out`. `lens` gives every member's part length (every member passes the same
+    /// `lens`, MPI's `recvcounts`), `out` is as long as they add up to, and this member's
+    /// `part` is `lens[rank]` long. Every member broadcasts its part once, all at the same
+    /// time, on its own broadcast stream; each stream is repaired on its own. The parts go by
+    /// simple broadcast (push-pull's pull serves one root at a time), or down the tree when
+    /// the group's algorithm is the tree.
+    ///
+    /// A part whose length differs from `lens` gives [`GroupError::Length`] (naming its
+    /// root; this member's own part too, which is sent all the same), once every other part
+    /// has been taken, so that the next call is not shifted. A member that fails during the
+    /// call (with failure detection: evicted) makes it fail with
+    /// [`MemberError::PeerDead`](crate::MemberError::PeerDead); without failure detection
+    /// the call times out. On an error `out` holds no result: some parts may be written.
+    pub fn allgather_into(
+        &mut self,
+        part: &[u8],
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<Outcome, GroupError> {
+        check_parts(self.size(), lens, out.len())?;
+        let mut own = std::mem::take(&mut self.spare);
+        own.clear();
+        own.extend_from_slice(part);
+        self.gather_into(own, out, lens)
+    }
+
+    /// [`Group::allgather_into`] with this member's part already at its place in `out`
+    /// (MPI_IN_PLACE).
+    pub fn allgather_in_place(
+        &mut self,
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<Outcome, GroupError> {
+        check_parts(self.size(), lens, out.len())?;
+        let me = self.rank().index();
+        let at: usize = lens[..me].iter().sum();
+        let mut own = std::mem::take(&mut self.spare);
+        own.clear();
+        own.extend_from_slice(&out[at..at + lens[me]]);
+        self.gather_into(own, out, lens)
+    }
+
+    /// Allgather of parts whose lengths the members need not know in advance: `out` is
+    /// replaced by every member's part in rank order, back to back, and the parts' lengths
+    /// are returned in rank order. Failures as in [`Group::allgather_into`].
+    pub fn allgather(&mut self, part: &[u8], out: &mut Vec<u8>) -> Result<Vec<usize>, GroupError> {
+        let n = usize::from(self.size());
+        let me = self.rank().index();
+        let mut lens = vec![0usize; n];
+        out.clear();
+        let mut own = std::mem::take(&mut self.spare);
+        own.clear();
+        own.extend_from_slice(part);
+        // The parts arrive this member's first, then the others in rank order.
+        let r = self.run_allgather(own, &mut |root, data| {
+            lens[root.index()] = data.len();
+            out.extend_from_slice(data);
+            Ok(())
+        });
+        r?;
+        let before: usize = lens[..me].iter().sum();
+        out[..part.len() + before].rotate_left(part.len());
+        Ok(lens)
+    }
+
+    fn gather_into(
+        &mut self,
+        own: Vec<u8>,
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<Outcome, GroupError> {
+        self.run_allgather(own, &mut |root, data| {
+            let r = root.index();
+            let want = lens[r];
+            if data.len() != want {
+                return Err(GroupError::Length {
+                    root,
+                    got: data.len(),
+                    want,
+                });
+            }
+            let at: usize = lens[..r].iter().sum();
+            out[at..at + want].copy_from_slice(data);
+            Ok(())
+        })?;
+        Ok(self.outcome())
+    }
+
+    /// Runs an allgather whose own part is `own`; `sink` takes the parts as they come.
+    fn run_allgather(
+        &mut self,
+        mut own: Vec<u8>,
+        sink: &mut impl FnMut(Rank, &[u8]) -> Result<(), GroupError>,
+    ) -> Result<(), GroupError> {
+        let now = WallClock.now();
+        // Push-pull's pull paces one root's message by one receiver that has posted for it; in
+        // an allgather every root sends at once while its receivers still wait on their own
+        // parts, and two roots whose pullers are each other would wait for each other's pull.
+        let algo = match self.opts.algorithm {
+            Algorithm::Tree => Algorithm::Tree,
+            _ => Algorithm::Simple,
+        };
+        let mut ag = match Allgather::start(now, self.driver.member_mut(), &mut own, algo) {
+            Ok(ag) => ag,
+            Err(e) => {
+                self.spare = own;
+                return Err(e.into());
+            }
+        };
+        let after = self.opts.timeout;
+        let mut spare = own;
+        let r = self
+            .driver
+            .run_until(&WallClock, now + after, NO_SLICE, Sends::Deferred, |m| {
+                ag.poll(WallClock.now(), m, &mut spare, sink)
+            });
+        self.spare = spare;
+        match r? {
+            Some(r) => r,
+            None => {
+                self.driver.member_mut().cancel_call();
+                Err(GroupError::Timeout {
+                    what: "the parts of an allgather",
+                    after,
+                })
+            }
+        }
+    }
+
     fn outcome(&mut self) -> Outcome {
         let ev = self.member().evicted();
         let evicted = ev[self.reported.min(ev.len())..]
@@ -655,6 +805,20 @@ impl ServeWait {
         ethbcast_sys::wait::poll_readable(&[self.link.as_fd(), self.closed.as_fd()], timeout)?;
         Ok(())
     }
+}
+
+/// Refuses part lengths that do not describe a buffer of `out` bytes for `size` members.
+pub(crate) fn check_parts(size: u16, lens: &[usize], out: usize) -> Result<(), GroupError> {
+    let total = lens.iter().fold(0usize, |a, &l| a.saturating_add(l));
+    if lens.len() != usize::from(size) || total != out {
+        return Err(GroupError::Parts {
+            lens: lens.len(),
+            size,
+            total,
+            out,
+        });
+    }
+    Ok(())
 }
 
 /// Rank and size from the launcher's environment (first match wins).

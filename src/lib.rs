@@ -31,6 +31,8 @@ pub mod cluster;
 #[cfg(feature = "sim")]
 pub mod memory;
 #[cfg(feature = "sim")]
+pub mod simcoll;
+#[cfg(feature = "sim")]
 pub mod simgroup;
 /// The trait of the machines the simulator's harnesses run.
 #[cfg(feature = "sim")]

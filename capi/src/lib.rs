@@ -392,6 +392,7 @@ fn code_of(e: &CallError) -> c_int {
             GroupError::Interrupted => ETHBCAST_ERR_TIMEOUT,
             GroupError::BadRank { .. } => ETHBCAST_ERR_BAD_RANK,
             GroupError::Length { .. } => ETHBCAST_ERR_LENGTH,
+            GroupError::Parts { .. } => ETHBCAST_ERR_INVALID,
             GroupError::NoKey => ETHBCAST_ERR_KEY,
         },
     }
@@ -752,6 +753,76 @@ pub unsafe extern "C" fn ethbcast_bcast(
             unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
         };
         Ok(g.endpoint.bcast(root, data)?)
+    };
+    on_group(group, call)
+}
+
+/// Allgather (MPI_Allgather, MPI_Allgatherv) into `out`: every member's part in rank order,
+/// back to back. `lens` points to one length per member (every member passes the same
+/// lengths), or is NULL when every part is `part_len` bytes; `out` holds their sum. `part`
+/// points to this member's `part_len` bytes, which must not overlap `out`, or is NULL when
+/// the part is already at its place in `out` (MPI_IN_PLACE). Every member broadcasts its part
+/// once, all at the same time. A part whose length differs from `lens` gives
+/// `ETHBCAST_ERR_LENGTH` once every part was taken (this member's own too: it is sent all
+/// the same), so later calls are not shifted; a member that dies gives
+/// `ETHBCAST_ERR_PEER_DEAD` (with failure detection) or `ETHBCAST_ERR_TIMEOUT`. After an
+/// error `out` holds no result. `out` may be NULL when the parts add up to 0 bytes.
+///
+/// # Safety
+/// `part` is NULL or points to `part_len` readable bytes; `lens` is NULL or points to as many
+/// `size_t` as the group has members; `out` points to their sum of writable bytes (or, with
+/// `lens` NULL, to `part_len` times the members); none is accessed by others during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ethbcast_allgather(
+    group: *mut EthbcastGroup,
+    part: *const c_void,
+    part_len: usize,
+    out: *mut c_void,
+    lens: *const usize,
+) -> c_int {
+    let call = |g: &EthbcastGroup| {
+        let n = usize::from(g.endpoint.size());
+        let equal;
+        let lens: &[usize] = if lens.is_null() {
+            equal = vec![part_len; n];
+            &equal
+        } else {
+            // SAFETY: non-NULL, and the caller promises one length per member.
+            unsafe { std::slice::from_raw_parts(lens, n) }
+        };
+        let total = lens
+            .iter()
+            .try_fold(0usize, |a, &l| a.checked_add(l))
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or_else(|| Failure::invalid("the part lengths add up to more than isize::MAX"))?;
+        if part_len > isize::MAX as usize {
+            return Err(Failure::invalid("part_len exceeds isize::MAX"));
+        }
+        if out.is_null() && total > 0 {
+            return Err(Failure::invalid("out is NULL but the parts are not empty"));
+        }
+        let me = g.endpoint.rank().index();
+        if part.is_null() && part_len != lens[me] {
+            return Err(Failure::invalid(format!(
+                "part is NULL (in place) but part_len {part_len} is not this member's length {}",
+                lens[me]
+            )));
+        }
+        let out: &mut [u8] = if total == 0 {
+            &mut []
+        } else {
+            // SAFETY: non-NULL, `total` bytes the caller owns exclusively for the call, and
+            // `total` <= isize::MAX as `from_raw_parts_mut` requires.
+            unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), total) }
+        };
+        let part: Option<&[u8]> = match (part.is_null(), part_len) {
+            (true, _) => None,
+            (false, 0) => Some(&[]),
+            // SAFETY: non-NULL, `part_len` readable bytes (<= isize::MAX) that do not overlap
+            // `out`, as the caller promises.
+            (false, len) => Some(unsafe { std::slice::from_raw_parts(part.cast::<u8>(), len) }),
+        };
+        Ok(g.endpoint.allgather(part, out, lens)?)
     };
     on_group(group, call)
 }
