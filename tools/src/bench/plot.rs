@@ -1,26 +1,70 @@
 //! Plots of the benchmark results, PNG and SVG, with `plotters`.
 //!
-//! Text is drawn with the DejaVu Sans font embedded in the binary (`tools/assets`, Bitstream
-//! Vera licence), through plotters' pure-Rust `ab_glyph` renderer: no fontconfig or freetype
-//! needed to build or run.
+//! Text is drawn with the DejaVu Sans font of the system (Debian's `fonts-dejavu-core`, or the
+//! TrueType file `ETHBCAST_PLOT_FONT` names), found when the first plot is drawn, through
+//! plotters' pure-Rust `ab_glyph` renderer: no fontconfig or freetype needed. Without the font
+//! a plot fails with an error that names the package.
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+/// The environment variable naming the TrueType font of the plots.
+pub const FONT_ENV: &str = "ETHBCAST_PLOT_FONT";
 
-fn register_font() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // The embedded font is a valid TrueType file; failing here is a build defect.
-        if plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_err() {
-            panic!("the embedded DejaVu Sans font could not be loaded");
-        }
-    });
+/// Where distributions install DejaVu Sans: Debian and Ubuntu (`fonts-dejavu-core`), Fedora
+/// (`dejavu-sans-fonts`), Arch (`ttf-dejavu`), openSUSE (`dejavu-fonts`).
+const FONT_PATHS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/DejaVuSans.ttf",
+];
+
+/// The font file: `ETHBCAST_PLOT_FONT` if set (`env` looks it up), else the first of
+/// `candidates` ([`FONT_PATHS`]) that exists.
+fn font_path(
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+    candidates: &[&str],
+) -> Result<PathBuf, String> {
+    if let Some(p) = env(FONT_ENV).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    candidates
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+        .map(Path::to_path_buf)
+        .ok_or_else(|| {
+            format!(
+                "no DejaVu Sans font for the plots (looked in {}): install it (Debian, Ubuntu: apt-get install fonts-dejavu-core) or set {FONT_ENV} to a TrueType font file",
+                candidates.join(", ")
+            )
+        })
+}
+
+/// Reads the font once and registers it with plotters as "sans-serif"; the outcome of the
+/// first call is every later call's.
+fn register_font() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let path = font_path(|v| std::env::var_os(v), &FONT_PATHS)?;
+            let bytes = std::fs::read(&path)
+                .map_err(|e| format!("cannot read the plots' font {}: {e}", path.display()))?;
+            // plotters keeps the font for the life of the process: it is read once.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| {
+                format!(
+                    "{} is not a TrueType font the plots can use (set {FONT_ENV} to DejaVuSans.ttf)",
+                    path.display()
+                )
+            })
+        })
+        .clone()
 }
 
 /// One line of a chart.
@@ -172,7 +216,7 @@ fn draw_on<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Resu
 
 /// Draws `c` into `dir/stem.png` and `dir/stem.svg`; returns both paths.
 pub fn draw(c: &Chart, dir: &Path, stem: &str) -> Result<Vec<PathBuf>, String> {
-    register_font();
+    register_font()?;
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let png = dir.join(format!("{stem}.png"));
     let svg = dir.join(format!("{stem}.svg"));
@@ -190,6 +234,30 @@ pub fn draw(c: &Chart, dir: &Path, stem: &str) -> Result<Vec<PathBuf>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_font_comes_from_the_environment_else_the_first_installed_file() {
+        let dir = std::env::temp_dir().join(format!("ethbcast-font-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let here = dir.join("b.ttf");
+        std::fs::write(&here, b"").unwrap();
+        let (missing, here_s) = (dir.join("a.ttf"), here.to_str().unwrap());
+        let none = |_: &str| None;
+        let candidates = [missing.to_str().unwrap(), here_s];
+        assert_eq!(font_path(none, &candidates).unwrap(), here);
+        let set = |v: &str| (v == FONT_ENV).then(|| "/elsewhere/x.ttf".into());
+        assert_eq!(
+            font_path(set, &candidates).unwrap(),
+            Path::new("/elsewhere/x.ttf")
+        );
+        // Nothing installed: the error names the package and the variable.
+        let e = font_path(none, &candidates[..1]).unwrap_err();
+        assert!(
+            e.contains("fonts-dejavu-core") && e.contains(FONT_ENV) && e.contains("a.ttf"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn a_chart_renders_to_png_and_svg() {
