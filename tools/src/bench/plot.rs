@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 /// The environment variable naming the TrueType font of the plots.
@@ -74,6 +75,9 @@ pub struct Series {
     pub name: String,
     /// Points (x, y).
     pub points: Vec<(f64, f64)>,
+    /// A limit of the other lines (the medium's own rate, say), not a measurement of the same
+    /// kind: drawn dashed in dark grey, after the others so that it lies on top.
+    pub limit: bool,
 }
 
 /// A line chart.
@@ -93,6 +97,9 @@ pub struct Chart {
     pub series: Vec<Series>,
 }
 
+/// The colour of a limit line.
+const LIMIT_COLOR: RGBColor = RGBColor(0x44, 0x44, 0x44);
+
 const COLORS: [RGBColor; 6] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xd6, 0x27, 0x28),
@@ -102,7 +109,13 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(0x8c, 0x56, 0x4b),
 ];
 
-fn draw_in<DB, X, Y>(area: &DrawingArea<DB, Shift>, c: &Chart, x: X, y: Y) -> Result<(), String>
+fn draw_in<DB, X, Y>(
+    area: &DrawingArea<DB, Shift>,
+    c: &Chart,
+    x: X,
+    y: Y,
+    legend: Corner,
+) -> Result<(), String>
 where
     DB: DrawingBackend,
     X: AsRangedCoord<Value = f64>,
@@ -129,18 +142,31 @@ where
         .y_label_formatter(&|v| fmt_tick(*v))
         .draw()
         .map_err(e)?;
-    for (i, s) in c.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(e)?
-            .label(s.name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+    // Measured lines in the palette's order, limits after them in grey.
+    let measured = c.series.iter().filter(|s| !s.limit);
+    let colors = measured.zip(COLORS.iter().cycle().copied());
+    let limits = c
+        .series
+        .iter()
+        .filter(|s| s.limit)
+        .map(|s| (s, LIMIT_COLOR));
+    for (s, color) in colors.chain(limits) {
+        let style = color.stroke_width(2);
+        if s.limit {
+            chart
+                .draw_series(DashedLineSeries::new(s.points.iter().copied(), 8, 5, style))
+                .map_err(e)?
+                .label(s.name.clone())
+                .legend(move |(x, y)| {
+                    DashedPathElement::new(vec![(x, y), (x + 20, y)], 8, 5, style)
+                });
+        } else {
+            chart
+                .draw_series(LineSeries::new(s.points.iter().copied(), style))
+                .map_err(e)?
+                .label(s.name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        }
         chart
             .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))
             .map_err(e)?;
@@ -150,7 +176,7 @@ where
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend.position())
         .draw()
         .map_err(e)?;
     area.present().map_err(e)?;
@@ -189,6 +215,86 @@ fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f
     }
 }
 
+/// A corner of the plot, for the legend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Corner {
+    UpperLeft,
+    UpperRight,
+    LowerRight,
+    LowerLeft,
+}
+
+impl Corner {
+    fn position(self) -> SeriesLabelPosition {
+        match self {
+            Corner::UpperLeft => SeriesLabelPosition::UpperLeft,
+            Corner::UpperRight => SeriesLabelPosition::UpperRight,
+            Corner::LowerRight => SeriesLabelPosition::LowerRight,
+            Corner::LowerLeft => SeriesLabelPosition::LowerLeft,
+        }
+    }
+
+    /// Whether the point at (u, v), each from 0 to 1 across the plot (v upwards), lies where
+    /// the legend in this corner would cover it: the outer 45% of the width, 35% of the height.
+    fn covers(self, u: f64, v: f64) -> bool {
+        let left = u < 0.45;
+        let right = u > 0.55;
+        let upper = v > 0.65;
+        let lower = v < 0.35;
+        match self {
+            Corner::UpperLeft => left && upper,
+            Corner::UpperRight => right && upper,
+            Corner::LowerRight => right && lower,
+            Corner::LowerLeft => left && lower,
+        }
+    }
+}
+
+/// The corner where the legend covers the least of the lines (sampled along each segment),
+/// the upper left on a tie, for axes from `x` and `y` (linear or logarithmic as `c` says).
+fn legend_corner(c: &Chart, x: (f64, f64), y: (f64, f64)) -> Corner {
+    let scale = |v: f64, (lo, hi): (f64, f64), log: bool| {
+        if log {
+            (v.ln() - lo.ln()) / (hi.ln() - lo.ln())
+        } else {
+            (v - lo) / (hi - lo)
+        }
+    };
+    let mut samples = Vec::new();
+    for s in &c.series {
+        let at: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .map(|&(px, py)| (scale(px, x, c.log_x), scale(py, y, c.log_y)))
+            .collect();
+        samples.extend(at.iter().copied());
+        for w in at.windows(2) {
+            for k in 1..8 {
+                let t = f64::from(k) / 8.0;
+                samples.push((
+                    w[0].0 + t * (w[1].0 - w[0].0),
+                    w[0].1 + t * (w[1].1 - w[0].1),
+                ));
+            }
+        }
+    }
+    let corners = [
+        Corner::UpperLeft,
+        Corner::UpperRight,
+        Corner::LowerRight,
+        Corner::LowerLeft,
+    ];
+    corners
+        .into_iter()
+        .min_by_key(|corner| {
+            samples
+                .iter()
+                .filter(|&&(u, v)| corner.covers(u, v))
+                .count()
+        })
+        .unwrap_or(Corner::UpperLeft)
+}
+
 fn draw_on<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String> {
     let (x0, x1) = range(
         c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)),
@@ -200,17 +306,19 @@ fn draw_on<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Resu
         c.log_y,
         true,
     );
+    // A linear x axis starts at 0 when nothing lies left of it, as the y axis does.
     let (x0, x1) = if c.log_x {
         (x0, x1)
     } else {
-        let pad = ((x1 - x0) * 0.05).max(0.5);
-        (x0 - pad, x1 + pad)
+        let pad = if x1 > x0 { (x1 - x0) * 0.05 } else { 0.5 };
+        (if x0 >= 0.0 { 0.0 } else { x0 - pad }, x1 + pad)
     };
+    let legend = legend_corner(c, (x0, x1), (y0, y1));
     match (c.log_x, c.log_y) {
-        (false, false) => draw_in(area, c, x0..x1, y0..y1),
-        (true, false) => draw_in(area, c, (x0..x1).log_scale(), y0..y1),
-        (false, true) => draw_in(area, c, x0..x1, (y0..y1).log_scale()),
-        (true, true) => draw_in(area, c, (x0..x1).log_scale(), (y0..y1).log_scale()),
+        (false, false) => draw_in(area, c, x0..x1, y0..y1, legend),
+        (true, false) => draw_in(area, c, (x0..x1).log_scale(), y0..y1, legend),
+        (false, true) => draw_in(area, c, x0..x1, (y0..y1).log_scale(), legend),
+        (true, true) => draw_in(area, c, (x0..x1).log_scale(), (y0..y1).log_scale(), legend),
     }
 }
 
@@ -234,6 +342,29 @@ pub fn draw(c: &Chart, dir: &Path, stem: &str) -> Result<Vec<PathBuf>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_legend_goes_to_the_corner_the_lines_leave_free() {
+        let chart = |points: Vec<(f64, f64)>| Chart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            log_x: false,
+            log_y: false,
+            series: vec![Series {
+                name: "a".into(),
+                points,
+                limit: false,
+            }],
+        };
+        let corner = |points| legend_corner(&chart(points), (0.0, 10.0), (0.0, 100.0));
+        // Lines along the top: the legend goes below them, on the right.
+        assert_eq!(corner(vec![(0.0, 95.0), (10.0, 90.0)]), Corner::LowerRight);
+        // A line rising from the lower left to the upper right: the upper left is free.
+        assert_eq!(corner(vec![(0.0, 0.0), (10.0, 100.0)]), Corner::UpperLeft);
+        // Falling from the upper left: the upper right is free.
+        assert_eq!(corner(vec![(0.0, 100.0), (10.0, 0.0)]), Corner::UpperRight);
+    }
 
     #[test]
     fn the_font_comes_from_the_environment_else_the_first_installed_file() {
@@ -271,6 +402,7 @@ mod tests {
             series: vec![Series {
                 name: "a".into(),
                 points: vec![(8.0, 10.0), (4096.0, 100.0)],
+                limit: false,
             }],
         };
         let files = draw(&c, &dir, "t").unwrap();
