@@ -43,9 +43,10 @@ mod send;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod timer;
 mod tree;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -66,6 +67,7 @@ pub use observe::{Observe, Observer, Piece};
 pub use recv::Receiver;
 pub use send::Sender;
 pub use stats::{DropStats, Stats};
+use timer::TimerTable;
 
 /// How a broadcast travels: in hardware, push-pull or simple (the engine's two algorithms), or
 /// down a point-to-point binomial tree (a member's, see `crate::member`; the engine sends a
@@ -96,13 +98,8 @@ pub struct Engine {
     rx: Vec<Option<Box<Receiver>>>,
     /// The roots whose streams have an observer ([`Engine::observe`]).
     observed: Vec<Rank>,
-    /// The next timeout of every receive stream that has one: `(deadline, root)`, kept in step
-    /// with the streams after each call into them, so that finding the earliest timer and
-    /// firing the due ones never visits the streams that are quiet.
-    rx_timers: BTreeSet<(Instant, Rank)>,
-    /// The streams whose timers fire in one `handle_timeout`, kept between calls (with room
-    /// for every member from its first use) so that a timer firing allocates nothing.
-    due: Vec<Rank>,
+    /// Every timer of the engine: the receive streams' and the sender's.
+    timers: TimerTable,
     live: Vec<bool>,
     /// Whose streams this member takes, by rank ([`Engine::take_streams_from`]).
     takes: Vec<bool>,
@@ -134,8 +131,7 @@ impl Engine {
             tx: Sender::new(&cfg),
             rx: (0..n).map(|_| None).collect(),
             observed: Vec::new(),
-            rx_timers: BTreeSet::new(),
-            due: Vec::new(),
+            timers: TimerTable::new(cfg.size),
             view: tree::view_of(&vec![true; n]),
             root_tree: None,
             live: vec![true; n],
@@ -175,7 +171,7 @@ impl Engine {
     pub fn ack_all(&mut self, now: Instant) {
         for root in 0..self.rx.len() {
             if let Some(rx) = self.rx[root].as_deref_mut() {
-                rx.ack_held(now);
+                rx.ack_held(now, &mut self.timers);
                 self.collect_rx(Rank::new(root as u16));
             }
         }
@@ -295,14 +291,14 @@ impl Engine {
         }
         let id = self
             .tx
-            .enqueue(&self.cfg, data, algo, &self.live, lent)
+            .enqueue(&self.cfg, data, algo, &self.live, lent, &mut self.timers)
             .inspect_err(|e| {
                 if let SendError::SessionEnded(e) = e {
                     self.ended = Some(*e);
                 }
             })?;
         self.stats.sent_msgs += 1;
-        self.tx.fill(&self.cfg, now, &self.live);
+        self.tx.fill(&self.cfg, now, &self.live, &mut self.timers);
         Ok(id)
     }
 
@@ -328,9 +324,9 @@ impl Engine {
         if !self.live[root.index()] {
             return Err(PostError::Evicted(root));
         }
-        let rx = self.rx_mut(now, root);
+        let (rx, timers) = self.stream(now, root);
         rx.post(max_len, buf)?;
-        rx.progress(now);
+        rx.progress(now, timers);
         self.collect_rx(root);
         Ok(())
     }
@@ -346,7 +342,7 @@ impl Engine {
     /// [`Event::Truncated`] or [`Event::Observed`] (its bytes are observed, not kept) and the
     /// end of a stream cut short (a member that leaves).
     pub fn observe(&mut self, now: Instant, root: Rank, observer: Observer) {
-        self.rx_mut(now, root).set_observer(observer);
+        self.stream(now, root).0.set_observer(observer);
         if !self.observed.contains(&root) {
             self.observed.push(root);
         }
@@ -358,7 +354,7 @@ impl Engine {
     /// from its observer (a file receiver writing straight from the link's frames): the copy
     /// into a message buffer it would never read is not made.
     pub fn keep_at_most(&mut self, now: Instant, root: Rank, keep: usize) {
-        self.rx_mut(now, root).keep_at_most(keep);
+        self.stream(now, root).0.keep_at_most(keep);
     }
 
     /// Whether some root's stream has an observer ([`Engine::observe`]).
@@ -374,7 +370,7 @@ impl Engine {
     /// into `/dev/null`): under steady loss nearly every frame comes behind a gap, and the
     /// copy of each was most of its cost.
     pub fn leave_in_link(&mut self, now: Instant, root: Rank) {
-        self.rx_mut(now, root).set_in_link(true);
+        self.stream(now, root).0.set_in_link(true);
     }
 
     /// A batch of frames ends (see [`crate::machine::Machine::frames_done`]): frames left in
@@ -384,7 +380,7 @@ impl Engine {
         for k in 0..self.observed.len() {
             let root = self.observed[k];
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
-                rx.frames_done(now, end);
+                rx.frames_done(now, &mut self.timers, end);
                 // What it delivered, served and scheduled leaves now, not at the stream's
                 // next frame or timer.
                 self.collect_rx(root);
@@ -392,14 +388,18 @@ impl Engine {
         }
     }
 
-    fn rx_mut(&mut self, now: Instant, root: Rank) -> &mut Receiver {
+    /// The receive stream of `root` (made now if it was never heard from), and the timers.
+    fn stream(&mut self, now: Instant, root: Rank) -> (&mut Receiver, &mut TimerTable) {
         if self.rx[root.index()].is_none() {
-            let mut rx = Receiver::new(&self.cfg, root);
+            let place = self.timers.add_stream(root);
+            let mut rx = Receiver::new(&self.cfg, root, place);
             rx.set_peer(self.peer_for(root));
-            rx.set_tree(now, self.tree_link(root));
+            let link = self.tree_link(root);
+            rx.set_tree(now, &mut self.timers, link);
             self.rx[root.index()] = Some(Box::new(rx));
         }
-        self.rx[root.index()].as_deref_mut().expect("just made")
+        let rx = self.rx[root.index()].as_deref_mut().expect("just made");
+        (rx, &mut self.timers)
     }
 
     /// This member's place in the acknowledgement tree of `root`'s stream, in the current view.
@@ -452,16 +452,6 @@ impl Engine {
                 }
                 c.count(&mut self.stats);
                 self.outbox.push_back(c);
-            }
-            let next = rx.next_timeout();
-            if next != rx.armed {
-                if let Some(t) = rx.armed {
-                    self.rx_timers.remove(&(t, root));
-                }
-                if let Some(t) = next {
-                    self.rx_timers.insert((t, root));
-                }
-                rx.armed = next;
             }
         }
     }
@@ -544,7 +534,8 @@ impl Engine {
                 return Err(Drop::Protocol("a stream this member does not take"));
             }
             let repr = Repr::parse(frame);
-            let r = self.rx_mut(now, src).on_data(now, &repr, frame.payload());
+            let (rx, timers) = self.stream(now, src);
+            let r = rx.on_data(now, timers, &repr, frame.payload());
             self.collect_rx(src);
             // A duplicate or stale data frame (a replay, say) is no sign of the root's life,
             // nor is a point-to-point repair: a fellow member may have relayed it.
@@ -583,15 +574,14 @@ impl Engine {
         let feedback = match msg {
             Control::AckPoll => {
                 // The root's timer fired with frames of its stream not acknowledged by us.
-                let rx = self.rx_mut(now, src);
-                rx.on_ack_poll(now);
+                let (rx, timers) = self.stream(now, src);
+                rx.on_ack_poll(now, timers);
                 self.collect_rx(src);
                 return Ok(());
             }
             Control::PullPoll { msg_id, designated } => {
                 // The root polls its designated receiver for a lost pull request.
-                let rx = self.rx_mut(now, src);
-                rx.on_pull_poll(msg_id, designated);
+                self.stream(now, src).0.on_pull_poll(msg_id, designated);
                 self.collect_rx(src);
                 return Ok(());
             }
@@ -609,7 +599,7 @@ impl Engine {
                 let budget = self.outbox_room();
                 if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                     if unheld {
-                        rx.on_unheld(now, base, missing, &more, src);
+                        rx.on_unheld(now, &mut self.timers, base, missing, &more, src);
                     } else {
                         rx.serve_peer(base, missing, &more, src, budget);
                     }
@@ -662,7 +652,7 @@ impl Engine {
             _ => {}
         }
         self.tx
-            .on_feedback(&self.cfg, now, src, &feedback, &self.live);
+            .on_feedback(&self.cfg, now, src, &feedback, &self.live, &mut self.timers);
         self.collect_tx();
         Ok(())
     }
@@ -694,13 +684,21 @@ impl Engine {
                 return;
             }
             let covered = t.subtree(src);
-            self.tx
-                .on_tree_ack(&self.cfg, now, src, &covered, next, laggard, &self.live);
+            self.tx.on_tree_ack(
+                &self.cfg,
+                now,
+                src,
+                &covered,
+                next,
+                laggard,
+                &self.live,
+                &mut self.timers,
+            );
             self.collect_tx();
             return;
         }
         let taken = match self.rx.get_mut(root.index()) {
-            Some(Some(rx)) => rx.on_report(now, src, next, laggard, view),
+            Some(Some(rx)) => rx.on_report(now, &mut self.timers, src, next, laggard, view),
             _ => false,
         };
         if taken {
@@ -719,35 +717,21 @@ impl Engine {
     /// Lets time pass: fires due acknowledgement, NACK and retransmission timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         // The streams whose timer is due, in rank order.
-        let mut due = std::mem::take(&mut self.due);
-        due.clear();
-        send::room_for_every_rank(&mut due, &self.cfg);
-        while let Some(&(t, root)) = self.rx_timers.first() {
-            if t > now {
-                break;
-            }
-            self.rx_timers.pop_first();
-            due.push(root);
-        }
-        due.sort_unstable();
+        let due = self.timers.fired_streams(now);
         for &root in &due {
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
-                rx.armed = None;
-                rx.on_timeout(now);
+                rx.on_timeout(now, &mut self.timers);
             }
             self.collect_rx(root);
         }
-        self.due = due;
-        self.tx.on_timeout(&self.cfg, now, &self.live);
+        self.timers.give_back(due);
+        self.tx
+            .on_timeout(&self.cfg, now, &self.live, &mut self.timers);
     }
 
     /// The earliest instant at which [`Engine::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let rx = self.rx_timers.first().map(|&(t, _)| t);
-        match (rx, self.tx.next_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.timers.next_timeout()
     }
 
     /// True if frames are waiting to be sent.
@@ -796,9 +780,14 @@ impl Engine {
             self.stats.ack_polls += 1;
             return self.emit_control(dst, &Control::AckPoll, buf);
         }
-        let t = self
-            .tx
-            .poll_transmit(&self.cfg, now, buf, &self.live, &mut self.stats);
+        let t = self.tx.poll_transmit(
+            &self.cfg,
+            now,
+            buf,
+            &self.live,
+            &mut self.stats,
+            &mut self.timers,
+        );
         self.collect_tx();
         t
     }
@@ -847,11 +836,11 @@ impl Engine {
         // Its messages that were complete (held back for fellows' requests) are still
         // delivered.
         if let Some(rx) = self.rx[rank.index()].as_deref_mut() {
-            rx.release_all();
+            rx.release_all(&mut self.timers);
         }
         self.collect_rx(rank);
-        if let Some(t) = self.rx[rank.index()].take().and_then(|rx| rx.armed) {
-            self.rx_timers.remove(&(t, rank));
+        if let Some(rx) = self.rx[rank.index()].take() {
+            self.timers.remove_stream(rx.timers());
         }
         // The trees re-form in the new view.
         self.view = tree::view_of(&self.live);
@@ -863,11 +852,12 @@ impl Engine {
             let (peer, link) = (self.peer_for(root), self.tree_link(root));
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.set_peer(peer);
-                rx.set_tree(now, link);
+                rx.set_tree(now, &mut self.timers, link);
             }
             self.collect_rx(root);
         }
-        self.tx.evict(&self.cfg, now, rank, &self.live);
+        self.tx
+            .evict(&self.cfg, now, rank, &self.live, &mut self.timers);
         self.collect_tx();
         true
     }

@@ -13,7 +13,7 @@
 //! for is re-broadcast once instead of being unicast to each.
 //!
 //! Cost with many destinations: nothing that happens per acknowledgement or per timeout
-//! visits every destination. Retransmission timers live in an ordered set (the earliest is
+//! visits every destination. Retransmission timers live in the engine's table (the earliest is
 //! found at once, and a timeout visits only the timers that fired), and the repair scheduler
 //! visits only the destinations that asked for something. A fresh frame visits each
 //! destination once (its timer and fail-over counters), as the switch delivers it to each. A
@@ -24,9 +24,10 @@
 //! the buffer ([`super::Engine::take_sent`]): the frames are copies, so the caller's buffer is
 //! free again then, and its capacity serves the caller's next message without an allocation.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::timer::{Timer, TimerTable};
 use super::{Algorithm, Config, Dest, SendError, SessionEnded, Stats, Transmit};
 use crate::eqa::Eqa;
 use crate::wire::{
@@ -97,7 +98,6 @@ pub struct Sender {
     sent_upto: Seq,
     unstable: VecDeque<(u64, Seq)>,
     stable: VecDeque<u64>,
-    pull_timer: Option<Instant>,
     pull_backoff: u32,
     rr: usize,
     /// Per rank: its retransmission timer fired and the next repair to it is a probe (asks
@@ -110,9 +110,6 @@ pub struct Sender {
     p2p_copies: VecDeque<(Rank, Seq)>,
     /// Whether the destination structures exist (made at the first broadcast).
     dests_made: bool,
-    /// Every running retransmission timer of a live destination: `(deadline, rank)`, in step
-    /// with `Lms::timer`.
-    timers: BTreeSet<(Instant, Rank)>,
     /// Lent messages whose frames are all in the buffer, by id, for their callers to take
     /// back (at most [`SENT_KEPT`]).
     sent: VecDeque<(u64, Vec<u8>)>,
@@ -157,7 +154,6 @@ impl Sender {
             sent_upto: Seq::new(0),
             unstable: VecDeque::new(),
             stable: VecDeque::new(),
-            pull_timer: None,
             pull_backoff: 0,
             rr: 0,
             probing: vec![false; usize::from(cfg.size)],
@@ -165,7 +161,6 @@ impl Sender {
             ack_polls: Vec::new(),
             p2p_copies: VecDeque::new(),
             dests_made: false,
-            timers: BTreeSet::new(),
             sent: VecDeque::new(),
             ranks: Vec::new(),
             rebroadcast_at: Vec::new(),
@@ -177,29 +172,17 @@ impl Sender {
     /// Makes one `Lms` per other member (the evicted ones evicted at once), once: a member
     /// becomes a root, and pays for its destinations, at its first broadcast. Their cursors
     /// start at the head, which has not moved before.
-    pub(crate) fn make_dests(&mut self, cfg: &Config, live: &[bool]) {
+    pub(crate) fn make_dests(&mut self, cfg: &Config, live: &[bool], timers: &mut TimerTable) {
         if self.dests_made {
             return;
         }
         self.dests_made = true;
+        timers.add_retransmit();
         for r in Rank::all(cfg.size).filter(|&r| r != cfg.rank) {
             self.eqa.add_dest(r, cfg.repair_queue, cfg.rto);
             if !live.get(r.index()).copied().unwrap_or(true) {
                 self.eqa.evict(r);
             }
-        }
-    }
-
-    /// Sets (or stops) the retransmission timer of `rank`, keeping the timer set in step.
-    fn set_timer(&mut self, rank: Rank, timer: Option<Instant>) {
-        let Some(lms) = self.eqa.lms_mut(rank) else {
-            return;
-        };
-        if let Some(old) = std::mem::replace(&mut lms.timer, timer) {
-            self.timers.remove(&(old, rank));
-        }
-        if let Some(t) = timer {
-            self.timers.insert((t, rank));
         }
     }
 
@@ -228,6 +211,7 @@ impl Sender {
         algo: Algorithm,
         live: &[bool],
         lent: bool,
+        timers: &mut TimerTable,
     ) -> Result<u64, SendError> {
         if self.queue.len() >= self.queue_cap {
             return Err(SendError::QueueFull(self.queue_cap));
@@ -244,7 +228,7 @@ impl Sender {
         if promised > (wire::control::LAST_SEQ + 1).get() {
             return Err(SendError::SessionEnded(SessionEnded::Sequence));
         }
-        self.make_dests(cfg, live);
+        self.make_dests(cfg, live, timers);
         if self.eqa.hms().live() == 0 {
             return Err(SendError::NoReceivers);
         }
@@ -295,7 +279,13 @@ impl Sender {
     }
 
     /// Cuts queued messages into frames while the buffer has room.
-    pub(crate) fn fill(&mut self, cfg: &Config, now: Instant, live: &[bool]) {
+    pub(crate) fn fill(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        live: &[bool],
+        timers: &mut TimerTable,
+    ) {
         let max = cfg.max_payload();
         let designated = self.designated(cfg, live);
         loop {
@@ -316,8 +306,8 @@ impl Sender {
             }
             if m.algo == Algorithm::PushPull && m.started && m.off >= m.push_end && !m.pull_granted
             {
-                if self.pull_timer.is_none() {
-                    self.pull_timer = Some(now + cfg.rto);
+                if !timers.is_armed(Timer::Pull) {
+                    timers.set(Timer::Pull, now + cfg.rto);
                     self.pull_backoff = 0;
                 }
                 break;
@@ -425,6 +415,7 @@ impl Sender {
         src: Rank,
         fb: &Feedback,
         live: &[bool],
+        timers: &mut TimerTable,
     ) {
         let head = self.eqa.head();
         let next = match *fb {
@@ -456,7 +447,7 @@ impl Sender {
             }
         }
         if let Some(t) = timer {
-            self.set_timer(src, t);
+            timers.set_or_stop(Timer::Retransmit(src), t);
         }
         match *fb {
             Feedback::Nack {
@@ -466,7 +457,7 @@ impl Sender {
                 ..
             } => {
                 let Some(base) = behind(head, base) else {
-                    self.fill(cfg, now, live);
+                    self.fill(cfg, now, live, timers);
                     return;
                 };
                 for off in nack_offsets(missing, more) {
@@ -494,13 +485,13 @@ impl Sender {
                 if let Some(m) = self.queue.front_mut() {
                     if m.id as u32 == msg_id && m.algo == Algorithm::PushPull {
                         m.pull_granted = true;
-                        self.pull_timer = None;
+                        timers.stop(Timer::Pull);
                     }
                 }
             }
             _ => {}
         }
-        self.fill(cfg, now, live);
+        self.fill(cfg, now, live, timers);
         self.collect_stable();
     }
 
@@ -519,6 +510,7 @@ impl Sender {
         next: u32,
         laggard: Rank,
         live: &[bool],
+        timers: &mut TimerTable,
     ) {
         let head = self.eqa.head();
         let sent_upto = self.sent_upto;
@@ -544,10 +536,9 @@ impl Sender {
                     lms.rto = cfg.rto;
                     lms.last_progress = Some(now);
                     let timer = (lms.cursor() < sent_upto).then_some(now + cfg.rto);
-                    self.set_timer(r, timer);
-                } else if r != laggard && !stale && lms.timer.is_some() {
-                    let t = now + lms.rto;
-                    self.set_timer(r, Some(t));
+                    timers.set_or_stop(Timer::Retransmit(r), timer);
+                } else if r != laggard && !stale && timers.is_armed(Timer::Retransmit(r)) {
+                    timers.set(Timer::Retransmit(r), now + lms.rto);
                 }
             }
         }
@@ -555,7 +546,7 @@ impl Sender {
             lms.last_heard = Some(now);
             lms.stats.acks += 1;
         }
-        self.fill(cfg, now, live);
+        self.fill(cfg, now, live, timers);
         self.collect_stable();
     }
 
@@ -574,26 +565,22 @@ impl Sender {
         self.stable.pop_front()
     }
 
-    pub(crate) fn on_timeout(&mut self, cfg: &Config, now: Instant, live: &[bool]) {
+    pub(crate) fn on_timeout(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        live: &[bool],
+        timers: &mut TimerTable,
+    ) {
         let sent_upto = self.sent_upto;
         // The timers that fired, in rank order.
-        let mut fired = std::mem::take(&mut self.ranks);
-        fired.clear();
-        room_for_every_rank(&mut fired, cfg);
-        while let Some(&(t, rank)) = self.timers.first() {
-            if t > now {
-                break;
-            }
-            fired.push(rank);
-            self.timers.pop_first();
-        }
-        fired.sort_unstable();
+        let fired = timers.fired_retransmits(now);
         for &rank in &fired {
+            // Stopped: set again below, or left stopped.
+            timers.stop(Timer::Retransmit(rank));
             let Some(lms) = self.eqa.lms_mut(rank) else {
                 continue;
             };
-            // Out of the timer set: set again below, or stopped.
-            lms.timer = None;
             if !lms.is_live() || lms.cursor() >= sent_upto {
                 continue;
             }
@@ -610,8 +597,7 @@ impl Sender {
                 // says how far it has seen and the root goes back over what it lacks. A poll
                 // or answer that is lost leaves the next timeout to the probes below.
                 lms.stats.polls += 1;
-                let next = now + lms.rto;
-                self.set_timer(rank, Some(next));
+                timers.set(Timer::Retransmit(rank), now + lms.rto);
                 room_for_every_rank(&mut self.ack_polls, cfg);
                 self.ack_polls.push(rank);
                 continue;
@@ -630,7 +616,7 @@ impl Sender {
                     *p = true;
                 }
             }
-            self.set_timer(rank, Some(next));
+            timers.set(Timer::Retransmit(rank), next);
             // Go back to its cursor (the probe). A timer acts once, when it fires: however
             // often a driver calls this, the protocol is the same.
             self.eqa.request_repair(rank, cursor);
@@ -656,24 +642,14 @@ impl Sender {
             self.tail_due = true;
             self.tail_at = Some(now);
         }
-        self.ranks = fired;
-        if let Some(t) = self.pull_timer {
-            if t <= now {
-                self.pull_backoff += 1;
-                let d = (cfg.rto * (1 << self.pull_backoff.min(16))).min(cfg.rto_max);
-                self.pull_timer = Some(now + d);
-                self.pull_poll = true;
-            }
+        timers.give_back(fired);
+        if timers.is_expired(Timer::Pull, now) {
+            self.pull_backoff += 1;
+            let d = (cfg.rto * (1 << self.pull_backoff.min(16))).min(cfg.rto_max);
+            timers.set(Timer::Pull, now + d);
+            self.pull_poll = true;
         }
-        self.fill(cfg, now, live);
-    }
-
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        let t = self.timers.first().map(|&(t, _)| t);
-        match (t, self.pull_timer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.fill(cfg, now, live, timers);
     }
 
     /// Destinations served point-to-point because broadcast does not reach them.
@@ -700,14 +676,21 @@ impl Sender {
             && self.eqa.tail() == self.eqa.head()
     }
 
-    pub(crate) fn evict(&mut self, cfg: &Config, now: Instant, rank: Rank, live: &[bool]) {
-        self.set_timer(rank, None);
+    pub(crate) fn evict(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        rank: Rank,
+        live: &[bool],
+        timers: &mut TimerTable,
+    ) {
+        timers.stop(Timer::Retransmit(rank));
         self.eqa.evict(rank);
-        if self.pull_timer.is_some() {
+        if timers.is_armed(Timer::Pull) {
             // The designated receiver may have been the one evicted: ask the new one now.
-            self.pull_timer = Some(now);
+            timers.set(Timer::Pull, now);
         }
-        self.fill(cfg, now, live);
+        self.fill(cfg, now, live, timers);
     }
 
     /// The next acknowledgement poll due: one to the group when the timers of several members
@@ -748,6 +731,7 @@ impl Sender {
         buf: &mut [u8],
         live: &[bool],
         stats: &mut Stats,
+        timers: &mut TimerTable,
     ) -> Option<Transmit> {
         if let Some(t) = self.poll_repair(cfg, now, buf, stats) {
             return Some(t);
@@ -779,14 +763,13 @@ impl Sender {
             self.sent_upto += 1;
             stats.data_frames += 1;
             let at = now + cfg.rto;
-            let timers = &mut self.timers;
             for lms in self.eqa.dests_mut() {
                 if !lms.is_live() {
                     continue;
                 }
-                if lms.timer.is_none() {
-                    lms.timer = Some(at);
-                    timers.insert((at, lms.rank()));
+                let timer = Timer::Retransmit(lms.rank());
+                if !timers.is_armed(timer) {
+                    timers.set(timer, at);
                 }
                 if lms.p2p {
                     self.p2p_copies.push_back((lms.rank(), seq));
@@ -823,7 +806,7 @@ impl Sender {
             if self.eqa.hms().live() == 0 || self.sent_upto == self.eqa.head() {
                 // The next frames are published as the last published one leaves (see
                 // `PUBLISH_AHEAD`).
-                self.fill(cfg, now, live);
+                self.fill(cfg, now, live, timers);
             }
             return Some(Transmit {
                 dst: Dest::All,
