@@ -94,9 +94,3 @@ pub use link::{
     check_mtu, open as open_link, open_sized as open_link_sized, probe as probe_link, Backend,
     Link, LinkError, WaitMode, BACKEND_ENV, DOZE_INTERVAL, MIN_MTU,
 };
-
-/// The Rust snippets of README.md and docs/*.md, as doctests (collected by `build.rs`), so
-/// that what a reader copies compiles.
-#[cfg(doctest)]
-#[doc = include_str!(concat!(env!("OUT_DIR"), "/snippets.md"))]
-mod snippets {}

@@ -1,5 +1,5 @@
-//! Collects the Rust snippets of README.md and docs/*.md into `OUT_DIR/snippets.md`, which
-//! `src/lib.rs` includes as the documentation of a module that exists only for rustdoc's
+//! Collects the Rust snippets of README.md and docs/*.md (two and one directory up) into
+//! `OUT_DIR/snippets.md`, which `src/lib.rs` takes as the crate's documentation under rustdoc's
 //! doctests: `cargo test` compiles every snippet a reader may copy.
 //!
 //! A snippet is a fenced block whose info string starts with `rust` (```` ```rust ````).
@@ -13,7 +13,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let manifest =
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    // docs/snippets/ -> the repository.
+    let root = manifest.join("../..");
     let mut files = vec![root.join("README.md")];
     if let Ok(dir) = std::fs::read_dir(root.join("docs")) {
         let mut docs: Vec<PathBuf> = dir
@@ -24,7 +27,8 @@ fn main() {
         files.extend(docs);
     }
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=docs");
+    // A new page in docs/.
+    println!("cargo:rerun-if-changed={}", root.join("docs").display());
     let mut out = String::from("Every Rust snippet of README.md and docs/*.md.\n");
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
