@@ -68,7 +68,7 @@
  * 0600, the same on every rank; read by ethbcast_open as the ethbcast command reads --key-file). With
  * a key every frame is authenticated. Without one, any host on the Ethernet segment can write
  * into MPI_Bcast buffers, release barriers or evict ranks: the job still uses ethbcast, and
- * the lowest keyless rank warns once for the job. With ETHBCAST_REQUIRE_KEY=1 and no key (or
+ * ethbcast_open warns once for the job (at rank 0). With ETHBCAST_REQUIRE_KEY=1 and no key (or
  * a key file that cannot be read) ethbcast_open refuses, and the whole job uses the MPI's own
  * MPI_Bcast and MPI_Barrier with one warning: never keyless, never broken. */
 #define _GNU_SOURCE
@@ -490,19 +490,6 @@ static void ebc_setup(void) {
         }
     }
     free(host_of);
-    /* A keyless job works, but any host on the segment can forge its traffic: say so once. */
-    if (all[0]) {
-        int kin[2] = {ethbcast_keyed(ebc_group) == 1, ebc_world_rank}, kall[2];
-        PMPI_Allreduce(kin, kall, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
-        if (!kall[0] && ebc_world_rank == kall[1])
-            fprintf(stderr,
-                    "ethbcast-mpi: rank %d: warning: no group key (ETHBCAST_KEY_FILE is not "
-                    "set): any host on the Ethernet segment can write into MPI_Bcast buffers, "
-                    "release barriers or evict ranks. Set ETHBCAST_KEY_FILE to a key file "
-                    "(ethbcast keygen FILE) on every rank; ETHBCAST_REQUIRE_KEY=1 refuses "
-                    "to run without one\n",
-                    ebc_world_rank);
-    }
     if (!all[0] && ebc_world_rank == all[1])
         fprintf(stderr,
                 "ethbcast-mpi: rank %d: hardware broadcast is off for this job, MPI_Bcast and "

@@ -160,18 +160,25 @@ pub struct EthbcastOptions {
     /// The group key, 32 bytes (`key_len` must be 32), or NULL. Every member must have the
     /// same key; every frame is then authenticated, and a host on the segment without it can
     /// neither write into broadcast buffers nor release barriers nor evict members. Without a
-    /// key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset) any host on the segment
-    /// can. The bytes are copied during `ethbcast_open`.
+    /// key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset or empty) any host on the
+    /// segment can: `ethbcast_open` opens the group and its rank 0 prints a warning on stderr,
+    /// or, with `ETHBCAST_REQUIRE_KEY=1` in the environment, refuses with `ETHBCAST_ERR_KEY`.
+    /// The bytes are copied during `ethbcast_open`.
     pub key: *const u8,
     /// Length of `key`: 32, or 0 when `key` is NULL (NULL with another length is
     /// `ETHBCAST_ERR_INVALID`, never "no key").
     pub key_len: usize,
-    /// A key file, read as the `ethbcast` command reads `--key-file`: exactly 32 bytes are
-    /// the key, anything else is a passphrase on its first line. NULL (the default): the file
-    /// named by the environment variable `ETHBCAST_KEY_FILE`, if set and not empty. Ignored
-    /// when `key` is given (giving both is an error). A file that cannot be read or holds no
-    /// key gives `ETHBCAST_ERR_KEY`. With `ETHBCAST_REQUIRE_KEY=1` in the environment, no key
-    /// at all gives `ETHBCAST_ERR_KEY` too.
+    /// The path of a key file, or NULL, read as the `ethbcast` command reads `--key-file`.
+    /// The file is text: a line `ethbcast-key-v1 <64 hex digits>`, the key itself (what
+    /// `ethbcast keygen FILE` writes); or a line `ethbcast-passphrase-v1 <32 hex digits>` (a
+    /// salt) and a passphrase on the next line (`ethbcast keygen --passphrase`); or any other
+    /// first line, a passphrase. A passphrase is stretched into the key (Argon2id), so every
+    /// member that reads a copy of the file gets the same key. The file must be readable by
+    /// its owner only (mode 0600 or 0400). NULL (the default): the file that the environment
+    /// variable `ETHBCAST_KEY_FILE` names, if set and not empty; the environment is not read
+    /// when `key` or `key_file` is given. Giving both `key` and `key_file` is
+    /// `ETHBCAST_ERR_INVALID`. A file that cannot be read, that others may read, or that holds
+    /// no key gives `ETHBCAST_ERR_KEY`, never a group without a key.
     pub key_file: *const c_char,
 }
 
@@ -340,9 +347,24 @@ unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> 
         std::env::var_os(v)
     })?;
     // The C ABI keeps keyless groups for programs that cannot pass a key (with a warning at
-    // open, and ETHBCAST_REQUIRE_KEY=1 to refuse them, checked above).
+    // open, `warn_if_keyless`, and ETHBCAST_REQUIRE_KEY=1 to refuse them, checked above).
     options.host.group.insecure = options.host.group.key.is_none();
     Ok(options)
+}
+
+/// The warning of a group opened without a key, printed on stderr by its rank 0 (one line
+/// per group, however many processes a launcher starts): C programs set up no log, so it
+/// does not go through `tracing`.
+fn warn_if_keyless(endpoint: &Endpoint) {
+    if endpoint.keyed() || endpoint.rank() != Rank::new(0) {
+        return;
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "ethbcast: rank 0 of {}: warning: no group key (neither key nor key_file in the options, nor {KEY_FILE_ENV}): any host on the Ethernet segment can join this group, write into its broadcast buffers, release its barriers and evict its members. Give every member the same key file (`ethbcast keygen FILE`, mode 0600) in {KEY_FILE_ENV}; {REQUIRE_KEY_ENV}=1 refuses to open a group without one",
+        endpoint.size()
+    );
 }
 
 impl From<CallError> for Failure {
@@ -631,6 +653,7 @@ pub unsafe extern "C" fn ethbcast_open(
         // SAFETY: the caller promises options whose key pointers are NULL or valid.
         let options = unsafe { open_options(&c_opts) }?;
         let endpoint = Endpoint::open(iface, options)?;
+        warn_if_keyless(&endpoint);
         let handle = register(EthbcastGroup { endpoint });
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
         unsafe { out.write(handle) };
@@ -690,6 +713,7 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
         let mut options = unsafe { open_options(&c_opts) }?;
         options.host.placement = Placement::Hosts { rank, hosts };
         let endpoint = Endpoint::open(iface, options)?;
+        warn_if_keyless(&endpoint);
         let handle = register(EthbcastGroup { endpoint });
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
         unsafe { out.write(handle) };
