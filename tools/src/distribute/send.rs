@@ -1688,8 +1688,8 @@ mod tests {
         }
     }
 
-    /// The first step alone: a file has a size, a directory is refused with the way to send
-    /// one, and a run that stops at a step still reports (here: no such interface), with the
+    /// The first step alone: a file has a size, a directory is a tree to pack, a missing
+    /// path is refused naming it, and a run that stops at a step still reports (here: no such interface), with the
     /// receivers it expected as not joined.
     #[test]
     fn the_steps_stand_alone_and_every_early_end_reports() {
@@ -1703,10 +1703,20 @@ mod tests {
                 .total,
             Some(5)
         );
-        let Err(e) = super::open_input(&args(Some(dir.clone()), "eth0")) else {
-            panic!("a directory was opened as input");
+        let tree = super::open_input(&args(Some(dir.clone()), "eth0")).unwrap();
+        assert!(
+            matches!(tree.input, super::Input::Tree(ref p) if *p == dir) && tree.total.is_none(),
+            "a directory is sent as a tree, its size unknown before packing"
+        );
+        let missing = dir.join("missing");
+        let Err(e) = super::open_input(&args(Some(missing), "eth0")) else {
+            panic!("a missing input was opened");
         };
-        assert!(e.msg.contains("tar -c DIR"), "{}", e.msg);
+        assert!(
+            e.msg.contains("cannot open input") && e.msg.contains("missing"),
+            "{}",
+            e.msg
+        );
         let r = super::run(&args(Some(file), "ethbcast-nope0"));
         assert_eq!(r.code, crate::distribute::EXIT_IO, "{:?}", r.error);
         assert!(
