@@ -60,7 +60,10 @@ impl std::fmt::Debug for Key {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use zeroize::Zeroize;
+
+    use super::Key;
 
     #[test]
     fn no_debug_output_holds_a_key() {

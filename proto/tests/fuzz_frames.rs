@@ -894,7 +894,8 @@ fn key_valid_forged_frames_reach_the_protocol_logic() {
         let r = w.engines[1].handle_frame(w.now, &pdu);
         if !matches!(
             r,
-            Err(ethbcast_proto::engine::Drop::Malformed(_) | ethbcast_proto::engine::Drop::BadMac)
+            Err(ethbcast_proto::engine::DropReason::Malformed(_)
+                | ethbcast_proto::engine::DropReason::BadMac)
         ) {
             past_the_door += 1;
         }

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use ethbcast_proto::engine::{
-    Algorithm, Config, Dest, Drop, Engine, Event, SendError, SessionEnded,
+    Algorithm, Config, Dest, DropReason, Engine, Event, SendError, SessionEnded,
 };
 use ethbcast_proto::wire::Control;
 use ethbcast_proto::Rank;
@@ -37,7 +37,7 @@ fn notice(a: &mut Engine, now: Instant, n: u32) -> Option<Vec<u8>> {
 }
 
 /// Hands `frame` to `b`; the notice it took, if any.
-fn take(b: &mut Engine, now: Instant, frame: &[u8]) -> Result<(Vec<u8>, bool), Drop> {
+fn take(b: &mut Engine, now: Instant, frame: &[u8]) -> Result<(Vec<u8>, bool), DropReason> {
     b.handle_frame(now, frame)?;
     loop {
         match b.poll_event().expect("a notice") {
@@ -70,7 +70,7 @@ fn a_control_frame_recorded_early_is_refused_after_half_and_after_all_of_the_cou
         genuine(&mut a, &mut b);
     }
     for f in &recorded {
-        assert_eq!(take(&mut b, now, f), Err(Drop::Replayed));
+        assert_eq!(take(&mut b, now, f), Err(DropReason::Replayed));
     }
     // The window did not move back: the sender's next frames are taken.
     for _ in 0..3 {
@@ -99,7 +99,7 @@ fn a_control_frame_recorded_early_is_refused_after_half_and_after_all_of_the_cou
         .to_string()
         .contains("open the group again"));
     for f in &recorded {
-        assert_eq!(take(&mut b, now, f), Err(Drop::Replayed));
+        assert_eq!(take(&mut b, now, f), Err(DropReason::Replayed));
     }
 }
 

@@ -1,13 +1,19 @@
 //! Barriers as a specification: a seeded in-test network of members with latency and loss runs
 //! many consecutive barriers and checks that nobody leaves early and everybody leaves.
 
-use crate::queue::EventQueue;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::*;
+use crate::engine::Dest;
+use crate::queue::EventQueue;
+use crate::wire::{BarrierAlgo, BarrierMsg, Control};
+use crate::Rank;
+
+use super::{
+    log2_ceil, Algorithm, Barrier, BarrierConfig, BarrierError, BarrierStats, FrameError, Op,
+};
 
 fn algos(n: u16) -> Vec<Algorithm> {
     vec![

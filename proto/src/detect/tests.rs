@@ -1,13 +1,19 @@
 //! The detector as a specification: the paper's formulas, the schedules, the codec, and a small
 //! virtual-time network of detectors in which members crash.
 
-use crate::queue::EventQueue;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::*;
+use crate::queue::EventQueue;
+use crate::wire::Control;
+use crate::{ConfigError, Rank};
+
+use super::{
+    cycle, rounds, t_cleanup, target, DecodeError, Detector, DetectorConfig, DetectorEvent, Gossip,
+    Msg, MAX_MEMBERS,
+};
 
 const ALL: [Gossip; 3] = [
     Gossip::RoundRobin,

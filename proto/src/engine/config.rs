@@ -1,7 +1,12 @@
 //! The engine's configuration: window, queues, timers, acknowledgement tree, and how they are
 //! checked ([`ConfigError`]); the EQA paper's queue sizes ([`paper`]).
 
-use super::*;
+use std::time::Duration;
+
+use crate::wire;
+use crate::{ConfigError, Rank, Seq};
+
+use super::{recv, send, tree, Outgoing};
 
 /// A cache hint: the `len` bytes from the pointer are used soon (see [`Config::prefetch`]).
 pub type Prefetch = fn(*const u8, usize);

@@ -1,6 +1,9 @@
 //! Why the engine refused a call or dropped a frame.
 
-use super::*;
+use thiserror::Error;
+
+use crate::wire::WireError;
+use crate::{Rank, Seq};
 
 /// Why [`Engine::bcast`] refused a message.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -61,7 +64,7 @@ pub enum PostError {
 
 /// Why a received frame was dropped. Every drop is counted in [`Stats::drops`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum Drop {
+pub enum DropReason {
     /// The bytes are not a valid frame.
     #[error("malformed frame: {0}")]
     Malformed(#[from] WireError),

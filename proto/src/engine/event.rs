@@ -1,6 +1,7 @@
 //! What the engine gives out: events for the application, frames for the link.
 
-use super::*;
+use crate::wire::Control;
+use crate::Rank;
 
 /// Where a frame goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

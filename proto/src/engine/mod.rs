@@ -49,20 +49,18 @@ mod timer;
 mod tree;
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
-
-use thiserror::Error;
+use std::time::Instant;
 
 use crate::wire::{
     self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, Repr, WireError,
 };
-use crate::{Rank, Seq};
+use crate::Rank;
 
 pub use crate::error::ConfigError;
 pub use config::{
     default_window, paper, Config, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM, MAX_WINDOW,
 };
-pub use error::{Drop, PostError, SendError, SessionEnded};
+pub use error::{DropReason, PostError, SendError, SessionEnded};
 pub use event::{Dest, Event, Message, Transmit};
 use fellows::Fellows;
 pub use observe::{Observe, Observer, Piece};
@@ -454,9 +452,9 @@ impl Engine {
     }
 
     /// Handles one received PDU. Drops are counted and returned; they are never fatal.
-    pub fn handle_frame(&mut self, now: Instant, pdu: &[u8]) -> Result<(), Drop> {
+    pub fn handle_frame(&mut self, now: Instant, pdu: &[u8]) -> Result<(), DropReason> {
         let r = Frame::new_checked(pdu)
-            .map_err(Drop::from)
+            .map_err(DropReason::from)
             .and_then(|f| self.handle_checked_inner(now, &f));
         if let Err(d) = &r {
             self.stats.drops.count(d);
@@ -466,7 +464,7 @@ impl Engine {
 
     /// Handles a frame its caller already checked ([`Frame::new_checked`]), so that a layer
     /// that demultiplexes frames by their header checks each one once.
-    pub fn handle_checked(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), Drop> {
+    pub fn handle_checked(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), DropReason> {
         let r = self.handle_checked_inner(now, frame);
         if let Err(d) = &r {
             self.stats.drops.count(d);
@@ -474,39 +472,43 @@ impl Engine {
         r
     }
 
-    fn handle_checked_inner(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), Drop> {
+    fn handle_checked_inner(
+        &mut self,
+        now: Instant,
+        frame: &Frame<&[u8]>,
+    ) -> Result<(), DropReason> {
         if frame.group() != self.cfg.group {
-            return Err(Drop::ForeignGroup(frame.group()));
+            return Err(DropReason::ForeignGroup(frame.group()));
         }
         if let Some(key) = &self.cfg.key {
             if !frame.verify(key) {
-                return Err(Drop::BadMac);
+                return Err(DropReason::BadMac);
             }
         }
         let src = frame.src();
         if src.get() >= self.cfg.size {
-            return Err(Drop::NotMember(src));
+            return Err(DropReason::NotMember(src));
         }
         if src == self.cfg.rank {
-            return Err(Drop::Own);
+            return Err(DropReason::Own);
         }
         let dst = frame.dst();
         if dst != wire::ALL && dst != self.cfg.rank {
-            return Err(Drop::NotForMe(dst));
+            return Err(DropReason::NotForMe(dst));
         }
         if !self.fellows.is_live(src) {
-            return Err(Drop::Evicted(src));
+            return Err(DropReason::Evicted(src));
         }
         if frame.kind().is_data() {
             if frame.flags().contains(Flags::HEADER_CRC) && !self.cfg.payload_covered() {
                 // Nothing this member checks covers the payload: delivering it would hand
                 // the application bytes no check has seen.
-                return Err(Drop::Protocol(
+                return Err(DropReason::Protocol(
                     "payload covered by neither a key nor an end-to-end check",
                 ));
             }
             if !self.fellows.takes(src) {
-                return Err(Drop::Protocol("a stream this member does not take"));
+                return Err(DropReason::Protocol("a stream this member does not take"));
             }
             let repr = Repr::parse(frame);
             let (rx, timers) = self.stream(now, src);
@@ -521,14 +523,14 @@ impl Engine {
             return r;
         }
         let fresh = match self.fellows.admit(src, wire::control::counter(frame)) {
-            Admit::Refused => return Err(Drop::Replayed),
+            Admit::Refused => return Err(DropReason::Replayed),
             Admit::Late => false,
             Admit::Newest => true,
         };
         if fresh {
             self.fellows.heard(src, now);
         }
-        let msg = Control::parse(frame).map_err(Drop::BadControl)?;
+        let msg = Control::parse(frame).map_err(DropReason::BadControl)?;
         self.handle_control(now, src, dst, msg, fresh)
     }
 
@@ -540,11 +542,11 @@ impl Engine {
         dst: Rank,
         msg: Control,
         fresh: bool,
-    ) -> Result<(), Drop> {
+    ) -> Result<(), DropReason> {
         let to_me = dst == self.cfg.rank;
         if matches!(msg, Control::AckPoll | Control::PullPoll { .. }) && !self.fellows.takes(src) {
             // Polls for a stream: its root's alone.
-            return Err(Drop::Protocol("a stream this member does not take"));
+            return Err(DropReason::Protocol("a stream this member does not take"));
         }
         let feedback = match msg {
             Control::AckPoll => {
@@ -569,7 +571,7 @@ impl Engine {
             } => {
                 // A fellow receiver lost frames of a root's stream: serve those still held.
                 if !to_me || root.get() >= self.cfg.size || root == self.cfg.rank {
-                    return Err(Drop::Protocol("peer NACK for a bad root or member"));
+                    return Err(DropReason::Protocol("peer NACK for a bad root or member"));
                 }
                 let budget = self.outbox.room();
                 if let Some(rx) = self.rx[root.index()].as_deref_mut() {
@@ -594,7 +596,7 @@ impl Engine {
                 view,
             } => {
                 if !to_me {
-                    return Err(Drop::NotForMe(dst));
+                    return Err(DropReason::NotForMe(dst));
                 }
                 self.on_tree_ack(now, src, root, next, laggard, view);
                 return Ok(());
@@ -618,7 +620,7 @@ impl Engine {
             }
         };
         if !to_me {
-            return Err(Drop::NotForMe(dst));
+            return Err(DropReason::NotForMe(dst));
         }
         self.stats.acks_handled += 1;
         match feedback {

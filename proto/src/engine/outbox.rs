@@ -131,7 +131,12 @@ impl Outbox {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::engine::{Dest, Stats};
+    use crate::wire::Control;
+    use crate::Rank;
+
+    use super::{Outbox, Outgoing};
 
     #[test]
     fn counters_grow_from_one_and_end_instead_of_wrapping() {

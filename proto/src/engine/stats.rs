@@ -1,6 +1,8 @@
 //! The engine's counters.
 
-use super::*;
+use crate::wire::WireError;
+
+use super::DropReason;
 
 /// Counters of one engine.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,27 +101,27 @@ pub struct DropStats {
 }
 
 impl DropStats {
-    pub(super) fn count(&mut self, d: &Drop) {
+    pub(super) fn count(&mut self, d: &DropReason) {
         let c = match d {
-            Drop::Malformed(WireError::Truncated { .. }) => &mut self.truncated,
-            Drop::Malformed(WireError::BadCrc) => &mut self.bad_crc,
-            Drop::Malformed(WireError::BadVersion(_)) => &mut self.bad_version,
-            Drop::Malformed(WireError::UnknownKind(_)) => &mut self.unknown_kind,
-            Drop::Malformed(_) => &mut self.bad_geometry,
-            Drop::ForeignGroup(_) => &mut self.foreign_group,
-            Drop::NotMember(_) => &mut self.not_member,
-            Drop::Own => &mut self.own,
-            Drop::NotForMe(_) => &mut self.not_for_me,
-            Drop::Evicted(_) => &mut self.evicted,
-            Drop::Stale(_) => &mut self.stale,
-            Drop::FarFuture(_) => &mut self.far_future,
-            Drop::Duplicate(_) => &mut self.duplicate,
-            Drop::Protocol(_) => &mut self.protocol,
-            Drop::NoRoom => &mut self.no_room,
-            Drop::TooLong { .. } => &mut self.too_long,
-            Drop::BadMac => &mut self.bad_mac,
-            Drop::BadControl(_) => &mut self.bad_control,
-            Drop::Replayed => &mut self.replayed,
+            DropReason::Malformed(WireError::Truncated { .. }) => &mut self.truncated,
+            DropReason::Malformed(WireError::BadCrc) => &mut self.bad_crc,
+            DropReason::Malformed(WireError::BadVersion(_)) => &mut self.bad_version,
+            DropReason::Malformed(WireError::UnknownKind(_)) => &mut self.unknown_kind,
+            DropReason::Malformed(_) => &mut self.bad_geometry,
+            DropReason::ForeignGroup(_) => &mut self.foreign_group,
+            DropReason::NotMember(_) => &mut self.not_member,
+            DropReason::Own => &mut self.own,
+            DropReason::NotForMe(_) => &mut self.not_for_me,
+            DropReason::Evicted(_) => &mut self.evicted,
+            DropReason::Stale(_) => &mut self.stale,
+            DropReason::FarFuture(_) => &mut self.far_future,
+            DropReason::Duplicate(_) => &mut self.duplicate,
+            DropReason::Protocol(_) => &mut self.protocol,
+            DropReason::NoRoom => &mut self.no_room,
+            DropReason::TooLong { .. } => &mut self.too_long,
+            DropReason::BadMac => &mut self.bad_mac,
+            DropReason::BadControl(_) => &mut self.bad_control,
+            DropReason::Replayed => &mut self.replayed,
         };
         *c += 1;
     }

@@ -372,7 +372,12 @@ impl StreamTimers<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use std::time::{Duration, Instant};
+
+    use crate::Rank;
+
+    use super::{StreamTimer, Timer, TimerTable};
 
     #[test]
     fn deadlines_either_side_of_the_first_come_back_exactly() {

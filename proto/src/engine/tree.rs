@@ -179,8 +179,13 @@ impl Tree {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
     use proptest::prelude::*;
+
+    use crate::engine::Config;
+    use crate::Rank;
+
+    use super::{depth, view_of, AckTrees, Tree, TreeLink};
 
     #[test]
     fn a_members_place_follows_the_view() {

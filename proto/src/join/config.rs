@@ -1,6 +1,8 @@
 //! What a join is told: whom it waits for ([`Expect`]) and with what ([`JoinConfig`]).
 
-use super::*;
+use crate::secret::Key;
+use crate::wire::ethernet::MacAddr;
+use crate::Rank;
 
 /// Whom a join waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]

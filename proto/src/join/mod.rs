@@ -45,8 +45,6 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use thiserror::Error;
-
 use crate::machine::Machine;
 use crate::machine::Transmit;
 use crate::secret::Key;

@@ -1,6 +1,15 @@
 //! What a join ends with: the group joined ([`Joined`]), its counters, or why it failed.
 
-use super::*;
+use thiserror::Error;
+
+use crate::secret::Key;
+use crate::wire::ethernet::MacAddr;
+use crate::wire::join::JoinMsg;
+use crate::wire::{Control, Frame, Kind};
+use crate::Rank;
+
+use super::session::join_key;
+use super::{seal, Session, NO_RANK};
 
 /// A finished join.
 #[derive(Debug, Clone, PartialEq, Eq)]

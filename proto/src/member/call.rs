@@ -120,7 +120,12 @@ impl Calls {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::engine::Algorithm;
+    use crate::member::Done;
+    use crate::Rank;
+
+    use super::{Call, Calls};
 
     #[test]
     fn a_call_is_busy_until_its_result_is_taken() {

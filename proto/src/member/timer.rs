@@ -95,8 +95,12 @@ impl TimerTable {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::time::Duration;
+
+    use std::time::{Duration, Instant};
+
+    use crate::Rank;
+
+    use super::{Timer, TimerTable};
 
     #[test]
     fn the_earliest_machine_answers_and_only_those_due_fire_in_order() {

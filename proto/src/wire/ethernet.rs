@@ -295,7 +295,13 @@ pub fn to_vec(dst: MacAddr, src: MacAddr, pdu: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::wire::WireError;
+
+    use super::{
+        emit, group_mac, is_group_mac, to_vec, Frame, GroupAddress, GroupAddressError, MacAddr,
+        BROADCAST_MAC, HEADER_LEN, MIN_FRAME,
+    };
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use crate::Seq;
 
-use super::super::timer::{StreamTimer, StreamTimers};
-use super::super::Config;
+use crate::engine::timer::{StreamTimer, StreamTimers};
+use crate::engine::Config;
 
 /// The acknowledgement state of one stream. See the module documentation.
 #[derive(Debug)]
@@ -164,9 +164,15 @@ impl Acks {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::timer::TimerTable;
-    use super::*;
-    use crate::Rank;
+
+    use std::time::{Duration, Instant};
+
+    use crate::engine::timer::StreamTimer;
+    use crate::engine::Config;
+    use crate::{Rank, Seq};
+
+    use super::Acks;
+    use crate::engine::timer::TimerTable;
 
     fn acks() -> Acks {
         let mut c = Config::new(1, Rank::new(1), 2);

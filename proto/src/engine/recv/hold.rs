@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::Seq;
 
-use super::super::timer::{StreamTimer, StreamTimers};
-use super::super::{Config, Event};
+use crate::engine::timer::{StreamTimer, StreamTimers};
+use crate::engine::{Config, Event};
 
 /// With `Config::peer_hold`: how long a completed message is still held for fellows'
 /// requests once its stream stopped moving (the end of a transfer, a pause of the root's
@@ -135,10 +135,18 @@ impl Hold {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::timer::TimerTable;
-    use super::super::super::Message;
-    use super::*;
-    use crate::Rank;
+
+    use std::time::Instant;
+
+    use crate::engine::timer::StreamTimer;
+    use std::collections::VecDeque;
+
+    use crate::engine::{Config, Event};
+    use crate::{Rank, Seq};
+
+    use super::{Hold, PEER_HOLD_WAIT};
+    use crate::engine::timer::TimerTable;
+    use crate::engine::Message;
 
     fn delivered(id: u64) -> Event {
         Event::Delivered(Message {

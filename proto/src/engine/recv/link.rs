@@ -107,9 +107,14 @@ impl InLink {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::Config;
-    use super::*;
+
+    use crate::engine::recv::{SlotState, Window};
     use crate::machine::Frames;
+    use crate::wire::Repr;
+    use crate::{Rank, Seq};
+
+    use super::InLink;
+    use crate::engine::Config;
 
     #[test]
     fn a_waiting_payload_is_copied_when_its_frame_leaves_and_a_consumed_one_forgotten() {

@@ -19,10 +19,10 @@ use crate::wire::control::{NackBitmap, NACK_REACH};
 use crate::wire::Control;
 use crate::{Rank, Seq};
 
-use super::super::timer::{StreamTimer, StreamTimers};
-use super::super::{Config, Outgoing};
 use super::peer::PeerRepair;
 use super::window::{SlotState, WSlot, Window};
+use crate::engine::timer::{StreamTimer, StreamTimers};
+use crate::engine::{Config, Outgoing};
 
 /// The NACK state of one stream. See the module documentation.
 #[derive(Debug)]
@@ -269,9 +269,20 @@ impl Nacks {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::timer::TimerTable;
-    use super::*;
+
+    use std::time::{Duration, Instant};
+
+    use crate::engine::recv::{PeerRepair, SlotState, Window};
+    use crate::engine::timer::StreamTimer;
+    use std::collections::VecDeque;
+
+    use crate::engine::{Config, Outgoing};
     use crate::wire::control::nack_offsets;
+    use crate::wire::Control;
+    use crate::{Rank, Seq};
+
+    use super::{Asked, Nacks, Plan};
+    use crate::engine::timer::TimerTable;
 
     fn config() -> Config {
         let mut c = Config::new(1, Rank::new(1), 3);
@@ -300,7 +311,7 @@ mod tests {
         out.iter()
             .filter_map(|o| match o {
                 Outgoing::Own {
-                    dst: super::super::super::Dest::Rank(r),
+                    dst: crate::engine::Dest::Rank(r),
                     msg,
                 } => match msg {
                     Control::Nack {

@@ -14,7 +14,7 @@
 use crate::wire::{Control, Repr};
 use crate::{Rank, Seq};
 
-use super::super::{Config, Outgoing};
+use crate::engine::{Config, Outgoing};
 
 /// Unanswered peer requests in a row after which a receiver stops asking its peer, for a
 /// while (see `PeerRepair::off`).
@@ -217,7 +217,14 @@ impl PeerRepair {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::engine::Config;
+    use crate::wire::Repr;
+    use crate::{Rank, Seq};
+
+    use super::{
+        PeerRepair, COPY_TAIL, PEER_OFF_FIRST, PEER_OFF_MAX_DOUBLINGS, PEER_SILENCE_LIMIT,
+    };
 
     fn peer_repair() -> PeerRepair {
         let mut c = Config::new(1, Rank::new(1), 3);

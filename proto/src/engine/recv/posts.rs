@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use super::super::{Config, PostError};
+use crate::engine::{Config, PostError};
 
 /// A posted receive (an entry of the receive queue).
 #[derive(Debug, Clone, Copy)]
@@ -127,8 +127,11 @@ impl Posts {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::engine::{Config, PostError};
     use crate::Rank;
+
+    use super::{Post, Posts};
 
     fn posts(cap: usize, auto: bool) -> Posts {
         let mut c = Config::new(1, Rank::new(1), 2);

@@ -19,8 +19,8 @@ use std::collections::VecDeque;
 use crate::wire::{Control, Flags, Repr};
 use crate::Rank;
 
-use super::super::{Config, Drop, Event, Message, Observer, Piece, Prefetch};
 use super::posts::Posts;
+use crate::engine::{Config, DropReason, Event, Message, Observer, Piece, Prefetch};
 
 /// A message being received.
 #[derive(Debug)]
@@ -189,9 +189,9 @@ impl Messages {
     }
 
     /// Refuses a frame of a message longer than this member takes.
-    pub(super) fn check_len(&self, repr: &Repr) -> Result<(), Drop> {
+    pub(super) fn check_len(&self, repr: &Repr) -> Result<(), DropReason> {
         if repr.msg_len as usize > self.max_message {
-            return Err(Drop::TooLong {
+            return Err(DropReason::TooLong {
                 len: repr.msg_len,
                 max: self.max_message,
             });
@@ -351,7 +351,7 @@ impl Messages {
     /// Appends the next expected frame to the message it belongs to; `held`: its payload
     /// stays where it is until the batch's end (see `Piece::held`). A message the frame
     /// completes is returned to deliver if a receive was posted for it, and waits in `done`
-    /// otherwise. [`Drop::NoRoom`]: the frame cannot be taken yet (it waits in its slot).
+    /// otherwise. [`DropReason::NoRoom`]: the frame cannot be taken yet (it waits in its slot).
     /// Messages begun ahead that the frame contradicts are forgotten, whatever the result
     /// (see [`Messages::take_forgotten`]). `hint`: the stream's cache hint.
     pub(super) fn consume(
@@ -361,15 +361,15 @@ impl Messages {
         payload: Payload<'_>,
         held: bool,
         hint: Option<Prefetch>,
-    ) -> Result<Option<InMsg>, Drop> {
+    ) -> Result<Option<InMsg>, DropReason> {
         if self.cur.is_none() {
             if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
-                return Err(Drop::Protocol("message does not start at offset 0"));
+                return Err(DropReason::Protocol("message does not start at offset 0"));
             }
             if self.post_for(posts, 0).is_none() && self.done.len() >= posts.cap() {
                 // A receive queue's worth of complete messages waits for receives already:
                 // the frame waits in its slot (bytes alone would not bound empty messages).
-                return Err(Drop::NoRoom);
+                return Err(DropReason::NoRoom);
             }
             let m = match self.ahead.pop_front() {
                 Some(mut m) if m.id == self.next_start && m.len == repr.msg_len as usize => {
@@ -387,12 +387,12 @@ impl Messages {
                     // forgotten and asked for again.
                     self.forget_ahead();
                     if let Payload::Placed(_) = payload {
-                        return Err(Drop::Protocol("placed frame contradicts its message"));
+                        return Err(DropReason::Protocol("placed frame contradicts its message"));
                     }
                     self.new_msg(posts, self.next_start, repr, first_reserve(repr), 0)
                 }
                 None if matches!(payload, Payload::Placed(_)) => {
-                    return Err(Drop::Protocol("placed frame without its message"))
+                    return Err(DropReason::Protocol("placed frame without its message"))
                 }
                 None => self.new_msg(posts, self.next_start, repr, first_reserve(repr), 0),
             };
@@ -409,7 +409,7 @@ impl Messages {
             || repr.msg_len as usize != m.len
             || repr.offset as usize != m.filled
         {
-            return Err(Drop::Protocol("frame does not continue its message"));
+            return Err(DropReason::Protocol("frame does not continue its message"));
         }
         match (m.data.as_mut(), payload) {
             // Placed: already in `v` at its offset.
@@ -430,11 +430,11 @@ impl Messages {
                 }
             }
             (None, Payload::Placed(_)) => {
-                return Err(Drop::Protocol("placed frame without its buffer"));
+                return Err(DropReason::Protocol("placed frame without its buffer"));
             }
             (None, Payload::Here(p)) => {
                 if self.pushed.len() + len > self.pushed_cap as usize {
-                    return Err(Drop::NoRoom);
+                    return Err(DropReason::NoRoom);
                 }
                 self.pushed.extend_from_slice(p);
                 m.pushed += len;
@@ -590,8 +590,13 @@ impl Messages {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::Kind;
+
+    use crate::engine::recv::Posts;
+    use crate::engine::{Config, DropReason, Event};
+    use crate::wire::{Control, Flags, Kind, Repr};
+    use crate::Rank;
+
+    use super::{Messages, Payload};
 
     fn config() -> Config {
         let mut c = Config::new(1, Rank::new(1), 2);
@@ -651,7 +656,7 @@ mod tests {
         );
         assert_eq!(
             r.unwrap_err(),
-            Drop::Protocol("message does not start at offset 0")
+            DropReason::Protocol("message does not start at offset 0")
         );
     }
 
@@ -676,7 +681,7 @@ mod tests {
             true,
             None,
         );
-        assert_eq!(r.unwrap_err(), Drop::NoRoom);
+        assert_eq!(r.unwrap_err(), DropReason::NoRoom);
         assert!(m.take_waiting(&mut p).is_none(), "no receive posted yet");
         p.post(10, Vec::new()).unwrap();
         let w = m.take_waiting(&mut p).expect("posted now");

@@ -19,7 +19,7 @@ use crate::machine::within;
 use crate::wire::{locate, Position, Repr};
 use crate::Seq;
 
-use super::super::{Config, Prefetch};
+use crate::engine::{Config, Prefetch};
 
 bitflags::bitflags! {
     /// What a window slot holds (one byte: the slots are counted in the memory accounting).
@@ -223,8 +223,13 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::Rank;
+
+    use crate::engine::recv::SlotState;
+    use crate::engine::Config;
+    use crate::wire::Position;
+    use crate::{Rank, Seq};
+
+    use super::Window;
 
     fn window(frames: usize) -> Window {
         let mut c = Config::new(1, Rank::new(1), 2);

@@ -18,7 +18,7 @@ use crate::eqa::{Eqa, Lms};
 use crate::wire::Flags;
 use crate::{Rank, Seq};
 
-use super::super::{Dest, Stats, Transmit};
+use crate::engine::{Dest, Stats, Transmit};
 
 /// Fresh frames over which the fail-over check judges a destination.
 const FAILOVER_WINDOW: u32 = 32;
@@ -107,9 +107,15 @@ impl Failover {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::{Frame, Kind, Repr};
+
     use std::time::Duration;
+
+    use crate::engine::{Dest, Stats};
+    use crate::eqa::Eqa;
+    use crate::wire::{Flags, Frame, Kind, Repr};
+    use crate::{Rank, Seq};
+
+    use super::{Failover, FAILOVER_WINDOW};
 
     #[test]
     fn a_destination_that_needs_every_frame_repaired_twice_in_a_row_is_served_point_to_point() {

@@ -12,9 +12,9 @@ use crate::eqa::Eqa;
 use crate::wire::Control;
 use crate::Rank;
 
-use super::super::timer::{Timer, TimerTable};
-use super::super::{Config, Dest};
 use super::room_for_every_rank;
+use crate::engine::timer::{Timer, TimerTable};
+use crate::engine::{Config, Dest};
 
 /// The polls one root owes. See the module documentation.
 #[derive(Debug, Default)]
@@ -105,8 +105,16 @@ impl Polls {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::time::Duration;
+
+    use std::time::{Duration, Instant};
+
+    use crate::engine::timer::Timer;
+    use crate::engine::{Config, Dest, TimerTable};
+    use crate::eqa::Eqa;
+    use crate::wire::Control;
+    use crate::Rank;
+
+    use super::Polls;
 
     #[test]
     fn idle_members_are_polled_together_unless_one_is_served_point_to_point() {

@@ -19,7 +19,7 @@ use crate::eqa::Eqa;
 use crate::wire::{self, Flags, Kind, Repr};
 use crate::{Rank, Seq};
 
-use super::super::{Algorithm, Config, SendError, SessionEnded};
+use crate::engine::{Algorithm, Config, SendError, SessionEnded};
 
 /// Frames published into the shared buffer ahead of the one sent next, at most. A frame is
 /// copied twice on its way out: from its message into its slot of the buffer (which keeps it
@@ -312,7 +312,13 @@ impl SendQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::engine::{Algorithm, Config, SendError, SessionEnded};
+    use crate::eqa::Eqa;
+    use crate::wire::{self, Flags};
+    use crate::{Rank, Seq};
+
+    use super::{Filled, SendQueue, PUBLISH_AHEAD};
 
     fn setup() -> (Config, Eqa, SendQueue) {
         let mut c = Config::new(1, Rank::new(0), 2);

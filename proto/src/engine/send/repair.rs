@@ -16,11 +16,12 @@
 use std::time::Instant;
 
 use crate::eqa::Eqa;
-use crate::wire::{self, control::nack_offsets, Flags, Kind, NACK_BITS};
+use crate::wire::control::nack_offsets;
+use crate::wire::{self, Flags, Kind, NACK_BITS};
 use crate::{Rank, Seq};
 
-use super::super::{Config, Dest, Stats, Transmit};
 use super::room_for_every_rank;
+use crate::engine::{Config, Dest, Stats, Transmit};
 
 /// How long after a frame's re-broadcast the root takes no NACK for it, as a fraction of the
 /// receivers' retry interval (`Config::nack_retry`): see [`Repairs::recently_rebroadcast`].
@@ -259,8 +260,15 @@ impl Repairs {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::Repr;
+
+    use std::time::Instant;
+
+    use crate::engine::{Config, Dest, Stats};
+    use crate::eqa::Eqa;
+    use crate::wire::{Flags, Kind, Repr, NACK_BITS};
+    use crate::{Rank, Seq};
+
+    use super::Repairs;
 
     /// A root of `n` members with `frames` frames published and sent.
     fn root(n: u16, frames: u64) -> (Config, Eqa) {

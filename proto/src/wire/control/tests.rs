@@ -1,4 +1,10 @@
-use super::*;
+use crate::wire::{Frame, Kind, Repr, WireError};
+use crate::{Rank, Seq};
+
+use super::{
+    behind, counter, locate, nack_offsets, nack_words, Admit, BarrierAlgo, BarrierMsg, BarrierOp,
+    Control, NackBitmap, Position, ReplayWindow, LAST_SEQ, NACK_MORE_WORDS, NACK_REACH,
+};
 
 fn round_trip(c: Control) {
     let v = c.to_vec(0xEB, Rank::new(3), Rank::new(5), 77);
