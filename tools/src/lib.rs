@@ -9,6 +9,7 @@ pub use ethbcast_testbed::{mpi, netns};
 pub mod bench;
 pub mod distribute;
 pub mod doctor;
+pub mod harness;
 pub mod hostile;
 pub mod logging;
 pub mod packaging;

@@ -17,8 +17,9 @@ use ethbcast::BarrierAlgo;
 use serde::Serialize;
 
 use super::bed::{self, summarize, BedOptions, Summary};
-use super::cli::{fail, print_and_plot, GroupArgs, LinkArgs};
-use super::table::Table;
+use super::cli::{print_and_plot, GroupArgs, LinkArgs};
+use crate::harness::report::fail;
+use crate::harness::table::Table;
 use crate::testbed::Testbed;
 
 /// The method, as printed with every report.

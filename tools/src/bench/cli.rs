@@ -1,7 +1,7 @@
 //! What the subcommands of `ethbcast-bench` share on the command line: the test-bed and link
-//! options, rate parsing, and printing a report (JSON or table), its plots and the exit code.
+//! options, rate parsing, and a report's plots (the report itself is printed by
+//! [`crate::harness::report`]).
 
-use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -9,6 +9,7 @@ use ethbcast::{Backend, WaitMode};
 use serde::Serialize;
 
 use super::bed::BedOptions;
+use crate::harness::report::{code, print};
 use crate::testbed::Rate;
 
 /// Test-bed and link options shared by the test-bed runs.
@@ -91,26 +92,6 @@ pub fn parse_rate(s: &str) -> Result<Option<u64>, String> {
     }
 }
 
-/// Prints `v` as pretty JSON.
-pub fn print_json<T: Serialize>(v: &T) {
-    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
-}
-
-/// Prints the report `r`: JSON with `json`, else `text(r)`.
-pub fn print<T: Serialize>(json: bool, r: &T, text: impl FnOnce(&T) -> String) {
-    if json {
-        print_json(r);
-    } else {
-        print!("{}", text(r));
-    }
-}
-
-/// Says `error: {e}` and fails.
-pub fn fail(e: impl Display) -> ExitCode {
-    eprintln!("error: {e}");
-    ExitCode::FAILURE
-}
-
 /// Writes plots into `out`, if given, and says which files; false if that failed.
 pub fn plots(out: Option<&PathBuf>, f: impl FnOnce(&Path) -> Result<Vec<PathBuf>, String>) -> bool {
     let Some(dir) = out else { return true };
@@ -139,13 +120,4 @@ pub fn print_and_plot<T: Serialize>(
 ) -> ExitCode {
     print(json, r, text);
     code(plots(out, |d| plot(r, d)))
-}
-
-/// Success if `ok`, else failure.
-pub fn code(ok: bool) -> ExitCode {
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }

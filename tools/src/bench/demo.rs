@@ -16,11 +16,11 @@ use serde::Serialize;
 
 use super::barrier::{self, BarrierOptions, BarrierReport};
 use super::bed::BedOptions;
-use super::cli::fail;
 use super::latency::{self, LatencyOptions, LatencyReport};
 use super::memory::{self, MemoryReport};
 use super::simlat;
 use super::throughput::{self, ThroughputOptions, ThroughputReport};
+use crate::harness::report::fail;
 use crate::testbed;
 
 /// Options of the demo.
@@ -197,7 +197,7 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         }
     }
     println!("\n== throughput (unlimited veth links) ==");
-    let mut t = super::table::Table::new(&[
+    let mut t = crate::harness::table::Table::new(&[
         "algo",
         "receivers",
         "MiB",

@@ -567,7 +567,7 @@ pub fn render(o: &DistributeOptions, rows: &[Row]) -> String {
         "{} receivers, {} MiB, {rate} ports; CPU = user + system seconds of the sender and all receivers per GiB given to each receiver (ksoftirqd: the machine's softirq threads meanwhile, not in the sum)\n",
         o.receivers, o.mib
     );
-    let mut t = super::table::Table::new(&[
+    let mut t = crate::harness::table::Table::new(&[
         "tool",
         "backend",
         "loss %",

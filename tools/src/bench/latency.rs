@@ -29,12 +29,13 @@ use ethbcast::{Algorithm, Group};
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
-use super::cli::{code, fail, plots, print, GroupArgs, LinkArgs};
+use super::cli::{plots, GroupArgs, LinkArgs};
 use super::cpu::{sum_counts, Counts, Meter, PerOp};
 use super::floor::{self, FLOOR};
 use super::probe::{receiver_done, root_mark_probe, MemberRun, Stamp};
 use super::reference::{self, REFERENCE};
-use super::table::Table;
+use crate::harness::report::{code, fail, print};
+use crate::harness::table::Table;
 use crate::testbed::Testbed;
 use ethbcast::Rank;
 

@@ -8,7 +8,7 @@ use ethbcast::memory::{sizes, Profile};
 use serde::Serialize;
 
 use super::cli::print_and_plot;
-use super::table::Table;
+use crate::harness::table::Table;
 
 /// One row: a group of `n`.
 #[derive(Debug, Serialize)]

@@ -16,5 +16,4 @@ pub mod reference;
 pub mod scale;
 pub mod sim;
 pub mod simlat;
-pub mod table;
 pub mod throughput;

@@ -32,8 +32,9 @@ use ethbcast::WaitMode;
 use serde::Serialize;
 
 use super::bed::{fmt_us, summarize};
-use super::cli::{code, fail, parse_limit, print, Limit};
-use super::table::Table;
+use super::cli::{parse_limit, Limit};
+use crate::harness::report::{code, fail, print};
+use crate::harness::table::Table;
 use crate::mpi::{self, Job, JobOutput, MpiBed, MpiError, MpiImpl};
 use crate::testbed::{Rate, TestbedConfig};
 

@@ -13,9 +13,10 @@ use ethbcast::memory::{sizes_for, Profile};
 use ethbcast_proto::engine::Algorithm;
 use serde::Serialize;
 
-use super::cli::{parse_rate, print};
+use super::cli::parse_rate;
 use super::plot::{draw, Chart, Series};
 use super::sim::{run_sim, SimOptions};
+use crate::harness::report::print;
 use ethbcast::Rank;
 
 /// What to run.
@@ -133,7 +134,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
 
 /// Renders the study for a terminal (and README).
 pub fn render(r: &ScaleReport) -> String {
-    let mut t = super::table::Table::new(&[
+    let mut t = crate::harness::table::Table::new(&[
         "members",
         "link Mbit/s",
         "loss %",

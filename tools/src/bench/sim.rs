@@ -9,7 +9,8 @@ use ethbcast::Faults;
 use ethbcast_proto::engine::Algorithm;
 use serde::Serialize;
 
-use super::cli::{code, fail, parse_rate, print};
+use super::cli::parse_rate;
+use crate::harness::report::{code, fail, print};
 use ethbcast::Rank;
 
 /// Options of a simulator run (rates in percent of frames, per port).
@@ -212,7 +213,7 @@ pub fn run_group_sim(o: &GroupOptions) -> Result<GroupJson, ClusterError> {
 /// Renders a group run for a terminal.
 pub fn render_group(j: &GroupJson) -> String {
     let r = &j.report;
-    let mut t = super::table::Table::new(&["metric", "value"]);
+    let mut t = crate::harness::table::Table::new(&["metric", "value"]);
     let rows: Vec<(&str, String)> = vec![
         ("nodes", j.nodes.to_string()),
         ("algorithms", j.algos.join(",")),
@@ -351,7 +352,7 @@ fn run_one(o: &SimOptions) -> Result<SimJson, ClusterError> {
 
 /// Renders a run for a terminal.
 pub fn render(r: &SimJson) -> String {
-    let mut t = super::table::Table::new(&["metric", "value"]);
+    let mut t = crate::harness::table::Table::new(&["metric", "value"]);
     let rows: Vec<(&str, String)> = vec![
         ("nodes", r.nodes.to_string()),
         ("algorithms", r.algos.join(",")),

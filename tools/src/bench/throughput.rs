@@ -17,9 +17,10 @@ use ethbcast_proto::engine::Stats;
 use serde::Serialize;
 
 use super::bed::{self, BedOptions};
-use super::cli::{fail, print_and_plot, LinkArgs};
+use super::cli::{print_and_plot, LinkArgs};
 use super::cpu::{self, CpuCost};
-use super::table::Table;
+use crate::harness::report::fail;
+use crate::harness::table::Table;
 use crate::testbed::Testbed;
 use ethbcast::Rank;
 

@@ -29,8 +29,8 @@ use ethbcast_proto::member::MemberError;
 use ethbcast_proto::wire::{Flags, Frame, Kind, Repr, ALL};
 use serde::Serialize;
 
-use crate::bench::bed::{bed, join_all, ms, msg, spawn_members};
-use crate::bench::cli::{code, fail, print};
+use crate::harness::group::{bed, join_all, ms, msg, spawn_members};
+use crate::harness::report::{code, fail, print};
 use crate::netns;
 use crate::testbed::TestbedError;
 use ethbcast::Rank;
@@ -486,7 +486,7 @@ pub fn run_all(prefix: &str, hosts: usize) -> Result<FaultsReport, TestbedError>
 
 /// Renders the report for a terminal.
 pub fn render(r: &FaultsReport) -> String {
-    let mut t = crate::bench::table::Table::new(&[
+    let mut t = crate::harness::table::Table::new(&[
         "scenario",
         "hosts",
         "result",

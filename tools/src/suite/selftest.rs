@@ -21,7 +21,7 @@ use ethbcast_proto::engine::Config;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::bench::cli::{code, fail, print};
+use crate::harness::report::{code, fail, print};
 use crate::netns;
 use crate::testbed::{Rate, Testbed, TestbedConfig, TestbedError};
 use ethbcast::Rank;
@@ -292,7 +292,7 @@ pub fn run(o: &SelftestOptions) -> Result<Verdict, SelftestError> {
 
 /// Renders a verdict for a terminal.
 pub fn render(v: &Verdict) -> String {
-    let mut t = crate::bench::table::Table::new(&["metric", "value"]);
+    let mut t = crate::harness::table::Table::new(&["metric", "value"]);
     for (k, val) in [
         ("hosts", v.hosts.to_string()),
         ("loss at the switch", format!("{}%", v.loss_pct)),

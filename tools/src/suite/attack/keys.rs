@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use rand::{RngCore, SeedableRng};
 
-use super::{io, private, AttackError, Proc, Scenario};
-use crate::bench::bed::bed;
+use super::process::{private, Proc};
+use super::{io, AttackError, Scenario};
+use crate::harness::group::bed;
 use crate::hostile::{self, pdu};
 use crate::netns;
 use crate::testbed::Testbed;
@@ -236,7 +237,7 @@ fn captured_challenge(
     let mac = bed.hosts()[0].mac;
     frames
         .into_iter()
-        .find(|f| f.len() > 12 && f[6..12] == mac && super::join_type(f) == Some(1))
+        .find(|f| f.len() > 12 && f[6..12] == mac && super::join::join_type(f) == Some(1))
         .ok_or_else(|| AttackError::Io {
             context: format!("no challenge captured (send exit {code:?}: {})", err.trim()),
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
