@@ -6,7 +6,7 @@ use super::DropReason;
 
 /// Counters of one engine.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
+pub struct EngineStats {
     /// Data frames broadcast for the first time.
     pub data_frames: u64,
     /// Repair frames sent (point-to-point or re-broadcast).
@@ -31,7 +31,7 @@ pub struct Stats {
     /// Of `acks_handled`: answers to the root's probes and polls (acknowledgements sent
     /// straight to it).
     pub probe_answers_handled: u64,
-    /// Acknowledgement polls sent as root ([`Control::AckPoll`]).
+    /// Acknowledgement polls sent as root ([`Control::AckPoll`](crate::Control::AckPoll)).
     pub ack_polls: u64,
     /// Acknowledgements sent up the acknowledgement tree (besides `ack_frames`, the ones
     /// sent to a root directly).
@@ -50,7 +50,7 @@ pub struct Stats {
     /// Messages handed to `bcast`.
     pub sent_msgs: u64,
     /// Control frames of this member's own (acknowledgements, requests, reports, repairs for
-    /// fellows, the layers above's) dropped because the outbox held `Config::outbox` frames
+    /// fellows, the layers above's) dropped because the outbox held `EngineConfig::outbox` frames
     /// already: they were made faster than the link took them.
     pub outbox_full: u64,
     /// Dropped frames by reason.

@@ -13,7 +13,7 @@ use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::engine::{self, Config, Engine, Message, SessionEnded};
+use crate::engine::{self, Engine, EngineConfig, Message, SessionEnded};
 use crate::Rank;
 
 use super::inbox::Inboxes;
@@ -92,7 +92,7 @@ impl Pairs {
     pub(super) fn open(
         &mut self,
         now: Instant,
-        group: &Config,
+        group: &EngineConfig,
         peer: Rank,
         held: u8,
     ) -> &mut Engine {
@@ -140,7 +140,7 @@ impl Pairs {
         };
         let mut got = Vec::new();
         while let Some(ev) = e.poll_event() {
-            if let engine::Event::Delivered(Message { data, .. }) = ev {
+            if let engine::EngineEvent::Delivered(Message { data, .. }) = ev {
                 got.push(data);
             }
         }

@@ -1,7 +1,7 @@
 //! The simulated switch, specified by its behaviour.
 
 use super::*;
-use crate::wire::ethernet::group_mac;
+use ethbcast_proto::group_mac;
 use proptest::prelude::*;
 
 /// A switch with `cfg` and handles to all its ports.

@@ -67,9 +67,7 @@ pub mod send;
 
 use std::time::Duration;
 
-use ethbcast::GroupError;
-use ethbcast::{Link, LinkError};
-use ethbcast::{Role, Stream, StreamOptions};
+use ethbcast::{GroupError, Link, LinkError, Role, Stream, StreamOptions};
 
 /// Exit code: everything completed.
 pub const EXIT_OK: u8 = 0;
@@ -148,8 +146,8 @@ impl From<LinkError> for Fatal {
     }
 }
 
-impl From<ethbcast_proto::member::MemberError> for Fatal {
-    fn from(e: ethbcast_proto::member::MemberError) -> Fatal {
+impl From<ethbcast::MemberError> for Fatal {
+    fn from(e: ethbcast::MemberError) -> Fatal {
         Fatal::new(EXIT_FAILED, e.to_string())
     }
 }

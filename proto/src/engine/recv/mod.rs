@@ -30,7 +30,7 @@ use crate::wire::{Control, Flags, Kind, Position, Repr};
 use crate::{Rank, Seq};
 
 use super::timer::{StreamPlace, StreamTimer, StreamTimers, TimerTable};
-use super::{Config, Dest, DropReason, Event, Observer, Outgoing, PostError};
+use super::{Dest, DropReason, EngineConfig, EngineEvent, Observer, Outgoing, PostError};
 
 mod ack;
 mod hold;
@@ -97,7 +97,7 @@ pub struct Receiver {
     /// Where this stream reports in the acknowledgement tree (`None`: to the root directly).
     /// Boxed: most streams (groups below the tree's threshold) have none.
     tree: Option<Box<TreeLink>>,
-    events: VecDeque<Event>,
+    events: VecDeque<EngineEvent>,
     controls: VecDeque<Outgoing>,
     /// Where its timers lie in the engine's table.
     timers: StreamPlace,
@@ -105,7 +105,7 @@ pub struct Receiver {
 
 impl Receiver {
     /// The stream of `root` at the member `cfg` describes, its timers at `timers`.
-    pub(crate) fn new(cfg: &Config, root: Rank, timers: StreamPlace) -> Receiver {
+    pub(crate) fn new(cfg: &EngineConfig, root: Rank, timers: StreamPlace) -> Receiver {
         Receiver {
             root,
             me: cfg.rank,
@@ -343,7 +343,7 @@ impl Receiver {
                 };
                 if let Some(hint) = hint {
                     // The next frame waiting in the link is read next: asked for now, it
-                    // arrives while this one is consumed (see `Config::prefetch`).
+                    // arrives while this one is consumed (see `EngineConfig::prefetch`).
                     let n = self.window.idx(self.window.expected() + 1);
                     let next = self.window.slot(n);
                     if next.state.contains(SlotState::LINK | SlotState::HAVE) {
@@ -448,7 +448,7 @@ impl Receiver {
         self.maybe_pull();
     }
 
-    pub(crate) fn take_event(&mut self) -> Option<Event> {
+    pub(crate) fn take_event(&mut self) -> Option<EngineEvent> {
         self.events.pop_front()
     }
 

@@ -20,7 +20,7 @@ use crate::wire::{Control, Flags, Repr};
 use crate::Rank;
 
 use super::posts::Posts;
-use crate::engine::{Config, DropReason, Event, Message, Observer, Piece, Prefetch};
+use crate::engine::{DropReason, EngineConfig, EngineEvent, Message, Observer, Piece, Prefetch};
 
 /// A message being received.
 #[derive(Debug)]
@@ -57,10 +57,9 @@ impl std::fmt::Debug for Watch {
     }
 }
 
-/// Hints where the frame after the next lands in message buffer `v`, one just written ending
-/// at `end` and `len` long (see [`Config::prefetch`]): `len` bytes from `end + len`, as far as
-/// the buffer's reservation reaches. Frames of a message mostly come in order, also behind a
-/// gap.
+/// Hints where the frame after the next lands in message buffer `v`, one just written ending at
+/// `end` and `len` long (see [`EngineConfig::prefetch`]): `len` bytes from `end + len`, as far as
+/// the buffer's reservation reaches. Frames of a message mostly come in order, also behind a gap.
 fn hint_ahead(hint: Option<Prefetch>, v: &Vec<u8>, end: usize, len: usize) {
     if let Some(hint) = hint {
         let at = end + len;
@@ -105,7 +104,7 @@ pub(super) struct Messages {
     next_start: u64,
     /// Messages longer than this are observed and not kept (`Engine::keep_at_most`).
     keep: usize,
-    /// Messages longer than this are refused (`Config::max_message`).
+    /// Messages longer than this are refused (`EngineConfig::max_message`).
     max_message: usize,
     /// The root's repeated pull poll: (message, its designated receiver).
     pull_override: Option<(u32, Rank)>,
@@ -121,7 +120,7 @@ pub(super) struct Messages {
 
 impl Messages {
     /// No message yet, with `cfg`'s pushed buffer and limits.
-    pub(super) fn new(cfg: &Config) -> Messages {
+    pub(super) fn new(cfg: &EngineConfig) -> Messages {
         Messages {
             cur: None,
             ahead: VecDeque::new(),
@@ -242,7 +241,7 @@ impl Messages {
     ///
     /// `reach`: how far past the first byte still missing an honest root's frame can lie;
     /// `ahead_cap`: the bytes the messages begun ahead may hold (a window's worth).
-    /// `hint`: the stream's cache hint (`Config::prefetch`).
+    /// `hint`: the stream's cache hint (`EngineConfig::prefetch`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn place(
         &mut self,
@@ -518,23 +517,23 @@ impl Messages {
 
     /// What the application is told of complete message `m` of `root`'s stream, whose receive
     /// allowed `max` bytes: it is delivered, truncated, or observed and not kept.
-    pub(super) fn finish(&mut self, root: Rank, m: InMsg, max: usize) -> Event {
+    pub(super) fn finish(&mut self, root: Rank, m: InMsg, max: usize) -> EngineEvent {
         self.next_msg = m.id + 1;
         if m.len > self.keep && max >= m.len {
-            Event::Observed {
+            EngineEvent::Observed {
                 root,
                 msg_id: m.id,
                 len: m.len,
             }
         } else if m.len > max || m.truncated.is_some() {
-            Event::Truncated {
+            EngineEvent::Truncated {
                 root,
                 msg_id: m.id,
                 len: m.len,
                 max,
             }
         } else {
-            Event::Delivered(Message {
+            EngineEvent::Delivered(Message {
                 root,
                 msg_id: m.id,
                 data: m.data.unwrap_or_default(),
@@ -592,14 +591,14 @@ impl Messages {
 mod tests {
 
     use crate::engine::recv::Posts;
-    use crate::engine::{Config, DropReason, Event};
+    use crate::engine::{DropReason, EngineConfig, EngineEvent};
     use crate::wire::{Control, Flags, Kind, Repr};
     use crate::Rank;
 
     use super::{Messages, Payload};
 
-    fn config() -> Config {
-        let mut c = Config::new(1, Rank::new(1), 2);
+    fn config() -> EngineConfig {
+        let mut c = EngineConfig::new(1, Rank::new(1), 2);
         c.recv_queue = 2;
         c.pushed_buffer = 8;
         c.auto_post = false;
@@ -642,7 +641,9 @@ mod tests {
         let done = r.unwrap().expect("complete");
         let max = p.take();
         match m.finish(Rank::new(0), done, max) {
-            Event::Delivered(msg) => assert_eq!((msg.msg_id, &msg.data[..]), (0, &b"abcdef"[..])),
+            EngineEvent::Delivered(msg) => {
+                assert_eq!((msg.msg_id, &msg.data[..]), (0, &b"abcdef"[..]))
+            }
             e => panic!("{e:?}"),
         }
         assert_eq!(m.next_msg(), 1);

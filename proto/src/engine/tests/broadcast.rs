@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::engine::{Algorithm, Event};
+use crate::engine::{EngineEvent, HardwareAlgorithm};
 use crate::wire::{Flags, Frame, Kind, Repr};
 use crate::Rank;
 
@@ -29,7 +29,7 @@ fn a_message_just_over_a_megabyte_is_filled_without_reallocating() {
 fn simple_broadcast_delivers_every_message_once_in_order() {
     let mut net = Net::new(4, |_| {});
     let msgs: Vec<Vec<u8>> = (0..20).map(|i| message(i * 700, i as u8)).collect();
-    broadcast_all(&mut net, &msgs, Algorithm::Simple);
+    broadcast_all(&mut net, &msgs, HardwareAlgorithm::Simple);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>());
@@ -53,7 +53,7 @@ fn a_window_that_is_not_a_power_of_two_wraps_and_repairs_like_any_other() {
     net.drop =
         Box::new(move |r, to| r.kind == Some(Kind::Data) && lost.contains(&r.seq) && to != 1);
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| message(60_000, i as u8)).collect();
-    broadcast_all(&mut net, &msgs, Algorithm::Simple);
+    broadcast_all(&mut net, &msgs, HardwareAlgorithm::Simple);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>(), "receiver {r}");
@@ -91,7 +91,7 @@ fn a_frame_lost_by_several_destinations_is_rebroadcast_once() {
     net.drop = Box::new(|r, to| r.kind == Some(Kind::Data) && r.seq == 2 && to != 1);
     let m = message(10_000, 2);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algorithm::Simple)
+        .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     let st = net.engines[0].stats();
@@ -111,7 +111,7 @@ fn a_lost_tail_frame_is_recovered_by_the_retransmission_timer() {
         false
     });
     net.engines[0]
-        .bcast(net.now, message(3000, 3), Algorithm::Simple)
+        .bcast(net.now, message(3000, 3), HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert!(
@@ -139,7 +139,7 @@ fn lost_acks_are_recovered_and_the_buffer_drains() {
     });
     for i in 0..50 {
         net.engines[0]
-            .bcast(net.now, message(2000, i), Algorithm::Simple)
+            .bcast(net.now, message(2000, i), HardwareAlgorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, 50) && n.engines[0].is_idle());
@@ -151,7 +151,7 @@ fn push_pull_waits_for_the_designated_receiver() {
     let mut net = Net::new(4, |_| {});
     let m = message(50_000, 4);
     // Before any pull, only the push part (two frames) may leave.
-    let firsts: Vec<Repr> = root_frames(&mut net, &m, Algorithm::PushPull)
+    let firsts: Vec<Repr> = root_frames(&mut net, &m, HardwareAlgorithm::PushPull)
         .iter()
         .map(|pdu| Repr::parse(&Frame::new_checked(&pdu[..]).unwrap()))
         .collect();
@@ -198,7 +198,7 @@ fn push_pull_completes_under_loss_of_pulls_and_push_frames() {
     let msgs: Vec<Vec<u8>> = (0..30)
         .map(|i| message([4, 100, 900, 5000, 40_000][i % 5], i as u8))
         .collect();
-    broadcast_all(&mut net, &msgs, Algorithm::PushPull);
+    broadcast_all(&mut net, &msgs, HardwareAlgorithm::PushPull);
     for r in 1..4 {
         let got: Vec<&Vec<u8>> = net.delivered[r].iter().map(|d| &d.2).collect();
         assert_eq!(got, msgs.iter().collect::<Vec<_>>());
@@ -221,10 +221,10 @@ fn an_unposted_receiver_keeps_pushed_data_and_delivers_when_posted() {
     let m = message(30_000, 5);
     let small = message(500, 6);
     net.engines[0]
-        .bcast(now, small.clone(), Algorithm::PushPull)
+        .bcast(now, small.clone(), HardwareAlgorithm::PushPull)
         .unwrap();
     net.engines[0]
-        .bcast(now, m.clone(), Algorithm::PushPull)
+        .bcast(now, m.clone(), HardwareAlgorithm::PushPull)
         .unwrap();
     // Rank 2 has not posted: it holds at most 4096 bytes, and the shared buffer makes the
     // root wait for it (the paper's "the broadcast operation may be stopped").
@@ -258,14 +258,14 @@ fn a_too_small_receive_reports_truncation() {
     let now = net.now;
     net.engines[1].post_recv(now, Rank::new(0), 10).unwrap();
     net.engines[0]
-        .bcast(now, message(100, 1), Algorithm::Simple)
+        .bcast(now, message(100, 1), HardwareAlgorithm::Simple)
         .unwrap();
     let mut truncated = false;
     net.run(|_| false);
     while let Some(ev) = net.engines[1].poll_event() {
         truncated |= matches!(
             ev,
-            Event::Truncated {
+            EngineEvent::Truncated {
                 len: 100,
                 max: 10,
                 ..
@@ -282,9 +282,9 @@ fn any_member_can_be_root_and_streams_interleave() {
         for root in 0..4usize {
             let m = message(100 + usize::from(round) * 300, round ^ root as u8);
             let algo = if round % 2 == 0 {
-                Algorithm::Simple
+                HardwareAlgorithm::Simple
             } else {
-                Algorithm::PushPull
+                HardwareAlgorithm::PushPull
             };
             net.engines[root].bcast(net.now, m, algo).unwrap();
         }
@@ -311,7 +311,7 @@ fn eviction_lets_the_survivors_complete() {
     net.drop = Box::new(|_, to| to == 3); // rank 3 is dead
     for i in 0..40 {
         net.engines[0]
-            .bcast(net.now, message(3000, i), Algorithm::Simple)
+            .bcast(net.now, message(3000, i), HardwareAlgorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, 0) && n.delivered[1].len() >= 5);

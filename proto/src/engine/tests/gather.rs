@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{Algorithm, Config, Engine};
+use crate::engine::{Engine, EngineConfig, HardwareAlgorithm};
 use crate::wire::{Control, Flags, Frame, Kind, Repr};
 use crate::{ConfigError, Rank};
 
@@ -35,7 +35,7 @@ fn gathering(gather: usize, frames: usize, lost: &'static [u32]) -> (Net, Durati
     let len = frames * net.engines[0].config().max_payload() - 10;
     let start = net.now;
     net.engines[0]
-        .bcast(net.now, message(len, 3), Algorithm::Simple)
+        .bcast(net.now, message(len, 3), HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert_eq!(net.delivered[1], vec![(Rank::new(0), 0, message(len, 3))]);
@@ -62,7 +62,7 @@ fn a_gathering_receiver_asks_for_every_gap_in_one_nack() {
 fn gaps_that_fewer_frames_follow_are_asked_for_when_the_gathering_wait_ends() {
     // The stream ends 5 frames after its gap: the NACK goes at `nack_gather_wait`, and the
     // repair comes before the root's retransmission timer would have probed the receiver.
-    let cfg = Config::new(7, Rank::new(1), 2);
+    let cfg = EngineConfig::new(7, Rank::new(1), 2);
     assert!(cfg.nack_gather_wait < cfg.rto);
     let (net, took) = gathering(64, 20, &[14]);
     assert_eq!(net.engines[1].stats().nack_frames, 1);
@@ -74,7 +74,7 @@ fn gaps_that_fewer_frames_follow_are_asked_for_when_the_gathering_wait_ends() {
 
 #[test]
 fn gathering_for_more_than_half_the_window_is_refused() {
-    let mut c = Config::new(7, Rank::new(1), 2);
+    let mut c = EngineConfig::new(7, Rank::new(1), 2);
     c.window = 256;
     c.nack_gather = 128;
     assert!(Engine::new(c.clone()).is_ok());
@@ -167,11 +167,11 @@ fn nacks_that_crossed_a_rebroadcast_of_their_frame_are_combined_with_it() {
     // it in one batch: the root re-broadcasts it. Member 3's NACK arrives right after, sent
     // before the re-broadcast reached it: the re-broadcast serves it, and the root sends
     // nothing more. Member 3 lost the re-broadcast too and asks again a retry interval
-    // (`Config::nack_retry`) later: the root repairs it, to member 3 alone.
-    let mut root = Engine::new(Config::new(7, Rank::new(0), 6)).unwrap();
+    // (`EngineConfig::nack_retry`) later: the root repairs it, to member 3 alone.
+    let mut root = Engine::new(EngineConfig::new(7, Rank::new(0), 6)).unwrap();
     let retry = root.config().nack_retry;
     let mut now = Instant::now();
-    root.bcast(now, message(4000, 9), Algorithm::Simple)
+    root.bcast(now, message(4000, 9), HardwareAlgorithm::Simple)
         .unwrap();
     let mut buf = vec![0u8; 1500];
     let mut data = 0;
@@ -260,14 +260,14 @@ fn with_a_tree_the_end_of_a_stream_is_shown_to_every_member_at_the_first_timeout
     // names one laggard only: at the first timeout the root re-broadcasts the last frame
     // besides its repairs, and not again within the retransmission timeout.
     let cfg = {
-        let mut c = Config::new(7, Rank::new(0), 6);
+        let mut c = EngineConfig::new(7, Rank::new(0), 6);
         c.ack_tree = 2;
         c
     };
     let rto = cfg.rto;
     let mut root = Engine::new(cfg).unwrap();
     let now = Instant::now();
-    root.bcast(now, message(4000, 3), Algorithm::Simple)
+    root.bcast(now, message(4000, 3), HardwareAlgorithm::Simple)
         .unwrap();
     let mut buf = vec![0u8; 1500];
     while root.poll_transmit(now, &mut buf).is_some() {}

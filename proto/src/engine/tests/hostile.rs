@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{Algorithm, Config, DropReason, Engine, Event, Message};
+use crate::engine::{DropReason, Engine, EngineConfig, EngineEvent, HardwareAlgorithm, Message};
 use crate::wire::{Flags, Frame, Kind, Repr};
 use crate::{wire, Rank, Seq};
 
@@ -13,7 +13,7 @@ use super::{
 
 #[test]
 fn foreign_stale_and_garbage_frames_are_counted_and_dropped() {
-    let mut e = Engine::new(Config::new(7, Rank::new(1), 3)).unwrap();
+    let mut e = Engine::new(EngineConfig::new(7, Rank::new(1), 3)).unwrap();
     let now = Instant::now();
     let mut r = Repr::new(Kind::Data);
     r.group = 8;
@@ -64,7 +64,7 @@ fn foreign_stale_and_garbage_frames_are_counted_and_dropped() {
 proptest::proptest! {
     #[test]
     fn random_bytes_never_panic_the_engine(frames in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..120), 1..50)) {
-        let mut e = Engine::new(Config::new(7, Rank::new(1), 3)).unwrap();
+        let mut e = Engine::new(EngineConfig::new(7, Rank::new(1), 3)).unwrap();
         let now = Instant::now();
         let mut buf = vec![0u8; 1500];
         for f in frames {
@@ -97,7 +97,7 @@ fn with_a_group_key_forged_and_unkeyed_frames_are_rejected() {
     let mut net = Net::new(3, |c| c.key = Some([7u8; 32].into()));
     let m = message(5000, 9);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algorithm::PushPull)
+        .bcast(net.now, m.clone(), HardwareAlgorithm::PushPull)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert_eq!(net.delivered[1][0].2, m, "keyed members talk normally");
@@ -135,7 +135,7 @@ fn a_member_that_broadcast_does_not_reach_is_served_point_to_point() {
     // Every broadcast frame towards rank 2 is lost; unicast still works.
     net.drop = Box::new(|r, to| to == 2 && r.flags.contains(Flags::BROADCAST));
     let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(4000, i)).collect();
-    broadcast_all(&mut net, &msgs, Algorithm::Simple);
+    broadcast_all(&mut net, &msgs, HardwareAlgorithm::Simple);
     assert_eq!(
         net.delivered[2]
             .iter()
@@ -160,7 +160,7 @@ fn a_member_served_point_to_point_is_polled_point_to_point() {
     let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(4000, i)).collect();
     for m in &msgs {
         net.engines[0]
-            .bcast(net.now, m.clone(), Algorithm::Simple)
+            .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, msgs.len()) && n.engines[0].is_idle());
@@ -177,7 +177,7 @@ fn a_member_served_point_to_point_is_polled_point_to_point() {
     let before = (probes(&net), net.engines[0].stats().ack_polls);
     // One short message, acknowledged by nobody on its own: every timer fires together.
     net.engines[0]
-        .bcast(net.now, vec![9; 8], Algorithm::Simple)
+        .bcast(net.now, vec![9; 8], HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, msgs.len() + 1) && n.engines[0].is_idle());
     assert_eq!(
@@ -200,7 +200,7 @@ fn members_that_broadcast_does_not_reach_are_probed_point_to_point_and_fail_over
     let mut net = Net::new(5, |_| {});
     net.drop = Box::new(|r, to| (to == 1 || to == 3) && r.flags.contains(Flags::BROADCAST));
     let msgs: Vec<Vec<u8>> = (0..10).map(|i| message(20_000, i)).collect();
-    broadcast_all(&mut net, &msgs, Algorithm::Simple);
+    broadcast_all(&mut net, &msgs, HardwareAlgorithm::Simple);
     for r in 1..5 {
         let got: Vec<Vec<u8>> = net.delivered[r].iter().map(|d| d.2.clone()).collect();
         assert_eq!(got, msgs, "rank {r}");
@@ -213,7 +213,7 @@ fn members_that_broadcast_does_not_reach_are_probed_point_to_point_and_fail_over
 #[test]
 fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_again() {
     let mut rx = Engine::new({
-        let mut c = Config::new(7, Rank::new(1), 2);
+        let mut c = EngineConfig::new(7, Rank::new(1), 2);
         c.window = 64;
         c
     })
@@ -251,7 +251,7 @@ fn frames_placed_ahead_into_a_message_that_contradicts_its_start_are_asked_for_a
         .unwrap();
     let mut got = Vec::new();
     while let Some(ev) = rx.poll_event() {
-        if let Event::Delivered(Message { msg_id, data, .. }) = ev {
+        if let EngineEvent::Delivered(Message { msg_id, data, .. }) = ev {
             got.push((msg_id, data));
         }
     }
@@ -266,7 +266,8 @@ fn a_replayed_control_frame_is_refused() {
     let (mut root, mut rx) = root_and_receiver();
     let now = Instant::now();
     let mut buf = vec![0u8; 1500];
-    root.bcast(now, vec![1; 10], Algorithm::Simple).unwrap();
+    root.bcast(now, vec![1; 10], HardwareAlgorithm::Simple)
+        .unwrap();
     let t = root.poll_transmit(now, &mut buf).unwrap();
     rx.handle_frame(now, &buf[..t.len]).unwrap();
     // The root's timer fires: its poll asks for the acknowledgement.
@@ -291,7 +292,7 @@ fn a_replayed_control_frame_is_refused() {
 fn only_frames_that_pass_every_check_are_a_sign_of_life() {
     let key = [3u8; 32];
     let mut e = Engine::new({
-        let mut c = Config::new(7, Rank::new(1), 3);
+        let mut c = EngineConfig::new(7, Rank::new(1), 3);
         c.key = Some(key.into());
         c
     })
@@ -352,9 +353,10 @@ fn a_not_held_reply_whose_base_lies_before_the_stream_is_ignored_without_overflo
 }
 #[test]
 fn a_nack_to_the_root_whose_base_lies_before_the_stream_asks_for_nothing() {
-    let mut root = Engine::new(Config::new(7, Rank::new(0), 3)).unwrap();
+    let mut root = Engine::new(EngineConfig::new(7, Rank::new(0), 3)).unwrap();
     let now = Instant::now();
-    root.bcast(now, vec![5; 100], Algorithm::Simple).unwrap();
+    root.bcast(now, vec![5; 100], HardwareAlgorithm::Simple)
+        .unwrap();
     let mut buf = vec![0u8; 1500];
     while root.poll_transmit(now, &mut buf).is_some() {}
     let nack = nack_frame(
@@ -379,7 +381,8 @@ fn a_replayed_data_frame_is_no_sign_of_life() {
     let (mut root, mut rx) = root_and_receiver();
     let t0 = Instant::now();
     let mut buf = vec![0u8; 1500];
-    root.bcast(t0, vec![1; 10], Algorithm::Simple).unwrap();
+    root.bcast(t0, vec![1; 10], HardwareAlgorithm::Simple)
+        .unwrap();
     let t = root.poll_transmit(t0, &mut buf).unwrap();
     let data = buf[..t.len].to_vec();
     rx.handle_frame(t0, &data).unwrap();

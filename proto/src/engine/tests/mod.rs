@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{Algorithm, Config, Dest, Engine, Event, Message, Stats};
+use crate::engine::{
+    Dest, Engine, EngineConfig, EngineEvent, EngineStats, HardwareAlgorithm, Message,
+};
 use crate::machine::{self, BatchEnd, Frames};
 use crate::wire::{Control, Flags, Frame, Kind, Repr};
 use crate::{wire, Rank};
@@ -24,7 +26,7 @@ struct Net {
     now: Instant,
     drop: DropRule,
     delivered: Vec<Vec<(Rank, u64, Vec<u8>)>>,
-    /// Messages that went to an observer alone (`Event::Observed`): root, id, length.
+    /// Messages that went to an observer alone (`EngineEvent::Observed`): root, id, length.
     observed: Vec<Vec<(Rank, u64, usize)>>,
     stable: Vec<Vec<u64>>,
     sent: usize,
@@ -50,10 +52,10 @@ impl machine::Held for Kept<'_> {
 }
 
 impl Net {
-    fn new(n: u16, tweak: impl Fn(&mut Config)) -> Net {
+    fn new(n: u16, tweak: impl Fn(&mut EngineConfig)) -> Net {
         let engines = (0..n)
             .map(|r| {
-                let mut c = Config::new(7, Rank::new(r), n);
+                let mut c = EngineConfig::new(7, Rank::new(r), n);
                 tweak(&mut c);
                 Engine::new(c).unwrap()
             })
@@ -181,11 +183,11 @@ impl Net {
         for (i, e) in self.engines.iter_mut().enumerate() {
             while let Some(ev) = e.poll_event() {
                 match ev {
-                    Event::Delivered(Message { root, msg_id, data }) => {
+                    EngineEvent::Delivered(Message { root, msg_id, data }) => {
                         self.delivered[i].push((root, msg_id, data))
                     }
-                    Event::Stable { msg_id } => self.stable[i].push(msg_id),
-                    Event::Observed { root, msg_id, len } => {
+                    EngineEvent::Stable { msg_id } => self.stable[i].push(msg_id),
+                    EngineEvent::Observed { root, msg_id, len } => {
                         self.observed[i].push((root, msg_id, len))
                     }
                     _ => {}
@@ -217,11 +219,11 @@ fn lose_once(seq: u32, to: usize) -> impl FnMut(&Repr, usize) -> bool {
 
 /// Root 0 broadcasts `m`; runs until every other member has it.
 fn broadcast_to_all(net: &mut Net, m: &[u8]) {
-    broadcast_all(net, &[m.to_vec()], Algorithm::Simple);
+    broadcast_all(net, &[m.to_vec()], HardwareAlgorithm::Simple);
 }
 
 /// Root 0 queues every one of `msgs` with `algo`; runs until every other member has them all.
-fn broadcast_all(net: &mut Net, msgs: &[Vec<u8>], algo: Algorithm) {
+fn broadcast_all(net: &mut Net, msgs: &[Vec<u8>], algo: HardwareAlgorithm) {
     for m in msgs {
         net.engines[0].bcast(net.now, m.clone(), algo).unwrap();
     }
@@ -231,8 +233,8 @@ fn broadcast_all(net: &mut Net, msgs: &[Vec<u8>], algo: Algorithm) {
 /// The root (rank 0) and the receiver (rank 1) of a two-member group with defaults.
 fn root_and_receiver() -> (Engine, Engine) {
     (
-        Engine::new(Config::new(7, Rank::new(0), 2)).unwrap(),
-        Engine::new(Config::new(7, Rank::new(1), 2)).unwrap(),
+        Engine::new(EngineConfig::new(7, Rank::new(0), 2)).unwrap(),
+        Engine::new(EngineConfig::new(7, Rank::new(1), 2)).unwrap(),
     )
 }
 
@@ -260,7 +262,7 @@ fn nack_frame(src: Rank, dst: Rank, flags: Flags, root: u32, seq: u32, bitmap: u
 /// Member 1 of 3 with peer repair, holding the first frame of root 0's stream.
 fn member_with_a_stream_of_root_0() -> (Engine, Instant) {
     let mut e = Engine::new({
-        let mut c = Config::new(7, Rank::new(1), 3);
+        let mut c = EngineConfig::new(7, Rank::new(1), 3);
         c.peer_repair = true;
         c
     })
@@ -309,7 +311,7 @@ fn fellow_asks(rx: &mut Engine, now: Instant, ask: &Control, ctr: u32) {
 }
 
 /// The frames root 0 sends at once for its broadcast of `m` with `algo`, not delivered.
-fn root_frames(net: &mut Net, m: &[u8], algo: Algorithm) -> Vec<Vec<u8>> {
+fn root_frames(net: &mut Net, m: &[u8], algo: HardwareAlgorithm) -> Vec<Vec<u8>> {
     net.engines[0].bcast(net.now, m.to_vec(), algo).unwrap();
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();
@@ -349,12 +351,16 @@ const LOSSY_LEN: usize = 20_000;
 
 /// Root 0 of `n` members streams `count` messages under 1% loss of data, repair and
 /// acknowledgement frames (tree reports included); returns the root's stats.
-fn lossy_stream(n: u16, tweak: impl Fn(&mut Config), count: usize) -> (Net, Stats) {
+fn lossy_stream(n: u16, tweak: impl Fn(&mut EngineConfig), count: usize) -> (Net, EngineStats) {
     let mut net = Net::new(n, tweak);
     net.drop = lossy(5, 0.01);
     for i in 0..count {
         net.engines[0]
-            .bcast(net.now, message(LOSSY_LEN, i as u8), Algorithm::Simple)
+            .bcast(
+                net.now,
+                message(LOSSY_LEN, i as u8),
+                HardwareAlgorithm::Simple,
+            )
             .unwrap();
     }
     net.run(|n| n.all_got(0, count) && n.engines[0].is_idle());
@@ -383,12 +389,13 @@ fn drain(e: &mut Engine, now: Instant) -> Vec<Vec<u8>> {
 
 /// The root's data frames for `msgs`, broadcast with no receiver answering.
 fn frames_of(msgs: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let mut c = Config::new(7, Rank::new(0), 2);
+    let mut c = EngineConfig::new(7, Rank::new(0), 2);
     c.window = 256;
     let mut root = Engine::new(c).unwrap();
     let now = Instant::now();
     for m in msgs {
-        root.bcast(now, m.clone(), Algorithm::Simple).unwrap();
+        root.bcast(now, m.clone(), HardwareAlgorithm::Simple)
+            .unwrap();
     }
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{Algorithm, Config, Engine, Event, Message, Observe, Piece};
+use crate::engine::{
+    Engine, EngineConfig, EngineEvent, HardwareAlgorithm, Message, Observe, Piece,
+};
 use crate::{machine, Rank};
 
 use super::{broadcast_all, frames_of, lossy, message, Net};
@@ -30,7 +32,7 @@ proptest::proptest! {
             idx.insert(r % idx.len(), idx[(r / 7) % idx.len()]);
         }
         let mut rx = Engine::new({
-            let mut c = Config::new(7, Rank::new(1), 2);
+            let mut c = EngineConfig::new(7, Rank::new(1), 2);
             c.auto_post = auto;
             c.window = 256;
             c
@@ -48,7 +50,7 @@ proptest::proptest! {
         }
         let mut got = Vec::new();
         while let Some(ev) = rx.poll_event() {
-            if let Event::Delivered(Message { msg_id, data, .. }) = ev {
+            if let EngineEvent::Delivered(Message { msg_id, data, .. }) = ev {
                 got.push((msg_id, data));
             }
         }
@@ -136,7 +138,7 @@ fn an_observer_sees_the_bytes_delivered_in_order_once() {
         .map(|r| observed(&mut net.engines[r], now, Rank::new(0)))
         .collect();
     let msgs: Vec<Vec<u8>> = (0..12).map(|i| message(i * 2_900 + 1, i as u8)).collect();
-    broadcast_all(&mut net, &msgs, Algorithm::Simple);
+    broadcast_all(&mut net, &msgs, HardwareAlgorithm::Simple);
     assert!(net.lost > 0, "the test lost nothing");
     let want = numbered(&msgs);
     for (k, s) in seen.iter().enumerate() {
@@ -161,7 +163,7 @@ fn pushed_bytes_are_observed_once() {
     let seen = observed(&mut net.engines[1], now, Rank::new(0));
     let small = message(500, 6);
     net.engines[0]
-        .bcast(now, small.clone(), Algorithm::PushPull)
+        .bcast(now, small.clone(), HardwareAlgorithm::PushPull)
         .unwrap();
     let until = now + Duration::from_millis(50);
     net.run(|n| n.now >= until);
@@ -270,7 +272,7 @@ fn keep_limited(mut net: Net, in_link: bool) -> u64 {
         .collect();
     for m in &msgs {
         net.engines[0]
-            .bcast(net.now, m.clone(), Algorithm::Simple)
+            .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
             .unwrap();
     }
     net.run(|n| (1..4).all(|r| n.delivered[r].len() + n.observed[r].len() == msgs.len()));

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{Algorithm, Config, Engine, Piece, SendError};
+use crate::engine::{Engine, EngineConfig, HardwareAlgorithm, Piece, SendError};
 use crate::machine::{BatchEnd, Frames};
 use crate::wire::Control;
 use crate::{ConfigError, Rank};
@@ -32,7 +32,7 @@ fn an_unposted_receiver_holds_at_most_a_receive_queue_of_tiny_messages() {
     let until = net.now + Duration::from_millis(200);
     while queued < SENT && net.now < until {
         while queued < SENT {
-            match net.engines[0].bcast(net.now, msgs[queued].clone(), Algorithm::Simple) {
+            match net.engines[0].bcast(net.now, msgs[queued].clone(), HardwareAlgorithm::Simple) {
                 Ok(_) => queued += 1,
                 Err(SendError::QueueFull(_)) => break,
                 Err(e) => panic!("{e}"),
@@ -57,7 +57,7 @@ fn an_unposted_receiver_holds_at_most_a_receive_queue_of_tiny_messages() {
             }
         }
         while queued < SENT {
-            match net.engines[0].bcast(net.now, msgs[queued].clone(), Algorithm::Simple) {
+            match net.engines[0].bcast(net.now, msgs[queued].clone(), HardwareAlgorithm::Simple) {
                 Ok(_) => queued += 1,
                 Err(_) => break,
             }
@@ -79,7 +79,7 @@ fn an_unposted_receiver_holds_at_most_a_receive_queue_of_tiny_messages() {
 /// not ended. Returns the receiver, the link's frames of the batch, and the instant.
 fn in_link_fellow(outbox: usize) -> (Engine, Vec<Vec<u8>>, Instant) {
     let cfg = |rank| {
-        let mut c = Config::new(7, Rank::new(rank), 3);
+        let mut c = EngineConfig::new(7, Rank::new(rank), 3);
         c.peer_repair = true;
         c.outbox = outbox;
         c
@@ -93,7 +93,7 @@ fn in_link_fellow(outbox: usize) -> (Engine, Vec<Vec<u8>>, Instant) {
     // The link's frames, kept where they were handed in until the batch ends.
     let mut link: Vec<Vec<u8>> = Vec::new();
     let mut send = |root: &mut Engine, rx: &mut Engine, link: &mut Vec<Vec<u8>>, m: Vec<u8>| {
-        root.bcast(now, m, Algorithm::Simple).unwrap();
+        root.bcast(now, m, HardwareAlgorithm::Simple).unwrap();
         while let Some(t) = root.poll_transmit(now, &mut buf) {
             link.push(buf[..t.len].to_vec());
             assert_eq!(rx.handle_frame(now, link.last().unwrap()), Ok(()));
@@ -152,7 +152,7 @@ fn repairs_served_from_the_link_leave_when_the_batch_ends() {
 /// Performs the misbehaviour: a fellow that asks, again and again within one batch of the
 /// link, for frames a receiver left in the link (`Engine::leave_in_link`). Repairs it serves
 /// from the link wait for the batch's end; they count against the outbox as the ones served
-/// at once do, so that a batch of requests makes it hold at most `Config::outbox` of them,
+/// at once do, so that a batch of requests makes it hold at most `EngineConfig::outbox` of them,
 /// not one per frame asked for in every request.
 #[test]
 fn repairs_served_from_the_link_are_bounded_by_the_outbox_whatever_a_fellow_asks() {
@@ -176,7 +176,7 @@ fn repairs_served_from_the_link_are_bounded_by_the_outbox_whatever_a_fellow_asks
 /// Performs the misbehaviour: a root that polls a receiver for its acknowledgement over and
 /// over (each poll with a fresh control counter) while the receiver's link takes nothing (a
 /// driver flushes only what the link takes; the rest waits in the engine). Each poll is
-/// answered, but what waits to be sent is at most `Config::outbox` control frames: beyond it
+/// answered, but what waits to be sent is at most `EngineConfig::outbox` control frames: beyond it
 /// a control frame is dropped and counted, as a link would lose it (acknowledgements,
 /// requests and reports are all repeated by their timers). Once the link takes frames again
 /// the next poll is answered.
@@ -185,7 +185,7 @@ fn a_receiver_polled_faster_than_its_link_sends_holds_at_most_an_outbox_of_answe
     const OUTBOX: usize = 64;
     const POLLS: u32 = 1000;
     let mut rx = Engine::new({
-        let mut c = Config::new(7, Rank::new(1), 2);
+        let mut c = EngineConfig::new(7, Rank::new(1), 2);
         c.outbox = OUTBOX;
         c
     })
@@ -219,10 +219,10 @@ fn a_receiver_polled_faster_than_its_link_sends_holds_at_most_an_outbox_of_answe
 }
 
 /// An outbox of no frames would drop every control frame (no acknowledgement would ever
-/// leave, see `Stats::outbox_full`): such an engine is refused.
+/// leave, see `EngineStats::outbox_full`): such an engine is refused.
 #[test]
 fn an_engine_without_room_in_its_outbox_is_refused() {
-    let mut c = Config::new(7, Rank::new(0), 2);
+    let mut c = EngineConfig::new(7, Rank::new(0), 2);
     c.outbox = 0;
     assert_eq!(Engine::new(c).err(), Some(ConfigError::Zero));
 }

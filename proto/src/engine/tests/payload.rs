@@ -1,7 +1,7 @@
 //! Payload checks end to end, cache hints, and frames placed ahead into their messages.
 
 use crate::engine::send::PUBLISH_AHEAD;
-use crate::engine::{Algorithm, Config, DropReason, Engine};
+use crate::engine::{DropReason, Engine, EngineConfig, HardwareAlgorithm};
 use crate::wire::{Flags, Frame, Repr};
 use crate::{wire, Rank};
 
@@ -11,7 +11,7 @@ use super::{lose_once, message, root_frames, Net};
 /// the root emitted it (as a switch's memory might, past every Ethernet FCS).
 fn first_frame_corrupted(net: &mut Net, m: &[u8]) -> Vec<u8> {
     net.engines[0]
-        .bcast(net.now, m.to_vec(), Algorithm::Simple)
+        .bcast(net.now, m.to_vec(), HardwareAlgorithm::Simple)
         .unwrap();
     let mut buf = vec![0u8; 1500];
     let t = net.engines[0].poll_transmit(net.now, &mut buf).unwrap();
@@ -44,7 +44,7 @@ fn a_member_that_checks_nothing_end_to_end_refuses_payloads_no_crc_covers() {
     let mut net = Net::new(3, |c| c.end_to_end = c.rank != Rank::new(2));
     let m = message(3000, 5);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algorithm::Simple)
+        .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.delivered[1].len() == 1);
     assert_eq!(
@@ -87,7 +87,7 @@ fn record_hint(at: *const u8, len: usize) {
 }
 
 /// Two members, rank 1 recording its cache hints (none recorded yet), after `tweak`.
-fn hinting_net(tweak: impl Fn(&mut Config)) -> Net {
+fn hinting_net(tweak: impl Fn(&mut EngineConfig)) -> Net {
     HINTS.with(|h| h.borrow_mut().clear());
     Net::new(2, |c| {
         tweak(c);
@@ -104,7 +104,7 @@ fn a_receiver_hints_where_the_frame_after_the_next_lands_in_its_message() {
     // Five full frames and a short sixth.
     let m = message(5 * per + 100, 9);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algorithm::Simple)
+        .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     let got = &net.delivered[1][0].2;
@@ -147,7 +147,7 @@ fn a_root_publishes_frames_just_before_it_sends_them_and_hints_the_next_ones() {
     let per = net.engines[0].config().max_payload();
     let m = message(100 * per + 7, 5);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algorithm::Simple)
+        .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
         .unwrap();
     let published = |e: &Engine| e.sender().eqa().head().get();
     assert_eq!(published(&net.engines[0]), PUBLISH_AHEAD);
@@ -198,7 +198,7 @@ fn a_frame_kept_in_its_slot_hints_the_place_two_slots_on() {
     let per = net.engines[0].config().max_payload();
     let cap = net.engines[1].config().slot_payload();
     let m = message(4 * per, 3);
-    let frames = root_frames(&mut net, &m, Algorithm::Simple);
+    let frames = root_frames(&mut net, &m, HardwareAlgorithm::Simple);
     assert_eq!(frames.len(), 4);
     // Frames 2 and 3 before frame 0: nothing is posted, so they wait in slots 2 and 3.
     for f in &frames[2..] {
@@ -226,7 +226,7 @@ fn a_frame_placed_behind_a_gap_hints_where_the_frame_after_the_next_lands() {
     let mut net = hinting_net(|_| {});
     let per = net.engines[0].config().max_payload();
     let m = message(6 * per, 8);
-    let frames = root_frames(&mut net, &m, Algorithm::Simple);
+    let frames = root_frames(&mut net, &m, HardwareAlgorithm::Simple);
     // Frame 0 in order, frame 1 lost, frame 2 placed behind the gap.
     for f in [&frames[0], &frames[2]] {
         assert_eq!(net.engines[1].handle_frame(net.now, f), Ok(()));
@@ -247,8 +247,8 @@ fn a_frame_placed_behind_a_gap_hints_where_the_frame_after_the_next_lands() {
 
 /// Root 0's frames of messages `a` and then `b`, sent at once, not delivered.
 fn two_messages(net: &mut Net, a: &[u8], b: &[u8]) -> Vec<Vec<u8>> {
-    let mut frames = root_frames(net, a, Algorithm::Simple);
-    frames.extend(root_frames(net, b, Algorithm::Simple));
+    let mut frames = root_frames(net, a, HardwareAlgorithm::Simple);
+    frames.extend(root_frames(net, b, HardwareAlgorithm::Simple));
     frames
 }
 
@@ -330,7 +330,7 @@ fn a_message_begun_behind_a_gap_is_filled_without_reallocating() {
     let (a, b) = (message(2 * per, 5), message(40 * per + 7, 6));
     for m in [&a, &b] {
         net.engines[0]
-            .bcast(net.now, m.clone(), Algorithm::Simple)
+            .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.all_got(0, 2));

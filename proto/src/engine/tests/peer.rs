@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::recv::{COPY_TAIL, PEER_HOLD_WAIT};
-use crate::engine::{Algorithm, Config, Dest, DropReason, Engine, Event};
+use crate::engine::{Dest, DropReason, Engine, EngineConfig, EngineEvent, HardwareAlgorithm};
 use crate::wire::{Control, Flags, Frame, Kind, Repr};
 use crate::Rank;
 
@@ -44,7 +44,7 @@ fn one_frame_messages_with_losses(batches: &[u8], lost: &'static [u32]) -> Net {
         for _ in 0..count {
             let m = message(100, msgs.len() as u8);
             net.engines[0]
-                .bcast(net.now, m.clone(), Algorithm::Simple)
+                .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
                 .unwrap();
             msgs.push(m);
         }
@@ -92,10 +92,10 @@ fn once_asked_a_peer_keeps_copies_and_repairs_frames_it_delivered_already() {
 }
 
 /// Root 0 and receiver 1 of group 7 (3 members, peer repair, a window of four copied
-/// tails); `hold`: `Config::peer_hold`.
+/// tails); `hold`: `EngineConfig::peer_hold`.
 fn fellow_pair(hold: bool) -> (Engine, Engine) {
     let cfg = |rank| {
-        let mut c = Config::new(7, rank, 3);
+        let mut c = EngineConfig::new(7, rank, 3);
         c.window = 4 * COPY_TAIL;
         c.peer_repair = true;
         c.peer_hold = hold;
@@ -116,11 +116,11 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
     let now = Instant::now();
     let mut buf = vec![0u8; 1500];
     let mut send_all = |root: &mut Engine, rx: &mut Engine, m: Vec<u8>| {
-        root.bcast(now, m, Algorithm::Simple).unwrap();
+        root.bcast(now, m, HardwareAlgorithm::Simple).unwrap();
         while let Some(t) = root.poll_transmit(now, &mut buf) {
             assert_eq!(rx.handle_frame(now, &buf[..t.len]), Ok(()));
         }
-        assert!(matches!(rx.poll_event(), Some(Event::Delivered(_))));
+        assert!(matches!(rx.poll_event(), Some(EngineEvent::Delivered(_))));
     };
     // Message 0 (frame 0), delivered before anybody asked: no copy. The request turns copies on.
     send_all(&mut root, &mut rx, vec![1; 8]);
@@ -171,7 +171,7 @@ fn once_asked_a_receiver_keeps_copies_of_the_last_frames_of_each_message_only() 
 fn delivered_now(rx: &mut Engine) -> Vec<(u64, Vec<u8>)> {
     let mut got = Vec::new();
     while let Some(ev) = rx.poll_event() {
-        if let Event::Delivered(m) = ev {
+        if let EngineEvent::Delivered(m) = ev {
             got.push((m.msg_id, m.data));
         }
     }
@@ -187,7 +187,8 @@ fn with_peer_hold_a_message_is_held_back_for_fellows_instead_of_copied() {
     let mut buf = vec![0u8; 1500];
     // Root 0 broadcasts `m` at `at`; rank 1's acknowledgements go back to it.
     let mut send = |root: &mut Engine, rx: &mut Engine, at: Instant, m: &[u8]| {
-        root.bcast(at, m.to_vec(), Algorithm::Simple).unwrap();
+        root.bcast(at, m.to_vec(), HardwareAlgorithm::Simple)
+            .unwrap();
         loop {
             let mut moved = false;
             while let Some(t) = root.poll_transmit(at, &mut buf) {
@@ -298,7 +299,7 @@ fn after_an_eviction_the_next_live_member_is_the_peer() {
     net.drop = Box::new(move |r, to| to == 3 || lose(r, to));
     let m = message(150_000, 5);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algorithm::Simple)
+        .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.delivered[1].len() == 1 && n.delivered[2].len() == 1);
     assert_eq!(net.delivered[2], vec![(Rank::new(0), 0, m)]);
@@ -310,7 +311,7 @@ fn after_an_eviction_the_next_live_member_is_the_peer() {
 #[test]
 fn a_peer_nack_naming_a_bad_root_is_dropped() {
     let mut e = Engine::new({
-        let mut c = Config::new(7, Rank::new(1), 3);
+        let mut c = EngineConfig::new(7, Rank::new(1), 3);
         c.peer_repair = true;
         c
     })
@@ -367,7 +368,7 @@ fn a_peer_that_lost_the_frame_too_says_so_and_the_root_is_asked_at_once() {
     let start = net.now;
     let m = message(150_000, 6);
     net.engines[0]
-        .bcast(net.now, m.clone(), Algorithm::Simple)
+        .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert_eq!(net.delivered[1], vec![(Rank::new(0), 0, m.clone())]);
@@ -376,7 +377,7 @@ fn a_peer_that_lost_the_frame_too_says_so_and_the_root_is_asked_at_once() {
     assert_eq!(net.engines[2].stats().peer_repairs, 0);
     assert!(net.engines[0].stats().repair_frames >= 1);
     // Without the answer, each would have waited out its retry interval before asking the root.
-    let retry = Config::new(7, Rank::new(0), 3).nack_retry;
+    let retry = EngineConfig::new(7, Rank::new(0), 3).nack_retry;
     assert!(net.now - start < retry, "took {:?}", net.now - start);
 }
 
@@ -438,7 +439,7 @@ fn a_peer_that_never_answers_is_given_up_and_the_root_is_asked_directly() {
     let msgs: Vec<Vec<u8>> = (0..10).map(|i| message(150_000, i)).collect();
     for m in &msgs {
         net.engines[0]
-            .bcast(net.now, m.clone(), Algorithm::Simple)
+            .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
             .unwrap();
     }
     net.run(|n| n.delivered[1].len() == 10 && n.delivered[2].len() == 10);
@@ -475,7 +476,7 @@ fn a_peer_silent_for_a_while_is_asked_again_after_a_pause() {
             || (to == 2 && r.kind == Some(Kind::Data) && r.seq % 5 == 2)
     });
     let msgs: Vec<Vec<u8>> = (0..40).map(|i| message(150_000, i)).collect();
-    broadcast_all(&mut net, &msgs, Algorithm::Simple);
+    broadcast_all(&mut net, &msgs, HardwareAlgorithm::Simple);
     let got: Vec<&Vec<u8>> = net.delivered[2].iter().map(|d| &d.2).collect();
     assert_eq!(got, msgs.iter().collect::<Vec<_>>());
     let frames = net.engines[0].sender().eqa().head().get();

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{Algorithm, Config, Engine, Event, Message, Stats};
+use crate::engine::{Engine, EngineConfig, EngineEvent, EngineStats, HardwareAlgorithm, Message};
 use crate::wire::{Control, Frame, Kind};
 use crate::Rank;
 
@@ -22,11 +22,15 @@ fn the_protocol_does_not_depend_on_how_often_timeouts_are_handled() {
         net.drop = lossy(1, 0.2);
         for i in 0..40 {
             net.engines[0]
-                .bcast(net.now, message(1000 + 97 * i, i as u8), Algorithm::Simple)
+                .bcast(
+                    net.now,
+                    message(1000 + 97 * i, i as u8),
+                    HardwareAlgorithm::Simple,
+                )
                 .unwrap();
         }
         net.run(|n| n.all_got(0, 40) && n.engines[0].is_idle());
-        let stats: Vec<Stats> = net.engines.iter().map(|e| e.stats().clone()).collect();
+        let stats: Vec<EngineStats> = net.engines.iter().map(|e| e.stats().clone()).collect();
         (stats, net.sent, net.delivered)
     };
     let (lazy, eager) = (run(false), run(true));
@@ -47,7 +51,7 @@ fn the_protocol_does_not_depend_on_how_often_timeouts_are_handled() {
 fn a_member_makes_its_destination_structures_at_its_first_broadcast() {
     let mut net = Net::new(200, |_| {});
     net.engines[0]
-        .bcast(net.now, message(3000, 9), Algorithm::Simple)
+        .bcast(net.now, message(3000, 9), HardwareAlgorithm::Simple)
         .unwrap();
     net.run(|n| n.all_got(0, 1));
     assert_eq!(net.engines[0].sender().eqa().dests().len(), 199);
@@ -60,7 +64,7 @@ fn a_member_makes_its_destination_structures_at_its_first_broadcast() {
     // A member evicted before the first broadcast starts out evicted.
     assert!(net.engines[1].evict(net.now, Rank::new(7)));
     net.engines[1]
-        .bcast(net.now, message(10, 1), Algorithm::Simple)
+        .bcast(net.now, message(10, 1), HardwareAlgorithm::Simple)
         .unwrap();
     let eqa = net.engines[1].sender().eqa();
     assert_eq!(eqa.dests().len(), 199);
@@ -89,7 +93,7 @@ fn with_an_acknowledgement_tree_the_root_hears_a_few_reports_not_every_receiver(
         count,
     );
     assert_exact(&tree_net, 0, count, LOSSY_LEN, &[]);
-    let members: Vec<&Stats> = tree_net.engines[1..].iter().map(|e| e.stats()).collect();
+    let members: Vec<&EngineStats> = tree_net.engines[1..].iter().map(|e| e.stats()).collect();
     assert!(
         members.iter().map(|s| s.tree_ack_frames).sum::<u64>() > 0,
         "receivers report up the tree"
@@ -118,7 +122,7 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
     let count = 30;
     for i in 0..count {
         net.engines[0]
-            .bcast(net.now, message(3000, i as u8), Algorithm::Simple)
+            .bcast(net.now, message(3000, i as u8), HardwareAlgorithm::Simple)
             .unwrap();
     }
     // Its subtree's reports do not reach the root, which probes them and hears their answers
@@ -148,16 +152,17 @@ fn a_dead_member_inside_the_tree_is_evicted_and_its_subtree_completes() {
 
 /// A push-pull message that fits one frame (the root side).
 mod one_frame_push_pull {
-    use crate::engine::{Algorithm, Config, Dest, Engine, Event, Message};
+    use crate::engine::{Dest, Engine, EngineConfig, EngineEvent, HardwareAlgorithm, Message};
     use crate::wire::{Flags, Frame, Kind, Repr};
     use crate::Rank;
     use std::time::Instant;
 
     /// What the root sends for one push-pull message of `len` bytes before any answer.
     fn first_frames(len: usize) -> (Vec<Repr>, Vec<Vec<u8>>) {
-        let mut root = Engine::new(Config::new(7, Rank::new(0), 3)).unwrap();
+        let mut root = Engine::new(EngineConfig::new(7, Rank::new(0), 3)).unwrap();
         let now = Instant::now();
-        root.bcast(now, vec![5; len], Algorithm::PushPull).unwrap();
+        root.bcast(now, vec![5; len], HardwareAlgorithm::PushPull)
+            .unwrap();
         let (mut reprs, mut pdus) = (Vec::new(), Vec::new());
         let mut buf = vec![0u8; 1500];
         while let Some(t) = root.poll_transmit(now, &mut buf) {
@@ -170,7 +175,7 @@ mod one_frame_push_pull {
 
     #[test]
     fn a_message_that_fits_one_frame_is_pushed_whole_and_needs_no_pull() {
-        let max = Config::new(7, Rank::new(0), 3).max_payload();
+        let max = EngineConfig::new(7, Rank::new(0), 3).max_payload();
         for len in [1, 80, 81, 256, 860, 861, max] {
             let (reprs, pdus) = first_frames(len);
             assert_eq!(reprs.len(), 1, "{len} B: one frame");
@@ -178,11 +183,13 @@ mod one_frame_push_pull {
             assert!(f.contains(Flags::PUSH | Flags::LAST), "{len} B: {f:?}");
             assert!(!f.contains(Flags::PULL_WAIT), "{len} B: waits for a pull");
             // A receiver delivers it from that frame alone and asks for nothing.
-            let mut rx = Engine::new(Config::new(7, Rank::new(1), 3)).unwrap();
+            let mut rx = Engine::new(EngineConfig::new(7, Rank::new(1), 3)).unwrap();
             let now = Instant::now();
             rx.handle_frame(now, &pdus[0]).unwrap();
             match rx.poll_event() {
-                Some(Event::Delivered(Message { data, .. })) => assert_eq!(data, vec![5; len]),
+                Some(EngineEvent::Delivered(Message { data, .. })) => {
+                    assert_eq!(data, vec![5; len])
+                }
                 other => panic!("{len} B: {other:?}"),
             }
             let mut buf = vec![0u8; 1500];
@@ -195,7 +202,7 @@ mod one_frame_push_pull {
 
     #[test]
     fn a_longer_message_still_pushes_btp1_then_btp2_and_waits() {
-        let max = Config::new(7, Rank::new(0), 3).max_payload();
+        let max = EngineConfig::new(7, Rank::new(0), 3).max_payload();
         let (reprs, _) = first_frames(max + 1);
         assert_eq!(reprs.len(), 2);
         assert_eq!((reprs[0].offset, reprs[1].offset), (0, 80));
@@ -224,7 +231,7 @@ fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine, Eng
         n
     };
     for i in 0..count {
-        root.bcast(now, vec![i as u8; 8], Algorithm::Simple)
+        root.bcast(now, vec![i as u8; 8], HardwareAlgorithm::Simple)
             .unwrap();
         acks += pump(&mut root, &mut rx, now);
         now += every;
@@ -259,7 +266,7 @@ fn acks_of_a_stream(count: usize, every: Duration) -> (usize, usize, Engine, Eng
 #[test]
 fn a_busy_stream_of_small_messages_is_acknowledged_once_per_half_window_and_once_when_the_root_asks(
 ) {
-    let cfg = Config::new(7, Rank::new(1), 2);
+    let cfg = EngineConfig::new(7, Rank::new(1), 2);
     assert_eq!(cfg.ack_every, cfg.window / 2);
     // Messages 100 µs apart: one acknowledgement per ack_every frames while they come; the
     // rest once the root's timer fires on the idle stream and it asks (one poll).
@@ -281,7 +288,7 @@ fn a_receiver_arms_no_timer_of_its_own_and_answers_the_roots_poll_at_once() {
     // virtual machine); the root's one timer per idle period does the asking instead.
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 8]).collect();
     let frames = frames_of(&msgs);
-    let c = Config::new(7, Rank::new(1), 2);
+    let c = EngineConfig::new(7, Rank::new(1), 2);
     assert!(frames.len() < c.ack_every);
     let mut rx = Engine::new(c).unwrap();
     let mut now = Instant::now();
@@ -324,7 +331,8 @@ fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
     let t0 = Instant::now();
     let mut buf = vec![0u8; 1500];
     for i in 0..3u8 {
-        root.bcast(t0, vec![i; 8], Algorithm::Simple).unwrap();
+        root.bcast(t0, vec![i; 8], HardwareAlgorithm::Simple)
+            .unwrap();
     }
     for i in 0..3 {
         let t = root.poll_transmit(t0, &mut buf).unwrap();
@@ -362,7 +370,7 @@ fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
     rx.handle_frame(fired, &buf[..t.len]).unwrap();
     let got: Vec<u64> = std::iter::from_fn(|| rx.poll_event())
         .filter_map(|e| match e {
-            Event::Delivered(Message { msg_id, .. }) => Some(msg_id),
+            EngineEvent::Delivered(Message { msg_id, .. }) => Some(msg_id),
             _ => None,
         })
         .collect();
