@@ -32,6 +32,8 @@ pub mod cluster;
 #[cfg(feature = "sim")]
 pub mod memory;
 #[cfg(feature = "sim")]
+pub mod simcoll;
+#[cfg(feature = "sim")]
 pub mod simgroup;
 /// The core crate, whose machines the simulator's harnesses run: every type a member's
 /// methods name is there.
@@ -63,8 +65,8 @@ pub use ethbcast_sys::{
 pub use group::{
     join, key_from_passphrase, key_from_passphrase_salt, parse_hostfile, placement_from_env,
     rank_size_from_env, Detection, Footprint, Group, GroupError, GroupOptions, HostEntry,
-    HostError, HostGroup, HostOptions, Membership, Outcome, PassphraseError, Placement, Role,
-    ServeWait, ServeWake, Settle, Stream, StreamOptions, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
+    HostError, HostGroup, HostOptions, JoinSeen, Membership, Outcome, PassphraseError, Placement,
+    Role, ServeWait, ServeWake, Settle, Stream, StreamOptions, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
     PASSPHRASE_COST,
 };
 pub use host_ring::{HostRingError, Hosts, Wait as HostWait};

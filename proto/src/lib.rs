@@ -81,8 +81,8 @@ pub use detect::{
 
 // How a group forms.
 pub use join::{
-    session, Expect, Join, JoinConfig, JoinError, JoinStats, Joined, LateRoster, Session,
-    HELLO_GAP, MAX_CHALLENGES, MIN_PDU, REPEAT,
+    session, Expect, Join, JoinConfig, JoinError, JoinStats, Joined, LateRoster, Overheard,
+    Session, HELLO_GAP, MAX_CHALLENGES, MIN_PDU, REPEAT,
 };
 
 // One group member.

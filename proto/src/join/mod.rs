@@ -56,12 +56,14 @@ use crate::Rank;
 mod challenges;
 mod config;
 mod outcome;
+mod overheard;
 mod rosters;
 mod session;
 
 use challenges::{Challenges, Taken};
 pub use config::{Expect, JoinConfig};
 pub use outcome::{JoinError, JoinStats, Joined, LateRoster};
+pub use overheard::Overheard;
 use rosters::Rosters;
 use session::{challenge_key, join_key};
 pub use session::{session, Session};
@@ -186,6 +188,8 @@ pub struct Join {
     late: Option<LateRoster>,
     /// Hosts heard that the expectation excludes.
     strangers: BTreeSet<MacAddr>,
+    /// Frames beside this join's exchange (see [`Overheard`]).
+    overheard: Overheard,
     next_send: Instant,
     out: VecDeque<(MacAddr, Vec<u8>)>,
     result: Option<Result<Joined, JoinError>>,
@@ -259,6 +263,7 @@ impl Join {
             rosters: Rosters::default(),
             late: None,
             strangers: BTreeSet::new(),
+            overheard: Overheard::default(),
             next_send: now,
             out: VecDeque::new(),
             result: None,
@@ -308,6 +313,19 @@ impl Join {
             .as_ref()
             .map(|c| c.hellos.iter().map(|h| h.0).collect())
             .unwrap_or_default()
+    }
+
+    /// Members of the roster the coordinator decided that confirmed it, this one included
+    /// (`None` before a roster is decided, and on a member that does not coordinate).
+    pub fn confirmed(&self) -> Option<(usize, usize)> {
+        let c = self.coord.as_ref()?;
+        let roster = c.roster.as_ref()?;
+        Some((c.confirmed.len(), roster.len()))
+    }
+
+    /// What this join overheard beside its own exchange (see [`Overheard`]).
+    pub fn overheard(&self) -> &Overheard {
+        &self.overheard
     }
 
     /// What the join holds and has sent so far.
@@ -576,7 +594,18 @@ impl Join {
         let Ok(f) = Frame::new_checked(pdu) else {
             return;
         };
-        if f.kind() != Kind::Join || f.group() != self.cfg.group || src == self.cfg.mac {
+        if src == self.cfg.mac {
+            return;
+        }
+        if f.group() != self.cfg.group {
+            // Rank 0 of another session: its sender (or coordinator), whose frames go to
+            // every member.
+            if f.src() == Rank::new(0) {
+                self.overheard.other_session(src);
+            }
+            return;
+        }
+        if f.kind() != Kind::Join {
             return;
         }
         if self.done {
@@ -606,9 +635,11 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(challenge_key(k)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
+                self.overheard.challenge_from(src);
                 let from_coordinator = match &self.cfg.expect {
                     Expect::List(l) => l.first() == Some(&src),
                     Expect::Ranks { size: s, .. } => f.src() == Rank::new(0) && size == *s,
@@ -649,6 +680,7 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
@@ -676,6 +708,7 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
@@ -706,6 +739,7 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }

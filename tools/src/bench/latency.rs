@@ -1000,6 +1000,7 @@ fn algo_series(
     algos
         .iter()
         .map(|a| Series {
+            limit: false,
             name: a.to_uppercase(),
             points: r
                 .rows
