@@ -16,10 +16,9 @@ use criterion::{
     black_box, criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput,
 };
 use ethbcast::StreamOptions;
-use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine};
-use ethbcast_proto::eqa::Eqa;
-use ethbcast_proto::wire::{self, Flags, Frame, Kind, Repr};
-use ethbcast_proto::{Rank, Seq};
+use ethbcast_proto::{
+    Dest, Engine, EngineConfig, Eqa, Flags, Frame, HardwareAlgorithm, Kind, Rank, Repr, Seq,
+};
 
 /// Payload of a full frame at the default 1500-byte MTU.
 const FULL: usize = 1460;
@@ -46,7 +45,7 @@ fn data_repr() -> Repr {
         flags: Flags::BROADCAST,
         group: 7,
         src: Rank::new(0),
-        dst: wire::ALL,
+        dst: Rank::BROADCAST,
         seq: 12345,
         msg_id: 3,
         msg_len: MIB as u32,
@@ -125,13 +124,13 @@ fn eqa_benches(c: &mut Criterion) {
 fn record_stream(len: usize, end_to_end: bool) -> Vec<Vec<u8>> {
     let mut now = Instant::now();
     let config = |rank| {
-        let mut cfg = Config::new(1, rank, 2);
+        let mut cfg = EngineConfig::new(1, rank, 2);
         cfg.end_to_end = end_to_end;
         cfg
     };
     let mut root = Engine::new(config(Rank::new(0))).expect("valid config");
     let mut peer = Engine::new(config(Rank::new(1))).expect("valid config");
-    root.bcast(now, payload(len), Algorithm::Simple)
+    root.bcast(now, payload(len), HardwareAlgorithm::Simple)
         .expect("queue empty");
     let mut buf = vec![0u8; 1500];
     let mut frames = Vec::new();
@@ -169,13 +168,13 @@ fn record_stream(len: usize, end_to_end: bool) -> Vec<Vec<u8>> {
     );
     assert!(matches!(
         peer.poll_event(),
-        Some(ethbcast_proto::engine::Event::Delivered(ethbcast_proto::engine::Message { data, .. })) if data.len() == len
+        Some(ethbcast_proto::EngineEvent::Delivered(ethbcast_proto::Message { data, .. })) if data.len() == len
     ));
     frames
 }
 
 fn receiver() -> Engine {
-    Engine::new(Config::new(1, Rank::new(1), 2)).expect("valid config")
+    Engine::new(EngineConfig::new(1, Rank::new(1), 2)).expect("valid config")
 }
 
 /// A receiver configured as `ethbcast recv`'s, for the frames of `record_stream(_, true)`: a
@@ -265,8 +264,9 @@ const ROOT_SIZE: u16 = 9; // root 0 and 8 destinations
 /// frames have been transmitted (the buffer holds 16).
 fn root_with(sent: usize) -> Engine {
     let now = Instant::now();
-    let mut root = Engine::new(Config::new(1, Rank::new(0), ROOT_SIZE)).expect("valid config");
-    root.bcast(now, payload(32 * FULL), Algorithm::Simple)
+    let mut root =
+        Engine::new(EngineConfig::new(1, Rank::new(0), ROOT_SIZE)).expect("valid config");
+    root.bcast(now, payload(32 * FULL), HardwareAlgorithm::Simple)
         .expect("queue empty");
     let mut buf = vec![0u8; 1500];
     for _ in 0..sent {

@@ -24,11 +24,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::driver::{Driver, Machine};
-use crate::engine::{Algorithm, Config};
 use crate::link::sim::{Faults, SimConfig, SimError, SimNet, SimPort};
 use crate::link::LinkError;
-use crate::member::{Event, Member, MemberConfig, MemberError, Message};
 use crate::Rank;
+use ethbcast_proto::{Algorithm, EngineConfig, Event, Member, MemberConfig, MemberError, Message};
 
 /// Why a cluster could not run.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +43,7 @@ pub enum ClusterError {
     Member(#[from] MemberError),
     /// The engine configuration is invalid.
     #[error("engine configuration: {0}")]
-    Config(#[from] crate::engine::ConfigError),
+    Config(#[from] ethbcast_proto::ConfigError),
     /// The scenario itself is unusable.
     #[error("scenario: {0}")]
     Scenario(String),
@@ -388,7 +387,7 @@ pub struct Scenario {
     /// Peer repair on or off, if not the default.
     pub peer_repair: Option<bool>,
     /// Adjusts every member's engine configuration (after the options above).
-    pub tweak: fn(&mut Config),
+    pub tweak: fn(&mut EngineConfig),
     /// Receive interrupt coalescing of every host ([`SimCluster::set_rx_coalesce`]; zero:
     /// none).
     pub rx_coalesce: Duration,
@@ -621,7 +620,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let start = net.now();
     let members = (0..n)
         .map(|i| {
-            let mut cfg = Config::new(0xEB, Rank::new(i as u16), t.nodes);
+            let mut cfg = EngineConfig::new(0xEB, Rank::new(i as u16), t.nodes);
             if let Some(w) = sc.window {
                 cfg.window = w;
             }

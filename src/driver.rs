@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::link::sim::SimNet;
 use crate::link::{Link, LinkError};
-use crate::member::Member;
-pub(crate) use ethbcast_proto::machine::{Clock, Machine};
+use ethbcast_proto::Member;
+pub(crate) use ethbcast_proto::{Clock, Machine};
 
 /// The wall clock of real links.
 #[derive(Debug, Clone, Copy, Default)]
@@ -84,7 +84,7 @@ impl<L, M: std::fmt::Debug> std::fmt::Debug for Driver<L, M> {
 impl<L: Link, M: Machine> Driver<L, M> {
     /// Drives `machine` over `link`.
     pub(crate) fn new(machine: M, link: L) -> Driver<L, M> {
-        let buf = vec![0u8; link.max_pdu().max(crate::wire::OVERHEAD)];
+        let buf = vec![0u8; link.max_pdu().max(ethbcast_proto::OVERHEAD)];
         Driver {
             member: machine,
             link,

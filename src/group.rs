@@ -26,17 +26,14 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::detect::{DetectorConfig, Gossip};
 use crate::driver::{Clock, Driver, Sends, WallClock};
-use crate::engine::Config;
-use crate::join::{Expect, Join, JoinConfig, JoinError, JoinStats, Joined};
 use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
-use crate::member::{Done, Member, MemberConfig, MemberError};
 use crate::Key;
 use crate::Rank;
-
-use crate::member::Algorithm;
-use crate::wire::BarrierAlgo;
+use ethbcast_proto::{
+    Algorithm, BarrierAlgo, DetectorConfig, Done, EngineConfig, EngineStats, Expect, Gossip, Join,
+    JoinConfig, JoinError, JoinStats, Joined, Member, MemberConfig, MemberError, MemberStats,
+};
 
 mod allgather;
 mod host;
@@ -80,7 +77,7 @@ pub struct GroupOptions {
     /// How long a call may wait (join, bcast, barrier) before failing.
     pub timeout: Duration,
     /// Adjusts the engine configuration.
-    pub tweak: Option<fn(&mut Config)>,
+    pub tweak: Option<fn(&mut EngineConfig)>,
     /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator).
     pub barrier_arity: u16,
     /// Shared group key (see [`key_from_passphrase`] and [`read_key_file`](crate::read_key_file)): the join and
@@ -276,7 +273,18 @@ pub enum GroupError {
     },
 }
 
-/// A member of a group on a real link: a [`Member`] run with the wall clock.
+/// The heap bytes a member holds for its fellows: a receive stream per root it took frames
+/// of, and a point-to-point channel per peer it exchanged messages with. Streams and channels
+/// are made only for frames that passed every check (a host without the key makes none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Heap bytes of each receive stream, by root.
+    pub streams: Vec<(Rank, usize)>,
+    /// Heap bytes of each point-to-point channel, by peer.
+    pub channels: Vec<(Rank, usize)>,
+}
+
+/// A member of a group on a real link: the core's member run with the wall clock.
 pub struct Group {
     driver: Driver<Box<dyn Link + Send>>,
     reported: usize,
@@ -309,7 +317,7 @@ const NO_SLICE: Duration = Duration::MAX;
 impl Group {
     /// A group over an already opened link, with the member MACs in rank order. This
     /// member's rank is the position of the link's MAC. The members join first (a fresh
-    /// session, see [`ethbcast_proto::join`]), so every member must call this (or
+    /// session, see [`ethbcast_proto::Join`]), so every member must call this (or
     /// [`Group::open`] with the same list) within `opts.timeout`.
     pub fn from_link(
         link: Box<dyn Link + Send>,
@@ -344,7 +352,7 @@ impl Group {
                     .ok_or_else(|| GroupError::Membership("no rank/size in the environment (ETHBCAST_RANK/ETHBCAST_SIZE, SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE)".into()))?;
                 Expect::Ranks { size, rank }
             }
-            Membership::Discover { expected } => Expect::Discover { size: expected },
+            Membership::Discover { expected } => Expect::Discover { expected },
         };
         Group::join(link, expect, opts)
     }
@@ -385,7 +393,7 @@ impl Group {
         let join_stats = joined.stats;
         let size = u16::try_from(joined.peers.len())
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
-        let mut cfg = Config::new(joined.session.group, rank, size);
+        let mut cfg = EngineConfig::new(joined.session.group, rank, size);
         cfg.key = joined.session.key;
         cfg.max_pdu = joined.max_pdu.min(link.max_pdu());
         cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
@@ -412,8 +420,8 @@ impl Group {
     }
 
     /// What this member's join held and sent until it finished: hellos sent, challenges held,
-    /// the most rosters collected at once (bounded by [`ethbcast_proto::join::MAX_CHALLENGES`]
-    /// and [`ethbcast_proto::join::HELLO_GAP`] whatever a stranger sends during the join).
+    /// the most rosters collected at once (bounded by [`ethbcast_proto::MAX_CHALLENGES`]
+    /// and [`ethbcast_proto::HELLO_GAP`] whatever a stranger sends during the join).
     pub fn join_stats(&self) -> JoinStats {
         self.join_stats
     }
@@ -426,9 +434,46 @@ impl Group {
     pub fn size(&self) -> u16 {
         self.member().size()
     }
-    /// The member (engine, counters, evictions).
-    pub fn member(&self) -> &Member {
+    /// The member this group drives.
+    fn member(&self) -> &Member {
         self.driver.member()
+    }
+    /// The group engine's counters: data and repair frames, acknowledgements, drops by
+    /// reason.
+    pub fn stats(&self) -> &EngineStats {
+        self.member().engine_stats()
+    }
+    /// This member's own counters: frames in and out, refused by layer, events dropped,
+    /// broadcasts sent down the tree.
+    pub fn member_stats(&self) -> MemberStats {
+        self.member().stats()
+    }
+    /// Every member evicted so far, with when it was.
+    pub fn evictions(&self) -> &[(Rank, Instant)] {
+        self.member().evicted()
+    }
+    /// The members this member's broadcasts reach point to point because hardware broadcast
+    /// does not reach them (fail-over).
+    pub fn failed_over(&self) -> Vec<Rank> {
+        self.member().failed_over()
+    }
+    /// The MAC address of `rank`.
+    pub fn mac_of(&self, rank: Rank) -> Option<MacAddr> {
+        self.member().mac_of(rank)
+    }
+    /// The largest frame the group uses: the smallest MTU its members offered in the join.
+    pub fn max_pdu(&self) -> usize {
+        self.member().engine().config().max_pdu
+    }
+    /// The heap bytes this member holds for its fellows (see [`Footprint`]).
+    pub fn footprint(&self) -> Footprint {
+        let m = self.member();
+        Footprint {
+            streams: Rank::all(m.size())
+                .filter_map(|r| Some((r, m.engine().receiver(r)?.heap_bytes())))
+                .collect(),
+            channels: m.channels(),
+        }
     }
 
     /// Runs the driver until the call in progress gives its result, or the timeout.
@@ -690,7 +735,7 @@ impl Group {
 
     /// MPI_Barrier: returns once every member has entered. Arrivals travel point-to-point up a
     /// combining tree of arity `barrier_arity`; the release is one hardware broadcast frame.
-    /// Lost arrivals and releases are retransmitted on timers (`ethbcast_proto::barrier`).
+    /// Lost arrivals and releases are retransmitted on timers (the core's `Barrier`).
     pub fn barrier(&mut self) -> Result<(), GroupError> {
         self.barrier_with(BarrierAlgo::Broadcast)
     }
@@ -717,8 +762,7 @@ impl Group {
     /// True when this member owes its peers nothing: everything it sent is acknowledged by
     /// all, everything it received is acknowledged to its root, nothing waits to be sent, no
     /// timer is armed (no report, repair or retransmission due), and the last barrier is long
-    /// enough past that a member that missed its release would have asked again
-    /// ([`Member::serves_stragglers_until`](ethbcast_proto::member::Member::serves_stragglers_until)).
+    /// enough past that a member that missed its release would have asked again.
     /// A peer's message that arrives later waits for this member's next call: only that call
     /// can complete it for this member.
     pub fn is_quiet(&self, now: Instant) -> bool {
@@ -936,7 +980,7 @@ pub struct JoinSeen {
 }
 
 impl JoinSeen {
-    fn of(j: &ethbcast_proto::join::Join) -> JoinSeen {
+    fn of(j: &ethbcast_proto::Join) -> JoinSeen {
         let o = j.overheard();
         let heard = j.heard();
         // A member that answered sends frames of its own session too once it joined one.

@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
+#![warn(unnameable_types)]
 
 mod driver;
 mod group;
@@ -34,32 +35,23 @@ pub mod memory;
 pub mod simcoll;
 #[cfg(feature = "sim")]
 pub mod simgroup;
-/// The trait of the machines the simulator's harnesses run.
+/// The core crate, whose machines the simulator's harnesses run: every type a member's
+/// methods name is there.
 #[cfg(feature = "sim")]
-pub use ethbcast_proto::machine::Machine;
+pub use ethbcast_proto as proto;
+/// What the simulator's harnesses run and report: the member itself, as the core defines it.
+#[cfg(feature = "sim")]
+pub use ethbcast_proto::{Done, Machine, Member, MemberConfig};
 
-// The core's modules, under the names the links, the driver and the group use.
-use ethbcast_proto::{detect, engine, join, member, wire};
-
-// The core's types that the API's signatures name.
-pub use ethbcast_proto::detect::{DetectorConfig, Gossip};
-pub use ethbcast_proto::engine::{
-    Config as EngineConfig, Dest, Observe, Observer, Piece, SendError, SessionEnded,
-    Stats as EngineStats,
+// The core's types that the API's signatures name (the core's own names, from its root).
+pub use ethbcast_proto::{
+    group_mac, parse_mac, Algorithm, BarrierAlgo, BarrierError, BatchEnd, Clock, ConfigError, Dest,
+    DestProgress, DetectorConfig, DropStats, EngineConfig, EngineStats, Event, Expect, Frames,
+    Gossip, GroupAddress, GroupAddressError, HardwareAlgorithm, Held, JoinConfig, JoinError,
+    JoinStats, Joined, Key, Kind, LateRoster, MacAddr, MemberError, MemberStats, Message, Observe,
+    Observer, Piece, PostError, Rank, SendError, Session, SessionEnded, WireError, BROADCAST_MAC,
+    MAX_WINDOW,
 };
-pub use ethbcast_proto::join::{Expect, JoinConfig, JoinError, JoinStats, Joined};
-pub use ethbcast_proto::machine::{BatchEnd, Clock, Held};
-pub use ethbcast_proto::member::{
-    Algorithm, DestProgress, Event, Member, MemberError, MemberStats, Message,
-};
-/// A group key: wiped from memory when dropped, never shown by `Debug`.
-pub use ethbcast_proto::secret::Key;
-pub use ethbcast_proto::wire::ethernet::{
-    group_mac, parse_mac, GroupAddress, GroupAddressError, MacAddr, BROADCAST_MAC,
-};
-pub use ethbcast_proto::wire::BarrierAlgo;
-pub use ethbcast_proto::ConfigError;
-pub use ethbcast_proto::Rank;
 // The system layer's types that the links' signatures name.
 #[cfg(target_os = "linux")]
 pub use ethbcast_sys::{
@@ -72,9 +64,9 @@ pub use ethbcast_sys::{
 /// What a program that broadcasts calls.
 pub use group::{
     join, key_from_passphrase, key_from_passphrase_salt, parse_hostfile, placement_from_env,
-    rank_size_from_env, Detection, Group, GroupError, GroupOptions, HostEntry, HostError,
-    HostGroup, HostOptions, JoinSeen, Membership, Outcome, PassphraseError, Placement, Role,
-    ServeWait, ServeWake, Settle, Stream, StreamOptions, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
+    rank_size_from_env, Detection, Footprint, Group, GroupError, GroupOptions, HostEntry,
+    HostError, HostGroup, HostOptions, JoinSeen, Membership, Outcome, PassphraseError, Placement,
+    Role, ServeWait, ServeWake, Settle, Stream, StreamOptions, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
     PASSPHRASE_COST,
 };
 pub use host_ring::{HostRingError, Hosts, Wait as HostWait};

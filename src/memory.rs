@@ -12,8 +12,8 @@
 //! adds up what its structures own (struct sizes plus heap capacity). The counting-allocator
 //! test checks that this agrees with what the allocator really hands out.
 
-use crate::engine::{Config, Engine};
 use crate::Rank;
+use ethbcast_proto::{Engine, EngineConfig, HardwareAlgorithm};
 
 /// Which queue sizes to account for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,10 +31,10 @@ ethbcast_proto::spelled!(Profile, "profile", {
 
 impl Profile {
     /// The engine configuration of this profile for member `rank` of `size`.
-    pub fn config(self, rank: Rank, size: u16) -> Config {
+    pub fn config(self, rank: Rank, size: u16) -> EngineConfig {
         match self {
-            Profile::Paper => Config::paper(0, rank, size),
-            Profile::Default => Config::new(0, rank, size),
+            Profile::Paper => EngineConfig::paper(0, rank, size),
+            Profile::Default => EngineConfig::new(0, rank, size),
         }
     }
 }
@@ -51,14 +51,14 @@ pub struct Sizes {
 }
 
 /// Measures the sizes from the structures a real engine of `profile` allocates (in a group
-/// of two: the sizes below [`crate::engine::ACK_TREE_FROM`] members). `now` is the instant the
+/// of two: the sizes below [`ethbcast_proto::ACK_TREE_FROM`] members). `now` is the instant the
 /// engine is built and driven at (the caller's clock: any instant gives the same sizes).
 pub fn sizes(profile: Profile, now: std::time::Instant) -> Sizes {
     sizes_for(profile, 2, now)
 }
 
 /// The sizes in a group of `n` members: the default window grows with the acknowledgement
-/// tree from [`crate::engine::ACK_TREE_FROM`] members (see [`crate::engine::default_window`]),
+/// tree from [`ethbcast_proto::ACK_TREE_FROM`] members (see [`ethbcast_proto::default_window`]),
 /// and with it `s_SDP` and `s_RDP`.
 pub fn sizes_for(profile: Profile, n: u16, now: std::time::Instant) -> Sizes {
     let cfg = profile.config(Rank::new(0), n.max(2));
@@ -66,7 +66,7 @@ pub fn sizes_for(profile: Profile, n: u16, now: std::time::Instant) -> Sizes {
     // Create the receive stream of root 1 (streams are created when a root is first heard).
     let _ = engine.post_recv(now, Rank::new(1), 0);
     // Make the destination structures (a member makes them at its first broadcast).
-    let _ = engine.bcast(now, Vec::new(), crate::engine::Algorithm::Simple);
+    let _ = engine.bcast(now, Vec::new(), HardwareAlgorithm::Simple);
     let tx = engine.sender();
     let ldp = &tx.eqa().dests()[0];
     let s_ldp = std::mem::size_of_val(ldp) + ldp.heap_bytes();

@@ -17,11 +17,10 @@
 use std::time::{Duration, Instant};
 
 use crate::cluster::{ClusterError, RunEnd, SimCluster, Traffic, Workload};
-use crate::engine::Config;
 use crate::group::Allgather;
 use crate::link::sim::port_mac;
-use crate::member::{Algorithm, Member, MemberConfig};
 use crate::Rank;
+use ethbcast_proto::{Algorithm, EngineConfig, Member, MemberConfig};
 
 /// What one race measured: virtual µs per call of each way.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,7 +56,7 @@ pub fn race(nodes: u16, bytes: usize, calls: usize, rate_bps: u64) -> Result<Rac
         let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
         let members = (0..n)
             .map(|i| {
-                let mut cfg = Config::new(0xC011, Rank::new(i as u16), nodes);
+                let mut cfg = EngineConfig::new(0xC011, Rank::new(i as u16), nodes);
                 // Every member holds a receive stream per root (p² in the process): room for
                 // a few parts each, not the default megabyte.
                 cfg.pushed_buffer = cfg.pushed_buffer.min(64 << 10).max(4 * bytes);

@@ -29,15 +29,13 @@ use rand_chacha::ChaCha8Rng;
 use crate::cluster::{
     message_bytes, ClusterError, Deliveries, RunEnd, SimCluster, Traffic, Workload,
 };
-use crate::detect::{DetectorConfig, Gossip};
-use crate::engine::Config;
 use crate::group::{Allgather, Detection, GroupError};
 use crate::link::sim::{port_mac, Faults, SimNet, SimPort};
-use crate::member::{Algorithm, Done, Event, Member, MemberConfig, MemberError};
-use crate::wire::ethernet::MacAddr;
-use crate::wire::BarrierAlgo;
-use crate::wire::{seal, Flags, Frame, Repr, ETH_HEADER_LEN, TAG_LEN};
 use crate::Rank;
+use ethbcast_proto::{
+    seal, Algorithm, BarrierAlgo, DetectorConfig, Done, EngineConfig, Event, Flags, Frame, Gossip,
+    MacAddr, Member, MemberConfig, MemberError, Repr, ETH_HEADER_LEN, TAG_LEN,
+};
 
 /// A run of the group API on the simulator.
 #[derive(Debug, Clone)]
@@ -533,7 +531,7 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
     let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
-            let mut cfg = Config::new(0x6E0, Rank::new(i as u16), t.nodes);
+            let mut cfg = EngineConfig::new(0x6E0, Rank::new(i as u16), t.nodes);
             cfg.key = sc.key.clone();
             let mut mc = MemberConfig::new(cfg, macs.clone());
             let mut dc = DetectorConfig::new(Rank::new(i as u16), t.nodes, sc.detection.t_gossip);

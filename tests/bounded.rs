@@ -7,10 +7,8 @@
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::{SimCluster, Workload};
-use ethbcast::Rank;
-use ethbcast::{port_mac, SimConfig, SimNet};
-use ethbcast_proto::engine::Config;
-use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig};
+use ethbcast::{port_mac, Rank, SimConfig, SimNet};
+use ethbcast_proto::{Algorithm, Done, EngineConfig, Member, MemberConfig};
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]
@@ -71,7 +69,7 @@ fn a_million_broadcasts_leave_queues_and_heap_where_they_were() {
     let macs: Vec<_> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
-            let cfg = Config::new(0xB0, Rank::new(i as u16), n as u16);
+            let cfg = EngineConfig::new(0xB0, Rank::new(i as u16), n as u16);
             Member::new(net.now(), MemberConfig::new(cfg, macs.clone())).unwrap()
         })
         .collect();

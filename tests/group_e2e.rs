@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use ethbcast::Rank;
-use ethbcast::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions, Membership};
+use ethbcast::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions, Membership, Rank};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
@@ -285,12 +284,7 @@ fn jumbo_round(bed: &Testbed, n: usize) -> Vec<(usize, u64, bool)> {
                 for _ in 0..20 {
                     g.progress(Duration::from_millis(10))?;
                 }
-                let engine = g.member().engine();
-                Ok((
-                    engine.config().max_pdu,
-                    engine.stats().data_frames,
-                    buf == want,
-                ))
+                Ok((g.max_pdu(), g.stats().data_frames, buf == want))
             })
             .unwrap()
         })
@@ -315,7 +309,7 @@ fn on_jumbo_frames_a_group_sends_jumbo_frames_unless_one_host_cannot_take_them()
     let bed = Testbed::up(&cfg).expect("test-bed");
     let got = jumbo_round(&bed, n);
     assert!(got.iter().all(|g| g.0 == 9000 && g.2), "{got:?}");
-    let frames = |pdu: usize| 65_536u64.div_ceil((pdu - ethbcast_proto::wire::OVERHEAD) as u64);
+    let frames = |pdu: usize| 65_536u64.div_ceil((pdu - ethbcast_proto::OVERHEAD) as u64);
     // 64 KiB in frames of 9000 bytes less the header: 8 of them, not 45 of 1500.
     assert_eq!(frames(9000), 8);
     assert!(got.iter().any(|g| g.1 == frames(9000)), "{got:?}");

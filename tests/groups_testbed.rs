@@ -14,10 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use ethbcast::Rank;
-use ethbcast::{group_mac, Link, MacAddr};
-use ethbcast::{RingLink, RingLinkConfig};
-use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine, Event, Message};
+use ethbcast::{group_mac, Link, MacAddr, Rank, RingLink, RingLinkConfig};
+use ethbcast_proto::{Dest, Engine, EngineConfig, EngineEvent, HardwareAlgorithm, Message};
 use ethbcast_testbed::netns;
 use ethbcast_testbed::{netns_available, Testbed, TestbedConfig};
 
@@ -59,7 +57,8 @@ fn member(
         let mut link =
             RingLink::open("eth0", &RingLinkConfig::default()).map_err(|e| e.to_string())?;
         link.join_group(group_mac(gid)).map_err(|e| e.to_string())?;
-        let e = Engine::new(Config::new(gid, Rank::new(rank), size)).map_err(|e| e.to_string())?;
+        let e = Engine::new(EngineConfig::new(gid, Rank::new(rank), size))
+            .map_err(|e| e.to_string())?;
         Ok((link, e))
     };
     let setup = setup();
@@ -73,7 +72,7 @@ fn member(
     let t0 = Instant::now();
     if rank == 0 {
         for i in 0..MESSAGES {
-            e.bcast(t0, message(gid, i), Algorithm::Simple)
+            e.bcast(t0, message(gid, i), HardwareAlgorithm::Simple)
                 .map_err(|e| e.to_string())?;
         }
     }
@@ -108,14 +107,14 @@ fn member(
         link.flush().map_err(|e| e.to_string())?;
         while let Some(ev) = e.poll_event() {
             match ev {
-                Event::Delivered(Message { msg_id, data, .. }) => {
+                EngineEvent::Delivered(Message { msg_id, data, .. }) => {
                     if msg_id as usize == out.delivered && data == message(gid, out.delivered) {
                         out.delivered += 1;
                     } else {
                         out.wrong += 1;
                     }
                 }
-                Event::Stable { .. } => stable += 1,
+                EngineEvent::Stable { .. } => stable += 1,
                 _ => {}
             }
         }

@@ -5,11 +5,11 @@
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::{RunEnd, SimCluster, Workload};
-use ethbcast::Rank;
-use ethbcast::{port_mac, Faults, SimConfig, SimNet, SimPort};
-use ethbcast_proto::join::*;
-use ethbcast_proto::wire::ethernet::MacAddr;
-use ethbcast_proto::wire::{Frame, Kind};
+use ethbcast::{port_mac, Faults, Rank, SimConfig, SimNet, SimPort};
+use ethbcast_proto::{
+    EngineConfig, Expect, Frame, Join, JoinConfig, JoinError, JoinStats, Joined, Kind, MacAddr,
+    Member, MemberConfig,
+};
 
 const GROUP: u32 = 0x10_1E;
 const KEY: [u8; 32] = [7; 32];
@@ -126,7 +126,7 @@ fn launcher_ranks_discovery_and_first_come_all_agree() {
         assert_eq!(j.rank, ranks[i]);
     }
     let (out, _) = run_joins(
-        vec![Expect::Discover { size: 6 }; 6],
+        vec![Expect::Discover { expected: 6 }; 6],
         Some(KEY),
         Faults::lossy(0.05),
         300,
@@ -416,20 +416,18 @@ fn a_recorded_join_does_not_replay() {
 /// coordinator only, and only the roster of its own session).
 #[test]
 fn a_member_confirms_a_roster_repeated_after_it_joined() {
-    use ethbcast_proto::engine::Config;
-    use ethbcast_proto::member::{Member, MemberConfig};
     let n = 3;
     let (joined, frames) = recorded_join(n, 50);
     let from_coordinator: Vec<Vec<u8>> = frames
         .iter()
         .filter(|f| f[6..12] == port_mac(0).0)
-        .map(|f| f[ethbcast_proto::wire::ETH_HEADER_LEN..].to_vec())
+        .map(|f| f[ethbcast_proto::ETH_HEADER_LEN..].to_vec())
         .collect();
     assert!(!from_coordinator.is_empty());
 
     let member = |late: bool| {
         let j = &joined[1];
-        let mut ecfg = Config::new(j.session.group, j.rank, n as u16);
+        let mut ecfg = EngineConfig::new(j.session.group, j.rank, n as u16);
         ecfg.key = j.session.key.clone();
         let mut mc = MemberConfig::new(ecfg, j.peers.clone());
         if late {
@@ -528,7 +526,7 @@ fn record(expects: Vec<Expect>, key: Option<[u8; 32]>, nonce_base: u64) -> Vec<V
 
 /// The join message type of an Ethernet frame (1 challenge, 2 hello, 3 roster, 4 confirm).
 fn join_type(eth: &[u8]) -> Option<u8> {
-    let f = Frame::new_checked(eth.get(ethbcast_proto::wire::ETH_HEADER_LEN..)?).ok()?;
+    let f = Frame::new_checked(eth.get(ethbcast_proto::ETH_HEADER_LEN..)?).ok()?;
     (f.kind() == Kind::Join)
         .then(|| f.payload().first().copied())
         .flatten()
@@ -551,15 +549,15 @@ fn resent_from(eth: &[u8], from: MacAddr) -> Vec<u8> {
 /// wherever it appears (a host without a key can write any join message).
 fn forged_from(eth: &[u8], from: MacAddr) -> Vec<u8> {
     let orig = src_of(eth);
-    let f = Frame::new_checked(&eth[ethbcast_proto::wire::ETH_HEADER_LEN..]).unwrap();
+    let f = Frame::new_checked(&eth[ethbcast_proto::ETH_HEADER_LEN..]).unwrap();
     let mut body = f.payload().to_vec();
     for i in 0..body.len().saturating_sub(5) {
         if body[i..i + 6] == orig.0 {
             body[i..i + 6].copy_from_slice(&from.0);
         }
     }
-    let pdu = ethbcast_proto::wire::Control::Join { body }.to_vec(f.group(), f.src(), f.dst(), 0);
-    let mut v = eth[..ethbcast_proto::wire::ETH_HEADER_LEN].to_vec();
+    let pdu = ethbcast_proto::Control::Join { body }.to_vec(f.group(), f.src(), f.dst(), 0);
+    let mut v = eth[..ethbcast_proto::ETH_HEADER_LEN].to_vec();
     v[6..12].copy_from_slice(&from.0);
     v.extend_from_slice(&pdu);
     v
@@ -697,7 +695,7 @@ fn hello_bound(t: Duration) -> u64 {
 fn a_challenge_flood_from_many_macs_neither_stalls_a_keyed_join_nor_multiplies_hellos() {
     for expects in [
         ranked(3),
-        vec![Expect::Discover { size: 3 }; 3],
+        vec![Expect::Discover { expected: 3 }; 3],
         first_come(3),
     ] {
         let recorded = record(expects.clone(), Some(KEY), 10);
@@ -846,7 +844,7 @@ fn replayed_rosters_from_new_macs_do_not_grow_a_keyed_join() {
 fn hellos_and_confirmations_resent_from_a_foreign_mac_change_nothing() {
     for expects in [
         ranked(3),
-        vec![Expect::Discover { size: 3 }; 3],
+        vec![Expect::Discover { expected: 3 }; 3],
         first_come(3),
     ] {
         let n = expects.len();

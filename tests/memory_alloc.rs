@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use ethbcast::memory::{sizes_for, Profile};
 use ethbcast::Rank;
-use ethbcast_proto::engine::{Algorithm, Config, Engine};
+use ethbcast_proto::{Engine, EngineConfig, HardwareAlgorithm};
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]
@@ -19,15 +19,16 @@ fn allocated_bytes_match_the_formula_for_groups_up_to_128() {
         for n in [2u16, 4, 8, 16, 32, 64, 128] {
             let s = sizes_for(profile, n, Instant::now());
             let cfg = match profile {
-                Profile::Paper => Config::paper(1, Rank::new(0), n),
-                Profile::Default => Config::new(1, Rank::new(0), n),
+                Profile::Paper => EngineConfig::paper(1, Rank::new(0), n),
+                Profile::Default => EngineConfig::new(1, Rank::new(0), n),
             };
             let now = Instant::now();
             let before = ALLOC.live_bytes();
             // The root: its send-only DP with one LDP per destination ...
             let mut root = Box::new(Engine::new(cfg.clone()).unwrap());
             // (a member makes its LDPs at its first broadcast) ...
-            root.bcast(now, Vec::new(), Algorithm::Simple).unwrap();
+            root.bcast(now, Vec::new(), HardwareAlgorithm::Simple)
+                .unwrap();
             // ... and n-1 receive-only DPs, one per other root ...
             for r in 1..n {
                 root.post_recv(now, Rank::new(r), 0).unwrap();

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ethbcast::{port_mac, MacAddr};
-use ethbcast_proto::engine::{Algorithm, Config, Engine};
-use ethbcast_proto::member::{Member, MemberConfig};
-use ethbcast_proto::Rank;
+use ethbcast_proto::{Engine, EngineConfig, HardwareAlgorithm, Member, MemberConfig, Rank};
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]
@@ -31,7 +29,7 @@ fn a_member_allocates_little_per_fellow_and_no_buffer_before_it_broadcasts() {
         let before = ALLOC.live_bytes();
         let m = Member::new(
             now,
-            MemberConfig::new(Config::new(1, Rank::new(1), n), macs),
+            MemberConfig::new(EngineConfig::new(1, Rank::new(1), n), macs),
         )
         .unwrap();
         let bytes = ALLOC.live_bytes() - before;
@@ -46,12 +44,13 @@ fn a_member_allocates_little_per_fellow_and_no_buffer_before_it_broadcasts() {
     );
 
     // The retransmission buffer's payloads come with the first broadcast.
-    let cfg = Config::new(1, Rank::new(0), 4096);
+    let cfg = EngineConfig::new(1, Rank::new(0), 4096);
     let block = cfg.window * cfg.slot_payload();
     let before = ALLOC.live_bytes();
     let mut e = Engine::new(cfg).unwrap();
     let idle = ALLOC.live_bytes() - before;
-    e.bcast(now, vec![7; 100], Algorithm::Simple).unwrap();
+    e.bcast(now, vec![7; 100], HardwareAlgorithm::Simple)
+        .unwrap();
     let sending = ALLOC.live_bytes() - before;
     assert!(
         sending - idle >= block,

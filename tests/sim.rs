@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use ethbcast::cluster::{run, Report, Scenario};
-use ethbcast::Faults;
-use ethbcast::Rank;
-use ethbcast_proto::engine::Algorithm;
+use ethbcast::{Faults, Rank};
+use ethbcast_proto::Algorithm;
 use proptest::prelude::*;
 
 fn assert_perfect(r: &Report) {
@@ -104,7 +103,7 @@ fn fast_ethernet_links_and_the_paper_profile_work_too() {
     sc.traffic.rate_bps = Some(100_000_000);
     sc.traffic.faults = Faults::lossy(0.02);
     sc.tweak = |c| {
-        let p = ethbcast_proto::engine::Config::paper(c.group, c.rank, c.size);
+        let p = ethbcast_proto::EngineConfig::paper(c.group, c.rank, c.size);
         *c = p;
     };
     assert_perfect(&run(&sc).unwrap());

@@ -3,8 +3,10 @@
 //! dead members are evicted by everybody within the detector's bound.
 
 use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
-use ethbcast::Faults;
-use ethbcast::Rank;
+use ethbcast::{Faults, Rank};
+use ethbcast_proto::{
+    Algorithm, DetectorConfig, Done, EngineConfig, Gossip, Member, MemberConfig, MemberError,
+};
 
 fn assert_perfect(r: &GroupReport) {
     assert!(r.perfect(), "{r:?}");
@@ -79,8 +81,6 @@ fn the_same_seed_gives_the_same_report() {
 fn a_root_far_ahead_of_late_receivers_loses_nothing() {
     use ethbcast::cluster::{SimCluster, Workload};
     use ethbcast::{port_mac, SimConfig, SimNet};
-    use ethbcast_proto::engine::Config;
-    use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig};
     use std::time::{Duration, Instant};
 
     struct Ahead {
@@ -129,7 +129,7 @@ fn a_root_far_ahead_of_late_receivers_loses_nothing() {
         let macs: Vec<_> = (0..n).map(|i| port_mac(i as u16)).collect();
         let members = (0..n)
             .map(|i| {
-                let mut cfg = Config::new(1, Rank::new(i as u16), n as u16);
+                let mut cfg = EngineConfig::new(1, Rank::new(i as u16), n as u16);
                 cfg.window = window;
                 cfg.ack_delay = Duration::ZERO;
                 Member::new(net.now(), MemberConfig::new(cfg, macs.clone())).unwrap()
@@ -196,9 +196,7 @@ fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
     use ethbcast::cluster::{RunEnd, SimCluster, Workload};
     use ethbcast::Detection;
     use ethbcast::{port_mac, SimConfig, SimNet};
-    use ethbcast_proto::detect::{DetectorConfig, Gossip};
-    use ethbcast_proto::engine::Config;
-    use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig, MemberError};
+
     use std::time::{Duration, Instant};
 
     const BEFORE: u64 = 10;
@@ -274,7 +272,7 @@ fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
         let macs: Vec<_> = (0..n).map(port_mac).collect();
         let members = (0..n)
             .map(|i| {
-                let mut mc = MemberConfig::new(Config::new(3, Rank::new(i), n), macs.clone());
+                let mut mc = MemberConfig::new(EngineConfig::new(3, Rank::new(i), n), macs.clone());
                 let mut dc = DetectorConfig::new(Rank::new(i), n, detection.t_gossip);
                 dc.protocol = detection.protocol;
                 mc.detector = Some(dc);

@@ -1,14 +1,14 @@
 //! Barriers over [`Control::Barrier`] frames, as sans-IO state machines.
 //!
-//! Two algorithms, chosen by [`Algorithm`]:
+//! Two algorithms, chosen by [`BarrierAlgo`]:
 //!
-//! - **Broadcast barrier** ([`Algorithm::Broadcast`]). Arrivals travel point-to-point up a
+//! - **Broadcast barrier** ([`BarrierAlgo::Broadcast`]). Arrivals travel point-to-point up a
 //!   combining tree of arity `k` over the live members (position `p` has parent `(p-1)/k`;
 //!   `k >= n-1` is a flat coordinator) to the root, the lowest live rank; the release is *one*
 //!   broadcast frame, which the switch copies to every port: the point of the EQA paper
 //!   (Wong & Wang), here applied to synchronisation. `n - 1` arrivals and one release per
 //!   barrier when nothing is lost.
-//! - **Dissemination barrier** ([`Algorithm::Dissemination`], Hensgen, Finkel & Manber 1988).
+//! - **Dissemination barrier** ([`BarrierAlgo::Dissemination`], Hensgen, Finkel & Manber 1988).
 //!   In round `k` member `i` sends to `(i + 2^k) mod n` and waits for `(i - 2^k) mod n`;
 //!   `ceil(log2 n)` rounds, `n ceil(log2 n)` point-to-point frames per barrier.
 //!
@@ -42,31 +42,14 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::engine::Dest;
-pub use crate::wire::BarrierOp as Op;
+use crate::error::ConfigError;
+pub(crate) use crate::wire::BarrierOp as Op;
 use crate::wire::{BarrierAlgo, BarrierMsg, Control};
 use crate::Rank;
 
 /// How many of the longest waits between a straggler's asks a member stays reachable for
 /// after a barrier ([`Barrier::serves_stragglers_until`]).
 const STRAGGLER_WAITS: u32 = 8;
-
-/// Which barrier algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Combining tree of the given arity up, one broadcast release down.
-    Broadcast {
-        /// Children per tree node (`>= n - 1`: a flat coordinator).
-        arity: u16,
-    },
-    /// Hensgen/Finkel/Manber dissemination, point-to-point.
-    Dissemination,
-}
-
-impl Default for Algorithm {
-    fn default() -> Algorithm {
-        Algorithm::Broadcast { arity: 4 }
-    }
-}
 
 /// Configuration of one member's barrier.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +59,10 @@ pub struct BarrierConfig {
     /// Members (ranks `0..size`).
     pub size: u16,
     /// Algorithm.
-    pub algorithm: Algorithm,
+    pub algorithm: BarrierAlgo,
+    /// Children per node of the broadcast barrier's combining tree (`>= n - 1`: a flat
+    /// coordinator); the dissemination barrier has no tree.
+    pub arity: u16,
     /// First retransmission (or query) timeout.
     pub rto: Duration,
     /// Largest timeout after back-off.
@@ -89,27 +75,18 @@ impl BarrierConfig {
         BarrierConfig {
             rank,
             size,
-            algorithm: Algorithm::default(),
+            algorithm: BarrierAlgo::Broadcast,
+            arity: 4,
             rto: Duration::from_millis(1),
             max_rto: Duration::from_millis(32),
         }
     }
 }
 
-/// Why a barrier could not be created or entered.
+/// Why a barrier could not be entered (a configuration it cannot run with is a
+/// [`ConfigError`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum BarrierError {
-    /// The rank is outside the group or the group is empty.
-    #[error("rank {rank} outside a group of {size}")]
-    Rank {
-        /// Rank.
-        rank: Rank,
-        /// Group size.
-        size: u16,
-    },
-    /// Arity 0, or a zero or inverted timeout.
-    #[error("bad barrier configuration: arity must be >= 1 and 0 < rto <= max_rto")]
-    Config,
     /// Epochs are entered in order 0, 1, 2, ...: enter the expected one.
     #[error("entered epoch {got}, expected {expected}")]
     Epoch {
@@ -210,18 +187,18 @@ pub struct Barrier {
 
 impl Barrier {
     /// Creates the barrier of `cfg.rank`.
-    pub fn new(cfg: BarrierConfig) -> Result<Barrier, BarrierError> {
+    pub fn new(cfg: BarrierConfig) -> Result<Barrier, ConfigError> {
         if cfg.size == 0 || cfg.rank.get() >= cfg.size || cfg.size == crate::wire::ALL.get() {
-            return Err(BarrierError::Rank {
+            return Err(ConfigError::Rank {
                 rank: cfg.rank,
                 size: cfg.size,
             });
         }
         if cfg.rto.is_zero()
             || cfg.rto > cfg.max_rto
-            || cfg.algorithm == (Algorithm::Broadcast { arity: 0 })
+            || (cfg.algorithm == BarrierAlgo::Broadcast && cfg.arity == 0)
         {
-            return Err(BarrierError::Config);
+            return Err(ConfigError::Barrier);
         }
         Ok(Barrier {
             evicted: vec![false; usize::from(cfg.size)],
@@ -336,10 +313,7 @@ impl Barrier {
     // ---- output helpers ----
 
     fn algo(&self) -> BarrierAlgo {
-        match self.cfg.algorithm {
-            Algorithm::Broadcast { .. } => BarrierAlgo::Broadcast,
-            Algorithm::Dissemination => BarrierAlgo::Dissemination,
-        }
+        self.cfg.algorithm
     }
 
     fn push(&mut self, dst: Dest, op: Op, epoch: u32, round: u32, set: Vec<u8>) {
@@ -402,8 +376,8 @@ impl Barrier {
     fn progress(&mut self, now: Instant) {
         let Some(e) = self.waiting() else { return };
         match self.cfg.algorithm {
-            Algorithm::Broadcast { arity } => self.progress_tree(now, e, usize::from(arity)),
-            Algorithm::Dissemination => self.progress_dissemination(now, e),
+            BarrierAlgo::Broadcast => self.progress_tree(now, e, usize::from(self.cfg.arity)),
+            BarrierAlgo::Dissemination => self.progress_dissemination(now, e),
         }
     }
 
@@ -555,12 +529,12 @@ impl Barrier {
             return;
         };
         match self.cfg.algorithm {
-            Algorithm::Broadcast { .. } => {
+            BarrierAlgo::Broadcast => {
                 // Re-send what we have (if our subtree is in): it also asks for the release.
                 self.sent_up = 0;
                 self.progress(now);
             }
-            Algorithm::Dissemination => {
+            BarrierAlgo::Dissemination => {
                 if let Some((_, from)) = self.partners(self.round) {
                     self.push(Dest::Rank(from), Op::Query, e, self.round, Vec::new());
                 }

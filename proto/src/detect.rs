@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-pub use crate::error::ConfigError;
+use crate::error::ConfigError;
 use crate::wire::Control;
 use crate::Rank;
 
@@ -77,7 +77,7 @@ fn log2_ceil(n: u32) -> u32 {
 ///
 /// RR: the smallest integer `r` with `r(r+1)/2 >= n`, i.e. `ceil((sqrt(1+8n)-1)/2)`;
 /// BRR: `ceil(log2 n)`; DBRR: `2 ceil(log2 n)`. Zero for a group of one.
-pub fn rounds(protocol: Gossip, n: u16) -> u32 {
+pub(crate) fn rounds(protocol: Gossip, n: u16) -> u32 {
     let n = u32::from(n);
     if n <= 1 {
         return 0;
@@ -97,7 +97,7 @@ pub fn rounds(protocol: Gossip, n: u16) -> u32 {
 }
 
 /// Length of one cycle of the schedule in rounds (after it, round numbers repeat).
-pub fn cycle(protocol: Gossip, n: u16) -> u32 {
+pub(crate) fn cycle(protocol: Gossip, n: u16) -> u32 {
     let n = u32::from(n);
     if n <= 1 {
         return 0;
@@ -114,7 +114,7 @@ pub fn cycle(protocol: Gossip, n: u16) -> u32 {
 /// DBRR: `3 ceil(log2 n) T_gossip`, the paper's setting (section 5.2); BRR the same (its
 /// minimum is `ceil(log2 n)` but unaligned rounds need the margin, see the module docs); RR:
 /// `2 d T_gossip` with `d =` [`rounds`].
-pub fn t_cleanup(protocol: Gossip, n: u16, t_gossip: Duration) -> Duration {
+pub(crate) fn t_cleanup(protocol: Gossip, n: u16, t_gossip: Duration) -> Duration {
     let periods = match protocol {
         Gossip::DoubleBinaryRoundRobin | Gossip::BinaryRoundRobin => 3 * log2_ceil(u32::from(n)),
         Gossip::RoundRobin => 2 * rounds(protocol, n),
@@ -124,7 +124,7 @@ pub fn t_cleanup(protocol: Gossip, n: u16, t_gossip: Duration) -> Duration {
 
 /// Position (among `n` live members) that position `s` gossips to in round `r` (1-based,
 /// `1 <= r <` [`cycle`]` + 1`). `None` for a group of one.
-pub fn target(protocol: Gossip, s: u32, n: u32, r: u32) -> Option<u32> {
+pub(crate) fn target(protocol: Gossip, s: u32, n: u32, r: u32) -> Option<u32> {
     if n <= 1 {
         return None;
     }
@@ -151,7 +151,8 @@ pub struct DetectorConfig {
     pub t_gossip: Duration,
     /// How long a suspect has to answer the confirmation ping before it is declared dead.
     pub confirm_timeout: Duration,
-    /// Overrides [`t_cleanup`] (the suspicion threshold).
+    /// Overrides the suspicion threshold computed from the protocol, the group's size and
+    /// `t_gossip`.
     pub t_cleanup: Option<Duration>,
     /// Pings sent within `confirm_timeout` (evenly spaced), so that one lost ping or pong does
     /// not kill a live member.
@@ -201,7 +202,7 @@ pub enum DecodeError {
 
 /// What a detector sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Msg {
+pub enum DetectorMsg {
     /// Our heartbeat (age) table, one entry per rank.
     Gossip(Vec<u16>),
     /// Confirmation probe of a suspect (the rank probed).
@@ -210,18 +211,18 @@ pub enum Msg {
     Pong(Rank),
 }
 
-impl Msg {
+impl DetectorMsg {
     /// The control message that carries it.
     pub fn to_control(&self) -> Control {
         match self {
-            Msg::Gossip(t) => Control::Heartbeat { table: t.clone() },
-            Msg::Ping(rank) => Control::Ping { rank: *rank },
-            Msg::Pong(rank) => Control::Pong { rank: *rank },
+            DetectorMsg::Gossip(t) => Control::Heartbeat { table: t.clone() },
+            DetectorMsg::Ping(rank) => Control::Ping { rank: *rank },
+            DetectorMsg::Pong(rank) => Control::Pong { rank: *rank },
         }
     }
 
     /// Reads a control message of a group of `size` members (`None`: not the detector's).
-    pub fn from_control(msg: &Control, size: u16) -> Option<Result<Msg, DecodeError>> {
+    pub fn from_control(msg: &Control, size: u16) -> Option<Result<DetectorMsg, DecodeError>> {
         let rank = |r: Rank| {
             if r.get() < size {
                 Ok(r)
@@ -238,11 +239,11 @@ impl Msg {
                         size,
                     })
                 } else {
-                    Ok(Msg::Gossip(table.clone()))
+                    Ok(DetectorMsg::Gossip(table.clone()))
                 }
             }
-            Control::Ping { rank: r } => rank(*r).map(Msg::Ping),
-            Control::Pong { rank: r } => rank(*r).map(Msg::Pong),
+            Control::Ping { rank: r } => rank(*r).map(DetectorMsg::Ping),
+            Control::Pong { rank: r } => rank(*r).map(DetectorMsg::Pong),
             _ => return None,
         })
     }
@@ -287,7 +288,7 @@ pub struct Detector {
     /// Rounds done so far (the round of the next tick is `round % cycle + 1`).
     round: u64,
     next_tick: Option<Instant>,
-    transmits: VecDeque<(Rank, Msg)>,
+    transmits: VecDeque<(Rank, DetectorMsg)>,
     events: VecDeque<DetectorEvent>,
 }
 
@@ -419,7 +420,8 @@ impl Detector {
             }
         }
         if let Some(t) = self.next_target() {
-            self.transmits.push_back((t, Msg::Gossip(self.age.clone())));
+            self.transmits
+                .push_back((t, DetectorMsg::Gossip(self.age.clone())));
         }
         self.round += 1;
     }
@@ -439,7 +441,7 @@ impl Detector {
                         .push_back(DetectorEvent::Dead(Rank::new(j as u16)));
                 } else if pings_left > 0 && next_ping <= now {
                     self.transmits
-                        .push_back((Rank::new(j as u16), Msg::Ping(Rank::new(j as u16))));
+                        .push_back((Rank::new(j as u16), DetectorMsg::Ping(Rank::new(j as u16))));
                     self.state[j] = State::Suspected {
                         deadline,
                         next_ping: now + spacing,
@@ -502,7 +504,8 @@ impl Detector {
     pub fn handle_ping(&mut self, now: Instant, src: Rank) {
         self.mark_alive(now, src);
         if src.get() < self.cfg.size && src != self.cfg.rank {
-            self.transmits.push_back((src, Msg::Pong(self.cfg.rank)));
+            self.transmits
+                .push_back((src, DetectorMsg::Pong(self.cfg.rank)));
         }
     }
 
@@ -512,14 +515,19 @@ impl Detector {
     }
 
     /// Dispatches a detector message received from `src`.
-    pub fn handle_msg(&mut self, now: Instant, src: Rank, msg: &Msg) -> Result<(), DecodeError> {
+    pub fn handle_msg(
+        &mut self,
+        now: Instant,
+        src: Rank,
+        msg: &DetectorMsg,
+    ) -> Result<(), DecodeError> {
         match msg {
-            Msg::Gossip(t) => self.handle_gossip(now, src, t),
-            Msg::Ping(_) => {
+            DetectorMsg::Gossip(t) => self.handle_gossip(now, src, t),
+            DetectorMsg::Ping(_) => {
                 self.handle_ping(now, src);
                 Ok(())
             }
-            Msg::Pong(_) => {
+            DetectorMsg::Pong(_) => {
                 self.handle_pong(now, src);
                 Ok(())
             }
@@ -540,7 +548,7 @@ impl Detector {
     }
 
     /// The next message to send, with its destination rank.
-    pub fn poll_transmit(&mut self) -> Option<(Rank, Msg)> {
+    pub fn poll_transmit(&mut self) -> Option<(Rank, DetectorMsg)> {
         self.transmits.pop_front()
     }
 

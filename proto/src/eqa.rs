@@ -605,8 +605,13 @@ impl Eqa {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::Kind;
+
+    use std::time::Duration;
+
+    use crate::wire::{Kind, Repr};
+    use crate::{Rank, Seq};
+
+    use super::{Eqa, Payloads, PublishError};
 
     #[test]
     fn payload_places_hold_their_own_bytes_only() {

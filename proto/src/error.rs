@@ -6,7 +6,7 @@ use crate::detect::MAX_MEMBERS;
 use crate::engine::MAX_WINDOW;
 use crate::Rank;
 
-/// A configuration the core cannot run with: the engine's ([`crate::engine::Config`]) or the
+/// A configuration the core cannot run with: the engine's ([`crate::engine::EngineConfig`]) or the
 /// failure detector's ([`crate::detect::DetectorConfig`]).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ConfigError {
@@ -49,4 +49,7 @@ pub enum ConfigError {
     /// `ping_attempts` is zero: a suspect could never answer.
     #[error("ping_attempts must be at least 1")]
     NoPing,
+    /// A barrier's arity is 0, or its timeouts are zero or inverted.
+    #[error("bad barrier configuration: arity must be >= 1 and 0 < rto <= max_rto")]
+    Barrier,
 }

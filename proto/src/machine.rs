@@ -45,7 +45,7 @@ impl Held for Frames<'_> {
 }
 
 /// The `len` bytes at address `at` if they lie inside `block`.
-pub fn within(block: &[u8], at: usize, len: usize) -> Option<&[u8]> {
+pub(crate) fn within(block: &[u8], at: usize, len: usize) -> Option<&[u8]> {
     let off = at.checked_sub(block.as_ptr() as usize)?;
     block.get(off..off.checked_add(len)?)
 }

@@ -99,7 +99,8 @@ impl<A: Ord + Copy, T> EventQueue<A, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use super::EventQueue;
 
     #[test]
     fn the_earliest_comes_first_and_ties_in_the_order_they_went_in() {

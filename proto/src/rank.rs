@@ -19,6 +19,10 @@ use core::str::FromStr;
 pub struct Rank(u16);
 
 impl Rank {
+    /// The destination rank of a frame to every member (a broadcast frame): never a member's
+    /// own rank (a group has at most 65534 members).
+    pub const BROADCAST: Rank = Rank(u16::MAX);
+
     /// The rank numbered `n`.
     pub const fn new(n: u16) -> Rank {
         Rank(n)

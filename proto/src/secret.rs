@@ -60,12 +60,15 @@ impl std::fmt::Debug for Key {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use zeroize::Zeroize;
+
+    use super::Key;
 
     #[test]
     fn no_debug_output_holds_a_key() {
         let key = Some(Key::from_bytes([0xAB; 32]));
-        let mut cfg = crate::engine::Config::new(7, crate::Rank::new(0), 2);
+        let mut cfg = crate::engine::EngineConfig::new(7, crate::Rank::new(0), 2);
         cfg.key = key.clone();
         let join = crate::join::JoinConfig {
             group: 7,
@@ -93,7 +96,7 @@ mod tests {
             assert!(shown.contains("<redacted>"), "{shown}");
         }
         // A configuration without a key says so.
-        let keyless = crate::engine::Config::new(7, crate::Rank::new(0), 2);
+        let keyless = crate::engine::EngineConfig::new(7, crate::Rank::new(0), 2);
         assert!(format!("{keyless:?}").contains("key: None"), "{keyless:?}");
         assert_eq!(
             format!("{:?}", Key::from_bytes([0xAB; 32])),

@@ -4,7 +4,7 @@ use core::fmt;
 use core::ops::{Add, AddAssign, Sub};
 
 /// Sequence number in a root's stream, extended to 64 bits (a root's session ends before the
-/// wire's 32 bits would wrap, see [`crate::wire::control::LAST_SEQ`]).
+/// wire's 32 bits would wrap, see [`SessionEnded::Sequence`](crate::SessionEnded::Sequence)).
 ///
 /// A newtype over `u64`, so that a sequence number cannot be mixed up with a rank, a count or a
 /// message id; it prints as its number. [`Seq::new`] and [`Seq::get`] convert at the

@@ -13,9 +13,7 @@
 
 use std::time::Instant;
 
-use ethbcast_proto::engine::{Config, Engine};
-use ethbcast_proto::wire::{self, Kind, Repr};
-use ethbcast_proto::Rank;
+use ethbcast_proto::{Engine, EngineConfig, Kind, Rank, Repr};
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]
@@ -24,7 +22,7 @@ static ALLOC: CountingAlloc = CountingAlloc::new();
 #[test]
 fn forged_message_lengths_reserve_no_more_than_the_data_placed() {
     let window = 2048;
-    let mut cfg = Config::new(7, Rank::new(1), 2);
+    let mut cfg = EngineConfig::new(7, Rank::new(1), 2);
     cfg.window = window;
     cfg.auto_post = true;
     let mut rx = Engine::new(cfg).unwrap();
@@ -37,7 +35,7 @@ fn forged_message_lengths_reserve_no_more_than_the_data_placed() {
         let mut r = Repr::new(Kind::Data);
         r.group = 7;
         r.src = Rank::new(0);
-        r.dst = wire::ALL;
+        r.dst = Rank::BROADCAST;
         r.seq = seq;
         r.msg_id = seq - 1;
         r.msg_len = 1 << 30;

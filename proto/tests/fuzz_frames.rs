@@ -26,12 +26,12 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ethbcast_proto::engine::{Algorithm, Config, Dest, Engine, Event, Message};
-use ethbcast_proto::wire::control::NACK_MORE_WORDS;
-use ethbcast_proto::wire::{
-    self, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr,
+use ethbcast_proto::{
+    control_counter, seal, BarrierAlgo, BarrierMsg, BarrierOp, Control, Dest, Engine, EngineConfig,
+    EngineEvent, EthernetFrame, Flags, Frame, HardwareAlgorithm, Kind, Message, Rank, Repr,
+    CRC_LEN, HEADER_LEN, NACK_MORE_WORDS, OVERHEAD, TAG_LEN,
 };
-use ethbcast_proto::Rank;
+
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config as PropConfig, TestRunner};
@@ -131,25 +131,25 @@ fn set_field(r: &mut Repr, field: u8, v: Val) {
 
 /// Rewrites the CRC where the (possibly mutated) header says it is, if the bytes reach it.
 fn fix_crc(b: &mut [u8]) {
-    if b.len() < wire::HEADER_LEN {
+    if b.len() < HEADER_LEN {
         return;
     }
     let total = Frame::new_unchecked(&*b).total_len();
     if b.len() >= total {
-        let crc = crc32c::crc32c(&b[..total - wire::CRC_LEN]);
-        b[total - wire::CRC_LEN..total].copy_from_slice(&crc.to_be_bytes());
+        let crc = crc32c::crc32c(&b[..total - CRC_LEN]);
+        b[total - CRC_LEN..total].copy_from_slice(&crc.to_be_bytes());
     }
 }
 
 /// Adds a tag of `key` to the unkeyed frame `b` (as far as its header says it goes).
 fn reseal(b: &mut Vec<u8>, key: &[u8; 32]) {
-    if b.len() < wire::HEADER_LEN {
+    if b.len() < HEADER_LEN {
         return;
     }
     let len = Frame::new_unchecked(&b[..]).total_len().min(b.len());
     let mut out = b[..len].to_vec();
-    out.resize(len + wire::TAG_LEN, 0);
-    if let Ok(n) = wire::seal(key, &mut out, len) {
+    out.resize(len + TAG_LEN, 0);
+    if let Ok(n) = seal(key, &mut out, len) {
         out.truncate(n);
         *b = out;
     }
@@ -211,7 +211,7 @@ fn forge(base: &[u8], muts: &[Mutation], seal: Seal) -> Vec<u8> {
             if b.len() >= sealed.len() && b[..sealed.len()] == sealed[..] {
                 // Nothing but padding changed: it would still be the genuine frame. Break
                 // it for certain.
-                let i = wire::HEADER_LEN / 2;
+                let i = HEADER_LEN / 2;
                 b[i] ^= 0x10;
                 fix_crc(&mut b);
             }
@@ -344,8 +344,8 @@ fn exercise(b: &[u8]) {
     let total = f.total_len();
     assert!(total <= b.len());
     let keyed = f.flags().contains(Flags::KEYED);
-    let tag = if keyed { wire::TAG_LEN } else { 0 };
-    assert_eq!(f.payload().len() + wire::OVERHEAD + tag, total);
+    let tag = if keyed { TAG_LEN } else { 0 };
+    assert_eq!(f.payload().len() + OVERHEAD + tag, total);
     assert_eq!(f.tag().is_some(), keyed);
     let _ = (f.kind(), f.group(), f.src(), f.dst(), f.seq(), f.msg_id());
     let _ = (f.msg_len(), f.offset(), f.bitmap(), f.aux(), f.verify(&KEY));
@@ -363,7 +363,7 @@ fn exercise(b: &[u8]) {
     // A control frame that parses as a message emits back to the same message.
     if !f.kind().is_data() {
         if let Ok(c) = Control::parse(&f) {
-            let again = c.to_vec(f.group(), f.src(), f.dst(), wire::control::counter(&f));
+            let again = c.to_vec(f.group(), f.src(), f.dst(), control_counter(&f));
             let g = Frame::new_checked(&again[..]).expect("an emitted control frame parses");
             assert_eq!(Control::parse(&g), Ok(c));
         }
@@ -423,11 +423,11 @@ proptest! {
             fix_crc(&mut b);
         }
         exercise(&b);
-        let _ = wire::ethernet::Frame::new_checked(&b[..]).map(|e| (e.dst(), e.src(), e.payload().len()));
+        let _ = EthernetFrame::new_checked(&b[..]).map(|e| (e.dst(), e.src(), e.payload().len()));
         let len = b.len();
         let mut sealed = b.clone();
-        sealed.resize(len + wire::TAG_LEN, 0);
-        let _ = wire::seal(&KEY, &mut sealed, len);
+        sealed.resize(len + TAG_LEN, 0);
+        let _ = seal(&KEY, &mut sealed, len);
     }
 }
 
@@ -557,7 +557,7 @@ impl World {
         let now = Instant::now();
         let engines = Rank::all(MEMBERS)
             .map(|r| {
-                let mut c = Config::new(GROUP, r, MEMBERS);
+                let mut c = EngineConfig::new(GROUP, r, MEMBERS);
                 c.window = s.window;
                 c.auto_post = s.auto_post;
                 c.peer_repair = s.peer_repair;
@@ -609,10 +609,10 @@ impl World {
             }
             while let Some(ev) = self.engines[i].poll_event() {
                 match ev {
-                    Event::Delivered(Message { root, msg_id, data }) => {
+                    EngineEvent::Delivered(Message { root, msg_id, data }) => {
                         self.delivered[i].push((root, msg_id, Ok(data)))
                     }
-                    Event::Truncated {
+                    EngineEvent::Truncated {
                         root, msg_id, len, ..
                     } => self.delivered[i].push((root, msg_id, Err(len))),
                     _ => {}
@@ -688,9 +688,9 @@ impl World {
                     .map(|i| (i as u8).wrapping_mul(31) ^ (id as u8) ^ (root as u8 * 0x80))
                     .collect();
                 let algo = if *pushpull {
-                    Algorithm::PushPull
+                    HardwareAlgorithm::PushPull
                 } else {
-                    Algorithm::Simple
+                    HardwareAlgorithm::Simple
                 };
                 if let Ok(got) = self.engines[root].bcast(self.now, data.clone(), algo) {
                     assert_eq!(got, id as u64, "message ids count from 0");
@@ -735,7 +735,7 @@ impl World {
                 // Mostly to the member it is injected into, sometimes to all or another.
                 let to = self.to(*t);
                 let dst = match dst % 4 {
-                    0 => wire::ALL,
+                    0 => Rank::BROADCAST,
                     1 => Rank::new(u16::from(*dst) % MEMBERS),
                     _ => Rank::new(to as u16),
                 };
@@ -894,7 +894,7 @@ fn key_valid_forged_frames_reach_the_protocol_logic() {
         let r = w.engines[1].handle_frame(w.now, &pdu);
         if !matches!(
             r,
-            Err(ethbcast_proto::engine::Drop::Malformed(_) | ethbcast_proto::engine::Drop::BadMac)
+            Err(ethbcast_proto::DropReason::Malformed(_) | ethbcast_proto::DropReason::BadMac)
         ) {
             past_the_door += 1;
         }

@@ -2,21 +2,20 @@
 //! session is refused however late it is replayed, and no genuine frame is refused.
 //!
 //! The control counter of a member's frames is driven to just below its last value with
-//! `Engine::skip_control_counter_to` (2^32 frames are hours on a wire), the sequence numbers
-//! of its broadcasts with `Engine::skip_sequences`.
+//! `test_hooks::skip_control_counter_to` (2^32 frames are hours on a wire), the sequence numbers
+//! of its broadcasts with `test_hooks::skip_sequences`.
 
 use std::time::Instant;
 
-use ethbcast_proto::engine::{
-    Algorithm, Config, Dest, Drop, Engine, Event, SendError, SessionEnded,
+use ethbcast_proto::{
+    Control, Dest, DropReason, Engine, EngineConfig, EngineEvent, HardwareAlgorithm, Rank,
+    SendError, SessionEnded,
 };
-use ethbcast_proto::wire::Control;
-use ethbcast_proto::Rank;
 
 const KEY: [u8; 32] = [0x11; 32];
 
 fn engine(rank: u16) -> Engine {
-    let mut cfg = Config::new(0x600d, Rank::new(rank), 2);
+    let mut cfg = EngineConfig::new(0x600d, Rank::new(rank), 2);
     cfg.key = Some(KEY.into());
     Engine::new(cfg).unwrap()
 }
@@ -37,11 +36,11 @@ fn notice(a: &mut Engine, now: Instant, n: u32) -> Option<Vec<u8>> {
 }
 
 /// Hands `frame` to `b`; the notice it took, if any.
-fn take(b: &mut Engine, now: Instant, frame: &[u8]) -> Result<(Vec<u8>, bool), Drop> {
+fn take(b: &mut Engine, now: Instant, frame: &[u8]) -> Result<(Vec<u8>, bool), DropReason> {
     b.handle_frame(now, frame)?;
     loop {
         match b.poll_event().expect("a notice") {
-            Event::Control {
+            EngineEvent::Control {
                 msg: Control::Notice { body },
                 fresh,
                 ..
@@ -65,12 +64,12 @@ fn a_control_frame_recorded_early_is_refused_after_half_and_after_all_of_the_cou
     let recorded: Vec<Vec<u8>> = (0..5).map(|_| genuine(&mut a, &mut b)).collect();
 
     // Half the counter range later, where counters compared modulo 2^32 turn around.
-    a.skip_control_counter_to((1 << 31) + 3);
+    ethbcast_proto::test_hooks::skip_control_counter_to(&mut a, (1 << 31) + 3);
     for _ in 0..3 {
         genuine(&mut a, &mut b);
     }
     for f in &recorded {
-        assert_eq!(take(&mut b, now, f), Err(Drop::Replayed));
+        assert_eq!(take(&mut b, now, f), Err(DropReason::Replayed));
     }
     // The window did not move back: the sender's next frames are taken.
     for _ in 0..3 {
@@ -78,7 +77,7 @@ fn a_control_frame_recorded_early_is_refused_after_half_and_after_all_of_the_cou
     }
 
     // Up to the last counter: every genuine frame is taken, then the session ends.
-    a.skip_control_counter_to(u32::MAX - 3);
+    ethbcast_proto::test_hooks::skip_control_counter_to(&mut a, u32::MAX - 3);
     for _ in 0..3 {
         genuine(&mut a, &mut b);
     }
@@ -90,7 +89,7 @@ fn a_control_frame_recorded_early_is_refused_after_half_and_after_all_of_the_cou
     );
     assert_eq!(a.session_ended(), Some(SessionEnded::ControlCounter));
     assert_eq!(
-        a.bcast(now, vec![1], Algorithm::Simple),
+        a.bcast(now, vec![1], HardwareAlgorithm::Simple),
         Err(SendError::SessionEnded(SessionEnded::ControlCounter))
     );
     assert!(a
@@ -99,7 +98,7 @@ fn a_control_frame_recorded_early_is_refused_after_half_and_after_all_of_the_cou
         .to_string()
         .contains("open the group again"));
     for f in &recorded {
-        assert_eq!(take(&mut b, now, f), Err(Drop::Replayed));
+        assert_eq!(take(&mut b, now, f), Err(DropReason::Replayed));
     }
 }
 
@@ -109,17 +108,19 @@ fn broadcasts_end_with_the_session_before_their_sequence_numbers_wrap() {
     let mut a = engine(0);
     // Three sequence numbers left: one-frame messages take two, a message of three frames'
     // payload does not fit, and the session ends.
-    a.skip_sequences((1 << 32) - 3);
-    a.bcast(now, vec![7; 10], Algorithm::Simple).unwrap();
-    a.bcast(now, vec![7; 10], Algorithm::Simple).unwrap();
+    ethbcast_proto::test_hooks::skip_sequences(&mut a, (1 << 32) - 3);
+    a.bcast(now, vec![7; 10], HardwareAlgorithm::Simple)
+        .unwrap();
+    a.bcast(now, vec![7; 10], HardwareAlgorithm::Simple)
+        .unwrap();
     assert_eq!(a.session_ended(), None);
     let three = vec![7; 3 * a.config().max_payload()];
     assert_eq!(
-        a.bcast(now, three, Algorithm::Simple),
+        a.bcast(now, three, HardwareAlgorithm::Simple),
         Err(SendError::SessionEnded(SessionEnded::Sequence))
     );
     assert_eq!(
-        a.bcast(now, vec![7; 10], Algorithm::Simple),
+        a.bcast(now, vec![7; 10], HardwareAlgorithm::Simple),
         Err(SendError::SessionEnded(SessionEnded::Sequence))
     );
     assert_eq!(a.session_ended(), Some(SessionEnded::Sequence));

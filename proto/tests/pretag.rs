@@ -13,11 +13,11 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use ethbcast_proto::engine::Config;
-use ethbcast_proto::member::{pair_group, Member, MemberConfig};
-use ethbcast_proto::wire::ethernet::MacAddr;
-use ethbcast_proto::wire::{self, Control, Flags, Kind, Repr};
-use ethbcast_proto::Rank;
+use ethbcast_proto::{
+    pair_group, seal, Control, EngineConfig, Flags, Kind, MacAddr, Member, MemberConfig, Rank,
+    Repr, TAG_LEN,
+};
+
 use ethbcast_sys::alloc::CountingAlloc;
 
 #[global_allocator]
@@ -42,7 +42,7 @@ fn mac(i: u16) -> MacAddr {
 /// Rank 1 of a streaming group of [`SIZE`] with the window of `ethbcast send/recv`.
 fn member(key: Option<[u8; 32]>, senders: Option<Vec<Rank>>) -> (Member, Instant) {
     let now = Instant::now();
-    let mut cfg = Config::new(GROUP, Rank::new(1), SIZE);
+    let mut cfg = EngineConfig::new(GROUP, Rank::new(1), SIZE);
     cfg.window = 2048;
     cfg.key = key.map(Into::into);
     let mut mc = MemberConfig::new(cfg, (0..SIZE).map(mac).collect::<Vec<_>>());
@@ -62,8 +62,8 @@ fn data(group: u32, src: Rank, dst: Rank, key: Option<&[u8; 32]>) -> Vec<u8> {
     let mut v = r.to_vec(&[0x5a; 1000]).unwrap();
     if let Some(k) = key {
         let len = v.len();
-        v.resize(len + wire::TAG_LEN, 0);
-        let n = wire::seal(k, &mut v, len).unwrap();
+        v.resize(len + TAG_LEN, 0);
+        let n = seal(k, &mut v, len).unwrap();
         v.truncate(n);
     }
     v
@@ -82,7 +82,7 @@ fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
     let (mut m, now) = member(Some(KEY), None);
     let bytes = grown(|| {
         for src in (0..SIZE).filter(|&r| r != 1) {
-            for dst in [wire::ALL, Rank::new(1)] {
+            for dst in [Rank::BROADCAST, Rank::new(1)] {
                 m.handle_frame(
                     now,
                     mac(src),
@@ -107,7 +107,7 @@ fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
     m.handle_frame(
         now,
         mac(0),
-        &data(GROUP, Rank::new(0), wire::ALL, Some(&KEY)),
+        &data(GROUP, Rank::new(0), Rank::BROADCAST, Some(&KEY)),
     );
     assert_eq!(m.stats().accepted, 1);
     assert!(m.engine().receiver(Rank::new(0)).is_some());
@@ -124,12 +124,12 @@ fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
             m.handle_frame(
                 now,
                 mac(peer),
-                &data(group, Rank::new(src), wire::ALL, Some(&WRONG)),
+                &data(group, Rank::new(src), Rank::BROADCAST, Some(&WRONG)),
             );
             m.handle_frame(
                 now,
                 mac(peer),
-                &data(group, Rank::new(src), wire::ALL, None),
+                &data(group, Rank::new(src), Rank::BROADCAST, None),
             );
         }
     });
@@ -146,7 +146,7 @@ fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
             &data(
                 pair_group(GROUP, Rank::new(1), Rank::new(0)),
                 Rank::new(0),
-                wire::ALL,
+                Rank::BROADCAST,
                 Some(&KEY),
             ),
         )
@@ -161,9 +161,17 @@ fn without_a_key_a_member_makes_nothing_for_a_rank_whose_stream_it_does_not_take
     let (mut m, now) = member(None, Some(vec![Rank::new(0)]));
     let bytes = grown(|| {
         for src in 2..SIZE {
-            m.handle_frame(now, mac(src), &data(GROUP, Rank::new(src), wire::ALL, None));
+            m.handle_frame(
+                now,
+                mac(src),
+                &data(GROUP, Rank::new(src), Rank::BROADCAST, None),
+            );
             let group = pair_group(GROUP, Rank::new(1), Rank::new(src));
-            m.handle_frame(now, mac(src), &data(group, Rank::new(1), wire::ALL, None));
+            m.handle_frame(
+                now,
+                mac(src),
+                &data(group, Rank::new(1), Rank::BROADCAST, None),
+            );
             // Polls of the stream it would have sent, which a member answers for its root.
             let polls = [
                 Control::AckPoll,
@@ -190,7 +198,11 @@ fn without_a_key_a_member_makes_nothing_for_a_rank_whose_stream_it_does_not_take
     }
     assert_eq!(m.stats().accepted, 0);
     // The root's stream is taken.
-    m.handle_frame(now, mac(0), &data(GROUP, Rank::new(0), wire::ALL, None));
+    m.handle_frame(
+        now,
+        mac(0),
+        &data(GROUP, Rank::new(0), Rank::BROADCAST, None),
+    );
     assert_eq!(m.stats().accepted, 1);
     assert!(m.engine().receiver(Rank::new(0)).is_some());
 }

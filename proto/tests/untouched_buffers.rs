@@ -8,9 +8,7 @@
 
 use std::time::Instant;
 
-use ethbcast_proto::engine::{Config, Engine};
-use ethbcast_proto::wire::{self, Flags, Kind, Repr};
-use ethbcast_proto::Rank;
+use ethbcast_proto::{Engine, EngineConfig, Flags, Kind, Rank, Repr};
 
 /// Resident bytes of this process (`/proc/self/statm`, second field, in pages).
 fn resident() -> usize {
@@ -21,7 +19,7 @@ fn resident() -> usize {
 
 #[test]
 fn a_member_pays_for_the_buffers_it_uses_not_for_their_size() {
-    let mut cfg = Config::new(1, Rank::new(1), 2);
+    let mut cfg = EngineConfig::new(1, Rank::new(1), 2);
     cfg.window = 16384;
     let size = cfg.window * cfg.slot_payload();
     let now = Instant::now();
@@ -34,7 +32,7 @@ fn a_member_pays_for_the_buffers_it_uses_not_for_their_size() {
         let mut r = Repr::new(Kind::Data);
         r.group = cfg.group;
         r.src = Rank::new(0);
-        r.dst = wire::ALL;
+        r.dst = Rank::BROADCAST;
         r.seq = i;
         r.msg_len = 8000;
         r.offset = i * 1000;

@@ -6,7 +6,7 @@
 //! roots send at once, every frame reaches every member in one hop, and each root's stream is
 //! repaired on its own (its receivers' NACKs go to that root or to a fellow that holds the
 //! frame). A member's receive of a root it has not reached yet does not hold that root back:
-//! the frames wait in the stream's pushed buffer ([`crate::engine::Config::pushed_buffer`]),
+//! the frames wait in the stream's pushed buffer ([`EngineConfig::pushed_buffer`](ethbcast_proto::EngineConfig::pushed_buffer)),
 //! and the post copies them out.
 //!
 //! [`Allgather`] is sans-IO: a sequence of [`Member`] broadcast calls, this member's own part
@@ -28,9 +28,8 @@
 use std::time::Instant;
 
 use super::GroupError;
-use crate::engine::PostError;
-use crate::member::{Algorithm, Done, Member, MemberError};
 use crate::Rank;
+use ethbcast_proto::{Algorithm, Done, Member, MemberError, PostError};
 
 /// One allgather in progress at one member. See the module documentation.
 #[derive(Debug)]

@@ -7,10 +7,9 @@ use thiserror::Error;
 
 use super::{Group, GroupError, GroupOptions, Membership, ServeWait, ServeWake};
 use crate::host_ring::{self, HostRing, HostRingError, Hosts, Layout, Sink};
-use crate::join::{Expect, JoinConfig};
 use crate::link::{self, LinkError};
-use crate::member::MemberError;
 use crate::Rank;
+use ethbcast_proto::{Expect, JoinConfig, MemberError};
 
 /// Errors of [`HostGroup`] calls.
 #[derive(Debug, Error)]

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use super::{GroupError, JoinSeen};
 use crate::driver::{Clock, Driver, Sends, WallClock};
-use crate::engine::{Algorithm, Config, ConfigError, Dest, Stats as EngineStats};
-use crate::join::{Expect, JoinConfig};
 use crate::link::{self, Backend, GroupAddress, Link, LinkError, MacAddr, WaitMode};
-use crate::member::{DestProgress, Event, Member, MemberConfig, MemberError};
 use crate::Rank;
+use ethbcast_proto::{
+    Algorithm, ConfigError, Dest, DestProgress, EngineConfig, EngineStats, Event, Expect,
+    JoinConfig, Member, MemberConfig, MemberError,
+};
 
 /// Options of a stream (both sides must agree on the group id, the key and the address).
 /// Its `Debug` never shows the key.
@@ -28,7 +29,7 @@ pub struct StreamOptions {
     /// A receiver acknowledges every this many frames.
     pub ack_every: usize,
     /// A receiver gathers the gaps it finds for this many frames before it asks for them, in
-    /// one NACK ([`Config::nack_gather`]; 0: at once).
+    /// one NACK ([`EngineConfig::nack_gather`]; 0: at once).
     pub nack_gather: usize,
     /// A receiver asks a fellow receiver for a lost frame before the root (peer repair).
     pub peer_repair: bool,
@@ -46,10 +47,10 @@ pub struct StreamOptions {
     /// Deliveries a receiver accepts ahead of its application.
     pub prepost: usize,
     /// The application checks the whole stream end to end with a digest of its own: data
-    /// frames then carry a CRC over their header only ([`Config::end_to_end`]). Both sides
+    /// frames then carry a CRC over their header only ([`EngineConfig::end_to_end`]). Both sides
     /// must agree.
     pub end_to_end: bool,
-    /// The longest message a receiver takes ([`Config::max_message`]): a frame of a longer
+    /// The longest message a receiver takes ([`EngineConfig::max_message`]): a frame of a longer
     /// one is dropped and counted (`drops.too_long` of [`Stream::stats`]) before anything is
     /// reserved for it. The root sends no longer message.
     pub max_message: usize,
@@ -57,7 +58,7 @@ pub struct StreamOptions {
 
 impl Default for StreamOptions {
     fn default() -> Self {
-        let cfg = Config::new(0, Rank::new(0), 2);
+        let cfg = EngineConfig::new(0, Rank::new(0), 2);
         StreamOptions {
             group_id: 0xEBD1_5700,
             backend: Backend::Ring,
@@ -116,16 +117,16 @@ impl StreamOptions {
         self.group_address.mac(self.group_id)
     }
 
-    /// Whether an engine can run with these options ([`Config::check`]): checked before a join,
-    /// a bad option fails at once instead of once a peer has come.
+    /// Whether an engine can run with these options ([`EngineConfig::check`]): checked before a
+    /// join, a bad option fails at once instead of once a peer has come.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.config(Rank::new(0), 2).check()
     }
 
     /// The engine configuration of member `rank` of a stream of `size` members (before the
     /// session's group id and key, and the link's frame size, apply).
-    pub fn config(&self, rank: Rank, size: u16) -> Config {
-        let mut cfg = Config::new(self.group_id, rank, size);
+    pub fn config(&self, rank: Rank, size: u16) -> EngineConfig {
+        let mut cfg = EngineConfig::new(self.group_id, rank, size);
         cfg.window = self.window;
         cfg.ack_every = self.ack_every;
         cfg.nack_gather = self.nack_gather;
@@ -133,7 +134,7 @@ impl StreamOptions {
         // A stream's receivers take messages as they come, not in a call a root waits on: a
         // message held back for fellows' requests while loss lasts (a window's worth of
         // frames) comes later than it could, which they do not notice, and spares a copy of
-        // its last frames; it is memory held longer (`Config::peer_hold`).
+        // its last frames; it is memory held longer (`EngineConfig::peer_hold`).
         cfg.peer_hold = true;
         cfg.end_to_end = self.end_to_end;
         cfg.max_message = self.max_message;
@@ -175,10 +176,10 @@ pub enum Role {
 /// reliable point-to-point messages (completion reports, say).
 ///
 /// The join, the key and the timeouts are the group's: the root coordinates the library's
-/// join ([`ethbcast_proto::join`]) and takes the receivers [`Role::Root`] names, a receiver
+/// join ([`ethbcast_proto::Join`]) and takes the receivers [`Role::Root`] names, a receiver
 /// answers the first root whose roster names it; the session then protects every frame
-/// (with [`StreamOptions::key`], under a key of this session). The member is the same
-/// [`Member`] run by the same loop as a group's, with the wall clock; nothing blocks
+/// (with [`StreamOptions::key`], under a key of this session). The member is the same as a
+/// group's, run by the same loop with the wall clock; nothing blocks
 /// longer than the wait a caller passes to [`Stream::turn`].
 ///
 /// Without a key any host of the segment can answer a receiver's hello with a roster of its
@@ -287,8 +288,8 @@ impl Stream {
     pub fn peers(&self) -> &[MacAddr] {
         &self.peers
     }
-    /// The member (engine, counters).
-    pub fn member(&self) -> &Member {
+    /// The member this stream drives.
+    fn member(&self) -> &Member {
         self.driver.member()
     }
     /// This member's engine counters (data, repair frames; drops).
@@ -310,7 +311,7 @@ impl Stream {
     }
 
     /// Queues the next message of this member's stream; returns its id (ids grow by one).
-    /// Fails with [`crate::engine::SendError::NoReceivers`] once every receiver is gone.
+    /// Fails with [`crate::SendError::NoReceivers`] once every receiver is gone.
     pub fn send(&mut self, data: Vec<u8>) -> Result<u64, MemberError> {
         self.driver
             .member_mut()
@@ -338,15 +339,15 @@ impl Stream {
     }
 
     /// Hands `observer` the bytes of `root`'s messages, in order, as they are consumed.
-    pub fn observe(&mut self, root: Rank, observer: ethbcast_proto::engine::Observer) {
+    pub fn observe(&mut self, root: Rank, observer: ethbcast_proto::Observer) {
         self.driver
             .member_mut()
             .observe(WallClock.now(), root, observer)
     }
 
     /// Keeps at most `keep` bytes of `root`'s messages: longer ones are handed to the
-    /// observer alone and come as [`Event::Observed`] (see
-    /// [`ethbcast_proto::engine::Engine::keep_at_most`]).
+    /// observer alone and come as [`Event::Observed`]: the copy into a message buffer nobody
+    /// would read is not made.
     pub fn keep_at_most(&mut self, root: Rank, keep: usize) {
         self.driver
             .member_mut()
@@ -354,14 +355,14 @@ impl Stream {
     }
 
     /// Whether the link holds received frames until the observer's
-    /// [`frames_done`](ethbcast_proto::engine::Observe::frames_done) (see
+    /// [`frames_done`](ethbcast_proto::Observe::frames_done) (see
     /// [`crate::link::Link::holds_frames`]).
     pub fn link_holds_frames(&self) -> bool {
         self.driver.link().holds_frames()
     }
 
     /// Tells the observers that no frame of the link is held now (see
-    /// [`ethbcast_proto::engine::Observe::frames_done`]): what they keep to write they write
+    /// [`ethbcast_proto::Observe::frames_done`]): what they keep to write they write
     /// now. For bytes the engine handed over outside a turn (out of its own copies).
     pub fn flush_observer(&mut self) {
         self.driver.frames_done(WallClock.now())
@@ -369,8 +370,9 @@ impl Stream {
 
     /// Leaves in the link the frames of `root`'s stream that would be copied into the
     /// receive window (behind a gap, or kept for fellows' requests), if the link can retain
-    /// up to `frames` of them after each batch (see [`crate::link::Link::retain`] and
-    /// [`ethbcast_proto::engine::Engine::leave_in_link`]). Returns how many it retains (0:
+    /// up to `frames` of them after each batch (see [`crate::link::Link::retain`]): they are
+    /// read there when their turn comes, and copied only if they still wait when the link
+    /// gives them back. Returns how many it retains (0:
     /// nothing changes). For a stream whose observer writes from the link's frames.
     pub fn leave_in_link(&mut self, root: Rank, frames: usize) -> usize {
         let kept = self.driver.retain(frames);
@@ -456,7 +458,7 @@ mod tests {
             wait: WaitMode::Doze,
             ..StreamOptions::default()
         };
-        let engine = Config::new(0, Rank::new(1), 3).ack_delay;
+        let engine = EngineConfig::new(0, Rank::new(1), 3).ack_delay;
         assert!(
             engine < link::DOZE_INTERVAL,
             "the engine's own timer is finer"

@@ -1,7 +1,7 @@
 //! Unit tests of the group API: keys, hostfiles and options.
 
 use super::*;
-use crate::member::{tree_children, tree_parent};
+use ethbcast_proto::{tree_children, tree_parent};
 
 /// A program that takes the default options has made no choice about keys: it must not
 /// end up in a group that any host of the segment can join and broadcast into. Opening

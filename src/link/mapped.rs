@@ -8,7 +8,7 @@
 
 use super::socket::{stalled, SEND_STALL};
 use super::{check_pdu, Link, LinkError, MacAddr};
-use crate::wire::ethernet;
+use ethbcast_proto::EthernetFrame;
 use ethbcast_sys::wait::{self, Interest, Strategy};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
@@ -55,10 +55,10 @@ pub(crate) fn send(
 ) -> Result<(), LinkError> {
     check_pdu(pdu, slots.max_pdu())?;
     let src = slots.local_mac();
-    let len = ethernet::frame_len(pdu.len());
+    let len = EthernetFrame::len_for(pdu.len());
     // A slot handed to `fill` is exactly `len` bytes long, so emit cannot fail.
     let fill = |d: &mut [u8]| {
-        let _ = ethernet::emit(d, dst, src, pdu);
+        let _ = EthernetFrame::emit(d, dst, src, pdu);
     };
     let queued = slots.push_with(len, &fill)?
         || (slots.wait_slot(SEND_STALL)? && slots.push_with(len, &fill)?);

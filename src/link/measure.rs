@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 /// Tag at the start of every measurement PDU, so stray frames are ignored.
 const MAGIC: [u8; 4] = *b"EBPP";
-/// Smallest PDU the measurements use (tag and sequence number).
-pub const MIN_PDU: usize = 12;
+/// Smallest measurement frame (its tag and sequence number): not a group's smallest frame
+/// ([`ethbcast_proto::MIN_PDU`], which a join accepts), only what a probe carries.
+pub const MIN_PROBE_LEN: usize = 12;
 
 /// Result of [`ping`].
 #[derive(Debug, Clone, PartialEq)]
@@ -63,7 +64,7 @@ fn encode(buf: &mut [u8], seq: u64) {
 }
 
 fn decode(pdu: &[u8]) -> Option<u64> {
-    if pdu.len() < MIN_PDU || pdu[..4] != MAGIC {
+    if pdu.len() < MIN_PROBE_LEN || pdu[..4] != MAGIC {
         return None;
     }
     let mut s = [0u8; 8];
@@ -81,7 +82,7 @@ pub fn ping(
     pdu_len: usize,
     timeout: Duration,
 ) -> Result<PingReport, LinkError> {
-    let pdu_len = pdu_len.max(MIN_PDU);
+    let pdu_len = pdu_len.max(MIN_PROBE_LEN);
     let mut buf = vec![0u8; pdu_len];
     let mut rtts = Vec::with_capacity(n);
     let mut lost = 0;
@@ -154,7 +155,7 @@ pub fn blast(
     duration: Duration,
     batch: usize,
 ) -> Result<(u64, Duration), LinkError> {
-    let mut buf = vec![0u8; pdu_len.max(MIN_PDU)];
+    let mut buf = vec![0u8; pdu_len.max(MIN_PROBE_LEN)];
     let batch = batch.max(1) as u64;
     let t0 = Instant::now();
     let mut sent = 0u64;

@@ -1,8 +1,8 @@
 //! Links: the one small trait between the protocol engine and a medium that carries frames.
 //!
-//! The engine ([`crate::engine`]) never touches a socket. A driver takes the PDUs the engine
-//! wants to send, hands them to a [`Link`] with the destination MAC address, and feeds what the
-//! link receives back into the engine. Backends:
+//! The engine (the core's [`ethbcast_proto::Engine`]) never touches a socket. A driver takes
+//! the PDUs the engine wants to send, hands them to a [`Link`] with the destination MAC
+//! address, and feeds what the link receives back into the engine. Backends:
 //!
 //! - [`sim`]: the in-memory simulated switch (virtual clock, seeded faults): the main test-bed;
 //! - `ring`: AF_PACKET with memory-mapped TPACKET rings (the default on Linux);
@@ -17,12 +17,12 @@
 //! in shared memory through which the ranks of one host receive (its waits, on futexes and with
 //! deadlines, are I/O like a link's receive).
 //!
-//! A link carries ethbcast PDUs ([`crate::wire`]); the Ethernet header (destination, source,
-//! EtherType 0x88B5) is the link's business.
+//! A link carries ethbcast PDUs ([`ethbcast_proto::Frame`]); the Ethernet header (destination,
+//! source, EtherType 0x88B5) is the link's business.
 //!
 //! A link receives frames to its own address, to the broadcast address, and to the multicast
 //! groups it joined ([`Link::join_group`]; a group's address is
-//! [`crate::wire::ethernet::group_mac`] of its id), and nothing else: a host outside a group
+//! [`crate::group_mac`] of its id), and nothing else: a host outside a group
 //! never handles the group's frames.
 
 #[cfg(target_os = "linux")]
@@ -40,14 +40,13 @@ pub(crate) mod xdp;
 use std::time::Duration;
 use thiserror::Error;
 
-pub(crate) use crate::wire::ethernet::{parse_mac, GroupAddress, MacAddr, BROADCAST_MAC};
-pub(crate) use ethbcast_proto::machine::{BatchEnd, Held};
+pub(crate) use ethbcast_proto::{parse_mac, BatchEnd, GroupAddress, Held, MacAddr, BROADCAST_MAC};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers. The same number as the
-/// smallest frame size a join accepts ([`ethbcast_proto::join::MIN_PDU`]): a link that
+/// smallest frame size a join accepts ([`ethbcast_proto::MIN_PDU`]): a link that
 /// opens can always offer its MTU.
-pub const MIN_MTU: usize = ethbcast_proto::join::MIN_PDU as usize;
+pub const MIN_MTU: usize = ethbcast_proto::MIN_PDU as usize;
 
 /// Checks an interface MTU against [`MIN_MTU`] and returns the largest PDU (the MTU itself).
 pub fn check_mtu(mtu: usize) -> Result<usize, LinkError> {
@@ -111,7 +110,7 @@ impl Groups {
 
 /// Refuses station (unicast) addresses as groups.
 fn check_group(group: &MacAddr) -> Result<(), LinkError> {
-    if crate::wire::ethernet::is_group_mac(group) {
+    if ethbcast_proto::is_group_mac(group) {
         Ok(())
     } else {
         Err(LinkError::NotGroupAddress(*group))

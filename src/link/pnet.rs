@@ -16,7 +16,7 @@
 //! backend waits by polling pnet with short sleeps.
 
 use super::{check_mtu, check_pdu, Groups, Link, LinkError, MacAddr, WaitMode};
-use crate::wire::ethernet::{self, HEADER_LEN as ETH_HEADER_LEN};
+use ethbcast_proto::{EthernetFrame, ETH_HEADER_LEN};
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender};
 use std::io;
 use std::time::Duration;
@@ -218,8 +218,8 @@ impl Link for PnetLink {
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         check_pdu(pdu, self.max_pdu)?;
-        self.frame.resize(ethernet::frame_len(pdu.len()), 0);
-        ethernet::emit(&mut self.frame, dst, self.mac, pdu)
+        self.frame.resize(EthernetFrame::len_for(pdu.len()), 0);
+        EthernetFrame::emit(&mut self.frame, dst, self.mac, pdu)
             .map_err(|e| LinkError::Io(io::Error::other(e)))?;
         match self.tx.send_to(&self.frame, None) {
             Some(Ok(())) => Ok(()),
@@ -255,7 +255,7 @@ impl Link for PnetLink {
                 Err(e) if is_would_block(&e) => break,
                 Err(e) => return Err(LinkError::Io(e)),
             };
-            let Ok(eth) = ethernet::Frame::new_checked(frame) else {
+            let Ok(eth) = EthernetFrame::new_checked(frame) else {
                 continue;
             };
             let (src, dst) = (eth.src(), eth.dst());

@@ -16,7 +16,7 @@
 use super::mapped::{self, Mapped, Pending};
 use super::socket::{self, lookup, strategy, SendBatch, RECV_BATCH};
 use super::{BatchEnd, Groups, Held, Link, LinkError, MacAddr, WaitMode};
-use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
+use ethbcast_proto::{EthernetFrame, ETHERTYPE, ETH_HEADER_LEN};
 use ethbcast_sys::iface::Interface;
 pub use ethbcast_sys::ring::RingConfig;
 use ethbcast_sys::ring::{RingSocket, RxFrame, RxHeld};
@@ -31,7 +31,7 @@ fn hand_over(fr: &RxFrame<'_>, f: &mut dyn FnMut(MacAddr, &[u8])) -> usize {
     if fr.is_other_host() || fr.truncated() {
         return 0;
     }
-    match ethernet::Frame::new_checked(fr.data) {
+    match EthernetFrame::new_checked(fr.data) {
         Ok(eth) => {
             f(eth.src(), eth.payload());
             1

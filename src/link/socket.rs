@@ -8,7 +8,7 @@
 //! building with padding, the wait strategy, and joining multicast groups.
 
 use super::{check_mtu, check_pdu, Groups, Link, LinkError, MacAddr, WaitMode};
-use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
+use ethbcast_proto::{EthernetFrame, ETHERTYPE, ETH_HEADER_LEN};
 use ethbcast_sys::filter;
 use ethbcast_sys::iface::Interface;
 use ethbcast_sys::socket::{PacketSocket, RecvBatch, SocketOptions, SEND_BATCH_MAX};
@@ -108,7 +108,7 @@ impl SocketLink {
             if info.is_other_host() || info.len > self.rx.frame_len() {
                 continue;
             }
-            if let Ok(fr) = ethernet::Frame::new_checked(bytes) {
+            if let Ok(fr) = EthernetFrame::new_checked(bytes) {
                 f(fr.src(), fr.payload());
                 n += 1;
             }
@@ -151,8 +151,8 @@ impl Link for SocketLink {
             self.flush()?;
         }
         let src = MacAddr(self.iface.mac);
-        self.tx.push_with(ethernet::frame_len(pdu.len()), |buf| {
-            ethernet::emit(buf, dst, src, pdu)
+        self.tx.push_with(EthernetFrame::len_for(pdu.len()), |buf| {
+            EthernetFrame::emit(buf, dst, src, pdu)
                 .map(drop)
                 .map_err(|e| LinkError::Io(io::Error::other(e)))
         })

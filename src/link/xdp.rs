@@ -27,7 +27,7 @@
 use super::mapped::{self, Mapped, Pending};
 use super::socket::{lookup, strategy, RECV_BATCH};
 use super::{Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
-use crate::wire::ethernet::{self, ETHERTYPE, HEADER_LEN as ETH_HEADER_LEN};
+use ethbcast_proto::{is_group_mac, EthernetFrame, ETHERTYPE, ETH_HEADER_LEN};
 use ethbcast_sys::bpf::{XdpMode, XdpRedirect};
 use ethbcast_sys::iface::{self, Interface};
 use ethbcast_sys::wait::Strategy;
@@ -174,7 +174,7 @@ impl Link for XdpLink {
     /// the socket: a multicast group is refused with a typed error (the broadcast address,
     /// always received, is accepted).
     fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
-        if !crate::wire::ethernet::is_group_mac(&group) {
+        if !is_group_mac(&group) {
             return Err(LinkError::NotGroupAddress(group));
         }
         if group == BROADCAST_MAC {
@@ -184,7 +184,7 @@ impl Link for XdpLink {
     }
 
     fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
-        if !crate::wire::ethernet::is_group_mac(&group) {
+        if !is_group_mac(&group) {
             return Err(LinkError::NotGroupAddress(group));
         }
         Ok(())
@@ -210,7 +210,7 @@ impl Link for XdpLink {
     fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
         let mut n = 0;
         self.sock.rx_for_each(RECV_BATCH, &mut |data| {
-            if let Ok(eth) = ethernet::Frame::new_checked(data) {
+            if let Ok(eth) = EthernetFrame::new_checked(data) {
                 f(eth.src(), eth.payload());
                 n += 1;
             }

@@ -230,7 +230,7 @@ pub fn run(iface: &str, backend: Backend, rx_frames: usize) -> Vec<Check> {
             "pick an Ethernet or veth interface".into(),
         )),
     }
-    let min = usize::from(ethbcast_proto::join::MIN_PDU);
+    let min = ethbcast::MIN_MTU;
     match read_sys(iface, "mtu").as_deref().and_then(parse_number) {
         Some(m) if m as usize >= min => checks.push(Check::ok(
             "interface.mtu",

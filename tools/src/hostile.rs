@@ -18,11 +18,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ethbcast_proto::wire::{self, seal, Control, Flags, Frame, Kind, Repr, TAG_LEN};
+use ethbcast::{Rank, BROADCAST_MAC};
+// The wire format: the hostile host forges frames (headers, CRCs, tags, pair channels),
+// which the library does not export.
+use ethbcast_proto::{
+    pdu_crc, seal, Control, Flags, Frame, Kind, Repr, CRC_LEN, ETH_HEADER_LEN, OVERHEAD, TAG_LEN,
+};
 use rand::{Rng, RngCore};
 
 use crate::netns;
-use ethbcast::Rank;
 
 /// The key the hostile host tags its forgeries with: not the group's.
 pub const ATTACKER_KEY: [u8; 32] = [0x5A; 32];
@@ -100,7 +104,7 @@ impl Port {
 
     /// Sends a whole Ethernet frame as it is (source MAC included).
     pub fn send(&mut self, frame: &[u8]) {
-        if frame.len() > wire::ETH_HEADER_LEN {
+        if frame.len() > ETH_HEADER_LEN {
             let _ = self.tx.send_to(frame, None);
             self.sent += 1;
         }
@@ -109,23 +113,23 @@ impl Port {
 
 /// Whether `frame` (with its Ethernet header) carries an ethbcast PDU.
 pub fn is_ethbcast(frame: &[u8]) -> bool {
-    frame.len() > wire::ETH_HEADER_LEN + wire::OVERHEAD && frame[12..14] == ETHERTYPE
+    frame.len() > ETH_HEADER_LEN + OVERHEAD && frame[12..14] == ETHERTYPE
 }
 
 /// The PDU of a captured frame, checked (CRC, version, kind).
 pub fn pdu(eth: &[u8]) -> Option<Frame<&[u8]>> {
-    Frame::new_checked(eth.get(wire::ETH_HEADER_LEN..)?).ok()
+    Frame::new_checked(eth.get(ETH_HEADER_LEN..)?).ok()
 }
 
 /// Rewrites the CRC of the PDU in `eth` after its bytes were changed.
 fn fix_crc(eth: &mut [u8]) -> Option<()> {
-    let pdu = eth.get_mut(wire::ETH_HEADER_LEN..)?;
+    let pdu = eth.get_mut(ETH_HEADER_LEN..)?;
     let total = Frame::new_unchecked(&*pdu).total_len();
-    if total > pdu.len() || total < wire::OVERHEAD {
+    if total > pdu.len() || total < OVERHEAD {
         return None;
     }
-    let body = total - wire::CRC_LEN;
-    let crc = wire::pdu_crc(pdu, body);
+    let body = total - CRC_LEN;
+    let crc = pdu_crc(pdu, body);
     pdu[body..total].copy_from_slice(&crc.to_be_bytes());
     Some(())
 }
@@ -134,12 +138,12 @@ fn fix_crc(eth: &mut [u8]) -> Option<()> {
 /// flags and group id stay, so the copy reaches the session's checks) and a valid CRC.
 pub fn mutate(eth: &[u8], rng: &mut impl RngCore) -> Option<Vec<u8>> {
     let mut m = eth.to_vec();
-    let total = Frame::new_unchecked(m.get(wire::ETH_HEADER_LEN..)?).total_len();
-    if total > m.len() - wire::ETH_HEADER_LEN || total <= wire::OVERHEAD + 8 {
+    let total = Frame::new_unchecked(m.get(ETH_HEADER_LEN..)?).total_len();
+    if total > m.len() - ETH_HEADER_LEN || total <= OVERHEAD + 8 {
         return None;
     }
-    let at = 8 + (rng.next_u32() as usize) % (total - wire::CRC_LEN - 8);
-    m[wire::ETH_HEADER_LEN + at] ^= 1 << (rng.next_u32() % 8);
+    let at = 8 + (rng.next_u32() as usize) % (total - CRC_LEN - 8);
+    m[ETH_HEADER_LEN + at] ^= 1 << (rng.next_u32() % 8);
     fix_crc(&mut m)?;
     Some(m)
 }
@@ -152,7 +156,7 @@ pub fn random_from(template: &[u8], rng: &mut impl RngCore) -> Option<Vec<u8>> {
     r.group = f.group();
     r.src = Rank::new((rng.next_u32() % 8) as u16);
     r.dst = if rng.next_u32().is_multiple_of(2) {
-        wire::ALL
+        Rank::BROADCAST
     } else {
         Rank::new((rng.next_u32() % 8) as u16)
     };
@@ -190,7 +194,7 @@ fn frame_from(template: &[u8], pdu: &[u8], keyed: bool) -> Vec<u8> {
             pdu.truncate(n);
         }
     }
-    let mut frame = template[..wire::ETH_HEADER_LEN].to_vec();
+    let mut frame = template[..ETH_HEADER_LEN].to_vec();
     frame.extend_from_slice(&pdu);
     frame
 }
@@ -200,7 +204,7 @@ fn frame_from(template: &[u8], pdu: &[u8], keyed: bool) -> Vec<u8> {
 pub struct Spoof {
     /// Claimed source rank.
     pub src: Rank,
-    /// Destination rank (or [`wire::ALL`]).
+    /// Destination rank (or [`Rank::BROADCAST`]).
     pub dst: Rank,
     /// Source MAC of the Ethernet frame.
     pub src_mac: [u8; 6],
@@ -216,9 +220,9 @@ impl Spoof {
     pub fn from_root(root_mac: [u8; 6], tag: bool) -> Spoof {
         Spoof {
             src: Rank::new(0),
-            dst: wire::ALL,
+            dst: Rank::BROADCAST,
             src_mac: root_mac,
-            dst_mac: wire::ethernet::BROADCAST_MAC.0,
+            dst_mac: BROADCAST_MAC.0,
             tag,
         }
     }
@@ -401,7 +405,7 @@ pub fn replay_and_forge(netns: &str, frames: Vec<Vec<u8>>) -> Result<Hostile<usi
 }
 
 /// A forged data message of `len` bytes `payload` from `src` to `dst` on group `group` (a
-/// session's or a point-to-point channel's, see [`ethbcast_proto::member::pair_group`]), as frame
+/// session's or a point-to-point channel's, see [`ethbcast_proto::pair_group`]), as frame
 /// `seq` of message `msg_id`, in the session of `template`.
 pub fn forge_data(
     template: &[u8],

@@ -5,8 +5,7 @@
 //! Needs root. In CI (`ETHBCAST_REQUIRE_NETNS=1`) a missing privilege fails; elsewhere the
 //! tests say loudly that they were skipped.
 
-use ethbcast::Backend;
-use ethbcast_proto::engine::Algorithm;
+use ethbcast::{Algorithm, Backend};
 use ethbcast_testbed::{netns_available, Rate};
 use ethbcast_tools::suite::selftest::{run, SelftestOptions, Verdict};
 

@@ -1,22 +1,27 @@
 //! Barriers as a specification: a seeded in-test network of members with latency and loss runs
 //! many consecutive barriers and checks that nobody leaves early and everybody leaves.
 
-use crate::queue::EventQueue;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::*;
+use crate::engine::Dest;
+use crate::queue::EventQueue;
+use crate::wire::{BarrierAlgo, BarrierMsg, Control};
+use crate::Rank;
+
+use super::{log2_ceil, Barrier, BarrierConfig, BarrierError, BarrierStats, FrameError, Op};
+
+/// A barrier algorithm with the arity of its tree (unused by dissemination).
+type Algorithm = (BarrierAlgo, u16);
 
 fn algos(n: u16) -> Vec<Algorithm> {
     vec![
-        Algorithm::Broadcast { arity: 2 },
-        Algorithm::Broadcast { arity: 4 },
-        Algorithm::Broadcast {
-            arity: n.saturating_sub(1).max(1),
-        },
-        Algorithm::Dissemination,
+        (BarrierAlgo::Broadcast, 2),
+        (BarrierAlgo::Broadcast, 4),
+        (BarrierAlgo::Broadcast, n.saturating_sub(1).max(1)),
+        (BarrierAlgo::Dissemination, 0),
     ]
 }
 
@@ -51,7 +56,7 @@ impl Net {
         let members = (0..n)
             .map(|r| {
                 let mut c = BarrierConfig::new(Rank::new(r), n);
-                c.algorithm = algorithm;
+                (c.algorithm, c.arity) = algorithm;
                 Barrier::new(c).unwrap()
             })
             .collect();
@@ -220,7 +225,7 @@ fn with_ten_percent_loss_a_hundred_barriers_complete_safely() {
 #[test]
 fn without_loss_the_broadcast_barrier_costs_n_frames_and_dissemination_n_log2_n() {
     for n in [2u16, 5, 8, 16] {
-        let mut net = Net::new(n, Algorithm::Broadcast { arity: 4 }, 0.0, 10, 1);
+        let mut net = Net::new(n, (BarrierAlgo::Broadcast, 4), 0.0, 10, 1);
         assert!(net.run(Duration::from_secs(10)));
         // n - 1 arrivals and one broadcast release, plus a retransmission when a member's
         // timer beats a slow release.
@@ -229,7 +234,7 @@ fn without_loss_the_broadcast_barrier_costs_n_frames_and_dissemination_n_log2_n(
             per >= f64::from(n) && per <= f64::from(n) * 1.5,
             "n={n}: {per}"
         );
-        let mut net = Net::new(n, Algorithm::Dissemination, 0.0, 10, 1);
+        let mut net = Net::new(n, (BarrierAlgo::Dissemination, 0), 0.0, 10, 1);
         assert!(net.run(Duration::from_secs(10)));
         let l = log2_ceil(usize::from(n)) as f64;
         let per = net.frames as f64 / 10.0;
@@ -412,7 +417,7 @@ fn epochs_are_entered_in_order_after_release() {
     assert!(!b.is_released(1));
     b.enter(now, 1).unwrap();
     assert!(Barrier::new(BarrierConfig {
-        algorithm: Algorithm::Broadcast { arity: 0 },
+        arity: 0,
         ..BarrierConfig::new(Rank::new(0), 2)
     })
     .is_err());
@@ -422,9 +427,9 @@ fn epochs_are_entered_in_order_after_release() {
 fn report_frames_per_barrier() {
     for loss in [0.0, 0.1] {
         for a in [
-            Algorithm::Broadcast { arity: 4 },
-            Algorithm::Broadcast { arity: 7 },
-            Algorithm::Dissemination,
+            (BarrierAlgo::Broadcast, 4),
+            (BarrierAlgo::Broadcast, 7),
+            (BarrierAlgo::Dissemination, 0),
         ] {
             let mut net = Net::new(8, a, loss, 100, 5);
             assert!(net.run(Duration::from_secs(60)));

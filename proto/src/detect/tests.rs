@@ -1,13 +1,19 @@
 //! The detector as a specification: the paper's formulas, the schedules, the codec, and a small
 //! virtual-time network of detectors in which members crash.
 
-use crate::queue::EventQueue;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::*;
+use crate::queue::EventQueue;
+use crate::wire::Control;
+use crate::{ConfigError, Rank};
+
+use super::{
+    cycle, rounds, t_cleanup, target, DecodeError, Detector, DetectorConfig, DetectorEvent,
+    DetectorMsg, Gossip, MAX_MEMBERS,
+};
 
 const ALL: [Gossip; 3] = [
     Gossip::RoundRobin,
@@ -148,30 +154,30 @@ fn news_spreads_in_d_rounds_from_round_one_and_before_cleanup_from_any_round() {
 fn detector_messages_round_trip_and_bad_ones_are_errors() {
     let t = vec![0, 1, 2, u16::MAX, 7];
     for m in [
-        Msg::Gossip(t.clone()),
-        Msg::Ping(Rank::new(3)),
-        Msg::Pong(Rank::new(4)),
+        DetectorMsg::Gossip(t.clone()),
+        DetectorMsg::Ping(Rank::new(3)),
+        DetectorMsg::Pong(Rank::new(4)),
     ] {
-        assert_eq!(Msg::from_control(&m.to_control(), 5), Some(Ok(m)));
+        assert_eq!(DetectorMsg::from_control(&m.to_control(), 5), Some(Ok(m)));
     }
     let short = Control::Heartbeat { table: vec![0; 4] };
     assert!(matches!(
-        Msg::from_control(&short, 5),
+        DetectorMsg::from_control(&short, 5),
         Some(Err(DecodeError::Length { .. }))
     ));
     let huge = Control::Heartbeat {
         table: vec![0; 600],
     };
     assert!(
-        Msg::from_control(&huge, 600).unwrap().is_err(),
+        DetectorMsg::from_control(&huge, 600).unwrap().is_err(),
         "beyond MAX_MEMBERS"
     );
     assert_eq!(
-        Msg::from_control(&Control::Ping { rank: Rank::new(5) }, 5),
+        DetectorMsg::from_control(&Control::Ping { rank: Rank::new(5) }, 5),
         Some(Err(DecodeError::Rank(5)))
     );
     assert_eq!(
-        Msg::from_control(&Control::Evict { rank: Rank::new(1) }, 5),
+        DetectorMsg::from_control(&Control::Evict { rank: Rank::new(1) }, 5),
         None
     );
 }
@@ -198,7 +204,7 @@ fn a_suspect_that_answers_the_ping_is_cleared_and_one_that_does_not_is_dead() {
     assert_eq!(d.threshold(), 3, "3 ceil(log2 2)");
     let mut now = t0;
     d.handle_timeout(now);
-    assert!(matches!(d.poll_transmit(), Some((r, Msg::Gossip(_))) if r == Rank::new(1)));
+    assert!(matches!(d.poll_transmit(), Some((r, DetectorMsg::Gossip(_))) if r == Rank::new(1)));
     for _ in 0..2 {
         now += T;
         d.handle_timeout(now);
@@ -208,7 +214,7 @@ fn a_suspect_that_answers_the_ping_is_cleared_and_one_that_does_not_is_dead() {
     d.handle_timeout(now);
     assert_eq!(d.poll_event(), Some(DetectorEvent::Suspect(Rank::new(1))));
     let sent: Vec<_> = std::iter::from_fn(|| d.poll_transmit()).collect();
-    assert!(sent.contains(&(Rank::new(1), Msg::Ping(Rank::new(1)))));
+    assert!(sent.contains(&(Rank::new(1), DetectorMsg::Ping(Rank::new(1)))));
     d.handle_pong(now, Rank::new(1));
     assert_eq!(d.poll_event(), Some(DetectorEvent::Cleared(Rank::new(1))));
     assert!(!d.is_suspected(Rank::new(1)));
@@ -221,7 +227,7 @@ fn a_suspect_that_answers_the_ping_is_cleared_and_one_that_does_not_is_dead() {
     let mut pings = 0;
     loop {
         while let Some((_, m)) = d.poll_transmit() {
-            pings += usize::from(m == Msg::Ping(Rank::new(1)));
+            pings += usize::from(m == DetectorMsg::Ping(Rank::new(1)));
         }
         if let Some(e) = d.poll_event() {
             assert_eq!(e, DetectorEvent::Dead(Rank::new(1)));
@@ -246,7 +252,7 @@ fn ping_is_answered_with_pong() {
     d.handle_ping(Instant::now(), Rank::new(1));
     assert_eq!(
         d.poll_transmit(),
-        Some((Rank::new(1), Msg::Pong(Rank::new(2))))
+        Some((Rank::new(1), DetectorMsg::Pong(Rank::new(2))))
     );
 }
 
@@ -256,7 +262,7 @@ fn ping_is_answered_with_pong() {
 struct InFlight {
     src: Rank,
     dst: Rank,
-    msg: Msg,
+    msg: DetectorMsg,
 }
 
 struct Net {

@@ -1,15 +1,20 @@
 //! The engine's configuration: window, queues, timers, acknowledgement tree, and how they are
 //! checked ([`ConfigError`]); the EQA paper's queue sizes ([`paper`]).
 
-use super::*;
+use std::time::Duration;
 
-/// A cache hint: the `len` bytes from the pointer are used soon (see [`Config::prefetch`]).
+use crate::wire;
+use crate::{ConfigError, Rank, Seq};
+
+use super::{recv, send, tree, Outgoing};
+
+/// A cache hint: the `len` bytes from the pointer are used soon (see [`EngineConfig::prefetch`]).
 pub type Prefetch = fn(*const u8, usize);
 
-/// Engine configuration. [`Config::new`] gives the defaults, [`Config::paper`] the queue sizes
-/// of the EQA paper. Its `Debug` never shows the key.
+/// Engine configuration. [`EngineConfig::new`] gives the defaults, [`EngineConfig::paper`] the
+/// queue sizes of the EQA paper. Its `Debug` never shows the key.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct EngineConfig {
     /// Group id carried by every frame; frames of other groups are dropped.
     pub group: u32,
     /// This member's rank.
@@ -31,10 +36,10 @@ pub struct Config {
     pub ack_every: usize,
     /// With an acknowledgement tree: a member reports its subtree's position once it has been
     /// quiet this long (restarted whenever it moves). Without a tree receivers keep no timer:
-    /// the root's retransmission timer polls them ([`Control::AckPoll`]).
+    /// the root's retransmission timer polls them ([`Control::AckPoll`](crate::Control::AckPoll)).
     pub ack_delay: Duration,
     /// A receiver repeats a NACK for a gap that persists this long (doubling each time).
-    /// [`Config::new`] gives 2 ms, and 1 ms from [`ACK_TREE_FROM`] members: there the first
+    /// [`EngineConfig::new`] gives 2 ms, and 1 ms from [`ACK_TREE_FROM`] members: there the first
     /// repeat goes to the peer (whose link is idle), not the root, and with a thousand
     /// receivers every window waits for the member whose repair was lost (at 1024 members,
     /// 1 % loss: goodput 0.78 of 16 members' with 2 ms, 0.83 with 1 ms).
@@ -76,13 +81,13 @@ pub struct Config {
     /// Group key: when set, every frame carries a keyed MAC and frames without a valid one
     /// are dropped, so a host on the segment outside the group cannot inject data.
     pub key: Option<crate::secret::Key>,
-    /// The application checks every byte it receives end to end, with a digest of its own
-    /// over the whole stream (as `ethbcast send`/`recv` do). Then, as with a key, data frames
-    /// carry a CRC over their header only ([`Flags::HEADER_CRC`]) and each receiver reads
-    /// every payload byte once less (a fifth of a bulk receiver's CPU). The price: a payload
-    /// the Ethernet FCS let through corrupted fails the application's check at the end instead
-    /// of being repaired. Every member of the group must agree: without a key, a member that
-    /// does not say so refuses such frames rather than deliver bytes nobody checks.
+    /// The application checks every byte it receives end to end, with a digest of its own over the
+    /// whole stream (as `ethbcast send`/`recv` do). Then, as with a key, data frames carry a CRC
+    /// over their header only ([`Flags::HEADER_CRC`](crate::Flags::HEADER_CRC)) and each receiver
+    /// reads every payload byte once less (a fifth of a bulk receiver's CPU). The price: a payload
+    /// the Ethernet FCS let through corrupted fails the application's check at the end instead of
+    /// being repaired. Every member of the group must agree: without a key, a member that does not
+    /// say so refuses such frames rather than deliver bytes nobody checks.
     pub end_to_end: bool,
     /// A cache hint for memory the engine writes next: called, per data frame taken in order,
     /// with the place in its message buffer where the frame after the next lands. The I/O
@@ -98,13 +103,13 @@ pub struct Config {
     /// hint, its copies took half the samples). The pointer may be past what the buffer holds
     /// (its spare capacity): a prefetch is a hint, never a read.
     pub prefetch: Option<Prefetch>,
-    /// Peer repair: a receiver asks a fellow receiver (the next live rank) for a lost frame
-    /// first, and the root only if that did not help within the NACK retry interval. Why: with
-    /// independent loss at `n` receivers the root's link carries `n` times the loss rate in
-    /// point-to-point repairs, which caps bulk goodput; a peer's link is idle; and their NACKs
-    /// (about `n` times the loss rate per data frame) would all reach the root. [`Config::new`]
-    /// turns it on from [`ACK_TREE_FROM`] members, off below (the paper's model: every repair
-    /// comes from the root).
+    /// Peer repair: a receiver asks a fellow receiver (the next live rank) for a lost frame first,
+    /// and the root only if that did not help within the NACK retry interval. Why: with independent
+    /// loss at `n` receivers the root's link carries `n` times the loss rate in point-to-point
+    /// repairs, which caps bulk goodput; a peer's link is idle; and their NACKs (about `n` times
+    /// the loss rate per data frame) would all reach the root. [`EngineConfig::new`] turns it on
+    /// from [`ACK_TREE_FROM`] members, off below (the paper's model: every repair comes from the
+    /// root).
     pub peer_repair: bool,
     /// With peer repair: while fellows ask this member for frames, each message it completes
     /// is held back for a window's worth of frames of its stream (or until the stream has not
@@ -114,24 +119,24 @@ pub struct Config {
     /// segment, a third of a bulk stream copied twice (a megabyte message is about 720
     /// frames). The price is a later delivery, which a bulk stream does not notice and a
     /// latency-bound group would, and the held messages' memory, which the application would
-    /// have freed sooner: `ethbcast send`/`recv` turn it on, [`Config::new`] leaves it off.
+    /// have freed sooner: `ethbcast send`/`recv` turn it on, [`EngineConfig::new`] leaves it off.
     pub peer_hold: bool,
     /// Fan-out of the acknowledgement tree (`proto/tree.rs`): receivers acknowledge to a parent
     /// that reports for its whole subtree, so the root receives about `ack_tree / ack_every`
     /// acknowledgements per data frame whatever the group's size. 0: every receiver
-    /// acknowledges to the root, as in the EQA paper. [`Config::new`] turns it on from
+    /// acknowledges to the root, as in the EQA paper. [`EngineConfig::new`] turns it on from
     /// [`ACK_TREE_FROM`] members.
     pub ack_tree: u16,
 }
 
-/// Group size from which [`Config::new`] acknowledges up a tree ([`Config::ack_tree`]): below
-/// it the root's acknowledgements per data frame stay few, and a tree would only add a hop.
+/// Group size from which [`EngineConfig::new`] acknowledges up a tree ([`EngineConfig::ack_tree`]):
+/// below it the root's acknowledgements per data frame stay few, and a tree would only add a hop.
 pub const ACK_TREE_FROM: u16 = 32;
 
-/// The tree's fan-out [`Config::new`] picks for groups of [`ACK_TREE_FROM`] members or more.
+/// The tree's fan-out [`EngineConfig::new`] picks for groups of [`ACK_TREE_FROM`] members or more.
 pub const ACK_TREE_FANOUT: u16 = 4;
 
-/// The window [`Config::new`] picks: 16 frames (the EQA paper's 24 KB buffer of 1536-byte
+/// The window [`EngineConfig::new`] picks: 16 frames (the EQA paper's 24 KB buffer of 1536-byte
 /// frames) for groups below [`ACK_TREE_FROM`]; above, 16 frames per level of the
 /// acknowledgement tree. Why: the root frees a slot when the report of the last member to
 /// have the frame reaches it, one level per hop, and each hop waits in a switch queue behind
@@ -152,10 +157,10 @@ pub fn default_window(size: u16) -> usize {
 /// 65536-frame window is about 100 MiB per root at a 1500-byte MTU).
 pub const MAX_WINDOW: usize = 1 << 16;
 
-impl Config {
+impl EngineConfig {
     /// Defaults for a member `rank` of a group of `size`.
-    pub fn new(group: u32, rank: Rank, size: u16) -> Config {
-        Config {
+    pub fn new(group: u32, rank: Rank, size: u16) -> EngineConfig {
+        EngineConfig {
             group,
             rank,
             size,
@@ -198,7 +203,7 @@ impl Config {
 
     /// Whether something this member checks anyway covers the payload of data frames (the
     /// key's tag, or the application's end-to-end digest): then their CRC covers the header
-    /// only ([`Flags::HEADER_CRC`]).
+    /// only ([`Flags::HEADER_CRC`](crate::Flags::HEADER_CRC)).
     pub fn payload_covered(&self) -> bool {
         self.end_to_end || self.key.is_some()
     }
@@ -206,8 +211,8 @@ impl Config {
     /// The queue sizes of the EQA paper (section 4): send queue 4 KB, pushed buffer 4 KB on the
     /// send side and 12 KB on the receive side, retransmission buffer 24 KB, receive queue 4 KB,
     /// LDP send queue 4 KB.
-    pub fn paper(group: u32, rank: Rank, size: u16) -> Config {
-        let mut c = Config::new(group, rank, size);
+    pub fn paper(group: u32, rank: Rank, size: u16) -> EngineConfig {
+        let mut c = EngineConfig::new(group, rank, size);
         c.frame_buffer = paper::FRAME_BUFFER;
         c.window = paper::BUF_BYTES / c.frame_buffer;
         c.send_queue = paper::SEND_QUEUE_BYTES / std::mem::size_of::<send::OutMsg>();
@@ -229,7 +234,7 @@ impl Config {
         self.frame_buffer.max(self.max_payload())
     }
 
-    /// Whether an engine can run with this configuration ([`Engine::new`] checks it): for a
+    /// Whether an engine can run with this configuration (an engine checks it when made): for a
     /// caller that wants to refuse bad options before it waits for peers.
     pub fn check(&self) -> Result<(), ConfigError> {
         if self.size == 0 || self.size == wire::ALL.get() || self.rank.get() >= self.size {
@@ -257,23 +262,23 @@ impl Config {
     }
 }
 
-/// The queue sizes of the EQA paper (section 4), in bytes; [`Config::paper`] turns them into
+/// The queue sizes of the EQA paper (section 4), in bytes; [`EngineConfig::paper`] turns them into
 /// entry counts and the memory study compares them with this crate's defaults.
-pub mod paper {
+pub(crate) mod paper {
     /// The paper's retransmission buffer: 24 KB.
-    pub const BUF_BYTES: usize = 24 * 1024;
+    pub(crate) const BUF_BYTES: usize = 24 * 1024;
     /// The paper's send queue: 4 KB.
-    pub const SEND_QUEUE_BYTES: usize = 4 * 1024;
+    pub(crate) const SEND_QUEUE_BYTES: usize = 4 * 1024;
     /// The paper's send-side pushed buffer: 4 KB.
-    pub const SEND_PUSHED_BYTES: usize = 4 * 1024;
+    pub(crate) const SEND_PUSHED_BYTES: usize = 4 * 1024;
     /// The paper's receive queue: 4 KB.
-    pub const RECV_QUEUE_BYTES: usize = 4 * 1024;
+    pub(crate) const RECV_QUEUE_BYTES: usize = 4 * 1024;
     /// The paper's receive-side pushed buffer: 12 KB.
-    pub const RECV_PUSHED_BYTES: usize = 12 * 1024;
+    pub(crate) const RECV_PUSHED_BYTES: usize = 12 * 1024;
     /// The paper's LDP send queue: 4 KB.
-    pub const LDP_QUEUE_BYTES: usize = 4 * 1024;
+    pub(crate) const LDP_QUEUE_BYTES: usize = 4 * 1024;
 
     /// The paper's frame buffers: 24 KB hold 16 frames of 1536 bytes (a 1514-byte Ethernet frame
     /// rounded up to a 64-byte boundary).
-    pub const FRAME_BUFFER: usize = 1536;
+    pub(crate) const FRAME_BUFFER: usize = 1536;
 }

@@ -1,8 +1,11 @@
 //! Why the engine refused a call or dropped a frame.
 
-use super::*;
+use thiserror::Error;
 
-/// Why [`Engine::bcast`] refused a message.
+use crate::wire::WireError;
+use crate::{Rank, Seq};
+
+/// Why a broadcast was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SendError {
     /// The send queue is full: drive the engine until earlier messages leave it.
@@ -45,7 +48,7 @@ pub enum SessionEnded {
     Sequence,
 }
 
-/// Why [`Engine::post_recv`] refused.
+/// Why a receive could not be posted.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PostError {
     /// The rank is not a member (or is this member).
@@ -59,9 +62,10 @@ pub enum PostError {
     Evicted(Rank),
 }
 
-/// Why a received frame was dropped. Every drop is counted in [`Stats::drops`].
+/// Why a received frame was dropped. Every drop is counted in
+/// [`EngineStats::drops`](crate::EngineStats::drops).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum Drop {
+pub enum DropReason {
     /// The bytes are not a valid frame.
     #[error("malformed frame: {0}")]
     Malformed(#[from] WireError),
@@ -95,8 +99,9 @@ pub enum Drop {
     /// The receive window slot cannot be filled now (pushed buffer full): repaired later.
     #[error("no room for unposted data")]
     NoRoom,
-    /// A frame of a message longer than this member takes ([`Config::max_message`]): nothing
-    /// is reserved or kept for it.
+    /// A frame of a message longer than this member takes
+    /// ([`EngineConfig::max_message`](crate::EngineConfig::max_message)): nothing is reserved or
+    /// kept for it.
     #[error("a message of {len} bytes, longer than the {max} this member takes")]
     TooLong {
         /// The length the frame claims.

@@ -1,6 +1,7 @@
 //! What the engine gives out: events for the application, frames for the link.
 
-use super::*;
+use crate::wire::Control;
+use crate::Rank;
 
 /// Where a frame goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -10,9 +11,6 @@ pub enum Dest {
     /// One member.
     Rank(Rank),
 }
-
-/// A frame [`Engine::poll_transmit`] wrote into the caller's buffer, addressed by rank.
-pub type Transmit = crate::machine::Transmit<Dest>;
 
 /// A whole message of a root's stream, as it is delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +25,7 @@ pub struct Message {
 
 /// What the engine tells the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub enum EngineEvent {
     /// A whole message from its root, exactly once and in the root's order.
     Delivered(Message),
     /// Every live destination has acknowledged this member's message `msg_id`.
@@ -47,8 +45,9 @@ pub enum Event {
         /// What the posted receive allowed.
         max: usize,
     },
-    /// A message longer than its root's keep limit ([`Engine::keep_at_most`]): consumed,
-    /// its bytes handed to the observer alone, in order, exactly once.
+    /// A message longer than its root's keep limit
+    /// ([`Engine::keep_at_most`](crate::Engine::keep_at_most)): consumed, its bytes handed to the
+    /// observer alone, in order, exactly once.
     Observed {
         /// The root.
         root: Rank,

@@ -85,7 +85,13 @@ impl Fellows {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use std::time::Instant;
+
+    use crate::wire::Admit;
+    use crate::Rank;
+
+    use super::Fellows;
 
     #[test]
     fn an_evicted_member_stays_evicted_and_replays_are_refused() {

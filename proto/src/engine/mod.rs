@@ -14,13 +14,12 @@
 //! root, created when that root is first heard from. Each root numbers its frames in its own
 //! stream, so consecutive broadcasts from different roots need no barrier between them.
 //!
-//! The two algorithms of the EQA paper (section 3):
-//! - **Simple broadcast** ([`Algorithm::Simple`]): every frame is broadcast as soon as a slot of the
-//!   retransmission buffer is free.
-//! - **Push-pull broadcast** ([`Algorithm::PushPull`]): the first `btp1` bytes, then the next `btp2`
-//!   bytes, are pushed at once; one designated receiver sends a [`crate::wire::Kind::Pull`]
-//!   when the push part is in and its receive is posted; the rest is pulled, paced by free
-//!   slots of the buffer.
+//! The two algorithms of the EQA paper (section 3): - **Simple broadcast**
+//! ([`HardwareAlgorithm::Simple`]): every frame is broadcast as soon as a slot of the
+//! retransmission buffer is free. - **Push-pull broadcast** ([`HardwareAlgorithm::PushPull`]): the
+//! first `btp1` bytes, then the next `btp2` bytes, are pushed at once; one designated receiver
+//! sends a [`crate::wire::Kind::Pull`] when the push part is in and its receive is posted; the rest
+//! is pulled, paced by free slots of the buffer.
 //!
 //! Repair is **selective go-back-16**: a receiver that sees a gap NACKs with the first missing
 //! sequence and a 16-bit bitmap of what is missing from there; the root repairs only that
@@ -49,55 +48,44 @@ mod timer;
 mod tree;
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use thiserror::Error;
-
+use crate::machine::Transmit;
 use crate::wire::{
     self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, Repr, WireError,
 };
-use crate::{Rank, Seq};
+use crate::Rank;
 
-pub use crate::error::ConfigError;
+use crate::error::ConfigError;
 pub use config::{
-    default_window, paper, Config, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM, MAX_WINDOW,
+    default_window, EngineConfig, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM, MAX_WINDOW,
 };
-pub use error::{Drop, PostError, SendError, SessionEnded};
-pub use event::{Dest, Event, Message, Transmit};
+pub use error::{DropReason, PostError, SendError, SessionEnded};
+pub use event::{Dest, EngineEvent, Message};
 use fellows::Fellows;
 pub use observe::{Observe, Observer, Piece};
 use outbox::Outbox;
 pub(crate) use outbox::Outgoing;
 pub use recv::Receiver;
 pub use send::Sender;
-pub use stats::{DropStats, Stats};
+pub use stats::{DropStats, EngineStats};
 use timer::TimerTable;
 
-/// How a broadcast travels: in hardware, push-pull or simple (the engine's two algorithms), or
-/// down a point-to-point binomial tree (a member's, see `crate::member`; the engine sends a
-/// message given `Tree` as `Simple`).
+/// How the engine paces a broadcast in hardware: the EQA paper's two algorithms. (A member also
+/// broadcasts down a binomial tree of point-to-point channels: see `member::HardwareAlgorithm`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum Algorithm {
-    /// Hardware broadcast, push-pull (PPBCAST): push the first BTP1 + BTP2 bytes, pull the
-    /// rest on request.
+pub enum HardwareAlgorithm {
+    /// Push-pull (PPBCAST): push the first BTP1 + BTP2 bytes, pull the rest on request.
     #[default]
     PushPull,
-    /// Hardware broadcast, every frame at once (SBCAST).
+    /// Every frame at once (SBCAST).
     Simple,
-    /// Point-to-point binomial tree (MPICH-style baseline).
-    Tree,
 }
-
-crate::spelled!(Algorithm, "algorithm", {
-    PushPull => "ppbcast" | "pushpull" | "push-pull",
-    Simple => "sbcast" | "simple",
-    Tree => "tree" | "binomial" | "mpich",
-});
 
 /// One member's protocol engine.
 #[derive(Debug)]
 pub struct Engine {
-    cfg: Config,
+    cfg: EngineConfig,
     tx: Sender,
     rx: Vec<Option<Box<Receiver>>>,
     /// The roots whose streams have an observer ([`Engine::observe`]).
@@ -113,13 +101,13 @@ pub struct Engine {
     abandoned: bool,
     /// Set once a counter of this member's frames reached its last value.
     ended: Option<SessionEnded>,
-    events: VecDeque<Event>,
-    stats: Stats,
+    events: VecDeque<EngineEvent>,
+    stats: EngineStats,
 }
 
 impl Engine {
     /// Creates the engine of member `cfg.rank`.
-    pub fn new(cfg: Config) -> Result<Engine, ConfigError> {
+    pub fn new(cfg: EngineConfig) -> Result<Engine, ConfigError> {
         cfg.check()?;
         let n = usize::from(cfg.size);
         Ok(Engine {
@@ -133,17 +121,17 @@ impl Engine {
             abandoned: false,
             ended: None,
             events: VecDeque::new(),
-            stats: Stats::default(),
+            stats: EngineStats::default(),
             cfg,
         })
     }
 
     /// The configuration.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &EngineConfig {
         &self.cfg
     }
     /// Counters.
-    pub fn stats(&self) -> &Stats {
+    pub fn stats(&self) -> &EngineStats {
         &self.stats
     }
     /// The root side (buffer, cursors), for inspection.
@@ -187,13 +175,13 @@ impl Engine {
         self.receiver(root).and_then(Receiver::peer)
     }
     /// When `rank` last gave a sign of life: a frame of it passed every check of
-    /// [`Engine::handle_frame`] (CRC, group, key, membership, destination) and proved that it
-    /// spoke then. Frames of other groups, garbage and forgeries the key rejects are no such
-    /// sign; nor are replays that pass the checks: a control frame whose counter does not
-    /// advance the replay window ([`crate::wire::Admit::Late`]) or a duplicate data frame. A
-    /// repair sent point to point counts for nobody here: a fellow member may have relayed it
-    /// with the root as its source, and only the layer that sees the Ethernet source can tell
-    /// who spoke (see `Member::handle_frame`).
+    /// [`Engine::handle_frame`] (CRC, group, key, membership, destination) and proved that it spoke
+    /// then. Frames of other groups, garbage and forgeries the key rejects are no such sign; nor
+    /// are replays that pass the checks: a control frame whose counter does not advance the replay
+    /// window (a late counter, taken once from inside the window) or a duplicate data frame. A
+    /// repair sent point to point counts for nobody here: a fellow member may have relayed it with
+    /// the root as its source, and only the layer that sees the Ethernet source can tell who spoke
+    /// (see `Member::handle_frame`).
     pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
         self.fellows.last_heard(rank)
     }
@@ -206,14 +194,14 @@ impl Engine {
 
     /// Test support: continues this member's control counter from `ctr`, as if the control
     /// frames in between had been sent (a session's end is otherwise billions of frames away).
-    #[doc(hidden)]
-    pub fn skip_control_counter_to(&mut self, ctr: u32) {
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn skip_control_counter_to(&mut self, ctr: u32) {
         self.outbox.skip_counter_to(ctr);
     }
 
     /// Test support: counts `frames` sequence numbers as used, as if broadcasts had used them.
-    #[doc(hidden)]
-    pub fn skip_sequences(&mut self, frames: u64) {
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn skip_sequences(&mut self, frames: u64) {
         self.tx.skip_sequences(frames);
     }
 
@@ -236,7 +224,7 @@ impl Engine {
         &mut self,
         now: Instant,
         data: Vec<u8>,
-        algo: Algorithm,
+        algo: HardwareAlgorithm,
     ) -> Result<u64, SendError> {
         self.enqueue(now, &mut { data }, algo, false)
     }
@@ -249,7 +237,7 @@ impl Engine {
         &mut self,
         now: Instant,
         buf: &mut Vec<u8>,
-        algo: Algorithm,
+        algo: HardwareAlgorithm,
     ) -> Result<u64, SendError> {
         self.enqueue(now, buf, algo, true)
     }
@@ -265,7 +253,7 @@ impl Engine {
         &mut self,
         now: Instant,
         data: &mut Vec<u8>,
-        algo: Algorithm,
+        algo: HardwareAlgorithm,
         lent: bool,
     ) -> Result<u64, SendError> {
         if let Some(e) = self.ended {
@@ -327,16 +315,15 @@ impl Engine {
         Ok(())
     }
 
-    /// Hands `observer` the bytes of `root`'s messages as this member consumes them: in
-    /// stream order, each byte once, every message from offset 0 to its end, one frame's
-    /// payload per call, whether a receive is posted for the message or not. The payload is
-    /// still in the cache then: a digest of the stream taken here reads each byte warm, where
-    /// one taken of the delivered message reads it again from memory (measured on the
-    /// test-bed, 8 bulk receivers: the digest's samples fell by two fifths, and their CPU by
-    /// 7%, median of 10 alternated transfers). What is observed is what is
-    /// consumed, which is what is delivered, in the same order, except a message delivered
-    /// [`Event::Truncated`] or [`Event::Observed`] (its bytes are observed, not kept) and the
-    /// end of a stream cut short (a member that leaves).
+    /// Hands `observer` the bytes of `root`'s messages as this member consumes them: in stream
+    /// order, each byte once, every message from offset 0 to its end, one frame's payload per call,
+    /// whether a receive is posted for the message or not. The payload is still in the cache then:
+    /// a digest of the stream taken here reads each byte warm, where one taken of the delivered
+    /// message reads it again from memory (measured on the test-bed, 8 bulk receivers: the digest's
+    /// samples fell by two fifths, and their CPU by 7%, median of 10 alternated transfers). What is
+    /// observed is what is consumed, which is what is delivered, in the same order, except a
+    /// message delivered [`EngineEvent::Truncated`] or [`EngineEvent::Observed`] (its bytes are
+    /// observed, not kept) and the end of a stream cut short (a member that leaves).
     pub fn observe(&mut self, now: Instant, root: Rank, observer: Observer) {
         self.stream(now, root).0.set_observer(observer);
         if !self.observed.contains(&root) {
@@ -346,7 +333,7 @@ impl Engine {
 
     /// Keeps at most `keep` bytes of `root`'s messages: a longer one is consumed and handed
     /// to the observer (see [`Engine::observe`]) and not kept, and is delivered as
-    /// [`Event::Observed`], its length alone. For an application that takes a stream's bytes
+    /// [`EngineEvent::Observed`], its length alone. For an application that takes a stream's bytes
     /// from its observer (a file receiver writing straight from the link's frames): the copy
     /// into a message buffer it would never read is not made.
     pub fn keep_at_most(&mut self, now: Instant, root: Rank, keep: usize) {
@@ -413,7 +400,7 @@ impl Engine {
     fn collect_rx(&mut self, root: Rank) {
         if let Some(rx) = self.rx[root.index()].as_deref_mut() {
             while let Some(ev) = rx.take_event() {
-                if let Event::Delivered(Message { data, .. }) = &ev {
+                if let EngineEvent::Delivered(Message { data, .. }) = &ev {
                     self.stats.delivered += 1;
                     self.stats.delivered_bytes += data.len() as u64;
                 }
@@ -437,9 +424,9 @@ impl Engine {
     }
 
     /// Queues a control message of the layers above (heartbeat, barrier, ...). When the
-    /// outbox holds `Config::outbox` frames already (they were made faster than the link took
+    /// outbox holds `EngineConfig::outbox` frames already (they were made faster than the link took
     /// them: a fellow's pings or a straggler's barrier queries, say), the message is dropped
-    /// and counted ([`Stats::outbox_full`]), as a link would lose it: every one of them is
+    /// and counted ([`EngineStats::outbox_full`]), as a link would lose it: every one of them is
     /// repeated by its own timer, or unreliable (a notice).
     pub fn send_control(&mut self, dst: Dest, msg: Control) -> Result<(), WireError> {
         if msg.payload_len() > self.cfg.max_payload() {
@@ -454,9 +441,9 @@ impl Engine {
     }
 
     /// Handles one received PDU. Drops are counted and returned; they are never fatal.
-    pub fn handle_frame(&mut self, now: Instant, pdu: &[u8]) -> Result<(), Drop> {
+    pub fn handle_frame(&mut self, now: Instant, pdu: &[u8]) -> Result<(), DropReason> {
         let r = Frame::new_checked(pdu)
-            .map_err(Drop::from)
+            .map_err(DropReason::from)
             .and_then(|f| self.handle_checked_inner(now, &f));
         if let Err(d) = &r {
             self.stats.drops.count(d);
@@ -466,7 +453,7 @@ impl Engine {
 
     /// Handles a frame its caller already checked ([`Frame::new_checked`]), so that a layer
     /// that demultiplexes frames by their header checks each one once.
-    pub fn handle_checked(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), Drop> {
+    pub fn handle_checked(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), DropReason> {
         let r = self.handle_checked_inner(now, frame);
         if let Err(d) = &r {
             self.stats.drops.count(d);
@@ -474,39 +461,43 @@ impl Engine {
         r
     }
 
-    fn handle_checked_inner(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), Drop> {
+    fn handle_checked_inner(
+        &mut self,
+        now: Instant,
+        frame: &Frame<&[u8]>,
+    ) -> Result<(), DropReason> {
         if frame.group() != self.cfg.group {
-            return Err(Drop::ForeignGroup(frame.group()));
+            return Err(DropReason::ForeignGroup(frame.group()));
         }
         if let Some(key) = &self.cfg.key {
             if !frame.verify(key) {
-                return Err(Drop::BadMac);
+                return Err(DropReason::BadMac);
             }
         }
         let src = frame.src();
         if src.get() >= self.cfg.size {
-            return Err(Drop::NotMember(src));
+            return Err(DropReason::NotMember(src));
         }
         if src == self.cfg.rank {
-            return Err(Drop::Own);
+            return Err(DropReason::Own);
         }
         let dst = frame.dst();
         if dst != wire::ALL && dst != self.cfg.rank {
-            return Err(Drop::NotForMe(dst));
+            return Err(DropReason::NotForMe(dst));
         }
         if !self.fellows.is_live(src) {
-            return Err(Drop::Evicted(src));
+            return Err(DropReason::Evicted(src));
         }
         if frame.kind().is_data() {
             if frame.flags().contains(Flags::HEADER_CRC) && !self.cfg.payload_covered() {
                 // Nothing this member checks covers the payload: delivering it would hand
                 // the application bytes no check has seen.
-                return Err(Drop::Protocol(
+                return Err(DropReason::Protocol(
                     "payload covered by neither a key nor an end-to-end check",
                 ));
             }
             if !self.fellows.takes(src) {
-                return Err(Drop::Protocol("a stream this member does not take"));
+                return Err(DropReason::Protocol("a stream this member does not take"));
             }
             let repr = Repr::parse(frame);
             let (rx, timers) = self.stream(now, src);
@@ -520,15 +511,18 @@ impl Engine {
             }
             return r;
         }
-        let fresh = match self.fellows.admit(src, wire::control::counter(frame)) {
-            Admit::Refused => return Err(Drop::Replayed),
+        let fresh = match self
+            .fellows
+            .admit(src, wire::control::control_counter(frame))
+        {
+            Admit::Refused => return Err(DropReason::Replayed),
             Admit::Late => false,
             Admit::Newest => true,
         };
         if fresh {
             self.fellows.heard(src, now);
         }
-        let msg = Control::parse(frame).map_err(Drop::BadControl)?;
+        let msg = Control::parse(frame).map_err(DropReason::BadControl)?;
         self.handle_control(now, src, dst, msg, fresh)
     }
 
@@ -540,11 +534,11 @@ impl Engine {
         dst: Rank,
         msg: Control,
         fresh: bool,
-    ) -> Result<(), Drop> {
+    ) -> Result<(), DropReason> {
         let to_me = dst == self.cfg.rank;
         if matches!(msg, Control::AckPoll | Control::PullPoll { .. }) && !self.fellows.takes(src) {
             // Polls for a stream: its root's alone.
-            return Err(Drop::Protocol("a stream this member does not take"));
+            return Err(DropReason::Protocol("a stream this member does not take"));
         }
         let feedback = match msg {
             Control::AckPoll => {
@@ -569,7 +563,7 @@ impl Engine {
             } => {
                 // A fellow receiver lost frames of a root's stream: serve those still held.
                 if !to_me || root.get() >= self.cfg.size || root == self.cfg.rank {
-                    return Err(Drop::Protocol("peer NACK for a bad root or member"));
+                    return Err(DropReason::Protocol("peer NACK for a bad root or member"));
                 }
                 let budget = self.outbox.room();
                 if let Some(rx) = self.rx[root.index()].as_deref_mut() {
@@ -594,7 +588,7 @@ impl Engine {
                 view,
             } => {
                 if !to_me {
-                    return Err(Drop::NotForMe(dst));
+                    return Err(DropReason::NotForMe(dst));
                 }
                 self.on_tree_ack(now, src, root, next, laggard, view);
                 return Ok(());
@@ -613,12 +607,13 @@ impl Engine {
             },
             Control::Pull { msg_id, next } => send::Feedback::Pull { msg_id, next },
             msg => {
-                self.events.push_back(Event::Control { src, msg, fresh });
+                self.events
+                    .push_back(EngineEvent::Control { src, msg, fresh });
                 return Ok(());
             }
         };
         if !to_me {
-            return Err(Drop::NotForMe(dst));
+            return Err(DropReason::NotForMe(dst));
         }
         self.stats.acks_handled += 1;
         match feedback {
@@ -689,7 +684,7 @@ impl Engine {
 
     fn collect_tx(&mut self) {
         while let Some(id) = self.tx.take_stable() {
-            self.events.push_back(Event::Stable { msg_id: id });
+            self.events.push_back(EngineEvent::Stable { msg_id: id });
         }
     }
 
@@ -726,7 +721,7 @@ impl Engine {
 
     /// Writes the next frame to send into `buf` (at least `max_pdu` bytes). Control frames go
     /// first, then repairs, then fresh data.
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit<Dest>> {
         let mut t = self.poll_transmit_plain(now, buf)?;
         if let Some(key) = &self.cfg.key {
             t.len = wire::seal(key, buf, t.len).ok()?;
@@ -734,7 +729,7 @@ impl Engine {
         Some(t)
     }
 
-    fn poll_transmit_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_transmit_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit<Dest>> {
         if let Some(c) = self.outbox.pop() {
             return match c {
                 Outgoing::Own { dst, msg } => self.emit_control(dst, &msg, buf),
@@ -772,7 +767,7 @@ impl Engine {
     }
 
     /// Writes a control message of this member's own, with the next control counter.
-    fn emit_control(&mut self, dst: Dest, msg: &Control, buf: &mut [u8]) -> Option<Transmit> {
+    fn emit_control(&mut self, dst: Dest, msg: &Control, buf: &mut [u8]) -> Option<Transmit<Dest>> {
         let to = match dst {
             Dest::All => wire::ALL,
             Dest::Rank(r) => r,
@@ -794,7 +789,7 @@ impl Engine {
     }
 
     /// The next event for the application.
-    pub fn poll_event(&mut self) -> Option<Event> {
+    pub fn poll_event(&mut self) -> Option<EngineEvent> {
         self.events.pop_front()
     }
 

@@ -1,7 +1,7 @@
 //! What a receiver shows of the bytes it consumes: the [`Observe`] trait and its [`Piece`]s.
 
-/// Sees the bytes of a root's messages as they are consumed (see
-/// [`Engine::observe`](super::Engine::observe)).
+/// Sees the bytes of a root's messages as they are consumed, given to a receiver for one
+/// root's stream.
 pub type Observer = Box<dyn Observe>;
 
 /// What an [`Observer`] is told: each piece of a root's messages as it is consumed, and when

@@ -2,8 +2,8 @@
 //! above's control messages) and repairs it relays for fellows, waiting for the link, ahead of
 //! the stream's data.
 //!
-//! **Invariants.** At most `Config::outbox` frames wait: one made while it is full is dropped
-//! and counted (`Stats::outbox_full`), as a link would lose it; each is repeated by its own
+//! **Invariants.** At most `EngineConfig::outbox` frames wait: one made while it is full is dropped
+//! and counted (`EngineStats::outbox_full`), as a link would lose it; each is repeated by its own
 //! timer, or was unreliable. Control counters start at 1 and only grow; the session ends at
 //! `u32::MAX` rather than let one wrap.
 
@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use crate::wire::{Control, Repr};
 use crate::Rank;
 
-use super::{Dest, Stats};
+use super::{Dest, EngineStats};
 
 /// A frame waiting in the outbox: a control message of this member's own, or a frame of a
 /// root's stream that this member relays (peer repair), whose source stays the root.
@@ -46,7 +46,7 @@ impl Outgoing {
     }
 
     /// Counts this frame, about to be queued, in `stats`.
-    pub(super) fn count(&self, stats: &mut Stats) {
+    pub(super) fn count(&self, stats: &mut EngineStats) {
         match self {
             Outgoing::Relay { .. } => stats.peer_repairs += 1,
             Outgoing::Own { msg, .. } => match msg {
@@ -71,7 +71,7 @@ impl Outgoing {
 pub(super) struct Outbox {
     queue: VecDeque<Outgoing>,
     cap: usize,
-    /// The control counter of the last control frame sent (see `wire::control::counter`).
+    /// The control counter of the last control frame sent (see `control_counter`).
     counter: u32,
 }
 
@@ -119,6 +119,7 @@ impl Outbox {
     }
 
     /// Test support: continues the control counter from `ctr`.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn skip_counter_to(&mut self, ctr: u32) {
         self.counter = self.counter.max(ctr);
     }
@@ -131,7 +132,12 @@ impl Outbox {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::engine::{Dest, EngineStats};
+    use crate::wire::Control;
+    use crate::Rank;
+
+    use super::{Outbox, Outgoing};
 
     #[test]
     fn counters_grow_from_one_and_end_instead_of_wrapping() {
@@ -155,7 +161,7 @@ mod tests {
                 seen: None,
             },
         );
-        let mut stats = Stats::default();
+        let mut stats = EngineStats::default();
         ack.count(&mut stats);
         o.push(ack);
         assert_eq!((o.room(), o.len()), (1, 1));

@@ -1,10 +1,12 @@
 //! The engine's counters.
 
-use super::*;
+use crate::wire::WireError;
+
+use super::DropReason;
 
 /// Counters of one engine.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
+pub struct EngineStats {
     /// Data frames broadcast for the first time.
     pub data_frames: u64,
     /// Repair frames sent (point-to-point or re-broadcast).
@@ -29,7 +31,7 @@ pub struct Stats {
     /// Of `acks_handled`: answers to the root's probes and polls (acknowledgements sent
     /// straight to it).
     pub probe_answers_handled: u64,
-    /// Acknowledgement polls sent as root ([`Control::AckPoll`]).
+    /// Acknowledgement polls sent as root ([`Control::AckPoll`](crate::Control::AckPoll)).
     pub ack_polls: u64,
     /// Acknowledgements sent up the acknowledgement tree (besides `ack_frames`, the ones
     /// sent to a root directly).
@@ -48,7 +50,7 @@ pub struct Stats {
     /// Messages handed to `bcast`.
     pub sent_msgs: u64,
     /// Control frames of this member's own (acknowledgements, requests, reports, repairs for
-    /// fellows, the layers above's) dropped because the outbox held `Config::outbox` frames
+    /// fellows, the layers above's) dropped because the outbox held `EngineConfig::outbox` frames
     /// already: they were made faster than the link took them.
     pub outbox_full: u64,
     /// Dropped frames by reason.
@@ -99,27 +101,27 @@ pub struct DropStats {
 }
 
 impl DropStats {
-    pub(super) fn count(&mut self, d: &Drop) {
+    pub(super) fn count(&mut self, d: &DropReason) {
         let c = match d {
-            Drop::Malformed(WireError::Truncated { .. }) => &mut self.truncated,
-            Drop::Malformed(WireError::BadCrc) => &mut self.bad_crc,
-            Drop::Malformed(WireError::BadVersion(_)) => &mut self.bad_version,
-            Drop::Malformed(WireError::UnknownKind(_)) => &mut self.unknown_kind,
-            Drop::Malformed(_) => &mut self.bad_geometry,
-            Drop::ForeignGroup(_) => &mut self.foreign_group,
-            Drop::NotMember(_) => &mut self.not_member,
-            Drop::Own => &mut self.own,
-            Drop::NotForMe(_) => &mut self.not_for_me,
-            Drop::Evicted(_) => &mut self.evicted,
-            Drop::Stale(_) => &mut self.stale,
-            Drop::FarFuture(_) => &mut self.far_future,
-            Drop::Duplicate(_) => &mut self.duplicate,
-            Drop::Protocol(_) => &mut self.protocol,
-            Drop::NoRoom => &mut self.no_room,
-            Drop::TooLong { .. } => &mut self.too_long,
-            Drop::BadMac => &mut self.bad_mac,
-            Drop::BadControl(_) => &mut self.bad_control,
-            Drop::Replayed => &mut self.replayed,
+            DropReason::Malformed(WireError::Truncated { .. }) => &mut self.truncated,
+            DropReason::Malformed(WireError::BadCrc) => &mut self.bad_crc,
+            DropReason::Malformed(WireError::BadVersion(_)) => &mut self.bad_version,
+            DropReason::Malformed(WireError::UnknownKind(_)) => &mut self.unknown_kind,
+            DropReason::Malformed(_) => &mut self.bad_geometry,
+            DropReason::ForeignGroup(_) => &mut self.foreign_group,
+            DropReason::NotMember(_) => &mut self.not_member,
+            DropReason::Own => &mut self.own,
+            DropReason::NotForMe(_) => &mut self.not_for_me,
+            DropReason::Evicted(_) => &mut self.evicted,
+            DropReason::Stale(_) => &mut self.stale,
+            DropReason::FarFuture(_) => &mut self.far_future,
+            DropReason::Duplicate(_) => &mut self.duplicate,
+            DropReason::Protocol(_) => &mut self.protocol,
+            DropReason::NoRoom => &mut self.no_room,
+            DropReason::TooLong { .. } => &mut self.too_long,
+            DropReason::BadMac => &mut self.bad_mac,
+            DropReason::BadControl(_) => &mut self.bad_control,
+            DropReason::Replayed => &mut self.replayed,
         };
         *c += 1;
     }

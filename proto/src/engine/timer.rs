@@ -35,7 +35,7 @@ pub(crate) enum StreamTimer {
     /// The last report to the tree's parent is sent again (a lost report, or a lagging
     /// subtree's keepalive).
     Report,
-    /// Messages held back for fellows' requests are released (`Config::peer_hold`). Lazy:
+    /// Messages held back for fellows' requests are released (`EngineConfig::peer_hold`). Lazy:
     /// pushed back when it fires if the stream moved since it was armed.
     Hold,
 }
@@ -372,7 +372,12 @@ impl StreamTimers<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use std::time::{Duration, Instant};
+
+    use crate::Rank;
+
+    use super::{StreamTimer, Timer, TimerTable};
 
     #[test]
     fn deadlines_either_side_of_the_first_come_back_exactly() {

@@ -23,7 +23,7 @@
 use crate::Rank;
 
 use super::recv::TreeLink;
-use super::Config;
+use super::EngineConfig;
 
 /// The view id: a hash (FNV-1a) of the evicted set, equal at every member that evicted the
 /// same ranks, in whatever order.
@@ -89,7 +89,7 @@ impl AckTrees {
 
     /// The place of member `cfg.rank` in the acknowledgement tree of `root`'s stream, in the
     /// current view (`None` without trees, or at the root).
-    pub(super) fn link(&self, cfg: &Config, root: Rank, live: &[bool]) -> Option<TreeLink> {
+    pub(super) fn link(&self, cfg: &EngineConfig, root: Rank, live: &[bool]) -> Option<TreeLink> {
         if cfg.ack_tree == 0 {
             return None;
         }
@@ -179,12 +179,17 @@ impl Tree {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
     use proptest::prelude::*;
+
+    use crate::engine::EngineConfig;
+    use crate::Rank;
+
+    use super::{depth, view_of, AckTrees, Tree, TreeLink};
 
     #[test]
     fn a_members_place_follows_the_view() {
-        let mut c = Config::new(1, Rank::new(3), 8);
+        let mut c = EngineConfig::new(1, Rank::new(3), 8);
         c.ack_tree = 2;
         let mut live = vec![true; 8];
         let mut trees = AckTrees::new(&live);

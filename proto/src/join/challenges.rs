@@ -153,8 +153,13 @@ impl Challenges {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::time::Duration;
+
+    use std::time::{Duration, Instant};
+
+    use crate::join::{HELLO_GAP, MAX_CHALLENGES};
+    use crate::wire::ethernet::MacAddr;
+
+    use super::{Challenges, Taken};
 
     fn mac(i: u8) -> MacAddr {
         MacAddr([2, 0, 0, 0, 0, i])

@@ -1,6 +1,8 @@
 //! What a join is told: whom it waits for ([`Expect`]) and with what ([`JoinConfig`]).
 
-use super::*;
+use crate::secret::Key;
+use crate::wire::ethernet::MacAddr;
+use crate::Rank;
 
 /// Whom a join waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,10 +18,11 @@ pub enum Expect {
         /// This member's rank.
         rank: Rank,
     },
-    /// `size` members, ranked by sorted MAC; the lowest MAC coordinates.
+    /// `expected` members announce themselves; ranked by sorted MAC, the lowest MAC
+    /// coordinates.
     Discover {
-        /// Members, this one included.
-        size: u16,
+        /// Members expected, this one included.
+        expected: u16,
     },
     /// This member coordinates as rank 0 and takes the first `receivers` members that answer
     /// (only those of `only` if given, in its order), in the order they answered.
@@ -48,9 +51,9 @@ pub struct JoinConfig {
     pub key: Option<Key>,
     /// Whom to wait for.
     pub expect: Expect,
-    /// The largest frame this member's link carries (its MTU): offered in its hello. The
-    /// group's frames are no larger than the smallest offer of its members ([`Joined::max_pdu`]),
-    /// so that a host with a smaller MTU on the segment lowers the frame size instead of losing
-    /// every large frame.
+    /// The largest frame this member's link carries (its MTU): offered in its hello. The group's
+    /// frames are no larger than the smallest offer of its members
+    /// ([`Joined::max_pdu`](crate::Joined::max_pdu)), so that a host with a smaller MTU on the
+    /// segment lowers the frame size instead of losing every large frame.
     pub max_pdu: usize,
 }

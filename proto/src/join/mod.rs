@@ -45,8 +45,6 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use thiserror::Error;
-
 use crate::machine::Machine;
 use crate::machine::Transmit;
 use crate::secret::Key;
@@ -71,7 +69,7 @@ use session::{challenge_key, join_key};
 pub use session::{session, Session};
 
 /// Rank claim of a member that has none yet.
-pub const NO_RANK: Rank = Rank::new(u16::MAX);
+pub(crate) const NO_RANK: Rank = Rank::new(u16::MAX);
 
 /// How often challenges, hellos and rosters are repeated until answered.
 pub const REPEAT: Duration = Duration::from_millis(10);
@@ -228,7 +226,7 @@ impl Join {
                 }
                 rank.get() == 0
             }
-            Expect::Discover { size } => {
+            Expect::Discover { expected: size } => {
                 if *size == 0 || *size == u16::MAX {
                     return Err(JoinError::Config("a group needs 1..65534 members".into()));
                 }
@@ -297,7 +295,7 @@ impl Join {
         let heard = self.coord.as_ref().map_or(0, |c| c.hellos.len()) + 1;
         let expected = match &self.cfg.expect {
             Expect::List(l) => l.len(),
-            Expect::Ranks { size, .. } | Expect::Discover { size } => usize::from(*size),
+            Expect::Ranks { size, .. } | Expect::Discover { expected: size } => usize::from(*size),
             Expect::FirstCome { receivers, only } => only.as_ref().map_or(*receivers, Vec::len) + 1,
             Expect::Invited | Expect::InvitedBy(_) => 0,
         };
@@ -397,7 +395,9 @@ impl Join {
     fn expected_size(&self) -> Option<usize> {
         match &self.cfg.expect {
             Expect::List(l) => Some(l.len()),
-            Expect::Ranks { size, .. } | Expect::Discover { size } => Some(usize::from(*size)),
+            Expect::Ranks { size, .. } | Expect::Discover { expected: size } => {
+                Some(usize::from(*size))
+            }
             Expect::FirstCome { receivers, only } => {
                 let all = only.as_ref().map_or(*receivers, Vec::len);
                 let heard = self.coord.as_ref().map_or(0, |c| c.hellos.len());
@@ -570,7 +570,7 @@ impl Join {
                 roster.len() == usize::from(*size)
                     && roster.get(rank.index()).map(|e| e.0) == Some(self.cfg.mac)
             }
-            Expect::Discover { size } => {
+            Expect::Discover { expected: size } => {
                 roster.len() == usize::from(*size) && roster.windows(2).all(|w| w[0].0 < w[1].0)
             }
             Expect::Invited => true,
@@ -643,7 +643,7 @@ impl Join {
                 let from_coordinator = match &self.cfg.expect {
                     Expect::List(l) => l.first() == Some(&src),
                     Expect::Ranks { size: s, .. } => f.src() == Rank::new(0) && size == *s,
-                    Expect::Discover { size: s } => size == *s,
+                    Expect::Discover { expected: s } => size == *s,
                     Expect::Invited => true,
                     Expect::InvitedBy(c) => *c == src,
                     Expect::FirstCome { .. } => false,

@@ -1,6 +1,15 @@
 //! What a join ends with: the group joined ([`Joined`]), its counters, or why it failed.
 
-use super::*;
+use thiserror::Error;
+
+use crate::secret::Key;
+use crate::wire::ethernet::MacAddr;
+use crate::wire::join::JoinMsg;
+use crate::wire::{Control, Frame, Kind};
+use crate::Rank;
+
+use super::session::join_key;
+use super::{seal, Session, NO_RANK};
 
 /// A finished join.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,14 +20,15 @@ pub struct Joined {
     pub rank: Rank,
     /// The session they share.
     pub session: Session,
-    /// The largest frame every member's link carries: the smallest MTU offered in the join
-    /// (see [`JoinConfig::max_pdu`]), decided by the coordinator and carried in its roster.
+    /// The largest frame every member's link carries: the smallest MTU offered in the join (see
+    /// [`JoinConfig::max_pdu`](crate::JoinConfig::max_pdu)), decided by the coordinator and carried
+    /// in its roster.
     pub max_pdu: usize,
     /// What a member needs to confirm a roster it hears again after it joined (its
     /// confirmation was lost): see [`LateRoster`].
     pub late: LateRoster,
-    /// What the join held and sent, as it finished (see [`Join::stats`]): a join finished
-    /// holds and sends nothing more.
+    /// What the join held and sent, as it finished (see [`Join::stats`](crate::Join::stats)): a
+    /// join finished holds and sends nothing more.
     pub stats: JoinStats,
 }
 
@@ -89,7 +99,7 @@ pub struct JoinStats {
     pub peak_rosters: usize,
 }
 
-/// Why a join failed (timeouts are the caller's: see [`Join::progress`]).
+/// Why a join failed (timeouts are the caller's: see [`Join::progress`](crate::Join::progress)).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum JoinError {
     /// The configuration cannot work.

@@ -73,7 +73,10 @@ impl Rosters {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::wire::ethernet::MacAddr;
+
+    use super::Rosters;
 
     #[test]
     fn a_roster_is_whole_once_every_part_agreeing_on_the_count_is_in() {

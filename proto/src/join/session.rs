@@ -1,7 +1,8 @@
 //! The session a group shares once joined, and the keys of the join: all derived from the
 //! group key, the coordinator's nonce and the roster.
 
-use super::*;
+use crate::secret::Key;
+use crate::wire::ethernet::MacAddr;
 
 /// The session a group shares once joined. Its `Debug` never shows the key.
 #[derive(Debug, Clone, PartialEq, Eq)]

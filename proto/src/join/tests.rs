@@ -3,7 +3,17 @@
 
 use std::time::Instant;
 
-use super::*;
+use crate::machine::Machine;
+use crate::secret::Key;
+use crate::wire::ethernet::MacAddr;
+use crate::wire::join::JoinMsg;
+use crate::wire::Control;
+use crate::Rank;
+
+use super::{
+    entries_per_part, seal, Expect, Join, JoinConfig, ENTRIES_PER_PART, MAX_CHALLENGES, MIN_PDU,
+    NO_RANK,
+};
 
 #[test]
 fn join_messages_that_are_not_well_formed_are_ignored() {

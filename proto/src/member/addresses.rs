@@ -49,8 +49,12 @@ impl Addresses {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::ethernet::BROADCAST_MAC;
+
+    use crate::member::Dest;
+    use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
+    use crate::Rank;
+
+    use super::{Addresses, Arc};
 
     #[test]
     fn frames_to_everyone_go_to_the_group_address_and_others_to_their_rank() {

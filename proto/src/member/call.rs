@@ -6,7 +6,7 @@
 //! rooted at `r` started here; MPI order makes the counts agree at every member, so
 //! `(root, count)` tags a call's tree messages uniquely.
 
-use crate::engine::Algorithm;
+use super::Algorithm;
 use crate::Rank;
 
 use super::tree::Tag;
@@ -120,7 +120,12 @@ impl Calls {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use super::Algorithm;
+    use crate::member::Done;
+    use crate::Rank;
+
+    use super::{Call, Calls};
 
     #[test]
     fn a_call_is_busy_until_its_result_is_taken() {

@@ -13,14 +13,14 @@
 
 use std::time::Instant;
 
-use crate::engine::{Algorithm, Engine, PostError};
+use crate::engine::{Engine, HardwareAlgorithm, PostError};
 use crate::wire::BarrierAlgo;
 use crate::Rank;
 
 use super::call::Call;
 use super::p2p::P2P_APP;
 use super::tree::{encode_tree, live_tree, Tag};
-use super::{Done, Member, MemberError};
+use super::{Algorithm, Done, Member, MemberError};
 
 impl Member {
     /// Starts `MPI_Bcast` from `root` with `algo`: at the root `data` is sent, elsewhere it
@@ -93,11 +93,7 @@ impl Member {
                 self.forward_tree(now, tag, buf)?;
                 own = Some(std::mem::take(buf));
             } else {
-                let a = if algo == Algorithm::Simple {
-                    Algorithm::Simple
-                } else {
-                    Algorithm::PushPull
-                };
+                let a = algo.hardware().unwrap_or_default();
                 lent = Some(self.engine.bcast_from(now, buf, a)?);
             }
         } else if algo != Algorithm::Tree
@@ -135,8 +131,7 @@ impl Member {
         };
         let b = &mut self.barriers[which];
         let epoch = b.next_epoch();
-        b.enter(now, epoch)
-            .map_err(|e| MemberError::Barrier(e.to_string()))?;
+        b.enter(now, epoch)?;
         self.calls.start(Call::Barrier { which, epoch });
         self.advance(now);
         self.sync_timers();
@@ -168,7 +163,9 @@ impl Member {
         data: Vec<u8>,
         algo: Algorithm,
     ) -> Result<u64, MemberError> {
-        let r = self.engine.bcast(now, data, algo);
+        // A stream goes out in hardware: a tree's message as `Simple`.
+        let hw = algo.hardware().unwrap_or(HardwareAlgorithm::Simple);
+        let r = self.engine.bcast(now, data, hw);
         self.sync_timers();
         Ok(r?)
     }
@@ -292,7 +289,9 @@ impl Member {
         if !self.is_live(peer) {
             return Err(MemberError::PeerDead(peer));
         }
-        let r = self.pair(now, peer).bcast(now, msg, Algorithm::Simple);
+        let r = self
+            .pair(now, peer)
+            .bcast(now, msg, HardwareAlgorithm::Simple);
         self.sync_pair(peer);
         r?;
         Ok(())

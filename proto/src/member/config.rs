@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::detect::DetectorConfig;
-use crate::engine::Config;
+use crate::engine::EngineConfig;
 use crate::join::LateRoster;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::Rank;
@@ -12,7 +12,7 @@ use crate::Rank;
 #[derive(Debug, Clone)]
 pub struct MemberConfig {
     /// The group engine's configuration (group id, rank, size, key, window, ...).
-    pub engine: Config,
+    pub engine: EngineConfig,
     /// MAC address of every rank, in rank order (shared: the members of a simulated group
     /// hold one table, not one each).
     pub peers: Arc<[MacAddr]>,
@@ -23,9 +23,9 @@ pub struct MemberConfig {
     pub detector: Option<DetectorConfig>,
     /// Arity of the broadcast barrier's combining tree.
     pub barrier_arity: u16,
-    /// Receives kept posted per root ahead of the application, for members that consume a
-    /// stream of broadcasts as [`Event::Delivered`](super::Event::Delivered) (0: a receive is posted by each `bcast`
-    /// call, the MPI way).
+    /// Receives kept posted per root ahead of the application, for members that consume a stream of
+    /// broadcasts as [`Event::Delivered`](super::Event::Delivered) (0: a receive is posted by each
+    /// `bcast` call, the MPI way).
     pub prepost: usize,
     /// How to confirm the join's roster if the coordinator repeats it after this member
     /// joined (its confirmation was lost): from [`crate::join::Joined::late`].
@@ -40,7 +40,7 @@ pub struct MemberConfig {
 
 impl MemberConfig {
     /// A member of the group `engine` describes, with the MAC of every rank.
-    pub fn new(engine: Config, peers: impl Into<Arc<[MacAddr]>>) -> MemberConfig {
+    pub fn new(engine: EngineConfig, peers: impl Into<Arc<[MacAddr]>>) -> MemberConfig {
         MemberConfig {
             engine,
             peers: peers.into(),

@@ -125,7 +125,10 @@ impl Deliveries {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::Rank;
+
+    use super::Deliveries;
 
     #[test]
     fn a_streaming_member_keeps_prepost_receives_ahead_of_the_application() {

@@ -2,14 +2,16 @@
 
 use thiserror::Error;
 
-use crate::engine::{self, ConfigError, PostError, SendError};
+use crate::barrier::BarrierError;
+use crate::engine::{self, PostError, SendError};
+use crate::error::ConfigError;
 use crate::wire::WireError;
 use crate::Rank;
 
 /// Why a member could not be built or a call could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum MemberError {
-    /// The engine configuration is invalid.
+    /// The configuration of the engine, the failure detector or a barrier is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The peer table does not match the group size.
@@ -20,12 +22,9 @@ pub enum MemberError {
         /// Group size.
         want: usize,
     },
-    /// The failure detector configuration is invalid.
-    #[error("failure detector: {0}")]
-    Detector(String),
-    /// The barrier configuration or call is invalid.
-    #[error("barrier: {0}")]
-    Barrier(String),
+    /// The barrier could not be entered.
+    #[error(transparent)]
+    Barrier(#[from] BarrierError),
     /// The broadcast could not be queued.
     #[error(transparent)]
     Send(#[from] SendError),

@@ -11,8 +11,8 @@ use crate::Rank;
 pub enum Event {
     /// A whole message of a root's stream (streaming members, `prepost > 0`).
     Delivered(Message),
-    /// A message of a root's stream longer than the root's keep limit
-    /// ([`Member::keep_at_most`](super::Member::keep_at_most)): its bytes went to the observer alone (streaming members).
+    /// A message of a root's stream longer than the root's keep limit (see `keep_at_most`):
+    /// its bytes went to the observer alone (streaming members).
     Observed {
         /// The root.
         root: Rank,
@@ -26,7 +26,7 @@ pub enum Event {
         /// The rank.
         rank: Rank,
     },
-    /// An application datagram ([`Member::send_notice`](super::Member::send_notice)).
+    /// An application datagram (a notice, sent unreliably to a rank or to every member).
     Notice {
         /// Sender.
         src: Rank,
@@ -68,7 +68,8 @@ pub struct MemberStats {
     /// Heartbeats, pings and pongs the failure detector ignored because they came late
     /// (inside the replay window but not its newest): no sign of life.
     pub late_liveness: u64,
-    /// Events dropped because the application did not take them ([`EVENT_BOUND`](super::EVENT_BOUND)).
+    /// Events dropped because the application did not take them
+    /// ([`EVENT_BOUND`](super::EVENT_BOUND)).
     pub events_dropped: u64,
     /// Most events queued at once.
     pub peak_events: usize,

@@ -79,7 +79,12 @@ impl LateJoin {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use std::time::Instant;
+
+    use crate::wire::ethernet::MacAddr;
+
+    use super::LateJoin;
 
     #[test]
     fn without_a_join_nothing_is_served_and_nothing_answered() {

@@ -30,25 +30,26 @@
 //! events wait in a queue of [`EVENT_BOUND`] entries, beyond which application notices are
 //! dropped and counted ([`MemberStats::events_dropped`]). Control frames to send (the
 //! engine's, the barriers' and the detector's answers) wait in the engine's outbox of
-//! `Config::outbox` frames, beyond which they are dropped and counted
-//! ([`crate::engine::Stats::outbox_full`]): a link that takes frames slower than peers ask
+//! `EngineConfig::outbox` frames, beyond which they are dropped and counted
+//! ([`crate::engine::EngineStats::outbox_full`]): a link that takes frames slower than peers ask
 //! makes the member answer less, not hold more.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::barrier::{Algorithm as BarrierAlgorithm, Barrier, BarrierConfig};
-use crate::detect::{Detector, DetectorEvent, Msg};
-use crate::engine::{self, Dest, Engine, Observer, SessionEnded, Stats as EngineStats};
+use crate::barrier::{Barrier, BarrierConfig};
+use crate::detect::{Detector, DetectorEvent, DetectorMsg};
+use crate::engine::{self, Dest, Engine, EngineStats, Observer, SessionEnded};
 use crate::machine::{BatchEnd, Machine};
 use crate::wire::ethernet::MacAddr;
 use crate::wire::{BarrierAlgo, Control, Flags, Frame, Kind, WireError};
 use crate::Rank;
 
-pub use crate::engine::{Algorithm, Message};
-pub use crate::machine::Transmit;
+use crate::engine::Message;
+use crate::machine::Transmit;
 
 mod addresses;
+mod algorithm;
 mod call;
 mod collective;
 mod config;
@@ -62,6 +63,7 @@ mod timer;
 mod tree;
 
 use addresses::Addresses;
+pub use algorithm::Algorithm;
 use call::Calls;
 pub use config::MemberConfig;
 use deliveries::Deliveries;
@@ -124,19 +126,18 @@ impl Member {
         let barrier = |algorithm| {
             let mut c = BarrierConfig::new(rank, size);
             c.algorithm = algorithm;
-            Barrier::new(c).map_err(|e| MemberError::Barrier(e.to_string()))
+            c.arity = barrier_arity.max(1);
+            Barrier::new(c)
         };
         let barriers = [
-            barrier(BarrierAlgorithm::Broadcast {
-                arity: barrier_arity.max(1),
-            })?,
-            barrier(BarrierAlgorithm::Dissemination)?,
+            barrier(BarrierAlgo::Broadcast)?,
+            barrier(BarrierAlgo::Dissemination)?,
         ];
         let detector = match detector {
             Some(mut d) => {
                 d.rank = rank;
                 d.size = size;
-                let mut d = Detector::new(d).map_err(|e| MemberError::Detector(e.to_string()))?;
+                let mut d = Detector::new(d)?;
                 d.handle_timeout(now);
                 Some(d)
             }
@@ -659,7 +660,7 @@ impl Member {
     fn collect_once(&mut self, now: Instant) {
         while let Some(ev) = self.engine.poll_event() {
             match ev {
-                engine::Event::Delivered(m) => {
+                engine::EngineEvent::Delivered(m) => {
                     self.deliveries.consumed(m.root);
                     if self.deliveries.streaming() {
                         self.deliveries.queued(m.root);
@@ -668,27 +669,31 @@ impl Member {
                         self.deliveries.keep(m.root, m.data);
                     }
                 }
-                engine::Event::Observed { root, msg_id, len } if self.deliveries.streaming() => {
+                engine::EngineEvent::Observed { root, msg_id, len }
+                    if self.deliveries.streaming() =>
+                {
                     self.deliveries.consumed(root);
                     self.deliveries.queued(root);
                     self.push_event(Event::Observed { root, msg_id, len });
                 }
                 // Not kept: a call waiting for it gets its bytes from nowhere (the keep limit
                 // is for streams), so it fails as a receive that allowed none of them.
-                engine::Event::Observed { root, msg_id, len } => {
+                engine::EngineEvent::Observed { root, msg_id, len } => {
                     self.not_kept(root, msg_id, len, 0)
                 }
-                engine::Event::Truncated {
+                engine::EngineEvent::Truncated {
                     root,
                     msg_id,
                     len,
                     max,
                 } => self.not_kept(root, msg_id, len, max),
-                engine::Event::Stable { msg_id } => {
+                engine::EngineEvent::Stable { msg_id } => {
                     self.stable_through =
                         Some(self.stable_through.map_or(msg_id, |s| s.max(msg_id)));
                 }
-                engine::Event::Control { src, msg, fresh } => self.route(now, src, msg, fresh),
+                engine::EngineEvent::Control { src, msg, fresh } => {
+                    self.route(now, src, msg, fresh)
+                }
             }
         }
     }
@@ -745,7 +750,10 @@ impl Member {
             Control::Notice { body } => self.push_event(Event::Notice { src, body }),
             msg => {
                 let size = self.size();
-                match (self.detector.as_mut(), Msg::from_control(&msg, size)) {
+                match (
+                    self.detector.as_mut(),
+                    DetectorMsg::from_control(&msg, size),
+                ) {
                     // A late heartbeat, ping or pong (taken from inside the replay window)
                     // proves nothing of now: its sender's life, or the ages in its table,
                     // may be a recording played back after the sender died.

@@ -13,7 +13,7 @@ use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::engine::{self, Config, Engine, Message, SessionEnded};
+use crate::engine::{self, Engine, EngineConfig, Message, SessionEnded};
 use crate::Rank;
 
 use super::inbox::Inboxes;
@@ -92,7 +92,7 @@ impl Pairs {
     pub(super) fn open(
         &mut self,
         now: Instant,
-        group: &Config,
+        group: &EngineConfig,
         peer: Rank,
         held: u8,
     ) -> &mut Engine {
@@ -140,7 +140,7 @@ impl Pairs {
         };
         let mut got = Vec::new();
         while let Some(ev) = e.poll_event() {
-            if let engine::Event::Delivered(Message { data, .. }) = ev {
+            if let engine::EngineEvent::Delivered(Message { data, .. }) = ev {
                 got.push(data);
             }
         }
@@ -214,5 +214,49 @@ impl Pairs {
     /// Whether a channel's session ended, and why.
     pub(super) fn session_ended(&self) -> Option<SessionEnded> {
         self.engines.values().find_map(Engine::session_ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::{pair_group, Pairs, P2P_WINDOW};
+    use crate::engine::EngineConfig;
+    use crate::Rank;
+
+    #[test]
+    fn a_pair_has_one_id_both_ways_and_each_peer_its_own() {
+        let (a, b, c) = (Rank::new(0), Rank::new(1), Rank::new(2));
+        assert_eq!(pair_group(7, a, b), pair_group(7, b, a));
+        assert_ne!(pair_group(7, a, b), pair_group(7, a, c));
+        assert_ne!(pair_group(7, a, b), pair_group(8, a, b));
+        let p = Pairs::new(7, a, 3);
+        assert_eq!(p.peer(pair_group(7, a, c)), Some(c));
+        assert_eq!(p.peer(7), None, "the group's own id is no pair's");
+    }
+
+    #[test]
+    fn a_channel_is_made_on_first_use_with_a_window_of_receives_and_closed_on_eviction() {
+        let now = Instant::now();
+        let cfg = EngineConfig::new(7, Rank::new(0), 3);
+        let mut p = Pairs::new(7, Rank::new(0), 3);
+        let peer = Rank::new(2);
+        assert!(p.get(peer).is_none());
+        let e = p.open(now, &cfg, peer, 0);
+        assert_eq!(e.config().size, 2);
+        assert_eq!(
+            e.receiver(Rank::new(1)).map(|r| r.posted()),
+            Some(P2P_WINDOW)
+        );
+        // Messages waiting, and tree messages held, take room in the window.
+        p.keep(peer, vec![1]);
+        p.keep(peer, vec![2]);
+        assert_eq!(p.take(peer), Some(vec![1]));
+        assert_eq!(p.channels().len(), 1);
+        p.close(peer);
+        assert!(p.get(peer).is_none());
+        assert_eq!(p.take(peer), None, "what waited is dropped");
+        assert!(p.session_ended().is_none());
     }
 }

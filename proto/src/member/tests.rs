@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::{Algorithm, Done, Member, MemberConfig};
 use crate::detect::DetectorConfig;
-use crate::engine::Config;
+use crate::engine::EngineConfig;
 use crate::wire::ethernet::MacAddr;
 use crate::wire::{Control, Flags, Kind, Repr, ALL};
 use crate::Rank;
@@ -15,7 +15,7 @@ use crate::Rank;
 fn member() -> (Member, Instant) {
     // Any instant will do: the member reads no clock, every call takes `now`.
     let now = Instant::now();
-    let mut cfg = Config::new(7, Rank::new(2), 4);
+    let mut cfg = EngineConfig::new(7, Rank::new(2), 4);
     cfg.peer_repair = true;
     let macs: Vec<MacAddr> = (0..4).map(port_mac).collect();
     let mut mc = MemberConfig::new(cfg, macs);
@@ -66,7 +66,7 @@ mod liveness {
     use std::time::{Duration, Instant};
 
     use super::{
-        Config, Control, DetectorConfig, Flags, Kind, MacAddr, Member, MemberConfig, Rank,
+        Control, DetectorConfig, EngineConfig, Flags, Kind, MacAddr, Member, MemberConfig, Rank,
     };
     use crate::wire::ALL;
 
@@ -76,7 +76,7 @@ mod liveness {
 
     /// Rank `rank` of `size` with a failure detector of period [`PERIOD`], started at `now`.
     fn detected(rank: Rank, size: u16, peer_repair: bool, now: Instant) -> Member {
-        let mut cfg = Config::new(7, rank, size);
+        let mut cfg = EngineConfig::new(7, rank, size);
         cfg.peer_repair = peer_repair;
         let macs: Vec<MacAddr> = (0..size).map(mac).collect();
         let mut mc = MemberConfig::new(cfg, macs);
@@ -230,7 +230,7 @@ mod liveness {
 mod root_call {
     use std::time::Instant;
 
-    use super::{port_mac, Algorithm, Config, Done, MacAddr, Member, MemberConfig, Rank};
+    use super::{port_mac, Algorithm, Done, EngineConfig, MacAddr, Member, MemberConfig, Rank};
 
     /// `n` members, default configuration (16-frame windows, also point to point).
     fn group(n: u16) -> Vec<Member> {
@@ -240,7 +240,7 @@ mod root_call {
             .map(|r| {
                 Member::new(
                     now,
-                    MemberConfig::new(Config::new(7, Rank::new(r), n), macs.clone()),
+                    MemberConfig::new(EngineConfig::new(7, Rank::new(r), n), macs.clone()),
                 )
             })
             .collect::<Result<_, _>>()
@@ -282,7 +282,7 @@ mod root_call {
         let mut ms = group(n);
         let now = Instant::now();
         let len: usize = 16 * 1024;
-        let max_payload = Config::new(7, Rank::new(0), n).max_payload();
+        let max_payload = EngineConfig::new(7, Rank::new(0), n).max_payload();
         assert_eq!(
             len.div_ceil(max_payload),
             12,
@@ -344,14 +344,14 @@ mod root_call {
 /// Performs the misbehaviour: a fellow pings a member (each ping with a fresh control
 /// counter) faster than the member's link sends, so that no flush comes between them. Each
 /// ping is answered, but what the member holds to send is at most its engine's outbox
-/// (`Config::outbox`) at any time, the detector's and the barriers' answers included: beyond
+/// (`EngineConfig::outbox`) at any time, the detector's and the barriers' answers included: beyond
 /// it an answer is dropped and counted, as the link would lose it.
 #[test]
 fn a_member_pinged_faster_than_its_link_sends_holds_at_most_an_outbox_of_pongs() {
     const OUTBOX: usize = 64;
     const PINGS: u32 = 1000;
     let now = Instant::now();
-    let mut cfg = Config::new(7, Rank::new(0), 3);
+    let mut cfg = EngineConfig::new(7, Rank::new(0), 3);
     cfg.outbox = OUTBOX;
     let macs: Vec<MacAddr> = (0..3).map(port_mac).collect();
     let mut mc = MemberConfig::new(cfg, macs);

@@ -1,5 +1,6 @@
-//! The member's timers: one table that answers [`Member::poll_timeout`](super::Member::poll_timeout)
-//! and tells `Member::handle_timeout` which of its machines have work.
+//! The member's timers: one table that answers
+//! [`Member::poll_timeout`](super::Member::poll_timeout) and tells `Member::handle_timeout` which
+//! of its machines have work.
 //!
 //! A member composes machines with deadlines of their own (the group engine, a point-to-point
 //! engine per peer, the failure detector, the two barriers); each is a [`Timer`] here, armed at
@@ -95,8 +96,12 @@ impl TimerTable {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::time::Duration;
+
+    use std::time::{Duration, Instant};
+
+    use crate::Rank;
+
+    use super::{Timer, TimerTable};
 
     #[test]
     fn the_earliest_machine_answers_and_only_those_due_fire_in_order() {

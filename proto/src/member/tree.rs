@@ -179,7 +179,10 @@ impl TreeBcast {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::Rank;
+
+    use super::{decode_tree, decoded, encode_tree, live_tree, TreeBcast, P2P_TREE, TREE_CACHE};
 
     #[test]
     fn a_tree_message_carries_its_tag() {

@@ -6,9 +6,10 @@
 //! below is the whole mapping, [`Control::parse`] reads it and [`Control::emit`] writes it.
 //! Everything above `wire` speaks [`Control`] values, never header fields.
 //!
-//! Every control frame also carries its sender's control counter in `msg_len` ([`counter`]):
-//! one per sender and group, counting from 1, covered by the keyed MAC with the rest of the
-//! header, so that a receiver refuses a control frame it has seen before (a replay).
+//! Every control frame also carries its sender's control counter in `msg_len`
+//! ([`control_counter`]): one per sender and group, counting from 1, covered by the keyed MAC with
+//! the rest of the header, so that a receiver refuses a control frame it has seen before (a
+//! replay).
 //!
 //! | message | kind | flags | `seq` | `msg_id` | `offset` | `bitmap` | `aux` | payload |
 //! |---|---|---|---|---|---|---|---|---|
@@ -33,7 +34,7 @@
 use super::{Flags, Frame, Kind, Repr, WireError};
 
 use crate::Rank;
-pub use crate::Seq;
+use crate::Seq;
 
 /// Bits of a NACK bitmap: bit `i` set means frame `base + i` is missing.
 pub const NACK_BITS: u32 = 16;
@@ -41,21 +42,21 @@ pub const NACK_BITS: u32 = 16;
 /// Words a NACK's bitmap may run on for, past its first ([`Control::Nack`]'s `more`): a NACK
 /// names frames up to 1024 from its base. Why more than the paper's 16: a receiver that gathers
 /// the gaps of many frames into one request (bulk transfers under steady loss, see
-/// `Config::nack_gather`) sends one frame where it sent one per gap.
+/// `EngineConfig::nack_gather`) sends one frame where it sent one per gap.
 pub const NACK_MORE_WORDS: usize = 63;
 
 /// Frames one NACK can name from its base: its first word and [`NACK_MORE_WORDS`] more.
-pub const NACK_REACH: u32 = NACK_BITS * (1 + NACK_MORE_WORDS as u32);
+pub(crate) const NACK_REACH: u32 = NACK_BITS * (1 + NACK_MORE_WORDS as u32);
 
 /// A NACK bitmap being built, frame by frame, as offsets from its base (below
 /// [`NACK_REACH`]); [`NackBitmap::take`] gives it as a NACK carries it, which
 /// [`nack_offsets`] reads back.
 #[derive(Debug, Default)]
-pub struct NackBitmap(Vec<u16>);
+pub(crate) struct NackBitmap(Vec<u16>);
 
 impl NackBitmap {
     /// Names the frame `off` frames from the base.
-    pub fn set(&mut self, off: u32) {
+    pub(crate) fn set(&mut self, off: u32) {
         debug_assert!(off < NACK_REACH, "{off} is beyond a NACK's reach");
         let w = (off / NACK_BITS) as usize;
         if self.0.len() <= w {
@@ -66,7 +67,7 @@ impl NackBitmap {
 
     /// The bitmap as a NACK carries it (its first word, and `more` without trailing empty
     /// words), if it names any frame; the builder is empty again afterwards.
-    pub fn take(&mut self) -> Option<(u16, Vec<u16>)> {
+    pub(crate) fn take(&mut self) -> Option<(u16, Vec<u16>)> {
         let mut v = std::mem::take(&mut self.0);
         while v.last() == Some(&0) {
             v.pop();
@@ -90,7 +91,7 @@ fn nack_words(missing: u16, more: &[u16]) -> impl Iterator<Item = (u32, u16)> + 
 }
 
 /// The frames a NACK bitmap names, as offsets from its base, in order.
-pub fn nack_offsets(missing: u16, more: &[u16]) -> impl Iterator<Item = u32> + '_ {
+pub(crate) fn nack_offsets(missing: u16, more: &[u16]) -> impl Iterator<Item = u32> + '_ {
     nack_words(missing, more).flat_map(|(off, word)| {
         (0..NACK_BITS)
             .filter(move |k| word & (1 << k) != 0)
@@ -239,7 +240,7 @@ pub enum Control {
     },
     /// A barrier frame.
     Barrier(BarrierMsg),
-    /// A join message (encoded by [`crate::join`]).
+    /// A join message (encoded by the join, [`Join`](crate::Join)).
     Join {
         /// Its bytes.
         body: Vec<u8>,
@@ -544,7 +545,7 @@ fn be_words(payload: &[u8]) -> Vec<u16> {
 }
 
 /// The sender's control counter of a control frame.
-pub fn counter<T: AsRef<[u8]>>(frame: &Frame<T>) -> u32 {
+pub fn control_counter<T: AsRef<[u8]>>(frame: &Frame<T>) -> u32 {
     frame.msg_len()
 }
 
@@ -554,7 +555,7 @@ pub fn counter<T: AsRef<[u8]>>(frame: &Frame<T>) -> u32 {
 /// (its session ends at `u32::MAX`, see `engine::SessionEnded`), so a counter recorded at
 /// any time of a session is older than every later one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReplayWindow {
+pub(crate) struct ReplayWindow {
     /// Highest counter accepted (0: none yet).
     top: u32,
     /// Bit `i` set: counter `top - i` was accepted.
@@ -563,7 +564,7 @@ pub struct ReplayWindow {
 
 /// How a [`ReplayWindow`] took a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admit {
+pub(crate) enum Admit {
     /// Newer than every counter seen: the sender sent it after everything heard from it so
     /// far, so it proves the sender spoke lately (a sign of life).
     Newest,
@@ -577,15 +578,16 @@ pub enum Admit {
 
 impl ReplayWindow {
     /// Counters older than this many behind the highest are refused.
-    pub const SPAN: u32 = 64;
+    pub(crate) const SPAN: u32 = 64;
 
     /// Accepts `ctr` if it was not seen and is not too old; records it.
-    pub fn accept(&mut self, ctr: u32) -> bool {
+    #[cfg(test)]
+    pub(crate) fn accept(&mut self, ctr: u32) -> bool {
         self.admit(ctr) != Admit::Refused
     }
 
     /// Like [`ReplayWindow::accept`], telling whether `ctr` advanced the window's top.
-    pub fn admit(&mut self, ctr: u32) -> Admit {
+    pub(crate) fn admit(&mut self, ctr: u32) -> Admit {
         if ctr == 0 {
             return Admit::Refused;
         }
@@ -616,7 +618,7 @@ impl ReplayWindow {
 
 /// Where a received sequence number falls relative to the next one expected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Position {
+pub(crate) enum Position {
     /// Before `expected`: already delivered (a duplicate or a late repair).
     Behind,
     /// Inside the window: the 64-bit position.
@@ -627,13 +629,13 @@ pub enum Position {
 
 /// The last position of a stream: a root's session ends before its sequence numbers would
 /// wrap (see `engine::SessionEnded`), so that every wire number names one position.
-pub const LAST_SEQ: Seq = Seq::new(u32::MAX as u64);
+pub(crate) const LAST_SEQ: Seq = Seq::new(u32::MAX as u64);
 
 /// Places the wire sequence `wire` relative to `expected` and a window of `window` frames
 /// (at most 2^31). Numbers within 2^31 behind `expected` are [`Position::Behind`]; a position
 /// past [`LAST_SEQ`] is [`Position::Beyond`] (a root never sends one: a recording from early
 /// in the stream, seen across the wrap); the arithmetic is checked, so no value overflows.
-pub fn locate(expected: Seq, wire: u32, window: u32) -> Position {
+pub(crate) fn locate(expected: Seq, wire: u32, window: u32) -> Position {
     let ahead = wire.wrapping_sub(expected.low32());
     if ahead < window {
         expected
@@ -650,7 +652,7 @@ pub fn locate(expected: Seq, wire: u32, window: u32) -> Position {
 /// The stream position of a number a receiver reports about frames the root `head` has
 /// already published (`wire` at or before `head`, at most 2^32 - 1 behind): `None` if it
 /// would lie before the stream's start.
-pub fn behind(head: Seq, wire: u32) -> Option<Seq> {
+pub(crate) fn behind(head: Seq, wire: u32) -> Option<Seq> {
     let back = head.low32().wrapping_sub(wire);
     head.checked_sub(u64::from(back))
 }

@@ -104,10 +104,13 @@ pub const BROADCAST_MAC: MacAddr = MacAddr([0xff; 6]);
 pub const ETHERTYPE: u16 = 0x88B5;
 
 /// Length of an Ethernet II header (destination, source, EtherType).
-pub const HEADER_LEN: usize = 14;
+pub const ETH_HEADER_LEN: usize = 14;
+
+/// The header's length, as this module reads and writes it.
+const HEADER_LEN: usize = ETH_HEADER_LEN;
 
 /// Smallest Ethernet frame without the FCS: shorter frames are zero-padded to it.
-pub const MIN_FRAME: usize = 60;
+pub const MIN_ETH_FRAME: usize = 60;
 
 /// True for group (multicast or broadcast) addresses: the I/G bit of the first byte.
 pub fn is_group_mac(mac: &MacAddr) -> bool {
@@ -213,16 +216,17 @@ impl std::fmt::Display for GroupAddress {
     }
 }
 
-/// A checked view over one received Ethernet frame that carries an ethbcast PDU.
+/// A checked view over one received Ethernet frame that carries an ethbcast PDU, and the
+/// functions that write one.
 #[derive(Debug, Clone, Copy)]
-pub struct Frame<T: AsRef<[u8]>> {
+pub struct EthernetFrame<T: AsRef<[u8]>> {
     buffer: T,
 }
 
-impl<T: AsRef<[u8]>> Frame<T> {
+impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// Checks that `buffer` is at least a header long and carries [`ETHERTYPE`]; after this no
     /// accessor can panic.
-    pub fn new_checked(buffer: T) -> Result<Frame<T>, WireError> {
+    pub fn new_checked(buffer: T) -> Result<EthernetFrame<T>, WireError> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
             return Err(WireError::Runt(b.len()));
@@ -231,7 +235,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if ethertype != ETHERTYPE {
             return Err(WireError::OtherEtherType(ethertype));
         }
-        Ok(Frame { buffer })
+        Ok(EthernetFrame { buffer })
     }
 
     /// Destination address.
@@ -250,60 +254,74 @@ impl<T: AsRef<[u8]>> Frame<T> {
     }
 }
 
+impl EthernetFrame<&[u8]> {
+    /// Length of the Ethernet frame that carries a PDU of `pdu_len` bytes (padded to the
+    /// minimum, [`MIN_ETH_FRAME`]).
+    pub fn len_for(pdu_len: usize) -> usize {
+        (HEADER_LEN + pdu_len).max(MIN_ETH_FRAME)
+    }
+
+    /// Writes the header for `dst`/`src` and `pdu` into `out`, zero-padding to
+    /// [`MIN_ETH_FRAME`]; returns the frame length ([`EthernetFrame::len_for`]).
+    pub fn emit(
+        out: &mut [u8],
+        dst: MacAddr,
+        src: MacAddr,
+        pdu: &[u8],
+    ) -> Result<usize, WireError> {
+        let need = EthernetFrame::len_for(pdu.len());
+        if out.len() < need {
+            return Err(WireError::BufferTooSmall {
+                have: out.len(),
+                need,
+            });
+        }
+        EthernetFrame::emit_header(out, dst, src);
+        out[HEADER_LEN..HEADER_LEN + pdu.len()].copy_from_slice(pdu);
+        out[HEADER_LEN + pdu.len()..need].fill(0);
+        Ok(need)
+    }
+
+    /// Writes only the header (for backends that place the PDU themselves). `out` must be at
+    /// least [`ETH_HEADER_LEN`] long.
+    pub fn emit_header(out: &mut [u8], dst: MacAddr, src: MacAddr) {
+        out[0..6].copy_from_slice(dst.as_slice());
+        out[6..12].copy_from_slice(src.as_slice());
+        out[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+    }
+
+    /// Builds the frame for `pdu` in a vector.
+    pub fn to_vec(dst: MacAddr, src: MacAddr, pdu: &[u8]) -> Vec<u8> {
+        let mut v = vec![0u8; EthernetFrame::len_for(pdu.len())];
+        // The vector is exactly `len_for` long, so `emit` cannot fail.
+        let _ = EthernetFrame::emit(&mut v, dst, src, pdu);
+        v
+    }
+}
+
 fn mac_at(b: &[u8], at: usize) -> MacAddr {
     let mut m = [0u8; 6];
     m.copy_from_slice(&b[at..at + 6]);
     MacAddr(m)
 }
 
-/// Length of the Ethernet frame that carries a PDU of `pdu_len` bytes (padded to the minimum).
-pub fn frame_len(pdu_len: usize) -> usize {
-    (HEADER_LEN + pdu_len).max(MIN_FRAME)
-}
-
-/// Writes the header for `dst`/`src` and `pdu` into `out`, zero-padding to [`MIN_FRAME`];
-/// returns the frame length ([`frame_len`]).
-pub fn emit(out: &mut [u8], dst: MacAddr, src: MacAddr, pdu: &[u8]) -> Result<usize, WireError> {
-    let need = frame_len(pdu.len());
-    if out.len() < need {
-        return Err(WireError::BufferTooSmall {
-            have: out.len(),
-            need,
-        });
-    }
-    emit_header(out, dst, src);
-    out[HEADER_LEN..HEADER_LEN + pdu.len()].copy_from_slice(pdu);
-    out[HEADER_LEN + pdu.len()..need].fill(0);
-    Ok(need)
-}
-
-/// Writes only the 14-byte header (for backends that place the PDU themselves). `out` must be
-/// at least [`HEADER_LEN`] long.
-pub fn emit_header(out: &mut [u8], dst: MacAddr, src: MacAddr) {
-    out[0..6].copy_from_slice(dst.as_slice());
-    out[6..12].copy_from_slice(src.as_slice());
-    out[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-}
-
-/// Builds the frame for `pdu` in a vector.
-pub fn to_vec(dst: MacAddr, src: MacAddr, pdu: &[u8]) -> Vec<u8> {
-    let mut v = vec![0u8; frame_len(pdu.len())];
-    // The vector is exactly frame_len long, so emit cannot fail.
-    let _ = emit(&mut v, dst, src, pdu);
-    v
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::wire::WireError;
+
+    use super::{
+        group_mac, is_group_mac, EthernetFrame, GroupAddress, GroupAddressError, MacAddr,
+        BROADCAST_MAC, ETH_HEADER_LEN as HEADER_LEN, MIN_ETH_FRAME as MIN_FRAME,
+    };
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 
     #[test]
     fn short_pdus_are_padded_and_split_back() {
-        let v = to_vec(BROADCAST_MAC, A, b"hi");
+        let v = EthernetFrame::to_vec(BROADCAST_MAC, A, b"hi");
         assert_eq!(v.len(), MIN_FRAME);
-        let f = Frame::new_checked(&v[..]).unwrap();
+        let f = EthernetFrame::new_checked(&v[..]).unwrap();
         assert_eq!(f.dst(), BROADCAST_MAC);
         assert_eq!(f.src(), A);
         assert_eq!(&f.payload()[..2], b"hi");
@@ -313,21 +331,21 @@ mod tests {
 
     #[test]
     fn runts_other_protocols_and_small_buffers_are_errors() {
-        let mut v = to_vec(A, A, &[7; 100]);
+        let mut v = EthernetFrame::to_vec(A, A, &[7; 100]);
         assert_eq!(v.len(), HEADER_LEN + 100);
         assert_eq!(
-            Frame::new_checked(&v[..10]).unwrap_err(),
+            EthernetFrame::new_checked(&v[..10]).unwrap_err(),
             WireError::Runt(10)
         );
         v[12] = 0x08;
         v[13] = 0x00;
         assert_eq!(
-            Frame::new_checked(&v[..]).unwrap_err(),
+            EthernetFrame::new_checked(&v[..]).unwrap_err(),
             WireError::OtherEtherType(0x0800)
         );
         let mut small = [0u8; 20];
         assert_eq!(
-            emit(&mut small, A, A, &[0; 10]),
+            EthernetFrame::emit(&mut small, A, A, &[0; 10]),
             Err(WireError::BufferTooSmall { have: 20, need: 60 })
         );
     }

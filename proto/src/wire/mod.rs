@@ -39,14 +39,12 @@ use thiserror::Error;
 
 use crate::Rank;
 
-pub mod control;
-pub mod ethernet;
+pub(crate) mod control;
+pub(crate) mod ethernet;
 pub(crate) mod join;
 
-pub use control::{
-    locate, Admit, BarrierAlgo, BarrierMsg, BarrierOp, Control, Position, ReplayWindow,
-};
-pub use ethernet::ETHERTYPE;
+pub(crate) use control::{locate, Admit, Position, ReplayWindow};
+pub use control::{BarrierAlgo, BarrierMsg, BarrierOp, Control};
 
 /// Current version of the wire format.
 pub const VERSION: u8 = 1;
@@ -56,11 +54,9 @@ pub const HEADER_LEN: usize = 36;
 pub const CRC_LEN: usize = 4;
 /// Bytes of a PDU that are not payload.
 pub const OVERHEAD: usize = HEADER_LEN + CRC_LEN;
-/// Length of an Ethernet II header (see [`ethernet`]).
-pub const ETH_HEADER_LEN: usize = ethernet::HEADER_LEN;
 /// Destination rank that means "every member" (a broadcast frame).
-pub const ALL: Rank = Rank::new(u16::MAX);
-pub use control::NACK_BITS;
+pub(crate) const ALL: Rank = Rank::BROADCAST;
+pub use control::{NACK_BITS, NACK_MORE_WORDS};
 /// Length of the keyed MAC a frame carries (between payload and CRC) when the group has a
 /// key: 128 bits of BLAKE3 in keyed mode over header and payload.
 pub const TAG_LEN: usize = 16;
@@ -183,7 +179,7 @@ bitflags! {
         const POLL = 1 << 10;
         /// On data: the CRC covers the header only. The payload is covered by something the
         /// receiver checks anyway, the group key's tag or the application's digest of the
-        /// whole stream (`Config::end_to_end`), so a receiver makes one pass less over it.
+        /// whole stream (`EngineConfig::end_to_end`), so a receiver makes one pass less over it.
         const HEADER_CRC = 1 << 11;
     }
 }
@@ -353,7 +349,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn src(&self) -> Rank {
         Rank::new(be16(&self.buffer.as_ref()[field::SRC]))
     }
-    /// Rank of the destination, or [`ALL`].
+    /// Rank of the destination, or [`Rank::BROADCAST`].
     pub fn dst(&self) -> Rank {
         Rank::new(be16(&self.buffer.as_ref()[field::DST]))
     }
@@ -424,7 +420,7 @@ pub struct Repr {
     pub group: u32,
     /// Sender rank.
     pub src: Rank,
-    /// Destination rank or [`ALL`].
+    /// Destination rank or [`Rank::BROADCAST`].
     pub dst: Rank,
     /// Sequence number in the root's stream (data), or the acknowledged / missing base.
     pub seq: u32,

@@ -1,4 +1,8 @@
-use super::*;
+use crate::Rank;
+
+use super::{
+    crc32c, field, seal, Flags, Frame, Kind, Repr, WireError, ALL, CRC_LEN, HEADER_LEN, OVERHEAD,
+};
 
 fn sample() -> (Repr, Vec<u8>) {
     let repr = Repr {

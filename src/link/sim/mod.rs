@@ -73,8 +73,7 @@
 //! back into the simulator from a receive callback is safe.
 
 use super::{Link, LinkError, MacAddr, BROADCAST_MAC};
-use crate::wire::ethernet;
-use ethbcast_proto::queue::EventQueue;
+use ethbcast_proto::{is_group_mac, EthernetFrame, EventQueue};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::RefCell;
@@ -403,7 +402,7 @@ impl SimPort {
     /// or forged frame, in tests of hostile hosts). Frames that are not ethbcast's are
     /// refused.
     pub fn send_frame(&mut self, frame: &[u8]) -> Result<(), LinkError> {
-        let eth = ethernet::Frame::new_checked(frame)
+        let eth = EthernetFrame::new_checked(frame)
             .map_err(|e| LinkError::Io(std::io::Error::other(e)))?;
         self.inner
             .borrow_mut()
@@ -446,7 +445,7 @@ impl Link for SimPort {
     /// The switch floods the group's frames to every port; from now on this port's host
     /// takes them instead of discarding them.
     fn join_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
-        if !ethernet::is_group_mac(&group) {
+        if !is_group_mac(&group) {
             return Err(LinkError::NotGroupAddress(group));
         }
         if group == BROADCAST_MAC {
@@ -461,7 +460,7 @@ impl Link for SimPort {
     }
 
     fn leave_group(&mut self, group: MacAddr) -> Result<(), LinkError> {
-        if !ethernet::is_group_mac(&group) {
+        if !is_group_mac(&group) {
             return Err(LinkError::NotGroupAddress(group));
         }
         let mut inner = self.inner.borrow_mut();
@@ -480,7 +479,7 @@ impl Link for SimPort {
         for frame in q.drain(..) {
             // Every frame in the queue was built by `ethernet::to_vec` and its header is never
             // corrupted, so the check only guards against our own bugs.
-            if let Ok(eth) = ethernet::Frame::new_checked(&frame[..]) {
+            if let Ok(eth) = EthernetFrame::new_checked(&frame[..]) {
                 f(eth.src(), eth.payload());
             }
         }

@@ -4,8 +4,7 @@
 
 use super::model::*;
 use super::{LinkError, MacAddr, BROADCAST_MAC};
-use crate::wire::ethernet;
-use ethbcast_proto::queue::EventQueue;
+use ethbcast_proto::{is_group_mac, EthernetFrame, EventQueue, ETH_HEADER_LEN};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -271,7 +270,7 @@ impl Inner {
         let n = self.ports.len();
         let target = if dst == BROADCAST_MAC {
             Some(Target::All)
-        } else if ethernet::is_group_mac(&dst) {
+        } else if is_group_mac(&dst) {
             Some(Target::Group(dst))
         } else {
             port_index(&dst)
@@ -301,7 +300,7 @@ impl Inner {
             return Ok(());
         }
         let at = done.saturating_add(self.latency);
-        let frame = ethernet::to_vec(dst, src_mac, pdu);
+        let frame = EthernetFrame::to_vec(dst, src_mac, pdu);
         self.push_uplink(src, at, target, Rc::from(frame));
         Ok(())
     }
@@ -312,7 +311,7 @@ impl Inner {
             self.lose_everywhere(src, target);
             return;
         }
-        let ser = self.ser_ns(pdu.len().saturating_sub(ethernet::HEADER_LEN));
+        let ser = self.ser_ns(pdu.len().saturating_sub(ETH_HEADER_LEN));
         match target {
             Target::One(j) => {
                 for k in self.taps.clone() {
@@ -384,7 +383,7 @@ impl Inner {
             p.stats.lost += 1;
             return;
         }
-        let pdu = if pdu.len() > ethernet::HEADER_LEN && chance(rng, f.corrupt) {
+        let pdu = if pdu.len() > ETH_HEADER_LEN && chance(rng, f.corrupt) {
             p.stats.corrupted += 1;
             corrupt(rng, &pdu)
         } else {
@@ -528,7 +527,7 @@ impl Inner {
 /// to the port its header names, and the PDU's CRC is what must catch the damage.
 pub(super) fn corrupt(rng: &mut ChaCha8Rng, frame: &[u8]) -> Rc<[u8]> {
     let mut bytes = frame.to_vec();
-    let bits = (bytes.len() - ethernet::HEADER_LEN) * 8;
+    let bits = (bytes.len() - ETH_HEADER_LEN) * 8;
     let flips = rng.gen_range(1..=3usize).min(bits);
     let mut chosen = [usize::MAX; 3];
     let mut k = 0;
@@ -540,7 +539,7 @@ pub(super) fn corrupt(rng: &mut ChaCha8Rng, frame: &[u8]) -> Rc<[u8]> {
         }
     }
     for &bit in &chosen[..flips] {
-        if let Some(b) = bytes.get_mut(ethernet::HEADER_LEN + bit / 8) {
+        if let Some(b) = bytes.get_mut(ETH_HEADER_LEN + bit / 8) {
             *b ^= 1 << (bit % 8);
         }
     }

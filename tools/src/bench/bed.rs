@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::{Backend, Link, LinkError, WaitMode};
-use ethbcast::{Group, GroupOptions};
+use ethbcast::{Backend, Group, GroupOptions, Link, LinkError, WaitMode};
 use serde::Serialize;
 
 use super::probe;

@@ -25,7 +25,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ethbcast::{Algorithm, Group};
+use ethbcast::{Algorithm, Group, Rank};
 use serde::Serialize;
 
 use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
@@ -37,7 +37,6 @@ use super::reference::{self, REFERENCE};
 use crate::harness::report::{code, fail, print};
 use crate::harness::table::Table;
 use crate::testbed::Testbed;
-use ethbcast::Rank;
 
 /// The method, as printed with every report.
 pub const METHOD: &str = "root = rank 0; warm-up, then `iters` broadcasts per (algorithm, size, \
@@ -473,7 +472,7 @@ fn protocol_stamps(
         let mut out: Vec<Stamp> = Vec::with_capacity(plan2.len() * iters);
         let mut meter = Meter::new(cost, plan2.len())?;
         let mut repairs = vec![0u64; plan2.len()];
-        let sent = |g: &Group| g.member().engine().stats().repair_frames;
+        let sent = |g: &Group| g.stats().repair_frames;
         let mut since: Option<(usize, u64)> = None;
         let mut round = 0usize;
         // One buffer for every call, as a program that broadcasts in a loop keeps one: the

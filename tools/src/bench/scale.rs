@@ -10,14 +10,13 @@ use std::process::ExitCode;
 
 use ethbcast::cluster::ClusterError;
 use ethbcast::memory::{sizes_for, Profile};
-use ethbcast_proto::engine::Algorithm;
+use ethbcast::{Algorithm, Rank};
 use serde::Serialize;
 
 use super::cli::parse_rate;
 use super::plot::{draw, Chart, Series};
 use super::sim::{run_sim, SimOptions};
 use crate::harness::report::print;
-use ethbcast::Rank;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -5,13 +5,11 @@ use std::time::Duration;
 
 use ethbcast::cluster::{run, ClusterError, Deliveries, Report, Scenario, Traffic};
 use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
-use ethbcast::Faults;
-use ethbcast_proto::engine::Algorithm;
+use ethbcast::{Algorithm, Faults, Rank};
 use serde::Serialize;
 
 use super::cli::parse_rate;
 use crate::harness::report::{code, fail, print};
-use ethbcast::Rank;
 
 /// Options of a simulator run (rates in percent of frames, per port).
 #[derive(Debug, Clone)]

@@ -12,13 +12,12 @@
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::{SimCluster, Workload};
-use ethbcast::{port_mac, SimConfig, SimNet};
-use ethbcast_proto::engine::Config;
-use ethbcast_proto::member::{Algorithm, Done, Member, MemberConfig};
+use ethbcast::{
+    port_mac, Algorithm, Done, EngineConfig, Member, MemberConfig, Rank, SimConfig, SimNet,
+};
 
 use super::bed::Summary;
 use super::latency::Row;
-use ethbcast::Rank;
 
 /// Rank 0 broadcasts `repeat` times; each receiver calls `bcast` once per round.
 struct Rounds {
@@ -110,7 +109,7 @@ pub fn one(nodes: u16, size: usize, algo: Algorithm, repeat: usize) -> Result<f6
     let macs: std::sync::Arc<[_]> = (0..n).map(|i| port_mac(i as u16)).collect();
     let members = (0..n)
         .map(|i| {
-            let cfg = Config::new(0xEB, Rank::new(i as u16), nodes);
+            let cfg = EngineConfig::new(0xEB, Rank::new(i as u16), nodes);
             Member::new(net.now(), MemberConfig::new(cfg, macs.clone())).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, String>>()?;

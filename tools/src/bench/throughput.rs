@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ethbcast::Algorithm;
-use ethbcast_proto::engine::Stats;
+use ethbcast::{Algorithm, EngineStats, Rank};
 use serde::Serialize;
 
 use super::bed::{self, BedOptions};
@@ -22,7 +21,6 @@ use super::cpu::{self, CpuCost};
 use crate::harness::report::fail;
 use crate::harness::table::Table;
 use crate::testbed::Testbed;
-use ethbcast::Rank;
 
 /// Options of a throughput run.
 #[derive(Debug, Clone)]
@@ -151,12 +149,12 @@ pub fn run_on(bed: &Testbed, o: &ThroughputOptions) -> Result<ThroughputReport, 
         let cpu_s = cpu::thread_seconds() - c0;
         // Let the last acknowledgements land before reading the counters.
         b.wait(|| bed::poll(g))?;
-        Ok((t, g.member().engine_stats().clone(), cpu_s))
+        Ok((t, g.stats().clone(), cpu_s))
     })?;
     let t0 = res[0].0;
     let last = res[1..].iter().map(|r| r.0).max().expect("receivers");
     let seconds = last.saturating_duration_since(t0).as_secs_f64();
-    let sum = |f: fn(&Stats) -> u64| res.iter().map(|r| f(&r.1)).sum::<u64>();
+    let sum = |f: fn(&EngineStats) -> u64| res.iter().map(|r| f(&r.1)).sum::<u64>();
     let goodput = if seconds > 0.0 {
         o.size as f64 / seconds
     } else {

@@ -132,7 +132,7 @@ fn parse_group(s: &str) -> Result<u32, String> {
 
 /// Checked here, so that a bad window fails at once instead of after the join.
 fn parse_window(s: &str) -> Result<usize, String> {
-    let max = ethbcast_proto::engine::MAX_WINDOW;
+    let max = ethbcast::MAX_WINDOW;
     match s.trim().parse::<usize>() {
         Ok(w) if (1..=max).contains(&w) => Ok(w),
         _ => Err(format!("{s:?}: the window must be 1..={max} frames")),
@@ -140,7 +140,7 @@ fn parse_window(s: &str) -> Result<usize, String> {
 }
 
 fn parse_mac(s: &str) -> Result<ethbcast::MacAddr, String> {
-    ethbcast_proto::wire::ethernet::parse_mac(s.trim())
+    ethbcast::parse_mac(s.trim())
         .ok_or_else(|| format!("{s:?}: not a MAC address (such as 02:00:00:00:00:01)"))
 }
 

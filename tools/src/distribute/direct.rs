@@ -26,8 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::transfer::{Budget, PieceDigest};
-use ethbcast::Held;
-use ethbcast_proto::engine::{Observe, Piece};
+use ethbcast::{Held, Observe, Piece};
 
 use super::recv::{lock, write_err, Hashed};
 use super::{Fatal, EXIT_FAILED};

@@ -151,8 +151,8 @@ impl From<LinkError> for Fatal {
     }
 }
 
-impl From<ethbcast_proto::member::MemberError> for Fatal {
-    fn from(e: ethbcast_proto::member::MemberError) -> Fatal {
+impl From<ethbcast::MemberError> for Fatal {
+    fn from(e: ethbcast::MemberError) -> Fatal {
         Fatal::new(EXIT_FAILED, e.to_string())
     }
 }

@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::{JoinSeen, Role, Stream};
-use ethbcast_proto::engine::Dest;
-use ethbcast_proto::member::{Event, Message};
+use ethbcast::{Dest, Event, JoinSeen, Message, Piece, Rank, Role, Stream};
 use serde::Serialize;
 
 use super::direct;
@@ -22,8 +20,6 @@ use crate::transfer::{
     Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, Progress, StreamHasher, ABORT,
     EVICTED,
 };
-use ethbcast::Rank;
-use ethbcast_proto::engine::Piece;
 
 /// Where the stream goes.
 #[derive(Debug, Clone)]
@@ -2008,7 +2004,7 @@ mod tests {
         {
             let half = m.len() / 2;
             for (offset, bytes) in [(0, &m[..half]), (half, &m[half..])] {
-                d.piece(&ethbcast_proto::engine::Piece {
+                d.piece(&ethbcast::Piece {
                     msg_id: id as u64,
                     msg_len: m.len(),
                     offset,

@@ -9,11 +9,9 @@ use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::MacAddr;
-use ethbcast::{HostEntry, Settle};
-use ethbcast::{JoinSeen, Role, Stream};
-use ethbcast_proto::engine::{Dest, SendError};
-use ethbcast_proto::member::{Event, MemberError};
+use ethbcast::{
+    Dest, Event, HostEntry, JoinSeen, MacAddr, MemberError, Rank, Role, SendError, Settle, Stream,
+};
 use serde::Serialize;
 
 use super::recv::RecvCounters;
@@ -23,7 +21,6 @@ use crate::transfer::{
     DigestAlgo, Final, Msg, Offer, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
 };
 use crate::tree::TreeReader;
-use ethbcast::Rank;
 
 /// What `ethbcast send` was asked to do.
 #[derive(Debug, Clone)]

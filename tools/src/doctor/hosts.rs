@@ -295,7 +295,7 @@ fn verdicts(
         "host.broadcast",
         format!("{who}: a broadcast reaches it"),
     )];
-    let min = usize::from(ethbcast_proto::join::MIN_PDU);
+    let min = ethbcast::MIN_MTU;
     let m = mtu as usize;
     if m < min {
         checks.push(Check::problem(

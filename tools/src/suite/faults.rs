@@ -22,18 +22,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ethbcast::BROADCAST_MAC;
-use ethbcast::{key_from_passphrase, Algorithm, Detection, GroupError, GroupOptions};
-use ethbcast_proto::detect::Gossip;
-use ethbcast_proto::member::MemberError;
-use ethbcast_proto::wire::{Flags, Frame, Kind, Repr, ALL};
+use ethbcast::{
+    key_from_passphrase, Algorithm, Detection, Gossip, GroupError, GroupOptions, MemberError, Rank,
+    BROADCAST_MAC,
+};
+// The wire format: the hostile host forges and reads frames, which the library does not
+// export.
+use ethbcast_proto::{Flags, Frame, Kind, Repr};
+
 use serde::Serialize;
 
 use crate::harness::group::{bed, join_all, ms, msg, spawn_members};
 use crate::harness::report::{code, fail, print};
 use crate::netns;
 use crate::testbed::TestbedError;
-use ethbcast::Rank;
 
 /// The detector the scenarios use.
 pub const DETECTION: Detection = Detection {
@@ -109,7 +111,7 @@ pub fn receiver_killed(
             for _ in 0..30 {
                 g.progress(Duration::from_millis(10))?;
             }
-            Ok((me, intact, reported, g.member().evicted().to_vec()))
+            Ok((me, intact, reported, g.evictions().to_vec()))
         },
         opts(true),
     )?;
@@ -276,7 +278,7 @@ fn run_filtered(
             for _ in 0..20 {
                 g.progress(Duration::from_millis(10))?;
             }
-            Ok((ok, g.tree_fallbacks(), g.member().failed_over()))
+            Ok((ok, g.tree_fallbacks(), g.failed_over()))
         },
         opts(false),
     )?;
@@ -385,7 +387,7 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
             for seq in 0..8u32 {
                 let mut r = Repr::new(Kind::Data);
                 r.group = gid;
-                r.dst = ALL;
+                r.dst = Rank::BROADCAST;
                 r.seq = seq;
                 r.msg_id = seq;
                 r.msg_len = 4;
@@ -435,7 +437,7 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
             for _ in 0..10 {
                 g.progress(Duration::from_millis(10))?;
             }
-            Ok((ok, g.member().engine_stats().drops.bad_mac))
+            Ok((ok, g.stats().drops.bad_mac))
         },
         o,
     )?;

@@ -15,16 +15,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ethbcast::cluster::message_bytes;
-use ethbcast::{Algorithm, BarrierAlgo, Group, GroupError, GroupOptions};
-use ethbcast::{Backend, WaitMode};
-use ethbcast_proto::engine::Config;
+use ethbcast::{
+    Algorithm, Backend, BarrierAlgo, EngineConfig, Group, GroupError, GroupOptions, Rank, WaitMode,
+};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::harness::report::{code, fail, print};
 use crate::netns;
 use crate::testbed::{Rate, Testbed, TestbedConfig, TestbedError};
-use ethbcast::Rank;
 
 /// Options of a self-test.
 #[derive(Debug, Clone)]
@@ -173,7 +172,7 @@ fn member(
         backend: o.backend,
         wait: o.wait,
         timeout: o.timeout,
-        tweak: Some(|c: &mut Config| {
+        tweak: Some(|c: &mut EngineConfig| {
             c.window = 64;
             c.ack_every = 16;
         }),
@@ -223,7 +222,7 @@ fn member(
     }
     let linger = Instant::now() + Duration::from_millis(200);
     while Instant::now() < linger && g.progress(Duration::from_millis(5)).is_ok() {}
-    let st = g.member().engine_stats();
+    let st = g.stats();
     res.repair_frames = st.repair_frames;
     res.data_frames = st.data_frames;
     let expected = plan.iter().filter(|s| s.root != rank).count() as u64;

@@ -396,6 +396,7 @@ pub enum DigestAlgo {
     Blake3,
 }
 
+// The core's macro for an enum's wire codes (the library does not re-export macros).
 ethbcast_proto::coded!(DigestAlgo: u8 { Xxh3 = 1, Blake3 = 2 });
 
 impl DigestAlgo {

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use crate::Seq;
 
-use super::super::timer::{StreamTimer, StreamTimers};
-use super::super::Config;
+use crate::engine::timer::{StreamTimer, StreamTimers};
+use crate::engine::EngineConfig;
 
 /// The acknowledgement state of one stream. See the module documentation.
 #[derive(Debug)]
@@ -36,16 +36,16 @@ pub(super) struct Acks {
     probe_answer: bool,
     /// The root repaired a frame this member has: its report is sent again, even unchanged.
     rereport: bool,
-    /// Frames per acknowledgement (`Config::ack_every`, at most the window; 32 bits: the
+    /// Frames per acknowledgement (`EngineConfig::ack_every`, at most the window; 32 bits: the
     /// receiver's size is the paper's `s_RDP`).
     every: u32,
-    /// The quiet period (`Config::ack_delay`).
+    /// The quiet period (`EngineConfig::ack_delay`).
     delay: Duration,
 }
 
 impl Acks {
     /// Nothing acknowledged, nothing owed.
-    pub(super) fn new(cfg: &Config) -> Acks {
+    pub(super) fn new(cfg: &EngineConfig) -> Acks {
         Acks {
             acked: Seq::new(0),
             unacked: 0,
@@ -164,12 +164,18 @@ impl Acks {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::timer::TimerTable;
-    use super::*;
-    use crate::Rank;
+
+    use std::time::{Duration, Instant};
+
+    use crate::engine::timer::StreamTimer;
+    use crate::engine::EngineConfig;
+    use crate::{Rank, Seq};
+
+    use super::Acks;
+    use crate::engine::timer::TimerTable;
 
     fn acks() -> Acks {
-        let mut c = Config::new(1, Rank::new(1), 2);
+        let mut c = EngineConfig::new(1, Rank::new(1), 2);
         c.ack_every = 4;
         c.ack_delay = Duration::from_millis(2);
         Acks::new(&c)

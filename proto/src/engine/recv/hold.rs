@@ -1,4 +1,4 @@
-//! Messages held back for fellows' requests (`Config::peer_hold`): a complete message stays
+//! Messages held back for fellows' requests (`EngineConfig::peer_hold`): a complete message stays
 //! with the stream, where a fellow's request for any of its frames finds it, until the stream
 //! has moved a window's worth of frames past it or stopped moving for [`PEER_HOLD_WAIT`].
 //!
@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use crate::Seq;
 
-use super::super::timer::{StreamTimer, StreamTimers};
-use super::super::{Config, Event};
+use crate::engine::timer::{StreamTimer, StreamTimers};
+use crate::engine::{EngineConfig, EngineEvent};
 
-/// With `Config::peer_hold`: how long a completed message is still held for fellows'
+/// With `EngineConfig::peer_hold`: how long a completed message is still held for fellows'
 /// requests once its stream stopped moving (the end of a transfer, a pause of the root's
 /// input). A fellow asks within its gathering wait and a few of its turns of a millisecond.
 pub(in crate::engine) const PEER_HOLD_WAIT: Duration = Duration::from_millis(5);
@@ -23,7 +23,7 @@ pub(in crate::engine) const PEER_HOLD_WAIT: Duration = Duration::from_millis(5);
 /// or once the stream stopped moving for [`PEER_HOLD_WAIT`].
 #[derive(Debug)]
 struct Held {
-    event: Event,
+    event: EngineEvent,
     until: Seq,
 }
 
@@ -35,13 +35,13 @@ pub(super) struct Hold {
     /// them.
     seen: Seq,
     moved: Option<Instant>,
-    /// Messages are held (`Config::peer_hold`).
+    /// Messages are held (`EngineConfig::peer_hold`).
     enabled: bool,
 }
 
 impl Hold {
     /// Nothing held.
-    pub(super) fn new(cfg: &Config) -> Hold {
+    pub(super) fn new(cfg: &EngineConfig) -> Hold {
         Hold {
             held: VecDeque::new(),
             seen: Seq::new(0),
@@ -50,7 +50,7 @@ impl Hold {
         }
     }
 
-    /// Whether messages are held whole for fellows (`Config::peer_hold`).
+    /// Whether messages are held whole for fellows (`EngineConfig::peer_hold`).
     pub(super) fn enabled(&self) -> bool {
         self.enabled
     }
@@ -62,7 +62,7 @@ impl Hold {
     }
 
     /// Holds a complete message's `event` until the stream reaches `until`.
-    pub(super) fn push(&mut self, event: Event, until: Seq) {
+    pub(super) fn push(&mut self, event: EngineEvent, until: Seq) {
         self.held.push_back(Held { event, until });
     }
 
@@ -73,7 +73,7 @@ impl Hold {
         now: Instant,
         expected: Seq,
         timers: &mut StreamTimers<'_>,
-        events: &mut VecDeque<Event>,
+        events: &mut VecDeque<EngineEvent>,
     ) {
         if self.held.is_empty() {
             // Every frame comes here: a stream without loss holds nothing.
@@ -105,7 +105,7 @@ impl Hold {
     pub(super) fn release_all(
         &mut self,
         timers: &mut StreamTimers<'_>,
-        events: &mut VecDeque<Event>,
+        events: &mut VecDeque<EngineEvent>,
     ) {
         events.extend(self.held.drain(..).map(|h| h.event));
         timers.stop(StreamTimer::Hold);
@@ -114,7 +114,7 @@ impl Hold {
     /// The bytes of held message `msg_id` (its low 32 bits) of length `len`, if it is held.
     pub(super) fn find(&self, msg_id: u32, len: usize) -> Option<&Vec<u8>> {
         self.held.iter().find_map(|h| match &h.event {
-            Event::Delivered(m) if m.msg_id as u32 == msg_id && m.data.len() == len => {
+            EngineEvent::Delivered(m) if m.msg_id as u32 == msg_id && m.data.len() == len => {
                 Some(&m.data)
             }
             _ => None,
@@ -126,7 +126,7 @@ impl Hold {
         self.held
             .iter()
             .map(|h| match &h.event {
-                Event::Delivered(m) => m.data.capacity(),
+                EngineEvent::Delivered(m) => m.data.capacity(),
                 _ => 0,
             })
             .sum()
@@ -135,13 +135,21 @@ impl Hold {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::timer::TimerTable;
-    use super::super::super::Message;
-    use super::*;
-    use crate::Rank;
 
-    fn delivered(id: u64) -> Event {
-        Event::Delivered(Message {
+    use std::time::Instant;
+
+    use crate::engine::timer::StreamTimer;
+    use std::collections::VecDeque;
+
+    use crate::engine::{EngineConfig, EngineEvent};
+    use crate::{Rank, Seq};
+
+    use super::{Hold, PEER_HOLD_WAIT};
+    use crate::engine::timer::TimerTable;
+    use crate::engine::Message;
+
+    fn delivered(id: u64) -> EngineEvent {
+        EngineEvent::Delivered(Message {
             root: Rank::new(0),
             msg_id: id,
             data: vec![id as u8; 3],
@@ -150,7 +158,7 @@ mod tests {
 
     #[test]
     fn held_messages_leave_in_order_by_frames_or_a_quiet_stream() {
-        let mut c = Config::new(1, Rank::new(1), 2);
+        let mut c = EngineConfig::new(1, Rank::new(1), 2);
         c.peer_hold = true;
         let mut h = Hold::new(&c);
         let mut table = TimerTable::new(2);

@@ -107,13 +107,18 @@ impl InLink {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::Config;
-    use super::*;
+
+    use crate::engine::recv::{SlotState, Window};
     use crate::machine::Frames;
+    use crate::wire::Repr;
+    use crate::{Rank, Seq};
+
+    use super::InLink;
+    use crate::engine::EngineConfig;
 
     #[test]
     fn a_waiting_payload_is_copied_when_its_frame_leaves_and_a_consumed_one_forgotten() {
-        let mut c = Config::new(1, Rank::new(1), 2);
+        let mut c = EngineConfig::new(1, Rank::new(1), 2);
         c.window = 4;
         let mut w = Window::new(&c);
         let mut l = InLink::default();

@@ -30,7 +30,7 @@ use crate::wire::{Control, Flags, Kind, Position, Repr};
 use crate::{Rank, Seq};
 
 use super::timer::{StreamPlace, StreamTimer, StreamTimers, TimerTable};
-use super::{Config, Dest, Drop, Event, Observer, Outgoing, PostError};
+use super::{Dest, DropReason, EngineConfig, EngineEvent, Observer, Outgoing, PostError};
 
 mod ack;
 mod hold;
@@ -97,7 +97,7 @@ pub struct Receiver {
     /// Where this stream reports in the acknowledgement tree (`None`: to the root directly).
     /// Boxed: most streams (groups below the tree's threshold) have none.
     tree: Option<Box<TreeLink>>,
-    events: VecDeque<Event>,
+    events: VecDeque<EngineEvent>,
     controls: VecDeque<Outgoing>,
     /// Where its timers lie in the engine's table.
     timers: StreamPlace,
@@ -105,7 +105,7 @@ pub struct Receiver {
 
 impl Receiver {
     /// The stream of `root` at the member `cfg` describes, its timers at `timers`.
-    pub(crate) fn new(cfg: &Config, root: Rank, timers: StreamPlace) -> Receiver {
+    pub(crate) fn new(cfg: &EngineConfig, root: Rank, timers: StreamPlace) -> Receiver {
         Receiver {
             root,
             me: cfg.rank,
@@ -199,7 +199,7 @@ impl Receiver {
         table: &mut TimerTable,
         repr: &Repr,
         payload: &[u8],
-    ) -> Result<(), Drop> {
+    ) -> Result<(), DropReason> {
         let t = &mut table.stream(self.timers);
         self.msgs.begin_batch();
         if repr.flags.contains(Flags::ACK_REQ) {
@@ -220,9 +220,9 @@ impl Receiver {
                     self.acks.rereport();
                     self.schedule(now, t);
                 }
-                return Err(Drop::Stale(Seq::new(u64::from(repr.seq))));
+                return Err(DropReason::Stale(Seq::new(u64::from(repr.seq))));
             }
-            Position::Beyond => return Err(Drop::FarFuture(Seq::new(u64::from(repr.seq)))),
+            Position::Beyond => return Err(DropReason::FarFuture(Seq::new(u64::from(repr.seq)))),
         };
         self.msgs.check_len(repr)?;
         if repr.flags.contains(Flags::ACK_REQ) {
@@ -231,7 +231,7 @@ impl Receiver {
         let i = self.window.idx(s);
         if self.window.slot(i).state.contains(SlotState::HAVE) {
             self.schedule(now, t);
-            return Err(Drop::Duplicate(s));
+            return Err(DropReason::Duplicate(s));
         }
         if let Some(asked) = self.window.slot_mut(i).nacked.take() {
             self.nacks.sample(now.saturating_duration_since(asked));
@@ -262,7 +262,7 @@ impl Receiver {
                     return Ok(());
                 }
                 // No room to take it yet: it waits in its slot like any other frame.
-                Err(Drop::NoRoom) => {}
+                Err(DropReason::NoRoom) => {}
                 Err(_) => {
                     // A frame that contradicts the stream: discard it so it is asked for again.
                     self.schedule(now, t);
@@ -271,7 +271,7 @@ impl Receiver {
             }
         }
         if payload.len() > self.window.slot_payload() {
-            return Err(Drop::Protocol("payload larger than a frame slot"));
+            return Err(DropReason::Protocol("payload larger than a frame slot"));
         }
         // Behind a gap: straight into its message if it can be placed there, kept in its slot
         // otherwise.
@@ -343,7 +343,7 @@ impl Receiver {
                 };
                 if let Some(hint) = hint {
                     // The next frame waiting in the link is read next: asked for now, it
-                    // arrives while this one is consumed (see `Config::prefetch`).
+                    // arrives while this one is consumed (see `EngineConfig::prefetch`).
                     let n = self.window.idx(self.window.expected() + 1);
                     let next = self.window.slot(n);
                     if next.state.contains(SlotState::LINK | SlotState::HAVE) {
@@ -357,7 +357,7 @@ impl Receiver {
                     }
                     // Not where it was noted (cannot happen while the link keeps what it
                     // retains): asked for again.
-                    None => Err(Drop::Protocol("frame no longer in the link")),
+                    None => Err(DropReason::Protocol("frame no longer in the link")),
                 }
             } else {
                 let held = self.msgs.in_batch();
@@ -370,7 +370,7 @@ impl Receiver {
                     self.window.slot_mut(i).state.remove(SlotState::HAVE);
                     self.advance();
                 }
-                Err(Drop::NoRoom) => break,
+                Err(DropReason::NoRoom) => break,
                 Err(_) => {
                     // A frame that contradicts the stream: discard it so it is asked for again.
                     self.window
@@ -385,7 +385,7 @@ impl Receiver {
 
     /// What follows consuming a frame: the window forgets the frames of messages it
     /// contradicted, and a message it completed is delivered.
-    fn after_consume(&mut self, r: Result<Option<InMsg>, Drop>) -> Result<(), Drop> {
+    fn after_consume(&mut self, r: Result<Option<InMsg>, DropReason>) -> Result<(), DropReason> {
         if let Some(ids) = self.msgs.take_forgotten() {
             self.window.unplace(ids);
         }
@@ -448,7 +448,7 @@ impl Receiver {
         self.maybe_pull();
     }
 
-    pub(crate) fn take_event(&mut self) -> Option<Event> {
+    pub(crate) fn take_event(&mut self) -> Option<EngineEvent> {
         self.events.pop_front()
     }
 

@@ -2,7 +2,7 @@
 //!
 //! Gaps are found by sequence number; a NACK carries the first missing sequence, a bitmap of
 //! the 16 frames from there (more words for a longer reach), and the cumulative
-//! acknowledgement. New gaps are gathered for a moment (`Config::nack_gather`) so that one
+//! acknowledgement. New gaps are gathered for a moment (`EngineConfig::nack_gather`) so that one
 //! NACK names several; a frame asked for is asked again only after the retry interval, which
 //! follows the repairs' round trip and doubles per retry without progress. With peer repair a
 //! frame is asked of the fellow receiver first (twice, or with a tree three times), then of
@@ -19,10 +19,10 @@ use crate::wire::control::{NackBitmap, NACK_REACH};
 use crate::wire::Control;
 use crate::{Rank, Seq};
 
-use super::super::timer::{StreamTimer, StreamTimers};
-use super::super::{Config, Outgoing};
 use super::peer::PeerRepair;
 use super::window::{SlotState, WSlot, Window};
+use crate::engine::timer::{StreamTimer, StreamTimers};
+use crate::engine::{EngineConfig, Outgoing};
 
 /// The NACK state of one stream. See the module documentation.
 #[derive(Debug)]
@@ -34,12 +34,12 @@ pub(super) struct Nacks {
     backoff: u32,
     /// Smoothed time from a NACK to the repair it asked for.
     repair_rtt: Option<Duration>,
-    /// The shortest retry interval (`Config::nack_retry`).
+    /// The shortest retry interval (`EngineConfig::nack_retry`).
     retry: Duration,
-    /// Frames that follow a new gap before it is asked for (`Config::nack_gather`; 32 bits:
+    /// Frames that follow a new gap before it is asked for (`EngineConfig::nack_gather`; 32 bits:
     /// the receiver's size is the paper's `s_RDP`).
     gather: u32,
-    /// The longest a new gap waits for them (`Config::nack_gather_wait`).
+    /// The longest a new gap waits for them (`EngineConfig::nack_gather_wait`).
     gather_wait: Duration,
 }
 
@@ -65,7 +65,7 @@ pub(super) struct Asked {
 
 impl Nacks {
     /// Nothing missing, nothing asked.
-    pub(super) fn new(cfg: &Config) -> Nacks {
+    pub(super) fn new(cfg: &EngineConfig) -> Nacks {
         Nacks {
             from: None,
             backoff: 0,
@@ -113,7 +113,7 @@ impl Nacks {
         timers: &mut StreamTimers<'_>,
     ) -> Plan {
         let plan = match self.from {
-            // Gathering (`Config::nack_gather`): asked once enough frames followed the first
+            // Gathering (`EngineConfig::nack_gather`): asked once enough frames followed the first
             // gap, or at the timer; `from` stays until then.
             Some(from) if gap && highest < from + u64::from(self.gather) => {
                 let t = now + self.gather_wait;
@@ -269,12 +269,23 @@ impl Nacks {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::timer::TimerTable;
-    use super::*;
-    use crate::wire::control::nack_offsets;
 
-    fn config() -> Config {
-        let mut c = Config::new(1, Rank::new(1), 3);
+    use std::time::{Duration, Instant};
+
+    use crate::engine::recv::{PeerRepair, SlotState, Window};
+    use crate::engine::timer::StreamTimer;
+    use std::collections::VecDeque;
+
+    use crate::engine::{EngineConfig, Outgoing};
+    use crate::wire::control::nack_offsets;
+    use crate::wire::Control;
+    use crate::{Rank, Seq};
+
+    use super::{Asked, Nacks, Plan};
+    use crate::engine::timer::TimerTable;
+
+    fn config() -> EngineConfig {
+        let mut c = EngineConfig::new(1, Rank::new(1), 3);
         c.window = 64;
         c.nack_retry = Duration::from_millis(1);
         c.nack_gather = 4;
@@ -283,7 +294,7 @@ mod tests {
     }
 
     /// A window that has frames 0..from and `to`, not those between.
-    fn with_gap(cfg: &Config, upto: u64, then: u64) -> Window {
+    fn with_gap(cfg: &EngineConfig, upto: u64, then: u64) -> Window {
         let mut w = Window::new(cfg);
         for s in 0..upto {
             w.accept(Seq::new(s));
@@ -300,7 +311,7 @@ mod tests {
         out.iter()
             .filter_map(|o| match o {
                 Outgoing::Own {
-                    dst: super::super::super::Dest::Rank(r),
+                    dst: crate::engine::Dest::Rank(r),
                     msg,
                 } => match msg {
                     Control::Nack {

@@ -14,7 +14,7 @@
 use crate::wire::{Control, Repr};
 use crate::{Rank, Seq};
 
-use super::super::{Config, Outgoing};
+use crate::engine::{EngineConfig, Outgoing};
 
 /// Unanswered peer requests in a row after which a receiver stops asking its peer, for a
 /// while (see `PeerRepair::off`).
@@ -43,7 +43,7 @@ const COPY_SPAN: u64 = 4;
 /// Why: a copy of every frame was a second copy of the whole stream on every receiver once
 /// the segment lost frames (a megabyte message is about 720 frames: now its last 256 only).
 /// A window no wider than this keeps every frame it can be asked for, as before.
-/// With `Config::peer_hold` nothing is copied: the message itself is held back a window's
+/// With `EngineConfig::peer_hold` nothing is copied: the message itself is held back a window's
 /// worth of frames after its end (see `Hold`), which serves every frame of it, not its
 /// tail only.
 pub(in crate::engine) const COPY_TAIL: usize = 256;
@@ -84,7 +84,7 @@ pub(super) struct PeerRepair {
     copies_until: u32,
     /// A fellow receiver asked this member for frames (peer repair) at least once.
     asked: bool,
-    /// Peer repair is on (`Config::peer_repair`).
+    /// Peer repair is on (`EngineConfig::peer_repair`).
     enabled: bool,
     /// Frames the peer was asked for and never answered (neither repair nor "not held"), in
     /// a row: a dead or stalled peer is given up after `PEER_SILENCE_LIMIT`.
@@ -102,7 +102,7 @@ pub(super) struct PeerRepair {
 
 impl PeerRepair {
     /// No peer yet; nobody asked.
-    pub(super) fn new(cfg: &Config) -> PeerRepair {
+    pub(super) fn new(cfg: &EngineConfig) -> PeerRepair {
         PeerRepair {
             peer: None,
             copies_until: 0,
@@ -217,10 +217,17 @@ impl PeerRepair {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::engine::EngineConfig;
+    use crate::wire::Repr;
+    use crate::{Rank, Seq};
+
+    use super::{
+        PeerRepair, COPY_TAIL, PEER_OFF_FIRST, PEER_OFF_MAX_DOUBLINGS, PEER_SILENCE_LIMIT,
+    };
 
     fn peer_repair() -> PeerRepair {
-        let mut c = Config::new(1, Rank::new(1), 3);
+        let mut c = EngineConfig::new(1, Rank::new(1), 3);
         c.peer_repair = true;
         PeerRepair::new(&c)
     }

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use super::super::{Config, PostError};
+use crate::engine::{EngineConfig, PostError};
 
 /// A posted receive (an entry of the receive queue).
 #[derive(Debug, Clone, Copy)]
@@ -30,13 +30,13 @@ pub(super) struct Posts {
         reason = "a pointer in the receiver, not a Vec's three words"
     )]
     spare: Option<Box<Vec<u8>>>,
-    /// Every message counts as posted (`Config::auto_post`).
+    /// Every message counts as posted (`EngineConfig::auto_post`).
     auto: bool,
 }
 
 impl Posts {
     /// An empty queue of `cfg.recv_queue` receives.
-    pub(super) fn new(cfg: &Config) -> Posts {
+    pub(super) fn new(cfg: &EngineConfig) -> Posts {
         Posts {
             posts: VecDeque::with_capacity(cfg.recv_queue),
             cap: u32::try_from(cfg.recv_queue).unwrap_or(u32::MAX),
@@ -127,11 +127,14 @@ impl Posts {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
+    use crate::engine::{EngineConfig, PostError};
     use crate::Rank;
 
+    use super::{Post, Posts};
+
     fn posts(cap: usize, auto: bool) -> Posts {
-        let mut c = Config::new(1, Rank::new(1), 2);
+        let mut c = EngineConfig::new(1, Rank::new(1), 2);
         c.recv_queue = cap;
         c.auto_post = auto;
         Posts::new(&c)

@@ -19,8 +19,8 @@ use std::collections::VecDeque;
 use crate::wire::{Control, Flags, Repr};
 use crate::Rank;
 
-use super::super::{Config, Drop, Event, Message, Observer, Piece, Prefetch};
 use super::posts::Posts;
+use crate::engine::{DropReason, EngineConfig, EngineEvent, Message, Observer, Piece, Prefetch};
 
 /// A message being received.
 #[derive(Debug)]
@@ -57,10 +57,9 @@ impl std::fmt::Debug for Watch {
     }
 }
 
-/// Hints where the frame after the next lands in message buffer `v`, one just written ending
-/// at `end` and `len` long (see [`Config::prefetch`]): `len` bytes from `end + len`, as far as
-/// the buffer's reservation reaches. Frames of a message mostly come in order, also behind a
-/// gap.
+/// Hints where the frame after the next lands in message buffer `v`, one just written ending at
+/// `end` and `len` long (see [`EngineConfig::prefetch`]): `len` bytes from `end + len`, as far as
+/// the buffer's reservation reaches. Frames of a message mostly come in order, also behind a gap.
 fn hint_ahead(hint: Option<Prefetch>, v: &Vec<u8>, end: usize, len: usize) {
     if let Some(hint) = hint {
         let at = end + len;
@@ -105,7 +104,7 @@ pub(super) struct Messages {
     next_start: u64,
     /// Messages longer than this are observed and not kept (`Engine::keep_at_most`).
     keep: usize,
-    /// Messages longer than this are refused (`Config::max_message`).
+    /// Messages longer than this are refused (`EngineConfig::max_message`).
     max_message: usize,
     /// The root's repeated pull poll: (message, its designated receiver).
     pull_override: Option<(u32, Rank)>,
@@ -121,7 +120,7 @@ pub(super) struct Messages {
 
 impl Messages {
     /// No message yet, with `cfg`'s pushed buffer and limits.
-    pub(super) fn new(cfg: &Config) -> Messages {
+    pub(super) fn new(cfg: &EngineConfig) -> Messages {
         Messages {
             cur: None,
             ahead: VecDeque::new(),
@@ -189,9 +188,9 @@ impl Messages {
     }
 
     /// Refuses a frame of a message longer than this member takes.
-    pub(super) fn check_len(&self, repr: &Repr) -> Result<(), Drop> {
+    pub(super) fn check_len(&self, repr: &Repr) -> Result<(), DropReason> {
         if repr.msg_len as usize > self.max_message {
-            return Err(Drop::TooLong {
+            return Err(DropReason::TooLong {
                 len: repr.msg_len,
                 max: self.max_message,
             });
@@ -242,7 +241,7 @@ impl Messages {
     ///
     /// `reach`: how far past the first byte still missing an honest root's frame can lie;
     /// `ahead_cap`: the bytes the messages begun ahead may hold (a window's worth).
-    /// `hint`: the stream's cache hint (`Config::prefetch`).
+    /// `hint`: the stream's cache hint (`EngineConfig::prefetch`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn place(
         &mut self,
@@ -351,7 +350,7 @@ impl Messages {
     /// Appends the next expected frame to the message it belongs to; `held`: its payload
     /// stays where it is until the batch's end (see `Piece::held`). A message the frame
     /// completes is returned to deliver if a receive was posted for it, and waits in `done`
-    /// otherwise. [`Drop::NoRoom`]: the frame cannot be taken yet (it waits in its slot).
+    /// otherwise. [`DropReason::NoRoom`]: the frame cannot be taken yet (it waits in its slot).
     /// Messages begun ahead that the frame contradicts are forgotten, whatever the result
     /// (see [`Messages::take_forgotten`]). `hint`: the stream's cache hint.
     pub(super) fn consume(
@@ -361,15 +360,15 @@ impl Messages {
         payload: Payload<'_>,
         held: bool,
         hint: Option<Prefetch>,
-    ) -> Result<Option<InMsg>, Drop> {
+    ) -> Result<Option<InMsg>, DropReason> {
         if self.cur.is_none() {
             if repr.offset != 0 || repr.msg_id != self.next_start as u32 {
-                return Err(Drop::Protocol("message does not start at offset 0"));
+                return Err(DropReason::Protocol("message does not start at offset 0"));
             }
             if self.post_for(posts, 0).is_none() && self.done.len() >= posts.cap() {
                 // A receive queue's worth of complete messages waits for receives already:
                 // the frame waits in its slot (bytes alone would not bound empty messages).
-                return Err(Drop::NoRoom);
+                return Err(DropReason::NoRoom);
             }
             let m = match self.ahead.pop_front() {
                 Some(mut m) if m.id == self.next_start && m.len == repr.msg_len as usize => {
@@ -387,12 +386,12 @@ impl Messages {
                     // forgotten and asked for again.
                     self.forget_ahead();
                     if let Payload::Placed(_) = payload {
-                        return Err(Drop::Protocol("placed frame contradicts its message"));
+                        return Err(DropReason::Protocol("placed frame contradicts its message"));
                     }
                     self.new_msg(posts, self.next_start, repr, first_reserve(repr), 0)
                 }
                 None if matches!(payload, Payload::Placed(_)) => {
-                    return Err(Drop::Protocol("placed frame without its message"))
+                    return Err(DropReason::Protocol("placed frame without its message"))
                 }
                 None => self.new_msg(posts, self.next_start, repr, first_reserve(repr), 0),
             };
@@ -409,7 +408,7 @@ impl Messages {
             || repr.msg_len as usize != m.len
             || repr.offset as usize != m.filled
         {
-            return Err(Drop::Protocol("frame does not continue its message"));
+            return Err(DropReason::Protocol("frame does not continue its message"));
         }
         match (m.data.as_mut(), payload) {
             // Placed: already in `v` at its offset.
@@ -430,11 +429,11 @@ impl Messages {
                 }
             }
             (None, Payload::Placed(_)) => {
-                return Err(Drop::Protocol("placed frame without its buffer"));
+                return Err(DropReason::Protocol("placed frame without its buffer"));
             }
             (None, Payload::Here(p)) => {
                 if self.pushed.len() + len > self.pushed_cap as usize {
-                    return Err(Drop::NoRoom);
+                    return Err(DropReason::NoRoom);
                 }
                 self.pushed.extend_from_slice(p);
                 m.pushed += len;
@@ -518,23 +517,23 @@ impl Messages {
 
     /// What the application is told of complete message `m` of `root`'s stream, whose receive
     /// allowed `max` bytes: it is delivered, truncated, or observed and not kept.
-    pub(super) fn finish(&mut self, root: Rank, m: InMsg, max: usize) -> Event {
+    pub(super) fn finish(&mut self, root: Rank, m: InMsg, max: usize) -> EngineEvent {
         self.next_msg = m.id + 1;
         if m.len > self.keep && max >= m.len {
-            Event::Observed {
+            EngineEvent::Observed {
                 root,
                 msg_id: m.id,
                 len: m.len,
             }
         } else if m.len > max || m.truncated.is_some() {
-            Event::Truncated {
+            EngineEvent::Truncated {
                 root,
                 msg_id: m.id,
                 len: m.len,
                 max,
             }
         } else {
-            Event::Delivered(Message {
+            EngineEvent::Delivered(Message {
                 root,
                 msg_id: m.id,
                 data: m.data.unwrap_or_default(),
@@ -590,11 +589,16 @@ impl Messages {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::Kind;
 
-    fn config() -> Config {
-        let mut c = Config::new(1, Rank::new(1), 2);
+    use crate::engine::recv::Posts;
+    use crate::engine::{DropReason, EngineConfig, EngineEvent};
+    use crate::wire::{Control, Flags, Kind, Repr};
+    use crate::Rank;
+
+    use super::{Messages, Payload};
+
+    fn config() -> EngineConfig {
+        let mut c = EngineConfig::new(1, Rank::new(1), 2);
         c.recv_queue = 2;
         c.pushed_buffer = 8;
         c.auto_post = false;
@@ -637,7 +641,9 @@ mod tests {
         let done = r.unwrap().expect("complete");
         let max = p.take();
         match m.finish(Rank::new(0), done, max) {
-            Event::Delivered(msg) => assert_eq!((msg.msg_id, &msg.data[..]), (0, &b"abcdef"[..])),
+            EngineEvent::Delivered(msg) => {
+                assert_eq!((msg.msg_id, &msg.data[..]), (0, &b"abcdef"[..]))
+            }
             e => panic!("{e:?}"),
         }
         assert_eq!(m.next_msg(), 1);
@@ -651,7 +657,7 @@ mod tests {
         );
         assert_eq!(
             r.unwrap_err(),
-            Drop::Protocol("message does not start at offset 0")
+            DropReason::Protocol("message does not start at offset 0")
         );
     }
 
@@ -676,7 +682,7 @@ mod tests {
             true,
             None,
         );
-        assert_eq!(r.unwrap_err(), Drop::NoRoom);
+        assert_eq!(r.unwrap_err(), DropReason::NoRoom);
         assert!(m.take_waiting(&mut p).is_none(), "no receive posted yet");
         p.post(10, Vec::new()).unwrap();
         let w = m.take_waiting(&mut p).expect("posted now");

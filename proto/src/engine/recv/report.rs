@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use crate::wire::Control;
 use crate::{Rank, Seq};
 
-use super::super::timer::{StreamTimer, StreamTimers};
-use super::super::Outgoing;
+use crate::engine::timer::{StreamTimer, StreamTimers};
+use crate::engine::Outgoing;
 
 /// This stream's place in the acknowledgement tree of its root.
 #[derive(Debug, Clone)]
@@ -180,9 +180,17 @@ impl TreeLink {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::timer::TimerTable;
-    use super::super::super::Dest;
-    use super::*;
+
+    use std::time::{Duration, Instant};
+
+    use crate::engine::timer::StreamTimer;
+    use crate::engine::Outgoing;
+    use crate::wire::Control;
+    use crate::{Rank, Seq};
+
+    use super::TreeLink;
+    use crate::engine::timer::TimerTable;
+    use crate::engine::Dest;
 
     fn link() -> TreeLink {
         let ms = Duration::from_millis;

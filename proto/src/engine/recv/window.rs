@@ -19,7 +19,7 @@ use crate::machine::within;
 use crate::wire::{locate, Position, Repr};
 use crate::Seq;
 
-use super::super::{Config, Prefetch};
+use crate::engine::{EngineConfig, Prefetch};
 
 bitflags::bitflags! {
     /// What a window slot holds (one byte: the slots are counted in the memory accounting).
@@ -79,13 +79,13 @@ pub(super) struct Window {
     /// The payloads of the slots that keep a copy ([`SlotState::COPY`]); a place holds the
     /// largest frame payload accepted.
     data: Payloads,
-    /// The cache hint for where the next frames land (`Config::prefetch`).
+    /// The cache hint for where the next frames land (`EngineConfig::prefetch`).
     prefetch: Option<Prefetch>,
 }
 
 impl Window {
     /// The window of `cfg.window` slots, empty, expecting the stream's first frame.
-    pub(super) fn new(cfg: &Config) -> Window {
+    pub(super) fn new(cfg: &EngineConfig) -> Window {
         let slots = (0..cfg.window)
             .map(|_| WSlot {
                 state: SlotState::empty(),
@@ -123,7 +123,7 @@ impl Window {
         self.data.cap()
     }
 
-    /// The cache hint of the stream (`Config::prefetch`).
+    /// The cache hint of the stream (`EngineConfig::prefetch`).
     pub(super) fn prefetch(&self) -> Option<Prefetch> {
         self.prefetch
     }
@@ -184,7 +184,7 @@ impl Window {
         self.data.store(i, payload);
         if let Some(hint) = self.prefetch {
             // Frames are kept in slot order: hint the place of the frame after the next (see
-            // `Config::prefetch`), as for the message buffer.
+            // `EngineConfig::prefetch`), as for the message buffer.
             let ahead = (i + 2) % self.slots.len();
             hint(self.data.place(ahead), payload.len());
         }
@@ -223,11 +223,16 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::Rank;
+
+    use crate::engine::recv::SlotState;
+    use crate::engine::EngineConfig;
+    use crate::wire::Position;
+    use crate::{Rank, Seq};
+
+    use super::Window;
 
     fn window(frames: usize) -> Window {
-        let mut c = Config::new(1, Rank::new(1), 2);
+        let mut c = EngineConfig::new(1, Rank::new(1), 2);
         c.window = frames;
         Window::new(&c)
     }

@@ -18,7 +18,8 @@ use crate::eqa::{Eqa, Lms};
 use crate::wire::Flags;
 use crate::{Rank, Seq};
 
-use super::super::{Dest, Stats, Transmit};
+use crate::engine::{Dest, EngineStats};
+use crate::machine::Transmit;
 
 /// Fresh frames over which the fail-over check judges a destination.
 const FAILOVER_WINDOW: u32 = 32;
@@ -33,7 +34,13 @@ pub(super) struct Failover {
 impl Failover {
     /// Fresh frame `seq` was broadcast (the next to send is now `sent_upto`): a destination
     /// served point to point is owed a copy; the others are judged.
-    pub(super) fn on_fresh(&mut self, lms: &mut Lms, seq: Seq, sent_upto: Seq, stats: &mut Stats) {
+    pub(super) fn on_fresh(
+        &mut self,
+        lms: &mut Lms,
+        seq: Seq,
+        sent_upto: Seq,
+        stats: &mut EngineStats,
+    ) {
         if lms.p2p {
             self.copies.push_back((lms.rank(), seq));
             return;
@@ -71,7 +78,7 @@ impl Failover {
 
     /// Writes the next copy owed into `buf`, skipping those whose destination no longer needs
     /// them (evicted, or its cursor passed the frame).
-    pub(super) fn poll(&mut self, eqa: &Eqa, buf: &mut [u8]) -> Option<Transmit> {
+    pub(super) fn poll(&mut self, eqa: &Eqa, buf: &mut [u8]) -> Option<Transmit<Dest>> {
         while let Some((rank, seq)) = self.copies.pop_front() {
             let Some(lms) = eqa.lms(rank) else {
                 continue;
@@ -107,16 +114,22 @@ impl Failover {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::{Frame, Kind, Repr};
+
     use std::time::Duration;
+
+    use crate::engine::{Dest, EngineStats};
+    use crate::eqa::Eqa;
+    use crate::wire::{Flags, Frame, Kind, Repr};
+    use crate::{Rank, Seq};
+
+    use super::{Failover, FAILOVER_WINDOW};
 
     #[test]
     fn a_destination_that_needs_every_frame_repaired_twice_in_a_row_is_served_point_to_point() {
         let mut eqa = Eqa::new(128, 100, std::iter::empty(), 8, Duration::from_millis(5));
         eqa.add_dest(Rank::new(1), 8, Duration::from_millis(5));
         let mut f = Failover::default();
-        let mut stats = Stats::default();
+        let mut stats = EngineStats::default();
         let repr = Repr {
             kind: Some(Kind::Data),
             flags: Flags::BROADCAST,

@@ -31,7 +31,8 @@ use crate::wire::Control;
 use crate::{Rank, Seq};
 
 use super::timer::{Timer, TimerTable};
-use super::{Algorithm, Config, Dest, SendError, Stats, Transmit};
+use super::{Dest, EngineConfig, EngineStats, HardwareAlgorithm, SendError};
+use crate::machine::Transmit;
 
 mod failover;
 mod polls;
@@ -66,7 +67,7 @@ pub(crate) enum Feedback {
 /// Makes room in `v` for one entry per member of the group at its first use, so that a list
 /// of ranks (members to poll, destinations a repair serves) never grows, and allocates, in
 /// steady state, when more members than ever before are in it at once.
-fn room_for_every_rank(v: &mut Vec<Rank>, cfg: &Config) {
+fn room_for_every_rank(v: &mut Vec<Rank>, cfg: &EngineConfig) {
     let n = usize::from(cfg.size);
     if v.capacity() < n {
         v.reserve_exact(n - v.len());
@@ -88,7 +89,7 @@ pub struct Sender {
 }
 
 impl Sender {
-    pub(crate) fn new(cfg: &Config) -> Sender {
+    pub(crate) fn new(cfg: &EngineConfig) -> Sender {
         Sender {
             eqa: Eqa::new(
                 cfg.window,
@@ -107,6 +108,7 @@ impl Sender {
     }
 
     /// Test support: counts `frames` sequence numbers as promised (see `Engine::skip_sequences`).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn skip_sequences(&mut self, frames: u64) {
         self.queue.skip_sequences(frames);
     }
@@ -114,7 +116,7 @@ impl Sender {
     /// Makes one `Lms` per other member (the evicted ones evicted at once), once: a member
     /// becomes a root, and pays for its destinations, at its first broadcast. Their cursors
     /// start at the head, which has not moved before.
-    fn make_dests(&mut self, cfg: &Config, live: &[bool], timers: &mut TimerTable) {
+    fn make_dests(&mut self, cfg: &EngineConfig, live: &[bool], timers: &mut TimerTable) {
         if self.dests_made {
             return;
         }
@@ -148,9 +150,9 @@ impl Sender {
     /// frames are all in the buffer ([`Sender::take_sent`]).
     pub(crate) fn enqueue(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         data: &mut Vec<u8>,
-        algo: Algorithm,
+        algo: HardwareAlgorithm,
         live: &[bool],
         lent: bool,
         timers: &mut TimerTable,
@@ -170,7 +172,7 @@ impl Sender {
     }
 
     /// The receiver that pulls push-pull messages: the next live member after this one.
-    fn designated(cfg: &Config, live: &[bool]) -> Rank {
+    fn designated(cfg: &EngineConfig, live: &[bool]) -> Rank {
         (1..cfg.size)
             .map(|i| cfg.rank.ring_add(i, cfg.size))
             .find(|&r| live[r.index()])
@@ -180,7 +182,7 @@ impl Sender {
     /// Cuts queued messages into frames while the buffer has room.
     pub(crate) fn fill(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         live: &[bool],
         timers: &mut TimerTable,
@@ -199,7 +201,7 @@ impl Sender {
     /// again (or stops, once it has everything sent). Returns whether it moved.
     fn progress(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         rank: Rank,
         cursor: Seq,
@@ -218,7 +220,7 @@ impl Sender {
 
     pub(crate) fn on_feedback(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         src: Rank,
         fb: &Feedback,
@@ -300,7 +302,7 @@ impl Sender {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_tree_ack(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         reporter: Rank,
         covered: &[Rank],
@@ -356,7 +358,7 @@ impl Sender {
     /// later ones probe and back off), notes the tail's re-broadcast, and the pull poll.
     pub(crate) fn on_timeout(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         live: &[bool],
         timers: &mut TimerTable,
@@ -435,7 +437,7 @@ impl Sender {
 
     pub(crate) fn evict(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         rank: Rank,
         live: &[bool],
@@ -456,7 +458,7 @@ impl Sender {
     /// one is due: (its rank, the message).
     pub(crate) fn take_pull_poll(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         live: &[bool],
     ) -> Option<(Rank, Control)> {
         let designated = Sender::designated(cfg, live);
@@ -467,13 +469,13 @@ impl Sender {
     /// destination served point to point, or the next fresh frame.
     pub(crate) fn poll_transmit(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         buf: &mut [u8],
         live: &[bool],
-        stats: &mut Stats,
+        stats: &mut EngineStats,
         timers: &mut TimerTable,
-    ) -> Option<Transmit> {
+    ) -> Option<Transmit<Dest>> {
         let t = self
             .repairs
             .poll(cfg, now, buf, &mut self.eqa, self.sent_upto, stats);

@@ -12,9 +12,9 @@ use crate::eqa::Eqa;
 use crate::wire::Control;
 use crate::Rank;
 
-use super::super::timer::{Timer, TimerTable};
-use super::super::{Config, Dest};
 use super::room_for_every_rank;
+use crate::engine::timer::{Timer, TimerTable};
+use crate::engine::{Dest, EngineConfig};
 
 /// The polls one root owes. See the module documentation.
 #[derive(Debug, Default)]
@@ -30,7 +30,7 @@ pub(super) struct Polls {
 
 impl Polls {
     /// `rank`'s retransmission timer fired for the first time since it last made progress.
-    pub(super) fn ack_poll(&mut self, cfg: &Config, rank: Rank) {
+    pub(super) fn ack_poll(&mut self, cfg: &EngineConfig, rank: Rank) {
         room_for_every_rank(&mut self.ack_polls, cfg);
         self.ack_polls.push(rank);
     }
@@ -49,7 +49,7 @@ impl Polls {
 
     /// A push-pull message waits for its pull request from `now`: the pull timer starts, once
     /// per message.
-    pub(super) fn await_pull(&mut self, cfg: &Config, now: Instant, timers: &mut TimerTable) {
+    pub(super) fn await_pull(&mut self, cfg: &EngineConfig, now: Instant, timers: &mut TimerTable) {
         if !timers.is_armed(Timer::Pull) {
             timers.set(Timer::Pull, now + cfg.rto);
             self.pull_backoff = 0;
@@ -62,8 +62,8 @@ impl Polls {
     }
 
     /// Time passed: if the pull timer fired, the designated receiver is polled, and the timer
-    /// re-armed, twice as long each time up to `Config::rto_max`.
-    pub(super) fn on_timeout(&mut self, cfg: &Config, now: Instant, timers: &mut TimerTable) {
+    /// re-armed, twice as long each time up to `EngineConfig::rto_max`.
+    pub(super) fn on_timeout(&mut self, cfg: &EngineConfig, now: Instant, timers: &mut TimerTable) {
         if timers.is_expired(Timer::Pull, now) {
             self.pull_backoff += 1;
             let d = (cfg.rto * (1 << self.pull_backoff.min(16))).min(cfg.rto_max);
@@ -105,12 +105,20 @@ impl Polls {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::time::Duration;
+
+    use std::time::{Duration, Instant};
+
+    use crate::engine::timer::Timer;
+    use crate::engine::{Dest, EngineConfig, TimerTable};
+    use crate::eqa::Eqa;
+    use crate::wire::Control;
+    use crate::Rank;
+
+    use super::Polls;
 
     #[test]
     fn idle_members_are_polled_together_unless_one_is_served_point_to_point() {
-        let c = Config::new(1, Rank::new(0), 4);
+        let c = EngineConfig::new(1, Rank::new(0), 4);
         let mut eqa = Eqa::new(4, 100, std::iter::empty(), 4, c.rto);
         for r in 1..4 {
             eqa.add_dest(Rank::new(r), 4, c.rto);
@@ -132,7 +140,7 @@ mod tests {
 
     #[test]
     fn a_lost_pull_is_polled_for_with_back_off() {
-        let c = Config::new(1, Rank::new(0), 2);
+        let c = EngineConfig::new(1, Rank::new(0), 2);
         let mut t = TimerTable::new(2);
         let mut p = Polls::default();
         let t0 = Instant::now();

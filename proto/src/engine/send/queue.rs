@@ -19,7 +19,7 @@ use crate::eqa::Eqa;
 use crate::wire::{self, Flags, Kind, Repr};
 use crate::{Rank, Seq};
 
-use super::super::{Algorithm, Config, SendError, SessionEnded};
+use crate::engine::{EngineConfig, HardwareAlgorithm, SendError, SessionEnded};
 
 /// Frames published into the shared buffer ahead of the one sent next, at most. A frame is
 /// copied twice on its way out: from its message into its slot of the buffer (which keeps it
@@ -39,7 +39,7 @@ const SENT_KEPT: usize = 2;
 pub(crate) struct OutMsg {
     id: u64,
     data: Vec<u8>,
-    algo: Algorithm,
+    algo: HardwareAlgorithm,
     off: usize,
     started: bool,
     push_end: usize,
@@ -80,7 +80,7 @@ pub(super) struct SendQueue {
 
 impl SendQueue {
     /// An empty queue of `cfg.send_queue` messages.
-    pub(super) fn new(cfg: &Config) -> SendQueue {
+    pub(super) fn new(cfg: &EngineConfig) -> SendQueue {
         SendQueue {
             queue: VecDeque::with_capacity(cfg.send_queue),
             cap: cfg.send_queue,
@@ -103,13 +103,14 @@ impl SendQueue {
     }
 
     /// Test support: counts `frames` sequence numbers as promised.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(super) fn skip_sequences(&mut self, frames: u64) {
         self.promised = self.promised.saturating_add(frames);
     }
 
     /// Whether a message of `len` bytes fits the queue and the session's sequence numbers:
     /// the sequence numbers it may take, or why not.
-    pub(super) fn admit(&self, cfg: &Config, len: usize) -> Result<u64, SendError> {
+    pub(super) fn admit(&self, cfg: &EngineConfig, len: usize) -> Result<u64, SendError> {
         if self.queue.len() >= self.cap {
             return Err(SendError::QueueFull(self.cap));
         }
@@ -133,9 +134,9 @@ impl SendQueue {
     /// frames are all in the buffer.
     pub(super) fn push(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         data: &mut Vec<u8>,
-        algo: Algorithm,
+        algo: HardwareAlgorithm,
         lent: bool,
         promised: u64,
     ) -> u64 {
@@ -146,10 +147,9 @@ impl SendQueue {
             // A message that fits one frame is pushed whole in that frame: cutting it at BTP1
             // would cost a second frame (and above BTP1 + BTP2 a pull round trip) for bytes
             // the first frame had room for.
-            Algorithm::PushPull if data.len() <= cfg.max_payload() => data.len(),
-            Algorithm::PushPull => data.len().min(cfg.btp1 + cfg.btp2),
-            // The engine broadcasts in hardware only: a tree's message goes out as `Simple`.
-            Algorithm::Simple | Algorithm::Tree => data.len(),
+            HardwareAlgorithm::PushPull if data.len() <= cfg.max_payload() => data.len(),
+            HardwareAlgorithm::PushPull => data.len().min(cfg.btp1 + cfg.btp2),
+            HardwareAlgorithm::Simple => data.len(),
         };
         self.queue.push_back(OutMsg {
             id,
@@ -177,7 +177,7 @@ impl SendQueue {
     /// whether it was the one the message at the front waited for.
     pub(super) fn grant_pull(&mut self, msg_id: u32) -> bool {
         match self.queue.front_mut() {
-            Some(m) if m.id as u32 == msg_id && m.algo == Algorithm::PushPull => {
+            Some(m) if m.id as u32 == msg_id && m.algo == HardwareAlgorithm::PushPull => {
                 m.pull_granted = true;
                 true
             }
@@ -190,7 +190,7 @@ impl SendQueue {
     /// is named in each frame as the receiver that pulls.
     pub(super) fn fill(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         eqa: &mut Eqa,
         sent_upto: Seq,
         designated: Rank,
@@ -213,7 +213,10 @@ impl SendQueue {
                 }
                 continue;
             }
-            if m.algo == Algorithm::PushPull && m.started && m.off >= m.push_end && !m.pull_granted
+            if m.algo == HardwareAlgorithm::PushPull
+                && m.started
+                && m.off >= m.push_end
+                && !m.pull_granted
             {
                 return Filled::AwaitingPull;
             }
@@ -232,7 +235,7 @@ impl SendQueue {
                 break;
             }
             let len = m.data.len();
-            let end = if m.algo == Algorithm::PushPull && m.off < cfg.btp1 && len > max {
+            let end = if m.algo == HardwareAlgorithm::PushPull && m.off < cfg.btp1 && len > max {
                 cfg.btp1.min(len)
             } else if m.off < m.push_end {
                 m.push_end.min(m.off + max)
@@ -246,7 +249,7 @@ impl SendQueue {
             if end == len {
                 flags |= Flags::LAST;
             }
-            if m.algo == Algorithm::PushPull && m.off < m.push_end {
+            if m.algo == HardwareAlgorithm::PushPull && m.off < m.push_end {
                 flags |= Flags::PUSH;
                 if end == m.push_end && m.push_end < len {
                     flags |= Flags::PULL_WAIT;
@@ -312,10 +315,16 @@ impl SendQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
-    fn setup() -> (Config, Eqa, SendQueue) {
-        let mut c = Config::new(1, Rank::new(0), 2);
+    use crate::engine::{EngineConfig, HardwareAlgorithm, SendError, SessionEnded};
+    use crate::eqa::Eqa;
+    use crate::wire::{self, Flags};
+    use crate::{Rank, Seq};
+
+    use super::{Filled, SendQueue, PUBLISH_AHEAD};
+
+    fn setup() -> (EngineConfig, Eqa, SendQueue) {
+        let mut c = EngineConfig::new(1, Rank::new(0), 2);
         c.window = 8;
         c.send_queue = 2;
         let mut eqa = Eqa::new(c.window, c.slot_payload(), std::iter::empty(), 4, c.rto);
@@ -329,10 +338,16 @@ mod tests {
         let (c, mut eqa, mut q) = setup();
         let max = c.max_payload();
         let p = q.admit(&c, 2 * max + 1).unwrap();
-        let id = q.push(&c, &mut vec![1; 2 * max + 1], Algorithm::Simple, true, p);
+        let id = q.push(
+            &c,
+            &mut vec![1; 2 * max + 1],
+            HardwareAlgorithm::Simple,
+            true,
+            p,
+        );
         assert_eq!(id, 0);
         let p = q.admit(&c, 1).unwrap();
-        q.push(&c, &mut vec![2], Algorithm::Simple, false, p);
+        q.push(&c, &mut vec![2], HardwareAlgorithm::Simple, false, p);
         assert_eq!(q.admit(&c, 1), Err(SendError::QueueFull(2)));
         assert_eq!(
             q.fill(&c, &mut eqa, Seq::new(0), Rank::new(1)),
@@ -365,7 +380,7 @@ mod tests {
         let mut q = SendQueue::new(&c);
         let len = 40 * c.max_payload();
         let p = q.admit(&c, len).unwrap();
-        q.push(&c, &mut vec![0; len], Algorithm::Simple, false, p);
+        q.push(&c, &mut vec![0; len], HardwareAlgorithm::Simple, false, p);
         q.fill(&c, &mut eqa, Seq::new(0), Rank::new(1));
         assert_eq!(eqa.head().get(), PUBLISH_AHEAD);
         q.fill(&c, &mut eqa, Seq::new(10), Rank::new(1));
@@ -377,7 +392,7 @@ mod tests {
         let (c, mut eqa, mut q) = setup();
         let len = c.btp1 + c.btp2 + 3 * c.max_payload();
         let p = q.admit(&c, len).unwrap();
-        q.push(&c, &mut vec![0; len], Algorithm::PushPull, false, p);
+        q.push(&c, &mut vec![0; len], HardwareAlgorithm::PushPull, false, p);
         assert_eq!(
             q.fill(&c, &mut eqa, Seq::new(0), Rank::new(1)),
             Filled::AwaitingPull

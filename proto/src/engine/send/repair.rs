@@ -16,14 +16,16 @@
 use std::time::Instant;
 
 use crate::eqa::Eqa;
-use crate::wire::{self, control::nack_offsets, Flags, Kind, NACK_BITS};
+use crate::wire::control::nack_offsets;
+use crate::wire::{self, Flags, Kind, NACK_BITS};
 use crate::{Rank, Seq};
 
-use super::super::{Config, Dest, Stats, Transmit};
 use super::room_for_every_rank;
+use crate::engine::{Dest, EngineConfig, EngineStats};
+use crate::machine::Transmit;
 
 /// How long after a frame's re-broadcast the root takes no NACK for it, as a fraction of the
-/// receivers' retry interval (`Config::nack_retry`): see [`Repairs::recently_rebroadcast`].
+/// receivers' retry interval (`EngineConfig::nack_retry`): see [`Repairs::recently_rebroadcast`].
 const REBROADCAST_HOLD_DIV: u32 = 2;
 
 /// The repair scheduler of one root. See the module documentation.
@@ -46,7 +48,7 @@ pub(super) struct Repairs {
 
 impl Repairs {
     /// Nothing to repair, for a group of `cfg.size`.
-    pub(super) fn new(cfg: &Config) -> Repairs {
+    pub(super) fn new(cfg: &EngineConfig) -> Repairs {
         Repairs {
             rr: 0,
             probing: vec![false; usize::from(cfg.size)],
@@ -65,13 +67,13 @@ impl Repairs {
     }
 
     /// NACK combining: whether frame `seq` was re-broadcast less than half a retry interval
-    /// (`Config::nack_retry`) ago. A request for it then crossed the re-broadcast on its way
+    /// (`EngineConfig::nack_retry`) ago. A request for it then crossed the re-broadcast on its way
     /// (asked before the re-broadcast reached its sender, which takes it), and is not
     /// answered: a receiver that lost the re-broadcast too asks again after its retry
     /// interval, past this hold. Without it, every batch of NACKs for a frame lost at many
     /// receivers re-broadcast it again: at 4096 members with burst loss, 10 re-broadcasts per
     /// data frame, each a frame to every member.
-    pub(super) fn recently_rebroadcast(&self, cfg: &Config, seq: Seq, now: Instant) -> bool {
+    pub(super) fn recently_rebroadcast(&self, cfg: &EngineConfig, seq: Seq, now: Instant) -> bool {
         let Some(&Some((s, at))) = self.rebroadcast_slot(seq).map(|i| &self.rebroadcast_at[i])
         else {
             return false;
@@ -81,7 +83,13 @@ impl Repairs {
 
     /// Counts a re-broadcast of frame `seq` and notes when it was made (for
     /// [`Repairs::recently_rebroadcast`]).
-    fn rebroadcast_made(&mut self, cfg: &Config, seq: Seq, now: Instant, stats: &mut Stats) {
+    fn rebroadcast_made(
+        &mut self,
+        cfg: &EngineConfig,
+        seq: Seq,
+        now: Instant,
+        stats: &mut EngineStats,
+    ) {
         stats.rebroadcasts += 1;
         if self.rebroadcast_at.is_empty() {
             self.rebroadcast_at = vec![None; cfg.window.max(1)];
@@ -101,7 +109,7 @@ impl Repairs {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_nack(
         &self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         eqa: &mut Eqa,
         src: Rank,
@@ -134,7 +142,7 @@ impl Repairs {
     /// timer of `fired` belongs to a destination that lacks it.
     pub(super) fn note_tail(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         idle: bool,
         eqa: &Eqa,
@@ -163,13 +171,13 @@ impl Repairs {
     /// and none of them is served point to point.
     pub(super) fn poll(
         &mut self,
-        cfg: &Config,
+        cfg: &EngineConfig,
         now: Instant,
         buf: &mut [u8],
         eqa: &mut Eqa,
         sent_upto: Seq,
-        stats: &mut Stats,
-    ) -> Option<Transmit> {
+        stats: &mut EngineStats,
+    ) -> Option<Transmit<Dest>> {
         if std::mem::take(&mut self.tail_due) {
             let seq = sent_upto - 1;
             if let Some(slot) = eqa.slot(seq) {
@@ -259,12 +267,19 @@ impl Repairs {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::Repr;
+
+    use std::time::Instant;
+
+    use crate::engine::{Dest, EngineConfig, EngineStats};
+    use crate::eqa::Eqa;
+    use crate::wire::{Flags, Kind, Repr, NACK_BITS};
+    use crate::{Rank, Seq};
+
+    use super::Repairs;
 
     /// A root of `n` members with `frames` frames published and sent.
-    fn root(n: u16, frames: u64) -> (Config, Eqa) {
-        let mut c = Config::new(1, Rank::new(0), n);
+    fn root(n: u16, frames: u64) -> (EngineConfig, Eqa) {
+        let mut c = EngineConfig::new(1, Rank::new(0), n);
         c.window = 16;
         c.rebroadcast_min = 2;
         let mut eqa = Eqa::new(c.window, c.slot_payload(), std::iter::empty(), 8, c.rto);
@@ -287,7 +302,7 @@ mod tests {
     fn a_frame_one_asked_for_is_unicast_and_one_many_asked_for_is_rebroadcast_once() {
         let (c, mut eqa) = root(4, 4);
         let mut r = Repairs::new(&c);
-        let (mut stats, mut buf, t0) = (Stats::default(), vec![0u8; 1500], Instant::now());
+        let (mut stats, mut buf, t0) = (EngineStats::default(), vec![0u8; 1500], Instant::now());
         let sent = Seq::new(4);
         r.on_nack(
             &c,
@@ -359,7 +374,7 @@ mod tests {
     fn a_probe_is_unicast_and_asks_for_an_acknowledgement() {
         let (c, mut eqa) = root(4, 2);
         let mut r = Repairs::new(&c);
-        let (mut stats, mut buf) = (Stats::default(), vec![0u8; 1500]);
+        let (mut stats, mut buf) = (EngineStats::default(), vec![0u8; 1500]);
         let t0 = Instant::now();
         for m in 1..4 {
             eqa.request_repair(Rank::new(m), Seq::new(0));
@@ -387,7 +402,7 @@ mod tests {
         let (mut c, eqa) = root(4, 3);
         c.ack_tree = 2;
         let mut r = Repairs::new(&c);
-        let (mut stats, mut buf, t0) = (Stats::default(), vec![0u8; 1500], Instant::now());
+        let (mut stats, mut buf, t0) = (EngineStats::default(), vec![0u8; 1500], Instant::now());
         let mut eqa = eqa;
         let fired = [Rank::new(2)];
         r.note_tail(&c, t0, true, &eqa, Seq::new(3), &fired);

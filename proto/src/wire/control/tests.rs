@@ -1,10 +1,16 @@
-use super::*;
+use crate::wire::{Frame, Kind, Repr, WireError};
+use crate::{Rank, Seq};
+
+use super::{
+    behind, control_counter, locate, nack_offsets, nack_words, Admit, BarrierAlgo, BarrierMsg,
+    BarrierOp, Control, NackBitmap, Position, ReplayWindow, LAST_SEQ, NACK_MORE_WORDS, NACK_REACH,
+};
 
 fn round_trip(c: Control) {
     let v = c.to_vec(0xEB, Rank::new(3), Rank::new(5), 77);
     let f = Frame::new_checked(&v[..]).expect("a checked frame");
     assert_eq!(
-        (f.group(), f.src(), f.dst(), counter(&f)),
+        (f.group(), f.src(), f.dst(), control_counter(&f)),
         (0xEB, Rank::new(3), Rank::new(5), 77)
     );
     assert_eq!(Control::parse(&f), Ok(c));

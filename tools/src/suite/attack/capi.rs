@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ethbcast::{GroupOptions, Membership, Rank};
-use ethbcast_proto::wire::{self, BarrierOp, Control, Kind};
+// The wire format: the hostile host forges and reads frames, which the library does not
+// export.
+use ethbcast_proto::{BarrierMsg, BarrierOp, Control, Kind};
 
 use super::harness::{hub, verdict};
 use super::process::{private, scratch};
@@ -80,7 +82,7 @@ pub fn forge_session(
                 }
                 if let Ok(Control::Barrier(b)) = Control::parse(&p) {
                     for epoch in [b.epoch, b.epoch + 1] {
-                        let release = Control::Barrier(wire::BarrierMsg {
+                        let release = Control::Barrier(BarrierMsg {
                             op: BarrierOp::Release,
                             epoch,
                             ..b.clone()

@@ -4,8 +4,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ethbcast::{Group, Rank};
-use ethbcast_proto::wire::{self, BarrierAlgo, BarrierOp, Control, Kind};
+use ethbcast::{BarrierAlgo, Group, Rank, BROADCAST_MAC};
+// The wire format and the pair channels' ids: the hostile host forges frames of the group
+// and of its point-to-point channels, which the library does not export.
+use ethbcast_proto::{pair_group, BarrierMsg, BarrierOp, Control, Kind};
 use rand::{RngCore, SeedableRng};
 
 use super::harness::{check_all, hub, keyed, verdict, workload, Seen};
@@ -52,7 +54,7 @@ pub(super) fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenari
                 };
                 for epoch in [b.epoch + 1, b.epoch + 2, b.epoch + 1000, 1 << 30] {
                     for tag in [true, false] {
-                        let release = Control::Barrier(wire::BarrierMsg {
+                        let release = Control::Barrier(BarrierMsg {
                             algo: BarrierAlgo::Broadcast,
                             op: BarrierOp::Release,
                             epoch,
@@ -62,7 +64,7 @@ pub(super) fn forged_barrier_epoch(prefix: &str, hosts: usize) -> Result<Scenari
                         if let Some(x) = hostile::forge_control(&f, &release, spoof, &mut ctr) {
                             port.send(&x);
                         }
-                        let arrive = Control::Barrier(wire::BarrierMsg {
+                        let arrive = Control::Barrier(BarrierMsg {
                             algo: BarrierAlgo::Broadcast,
                             op: BarrierOp::Arrive,
                             epoch,
@@ -204,12 +206,14 @@ pub(super) fn flood(prefix: &str, hosts: usize) -> Result<Scenario, AttackError>
 /// allocation): the heap bytes of the receive streams of ranks that never broadcast and of
 /// the point-to-point channels, none of which the workload opens.
 pub(super) fn pre_tag_bytes(g: &Group) -> (usize, usize) {
-    let m = g.member();
-    let streams = (1..m.size())
-        .filter_map(|r| m.engine().receiver(Rank::new(r)))
-        .map(|r| r.heap_bytes())
+    let f = g.footprint();
+    let streams = f
+        .streams
+        .iter()
+        .filter(|&&(r, _)| r != Rank::new(0))
+        .map(|&(_, b)| b)
         .sum();
-    let channels = m.channels().iter().map(|&(_, b)| b).sum();
+    let channels = f.channels.iter().map(|&(_, b)| b).sum();
     (streams, channels)
 }
 
@@ -255,9 +259,9 @@ pub(super) fn pre_tag_allocation(prefix: &str, hosts: usize) -> Result<Scenario,
                         // As rank `a`, a message of the session's own stream.
                         let spoof = Spoof {
                             src: Rank::new(a),
-                            dst: wire::ALL,
+                            dst: Rank::BROADCAST,
                             src_mac: mac_a,
-                            dst_mac: wire::ethernet::BROADCAST_MAC.0,
+                            dst_mac: BROADCAST_MAC.0,
                             tag,
                         };
                         if let Some(x) = hostile::forge_data(t, group, spoof, seq, seq, &[7; 1000])
@@ -268,16 +272,12 @@ pub(super) fn pre_tag_allocation(prefix: &str, hosts: usize) -> Result<Scenario,
                         for (&b, &mac_b) in members.iter().filter(|(&b, _)| b != a) {
                             let spoof = Spoof {
                                 src: Rank::new(u16::from(a > b)),
-                                dst: wire::ALL,
+                                dst: Rank::BROADCAST,
                                 src_mac: mac_a,
                                 dst_mac: mac_b,
                                 tag,
                             };
-                            let pair = ethbcast_proto::member::pair_group(
-                                group,
-                                Rank::new(a),
-                                Rank::new(b),
-                            );
+                            let pair = pair_group(group, Rank::new(a), Rank::new(b));
                             if let Some(x) = hostile::forge_data(t, pair, spoof, 0, 0, &[7; 1000]) {
                                 port.send(&x);
                             }

@@ -5,9 +5,12 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ethbcast::{key_from_passphrase, Algorithm, Detection, Group, GroupError, GroupOptions, Rank};
-use ethbcast_proto::detect::Gossip;
-use ethbcast_proto::wire::Kind;
+use ethbcast::{
+    key_from_passphrase, Algorithm, Detection, Gossip, Group, GroupError, GroupOptions, Rank,
+};
+// The wire format: the hostile host forges and reads frames, which the library does not
+// export.
+use ethbcast_proto::Kind;
 
 use super::Scenario;
 use crate::harness::group::msg;
@@ -63,7 +66,7 @@ pub(super) struct Seen {
 }
 
 pub(super) fn refused(g: &Group) -> u64 {
-    let s = g.member().stats();
+    let s = g.member_stats();
     s.malformed + s.foreign + s.mac_mismatch + s.dropped
 }
 
@@ -111,7 +114,7 @@ pub(super) fn workload(
         rank: me,
         intact,
         barriers,
-        evicted: g.member().evicted().to_vec(),
+        evicted: g.evictions().to_vec(),
         refused: refused(g),
     })
 }

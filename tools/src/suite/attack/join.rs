@@ -6,8 +6,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ethbcast::{key_from_passphrase, Group, GroupError, GroupOptions, Membership, Rank};
-use ethbcast_proto::wire::{self, Control, Kind};
+use ethbcast::{
+    key_from_passphrase, Expect, Group, GroupError, GroupOptions, JoinConfig, Membership, Rank,
+};
+// The wire format and the join's bounds: the join scenarios forge join frames and check
+// what a member held against the limits the core sets, which the library does not export.
+use ethbcast_proto::{seal, Control, Kind, ETH_HEADER_LEN, HELLO_GAP, MAX_CHALLENGES, TAG_LEN};
 use rand::{RngCore, SeedableRng};
 
 use super::harness::{check_all, hub, keyed, verdict, workload, Seen};
@@ -69,7 +73,7 @@ pub(super) fn forged_join(prefix: &str, hosts: usize) -> Result<Scenario, Attack
                     keyed(false),
                 )?;
                 let roster: Vec<[u8; 6]> = (0..g.size())
-                    .filter_map(|r| g.member().mac_of(Rank::new(r)))
+                    .filter_map(|r| g.mac_of(Rank::new(r)))
                     .map(|m| m.octets())
                     .collect();
                 let seen = workload(&mut g, 10, 4, 5, None)?;
@@ -146,7 +150,7 @@ pub(super) struct JoinSeen {
     /// Every rank's MAC, in rank order.
     pub(super) roster: Vec<[u8; 6]>,
     /// What the join held and sent ([`Group::join_stats`]).
-    pub(super) stats: ethbcast_proto::join::JoinStats,
+    pub(super) stats: ethbcast::JoinStats,
     /// From the call to the group.
     pub(super) took: Duration,
 }
@@ -158,7 +162,6 @@ pub(super) fn keyed_joins(
     m: usize,
     kind: JoinKind,
 ) -> Result<Vec<Result<JoinSeen, String>>, AttackError> {
-    use ethbcast_proto::join::{Expect, JoinConfig};
     let macs: Vec<ethbcast::MacAddr> = bed.hosts()[..m]
         .iter()
         .map(|h| ethbcast::MacAddr(h.mac))
@@ -198,7 +201,7 @@ pub(super) fn keyed_joins(
                 };
                 let took = t.elapsed();
                 let roster = (0..g.size())
-                    .filter_map(|r| g.member().mac_of(Rank::new(r)))
+                    .filter_map(|r| g.mac_of(Rank::new(r)))
                     .map(|mac| mac.octets())
                     .collect();
                 let stats = g.join_stats();
@@ -307,10 +310,10 @@ pub(super) fn forged_challenge(
     body.extend_from_slice(&u64::MAX.to_be_bytes());
     let mut v = Control::Join { body }.to_vec(p.group(), p.src(), p.dst(), 0);
     let n = v.len();
-    v.resize(n + wire::TAG_LEN, 0);
-    let n = wire::seal(&hostile::ATTACKER_KEY, &mut v, n).ok()?;
+    v.resize(n + TAG_LEN, 0);
+    let n = seal(&hostile::ATTACKER_KEY, &mut v, n).ok()?;
     v.truncate(n);
-    let mut f = template[..wire::ETH_HEADER_LEN].to_vec();
+    let mut f = template[..ETH_HEADER_LEN].to_vec();
     f[6..12].copy_from_slice(&from);
     f.extend_from_slice(&v);
     Some(f)
@@ -331,7 +334,6 @@ pub(super) fn join_frames(frames: &[Vec<u8>], kind: u8, from: &[[u8; 6]]) -> Vec
 /// `MAX_CHALLENGES` (one per challenge held) every `HELLO_GAP` at most, however many
 /// challenges arrive, and one more round when its roster is decided.
 pub(super) fn hello_bound(t: Duration) -> u64 {
-    use ethbcast_proto::join::{HELLO_GAP, MAX_CHALLENGES};
     MAX_CHALLENGES as u64 * (t.as_micros() / HELLO_GAP.as_micros() + 2) as u64
 }
 
@@ -448,7 +450,7 @@ pub(super) fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenari
                 ms(s.took)
             ));
         }
-        if s.stats.challenges > ethbcast_proto::join::MAX_CHALLENGES {
+        if s.stats.challenges > MAX_CHALLENGES {
             problems.push(format!("host {i} held {} challenges", s.stats.challenges));
         }
         if seen.max(s.stats.hellos) > worst.0.max(worst.1) {
@@ -477,8 +479,8 @@ pub(super) fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenari
             worst.1,
             worst.2,
             hello_bound(Duration::from_secs_f64(worst.2 / 1e3)),
-            ethbcast_proto::join::MAX_CHALLENGES,
-            ethbcast_proto::join::HELLO_GAP
+            MAX_CHALLENGES,
+            HELLO_GAP
         ),
     ))
 }
@@ -491,7 +493,6 @@ pub(super) fn join_challenge_flood(prefix: &str, hosts: usize) -> Result<Scenari
 /// held ([`Group::join_stats`]) must stay within `MAX_CHALLENGES` challenges and rosters,
 /// however many MACs sent pairs, and the join complete with the members alone.
 pub(super) fn join_replayed_rosters(prefix: &str, hosts: usize) -> Result<Scenario, AttackError> {
-    use ethbcast_proto::join::MAX_CHALLENGES;
     let bed = bed(prefix, hosts, 0.0)?;
     hub(&bed)?;
     let m = hosts - 1;

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ethbcast::Rank;
-use ethbcast_proto::wire::{self, Control, Kind};
+// The wire format: the hostile host forges and reads frames, which the library does not
+// export.
+use ethbcast_proto::{Control, Kind, ETHERTYPE};
 use rand::{RngCore, SeedableRng};
 
 use super::harness::{check_all, hub, is_control, keyed, verdict, workload, Seen, DETECTION};
@@ -311,7 +313,7 @@ pub(super) fn hold_back(bed: &Testbed, victim: usize, hostile: usize) -> Result<
          add rule bridge ebattack hold iifname \"{}\" oifname != \"{}\" ether type {:#06x} @ll,{kind},8 > {} @ll,{kind},8 != {} @ll,{low_bits},2 {held} counter drop\n",
         bridge_port_name(victim),
         bridge_port_name(hostile),
-        wire::ETHERTYPE,
+        ETHERTYPE,
         Kind::Repair.code(),
         Kind::Join.code(),
     );
@@ -348,13 +350,15 @@ pub(super) fn in_window_held_back(
     let top = |group: u32, dst: Rank| {
         recorded
             .iter()
-            .filter(|(g, d, c, _)| *g == group && (*d == dst || *d == wire::ALL) && c % of != held)
+            .filter(|(g, d, c, _)| {
+                *g == group && (*d == dst || *d == Rank::BROADCAST) && c % of != held
+            })
             .map(|(_, _, c, _)| *c)
             .max()
     };
     let mut out: Vec<(u32, Vec<u8>)> = recorded
         .iter()
-        .filter(|(_, d, c, _)| *d != wire::ALL && c % of == held)
+        .filter(|(_, d, c, _)| *d != Rank::BROADCAST && c % of == held)
         .filter(|(g, d, c, _)| top(*g, *d).is_some_and(|t| t >= c.saturating_add(8) && t - c < 64))
         .map(|(_, _, c, f)| (*c, f.clone()))
         .collect();

@@ -5,8 +5,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ethbcast::Rank;
-use ethbcast_proto::wire::Control;
+use ethbcast::{Dest, Rank, SessionEnded};
+// The wire format and the engine itself, with its test hook: this scenario forges control
+// frames and runs two engines in-process, below the library's API.
+use ethbcast_proto::{test_hooks, Control, Engine};
 use rand::SeedableRng;
 
 use super::harness::{check_all, group_key, hub, is_control, keyed, verdict, workload};
@@ -130,15 +132,14 @@ pub(super) fn replay_control_in_session(
 
 /// A replay across a counter's wrap, in-process: 2^31 control frames are hours on the wire,
 /// so two keyed engines exchange notices through this function, the sender's control counter
-/// moved on with `Engine::skip_control_counter_to` as if the frames in between had been sent
+/// moved on with `test_hooks::skip_control_counter_to` as if the frames in between had been sent
 /// (the receiver's replay window sees only the counters, as on the wire). The hostile side
 /// records the sender's first frames and replays them half a counter range later and at the
 /// counter's end. Every replay must be refused, every genuine frame taken, and the session
 /// must end with a typed error at the last counter rather than wrap.
 pub(super) fn replay_across_counter_wrap() -> Result<Scenario, AttackError> {
-    use ethbcast_proto::engine::{Dest, Engine, SessionEnded};
     let engine = |rank| {
-        let mut cfg = ethbcast_proto::engine::Config::new(0x5e55_0004, rank, 2);
+        let mut cfg = ethbcast::EngineConfig::new(0x5e55_0004, rank, 2);
         cfg.key = Some(group_key());
         Engine::new(cfg).expect("a valid configuration")
     };
@@ -181,7 +182,7 @@ pub(super) fn replay_across_counter_wrap() -> Result<Scenario, AttackError> {
     let mut replays = 0;
     let mut accepted = 0;
     for (at, label) in [((1u32 << 31) + 3, "half"), (u32::MAX - 8, "end")] {
-        a.skip_control_counter_to(at);
+        test_hooks::skip_control_counter_to(&mut a, at);
         exchange(&mut a, &mut b, 8);
         for f in &recorded {
             replays += 1;

@@ -5,8 +5,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ethbcast::Rank;
-use ethbcast_proto::wire::{self, Control, Kind};
+use ethbcast::{Rank, BROADCAST_MAC};
+// The wire format and the pair channels' ids: the hostile host forges frames of the group
+// and of its point-to-point channels, which the library does not export.
+use ethbcast_proto::{pair_group, Control, Kind};
 
 use super::harness::verdict;
 use super::process::{scratch, Transfer};
@@ -72,7 +74,7 @@ pub(super) fn send_recv_forged_control(
     bed.set_learning(m, false)?;
     let (dir, key) = scratch(prefix)?;
     let macs: Vec<[u8; 6]> = bed.hosts().iter().map(|h| h.mac).collect();
-    let bcast = wire::ethernet::BROADCAST_MAC;
+    let bcast = BROADCAST_MAC;
     let attacker = hostile::Hostile::spawn(
         &bed.hosts()[m].netns,
         Duration::from_micros(500),
@@ -105,9 +107,12 @@ pub(super) fn send_recv_forged_control(
                     let abort = Control::Notice {
                         body: ABORT.to_vec(),
                     };
-                    if let Some(x) =
-                        hostile::forge_control(t, &abort, from_sender(wire::ALL, bcast.0), &mut ctr)
-                    {
+                    if let Some(x) = hostile::forge_control(
+                        t,
+                        &abort,
+                        from_sender(Rank::BROADCAST, bcast.0),
+                        &mut ctr,
+                    ) {
                         port.send(&x);
                     }
                     for r in 1..m as u16 {
@@ -140,8 +145,7 @@ pub(super) fn send_recv_forged_control(
                         {
                             port.send(&x);
                         }
-                        let pair =
-                            ethbcast_proto::member::pair_group(group, Rank::new(0), Rank::new(r));
+                        let pair = pair_group(group, Rank::new(0), Rank::new(r));
                         for ok in [false, true] {
                             let report = Final {
                                 ok,
