@@ -65,6 +65,8 @@ fn every_attack_of_a_host_without_the_key_fails_against_a_keyed_group_and_transf
             "replay-across-counter-wrap",
             "keyless-stranger-sender",
             "passphrase-dictionary",
+            "key-file-planted-by-another-user",
+            "recv-user-command-regains-capabilities",
         ]
     );
     let failed: Vec<&Value> = scenarios

@@ -561,7 +561,9 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
 }
 
 /// `recv --user`: once its link is open the receiver runs as that user, so its `-O` command
-/// does not run as root; an unknown user is a usage error.
+/// does not run as root, with an empty bounding set and `no_new_privs` (read from the
+/// command's own /proc/self/status), so that no setuid or file-capability program it runs
+/// can give it a capability back; an unknown user is a usage error.
 #[test]
 fn a_receiver_started_as_root_runs_its_command_as_the_user_given() {
     if !netns_available() {
@@ -574,7 +576,7 @@ fn a_receiver_started_as_root_runs_its_command_as_the_user_given() {
     let data = random_file(&input, 200_000, 9);
     let got = dir.join("got.bin");
     let cmd = format!(
-        "id -u > {d}/uid; id -G > {d}/gids; cat > {}",
+        "id -u > {d}/uid; id -G > {d}/gids; grep -E '^(CapBnd|NoNewPrivs):' /proc/self/status > {d}/status; cat > {}",
         got.display(),
         d = dir.display()
     );
@@ -613,6 +615,20 @@ fn a_receiver_started_as_root_runs_its_command_as_the_user_given() {
     assert!(
         !gids.split_whitespace().any(|g| g == "0"),
         "the command kept root's group: {gids}"
+    );
+    let status = std::fs::read_to_string(dir.join("status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("absent")
+            .to_string()
+    };
+    assert_eq!(
+        (field("CapBnd:"), field("NoNewPrivs:")),
+        ("0000000000000000".to_string(), "1".to_string()),
+        "the command's bounding set and no_new_privs: {status}"
     );
     assert_eq!(
         std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&got).unwrap()),

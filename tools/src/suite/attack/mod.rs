@@ -16,9 +16,10 @@
 //!
 //! One module per family of scenarios: `liveness` (a dead member spoken for), `replay`,
 //! `join`, `forge` (barrier epochs, floods, pre-tag allocation), `transfer` (a keyed
-//! `send/recv`), `capi` (the C ABI's key), `keys` (keyless transfers, guessable keys).
-//! Their harnesses: `harness` for the library group's members, `process` for the
-//! `ethbcast` command. This module holds the registry of scenarios (`names`, `run_all`)
+//! `send/recv`), `capi` (the C ABI's key), `keys` (keyless transfers, guessable keys),
+//! `local` (another local user, a receiver's command). Their harnesses: `harness` for the
+//! library group's members, `process` for the `ethbcast` command. This module holds the
+//! registry of scenarios (`names`, `run_all`)
 //! and the command line ([`Args`]).
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,7 @@ mod harness;
 mod join;
 mod keys;
 mod liveness;
+mod local;
 mod process;
 mod replay;
 mod transfer;
@@ -208,6 +210,16 @@ const REGISTRY: &[Entry] = &[
         name: "passphrase-dictionary",
         needs_bin: true,
         run: |s| keys::passphrase_dictionary(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "key-file-planted-by-another-user",
+        needs_bin: true,
+        run: |s| local::planted_key_file(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "recv-user-command-regains-capabilities",
+        needs_bin: true,
+        run: |s| local::user_command_regains_capabilities(s.prefix, s.hosts, s.bin),
     },
 ];
 
