@@ -67,6 +67,8 @@ fn every_attack_of_a_host_without_the_key_fails_against_a_keyed_group_and_transf
             "passphrase-dictionary",
             "key-file-planted-by-another-user",
             "recv-user-command-regains-capabilities",
+            "doctor-probe-reflection",
+            "doctor-forged-answers",
         ]
     );
     let failed: Vec<&Value> = scenarios

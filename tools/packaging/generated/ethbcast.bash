@@ -67,7 +67,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__doctor)
-            opts="-v -h --iface --backend --hostfile --probe-wait --listen --group-id --group-address --json --verbose --help"
+            opts="-v -h --iface --backend --hostfile --probe-wait --listen --group-id --group-address --json --key-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,6 +94,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --group-address)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -91,6 +91,7 @@ complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l hostfile -d
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l probe-wait -d 'How long to probe the hosts of --hostfile (less when all answered), e.g. 2s' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l group-id -d 'The group id whose multicast address is probed (as given to send and recv)' -r
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l group-address -d 'The group address probed: derived, broadcast or a multicast MAC (as given to send and recv)' -r
+complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l key-file -d 'Group key file (as given to send and recv): probes and answers then carry keyed tags, so a listener answers only probes of this key, the prober takes only answers of it, and each host of --hostfile is checked to hold the same key' -r -F
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l listen -d 'After this host\'s checks (exit 1 if one fails), answer the probes of `ethbcast doctor --hostfile` run on another host, until Ctrl-C or SIGTERM'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -l json -d 'Print the checks as JSON on stdout'
 complete -c ethbcast -n "__fish_ethbcast_using_subcommand doctor" -s v -l verbose -d 'Log more on stderr: -v information, -vv debug events (default: warnings and errors; RUST_LOG takes precedence)'

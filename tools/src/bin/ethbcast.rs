@@ -338,6 +338,11 @@ Examples:
         /// Print the checks as JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// Group key file (as given to send and recv): probes and answers then carry keyed
+        /// tags, so a listener answers only probes of this key, the prober takes only answers
+        /// of it, and each host of --hostfile is checked to hold the same key.
+        #[arg(long, env = "ETHBCAST_KEY_FILE")]
+        key_file: Option<PathBuf>,
     },
     /// Write a fresh random group key to FILE (mode 0600; an existing file is not overwritten),
     /// to copy to every host and pass as --key-file.
@@ -569,8 +574,14 @@ fn main() -> ExitCode {
             group_id,
             group_address,
             json,
+            key_file,
         } => {
             use ethbcast_tools::doctor::{self, hosts, Status};
+            let key = match key_file.map(|p| distribute::read_key_file(&p, group_id)) {
+                Some(Ok(k)) => Some(k),
+                Some(Err(f)) => return fail(f),
+                None => None,
+            };
             let hostfile = match hostfile {
                 Some(p) => match std::fs::read_to_string(&p) {
                     Ok(t) => match ethbcast::parse_hostfile(&t) {
@@ -591,7 +602,14 @@ fn main() -> ExitCode {
             match (&hostfile, failed(&checks)) {
                 (Some(h), false) => {
                     let backend = backend.resolve().unwrap_or(backend);
-                    checks.extend(hosts::check(&iface, backend, group, h, probe_wait));
+                    checks.extend(hosts::check(
+                        &iface,
+                        backend,
+                        group,
+                        h,
+                        probe_wait,
+                        key.as_ref(),
+                    ));
                 }
                 (Some(h), true) => checks.push(hosts::not_probed(h.len())),
                 (None, _) => {}
@@ -611,7 +629,7 @@ fn main() -> ExitCode {
             }
             if listen {
                 let backend = backend.resolve().unwrap_or(backend);
-                let mut l = match hosts::Listener::open(&iface, backend, group) {
+                let mut l = match hosts::Listener::open(&iface, backend, group, key.as_ref()) {
                     Ok(l) => l,
                     Err(e) => return fail(distribute::link_error(&iface, e)),
                 };
@@ -620,11 +638,19 @@ fn main() -> ExitCode {
                 }
                 let stop = distribute::interrupt_flag();
                 eprintln!(
-                    "ethbcast: answering probes on {iface} ({}), group address {group}; Ctrl-C to stop",
-                    l.mac()
+                    "ethbcast: answering probes on {iface} ({}), group address {group}, {}; Ctrl-C to stop",
+                    l.mac(),
+                    if key.is_some() {
+                        "those of the key only"
+                    } else {
+                        "without a key (answers not authenticated)"
+                    }
                 );
                 match l.run(&stop) {
-                    Ok(n) => eprintln!("ethbcast: answered {n} probes"),
+                    Ok(n) => eprintln!(
+                        "ethbcast: answered {} probes; dropped {} from group addresses, {} unauthenticated, {} over the rate",
+                        n.answered, n.group_sources, n.unauthenticated, n.limited
+                    ),
                     Err(e) => return fail(distribute::link_error(&iface, e)),
                 }
             }

@@ -17,7 +17,8 @@
 //! One module per family of scenarios: `liveness` (a dead member spoken for), `replay`,
 //! `join`, `forge` (barrier epochs, floods, pre-tag allocation), `transfer` (a keyed
 //! `send/recv`), `capi` (the C ABI's key), `keys` (keyless transfers, guessable keys),
-//! `local` (another local user, a receiver's command). Their harnesses: `harness` for the
+//! `local` (another local user, a receiver's command), `doctor` (probes and answers of
+//! `ethbcast doctor`). Their harnesses: `harness` for the
 //! library group's members, `process` for the `ethbcast` command. This module holds the
 //! registry of scenarios (`names`, `run_all`)
 //! and the command line ([`Args`]).
@@ -30,6 +31,7 @@ use crate::hostile::HostileError;
 use crate::testbed::TestbedError;
 
 mod capi;
+mod doctor;
 mod forge;
 mod harness;
 mod join;
@@ -220,6 +222,16 @@ const REGISTRY: &[Entry] = &[
         name: "recv-user-command-regains-capabilities",
         needs_bin: true,
         run: |s| local::user_command_regains_capabilities(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "doctor-probe-reflection",
+        needs_bin: true,
+        run: |s| doctor::doctor_reflection(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "doctor-forged-answers",
+        needs_bin: true,
+        run: |s| doctor::doctor_forged_answers(s.prefix, s.hosts, s.bin),
     },
 ];
 
