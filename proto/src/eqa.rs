@@ -8,8 +8,9 @@
 //! - [`Hms`] is the producer's management structure: head (next sequence to publish), tail
 //!   (oldest sequence still held) and the list of live consumers;
 //! - [`Lms`] is the per-destination lightweight structure (the paper's LDP): a cursor (the next
-//!   sequence that destination still needs), its retransmission timer and back-off, its repair
-//!   queue and liveness. It holds no frame data, only references into `Buf`.
+//!   sequence that destination still needs), its retransmission timeout and back-off (the
+//!   deadline itself is in the engine's timer table), its repair queue and liveness. It holds no
+//!   frame data, only references into `Buf`.
 //!
 //! Each slot carries a reference count: the number of live destinations whose cursor has not
 //! yet passed it. A slot is freed, and the tail advances, only when that count drops to zero.
@@ -220,9 +221,6 @@ pub struct Lms {
     live: bool,
     repair: VecDeque<Seq>,
     repair_cap: usize,
-    /// Retransmission timer deadline, if armed. Read-only outside the root's sender, which
-    /// keeps its ordered set of running timers in step with it.
-    pub timer: Option<Instant>,
     /// Current retransmission timeout (grows by back-off, reset on progress).
     pub rto: Duration,
     /// Consecutive timeouts without progress.
@@ -357,7 +355,6 @@ impl Eqa {
             live: true,
             repair: VecDeque::with_capacity(repair_cap),
             repair_cap,
-            timer: None,
             rto,
             backoffs: 0,
             last_progress: None,
@@ -517,7 +514,6 @@ impl Eqa {
             return false;
         }
         self.lms[i].live = false;
-        self.lms[i].timer = None;
         self.hms.live -= 1;
         let cursor = self.lms[i].cursor;
         let pending: Vec<Seq> = self.lms[i].repair.drain(..).collect();

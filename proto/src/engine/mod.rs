@@ -37,21 +37,24 @@
 mod config;
 mod error;
 mod event;
+mod fellows;
 mod observe;
+mod outbox;
 mod recv;
 mod send;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod timer;
 mod tree;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 use crate::wire::{
-    self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, ReplayWindow, Repr, WireError,
+    self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, Repr, WireError,
 };
 use crate::{Rank, Seq};
 
@@ -60,12 +63,15 @@ pub use config::{
     default_window, paper, Config, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM, MAX_WINDOW,
 };
 pub use error::{Drop, PostError, SendError, SessionEnded};
-pub(crate) use event::Outgoing;
 pub use event::{Dest, Event, Message, Transmit};
+use fellows::Fellows;
 pub use observe::{Observe, Observer, Piece};
+use outbox::Outbox;
+pub(crate) use outbox::Outgoing;
 pub use recv::Receiver;
 pub use send::Sender;
 pub use stats::{DropStats, Stats};
+use timer::TimerTable;
 
 /// How a broadcast travels: in hardware, push-pull or simple (the engine's two algorithms), or
 /// down a point-to-point binomial tree (a member's, see `crate::member`; the engine sends a
@@ -96,27 +102,13 @@ pub struct Engine {
     rx: Vec<Option<Box<Receiver>>>,
     /// The roots whose streams have an observer ([`Engine::observe`]).
     observed: Vec<Rank>,
-    /// The next timeout of every receive stream that has one: `(deadline, root)`, kept in step
-    /// with the streams after each call into them, so that finding the earliest timer and
-    /// firing the due ones never visits the streams that are quiet.
-    rx_timers: BTreeSet<(Instant, Rank)>,
-    /// The streams whose timers fire in one `handle_timeout`, kept between calls (with room
-    /// for every member from its first use) so that a timer firing allocates nothing.
-    due: Vec<Rank>,
-    live: Vec<bool>,
-    /// Whose streams this member takes, by rank ([`Engine::take_streams_from`]).
-    takes: Vec<bool>,
-    /// When each member last gave a sign of life ([`Engine::last_heard`]).
-    heard: Vec<Option<Instant>>,
-    /// The view (a hash of the evicted set) the acknowledgement trees are laid out in.
-    view: u32,
-    /// This member's acknowledgement tree as a root (made when first needed, per view).
-    root_tree: Option<tree::Tree>,
-    outbox: VecDeque<Outgoing>,
-    /// The control counter of the last control frame sent (see [`wire::control::counter`]).
-    ctl_ctr: u32,
-    /// The control counters seen lately from each member, to refuse replays.
-    replay: Vec<ReplayWindow>,
+    /// Every timer of the engine: the receive streams' and the sender's.
+    timers: TimerTable,
+    /// What this member knows of each fellow member.
+    fellows: Fellows,
+    /// The acknowledgement trees' view, and this member's own tree as a root.
+    trees: tree::AckTrees,
+    outbox: Outbox,
     /// Set by [`Engine::abandon`]: only control frames leave from then on.
     abandoned: bool,
     /// Set once a counter of this member's frames reached its last value.
@@ -134,16 +126,10 @@ impl Engine {
             tx: Sender::new(&cfg),
             rx: (0..n).map(|_| None).collect(),
             observed: Vec::new(),
-            rx_timers: BTreeSet::new(),
-            due: Vec::new(),
-            view: tree::view_of(&vec![true; n]),
-            root_tree: None,
-            live: vec![true; n],
-            takes: vec![true; n],
-            heard: vec![None; n],
-            outbox: VecDeque::with_capacity(cfg.outbox),
-            ctl_ctr: 0,
-            replay: vec![ReplayWindow::default(); n],
+            timers: TimerTable::new(cfg.size),
+            fellows: Fellows::new(n),
+            trees: tree::AckTrees::new(&vec![true; n]),
+            outbox: Outbox::new(cfg.outbox),
             abandoned: false,
             ended: None,
             events: VecDeque::new(),
@@ -175,7 +161,7 @@ impl Engine {
     pub fn ack_all(&mut self, now: Instant) {
         for root in 0..self.rx.len() {
             if let Some(rx) = self.rx[root].as_deref_mut() {
-                rx.ack_held(now);
+                rx.ack_held(now, &mut self.timers);
                 self.collect_rx(Rank::new(root as u16));
             }
         }
@@ -209,7 +195,7 @@ impl Engine {
     /// with the root as its source, and only the layer that sees the Ethernet source can tell
     /// who spoke (see `Member::handle_frame`).
     pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
-        self.heard.get(rank.index()).copied().flatten()
+        self.fellows.last_heard(rank)
     }
     /// Whether this member's session ended, and why: its control counter reached its last
     /// value (no control frame leaves any more) or its broadcasts used every sequence number
@@ -222,7 +208,7 @@ impl Engine {
     /// frames in between had been sent (a session's end is otherwise billions of frames away).
     #[doc(hidden)]
     pub fn skip_control_counter_to(&mut self, ctr: u32) {
-        self.ctl_ctr = self.ctl_ctr.max(ctr);
+        self.outbox.skip_counter_to(ctr);
     }
 
     /// Test support: counts `frames` sequence numbers as used, as if broadcasts had used them.
@@ -236,14 +222,12 @@ impl Engine {
     /// receive stream is made for it. For a member that receives from one root (a stream's
     /// receivers): without a key, a host speaking as a fellow member makes it reserve nothing.
     pub fn take_streams_from(&mut self, roots: &[Rank]) {
-        for (r, t) in self.takes.iter_mut().enumerate() {
-            *t = roots.contains(&Rank::new(r as u16));
-        }
+        self.fellows.take_streams_from(roots);
     }
 
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
-        self.live.get(rank.index()).copied().unwrap_or(false)
+        self.fellows.is_live(rank)
     }
 
     /// Broadcasts `data` to every other member; returns its message id. The message is queued
@@ -295,14 +279,22 @@ impl Engine {
         }
         let id = self
             .tx
-            .enqueue(&self.cfg, data, algo, &self.live, lent)
+            .enqueue(
+                &self.cfg,
+                data,
+                algo,
+                self.fellows.live(),
+                lent,
+                &mut self.timers,
+            )
             .inspect_err(|e| {
                 if let SendError::SessionEnded(e) = e {
                     self.ended = Some(*e);
                 }
             })?;
         self.stats.sent_msgs += 1;
-        self.tx.fill(&self.cfg, now, &self.live);
+        self.tx
+            .fill(&self.cfg, now, self.fellows.live(), &mut self.timers);
         Ok(id)
     }
 
@@ -325,12 +317,12 @@ impl Engine {
         if root.get() >= self.cfg.size || root == self.cfg.rank {
             return Err(PostError::NotMember(root));
         }
-        if !self.live[root.index()] {
+        if !self.fellows.is_live(root) {
             return Err(PostError::Evicted(root));
         }
-        let rx = self.rx_mut(now, root);
+        let (rx, timers) = self.stream(now, root);
         rx.post(max_len, buf)?;
-        rx.progress(now);
+        rx.progress(now, timers);
         self.collect_rx(root);
         Ok(())
     }
@@ -346,7 +338,7 @@ impl Engine {
     /// [`Event::Truncated`] or [`Event::Observed`] (its bytes are observed, not kept) and the
     /// end of a stream cut short (a member that leaves).
     pub fn observe(&mut self, now: Instant, root: Rank, observer: Observer) {
-        self.rx_mut(now, root).set_observer(observer);
+        self.stream(now, root).0.set_observer(observer);
         if !self.observed.contains(&root) {
             self.observed.push(root);
         }
@@ -358,7 +350,7 @@ impl Engine {
     /// from its observer (a file receiver writing straight from the link's frames): the copy
     /// into a message buffer it would never read is not made.
     pub fn keep_at_most(&mut self, now: Instant, root: Rank, keep: usize) {
-        self.rx_mut(now, root).keep_at_most(keep);
+        self.stream(now, root).0.keep_at_most(keep);
     }
 
     /// Whether some root's stream has an observer ([`Engine::observe`]).
@@ -374,7 +366,7 @@ impl Engine {
     /// into `/dev/null`): under steady loss nearly every frame comes behind a gap, and the
     /// copy of each was most of its cost.
     pub fn leave_in_link(&mut self, now: Instant, root: Rank) {
-        self.rx_mut(now, root).set_in_link(true);
+        self.stream(now, root).0.set_in_link(true);
     }
 
     /// A batch of frames ends (see [`crate::machine::Machine::frames_done`]): frames left in
@@ -384,7 +376,7 @@ impl Engine {
         for k in 0..self.observed.len() {
             let root = self.observed[k];
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
-                rx.frames_done(now, end);
+                rx.frames_done(now, &mut self.timers, end);
                 // What it delivered, served and scheduled leaves now, not at the stream's
                 // next frame or timer.
                 self.collect_rx(root);
@@ -392,30 +384,18 @@ impl Engine {
         }
     }
 
-    fn rx_mut(&mut self, now: Instant, root: Rank) -> &mut Receiver {
+    /// The receive stream of `root` (made now if it was never heard from), and the timers.
+    fn stream(&mut self, now: Instant, root: Rank) -> (&mut Receiver, &mut TimerTable) {
         if self.rx[root.index()].is_none() {
-            let mut rx = Receiver::new(&self.cfg, root);
+            let place = self.timers.add_stream(root);
+            let mut rx = Receiver::new(&self.cfg, root, place);
             rx.set_peer(self.peer_for(root));
-            rx.set_tree(now, self.tree_link(root));
+            let link = self.trees.link(&self.cfg, root, self.fellows.live());
+            rx.set_tree(now, &mut self.timers, link);
             self.rx[root.index()] = Some(Box::new(rx));
         }
-        self.rx[root.index()].as_deref_mut().expect("just made")
-    }
-
-    /// This member's place in the acknowledgement tree of `root`'s stream, in the current view.
-    fn tree_link(&self, root: Rank) -> Option<recv::TreeLink> {
-        if self.cfg.ack_tree == 0 {
-            return None;
-        }
-        let t = tree::Tree::new(root, &self.live, self.cfg.ack_tree);
-        let parent = t.parent(self.cfg.rank)?;
-        Some(recv::TreeLink::new(
-            parent,
-            t.children(self.cfg.rank),
-            self.view,
-            self.cfg.ack_delay * 3,
-            self.cfg.rto * 3 / 4,
-        ))
+        let rx = self.rx[root.index()].as_deref_mut().expect("just made");
+        (rx, &mut self.timers)
     }
 
     /// The fellow receiver this member asks first for frames of `root`'s stream lost here:
@@ -427,7 +407,7 @@ impl Engine {
         let n = self.cfg.size;
         (1..n)
             .map(|k| self.cfg.rank.ring_add(k, n))
-            .find(|&r| r != root && self.live[r.index()])
+            .find(|&r| r != root && self.fellows.is_live(r))
     }
 
     fn collect_rx(&mut self, root: Rank) {
@@ -451,17 +431,7 @@ impl Engine {
                     continue;
                 }
                 c.count(&mut self.stats);
-                self.outbox.push_back(c);
-            }
-            let next = rx.next_timeout();
-            if next != rx.armed {
-                if let Some(t) = rx.armed {
-                    self.rx_timers.remove(&(t, root));
-                }
-                if let Some(t) = next {
-                    self.rx_timers.insert((t, root));
-                }
-                rx.armed = next;
+                self.outbox.push(c);
             }
         }
     }
@@ -475,17 +445,12 @@ impl Engine {
         if msg.payload_len() > self.cfg.max_payload() {
             return Err(WireError::PayloadTooLong(msg.payload_len()));
         }
-        if self.outbox_room() == 0 {
+        if self.outbox.room() == 0 {
             self.stats.outbox_full += 1;
             return Ok(());
         }
-        self.outbox.push_back(Outgoing::Own { dst, msg });
+        self.outbox.push(Outgoing::Own { dst, msg });
         Ok(())
-    }
-
-    /// Control frames the outbox has room for (`Config::outbox` in all).
-    fn outbox_room(&self) -> usize {
-        self.cfg.outbox.saturating_sub(self.outbox.len())
     }
 
     /// Handles one received PDU. Drops are counted and returned; they are never fatal.
@@ -529,7 +494,7 @@ impl Engine {
         if dst != wire::ALL && dst != self.cfg.rank {
             return Err(Drop::NotForMe(dst));
         }
-        if !self.live[src.index()] {
+        if !self.fellows.is_live(src) {
             return Err(Drop::Evicted(src));
         }
         if frame.kind().is_data() {
@@ -540,27 +505,28 @@ impl Engine {
                     "payload covered by neither a key nor an end-to-end check",
                 ));
             }
-            if !self.takes[src.index()] {
+            if !self.fellows.takes(src) {
                 return Err(Drop::Protocol("a stream this member does not take"));
             }
             let repr = Repr::parse(frame);
-            let r = self.rx_mut(now, src).on_data(now, &repr, frame.payload());
+            let (rx, timers) = self.stream(now, src);
+            let r = rx.on_data(now, timers, &repr, frame.payload());
             self.collect_rx(src);
             // A duplicate or stale data frame (a replay, say) is no sign of the root's life,
             // nor is a point-to-point repair: a fellow member may have relayed it.
             let relayed = frame.kind() == Kind::Repair && frame.flags().contains(Flags::P2P);
             if r.is_ok() && !relayed {
-                self.heard[src.index()] = Some(now);
+                self.fellows.heard(src, now);
             }
             return r;
         }
-        let fresh = match self.replay[src.index()].admit(wire::control::counter(frame)) {
+        let fresh = match self.fellows.admit(src, wire::control::counter(frame)) {
             Admit::Refused => return Err(Drop::Replayed),
             Admit::Late => false,
             Admit::Newest => true,
         };
         if fresh {
-            self.heard[src.index()] = Some(now);
+            self.fellows.heard(src, now);
         }
         let msg = Control::parse(frame).map_err(Drop::BadControl)?;
         self.handle_control(now, src, dst, msg, fresh)
@@ -576,22 +542,21 @@ impl Engine {
         fresh: bool,
     ) -> Result<(), Drop> {
         let to_me = dst == self.cfg.rank;
-        if matches!(msg, Control::AckPoll | Control::PullPoll { .. }) && !self.takes[src.index()] {
+        if matches!(msg, Control::AckPoll | Control::PullPoll { .. }) && !self.fellows.takes(src) {
             // Polls for a stream: its root's alone.
             return Err(Drop::Protocol("a stream this member does not take"));
         }
         let feedback = match msg {
             Control::AckPoll => {
                 // The root's timer fired with frames of its stream not acknowledged by us.
-                let rx = self.rx_mut(now, src);
-                rx.on_ack_poll(now);
+                let (rx, timers) = self.stream(now, src);
+                rx.on_ack_poll(now, timers);
                 self.collect_rx(src);
                 return Ok(());
             }
             Control::PullPoll { msg_id, designated } => {
                 // The root polls its designated receiver for a lost pull request.
-                let rx = self.rx_mut(now, src);
-                rx.on_pull_poll(msg_id, designated);
+                self.stream(now, src).0.on_pull_poll(msg_id, designated);
                 self.collect_rx(src);
                 return Ok(());
             }
@@ -606,10 +571,10 @@ impl Engine {
                 if !to_me || root.get() >= self.cfg.size || root == self.cfg.rank {
                     return Err(Drop::Protocol("peer NACK for a bad root or member"));
                 }
-                let budget = self.outbox_room();
+                let budget = self.outbox.room();
                 if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                     if unheld {
-                        rx.on_unheld(now, base, missing, &more, src);
+                        rx.on_unheld(now, &mut self.timers, base, missing, &more, src);
                     } else {
                         rx.serve_peer(base, missing, &more, src, budget);
                     }
@@ -618,7 +583,7 @@ impl Engine {
                     // No stream of that root here: nothing held.
                     let reply = recv::unheld_reply(src, root, base, missing, more);
                     reply.count(&mut self.stats);
-                    self.outbox.push_back(reply);
+                    self.outbox.push(reply);
                 }
                 return Ok(());
             }
@@ -661,8 +626,14 @@ impl Engine {
             send::Feedback::Ack { seen: Some(_), .. } => self.stats.probe_answers_handled += 1,
             _ => {}
         }
-        self.tx
-            .on_feedback(&self.cfg, now, src, &feedback, &self.live);
+        self.tx.on_feedback(
+            &self.cfg,
+            now,
+            src,
+            &feedback,
+            self.fellows.live(),
+            &mut self.timers,
+        );
         self.collect_tx();
         Ok(())
     }
@@ -682,25 +653,31 @@ impl Engine {
         if root == self.cfg.rank {
             self.stats.acks_handled += 1;
             self.stats.tree_acks_handled += 1;
-            if view != self.view || self.cfg.ack_tree == 0 {
+            if view != self.trees.view() || self.cfg.ack_tree == 0 {
                 self.stats.tree_acks_ignored += 1;
                 return;
             }
-            let t = self
-                .root_tree
-                .get_or_insert_with(|| tree::Tree::new(root, &self.live, self.cfg.ack_tree));
+            let t = self.trees.own(root, self.fellows.live(), self.cfg.ack_tree);
             if t.parent(src) != Some(root) {
                 self.stats.tree_acks_ignored += 1;
                 return;
             }
             let covered = t.subtree(src);
-            self.tx
-                .on_tree_ack(&self.cfg, now, src, &covered, next, laggard, &self.live);
+            self.tx.on_tree_ack(
+                &self.cfg,
+                now,
+                src,
+                &covered,
+                next,
+                laggard,
+                self.fellows.live(),
+                &mut self.timers,
+            );
             self.collect_tx();
             return;
         }
         let taken = match self.rx.get_mut(root.index()) {
-            Some(Some(rx)) => rx.on_report(now, src, next, laggard, view),
+            Some(Some(rx)) => rx.on_report(now, &mut self.timers, src, next, laggard, view),
             _ => false,
         };
         if taken {
@@ -719,35 +696,21 @@ impl Engine {
     /// Lets time pass: fires due acknowledgement, NACK and retransmission timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         // The streams whose timer is due, in rank order.
-        let mut due = std::mem::take(&mut self.due);
-        due.clear();
-        send::room_for_every_rank(&mut due, &self.cfg);
-        while let Some(&(t, root)) = self.rx_timers.first() {
-            if t > now {
-                break;
-            }
-            self.rx_timers.pop_first();
-            due.push(root);
-        }
-        due.sort_unstable();
+        let due = self.timers.fired_streams(now);
         for &root in &due {
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
-                rx.armed = None;
-                rx.on_timeout(now);
+                rx.on_timeout(now, &mut self.timers);
             }
             self.collect_rx(root);
         }
-        self.due = due;
-        self.tx.on_timeout(&self.cfg, now, &self.live);
+        self.timers.give_back(due);
+        self.tx
+            .on_timeout(&self.cfg, now, self.fellows.live(), &mut self.timers);
     }
 
     /// The earliest instant at which [`Engine::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let rx = self.rx_timers.first().map(|&(t, _)| t);
-        match (rx, self.tx.next_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.timers.next_timeout()
     }
 
     /// True if frames are waiting to be sent.
@@ -772,7 +735,7 @@ impl Engine {
     }
 
     fn poll_transmit_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(c) = self.outbox.pop_front() {
+        if let Some(c) = self.outbox.pop() {
             return match c {
                 Outgoing::Own { dst, msg } => self.emit_control(dst, &msg, buf),
                 Outgoing::Relay {
@@ -789,16 +752,21 @@ impl Engine {
         if self.abandoned {
             return None;
         }
-        if let Some((designated, poll)) = self.tx.take_pull_poll(&self.cfg, &self.live) {
+        if let Some((designated, poll)) = self.tx.take_pull_poll(&self.cfg, self.fellows.live()) {
             return self.emit_control(Dest::Rank(designated), &poll, buf);
         }
         if let Some(dst) = self.tx.take_ack_poll() {
             self.stats.ack_polls += 1;
             return self.emit_control(dst, &Control::AckPoll, buf);
         }
-        let t = self
-            .tx
-            .poll_transmit(&self.cfg, now, buf, &self.live, &mut self.stats);
+        let t = self.tx.poll_transmit(
+            &self.cfg,
+            now,
+            buf,
+            self.fellows.live(),
+            &mut self.stats,
+            &mut self.timers,
+        );
         self.collect_tx();
         t
     }
@@ -810,14 +778,11 @@ impl Engine {
             Dest::Rank(r) => r,
         };
         // Counters start at 1 and end the session at `u32::MAX` rather than wrap.
-        let Some(ctr) = self.ctl_ctr.checked_add(1) else {
+        let Some(ctr) = self.outbox.next_counter() else {
             self.ended.get_or_insert(SessionEnded::ControlCounter);
             return None;
         };
-        self.ctl_ctr = ctr;
-        let len = msg
-            .emit(self.cfg.group, self.cfg.rank, to, self.ctl_ctr, buf)
-            .ok()?;
+        let len = msg.emit(self.cfg.group, self.cfg.rank, to, ctr, buf).ok()?;
         Some(Transmit { dst, len })
     }
 
@@ -837,44 +802,41 @@ impl Engine {
     /// broadcasts complete for the survivors, and its frames are dropped from now on.
     /// A message from it that was not complete is never delivered.
     pub fn evict(&mut self, now: Instant, rank: Rank) -> bool {
-        let Some(l) = self.live.get_mut(rank.index()) else {
-            return false;
-        };
-        if !*l || rank == self.cfg.rank {
+        if rank == self.cfg.rank || !self.fellows.evict(rank) {
             return false;
         }
-        *l = false;
         // Its messages that were complete (held back for fellows' requests) are still
         // delivered.
         if let Some(rx) = self.rx[rank.index()].as_deref_mut() {
-            rx.release_all();
+            rx.release_all(&mut self.timers);
         }
         self.collect_rx(rank);
-        if let Some(t) = self.rx[rank.index()].take().and_then(|rx| rx.armed) {
-            self.rx_timers.remove(&(t, rank));
+        if let Some(rx) = self.rx[rank.index()].take() {
+            self.timers.remove_stream(rx.timers());
         }
         // The trees re-form in the new view.
-        self.view = tree::view_of(&self.live);
-        self.root_tree = None;
+        self.trees.relayout(self.fellows.live());
         for root in Rank::all(self.cfg.size) {
             if self.rx[root.index()].is_none() {
                 continue;
             }
-            let (peer, link) = (self.peer_for(root), self.tree_link(root));
+            let peer = self.peer_for(root);
+            let link = self.trees.link(&self.cfg, root, self.fellows.live());
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.set_peer(peer);
-                rx.set_tree(now, link);
+                rx.set_tree(now, &mut self.timers, link);
             }
             self.collect_rx(root);
         }
-        self.tx.evict(&self.cfg, now, rank, &self.live);
+        self.tx
+            .evict(&self.cfg, now, rank, self.fellows.live(), &mut self.timers);
         self.collect_tx();
         true
     }
 
     /// Heap bytes of the control outbox (the send side's pushed buffer).
     pub fn outbox_bytes(&self) -> usize {
-        self.outbox.capacity() * std::mem::size_of::<Outgoing>()
+        self.outbox.heap_bytes()
     }
 
     /// True when this member, as root, has nothing queued, unsent or unacknowledged.

@@ -176,127 +176,10 @@ fn parse_max_rate(s: &str) -> Result<u64, String> {
 enum Cmd {
     /// Send a file (-i) or standard input to the receivers.
     #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
-    Send {
-        #[command(flatten)]
-        common: Common,
-        /// Input file (default: standard input, read until EOF).
-        #[arg(short = 'i', long = "input")]
-        input: Option<PathBuf>,
-        /// Wait for this many receivers.
-        #[arg(
-            long,
-            required_unless_present_any = ["hostfile", "only_failed"],
-            conflicts_with = "hostfile"
-        )]
-        receivers: Option<usize>,
-        /// Wait for exactly the hosts of this file (one MAC per line, optionally with the host's
-        /// name, which the report shows; `#` comments).
-        #[arg(long)]
-        hostfile: Option<PathBuf>,
-        /// Wait for exactly the receivers that a previous `send --json` report (this file)
-        /// lists as not completed or not joined, and send to them alone.
-        #[arg(long, conflicts_with_all = ["receivers", "hostfile"])]
-        only_failed: Option<PathBuf>,
-        /// Start without some receivers: once at least this many have joined and --max-wait
-        /// has passed; the report names those that did not join (exit 1 then).
-        #[arg(long, requires = "max_wait")]
-        min_receivers: Option<usize>,
-        /// With --min-receivers: how long to wait for all receivers (e.g. 2s, 30).
-        #[arg(long, requires = "min_receivers", value_parser = parse_duration)]
-        max_wait: Option<Duration>,
-        /// Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only
-        /// by the shared buffer (at most --window frames unacknowledged).
-        #[arg(long, value_parser = parse_max_rate)]
-        max_rate: Option<u64>,
-        /// End-to-end digest every receiver checks: xxh3 (XXH3-128, fast) or blake3
-        /// (cryptographic, about 6% slower on a busy 8-receiver host).
-        #[arg(long, value_enum, default_value = "xxh3")]
-        digest: DigestAlgo,
-        /// Bytes per broadcast message (e.g. 1M, 256KiB, 1MB; K, M are binary, KB, MB decimal).
-        #[arg(long, default_value = "1M", value_parser = parse_chunk)]
-        chunk: usize,
-        /// Seconds to wait for the receivers to join (exit 3 if they don't), e.g. 60, 2.5, 500ms,
-        /// 2m; inf: no limit.
-        #[arg(long, default_value = "60", value_parser = parse_duration)]
-        wait: Duration,
-        /// Evict a receiver whose cursor has not moved and that was silent this many
-        /// seconds while it had data outstanding, and fail one that acknowledged all data
-        /// but showed no progress towards its report (its output taking data) for as long;
-        /// inf: never.
-        #[arg(long, default_value = "3", value_parser = parse_duration)]
-        timeout: Duration,
-        /// Seconds to wait for completion reports once all data is acknowledged (an -O
-        /// command may need time to finish); inf: no limit.
-        #[arg(long, default_value = "60", value_parser = parse_duration)]
-        report_wait: Duration,
-        /// No progress bar or messages (the REPORT and warnings are still printed to stderr).
-        #[arg(long)]
-        quiet: bool,
-        /// Print the final report as JSON on stdout, with each receiver's counters (stream
-        /// bytes received and kept from a partial file, bytes its output took, repairs asked of
-        /// the sender and of fellow receivers, repairs served, acknowledgements, duplicates).
-        #[arg(long)]
-        json: bool,
-        /// Write the transfer's state and counters as JSON to this file every second and at the
-        /// end (each time whole: a temporary file renamed over it), for monitoring.
-        #[arg(long, value_name = "PATH")]
-        status_file: Option<PathBuf>,
-    },
+    Send(SendCmd),
     /// Receive one transfer: to stdout (default), a file (-o) or a command's stdin (-O).
     #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
-    Recv {
-        #[command(flatten)]
-        common: Common,
-        /// Output file, written as a temporary file and renamed once the digest matched (a device
-        /// or a named pipe, such as /dev/null, is written in place).
-        #[arg(short = 'o', long = "output", conflicts_with = "command")]
-        output: Option<PathBuf>,
-        /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
-        #[arg(short = 'O', long = "command")]
-        command: Option<String>,
-        /// With -o FILE: write under the fixed name .FILE.ethbcast.part next to FILE, and keep
-        /// it when the transfer does not complete (interrupted, evicted, the sender gone). The
-        /// next `recv --resume -o FILE` offers what it holds to the sender: the sender reads its
-        /// input file and, if the bytes' digest matches, starts its broadcast at the smallest
-        /// offset every receiver holds (at 0 if a receiver holds nothing or other bytes;
-        /// after `send --only-failed`, where the failed receivers stopped). The whole file's
-        /// digest is checked before it is renamed into place; one that does not match is
-        /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
-        #[arg(long, requires = "output")]
-        resume: bool,
-        /// Give up after this many seconds without any frame from the sender, or without the
-        /// output (file, stdout, -O command) taking any data; inf: never.
-        #[arg(long, default_value = "30", value_parser = parse_duration)]
-        timeout: Duration,
-        /// Seconds to wait for a sender to start (exit 3 if none does); inf: no limit.
-        #[arg(long, default_value = "3600", value_parser = parse_duration)]
-        wait: Duration,
-        /// Take the transfer only from the sender with this MAC (its roster alone). Without a
-        /// key a MAC can be forged: this keeps out other senders by mistake, not by attack.
-        #[arg(long, value_name = "MAC", value_parser = parse_mac)]
-        from: Option<ethbcast::MacAddr>,
-        /// Once the link is open, run as this user (its groups too): the output file and the
-        /// -O command get that user's rights, not root's. Needs root (or CAP_SETUID and
-        /// CAP_SETGID).
-        #[arg(long, value_name = "NAME")]
-        user: Option<String>,
-        /// Refuse a stream larger than this (e.g. 500M, 64GiB, 500MB; K, M, G, T are binary, KB,
-        /// MB, GB, TB decimal): at its header when it announces its size, else as soon as its data passes the limit; the output is
-        /// then discarded (exit 1). A stream is refused in any case when its data runs past the
-        /// size it announced. inf: no limit.
-        #[arg(long, default_value = "inf", value_parser = parse_max_bytes)]
-        max_bytes: MaxBytes,
-        /// No messages on stderr but warnings (RUST_LOG=error hides those too).
-        #[arg(long)]
-        quiet: bool,
-        /// Print the outcome as JSON on stderr (stdout may carry the data), with the counters.
-        #[arg(long)]
-        json: bool,
-        /// Write this receiver's state and counters as JSON to this file every second and at
-        /// the end (each time whole: a temporary file renamed over it), for monitoring.
-        #[arg(long, value_name = "PATH")]
-        status_file: Option<PathBuf>,
-    },
+    Recv(RecvCmd),
     /// Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the
     /// capabilities, net.core.rmem_max, ETHBCAST_BACKEND, and opening the link; with
     /// --hostfile, every host of the file too (run `ethbcast doctor --listen` on those). One
@@ -308,42 +191,7 @@ Examples:
   # on the sender: this host, then whether a broadcast, a full-sized frame and the group's
   # multicast address reach each host of the hostfile, and each host's MTU:
   ethbcast doctor --iface eth0 --hostfile hosts.txt")]
-    Doctor {
-        /// Network interface.
-        #[arg(long)]
-        iface: String,
-        /// Link backend to check: ring, socket, pnet or xdp.
-        #[arg(long, default_value = "ring")]
-        backend: Backend,
-        /// Also probe the hosts of this file (as `send --hostfile` reads it), each running
-        /// `ethbcast doctor --listen`: one line per host and check (a broadcast reaches it;
-        /// its MTU against this host's, and whether a frame of this host's MTU reaches it; the
-        /// group's multicast address reaches it).
-        #[arg(long, conflicts_with = "listen")]
-        hostfile: Option<PathBuf>,
-        /// How long to probe the hosts of --hostfile (less when all answered), e.g. 2s.
-        #[arg(long, default_value = "2s", value_parser = parse_duration)]
-        probe_wait: Duration,
-        /// After this host's checks (exit 1 if one fails), answer the probes of `ethbcast
-        /// doctor --hostfile` run on another host, until Ctrl-C or SIGTERM.
-        #[arg(long)]
-        listen: bool,
-        /// The group id whose multicast address is probed (as given to send and recv).
-        #[arg(long, default_value_t = DEFAULT_GROUP_ID, value_parser = parse_group)]
-        group_id: u32,
-        /// The group address probed: derived, broadcast or a multicast MAC (as given to send and
-        /// recv).
-        #[arg(long, default_value = "derived")]
-        group_address: ethbcast::GroupAddress,
-        /// Print the checks as JSON on stdout.
-        #[arg(long)]
-        json: bool,
-        /// Group key file (as given to send and recv): probes and answers then carry keyed
-        /// tags, so a listener answers only probes of this key, the prober takes only answers
-        /// of it, and each host of --hostfile is checked to hold the same key.
-        #[arg(long, env = "ETHBCAST_KEY_FILE")]
-        key_file: Option<PathBuf>,
-    },
+    Doctor(DoctorCmd),
     /// Write a fresh random group key to FILE (mode 0600; an existing file is not overwritten),
     /// to copy to every host and pass as --key-file.
     Keygen {
@@ -363,6 +211,170 @@ Examples:
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+/// `ethbcast send`'s options.
+#[derive(Args)]
+struct SendCmd {
+    #[command(flatten)]
+    common: Common,
+    /// Input file (default: standard input, read until EOF).
+    #[arg(short = 'i', long = "input")]
+    input: Option<PathBuf>,
+    /// Wait for this many receivers.
+    #[arg(
+        long,
+        required_unless_present_any = ["hostfile", "only_failed"],
+        conflicts_with = "hostfile"
+    )]
+    receivers: Option<usize>,
+    /// Wait for exactly the hosts of this file (one MAC per line, optionally with the host's
+    /// name, which the report shows; `#` comments).
+    #[arg(long)]
+    hostfile: Option<PathBuf>,
+    /// Wait for exactly the receivers that a previous `send --json` report (this file)
+    /// lists as not completed or not joined, and send to them alone.
+    #[arg(long, conflicts_with_all = ["receivers", "hostfile"])]
+    only_failed: Option<PathBuf>,
+    /// Start without some receivers: once at least this many have joined and --max-wait
+    /// has passed; the report names those that did not join (exit 1 then).
+    #[arg(long, requires = "max_wait")]
+    min_receivers: Option<usize>,
+    /// With --min-receivers: how long to wait for all receivers (e.g. 2s, 30).
+    #[arg(long, requires = "min_receivers", value_parser = parse_duration)]
+    max_wait: Option<Duration>,
+    /// Sender-side token bucket: 500mbit, 1gbit, 50MB/s, 20MiB/s. Default: paced only
+    /// by the shared buffer (at most --window frames unacknowledged).
+    #[arg(long, value_parser = parse_max_rate)]
+    max_rate: Option<u64>,
+    /// End-to-end digest every receiver checks: xxh3 (XXH3-128, fast) or blake3
+    /// (cryptographic, about 6% slower on a busy 8-receiver host).
+    #[arg(long, value_enum, default_value = "xxh3")]
+    digest: DigestAlgo,
+    /// Bytes per broadcast message (e.g. 1M, 256KiB, 1MB; K, M are binary, KB, MB decimal).
+    #[arg(long, default_value = "1M", value_parser = parse_chunk)]
+    chunk: usize,
+    /// Seconds to wait for the receivers to join (exit 3 if they don't), e.g. 60, 2.5, 500ms,
+    /// 2m; inf: no limit.
+    #[arg(long, default_value = "60", value_parser = parse_duration)]
+    wait: Duration,
+    /// Evict a receiver whose cursor has not moved and that was silent this many
+    /// seconds while it had data outstanding, and fail one that acknowledged all data
+    /// but showed no progress towards its report (its output taking data) for as long;
+    /// inf: never.
+    #[arg(long, default_value = "3", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Seconds to wait for completion reports once all data is acknowledged (an -O
+    /// command may need time to finish); inf: no limit.
+    #[arg(long, default_value = "60", value_parser = parse_duration)]
+    report_wait: Duration,
+    /// No progress bar or messages (the REPORT and warnings are still printed to stderr).
+    #[arg(long)]
+    quiet: bool,
+    /// Print the final report as JSON on stdout, with each receiver's counters (stream
+    /// bytes received and kept from a partial file, bytes its output took, repairs asked of
+    /// the sender and of fellow receivers, repairs served, acknowledgements, duplicates).
+    #[arg(long)]
+    json: bool,
+    /// Write the transfer's state and counters as JSON to this file every second and at the
+    /// end (each time whole: a temporary file renamed over it), for monitoring.
+    #[arg(long, value_name = "PATH")]
+    status_file: Option<PathBuf>,
+}
+
+/// `ethbcast recv`'s options.
+#[derive(Args)]
+struct RecvCmd {
+    #[command(flatten)]
+    common: Common,
+    /// Output file, written as a temporary file and renamed once the digest matched (a device
+    /// or a named pipe, such as /dev/null, is written in place).
+    #[arg(short = 'o', long = "output", conflicts_with = "command")]
+    output: Option<PathBuf>,
+    /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
+    #[arg(short = 'O', long = "command")]
+    command: Option<String>,
+    /// With -o FILE: write under the fixed name .FILE.ethbcast.part next to FILE, and keep
+    /// it when the transfer does not complete (interrupted, evicted, the sender gone). The
+    /// next `recv --resume -o FILE` offers what it holds to the sender: the sender reads its
+    /// input file and, if the bytes' digest matches, starts its broadcast at the smallest
+    /// offset every receiver holds (at 0 if a receiver holds nothing or other bytes;
+    /// after `send --only-failed`, where the failed receivers stopped). The whole file's
+    /// digest is checked before it is renamed into place; one that does not match is
+    /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
+    #[arg(long, requires = "output")]
+    resume: bool,
+    /// Give up after this many seconds without any frame from the sender, or without the
+    /// output (file, stdout, -O command) taking any data; inf: never.
+    #[arg(long, default_value = "30", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Seconds to wait for a sender to start (exit 3 if none does); inf: no limit.
+    #[arg(long, default_value = "3600", value_parser = parse_duration)]
+    wait: Duration,
+    /// Take the transfer only from the sender with this MAC (its roster alone). Without a
+    /// key a MAC can be forged: this keeps out other senders by mistake, not by attack.
+    #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+    from: Option<ethbcast::MacAddr>,
+    /// Once the link is open, run as this user (its groups too): the output file and the
+    /// -O command get that user's rights, not root's. Needs root (or CAP_SETUID and
+    /// CAP_SETGID).
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
+    /// Refuse a stream larger than this (e.g. 500M, 64GiB, 500MB; K, M, G, T are binary, KB,
+    /// MB, GB, TB decimal): at its header when it announces its size, else as soon as its data passes the limit; the output is
+    /// then discarded (exit 1). A stream is refused in any case when its data runs past the
+    /// size it announced. inf: no limit.
+    #[arg(long, default_value = "inf", value_parser = parse_max_bytes)]
+    max_bytes: MaxBytes,
+    /// No messages on stderr but warnings (RUST_LOG=error hides those too).
+    #[arg(long)]
+    quiet: bool,
+    /// Print the outcome as JSON on stderr (stdout may carry the data), with the counters.
+    #[arg(long)]
+    json: bool,
+    /// Write this receiver's state and counters as JSON to this file every second and at
+    /// the end (each time whole: a temporary file renamed over it), for monitoring.
+    #[arg(long, value_name = "PATH")]
+    status_file: Option<PathBuf>,
+}
+
+/// `ethbcast doctor`'s options.
+#[derive(Args)]
+struct DoctorCmd {
+    /// Network interface.
+    #[arg(long)]
+    iface: String,
+    /// Link backend to check: ring, socket, pnet or xdp.
+    #[arg(long, default_value = "ring")]
+    backend: Backend,
+    /// Also probe the hosts of this file (as `send --hostfile` reads it), each running
+    /// `ethbcast doctor --listen`: one line per host and check (a broadcast reaches it;
+    /// its MTU against this host's, and whether a frame of this host's MTU reaches it; the
+    /// group's multicast address reaches it).
+    #[arg(long, conflicts_with = "listen")]
+    hostfile: Option<PathBuf>,
+    /// How long to probe the hosts of --hostfile (less when all answered), e.g. 2s.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    probe_wait: Duration,
+    /// After this host's checks (exit 1 if one fails), answer the probes of `ethbcast
+    /// doctor --hostfile` run on another host, until Ctrl-C or SIGTERM.
+    #[arg(long)]
+    listen: bool,
+    /// The group id whose multicast address is probed (as given to send and recv).
+    #[arg(long, default_value_t = DEFAULT_GROUP_ID, value_parser = parse_group)]
+    group_id: u32,
+    /// The group address probed: derived, broadcast or a multicast MAC (as given to send and
+    /// recv).
+    #[arg(long, default_value = "derived")]
+    group_address: ethbcast::GroupAddress,
+    /// Print the checks as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Group key file (as given to send and recv): probes and answers then carry keyed tags,
+    /// so a listener answers only probes of this key, the prober takes only answers of it, and
+    /// each host of --hostfile is checked to hold the same key.
+    #[arg(long, env = "ETHBCAST_KEY_FILE")]
+    key_file: Option<PathBuf>,
 }
 
 fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
@@ -410,285 +422,251 @@ fn main() -> ExitCode {
     // the heap, not mapped, faulted in and zeroed afresh each time. Measured on 8 receivers of
     // 256 MiB: 15.4 CPU s/GiB with it, 16.6 without.
     ethbcast_sys::alloc::keep_freed_memory(ethbcast_sys::alloc::MAX_KEPT_BLOCK);
-    match cli.cmd {
-        Cmd::Send {
-            common,
-            input,
-            receivers,
-            hostfile,
-            only_failed,
-            min_receivers,
-            max_wait,
-            max_rate,
-            digest,
-            chunk,
-            wait,
-            timeout,
-            report_wait,
-            quiet,
-            json,
-            status_file,
-        } => {
-            let expect = match (receivers, hostfile.or(only_failed.clone())) {
-                (Some(0), _) => {
-                    return fail(Fatal::new(
-                        distribute::EXIT_USAGE,
-                        "--receivers must be at least 1",
-                    ))
-                }
-                (Some(n), _) => Expect::Count(n),
-                (None, Some(p)) => {
-                    let text = match std::fs::read_to_string(&p) {
-                        Ok(t) => t,
-                        Err(e) => {
-                            return fail(Fatal::io(format!("cannot read {}: {e}", p.display())))
-                        }
-                    };
-                    let hosts = match &only_failed {
-                        Some(_) => send::failed_hosts(&text)
-                            .map_err(|e| format!("--only-failed {}: {e}", p.display())),
-                        None => ethbcast::parse_hostfile(&text).map_err(|e| e.to_string()),
-                    };
-                    match hosts {
-                        Ok(l) => Expect::List(l),
-                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e)),
-                    }
-                }
-                (None, None) => unreachable!("clap requires one"),
-            };
-            let settle = match (min_receivers, max_wait) {
-                (Some(min), Some(after)) if (1..=expect.len()).contains(&min) => {
-                    Some(ethbcast::Settle { min, after })
-                }
-                (Some(min), Some(_)) => {
-                    return fail(Fatal::new(
-                        distribute::EXIT_USAGE,
-                        format!(
-                            "--min-receivers {min}: must be 1..={} (the receivers expected)",
-                            expect.len()
-                        ),
-                    ))
-                }
-                _ => None,
-            };
-            let link = match link_opts(&common, WaitMode::Adaptive) {
-                Ok(l) => l,
-                Err(f) => return fail(f),
-            };
-            if common.insecure && !quiet {
-                eprintln!("{}", distribute::INSECURE_WARNING);
-            }
-            let args = send::SendArgs {
-                link,
-                input,
-                expect,
-                settle,
-                digest,
-                max_rate,
-                chunk,
-                wait,
-                timeout,
-                report_wait,
-                quiet,
-                status_file,
-            };
-            match send::run(&args) {
-                Ok(r) => {
-                    eprint!("{}", r.render());
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::to_string_pretty(&r).expect("report serialises")
-                        );
-                    }
-                    ExitCode::from(send::exit_code(&r))
-                }
-                Err(f) => fail(f),
-            }
-        }
-        Cmd::Recv {
-            common,
-            output,
-            command,
-            resume,
-            timeout,
-            wait,
-            from,
-            user,
-            max_bytes,
-            quiet,
-            json,
-            status_file,
-        } => {
-            let out = match (output, command) {
-                (Some(p), _) => recv::Output::File(p),
-                (None, Some(c)) => recv::Output::Command(c),
-                (None, None) => recv::Output::Stdout,
-            };
-            let mut link = match link_opts(&common, WaitMode::Doze) {
-                Ok(l) => l,
-                Err(f) => return fail(f),
-            };
-            link.stream.root = from;
-            if common.insecure && !quiet {
-                eprintln!("{}", distribute::INSECURE_WARNING);
-                if from.is_none() {
-                    eprintln!("ethbcast: warning: and without --from, any host that answers first is taken as the sender");
-                }
-            }
-            let args = recv::RecvArgs {
-                link,
-                user,
-                output: out,
-                timeout,
-                wait,
-                max_bytes: max_bytes.0,
-                quiet,
-                resume,
-                status_file,
-            };
-            match recv::run(&args) {
-                Ok(r) => {
-                    if !r.ok {
-                        eprintln!("ethbcast: error: {}", r.error);
-                    } else if !quiet {
-                        eprintln!(
-                            "ethbcast: rank {}: {} bytes received and verified in {:.2} s",
-                            r.rank, r.bytes, r.seconds
-                        );
-                    }
-                    if json {
-                        eprintln!("{}", serde_json::to_string(&r).expect("report serialises"));
-                    }
-                    ExitCode::from(r.code)
-                }
-                Err(f) => fail(f),
-            }
-        }
-        Cmd::Doctor {
-            iface,
-            backend,
-            hostfile,
-            probe_wait,
-            listen,
-            group_id,
-            group_address,
-            json,
-            key_file,
-        } => {
-            use ethbcast_tools::doctor::{self, hosts, Status};
-            let key = match key_file.map(|p| distribute::read_key_file(&p, group_id)) {
-                Some(Ok(k)) => Some(k),
-                Some(Err(f)) => return fail(f),
-                None => None,
-            };
-            let hostfile = match hostfile {
-                Some(p) => match std::fs::read_to_string(&p) {
-                    Ok(t) => match ethbcast::parse_hostfile(&t) {
-                        Ok(h) => Some(h),
-                        Err(e) => return fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
-                    },
-                    Err(e) => return fail(Fatal::io(format!("cannot read {}: {e}", p.display()))),
-                },
-                None => None,
-            };
-            let mut checks = doctor::run(
-                &iface,
-                backend,
-                distribute::DEFAULT_WINDOW + distribute::RETAINED,
-            );
-            let group = group_address.mac(group_id);
-            let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
-            match (&hostfile, failed(&checks)) {
-                (Some(h), false) => {
-                    let backend = backend.resolve().unwrap_or(backend);
-                    checks.extend(hosts::check(
-                        &iface,
-                        backend,
-                        group,
-                        h,
-                        probe_wait,
-                        key.as_ref(),
-                    ));
-                }
-                (Some(h), true) => checks.push(hosts::not_probed(h.len())),
-                (None, _) => {}
-            }
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&checks).expect("checks serialise")
-                );
-            } else {
-                for c in &checks {
-                    println!("{}", c.render());
-                }
-            }
-            if failed(&checks) {
-                return ExitCode::from(distribute::EXIT_FAILED);
-            }
-            if listen {
-                let backend = backend.resolve().unwrap_or(backend);
-                let mut l = match hosts::Listener::open(&iface, backend, group, key.as_ref()) {
-                    Ok(l) => l,
-                    Err(e) => return fail(distribute::link_error(&iface, e)),
-                };
-                if let Err(f) = distribute::drop_capabilities() {
-                    return fail(f);
-                }
-                let stop = distribute::interrupt_flag();
-                eprintln!(
-                    "ethbcast: answering probes on {iface} ({}), group address {group}, {}; Ctrl-C to stop",
-                    l.mac(),
-                    if key.is_some() {
-                        "those of the key only"
-                    } else {
-                        "without a key (answers not authenticated)"
-                    }
-                );
-                match l.run(&stop) {
-                    Ok(n) => eprintln!(
-                        "ethbcast: answered {} probes; dropped {} from group addresses, {} unauthenticated, {} over the rate",
-                        n.answered, n.group_sources, n.unauthenticated, n.limited
-                    ),
-                    Err(e) => return fail(distribute::link_error(&iface, e)),
-                }
-            }
-            ExitCode::SUCCESS
-        }
-        Cmd::Keygen { file, passphrase } => {
-            let written = if passphrase {
-                let mut line = zeroize::Zeroizing::new(String::new());
-                if let Err(e) = std::io::stdin().read_line(&mut line) {
-                    return fail(Fatal::io(format!("cannot read the passphrase: {e}")));
-                }
-                ethbcast::write_new_passphrase(&file, &line)
-            } else {
-                ethbcast::write_new_key(&file)
-            };
-            match written {
-                Ok(()) => {
-                    eprintln!(
-                        "ethbcast: wrote a new group key to {} (mode 0600): copy it to every host and pass --key-file {}",
-                        file.display(),
-                        file.display()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e @ ethbcast::KeyFileError::Io { .. }) => fail(Fatal::io(e.to_string())),
-                Err(e) => fail(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
-            }
-        }
+    let done = match cli.cmd {
+        Cmd::Send(c) => send_cmd(c),
+        Cmd::Recv(c) => recv_cmd(c),
+        Cmd::Doctor(c) => doctor_cmd(c),
+        Cmd::Keygen { file, passphrase } => keygen(&file, passphrase),
         Cmd::GenerateAssets { out } => {
             match ethbcast_tools::packaging::generate(Cli::command(), &out) {
                 Ok(files) => {
                     for f in files {
                         println!("{}", f.display());
                     }
-                    ExitCode::SUCCESS
+                    Ok(ExitCode::SUCCESS)
                 }
-                Err(e) => fail(Fatal::io(format!("cannot write to {}: {e}", out.display()))),
+                Err(e) => Err(Fatal::io(format!("cannot write to {}: {e}", out.display()))),
             }
         }
+    };
+    done.unwrap_or_else(fail)
+}
+
+/// Whom `send` waits for: `--receivers N`, the hosts of `--hostfile`, or those a report of
+/// `--only-failed` lists.
+fn expect(c: &SendCmd) -> Result<Expect, Fatal> {
+    let p = match (c.receivers, c.hostfile.as_ref().or(c.only_failed.as_ref())) {
+        (Some(0), _) => {
+            return Err(Fatal::new(
+                distribute::EXIT_USAGE,
+                "--receivers must be at least 1",
+            ))
+        }
+        (Some(n), _) => return Ok(Expect::Count(n)),
+        (None, Some(p)) => p,
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| Fatal::io(format!("cannot read {}: {e}", p.display())))?;
+    let hosts = match &c.only_failed {
+        Some(_) => {
+            send::failed_hosts(&text).map_err(|e| format!("--only-failed {}: {e}", p.display()))
+        }
+        None => ethbcast::parse_hostfile(&text).map_err(|e| e.to_string()),
+    };
+    hosts
+        .map(Expect::List)
+        .map_err(|e| Fatal::new(distribute::EXIT_USAGE, e))
+}
+
+/// `ethbcast send`.
+fn send_cmd(c: SendCmd) -> Result<ExitCode, Fatal> {
+    let expect = expect(&c)?;
+    let settle = match (c.min_receivers, c.max_wait) {
+        (Some(min), Some(after)) if (1..=expect.len()).contains(&min) => {
+            Some(ethbcast::Settle { min, after })
+        }
+        (Some(min), Some(_)) => {
+            return Err(Fatal::new(
+                distribute::EXIT_USAGE,
+                format!(
+                    "--min-receivers {min}: must be 1..={} (the receivers expected)",
+                    expect.len()
+                ),
+            ))
+        }
+        _ => None,
+    };
+    let link = link_opts(&c.common, WaitMode::Adaptive)?;
+    if c.common.insecure && !c.quiet {
+        eprintln!("{}", distribute::INSECURE_WARNING);
+    }
+    let args = send::SendArgs {
+        link,
+        input: c.input,
+        expect,
+        settle,
+        digest: c.digest,
+        max_rate: c.max_rate,
+        chunk: c.chunk,
+        wait: c.wait,
+        timeout: c.timeout,
+        report_wait: c.report_wait,
+        quiet: c.quiet,
+        status_file: c.status_file,
+    };
+    let r = send::run(&args)?;
+    eprint!("{}", r.render());
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).expect("report serialises")
+        );
+    }
+    Ok(ExitCode::from(send::exit_code(&r)))
+}
+
+/// `ethbcast recv`.
+fn recv_cmd(c: RecvCmd) -> Result<ExitCode, Fatal> {
+    let out = match (c.output, c.command) {
+        (Some(p), _) => recv::Output::File(p),
+        (None, Some(c)) => recv::Output::Command(c),
+        (None, None) => recv::Output::Stdout,
+    };
+    let mut link = link_opts(&c.common, WaitMode::Doze)?;
+    link.stream.root = c.from;
+    if c.common.insecure && !c.quiet {
+        eprintln!("{}", distribute::INSECURE_WARNING);
+        if c.from.is_none() {
+            eprintln!("ethbcast: warning: and without --from, any host that answers first is taken as the sender");
+        }
+    }
+    let args = recv::RecvArgs {
+        link,
+        user: c.user,
+        output: out,
+        timeout: c.timeout,
+        wait: c.wait,
+        max_bytes: c.max_bytes.0,
+        quiet: c.quiet,
+        resume: c.resume,
+        status_file: c.status_file,
+    };
+    let r = recv::run(&args)?;
+    if !r.ok {
+        eprintln!("ethbcast: error: {}", r.error);
+    } else if !c.quiet {
+        eprintln!(
+            "ethbcast: rank {}: {} bytes received and verified in {:.2} s",
+            r.rank, r.bytes, r.seconds
+        );
+    }
+    if c.json {
+        eprintln!("{}", serde_json::to_string(&r).expect("report serialises"));
+    }
+    Ok(ExitCode::from(r.code))
+}
+
+/// `ethbcast doctor`.
+fn doctor_cmd(c: DoctorCmd) -> Result<ExitCode, Fatal> {
+    use ethbcast_tools::doctor::{self, hosts, Status};
+    let hostfile = match &c.hostfile {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .map_err(|e| Fatal::io(format!("cannot read {}: {e}", p.display())))?;
+            let h = ethbcast::parse_hostfile(&t)
+                .map_err(|e| Fatal::new(distribute::EXIT_USAGE, e.to_string()))?;
+            Some(h)
+        }
+        None => None,
+    };
+    let key = match &c.key_file {
+        Some(p) => Some(distribute::read_key_file(p, c.group_id)?),
+        None => None,
+    };
+    let iface = &c.iface;
+    let mut checks = doctor::run(
+        iface,
+        c.backend,
+        distribute::DEFAULT_WINDOW + distribute::RETAINED,
+    );
+    let group = c.group_address.mac(c.group_id);
+    let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
+    match (&hostfile, failed(&checks)) {
+        (Some(h), false) => {
+            let backend = c.backend.resolve().unwrap_or(c.backend);
+            checks.extend(hosts::check(
+                iface,
+                backend,
+                group,
+                h,
+                c.probe_wait,
+                key.as_ref(),
+            ));
+        }
+        (Some(h), true) => checks.push(hosts::not_probed(h.len())),
+        (None, _) => {}
+    }
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&checks).expect("checks serialise")
+        );
+    } else {
+        for c in &checks {
+            println!("{}", c.render());
+        }
+    }
+    if failed(&checks) {
+        return Ok(ExitCode::from(distribute::EXIT_FAILED));
+    }
+    if c.listen {
+        listen(iface, c.backend, group, key.as_ref())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ethbcast doctor --listen`: answers probes (those of `key` only, with one) until Ctrl-C.
+fn listen(
+    iface: &str,
+    backend: Backend,
+    group: ethbcast::MacAddr,
+    key: Option<&ethbcast::Key>,
+) -> Result<(), Fatal> {
+    use ethbcast_tools::doctor::hosts;
+    let backend = backend.resolve().unwrap_or(backend);
+    let mut l = hosts::Listener::open(iface, backend, group, key)
+        .map_err(|e| distribute::link_error(iface, e))?;
+    distribute::drop_capabilities()?;
+    let stop = distribute::interrupt_flag();
+    let keyed = if key.is_some() {
+        "those of the key only"
+    } else {
+        "without a key (answers not authenticated)"
+    };
+    eprintln!(
+        "ethbcast: answering probes on {iface} ({}), group address {group}, {keyed}; Ctrl-C to stop",
+        l.mac()
+    );
+    let n = l.run(&stop).map_err(|e| distribute::link_error(iface, e))?;
+    eprintln!(
+        "ethbcast: answered {} probes; dropped {} from group addresses, {} unauthenticated, {} over the rate",
+        n.answered, n.group_sources, n.unauthenticated, n.limited
+    );
+    Ok(())
+}
+
+/// `ethbcast keygen`.
+fn keygen(file: &std::path::Path, passphrase: bool) -> Result<ExitCode, Fatal> {
+    let written = if passphrase {
+        let mut line = zeroize::Zeroizing::new(String::new());
+        if let Err(e) = std::io::stdin().read_line(&mut line) {
+            return Err(Fatal::io(format!("cannot read the passphrase: {e}")));
+        }
+        ethbcast::write_new_passphrase(file, &line)
+    } else {
+        ethbcast::write_new_key(file)
+    };
+    match written {
+        Ok(()) => {
+            eprintln!(
+                "ethbcast: wrote a new group key to {} (mode 0600): copy it to every host and pass --key-file {}",
+                file.display(),
+                file.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ ethbcast::KeyFileError::Io { .. }) => Err(Fatal::io(e.to_string())),
+        Err(e) => Err(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
     }
 }

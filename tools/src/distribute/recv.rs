@@ -190,6 +190,21 @@ struct RecvStatus<'a> {
     counters: RecvCounters,
 }
 
+impl RecvStatus<'static> {
+    /// Before the join.
+    fn waiting() -> RecvStatus<'static> {
+        RecvStatus {
+            state: "waiting",
+            rank: 0,
+            bytes: 0,
+            total: None,
+            seconds: 0.0,
+            error: "",
+            counters: RecvCounters::default(),
+        }
+    }
+}
+
 enum Sink {
     /// Written in place, under its name (for errors): standard output, through its own
     /// descriptor (`std::io::Stdout` is line-buffered and split every write at its last
@@ -1186,8 +1201,6 @@ fn await_writer(
     Ok(())
 }
 
-/// Runs `ethbcast recv`. Returns the report (its `code` is the exit code) or a fatal error
-/// that happened before the transfer began.
 /// The longest message a receiver limited to `max_bytes` of data takes: a data message of
 /// them all (after its one-byte type), and never less than the stream's other messages need.
 fn longest_message(max_bytes: u64) -> usize {
@@ -1197,11 +1210,43 @@ fn longest_message(max_bytes: u64) -> usize {
         .max(OTHERS)
 }
 
+/// Runs `ethbcast recv`, its steps in order: [`open`], [`join`], [`Receiving::start`],
+/// [`Receiving::run`], [`Receiving::report`]. Returns the report (its `code` is the exit code)
+/// or a fatal error that happened before the transfer began.
 pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
+    let opened = open(a)?;
+    let (setup, node) = join(a, opened)?;
+    let mut r = Receiving::start(a, setup, node);
+    let outcome = r.run();
+    Ok(r.report(outcome))
+}
+
+/// A receiver's link, open, before the join.
+pub struct Opened {
+    link: Box<dyn ethbcast::Link + Send>,
+    setup: Setup,
+}
+
+/// A receiver's output, open, its status file and its interruption flag.
+pub struct Setup {
+    /// The link has room for frames the receiver keeps in it (see
+    /// `LinkOptions::open_receiving`).
+    retaining: bool,
+    /// The output, discarded unless committed, whatever way the receiver ends.
+    guard: Guard,
+    /// Bytes the output took (see [`Counted`]).
+    output_took: Arc<AtomicU64>,
+    status: Option<super::StatusFile>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Step 1: opens the link; becomes `--user`, drops every capability; opens the output and
+/// the status file.
+pub fn open(a: &RecvArgs) -> Result<Opened, Fatal> {
     // Decided before the output is opened (the link needs the capabilities dropped below);
     // `Sink::direct` checks the output itself.
     let retaining = null_output(&a.output);
-    let lnk = a
+    let link = a
         .link
         .open_receiving(retaining)
         .map_err(|e| super::link_error(&a.link.iface, e))?;
@@ -1214,190 +1259,240 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
     super::drop_capabilities()?;
     let stop = super::interrupt_flag();
     let output_took = Arc::new(AtomicU64::new(0));
-    let mut guard = Guard(Sink::open(&a.output, &output_took, a.resume)?);
-    let sink = &mut guard.0;
-    let status_at = |state, rank, bytes, total, seconds, error, counters| RecvStatus {
-        state,
-        rank,
-        bytes,
-        total,
-        seconds,
-        error,
-        counters,
-    };
-    let mut status = match &a.status_file {
-        Some(p) => Some(super::StatusFile::create(
-            p,
-            &status_at("waiting", 0, 0, None, 0.0, "", RecvCounters::default()),
-        )?),
+    let guard = Guard(Sink::open(&a.output, &output_took, a.resume)?);
+    let status = match &a.status_file {
+        Some(p) => Some(super::StatusFile::create(p, &RecvStatus::waiting())?),
         None => None,
     };
-    let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
             "ethbcast: {} ({}) waiting for a sender, group {:#x}",
-            a.link.iface, me, a.link.stream.group_id
+            a.link.iface,
+            link.local_mac(),
+            a.link.stream.group_id
         );
     }
+    Ok(Opened {
+        link,
+        setup: Setup {
+            retaining,
+            guard,
+            output_took,
+            status,
+            stop,
+        },
+    })
+}
+
+/// Step 2: waits for a sender whose roster names this host ([`LinkOptions::join`]).
+pub fn join(a: &RecvArgs, o: Opened) -> Result<(Setup, Stream), Fatal> {
     // No message longer than `--max-bytes` allows is reserved or kept: its frames are
     // dropped as they come (see `StreamOptions::max_message`) and the transfer refused.
     let mut link = a.link.clone();
     if let Some(max) = a.max_bytes {
         link.stream.max_message = longest_message(max).min(link.stream.max_message);
     }
-    let mut node = link.join(lnk, Role::Receiver, a.wait, &stop)?;
-    let rank = node.rank();
-    // The digest is taken as the engine consumes the sender's frames (see `PieceDigest`).
-    let seen = Arc::new(Mutex::new(Hashed::default()));
-    let shared = seen.clone();
-    // Written straight from the link's frames where both allow it (see `super::direct`).
-    let failure = direct::Failure::default();
-    let out = if node.link_holds_frames() {
-        sink.direct()
-    } else {
-        None
-    };
-    let direct = out.is_some();
-    if let Some((out, what)) = out {
-        node.keep_at_most(Rank::new(0), direct::KEEP);
-        // Frames behind a gap wait for it in the ring, not in copies (see `super::direct`),
-        // where the ring was opened with room for them.
-        if retaining {
-            node.leave_in_link(Rank::new(0), super::RETAINED);
-        }
-        node.observe(
-            Rank::new(0),
-            Box::new(direct::Direct::new(
-                out,
-                what,
-                a.max_bytes,
-                shared,
-                failure.clone(),
-                output_took.clone(),
-            )),
-        );
-    } else {
-        let mut digest = PieceDigest::new();
-        node.observe(
-            Rank::new(0),
-            Box::new(move |p: &Piece<'_>| {
-                digest.piece(p);
-                if p.offset + p.bytes.len() == p.msg_len {
-                    // What this loop looks at, the trailer or a failure, comes after a
-                    // message ends: the result is shared once a message, not locked once a
-                    // frame (a lock and an unlock per frame were half the observer's samples).
-                    *lock(&shared) = Hashed::of(&digest);
-                }
-            }),
-        );
-    }
-    // The direct observer's failure (an output that refused a write, data past a limit).
-    let direct_failed = || failure.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let node = link.join(o.link, Role::Receiver, a.wait, &o.setup.stop)?;
+    Ok((o.setup, node))
+}
 
-    let start = Instant::now();
-    let mut writer: Option<Writer> = None;
-    // What this receiver accepts of the stream, from the header on.
-    let mut budget: Option<Budget> = None;
-    // Why the writer stopped before the trailer (it returns its own error from `finish`).
-    let writer_failed = |w: &mut Writer| -> Fatal {
-        match w.finish(Duration::from_secs(2)) {
-            Some(Written { result: Err(e), .. }) => e,
-            _ => Fatal::new(EXIT_FAILED, "the writer stopped"),
+/// Why the writer stopped before the trailer (it returns its own error from `finish`).
+fn writer_failed(w: &mut Writer) -> Fatal {
+    match w.finish(Duration::from_secs(2)) {
+        Some(Written { result: Err(e), .. }) => e,
+        _ => Fatal::new(EXIT_FAILED, "the writer stopped"),
+    }
+}
+
+/// Queues `job` for the writer ([`Writer::push`]), waiting at most `patience` for an output
+/// that takes no data.
+fn push(w: &mut Writer, job: Job, stop: &AtomicBool, patience: Duration) -> Result<(), Fatal> {
+    match w.push(job, stop, patience) {
+        Pushed::Queued => Ok(()),
+        Pushed::Stopped => Err(writer_failed(w)),
+        Pushed::Interrupted => Err(interrupted()),
+        Pushed::Stalled => Err(stalled(patience)),
+    }
+}
+
+/// Steps 3 and 4: the transfer, from the sender's header to its trailer and the output's
+/// commit.
+pub struct Receiving<'a> {
+    a: &'a RecvArgs,
+    node: Stream,
+    rank: Rank,
+    setup: Setup,
+    /// What the engine consumed of the stream (see `PieceDigest`).
+    seen: Arc<Mutex<Hashed>>,
+    /// Written straight from the link's frames (see `super::direct`), and the direct
+    /// observer's failure (an output that refused a write, data past a limit).
+    direct: bool,
+    failure: direct::Failure,
+    start: Instant,
+    writer: Option<Writer>,
+    /// What this receiver accepts of the stream, from the header on.
+    budget: Option<Budget>,
+    /// Only frames of this transfer from the sender count as hearing from it (not frames of
+    /// other groups on the segment, nor garbage).
+    heard_since: Instant,
+    written: Option<Written>,
+    /// The offer (see `Offer`): waiting for the writer's answer, then what it said was held.
+    offer_pending: bool,
+    told_alive: Option<Instant>,
+    offered: Option<u64>,
+    /// The sender's start (see `Msg::Start`): where its data begins.
+    resumed: Option<u64>,
+    /// The output's content is wrong (not only incomplete): a partial output is removed.
+    spoilt: bool,
+    /// The header's total, and the progress bar from the header on.
+    announced: Option<u64>,
+    pb: Option<indicatif::ProgressBar>,
+    pb_told: Option<Instant>,
+}
+
+impl<'a> Receiving<'a> {
+    /// Step 3: watches the sender's data as the engine consumes it: its digest, and where
+    /// both allow it, the output written straight from the link's frames.
+    pub fn start(a: &'a RecvArgs, setup: Setup, mut node: Stream) -> Receiving<'a> {
+        let rank = node.rank();
+        let seen = Arc::new(Mutex::new(Hashed::default()));
+        let shared = seen.clone();
+        let failure = direct::Failure::default();
+        let out = if node.link_holds_frames() {
+            setup.guard.0.direct()
+        } else {
+            None
+        };
+        let direct = out.is_some();
+        if let Some((out, what)) = out {
+            node.keep_at_most(SENDER, direct::KEEP);
+            // Frames behind a gap wait for it in the ring, not in copies (see
+            // `super::direct`), where the ring was opened with room for them.
+            if setup.retaining {
+                node.leave_in_link(SENDER, super::RETAINED);
+            }
+            node.observe(
+                SENDER,
+                Box::new(direct::Direct::new(
+                    out,
+                    what,
+                    a.max_bytes,
+                    shared,
+                    failure.clone(),
+                    setup.output_took.clone(),
+                )),
+            );
+        } else {
+            let mut digest = PieceDigest::new();
+            node.observe(
+                SENDER,
+                Box::new(move |p: &Piece<'_>| {
+                    digest.piece(p);
+                    if p.offset + p.bytes.len() == p.msg_len {
+                        // What this loop looks at, the trailer or a failure, comes after a
+                        // message ends: the result is shared once a message, not locked once
+                        // a frame (a lock and an unlock per frame were half the observer's
+                        // samples).
+                        *lock(&shared) = Hashed::of(&digest);
+                    }
+                }),
+            );
         }
-    };
-    // Only frames of this transfer from the sender count as hearing from it (not frames of
-    // other groups on the segment, nor garbage).
-    let heard_since = Instant::now();
-    let mut written: Option<Written> = None;
-    // The offer (see `Offer`): waiting for the writer's answer, then what it said was held.
-    let mut offer_pending = false;
-    let mut told_alive: Option<Instant> = None;
-    let mut offered: Option<u64> = None;
-    // The sender's start (see `Msg::Start`): where its data begins.
-    let mut resumed: Option<u64> = None;
-    // The output's content is wrong (not only incomplete): a partial output is removed.
-    let mut spoilt = false;
-    // The header's total, and the progress bar from the header on.
-    let mut announced: Option<u64> = None;
-    let mut pb: Option<indicatif::ProgressBar> = None;
-    let mut pb_told: Option<Instant> = None;
-    let outcome: Result<(), Fatal> = 'run: loop {
-        if stop.load(Ordering::SeqCst) {
-            break 'run Err(interrupted());
+        Receiving {
+            a,
+            node,
+            rank,
+            setup,
+            seen,
+            direct,
+            failure,
+            start: Instant::now(),
+            writer: None,
+            budget: None,
+            heard_since: Instant::now(),
+            written: None,
+            offer_pending: false,
+            told_alive: None,
+            offered: None,
+            resumed: None,
+            spoilt: false,
+            announced: None,
+            pb: None,
+            pb_told: None,
         }
-        if let Some(w) = writer.as_mut() {
-            if w.stopped() {
-                break 'run Err(writer_failed(w));
+    }
+
+    /// Step 4: receives until the output is committed (`Ok`) or the transfer fails here.
+    pub fn run(&mut self) -> Result<(), Fatal> {
+        loop {
+            self.tick()?;
+            while let Some(ev) = self.node.poll_event() {
+                if self.on_event(ev)? {
+                    return Ok(());
+                }
             }
         }
-        if let Err(e) = node.turn(Duration::from_millis(20)) {
-            break 'run Err(e.into());
+    }
+
+    /// The direct observer's failure, if it had one.
+    fn direct_failed(&self) -> Option<Fatal> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// One turn of the link, and everything checked once a turn: an interruption, the
+    /// writer, limits, progress, the status file, the offer, the sender's silence.
+    fn tick(&mut self) -> Result<(), Fatal> {
+        let a = self.a;
+        if self.setup.stop.load(Ordering::SeqCst) {
+            return Err(interrupted());
         }
-        if let Some(max) = a.max_bytes.filter(|_| node.stats().drops.too_long > 0) {
-            break 'run Err(Fatal::new(
+        if let Some(w) = self.writer.as_mut() {
+            if w.stopped() {
+                return Err(writer_failed(w));
+            }
+        }
+        self.node.turn(Duration::from_millis(20))?;
+        if let Some(max) = a.max_bytes.filter(|_| self.node.stats().drops.too_long > 0) {
+            return Err(Fatal::new(
                 EXIT_FAILED,
                 format!("the sender sent a message longer than --max-bytes {max} allows: refused"),
             ));
         }
-        if let Some(e) = direct.then(direct_failed).flatten() {
-            break 'run Err(e);
+        if let Some(e) = self.direct.then(|| self.direct_failed()).flatten() {
+            return Err(e);
         }
-        let held = lock(&seen).bytes + resumed.unwrap_or(0);
-        if let Some(pb) = pb.as_ref() {
-            pb.set_position(held);
-            if pb_told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
-                pb.set_message(format!("{} repairs asked", node.stats().nack_frames));
-                pb_told = Some(Instant::now());
-            }
-        }
-        if let Some(st) = status.as_mut() {
-            let c = RecvCounters::of(
-                &node,
-                held - resumed.unwrap_or(0),
-                resumed.unwrap_or(0),
-                output_took.load(Ordering::Relaxed),
-            );
-            let state = if writer.is_some() {
-                "receiving"
-            } else {
-                "waiting"
-            };
-            st.update(
-                &status_at(
-                    state,
-                    rank.get(),
-                    held,
-                    announced,
-                    start.elapsed().as_secs_f64(),
-                    "",
-                    c,
-                ),
-                false,
-            );
-        }
+        self.show_progress();
         // While the writer reads the partial output, the sender hears that this receiver is
         // alive (it waits for every offer).
-        if offer_pending && told_alive.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+        if self.offer_pending
+            && self
+                .told_alive
+                .is_none_or(|t| t.elapsed() >= PROGRESS_EVERY)
+        {
             let p = Progress {
                 took: 0,
                 all_taken: false,
             };
-            let _ = node.notice(Dest::Rank(Rank::new(0)), p.encode());
-            told_alive = Some(Instant::now());
+            let _ = self.node.notice(Dest::Rank(SENDER), p.encode());
+            self.told_alive = Some(Instant::now());
         }
-        if let (true, Some(o)) = (offer_pending, writer.as_ref().and_then(Writer::offer)) {
-            offer_pending = false;
-            offered = Some(o.held);
-            if let Err(e) = node.send_to(Rank::new(0), o.encode()) {
-                break 'run Err(e.into());
-            }
+        if let (true, Some(o)) = (
+            self.offer_pending,
+            self.writer.as_ref().and_then(Writer::offer),
+        ) {
+            self.offer_pending = false;
+            self.offered = Some(o.held);
+            self.node.send_to(SENDER, o.encode())?;
         }
-        let now = Instant::now();
-        let heard = node
-            .last_heard(Rank::new(0))
-            .map_or(heard_since, |t| t.max(heard_since));
-        if now.saturating_duration_since(heard) > a.timeout {
-            break 'run Err(Fatal::new(
+        let heard = self
+            .node
+            .last_heard(SENDER)
+            .map_or(self.heard_since, |t| t.max(self.heard_since));
+        if Instant::now().saturating_duration_since(heard) > a.timeout {
+            return Err(Fatal::new(
                 EXIT_FAILED,
                 format!(
                     "nothing heard from the sender for {:.0} s: giving up",
@@ -1405,290 +1500,325 @@ pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
                 ),
             ));
         }
-        while let Some(ev) = node.poll_event() {
-            match ev {
-                Event::Delivered(Message {
-                    root: SENDER, data, ..
-                }) => match Msg::decode(data) {
-                    Ok(Msg::Header { total, digest, .. }) if writer.is_none() => {
-                        // Before the output starts: a stream refused here never runs a
-                        // command or writes a byte.
-                        match Budget::new(total, a.max_bytes) {
-                            Ok(b) => budget = Some(b),
-                            Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e.to_string())),
-                        }
-                        if !a.quiet {
-                            eprintln!(
-                                "ethbcast: rank {rank}: receiving {}",
-                                total.map_or("a stream".into(), |t| format!("{t} bytes"))
-                            );
-                        }
-                        announced = total;
-                        pb = Some(super::send::progress_bar(total, a.quiet));
-                        if let Err(e) = sink.start() {
-                            break 'run Err(e);
-                        }
-                        let partial = matches!(sink, Sink::File { keep: true, .. });
-                        let out = std::mem::replace(sink, Sink::Done);
-                        let mut w = match Writer::spawn(out, output_took.clone()) {
-                            Ok(w) => w,
-                            Err(e) => break 'run Err(e),
-                        };
-                        // What this receiver holds of the stream already, for the sender's
-                        // start: a partial output's (once the writer read it), else nothing.
-                        match (partial, total) {
-                            (true, Some(limit)) => {
-                                match w.push(
-                                    Job::Offer {
-                                        algo: digest,
-                                        limit,
-                                    },
-                                    &stop,
-                                    a.timeout,
-                                ) {
-                                    Pushed::Queued => offer_pending = true,
-                                    Pushed::Stopped => break 'run Err(writer_failed(&mut w)),
-                                    Pushed::Interrupted => break 'run Err(interrupted()),
-                                    Pushed::Stalled => break 'run Err(stalled(a.timeout)),
-                                }
-                            }
-                            _ => {
-                                offered = Some(0);
-                                let none = Offer {
-                                    held: 0,
-                                    digest: [0; 32],
-                                };
-                                if let Err(e) = node.send_to(Rank::new(0), none.encode()) {
-                                    break 'run Err(e.into());
-                                }
-                            }
-                        }
-                        writer = Some(w);
-                    }
-                    Ok(Msg::Start { offset }) if resumed.is_none() => {
-                        let (Some(w), Some(b)) = (writer.as_mut(), budget.as_mut()) else {
-                            break 'run Err(Fatal::new(
-                                EXIT_FAILED,
-                                "stream start before its header",
-                            ));
-                        };
-                        let held = offered.unwrap_or(0);
-                        if offset > held {
-                            break 'run Err(Fatal::new(
-                                EXIT_FAILED,
-                                format!("the sender starts at byte {offset}, this receiver holds {held} bytes of the stream"),
-                            ));
-                        }
-                        if let Err(e) = b.take(offset) {
-                            spoilt = true;
-                            break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
-                        }
-                        if offset > 0 && !a.quiet {
-                            let say = || {
-                                eprintln!(
-                                "ethbcast: rank {rank}: resuming at byte {offset} (the partial output's first {offset} bytes match the sender's input)"
-                            )
-                            };
-                            match pb.as_ref() {
-                                Some(pb) => pb.suspend(say),
-                                None => say(),
-                            }
-                        }
-                        match w.push(Job::Start(offset), &stop, a.timeout) {
-                            Pushed::Queued => {}
-                            Pushed::Stopped => break 'run Err(writer_failed(w)),
-                            Pushed::Interrupted => break 'run Err(interrupted()),
-                            Pushed::Stalled => break 'run Err(stalled(a.timeout)),
-                        }
-                        resumed = Some(offset);
-                    }
-                    Ok(Msg::Data(d)) => {
-                        let (Some(w), Some(b), Some(_)) =
-                            (writer.as_mut(), budget.as_mut(), resumed)
-                        else {
-                            break 'run Err(Fatal::new(
-                                EXIT_FAILED,
-                                "stream data before its header and start",
-                            ));
-                        };
-                        if direct {
-                            // Written by the observer, which keeps its own budget.
-                            continue;
-                        }
-                        if let Err(e) = b.take(d.bytes().len() as u64) {
-                            spoilt = true;
-                            break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
-                        }
-                        match w.push(Job::Data(d), &stop, a.timeout) {
-                            Pushed::Queued => {}
-                            Pushed::Stopped => break 'run Err(writer_failed(w)),
-                            Pushed::Interrupted => break 'run Err(interrupted()),
-                            Pushed::Stalled => break 'run Err(stalled(a.timeout)),
-                        }
-                    }
-                    Ok(Msg::Trailer { bytes, digest }) => {
-                        let (Some(w), Some(b)) = (writer.as_mut(), budget.as_ref()) else {
-                            break 'run Err(Fatal::new(
-                                EXIT_FAILED,
-                                "stream trailer before its header",
-                            ));
-                        };
-                        if let Err(e) = b.end(bytes) {
-                            spoilt = true;
-                            break 'run Err(Fatal::new(EXIT_FAILED, e.to_string()));
-                        }
-                        if direct {
-                            // Copies the engine handed over outside a batch go out now.
-                            node.flush_observer();
-                            if let Some(e) = direct_failed() {
-                                break 'run Err(e);
-                            }
-                            // Nothing else writes to the output in this mode.
-                            let n = output_took.load(Ordering::Relaxed);
-                            match w.push(Job::Direct(n), &stop, a.timeout) {
-                                Pushed::Queued => {}
-                                Pushed::Stopped => break 'run Err(writer_failed(w)),
-                                Pushed::Interrupted => break 'run Err(interrupted()),
-                                Pushed::Stalled => break 'run Err(stalled(a.timeout)),
-                            }
-                        }
-                        // Resumed: the data received is the rest of the stream, whose digest
-                        // the writer checks with the bytes the output kept.
-                        let from = resumed.unwrap_or(0);
-                        let checked = if from > 0 {
-                            check_count(&seen, from, bytes)
-                        } else {
-                            check_digest(&seen, bytes, &digest)
-                        };
-                        if let Err(e) = checked {
-                            spoilt = true;
-                            break 'run Err(e);
-                        }
-                        let job = Job::Verify {
-                            bytes,
-                            digest: (from > 0).then_some(digest),
-                        };
-                        match w.push(job, &stop, a.timeout) {
-                            Pushed::Queued => {}
-                            Pushed::Stopped => break 'run Err(writer_failed(w)),
-                            Pushed::Interrupted => break 'run Err(interrupted()),
-                            Pushed::Stalled => break 'run Err(stalled(a.timeout)),
-                        }
-                        if let Err(e) = await_writer(&mut node, w, bytes, &stop, a.timeout) {
-                            break 'run Err(e);
-                        }
-                        let done = w.finish(Duration::ZERO);
-                        let result = match &done {
-                            Some(d) => d.result.as_ref().map(|_| ()).map_err(Clone::clone),
-                            None => Err(Fatal::new(EXIT_FAILED, "the writer stopped")),
-                        };
-                        written = done;
-                        break 'run result;
-                    }
-                    Ok(Msg::Abort(why)) => {
-                        break 'run Err(Fatal::new(
-                            EXIT_INTERRUPTED,
-                            format!("the sender aborted the transfer ({why})"),
-                        ))
-                    }
-                    Ok(Msg::Header { .. }) => {
-                        break 'run Err(Fatal::new(EXIT_FAILED, "a second stream header"))
-                    }
-                    Ok(Msg::Start { .. }) => {
-                        break 'run Err(Fatal::new(EXIT_FAILED, "a second stream start"))
-                    }
-                    Err(e) => break 'run Err(Fatal::new(EXIT_FAILED, e)),
-                },
-                ev => {
-                    if let Some(f) = sender_verdict(&ev) {
-                        break 'run Err(f);
-                    }
-                }
+        Ok(())
+    }
+
+    /// Stream bytes this receiver holds (kept and received).
+    fn held(&self) -> u64 {
+        lock(&self.seen).bytes + self.resumed.unwrap_or(0)
+    }
+
+    /// The progress bar and the status file.
+    fn show_progress(&mut self) {
+        let held = self.held();
+        if let Some(pb) = self.pb.as_ref() {
+            pb.set_position(held);
+            if self.pb_told.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+                pb.set_message(format!("{} repairs asked", self.node.stats().nack_frames));
+                self.pb_told = Some(Instant::now());
             }
         }
-    };
-    let (ok, error, code) = match &outcome {
-        Ok(()) => (true, String::new(), super::EXIT_OK),
-        Err(f) => {
-            // Discard the output, wherever it is: still here, or with the writer (which
-            // may be stuck writing to a command that does not read: it is killed first).
-            // A partial output is kept for `--resume` unless what it holds is wrong.
-            if spoilt {
-                sink.discard();
+        if let Some(st) = self.setup.status.as_mut() {
+            let c = RecvCounters::of(
+                &self.node,
+                held - self.resumed.unwrap_or(0),
+                self.resumed.unwrap_or(0),
+                self.setup.output_took.load(Ordering::Relaxed),
+            );
+            let state = if self.writer.is_some() {
+                "receiving"
             } else {
-                sink.abort();
-            }
-            if let Some(w) = writer.as_mut() {
-                if !w.stopped() {
-                    w.abandon();
-                }
-                written = w.finish(Duration::from_millis(500));
-                if spoilt {
-                    w.handle.remove();
-                }
-            }
-            (false, f.msg.clone(), f.code)
-        }
-    };
-    if let Some(pb) = pb.take() {
-        pb.finish_and_clear();
-    }
-    let bytes = written.as_ref().map_or(0, |w| w.bytes);
-    let digest = match (&written, lock(&seen).digest) {
-        (Some(w), Some((algo, d))) => algo.render(&w.digest.unwrap_or(d)),
-        _ => String::new(),
-    };
-    // Tell the sender (best effort for failures) what this receiver counted and how it ended,
-    // then make sure it heard us.
-    let counters = RecvCounters::of(
-        &node,
-        lock(&seen).bytes,
-        resumed.unwrap_or(0),
-        output_took.load(Ordering::Relaxed),
-    );
-    let report = Final {
-        ok,
-        bytes,
-        error: error.clone(),
-    };
-    let _ = node.send_to(Rank::new(0), counters.encode());
-    if node.send_to(Rank::new(0), report.encode()).is_ok() {
-        let patience = if ok {
-            Duration::from_secs(3)
-        } else {
-            Duration::from_millis(500)
-        };
-        let _ = node.settle(patience);
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    if let Some(st) = status.as_mut() {
-        let state = if ok { "completed" } else { "failed" };
-        let held = lock(&seen).bytes + resumed.unwrap_or(0);
-        st.update(
-            &status_at(
+                "waiting"
+            };
+            let now = RecvStatus {
                 state,
-                rank.get(),
-                held,
-                announced,
-                seconds,
-                &error,
-                counters,
-            ),
-            true,
-        );
+                rank: self.rank.get(),
+                bytes: held,
+                total: self.announced,
+                seconds: self.start.elapsed().as_secs_f64(),
+                error: "",
+                counters: c,
+            };
+            st.update(&now, false);
+        }
     }
-    Ok(RecvReport {
-        ok,
-        rank,
-        bytes,
-        seconds,
-        digest,
-        direct,
-        error,
-        code,
-        resumed: resumed.unwrap_or(0),
-        counters,
-    })
+
+    /// One event of the link: the stream's messages, and the sender's verdicts. `Ok(true)`
+    /// once the output is committed.
+    fn on_event(&mut self, ev: Event) -> Result<bool, Fatal> {
+        let Event::Delivered(Message {
+            root: SENDER, data, ..
+        }) = ev
+        else {
+            return match sender_verdict(&ev) {
+                Some(f) => Err(f),
+                None => Ok(false),
+            };
+        };
+        match Msg::decode(data) {
+            Ok(Msg::Header { total, digest, .. }) if self.writer.is_none() => {
+                self.on_header(total, digest)?
+            }
+            Ok(Msg::Start { offset }) if self.resumed.is_none() => self.on_start(offset)?,
+            Ok(Msg::Data(d)) => self.on_data(d)?,
+            Ok(Msg::Trailer { bytes, digest }) => {
+                self.on_trailer(bytes, digest)?;
+                return Ok(true);
+            }
+            Ok(Msg::Abort(why)) => {
+                return Err(Fatal::new(
+                    EXIT_INTERRUPTED,
+                    format!("the sender aborted the transfer ({why})"),
+                ))
+            }
+            Ok(Msg::Header { .. }) => {
+                return Err(Fatal::new(EXIT_FAILED, "a second stream header"))
+            }
+            Ok(Msg::Start { .. }) => return Err(Fatal::new(EXIT_FAILED, "a second stream start")),
+            Err(e) => return Err(Fatal::new(EXIT_FAILED, e)),
+        }
+        Ok(false)
+    }
+
+    /// The header: the stream's budget, the output started, the writer, and the offer.
+    fn on_header(&mut self, total: Option<u64>, digest: DigestAlgo) -> Result<(), Fatal> {
+        let a = self.a;
+        // Before the output starts: a stream refused here never runs a command or writes a
+        // byte.
+        let b =
+            Budget::new(total, a.max_bytes).map_err(|e| Fatal::new(EXIT_FAILED, e.to_string()))?;
+        self.budget = Some(b);
+        if !a.quiet {
+            eprintln!(
+                "ethbcast: rank {}: receiving {}",
+                self.rank,
+                total.map_or("a stream".into(), |t| format!("{t} bytes"))
+            );
+        }
+        self.announced = total;
+        self.pb = Some(super::send::progress_bar(total, a.quiet));
+        let sink = &mut self.setup.guard.0;
+        sink.start()?;
+        let partial = matches!(sink, Sink::File { keep: true, .. });
+        let out = std::mem::replace(sink, Sink::Done);
+        let mut w = Writer::spawn(out, self.setup.output_took.clone())?;
+        // What this receiver holds of the stream already, for the sender's start: a partial
+        // output's (once the writer read it), else nothing.
+        match (partial, total) {
+            (true, Some(limit)) => {
+                let job = Job::Offer {
+                    algo: digest,
+                    limit,
+                };
+                push(&mut w, job, &self.setup.stop, a.timeout)?;
+                self.offer_pending = true;
+            }
+            _ => {
+                self.offered = Some(0);
+                let none = Offer {
+                    held: 0,
+                    digest: [0; 32],
+                };
+                self.node.send_to(SENDER, none.encode())?;
+            }
+        }
+        self.writer = Some(w);
+        Ok(())
+    }
+
+    /// The sender's start: where its data begins (0, or where the partial output ends).
+    fn on_start(&mut self, offset: u64) -> Result<(), Fatal> {
+        let (Some(w), Some(b)) = (self.writer.as_mut(), self.budget.as_mut()) else {
+            return Err(Fatal::new(EXIT_FAILED, "stream start before its header"));
+        };
+        let held = self.offered.unwrap_or(0);
+        if offset > held {
+            return Err(Fatal::new(
+                EXIT_FAILED,
+                format!("the sender starts at byte {offset}, this receiver holds {held} bytes of the stream"),
+            ));
+        }
+        if let Err(e) = b.take(offset) {
+            self.spoilt = true;
+            return Err(Fatal::new(EXIT_FAILED, e.to_string()));
+        }
+        if offset > 0 && !self.a.quiet {
+            let rank = self.rank;
+            let say = || {
+                eprintln!(
+                    "ethbcast: rank {rank}: resuming at byte {offset} (the partial output's first {offset} bytes match the sender's input)"
+                )
+            };
+            match self.pb.as_ref() {
+                Some(pb) => pb.suspend(say),
+                None => say(),
+            }
+        }
+        push(w, Job::Start(offset), &self.setup.stop, self.a.timeout)?;
+        self.resumed = Some(offset);
+        Ok(())
+    }
+
+    /// A data message: to the writer (unless the observer writes it).
+    fn on_data(&mut self, d: Data) -> Result<(), Fatal> {
+        let (Some(w), Some(b), Some(_)) =
+            (self.writer.as_mut(), self.budget.as_mut(), self.resumed)
+        else {
+            return Err(Fatal::new(
+                EXIT_FAILED,
+                "stream data before its header and start",
+            ));
+        };
+        if self.direct {
+            // Written by the observer, which keeps its own budget.
+            return Ok(());
+        }
+        if let Err(e) = b.take(d.bytes().len() as u64) {
+            self.spoilt = true;
+            return Err(Fatal::new(EXIT_FAILED, e.to_string()));
+        }
+        push(w, Job::Data(d), &self.setup.stop, self.a.timeout)
+    }
+
+    /// The trailer: the byte count and digest checked, the output committed.
+    fn on_trailer(&mut self, bytes: u64, digest: [u8; 32]) -> Result<(), Fatal> {
+        let a = self.a;
+        let (Some(w), Some(b)) = (self.writer.as_mut(), self.budget.as_ref()) else {
+            return Err(Fatal::new(EXIT_FAILED, "stream trailer before its header"));
+        };
+        if let Err(e) = b.end(bytes) {
+            self.spoilt = true;
+            return Err(Fatal::new(EXIT_FAILED, e.to_string()));
+        }
+        if self.direct {
+            // Copies the engine handed over outside a batch go out now.
+            self.node.flush_observer();
+            if let Some(e) = self
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+            {
+                return Err(e);
+            }
+            // Nothing else writes to the output in this mode.
+            let n = self.setup.output_took.load(Ordering::Relaxed);
+            push(w, Job::Direct(n), &self.setup.stop, a.timeout)?;
+        }
+        // Resumed: the data received is the rest of the stream, whose digest the writer
+        // checks with the bytes the output kept.
+        let from = self.resumed.unwrap_or(0);
+        let checked = if from > 0 {
+            check_count(&self.seen, from, bytes)
+        } else {
+            check_digest(&self.seen, bytes, &digest)
+        };
+        if let Err(e) = checked {
+            self.spoilt = true;
+            return Err(e);
+        }
+        let job = Job::Verify {
+            bytes,
+            digest: (from > 0).then_some(digest),
+        };
+        push(w, job, &self.setup.stop, a.timeout)?;
+        await_writer(&mut self.node, w, bytes, &self.setup.stop, a.timeout)?;
+        let done = w.finish(Duration::ZERO);
+        let result = match &done {
+            Some(d) => d.result.as_ref().map(|_| ()).map_err(Clone::clone),
+            None => Err(Fatal::new(EXIT_FAILED, "the writer stopped")),
+        };
+        self.written = done;
+        result
+    }
+
+    /// Step 5: the outcome. A failure discards the output (a partial output is kept for
+    /// `--resume` unless what it holds is wrong); the sender is told (best effort for
+    /// failures) what this receiver counted and how it ended.
+    pub fn report(mut self, outcome: Result<(), Fatal>) -> RecvReport {
+        let (ok, error, code) = match &outcome {
+            Ok(()) => (true, String::new(), super::EXIT_OK),
+            Err(f) => {
+                self.discard();
+                (false, f.msg.clone(), f.code)
+            }
+        };
+        if let Some(pb) = self.pb.take() {
+            pb.finish_and_clear();
+        }
+        let bytes = self.written.as_ref().map_or(0, |w| w.bytes);
+        let digest = match (&self.written, lock(&self.seen).digest) {
+            (Some(w), Some((algo, d))) => algo.render(&w.digest.unwrap_or(d)),
+            _ => String::new(),
+        };
+        let resumed = self.resumed.unwrap_or(0);
+        let counters = RecvCounters::of(
+            &self.node,
+            lock(&self.seen).bytes,
+            resumed,
+            self.setup.output_took.load(Ordering::Relaxed),
+        );
+        let report = Final {
+            ok,
+            bytes,
+            error: error.clone(),
+        };
+        let _ = self.node.send_to(SENDER, counters.encode());
+        if self.node.send_to(SENDER, report.encode()).is_ok() {
+            let patience = if ok {
+                Duration::from_secs(3)
+            } else {
+                Duration::from_millis(500)
+            };
+            let _ = self.node.settle(patience);
+        }
+        let seconds = self.start.elapsed().as_secs_f64();
+        let held = self.held();
+        if let Some(st) = self.setup.status.as_mut() {
+            let end = RecvStatus {
+                state: if ok { "completed" } else { "failed" },
+                rank: self.rank.get(),
+                bytes: held,
+                total: self.announced,
+                seconds,
+                error: &error,
+                counters,
+            };
+            st.update(&end, true);
+        }
+        RecvReport {
+            ok,
+            rank: self.rank,
+            bytes,
+            seconds,
+            digest,
+            direct: self.direct,
+            error,
+            code,
+            resumed,
+            counters,
+        }
+    }
+
+    /// Discards the output, wherever it is: still here, or with the writer (which may be
+    /// stuck writing to a command that does not read: it is killed first).
+    fn discard(&mut self) {
+        let sink = &mut self.setup.guard.0;
+        if self.spoilt {
+            sink.discard();
+        } else {
+            sink.abort();
+        }
+        if let Some(w) = self.writer.as_mut() {
+            if !w.stopped() {
+                w.abandon();
+            }
+            self.written = w.finish(Duration::from_millis(500));
+            if self.spoilt {
+                w.handle.remove();
+            }
+        }
+    }
 }
 
 #[cfg(test)]

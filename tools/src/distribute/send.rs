@@ -4,8 +4,9 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ethbcast::MacAddr;
@@ -516,10 +517,30 @@ pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
     Ok(hosts)
 }
 
-/// Runs `ethbcast send`. `Err` for join timeouts, I/O errors and interruption; otherwise the
-/// report (its `ok` says whether every receiver completed).
+/// Runs `ethbcast send`, its steps in order: [`open_input`], [`open`], [`join`],
+/// [`Transfer::start`], [`Transfer::run`], [`Transfer::report`]. `Err` for join timeouts, I/O
+/// errors and interruption; otherwise the report (its `ok` says whether every receiver
+/// completed).
 pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
-    let (input, total): (Input, Option<u64>) = match &a.input {
+    let input = open_input(a)?;
+    let mut status = status_file(a, input.total)?;
+    let link = open(a, input)?;
+    let joined = join(a, link)?;
+    let mut t = Transfer::start(a, joined)?;
+    t.run(&mut status)?;
+    t.report(&mut status)
+}
+
+/// The sender's input, opened, with its size when it is a file.
+pub struct Opened {
+    input: Input,
+    total: Option<u64>,
+}
+
+/// Step 1: opens the input (`-i FILE`, else standard input). A directory is refused with the
+/// way to send one.
+pub fn open_input(a: &SendArgs) -> Result<Opened, Fatal> {
+    let (input, total) = match &a.input {
         Some(p) => {
             let f = File::open(p)
                 .map_err(|e| Fatal::io(format!("cannot open input {}: {e}", p.display())))?;
@@ -540,47 +561,55 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         }
         None => (Input::Stream(Box::new(std::io::stdin())), None),
     };
-    let resumable = matches!(input, Input::File(_));
-    // Smaller messages under a rate limit keep bursts near 5 ms worth of bytes.
-    let msg = match a.max_rate {
-        Some(r) => a.chunk.min(((r / 200) as usize).max(16 * 1024)),
-        None => a.chunk,
-    };
+    Ok(Opened { input, total })
+}
 
-    let mut status = match &a.status_file {
-        Some(p) => {
-            let first = SendStatus {
-                state: "joining",
-                ok: None,
-                iface: &a.link.iface,
-                total,
-                bytes_sent: 0,
-                bytes_acked: 0,
-                resumed_from: 0,
-                seconds: 0.0,
-                data_frames: 0,
-                repair_frames: 0,
-                receivers: &[],
-            };
-            Some(super::StatusFile::create(p, &first)?)
-        }
-        None => None,
+/// The status file's first state (`joining`), written before the link opens: a path that
+/// cannot be written is an error before anything starts.
+fn status_file(a: &SendArgs, total: Option<u64>) -> Result<Option<super::StatusFile>, Fatal> {
+    let Some(p) = &a.status_file else {
+        return Ok(None);
     };
-    let t_join = Instant::now();
-    let lnk = a
+    let first = SendStatus {
+        state: "joining",
+        ok: None,
+        iface: &a.link.iface,
+        total,
+        bytes_sent: 0,
+        bytes_acked: 0,
+        resumed_from: 0,
+        seconds: 0.0,
+        data_frames: 0,
+        repair_frames: 0,
+        receivers: &[],
+    };
+    super::StatusFile::create(p, &first).map(Some)
+}
+
+/// The link, open, with the process's capabilities dropped and the interruption flag set up.
+pub struct OpenLink {
+    link: Box<dyn ethbcast::Link + Send>,
+    stop: Arc<AtomicBool>,
+    input: Opened,
+    began: Instant,
+}
+
+/// Step 2: opens the link, drops every capability, and says whom the sender waits for.
+pub fn open(a: &SendArgs, input: Opened) -> Result<OpenLink, Fatal> {
+    let began = Instant::now();
+    let link = a
         .link
         .open()
         .map_err(|e| super::link_error(&a.link.iface, e))?;
     // Before the Ctrl-C handler's thread starts: it inherits the empty sets.
     super::drop_capabilities()?;
     let stop = super::interrupt_flag();
-    let me = lnk.local_mac();
     if !a.quiet {
         eprintln!(
             "ethbcast: waiting for {} receiver(s) on {} ({}), group {:#x}, {}",
             a.expect.len(),
             a.link.iface,
-            me,
+            link.local_mac(),
             a.link.stream.group_id,
             match super::render_seconds(a.wait) {
                 s if a.wait >= super::NO_LIMIT => s,
@@ -591,7 +620,35 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
     if a.expect.len() >= usize::from(u16::MAX - 1) {
         return Err(Fatal::new(super::EXIT_USAGE, "too many receivers"));
     }
-    let mut node = a.link.join(lnk, a.expect.role(a.settle), a.wait, &stop)?;
+    Ok(OpenLink {
+        link,
+        stop,
+        input,
+        began,
+    })
+}
+
+/// The transfer's members once the join is done.
+pub struct Joined {
+    node: Stream,
+    stop: Arc<AtomicBool>,
+    input: Opened,
+    /// Every rank's MAC, the sender's (rank 0) first.
+    roster: Vec<MacAddr>,
+    /// Receivers expected that did not join, and of those the hosts of the hostfile.
+    not_joined: usize,
+    missing: Vec<MissingHost>,
+    /// Who a rank is, for messages: its host name and MAC, else its MAC.
+    who: Vec<String>,
+    join_seconds: f64,
+}
+
+/// Step 3: the join ([`LinkOptions::join`]): the receivers expected, or (`--min-receivers`)
+/// those that came; says who did not.
+pub fn join(a: &SendArgs, l: OpenLink) -> Result<Joined, Fatal> {
+    let node = a
+        .link
+        .join(l.link, a.expect.role(a.settle), a.wait, &l.stop)?;
     let roster = node.peers().to_vec();
     let not_joined = a.expect.len().saturating_sub(roster.len() - 1);
     let missing: Vec<MissingHost> = match &a.expect {
@@ -605,7 +662,6 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
             })
             .collect(),
     };
-    // Who a rank is, for messages: its host name, else its MAC.
     let who: Vec<String> = roster
         .iter()
         .map(|m| {
@@ -614,12 +670,7 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                 .map_or_else(|| m.to_string(), |n| format!("{n}, {m}"))
         })
         .collect();
-    let cfg = a.link.stream.config(Rank::new(0), roster.len() as u16);
-    // Data messages handed to the engine at most: enough to cover the shared buffer twice.
-    // A message leaves only when every receiver acknowledged all of it, repairs included, so
-    // with fewer the buffer runs dry while the oldest message waits for its last repair.
-    let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
-    let join_seconds = t_join.elapsed().as_secs_f64();
+    let join_seconds = l.began.elapsed().as_secs_f64();
     if !a.quiet {
         if not_joined > 0 {
             let names: Vec<String> = missing
@@ -638,141 +689,277 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
         eprintln!(
             "ethbcast: {} receiver(s) joined in {join_seconds:.2} s; sending {}",
             roster.len() - 1,
-            match total {
+            match l.input.total {
                 Some(t) => format!("{t} bytes"),
                 None => "a stream of unknown length".into(),
             }
         );
     }
+    Ok(Joined {
+        node,
+        stop: l.stop,
+        input: l.input,
+        roster,
+        not_joined,
+        missing,
+        who,
+        join_seconds,
+    })
+}
 
-    let n = roster.len();
-    // Every rank's line of the report as it stands (the sender's, rank 0, is not reported).
-    let mut fate: Vec<ReceiverReport> = roster
-        .iter()
-        .enumerate()
-        .map(|(r, mac)| ReceiverReport {
-            rank: Rank::new(r as u16),
-            mac: mac.to_string(),
-            host: a.expect.name_of(mac),
-            status: Outcome::Active,
-            bytes: 0,
-            seconds: 0.0,
-            error: String::new(),
-            counters: None,
-        })
-        .collect();
-    // When each evicted receiver was last told so: the notice is repeated while the transfer
-    // lasts, because a receiver that was only stalled resumes with a full receive queue, in
-    // which the first notice found no room.
-    let mut told_evicted: Vec<Option<Instant>> = vec![None; n];
-    // A receiver that acknowledged everything, trailer included, still owes its report: when
-    // it was first seen so, when it last showed progress towards the report (its output
-    // taking data, or done taking it), and the bytes its last notice said.
-    let mut all_acked_at: Vec<Option<Instant>> = vec![None; n];
-    let mut progress_at: Vec<Option<Instant>> = vec![None; n];
-    let mut took: Vec<Option<u64>> = vec![None; n];
-    let mut kept_alive = Instant::now();
-    let (offers_tx, offers_rx) = sync_channel(1);
-    let rx = reader(input, msg, a.digest, offers_rx);
-    let pb = progress_bar(total, a.quiet);
-    let start = Instant::now();
-    let mut bucket = a
-        .max_rate
-        .map(|r| TokenBucket::new(r, (msg as u64).max(r / 100), start));
-    node.send(
-        Msg::Header {
-            total,
-            chunk: msg as u32,
-            digest: a.digest,
+/// Sets `f`'s outcome, `seconds` after `start`.
+fn finish(f: &mut ReceiverReport, start: Instant, what: Outcome, bytes: u64, err: String) {
+    f.status = what;
+    f.bytes = bytes;
+    f.seconds = start.elapsed().as_secs_f64();
+    f.error = err;
+}
+
+/// Step 4: the transfer, from the header to every receiver's outcome.
+pub struct Transfer<'a> {
+    a: &'a SendArgs,
+    node: Stream,
+    stop: Arc<AtomicBool>,
+    total: Option<u64>,
+    not_joined: usize,
+    missing: Vec<MissingHost>,
+    who: Vec<String>,
+    join_seconds: f64,
+    /// Data messages handed to the engine at most.
+    max_inflight: usize,
+    /// Every rank's line of the report as it stands (the sender's, rank 0, is not reported).
+    fate: Vec<ReceiverReport>,
+    /// Watching the receivers (see [`Watch`]).
+    watch: Watch,
+    /// The reader's blocks, and the rank of each offer it was given (in the reader's order).
+    rx: Receiver<Block>,
+    offer_ranks: Vec<usize>,
+    pb: indicatif::ProgressBar,
+    start: Instant,
+    bucket: Option<TokenBucket>,
+    /// Data messages in the engine: id and stream bytes.
+    inflight: VecDeque<(u64, u64)>,
+    pending: Option<Vec<u8>>,
+    sent: u64,
+    acked: u64,
+    /// Where the data starts, once the reader said (its first block).
+    resumed_from: Option<u64>,
+    /// The trailer's message id, and when every live receiver had acknowledged it.
+    trailer: Option<u64>,
+    trailer_stable: Option<Instant>,
+    /// Set at the end of the input: the digest of all of it.
+    digest: Option<[u8; 32]>,
+}
+
+/// What the sender tracks of each receiver to tell a slow one from a dead one.
+struct Watch {
+    /// When each evicted receiver was last told so: the notice is repeated while the transfer
+    /// lasts, because a receiver that was only stalled resumes with a full receive queue, in
+    /// which the first notice found no room.
+    told_evicted: Vec<Option<Instant>>,
+    /// A receiver that acknowledged everything, trailer included, still owes its report: when
+    /// it was first seen so, when it last showed progress towards the report (its output
+    /// taking data, or done taking it), and the bytes its last notice said.
+    all_acked_at: Vec<Option<Instant>>,
+    progress_at: Vec<Option<Instant>>,
+    took: Vec<Option<u64>>,
+    kept_alive: Instant,
+}
+
+impl Watch {
+    fn new(n: usize) -> Watch {
+        Watch {
+            told_evicted: vec![None; n],
+            all_acked_at: vec![None; n],
+            progress_at: vec![None; n],
+            took: vec![None; n],
+            kept_alive: Instant::now(),
         }
-        .encode(),
-    )?;
-    let mut inflight: VecDeque<(u64, u64)> = VecDeque::new();
-    let mut pending: Option<Vec<u8>> = None;
-    let mut sent: u64 = 0;
-    let mut acked: u64 = 0;
-    // Where the data starts, once the reader said (its first block).
-    let mut resumed_from: Option<u64> = None;
-    let mut trailer: Option<u64> = None;
-    let mut trailer_stable: Option<Instant> = None;
-    // Set at the end of the input: the digest of all of it.
-    let mut digest: Option<[u8; 32]> = None;
-
-    let finish = |f: &mut ReceiverReport, what: Outcome, bytes: u64, err: String| {
-        f.status = what;
-        f.bytes = bytes;
-        f.seconds = start.elapsed().as_secs_f64();
-        f.error = err;
-    };
-
-    // A file can start where every receiver's partial output ends: each receiver offers
-    // what it holds (see `Offer`), and the reader checks the offers against the input.
-    let mut offer_ranks: Vec<usize> = Vec::new();
-    if resumable {
-        let offers = gather_offers(&mut node, &mut fate, &stop, a.timeout, &finish)?;
-        offer_ranks = offers.iter().map(|o| o.0).collect();
-        let _ = offers_tx.send(offers.into_iter().map(|o| o.1).collect());
     }
-    drop(offers_tx);
+}
 
-    loop {
-        if stop.load(Ordering::SeqCst) {
-            pb.finish_and_clear();
-            abort_receivers(&mut node);
-            return Err(Fatal::new(
-                EXIT_INTERRUPTED,
-                "interrupted: transfer aborted, receivers told to discard it",
-            ));
+impl<'a> Transfer<'a> {
+    /// Starts the transfer: the reader, the header, and (a file) the receivers' offers.
+    pub fn start(a: &'a SendArgs, j: Joined) -> Result<Transfer<'a>, Fatal> {
+        let Joined {
+            mut node,
+            stop,
+            input,
+            roster,
+            not_joined,
+            missing,
+            who,
+            join_seconds,
+        } = j;
+        let resumable = matches!(input.input, Input::File(_));
+        // Smaller messages under a rate limit keep bursts near 5 ms worth of bytes.
+        let msg = match a.max_rate {
+            Some(r) => a.chunk.min(((r / 200) as usize).max(16 * 1024)),
+            None => a.chunk,
+        };
+        let cfg = a.link.stream.config(Rank::new(0), roster.len() as u16);
+        // Data messages handed to the engine at most: enough to cover the shared buffer
+        // twice. A message leaves only when every receiver acknowledged all of it, repairs
+        // included, so with fewer the buffer runs dry while the oldest message waits for its
+        // last repair.
+        let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
+        let n = roster.len();
+        let mut fate: Vec<ReceiverReport> = roster
+            .iter()
+            .enumerate()
+            .map(|(r, mac)| ReceiverReport {
+                rank: Rank::new(r as u16),
+                mac: mac.to_string(),
+                host: a.expect.name_of(mac),
+                status: Outcome::Active,
+                bytes: 0,
+                seconds: 0.0,
+                error: String::new(),
+                counters: None,
+            })
+            .collect();
+        let (offers_tx, offers_rx) = sync_channel(1);
+        let rx = reader(input.input, msg, a.digest, offers_rx);
+        let pb = progress_bar(input.total, a.quiet);
+        let start = Instant::now();
+        let bucket = a
+            .max_rate
+            .map(|r| TokenBucket::new(r, (msg as u64).max(r / 100), start));
+        node.send(
+            Msg::Header {
+                total: input.total,
+                chunk: msg as u32,
+                digest: a.digest,
+            }
+            .encode(),
+        )?;
+        // A file can start where every receiver's partial output ends: each receiver offers
+        // what it holds (see `Offer`), and the reader checks the offers against the input.
+        let mut offer_ranks: Vec<usize> = Vec::new();
+        if resumable {
+            let offers = gather_offers(&mut node, &mut fate, &stop, a.timeout, start)?;
+            offer_ranks = offers.iter().map(|o| o.0).collect();
+            let _ = offers_tx.send(offers.into_iter().map(|o| o.1).collect());
         }
-        let live_receivers = fate[1..].iter().any(|f| f.status == Outcome::Active);
-        // Feed the engine.
+        drop(offers_tx);
+        Ok(Transfer {
+            a,
+            node,
+            stop,
+            total: input.total,
+            not_joined,
+            missing,
+            who,
+            join_seconds,
+            max_inflight,
+            fate,
+            watch: Watch::new(n),
+            rx,
+            offer_ranks,
+            pb,
+            start,
+            bucket,
+            inflight: VecDeque::new(),
+            pending: None,
+            sent: 0,
+            acked: 0,
+            resumed_from: None,
+            trailer: None,
+            trailer_stable: None,
+            digest: None,
+        })
+    }
+
+    /// Streams the input and watches the receivers until each has an outcome. `Err` when
+    /// interrupted (the receivers are told to discard the transfer) or the input fails.
+    pub fn run(&mut self, status: &mut Option<super::StatusFile>) -> Result<(), Fatal> {
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                self.pb.finish_and_clear();
+                abort_receivers(&mut self.node);
+                return Err(Fatal::new(
+                    EXIT_INTERRUPTED,
+                    "interrupted: transfer aborted, receivers told to discard it",
+                ));
+            }
+            let wait = self.feed()?;
+            self.node.turn(wait)?;
+            let now = Instant::now();
+            self.take_notices(now);
+            self.count_acknowledged(now);
+            self.take_reports();
+            self.keep_alive(now);
+            self.check_receivers(now);
+            self.give_up_on_reports(now);
+            self.pb.set_position(self.acked);
+            if let Some(st) = status.as_mut() {
+                let stats = self.node.stats();
+                st.update(
+                    &self.status("sending", None, self.start.elapsed(), stats),
+                    false,
+                );
+            }
+            if self.fate[1..].iter().all(|f| f.status != Outcome::Active) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The status file's content.
+    fn status(
+        &self,
+        state: &'static str,
+        ok: Option<bool>,
+        seconds: Duration,
+        stats: &ethbcast::EngineStats,
+    ) -> SendStatus<'_> {
+        SendStatus {
+            state,
+            ok,
+            iface: &self.a.link.iface,
+            total: self.total,
+            bytes_sent: self.sent,
+            bytes_acked: self.acked,
+            resumed_from: self.resumed_from.unwrap_or(0),
+            seconds: seconds.as_secs_f64(),
+            data_frames: stats.data_frames,
+            repair_frames: stats.repair_frames,
+            receivers: &self.fate[1..],
+        }
+    }
+
+    /// Hands the engine what the reader has, as far as the engine's room and the rate allow;
+    /// returns how long the loop may wait for the link.
+    fn feed(&mut self) -> Result<Duration, Fatal> {
+        let live_receivers = self.fate[1..].iter().any(|f| f.status == Outcome::Active);
         let mut wait = Duration::from_millis(5);
-        while live_receivers && digest.is_none() && inflight.len() < max_inflight {
-            if pending.is_none() {
-                match rx.try_recv() {
+        while live_receivers && self.digest.is_none() && self.inflight.len() < self.max_inflight {
+            if self.pending.is_none() {
+                match self.rx.try_recv() {
                     Ok(Block::Start(offset, refused)) => {
-                        if let Some(r) = refused.filter(|_| !a.quiet) {
-                            // The offers went in rank order (those that came).
-                            let rank = offer_ranks.get(r).copied().unwrap_or(0);
-                            pb.suspend(|| eprintln!(
-                                "ethbcast: rank {rank} ({}) holds a partial output that is not the start of this input: sending from byte 0",
-                                who.get(rank).map_or("?", String::as_str)
-                            ));
-                        }
-                        if offset > 0 && !a.quiet {
-                            pb.suspend(|| eprintln!(
-                                "ethbcast: resuming at byte {offset}: every receiver holds the bytes before it (digest checked)"
-                            ));
-                        }
-                        match node.send(Msg::Start { offset }.encode()) {
-                            Ok(_) | Err(MemberError::Send(SendError::NoReceivers)) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                        resumed_from = Some(offset);
-                        sent = offset;
-                        acked = offset;
+                        self.started(offset, refused)?;
                         continue;
                     }
-                    Ok(Block::Data(v)) => pending = Some(v),
+                    Ok(Block::Data(v)) => self.pending = Some(v),
                     Ok(Block::Eof(d)) => {
-                        digest = Some(d);
-                        let id = node.send(
+                        self.digest = Some(d);
+                        let id = self.node.send(
                             Msg::Trailer {
-                                bytes: sent,
+                                bytes: self.sent,
                                 digest: d,
                             }
                             .encode(),
                         );
                         match id {
-                            Ok(id) => trailer = Some(id),
+                            Ok(id) => self.trailer = Some(id),
                             Err(MemberError::Send(SendError::NoReceivers)) => {}
                             Err(e) => return Err(e.into()),
                         }
                         break;
                     }
                     Ok(Block::Err(e)) => {
-                        pb.finish_and_clear();
-                        abort_receivers(&mut node);
+                        self.pb.finish_and_clear();
+                        abort_receivers(&mut self.node);
                         return Err(Fatal::io(format!("reading the input: {e}")));
                     }
                     Err(TryRecvError::Empty) => {
@@ -784,221 +971,254 @@ pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
                     }
                 }
             }
-            let len = pending.as_ref().map_or(0, |v| v.len() as u64 - 1);
-            if let Some(b) = bucket.as_mut() {
+            let len = self.pending.as_ref().map_or(0, |v| v.len() as u64 - 1);
+            if let Some(b) = self.bucket.as_mut() {
                 if let Err(d) = b.take(len, Instant::now()) {
                     wait = d.min(Duration::from_millis(5));
                     break;
                 }
             }
-            let v = pending.take().expect("pending data");
-            sent += len;
-            match node.send(v) {
-                Ok(id) => inflight.push_back((id, len)),
+            let v = self.pending.take().expect("pending data");
+            self.sent += len;
+            match self.node.send(v) {
+                Ok(id) => self.inflight.push_back((id, len)),
                 Err(MemberError::Send(SendError::NoReceivers)) => break,
                 Err(e) => return Err(e.into()),
             }
         }
-        node.turn(wait)?;
-        let now = Instant::now();
-        while let Some(ev) = node.poll_event() {
+        Ok(wait)
+    }
+
+    /// The reader's first block: where the data starts (and which offer, if one, did not
+    /// match the input).
+    fn started(&mut self, offset: u64, refused: Option<usize>) -> Result<(), Fatal> {
+        if let Some(r) = refused.filter(|_| !self.a.quiet) {
+            // The offers went in rank order (those that came).
+            let rank = self.offer_ranks.get(r).copied().unwrap_or(0);
+            let who = self.who.get(rank).map_or("?", String::as_str);
+            self.pb.suspend(|| eprintln!(
+                "ethbcast: rank {rank} ({who}) holds a partial output that is not the start of this input: sending from byte 0"
+            ));
+        }
+        if offset > 0 && !self.a.quiet {
+            self.pb.suspend(|| eprintln!(
+                "ethbcast: resuming at byte {offset}: every receiver holds the bytes before it (digest checked)"
+            ));
+        }
+        match self.node.send(Msg::Start { offset }.encode()) {
+            Ok(_) | Err(MemberError::Send(SendError::NoReceivers)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.resumed_from = Some(offset);
+        self.sent = offset;
+        self.acked = offset;
+        Ok(())
+    }
+
+    /// The receivers' progress notices (see [`Progress`]).
+    fn take_notices(&mut self, now: Instant) {
+        let n = self.fate.len();
+        let w = &mut self.watch;
+        while let Some(ev) = self.node.poll_event() {
             if let Event::Notice { src, body } = ev {
                 let r = src.index();
                 if let (Some(p), true) = (Progress::decode(&body), (1..n).contains(&r)) {
-                    if p.all_taken || took[r] != Some(p.took) {
-                        progress_at[r] = Some(now);
+                    if p.all_taken || w.took[r] != Some(p.took) {
+                        w.progress_at[r] = Some(now);
                     }
-                    took[r] = Some(p.took);
+                    w.took[r] = Some(p.took);
                 }
             }
         }
-        if let Some(stable) = node.stable_through() {
-            while inflight.front().is_some_and(|f| f.0 <= stable) {
-                acked += inflight.pop_front().map_or(0, |f| f.1);
-            }
-            if trailer.is_some_and(|t| t <= stable) && trailer_stable.is_none() {
-                trailer_stable = Some(now);
-                acked = sent;
-            }
+    }
+
+    /// What every live receiver has acknowledged: whole messages, then the trailer.
+    fn count_acknowledged(&mut self, now: Instant) {
+        let Some(stable) = self.node.stable_through() else {
+            return;
+        };
+        while self.inflight.front().is_some_and(|f| f.0 <= stable) {
+            self.acked += self.inflight.pop_front().map_or(0, |f| f.1);
         }
-        // Completion reports.
-        for line in &mut fate[1..] {
+        if self.trailer.is_some_and(|t| t <= stable) && self.trailer_stable.is_none() {
+            self.trailer_stable = Some(now);
+            self.acked = self.sent;
+        }
+    }
+
+    /// Completion reports: each receiver's counters, then its report.
+    fn take_reports(&mut self) {
+        for line in &mut self.fate[1..] {
             if line.status != Outcome::Active {
                 continue;
             }
-            // Its counters, then its report.
-            while let Some(m) = node.take_p2p(line.rank) {
+            while let Some(m) = self.node.take_p2p(line.rank) {
                 if let Some(c) = RecvCounters::decode(&m) {
                     line.counters = Some(c);
                     continue;
                 }
                 match Final::decode(&m) {
-                    Some(f) if f.ok => finish(line, Outcome::Completed, f.bytes, String::new()),
+                    Some(f) if f.ok => {
+                        finish(line, self.start, Outcome::Completed, f.bytes, String::new())
+                    }
                     Some(f) => {
-                        node.evict(line.rank);
-                        finish(line, Outcome::Failed, f.bytes, f.error);
+                        self.node.evict(line.rank);
+                        finish(line, self.start, Outcome::Failed, f.bytes, f.error);
                     }
                     None => continue,
                 }
                 break;
             }
         }
-        if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {
-            control(&mut node, Dest::All, KEEPALIVE);
-            kept_alive = now;
+    }
+
+    /// Says the sender is alive, and tells evicted receivers again that they were.
+    fn keep_alive(&mut self, now: Instant) {
+        if now.duration_since(self.watch.kept_alive) >= KEEPALIVE_EVERY {
+            control(&mut self.node, Dest::All, KEEPALIVE);
+            self.watch.kept_alive = now;
         }
-        for (r, told) in told_evicted.iter_mut().enumerate() {
+        for (r, told) in self.watch.told_evicted.iter_mut().enumerate() {
             if told.is_some_and(|t| now.duration_since(t) >= EVICTED_REPEAT) {
-                control(&mut node, Dest::Rank(Rank::new(r as u16)), EVICTED);
+                control(&mut self.node, Dest::Rank(Rank::new(r as u16)), EVICTED);
                 *told = Some(now);
             }
         }
-        // Liveness: evict receivers without progress and silent for `timeout`.
-        for r in 1..n {
-            if fate[r].status != Outcome::Active {
+    }
+
+    /// Liveness: evicts receivers without progress and silent for `--timeout`, and fails
+    /// those that acknowledged everything but make no progress towards their report.
+    fn check_receivers(&mut self, now: Instant) {
+        for r in 1..self.fate.len() {
+            if self.fate[r].status != Outcome::Active {
                 continue;
             }
-            let Some(l) = node.receiver_progress(Rank::new(r as u16)) else {
+            let Some(l) = self.node.receiver_progress(Rank::new(r as u16)) else {
                 continue;
             };
-            let last = [l.last_heard, l.last_progress, Some(start)]
+            let last = [l.last_heard, l.last_progress, Some(self.start)]
                 .into_iter()
                 .flatten()
                 .max()
-                .unwrap_or(start);
-            if l.outstanding > 0 && now.duration_since(last) > a.timeout {
-                node.evict(Rank::new(r as u16));
-                control(&mut node, Dest::Rank(Rank::new(r as u16)), EVICTED);
-                told_evicted[r] = Some(now);
+                .unwrap_or(self.start);
+            if l.outstanding > 0 && now.duration_since(last) > self.a.timeout {
                 let msg = format!(
                     "no progress and silent for {:.1} s",
                     now.duration_since(last).as_secs_f64()
                 );
-                if !a.quiet {
-                    pb.suspend(|| eprintln!("ethbcast: evicting rank {r} ({}): {msg}", who[r]));
-                }
-                finish(&mut fate[r], Outcome::Evicted, acked, msg);
+                self.drop_receiver(r, now, "evicting", Outcome::Evicted, self.acked, msg);
                 continue;
             }
             // Everything acknowledged, the trailer included: from now on only its output and
             // its report are left, and the receiver says how its output gets on (progress
             // notices). None for `timeout` and it is failed like a stalled receiver, not
             // waited for until `report_wait`.
-            let all_acked = trailer.is_some() && node.queued() == 0 && l.outstanding == 0;
+            let all_acked = self.trailer.is_some() && self.node.queued() == 0 && l.outstanding == 0;
             if !all_acked {
                 continue;
             }
-            let since = *all_acked_at[r].get_or_insert(now);
-            let last = progress_at[r].map_or(since, |p| p.max(since));
-            if now.duration_since(last) > a.timeout {
-                node.evict(Rank::new(r as u16));
-                control(&mut node, Dest::Rank(Rank::new(r as u16)), EVICTED);
-                told_evicted[r] = Some(now);
+            let since = *self.watch.all_acked_at[r].get_or_insert(now);
+            let last = self.watch.progress_at[r].map_or(since, |p| p.max(since));
+            if now.duration_since(last) > self.a.timeout {
                 let msg = format!(
                     "acknowledged all data, then no progress towards its report for {:.1} s (its output took {})",
                     now.duration_since(last).as_secs_f64(),
-                    took[r].map_or("nothing it told of".into(), |b| format!("{b} bytes"))
+                    self.watch.took[r].map_or("nothing it told of".into(), |b| format!("{b} bytes"))
                 );
-                if !a.quiet {
-                    pb.suspend(|| eprintln!("ethbcast: failing rank {r} ({}): {msg}", who[r]));
+                self.drop_receiver(r, now, "failing", Outcome::Failed, self.sent, msg);
+            }
+        }
+    }
+
+    /// Evicts rank `r`, tells it so, and gives it `what` (`doing`: for the message).
+    fn drop_receiver(
+        &mut self,
+        r: usize,
+        now: Instant,
+        doing: &str,
+        what: Outcome,
+        bytes: u64,
+        msg: String,
+    ) {
+        self.node.evict(Rank::new(r as u16));
+        control(&mut self.node, Dest::Rank(Rank::new(r as u16)), EVICTED);
+        self.watch.told_evicted[r] = Some(now);
+        if !self.a.quiet {
+            let who = &self.who[r];
+            self.pb
+                .suspend(|| eprintln!("ethbcast: {doing} rank {r} ({who}): {msg}"));
+        }
+        finish(&mut self.fate[r], self.start, what, bytes, msg);
+    }
+
+    /// All data acknowledged but no report: gives up after `--report-wait`.
+    fn give_up_on_reports(&mut self, now: Instant) {
+        let Some(t) = self.trailer_stable else {
+            return;
+        };
+        if now.duration_since(t) <= self.a.report_wait {
+            return;
+        }
+        for line in &mut self.fate[1..] {
+            if line.status == Outcome::Active {
+                finish(
+                    line,
+                    self.start,
+                    Outcome::Failed,
+                    self.sent,
+                    "acknowledged all data but sent no completion report".into(),
+                );
+            }
+        }
+    }
+
+    /// Step 5: the report, once every receiver has an outcome (the last status too).
+    pub fn report(mut self, status: &mut Option<super::StatusFile>) -> Result<Report, Fatal> {
+        let seconds = self.start.elapsed();
+        self.pb.finish_and_clear();
+        // Linger: acknowledge the last point-to-point reports.
+        let linger = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < linger {
+            self.node.turn(Duration::from_millis(10))?;
+        }
+        // Counters that came with the last reports.
+        for line in &mut self.fate[1..] {
+            while let Some(m) = self.node.take_p2p(line.rank) {
+                if let Some(c) = RecvCounters::decode(&m) {
+                    line.counters = Some(c);
                 }
-                finish(&mut fate[r], Outcome::Failed, sent, msg);
             }
         }
-        // All data acknowledged but no report: give up after `report_wait`.
-        if let Some(t) = trailer_stable {
-            if now.duration_since(t) > a.report_wait {
-                for line in &mut fate[1..] {
-                    if line.status == Outcome::Active {
-                        finish(
-                            line,
-                            Outcome::Failed,
-                            sent,
-                            "acknowledged all data but sent no completion report".into(),
-                        );
-                    }
-                }
-            }
+        let st = self.node.stats().clone();
+        let ok = self.not_joined == 0
+            && self.fate[1..]
+                .iter()
+                .all(|r| r.status == Outcome::Completed);
+        if let Some(s) = status.as_mut() {
+            s.update(&self.status("done", Some(ok), seconds, &st), true);
         }
-        pb.set_position(acked);
-        if let Some(st) = status.as_mut() {
-            let stats = node.stats();
-            let now = SendStatus {
-                state: "sending",
-                ok: None,
-                iface: &a.link.iface,
-                total,
-                bytes_sent: sent,
-                bytes_acked: acked,
-                resumed_from: resumed_from.unwrap_or(0),
-                seconds: start.elapsed().as_secs_f64(),
-                data_frames: stats.data_frames,
-                repair_frames: stats.repair_frames,
-                receivers: &fate[1..],
-            };
-            st.update(&now, false);
-        }
-        if fate[1..].iter().all(|f| f.status != Outcome::Active) {
-            break;
-        }
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    pb.finish_and_clear();
-    // Linger: acknowledge the last point-to-point reports.
-    let linger = Instant::now() + Duration::from_millis(300);
-    while Instant::now() < linger {
-        node.turn(Duration::from_millis(10))?;
-    }
-    // Counters that came with the last reports.
-    for line in &mut fate[1..] {
-        while let Some(m) = node.take_p2p(line.rank) {
-            if let Some(c) = RecvCounters::decode(&m) {
-                line.counters = Some(c);
-            }
-        }
-    }
-    let st = node.stats().clone();
-    let receivers: Vec<ReceiverReport> = fate.split_off(1);
-    let ok = not_joined == 0 && receivers.iter().all(|r| r.status == Outcome::Completed);
-    if let Some(s) = status.as_mut() {
-        let end = SendStatus {
-            state: "done",
-            ok: Some(ok),
-            iface: &a.link.iface,
-            total,
-            bytes_sent: sent,
-            bytes_acked: acked,
-            resumed_from: resumed_from.unwrap_or(0),
-            seconds,
+        let resumed_from = self.resumed_from.unwrap_or(0);
+        Ok(Report {
+            ok,
+            iface: self.a.link.iface.clone(),
+            bytes: self.sent,
+            resumed_from,
+            // Known only for an input read to its end.
+            digest: self.digest.map_or_else(
+                || format!("{}:none", self.a.digest.name()),
+                |d| self.a.digest.render(&d),
+            ),
+            join_seconds: self.join_seconds,
+            seconds: seconds.as_secs_f64(),
+            goodput_mbit: mbit(self.sent - resumed_from, seconds),
+            receivers: self.fate.split_off(1),
+            not_joined: self.not_joined,
+            missing: std::mem::take(&mut self.missing),
             data_frames: st.data_frames,
             repair_frames: st.repair_frames,
-            receivers: &receivers,
-        };
-        s.update(&end, true);
+            rebroadcasts: st.rebroadcasts,
+        })
     }
-    Ok(Report {
-        ok,
-        iface: a.link.iface.clone(),
-        bytes: sent,
-        resumed_from: resumed_from.unwrap_or(0),
-        // Known only for an input read to its end.
-        digest: digest.map_or_else(
-            || format!("{}:none", a.digest.name()),
-            |d| a.digest.render(&d),
-        ),
-        join_seconds,
-        seconds,
-        goodput_mbit: mbit(
-            sent - resumed_from.unwrap_or(0),
-            Duration::from_secs_f64(seconds),
-        ),
-        receivers,
-        not_joined,
-        missing,
-        data_frames: st.data_frames,
-        repair_frames: st.repair_frames,
-        rebroadcasts: st.rebroadcasts,
-    })
 }
 
 /// Waits for the offer of every receiver still in the transfer (see [`Offer`]), telling them
@@ -1011,7 +1231,7 @@ fn gather_offers(
     fate: &mut [ReceiverReport],
     stop: &std::sync::atomic::AtomicBool,
     timeout: Duration,
-    finish: &dyn Fn(&mut ReceiverReport, Outcome, u64, String),
+    start: Instant,
 ) -> Result<Vec<(usize, Offer)>, Fatal> {
     let n = fate.len();
     let began = Instant::now();
@@ -1055,7 +1275,7 @@ fn gather_offers(
                     node.evict(Rank::new(r as u16));
                     Outcome::Failed
                 };
-                finish(&mut fate[r], what, f.bytes, f.error);
+                finish(&mut fate[r], start, what, f.bytes, f.error);
             }
         }
         if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {

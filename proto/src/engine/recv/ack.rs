@@ -1,57 +1,120 @@
-//! Acknowledgements and NACKs: when the stream acknowledges (every `ack_every` frames, when
-//! the root asks, after a quiet period), how gaps are asked for (gathered, retried with
-//! back-off, of the peer first), and what happens when the receiver's timers fire.
+//! Acknowledgements: when the stream tells the root (or, with a tree, its parent) how far it
+//! got.
+//!
+//! ACKs are cumulative and coalesced, off the critical path: one per `ack_every` frames while
+//! the root keeps sending, and one when the root asks (its poll or a probe, when its
+//! retransmission timer fires on an idle stream). A receiver keeps no timer of its own for
+//! them: a sleep bounded by a sub-millisecond quiet timer re-armed per message cost a virtual
+//! machine's receivers a third of their CPU per broadcast (clock-event reprogramming); the
+//! root's timer runs once per idle period instead. With a tree, the report up the tree has a
+//! quiet timer ([`StreamTimer::Ack`]), lazy: each frame moves `quiet_from`, not the timer.
+//!
+//! **Invariants.** `acked <= expected` of the stream, and `unacked` counts the frames consumed
+//! since the last acknowledgement. While the ACK timer is the lazy quiet timer, `quiet_from`
+//! is set and the timer is at or before `quiet_from + delay`.
 
-use super::peer::{PEER_OFF_FIRST, PEER_OFF_MAX_DOUBLINGS, PEER_SILENCE_LIMIT};
-use super::*;
+use std::time::{Duration, Instant};
 
-impl Receiver {
-    pub(super) fn schedule(&mut self, now: Instant) {
-        self.release_held(now);
-        if let Some(sent) = self.tree.as_ref().map(|t| t.sent).filter(|_| !self.ack_now) {
-            self.schedule_report(now, sent);
-        } else if self.ack_now || self.unacked >= self.ack_every {
-            self.send_ack(now);
+use crate::Seq;
+
+use super::super::timer::{StreamTimer, StreamTimers};
+use super::super::Config;
+
+/// The acknowledgement state of one stream. See the module documentation.
+#[derive(Debug)]
+pub(super) struct Acks {
+    /// The position last acknowledged to the root.
+    acked: Seq,
+    /// Frames consumed since.
+    unacked: usize,
+    /// While the ACK timer is the quiet timer of a tree's report: when the subtree last moved.
+    quiet_from: Option<Instant>,
+    /// Acknowledge at the next chance (the root asked, or the stream moved for a waiting
+    /// root).
+    now: bool,
+    /// The next acknowledgement answers a probe: it says how far the stream has seen.
+    probe_answer: bool,
+    /// The root repaired a frame this member has: its report is sent again, even unchanged.
+    rereport: bool,
+    /// Frames per acknowledgement (`Config::ack_every`, at most the window; 32 bits: the
+    /// receiver's size is the paper's `s_RDP`).
+    every: u32,
+    /// The quiet period (`Config::ack_delay`).
+    delay: Duration,
+}
+
+impl Acks {
+    /// Nothing acknowledged, nothing owed.
+    pub(super) fn new(cfg: &Config) -> Acks {
+        Acks {
+            acked: Seq::new(0),
+            unacked: 0,
+            quiet_from: None,
+            now: false,
+            probe_answer: false,
+            rereport: false,
+            every: u32::try_from(cfg.ack_every).unwrap_or(u32::MAX),
+            delay: cfg.ack_delay,
         }
-        // Off the critical path: one acknowledgement per `ack_every` frames (half the window)
-        // while the root keeps sending, and the rest when the root asks (its poll or a probe,
-        // when its retransmission timer fires on an idle stream). No timer of the receiver's
-        // own: a sleep bounded by a sub-millisecond quiet timer re-armed per message cost a
-        // virtual machine's receivers a third of their CPU per broadcast (clock-event
-        // reprogramming); the root's timer runs once per idle period instead.
-        let gap = self.expected < self.highest
-            && !self.slots[self.idx(self.expected)]
-                .state
-                .contains(SlotState::HAVE);
-        match self.nack_from {
-            // Gathering (`Config::nack_gather`): asked once enough frames followed the first
-            // gap, or at the timer; `nack_from` stays until then.
-            Some(from) if gap && self.highest < from + self.nack_gather => {
-                let t = now + self.nack_gather_wait;
-                let at = self.timers.get(Timer::Nack).map_or(t, |a| a.min(t));
-                self.timers.set(Timer::Nack, at);
-                return;
-            }
-            Some(from) if gap => {
-                self.send_nacks(now, from);
-                self.timers.set(Timer::Nack, now + self.nack_interval());
-            }
-            _ if gap && !self.timers.is_armed(Timer::Nack) => {
-                self.timers.set(Timer::Nack, now + self.nack_interval());
-            }
-            _ if !gap => self.timers.stop(Timer::Nack),
-            _ => {}
-        }
-        self.nack_from = None;
     }
 
-    /// (Re)starts the quiet timer at `now`: due `ack_delay` from now, lazily (see
-    /// `quiet_from`). An earlier deadline that is not the quiet timer (a new tree's first
-    /// report) stands.
-    pub(super) fn quiet(&mut self, now: Instant) {
-        match self.timers.get(Timer::Ack) {
+    /// Frames per acknowledgement.
+    pub(super) fn every(&self) -> u64 {
+        u64::from(self.every)
+    }
+
+    /// A frame was consumed.
+    pub(super) fn consumed(&mut self) {
+        self.unacked += 1;
+    }
+
+    /// Acknowledge at the next chance.
+    pub(super) fn ask(&mut self) {
+        self.now = true;
+    }
+
+    /// Whether the next chance must acknowledge (asked to).
+    pub(super) fn asked(&self) -> bool {
+        self.now
+    }
+
+    /// Whether an acknowledgement is due: asked for, or `every` frames consumed since the
+    /// last.
+    pub(super) fn due(&self) -> bool {
+        self.now || self.unacked >= self.every as usize
+    }
+
+    /// The root asked (a probe, or its poll): the answer says how far the stream has seen.
+    pub(super) fn probed(&mut self) {
+        self.probe_answer = true;
+    }
+
+    /// Whether the acknowledgement being sent answers a probe (once).
+    pub(super) fn take_probe(&mut self) -> bool {
+        std::mem::take(&mut self.probe_answer)
+    }
+
+    /// The root repaired a frame this member has: report again, even unchanged.
+    pub(super) fn rereport(&mut self) {
+        self.rereport = true;
+    }
+
+    /// Whether the report being sent goes out even unchanged (once).
+    pub(super) fn take_rereport(&mut self) -> bool {
+        std::mem::take(&mut self.rereport)
+    }
+
+    /// Whether this member holds frames (up to `expected`) it has not acknowledged.
+    pub(super) fn owes(&self, expected: Seq) -> bool {
+        expected > self.acked
+    }
+
+    /// (Re)starts the quiet timer at `now`: due `delay` from now, lazily. An earlier deadline
+    /// that is not the quiet timer (a new tree's first report) stands.
+    pub(super) fn quiet(&mut self, now: Instant, timers: &mut StreamTimers<'_>) {
+        match timers.get(StreamTimer::Ack) {
             None => {
-                self.timers.set(Timer::Ack, now + self.ack_delay);
+                timers.set(StreamTimer::Ack, now + self.delay);
                 self.quiet_from = Some(now);
             }
             Some(_) if self.quiet_from.is_some() => self.quiet_from = Some(now),
@@ -59,227 +122,105 @@ impl Receiver {
         }
     }
 
-    pub(super) fn send_ack(&mut self, now: Instant) {
-        self.ack_now = false;
-        self.timers.stop(Timer::Ack);
+    /// An acknowledgement of everything before `expected` is being sent.
+    pub(super) fn sent(&mut self, expected: Seq, timers: &mut StreamTimers<'_>) {
+        self.now = false;
+        self.covered(expected, timers);
+    }
+
+    /// Something that carries the cumulative acknowledgement of everything before `expected`
+    /// went to the root (an acknowledgement, or a NACK without a tree).
+    pub(super) fn covered(&mut self, expected: Seq, timers: &mut StreamTimers<'_>) {
+        timers.stop(StreamTimer::Ack);
         self.quiet_from = None;
-        self.acked = self.expected;
+        self.pulled(expected);
+    }
+
+    /// A pull request, which carries the cumulative acknowledgement too, went to the root.
+    pub(super) fn pulled(&mut self, expected: Seq) {
+        self.acked = expected;
         self.unacked = 0;
-        // Answering a probe: say how far we have seen, so that the root can go back over
-        // everything after it (go-back-16) instead of probing frame by frame.
-        let seen =
-            std::mem::take(&mut self.probe_answer).then(|| self.highest.max(self.expected).low32());
-        // A probe's answer goes straight to the root, which is not hearing of this member's
-        // progress through the tree (an ancestor may have died).
-        let direct = self.tree.is_none() || seen.is_some();
-        if direct {
-            let ack = Control::Ack {
-                next: self.expected.low32(),
-                seen,
-            };
-            self.controls.push_back(Outgoing::to(self.root, ack));
-        }
-        // The root's children report on their own schedule even when their subtree did not
-        // move: the root learns which member it waits for, and stops probing the others.
-        // A probe's answer also reports again to the parent, even unchanged: a report on the
-        // way up may have been lost.
-        let again = std::mem::take(&mut self.rereport);
-        self.report(now, seen.is_some() || again);
     }
 
-    /// Asks for the missing frames from `from` on that were never asked for, or not within the
-    /// retry interval: a repair already on its way is not asked for again. Returns whether a
-    /// NACK went out.
-    pub(super) fn send_nacks(&mut self, now: Instant, from: Seq) -> bool {
-        if let Some((peer, 0)) = self.peer_off {
-            // Its pause is over: ask it again.
-            self.peer = Some(peer);
-            self.peer_off = None;
-            self.peer_silence = 0;
-        }
-        let retry = self.nack_interval();
-        let end = self.highest.min(self.expected + self.window());
-        let due = |slot: &WSlot| {
-            !slot.state.contains(SlotState::HAVE)
-                && slot
-                    .nacked
-                    .is_none_or(|t| now.saturating_duration_since(t) >= retry)
-        };
-        let mut b = self.expected.max(from);
-        let mut sent = false;
-        let mut sent_root = false;
-        while b < end {
-            let Some(base) = b.up_to(end).find(|&s| due(&self.slots[self.idx(s)])) else {
-                break;
-            };
-            // A frame is asked of the peer once, then of the root. One NACK to each names
-            // every frame due within its reach from `base`.
-            let stop = end.min(base + u64::from(NACK_REACH));
-            let (mut to_peer, mut to_root) = (NackBitmap::default(), NackBitmap::default());
-            for s in base.up_to(stop) {
-                let k = (s - base) as u32;
-                let i = self.idx(s);
-                if due(&self.slots[i]) {
-                    let slot = &mut self.slots[i];
-                    let retry = slot.nacked.is_some();
-                    if self.peer.is_some() && !slot.state.contains(SlotState::PEER_ASKED) {
-                        slot.state.insert(SlotState::PEER_ASKED);
-                        to_peer.set(k);
-                    } else if self.peer.is_some()
-                        && retry
-                        && !slot.state.contains(SlotState::PEER_ASKED_AGAIN)
-                    {
-                        // The peer has it (it did not say otherwise) and its repair did not
-                        // come in time: most likely lost. Asked once more before the root.
-                        self.peer_silence = self.peer_silence.saturating_add(1);
-                        slot.state.insert(SlotState::PEER_ASKED_AGAIN);
-                        to_peer.set(k);
-                    } else if self.peer.is_some()
-                        && retry
-                        && self.tree.is_some()
-                        && !slot.state.contains(SlotState::PEER_ASKED_THIRD)
-                    {
-                        // With a tree (a large group), a third time: under burst loss the
-                        // peer's repair often falls into the same burst at this member as the
-                        // frame, and the repeat 1 ms later into another. Each ask of the root
-                        // instead adds to NACKs into it that grow with the group: at 1024
-                        // members with burst loss, 1.39 to 0.86 root NACKs per data frame.
-                        self.peer_silence = self.peer_silence.saturating_add(1);
-                        slot.state.insert(SlotState::PEER_ASKED_THIRD);
-                        to_peer.set(k);
-                    } else {
-                        if slot.state.contains(SlotState::PEER_ASKED) && slot.nacked.is_some() {
-                            // Asked of the peer, and its retry interval passed unanswered.
-                            self.peer_silence = self.peer_silence.saturating_add(1);
-                        }
-                        to_root.set(k);
-                        if let Some((_, left)) = self.peer_off.as_mut() {
-                            *left = left.saturating_sub(1);
-                        }
-                    }
-                    slot.nacked = Some(now);
-                }
+    /// The ACK timer fired: whether the acknowledgement is due now. The quiet timer of a
+    /// stream that moved since it was armed is pushed back instead.
+    pub(super) fn on_timer(&mut self, now: Instant, timers: &mut StreamTimers<'_>) -> bool {
+        match self.quiet_from.map(|q| q + self.delay) {
+            // The stream moved since the timer was armed: not quiet yet.
+            Some(due) if due > now => {
+                timers.set(StreamTimer::Ack, due);
+                false
             }
-            if let (Some(peer), Some((missing, more))) = (self.peer, to_peer.take()) {
-                let ask = Control::PeerNack {
-                    root: self.root,
-                    base: base.low32(),
-                    missing,
-                    unheld: false,
-                    more,
-                };
-                self.controls.push_back(Outgoing::to(peer, ask));
-            }
-            if let Some((missing, more)) = to_root.take() {
-                let nack = Control::Nack {
-                    base: base.low32(),
-                    missing,
-                    next: self.expected.low32(),
-                    more,
-                };
-                self.controls.push_back(Outgoing::to(self.root, nack));
-                sent_root = true;
-            }
-            b = stop;
-            sent = true;
-        }
-        if let Some(peer) = self
-            .peer
-            .filter(|_| self.peer_silence >= PEER_SILENCE_LIMIT)
-        {
-            let frames = PEER_OFF_FIRST << self.peer_off_doublings;
-            tracing::warn!(
-                root = self.root.get(),
-                peer = peer.get(),
-                frames,
-                "the peer does not answer repair requests: asking the root for the next lost frames"
-            );
-            self.peer = None;
-            self.peer_off = Some((peer, frames));
-            self.peer_off_doublings = (self.peer_off_doublings + 1).min(PEER_OFF_MAX_DOUBLINGS);
-            self.peer_silence = 0;
-        }
-        if sent_root && self.tree.is_none() {
-            // A NACK carries the cumulative acknowledgement too (but for this member only:
-            // with a tree its subtree's report is still due).
-            self.acked = self.expected;
-            self.unacked = 0;
-            self.timers.stop(Timer::Ack);
-            self.quiet_from = None;
-        }
-        sent
-    }
-
-    /// A repair arrived `rtt` after it was asked for.
-    pub(super) fn repair_sample(&mut self, rtt: Duration) {
-        self.repair_rtt = Some(match self.repair_rtt {
-            None => rtt,
-            Some(s) => (s * 7 + rtt) / 8,
-        });
-    }
-
-    /// How long a NACKed frame is given to arrive before it is asked for again: the configured
-    /// retry, or one and a half repair round trips when those are longer (a busy root, or
-    /// repairs queued behind data in the switch), doubled per retry without progress.
-    pub(super) fn nack_interval(&self) -> Duration {
-        let rtt = self.repair_rtt.map_or(Duration::ZERO, |r| r + r / 2);
-        self.nack_retry.max(rtt) * (1 << self.nack_backoff)
-    }
-
-    pub(crate) fn on_timeout(&mut self, now: Instant) {
-        self.release_held(now);
-        if self.timers.is_expired(Timer::Ack, now) {
-            match self.quiet_from.map(|q| q + self.ack_delay) {
-                // The stream moved since the timer was armed: not quiet yet.
-                Some(due) if due > now => self.timers.set(Timer::Ack, due),
-                _ => self.send_ack(now),
-            }
-        }
-        if self.tree.is_some() && self.timers.is_expired(Timer::Report, now) {
-            self.timers.stop(Timer::Report);
-            self.report(now, true);
-            // Once, unless the subtree lags behind what this member has seen (a member
-            // below waits for a repair): then again every `keepalive`, so that the root
-            // hears the subtree is alive and waits for one laggard, and times out that
-            // one only, not every member of the subtree at once.
-            let stuck = self.subtree_next().0 < self.highest;
-            if let Some(t) = self.tree.as_ref() {
-                let again = stuck.then(|| now + t.keepalive);
-                self.timers.set_or_stop(Timer::Report, again);
-            }
-        }
-        if self.timers.is_expired(Timer::Nack, now) {
-            let gap = self.expected < self.highest;
-            if gap {
-                // Gaps gathered until now are asked for the first time: no back-off for them.
-                let first = self.nack_from.take().is_some();
-                if self.send_nacks(now, self.expected) && !first {
-                    self.nack_backoff = (self.nack_backoff + 1).min(6);
-                }
-                self.timers.set(Timer::Nack, now + self.nack_interval());
-            } else {
-                self.timers.stop(Timer::Nack);
-                self.nack_from = None;
-            }
+            _ => true,
         }
     }
 
-    /// Acknowledges what it holds now, if the root has not heard of all of it (a member that
-    /// flushes before it leaves does not leave the root to ask an empty link).
-    pub(crate) fn ack_held(&mut self, now: Instant) {
-        if self.owes_ack() {
-            self.ack_now = true;
-            self.schedule(now);
+    /// A new place in the tree: its first report goes at `now` (not the quiet timer).
+    pub(super) fn report_at(&mut self, now: Instant, timers: &mut StreamTimers<'_>) {
+        timers.set(StreamTimer::Ack, now);
+        self.quiet_from = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::timer::TimerTable;
+    use super::*;
+    use crate::Rank;
+
+    fn acks() -> Acks {
+        let mut c = Config::new(1, Rank::new(1), 2);
+        c.ack_every = 4;
+        c.ack_delay = Duration::from_millis(2);
+        Acks::new(&c)
+    }
+
+    #[test]
+    fn an_acknowledgement_is_due_every_few_frames_or_when_asked() {
+        let mut a = acks();
+        let mut table = TimerTable::new(2);
+        let place = table.add_stream(Rank::new(0));
+        for _ in 0..3 {
+            a.consumed();
         }
+        assert!(!a.due());
+        a.consumed();
+        assert!(a.due());
+        assert!(a.owes(Seq::new(4)));
+        a.sent(Seq::new(4), &mut table.stream(place));
+        assert!(!a.due() && !a.owes(Seq::new(4)));
+        a.ask();
+        assert!(a.due() && a.asked());
+        a.pulled(Seq::new(5));
+        assert!(a.asked(), "a pull is no answer to the ask");
+        a.probed();
+        assert!(a.take_probe());
+        assert!(!a.take_probe(), "once");
     }
 
-    /// Whether this member holds frames of the stream it has not acknowledged: the root will
-    /// ask for them (its poll), so a member serving the group between calls stays to answer.
-    pub(crate) fn owes_ack(&self) -> bool {
-        self.expected > self.acked
-    }
-
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        self.timers.next_timeout()
+    #[test]
+    fn the_quiet_timer_is_lazy() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut a = acks();
+        let mut table = TimerTable::new(2);
+        let place = table.add_stream(Rank::new(0));
+        let mut t = table.stream(place);
+        a.quiet(t0, &mut t);
+        assert_eq!(t.get(StreamTimer::Ack), Some(t0 + ms(2)));
+        // The stream moves: the timer stays where it was ...
+        a.quiet(t0 + ms(1), &mut t);
+        assert_eq!(t.get(StreamTimer::Ack), Some(t0 + ms(2)));
+        // ... and is pushed back when it fires.
+        assert!(!a.on_timer(t0 + ms(2), &mut t));
+        assert_eq!(t.get(StreamTimer::Ack), Some(t0 + ms(3)));
+        assert!(a.on_timer(t0 + ms(3), &mut t));
+        // A first report's deadline is not the quiet timer: it stands.
+        a.sent(Seq::new(0), &mut t);
+        assert_eq!(t.get(StreamTimer::Ack), None);
+        a.report_at(t0 + ms(5), &mut t);
+        a.quiet(t0 + ms(6), &mut t);
+        assert_eq!(t.get(StreamTimer::Ack), Some(t0 + ms(5)));
+        assert!(a.on_timer(t0 + ms(5), &mut t));
     }
 }

@@ -1,112 +1,144 @@
-//! Frames kept in the link: with `Engine::leave_in_link`, payloads stay in the frames the link
-//! retains until the batch ends, and are copied into the window only if they still wait when
-//! the link gives the frames back.
+//! Frames kept in the link: with `Engine::leave_in_link`, payloads that would be copied into the
+//! window stay in the frames the link retains until the batch ends, and are copied into the
+//! window only if they still wait when the link gives the frames back.
+//!
+//! **Invariants.** While on, `at` has a place per window slot, and a slot marked
+//! [`SlotState::LINK`] has its payload's address there. `refs` names the slots so marked, in the
+//! order their frames came, which is the order the link gives them back; a reference whose slot
+//! was reused since is skipped. Repairs served from the link (`relays`) are made at the end of
+//! the batch, while the link still holds their frames.
 
-use super::*;
+use std::collections::VecDeque;
 
-/// What an observer's pieces may lie in at the end of a batch: the link's frames and the
-/// window's copies.
-struct Memory<'a> {
-    link: &'a dyn machine::Held,
-    window: &'a [u8],
+use crate::machine::Held;
+use crate::wire::Repr;
+use crate::{Rank, Seq};
+
+use super::window::{SlotState, Window};
+
+/// A repair for a fellow of a frame that lies in the link: to whom, its header, and where its
+/// payload lies (address and length).
+pub(super) type Relay = (Rank, Repr, usize, usize);
+
+/// The frames of one stream left in the link. See the module documentation.
+#[derive(Debug, Default)]
+pub(super) struct InLink {
+    /// The slots whose payloads lie in the link, oldest first.
+    refs: VecDeque<Seq>,
+    /// Per slot: the address of its payload in the link's frame (empty: payloads are not
+    /// left in the link).
+    at: Vec<usize>,
+    /// Repairs for fellows of frames in the link, made when the batch ends.
+    relays: Vec<Relay>,
 }
 
-impl machine::Held for Memory<'_> {
-    fn find(&self, at: usize, len: usize) -> Option<&[u8]> {
-        within(self.window, at, len).or_else(|| self.link.find(at, len))
+impl InLink {
+    /// Whether payloads are left in the link.
+    pub(super) fn is_on(&self) -> bool {
+        !self.at.is_empty()
     }
-}
 
-impl Receiver {
-    pub(crate) fn frames_done(&mut self, now: Instant, end: BatchEnd<'_>) {
-        let before = self.expected;
-        if self.in_link {
-            // Frames that waited in the link are consumed now, and fellows served from it.
-            self.drain_from(Some(end.held));
-            for (asker, repr, at, len) in std::mem::take(&mut self.link_relays) {
-                match end.held.find(at, len) {
-                    Some(p) => self.controls.push_back(Outgoing::Relay {
-                        dst: Dest::Rank(asker),
-                        repr,
-                        payload: p.to_vec(),
-                    }),
-                    None => {
-                        let mut unheld = NackBitmap::default();
-                        unheld.set(0);
-                        if let Some((first, more)) = unheld.take() {
-                            self.controls
-                                .push_back(unheld_reply(asker, self.root, repr.seq, first, more));
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(Watch(o)) = self.observer.as_mut() {
-            // Where held pieces lie: the link's frames, and the window's copies.
-            o.frames_done(&Memory {
-                link: end.held,
-                window: self.slot_data.all(),
-            });
-        }
-        if self.in_link {
-            self.leave(end.leaving);
-        }
-        self.in_batch = false;
-        if self.expected > before {
-            self.maybe_pull();
-            self.schedule(now);
-        }
+    /// Leaves payloads in the link (or stops), for a window of `slots` slots.
+    pub(super) fn set(&mut self, on: bool, slots: usize) {
+        self.at = if on { vec![0; slots] } else { Vec::new() };
+    }
+
+    /// Notes that slot `i`'s payload (frame `s`), consumed or waiting, stays in the link's
+    /// frame at `payload`.
+    pub(super) fn note(&mut self, window: &mut Window, i: usize, s: Seq, payload: &[u8]) {
+        let slot = window.slot_mut(i);
+        slot.state.remove(SlotState::COPY);
+        slot.state.insert(SlotState::LINK);
+        self.at[i] = payload.as_ptr() as usize;
+        self.refs.push_back(s);
+    }
+
+    /// Where slot `i`'s payload lies in the link.
+    pub(super) fn at(&self, i: usize) -> usize {
+        self.at[i]
+    }
+
+    /// A repair to make from the link at the batch's end.
+    pub(super) fn relay(&mut self, relay: Relay) {
+        self.relays.push(relay);
+    }
+
+    /// Repairs for fellows served from the link, to be made when the batch ends.
+    pub(super) fn relays_waiting(&self) -> usize {
+        self.relays.len()
+    }
+
+    /// The repairs to make now (the batch ends).
+    pub(super) fn take_relays(&mut self) -> Vec<Relay> {
+        std::mem::take(&mut self.relays)
     }
 
     /// The link gives back the frames `leaving` finds: a payload of one still waiting is
     /// copied into the window now; one consumed is forgotten (a fellow asking for it later
     /// is told it is not held, and asks the root).
-    pub(super) fn leave(&mut self, leaving: &dyn machine::Held) {
-        while let Some(&s) = self.link_refs.front() {
-            let i = self.idx(s);
-            let slot = &self.slots[i];
-            let at = self.link_at[i];
+    pub(super) fn leave(&mut self, window: &mut Window, leaving: &dyn Held) {
+        while let Some(&s) = self.refs.front() {
+            let i = window.idx(s);
+            let slot = window.slot(i);
             let live = slot.state.contains(SlotState::LINK) && slot.repr.seq == s.low32();
             if live {
                 let len = usize::from(slot.len);
-                let Some(bytes) = leaving.find(at, len) else {
+                let Some(bytes) = leaving.find(self.at[i], len) else {
                     // Still retained, and so is every frame after it.
                     break;
                 };
                 let waiting = slot.state.contains(SlotState::HAVE);
                 if waiting {
-                    self.keep(i, bytes);
+                    window.keep(i, bytes);
                 }
-                let slot = &mut self.slots[i];
+                let slot = window.slot_mut(i);
                 slot.state.remove(SlotState::LINK);
                 slot.state.set(SlotState::COPY, waiting);
             }
-            self.link_refs.pop_front();
+            self.refs.pop_front();
         }
     }
 
-    /// Notes that slot `i`'s payload, consumed or waiting, stays in the link's frame, at
-    /// `payload`.
-    pub(super) fn leave_in_link(&mut self, i: usize, s: Seq, payload: &[u8]) {
-        let at = payload.as_ptr() as usize;
-        let slot = &mut self.slots[i];
-        slot.state.remove(SlotState::COPY);
-        slot.state.insert(SlotState::LINK);
-        self.link_at[i] = at;
-        self.link_refs.push_back(s);
+    /// Heap bytes of the addresses.
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.at.len() * std::mem::size_of::<usize>()
     }
+}
 
-    /// Repairs for fellows served from the link, to be made when the batch ends.
-    pub(crate) fn relays_waiting(&self) -> usize {
-        self.link_relays.len()
-    }
+#[cfg(test)]
+mod tests {
+    use super::super::super::Config;
+    use super::*;
+    use crate::machine::Frames;
 
-    pub(crate) fn set_in_link(&mut self, on: bool) {
-        self.in_link = on;
-        self.link_at = if on {
-            vec![0; self.slots.len()]
-        } else {
-            Vec::new()
-        };
+    #[test]
+    fn a_waiting_payload_is_copied_when_its_frame_leaves_and_a_consumed_one_forgotten() {
+        let mut c = Config::new(1, Rank::new(1), 2);
+        c.window = 4;
+        let mut w = Window::new(&c);
+        let mut l = InLink::default();
+        l.set(true, 4);
+        let (f0, f1) = (b"frame zero".to_vec(), b"frame one".to_vec());
+        for (s, f, have) in [(0u64, &f0, false), (1, &f1, true)] {
+            let i = w.idx(Seq::new(s));
+            let slot = w.slot_mut(i);
+            slot.repr.seq = s as u32;
+            slot.len = f.len() as u16;
+            slot.state.set(SlotState::HAVE, have);
+            l.note(&mut w, i, Seq::new(s), f);
+            assert_eq!(l.at(i), f.as_ptr() as usize);
+        }
+        // Frame 0 is still retained: nothing after it leaves either.
+        l.leave(&mut w, &Frames(&[&f1]));
+        assert!(w.slot(0).state.contains(SlotState::LINK), "0 has not left");
+        l.leave(&mut w, &Frames(&[&f0[..], &f1[..]]));
+        assert!(w.slot(0).state.is_empty(), "consumed: forgotten");
+        let s1 = w.slot(1).state;
+        assert!(s1.contains(SlotState::HAVE | SlotState::COPY) && !s1.contains(SlotState::LINK));
+        assert_eq!(w.kept(1, f1.len()), &f1[..]);
+        l.relay((Rank::new(0), Repr::default(), 0, 0));
+        assert_eq!(l.relays_waiting(), 1);
+        assert_eq!(l.take_relays().len(), 1);
+        assert_eq!(l.relays_waiting(), 0);
     }
 }

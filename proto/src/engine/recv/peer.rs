@@ -1,26 +1,38 @@
 //! Peer repair: a receiver asks a fellow receiver (its peer) for lost frames first, and serves
-//! its fellows' requests from what it still holds: window copies near the end of a message,
-//! message buffers, and messages held back for them (`Config::peer_hold`).
+//! its fellows' requests from what it still holds (window copies near the end of a message,
+//! message buffers, messages held back for them).
+//!
+//! This type keeps who the peer is and how it answers (a peer that stops answering is given up
+//! for a pause that doubles each time), and whether fellows ask this member (then frames near
+//! the end of their message keep a copy in their slot, so that a request can still be served
+//! after the message was handed on).
+//!
+//! **Invariants.** `peer` and `off` are never both set: a peer given up is asked again, and
+//! `silence` starts over, once its pause of `off` requests to the root is over. `off_doublings`
+//! is at most [`PEER_OFF_MAX_DOUBLINGS`].
 
-use super::*;
+use crate::wire::{Control, Repr};
+use crate::{Rank, Seq};
+
+use super::super::{Config, Outgoing};
 
 /// Unanswered peer requests in a row after which a receiver stops asking its peer, for a
-/// while (see `Receiver::peer_off`).
-pub(super) const PEER_SILENCE_LIMIT: u16 = 16;
+/// while (see `PeerRepair::off`).
+const PEER_SILENCE_LIMIT: u16 = 16;
 
 /// Lost frames a receiver asks of the root alone after giving up its peer, before it asks the
 /// peer again: the first pause; it doubles, up to 16 times this, each time the peer is given
 /// up again without having answered since. Counted in requests, not frames or time, so that a
 /// dead peer costs at most `PEER_SILENCE_LIMIT` requests per pause, however lossy the segment.
-pub(super) const PEER_OFF_FIRST: u16 = 128;
+const PEER_OFF_FIRST: u16 = 128;
 
 /// The longest pause: `PEER_OFF_FIRST` doubled this many times.
-pub(super) const PEER_OFF_MAX_DOUBLINGS: u8 = 4;
+const PEER_OFF_MAX_DOUBLINGS: u8 = 4;
 
 /// Windows' worth of frames a member keeps copies of after a fellow receiver asked it for
 /// frames (peer repair). Loss that makes one fellow ask keeps copies on for every later frame
 /// while it lasts; a segment without loss costs no second copy.
-pub(super) const COPY_SPAN: u64 = 4;
+const COPY_SPAN: u64 = 4;
 
 /// Frames from the end of its message within which a frame keeps its copy (while copies are
 /// on, see [`COPY_SPAN`]). A frame further from its message's end is still in the message's
@@ -32,23 +44,9 @@ pub(super) const COPY_SPAN: u64 = 4;
 /// the segment lost frames (a megabyte message is about 720 frames: now its last 256 only).
 /// A window no wider than this keeps every frame it can be asked for, as before.
 /// With `Config::peer_hold` nothing is copied: the message itself is held back a window's
-/// worth of frames after its end (see [`Held`]), which serves every frame of it, not its
+/// worth of frames after its end (see `Hold`), which serves every frame of it, not its
 /// tail only.
 pub(in crate::engine) const COPY_TAIL: usize = 256;
-
-/// With `Config::peer_hold`: how long a completed message is still held for fellows'
-/// requests once its stream stopped moving (the end of a transfer, a pause of the root's
-/// input). A fellow asks within its gathering wait and a few of its turns of a millisecond.
-pub(in crate::engine) const PEER_HOLD_WAIT: Duration = Duration::from_millis(5);
-
-/// A message complete but held back for fellows' requests (see `Config::peer_hold`): its
-/// event, delivered once the stream reached `until`, or once the stream stopped moving for
-/// [`PEER_HOLD_WAIT`].
-#[derive(Debug)]
-pub(super) struct Held {
-    pub(super) event: Event,
-    pub(super) until: Seq,
-}
 
 /// The answer to a peer NACK from `asker` for frames of `root`'s stream this member does not
 /// hold (`missing` and `more`, from `base`).
@@ -71,36 +69,118 @@ pub(crate) fn unheld_reply(
     )
 }
 
-/// Where a frame a fellow asks for lies (see `Receiver::held`).
-enum Found<'a> {
-    /// In these bytes (the window, or a message).
-    Here(&'a [u8]),
-    /// In a frame the link retains: its address and length.
-    Link(usize, usize),
+/// The peer repair state of one stream. See the module documentation.
+#[derive(Debug)]
+pub(super) struct PeerRepair {
+    /// The fellow receiver asked first for lost frames, if any.
+    peer: Option<Rank>,
+    /// With peer repair: a fellow receiver asked this member for frames lately, so frames
+    /// before this sequence near the end of their message ([`COPY_TAIL`]) keep a copy in their
+    /// slot until the slot is reused, and a request can still be served after the frame's
+    /// message was delivered. A member nobody asks (no loss on the segment) copies nothing:
+    /// each frame is copied once, into its message.
+    /// The low 32 bits of that sequence (the receiver's size is the paper's `s_RDP`), compared
+    /// as the wire compares sequences; meaningful once `asked`.
+    copies_until: u32,
+    /// A fellow receiver asked this member for frames (peer repair) at least once.
+    asked: bool,
+    /// Peer repair is on (`Config::peer_repair`).
+    enabled: bool,
+    /// Frames the peer was asked for and never answered (neither repair nor "not held"), in
+    /// a row: a dead or stalled peer is given up after `PEER_SILENCE_LIMIT`.
+    silence: u16,
+    /// The peer given up for its silence, and how many more lost frames are asked of the root
+    /// alone before it is asked again. A peer stalled for a moment (a busy host) answers
+    /// again; given up for good, it left the root every later loss of the stream (7 466 of
+    /// 14 725 lost frames, once, in the 8-receiver file test at 1% loss on a busy machine).
+    /// A dead peer costs a few requests per pause, and eviction replaces it.
+    off: Option<(Rank, u16)>,
+    /// How many times the next pause doubles `PEER_OFF_FIRST` (up to
+    /// `PEER_OFF_MAX_DOUBLINGS`; none again once the peer answers).
+    off_doublings: u8,
 }
 
-impl Receiver {
+impl PeerRepair {
+    /// No peer yet; nobody asked.
+    pub(super) fn new(cfg: &Config) -> PeerRepair {
+        PeerRepair {
+            peer: None,
+            copies_until: 0,
+            asked: false,
+            enabled: cfg.peer_repair,
+            silence: 0,
+            off: None,
+            off_doublings: 0,
+        }
+    }
+
     /// The fellow receiver this stream asks for lost frames (and the only one whose relayed
     /// repairs it takes).
-    pub(crate) fn peer(&self) -> Option<Rank> {
+    pub(super) fn peer(&self) -> Option<Rank> {
         self.peer
     }
 
-    /// Whether frame `s` (`repr`, with a payload of `len` bytes) keeps a copy in its slot after
-    /// it was placed: copies are on (see `copies_until`) and it is among the last
-    /// [`COPY_TAIL`] frames of its message. A frame of a message longer than the keep limit
-    /// (`Engine::keep_at_most`) has no message buffer to be served from: it keeps a copy once
-    /// any fellow ever asked. (Kept only while copies are on, `copies_until`, the fellows of
-    /// receivers keeping no messages turned to the root for up to 9400 of 14700 lost frames
-    /// on the 1 Gbit/s test-bed at 1% loss, against at most 900 when served from messages.
-    /// Kept once asked: at most 94, in 5 runs.)
-    pub(super) fn keeps_copy(&self, s: Seq, repr: &Repr, len: usize) -> bool {
-        if repr.msg_len as usize > self.keep {
-            return self.asked;
+    /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
+    pub(super) fn set_peer(&mut self, peer: Option<Rank>) {
+        self.peer = peer;
+        self.silence = 0;
+        self.off = None;
+        self.off_doublings = 0;
+    }
+
+    /// The peer answered: its silence is over, and so is any back-off.
+    pub(super) fn answered(&mut self) {
+        self.silence = 0;
+        self.off_doublings = 0;
+    }
+
+    /// Before asking: a peer whose pause is over is asked again.
+    pub(super) fn resume(&mut self) {
+        if let Some((peer, 0)) = self.off {
+            self.peer = Some(peer);
+            self.off = None;
+            self.silence = 0;
         }
-        // Bytes of its message after this frame.
-        let after = || (repr.msg_len as usize).saturating_sub(repr.offset as usize + len);
-        !self.peer_hold && self.copying(s) && after() < COPY_TAIL * self.slot_payload()
+    }
+
+    /// A request to the peer went unanswered.
+    pub(super) fn unanswered(&mut self) {
+        self.silence = self.silence.saturating_add(1);
+    }
+
+    /// A frame was asked of the root: one request less of the pause.
+    pub(super) fn asked_root(&mut self) {
+        if let Some((_, left)) = self.off.as_mut() {
+            *left = left.saturating_sub(1);
+        }
+    }
+
+    /// After asking: a peer that left too many requests unanswered is given up for a pause.
+    pub(super) fn give_up_if_silent(&mut self, root: Rank) {
+        let Some(peer) = self.peer.filter(|_| self.silence >= PEER_SILENCE_LIMIT) else {
+            return;
+        };
+        let frames = PEER_OFF_FIRST << self.off_doublings;
+        tracing::warn!(
+            root = root.get(),
+            peer = peer.get(),
+            frames,
+            "the peer does not answer repair requests: asking the root for the next lost frames"
+        );
+        self.peer = None;
+        self.off = Some((peer, frames));
+        self.off_doublings = (self.off_doublings + 1).min(PEER_OFF_MAX_DOUBLINGS);
+        self.silence = 0;
+    }
+
+    /// A fellow asked this member for frames, the stream being at `edge` (the highest it has
+    /// seen) with a window of `window` frames: with peer repair, copies are kept for the next
+    /// windows' worth of frames.
+    pub(super) fn on_request(&mut self, edge: Seq, window: u64) {
+        if self.enabled {
+            self.copies_until = (edge + COPY_SPAN * window).low32();
+            self.asked = true;
+        }
     }
 
     /// Whether frame `s` comes while fellows ask this member for frames (see
@@ -109,210 +189,116 @@ impl Receiver {
         self.asked && (self.copies_until.wrapping_sub(s.low32()) as i32) > 0
     }
 
-    /// Sets the fellow receiver asked first for lost frames (`None`: ask the root only).
-    pub(crate) fn set_peer(&mut self, peer: Option<Rank>) {
-        self.peer = peer;
-        self.peer_silence = 0;
-        self.peer_off = None;
-        self.peer_off_doublings = 0;
+    /// Whether frame `s` (`repr`, with a payload of `len` bytes) keeps a copy in its slot after
+    /// it was placed: copies are on (see `copies_until`) and it is among the last
+    /// [`COPY_TAIL`] frames of its message (of `slot_payload` bytes each), and messages are not
+    /// held whole (`hold`). A frame of a message longer than the keep limit (`keep`) has no
+    /// message buffer to be served from: it keeps a copy once any fellow ever asked. (Kept
+    /// only while copies are on, the fellows of receivers keeping no messages turned to the
+    /// root for up to 9400 of 14700 lost frames on the 1 Gbit/s test-bed at 1% loss, against
+    /// at most 900 when served from messages. Kept once asked: at most 94, in 5 runs.)
+    pub(super) fn keeps_copy(
+        &self,
+        s: Seq,
+        repr: &Repr,
+        len: usize,
+        keep: usize,
+        hold: bool,
+        slot_payload: usize,
+    ) -> bool {
+        if repr.msg_len as usize > keep {
+            return self.asked;
+        }
+        // Bytes of its message after this frame.
+        let after = || (repr.msg_len as usize).saturating_sub(repr.offset as usize + len);
+        !hold && self.copying(s) && after() < COPY_TAIL * slot_payload
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer_repair() -> PeerRepair {
+        let mut c = Config::new(1, Rank::new(1), 3);
+        c.peer_repair = true;
+        PeerRepair::new(&c)
     }
 
-    /// The peer answered: its silence is over, and so is any back-off.
-    pub(super) fn peer_answered(&mut self) {
-        self.peer_silence = 0;
-        self.peer_off_doublings = 0;
-    }
-
-    /// The payload of frame `s` of this stream, if this member still holds it: in its slot
-    /// (a frame not placed, or the copy kept for peer repair), or in the buffer of a message
-    /// not delivered yet. Otherwise the asking peer is told, and turns to the root.
-    fn held(&self, s: Seq) -> Option<(Repr, Found<'_>)> {
-        // Frame `s + window` lands in the same slot: until it has arrived (`expected` past it),
-        // the slot still holds `s` (the sequence check below confirms it).
-        if s + self.window() < self.expected || s >= self.expected + self.window() {
-            return None;
-        }
-        let slot = &self.slots[self.idx(s)];
-        let r = slot.repr;
-        if r.kind.is_none() || r.seq != s.low32() {
-            return None;
-        }
-        let (off, len) = (r.offset as usize, usize::from(slot.len));
-        if s >= self.expected && !slot.state.contains(SlotState::HAVE) {
-            return None;
-        }
-        if slot.state.contains(SlotState::COPY) {
-            return Some((r, Found::Here(self.kept(self.idx(s), len))));
-        }
-        if slot.state.contains(SlotState::LINK) {
-            return Some((r, Found::Link(self.link_at[self.idx(s)], len)));
-        }
-        // Consumed (`s < expected`) or placed: in its message's buffer, or in the message,
-        // complete, while it is held back for fellows' requests.
-        let same = |id: u64, l: usize| id as u32 == r.msg_id && l == r.msg_len as usize;
-        let data = match self
-            .cur
-            .iter()
-            .chain(self.ahead.iter())
-            .find(|m| same(m.id, m.len))
-        {
-            Some(m) if s < self.expected && off + len > m.filled => return None,
-            Some(m) => m.data.as_ref()?,
-            None => self.holding.iter().find_map(|h| match &h.event {
-                Event::Delivered(m) if same(m.msg_id, m.data.len()) => Some(&m.data),
-                _ => None,
-            })?,
-        };
-        Some((r, Found::Here(data.get(off..off + len)?)))
-    }
-
-    /// A peer (`asker`) lost the frames of `missing` and `more` (bit `k` of word `w`:
-    /// `wire_base + 16·w + k`): sends it, point to point, those this member still holds, as
-    /// repairs of the root's stream, at most `budget` (the outbox's room) less those served
-    /// from the link and still waiting for the batch's end; the others it is told are not
-    /// held, in one answer.
-    pub(crate) fn serve_peer(
-        &mut self,
-        wire_base: u32,
-        missing: u16,
-        more: &[u16],
-        asker: Rank,
-        budget: usize,
-    ) {
-        if self.peer_repair {
-            // Fellows lose frames: keep copies for the next windows' worth of frames.
-            let until = self.highest.max(self.expected) + COPY_SPAN * self.window();
-            self.copies_until = until.low32();
-            self.asked = true;
-        }
-        let base = self.near(wire_base);
-        // Repairs served from the link leave at the batch's end (`frames_done`): until then
-        // they take room in the outbox as much as the ones sent at once.
-        let budget = budget.saturating_sub(self.link_relays.len());
-        let mut served = 0;
-        let mut unheld = NackBitmap::default();
-        for off in nack_offsets(missing, more) {
-            let held = match base {
-                Some(b) if served < budget => self.held(b + u64::from(off)),
-                _ => None,
-            };
-            let Some((r, payload)) = held else {
-                unheld.set(off);
-                continue;
-            };
-            let mut repr = r;
-            repr.kind = Some(Kind::Repair);
-            repr.dst = asker;
-            repr.flags.remove(Flags::BROADCAST | Flags::ACK_REQ);
-            repr.flags |= Flags::P2P;
-            match payload {
-                Found::Here(p) => {
-                    let payload = p.to_vec();
-                    self.controls.push_back(Outgoing::Relay {
-                        dst: Dest::Rank(asker),
-                        repr,
-                        payload,
-                    });
-                }
-                Found::Link(at, len) => self.link_relays.push((asker, repr, at, len)),
+    #[test]
+    fn a_silent_peer_is_given_up_for_a_pause_that_doubles() {
+        let mut p = peer_repair();
+        p.set_peer(Some(Rank::new(2)));
+        for round in 0..=PEER_OFF_MAX_DOUBLINGS + 1 {
+            for _ in 0..PEER_SILENCE_LIMIT - 1 {
+                p.unanswered();
             }
-            served += 1;
-        }
-        if let Some((first, more)) = unheld.take() {
-            self.controls
-                .push_back(unheld_reply(asker, self.root, wire_base, first, more));
-        }
-    }
-
-    /// The stream position of a sequence number a peer names in a repair request: within a
-    /// window of the next expected one, either side; `None` otherwise.
-    pub(super) fn near(&self, wire: u32) -> Option<Seq> {
-        let w = self.window() as u32;
-        match locate(self.expected.saturating_sub(u64::from(w)), wire, 2 * w) {
-            Position::Window(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The peer (`from`) does not hold the frames of `reply` (base and bitmap): those still
-    /// missing here are asked of the root now. In a group with an acknowledgement tree, the
-    /// first time, they are asked of the peer once more when their retry interval has passed
-    /// instead: the peer most likely lost them too, and has got them back by then (it asks its
-    /// own peer). Sent to the root at once, such frames made the root's NACKs grow with the
-    /// group (a lost frame the peer lost too is one NACK: 5 % of the lost frames with 1 %
-    /// random and 1 % burst loss), 0.46 per data frame at 256 members and 1.8 at 1024; asked
-    /// again, 0.22 at 256. A small group's root takes them at once, one retry interval sooner.
-    pub(crate) fn on_unheld(
-        &mut self,
-        now: Instant,
-        wire_base: u32,
-        missing: u16,
-        more: &[u16],
-        from: Rank,
-    ) {
-        if self.peer != Some(from) {
-            return;
-        }
-        self.peer_answered();
-        let Some(base) = self.near(wire_base) else {
-            return;
-        };
-        let mut first = None;
-        let again = if self.tree.is_some() {
-            SlotState::PEER_ASKED | SlotState::PEER_ASKED_AGAIN
-        } else {
-            SlotState::PEER_ASKED
-        };
-        for off in nack_offsets(missing, more) {
-            let s = base + u64::from(off);
-            if s < self.expected || s >= self.highest {
-                continue;
+            p.give_up_if_silent(Rank::new(0));
+            assert_eq!(p.peer(), Some(Rank::new(2)), "not yet");
+            p.unanswered();
+            p.give_up_if_silent(Rank::new(0));
+            assert_eq!(p.peer(), None, "given up");
+            let pause = PEER_OFF_FIRST << round.min(PEER_OFF_MAX_DOUBLINGS);
+            for _ in 0..pause - 1 {
+                p.asked_root();
+                p.resume();
             }
-            let i = self.idx(s);
-            let slot = &mut self.slots[i];
-            if !slot.state.contains(SlotState::HAVE) && slot.state.contains(again) {
-                slot.nacked = None;
-                first.get_or_insert(s);
-            }
+            assert_eq!(p.peer(), None, "still paused");
+            p.asked_root();
+            p.resume();
+            assert_eq!(p.peer(), Some(Rank::new(2)), "asked again after {pause}");
         }
-        if let Some(s) = first {
-            self.nack_from = Some(self.nack_from.map_or(s, |f| f.min(s)));
-            self.schedule(now);
+        // An answer ends the doubling.
+        p.answered();
+        for _ in 0..PEER_SILENCE_LIMIT {
+            p.unanswered();
         }
+        p.give_up_if_silent(Rank::new(0));
+        for _ in 0..PEER_OFF_FIRST {
+            p.asked_root();
+        }
+        p.resume();
+        assert_eq!(p.peer(), Some(Rank::new(2)));
     }
 
-    /// Delivers the held messages whose time came (see `Config::peer_hold`), in order.
-    pub(super) fn release_held(&mut self, now: Instant) {
-        if self.holding.is_empty() {
-            // Every frame comes here: a stream without loss holds nothing.
-            return;
-        }
-        if self.expected != self.hold_seen {
-            self.hold_seen = self.expected;
-            self.hold_moved = Some(now);
-        }
-        // The wait runs from the stream's last move: a slow stream (a busy host) holds by
-        // frames, not by time.
-        let quiet_at = self.hold_moved.unwrap_or(now) + PEER_HOLD_WAIT;
-        while let Some(h) = self.holding.front() {
-            if self.expected < h.until && quiet_at > now {
-                break;
-            }
-            let h = self.holding.pop_front().expect("not empty");
-            self.events.push_back(h.event);
-        }
-        let at = match self.timers.get(Timer::Hold) {
-            _ if self.holding.is_empty() => None,
-            Some(t) if t > now => Some(t),
-            _ => Some(quiet_at),
+    #[test]
+    fn copies_are_kept_near_a_messages_end_while_fellows_ask() {
+        let mut p = peer_repair();
+        let frame = |off: u32, len: u32| Repr {
+            msg_len: len,
+            offset: off,
+            ..Repr::default()
         };
-        self.timers.set_or_stop(Timer::Hold, at);
-    }
-
-    /// Delivers every held message now: the stream is going away (its root was evicted),
-    /// and what was complete is still delivered.
-    pub(crate) fn release_all(&mut self) {
-        self.events.extend(self.holding.drain(..).map(|h| h.event));
-        self.timers.stop(Timer::Hold);
+        let big = (COPY_TAIL as u32 + 10) * 100;
+        assert!(!p.keeps_copy(
+            Seq::new(5),
+            &frame(big - 100, big),
+            100,
+            usize::MAX,
+            false,
+            100
+        ));
+        p.on_request(Seq::new(10), 8);
+        assert!(p.copying(Seq::new(41)) && !p.copying(Seq::new(42)));
+        // The tail of a message, not its head; nothing with messages held whole.
+        assert!(p.keeps_copy(
+            Seq::new(5),
+            &frame(big - 100, big),
+            100,
+            usize::MAX,
+            false,
+            100
+        ));
+        assert!(!p.keeps_copy(Seq::new(5), &frame(0, big), 100, usize::MAX, false, 100));
+        assert!(!p.keeps_copy(
+            Seq::new(5),
+            &frame(big - 100, big),
+            100,
+            usize::MAX,
+            true,
+            100
+        ));
+        // A message not kept: every frame, once anyone asked.
+        assert!(p.keeps_copy(Seq::new(90), &frame(0, big), 100, 10, false, 100));
     }
 }
