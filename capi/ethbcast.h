@@ -242,7 +242,8 @@ typedef struct ethbcast_options_t {
    * named by the environment variable `ETHBCAST_KEY_FILE`, if set and not empty. Ignored
    * when `key` is given (giving both is an error). A file that cannot be read or holds no
    * key gives `ETHBCAST_ERR_KEY`. With `ETHBCAST_REQUIRE_KEY=1` in the environment, no key
-   * at all gives `ETHBCAST_ERR_KEY` too.
+   * at all gives `ETHBCAST_ERR_KEY` too. With a key every frame is encrypted (AES-256-GCM);
+   * `ETHBCAST_NO_ENCRYPT=1` in the environment authenticates them without encrypting.
    */
   const char *key_file;
 } ethbcast_options_t;

@@ -80,8 +80,15 @@ pub struct GroupOptions {
     /// Shared group key (see [`key_from_passphrase`] and [`read_key_file`](crate::read_key_file)): the join and
     /// every frame are authenticated. Without one, joining fails unless `insecure` is set.
     pub key: Option<Key>,
+    /// With a key: encrypt every frame this member sends (AES-256-GCM under a key of the
+    /// session; see `docs/security.md`), so nobody who sees the segment reads the data. On
+    /// by default; off, frames are authenticated only (a keyed BLAKE3 tag). A member takes
+    /// both, so each member decides for its own frames. Without a key frames go in the
+    /// clear whatever this says.
+    pub encrypt: bool,
     /// Join without a key: any host of the segment can then join the group, send frames as
-    /// any member, and broadcast data the members deliver. Off by default.
+    /// any member, and broadcast data the members deliver, and every byte goes in the clear.
+    /// Off by default.
     pub insecure: bool,
     /// Failure detection (gossip heartbeats, confirmation ping, eviction of the dead). Off by
     /// default: heartbeats only flow while a member is inside a call (or calls `progress`),
@@ -162,6 +169,7 @@ impl Default for GroupOptions {
             tweak: None,
             barrier_arity: 4,
             key: None,
+            encrypt: true,
             insecure: false,
             detector: None,
         }
@@ -365,6 +373,7 @@ impl Group {
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
         let mut cfg = Config::new(joined.session.group, rank, size);
         cfg.key = joined.session.key;
+        cfg.encrypt = opts.encrypt;
         cfg.max_pdu = joined.max_pdu.min(link.max_pdu());
         cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
         cfg.ack_delay = cfg.ack_delay.max(opts.wait.quiet_floor());
@@ -802,6 +811,12 @@ pub(crate) fn join_settling<L: Link>(
             if !strangers.is_empty() {
                 let s: Vec<String> = strangers.iter().map(|m| m.to_string()).collect();
                 waiting.push_str(&format!("; not in the membership: {}", s.join(", ")));
+            }
+            for (mac, v) in j.other_versions() {
+                waiting.push_str(&format!(
+                    "; {mac} speaks wire version {v} and this build version {}: its frames are refused (run one release of ethbcast on every host)",
+                    ethbcast_proto::wire::VERSION
+                ));
             }
             return Err(GroupError::JoinTimeout {
                 joined,

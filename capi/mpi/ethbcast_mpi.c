@@ -462,7 +462,8 @@ static void ebc_setup(void) {
         if (!kall[0] && ebc_world_rank == kall[1])
             fprintf(stderr,
                     "ethbcast-mpi: rank %d: warning: no group key (ETHBCAST_KEY_FILE is not "
-                    "set): any host on the Ethernet segment can write into MPI_Bcast buffers, "
+                    "set): every byte crosses the Ethernet segment in the clear, and any host "
+                    "on it can write into MPI_Bcast buffers, "
                     "release barriers or evict ranks. Set ETHBCAST_KEY_FILE to a key file "
                     "(ethbcast keygen FILE) on every rank; ETHBCAST_REQUIRE_KEY=1 refuses "
                     "to run without one\n",

@@ -94,6 +94,10 @@ pub const ETHBCAST_ABI_VERSION: u32 = 1;
 /// (value `1`).
 pub const REQUIRE_KEY_ENV: &str = "ETHBCAST_REQUIRE_KEY";
 
+/// The environment variable that makes a keyed group of `ethbcast_open` authenticate its
+/// frames without encrypting them (value `1`; see `GroupOptions::encrypt`).
+pub const NO_ENCRYPT_ENV: &str = "ETHBCAST_NO_ENCRYPT";
+
 /// Wait mode: spin a while, then block (the default).
 pub const ETHBCAST_WAIT_ADAPTIVE: u32 = 0;
 /// Wait mode: block in poll(2); kind to hosts with more processes than cores.
@@ -171,7 +175,8 @@ pub struct EthbcastOptions {
     /// named by the environment variable `ETHBCAST_KEY_FILE`, if set and not empty. Ignored
     /// when `key` is given (giving both is an error). A file that cannot be read or holds no
     /// key gives `ETHBCAST_ERR_KEY`. With `ETHBCAST_REQUIRE_KEY=1` in the environment, no key
-    /// at all gives `ETHBCAST_ERR_KEY` too.
+    /// at all gives `ETHBCAST_ERR_KEY` too. With a key every frame is encrypted (AES-256-GCM);
+    /// `ETHBCAST_NO_ENCRYPT=1` in the environment authenticates them without encrypting.
     pub key_file: *const c_char,
 }
 
@@ -294,6 +299,12 @@ fn resolve_key(
     Ok(found)
 }
 
+/// Whether a keyed group of `ethbcast_open` encrypts its frames: unless [`NO_ENCRYPT_ENV`] is
+/// `1` in the environment `env`.
+fn encrypt_from_env(env: impl Fn(&str) -> Option<OsString>) -> bool {
+    env(NO_ENCRYPT_ENV).is_none_or(|v| v != "1")
+}
+
 /// The key arguments of options from C.
 ///
 /// # Safety
@@ -342,6 +353,7 @@ unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> 
     // The C ABI keeps keyless groups for programs that cannot pass a key (with a warning at
     // open, and ETHBCAST_REQUIRE_KEY=1 to refuse them, checked above).
     options.host.group.insecure = options.host.group.key.is_none();
+    options.host.group.encrypt = encrypt_from_env(|v| std::env::var_os(v));
     Ok(options)
 }
 

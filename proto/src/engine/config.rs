@@ -76,6 +76,11 @@ pub struct Config {
     /// Group key: when set, every frame carries a keyed MAC and frames without a valid one
     /// are dropped, so a host on the segment outside the group cannot inject data.
     pub key: Option<crate::secret::Key>,
+    /// With a key: encrypt the payload of every frame this member sends (AES-256-GCM under a
+    /// key derived from the session key, [`crate::wire::crypt`]) rather than only authenticate
+    /// it. On by default. Each sender chooses for its own frames: a member takes encrypted and
+    /// authenticated frames alike, and refuses any other without the key's tag.
+    pub encrypt: bool,
     /// The application checks every byte it receives end to end, with a digest of its own
     /// over the whole stream (as `ethbcast send`/`recv` do). Then, as with a key, data frames
     /// carry a CRC over their header only ([`Flags::HEADER_CRC`]) and each receiver reads
@@ -184,6 +189,7 @@ impl Config {
             max_message: 1 << 30,
             auto_post: true,
             key: None,
+            encrypt: true,
             end_to_end: false,
             prefetch: None,
             peer_repair: size >= ACK_TREE_FROM,

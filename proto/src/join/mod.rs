@@ -80,6 +80,9 @@ const UNICAST_PER_ROUND: usize = 16;
 /// Challenges a member holds and answers at once (and rosters it collects: one per challenge).
 pub const MAX_CHALLENGES: usize = 8;
 
+/// Hosts speaking another version of the wire format a join names ([`Join::other_versions`]).
+pub const MAX_OTHER_VERSIONS: usize = 8;
+
 /// Least time between two rounds of hellos, however many challenges arrive: a flood of
 /// challenges costs a member at most [`MAX_CHALLENGES`] hellos per gap.
 pub const HELLO_GAP: Duration = Duration::from_millis(5);
@@ -188,6 +191,9 @@ pub struct Join {
     late: Option<LateRoster>,
     /// Hosts heard that the expectation excludes.
     strangers: BTreeSet<MacAddr>,
+    /// Hosts heard speaking another version of the wire format, with it (at most
+    /// [`MAX_OTHER_VERSIONS`]).
+    other_versions: Vec<(MacAddr, u8)>,
     next_send: Instant,
     out: VecDeque<(MacAddr, Vec<u8>)>,
     result: Option<Result<Joined, JoinError>>,
@@ -261,6 +267,7 @@ impl Join {
             rosters: Rosters::default(),
             late: None,
             strangers: BTreeSet::new(),
+            other_versions: Vec::new(),
             next_send: now,
             out: VecDeque::new(),
             result: None,
@@ -302,6 +309,12 @@ impl Join {
     /// MACs that answered and are not expected (a hostfile that misses them).
     pub fn strangers(&self) -> Vec<MacAddr> {
         self.strangers.iter().copied().collect()
+    }
+
+    /// Hosts heard sending frames of another version of the wire format (another release of
+    /// ethbcast), with the version they speak: their frames are refused, so they never join.
+    pub fn other_versions(&self) -> &[(MacAddr, u8)] {
+        &self.other_versions
     }
 
     /// MACs heard from that the coordinator has accepted so far.
@@ -572,8 +585,25 @@ impl Join {
         self.finish(from, nonce, &roster, pdu);
     }
 
+    /// Notes that `src` sends frames of wire version `v` (said once per host).
+    fn heard_version(&mut self, src: MacAddr, v: u8) {
+        if self.other_versions.len() >= MAX_OTHER_VERSIONS
+            || self.other_versions.iter().any(|&(m, w)| m == src && w == v)
+        {
+            return;
+        }
+        tracing::warn!(
+            "{src} sends frames of wire version {v}; this build speaks version {}: its frames are refused (run one release of ethbcast on every host)",
+            wire::VERSION
+        );
+        self.other_versions.push((src, v));
+    }
+
     fn on_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
         let Ok(f) = Frame::new_checked(pdu) else {
+            if let Some(v) = wire::other_version(pdu) {
+                self.heard_version(src, v);
+            }
             return;
         };
         if f.kind() != Kind::Join || f.group() != self.cfg.group || src == self.cfg.mac {

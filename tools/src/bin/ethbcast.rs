@@ -107,6 +107,11 @@ struct Common {
     /// unless --insecure.
     #[arg(long, env = "ETHBCAST_KEY_FILE")]
     key_file: Option<PathBuf>,
+    /// With a key, authenticate frames without encrypting them: the data then crosses the
+    /// segment in the clear. By default every frame of a keyed transfer is encrypted
+    /// (AES-256-GCM); this is for measuring what that costs (docs/security.md).
+    #[arg(long)]
+    no_encrypt: bool,
     /// Run without a group key: any host of the segment can then join, inject data, abort,
     /// and answer a receiver as its sender, whose data (and digest) the receiver takes (see
     /// README, "Threat model"). Pin the sender with `recv --from`.
@@ -404,6 +409,7 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
         return Err(Fatal::io(format!("{what}: {fix}")));
     }
     stream.insecure = c.insecure;
+    stream.encrypt = !c.no_encrypt;
     Ok(LinkOptions {
         iface: c.iface.clone(),
         stream,

@@ -234,10 +234,17 @@ impl LinkOptions {
                     expected.saturating_sub(1)
                 ),
             ),
-            GroupError::JoinTimeout { .. } => Fatal::new(
-                EXIT_JOIN_TIMEOUT,
-                format!("join timeout: no sender published a roster that names this host (is `ethbcast send` running on this segment with {hint}, and waiting for this host?)"),
-            ),
+            GroupError::JoinTimeout { waiting, .. } => {
+                // What the join heard besides: a sender of another release, say.
+                let heard = waiting
+                    .split_once("; ")
+                    .map(|(_, rest)| format!(" ({rest})"))
+                    .unwrap_or_default();
+                Fatal::new(
+                    EXIT_JOIN_TIMEOUT,
+                    format!("join timeout: no sender published a roster that names this host{heard} (is `ethbcast send` running on this segment with {hint}, and waiting for this host?)"),
+                )
+            }
             GroupError::Link(l) => Fatal::from(l),
             GroupError::Member(m) => Fatal::from(m),
             GroupError::Membership(m) => Fatal::new(EXIT_USAGE, m),
@@ -378,7 +385,7 @@ impl StatusFile {
 }
 
 /// The warning `send` and `recv` print once when run without a key (`--insecure`).
-pub const INSECURE_WARNING: &str = "ethbcast: warning: no group key (--insecure): any host of this segment can join, inject or abort the transfer, and answer a receiver as its sender with data and a digest of its own";
+pub const INSECURE_WARNING: &str = "ethbcast: warning: no group key (--insecure): every byte crosses the segment in the clear, and any host of this segment can join, inject or abort the transfer, and answer a receiver as its sender with data and a digest of its own";
 
 /// Why `send` or `recv` refuse to start without a key (a usage error, before any link is
 /// opened).

@@ -18,7 +18,8 @@
 //! `join`, `forge` (barrier epochs, floods, pre-tag allocation), `transfer` (a keyed
 //! `send/recv`), `capi` (the C ABI's key), `keys` (keyless transfers, guessable keys),
 //! `local` (another local user, a receiver's command), `doctor` (probes and answers of
-//! `ethbcast doctor`). Their harnesses: `harness` for the
+//! `ethbcast doctor`), `crypt` (what an eavesdropper reads, altered ciphertext, an older
+//! release). Their harnesses: `harness` for the
 //! library group's members, `process` for the `ethbcast` command. This module holds the
 //! registry of scenarios (`names`, `run_all`)
 //! and the command line ([`Args`]).
@@ -31,6 +32,7 @@ use crate::hostile::HostileError;
 use crate::testbed::TestbedError;
 
 mod capi;
+mod crypt;
 mod doctor;
 mod forge;
 mod harness;
@@ -232,6 +234,21 @@ const REGISTRY: &[Entry] = &[
         name: "doctor-forged-answers",
         needs_bin: true,
         run: |s| doctor::doctor_forged_answers(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "eavesdrop-keyed-transfer",
+        needs_bin: true,
+        run: |s| crypt::eavesdrop_keyed_transfer(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "altered-ciphertext",
+        needs_bin: false,
+        run: |s| crypt::altered_ciphertext(s.prefix, s.hosts),
+    },
+    Entry {
+        name: "old-version-sender",
+        needs_bin: true,
+        run: |s| crypt::old_version_sender(s.prefix, s.hosts, s.bin),
     },
 ];
 
