@@ -306,6 +306,28 @@ pub fn forge_ahead(eth: &[u8], rng: &mut impl RngCore) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The barrier message of a captured barrier frame: read from it when its payload is in the
+/// clear, else (an encrypted session) a guess at one: the combining tree's, of epoch `epoch`,
+/// with an empty view and arrival set. A host without the key reads the kind of a frame in its
+/// header and nothing of its content, so it guesses the rest; the forgery fails the tag either
+/// way.
+pub fn barrier_of(p: &Frame<&[u8]>, epoch: u32) -> Option<wire::BarrierMsg> {
+    match Control::parse(p) {
+        Ok(Control::Barrier(b)) => Some(b),
+        _ if p.kind() == Kind::Barrier && p.flags().contains(Flags::ENCRYPTED) => {
+            Some(wire::BarrierMsg {
+                algo: wire::BarrierAlgo::Broadcast,
+                op: wire::BarrierOp::Arrive,
+                epoch,
+                round: 0,
+                view: 0,
+                set: Vec::new(),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// A hostile host running in a thread inside a host namespace until stopped.
 pub struct Hostile<T> {
     stop: Arc<AtomicBool>,
