@@ -58,12 +58,14 @@ use crate::Rank;
 mod challenges;
 mod config;
 mod outcome;
+mod overheard;
 mod rosters;
 mod session;
 
 use challenges::{Challenges, Taken};
 pub use config::{Expect, JoinConfig};
 pub use outcome::{JoinError, JoinStats, Joined, LateRoster};
+pub use overheard::Overheard;
 use rosters::Rosters;
 use session::{challenge_key, join_key};
 pub use session::{session, Session};
@@ -79,9 +81,6 @@ const UNICAST_PER_ROUND: usize = 16;
 
 /// Challenges a member holds and answers at once (and rosters it collects: one per challenge).
 pub const MAX_CHALLENGES: usize = 8;
-
-/// Hosts speaking another version of the wire format a join names ([`Join::other_versions`]).
-pub const MAX_OTHER_VERSIONS: usize = 8;
 
 /// Least time between two rounds of hellos, however many challenges arrive: a flood of
 /// challenges costs a member at most [`MAX_CHALLENGES`] hellos per gap.
@@ -191,9 +190,8 @@ pub struct Join {
     late: Option<LateRoster>,
     /// Hosts heard that the expectation excludes.
     strangers: BTreeSet<MacAddr>,
-    /// Hosts heard speaking another version of the wire format, with it (at most
-    /// [`MAX_OTHER_VERSIONS`]).
-    other_versions: Vec<(MacAddr, u8)>,
+    /// Frames beside this join's exchange (see [`Overheard`]).
+    overheard: Overheard,
     next_send: Instant,
     out: VecDeque<(MacAddr, Vec<u8>)>,
     result: Option<Result<Joined, JoinError>>,
@@ -267,7 +265,7 @@ impl Join {
             rosters: Rosters::default(),
             late: None,
             strangers: BTreeSet::new(),
-            other_versions: Vec::new(),
+            overheard: Overheard::default(),
             next_send: now,
             out: VecDeque::new(),
             result: None,
@@ -313,8 +311,8 @@ impl Join {
 
     /// Hosts heard sending frames of another version of the wire format (another release of
     /// ethbcast), with the version they speak: their frames are refused, so they never join.
-    pub fn other_versions(&self) -> &[(MacAddr, u8)] {
-        &self.other_versions
+    pub fn other_versions(&self) -> Vec<(MacAddr, u8)> {
+        self.overheard.other_versions()
     }
 
     /// MACs heard from that the coordinator has accepted so far.
@@ -323,6 +321,19 @@ impl Join {
             .as_ref()
             .map(|c| c.hellos.iter().map(|h| h.0).collect())
             .unwrap_or_default()
+    }
+
+    /// Members of the roster the coordinator decided that confirmed it, this one included
+    /// (`None` before a roster is decided, and on a member that does not coordinate).
+    pub fn confirmed(&self) -> Option<(usize, usize)> {
+        let c = self.coord.as_ref()?;
+        let roster = c.roster.as_ref()?;
+        Some((c.confirmed.len(), roster.len()))
+    }
+
+    /// What this join overheard beside its own exchange (see [`Overheard`]).
+    pub fn overheard(&self) -> &Overheard {
+        &self.overheard
     }
 
     /// What the join holds and has sent so far.
@@ -587,16 +598,12 @@ impl Join {
 
     /// Notes that `src` sends frames of wire version `v` (said once per host).
     fn heard_version(&mut self, src: MacAddr, v: u8) {
-        if self.other_versions.len() >= MAX_OTHER_VERSIONS
-            || self.other_versions.iter().any(|&(m, w)| m == src && w == v)
-        {
-            return;
+        if self.overheard.other_version(src, v) {
+            tracing::warn!(
+                "{src} sends frames of wire version {v}; this build speaks version {}: its frames are refused (run one release of ethbcast on every host)",
+                wire::VERSION
+            );
         }
-        tracing::warn!(
-            "{src} sends frames of wire version {v}; this build speaks version {}: its frames are refused (run one release of ethbcast on every host)",
-            wire::VERSION
-        );
-        self.other_versions.push((src, v));
     }
 
     fn on_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
@@ -606,7 +613,18 @@ impl Join {
             }
             return;
         };
-        if f.kind() != Kind::Join || f.group() != self.cfg.group || src == self.cfg.mac {
+        if src == self.cfg.mac {
+            return;
+        }
+        if f.group() != self.cfg.group {
+            // Rank 0 of another session: its sender (or coordinator), whose frames go to
+            // every member.
+            if f.src() == Rank::new(0) {
+                self.overheard.other_session(src);
+            }
+            return;
+        }
+        if f.kind() != Kind::Join {
             return;
         }
         if self.done {
@@ -636,9 +654,11 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(challenge_key(k)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
+                self.overheard.challenge_from(src);
                 let from_coordinator = match &self.cfg.expect {
                     Expect::List(l) => l.first() == Some(&src),
                     Expect::Ranks { size: s, .. } => f.src() == Rank::new(0) && size == *s,
@@ -679,6 +699,7 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
@@ -706,6 +727,7 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
@@ -736,6 +758,7 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }

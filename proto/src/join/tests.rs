@@ -347,7 +347,7 @@ fn a_peer_of_another_wire_version_is_refused_and_named() {
     }
     corrupted[0] = 3;
     j.handle_frame(now, MacAddr([2, 0, 0, 0, 0, 8]), &corrupted);
-    assert_eq!(j.other_versions(), &[(old, 1)]);
+    assert_eq!(j.other_versions(), vec![(old, 1)]);
     j.handle_timeout(now + Duration::from_millis(50));
     let mut buf = vec![0u8; 1600];
     assert!(

@@ -347,7 +347,9 @@ impl Member {
         if !self.engine.evict(now, rank) {
             return;
         }
-        tracing::warn!(rank = rank.get(), "member evicted");
+        // The caller that evicts says why (`ethbcast send` prints its own line); only the
+        // failure detector's verdict is this layer's to warn of (see `run_detector`).
+        tracing::debug!(rank = rank.get(), "member evicted");
         self.evicted.push((rank, now));
         if let Some(d) = self.detector.as_mut() {
             d.evicted(rank);
@@ -793,6 +795,12 @@ impl Member {
             }
         }
         for r in dead {
+            if self.engine.is_live(r) {
+                tracing::warn!(
+                    rank = r.get(),
+                    "member declared dead by the failure detector and evicted"
+                );
+            }
             self.evict(now, r);
         }
     }

@@ -207,7 +207,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --no-encrypt --insecure --group-address --output --command --resume --timeout --wait --from --user --max-bytes --quiet --json --status-file --verbose --help"
+            opts="-o -O -x -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --no-encrypt --insecure --group-address --output --command --extract --resume --no-clobber --timeout --wait --from --user --max-bytes --quiet --json --status-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -262,6 +262,14 @@ _ethbcast() {
                     return 0
                     ;;
                 -O)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --extract)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -x)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
