@@ -249,7 +249,9 @@ typedef struct ethbcast_options_t {
    * variable `ETHBCAST_KEY_FILE` names, if set and not empty; the environment is not read
    * when `key` or `key_file` is given. Giving both `key` and `key_file` is
    * `ETHBCAST_ERR_INVALID`. A file that cannot be read, that others may read, or that holds
-   * no key gives `ETHBCAST_ERR_KEY`, never a group without a key.
+   * no key gives `ETHBCAST_ERR_KEY`, never a group without a key. With a key every frame
+   * is encrypted (AES-256-GCM); `ETHBCAST_NO_ENCRYPT=1` in the environment authenticates
+   * them without encrypting.
    */
   const char *key_file;
 } ethbcast_options_t;

@@ -83,8 +83,15 @@ pub struct GroupOptions {
     /// Shared group key (see [`key_from_passphrase`] and [`read_key_file`](crate::read_key_file)): the join and
     /// every frame are authenticated. Without one, joining fails unless `insecure` is set.
     pub key: Option<Key>,
+    /// With a key: encrypt every frame this member sends (AES-256-GCM under a key of the
+    /// session; see `docs/security.md`), so nobody who sees the segment reads the data. On
+    /// by default; off, frames are authenticated only (a keyed BLAKE3 tag). A member takes
+    /// both, so each member decides for its own frames. Without a key frames go in the
+    /// clear whatever this says.
+    pub encrypt: bool,
     /// Join without a key: any host of the segment can then join the group, send frames as
-    /// any member, and broadcast data the members deliver. Off by default.
+    /// any member, and broadcast data the members deliver, and every byte goes in the clear.
+    /// Off by default.
     pub insecure: bool,
     /// Failure detection (gossip heartbeats, confirmation ping, eviction of the dead). Off by
     /// default: heartbeats only flow while a member is inside a call (or calls `progress`),
@@ -165,6 +172,7 @@ impl Default for GroupOptions {
             tweak: None,
             barrier_arity: 4,
             key: None,
+            encrypt: true,
             insecure: false,
             detector: None,
         }
@@ -395,6 +403,7 @@ impl Group {
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
         let mut cfg = EngineConfig::new(joined.session.group, rank, size);
         cfg.key = joined.session.key;
+        cfg.encrypt = opts.encrypt;
         cfg.max_pdu = joined.max_pdu.min(link.max_pdu());
         cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);
         cfg.ack_delay = cfg.ack_delay.max(opts.wait.quiet_floor());
@@ -977,6 +986,9 @@ pub struct JoinSeen {
     pub others: Vec<MacAddr>,
     /// Hosts that answered and are not expected (a hostfile that misses them).
     pub strangers: Vec<MacAddr>,
+    /// Hosts that sent frames of another version of the wire format (another release of
+    /// ethbcast), with the version: their frames are refused.
+    pub other_versions: Vec<(MacAddr, u8)>,
 }
 
 impl JoinSeen {
@@ -992,11 +1004,12 @@ impl JoinSeen {
             unauthenticated: o.unauthenticated(),
             coordinators: o.coordinators(),
             strangers: j.strangers(),
+            other_versions: o.other_versions(),
         }
     }
 
-    /// What a join timeout says of it beside the counts: who failed authentication, other
-    /// coordinators, other sessions, strangers.
+    /// What a join timeout says of it beside the counts: hosts of another release, who failed
+    /// authentication, other coordinators, other sessions, strangers.
     pub fn explain(&self, coordinating: bool) -> String {
         let list = |v: &[MacAddr]| {
             v.iter()
@@ -1004,7 +1017,16 @@ impl JoinSeen {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let mut parts = Vec::new();
+        let mut parts: Vec<String> = self
+            .other_versions
+            .iter()
+            .map(|(m, v)| {
+                format!(
+                    "{m} speaks wire version {v} and this build version {}: its frames are refused (run one release of ethbcast on every host)",
+                    ethbcast_proto::VERSION
+                )
+            })
+            .collect();
         if !self.unauthenticated.is_empty() {
             let who: Vec<String> = self
                 .unauthenticated

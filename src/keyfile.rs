@@ -19,11 +19,12 @@
 //!
 //! A key file must be readable by its owner only (mode 0600 or 0400, as ssh demands of a
 //! private key): one that its group or others may read or write is refused with the `chmod`
-//! that fixes it. The file's bytes, the passphrase and the intermediate values are wiped from
+//! that fixes it. Its owner must be the user who reads it or root: a file another user owns
+//! (planted in a shared directory, say) is refused, since that user knows the key. The file's bytes, the passphrase and the intermediate values are wiped from
 //! memory once read ([`zeroize`]).
 
 use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -71,6 +72,16 @@ pub enum KeyFileError {
         /// Its permission bits.
         mode: u32,
     },
+    /// Another user owns the file: whoever that is knows the key (or chose it).
+    #[error("key file {} is owned by uid {owner}, neither this user (uid {me}) nor root: whoever owns it may have written it; use a key file of your own, or `chown {} {}` if you trust its content", path.display(), if *me == 0 { "root".to_string() } else { me.to_string() }, path.display())]
+    Owner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective user id.
+        me: u32,
+    },
     /// The file is not text.
     #[error("key file {}: not text (a key file holds `{RAW_KEY_TAG} <64 hex digits>`, as `ethbcast keygen` writes, or a passphrase line)", path.display())]
     NotText {
@@ -115,8 +126,17 @@ pub fn read_key_file(path: &Path, group_id: u32) -> Result<Key, KeyFileError> {
         source,
     };
     let mut file = std::fs::File::open(path).map_err(io)?;
-    // The mode of the file opened, not of whatever the path names a moment later.
-    let mode = file.metadata().map_err(io)?.permissions().mode() & 0o777;
+    // The owner and mode of the file opened, not of whatever the path names a moment later.
+    let meta = file.metadata().map_err(io)?;
+    let (owner, me) = (meta.uid(), ethbcast_sys::caps::effective_uid());
+    if !owner_may_hold_key(owner, me) {
+        return Err(KeyFileError::Owner {
+            path: path.to_path_buf(),
+            owner,
+            me,
+        });
+    }
+    let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(KeyFileError::Permissions {
             path: path.to_path_buf(),
@@ -141,6 +161,14 @@ pub fn read_key_file(path: &Path, group_id: u32) -> Result<Key, KeyFileError> {
             source,
         },
     })
+}
+
+/// Whether a key file owned by `owner` may give user `me` its key: it must be `me`'s own file
+/// or root's (as OpenSSH requires of a private key). Any other owner could have written it,
+/// and then knows the key: a file another user planted in a directory that user may write to
+/// (`/tmp`, a shared directory) would hand that user the group.
+fn owner_may_hold_key(owner: u32, me: u32) -> bool {
+    owner == me || owner == 0
 }
 
 /// Why a key file's text gave no key (the path is added by the caller).
@@ -429,6 +457,75 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
             assert_eq!(read_key_file(&p, GID).unwrap(), [0; 32].into(), "{mode:o}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_the_reader_or_root_may_own_a_key_file() {
+        assert!(owner_may_hold_key(1000, 1000));
+        assert!(owner_may_hold_key(0, 1000), "root's file, read by a user");
+        assert!(owner_may_hold_key(0, 0));
+        assert!(!owner_may_hold_key(1001, 1000));
+        assert!(
+            !owner_may_hold_key(65534, 0),
+            "another user's file, read by root"
+        );
+    }
+
+    /// Whether this process runs as root; else prints SKIPPED (or panics under
+    /// `ETHBCAST_REQUIRE_NETNS=1`, as in CI).
+    fn root(test: &str) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+            return true;
+        }
+        assert!(
+            std::env::var("ETHBCAST_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{test}: needs root (to act as a second user) and ETHBCAST_REQUIRE_NETNS=1"
+        );
+        eprintln!("SKIPPED: {test}: needs root to act as a second local user");
+        false
+    }
+
+    /// A key file planted by another local user: `nobody` writes a well-formed key file of its
+    /// own, mode 0600, into a directory every user may write to (mode 1777, as /tmp). Root
+    /// must refuse it, naming the owner and what fixes it (as OpenSSH refuses a private key
+    /// another user owns), or whoever planted it knows the group's key.
+    #[test]
+    fn a_key_file_another_user_planted_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt;
+        const NOBODY: u32 = 65534;
+        if !root("a_key_file_another_user_planted_is_refused") {
+            return;
+        }
+        let dir = dir("keyfile-owner");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let planted = dir.join("group.key");
+        let line = format!("{RAW_KEY_TAG} {}", "ab".repeat(32));
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "umask 077; printf '%s\\n' '{line}' > '{}'",
+                planted.display()
+            ))
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let meta = std::fs::metadata(&planted).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (NOBODY, 0o600));
+        let e = read_key_file(&planted, GID).expect_err("root took a key file nobody planted");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("owned by uid 65534")
+                && msg.contains(&format!("chown root {}", planted.display())),
+            "{msg}"
+        );
+        // The same file, once root owns it, is root's key.
+        std::os::unix::fs::chown(&planted, Some(0), Some(0)).unwrap();
+        assert_eq!(read_key_file(&planted, GID).unwrap(), [0xab; 32].into());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

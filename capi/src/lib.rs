@@ -94,6 +94,10 @@ pub const ETHBCAST_ABI_VERSION: u32 = 1;
 /// (value `1`).
 pub const REQUIRE_KEY_ENV: &str = "ETHBCAST_REQUIRE_KEY";
 
+/// The environment variable that makes a keyed group of `ethbcast_open` authenticate its
+/// frames without encrypting them (value `1`; see `GroupOptions::encrypt`).
+pub const NO_ENCRYPT_ENV: &str = "ETHBCAST_NO_ENCRYPT";
+
 /// Wait mode: spin a while, then block (the default).
 pub const ETHBCAST_WAIT_ADAPTIVE: u32 = 0;
 /// Wait mode: block in poll(2); kind to hosts with more processes than cores.
@@ -178,7 +182,9 @@ pub struct EthbcastOptions {
     /// variable `ETHBCAST_KEY_FILE` names, if set and not empty; the environment is not read
     /// when `key` or `key_file` is given. Giving both `key` and `key_file` is
     /// `ETHBCAST_ERR_INVALID`. A file that cannot be read, that others may read, or that holds
-    /// no key gives `ETHBCAST_ERR_KEY`, never a group without a key.
+    /// no key gives `ETHBCAST_ERR_KEY`, never a group without a key. With a key every frame
+    /// is encrypted (AES-256-GCM); `ETHBCAST_NO_ENCRYPT=1` in the environment authenticates
+    /// them without encrypting.
     pub key_file: *const c_char,
 }
 
@@ -301,6 +307,12 @@ fn resolve_key(
     Ok(found)
 }
 
+/// Whether a keyed group of `ethbcast_open` encrypts its frames: unless [`NO_ENCRYPT_ENV`] is
+/// `1` in the environment `env`.
+fn encrypt_from_env(env: impl Fn(&str) -> Option<OsString>) -> bool {
+    env(NO_ENCRYPT_ENV).is_none_or(|v| v != "1")
+}
+
 /// The key arguments of options from C.
 ///
 /// # Safety
@@ -349,6 +361,7 @@ unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> 
     // The C ABI keeps keyless groups for programs that cannot pass a key (with a warning at
     // open, `warn_if_keyless`, and ETHBCAST_REQUIRE_KEY=1 to refuse them, checked above).
     options.host.group.insecure = options.host.group.key.is_none();
+    options.host.group.encrypt = encrypt_from_env(|v| std::env::var_os(v));
     Ok(options)
 }
 
@@ -362,7 +375,7 @@ fn warn_if_keyless(endpoint: &Endpoint) {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "ethbcast: rank 0 of {}: warning: no group key (neither key nor key_file in the options, nor {KEY_FILE_ENV}): any host on the Ethernet segment can join this group, write into its broadcast buffers, release its barriers and evict its members. Give every member the same key file (`ethbcast keygen FILE`, mode 0600) in {KEY_FILE_ENV}; {REQUIRE_KEY_ENV}=1 refuses to open a group without one",
+        "ethbcast: rank 0 of {}: warning: no group key (neither key nor key_file in the options, nor {KEY_FILE_ENV}): every byte crosses the Ethernet segment in the clear, and any host on it can join this group, write into its broadcast buffers, release its barriers and evict its members. Give every member the same key file (`ethbcast keygen FILE`, mode 0600) in {KEY_FILE_ENV}; {REQUIRE_KEY_ENV}=1 refuses to open a group without one",
         endpoint.size()
     );
 }

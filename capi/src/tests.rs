@@ -212,3 +212,19 @@ fn a_panic_becomes_an_internal_error() {
     let text = unsafe { CStr::from_ptr(ethbcast_last_error()) };
     assert!(text.to_string_lossy().contains("internal error"));
 }
+
+#[test]
+fn keyed_groups_encrypt_unless_the_environment_says_no_encrypt() {
+    let env = |value: Option<&'static str>| {
+        move |v: &str| {
+            (v == NO_ENCRYPT_ENV)
+                .then_some(value)
+                .flatten()
+                .map(OsString::from)
+        }
+    };
+    assert!(encrypt_from_env(env(None)));
+    assert!(encrypt_from_env(env(Some("0"))));
+    assert!(encrypt_from_env(env(Some(""))));
+    assert!(!encrypt_from_env(env(Some("1"))));
+}

@@ -119,6 +119,12 @@ fn a_c_abi_group_keyed_by_ethbcast_key_file_refuses_forged_data_releases_and_evi
         forged.data > 0 && forged.releases > 0 && forged.evictions > 0,
         "the attack did not happen: {forged:?}"
     );
+    // What the hostile host saw of the members: every frame encrypted (a C-ABI group keyed
+    // from ETHBCAST_KEY_FILE encrypts, as every keyed group does).
+    assert!(
+        forged.encrypted > 0 && forged.clear == 0,
+        "frames of a keyed C-ABI group seen in the clear: {forged:?}"
+    );
     let v = verdicts(&outputs);
     assert!(
         v.iter().all(|r| r == &Ok((1, 0, 0, 0))),

@@ -56,8 +56,9 @@ pub use wire::ethernet::{
     BROADCAST_MAC, ETHERTYPE, ETH_HEADER_LEN, GROUP_MAC_PREFIX, MIN_ETH_FRAME,
 };
 pub use wire::{
-    crc32c, pdu_crc, seal, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr,
-    WireError, CRC_LEN, HEADER_LEN, NACK_BITS, NACK_MORE_WORDS, OVERHEAD, TAG_LEN, VERSION,
+    crc32c, pdu_crc, seal, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, FrameCipher,
+    Kind, Repr, WireError, CRC_LEN, HEADER_LEN, NACK_BITS, NACK_MORE_WORDS, OVERHEAD, TAG_LEN,
+    VERSION,
 };
 
 // What every machine offers its driver.

@@ -44,6 +44,16 @@ impl Held for Frames<'_> {
     }
 }
 
+/// Frames held in either of two places (a link's frames, and those a machine decrypted).
+#[derive(Clone, Copy)]
+pub(crate) struct Both<'a>(pub(crate) &'a dyn Held, pub(crate) &'a dyn Held);
+
+impl Held for Both<'_> {
+    fn find(&self, at: usize, len: usize) -> Option<&[u8]> {
+        self.0.find(at, len).or_else(|| self.1.find(at, len))
+    }
+}
+
 /// The `len` bytes at address `at` if they lie inside `block`.
 pub(crate) fn within(block: &[u8], at: usize, len: usize) -> Option<&[u8]> {
     let off = at.checked_sub(block.as_ptr() as usize)?;

@@ -14,8 +14,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use ethbcast_proto::{
-    pair_group, seal, Control, EngineConfig, Flags, Kind, MacAddr, Member, MemberConfig, Rank,
-    Repr, TAG_LEN,
+    pair_group, seal, Control, EngineConfig, Flags, FrameCipher, Kind, MacAddr, Member,
+    MemberConfig, Rank, Repr, TAG_LEN,
 };
 
 use ethbcast_sys::alloc::CountingAlloc;
@@ -49,6 +49,18 @@ fn member(key: Option<[u8; 32]>, senders: Option<Vec<Rank>>) -> (Member, Instant
     mc.prepost = 64;
     mc.senders = senders;
     (Member::new(now, mc).unwrap(), now)
+}
+
+/// [`data`], encrypted as a keyed member sends it (AES-256-GCM under `key`'s key of `group`).
+fn encrypted(group: u32, src: Rank, dst: Rank, key: &[u8; 32]) -> Vec<u8> {
+    let mut v = data(group, src, dst, None);
+    let len = v.len();
+    v.resize(len + TAG_LEN, 0);
+    let n = FrameCipher::new(&(*key).into(), group)
+        .seal(&mut v, len)
+        .unwrap();
+    v.truncate(n);
+    v
 }
 
 /// The first data frame of a 1 GiB message of `src` in group `group`, sealed with `key`.
@@ -89,6 +101,8 @@ fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
                     &data(GROUP, Rank::new(src), dst, Some(&WRONG)),
                 );
                 m.handle_frame(now, mac(src), &data(GROUP, Rank::new(src), dst, None));
+                let wrong = encrypted(GROUP, Rank::new(src), dst, &WRONG);
+                m.handle_frame(now, mac(src), &wrong);
             }
         }
     });
@@ -103,7 +117,7 @@ fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
         );
     }
     assert_eq!(m.stats().accepted, 0);
-    // The same frame sealed with the key is taken: the stream is made then.
+    // The same frame sealed with the key is taken: the stream is made then; encrypted too.
     m.handle_frame(
         now,
         mac(0),
@@ -111,6 +125,13 @@ fn group_frames_with_a_bad_tag_make_no_receive_stream_or_receive() {
     );
     assert_eq!(m.stats().accepted, 1);
     assert!(m.engine().receiver(Rank::new(0)).is_some());
+    m.handle_frame(
+        now,
+        mac(2),
+        &encrypted(GROUP, Rank::new(2), Rank::BROADCAST, &KEY),
+    );
+    assert_eq!(m.stats().accepted, 2);
+    assert!(m.engine().receiver(Rank::new(2)).is_some());
 }
 
 #[test]
@@ -131,6 +152,8 @@ fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
                 mac(peer),
                 &data(group, Rank::new(src), Rank::BROADCAST, None),
             );
+            let wrong = encrypted(group, Rank::new(src), Rank::BROADCAST, &WRONG);
+            m.handle_frame(now, mac(peer), &wrong);
         }
     });
     assert!(
@@ -153,6 +176,14 @@ fn channel_frames_with_a_bad_tag_make_no_point_to_point_channel() {
     });
     assert_eq!(m.stats().accepted, 1);
     assert!(grew > 0);
+    // Encrypted with the key, too.
+    let pair = pair_group(GROUP, Rank::new(1), Rank::new(2));
+    m.handle_frame(
+        now,
+        mac(2),
+        &encrypted(pair, Rank::new(1), Rank::BROADCAST, &KEY),
+    );
+    assert_eq!(m.stats().accepted, 2);
 }
 
 #[test]

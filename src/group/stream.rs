@@ -36,8 +36,12 @@ pub struct StreamOptions {
     /// Shared key: the join and every frame of the stream are authenticated under a key of
     /// this session. Without one, [`Stream::join`] refuses unless `insecure` is set.
     pub key: Option<Key>,
+    /// With a key: encrypt every frame this member sends ([`GroupOptions::encrypt`](crate::GroupOptions::encrypt)).
+    /// On by default.
+    pub encrypt: bool,
     /// Join without a key: any host of the segment can then join, inject frames, and become
-    /// the root a receiver takes its stream from. Off by default.
+    /// the root a receiver takes its stream from, and every byte goes in the clear. Off by
+    /// default.
     pub insecure: bool,
     /// On a receiver: take only the roster of the root with this MAC (the root's own MAC,
     /// which a host without the key can forge, so a pin against mistakes, not attacks).
@@ -68,6 +72,7 @@ impl Default for StreamOptions {
             nack_gather: cfg.nack_gather,
             peer_repair: cfg.peer_repair,
             key: None,
+            encrypt: true,
             insecure: false,
             root: None,
             group_address: GroupAddress::Derived,
@@ -137,6 +142,7 @@ impl StreamOptions {
         // its last frames; it is memory held longer (`EngineConfig::peer_hold`).
         cfg.peer_hold = true;
         cfg.end_to_end = self.end_to_end;
+        cfg.encrypt = self.encrypt;
         cfg.max_message = self.max_message;
         cfg.ack_delay = cfg.ack_delay.max(self.wait.quiet_floor());
         cfg.prefetch = Some(ethbcast_sys::prefetch::prefetch);

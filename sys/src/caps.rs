@@ -289,7 +289,7 @@ pub struct Dropped {
     pub bounding: u64,
 }
 
-/// Errors of [`drop_all`].
+/// Errors of [`drop_all`], [`empty_bounding_set`] and [`set_no_new_privs`].
 #[derive(Debug, thiserror::Error)]
 pub enum DropError {
     /// A system call failed.
@@ -375,16 +375,7 @@ pub fn drop_all() -> Result<Dropped, DropError> {
     }
     let held = thread_caps();
     if held.is_some_and(|t| t.effective & (1 << CAP_SETPCAP) != 0) {
-        // Every capability the kernel knows; PR_CAPBSET_READ fails (EINVAL) past the last.
-        for cap in 0..64 {
-            // SAFETY: as above, integer arguments only.
-            if unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) } < 0 {
-                break;
-            }
-            // SAFETY: as above, integer arguments only.
-            let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-            call("PR_CAPBSET_DROP", rc)?;
-        }
+        empty_bounding_set()?;
     }
     let mut header = CapHeader {
         version: CAPABILITY_VERSION_3,
@@ -417,6 +408,56 @@ pub fn drop_all() -> Result<Dropped, DropError> {
     Ok(Dropped {
         bounding: after.bounding,
     })
+}
+
+/// This process's effective user id: the owner of the files it creates, and the user whose
+/// rights the kernel checks.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail (POSIX).
+    unsafe { libc::geteuid() }
+}
+
+/// Empties the calling thread's bounding set: no program it (or a process it starts) executes
+/// afterwards gains a capability, from a file capability or a setuid-root file alike (the
+/// kernel refuses to execute a `+ep` program whose capabilities the set no longer holds).
+/// Needs `CAP_SETPCAP` (root has it): without it the first drop fails with `EPERM`.
+///
+/// Why a call of its own: a process that changes to another user (`recv --user`) must empty
+/// the set before `setresuid`, which clears the effective set and `CAP_SETPCAP` with it;
+/// [`drop_all`] afterwards could no longer.
+pub fn empty_bounding_set() -> Result<(), DropError> {
+    // Every capability the kernel knows; PR_CAPBSET_READ fails (EINVAL) past the last.
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments only; the kernel reads no memory of ours.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) } < 0 {
+            break;
+        }
+        // SAFETY: as above, integer arguments only.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if rc < 0 {
+            return Err(DropError::Call {
+                op: "PR_CAPBSET_DROP",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Sets `no_new_privs` for the calling thread and every process it starts, for good:
+/// `execve` then grants nothing a setuid, setgid or file-capability program would give
+/// (`PR_SET_NO_NEW_PRIVS`, Documentation/userspace-api/no_new_privs.rst). Needs no privilege.
+pub fn set_no_new_privs() -> Result<(), DropError> {
+    let one: libc::c_ulong = 1;
+    // SAFETY: prctl with integer arguments only; the kernel reads no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, 0, 0, 0) };
+    if rc < 0 {
+        return Err(DropError::Call {
+            op: "PR_SET_NO_NEW_PRIVS",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
 }
 
 /// `CAP_SETPCAP`: may drop from the bounding set.
@@ -501,6 +542,39 @@ mod tests {
             assert_eq!(child, after);
             // Dropping again (nothing left) succeeds.
             drop_all().unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// In a thread of its own: after the two calls the thread's bounding set is empty (the
+    /// test process is root on the test machine; without CAP_SETPCAP the first drop is refused)
+    /// and `no_new_privs` is set, for it and for a thread it starts.
+    #[test]
+    fn the_bounding_set_empties_and_no_new_privs_holds_for_children() {
+        std::thread::spawn(|| {
+            let nnp = || {
+                std::fs::read_to_string("/proc/thread-self/status")
+                    .unwrap()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("NoNewPrivs:").map(|v| v.trim() == "1"))
+                    .unwrap()
+            };
+            let before = thread_caps().unwrap();
+            match empty_bounding_set() {
+                Ok(()) => assert_eq!(thread_caps().unwrap().bounding, 0),
+                Err(e) => assert_eq!(
+                    before.effective & (1 << CAP_SETPCAP),
+                    0,
+                    "refused with CAP_SETPCAP held: {e}"
+                ),
+            }
+            set_no_new_privs().unwrap();
+            assert!(nnp());
+            let child = std::thread::spawn(move || (thread_caps().unwrap().bounding, nnp()))
+                .join()
+                .unwrap();
+            assert_eq!(child, (thread_caps().unwrap().bounding, true));
         })
         .join()
         .unwrap();

@@ -43,18 +43,13 @@ use std::time::Duration;
 use memmap2::{MmapOptions, MmapRaw};
 use thiserror::Error;
 
+use crate::caps::effective_uid;
+
 /// Where POSIX shared memory lives on Linux (`shm_open` names map to files here).
 pub const SHM_DIR: &str = "/dev/shm";
 
 /// Permissions of every segment: its user's only.
 const SEGMENT_MODE: u32 = 0o600;
-
-/// This process's effective user id: the owner of the files it creates, and the only owner
-/// of a segment it accepts.
-fn effective_uid() -> u32 {
-    // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail (POSIX).
-    unsafe { libc::geteuid() }
-}
 
 /// Errors of shared-memory segments, each saying what to do.
 #[derive(Debug, Error)]

@@ -6,6 +6,7 @@
 //! hostfile, and its MTU): [`hosts`].
 
 pub mod hosts;
+pub mod probe;
 
 use std::path::Path;
 

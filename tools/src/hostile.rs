@@ -22,7 +22,8 @@ use ethbcast::{Rank, BROADCAST_MAC};
 // The wire format: the hostile host forges frames (headers, CRCs, tags, pair channels),
 // which the library does not export.
 use ethbcast_proto::{
-    pdu_crc, seal, Control, Flags, Frame, Kind, Repr, CRC_LEN, ETH_HEADER_LEN, OVERHEAD, TAG_LEN,
+    pdu_crc, seal, BarrierAlgo, BarrierMsg, BarrierOp, Control, Flags, Frame, Kind, Repr, CRC_LEN,
+    ETH_HEADER_LEN, OVERHEAD, TAG_LEN,
 };
 use rand::{Rng, RngCore};
 
@@ -308,6 +309,28 @@ pub fn forge_ahead(eth: &[u8], rng: &mut impl RngCore) -> Vec<Vec<u8>> {
             Some(frame_from(eth, &r.to_vec(&junk).ok()?, keyed))
         })
         .collect()
+}
+
+/// The barrier message of a captured barrier frame: read from it when its payload is in the
+/// clear, else (an encrypted session) a guess at one: the combining tree's, of epoch `epoch`,
+/// with an empty view and arrival set. A host without the key reads the kind of a frame in its
+/// header and nothing of its content, so it guesses the rest; the forgery fails the tag either
+/// way.
+pub fn barrier_of(p: &Frame<&[u8]>, epoch: u32) -> Option<BarrierMsg> {
+    match Control::parse(p) {
+        Ok(Control::Barrier(b)) => Some(b),
+        _ if p.kind() == Kind::Barrier && p.flags().contains(Flags::ENCRYPTED) => {
+            Some(BarrierMsg {
+                algo: BarrierAlgo::Broadcast,
+                op: BarrierOp::Arrive,
+                epoch,
+                round: 0,
+                view: 0,
+                set: Vec::new(),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// A hostile host running in a thread inside a host namespace until stopped.

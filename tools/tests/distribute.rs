@@ -563,7 +563,9 @@ fn a_pipe_of_unknown_length_reaches_files_and_commands() {
 }
 
 /// `recv --user`: once its link is open the receiver runs as that user, so its `-O` command
-/// does not run as root; an unknown user is a usage error.
+/// does not run as root, with an empty bounding set and `no_new_privs` (read from the
+/// command's own /proc/self/status), so that no setuid or file-capability program it runs
+/// can give it a capability back; an unknown user is a usage error.
 #[test]
 fn a_receiver_started_as_root_runs_its_command_as_the_user_given() {
     if !netns_available() {
@@ -576,7 +578,7 @@ fn a_receiver_started_as_root_runs_its_command_as_the_user_given() {
     let data = random_file(&input, 200_000, 9);
     let got = dir.join("got.bin");
     let cmd = format!(
-        "id -u > {d}/uid; id -G > {d}/gids; cat > {}",
+        "id -u > {d}/uid; id -G > {d}/gids; grep -E '^(CapBnd|NoNewPrivs):' /proc/self/status > {d}/status; cat > {}",
         got.display(),
         d = dir.display()
     );
@@ -615,6 +617,20 @@ fn a_receiver_started_as_root_runs_its_command_as_the_user_given() {
     assert!(
         !gids.split_whitespace().any(|g| g == "0"),
         "the command kept root's group: {gids}"
+    );
+    let status = std::fs::read_to_string(dir.join("status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("absent")
+            .to_string()
+    };
+    assert_eq!(
+        (field("CapBnd:"), field("NoNewPrivs:")),
+        ("0000000000000000".to_string(), "1".to_string()),
+        "the command's bounding set and no_new_privs: {status}"
     );
     assert_eq!(
         std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&got).unwrap()),
@@ -3390,5 +3406,141 @@ fn a_hostile_tree_is_refused_by_every_receiver_with_nothing_written_outside() {
         }
         assert!(!dir.parent().unwrap().join("x").exists(), "{entry}");
     }
+    tb.down().unwrap();
+}
+
+/// A 64-byte marker no frame of a keyed transfer may carry.
+const MARKER: &[u8; 64] = b"ethbcast distribute test: the marker that no keyed frame carries";
+
+/// Whether `bytes` hold 16 consecutive bytes of [`MARKER`] anywhere.
+fn holds_marker(bytes: &[u8]) -> bool {
+    bytes
+        .windows(16)
+        .any(|w| MARKER.windows(16).any(|m| m == w))
+}
+
+/// Captures every frame crossing the switch of `tb` (every bridge port, `tcpdump -i any` in
+/// the switch namespace) while `run` runs; the capture's bytes.
+fn captured_at_the_switch(tb: &Testbed, dir: &Path, tag: &str, run: impl FnOnce()) -> Vec<u8> {
+    use std::io::BufRead;
+    let tcpdump = ethbcast_tools::testbed::find_tool("tcpdump").unwrap_or_else(|| {
+        assert!(
+            std::env::var("ETHBCAST_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "tcpdump is missing (Debian's tcpdump)"
+        );
+        panic!("tcpdump is missing (Debian's tcpdump)")
+    });
+    let pcap = dir.join(format!("{tag}.pcap"));
+    let mut c = netns::command_in(tb.switch_netns(), tcpdump.to_str().unwrap())
+        .expect("netns")
+        .args(["-i", "any", "-U", "-n", "-s", "0", "-w"])
+        .arg(&pcap)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpdump");
+    let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap_or(0) > 0 && !line.contains("listening on") {
+        line.clear();
+    }
+    assert!(
+        line.contains("listening on"),
+        "tcpdump did not start: {line}"
+    );
+    run();
+    // Frames still in flight reach the capture; then SIGINT lets tcpdump write its last.
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT to the tcpdump we started");
+    let _ = c.wait();
+    std::fs::read(&pcap).expect("the capture")
+}
+
+/// The confidentiality of a keyed transfer, seen where every frame crosses: a file holding a
+/// 64-byte marker thousands of times, sent with a key to two receivers while the switch
+/// captures every frame of every port. No 16 bytes of the marker appear in the capture, and
+/// both receivers' copies are the file byte for byte. The control, which shows that the
+/// capture sees the data: the same transfer with `send --no-encrypt` carries the marker.
+#[test]
+fn a_keyed_transfer_captured_at_the_switch_carries_no_byte_of_the_file() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("e"))).expect("test-bed");
+    let dir = tmpdir("encrypt");
+    let key = dir.join("key");
+    std::fs::write(&key, "a passphrase every host shares\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let input = dir.join("marked.bin");
+    let mut data = Vec::new();
+    for i in 0..16384u32 {
+        data.extend_from_slice(MARKER);
+        data.extend_from_slice(&i.to_be_bytes()[..(i % 3) as usize]);
+    }
+    std::fs::write(&input, &data).unwrap();
+    let transfer = |tag: &str, extra: &[&str]| {
+        let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("{tag}{i}.bin"))).collect();
+        let key = key.to_str().unwrap();
+        let pcap = captured_at_the_switch(&tb, &dir, tag, || {
+            let mut rs: Vec<Proc> = (1..3)
+                .map(|i| {
+                    recv(
+                        &tb,
+                        i,
+                        &["--key-file", key, "-o", outs[i - 1].to_str().unwrap()],
+                    )
+                })
+                .collect();
+            let mut args = vec![
+                "--key-file",
+                key,
+                "-i",
+                input.to_str().unwrap(),
+                "--receivers",
+                "2",
+                "--wait",
+                "30",
+                "--quiet",
+            ];
+            args.extend_from_slice(extra);
+            let out = send(&tb, &args, Stdio::null()).wait_timeout(Duration::from_secs(60));
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for r in &mut rs {
+                let o = r.wait_timeout(Duration::from_secs(15));
+                assert_eq!(
+                    o.status.code(),
+                    Some(0),
+                    "{}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+        });
+        for o in &outs {
+            assert!(std::fs::read(o).unwrap() == data, "{} differs", o.display());
+        }
+        pcap
+    };
+    let encrypted = transfer("enc", &[]);
+    assert!(
+        encrypted.len() > data.len(),
+        "the capture holds {} bytes for a {}-byte file",
+        encrypted.len(),
+        data.len()
+    );
+    assert!(!holds_marker(&encrypted), "the marker crossed the switch");
+    let plain = transfer("plain", &["--no-encrypt"]);
+    assert!(
+        holds_marker(&plain),
+        "the capture missed the data (control)"
+    );
     tb.down().unwrap();
 }

@@ -196,12 +196,19 @@ impl Hosts {
     /// `ethbcast doctor --iface eth0 --listen` on `host`, after `wrapper`: its output so far
     /// once it answers probes, or all of it if it ended (a check failed there).
     fn listen(&mut self, host: usize, wrapper: &[&str]) -> (bool, String) {
+        self.listen_with(host, wrapper, &[])
+    }
+
+    /// [`Hosts::listen`] with `args` after `--listen`.
+    fn listen_with(&mut self, host: usize, wrapper: &[&str], args: &[&str]) -> (bool, String) {
         use std::io::BufRead;
         let mut c = Command::new("ip")
             .args(["netns", "exec", &self.ns(host)])
             .args(wrapper)
             .arg(BIN)
             .args(["doctor", "--iface", "eth0", "--listen"])
+            .args(args)
+            .env_remove("ETHBCAST_KEY_FILE")
             .env_remove("ETHBCAST_BACKEND")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -234,6 +241,11 @@ impl Hosts {
 
     /// `ethbcast doctor --iface eth0 --hostfile FILE` on host 0: exit code and output.
     fn check(&self) -> (Option<i32>, String) {
+        self.check_with(&[])
+    }
+
+    /// [`Hosts::check`] with `args` after the hostfile.
+    fn check_with(&self, args: &[&str]) -> (Option<i32>, String) {
         let out = Command::new("ip")
             .args([
                 "netns",
@@ -246,6 +258,8 @@ impl Hosts {
             ])
             .arg("--hostfile")
             .arg(&self.hostfile)
+            .args(args)
+            .env_remove("ETHBCAST_KEY_FILE")
             .env_remove("ETHBCAST_BACKEND")
             .output()
             .expect("run ethbcast doctor --hostfile");
@@ -471,4 +485,85 @@ fn doctor_json_carries_id_host_status_and_fix_and_checks_the_key_file() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     tb.down().unwrap();
+}
+
+/// A key file in the temporary directory holding the key `byte` 32 times, removed on drop.
+struct KeyFile(std::path::PathBuf);
+
+impl KeyFile {
+    fn new(tag: &str, byte: u8) -> KeyFile {
+        let p =
+            std::env::temp_dir().join(format!("ethbcast-doctor-{tag}-{}.key", std::process::id()));
+        std::fs::write(
+            &p,
+            format!("ethbcast-key-v1 {}\n", format!("{byte:02x}").repeat(32)),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        KeyFile(p)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `doctor --hostfile --key-file`: a host listening with the same key passes with its MTU and a
+/// line saying it holds the key; one with another key and one without a key each get a failing
+/// line naming the fix, and nothing else they answered counts. A keyless prober gets no answer
+/// from a keyed listener (it answers only probes of its key) and marks the keyless answers as
+/// not authenticated.
+#[test]
+fn doctor_with_a_key_tells_the_same_key_another_key_and_none() {
+    let Some(mut h) = Hosts::up(4, "key") else {
+        return;
+    };
+    let (ours, theirs) = (KeyFile::new("ours", 0x11), KeyFile::new("theirs", 0x22));
+    for (host, key) in [(1, Some(&ours)), (2, Some(&theirs)), (3, None)] {
+        let args: Vec<&str> = key
+            .map(|k| vec!["--key-file", k.path()])
+            .unwrap_or_default();
+        let (answering, text) = h.listen_with(host, &[], &args);
+        assert!(answering, "{text}");
+    }
+    let (code, text) = h.check_with(&["--key-file", ours.path()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("node1 (") && text.contains("holds the same key"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ok    node1 (") && l.contains("MTU 1500 bytes")),
+        "{text}"
+    );
+    let fail = |n: usize, what: &str| {
+        text.lines().any(|l| {
+            l.starts_with(&format!("FAIL  node{n} ("))
+                && l.contains(what)
+                && l.contains("--key-file")
+        })
+    };
+    assert!(fail(2, "answers under another key"), "{text}");
+    assert!(fail(3, "answers without a key"), "{text}");
+    for n in [2, 3] {
+        assert!(!text.contains(&format!("ok    node{n}")), "{text}");
+    }
+    let (code, text) = h.check();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  node1 (") && text.contains("no answer to a broadcast"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ok    node3 (")
+            && text.contains("a broadcast reaches it (answers not authenticated: no --key-file)"),
+        "{text}"
+    );
 }

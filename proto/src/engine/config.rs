@@ -81,13 +81,18 @@ pub struct EngineConfig {
     /// Group key: when set, every frame carries a keyed MAC and frames without a valid one
     /// are dropped, so a host on the segment outside the group cannot inject data.
     pub key: Option<crate::secret::Key>,
-    /// The application checks every byte it receives end to end, with a digest of its own over the
-    /// whole stream (as `ethbcast send`/`recv` do). Then, as with a key, data frames carry a CRC
-    /// over their header only ([`Flags::HEADER_CRC`](crate::Flags::HEADER_CRC)) and each receiver
-    /// reads every payload byte once less (a fifth of a bulk receiver's CPU). The price: a payload
-    /// the Ethernet FCS let through corrupted fails the application's check at the end instead of
-    /// being repaired. Every member of the group must agree: without a key, a member that does not
-    /// say so refuses such frames rather than deliver bytes nobody checks.
+    /// With a key: encrypt the payload of every frame this member sends (AES-256-GCM under a
+    /// key derived from the session key, [`crate::wire::crypt`]) rather than only authenticate
+    /// it. On by default. Each sender chooses for its own frames: a member takes encrypted and
+    /// authenticated frames alike, and refuses any other without the key's tag.
+    pub encrypt: bool,
+    /// The application checks every byte it receives end to end, with a digest of its own
+    /// over the whole stream (as `ethbcast send`/`recv` do). Then, as with a key, data frames
+    /// carry a CRC over their header only ([`Flags::HEADER_CRC`](crate::Flags::HEADER_CRC)) and each receiver reads
+    /// every payload byte once less (a fifth of a bulk receiver's CPU). The price: a payload
+    /// the Ethernet FCS let through corrupted fails the application's check at the end instead
+    /// of being repaired. Every member of the group must agree: without a key, a member that
+    /// does not say so refuses such frames rather than deliver bytes nobody checks.
     pub end_to_end: bool,
     /// A cache hint for memory the engine writes next: called, per data frame taken in order,
     /// with the place in its message buffer where the frame after the next lands. The I/O
@@ -189,6 +194,7 @@ impl EngineConfig {
             max_message: 1 << 30,
             auto_post: true,
             key: None,
+            encrypt: true,
             end_to_end: false,
             prefetch: None,
             peer_repair: size >= ACK_TREE_FROM,

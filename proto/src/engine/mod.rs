@@ -50,9 +50,10 @@ mod tree;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::machine::Transmit;
+use crate::machine::{BatchEnd, Both, Transmit};
 use crate::wire::{
-    self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, Repr, WireError,
+    self, control::nack_offsets, Admit, Control, Flags, Frame, FrameCipher, Kind, Opened, Repr,
+    WireError,
 };
 use crate::Rank;
 
@@ -103,6 +104,18 @@ pub struct Engine {
     ended: Option<SessionEnded>,
     events: VecDeque<EngineEvent>,
     stats: EngineStats,
+    /// The frame cipher of a keyed engine and the frames it decrypted.
+    crypt: Crypt,
+}
+
+/// A keyed engine's frame cipher ([`wire::crypt`]), and the frames it decrypted in this batch
+/// of frames: where a stream with an observer or frames left in the link (`hold`) may read
+/// them until the batch ends, as in the frames a link holds.
+#[derive(Debug, Default)]
+struct Crypt {
+    cipher: Option<FrameCipher>,
+    opened: Opened,
+    hold: bool,
 }
 
 impl Engine {
@@ -122,6 +135,10 @@ impl Engine {
             ended: None,
             events: VecDeque::new(),
             stats: EngineStats::default(),
+            crypt: Crypt {
+                cipher: cfg.key.as_ref().map(|k| FrameCipher::new(k, cfg.group)),
+                ..Crypt::default()
+            },
             cfg,
         })
     }
@@ -157,7 +174,8 @@ impl Engine {
     /// Heap bytes of the engine's buffers: its receive streams ([`Receiver::heap_bytes`]) and
     /// its send side without the per-destination cursors.
     pub fn heap_bytes(&self) -> usize {
-        self.tx.heap_bytes_without_dests()
+        self.crypt.opened.heap_bytes()
+            + self.tx.heap_bytes_without_dests()
             + self
                 .rx
                 .iter()
@@ -326,6 +344,7 @@ impl Engine {
     /// observed, not kept) and the end of a stream cut short (a member that leaves).
     pub fn observe(&mut self, now: Instant, root: Rank, observer: Observer) {
         self.stream(now, root).0.set_observer(observer);
+        self.crypt.hold = true;
         if !self.observed.contains(&root) {
             self.observed.push(root);
         }
@@ -354,12 +373,20 @@ impl Engine {
     /// copy of each was most of its cost.
     pub fn leave_in_link(&mut self, now: Instant, root: Rank) {
         self.stream(now, root).0.set_in_link(true);
+        self.crypt.hold = true;
     }
 
     /// A batch of frames ends (see [`crate::machine::Machine::frames_done`]): frames left in
     /// the link are consumed and served, the observers told, and what leaves the link and is
     /// still needed copied.
     pub fn frames_done(&mut self, now: Instant, end: crate::machine::BatchEnd<'_>) {
+        // Frames this engine decrypted are held as the link's are, and all leave now.
+        let opened = std::mem::take(&mut self.crypt.opened);
+        let (held, leaving) = (Both(end.held, &opened), Both(end.leaving, &opened));
+        let end = BatchEnd {
+            held: &held,
+            leaving: &leaving,
+        };
         for k in 0..self.observed.len() {
             let root = self.observed[k];
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
@@ -369,6 +396,9 @@ impl Engine {
                 self.collect_rx(root);
             }
         }
+        let mut opened = opened;
+        opened.clear();
+        self.crypt.opened = opened;
     }
 
     /// The receive stream of `root` (made now if it was never heard from), and the timers.
@@ -469,11 +499,32 @@ impl Engine {
         if frame.group() != self.cfg.group {
             return Err(DropReason::ForeignGroup(frame.group()));
         }
+        if frame.flags().contains(Flags::ENCRYPTED) {
+            // Decrypted where it stays put while the batch lasts, if a stream may read it
+            // there afterwards; else in room reused by the next frame.
+            let mut opened = std::mem::take(&mut self.crypt.opened);
+            let plain = match &self.crypt.cipher {
+                Some(c) => c.open(frame, opened.room(frame.total_len(), self.crypt.hold)),
+                None => None,
+            };
+            let r = match plain {
+                Some(plain) => self.handle_authentic(now, &plain),
+                None => Err(DropReason::BadMac),
+            };
+            self.crypt.opened = opened;
+            return r;
+        }
         if let Some(key) = &self.cfg.key {
             if !frame.verify(key) {
                 return Err(DropReason::BadMac);
             }
         }
+        self.handle_authentic(now, frame)
+    }
+
+    /// A frame of this group whose tag verified (or that needs none: no key), its payload in
+    /// the clear.
+    fn handle_authentic(&mut self, now: Instant, frame: &Frame<&[u8]>) -> Result<(), DropReason> {
         let src = frame.src();
         if src.get() >= self.cfg.size {
             return Err(DropReason::NotMember(src));
@@ -723,8 +774,10 @@ impl Engine {
     /// first, then repairs, then fresh data.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit<Dest>> {
         let mut t = self.poll_transmit_plain(now, buf)?;
-        if let Some(key) = &self.cfg.key {
-            t.len = wire::seal(key, buf, t.len).ok()?;
+        match (&self.cfg.key, &self.crypt.cipher) {
+            (Some(_), Some(c)) if self.cfg.encrypt => t.len = c.seal(buf, t.len).ok()?,
+            (Some(key), _) => t.len = wire::seal(key, buf, t.len).ok()?,
+            (None, _) => {}
         }
         Some(t)
     }

@@ -307,6 +307,12 @@ impl Join {
         self.strangers.iter().copied().collect()
     }
 
+    /// Hosts heard sending frames of another version of the wire format (another release of
+    /// ethbcast), with the version they speak: their frames are refused, so they never join.
+    pub fn other_versions(&self) -> Vec<(MacAddr, u8)> {
+        self.overheard.other_versions()
+    }
+
     /// MACs heard from that the coordinator has accepted so far.
     pub fn heard(&self) -> Vec<MacAddr> {
         self.coord
@@ -590,8 +596,21 @@ impl Join {
         self.finish(from, nonce, &roster, pdu);
     }
 
+    /// Notes that `src` sends frames of wire version `v` (said once per host).
+    fn heard_version(&mut self, src: MacAddr, v: u8) {
+        if self.overheard.other_version(src, v) {
+            tracing::warn!(
+                "{src} sends frames of wire version {v}; this build speaks version {}: its frames are refused (run one release of ethbcast on every host)",
+                wire::VERSION
+            );
+        }
+    }
+
     fn on_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
         let Ok(f) = Frame::new_checked(pdu) else {
+            if let Some(v) = wire::other_version(pdu) {
+                self.heard_version(src, v);
+            }
             return;
         };
         if src == self.cfg.mac {

@@ -20,6 +20,8 @@ pub struct Overheard {
     coordinators: BTreeSet<MacAddr>,
     /// Sources of frames of another session's rank 0.
     others: BTreeSet<MacAddr>,
+    /// Sources of frames of another version of the wire format (another release), with it.
+    versions: BTreeMap<MacAddr, u8>,
 }
 
 impl Overheard {
@@ -44,6 +46,21 @@ impl Overheard {
         if self.others.len() < MAX_SOURCES {
             self.others.insert(src);
         }
+    }
+
+    /// A frame of wire version `v` (not this build's, its CRC whole) came from `src`; true
+    /// the first time for `src` and `v`.
+    pub(super) fn other_version(&mut self, src: MacAddr, v: u8) -> bool {
+        if self.versions.get(&src) == Some(&v) || self.versions.len() >= MAX_SOURCES {
+            return false;
+        }
+        self.versions.insert(src, v);
+        true
+    }
+
+    /// Hosts that sent frames of another version of the wire format, with the version.
+    pub fn other_versions(&self) -> Vec<(MacAddr, u8)> {
+        self.versions.iter().map(|(m, v)| (*m, *v)).collect()
     }
 
     /// Hosts whose join frames failed authentication, with how many frames each.
@@ -79,10 +96,12 @@ mod tests {
             o.failed_authentication(m);
             o.challenge_from(m);
             o.other_session(m);
+            o.other_version(m, 1);
         }
         assert_eq!(o.unauthenticated().len(), MAX_SOURCES);
         assert_eq!(o.coordinators().len(), MAX_SOURCES);
         assert_eq!(o.others().len(), MAX_SOURCES);
+        assert_eq!(o.other_versions().len(), MAX_SOURCES);
         // A source already counted is still counted once the set is full.
         o.failed_authentication(a);
         assert!(o.unauthenticated().contains(&(a, 4)));

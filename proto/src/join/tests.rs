@@ -1,13 +1,13 @@
 //! The join's decoder on its own: what is not a well-formed join message is dropped. Joins as
 //! whole specifications run on the simulated switch (the `ethbcast` crate's tests/join.rs).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::machine::Machine;
 use crate::secret::Key;
 use crate::wire::ethernet::MacAddr;
 use crate::wire::join::JoinMsg;
-use crate::wire::Control;
+use crate::wire::{self, Control};
 use crate::Rank;
 
 use super::{
@@ -330,4 +330,38 @@ fn a_member_invited_by_one_coordinator_ignores_another() {
     j.handle_frame(now, real, &frame_of(&roster(real, 8)));
     let joined = j.take_result().expect("joined").expect("no error");
     assert_eq!(joined.peers, vec![real, me]);
+}
+
+/// A coordinator of another release (its frames carry wire version 1, CRC whole) never gets
+/// this member's hello: its challenge is refused, and the join names it with both versions;
+/// a frame corrupted in its version byte is not taken for one.
+#[test]
+fn a_peer_of_another_wire_version_is_refused_and_named() {
+    let old = MacAddr([2, 0, 0, 0, 0, 9]);
+    let me = MacAddr([2, 0, 0, 0, 0, 1]);
+    let now = Instant::now();
+    let mut j = join_of(me, Expect::Invited, 1500, now);
+    let mut f = frame_of(&JoinMsg::Challenge {
+        nonce: 42,
+        size: 2,
+        coordinator: old,
+        time: 1,
+    });
+    f[0] = 1;
+    let mut corrupted = f.clone();
+    let body = f.len() - wire::CRC_LEN;
+    let crc = wire::crc32c(&f[..body]);
+    f[body..].copy_from_slice(&crc.to_be_bytes());
+    for _ in 0..3 {
+        j.handle_frame(now, old, &f);
+    }
+    corrupted[0] = 3;
+    j.handle_frame(now, MacAddr([2, 0, 0, 0, 0, 8]), &corrupted);
+    assert_eq!(j.other_versions(), vec![(old, 1)]);
+    j.handle_timeout(now + Duration::from_millis(50));
+    let mut buf = vec![0u8; 1600];
+    assert!(
+        j.poll_transmit(now, &mut buf).is_none(),
+        "a hello went to the old coordinator"
+    );
 }

@@ -42,7 +42,7 @@ use crate::detect::{Detector, DetectorEvent, DetectorMsg};
 use crate::engine::{self, Dest, Engine, EngineStats, Observer, SessionEnded};
 use crate::machine::{BatchEnd, Machine};
 use crate::wire::ethernet::MacAddr;
-use crate::wire::{BarrierAlgo, Control, Flags, Frame, Kind, WireError};
+use crate::wire::{BarrierAlgo, Control, Flags, Frame, FrameCipher, Kind, WireError};
 use crate::Rank;
 
 use crate::engine::Message;
@@ -483,6 +483,12 @@ impl Member {
             // the key, speaking as a member, makes no channel. (Once it exists its engine
             // checks the tag, once a frame as for the group.)
             let forged = match &self.engine.config().key {
+                Some(key) if frame.flags().contains(Flags::ENCRYPTED) => {
+                    let mut plain = vec![0; frame.total_len()];
+                    FrameCipher::new(key, frame.group())
+                        .open(frame, &mut plain)
+                        .is_none()
+                }
                 Some(key) => !frame.verify(key),
                 None => false,
             };

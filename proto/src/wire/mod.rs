@@ -29,6 +29,11 @@
 //! (the group key's tag, or the application's digest of the whole stream), and reading every
 //! payload byte once more was a fifth of a bulk receiver's CPU.
 //!
+//! With a session key the engine seals every frame it sends: encrypted and authenticated with
+//! AES-256-GCM ([`crypt`]; the header in the clear, as associated data), or, with encryption
+//! off, authenticated by a keyed BLAKE3 tag ([`seal`]). Either tag is [`TAG_LEN`] bytes
+//! between payload and CRC.
+//!
 //! The module follows the view + repr split: [`Frame`] is a zero-copy view over bytes whose
 //! accessors cannot panic once [`Frame::new_checked`] accepted them, and [`Repr`] is the parsed
 //! form that the protocol engine builds and [`Repr::emit`]s. Untrusted bytes only ever enter
@@ -40,14 +45,19 @@ use thiserror::Error;
 use crate::Rank;
 
 pub(crate) mod control;
+pub(crate) mod crypt;
 pub(crate) mod ethernet;
 pub(crate) mod join;
 
 pub(crate) use control::{locate, Admit, Position, ReplayWindow};
 pub use control::{BarrierAlgo, BarrierMsg, BarrierOp, Control};
+pub use crypt::FrameCipher;
+pub(crate) use crypt::Opened;
 
-/// Current version of the wire format.
-pub const VERSION: u8 = 1;
+/// Current version of the wire format: 2 encrypts the payloads of keyed sessions
+/// ([`crypt`]); 1 authenticated them only. A frame of another version is refused
+/// ([`WireError::BadVersion`]), and a join names the host that sent it.
+pub const VERSION: u8 = 2;
 /// Length of the fixed header in bytes.
 pub const HEADER_LEN: usize = 36;
 /// Length of the CRC32C trailer in bytes.
@@ -57,8 +67,9 @@ pub const OVERHEAD: usize = HEADER_LEN + CRC_LEN;
 /// Destination rank that means "every member" (a broadcast frame).
 pub(crate) const ALL: Rank = Rank::BROADCAST;
 pub use control::{NACK_BITS, NACK_MORE_WORDS};
-/// Length of the keyed MAC a frame carries (between payload and CRC) when the group has a
-/// key: 128 bits of BLAKE3 in keyed mode over header and payload.
+/// Length of the tag a frame carries (between payload and CRC) when the group has a key: the
+/// AES-256-GCM tag of an encrypted frame, or 128 bits of BLAKE3 in keyed mode over header and
+/// payload.
 pub const TAG_LEN: usize = 16;
 
 mod field {
@@ -104,6 +115,26 @@ pub fn pdu_crc(pdu: &[u8], body: usize) -> u32 {
     let kind = Kind::from_code(pdu[field::KIND]);
     let flags = Flags::from_bits_truncate(be16(&pdu[field::FLAGS]));
     crc32c(&pdu[..crc_span(kind, flags, body)])
+}
+
+/// The version of `pdu` if it is a frame of another version of this format (a peer running
+/// another release of ethbcast): its version byte differs and its CRC holds as this version
+/// computes it, so that a frame corrupted in transit is not taken for one. `None` otherwise.
+pub(crate) fn other_version(pdu: &[u8]) -> Option<u8> {
+    if pdu.len() < OVERHEAD || pdu[field::VERSION] == VERSION {
+        return None;
+    }
+    let flags = Flags::from_bits_truncate(be16(&pdu[field::FLAGS]));
+    let tag = if flags.contains(Flags::KEYED) {
+        TAG_LEN
+    } else {
+        0
+    };
+    let need = OVERHEAD + usize::from(be16(&pdu[field::PAYLOAD_LEN])) + tag;
+    let body = need.checked_sub(CRC_LEN).filter(|_| pdu.len() >= need)?;
+    let kind = Kind::from_code(pdu[field::KIND]);
+    (crc32c(&pdu[..crc_span(kind, flags, body)]) == be32(&pdu[body..need]))
+        .then_some(pdu[field::VERSION])
 }
 
 /// What a frame is for.
@@ -181,6 +212,8 @@ bitflags! {
         /// receiver checks anyway, the group key's tag or the application's digest of the
         /// whole stream (`EngineConfig::end_to_end`), so a receiver makes one pass less over it.
         const HEADER_CRC = 1 << 11;
+        /// With `KEYED`: the payload is AES-256-GCM ciphertext and the tag GCM's ([`crypt`]).
+        const ENCRYPTED = 1 << 12;
     }
 }
 
@@ -196,7 +229,7 @@ pub enum WireError {
         need: usize,
     },
     /// A version this build does not speak (a newer or older peer on the segment).
-    #[error("unsupported wire version {0} (this build speaks {VERSION})")]
+    #[error("wire version {0}, this build speaks version {VERSION}: run one release of ethbcast on every host")]
     BadVersion(u8),
     /// The kind byte is not one we know.
     #[error("unknown frame kind {0}")]
@@ -394,8 +427,12 @@ impl<T: AsRef<[u8]>> Frame<T> {
         OVERHEAD + usize::from(be16(&self.buffer.as_ref()[field::PAYLOAD_LEN])) + tag
     }
 
-    /// True if the frame carries a tag that `key` produced for these header and payload bytes.
+    /// True if the frame carries a keyed BLAKE3 tag that `key` produced for these header and
+    /// payload bytes (an encrypted frame's tag is checked by [`FrameCipher::open`]).
     pub fn verify(&self, key: &[u8; 32]) -> bool {
+        if self.flags().contains(Flags::ENCRYPTED) {
+            return false;
+        }
         let Some(tag) = self.tag() else { return false };
         let b = self.buffer.as_ref();
         let body = HEADER_LEN + usize::from(be16(&b[field::PAYLOAD_LEN]));

@@ -1,7 +1,8 @@
 use crate::Rank;
 
 use super::{
-    crc32c, field, seal, Flags, Frame, Kind, Repr, WireError, ALL, CRC_LEN, HEADER_LEN, OVERHEAD,
+    crc32c, field, other_version, seal, Flags, Frame, Kind, Repr, WireError, ALL, CRC_LEN,
+    HEADER_LEN, OVERHEAD,
 };
 
 fn sample() -> (Repr, Vec<u8>) {
@@ -35,7 +36,7 @@ fn emit_then_parse_round_trips() {
 fn literal_bytes_parse_as_documented() {
     // An ACK from rank 1 to root 2 acknowledging everything before sequence 0x0102_0304.
     let mut bytes = vec![
-        1, 3, 0, 0, // version, kind = Ack, flags
+        2, 3, 0, 0, // version, kind = Ack, flags
         0, 0, 0, 7, // group 7
         0, 1, 0, 2, // src 1, dst 2
         1, 2, 3, 4, // seq
@@ -93,12 +94,18 @@ fn every_single_bit_flip_is_detected() {
 #[test]
 fn unknown_version_and_kind_are_rejected() {
     let (repr, payload) = sample();
-    let mut b = repr.to_vec(&payload).unwrap();
-    b[0] = 2;
-    assert_eq!(
-        Frame::new_checked(&b[..]).unwrap_err(),
-        WireError::BadVersion(2)
-    );
+    // The version before this one (keyed frames authenticated, not encrypted), and the next.
+    for v in [1, 3] {
+        let mut b = repr.to_vec(&payload).unwrap();
+        b[0] = v;
+        let e = Frame::new_checked(&b[..]).unwrap_err();
+        assert_eq!(e, WireError::BadVersion(v));
+        assert!(
+            e.to_string()
+                .starts_with(&format!("wire version {v}, this build speaks version 2")),
+            "{e}"
+        );
+    }
     let mut b = repr.to_vec(&payload).unwrap();
     b[1] = 200;
     let body = b.len() - CRC_LEN;
@@ -108,6 +115,25 @@ fn unknown_version_and_kind_are_rejected() {
         Frame::new_checked(&b[..]).unwrap_err(),
         WireError::UnknownKind(200)
     );
+}
+
+/// A frame of another release (its version byte differs, its CRC holds) is told apart from
+/// a corrupted one, whose version byte changed in transit.
+#[test]
+fn a_frame_of_another_version_is_told_from_a_corrupted_one() {
+    let (repr, payload) = sample();
+    let ours = repr.to_vec(&payload).unwrap();
+    assert_eq!(other_version(&ours), None);
+    let mut old = ours.clone();
+    old[0] = 1;
+    let body = old.len() - CRC_LEN;
+    let crc = crc32c::crc32c(&old[..body]);
+    old[body..].copy_from_slice(&crc.to_be_bytes());
+    assert_eq!(other_version(&old), Some(1));
+    let mut corrupted = ours;
+    corrupted[0] = 1;
+    assert_eq!(other_version(&corrupted), None);
+    assert_eq!(other_version(&old[..10]), None);
 }
 
 #[test]

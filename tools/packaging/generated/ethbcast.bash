@@ -207,7 +207,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -x -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --output --command --extract --resume --no-clobber --timeout --wait --from --user --max-bytes --quiet --json --status-file --verbose --help"
+            opts="-o -O -x -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --no-encrypt --insecure --group-address --output --command --extract --resume --no-clobber --timeout --wait --from --user --max-bytes --quiet --json --status-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -305,7 +305,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__send)
-            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --input --receivers --hostfile --only-failed --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --status-file --verbose --help"
+            opts="-i -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --no-encrypt --insecure --group-address --input --receivers --hostfile --only-failed --min-receivers --max-wait --max-rate --digest --chunk --wait --timeout --report-wait --quiet --json --status-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -110,6 +110,11 @@ struct Common {
     /// unless --insecure.
     #[arg(long, env = "ETHBCAST_KEY_FILE")]
     key_file: Option<PathBuf>,
+    /// With a key, authenticate frames without encrypting them: the data then crosses the
+    /// segment in the clear. By default every frame of a keyed transfer is encrypted
+    /// (AES-256-GCM); this is for measuring what that costs (docs/security.md).
+    #[arg(long)]
+    no_encrypt: bool,
     /// Run without a group key: any host of the segment can then join, inject data, abort,
     /// and answer a receiver as its sender, whose data (and digest) the receiver takes (see
     /// docs/security.md, "Threat model"). Pin the sender with `recv --from`.
@@ -395,8 +400,10 @@ struct DoctorCmd {
     /// fix.
     #[arg(long)]
     json: bool,
-    /// Check this group key file too, as send and recv read it: readable, mode 0600, owned by
-    /// this user or root, well formed.
+    /// Group key file (as given to send and recv): checked as send and recv read it
+    /// (readable, mode 0600, owned by this user or root, well formed); probes and answers then
+    /// carry keyed tags, so a listener answers only probes of this key, the prober takes only
+    /// answers of it, and each host of --hostfile is checked to hold the same key.
     #[arg(long, env = "ETHBCAST_KEY_FILE")]
     key_file: Option<PathBuf>,
 }
@@ -424,6 +431,7 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
         (None, false) => return Err(distribute::no_key_error()),
     };
     stream.insecure = c.insecure;
+    stream.encrypt = !c.no_encrypt;
     Ok(LinkOptions {
         iface: c.iface.clone(),
         stream,
@@ -620,12 +628,25 @@ fn doctor_cmd(c: DoctorCmd) -> Result<ExitCode, Fatal> {
     if let Some(p) = &c.key_file {
         checks.extend(doctor::key_file(p, c.group_id));
     }
+    // A key file that its checks failed leaves no host probed and no probe answered (below),
+    // so `None` here never stands for a key that could not be read.
+    let key = c
+        .key_file
+        .as_ref()
+        .and_then(|p| ethbcast::read_key_file(p, c.group_id).ok());
     let group = c.group_address.mac(c.group_id);
     let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
     match (&hostfile, failed(&checks)) {
         (Some(h), false) => {
             let backend = c.backend.resolve().unwrap_or(c.backend);
-            checks.extend(hosts::check(iface, backend, group, h, c.probe_wait));
+            checks.extend(hosts::check(
+                iface,
+                backend,
+                group,
+                h,
+                c.probe_wait,
+                key.as_ref(),
+            ));
         }
         (Some(h), true) => checks.push(hosts::not_probed(h.len())),
         (None, _) => {}
@@ -644,25 +665,38 @@ fn doctor_cmd(c: DoctorCmd) -> Result<ExitCode, Fatal> {
         return Ok(ExitCode::from(distribute::EXIT_FAILED));
     }
     if c.listen {
-        listen(iface, c.backend, group)?;
+        listen(iface, c.backend, group, key.as_ref())?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `ethbcast doctor --listen`: answers probes until Ctrl-C.
-fn listen(iface: &str, backend: Backend, group: ethbcast::MacAddr) -> Result<(), Fatal> {
+/// `ethbcast doctor --listen`: answers probes (those of `key` only, with one) until Ctrl-C.
+fn listen(
+    iface: &str,
+    backend: Backend,
+    group: ethbcast::MacAddr,
+    key: Option<&ethbcast::Key>,
+) -> Result<(), Fatal> {
     use ethbcast_tools::doctor::hosts;
     let backend = backend.resolve().unwrap_or(backend);
-    let mut l = hosts::Listener::open(iface, backend, group)
+    let mut l = hosts::Listener::open(iface, backend, group, key)
         .map_err(|e| distribute::link_error(iface, e))?;
     distribute::drop_capabilities()?;
     let stop = distribute::interrupt_flag();
+    let keyed = if key.is_some() {
+        "those of the key only"
+    } else {
+        "without a key (answers not authenticated)"
+    };
     eprintln!(
-        "ethbcast: answering probes on {iface} ({}), group address {group}; Ctrl-C to stop",
+        "ethbcast: answering probes on {iface} ({}), group address {group}, {keyed}; Ctrl-C to stop",
         l.mac()
     );
     let n = l.run(&stop).map_err(|e| distribute::link_error(iface, e))?;
-    eprintln!("ethbcast: answered {n} probes");
+    eprintln!(
+        "ethbcast: answered {} probes; dropped {} from group addresses, {} unauthenticated, {} over the rate",
+        n.answered, n.group_sources, n.unauthenticated, n.limited
+    );
     Ok(())
 }
 

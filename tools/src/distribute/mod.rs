@@ -347,8 +347,11 @@ pub fn drop_capabilities() -> Result<(), Fatal> {
 
 /// Runs the process as `name` from now on (`recv --user`): its supplementary groups, its
 /// group, its user, real, effective and saved alike, so that nothing afterwards (the output,
-/// the `-O` command) can return to the user that started it. Call it once the link is open
-/// and before any thread starts; it needs root (or CAP_SETUID and CAP_SETGID).
+/// the `-O` command) can return to the user that started it. First it empties the bounding
+/// set and sets `no_new_privs`, while it still may (`setresuid` clears the capability that
+/// empties the set): a setuid or file-capability program that the command runs then gives
+/// it nothing back. Call it once the link is open and before any thread starts; it needs
+/// root (or CAP_SETPCAP, CAP_SETUID and CAP_SETGID).
 pub fn become_user(name: &str) -> Result<(), Fatal> {
     use nix::unistd::{self, User};
     let user = User::from_name(name)
@@ -361,6 +364,13 @@ pub fn become_user(name: &str) -> Result<(), Fatal> {
             "--user {name}: {what}: {e} (switching users needs root, or CAP_SETUID and CAP_SETGID)"
         ))
     };
+    let seal = |e: ethbcast_sys::caps::DropError| {
+        Fatal::io(format!(
+            "--user {name}: {e} (emptying the bounding set needs root or CAP_SETPCAP)"
+        ))
+    };
+    ethbcast_sys::caps::empty_bounding_set().map_err(seal)?;
+    ethbcast_sys::caps::set_no_new_privs().map_err(seal)?;
     unistd::initgroups(&cname, user.gid).map_err(|e| fail("initgroups", e))?;
     unistd::setresgid(user.gid, user.gid, user.gid).map_err(|e| fail("setresgid", e))?;
     unistd::setresuid(user.uid, user.uid, user.uid).map_err(|e| fail("setresuid", e))?;
@@ -482,7 +492,7 @@ impl StatusFile {
 }
 
 /// The warning `send` and `recv` print once when run without a key (`--insecure`).
-pub const INSECURE_WARNING: &str = "ethbcast: warning: no group key (--insecure): any host of this segment can join, inject or abort the transfer, and answer a receiver as its sender with data and a digest of its own";
+pub const INSECURE_WARNING: &str = "ethbcast: warning: no group key (--insecure): every byte crosses the segment in the clear, and any host of this segment can join, inject or abort the transfer, and answer a receiver as its sender with data and a digest of its own";
 
 /// Why `send` or `recv` refuse to start without a key (a usage error, before any link is
 /// opened).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ethbcast::{GroupOptions, Membership, Rank};
 // The wire format: the hostile host forges and reads frames, which the library does not
 // export.
-use ethbcast_proto::{BarrierMsg, BarrierOp, Control, Kind};
+use ethbcast_proto::{BarrierMsg, BarrierOp, Control, Flags, Kind};
 
 use super::harness::{hub, verdict};
 use super::process::{private, scratch};
@@ -27,6 +27,11 @@ pub struct Forged {
     pub releases: usize,
     /// Evictions of rank 1.
     pub evictions: usize,
+    /// Frames of the session seen encrypted ([`ethbcast_proto::Flags::ENCRYPTED`]), and
+    /// those seen in the clear (join frames not counted).
+    pub encrypted: usize,
+    /// Frames of the session seen in the clear.
+    pub clear: usize,
 }
 
 /// The forgeries the C ABI's key test and this scenario share, from the hostile host `hostile` of `bed` against
@@ -46,6 +51,7 @@ pub fn forge_session(
             let mut forged = Forged::default();
             let mut last_evict = Instant::now();
             let mut template: Option<Vec<u8>> = None;
+            let mut barriers = 0u32;
             let from_root = Spoof::from_root(root_mac, true);
             while !stop.load(Ordering::SeqCst) {
                 if let (Some(t), true) =
@@ -62,6 +68,11 @@ pub fn forge_session(
                 let Some(p) = pdu(&f) else { continue };
                 if p.kind() == Kind::Join {
                     continue;
+                }
+                if p.flags().contains(Flags::ENCRYPTED) {
+                    forged.encrypted += 1;
+                } else {
+                    forged.clear += 1;
                 }
                 template.get_or_insert_with(|| f.clone());
                 if p.kind().is_data() && p.src() == Rank::new(0) {
@@ -80,7 +91,11 @@ pub fn forge_session(
                         }
                     }
                 }
-                if let Ok(Control::Barrier(b)) = Control::parse(&p) {
+                if p.kind() == Kind::Barrier {
+                    barriers += 1;
+                }
+                // Encrypted, the epoch is guessed: a barrier frame or two per rank and epoch.
+                if let Some(b) = hostile::barrier_of(&p, barriers / 4) {
                     for epoch in [b.epoch, b.epoch + 1] {
                         let release = Control::Barrier(BarrierMsg {
                             op: BarrierOp::Release,
@@ -235,6 +250,19 @@ pub(super) fn capi_keyed_forgery(prefix: &str, hosts: usize) -> Result<Scenario,
     if f.data == 0 || f.releases == 0 || f.evictions == 0 {
         problems.push(format!("keyed: the attack did not happen: {f:?}"));
     }
+    // Its own frames are seen only if the hostile host speaks: the members' are encrypted.
+    if f.encrypted == 0 || f.clear > 0 {
+        problems.push(format!(
+            "keyed: {} frames of the members seen in the clear, {} encrypted",
+            f.clear, f.encrypted
+        ));
+    }
+    if keyless_forged.encrypted > 0 {
+        problems.push(format!(
+            "keyless: {} frames seen encrypted without a key",
+            keyless_forged.encrypted
+        ));
+    }
     let (mut landed, mut keyless_keyed) = (Vec::new(), false);
     for (i, r) in keyless_ranks.iter().enumerate() {
         match r {
@@ -262,7 +290,8 @@ pub(super) fn capi_keyed_forgery(prefix: &str, hosts: usize) -> Result<Scenario,
         "capi-keyed-forgery",
         problems,
         format!(
-            "{m} ranks opened their group as ethbcast_open does; with ETHBCAST_KEY_FILE (a passphrase) the hostile host forged {} broadcast data frames ahead of the root, {} barrier releases and {} evictions of rank 1, and every rank got {C_ROUNDS}/{C_ROUNDS} broadcasts intact, no barrier returned before the late root, no call failed; without a key ({} data, {} releases, {} evictions forged) they landed: {}",
+            "{m} ranks opened their group as ethbcast_open does; with ETHBCAST_KEY_FILE (a passphrase) the hostile host saw {} frames of theirs, all encrypted, and forged {} broadcast data frames ahead of the root, {} barrier releases and {} evictions of rank 1, and every rank got {C_ROUNDS}/{C_ROUNDS} broadcasts intact, no barrier returned before the late root, no call failed; without a key ({} data, {} releases, {} evictions forged) they landed: {}",
+            f.encrypted,
             f.data,
             f.releases,
             f.evictions,

@@ -16,7 +16,12 @@ use crate::netns;
 use crate::testbed::Testbed;
 
 /// `ethbcast ARGS` on host `host` of `bed`, without a key in its environment.
-fn run_on(bed: &Testbed, bin: &Path, host: usize, args: &[&str]) -> Result<Proc, AttackError> {
+pub(super) fn run_on(
+    bed: &Testbed,
+    bin: &Path,
+    host: usize,
+    args: &[&str],
+) -> Result<Proc, AttackError> {
     let mut c =
         netns::command_in(&bed.hosts()[host].netns, &bin.to_string_lossy()).map_err(io("netns"))?;
     c.args(args)
@@ -31,14 +36,14 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-fn scratch_dir(prefix: &str) -> Result<PathBuf, AttackError> {
+pub(super) fn scratch_dir(prefix: &str) -> Result<PathBuf, AttackError> {
     let dir = std::env::temp_dir().join(format!("ethbcast-attack-{prefix}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
     Ok(dir)
 }
 
-fn random_input(path: &Path, len: usize, seed: u64) -> Result<Vec<u8>, AttackError> {
+pub(super) fn random_input(path: &Path, len: usize, seed: u64) -> Result<Vec<u8>, AttackError> {
     let mut data = vec![0u8; len];
     rand::rngs::SmallRng::seed_from_u64(seed).fill_bytes(&mut data);
     std::fs::write(path, &data).map_err(io("write an input"))?;

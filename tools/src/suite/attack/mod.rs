@@ -16,9 +16,12 @@
 //!
 //! One module per family of scenarios: `liveness` (a dead member spoken for), `replay`,
 //! `join`, `forge` (barrier epochs, floods, pre-tag allocation), `transfer` (a keyed
-//! `send/recv`), `capi` (the C ABI's key), `keys` (keyless transfers, guessable keys).
-//! Their harnesses: `harness` for the library group's members, `process` for the
-//! `ethbcast` command. This module holds the registry of scenarios (`names`, `run_all`)
+//! `send/recv`), `capi` (the C ABI's key), `keys` (keyless transfers, guessable keys),
+//! `local` (another local user, a receiver's command), `doctor` (probes and answers of
+//! `ethbcast doctor`), `crypt` (what an eavesdropper reads, altered ciphertext, an older
+//! release). Their harnesses: `harness` for the
+//! library group's members, `process` for the `ethbcast` command. This module holds the
+//! registry of scenarios (`names`, `run_all`)
 //! and the command line ([`Args`]).
 
 use std::path::{Path, PathBuf};
@@ -29,11 +32,14 @@ use crate::hostile::HostileError;
 use crate::testbed::TestbedError;
 
 mod capi;
+mod crypt;
+mod doctor;
 mod forge;
 mod harness;
 mod join;
 mod keys;
 mod liveness;
+mod local;
 mod process;
 mod replay;
 mod transfer;
@@ -208,6 +214,41 @@ const REGISTRY: &[Entry] = &[
         name: "passphrase-dictionary",
         needs_bin: true,
         run: |s| keys::passphrase_dictionary(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "key-file-planted-by-another-user",
+        needs_bin: true,
+        run: |s| local::planted_key_file(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "recv-user-command-regains-capabilities",
+        needs_bin: true,
+        run: |s| local::user_command_regains_capabilities(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "doctor-probe-reflection",
+        needs_bin: true,
+        run: |s| doctor::doctor_reflection(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "doctor-forged-answers",
+        needs_bin: true,
+        run: |s| doctor::doctor_forged_answers(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "eavesdrop-keyed-transfer",
+        needs_bin: true,
+        run: |s| crypt::eavesdrop_keyed_transfer(s.prefix, s.hosts, s.bin),
+    },
+    Entry {
+        name: "altered-ciphertext",
+        needs_bin: false,
+        run: |s| crypt::altered_ciphertext(s.prefix, s.hosts),
+    },
+    Entry {
+        name: "old-version-sender",
+        needs_bin: true,
+        run: |s| crypt::old_version_sender(s.prefix, s.hosts, s.bin),
     },
 ];
 

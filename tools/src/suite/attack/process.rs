@@ -74,10 +74,22 @@ impl Transfer<'_> {
     /// Sends `len` random bytes (seeded by `seed`) from host 0 to hosts 1..=receivers;
     /// returns the problems found.
     pub(super) fn run(&self, len: usize, seed: u64) -> Result<Vec<String>, AttackError> {
-        let input = self.dir.join(format!("in{seed}.bin"));
         let mut data = vec![0u8; len];
         rand::rngs::SmallRng::seed_from_u64(seed).fill_bytes(&mut data);
-        std::fs::write(&input, &data).map_err(io("write the input"))?;
+        self.run_with(&data, &format!("{seed}"), &[])
+    }
+
+    /// Sends `data` from host 0 to hosts 1..=receivers, the sender given `extra` arguments too
+    /// (its files named after `name`); returns the problems found.
+    pub(super) fn run_with(
+        &self,
+        data: &[u8],
+        name: &str,
+        extra: &[&str],
+    ) -> Result<Vec<String>, AttackError> {
+        let (seed, len) = (name, data.len());
+        let input = self.dir.join(format!("in{seed}.bin"));
+        std::fs::write(&input, data).map_err(io("write the input"))?;
         let key = self.key.to_string_lossy().into_owned();
         let outs: Vec<PathBuf> = (1..=self.receivers)
             .map(|i| self.dir.join(format!("out{seed}-{i}.bin")))
@@ -104,25 +116,24 @@ impl Transfer<'_> {
             )?);
         }
         let n = self.receivers.to_string();
-        let mut s = self.spawn(
-            0,
-            &[
-                "send",
-                "--iface",
-                "eth0",
-                "--wait-mode",
-                "block",
-                "--key-file",
-                &key,
-                "-i",
-                &input.to_string_lossy(),
-                "--receivers",
-                &n,
-                "--wait",
-                "30",
-                "--quiet",
-            ],
-        )?;
+        let input_arg = input.to_string_lossy();
+        let send = [
+            "send",
+            "--iface",
+            "eth0",
+            "--wait-mode",
+            "block",
+            "--key-file",
+            &key,
+            "-i",
+            &input_arg,
+            "--receivers",
+            &n,
+            "--wait",
+            "30",
+            "--quiet",
+        ];
+        let mut s = self.spawn(0, &[&send[..], extra].concat())?;
         let mut problems = Vec::new();
         let (code, err) = s.wait(Duration::from_secs(60));
         if code != Some(0) {
@@ -140,7 +151,7 @@ impl Transfer<'_> {
         }
         for out in &outs {
             match std::fs::read(out) {
-                Ok(got) if got == data => {}
+                Ok(got) if got == *data => {}
                 Ok(got) => problems.push(format!(
                     "{} differs from the input ({} of {len} bytes)",
                     out.display(),
