@@ -37,7 +37,9 @@
 mod config;
 mod error;
 mod event;
+mod fellows;
 mod observe;
+mod outbox;
 mod recv;
 mod send;
 mod stats;
@@ -52,7 +54,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::wire::{
-    self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, ReplayWindow, Repr, WireError,
+    self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, Repr, WireError,
 };
 use crate::{Rank, Seq};
 
@@ -61,9 +63,11 @@ pub use config::{
     default_window, paper, Config, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM, MAX_WINDOW,
 };
 pub use error::{Drop, PostError, SendError, SessionEnded};
-pub(crate) use event::Outgoing;
 pub use event::{Dest, Event, Message, Transmit};
+use fellows::Fellows;
 pub use observe::{Observe, Observer, Piece};
+use outbox::Outbox;
+pub(crate) use outbox::Outgoing;
 pub use recv::Receiver;
 pub use send::Sender;
 pub use stats::{DropStats, Stats};
@@ -100,20 +104,11 @@ pub struct Engine {
     observed: Vec<Rank>,
     /// Every timer of the engine: the receive streams' and the sender's.
     timers: TimerTable,
-    live: Vec<bool>,
-    /// Whose streams this member takes, by rank ([`Engine::take_streams_from`]).
-    takes: Vec<bool>,
-    /// When each member last gave a sign of life ([`Engine::last_heard`]).
-    heard: Vec<Option<Instant>>,
-    /// The view (a hash of the evicted set) the acknowledgement trees are laid out in.
-    view: u32,
-    /// This member's acknowledgement tree as a root (made when first needed, per view).
-    root_tree: Option<tree::Tree>,
-    outbox: VecDeque<Outgoing>,
-    /// The control counter of the last control frame sent (see [`wire::control::counter`]).
-    ctl_ctr: u32,
-    /// The control counters seen lately from each member, to refuse replays.
-    replay: Vec<ReplayWindow>,
+    /// What this member knows of each fellow member.
+    fellows: Fellows,
+    /// The acknowledgement trees' view, and this member's own tree as a root.
+    trees: tree::AckTrees,
+    outbox: Outbox,
     /// Set by [`Engine::abandon`]: only control frames leave from then on.
     abandoned: bool,
     /// Set once a counter of this member's frames reached its last value.
@@ -132,14 +127,9 @@ impl Engine {
             rx: (0..n).map(|_| None).collect(),
             observed: Vec::new(),
             timers: TimerTable::new(cfg.size),
-            view: tree::view_of(&vec![true; n]),
-            root_tree: None,
-            live: vec![true; n],
-            takes: vec![true; n],
-            heard: vec![None; n],
-            outbox: VecDeque::with_capacity(cfg.outbox),
-            ctl_ctr: 0,
-            replay: vec![ReplayWindow::default(); n],
+            fellows: Fellows::new(n),
+            trees: tree::AckTrees::new(&vec![true; n]),
+            outbox: Outbox::new(cfg.outbox),
             abandoned: false,
             ended: None,
             events: VecDeque::new(),
@@ -205,7 +195,7 @@ impl Engine {
     /// with the root as its source, and only the layer that sees the Ethernet source can tell
     /// who spoke (see `Member::handle_frame`).
     pub fn last_heard(&self, rank: Rank) -> Option<Instant> {
-        self.heard.get(rank.index()).copied().flatten()
+        self.fellows.last_heard(rank)
     }
     /// Whether this member's session ended, and why: its control counter reached its last
     /// value (no control frame leaves any more) or its broadcasts used every sequence number
@@ -218,7 +208,7 @@ impl Engine {
     /// frames in between had been sent (a session's end is otherwise billions of frames away).
     #[doc(hidden)]
     pub fn skip_control_counter_to(&mut self, ctr: u32) {
-        self.ctl_ctr = self.ctl_ctr.max(ctr);
+        self.outbox.skip_counter_to(ctr);
     }
 
     /// Test support: counts `frames` sequence numbers as used, as if broadcasts had used them.
@@ -232,14 +222,12 @@ impl Engine {
     /// receive stream is made for it. For a member that receives from one root (a stream's
     /// receivers): without a key, a host speaking as a fellow member makes it reserve nothing.
     pub fn take_streams_from(&mut self, roots: &[Rank]) {
-        for (r, t) in self.takes.iter_mut().enumerate() {
-            *t = roots.contains(&Rank::new(r as u16));
-        }
+        self.fellows.take_streams_from(roots);
     }
 
     /// Whether `rank` is still a live member.
     pub fn is_live(&self, rank: Rank) -> bool {
-        self.live.get(rank.index()).copied().unwrap_or(false)
+        self.fellows.is_live(rank)
     }
 
     /// Broadcasts `data` to every other member; returns its message id. The message is queued
@@ -291,14 +279,22 @@ impl Engine {
         }
         let id = self
             .tx
-            .enqueue(&self.cfg, data, algo, &self.live, lent, &mut self.timers)
+            .enqueue(
+                &self.cfg,
+                data,
+                algo,
+                self.fellows.live(),
+                lent,
+                &mut self.timers,
+            )
             .inspect_err(|e| {
                 if let SendError::SessionEnded(e) = e {
                     self.ended = Some(*e);
                 }
             })?;
         self.stats.sent_msgs += 1;
-        self.tx.fill(&self.cfg, now, &self.live, &mut self.timers);
+        self.tx
+            .fill(&self.cfg, now, self.fellows.live(), &mut self.timers);
         Ok(id)
     }
 
@@ -321,7 +317,7 @@ impl Engine {
         if root.get() >= self.cfg.size || root == self.cfg.rank {
             return Err(PostError::NotMember(root));
         }
-        if !self.live[root.index()] {
+        if !self.fellows.is_live(root) {
             return Err(PostError::Evicted(root));
         }
         let (rx, timers) = self.stream(now, root);
@@ -394,28 +390,12 @@ impl Engine {
             let place = self.timers.add_stream(root);
             let mut rx = Receiver::new(&self.cfg, root, place);
             rx.set_peer(self.peer_for(root));
-            let link = self.tree_link(root);
+            let link = self.trees.link(&self.cfg, root, self.fellows.live());
             rx.set_tree(now, &mut self.timers, link);
             self.rx[root.index()] = Some(Box::new(rx));
         }
         let rx = self.rx[root.index()].as_deref_mut().expect("just made");
         (rx, &mut self.timers)
-    }
-
-    /// This member's place in the acknowledgement tree of `root`'s stream, in the current view.
-    fn tree_link(&self, root: Rank) -> Option<recv::TreeLink> {
-        if self.cfg.ack_tree == 0 {
-            return None;
-        }
-        let t = tree::Tree::new(root, &self.live, self.cfg.ack_tree);
-        let parent = t.parent(self.cfg.rank)?;
-        Some(recv::TreeLink::new(
-            parent,
-            t.children(self.cfg.rank),
-            self.view,
-            self.cfg.ack_delay * 3,
-            self.cfg.rto * 3 / 4,
-        ))
     }
 
     /// The fellow receiver this member asks first for frames of `root`'s stream lost here:
@@ -427,7 +407,7 @@ impl Engine {
         let n = self.cfg.size;
         (1..n)
             .map(|k| self.cfg.rank.ring_add(k, n))
-            .find(|&r| r != root && self.live[r.index()])
+            .find(|&r| r != root && self.fellows.is_live(r))
     }
 
     fn collect_rx(&mut self, root: Rank) {
@@ -451,7 +431,7 @@ impl Engine {
                     continue;
                 }
                 c.count(&mut self.stats);
-                self.outbox.push_back(c);
+                self.outbox.push(c);
             }
         }
     }
@@ -465,17 +445,12 @@ impl Engine {
         if msg.payload_len() > self.cfg.max_payload() {
             return Err(WireError::PayloadTooLong(msg.payload_len()));
         }
-        if self.outbox_room() == 0 {
+        if self.outbox.room() == 0 {
             self.stats.outbox_full += 1;
             return Ok(());
         }
-        self.outbox.push_back(Outgoing::Own { dst, msg });
+        self.outbox.push(Outgoing::Own { dst, msg });
         Ok(())
-    }
-
-    /// Control frames the outbox has room for (`Config::outbox` in all).
-    fn outbox_room(&self) -> usize {
-        self.cfg.outbox.saturating_sub(self.outbox.len())
     }
 
     /// Handles one received PDU. Drops are counted and returned; they are never fatal.
@@ -519,7 +494,7 @@ impl Engine {
         if dst != wire::ALL && dst != self.cfg.rank {
             return Err(Drop::NotForMe(dst));
         }
-        if !self.live[src.index()] {
+        if !self.fellows.is_live(src) {
             return Err(Drop::Evicted(src));
         }
         if frame.kind().is_data() {
@@ -530,7 +505,7 @@ impl Engine {
                     "payload covered by neither a key nor an end-to-end check",
                 ));
             }
-            if !self.takes[src.index()] {
+            if !self.fellows.takes(src) {
                 return Err(Drop::Protocol("a stream this member does not take"));
             }
             let repr = Repr::parse(frame);
@@ -541,17 +516,17 @@ impl Engine {
             // nor is a point-to-point repair: a fellow member may have relayed it.
             let relayed = frame.kind() == Kind::Repair && frame.flags().contains(Flags::P2P);
             if r.is_ok() && !relayed {
-                self.heard[src.index()] = Some(now);
+                self.fellows.heard(src, now);
             }
             return r;
         }
-        let fresh = match self.replay[src.index()].admit(wire::control::counter(frame)) {
+        let fresh = match self.fellows.admit(src, wire::control::counter(frame)) {
             Admit::Refused => return Err(Drop::Replayed),
             Admit::Late => false,
             Admit::Newest => true,
         };
         if fresh {
-            self.heard[src.index()] = Some(now);
+            self.fellows.heard(src, now);
         }
         let msg = Control::parse(frame).map_err(Drop::BadControl)?;
         self.handle_control(now, src, dst, msg, fresh)
@@ -567,7 +542,7 @@ impl Engine {
         fresh: bool,
     ) -> Result<(), Drop> {
         let to_me = dst == self.cfg.rank;
-        if matches!(msg, Control::AckPoll | Control::PullPoll { .. }) && !self.takes[src.index()] {
+        if matches!(msg, Control::AckPoll | Control::PullPoll { .. }) && !self.fellows.takes(src) {
             // Polls for a stream: its root's alone.
             return Err(Drop::Protocol("a stream this member does not take"));
         }
@@ -596,7 +571,7 @@ impl Engine {
                 if !to_me || root.get() >= self.cfg.size || root == self.cfg.rank {
                     return Err(Drop::Protocol("peer NACK for a bad root or member"));
                 }
-                let budget = self.outbox_room();
+                let budget = self.outbox.room();
                 if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                     if unheld {
                         rx.on_unheld(now, &mut self.timers, base, missing, &more, src);
@@ -608,7 +583,7 @@ impl Engine {
                     // No stream of that root here: nothing held.
                     let reply = recv::unheld_reply(src, root, base, missing, more);
                     reply.count(&mut self.stats);
-                    self.outbox.push_back(reply);
+                    self.outbox.push(reply);
                 }
                 return Ok(());
             }
@@ -651,8 +626,14 @@ impl Engine {
             send::Feedback::Ack { seen: Some(_), .. } => self.stats.probe_answers_handled += 1,
             _ => {}
         }
-        self.tx
-            .on_feedback(&self.cfg, now, src, &feedback, &self.live, &mut self.timers);
+        self.tx.on_feedback(
+            &self.cfg,
+            now,
+            src,
+            &feedback,
+            self.fellows.live(),
+            &mut self.timers,
+        );
         self.collect_tx();
         Ok(())
     }
@@ -672,13 +653,11 @@ impl Engine {
         if root == self.cfg.rank {
             self.stats.acks_handled += 1;
             self.stats.tree_acks_handled += 1;
-            if view != self.view || self.cfg.ack_tree == 0 {
+            if view != self.trees.view() || self.cfg.ack_tree == 0 {
                 self.stats.tree_acks_ignored += 1;
                 return;
             }
-            let t = self
-                .root_tree
-                .get_or_insert_with(|| tree::Tree::new(root, &self.live, self.cfg.ack_tree));
+            let t = self.trees.own(root, self.fellows.live(), self.cfg.ack_tree);
             if t.parent(src) != Some(root) {
                 self.stats.tree_acks_ignored += 1;
                 return;
@@ -691,7 +670,7 @@ impl Engine {
                 &covered,
                 next,
                 laggard,
-                &self.live,
+                self.fellows.live(),
                 &mut self.timers,
             );
             self.collect_tx();
@@ -726,7 +705,7 @@ impl Engine {
         }
         self.timers.give_back(due);
         self.tx
-            .on_timeout(&self.cfg, now, &self.live, &mut self.timers);
+            .on_timeout(&self.cfg, now, self.fellows.live(), &mut self.timers);
     }
 
     /// The earliest instant at which [`Engine::handle_timeout`] has work.
@@ -756,7 +735,7 @@ impl Engine {
     }
 
     fn poll_transmit_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(c) = self.outbox.pop_front() {
+        if let Some(c) = self.outbox.pop() {
             return match c {
                 Outgoing::Own { dst, msg } => self.emit_control(dst, &msg, buf),
                 Outgoing::Relay {
@@ -773,7 +752,7 @@ impl Engine {
         if self.abandoned {
             return None;
         }
-        if let Some((designated, poll)) = self.tx.take_pull_poll(&self.cfg, &self.live) {
+        if let Some((designated, poll)) = self.tx.take_pull_poll(&self.cfg, self.fellows.live()) {
             return self.emit_control(Dest::Rank(designated), &poll, buf);
         }
         if let Some(dst) = self.tx.take_ack_poll() {
@@ -784,7 +763,7 @@ impl Engine {
             &self.cfg,
             now,
             buf,
-            &self.live,
+            self.fellows.live(),
             &mut self.stats,
             &mut self.timers,
         );
@@ -799,14 +778,11 @@ impl Engine {
             Dest::Rank(r) => r,
         };
         // Counters start at 1 and end the session at `u32::MAX` rather than wrap.
-        let Some(ctr) = self.ctl_ctr.checked_add(1) else {
+        let Some(ctr) = self.outbox.next_counter() else {
             self.ended.get_or_insert(SessionEnded::ControlCounter);
             return None;
         };
-        self.ctl_ctr = ctr;
-        let len = msg
-            .emit(self.cfg.group, self.cfg.rank, to, self.ctl_ctr, buf)
-            .ok()?;
+        let len = msg.emit(self.cfg.group, self.cfg.rank, to, ctr, buf).ok()?;
         Some(Transmit { dst, len })
     }
 
@@ -826,13 +802,9 @@ impl Engine {
     /// broadcasts complete for the survivors, and its frames are dropped from now on.
     /// A message from it that was not complete is never delivered.
     pub fn evict(&mut self, now: Instant, rank: Rank) -> bool {
-        let Some(l) = self.live.get_mut(rank.index()) else {
-            return false;
-        };
-        if !*l || rank == self.cfg.rank {
+        if rank == self.cfg.rank || !self.fellows.evict(rank) {
             return false;
         }
-        *l = false;
         // Its messages that were complete (held back for fellows' requests) are still
         // delivered.
         if let Some(rx) = self.rx[rank.index()].as_deref_mut() {
@@ -843,13 +815,13 @@ impl Engine {
             self.timers.remove_stream(rx.timers());
         }
         // The trees re-form in the new view.
-        self.view = tree::view_of(&self.live);
-        self.root_tree = None;
+        self.trees.relayout(self.fellows.live());
         for root in Rank::all(self.cfg.size) {
             if self.rx[root.index()].is_none() {
                 continue;
             }
-            let (peer, link) = (self.peer_for(root), self.tree_link(root));
+            let peer = self.peer_for(root);
+            let link = self.trees.link(&self.cfg, root, self.fellows.live());
             if let Some(rx) = self.rx[root.index()].as_deref_mut() {
                 rx.set_peer(peer);
                 rx.set_tree(now, &mut self.timers, link);
@@ -857,14 +829,14 @@ impl Engine {
             self.collect_rx(root);
         }
         self.tx
-            .evict(&self.cfg, now, rank, &self.live, &mut self.timers);
+            .evict(&self.cfg, now, rank, self.fellows.live(), &mut self.timers);
         self.collect_tx();
         true
     }
 
     /// Heap bytes of the control outbox (the send side's pushed buffer).
     pub fn outbox_bytes(&self) -> usize {
-        self.outbox.capacity() * std::mem::size_of::<Outgoing>()
+        self.outbox.heap_bytes()
     }
 
     /// True when this member, as root, has nothing queued, unsent or unacknowledged.

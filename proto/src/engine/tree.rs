@@ -22,6 +22,9 @@
 
 use crate::Rank;
 
+use super::recv::TreeLink;
+use super::Config;
+
 /// The view id: a hash (FNV-1a) of the evicted set, equal at every member that evicted the
 /// same ranks, in whatever order.
 pub(crate) fn view_of(live: &[bool]) -> u32 {
@@ -45,6 +48,61 @@ pub(crate) fn depth(n: usize, fanout: usize) -> usize {
         levels += 1;
     }
     levels
+}
+
+/// The trees one member lays out: the view they are laid out in, and its own tree as a root
+/// (made when first needed, per view).
+///
+/// **Invariants.** `view` is the hash of the current evicted set; `own`, if made, was laid out
+/// in it.
+#[derive(Debug)]
+pub(super) struct AckTrees {
+    view: u32,
+    own: Option<Tree>,
+}
+
+impl AckTrees {
+    /// The trees over the members `live` marks.
+    pub(super) fn new(live: &[bool]) -> AckTrees {
+        AckTrees {
+            view: view_of(live),
+            own: None,
+        }
+    }
+
+    /// The view the trees are laid out in.
+    pub(super) fn view(&self) -> u32 {
+        self.view
+    }
+
+    /// The live set changed: the trees re-form in the new view.
+    pub(super) fn relayout(&mut self, live: &[bool]) {
+        self.view = view_of(live);
+        self.own = None;
+    }
+
+    /// This member's own tree, as `root` of its stream.
+    pub(super) fn own(&mut self, root: Rank, live: &[bool], fanout: u16) -> &Tree {
+        self.own
+            .get_or_insert_with(|| Tree::new(root, live, fanout))
+    }
+
+    /// The place of member `cfg.rank` in the acknowledgement tree of `root`'s stream, in the
+    /// current view (`None` without trees, or at the root).
+    pub(super) fn link(&self, cfg: &Config, root: Rank, live: &[bool]) -> Option<TreeLink> {
+        if cfg.ack_tree == 0 {
+            return None;
+        }
+        let t = Tree::new(root, live, cfg.ack_tree);
+        let parent = t.parent(cfg.rank)?;
+        Some(TreeLink::new(
+            parent,
+            t.children(cfg.rank),
+            self.view,
+            cfg.ack_delay * 3,
+            cfg.rto * 3 / 4,
+        ))
+    }
 }
 
 /// The acknowledgement tree of one root's stream in one view.
@@ -123,6 +181,53 @@ impl Tree {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_members_place_follows_the_view() {
+        let mut c = Config::new(1, Rank::new(3), 8);
+        c.ack_tree = 2;
+        let mut live = vec![true; 8];
+        let mut trees = AckTrees::new(&live);
+        let before = trees.view();
+        // Ring from root 2: 2 3 4 5 ...; 3 is the root's child, with children 5 and 6.
+        let link = trees
+            .link(&c, Rank::new(2), &live)
+            .expect("a member of the tree");
+        assert_eq!(
+            link,
+            TreeLink::new(
+                Rank::new(2),
+                vec![Rank::new(5), Rank::new(6)],
+                before,
+                c.ack_delay * 3,
+                c.rto * 3 / 4
+            )
+        );
+        assert!(
+            trees.link(&c, Rank::new(3), &live).is_none(),
+            "the root has no parent"
+        );
+        live[5] = false;
+        trees.relayout(&live);
+        assert_ne!(trees.view(), before);
+        let link = trees.link(&c, Rank::new(2), &live).unwrap();
+        assert_eq!(
+            link,
+            TreeLink::new(
+                Rank::new(2),
+                vec![Rank::new(6), Rank::new(7)],
+                trees.view(),
+                c.ack_delay * 3,
+                c.rto * 3 / 4
+            )
+        );
+        assert_eq!(
+            trees.own(Rank::new(3), &live, 2).parent(Rank::new(4)),
+            Some(Rank::new(3))
+        );
+        c.ack_tree = 0;
+        assert!(trees.link(&c, Rank::new(2), &live).is_none(), "no trees");
+    }
 
     #[test]
     fn a_small_tree_by_hand() {

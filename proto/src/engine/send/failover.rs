@@ -1,0 +1,157 @@
+//! Fail-over (LA-MPI 4.4): a destination that broadcast does not reach is served point to
+//! point.
+//!
+//! Each fresh frame counts against every live destination; once enough of them settled (were
+//! acknowledged or repaired), a destination that had nearly every broadcast frame repaired, two
+//! windows of [`FAILOVER_WINDOW`] frames in a row, is switched to point-to-point delivery: every
+//! later fresh frame also goes to it alone, as a copy. Two windows, so that a burst of loss at
+//! a busy receiver is not mistaken for a broken broadcast path.
+//!
+//! **Invariants.** The counters live with each destination (`Lms::recent_sent`,
+//! `recent_repaired`, `strikes`, `p2p`); this type keeps the copies owed to destinations served
+//! point to point, in the order their frames were sent, and drops those a destination no longer
+//! needs when their turn comes.
+
+use std::collections::VecDeque;
+
+use crate::eqa::{Eqa, Lms};
+use crate::wire::Flags;
+use crate::{Rank, Seq};
+
+use super::super::{Dest, Stats, Transmit};
+
+/// Fresh frames over which the fail-over check judges a destination.
+const FAILOVER_WINDOW: u32 = 32;
+
+/// The copies owed to destinations served point to point. See the module documentation.
+#[derive(Debug, Default)]
+pub(super) struct Failover {
+    /// Frames to send to a destination alone: (destination, frame).
+    copies: VecDeque<(Rank, Seq)>,
+}
+
+impl Failover {
+    /// Fresh frame `seq` was broadcast (the next to send is now `sent_upto`): a destination
+    /// served point to point is owed a copy; the others are judged.
+    pub(super) fn on_fresh(&mut self, lms: &mut Lms, seq: Seq, sent_upto: Seq, stats: &mut Stats) {
+        if lms.p2p {
+            self.copies.push_back((lms.rank(), seq));
+            return;
+        }
+        lms.recent_sent = lms.recent_sent.saturating_add(1);
+        // Frames of the window it has not acknowledged yet may still be repaired: judge only
+        // those settled, and only once there are enough of them.
+        let outstanding = (sent_upto - lms.cursor()).min(u64::from(lms.recent_sent));
+        let settled = lms.recent_sent - outstanding as u32;
+        if lms.recent_sent >= FAILOVER_WINDOW && settled >= FAILOVER_WINDOW / 2 {
+            // Nearly every broadcast frame had to be repaired: broadcast does not reach it.
+            if u64::from(lms.recent_repaired) * 10 >= u64::from(settled) * 9 {
+                lms.strikes = lms.strikes.saturating_add(1);
+            } else {
+                lms.strikes = 0;
+            }
+            if lms.strikes >= 2 {
+                lms.p2p = true;
+                lms.stats.failovers += 1;
+                stats.failovers += 1;
+                tracing::warn!(
+                    rank = lms.rank().get(),
+                    "broadcast does not reach this member: serving it point-to-point"
+                );
+            }
+            lms.recent_sent = 0;
+            lms.recent_repaired = 0;
+        }
+    }
+
+    /// Whether copies are owed.
+    pub(super) fn has_copies(&self) -> bool {
+        !self.copies.is_empty()
+    }
+
+    /// Writes the next copy owed into `buf`, skipping those whose destination no longer needs
+    /// them (evicted, or its cursor passed the frame).
+    pub(super) fn poll(&mut self, eqa: &Eqa, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some((rank, seq)) = self.copies.pop_front() {
+            let Some(lms) = eqa.lms(rank) else {
+                continue;
+            };
+            if !lms.is_live() || seq < lms.cursor() {
+                continue;
+            }
+            let Some(slot) = eqa.slot(seq) else {
+                continue;
+            };
+            let mut repr = *slot.repr();
+            repr.dst = rank;
+            repr.flags.remove(Flags::BROADCAST);
+            repr.flags |= Flags::P2P;
+            let len = repr.emit(slot.payload(), buf).ok()?;
+            return Some(Transmit {
+                dst: Dest::Rank(rank),
+                len,
+            });
+        }
+        None
+    }
+
+    /// The destinations served point to point because broadcast does not reach them.
+    pub(super) fn failed_over(eqa: &Eqa) -> Vec<Rank> {
+        eqa.dests()
+            .iter()
+            .filter(|l| l.is_live() && l.p2p)
+            .map(|l| l.rank())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Frame, Kind, Repr};
+    use std::time::Duration;
+
+    #[test]
+    fn a_destination_that_needs_every_frame_repaired_twice_in_a_row_is_served_point_to_point() {
+        let mut eqa = Eqa::new(128, 100, std::iter::empty(), 8, Duration::from_millis(5));
+        eqa.add_dest(Rank::new(1), 8, Duration::from_millis(5));
+        let mut f = Failover::default();
+        let mut stats = Stats::default();
+        let repr = Repr {
+            kind: Some(Kind::Data),
+            flags: Flags::BROADCAST,
+            msg_len: 1,
+            ..Repr::default()
+        };
+        let mut sent = Seq::new(0);
+        for window in 0..2 {
+            for _ in 0..FAILOVER_WINDOW {
+                let seq = eqa.publish(repr, b"x").unwrap();
+                sent += 1;
+                let lms = eqa.lms_mut(Rank::new(1)).unwrap();
+                // Every frame repaired, and acknowledged after.
+                lms.recent_repaired += 1;
+                f.on_fresh(lms, seq, sent, &mut stats);
+                eqa.ack(Rank::new(1), sent);
+            }
+            let lms = eqa.lms(Rank::new(1)).unwrap();
+            assert_eq!(lms.p2p, window == 1, "after two windows, not one");
+        }
+        assert_eq!(stats.failovers, 1);
+        assert_eq!(Failover::failed_over(&eqa), [Rank::new(1)]);
+        // From now on each fresh frame owes it a copy, sent to it alone.
+        let seq = eqa.publish(repr, b"y").unwrap();
+        sent += 1;
+        f.on_fresh(eqa.lms_mut(Rank::new(1)).unwrap(), seq, sent, &mut stats);
+        assert!(f.has_copies());
+        let mut buf = vec![0u8; 200];
+        let t = f.poll(&eqa, &mut buf).unwrap();
+        assert_eq!(t.dst, Dest::Rank(Rank::new(1)));
+        let frame = Frame::new_checked(&buf[..t.len]).unwrap();
+        assert!(frame.flags().contains(Flags::P2P) && !frame.flags().contains(Flags::BROADCAST));
+        // A copy the destination no longer needs is not sent.
+        f.on_fresh(eqa.lms_mut(Rank::new(1)).unwrap(), seq, sent, &mut stats);
+        eqa.ack(Rank::new(1), sent);
+        assert!(f.poll(&eqa, &mut buf).is_none());
+    }
+}
