@@ -119,7 +119,8 @@ pub enum Kind {
     Repair,
     /// Cumulative acknowledgement ([`Control::Ack`]).
     Ack,
-    /// Negative acknowledgement ([`Control::Nack`], [`Control::PeerNack`]).
+    /// Negative acknowledgement ([`Control::Nack`], [`Control::PeerNack`],
+    /// [`Control::PeerPending`]).
     Nack,
     /// Push-pull pull request or its poll ([`Control::Pull`], [`Control::PullPoll`]).
     Pull,
@@ -185,6 +186,10 @@ bitflags! {
         /// receiver checks anyway, the group key's tag or the application's digest of the
         /// whole stream (`Config::end_to_end`), so a receiver makes one pass less over it.
         const HEADER_CRC = 1 << 11;
+        /// With `PEER`: the answer of a parent in the acknowledgement tree that lacks the
+        /// frames of the bitmap too and relays each to the asker when it comes
+        /// ([`Control::PeerPending`]).
+        const PENDING = 1 << 12;
     }
 }
 
