@@ -227,8 +227,10 @@ typedef struct ethbcast_options_t {
    * The group key, 32 bytes (`key_len` must be 32), or NULL. Every member must have the
    * same key; every frame is then authenticated, and a host on the segment without it can
    * neither write into broadcast buffers nor release barriers nor evict members. Without a
-   * key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset) any host on the segment
-   * can. The bytes are copied during `ethbcast_open`.
+   * key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset or empty) any host on the
+   * segment can: `ethbcast_open` opens the group and its rank 0 prints a warning on stderr,
+   * or, with `ETHBCAST_REQUIRE_KEY=1` in the environment, refuses with `ETHBCAST_ERR_KEY`.
+   * The bytes are copied during `ethbcast_open`.
    */
   const uint8_t *key;
   /**
@@ -237,12 +239,17 @@ typedef struct ethbcast_options_t {
    */
   size_t key_len;
   /**
-   * A key file, read as the `ethbcast` command reads `--key-file`: exactly 32 bytes are
-   * the key, anything else is a passphrase on its first line. NULL (the default): the file
-   * named by the environment variable `ETHBCAST_KEY_FILE`, if set and not empty. Ignored
-   * when `key` is given (giving both is an error). A file that cannot be read or holds no
-   * key gives `ETHBCAST_ERR_KEY`. With `ETHBCAST_REQUIRE_KEY=1` in the environment, no key
-   * at all gives `ETHBCAST_ERR_KEY` too.
+   * The path of a key file, or NULL, read as the `ethbcast` command reads `--key-file`.
+   * The file is text: a line `ethbcast-key-v1 <64 hex digits>`, the key itself (what
+   * `ethbcast keygen FILE` writes); or a line `ethbcast-passphrase-v1 <32 hex digits>` (a
+   * salt) and a passphrase on the next line (`ethbcast keygen --passphrase`); or any other
+   * first line, a passphrase. A passphrase is stretched into the key (Argon2id), so every
+   * member that reads a copy of the file gets the same key. The file must be readable by
+   * its owner only (mode 0600 or 0400). NULL (the default): the file that the environment
+   * variable `ETHBCAST_KEY_FILE` names, if set and not empty; the environment is not read
+   * when `key` or `key_file` is given. Giving both `key` and `key_file` is
+   * `ETHBCAST_ERR_INVALID`. A file that cannot be read, that others may read, or that holds
+   * no key gives `ETHBCAST_ERR_KEY`, never a group without a key.
    */
   const char *key_file;
 } ethbcast_options_t;
@@ -393,6 +400,29 @@ int ethbcast_keyed(const struct ethbcast_group_t *group);
  * others during the call.
  */
 int ethbcast_bcast(struct ethbcast_group_t *group, int root, void *buf, size_t len);
+
+/**
+ * Allgather (MPI_Allgather, MPI_Allgatherv) into `out`: every member's part in rank order,
+ * back to back. `lens` points to one length per member (every member passes the same
+ * lengths), or is NULL when every part is `part_len` bytes; `out` holds their sum. `part`
+ * points to this member's `part_len` bytes, which must not overlap `out`, or is NULL when
+ * the part is already at its place in `out` (MPI_IN_PLACE). Every member broadcasts its part
+ * once, all at the same time. A part whose length differs from `lens` gives
+ * `ETHBCAST_ERR_LENGTH` once every part was taken (this member's own too: it is sent all
+ * the same), so later calls are not shifted; a member that dies gives
+ * `ETHBCAST_ERR_PEER_DEAD` (with failure detection) or `ETHBCAST_ERR_TIMEOUT`. After an
+ * error `out` holds no result. `out` may be NULL when the parts add up to 0 bytes.
+ *
+ * # Safety
+ * `part` is NULL or points to `part_len` readable bytes; `lens` is NULL or points to as many
+ * `size_t` as the group has members; `out` points to their sum of writable bytes (or, with
+ * `lens` NULL, to `part_len` times the members); none is accessed by others during the call.
+ */
+int ethbcast_allgather(struct ethbcast_group_t *group,
+                       const void *part,
+                       size_t part_len,
+                       void *out,
+                       const size_t *lens);
 
 /**
  * Barrier (MPI_Barrier): returns once every member has entered.

@@ -1,5 +1,5 @@
 //! Groups: what MPI-style programs call. Build a group from an interface and a membership
-//! source, then `bcast(root, &mut buf)` and `barrier()`.
+//! source, then `bcast(root, &mut buf)`, `allgather(part, &mut out)` and `barrier()`.
 //!
 //! Membership sources ([`Membership`]): an explicit MAC list (rank = position), a hostfile
 //! (one MAC per line, rank = line order), the environment of the usual launchers
@@ -13,6 +13,9 @@
 //! Broadcast algorithms ([`Algorithm`]): push-pull and simple hardware broadcast (the EQA
 //! paper's PPBCAST and SBCAST), and the point-to-point binomial tree (the MPICH-style
 //! baseline), which rides on the node's reliable point-to-point channels.
+//!
+//! An allgather ([`Group::allgather`]) runs on the broadcast streams every member already has: every
+//! member broadcasts its part at once, and takes the others' in rank order.
 //!
 //! Two more kinds of group are built on the same member and driver: [`HostGroup`]
 //! ([`host`]), a job with several ranks per host (one network member per host plus the host's
@@ -35,8 +38,11 @@ use crate::Rank;
 use crate::member::Algorithm;
 use crate::wire::BarrierAlgo;
 
+mod allgather;
 mod host;
 mod stream;
+
+pub(crate) use allgather::Allgather;
 
 pub use host::{
     placement_from_env, HostError, HostGroup, HostOptions, Placement, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
@@ -220,6 +226,8 @@ pub enum GroupError {
         timeout: Duration,
         /// What this member was waiting for, and hosts it heard that the membership excludes.
         waiting: String,
+        /// What the join knew when it timed out (boxed: it is large beside the other errors).
+        seen: Box<JoinSeen>,
     },
     /// The join failed (two members claim one rank, rosters disagree, a bad configuration).
     #[error(transparent)]
@@ -241,8 +249,22 @@ pub enum GroupError {
         /// Size.
         size: u16,
     },
+    /// An allgather's part lengths do not describe its buffer ([`Group::allgather_into`]):
+    /// nothing was sent.
+    #[error("allgather: {lens} part lengths for a group of {size}, adding up to {total} bytes for a buffer of {out}: pass one length per member, adding up to the buffer's length")]
+    Parts {
+        /// Lengths given.
+        lens: usize,
+        /// Members.
+        size: u16,
+        /// What they add up to (saturating).
+        total: usize,
+        /// Length of the buffer.
+        out: usize,
+    },
     /// The root's message does not have the length of this member's buffer
-    /// ([`Group::bcast_into`]): the buffer is left as it was.
+    /// ([`Group::bcast_into`]; in an allgather, the length given for that member's part): the
+    /// buffer is left as it was.
     #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
     Length {
         /// Root of the broadcast.
@@ -516,6 +538,136 @@ impl Group {
         r
     }
 
+    /// MPI_Allgatherv into the caller's buffer: every member's part, in rank order, back to
+    /// back in `out`. `lens` gives every member's part length (every member passes the same
+    /// `lens`, MPI's `recvcounts`), `out` is as long as they add up to, and this member's
+    /// `part` is `lens[rank]` long. Every member broadcasts its part once, all at the same
+    /// time, on its own broadcast stream; each stream is repaired on its own. The parts go by
+    /// simple broadcast (push-pull's pull serves one root at a time), or down the tree when
+    /// the group's algorithm is the tree.
+    ///
+    /// A part whose length differs from `lens` gives [`GroupError::Length`] (naming its
+    /// root; this member's own part too, which is sent all the same), once every other part
+    /// has been taken, so that the next call is not shifted. A member that fails during the
+    /// call (with failure detection: evicted) makes it fail with
+    /// [`MemberError::PeerDead`](crate::MemberError::PeerDead); without failure detection
+    /// the call times out. On an error `out` holds no result: some parts may be written.
+    pub fn allgather_into(
+        &mut self,
+        part: &[u8],
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<Outcome, GroupError> {
+        check_parts(self.size(), lens, out.len())?;
+        let mut own = std::mem::take(&mut self.spare);
+        own.clear();
+        own.extend_from_slice(part);
+        self.gather_into(own, out, lens)
+    }
+
+    /// [`Group::allgather_into`] with this member's part already at its place in `out`
+    /// (MPI_IN_PLACE).
+    pub fn allgather_in_place(
+        &mut self,
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<Outcome, GroupError> {
+        check_parts(self.size(), lens, out.len())?;
+        let me = self.rank().index();
+        let at: usize = lens[..me].iter().sum();
+        let mut own = std::mem::take(&mut self.spare);
+        own.clear();
+        own.extend_from_slice(&out[at..at + lens[me]]);
+        self.gather_into(own, out, lens)
+    }
+
+    /// Allgather of parts whose lengths the members need not know in advance: `out` is
+    /// replaced by every member's part in rank order, back to back, and the parts' lengths
+    /// are returned in rank order. Failures as in [`Group::allgather_into`].
+    pub fn allgather(&mut self, part: &[u8], out: &mut Vec<u8>) -> Result<Vec<usize>, GroupError> {
+        let n = usize::from(self.size());
+        let me = self.rank().index();
+        let mut lens = vec![0usize; n];
+        out.clear();
+        let mut own = std::mem::take(&mut self.spare);
+        own.clear();
+        own.extend_from_slice(part);
+        // The parts arrive this member's first, then the others in rank order.
+        let r = self.run_allgather(own, &mut |root, data| {
+            lens[root.index()] = data.len();
+            out.extend_from_slice(data);
+            Ok(())
+        });
+        r?;
+        let before: usize = lens[..me].iter().sum();
+        out[..part.len() + before].rotate_left(part.len());
+        Ok(lens)
+    }
+
+    fn gather_into(
+        &mut self,
+        own: Vec<u8>,
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<Outcome, GroupError> {
+        self.run_allgather(own, &mut |root, data| {
+            let r = root.index();
+            let want = lens[r];
+            if data.len() != want {
+                return Err(GroupError::Length {
+                    root,
+                    got: data.len(),
+                    want,
+                });
+            }
+            let at: usize = lens[..r].iter().sum();
+            out[at..at + want].copy_from_slice(data);
+            Ok(())
+        })?;
+        Ok(self.outcome())
+    }
+
+    /// Runs an allgather whose own part is `own`; `sink` takes the parts as they come.
+    fn run_allgather(
+        &mut self,
+        mut own: Vec<u8>,
+        sink: &mut impl FnMut(Rank, &[u8]) -> Result<(), GroupError>,
+    ) -> Result<(), GroupError> {
+        let now = WallClock.now();
+        // Push-pull's pull paces one root's message by one receiver that has posted for it; in
+        // an allgather every root sends at once while its receivers still wait on their own
+        // parts, and two roots whose pullers are each other would wait for each other's pull.
+        let algo = match self.opts.algorithm {
+            Algorithm::Tree => Algorithm::Tree,
+            _ => Algorithm::Simple,
+        };
+        let mut ag = match Allgather::start(now, self.driver.member_mut(), &mut own, algo) {
+            Ok(ag) => ag,
+            Err(e) => {
+                self.spare = own;
+                return Err(e.into());
+            }
+        };
+        let after = self.opts.timeout;
+        let mut spare = own;
+        let r = self
+            .driver
+            .run_until(&WallClock, now + after, NO_SLICE, Sends::Deferred, |m| {
+                ag.poll(WallClock.now(), m, &mut spare, sink)
+            });
+        self.spare = spare;
+        match r? {
+            Some(r) => r,
+            None => {
+                self.driver.member_mut().cancel_call();
+                Err(GroupError::Timeout {
+                    what: "the parts of an allgather",
+                    after,
+                })
+            }
+        }
+    }
+
     fn outcome(&mut self) -> Outcome {
         let ev = self.member().evicted();
         let evicted = ev[self.reported.min(ev.len())..]
@@ -655,6 +807,20 @@ impl ServeWait {
     }
 }
 
+/// Refuses part lengths that do not describe a buffer of `out` bytes for `size` members.
+pub(crate) fn check_parts(size: u16, lens: &[usize], out: usize) -> Result<(), GroupError> {
+    let total = lens.iter().fold(0usize, |a, &l| a.saturating_add(l));
+    if lens.len() != usize::from(size) || total != out {
+        return Err(GroupError::Parts {
+            lens: lens.len(),
+            size,
+            total,
+            out,
+        });
+    }
+    Ok(())
+}
+
 /// Rank and size from the launcher's environment (first match wins).
 pub fn rank_size_from_env(get: impl Fn(&str) -> Option<String>) -> Option<(Rank, u16)> {
     const PAIRS: [(&str, &str); 5] = [
@@ -734,7 +900,7 @@ pub fn join<L: Link>(
     timeout: Duration,
     stop: impl FnMut() -> bool,
 ) -> Result<(Joined, L), GroupError> {
-    join_settling(link, cfg, timeout, None, stop)
+    join_settling(link, cfg, timeout, None, stop, |_| {})
 }
 
 /// When a first-come coordinator starts without every receiver it asked for: once `after`
@@ -748,14 +914,103 @@ pub struct Settle {
     pub after: Duration,
 }
 
+/// What a join that has not completed knows so far, handed to the watcher of
+/// [`Stream::join_watching`] while the join runs and used in its timeout message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinSeen {
+    /// Members heard from whom a coordinator accepted so far (this one not included).
+    pub heard: Vec<MacAddr>,
+    /// A coordinator's roster once decided: how many of its members confirmed it (this one
+    /// included), of how many.
+    pub confirmed: Option<(usize, usize)>,
+    /// Hosts whose join frames failed authentication under this member's key (a host with
+    /// another key, as a rule), with how many frames each.
+    pub unauthenticated: Vec<(MacAddr, u64)>,
+    /// Coordinators heard challenging on this group: on a coordinator, other coordinators
+    /// (a second sender); on a member, every sender that invited it.
+    pub coordinators: Vec<MacAddr>,
+    /// Hosts that sent frames as rank 0 of another session (a transfer already running here).
+    pub others: Vec<MacAddr>,
+    /// Hosts that answered and are not expected (a hostfile that misses them).
+    pub strangers: Vec<MacAddr>,
+}
+
+impl JoinSeen {
+    fn of(j: &ethbcast_proto::join::Join) -> JoinSeen {
+        let o = j.overheard();
+        let heard = j.heard();
+        // A member that answered sends frames of its own session too once it joined one.
+        let others = o.others().into_iter().filter(|m| !heard.contains(m));
+        JoinSeen {
+            others: others.collect(),
+            heard,
+            confirmed: j.confirmed(),
+            unauthenticated: o.unauthenticated(),
+            coordinators: o.coordinators(),
+            strangers: j.strangers(),
+        }
+    }
+
+    /// What a join timeout says of it beside the counts: who failed authentication, other
+    /// coordinators, other sessions, strangers.
+    pub fn explain(&self, coordinating: bool) -> String {
+        let list = |v: &[MacAddr]| {
+            v.iter()
+                .map(MacAddr::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !self.unauthenticated.is_empty() {
+            let who: Vec<String> = self
+                .unauthenticated
+                .iter()
+                .map(|(m, n)| format!("{n} from {m}"))
+                .collect();
+            parts.push(format!(
+                "join frames failed authentication with this host's key ({}): the likely cause is a different key on that host",
+                who.join(", ")
+            ));
+        }
+        let rivals: Vec<MacAddr> = match coordinating {
+            true => self.coordinators.clone(),
+            false => Vec::new(),
+        };
+        if !rivals.is_empty() {
+            parts.push(format!(
+                "another coordinator is forming a group with this id on this segment: {}",
+                list(&rivals)
+            ));
+        }
+        let others: Vec<MacAddr> = self
+            .others
+            .iter()
+            .filter(|m| !rivals.contains(m))
+            .copied()
+            .collect();
+        if !others.is_empty() {
+            parts.push(format!(
+                "frames of another session came from {}",
+                list(&others)
+            ));
+        }
+        if !self.strangers.is_empty() {
+            parts.push(format!("not in the membership: {}", list(&self.strangers)));
+        }
+        parts.join("; ")
+    }
+}
+
 /// [`join`], where a first-come coordinator starts as `settle` says (`None`: only with every
-/// receiver; the join times out after `timeout` whatever `settle` says).
+/// receiver; the join times out after `timeout` whatever `settle` says), and `watch` is shown
+/// what the join knows every slice.
 pub(crate) fn join_settling<L: Link>(
     link: L,
     cfg: JoinConfig,
     timeout: Duration,
     settle: Option<Settle>,
     mut stop: impl FnMut() -> bool,
+    mut watch: impl FnMut(&JoinSeen),
 ) -> Result<(Joined, L), GroupError> {
     use rand::RngCore;
     let start = WallClock.now();
@@ -785,29 +1040,36 @@ pub(crate) fn join_settling<L: Link>(
             let joined = r?;
             return Ok((joined, driver.into_parts().1));
         }
+        let j = driver.member();
+        let seen = JoinSeen::of(j);
+        watch(&seen);
         if WallClock.now() >= deadline {
-            let j = driver.member();
             let (joined, expected) = j.progress();
-            let mut waiting = if j.is_coordinator() {
-                let heard: Vec<String> = j.heard().iter().map(|m| m.to_string()).collect();
-                if heard.is_empty() {
-                    "heard from no other member".to_string()
-                } else {
-                    format!("heard from {}", heard.join(", "))
+            let coordinating = j.is_coordinator();
+            let mut waiting = if coordinating {
+                let heard: Vec<String> = seen.heard.iter().map(|m| m.to_string()).collect();
+                match (heard.is_empty(), seen.confirmed) {
+                    (true, _) => "heard from no other member".to_string(),
+                    (false, Some((c, of))) => format!(
+                        "heard from {}; {c} of {of} confirmed the roster",
+                        heard.join(", ")
+                    ),
+                    (false, None) => format!("heard from {}", heard.join(", ")),
                 }
             } else {
                 "no roster from the group's coordinator".to_string()
             };
-            let strangers = j.strangers();
-            if !strangers.is_empty() {
-                let s: Vec<String> = strangers.iter().map(|m| m.to_string()).collect();
-                waiting.push_str(&format!("; not in the membership: {}", s.join(", ")));
+            let why = seen.explain(coordinating);
+            if !why.is_empty() {
+                waiting.push_str("; ");
+                waiting.push_str(&why);
             }
             return Err(GroupError::JoinTimeout {
                 joined,
                 expected,
                 timeout,
                 waiting,
+                seen: Box::new(seen),
             });
         }
     }

@@ -55,6 +55,14 @@ pub enum KeyFileError {
         /// Cause.
         source: std::io::Error,
     },
+    /// A new key file could not be written (its directory missing, say).
+    #[error("cannot write key file {}: {why}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The cause, with the fix where there is one.
+        why: String,
+    },
     /// Its group or others may read or write the file.
     #[error("key file {} is accessible by group or others (mode {mode:04o}): run `chmod 600 {}`", path.display(), path.display())]
     Permissions {
@@ -224,9 +232,24 @@ fn encode_hex(bytes: &[u8]) -> Zeroizing<String> {
 /// Creates `path` (mode 0600, never over an existing file or through a symlink) holding
 /// `text`, synced to disk.
 fn create_private(path: &Path, text: &str) -> Result<(), KeyFileError> {
-    let io = |source| KeyFileError::Io {
-        path: path.to_path_buf(),
-        source,
+    let io = |source: std::io::Error| {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let why = if source.kind() == std::io::ErrorKind::NotFound && !dir.is_dir() {
+            format!(
+                "directory {} does not exist (create it first: mkdir -p {})",
+                dir.display(),
+                dir.display()
+            )
+        } else {
+            source.to_string()
+        };
+        KeyFileError::Write {
+            path: path.to_path_buf(),
+            why,
+        }
     };
     let mut file = std::fs::OpenOptions::new()
         .write(true)

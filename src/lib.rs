@@ -31,6 +31,8 @@ pub mod cluster;
 #[cfg(feature = "sim")]
 pub mod memory;
 #[cfg(feature = "sim")]
+pub mod simcoll;
+#[cfg(feature = "sim")]
 pub mod simgroup;
 /// The trait of the machines the simulator's harnesses run.
 #[cfg(feature = "sim")]
@@ -71,8 +73,9 @@ pub use ethbcast_sys::{
 pub use group::{
     join, key_from_passphrase, key_from_passphrase_salt, parse_hostfile, placement_from_env,
     rank_size_from_env, Detection, Group, GroupError, GroupOptions, HostEntry, HostError,
-    HostGroup, HostOptions, Membership, Outcome, PassphraseError, Placement, Role, ServeWait,
-    ServeWake, Settle, Stream, StreamOptions, JOB_TOKEN_MIN, JOB_TOKEN_VAR, PASSPHRASE_COST,
+    HostGroup, HostOptions, JoinSeen, Membership, Outcome, PassphraseError, Placement, Role,
+    ServeWait, ServeWake, Settle, Stream, StreamOptions, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
+    PASSPHRASE_COST,
 };
 pub use host_ring::{HostRingError, Hosts, Wait as HostWait};
 pub use keyfile::{

@@ -31,9 +31,9 @@ use crate::cluster::{
 };
 use crate::detect::{DetectorConfig, Gossip};
 use crate::engine::Config;
-use crate::group::Detection;
+use crate::group::{Allgather, Detection, GroupError};
 use crate::link::sim::{port_mac, Faults, SimNet, SimPort};
-use crate::member::{Algorithm, Done, Event, Member, MemberConfig};
+use crate::member::{Algorithm, Done, Event, Member, MemberConfig, MemberError};
 use crate::wire::ethernet::MacAddr;
 use crate::wire::BarrierAlgo;
 use crate::wire::{seal, Flags, Frame, Repr, ETH_HEADER_LEN, TAG_LEN};
@@ -62,6 +62,10 @@ pub struct GroupScenario {
     /// A host outside the group replays the frames of the members that die, and forges
     /// fresh ones (see the module docs).
     pub impostor: bool,
+    /// An allgather after every this many broadcasts (0: none): every member's part, of a
+    /// length drawn per member and call from the traffic's sizes (so parts differ in length,
+    /// as in MPI_Allgatherv), checked byte for byte at every survivor.
+    pub allgather_every: usize,
 }
 
 impl GroupScenario {
@@ -81,6 +85,7 @@ impl GroupScenario {
             limit: Duration::from_secs(600),
             key: None,
             impostor: false,
+            allgather_every: 0,
         }
     }
 }
@@ -121,17 +126,31 @@ pub struct GroupReport {
     pub virtual_time_us: u64,
     /// Frames the impostor sent (replayed and forged).
     pub impostor_frames: u64,
+    /// Allgathers expected at the survivors (calls × survivors).
+    pub allgathers_expected: u64,
+    /// Allgathers a survivor completed with every part right.
+    pub allgathers_exact: u64,
+    /// Allgathers a survivor completed with a part that is not its member's (never allowed).
+    pub allgathers_wrong: u64,
+    /// Allgathers that failed at a survivor because a killed member was evicted.
+    pub allgathers_failed_dead: u64,
+    /// Longest time a survivor's allgather waited, from the deaths or its start (whichever
+    /// came later), until it failed because of them.
+    pub max_allgather_fail_ms: f64,
     /// True if every survivor finished the schedule.
     pub completed: bool,
 }
 
 impl GroupReport {
     /// True if every survivor got every broadcast intact, exactly once, in order, every
-    /// barrier completed, every dead member was evicted by all within the bound, and nobody
+    /// allgather whole or (only for a death) failed within the bound, every barrier completed, every dead member was evicted by all within the bound, and nobody
     /// alive was evicted.
     pub fn perfect(&self) -> bool {
         self.completed
             && self.deliveries.exact()
+            && self.allgathers_wrong == 0
+            && self.allgathers_exact + self.allgathers_failed_dead == self.allgathers_expected
+            && self.max_allgather_fail_ms <= self.bound_ms
             && self.barriers_completed == self.barriers_expected
             && self.evicted == self.killed
             && self.wrongly_evicted.is_empty()
@@ -150,7 +169,14 @@ enum Step {
         algo: Algorithm,
     },
     Barrier,
+    Allgather {
+        /// Index among the allgathers (the parts' identity).
+        call: u64,
+    },
 }
+
+/// Offset of allgather parts' message indices, far from the broadcasts'.
+const ALLGATHER_CALLS: u64 = 1 << 40;
 
 struct Schedule {
     seed: u64,
@@ -167,6 +193,10 @@ struct Schedule {
     /// evicted[i][r]: when member i evicted r.
     evicted: Vec<Vec<Option<Instant>>>,
     impostor: Option<Impostor>,
+    /// Per member: its allgather in progress, and the buffer its parts arrive in.
+    allgathers: Vec<Option<(Allgather, Instant)>>,
+    spare: Vec<Vec<u8>>,
+    sizes: Vec<usize>,
     report: GroupReport,
 }
 
@@ -251,6 +281,58 @@ impl Impostor {
 }
 
 impl Schedule {
+    /// The part of member `r` in allgather `call`.
+    fn part(&self, r: usize, call: u64) -> Vec<u8> {
+        let len = self.sizes[(call as usize + r * 3) % self.sizes.len()];
+        message_bytes(self.seed, Rank::new(r as u16), ALLGATHER_CALLS + call, len)
+    }
+
+    /// Takes what member `i`'s allgather has; true once it ended.
+    fn poll_allgather(&mut self, i: usize, m: &mut Member, now: Instant, call: u64) -> bool {
+        let Some((ag, started)) = self.allgathers[i].as_mut() else {
+            return true;
+        };
+        let started = *started;
+        let mut wrong = 0u64;
+        let (seed, sizes) = (self.seed, &self.sizes);
+        let mut sink = |root: Rank, data: &[u8]| {
+            let r = root.index();
+            let len = sizes[(call as usize + r * 3) % sizes.len()];
+            if data != message_bytes(seed, root, ALLGATHER_CALLS + call, len).as_slice() {
+                wrong += 1;
+            }
+            Ok(())
+        };
+        let Some(end) = ag.poll(now, m, &mut self.spare[i], &mut sink) else {
+            return false;
+        };
+        self.allgathers[i] = None;
+        if !self.survivor[i] {
+            return true;
+        }
+        match end {
+            Ok(()) if wrong == 0 => self.report.allgathers_exact += 1,
+            Ok(()) => self.report.allgathers_wrong += 1,
+            Err(GroupError::Member(MemberError::PeerDead(r)))
+                if self.victims.contains(&r.index()) =>
+            {
+                self.report.allgathers_failed_dead += 1;
+                if let Some(k) = self.killed_at {
+                    // How long the call waited once it could know of the death.
+                    let ms = now.saturating_duration_since(k.max(started)).as_secs_f64() * 1e3;
+                    self.report.max_allgather_fail_ms = self.report.max_allgather_fail_ms.max(ms);
+                }
+            }
+            Err(e) => {
+                self.report.failed_calls += 1;
+                self.report
+                    .first_error
+                    .get_or_insert_with(|| format!("member {i}, allgather {call}: {e}"));
+            }
+        }
+        true
+    }
+
     fn check(&mut self, step: Step, data: &[u8]) {
         let Step::Bcast {
             call, root, size, ..
@@ -294,6 +376,15 @@ impl Workload for Schedule {
         }
         self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
         loop {
+            if let (true, Some(Step::Allgather { call })) =
+                (self.in_call[i], self.steps.get(self.at[i]).copied())
+            {
+                if !self.poll_allgather(i, m, now, call) {
+                    return;
+                }
+                self.in_call[i] = false;
+                self.at[i] += 1;
+            }
             if self.in_call[i] {
                 let Some(r) = m.take_result() else {
                     return;
@@ -337,6 +428,11 @@ impl Workload for Schedule {
                     m.bcast(now, root, data, algo)
                 }
                 Step::Barrier => m.barrier(now, BarrierAlgo::Broadcast),
+                Step::Allgather { call } => {
+                    let mut part = self.part(i, call);
+                    Allgather::start(now, m, &mut part, Algorithm::Simple)
+                        .map(|ag| self.allgathers[i] = Some((ag, now)))
+                }
             };
             match started {
                 Ok(()) => self.in_call[i] = true,
@@ -411,6 +507,11 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
         if sc.barrier_every > 0 && (c + 1) % sc.barrier_every == 0 {
             steps.push(Step::Barrier);
         }
+        if sc.allgather_every > 0 && (c + 1) % sc.allgather_every == 0 {
+            steps.push(Step::Allgather {
+                call: (c / sc.allgather_every) as u64,
+            });
+        }
     }
     let mut per_port = vec![];
     for &f in &filtered {
@@ -460,12 +561,14 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
     let survivors = survivor.iter().filter(|&&s| s).count() as u64;
     let mut expected = 0;
     let mut barriers = 0;
+    let mut allgathers = 0;
     for s in &steps {
         match s {
             Step::Bcast { root, .. } => {
                 expected += survivors - u64::from(survivor[root.index()]);
             }
             Step::Barrier => barriers += survivors,
+            Step::Allgather { .. } => allgathers += survivors,
         }
     }
     let mut w = Schedule {
@@ -480,7 +583,11 @@ pub fn run_group(sc: &GroupScenario) -> Result<GroupReport, ClusterError> {
         killed_at: None,
         evicted: vec![vec![None; n]; n],
         impostor,
+        allgathers: (0..n).map(|_| None).collect(),
+        spare: vec![Vec::new(); n],
+        sizes: t.sizes.clone(),
         report: GroupReport {
+            allgathers_expected: allgathers,
             deliveries: Deliveries {
                 expected,
                 ..Deliveries::default()

@@ -331,3 +331,88 @@ fn on_jumbo_frames_a_group_sends_jumbo_frames_unless_one_host_cannot_take_them()
     assert!(got.iter().all(|g| g.0 == 1500 && g.2), "{got:?}");
     assert!(got.iter().any(|g| g.1 == frames(1500)), "{got:?}");
 }
+
+/// Allgather between real hosts with 2% of ethbcast frames lost at the switch: parts whose
+/// lengths the members learn from the call (`allgather`), parts of known lengths
+/// (`allgather_into`, `allgather_in_place`), each member's part in rank order; a member whose
+/// lengths disagree gets a length error, everyone else too, and the next call is right.
+#[test]
+fn every_member_gets_every_part_in_rank_order_and_a_wrong_length_does_not_shift_the_next() {
+    if !netns_available(
+        "every_member_gets_every_part_in_rank_order_and_a_wrong_length_does_not_shift_the_next",
+        true,
+    ) {
+        return;
+    }
+    let n = 5;
+    let bed = bed("ag", n, 2.0);
+    let len_of = |r: usize, round: usize| (r * 700 + round * 37) % 3000;
+    let handles: Vec<_> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            netns::spawn_in(&h.netns, move || -> Result<(), String> {
+                let opts = GroupOptions {
+                    timeout: Duration::from_secs(20),
+                    ..GroupOptions::insecure()
+                };
+                let e = |e: GroupError| e.to_string();
+                let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)
+                    .map_err(e)?;
+                let me = g.rank().index();
+                let want = |round: usize| -> Vec<u8> {
+                    (0..n)
+                        .flat_map(|r| payload(r as u16, round, len_of(r, round)))
+                        .collect()
+                };
+                let mut out = Vec::new();
+                for round in 0..20 {
+                    let lens = g
+                        .allgather(&payload(me as u16, round, len_of(me, round)), &mut out)
+                        .map_err(e)?;
+                    let expected: Vec<usize> = (0..n).map(|r| len_of(r, round)).collect();
+                    if lens != expected || out != want(round) {
+                        return Err(format!("round {round}: lens {lens:?}, {} bytes", out.len()));
+                    }
+                    let mut into = vec![0u8; out.len()];
+                    g.allgather_into(
+                        &payload(me as u16, round, len_of(me, round)),
+                        &mut into,
+                        &lens,
+                    )
+                    .map_err(e)?;
+                    let mut in_place = vec![0u8; out.len()];
+                    let at: usize = lens[..me].iter().sum();
+                    in_place[at..at + lens[me]]
+                        .copy_from_slice(&payload(me as u16, round, lens[me]));
+                    g.allgather_in_place(&mut in_place, &lens).map_err(e)?;
+                    if into != want(round) || in_place != want(round) {
+                        return Err(format!("round {round}: allgather_into or in place differs"));
+                    }
+                }
+                // Rank 1 expects 9 bytes of everyone where the others send and expect 8.
+                let bad = if me == 1 { 9 } else { 8 };
+                let mut out = vec![0u8; bad * n];
+                match g.allgather_into(&vec![me as u8; bad], &mut out, &vec![bad; n]) {
+                    Err(GroupError::Length { .. }) => {}
+                    r => return Err(format!("a disagreeing length gave {r:?}")),
+                }
+                let mut out = vec![0u8; 8 * n];
+                g.allgather_into(&[me as u8; 8], &mut out, &vec![8; n])
+                    .map_err(e)?;
+                if out != (0..n).flat_map(|r| [r as u8; 8]).collect::<Vec<_>>() {
+                    return Err(format!("after the length error: {out:?}"));
+                }
+                g.flush().map_err(e)?;
+                for _ in 0..20 {
+                    g.progress(Duration::from_millis(10)).map_err(e)?;
+                }
+                Ok(())
+            })
+            .unwrap()
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("member thread").expect("member");
+    }
+}

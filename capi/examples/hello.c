@@ -1,10 +1,16 @@
 /* ethbcast from C: every member broadcasts a greeting in turn, then all meet at a barrier.
  *
- * Build (after `cargo build --release -p ethbcast-capi`):
+ * Build (after `cargo build --release -p ethbcast-capi`), against the shared library:
+ *   cc -O2 -Icapi capi/examples/hello.c -Ltarget/release -lethbcast_capi -o hello
+ * and run with the library on the loader's path (or install it: docs/mpi.md, "Linking"):
+ *   LD_LIBRARY_PATH=target/release ETHBCAST_RANK=0 ETHBCAST_SIZE=4 ./hello eth0
+ * or against the static library, for a program that needs nothing beside it:
  *   cc -O2 -Icapi capi/examples/hello.c target/release/libethbcast_capi.a \
  *      -lpthread -ldl -lm -o hello
- * Run one copy per host, with rank and size from the launcher (or ETHBCAST_RANK/SIZE):
- *   ETHBCAST_RANK=0 ETHBCAST_SIZE=4 ./hello eth0     # and ranks 1..3 on the other hosts
+ *   ETHBCAST_RANK=0 ETHBCAST_SIZE=4 ./hello eth0
+ * One copy per host, with rank and size from the launcher (or ETHBCAST_RANK/SIZE as here;
+ * ranks 1..3 on the other hosts), and the group key in ETHBCAST_KEY_FILE (without one, rank 0
+ * warns that any host on the segment can join).
  */
 #include <stdio.h>
 #include <string.h>

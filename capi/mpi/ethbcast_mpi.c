@@ -1,5 +1,5 @@
-/* libethbcast_mpi: MPI_Bcast and MPI_Barrier over Ethernet hardware broadcast, for MPI
- * programs as they are (LD_PRELOAD), through the MPI profiling interface (PMPI).
+/* libethbcast_mpi: MPI_Bcast, MPI_Barrier, MPI_Allgather, MPI_Allgatherv and MPI_Allreduce over
+ * Ethernet hardware broadcast, for MPI programs as they are (LD_PRELOAD), through the MPI profiling interface (PMPI).
  *
  * Compiled once per MPI implementation with its own mpicc (Open MPI's MPI_Comm is a pointer,
  * MPICH's an int): `bash capi/mpi/build.sh` makes target/mpi/libethbcast_mpi-openmpi.so and
@@ -7,8 +7,7 @@
  *   ETHBCAST_IFACE=eth0 LD_PRELOAD=.../libethbcast_mpi-openmpi.so ./program
  * (mpirun -x / mpiexec -genv pass both to every rank).
  *
- * What goes over ethbcast: MPI_Bcast and MPI_Barrier on MPI_COMM_WORLD and on communicators
- * congruent to it (same members, same order: MPI_Comm_compare gives MPI_IDENT or
+ * What goes over ethbcast: those five on MPI_COMM_WORLD and on communicators congruent to it (same members, same order: MPI_Comm_compare gives MPI_IDENT or
  * MPI_CONGRUENT; with MPI_THREAD_MULTIPLE only MPI_COMM_WORLD, since two threads may run
  * collectives on two congruent communicators in different orders on different ranks).
  * Everything else calls the PMPI_ function: other communicators, intercommunicators,
@@ -29,6 +28,15 @@
  * true extent, lower bound 0) straight from the buffer; every other type (derived ones, and
  * the MAXLOC pair types such as MPI_DOUBLE_INT, whose elements have holes) packed with
  * PMPI_Pack and unpacked with PMPI_Unpack, which leaves a receiver's holes untouched.
+ *
+ * MPI_Allgather(v) is every rank's part broadcast on its own stream, all at once
+ * (ethbcast_allgather). MPI_Allreduce is an allgather of every rank's contribution, reduced on
+ * every rank with PMPI_Reduce_local in rank order: the same operations on the same bytes in the
+ * same order, so every rank has bitwise the same result, floating point included. A predefined
+ * op the MPI refuses for the type (MPI_SUM on a pair type, any on a derived type) goes to the
+ * MPI's own MPI_Allreduce, which reports it. Above ETHBCAST_MPI_ALLGATHER_MAX_BYTES or
+ * ETHBCAST_MPI_ALLREDUCE_MAX_BYTES in all (every rank's part or contribution together), or a
+ * part above ETHBCAST_MPI_MAX_BYTES, the MPI's own collective.
  *
  * Every broadcast on the group carries its length, zero included: a rank whose count
  * disagrees with the root's gets MPI_ERR_TRUNCATE for that call (through the communicator's
@@ -53,18 +61,19 @@
  * unshaped veth reports 10 Gbit/s), 4096, where hardware broadcast still wins on unshaped
  * veths, from 16 KiB on TCP's segmentation offload is faster there), ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0 draws one
  * per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many calls went
- * where). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
+ * where: MPI_Bcast and MPI_Barrier, then MPI_Allgather(v) and MPI_Allreduce apart). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
  * ranks whose environment said otherwise in one warning per setting.
  *
  * Keys: ETHBCAST_KEY_FILE names the job's key file (written by `ethbcast keygen FILE`, mode
  * 0600, the same on every rank; read by ethbcast_open as the ethbcast command reads --key-file). With
  * a key every frame is authenticated. Without one, any host on the Ethernet segment can write
  * into MPI_Bcast buffers, release barriers or evict ranks: the job still uses ethbcast, and
- * the lowest keyless rank warns once for the job. With ETHBCAST_REQUIRE_KEY=1 and no key (or
+ * ethbcast_open warns once for the job (at rank 0). With ETHBCAST_REQUIRE_KEY=1 and no key (or
  * a key file that cannot be read) ethbcast_open refuses, and the whole job uses the MPI's own
  * MPI_Bcast and MPI_Barrier with one warning: never keyless, never broken. */
 #define _GNU_SOURCE
 #include <mpi.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -72,6 +81,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,6 +98,8 @@ static int ebc_thread_multiple = 0;
 static int ebc_world_size = 0;
 static int ebc_world_rank = 0;
 static unsigned long long ebc_calls_hw = 0, ebc_calls_pmpi = 0;
+/* The same for MPI_Allgather(v) and MPI_Allreduce, reported apart. */
+static unsigned long long ebc_coll_hw = 0, ebc_coll_pmpi = 0;
 /* The group's counters just before it closes, for ETHBCAST_MPI_VERBOSE. */
 static ethbcast_counters_t ebc_final;
 /* The fastest link rate of the job (bits/s, 0: unknown), for ETHBCAST_MPI_VERBOSE. */
@@ -100,6 +113,24 @@ static size_t ebc_max_bytes = 4096;
 /* The group's largest message (the engine's max_message): longer broadcasts go to PMPI on every
  * rank, whatever ETHBCAST_MPI_MAX_BYTES says. */
 #define EBC_MAX_MESSAGE ((size_t)1 << 30)
+/* MPI_Allgather(v) and MPI_Allreduce go over ethbcast up to these many bytes in all, the sum of
+ * every rank's part (ETHBCAST_MPI_ALLGATHER_MAX_BYTES) or contribution
+ * (ETHBCAST_MPI_ALLREDUCE_MAX_BYTES), and each rank's up to ebc_max_bytes; larger calls go to
+ * the MPI's own. A total, because it grows with the number of ranks as the cost does: every rank
+ * receives every other rank's part. Over point-to-point links an allgather moves the same bytes
+ * into each rank in log2(p) rounds (recursive doubling), so hardware broadcast saves the rounds
+ * at every size; an allreduce moves one or two contributions per rank, so an allreduce as an
+ * allgather wins only while the p - 1 contributions it receives cost less than the rounds it
+ * saves (about 2 log2(p) round times of the link's bytes, nearly the same total at every p).
+ * The defaults are measured (docs/mpi.md, "Allgather and allreduce"). */
+#define EBC_ALLGATHER_TOTAL ((size_t)512 << 10)
+/* And only in jobs of at most this many ranks: each rank receives p - 1 frames at least, and from
+ * about a hundred ranks on their cost passes that of the log2(p) rounds they save (on the
+ * simulator's wire alone, 128 members' 4-byte allgather took 1.75x recursive doubling's time). */
+#define EBC_COLL_MAX_RANKS 64
+#define EBC_ALLREDUCE_TOTAL ((size_t)32 << 10)
+static size_t ebc_allgather_max = 0, ebc_allreduce_max = 0;
+
 
 /* MPI's progress while a call waits on ethbcast. MPI requires an MPI call that blocks to let
  * other MPI communication progress: a peer's MPI_Send to this rank must complete while this
@@ -108,91 +139,77 @@ static size_t ebc_max_bytes = 4096;
  * a rank waiting on ethbcast makes none: a peer that needs this rank before it can reach the
  * collective would wait for it forever (MPICH's rma/linked_list did: capi/tests/mpich_suite.rs).
  * So while a call waits, a helper thread calls PMPI_Iprobe, which runs the MPI's progress
- * engine. It looks every 10 ms while calls come (each look wakes a thread: at one look per
- * millisecond, 8 ranks' 8-byte broadcasts took about 30% longer on the 2-core test-bed; at 10 ms
- * the difference is within the runs' spread); a call it finds waiting at two looks in a row
- * (10-20 ms) gets a probe then, and one per millisecond until it returns. A call costs two
- * uncontended atomic increments and a mutex. The helper needs MPI_THREAD_SERIALIZED (MPI_Init
- * asks for it): it calls MPI only while the rank's own calling thread is inside this library,
- * and a call returns only once a probe in flight has returned (the mutex). After a second
- * without a waiting call it sleeps until the next one. */
+ * engine: a call still waiting after 10 ms gets a probe then, and one per millisecond until it
+ * returns.
+ *
+ * The helper sleeps in poll() on a timerfd that the waiting call arms as it starts waiting (10
+ * ms, then every millisecond) and disarms as it returns: a call that returns sooner costs two
+ * timerfd_settime system calls and an uncontended mutex, and wakes no thread. Nothing runs
+ * while calls come and go, nor while the program is in other MPI calls (a helper that looked on
+ * a schedule woke every rank 100 times a second while calls came). The helper needs
+ * MPI_THREAD_SERIALIZED (MPI_Init asks for it): it calls MPI only while the rank's own calling
+ * thread is inside this library, and a call returns only once a probe in flight has returned
+ * (the mutex). */
+#define EBC_MP_GRACE_NS 10000000L
 #define EBC_MP_PROBE_NS 1000000L
-#define EBC_MP_LOOK_NS 10000000L
-#define EBC_MP_IDLE_LOOKS 100
 static pthread_t ebc_mp_thread;
 static int ebc_mp_running = 0;
 static pthread_mutex_t ebc_mp_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t ebc_mp_cv;
 /* Odd while a call waits on ethbcast: incremented when it starts waiting and when it returns. */
 static _Atomic unsigned long long ebc_mp_calls = 0;
-static _Atomic int ebc_mp_sleeping = 0;
-static int ebc_mp_stop = 0;
+static int ebc_mp_timer = -1, ebc_mp_stop_fd = -1;
 static unsigned long long ebc_mp_probes = 0;
 
 static void *ebc_mp_main(void *arg) {
     (void)arg;
-    unsigned long long seen = 0;
-    int idle = 0;
-    pthread_mutex_lock(&ebc_mp_mu);
-    while (!ebc_mp_stop) {
-        unsigned long long c = atomic_load(&ebc_mp_calls);
-        int probing = 0;
-        if (c & 1) {
-            idle = 0;
-            /* The same call has waited since the last look: let MPI progress, and look again
-             * sooner while it waits. */
-            if (c == seen) {
-                int flag = 0;
-                PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
-                            MPI_STATUS_IGNORE);
-                ebc_mp_probes++;
-                probing = 1;
-            }
-            seen = c;
-        } else if (++idle >= EBC_MP_IDLE_LOOKS) {
-            /* Nothing waited for a second: sleep until a call waits (ebc_wait_begin wakes us;
-             * seq_cst on both sides: either we see its call or it sees us asleep). */
-            atomic_store(&ebc_mp_sleeping, 1);
-            while (!(atomic_load(&ebc_mp_calls) & 1) && !ebc_mp_stop)
-                pthread_cond_wait(&ebc_mp_cv, &ebc_mp_mu);
-            atomic_store(&ebc_mp_sleeping, 0);
-            idle = 0;
-            seen = 0;
+    struct pollfd fds[2] = {{.fd = ebc_mp_timer, .events = POLLIN},
+                            {.fd = ebc_mp_stop_fd, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0)
             continue;
+        if (fds[1].revents)
+            return NULL;
+        uint64_t expired = 0;
+        if (read(ebc_mp_timer, &expired, sizeof expired) != (ssize_t)sizeof expired)
+            continue;
+        /* A call waited 10 ms (or a millisecond more): let MPI progress. A call that returned
+         * meanwhile (even count) needs nothing. */
+        pthread_mutex_lock(&ebc_mp_mu);
+        if (atomic_load(&ebc_mp_calls) & 1) {
+            int flag = 0;
+            PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            ebc_mp_probes++;
         }
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_nsec += probing ? EBC_MP_PROBE_NS : EBC_MP_LOOK_NS;
-        if (t.tv_nsec >= 1000000000L) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&ebc_mp_cv, &ebc_mp_mu, &t);
+        pthread_mutex_unlock(&ebc_mp_mu);
     }
-    pthread_mutex_unlock(&ebc_mp_mu);
-    return NULL;
 }
 
 /* Starts the helper (only with MPI_THREAD_SERIALIZED or more). */
 static void ebc_mp_start(int provided) {
     if (provided < MPI_THREAD_SERIALIZED)
         return;
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&ebc_mp_cv, &a);
-    pthread_condattr_destroy(&a);
-    ebc_mp_running = pthread_create(&ebc_mp_thread, NULL, ebc_mp_main, NULL) == 0;
+    ebc_mp_timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    ebc_mp_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (ebc_mp_timer >= 0 && ebc_mp_stop_fd >= 0)
+        ebc_mp_running = pthread_create(&ebc_mp_thread, NULL, ebc_mp_main, NULL) == 0;
+    if (!ebc_mp_running) {
+        if (ebc_mp_timer >= 0)
+            close(ebc_mp_timer);
+        if (ebc_mp_stop_fd >= 0)
+            close(ebc_mp_stop_fd);
+        ebc_mp_timer = ebc_mp_stop_fd = -1;
+    }
 }
 
 static void ebc_mp_stop_thread(void) {
     if (!ebc_mp_running)
         return;
-    pthread_mutex_lock(&ebc_mp_mu);
-    ebc_mp_stop = 1;
-    pthread_cond_signal(&ebc_mp_cv);
-    pthread_mutex_unlock(&ebc_mp_mu);
-    pthread_join(ebc_mp_thread, NULL);
+    uint64_t one = 1;
+    if (write(ebc_mp_stop_fd, &one, sizeof one) == (ssize_t)sizeof one)
+        pthread_join(ebc_mp_thread, NULL);
+    close(ebc_mp_timer);
+    close(ebc_mp_stop_fd);
+    ebc_mp_timer = ebc_mp_stop_fd = -1;
     ebc_mp_running = 0;
 }
 
@@ -201,16 +218,16 @@ static void ebc_wait_begin(void) {
     if (!ebc_mp_running)
         return;
     atomic_fetch_add(&ebc_mp_calls, 1);
-    if (atomic_load(&ebc_mp_sleeping)) {
-        pthread_mutex_lock(&ebc_mp_mu);
-        pthread_cond_signal(&ebc_mp_cv);
-        pthread_mutex_unlock(&ebc_mp_mu);
-    }
+    struct itimerspec t = {.it_value = {.tv_nsec = EBC_MP_GRACE_NS},
+                           .it_interval = {.tv_nsec = EBC_MP_PROBE_NS}};
+    timerfd_settime(ebc_mp_timer, 0, &t, NULL);
 }
 
 static void ebc_wait_end(void) {
     if (!ebc_mp_running)
         return;
+    struct itimerspec off = {{0, 0}, {0, 0}};
+    timerfd_settime(ebc_mp_timer, 0, &off, NULL);
     /* Waits for a probe in flight: the program's next MPI call comes after it. */
     pthread_mutex_lock(&ebc_mp_mu);
     atomic_fetch_add(&ebc_mp_calls, 1);
@@ -243,12 +260,15 @@ enum {
     EBC_S_HOST_SPIN_US,
     EBC_S_PROGRESS_THREAD,
     EBC_S_GROUP_ID,
+    EBC_S_ALLGATHER_MAX_BYTES,
+    EBC_S_ALLREDUCE_MAX_BYTES,
     EBC_NSETTINGS
 };
 static const char *const ebc_setting_env[EBC_NSETTINGS] = {
     "ETHBCAST_MPI_MAX_BYTES", "ETHBCAST_ALGO",           "ETHBCAST_WAIT",
     "ETHBCAST_TIMEOUT_MS",    "ETHBCAST_ROOT_WAITS_ABOVE", "ETHBCAST_HOST_SPIN_US",
-    "ETHBCAST_PROGRESS_THREAD", "ETHBCAST_GROUP_ID"};
+    "ETHBCAST_PROGRESS_THREAD", "ETHBCAST_GROUP_ID", "ETHBCAST_MPI_ALLGATHER_MAX_BYTES",
+    "ETHBCAST_MPI_ALLREDUCE_MAX_BYTES"};
 #define EBC_UNSET UINT64_MAX
 /* A value no setting takes: ethbcast_open refuses it with a sentence naming the setting. */
 #define EBC_INVALID (UINT64_MAX - 1)
@@ -266,6 +286,8 @@ static uint64_t ebc_read_setting(int which) {
         return EBC_UNSET;
     switch (which) {
     case EBC_S_MAX_BYTES:
+    case EBC_S_ALLGATHER_MAX_BYTES:
+    case EBC_S_ALLREDUCE_MAX_BYTES:
         return strcasecmp(v, "unlimited") == 0 ? (uint64_t)EBC_MAX_MESSAGE : ebc_number(v);
     case EBC_S_ALGO:
         if (strcasecmp(v, "simple") == 0)
@@ -353,6 +375,19 @@ static void ebc_setup(void) {
                     getenv("ETHBCAST_MPI_MAX_BYTES"), ebc_max_bytes);
     } else if (set[EBC_S_MAX_BYTES] != EBC_UNSET) {
         ebc_max_bytes = (size_t)set[EBC_S_MAX_BYTES];
+    }
+    ebc_allgather_max = EBC_ALLGATHER_TOTAL;
+    ebc_allreduce_max = EBC_ALLREDUCE_TOTAL;
+    for (int i = EBC_S_ALLGATHER_MAX_BYTES; i <= EBC_S_ALLREDUCE_MAX_BYTES; i++) {
+        size_t *limit = i == EBC_S_ALLGATHER_MAX_BYTES ? &ebc_allgather_max : &ebc_allreduce_max;
+        if (set[i] == EBC_INVALID) {
+            if (ebc_world_rank == 0)
+                fprintf(stderr, "ethbcast-mpi: %s=%s is not a number of bytes or "
+                                "\"unlimited\"; keeping %zu\n",
+                        ebc_setting_env[i], getenv(ebc_setting_env[i]), *limit);
+        } else if (set[i] != EBC_UNSET) {
+            *limit = set[i] > EBC_MAX_MESSAGE ? EBC_MAX_MESSAGE : (size_t)set[i];
+        }
     }
     char reason[512] = "";
     const char *iface = getenv("ETHBCAST_IFACE");
@@ -455,19 +490,6 @@ static void ebc_setup(void) {
         }
     }
     free(host_of);
-    /* A keyless job works, but any host on the segment can forge its traffic: say so once. */
-    if (all[0]) {
-        int kin[2] = {ethbcast_keyed(ebc_group) == 1, ebc_world_rank}, kall[2];
-        PMPI_Allreduce(kin, kall, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
-        if (!kall[0] && ebc_world_rank == kall[1])
-            fprintf(stderr,
-                    "ethbcast-mpi: rank %d: warning: no group key (ETHBCAST_KEY_FILE is not "
-                    "set): any host on the Ethernet segment can write into MPI_Bcast buffers, "
-                    "release barriers or evict ranks. Set ETHBCAST_KEY_FILE to a key file "
-                    "(ethbcast keygen FILE) on every rank; ETHBCAST_REQUIRE_KEY=1 refuses "
-                    "to run without one\n",
-                    ebc_world_rank);
-    }
     if (!all[0] && ebc_world_rank == all[1])
         fprintf(stderr,
                 "ethbcast-mpi: rank %d: hardware broadcast is off for this job, MPI_Bcast and "
@@ -619,6 +641,328 @@ int MPI_Barrier(MPI_Comm comm) {
     return rc == ETHBCAST_OK ? MPI_SUCCESS : ebc_fail(comm, "MPI_Barrier", rc);
 }
 
+/* Allgather over the group: every rank's part, `lens[r]` bytes, back to back in `out`; `part`
+ * NULL when this rank's part is already at its place in `out`. */
+static int ebc_allgather(const void *part, size_t part_len, void *out, const size_t *lens) {
+    ebc_wait_begin();
+    int rc = ethbcast_allgather(ebc_group, part, part_len, out, lens);
+    ebc_wait_end();
+    return rc;
+}
+
+/* A buffer kept from call to call (the gathered parts of MPI_Allreduce, packed parts), grown
+ * as needed. */
+struct ebc_scratch {
+    unsigned char *p;
+    size_t cap;
+};
+static struct ebc_scratch ebc_gathered, ebc_packed;
+
+static unsigned char *ebc_room(struct ebc_scratch *s, size_t len) {
+    if (len > s->cap) {
+        unsigned char *p = realloc(s->p, len);
+        if (p == NULL)
+            return NULL;
+        s->p = p;
+        s->cap = len;
+    }
+    return s->p != NULL ? s->p : (unsigned char *)(s->p = malloc(1));
+}
+
+/* Whether `type` is one usable by this interposer: size and envelope known. */
+static int ebc_type_ok(MPI_Datatype type, int *size, int *combiner) {
+    int ni, na, nd;
+    return type != MPI_DATATYPE_NULL && PMPI_Type_size(type, size) == MPI_SUCCESS &&
+           PMPI_Type_get_envelope(type, &ni, &na, &nd, combiner) == MPI_SUCCESS;
+}
+
+/* MPI_Allgatherv's work once the route is chosen: recvcounts/displs in elements of recvtype
+ * (the same on every rank), the gathered parts written through recvtype's type map. Parts
+ * travel as the type signature's bytes, straight from and into the buffers where the types
+ * are predefined, without holes, and the parts lie back to back; packed otherwise. */
+static int ebc_gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                       void *recvbuf, const int *recvcounts, const int *displs,
+                       MPI_Datatype recvtype, int rsize, int rcombiner, MPI_Comm comm,
+                       const char *what) {
+    int n = ebc_world_size, me = ebc_world_rank;
+    size_t *lens = malloc((size_t)n * sizeof *lens);
+    if (lens == NULL) {
+        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    MPI_Aint lb = 0, extent = 0;
+    PMPI_Type_get_extent(recvtype, &lb, &extent);
+    size_t total = 0;
+    int direct = ebc_one_block(recvtype, 2, rsize, rcombiner);
+    for (int r = 0; r < n; r++) {
+        lens[r] = (size_t)recvcounts[r] * (size_t)rsize;
+        /* Back to back in recvbuf: part r starts where the parts before it end. */
+        if ((size_t)displs[r] * (size_t)rsize != total || displs[r] < 0)
+            direct = 0;
+        total += lens[r];
+    }
+    int rc = MPI_SUCCESS;
+    unsigned char *out = direct ? (unsigned char *)recvbuf : ebc_room(&ebc_gathered, total);
+    const void *part = NULL;
+    size_t part_len = lens[me];
+    int position = 0;
+    if (out == NULL && total > 0) {
+        /* (A NULL receive buffer is fine for parts of zero bytes.) */
+        rc = MPI_ERR_NO_MEM;
+    } else if (sendbuf == MPI_IN_PLACE) {
+        /* This rank's part is in recvbuf: in place when the parts go straight there, else
+         * packed to its place among the gathered bytes. */
+        if (!direct) {
+            size_t at = 0;
+            for (int r = 0; r < me; r++)
+                at += lens[r];
+            rc = PMPI_Pack((char *)recvbuf + (MPI_Aint)displs[me] * extent, recvcounts[me],
+                           recvtype, out + at, (int)lens[me], &position, comm);
+        }
+    } else {
+        int ssize = 0, scombiner = 0;
+        if (!ebc_type_ok(sendtype, &ssize, &scombiner) || sendcount < 0) {
+            rc = MPI_ERR_TYPE;
+        } else {
+            part_len = (size_t)sendcount * (size_t)ssize;
+            if (ebc_one_block(sendtype, sendcount, ssize, scombiner)) {
+                part = sendbuf;
+            } else {
+                int packed_max = 0;
+                PMPI_Pack_size(sendcount, sendtype, comm, &packed_max);
+                unsigned char *p = ebc_room(&ebc_packed, (size_t)packed_max > part_len
+                                                             ? (size_t)packed_max
+                                                             : part_len);
+                if (p == NULL)
+                    rc = MPI_ERR_NO_MEM;
+                else
+                    rc = PMPI_Pack(sendbuf, sendcount, sendtype, p, packed_max, &position,
+                                   comm);
+                part = p;
+            }
+        }
+        /* A zero-length part needs no bytes; the library takes NULL only as "in place". */
+        if (part == NULL && rc == MPI_SUCCESS)
+            part = out;
+    }
+    if (rc == MPI_SUCCESS) {
+        int e = ebc_allgather(part, part_len, out, lens);
+        if (e != ETHBCAST_OK) {
+            free(lens);
+            return ebc_fail(comm, what, e);
+        }
+        if (!direct) {
+            size_t at = 0;
+            for (int r = 0; r < n && rc == MPI_SUCCESS; r++) {
+                position = 0;
+                if (lens[r] > 0 && !(r == me && sendbuf == MPI_IN_PLACE))
+                    rc = PMPI_Unpack(out + at, (int)lens[r], &position,
+                                     (char *)recvbuf + (MPI_Aint)displs[r] * extent,
+                                     recvcounts[r], recvtype, comm);
+                at += lens[r];
+            }
+        }
+    }
+    free(lens);
+    if (rc != MPI_SUCCESS)
+        PMPI_Comm_call_errhandler(comm, rc);
+    return rc;
+}
+
+/* The route of an allgather of `total` bytes whose largest part is `largest`: the same on
+ * every rank, since every rank passes the same receive counts and type signature. */
+static int ebc_gather_here(size_t total, size_t largest) {
+    return ebc_world_size <= EBC_COLL_MAX_RANKS && total <= ebc_allgather_max &&
+           largest <= ebc_max_bytes;
+}
+
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+    int rsize = 0, rcombiner = 0;
+    if (!ebc_uses_group(comm) || recvcount < 0 || !ebc_type_ok(recvtype, &rsize, &rcombiner) ||
+        (sendbuf != MPI_IN_PLACE && (sendcount < 0 || sendtype == MPI_DATATYPE_NULL))) {
+        ebc_coll_pmpi++;
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    size_t part = (size_t)recvcount * (size_t)rsize;
+    if (!ebc_gather_here(part * (size_t)ebc_world_size, part)) {
+        ebc_coll_pmpi++;
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    ebc_coll_hw++;
+    int n = ebc_world_size;
+    int *counts = malloc(2 * (size_t)n * sizeof *counts);
+    if (counts == NULL) {
+        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    for (int r = 0; r < n; r++) {
+        counts[r] = recvcount;
+        counts[n + r] = r * recvcount;
+    }
+    int rc = ebc_gatherv(sendbuf, sendcount, sendtype, recvbuf, counts, counts + n, recvtype,
+                         rsize, rcombiner, comm, "MPI_Allgather");
+    free(counts);
+    return rc;
+}
+
+int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                   MPI_Comm comm) {
+    int rsize = 0, rcombiner = 0;
+    int usable = ebc_uses_group(comm) && recvcounts != NULL && displs != NULL &&
+                 ebc_type_ok(recvtype, &rsize, &rcombiner) &&
+                 (sendbuf == MPI_IN_PLACE || (sendcount >= 0 && sendtype != MPI_DATATYPE_NULL));
+    size_t total = 0, largest = 0;
+    for (int r = 0; usable && r < ebc_world_size; r++) {
+        if (recvcounts[r] < 0) {
+            usable = 0;
+            break;
+        }
+        size_t len = (size_t)recvcounts[r] * (size_t)rsize;
+        total += len;
+        largest = len > largest ? len : largest;
+    }
+    if (!usable || !ebc_gather_here(total, largest)) {
+        ebc_coll_pmpi++;
+        return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                               recvtype, comm);
+    }
+    ebc_coll_hw++;
+    return ebc_gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+                       rsize, rcombiner, comm, "MPI_Allgatherv");
+}
+
+/* Whether `op` applies to `type`, as the MPI itself answers it: a predefined op is tried on one
+ * zeroed element with PMPI_Reduce_local, errors returned rather than raised; the answers for
+ * predefined types are kept. A user-defined op is never tried (its function may have effects):
+ * MPI applies it to any type. An invalid pair goes to the MPI's own MPI_Allreduce, which reports
+ * the error through the communicator's handler as it would without the interposer. */
+static int ebc_op_applies(MPI_Op op, MPI_Datatype type, int combiner) {
+    static const MPI_Op predefined[] = {MPI_MAX,  MPI_MIN,  MPI_SUM,    MPI_PROD,
+                                        MPI_LAND, MPI_BAND, MPI_LOR,    MPI_BOR,
+                                        MPI_LXOR, MPI_BXOR, MPI_MAXLOC, MPI_MINLOC,
+                                        MPI_REPLACE, MPI_NO_OP};
+    int known = 0;
+    for (size_t i = 0; i < sizeof predefined / sizeof predefined[0]; i++)
+        known |= op == predefined[i];
+    if (!known)
+        return 1;
+    enum { CACHE = 128 };
+    static struct {
+        MPI_Op op;
+        MPI_Datatype type;
+        int applies;
+    } cache[CACHE];
+    static int cached = 0;
+    int named = combiner == MPI_COMBINER_NAMED;
+    for (int i = 0; named && i < cached; i++)
+        if (cache[i].op == op && cache[i].type == type)
+            return cache[i].applies;
+    MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
+    PMPI_Type_get_extent(type, &lb, &extent);
+    PMPI_Type_get_true_extent(type, &tlb, &textent);
+    unsigned char *a = calloc(1, (size_t)textent + 1), *b = calloc(1, (size_t)textent + 1);
+    int applies = 0;
+    if (a != NULL && b != NULL) {
+        MPI_Errhandler world, self;
+        PMPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
+        PMPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
+        PMPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        PMPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+        applies = PMPI_Reduce_local(a - tlb, b - tlb, 1, type, op) == MPI_SUCCESS;
+        PMPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
+        PMPI_Comm_set_errhandler(MPI_COMM_SELF, self);
+        PMPI_Errhandler_free(&world);
+        PMPI_Errhandler_free(&self);
+    }
+    free(a);
+    free(b);
+    if (named && cached < CACHE) {
+        cache[cached].op = op;
+        cache[cached].type = type;
+        cache[cached].applies = applies;
+        cached++;
+    }
+    return applies;
+}
+
+/* MPI_Allreduce as an allgather of every rank's contribution, then the reduction in rank order
+ * on every rank: x0 op (x1 op (... op x(p-1))), with PMPI_Reduce_local (in op inout -> inout).
+ * Every rank computes the same operations on the same bytes in the same order, so every rank
+ * has bitwise the same result, floating point included; MPI fixes this order for
+ * non-commutative ops (MPI 3.1, 5.9.1), and it is one of the orders it allows for the others. */
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                  MPI_Op op, MPI_Comm comm) {
+    int size = 0, combiner = 0;
+    if (!ebc_uses_group(comm) || count < 0 || op == MPI_OP_NULL ||
+        !ebc_type_ok(datatype, &size, &combiner)) {
+        ebc_coll_pmpi++;
+        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    }
+    size_t bytes = (size_t)count * (size_t)size;
+    int n = ebc_world_size;
+    if (n > EBC_COLL_MAX_RANKS || bytes * (size_t)n > ebc_allreduce_max || bytes > ebc_max_bytes ||
+        !ebc_op_applies(op, datatype, combiner)) {
+        ebc_coll_pmpi++;
+        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    }
+    ebc_coll_hw++;
+    const void *mine = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    int flat = ebc_one_block(datatype, count, size, combiner);
+    unsigned char *all = ebc_room(&ebc_gathered, bytes * (size_t)n);
+    if (all == NULL) {
+        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    int rc = MPI_SUCCESS, position = 0;
+    const void *part = mine;
+    if (!flat) {
+        /* Packed to its place among the gathered bytes, and gathered in place. */
+        rc = PMPI_Pack(mine, count, datatype, all + bytes * (size_t)ebc_world_rank,
+                       (int)bytes, &position, comm);
+        part = NULL;
+    } else if (bytes == 0) {
+        part = all;
+    }
+    if (rc == MPI_SUCCESS) {
+        int e = ebc_allgather(part, bytes, all, NULL);
+        if (e != ETHBCAST_OK)
+            return ebc_fail(comm, "MPI_Allreduce", e);
+    }
+    if (rc == MPI_SUCCESS && bytes > 0) {
+        unsigned char *last = all + bytes * (size_t)(n - 1);
+        if (flat) {
+            memmove(recvbuf, last, bytes);
+            for (int r = n - 2; r >= 0 && rc == MPI_SUCCESS; r--)
+                rc = PMPI_Reduce_local(all + bytes * (size_t)r, recvbuf, count, datatype, op);
+        } else {
+            /* Each contribution unpacked into a buffer of the datatype's layout. */
+            MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
+            PMPI_Type_get_extent(datatype, &lb, &extent);
+            PMPI_Type_get_true_extent(datatype, &tlb, &textent);
+            size_t span = (size_t)textent + (size_t)(count - 1) * (size_t)extent;
+            unsigned char *tmp = malloc(span > 0 ? span : 1);
+            if (tmp == NULL)
+                rc = MPI_ERR_NO_MEM;
+            position = 0;
+            if (rc == MPI_SUCCESS)
+                rc = PMPI_Unpack(last, (int)bytes, &position, recvbuf, count, datatype, comm);
+            for (int r = n - 2; r >= 0 && rc == MPI_SUCCESS; r--) {
+                position = 0;
+                rc = PMPI_Unpack(all + bytes * (size_t)r, (int)bytes, &position, tmp - tlb,
+                                 count, datatype, comm);
+                if (rc == MPI_SUCCESS)
+                    rc = PMPI_Reduce_local(tmp - tlb, recvbuf, count, datatype, op);
+            }
+            free(tmp);
+        }
+    }
+    if (rc != MPI_SUCCESS)
+        PMPI_Comm_call_errhandler(comm, rc);
+    return rc;
+}
+
 int MPI_Finalize(void) {
     if (ebc_group != NULL) {
         /* Everyone's broadcasts acknowledged, everyone past the last ethbcast call, then a
@@ -644,9 +988,10 @@ int MPI_Finalize(void) {
         fprintf(stderr,
                 "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI, "
                 "%llu looks of the progress thread; size limit %zu bytes, link %llu bit/s; "
-                "%llu MPI progress probes while waiting\n",
+                "%llu MPI progress probes while waiting; %llu allgathers and allreduces over "
+                "ethbcast, %llu over PMPI\n",
                 ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi,
                 (unsigned long long)ebc_final.background_polls, ebc_max_bytes, ebc_link_rate,
-                ebc_mp_probes);
+                ebc_mp_probes, ebc_coll_hw, ebc_coll_pmpi);
     return PMPI_Finalize();
 }

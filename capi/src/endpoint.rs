@@ -262,6 +262,40 @@ impl Endpoint {
         result
     }
 
+    /// Allgather into the caller's buffer ([`HostGroup::allgather_into`]): every member's
+    /// part in rank order, back to back in `out`, `lens` giving each part's length; `part`
+    /// `None` takes this member's part from its place in `out` (in place).
+    pub fn allgather(
+        &self,
+        part: Option<&[u8]>,
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<(), CallError> {
+        let counters = &self.shared.counters;
+        let result = self.call(|g| {
+            match part {
+                Some(p) => g.allgather_into(p, out, lens)?,
+                None => g.allgather_in_place(out, lens)?,
+            }
+            Ok(())
+        });
+        if result.is_ok() {
+            let me = self.rank.index();
+            let mine = lens.get(me).copied().unwrap_or(0);
+            let total: usize = lens.iter().sum();
+            counters
+                .bytes_sent
+                .fetch_add(mine as u64, Ordering::Relaxed);
+            counters
+                .bytes_received
+                .fetch_add((total - mine) as u64, Ordering::Relaxed);
+        }
+        if result.is_err() {
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
     /// Barrier: returns once every member has entered. Ranks sharing a host arrive through
     /// shared memory; the owners meet in the network barrier and release their hosts.
     pub fn barrier(&self) -> Result<(), CallError> {

@@ -160,18 +160,25 @@ pub struct EthbcastOptions {
     /// The group key, 32 bytes (`key_len` must be 32), or NULL. Every member must have the
     /// same key; every frame is then authenticated, and a host on the segment without it can
     /// neither write into broadcast buffers nor release barriers nor evict members. Without a
-    /// key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset) any host on the segment
-    /// can. The bytes are copied during `ethbcast_open`.
+    /// key (NULL here, `key_file` NULL and `ETHBCAST_KEY_FILE` unset or empty) any host on the
+    /// segment can: `ethbcast_open` opens the group and its rank 0 prints a warning on stderr,
+    /// or, with `ETHBCAST_REQUIRE_KEY=1` in the environment, refuses with `ETHBCAST_ERR_KEY`.
+    /// The bytes are copied during `ethbcast_open`.
     pub key: *const u8,
     /// Length of `key`: 32, or 0 when `key` is NULL (NULL with another length is
     /// `ETHBCAST_ERR_INVALID`, never "no key").
     pub key_len: usize,
-    /// A key file, read as the `ethbcast` command reads `--key-file`: exactly 32 bytes are
-    /// the key, anything else is a passphrase on its first line. NULL (the default): the file
-    /// named by the environment variable `ETHBCAST_KEY_FILE`, if set and not empty. Ignored
-    /// when `key` is given (giving both is an error). A file that cannot be read or holds no
-    /// key gives `ETHBCAST_ERR_KEY`. With `ETHBCAST_REQUIRE_KEY=1` in the environment, no key
-    /// at all gives `ETHBCAST_ERR_KEY` too.
+    /// The path of a key file, or NULL, read as the `ethbcast` command reads `--key-file`.
+    /// The file is text: a line `ethbcast-key-v1 <64 hex digits>`, the key itself (what
+    /// `ethbcast keygen FILE` writes); or a line `ethbcast-passphrase-v1 <32 hex digits>` (a
+    /// salt) and a passphrase on the next line (`ethbcast keygen --passphrase`); or any other
+    /// first line, a passphrase. A passphrase is stretched into the key (Argon2id), so every
+    /// member that reads a copy of the file gets the same key. The file must be readable by
+    /// its owner only (mode 0600 or 0400). NULL (the default): the file that the environment
+    /// variable `ETHBCAST_KEY_FILE` names, if set and not empty; the environment is not read
+    /// when `key` or `key_file` is given. Giving both `key` and `key_file` is
+    /// `ETHBCAST_ERR_INVALID`. A file that cannot be read, that others may read, or that holds
+    /// no key gives `ETHBCAST_ERR_KEY`, never a group without a key.
     pub key_file: *const c_char,
 }
 
@@ -340,9 +347,24 @@ unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> 
         std::env::var_os(v)
     })?;
     // The C ABI keeps keyless groups for programs that cannot pass a key (with a warning at
-    // open, and ETHBCAST_REQUIRE_KEY=1 to refuse them, checked above).
+    // open, `warn_if_keyless`, and ETHBCAST_REQUIRE_KEY=1 to refuse them, checked above).
     options.host.group.insecure = options.host.group.key.is_none();
     Ok(options)
+}
+
+/// The warning of a group opened without a key, printed on stderr by its rank 0 (one line
+/// per group, however many processes a launcher starts): C programs set up no log, so it
+/// does not go through `tracing`.
+fn warn_if_keyless(endpoint: &Endpoint) {
+    if endpoint.keyed() || endpoint.rank() != Rank::new(0) {
+        return;
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "ethbcast: rank 0 of {}: warning: no group key (neither key nor key_file in the options, nor {KEY_FILE_ENV}): any host on the Ethernet segment can join this group, write into its broadcast buffers, release its barriers and evict its members. Give every member the same key file (`ethbcast keygen FILE`, mode 0600) in {KEY_FILE_ENV}; {REQUIRE_KEY_ENV}=1 refuses to open a group without one",
+        endpoint.size()
+    );
 }
 
 impl From<CallError> for Failure {
@@ -392,6 +414,7 @@ fn code_of(e: &CallError) -> c_int {
             GroupError::Interrupted => ETHBCAST_ERR_TIMEOUT,
             GroupError::BadRank { .. } => ETHBCAST_ERR_BAD_RANK,
             GroupError::Length { .. } => ETHBCAST_ERR_LENGTH,
+            GroupError::Parts { .. } => ETHBCAST_ERR_INVALID,
             GroupError::NoKey => ETHBCAST_ERR_KEY,
         },
     }
@@ -630,6 +653,7 @@ pub unsafe extern "C" fn ethbcast_open(
         // SAFETY: the caller promises options whose key pointers are NULL or valid.
         let options = unsafe { open_options(&c_opts) }?;
         let endpoint = Endpoint::open(iface, options)?;
+        warn_if_keyless(&endpoint);
         let handle = register(EthbcastGroup { endpoint });
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
         unsafe { out.write(handle) };
@@ -689,6 +713,7 @@ pub unsafe extern "C" fn ethbcast_open_hosts(
         let mut options = unsafe { open_options(&c_opts) }?;
         options.host.placement = Placement::Hosts { rank, hosts };
         let endpoint = Endpoint::open(iface, options)?;
+        warn_if_keyless(&endpoint);
         let handle = register(EthbcastGroup { endpoint });
         // SAFETY: `out` is non-NULL and the caller promises it is writable.
         unsafe { out.write(handle) };
@@ -752,6 +777,76 @@ pub unsafe extern "C" fn ethbcast_bcast(
             unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
         };
         Ok(g.endpoint.bcast(root, data)?)
+    };
+    on_group(group, call)
+}
+
+/// Allgather (MPI_Allgather, MPI_Allgatherv) into `out`: every member's part in rank order,
+/// back to back. `lens` points to one length per member (every member passes the same
+/// lengths), or is NULL when every part is `part_len` bytes; `out` holds their sum. `part`
+/// points to this member's `part_len` bytes, which must not overlap `out`, or is NULL when
+/// the part is already at its place in `out` (MPI_IN_PLACE). Every member broadcasts its part
+/// once, all at the same time. A part whose length differs from `lens` gives
+/// `ETHBCAST_ERR_LENGTH` once every part was taken (this member's own too: it is sent all
+/// the same), so later calls are not shifted; a member that dies gives
+/// `ETHBCAST_ERR_PEER_DEAD` (with failure detection) or `ETHBCAST_ERR_TIMEOUT`. After an
+/// error `out` holds no result. `out` may be NULL when the parts add up to 0 bytes.
+///
+/// # Safety
+/// `part` is NULL or points to `part_len` readable bytes; `lens` is NULL or points to as many
+/// `size_t` as the group has members; `out` points to their sum of writable bytes (or, with
+/// `lens` NULL, to `part_len` times the members); none is accessed by others during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ethbcast_allgather(
+    group: *mut EthbcastGroup,
+    part: *const c_void,
+    part_len: usize,
+    out: *mut c_void,
+    lens: *const usize,
+) -> c_int {
+    let call = |g: &EthbcastGroup| {
+        let n = usize::from(g.endpoint.size());
+        let equal;
+        let lens: &[usize] = if lens.is_null() {
+            equal = vec![part_len; n];
+            &equal
+        } else {
+            // SAFETY: non-NULL, and the caller promises one length per member.
+            unsafe { std::slice::from_raw_parts(lens, n) }
+        };
+        let total = lens
+            .iter()
+            .try_fold(0usize, |a, &l| a.checked_add(l))
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or_else(|| Failure::invalid("the part lengths add up to more than isize::MAX"))?;
+        if part_len > isize::MAX as usize {
+            return Err(Failure::invalid("part_len exceeds isize::MAX"));
+        }
+        if out.is_null() && total > 0 {
+            return Err(Failure::invalid("out is NULL but the parts are not empty"));
+        }
+        let me = g.endpoint.rank().index();
+        if part.is_null() && part_len != lens[me] {
+            return Err(Failure::invalid(format!(
+                "part is NULL (in place) but part_len {part_len} is not this member's length {}",
+                lens[me]
+            )));
+        }
+        let out: &mut [u8] = if total == 0 {
+            &mut []
+        } else {
+            // SAFETY: non-NULL, `total` bytes the caller owns exclusively for the call, and
+            // `total` <= isize::MAX as `from_raw_parts_mut` requires.
+            unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), total) }
+        };
+        let part: Option<&[u8]> = match (part.is_null(), part_len) {
+            (true, _) => None,
+            (false, 0) => Some(&[]),
+            // SAFETY: non-NULL, `part_len` readable bytes (<= isize::MAX) that do not overlap
+            // `out`, as the caller promises.
+            (false, len) => Some(unsafe { std::slice::from_raw_parts(part.cast::<u8>(), len) }),
+        };
+        Ok(g.endpoint.allgather(part, out, lens)?)
     };
     on_group(group, call)
 }

@@ -54,7 +54,7 @@ fn keys_come_from_the_options_then_key_file_then_the_environment() {
         }
     };
     let none = env_of(vec![]);
-    // Nothing anywhere: no key (a warning is the interposer's business).
+    // Nothing anywhere: no key (`ethbcast_open` warns once the group is open).
     assert_eq!(resolve_key(None, None, GID, &none).unwrap(), None);
     // The options' 32 bytes, as they are.
     assert_eq!(
@@ -79,6 +79,16 @@ fn keys_come_from_the_options_then_key_file_then_the_environment() {
     assert_eq!(
         resolve_key(Some(&[7; 32]), None, GID, &env).unwrap(),
         Some([7; 32].into())
+    );
+    // So does the options' key file: the environment is not read (a missing file there
+    // would be an error).
+    let missing_env = env_of(vec![(
+        KEY_FILE_ENV,
+        dir.join("missing").display().to_string(),
+    )]);
+    assert_eq!(
+        resolve_key(None, Some(phrase_s), GID, &missing_env).unwrap(),
+        Some(want.clone())
     );
     // Unreadable or empty key files: ETHBCAST_ERR_KEY, naming the file, never keyless.
     for (path, what) in [(dir.join("missing"), "cannot read"), (empty, "empty")] {

@@ -1,6 +1,12 @@
 //! MPI programs we did not write: the broadcast and barrier tests of MPICH's own test suite
-//! (`capi/mpi/mpich_tests/`, vendored with its `mtest` harness and DTPools; its README says
-//! from where), built with each MPI's mpicc and run under the interposer on the test-bed.
+//! (`test/mpi/` of MPICH 4.0.2, the release of Debian 12's `mpich`), built with their `mtest`
+//! harness and DTPools by each MPI's mpicc and run under the interposer on the test-bed.
+//!
+//! The tests are not in this repository: `.ci/fetch-suites` fetches the upstream tarball of
+//! Debian's source package `mpich` 4.0.2-3 from the Debian archive, checks its digest, and
+//! `.ci/run` points `ETHBCAST_MPICH_TESTS` at its `test/mpi/`. Two headers that MPICH's
+//! configure would generate are written by this test instead ([`MPITESTCONF_H`],
+//! [`DTPOOLSCONF_H`]).
 //!
 //! Each program checks its own results and rank 0 prints " No Errors" (or "Found N errors");
 //! the test asserts that line, a zero exit, and where the calls went: the interposer's report
@@ -8,7 +14,7 @@
 //! congruent to MPI_COMM_WORLD as calls over ethbcast, and the others (intercommunicators,
 //! reordered and smaller communicators) as calls over PMPI. The programs:
 //! - `coll/bcasttest`: MPI_INT from rank 0 on MPI_COMM_WORLD, 100 to 1 Mi elements;
-//! - `coll/bcastzerotype`: a non-zero count of a zero-size datatype leaves every buffer as it was;
+//! - `coll/bcastzerotype`: a non-zero count of a zero-size datatype leaves every buffer as it is;
 //! - `coll/bcast`: every root of every communicator `MTestGetIntracommGeneral` makes (the world,
 //!   its duplicate, reordered, merged and smaller ones), with random derived datatypes from
 //!   DTPools that differ per rank (each rank's pool has its own seed) with one type signature;
@@ -21,14 +27,14 @@
 //! - `rma/linked_list`, `linked_list_fop`, `linked_list_lockall` (MPICH only: Open MPI 4.1 over
 //!   TCP has no dynamic windows): MPI_Bcast of the list's head, then passive-target RMA on the
 //!   other ranks' windows while the ranks that are done wait in MPI_Barrier, which must let
-//!   MPI progress meanwhile (MPI 3.1, 11.7.3): before the interposer did, `linked_list` hung.
+//!   MPI progress meanwhile (MPI 3.1, 11.7.3).
 //!
 //! Open MPI with 8 hosts and with 4 hosts of 2 ranks (a host's second rank through shared
 //! memory), MPICH with 4 hosts. A job that fails under the interposer is run again without it,
 //! and the failure says whether the MPI alone passes.
 //!
-//! Needs root and both MPIs (`.ci/run` installs them): with `ETHBCAST_REQUIRE_NETNS=1`
-//! anything missing fails the test instead of skipping it.
+//! Needs root, both MPIs (`.ci/run` installs them) and the tests: with
+//! `ETHBCAST_REQUIRE_NETNS=1` anything missing fails the test instead of skipping it.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -54,7 +60,7 @@ enum Route {
 struct Program {
     /// Its name in the test (upstream's, as in its `testlist`).
     name: &'static str,
-    /// Its source, under `capi/mpi/mpich_tests/`.
+    /// Its source, under MPICH's `test/mpi/`.
     source: &'static str,
     /// What it links besides `util/mtest.c` and `util/mtest_common.c` (upstream's makefiles).
     harness: &'static [&'static str],
@@ -69,10 +75,8 @@ struct Program {
     open_mpi: bool,
 }
 
-/// A single-threaded program with its own `main`.
+/// A single-threaded program.
 const SINGLE: &[&str] = &["util/mtest_single.c"];
-/// A single-threaded `run()` test: `util/run_mpitests.c` is its `main`.
-const RUN: &[&str] = &["util/run_mpitests.c", "util/mtest_single.c"];
 /// A threaded program.
 const THREADS: &[&str] = &["util/mtest_thread.c"];
 /// A single-threaded program with DTPools.
@@ -104,7 +108,7 @@ const PROGRAMS: [Program; 12] = [
     Program {
         name: "bcasttest",
         source: "coll/bcasttest.c",
-        harness: RUN,
+        harness: SINGLE,
         flags: &[],
         args: &[],
         // 4 sizes, 5 times each.
@@ -114,7 +118,7 @@ const PROGRAMS: [Program; 12] = [
     Program {
         name: "bcastzerotype",
         source: "coll/bcastzerotype.c",
-        harness: RUN,
+        harness: SINGLE,
         flags: &[],
         args: &[],
         route: Route::Exactly(|_| (1, 0)),
@@ -225,32 +229,85 @@ const PROGRAMS: [Program; 12] = [
     },
 ];
 
-/// `capi/mpi/mpich_tests/`.
-fn suite_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi/mpich_tests")
+/// The defines of `include/mpitestconf.h` (which MPICH's configure generates) that the
+/// programs above and their harness test, for Linux with Open MPI 4.1 or MPICH 4.0.
+const MPITESTCONF_H: &str = "\
+#ifndef MPITESTCONF_H_INCLUDED
+#define MPITESTCONF_H_INCLUDED
+#define HAVE_STRING_H 1
+#define HAVE_UNISTD_H 1
+#define HAVE_STDARG_H 1
+#define HAVE_SYS_TIME_H 1
+#define HAVE_SYS_RESOURCE_H 1
+#define HAVE_GETRUSAGE 1
+#define THREAD_PACKAGE_NAME THREAD_PACKAGE_POSIX
+#define HAVE_PTHREAD_BARRIER_INIT 1
+#endif
+";
+
+/// `dtpools/dtpoolsconf.h` (which DTPools' configure generates): DTPools tests none of its
+/// defines on Linux.
+const DTPOOLSCONF_H: &str = "/* no defines needed on Linux */\n";
+
+/// MPICH's `test/mpi/`, from `ETHBCAST_MPICH_TESTS`, or why not.
+fn suite_dir() -> Result<PathBuf, String> {
+    let dir = std::env::var_os("ETHBCAST_MPICH_TESTS").map(PathBuf::from).ok_or(
+        "ETHBCAST_MPICH_TESTS is not set: `eval \"$(bash .ci/fetch-suites)\"` fetches MPICH's tests and sets it to their test/mpi/ folder",
+    )?;
+    let missing: Vec<&str> = PROGRAMS
+        .iter()
+        .map(|p| p.source)
+        .chain(["util/mtest.c", "dtpools/src/dtpools.c", "include/mpitest.h"])
+        .filter(|f| !dir.join(f).is_file())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "ETHBCAST_MPICH_TESTS={} is not MPICH 4.0.2's test/mpi/ folder (no {})",
+            dir.display(),
+            missing.join(", ")
+        ));
+    }
+    Ok(dir)
 }
 
-/// Builds `p` with `m`'s mpicc into `dir` as upstream's makefiles do: the program with the
-/// mtest harness and what else it links.
-fn build_program(m: MpiImpl, p: &Program, dir: &Path) -> PathBuf {
-    let src = suite_dir();
+/// Writes the configure-made headers into `dir`: `include/mpitestconf.h` and
+/// `dtpoolsconf.h`, found through `-I dir/include` (DTPools includes its header as
+/// `../dtpoolsconf.h`). Returns `dir/include`.
+fn configure(dir: &Path) -> PathBuf {
+    let include = dir.join("include");
+    std::fs::create_dir_all(&include).expect("configure directory");
+    std::fs::write(include.join("mpitestconf.h"), MPITESTCONF_H).expect("mpitestconf.h");
+    std::fs::write(dir.join("dtpoolsconf.h"), DTPOOLSCONF_H).expect("dtpoolsconf.h");
+    include
+}
+
+/// Builds `p` from MPICH's tests in `src` with `m`'s mpicc into `dir` as upstream's makefiles
+/// do: the program with the mtest harness and what else it links, the headers of `conf`
+/// ([`configure`]) first.
+fn build_program(m: MpiImpl, p: &Program, src: &Path, conf: &Path, dir: &Path) -> PathBuf {
     let sources: Vec<PathBuf> = [p.source, "util/mtest.c", "util/mtest_common.c"]
         .iter()
         .chain(p.harness)
         .map(|f| src.join(f))
         .collect();
     let mut flags = vec![
+        format!("-I{}", conf.display()),
         format!("-I{}", src.join("include").display()),
         format!("-I{}", src.join("dtpools/include").display()),
     ];
+    if m == MpiImpl::OpenMpi {
+        // DTPools calls MPI-1's MPI_Type_hvector and MPI_Type_hindexed, which Open MPI 4.1's
+        // mpi.h hides from C11 programs unless asked; Debian's libmpi has them.
+        flags.push("-DOMPI_OMIT_MPI1_COMPAT_DECLS=0".into());
+    }
     flags.extend(p.flags.iter().map(|f| f.to_string()));
     let out = dir.join(format!("{}-{m}", p.name));
     mpi::compile_foreign(m, &flags, &sources, &out).unwrap_or_else(|e| panic!("{e}"));
     out
 }
 
-/// Whether rank 0 printed the harness's verdict of success (" No Errors" from MTest_Finalize,
-/// "No Errors" from run_mpitests.c) and nothing printed an error count.
+/// Whether rank 0 printed the harness's verdict of success (" No Errors" from MTest_Finalize)
+/// and nothing printed an error count.
 fn no_errors(out: &JobOutput) -> bool {
     let lines = || out.stdout.lines().map(str::trim);
     lines().filter(|l| *l == "No Errors").count() == 1
@@ -303,16 +360,28 @@ fn mpich_bcast_and_barrier_tests_pass_under_the_interposer() {
     if !netns_available(test, true) || !mpis_available(test) {
         return;
     }
+    let src = match suite_dir() {
+        Ok(dir) => dir,
+        Err(why) if std::env::var("ETHBCAST_REQUIRE_NETNS").as_deref() == Ok("1") => {
+            panic!("{test}: {why}")
+        }
+        Err(why) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+            return;
+        }
+    };
     let t0 = Instant::now();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpich-suite");
     std::fs::create_dir_all(&dir).expect("build directory");
+    let conf = configure(&dir.join("conf"));
     let built = |m: MpiImpl| -> Vec<Built> {
         let so = interposer(m, &dir);
         PROGRAMS
             .iter()
             .filter(|p| m == MpiImpl::Mpich || p.open_mpi)
             .map(|p| Built {
-                program: build_program(m, p, &dir),
+                program: build_program(m, p, &src, &conf, &dir),
                 interposer: so.clone(),
             })
             .collect()

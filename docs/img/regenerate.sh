@@ -5,9 +5,11 @@
 #                                    (ethbcast-bench demo)
 #   docs/img/distribute-goodput.svg  goodput per receiver of ethbcast send/recv against UDPCast
 #                                    and raw broadcast frames, 8 receivers, 256 MiB, 1 Gbit/s
-#                                    ports, 0-2% loss (ethbcast-bench distribute)
-# Every other plot, and both runs' tables (demo.txt, distribute.txt), stay in OUT (default
-# bench-out).
+#                                    ports, 0% and 1% loss (ethbcast-bench distribute)
+# and puts the table of the same distribute run (distribute-goodput.md) into README.md between
+# its markers, so that the chart and the table beside it come from one run (a test of
+# ethbcast-tools checks that they agree). Every other plot, and both runs' tables (demo.txt,
+# distribute.txt), stay in OUT (default bench-out).
 #
 # Usage: sudo bash docs/img/regenerate.sh [OUT]      (a few minutes, plus the release build)
 set -euo pipefail
@@ -24,7 +26,17 @@ cargo build --release -p ethbcast-tools --bin ethbcast --bin ethbcast-bench
 bench() { cargo run --release -q -p ethbcast-tools --bin ethbcast-bench -- "$@"; }
 mkdir -p "$out"
 bench demo --out "$out" --prefix ebimgd | tee "$out/demo.txt"
-bench distribute --receivers 8 --mib 256 --rate 1gbit --loss 0,1,2 --prefix ebimg --out "$out" | tee "$out/distribute.txt"
+bench distribute --receivers 8 --mib 256 --rate 1gbit --loss 0,1 --prefix ebimg --out "$out" | tee "$out/distribute.txt"
 cp "$out/latency-vs-nodes-256B.svg" docs/img/latency-vs-nodes.svg
 cp "$out/distribute-goodput.svg" docs/img/distribute-goodput.svg
-echo "wrote docs/img/latency-vs-nodes.svg and docs/img/distribute-goodput.svg (tables: $out/demo.txt, $out/distribute.txt)"
+# The goodput table replaces the lines between README's markers.
+awk -v table="$out/distribute-goodput.md" '
+    /<!-- distribute-goodput table: end -->/ { inside = 0 }
+    !inside { print }
+    /<!-- distribute-goodput table: begin -->/ {
+        while ((getline line < table) > 0) print line
+        inside = 1
+    }
+' README.md > README.md.new
+mv README.md.new README.md
+echo "wrote docs/img/latency-vs-nodes.svg, docs/img/distribute-goodput.svg and README.md's goodput table (tables: $out/demo.txt, $out/distribute.txt)"

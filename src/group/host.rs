@@ -9,6 +9,7 @@ use super::{Group, GroupError, GroupOptions, Membership, ServeWait, ServeWake};
 use crate::host_ring::{self, HostRing, HostRingError, Hosts, Layout, Sink};
 use crate::join::{Expect, JoinConfig};
 use crate::link::{self, LinkError};
+use crate::member::MemberError;
 use crate::Rank;
 
 /// Errors of [`HostGroup`] calls.
@@ -435,6 +436,104 @@ impl HostGroup {
         }
         buf.copy_from_slice(msg);
         Ok(())
+    }
+
+    /// MPI_Allgatherv into the caller's buffer ([`Group::allgather_into`]): every member's
+    /// part, in rank order, back to back in `out`; `lens` gives every member's part length.
+    /// Ranks sharing a host take the parts in one order: the host's own ranks' first, then
+    /// every other rank's, each in rank order (each host's owner sends its host's parts before
+    /// it waits for anyone else's, and receives the others' on their hosts' streams). A part
+    /// of another length than `lens` says is [`HostError::Length`] once every part was taken.
+    pub fn allgather_into(
+        &mut self,
+        part: &[u8],
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<(), HostError> {
+        super::check_parts(self.size, lens, out.len())?;
+        if self.ring.is_none() {
+            return self.network_gather(Some(part), out, lens);
+        }
+        self.ring_gather(Some(part), out, lens)
+    }
+
+    /// [`HostGroup::allgather_into`] with this rank's part already at its place in `out`
+    /// (MPI_IN_PLACE).
+    pub fn allgather_in_place(&mut self, out: &mut [u8], lens: &[usize]) -> Result<(), HostError> {
+        super::check_parts(self.size, lens, out.len())?;
+        if self.ring.is_none() {
+            return self.network_gather(None, out, lens);
+        }
+        self.ring_gather(None, out, lens)
+    }
+
+    /// One rank per host: the network group's allgather, whose ranks are the world's.
+    fn network_gather(
+        &mut self,
+        part: Option<&[u8]>,
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<(), HostError> {
+        let g = self.group.as_mut().ok_or_else(|| {
+            HostError::Placement("this rank has neither a network member nor a host ring".into())
+        })?;
+        let r = match part {
+            Some(p) => g.allgather_into(p, out, lens),
+            None => g.allgather_in_place(out, lens),
+        };
+        match r {
+            Err(GroupError::Length { root, got, want }) => {
+                Err(HostError::Length { root, got, want })
+            }
+            r => r.map(drop).map_err(HostError::from),
+        }
+    }
+
+    /// Ranks sharing hosts: one broadcast per rank through [`HostGroup::bcast`], this host's
+    /// ranks first.
+    fn ring_gather(
+        &mut self,
+        part: Option<&[u8]>,
+        out: &mut [u8],
+        lens: &[usize],
+    ) -> Result<(), HostError> {
+        let me = self.rank;
+        let mine: Vec<Rank> = match &self.view {
+            Some(v) => v.hosts.ranks_on(v.host).to_vec(),
+            None => vec![me],
+        };
+        let others = Rank::all(self.size).filter(|r| !mine.contains(r));
+        let mut failed = None;
+        for root in mine.iter().copied().chain(others) {
+            let i = root.index();
+            let at: usize = lens[..i].iter().sum();
+            let place = &mut out[at..at + lens[i]];
+            let r = match part {
+                Some(p) if root == me && p.len() != place.len() => {
+                    // Sent as it is, so that the others take it (and fail) in step.
+                    let mut own = p.to_vec();
+                    self.bcast(root, &mut own).and(Err(HostError::Length {
+                        root,
+                        got: p.len(),
+                        want: place.len(),
+                    }))
+                }
+                Some(p) if root == me => {
+                    place.copy_from_slice(p);
+                    self.bcast(root, place)
+                }
+                _ => self.bcast(root, place),
+            };
+            match r {
+                Ok(()) => {}
+                Err(e @ HostError::Length { .. })
+                | Err(e @ HostError::Group(GroupError::Member(MemberError::PeerDead(_)))) => {
+                    failed.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     /// Barrier: returns once every member has entered. Ranks sharing a host arrive through

@@ -4,7 +4,7 @@
 use crate::Key;
 use std::time::{Duration, Instant};
 
-use super::GroupError;
+use super::{GroupError, JoinSeen};
 use crate::driver::{Clock, Driver, Sends, WallClock};
 use crate::engine::{Algorithm, Config, ConfigError, Dest, Stats as EngineStats};
 use crate::join::{Expect, JoinConfig};
@@ -211,6 +211,20 @@ impl Stream {
         wait: Duration,
         stop: impl FnMut() -> bool,
     ) -> Result<Stream, GroupError> {
+        Stream::join_watching(link, role, opts, wait, stop, |_| {})
+    }
+
+    /// [`Stream::join`], showing `watch` what the join knows so far every 50 ms (hosts heard,
+    /// join frames that failed authentication, other coordinators: see [`JoinSeen`]), so that a
+    /// caller can say what it hears while it waits.
+    pub fn join_watching(
+        link: Box<dyn Link + Send>,
+        role: Role,
+        opts: &StreamOptions,
+        wait: Duration,
+        stop: impl FnMut() -> bool,
+        watch: impl FnMut(&JoinSeen),
+    ) -> Result<Stream, GroupError> {
         if opts.key.is_none() && !opts.insecure {
             return Err(GroupError::Membership(
                 "no group key: without one any host of the segment can join, inject data or \
@@ -238,7 +252,7 @@ impl Stream {
             max_pdu: link.max_pdu(),
             expect,
         };
-        let (joined, link) = super::join_settling(link, cfg, wait, settle, stop)?;
+        let (joined, link) = super::join_settling(link, cfg, wait, settle, stop, watch)?;
         let size = u16::try_from(joined.peers.len())
             .map_err(|_| GroupError::Membership("more than 65534 members".into()))?;
         let mut cfg = opts.config(joined.rank, size);

@@ -185,3 +185,27 @@ fn algorithms_parse_by_their_paper_names_too() {
     assert_eq!("mpich".parse::<Algorithm>(), Ok(Algorithm::Tree));
     assert!("x".parse::<Algorithm>().is_err());
 }
+
+/// A join timeout's explanation names who failed authentication (how many frames), another
+/// coordinator on a coordinator's group, and other sessions' senders.
+#[test]
+fn a_join_timeout_names_what_it_overheard() {
+    let a = crate::MacAddr([2, 0, 0, 0, 0, 1]);
+    let rival = crate::MacAddr([2, 0, 0, 0, 0, 9]);
+    let seen = super::JoinSeen {
+        unauthenticated: vec![(a, 17)],
+        coordinators: vec![rival],
+        ..Default::default()
+    };
+    let coordinator = seen.explain(true);
+    assert!(
+        coordinator.contains("17 from 02:00:00:00:00:01") && coordinator.contains("different key"),
+        "{coordinator}"
+    );
+    assert!(
+        coordinator.contains("another coordinator") && coordinator.contains("02:00:00:00:00:09")
+    );
+    // To a member, coordinators are its senders, not rivals.
+    assert!(!seen.explain(false).contains("another coordinator"));
+    assert_eq!(super::JoinSeen::default().explain(true), "");
+}

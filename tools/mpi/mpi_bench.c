@@ -1,12 +1,17 @@
-/* MPI_Bcast and MPI_Barrier latency, the EQA paper's method, for `ethbcast-bench mpi`.
+/* MPI collective latency, the EQA paper's method, for `ethbcast-bench mpi`: MPI_Bcast,
+ * MPI_Allgather, MPI_Allreduce (ints, MPI_SUM), MPI_Alltoall and MPI_Barrier.
  *
  * Usage: mpi_bench SYNC_FILE [ITERS [WARMUP [SIZES...]]]
+ * MPI_BENCH_OPS=bcast,allgather,allreduce,alltoall,barrier chooses the operations (default
+ * bcast,barrier); sizes are bytes per rank (allreduce: of ints, at least one).
+ * MPI_BENCH_SEPARATE=mpi separates iterations with MPI_Barrier, as the OSU micro-benchmarks do,
+ * and reports their average latency (every rank's own time in the call, averaged over ranks).
  *
  * Built with each implementation's mpicc and run under its mpirun, with and without the
  * ethbcast interposer. All ranks run on one machine (the test-bed's network namespaces), so
  * they share CLOCK_MONOTONIC: the latency of one broadcast runs from the root's call until
- * the LAST rank returned with the whole message; of one barrier, from the last rank entering
- * to the last rank leaving. Before every iteration the ranks meet out of band, in a barrier
+ * the LAST rank returned with the whole message; of one barrier (allgather, allreduce,
+ * alltoall), from the last rank entering to the last rank leaving. Before every iteration the ranks meet out of band, in a barrier
  * on a shared-memory file (SYNC_FILE, futexes), never over MPI or the network, so that the
  * separation costs the same with every MPI and iterations never overlap.
  *
@@ -61,12 +66,20 @@ static unsigned char pattern(size_t size, int iter, size_t i) {
     return (unsigned char)(size * 3u + (unsigned)iter * 7u + i * 31u + (i >> 8));
 }
 
-static void report(const char *op, size_t size, int ok, const double *lat, int iters) {
+static void report(const char *op, size_t size, int ok, const double *lat, const double *skew,
+                   int iters) {
     printf("{\"op\":\"%s\",\"size\":%zu,\"ranks\":%d,\"verified\":%s,\"samples_us\":[", op, size,
            n, ok ? "true" : "false");
     for (int i = 0; i < iters; i++)
         printf("%s%.3f", i ? "," : "", lat[i]);
-    printf("]}\n");
+    printf("]");
+    if (skew != NULL) {
+        printf(",\"entry_skew_us\":[");
+        for (int i = 0; i < iters; i++)
+            printf("%s%.3f", i ? "," : "", skew[i]);
+        printf("]");
+    }
+    printf("}\n");
     fflush(stdout);
 }
 
@@ -111,57 +124,139 @@ int main(int argc, char **argv) {
     }
     close(fd);
 
+    /* Which operations (MPI_BENCH_OPS, comma-separated; bcast and barrier by default) and
+     * how iterations are separated (MPI_BENCH_SEPARATE: "oob", the futex barrier, or "mpi",
+     * an MPI_Barrier as the OSU micro-benchmarks do). */
+    const char *ops = getenv("MPI_BENCH_OPS");
+    if (ops == NULL || ops[0] == '\0')
+        ops = "bcast,barrier";
+    const char *sep = getenv("MPI_BENCH_SEPARATE");
+    int osu = sep != NULL && strcmp(sep, "mpi") == 0;
     int total = warmup + iters;
     double *t_start = calloc((size_t)iters, sizeof(double));
     double *t_end = calloc((size_t)iters, sizeof(double));
     double *t_max = calloc((size_t)iters, sizeof(double));
     double *t_enter_max = calloc((size_t)iters, sizeof(double));
     double *lat = calloc((size_t)iters, sizeof(double));
-    for (int s = 0; s < nsizes; s++) {
-        size_t size = sizes[s];
-        unsigned char *buf = malloc(size ? size : 1);
-        int ok = 1;
-        for (int it = 0; it < total; it++) {
-            for (size_t i = 0; i < size; i++)
-                buf[i] = me == 0 ? pattern(size, it, i) : (unsigned char)~pattern(size, it, i);
-            oob_barrier();
-            double t0 = now_us();
-            MPI_Bcast(buf, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
-            double t1 = now_us();
-            for (size_t i = 0; i < size; i++)
-                ok &= buf[i] == pattern(size, it, i);
-            if (it >= warmup) {
-                t_start[it - warmup] = t0;
-                t_end[it - warmup] = t1;
+    double *skew = calloc((size_t)iters, sizeof(double));
+    char *list = strdup(ops);
+    for (char *save = NULL, *op = strtok_r(list, ",", &save); op != NULL;
+         op = strtok_r(NULL, ",", &save)) {
+        int kind = strcmp(op, "bcast") == 0       ? 0
+                   : strcmp(op, "allgather") == 0 ? 1
+                   : strcmp(op, "allreduce") == 0 ? 2
+                   : strcmp(op, "alltoall") == 0  ? 3
+                   : strcmp(op, "barrier") == 0   ? 4
+                                                  : -1;
+        if (kind < 0) {
+            if (me == 0)
+                fprintf(stderr, "mpi_bench: unknown operation %s\n", op);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        for (int s = 0; s < (kind == 4 ? 1 : nsizes); s++) {
+            size_t size = kind == 4 ? 0 : sizes[s];
+            /* allreduce: ints (at least one); the others: bytes, per rank. */
+            int count = kind == 2 ? (int)(size / sizeof(int) > 0 ? size / sizeof(int) : 1)
+                                  : (int)size;
+            size_t in_len = kind == 2 ? (size_t)count * sizeof(int)
+                            : kind == 3 ? size * (size_t)n
+                                        : size;
+            size_t out_len = kind == 0 || kind == 4 ? 0
+                             : kind == 2         ? in_len
+                                                 : size * (size_t)n;
+            unsigned char *in = malloc(in_len ? in_len : 1);
+            unsigned char *out = malloc(out_len ? out_len : 1);
+            int ok = 1;
+            for (int it = 0; it < total; it++) {
+                if (kind == 0)
+                    for (size_t i = 0; i < size; i++)
+                        in[i] = me == 0 ? pattern(size, it, i)
+                                        : (unsigned char)~pattern(size, it, i);
+                else if (kind == 1 || kind == 3)
+                    for (size_t i = 0; i < in_len; i++)
+                        in[i] = pattern(size, it + me, i);
+                else if (kind == 2)
+                    for (int i = 0; i < count; i++)
+                        ((int *)in)[i] = (me + it + i) % 7;
+                if (osu)
+                    MPI_Barrier(MPI_COMM_WORLD);
+                else
+                    oob_barrier();
+                double t0 = now_us();
+                switch (kind) {
+                case 0:
+                    MPI_Bcast(in, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
+                    break;
+                case 1:
+                    MPI_Allgather(in, (int)size, MPI_BYTE, out, (int)size, MPI_BYTE,
+                                  MPI_COMM_WORLD);
+                    break;
+                case 2:
+                    MPI_Allreduce(in, out, count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+                    break;
+                case 3:
+                    MPI_Alltoall(in, (int)size, MPI_BYTE, out, (int)size, MPI_BYTE,
+                                 MPI_COMM_WORLD);
+                    break;
+                default:
+                    MPI_Barrier(MPI_COMM_WORLD);
+                }
+                double t1 = now_us();
+                if (kind == 0)
+                    for (size_t i = 0; i < size; i++)
+                        ok &= in[i] == pattern(size, it, i);
+                else if (kind == 1)
+                    for (int r = 0; r < n; r++)
+                        for (size_t i = 0; i < size; i++)
+                            ok &= out[(size_t)r * size + i] == pattern(size, it + r, i);
+                else if (kind == 2)
+                    for (int i = 0; i < count; i++) {
+                        int want = 0;
+                        for (int r = 0; r < n; r++)
+                            want += (r + it + i) % 7;
+                        ok &= ((int *)out)[i] == want;
+                    }
+                else if (kind == 3)
+                    for (int r = 0; r < n; r++)
+                        for (size_t i = 0; i < size; i++)
+                            ok &= out[(size_t)r * size + i] ==
+                                  pattern(size, it + r, (size_t)me * size + i);
+                if (it >= warmup) {
+                    t_start[it - warmup] = t0;
+                    t_end[it - warmup] = t1;
+                }
             }
-        }
-        free(buf);
-        int all_ok = 0;
-        PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-        PMPI_Reduce(t_end, t_max, iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-        if (me == 0) {
-            for (int i = 0; i < iters; i++)
-                lat[i] = t_max[i] - t_start[i];
-            report("bcast", size, all_ok, lat, iters);
+            free(in);
+            free(out);
+            int all_ok = 0;
+            PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+            if (osu) {
+                /* OSU's average latency: every rank's own time in the call, averaged. And how
+                 * far apart the ranks entered it (the separating barrier's release skew). */
+                PMPI_Reduce(t_start, t_enter_max, iters, MPI_DOUBLE, MPI_MAX, 0,
+                            MPI_COMM_WORLD);
+                PMPI_Reduce(t_start, skew, iters, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+                for (int i = 0; i < iters; i++) {
+                    skew[i] = t_enter_max[i] - skew[i];
+                    lat[i] = t_end[i] - t_start[i];
+                }
+                PMPI_Reduce(lat, t_max, iters, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+                for (int i = 0; i < iters; i++)
+                    lat[i] = t_max[i] / n;
+            } else {
+                /* From the root's call (the last rank entering, without a root) to the last
+                 * rank leaving. */
+                PMPI_Reduce(t_start, t_enter_max, iters, MPI_DOUBLE, MPI_MAX, 0,
+                            MPI_COMM_WORLD);
+                PMPI_Reduce(t_end, t_max, iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+                for (int i = 0; i < iters; i++)
+                    lat[i] = t_max[i] - (kind == 0 ? t_start[i] : t_enter_max[i]);
+            }
+            if (me == 0)
+                report(op, size, all_ok, lat, osu ? skew : NULL, iters);
         }
     }
-    for (int it = 0; it < total; it++) {
-        oob_barrier();
-        double t0 = now_us();
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t1 = now_us();
-        if (it >= warmup) {
-            t_start[it - warmup] = t0;
-            t_end[it - warmup] = t1;
-        }
-    }
-    PMPI_Reduce(t_start, t_enter_max, iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    PMPI_Reduce(t_end, t_max, iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    if (me == 0) {
-        for (int i = 0; i < iters; i++)
-            lat[i] = t_max[i] - t_enter_max[i];
-        report("barrier", 0, 1, lat, iters);
-    }
+    free(list);
     munmap(sync_page, 4096);
     MPI_Finalize();
     return 0;

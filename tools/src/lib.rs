@@ -15,3 +15,4 @@ pub mod logging;
 pub mod packaging;
 pub mod suite;
 pub mod transfer;
+pub mod tree;

@@ -34,7 +34,8 @@ pub fn generate(cmd: clap::Command, dir: &Path) -> io::Result<Vec<PathBuf>> {
     for sub in man.get_subcommands().filter(|s| !s.is_hide_set()) {
         // `ethbcast-send(1)`: named as git and cargo name theirs, so `man ethbcast-send` works.
         let full = format!("{name}-{}", sub.get_name());
-        let page = sub.clone().display_name(full);
+        let usage = synopsis(&format!("{name} {}", sub.get_name()), sub);
+        let page = sub.clone().display_name(full).override_usage(usage);
         written.push(write_man(page, dir)?);
     }
     let mut visible = without_hidden_subcommands(&cmd);
@@ -46,6 +47,56 @@ pub fn generate(cmd: clap::Command, dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     written.sort();
     Ok(written)
+}
+
+/// The SYNOPSIS line of `cmd`, run as `name`: every visible option with its value
+/// (`--iface <IFACE>`), the required ones first, the others in brackets; positional arguments
+/// last. (clap_mangen's own line names options without their values.)
+pub fn synopsis(name: &str, cmd: &clap::Command) -> String {
+    let shown = |a: &clap::Arg| {
+        let flag = match (a.get_short(), a.get_long()) {
+            (Some(s), Some(l)) => format!("-{s}|--{l}"),
+            (Some(s), None) => format!("-{s}"),
+            (None, Some(l)) => format!("--{l}"),
+            (None, None) => String::new(),
+        };
+        let takes_value = a.get_num_args().is_some_and(|n| n.takes_values());
+        let value = match a.get_value_names() {
+            Some(v) => v.join(" "),
+            None => a.get_id().as_str().to_uppercase(),
+        };
+        match (flag.is_empty(), takes_value) {
+            (true, _) => format!("<{value}>"),
+            (false, true) => format!("{flag} <{value}>"),
+            (false, false) => flag,
+        }
+    };
+    let visible: Vec<&clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && a.get_id() != "help" && a.get_id() != "version")
+        .collect();
+    let mut line = vec![name.to_owned()];
+    for a in visible
+        .iter()
+        .filter(|a| a.is_required_set() && !a.is_positional())
+    {
+        line.push(shown(a));
+    }
+    for a in visible
+        .iter()
+        .filter(|a| !a.is_required_set() && !a.is_positional())
+    {
+        line.push(format!("[{}]", shown(a)));
+    }
+    for a in visible.iter().filter(|a| a.is_positional()) {
+        let v = shown(a);
+        line.push(if a.is_required_set() {
+            v
+        } else {
+            format!("[{v}]")
+        });
+    }
+    line.join(" ")
 }
 
 fn write_man(cmd: clap::Command, dir: &Path) -> io::Result<PathBuf> {

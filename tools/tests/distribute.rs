@@ -172,6 +172,8 @@ fn only_the_victim_was_evicted(
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(rep["ok"], false);
     assert!(stderr.contains("REPORT"), "{stderr}");
+    // The report says it; no raw log line of the library beside it.
+    assert!(!stderr.contains("member evicted"), "{stderr}");
     for r in rep["receivers"].as_array().unwrap() {
         let want = if r["mac"] == victim {
             "evicted"
@@ -2393,7 +2395,8 @@ fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
         ],
         Stdio::null(),
     );
-    // Under way: each side's file says so, with bytes moving.
+    // Under way: each side's file says so, with bytes moving, the sender's for each
+    // receiver too.
     let t0 = Instant::now();
     let (mut sending, mut receiving) = (false, [false, false]);
     while !(sending && receiving.iter().all(|r| *r)) {
@@ -2402,7 +2405,14 @@ fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
             "no status under way: sender {sending}, receivers {receiving:?}"
         );
         if let Some(v) = status_of(&sstatus) {
-            sending |= v["state"] == "sending" && v["bytes_sent"].as_u64() > Some(0);
+            let moving = |l: &serde_json::Value| {
+                l["status"] == "active" && l["bytes"].as_u64().is_some_and(|b| b > 0)
+            };
+            sending |= v["state"] == "sending"
+                && v["bytes_sent"].as_u64() > Some(0)
+                && v["receivers"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().all(moving));
         }
         for (seen, p) in receiving.iter_mut().zip(&rstatus) {
             if let Some(v) = status_of(p) {
@@ -2459,6 +2469,926 @@ fn both_sides_report_each_receivers_counters_in_json_and_in_status_files() {
     for e in std::fs::read_dir(&*dir).unwrap().flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
         assert!(!n.ends_with(".tmp"), "left behind: {n}");
+    }
+    tb.down().unwrap();
+}
+
+/// A key file in `dir` holding `phrase` (mode 0600), as every host of a test-bed can read it.
+fn key_file(dir: &Path, name: &str, phrase: &str) -> String {
+    let key = dir.join(name);
+    std::fs::write(&key, format!("{phrase}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    key.to_str().unwrap().to_owned()
+}
+
+/// A hostfile naming hosts `hosts` of the test-bed `node<i>`.
+fn hostfile(tb: &Testbed, dir: &Path, hosts: &[usize]) -> PathBuf {
+    let path = dir.join("hosts");
+    let lines: String = hosts
+        .iter()
+        .map(|&i| format!("node{i} {}\n", tb.hosts()[i].mac_string()))
+        .collect();
+    std::fs::write(&path, lines).unwrap();
+    path
+}
+
+/// `send --only-failed REPORT` (the report is `out`'s stdout, written to `dir`) with the key,
+/// to the receivers `rs` writing `outs`: every receiver completes with `data`.
+fn only_failed_completes(
+    tb: &Testbed,
+    dir: &Path,
+    out: &Output,
+    key: &str,
+    input: &Path,
+    receivers: usize,
+) {
+    let path = dir.join("report.json");
+    std::fs::write(&path, &out.stdout).unwrap();
+    let mut again = send(
+        tb,
+        &[
+            "--key-file",
+            key,
+            "-i",
+            input.to_str().unwrap(),
+            "--only-failed",
+            path.to_str().unwrap(),
+            "--wait",
+            "30",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = again.wait_timeout(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let rep = report(&out);
+    let lines = rep["receivers"].as_array().unwrap();
+    assert_eq!(lines.len(), receivers, "{rep}");
+    assert!(lines.iter().all(|l| l["status"] == "completed"), "{rep}");
+}
+
+/// `--json` after a join timeout: one report, with the hosts that answered (the transfer did
+/// not start for them) and the one that did not, and why; `--only-failed` takes it and sends
+/// to both. A receiver's `--json` after its own join timeout is one report too.
+#[test]
+fn json_after_a_join_timeout_names_who_joined_and_who_did_not_and_feeds_only_failed() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("jj"))).expect("test-bed");
+    let dir = tmpdir("jsonjoin");
+    let key = key_file(&dir, "key", "the json join test's phrase");
+    let hosts = hostfile(&tb, &dir, &[1, 2]);
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 1 << 20, 71);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    // A receiver alone, with no sender: its own join timeout, as JSON on stderr.
+    let mut lone = spawn(
+        &tb.hosts()[2].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--key-file",
+            &key,
+            "--wait",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let o = lone.wait_timeout(Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(3));
+    let r = recv_report(&o);
+    assert_eq!(
+        (r["ok"].clone(), r["code"].clone()),
+        (false.into(), 3.into()),
+        "{r}"
+    );
+    assert!(r["error"].as_str().unwrap().contains("join timeout"), "{r}");
+
+    let mut r1 = recv(
+        &tb,
+        1,
+        &["--key-file", &key, "-o", outs[0].to_str().unwrap()],
+    );
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--wait",
+            "2",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(3));
+    let rep = report(&out);
+    assert_eq!(rep["ok"], false, "{rep}");
+    assert_eq!(rep["code"], 3, "{rep}");
+    assert!(
+        rep["error"].as_str().unwrap().contains("join timeout"),
+        "{rep}"
+    );
+    let joined = rep["receivers"].as_array().unwrap();
+    assert_eq!(joined.len(), 1, "{rep}");
+    assert_eq!(joined[0]["host"], "node1", "{rep}");
+    assert_eq!(joined[0]["status"], "failed", "{rep}");
+    assert_eq!(rep["not_joined"], 1, "{rep}");
+    let missing = rep["missing"].as_array().unwrap();
+    assert_eq!(missing.len(), 1, "{rep}");
+    assert_eq!(missing[0]["host"], "node2", "{rep}");
+    assert!(
+        missing[0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer"),
+        "{rep}"
+    );
+    // Both are sent to again: node1 never got the data.
+    let mut r2 = recv(
+        &tb,
+        2,
+        &["--key-file", &key, "-o", outs[1].to_str().unwrap()],
+    );
+    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
+    for (r, o) in [&mut r1, &mut r2].into_iter().zip(&outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
+    tb.down().unwrap();
+}
+
+/// `--json` after SIGINT of a sender mid-transfer: one report (exit 130) in which every
+/// receiver failed with the interruption; `--only-failed` takes it and sends to both again.
+#[test]
+fn json_after_sigint_lists_every_receiver_and_feeds_only_failed() {
+    if !netns_available() {
+        return;
+    }
+    let (tb, dir) = slow_bed(3, "ji", "jsonint");
+    let key = key_file(&dir, "key", "the json interrupt test's phrase");
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 8 << 20, 72);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--max-rate",
+            "8mbit",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    wait_for_temporary_file(&dir, ".out1.bin", 64 << 10);
+    interrupt(&s);
+    let t0 = Instant::now();
+    let out = s.wait_timeout(Duration::from_secs(20));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(out.status.code(), Some(130));
+    let rep = report(&out);
+    assert_eq!(rep["code"], 130, "{rep}");
+    assert!(
+        rep["error"].as_str().unwrap().contains("interrupted"),
+        "{rep}"
+    );
+    let lines = rep["receivers"].as_array().unwrap();
+    assert_eq!(lines.len(), 2, "{rep}");
+    for l in lines {
+        assert_eq!(l["status"], "failed", "{rep}");
+        assert!(
+            l["error"].as_str().unwrap().contains("interrupted"),
+            "{rep}"
+        );
+    }
+    for r in &mut rs {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(15)).status.code(),
+            Some(130)
+        );
+    }
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
+    for (r, o) in rs.iter_mut().zip(&outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
+    tb.down().unwrap();
+}
+
+/// `--json` after a missing interface, on both sides: one report each (exit 4) that names
+/// the interface; the sender's, of `--receivers 2`, names no host, and `--only-failed` takes
+/// it and waits for two receivers.
+#[test]
+fn json_after_a_missing_interface_feeds_only_failed() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(3).prefix(prefix("jm"))).expect("test-bed");
+    let dir = tmpdir("jsonmissing");
+    let key = key_file(&dir, "key", "the json missing interface test's phrase");
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 1 << 20, 73);
+    let mut s = spawn(
+        &tb.hosts()[0].netns,
+        &[
+            "send",
+            "--iface",
+            "eth9",
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(4));
+    let rep = report(&out);
+    assert_eq!(rep["code"], 4, "{rep}");
+    assert!(rep["error"].as_str().unwrap().contains("eth9"), "{rep}");
+    assert_eq!(rep["not_joined"], 2, "{rep}");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &["recv", "--iface", "eth9", "--key-file", &key, "--json"],
+        Stdio::null(),
+    );
+    let o = r.wait_timeout(Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(4));
+    let rr = recv_report(&o);
+    assert_eq!(rr["code"], 4, "{rr}");
+    assert!(rr["error"].as_str().unwrap().contains("eth9"), "{rr}");
+
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
+    for (r, o) in rs.iter_mut().zip(&outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
+    tb.down().unwrap();
+}
+
+/// A receiver whose key is not the sender's hears the sender's join frames fail
+/// authentication: it says so once, naming the sender and how many, and its join timeout
+/// names that as the likely cause.
+#[test]
+fn a_receiver_with_another_key_names_the_sender_whose_frames_fail_authentication() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("wk"))).expect("test-bed");
+    let dir = tmpdir("wrongkey");
+    let mine = key_file(&dir, "mine", "the receiver's own phrase");
+    let theirs = key_file(&dir, "theirs", "the sender's other phrase");
+    let mut r = spawn(
+        &tb.hosts()[1].netns,
+        &[
+            "recv",
+            "--iface",
+            "eth0",
+            "--key-file",
+            &mine,
+            "--wait",
+            "3",
+            "-o",
+            "/dev/null",
+        ],
+        Stdio::null(),
+    );
+    let mut s = send(
+        &tb,
+        &[
+            "--key-file",
+            &theirs,
+            "-i",
+            "/dev/null",
+            "--receivers",
+            "1",
+            "--wait",
+            "3",
+            "--quiet",
+        ],
+        Stdio::null(),
+    );
+    let o = r.wait_timeout(Duration::from_secs(30));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    let sender = tb.hosts()[0].mac_string();
+    let warnings: Vec<&str> = e
+        .lines()
+        .filter(|l| l.contains("failed authentication") && l.contains("warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "said once: {e}");
+    assert!(warnings[0].contains(&sender), "{e}");
+    let timeout = e.lines().find(|l| l.contains("join timeout")).expect(&e);
+    assert!(
+        timeout.contains("failed authentication") && timeout.contains(&sender),
+        "{timeout}"
+    );
+    assert!(timeout.contains("different key"), "{timeout}");
+    assert_eq!(
+        s.wait_timeout(Duration::from_secs(30)).status.code(),
+        Some(3)
+    );
+    tb.down().unwrap();
+}
+
+/// A second sender on a group whose receivers already joined another: its join times out
+/// naming the first sender's MAC, and counts only what it heard.
+#[test]
+fn the_loser_of_two_senders_names_the_other() {
+    if !netns_available() {
+        return;
+    }
+    let (tb, dir) = slow_bed(4, "ts", "twosenders");
+    let key = key_file(&dir, "key", "the two senders' phrase");
+    let input = dir.join("in.bin");
+    let data = random_file(&input, 16 << 20, 74);
+    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
+    let mut rs: Vec<Proc> = (1..3)
+        .map(|i| {
+            recv(
+                &tb,
+                i,
+                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    let mut first = send(
+        &tb,
+        &[
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--max-rate",
+            "40mbit",
+            "--quiet",
+        ],
+        Stdio::null(),
+    );
+    wait_for_temporary_file(&dir, ".out1.bin", 64 << 10);
+    let mut second = spawn(
+        &tb.hosts()[3].netns,
+        &[
+            "send",
+            "--iface",
+            "eth0",
+            "--key-file",
+            &key,
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "2",
+            "--wait",
+            "2",
+            "--quiet",
+        ],
+        Stdio::null(),
+    );
+    let o = second.wait_timeout(Duration::from_secs(30));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    let winner = tb.hosts()[0].mac_string();
+    let timeout = e.lines().find(|l| l.contains("join timeout")).expect(&e);
+    assert!(timeout.contains(&winner), "names the other sender: {e}");
+    assert!(timeout.contains("0 of 2 receivers joined"), "{timeout}");
+    assert_eq!(
+        first.wait_timeout(Duration::from_secs(60)).status.code(),
+        Some(0)
+    );
+    for (r, o) in rs.iter_mut().zip(&outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
+    tb.down().unwrap();
+}
+
+/// `keygen` into a directory that does not exist says it cannot write the key there and
+/// names the directory (not "cannot read key file").
+#[test]
+fn keygen_into_a_missing_directory_names_the_directory() {
+    let out = std::process::Command::new(BIN)
+        .args(["keygen", "/nonexistent-ethbcast-dir/sub/group.key"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{e}");
+    assert!(e.contains("cannot write key file"), "{e}");
+    assert!(
+        e.contains("directory /nonexistent-ethbcast-dir/sub does not exist"),
+        "{e}"
+    );
+    assert!(!e.contains("cannot read"), "{e}");
+}
+
+/// `--insecure`'s help points to a section of the docs that exists.
+#[test]
+fn insecure_help_points_to_a_section_that_exists() {
+    let out = std::process::Command::new(BIN)
+        .args(["send", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let at = help
+        .find("docs/security.md, \"")
+        .unwrap_or_else(|| panic!("--insecure names no section: {help}"));
+    let section = help[at..].split('"').nth(1).unwrap();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/security.md");
+    let text = std::fs::read_to_string(docs).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start_matches('#').trim() == section && l.starts_with('#')),
+        "docs/security.md has no section {section:?}"
+    );
+}
+
+/// A member of the transfer (here without a key, any host) that sends `Final { ok: true }`
+/// right after the join, before any data or the trailer, is not counted as completed: the
+/// report fails it, and `--only-failed` sends to it again.
+#[test]
+fn an_early_completion_report_is_not_taken_as_completed() {
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(2).prefix(prefix("ef"))).expect("test-bed");
+    let dir = tmpdir("earlyfinal");
+    let input = dir.join("in.bin");
+    random_file(&input, 4 << 20, 75);
+    let ns = tb.hosts()[1].netns.clone();
+    let liar = netns::spawn_in(&ns, || {
+        use ethbcast::{Role, Stream, StreamOptions};
+        let opts = StreamOptions {
+            group_id: ethbcast_tools::distribute::DEFAULT_GROUP_ID,
+            backend: ethbcast::Backend::Socket,
+            window: ethbcast_tools::distribute::DEFAULT_WINDOW,
+            ack_every: ethbcast_tools::distribute::DEFAULT_ACK_EVERY,
+            nack_gather: ethbcast_tools::distribute::DEFAULT_WINDOW / 4,
+            insecure: true,
+            end_to_end: true,
+            ..StreamOptions::default()
+        };
+        let link = opts.open_link("eth0").expect("link");
+        let mut node = Stream::join(link, Role::Receiver, &opts, Duration::from_secs(30), || {
+            false
+        })
+        .expect("joined");
+        let early = ethbcast_tools::transfer::Final {
+            ok: true,
+            bytes: 4 << 20,
+            error: String::new(),
+        };
+        node.send_to(ethbcast::Rank::new(0), early.encode())
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            let _ = node.turn(Duration::from_millis(10));
+            while node.poll_event().is_some() {}
+        }
+    })
+    .expect("a thread in the receiver's namespace");
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            input.to_str().unwrap(),
+            "--receivers",
+            "1",
+            "--timeout",
+            "1",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(60));
+    liar.join().unwrap();
+    let rep = report(&out);
+    assert_eq!(out.status.code(), Some(1), "{rep}");
+    let line = &rep["receivers"][0];
+    assert_ne!(line["status"], "completed", "{rep}");
+    let hosts = ethbcast_tools::distribute::send::failed_hosts(&rep.to_string()).unwrap();
+    assert_eq!(hosts.len(), 1, "--only-failed sends to it again");
+    tb.down().unwrap();
+}
+
+/// Sets the modification (and access) time of `path` itself, a symbolic link's own included.
+fn set_mtime(path: &Path, secs: i64, nanos: u32) {
+    let t = rustix::fs::Timespec {
+        tv_sec: secs,
+        tv_nsec: nanos.into(),
+    };
+    let ts = rustix::fs::Timestamps {
+        last_access: t,
+        last_modification: t,
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        path,
+        &ts,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .expect("utimensat");
+}
+
+/// A tree of 1 000 files in 10 directories: names with spaces, a newline, bytes that are not
+/// UTF-8 and over 100 bytes long; 20 symbolic links (to files, to directories, up, dangling
+/// inside, one whose target is over 100 bytes); modes from 0400 to 0755 and times with
+/// nanoseconds; an empty and a read-only directory.
+fn odd_tree(root: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let os = |b: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(b));
+    let long = "d".repeat(110);
+    let dirs: Vec<Vec<u8>> = vec![
+        b"plain".to_vec(),
+        b"with space".to_vec(),
+        b"new\nline".to_vec(),
+        b"not utf-8 \xff\xfe".to_vec(),
+        long.clone().into_bytes(),
+        format!("{long}/{long}").into_bytes(),
+        b"a/b/c".to_vec(),
+        b"read only".to_vec(),
+        b"tab\tand \\ quote\"".to_vec(),
+        b"\xe2\x98\xba smile".to_vec(),
+    ];
+    for d in &dirs {
+        std::fs::create_dir_all(root.join(os(d))).unwrap();
+    }
+    std::fs::create_dir(root.join("empty")).unwrap();
+    let modes = [0o644, 0o600, 0o755, 0o400, 0o640, 0o700];
+    for i in 0..1000usize {
+        let name: Vec<u8> = match i % 5 {
+            0 => format!("f{i:04}").into_bytes(),
+            1 => format!("file {i} with spaces").into_bytes(),
+            2 => format!("line\nbreak {i}").into_bytes(),
+            3 => [format!("raw{i}-").as_bytes(), b"\x80\xff"].concat(),
+            _ => format!("{i:04}-{}", "n".repeat(130)).into_bytes(),
+        };
+        let path = root.join(os(&dirs[i % dirs.len()])).join(os(&name));
+        let len = if i % 97 == 0 { 0 } else { (i * 131) % 9000 + 1 };
+        let data: Vec<u8> = (0..len).map(|k| (k * 7 + i * 13 + k / 509) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        std::fs::set_permissions(
+            &path,
+            std::fs::Permissions::from_mode(modes[i % modes.len()]),
+        )
+        .unwrap();
+        set_mtime(
+            &path,
+            1_600_000_000 + i as i64,
+            (i as u32 * 999_331) % 1_000_000_000,
+        );
+    }
+    let mut links: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (b"plain/to f0000".to_vec(), b"f0000".to_vec()),
+        (b"plain/to dir".to_vec(), b"../with space".to_vec()),
+        (b"a/b/c/up".to_vec(), b"../../../plain/f0000".to_vec()),
+        (b"a/b/top".to_vec(), b"../..".to_vec()),
+        (b"a/dangling".to_vec(), b"nothing here".to_vec()),
+        (
+            b"link\nnewline \xff".to_vec(),
+            b"not utf-8 \xff\xfe".to_vec(),
+        ),
+        (
+            format!("{long}/long target").into_bytes(),
+            format!("./{long}/../{long}/{long}/./f0005").into_bytes(),
+        ),
+    ];
+    for i in 0..13 {
+        links.push((
+            format!("a/b/c/l{i}").into_bytes(),
+            format!("../../../plain/f{:04}", i * 10).into_bytes(),
+        ));
+    }
+    for (i, (l, t)) in links.iter().enumerate() {
+        let path = root.join(os(l));
+        std::os::unix::fs::symlink(os(t), &path).unwrap();
+        set_mtime(&path, 1_500_000_000 + i as i64, 123_000 * i as u32);
+    }
+    // Directories last, deepest first, so that their times stay.
+    let mut all = walk_tree(root);
+    all.sort_by_key(|r| std::cmp::Reverse(r.components().count()));
+    for (i, rel) in all.iter().enumerate() {
+        let path = root.join(rel);
+        if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+            let mode = if rel == Path::new("read only") {
+                0o555
+            } else {
+                0o755
+            };
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            set_mtime(&path, 1_700_000_000 + i as i64, 1_000 * i as u32);
+        }
+    }
+}
+
+/// Every path under `root`, relative, without following links; `root` itself as "".
+fn walk_tree(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::new()];
+    let mut i = 0;
+    while i < out.len() {
+        let rel = out[i].clone();
+        i += 1;
+        let at = root.join(&rel);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+            for e in std::fs::read_dir(&at).unwrap().flatten() {
+                out.push(rel.join(e.file_name()));
+            }
+        }
+    }
+    out
+}
+
+/// A tree entry by entry: kind, permission bits, modification time to the nanosecond, and the
+/// digest of a file's bytes or a link's target.
+fn tree_of(root: &Path) -> std::collections::BTreeMap<PathBuf, (String, u32, i64, i64, String)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    walk_tree(root)
+        .into_iter()
+        .map(|rel| {
+            let p = root.join(&rel);
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let (kind, what) = if m.is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                ("link", blake3::hash(t.as_os_str().as_bytes()).to_string())
+            } else if m.is_dir() {
+                ("dir", String::new())
+            } else {
+                ("file", file_digest(&p).to_string())
+            };
+            let line = (
+                kind.to_string(),
+                m.mode() & 0o7777,
+                m.mtime(),
+                m.mtime_nsec(),
+                what,
+            );
+            (rel, line)
+        })
+        .collect()
+}
+
+/// No directory a tree was being unpacked into is left in `dir`.
+fn no_staging_dirs(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        assert!(
+            !(n.contains(".ethbcast-") && n.ends_with(".part")),
+            "a directory being unpacked was left behind: {n}"
+        );
+    }
+}
+
+#[test]
+fn a_tree_of_1000_odd_files_arrives_identical_on_3_receivers() {
+    if !netns_available() {
+        return;
+    }
+    let tb =
+        Testbed::up(&TestbedConfig::new(4).prefix(prefix("tr")).loss_pct(1.0)).expect("test-bed");
+    let dir = tmpdir("tree");
+    let src = dir.join("src");
+    std::fs::create_dir(&src).unwrap();
+    odd_tree(&src);
+    let sent = tree_of(&src);
+    assert_eq!(sent.values().filter(|l| l.0 == "file").count(), 1000);
+    assert_eq!(sent.values().filter(|l| l.0 == "link").count(), 20);
+    let dsts: Vec<PathBuf> = (1..4).map(|i| dir.join(format!("dst{i}"))).collect();
+    // One receiver's directory exists and is empty: it is taken as a missing one would be.
+    std::fs::create_dir(&dsts[2]).unwrap();
+    let mut rs: Vec<Proc> = dsts
+        .iter()
+        .enumerate()
+        .map(|(i, d)| recv(&tb, i + 1, &["--extract", d.to_str().unwrap(), "--json"]))
+        .collect();
+    let mut s = send(
+        &tb,
+        &[
+            "-i",
+            src.to_str().unwrap(),
+            "--receivers",
+            "3",
+            "--wait",
+            "30",
+            "--quiet",
+            "--json",
+        ],
+        Stdio::null(),
+    );
+    let out = s.wait_timeout(Duration::from_secs(120));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{e}");
+    let rep = report(&out);
+    assert_eq!(rep["ok"], true, "{rep}");
+    for r in rep["receivers"].as_array().unwrap() {
+        assert_eq!(r["status"], "completed", "{rep}");
+    }
+    for (r, d) in rs.iter_mut().zip(&dsts) {
+        let o = r.wait_timeout(Duration::from_secs(30));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(recv_report(&o)["ok"], true);
+        let diff = std::process::Command::new("diff")
+            .args(["-r", "--no-dereference"])
+            .arg(&src)
+            .arg(d)
+            .output()
+            .expect("diff runs");
+        assert!(
+            diff.status.success(),
+            "diff -r {}: {}",
+            d.display(),
+            String::from_utf8_lossy(&diff.stdout)
+        );
+        let got = tree_of(d);
+        for (k, v) in &sent {
+            assert_eq!(got.get(k), Some(v), "{}: {k:?}", d.display());
+        }
+        assert_eq!(got.len(), sent.len(), "{}", d.display());
+    }
+    no_staging_dirs(&dir);
+    tb.down().unwrap();
+}
+
+/// An entry of [`raw_archive`]: its type, name, link target and data.
+type RawEntry<'a> = (tar::EntryType, &'a [u8], &'a [u8], &'a [u8]);
+
+/// A tar archive whose entries are written as raw header fields, name and link target byte
+/// for byte: what a hostile sender can put in the stream (the tar crate's own setters refuse
+/// `..` and absolute names).
+fn raw_archive(entries: &[RawEntry<'_>]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (kind, name, link, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(*kind);
+        h.set_mode(0o644);
+        h.set_mtime(1_600_000_000);
+        h.set_size(data.len() as u64);
+        let old = h.as_old_mut();
+        old.name[..name.len()].copy_from_slice(name);
+        old.linkname[..link.len()].copy_from_slice(link);
+        h.set_cksum();
+        b.append(&h, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+#[test]
+fn a_hostile_tree_is_refused_by_every_receiver_with_nothing_written_outside() {
+    use tar::EntryType::{Regular, Symlink};
+    if !netns_available() {
+        return;
+    }
+    let tb = Testbed::up(&TestbedConfig::new(4).prefix(prefix("th"))).expect("test-bed");
+    let dir = tmpdir("hostile");
+    let outside = dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("keep"), b"k").unwrap();
+    let abs = outside.join("abs");
+    let abs_name = abs.as_os_str().as_encoded_bytes();
+    let out_dir = outside.as_os_str().as_encoded_bytes();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "../x",
+            raw_archive(&[
+                (Regular, b"fine", b"", b"ok"),
+                (Regular, b"../x", b"", b"x"),
+            ]),
+        ),
+        (
+            abs.to_str().unwrap(),
+            raw_archive(&[
+                (Regular, b"fine", b"", b"ok"),
+                (Regular, abs_name, b"", b"x"),
+            ]),
+        ),
+        // A symbolic link out, then a file through it.
+        (
+            "l/x",
+            raw_archive(&[
+                (Regular, b"fine", b"", b"ok"),
+                (Symlink, b"l", b"../outside", b""),
+                (Regular, b"l/x", b"", b"x"),
+            ]),
+        ),
+        // An absolute link is refused as it comes, before a file can go through it.
+        (
+            "m",
+            raw_archive(&[(Symlink, b"m", out_dir, b""), (Regular, b"m/x", b"", b"x")]),
+        ),
+    ];
+    for (n, (entry, archive)) in cases.iter().enumerate() {
+        let input = dir.join(format!("hostile{n}.tar"));
+        std::fs::write(&input, archive).unwrap();
+        let dsts: Vec<PathBuf> = (1..4).map(|i| dir.join(format!("dst{n}-{i}"))).collect();
+        let mut rs: Vec<Proc> = dsts
+            .iter()
+            .enumerate()
+            .map(|(i, d)| recv(&tb, i + 1, &["--extract", d.to_str().unwrap(), "--json"]))
+            .collect();
+        let mut s = send(
+            &tb,
+            &["--receivers", "3", "--wait", "30", "--quiet", "--json"],
+            Stdio::from(std::fs::File::open(&input).unwrap()),
+        );
+        let out = s.wait_timeout(Duration::from_secs(120));
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{entry}: {e}");
+        let rep = report(&out);
+        let named = format!("tree entry \"{entry}\" refused");
+        for r in rep["receivers"].as_array().unwrap() {
+            assert_eq!(r["status"], "failed", "{entry}: {rep}");
+            let why = r["error"].as_str().unwrap();
+            assert!(why.contains(&named), "{entry}: {why}");
+        }
+        for (r, d) in rs.iter_mut().zip(&dsts) {
+            let o = r.wait_timeout(Duration::from_secs(30));
+            let e = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{entry}: {e}");
+            assert!(e.contains(&named), "{entry}: {e}");
+            assert!(!d.exists(), "{entry}: {} exists", d.display());
+        }
+        // Nothing outside: `outside` holds what it held, and the scratch directory only the
+        // archives and `outside`.
+        let mut held: Vec<String> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        held.sort();
+        assert_eq!(held, ["keep"], "{entry}");
+        for e in std::fs::read_dir(&*dir).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                name == "outside" || (name.starts_with("hostile") && name.ends_with(".tar")),
+                "{entry}: {name} was written"
+            );
+        }
+        assert!(!dir.parent().unwrap().join("x").exists(), "{entry}");
     }
     tb.down().unwrap();
 }

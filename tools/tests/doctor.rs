@@ -384,3 +384,91 @@ fn doctor_with_a_hostfile_names_a_host_without_cap_net_raw_and_the_fix() {
     assert!(text.contains("a missing capability: setcap"), "{text}");
     assert!(!text.contains("FAIL  node1"), "{text}");
 }
+
+/// `doctor --json`: one object per check, each with its id, its host, its status and (for a
+/// problem) its fix; `--key-file` checks the key file's mode, owner and form, each with its fix.
+#[test]
+fn doctor_json_carries_id_host_status_and_fix_and_checks_the_key_file() {
+    if !netns_available(
+        "doctor_json_carries_id_host_status_and_fix_and_checks_the_key_file",
+        false,
+    ) {
+        return;
+    }
+    let tb =
+        Testbed::up(&TestbedConfig::new(1).prefix(format!("dj{:x}", std::process::id() & 0xfff)))
+            .expect("test-bed");
+    let ns = tb.hosts()[0].netns.clone();
+    let dir = std::env::temp_dir().join(format!("ethbcast-doctor-json-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |key: &std::path::Path| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(BIN)
+            .args(["doctor", "--iface", "eth0", "--json", "--key-file"])
+            .arg(key)
+            .env_remove("ETHBCAST_BACKEND")
+            .output()
+            .expect("run ethbcast doctor");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        (
+            out.status.code(),
+            v.as_array().expect("a list of checks").clone(),
+        )
+    };
+    let good = dir.join("good.key");
+    std::fs::write(&good, format!("ethbcast-key-v1 {}\n", "5a".repeat(32))).unwrap();
+    std::fs::set_permissions(&good, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (code, checks) = run(&good);
+    assert_eq!(code, Some(0), "{checks:?}");
+    for c in &checks {
+        assert!(c["id"].as_str().is_some_and(|s| !s.is_empty()), "{c}");
+        assert_eq!(c["host"], "local", "{c}");
+        assert_eq!(c["status"], "ok", "{c}");
+    }
+    for id in [
+        "interface.up",
+        "cap.net_raw",
+        "link.open",
+        "key.mode",
+        "key.owner",
+        "key.read",
+    ] {
+        assert!(checks.iter().any(|c| c["id"] == id), "{id}: {checks:?}");
+    }
+    let by_id = |checks: &[serde_json::Value], id: &str| {
+        checks
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id}: {checks:?}"))
+            .clone()
+    };
+    // Readable by others, and another user's.
+    let open = dir.join("open.key");
+    std::fs::copy(&good, &open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    nix::unistd::chown(&open, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let (code, checks) = run(&open);
+    assert_eq!(code, Some(1), "{checks:?}");
+    let mode = by_id(&checks, "key.mode");
+    assert_eq!(mode["status"], "fail", "{mode}");
+    assert!(
+        mode["fix"].as_str().unwrap().contains("chmod 600"),
+        "{mode}"
+    );
+    let owner = by_id(&checks, "key.owner");
+    assert_eq!(owner["status"], "fail", "{owner}");
+    assert!(owner["what"].as_str().unwrap().contains("65534"), "{owner}");
+    assert!(owner["fix"].as_str().is_some(), "{owner}");
+    let missing = run(&dir.join("missing.key")).1;
+    let file = by_id(&missing, "key.file");
+    assert_eq!(file["status"], "fail", "{file}");
+    assert!(
+        file["fix"].as_str().unwrap().contains("ethbcast keygen"),
+        "{file}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    tb.down().unwrap();
+}

@@ -179,3 +179,50 @@ fn the_receiver_unit_takes_a_key_credential_a_size_limit_and_a_per_instance_outp
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success() && err.trim().is_empty(), "{err}");
 }
+
+/// Each subcommand's man page's SYNOPSIS shows the options with their values, the required
+/// ones first: `--iface <IFACE>`, not `<--iface>`.
+#[test]
+fn man_page_synopses_show_each_option_with_its_value() {
+    let dir = committed_dir();
+    for (page, want) in [
+        (
+            "ethbcast-send.1",
+            [
+                "\\-\\-iface <IFACE>",
+                "[\\-\\-receivers <RECEIVERS>]",
+                "[\\-\\-json]",
+            ],
+        ),
+        (
+            "ethbcast-recv.1",
+            [
+                "\\-\\-iface <IFACE>",
+                "[\\-o|\\-\\-output <OUTPUT>]",
+                "[\\-\\-resume]",
+            ],
+        ),
+        (
+            "ethbcast-doctor.1",
+            [
+                "\\-\\-iface <IFACE>",
+                "[\\-\\-hostfile <HOSTFILE>]",
+                "[\\-\\-json]",
+            ],
+        ),
+    ] {
+        let text = std::fs::read_to_string(dir.join(page)).unwrap();
+        let synopsis = text
+            .split(".SH SYNOPSIS")
+            .nth(1)
+            .and_then(|s| s.split(".SH").next())
+            .unwrap_or_else(|| panic!("{page}: no SYNOPSIS"));
+        assert!(
+            !synopsis.contains("<\\fB"),
+            "{page}: an option without its value: {synopsis}"
+        );
+        for w in want {
+            assert!(synopsis.contains(w), "{page}: {w} in {synopsis}");
+        }
+    }
+}

@@ -299,3 +299,49 @@ fn without_the_capabilities_the_error_names_cap_net_raw_and_the_remedy() {
     );
     drop(tb);
 }
+
+/// `recv --resume` run by a user who cannot open the partial output it finds (another user's
+/// file, planted): not its own, so it receives into a fresh temporary file (as for a link or
+/// a file of another owner) instead of failing.
+#[test]
+fn resume_takes_a_partial_output_it_cannot_open_as_not_its_own() {
+    let test = "resume_takes_a_partial_output_it_cannot_open_as_not_its_own";
+    if !tools_available(test) {
+        return;
+    }
+    let tb =
+        Testbed::up(&TestbedConfig::new(1).prefix(format!("ur{:x}", std::process::id() & 0xfff)))
+            .expect("test-bed");
+    let scratch = Scratch::new("resume");
+    let dir = &scratch.0;
+    let bin = dir.join("ethbcast");
+    install_copy(&bin, Some("cap_net_raw,cap_net_admin+ep"));
+    // Planted by another user (root here), readable by no one else.
+    let planted = dir.join("out/.x.bin.ethbcast.part");
+    std::fs::write(&planted, b"someone else's").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = dir.join("out/x.bin");
+    let mut r = spawn_as(
+        &tb.hosts()[0].netns,
+        &as_nobody(),
+        &bin,
+        &[
+            "recv",
+            "--insecure",
+            "--iface",
+            "eth0",
+            "--wait",
+            "1",
+            "--resume",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    let o = r.wait_timeout(Duration::from_secs(30));
+    let e = text(&o.stderr);
+    // It got as far as waiting for a sender: a join timeout, not an error opening the file.
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(e.contains("not a partial output of this user"), "{e}");
+    assert_eq!(std::fs::read(&planted).unwrap(), b"someone else's");
+    drop(tb);
+}

@@ -40,6 +40,7 @@ pub fn c_compiler() -> Command {
 }
 
 /// Compiles one C file against the static library; returns the executable.
+#[allow(dead_code)] // c_abi_shared.rs links the shared library only.
 pub fn compile(source: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}"));

@@ -42,7 +42,7 @@
 //!
 //! Nonces and clocks come from the caller, so that runs on the simulator repeat exactly.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -58,11 +58,15 @@ use crate::Rank;
 mod challenges;
 mod config;
 mod outcome;
+mod overheard;
+mod rosters;
 mod session;
 
-use challenges::Held;
+use challenges::{Challenges, Taken};
 pub use config::{Expect, JoinConfig};
 pub use outcome::{JoinError, JoinStats, Joined, LateRoster};
+pub use overheard::Overheard;
+use rosters::Rosters;
 use session::{challenge_key, join_key};
 pub use session::{session, Session};
 
@@ -88,9 +92,6 @@ const MAX_STRANGERS: usize = 64;
 /// The smallest frame size a hello may offer or a roster decide: the IPv4 minimum datagram
 /// size, which every link carries (an offer below it is malformed, not a small MTU).
 pub const MIN_PDU: u16 = 576;
-
-/// Members of a roster, at most (a group has at most 65534).
-const MAX_ROSTER: usize = u16::MAX as usize - 1;
 
 /// Roster entries per frame: MAC (6) and member nonce (8), after the part's
 /// [`ROSTER_HEADER`], in a payload of 1400 bytes (a 1500-byte MTU less header, tag and CRC,
@@ -124,14 +125,6 @@ fn seal(key: Option<&Key>, frame: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
-/// A roster being collected from its parts.
-#[derive(Debug, Default)]
-struct Parts {
-    parts: u16,
-    pdu: u16,
-    got: BTreeMap<u16, Vec<(MacAddr, u64)>>,
-}
-
 /// The coordinator's side.
 #[derive(Debug)]
 struct Coordinating {
@@ -151,6 +144,33 @@ struct Coordinating {
     cursor: usize,
 }
 
+impl Coordinating {
+    /// Counts a broadcast round of the coordinator and picks who gets a point-to-point copy
+    /// of it: from the third round on, up to [`UNICAST_PER_ROUND`] of `waiting` (members a
+    /// broadcast filter may hide), round robin, so that a member that hears no broadcast
+    /// still joins, and late starters in a large group do not cost a frame each per round.
+    /// `waiting` is asked only when copies are due.
+    fn unicast_round(
+        &mut self,
+        waiting: impl FnOnce(&Coordinating) -> Vec<MacAddr>,
+    ) -> Vec<MacAddr> {
+        self.rounds = self.rounds.saturating_add(1);
+        if self.rounds < 3 {
+            return Vec::new();
+        }
+        let waiting = waiting(self);
+        if waiting.is_empty() {
+            return Vec::new();
+        }
+        let take = waiting.len().min(UNICAST_PER_ROUND);
+        let start = self.cursor % waiting.len();
+        self.cursor = self.cursor.wrapping_add(take);
+        (0..take)
+            .map(|k| waiting[(start + k) % waiting.len()])
+            .collect()
+    }
+}
+
 /// The join of one member (sans-IO).
 #[derive(Debug)]
 pub struct Join {
@@ -162,21 +182,16 @@ pub struct Join {
     coord: Option<Coordinating>,
     /// This join's clock value, sealed in its challenges (see [`Join::with_clock`]).
     clock: u64,
-    /// Challenges held (at most [`MAX_CHALLENGES`]), in arrival order.
-    challenges: Vec<Held>,
-    /// Challenges heard so far: without a key, the time a challenge is ranked by.
-    arrivals: u64,
+    /// Challenges held (at most [`MAX_CHALLENGES`]) and the rounds of hellos answering them.
+    challenges: Challenges,
     /// Rosters being collected, one per challenge held at most.
-    rosters: BTreeMap<(MacAddr, u64), Parts>,
-    /// When the last round of hellos went out.
-    last_round: Option<Instant>,
+    rosters: Rosters,
     /// How to confirm a repeated roster once joined (the result may have been taken).
     late: Option<LateRoster>,
-    /// Hellos sent and the most rosters held at once.
-    hellos_sent: u64,
-    peak_rosters: usize,
     /// Hosts heard that the expectation excludes.
     strangers: BTreeSet<MacAddr>,
+    /// Frames beside this join's exchange (see [`Overheard`]).
+    overheard: Overheard,
     next_send: Instant,
     out: VecDeque<(MacAddr, Vec<u8>)>,
     result: Option<Result<Joined, JoinError>>,
@@ -246,14 +261,11 @@ impl Join {
                 cursor: 0,
             }),
             clock: 0,
-            challenges: Vec::new(),
-            arrivals: 0,
-            rosters: BTreeMap::new(),
-            last_round: None,
+            challenges: Challenges::default(),
+            rosters: Rosters::default(),
             late: None,
-            hellos_sent: 0,
-            peak_rosters: 0,
             strangers: BTreeSet::new(),
+            overheard: Overheard::default(),
             next_send: now,
             out: VecDeque::new(),
             result: None,
@@ -305,13 +317,26 @@ impl Join {
             .unwrap_or_default()
     }
 
+    /// Members of the roster the coordinator decided that confirmed it, this one included
+    /// (`None` before a roster is decided, and on a member that does not coordinate).
+    pub fn confirmed(&self) -> Option<(usize, usize)> {
+        let c = self.coord.as_ref()?;
+        let roster = c.roster.as_ref()?;
+        Some((c.confirmed.len(), roster.len()))
+    }
+
+    /// What this join overheard beside its own exchange (see [`Overheard`]).
+    pub fn overheard(&self) -> &Overheard {
+        &self.overheard
+    }
+
     /// What the join holds and has sent so far.
     pub fn stats(&self) -> JoinStats {
         JoinStats {
-            hellos: self.hellos_sent,
+            hellos: self.challenges.hellos(),
             challenges: self.challenges.len(),
             rosters: self.rosters.len(),
-            peak_rosters: self.peak_rosters,
+            peak_rosters: self.rosters.peak(),
         }
     }
 
@@ -340,6 +365,14 @@ impl Join {
         self.settled = true;
         self.decide(now);
         self.coord.as_ref().is_some_and(|c| c.roster.is_some())
+    }
+
+    /// A round of the coordinator's broadcasts, and who gets a copy (see
+    /// `Coordinating::unicast_round`); nothing if this member does not coordinate.
+    fn coord_round(&mut self, waiting: impl FnOnce(&Coordinating) -> Vec<MacAddr>) -> Vec<MacAddr> {
+        self.coord
+            .as_mut()
+            .map_or_else(Vec::new, |c| c.unicast_round(waiting))
     }
 
     fn send(&mut self, dst: MacAddr, key: Option<&Key>, msg: &JoinMsg, claim: Rank) {
@@ -561,7 +594,18 @@ impl Join {
         let Ok(f) = Frame::new_checked(pdu) else {
             return;
         };
-        if f.kind() != Kind::Join || f.group() != self.cfg.group || src == self.cfg.mac {
+        if src == self.cfg.mac {
+            return;
+        }
+        if f.group() != self.cfg.group {
+            // Rank 0 of another session: its sender (or coordinator), whose frames go to
+            // every member.
+            if f.src() == Rank::new(0) {
+                self.overheard.other_session(src);
+            }
+            return;
+        }
+        if f.kind() != Kind::Join {
             return;
         }
         if self.done {
@@ -591,9 +635,11 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(challenge_key(k)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
+                self.overheard.challenge_from(src);
                 let from_coordinator = match &self.cfg.expect {
                     Expect::List(l) => l.first() == Some(&src),
                     Expect::Ranks { size: s, .. } => f.src() == Rank::new(0) && size == *s,
@@ -607,14 +653,18 @@ impl Join {
                 // by their arrival here instead (a place goes to the newest arrival).
                 let time = match self.cfg.key {
                     Some(_) => time,
-                    None => {
-                        self.arrivals += 1;
-                        self.arrivals
-                    }
+                    None => self.challenges.arrival(),
                 };
-                if from_coordinator && self.hold(src, nonce, time) {
+                if !from_coordinator {
+                    return;
+                }
+                if let Taken::Yes(displaced) = self.challenges.hold(src, nonce, time) {
+                    if let Some(key) = displaced {
+                        // The rosters of a challenge dropped go with it.
+                        self.rosters.remove(key);
+                    }
                     // Answer soon, but no sooner than a gap after the last round.
-                    let earliest = self.last_round.map_or(now, |t| (t + HELLO_GAP).max(now));
+                    let earliest = self.challenges.next_round(now);
                     self.next_send = self.next_send.min(earliest);
                 }
             }
@@ -630,6 +680,7 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
@@ -657,6 +708,7 @@ impl Join {
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
@@ -682,18 +734,12 @@ impl Join {
                 pdu: size,
                 entries,
             } => {
-                let Some(at) = self
-                    .challenges
-                    .iter()
-                    .position(|h| h.coordinator == src && h.nonce == nonce)
-                else {
-                    return;
-                };
-                if self.done {
+                if !self.challenges.holds(src, nonce) || self.done {
                     return;
                 }
                 if let Some(k) = &self.cfg.key {
                     if !verified(join_key(k, nonce)) {
+                        self.overheard.failed_authentication(src);
                         return;
                     }
                 }
@@ -701,29 +747,9 @@ impl Join {
                     return;
                 }
                 if entries.contains(&(self.cfg.mac, self.member_nonce)) {
-                    self.challenges[at].answered = true;
+                    self.challenges.answered(src, nonce);
                 }
-                if let std::collections::btree_map::Entry::Vacant(e) =
-                    self.rosters.entry((src, nonce))
-                {
-                    e.insert(Parts::default());
-                    self.peak_rosters = self.peak_rosters.max(self.rosters.len());
-                }
-                let Some(p) = self.rosters.get_mut(&(src, nonce)) else {
-                    return;
-                };
-                if p.parts != parts || p.pdu != size {
-                    p.parts = parts;
-                    p.pdu = size;
-                    p.got.clear();
-                }
-                p.got.insert(part, entries);
-                if p.got.values().map(Vec::len).sum::<usize>() > MAX_ROSTER {
-                    p.got.clear();
-                    return;
-                }
-                if p.got.len() == usize::from(parts) {
-                    let roster: Vec<(MacAddr, u64)> = p.got.values().flatten().copied().collect();
+                if let Some(roster) = self.rosters.add((src, nonce), (part, parts, size), entries) {
                     self.accept_roster(src, nonce, roster, size);
                 }
             }
@@ -736,7 +762,7 @@ impl Join {
             return;
         }
         self.next_send = now + REPEAT;
-        self.last_round = Some(now);
+        let challenges = self.challenges.round(now);
         let key = self.cfg.key.clone();
         let claim = self.claim();
         let coordinating = self
@@ -764,7 +790,7 @@ impl Join {
                     Expect::List(l) => Some(l.clone()),
                     _ => None,
                 };
-                let copies = self.unicast_round(|c| {
+                let copies = self.coord_round(|c| {
                     let Some(l) = &list else {
                         return Vec::new();
                     };
@@ -786,7 +812,7 @@ impl Join {
             Some((false, Some(roster), pdu)) => {
                 let per = entries_per_part(self.cfg.max_pdu, key.is_some());
                 let parts = roster.len().div_ceil(per) as u16;
-                let copies = self.unicast_round(|c| {
+                let copies = self.coord_round(|c| {
                     roster
                         .iter()
                         .map(|e| e.0)
@@ -814,11 +840,6 @@ impl Join {
             _ => {}
         }
         // As a member: answer every challenge heard.
-        let challenges: Vec<(MacAddr, u64)> = self
-            .challenges
-            .iter()
-            .map(|h| (h.coordinator, h.nonce))
-            .collect();
         for (coordinator, nonce) in challenges {
             let msg = JoinMsg::Hello {
                 nonce,
@@ -833,7 +854,7 @@ impl Join {
                 &msg,
                 claim,
             );
-            self.hellos_sent += 1;
+            self.challenges.hello_sent();
         }
     }
 }

@@ -1,6 +1,12 @@
 //! How a member is configured: its engine's configuration, its peers, its failure detector.
 
-use super::*;
+use std::sync::Arc;
+
+use crate::detect::DetectorConfig;
+use crate::engine::Config;
+use crate::join::LateRoster;
+use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
+use crate::Rank;
 
 /// Everything a member is built from.
 #[derive(Debug, Clone)]
@@ -18,7 +24,7 @@ pub struct MemberConfig {
     /// Arity of the broadcast barrier's combining tree.
     pub barrier_arity: u16,
     /// Receives kept posted per root ahead of the application, for members that consume a
-    /// stream of broadcasts as [`Event::Delivered`] (0: a receive is posted by each `bcast`
+    /// stream of broadcasts as [`Event::Delivered`](super::Event::Delivered) (0: a receive is posted by each `bcast`
     /// call, the MPI way).
     pub prepost: usize,
     /// How to confirm the join's roster if the coordinator repeats it after this member

@@ -1,6 +1,10 @@
 //! Why a member's call failed.
 
-use super::*;
+use thiserror::Error;
+
+use crate::engine::{self, ConfigError, PostError, SendError};
+use crate::wire::WireError;
+use crate::Rank;
 
 /// Why a member could not be built or a call could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -1,7 +1,10 @@
 //! What a member tells the application: events, how a call ended, its counters and each
 //! destination's progress.
 
-use super::*;
+use std::time::Instant;
+
+use crate::engine::Message;
+use crate::Rank;
 
 /// What a member tells its application besides call results.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,7 +12,7 @@ pub enum Event {
     /// A whole message of a root's stream (streaming members, `prepost > 0`).
     Delivered(Message),
     /// A message of a root's stream longer than the root's keep limit
-    /// ([`Member::keep_at_most`]): its bytes went to the observer alone (streaming members).
+    /// ([`Member::keep_at_most`](super::Member::keep_at_most)): its bytes went to the observer alone (streaming members).
     Observed {
         /// The root.
         root: Rank,
@@ -23,7 +26,7 @@ pub enum Event {
         /// The rank.
         rank: Rank,
     },
-    /// An application datagram ([`Member::send_notice`]).
+    /// An application datagram ([`Member::send_notice`](super::Member::send_notice)).
     Notice {
         /// Sender.
         src: Rank,
@@ -65,7 +68,7 @@ pub struct MemberStats {
     /// Heartbeats, pings and pongs the failure detector ignored because they came late
     /// (inside the replay window but not its newest): no sign of life.
     pub late_liveness: u64,
-    /// Events dropped because the application did not take them ([`EVENT_BOUND`]).
+    /// Events dropped because the application did not take them ([`EVENT_BOUND`](super::EVENT_BOUND)).
     pub events_dropped: u64,
     /// Most events queued at once.
     pub peak_events: usize,

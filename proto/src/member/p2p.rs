@@ -1,17 +1,28 @@
-//! Point-to-point channels: a reliable engine per pair of members (its own group id, a window of
-//! [`P2P_WINDOW`] frames), used by the tree broadcast and by application datagrams.
+//! Point-to-point channels: a reliable engine per pair of members (its own group id, a window
+//! of [`P2P_WINDOW`] frames), used by the tree broadcast and by application datagrams.
+//!
+//! A channel is made at this member's first send to the peer, or at the first frame of the
+//! peer's that passes its tag. Each keeps receives posted ahead of the application, as many as
+//! fit [`P2P_WINDOW`] with the messages already waiting from that peer.
+//!
+//! **Invariants.** `groups` is sorted by group id, one peer per id (of two peers whose ids
+//! collide, the higher rank's). Per peer, the receives posted, the application messages
+//! waiting and the tree messages held (the caller's count) add up to at most [`P2P_WINDOW`].
 
-use super::*;
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use crate::engine::{self, Config, Engine, Message, SessionEnded};
+use crate::Rank;
+
+use super::inbox::Inboxes;
 
 /// Point-to-point messages a member accepts from one peer ahead of the application.
 pub const P2P_WINDOW: usize = 16;
 
-/// First byte of a point-to-point message: a tree broadcast (tag and data follow) or an
-/// application message.
-/// Confirmations of a repeated roster waiting to be sent, at most (the coordinator repeats
-/// its roster every [`crate::join::REPEAT`]; more would only answer replays).
-pub(super) const MAX_RAW_OUT: usize = 4;
-
+/// First byte of a point-to-point application message (a tree broadcast's is
+/// `tree::P2P_TREE`).
 pub(super) const P2P_APP: u8 = b'A';
 
 /// Group id of the point-to-point channel between ranks `a` and `b` of group `group`.
@@ -25,94 +36,107 @@ pub fn pair_group(group: u32, a: Rank, b: Rank) -> u32 {
     ((z ^ (z >> 31)) as u32) | 1
 }
 
-impl Member {
-    /// Sends `data` to `peer` alone over the reliable point-to-point channel.
-    pub fn send_to(&mut self, now: Instant, peer: Rank, data: Vec<u8>) -> Result<(), MemberError> {
-        if peer.index() >= self.peers.len() || peer == self.rank() {
-            return Err(MemberError::Post(PostError::NotMember(peer)));
+/// The point-to-point channels of one member. See the module documentation.
+#[derive(Debug)]
+pub(super) struct Pairs {
+    /// The channels opened so far, by peer (ordered, so that runs repeat).
+    engines: BTreeMap<Rank, Engine>,
+    /// The group id of the channel with each peer, sorted by id (a binary search: 8 bytes a
+    /// peer, where a hash map took 18).
+    groups: Box<[(u32, Rank)]>,
+    /// Receives posted on each peer's channel and not consumed yet.
+    posted: Vec<u8>,
+    /// Application messages received and not taken, per peer.
+    inbox: Inboxes,
+    /// The channel that sent last, so that no channel starves the others.
+    cursor: Rank,
+}
+
+impl Pairs {
+    /// No channel yet, for member `me` of group `group` of `size`.
+    pub(super) fn new(group: u32, me: Rank, size: u16) -> Pairs {
+        let mut groups: Vec<(u32, Rank)> = Rank::all(size)
+            .filter(|&r| r != me)
+            .map(|r| (pair_group(group, me, r), r))
+            .collect();
+        // Of two peers whose channels' ids collide, the higher rank's channel is the one found.
+        groups.sort_unstable_by_key(|&(g, r)| (g, std::cmp::Reverse(r)));
+        groups.dedup_by_key(|&mut (g, _)| g);
+        Pairs {
+            engines: BTreeMap::new(),
+            groups: groups.into_boxed_slice(),
+            posted: vec![0; usize::from(size)],
+            inbox: Inboxes::default(),
+            cursor: Rank::new(0),
         }
-        self.send_to_live(now, peer, data)
     }
 
-    pub(super) fn send_to_live(
+    /// The peer whose channel has the group id `group`, if any.
+    pub(super) fn peer(&self, group: u32) -> Option<Rank> {
+        let i = self.groups.binary_search_by_key(&group, |&(g, _)| g).ok()?;
+        Some(self.groups[i].1)
+    }
+
+    /// The channel with `peer`, if it is open.
+    pub(super) fn get(&self, peer: Rank) -> Option<&Engine> {
+        self.engines.get(&peer)
+    }
+
+    /// The channel with `peer`, if it is open, to drive.
+    pub(super) fn get_mut(&mut self, peer: Rank) -> Option<&mut Engine> {
+        self.engines.get_mut(&peer)
+    }
+
+    /// The channel with `peer`, made now if it is not open (from the group's configuration
+    /// `group`; `held`: tree messages of the peer held for calls).
+    pub(super) fn open(
         &mut self,
         now: Instant,
+        group: &Config,
         peer: Rank,
-        data: Vec<u8>,
-    ) -> Result<(), MemberError> {
-        let mut v = Vec::with_capacity(1 + data.len());
-        v.push(P2P_APP);
-        v.extend_from_slice(&data);
-        self.send_raw(now, peer, v)
-    }
-
-    pub(super) fn send_raw(
-        &mut self,
-        now: Instant,
-        peer: Rank,
-        msg: Vec<u8>,
-    ) -> Result<(), MemberError> {
-        if !self.is_live(peer) {
-            return Err(MemberError::PeerDead(peer));
-        }
-        self.pair(now, peer).bcast(now, msg, Algorithm::Simple)?;
-        Ok(())
-    }
-
-    /// Takes the oldest point-to-point message from `peer`.
-    pub fn take_p2p(&mut self, now: Instant, peer: Rank) -> Option<Vec<u8>> {
-        let m = self.p2p_inbox.get_mut(peer.index())?.pop_front()?;
-        self.top_up_pair(now, peer);
-        Some(m)
-    }
-
-    pub(super) fn pair(&mut self, now: Instant, peer: Rank) -> &mut Engine {
-        let p = peer.index();
-        if !self.pairs.contains_key(&peer) {
-            let cfg = self.engine.config();
-            let (me, group) = (cfg.rank, cfg.group);
-            let mut pc = cfg.clone();
-            pc.group = pair_group(group, me, peer);
+        held: u8,
+    ) -> &mut Engine {
+        if let Entry::Vacant(slot) = self.engines.entry(peer) {
+            let me = group.rank;
+            let mut pc = group.clone();
+            pc.group = pair_group(group.group, me, peer);
             pc.size = 2;
             pc.rank = Rank::new(u16::from(me > peer));
             pc.auto_post = false;
             // A valid group configuration gives a valid pair configuration.
             let e = Engine::new(pc)
                 .expect("the pair configuration derives from a valid group configuration");
-            self.pairs.insert(peer, e);
-            self.p2p_posted[p] = 0;
-            self.top_up_pair(now, peer);
+            slot.insert(e);
+            self.posted[peer.index()] = 0;
+            self.top_up(now, me, peer, held);
         }
-        self.pairs
+        self.engines
             .get_mut(&peer)
             .expect("inserted above if it was missing")
     }
 
-    /// Keeps the peer's channel posted while its messages fit [`P2P_WINDOW`].
-    pub(super) fn top_up_pair(&mut self, now: Instant, peer: Rank) {
+    /// Keeps the channel with `peer` posted while its messages fit [`P2P_WINDOW`] (`me`: this
+    /// member; `held`: the peer's tree messages held for calls).
+    pub(super) fn top_up(&mut self, now: Instant, me: Rank, peer: Rank, held: u8) {
         let p = peer.index();
-        let me = self.rank();
-        let Some(e) = self.pairs.get_mut(&peer) else {
+        let Some(e) = self.engines.get_mut(&peer) else {
             return;
         };
         let other = Rank::new(u16::from(me < peer));
         let max = e.config().max_message;
-        while usize::from(self.p2p_posted[p])
-            + self.p2p_inbox[p].len()
-            + usize::from(self.tree_held[p])
-            < P2P_WINDOW
-        {
+        while usize::from(self.posted[p]) + self.inbox[p].len() + usize::from(held) < P2P_WINDOW {
             if e.post_recv(now, other, max).is_err() {
                 break;
             }
-            self.p2p_posted[p] += 1;
+            self.posted[p] += 1;
         }
     }
 
-    pub(super) fn collect_pair(&mut self, now: Instant, peer: Rank) {
-        let p = peer.index();
-        let Some(e) = self.pairs.get_mut(&peer) else {
-            return;
+    /// The messages the channel with `peer` delivered since the last call (each consumed a
+    /// posted receive).
+    pub(super) fn delivered(&mut self, peer: Rank) -> Vec<Vec<u8>> {
+        let Some(e) = self.engines.get_mut(&peer) else {
+            return Vec::new();
         };
         let mut got = Vec::new();
         while let Some(ev) = e.poll_event() {
@@ -120,39 +144,75 @@ impl Member {
                 got.push(data);
             }
         }
-        if got.is_empty() {
-            return;
-        }
-        for mut data in got {
-            self.p2p_posted[p] = self.p2p_posted[p].saturating_sub(1);
-            match data.first() {
-                Some(&P2P_APP) => {
-                    data.remove(0);
-                    self.p2p_inbox[p].push_back(data);
-                }
-                Some(&P2P_TREE) if data.len() >= 11 => {
-                    let root = Rank::new(u16::from_be_bytes([data[1], data[2]]));
-                    let mut seq = [0u8; 8];
-                    seq.copy_from_slice(&data[3..11]);
-                    let tag = (root, u64::from_be_bytes(seq));
-                    let current = matches!(self.call, Some(Call::Bcast { tag: t, .. }) if t == tag);
-                    let done = self
-                        .collectives
-                        .get(root.index())
-                        .is_none_or(|&c| tag.1 < c);
-                    if done && !current {
-                        // A call this member finished (or a root that does not exist): a
-                        // late or repeated copy.
-                        self.stats.dropped += 1;
-                        continue;
-                    }
-                    data.drain(..11);
-                    self.tree_held[p] += 1;
-                    self.tree_inbox.push_back((tag, peer, data));
-                }
-                _ => self.stats.dropped += 1,
+        let p = peer.index();
+        let n = u8::try_from(got.len()).unwrap_or(u8::MAX);
+        self.posted[p] = self.posted[p].saturating_sub(n);
+        got
+    }
+
+    /// An application message from `peer` waits for the application.
+    pub(super) fn keep(&mut self, peer: Rank, data: Vec<u8>) {
+        self.inbox[peer.index()].push_back(data);
+    }
+
+    /// The oldest application message from `peer`.
+    pub(super) fn take(&mut self, peer: Rank) -> Option<Vec<u8>> {
+        self.inbox.get_mut(peer.index())?.pop_front()
+    }
+
+    /// The channel with `peer` closes (the peer was evicted): what it held is dropped.
+    pub(super) fn close(&mut self, peer: Rank) {
+        self.engines.remove(&peer);
+        let r = peer.index();
+        self.posted[r] = 0;
+        self.inbox[r].clear();
+    }
+
+    /// Writes the next frame of a channel into `buf`, round robin from the channel after the
+    /// last one that sent: the peer, and the frame's length.
+    pub(super) fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<(Rank, usize)> {
+        let cursor = self.cursor;
+        let mut sent = None;
+        let after = Rank::new(cursor.get().saturating_add(1));
+        for (&peer, e) in self.engines.range_mut(after..) {
+            if let Some(t) = e.poll_transmit(now, buf) {
+                sent = Some((peer, t.len));
+                break;
             }
         }
-        self.top_up_pair(now, peer);
+        if sent.is_none() {
+            for (&peer, e) in self.engines.range_mut(..=cursor) {
+                if let Some(t) = e.poll_transmit(now, buf) {
+                    sent = Some((peer, t.len));
+                    break;
+                }
+            }
+        }
+        let (peer, len) = sent?;
+        self.cursor = peer;
+        Some((peer, len))
+    }
+
+    /// The channels open, with the heap bytes of their buffers.
+    pub(super) fn channels(&self) -> Vec<(Rank, usize)> {
+        self.engines
+            .iter()
+            .map(|(&p, e)| (p, e.heap_bytes()))
+            .collect()
+    }
+
+    /// Every channel.
+    pub(super) fn engines(&self) -> impl Iterator<Item = &Engine> {
+        self.engines.values()
+    }
+
+    /// Every channel, to drive.
+    pub(super) fn engines_mut(&mut self) -> impl Iterator<Item = &mut Engine> {
+        self.engines.values_mut()
+    }
+
+    /// Whether a channel's session ended, and why.
+    pub(super) fn session_ended(&self) -> Option<SessionEnded> {
+        self.engines.values().find_map(Engine::session_ended)
     }
 }

@@ -1,8 +1,14 @@
 //! The member as a specification, without sockets: what it takes from whom, and what counts as
 //! a sign of life.
 
-use super::*;
-use crate::wire::{Kind, Repr, ALL};
+use std::time::Instant;
+
+use super::{Algorithm, Done, Member, MemberConfig};
+use crate::detect::DetectorConfig;
+use crate::engine::Config;
+use crate::wire::ethernet::MacAddr;
+use crate::wire::{Control, Flags, Kind, Repr, ALL};
+use crate::Rank;
 
 /// Rank 2 of 4 with peer repair: for root 0's stream it asks rank 3. Time is the
 /// simulator's virtual clock.
@@ -57,9 +63,11 @@ fn a_relayed_repair_is_taken_only_from_the_peer_the_stream_asks() {
 
 /// Liveness from replays: only what proves that a member spoke now keeps it alive.
 mod liveness {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
-    use super::*;
+    use super::{
+        Config, Control, DetectorConfig, Flags, Kind, MacAddr, Member, MemberConfig, Rank,
+    };
     use crate::wire::ALL;
 
     const PERIOD: Duration = Duration::from_millis(10);
@@ -220,7 +228,9 @@ mod liveness {
 /// whole message is in its retransmission buffers, from where the driver's flush sends it
 /// without waiting for anyone.
 mod root_call {
-    use super::*;
+    use std::time::Instant;
+
+    use super::{port_mac, Algorithm, Config, Done, MacAddr, Member, MemberConfig, Rank};
 
     /// `n` members, default configuration (16-frame windows, also point to point).
     fn group(n: u16) -> Vec<Member> {

@@ -67,7 +67,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__doctor)
-            opts="-v -h --iface --backend --hostfile --probe-wait --listen --group-id --group-address --json --verbose --help"
+            opts="-v -h --iface --backend --hostfile --probe-wait --listen --group-id --group-address --json --key-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,6 +94,10 @@ _ethbcast() {
                     return 0
                     ;;
                 --group-address)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -203,7 +207,7 @@ _ethbcast() {
             return 0
             ;;
         ethbcast__subcmd__recv)
-            opts="-o -O -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --output --command --resume --timeout --wait --from --user --max-bytes --quiet --json --status-file --verbose --help"
+            opts="-o -O -x -v -h --iface --group-id --backend --wait-mode --window --ack-every --nack-gather --no-peer-repair --key-file --insecure --group-address --output --command --extract --resume --no-clobber --timeout --wait --from --user --max-bytes --quiet --json --status-file --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -258,6 +262,14 @@ _ethbcast() {
                     return 0
                     ;;
                 -O)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --extract)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -x)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -235,6 +235,7 @@ pub fn plot(r: &BarrierReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
         series: kinds
             .iter()
             .map(|k| Series {
+                limit: false,
                 name: k.clone(),
                 points: r
                     .rows

@@ -621,55 +621,6 @@ pub fn render(o: &DistributeOptions, rows: &[Row]) -> String {
     out
 }
 
-/// Goodput per receiver against the loss rate, one line per tool (and backend, when more than
-/// one was measured): the distribution chart of the README. A point whose median run failed
-/// (UDPCast hanging under loss) is left out.
-pub fn plot(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>, String> {
-    use super::plot::{draw, Chart, Series};
-    let backends = rows
-        .iter()
-        .filter(|r| r.backend != "-")
-        .map(|r| r.backend.as_str())
-        .collect::<std::collections::BTreeSet<_>>()
-        .len();
-    let mut series: Vec<Series> = Vec::new();
-    for r in rows {
-        let tool = match r.tool.as_str() {
-            "ethbcast" => "ethbcast",
-            "raw-blaster" => "raw broadcast frames (the limit)",
-            "udpcast" => "UDPCast",
-            other => other,
-        };
-        let name = if backends > 1 && r.backend != "-" {
-            format!("{tool} ({})", r.backend)
-        } else {
-            tool.to_string()
-        };
-        let i = match series.iter().position(|s| s.name == name) {
-            Some(i) => i,
-            None => {
-                series.push(Series {
-                    name,
-                    points: Vec::new(),
-                });
-                series.len() - 1
-            }
-        };
-        if r.goodput_mbit > 0.0 && !r.note.starts_with("FAILED") {
-            series[i].points.push((r.loss_pct, r.goodput_mbit));
-        }
-    }
-    let c = Chart {
-        title: "Distributing a file: goodput per receiver".into(),
-        x_label: "loss at the switch (%)".into(),
-        y_label: "goodput (Mbit/s)".into(),
-        log_x: false,
-        log_y: false,
-        series,
-    };
-    draw(&c, dir, "distribute-goodput")
-}
-
 /// File distribution on a test-bed: ethbcast vs UDPCast vs an unreliable raw-broadcast
 /// blaster (the medium's limit). Needs root, nftables and (for UDPCast) udpcast.
 ///
@@ -711,7 +662,8 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-    /// Write the goodput chart (PNG and SVG, `distribute-goodput`) into this directory.
+    /// Write the goodput chart (PNG and SVG) and its table (Markdown), `distribute-goodput`,
+    /// into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -737,7 +689,7 @@ impl Args {
                 &rows,
                 |rows| render(&o, rows),
                 self.out.as_ref(),
-                |rows, d| plot(rows, d),
+                |rows, d| super::goodput::write(rows, d),
             ),
             Err(e) => {
                 eprintln!("ethbcast-bench distribute: {e}");
@@ -831,34 +783,6 @@ mod tests {
             cpu: CpuCost::default(),
             cpu_runs: cpu_runs.to_vec(),
         }
-    }
-
-    #[test]
-    fn the_goodput_chart_has_a_line_per_tool_and_leaves_out_failed_runs() {
-        let mut failed = row("udpcast", 1.0, 0.0, &[]);
-        failed.backend = "-".into();
-        failed.note = "FAILED: no finish within 60 s".into();
-        let mut udp = row("udpcast", 0.0, 300.0, &[]);
-        udp.backend = "-".into();
-        let rows = [
-            row("ethbcast", 0.0, 950.0, &[]),
-            row("raw-blaster", 0.0, 990.0, &[]),
-            udp,
-            row("ethbcast", 1.0, 930.0, &[]),
-            row("raw-blaster", 1.0, 975.0, &[]),
-            failed,
-        ];
-        let dir = std::env::temp_dir().join(format!("ebdist-plot-{}", std::process::id()));
-        let files = plot(&rows, &dir).expect("drawn");
-        let svg = std::fs::read_to_string(&files[1]).expect("svg");
-        let _ = std::fs::remove_dir_all(&dir);
-        for name in ["ethbcast", "raw broadcast frames (the limit)", "UDPCast"] {
-            assert!(svg.contains(name), "{name} in the legend");
-        }
-        assert!(
-            !svg.contains("(ring)"),
-            "one backend: no backend in the names"
-        );
     }
 
     #[test]

@@ -1001,6 +1001,7 @@ fn algo_series(
     algos
         .iter()
         .map(|a| Series {
+            limit: false,
             name: a.to_uppercase(),
             points: r
                 .rows

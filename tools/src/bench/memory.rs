@@ -130,10 +130,12 @@ pub fn plot(r: &MemoryReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
         log_y: false,
         series: vec![
             Series {
+                limit: false,
                 name: "measured".into(),
                 points: r.rows.iter().map(|x| (x.n as f64, x.m_save)).collect(),
             },
             Series {
+                limit: false,
                 name: "paper: 0.386(1 - 1/n)".into(),
                 points: r
                     .rows

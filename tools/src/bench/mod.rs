@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod demo;
 pub mod distribute;
 pub mod floor;
+pub mod goodput;
 pub mod latency;
 pub mod memory;
 pub mod mpi;

@@ -82,6 +82,12 @@ pub struct MpiBenchOptions {
     pub control: bool,
     /// `libethbcast_capi.a` to build the interposer with (`None`: a release build).
     pub capi_lib: Option<PathBuf>,
+    /// The operations: `bcast`, `allgather`, `allreduce`, `alltoall` (each at every size,
+    /// bytes per rank) and `barrier`.
+    pub ops: Vec<String>,
+    /// Iterations separated by `MPI_Barrier` (the OSU micro-benchmarks' loop, average latency
+    /// over ranks) instead of out of band.
+    pub osu: bool,
 }
 
 impl MpiBenchOptions {
@@ -103,6 +109,10 @@ impl MpiBenchOptions {
             also: Vec::new(),
             control: false,
             capi_lib: None,
+            ops: ["bcast", "allgather", "allreduce", "barrier"]
+                .map(String::from)
+                .to_vec(),
+            osu: false,
         }
     }
 }
@@ -232,7 +242,12 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
                         run.label()
                     ));
                 }
-                match out.and_then(|out| lines(run, &out, o.sizes.len() + 1)) {
+                let expected: usize = o
+                    .ops
+                    .iter()
+                    .map(|op| if op == "barrier" { 1 } else { o.sizes.len() })
+                    .sum();
+                match out.and_then(|out| lines(run, &out, expected)) {
                     Ok(lines) => pool.extend(lines.into_iter().map(|l| (round, l))),
                     Err(e) => report.notes.push(format!("{m} {}: {e}", run.label())),
                 }
@@ -333,7 +348,10 @@ fn job(
     let sync = format!("/dev/shm/ethbcast-mpi-bench-{}-{m}", o.prefix);
     let mut args = vec![sync.clone(), iters.to_string(), o.warmup.to_string()];
     args.extend(o.sizes.iter().map(|s| s.to_string()));
-    let mut env = Vec::new();
+    let mut env = vec![("MPI_BENCH_OPS".to_string(), o.ops.join(","))];
+    if o.osu {
+        env.push(("MPI_BENCH_SEPARATE".into(), "mpi".into()));
+    }
     if run.interposed() {
         env.push(("LD_PRELOAD".to_string(), so.display().to_string()));
         env.push(("ETHBCAST_IFACE".into(), mpi::IFACE.into()));
@@ -482,6 +500,7 @@ pub fn render(r: &Report) -> String {
         (
             &x.mpi,
             &x.op != "bcast",
+            &x.op,
             x.size,
             x.interposer,
             x.path != "mpi",
@@ -649,8 +668,9 @@ mod tests {
     }
 }
 
-/// MPI_Bcast and MPI_Barrier latency of a C MPI program under Open MPI and MPICH, with and
-/// without the ethbcast interposer (LD_PRELOAD), one rank per test-bed host (or K).
+/// MPI collective latency (MPI_Bcast, MPI_Allgather, MPI_Allreduce, MPI_Alltoall,
+/// MPI_Barrier) of a C MPI program under Open MPI and MPICH, with and without the ethbcast
+/// interposer (LD_PRELOAD), one rank per test-bed host (or K).
 ///
 /// Builds the benchmark with each mpicc and the interposer with capi/mpi/build.sh (run it
 /// from the checkout). Latency of one broadcast = root's call until the LAST rank returned;
@@ -710,6 +730,15 @@ pub struct Args {
     /// ratio to the first is how far two runs of the same code differ in this run.
     #[arg(long)]
     control: bool,
+    /// Operations: bcast, allgather, allreduce, alltoall (at every size, bytes per rank;
+    /// allreduce sums ints) and barrier.
+    #[arg(long, default_value = "bcast,allgather,allreduce,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "alltoall", "barrier"])]
+    ops: Vec<String>,
+    /// Separate iterations with MPI_Barrier, as the OSU micro-benchmarks do, and report their
+    /// average latency (each rank's own time in the call, averaged over the ranks), instead of
+    /// the out-of-band barrier and the last rank's return.
+    #[arg(long)]
+    osu: bool,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -732,6 +761,8 @@ impl Args {
         o.mtu = self.mtu;
         o.rate = self.rate.and_then(|l| l.0);
         o.job_timeout = Duration::from_secs(self.job_timeout);
+        o.ops = self.ops;
+        o.osu = self.osu;
         match run(&o) {
             Ok(r) => {
                 print(self.json, &r, render);

@@ -206,6 +206,7 @@ pub fn write(r: &ScaleReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
         }
         keys.iter()
             .map(|(rate, loss)| Series {
+                limit: false,
                 name: format!("{rate} Mbit/s, {loss}% loss"),
                 points: r
                     .rows

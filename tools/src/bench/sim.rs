@@ -444,6 +444,10 @@ pub enum SimApi {
     Stream,
     /// The group API, call by call.
     Group,
+    /// Allgather over hardware broadcast against recursive doubling over point-to-point
+    /// channels (allgather and allreduce), for 2, 4, ... up to --nodes members and every
+    /// --sizes (bytes per member), --messages calls each.
+    Collectives,
 }
 
 /// Run the protocol on the simulated switch and check every delivery.
@@ -572,6 +576,9 @@ impl Args {
             compare_nodes: self.compare_nodes,
             rx_coalesce_us: self.rx_coalesce_us,
         };
+        if self.api == SimApi::Collectives {
+            return collectives(self.json, &o);
+        }
         if self.api == SimApi::Group {
             let g = GroupOptions {
                 sim: o,
@@ -601,6 +608,51 @@ impl Args {
             Err(e) => fail(e),
         }
     }
+}
+
+/// The collectives' race ([`ethbcast::simcoll::race`]) for 2, 4, ... `o.nodes` members and
+/// every size.
+fn collectives(json: bool, o: &SimOptions) -> ExitCode {
+    let mut races = Vec::new();
+    let mut nodes = 2u16;
+    while nodes <= o.nodes {
+        for &bytes in &o.sizes {
+            match ethbcast::simcoll::race(
+                nodes,
+                bytes,
+                o.messages,
+                o.rate_bps.unwrap_or(1_000_000_000),
+            ) {
+                Ok(r) => races.push(r),
+                Err(e) => return fail(e),
+            }
+        }
+        nodes = nodes.saturating_mul(2);
+    }
+    print(json, &races, |rs| {
+        let mut t = crate::harness::table::Table::new(&[
+            "nodes",
+            "bytes",
+            "bcast allgather µs",
+            "p2p allgather µs",
+            "ratio",
+            "p2p allreduce µs",
+            "ratio",
+        ]);
+        for r in rs {
+            t.row(vec![
+                r.nodes.to_string(),
+                r.bytes.to_string(),
+                format!("{:.1}", r.bcast_allgather_us),
+                format!("{:.1}", r.p2p_allgather_us),
+                format!("{:.2}", r.bcast_allgather_us / r.p2p_allgather_us),
+                format!("{:.1}", r.p2p_allreduce_us),
+                format!("{:.2}", r.bcast_allgather_us / r.p2p_allreduce_us),
+            ]);
+        }
+        t.render() + "virtual time per call on the simulated switch (5 µs links); ratio: the broadcast allgather (an allreduce's cost too, before its local reduction) over recursive doubling\n"
+    });
+    ExitCode::SUCCESS
 }
 
 /// Says `error: {e}` and exits 2.

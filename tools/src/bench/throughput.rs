@@ -263,6 +263,7 @@ pub fn plot(runs: &[ThroughputReport], dir: &Path) -> Result<Vec<PathBuf>, Strin
         series: algos
             .iter()
             .map(|a| Series {
+                limit: false,
                 name: a.to_uppercase(),
                 points: runs
                     .iter()

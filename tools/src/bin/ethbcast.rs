@@ -33,10 +33,13 @@ Examples:
   # on the sender:
   ethbcast send --iface eth0 --key-file /etc/ethbcast/group.key -i image.raw --receivers 8
 
-  # a directory tree, unpacked on every receiver:
-  # (ETHBCAST_KEY_FILE stands for --key-file; --user drops root's rights for the command):
+  # a directory tree, unpacked into /opt/app (new or empty) on every receiver
+  # (ETHBCAST_KEY_FILE stands for --key-file; --user drops root's rights for the output):
   export ETHBCAST_KEY_FILE=/etc/ethbcast/group.key
-  ethbcast recv --iface eth0 --user deploy -O 'tar -x -C /opt/app'
+  ethbcast recv --iface eth0 --user deploy --extract /opt/app
+  ethbcast send --iface eth0 -i /src/app --receivers 8
+  # a stream of unknown length, into a command:
+  ethbcast recv --iface eth0 -O 'tar -x -C /opt'
   tar -c -C /src . | ethbcast send --iface eth0 --receivers 8 --max-rate 500mbit
 
   # exactly the hosts of a hostfile (a host name and its MAC per line), JSON report:
@@ -109,7 +112,7 @@ struct Common {
     key_file: Option<PathBuf>,
     /// Run without a group key: any host of the segment can then join, inject data, abort,
     /// and answer a receiver as its sender, whose data (and digest) the receiver takes (see
-    /// README, "Threat model"). Pin the sender with `recv --from`.
+    /// docs/security.md, "Threat model"). Pin the sender with `recv --from`.
     #[arg(long, conflicts_with = "key_file")]
     insecure: bool,
     /// Where broadcasts go: derived (the group's own multicast address, 03:eb: and the group
@@ -174,10 +177,11 @@ fn parse_max_rate(s: &str) -> Result<u64, String> {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Send a file (-i) or standard input to the receivers.
+    /// Send a file or a directory (-i) or standard input to the receivers.
     #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
     Send(SendCmd),
-    /// Receive one transfer: to stdout (default), a file (-o) or a command's stdin (-O).
+    /// Receive one transfer: to stdout (default), a file (-o), a command's stdin (-O), or a
+    /// directory (-x, a tree).
     #[command(after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}"))]
     Recv(RecvCmd),
     /// Check this host before a transfer: the interface (exists, up, Ethernet, MTU), the
@@ -218,7 +222,10 @@ Examples:
 struct SendCmd {
     #[command(flatten)]
     common: Common,
-    /// Input file (default: standard input, read until EOF).
+    /// Input file (default: standard input, read until EOF), or a directory: sent as a tree
+    /// (a tar stream packed as it is sent: regular files, directories, symbolic links as
+    /// links, permission bits and times; not owners, sockets, named pipes or devices; hard
+    /// links as separate files), for `recv --extract DIR` (or `-O 'tar -x'`).
     #[arg(short = 'i', long = "input")]
     input: Option<PathBuf>,
     /// Wait for this many receivers.
@@ -289,11 +296,21 @@ struct RecvCmd {
     common: Common,
     /// Output file, written as a temporary file and renamed once the digest matched (a device
     /// or a named pipe, such as /dev/null, is written in place).
-    #[arg(short = 'o', long = "output", conflicts_with = "command")]
+    #[arg(short = 'o', long = "output", conflicts_with_all = ["command", "extract"])]
     output: Option<PathBuf>,
     /// Pipe the stream into `sh -c COMMAND` (its exit status counts).
-    #[arg(short = 'O', long = "command")]
+    #[arg(short = 'O', long = "command", conflicts_with = "extract")]
     command: Option<String>,
+    /// Unpack a tree (`send -i DIR`, or any tar stream) into the directory DIR, which must
+    /// not exist or be empty: regular files, directories and symbolic links, with their
+    /// permission bits (not set-user/group-ID) and times, owned by this user. It is unpacked
+    /// into a fresh directory next to DIR, renamed to DIR once the digest matched, and removed
+    /// if anything fails. An entry that would land outside DIR (an absolute name, `..`, a
+    /// symbolic link that leads out, a hard link out, a path through a symbolic link), a
+    /// device or a named pipe fails the receiver, naming the entry. A tree is always received
+    /// whole (no --resume).
+    #[arg(short = 'x', long = "extract", value_name = "DIR")]
+    extract: Option<PathBuf>,
     /// With -o FILE: write under the fixed name .FILE.ethbcast.part next to FILE, and keep
     /// it when the transfer does not complete (interrupted, evicted, the sender gone). The
     /// next `recv --resume -o FILE` offers what it holds to the sender: the sender reads its
@@ -301,9 +318,15 @@ struct RecvCmd {
     /// offset every receiver holds (at 0 if a receiver holds nothing or other bytes;
     /// after `send --only-failed`, where the failed receivers stopped). The whole file's
     /// digest is checked before it is renamed into place; one that does not match is
-    /// removed. Resuming needs the sender's input to be a file (-i), not a stream.
-    #[arg(long, requires = "output")]
+    /// removed. Resuming needs the sender's input to be a file (-i), not a stream or a
+    /// directory; a tree (--extract) is always received whole.
+    #[arg(long, requires = "output", conflicts_with = "extract")]
     resume: bool,
+    /// With -o FILE: never replace an existing FILE (refused at the start; a FILE that
+    /// appears during the transfer is kept and the data received discarded). Without it an
+    /// existing FILE is replaced once the new one is complete.
+    #[arg(long, requires = "output")]
+    no_clobber: bool,
     /// Give up after this many seconds without any frame from the sender, or without the
     /// output (file, stdout, -O command) taking any data; inf: never.
     #[arg(long, default_value = "30", value_parser = parse_duration)]
@@ -367,9 +390,15 @@ struct DoctorCmd {
     /// recv).
     #[arg(long, default_value = "derived")]
     group_address: ethbcast::GroupAddress,
-    /// Print the checks as JSON on stdout.
+    /// Print the checks as JSON on stdout: one object per line of the text output, with the
+    /// check's id, its host (`local`, or the hostfile's), its status, what was found and the
+    /// fix.
     #[arg(long)]
     json: bool,
+    /// Check this group key file too, as send and recv read it: readable, mode 0600, owned by
+    /// this user or root, well formed.
+    #[arg(long, env = "ETHBCAST_KEY_FILE")]
+    key_file: Option<PathBuf>,
 }
 
 fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
@@ -394,10 +423,6 @@ fn link_opts(c: &Common, default_wait: WaitMode) -> Result<LinkOptions, Fatal> {
         (None, true) => None,
         (None, false) => return Err(distribute::no_key_error()),
     };
-    // A link on an interface that is down hears nobody: say so at once, with the fix.
-    if let Some((what, fix)) = ethbcast_tools::doctor::admin_down(&c.iface) {
-        return Err(Fatal::io(format!("{what}: {fix}")));
-    }
     stream.insecure = c.insecure;
     Ok(LinkOptions {
         iface: c.iface.clone(),
@@ -453,15 +478,22 @@ fn expect(c: &SendCmd) -> Result<Expect, Fatal> {
     };
     let text = std::fs::read_to_string(p)
         .map_err(|e| Fatal::io(format!("cannot read {}: {e}", p.display())))?;
-    let hosts = match &c.only_failed {
+    let expect = match &c.only_failed {
         Some(_) => {
             send::failed_hosts(&text).map_err(|e| format!("--only-failed {}: {e}", p.display()))
         }
-        None => ethbcast::parse_hostfile(&text).map_err(|e| e.to_string()),
+        None => ethbcast::parse_hostfile(&text)
+            .map(Expect::List)
+            .map_err(|e| e.to_string()),
     };
-    hosts
-        .map(Expect::List)
-        .map_err(|e| Fatal::new(distribute::EXIT_USAGE, e))
+    let expect = expect.map_err(|e| Fatal::new(distribute::EXIT_USAGE, e))?;
+    if let (Some(p), Expect::Count(n)) = (&c.only_failed, &expect) {
+        eprintln!(
+            "ethbcast: --only-failed {}: the report names no host for some receivers (a report of --receivers): waiting for the first {n} receivers",
+            p.display()
+        );
+    }
+    Ok(expect)
 }
 
 /// `ethbcast send`.
@@ -500,23 +532,31 @@ fn send_cmd(c: SendCmd) -> Result<ExitCode, Fatal> {
         quiet: c.quiet,
         status_file: c.status_file,
     };
-    let r = send::run(&args)?;
-    eprint!("{}", r.render());
+    let r = send::run(&args);
+    match &r.error {
+        // Nothing was sent: the error says what there is to say.
+        Some(e) if r.data_frames == 0 => {
+            eprintln!("ethbcast: error: {e}")
+        }
+        Some(e) => eprintln!("{}ethbcast: error: {e}", r.render()),
+        None => eprint!("{}", r.render()),
+    }
     if c.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&r).expect("report serialises")
         );
     }
-    Ok(ExitCode::from(send::exit_code(&r)))
+    Ok(ExitCode::from(r.code))
 }
 
 /// `ethbcast recv`.
 fn recv_cmd(c: RecvCmd) -> Result<ExitCode, Fatal> {
-    let out = match (c.output, c.command) {
-        (Some(p), _) => recv::Output::File(p),
-        (None, Some(c)) => recv::Output::Command(c),
-        (None, None) => recv::Output::Stdout,
+    let out = match (c.output, c.command, c.extract.clone()) {
+        (Some(p), _, _) => recv::Output::File(p),
+        (None, Some(c), _) => recv::Output::Command(c),
+        (None, None, Some(d)) => recv::Output::Tree(d),
+        (None, None, None) => recv::Output::Stdout,
     };
     let mut link = link_opts(&c.common, WaitMode::Doze)?;
     link.stream.root = c.from;
@@ -536,14 +576,20 @@ fn recv_cmd(c: RecvCmd) -> Result<ExitCode, Fatal> {
         quiet: c.quiet,
         resume: c.resume,
         status_file: c.status_file,
+        no_clobber: c.no_clobber,
     };
-    let r = recv::run(&args)?;
+    let r = recv::run(&args);
     if !r.ok {
         eprintln!("ethbcast: error: {}", r.error);
     } else if !c.quiet {
         eprintln!(
-            "ethbcast: rank {}: {} bytes received and verified in {:.2} s",
-            r.rank, r.bytes, r.seconds
+            "ethbcast: rank {}: {} bytes received and verified{} in {:.2} s",
+            r.rank.map_or_else(|| "?".into(), |r| r.to_string()),
+            r.bytes,
+            c.extract
+                .map(|d| format!(", the tree unpacked into {}", d.display()))
+                .unwrap_or_default(),
+            r.seconds
         );
     }
     if c.json {
@@ -571,6 +617,9 @@ fn doctor_cmd(c: DoctorCmd) -> Result<ExitCode, Fatal> {
         c.backend,
         distribute::DEFAULT_WINDOW + distribute::RETAINED,
     );
+    if let Some(p) = &c.key_file {
+        checks.extend(doctor::key_file(p, c.group_id));
+    }
     let group = c.group_address.mac(c.group_id);
     let failed = |c: &[doctor::Check]| c.iter().any(|c| c.status == Status::Fail);
     match (&hostfile, failed(&checks)) {
@@ -637,7 +686,7 @@ fn keygen(file: &std::path::Path, passphrase: bool) -> Result<ExitCode, Fatal> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(e @ ethbcast::KeyFileError::Io { .. }) => Err(Fatal::io(e.to_string())),
+        Err(e @ ethbcast::KeyFileError::Write { .. }) => Err(Fatal::io(e.to_string())),
         Err(e) => Err(Fatal::new(distribute::EXIT_USAGE, e.to_string())),
     }
 }

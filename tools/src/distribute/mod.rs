@@ -16,7 +16,9 @@
 //!    join after `--wait` seconds with exit code 3.
 //! 2. **Stream** (`ethbcast::stream`): broadcast messages from rank 0: a header (magic, version,
 //!    total size or "unknown", chunk size), chunks of `--chunk` bytes (1 MiB by default)
-//!    read until EOF (so a pipe of unknown length works), and a trailer with the byte count
+//!    read until EOF (so a pipe of unknown length works; a directory, `-i DIR`, is such a
+//!    stream: a tar archive packed as it is read, which `recv --extract` unpacks, see
+//!    [`crate::tree`] and `extract.rs`), and a trailer with the byte count
 //!    and the digest of the whole stream (XXH3-128, or BLAKE3 with `--digest blake3`; the
 //!    header names which). After the header every receiver offers what it holds of the stream
 //!    already (`recv --resume`: the partial output of an interrupted transfer, its length and
@@ -62,14 +64,15 @@
 //! | 130 | interrupted (Ctrl-C, SIGTERM, or the sender aborted) |
 
 mod direct;
+mod extract;
 pub mod recv;
 pub mod send;
 
 use std::time::Duration;
 
 use ethbcast::GroupError;
+use ethbcast::{JoinSeen, Role, Stream, StreamOptions};
 use ethbcast::{Link, LinkError};
-use ethbcast::{Role, Stream, StreamOptions};
 
 /// Exit code: everything completed.
 pub const EXIT_OK: u8 = 0;
@@ -179,6 +182,14 @@ pub struct LinkOptions {
 }
 
 impl LinkOptions {
+    /// An interface that is set down hears nobody: said at once, with the fix (exit 4).
+    pub fn check_up(&self) -> Result<(), Fatal> {
+        match crate::doctor::admin_down(&self.iface) {
+            Some((what, fix)) => Err(Fatal::io(format!("{what}: {fix}"))),
+            None => Ok(()),
+        }
+    }
+
     /// Opens the interface for the transfer ([`StreamOptions::open_link`]).
     pub fn open(&self) -> Result<Box<dyn Link + Send>, LinkError> {
         self.stream.open_link(&self.iface)
@@ -194,55 +205,132 @@ impl LinkOptions {
             .open_link_sized(&self.iface, extra + self.stream.window)
     }
 
-    /// Joins the transfer on `link` ([`Stream::join`]): the sender coordinates and takes the
-    /// receivers `role` names, a receiver answers the first sender whose roster names it.
-    /// Gives up after `wait` (exit 3) or when `stop` is set (exit 130).
+    /// Joins the transfer on `link` ([`Stream::join_watching`]): the sender coordinates and
+    /// takes the receivers `role` names, a receiver answers the first sender whose roster
+    /// names it. Gives up after `wait` (exit 3) or when `stop` is set (exit 130). Meanwhile
+    /// `seen` holds what the join knows (see [`JoinSeen`]), and what points at a problem is
+    /// said once as it is heard ([`Overheard`]): join frames that fail authentication, another
+    /// sender on the group.
     pub fn join(
         &self,
         link: Box<dyn Link + Send>,
         role: Role,
         wait: Duration,
         stop: &std::sync::atomic::AtomicBool,
+        seen: &mut JoinSeen,
     ) -> Result<Stream, Fatal> {
         let sender = role != Role::Receiver;
-        let hint = if self.stream.key.is_some() {
-            "the same --group-id and --key-file"
-        } else {
-            "the same --group-id and no key"
-        };
         // Every byte of a transfer is checked against the trailer's digest before it counts
         // (a file is renamed into place only then), so frames need no CRC over their payload.
         let opts = StreamOptions {
             end_to_end: true,
             ..self.stream.clone()
         };
-        Stream::join(link, role, &opts, wait, || {
-            stop.load(std::sync::atomic::Ordering::SeqCst)
-        })
-        .map_err(|e| match e {
+        let mut told = Overheard::default();
+        let joined = Stream::join_watching(
+            link,
+            role,
+            &opts,
+            wait,
+            || stop.load(std::sync::atomic::Ordering::SeqCst),
+            |now| {
+                told.tell(now, sender);
+                *seen = now.clone();
+            },
+        );
+        joined.map_err(|e| self.join_error(e, sender))
+    }
+
+    /// What a failed join says, counting only what it knows.
+    fn join_error(&self, e: GroupError, sender: bool) -> Fatal {
+        let hint = if self.stream.key.is_some() {
+            "the same --group-id and --key-file"
+        } else {
+            "the same --group-id and no key"
+        };
+        match e {
             GroupError::Interrupted => Fatal::new(EXIT_INTERRUPTED, "interrupted"),
             GroupError::JoinTimeout {
-                joined,
                 expected,
                 waiting,
+                seen,
                 ..
-            } if sender => Fatal::new(
-                EXIT_JOIN_TIMEOUT,
-                format!(
-                    "join timeout: {} of {} receivers joined ({waiting}); is `ethbcast recv` running on every receiver, on this segment, with {hint}?",
-                    joined.saturating_sub(1),
-                    expected.saturating_sub(1)
-                ),
-            ),
-            GroupError::JoinTimeout { .. } => Fatal::new(
-                EXIT_JOIN_TIMEOUT,
-                format!("join timeout: no sender published a roster that names this host (is `ethbcast send` running on this segment with {hint}, and waiting for this host?)"),
-            ),
+            } if sender => {
+                let expected = expected.saturating_sub(1);
+                let counted = match seen.confirmed {
+                    // A roster was decided: only those that confirmed it joined.
+                    Some((confirmed, of)) => format!(
+                        "{} of {expected} receivers joined: {} answered, {} confirmed this sender's roster",
+                        confirmed.saturating_sub(1),
+                        of.saturating_sub(1),
+                        confirmed.saturating_sub(1)
+                    ),
+                    None => format!("{} of {expected} receivers joined", seen.heard.len()),
+                };
+                Fatal::new(
+                    EXIT_JOIN_TIMEOUT,
+                    format!(
+                        "join timeout: {counted} ({waiting}); is `ethbcast recv` running on every receiver, on this segment, with {hint}?"
+                    ),
+                )
+            }
+            GroupError::JoinTimeout { seen, .. } => {
+                let why = seen.explain(false);
+                let senders = if seen.coordinators.is_empty() || !seen.unauthenticated.is_empty() {
+                    String::new()
+                } else {
+                    let s: Vec<String> = seen.coordinators.iter().map(|m| m.to_string()).collect();
+                    format!(
+                        "; heard senders {} whose rosters did not name this host",
+                        s.join(", ")
+                    )
+                };
+                Fatal::new(
+                    EXIT_JOIN_TIMEOUT,
+                    format!(
+                        "join timeout: no sender published a roster that names this host{}{senders} (is `ethbcast send` running on this segment with {hint}, and waiting for this host?)",
+                        if why.is_empty() { String::new() } else { format!("; {why}") }
+                    ),
+                )
+            }
             GroupError::Link(l) => Fatal::from(l),
             GroupError::Member(m) => Fatal::from(m),
             GroupError::Membership(m) => Fatal::new(EXIT_USAGE, m),
             other => Fatal::new(EXIT_FAILED, format!("join: {other}")),
-        })
+        }
+    }
+}
+
+/// What a join has said so far (see [`LinkOptions::join`]): each source once.
+#[derive(Default)]
+struct Overheard {
+    unauthenticated: Vec<ethbcast::MacAddr>,
+    rivals: Vec<ethbcast::MacAddr>,
+}
+
+impl Overheard {
+    /// Says what `seen` holds that was not said yet: on stderr, as a warning (also with
+    /// `--quiet`).
+    fn tell(&mut self, seen: &JoinSeen, sender: bool) {
+        for (mac, n) in &seen.unauthenticated {
+            if !self.unauthenticated.contains(mac) {
+                self.unauthenticated.push(*mac);
+                eprintln!(
+                    "ethbcast: warning: {n} join frame(s) from {mac} failed authentication with this host's key: that host runs with another key (--key-file) or none"
+                );
+            }
+        }
+        if !sender {
+            return;
+        }
+        for mac in seen.others.iter().chain(&seen.coordinators) {
+            if !self.rivals.contains(mac) {
+                self.rivals.push(*mac);
+                eprintln!(
+                    "ethbcast: warning: {mac} is sending on this group (another `ethbcast send` with this --group-id on the segment?): receivers answer the first sender that names them"
+                );
+            }
+        }
     }
 }
 
@@ -296,14 +384,22 @@ pub fn become_user(name: &str) -> Result<(), Fatal> {
 pub const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// `--status-file PATH`: the counters of a running transfer as JSON, written every
-/// [`STATUS_EVERY`] and at the end, each time whole: into a temporary file next to PATH, renamed
-/// over it, so a reader never sees half of one.
+/// [`STATUS_EVERY`] and at the end, each time whole: into a fresh temporary file next to PATH,
+/// renamed over it, so a reader never sees half of one.
+///
+/// Why a fresh random name each time, created exclusively and never through a link: the
+/// directory may be writable by others (`/tmp`, a shared monitoring directory). A name they
+/// can predict lets them plant a FIFO there, whose `open` blocks the sender's protocol loop
+/// (every receiver then times out), or a file of their own that the rename makes the status
+/// file. Whatever exists under a drawn name is skipped, never opened.
 pub struct StatusFile {
     path: std::path::PathBuf,
-    tmp: std::path::PathBuf,
     last: Option<std::time::Instant>,
     warned: bool,
 }
+
+/// Fresh temporary names tried per write at most.
+const STATUS_TRIES: usize = 16;
 
 impl StatusFile {
     /// Writes `first` to `path` at once: a path that cannot be written is an error before the
@@ -312,20 +408,14 @@ impl StatusFile {
         path: &std::path::Path,
         first: &impl serde::Serialize,
     ) -> Result<StatusFile, Fatal> {
-        let name = path.file_name().ok_or_else(|| {
-            Fatal::new(
+        if path.file_name().is_none() {
+            return Err(Fatal::new(
                 EXIT_USAGE,
                 format!("--status-file {}: not a file name", path.display()),
-            )
-        })?;
-        let tmp = path.with_file_name(format!(
-            ".{}.{}.tmp",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
+            ));
+        }
         let mut f = StatusFile {
             path: path.to_path_buf(),
-            tmp,
             last: None,
             warned: false,
         };
@@ -334,21 +424,46 @@ impl StatusFile {
         Ok(f)
     }
 
+    /// A temporary file next to the status file, under a fresh random name (`.NAME.RANDOM.tmp`,
+    /// from the bytes of NAME), created exclusively and not through a symbolic link.
+    fn fresh_temp(&self) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let name = self.path.file_name().unwrap_or_default();
+        for _ in 0..STATUS_TRIES {
+            let mut tmp = std::ffi::OsString::from(".");
+            tmp.push(name);
+            tmp.push(format!(".{:016x}.tmp", rand::random::<u64>()));
+            let tmp = self.path.with_file_name(tmp);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&tmp)
+            {
+                Ok(f) => return Ok((tmp, f)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "{STATUS_TRIES} fresh temporary names were taken"
+        )))
+    }
+
     fn write_now(&mut self, v: &impl serde::Serialize) -> std::io::Result<()> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         self.last = Some(std::time::Instant::now());
         let mut text = serde_json::to_vec_pretty(v).map_err(std::io::Error::other)?;
         text.push(b'\n');
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&self.tmp)?;
-        f.write_all(&text)?;
-        drop(f);
-        std::fs::rename(&self.tmp, &self.path)
+        let (tmp, mut f) = self.fresh_temp()?;
+        let r = f.write_all(&text).and_then(|()| {
+            drop(f);
+            std::fs::rename(&tmp, &self.path)
+        });
+        if r.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        r
     }
 
     /// Writes `v` if [`STATUS_EVERY`] passed since the last time (`force`: now). A failure is
@@ -358,7 +473,6 @@ impl StatusFile {
             return;
         }
         if let Err(e) = self.write_now(v) {
-            let _ = std::fs::remove_file(&self.tmp);
             if !self.warned {
                 tracing::warn!("--status-file {}: {e}", self.path.display());
                 self.warned = true;
@@ -491,6 +605,102 @@ mod tests {
             assert!(!shown.contains("171") && !shown.contains("0xab"), "{shown}");
             assert!(shown.contains("<redacted>"), "{shown}");
         }
+    }
+
+    /// A sender whose roster its receivers did not confirm (they joined another sender) says
+    /// how many answered and how many confirmed, never that all joined.
+    #[test]
+    fn a_join_timeout_counts_only_the_receivers_that_confirmed() {
+        let link = LinkOptions {
+            iface: "eth0".into(),
+            stream: StreamOptions::default(),
+        };
+        let mac = |i| ethbcast::MacAddr([2, 0, 0, 0, 0, i]);
+        let seen = JoinSeen {
+            heard: vec![mac(1), mac(2)],
+            confirmed: Some((1, 3)),
+            coordinators: vec![mac(9)],
+            ..JoinSeen::default()
+        };
+        let e = GroupError::JoinTimeout {
+            joined: 3,
+            expected: 3,
+            timeout: Duration::from_secs(2),
+            waiting: seen.explain(true),
+            seen: Box::new(seen),
+        };
+        let f = link.join_error(e, true);
+        assert_eq!(f.code, EXIT_JOIN_TIMEOUT);
+        assert!(
+            f.msg
+                .contains("0 of 2 receivers joined: 2 answered, 0 confirmed"),
+            "{}",
+            f.msg
+        );
+        assert!(f.msg.contains("02:00:00:00:00:09"), "{}", f.msg);
+        assert!(!f.msg.contains("2 of 2"), "{}", f.msg);
+    }
+
+    /// A scratch directory for the status file's tests.
+    fn status_dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("ethbcast-status-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A FIFO planted where the status file's temporary file is predictable (or drawn)
+    /// neither blocks the writer (every receiver would time out) nor receives the status.
+    #[test]
+    fn a_fifo_planted_at_the_temporary_name_does_not_block_the_status_file() {
+        let dir = status_dir("fifo");
+        let path = dir.join("status.json");
+        let guessed = dir.join(format!(".status.json.{}.tmp", std::process::id()));
+        nix::unistd::mkfifo(&guessed, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let r = StatusFile::create(&p, &serde_json::json!({"state": "joining"}));
+            let _ = tx.send(r.map(|mut f| f.update(&serde_json::json!({"state": "done"}), true)));
+        });
+        let r = rx.recv_timeout(Duration::from_secs(3));
+        if r.is_err() {
+            // Unblock the writer before failing.
+            let _ = std::fs::File::open(&guessed);
+        }
+        assert!(
+            r.is_ok(),
+            "writing the status file blocked on a FIFO planted in its directory"
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("done"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A file another user planted at the temporary name is never written and renamed into
+    /// place: the status file stays this user's.
+    #[test]
+    fn a_file_planted_at_the_temporary_name_never_becomes_the_status_file() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED: needs root to plant another user's file");
+            return;
+        }
+        let dir = status_dir("planted");
+        let path = dir.join("status.json");
+        let guessed = dir.join(format!(".status.json.{}.tmp", std::process::id()));
+        std::fs::write(&guessed, b"theirs").unwrap();
+        nix::unistd::chown(&guessed, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let mut f = StatusFile::create(&path, &serde_json::json!({"state": "joining"})).unwrap();
+        f.update(&serde_json::json!({"state": "done"}), true);
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            m.uid(),
+            nix::unistd::geteuid().as_raw(),
+            "the status file changed owner"
+        );
+        assert_eq!(std::fs::read(&guessed).unwrap(), b"theirs");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

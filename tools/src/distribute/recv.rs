@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::{Role, Stream};
+use ethbcast::{JoinSeen, Role, Stream};
 use ethbcast_proto::engine::Dest;
 use ethbcast_proto::member::{Event, Message};
 use serde::Serialize;
 
 use super::direct;
+use super::extract::Extract;
 use super::{Fatal, LinkOptions, EXIT_FAILED, EXIT_INTERRUPTED};
 use crate::transfer::{
     Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, Progress, StreamHasher, ABORT,
@@ -33,6 +34,10 @@ pub enum Output {
     File(PathBuf),
     /// The standard input of `sh -c COMMAND`.
     Command(String),
+    /// A directory (`--extract`): the stream is a tar archive (`send -i DIR`), unpacked into a
+    /// fresh directory next to this one and renamed to it after the digest matched (see
+    /// `super::extract`).
+    Tree(PathBuf),
 }
 
 /// What `ethbcast recv` was asked to do.
@@ -58,15 +63,20 @@ pub struct RecvArgs {
     pub resume: bool,
     /// Write the counters to this file every second and at the end (`--status-file`).
     pub status_file: Option<PathBuf>,
+    /// Into a file: never replace an existing one (`--no-clobber`).
+    pub no_clobber: bool,
 }
 
-/// A receiver's outcome.
+/// A receiver's outcome: of a transfer, or of a run that ended before one began (a join
+/// timeout, an interruption, a link or output error: `error` says which; `--json` writes one
+/// on every exit but a usage error).
 #[derive(Debug, Clone, Serialize)]
 pub struct RecvReport {
     /// Completed and verified.
     pub ok: bool,
-    /// Rank in the transfer.
-    pub rank: Rank,
+    /// Rank in the transfer (none before the join).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<Rank>,
     /// Bytes received.
     pub bytes: u64,
     /// Seconds from the header to the end.
@@ -216,6 +226,8 @@ enum Sink {
         f: Option<BufWriter<Counted<File>>>,
         /// `--resume`: `tmp` is the partial name, kept when the transfer does not complete.
         keep: bool,
+        /// `--no-clobber`: never replace a file at `dst`.
+        no_clobber: bool,
     },
     Command {
         cmd: String,
@@ -224,6 +236,8 @@ enum Sink {
         /// Where the command's input counts its bytes (see [`Counted`]).
         written: Arc<AtomicU64>,
     },
+    /// A tree unpacked as it comes (`--extract`).
+    Tree(Extract),
     Done,
 }
 
@@ -235,7 +249,7 @@ enum Sink {
 /// a blocking write there returns only once all its bytes went through, so a megabyte written
 /// at once would show no progress until the reader had taken all of it. A file (or
 /// `/dev/null`) takes what it is given at once, in one system call.
-struct Counted<W> {
+pub(super) struct Counted<W> {
     inner: W,
     count: Arc<AtomicU64>,
     step: usize,
@@ -243,7 +257,7 @@ struct Counted<W> {
 
 impl<W> Counted<W> {
     /// `piped`: the output is a pipe or a socket (see [`Counted`]).
-    fn new(inner: W, count: &Arc<AtomicU64>, piped: bool) -> Counted<W> {
+    pub(super) fn new(inner: W, count: &Arc<AtomicU64>, piped: bool) -> Counted<W> {
         Counted {
             inner,
             count: count.clone(),
@@ -279,7 +293,7 @@ fn null_output(out: &Output) -> bool {
             .map(File::from)
             .and_then(|f| f.metadata()),
         Output::File(dst) => std::fs::symlink_metadata(dst),
-        Output::Command(_) => return false,
+        Output::Command(_) | Output::Tree(_) => return false,
     };
     m.is_ok_and(|m| is_dev_null(&m))
 }
@@ -339,12 +353,14 @@ fn create_temp(dst: &Path, mut suffix: impl FnMut() -> u64) -> Result<(PathBuf, 
     let dir = parent_dir(dst);
     let mut last = None;
     for _ in 0..TEMP_TRIES {
-        let tmp = dir.join(format!(
-            ".{}.ethbcast-{}-{:016x}.part",
-            name.to_string_lossy(),
+        let mut tmp = std::ffi::OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(
+            ".ethbcast-{}-{:016x}.part",
             std::process::id(),
             suffix()
         ));
+        let tmp = dir.join(tmp);
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -364,39 +380,66 @@ fn create_temp(dst: &Path, mut suffix: impl FnMut() -> u64) -> Result<(PathBuf, 
 }
 
 /// The name under which `recv --resume -o DST` writes `DST` until the digest matched, and
-/// keeps what arrived when the transfer does not complete: `.NAME.ethbcast.part` next to it.
+/// keeps what arrived when the transfer does not complete: `.NAME.ethbcast.part` next to it,
+/// made of the bytes of NAME (two names that are not UTF-8 never share one).
 pub fn partial_name(dst: &Path) -> Option<PathBuf> {
     let name = dst.file_name()?;
-    Some(parent_dir(dst).join(format!(".{}.ethbcast.part", name.to_string_lossy())))
+    let mut part = std::ffi::OsString::from(".");
+    part.push(name);
+    part.push(".ethbcast.part");
+    Some(parent_dir(dst).join(part))
 }
 
-/// Opens (or creates) the partial output of `dst` for `--resume`, read and write, locked
-/// against a second receiver writing it. `Ok(None)` if what is there cannot be trusted to be
-/// this user's own partial output (a symbolic link, not a regular file, another owner, more
-/// than one name): the caller then writes a fresh temporary file instead, as without
-/// `--resume`.
+/// Opens the partial output of `dst` for `--resume`, read and write, locked against a second
+/// receiver writing it, or creates it if there is none. `Ok(None)` if what is there cannot be
+/// trusted to be this user's own partial output: the caller then writes a fresh temporary file
+/// instead, as without `--resume` (and keeps nothing).
+///
+/// How it is trusted: an existing file is opened without `O_CREAT` and never through a
+/// symbolic link, and must then be a regular file of this user with one name, the very file
+/// the name still names (a hard link planted and unlinked between the open and the check
+/// leaves the name to another file, or none). One this user may not open (`EACCES`, `EPERM`:
+/// another user's file, or a planted one in a sticky directory with `protected_regular`) is
+/// not its own either. A new one is created with `O_EXCL`: one that appears meanwhile is not
+/// taken.
 fn open_partial(dst: &Path) -> Result<Option<(PathBuf, File)>, Fatal> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let Some(part) = partial_name(dst) else {
         return Err(Fatal::io(format!("-o {}: not a file name", dst.display())));
     };
-    let f = match std::fs::OpenOptions::new()
+    let not_ours = [nix::libc::ELOOP, nix::libc::EACCES, nix::libc::EPERM];
+    let existing = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
         .custom_flags(nix::libc::O_NOFOLLOW)
-        .mode(0o600)
-        .open(&part)
-    {
+        .open(&part);
+    let f = match existing {
         Ok(f) => f,
-        // A symbolic link (ELOOP) or something else that is no file of ours.
-        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => return Ok(None),
+        Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .mode(0o600)
+            .open(&part)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => return Err(Fatal::io(format!("cannot create {}: {e}", part.display()))),
+        },
+        Err(e) if e.raw_os_error().is_some_and(|c| not_ours.contains(&c)) => return Ok(None),
         Err(e) => return Err(Fatal::io(format!("cannot open {}: {e}", part.display()))),
     };
     let m = f
         .metadata()
         .map_err(|e| Fatal::io(format!("cannot stat {}: {e}", part.display())))?;
-    if !m.file_type().is_file() || m.uid() != nix::unistd::geteuid().as_raw() || m.nlink() != 1 {
+    let named =
+        std::fs::symlink_metadata(&part).is_ok_and(|n| n.dev() == m.dev() && n.ino() == m.ino());
+    if !m.file_type().is_file()
+        || m.uid() != nix::unistd::geteuid().as_raw()
+        || m.nlink() != 1
+        || !named
+    {
         return Ok(None);
     }
     match f.try_lock() {
@@ -408,6 +451,46 @@ fn open_partial(dst: &Path) -> Result<Option<(PathBuf, File)>, Fatal> {
         Err(std::fs::TryLockError::Error(e)) => {
             Err(Fatal::io(format!("cannot lock {}: {e}", part.display())))
         }
+    }
+}
+
+/// The mode a file this process creates gets: 0666 less the umask (0644 with the usual 022),
+/// read from `/proc/self/status` (setting the umask to read it would race with other threads'
+/// files); 0644 where the kernel does not say. A received file gets this mode whether it was
+/// resumed or not; the sender's file mode is not carried.
+fn new_file_mode() -> u32 {
+    let umask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022);
+    0o666 & !umask
+}
+
+/// Renames the finished output into place; with `no_clobber`, only if nothing is there
+/// (`RENAME_NOREPLACE`: a file that appeared during the transfer is kept).
+fn rename_into_place(tmp: &Path, dst: &Path, no_clobber: bool) -> Result<(), Fatal> {
+    let fail = |e: std::io::Error| {
+        Fatal::io(format!(
+            "cannot rename {} to {}: {e}",
+            tmp.display(),
+            dst.display()
+        ))
+    };
+    if !no_clobber {
+        return std::fs::rename(tmp, dst).map_err(fail);
+    }
+    use nix::fcntl::{renameat2, RenameFlags};
+    match renameat2(None, tmp, None, dst, RenameFlags::RENAME_NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EEXIST) => Err(Fatal::io(format!(
+            "{} appeared during the transfer, and --no-clobber keeps it: the data received is discarded",
+            dst.display()
+        ))),
+        Err(e) => Err(fail(e.into())),
     }
 }
 
@@ -458,7 +541,12 @@ impl Sink {
 
     /// Opens the output; `written` counts the bytes it takes (see [`Counted`]). `resume`:
     /// into a regular file, its partial output (see [`open_partial`]).
-    fn open(out: &Output, written: &Arc<AtomicU64>, resume: bool) -> Result<Sink, Fatal> {
+    fn open(
+        out: &Output,
+        written: &Arc<AtomicU64>,
+        resume: bool,
+        no_clobber: bool,
+    ) -> Result<Sink, Fatal> {
         Ok(match out {
             Output::Stdout => {
                 use std::os::fd::AsFd;
@@ -487,10 +575,24 @@ impl Sink {
                         dst.display()
                     )));
                 }
+                let dir = parent_dir(dst);
+                if !dir.is_dir() {
+                    return Err(Fatal::io(format!(
+                        "-o {}: directory {} does not exist",
+                        dst.display(),
+                        dir.display()
+                    )));
+                }
+                if no_clobber && std::fs::symlink_metadata(dst).is_ok() {
+                    return Err(Fatal::io(format!(
+                        "-o {}: the file exists, and --no-clobber keeps it",
+                        dst.display()
+                    )));
+                }
                 let partial = if resume { open_partial(dst)? } else { None };
                 if resume && partial.is_none() {
                     tracing::warn!(
-                        "{} is not a partial output of this user (a link, another owner, not a regular file): receiving into a fresh temporary file, which is not kept",
+                        "{} is not a partial output of this user (a link, another owner or one this user may not open, not a regular file): receiving into a fresh temporary file, which is not kept",
                         partial_name(dst).unwrap_or_default().display()
                     );
                 }
@@ -507,6 +609,7 @@ impl Sink {
                         Counted::new(f, written, false),
                     )),
                     keep,
+                    no_clobber,
                 }
             }
             Output::Command(cmd) => Sink::Command {
@@ -515,13 +618,17 @@ impl Sink {
                 stdin: None,
                 written: written.clone(),
             },
+            Output::Tree(dst) => Sink::Tree(Extract::open(dst, written)?),
         })
     }
 
-    /// Starts the command (at the header, so that no command runs for a transfer that never
-    /// begins).
+    /// Starts the command or the unpacker (at the header, so that no command runs for a
+    /// transfer that never begins).
     fn start(&mut self) -> Result<(), Fatal> {
         use std::os::unix::process::CommandExt;
+        if let Sink::Tree(t) = self {
+            return t.start();
+        }
         if let Sink::Command {
             cmd,
             child,
@@ -560,6 +667,7 @@ impl Sink {
                 .expect("command started at the header")
                 .write_all(data)
                 .map_err(|e| write_err(&format!("command {cmd:?}"), e)),
+            Sink::Tree(t) => t.write(data),
             Sink::Done => Ok(()),
         }
     }
@@ -649,22 +757,29 @@ impl Sink {
     fn commit(&mut self) -> Result<(), Fatal> {
         match std::mem::replace(self, Sink::Done) {
             Sink::InPlace(mut w, name) => w.flush().map_err(|e| write_err(&name, e)),
-            Sink::File { tmp, dst, f, .. } => {
+            Sink::File {
+                tmp,
+                dst,
+                f,
+                no_clobber,
+                ..
+            } => {
                 let r = (|| {
+                    use std::os::unix::fs::PermissionsExt;
                     let w = f.expect("open file");
                     let file = w
                         .into_inner()
                         .map_err(|e| write_err(&tmp.display().to_string(), e.into_error()))?;
+                    // The mode a new file of this user gets, whether it was written under a
+                    // temporary name or resumed from a partial output (see `new_file_mode`).
+                    let mode = std::fs::Permissions::from_mode(new_file_mode());
+                    file.inner
+                        .set_permissions(mode)
+                        .map_err(|e| Fatal::io(format!("cannot chmod {}: {e}", tmp.display())))?;
                     file.inner
                         .sync_all()
                         .map_err(|e| write_err(&tmp.display().to_string(), e))?;
-                    std::fs::rename(&tmp, &dst).map_err(|e| {
-                        Fatal::io(format!(
-                            "cannot rename {} to {}: {e}",
-                            tmp.display(),
-                            dst.display()
-                        ))
-                    })?;
+                    rename_into_place(&tmp, &dst, no_clobber)?;
                     sync_dir(&parent_dir(&dst))
                 })();
                 if r.is_err() {
@@ -697,6 +812,16 @@ impl Sink {
                     ))
                 }
             }
+            Sink::Tree(t) => t.commit().map(|u| {
+                tracing::info!(
+                    files = u.files,
+                    dirs = u.dirs,
+                    symlinks = u.symlinks,
+                    hard_links = u.hard_links,
+                    bytes = u.bytes,
+                    "tree unpacked"
+                );
+            }),
             Sink::Done => Ok(()),
         }
     }
@@ -710,6 +835,7 @@ impl Sink {
                 keep: *keep,
             },
             Sink::Command { child: Some(c), .. } => SinkHandle::Pid(c.id()),
+            Sink::Tree(t) => SinkHandle::Tree(t.staging().to_path_buf()),
             _ => SinkHandle::None,
         }
     }
@@ -740,6 +866,7 @@ impl Sink {
             Sink::InPlace(mut w, _) => {
                 let _ = w.flush();
             }
+            Sink::Tree(t) => t.abort(),
             Sink::Done => {}
         }
     }
@@ -763,6 +890,8 @@ enum SinkHandle {
         keep: bool,
     },
     Pid(u32),
+    /// The directory a tree is unpacked into.
+    Tree(PathBuf),
 }
 
 impl SinkHandle {
@@ -774,6 +903,9 @@ impl SinkHandle {
                 let _ = std::fs::remove_file(tmp);
             }
             SinkHandle::Pid(pid) => kill_command(*pid),
+            SinkHandle::Tree(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
     }
 
@@ -1211,14 +1343,48 @@ fn longest_message(max_bytes: u64) -> usize {
 }
 
 /// Runs `ethbcast recv`, its steps in order: [`open`], [`join`], [`Receiving::start`],
-/// [`Receiving::run`], [`Receiving::report`]. Returns the report (its `code` is the exit code)
-/// or a fatal error that happened before the transfer began.
-pub fn run(a: &RecvArgs) -> Result<RecvReport, Fatal> {
-    let opened = open(a)?;
-    let (setup, node) = join(a, opened)?;
+/// [`Receiving::run`], [`Receiving::report`]. Returns the report in every case (its `code` is
+/// the exit code).
+pub fn run(a: &RecvArgs) -> RecvReport {
+    let opened = match open(a) {
+        Ok(o) => o,
+        Err(f) => return RecvReport::not_started(f),
+    };
+    let mut seen = JoinSeen::default();
+    let (mut setup, node) = join(a, opened, &mut seen);
+    let node = match node {
+        Ok(n) => n,
+        Err(f) => {
+            if let Some(st) = setup.status.as_mut() {
+                let mut end = RecvStatus::waiting();
+                end.state = "failed";
+                end.error = &f.msg;
+                st.update(&end, true);
+            }
+            return RecvReport::not_started(f);
+        }
+    };
     let mut r = Receiving::start(a, setup, node);
     let outcome = r.run();
-    Ok(r.report(outcome))
+    r.report(outcome)
+}
+
+impl RecvReport {
+    /// The report of a run that ended before its transfer began.
+    fn not_started(f: Fatal) -> RecvReport {
+        RecvReport {
+            ok: false,
+            rank: None,
+            bytes: 0,
+            seconds: 0.0,
+            digest: String::new(),
+            direct: false,
+            error: f.msg,
+            code: f.code,
+            resumed: 0,
+            counters: RecvCounters::default(),
+        }
+    }
 }
 
 /// A receiver's link, open, before the join.
@@ -1246,6 +1412,7 @@ pub fn open(a: &RecvArgs) -> Result<Opened, Fatal> {
     // Decided before the output is opened (the link needs the capabilities dropped below);
     // `Sink::direct` checks the output itself.
     let retaining = null_output(&a.output);
+    a.link.check_up()?;
     let link = a
         .link
         .open_receiving(retaining)
@@ -1259,7 +1426,7 @@ pub fn open(a: &RecvArgs) -> Result<Opened, Fatal> {
     super::drop_capabilities()?;
     let stop = super::interrupt_flag();
     let output_took = Arc::new(AtomicU64::new(0));
-    let guard = Guard(Sink::open(&a.output, &output_took, a.resume)?);
+    let guard = Guard(Sink::open(&a.output, &output_took, a.resume, a.no_clobber)?);
     let status = match &a.status_file {
         Some(p) => Some(super::StatusFile::create(p, &RecvStatus::waiting())?),
         None => None,
@@ -1285,15 +1452,15 @@ pub fn open(a: &RecvArgs) -> Result<Opened, Fatal> {
 }
 
 /// Step 2: waits for a sender whose roster names this host ([`LinkOptions::join`]).
-pub fn join(a: &RecvArgs, o: Opened) -> Result<(Setup, Stream), Fatal> {
+pub fn join(a: &RecvArgs, o: Opened, seen: &mut JoinSeen) -> (Setup, Result<Stream, Fatal>) {
     // No message longer than `--max-bytes` allows is reserved or kept: its frames are
     // dropped as they come (see `StreamOptions::max_message`) and the transfer refused.
     let mut link = a.link.clone();
     if let Some(max) = a.max_bytes {
         link.stream.max_message = longest_message(max).min(link.stream.max_message);
     }
-    let node = link.join(o.link, Role::Receiver, a.wait, &o.setup.stop)?;
-    Ok((o.setup, node))
+    let node = link.join(o.link, Role::Receiver, a.wait, &o.setup.stop, seen);
+    (o.setup, node)
 }
 
 /// Why the writer stopped before the trailer (it returns its own error from `finish`).
@@ -1788,7 +1955,7 @@ impl<'a> Receiving<'a> {
         }
         RecvReport {
             ok,
-            rank: self.rank,
+            rank: Some(self.rank),
             bytes,
             seconds,
             digest,
@@ -1925,7 +2092,8 @@ mod tests {
         let dst = dir.join("out.bin");
         let old_name = dir.join(format!(".out.bin.ethbcast-{}.part", std::process::id()));
         std::os::unix::fs::symlink(&victim, &old_name).unwrap();
-        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default(), false).unwrap();
+        let mut sink =
+            Sink::open(&Output::File(dst.clone()), &Arc::default(), false, false).unwrap();
         sink.write(b"the transfer").unwrap();
         sink.commit().unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
@@ -2008,15 +2176,107 @@ mod tests {
             second.msg
         );
         drop(_f);
-        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default(), true).unwrap();
+        let mut sink =
+            Sink::open(&Output::File(dst.clone()), &Arc::default(), true, false).unwrap();
         let (held, _) = sink.hash_prefix(DigestAlgo::Xxh3, 9).unwrap();
         assert_eq!(held, 9, "at most the stream's length");
         sink.abort();
         assert_eq!(std::fs::read(&part).unwrap(), b"the first bytes");
-        let mut sink = Sink::open(&Output::File(dst.clone()), &Arc::default(), true).unwrap();
+        let mut sink =
+            Sink::open(&Output::File(dst.clone()), &Arc::default(), true, false).unwrap();
         sink.discard();
         assert!(!part.exists(), "discarded");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A received file gets the mode a new file of this user gets (the umask's), whether it was
+    /// written under a temporary name or resumed from a partial output (created 0600).
+    #[test]
+    fn a_received_file_has_the_same_mode_with_and_without_resume() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("mode");
+        let mut modes = Vec::new();
+        for resume in [false, true] {
+            let dst = dir.join(format!("out-{resume}"));
+            let mut sink =
+                Sink::open(&Output::File(dst.clone()), &Arc::default(), resume, false).unwrap();
+            sink.write(b"the data").unwrap();
+            sink.commit().unwrap();
+            modes.push(std::fs::metadata(&dst).unwrap().permissions().mode() & 0o777);
+        }
+        assert_eq!(modes[0], modes[1], "{:o} {:o}", modes[0], modes[1]);
+        assert_eq!(modes[0], new_file_mode());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `-o` into a directory that does not exist names the directory, not a temporary file.
+    #[test]
+    fn an_output_in_a_missing_directory_names_the_directory() {
+        for resume in [false, true] {
+            let dst = Output::File("/nonexistent-ethbcast-dir/sub/out.bin".into());
+            let Err(e) = Sink::open(&dst, &Arc::default(), resume, false) else {
+                panic!("opened an output in a missing directory");
+            };
+            assert_eq!(e.code, crate::distribute::EXIT_IO);
+            assert!(
+                e.msg
+                    .contains("directory /nonexistent-ethbcast-dir/sub does not exist"),
+                "{}",
+                e.msg
+            );
+            assert!(!e.msg.contains(".part"), "{}", e.msg);
+        }
+    }
+
+    /// `--no-clobber`: an existing file is refused at the start and kept; one that appears
+    /// during the transfer is kept and the data discarded; without it a file is replaced.
+    #[test]
+    fn no_clobber_never_replaces_a_file() {
+        let dir = scratch("noclobber");
+        let there = dir.join("there");
+        std::fs::write(&there, b"precious").unwrap();
+        let Err(e) = Sink::open(&Output::File(there.clone()), &Arc::default(), false, true) else {
+            panic!("--no-clobber opened an existing file");
+        };
+        assert!(e.msg.contains("--no-clobber"), "{}", e.msg);
+        assert_eq!(std::fs::read(&there).unwrap(), b"precious");
+        for resume in [false, true] {
+            let late = dir.join(format!("late-{resume}"));
+            let mut sink =
+                Sink::open(&Output::File(late.clone()), &Arc::default(), resume, true).unwrap();
+            sink.write(b"received").unwrap();
+            std::fs::write(&late, b"someone's").unwrap();
+            let e = sink.commit().unwrap_err();
+            assert!(e.msg.contains("appeared during the transfer"), "{}", e.msg);
+            assert_eq!(std::fs::read(&late).unwrap(), b"someone's");
+        }
+        let mut sink =
+            Sink::open(&Output::File(there.clone()), &Arc::default(), false, false).unwrap();
+        sink.write(b"replaced").unwrap();
+        sink.commit().unwrap();
+        assert_eq!(std::fs::read(&there).unwrap(), b"replaced");
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".part")), "{names:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Two output names that differ only in bytes that are not UTF-8 have partial outputs of
+    /// their own: the partial name keeps the name's bytes.
+    #[test]
+    fn partial_names_keep_the_bytes_of_the_name() {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let a = Path::new(std::ffi::OsStr::from_bytes(b"/d/image-\xff.raw"));
+        let b = Path::new(std::ffi::OsStr::from_bytes(b"/d/image-\xfe.raw"));
+        let (pa, pb) = (partial_name(a).unwrap(), partial_name(b).unwrap());
+        assert_ne!(pa, pb);
+        assert_eq!(
+            pa.into_os_string().into_vec(),
+            b"/d/.image-\xff.raw.ethbcast.part".to_vec()
+        );
     }
 
     #[test]

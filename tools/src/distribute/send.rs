@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ethbcast::MacAddr;
 use ethbcast::{HostEntry, Settle};
-use ethbcast::{Role, Stream};
+use ethbcast::{JoinSeen, Role, Stream};
 use ethbcast_proto::engine::{Dest, SendError};
 use ethbcast_proto::member::{Event, MemberError};
 use serde::Serialize;
@@ -22,6 +22,7 @@ use crate::transfer::rate::TokenBucket;
 use crate::transfer::{
     DigestAlgo, Final, Msg, Offer, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
 };
+use crate::tree::TreeReader;
 use ethbcast::Rank;
 
 /// What `ethbcast send` was asked to do.
@@ -123,13 +124,22 @@ pub struct MissingHost {
     pub host: Option<String>,
     /// MAC address.
     pub mac: String,
+    /// Why it is missing.
+    pub why: String,
 }
 
-/// The sender's final report.
+/// The sender's final report: of a transfer, or of a run that ended before every receiver
+/// had an outcome (`error` says why; `--json` writes one on every exit but a usage error).
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// Every receiver completed.
     pub ok: bool,
+    /// The exit code.
+    pub code: u8,
+    /// Why the run ended before every receiver had an outcome (a join timeout, an
+    /// interruption, a link or input error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Interface.
     pub iface: String,
     /// Bytes in the stream.
@@ -155,9 +165,11 @@ pub struct Report {
     pub missing: Vec<MissingHost>,
     /// Data frames broadcast.
     pub data_frames: u64,
-    /// Repair frames sent.
+    /// Frames the sender sent again: repairs that receivers asked it for (their
+    /// `repair_requests` less those to fellow receivers), and frames whose acknowledgement came
+    /// late, sent again unasked (the stream's last frame; a probe of a silent receiver).
     pub repair_frames: u64,
-    /// Of which re-broadcasts.
+    /// Of which re-broadcasts (to every receiver at once).
     pub rebroadcasts: u64,
 }
 
@@ -165,7 +177,7 @@ impl Report {
     /// The human REPORT (Kascade style).
     pub fn render(&self) -> String {
         let mut s = format!(
-            "REPORT: {} bytes in {:.2} s ({:.1} Mbit/s), digest {}, join {:.2} s, {} data frames, {} repairs\n",
+            "REPORT: {} bytes in {:.2} s ({:.1} Mbit/s), digest {}, join {:.2} s, {} data frames, {} sent again\n",
             self.bytes,
             self.seconds,
             self.goodput_mbit,
@@ -245,16 +257,26 @@ impl Report {
                 }
             ));
         }
-        if bad == 0 {
+        if self.repair_frames > 0 {
+            let asked: u64 = self
+                .receivers
+                .iter()
+                .filter_map(|r| r.counters)
+                .map(|c| c.repair_requests - c.repair_requests_to_peers.min(c.repair_requests))
+                .sum();
             s.push_str(&format!(
-                "REPORT: all {} receivers completed\n",
-                self.receivers.len()
+                "REPORT: {} frames sent again: repairs the receivers asked the sender for ({asked} requests, each for one or more frames) and frames whose acknowledgement came late, sent again unasked\n",
+                self.repair_frames
             ));
-        } else {
-            s.push_str(&format!(
-                "REPORT: {bad} of {} receivers did NOT complete\n",
-                self.receivers.len()
-            ));
+        }
+        let n = self.receivers.len();
+        match (bad, n) {
+            (0, 1) => s.push_str("REPORT: the receiver completed\n"),
+            (0, n) => s.push_str(&format!("REPORT: all {n} receivers completed\n")),
+            (_, 1) => s.push_str("REPORT: the receiver did NOT complete\n"),
+            (bad, n) => s.push_str(&format!(
+                "REPORT: {bad} of {n} receivers did NOT complete\n"
+            )),
         }
         s
     }
@@ -282,6 +304,9 @@ enum Input {
     File(File),
     /// Standard input, a pipe, a device: read from its first byte.
     Stream(Box<dyn Read + Send>),
+    /// A directory: packed into a tar stream as it is read (see [`crate::tree`]), from its
+    /// first byte; the packing starts with the data, not at the join.
+    Tree(PathBuf),
 }
 
 /// Where the data of a file starts, given the receivers' offers (see [`Offer`]): the smallest
@@ -370,6 +395,19 @@ fn reader(
                     return;
                 }
                 (r, StreamHasher::new(algo))
+            }
+            Input::Tree(dir) => {
+                let r = match TreeReader::spawn(&dir) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Block::Err(e));
+                        return;
+                    }
+                };
+                if tx.send(Block::Start(0, None)).is_err() {
+                    return;
+                }
+                (Box::new(r), StreamHasher::new(algo))
             }
         };
         read_blocks(&mut input, msg, &mut hasher, &tx);
@@ -488,16 +526,20 @@ impl Expect {
     }
 }
 
-/// The receivers a previous report (`send --json`) lists as not completed (failed, evicted)
-/// or as not joined (`missing`), with their host names, for `send --only-failed`.
-pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
+/// Whom `send --only-failed` sends to, from a previous report (`send --json`, of any run: a
+/// transfer, a join timeout, an interruption, a link error): the receivers it lists as not
+/// completed (failed, evicted, or the transfer never started for them) and the hosts it
+/// names as not joined (`missing`), with their host names. A report of `--receivers N`
+/// cannot name the receivers that did not join: then the sender waits for as many receivers
+/// as the report counts failed or not joined, the first that answer ([`Expect::Count`]).
+pub fn failed_hosts(report_json: &str) -> Result<Expect, String> {
     let v: serde_json::Value =
         serde_json::from_str(report_json).map_err(|e| format!("not a JSON report: {e}"))?;
     let receivers = v["receivers"]
         .as_array()
         .ok_or("not a report of `ethbcast send --json` (no receivers)")?;
     let failed = receivers.iter().filter(|r| r["status"] != "completed");
-    let missing = v["missing"].as_array().into_iter().flatten();
+    let missing = v["missing"].as_array().map_or(&[][..], Vec::as_slice);
     let mut hosts: Vec<HostEntry> = Vec::new();
     for r in failed.chain(missing) {
         let mac = r["mac"]
@@ -511,24 +553,137 @@ pub fn failed_hosts(report_json: &str) -> Result<Vec<HostEntry>, String> {
             });
         }
     }
+    let not_joined = v["not_joined"].as_u64().unwrap_or(0) as usize;
+    let unnamed = not_joined.saturating_sub(missing.len());
+    if unnamed > 0 {
+        return Ok(Expect::Count(hosts.len() + unnamed));
+    }
     if hosts.is_empty() {
         return Err("every receiver of the report completed: nothing to send again".into());
     }
-    Ok(hosts)
+    Ok(Expect::List(hosts))
 }
 
 /// Runs `ethbcast send`, its steps in order: [`open_input`], [`open`], [`join`],
-/// [`Transfer::start`], [`Transfer::run`], [`Transfer::report`]. `Err` for join timeouts, I/O
-/// errors and interruption; otherwise the report (its `ok` says whether every receiver
-/// completed).
-pub fn run(a: &SendArgs) -> Result<Report, Fatal> {
+/// [`Transfer::start`], [`Transfer::run`], [`Transfer::report`]. Returns the report in every
+/// case: its `code` is the exit code, its `error` why the run ended before every receiver
+/// had an outcome (join timeout, interruption, I/O errors), its receivers who joined and its
+/// `missing` who did not.
+pub fn run(a: &SendArgs) -> Report {
+    let mut seen = JoinSeen::default();
+    let mut status = None;
+    let mut total = None;
+    match steps(a, &mut seen, &mut status, &mut total) {
+        Ok(r) => r,
+        Err(f) => not_started(a, f, &seen, total, &mut status),
+    }
+}
+
+/// [`run`]'s steps up to the transfer, which reports itself whatever way it ends.
+fn steps(
+    a: &SendArgs,
+    seen: &mut JoinSeen,
+    status: &mut Option<super::StatusFile>,
+    total: &mut Option<u64>,
+) -> Result<Report, Fatal> {
     let input = open_input(a)?;
-    let mut status = status_file(a, input.total)?;
+    *total = input.total;
+    *status = status_file(a, input.total)?;
     let link = open(a, input)?;
-    let joined = join(a, link)?;
-    let mut t = Transfer::start(a, joined)?;
-    t.run(&mut status)?;
-    t.report(&mut status)
+    let joined = join(a, link, seen)?;
+    let mut t = Transfer::start(a, joined);
+    let ended = t.run(status);
+    Ok(t.report(status, ended.err()))
+}
+
+/// The report of a run that ended before its transfer began: the receivers that answered
+/// (the transfer did not start for them) and the hosts of the hostfile that did not.
+fn not_started(
+    a: &SendArgs,
+    f: Fatal,
+    seen: &JoinSeen,
+    total: Option<u64>,
+    status: &mut Option<super::StatusFile>,
+) -> Report {
+    let reason = match f.code {
+        super::EXIT_JOIN_TIMEOUT => format!(
+            "did not answer within --wait {}",
+            super::render_seconds(a.wait)
+        ),
+        EXIT_INTERRUPTED => "had not answered when the sender was interrupted".into(),
+        _ => format!("not reached: {}", f.msg),
+    };
+    let receivers: Vec<ReceiverReport> = seen
+        .heard
+        .iter()
+        .enumerate()
+        .map(|(i, mac)| ReceiverReport {
+            // The rank it would have had.
+            rank: Rank::new(i as u16 + 1),
+            mac: mac.to_string(),
+            host: a.expect.name_of(mac),
+            status: Outcome::Failed,
+            bytes: 0,
+            seconds: 0.0,
+            error: format!(
+                "answered, but the transfer did not start: {}",
+                first_line(&f.msg)
+            ),
+            counters: None,
+        })
+        .collect();
+    let missing: Vec<MissingHost> = match &a.expect {
+        Expect::Count(_) => Vec::new(),
+        Expect::List(l) => l
+            .iter()
+            .filter(|h| !seen.heard.contains(&h.mac))
+            .map(|h| MissingHost {
+                host: h.name.clone(),
+                mac: h.mac.to_string(),
+                why: reason.clone(),
+            })
+            .collect(),
+    };
+    let not_joined = a.expect.len().saturating_sub(receivers.len());
+    if let Some(st) = status.as_mut() {
+        let end = SendStatus {
+            state: "done",
+            ok: Some(false),
+            iface: &a.link.iface,
+            total,
+            bytes_sent: 0,
+            bytes_acked: 0,
+            resumed_from: 0,
+            seconds: 0.0,
+            data_frames: 0,
+            repair_frames: 0,
+            receivers: &receivers,
+        };
+        st.update(&end, true);
+    }
+    Report {
+        ok: false,
+        code: f.code,
+        error: Some(f.msg),
+        iface: a.link.iface.clone(),
+        bytes: 0,
+        digest: format!("{}:none", a.digest.name()),
+        resumed_from: 0,
+        join_seconds: 0.0,
+        seconds: 0.0,
+        goodput_mbit: 0.0,
+        receivers,
+        not_joined,
+        missing,
+        data_frames: 0,
+        repair_frames: 0,
+        rebroadcasts: 0,
+    }
+}
+
+/// The first line of a message (up to a `;`), for a receiver's line.
+fn first_line(msg: &str) -> &str {
+    msg.split(['(', ';']).next().unwrap_or(msg).trim_end()
 }
 
 /// The sender's input, opened, with its size when it is a file.
@@ -537,8 +692,8 @@ pub struct Opened {
     total: Option<u64>,
 }
 
-/// Step 1: opens the input (`-i FILE`, else standard input). A directory is refused with the
-/// way to send one.
+/// Step 1: opens the input (`-i FILE` or `-i DIR`, else standard input). A directory is sent
+/// as a tree: a tar stream of unknown length, packed while it is sent.
 pub fn open_input(a: &SendArgs) -> Result<Opened, Fatal> {
     let (input, total) = match &a.input {
         Some(p) => {
@@ -548,12 +703,11 @@ pub fn open_input(a: &SendArgs) -> Result<Opened, Fatal> {
                 .metadata()
                 .map_err(|e| Fatal::io(format!("cannot stat input {}: {e}", p.display())))?;
             if meta.is_dir() {
-                return Err(Fatal::io(format!(
-                    "input {} is a directory (send a tar stream: tar -c DIR | ethbcast send ...)",
-                    p.display()
-                )));
-            }
-            if meta.is_file() {
+                // Readable, or refused now rather than after the join.
+                std::fs::read_dir(p)
+                    .map_err(|e| Fatal::io(format!("cannot read input {}: {e}", p.display())))?;
+                (Input::Tree(p.clone()), None)
+            } else if meta.is_file() {
                 (Input::File(f), Some(meta.len()))
             } else {
                 (Input::Stream(Box::new(f)), None)
@@ -597,6 +751,7 @@ pub struct OpenLink {
 /// Step 2: opens the link, drops every capability, and says whom the sender waits for.
 pub fn open(a: &SendArgs, input: Opened) -> Result<OpenLink, Fatal> {
     let began = Instant::now();
+    a.link.check_up()?;
     let link = a
         .link
         .open()
@@ -645,10 +800,10 @@ pub struct Joined {
 
 /// Step 3: the join ([`LinkOptions::join`]): the receivers expected, or (`--min-receivers`)
 /// those that came; says who did not.
-pub fn join(a: &SendArgs, l: OpenLink) -> Result<Joined, Fatal> {
+pub fn join(a: &SendArgs, l: OpenLink, seen: &mut JoinSeen) -> Result<Joined, Fatal> {
     let node = a
         .link
-        .join(l.link, a.expect.role(a.settle), a.wait, &l.stop)?;
+        .join(l.link, a.expect.role(a.settle), a.wait, &l.stop, seen)?;
     let roster = node.peers().to_vec();
     let not_joined = a.expect.len().saturating_sub(roster.len() - 1);
     let missing: Vec<MissingHost> = match &a.expect {
@@ -659,6 +814,11 @@ pub fn join(a: &SendArgs, l: OpenLink) -> Result<Joined, Fatal> {
             .map(|h| MissingHost {
                 host: h.name.clone(),
                 mac: h.mac.to_string(),
+                why: format!(
+                    "did not join within --max-wait {}",
+                    a.settle
+                        .map_or_else(String::new, |s| super::render_seconds(s.after))
+                ),
             })
             .collect(),
     };
@@ -689,9 +849,13 @@ pub fn join(a: &SendArgs, l: OpenLink) -> Result<Joined, Fatal> {
         eprintln!(
             "ethbcast: {} receiver(s) joined in {join_seconds:.2} s; sending {}",
             roster.len() - 1,
-            match l.input.total {
-                Some(t) => format!("{t} bytes"),
-                None => "a stream of unknown length".into(),
+            match (&l.input.input, l.input.total) {
+                (Input::Tree(dir), _) => format!(
+                    "the directory {} as a tree (a tar stream of unknown length)",
+                    dir.display()
+                ),
+                (_, Some(t)) => format!("{t} bytes"),
+                (_, None) => "a stream of unknown length".into(),
             }
         );
     }
@@ -725,8 +889,11 @@ pub struct Transfer<'a> {
     missing: Vec<MissingHost>,
     who: Vec<String>,
     join_seconds: f64,
-    /// Data messages handed to the engine at most.
+    /// Bytes per data message, and data messages handed to the engine at most.
+    msg: usize,
     max_inflight: usize,
+    /// Stream bytes a data frame carries at most (see [`Transfer::show_bytes`]).
+    frame_bytes: u64,
     /// Every rank's line of the report as it stands (the sender's, rank 0, is not reported).
     fate: Vec<ReceiverReport>,
     /// Watching the receivers (see [`Watch`]).
@@ -734,6 +901,8 @@ pub struct Transfer<'a> {
     /// The reader's blocks, and the rank of each offer it was given (in the reader's order).
     rx: Receiver<Block>,
     offer_ranks: Vec<usize>,
+    /// Reading a file: where the receivers' offers go (see [`Transfer::begin`]).
+    offers_tx: Option<std::sync::mpsc::SyncSender<Vec<Offer>>>,
     pb: indicatif::ProgressBar,
     start: Instant,
     bucket: Option<TokenBucket>,
@@ -779,10 +948,10 @@ impl Watch {
 }
 
 impl<'a> Transfer<'a> {
-    /// Starts the transfer: the reader, the header, and (a file) the receivers' offers.
-    pub fn start(a: &'a SendArgs, j: Joined) -> Result<Transfer<'a>, Fatal> {
+    /// Sets the transfer up: each receiver's line, the reader.
+    pub fn start(a: &'a SendArgs, j: Joined) -> Transfer<'a> {
         let Joined {
-            mut node,
+            node,
             stop,
             input,
             roster,
@@ -804,7 +973,7 @@ impl<'a> Transfer<'a> {
         // last repair.
         let max_inflight = (2 * cfg.window * cfg.max_payload()).div_ceil(msg).max(4);
         let n = roster.len();
-        let mut fate: Vec<ReceiverReport> = roster
+        let fate: Vec<ReceiverReport> = roster
             .iter()
             .enumerate()
             .map(|(r, mac)| ReceiverReport {
@@ -825,24 +994,7 @@ impl<'a> Transfer<'a> {
         let bucket = a
             .max_rate
             .map(|r| TokenBucket::new(r, (msg as u64).max(r / 100), start));
-        node.send(
-            Msg::Header {
-                total: input.total,
-                chunk: msg as u32,
-                digest: a.digest,
-            }
-            .encode(),
-        )?;
-        // A file can start where every receiver's partial output ends: each receiver offers
-        // what it holds (see `Offer`), and the reader checks the offers against the input.
-        let mut offer_ranks: Vec<usize> = Vec::new();
-        if resumable {
-            let offers = gather_offers(&mut node, &mut fate, &stop, a.timeout, start)?;
-            offer_ranks = offers.iter().map(|o| o.0).collect();
-            let _ = offers_tx.send(offers.into_iter().map(|o| o.1).collect());
-        }
-        drop(offers_tx);
-        Ok(Transfer {
+        Transfer {
             a,
             node,
             stop,
@@ -851,11 +1003,14 @@ impl<'a> Transfer<'a> {
             missing,
             who,
             join_seconds,
+            msg,
             max_inflight,
+            frame_bytes: cfg.max_payload() as u64,
             fate,
             watch: Watch::new(n),
             rx,
-            offer_ranks,
+            offer_ranks: Vec::new(),
+            offers_tx: resumable.then_some(offers_tx),
             pb,
             start,
             bucket,
@@ -867,12 +1022,32 @@ impl<'a> Transfer<'a> {
             trailer: None,
             trailer_stable: None,
             digest: None,
-        })
+        }
+    }
+
+    /// The header, and (a file) the receivers' offers: a file can start where every
+    /// receiver's partial output ends (each receiver offers what it holds, see [`Offer`], and
+    /// the reader checks the offers against the input).
+    fn begin(&mut self) -> Result<(), Fatal> {
+        let header = Msg::Header {
+            total: self.total,
+            chunk: self.msg as u32,
+            digest: self.a.digest,
+        };
+        self.node.send(header.encode())?;
+        if let Some(tx) = self.offers_tx.take() {
+            let (node, fate) = (&mut self.node, &mut self.fate);
+            let offers = gather_offers(node, fate, &self.stop, self.a.timeout, self.start)?;
+            self.offer_ranks = offers.iter().map(|o| o.0).collect();
+            let _ = tx.send(offers.into_iter().map(|o| o.1).collect());
+        }
+        Ok(())
     }
 
     /// Streams the input and watches the receivers until each has an outcome. `Err` when
     /// interrupted (the receivers are told to discard the transfer) or the input fails.
     pub fn run(&mut self, status: &mut Option<super::StatusFile>) -> Result<(), Fatal> {
+        self.begin()?;
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 self.pb.finish_and_clear();
@@ -892,6 +1067,7 @@ impl<'a> Transfer<'a> {
             self.check_receivers(now);
             self.give_up_on_reports(now);
             self.pb.set_position(self.acked);
+            self.show_bytes();
             if let Some(st) = status.as_mut() {
                 let stats = self.node.stats();
                 st.update(
@@ -901,6 +1077,28 @@ impl<'a> Transfer<'a> {
             }
             if self.fate[1..].iter().all(|f| f.status != Outcome::Active) {
                 return Ok(());
+            }
+        }
+    }
+
+    /// Each active receiver's bytes as they move, as far as the sender can tell: what every
+    /// live receiver acknowledged, and for one ahead of the slowest, the frames by which it is
+    /// ahead (its outstanding frames against the slowest's). Short of the truth by less than
+    /// a message; the receiver's report has the exact count.
+    fn show_bytes(&mut self) {
+        let outstanding: Vec<Option<u64>> = (0..self.fate.len())
+            .map(|r| {
+                let live = r > 0 && self.fate[r].status == Outcome::Active;
+                live.then(|| self.node.receiver_progress(Rank::new(r as u16)))
+                    .flatten()
+                    .map(|p| p.outstanding)
+            })
+            .collect();
+        let slowest = outstanding.iter().flatten().copied().max().unwrap_or(0);
+        for (line, out) in self.fate.iter_mut().zip(outstanding) {
+            if let Some(o) = out {
+                let ahead = (slowest - o).saturating_mul(self.frame_bytes);
+                line.bytes = self.acked.saturating_add(ahead).min(self.sent);
             }
         }
     }
@@ -1057,15 +1255,32 @@ impl<'a> Transfer<'a> {
                     line.counters = Some(c);
                     continue;
                 }
-                match Final::decode(&m) {
-                    Some(f) if f.ok => {
+                let Some(f) = Final::decode(&m) else {
+                    continue;
+                };
+                // A completion counts only after the trailer and for every byte sent: a
+                // receiver (a buggy or hostile member) that says so earlier is failed, so that
+                // `--only-failed` sends to it again.
+                let early = match (f.ok, self.digest) {
+                    (true, None) => Some("reported completion before the end of the stream".into()),
+                    (true, Some(_)) if f.bytes != self.sent => Some(format!(
+                        "reported completion of {} bytes, the sender sent {}",
+                        f.bytes, self.sent
+                    )),
+                    _ => None,
+                };
+                match (f.ok, early) {
+                    (true, None) => {
                         finish(line, self.start, Outcome::Completed, f.bytes, String::new())
                     }
-                    Some(f) => {
+                    (true, Some(why)) => {
+                        self.node.evict(line.rank);
+                        finish(line, self.start, Outcome::Failed, f.bytes, why);
+                    }
+                    (false, _) => {
                         self.node.evict(line.rank);
                         finish(line, self.start, Outcome::Failed, f.bytes, f.error);
                     }
-                    None => continue,
                 }
                 break;
             }
@@ -1172,14 +1387,22 @@ impl<'a> Transfer<'a> {
         }
     }
 
-    /// Step 5: the report, once every receiver has an outcome (the last status too).
-    pub fn report(mut self, status: &mut Option<super::StatusFile>) -> Result<Report, Fatal> {
+    /// Step 5: the report, once every receiver has an outcome, or once the transfer ended
+    /// early (`failure`: interrupted, the input or the link failed): receivers still active
+    /// then failed with it. The last status too.
+    pub fn report(
+        mut self,
+        status: &mut Option<super::StatusFile>,
+        failure: Option<Fatal>,
+    ) -> Report {
         let seconds = self.start.elapsed();
         self.pb.finish_and_clear();
         // Linger: acknowledge the last point-to-point reports.
         let linger = Instant::now() + Duration::from_millis(300);
-        while Instant::now() < linger {
-            self.node.turn(Duration::from_millis(10))?;
+        while failure.is_none() && Instant::now() < linger {
+            if self.node.turn(Duration::from_millis(10)).is_err() {
+                break;
+            }
         }
         // Counters that came with the last reports.
         for line in &mut self.fate[1..] {
@@ -1188,9 +1411,14 @@ impl<'a> Transfer<'a> {
                     line.counters = Some(c);
                 }
             }
+            if let (Outcome::Active, Some(f)) = (line.status, &failure) {
+                let bytes = line.bytes.max(self.acked);
+                finish(line, self.start, Outcome::Failed, bytes, f.msg.clone());
+            }
         }
         let st = self.node.stats().clone();
-        let ok = self.not_joined == 0
+        let ok = failure.is_none()
+            && self.not_joined == 0
             && self.fate[1..]
                 .iter()
                 .all(|r| r.status == Outcome::Completed);
@@ -1198,8 +1426,15 @@ impl<'a> Transfer<'a> {
             s.update(&self.status("done", Some(ok), seconds, &st), true);
         }
         let resumed_from = self.resumed_from.unwrap_or(0);
-        Ok(Report {
+        let code = match (&failure, ok) {
+            (Some(f), _) => f.code,
+            (None, true) => super::EXIT_OK,
+            (None, false) => EXIT_FAILED,
+        };
+        Report {
             ok,
+            code,
+            error: failure.map(|f| f.msg),
             iface: self.a.link.iface.clone(),
             bytes: self.sent,
             resumed_from,
@@ -1217,7 +1452,7 @@ impl<'a> Transfer<'a> {
             data_frames: st.data_frames,
             repair_frames: st.repair_frames,
             rebroadcasts: st.rebroadcasts,
-        })
+        }
     }
 }
 
@@ -1269,13 +1504,13 @@ fn gather_offers(
             if let Some(o) = Offer::decode(&m) {
                 got[r] = Some(o);
             } else if let Some(f) = Final::decode(&m) {
-                let what = if f.ok {
-                    Outcome::Completed
-                } else {
-                    node.evict(Rank::new(r as u16));
-                    Outcome::Failed
+                // Before the stream began nothing can have completed (see `take_reports`).
+                let why = match f.ok {
+                    true => "reported completion before the stream began".into(),
+                    false => f.error,
                 };
-                finish(&mut fate[r], start, what, f.bytes, f.error);
+                node.evict(Rank::new(r as u16));
+                finish(&mut fate[r], start, Outcome::Failed, f.bytes, why);
             }
         }
         if now.duration_since(kept_alive) >= KEEPALIVE_EVERY {
@@ -1295,18 +1530,9 @@ fn gather_offers(
         .collect())
 }
 
-/// The exit code of a finished transfer.
-pub fn exit_code(r: &Report) -> u8 {
-    if r.ok {
-        super::EXIT_OK
-    } else {
-        EXIT_FAILED
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{failed_hosts, resume_point};
+    use super::{failed_hosts, resume_point, Expect};
     use crate::transfer::{DigestAlgo, Offer, StreamHasher};
     use std::io::{Read, Seek};
 
@@ -1363,7 +1589,9 @@ mod tests {
             {"rank": 2, "mac": "02:00:00:00:00:02", "host": "node2", "status": "evicted"},
             {"rank": 3, "mac": "02:00:00:00:00:03", "status": "failed"}],
             "not_joined": 1, "missing": [{"host": "node4", "mac": "02:00:00:00:00:04"}]}"#;
-        let hosts = failed_hosts(report).unwrap();
+        let Expect::List(hosts) = failed_hosts(report).unwrap() else {
+            panic!("a report that names every host gives a list");
+        };
         let got: Vec<(Option<&str>, String)> = hosts
             .iter()
             .map(|h| (h.name.as_deref(), h.mac.to_string()))
@@ -1383,5 +1611,127 @@ mod tests {
         assert!(failed_hosts("{").is_err());
         assert!(failed_hosts("{}").is_err());
         assert!(failed_hosts(r#"{"receivers": [{"mac": "nope", "status": "failed"}]}"#).is_err());
+    }
+
+    fn report_of(receivers: usize, repair_requests: u64, repair_frames: u64) -> super::Report {
+        use super::{Outcome, ReceiverReport};
+        let line = |i: usize| ReceiverReport {
+            rank: ethbcast::Rank::new(i as u16 + 1),
+            mac: format!("02:00:00:00:00:0{}", i + 1),
+            host: None,
+            status: Outcome::Completed,
+            bytes: 10,
+            seconds: 1.0,
+            error: String::new(),
+            counters: Some(crate::distribute::recv::RecvCounters {
+                repair_requests,
+                ..Default::default()
+            }),
+        };
+        super::Report {
+            ok: true,
+            code: 0,
+            error: None,
+            iface: "eth0".into(),
+            bytes: 10,
+            digest: "xxh3:00".into(),
+            resumed_from: 0,
+            join_seconds: 0.1,
+            seconds: 1.0,
+            goodput_mbit: 1.0,
+            receivers: (0..receivers).map(line).collect(),
+            not_joined: 0,
+            missing: Vec::new(),
+            data_frames: 100,
+            repair_frames,
+            rebroadcasts: 0,
+        }
+    }
+
+    /// One receiver is "the receiver", not "all 1 receivers"; frames sent again are
+    /// explained beside the receivers' repair requests, which may be none.
+    #[test]
+    fn the_report_counts_in_words_and_explains_frames_sent_again() {
+        let one = report_of(1, 0, 0).render();
+        assert!(one.contains("REPORT: the receiver completed"), "{one}");
+        assert!(!one.contains("all 1 receivers"), "{one}");
+        assert!(!one.contains("sent again:"), "nothing sent again: {one}");
+        let two = report_of(2, 0, 170).render();
+        assert!(two.contains("REPORT: all 2 receivers completed"), "{two}");
+        assert!(
+            two.contains("170 frames sent again")
+                && two.contains("0 requests")
+                && two.contains("unasked"),
+            "{two}"
+        );
+        let asked = report_of(2, 3, 9).render();
+        assert!(asked.contains("6 requests"), "{asked}");
+    }
+
+    fn args(input: Option<std::path::PathBuf>, iface: &str) -> super::SendArgs {
+        super::SendArgs {
+            link: crate::distribute::LinkOptions {
+                iface: iface.into(),
+                stream: ethbcast::StreamOptions::default(),
+            },
+            input,
+            expect: Expect::Count(2),
+            settle: None,
+            digest: DigestAlgo::Xxh3,
+            max_rate: None,
+            chunk: 1 << 20,
+            wait: std::time::Duration::from_secs(1),
+            timeout: std::time::Duration::from_secs(1),
+            report_wait: std::time::Duration::from_secs(1),
+            quiet: true,
+            status_file: None,
+        }
+    }
+
+    /// The first step alone: a file has a size, a directory is refused with the way to send
+    /// one, and a run that stops at a step still reports (here: no such interface), with the
+    /// receivers it expected as not joined.
+    #[test]
+    fn the_steps_stand_alone_and_every_early_end_reports() {
+        let dir = std::env::temp_dir().join(format!("ethbcast-steps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("in");
+        std::fs::write(&file, b"12345").unwrap();
+        assert_eq!(
+            super::open_input(&args(Some(file.clone()), "eth0"))
+                .unwrap()
+                .total,
+            Some(5)
+        );
+        let Err(e) = super::open_input(&args(Some(dir.clone()), "eth0")) else {
+            panic!("a directory was opened as input");
+        };
+        assert!(e.msg.contains("tar -c DIR"), "{}", e.msg);
+        let r = super::run(&args(Some(file), "ethbcast-nope0"));
+        assert_eq!(r.code, crate::distribute::EXIT_IO, "{:?}", r.error);
+        assert!(
+            r.error
+                .as_deref()
+                .is_some_and(|e| e.contains("ethbcast-nope0")),
+            "{:?}",
+            r.error
+        );
+        assert_eq!((r.ok, r.not_joined, r.receivers.len()), (false, 2, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `--receivers N` names no host that did not join: every receiver that joined completed,
+    /// two never joined, and there is something to send again, to two receivers.
+    #[test]
+    fn a_count_report_whose_receivers_did_not_join_sends_to_as_many_again() {
+        let report = r#"{"ok": false, "receivers": [
+            {"rank": 1, "mac": "02:00:00:00:00:01", "status": "completed"}],
+            "not_joined": 2}"#;
+        assert!(matches!(failed_hosts(report), Ok(Expect::Count(2))));
+        // And with a receiver that failed: it and the two.
+        let report = r#"{"ok": false, "receivers": [
+            {"rank": 1, "mac": "02:00:00:00:00:01", "status": "failed"}],
+            "not_joined": 2, "missing": []}"#;
+        assert!(matches!(failed_hosts(report), Ok(Expect::Count(3))));
     }
 }

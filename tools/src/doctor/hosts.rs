@@ -175,6 +175,7 @@ pub fn check(
         Ok(l) => l,
         Err(e) => {
             return vec![Check::problem(
+                "hosts.open",
                 Status::Fail,
                 format!("cannot open {iface} to probe the hosts: {e}"),
                 "see the checks above".into(),
@@ -227,6 +228,7 @@ pub fn check(
         });
         if let Err(e) = r {
             return vec![Check::problem(
+                "hosts.receive",
                 Status::Fail,
                 format!("receiving on {iface}: {e}"),
                 "see the checks above".into(),
@@ -236,13 +238,19 @@ pub fn check(
     let mut checks = Vec::new();
     if let Some(e) = failed_send {
         checks.push(Check::problem(
+            "hosts.send",
             Status::Fail,
             format!("cannot send probes on {iface}: {e}"),
             "see the checks above".into(),
         ));
     }
     for (h, a) in hosts.iter().zip(&got) {
-        checks.extend(verdicts(iface, group, local, h, a, wait));
+        let on = h.name.clone().unwrap_or_else(|| h.mac.to_string());
+        checks.extend(
+            verdicts(iface, group, local, h, a, wait)
+                .into_iter()
+                .map(|c| c.on(on.clone())),
+        );
     }
     checks
 }
@@ -250,6 +258,7 @@ pub fn check(
 /// The line that says the hosts of a hostfile were not probed: a check of this host failed.
 pub fn not_probed(hosts: usize) -> Check {
     Check::problem(
+        "hosts.not_probed",
         Status::Fail,
         format!("the {hosts} host(s) of the hostfile were not probed: a check of this host failed"),
         "fix this host first (the lines above)".into(),
@@ -271,7 +280,7 @@ fn verdicts(
     };
     let on = h.name.clone().unwrap_or_else(|| h.mac.to_string());
     let Some(mtu) = a.mtu else {
-        return vec![Check::problem(
+        return vec![Check::problem("host.broadcast", 
             Status::Fail,
             format!(
                 "{who}: no answer to a broadcast within {:.1} s",
@@ -282,11 +291,15 @@ fn verdicts(
             ),
         )];
     };
-    let mut checks = vec![Check::ok(format!("{who}: a broadcast reaches it"))];
+    let mut checks = vec![Check::ok(
+        "host.broadcast",
+        format!("{who}: a broadcast reaches it"),
+    )];
     let min = usize::from(ethbcast_proto::join::MIN_PDU);
     let m = mtu as usize;
     if m < min {
         checks.push(Check::problem(
+            "host.mtu",
             Status::Fail,
             format!(
                 "{who}: its interface has an MTU of {mtu} bytes, below the {min} a transfer needs"
@@ -294,7 +307,7 @@ fn verdicts(
             format!("ip link set {iface} mtu {local} on {on}"),
         ));
     } else if m < local {
-        checks.push(Check::problem(
+        checks.push(Check::problem("host.mtu", 
             Status::Warn,
             format!(
                 "{who}: its interface has an MTU of {mtu} bytes, this host's {local}: every transfer with {on} uses frames of {mtu} bytes"
@@ -302,7 +315,7 @@ fn verdicts(
             format!("ip link set {iface} mtu {local} on {on}"),
         ));
     } else if !a.full {
-        checks.push(Check::problem(
+        checks.push(Check::problem("host.mtu", 
             Status::Fail,
             format!(
                 "{who}: frames of {local} bytes do not reach it although its MTU is {mtu}: a link or switch port between has a smaller MTU"
@@ -310,16 +323,18 @@ fn verdicts(
             format!("raise the MTU of the switch ports between this host and {on} to {local}, or lower every host's (ip link set {iface} mtu N)"),
         ));
     } else {
-        checks.push(Check::ok(format!(
-            "{who}: MTU {mtu} bytes, frames of {local} bytes reach it"
-        )));
+        checks.push(Check::ok(
+            "host.mtu",
+            format!("{who}: MTU {mtu} bytes, frames of {local} bytes reach it"),
+        ));
     }
     if a.group {
-        checks.push(Check::ok(format!(
-            "{who}: the group's address {group} reaches it"
-        )));
+        checks.push(Check::ok(
+            "host.group",
+            format!("{who}: the group's address {group} reaches it"),
+        ));
     } else {
-        checks.push(Check::problem(
+        checks.push(Check::problem("host.group", 
             Status::Fail,
             format!("{who}: a broadcast reaches it but the group's multicast address {group} does not: the switch or its NIC drops that multicast"),
             format!("let the switch flood {group} (IGMP/MLD snooping off on its ports), or give every command --group-address broadcast"),

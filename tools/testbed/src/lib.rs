@@ -288,6 +288,9 @@ pub struct TestbedConfig {
     /// MTU of every port and host interface (`None`: the kernel's 1500), e.g. 9000 for
     /// jumbo frames, between [`MIN_MTU`] and [`MAX_MTU`].
     pub mtu: Option<u32>,
+    /// Give every host an IPv4 address ([`Testbed::ipv4`]) with its broadcast address and a
+    /// route for multicast, for IP tools on the test-bed (UDPCast, MPI over TCP).
+    pub ipv4: bool,
 }
 
 impl Default for TestbedConfig {
@@ -299,6 +302,7 @@ impl Default for TestbedConfig {
             loss_pct: None,
             gro: false,
             mtu: None,
+            ipv4: false,
         }
     }
 }
@@ -333,6 +337,12 @@ impl TestbedConfig {
     /// Sets the MTU of every interface (jumbo frames: 9000).
     pub fn mtu(mut self, mtu: u32) -> Self {
         self.mtu = Some(mtu);
+        self
+    }
+
+    /// Gives every host an IPv4 address, a broadcast address and a multicast route.
+    pub fn ipv4(mut self, on: bool) -> Self {
+        self.ipv4 = on;
         self
     }
 
@@ -558,6 +568,9 @@ impl Testbed {
             armed: true,
         };
         tb.build()?;
+        if config.ipv4 {
+            tb.add_ipv4()?;
+        }
         if config.gro {
             tb.set_gro(true)?;
         }
@@ -701,6 +714,35 @@ impl Testbed {
     }
 
     /// The configured rate limit.
+    /// The IPv4 address [`TestbedConfig::ipv4`] gives host `index`: 10.88.0.(index + 1)/24
+    /// (each test-bed is its own segment, so test-beds may share the addresses).
+    pub fn ipv4(index: usize) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::new(10, 88, 0, (index + 1) as u8)
+    }
+
+    /// Gives every host its IPv4 address ([`Testbed::ipv4`]) with `brd +` (tools such as
+    /// UDPCast find their rendezvous address through the interface's broadcast address; without
+    /// one they say hello to 0.0.0.0 and never start) and a route for multicast (224.0.0.0/4)
+    /// through its interface.
+    fn add_ipv4(&self) -> Result<()> {
+        let mut children = Vec::new();
+        for h in &self.hosts {
+            let script = format!(
+                "addr add {}/24 brd + dev {HOST_IFACE}\nroute replace 224.0.0.0/4 dev {HOST_IFACE}\n",
+                Testbed::ipv4(h.index)
+            );
+            children.push(spawn_tool(
+                "ip",
+                &["-n", &h.netns, "-batch", "-"],
+                Some(&script),
+            )?);
+        }
+        for c in children {
+            c.wait()?;
+        }
+        Ok(())
+    }
+
     pub fn rate(&self) -> Option<Rate> {
         self.rate
     }

@@ -168,7 +168,7 @@ pub fn compile(mpi: MpiImpl, source: &Path, out: &Path) -> Result<(), MpiError> 
     run_build(cmd)
 }
 
-/// Compiles a C program of several files that we did not write (a vendored test suite) with
+/// Compiles a C program of several files that we did not write (a fetched test suite) with
 /// `mpi`'s mpicc into `out`: `flags` (include folders, defines) come before the sources. Its
 /// warnings are its authors' to fix, so they do not fail the build.
 pub fn compile_foreign(

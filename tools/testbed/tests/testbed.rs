@@ -571,3 +571,115 @@ fn end_processes_and_down_end_what_runs_in_the_namespaces() {
     tb.down().expect("down");
     assert!(ends(second), "pid {second} survived down");
 }
+
+/// `ethbcast-testbed up --ip`: every host has its IPv4 address with a broadcast address and a
+/// route for multicast, so an IP multicast tool (UDPCast) moves a file across the test-bed.
+#[test]
+fn up_with_ip_gives_hosts_addresses_broadcast_and_a_multicast_route_that_udpcast_uses() {
+    if !netns_available(
+        "up_with_ip_gives_hosts_addresses_broadcast_and_a_multicast_route_that_udpcast_uses",
+        false,
+    ) {
+        return;
+    }
+    let (Some(sender), Some(receiver)) = (
+        ethbcast_testbed::find_tool("udp-sender"),
+        ethbcast_testbed::find_tool("udp-receiver"),
+    ) else {
+        assert!(
+            std::env::var("ETHBCAST_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "udpcast is missing"
+        );
+        eprintln!("SKIPPED: udpcast is missing");
+        return;
+    };
+    let bin = env!("CARGO_BIN_EXE_ethbcast-testbed");
+    let p = prefix("ip");
+    let up = Command::new(bin)
+        .args(["up", "2", "--ip", "--json", "--prefix", &p])
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let tb: serde_json::Value = serde_json::from_slice(&up.stdout).unwrap();
+    assert_eq!(
+        tb["ipv4"],
+        serde_json::json!(["10.88.0.1", "10.88.0.2"]),
+        "{tb}"
+    );
+    let down = || {
+        let _ = Command::new(bin).args(["down", "--prefix", &p]).status();
+    };
+    let ns = |i: usize| format!("{p}-h{i}");
+    for i in 0..2 {
+        let addrs = ip_json(&ns(i), &["-4", "addr", "show", "dev", "eth0"]);
+        let a = &addrs[0]["addr_info"][0];
+        assert_eq!(a["local"], format!("10.88.0.{}", i + 1), "{addrs}");
+        assert_eq!(a["prefixlen"], 24, "{addrs}");
+        assert_eq!(a["broadcast"], "10.88.0.255", "{addrs}");
+        let routes = ip_json(&ns(i), &["route", "show", "224.0.0.0/4"]);
+        assert_eq!(routes[0]["dev"], "eth0", "{routes}");
+    }
+    let dir = std::env::temp_dir().join(format!("ethbcast-tb-ip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in");
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+    std::fs::write(&input, &data).unwrap();
+    let output = dir.join("out");
+    let mut r = netns::command_in(&ns(1), receiver.to_str().unwrap())
+        .unwrap()
+        .args(["--interface", "eth0", "--nokbd", "--file"])
+        .arg(&output)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = netns::command_in(&ns(0), sender.to_str().unwrap())
+        .unwrap()
+        .args([
+            "--interface",
+            "eth0",
+            "--nokbd",
+            "--min-receivers",
+            "1",
+            "--max-wait",
+            "10",
+            "--file",
+        ])
+        .arg(&input)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut s = s;
+    let t0 = Instant::now();
+    let finished = loop {
+        if let Some(st) = s.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = s.kill();
+    let _ = s.wait();
+    let _ = r.kill();
+    let _ = r.wait();
+    let got = std::fs::read(&output).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    down();
+    assert!(
+        finished.is_some_and(|st| st.success()),
+        "udp-sender did not finish: {finished:?}"
+    );
+    assert!(
+        got == data,
+        "udp-receiver got {} bytes of {}",
+        got.len(),
+        data.len()
+    );
+}

@@ -58,6 +58,10 @@ enum Cmd {
         /// MTU of every interface (e.g. 9000 for jumbo frames; default 1500).
         #[arg(long)]
         mtu: Option<u32>,
+        /// Give every host an IPv4 address (10.88.0.N/24, N = host + 1) with its broadcast
+        /// address and a multicast route, for IP tools such as UDPCast.
+        #[arg(long)]
+        ip: bool,
         /// Namespace name prefix ([a-z0-9-], up to 10 characters).
         #[arg(long, default_value = DEFAULT_PREFIX)]
         prefix: String,
@@ -133,6 +137,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
             loss,
             gro,
             mtu,
+            ip,
             prefix,
             json,
         } => {
@@ -143,6 +148,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
                 loss_pct: loss,
                 gro,
                 mtu,
+                ipv4: ip,
             };
             let start = Instant::now();
             let tb = Testbed::up(&config)?;
@@ -155,6 +161,7 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
                     "rate": tb.rate().map(|r| r.to_string()),
                     "loss_pct": tb.loss_pct(),
                     "hosts": tb.hosts(),
+                    "ipv4": ip.then(|| tb.hosts().iter().map(|h| Testbed::ipv4(h.index).to_string()).collect::<Vec<_>>()),
                 });
                 println!("{out:#}");
             } else {
@@ -169,8 +176,13 @@ fn run(cli: Cli) -> Result<(), TestbedError> {
                 );
                 println!("{:<6} {:<16} {:<6} MAC", "HOST", "NAMESPACE", "IFACE");
                 for h in tb.hosts() {
+                    let addr = if ip {
+                        format!("  {}/24", Testbed::ipv4(h.index))
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "{:<6} {:<16} {:<6} {}",
+                        "{:<6} {:<16} {:<6} {}{addr}",
                         h.index,
                         h.netns,
                         h.iface,
