@@ -455,6 +455,9 @@ pub struct Report {
     pub peer_repairs: u64,
     /// Frames the simulator dropped (counted per receiving port).
     pub lost_frames: u64,
+    /// Frames the simulator delivered to a port (each port's copy of a broadcast counts):
+    /// what the members handled, the unit of the simulator's cost.
+    pub frames_delivered: u64,
     /// ACK frames sent to a root directly.
     pub ack_frames: u64,
     /// Acknowledgements sent up the acknowledgement tree (to a parent, or a root).
@@ -522,6 +525,9 @@ struct Stream {
     seed: u64,
     /// Per root: (size, algo) still to hand to the root.
     pending: Vec<VecDeque<(usize, Algorithm)>>,
+    /// Messages in `pending`, all roots together: what `done` asks after every step, which
+    /// a look at every member's queue made cost the group's size.
+    unsent: usize,
     /// Per root: the messages handed over, by message id.
     sent: Vec<Vec<Sent>>,
     /// The roots, in rank order: a member's expectations are kept for these alone (one per
@@ -549,6 +555,7 @@ impl Workload for Stream {
                 left: self.receivers,
             });
             self.pending[i].pop_front();
+            self.unsent -= 1;
         }
         self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
         while let Some(ev) = m.poll_event() {
@@ -593,8 +600,7 @@ impl Workload for Stream {
     }
 
     fn done(&self) -> bool {
-        self.pending.iter().all(VecDeque::is_empty)
-            && self.arrived >= self.report.deliveries.expected
+        self.unsent == 0 && self.arrived >= self.report.deliveries.expected
     }
 }
 
@@ -655,6 +661,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let mut w = Stream {
         seed: t.seed,
         pending,
+        unsent: total as usize,
         sent: vec![Vec::new(); n],
         next: vec![vec![0; roots.len()]; n],
         roots,
@@ -695,6 +702,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     }
     let st = cluster.net().stats();
     report.lost_frames = st.lost;
+    report.frames_delivered = st.frames_delivered;
     report.corrupted_frames = st.corrupted;
     report.virtual_time_us = cluster.net().now().duration_since(start).as_micros() as u64;
     Ok(report)

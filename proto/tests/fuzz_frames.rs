@@ -327,6 +327,18 @@ fn control() -> impl Strategy<Value = Control> {
                 unheld,
                 more,
             }),
+        (
+            rank.clone(),
+            small.clone(),
+            any::<u16>(),
+            proptest::collection::vec(any::<u16>(), 0..=NACK_MORE_WORDS)
+        )
+            .prop_map(|(root, base, missing, more)| Control::PeerPending {
+                root,
+                base,
+                missing,
+                more,
+            }),
         (small.clone(), small.clone()).prop_map(|(msg_id, next)| Control::Pull { msg_id, next }),
         (small.clone(), rank.clone())
             .prop_map(|(msg_id, designated)| Control::PullPoll { msg_id, designated }),

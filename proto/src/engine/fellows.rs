@@ -2,14 +2,32 @@
 //! member takes its stream, when it last gave a sign of life, and which of its control
 //! counters were seen (to refuse replays).
 //!
-//! **Invariants.** Every list has one entry per rank of the group. A rank once evicted is
-//! never live again. A sign of life is noted only for a frame that passed every check and
-//! proved its sender spoke (see `Engine::last_heard`).
+//! **Layout.** Liveness and streams taken are a byte per rank; the sign of life and the
+//! replay window are kept for the fellows heard from alone, in rank order (a member hears
+//! from its roots, its parent, its children and those that ask it for frames, a handful in a
+//! group of thousands). Why: kept per rank they were 32 bytes per fellow at every member,
+//! and the simulator holds every member of a group in one process: at 4096 members,
+//! 512 MiB.
+//!
+//! **Invariants.** `live` and `takes` have one entry per rank of the group; `heard` is sorted
+//! by rank, one entry per fellow heard from. A rank once evicted is never live again. A sign
+//! of life is noted only for a frame that passed every check and proved its sender spoke
+//! (see `Engine::last_heard`).
 
 use std::time::Instant;
 
 use crate::wire::{Admit, ReplayWindow};
 use crate::Rank;
+
+/// What this member heard from one fellow.
+#[derive(Debug, Clone)]
+struct Heard {
+    rank: Rank,
+    /// When it last gave a sign of life.
+    at: Option<Instant>,
+    /// The control counters seen lately from it.
+    replay: ReplayWindow,
+}
 
 /// The fellows of one member. See the module documentation.
 #[derive(Debug)]
@@ -17,10 +35,8 @@ pub(super) struct Fellows {
     live: Vec<bool>,
     /// Whose streams this member takes, by rank (`Engine::take_streams_from`).
     takes: Vec<bool>,
-    /// When each member last gave a sign of life.
-    heard: Vec<Option<Instant>>,
-    /// The control counters seen lately from each member.
-    replay: Vec<ReplayWindow>,
+    /// The fellows heard from, by rank.
+    heard: Vec<Heard>,
 }
 
 impl Fellows {
@@ -29,8 +45,7 @@ impl Fellows {
         Fellows {
             live: vec![true; n],
             takes: vec![true; n],
-            heard: vec![None; n],
-            replay: vec![ReplayWindow::default(); n],
+            heard: Vec::new(),
         }
     }
 
@@ -69,17 +84,37 @@ impl Fellows {
 
     /// When `rank` last gave a sign of life.
     pub(super) fn last_heard(&self, rank: Rank) -> Option<Instant> {
-        self.heard.get(rank.index()).copied().flatten()
+        let i = self.heard.binary_search_by_key(&rank, |h| h.rank).ok()?;
+        self.heard[i].at
+    }
+
+    /// What was heard from `rank` (made now if nothing was).
+    fn entry(&mut self, rank: Rank) -> &mut Heard {
+        let i = match self.heard.binary_search_by_key(&rank, |h| h.rank) {
+            Ok(i) => i,
+            Err(i) => {
+                self.heard.insert(
+                    i,
+                    Heard {
+                        rank,
+                        at: None,
+                        replay: ReplayWindow::default(),
+                    },
+                );
+                i
+            }
+        };
+        &mut self.heard[i]
     }
 
     /// `rank` gave a sign of life at `now`.
     pub(super) fn heard(&mut self, rank: Rank, now: Instant) {
-        self.heard[rank.index()] = Some(now);
+        self.entry(rank).at = Some(now);
     }
 
     /// Where control counter `ctr` of `rank` falls in its replay window (and notes it).
     pub(super) fn admit(&mut self, rank: Rank, ctr: u32) -> Admit {
-        self.replay[rank.index()].admit(ctr)
+        self.entry(rank).replay.admit(ctr)
     }
 }
 

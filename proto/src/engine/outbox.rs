@@ -59,6 +59,7 @@ impl Outgoing {
                         stats.peer_nacks += 1;
                     }
                 }
+                Control::PeerPending { .. } => stats.nack_frames += 1,
                 Control::Pull { .. } => stats.pull_frames += 1,
                 _ => {}
             },
@@ -76,10 +77,12 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
-    /// An empty outbox of `cap` frames.
+    /// An empty outbox of `cap` frames. Its queue grows to what waits at once: made with
+    /// room for `cap`, a ring that frames go round wrote every page of it (about 300 KiB per
+    /// member at the default 4096, 1.2 GiB of a simulated group of 4096 members).
     pub(super) fn new(cap: usize) -> Outbox {
         Outbox {
-            queue: VecDeque::with_capacity(cap),
+            queue: VecDeque::new(),
             cap,
             counter: 0,
         }
@@ -124,9 +127,9 @@ impl Outbox {
         self.counter = self.counter.max(ctr);
     }
 
-    /// Heap bytes of the queue.
+    /// Heap bytes of the queue when full.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.queue.capacity() * std::mem::size_of::<Outgoing>()
+        self.cap * std::mem::size_of::<Outgoing>()
     }
 }
 

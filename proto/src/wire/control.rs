@@ -18,6 +18,7 @@
 //! | [`Control::AckPoll`] | Ack | `POLL` | | | | | | |
 //! | [`Control::Nack`] | Nack | | `base` | | | `missing` | `next` | `more` (`u16` words) |
 //! | [`Control::PeerNack`] | Nack | `PEER` (+`UNHELD`) | `base` | `root` | | `missing` | | `more` |
+//! | [`Control::PeerPending`] | Nack | `PEER` `PENDING` | `base` | `root` | | `missing` | | `more` |
 //! | [`Control::Pull`] | Pull | | `next` | `msg_id` | | | | |
 //! | [`Control::PullPoll`] | Pull | `ACK_REQ` | | `msg_id` | | | `designated` | |
 //! | [`Control::Heartbeat`] | Heartbeat | | | | | | entries | `u16` table |
@@ -50,33 +51,39 @@ pub(crate) const NACK_REACH: u32 = NACK_BITS * (1 + NACK_MORE_WORDS as u32);
 
 /// A NACK bitmap being built, frame by frame, as offsets from its base (below
 /// [`NACK_REACH`]); [`NackBitmap::take`] gives it as a NACK carries it, which
-/// [`nack_offsets`] reads back.
+/// [`nack_offsets`] reads back. Its first word is kept in place: a bitmap that names frames
+/// within 16 of its base (the common NACK) allocates nothing.
 #[derive(Debug, Default)]
-pub(crate) struct NackBitmap(Vec<u16>);
+pub(crate) struct NackBitmap {
+    first: u16,
+    more: Vec<u16>,
+}
 
 impl NackBitmap {
     /// Names the frame `off` frames from the base.
     pub(crate) fn set(&mut self, off: u32) {
         debug_assert!(off < NACK_REACH, "{off} is beyond a NACK's reach");
         let w = (off / NACK_BITS) as usize;
-        if self.0.len() <= w {
-            self.0.resize(w + 1, 0);
+        let bit = 1 << (off % NACK_BITS);
+        if w == 0 {
+            self.first |= bit;
+            return;
         }
-        self.0[w] |= 1 << (off % NACK_BITS);
+        if self.more.len() < w {
+            self.more.resize(w, 0);
+        }
+        self.more[w - 1] |= bit;
     }
 
     /// The bitmap as a NACK carries it (its first word, and `more` without trailing empty
     /// words), if it names any frame; the builder is empty again afterwards.
     pub(crate) fn take(&mut self) -> Option<(u16, Vec<u16>)> {
-        let mut v = std::mem::take(&mut self.0);
-        while v.last() == Some(&0) {
-            v.pop();
+        let first = std::mem::take(&mut self.first);
+        let mut more = std::mem::take(&mut self.more);
+        while more.last() == Some(&0) {
+            more.pop();
         }
-        if v.is_empty() {
-            return None;
-        }
-        let first = v.remove(0);
-        Some((first, v))
+        (first != 0 || !more.is_empty()).then_some((first, more))
     }
 }
 
@@ -208,6 +215,19 @@ pub enum Control {
         /// The bitmap's next words, as [`Control::Nack`]'s.
         more: Vec<u16>,
     },
+    /// Repairs inside the acknowledgement tree: the answer of a parent asked by a child for
+    /// frames of `root`'s stream that it lacks too and is getting itself: it relays each to
+    /// the child when it comes, and the child asks it again, not the root.
+    PeerPending {
+        /// Whose stream.
+        root: Rank,
+        /// First sequence the bitmap describes.
+        base: u32,
+        /// Frames the parent will relay when they come.
+        missing: u16,
+        /// The bitmap's next words, as [`Control::Nack`]'s.
+        more: Vec<u16>,
+    },
     /// Push-pull: the designated receiver has the push part of `msg_id` and its receive is
     /// posted: please send the rest. Acknowledges everything before `next`.
     Pull {
@@ -304,6 +324,20 @@ impl Control {
                     seen: flags.contains(Flags::ACK_REQ).then(|| frame.aux()),
                 }
             }
+            Kind::Nack if flags.contains(Flags::PEER | Flags::PENDING) => {
+                if flags.contains(Flags::UNHELD) {
+                    return Err(WireError::BadField {
+                        kind,
+                        field: "peer answer (both not held and pending)",
+                    });
+                }
+                Control::PeerPending {
+                    root: rank_field(kind, frame.msg_id())?,
+                    base: frame.seq(),
+                    missing: frame.bitmap(),
+                    more: more_words(kind, payload)?,
+                }
+            }
             Kind::Nack if flags.contains(Flags::PEER) => Control::PeerNack {
                 root: rank_field(kind, frame.msg_id())?,
                 base: frame.seq(),
@@ -387,7 +421,9 @@ impl Control {
     pub fn kind(&self) -> Kind {
         match self {
             Control::Ack { .. } | Control::TreeAck { .. } | Control::AckPoll => Kind::Ack,
-            Control::Nack { .. } | Control::PeerNack { .. } => Kind::Nack,
+            Control::Nack { .. } | Control::PeerNack { .. } | Control::PeerPending { .. } => {
+                Kind::Nack
+            }
             Control::Pull { .. } | Control::PullPoll { .. } => Kind::Pull,
             Control::Heartbeat { .. } => Kind::Heartbeat,
             Control::Ping { .. } => Kind::Ping,
@@ -403,7 +439,9 @@ impl Control {
     pub fn payload_len(&self) -> usize {
         match self {
             Control::Heartbeat { table } => 2 * table.len(),
-            Control::Nack { more, .. } | Control::PeerNack { more, .. } => 2 * more.len(),
+            Control::Nack { more, .. }
+            | Control::PeerNack { more, .. }
+            | Control::PeerPending { more, .. } => 2 * more.len(),
             Control::Barrier(b) => b.set.len(),
             Control::Join { body } | Control::Notice { body } => body.len(),
             _ => 0,
@@ -459,6 +497,17 @@ impl Control {
                 r.msg_id = u32::from(root.get());
                 r.bitmap = bitmap;
             }
+            Control::PeerPending {
+                root,
+                base: seq,
+                missing: bitmap,
+                ..
+            } => {
+                r.flags |= Flags::PEER | Flags::PENDING;
+                r.seq = seq;
+                r.msg_id = u32::from(root.get());
+                r.bitmap = bitmap;
+            }
             Control::Pull { msg_id, next } => {
                 r.seq = next;
                 r.msg_id = msg_id;
@@ -502,7 +551,8 @@ impl Control {
         match self {
             Control::Heartbeat { table: words }
             | Control::Nack { more: words, .. }
-            | Control::PeerNack { more: words, .. } => {
+            | Control::PeerNack { more: words, .. }
+            | Control::PeerPending { more: words, .. } => {
                 let bytes: Vec<u8> = words.iter().flat_map(|c| c.to_be_bytes()).collect();
                 r.emit(&bytes, buf)
             }

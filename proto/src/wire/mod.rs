@@ -146,7 +146,8 @@ pub enum Kind {
     Repair,
     /// Cumulative acknowledgement ([`Control::Ack`]).
     Ack,
-    /// Negative acknowledgement ([`Control::Nack`], [`Control::PeerNack`]).
+    /// Negative acknowledgement ([`Control::Nack`], [`Control::PeerNack`],
+    /// [`Control::PeerPending`]).
     Nack,
     /// Push-pull pull request or its poll ([`Control::Pull`], [`Control::PullPoll`]).
     Pull,
@@ -214,6 +215,10 @@ bitflags! {
         const HEADER_CRC = 1 << 11;
         /// With `KEYED`: the payload is AES-256-GCM ciphertext and the tag GCM's ([`crypt`]).
         const ENCRYPTED = 1 << 12;
+        /// With `PEER`: the answer of a parent in the acknowledgement tree that lacks the
+        /// frames of the bitmap too and relays each to the asker when it comes
+        /// ([`Control::PeerPending`]).
+        const PENDING = 1 << 13;
     }
 }
 

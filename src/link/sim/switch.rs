@@ -300,8 +300,14 @@ impl Inner {
             return Ok(());
         }
         let at = done.saturating_add(self.latency);
-        let frame = EthernetFrame::to_vec(dst, src_mac, pdu);
-        self.push_uplink(src, at, target, Rc::from(frame));
+        // Built in place, once: every receiving port shares it.
+        let mut frame: Rc<[u8]> =
+            std::iter::repeat_n(0u8, EthernetFrame::len_for(pdu.len())).collect();
+        if let Some(out) = Rc::get_mut(&mut frame) {
+            // Exactly `frame_len` long: the frame fits.
+            let _ = EthernetFrame::emit(out, dst, src_mac, pdu);
+        }
+        self.push_uplink(src, at, target, frame);
         Ok(())
     }
 

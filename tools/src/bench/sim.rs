@@ -72,6 +72,10 @@ pub struct SimJson {
     pub rebroadcasts: u64,
     /// Frames the simulator dropped.
     pub lost_frames: u64,
+    /// Frames the simulator delivered to a port (each port's copy of a broadcast counts).
+    pub frames_delivered: u64,
+    /// CPU microseconds per frame delivered: the simulator's cost per unit of work.
+    pub cpu_us_per_frame: f64,
     /// repair_frames / lost_frames.
     pub repair_ratio: f64,
     /// ACK frames sent to a root directly.
@@ -314,6 +318,8 @@ fn run_one(o: &SimOptions) -> Result<SimJson, ClusterError> {
         repair_frames: r.repair_frames,
         rebroadcasts: r.rebroadcasts,
         lost_frames: r.lost_frames,
+        frames_delivered: r.frames_delivered,
+        cpu_us_per_frame: cpu_s * 1e6 / r.frames_delivered.max(1) as f64,
         repair_ratio: if r.lost_frames == 0 {
             0.0
         } else {
@@ -394,6 +400,13 @@ pub fn render(r: &SimJson) -> String {
         ("completed", r.completed.to_string()),
         ("wall time", format!("{:.2} s", r.wall_s)),
         ("CPU time", format!("{:.2} s", r.cpu_s)),
+        (
+            "frames delivered by the switch",
+            format!(
+                "{} ({:.2} us of CPU each)",
+                r.frames_delivered, r.cpu_us_per_frame
+            ),
+        ),
         (
             "peak resident memory",
             format!(

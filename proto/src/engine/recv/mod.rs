@@ -49,9 +49,9 @@ pub(super) use hold::PEER_HOLD_WAIT;
 use link::InLink;
 use nack::{Nacks, Plan};
 pub(crate) use peer::unheld_reply;
-use peer::PeerRepair;
 #[cfg(test)]
 pub(super) use peer::COPY_TAIL;
+use peer::{pending_reply, PeerRepair};
 pub(crate) use posts::Post;
 use posts::Posts;
 use reassembly::{InMsg, Messages, Payload};
@@ -79,6 +79,16 @@ impl machine::Held for Memory<'_> {
             .find_kept(at, len)
             .or_else(|| self.link.find(at, len))
     }
+}
+
+/// The header of frame `r` relayed to `asker`: a repair of the root's stream, point to point.
+fn relayed(r: &Repr, asker: Rank) -> Repr {
+    let mut repr = *r;
+    repr.kind = Some(Kind::Repair);
+    repr.dst = asker;
+    repr.flags.remove(Flags::BROADCAST | Flags::ACK_REQ);
+    repr.flags |= Flags::P2P;
+    repr
 }
 
 /// The receive stream of one root.
@@ -309,6 +319,17 @@ impl Receiver {
         } else if copy {
             self.window.keep(i, payload);
         }
+        // Children that asked for it while this member lacked it too get it now, unless the
+        // root re-broadcast it: then they saw it too.
+        let rebroadcast = repr.kind == Some(Kind::Repair) && repr.flags.contains(Flags::BROADCAST);
+        let controls = &mut self.controls;
+        self.peer.settle(s, rebroadcast, |asker| {
+            controls.push_back(Outgoing::Relay {
+                dst: Dest::Rank(asker),
+                repr: relayed(repr, asker),
+                payload: payload.to_vec(),
+            });
+        });
     }
 
     /// Whether frame `s` keeps a copy in its slot for fellows (see `PeerRepair::keeps_copy`).
@@ -399,6 +420,7 @@ impl Receiver {
     /// shortest interval.
     fn advance(&mut self) {
         self.window.advance();
+        self.peer.forget_before(self.window.expected());
         self.acks.consumed();
         self.nacks.progress();
     }
@@ -574,6 +596,8 @@ impl Receiver {
         if self.tree.as_deref() == link.as_ref() && !t.is_armed(StreamTimer::Report) {
             return;
         }
+        self.peer
+            .set_parent(link.as_ref().is_some_and(TreeLink::has_children));
         self.tree = link.map(Box::new);
         t.stop(StreamTimer::Report);
         if self.tree.is_some() {
@@ -707,13 +731,17 @@ impl Receiver {
     /// A peer (`asker`) lost the frames of `missing` and `more` (bit `k` of word `w`:
     /// `wire_base + 16·w + k`): sends it, point to point, those this member still holds, as
     /// repairs of the root's stream, at most `budget` (the outbox's room) less those served
-    /// from the link and still waiting for the batch's end; the others it is told are not
-    /// held, in one answer.
+    /// from the link and still waiting for the batch's end. A child in the acknowledgement
+    /// tree is told in one answer which of the others this member lacks too and relays when
+    /// they come ([`Control::PeerPending`]; it asks for them itself, and learns of them from
+    /// the request if it had not seen the stream get that far); any other asker, and a child
+    /// for frames this member will not get again, is told in one answer that they are not
+    /// held.
     pub(crate) fn serve_peer(
         &mut self,
-        wire_base: u32,
-        missing: u16,
-        more: &[u16],
+        now: Instant,
+        table: &mut TimerTable,
+        (wire_base, missing, more): (u32, u16, &[u16]),
         asker: Rank,
         budget: usize,
     ) {
@@ -721,25 +749,43 @@ impl Receiver {
         let edge = self.window.highest().max(self.window.expected());
         self.peer.on_request(edge, self.window.len());
         let base = self.window.near(wire_base);
+        let child = self.tree.as_ref().is_some_and(|t| t.is_child(asker));
         // Repairs served from the link leave at the batch's end (`frames_done`): until then
         // they take room in the outbox as much as the ones sent at once.
         let budget = budget.saturating_sub(self.link.relays_waiting());
         let mut served = 0;
-        let mut unheld = NackBitmap::default();
+        let (mut unheld, mut pending) = (NackBitmap::default(), NackBitmap::default());
+        let mut learned = None;
         for off in nack_offsets(missing, more) {
-            let held = match base {
-                Some(b) if served < budget => self.held(b + u64::from(off)),
-                _ => None,
-            };
-            let Some((r, payload)) = held else {
+            let Some(s) = base.map(|b| b + u64::from(off)) else {
                 unheld.set(off);
                 continue;
             };
-            let mut repr = r;
-            repr.kind = Some(Kind::Repair);
-            repr.dst = asker;
-            repr.flags.remove(Flags::BROADCAST | Flags::ACK_REQ);
-            repr.flags |= Flags::P2P;
+            if served >= budget {
+                unheld.set(off);
+                continue;
+            }
+            let Some((r, payload)) = self.held(s) else {
+                let expected = self.window.expected();
+                let coming = s >= expected
+                    && s < expected + self.window.len()
+                    && !self
+                        .window
+                        .slot(self.window.idx(s))
+                        .state
+                        .contains(SlotState::HAVE);
+                if child && coming && self.peer.owe(s, asker) {
+                    pending.set(off);
+                    if let Some(from) = self.window.accept(s) {
+                        // The child has seen the stream get further than this member.
+                        learned.get_or_insert(from);
+                    }
+                } else {
+                    unheld.set(off);
+                }
+                continue;
+            };
+            let repr = relayed(&r, asker);
             match payload {
                 Found::Here(p) => {
                     let payload = p.to_vec();
@@ -753,21 +799,58 @@ impl Receiver {
             }
             served += 1;
         }
+        if let Some((first, more)) = pending.take() {
+            self.controls
+                .push_back(pending_reply(asker, self.root, wire_base, first, more));
+        }
         if let Some((first, more)) = unheld.take() {
             self.controls
                 .push_back(unheld_reply(asker, self.root, wire_base, first, more));
         }
+        if let Some(from) = learned {
+            self.nacks.found(from);
+            self.schedule(now, &mut table.stream(self.timers));
+        }
     }
 
-    /// The peer (`from`) does not hold the frames of `reply` (base and bitmap): those still
-    /// missing here are asked of the root now. In a group with an acknowledgement tree, the
-    /// first time, they are asked of the peer once more when their retry interval has passed
-    /// instead: the peer most likely lost them too, and has got them back by then (it asks its
-    /// own peer). Sent to the root at once, such frames made the root's NACKs grow with the
-    /// group (a lost frame the peer lost too is one NACK: 5 % of the lost frames with 1 %
-    /// random and 1 % burst loss), 0.46 per data frame at 256 members and 1.8 at 1024; asked
-    /// again, 0.22 at 256. A small group's root takes them at once, one retry interval sooner.
-    #[allow(clippy::too_many_arguments)]
+    /// The parent (`from`) lacks the frames of `reply` (base and bitmap) too and relays each
+    /// when it comes: they are asked of it again after the retry interval (if the relay was
+    /// lost), never of the root on its account. Its answer shows it is alive.
+    pub(crate) fn on_pending(
+        &mut self,
+        now: Instant,
+        table: &mut TimerTable,
+        wire_base: u32,
+        missing: u16,
+        more: &[u16],
+        from: Rank,
+    ) {
+        if self.peer.peer() != Some(from) {
+            return;
+        }
+        self.peer.answered();
+        let Some(base) = self.window.near(wire_base) else {
+            return;
+        };
+        let (expected, highest) = (self.window.expected(), self.window.highest());
+        for off in nack_offsets(missing, more) {
+            let s = base + u64::from(off);
+            if s < expected || s >= highest {
+                continue;
+            }
+            let i = self.window.idx(s);
+            let slot = self.window.slot_mut(i);
+            if !slot.state.contains(SlotState::HAVE) {
+                // Asked of the parent again, as for the first time.
+                slot.state.remove(SlotState::PEER_ASKS);
+            }
+        }
+        self.schedule(now, &mut table.stream(self.timers));
+    }
+
+    /// The peer (`from`) does not hold the frames of `reply` (base and bitmap), and will not
+    /// (a parent in the acknowledgement tree answers [`Control::PeerPending`] for frames it
+    /// is getting itself): those still missing here are asked of the root now.
     pub(crate) fn on_unheld(
         &mut self,
         now: Instant,
@@ -785,11 +868,10 @@ impl Receiver {
             return;
         };
         let mut first = None;
-        let again = if self.tree.is_some() {
-            SlotState::PEER_ASKED | SlotState::PEER_ASKED_AGAIN
-        } else {
-            SlotState::PEER_ASKED
-        };
+        // With a tree the peer is the parent, which says so only of frames it will not get
+        // again (it relays the others when they come, see `on_pending`): they are asked of
+        // the root at once.
+        let tree = self.tree.is_some();
         let (expected, highest) = (self.window.expected(), self.window.highest());
         for off in nack_offsets(missing, more) {
             let s = base + u64::from(off);
@@ -798,10 +880,14 @@ impl Receiver {
             }
             let i = self.window.idx(s);
             let slot = self.window.slot_mut(i);
-            if !slot.state.contains(SlotState::HAVE) && slot.state.contains(again) {
-                slot.nacked = None;
-                first.get_or_insert(s);
+            if slot.state.contains(SlotState::HAVE) || !slot.state.contains(SlotState::PEER_ASKED) {
+                continue;
             }
+            if tree {
+                slot.state.insert(SlotState::PEER_ASKS);
+            }
+            slot.nacked = None;
+            first.get_or_insert(s);
         }
         if let Some(s) = first {
             self.nacks.found(s);

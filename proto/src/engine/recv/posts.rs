@@ -35,10 +35,10 @@ pub(super) struct Posts {
 }
 
 impl Posts {
-    /// An empty queue of `cfg.recv_queue` receives.
+    /// An empty queue of `cfg.recv_queue` receives (it grows to what is posted at once).
     pub(super) fn new(cfg: &EngineConfig) -> Posts {
         Posts {
-            posts: VecDeque::with_capacity(cfg.recv_queue),
+            posts: VecDeque::new(),
             cap: u32::try_from(cfg.recv_queue).unwrap_or(u32::MAX),
             spare: None,
             auto: cfg.auto_post,
@@ -118,9 +118,9 @@ impl Posts {
         self.posts.pop_front().map_or(usize::MAX, |p| p.max_len)
     }
 
-    /// Heap bytes of the queue and the lent buffer.
+    /// Heap bytes of the queue when full, and of the lent buffer.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.posts.capacity() * std::mem::size_of::<Post>()
+        self.cap as usize * std::mem::size_of::<Post>()
             + self.spare.as_ref().map_or(0, |v| v.capacity())
     }
 }

@@ -81,6 +81,21 @@ impl TreeLink {
         }
     }
 
+    /// Whom it reports to (and, with peer repair, asks for lost frames first).
+    pub(crate) fn parent(&self) -> Rank {
+        self.parent
+    }
+
+    /// Whether any member reports to this one.
+    pub(crate) fn has_children(&self) -> bool {
+        !self.children.is_empty()
+    }
+
+    /// Whether `rank` reports to this member (and asks it for lost frames).
+    pub(super) fn is_child(&self, rank: Rank) -> bool {
+        self.children.iter().any(|c| c.0 == rank)
+    }
+
     /// The position last reported to the parent.
     pub(super) fn sent(&self) -> Seq {
         self.sent

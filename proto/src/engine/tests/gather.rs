@@ -215,24 +215,26 @@ fn nacks_that_crossed_a_rebroadcast_of_their_frame_are_combined_with_it() {
 }
 
 #[test]
-fn with_a_tree_a_peer_whose_repairs_were_lost_twice_is_asked_a_third_time_before_the_root() {
-    // Rank 1 asks rank 2. Rank 1 loses frame 3, and rank 2's first two repairs of it (as
-    // under burst loss at rank 1): the third ask of the peer repairs it, and the root, whose
-    // NACKs would otherwise grow with the group, repairs nothing. (The retry interval of
-    // groups with a tree by default, 1 ms: the third ask comes before the root's timeout.)
-    let mut net = Net::new(4, |c| {
+fn with_a_tree_a_parent_whose_repairs_are_lost_is_asked_again_not_the_root() {
+    // Rank 7 asks its parent, rank 3. Rank 7 loses frame 3, and rank 3's first four repairs
+    // of it (as under burst loss at rank 7, or answers queued behind data at its port): the
+    // parent is asked until its repair comes, and the root, whose NACKs would otherwise grow
+    // with the group, repairs nothing. (The root's retransmission timeout is long here, so
+    // that it does not step in.)
+    let mut net = Net::new(8, |c| {
         c.peer_repair = true;
         c.ack_tree = 2;
         c.nack_retry = Duration::from_millis(1);
+        c.rto = Duration::from_millis(100);
     });
     let mut repairs_lost = 0;
     net.drop = Box::new(move |r, to| {
-        if to != 1 || r.seq != 3 {
+        if to != 7 || r.seq != 3 {
             return false;
         }
         match r.kind {
             Some(Kind::Data) => true,
-            Some(Kind::Repair) if r.flags.contains(Flags::P2P) && repairs_lost < 2 => {
+            Some(Kind::Repair) if r.flags.contains(Flags::P2P) && repairs_lost < 4 => {
                 repairs_lost += 1;
                 true
             }
@@ -241,16 +243,21 @@ fn with_a_tree_a_peer_whose_repairs_were_lost_twice_is_asked_a_third_time_before
     });
     let m = message(150_000, 7);
     broadcast_to_all(&mut net, &m);
-    for r in 1..4 {
+    for r in 1..8 {
         assert_eq!(net.delivered[r], vec![(Rank::new(0), 0, m.clone())]);
     }
     assert_eq!(net.engines[0].stats().repair_frames, 0, "the root repaired");
     assert_eq!(
-        net.engines[2].stats().peer_repairs,
-        3,
-        "rank 2 repaired rank 1"
+        net.engines[0].stats().nacks_handled,
+        0,
+        "NACKs into the root"
     );
-    assert_eq!(net.engines[1].stats().peer_nacks, 3, "rank 1 asked rank 2");
+    assert_eq!(
+        net.engines[3].stats().peer_repairs,
+        5,
+        "rank 3 repaired rank 7"
+    );
+    assert_eq!(net.engines[7].stats().peer_nacks, 5, "rank 7 asked rank 3");
 }
 
 #[test]

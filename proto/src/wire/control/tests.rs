@@ -108,6 +108,12 @@ fn every_control_message_round_trips_through_its_frame() {
             more: vec![],
         });
     }
+    round_trip(Control::PeerPending {
+        root: Rank::new(3),
+        base: 7,
+        missing: 0b1001,
+        more: vec![0, 2],
+    });
     round_trip(Control::Pull { msg_id: 1, next: 2 });
     round_trip(Control::PullPoll {
         msg_id: 1,
