@@ -109,6 +109,12 @@ pub mod test_hooks {
         engine.skip_control_counter_to(ctr);
     }
 
+    /// Makes now every place `engine` makes at first use, at its bound: the receive windows'
+    /// payload places, the receive queues' and the outbox's room.
+    pub fn make_every_place(engine: &mut Engine) {
+        engine.make_every_place();
+    }
+
     /// Counts `frames` sequence numbers of `engine`'s broadcasts as used.
     pub fn skip_sequences(engine: &mut Engine, frames: u64) {
         engine.skip_sequences(frames);

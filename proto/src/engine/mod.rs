@@ -217,6 +217,17 @@ impl Engine {
         self.outbox.skip_counter_to(ctr);
     }
 
+    /// Test support: makes now what the engine makes at first use, at its bounds (the receive
+    /// streams' window places and receive queues, the outbox's queue), so that what it
+    /// allocates can be set against the sizes it reports.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn make_every_place(&mut self) {
+        self.outbox.make_room();
+        for rx in self.rx.iter_mut().flatten() {
+            rx.make_every_place();
+        }
+    }
+
     /// Test support: counts `frames` sequence numbers as used, as if broadcasts had used them.
     #[cfg(feature = "test-hooks")]
     pub(crate) fn skip_sequences(&mut self, frames: u64) {

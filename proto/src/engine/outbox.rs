@@ -127,6 +127,12 @@ impl Outbox {
         self.counter = self.counter.max(ctr);
     }
 
+    /// Makes room for every frame the outbox may hold (the queue grows to it).
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn make_room(&mut self) {
+        self.queue.reserve_exact(self.cap);
+    }
+
     /// Heap bytes of the queue when full.
     pub(super) fn heap_bytes(&self) -> usize {
         self.cap * std::mem::size_of::<Outgoing>()

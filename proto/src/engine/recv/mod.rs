@@ -154,6 +154,14 @@ impl Receiver {
     pub fn posted(&self) -> usize {
         self.posts.len()
     }
+    /// Makes now what the stream makes at first use, at its bounds: the window's payload
+    /// places and the room of the receive queue.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn make_every_place(&mut self) {
+        self.window.make_places();
+        self.posts.make_room();
+    }
+
     /// Heap bytes this stream owns (window slots, pushed buffer, receive queue, the messages
     /// held for receives).
     pub fn heap_bytes(&self) -> usize {

@@ -118,6 +118,12 @@ impl Posts {
         self.posts.pop_front().map_or(usize::MAX, |p| p.max_len)
     }
 
+    /// Makes room for every receive that may be posted at once (the queue grows to it).
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn make_room(&mut self) {
+        self.posts.reserve_exact(self.cap as usize);
+    }
+
     /// Heap bytes of the queue when full, and of the lent buffer.
     pub(super) fn heap_bytes(&self) -> usize {
         self.cap as usize * std::mem::size_of::<Post>()

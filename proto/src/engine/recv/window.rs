@@ -187,15 +187,20 @@ impl Window {
     /// window's places made with the stream were 141 KiB written per stream (2.3 GiB of 4096
     /// members with 4 roots).
     pub(super) fn keep(&mut self, i: usize, payload: &[u8]) {
-        if self.data.all().is_empty() {
-            self.data = Payloads::new(self.slots.len(), self.data.cap());
-        }
+        self.make_places();
         self.data.store(i, payload);
         if let Some(hint) = self.prefetch {
             // Frames are kept in slot order: hint the place of the frame after the next (see
             // `EngineConfig::prefetch`), as for the message buffer.
             let ahead = (i + 2) % self.slots.len();
             hint(self.data.place(ahead), payload.len());
+        }
+    }
+
+    /// Makes the payload places, unless made already (at the first copy kept).
+    pub(super) fn make_places(&mut self) {
+        if self.data.all().is_empty() {
+            self.data = Payloads::new(self.slots.len(), self.data.cap());
         }
     }
 
