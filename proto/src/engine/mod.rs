@@ -34,6 +34,7 @@
 //! timeouts, whose probe asks for an immediate answer and backs off exponentially.
 
 mod config;
+mod crypt;
 mod error;
 mod event;
 mod fellows;
@@ -52,8 +53,7 @@ use std::time::Instant;
 
 use crate::machine::{BatchEnd, Both, Transmit};
 use crate::wire::{
-    self, control::nack_offsets, Admit, Control, Flags, Frame, FrameCipher, Kind, Opened, Repr,
-    WireError,
+    self, control::nack_offsets, Admit, Control, Flags, Frame, Kind, Repr, WireError,
 };
 use crate::Rank;
 
@@ -61,6 +61,7 @@ use crate::error::ConfigError;
 pub use config::{
     default_window, EngineConfig, Prefetch, ACK_TREE_FANOUT, ACK_TREE_FROM, MAX_WINDOW,
 };
+use crypt::Crypt;
 pub use error::{DropReason, PostError, SendError, SessionEnded};
 pub use event::{Dest, EngineEvent, Message};
 use fellows::Fellows;
@@ -108,16 +109,6 @@ pub struct Engine {
     crypt: Crypt,
 }
 
-/// A keyed engine's frame cipher ([`wire::crypt`]), and the frames it decrypted in this batch
-/// of frames: where a stream with an observer or frames left in the link (`hold`) may read
-/// them until the batch ends, as in the frames a link holds.
-#[derive(Debug, Default)]
-struct Crypt {
-    cipher: Option<FrameCipher>,
-    opened: Opened,
-    hold: bool,
-}
-
 impl Engine {
     /// Creates the engine of member `cfg.rank`.
     pub fn new(cfg: EngineConfig) -> Result<Engine, ConfigError> {
@@ -135,10 +126,7 @@ impl Engine {
             ended: None,
             events: VecDeque::new(),
             stats: EngineStats::default(),
-            crypt: Crypt {
-                cipher: cfg.key.as_ref().map(|k| FrameCipher::new(k, cfg.group)),
-                ..Crypt::default()
-            },
+            crypt: Crypt::new(&cfg),
             cfg,
         })
     }
@@ -174,7 +162,7 @@ impl Engine {
     /// Heap bytes of the engine's buffers: its receive streams ([`Receiver::heap_bytes`]) and
     /// its send side without the per-destination cursors.
     pub fn heap_bytes(&self) -> usize {
-        self.crypt.opened.heap_bytes()
+        self.crypt.heap_bytes()
             + self.tx.heap_bytes_without_dests()
             + self
                 .rx
@@ -344,7 +332,7 @@ impl Engine {
     /// observed, not kept) and the end of a stream cut short (a member that leaves).
     pub fn observe(&mut self, now: Instant, root: Rank, observer: Observer) {
         self.stream(now, root).0.set_observer(observer);
-        self.crypt.hold = true;
+        self.crypt.hold();
         if !self.observed.contains(&root) {
             self.observed.push(root);
         }
@@ -373,7 +361,7 @@ impl Engine {
     /// copy of each was most of its cost.
     pub fn leave_in_link(&mut self, now: Instant, root: Rank) {
         self.stream(now, root).0.set_in_link(true);
-        self.crypt.hold = true;
+        self.crypt.hold();
     }
 
     /// A batch of frames ends (see [`crate::machine::Machine::frames_done`]): frames left in
@@ -381,7 +369,7 @@ impl Engine {
     /// still needed copied.
     pub fn frames_done(&mut self, now: Instant, end: crate::machine::BatchEnd<'_>) {
         // Frames this engine decrypted are held as the link's are, and all leave now.
-        let opened = std::mem::take(&mut self.crypt.opened);
+        let opened = self.crypt.take_opened();
         let (held, leaving) = (Both(end.held, &opened), Both(end.leaving, &opened));
         let end = BatchEnd {
             held: &held,
@@ -398,7 +386,7 @@ impl Engine {
         }
         let mut opened = opened;
         opened.clear();
-        self.crypt.opened = opened;
+        self.crypt.put_back(opened);
     }
 
     /// The receive stream of `root` (made now if it was never heard from), and the timers.
@@ -514,16 +502,12 @@ impl Engine {
         if frame.flags().contains(Flags::ENCRYPTED) {
             // Decrypted where it stays put while the batch lasts, if a stream may read it
             // there afterwards; else in room reused by the next frame.
-            let mut opened = std::mem::take(&mut self.crypt.opened);
-            let plain = match &self.crypt.cipher {
-                Some(c) => c.open(frame, opened.room(frame.total_len(), self.crypt.hold)),
-                None => None,
-            };
-            let r = match plain {
+            let mut opened = self.crypt.take_opened();
+            let r = match self.crypt.open(frame, &mut opened) {
                 Some(plain) => self.handle_authentic(now, &plain),
                 None => Err(DropReason::BadMac),
             };
-            self.crypt.opened = opened;
+            self.crypt.put_back(opened);
             return r;
         }
         if let Some(key) = &self.cfg.key {
@@ -802,11 +786,7 @@ impl Engine {
     /// first, then repairs, then fresh data.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit<Dest>> {
         let mut t = self.poll_transmit_plain(now, buf)?;
-        match (&self.cfg.key, &self.crypt.cipher) {
-            (Some(_), Some(c)) if self.cfg.encrypt => t.len = c.seal(buf, t.len).ok()?,
-            (Some(key), _) => t.len = wire::seal(key, buf, t.len).ok()?,
-            (None, _) => {}
-        }
+        t.len = self.crypt.seal(&self.cfg, buf, t.len).ok()?;
         Some(t)
     }
 
