@@ -24,261 +24,41 @@
 
 use std::time::{Duration, Instant};
 
-use thiserror::Error;
-
 use crate::driver::{Clock, Driver, Sends, WallClock};
-use crate::link::{self, Backend, Link, LinkError, MacAddr, WaitMode};
-use crate::Key;
+use crate::link::{self, Link, LinkError, MacAddr};
 use crate::Rank;
 use ethbcast_proto::{
-    Algorithm, BarrierAlgo, DetectorConfig, Done, EngineConfig, EngineStats, Expect, Gossip, Join,
-    JoinConfig, JoinError, JoinStats, Joined, Member, MemberConfig, MemberError, MemberStats,
+    Algorithm, BarrierAlgo, DetectorConfig, Done, EngineConfig, EngineStats, Expect, JoinConfig,
+    JoinStats, Joined, Member, MemberConfig, MemberStats,
 };
 
 mod allgather;
+mod error;
 mod host;
+mod joining;
+mod options;
+mod passphrase;
 mod stream;
 
 pub(crate) use allgather::Allgather;
+pub use error::GroupError;
+pub(crate) use joining::join_settling;
+pub use joining::{join, parse_hostfile, rank_size_from_env, HostEntry, JoinSeen, Settle};
+pub use options::{Detection, GroupOptions, Membership};
+pub use passphrase::{
+    key_from_passphrase, key_from_passphrase_salt, PassphraseError, PASSPHRASE_COST,
+};
 
 pub use host::{
     placement_from_env, HostError, HostGroup, HostOptions, Placement, JOB_TOKEN_MIN, JOB_TOKEN_VAR,
 };
 pub use stream::{Role, Stream, StreamOptions};
 
-/// Where the member list comes from.
-#[derive(Debug, Clone)]
-pub enum Membership {
-    /// MAC addresses in rank order.
-    Explicit(Vec<MacAddr>),
-    /// A file with one MAC address per line (rank = line order; `#` comments, blank lines
-    /// ignored; a line may hold a host name before the MAC).
-    Hostfile(std::path::PathBuf),
-    /// Rank and size from the launcher's environment; MACs found by discovery.
-    Env,
-    /// Wait for `expected` members to announce themselves; ranks by sorted MAC.
-    Discover {
-        /// Members expected, this one included.
-        expected: u16,
-    },
-}
-
-/// Options of a group. Its `Debug` shows whether there is a key, never the key.
-#[derive(Debug, Clone)]
-pub struct GroupOptions {
-    /// Group id (frames of other ids on the segment are ignored).
-    pub group_id: u32,
-    /// Link backend.
-    pub backend: Backend,
-    /// Wait mode.
-    pub wait: WaitMode,
-    /// Default broadcast algorithm.
-    pub algorithm: Algorithm,
-    /// How long a call may wait (join, bcast, barrier) before failing.
-    pub timeout: Duration,
-    /// Adjusts the engine configuration.
-    pub tweak: Option<fn(&mut EngineConfig)>,
-    /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator).
-    pub barrier_arity: u16,
-    /// Shared group key (see [`key_from_passphrase`] and [`read_key_file`](crate::read_key_file)): the join and
-    /// every frame are authenticated. Without one, joining fails unless `insecure` is set.
-    pub key: Option<Key>,
-    /// With a key: encrypt every frame this member sends (AES-256-GCM under a key of the
-    /// session; see `docs/security.md`), so nobody who sees the segment reads the data. On
-    /// by default; off, frames are authenticated only (a keyed BLAKE3 tag). A member takes
-    /// both, so each member decides for its own frames. Without a key frames go in the
-    /// clear whatever this says.
-    pub encrypt: bool,
-    /// Join without a key: any host of the segment can then join the group, send frames as
-    /// any member, and broadcast data the members deliver, and every byte goes in the clear.
-    /// Off by default.
-    pub insecure: bool,
-    /// Failure detection (gossip heartbeats, confirmation ping, eviction of the dead). Off by
-    /// default: heartbeats only flow while a member is inside a call (or calls `progress`),
-    /// so turn it on when members call into the library at least every `T_cleanup`.
-    pub detector: Option<Detection>,
-}
-
-/// Failure-detection settings of a group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Detection {
-    /// Gossip schedule (the P2P-MPI paper's RR, BRR or DBRR).
-    pub protocol: Gossip,
-    /// Gossip period.
-    pub t_gossip: Duration,
-}
-
-impl Detection {
-    /// Detection bound: `T_cleanup` of the protocol plus the confirmation time and one period.
-    pub fn bound(&self, size: u16) -> Duration {
-        let cfg = DetectorConfig {
-            protocol: self.protocol,
-            ..DetectorConfig::new(Rank::new(0), size, self.t_gossip)
-        };
-        cfg.cleanup() + cfg.confirm_timeout + self.t_gossip
-    }
-}
-
 /// What a collective call reports besides its data.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
     /// Members evicted (declared dead) during this call: the call completed for the others.
     pub evicted: Vec<Rank>,
-}
-
-/// Argon2id cost of [`key_from_passphrase`]: 19 MiB, 2 passes, 1 lane (the OWASP minimum for
-/// Argon2id), about 50 ms on one core of a current machine.
-pub const PASSPHRASE_COST: (u32, u32, u32) = (19 * 1024, 2, 1);
-
-/// A passphrase could not be stretched into a key.
-#[derive(Debug, Error)]
-#[error("cannot derive a key from the passphrase: {0}")]
-pub struct PassphraseError(String);
-
-/// Derives the 256-bit key of group `group_id` from a passphrase: Argon2id
-/// ([`PASSPHRASE_COST`]) with a salt derived from the group id. A frame sealed with the key
-/// (a captured challenge, say) lets an attacker test guesses offline, so every guess must
-/// cost as much memory and time as the stretching does; the salt makes the same passphrase a
-/// different key in another group, so no table of guesses serves two groups. A random salt
-/// ([`key_from_passphrase_salt`], what a key file of `ethbcast keygen --passphrase` holds)
-/// makes it a different key in every deployment. Random keys need no stretching.
-pub fn key_from_passphrase(passphrase: &str, group_id: u32) -> Result<Key, PassphraseError> {
-    let salt = blake3::derive_key("ethbcast 2026-11 passphrase salt", &group_id.to_be_bytes());
-    key_from_passphrase_salt(passphrase, &salt[..16])
-}
-
-/// Derives a 256-bit key from a passphrase with Argon2id ([`PASSPHRASE_COST`]) under `salt`
-/// (at least 8 bytes; 16 random bytes in a key file, see [`read_key_file`](crate::read_key_file)).
-pub fn key_from_passphrase_salt(passphrase: &str, salt: &[u8]) -> Result<Key, PassphraseError> {
-    let (m, t, p) = PASSPHRASE_COST;
-    let params =
-        argon2::Params::new(m, t, p, Some(32)).map_err(|e| PassphraseError(e.to_string()))?;
-    let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
-    let mut key = Key::from_bytes([0; 32]);
-    argon
-        .hash_password_into(passphrase.as_bytes(), salt, key.as_mut_bytes())
-        .map_err(|e| PassphraseError(e.to_string()))?;
-    Ok(key)
-}
-
-impl Default for GroupOptions {
-    fn default() -> Self {
-        GroupOptions {
-            group_id: 0xEB_CA57,
-            backend: Backend::Ring,
-            wait: WaitMode::Adaptive,
-            algorithm: Algorithm::PushPull,
-            timeout: Duration::from_secs(30),
-            tweak: None,
-            barrier_arity: 4,
-            key: None,
-            encrypt: true,
-            insecure: false,
-            detector: None,
-        }
-    }
-}
-
-impl GroupOptions {
-    /// The default options without a key, chosen explicitly: any host of the segment can
-    /// join and inject frames ([`GroupOptions::insecure`]).
-    pub fn insecure() -> Self {
-        GroupOptions {
-            insecure: true,
-            ..GroupOptions::default()
-        }
-    }
-
-    /// Refuses a group without a key unless `insecure` says so. Every way to open a group
-    /// asks before it joins (no frame of a refused group is sent); [`Group::joined`], which
-    /// every way ends in, asks again of a keyless session.
-    pub(crate) fn check_key(&self) -> Result<(), GroupError> {
-        match (&self.key, self.insecure) {
-            (None, false) => Err(GroupError::NoKey),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// Errors of group calls.
-#[derive(Debug, Error)]
-pub enum GroupError {
-    /// The link could not be opened or failed.
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    /// The member refused the call or it failed (configuration, a dead peer).
-    #[error(transparent)]
-    Member(#[from] MemberError),
-    /// The call did not complete in time.
-    #[error("timed out after {after:?} waiting for {what}")]
-    Timeout {
-        /// What we waited for.
-        what: &'static str,
-        /// How long.
-        after: Duration,
-    },
-    /// The options carry no key and do not set `insecure`.
-    #[error("no group key: without one any host of the segment can join, inject frames and broadcast data the members deliver; give the group a key (GroupOptions::key, from a file written by `ethbcast keygen`), or set GroupOptions::insecure to join without one")]
-    NoKey,
-    /// Not everyone joined in time.
-    #[error("only {joined} of {expected} members joined within {timeout:?} ({waiting}): check that every member runs, on the same segment, with the same group id and key")]
-    JoinTimeout {
-        /// Members heard from (this one included).
-        joined: usize,
-        /// Members expected.
-        expected: usize,
-        /// How long we waited.
-        timeout: Duration,
-        /// What this member was waiting for, and hosts it heard that the membership excludes.
-        waiting: String,
-        /// What the join knew when it timed out (boxed: it is large beside the other errors).
-        seen: Box<JoinSeen>,
-    },
-    /// The join failed (two members claim one rank, rosters disagree, a bad configuration).
-    #[error(transparent)]
-    Join(#[from] JoinError),
-    /// The caller asked to stop while waiting.
-    #[error("interrupted")]
-    Interrupted,
-    /// The membership source is unusable.
-    #[error("membership: {0}")]
-    Membership(String),
-    /// This host's MAC is not in the member list.
-    #[error("this interface's MAC {0} is not in the member list")]
-    NotAMember(String),
-    /// The rank given is outside the group.
-    #[error("rank {rank} is not in a group of {size}")]
-    BadRank {
-        /// Rank.
-        rank: Rank,
-        /// Size.
-        size: u16,
-    },
-    /// An allgather's part lengths do not describe its buffer ([`Group::allgather_into`]):
-    /// nothing was sent.
-    #[error("allgather: {lens} part lengths for a group of {size}, adding up to {total} bytes for a buffer of {out}: pass one length per member, adding up to the buffer's length")]
-    Parts {
-        /// Lengths given.
-        lens: usize,
-        /// Members.
-        size: u16,
-        /// What they add up to (saturating).
-        total: usize,
-        /// Length of the buffer.
-        out: usize,
-    },
-    /// The root's message does not have the length of this member's buffer
-    /// ([`Group::bcast_into`]; in an allgather, the length given for that member's part): the
-    /// buffer is left as it was.
-    #[error("the message from root {root} has {got} bytes but this member's buffer has {want}: every member must pass the same length")]
-    Length {
-        /// Root of the broadcast.
-        root: Rank,
-        /// Length of the message.
-        got: usize,
-        /// Length of the caller's buffer.
-        want: usize,
-    },
 }
 
 /// The heap bytes a member holds for its fellows: a receive stream per root it took frames
@@ -312,9 +92,6 @@ impl std::fmt::Debug for Group {
             .finish()
     }
 }
-
-/// How long one turn of the join may wait before it checks its stop flag and settle time.
-const SLICE: Duration = Duration::from_millis(50);
 
 /// The turns of a call that only frames and the member's timers can complete (a broadcast,
 /// a barrier, a flush) wait for the next frame, the member's next timer or the call's
@@ -872,273 +649,6 @@ pub(crate) fn check_parts(size: u16, lens: &[usize], out: usize) -> Result<(), G
         });
     }
     Ok(())
-}
-
-/// Rank and size from the launcher's environment (first match wins).
-pub fn rank_size_from_env(get: impl Fn(&str) -> Option<String>) -> Option<(Rank, u16)> {
-    const PAIRS: [(&str, &str); 5] = [
-        ("ETHBCAST_RANK", "ETHBCAST_SIZE"),
-        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-        ("PMI_RANK", "PMI_SIZE"),
-        ("PMIX_RANK", "PMIX_SIZE"),
-        ("SLURM_PROCID", "SLURM_NTASKS"),
-    ];
-    PAIRS.iter().find_map(|(r, s)| {
-        let rank: Rank = get(r)?.trim().parse().ok()?;
-        let size: u16 = get(s)?.trim().parse().ok()?;
-        (rank.get() < size).then_some((rank, size))
-    })
-}
-
-/// One host of a hostfile: its MAC and, if the line gives one, its name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostEntry {
-    /// The host's name (the line's first word that is not its MAC), for reports.
-    pub name: Option<String>,
-    /// The host's MAC address.
-    pub mac: MacAddr,
-}
-
-impl HostEntry {
-    /// The name if there is one, else the MAC.
-    pub fn label(&self) -> String {
-        self.name.clone().unwrap_or_else(|| self.mac.to_string())
-    }
-}
-
-/// Parses a hostfile: one MAC per line, optionally with a host name (`node17
-/// 02:00:00:00:00:11`); `#` starts a comment.
-pub fn parse_hostfile(text: &str) -> Result<Vec<HostEntry>, GroupError> {
-    let mut hosts: Vec<HostEntry> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let mac = line
-            .split_whitespace()
-            .find_map(link::parse_mac)
-            .ok_or_else(|| {
-                GroupError::Membership(format!(
-                    "hostfile line {}: no MAC address in {line:?}",
-                    i + 1
-                ))
-            })?;
-        if hosts.iter().any(|h| h.mac == mac) {
-            return Err(GroupError::Membership(format!(
-                "hostfile line {}: {} listed twice",
-                i + 1,
-                mac
-            )));
-        }
-        let name = line
-            .split_whitespace()
-            .find(|w| link::parse_mac(w).is_none())
-            .map(str::to_owned);
-        hosts.push(HostEntry { name, mac });
-    }
-    if hosts.is_empty() {
-        return Err(GroupError::Membership("hostfile lists no members".into()));
-    }
-    Ok(hosts)
-}
-
-/// Runs the join `cfg` over `link` with the wall clock until the group is formed, `timeout`
-/// passes ([`GroupError::JoinTimeout`], saying what was missing) or `stop` returns true
-/// ([`GroupError::Interrupted`]; asked every 50 ms). Returns the join and the link. The
-/// join's nonce comes from the operating system's random source.
-pub fn join<L: Link>(
-    link: L,
-    cfg: JoinConfig,
-    timeout: Duration,
-    stop: impl FnMut() -> bool,
-) -> Result<(Joined, L), GroupError> {
-    join_settling(link, cfg, timeout, None, stop, |_| {})
-}
-
-/// When a first-come coordinator starts without every receiver it asked for: once `after`
-/// has passed since the join began and at least `min` receivers have joined
-/// ([`Join::settle`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settle {
-    /// Receivers that must have joined.
-    pub min: usize,
-    /// How long to wait for the others.
-    pub after: Duration,
-}
-
-/// What a join that has not completed knows so far, handed to the watcher of
-/// [`Stream::join_watching`] while the join runs and used in its timeout message.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JoinSeen {
-    /// Members heard from whom a coordinator accepted so far (this one not included).
-    pub heard: Vec<MacAddr>,
-    /// A coordinator's roster once decided: how many of its members confirmed it (this one
-    /// included), of how many.
-    pub confirmed: Option<(usize, usize)>,
-    /// Hosts whose join frames failed authentication under this member's key (a host with
-    /// another key, as a rule), with how many frames each.
-    pub unauthenticated: Vec<(MacAddr, u64)>,
-    /// Coordinators heard challenging on this group: on a coordinator, other coordinators
-    /// (a second sender); on a member, every sender that invited it.
-    pub coordinators: Vec<MacAddr>,
-    /// Hosts that sent frames as rank 0 of another session (a transfer already running here).
-    pub others: Vec<MacAddr>,
-    /// Hosts that answered and are not expected (a hostfile that misses them).
-    pub strangers: Vec<MacAddr>,
-    /// Hosts that sent frames of another version of the wire format (another release of
-    /// ethbcast), with the version: their frames are refused.
-    pub other_versions: Vec<(MacAddr, u8)>,
-}
-
-impl JoinSeen {
-    fn of(j: &ethbcast_proto::Join) -> JoinSeen {
-        let o = j.overheard();
-        let heard = j.heard();
-        // A member that answered sends frames of its own session too once it joined one.
-        let others = o.others().into_iter().filter(|m| !heard.contains(m));
-        JoinSeen {
-            others: others.collect(),
-            heard,
-            confirmed: j.confirmed(),
-            unauthenticated: o.unauthenticated(),
-            coordinators: o.coordinators(),
-            strangers: j.strangers(),
-            other_versions: o.other_versions(),
-        }
-    }
-
-    /// What a join timeout says of it beside the counts: hosts of another release, who failed
-    /// authentication, other coordinators, other sessions, strangers.
-    pub fn explain(&self, coordinating: bool) -> String {
-        let list = |v: &[MacAddr]| {
-            v.iter()
-                .map(MacAddr::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let mut parts: Vec<String> = self
-            .other_versions
-            .iter()
-            .map(|(m, v)| {
-                format!(
-                    "{m} speaks wire version {v} and this build version {}: its frames are refused (run one release of ethbcast on every host)",
-                    ethbcast_proto::VERSION
-                )
-            })
-            .collect();
-        if !self.unauthenticated.is_empty() {
-            let who: Vec<String> = self
-                .unauthenticated
-                .iter()
-                .map(|(m, n)| format!("{n} from {m}"))
-                .collect();
-            parts.push(format!(
-                "join frames failed authentication with this host's key ({}): the likely cause is a different key on that host",
-                who.join(", ")
-            ));
-        }
-        let rivals: Vec<MacAddr> = match coordinating {
-            true => self.coordinators.clone(),
-            false => Vec::new(),
-        };
-        if !rivals.is_empty() {
-            parts.push(format!(
-                "another coordinator is forming a group with this id on this segment: {}",
-                list(&rivals)
-            ));
-        }
-        let others: Vec<MacAddr> = self
-            .others
-            .iter()
-            .filter(|m| !rivals.contains(m))
-            .copied()
-            .collect();
-        if !others.is_empty() {
-            parts.push(format!(
-                "frames of another session came from {}",
-                list(&others)
-            ));
-        }
-        if !self.strangers.is_empty() {
-            parts.push(format!("not in the membership: {}", list(&self.strangers)));
-        }
-        parts.join("; ")
-    }
-}
-
-/// [`join`], where a first-come coordinator starts as `settle` says (`None`: only with every
-/// receiver; the join times out after `timeout` whatever `settle` says), and `watch` is shown
-/// what the join knows every slice.
-pub(crate) fn join_settling<L: Link>(
-    link: L,
-    cfg: JoinConfig,
-    timeout: Duration,
-    settle: Option<Settle>,
-    mut stop: impl FnMut() -> bool,
-    mut watch: impl FnMut(&JoinSeen),
-) -> Result<(Joined, L), GroupError> {
-    use rand::RngCore;
-    let start = WallClock.now();
-    // A timeout past any real wait ("no limit") must not overflow the instant.
-    let deadline = start
-        .checked_add(timeout)
-        .unwrap_or(start + Duration::from_secs(100 * 365 * 86_400));
-    let nonce = rand::rngs::OsRng.next_u64();
-    // The wall clock orders this host's joins: a member prefers a coordinator's newest
-    // challenge, so recordings of earlier ones cannot displace it.
-    let clock = WallClock.unix_micros();
-    let mut driver = Driver::new(Join::new(cfg, start, nonce)?.with_clock(clock), link);
-    loop {
-        if stop() {
-            return Err(GroupError::Interrupted);
-        }
-        if let Some(st) = settle {
-            let now = WallClock.now();
-            if now.saturating_duration_since(start) >= st.after {
-                driver.member_mut().settle(now, st.min);
-            }
-        }
-        let until = (WallClock.now() + SLICE).min(deadline);
-        if let Some(r) =
-            driver.run_until(&WallClock, until, SLICE, Sends::Now, Join::take_result)?
-        {
-            let joined = r?;
-            return Ok((joined, driver.into_parts().1));
-        }
-        let j = driver.member();
-        let seen = JoinSeen::of(j);
-        watch(&seen);
-        if WallClock.now() >= deadline {
-            let (joined, expected) = j.progress();
-            let coordinating = j.is_coordinator();
-            let mut waiting = if coordinating {
-                let heard: Vec<String> = seen.heard.iter().map(|m| m.to_string()).collect();
-                match (heard.is_empty(), seen.confirmed) {
-                    (true, _) => "heard from no other member".to_string(),
-                    (false, Some((c, of))) => format!(
-                        "heard from {}; {c} of {of} confirmed the roster",
-                        heard.join(", ")
-                    ),
-                    (false, None) => format!("heard from {}", heard.join(", ")),
-                }
-            } else {
-                "no roster from the group's coordinator".to_string()
-            };
-            let why = seen.explain(coordinating);
-            if !why.is_empty() {
-                waiting.push_str("; ");
-                waiting.push_str(&why);
-            }
-            return Err(GroupError::JoinTimeout {
-                joined,
-                expected,
-                timeout,
-                waiting,
-                seen: Box::new(seen),
-            });
-        }
-    }
 }
 
 #[cfg(test)]

@@ -6,10 +6,8 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use slotmap::{DefaultKey, Key, KeyData, SlotMap};
 
-use super::{
-    guard, set_last_error, EthbcastGroup, Failure, ETHBCAST_ERR_BUSY, ETHBCAST_ERR_HANDLE,
-    ETHBCAST_ERR_INTERNAL,
-};
+use crate::failure::{guard, set_last_error, Failure};
+use crate::{EthbcastGroup, ETHBCAST_ERR_BUSY, ETHBCAST_ERR_HANDLE, ETHBCAST_ERR_INTERNAL};
 
 // Handles carry a 64-bit key (a 32-bit generation above a 32-bit index) in a pointer.
 const _: () = assert!(usize::BITS >= 64, "group handles need 64-bit pointers");

@@ -27,23 +27,22 @@
 #![warn(unreachable_pub)]
 
 pub mod endpoint;
+mod failure;
 mod handles;
+mod key;
+mod options;
 
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::size_of;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Duration;
 
-use ethbcast::MemberError;
 use ethbcast::Rank;
-use ethbcast::KEY_FILE_ENV;
-use ethbcast::{Algorithm, GroupError, GroupOptions, HostError, HostOptions, Membership};
-use ethbcast::{HostRingError, Hosts};
-use ethbcast::{LinkError, WaitMode};
+use ethbcast::{GroupError, Hosts};
 
 use endpoint::{CallError, Endpoint, EndpointOptions, Placement};
+use failure::{guard, last_error, Failure};
 use handles::{on_group, query, register, unregister};
+use key::{encrypt_from_env, resolve_key, warn_if_keyless};
+use options::{check_options_size, options_from, OPTIONS_SIZE};
 
 /// Success.
 pub const ETHBCAST_OK: c_int = 0;
@@ -217,102 +216,6 @@ pub struct EthbcastGroup {
     endpoint: Endpoint,
 }
 
-/// The size of the options of this library (ABI 1: the smallest a caller may pass, too).
-const OPTIONS_SIZE: usize = size_of::<EthbcastOptions>();
-/// The smallest options a caller may pass: those of the first layout with a size field.
-const OPTIONS_MIN_SIZE: usize = OPTIONS_SIZE;
-/// The largest options a caller may pass: room for later fields, and a bound that catches a
-/// size field that was never set.
-const OPTIONS_MAX_SIZE: usize = 4096;
-
-impl Default for EthbcastOptions {
-    fn default() -> Self {
-        let g = GroupOptions::default();
-        EthbcastOptions {
-            // The struct has 64 bytes; the cast cannot truncate.
-            size: OPTIONS_SIZE as u32,
-            group_id: g.group_id,
-            timeout_ms: u32::try_from(g.timeout.as_millis()).unwrap_or(u32::MAX),
-            wait: ETHBCAST_WAIT_ADAPTIVE,
-            algorithm: ETHBCAST_ALGO_PUSHPULL,
-            expected: 0,
-            progress_thread: 1,
-            linger_ms: 50,
-            root_waits_above: ETHBCAST_ROOT_WAITS_AUTO,
-            host_spin_us: u32::try_from(ethbcast::HostWait::default().spin.as_micros())
-                .unwrap_or(0),
-            key: std::ptr::null(),
-            key_len: 0,
-            key_file: std::ptr::null(),
-        }
-    }
-}
-
-/// A failed call: its code and the sentence for `ethbcast_last_error`.
-#[derive(Debug)]
-struct Failure {
-    code: c_int,
-    message: String,
-}
-
-impl Failure {
-    fn invalid(message: impl Into<String>) -> Failure {
-        Failure {
-            code: ETHBCAST_ERR_INVALID,
-            message: message.into(),
-        }
-    }
-}
-
-/// The group key of `ethbcast_open`: `key` (the options' 32 bytes), else the file `key_file`
-/// names, else the file `ETHBCAST_KEY_FILE` names in the environment `env`; `None` without
-/// any, refused when `ETHBCAST_REQUIRE_KEY=1`. Files are read by the library's one reading
-/// ([`ethbcast::read_key_file`]), as the `ethbcast` command reads them.
-fn resolve_key(
-    key: Option<&[u8]>,
-    key_file: Option<&str>,
-    group_id: u32,
-    env: impl Fn(&str) -> Option<OsString>,
-) -> Result<Option<ethbcast::Key>, Failure> {
-    let key_error = |message: String| Failure {
-        code: ETHBCAST_ERR_KEY,
-        message,
-    };
-    let found = match (key, key_file) {
-        (Some(_), Some(_)) => {
-            return Err(Failure::invalid(
-                "both key and key_file are set: give one of them",
-            ))
-        }
-        (Some(k), None) => Some(ethbcast::Key::from(<[u8; 32]>::try_from(k).map_err(
-            |_| {
-                Failure::invalid(format!(
-                    "key_len is {}: a group key has 32 bytes (for a passphrase, use key_file)",
-                    k.len()
-                ))
-            },
-        )?)),
-        (None, Some(path)) => Some(
-            ethbcast::read_key_file(std::path::Path::new(path), group_id)
-                .map_err(|e| key_error(format!("{e} (key_file of the options)")))?,
-        ),
-        (None, None) => ethbcast::key_from_env(&env, group_id)
-            .map_err(|e| key_error(format!("{e} ({KEY_FILE_ENV})")))?,
-    };
-    if found.is_none() && env(REQUIRE_KEY_ENV).is_some_and(|v| v == "1") {
-        return Err(key_error(format!(
-            "no group key, and {REQUIRE_KEY_ENV}=1 refuses a group without one: set {KEY_FILE_ENV} to a key file (`ethbcast keygen FILE`, mode 0600), the same on every member"
-        )));
-    }
-    Ok(found)
-}
-
-/// Whether a keyed group of `ethbcast_open` encrypts its frames: unless [`NO_ENCRYPT_ENV`] is
-/// `1` in the environment `env`.
-fn encrypt_from_env(env: impl Fn(&str) -> Option<OsString>) -> bool {
-    env(NO_ENCRYPT_ENV).is_none_or(|v| v != "1")
-}
-
 /// The key arguments of options from C.
 ///
 /// # Safety
@@ -365,148 +268,6 @@ unsafe fn open_options(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> 
     Ok(options)
 }
 
-/// The warning of a group opened without a key, printed on stderr by its rank 0 (one line
-/// per group, however many processes a launcher starts): C programs set up no log, so it
-/// does not go through `tracing`.
-fn warn_if_keyless(endpoint: &Endpoint) {
-    if endpoint.keyed() || endpoint.rank() != Rank::new(0) {
-        return;
-    }
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "ethbcast: rank 0 of {}: warning: no group key (neither key nor key_file in the options, nor {KEY_FILE_ENV}): every byte crosses the Ethernet segment in the clear, and any host on it can join this group, write into its broadcast buffers, release its barriers and evict its members. Give every member the same key file (`ethbcast keygen FILE`, mode 0600) in {KEY_FILE_ENV}; {REQUIRE_KEY_ENV}=1 refuses to open a group without one",
-        endpoint.size()
-    );
-}
-
-impl From<CallError> for Failure {
-    fn from(e: CallError) -> Failure {
-        Failure {
-            code: code_of(&e),
-            message: e.to_string(),
-        }
-    }
-}
-
-fn link_code(e: &LinkError) -> c_int {
-    match e {
-        LinkError::NoSuchInterface(_) => ETHBCAST_ERR_NO_INTERFACE,
-        LinkError::PermissionDenied => ETHBCAST_ERR_PERMISSION,
-        _ => ETHBCAST_ERR_LINK,
-    }
-}
-
-/// The code of an error.
-fn code_of(e: &CallError) -> c_int {
-    match e {
-        CallError::Host(HostError::Length { .. }) => ETHBCAST_ERR_LENGTH,
-        CallError::Poisoned => ETHBCAST_ERR_INTERNAL,
-        CallError::Host(HostError::Placement(_)) => ETHBCAST_ERR_MEMBERSHIP,
-        CallError::Host(HostError::Host(h)) => match h {
-            HostRingError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
-            HostRingError::RankGone { .. } => ETHBCAST_ERR_PEER_DEAD,
-            HostRingError::OwnerFailed { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
-            HostRingError::Length { .. } => ETHBCAST_ERR_LENGTH,
-            HostRingError::Topology(_) => ETHBCAST_ERR_MEMBERSHIP,
-            HostRingError::Shm(_)
-            | HostRingError::Layout { .. }
-            | HostRingError::SlotTaken { .. }
-            | HostRingError::Protocol(_) => ETHBCAST_ERR_SHARED_MEMORY,
-        },
-        CallError::Host(HostError::Group(g)) => match g {
-            GroupError::Link(l) => link_code(l),
-            GroupError::Timeout { .. } => ETHBCAST_ERR_TIMEOUT,
-            GroupError::Member(MemberError::PeerDead(_)) => ETHBCAST_ERR_PEER_DEAD,
-            GroupError::Member(MemberError::BadRank { .. }) => ETHBCAST_ERR_BAD_RANK,
-            GroupError::Member(_) => ETHBCAST_ERR_INTERNAL,
-            GroupError::JoinTimeout { .. } => ETHBCAST_ERR_JOIN_TIMEOUT,
-            GroupError::Membership(_) | GroupError::NotAMember(_) | GroupError::Join(_) => {
-                ETHBCAST_ERR_MEMBERSHIP
-            }
-            GroupError::Interrupted => ETHBCAST_ERR_TIMEOUT,
-            GroupError::BadRank { .. } => ETHBCAST_ERR_BAD_RANK,
-            GroupError::Length { .. } => ETHBCAST_ERR_LENGTH,
-            GroupError::Parts { .. } => ETHBCAST_ERR_INVALID,
-            GroupError::NoKey => ETHBCAST_ERR_KEY,
-        },
-    }
-}
-
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_last_error(message: &str) {
-    // Interior NUL bytes cannot appear in a C string; they never appear in our messages.
-    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = text);
-}
-
-/// Runs `f`, turning an error or a panic into a code and the thread's last-error sentence.
-fn guard(f: impl FnOnce() -> Result<(), Failure>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => ETHBCAST_OK,
-        Ok(Err(failure)) => {
-            set_last_error(&failure.message);
-            failure.code
-        }
-        Err(_) => {
-            set_last_error("internal error (a bug in ethbcast): close the group");
-            ETHBCAST_ERR_INTERNAL
-        }
-    }
-}
-
-fn options_from(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> {
-    let wait = match c.wait {
-        ETHBCAST_WAIT_ADAPTIVE => WaitMode::Adaptive,
-        ETHBCAST_WAIT_BLOCK => WaitMode::Block,
-        ETHBCAST_WAIT_SPIN => WaitMode::Spin,
-        ETHBCAST_WAIT_DOZE => WaitMode::Doze,
-        w => return Err(Failure::invalid(format!("unknown wait mode {w}"))),
-    };
-    let algorithm = match c.algorithm {
-        ETHBCAST_ALGO_PUSHPULL => Algorithm::PushPull,
-        ETHBCAST_ALGO_SIMPLE => Algorithm::Simple,
-        ETHBCAST_ALGO_TREE => Algorithm::Tree,
-        a => return Err(Failure::invalid(format!("unknown algorithm {a}"))),
-    };
-    if c.timeout_ms == 0 {
-        return Err(Failure::invalid("timeout_ms must be positive"));
-    }
-    let membership = match c.expected {
-        0 => Membership::Env,
-        n => Membership::Discover {
-            expected: u16::try_from(n)
-                .map_err(|_| Failure::invalid(format!("expected {n} members: at most 65534")))?,
-        },
-    };
-    Ok(EndpointOptions {
-        host: HostOptions {
-            group: GroupOptions {
-                group_id: c.group_id,
-                wait,
-                algorithm,
-                timeout: Duration::from_millis(u64::from(c.timeout_ms)),
-                ..GroupOptions::default()
-            },
-            membership,
-            root_waits_above: (c.root_waits_above != ETHBCAST_ROOT_WAITS_AUTO)
-                .then_some(c.root_waits_above as usize),
-            placement: Placement::Auto,
-            host_wait: ethbcast::HostWait {
-                spin: match c.host_spin_us {
-                    ETHBCAST_HOST_SPIN_FOREVER => Duration::MAX,
-                    us => Duration::from_micros(u64::from(us)),
-                },
-            },
-        },
-        progress_thread: c.progress_thread != 0,
-        linger: Duration::from_millis(u64::from(c.linger_ms)),
-    })
-}
-
 /// Reads a C string argument.
 ///
 /// # Safety
@@ -524,16 +285,6 @@ unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Result<&'a str, Failure> {
 // The options have no padding: their bytes can be copied as a whole, and every byte pattern
 // is a valid value (integers and raw pointers).
 const _: () = assert!(OPTIONS_SIZE == 10 * size_of::<u32>() + 3 * size_of::<usize>());
-
-/// Refuses an options size outside what any layout with a size field can have.
-fn check_options_size(size: usize) -> Result<(), Failure> {
-    if (OPTIONS_MIN_SIZE..=OPTIONS_MAX_SIZE).contains(&size) {
-        return Ok(());
-    }
-    Err(Failure::invalid(format!(
-        "options size {size} is not between {OPTIONS_MIN_SIZE} and {OPTIONS_MAX_SIZE} bytes: fill the options with ethbcast_options_default from the ethbcast.h of libethbcast_capi ABI {ETHBCAST_ABI_VERSION} or later (a program built against an older ethbcast.h, whose options carry no size, must be rebuilt)"
-    )))
-}
 
 /// The options at `opts` as the caller's `size` field says (NULL: the defaults). Fields
 /// beyond `size` keep their defaults; bytes beyond what this library knows must be 0.
@@ -943,8 +694,7 @@ pub extern "C" fn ethbcast_strerror(code: c_int) -> *const c_char {
 /// until the thread's next ethbcast call; empty if there was none.
 #[no_mangle]
 pub extern "C" fn ethbcast_last_error() -> *const c_char {
-    // The CString lives in a thread-local that is only replaced by the next failing call.
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    last_error()
 }
 
 #[cfg(test)]

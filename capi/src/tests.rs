@@ -1,5 +1,9 @@
 //! Unit tests of the C ABI's Rust side.
 
+use std::ffi::OsString;
+
+use ethbcast::{GroupOptions, Membership, KEY_FILE_ENV};
+
 use super::*;
 use crate::handles::lookup;
 

@@ -50,11 +50,13 @@ use crate::machine::Transmit;
 use crate::secret::Key;
 use crate::wire::ethernet::{MacAddr, BROADCAST_MAC};
 use crate::wire::join::{Field, JoinMsg};
-use crate::wire::{self, Control, Frame, Kind};
+use crate::wire::{self, Control};
 use crate::Rank;
 
 mod challenges;
 mod config;
+mod coordinator;
+mod input;
 mod outcome;
 mod overheard;
 mod rosters;
@@ -62,6 +64,7 @@ mod session;
 
 use challenges::{Challenges, Taken};
 pub use config::{Expect, JoinConfig};
+use coordinator::Coordinating;
 pub use outcome::{JoinError, JoinStats, Joined, LateRoster};
 pub use overheard::Overheard;
 use rosters::Rosters;
@@ -73,9 +76,6 @@ pub(crate) const NO_RANK: Rank = Rank::new(u16::MAX);
 
 /// How often challenges, hellos and rosters are repeated until answered.
 pub const REPEAT: Duration = Duration::from_millis(10);
-
-/// Members a coordinator sends point-to-point copies of a round to, at most.
-const UNICAST_PER_ROUND: usize = 16;
 
 /// Challenges a member holds and answers at once (and rosters it collects: one per challenge).
 pub const MAX_CHALLENGES: usize = 8;
@@ -120,52 +120,6 @@ fn seal(key: Option<&Key>, frame: &[u8]) -> Option<Vec<u8>> {
             v.truncate(n);
             Some(v)
         }
-    }
-}
-
-/// The coordinator's side.
-#[derive(Debug)]
-struct Coordinating {
-    /// Fresh hellos: MAC -> (claim, member nonce, largest frame), in arrival order of first
-    /// hello.
-    hellos: Vec<(MacAddr, Rank, u64, u16)>,
-    /// The roster, once decided, and who confirmed it.
-    roster: Option<Vec<(MacAddr, u64)>>,
-    /// The group's largest frame, decided with the roster.
-    pdu: u16,
-    confirmed: BTreeSet<MacAddr>,
-    /// Stepped down: a lower MAC coordinates (discovery).
-    stepped_down: bool,
-    /// Broadcasts of the current phase (challenge, then roster) so far.
-    rounds: u32,
-    /// Where the next round's point-to-point copies start (round robin over the members).
-    cursor: usize,
-}
-
-impl Coordinating {
-    /// Counts a broadcast round of the coordinator and picks who gets a point-to-point copy
-    /// of it: from the third round on, up to [`UNICAST_PER_ROUND`] of `waiting` (members a
-    /// broadcast filter may hide), round robin, so that a member that hears no broadcast
-    /// still joins, and late starters in a large group do not cost a frame each per round.
-    /// `waiting` is asked only when copies are due.
-    fn unicast_round(
-        &mut self,
-        waiting: impl FnOnce(&Coordinating) -> Vec<MacAddr>,
-    ) -> Vec<MacAddr> {
-        self.rounds = self.rounds.saturating_add(1);
-        if self.rounds < 3 {
-            return Vec::new();
-        }
-        let waiting = waiting(self);
-        if waiting.is_empty() {
-            return Vec::new();
-        }
-        let take = waiting.len().min(UNICAST_PER_ROUND);
-        let start = self.cursor % waiting.len();
-        self.cursor = self.cursor.wrapping_add(take);
-        (0..take)
-            .map(|k| waiting[(start + k) % waiting.len()])
-            .collect()
     }
 }
 
@@ -249,15 +203,7 @@ impl Join {
             cfg,
             nonce,
             member_nonce,
-            coord: candidate.then(|| Coordinating {
-                hellos: Vec::new(),
-                roster: None,
-                pdu: 0,
-                confirmed: BTreeSet::new(),
-                stepped_down: false,
-                rounds: 0,
-                cursor: 0,
-            }),
+            coord: candidate.then(Coordinating::new),
             clock: 0,
             challenges: Challenges::default(),
             rosters: Rosters::default(),
@@ -371,14 +317,6 @@ impl Join {
         self.coord.as_ref().is_some_and(|c| c.roster.is_some())
     }
 
-    /// A round of the coordinator's broadcasts, and who gets a copy (see
-    /// `Coordinating::unicast_round`); nothing if this member does not coordinate.
-    fn coord_round(&mut self, waiting: impl FnOnce(&Coordinating) -> Vec<MacAddr>) -> Vec<MacAddr> {
-        self.coord
-            .as_mut()
-            .map_or_else(Vec::new, |c| c.unicast_round(waiting))
-    }
-
     fn send(&mut self, dst: MacAddr, key: Option<&Key>, msg: &JoinMsg, claim: Rank) {
         let frame = Control::Join { body: msg.encode() }.to_vec(self.cfg.group, claim, NO_RANK, 0);
         if let Some(f) = seal(key, &frame) {
@@ -410,116 +348,6 @@ impl Join {
                 Some(if self.settled { heard.min(all) } else { all } + 1)
             }
             Expect::Invited | Expect::InvitedBy(_) => None,
-        }
-    }
-
-    /// Whether a hello from `mac` claiming `claim` is acceptable to this coordinator.
-    fn acceptable(&self, mac: &MacAddr, claim: Rank) -> bool {
-        match &self.cfg.expect {
-            Expect::List(l) => l.get(claim.index()) == Some(mac),
-            Expect::Ranks { size, .. } => claim.get() < *size && claim.get() != 0,
-            Expect::Discover { .. } => true,
-            Expect::FirstCome { only, .. } => only.as_ref().is_none_or(|l| l.contains(mac)),
-            Expect::Invited | Expect::InvitedBy(_) => false,
-        }
-    }
-
-    /// The coordinator decides the roster once it has everybody.
-    fn decide(&mut self, now: Instant) {
-        let Some(size) = self.expected_size() else {
-            return;
-        };
-        let me = self.cfg.mac;
-        let own_pdu = self.own_pdu();
-        let expect = self.cfg.expect.clone();
-        let Some(c) = self.coord.as_mut() else {
-            return;
-        };
-        if c.roster.is_some() || c.stepped_down || c.hellos.len() + 1 < size {
-            return;
-        }
-        let mine = (me, self.member_nonce);
-        let roster: Vec<(MacAddr, u64)> = match &expect {
-            Expect::List(l) => l
-                .iter()
-                .map(|m| {
-                    if *m == me {
-                        mine
-                    } else {
-                        let h = c.hellos.iter().find(|h| h.0 == *m).expect("all heard");
-                        (h.0, h.2)
-                    }
-                })
-                .collect(),
-            Expect::Ranks { .. } => {
-                let mut by_rank: Vec<Option<(MacAddr, u64)>> = vec![None; size];
-                by_rank[0] = Some(mine);
-                for &(mac, claim, m, _) in &c.hellos {
-                    match by_rank[claim.index()] {
-                        Some((other, _)) => {
-                            self.result = Some(Err(JoinError::RankClaimedTwice {
-                                rank: claim,
-                                a: other.to_string(),
-                                b: mac.to_string(),
-                            }));
-                            return;
-                        }
-                        None => by_rank[claim.index()] = Some((mac, m)),
-                    }
-                }
-                by_rank.into_iter().flatten().collect()
-            }
-            Expect::Discover { .. } if c.hellos.len() + 1 > size => {
-                self.result = Some(Err(JoinError::Config(format!(
-                    "{} members announced themselves, {size} expected",
-                    c.hellos.len() + 1
-                ))));
-                self.done = true;
-                return;
-            }
-            Expect::Discover { .. } => {
-                let mut all: Vec<(MacAddr, u64)> = c.hellos.iter().map(|h| (h.0, h.2)).collect();
-                all.push(mine);
-                all.sort();
-                if all[0].0 != me {
-                    // A lower MAC coordinates; this member waits for its roster.
-                    c.stepped_down = true;
-                    return;
-                }
-                all
-            }
-            Expect::FirstCome { receivers, only } => {
-                let mut r = vec![mine];
-                match only {
-                    // In the list's order; settled, only those heard.
-                    Some(l) => r.extend(
-                        l.iter()
-                            .filter_map(|m| c.hellos.iter().find(|h| h.0 == *m))
-                            .map(|h| (h.0, h.2)),
-                    ),
-                    None => r.extend(c.hellos.iter().take(*receivers).map(|h| (h.0, h.2))),
-                }
-                r
-            }
-            Expect::Invited | Expect::InvitedBy(_) => return,
-        };
-        if roster.len() != size {
-            return;
-        }
-        c.confirmed.insert(me);
-        let alone = roster.len() == 1;
-        c.pdu = c
-            .hellos
-            .iter()
-            .filter(|h| roster.iter().any(|e| e.0 == h.0))
-            .map(|h| h.3)
-            .fold(own_pdu, u16::min);
-        let pdu = c.pdu;
-        c.roster = Some(roster.clone());
-        c.rounds = 0;
-        self.next_send = now;
-        if alone {
-            self.finish(me, self.nonce, &roster, pdu);
         }
     }
 
@@ -594,185 +422,6 @@ impl Join {
         let key = self.cfg.key.as_ref().map(|k| join_key(k, nonce));
         self.send(from, key.as_ref(), &confirm, NO_RANK);
         self.finish(from, nonce, &roster, pdu);
-    }
-
-    /// Notes that `src` sends frames of wire version `v` (said once per host).
-    fn heard_version(&mut self, src: MacAddr, v: u8) {
-        if self.overheard.other_version(src, v) {
-            tracing::warn!(
-                "{src} sends frames of wire version {v}; this build speaks version {}: its frames are refused (run one release of ethbcast on every host)",
-                wire::VERSION
-            );
-        }
-    }
-
-    fn on_frame(&mut self, now: Instant, src: MacAddr, pdu: &[u8]) {
-        let Ok(f) = Frame::new_checked(pdu) else {
-            if let Some(v) = wire::other_version(pdu) {
-                self.heard_version(src, v);
-            }
-            return;
-        };
-        if src == self.cfg.mac {
-            return;
-        }
-        if f.group() != self.cfg.group {
-            // Rank 0 of another session: its sender (or coordinator), whose frames go to
-            // every member.
-            if f.src() == Rank::new(0) {
-                self.overheard.other_session(src);
-            }
-            return;
-        }
-        if f.kind() != Kind::Join {
-            return;
-        }
-        if self.done {
-            // Joined: the coordinator repeats its roster until this member's confirmation
-            // arrives; confirm again (as the member will, through `Joined::late`).
-            if let Some(late) = &self.late {
-                if let Some(answer) = late.answer(src, pdu) {
-                    self.out.push_back(answer);
-                }
-            }
-            return;
-        }
-        // The message names its nonce; the tag (with a key) decides whether to believe it.
-        let Some(msg) = JoinMsg::decode(f.payload()) else {
-            return;
-        };
-        let verified = |key: Key| f.verify(&key);
-        match msg {
-            JoinMsg::Challenge {
-                nonce,
-                size,
-                coordinator,
-                time,
-            } => {
-                if coordinator != src {
-                    return;
-                }
-                if let Some(k) = &self.cfg.key {
-                    if !verified(challenge_key(k)) {
-                        self.overheard.failed_authentication(src);
-                        return;
-                    }
-                }
-                self.overheard.challenge_from(src);
-                let from_coordinator = match &self.cfg.expect {
-                    Expect::List(l) => l.first() == Some(&src),
-                    Expect::Ranks { size: s, .. } => f.src() == Rank::new(0) && size == *s,
-                    Expect::Discover { expected: s } => size == *s,
-                    Expect::Invited => true,
-                    Expect::InvitedBy(c) => *c == src,
-                    Expect::FirstCome { .. } => false,
-                };
-                // Without a key the time is the sender's word, which a stranger could make
-                // the largest there is and so keep every place: challenges are then ranked
-                // by their arrival here instead (a place goes to the newest arrival).
-                let time = match self.cfg.key {
-                    Some(_) => time,
-                    None => self.challenges.arrival(),
-                };
-                if !from_coordinator {
-                    return;
-                }
-                if let Taken::Yes(displaced) = self.challenges.hold(src, nonce, time) {
-                    if let Some(key) = displaced {
-                        // The rosters of a challenge dropped go with it.
-                        self.rosters.remove(key);
-                    }
-                    // Answer soon, but no sooner than a gap after the last round.
-                    let earliest = self.challenges.next_round(now);
-                    self.next_send = self.next_send.min(earliest);
-                }
-            }
-            JoinMsg::Hello {
-                nonce,
-                member,
-                claim,
-                mac,
-                pdu: offer,
-            } => {
-                if nonce != self.nonce || mac != src || offer < MIN_PDU {
-                    return;
-                }
-                if let Some(k) = &self.cfg.key {
-                    if !verified(join_key(k, nonce)) {
-                        self.overheard.failed_authentication(src);
-                        return;
-                    }
-                }
-                if !self.acceptable(&src, claim) {
-                    if self.strangers.len() < MAX_STRANGERS {
-                        self.strangers.insert(src);
-                    }
-                    return;
-                }
-                let Some(c) = self.coord.as_mut() else {
-                    return;
-                };
-                match c.hellos.iter_mut().find(|h| h.0 == src) {
-                    Some(h) if c.roster.is_none() => *h = (src, claim, member, offer),
-                    // Decided: the roster's frame size stands.
-                    Some(h) => *h = (src, claim, member, h.3),
-                    None if c.roster.is_none() => c.hellos.push((src, claim, member, offer)),
-                    None => {}
-                }
-                self.decide(now);
-            }
-            JoinMsg::Confirm { nonce, member, mac } => {
-                if nonce != self.nonce || mac != src {
-                    return;
-                }
-                if let Some(k) = &self.cfg.key {
-                    if !verified(join_key(k, nonce)) {
-                        self.overheard.failed_authentication(src);
-                        return;
-                    }
-                }
-                let me = self.cfg.mac;
-                let Some(c) = self.coord.as_mut() else {
-                    return;
-                };
-                let Some(roster) = c.roster.clone() else {
-                    return;
-                };
-                if roster.contains(&(src, member)) {
-                    c.confirmed.insert(src);
-                }
-                if c.confirmed.len() == roster.len() && !self.done {
-                    let pdu = c.pdu;
-                    self.finish(me, self.nonce, &roster, pdu);
-                }
-            }
-            JoinMsg::Roster {
-                nonce,
-                part,
-                parts,
-                pdu: size,
-                entries,
-            } => {
-                if !self.challenges.holds(src, nonce) || self.done {
-                    return;
-                }
-                if let Some(k) = &self.cfg.key {
-                    if !verified(join_key(k, nonce)) {
-                        self.overheard.failed_authentication(src);
-                        return;
-                    }
-                }
-                if parts == 0 || part >= parts {
-                    return;
-                }
-                if entries.contains(&(self.cfg.mac, self.member_nonce)) {
-                    self.challenges.answered(src, nonce);
-                }
-                if let Some(roster) = self.rosters.add((src, nonce), (part, parts, size), entries) {
-                    self.accept_roster(src, nonce, roster, size);
-                }
-            }
-        }
     }
 
     /// Queues what is due: challenges, hellos, roster parts.

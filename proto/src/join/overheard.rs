@@ -81,7 +81,8 @@ impl Overheard {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Overheard, MAX_SOURCES};
+    use crate::wire::ethernet::MacAddr;
 
     #[test]
     fn each_source_is_counted_and_the_sets_are_bounded() {

@@ -205,8 +205,10 @@ impl Held for Opened {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::wire::{Repr, ALL};
+    use super::{FrameCipher, Opened, BLOCK};
+    use crate::machine::Held;
+    use crate::secret::Key;
+    use crate::wire::{pdu_crc, Flags, Frame, Kind, Repr, ALL, CRC_LEN, HEADER_LEN, TAG_LEN};
     use crate::Rank;
 
     fn data(seq: u32, dst: Rank, kind: Kind, payload: &[u8]) -> Vec<u8> {
@@ -219,12 +221,12 @@ mod tests {
         r.flags = Flags::BROADCAST;
         let mut v = vec![0u8; 1600];
         let n = r.emit(payload, &mut v).unwrap();
-        v.truncate(n + super::super::TAG_LEN);
+        v.truncate(n + TAG_LEN);
         v
     }
 
     fn sealed(c: &FrameCipher, mut v: Vec<u8>) -> Vec<u8> {
-        let n = v.len() - super::super::TAG_LEN;
+        let n = v.len() - TAG_LEN;
         let n = c.seal(&mut v, n).unwrap();
         v.truncate(n);
         v
