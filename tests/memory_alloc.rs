@@ -43,6 +43,8 @@ fn allocated_bytes_match_the_formula_for_groups_up_to_128() {
             let mut other = cfg.clone();
             other.rank = Rank::new(1);
             let mut member = Engine::new(other).unwrap();
+            // (its own send side, made now, is its SDP, not this root's)
+            make_every_place(&mut member);
             let before_member = ALLOC.live_bytes();
             member.post_recv(now, Rank::new(0), 0).unwrap();
             let joined = root_bytes + (ALLOC.live_bytes() - before_member);

@@ -15,7 +15,9 @@ use super::EngineConfig;
 /// The cipher and the frames it decrypted (see the module's doc).
 #[derive(Debug, Default)]
 pub(super) struct Crypt {
-    cipher: Option<FrameCipher>,
+    /// Boxed: a cipher's key schedule and tables are about a kilobyte, which a keyless engine
+    /// (every member of a simulated group of thousands) would otherwise carry.
+    cipher: Option<Box<FrameCipher>>,
     opened: Opened,
     hold: bool,
 }
@@ -24,7 +26,10 @@ impl Crypt {
     /// The cipher of `cfg`'s key, if it has one.
     pub(super) fn new(cfg: &EngineConfig) -> Crypt {
         Crypt {
-            cipher: cfg.key.as_ref().map(|k| FrameCipher::new(k, cfg.group)),
+            cipher: cfg
+                .key
+                .as_ref()
+                .map(|k| Box::new(FrameCipher::new(k, cfg.group))),
             ..Crypt::default()
         }
     }
