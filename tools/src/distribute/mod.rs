@@ -3,7 +3,7 @@
 //!
 //! # How a transfer goes
 //!
-//! 1. **Join** ([`ethbcast_proto::membership`], the library's join): the sender broadcasts a
+//! 1. **Join** ([`ethbcast_proto::Join`], the library's join): the sender broadcasts a
 //!    challenge with a fresh random nonce every 10 ms; every receiver answers with a hello
 //!    that echoes it and carries a nonce of its own. The sender takes the first `--receivers
 //!    N` distinct hosts (or exactly the hosts of `--hostfile`), then broadcasts the roster:

@@ -330,7 +330,7 @@ pub(super) fn join_frames(frames: &[Vec<u8>], kind: u8, from: &[[u8; 6]]) -> Vec
     out
 }
 
-/// Hellos a member may send in `t` ([`ethbcast_proto::membership`]): a round of at most
+/// Hellos a member may send in `t` ([`ethbcast_proto::Join`]): a round of at most
 /// `MAX_CHALLENGES` (one per challenge held) every `HELLO_GAP` at most, however many
 /// challenges arrive, and one more round when its roster is decided.
 pub(super) fn hello_bound(t: Duration) -> u64 {

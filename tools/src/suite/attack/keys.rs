@@ -192,7 +192,7 @@ pub(super) fn keyless_stranger_sender(
     })
 }
 
-/// The context of the key that seals join challenges (`ethbcast_proto::membership`), which an
+/// The context of the key that seals join challenges (`ethbcast_proto::Join`), which an
 /// attacker reads in the source.
 const CHALLENGE_CONTEXT: &str = "ethbcast 2026-11 join challenge";
 
