@@ -2150,6 +2150,7 @@ fn partial_of(out: &Path) -> PathBuf {
     out.with_file_name(format!(".{name}.ethbcast.part"))
 }
 
+/// With a group key (offers made and checked under the keyed digest, docs/security.md).
 #[test]
 fn a_receiver_killed_at_half_a_file_resumes_and_gets_less_than_60_percent_again() {
     if !netns_available() {
@@ -2157,16 +2158,19 @@ fn a_receiver_killed_at_half_a_file_resumes_and_gets_less_than_60_percent_again(
     }
     // About 2.7 s at 100 Mbit/s.
     let (tb, dir) = slow_bed(2, "r", "resume");
+    let key = key_file(&dir, "key", "the resume test's phrase");
     let len = 32 << 20;
     let input = dir.join("in.bin");
     let data = random_file(&input, len, 61);
     let out = dir.join("out.bin");
     let part = partial_of(&out);
     let o = out.to_str().unwrap();
-    let mut r = recv(&tb, 1, &["--resume", "-o", o, "--json"]);
+    let mut r = recv(&tb, 1, &["--key-file", &key, "--resume", "-o", o, "--json"]);
     let mut s = send(
         &tb,
         &[
+            "--key-file",
+            &key,
             "-i",
             input.to_str().unwrap(),
             "--receivers",
@@ -2205,10 +2209,12 @@ fn a_receiver_killed_at_half_a_file_resumes_and_gets_less_than_60_percent_again(
     std::fs::write(&report_file, &first.stdout).unwrap();
 
     // Again, to the receiver the report lists as failed.
-    let mut r = recv(&tb, 1, &["--resume", "-o", o, "--json"]);
+    let mut r = recv(&tb, 1, &["--key-file", &key, "--resume", "-o", o, "--json"]);
     let mut s = send(
         &tb,
         &[
+            "--key-file",
+            &key,
             "-i",
             input.to_str().unwrap(),
             "--only-failed",

@@ -10,15 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ethbcast::{Dest, Event, JoinSeen, Message, Piece, Rank, Role, Stream};
+use ethbcast::{Dest, Event, JoinSeen, Key, Message, Piece, Rank, Role, Stream};
 use serde::Serialize;
 
 use super::direct;
 use super::extract::Extract;
 use super::{Fatal, LinkOptions, EXIT_FAILED, EXIT_INTERRUPTED};
 use crate::transfer::{
-    Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, Progress, StreamHasher, ABORT,
-    EVICTED,
+    Budget, Data, DigestAlgo, Final, Msg, Offer, PieceDigest, PrefixHasher, Progress, StreamHasher,
+    ABORT, EVICTED,
 };
 
 /// Where the stream goes.
@@ -669,10 +669,16 @@ impl Sink {
     }
 
     /// `--resume`: how many of the stream's first bytes the partial output holds (at most
-    /// `limit`), and their digest so far.
-    fn hash_prefix(&mut self, algo: DigestAlgo, limit: u64) -> Result<(u64, StreamHasher), Fatal> {
+    /// `limit`), and their digests so far (the offer's under `offer_key` if given, see
+    /// [`PrefixHasher`]).
+    fn hash_prefix(
+        &mut self,
+        algo: DigestAlgo,
+        offer_key: Option<&Key>,
+        limit: u64,
+    ) -> Result<(u64, PrefixHasher), Fatal> {
         use std::io::{Read, Seek, SeekFrom};
-        let mut h = StreamHasher::new(algo);
+        let mut h = PrefixHasher::new(algo, offer_key);
         let Sink::File {
             tmp,
             f: Some(w),
@@ -928,10 +934,12 @@ const WRITE_QUEUE: usize = 32;
 /// What the protocol loop hands the writer thread.
 enum Job {
     /// `--resume`, at the header: find how many of the stream's first bytes (at most
-    /// `limit`) the partial output holds and their digest (see [`Sink::hash_prefix`]), and
-    /// tell the protocol loop through [`Writer::offer`].
+    /// `limit`) the partial output holds and their digest (see [`Sink::hash_prefix`]; keyed
+    /// under `key`, the transfer's [`offer_key`](crate::transfer::offer_key), when it has a
+    /// group key), and tell the protocol loop through [`Writer::offer`].
     Offer {
         algo: DigestAlgo,
+        key: Option<Key>,
         limit: u64,
     },
     /// The sender's data starts at this offset: the output keeps its first bytes up to there
@@ -1023,13 +1031,16 @@ impl Writer {
                         break Err(Fatal::new(EXIT_FAILED, "transfer ended early"));
                     }
                     match job {
-                        Ok(Job::Offer { algo: a, limit }) => match sink.0.hash_prefix(a, limit) {
+                        Ok(Job::Offer { algo: a, key, limit }) => match sink
+                            .0
+                            .hash_prefix(a, key.as_ref(), limit)
+                        {
                             Ok((n, h)) => {
                                 *offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(Offer {
                                     held: n,
-                                    digest: h.finalize(),
+                                    digest: h.offer(),
                                 });
-                                held = Some((n, h));
+                                held = Some((n, h.into_stream()));
                                 algo = a;
                             }
                             Err(e) => break Err(e),
@@ -1040,8 +1051,8 @@ impl Writer {
                                 // starts before the end of what this output holds) read again.
                                 let h = match held.take() {
                                     Some((n, h)) if n == offset => Ok(h),
-                                    Some(_) => match sink.0.hash_prefix(algo, offset) {
-                                        Ok((n, h)) if n == offset => Ok(h),
+                                    Some(_) => match sink.0.hash_prefix(algo, None, offset) {
+                                        Ok((n, h)) if n == offset => Ok(h.into_stream()),
                                         Ok((n, _)) => Err(Fatal::new(
                                             EXIT_FAILED,
                                             format!("the sender resumed at byte {offset}, the partial output holds {n}"),
@@ -1771,6 +1782,7 @@ impl<'a> Receiving<'a> {
             (true, Some(limit)) => {
                 let job = Job::Offer {
                     algo: digest,
+                    key: a.link.stream.key.as_ref().map(crate::transfer::offer_key),
                     limit,
                 };
                 push(&mut w, job, &self.setup.stop, a.timeout)?;
@@ -2174,7 +2186,7 @@ mod tests {
         drop(_f);
         let mut sink =
             Sink::open(&Output::File(dst.clone()), &Arc::default(), true, false).unwrap();
-        let (held, _) = sink.hash_prefix(DigestAlgo::Xxh3, 9).unwrap();
+        let (held, _) = sink.hash_prefix(DigestAlgo::Xxh3, None, 9).unwrap();
         assert_eq!(held, 9, "at most the stream's length");
         sink.abort();
         assert_eq!(std::fs::read(&part).unwrap(), b"the first bytes");
@@ -2182,6 +2194,67 @@ mod tests {
             Sink::open(&Output::File(dst.clone()), &Arc::default(), true, false).unwrap();
         sink.discard();
         assert!(!part.exists(), "discarded");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `--resume` with a group key: the writer offers the keyed digest of what the partial
+    /// output holds (under the offer key, not the header's algorithm, so that bytes a local
+    /// user put there match only if they are the input's), and once the sender resumes there
+    /// the whole file's digest under the header's algorithm still matches the trailer's.
+    /// Without a key the offer is under the header's algorithm.
+    #[test]
+    fn a_partial_output_is_offered_under_the_keyed_digest_with_a_key() {
+        let dir = scratch("offer");
+        let data = b"the first bytes of the stream, then the rest of it";
+        let key = Key::from_bytes([0x3c; 32]);
+        let offer_key = crate::transfer::offer_key(&key);
+        for keyed in [true, false] {
+            let dst = dir.join(format!("out-{keyed}"));
+            let part = partial_name(&dst).unwrap();
+            std::fs::write(&part, &data[..21]).unwrap();
+            let mut sink =
+                Sink::open(&Output::File(dst.clone()), &Arc::default(), true, false).unwrap();
+            sink.start().unwrap();
+            let mut w = Writer::spawn(sink, Arc::default()).unwrap();
+            let stop = AtomicBool::new(false);
+            let patience = Duration::from_secs(10);
+            let offer = Job::Offer {
+                algo: DigestAlgo::Xxh3,
+                key: keyed.then(|| offer_key.clone()),
+                limit: data.len() as u64,
+            };
+            push(&mut w, offer, &stop, patience).unwrap();
+            let t0 = Instant::now();
+            let o = loop {
+                if let Some(o) = w.offer() {
+                    break o;
+                }
+                assert!(t0.elapsed() < patience, "no offer");
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            let want = match keyed {
+                true => *blake3::keyed_hash(&offer_key, &data[..21]).as_bytes(),
+                false => xxh3(&data[..21]),
+            };
+            assert_eq!((o.held, o.digest), (21, want), "keyed: {keyed}");
+            for job in [
+                Job::Start(21),
+                Job::Data(Data::new(&data[21..])),
+                Job::Verify {
+                    bytes: data.len() as u64,
+                    digest: Some(xxh3(data)),
+                },
+            ] {
+                push(&mut w, job, &stop, patience).unwrap();
+            }
+            let done = w.finish(patience).expect("the writer ends");
+            assert!(
+                done.result.is_ok(),
+                "keyed: {keyed}: {:?}",
+                done.result.err()
+            );
+            assert_eq!(std::fs::read(&dst).unwrap(), data, "keyed: {keyed}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

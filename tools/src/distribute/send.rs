@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ethbcast::{
-    Dest, Event, HostEntry, JoinSeen, MacAddr, MemberError, Rank, Role, SendError, Settle, Stream,
+    Dest, Event, HostEntry, JoinSeen, Key, MacAddr, MemberError, Rank, Role, SendError, Settle,
+    Stream,
 };
 use serde::Serialize;
 
@@ -18,7 +19,7 @@ use super::recv::RecvCounters;
 use super::{mbit, Fatal, LinkOptions, EXIT_FAILED, EXIT_INTERRUPTED};
 use crate::transfer::rate::TokenBucket;
 use crate::transfer::{
-    DigestAlgo, Final, Msg, Offer, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
+    DigestAlgo, Final, Msg, Offer, PrefixHasher, Progress, StreamHasher, ABORT, EVICTED, KEEPALIVE,
 };
 use crate::tree::TreeReader;
 
@@ -307,21 +308,24 @@ enum Input {
 }
 
 /// Where the data of a file starts, given the receivers' offers (see [`Offer`]): the smallest
-/// offset any receiver holds if every offer's digest is that of the file's bytes before it,
-/// else 0; with the digest of the bytes before the start, and the file positioned there. The
-/// second value is the index of an offer that did not match, if one did not.
+/// offset any receiver holds if every offer's digest is that of the file's bytes before it
+/// (keyed under `offer_key`, the transfer's [`offer_key`](crate::transfer::offer_key), when
+/// it has a group key), else 0; with the stream digest of the bytes before the start, and the
+/// file positioned there. The second value is the index of an offer that did not match, if
+/// one did not.
 fn resume_point(
     f: &mut File,
     algo: DigestAlgo,
+    offer_key: Option<&Key>,
     offers: &[Offer],
 ) -> std::io::Result<(u64, StreamHasher, Option<usize>)> {
     use std::io::{Seek, SeekFrom};
     let mut points: Vec<u64> = offers.iter().map(|o| o.held).collect();
     points.sort_unstable();
     points.dedup();
-    let mut h = StreamHasher::new(algo);
+    let mut h = PrefixHasher::new(algo, offer_key);
     let mut pos = 0u64;
-    let mut at_start: Option<StreamHasher> = None;
+    let mut at_start: Option<PrefixHasher> = None;
     let mut refused = None;
     let mut buf = vec![0u8; 1 << 20];
     for &p in points.iter().take_while(|&&p| p > 0) {
@@ -338,7 +342,7 @@ fn resume_point(
             h.update(&buf[..n]);
             pos += n as u64;
         }
-        let d = h.finalize();
+        let d = h.offer();
         // Held past the input's end, or other bytes: nobody resumes.
         refused = offers
             .iter()
@@ -349,7 +353,7 @@ fn resume_point(
         at_start.get_or_insert_with(|| h.clone());
     }
     let start = match (points.first(), at_start, refused) {
-        (Some(&s), Some(h), None) if s > 0 => Some((s, h)),
+        (Some(&s), Some(h), None) if s > 0 => Some((s, h.into_stream())),
         _ => None,
     };
     let (offset, h) = start.unwrap_or_else(|| (0, StreamHasher::new(algo)));
@@ -365,6 +369,7 @@ fn reader(
     input: Input,
     msg: usize,
     algo: DigestAlgo,
+    offer_key: Option<Key>,
     offers: Receiver<Vec<Offer>>,
 ) -> Receiver<Block> {
     let (tx, rx) = sync_channel(2);
@@ -374,7 +379,7 @@ fn reader(
                 let Ok(offers) = offers.recv() else {
                     return;
                 };
-                match resume_point(&mut f, algo, &offers) {
+                match resume_point(&mut f, algo, offer_key.as_ref(), &offers) {
                     Ok((offset, h, refused)) => {
                         if tx.send(Block::Start(offset, refused)).is_err() {
                             return;
@@ -985,7 +990,8 @@ impl<'a> Transfer<'a> {
             })
             .collect();
         let (offers_tx, offers_rx) = sync_channel(1);
-        let rx = reader(input.input, msg, a.digest, offers_rx);
+        let offer_key = a.link.stream.key.as_ref().map(crate::transfer::offer_key);
+        let rx = reader(input.input, msg, a.digest, offer_key, offers_rx);
         let pb = progress_bar(input.total, a.quiet);
         let start = Instant::now();
         let bucket = a
@@ -1530,7 +1536,8 @@ fn gather_offers(
 #[cfg(test)]
 mod tests {
     use super::{failed_hosts, resume_point, Expect};
-    use crate::transfer::{DigestAlgo, Offer, StreamHasher};
+    use crate::transfer::{offer_key, DigestAlgo, Offer, StreamHasher};
+    use ethbcast::Key;
     use std::io::{Read, Seek};
 
     #[test]
@@ -1567,7 +1574,7 @@ mod tests {
             (vec![past_the_end, held(1000)], 0, Some(0)),
         ] {
             let mut f = std::fs::File::open(&path).unwrap();
-            let (at, h, why) = resume_point(&mut f, DigestAlgo::Blake3, &offers).unwrap();
+            let (at, h, why) = resume_point(&mut f, DigestAlgo::Blake3, None, &offers).unwrap();
             assert_eq!((at, why), (start, refused), "{offers:?}");
             // The digest so far is of the bytes before the start, and the file stands there.
             assert_eq!(h.finalize(), digest(start as usize), "{offers:?}");
@@ -1575,6 +1582,68 @@ mod tests {
             let mut rest = Vec::new();
             f.read_to_end(&mut rest).unwrap();
             assert!(rest == data[start as usize..]);
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The attack: a local user who can write a receiver's partial file fills it with bytes
+    /// that are not the input's but have the same XXH3 digest as its first bytes; that receiver
+    /// then offers the input's own XXH3 digest. With a group key the sender checks offers under
+    /// the keyed digest (`offer_key`), so that offer (and one keyed under the group key itself,
+    /// or under another group's) is refused and the transfer starts at 0; the keyed digest of
+    /// the input's bytes is taken. Without a key (`--insecure`) offers stay under the header's
+    /// algorithm.
+    #[test]
+    fn with_a_key_an_offer_is_taken_only_under_the_keyed_digest() {
+        let path = std::env::temp_dir().join(format!("ethbcast-forged-{}", std::process::id()));
+        let data: Vec<u8> = (0..2_000_000u32).map(|i| (i * 17 + i / 5) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let key = Key::from_bytes([0x5a; 32]);
+        let other = Key::from_bytes([0xa5; 32]);
+        let held = 1_200_000;
+        let prefix = &data[..held];
+        for algo in [DigestAlgo::Xxh3, DigestAlgo::Blake3] {
+            let mut h = StreamHasher::new(algo);
+            h.update(prefix);
+            let plain = h.finalize();
+            let offer = |digest: [u8; 32]| {
+                vec![Offer {
+                    held: held as u64,
+                    digest,
+                }]
+            };
+            let start = |k: Option<&Key>, offers: &[Offer]| {
+                let mut f = std::fs::File::open(&path).unwrap();
+                let (at, h, why) =
+                    resume_point(&mut f, algo, k.map(offer_key).as_ref(), offers).unwrap();
+                assert_eq!(f.stream_position().unwrap(), at);
+                (at, h.finalize(), why)
+            };
+            let refused = (0, StreamHasher::new(algo).finalize(), Some(0));
+            // Without a key: the header's digest, as before.
+            assert_eq!(
+                start(None, &offer(plain)),
+                (held as u64, plain, None),
+                "{algo:?}"
+            );
+            // With one: the forger's digest, and digests under keys other than the offer key.
+            assert_eq!(
+                start(Some(&key), &offer(plain)),
+                refused,
+                "{algo:?}: forged"
+            );
+            let under = |k: &Key| *blake3::keyed_hash(k, prefix).as_bytes();
+            assert_eq!(start(Some(&key), &offer(under(&key))), refused, "{algo:?}");
+            let theirs = under(&offer_key(&other));
+            assert_eq!(start(Some(&key), &offer(theirs)), refused, "{algo:?}");
+            // The keyed digest of the input's first bytes: resumed there, and the stream
+            // digest goes on from theirs under the header's algorithm.
+            let good = under(&offer_key(&key));
+            assert_eq!(
+                start(Some(&key), &offer(good)),
+                (held as u64, plain, None),
+                "{algo:?}"
+            );
         }
         let _ = std::fs::remove_file(&path);
     }

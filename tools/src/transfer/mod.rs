@@ -3,7 +3,7 @@
 //! the control payloads, the end-to-end digest, and the sender's pacing ([`rate`]).
 //!
 //! Broadcast messages from the sender (rank 0), first byte = type:
-//! - `H` header: magic `EBDS`, version (3), total size (u64, `u64::MAX` = unknown), chunk
+//! - `H` header: magic `EBDS`, version (4), total size (u64, `u64::MAX` = unknown), chunk
 //!   size (u32), digest algorithm (u8: 1 XXH3-128, 2 BLAKE3);
 //! - `S` start: the offset (u64) of the first data byte the sender sends; the receivers hold
 //!   the bytes before it already (see [`Offer`]), and the data messages follow from there;
@@ -14,7 +14,8 @@
 //!
 //! Point-to-point messages from a receiver to the sender: `O` (offer, after the header: how
 //! many of the stream's first bytes it holds from an earlier, interrupted transfer, and their
-//! digest under the header's algorithm; 0 bytes when it holds none), `J` (joined) and `F`
+//! digest: keyed BLAKE3 under a key derived from the group key when there is one, see
+//! [`offer_key`], else under the header's algorithm; 0 bytes when it holds none), `J` (joined) and `F`
 //! (final report: ok flag, bytes, digest, error text). The sender checks each offer's digest
 //! against its own input and starts at the smallest offset every receiver holds (0 unless all
 //! offers match).
@@ -26,8 +27,11 @@
 
 pub mod rate;
 
-/// Protocol version in the header.
-pub const VERSION: u8 = 3;
+/// Protocol version in the header. Version 4 makes and checks offers under the keyed digest
+/// when the transfer has a group key (see [`offer_key`]); a receiver of another version
+/// refuses the header, naming both, rather than offer under a digest the sender does not
+/// check.
+pub const VERSION: u8 = 4;
 /// Header magic.
 pub const MAGIC: &[u8; 4] = b"EBDS";
 /// Abort control.
@@ -313,8 +317,9 @@ impl Final {
 }
 
 /// A receiver's offer, after the header: it holds the stream's first `held` bytes (from an
-/// interrupted transfer, `recv --resume`), whose digest under the header's algorithm is
-/// `digest` (as a trailer carries it). `held` 0: it holds nothing.
+/// interrupted transfer, `recv --resume`), whose digest is `digest` (see [`PrefixHasher`]:
+/// keyed BLAKE3 under the [`offer_key`] when the transfer has a group key, else the header's
+/// algorithm, as a trailer carries it). `held` 0: it holds nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Offer {
     /// Bytes held.
@@ -340,6 +345,63 @@ impl Offer {
             held: u64::from_be_bytes(m[1..9].try_into().ok()?),
             digest: m[9..41].try_into().ok()?,
         })
+    }
+}
+
+/// The context of the key derivation (BLAKE3 `derive_key`) of the key that offers are made
+/// and checked under when the transfer has a group key (see [`offer_key`]).
+pub const OFFER_CONTEXT: &str = "ethbcast 2026-11 resume offer";
+
+/// The key of an [`Offer`]'s digest under the group key `key`: derived from it for this
+/// purpose alone, so it is no frame's key.
+///
+/// Why keyed: the bytes an offer describes lie on the receiver's disk, where no frame's tag
+/// covers them, and a local user who can write the partial file could otherwise fill it with
+/// bytes of the same digest as the input's first bytes (XXH3 is not made to resist that) and
+/// have them kept. Without the key nobody can compute the keyed digest of any bytes, so no
+/// bytes but the input's match the sender's.
+pub fn offer_key(key: &ethbcast::Key) -> ethbcast::Key {
+    ethbcast::Key::from_bytes(blake3::derive_key(OFFER_CONTEXT, key.as_bytes()))
+}
+
+/// The digest of a stream's first bytes as an [`Offer`] carries it: keyed BLAKE3 under the
+/// [`offer_key`] when the transfer has a group key, else the stream digest of the header's
+/// algorithm. Alongside, the stream digest, which the transfer goes on from when it resumes.
+#[derive(Clone)]
+pub struct PrefixHasher {
+    stream: StreamHasher,
+    keyed: Option<Box<blake3::Hasher>>,
+}
+
+impl PrefixHasher {
+    /// A new digest: the stream's under `algo`, the offer's under `offer_key` if given (see
+    /// [`offer_key`]).
+    pub fn new(algo: DigestAlgo, offer_key: Option<&ethbcast::Key>) -> PrefixHasher {
+        PrefixHasher {
+            stream: StreamHasher::new(algo),
+            keyed: offer_key.map(|k| Box::new(blake3::Hasher::new_keyed(k.as_bytes()))),
+        }
+    }
+
+    /// Adds the next bytes of the stream.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.stream.update(bytes);
+        if let Some(k) = self.keyed.as_mut() {
+            k.update(bytes);
+        }
+    }
+
+    /// The offer's digest of the bytes so far.
+    pub fn offer(&self) -> [u8; 32] {
+        match &self.keyed {
+            Some(k) => *k.finalize().as_bytes(),
+            None => self.stream.finalize(),
+        }
+    }
+
+    /// The stream digest of the bytes so far, to go on from.
+    pub fn into_stream(self) -> StreamHasher {
+        self.stream
     }
 }
 
@@ -657,7 +719,11 @@ mod tests {
         assert!(Msg::decode(unknown).unwrap_err().contains("digest"));
         let mut old = h;
         old[5] = 1;
-        assert!(Msg::decode(old).unwrap_err().contains("version"));
+        assert!(Msg::decode(old.clone()).unwrap_err().contains("version"));
+        // The version before offers were keyed: refused, both versions named.
+        old[5] = 3;
+        let e = Msg::decode(old).unwrap_err();
+        assert!(e.contains("version 3") && e.contains("speaks 4"), "{e}");
     }
 
     /// Whatever the parsers make of `b`, without a panic: what parses, encodes back to the
