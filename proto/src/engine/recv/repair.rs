@@ -9,6 +9,7 @@ use crate::wire::control::{nack_offsets, NackBitmap};
 use crate::wire::Repr;
 use crate::{Rank, Seq};
 
+use super::window::WSlot;
 use super::{pending_reply, relayed, unheld_reply, Dest, Outgoing, Receiver, SlotState};
 
 /// Where a frame a fellow asks for lies (see `Receiver::held`).
@@ -165,27 +166,15 @@ impl Receiver {
         more: &[u16],
         from: Rank,
     ) {
-        if self.peer.peer() != Some(from) {
-            return;
-        }
-        self.peer.answered();
-        let Some(base) = self.window.near(wire_base) else {
-            return;
-        };
-        let (expected, highest) = (self.window.expected(), self.window.highest());
-        for off in nack_offsets(missing, more) {
-            let s = base + u64::from(off);
-            if s < expected || s >= highest {
-                continue;
-            }
-            let i = self.window.idx(s);
-            let slot = self.window.slot_mut(i);
+        let answered = self.each_slot_answered(from, wire_base, missing, more, |_, slot| {
             if !slot.state.contains(SlotState::HAVE) {
                 // Asked of the parent again, as for the first time.
                 slot.state.remove(SlotState::PEER_ASKS);
             }
+        });
+        if answered {
+            self.schedule(now, &mut table.stream(self.timers));
         }
-        self.schedule(now, &mut table.stream(self.timers));
     }
 
     /// The peer (`from`) does not hold the frames of `reply` (base and bitmap), and will not
@@ -200,18 +189,45 @@ impl Receiver {
         more: &[u16],
         from: Rank,
     ) {
-        if self.peer.peer() != Some(from) {
-            return;
-        }
-        self.peer.answered();
-        let Some(base) = self.window.near(wire_base) else {
-            return;
-        };
         let mut first = None;
         // With a tree the peer is the parent, which says so only of frames it will not get
         // again (it relays the others when they come, see `on_pending`): they are asked of
         // the root at once.
         let tree = self.tree.is_some();
+        self.each_slot_answered(from, wire_base, missing, more, |s, slot| {
+            if slot.state.contains(SlotState::HAVE) || !slot.state.contains(SlotState::PEER_ASKED) {
+                return;
+            }
+            if tree {
+                slot.state.insert(SlotState::PEER_ASKS);
+            }
+            slot.nacked = None;
+            first.get_or_insert(s);
+        });
+        if let Some(s) = first {
+            self.nacks.found(s);
+            self.schedule(now, &mut table.stream(self.timers));
+        }
+    }
+
+    /// An answer of the peer `from` about the frames of a request (base and bitmap): the
+    /// peer is alive, and `f` sees each of those frames still in the window, with its slot.
+    /// False (and nothing seen) if `from` is not this stream's peer or the base is not near.
+    fn each_slot_answered(
+        &mut self,
+        from: Rank,
+        wire_base: u32,
+        missing: u16,
+        more: &[u16],
+        mut f: impl FnMut(Seq, &mut WSlot),
+    ) -> bool {
+        if self.peer.peer() != Some(from) {
+            return false;
+        }
+        self.peer.answered();
+        let Some(base) = self.window.near(wire_base) else {
+            return false;
+        };
         let (expected, highest) = (self.window.expected(), self.window.highest());
         for off in nack_offsets(missing, more) {
             let s = base + u64::from(off);
@@ -219,19 +235,8 @@ impl Receiver {
                 continue;
             }
             let i = self.window.idx(s);
-            let slot = self.window.slot_mut(i);
-            if slot.state.contains(SlotState::HAVE) || !slot.state.contains(SlotState::PEER_ASKED) {
-                continue;
-            }
-            if tree {
-                slot.state.insert(SlotState::PEER_ASKS);
-            }
-            slot.nacked = None;
-            first.get_or_insert(s);
+            f(s, self.window.slot_mut(i));
         }
-        if let Some(s) = first {
-            self.nacks.found(s);
-            self.schedule(now, &mut table.stream(self.timers));
-        }
+        true
     }
 }
