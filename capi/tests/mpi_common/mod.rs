@@ -156,7 +156,7 @@ pub fn routed(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
 
 /// Where each rank's MPI_Allgather(v) and MPI_Allreduce calls went: (over ethbcast, over PMPI)
 /// per rank.
-// Only mpi_conformance.rs counts them.
+// mpi_conformance.rs and mpi4py_suite.rs count them, not every test binary that shares this.
 #[allow(dead_code)]
 pub fn routed_coll(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
     reports(out, ranks)
