@@ -3,7 +3,8 @@
 //!
 //! Why: receiving costs no system call while frames keep arriving (the kernel writes them into
 //! shared memory, we read them in place and hand the PDU to the engine without a copy), and
-//! sending costs one system call per burst: `send` writes the frame straight into a TX slot,
+//! sending costs one system call per burst: `send_with` lends the machine the PDU's place in a
+//! TX slot, so the frame is written there and nowhere else (`send` copies a PDU into one),
 //! `flush` kicks the kernel once for everything queued. The unsafe half (mapping, slot status
 //! protocol, memory ordering) is in `ethbcast_sys::ring`; this file only speaks [`Link`].
 //!

@@ -562,8 +562,8 @@ impl RingSocket {
     /// left there; it writes the frame (Ethernet header included) at the start and returns its
     /// length, or 0 to queue nothing. A frame shorter than [`ETH_MIN_FRAME`] is padded with
     /// zeros to that length, so no byte of an earlier frame leaves with it; the bytes past the
-    /// frame are never sent, so they are not cleared (clearing the whole frame first was a
-    /// second write of every byte sent).
+    /// frame are never sent, so they are not cleared (clearing the frame first would write
+    /// every byte sent twice).
     ///
     /// Returns `Ok(None)`, without calling `fill`, while the slot is still in use (flush with
     /// [`RingSocket::tx_flush`] and wait), else `Ok(Some(length queued))` (0: nothing was).
