@@ -195,7 +195,9 @@ impl Group {
             dc.protocol = d.protocol;
             dc
         });
-        let member = Member::new(WallClock.now(), mc)?;
+        let mut member = Member::new(WallClock.now(), mc)?;
+        // One member per process: no allocation in steady state beats a few hundred KiB.
+        member.reserve_queues();
         Ok(Group {
             driver: Driver::new(member, link),
             reported: 0,

@@ -204,6 +204,14 @@ impl Engine {
         self.outbox.skip_counter_to(ctr);
     }
 
+    /// Makes the outbox's queue at its bound now, rather than as control frames wait in it: a
+    /// member then allocates nothing in steady state when a burst leaves more frames waiting
+    /// than any before. For a host's member (one per process); a simulated group of thousands
+    /// leaves it to grow with use.
+    pub fn reserve_queues(&mut self) {
+        self.outbox.make_room();
+    }
+
     /// Test support: makes now what the engine makes at first use, at its bounds (the receive
     /// streams' window places and receive queues, the outbox's queue), so that what it
     /// allocates can be set against the sizes it reports.

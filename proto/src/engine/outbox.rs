@@ -128,7 +128,6 @@ impl Outbox {
     }
 
     /// Makes room for every frame the outbox may hold (the queue grows to it).
-    #[cfg(feature = "test-hooks")]
     pub(super) fn make_room(&mut self) {
         self.queue.reserve_exact(self.cap);
     }

@@ -210,6 +210,11 @@ impl Member {
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
+    /// Makes the queues that grow with use at their bounds now (see
+    /// [`Engine::reserve_queues`]): a host's member allocates nothing in steady state.
+    pub fn reserve_queues(&mut self) {
+        self.engine.reserve_queues();
+    }
     /// The group engine's counters.
     pub fn engine_stats(&self) -> &EngineStats {
         self.engine.stats()
