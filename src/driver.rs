@@ -110,10 +110,13 @@ impl<L: Link, M: Machine> Driver<L, M> {
         // Only as much as the link takes without a long queue: the rest stays with the
         // machine, which puts repairs and control before fresh data when it is asked again.
         while self.link.tx_ready() {
-            let Some(t) = self.member.poll_transmit(now, &mut self.buf) else {
+            // Written where the link sends it from (a ring's TX slot), or into `buf` for a
+            // link that copies anyway.
+            let member = &mut self.member;
+            let fill = &mut |out: &mut [u8]| member.poll_transmit(now, out);
+            if !self.link.send_with(&mut self.buf, fill)? {
                 break;
-            };
-            self.link.send(t.dst, &self.buf[..t.len])?;
+            }
         }
         self.link.flush()
     }

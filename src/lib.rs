@@ -49,8 +49,8 @@ pub use ethbcast_proto::{
     DestProgress, DetectorConfig, DropStats, EngineConfig, EngineStats, Event, Expect, Frames,
     Gossip, GroupAddress, GroupAddressError, HardwareAlgorithm, Held, JoinConfig, JoinError,
     JoinStats, Joined, Key, Kind, LateRoster, MacAddr, MemberError, MemberStats, Message, Observe,
-    Observer, Piece, PostError, Rank, SendError, Session, SessionEnded, WireError, BROADCAST_MAC,
-    MAX_WINDOW,
+    Observer, Piece, PostError, Rank, SendError, Session, SessionEnded, Transmit, WireError,
+    BROADCAST_MAC, MAX_WINDOW,
 };
 // The system layer's types that the links' signatures name.
 #[cfg(target_os = "linux")]

@@ -9,7 +9,7 @@
 #[path = "../sys/tests/common/netns.rs"]
 mod netns;
 
-use ethbcast::{group_mac, Backend, Link, LinkError, MacAddr, WaitMode, BROADCAST_MAC};
+use ethbcast::{group_mac, Backend, Link, LinkError, MacAddr, Transmit, WaitMode, BROADCAST_MAC};
 use ethbcast::{PnetConfig, PnetLink};
 use ethbcast::{RingConfig, RingLink, RingLinkConfig, TxMode};
 use ethbcast::{SocketConfig, SocketLink};
@@ -171,6 +171,59 @@ fn exercise(name: &str, open: Opener) {
         assert_eq!(pdu.len(), 46, "{name}");
         assert_eq!(&pdu[..5], b"short");
         assert!(pdu[5..].iter().all(|&x| x == 0), "{name}: padding not zero");
+
+        // Frames written in place (`send_with`, what the driver uses): whole, and a short
+        // one written where a long one was (more frames than the TX ring has slots) leaves
+        // padded with zeros, not with the long frame's bytes.
+        let n = 300;
+        for len in [1500, 5] {
+            for k in 0..n {
+                let p = pattern(len, k as u8);
+                let t = Transmit {
+                    dst: b.local_mac(),
+                    len,
+                };
+                let mut scratch = vec![0u8; a.max_pdu()];
+                let sent = a
+                    .send_with(&mut scratch, &mut |out| {
+                        out[..len].copy_from_slice(&p);
+                        Some(t)
+                    })
+                    .unwrap();
+                assert!(sent, "{name}");
+            }
+            a.flush().unwrap();
+            let got = recv_n(&mut *b, n, Duration::from_secs(5));
+            assert_eq!(got.len(), n, "{name}: frames of {len} bytes lost");
+            for (k, (src, pdu)) in got.iter().enumerate() {
+                assert_eq!(*src, a.local_mac(), "{name}");
+                assert_eq!(pdu.len(), len.max(46), "{name}: frame {k} of {len} bytes");
+                assert!(
+                    pdu[..len] == pattern(len, k as u8),
+                    "{name}: frame {k} differs"
+                );
+                assert!(
+                    pdu[len..].iter().all(|&x| x == 0),
+                    "{name}: frame {k}'s padding holds an earlier frame's bytes"
+                );
+            }
+        }
+        // A fill with nothing to send sends nothing; one longer than the link's PDU is an error.
+        let mut scratch = vec![0u8; a.max_pdu()];
+        assert!(!a.send_with(&mut scratch, &mut |_| None).unwrap(), "{name}");
+        let too_long = a.send_with(&mut scratch, &mut |_| {
+            Some(Transmit {
+                dst: b.local_mac(),
+                len: 1501,
+            })
+        });
+        assert!(
+            matches!(too_long, Err(LinkError::FrameTooLong { len: 1501, .. })),
+            "{name}: {too_long:?}"
+        );
+        a.flush().unwrap();
+        let got = recv_n(&mut *b, 1, Duration::from_millis(200));
+        assert!(got.is_empty(), "{name}: a frame left that no fill wrote");
 
         // Too long is an error, not a panic, and the link stays usable.
         assert!(matches!(

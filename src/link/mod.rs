@@ -40,7 +40,9 @@ pub(crate) mod xdp;
 use std::time::Duration;
 use thiserror::Error;
 
-pub(crate) use ethbcast_proto::{parse_mac, BatchEnd, GroupAddress, Held, MacAddr, BROADCAST_MAC};
+pub(crate) use ethbcast_proto::{
+    parse_mac, BatchEnd, GroupAddress, Held, MacAddr, Transmit, BROADCAST_MAC,
+};
 
 /// Smallest interface MTU a real link accepts (the IPv4 minimum datagram size): below it the
 /// protocol's fragments would be too small to be worth their headers. The same number as the
@@ -360,6 +362,31 @@ pub trait Link {
     /// Queues (or sends) one PDU to `dst` (a member's MAC, a group's address or
     /// [`BROADCAST_MAC`]).
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError>;
+    /// Sends the frame `fill` writes, written where the link sends it from if it can (a TX
+    /// slot of a mapped ring), else into `scratch` (at least [`Link::max_pdu`] long) and sent
+    /// from there with [`Link::send`]. `fill` is lent a buffer of [`Link::max_pdu`] bytes or
+    /// more that may hold an earlier frame's bytes; it writes a PDU at its start and says where
+    /// it goes and how long it is, or `None` when it has nothing to send: then nothing is sent
+    /// and this returns `false`. `fill` is called once at most.
+    ///
+    /// Why: a root's data frame is cut from the shared retransmission buffer; written straight
+    /// into the slot, it is copied once on its way to the device instead of twice, and the
+    /// slot is not cleared first.
+    fn send_with(
+        &mut self,
+        scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> Result<bool, LinkError> {
+        let Some(t) = fill(scratch) else {
+            return Ok(false);
+        };
+        let pdu = scratch.get(..t.len).ok_or(LinkError::FrameTooLong {
+            len: t.len,
+            max: scratch.len(),
+        })?;
+        self.send(t.dst, pdu)?;
+        Ok(true)
+    }
     /// Receives frames sent to the multicast address `group` from now on, besides those to
     /// this link's own address and to [`BROADCAST_MAC`] (always received). Joining twice is
     /// joining once. A real link joins with `PACKET_ADD_MEMBERSHIP`, so the NIC passes the
@@ -496,6 +523,13 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         (**self).send(dst, pdu)
+    }
+    fn send_with(
+        &mut self,
+        scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> Result<bool, LinkError> {
+        (**self).send_with(scratch, fill)
     }
     fn flush(&mut self) -> Result<(), LinkError> {
         (**self).flush()

@@ -3,7 +3,8 @@
 //!
 //! Why: receiving costs no system call while frames keep arriving (the kernel writes them into
 //! shared memory, we read them in place and hand the PDU to the engine without a copy), and
-//! sending costs one system call per burst: `send` writes the frame straight into a TX slot,
+//! sending costs one system call per burst: `send_with` lends the machine the PDU's place in a
+//! TX slot, so the frame is written there and nowhere else (`send` copies a PDU into one),
 //! `flush` kicks the kernel once for everything queued. The unsafe half (mapping, slot status
 //! protocol, memory ordering) is in `ethbcast_sys::ring`; this file only speaks [`Link`].
 //!
@@ -15,7 +16,7 @@
 
 use super::mapped::{self, Mapped, Pending};
 use super::socket::{self, lookup, strategy, SendBatch, RECV_BATCH};
-use super::{BatchEnd, Groups, Held, Link, LinkError, MacAddr, WaitMode};
+use super::{BatchEnd, Groups, Held, Link, LinkError, MacAddr, Transmit, WaitMode};
 use ethbcast_proto::{EthernetFrame, ETHERTYPE, ETH_HEADER_LEN};
 use ethbcast_sys::iface::Interface;
 pub use ethbcast_sys::ring::RingConfig;
@@ -276,6 +277,28 @@ impl Link for RingLink {
         mapped::send(self, dst, pdu, what)
     }
 
+    fn send_with(
+        &mut self,
+        scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> Result<bool, LinkError> {
+        match self.tx_mode {
+            TxMode::Ring => mapped::send_with(self, "the TX ring", fill),
+            // The batch is a copy anyway: the default path.
+            TxMode::Batch => {
+                let Some(t) = fill(scratch) else {
+                    return Ok(false);
+                };
+                let pdu = scratch.get(..t.len).ok_or(LinkError::FrameTooLong {
+                    len: t.len,
+                    max: scratch.len(),
+                })?;
+                self.send(t.dst, pdu)?;
+                Ok(true)
+            }
+        }
+    }
+
     fn flush(&mut self) -> Result<(), LinkError> {
         // A ring that still holds frames the device refused at the last kick is kicked again
         // even when nothing new was queued.
@@ -372,15 +395,15 @@ impl Mapped for RingLink {
         self.ring.rx_ready()
     }
 
-    fn push_with(&mut self, len: usize, fill: &dyn Fn(&mut [u8])) -> Result<bool, LinkError> {
+    fn push_in_place(
+        &mut self,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<Option<usize>, LinkError> {
         if self.tx_mode == TxMode::Batch {
-            self.batch.push_with(len, |buf| {
-                fill(buf);
-                Ok::<(), LinkError>(())
-            })?;
-            return Ok(true);
+            let most = ETH_HEADER_LEN + self.max_pdu;
+            return self.batch.push_in_place(most, fill).map(Some);
         }
-        Ok(self.ring.tx_push_with(len, fill)?)
+        Ok(self.ring.tx_push_in_place(fill)?)
     }
 
     /// Only the TX ring runs out of slots (the batch grows, and `flush_batch` waits for room).

@@ -8,7 +8,7 @@
 //! building with padding, the wait strategy, and joining multicast groups.
 
 use super::{check_mtu, check_pdu, Groups, Link, LinkError, MacAddr, WaitMode};
-use ethbcast_proto::{EthernetFrame, ETHERTYPE, ETH_HEADER_LEN};
+use ethbcast_proto::{EthernetFrame, ETHERTYPE, ETH_HEADER_LEN, MIN_ETH_FRAME};
 use ethbcast_sys::filter;
 use ethbcast_sys::iface::Interface;
 use ethbcast_sys::socket::{PacketSocket, RecvBatch, SocketOptions, SEND_BATCH_MAX};
@@ -393,6 +393,30 @@ impl SendBatch {
         }
         self.ends.push(start + len);
         Ok(())
+    }
+
+    /// Queues the frame `fill` writes into the `most` bytes lent to it (zeros until it
+    /// writes them) and returns its length, padded to the Ethernet minimum (0: `fill` wrote
+    /// none, and nothing is queued).
+    pub(crate) fn push_in_place(
+        &mut self,
+        most: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize, LinkError> {
+        let start = self.bytes.len();
+        self.bytes.resize(start + most, 0);
+        let len = fill(&mut self.bytes[start..]);
+        if len == 0 || len > most {
+            self.bytes.truncate(start);
+            if len > most {
+                return Err(LinkError::FrameTooLong { len, max: most });
+            }
+            return Ok(0);
+        }
+        let len = len.max(MIN_ETH_FRAME.min(most));
+        self.bytes.truncate(start + len);
+        self.ends.push(start + len);
+        Ok(len)
     }
 
     /// Sends every queued frame on `sock` with `sendmmsg`, waiting (the way `strategy` says)

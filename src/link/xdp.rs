@@ -253,8 +253,11 @@ impl Mapped for XdpLink {
         self.sock.rx_ready()
     }
 
-    fn push_with(&mut self, len: usize, fill: &dyn Fn(&mut [u8])) -> Result<bool, LinkError> {
-        Ok(self.sock.tx_push_with(len, fill)?)
+    fn push_in_place(
+        &mut self,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<Option<usize>, LinkError> {
+        Ok(self.sock.tx_push_in_place(fill)?)
     }
 
     /// Every TX frame is queued or in flight: push them out, wait for one to complete.

@@ -25,7 +25,7 @@
 use crate::prefetch::prefetch;
 use crate::sockcall::{self, Pod};
 use crate::socket::{PacketSocket, SocketOptions};
-use crate::{Error, Result, ETH_HEADER_LEN};
+use crate::{Error, Result, ETH_HEADER_LEN, ETH_MIN_FRAME};
 use memmap2::{MmapOptions, MmapRaw};
 use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd};
@@ -328,7 +328,7 @@ impl RingSocket {
         // Mapping a packet socket that has rings maps exactly those rings (RX first, then TX);
         // `total` is their combined size as configured above. The memory is shared with the
         // kernel, so we never form references to it except to frame data the ring protocol has
-        // handed to us (see rx_for_each / tx_push_with); status words are only accessed
+        // handed to us (see rx_for_each / tx_push_in_place); status words are only accessed
         // atomically. (`map_raw` hands out a raw mapping, so it is not `unsafe` itself.)
         let map = MmapOptions::new()
             .len(total)
@@ -533,7 +533,7 @@ impl RingSocket {
         n
     }
 
-    /// Largest frame (Ethernet header included) [`RingSocket::tx_push_with`] takes; 0 without
+    /// Largest frame (Ethernet header included) [`RingSocket::tx_push_in_place`] takes; 0 without
     /// a TX ring.
     pub fn tx_frame_capacity(&self) -> usize {
         self.tx_cfg.map_or(0, |t| t.tx_frame_capacity())
@@ -556,23 +556,27 @@ impl RingSocket {
         })
     }
 
-    /// Queues one frame of `len` bytes (Ethernet header included), written by `fill` directly
-    /// into the next TX slot (zero-filled first). Returns `Ok(false)` if the slot is still in
-    /// use (flush with [`RingSocket::tx_flush`] and wait). Nothing is sent before `tx_flush`.
-    pub fn tx_push_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<bool> {
+    /// Queues one frame written in place into the next TX slot, the way the frame's maker
+    /// writes it, with no copy in between. `fill` is lent the slot's whole data area
+    /// ([`RingSocket::tx_frame_capacity`] bytes), which still holds whatever an earlier frame
+    /// left there; it writes the frame (Ethernet header included) at the start and returns its
+    /// length, or 0 to queue nothing. A frame shorter than [`ETH_MIN_FRAME`] is padded with
+    /// zeros to that length, so no byte of an earlier frame leaves with it; the bytes past the
+    /// frame are never sent, so they are not cleared (clearing the frame first would write
+    /// every byte sent twice).
+    ///
+    /// Returns `Ok(None)`, without calling `fill`, while the slot is still in use (flush with
+    /// [`RingSocket::tx_flush`] and wait), else `Ok(Some(length queued))` (0: nothing was).
+    /// A length beyond the slot or shorter than an Ethernet header is an error and queues
+    /// nothing. Nothing is sent before `tx_flush`.
+    pub fn tx_push_in_place(
+        &mut self,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Option<usize>> {
         let Some(mut tx) = self.tx else {
             return Err(Error::RingConfig("this socket has no TX ring".into()));
         };
         let max = self.tx_frame_capacity();
-        if len > max {
-            return Err(Error::FrameTooLong { len, max });
-        }
-        if len < ETH_HEADER_LEN {
-            return Err(Error::FrameTooShort {
-                len,
-                min: ETH_HEADER_LEN,
-            });
-        }
         let off = tx.slot_offset(tx.head);
         match self.status(off).load(Ordering::Acquire) {
             libc::TP_STATUS_AVAILABLE => {}
@@ -582,17 +586,33 @@ impl RingSocket {
                     .store(libc::TP_STATUS_AVAILABLE, Ordering::Release);
                 return Err(Error::TxWrongFormat);
             }
-            _ => return Ok(false),
+            _ => return Ok(None),
         }
         // SAFETY: the acquire load saw TP_STATUS_AVAILABLE, so the kernel neither reads nor
-        // writes this slot until we store TP_STATUS_SEND_REQUEST. [off+TX_DATA_OFFSET, +len)
-        // is inside the slot because len <= frame_size - TX_DATA_OFFSET. No other reference to
-        // this memory exists while `data` lives.
+        // writes this slot until we store TP_STATUS_SEND_REQUEST. [off+TX_DATA_OFFSET, +max)
+        // is inside the slot because max = frame_size - TX_DATA_OFFSET. No other reference to
+        // this memory exists while `data` lives (`&mut self`).
         let data = unsafe {
-            std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off + TX_DATA_OFFSET), len)
+            std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off + TX_DATA_OFFSET), max)
         };
-        data.fill(0);
-        fill(data);
+        let len = match fill(data) {
+            0 => return Ok(Some(0)),
+            len if len > max => return Err(Error::FrameTooLong { len, max }),
+            len if len < ETH_HEADER_LEN => {
+                return Err(Error::FrameTooShort {
+                    len,
+                    min: ETH_HEADER_LEN,
+                })
+            }
+            len => len,
+        };
+        // The slots hold at least a minimal frame (`RingConfig::validate`).
+        let len = if len < ETH_MIN_FRAME {
+            data[len..ETH_MIN_FRAME].fill(0);
+            ETH_MIN_FRAME
+        } else {
+            len
+        };
         // SAFETY: same slot, still ours; tp_len is a u32 field of the (aligned) slot header.
         unsafe {
             let hdr = self.map.as_mut_ptr().add(off).cast::<libc::tpacket2_hdr>();
@@ -602,12 +622,31 @@ impl RingSocket {
             .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
         tx.advance();
         self.tx = Some(tx);
-        Ok(true)
+        Ok(Some(len))
     }
 
-    /// Queues a copy of `frame` (see [`RingSocket::tx_push_with`]).
+    /// Queues a copy of `frame` (see [`RingSocket::tx_push_in_place`]; padded like it).
+    /// Returns `Ok(false)` while the slot is still in use.
     pub fn tx_push(&mut self, frame: &[u8]) -> Result<bool> {
-        self.tx_push_with(frame.len(), |d| d.copy_from_slice(frame))
+        let max = self.tx_frame_capacity();
+        if frame.len() > max {
+            return Err(Error::FrameTooLong {
+                len: frame.len(),
+                max,
+            });
+        }
+        if frame.len() < ETH_HEADER_LEN {
+            // Not 0 either, which would queue nothing.
+            return Err(Error::FrameTooShort {
+                len: frame.len(),
+                min: ETH_HEADER_LEN,
+            });
+        }
+        let queued = self.tx_push_in_place(|d| {
+            d[..frame.len()].copy_from_slice(frame);
+            frame.len()
+        })?;
+        Ok(queued.is_some())
     }
 
     /// Asks the kernel to send every queued TX frame (`send(fd, NULL, 0, MSG_DONTWAIT)`).

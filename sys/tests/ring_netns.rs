@@ -138,3 +138,92 @@ fn plain_socket_reports_pkttype_and_truncation() {
         ));
     });
 }
+
+/// A TX slot is reused without being cleared: a frame shorter than the Ethernet minimum, written
+/// into a slot that last held a long frame, must leave padded with zeros (IEEE 802.3 pads a
+/// short frame; the bytes of the earlier frame must not leave with it), and a fill that writes
+/// nothing queues nothing.
+#[test]
+fn a_short_frame_in_a_slot_that_held_a_long_one_leaves_padded_with_zeros() {
+    let Some(ns) = NetnsPair::create_or_skip("syspad") else {
+        return;
+    };
+    ns.run(|| {
+        let a = Interface::lookup(END_A).unwrap();
+        let b = Interface::lookup(END_B).unwrap();
+        let opts = SocketOptions::default();
+        // Two slots: every third frame reuses the slot of the first.
+        let tiny = RingConfig {
+            block_size: 4096,
+            frame_size: 2048,
+            frame_count: 2,
+        };
+        let mut ra =
+            RingSocket::open(a.index, ET, &opts, &RingConfig::RX_DEFAULT, Some(&tiny)).unwrap();
+        let mut rb = RingSocket::open(b.index, ET, &opts, &RingConfig::RX_DEFAULT, None).unwrap();
+        let long = frame([0xff; 6], a.mac, ET, 0xab, 1000);
+        let mut short = frame([0xff; 6], a.mac, ET, 0x11, 20);
+        let push = |ra: &mut RingSocket, f: &[u8]| {
+            for _ in 0..1000 {
+                let queued = ra
+                    .tx_push_in_place(|d| {
+                        d[..f.len()].copy_from_slice(f);
+                        f.len()
+                    })
+                    .unwrap();
+                if let Some(len) = queued {
+                    return len;
+                }
+                ra.tx_flush().unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            panic!("no TX slot came back");
+        };
+        let idle = |ra: &mut RingSocket| {
+            for _ in 0..1000 {
+                ra.tx_flush().unwrap();
+                if ra.tx_idle() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            panic!("the TX ring did not empty");
+        };
+        assert_eq!(push(&mut ra, &long), 1000);
+        assert_eq!(push(&mut ra, &long), 1000);
+        idle(&mut ra);
+        // A fill that declines takes no slot: the next frame goes where it would have.
+        assert_eq!(ra.tx_push_in_place(|_| 0).unwrap(), Some(0));
+        assert_eq!(push(&mut ra, &short), 60);
+        short[19] = 0x22;
+        assert_eq!(push(&mut ra, &short), 60);
+        ra.tx_flush().unwrap();
+        let got = collect(&mut rb, 4);
+        assert_eq!(got.len(), 4, "frames lost");
+        assert_eq!(got[0], long);
+        assert_eq!(got[1], long);
+        for (i, g) in got[2..].iter().enumerate() {
+            assert_eq!(g.len(), 60, "short frame {i} not padded to the minimum");
+            assert_eq!(&g[..19], &short[..19]);
+            assert_eq!(g[19], if i == 0 { 0x11 } else { 0x22 });
+            assert!(
+                g[20..].iter().all(|&x| x == 0),
+                "short frame {i} carries bytes of the earlier frame in its padding: {:x?}",
+                &g[20..]
+            );
+        }
+        // Lengths the slot cannot send are refused and queue nothing.
+        idle(&mut ra);
+        let cap = ra.tx_frame_capacity();
+        assert!(matches!(
+            ra.tx_push_in_place(|_| cap + 1),
+            Err(ethbcast_sys::Error::FrameTooLong { .. })
+        ));
+        assert!(matches!(
+            ra.tx_push_in_place(|_| 5),
+            Err(ethbcast_sys::Error::FrameTooShort { len: 5, .. })
+        ));
+        ra.tx_flush().unwrap();
+        assert!(collect(&mut rb, 1).is_empty(), "a refused frame was sent");
+    });
+}

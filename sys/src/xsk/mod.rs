@@ -467,19 +467,59 @@ impl XdpSocket {
                 min: crate::ETH_HEADER_LEN,
             });
         }
+        let queued = self.tx_push_in_place(|d| {
+            let d = &mut d[..len];
+            d.fill(0);
+            fill(d);
+            len
+        })?;
+        Ok(queued.is_some())
+    }
+
+    /// Queues one frame written in place into a free TX chunk, as
+    /// [`RingSocket::tx_push_in_place`](crate::ring::RingSocket::tx_push_in_place) does into a
+    /// ring slot: `fill` is lent the chunk ([`XdpSocket::max_frame`] bytes, holding what an
+    /// earlier frame left there), writes the frame at its start and returns its length (0:
+    /// queue nothing); a frame shorter than [`ETH_MIN_FRAME`](crate::ETH_MIN_FRAME) is padded
+    /// with zeros to it. Returns `Ok(None)`, without calling `fill`, if no chunk or TX slot is
+    /// free, else the length queued. A length beyond the chunk or shorter than an Ethernet
+    /// header is an error and queues nothing.
+    pub fn tx_push_in_place(
+        &mut self,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Option<usize>> {
+        let max = self.max_frame();
         if !self.tx_slot_free() {
-            return Ok(false);
+            return Ok(None);
         }
         let Some(addr) = self.tx_free.pop() else {
-            return Ok(false);
+            return Ok(None);
         };
-        let Some(data) = self.umem.frame_mut(addr, len) else {
-            // Cannot happen: TX chunks are whole chunks inside the UMEM and len <= max.
+        let Some(data) = self.umem.frame_mut(addr, max) else {
+            // Cannot happen: TX chunks are whole chunks inside the UMEM.
             self.tx_free.push(addr);
-            return Err(Error::FrameTooLong { len, max });
+            return Err(Error::FrameTooLong { len: max, max });
         };
-        data.fill(0);
-        fill(data);
+        let len = match fill(data) {
+            len if (crate::ETH_HEADER_LEN..=max).contains(&len) => len,
+            refused => {
+                self.tx_free.push(addr);
+                return match refused {
+                    0 => Ok(Some(0)),
+                    len if len > max => Err(Error::FrameTooLong { len, max }),
+                    len => Err(Error::FrameTooShort {
+                        len,
+                        min: crate::ETH_HEADER_LEN,
+                    }),
+                };
+            }
+        };
+        let len = if len < crate::ETH_MIN_FRAME {
+            data[len..crate::ETH_MIN_FRAME].fill(0);
+            crate::ETH_MIN_FRAME
+        } else {
+            len
+        };
         self.tx.write(
             0,
             Desc {
@@ -489,7 +529,7 @@ impl XdpSocket {
             },
         );
         self.tx.submit(1);
-        Ok(true)
+        Ok(Some(len))
     }
 
     /// Asks the kernel to send the queued TX frames. In copy mode the kernel sends at most 32

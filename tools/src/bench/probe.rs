@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::{Link, LinkError, MacAddr};
+use ethbcast::{Link, LinkError, MacAddr, Transmit};
 
 /// Wraps `inner` in a [`ProbedLink`] whose probe becomes this thread's [`probe`].
 pub fn install(inner: Box<dyn Link + Send>) -> Box<dyn Link + Send> {
@@ -107,6 +107,20 @@ impl Link for ProbedLink {
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         self.probe.stamp(&self.probe.first_send);
         self.inner.send(dst, pdu)
+    }
+    fn send_with(
+        &mut self,
+        scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
+    ) -> Result<bool, LinkError> {
+        let probe = &self.probe;
+        self.inner.send_with(scratch, &mut |out| {
+            let t = fill(out);
+            if t.is_some() {
+                probe.stamp(&probe.first_send);
+            }
+            t
+        })
     }
     fn flush(&mut self) -> Result<(), LinkError> {
         let r = self.inner.flush();
