@@ -112,11 +112,9 @@ fn unit_setting<'a>(unit: &'a str, key: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// Issue 20, item 8: the packaged receiver waited on every boot without a key (any host of
-/// the segment could send it anything), with no size limit, and a shared settings file that
-/// offered one output path for every instance. Now it takes its key as a systemd credential
-/// (no key file: the unit does not start, it never runs keyless), passes `--max-bytes`, and
-/// writes to a path of its own instance unless that instance's settings say otherwise.
+/// The packaged receiver takes its key as a systemd credential (no key file: the unit does not
+/// start, it never runs keyless), passes `--max-bytes`, and writes to a path of its own
+/// instance unless that instance's settings say otherwise.
 /// `systemd-analyze verify` accepts the unit without a warning (where systemd is installed).
 #[test]
 fn the_receiver_unit_takes_a_key_credential_a_size_limit_and_a_per_instance_output() {

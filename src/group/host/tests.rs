@@ -97,7 +97,7 @@ fn segments_are_named_per_job_and_host() {
     );
 }
 
-/// Issue 20, item 7: with a launcher's token or a group key, another local user who knows
+/// With a launcher's token or a group key, another local user who knows
 /// every public number of the job (group id, size, ranks, network namespace) cannot name
 /// its segment in advance; every rank of the job names it alike.
 #[test]
