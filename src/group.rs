@@ -40,6 +40,16 @@ mod options;
 mod passphrase;
 mod stream;
 
+/// The member of this host's process, made now: one member per process, whose queues that
+/// grow with use are made at their bounds ([`Member::reserve_queues`]), so that it allocates
+/// nothing in steady state (a few hundred KiB; the simulator's thousands of members let them
+/// grow).
+fn host_member(mc: MemberConfig) -> Result<Member, ethbcast_proto::MemberError> {
+    let mut member = Member::new(WallClock.now(), mc)?;
+    member.reserve_queues();
+    Ok(member)
+}
+
 pub(crate) use allgather::Allgather;
 pub use error::GroupError;
 pub(crate) use joining::join_settling;
@@ -195,11 +205,8 @@ impl Group {
             dc.protocol = d.protocol;
             dc
         });
-        let mut member = Member::new(WallClock.now(), mc)?;
-        // One member per process: no allocation in steady state beats a few hundred KiB.
-        member.reserve_queues();
         Ok(Group {
-            driver: Driver::new(member, link),
+            driver: Driver::new(host_member(mc)?, link),
             reported: 0,
             opts,
             join_stats,

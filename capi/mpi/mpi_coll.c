@@ -40,32 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int me, n;
-static unsigned long calls, congruent;
-
-static void counted(MPI_Comm comm) {
-    int result = MPI_UNEQUAL, inter = 0;
-    calls++;
-    MPI_Comm_test_inter(comm, &inter);
-    if (!inter)
-        MPI_Comm_compare(MPI_COMM_WORLD, comm, &result);
-    congruent += result == MPI_IDENT || result == MPI_CONGRUENT;
-}
-
-#define FAIL(...)                                                                          \
-    do {                                                                                   \
-        fprintf(stderr, "rank %d: ", me);                                                  \
-        fprintf(stderr, __VA_ARGS__);                                                      \
-        fprintf(stderr, "\n");                                                             \
-        fflush(stderr);                                                                    \
-        MPI_Abort(MPI_COMM_WORLD, 1);                                                      \
-    } while (0)
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond))                                                                       \
-            FAIL(__VA_ARGS__);                                                             \
-    } while (0)
-#define OK(call) CHECK((call) == MPI_SUCCESS, "%s failed", #call)
+#include "mpi_test.h"
 
 static unsigned char pattern(int rank, int salt, long i) {
     return (unsigned char)(rank * 37u + (unsigned)salt * 101u + (unsigned long)i * 13u +

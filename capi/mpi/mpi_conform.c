@@ -34,34 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int me, n;
-static unsigned long broadcasts, congruent;
-
-/* Counts a broadcast, and whether its communicator is congruent to MPI_COMM_WORLD (the ones
- * the interposer takes). */
-static void counted(MPI_Comm comm) {
-    int result = MPI_UNEQUAL, inter = 0;
-    broadcasts++;
-    MPI_Comm_test_inter(comm, &inter);
-    if (!inter)
-        MPI_Comm_compare(MPI_COMM_WORLD, comm, &result);
-    congruent += result == MPI_IDENT || result == MPI_CONGRUENT;
-}
-
-#define FAIL(...)                                                                          \
-    do {                                                                                   \
-        fprintf(stderr, "rank %d: ", me);                                                  \
-        fprintf(stderr, __VA_ARGS__);                                                      \
-        fprintf(stderr, "\n");                                                             \
-        fflush(stderr);                                                                    \
-        MPI_Abort(MPI_COMM_WORLD, 1);                                                      \
-    } while (0)
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond))                                                                       \
-            FAIL(__VA_ARGS__);                                                             \
-    } while (0)
-#define OK(call) CHECK((call) == MPI_SUCCESS, "%s failed", #call)
+#include "mpi_test.h"
 
 /* The root's byte at offset i of its region, and a receiver's own byte there: never equal. */
 static unsigned char pattern(int root, int salt, size_t i) {
@@ -417,7 +390,7 @@ int main(int argc, char **argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     if (argc > 1 && strcmp(argv[1], "--mismatch") == 0) {
         mismatch();
-        printf("mismatch rank %d world %d broadcasts %lu congruent %lu\n", me, n, broadcasts,
+        printf("mismatch rank %d world %d broadcasts %lu congruent %lu\n", me, n, calls,
                congruent);
         fflush(stdout);
         MPI_Finalize();
@@ -455,7 +428,7 @@ int main(int argc, char **argv) {
     MPI_Comm_free(&half);
     MPI_Comm_free(&reversed);
     printf("conform rank %d world %d broadcasts %lu congruent %lu types %d\n", me, n,
-           broadcasts, congruent, ntypes);
+           calls, congruent, ntypes);
     fflush(stdout);
     MPI_Finalize();
     return 0;

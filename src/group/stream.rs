@@ -275,11 +275,8 @@ impl Stream {
             // reserved for frames that speak as a fellow receiver (without a key, anybody's).
             mc.senders = Some(vec![Rank::new(0)]);
         }
-        let mut member = Member::new(WallClock.now(), mc)?;
-        // One member per process: no allocation in steady state beats a few hundred KiB.
-        member.reserve_queues();
         Ok(Stream {
-            driver: Driver::new(member, link),
+            driver: Driver::new(super::host_member(mc)?, link),
             peers,
         })
     }

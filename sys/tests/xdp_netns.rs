@@ -108,7 +108,7 @@ fn round_trip(mode: XdpMode) {
         let rx_a = PacketSocket::open(a.index, ET, &SocketOptions::default()).unwrap();
         for i in 0..100u8 {
             let f = frame(a.mac, b.mac, ET, i, 60 + usize::from(i) * 10);
-            assert!(x.tx_push_with(f.len(), |d| d.copy_from_slice(&f)).unwrap());
+            assert!(x.tx_push(&f).unwrap());
         }
         x.tx_flush().unwrap();
         let mut seen = 0u8;

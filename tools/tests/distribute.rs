@@ -2516,13 +2516,16 @@ fn hostfile(tb: &Testbed, dir: &Path, hosts: &[usize]) -> PathBuf {
 
 /// `send --only-failed REPORT` (the report is `out`'s stdout, written to `dir`) with the key,
 /// to the receivers `rs` writing `outs`: every receiver completes with `data`.
-fn only_failed_completes(
+#[allow(clippy::too_many_arguments)]
+fn only_failed_completes<'a>(
     tb: &Testbed,
     dir: &Path,
     out: &Output,
     key: &str,
     input: &Path,
-    receivers: usize,
+    rs: impl IntoIterator<Item = &'a mut Proc>,
+    outs: &[PathBuf],
+    data: &[u8],
 ) {
     let path = dir.join("report.json");
     std::fs::write(&path, &out.stdout).unwrap();
@@ -2546,8 +2549,15 @@ fn only_failed_completes(
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let rep = report(&out);
     let lines = rep["receivers"].as_array().unwrap();
-    assert_eq!(lines.len(), receivers, "{rep}");
+    assert_eq!(lines.len(), outs.len(), "{rep}");
     assert!(lines.iter().all(|l| l["status"] == "completed"), "{rep}");
+    for (r, o) in rs.into_iter().zip(outs) {
+        assert_eq!(
+            r.wait_timeout(Duration::from_secs(30)).status.code(),
+            Some(0)
+        );
+        assert!(std::fs::read(o).unwrap() == data);
+    }
 }
 
 /// `--json` after a join timeout: one report, with the hosts that answered (the transfer did
@@ -2642,14 +2652,16 @@ fn json_after_a_join_timeout_names_who_joined_and_who_did_not_and_feeds_only_fai
         2,
         &["--key-file", &key, "-o", outs[1].to_str().unwrap()],
     );
-    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
-    for (r, o) in [&mut r1, &mut r2].into_iter().zip(&outs) {
-        assert_eq!(
-            r.wait_timeout(Duration::from_secs(30)).status.code(),
-            Some(0)
-        );
-        assert!(std::fs::read(o).unwrap() == data);
-    }
+    only_failed_completes(
+        &tb,
+        &dir,
+        &out,
+        &key,
+        &input,
+        [&mut r1, &mut r2],
+        &outs,
+        &data,
+    );
     tb.down().unwrap();
 }
 
@@ -2726,14 +2738,7 @@ fn json_after_sigint_lists_every_receiver_and_feeds_only_failed() {
             )
         })
         .collect();
-    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
-    for (r, o) in rs.iter_mut().zip(&outs) {
-        assert_eq!(
-            r.wait_timeout(Duration::from_secs(30)).status.code(),
-            Some(0)
-        );
-        assert!(std::fs::read(o).unwrap() == data);
-    }
+    only_failed_completes(&tb, &dir, &out, &key, &input, &mut rs, &outs, &data);
     tb.down().unwrap();
 }
 
@@ -2793,14 +2798,7 @@ fn json_after_a_missing_interface_feeds_only_failed() {
             )
         })
         .collect();
-    only_failed_completes(&tb, &dir, &out, &key, &input, 2);
-    for (r, o) in rs.iter_mut().zip(&outs) {
-        assert_eq!(
-            r.wait_timeout(Duration::from_secs(30)).status.code(),
-            Some(0)
-        );
-        assert!(std::fs::read(o).unwrap() == data);
-    }
+    only_failed_completes(&tb, &dir, &out, &key, &input, &mut rs, &outs, &data);
     tb.down().unwrap();
 }
 

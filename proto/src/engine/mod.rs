@@ -217,7 +217,7 @@ impl Engine {
     /// allocates can be set against the sizes it reports.
     #[cfg(feature = "test-hooks")]
     pub(crate) fn make_every_place(&mut self) {
-        self.outbox.make_room();
+        self.reserve_queues();
         for rx in self.rx.iter_mut().flatten() {
             rx.make_every_place();
         }

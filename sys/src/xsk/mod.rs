@@ -453,25 +453,27 @@ impl XdpSocket {
         self.tx_frames as usize - self.tx_free.len()
     }
 
-    /// Queues one frame of `len` bytes (Ethernet header included), written by `fill` directly
-    /// into a free TX chunk (zero-filled first). Returns `Ok(false)` if no chunk or TX slot is
-    /// free (kick with [`XdpSocket::tx_flush`] and wait). Nothing is sent before `tx_flush`.
-    pub fn tx_push_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<bool> {
+    /// Queues a copy of `frame` (Ethernet header included; see [`XdpSocket::tx_push_in_place`],
+    /// padded like it). Returns `Ok(false)` if no chunk or TX slot is free (kick with
+    /// [`XdpSocket::tx_flush`] and wait). Nothing is sent before `tx_flush`.
+    pub fn tx_push(&mut self, frame: &[u8]) -> Result<bool> {
         let max = self.max_frame();
-        if len > max {
-            return Err(Error::FrameTooLong { len, max });
+        if frame.len() > max {
+            return Err(Error::FrameTooLong {
+                len: frame.len(),
+                max,
+            });
         }
-        if len < crate::ETH_HEADER_LEN {
+        if frame.len() < crate::ETH_HEADER_LEN {
+            // Not 0 either, which would queue nothing.
             return Err(Error::FrameTooShort {
-                len,
+                len: frame.len(),
                 min: crate::ETH_HEADER_LEN,
             });
         }
         let queued = self.tx_push_in_place(|d| {
-            let d = &mut d[..len];
-            d.fill(0);
-            fill(d);
-            len
+            d[..frame.len()].copy_from_slice(frame);
+            frame.len()
         })?;
         Ok(queued.is_some())
     }
