@@ -265,8 +265,18 @@ mod tests {
             let tag = other
                 .encrypt_in_place_detached(&super::nonce(header).into(), header, &mut theirs)
                 .unwrap();
-            assert_eq!(&wire[HEADER_LEN..body], &theirs[..], "{} bytes", payload.len());
-            assert_eq!(&wire[body..body + TAG_LEN], &tag[..], "{} bytes", payload.len());
+            assert_eq!(
+                &wire[HEADER_LEN..body],
+                &theirs[..],
+                "{} bytes",
+                payload.len()
+            );
+            assert_eq!(
+                &wire[body..body + TAG_LEN],
+                &tag[..],
+                "{} bytes",
+                payload.len()
+            );
             // And a frame they seal, this cipher opens to the payload.
             let f = Frame::new_checked(&wire[..]).unwrap();
             let mut out = vec![0u8; wire.len()];

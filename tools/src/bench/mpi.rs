@@ -40,7 +40,8 @@ use crate::testbed::{Rate, TestbedConfig};
 
 /// The method, as printed with every report.
 pub const METHOD: &str = "C program under mpirun/mpiexec, one process per rank in the \
-test-bed's namespaces; bcast latency = root's call until the LAST rank returned (one machine, \
+test-bed's namespaces, each rank's thread on a core of its own where the job has no more ranks \
+than the machine has cores; bcast latency = root's call until the LAST rank returned (one machine, \
 one CLOCK_MONOTONIC), barrier = last rank entering to last rank leaving; iterations separated \
 out of band (futex barrier on a shared-memory file); warm-up not counted; each run's iterations \
 split over rounds in which the runs take turns, each round starting one run later; mean80 = \
