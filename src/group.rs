@@ -432,15 +432,20 @@ impl Group {
         let mut own = std::mem::take(&mut self.spare);
         own.clear();
         own.extend_from_slice(part);
-        // The parts arrive this member's first, then the others in rank order.
-        let r = self.run_allgather(own, &mut |root, data| {
+        // The parts arrive this member's first, then the others in rank order, or all in rank
+        // order when the roots take turns.
+        let mut first = None;
+        let r = self.run_allgather(own, part.len(), &mut |root, data| {
+            first.get_or_insert(root);
             lens[root.index()] = data.len();
             out.extend_from_slice(data);
             Ok(())
         });
         r?;
-        let before: usize = lens[..me].iter().sum();
-        out[..part.len() + before].rotate_left(part.len());
+        if first == Some(self.rank()) {
+            let before: usize = lens[..me].iter().sum();
+            out[..part.len() + before].rotate_left(part.len());
+        }
         Ok(lens)
     }
 
@@ -450,7 +455,8 @@ impl Group {
         out: &mut [u8],
         lens: &[usize],
     ) -> Result<Outcome, GroupError> {
-        self.run_allgather(own, &mut |root, data| {
+        let largest = lens.iter().copied().max().unwrap_or(0);
+        self.run_allgather(own, largest, &mut |root, data| {
             let r = root.index();
             let want = lens[r];
             if data.len() != want {
@@ -467,10 +473,12 @@ impl Group {
         Ok(self.outcome())
     }
 
-    /// Runs an allgather whose own part is `own`; `sink` takes the parts as they come.
+    /// Runs an allgather whose own part is `own` and largest part `largest` bytes; `sink`
+    /// takes the parts as they come.
     fn run_allgather(
         &mut self,
         mut own: Vec<u8>,
+        largest: usize,
         sink: &mut impl FnMut(Rank, &[u8]) -> Result<(), GroupError>,
     ) -> Result<(), GroupError> {
         let now = WallClock.now();
@@ -481,7 +489,8 @@ impl Group {
             Algorithm::Tree => Algorithm::Tree,
             _ => Algorithm::Simple,
         };
-        let mut ag = match Allgather::start(now, self.driver.member_mut(), &mut own, algo) {
+        let mut ag = match Allgather::start(now, self.driver.member_mut(), &mut own, algo, largest)
+        {
             Ok(ag) => ag,
             Err(e) => {
                 self.spare = own;
