@@ -382,7 +382,9 @@ impl Group {
     /// back in `out`. `lens` gives every member's part length (every member passes the same
     /// `lens`, MPI's `recvcounts`), `out` is as long as they add up to, and this member's
     /// `part` is `lens[rank]` long. Every member broadcasts its part once, all at the same
-    /// time, on its own broadcast stream; each stream is repaired on its own. The parts go by
+    /// time, on its own broadcast stream (parts of many frames in turn, in rank order, so that
+    /// the switch's ports are not flooded by all the streams at once); each stream is repaired
+    /// on its own. The parts go by
     /// simple broadcast (push-pull's pull serves one root at a time), or down the tree when
     /// the group's algorithm is the tree.
     ///
