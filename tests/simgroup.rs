@@ -327,6 +327,27 @@ fn allgathers_under_loss_give_every_member_every_part_whole() {
     assert_eq!(r.allgathers_exact, 60 * 8, "{r:?}");
 }
 
+/// Parts of 64 KiB from 8 members: the roots take turns in rank order (all at once, their
+/// windows of frames would flood every port), under the same faults: every part whole, every
+/// time.
+#[test]
+fn allgathers_of_large_parts_take_turns_and_give_every_part_whole() {
+    let mut sc = GroupScenario::new(8, 12);
+    sc.allgather_every = 1;
+    sc.traffic.sizes = vec![65536, 60000];
+    sc.traffic.faults = Faults {
+        loss: 0.03,
+        burst_loss: 0.01,
+        dup: 0.01,
+        reorder: 0.01,
+        ..Faults::NONE
+    };
+    let r = run_group(&sc).unwrap();
+    assert_perfect(&r);
+    assert_eq!(r.allgathers_expected, 12 * 8);
+    assert_eq!(r.allgathers_exact, 12 * 8, "{r:?}");
+}
+
 /// A member that dies in the middle of a stream of allgathers: every survivor's allgather
 /// that needs it fails with the dead member named, within the detector's bound, never hangs
 /// and never returns a partial result; the broadcasts and barriers of the survivors go on.
