@@ -144,14 +144,16 @@ static size_t ebc_allgather_max = 0, ebc_allreduce_max = 0;
  * engine: a call still waiting after 10 ms gets a probe then, and one per millisecond until it
  * returns.
  *
- * The helper sleeps in poll() on a timerfd that the waiting call arms as it starts waiting (10
- * ms, then every millisecond) and disarms as it returns: a call that returns sooner costs two
- * timerfd_settime system calls and an uncontended mutex, and wakes no thread. Nothing runs
- * while calls come and go, nor while the program is in other MPI calls (a helper that looked on
- * a schedule woke every rank 100 times a second while calls came). The helper needs
- * MPI_THREAD_SERIALIZED (MPI_Init asks for it): it calls MPI only while the rank's own calling
- * thread is inside this library, and a call returns only once a probe in flight has returned
- * (the mutex). */
+ * The helper sleeps in poll() on a timerfd armed for 10 ms after a call started waiting. A call
+ * arms it only when it is not armed already: it notes when it started waiting and makes its
+ * count odd, which is an atomic add, a clock read in the vDSO and no system call. When the timer
+ * fires the helper looks: a call waiting 10 ms gets a probe and the timer again in a
+ * millisecond; a call waiting less gets the timer at its own 10 ms; no call waiting, and the
+ * helper disarms and sleeps until a call arms it again. So calls that come and go cost at most
+ * one wake-up and one timerfd_settime per 10 ms, not two timerfd_settime calls each (in an
+ * 8-rank allgather loop those were half the system calls other than sched_yield). The helper needs MPI_THREAD_SERIALIZED (MPI_Init
+ * asks for it): it calls MPI only while the rank's own calling thread is inside this library,
+ * and a call returns only once a probe in flight has returned (the mutex). */
 #define EBC_MP_GRACE_NS 10000000L
 #define EBC_MP_PROBE_NS 1000000L
 static pthread_t ebc_mp_thread;
@@ -159,8 +161,23 @@ static int ebc_mp_running = 0;
 static pthread_mutex_t ebc_mp_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Odd while a call waits on ethbcast: incremented when it starts waiting and when it returns. */
 static _Atomic unsigned long long ebc_mp_calls = 0;
+/* When the waiting call started waiting (CLOCK_MONOTONIC, ns); whether the timer is armed. */
+static _Atomic long long ebc_mp_since = 0;
+static atomic_int ebc_mp_armed = 0;
 static int ebc_mp_timer = -1, ebc_mp_stop_fd = -1;
 static unsigned long long ebc_mp_probes = 0;
+
+static long long ebc_mp_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Arms the helper's timer to fire once at `at` (CLOCK_MONOTONIC, ns). */
+static void ebc_mp_arm(long long at) {
+    struct itimerspec t = {.it_value = {.tv_sec = at / 1000000000LL, .tv_nsec = at % 1000000000LL}};
+    timerfd_settime(ebc_mp_timer, TFD_TIMER_ABSTIME, &t, NULL);
+}
 
 static void *ebc_mp_main(void *arg) {
     (void)arg;
@@ -174,13 +191,29 @@ static void *ebc_mp_main(void *arg) {
         uint64_t expired = 0;
         if (read(ebc_mp_timer, &expired, sizeof expired) != (ssize_t)sizeof expired)
             continue;
-        /* A call waited 10 ms (or a millisecond more): let MPI progress. A call that returned
-         * meanwhile (even count) needs nothing. */
+        /* While the mutex is held a waiting call cannot return, so an odd count and its start
+         * stay put. */
         pthread_mutex_lock(&ebc_mp_mu);
         if (atomic_load(&ebc_mp_calls) & 1) {
-            int flag = 0;
-            PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-            ebc_mp_probes++;
+            long long since = atomic_load(&ebc_mp_since), now = ebc_mp_now();
+            if (now - since >= EBC_MP_GRACE_NS) {
+                /* A call waited 10 ms (or a millisecond more): let MPI progress. */
+                int flag = 0;
+                PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
+                            MPI_STATUS_IGNORE);
+                ebc_mp_probes++;
+                ebc_mp_arm(ebc_mp_now() + EBC_MP_PROBE_NS);
+            } else {
+                /* A later call than the one that armed the timer: its own 10 ms. */
+                ebc_mp_arm(since + EBC_MP_GRACE_NS);
+            }
+        } else {
+            /* No call waits: sleep until one arms the timer. A call that started waiting
+             * before it could see the timer disarmed is seen here instead (both sides write,
+             * then read the other's variable, in one order). */
+            atomic_store(&ebc_mp_armed, 0);
+            if ((atomic_load(&ebc_mp_calls) & 1) && !atomic_exchange(&ebc_mp_armed, 1))
+                ebc_mp_arm(atomic_load(&ebc_mp_since) + EBC_MP_GRACE_NS);
         }
         pthread_mutex_unlock(&ebc_mp_mu);
     }
@@ -219,17 +252,16 @@ static void ebc_mp_stop_thread(void) {
 static void ebc_wait_begin(void) {
     if (!ebc_mp_running)
         return;
+    long long since = ebc_mp_now();
+    atomic_store(&ebc_mp_since, since);
     atomic_fetch_add(&ebc_mp_calls, 1);
-    struct itimerspec t = {.it_value = {.tv_nsec = EBC_MP_GRACE_NS},
-                           .it_interval = {.tv_nsec = EBC_MP_PROBE_NS}};
-    timerfd_settime(ebc_mp_timer, 0, &t, NULL);
+    if (!atomic_exchange(&ebc_mp_armed, 1))
+        ebc_mp_arm(since + EBC_MP_GRACE_NS);
 }
 
 static void ebc_wait_end(void) {
     if (!ebc_mp_running)
         return;
-    struct itimerspec off = {{0, 0}, {0, 0}};
-    timerfd_settime(ebc_mp_timer, 0, &off, NULL);
     /* Waits for a probe in flight: the program's next MPI call comes after it. */
     pthread_mutex_lock(&ebc_mp_mu);
     atomic_fetch_add(&ebc_mp_calls, 1);
