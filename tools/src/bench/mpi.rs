@@ -111,7 +111,7 @@ impl MpiBenchOptions {
             also: Vec::new(),
             control: false,
             capi_lib: None,
-            ops: ["bcast", "allgather", "allreduce", "barrier"]
+            ops: ["bcast", "allgather", "allreduce", "reduce", "barrier"]
                 .map(String::from)
                 .to_vec(),
             osu: false,
@@ -736,7 +736,7 @@ pub struct Args {
     /// rank; allreduce and reduce, to rank 0, sum ints), barrier, and latency
     /// (MPI_Send/MPI_Recv between ranks 0 and 1, half the round trip, back to back with --osu
     /// as osu_latency runs them).
-    #[arg(long, default_value = "bcast,allgather,allreduce,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "reduce", "alltoall", "barrier", "latency"])]
+    #[arg(long, default_value = "bcast,allgather,allreduce,reduce,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "reduce", "alltoall", "barrier", "latency"])]
     ops: Vec<String>,
     /// Separate iterations with MPI_Barrier, as the OSU micro-benchmarks do, and report their
     /// average latency (each rank's own time in the call, averaged over the ranks), instead of
