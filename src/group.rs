@@ -479,16 +479,34 @@ impl Group {
                 size: n,
             });
         }
-        let lens = vec![part.len(); usize::from(n)];
+        let len = part.len();
         let mut own = std::mem::take(&mut self.spare);
         own.clear();
         own.extend_from_slice(part);
         if root == self.rank() {
-            if let Err(e) = check_parts(n, &lens, out.len()) {
+            let total = len.checked_mul(usize::from(n));
+            if total != Some(out.len()) {
                 self.spare = own;
-                return Err(e);
+                return Err(GroupError::Parts {
+                    lens: usize::from(n),
+                    size: n,
+                    total: total.unwrap_or(usize::MAX),
+                    out: out.len(),
+                });
             }
-            return self.gather_parts(own, out, &lens);
+            self.run_allgather(own, len, &mut |root, data| {
+                if data.len() != len {
+                    return Err(GroupError::Length {
+                        root,
+                        got: data.len(),
+                        want: len,
+                    });
+                }
+                let at = root.index() * len;
+                out[at..at + len].copy_from_slice(data);
+                Ok(())
+            })?;
+            return Ok(self.outcome());
         }
         self.run_allgather_until(own, part.len(), true, &mut |_, _| Ok(()))?;
         Ok(self.outcome())

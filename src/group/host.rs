@@ -358,12 +358,10 @@ impl HostGroup {
                 size: self.size,
             }));
         }
-        let lens = vec![part.len(); usize::from(self.size)];
-        if root == self.rank {
-            super::check_parts(self.size, &lens, out.len())?;
-        }
         if self.ring.is_some() {
+            let lens = vec![part.len(); usize::from(self.size)];
             if root == self.rank {
+                super::check_parts(self.size, &lens, out.len())?;
                 return self.ring_gather(Some(part), out, &lens);
             }
             let mut all = vec![0u8; part.len() * lens.len()];
