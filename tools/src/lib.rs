@@ -6,6 +6,11 @@
 pub use ethbcast_testbed as testbed;
 pub use ethbcast_testbed::{mpi, netns};
 
+/// The unit tests count what the code under test allocates (`ethbcast_sys::alloc`).
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: ethbcast_sys::alloc::CountingAlloc = ethbcast_sys::alloc::CountingAlloc::new();
+
 pub mod bench;
 pub mod distribute;
 pub mod doctor;

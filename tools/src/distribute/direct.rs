@@ -68,6 +68,9 @@ pub(super) struct Direct {
     budget: Option<Budget>,
     segs: Vec<Seg>,
     side: Vec<u8>,
+    /// The room of the last batch's `writev` list, kept empty between batches so that a batch
+    /// allocates none (see [`reuse`]).
+    iov: Vec<IoSlice<'static>>,
     /// Bytes the output took (the count the protocol loop watches).
     took: Arc<AtomicU64>,
     failed: bool,
@@ -95,6 +98,7 @@ impl Direct {
             budget: None,
             segs: Vec::new(),
             side: Vec::new(),
+            iov: Vec::new(),
             took,
             failed: false,
         }
@@ -123,7 +127,19 @@ impl Direct {
 
     /// Writes the noted pieces, in order, from `memory` and the side buffer.
     fn write_out(&mut self, memory: &dyn Held) -> Result<(), Fatal> {
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.segs.len());
+        let mut slices: Vec<IoSlice<'_>> = reuse(std::mem::take(&mut self.iov));
+        let r = self.write_segs(memory, &mut slices);
+        self.iov = reuse(slices);
+        r
+    }
+
+    /// [`Direct::write_out`] with `slices`, an empty list to fill.
+    fn write_segs<'a>(
+        &'a self,
+        memory: &'a dyn Held,
+        slices: &mut Vec<IoSlice<'a>>,
+    ) -> Result<(), Fatal> {
+        slices.reserve(self.segs.len());
         for seg in &self.segs {
             let bytes = match *seg {
                 Seg::Side { start, len } => &self.side[start..start + len],
@@ -154,6 +170,15 @@ impl Direct {
         }
         Ok(())
     }
+}
+
+/// An empty list of slices of any lifetime in `v`'s room: the standard library collects a
+/// vector's own iterator, mapped to a type of the same size and alignment, into the same
+/// allocation (the test `a_batch_allocates_nothing_once_the_lists_have_grown` checks that it
+/// still does). With `v` emptied first no slice outlives what it borrowed.
+fn reuse<'b>(mut v: Vec<IoSlice<'_>>) -> Vec<IoSlice<'b>> {
+    v.clear();
+    v.into_iter().map(|_| IoSlice::new(&[])).collect()
 }
 
 impl Observe for Direct {
@@ -199,5 +224,105 @@ impl Observe for Direct {
             }
             Err(e) => self.fail(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transfer::{DigestAlgo, Msg};
+    use ethbcast::Frames;
+    use ethbcast_sys::alloc::CountingAlloc;
+    use std::io::Read;
+
+    /// A `Direct` writing to a new file in the temporary directory, and the file's path.
+    fn direct_to_file(tag: &str) -> (Direct, std::path::PathBuf) {
+        let path =
+            std::env::temp_dir().join(format!("ethbcast-direct-{tag}-{}", std::process::id()));
+        let out = File::create(&path).expect("create the output");
+        let d = Direct::new(
+            out,
+            path.display().to_string(),
+            None,
+            Arc::new(Mutex::new(Hashed::default())),
+            Arc::new(Mutex::new(None)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        (d, path)
+    }
+
+    /// The stream's header message, consumed outside a batch.
+    fn header(d: &mut Direct, total: u64) {
+        let h = Msg::Header {
+            total: Some(total),
+            chunk: 1 << 20,
+            digest: DigestAlgo::Xxh3,
+        }
+        .encode();
+        d.piece(&Piece {
+            msg_id: 0,
+            msg_len: h.len(),
+            offset: 0,
+            bytes: &h,
+            held: false,
+        });
+    }
+
+    /// Hands `frames` in as the held pieces of data message 1 (of `msg_len` bytes, its first
+    /// byte the message type), starting at `offset`, and ends the batch.
+    fn batch(d: &mut Direct, frames: &[&[u8]], offset: usize, msg_len: usize) {
+        let mut at = offset;
+        for &f in frames {
+            d.piece(&Piece {
+                msg_id: 1,
+                msg_len,
+                offset: at,
+                bytes: f,
+                held: true,
+            });
+            at += f.len();
+        }
+        d.frames_done(&Frames(frames));
+    }
+
+    fn slices(b: &[Vec<u8>]) -> Vec<&[u8]> {
+        b.iter().map(Vec::as_slice).collect()
+    }
+
+    #[test]
+    fn a_batch_allocates_nothing_once_the_lists_have_grown() {
+        const FRAMES: usize = 200;
+        const PAYLOAD: usize = 1460;
+        let msg_len = 1 + 3 * FRAMES * PAYLOAD + 1;
+        let (mut d, path) = direct_to_file("alloc");
+        header(&mut d, (msg_len - 1) as u64);
+        // The data message's type byte, then three batches of frames of distinct bytes.
+        let frame = |b: usize, i: usize| -> Vec<u8> {
+            (0..PAYLOAD).map(|k| (b * 7 + i * 13 + k) as u8).collect()
+        };
+        let mut first: Vec<Vec<u8>> = (0..FRAMES).map(|i| frame(0, i)).collect();
+        first.insert(0, vec![b'D']);
+        batch(&mut d, &slices(&first), 0, msg_len);
+        let rest: Vec<Vec<Vec<u8>>> = (1..3)
+            .map(|b| (0..FRAMES).map(|i| frame(b, i)).collect())
+            .collect();
+        let (second, third) = (slices(&rest[0]), slices(&rest[1]));
+        let before = CountingAlloc::thread_allocations();
+        batch(&mut d, &second, 1 + FRAMES * PAYLOAD, msg_len);
+        batch(&mut d, &third, 1 + 2 * FRAMES * PAYLOAD, msg_len);
+        let during = CountingAlloc::thread_allocations() - before;
+        assert!(d.failure.lock().unwrap().is_none(), "the writes failed");
+        assert_eq!(during, 0, "allocations in two batches of {FRAMES} frames");
+        // What was written is every frame's payload, in order, once.
+        let mut want: Vec<u8> = first[1..].concat();
+        want.extend(rest.iter().flat_map(|b| b.concat()));
+        let mut got = Vec::new();
+        File::open(&path)
+            .and_then(|mut f| f.read_to_end(&mut got))
+            .expect("read the output");
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the output differs from the frames' payloads");
+        assert_eq!(d.took.load(Ordering::Relaxed), want.len() as u64);
     }
 }
