@@ -52,8 +52,8 @@
  * ETHBCAST_MPI_MAX_BYTES cannot be seen by either: the receiver waits for ETHBCAST_TIMEOUT_MS
  * and fails with MPI_ERR_OTHER.)
  *
- * Environment: ETHBCAST_IFACE (required), ETHBCAST_WAIT (block, adaptive, spin, doze;
- * default adaptive), ETHBCAST_ALGO (simple, pushpull, tree; default simple),
+ * Environment: ETHBCAST_IFACE (required), ETHBCAST_WAIT (patient, adaptive, block, spin,
+ * doze; default patient: spin yielding the CPU for up to 2 ms, then block), ETHBCAST_ALGO (simple, pushpull, tree; default simple),
  * ETHBCAST_PROGRESS_THREAD=0 (no progress thread: only for programs that call collectives
  * all the time), ETHBCAST_ROOT_WAITS_ABOVE=BYTES (a root's broadcast longer than this returns
  * once all acknowledged; default: none waits),
@@ -345,6 +345,8 @@ static uint64_t ebc_read_setting(int which) {
             return ETHBCAST_WAIT_SPIN;
         if (strcasecmp(v, "doze") == 0)
             return ETHBCAST_WAIT_DOZE;
+        if (strcasecmp(v, "patient") == 0)
+            return ETHBCAST_WAIT_PATIENT;
         return EBC_INVALID;
     case EBC_S_HOST_SPIN_US:
         return strcasecmp(v, "forever") == 0 ? ETHBCAST_HOST_SPIN_FOREVER : ebc_number(v);
@@ -504,6 +506,9 @@ static void ebc_setup(void) {
         ethbcast_options_default(&opts);
         /* A setting no rank of the job can take is refused by ethbcast_open, which says why. */
         uint64_t v;
+        /* A rank in a collective call has nothing else to do while it waits: it spins
+         * (yielding) as MPI's own collectives do, and blocks only after 2 ms. */
+        opts.wait = ETHBCAST_WAIT_PATIENT;
         if ((v = set[EBC_S_WAIT]) != EBC_UNSET)
             opts.wait = v == EBC_INVALID ? UINT32_MAX : (uint32_t)v;
         opts.algorithm = ETHBCAST_ALGO_SIMPLE;

@@ -112,7 +112,7 @@ impl MpiBenchOptions {
             iters: 500,
             warmup: 50,
             rounds: 4,
-            wait: "adaptive".into(),
+            wait: "patient".into(),
             prefix: "ebmpi".into(),
             mtu: None,
             rate: None,
@@ -793,8 +793,9 @@ pub struct Args {
     /// weighs on all of them alike.
     #[arg(long, default_value_t = 4)]
     rounds: usize,
-    /// The interposer's wait mode: adaptive, block, spin, doze.
-    #[arg(long, default_value = "adaptive")]
+    /// The interposer's wait mode: patient (the interposer's default), adaptive, block, spin,
+    /// doze.
+    #[arg(long, default_value = "patient")]
     wait: WaitMode,
     /// Test-bed name prefix.
     #[arg(long, default_value = "ebmpi")]
