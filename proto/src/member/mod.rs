@@ -151,7 +151,7 @@ impl Member {
         let mut m = Member {
             engine,
             pairs: Pairs::new(group, rank, size),
-            tree: TreeBcast::new(size),
+            tree: TreeBcast::new(),
             barriers,
             detector,
             addrs: Addresses::new(peers, group_mac),
@@ -189,6 +189,14 @@ impl Member {
     /// (see [`crate::engine::Engine::leave_in_link`]).
     pub fn leave_in_link(&mut self, now: Instant, root: Rank) {
         self.engine.leave_in_link(now, root);
+        self.sync_timers();
+    }
+
+    /// Leaves in the link the frames of `root`'s stream that would be copied into the window,
+    /// serving fellows as without the link (see
+    /// [`crate::engine::Engine::leave_in_link_serving`]).
+    pub fn leave_in_link_serving(&mut self, now: Instant, root: Rank) {
+        self.engine.leave_in_link_serving(now, root);
         self.sync_timers();
     }
 
@@ -827,7 +835,7 @@ impl Machine for Member {
         Member::frames_done(self, now, end)
     }
     fn wants_frames_done(&self) -> bool {
-        self.engine.is_observed()
+        self.engine.wants_frames_done()
     }
     fn handle_timeout(&mut self, now: Instant) {
         Member::handle_timeout(self, now)

@@ -30,12 +30,21 @@ pub(super) struct InLink {
     at: Vec<usize>,
     /// Repairs for fellows of frames in the link, made when the batch ends.
     relays: Vec<Relay>,
+    /// A consumed frame kept for fellows is copied into the window when the link gives it
+    /// back, as if it had never been left there (see `InLink::leave`).
+    copy_consumed: bool,
 }
 
 impl InLink {
     /// Whether payloads are left in the link.
     pub(super) fn is_on(&self) -> bool {
         !self.at.is_empty()
+    }
+
+    /// A consumed frame kept for fellows is copied into the window when the link gives it
+    /// back (else forgotten then).
+    pub(super) fn copy_consumed(&mut self, on: bool) {
+        self.copy_consumed = on;
     }
 
     /// Leaves payloads in the link (or stops), for a window of `slots` slots.
@@ -75,7 +84,8 @@ impl InLink {
 
     /// The link gives back the frames `leaving` finds: a payload of one still waiting is
     /// copied into the window now; one consumed is forgotten (a fellow asking for it later
-    /// is told it is not held, and asks the root).
+    /// is told it is not held, and asks the root), or copied too with `copy_consumed`, to
+    /// serve fellows until its slot is reused, as a frame never left in the link does.
     pub(super) fn leave(&mut self, window: &mut Window, leaving: &dyn Held) {
         while let Some(&s) = self.refs.front() {
             let i = window.idx(s);
@@ -88,12 +98,13 @@ impl InLink {
                     break;
                 };
                 let waiting = slot.state.contains(SlotState::HAVE);
-                if waiting {
+                let copy = waiting || self.copy_consumed;
+                if copy {
                     window.keep(i, bytes);
                 }
                 let slot = window.slot_mut(i);
                 slot.state.remove(SlotState::LINK);
-                slot.state.set(SlotState::COPY, waiting);
+                slot.state.set(SlotState::COPY, copy);
             }
             self.refs.pop_front();
         }
@@ -141,6 +152,20 @@ mod tests {
         let s1 = w.slot(1).state;
         assert!(s1.contains(SlotState::HAVE | SlotState::COPY) && !s1.contains(SlotState::LINK));
         assert_eq!(w.kept(1, f1.len()), &f1[..]);
+        // Copying the consumed ones too: frame 2, consumed and kept for fellows, is copied
+        // when it leaves, and serves them from the window until its slot is reused.
+        l.copy_consumed(true);
+        let f2 = b"frame two".to_vec();
+        let i = w.idx(Seq::new(2));
+        let slot = w.slot_mut(i);
+        slot.repr.seq = 2;
+        slot.len = f2.len() as u16;
+        slot.state = SlotState::empty();
+        l.note(&mut w, i, Seq::new(2), &f2);
+        l.leave(&mut w, &Frames(&[&f2[..]]));
+        let s2 = w.slot(i).state;
+        assert!(s2.contains(SlotState::COPY) && !s2.contains(SlotState::LINK | SlotState::HAVE));
+        assert_eq!(w.kept(i, f2.len()), &f2[..]);
         l.relay((Rank::new(0), Repr::default(), 0, 0));
         assert_eq!(l.relays_waiting(), 1);
         assert_eq!(l.take_relays().len(), 1);

@@ -156,6 +156,14 @@ impl Receiver {
     pub(crate) fn make_every_place(&mut self) {
         self.window.make_places();
         self.posts.make_room();
+        self.make_room();
+    }
+
+    /// Makes the room the stream may need: its pushed buffer and its window's places (see
+    /// `Engine::reserve_queues`).
+    pub(crate) fn make_room(&mut self) {
+        self.msgs.make_room();
+        self.window.make_places();
     }
 
     /// Heap bytes this stream owns (window slots, pushed buffer, receive queue, the messages
@@ -538,8 +546,11 @@ impl Receiver {
         self.link.relays_waiting()
     }
 
-    /// Leaves payloads in the link's frames instead of copying them into the window.
-    pub(crate) fn set_in_link(&mut self, on: bool) {
+    /// Leaves payloads in the link's frames instead of copying them into the window; with
+    /// `copy_consumed`, the consumed ones kept for fellows are copied when the link gives
+    /// them back (see `InLink::leave`).
+    pub(crate) fn set_in_link(&mut self, on: bool, copy_consumed: bool) {
         self.link.set(on, self.window.len() as usize);
+        self.link.copy_consumed(copy_consumed);
     }
 }

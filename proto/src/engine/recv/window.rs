@@ -4,9 +4,9 @@
 //! Frames are accepted inside a window of `window` frames after the next expected sequence;
 //! each lands in its slot (`s` modulo the window), so out-of-order frames are kept. A slot
 //! keeps the header of the last frame that landed in it, and what [`SlotState`] says about the
-//! frame; its payload, when it keeps one, lies in one block of payload places
-//! ([`crate::eqa::Payloads`]), written only when a frame waits or is kept, so a stream whose
-//! frames arrive in order costs no window memory.
+//! frame; its payload, when it keeps one, lies in the slot's payload place, made at the slot's
+//! first copy (a frame that waits or is kept), so a stream whose frames arrive in order costs
+//! no window memory, and one that copies a few frames pays for those slots alone.
 //!
 //! **Invariants.** `expected <= highest <= expected + window`: every frame before `expected`
 //! was consumed, and no frame at or after `highest` was accepted. A slot with
@@ -76,9 +76,16 @@ pub(super) struct Window {
     /// One past the highest sequence accepted.
     highest: Seq,
     slots: Box<[WSlot]>,
-    /// The payloads of the slots that keep a copy ([`SlotState::COPY`]); a place holds the
-    /// largest frame payload accepted.
-    data: Payloads,
+    /// The payloads of the slots that keep a copy ([`SlotState::COPY`]), by slot: a place
+    /// holds the largest frame payload accepted (`cap` bytes), and is made at its slot's
+    /// first copy (empty until then; the list itself at the stream's first copy). With a
+    /// cache hint (`prefetch`), in one block made whole at the first copy instead, so that
+    /// the place two slots on, which the hint names, is there (`block`).
+    places: Vec<Box<[u8]>>,
+    /// The places as one block (with a cache hint; empty until the first copy).
+    block: Payloads,
+    /// Payload bytes a place holds.
+    cap: usize,
     /// The cache hint for where the next frames land (`EngineConfig::prefetch`).
     prefetch: Option<Prefetch>,
 }
@@ -99,7 +106,9 @@ impl Window {
             highest: Seq::new(0),
             slots,
             // Made at the first copy kept (see `Window::keep`).
-            data: Payloads::none(cfg.slot_payload()),
+            places: Vec::new(),
+            block: Payloads::none(cfg.slot_payload()),
+            cap: cfg.slot_payload(),
             prefetch: cfg.prefetch,
         }
     }
@@ -121,7 +130,7 @@ impl Window {
 
     /// Payload bytes a slot's place holds (the largest frame payload accepted).
     pub(super) fn slot_payload(&self) -> usize {
-        self.data.cap()
+        self.cap
     }
 
     /// The cache hint of the stream (`EngineConfig::prefetch`).
@@ -180,39 +189,69 @@ impl Window {
                 .contains(SlotState::HAVE)
     }
 
-    /// Copies `payload` into slot `i`'s place. The places are made at the first copy: a
-    /// stream whose frames all arrive in order, and that no fellow asks for frames, keeps
-    /// none. Why: the allocator zeroes a large block it serves from its heap (see
-    /// [`Payloads`]), and in the simulator, where a group's members share one process, a
-    /// window's places made with the stream were 141 KiB written per stream (2.3 GiB of 4096
-    /// members with 4 roots).
+    /// Copies `payload` (at most a place's bytes) into slot `i`'s place. A place is made at
+    /// its slot's first copy: a stream whose frames all arrive in order, and that no fellow
+    /// asks for frames, keeps none, and one that leaves its frames in the link (see `InLink`)
+    /// copies only the few that leave it while still needed. Why: in the simulator, where a
+    /// group's members share one process, a window's places made whole at the first copy
+    /// were 141 KiB written per stream (2.3 GiB of 4096 members with 4 roots; the allocator
+    /// zeroes a large block it serves from its heap).
     pub(super) fn keep(&mut self, i: usize, payload: &[u8]) {
-        self.make_places();
-        self.data.store(i, payload);
         if let Some(hint) = self.prefetch {
+            if self.block.all().is_empty() {
+                self.block = Payloads::new(self.slots.len(), self.cap);
+            }
+            self.block.store(i, payload);
             // Frames are kept in slot order: hint the place of the frame after the next (see
             // `EngineConfig::prefetch`), as for the message buffer.
             let ahead = (i + 2) % self.slots.len();
-            hint(self.data.place(ahead), payload.len());
+            hint(self.block.get(ahead, 0).as_ptr(), payload.len());
+            return;
         }
+        let place = self.place(i);
+        place[..payload.len()].copy_from_slice(payload);
     }
 
-    /// Makes the payload places, unless made already (at the first copy kept).
+    /// Slot `i`'s place, made now if it was not.
+    fn place(&mut self, i: usize) -> &mut [u8] {
+        if self.places.is_empty() {
+            self.places = (0..self.slots.len()).map(|_| Box::default()).collect();
+        }
+        let place = &mut self.places[i];
+        if place.is_empty() {
+            *place = vec![0; self.cap].into_boxed_slice();
+        }
+        place
+    }
+
+    /// Makes every slot's payload place, unless made already (else made at each slot's first
+    /// copy).
     pub(super) fn make_places(&mut self) {
-        if self.data.all().is_empty() {
-            self.data = Payloads::new(self.slots.len(), self.data.cap());
+        if self.prefetch.is_some() {
+            if self.block.all().is_empty() {
+                self.block = Payloads::new(self.slots.len(), self.cap);
+            }
+            return;
+        }
+        for i in 0..self.slots.len() {
+            self.place(i);
         }
     }
 
-    /// The copy slot `i` keeps, `len` bytes.
+    /// The copy slot `i` keeps, `len` bytes (nothing for a slot that kept none, or a length
+    /// past its place).
     pub(super) fn kept(&self, i: usize, len: usize) -> &[u8] {
-        self.data.get(i, len)
+        if self.prefetch.is_some() {
+            return self.block.get(i, len);
+        }
+        self.places.get(i).and_then(|p| p.get(..len)).unwrap_or(&[])
     }
 
     /// Where a copy the window keeps lies, given its address (for an observer at the end of a
     /// batch).
     pub(super) fn find_kept(&self, at: usize, len: usize) -> Option<&[u8]> {
-        within(self.data.all(), at, len)
+        within(self.block.all(), at, len)
+            .or_else(|| self.places.iter().find_map(|p| within(p, at, len)))
     }
 
     /// Forgets the frames placed into the `n` messages from id `first` (their ids' low 32
@@ -229,10 +268,13 @@ impl Window {
         }
     }
 
-    /// Heap bytes of the slots and their places once a copy is kept (the places are made
-    /// then).
+    /// Heap bytes of the slots and their places once every slot kept a copy (each place is
+    /// made then).
     pub(super) fn heap_bytes(&self) -> usize {
-        self.slots.len() * (std::mem::size_of::<WSlot>() + self.slot_payload())
+        self.slots.len()
+            * (std::mem::size_of::<WSlot>()
+                + std::mem::size_of::<Box<[u8]>>()
+                + self.slot_payload())
     }
 }
 
