@@ -416,7 +416,7 @@ pub struct Scenario {
 /// Frames a simulated host's port keeps after they were read, in [`Scenario::new`] (see
 /// [`Scenario::link_holds`]): more than four roots' windows at 4096 members (96 frames
 /// each), and their control frames.
-pub const LINK_HOLDS: usize = 512;
+pub const LINK_HOLDS: usize = 1024;
 
 impl Scenario {
     /// A scenario with `nodes` members and `messages` messages ([`Traffic::new`]), both
