@@ -32,8 +32,7 @@
 //! differently (a broadcast frame repaired to one member) has a nonce of its own. Nothing
 //! random goes in, so nothing has to be stored or sent for it.
 
-use aes_gcm::aead::AeadInPlace;
-use aes_gcm::{Aes256Gcm, KeyInit};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 
 use super::{be16, field, pdu_crc, Flags, Frame, Kind, WireError, CRC_LEN, HEADER_LEN, OVERHEAD};
 use crate::machine::{within, Held};
@@ -44,7 +43,7 @@ const CONTEXT: &str = "ethbcast wire 2 frame cipher";
 
 /// AES-256-GCM under one engine's key (see the module documentation).
 pub struct FrameCipher {
-    aead: Aes256Gcm,
+    aead: LessSafeKey,
 }
 
 impl std::fmt::Debug for FrameCipher {
@@ -60,8 +59,10 @@ impl FrameCipher {
         material[..32].copy_from_slice(key.as_bytes());
         material[32..].copy_from_slice(&group.to_be_bytes());
         let sub = Key::from(blake3::derive_key(CONTEXT, &material[..]));
+        let key = UnboundKey::new(&AES_256_GCM, sub.as_bytes())
+            .expect("AES-256-GCM takes a key of 32 bytes");
         FrameCipher {
-            aead: Aes256Gcm::new(sub.as_bytes().into()),
+            aead: LessSafeKey::new(key),
         }
     }
 
@@ -91,9 +92,13 @@ impl FrameCipher {
         let payload = &mut rest[..body - HEADER_LEN];
         let tag = self
             .aead
-            .encrypt_in_place_detached(&nonce.into(), header, payload)
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&*header),
+                payload,
+            )
             .map_err(|_| WireError::PayloadTooLong(body - HEADER_LEN))?;
-        buf[body..body + super::TAG_LEN].copy_from_slice(&tag);
+        buf[body..body + super::TAG_LEN].copy_from_slice(tag.as_ref());
         let crc = pdu_crc(buf, body + super::TAG_LEN);
         buf[body + super::TAG_LEN..need].copy_from_slice(&crc.to_be_bytes());
         Ok(need)
@@ -115,10 +120,15 @@ impl FrameCipher {
         let body = HEADER_LEN + frame.payload().len();
         let nonce = nonce(&out[..HEADER_LEN]);
         let (header, rest) = out.split_at_mut(HEADER_LEN);
-        let (payload, tail) = rest.split_at_mut(body - HEADER_LEN);
-        let tag = &tail[..super::TAG_LEN];
+        // The payload's ciphertext and the tag after it, opened in place; the tag's bytes
+        // are left as they were.
+        let sealed = &mut rest[..body - HEADER_LEN + super::TAG_LEN];
         self.aead
-            .decrypt_in_place_detached(&nonce.into(), header, payload, tag.into())
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&*header),
+                sealed,
+            )
             .ok()?;
         Some(Frame::new_unchecked(&*out))
     }
@@ -230,6 +240,49 @@ mod tests {
         let n = c.seal(&mut v, n).unwrap();
         v.truncate(n);
         v
+    }
+
+    /// The wire format is standard AES-256-GCM (NIST SP 800-38D) as the module documentation
+    /// lays it out: under the key `derive_key(CONTEXT, session key || group id)`, with the
+    /// nonce made of the header and the header as associated data, an independent
+    /// implementation computes the same ciphertext and tag, and opens the frame.
+    #[test]
+    fn a_sealed_frame_is_aes_256_gcm_as_another_implementation_computes_it() {
+        use aes_gcm::aead::AeadInPlace;
+        use aes_gcm::{Aes256Gcm, KeyInit};
+        let key = Key::from([0x3c; 32]);
+        let c = FrameCipher::new(&key, 9);
+        let mut material = [0u8; 36];
+        material[..32].copy_from_slice(key.as_bytes());
+        material[32..].copy_from_slice(&9u32.to_be_bytes());
+        let other = Aes256Gcm::new(&blake3::derive_key(super::CONTEXT, &material).into());
+        for payload in [&b""[..], b"eight by", &[0xa5; 1444][..]] {
+            let plain = data(77, Rank::BROADCAST, Kind::Data, payload);
+            let wire = sealed(&c, plain.clone());
+            let body = wire.len() - TAG_LEN - CRC_LEN;
+            let header = &wire[..HEADER_LEN];
+            let mut theirs = payload.to_vec();
+            let tag = other
+                .encrypt_in_place_detached(&super::nonce(header).into(), header, &mut theirs)
+                .unwrap();
+            assert_eq!(
+                &wire[HEADER_LEN..body],
+                &theirs[..],
+                "{} bytes",
+                payload.len()
+            );
+            assert_eq!(
+                &wire[body..body + TAG_LEN],
+                &tag[..],
+                "{} bytes",
+                payload.len()
+            );
+            // And a frame they seal, this cipher opens to the payload.
+            let f = Frame::new_checked(&wire[..]).unwrap();
+            let mut out = vec![0u8; wire.len()];
+            let opened = c.open(&f, &mut out).expect("opens");
+            assert_eq!(opened.payload(), payload);
+        }
     }
 
     /// A sealed frame hides its payload, passes the wire checks, and opens under its key to

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::{Backend, Group, GroupOptions, Link, LinkError, WaitMode};
+use ethbcast::{Backend, Group, GroupOptions, Key, Link, LinkError, WaitMode};
 use serde::Serialize;
 
 use super::probe;
@@ -44,6 +44,54 @@ pub struct BedOptions {
     pub gro: bool,
     /// MTU of the test-bed's interfaces (`None`: 1500).
     pub mtu: Option<u32>,
+    /// How the groups' frames are protected.
+    pub frames: Frames,
+}
+
+/// How a bench group's frames are protected: no key (the protocol alone), a key with frames
+/// authenticated only, or a key with frames encrypted (what a keyed group does by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Frames {
+    /// No key: frames in the clear, unauthenticated.
+    Plain,
+    /// A key, frames authenticated only (keyed BLAKE3 tag).
+    Auth,
+    /// A key, frames encrypted and authenticated (AES-256-GCM).
+    Enc,
+}
+
+impl Frames {
+    /// The suffix of a row measured with these frames (`sbcast+enc`); none for plain frames.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Frames::Plain => "",
+            Frames::Auth => "+auth",
+            Frames::Enc => "+enc",
+        }
+    }
+
+    /// The group options of a bench group of id `group_id` (a fixed key: the bench measures
+    /// on namespaces it created itself).
+    pub fn options(self, group_id: u32, o: &BedOptions) -> GroupOptions {
+        let base = GroupOptions {
+            group_id,
+            backend: o.backend,
+            wait: o.wait,
+            timeout: o.timeout,
+            ..GroupOptions::default()
+        };
+        match self {
+            Frames::Plain => GroupOptions {
+                insecure: true,
+                ..base
+            },
+            Frames::Auth | Frames::Enc => GroupOptions {
+                key: Some(Key::from([0x5a; 32])),
+                encrypt: self == Frames::Enc,
+                ..base
+            },
+        }
+    }
 }
 
 impl BedOptions {
@@ -60,6 +108,7 @@ impl BedOptions {
             probe: false,
             gro: false,
             mtu: None,
+            frames: Frames::Plain,
         }
     }
 
@@ -207,14 +256,7 @@ where
             let r = (|| {
                 let link =
                     open_link(&o, &iface).map_err(|e| format!("rank {rank}: open {iface}: {e}"))?;
-                let opts = GroupOptions {
-                    group_id,
-                    backend: o.backend,
-                    wait: o.wait,
-                    timeout: o.timeout,
-                    // The bench measures the protocol on namespaces it created itself.
-                    ..GroupOptions::insecure()
-                };
+                let opts = o.frames.options(group_id, &o);
                 let mut g = Group::from_link(link, macs, opts)
                     .map_err(|e| format!("rank {rank}: group: {e}"))?;
                 barrier.wait(|| poll(&mut g))?;

@@ -15,7 +15,7 @@ use ethbcast::Algorithm;
 use serde::Serialize;
 
 use super::barrier::{self, BarrierOptions, BarrierReport};
-use super::bed::BedOptions;
+use super::bed::{BedOptions, Frames};
 use super::latency::{self, LatencyOptions, LatencyReport};
 use super::memory::{self, MemoryReport};
 use super::simlat;
@@ -171,6 +171,7 @@ fn on_testbed(o: &DemoOptions) -> Result<DemoReport, String> {
         blocks: 4,
         cost: false,
         reference: None,
+        frames: vec![Frames::Plain],
     };
     let lat = latency::run_on(&bed, &lo)?;
     println!("\n== broadcast latency ==\n{}", latency::render(&lat));

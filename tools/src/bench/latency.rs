@@ -28,7 +28,7 @@ use std::time::Instant;
 use ethbcast::{Algorithm, Group, Rank};
 use serde::Serialize;
 
-use super::bed::{self, fmt_us, summarize, BedOptions, Summary};
+use super::bed::{self, fmt_us, summarize, BedOptions, Frames, Summary};
 use super::cli::{plots, GroupArgs, LinkArgs};
 use super::cpu::{sum_counts, Counts, Meter, PerOp};
 use super::floor::{self, FLOOR};
@@ -76,6 +76,9 @@ pub struct LatencyOptions {
     /// An independent fan-out program to run in every block beside the floor (rows named
     /// `reference`, see [`super::reference`]).
     pub reference: Option<PathBuf>,
+    /// How the protocol's frames are protected, each a row of its own per (algorithm, size),
+    /// measured in turn in every block (rows `sbcast+auth`, `sbcast+enc`).
+    pub frames: Vec<Frames>,
 }
 
 impl LatencyOptions {
@@ -93,6 +96,7 @@ impl LatencyOptions {
             blocks: 4,
             cost: false,
             reference: None,
+            frames: vec![Frames::Plain],
         }
     }
 }
@@ -277,7 +281,7 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
             .collect(),
     );
     let blocks = o.blocks.clamp(1, o.iters);
-    let per_group = (plan.len() * (o.iters + o.warmup * blocks)) as u64;
+    let per_group = (plan.len() * o.frames.len() * (o.iters + o.warmup * blocks)) as u64;
     let pb = bed::progress_bar(per_group * o.nodes.len() as u64, o.progress, "latency");
     let mut rows = Vec::new();
     let mut breakdown = Vec::new();
@@ -285,14 +289,15 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
     for &k in &o.nodes {
         // Per (algorithm, size) of the plan, and per floor size: the stamps of every member,
         // block after block.
-        let mut proto: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; plan.len()];
+        let entries = plan.len() * o.frames.len();
+        let mut proto: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; entries];
         let mut raw: Vec<Vec<Vec<Stamp>>> = vec![vec![Vec::new(); k]; o.sizes.len()];
         // Per size, the reference's statistics of every block.
         let mut refs: Vec<Vec<(Summary, usize)>> = vec![Vec::new(); o.sizes.len()];
         // Per entry, the work of all members over every block.
-        let mut proto_cost = vec![Counts::default(); plan.len()];
+        let mut proto_cost = vec![Counts::default(); entries];
         let mut raw_cost = vec![Counts::default(); o.sizes.len()];
-        let mut proto_repairs = vec![0u64; plan.len()];
+        let mut proto_repairs = vec![0u64; entries];
         for blk in 0..blocks {
             let iters = o.iters / blocks + usize::from(blk < o.iters % blocks);
             if o.floor {
@@ -309,21 +314,22 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
                     }
                 }
             }
-            if !plan.is_empty() {
-                let st =
-                    protocol_stamps(bed, k, o, &plan, iters, &pb).inspect_err(|_| pb.abandon())?;
+            for (f, &frames) in o.frames.iter().enumerate().filter(|_| !plan.is_empty()) {
+                let at = f * plan.len()..(f + 1) * plan.len();
+                let st = protocol_stamps(bed, k, o, frames, &plan, iters, &pb)
+                    .inspect_err(|_| pb.abandon())?;
                 let c: Vec<_> = st.iter().map(|m| m.counts.clone()).collect();
                 for m in &st {
-                    for (a, r) in proto_repairs.iter_mut().zip(&m.repairs) {
+                    for (a, r) in proto_repairs[at.clone()].iter_mut().zip(&m.repairs) {
                         *a += r;
                     }
                 }
                 append(
-                    &mut proto,
+                    &mut proto[at.clone()],
                     st.into_iter().map(|m| m.stamps).collect(),
                     iters,
                 );
-                sum_counts(&mut proto_cost, &c);
+                sum_counts(&mut proto_cost[at], &c);
             }
         }
         if o.cost {
@@ -342,8 +348,7 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
                 .zip(raw_cost.iter().map(|c| (c, 0)))
                 .filter(|_| o.floor)
                 .chain(
-                    plan.iter()
-                        .map(|&(a, s)| (a.to_string(), s))
+                    entry_names(&o.frames, &plan)
                         .zip(proto_cost.iter().zip(proto_repairs.iter().copied())),
                 );
             for ((algo, size), (c, repairs)) in named {
@@ -368,7 +373,7 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
             .map(|&s| (FLOOR.to_string(), s))
             .zip(&raw)
             .filter(|_| o.floor)
-            .chain(plan.iter().map(|&(a, s)| (a.to_string(), s)).zip(&proto));
+            .chain(entry_names(&o.frames, &plan).zip(&proto));
         for ((algo, size), st) in named {
             let (row, b) = summarize_stamps(&algo, k, size, st);
             rows.push(row);
@@ -390,6 +395,17 @@ pub fn run_on(bed: &Testbed, o: &LatencyOptions) -> Result<LatencyReport, String
     r.breakdown = breakdown;
     r.cost = cost;
     Ok(r)
+}
+
+/// The (row name, size) of every protocol entry, frames after frames: `sbcast`, `sbcast+enc`.
+fn entry_names<'a>(
+    frames: &'a [Frames],
+    plan: &'a [(Algorithm, usize)],
+) -> impl Iterator<Item = (String, usize)> + 'a {
+    frames.iter().flat_map(move |f| {
+        plan.iter()
+            .map(move |&(a, s)| (format!("{a}{}", f.suffix()), s))
+    })
 }
 
 /// Appends one block's stamps (`st[member]` holds `iters` per entry, entry after entry) to
@@ -461,6 +477,7 @@ fn protocol_stamps(
     bed: &Testbed,
     k: usize,
     o: &LatencyOptions,
+    frames: Frames,
     plan: &Arc<Vec<(Algorithm, usize)>>,
     iters: usize,
     pb: &indicatif::ProgressBar,
@@ -468,7 +485,11 @@ fn protocol_stamps(
     let done = Arc::new(AtomicUsize::new(0));
     let (plan2, pb2) = (plan.clone(), pb.clone());
     let (warmup, cost) = (o.warmup, o.cost);
-    bed::run_group(bed, k, 0x00EB_1000 | k as u32, &o.bed, move |rank, g, b| {
+    let bed_o = BedOptions {
+        frames,
+        ..o.bed.clone()
+    };
+    bed::run_group(bed, k, 0x00EB_1000 | k as u32, &bed_o, move |rank, g, b| {
         let mut out: Vec<Stamp> = Vec::with_capacity(plan2.len() * iters);
         let mut meter = Meter::new(cost, plan2.len())?;
         let mut repairs = vec![0u64; plan2.len()];
@@ -906,6 +927,11 @@ pub struct Args {
     /// `NETNS_FORMAT`, printing `mean80_us= median_us= p99_us=`.
     #[arg(long, value_name = "PROGRAM")]
     reference: Option<PathBuf>,
+    /// How the groups' frames are protected, each measured in turn in every block: plain (no
+    /// key), auth (a key, frames authenticated only), enc (a key, frames encrypted, a keyed
+    /// group's default). Rows of auth and enc are named `sbcast+auth`, `sbcast+enc`.
+    #[arg(long, value_enum, default_value = "plain", value_delimiter = ',')]
+    frames: Vec<Frames>,
     #[command(flatten)]
     link: LinkArgs,
     /// Write the rows as CSV to this file.
@@ -929,6 +955,7 @@ impl Args {
             blocks: self.blocks,
             cost: self.cost,
             reference: self.reference,
+            frames: self.frames,
             ..self.sweep.options(&self.link, "eblat", self.breakdown)
         };
         let r = match run(&o) {
@@ -1066,6 +1093,29 @@ pub fn plot(r: &LatencyReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_protection_of_the_frames_is_a_row_of_its_own_with_its_key() {
+        let plan = [(Algorithm::Simple, 8), (Algorithm::Tree, 4096)];
+        let names: Vec<_> =
+            entry_names(&[Frames::Plain, Frames::Auth, Frames::Enc], &plan).collect();
+        let want = [
+            ("sbcast", 8),
+            ("tree", 4096),
+            ("sbcast+auth", 8),
+            ("tree+auth", 4096),
+            ("sbcast+enc", 8),
+            ("tree+enc", 4096),
+        ];
+        assert_eq!(names, want.map(|(a, s)| (a.to_string(), s)));
+        let bed = BedOptions::new(2, "t");
+        let plain = Frames::Plain.options(7, &bed);
+        assert!(plain.key.is_none() && plain.insecure);
+        let auth = Frames::Auth.options(7, &bed);
+        assert!(auth.key.is_some() && !auth.encrypt && !auth.insecure);
+        let enc = Frames::Enc.options(7, &bed);
+        assert!(enc.key.is_some() && enc.encrypt && enc.group_id == 7);
+    }
 
     fn row() -> Row {
         Row {

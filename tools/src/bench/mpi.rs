@@ -40,7 +40,8 @@ use crate::testbed::{Rate, TestbedConfig};
 
 /// The method, as printed with every report.
 pub const METHOD: &str = "C program under mpirun/mpiexec, one process per rank in the \
-test-bed's namespaces; bcast latency = root's call until the LAST rank returned (one machine, \
+test-bed's namespaces, each rank's thread on a core of its own where the job has no more ranks \
+than the machine has cores; bcast latency = root's call until the LAST rank returned (one machine, \
 one CLOCK_MONOTONIC), barrier = last rank entering to last rank leaving; iterations separated \
 out of band (futex barrier on a shared-memory file); warm-up not counted; each run's iterations \
 split over rounds in which the runs take turns, each round starting one run later; mean80 = \
@@ -83,7 +84,8 @@ pub struct MpiBenchOptions {
     /// `libethbcast_capi.a` to build the interposer with (`None`: a release build).
     pub capi_lib: Option<PathBuf>,
     /// The operations: `bcast`, `allgather`, `allreduce`, `alltoall` (each at every size,
-    /// bytes per rank) and `barrier`.
+    /// bytes per rank), `barrier`, and `latency` (ranks 0 and 1 in a ping-pong, as
+    /// osu_latency: half the round trip).
     pub ops: Vec<String>,
     /// Iterations separated by `MPI_Barrier` (the OSU micro-benchmarks' loop, average latency
     /// over ranks) instead of out of band.
@@ -731,8 +733,9 @@ pub struct Args {
     #[arg(long)]
     control: bool,
     /// Operations: bcast, allgather, allreduce, alltoall (at every size, bytes per rank;
-    /// allreduce sums ints) and barrier.
-    #[arg(long, default_value = "bcast,allgather,allreduce,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "alltoall", "barrier"])]
+    /// allreduce sums ints), barrier, and latency (MPI_Send/MPI_Recv between ranks 0 and 1,
+    /// half the round trip, back to back with --osu as osu_latency runs them).
+    #[arg(long, default_value = "bcast,allgather,allreduce,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "alltoall", "barrier", "latency"])]
     ops: Vec<String>,
     /// Separate iterations with MPI_Barrier, as the OSU micro-benchmarks do, and report their
     /// average latency (each rank's own time in the call, averaged over the ranks), instead of
