@@ -30,21 +30,12 @@ pub(super) struct InLink {
     at: Vec<usize>,
     /// Repairs for fellows of frames in the link, made when the batch ends.
     relays: Vec<Relay>,
-    /// A consumed frame kept for fellows is copied into the window when the link gives it
-    /// back, as if it had never been left there (see `InLink::leave`).
-    copy_consumed: bool,
 }
 
 impl InLink {
     /// Whether payloads are left in the link.
     pub(super) fn is_on(&self) -> bool {
         !self.at.is_empty()
-    }
-
-    /// A consumed frame kept for fellows is copied into the window when the link gives it
-    /// back (else forgotten then).
-    pub(super) fn copy_consumed(&mut self, on: bool) {
-        self.copy_consumed = on;
     }
 
     /// Leaves payloads in the link (or stops), for a window of `slots` slots.
@@ -84,8 +75,9 @@ impl InLink {
 
     /// The link gives back the frames `leaving` finds: a payload of one still waiting is
     /// copied into the window now; one consumed is forgotten (a fellow asking for it later
-    /// is told it is not held, and asks the root), or copied too with `copy_consumed`, to
-    /// serve fellows until its slot is reused, as a frame never left in the link does.
+    /// is told it is not held, and asks the root), or, into a sparse window (a stream that
+    /// serves fellows as without the link), copied too, to serve them until its slot is
+    /// reused, as a frame never left in the link does.
     pub(super) fn leave(&mut self, window: &mut Window, leaving: &dyn Held) {
         while let Some(&s) = self.refs.front() {
             let i = window.idx(s);
@@ -98,7 +90,7 @@ impl InLink {
                     break;
                 };
                 let waiting = slot.state.contains(SlotState::HAVE);
-                let copy = waiting || self.copy_consumed;
+                let copy = waiting || window.is_sparse();
                 if copy {
                     window.keep(i, bytes);
                 }
@@ -152,9 +144,11 @@ mod tests {
         let s1 = w.slot(1).state;
         assert!(s1.contains(SlotState::HAVE | SlotState::COPY) && !s1.contains(SlotState::LINK));
         assert_eq!(w.kept(1, f1.len()), &f1[..]);
-        // Copying the consumed ones too: frame 2, consumed and kept for fellows, is copied
-        // when it leaves, and serves them from the window until its slot is reused.
-        l.copy_consumed(true);
+        // Into a sparse window (a stream that serves fellows as without the link) the consumed
+        // ones are copied too: frame 2, consumed and kept for fellows, is copied when it
+        // leaves, and serves them from the window until its slot is reused.
+        let mut w = Window::new(&c);
+        w.set_sparse(true);
         let f2 = b"frame two".to_vec();
         let i = w.idx(Seq::new(2));
         let slot = w.slot_mut(i);

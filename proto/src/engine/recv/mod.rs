@@ -551,6 +551,6 @@ impl Receiver {
     /// them back (see `InLink::leave`).
     pub(crate) fn set_in_link(&mut self, on: bool, copy_consumed: bool) {
         self.link.set(on, self.window.len() as usize);
-        self.link.copy_consumed(copy_consumed);
+        self.window.set_sparse(on && copy_consumed);
     }
 }
