@@ -408,14 +408,15 @@ pub struct Scenario {
     /// [`LINK_HOLDS`].
     ///
     /// Why: a broadcast frame a thousand ports keep is one frame, where a thousand window
-    /// copies are a thousand (a group of 1024 with 1% loss and burst loss: 0.86 GiB with the
-    /// copies, 0.6 GiB with the link keeping 512 frames; its repairs the same within 3%).
+    /// copies are a thousand (4096 members with 1 % loss and burst loss: the receive windows'
+    /// copies were about 2 GiB of the run's peak; see docs/benchmarks.md).
     pub link_holds: usize,
 }
 
 /// Frames a simulated host's port keeps after they were read, in [`Scenario::new`] (see
 /// [`Scenario::link_holds`]): more than four roots' windows at 4096 members (96 frames
-/// each), and their control frames.
+/// each) and the control frames between them, so that a frame kept for fellows is mostly
+/// served from the port until its window slot is reused, and few are copied.
 pub const LINK_HOLDS: usize = 1024;
 
 impl Scenario {

@@ -379,3 +379,23 @@ fn a_member_pinged_faster_than_its_link_sends_holds_at_most_an_outbox_of_pongs()
     }
     assert_eq!(sent, held, "every pong held is sent");
 }
+
+/// A member whose stream leaves frames in the link asks its driver for the end of every batch
+/// (`Machine::wants_frames_done`), observer or not: the frames it left there are read, served
+/// and let go only then, and a driver that does not ask reads with the link's frames gone.
+#[test]
+fn a_member_leaving_frames_in_the_link_wants_each_batch_ended() {
+    for serving in [false, true] {
+        let (mut m, now) = member();
+        assert!(!crate::machine::Machine::wants_frames_done(&m));
+        if serving {
+            m.leave_in_link_serving(now, Rank::new(0));
+        } else {
+            m.leave_in_link(now, Rank::new(0));
+        }
+        assert!(
+            crate::machine::Machine::wants_frames_done(&m),
+            "serving fellows: {serving}"
+        );
+    }
+}
