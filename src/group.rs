@@ -382,7 +382,9 @@ impl Group {
     /// back in `out`. `lens` gives every member's part length (every member passes the same
     /// `lens`, MPI's `recvcounts`), `out` is as long as they add up to, and this member's
     /// `part` is `lens[rank]` long. Every member broadcasts its part once, all at the same
-    /// time, on its own broadcast stream; each stream is repaired on its own. The parts go by
+    /// time, on its own broadcast stream (parts of many frames in turn, in rank order, so that
+    /// the switch's ports are not flooded by all the streams at once); each stream is repaired
+    /// on its own. The parts go by
     /// simple broadcast (push-pull's pull serves one root at a time), or down the tree when
     /// the group's algorithm is the tree.
     ///
@@ -432,15 +434,20 @@ impl Group {
         let mut own = std::mem::take(&mut self.spare);
         own.clear();
         own.extend_from_slice(part);
-        // The parts arrive this member's first, then the others in rank order.
-        let r = self.run_allgather(own, &mut |root, data| {
+        // The parts arrive this member's first, then the others in rank order, or all in rank
+        // order when the roots take turns.
+        let mut first = None;
+        let r = self.run_allgather(own, part.len(), &mut |root, data| {
+            first.get_or_insert(root);
             lens[root.index()] = data.len();
             out.extend_from_slice(data);
             Ok(())
         });
         r?;
-        let before: usize = lens[..me].iter().sum();
-        out[..part.len() + before].rotate_left(part.len());
+        if first == Some(self.rank()) {
+            let before: usize = lens[..me].iter().sum();
+            out[..part.len() + before].rotate_left(part.len());
+        }
         Ok(lens)
     }
 
@@ -450,7 +457,8 @@ impl Group {
         out: &mut [u8],
         lens: &[usize],
     ) -> Result<Outcome, GroupError> {
-        self.run_allgather(own, &mut |root, data| {
+        let largest = lens.iter().copied().max().unwrap_or(0);
+        self.run_allgather(own, largest, &mut |root, data| {
             let r = root.index();
             let want = lens[r];
             if data.len() != want {
@@ -467,10 +475,12 @@ impl Group {
         Ok(self.outcome())
     }
 
-    /// Runs an allgather whose own part is `own`; `sink` takes the parts as they come.
+    /// Runs an allgather whose own part is `own` and largest part `largest` bytes; `sink`
+    /// takes the parts as they come.
     fn run_allgather(
         &mut self,
         mut own: Vec<u8>,
+        largest: usize,
         sink: &mut impl FnMut(Rank, &[u8]) -> Result<(), GroupError>,
     ) -> Result<(), GroupError> {
         let now = WallClock.now();
@@ -481,7 +491,8 @@ impl Group {
             Algorithm::Tree => Algorithm::Tree,
             _ => Algorithm::Simple,
         };
-        let mut ag = match Allgather::start(now, self.driver.member_mut(), &mut own, algo) {
+        let mut ag = match Allgather::start(now, self.driver.member_mut(), &mut own, algo, largest)
+        {
             Ok(ag) => ag,
             Err(e) => {
                 self.spare = own;

@@ -132,7 +132,8 @@ impl Workload for Calls {
                     let started = match self.way {
                         Way::Broadcast => {
                             let mut part = vec![i as u8; self.bytes];
-                            Allgather::start(now, m, &mut part, Algorithm::Simple)
+                            let largest = part.len();
+                            Allgather::start(now, m, &mut part, Algorithm::Simple, largest)
                                 .map(|ag| State::Gathering(ag, part))
                         }
                         _ => Ok(State::Round(0, false)),

@@ -428,7 +428,11 @@ impl Workload for Schedule {
                 Step::Barrier => m.barrier(now, BarrierAlgo::Broadcast),
                 Step::Allgather { call } => {
                     let mut part = self.part(i, call);
-                    Allgather::start(now, m, &mut part, Algorithm::Simple)
+                    // Each member decides by its own part whether the roots take turns: with
+                    // parts of differing lengths, some members take turns and some do not,
+                    // and every allgather still ends.
+                    let own = part.len();
+                    Allgather::start(now, m, &mut part, Algorithm::Simple, own)
                         .map(|ag| self.allgathers[i] = Some((ag, now)))
                 }
             };

@@ -307,6 +307,15 @@ fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
     }
 }
 
+/// The ports' faults of the allgather tests: loss, burst loss, duplication and reordering.
+const ALLGATHER_FAULTS: Faults = Faults {
+    loss: 0.03,
+    burst_loss: 0.01,
+    dup: 0.01,
+    reorder: 0.01,
+    ..Faults::NONE
+};
+
 /// Allgather (MPI_Allgatherv) on every member's broadcast stream at once, parts of lengths
 /// that differ per member and call, with loss, duplication and reordering on every port:
 /// every survivor gets every part, whole, in rank order, every time.
@@ -314,17 +323,26 @@ fn when_the_root_dies_every_receivers_next_call_fails_with_peer_dead_in_time() {
 fn allgathers_under_loss_give_every_member_every_part_whole() {
     let mut sc = GroupScenario::new(8, 60);
     sc.allgather_every = 1;
-    sc.traffic.faults = Faults {
-        loss: 0.03,
-        burst_loss: 0.01,
-        dup: 0.01,
-        reorder: 0.01,
-        ..Faults::NONE
-    };
+    sc.traffic.faults = ALLGATHER_FAULTS;
     let r = run_group(&sc).unwrap();
     assert_perfect(&r);
     assert_eq!(r.allgathers_expected, 60 * 8);
     assert_eq!(r.allgathers_exact, 60 * 8, "{r:?}");
+}
+
+/// Parts of 64 KiB from 8 members: the roots take turns in rank order (all at once, their
+/// windows of frames would flood every port), under the same faults: every part whole, every
+/// time.
+#[test]
+fn allgathers_of_large_parts_take_turns_and_give_every_part_whole() {
+    let mut sc = GroupScenario::new(8, 12);
+    sc.allgather_every = 1;
+    sc.traffic.sizes = vec![65536, 60000];
+    sc.traffic.faults = ALLGATHER_FAULTS;
+    let r = run_group(&sc).unwrap();
+    assert_perfect(&r);
+    assert_eq!(r.allgathers_expected, 12 * 8);
+    assert_eq!(r.allgathers_exact, 12 * 8, "{r:?}");
 }
 
 /// A member that dies in the middle of a stream of allgathers: every survivor's allgather

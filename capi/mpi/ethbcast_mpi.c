@@ -36,7 +36,9 @@
  * op the MPI refuses for the type (MPI_SUM on a pair type, any on a derived type) goes to the
  * MPI's own MPI_Allreduce, which reports it. Above ETHBCAST_MPI_ALLGATHER_MAX_BYTES or
  * ETHBCAST_MPI_ALLREDUCE_MAX_BYTES in all (every rank's part or contribution together), or a
- * part above ETHBCAST_MPI_MAX_BYTES, the MPI's own collective.
+ * part above ETHBCAST_MPI_MAX_BYTES, the MPI's own collective. Unset, the allreduce's limit is
+ * 32 KiB on links of 1 Gbit/s or faster (or of unknown rate) and scales with a slower job's
+ * link rate (3276 bytes at 100 Mbit/s).
  *
  * Every broadcast on the group carries its length, zero included: a rank whose count
  * disagrees with the root's gets MPI_ERR_TRUNCATE for that call (through the communicator's
@@ -403,6 +405,15 @@ static void ebc_setup(void) {
     if (ebc_max_bytes > EBC_MAX_MESSAGE)
         ebc_max_bytes = EBC_MAX_MESSAGE;
     ebc_link_rate = fastest == ~0ull ? 0 : fastest;
+    /* An allreduce by allgather moves p - 1 contributions into each port to save about
+     * 2 log2(p) round times, so the total it wins below scales with the links' rate
+     * (docs/mpi.md): the default holds at 1 Gbit/s and faster, and a slower job's is that
+     * much smaller (3276 bytes at 100 Mbit/s, where 8 ranks' 4 KiB contributions took 1.6
+     * times Open MPI's own allreduce). */
+    if (set[EBC_S_ALLREDUCE_MAX_BYTES] == EBC_UNSET && ebc_link_rate > 0 &&
+        ebc_link_rate < EBC_ALL_SIZES_UP_TO_RATE)
+        ebc_allreduce_max = (size_t)((unsigned long long)EBC_ALLREDUCE_TOTAL * ebc_link_rate /
+                                     EBC_ALL_SIZES_UP_TO_RATE);
     int ok = 1;
     if (iface == NULL || iface[0] == '\0') {
         ok = 0;
@@ -989,9 +1000,9 @@ int MPI_Finalize(void) {
                 "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI, "
                 "%llu looks of the progress thread; size limit %zu bytes, link %llu bit/s; "
                 "%llu MPI progress probes while waiting; %llu allgathers and allreduces over "
-                "ethbcast, %llu over PMPI\n",
+                "ethbcast, %llu over PMPI; allreduce limit %zu bytes\n",
                 ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi,
                 (unsigned long long)ebc_final.background_polls, ebc_max_bytes, ebc_link_rate,
-                ebc_mp_probes, ebc_coll_hw, ebc_coll_pmpi);
+                ebc_mp_probes, ebc_coll_hw, ebc_coll_pmpi, ebc_allreduce_max);
     return PMPI_Finalize();
 }

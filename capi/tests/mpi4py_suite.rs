@@ -161,38 +161,32 @@ fn mpi4py_gives_the_same_results_with_the_interposer_as_without() {
         .to_vec();
     let interposer = [("ETHBCAST_IFACE", mpi::IFACE)];
 
+    // `selection` alone and with the interposer: every rank ran at least `least` tests, and
+    // every rank's results are the same both times. Returns the run with the interposer.
+    let same_both_ways = |selection: &[String], least: u64, what: &str| {
+        let alone = suite(&[], false, selection);
+        let expected = summaries(&alone);
+        assert_eq!(expected.len(), 8, "every rank's summary: {alone}");
+        assert!(
+            expected.iter().all(|&(ran, ..)| ran >= least),
+            "mpi4py ran too few {what}tests: {alone}"
+        );
+        let with = suite(&interposer, true, selection);
+        assert_eq!(
+            summaries(&with),
+            expected,
+            "other {what}results with the interposer: {with}\n=== alone: {alone}"
+        );
+        with
+    };
+
     // The vector collectives' Allgatherv tests first (a few dozen, on every communicator kind).
-    let alone = suite(&[], false, &vector);
-    let expected = summaries(&alone);
-    assert_eq!(expected.len(), 8, "every rank's summary: {alone}");
-    assert!(
-        expected.iter().all(|&(ran, ..)| ran >= 10),
-        "mpi4py ran too few Allgatherv tests: {alone}"
-    );
-    let with = suite(&interposer, true, &vector);
-    assert_eq!(
-        summaries(&with),
-        expected,
-        "other Allgatherv results with the interposer: {with}\n=== alone: {alone}"
-    );
+    let with = same_both_ways(&vector, 10, "Allgatherv ");
     // Every rank's MPI_Allgatherv calls on the world went over ethbcast.
     let reports = routed_coll(&with, 8);
     assert!(reports.iter().all(|&(hw, _)| hw > 0), "{reports:?}: {with}");
 
-    let alone = suite(&[], false, &modules);
-    let expected = summaries(&alone);
-    assert_eq!(expected.len(), 8, "every rank's summary: {alone}");
-    assert!(
-        expected.iter().all(|&(ran, ..)| ran > 300),
-        "mpi4py ran too few tests: {alone}"
-    );
-
-    let with = suite(&interposer, true, &modules);
-    assert_eq!(
-        summaries(&with),
-        expected,
-        "other results with the interposer: {with}\n=== alone: {alone}"
-    );
+    let with = same_both_ways(&modules, 301, "");
     // Every rank reported calls over ethbcast at MPI_Finalize (the suite's MPI_COMM_WORLD
     // broadcasts and barriers).
     let reports = routed(&with, 8);

@@ -281,11 +281,21 @@ fn limits(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Each rank's total limit of MPI_Allreduce over ethbcast.
+fn allreduce_limits(out: &JobOutput, ranks: usize) -> Vec<u64> {
+    reports(out, ranks)
+        .iter()
+        .map(|r| r.allreduce_limit)
+        .collect()
+}
+
 /// The size limit is the link's when no one sets it: on ports shaped to 1 Gbit/s (a root tbf
 /// on every host, as on a switch port of that speed) every size goes over ethbcast, which
 /// wins there at every size (docs/mpi.md); when one rank's link is faster or reports no rate
 /// (an unshaped veth), every rank keeps 4096, where TCP's offloads win above it; a limit set in the
-/// environment is kept whatever the link. Results are byte-exact in every case.
+/// environment is kept whatever the link. The allreduce's total limit is 32 KiB at 1 Gbit/s
+/// and faster and scales with a slower job's rate (a tenth at 100 Mbit/s), unless set. Results
+/// are byte-exact in every case.
 #[test]
 fn the_size_limit_follows_the_links_of_the_job() {
     let test = "the_size_limit_follows_the_links_of_the_job";
@@ -302,20 +312,44 @@ fn the_size_limit_follows_the_links_of_the_job() {
     let mut cfg = TestbedConfig::new(4).prefix(prefix);
     cfg.rate = Some("1gbit".parse().expect("rate"));
     let bed = MpiBed::up(&cfg, &dir).expect("test-bed");
-    let run = |max: &str| {
+    let run_with = |max: &str, allreduce_max: &str| {
         let env = [
             ("ETHBCAST_IFACE", mpi::IFACE),
             // Empty is unset: the interposer chooses.
             ("ETHBCAST_MPI_MAX_BYTES", max),
+            ("ETHBCAST_MPI_ALLREDUCE_MAX_BYTES", allreduce_max),
         ];
         let out = bed.run(&job(m, &b, 4, 1, &env, &["--quick"])).expect("job");
         let expected = results(&out, 4);
         assert_eq!(routed(&out, 4), expected, "{out}");
-        limits(&out, 4)
+        (limits(&out, 4), allreduce_limits(&out, 4))
     };
+    let run = |max: &str| run_with(max, "").0;
     let all = |l: u64, r: u64| vec![(l, r); 4];
-    assert_eq!(run(""), all(1 << 30, 1_000_000_000), "shaped to 1 Gbit/s");
+    let (shaped, allreduce) = run_with("", "");
+    assert_eq!(shaped, all(1 << 30, 1_000_000_000), "shaped to 1 Gbit/s");
+    assert_eq!(allreduce, vec![32768; 4], "allreduce at 1 Gbit/s");
     assert_eq!(run("4096"), all(4096, 1_000_000_000), "set by the user");
+    // Every port shaped to 100 Mbit/s: every size still goes over ethbcast, the allreduce's
+    // total limit is a tenth, unless the user sets it.
+    for h in bed.testbed().hosts() {
+        let st = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &h.netns, "tc", "qdisc", "replace", "dev", "eth0", "root",
+            ])
+            .args(["tbf", "rate", "100mbit", "burst", "3028", "limit", "262144"])
+            .status()
+            .expect("tc");
+        assert!(st.success(), "tc qdisc replace in {}", h.netns);
+    }
+    let (slow, allreduce) = run_with("", "");
+    assert_eq!(slow, all(1 << 30, 100_000_000), "shaped to 100 Mbit/s");
+    assert_eq!(allreduce, vec![3276; 4], "allreduce at 100 Mbit/s");
+    assert_eq!(
+        run_with("", "65536").1,
+        vec![65536; 4],
+        "allreduce limit set by the user"
+    );
     // One host's port unshaped: a veth reports 10 Gbit/s (or nothing, on older kernels),
     // and the job keeps the small limit.
     let ns = bed.testbed().hosts()[2].netns.clone();

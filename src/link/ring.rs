@@ -63,8 +63,18 @@ pub enum TxMode {
     /// Frames are written into the mapped TX ring; `flush` is one `send(fd, NULL, 0)`.
     #[default]
     Ring,
-    /// Frames are copied into a batch; `flush` sends it with `sendmmsg` (64 frames a call).
+    /// Frames are written into a batch; `flush` sends it with `sendmmsg` (64 frames a call).
     Batch,
+}
+
+impl TxMode {
+    /// The queue a frame goes into, as errors name it.
+    fn queue(self) -> &'static str {
+        match self {
+            TxMode::Ring => "the TX ring",
+            TxMode::Batch => "the send batch",
+        }
+    }
 }
 
 /// Largest `sendmmsg` batch.
@@ -270,33 +280,16 @@ impl Link for RingLink {
     }
 
     fn send(&mut self, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
-        let what = match self.tx_mode {
-            TxMode::Ring => "the TX ring",
-            TxMode::Batch => "the send batch",
-        };
-        mapped::send(self, dst, pdu, what)
+        mapped::send(self, dst, pdu, self.tx_mode.queue())
     }
 
+    /// Both modes write the frame in place: into a TX slot, or at the end of the send batch.
     fn send_with(
         &mut self,
-        scratch: &mut [u8],
+        _scratch: &mut [u8],
         fill: &mut dyn FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> Result<bool, LinkError> {
-        match self.tx_mode {
-            TxMode::Ring => mapped::send_with(self, "the TX ring", fill),
-            // The batch is a copy anyway: the default path.
-            TxMode::Batch => {
-                let Some(t) = fill(scratch) else {
-                    return Ok(false);
-                };
-                let pdu = scratch.get(..t.len).ok_or(LinkError::FrameTooLong {
-                    len: t.len,
-                    max: scratch.len(),
-                })?;
-                self.send(t.dst, pdu)?;
-                Ok(true)
-            }
-        }
+        mapped::send_with(self, self.tx_mode.queue(), fill)
     }
 
     fn flush(&mut self) -> Result<(), LinkError> {

@@ -151,11 +151,13 @@ impl Link for SocketLink {
             self.flush()?;
         }
         let src = MacAddr(self.iface.mac);
-        self.tx.push_with(EthernetFrame::len_for(pdu.len()), |buf| {
-            EthernetFrame::emit(buf, dst, src, pdu)
-                .map(drop)
-                .map_err(|e| LinkError::Io(io::Error::other(e)))
-        })
+        // The PDU was checked against `max_pdu`, so emit cannot fail.
+        let most = EthernetFrame::len_for(pdu.len());
+        self.tx
+            .push_in_place(most, &mut |buf| {
+                EthernetFrame::emit(buf, dst, src, pdu).unwrap_or(0)
+            })
+            .map(drop)
     }
 
     /// Sends the queued frames with one `sendmmsg` (or a few, if the socket fills up).
@@ -361,7 +363,10 @@ pub(crate) fn lookup(name: &str) -> Result<(Interface, usize), LinkError> {
 /// queue, and the ring link's in its batch mode.
 #[derive(Debug, Default)]
 pub(crate) struct SendBatch {
+    /// The queued frames in `bytes[..used]`; past `used`, room kept from earlier batches
+    /// (their stale bytes are lent to the next frames' makers and never sent).
     bytes: Vec<u8>,
+    used: usize,
     ends: Vec<usize>,
 }
 
@@ -370,6 +375,7 @@ impl SendBatch {
     pub(crate) fn with_capacity(frames: usize, frame_len: usize) -> SendBatch {
         SendBatch {
             bytes: Vec::with_capacity(frames * frame_len),
+            used: 0,
             ends: Vec::with_capacity(frames),
         }
     }
@@ -379,44 +385,32 @@ impl SendBatch {
         self.ends.len()
     }
 
-    /// Queues a frame of `len` bytes that `fill` writes.
-    pub(crate) fn push_with<E>(
-        &mut self,
-        len: usize,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let start = self.bytes.len();
-        self.bytes.resize(start + len, 0);
-        if let Err(e) = fill(&mut self.bytes[start..]) {
-            self.bytes.truncate(start);
-            return Err(e);
-        }
-        self.ends.push(start + len);
-        Ok(())
-    }
-
-    /// Queues the frame `fill` writes into the `most` bytes lent to it (zeros until it
-    /// writes them) and returns its length, padded to the Ethernet minimum (0: `fill` wrote
-    /// none, and nothing is queued).
+    /// Queues the frame `fill` writes into the `most` bytes lent to it, as into a ring's TX
+    /// slot: they may hold an earlier frame's bytes, so a frame shorter than the Ethernet
+    /// minimum is padded with zeros, and nothing is cleared before `fill` writes (the room
+    /// is zeroed once, when the queue first grows to it). Returns the length queued, padded
+    /// (0: `fill` wrote none, and nothing is queued).
     pub(crate) fn push_in_place(
         &mut self,
         most: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> usize,
     ) -> Result<usize, LinkError> {
-        let start = self.bytes.len();
-        self.bytes.resize(start + most, 0);
-        let len = fill(&mut self.bytes[start..]);
-        if len == 0 || len > most {
-            self.bytes.truncate(start);
-            if len > most {
-                return Err(LinkError::FrameTooLong { len, max: most });
-            }
+        let start = self.used;
+        if self.bytes.len() < start + most {
+            self.bytes.resize(start + most, 0);
+        }
+        let len = fill(&mut self.bytes[start..start + most]);
+        if len > most {
+            return Err(LinkError::FrameTooLong { len, max: most });
+        }
+        if len == 0 {
             return Ok(0);
         }
-        let len = len.max(MIN_ETH_FRAME.min(most));
-        self.bytes.truncate(start + len);
-        self.ends.push(start + len);
-        Ok(len)
+        let padded = len.max(MIN_ETH_FRAME.min(most));
+        self.bytes[start + len..start + padded].fill(0);
+        self.used = start + padded;
+        self.ends.push(self.used);
+        Ok(padded)
     }
 
     /// Sends every queued frame on `sock` with `sendmmsg`, waiting (the way `strategy` says)
@@ -445,7 +439,7 @@ impl SendBatch {
                 sent += n;
             }
         }
-        self.bytes.clear();
+        self.used = 0;
         self.ends.clear();
         Ok(())
     }
@@ -466,6 +460,41 @@ pub(crate) fn strategy(mode: WaitMode) -> Strategy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The batch lends its room without clearing it, as a ring lends a TX slot: a frame
+    /// shorter than the Ethernet minimum, written where a long one lay, goes out padded with
+    /// zeros (IEEE 802.3), not with the earlier frame's bytes; a fill that writes nothing
+    /// queues nothing.
+    #[test]
+    fn a_short_frame_where_a_long_one_lay_is_padded_with_zeros() {
+        let mut b = SendBatch::default();
+        let long = b
+            .push_in_place(1514, &mut |d| {
+                d.fill(0xaa);
+                1514
+            })
+            .unwrap();
+        assert_eq!(long, 1514);
+        // As `send_all` leaves it: empty, its room kept.
+        b.used = 0;
+        b.ends.clear();
+        assert_eq!(b.push_in_place(1514, &mut |_| 0).unwrap(), 0);
+        assert_eq!(b.len(), 0);
+        let short = b
+            .push_in_place(1514, &mut |d| {
+                d[..20].fill(0x55);
+                20
+            })
+            .unwrap();
+        assert_eq!(short, MIN_ETH_FRAME);
+        assert_eq!(b.ends, [MIN_ETH_FRAME]);
+        assert!(b.bytes[..20].iter().all(|&x| x == 0x55));
+        assert!(b.bytes[20..MIN_ETH_FRAME].iter().all(|&x| x == 0));
+        assert!(matches!(
+            b.push_in_place(100, &mut |_| 101),
+            Err(LinkError::FrameTooLong { len: 101, max: 100 })
+        ));
+    }
 
     #[test]
     fn sys_errors_map_to_link_errors_that_say_what_to_do() {

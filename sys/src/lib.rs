@@ -61,3 +61,26 @@ pub const ETH_HEADER_LEN: usize = 14;
 
 /// Smallest Ethernet frame without the FCS: shorter frames are padded with zeros to this length.
 pub const ETH_MIN_FRAME: usize = 60;
+
+/// The fill that copies `frame` into a TX slot or chunk of `max` bytes, for the rings'
+/// `tx_push` (a copy queued through their `tx_push_in_place`). Checked first: a frame past the
+/// slot cannot be copied into it, and one shorter than an Ethernet header (0 included, which
+/// would queue nothing) is refused.
+pub(crate) fn copy_fill(frame: &[u8], max: usize) -> Result<impl FnOnce(&mut [u8]) -> usize + '_> {
+    if frame.len() > max {
+        return Err(Error::FrameTooLong {
+            len: frame.len(),
+            max,
+        });
+    }
+    if frame.len() < ETH_HEADER_LEN {
+        return Err(Error::FrameTooShort {
+            len: frame.len(),
+            min: ETH_HEADER_LEN,
+        });
+    }
+    Ok(move |d: &mut [u8]| {
+        d[..frame.len()].copy_from_slice(frame);
+        frame.len()
+    })
+}

@@ -628,25 +628,8 @@ impl RingSocket {
     /// Queues a copy of `frame` (see [`RingSocket::tx_push_in_place`]; padded like it).
     /// Returns `Ok(false)` while the slot is still in use.
     pub fn tx_push(&mut self, frame: &[u8]) -> Result<bool> {
-        let max = self.tx_frame_capacity();
-        if frame.len() > max {
-            return Err(Error::FrameTooLong {
-                len: frame.len(),
-                max,
-            });
-        }
-        if frame.len() < ETH_HEADER_LEN {
-            // Not 0 either, which would queue nothing.
-            return Err(Error::FrameTooShort {
-                len: frame.len(),
-                min: ETH_HEADER_LEN,
-            });
-        }
-        let queued = self.tx_push_in_place(|d| {
-            d[..frame.len()].copy_from_slice(frame);
-            frame.len()
-        })?;
-        Ok(queued.is_some())
+        let fill = crate::copy_fill(frame, self.tx_frame_capacity())?;
+        Ok(self.tx_push_in_place(fill)?.is_some())
     }
 
     /// Asks the kernel to send every queued TX frame (`send(fd, NULL, 0, MSG_DONTWAIT)`).

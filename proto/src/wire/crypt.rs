@@ -115,19 +115,22 @@ impl FrameCipher {
         }
         let total = frame.total_len();
         let bytes: &[u8] = frame.buffer;
+        let bytes = bytes.get(..total)?;
         let out = out.get_mut(..total)?;
-        out.copy_from_slice(bytes.get(..total)?);
         let body = HEADER_LEN + frame.payload().len();
-        let nonce = nonce(&out[..HEADER_LEN]);
+        let tag = bytes.get(body..body + super::TAG_LEN)?;
+        // The header and what follows the payload (tag, CRC) as they were; the payload
+        // decrypted straight from the frame into its place, each byte written once.
+        out[..HEADER_LEN].copy_from_slice(&bytes[..HEADER_LEN]);
+        out[body..].copy_from_slice(&bytes[body..]);
         let (header, rest) = out.split_at_mut(HEADER_LEN);
-        // The payload's ciphertext and the tag after it, opened in place; the tag's bytes
-        // are left as they were.
-        let sealed = &mut rest[..body - HEADER_LEN + super::TAG_LEN];
         self.aead
-            .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
+            .open_separate_gather(
+                Nonce::assume_unique_for_key(nonce(header)),
                 Aad::from(&*header),
-                sealed,
+                &bytes[HEADER_LEN..body],
+                tag,
+                &mut rest[..body - HEADER_LEN],
             )
             .ok()?;
         Some(Frame::new_unchecked(&*out))

@@ -457,25 +457,8 @@ impl XdpSocket {
     /// padded like it). Returns `Ok(false)` if no chunk or TX slot is free (kick with
     /// [`XdpSocket::tx_flush`] and wait). Nothing is sent before `tx_flush`.
     pub fn tx_push(&mut self, frame: &[u8]) -> Result<bool> {
-        let max = self.max_frame();
-        if frame.len() > max {
-            return Err(Error::FrameTooLong {
-                len: frame.len(),
-                max,
-            });
-        }
-        if frame.len() < crate::ETH_HEADER_LEN {
-            // Not 0 either, which would queue nothing.
-            return Err(Error::FrameTooShort {
-                len: frame.len(),
-                min: crate::ETH_HEADER_LEN,
-            });
-        }
-        let queued = self.tx_push_in_place(|d| {
-            d[..frame.len()].copy_from_slice(frame);
-            frame.len()
-        })?;
-        Ok(queued.is_some())
+        let fill = crate::copy_fill(frame, self.max_frame())?;
+        Ok(self.tx_push_in_place(fill)?.is_some())
     }
 
     /// Queues one frame written in place into a free TX chunk, as
