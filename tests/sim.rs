@@ -171,3 +171,25 @@ proptest! {
         prop_assert_eq!((r.deliveries.corrupt, r.deliveries.duplicated, r.deliveries.out_of_order, r.deliveries.missing), (0, 0, 0, 0));
     }
 }
+
+/// Four members under heavy loss with peer repair, every port keeping the frames its host read
+/// and every member leaving the roots' frames there: every message is delivered.
+#[test]
+fn frames_left_in_the_ports_four_members_heavy_loss_seed_5512095000133342378() {
+    let mut sc = Scenario::new(4, 120);
+    sc.traffic.seed = 5512095000133342378;
+    sc.traffic.sizes = vec![0, 1, 79, 80, 81, 859, 860, 861, 1460, 5000, 40_000];
+    sc.traffic.faults = Faults {
+        loss: 0.132387891301167,
+        burst_loss: 0.015252392423559484,
+        dup: 0.022905056205613863,
+        reorder: 0.0025411957907434455,
+        reorder_delay: Duration::from_micros(300),
+        corrupt: 0.005982677650425295,
+        ..Faults::NONE
+    };
+    sc.window = Some(64);
+    sc.tweak = |c| c.peer_repair = true;
+    sc.link_holds = ethbcast::cluster::LINK_HOLDS;
+    assert_perfect(&run(&sc).unwrap());
+}

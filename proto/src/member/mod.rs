@@ -200,9 +200,15 @@ impl Member {
         self.sync_timers();
     }
 
-    /// A batch of frames ends (see [`crate::engine::Engine::frames_done`]).
+    /// A batch of frames ends (see [`crate::engine::Engine::frames_done`]). What the engine
+    /// did then (messages completed by frames that waited in the link, repairs served from
+    /// it, control messages) is taken from it now, as after a frame: a member whose last
+    /// messages complete at a batch's end may get no frame nor timer after it.
     pub fn frames_done(&mut self, now: Instant, end: BatchEnd<'_>) {
         self.engine.frames_done(now, end);
+        self.collect(now);
+        self.advance(now);
+        self.pump_controls();
         self.sync_timers();
     }
 
