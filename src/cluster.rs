@@ -404,11 +404,8 @@ pub struct Scenario {
     /// every member leaves the roots' frames there ([`Member::leave_in_link_serving`])
     /// rather than copy the ones it keeps (behind a gap, or for its fellows' repair
     /// requests) into its receive window, copying only those still needed when the port
-    /// lets them go; 0 (what [`Scenario::new`] sets): a link that keeps nothing, and the
-    /// copies. `ethbcast-bench sim` keeps [`LINK_HOLDS`]. (Known to stall: four members with
-    /// 13 % loss, bursts, duplicates, reordering and corruption, `tests/sim.rs`'s property
-    /// test with seed 5512095000133342378, window 64, peer repair on: six deliveries never
-    /// come, none wrong.)
+    /// lets them go. [`Scenario::new`] sets [`LINK_HOLDS`]; 0: a link that keeps nothing,
+    /// and every kept frame copied (what a host's socket link does).
     ///
     /// Why: a broadcast frame a thousand ports keep is one frame, where a thousand window
     /// copies are a thousand (4096 members with 1 % loss and burst loss: the receive windows'
@@ -416,8 +413,8 @@ pub struct Scenario {
     pub link_holds: usize,
 }
 
-/// Frames a simulated host's port keeps after they were read, in `ethbcast-bench sim` (see
-/// [`Scenario::link_holds`]): more than four roots' windows at 4096 members (96 frames
+/// Frames a simulated host's port keeps after they were read, unless a scenario says
+/// otherwise (see [`Scenario::link_holds`]): more than four roots' windows at 4096 members (96 frames
 /// each) and the control frames between them, so that a frame kept for fellows is mostly
 /// served from the port until its window slot is reused, and few are copied.
 pub const LINK_HOLDS: usize = 1024;
@@ -437,7 +434,7 @@ impl Scenario {
             peer_repair: None,
             tweak: |_| {},
             rx_coalesce: Duration::ZERO,
-            link_holds: 0,
+            link_holds: LINK_HOLDS,
         }
     }
 }

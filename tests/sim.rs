@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ethbcast::cluster::{run, Report, Scenario};
+use ethbcast::cluster::{run, Report, Scenario, LINK_HOLDS};
 use ethbcast::{Faults, Rank};
 use ethbcast_proto::Algorithm;
 use proptest::prelude::*;
@@ -144,8 +144,17 @@ fn a_dead_receiver_stalls_the_root_but_nothing_wrong_is_delivered() {
     assert!(r.deliveries.missing >= 200, "rank 3 got nothing: {r:?}");
 }
 
+/// Cases of the property test: 24, or `PROPTEST_CASES` to sweep more seeds (proptest draws
+/// new ones each run; `PROPTEST_RNG_SEED` repeats a sweep).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), .. ProptestConfig::default() })]
     #[test]
     fn any_seed_any_faults_every_message_exactly_once(
         seed in any::<u64>(),
@@ -157,12 +166,16 @@ proptest! {
         corrupt in 0.0f64..0.01,
         window in prop_oneof![Just(4usize), Just(16), Just(64)],
         peer_repair in any::<bool>(),
+        // Ports that keep what their hosts read (the default), that keep so few that frames
+        // waiting behind a gap leave them and are copied, and that keep nothing.
+        link_holds in prop_oneof![2 => Just(LINK_HOLDS), 1 => Just(8usize), 1 => Just(0usize)],
     ) {
         let mut sc = Scenario::new(nodes, 120);
         sc.traffic.seed = seed;
         sc.traffic.sizes = vec![0, 1, 79, 80, 81, 859, 860, 861, 1460, 5000, 40_000];
         sc.traffic.faults = Faults { loss, burst_loss: burst, dup, reorder, reorder_delay: Duration::from_micros(300), corrupt, ..Faults::NONE };
         sc.window = Some(window);
+        sc.link_holds = link_holds;
         if peer_repair {
             sc.tweak = |c| c.peer_repair = true;
         }
@@ -190,6 +203,6 @@ fn frames_left_in_the_ports_four_members_heavy_loss_seed_5512095000133342378() {
     };
     sc.window = Some(64);
     sc.tweak = |c| c.peer_repair = true;
-    sc.link_holds = ethbcast::cluster::LINK_HOLDS;
+    sc.link_holds = LINK_HOLDS;
     assert_perfect(&run(&sc).unwrap());
 }

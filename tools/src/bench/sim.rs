@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ethbcast::cluster::{run, ClusterError, Deliveries, Report, Scenario, Traffic, LINK_HOLDS};
+use ethbcast::cluster::{run, ClusterError, Deliveries, Report, Scenario, Traffic};
 use ethbcast::simgroup::{run_group, GroupReport, GroupScenario};
 use ethbcast::{Algorithm, Faults, Rank};
 use serde::Serialize;
@@ -298,9 +298,6 @@ fn run_one(o: &SimOptions) -> Result<SimJson, ClusterError> {
     sc.ack_tree = o.ack_tree;
     sc.peer_repair = o.peer_repair;
     sc.rx_coalesce = Duration::from_micros(o.rx_coalesce_us);
-    // The ports keep the frames their hosts read, shared, rather than every member copying
-    // those it keeps (see `Scenario::link_holds`).
-    sc.link_holds = LINK_HOLDS;
     let t0 = std::time::Instant::now();
     let cpu0 = super::cpu::process_seconds();
     let r: Report = run(&sc)?;
