@@ -77,6 +77,21 @@ fn with_receive_coalescing_a_large_group_under_every_fault_at_once() {
 }
 
 #[test]
+fn members_that_observe_and_keep_nothing_under_every_fault_at_once() {
+    // Every member checks each piece of each message as it consumes it (what the large-group
+    // benchmark runs): 40 members, so the acknowledgement tree and peer repair take part.
+    let mut sc = Scenario::new(40, 300);
+    sc.traffic.faults = hostile();
+    sc.traffic.sizes = vec![0, 1, 80, 1460, 5000, 65_536];
+    sc.rx_coalesce = Duration::from_micros(25);
+    sc.observe = true;
+    let r = run(&sc).unwrap();
+    assert_perfect(&r);
+    assert!(r.lost_frames > 1000, "the faults were really there: {r:?}");
+    assert!(r.peer_repairs > 0, "members repaired each other: {r:?}");
+}
+
+#[test]
 fn repair_traffic_stays_close_to_what_was_lost() {
     let mut sc = Scenario::new(8, 800);
     sc.traffic.faults = Faults::lossy(0.05);
@@ -169,6 +184,7 @@ proptest! {
         // Ports that keep what their hosts read (the default), that keep so few that frames
         // waiting behind a gap leave them and are copied, and that keep nothing.
         link_holds in prop_oneof![2 => Just(LINK_HOLDS), 1 => Just(8usize), 1 => Just(0usize)],
+        observe in any::<bool>(),
     ) {
         let mut sc = Scenario::new(nodes, 120);
         sc.traffic.seed = seed;
@@ -176,6 +192,7 @@ proptest! {
         sc.traffic.faults = Faults { loss, burst_loss: burst, dup, reorder, reorder_delay: Duration::from_micros(300), corrupt, ..Faults::NONE };
         sc.window = Some(window);
         sc.link_holds = link_holds;
+        sc.observe = observe;
         if peer_repair {
             sc.tweak = |c| c.peer_repair = true;
         }
