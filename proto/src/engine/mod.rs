@@ -52,7 +52,7 @@ mod tree;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use crate::machine::{BatchEnd, Both, Transmit};
+use crate::machine::{BatchEnd, Both, Held, Transmit};
 use crate::wire::{self, Control, WireError};
 use crate::Rank;
 
@@ -83,6 +83,20 @@ pub enum HardwareAlgorithm {
     Simple,
 }
 
+/// A stream that takes the end of each batch of frames, and what says whether this batch's
+/// end has work for it, known without a look at the stream itself (in a simulated group of
+/// thousands, the stream's state is out of the caches at most batches' ends).
+#[derive(Debug, Clone, Copy)]
+struct Batched {
+    root: Rank,
+    /// The stream was handed something since its last batch end: frames, receives, requests,
+    /// timeouts (see `Engine::collect_rx`).
+    touched: bool,
+    /// Where the payload of the oldest frame it left in the link lies (`Receiver::link_front`):
+    /// a batch's end at which the link gives that frame back has frames of the stream leaving.
+    front: Option<usize>,
+}
+
 /// One member's protocol engine.
 #[derive(Debug)]
 pub struct Engine {
@@ -91,10 +105,10 @@ pub struct Engine {
     /// The receive streams, by root: those heard from alone (a slot per rank was 8 bytes
     /// per fellow at every member, 128 MiB of a simulated group of 4096).
     rx: BTreeMap<Rank, Box<Receiver>>,
-    /// The roots whose streams take the end of each batch of frames ([`Engine::frames_done`]):
+    /// The streams that take the end of each batch of frames ([`Engine::frames_done`]):
     /// those with an observer ([`Engine::observe`]) or left in the link
     /// ([`Engine::leave_in_link`]).
-    batched: Vec<Rank>,
+    batched: Vec<Batched>,
     /// Every timer of the engine: the receive streams' and the sender's.
     timers: TimerTable,
     /// What this member knows of each fellow member.
@@ -365,8 +379,12 @@ impl Engine {
 
     /// `root`'s stream takes the end of each batch of frames ([`Engine::frames_done`]).
     fn batch(&mut self, root: Rank) {
-        if !self.batched.contains(&root) {
-            self.batched.push(root);
+        if !self.batched.iter().any(|b| b.root == root) {
+            self.batched.push(Batched {
+                root,
+                touched: true,
+                front: None,
+            });
         }
     }
 
@@ -425,13 +443,29 @@ impl Engine {
             leaving: &leaving,
         };
         for k in 0..self.batched.len() {
-            let root = self.batched[k];
+            let Batched {
+                root,
+                touched,
+                front,
+            } = self.batched[k];
+            // A stream handed nothing since its last batch end, whose oldest frame in the
+            // link stays there, has nothing to do: whatever it left in the link stays, and
+            // what waits there waited at its last batch end too.
+            if !touched && front.is_none_or(|at| leaving.find(at, 0).is_none()) {
+                continue;
+            }
             if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
                 rx.frames_done(now, &mut self.timers, end);
                 // What it delivered, served and scheduled leaves now, not at the stream's
                 // next frame or timer.
                 self.collect_rx(root);
             }
+            let front = self.rx.get(&root).and_then(|rx| rx.link_front());
+            self.batched[k] = Batched {
+                root,
+                touched: false,
+                front,
+            };
         }
         let mut opened = opened;
         opened.clear();
@@ -480,6 +514,10 @@ impl Engine {
     }
 
     fn collect_rx(&mut self, root: Rank) {
+        // Every call into a stream ends here: its next batch end has work.
+        if let Some(b) = self.batched.iter_mut().find(|b| b.root == root) {
+            b.touched = true;
+        }
         if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
             while let Some(ev) = rx.take_event() {
                 if let EngineEvent::Delivered(Message { data, .. }) = &ev {

@@ -23,8 +23,9 @@ pub(super) type Relay = (Rank, Repr, usize, usize);
 /// The frames of one stream left in the link. See the module documentation.
 #[derive(Debug, Default)]
 pub(super) struct InLink {
-    /// The slots whose payloads lie in the link, oldest first.
-    refs: VecDeque<Seq>,
+    /// The slots whose payloads lie in the link, oldest first, with where each payload lay
+    /// when it was noted (a slot reused since has another's).
+    refs: VecDeque<(Seq, usize)>,
     /// Per slot: the address of its payload in the link's frame (empty: payloads are not
     /// left in the link).
     at: Vec<usize>,
@@ -50,7 +51,13 @@ impl InLink {
         slot.state.remove(SlotState::COPY);
         slot.state.insert(SlotState::LINK);
         self.at[i] = payload.as_ptr() as usize;
-        self.refs.push_back(s);
+        self.refs.push_back((s, self.at[i]));
+    }
+
+    /// Where the payload of the oldest frame noted lies: until the link gives that frame back,
+    /// no frame noted after it leaves either (see `leave`).
+    pub(super) fn front(&self) -> Option<usize> {
+        self.refs.front().map(|&(_, at)| at)
     }
 
     /// Where slot `i`'s payload lies in the link.
@@ -79,7 +86,7 @@ impl InLink {
     /// serves fellows as without the link), copied too, to serve them until its slot is
     /// reused, as a frame never left in the link does.
     pub(super) fn leave(&mut self, window: &mut Window, leaving: &dyn Held) {
-        while let Some(&s) = self.refs.front() {
+        while let Some(&(s, _)) = self.refs.front() {
             let i = window.idx(s);
             let slot = window.slot(i);
             let live = slot.state.contains(SlotState::LINK) && slot.repr.seq == s.low32();

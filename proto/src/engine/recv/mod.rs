@@ -541,6 +541,12 @@ impl Receiver {
         }
     }
 
+    /// Where the payload of the oldest frame this stream left in the link lies, if any: the
+    /// end of a batch that gives it back is the first at which the stream has frames leaving.
+    pub(crate) fn link_front(&self) -> Option<usize> {
+        self.link.front()
+    }
+
     /// Repairs for fellows served from the link, to be made when the batch ends.
     pub(crate) fn relays_waiting(&self) -> usize {
         self.link.relays_waiting()
