@@ -507,7 +507,7 @@ impl Link for SimPort {
         let leaving = held.len().saturating_sub(retain);
         done(BatchEnd {
             held: &Kept(&held, 0..held.len()),
-            leaving: &Kept(&held, 0..leaving),
+            leaving: &Leaving(&held, 0..leaving),
         });
         held.drain(..leaving);
         self.inner.borrow_mut().ports[self.index].held = held;
@@ -566,6 +566,20 @@ impl Held for Kept<'_> {
         self.0
             .range(self.1.clone())
             .rev()
+            .find_map(|f| within(f, at, len))
+    }
+}
+
+/// The frames a port lets go at the end of a batch (`range` of those it holds, the oldest).
+struct Leaving<'a>(&'a VecDeque<Rc<[u8]>>, std::ops::Range<usize>);
+
+impl Held for Leaving<'_> {
+    fn find(&self, at: usize, len: usize) -> Option<&[u8]> {
+        // Oldest first: a member asks after its oldest frames left in the link first, and
+        // they leave in the order they came (at 1024 members, looking newest first was 4 %
+        // of the run).
+        self.0
+            .range(self.1.clone())
             .find_map(|f| within(f, at, len))
     }
 }
