@@ -442,11 +442,13 @@ pub fn render(r: &SimJson) -> String {
 /// How the members of `sim --api stream` receive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Receive {
-    /// Each frame's bytes are checked where the port holds them as they are consumed, and
-    /// no message is reassembled (as `ethbcast recv` writes a stream out).
-    Observe,
     /// Each message is reassembled whole and checked.
     Whole,
+    /// Each frame's bytes are checked where the port holds them as they are consumed, and
+    /// no message is reassembled (as `ethbcast recv` writes a stream out). Members that
+    /// keep no message serve their fellows from the frames they copy once asked, not from
+    /// held messages: fewer bytes held, more requests to the roots.
+    Observe,
 }
 
 /// Which layer `sim` runs.
@@ -544,7 +546,7 @@ pub struct Args {
     #[arg(long, default_value_t = 25)]
     rx_coalesce_us: u64,
     /// How members receive the stream.
-    #[arg(long, value_enum, default_value = "observe")]
+    #[arg(long, value_enum, default_value = "whole")]
     receive: Receive,
     /// Print one JSON object.
     #[arg(long)]
