@@ -427,6 +427,28 @@ int ethbcast_allgather(struct ethbcast_group_t *group,
                        const size_t *lens);
 
 /**
+ * Gather (MPI_Gather) to `root`: every member's `part_len` bytes at `part` (the same length
+ * on every member), in rank order, back to back in the root's `out` (`part_len` times the
+ * members); `out` is not used elsewhere and may be NULL there. Every member broadcasts its
+ * part once, all at the same time; a member other than the root returns once its own part is
+ * sent (the other parts, which reach it too, are taken at the start of its next call). A part
+ * of another length gives `ETHBCAST_ERR_LENGTH` at the root once every part was taken; a
+ * member that dies gives `ETHBCAST_ERR_PEER_DEAD` (with failure detection) or
+ * `ETHBCAST_ERR_TIMEOUT`, at a member that already left in its next call. After an error
+ * the root's `out` holds no result.
+ *
+ * # Safety
+ * `part` points to `part_len` readable bytes (or is NULL when `part_len` is 0); at the root,
+ * `out` points to `part_len` times the members writable bytes that do not overlap `part`;
+ * neither is accessed by others during the call.
+ */
+int ethbcast_gather(struct ethbcast_group_t *group,
+                    int root,
+                    const void *part,
+                    size_t part_len,
+                    void *out);
+
+/**
  * Barrier (MPI_Barrier): returns once every member has entered.
  */
 int ethbcast_barrier(struct ethbcast_group_t *group);

@@ -91,6 +91,10 @@ pub struct Group {
     /// The buffer [`Group::bcast_into`] sends from and receives into, kept from call to call
     /// (as large as the largest message so far).
     spare: Vec<u8>,
+    /// The rest of a gather this member left once its own part was sent
+    /// ([`Group::gather_into`]): the other members' parts, taken and dropped when the next
+    /// call starts, so that every root's stream is at the same message on every member.
+    tail: Option<Allgather>,
 }
 
 impl std::fmt::Debug for Group {
@@ -211,6 +215,7 @@ impl Group {
             opts,
             join_stats,
             spare: Vec::new(),
+            tail: None,
         })
     }
 
@@ -325,6 +330,7 @@ impl Group {
                 size: n,
             });
         }
+        self.finish_tail()?;
         self.driver
             .member_mut()
             .bcast_from(WallClock.now(), root, buf, algo)?;
@@ -404,7 +410,7 @@ impl Group {
         let mut own = std::mem::take(&mut self.spare);
         own.clear();
         own.extend_from_slice(part);
-        self.gather_into(own, out, lens)
+        self.gather_parts(own, out, lens)
     }
 
     /// [`Group::allgather_into`] with this member's part already at its place in `out`
@@ -420,7 +426,7 @@ impl Group {
         let mut own = std::mem::take(&mut self.spare);
         own.clear();
         own.extend_from_slice(&out[at..at + lens[me]]);
-        self.gather_into(own, out, lens)
+        self.gather_parts(own, out, lens)
     }
 
     /// Allgather of parts whose lengths the members need not know in advance: `out` is
@@ -451,7 +457,62 @@ impl Group {
         Ok(lens)
     }
 
-    fn gather_into(
+    /// MPI_Gather into the caller's buffer at `root`: every member's `part`, all of one
+    /// length, in rank order, back to back in the root's `out` (`size` parts long); `out` is
+    /// not touched elsewhere and may be empty. It is the allgather's machinery
+    /// ([`Group::allgather_into`]), except that a member other than the root returns once its
+    /// own part is sent: the other members' parts, which reach it too, are taken and dropped
+    /// when its next call starts (so the root waits one round, and the others only for their
+    /// own send). A part of another length gives [`GroupError::Length`] at the root, a dead
+    /// member [`MemberError::PeerDead`](crate::MemberError::PeerDead) at the root, and at the
+    /// others in this call or, once they left it, in their next call.
+    pub fn gather_into(
+        &mut self,
+        root: Rank,
+        part: &[u8],
+        out: &mut [u8],
+    ) -> Result<Outcome, GroupError> {
+        let n = self.size();
+        if root.get() >= n {
+            return Err(GroupError::BadRank {
+                rank: root,
+                size: n,
+            });
+        }
+        let len = part.len();
+        let mut own = std::mem::take(&mut self.spare);
+        own.clear();
+        own.extend_from_slice(part);
+        if root == self.rank() {
+            let total = len.checked_mul(usize::from(n));
+            if total != Some(out.len()) {
+                self.spare = own;
+                return Err(GroupError::Parts {
+                    lens: usize::from(n),
+                    size: n,
+                    total: total.unwrap_or(usize::MAX),
+                    out: out.len(),
+                });
+            }
+            self.run_allgather(own, len, &mut |root, data| {
+                if data.len() != len {
+                    return Err(GroupError::Length {
+                        root,
+                        got: data.len(),
+                        want: len,
+                    });
+                }
+                let at = root.index() * len;
+                out[at..at + len].copy_from_slice(data);
+                Ok(())
+            })?;
+            return Ok(self.outcome());
+        }
+        self.run_allgather_until(own, part.len(), true, &mut |_, _| Ok(()))?;
+        Ok(self.outcome())
+    }
+
+    fn gather_parts(
         &mut self,
         own: Vec<u8>,
         out: &mut [u8],
@@ -479,10 +540,26 @@ impl Group {
     /// takes the parts as they come.
     fn run_allgather(
         &mut self,
-        mut own: Vec<u8>,
+        own: Vec<u8>,
         largest: usize,
         sink: &mut impl FnMut(Rank, &[u8]) -> Result<(), GroupError>,
     ) -> Result<(), GroupError> {
+        self.run_allgather_until(own, largest, false, sink)
+    }
+
+    /// [`Group::run_allgather`]; with `leave`, the call returns once this member's own part
+    /// is sent and the rest becomes the [`Group::tail`].
+    fn run_allgather_until(
+        &mut self,
+        mut own: Vec<u8>,
+        largest: usize,
+        leave: bool,
+        sink: &mut impl FnMut(Rank, &[u8]) -> Result<(), GroupError>,
+    ) -> Result<(), GroupError> {
+        if let Err(e) = self.finish_tail() {
+            self.spare = own;
+            return Err(e);
+        }
         let now = WallClock.now();
         // Push-pull's pull paces one root's message by one receiver that has posted for it; in
         // an allgather every root sends at once while its receivers still wait on their own
@@ -501,18 +578,53 @@ impl Group {
         };
         let after = self.opts.timeout;
         let mut spare = own;
+        let mut left = false;
         let r = self
             .driver
             .run_until(&WallClock, now + after, NO_SLICE, Sends::Deferred, |m| {
-                ag.poll(WallClock.now(), m, &mut spare, sink)
+                let r = ag.poll(WallClock.now(), m, &mut spare, sink);
+                if r.is_none() && leave && ag.own_sent() {
+                    left = true;
+                    return Some(Ok(()));
+                }
+                r
             });
         self.spare = spare;
+        if left {
+            self.tail = Some(ag);
+        }
         match r? {
             Some(r) => r,
             None => {
                 self.driver.member_mut().cancel_call();
                 Err(GroupError::Timeout {
                     what: "the parts of an allgather",
+                    after,
+                })
+            }
+        }
+    }
+
+    /// Takes and drops the rest of a gather this member left early (see [`Group::tail`]).
+    fn finish_tail(&mut self) -> Result<(), GroupError> {
+        let Some(mut ag) = self.tail.take() else {
+            return Ok(());
+        };
+        let after = self.opts.timeout;
+        let mut spare = Vec::new();
+        let r = self.driver.run_until(
+            &WallClock,
+            WallClock.now() + after,
+            NO_SLICE,
+            Sends::Deferred,
+            |m| ag.poll(WallClock.now(), m, &mut spare, &mut |_, _| Ok(())),
+        );
+        match r? {
+            Some(r) => r,
+            None => {
+                self.driver.member_mut().cancel_call();
+                Err(GroupError::Timeout {
+                    what: "the parts of a gather",
                     after,
                 })
             }
@@ -548,6 +660,7 @@ impl Group {
 
     /// A barrier of the chosen kind (all members must choose the same).
     pub fn barrier_with(&mut self, kind: BarrierAlgo) -> Result<(), GroupError> {
+        self.finish_tail()?;
         self.driver.member_mut().barrier(WallClock.now(), kind)?;
         self.finish("the barrier release")?;
         Ok(())
@@ -612,6 +725,7 @@ impl Group {
     /// Waits until everything this member sent has been acknowledged, and acknowledges what
     /// it received (which its roots would otherwise ask for once their timers fire).
     pub fn flush(&mut self) -> Result<(), GroupError> {
+        self.finish_tail()?;
         let after = self.opts.timeout;
         let now = WallClock.now();
         self.driver.member_mut().ack_all(now);

@@ -410,3 +410,108 @@ fn every_member_gets_every_part_in_rank_order_and_a_wrong_length_does_not_shift_
         h.join().expect("member thread").expect("member");
     }
 }
+
+/// MPI_Gather (`gather_into`) between real hosts with 2% of ethbcast frames lost at the switch:
+/// the root gets every member's part in rank order; a member other than the root returns once
+/// its own part is sent, and the other members' parts, which reach it too, do not shift its
+/// next calls (a broadcast from another root, an allgather, a barrier, a gather to another
+/// root). A part of another length fails the root's call, and the next gather is right.
+#[test]
+fn a_gather_gives_the_root_every_part_in_rank_order_and_leaves_the_next_calls_in_step() {
+    if !netns_available(
+        "a_gather_gives_the_root_every_part_in_rank_order_and_leaves_the_next_calls_in_step",
+        true,
+    ) {
+        return;
+    }
+    let n = 5;
+    let bed = bed("ga", n, 2.0);
+    let handles: Vec<_> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            netns::spawn_in(&h.netns, move || -> Result<(), String> {
+                let opts = GroupOptions {
+                    timeout: Duration::from_secs(20),
+                    ..GroupOptions::insecure()
+                };
+                let e = |e: GroupError| e.to_string();
+                let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)
+                    .map_err(e)?;
+                let me = g.rank().index();
+                for round in 0..24 {
+                    let root = Rank::new((round % n) as u16);
+                    let len = 1 + (round * 331) % 2500;
+                    let mut out = if root.index() == me {
+                        vec![0u8; n * len]
+                    } else {
+                        Vec::new()
+                    };
+                    g.gather_into(root, &payload(me as u16, round, len), &mut out)
+                        .map_err(e)?;
+                    let want: Vec<u8> =
+                        (0..n).flat_map(|r| payload(r as u16, round, len)).collect();
+                    if root.index() == me && out != want {
+                        return Err(format!("round {round}: the root's parts differ"));
+                    }
+                    // The next call, of another kind in turn.
+                    match round % 3 {
+                        0 => {
+                            let from = Rank::new(((round + 1) % n) as u16);
+                            let mut buf = if from.index() == me {
+                                payload(from.get(), round + 100, len)
+                            } else {
+                                Vec::new()
+                            };
+                            g.bcast(from, &mut buf).map_err(e)?;
+                            if buf != payload(from.get(), round + 100, len) {
+                                return Err(format!("round {round}: the broadcast after differs"));
+                            }
+                        }
+                        1 => {
+                            let mut all = vec![0u8; n * len];
+                            g.allgather_into(
+                                &payload(me as u16, round, len),
+                                &mut all,
+                                &vec![len; n],
+                            )
+                            .map_err(e)?;
+                            if all != want {
+                                return Err(format!("round {round}: the allgather after differs"));
+                            }
+                        }
+                        _ => g.barrier().map_err(e)?,
+                    }
+                }
+                // Rank 1 sends 9 bytes where the others send 8: the root (rank 0) fails.
+                let len = if me == 1 { 9 } else { 8 };
+                let mut out = vec![0u8; if me == 0 { 8 * n } else { 0 }];
+                match (
+                    me,
+                    g.gather_into(Rank::new(0), &vec![me as u8; len], &mut out),
+                ) {
+                    (0, Err(GroupError::Length { root, .. })) if root == Rank::new(1) => {}
+                    (0, r) => return Err(format!("the root got {r:?} for a part of 9 bytes")),
+                    (_, r) => {
+                        r.map_err(e)?;
+                    }
+                }
+                let mut out = vec![0u8; if me == 2 { 8 * n } else { 0 }];
+                g.gather_into(Rank::new(2), &[me as u8; 8], &mut out)
+                    .map_err(e)?;
+                if me == 2 && out != (0..n).flat_map(|r| [r as u8; 8]).collect::<Vec<_>>() {
+                    return Err(format!("after the length error: {out:?}"));
+                }
+                g.flush().map_err(e)?;
+                for _ in 0..20 {
+                    g.progress(Duration::from_millis(10)).map_err(e)?;
+                }
+                Ok(())
+            })
+            .unwrap()
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("member thread").expect("member");
+    }
+}

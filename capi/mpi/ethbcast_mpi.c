@@ -1,5 +1,6 @@
-/* libethbcast_mpi: MPI_Bcast, MPI_Barrier, MPI_Allgather, MPI_Allgatherv and MPI_Allreduce over
- * Ethernet hardware broadcast, for MPI programs as they are (LD_PRELOAD), through the MPI profiling interface (PMPI).
+/* libethbcast_mpi: MPI_Bcast, MPI_Barrier, MPI_Allgather, MPI_Allgatherv, MPI_Allreduce and
+ * MPI_Reduce over Ethernet hardware broadcast, for MPI programs as they are (LD_PRELOAD),
+ * through the MPI profiling interface (PMPI).
  *
  * Compiled once per MPI implementation with its own mpicc (Open MPI's MPI_Comm is a pointer,
  * MPICH's an int): `bash capi/mpi/build.sh` makes target/mpi/libethbcast_mpi-openmpi.so and
@@ -7,7 +8,7 @@
  *   ETHBCAST_IFACE=eth0 LD_PRELOAD=.../libethbcast_mpi-openmpi.so ./program
  * (mpirun -x / mpiexec -genv pass both to every rank).
  *
- * What goes over ethbcast: those five on MPI_COMM_WORLD and on communicators congruent to it (same members, same order: MPI_Comm_compare gives MPI_IDENT or
+ * What goes over ethbcast: those six on MPI_COMM_WORLD and on communicators congruent to it (same members, same order: MPI_Comm_compare gives MPI_IDENT or
  * MPI_CONGRUENT; with MPI_THREAD_MULTIPLE only MPI_COMM_WORLD, since two threads may run
  * collectives on two congruent communicators in different orders on different ranks).
  * Everything else calls the PMPI_ function: other communicators, intercommunicators,
@@ -32,10 +33,13 @@
  * MPI_Allgather(v) is every rank's part broadcast on its own stream, all at once
  * (ethbcast_allgather). MPI_Allreduce is an allgather of every rank's contribution, reduced on
  * every rank with PMPI_Reduce_local in rank order: the same operations on the same bytes in the
- * same order, so every rank has bitwise the same result, floating point included. A predefined
- * op the MPI refuses for the type (MPI_SUM on a pair type, any on a derived type) goes to the
- * MPI's own MPI_Allreduce, which reports it. Above ETHBCAST_MPI_ALLGATHER_MAX_BYTES or
- * ETHBCAST_MPI_ALLREDUCE_MAX_BYTES in all (every rank's part or contribution together), or a
+ * same order, so every rank has bitwise the same result, floating point included. MPI_Reduce
+ * is a gather of the contributions to the root (ethbcast_gather: the others return once their
+ * own is sent), reduced at the root in the same order. A predefined op the MPI refuses for the
+ * type (MPI_SUM on a pair type, any on a derived type) goes to the MPI's own MPI_Allreduce or
+ * MPI_Reduce, which reports it. Above ETHBCAST_MPI_ALLGATHER_MAX_BYTES or
+ * ETHBCAST_MPI_ALLREDUCE_MAX_BYTES (MPI_Reduce's too) in all (every rank's part or
+ * contribution together), or a
  * part above ETHBCAST_MPI_MAX_BYTES, the MPI's own collective. Unset, the allreduce's limit is
  * 32 KiB on links of 1 Gbit/s or faster (or of unknown rate) and scales with a slower job's
  * link rate (3276 bytes at 100 Mbit/s).
@@ -63,7 +67,7 @@
  * unshaped veth reports 10 Gbit/s), 4096, where hardware broadcast still wins on unshaped
  * veths, from 16 KiB on TCP's segmentation offload is faster there), ETHBCAST_TIMEOUT_MS (default 30000), ETHBCAST_GROUP_ID (default: rank 0 draws one
  * per job), ETHBCAST_MPI_VERBOSE=1 (each rank reports at MPI_Finalize how many calls went
- * where: MPI_Bcast and MPI_Barrier, then MPI_Allgather(v) and MPI_Allreduce apart). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
+ * where: MPI_Bcast and MPI_Barrier, then MPI_Allgather(v), MPI_Allreduce and MPI_Reduce apart). The settings above are the job's: every rank uses rank 0's, and rank 0 names the
  * ranks whose environment said otherwise in one warning per setting.
  *
  * Keys: ETHBCAST_KEY_FILE names the job's key file (written by `ethbcast keygen FILE`, mode
@@ -144,14 +148,16 @@ static size_t ebc_allgather_max = 0, ebc_allreduce_max = 0;
  * engine: a call still waiting after 10 ms gets a probe then, and one per millisecond until it
  * returns.
  *
- * The helper sleeps in poll() on a timerfd that the waiting call arms as it starts waiting (10
- * ms, then every millisecond) and disarms as it returns: a call that returns sooner costs two
- * timerfd_settime system calls and an uncontended mutex, and wakes no thread. Nothing runs
- * while calls come and go, nor while the program is in other MPI calls (a helper that looked on
- * a schedule woke every rank 100 times a second while calls came). The helper needs
- * MPI_THREAD_SERIALIZED (MPI_Init asks for it): it calls MPI only while the rank's own calling
- * thread is inside this library, and a call returns only once a probe in flight has returned
- * (the mutex). */
+ * The helper sleeps in poll() on a timerfd armed for 10 ms after a call started waiting. A call
+ * arms it only when it is not armed already: it notes when it started waiting and makes its
+ * count odd, which is an atomic add, a clock read in the vDSO and no system call. When the timer
+ * fires the helper looks: a call waiting 10 ms gets a probe and the timer again in a
+ * millisecond; a call waiting less gets the timer at its own 10 ms; no call waiting, and the
+ * helper disarms and sleeps until a call arms it again. So calls that come and go cost at most
+ * one wake-up and one timerfd_settime per 10 ms, not two timerfd_settime calls each (in an
+ * 8-rank allgather loop those were half the system calls other than sched_yield). The helper needs MPI_THREAD_SERIALIZED (MPI_Init
+ * asks for it): it calls MPI only while the rank's own calling thread is inside this library,
+ * and a call returns only once a probe in flight has returned (the mutex). */
 #define EBC_MP_GRACE_NS 10000000L
 #define EBC_MP_PROBE_NS 1000000L
 static pthread_t ebc_mp_thread;
@@ -159,8 +165,23 @@ static int ebc_mp_running = 0;
 static pthread_mutex_t ebc_mp_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Odd while a call waits on ethbcast: incremented when it starts waiting and when it returns. */
 static _Atomic unsigned long long ebc_mp_calls = 0;
+/* When the waiting call started waiting (CLOCK_MONOTONIC, ns); whether the timer is armed. */
+static _Atomic long long ebc_mp_since = 0;
+static atomic_int ebc_mp_armed = 0;
 static int ebc_mp_timer = -1, ebc_mp_stop_fd = -1;
 static unsigned long long ebc_mp_probes = 0;
+
+static long long ebc_mp_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Arms the helper's timer to fire once at `at` (CLOCK_MONOTONIC, ns). */
+static void ebc_mp_arm(long long at) {
+    struct itimerspec t = {.it_value = {.tv_sec = at / 1000000000LL, .tv_nsec = at % 1000000000LL}};
+    timerfd_settime(ebc_mp_timer, TFD_TIMER_ABSTIME, &t, NULL);
+}
 
 static void *ebc_mp_main(void *arg) {
     (void)arg;
@@ -174,13 +195,29 @@ static void *ebc_mp_main(void *arg) {
         uint64_t expired = 0;
         if (read(ebc_mp_timer, &expired, sizeof expired) != (ssize_t)sizeof expired)
             continue;
-        /* A call waited 10 ms (or a millisecond more): let MPI progress. A call that returned
-         * meanwhile (even count) needs nothing. */
+        /* While the mutex is held a waiting call cannot return, so an odd count and its start
+         * stay put. */
         pthread_mutex_lock(&ebc_mp_mu);
         if (atomic_load(&ebc_mp_calls) & 1) {
-            int flag = 0;
-            PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-            ebc_mp_probes++;
+            long long since = atomic_load(&ebc_mp_since), now = ebc_mp_now();
+            if (now - since >= EBC_MP_GRACE_NS) {
+                /* A call waited 10 ms (or a millisecond more): let MPI progress. */
+                int flag = 0;
+                PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag,
+                            MPI_STATUS_IGNORE);
+                ebc_mp_probes++;
+                ebc_mp_arm(ebc_mp_now() + EBC_MP_PROBE_NS);
+            } else {
+                /* A later call than the one that armed the timer: its own 10 ms. */
+                ebc_mp_arm(since + EBC_MP_GRACE_NS);
+            }
+        } else {
+            /* No call waits: sleep until one arms the timer. A call that started waiting
+             * before it could see the timer disarmed is seen here instead (both sides write,
+             * then read the other's variable, in one order). */
+            atomic_store(&ebc_mp_armed, 0);
+            if ((atomic_load(&ebc_mp_calls) & 1) && !atomic_exchange(&ebc_mp_armed, 1))
+                ebc_mp_arm(atomic_load(&ebc_mp_since) + EBC_MP_GRACE_NS);
         }
         pthread_mutex_unlock(&ebc_mp_mu);
     }
@@ -219,17 +256,16 @@ static void ebc_mp_stop_thread(void) {
 static void ebc_wait_begin(void) {
     if (!ebc_mp_running)
         return;
+    long long since = ebc_mp_now();
+    atomic_store(&ebc_mp_since, since);
     atomic_fetch_add(&ebc_mp_calls, 1);
-    struct itimerspec t = {.it_value = {.tv_nsec = EBC_MP_GRACE_NS},
-                           .it_interval = {.tv_nsec = EBC_MP_PROBE_NS}};
-    timerfd_settime(ebc_mp_timer, 0, &t, NULL);
+    if (!atomic_exchange(&ebc_mp_armed, 1))
+        ebc_mp_arm(since + EBC_MP_GRACE_NS);
 }
 
 static void ebc_wait_end(void) {
     if (!ebc_mp_running)
         return;
-    struct itimerspec off = {{0, 0}, {0, 0}};
-    timerfd_settime(ebc_mp_timer, 0, &off, NULL);
     /* Waits for a probe in flight: the program's next MPI call comes after it. */
     pthread_mutex_lock(&ebc_mp_mu);
     atomic_fetch_add(&ebc_mp_calls, 1);
@@ -898,27 +934,83 @@ static int ebc_op_applies(MPI_Op op, MPI_Datatype type, int combiner) {
     return applies;
 }
 
+/* recvbuf = x0 op (x1 op (... op x(n-1))), the contributions of `bytes` each back to back in
+ * `all` (packed unless `flat`), with PMPI_Reduce_local (in op inout -> inout): the order MPI
+ * fixes for non-commutative ops (MPI 3.1, 5.9.1), and one of those it allows for the others.
+ * Returns an MPI error code. */
+static int ebc_reduce_in_order(const unsigned char *all, size_t bytes, int n, int flat,
+                               void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                               MPI_Comm comm) {
+    if (bytes == 0)
+        return MPI_SUCCESS;
+    int rc = MPI_SUCCESS, position = 0;
+    const unsigned char *last = all + bytes * (size_t)(n - 1);
+    if (flat) {
+        memmove(recvbuf, last, bytes);
+        for (int r = n - 2; r >= 0 && rc == MPI_SUCCESS; r--)
+            rc = PMPI_Reduce_local(all + bytes * (size_t)r, recvbuf, count, datatype, op);
+        return rc;
+    }
+    /* Each contribution unpacked into a buffer of the datatype's layout. */
+    MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
+    PMPI_Type_get_extent(datatype, &lb, &extent);
+    PMPI_Type_get_true_extent(datatype, &tlb, &textent);
+    size_t span = (size_t)textent + (size_t)(count - 1) * (size_t)extent;
+    unsigned char *tmp = malloc(span > 0 ? span : 1);
+    if (tmp == NULL)
+        return MPI_ERR_NO_MEM;
+    rc = PMPI_Unpack(last, (int)bytes, &position, recvbuf, count, datatype, comm);
+    for (int r = n - 2; r >= 0 && rc == MPI_SUCCESS; r--) {
+        position = 0;
+        rc = PMPI_Unpack(all + bytes * (size_t)r, (int)bytes, &position, tmp - tlb, count,
+                         datatype, comm);
+        if (rc == MPI_SUCCESS)
+            rc = PMPI_Reduce_local(tmp - tlb, recvbuf, count, datatype, op);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* Whether a reduction of `count` elements of `datatype` with `op` goes over ethbcast: the
+ * same answer on every rank, which passes the same count, type signature and op. */
+static int ebc_reduce_here(MPI_Comm comm, int count, MPI_Datatype datatype, MPI_Op op,
+                           int *size, int *combiner) {
+    if (!ebc_uses_group(comm) || count < 0 || op == MPI_OP_NULL ||
+        !ebc_type_ok(datatype, size, combiner))
+        return 0;
+    size_t bytes = (size_t)count * (size_t)*size;
+    int n = ebc_world_size;
+    return n <= EBC_COLL_MAX_RANKS && bytes * (size_t)n <= ebc_allreduce_max &&
+           bytes <= ebc_max_bytes && ebc_op_applies(op, datatype, *combiner);
+}
+
+/* This rank's contribution as it goes on the wire: `mine` itself when the type is one block
+ * (*part = mine), else packed into `at` (*part = `at`). Returns an MPI error code. */
+static int ebc_contribution(const void *mine, int count, MPI_Datatype datatype, int flat,
+                            size_t bytes, unsigned char *at, const void **part, MPI_Comm comm) {
+    int position = 0;
+    if (flat) {
+        *part = mine;
+        return MPI_SUCCESS;
+    }
+    *part = at;
+    return PMPI_Pack(mine, count, datatype, at, (int)bytes, &position, comm);
+}
+
 /* MPI_Allreduce as an allgather of every rank's contribution, then the reduction in rank order
- * on every rank: x0 op (x1 op (... op x(p-1))), with PMPI_Reduce_local (in op inout -> inout).
- * Every rank computes the same operations on the same bytes in the same order, so every rank
- * has bitwise the same result, floating point included; MPI fixes this order for
- * non-commutative ops (MPI 3.1, 5.9.1), and it is one of the orders it allows for the others. */
+ * on every rank (ebc_reduce_in_order): every rank computes the same operations on the same
+ * bytes in the same order, so every rank has bitwise the same result, floating point
+ * included. */
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
                   MPI_Op op, MPI_Comm comm) {
     int size = 0, combiner = 0;
-    if (!ebc_uses_group(comm) || count < 0 || op == MPI_OP_NULL ||
-        !ebc_type_ok(datatype, &size, &combiner)) {
-        ebc_coll_pmpi++;
-        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-    }
-    size_t bytes = (size_t)count * (size_t)size;
-    int n = ebc_world_size;
-    if (n > EBC_COLL_MAX_RANKS || bytes * (size_t)n > ebc_allreduce_max || bytes > ebc_max_bytes ||
-        !ebc_op_applies(op, datatype, combiner)) {
+    if (!ebc_reduce_here(comm, count, datatype, op, &size, &combiner)) {
         ebc_coll_pmpi++;
         return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     }
     ebc_coll_hw++;
+    size_t bytes = (size_t)count * (size_t)size;
+    int n = ebc_world_size;
     const void *mine = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
     int flat = ebc_one_block(datatype, count, size, combiner);
     unsigned char *all = ebc_room(&ebc_gathered, bytes * (size_t)n);
@@ -926,48 +1018,67 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
         PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
         return MPI_ERR_NO_MEM;
     }
-    int rc = MPI_SUCCESS, position = 0;
-    const void *part = mine;
-    if (!flat) {
-        /* Packed to its place among the gathered bytes, and gathered in place. */
-        rc = PMPI_Pack(mine, count, datatype, all + bytes * (size_t)ebc_world_rank,
-                       (int)bytes, &position, comm);
+    const void *part = NULL;
+    /* Packed to its place among the gathered bytes, and gathered in place (part NULL). */
+    int rc = ebc_contribution(mine, count, datatype, flat, bytes,
+                              all + bytes * (size_t)ebc_world_rank, &part, comm);
+    if (!flat)
         part = NULL;
-    } else if (bytes == 0) {
+    else if (bytes == 0)
         part = all;
-    }
     if (rc == MPI_SUCCESS) {
         int e = ebc_allgather(part, bytes, all, NULL);
         if (e != ETHBCAST_OK)
             return ebc_fail(comm, "MPI_Allreduce", e);
+        rc = ebc_reduce_in_order(all, bytes, n, flat, recvbuf, count, datatype, op, comm);
     }
-    if (rc == MPI_SUCCESS && bytes > 0) {
-        unsigned char *last = all + bytes * (size_t)(n - 1);
-        if (flat) {
-            memmove(recvbuf, last, bytes);
-            for (int r = n - 2; r >= 0 && rc == MPI_SUCCESS; r--)
-                rc = PMPI_Reduce_local(all + bytes * (size_t)r, recvbuf, count, datatype, op);
-        } else {
-            /* Each contribution unpacked into a buffer of the datatype's layout. */
-            MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
-            PMPI_Type_get_extent(datatype, &lb, &extent);
-            PMPI_Type_get_true_extent(datatype, &tlb, &textent);
-            size_t span = (size_t)textent + (size_t)(count - 1) * (size_t)extent;
-            unsigned char *tmp = malloc(span > 0 ? span : 1);
-            if (tmp == NULL)
-                rc = MPI_ERR_NO_MEM;
-            position = 0;
-            if (rc == MPI_SUCCESS)
-                rc = PMPI_Unpack(last, (int)bytes, &position, recvbuf, count, datatype, comm);
-            for (int r = n - 2; r >= 0 && rc == MPI_SUCCESS; r--) {
-                position = 0;
-                rc = PMPI_Unpack(all + bytes * (size_t)r, (int)bytes, &position, tmp - tlb,
-                                 count, datatype, comm);
-                if (rc == MPI_SUCCESS)
-                    rc = PMPI_Reduce_local(tmp - tlb, recvbuf, count, datatype, op);
-            }
-            free(tmp);
-        }
+    if (rc != MPI_SUCCESS)
+        PMPI_Comm_call_errhandler(comm, rc);
+    return rc;
+}
+
+/* MPI_Reduce as a gather of every rank's contribution to the root (ethbcast_gather: every rank
+ * broadcasts its contribution once, all at the same time, and a rank other than the root
+ * returns once its own is sent), then the reduction in rank order at the root
+ * (ebc_reduce_in_order), as MPI_Allreduce. MPI_IN_PLACE is the root's alone (MPI 3.1, 5.9.1):
+ * a rank other than the root that passes it still takes part, with an empty contribution
+ * that fails the root's call (MPI_ERR_TRUNCATE), and gets MPI_ERR_BUFFER itself. */
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               int root, MPI_Comm comm) {
+    int size = 0, combiner = 0, n = ebc_world_size;
+    if (root < 0 || root >= n || !ebc_reduce_here(comm, count, datatype, op, &size, &combiner)) {
+        ebc_coll_pmpi++;
+        return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+    }
+    ebc_coll_hw++;
+    size_t bytes = (size_t)count * (size_t)size;
+    int me = ebc_world_rank, at_root = me == root;
+    int flat = ebc_one_block(datatype, count, size, combiner);
+    /* The root's gathered contributions; a packed contribution apart from them (the library
+     * takes a part that does not overlap what it gathers into). */
+    unsigned char *all = at_root ? ebc_room(&ebc_gathered, bytes * (size_t)n) : NULL;
+    unsigned char *packed = flat ? NULL : ebc_room(&ebc_packed, bytes);
+    if ((at_root && all == NULL) || (!flat && packed == NULL)) {
+        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    int misplaced = sendbuf == MPI_IN_PLACE && !at_root;
+    const void *mine = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    const void *part = NULL;
+    int rc = MPI_SUCCESS;
+    if (!misplaced && bytes > 0)
+        rc = ebc_contribution(mine, count, datatype, flat, bytes, packed, &part, comm);
+    if (rc == MPI_SUCCESS) {
+        ebc_wait_begin();
+        int e = ethbcast_gather(ebc_group, root, part, misplaced ? 0 : bytes,
+                                at_root ? all : NULL);
+        ebc_wait_end();
+        if (e != ETHBCAST_OK)
+            return ebc_fail(comm, "MPI_Reduce", e);
+        if (misplaced)
+            rc = MPI_ERR_BUFFER;
+        else if (at_root)
+            rc = ebc_reduce_in_order(all, bytes, n, flat, recvbuf, count, datatype, op, comm);
     }
     if (rc != MPI_SUCCESS)
         PMPI_Comm_call_errhandler(comm, rc);
@@ -999,7 +1110,7 @@ int MPI_Finalize(void) {
         fprintf(stderr,
                 "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI, "
                 "%llu looks of the progress thread; size limit %zu bytes, link %llu bit/s; "
-                "%llu MPI progress probes while waiting; %llu allgathers and allreduces over "
+                "%llu MPI progress probes while waiting; %llu allgathers and reductions over "
                 "ethbcast, %llu over PMPI; allreduce limit %zu bytes\n",
                 ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi,
                 (unsigned long long)ebc_final.background_polls, ebc_max_bytes, ebc_link_rate,

@@ -1,8 +1,8 @@
-/* MPI_Allgather, MPI_Allgatherv and MPI_Allreduce conformance, written from the MPI 3.1
- * standard (5.7 for the gathers, 5.9 for the reductions: 5.9.2 says which predefined op applies
- * to which type, 5.9.4 MINLOC/MAXLOC, 5.9.5 user-defined ops and their order; 4.1 for type
- * maps): run by capi/tests/mpi_conformance.rs under Open MPI and MPICH, with and without the
- * interposer, and it must pass either way.
+/* MPI_Allgather, MPI_Allgatherv, MPI_Allreduce and MPI_Reduce conformance, written from the MPI
+ * 3.1 standard (5.7 for the gathers, 5.9 for the reductions: 5.9.2 says which predefined op
+ * applies to which type, 5.9.4 MINLOC/MAXLOC, 5.9.5 user-defined ops and their order; 4.1 for
+ * type maps): run by capi/tests/mpi_conformance.rs under Open MPI and MPICH, with and without
+ * the interposer, and it must pass either way.
  *
  * What it checks, on MPI_COMM_WORLD, a duplicate, two halves at the same time, the world in
  * reverse order, MPI_COMM_SELF and an intercommunicator between the even and the odd ranks:
@@ -16,18 +16,24 @@
  *   and MAXLOC on the pair types), counts 0, 1, 7 and 1031, values whose result is exact in any
  *   order; MPI_IN_PLACE; a user-defined op on a derived type with holes (holes untouched); a
  *   user-defined commutative op and non-commutative ones (2x2 matrix products on a derived type,
- *   compositions of affine maps on MPI_UINT64_T; they show the order: 5.9.5 fixes rank order); MPI_SUM on a pair type, MPI_MAXLOC on MPI_INT and a
- *   predefined op on a derived type are errors (with MPI_ERRORS_RETURN), and the next calls
- *   are right.
+ *   compositions of affine maps on MPI_UINT64_T; they show the order: 5.9.5 fixes rank order);
+ *   MPI_SUM on a pair type, MPI_MAXLOC on MPI_INT and a predefined op on a derived type are
+ *   errors (with MPI_ERRORS_RETURN), and the next calls are right.
+ * - Reduce: the same cases on the world (a half, the world reversed and MPI_COMM_SELF with
+ *   user-defined ops and pair types), to a root that moves from call to call, the result
+ *   checked at the root (5.9.1: recvbuf is significant there only, MPI_IN_PLACE is the root's);
+ *   the errors are asserted at the root.
  *
  * --light: every type and op at count 7 and every other kind of case once (for MPICH, whose
  * ranks busy-poll).
  * --identity: MPI_SUM of 1031 doubles of mixed magnitude, whose rounding depends on the order;
  * prints "identity identical" when every rank got bitwise the same result, else "identity
  * differs on K ranks" (MPI does not promise it; the interposer does).
- * --stream: 300 allgathers and 300 allreduces of changing lengths, every element checked.
+ * --stream: 300 allgathers, 300 allreduces and 300 reduces of changing lengths, every element
+ * checked.
  * --mismatch (a program the standard calls erroneous, for the interposer only): a rank whose
- * count disagrees gets an error of class MPI_ERR_TRUNCATE, and the next calls are right.
+ * count disagrees gets an error of class MPI_ERR_TRUNCATE (of MPI_Reduce, the root), and the
+ * next calls are right.
  *
  * Prints "coll rank R world W calls C congruent K" (K: calls on communicators congruent to
  * MPI_COMM_WORLD) and, at rank 0, "unavailable: NAME ...", or exits non-zero naming the first
@@ -467,6 +473,34 @@ static long double get(const void *p, const struct rtype *t, int size, long doub
     return 0;
 }
 
+/* The reduction under test: MPI_Allreduce, or, once `rooted` is set, MPI_Reduce to a root that
+ * moves from call to call (the same on every rank: every rank makes the same calls). 5.9.1:
+ * recvbuf is significant only at the root, and MPI_IN_PLACE is the root's alone (elsewhere the
+ * contribution is passed from recvbuf, which holds it). *mine says whether this rank's recvbuf
+ * holds a result to check. */
+static int rooted = 0;
+static unsigned long reductions = 0;
+
+static int reduction(const void *s, void *r, int count, MPI_Datatype t, MPI_Op op, MPI_Comm comm,
+                     int *mine) {
+    if (!rooted) {
+        *mine = 1;
+        return MPI_Allreduce(s, r, count, t, op, comm);
+    }
+    int cme, cn;
+    OK(MPI_Comm_rank(comm, &cme));
+    OK(MPI_Comm_size(comm, &cn));
+    int root = (int)(reductions++ % (unsigned long)cn);
+    *mine = cme == root;
+    if (!*mine && s == MPI_IN_PLACE)
+        s = r;
+    return MPI_Reduce(s, *mine ? r : NULL, count, t, op, root, comm);
+}
+
+static const char *reduced(void) {
+    return rooted ? "reduce" : "allreduce";
+}
+
 static void reduce_checked(MPI_Comm comm, const struct rtype *t, const struct rop *o, int opk,
                            int count, int in_place, const char *cname) {
     int cme, cn, size;
@@ -480,16 +514,17 @@ static void reduce_checked(MPI_Comm comm, const struct rtype *t, const struct ro
         put(send + (size_t)i * size, t, size, contribution(opk, cme, i));
         put(recv + (size_t)i * size, t, size, in_place ? contribution(opk, cme, i) : 99);
     }
-    int rc = MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, t->type, o->op, comm);
+    int mine;
+    int rc = reduction(in_place ? MPI_IN_PLACE : send, recv, count, t->type, o->op, comm, &mine);
     counted(comm);
-    CHECK(rc == MPI_SUCCESS, "allreduce %s of %d %s on %s%s returned %d", o->name, count,
+    CHECK(rc == MPI_SUCCESS, "%s %s of %d %s on %s%s returned %d", reduced(), o->name, count,
           t->name, cname, in_place ? " in place" : "", rc);
-    for (int i = 0; i < count; i++) {
+    for (int i = 0; mine && i < count; i++) {
         long double im, got = get(recv + (size_t)i * size, t, size, &im);
         long double want = expected(opk, i, cn);
         int logical = t->kind == K_LOGICAL && opk >= 4 && opk <= 6;
         int ok = logical ? (got != 0) == (want != 0) : got == want && im == 0;
-        CHECK(ok, "allreduce %s of %d %s on %s%s: element %d is %Lg%+Lgi, not %Lg", o->name,
+        CHECK(ok, "%s %s of %d %s on %s%s: element %d is %Lg%+Lgi, not %Lg", reduced(), o->name,
               count, t->name, cname, in_place ? " in place" : "", i, got, im, want);
     }
     free(send);
@@ -581,10 +616,11 @@ struct ldi { long double v; int i; };
                     send[i].i = cme;                                                      \
                     recv[i] = send[i];                                                    \
                 }                                                                         \
-                OK(MPI_Allreduce(inplace ? MPI_IN_PLACE : (void *)send, recv, 31, TYPE,   \
-                                 mx ? MPI_MAXLOC : MPI_MINLOC, comm));                    \
+                int mine;                                                                 \
+                OK(reduction(inplace ? MPI_IN_PLACE : (void *)send, recv, 31, TYPE,       \
+                             mx ? MPI_MAXLOC : MPI_MINLOC, comm, &mine));                 \
                 counted(comm);                                                            \
-                for (int i = 0; i < 31; i++) {                                            \
+                for (int i = 0; mine && i < 31; i++) {                                    \
                     int wv = (i * 3) % 7, wi = 0;                                         \
                     for (int q = 1; q < cn; q++) {                                        \
                         int v = (q * 5 + i * 3) % 7;                                      \
@@ -635,10 +671,10 @@ static void reduce_derived(MPI_Comm comm, const char *cname) {
     OK(MPI_Type_contiguous(3, MPI_INT, &con));
     OK(MPI_Type_commit(&con));
     OK(MPI_Op_create(vsum, 1, &op));
-    int x[21] = {0}, y[21];
-    int rc = MPI_Allreduce(x, y, 7, con, MPI_MAX, comm);
+    int x[21] = {0}, y[21], mine;
+    int rc = reduction(x, y, 7, con, MPI_MAX, comm, &mine);
     counted(comm);
-    CHECK(rc != MPI_SUCCESS, "MPI_MAX on a contiguous type on %s succeeded", cname);
+    CHECK(rc != MPI_SUCCESS || !mine, "MPI_MAX on a contiguous type on %s succeeded", cname);
     for (int count = 0; count <= 7; count += 7) {
         int len = count * 10;
         double *s = malloc((size_t)(len + 1) * sizeof *s), *r = malloc((size_t)(len + 1) * sizeof *r);
@@ -647,9 +683,9 @@ static void reduce_derived(MPI_Comm comm, const char *cname) {
             s[i] = (cme + i) % 3;
             r[i] = -1000 - i;
         }
-        OK(MPI_Allreduce(s, r, count, vec, op, comm));
+        OK(reduction(s, r, count, vec, op, comm, &mine));
         counted(comm);
-        for (int i = 0; i < len; i++) {
+        for (int i = 0; mine && i < len; i++) {
             double want = -1000 - i;
             if ((i % 10) % 3 == 0) {
                 want = 0;
@@ -729,9 +765,10 @@ static void reduce_user(MPI_Comm comm, const char *cname) {
         CHECK(s != NULL && r != NULL, "out of memory");
         for (int k = 0; k < count; k++)
             matrix_of(cme, k, s + 4 * k);
-        OK(MPI_Allreduce(s, r, count, mat, mm, comm));
+        int mine;
+        OK(reduction(s, r, count, mat, mm, comm, &mine));
         counted(comm);
-        for (int k = 0; k < count; k++) {
+        for (int k = 0; mine && k < count; k++) {
             unsigned want[4], m[4];
             matrix_of(0, k, want);
             for (int q = 1; q < cn; q++) {
@@ -753,9 +790,9 @@ static void reduce_user(MPI_Comm comm, const char *cname) {
         CHECK(fs != NULL && fr != NULL, "out of memory");
         for (int k = 0; k < count; k++)
             fs[k] = affine_of(cme, k);
-        OK(MPI_Allreduce(fs, fr, count, MPI_UINT64_T, af, comm));
+        OK(reduction(fs, fr, count, MPI_UINT64_T, af, comm, &mine));
         counted(comm);
-        for (int k = 0; k < count; k++) {
+        for (int k = 0; mine && k < count; k++) {
             uint64_t want = affine_of(cn - 1, k);
             int one = 1;
             for (int q = cn - 2; q >= 0; q--) {
@@ -773,9 +810,9 @@ static void reduce_user(MPI_Comm comm, const char *cname) {
         CHECK(a != NULL, "out of memory");
         for (int k = 0; k < count; k++)
             a[k] = (cme % 2 ? -1 : 1) * ((cme * 3 + k) % 10);
-        OK(MPI_Allreduce(MPI_IN_PLACE, a, count, MPI_INT, am, comm));
+        OK(reduction(MPI_IN_PLACE, a, count, MPI_INT, am, comm, &mine));
         counted(comm);
-        for (int k = 0; k < count; k++) {
+        for (int k = 0; mine && k < count; k++) {
             int want = 0;
             for (int q = 0; q < cn; q++)
                 want = (q * 3 + k) % 10 > want ? (q * 3 + k) % 10 : want;
@@ -797,16 +834,17 @@ static void reduce_errors(MPI_Comm comm, const char *cname) {
     int cn;
     OK(MPI_Comm_size(comm, &cn));
     struct di p[3] = {{1, 0}, {2, 0}, {3, 0}}, q[3];
-    int rc = MPI_Allreduce(p, q, 3, MPI_DOUBLE_INT, MPI_SUM, comm);
+    int mine;
+    int rc = reduction(p, q, 3, MPI_DOUBLE_INT, MPI_SUM, comm, &mine);
     counted(comm);
-    CHECK(rc != MPI_SUCCESS, "MPI_SUM on MPI_DOUBLE_INT on %s succeeded", cname);
+    CHECK(rc != MPI_SUCCESS || !mine, "MPI_SUM on MPI_DOUBLE_INT on %s succeeded", cname);
     int x[3] = {1, 2, 3}, y[3];
-    rc = MPI_Allreduce(x, y, 3, MPI_INT, MPI_MAXLOC, comm);
+    rc = reduction(x, y, 3, MPI_INT, MPI_MAXLOC, comm, &mine);
     counted(comm);
-    CHECK(rc != MPI_SUCCESS, "MPI_MAXLOC on MPI_INT on %s succeeded", cname);
-    OK(MPI_Allreduce(x, y, 3, MPI_INT, MPI_SUM, comm));
+    CHECK(rc != MPI_SUCCESS || !mine, "MPI_MAXLOC on MPI_INT on %s succeeded", cname);
+    OK(reduction(x, y, 3, MPI_INT, MPI_SUM, comm, &mine));
     counted(comm);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; mine && i < 3; i++)
         CHECK(y[i] == x[i] * cn, "the reduction after the errors on %s: %d", cname, y[i]);
 }
 
@@ -874,22 +912,25 @@ static void identity(void) {
 }
 
 /* Counts that disagree across ranks (erroneous): every rank whose parts' lengths disagree with
- * its own counts gets MPI_ERR_TRUNCATE, and the next calls are right. */
+ * its own counts gets MPI_ERR_TRUNCATE (of MPI_Reduce, the root: the only rank that receives
+ * the parts), and the next calls are right. */
 static void mismatch(void) {
     int bad = n - 1;
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 3; variant++) {
         int count = me == bad ? 3 : 5;
         int v[5] = {me, me, me, me, me}, all[5 * 64], w[5];
         CHECK(n <= 64, "at most 64 ranks");
-        int rc = variant == 0 ? MPI_Allgather(v, count, MPI_INT, all, count, MPI_INT,
-                                              MPI_COMM_WORLD)
-                              : MPI_Allreduce(v, w, count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        int rc = variant == 0   ? MPI_Allgather(v, count, MPI_INT, all, count, MPI_INT,
+                                                MPI_COMM_WORLD)
+                 : variant == 1 ? MPI_Allreduce(v, w, count, MPI_INT, MPI_SUM, MPI_COMM_WORLD)
+                                : MPI_Reduce(v, w, count, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
         counted(MPI_COMM_WORLD);
         int cls = MPI_SUCCESS;
         if (rc != MPI_SUCCESS)
             MPI_Error_class(rc, &cls);
-        CHECK(cls == MPI_ERR_TRUNCATE, "mismatch variant %d: error class %d, not "
-                                       "MPI_ERR_TRUNCATE (%d)", variant, cls, MPI_ERR_TRUNCATE);
+        if (variant < 2 || me == 0)
+            CHECK(cls == MPI_ERR_TRUNCATE, "mismatch variant %d: error class %d, not "
+                  "MPI_ERR_TRUNCATE (%d)", variant, cls, MPI_ERR_TRUNCATE);
         for (int k = 0; k < 5; k++) {
             int x[4] = {me + k, 2, 3, 4};
             OK(MPI_Allgather(x, 4, MPI_INT, all, 4, MPI_INT, MPI_COMM_WORLD));
@@ -905,8 +946,9 @@ static void mismatch(void) {
     }
 }
 
-/* A stream of allgathers and allreduces of changing lengths (up to 2.8 KB per rank), every
- * element checked: what the test runs while the switch drops frames. */
+/* A stream of allgathers, allreduces and reduces (to a root that moves) of changing lengths
+ * (up to 2.8 KB per rank), every element checked: what the test runs while the switch drops
+ * frames. */
 static void stream(void) {
     int *send = malloc(700 * sizeof *send), *recv = malloc(700 * (size_t)n * sizeof *recv);
     int *sum = malloc(700 * sizeof *sum);
@@ -927,6 +969,13 @@ static void stream(void) {
         for (int i = 0; i < count; i++)
             CHECK(sum[i] == n * (n - 1) / 2 * 1000000 + n * (k * 1000 + i),
                   "stream allreduce %d: element %d is %d", k, i, sum[i]);
+        int root = k % n;
+        memset(sum, 0, (size_t)count * sizeof *sum);
+        OK(MPI_Reduce(send, sum, count, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD));
+        counted(MPI_COMM_WORLD);
+        for (int i = 0; me == root && i < count; i++)
+            CHECK(sum[i] == n * (n - 1) / 2 * 1000000 + n * (k * 1000 + i),
+                  "stream reduce %d to rank %d: element %d is %d", k, root, i, sum[i]);
     }
     free(send);
     free(recv);
@@ -963,6 +1012,14 @@ int main(int argc, char **argv) {
         reduce_user(half, "a half");
         reduce_user(MPI_COMM_SELF, "MPI_COMM_SELF");
         intercomm(half);
+        /* MPI_Reduce, to a root that moves, as MPI_Allreduce above. */
+        rooted = 1;
+        reduce_predefined(MPI_COMM_WORLD, "MPI_COMM_WORLD", 0);
+        reduce_pairs(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+        reduce_derived(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+        reduce_user(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+        reduce_errors(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+        reduce_user(half, "a half");
         MPI_Comm_free(&half);
     } else {
         /* No argument (or --all): everything. */
@@ -1002,6 +1059,17 @@ int main(int argc, char **argv) {
         reduce_pairs(MPI_COMM_SELF, "MPI_COMM_SELF");
 
         intercomm(half);
+
+        /* MPI_Reduce, to a root that moves, as MPI_Allreduce above. */
+        rooted = 1;
+        reduce_predefined(MPI_COMM_WORLD, "MPI_COMM_WORLD", 1);
+        reduce_pairs(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+        reduce_derived(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+        reduce_user(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+        reduce_errors(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+        reduce_user(half, "a half");
+        reduce_user(reversed, "the world reversed");
+        reduce_pairs(MPI_COMM_SELF, "MPI_COMM_SELF");
         MPI_Comm_free(&dup);
         MPI_Comm_free(&half);
         MPI_Comm_free(&reversed);

@@ -296,6 +296,29 @@ impl Endpoint {
         result
     }
 
+    /// Gather into `out` at `root` ([`HostGroup::gather_into`]): every member's `part`, all
+    /// of one length, in rank order, back to back in the root's `out`.
+    pub fn gather(&self, root: Rank, part: &[u8], out: &mut [u8]) -> Result<(), CallError> {
+        let counters = &self.shared.counters;
+        let result = self.call(|g| Ok(g.gather_into(root, part, out)?));
+        match &result {
+            Ok(()) => {
+                counters
+                    .bytes_sent
+                    .fetch_add(part.len() as u64, Ordering::Relaxed);
+                if root == self.rank {
+                    counters
+                        .bytes_received
+                        .fetch_add((out.len() - part.len()) as u64, Ordering::Relaxed);
+                }
+            }
+            Err(_) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
     /// Barrier: returns once every member has entered. Ranks sharing a host arrive through
     /// shared memory; the owners meet in the network barrier and release their hosts.
     pub fn barrier(&self) -> Result<(), CallError> {

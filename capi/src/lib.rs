@@ -615,6 +615,72 @@ pub unsafe extern "C" fn ethbcast_allgather(
     on_group(group, call)
 }
 
+/// Gather (MPI_Gather) to `root`: every member's `part_len` bytes at `part` (the same length
+/// on every member), in rank order, back to back in the root's `out` (`part_len` times the
+/// members); `out` is not used elsewhere and may be NULL there. Every member broadcasts its
+/// part once, all at the same time; a member other than the root returns once its own part is
+/// sent (the other parts, which reach it too, are taken at the start of its next call). A part
+/// of another length gives `ETHBCAST_ERR_LENGTH` at the root once every part was taken; a
+/// member that dies gives `ETHBCAST_ERR_PEER_DEAD` (with failure detection) or
+/// `ETHBCAST_ERR_TIMEOUT`, at a member that already left in its next call. After an error
+/// the root's `out` holds no result.
+///
+/// # Safety
+/// `part` points to `part_len` readable bytes (or is NULL when `part_len` is 0); at the root,
+/// `out` points to `part_len` times the members writable bytes that do not overlap `part`;
+/// neither is accessed by others during the call.
+#[no_mangle]
+pub unsafe extern "C" fn ethbcast_gather(
+    group: *mut EthbcastGroup,
+    root: c_int,
+    part: *const c_void,
+    part_len: usize,
+    out: *mut c_void,
+) -> c_int {
+    let call = |g: &EthbcastGroup| {
+        let n = g.endpoint.size();
+        let root = u16::try_from(root)
+            .ok()
+            .filter(|&r| r < n)
+            .map(Rank::new)
+            .ok_or_else(|| {
+                Failure::from(CallError::from(GroupError::BadRank {
+                    rank: Rank::new(u16::try_from(root).unwrap_or(u16::MAX)),
+                    size: n,
+                }))
+            })?;
+        let total = part_len
+            .checked_mul(usize::from(n))
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or_else(|| Failure::invalid("part_len times the members exceeds isize::MAX"))?;
+        if part.is_null() && part_len > 0 {
+            return Err(Failure::invalid("part is NULL but part_len is not 0"));
+        }
+        let at_root = root == g.endpoint.rank();
+        if at_root && out.is_null() && total > 0 {
+            return Err(Failure::invalid(
+                "out is NULL at the root but the parts are not empty",
+            ));
+        }
+        let part: &[u8] = if part_len == 0 {
+            &[]
+        } else {
+            // SAFETY: non-NULL, `part_len` readable bytes (<= isize::MAX) that do not overlap
+            // `out`, as the caller promises.
+            unsafe { std::slice::from_raw_parts(part.cast::<u8>(), part_len) }
+        };
+        let out: &mut [u8] = if !at_root || total == 0 {
+            &mut []
+        } else {
+            // SAFETY: non-NULL at the root, `total` bytes the caller owns exclusively for the
+            // call, and `total` <= isize::MAX as `from_raw_parts_mut` requires.
+            unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), total) }
+        };
+        Ok(g.endpoint.gather(root, part, out)?)
+    };
+    on_group(group, call)
+}
+
 /// Barrier (MPI_Barrier): returns once every member has entered.
 #[no_mangle]
 pub extern "C" fn ethbcast_barrier(group: *mut EthbcastGroup) -> c_int {

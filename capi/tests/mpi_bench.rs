@@ -25,7 +25,7 @@ fn the_point_to_point_latency_and_the_collectives_run_checked_with_and_without_t
     }
     let mut o = MpiBenchOptions::new(2);
     o.impls = vec![MpiImpl::OpenMpi];
-    o.ops = ["latency", "alltoall", "allgather"]
+    o.ops = ["latency", "alltoall", "allgather", "reduce"]
         .map(String::from)
         .to_vec();
     o.sizes = vec![0, 8, 1500];
@@ -42,7 +42,7 @@ fn the_point_to_point_latency_and_the_collectives_run_checked_with_and_without_t
         "0".into(),
     )]];
     let r = run(&o).unwrap_or_else(|e| panic!("mpi bench: {e}"));
-    for op in ["latency", "alltoall", "allgather"] {
+    for op in ["latency", "alltoall", "allgather", "reduce"] {
         for size in [0, 8, 1500] {
             let rows: Vec<_> = r
                 .rows

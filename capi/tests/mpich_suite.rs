@@ -1,4 +1,5 @@
-//! MPI programs we did not write: the broadcast and barrier tests of MPICH's own test suite
+//! MPI programs we did not write: the broadcast, barrier, gather and reduction tests of MPICH's
+//! own test suite
 //! (`test/mpi/` of MPICH 4.0.2, the release of Debian 12's `mpich`), built with their `mtest`
 //! harness and DTPools by each MPI's mpicc and run under the interposer on the test-bed.
 //!
@@ -27,7 +28,16 @@
 //! - `rma/linked_list`, `linked_list_fop`, `linked_list_lockall` (MPICH only: Open MPI 4.1 over
 //!   TCP has no dynamic windows): MPI_Bcast of the list's head, then passive-target RMA on the
 //!   other ranks' windows while the ranks that are done wait in MPI_Barrier, which must let
-//!   MPI progress meanwhile (MPI 3.1, 11.7.3).
+//!   MPI progress meanwhile (MPI 3.1, 11.7.3);
+//! - `coll/allredmany`, `allred2` to `allred6`, `reduce`, `red3`, `red4`, the `op*` programs,
+//!   `uoplong`, `allgather2`, `allgather3`, `allgatherv2`, `allgatherv3`, `allgather_struct`:
+//!   MPI_Allreduce, MPI_Reduce and MPI_Allgather(v) on every communicator
+//!   `MTestGetIntracomm` makes, every root, in place, predefined ops on every type they apply
+//!   to, non-commutative user ops whose result shows the order, derived types; every rank must
+//!   take at least one of them over ethbcast (`oplxor` with MPICH only: Open MPI refuses its
+//!   logical ops on MPI_CHAR; upstream's `allred` and `allgatherv4` are left out: the first
+//!   fails with Open MPI alone at 8 ranks, the second takes more than a minute with MPICH's
+//!   busy-polling ranks on 2 cores).
 //!
 //! Open MPI with 8 hosts and with 4 hosts of 2 ranks (a host's second rank through shared
 //! memory), MPICH with 4 hosts. A job that fails under the interposer is run again without it,
@@ -43,7 +53,7 @@ use ethbcast_testbed::mpi::{self, JobOutput, MpiBed, MpiImpl};
 use ethbcast_testbed::{netns_available, TestbedConfig};
 
 mod mpi_common;
-use mpi_common::{interposer, job, mpis_available, routed, Built};
+use mpi_common::{interposer, job, mpis_available, routed, routed_coll, Built};
 
 /// Where the calls of one rank go, given the job's number of ranks.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +64,9 @@ enum Route {
     Congruent(fn(u64) -> u64),
     /// None over ethbcast, at least one over PMPI (intercommunicators).
     NoneOver,
+    /// At least one MPI_Allgather(v), MPI_Allreduce or MPI_Reduce over ethbcast (the programs
+    /// of `coll/` that reduce and gather, on communicators of every kind).
+    Collectives,
 }
 
 /// One MPICH test program.
@@ -104,7 +117,34 @@ const DTP_CONFIGS: u64 = 3 * 3;
 /// Random types per root of [`DTP_ARGS`].
 const DTP_TESTSIZE: u64 = 2;
 
-const PROGRAMS: [Program; 12] = [
+/// A program of `coll/` that gathers or reduces, with the mtest harness: its calls on
+/// communicators congruent to MPI_COMM_WORLD go over ethbcast.
+const fn collective(
+    name: &'static str,
+    source: &'static str,
+    args: &'static [&'static str],
+) -> Program {
+    Program {
+        name,
+        source,
+        harness: SINGLE,
+        flags: &[],
+        args,
+        route: Route::Collectives,
+        open_mpi: true,
+    }
+}
+
+/// [`collective`], MPICH only: Open MPI 4.1 refuses what the program asks (the logical ops on
+/// MPI_CHAR, which MPI 3.1's 5.9.2 leaves out of the C integer types) and fails it alone.
+const fn mpich_collective(name: &'static str, source: &'static str) -> Program {
+    Program {
+        open_mpi: false,
+        ..collective(name, source, &[])
+    }
+}
+
+const PROGRAMS: [Program; 39] = [
     Program {
         name: "bcasttest",
         source: "coll/bcasttest.c",
@@ -227,6 +267,39 @@ const PROGRAMS: [Program; 12] = [
         route: Route::Exactly(|_| (2, 0)),
         open_mpi: false,
     },
+    // MPI_Allreduce: many calls (`allredmany`), in place (`allred2`), a non-commutative user op whose result shows the order (`allred3`,
+    // matrix products; `allred4`, on a derived type), counts from 1 to large (`allred5`),
+    // zero counts and MPI_IN_PLACE (`allred6`).
+    collective("allredmany", "coll/allredmany.c", &[]),
+    collective("allred2", "coll/allred2.c", &[]),
+    collective("allred3", "coll/allred3.c", &[]),
+    collective("allred4", "coll/allred4.c", &[]),
+    collective("allred5", "coll/allred5.c", &[]),
+    collective("allred6", "coll/allred6.c", &[]),
+    // MPI_Reduce: to every root (`reduce`), non-commutative user ops (`red3`, `red4`), each
+    // predefined op on each type it applies to (`op*`), a user op on long vectors (`uoplong`).
+    collective("reduce", "coll/reduce.c", &[]),
+    collective("red3", "coll/red3.c", &[]),
+    collective("red4", "coll/red4.c", &[]),
+    collective("opland", "coll/opland.c", &[]),
+    collective("oplor", "coll/oplor.c", &[]),
+    mpich_collective("oplxor", "coll/oplxor.c"),
+    collective("opband", "coll/opband.c", &[]),
+    collective("opbor", "coll/opbor.c", &[]),
+    collective("opbxor", "coll/opbxor.c", &[]),
+    collective("opprod", "coll/opprod.c", &[]),
+    collective("opsum", "coll/opsum.c", &[]),
+    collective("opmin", "coll/opmin.c", &[]),
+    collective("opminloc", "coll/opminloc.c", &[]),
+    collective("opmax", "coll/opmax.c", &[]),
+    collective("opmaxloc", "coll/opmaxloc.c", &[]),
+    collective("uoplong", "coll/uoplong.c", &[]),
+    // MPI_Allgather(v): in place and not, counts per rank that differ, derived types.
+    collective("allgather2", "coll/allgather2.c", &[]),
+    collective("allgather3", "coll/allgather3.c", &[]),
+    collective("allgatherv2", "coll/allgatherv2.c", &[]),
+    collective("allgatherv3", "coll/allgatherv3.c", &[]),
+    collective("allgather_struct", "coll/allgather_struct.c", &[]),
 ];
 
 /// The defines of `include/mpitestconf.h` (which MPICH's configure generates) that the
@@ -242,6 +315,9 @@ const MPITESTCONF_H: &str = "\
 #define HAVE_GETRUSAGE 1
 #define THREAD_PACKAGE_NAME THREAD_PACKAGE_POSIX
 #define HAVE_PTHREAD_BARRIER_INIT 1
+#define HAVE_STDINT_H 1
+#define HAVE_LONG_LONG 1
+#define HAVE_LONG_DOUBLE 1
 #endif
 ";
 
@@ -349,14 +425,23 @@ fn run(bed: &MpiBed, m: MpiImpl, p: &Program, b: &Built, hosts: usize, k: usize)
                 assert!(pmpi > 0, "{what} rank {r}: {out}");
             }
             Route::NoneOver => assert!(hw == 0 && pmpi > 0, "{what} rank {r}: {out}"),
+            Route::Collectives => {}
+        }
+    }
+    if let Route::Collectives = p.route {
+        for (r, &(hw, _)) in routed_coll(&out, ranks).iter().enumerate() {
+            assert!(
+                hw > 0,
+                "{what} rank {r}: no collective over ethbcast: {out}"
+            );
         }
     }
     out.elapsed.as_secs_f64()
 }
 
 #[test]
-fn mpich_bcast_and_barrier_tests_pass_under_the_interposer() {
-    let test = "mpich_bcast_and_barrier_tests_pass_under_the_interposer";
+fn mpich_collective_tests_pass_under_the_interposer() {
+    let test = "mpich_collective_tests_pass_under_the_interposer";
     if !netns_available(test, true) || !mpis_available(test) {
         return;
     }

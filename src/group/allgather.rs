@@ -110,6 +110,12 @@ impl Allgather {
         Ok(ag)
     }
 
+    /// Whether this member's own part has been sent (its step is past).
+    pub(crate) fn own_sent(&self) -> bool {
+        let own = if self.in_turn { self.me.get() } else { 0 };
+        self.step > own
+    }
+
     /// The root of step `k`: in turn, the members in rank order; otherwise this member, then
     /// the others in rank order.
     fn root(&self, k: u16) -> Rank {

@@ -341,6 +341,43 @@ impl HostGroup {
         self.ring_gather(None, out, lens)
     }
 
+    /// MPI_Gather into `out` at `root` ([`Group::gather_into`]): every rank's `part`, all of
+    /// one length, in rank order, back to back in the root's `out`; `out` is not touched
+    /// elsewhere. With one rank per host a rank other than the root returns once its part is
+    /// sent; ranks sharing hosts take the whole allgather (each rank's part reaches every rank
+    /// through its host), the others' parts into a buffer of their own.
+    pub fn gather_into(
+        &mut self,
+        root: Rank,
+        part: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), HostError> {
+        if root.get() >= self.size {
+            return Err(HostError::Group(GroupError::BadRank {
+                rank: root,
+                size: self.size,
+            }));
+        }
+        if self.ring.is_some() {
+            let lens = vec![part.len(); usize::from(self.size)];
+            if root == self.rank {
+                super::check_parts(self.size, &lens, out.len())?;
+                return self.ring_gather(Some(part), out, &lens);
+            }
+            let mut all = vec![0u8; part.len() * lens.len()];
+            return self.ring_gather(Some(part), &mut all, &lens);
+        }
+        let g = self.group.as_mut().ok_or_else(|| {
+            HostError::Placement("this rank has neither a network member nor a host ring".into())
+        })?;
+        match g.gather_into(root, part, out) {
+            Err(GroupError::Length { root, got, want }) => {
+                Err(HostError::Length { root, got, want })
+            }
+            r => r.map(drop).map_err(HostError::from),
+        }
+    }
+
     /// One rank per host: the network group's allgather, whose ranks are the world's.
     fn network_gather(
         &mut self,

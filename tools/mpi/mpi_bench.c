@@ -1,11 +1,13 @@
 /* MPI collective latency, the EQA paper's method, for `ethbcast-bench mpi`: MPI_Bcast,
- * MPI_Allgather, MPI_Allreduce (ints, MPI_SUM), MPI_Alltoall and MPI_Barrier; and the
- * point-to-point latency of ranks 0 and 1 (`latency`: MPI_Send/MPI_Recv ping-pong, half the
- * round trip as osu_latency reports it; the other ranks wait in the out-of-band barrier).
+ * MPI_Allgather, MPI_Allreduce and MPI_Reduce to rank 0 (ints, MPI_SUM), MPI_Alltoall and
+ * MPI_Barrier; and the point-to-point latency of ranks 0 and 1 (`latency`: MPI_Send/MPI_Recv
+ * ping-pong, half the round trip as osu_latency reports it; the other ranks wait in the
+ * out-of-band barrier).
  *
  * Usage: mpi_bench SYNC_FILE [ITERS [WARMUP [SIZES...]]]
- * MPI_BENCH_OPS=bcast,allgather,allreduce,alltoall,barrier,latency chooses the operations
- * (default bcast,barrier); sizes are bytes per rank (allreduce: of ints, at least one).
+ * MPI_BENCH_OPS=bcast,allgather,allreduce,reduce,alltoall,barrier,latency chooses the
+ * operations (default bcast,barrier); sizes are bytes per rank (allreduce, reduce: of ints, at
+ * least one).
  * A ping-pong is never separated by MPI_Barrier: osu_latency's loop runs back to back.
  * MPI_BENCH_SEPARATE=mpi separates iterations with MPI_Barrier, as the OSU micro-benchmarks do,
  * and reports their average latency (every rank's own time in the call, averaged over ranks).
@@ -214,6 +216,7 @@ int main(int argc, char **argv) {
                    : strcmp(op, "alltoall") == 0  ? 3
                    : strcmp(op, "barrier") == 0   ? 4
                    : strcmp(op, "latency") == 0   ? 5
+                   : strcmp(op, "reduce") == 0    ? 6
                                                   : -1;
         if (kind < 0 || (kind == 5 && n < 2)) {
             if (me == 0)
@@ -226,14 +229,15 @@ int main(int argc, char **argv) {
         }
         for (int s = 0; s < (kind == 4 ? 1 : nsizes); s++) {
             size_t size = kind == 4 ? 0 : sizes[s];
-            /* allreduce: ints (at least one); the others: bytes, per rank. */
-            int count = kind == 2 ? (int)(size / sizeof(int) > 0 ? size / sizeof(int) : 1)
-                                  : (int)size;
-            size_t in_len = kind == 2 ? (size_t)count * sizeof(int)
+            /* allreduce and reduce: ints (at least one); the others: bytes, per rank. */
+            int ints = kind == 2 || kind == 6;
+            int count = ints ? (int)(size / sizeof(int) > 0 ? size / sizeof(int) : 1)
+                             : (int)size;
+            size_t in_len = ints ? (size_t)count * sizeof(int)
                             : kind == 3 ? size * (size_t)n
                                         : size;
             size_t out_len = kind == 0 || kind == 4 ? 0
-                             : kind == 2         ? in_len
+                             : ints              ? in_len
                                                  : size * (size_t)n;
             unsigned char *in = malloc(in_len ? in_len : 1);
             unsigned char *out = malloc(out_len ? out_len : 1);
@@ -246,7 +250,7 @@ int main(int argc, char **argv) {
                 else if (kind == 1 || kind == 3)
                     for (size_t i = 0; i < in_len; i++)
                         in[i] = pattern(size, it + me, i);
-                else if (kind == 2)
+                else if (ints)
                     for (int i = 0; i < count; i++)
                         ((int *)in)[i] = (me + it + i) % 7;
                 if (osu)
@@ -265,6 +269,9 @@ int main(int argc, char **argv) {
                 case 2:
                     MPI_Allreduce(in, out, count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
                     break;
+                case 6:
+                    MPI_Reduce(in, out, count, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+                    break;
                 case 3:
                     MPI_Alltoall(in, (int)size, MPI_BYTE, out, (int)size, MPI_BYTE,
                                  MPI_COMM_WORLD);
@@ -280,7 +287,7 @@ int main(int argc, char **argv) {
                     for (int r = 0; r < n; r++)
                         for (size_t i = 0; i < size; i++)
                             ok &= out[(size_t)r * size + i] == pattern(size, it + r, i);
-                else if (kind == 2)
+                else if (kind == 2 || (kind == 6 && me == 0))
                     for (int i = 0; i < count; i++) {
                         int want = 0;
                         for (int r = 0; r < n; r++)

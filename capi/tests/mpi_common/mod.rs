@@ -128,7 +128,7 @@ pub fn reports(out: &JobOutput, ranks: usize) -> Vec<Report> {
             continue;
         };
         let w: Vec<&str> = rest.split_whitespace().collect();
-        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", "of", "the", "progress", "thread;", "size", "limit", limit, "bytes,", "link", rate, "bit/s;", probes, "MPI", "progress", "probes", "while", "waiting;", coll_hw, "allgathers", "and", "allreduces", "over", "ethbcast,", coll_pmpi, "over", "PMPI;", "allreduce", "limit", allreduce_limit, "bytes"] =
+        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", "of", "the", "progress", "thread;", "size", "limit", limit, "bytes,", "link", rate, "bit/s;", probes, "MPI", "progress", "probes", "while", "waiting;", coll_hw, "allgathers", "and", "reductions", "over", "ethbcast,", coll_pmpi, "over", "PMPI;", "allreduce", "limit", allreduce_limit, "bytes"] =
             w[..]
         {
             let r: usize = r.trim_end_matches(':').parse().expect("rank");

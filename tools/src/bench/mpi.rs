@@ -83,8 +83,8 @@ pub struct MpiBenchOptions {
     pub control: bool,
     /// `libethbcast_capi.a` to build the interposer with (`None`: a release build).
     pub capi_lib: Option<PathBuf>,
-    /// The operations: `bcast`, `allgather`, `allreduce`, `alltoall` (each at every size,
-    /// bytes per rank), `barrier`, and `latency` (ranks 0 and 1 in a ping-pong, as
+    /// The operations: `bcast`, `allgather`, `allreduce`, `reduce`, `alltoall` (each at every
+    /// size, bytes per rank), `barrier`, and `latency` (ranks 0 and 1 in a ping-pong, as
     /// osu_latency: half the round trip).
     pub ops: Vec<String>,
     /// Iterations separated by `MPI_Barrier` (the OSU micro-benchmarks' loop, average latency
@@ -111,7 +111,7 @@ impl MpiBenchOptions {
             also: Vec::new(),
             control: false,
             capi_lib: None,
-            ops: ["bcast", "allgather", "allreduce", "barrier"]
+            ops: ["bcast", "allgather", "allreduce", "reduce", "barrier"]
                 .map(String::from)
                 .to_vec(),
             osu: false,
@@ -732,10 +732,11 @@ pub struct Args {
     /// ratio to the first is how far two runs of the same code differ in this run.
     #[arg(long)]
     control: bool,
-    /// Operations: bcast, allgather, allreduce, alltoall (at every size, bytes per rank;
-    /// allreduce sums ints), barrier, and latency (MPI_Send/MPI_Recv between ranks 0 and 1,
-    /// half the round trip, back to back with --osu as osu_latency runs them).
-    #[arg(long, default_value = "bcast,allgather,allreduce,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "alltoall", "barrier", "latency"])]
+    /// Operations: bcast, allgather, allreduce, reduce, alltoall (at every size, bytes per
+    /// rank; allreduce and reduce, to rank 0, sum ints), barrier, and latency
+    /// (MPI_Send/MPI_Recv between ranks 0 and 1, half the round trip, back to back with --osu
+    /// as osu_latency runs them).
+    #[arg(long, default_value = "bcast,allgather,allreduce,reduce,barrier", value_delimiter = ',', value_parser = ["bcast", "allgather", "allreduce", "reduce", "alltoall", "barrier", "latency"])]
     ops: Vec<String>,
     /// Separate iterations with MPI_Barrier, as the OSU micro-benchmarks do, and report their
     /// average latency (each rank's own time in the call, averaged over the ranks), instead of

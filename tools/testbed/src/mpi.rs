@@ -182,6 +182,8 @@ pub fn compile_foreign(
     cmd.args(["-std=gnu11", "-O0", "-w"])
         .args(flags)
         .args(sources)
+        // The C library's maths, as upstream's makefiles link every test program with it.
+        .arg("-lm")
         .arg("-o")
         .arg(out);
     run_build(cmd)
@@ -287,11 +289,13 @@ impl fmt::Display for JobOutput {
 /// What Open MPI's launcher prints when its daemons fail to wire up on the test-bed, before
 /// any rank runs (every host of the test-bed has the same host name): the only failure a job
 /// is started again for.
-const LAUNCHER_FAILURES: [&str; 4] = [
+const LAUNCHER_FAILURES: [&str; 5] = [
     "ORTE does not know how to route a message",
     "ORTE was unable to reliably start one or more daemons",
     "ORTE has lost communication with a remote daemon",
     "An ORTE daemon has unexpectedly failed after launch",
+    // A daemon that could not make its session directory, before any rank started.
+    "orte_session_dir failed",
 ];
 
 /// How often [`MpiBed::run`] starts a job whose launcher failed, the first time included.
