@@ -324,12 +324,7 @@ impl Group {
         algo: Algorithm,
     ) -> Result<Outcome, GroupError> {
         let n = self.size();
-        if root.get() >= n {
-            return Err(GroupError::BadRank {
-                rank: root,
-                size: n,
-            });
-        }
+        check_root(root, n)?;
         self.finish_tail()?;
         self.driver
             .member_mut()
@@ -473,12 +468,7 @@ impl Group {
         out: &mut [u8],
     ) -> Result<Outcome, GroupError> {
         let n = self.size();
-        if root.get() >= n {
-            return Err(GroupError::BadRank {
-                rank: root,
-                size: n,
-            });
-        }
+        check_root(root, n)?;
         let len = part.len();
         let mut own = std::mem::take(&mut self.spare);
         own.clear();
@@ -769,6 +759,14 @@ impl ServeWait {
         ethbcast_sys::wait::poll_readable(&[self.link.as_fd(), self.closed.as_fd()], timeout)?;
         Ok(())
     }
+}
+
+/// Refuses a root that is no member's rank.
+fn check_root(root: Rank, size: u16) -> Result<(), GroupError> {
+    if root.get() >= size {
+        return Err(GroupError::BadRank { rank: root, size });
+    }
+    Ok(())
 }
 
 /// Refuses part lengths that do not describe a buffer of `out` bytes for `size` members.

@@ -16,6 +16,41 @@ fn bed(tag: &str, hosts: usize, loss: f64) -> Testbed {
     Testbed::up(&cfg).expect("test-bed")
 }
 
+/// Runs `f` on a group of every host of `bed` (found by discovery, 20 s to answer), then lets
+/// every member flush and serve its peers a while; fails with the first member's error.
+fn every_member(
+    bed: &Testbed,
+    f: impl Fn(&mut Group) -> Result<(), String> + Clone + Send + 'static,
+) {
+    let n = bed.hosts().len();
+    let handles: Vec<_> = bed
+        .hosts()
+        .iter()
+        .map(|h| {
+            let f = f.clone();
+            netns::spawn_in(&h.netns, move || -> Result<(), String> {
+                let opts = GroupOptions {
+                    timeout: Duration::from_secs(20),
+                    ..GroupOptions::insecure()
+                };
+                let e = |e: GroupError| e.to_string();
+                let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)
+                    .map_err(e)?;
+                f(&mut g)?;
+                g.flush().map_err(e)?;
+                for _ in 0..20 {
+                    g.progress(Duration::from_millis(10)).map_err(e)?;
+                }
+                Ok(())
+            })
+            .unwrap()
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("member thread").expect("member");
+    }
+}
+
 fn payload(root: u16, round: usize, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8) ^ (root as u8).wrapping_mul(37) ^ (round as u8))
@@ -341,74 +376,53 @@ fn every_member_gets_every_part_in_rank_order_and_a_wrong_length_does_not_shift_
     let n = 5;
     let bed = bed("ag", n, 2.0);
     let len_of = |r: usize, round: usize| (r * 700 + round * 37) % 3000;
-    let handles: Vec<_> = bed
-        .hosts()
-        .iter()
-        .map(|h| {
-            netns::spawn_in(&h.netns, move || -> Result<(), String> {
-                let opts = GroupOptions {
-                    timeout: Duration::from_secs(20),
-                    ..GroupOptions::insecure()
-                };
-                let e = |e: GroupError| e.to_string();
-                let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)
-                    .map_err(e)?;
-                let me = g.rank().index();
-                let want = |round: usize| -> Vec<u8> {
-                    (0..n)
-                        .flat_map(|r| payload(r as u16, round, len_of(r, round)))
-                        .collect()
-                };
-                let mut out = Vec::new();
-                for round in 0..20 {
-                    let lens = g
-                        .allgather(&payload(me as u16, round, len_of(me, round)), &mut out)
-                        .map_err(e)?;
-                    let expected: Vec<usize> = (0..n).map(|r| len_of(r, round)).collect();
-                    if lens != expected || out != want(round) {
-                        return Err(format!("round {round}: lens {lens:?}, {} bytes", out.len()));
-                    }
-                    let mut into = vec![0u8; out.len()];
-                    g.allgather_into(
-                        &payload(me as u16, round, len_of(me, round)),
-                        &mut into,
-                        &lens,
-                    )
-                    .map_err(e)?;
-                    let mut in_place = vec![0u8; out.len()];
-                    let at: usize = lens[..me].iter().sum();
-                    in_place[at..at + lens[me]]
-                        .copy_from_slice(&payload(me as u16, round, lens[me]));
-                    g.allgather_in_place(&mut in_place, &lens).map_err(e)?;
-                    if into != want(round) || in_place != want(round) {
-                        return Err(format!("round {round}: allgather_into or in place differs"));
-                    }
-                }
-                // Rank 1 expects 9 bytes of everyone where the others send and expect 8.
-                let bad = if me == 1 { 9 } else { 8 };
-                let mut out = vec![0u8; bad * n];
-                match g.allgather_into(&vec![me as u8; bad], &mut out, &vec![bad; n]) {
-                    Err(GroupError::Length { .. }) => {}
-                    r => return Err(format!("a disagreeing length gave {r:?}")),
-                }
-                let mut out = vec![0u8; 8 * n];
-                g.allgather_into(&[me as u8; 8], &mut out, &vec![8; n])
-                    .map_err(e)?;
-                if out != (0..n).flat_map(|r| [r as u8; 8]).collect::<Vec<_>>() {
-                    return Err(format!("after the length error: {out:?}"));
-                }
-                g.flush().map_err(e)?;
-                for _ in 0..20 {
-                    g.progress(Duration::from_millis(10)).map_err(e)?;
-                }
-                Ok(())
-            })
-            .unwrap()
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("member thread").expect("member");
-    }
+    every_member(&bed, move |g| {
+        let e = |e: GroupError| e.to_string();
+        let me = g.rank().index();
+        let want = |round: usize| -> Vec<u8> {
+            (0..n)
+                .flat_map(|r| payload(r as u16, round, len_of(r, round)))
+                .collect()
+        };
+        let mut out = Vec::new();
+        for round in 0..20 {
+            let lens = g
+                .allgather(&payload(me as u16, round, len_of(me, round)), &mut out)
+                .map_err(e)?;
+            let expected: Vec<usize> = (0..n).map(|r| len_of(r, round)).collect();
+            if lens != expected || out != want(round) {
+                return Err(format!("round {round}: lens {lens:?}, {} bytes", out.len()));
+            }
+            let mut into = vec![0u8; out.len()];
+            g.allgather_into(
+                &payload(me as u16, round, len_of(me, round)),
+                &mut into,
+                &lens,
+            )
+            .map_err(e)?;
+            let mut in_place = vec![0u8; out.len()];
+            let at: usize = lens[..me].iter().sum();
+            in_place[at..at + lens[me]].copy_from_slice(&payload(me as u16, round, lens[me]));
+            g.allgather_in_place(&mut in_place, &lens).map_err(e)?;
+            if into != want(round) || in_place != want(round) {
+                return Err(format!("round {round}: allgather_into or in place differs"));
+            }
+        }
+        // Rank 1 expects 9 bytes of everyone where the others send and expect 8.
+        let bad = if me == 1 { 9 } else { 8 };
+        let mut out = vec![0u8; bad * n];
+        match g.allgather_into(&vec![me as u8; bad], &mut out, &vec![bad; n]) {
+            Err(GroupError::Length { .. }) => {}
+            r => return Err(format!("a disagreeing length gave {r:?}")),
+        }
+        let mut out = vec![0u8; 8 * n];
+        g.allgather_into(&[me as u8; 8], &mut out, &vec![8; n])
+            .map_err(e)?;
+        if out != (0..n).flat_map(|r| [r as u8; 8]).collect::<Vec<_>>() {
+            return Err(format!("after the length error: {out:?}"));
+        }
+        Ok(())
+    });
 }
 
 /// MPI_Gather (`gather_into`) between real hosts with 2% of ethbcast frames lost at the switch:
@@ -426,92 +440,67 @@ fn a_gather_gives_the_root_every_part_in_rank_order_and_leaves_the_next_calls_in
     }
     let n = 5;
     let bed = bed("ga", n, 2.0);
-    let handles: Vec<_> = bed
-        .hosts()
-        .iter()
-        .map(|h| {
-            netns::spawn_in(&h.netns, move || -> Result<(), String> {
-                let opts = GroupOptions {
-                    timeout: Duration::from_secs(20),
-                    ..GroupOptions::insecure()
-                };
-                let e = |e: GroupError| e.to_string();
-                let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)
-                    .map_err(e)?;
-                let me = g.rank().index();
-                for round in 0..24 {
-                    let root = Rank::new((round % n) as u16);
-                    let len = 1 + (round * 331) % 2500;
-                    let mut out = if root.index() == me {
-                        vec![0u8; n * len]
+    every_member(&bed, move |g| {
+        let e = |e: GroupError| e.to_string();
+        let me = g.rank().index();
+        for round in 0..24 {
+            let root = Rank::new((round % n) as u16);
+            let len = 1 + (round * 331) % 2500;
+            let mut out = if root.index() == me {
+                vec![0u8; n * len]
+            } else {
+                Vec::new()
+            };
+            g.gather_into(root, &payload(me as u16, round, len), &mut out)
+                .map_err(e)?;
+            let want: Vec<u8> = (0..n).flat_map(|r| payload(r as u16, round, len)).collect();
+            if root.index() == me && out != want {
+                return Err(format!("round {round}: the root's parts differ"));
+            }
+            // The next call, of another kind in turn.
+            match round % 3 {
+                0 => {
+                    let from = Rank::new(((round + 1) % n) as u16);
+                    let mut buf = if from.index() == me {
+                        payload(from.get(), round + 100, len)
                     } else {
                         Vec::new()
                     };
-                    g.gather_into(root, &payload(me as u16, round, len), &mut out)
+                    g.bcast(from, &mut buf).map_err(e)?;
+                    if buf != payload(from.get(), round + 100, len) {
+                        return Err(format!("round {round}: the broadcast after differs"));
+                    }
+                }
+                1 => {
+                    let mut all = vec![0u8; n * len];
+                    g.allgather_into(&payload(me as u16, round, len), &mut all, &vec![len; n])
                         .map_err(e)?;
-                    let want: Vec<u8> =
-                        (0..n).flat_map(|r| payload(r as u16, round, len)).collect();
-                    if root.index() == me && out != want {
-                        return Err(format!("round {round}: the root's parts differ"));
-                    }
-                    // The next call, of another kind in turn.
-                    match round % 3 {
-                        0 => {
-                            let from = Rank::new(((round + 1) % n) as u16);
-                            let mut buf = if from.index() == me {
-                                payload(from.get(), round + 100, len)
-                            } else {
-                                Vec::new()
-                            };
-                            g.bcast(from, &mut buf).map_err(e)?;
-                            if buf != payload(from.get(), round + 100, len) {
-                                return Err(format!("round {round}: the broadcast after differs"));
-                            }
-                        }
-                        1 => {
-                            let mut all = vec![0u8; n * len];
-                            g.allgather_into(
-                                &payload(me as u16, round, len),
-                                &mut all,
-                                &vec![len; n],
-                            )
-                            .map_err(e)?;
-                            if all != want {
-                                return Err(format!("round {round}: the allgather after differs"));
-                            }
-                        }
-                        _ => g.barrier().map_err(e)?,
+                    if all != want {
+                        return Err(format!("round {round}: the allgather after differs"));
                     }
                 }
-                // Rank 1 sends 9 bytes where the others send 8: the root (rank 0) fails.
-                let len = if me == 1 { 9 } else { 8 };
-                let mut out = vec![0u8; if me == 0 { 8 * n } else { 0 }];
-                match (
-                    me,
-                    g.gather_into(Rank::new(0), &vec![me as u8; len], &mut out),
-                ) {
-                    (0, Err(GroupError::Length { root, .. })) if root == Rank::new(1) => {}
-                    (0, r) => return Err(format!("the root got {r:?} for a part of 9 bytes")),
-                    (_, r) => {
-                        r.map_err(e)?;
-                    }
-                }
-                let mut out = vec![0u8; if me == 2 { 8 * n } else { 0 }];
-                g.gather_into(Rank::new(2), &[me as u8; 8], &mut out)
-                    .map_err(e)?;
-                if me == 2 && out != (0..n).flat_map(|r| [r as u8; 8]).collect::<Vec<_>>() {
-                    return Err(format!("after the length error: {out:?}"));
-                }
-                g.flush().map_err(e)?;
-                for _ in 0..20 {
-                    g.progress(Duration::from_millis(10)).map_err(e)?;
-                }
-                Ok(())
-            })
-            .unwrap()
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("member thread").expect("member");
-    }
+                _ => g.barrier().map_err(e)?,
+            }
+        }
+        // Rank 1 sends 9 bytes where the others send 8: the root (rank 0) fails.
+        let len = if me == 1 { 9 } else { 8 };
+        let mut out = vec![0u8; if me == 0 { 8 * n } else { 0 }];
+        match (
+            me,
+            g.gather_into(Rank::new(0), &vec![me as u8; len], &mut out),
+        ) {
+            (0, Err(GroupError::Length { root, .. })) if root == Rank::new(1) => {}
+            (0, r) => return Err(format!("the root got {r:?} for a part of 9 bytes")),
+            (_, r) => {
+                r.map_err(e)?;
+            }
+        }
+        let mut out = vec![0u8; if me == 2 { 8 * n } else { 0 }];
+        g.gather_into(Rank::new(2), &[me as u8; 8], &mut out)
+            .map_err(e)?;
+        if me == 2 && out != (0..n).flat_map(|r| [r as u8; 8]).collect::<Vec<_>>() {
+            return Err(format!("after the length error: {out:?}"));
+        }
+        Ok(())
+    });
 }

@@ -982,6 +982,18 @@ static void stream(void) {
     free(sum);
 }
 
+/* The reductions again as MPI_Reduce, to a root that moves (see `reduction`): on the world
+ * (every count or count 7 alone) and with user-defined ops on `half`. */
+static void reduce_rooted(MPI_Comm half, int every_count) {
+    rooted = 1;
+    reduce_predefined(MPI_COMM_WORLD, "MPI_COMM_WORLD", every_count);
+    reduce_pairs(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+    reduce_derived(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+    reduce_user(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+    reduce_errors(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+    reduce_user(half, "a half");
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -1012,14 +1024,7 @@ int main(int argc, char **argv) {
         reduce_user(half, "a half");
         reduce_user(MPI_COMM_SELF, "MPI_COMM_SELF");
         intercomm(half);
-        /* MPI_Reduce, to a root that moves, as MPI_Allreduce above. */
-        rooted = 1;
-        reduce_predefined(MPI_COMM_WORLD, "MPI_COMM_WORLD", 0);
-        reduce_pairs(MPI_COMM_WORLD, "MPI_COMM_WORLD");
-        reduce_derived(MPI_COMM_WORLD, "MPI_COMM_WORLD");
-        reduce_user(MPI_COMM_WORLD, "MPI_COMM_WORLD");
-        reduce_errors(MPI_COMM_WORLD, "MPI_COMM_WORLD");
-        reduce_user(half, "a half");
+        reduce_rooted(half, 0);
         MPI_Comm_free(&half);
     } else {
         /* No argument (or --all): everything. */
@@ -1060,14 +1065,7 @@ int main(int argc, char **argv) {
 
         intercomm(half);
 
-        /* MPI_Reduce, to a root that moves, as MPI_Allreduce above. */
-        rooted = 1;
-        reduce_predefined(MPI_COMM_WORLD, "MPI_COMM_WORLD", 1);
-        reduce_pairs(MPI_COMM_WORLD, "MPI_COMM_WORLD");
-        reduce_derived(MPI_COMM_WORLD, "MPI_COMM_WORLD");
-        reduce_user(MPI_COMM_WORLD, "MPI_COMM_WORLD");
-        reduce_errors(MPI_COMM_WORLD, "MPI_COMM_WORLD");
-        reduce_user(half, "a half");
+        reduce_rooted(half, 1);
         reduce_user(reversed, "the world reversed");
         reduce_pairs(MPI_COMM_SELF, "MPI_COMM_SELF");
         MPI_Comm_free(&dup);
