@@ -474,15 +474,9 @@ impl Group {
         own.clear();
         own.extend_from_slice(part);
         if root == self.rank() {
-            let total = len.checked_mul(usize::from(n));
-            if total != Some(out.len()) {
+            if let Err(e) = check_equal_parts(n, len, out.len()) {
                 self.spare = own;
-                return Err(GroupError::Parts {
-                    lens: usize::from(n),
-                    size: n,
-                    total: total.unwrap_or(usize::MAX),
-                    out: out.len(),
-                });
+                return Err(e);
             }
             self.run_allgather(own, len, &mut |root, data| {
                 if data.len() != len {
@@ -498,7 +492,7 @@ impl Group {
             })?;
             return Ok(self.outcome());
         }
-        self.run_allgather_until(own, part.len(), true, &mut |_, _| Ok(()))?;
+        self.run_allgather_until(own, len, true, &mut |_, _| Ok(()))?;
         Ok(self.outcome())
     }
 
@@ -566,31 +560,48 @@ impl Group {
                 return Err(e.into());
             }
         };
-        let after = self.opts.timeout;
         let mut spare = own;
-        let mut left = false;
-        let r = self
-            .driver
-            .run_until(&WallClock, now + after, NO_SLICE, Sends::Deferred, |m| {
-                let r = ag.poll(WallClock.now(), m, &mut spare, sink);
-                if r.is_none() && leave && ag.own_sent() {
-                    left = true;
-                    return Some(Ok(()));
-                }
-                r
-            });
+        let r = self.drive(
+            &mut ag,
+            &mut spare,
+            leave,
+            sink,
+            "the parts of an allgather",
+        );
         self.spare = spare;
-        if left {
+        if matches!(r, Ok(true)) {
             self.tail = Some(ag);
         }
+        r.map(drop)
+    }
+
+    /// Runs `ag` until it ends or, with `leave`, until this member's own part is sent
+    /// (returns whether it left then); a timeout cancels the call and names `what`.
+    fn drive(
+        &mut self,
+        ag: &mut Allgather,
+        spare: &mut Vec<u8>,
+        leave: bool,
+        sink: &mut impl FnMut(Rank, &[u8]) -> Result<(), GroupError>,
+        what: &'static str,
+    ) -> Result<bool, GroupError> {
+        let after = self.opts.timeout;
+        let deadline = WallClock.now() + after;
+        let r = self.driver.run_until(
+            &WallClock,
+            deadline,
+            NO_SLICE,
+            Sends::Deferred,
+            |m| match ag.poll(WallClock.now(), m, spare, sink) {
+                None if leave && ag.own_sent() => Some(Ok(true)),
+                r => r.map(|r| r.map(|()| false)),
+            },
+        );
         match r? {
             Some(r) => r,
             None => {
                 self.driver.member_mut().cancel_call();
-                Err(GroupError::Timeout {
-                    what: "the parts of an allgather",
-                    after,
-                })
+                Err(GroupError::Timeout { what, after })
             }
         }
     }
@@ -600,25 +611,15 @@ impl Group {
         let Some(mut ag) = self.tail.take() else {
             return Ok(());
         };
-        let after = self.opts.timeout;
         let mut spare = Vec::new();
-        let r = self.driver.run_until(
-            &WallClock,
-            WallClock.now() + after,
-            NO_SLICE,
-            Sends::Deferred,
-            |m| ag.poll(WallClock.now(), m, &mut spare, &mut |_, _| Ok(())),
-        );
-        match r? {
-            Some(r) => r,
-            None => {
-                self.driver.member_mut().cancel_call();
-                Err(GroupError::Timeout {
-                    what: "the parts of a gather",
-                    after,
-                })
-            }
-        }
+        self.drive(
+            &mut ag,
+            &mut spare,
+            false,
+            &mut |_, _| Ok(()),
+            "the parts of a gather",
+        )
+        .map(drop)
     }
 
     fn outcome(&mut self) -> Outcome {
@@ -762,9 +763,23 @@ impl ServeWait {
 }
 
 /// Refuses a root that is no member's rank.
-fn check_root(root: Rank, size: u16) -> Result<(), GroupError> {
+pub(crate) fn check_root(root: Rank, size: u16) -> Result<(), GroupError> {
     if root.get() >= size {
         return Err(GroupError::BadRank { rank: root, size });
+    }
+    Ok(())
+}
+
+/// Refuses a buffer `out` bytes long for `size` parts of `len` bytes each.
+pub(crate) fn check_equal_parts(size: u16, len: usize, out: usize) -> Result<(), GroupError> {
+    let total = len.checked_mul(usize::from(size));
+    if total != Some(out) {
+        return Err(GroupError::Parts {
+            lens: usize::from(size),
+            size,
+            total: total.unwrap_or(usize::MAX),
+            out,
+        });
     }
     Ok(())
 }

@@ -697,6 +697,13 @@ static int ebc_allgather(const void *part, size_t part_len, void *out, const siz
     return rc;
 }
 
+static int ebc_gather(int root, const void *part, size_t part_len, void *out) {
+    ebc_wait_begin();
+    int rc = ethbcast_gather(ebc_group, root, part, part_len, out);
+    ebc_wait_end();
+    return rc;
+}
+
 /* A buffer kept from call to call (the gathered parts of MPI_Allreduce, packed parts), grown
  * as needed. */
 struct ebc_scratch {
@@ -984,19 +991,6 @@ static int ebc_reduce_here(MPI_Comm comm, int count, MPI_Datatype datatype, MPI_
            bytes <= ebc_max_bytes && ebc_op_applies(op, datatype, *combiner);
 }
 
-/* This rank's contribution as it goes on the wire: `mine` itself when the type is one block
- * (*part = mine), else packed into `at` (*part = `at`). Returns an MPI error code. */
-static int ebc_contribution(const void *mine, int count, MPI_Datatype datatype, int flat,
-                            size_t bytes, unsigned char *at, const void **part, MPI_Comm comm) {
-    int position = 0;
-    if (flat) {
-        *part = mine;
-        return MPI_SUCCESS;
-    }
-    *part = at;
-    return PMPI_Pack(mine, count, datatype, at, (int)bytes, &position, comm);
-}
-
 /* MPI_Allreduce as an allgather of every rank's contribution, then the reduction in rank order
  * on every rank (ebc_reduce_in_order): every rank computes the same operations on the same
  * bytes in the same order, so every rank has bitwise the same result, floating point
@@ -1018,14 +1012,14 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
         PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
         return MPI_ERR_NO_MEM;
     }
-    const void *part = NULL;
-    /* Packed to its place among the gathered bytes, and gathered in place (part NULL). */
-    int rc = ebc_contribution(mine, count, datatype, flat, bytes,
-                              all + bytes * (size_t)ebc_world_rank, &part, comm);
-    if (!flat)
+    int rc = MPI_SUCCESS, position = 0;
+    const void *part = bytes > 0 ? mine : all;
+    if (!flat) {
+        /* Packed to its place among the gathered bytes, and gathered in place. */
+        rc = PMPI_Pack(mine, count, datatype, all + bytes * (size_t)ebc_world_rank,
+                       (int)bytes, &position, comm);
         part = NULL;
-    else if (bytes == 0)
-        part = all;
+    }
     if (rc == MPI_SUCCESS) {
         int e = ebc_allgather(part, bytes, all, NULL);
         if (e != ETHBCAST_OK)
@@ -1064,15 +1058,14 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
     }
     int misplaced = sendbuf == MPI_IN_PLACE && !at_root;
     const void *mine = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-    const void *part = NULL;
-    int rc = MPI_SUCCESS;
-    if (!misplaced && bytes > 0)
-        rc = ebc_contribution(mine, count, datatype, flat, bytes, packed, &part, comm);
+    const void *part = misplaced || bytes == 0 ? NULL : mine;
+    int rc = MPI_SUCCESS, position = 0;
+    if (part != NULL && !flat) {
+        rc = PMPI_Pack(mine, count, datatype, packed, (int)bytes, &position, comm);
+        part = packed;
+    }
     if (rc == MPI_SUCCESS) {
-        ebc_wait_begin();
-        int e = ethbcast_gather(ebc_group, root, part, misplaced ? 0 : bytes,
-                                at_root ? all : NULL);
-        ebc_wait_end();
+        int e = ebc_gather(root, part, part == NULL ? 0 : bytes, at_root ? all : NULL);
         if (e != ETHBCAST_OK)
             return ebc_fail(comm, "MPI_Reduce", e);
         if (misplaced)

@@ -33,7 +33,7 @@
  * checked.
  * --mismatch (a program the standard calls erroneous, for the interposer only): a rank whose
  * count disagrees gets an error of class MPI_ERR_TRUNCATE (of MPI_Reduce, the root), and the
- * next calls are right.
+ * next calls are right; so does MPI_IN_PLACE at a rank of MPI_Reduce other than the root.
  *
  * Prints "coll rank R world W calls C congruent K" (K: calls on communicators congruent to
  * MPI_COMM_WORLD) and, at rank 0, "unavailable: NAME ...", or exits non-zero naming the first
@@ -943,6 +943,33 @@ static void mismatch(void) {
             CHECK(w[0] == n * (n - 1) / 2 + n * k && w[1] == 2 * n,
                   "after mismatch %d: allreduce %d is wrong", variant, k);
         }
+    }
+    /* MPI_IN_PLACE in MPI_Reduce at a rank other than the root (erroneous: 5.9.1 allows it at
+     * the root alone): no rank hangs, the root and that rank get an error (that rank's class
+     * depends on whether its part is checked on its host: MPI_ERR_BUFFER or MPI_ERR_TRUNCATE),
+     * and the next call is right. */
+    if (n > 1) {
+        int v[5] = {me, me, me, me, me}, w[5];
+        int rc = MPI_Reduce(me == bad ? MPI_IN_PLACE : v, w, 5, MPI_INT, MPI_SUM, 0,
+                            MPI_COMM_WORLD);
+        counted(MPI_COMM_WORLD);
+        int cls = MPI_SUCCESS;
+        if (rc != MPI_SUCCESS)
+            MPI_Error_class(rc, &cls);
+        if (me == 0)
+            CHECK(cls == MPI_ERR_TRUNCATE, "MPI_IN_PLACE at rank %d: the root's error class is "
+                  "%d, not MPI_ERR_TRUNCATE (%d)", bad, cls, MPI_ERR_TRUNCATE);
+        else if (me == bad)
+            CHECK(cls == MPI_ERR_BUFFER || cls == MPI_ERR_TRUNCATE, "MPI_IN_PLACE at rank %d, "
+                  "not the root: error class %d", bad, cls);
+        else
+            CHECK(cls == MPI_SUCCESS || cls == MPI_ERR_TRUNCATE, "MPI_IN_PLACE at rank %d: "
+                  "rank %d's error class %d", bad, me, cls);
+        OK(MPI_Reduce(v, w, 5, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
+        counted(MPI_COMM_WORLD);
+        if (me == 0)
+            CHECK(w[0] == n * (n - 1) / 2 && w[4] == n * (n - 1) / 2,
+                  "after MPI_IN_PLACE at a rank not the root: %d", w[0]);
     }
 }
 

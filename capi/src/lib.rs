@@ -521,12 +521,7 @@ pub unsafe extern "C" fn ethbcast_bcast(
     len: usize,
 ) -> c_int {
     let call = |g: &EthbcastGroup| {
-        let root = u16::try_from(root).map(Rank::new).map_err(|_| {
-            Failure::from(CallError::from(GroupError::BadRank {
-                rank: Rank::new(u16::MAX),
-                size: g.endpoint.size(),
-            }))
-        })?;
+        let root = root_rank(root, g.endpoint.size())?;
         if buf.is_null() && len > 0 {
             return Err(Failure::invalid("buffer is NULL but length is not 0"));
         }
@@ -639,16 +634,7 @@ pub unsafe extern "C" fn ethbcast_gather(
 ) -> c_int {
     let call = |g: &EthbcastGroup| {
         let n = g.endpoint.size();
-        let root = u16::try_from(root)
-            .ok()
-            .filter(|&r| r < n)
-            .map(Rank::new)
-            .ok_or_else(|| {
-                Failure::from(CallError::from(GroupError::BadRank {
-                    rank: Rank::new(u16::try_from(root).unwrap_or(u16::MAX)),
-                    size: n,
-                }))
-            })?;
+        let root = root_rank(root, n)?;
         let total = part_len
             .checked_mul(usize::from(n))
             .filter(|&t| t <= isize::MAX as usize)
@@ -679,6 +665,21 @@ pub unsafe extern "C" fn ethbcast_gather(
         Ok(g.endpoint.gather(root, part, out)?)
     };
     on_group(group, call)
+}
+
+/// A C root as a rank of a group of `size` members, or the error naming it (a negative or
+/// too large root as the largest rank there is).
+fn root_rank(root: c_int, size: u16) -> Result<Rank, Failure> {
+    u16::try_from(root)
+        .ok()
+        .filter(|&r| r < size)
+        .map(Rank::new)
+        .ok_or_else(|| {
+            Failure::from(CallError::from(GroupError::BadRank {
+                rank: Rank::new(u16::try_from(root).unwrap_or(u16::MAX)),
+                size,
+            }))
+        })
 }
 
 /// Barrier (MPI_Barrier): returns once every member has entered.

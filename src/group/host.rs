@@ -212,12 +212,7 @@ impl HostGroup {
     /// the root's message into it. Every member must pass the same length; a receiver whose
     /// length differs gets [`HostError::Length`] and its buffer is left as it was.
     pub fn bcast(&mut self, root: Rank, buf: &mut [u8]) -> Result<(), HostError> {
-        if root.get() >= self.size {
-            return Err(HostError::Group(GroupError::BadRank {
-                rank: root,
-                size: self.size,
-            }));
-        }
+        super::check_root(root, self.size)?;
         let (nic_root, my_host, root_here) = match &self.view {
             None => (root, self.rank, false),
             Some(v) => {
@@ -352,30 +347,18 @@ impl HostGroup {
         part: &[u8],
         out: &mut [u8],
     ) -> Result<(), HostError> {
-        if root.get() >= self.size {
-            return Err(HostError::Group(GroupError::BadRank {
-                rank: root,
-                size: self.size,
-            }));
-        }
+        super::check_root(root, self.size)?;
         if self.ring.is_some() {
             let lens = vec![part.len(); usize::from(self.size)];
             if root == self.rank {
-                super::check_parts(self.size, &lens, out.len())?;
+                super::check_equal_parts(self.size, part.len(), out.len())?;
                 return self.ring_gather(Some(part), out, &lens);
             }
             let mut all = vec![0u8; part.len() * lens.len()];
             return self.ring_gather(Some(part), &mut all, &lens);
         }
-        let g = self.group.as_mut().ok_or_else(|| {
-            HostError::Placement("this rank has neither a network member nor a host ring".into())
-        })?;
-        match g.gather_into(root, part, out) {
-            Err(GroupError::Length { root, got, want }) => {
-                Err(HostError::Length { root, got, want })
-            }
-            r => r.map(drop).map_err(HostError::from),
-        }
+        let g = self.network_mut()?;
+        length_of(g.gather_into(root, part, out))
     }
 
     /// One rank per host: the network group's allgather, whose ranks are the world's.
@@ -385,19 +368,18 @@ impl HostGroup {
         out: &mut [u8],
         lens: &[usize],
     ) -> Result<(), HostError> {
-        let g = self.group.as_mut().ok_or_else(|| {
-            HostError::Placement("this rank has neither a network member nor a host ring".into())
-        })?;
-        let r = match part {
+        let g = self.network_mut()?;
+        length_of(match part {
             Some(p) => g.allgather_into(p, out, lens),
             None => g.allgather_in_place(out, lens),
-        };
-        match r {
-            Err(GroupError::Length { root, got, want }) => {
-                Err(HostError::Length { root, got, want })
-            }
-            r => r.map(drop).map_err(HostError::from),
-        }
+        })
+    }
+
+    /// The network member of a rank with one rank per host.
+    fn network_mut(&mut self) -> Result<&mut Group, HostError> {
+        self.group.as_mut().ok_or_else(|| {
+            HostError::Placement("this rank has neither a network member nor a host ring".into())
+        })
     }
 
     /// Ranks sharing hosts: one broadcast per rank through [`HostGroup::bcast`], this host's
@@ -531,6 +513,14 @@ fn serve(g: &mut Option<&mut Group>) -> Result<(), HostError> {
 }
 
 /// What a rank without a network member does while it waits: nothing.
+/// A network call's result, a part of another length as the host group says it.
+fn length_of(r: Result<super::Outcome, GroupError>) -> Result<(), HostError> {
+    match r {
+        Err(GroupError::Length { root, got, want }) => Err(HostError::Length { root, got, want }),
+        r => r.map(drop).map_err(HostError::from),
+    }
+}
+
 fn idle() -> Result<(), HostError> {
     Ok(())
 }
