@@ -124,6 +124,12 @@
 #define ETHBCAST_WAIT_DOZE 3
 
 /**
+ * Wait mode: spin, yielding the CPU, for up to 2 ms, then block (a caller with nothing else
+ * to do, such as an MPI rank in a collective call).
+ */
+#define ETHBCAST_WAIT_PATIENT 4
+
+/**
  * Broadcast algorithm: push-pull hardware broadcast (PPBCAST, the default).
  */
 #define ETHBCAST_ALGO_PUSHPULL 0

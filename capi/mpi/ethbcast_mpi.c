@@ -42,7 +42,8 @@
  * contribution together), or a
  * part above ETHBCAST_MPI_MAX_BYTES, the MPI's own collective. Unset, the allreduce's limit is
  * 32 KiB on links of 1 Gbit/s or faster (or of unknown rate) and scales with a slower job's
- * link rate (3276 bytes at 100 Mbit/s).
+ * link rate (3276 bytes at 100 Mbit/s); the allgather's is 512 KiB, scaled the same way
+ * (52428 bytes at 100 Mbit/s).
  *
  * Every broadcast on the group carries its length, zero included: a rank whose count
  * disagrees with the root's gets MPI_ERR_TRUNCATE for that call (through the communicator's
@@ -51,8 +52,8 @@
  * ETHBCAST_MPI_MAX_BYTES cannot be seen by either: the receiver waits for ETHBCAST_TIMEOUT_MS
  * and fails with MPI_ERR_OTHER.)
  *
- * Environment: ETHBCAST_IFACE (required), ETHBCAST_WAIT (block, adaptive, spin, doze;
- * default adaptive), ETHBCAST_ALGO (simple, pushpull, tree; default simple),
+ * Environment: ETHBCAST_IFACE (required), ETHBCAST_WAIT (patient, adaptive, block, spin,
+ * doze; default patient: spin yielding the CPU for up to 2 ms, then block), ETHBCAST_ALGO (simple, pushpull, tree; default simple),
  * ETHBCAST_PROGRESS_THREAD=0 (no progress thread: only for programs that call collectives
  * all the time), ETHBCAST_ROOT_WAITS_ABOVE=BYTES (a root's broadcast longer than this returns
  * once all acknowledged; default: none waits),
@@ -344,6 +345,8 @@ static uint64_t ebc_read_setting(int which) {
             return ETHBCAST_WAIT_SPIN;
         if (strcasecmp(v, "doze") == 0)
             return ETHBCAST_WAIT_DOZE;
+        if (strcasecmp(v, "patient") == 0)
+            return ETHBCAST_WAIT_PATIENT;
         return EBC_INVALID;
     case EBC_S_HOST_SPIN_US:
         return strcasecmp(v, "forever") == 0 ? ETHBCAST_HOST_SPIN_FOREVER : ebc_number(v);
@@ -450,6 +453,15 @@ static void ebc_setup(void) {
         ebc_link_rate < EBC_ALL_SIZES_UP_TO_RATE)
         ebc_allreduce_max = (size_t)((unsigned long long)EBC_ALLREDUCE_TOTAL * ebc_link_rate /
                                      EBC_ALL_SIZES_UP_TO_RATE);
+    /* An allgather moves the same bytes into each port as the MPI's own, but all p roots send
+     * at once: on a slow port the p - 1 parts arrive together and overflow the port's queue,
+     * where the MPI's ring takes them one peer at a time. So on links slower than 1 Gbit/s its
+     * total scales down too (52428 bytes at 100 Mbit/s, where 8 ranks' 16 KiB parts were at
+     * parity and 64 KiB parts took 1.3 times Open MPI's own). */
+    if (set[EBC_S_ALLGATHER_MAX_BYTES] == EBC_UNSET && ebc_link_rate > 0 &&
+        ebc_link_rate < EBC_ALL_SIZES_UP_TO_RATE)
+        ebc_allgather_max = (size_t)((unsigned long long)EBC_ALLGATHER_TOTAL * ebc_link_rate /
+                                     EBC_ALL_SIZES_UP_TO_RATE);
     int ok = 1;
     if (iface == NULL || iface[0] == '\0') {
         ok = 0;
@@ -494,6 +506,9 @@ static void ebc_setup(void) {
         ethbcast_options_default(&opts);
         /* A setting no rank of the job can take is refused by ethbcast_open, which says why. */
         uint64_t v;
+        /* A rank in a collective call has nothing else to do while it waits: it spins
+         * (yielding) as MPI's own collectives do, and blocks only after 2 ms. */
+        opts.wait = ETHBCAST_WAIT_PATIENT;
         if ((v = set[EBC_S_WAIT]) != EBC_UNSET)
             opts.wait = v == EBC_INVALID ? UINT32_MAX : (uint32_t)v;
         opts.algorithm = ETHBCAST_ALGO_SIMPLE;
@@ -1104,9 +1119,11 @@ int MPI_Finalize(void) {
                 "ethbcast-mpi: rank %d: %llu calls over ethbcast, %llu over PMPI, "
                 "%llu looks of the progress thread; size limit %zu bytes, link %llu bit/s; "
                 "%llu MPI progress probes while waiting; %llu allgathers and reductions over "
-                "ethbcast, %llu over PMPI; allreduce limit %zu bytes\n",
+                "ethbcast, %llu over PMPI; allreduce limit %zu bytes, allgather limit %zu "
+                "bytes\n",
                 ebc_world_rank, ebc_calls_hw, ebc_calls_pmpi,
                 (unsigned long long)ebc_final.background_polls, ebc_max_bytes, ebc_link_rate,
-                ebc_mp_probes, ebc_coll_hw, ebc_coll_pmpi, ebc_allreduce_max);
+                ebc_mp_probes, ebc_coll_hw, ebc_coll_pmpi, ebc_allreduce_max,
+                ebc_allgather_max);
     return PMPI_Finalize();
 }

@@ -105,6 +105,9 @@ pub const ETHBCAST_WAIT_BLOCK: u32 = 1;
 pub const ETHBCAST_WAIT_SPIN: u32 = 2;
 /// Wait mode: check every millisecond and sleep in between (bulk receivers).
 pub const ETHBCAST_WAIT_DOZE: u32 = 3;
+/// Wait mode: spin, yielding the CPU, for up to 2 ms, then block (a caller with nothing else
+/// to do, such as an MPI rank in a collective call).
+pub const ETHBCAST_WAIT_PATIENT: u32 = 4;
 
 /// Broadcast algorithm: push-pull hardware broadcast (PPBCAST, the default).
 pub const ETHBCAST_ALGO_PUSHPULL: u32 = 0;

@@ -12,7 +12,8 @@ use crate::failure::Failure;
 use crate::{
     EthbcastOptions, ETHBCAST_ABI_VERSION, ETHBCAST_ALGO_PUSHPULL, ETHBCAST_ALGO_SIMPLE,
     ETHBCAST_ALGO_TREE, ETHBCAST_HOST_SPIN_FOREVER, ETHBCAST_ROOT_WAITS_AUTO,
-    ETHBCAST_WAIT_ADAPTIVE, ETHBCAST_WAIT_BLOCK, ETHBCAST_WAIT_DOZE, ETHBCAST_WAIT_SPIN,
+    ETHBCAST_WAIT_ADAPTIVE, ETHBCAST_WAIT_BLOCK, ETHBCAST_WAIT_DOZE, ETHBCAST_WAIT_PATIENT,
+    ETHBCAST_WAIT_SPIN,
 };
 
 /// The size of the options of this library (ABI 1: the smallest a caller may pass, too).
@@ -53,6 +54,7 @@ pub(crate) fn options_from(c: &EthbcastOptions) -> Result<EndpointOptions, Failu
         ETHBCAST_WAIT_BLOCK => WaitMode::Block,
         ETHBCAST_WAIT_SPIN => WaitMode::Spin,
         ETHBCAST_WAIT_DOZE => WaitMode::Doze,
+        ETHBCAST_WAIT_PATIENT => WaitMode::Patient,
         w => return Err(Failure::invalid(format!("unknown wait mode {w}"))),
     };
     let algorithm = match c.algorithm {

@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 
-use ethbcast::{GroupOptions, Membership, KEY_FILE_ENV};
+use ethbcast::{GroupOptions, Membership, WaitMode, KEY_FILE_ENV};
 
 use super::*;
 use crate::handles::lookup;
@@ -18,6 +18,24 @@ fn defaults_map_to_group_defaults() {
     assert_eq!(o.host.group.timeout, g.timeout);
     assert!(matches!(o.host.membership, Membership::Env));
     assert!(o.progress_thread);
+}
+
+/// Every wait mode the header names opens as that mode of the library.
+#[test]
+fn each_wait_mode_of_the_header_is_the_librarys() {
+    for (c, mode) in [
+        (ETHBCAST_WAIT_ADAPTIVE, WaitMode::Adaptive),
+        (ETHBCAST_WAIT_BLOCK, WaitMode::Block),
+        (ETHBCAST_WAIT_SPIN, WaitMode::Spin),
+        (ETHBCAST_WAIT_DOZE, WaitMode::Doze),
+        (ETHBCAST_WAIT_PATIENT, WaitMode::Patient),
+    ] {
+        let o = EthbcastOptions {
+            wait: c,
+            ..EthbcastOptions::default()
+        };
+        assert_eq!(options_from(&o).unwrap().host.group.wait, mode, "{c}");
+    }
 }
 
 #[test]

@@ -282,10 +282,11 @@ fn limits(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
 }
 
 /// Each rank's total limit of MPI_Allreduce over ethbcast.
-fn allreduce_limits(out: &JobOutput, ranks: usize) -> Vec<u64> {
+/// Each rank's total limits: (allreduce, allgather).
+fn collective_limits(out: &JobOutput, ranks: usize) -> Vec<(u64, u64)> {
     reports(out, ranks)
         .iter()
-        .map(|r| r.allreduce_limit)
+        .map(|r| (r.allreduce_limit, r.allgather_limit))
         .collect()
 }
 
@@ -294,8 +295,8 @@ fn allreduce_limits(out: &JobOutput, ranks: usize) -> Vec<u64> {
 /// wins there at every size (docs/mpi.md); when one rank's link is faster or reports no rate
 /// (an unshaped veth), every rank keeps 4096, where TCP's offloads win above it; a limit set in the
 /// environment is kept whatever the link. The allreduce's total limit is 32 KiB at 1 Gbit/s
-/// and faster and scales with a slower job's rate (a tenth at 100 Mbit/s), unless set. Results
-/// are byte-exact in every case.
+/// and faster, the allgather's 512 KiB, and both scale with a slower job's rate (a tenth at
+/// 100 Mbit/s), unless set. Results are byte-exact in every case.
 #[test]
 fn the_size_limit_follows_the_links_of_the_job() {
     let test = "the_size_limit_follows_the_links_of_the_job";
@@ -312,26 +313,31 @@ fn the_size_limit_follows_the_links_of_the_job() {
     let mut cfg = TestbedConfig::new(4).prefix(prefix);
     cfg.rate = Some("1gbit".parse().expect("rate"));
     let bed = MpiBed::up(&cfg, &dir).expect("test-bed");
-    let run_with = |max: &str, allreduce_max: &str| {
+    let run_with = |max: &str, collective_max: &str| {
         let env = [
             ("ETHBCAST_IFACE", mpi::IFACE),
             // Empty is unset: the interposer chooses.
             ("ETHBCAST_MPI_MAX_BYTES", max),
-            ("ETHBCAST_MPI_ALLREDUCE_MAX_BYTES", allreduce_max),
+            ("ETHBCAST_MPI_ALLREDUCE_MAX_BYTES", collective_max),
+            ("ETHBCAST_MPI_ALLGATHER_MAX_BYTES", collective_max),
         ];
         let out = bed.run(&job(m, &b, 4, 1, &env, &["--quick"])).expect("job");
         let expected = results(&out, 4);
         assert_eq!(routed(&out, 4), expected, "{out}");
-        (limits(&out, 4), allreduce_limits(&out, 4))
+        (limits(&out, 4), collective_limits(&out, 4))
     };
     let run = |max: &str| run_with(max, "").0;
     let all = |l: u64, r: u64| vec![(l, r); 4];
-    let (shaped, allreduce) = run_with("", "");
+    let (shaped, collectives) = run_with("", "");
     assert_eq!(shaped, all(1 << 30, 1_000_000_000), "shaped to 1 Gbit/s");
-    assert_eq!(allreduce, vec![32768; 4], "allreduce at 1 Gbit/s");
+    assert_eq!(
+        collectives,
+        vec![(32768, 524288); 4],
+        "collectives at 1 Gbit/s"
+    );
     assert_eq!(run("4096"), all(4096, 1_000_000_000), "set by the user");
     // Every port shaped to 100 Mbit/s: every size still goes over ethbcast, the allreduce's
-    // total limit is a tenth, unless the user sets it.
+    // and the allgather's total limits are a tenth, unless the user sets them.
     for h in bed.testbed().hosts() {
         let st = std::process::Command::new("ip")
             .args([
@@ -342,13 +348,17 @@ fn the_size_limit_follows_the_links_of_the_job() {
             .expect("tc");
         assert!(st.success(), "tc qdisc replace in {}", h.netns);
     }
-    let (slow, allreduce) = run_with("", "");
+    let (slow, collectives) = run_with("", "");
     assert_eq!(slow, all(1 << 30, 100_000_000), "shaped to 100 Mbit/s");
-    assert_eq!(allreduce, vec![3276; 4], "allreduce at 100 Mbit/s");
+    assert_eq!(
+        collectives,
+        vec![(3276, 52428); 4],
+        "collectives at 100 Mbit/s"
+    );
     assert_eq!(
         run_with("", "65536").1,
-        vec![65536; 4],
-        "allreduce limit set by the user"
+        vec![(65536, 65536); 4],
+        "collective limits set by the user"
     );
     // One host's port unshaped: a veth reports 10 Gbit/s (or nothing, on older kernels),
     // and the job keeps the small limit.

@@ -43,6 +43,11 @@ pub struct GroupOptions {
     /// Adjusts the engine configuration.
     pub tweak: Option<fn(&mut EngineConfig)>,
     /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator).
+    /// The default, 16, makes groups of up to 17 members flat: every arrival goes straight to
+    /// the root, so no member's arrival waits for another's to be combined and forwarded, and
+    /// every member other than the root does the same work before the release (a member that
+    /// combined its subtree's arrivals left the barrier last). Larger groups get a tree of
+    /// depth `log16(n)`.
     pub barrier_arity: u16,
     /// Shared group key (see [`key_from_passphrase`](crate::key_from_passphrase) and
     /// [`read_key_file`](crate::read_key_file)): the join and every frame are authenticated.
@@ -93,7 +98,7 @@ impl Default for GroupOptions {
             algorithm: Algorithm::PushPull,
             timeout: Duration::from_secs(30),
             tweak: None,
-            barrier_arity: 4,
+            barrier_arity: 16,
             key: None,
             encrypt: true,
             insecure: false,

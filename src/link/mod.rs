@@ -135,6 +135,11 @@ pub enum WaitMode {
     /// Check every millisecond ([`DOZE_INTERVAL`]) and sleep in between, taking what arrived
     /// as one batch: for bulk receivers on hosts with more busy processes than cores.
     Doze,
+    /// Spin, yielding the CPU between checks, for up to 2 ms, then block: for a caller that
+    /// has nothing else to do while it waits, as an MPI rank in a collective call (MPI's own
+    /// collectives spin the whole wait). The frame that ends a short wait finds it running, not
+    /// asleep; with more processes than cores it yields to them.
+    Patient,
 }
 
 impl WaitMode {
@@ -145,7 +150,9 @@ impl WaitMode {
     pub fn quiet_floor(self) -> Duration {
         match self {
             WaitMode::Doze => DOZE_INTERVAL,
-            WaitMode::Spin | WaitMode::Block | WaitMode::Adaptive => Duration::ZERO,
+            WaitMode::Spin | WaitMode::Block | WaitMode::Adaptive | WaitMode::Patient => {
+                Duration::ZERO
+            }
         }
     }
 }
@@ -155,6 +162,7 @@ ethbcast_proto::spelled!(WaitMode, "wait mode", {
     Block => "block",
     Adaptive => "adaptive",
     Doze => "doze",
+    Patient => "patient",
 });
 
 /// Which real-link backend to open.
@@ -608,6 +616,7 @@ mod tests {
             ("block", WaitMode::Block),
             ("adaptive", WaitMode::Adaptive),
             ("doze", WaitMode::Doze),
+            ("patient", WaitMode::Patient),
         ] {
             assert_eq!(name.parse::<WaitMode>(), Ok(mode));
         }

@@ -451,6 +451,9 @@ pub(crate) fn strategy(mode: WaitMode) -> Strategy {
         WaitMode::Spin => Strategy::Spin,
         WaitMode::Block => Strategy::Block,
         WaitMode::Adaptive => Strategy::default(),
+        WaitMode::Patient => Strategy::Adaptive {
+            spin: Strategy::PATIENT_SPIN,
+        },
         WaitMode::Doze => Strategy::Doze {
             interval: super::DOZE_INTERVAL,
         },

@@ -39,6 +39,10 @@ pub enum Strategy {
 impl Strategy {
     /// Spin budget of the default adaptive strategy.
     pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+    /// Spin budget of a patient wait: longer than the members of a small group take to reach a
+    /// collective call, so that the frame that ends the wait finds the waiter running (as MPI
+    /// ranks wait in their own collectives) and a wake-up is left for long waits.
+    pub const PATIENT_SPIN: Duration = Duration::from_millis(2);
     /// Sleep between checks of the doze strategy: a millisecond, about 85 full frames at
     /// 1 Gbit/s, taken as one batch. Receivers' CPU per GiB is mostly wake-ups below that (a
     /// raw sink's fell to a third from 200 µs), and a ring of a few thousand frames holds tens

@@ -23,7 +23,10 @@
  * Every rank checks every byte of every broadcast (the root's pattern depends on size and
  * iteration). Rank 0 prints one JSON line per (op, size):
  *   {"op":"bcast","size":8,"ranks":8,"verified":true,"samples_us":[...]}
- * with the ITERS measured samples; ethbcast-bench computes mean80, median and p99. */
+ * with the ITERS measured samples; ethbcast-bench computes mean80, median and p99. With
+ * MPI_BENCH_SEPARATE=mpi the line also has "entry_skew_us" (per iteration, the last rank's
+ * entry into the call less the first's) and "entry_lag_us" (per rank, its mean entry behind
+ * the first rank's). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <limits.h>
@@ -73,7 +76,7 @@ static unsigned char pattern(size_t size, int iter, size_t i) {
 }
 
 static void report(const char *op, size_t size, int ok, const double *lat, const double *skew,
-                   int iters) {
+                   const double *lag, int iters) {
     printf("{\"op\":\"%s\",\"size\":%zu,\"ranks\":%d,\"verified\":%s,\"samples_us\":[", op, size,
            n, ok ? "true" : "false");
     for (int i = 0; i < iters; i++)
@@ -83,6 +86,12 @@ static void report(const char *op, size_t size, int ok, const double *lat, const
         printf(",\"entry_skew_us\":[");
         for (int i = 0; i < iters; i++)
             printf("%s%.3f", i ? "," : "", skew[i]);
+        printf("]");
+    }
+    if (lag != NULL) {
+        printf(",\"entry_lag_us\":[");
+        for (int r = 0; r < n; r++)
+            printf("%s%.3f", r ? "," : "", lag[r]);
         printf("]");
     }
     printf("}\n");
@@ -130,7 +139,7 @@ static void ping_pong(const size_t *sizes, int nsizes, int iters, int warmup, in
         int all_ok = 0;
         PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
         if (me == 0)
-            report("latency", size, all_ok, lat, NULL, iters);
+            report("latency", size, all_ok, lat, NULL, NULL, iters);
     }
 }
 
@@ -207,6 +216,9 @@ int main(int argc, char **argv) {
     double *t_enter_max = calloc((size_t)iters, sizeof(double));
     double *lat = calloc((size_t)iters, sizeof(double));
     double *skew = calloc((size_t)iters, sizeof(double));
+    /* At rank 0, with MPI_BENCH_SEPARATE=mpi: every rank's entries, and each rank's mean lag. */
+    double *all_start = me == 0 ? calloc((size_t)iters * (size_t)n, sizeof(double)) : NULL;
+    double *lag = calloc((size_t)n, sizeof(double));
     char *list = strdup(ops);
     for (char *save = NULL, *op = strtok_r(list, ",", &save); op != NULL;
          op = strtok_r(NULL, ",", &save)) {
@@ -314,6 +326,17 @@ int main(int argc, char **argv) {
                 PMPI_Reduce(t_start, t_enter_max, iters, MPI_DOUBLE, MPI_MAX, 0,
                             MPI_COMM_WORLD);
                 PMPI_Reduce(t_start, skew, iters, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+                /* Each rank's mean entry behind the first rank's: which ranks the barrier
+                 * releases late. */
+                PMPI_Gather(t_start, iters, MPI_DOUBLE, me == 0 ? all_start : NULL, iters,
+                            MPI_DOUBLE, 0, MPI_COMM_WORLD);
+                if (me == 0)
+                    for (int r = 0; r < n; r++) {
+                        double sum = 0;
+                        for (int i = 0; i < iters; i++)
+                            sum += all_start[(size_t)r * (size_t)iters + (size_t)i] - skew[i];
+                        lag[r] = sum / iters;
+                    }
                 for (int i = 0; i < iters; i++) {
                     skew[i] = t_enter_max[i] - skew[i];
                     lat[i] = t_end[i] - t_start[i];
@@ -331,7 +354,7 @@ int main(int argc, char **argv) {
                     lat[i] = t_max[i] - (kind == 0 ? t_start[i] : t_enter_max[i]);
             }
             if (me == 0)
-                report(op, size, all_ok, lat, osu ? skew : NULL, iters);
+                report(op, size, all_ok, lat, osu ? skew : NULL, osu ? lag : NULL, iters);
         }
     }
     free(list);

@@ -118,6 +118,8 @@ pub struct Report {
     pub coll_pmpi: u64,
     /// The total size limit of MPI_Allreduce over ethbcast, bytes.
     pub allreduce_limit: u64,
+    /// The total size limit of MPI_Allgather(v) over ethbcast, bytes.
+    pub allgather_limit: u64,
 }
 
 /// Each rank's report line; panics naming a rank that printed none.
@@ -128,7 +130,7 @@ pub fn reports(out: &JobOutput, ranks: usize) -> Vec<Report> {
             continue;
         };
         let w: Vec<&str> = rest.split_whitespace().collect();
-        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", "of", "the", "progress", "thread;", "size", "limit", limit, "bytes,", "link", rate, "bit/s;", probes, "MPI", "progress", "probes", "while", "waiting;", coll_hw, "allgathers", "and", "reductions", "over", "ethbcast,", coll_pmpi, "over", "PMPI;", "allreduce", "limit", allreduce_limit, "bytes"] =
+        if let [r, hw, "calls", "over", "ethbcast,", pmpi, "over", "PMPI,", _, "looks", "of", "the", "progress", "thread;", "size", "limit", limit, "bytes,", "link", rate, "bit/s;", probes, "MPI", "progress", "probes", "while", "waiting;", coll_hw, "allgathers", "and", "reductions", "over", "ethbcast,", coll_pmpi, "over", "PMPI;", "allreduce", "limit", allreduce_limit, "bytes,", "allgather", "limit", allgather_limit, "bytes"] =
             w[..]
         {
             let r: usize = r.trim_end_matches(':').parse().expect("rank");
@@ -142,6 +144,7 @@ pub fn reports(out: &JobOutput, ranks: usize) -> Vec<Report> {
                 coll_hw: n(coll_hw),
                 coll_pmpi: n(coll_pmpi),
                 allreduce_limit: n(allreduce_limit),
+                allgather_limit: n(allgather_limit),
             });
         }
     }

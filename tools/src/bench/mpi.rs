@@ -48,6 +48,15 @@ split over rounds in which the runs take turns, each round starting one run late
 mean of the middle 80%; per round = the ratio of each round's mean80 alone; every rank checks \
 every byte";
 
+/// How `--osu` runs differ from [`METHOD`].
+pub const OSU_METHOD: &str = "C program under mpirun/mpiexec, one process per rank in the \
+test-bed's namespaces; iterations separated by MPI_Barrier (the interposer's where it is loaded), \
+as the OSU micro-benchmarks do; latency = every rank's own time in the call, averaged over the \
+ranks (OSU's average latency); entry skew = median over iterations of the last rank's entry less \
+the first's; warm-up not counted; each run's iterations split over rounds in which the runs take \
+turns, each round starting one run later; mean80 = mean of the middle 80%; per round = the ratio \
+of each round's mean80 alone; every rank checks every byte";
+
 /// Options of an MPI run.
 #[derive(Debug, Clone)]
 pub struct MpiBenchOptions {
@@ -103,7 +112,7 @@ impl MpiBenchOptions {
             iters: 500,
             warmup: 50,
             rounds: 4,
-            wait: "adaptive".into(),
+            wait: "patient".into(),
             prefix: "ebmpi".into(),
             mtu: None,
             rate: None,
@@ -151,6 +160,12 @@ pub struct Row {
     pub median_us: f64,
     /// 99th percentile, µs.
     pub p99_us: f64,
+    /// With `--osu`: the median over iterations of how far apart the ranks entered the call
+    /// (the separating MPI_Barrier's release skew), µs; `None` otherwise.
+    pub entry_skew_median_us: Option<f64>,
+    /// With `--osu`: each rank's mean entry into the call behind the first rank's, µs, in rank
+    /// order (the mean of the rounds'): which ranks the separating barrier releases late.
+    pub entry_lag_us: Option<Vec<f64>>,
     /// Every rank found every byte right.
     pub verified: bool,
 }
@@ -176,6 +191,12 @@ struct Line {
     ranks: usize,
     verified: bool,
     samples_us: Vec<f64>,
+    /// With `--osu`: per iteration, the last rank's entry into the call less the first's.
+    #[serde(default)]
+    entry_skew_us: Option<Vec<f64>>,
+    /// With `--osu`: each rank's mean entry behind the first rank's.
+    #[serde(default)]
+    entry_lag_us: Option<Vec<f64>>,
 }
 
 /// Runs the benchmark.
@@ -217,7 +238,7 @@ pub fn run(o: &MpiBenchOptions) -> Result<Report, MpiError> {
     let mut report = Report {
         rows: Vec::new(),
         notes: Vec::new(),
-        method: METHOD.into(),
+        method: if o.osu { OSU_METHOD } else { METHOD }.into(),
         rate: o.rate.map(|r| r.to_string()),
     };
     let rounds = o.rounds.clamp(1, o.iters);
@@ -427,8 +448,10 @@ fn rows(
     rounds: usize,
     pool: Vec<(usize, Line)>,
 ) {
-    // Each (operation, size): its pooled line and its rounds' mean80.
+    // Each (operation, size): its pooled line (entry lags summed over `lag_rounds` rounds) and
+    // its rounds' mean80.
     let mut by_key: Vec<(Line, Vec<Option<f64>>)> = Vec::new();
+    let mut lag_rounds: Vec<usize> = Vec::new();
     for (round, l) in pool {
         let mean80 = summarize(&l.samples_us).mean80_us;
         let i = match by_key
@@ -439,10 +462,22 @@ fn rows(
                 let acc = &mut by_key[i].0;
                 acc.verified &= l.verified;
                 acc.samples_us.extend(l.samples_us);
+                match (&mut acc.entry_skew_us, l.entry_skew_us) {
+                    (Some(a), Some(b)) => a.extend(b),
+                    (a, _) => *a = None,
+                }
+                match (&mut acc.entry_lag_us, l.entry_lag_us) {
+                    (Some(a), Some(b)) if a.len() == b.len() => {
+                        a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+                        lag_rounds[i] += 1;
+                    }
+                    (a, _) => *a = None,
+                }
                 i
             }
             None => {
                 by_key.push((l, vec![None; rounds]));
+                lag_rounds.push(1);
                 by_key.len() - 1
             }
         };
@@ -450,8 +485,11 @@ fn rows(
             *slot = Some(mean80);
         }
     }
-    for (l, round_mean80_us) in by_key {
+    for ((l, round_mean80_us), lag_rounds) in by_key.into_iter().zip(lag_rounds) {
         let s = summarize(&l.samples_us);
+        let entry_lag_us = l
+            .entry_lag_us
+            .map(|v| v.iter().map(|x| x / lag_rounds as f64).collect());
         report.rows.push(Row {
             mpi: m.name().into(),
             op: l.op,
@@ -465,6 +503,8 @@ fn rows(
             round_mean80_us,
             median_us: s.median_us,
             p99_us: s.p99_us,
+            entry_skew_median_us: l.entry_skew_us.as_deref().map(|k| summarize(k).median_us),
+            entry_lag_us,
             verified: l.verified && l.samples_us.len() == o.iters,
         });
     }
@@ -484,6 +524,7 @@ pub fn render(r: &Report) -> String {
         "mean80",
         "median",
         "p99",
+        "entry skew",
         "ratio (mean80)",
         "per round",
         "verified",
@@ -528,6 +569,7 @@ pub fn render(r: &Report) -> String {
             fmt_us(x.mean80_us),
             fmt_us(x.median_us),
             fmt_us(x.p99_us),
+            x.entry_skew_median_us.map_or_else(|| "-".into(), fmt_us),
             match against {
                 Some(b) if b.mean80_us > 0.0 => format!("{:.2}", x.mean80_us / b.mean80_us),
                 _ => "-".into(),
@@ -637,6 +679,8 @@ mod tests {
             ranks: 8,
             verified: true,
             samples_us: samples_us.to_vec(),
+            entry_skew_us: None,
+            entry_lag_us: None,
         }
     }
 
@@ -667,6 +711,47 @@ mod tests {
         assert_eq!(round_ratios(&report.rows[1], &report.rows[0]), "0.50 -");
         let table = render(&report);
         assert!(table.contains("0.50 -"), "{table}");
+    }
+
+    /// mpi_bench's lines as `--osu` makes them: every rank's entry lag behind the first rank
+    /// is the mean over the rounds, the entry skew the median over all iterations of all
+    /// rounds; a round that lacks them leaves the row without.
+    #[test]
+    fn osu_rounds_pool_entry_skew_and_average_each_ranks_lag() {
+        let mut o = MpiBenchOptions::new(2);
+        o.iters = 4;
+        let runs = runs(&o);
+        let mut report = Report {
+            rows: Vec::new(),
+            notes: Vec::new(),
+            method: OSU_METHOD.into(),
+            rate: None,
+        };
+        let osu = |skew: [f64; 2], lag: [f64; 2]| {
+            serde_json::from_str::<Line>(&format!(
+                "{{\"op\":\"alltoall\",\"size\":4,\"ranks\":2,\"verified\":true,\
+                 \"samples_us\":[9,9],\"entry_skew_us\":[{},{}],\"entry_lag_us\":[{},{}]}}",
+                skew[0], skew[1], lag[0], lag[1]
+            ))
+            .unwrap()
+        };
+        let pool = vec![
+            (0, osu([1.0, 2.0], [0.0, 10.0])),
+            (1, osu([3.0, 40.0], [4.0, 30.0])),
+        ];
+        rows(&mut report, MpiImpl::OpenMpi, &runs[0], &o, 2, pool);
+        let r = &report.rows[0];
+        assert_eq!(r.entry_lag_us.as_deref(), Some(&[2.0, 20.0][..]));
+        assert!(r
+            .entry_skew_median_us
+            .is_some_and(|m| (2.0..=3.0).contains(&m)));
+        let without = vec![
+            (0, osu([1.0, 2.0], [0.0, 10.0])),
+            (1, line("alltoall", 4, &[9.0, 9.0])),
+        ];
+        rows(&mut report, MpiImpl::OpenMpi, &runs[1], &o, 2, without);
+        let r = &report.rows[1];
+        assert!(r.entry_lag_us.is_none() && r.entry_skew_median_us.is_none());
     }
 }
 
@@ -708,8 +793,9 @@ pub struct Args {
     /// weighs on all of them alike.
     #[arg(long, default_value_t = 4)]
     rounds: usize,
-    /// The interposer's wait mode: adaptive, block, spin, doze.
-    #[arg(long, default_value = "adaptive")]
+    /// The interposer's wait mode: patient (the interposer's default), adaptive, block, spin,
+    /// doze.
+    #[arg(long, default_value = "patient")]
     wait: WaitMode,
     /// Test-bed name prefix.
     #[arg(long, default_value = "ebmpi")]

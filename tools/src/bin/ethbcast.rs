@@ -81,8 +81,9 @@ struct Common {
     /// Link backend: ring (mmap rings), socket, pnet or xdp (AF_XDP).
     #[arg(long, default_value = "ring")]
     backend: Backend,
-    /// How to wait for frames: adaptive (spin briefly, then block), block, spin, or doze (check
-    /// every millisecond and take what arrived as one batch). Default: adaptive on the sender, doze
+    /// How to wait for frames: adaptive (spin briefly, then block), patient (spin up to 2 ms,
+    /// then block), block, spin, or doze (check every millisecond and take what arrived as one
+    /// batch). Default: adaptive on the sender, doze
     /// on receivers, where a wake-up or a yield per frame costs more than the frame itself
     /// when hosts have more busy processes than cores.
     #[arg(long)]
