@@ -141,6 +141,15 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
         self.rx_coalesce = d;
     }
 
+    /// Every host's port keeps up to `frames` of the frames its host read after each batch,
+    /// as a NIC's receive ring holds them (see [`crate::link::Link::retain`]), for a member
+    /// that leaves frames in the link ([`Member::leave_in_link`]).
+    pub fn hold_frames(&mut self, frames: usize) {
+        for d in &mut self.nodes {
+            d.retain(frames);
+        }
+    }
+
     /// The switch.
     pub fn net(&self) -> &SimNet {
         &self.net
@@ -391,7 +400,36 @@ pub struct Scenario {
     /// Receive interrupt coalescing of every host ([`SimCluster::set_rx_coalesce`]; zero:
     /// none).
     pub rx_coalesce: Duration,
+    /// Frames each host's port keeps after they were read ([`SimCluster::hold_frames`]), and
+    /// every member leaves the roots' frames there ([`Member::leave_in_link_serving`])
+    /// rather than copy the ones it keeps (behind a gap, or for its fellows' repair
+    /// requests) into its receive window, copying only those still needed when the port
+    /// lets them go. [`Scenario::new`] sets [`LINK_HOLDS`]; 0: a link that keeps nothing,
+    /// and every kept frame copied (what a host's socket link does).
+    ///
+    /// Why: a broadcast frame a thousand ports keep is one frame, where a thousand window
+    /// copies are a thousand (4096 members with 1 % loss and burst loss: the receive windows'
+    /// copies were about 2 GiB of the run's peak; see docs/benchmarks.md).
+    pub link_holds: usize,
+    /// Members observe the roots' messages as they consume them, one frame's bytes at a
+    /// time, and keep none ([`Member::observe`], [`Member::keep_at_most`] 0: the messages come
+    /// as [`Event::Observed`]); the checker compares every piece with the sent message at its
+    /// offset, and a message counts as delivered intact when its pieces covered it, in order,
+    /// each byte equal. false (what [`Scenario::new`] sets): every member reassembles each
+    /// message whole and the checker compares it.
+    ///
+    /// Why: a group of thousands reassembling messages of 64 KiB holds one in progress per
+    /// member and stream, and those begun behind a gap (most of the 4096-member run's peak),
+    /// and copies every byte into them; a member that observes reads each byte where the
+    /// port holds it, as `ethbcast recv` does.
+    pub observe: bool,
 }
+
+/// Frames a simulated host's port keeps after they were read, unless a scenario says
+/// otherwise (see [`Scenario::link_holds`]): more than four roots' windows at 4096 members (96 frames
+/// each) and the control frames between them, so that a frame kept for fellows is mostly
+/// served from the port until its window slot is reused, and few are copied.
+pub const LINK_HOLDS: usize = 1024;
 
 impl Scenario {
     /// A scenario with `nodes` members and `messages` messages ([`Traffic::new`]), both
@@ -408,6 +446,8 @@ impl Scenario {
             peer_repair: None,
             tweak: |_| {},
             rx_coalesce: Duration::ZERO,
+            link_holds: LINK_HOLDS,
+            observe: false,
         }
     }
 }
@@ -470,7 +510,8 @@ pub struct Report {
     pub root_tree_acks: u64,
     /// Of `root_control_frames`: answers to the roots' probes.
     pub root_probe_answers: u64,
-    /// Message bytes delivered, summed over every receiver.
+    /// Bytes of the messages delivered intact, summed over every receiver (whether kept
+    /// whole or observed).
     pub delivered_bytes: u64,
     /// NACK frames.
     pub nack_frames: u64,
@@ -520,6 +561,63 @@ struct Sent {
     left: u64,
 }
 
+/// What the workload and the members' observers ([`Scenario::observe`]) share: the messages
+/// handed over, and what each observer saw. (An observer is `Send`; the simulator runs on one
+/// thread, so the lock is never contended.)
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Per root: the messages handed over, by message id.
+    sent: Vec<Vec<Sent>>,
+    /// Per member and root (in the order of `Stream::roots`): the messages its observer saw
+    /// to their end, in the order it saw them, and whether every byte equalled the sent one.
+    seen: Vec<Vec<VecDeque<(u64, bool)>>>,
+}
+
+type SharedLedger = std::sync::Arc<std::sync::Mutex<Ledger>>;
+
+/// The ledger, locked.
+fn open(ledger: &SharedLedger) -> std::sync::MutexGuard<'_, Ledger> {
+    // Nothing panics while holding it: a poisoned lock still holds what was recorded.
+    ledger
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A member's observer of one root's stream: compares each piece with the sent message at its
+/// offset, and records each message it saw to its end in the ledger.
+struct PieceCheck {
+    ledger: SharedLedger,
+    member: usize,
+    root: Rank,
+    /// The root's place in `Stream::roots`.
+    k: usize,
+    /// The message in progress, the bytes seen of it, and whether all of them matched.
+    msg_id: u64,
+    filled: usize,
+    intact: bool,
+}
+
+impl ethbcast_proto::Observe for PieceCheck {
+    fn piece(&mut self, p: &ethbcast_proto::Piece<'_>) {
+        if p.offset == 0 {
+            (self.msg_id, self.filled, self.intact) = (p.msg_id, 0, true);
+        }
+        let mut ledger = open(&self.ledger);
+        let sent = ledger.sent[self.root.index()]
+            .get(p.msg_id as usize)
+            .and_then(|s| s.data.as_deref());
+        let end = p.offset + p.bytes.len();
+        let same =
+            sent.is_some_and(|d| d.len() == p.msg_len && d.get(p.offset..end) == Some(p.bytes));
+        self.intact &= same && p.msg_id == self.msg_id && p.offset == self.filled;
+        self.filled = end;
+        if end >= p.msg_len {
+            let whole = self.intact && end == p.msg_len;
+            ledger.seen[self.member][self.k].push_back((p.msg_id, whole));
+        }
+    }
+}
+
 /// The streaming workload: roots broadcast their queue; every member checks what it gets.
 struct Stream {
     seed: u64,
@@ -528,8 +626,8 @@ struct Stream {
     /// Messages in `pending`, all roots together: what `done` asks after every step, which
     /// a look at every member's queue made cost the group's size.
     unsent: usize,
-    /// Per root: the messages handed over, by message id.
-    sent: Vec<Vec<Sent>>,
+    /// The messages handed over, and what observers saw.
+    ledger: SharedLedger,
     /// The roots, in rank order: a member's expectations are kept for these alone (one per
     /// member of 4096 was 128 MiB).
     roots: Vec<Rank>,
@@ -540,17 +638,20 @@ struct Stream {
     arrived: u64,
     /// Members that receive each message (all but its root).
     receivers: u64,
+    /// Whether members observe and keep nothing ([`Scenario::observe`]).
+    observe: bool,
 }
 
 impl Workload for Stream {
     fn visit(&mut self, i: usize, m: &mut Member, now: Instant) {
+        let mut ledger = open(&self.ledger);
         while let Some(&(size, algo)) = self.pending[i].front() {
-            let idx = self.sent[i].len() as u64;
+            let idx = ledger.sent[i].len() as u64;
             let data = message_bytes(self.seed, Rank::new(i as u16), idx, size);
             if m.send_stream(now, data.clone(), algo).is_err() {
                 break;
             }
-            self.sent[i].push(Sent {
+            ledger.sent[i].push(Sent {
                 data: Some(data),
                 left: self.receivers,
             });
@@ -559,14 +660,30 @@ impl Workload for Stream {
         }
         self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
         while let Some(ev) = m.poll_event() {
-            let Event::Delivered(Message { root, msg_id, data }) = ev else {
-                continue;
+            let (root, msg_id, len, data) = match ev {
+                Event::Delivered(Message { root, msg_id, data }) => {
+                    (root, msg_id, data.len(), Some(data))
+                }
+                Event::Observed { root, msg_id, len } => (root, msg_id, len, None),
+                _ => continue,
             };
             let r = root.index();
             let Ok(k) = self.roots.binary_search(&root) else {
                 // Nobody broadcasts as this root in the scenario.
                 self.report.deliveries.corrupt += 1;
                 continue;
+            };
+            // What the observer saw of it, if it observes: every byte, in order, equal.
+            let seen = &mut ledger.seen[i][k];
+            while seen.front().is_some_and(|&(id, _)| id < msg_id) {
+                seen.pop_front();
+            }
+            let observed = match seen.front() {
+                Some(&(id, whole)) if id == msg_id => {
+                    seen.pop_front();
+                    Some(whole)
+                }
+                _ => None,
             };
             let expect = self.next[i][k];
             if msg_id < expect {
@@ -577,11 +694,15 @@ impl Workload for Stream {
                 self.report.deliveries.out_of_order += 1;
             }
             self.next[i][k] = msg_id + 1;
-            let sent = self.sent[r].get_mut(msg_id as usize);
-            let ok = sent
-                .as_ref()
-                .and_then(|s| s.data.as_ref())
-                .is_some_and(|d| *d == data);
+            let sent = ledger.sent[r].get_mut(msg_id as usize);
+            let sent_data = sent.as_ref().and_then(|s| s.data.as_ref());
+            let ok = match (&data, observed) {
+                // Kept whole: its bytes are the sent ones (and the observer's pieces were).
+                (Some(data), _) => sent_data.is_some_and(|d| d == data) && observed != Some(false),
+                // Observed alone: its pieces covered it, each byte equal.
+                (None, Some(whole)) => whole && self.observe,
+                (None, None) => false,
+            };
             if let Some(s) = sent {
                 s.left = s.left.saturating_sub(1);
                 if s.left == 0 {
@@ -590,6 +711,7 @@ impl Workload for Stream {
             }
             if ok && msg_id == expect {
                 self.report.deliveries.delivered += 1;
+                self.report.delivered_bytes += len as u64;
             } else if !ok {
                 self.report.deliveries.corrupt += 1;
             }
@@ -644,6 +766,14 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         .collect::<Result<Vec<_>, ClusterError>>()?;
     let mut cluster = SimCluster::new(net, members)?;
     cluster.set_rx_coalesce(sc.rx_coalesce);
+    if sc.link_holds > 0 {
+        cluster.hold_frames(sc.link_holds);
+        for i in 0..n {
+            for &r in sc.roots.iter().filter(|r| r.index() != i) {
+                cluster.member_mut(i).leave_in_link_serving(start, r);
+            }
+        }
+    }
 
     // The workload: per root, a queue of (size, algo).
     let mut rng = ChaCha8Rng::seed_from_u64(t.seed);
@@ -658,11 +788,33 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
     let mut roots = sc.roots.clone();
     roots.sort_unstable();
     roots.dedup();
+    let ledger = SharedLedger::new(std::sync::Mutex::new(Ledger {
+        sent: vec![Vec::new(); n],
+        seen: vec![vec![VecDeque::new(); roots.len()]; n],
+    }));
+    if sc.observe {
+        for i in 0..n {
+            for (k, &root) in roots.iter().enumerate().filter(|(_, r)| r.index() != i) {
+                let check = PieceCheck {
+                    ledger: ledger.clone(),
+                    member: i,
+                    root,
+                    k,
+                    msg_id: 0,
+                    filled: 0,
+                    intact: true,
+                };
+                let m = cluster.member_mut(i);
+                m.observe(start, root, Box::new(check));
+                m.keep_at_most(start, root, 0);
+            }
+        }
+    }
     let mut w = Stream {
         seed: t.seed,
         pending,
         unsent: total as usize,
-        sent: vec![Vec::new(); n],
+        ledger,
         next: vec![vec![0; roots.len()]; n],
         roots,
         report: Report {
@@ -674,6 +826,7 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         },
         arrived: 0,
         receivers: n as u64 - 1,
+        observe: sc.observe,
     };
     let end = cluster.run(sc.limit, &mut w)?;
     let mut report = w.report;
@@ -694,7 +847,6 @@ pub fn run(sc: &Scenario) -> Result<Report, ClusterError> {
         report.root_nacks += s.nacks_handled;
         report.root_tree_acks += s.tree_acks_handled;
         report.root_probe_answers += s.probe_answers_handled;
-        report.delivered_bytes += s.delivered_bytes;
         report.nack_frames += s.nack_frames;
         report.pull_frames += s.pull_frames;
         report.dropped_by_engines += s.drops.total() + m.stats().malformed;

@@ -92,9 +92,13 @@ pub struct Group {
     /// (as large as the largest message so far).
     spare: Vec<u8>,
     /// The rest of a gather this member left once its own part was sent
-    /// ([`Group::gather_into`]): the other members' parts, taken and dropped when the next
-    /// call starts, so that every root's stream is at the same message on every member.
+    /// ([`Group::gather_into`]): the other members' parts, taken and dropped as they come
+    /// whenever the group is driven between calls ([`Group::progress`]) and at the latest
+    /// when the next call starts, so that every root's stream is at the same message on every
+    /// member, and the parts this member relays down the tree go on to the root.
     tail: Option<Allgather>,
+    /// How the rest of that gather failed, once taken between calls: the next call's error.
+    tail_failed: Option<GroupError>,
 }
 
 impl std::fmt::Debug for Group {
@@ -216,6 +220,7 @@ impl Group {
             join_stats,
             spare: Vec::new(),
             tail: None,
+            tail_failed: None,
         })
     }
 
@@ -457,10 +462,14 @@ impl Group {
     /// not touched elsewhere and may be empty. It is the allgather's machinery
     /// ([`Group::allgather_into`]), except that a member other than the root returns once its
     /// own part is sent: the other members' parts, which reach it too, are taken and dropped
-    /// when its next call starts (so the root waits one round, and the others only for their
-    /// own send). A part of another length gives [`GroupError::Length`] at the root, a dead
-    /// member [`MemberError::PeerDead`](crate::MemberError::PeerDead) at the root, and at the
-    /// others in this call or, once they left it, in their next call.
+    /// as they come while the group is driven between calls ([`Group::progress`], as a
+    /// progress thread does) and at the latest when its next call starts (so the root waits
+    /// one round, and the others only for their own send). A part that comes down the tree
+    /// (the tree algorithm, or a root whose broadcasts failed over) reaches the root through
+    /// members that have left the call: they send it on while driven between calls. A part
+    /// of another length gives [`GroupError::Length`] at the root, a dead member
+    /// [`MemberError::PeerDead`](crate::MemberError::PeerDead) at the root, and at the others
+    /// in this call or, once they left it, in their next call.
     pub fn gather_into(
         &mut self,
         root: Rank,
@@ -608,6 +617,9 @@ impl Group {
 
     /// Takes and drops the rest of a gather this member left early (see [`Group::tail`]).
     fn finish_tail(&mut self) -> Result<(), GroupError> {
+        if let Some(e) = self.tail_failed.take() {
+            return Err(e);
+        }
         let Some(mut ag) = self.tail.take() else {
             return Ok(());
         };
@@ -657,9 +669,38 @@ impl Group {
         Ok(())
     }
 
-    /// Drives the protocol for up to `wait` (repairs, acknowledgements) without a call.
+    /// Drives the protocol for up to `wait` (repairs, acknowledgements) without a call, and
+    /// the rest of a gather this member left once its own part was sent: its parts are taken
+    /// as they come, and those this member relays down the tree are sent on to its children,
+    /// without which the gather's root would wait for this member's next call.
     pub fn progress(&mut self, wait: Duration) -> Result<(), GroupError> {
+        self.serve_tail()?;
         self.driver.turn(&WallClock, Some(wait))?;
+        self.serve_tail()?;
+        Ok(())
+    }
+
+    /// Takes what the rest of a gather left early has received (see [`Group::tail`]) and
+    /// sends what that made (a relay's copies for its children); its end, or its failure for
+    /// the next call, once every part was taken.
+    fn serve_tail(&mut self) -> Result<(), GroupError> {
+        let Some(ag) = self.tail.as_mut() else {
+            return Ok(());
+        };
+        let now = WallClock.now();
+        let mut spare = Vec::new();
+        if let Some(r) = ag.poll(
+            now,
+            self.driver.member_mut(),
+            &mut spare,
+            &mut |_, _| Ok(()),
+        ) {
+            self.tail = None;
+            self.tail_failed = r.err();
+        }
+        if self.member().has_data_to_send() {
+            self.driver.flush(now)?;
+        }
         Ok(())
     }
 
@@ -674,9 +715,11 @@ impl Group {
     /// timer is armed (no report, repair or retransmission due), and the last barrier is long
     /// enough past that a member that missed its release would have asked again.
     /// A peer's message that arrives later waits for this member's next call: only that call
-    /// can complete it for this member.
+    /// can complete it for this member. A member with the rest of a gather to take (see
+    /// [`Group::progress`]) is not quiet: it may relay parts down the tree to the root.
     pub fn is_quiet(&self, now: Instant) -> bool {
-        self.member().is_idle()
+        self.tail.is_none()
+            && self.member().is_idle()
             && !self.member().owes_acks()
             && self.next_deadline().is_none()
             && self.stragglers_until(now).is_none()

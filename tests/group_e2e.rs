@@ -22,16 +22,26 @@ fn every_member(
     bed: &Testbed,
     f: impl Fn(&mut Group) -> Result<(), String> + Clone + Send + 'static,
 ) {
+    every_member_with(bed, GroupOptions::insecure(), f)
+}
+
+/// [`every_member`] with the group's options `opts` (but a 20 s timeout).
+fn every_member_with(
+    bed: &Testbed,
+    opts: GroupOptions,
+    f: impl Fn(&mut Group) -> Result<(), String> + Clone + Send + 'static,
+) {
     let n = bed.hosts().len();
     let handles: Vec<_> = bed
         .hosts()
         .iter()
         .map(|h| {
             let f = f.clone();
+            let opts = opts.clone();
             netns::spawn_in(&h.netns, move || -> Result<(), String> {
                 let opts = GroupOptions {
                     timeout: Duration::from_secs(20),
-                    ..GroupOptions::insecure()
+                    ..opts
                 };
                 let e = |e: GroupError| e.to_string();
                 let mut g = Group::open("eth0", Membership::Discover { expected: n as u16 }, opts)
@@ -502,5 +512,70 @@ fn a_gather_gives_the_root_every_part_in_rank_order_and_leaves_the_next_calls_in
             return Err(format!("after the length error: {out:?}"));
         }
         Ok(())
+    });
+}
+
+/// MPI_Gather (`gather_into`) as MPI_Reduce's usual loop runs it: a member other than the
+/// root returns once its own part is sent, and then makes no call on the group until the
+/// root has every part (the members meet out of band, as an MPI program's next call may be
+/// another library's barrier), only driving it as a progress thread does (`progress`).
+/// Every part must still reach the root, here down the binomial tree, whose relays are
+/// members that have left the call: a stream of gathers to rank 0, parts of 4 B to 64 KiB.
+#[test]
+fn a_gathers_parts_reach_the_root_while_the_members_that_left_it_only_progress_the_group() {
+    if !netns_available(
+        "a_gathers_parts_reach_the_root_while_the_members_that_left_it_only_progress_the_group",
+        true,
+    ) {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+    let n = 5;
+    let bed = bed("gt", n, 0.0);
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicBool::new(false));
+    let opts = GroupOptions {
+        algorithm: Algorithm::Tree,
+        ..GroupOptions::insecure()
+    };
+    every_member_with(&bed, opts, move |g| {
+        let e = |e: GroupError| e.to_string();
+        let me = g.rank().index();
+        // Out of band, as a barrier of another library: the group is only progressed while
+        // the others arrive.
+        let meet = |g: &mut Group, round: usize| -> Result<(), String> {
+            arrived.fetch_add(1, Ordering::SeqCst);
+            let start = Instant::now();
+            while arrived.load(Ordering::SeqCst) < n * (round + 1) {
+                if failed.load(Ordering::SeqCst) {
+                    return Err("another member failed".into());
+                }
+                if start.elapsed() > Duration::from_secs(30) {
+                    return Err(format!("round {round}: the others never arrived"));
+                }
+                g.progress(Duration::from_millis(1)).map_err(e)?;
+            }
+            Ok(())
+        };
+        let sizes = [4, 64, 1024, 4096, 16384, 65536];
+        let rounds = 3 * sizes.len();
+        for round in 0..rounds {
+            meet(g, round)?;
+            let len = sizes[round % sizes.len()];
+            let mut out = vec![0u8; if me == 0 { n * len } else { 0 }];
+            let r = g.gather_into(Rank::new(0), &payload(me as u16, round, len), &mut out);
+            if let Err(err) = r {
+                failed.store(true, Ordering::SeqCst);
+                return Err(format!("round {round} ({len} B): {err}"));
+            }
+            let want: Vec<u8> = (0..n).flat_map(|r| payload(r as u16, round, len)).collect();
+            if me == 0 && out != want {
+                failed.store(true, Ordering::SeqCst);
+                return Err(format!("round {round}: the root's parts differ"));
+            }
+        }
+        meet(g, rounds)
     });
 }

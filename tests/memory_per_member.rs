@@ -15,11 +15,11 @@ use ethbcast_sys::alloc::CountingAlloc;
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::new();
 
-/// Bytes a member keeps per fellow member at most (its rank's receive stream slot, liveness,
-/// last sign of life, replay window, posted receives, ...): 72 measured. Was 146 when every
-/// member kept two queues per rank for undelivered messages and a hash map of point-to-point
-/// channel ids.
-const BYTES_PER_RANK: usize = 80;
+/// Bytes a member keeps per fellow member at most: its liveness, and the barriers' view of
+/// who was evicted (4 measured). The rest of what a member knows of its fellows (receive
+/// streams, receives posted, collectives counted, point-to-point channels, signs of life) is
+/// kept for the fellows it hears from or talks to alone.
+const BYTES_PER_RANK: usize = 8;
 
 #[test]
 fn a_member_allocates_little_per_fellow_and_no_buffer_before_it_broadcasts() {

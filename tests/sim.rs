@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ethbcast::cluster::{run, Report, Scenario};
+use ethbcast::cluster::{run, Report, Scenario, LINK_HOLDS};
 use ethbcast::{Faults, Rank};
 use ethbcast_proto::Algorithm;
 use proptest::prelude::*;
@@ -70,6 +70,21 @@ fn with_receive_coalescing_a_large_group_under_every_fault_at_once() {
     let mut sc = Scenario::new(40, 300);
     sc.traffic.faults = hostile();
     sc.rx_coalesce = Duration::from_micros(25);
+    let r = run(&sc).unwrap();
+    assert_perfect(&r);
+    assert!(r.lost_frames > 1000, "the faults were really there: {r:?}");
+    assert!(r.peer_repairs > 0, "members repaired each other: {r:?}");
+}
+
+#[test]
+fn members_that_observe_and_keep_nothing_under_every_fault_at_once() {
+    // Every member checks each piece of each message as it consumes it (what the large-group
+    // benchmark runs): 40 members, so the acknowledgement tree and peer repair take part.
+    let mut sc = Scenario::new(40, 300);
+    sc.traffic.faults = hostile();
+    sc.traffic.sizes = vec![0, 1, 80, 1460, 5000, 65_536];
+    sc.rx_coalesce = Duration::from_micros(25);
+    sc.observe = true;
     let r = run(&sc).unwrap();
     assert_perfect(&r);
     assert!(r.lost_frames > 1000, "the faults were really there: {r:?}");
@@ -144,8 +159,17 @@ fn a_dead_receiver_stalls_the_root_but_nothing_wrong_is_delivered() {
     assert!(r.deliveries.missing >= 200, "rank 3 got nothing: {r:?}");
 }
 
+/// Cases of the property test: 24, or `PROPTEST_CASES` to sweep more seeds (proptest draws
+/// new ones each run; `PROPTEST_RNG_SEED` repeats a sweep).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), .. ProptestConfig::default() })]
     #[test]
     fn any_seed_any_faults_every_message_exactly_once(
         seed in any::<u64>(),
@@ -157,12 +181,18 @@ proptest! {
         corrupt in 0.0f64..0.01,
         window in prop_oneof![Just(4usize), Just(16), Just(64)],
         peer_repair in any::<bool>(),
+        // Ports that keep what their hosts read (the default), that keep so few that frames
+        // waiting behind a gap leave them and are copied, and that keep nothing.
+        link_holds in prop_oneof![2 => Just(LINK_HOLDS), 1 => Just(8usize), 1 => Just(0usize)],
+        observe in any::<bool>(),
     ) {
         let mut sc = Scenario::new(nodes, 120);
         sc.traffic.seed = seed;
         sc.traffic.sizes = vec![0, 1, 79, 80, 81, 859, 860, 861, 1460, 5000, 40_000];
         sc.traffic.faults = Faults { loss, burst_loss: burst, dup, reorder, reorder_delay: Duration::from_micros(300), corrupt, ..Faults::NONE };
         sc.window = Some(window);
+        sc.link_holds = link_holds;
+        sc.observe = observe;
         if peer_repair {
             sc.tweak = |c| c.peer_repair = true;
         }
@@ -170,4 +200,26 @@ proptest! {
         prop_assert!(r.completed, "{:?}", r);
         prop_assert_eq!((r.deliveries.corrupt, r.deliveries.duplicated, r.deliveries.out_of_order, r.deliveries.missing), (0, 0, 0, 0));
     }
+}
+
+/// Four members under heavy loss with peer repair, every port keeping the frames its host read
+/// and every member leaving the roots' frames there: every message is delivered.
+#[test]
+fn frames_left_in_the_ports_four_members_heavy_loss_seed_5512095000133342378() {
+    let mut sc = Scenario::new(4, 120);
+    sc.traffic.seed = 5512095000133342378;
+    sc.traffic.sizes = vec![0, 1, 79, 80, 81, 859, 860, 861, 1460, 5000, 40_000];
+    sc.traffic.faults = Faults {
+        loss: 0.132387891301167,
+        burst_loss: 0.015252392423559484,
+        dup: 0.022905056205613863,
+        reorder: 0.0025411957907434455,
+        reorder_delay: Duration::from_micros(300),
+        corrupt: 0.005982677650425295,
+        ..Faults::NONE
+    };
+    sc.window = Some(64);
+    sc.tweak = |c| c.peer_repair = true;
+    sc.link_holds = LINK_HOLDS;
+    assert_perfect(&run(&sc).unwrap());
 }

@@ -72,8 +72,7 @@ impl SlotRef<'_> {
 /// The payloads of a ring of slots, `cap` bytes each, in one zeroed block: the allocator maps
 /// a large one as zero pages that cost memory only once written, so a member that never
 /// broadcasts (most members of a file distribution, every point-to-point pair that carries no
-/// data) pays nothing for its retransmission buffer, nor a stream whose frames arrive in order
-/// for its receive window. (One small allocation per slot wrote a heap header into every page:
+/// data) pays nothing for its retransmission buffer. (One small allocation per slot wrote a heap header into every page:
 /// 3 MiB of page faults per buffer, 51 MiB for a sender with 8 receivers and their
 /// point-to-point pairs.)
 ///
@@ -106,10 +105,6 @@ impl Payloads {
     /// Largest payload a place holds.
     pub(crate) fn cap(&self) -> usize {
         self.cap
-    }
-    /// Where place `i` starts, for a cache hint only (never dereferenced here).
-    pub(crate) fn place(&self, i: usize) -> *const u8 {
-        self.data.as_ptr().wrapping_add(i.saturating_mul(self.cap))
     }
     /// All places, as one block.
     pub(crate) fn all(&self) -> &[u8] {

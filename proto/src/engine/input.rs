@@ -154,7 +154,7 @@ impl Engine {
                     return Err(DropReason::Protocol("peer NACK for a bad root or member"));
                 }
                 let budget = self.outbox.room();
-                if let Some(rx) = self.rx[root.index()].as_deref_mut() {
+                if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
                     if unheld {
                         rx.on_unheld(now, &mut self.timers, base, missing, &more, src);
                     } else {
@@ -179,7 +179,7 @@ impl Engine {
                 if !to_me || root.get() >= self.cfg.size || root == self.cfg.rank {
                     return Err(DropReason::Protocol("peer answer for a bad root or member"));
                 }
-                if let Some(rx) = self.rx[root.index()].as_deref_mut() {
+                if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
                     rx.on_pending(now, &mut self.timers, base, missing, &more, src);
                     self.collect_rx(root);
                 }
@@ -275,8 +275,8 @@ impl Engine {
             self.collect_tx();
             return;
         }
-        let taken = match self.rx.get_mut(root.index()) {
-            Some(Some(rx)) => rx.on_report(now, &mut self.timers, src, next, laggard, view),
+        let taken = match self.rx.get_mut(&root) {
+            Some(rx) => rx.on_report(now, &mut self.timers, src, next, laggard, view),
             _ => false,
         };
         if taken {

@@ -49,10 +49,10 @@ mod tests;
 mod timer;
 mod tree;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use crate::machine::{BatchEnd, Both, Transmit};
+use crate::machine::{BatchEnd, Both, Held, Transmit};
 use crate::wire::{self, Control, WireError};
 use crate::Rank;
 
@@ -83,14 +83,32 @@ pub enum HardwareAlgorithm {
     Simple,
 }
 
+/// A stream that takes the end of each batch of frames, and what says whether this batch's
+/// end has work for it, known without a look at the stream itself (in a simulated group of
+/// thousands, the stream's state is out of the caches at most batches' ends).
+#[derive(Debug, Clone, Copy)]
+struct Batched {
+    root: Rank,
+    /// The stream was handed something since its last batch end: frames, receives, requests,
+    /// timeouts (see `Engine::collect_rx`).
+    touched: bool,
+    /// Where the payload of the oldest frame it left in the link lies (`Receiver::link_front`):
+    /// a batch's end at which the link gives that frame back has frames of the stream leaving.
+    front: Option<usize>,
+}
+
 /// One member's protocol engine.
 #[derive(Debug)]
 pub struct Engine {
     cfg: EngineConfig,
     tx: Sender,
-    rx: Vec<Option<Box<Receiver>>>,
-    /// The roots whose streams have an observer ([`Engine::observe`]).
-    observed: Vec<Rank>,
+    /// The receive streams, by root: those heard from alone (a slot per rank was 8 bytes
+    /// per fellow at every member, 128 MiB of a simulated group of 4096).
+    rx: BTreeMap<Rank, Box<Receiver>>,
+    /// The streams that take the end of each batch of frames ([`Engine::frames_done`]):
+    /// those with an observer ([`Engine::observe`]) or left in the link
+    /// ([`Engine::leave_in_link`]).
+    batched: Vec<Batched>,
     /// Every timer of the engine: the receive streams' and the sender's.
     timers: TimerTable,
     /// What this member knows of each fellow member.
@@ -98,6 +116,8 @@ pub struct Engine {
     /// The acknowledgement trees' view, and this member's own tree as a root.
     trees: tree::AckTrees,
     outbox: Outbox,
+    /// Set by [`Engine::reserve_queues`]: queues are made at their bounds, streams' too.
+    reserved: bool,
     /// Set by [`Engine::abandon`]: only control frames leave from then on.
     abandoned: bool,
     /// Set once a counter of this member's frames reached its last value.
@@ -115,12 +135,13 @@ impl Engine {
         let n = usize::from(cfg.size);
         Ok(Engine {
             tx: Sender::new(&cfg),
-            rx: (0..n).map(|_| None).collect(),
-            observed: Vec::new(),
+            rx: BTreeMap::new(),
+            batched: Vec::new(),
             timers: TimerTable::new(cfg.size),
             fellows: Fellows::new(n),
             trees: tree::AckTrees::new(&vec![true; n]),
             outbox: Outbox::new(cfg.outbox),
+            reserved: false,
             abandoned: false,
             ended: None,
             events: VecDeque::new(),
@@ -145,17 +166,18 @@ impl Engine {
     /// Whether some stream holds frames this member has not acknowledged to their root (see
     /// [`Control::AckPoll`]).
     pub fn owes_acks(&self) -> bool {
-        self.rx.iter().flatten().any(|r| r.owes_ack())
+        self.rx.values().any(|r| r.owes_ack())
     }
 
     /// Acknowledges to every root what this member holds of its stream and has not
     /// acknowledged yet, now rather than when the root asks: for a member about to leave.
     pub fn ack_all(&mut self, now: Instant) {
-        for root in 0..self.rx.len() {
-            if let Some(rx) = self.rx[root].as_deref_mut() {
+        let roots: Vec<Rank> = self.rx.keys().copied().collect();
+        for root in roots {
+            if let Some(rx) = self.rx.get_mut(&root) {
                 rx.ack_held(now, &mut self.timers);
-                self.collect_rx(Rank::new(root as u16));
             }
+            self.collect_rx(root);
         }
     }
     /// Heap bytes of the engine's buffers: its receive streams ([`Receiver::heap_bytes`]) and
@@ -163,16 +185,11 @@ impl Engine {
     pub fn heap_bytes(&self) -> usize {
         self.crypt.heap_bytes()
             + self.tx.heap_bytes_without_dests()
-            + self
-                .rx
-                .iter()
-                .flatten()
-                .map(|r| r.heap_bytes())
-                .sum::<usize>()
+            + self.rx.values().map(|r| r.heap_bytes()).sum::<usize>()
     }
     /// The receive stream of `root`, if it has been heard from.
     pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
-        self.rx.get(root.index()).and_then(|r| r.as_deref())
+        self.rx.get(&root).map(Box::as_ref)
     }
     /// The fellow receiver this member asks for lost frames of `root`'s stream (peer repair),
     /// if any: the one member whose relayed repairs of that stream are expected.
@@ -204,12 +221,18 @@ impl Engine {
         self.outbox.skip_counter_to(ctr);
     }
 
-    /// Makes the outbox's queue at its bound now, rather than as control frames wait in it: a
-    /// member then allocates nothing in steady state when a burst leaves more frames waiting
-    /// than any before. For a host's member (one per process); a simulated group of thousands
-    /// leaves it to grow with use.
+    /// Makes the queues at their bounds now, rather than as they fill: the outbox's, the send
+    /// queue, and the pushed buffer of every receive stream (those made later too). A member
+    /// then allocates nothing in steady state when a burst leaves more waiting than any
+    /// before. For a host's member (one per process); a simulated group of thousands leaves
+    /// them to grow with use.
     pub fn reserve_queues(&mut self) {
+        self.reserved = true;
         self.outbox.make_room();
+        self.tx.make_room();
+        for rx in self.rx.values_mut() {
+            rx.make_room();
+        }
     }
 
     /// Test support: makes now what the engine makes at first use, at its bounds (the receive
@@ -218,7 +241,7 @@ impl Engine {
     #[cfg(feature = "test-hooks")]
     pub(crate) fn make_every_place(&mut self) {
         self.reserve_queues();
-        for rx in self.rx.iter_mut().flatten() {
+        for rx in self.rx.values_mut() {
             rx.make_every_place();
         }
     }
@@ -351,8 +374,17 @@ impl Engine {
     pub fn observe(&mut self, now: Instant, root: Rank, observer: Observer) {
         self.stream(now, root).0.set_observer(observer);
         self.crypt.hold();
-        if !self.observed.contains(&root) {
-            self.observed.push(root);
+        self.batch(root);
+    }
+
+    /// `root`'s stream takes the end of each batch of frames ([`Engine::frames_done`]).
+    fn batch(&mut self, root: Rank) {
+        if !self.batched.iter().any(|b| b.root == root) {
+            self.batched.push(Batched {
+                root,
+                touched: true,
+                front: None,
+            });
         }
     }
 
@@ -365,9 +397,11 @@ impl Engine {
         self.stream(now, root).0.keep_at_most(keep);
     }
 
-    /// Whether some root's stream has an observer ([`Engine::observe`]).
-    pub fn is_observed(&self) -> bool {
-        !self.observed.is_empty()
+    /// Whether some root's stream takes the end of each batch of frames
+    /// ([`Engine::frames_done`]): it has an observer ([`Engine::observe`]), or its frames are
+    /// left in the link ([`Engine::leave_in_link`]).
+    pub fn wants_frames_done(&self) -> bool {
+        !self.batched.is_empty()
     }
 
     /// Frames of `root`'s stream that would be copied into the window (behind a gap, or kept
@@ -378,8 +412,23 @@ impl Engine {
     /// into `/dev/null`): under steady loss nearly every frame comes behind a gap, and the
     /// copy of each was most of its cost.
     pub fn leave_in_link(&mut self, now: Instant, root: Rank) {
-        self.stream(now, root).0.set_in_link(true);
+        self.leave_in_link_as(now, root, false);
+    }
+
+    /// As [`Engine::leave_in_link`], except that a frame kept for fellows' requests is copied
+    /// into the window when the link gives it back after it was consumed (rather than
+    /// forgotten), and serves them until its slot is reused, as it would without the link:
+    /// the stream's repairs are those it makes without the link, whatever the link retains.
+    /// For a simulated group (whose links keep shared frames): the copies a member makes are
+    /// the few frames that outlive the link's retention.
+    pub fn leave_in_link_serving(&mut self, now: Instant, root: Rank) {
+        self.leave_in_link_as(now, root, true);
+    }
+
+    fn leave_in_link_as(&mut self, now: Instant, root: Rank, copy_consumed: bool) {
+        self.stream(now, root).0.set_in_link(true, copy_consumed);
         self.crypt.hold();
+        self.batch(root);
     }
 
     /// A batch of frames ends (see [`crate::machine::Machine::frames_done`]): frames left in
@@ -393,14 +442,30 @@ impl Engine {
             held: &held,
             leaving: &leaving,
         };
-        for k in 0..self.observed.len() {
-            let root = self.observed[k];
-            if let Some(rx) = self.rx[root.index()].as_deref_mut() {
+        for k in 0..self.batched.len() {
+            let Batched {
+                root,
+                touched,
+                front,
+            } = self.batched[k];
+            // A stream handed nothing since its last batch end, whose oldest frame in the
+            // link stays there, has nothing to do: whatever it left in the link stays, and
+            // what waits there waited at its last batch end too.
+            if !touched && front.is_none_or(|at| leaving.find(at, 0).is_none()) {
+                continue;
+            }
+            if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
                 rx.frames_done(now, &mut self.timers, end);
                 // What it delivered, served and scheduled leaves now, not at the stream's
                 // next frame or timer.
                 self.collect_rx(root);
             }
+            let front = self.rx.get(&root).and_then(|rx| rx.link_front());
+            self.batched[k] = Batched {
+                root,
+                touched: false,
+                front,
+            };
         }
         let mut opened = opened;
         opened.clear();
@@ -409,15 +474,18 @@ impl Engine {
 
     /// The receive stream of `root` (made now if it was never heard from), and the timers.
     fn stream(&mut self, now: Instant, root: Rank) -> (&mut Receiver, &mut TimerTable) {
-        if self.rx[root.index()].is_none() {
+        if !self.rx.contains_key(&root) {
             let place = self.timers.add_stream(root);
             let mut rx = Receiver::new(&self.cfg, root, place);
             let link = self.trees.link(&self.cfg, root, self.fellows.live());
             rx.set_peer(self.peer_for(root, link.as_ref()));
             rx.set_tree(now, &mut self.timers, link);
-            self.rx[root.index()] = Some(Box::new(rx));
+            if self.reserved {
+                rx.make_room();
+            }
+            self.rx.insert(root, Box::new(rx));
         }
-        let rx = self.rx[root.index()].as_deref_mut().expect("just made");
+        let rx = self.rx.get_mut(&root).map(Box::as_mut).expect("just made");
         (rx, &mut self.timers)
     }
 
@@ -446,7 +514,11 @@ impl Engine {
     }
 
     fn collect_rx(&mut self, root: Rank) {
-        if let Some(rx) = self.rx[root.index()].as_deref_mut() {
+        // Every call into a stream ends here: its next batch end has work.
+        if let Some(b) = self.batched.iter_mut().find(|b| b.root == root) {
+            b.touched = true;
+        }
+        if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
             while let Some(ev) = rx.take_event() {
                 if let EngineEvent::Delivered(Message { data, .. }) = &ev {
                     self.stats.delivered += 1;
@@ -499,7 +571,7 @@ impl Engine {
         // The streams whose timer is due, in rank order.
         let due = self.timers.fired_streams(now);
         for &root in &due {
-            if let Some(rx) = self.rx[root.index()].as_deref_mut() {
+            if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
                 rx.on_timeout(now, &mut self.timers);
             }
             self.collect_rx(root);
@@ -606,22 +678,20 @@ impl Engine {
         }
         // Its messages that were complete (held back for fellows' requests) are still
         // delivered.
-        if let Some(rx) = self.rx[rank.index()].as_deref_mut() {
+        if let Some(rx) = self.rx.get_mut(&rank).map(Box::as_mut) {
             rx.release_all(&mut self.timers);
         }
         self.collect_rx(rank);
-        if let Some(rx) = self.rx[rank.index()].take() {
+        if let Some(rx) = self.rx.remove(&rank) {
             self.timers.remove_stream(rx.timers());
         }
         // The trees re-form in the new view.
         self.trees.relayout(self.fellows.live());
-        for root in Rank::all(self.cfg.size) {
-            if self.rx[root.index()].is_none() {
-                continue;
-            }
+        let roots: Vec<Rank> = self.rx.keys().copied().collect();
+        for root in roots {
             let link = self.trees.link(&self.cfg, root, self.fellows.live());
             let peer = self.peer_for(root, link.as_ref());
-            if let Some(rx) = self.rx[root.index()].as_deref_mut() {
+            if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
                 rx.set_peer(peer);
                 rx.set_tree(now, &mut self.timers, link);
             }

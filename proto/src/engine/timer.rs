@@ -239,13 +239,11 @@ impl TimerTable {
         }
     }
 
-    /// An empty list with room for one rank per member (made once).
+    /// An empty list, with the room the last one grew to (a list made with room for every
+    /// member was 2 bytes per fellow at every member; few streams fire at once).
     fn take_list(&mut self) -> Vec<Rank> {
         let mut v = std::mem::take(&mut self.fired);
         v.clear();
-        if v.capacity() < self.size {
-            v.reserve_exact(self.size);
-        }
         v
     }
 

@@ -7,6 +7,8 @@
 //! `(root, count)` tags a call's tree messages uniquely.
 
 use super::Algorithm;
+use std::collections::BTreeMap;
+
 use crate::Rank;
 
 use super::tree::Tag;
@@ -39,7 +41,11 @@ pub(super) struct Calls {
     call: Option<Call>,
     result: Option<Result<Done, MemberError>>,
     /// Collective calls started so far per root.
-    collectives: Vec<u64>,
+    /// (Only the roots that started one are kept: a counter per rank was 8 bytes per fellow
+    /// at every member.)
+    collectives: BTreeMap<Rank, u64>,
+    /// Members in the group.
+    size: usize,
 }
 
 impl Calls {
@@ -48,7 +54,8 @@ impl Calls {
         Calls {
             call: None,
             result: None,
-            collectives: vec![0; n],
+            collectives: BTreeMap::new(),
+            size: n,
         }
     }
 
@@ -64,8 +71,9 @@ impl Calls {
 
     /// The tag of the next call rooted at `root` (counted now).
     pub(super) fn next_tag(&mut self, root: Rank) -> Tag {
-        let tag = (root, self.collectives[root.index()]);
-        self.collectives[root.index()] += 1;
+        let count = self.collectives.entry(root).or_default();
+        let tag = (root, *count);
+        *count += 1;
         tag
     }
 
@@ -73,10 +81,8 @@ impl Calls {
     /// a call it finished (a late or repeated copy), or a root that does not exist.
     pub(super) fn is_stale(&self, tag: Tag) -> bool {
         let current = matches!(self.call, Some(Call::Bcast { tag: t, .. }) if t == tag);
-        let done = self
-            .collectives
-            .get(tag.0.index())
-            .is_none_or(|&c| tag.1 < c);
+        let done =
+            tag.0.index() >= self.size || self.collectives.get(&tag.0).is_some_and(|&c| tag.1 < c);
         done && !current
     }
 

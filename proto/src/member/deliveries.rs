@@ -9,6 +9,8 @@
 //! application add up to at most `prepost` once topped up; `top_ups` names the roots whose
 //! receives are due for a top-up. A rank this member does not take is never posted for.
 
+use std::collections::BTreeMap;
+
 use crate::Rank;
 
 use super::inbox::Inboxes;
@@ -18,14 +20,18 @@ use super::inbox::Inboxes;
 pub(super) struct Deliveries {
     /// Receives kept posted per root for a streaming member (0: one per `bcast` call).
     prepost: usize,
-    /// Whose broadcasts and point-to-point messages this member takes, by rank.
-    takes: Vec<bool>,
-    /// Receives posted on the group engine and not consumed yet, per root.
-    posted: Vec<u32>,
+    /// Members in the group.
+    size: usize,
+    /// Whose broadcasts and point-to-point messages this member takes, in rank order (`None`:
+    /// every member's).
+    takes: Option<Box<[Rank]>>,
+    /// Receives posted on the group engine and not consumed yet, per root (the roots posted
+    /// for; a counter per rank was 4 bytes per fellow at every member).
+    posted: BTreeMap<Rank, u32>,
     /// Messages delivered and not claimed by a call yet, per root.
     inbox: Inboxes,
-    /// Streamed deliveries waiting for the application, per root.
-    queued: Vec<u32>,
+    /// Streamed deliveries waiting for the application, per root (those that had some).
+    queued: BTreeMap<Rank, u32>,
     /// Roots whose deliveries the application took since the last top-up.
     top_ups: Vec<Rank>,
 }
@@ -36,13 +42,16 @@ impl Deliveries {
     pub(super) fn new(n: usize, prepost: usize, senders: Option<&[Rank]>) -> Deliveries {
         Deliveries {
             prepost,
-            takes: match senders {
-                None => vec![true; n],
-                Some(s) => (0..n).map(|r| s.contains(&Rank::new(r as u16))).collect(),
-            },
-            posted: vec![0; n],
+            size: n,
+            takes: senders.map(|s| {
+                let mut s = s.to_vec();
+                s.sort_unstable();
+                s.dedup();
+                s.into_boxed_slice()
+            }),
+            posted: BTreeMap::new(),
             inbox: Inboxes::default(),
-            queued: vec![0; n],
+            queued: BTreeMap::new(),
             top_ups: Vec::new(),
         }
     }
@@ -54,41 +63,47 @@ impl Deliveries {
 
     /// Whether this member takes `rank`'s broadcasts and point-to-point messages.
     pub(super) fn takes(&self, rank: Rank) -> bool {
-        self.takes.get(rank.index()) == Some(&true)
+        rank.index() < self.size
+            && self
+                .takes
+                .as_ref()
+                .is_none_or(|s| s.binary_search(&rank).is_ok())
     }
 
     /// Receives posted for `root` and not consumed yet.
     pub(super) fn posted(&self, root: Rank) -> u32 {
-        self.posted[root.index()]
+        self.posted.get(&root).copied().unwrap_or(0)
     }
 
     /// A receive was posted for `root`.
     pub(super) fn note_posted(&mut self, root: Rank) {
-        self.posted[root.index()] += 1;
+        *self.posted.entry(root).or_default() += 1;
     }
 
     /// A message of `root` consumed its receive.
     pub(super) fn consumed(&mut self, root: Rank) {
-        let r = root.index();
-        self.posted[r] = self.posted[r].saturating_sub(1);
+        if let Some(p) = self.posted.get_mut(&root) {
+            *p = p.saturating_sub(1);
+        }
     }
 
     /// Whether `root` is due another receive for a streaming member.
     pub(super) fn wants_post(&self, root: Rank) -> bool {
-        let r = root.index();
-        (self.posted[r] + self.queued[r]) < self.prepost as u32
+        let queued = self.queued.get(&root).copied().unwrap_or(0);
+        (self.posted(root) + queued) < self.prepost as u32
     }
 
     /// A streamed delivery of `root` was queued for the application (its receive is topped up).
     pub(super) fn queued(&mut self, root: Rank) {
-        self.queued[root.index()] += 1;
+        *self.queued.entry(root).or_default() += 1;
         self.top_ups.push(root);
     }
 
     /// The application took a streamed delivery of `root`: room for one more.
     pub(super) fn taken(&mut self, root: Rank) {
-        let r = root.index();
-        self.queued[r] = self.queued[r].saturating_sub(1);
+        if let Some(q) = self.queued.get_mut(&root) {
+            *q = q.saturating_sub(1);
+        }
         self.top_ups.push(root);
     }
 
@@ -119,7 +134,7 @@ impl Deliveries {
 
     /// `rank` was evicted: its receives are gone.
     pub(super) fn evicted(&mut self, rank: Rank) {
-        self.posted[rank.index()] = 0;
+        self.posted.remove(&rank);
     }
 }
 

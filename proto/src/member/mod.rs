@@ -151,7 +151,7 @@ impl Member {
         let mut m = Member {
             engine,
             pairs: Pairs::new(group, rank, size),
-            tree: TreeBcast::new(size),
+            tree: TreeBcast::new(),
             barriers,
             detector,
             addrs: Addresses::new(peers, group_mac),
@@ -192,9 +192,23 @@ impl Member {
         self.sync_timers();
     }
 
-    /// A batch of frames ends (see [`crate::engine::Engine::frames_done`]).
+    /// Leaves in the link the frames of `root`'s stream that would be copied into the window,
+    /// serving fellows as without the link (see
+    /// [`crate::engine::Engine::leave_in_link_serving`]).
+    pub fn leave_in_link_serving(&mut self, now: Instant, root: Rank) {
+        self.engine.leave_in_link_serving(now, root);
+        self.sync_timers();
+    }
+
+    /// A batch of frames ends (see [`crate::engine::Engine::frames_done`]). What the engine
+    /// did then (messages completed by frames that waited in the link, repairs served from
+    /// it, control messages) is taken from it now, as after a frame: a member whose last
+    /// messages complete at a batch's end may get no frame nor timer after it.
     pub fn frames_done(&mut self, now: Instant, end: BatchEnd<'_>) {
         self.engine.frames_done(now, end);
+        self.collect(now);
+        self.advance(now);
+        self.pump_controls();
         self.sync_timers();
     }
 
@@ -827,7 +841,7 @@ impl Machine for Member {
         Member::frames_done(self, now, end)
     }
     fn wants_frames_done(&self) -> bool {
-        self.engine.is_observed()
+        self.engine.wants_frames_done()
     }
     fn handle_timeout(&mut self, now: Instant) {
         Member::handle_timeout(self, now)

@@ -11,6 +11,7 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::engine::{self, Engine, EngineConfig, Message, SessionEnded};
@@ -42,10 +43,14 @@ pub(super) struct Pairs {
     /// The channels opened so far, by peer (ordered, so that runs repeat).
     engines: BTreeMap<Rank, Engine>,
     /// The group id of the channel with each peer, sorted by id (a binary search: 8 bytes a
-    /// peer, where a hash map took 18).
-    groups: Box<[(u32, Rank)]>,
-    /// Receives posted on each peer's channel and not consumed yet.
-    posted: Vec<u8>,
+    /// peer, where a hash map took 18). Made at the first frame that is not the group's: a
+    /// member that only broadcasts never needs it (the simulator holds thousands of members
+    /// in one process).
+    groups: OnceLock<Box<[(u32, Rank)]>>,
+    /// The group, this member and the group's size, to make `groups`.
+    of: (u32, Rank, u16),
+    /// Receives posted on each open channel and not consumed yet, by peer.
+    posted: BTreeMap<Rank, u8>,
     /// Application messages received and not taken, per peer.
     inbox: Inboxes,
     /// The channel that sent last, so that no channel starves the others.
@@ -55,17 +60,11 @@ pub(super) struct Pairs {
 impl Pairs {
     /// No channel yet, for member `me` of group `group` of `size`.
     pub(super) fn new(group: u32, me: Rank, size: u16) -> Pairs {
-        let mut groups: Vec<(u32, Rank)> = Rank::all(size)
-            .filter(|&r| r != me)
-            .map(|r| (pair_group(group, me, r), r))
-            .collect();
-        // Of two peers whose channels' ids collide, the higher rank's channel is the one found.
-        groups.sort_unstable_by_key(|&(g, r)| (g, std::cmp::Reverse(r)));
-        groups.dedup_by_key(|&mut (g, _)| g);
         Pairs {
             engines: BTreeMap::new(),
-            groups: groups.into_boxed_slice(),
-            posted: vec![0; usize::from(size)],
+            groups: OnceLock::new(),
+            of: (group, me, size),
+            posted: BTreeMap::new(),
             inbox: Inboxes::default(),
             cursor: Rank::new(0),
         }
@@ -73,8 +72,20 @@ impl Pairs {
 
     /// The peer whose channel has the group id `group`, if any.
     pub(super) fn peer(&self, group: u32) -> Option<Rank> {
-        let i = self.groups.binary_search_by_key(&group, |&(g, _)| g).ok()?;
-        Some(self.groups[i].1)
+        let groups = self.groups.get_or_init(|| {
+            let (of, me, size) = self.of;
+            let mut groups: Vec<(u32, Rank)> = Rank::all(size)
+                .filter(|&r| r != me)
+                .map(|r| (pair_group(of, me, r), r))
+                .collect();
+            // Of two peers whose channels' ids collide, the higher rank's channel is the one
+            // found.
+            groups.sort_unstable_by_key(|&(g, r)| (g, std::cmp::Reverse(r)));
+            groups.dedup_by_key(|&mut (g, _)| g);
+            groups.into_boxed_slice()
+        });
+        let i = groups.binary_search_by_key(&group, |&(g, _)| g).ok()?;
+        Some(groups[i].1)
     }
 
     /// The channel with `peer`, if it is open.
@@ -107,7 +118,7 @@ impl Pairs {
             let e = Engine::new(pc)
                 .expect("the pair configuration derives from a valid group configuration");
             slot.insert(e);
-            self.posted[peer.index()] = 0;
+            self.posted.insert(peer, 0);
             self.top_up(now, me, peer, held);
         }
         self.engines
@@ -124,11 +135,12 @@ impl Pairs {
         };
         let other = Rank::new(u16::from(me < peer));
         let max = e.config().max_message;
-        while usize::from(self.posted[p]) + self.inbox[p].len() + usize::from(held) < P2P_WINDOW {
+        let posted = self.posted.entry(peer).or_default();
+        while usize::from(*posted) + self.inbox[p].len() + usize::from(held) < P2P_WINDOW {
             if e.post_recv(now, other, max).is_err() {
                 break;
             }
-            self.posted[p] += 1;
+            *posted += 1;
         }
     }
 
@@ -144,9 +156,10 @@ impl Pairs {
                 got.push(data);
             }
         }
-        let p = peer.index();
         let n = u8::try_from(got.len()).unwrap_or(u8::MAX);
-        self.posted[p] = self.posted[p].saturating_sub(n);
+        if let Some(p) = self.posted.get_mut(&peer) {
+            *p = p.saturating_sub(n);
+        }
         got
     }
 
@@ -164,7 +177,7 @@ impl Pairs {
     pub(super) fn close(&mut self, peer: Rank) {
         self.engines.remove(&peer);
         let r = peer.index();
-        self.posted[r] = 0;
+        self.posted.remove(&peer);
         self.inbox[r].clear();
     }
 

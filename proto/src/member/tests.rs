@@ -379,3 +379,63 @@ fn a_member_pinged_faster_than_its_link_sends_holds_at_most_an_outbox_of_pongs()
     }
     assert_eq!(sent, held, "every pong held is sent");
 }
+
+/// A member whose stream leaves frames in the link asks its driver for the end of every batch
+/// (`Machine::wants_frames_done`), observer or not: the frames it left there are read, served
+/// and let go only then, and a driver that does not ask reads with the link's frames gone.
+#[test]
+fn a_member_leaving_frames_in_the_link_wants_each_batch_ended() {
+    for serving in [false, true] {
+        let (mut m, now) = member();
+        assert!(!crate::machine::Machine::wants_frames_done(&m));
+        if serving {
+            m.leave_in_link_serving(now, Rank::new(0));
+        } else {
+            m.leave_in_link(now, Rank::new(0));
+        }
+        assert!(
+            crate::machine::Machine::wants_frames_done(&m),
+            "serving fellows: {serving}"
+        );
+    }
+}
+
+/// A message that the end of a batch completes (its frame waited in the link behind a gap, and
+/// is read only then) is the application's at once: the member takes it from its engine at the
+/// batch's end, as it takes a message a frame completes, not at its next frame or timer, which
+/// may never come (every frame is in; nothing is lost, nothing is due).
+#[test]
+fn a_message_completed_at_the_end_of_a_batch_is_delivered_then() {
+    for serving in [false, true] {
+        let (mut m, now) = member();
+        if serving {
+            m.leave_in_link_serving(now, Rank::new(0));
+        } else {
+            m.leave_in_link(now, Rank::new(0));
+        }
+        // Frame 1 comes first: it waits behind the gap, in the link's frame.
+        let f1 = frame(Kind::Data, 1, ALL, Flags::BROADCAST);
+        let f0 = frame(Kind::Data, 0, ALL, Flags::BROADCAST);
+        m.handle_frame(now, port_mac(0), &f1);
+        m.handle_frame(now, port_mac(0), &f0);
+        let held = crate::machine::Frames(&[&f1[..], &f0[..]]);
+        m.frames_done(
+            now,
+            crate::machine::BatchEnd {
+                held: &held,
+                leaving: &held,
+            },
+        );
+        let mut got = Vec::new();
+        while let Some(ev) = m.poll_event() {
+            if let super::Event::Delivered(msg) = ev {
+                got.push((msg.msg_id, msg.data));
+            }
+        }
+        assert_eq!(
+            got,
+            vec![(0, vec![0u8; 100]), (1, vec![1u8; 100])],
+            "serving fellows: {serving}"
+        );
+    }
+}

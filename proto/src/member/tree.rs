@@ -10,7 +10,7 @@
 //! room in that peer's channel window); `cache` holds at most [`TREE_CACHE`] messages, each
 //! with the children it was sent to.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::Rank;
 
@@ -111,30 +111,30 @@ pub fn tree_children(me: Rank, root: Rank, n: u16) -> Vec<Rank> {
 pub(super) struct TreeBcast {
     /// Tree broadcasts received and not claimed by a call yet: tag, sender, data.
     inbox: VecDeque<(Tag, Rank, Vec<u8>)>,
-    /// How many of them each peer sent.
-    held: Vec<u8>,
+    /// How many of them each peer sent (the peers that sent some).
+    held: BTreeMap<Rank, u8>,
     /// Tree broadcasts this member sent or forwarded, and to whom.
     cache: VecDeque<(Tag, Vec<u8>, Vec<Rank>)>,
 }
 
 impl TreeBcast {
-    /// Nothing received or sent, in a group of `size`.
-    pub(super) fn new(size: u16) -> TreeBcast {
+    /// Nothing received or sent.
+    pub(super) fn new() -> TreeBcast {
         TreeBcast {
             inbox: VecDeque::new(),
-            held: vec![0; usize::from(size)],
+            held: BTreeMap::new(),
             cache: VecDeque::new(),
         }
     }
 
     /// Tree messages of `peer` held for calls.
     pub(super) fn held(&self, peer: Rank) -> u8 {
-        self.held[peer.index()]
+        self.held.get(&peer).copied().unwrap_or(0)
     }
 
     /// A tree message tagged `tag` came from `from`, for a call to claim.
     pub(super) fn accept(&mut self, tag: Tag, from: Rank, data: Vec<u8>) {
-        self.held[from.index()] += 1;
+        *self.held.entry(from).or_default() += 1;
         self.inbox.push_back((tag, from, data));
     }
 
@@ -143,8 +143,9 @@ impl TreeBcast {
     pub(super) fn take(&mut self, tag: Tag) -> Option<(Rank, Vec<u8>)> {
         let p = self.inbox.iter().position(|(t, _, _)| *t == tag)?;
         let (_, from, data) = self.inbox.remove(p)?;
-        let f = from.index();
-        self.held[f] = self.held[f].saturating_sub(1);
+        if let Some(h) = self.held.get_mut(&from) {
+            *h = h.saturating_sub(1);
+        }
         Some((from, data))
     }
 
@@ -196,7 +197,7 @@ mod tests {
 
     #[test]
     fn held_messages_are_counted_per_peer_and_claimed_by_tag() {
-        let mut t = TreeBcast::new(4);
+        let mut t = TreeBcast::new();
         let (a, b) = ((Rank::new(0), 1), (Rank::new(0), 2));
         t.accept(a, Rank::new(1), vec![1]);
         t.accept(b, Rank::new(1), vec![2]);
@@ -208,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_member_whose_parent_died_gets_the_message_from_the_next_up() {
-        let mut t = TreeBcast::new(4);
+        let mut t = TreeBcast::new();
         let all: Vec<Rank> = Rank::all(4).collect();
         // Root 0 of 4: children 2 and 1; 2's child is 3.
         let (_, children) = live_tree(&all, Rank::new(0), Rank::new(0));
@@ -221,7 +222,7 @@ mod tests {
         assert_eq!(sends[0].0, Rank::new(3));
         assert!(t.reforward(&live, Rank::new(0)).is_empty(), "once");
         // Only the last few are remembered.
-        let mut t = TreeBcast::new(4);
+        let mut t = TreeBcast::new();
         for k in 0..=TREE_CACHE as u64 {
             t.remember((Rank::new(0), k), b"m", vec![Rank::new(2), Rank::new(1)]);
         }

@@ -107,6 +107,11 @@ pub(super) struct PortState {
     pub(super) downlink: VecDeque<InFlight<()>>,
     /// Ethernet frames due at this port, oldest first.
     pub(super) rx: VecDeque<Rc<[u8]>>,
+    /// Frames its host read and the port keeps for it (see [`super::SimPort`]'s
+    /// `Link::retain`), oldest first: the `retain` newest after each batch.
+    pub(super) held: VecDeque<Rc<[u8]>>,
+    /// How many frames the port keeps after each batch (0: none).
+    pub(super) retain: usize,
     pub(super) stats: SimStats,
 }
 

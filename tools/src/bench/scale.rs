@@ -105,6 +105,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport, ClusterError> {
                     peer_repair: None,
                     compare_nodes: None,
                     rx_coalesce_us: 0,
+                    observe: false,
                 })?;
                 let exact = r.completed && r.deliveries.exact();
                 rows.push(ScaleRow {

@@ -50,6 +50,9 @@ pub struct SimOptions {
     /// Receive interrupt coalescing of every host, microseconds (0: a turn per arrival
     /// instant).
     pub rx_coalesce_us: u64,
+    /// Members observe each message's bytes as they consume them and keep none
+    /// (`Scenario::observe`), rather than reassemble each message whole.
+    pub observe: bool,
 }
 
 /// The JSON the subcommand prints.
@@ -298,6 +301,7 @@ fn run_one(o: &SimOptions) -> Result<SimJson, ClusterError> {
     sc.ack_tree = o.ack_tree;
     sc.peer_repair = o.peer_repair;
     sc.rx_coalesce = Duration::from_micros(o.rx_coalesce_us);
+    sc.observe = o.observe;
     let t0 = std::time::Instant::now();
     let cpu0 = super::cpu::process_seconds();
     let r: Report = run(&sc)?;
@@ -435,6 +439,18 @@ pub fn render(r: &SimJson) -> String {
     t.render()
 }
 
+/// How the members of `sim --api stream` receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Receive {
+    /// Each message is reassembled whole and checked.
+    Whole,
+    /// Each frame's bytes are checked where the port holds them as they are consumed, and
+    /// no message is reassembled (as `ethbcast recv` writes a stream out). Members that
+    /// keep no message serve their fellows from the frames they copy once asked, not from
+    /// held messages: fewer bytes held, more requests to the roots.
+    Observe,
+}
+
 /// Which layer `sim` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SimApi {
@@ -529,6 +545,9 @@ pub struct Args {
     /// `rx-usecs`); 0: one turn per arrival instant.
     #[arg(long, default_value_t = 25)]
     rx_coalesce_us: u64,
+    /// How members receive the stream.
+    #[arg(long, value_enum, default_value = "whole")]
+    receive: Receive,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -573,6 +592,7 @@ impl Args {
             peer_repair: self.peer_repair,
             compare_nodes: self.compare_nodes,
             rx_coalesce_us: self.rx_coalesce_us,
+            observe: self.receive == Receive::Observe,
         };
         if self.api == SimApi::Collectives {
             return collectives(self.json, &o);

@@ -23,8 +23,9 @@ pub(super) type Relay = (Rank, Repr, usize, usize);
 /// The frames of one stream left in the link. See the module documentation.
 #[derive(Debug, Default)]
 pub(super) struct InLink {
-    /// The slots whose payloads lie in the link, oldest first.
-    refs: VecDeque<Seq>,
+    /// The slots whose payloads lie in the link, oldest first, with where each payload lay
+    /// when it was noted (a slot reused since has another's).
+    refs: VecDeque<(Seq, usize)>,
     /// Per slot: the address of its payload in the link's frame (empty: payloads are not
     /// left in the link).
     at: Vec<usize>,
@@ -50,7 +51,13 @@ impl InLink {
         slot.state.remove(SlotState::COPY);
         slot.state.insert(SlotState::LINK);
         self.at[i] = payload.as_ptr() as usize;
-        self.refs.push_back(s);
+        self.refs.push_back((s, self.at[i]));
+    }
+
+    /// Where the payload of the oldest frame noted lies: until the link gives that frame back,
+    /// no frame noted after it leaves either (see `leave`).
+    pub(super) fn front(&self) -> Option<usize> {
+        self.refs.front().map(|&(_, at)| at)
     }
 
     /// Where slot `i`'s payload lies in the link.
@@ -75,9 +82,11 @@ impl InLink {
 
     /// The link gives back the frames `leaving` finds: a payload of one still waiting is
     /// copied into the window now; one consumed is forgotten (a fellow asking for it later
-    /// is told it is not held, and asks the root).
+    /// is told it is not held, and asks the root), or, into a sparse window (a stream that
+    /// serves fellows as without the link), copied too, to serve them until its slot is
+    /// reused, as a frame never left in the link does.
     pub(super) fn leave(&mut self, window: &mut Window, leaving: &dyn Held) {
-        while let Some(&s) = self.refs.front() {
+        while let Some(&(s, _)) = self.refs.front() {
             let i = window.idx(s);
             let slot = window.slot(i);
             let live = slot.state.contains(SlotState::LINK) && slot.repr.seq == s.low32();
@@ -88,12 +97,13 @@ impl InLink {
                     break;
                 };
                 let waiting = slot.state.contains(SlotState::HAVE);
-                if waiting {
+                let copy = waiting || window.is_sparse();
+                if copy {
                     window.keep(i, bytes);
                 }
                 let slot = window.slot_mut(i);
                 slot.state.remove(SlotState::LINK);
-                slot.state.set(SlotState::COPY, waiting);
+                slot.state.set(SlotState::COPY, copy);
             }
             self.refs.pop_front();
         }
@@ -141,6 +151,22 @@ mod tests {
         let s1 = w.slot(1).state;
         assert!(s1.contains(SlotState::HAVE | SlotState::COPY) && !s1.contains(SlotState::LINK));
         assert_eq!(w.kept(1, f1.len()), &f1[..]);
+        // Into a sparse window (a stream that serves fellows as without the link) the consumed
+        // ones are copied too: frame 2, consumed and kept for fellows, is copied when it
+        // leaves, and serves them from the window until its slot is reused.
+        let mut w = Window::new(&c);
+        w.set_sparse(true);
+        let f2 = b"frame two".to_vec();
+        let i = w.idx(Seq::new(2));
+        let slot = w.slot_mut(i);
+        slot.repr.seq = 2;
+        slot.len = f2.len() as u16;
+        slot.state = SlotState::empty();
+        l.note(&mut w, i, Seq::new(2), &f2);
+        l.leave(&mut w, &Frames(&[&f2[..]]));
+        let s2 = w.slot(i).state;
+        assert!(s2.contains(SlotState::COPY) && !s2.contains(SlotState::LINK | SlotState::HAVE));
+        assert_eq!(w.kept(i, f2.len()), &f2[..]);
         l.relay((Rank::new(0), Repr::default(), 0, 0));
         assert_eq!(l.relays_waiting(), 1);
         assert_eq!(l.take_relays().len(), 1);

@@ -156,6 +156,14 @@ impl Receiver {
     pub(crate) fn make_every_place(&mut self) {
         self.window.make_places();
         self.posts.make_room();
+        self.make_room();
+    }
+
+    /// Makes the room the stream may need: its pushed buffer and its window's places (see
+    /// `Engine::reserve_queues`).
+    pub(crate) fn make_room(&mut self) {
+        self.msgs.make_room();
+        self.window.make_places();
     }
 
     /// Heap bytes this stream owns (window slots, pushed buffer, receive queue, the messages
@@ -533,13 +541,22 @@ impl Receiver {
         }
     }
 
+    /// Where the payload of the oldest frame this stream left in the link lies, if any: the
+    /// end of a batch that gives it back is the first at which the stream has frames leaving.
+    pub(crate) fn link_front(&self) -> Option<usize> {
+        self.link.front()
+    }
+
     /// Repairs for fellows served from the link, to be made when the batch ends.
     pub(crate) fn relays_waiting(&self) -> usize {
         self.link.relays_waiting()
     }
 
-    /// Leaves payloads in the link's frames instead of copying them into the window.
-    pub(crate) fn set_in_link(&mut self, on: bool) {
+    /// Leaves payloads in the link's frames instead of copying them into the window; with
+    /// `copy_consumed`, the consumed ones kept for fellows are copied when the link gives
+    /// them back (see `InLink::leave`).
+    pub(crate) fn set_in_link(&mut self, on: bool, copy_consumed: bool) {
         self.link.set(on, self.window.len() as usize);
+        self.window.set_sparse(on && copy_consumed);
     }
 }

@@ -4,9 +4,11 @@
 //! Frames are accepted inside a window of `window` frames after the next expected sequence;
 //! each lands in its slot (`s` modulo the window), so out-of-order frames are kept. A slot
 //! keeps the header of the last frame that landed in it, and what [`SlotState`] says about the
-//! frame; its payload, when it keeps one, lies in one block of payload places
-//! ([`crate::eqa::Payloads`]), written only when a frame waits or is kept, so a stream whose
-//! frames arrive in order costs no window memory.
+//! frame; its payload, when it keeps one, lies in the slot's payload place: one block of places
+//! made at the stream's first copy (a frame that waits or is kept), so a stream whose frames
+//! arrive in order costs no window memory; or, for a stream that leaves its frames in the link
+//! and copies only the few that outlive the link's hold, a place per slot made at the slot's
+//! first copy, so that it pays for those slots alone.
 //!
 //! **Invariants.** `expected <= highest <= expected + window`: every frame before `expected`
 //! was consumed, and no frame at or after `highest` was accepted. A slot with
@@ -76,9 +78,14 @@ pub(super) struct Window {
     /// One past the highest sequence accepted.
     highest: Seq,
     slots: Box<[WSlot]>,
-    /// The payloads of the slots that keep a copy ([`SlotState::COPY`]); a place holds the
-    /// largest frame payload accepted.
-    data: Payloads,
+    /// The payloads of the slots that keep a copy ([`SlotState::COPY`]), a place holding the
+    /// largest frame payload accepted (`cap` bytes): one block, made whole at the first copy
+    /// (empty until then), unless the window is sparse.
+    block: Payloads,
+    /// A sparse window's places (`Some`), by slot, each made at its slot's first copy (empty
+    /// until then; the list itself empty until the stream's first copy): the stream leaves
+    /// its frames in the link (see `InLink`) and copies few.
+    places: Option<Box<[Box<[u8]>]>>,
     /// The cache hint for where the next frames land (`EngineConfig::prefetch`).
     prefetch: Option<Prefetch>,
 }
@@ -99,7 +106,8 @@ impl Window {
             highest: Seq::new(0),
             slots,
             // Made at the first copy kept (see `Window::keep`).
-            data: Payloads::none(cfg.slot_payload()),
+            places: None,
+            block: Payloads::none(cfg.slot_payload()),
             prefetch: cfg.prefetch,
         }
     }
@@ -121,7 +129,7 @@ impl Window {
 
     /// Payload bytes a slot's place holds (the largest frame payload accepted).
     pub(super) fn slot_payload(&self) -> usize {
-        self.data.cap()
+        self.block.cap()
     }
 
     /// The cache hint of the stream (`EngineConfig::prefetch`).
@@ -180,39 +188,88 @@ impl Window {
                 .contains(SlotState::HAVE)
     }
 
-    /// Copies `payload` into slot `i`'s place. The places are made at the first copy: a
-    /// stream whose frames all arrive in order, and that no fellow asks for frames, keeps
-    /// none. Why: the allocator zeroes a large block it serves from its heap (see
-    /// [`Payloads`]), and in the simulator, where a group's members share one process, a
-    /// window's places made with the stream were 141 KiB written per stream (2.3 GiB of 4096
-    /// members with 4 roots).
+    /// Makes the places slot by slot from now on (see `places`), unless a copy was kept.
+    pub(super) fn set_sparse(&mut self, sparse: bool) {
+        let made = self.places.as_ref().is_some_and(|p| !p.is_empty());
+        if self.block.all().is_empty() && !made {
+            self.places = sparse.then(Box::default);
+        }
+    }
+
+    /// Whether the places are made slot by slot (see `places`).
+    pub(super) fn is_sparse(&self) -> bool {
+        self.places.is_some()
+    }
+
+    /// Copies `payload` (at most a place's bytes) into slot `i`'s place. The places are made
+    /// at the first copy: a stream whose frames all arrive in order, and that no fellow asks
+    /// for frames, keeps none. A sparse window's are made slot by slot: a stream that leaves
+    /// its frames in the link copies only the few that leave it while still needed. Why: in
+    /// the simulator, where a group's members share one process, a window's places made
+    /// whole at its first copy were 141 KiB written per stream (2.3 GiB of 4096 members with
+    /// 4 roots; the allocator zeroes a large block it serves from its heap).
     pub(super) fn keep(&mut self, i: usize, payload: &[u8]) {
+        if self.is_sparse() {
+            let place = self.place(i);
+            place[..payload.len()].copy_from_slice(payload);
+            return;
+        }
         self.make_places();
-        self.data.store(i, payload);
+        self.block.store(i, payload);
         if let Some(hint) = self.prefetch {
             // Frames are kept in slot order: hint the place of the frame after the next (see
             // `EngineConfig::prefetch`), as for the message buffer.
             let ahead = (i + 2) % self.slots.len();
-            hint(self.data.place(ahead), payload.len());
+            hint(self.block.get(ahead, 0).as_ptr(), payload.len());
         }
     }
 
-    /// Makes the payload places, unless made already (at the first copy kept).
+    /// Slot `i`'s place in a sparse window, made now if it was not.
+    fn place(&mut self, i: usize) -> &mut [u8] {
+        let (slots, cap) = (self.slots.len(), self.block.cap());
+        let places = self.places.get_or_insert_with(Box::default);
+        if places.is_empty() {
+            *places = (0..slots).map(|_| Box::default()).collect();
+        }
+        let place = &mut places[i];
+        if place.is_empty() {
+            *place = vec![0; cap].into_boxed_slice();
+        }
+        place
+    }
+
+    /// Makes every slot's payload place, unless made already (else made at each slot's first
+    /// copy).
     pub(super) fn make_places(&mut self) {
-        if self.data.all().is_empty() {
-            self.data = Payloads::new(self.slots.len(), self.data.cap());
+        if !self.is_sparse() {
+            if self.block.all().is_empty() {
+                self.block = Payloads::new(self.slots.len(), self.block.cap());
+            }
+            return;
+        }
+        for i in 0..self.slots.len() {
+            self.place(i);
         }
     }
 
-    /// The copy slot `i` keeps, `len` bytes.
+    /// The copy slot `i` keeps, `len` bytes (nothing for a slot that kept none, or a length
+    /// past its place).
     pub(super) fn kept(&self, i: usize, len: usize) -> &[u8] {
-        self.data.get(i, len)
+        match &self.places {
+            None => self.block.get(i, len),
+            Some(p) => p.get(i).and_then(|p| p.get(..len)).unwrap_or(&[]),
+        }
     }
 
     /// Where a copy the window keeps lies, given its address (for an observer at the end of a
     /// batch).
     pub(super) fn find_kept(&self, at: usize, len: usize) -> Option<&[u8]> {
-        within(self.data.all(), at, len)
+        within(self.block.all(), at, len).or_else(|| {
+            self.places
+                .iter()
+                .flatten()
+                .find_map(|p| within(p, at, len))
+        })
     }
 
     /// Forgets the frames placed into the `n` messages from id `first` (their ids' low 32
@@ -229,10 +286,15 @@ impl Window {
         }
     }
 
-    /// Heap bytes of the slots and their places once a copy is kept (the places are made
-    /// then).
+    /// Heap bytes of the slots and their places once every slot kept a copy (the places are
+    /// made then).
     pub(super) fn heap_bytes(&self) -> usize {
-        self.slots.len() * (std::mem::size_of::<WSlot>() + self.slot_payload())
+        let place = if self.is_sparse() {
+            std::mem::size_of::<Box<[u8]>>()
+        } else {
+            0
+        };
+        self.slots.len() * (std::mem::size_of::<WSlot>() + place + self.slot_payload())
     }
 }
 
@@ -306,6 +368,23 @@ mod tests {
         let at = w.kept(i, 5).as_ptr() as usize;
         assert_eq!(w.find_kept(at, 5), Some(&b"hello"[..]));
         assert_eq!(w.find_kept(1, 5), None, "not in the window");
+    }
+
+    #[test]
+    fn a_sparse_window_makes_the_places_of_the_slots_it_copies_into_alone() {
+        let mut w = window(4);
+        w.set_sparse(true);
+        let i = w.idx(Seq::new(6));
+        w.keep(i, b"hello");
+        assert_eq!(w.kept(i, 5), b"hello");
+        let at = w.kept(i, 5).as_ptr() as usize;
+        assert_eq!(w.find_kept(at, 5), Some(&b"hello"[..]));
+        assert_eq!(w.kept(3, 5), b"", "slot 3 copied nothing");
+        let made = w.places.iter().flatten().filter(|p| !p.is_empty()).count();
+        assert_eq!((made, w.block.all().len()), (1, 0), "one place, no block");
+        // Once a copy was kept, the layout stays.
+        w.set_sparse(false);
+        assert!(w.is_sparse());
     }
 
     #[test]

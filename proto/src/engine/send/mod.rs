@@ -140,6 +140,11 @@ impl Sender {
         self.queue.len()
     }
 
+    /// Makes room for every message the send queue may hold.
+    pub(crate) fn make_room(&mut self) {
+        self.queue.make_room();
+    }
+
     /// Heap bytes owned by the send side, excluding the per-destination structures.
     pub fn heap_bytes_without_dests(&self) -> usize {
         self.eqa.buf().heap_bytes() + self.queue.heap_bytes()

@@ -34,7 +34,8 @@ pub(super) struct Repairs {
     /// Where the round robin over the destinations stands.
     rr: usize,
     /// Per rank: its retransmission timer fired and the next repair to it is a probe (asks
-    /// for an immediate acknowledgement).
+    /// for an immediate acknowledgement). Made at the first probe: most members never
+    /// broadcast.
     probing: Vec<bool>,
     /// When frames were last re-broadcast as repairs, by sequence number modulo its length
     /// (the buffer's slots; made at the first re-broadcast).
@@ -44,6 +45,8 @@ pub(super) struct Repairs {
     tail_at: Option<Instant>,
     /// The destinations a repair serves, kept so that the list does not allocate.
     served: Vec<Rank>,
+    /// Members in the group.
+    size: usize,
 }
 
 impl Repairs {
@@ -51,16 +54,20 @@ impl Repairs {
     pub(super) fn new(cfg: &EngineConfig) -> Repairs {
         Repairs {
             rr: 0,
-            probing: vec![false; usize::from(cfg.size)],
+            probing: Vec::new(),
             rebroadcast_at: Vec::new(),
             tail_due: false,
             tail_at: None,
             served: Vec::new(),
+            size: usize::from(cfg.size),
         }
     }
 
     /// The next repair to `rank` is a probe.
     pub(super) fn probe(&mut self, rank: Rank) {
+        if self.probing.is_empty() {
+            self.probing = vec![false; self.size];
+        }
         if let Some(p) = self.probing.get_mut(rank.index()) {
             *p = true;
         }

@@ -241,6 +241,38 @@ fn frames_left_in_a_link_that_keeps_them_are_consumed_and_served_from_there() {
     }
 }
 
+/// Receivers that leave frames in a link that keeps them (`Engine::leave_in_link`) and observe
+/// nothing: the end of each batch still reaches their streams, so the frames behind a gap and
+/// the copies kept for fellows, which wait in the link, are consumed or served from there or
+/// copied when they leave it, and every message is delivered once, in order, intact, whether
+/// the link keeps more frames than a gap lasts or so few (4) that most leave while waiting.
+#[test]
+fn frames_left_in_the_link_without_an_observer_are_consumed_at_the_end_of_each_batch() {
+    for keep in [4096, 4] {
+        let mut net = holding_net(11);
+        net.retain = Some(keep);
+        let now = net.now;
+        for r in 1..4 {
+            net.engines[r].leave_in_link(now, Rank::new(0));
+            assert!(net.engines[r].wants_frames_done(), "rank {r}");
+        }
+        // Messages of one frame, mostly, and some of several.
+        let msgs: Vec<Vec<u8>> = (0..80)
+            .map(|i| message(if i % 7 == 0 { 9_000 } else { 100 + i * 13 }, i as u8))
+            .collect();
+        broadcast_all(&mut net, &msgs, HardwareAlgorithm::Simple);
+        assert!(net.lost > 0, "the test lost nothing");
+        let want: Vec<(Rank, u64, Vec<u8>)> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (Rank::new(0), i as u64, m.clone()))
+            .collect();
+        for r in 1..4 {
+            assert_eq!(net.delivered[r], want, "keeping {keep}: rank {r}");
+        }
+    }
+}
+
 /// Runs 16 messages, short and long, from root 0 to three receivers of `net` that keep at
 /// most 2000 bytes of a message (and leave frames in the link, if `in_link`), and checks
 /// what each delivered and observed. Returns the frames fellows repaired.
