@@ -623,15 +623,17 @@ impl Group {
         let Some(mut ag) = self.tail.take() else {
             return Ok(());
         };
-        let mut spare = Vec::new();
-        self.drive(
+        // The parts land in the group's spare buffer, as a call's do.
+        let mut spare = std::mem::take(&mut self.spare);
+        let r = self.drive(
             &mut ag,
             &mut spare,
             false,
             &mut |_, _| Ok(()),
             "the parts of a gather",
-        )
-        .map(drop)
+        );
+        self.spare = spare;
+        r.map(drop)
     }
 
     fn outcome(&mut self) -> Outcome {
@@ -688,11 +690,11 @@ impl Group {
             return Ok(());
         };
         let now = WallClock.now();
-        let mut spare = Vec::new();
+        // The parts land in the group's spare buffer, as a call's do.
         if let Some(r) = ag.poll(
             now,
             self.driver.member_mut(),
-            &mut spare,
+            &mut self.spare,
             &mut |_, _| Ok(()),
         ) {
             self.tail = None;

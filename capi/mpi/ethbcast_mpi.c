@@ -448,20 +448,17 @@ static void ebc_setup(void) {
      * 2 log2(p) round times, so the total it wins below scales with the links' rate
      * (docs/mpi.md): the default holds at 1 Gbit/s and faster, and a slower job's is that
      * much smaller (3276 bytes at 100 Mbit/s, where 8 ranks' 4 KiB contributions took 1.6
-     * times Open MPI's own allreduce). */
-    if (set[EBC_S_ALLREDUCE_MAX_BYTES] == EBC_UNSET && ebc_link_rate > 0 &&
-        ebc_link_rate < EBC_ALL_SIZES_UP_TO_RATE)
-        ebc_allreduce_max = (size_t)((unsigned long long)EBC_ALLREDUCE_TOTAL * ebc_link_rate /
-                                     EBC_ALL_SIZES_UP_TO_RATE);
-    /* An allgather moves the same bytes into each port as the MPI's own, but all p roots send
-     * at once: on a slow port the p - 1 parts arrive together and overflow the port's queue,
-     * where the MPI's ring takes them one peer at a time. So on links slower than 1 Gbit/s its
-     * total scales down too (52428 bytes at 100 Mbit/s, where 8 ranks' 16 KiB parts were at
-     * parity and 64 KiB parts took 1.3 times Open MPI's own). */
-    if (set[EBC_S_ALLGATHER_MAX_BYTES] == EBC_UNSET && ebc_link_rate > 0 &&
-        ebc_link_rate < EBC_ALL_SIZES_UP_TO_RATE)
-        ebc_allgather_max = (size_t)((unsigned long long)EBC_ALLGATHER_TOTAL * ebc_link_rate /
-                                     EBC_ALL_SIZES_UP_TO_RATE);
+     * times Open MPI's own allreduce). An allgather moves the same bytes into each port as
+     * the MPI's own, but all p roots send at once: on a slow port the p - 1 parts arrive
+     * together and overflow the port's queue, where the MPI's ring takes them one peer at a
+     * time. So its total scales the same way (52428 bytes at 100 Mbit/s, where 8 ranks' 16 KiB
+     * parts were at parity and 64 KiB parts took 1.3 times Open MPI's own). Both unless set. */
+    for (int i = EBC_S_ALLGATHER_MAX_BYTES; i <= EBC_S_ALLREDUCE_MAX_BYTES; i++) {
+        size_t *limit = i == EBC_S_ALLGATHER_MAX_BYTES ? &ebc_allgather_max : &ebc_allreduce_max;
+        if (set[i] == EBC_UNSET && ebc_link_rate > 0 && ebc_link_rate < EBC_ALL_SIZES_UP_TO_RATE)
+            *limit = (size_t)((unsigned long long)*limit * ebc_link_rate /
+                              EBC_ALL_SIZES_UP_TO_RATE);
+    }
     int ok = 1;
     if (iface == NULL || iface[0] == '\0') {
         ok = 0;

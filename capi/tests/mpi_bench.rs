@@ -55,6 +55,15 @@ fn the_point_to_point_latency_and_the_collectives_run_checked_with_and_without_t
                 assert!(x.verified, "{op} {size} {}: a byte differed", x.path);
                 assert_eq!(x.ranks, 2, "{x:?}");
                 assert!(x.median_us > 0.0 && x.median_us.is_finite(), "{x:?}");
+                // OSU's loop: how far apart the ranks entered each call, and each rank's
+                // mean lag behind the first (a ping-pong has no separating barrier).
+                if op != "latency" {
+                    let skew = x.entry_skew_median_us.expect("entry skew");
+                    let lag = x.entry_lag_us.as_deref().expect("entry lags");
+                    assert!(skew >= 0.0 && skew.is_finite(), "{x:?}");
+                    assert_eq!(lag.len(), 2, "{x:?}");
+                    assert!(lag.iter().all(|&l| l >= 0.0 && l.is_finite()), "{x:?}");
+                }
             }
         }
     }

@@ -89,8 +89,8 @@ pub use join::{
 // One group member.
 pub use member::{
     live_tree, pair_group, tree_children, tree_parent, Algorithm, DestProgress, Done, Event,
-    Member, MemberConfig, MemberError, MemberStats, EVENT_BOUND, LATE_ROSTER_SERVE, P2P_WINDOW,
-    TREE_CACHE,
+    Member, MemberConfig, MemberError, MemberStats, BARRIER_ARITY, EVENT_BOUND, LATE_ROSTER_SERVE,
+    P2P_WINDOW, TREE_CACHE,
 };
 
 // The harnesses' event queue.

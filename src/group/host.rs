@@ -512,7 +512,6 @@ fn serve(g: &mut Option<&mut Group>) -> Result<(), HostError> {
     Ok(())
 }
 
-/// What a rank without a network member does while it waits: nothing.
 /// A network call's result, a part of another length as the host group says it.
 fn length_of(r: Result<super::Outcome, GroupError>) -> Result<(), HostError> {
     match r {
@@ -521,6 +520,7 @@ fn length_of(r: Result<super::Outcome, GroupError>) -> Result<(), HostError> {
     }
 }
 
+/// What a rank without a network member does while it waits: nothing.
 fn idle() -> Result<(), HostError> {
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::link::{Backend, MacAddr, WaitMode};
 use crate::Key;
 use crate::Rank;
-use ethbcast_proto::{Algorithm, DetectorConfig, EngineConfig, Gossip};
+use ethbcast_proto::{Algorithm, DetectorConfig, EngineConfig, Gossip, BARRIER_ARITY};
 
 use super::GroupError;
 
@@ -42,12 +42,8 @@ pub struct GroupOptions {
     pub timeout: Duration,
     /// Adjusts the engine configuration.
     pub tweak: Option<fn(&mut EngineConfig)>,
-    /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator).
-    /// The default, 16, makes groups of up to 17 members flat: every arrival goes straight to
-    /// the root, so no member's arrival waits for another's to be combined and forwarded, and
-    /// every member other than the root does the same work before the release (a member that
-    /// combined its subtree's arrivals left the barrier last). Larger groups get a tree of
-    /// depth `log16(n)`.
+    /// Arity of the barrier's combining tree (at least the group size - 1: one coordinator);
+    /// by default the member's ([`BARRIER_ARITY`]: flat up to 17 members).
     pub barrier_arity: u16,
     /// Shared group key (see [`key_from_passphrase`](crate::key_from_passphrase) and
     /// [`read_key_file`](crate::read_key_file)): the join and every frame are authenticated.
@@ -98,7 +94,7 @@ impl Default for GroupOptions {
             algorithm: Algorithm::PushPull,
             timeout: Duration::from_secs(30),
             tweak: None,
-            barrier_arity: 16,
+            barrier_arity: BARRIER_ARITY,
             key: None,
             encrypt: true,
             insecure: false,

@@ -217,8 +217,8 @@ int main(int argc, char **argv) {
     double *lat = calloc((size_t)iters, sizeof(double));
     double *skew = calloc((size_t)iters, sizeof(double));
     /* At rank 0, with MPI_BENCH_SEPARATE=mpi: every rank's entries, and each rank's mean lag. */
-    double *all_start = me == 0 ? calloc((size_t)iters * (size_t)n, sizeof(double)) : NULL;
-    double *lag = calloc((size_t)n, sizeof(double));
+    double *all_start = me == 0 && osu ? calloc((size_t)iters * (size_t)n, sizeof(double)) : NULL;
+    double *lag = me == 0 && osu ? calloc((size_t)n, sizeof(double)) : NULL;
     char *list = strdup(ops);
     for (char *save = NULL, *op = strtok_r(list, ",", &save); op != NULL;
          op = strtok_r(NULL, ",", &save)) {
@@ -321,26 +321,30 @@ int main(int argc, char **argv) {
             int all_ok = 0;
             PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
             if (osu) {
-                /* OSU's average latency: every rank's own time in the call, averaged. And how
-                 * far apart the ranks entered it (the separating barrier's release skew). */
-                PMPI_Reduce(t_start, t_enter_max, iters, MPI_DOUBLE, MPI_MAX, 0,
+                /* OSU's average latency: every rank's own time in the call, averaged. And from
+                 * every rank's entries, at rank 0: how far apart the ranks entered each call
+                 * (the separating barrier's release skew) and each rank's mean entry behind
+                 * the first (which ranks it releases late). */
+                PMPI_Gather(t_start, iters, MPI_DOUBLE, all_start, iters, MPI_DOUBLE, 0,
                             MPI_COMM_WORLD);
-                PMPI_Reduce(t_start, skew, iters, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
-                /* Each rank's mean entry behind the first rank's: which ranks the barrier
-                 * releases late. */
-                PMPI_Gather(t_start, iters, MPI_DOUBLE, me == 0 ? all_start : NULL, iters,
-                            MPI_DOUBLE, 0, MPI_COMM_WORLD);
-                if (me == 0)
-                    for (int r = 0; r < n; r++) {
-                        double sum = 0;
-                        for (int i = 0; i < iters; i++)
-                            sum += all_start[(size_t)r * (size_t)iters + (size_t)i] - skew[i];
-                        lag[r] = sum / iters;
+                if (me == 0) {
+                    for (int r = 0; r < n; r++)
+                        lag[r] = 0;
+                    for (int i = 0; i < iters; i++) {
+                        double first = all_start[i], last = all_start[i];
+                        for (int r = 1; r < n; r++) {
+                            double t = all_start[(size_t)r * (size_t)iters + (size_t)i];
+                            first = t < first ? t : first;
+                            last = t > last ? t : last;
+                        }
+                        skew[i] = last - first;
+                        for (int r = 0; r < n; r++)
+                            lag[r] += (all_start[(size_t)r * (size_t)iters + (size_t)i] - first) /
+                                      iters;
                     }
-                for (int i = 0; i < iters; i++) {
-                    skew[i] = t_enter_max[i] - skew[i];
-                    lat[i] = t_end[i] - t_start[i];
                 }
+                for (int i = 0; i < iters; i++)
+                    lat[i] = t_end[i] - t_start[i];
                 PMPI_Reduce(lat, t_max, iters, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
                 for (int i = 0; i < iters; i++)
                     lat[i] = t_max[i] / n;

@@ -21,7 +21,7 @@ pub struct MemberConfig {
     pub group_mac: MacAddr,
     /// Failure detection (gossip heartbeats, confirmation ping, eviction of the dead).
     pub detector: Option<DetectorConfig>,
-    /// Arity of the broadcast barrier's combining tree.
+    /// Arity of the broadcast barrier's combining tree ([`BARRIER_ARITY`] by default).
     pub barrier_arity: u16,
     /// Receives kept posted per root ahead of the application, for members that consume a stream of
     /// broadcasts as [`Event::Delivered`](super::Event::Delivered) (0: a receive is posted by each
@@ -38,6 +38,13 @@ pub struct MemberConfig {
     pub senders: Option<Vec<Rank>>,
 }
 
+/// The broadcast barrier's default arity: groups of up to 17 members are flat, so every
+/// arrival goes straight to the root and no member's waits for another's to be combined and
+/// forwarded; every member other than the root then does the same work before the release
+/// (with arity 4, the member that combined three others' arrivals left each barrier last).
+/// Larger groups get a tree of depth `log16(n)`.
+pub const BARRIER_ARITY: u16 = 16;
+
 impl MemberConfig {
     /// A member of the group `engine` describes, with the MAC of every rank.
     pub fn new(engine: EngineConfig, peers: impl Into<Arc<[MacAddr]>>) -> MemberConfig {
@@ -46,7 +53,7 @@ impl MemberConfig {
             peers: peers.into(),
             group_mac: BROADCAST_MAC,
             detector: None,
-            barrier_arity: 4,
+            barrier_arity: BARRIER_ARITY,
             prepost: 0,
             late: None,
             senders: None,

@@ -65,7 +65,7 @@ mod tree;
 use addresses::Addresses;
 pub use algorithm::Algorithm;
 use call::Calls;
-pub use config::MemberConfig;
+pub use config::{MemberConfig, BARRIER_ARITY};
 use deliveries::Deliveries;
 pub use error::MemberError;
 pub use event::{DestProgress, Done, Event, MemberStats};

@@ -38,24 +38,36 @@ use crate::harness::table::Table;
 use crate::mpi::{self, Job, JobOutput, MpiBed, MpiError, MpiImpl};
 use crate::testbed::{Rate, TestbedConfig};
 
-/// The method, as printed with every report.
-pub const METHOD: &str = "C program under mpirun/mpiexec, one process per rank in the \
-test-bed's namespaces, each rank's thread on a core of its own where the job has no more ranks \
-than the machine has cores; bcast latency = root's call until the LAST rank returned (one machine, \
-one CLOCK_MONOTONIC), barrier = last rank entering to last rank leaving; iterations separated \
-out of band (futex barrier on a shared-memory file); warm-up not counted; each run's iterations \
-split over rounds in which the runs take turns, each round starting one run later; mean80 = \
-mean of the middle 80%; per round = the ratio of each round's mean80 alone; every rank checks \
-every byte";
+/// The method, as printed with every report: how the ranks run, how a call is timed (out of
+/// band, or `--osu`), and how the runs share the machine.
+macro_rules! method {
+    ($timing:literal) => {
+        concat!(
+            "C program under mpirun/mpiexec, one process per rank in the test-bed's namespaces, \
+             each rank's thread on a core of its own where the job has no more ranks than the \
+             machine has cores; ",
+            $timing,
+            "; warm-up not counted; each run's iterations split over rounds in which the runs \
+             take turns, each round starting one run later; mean80 = mean of the middle 80%; per \
+             round = the ratio of each round's mean80 alone; every rank checks every byte"
+        )
+    };
+}
 
-/// How `--osu` runs differ from [`METHOD`].
-pub const OSU_METHOD: &str = "C program under mpirun/mpiexec, one process per rank in the \
-test-bed's namespaces; iterations separated by MPI_Barrier (the interposer's where it is loaded), \
-as the OSU micro-benchmarks do; latency = every rank's own time in the call, averaged over the \
-ranks (OSU's average latency); entry skew = median over iterations of the last rank's entry less \
-the first's; warm-up not counted; each run's iterations split over rounds in which the runs take \
-turns, each round starting one run later; mean80 = mean of the middle 80%; per round = the ratio \
-of each round's mean80 alone; every rank checks every byte";
+/// The method of a report, calls timed as `ethbcast-bench mpi` does by default.
+pub const METHOD: &str = method!(
+    "bcast latency = root's call until the LAST rank returned (one machine, one \
+     CLOCK_MONOTONIC), barrier = last rank entering to last rank leaving; iterations separated \
+     out of band (futex barrier on a shared-memory file)"
+);
+
+/// The method of a report with `--osu`.
+pub const OSU_METHOD: &str = method!(
+    "iterations separated by MPI_Barrier (the interposer's where it is loaded), as the OSU \
+     micro-benchmarks do; latency = every rank's own time in the call, averaged over the ranks \
+     (OSU's average latency); entry skew = median over iterations of the last rank's entry \
+     less the first's"
+);
 
 /// Options of an MPI run.
 #[derive(Debug, Clone)]
@@ -76,8 +88,8 @@ pub struct MpiBenchOptions {
     /// machine that slows down or speeds up during the benchmark then weighs on every run
     /// alike, instead of on whichever ran at that time.
     pub rounds: usize,
-    /// The interposer's wait mode (`ETHBCAST_WAIT`).
-    pub wait: String,
+    /// The interposer's wait mode (`ETHBCAST_WAIT`); `None`: the interposer's default.
+    pub wait: Option<String>,
     /// Test-bed prefix.
     pub prefix: String,
     /// MTU of the test-bed's interfaces (`None`: 1500).
@@ -112,7 +124,7 @@ impl MpiBenchOptions {
             iters: 500,
             warmup: 50,
             rounds: 4,
-            wait: "patient".into(),
+            wait: None,
             prefix: "ebmpi".into(),
             mtu: None,
             rate: None,
@@ -378,7 +390,9 @@ fn job(
     if run.interposed() {
         env.push(("LD_PRELOAD".to_string(), so.display().to_string()));
         env.push(("ETHBCAST_IFACE".into(), mpi::IFACE.into()));
-        env.push(("ETHBCAST_WAIT".into(), o.wait.clone()));
+        if let Some(w) = &o.wait {
+            env.push(("ETHBCAST_WAIT".into(), w.clone()));
+        }
         env.push(("ETHBCAST_MPI_VERBOSE".into(), "1".into()));
         env.extend(run.env.iter().cloned());
     }
@@ -448,10 +462,9 @@ fn rows(
     rounds: usize,
     pool: Vec<(usize, Line)>,
 ) {
-    // Each (operation, size): its pooled line (entry lags summed over `lag_rounds` rounds) and
-    // its rounds' mean80.
+    // Each (operation, size): its pooled line (entry lags summed over its rounds) and its
+    // rounds' mean80.
     let mut by_key: Vec<(Line, Vec<Option<f64>>)> = Vec::new();
-    let mut lag_rounds: Vec<usize> = Vec::new();
     for (round, l) in pool {
         let mean80 = summarize(&l.samples_us).mean80_us;
         let i = match by_key
@@ -469,7 +482,6 @@ fn rows(
                 match (&mut acc.entry_lag_us, l.entry_lag_us) {
                     (Some(a), Some(b)) if a.len() == b.len() => {
                         a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-                        lag_rounds[i] += 1;
                     }
                     (a, _) => *a = None,
                 }
@@ -477,7 +489,6 @@ fn rows(
             }
             None => {
                 by_key.push((l, vec![None; rounds]));
-                lag_rounds.push(1);
                 by_key.len() - 1
             }
         };
@@ -485,11 +496,13 @@ fn rows(
             *slot = Some(mean80);
         }
     }
-    for ((l, round_mean80_us), lag_rounds) in by_key.into_iter().zip(lag_rounds) {
+    for (l, round_mean80_us) in by_key {
         let s = summarize(&l.samples_us);
+        // Summed over the rounds pooled, one line each.
+        let pooled = round_mean80_us.iter().flatten().count().max(1) as f64;
         let entry_lag_us = l
             .entry_lag_us
-            .map(|v| v.iter().map(|x| x / lag_rounds as f64).collect());
+            .map(|v| v.iter().map(|x| x / pooled).collect());
         report.rows.push(Row {
             mpi: m.name().into(),
             op: l.op,
@@ -648,12 +661,7 @@ mod tests {
         let runs = runs(&o);
         let paths: Vec<_> = runs.iter().map(|r| (r.path, r.interposed())).collect();
         assert_eq!(paths, [("mpi", false), ("nic", true), ("control", false)]);
-        let mut report = Report {
-            rows: Vec::new(),
-            notes: Vec::new(),
-            method: METHOD.into(),
-            rate: None,
-        };
+        let mut report = empty(METHOD);
         for (run, us) in runs.iter().zip([100.0, 50.0, 110.0]) {
             rows(
                 &mut report,
@@ -670,6 +678,16 @@ mod tests {
         let table = render(&report);
         let line = table.lines().find(|l| l.contains("control")).unwrap();
         assert!(line.contains("1.10"), "{table}");
+    }
+
+    /// A report with no rows yet.
+    fn empty(method: &str) -> Report {
+        Report {
+            rows: Vec::new(),
+            notes: Vec::new(),
+            method: method.into(),
+            rate: None,
+        }
     }
 
     fn line(op: &str, size: usize, samples_us: &[f64]) -> Line {
@@ -689,12 +707,7 @@ mod tests {
         let mut o = MpiBenchOptions::new(8);
         o.iters = 4;
         let runs = runs(&o);
-        let mut report = Report {
-            rows: Vec::new(),
-            notes: Vec::new(),
-            method: METHOD.into(),
-            rate: None,
-        };
+        let mut report = empty(METHOD);
         // Open MPI alone: rounds 0 and 1 at 100 and 200 µs. The interposer: round 0 at 50 µs,
         // round 1's job failed.
         let alone = vec![
@@ -721,12 +734,7 @@ mod tests {
         let mut o = MpiBenchOptions::new(2);
         o.iters = 4;
         let runs = runs(&o);
-        let mut report = Report {
-            rows: Vec::new(),
-            notes: Vec::new(),
-            method: OSU_METHOD.into(),
-            rate: None,
-        };
+        let mut report = empty(OSU_METHOD);
         let osu = |skew: [f64; 2], lag: [f64; 2]| {
             serde_json::from_str::<Line>(&format!(
                 "{{\"op\":\"alltoall\",\"size\":4,\"ranks\":2,\"verified\":true,\
@@ -793,10 +801,10 @@ pub struct Args {
     /// weighs on all of them alike.
     #[arg(long, default_value_t = 4)]
     rounds: usize,
-    /// The interposer's wait mode: patient (the interposer's default), adaptive, block, spin,
-    /// doze.
-    #[arg(long, default_value = "patient")]
-    wait: WaitMode,
+    /// The interposer's wait mode: patient, adaptive, block, spin, doze (default: the
+    /// interposer's own, patient).
+    #[arg(long)]
+    wait: Option<WaitMode>,
     /// Test-bed name prefix.
     #[arg(long, default_value = "ebmpi")]
     prefix: String,
@@ -846,7 +854,7 @@ impl Args {
         o.iters = self.iters;
         o.warmup = self.warmup;
         o.rounds = self.rounds;
-        o.wait = self.wait.to_string();
+        o.wait = self.wait.map(|w| w.to_string());
         o.prefix = self.prefix;
         o.mtu = self.mtu;
         o.rate = self.rate.and_then(|l| l.0);
