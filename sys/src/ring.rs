@@ -22,7 +22,7 @@
 //! timer fires, which adds latency to a protocol of small, latency-bound frames; V2 hands over
 //! every frame at once.
 
-use crate::prefetch::prefetch;
+use crate::prefetch::prefetch_tail_first;
 use crate::sockcall::{self, Pod};
 use crate::socket::{PacketSocket, SocketOptions};
 use crate::{Error, Result, ETH_HEADER_LEN, ETH_MIN_FRAME};
@@ -494,9 +494,11 @@ impl RingSocket {
             let mac = usize::from(hdr.tp_mac);
             let snap = hdr.tp_snaplen as usize;
             // The next slot, its header and as many bytes as this frame has, is read next:
-            // asked for now, it arrives while `f` handles this one (see `prefetch`).
+            // asked for now, it arrives while `f` handles this one (see `prefetch`). Its
+            // last line first: the frame's check reads the CRC trailer at its end before the
+            // payload between (see `prefetch_tail_first`).
             let next = self.rx.slot_offset(self.rx.after(self.rx.head));
-            prefetch(
+            prefetch_tail_first(
                 self.map.as_ptr().wrapping_add(next),
                 (mac + snap).min(self.rx.frame_size),
             );
