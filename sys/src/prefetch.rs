@@ -77,7 +77,11 @@ mod tests {
         let start = 0x1000 + 0x42;
         let lines: Vec<usize> = lines_tail_first(start, 1514).collect();
         let last_byte = start + 1514 - 1;
-        assert_eq!(lines[0], last_byte & !(LINE - 1), "the trailer's line first");
+        assert_eq!(
+            lines[0],
+            last_byte & !(LINE - 1),
+            "the trailer's line first"
+        );
         let mut sorted = lines.clone();
         sorted.sort_unstable();
         sorted.dedup();
