@@ -323,6 +323,24 @@ impl Stream {
             .send_stream(WallClock.now(), data, Algorithm::Simple)
     }
 
+    /// [`Stream::send`] of the message in `buf`, lent: the stream takes it (leaving `buf`
+    /// empty) and gives the buffer back through [`Stream::take_sent`] once the message is cut
+    /// into frames, so that the next message is read into memory already allocated and in use
+    /// instead of pages the kernel must fault in and clear. On an error `buf` keeps the
+    /// message.
+    pub fn send_from(&mut self, buf: &mut Vec<u8>) -> Result<u64, MemberError> {
+        self.driver
+            .member_mut()
+            .send_stream_from(WallClock.now(), buf, Algorithm::Simple)
+    }
+
+    /// The buffer of message `id` sent with [`Stream::send_from`], once all its frames are in
+    /// the retransmission buffer (the newest two such buffers are kept; `None` before, or
+    /// once taken).
+    pub fn take_sent(&mut self, id: u64) -> Option<Vec<u8>> {
+        self.driver.member_mut().take_sent(id)
+    }
+
     /// Messages of this member queued in the engine and not yet acknowledged by all.
     pub fn queued(&self) -> usize {
         self.member().engine().sender().queued()

@@ -170,6 +170,30 @@ impl Member {
         Ok(r?)
     }
 
+    /// [`Member::send_stream`] of the message in `buf`, lent (see
+    /// [`Engine::bcast_from`](crate::Engine::bcast_from)): the engine takes it, leaving `buf`
+    /// empty, and [`Member::take_sent`] gives it back once all its frames are in the
+    /// retransmission buffer, so that its capacity serves the next message. On an error `buf`
+    /// keeps the message.
+    pub fn send_stream_from(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        algo: Algorithm,
+    ) -> Result<u64, MemberError> {
+        let hw = algo.hardware().unwrap_or(HardwareAlgorithm::Simple);
+        let r = self.engine.bcast_from(now, buf, hw);
+        self.sync_timers();
+        Ok(r?)
+    }
+
+    /// The buffer of message `id` sent with [`Member::send_stream_from`], once all its frames
+    /// are in the retransmission buffer (see [`Engine::take_sent`](crate::Engine::take_sent):
+    /// the newest two are kept); `None` before, or once taken.
+    pub fn take_sent(&mut self, id: u64) -> Option<Vec<u8>> {
+        self.engine.take_sent(id)
+    }
+
     /// Posts a receive for `root` that receives into `buf`'s capacity.
     fn post_into(&mut self, now: Instant, root: Rank, buf: Vec<u8>) -> Result<(), MemberError> {
         let max = self.engine.config().max_message;

@@ -286,6 +286,10 @@ const EVICTED_REPEAT: Duration = Duration::from_millis(250);
 /// timeout well below a second, one small frame each time.
 const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
 
+/// Lent data messages whose buffers the sender still looks for (see [`Transfer::give_back`]):
+/// more than the engine holds at once.
+const LENT_TRACKED: usize = 64;
+
 enum Block {
     /// Where the data starts (the reader's first block), and the receiver (index in the
     /// offers) whose offer did not match the input, if one did not.
@@ -371,6 +375,7 @@ fn reader(
     algo: DigestAlgo,
     offer_key: Option<Key>,
     offers: Receiver<Vec<Offer>>,
+    spent: Receiver<Vec<u8>>,
 ) -> Receiver<Block> {
     let (tx, rx) = sync_channel(2);
     std::thread::spawn(move || {
@@ -412,22 +417,28 @@ fn reader(
                 (Box::new(r), StreamHasher::new(algo))
             }
         };
-        read_blocks(&mut input, msg, &mut hasher, &tx);
+        read_blocks(&mut input, msg, &mut hasher, &tx, &spent);
     });
     rx
 }
 
-/// The reader's loop (see [`reader`]), from where `input` stands.
+/// The reader's loop (see [`reader`]), from where `input` stands: each block is read into a
+/// buffer from `spent` (given back by the engine, see [`Transfer::give_back`]), or a new one
+/// when none is there.
 fn read_blocks(
     input: &mut Box<dyn Read + Send>,
     msg: usize,
     hasher: &mut StreamHasher,
     tx: &std::sync::mpsc::SyncSender<Block>,
+    spent: &Receiver<Vec<u8>>,
 ) {
     loop {
         // Read into spare capacity: zeroing every buffer first cost the sender more CPU than
         // hashing it.
-        let mut buf = Vec::with_capacity(msg + 1);
+        let mut buf = spent
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(msg + 1));
+        buf.clear();
         buf.push(b'D');
         if let Err(e) = input.by_ref().take(msg as u64).read_to_end(&mut buf) {
             let _ = tx.send(Block::Err(e));
@@ -902,6 +913,10 @@ pub struct Transfer<'a> {
     watch: Watch,
     /// The reader's blocks, and the rank of each offer it was given (in the reader's order).
     rx: Receiver<Block>,
+    /// Where the buffers of data messages go back to the reader once the engine gave them
+    /// back (see [`Transfer::give_back`]), and the ids of the messages lent and not given back.
+    spent: std::sync::mpsc::Sender<Vec<u8>>,
+    lent: VecDeque<u64>,
     offer_ranks: Vec<usize>,
     /// Reading a file: where the receivers' offers go (see [`Transfer::begin`]).
     offers_tx: Option<std::sync::mpsc::SyncSender<Vec<Offer>>>,
@@ -991,7 +1006,8 @@ impl<'a> Transfer<'a> {
             .collect();
         let (offers_tx, offers_rx) = sync_channel(1);
         let offer_key = a.link.stream.key.as_ref().map(crate::transfer::offer_key);
-        let rx = reader(input.input, msg, a.digest, offer_key, offers_rx);
+        let (spent_tx, spent_rx) = std::sync::mpsc::channel();
+        let rx = reader(input.input, msg, a.digest, offer_key, offers_rx, spent_rx);
         let pb = progress_bar(input.total, a.quiet);
         let start = Instant::now();
         let bucket = a
@@ -1012,6 +1028,8 @@ impl<'a> Transfer<'a> {
             fate,
             watch: Watch::new(n),
             rx,
+            spent: spent_tx,
+            lent: VecDeque::new(),
             offer_ranks: Vec::new(),
             offers_tx: resumable.then_some(offers_tx),
             pb,
@@ -1179,15 +1197,43 @@ impl<'a> Transfer<'a> {
                     break;
                 }
             }
-            let v = self.pending.take().expect("pending data");
+            let mut v = self.pending.take().expect("pending data");
             self.sent += len;
-            match self.node.send(v) {
-                Ok(id) => self.inflight.push_back((id, len)),
+            match self.node.send_from(&mut v) {
+                Ok(id) => {
+                    self.inflight.push_back((id, len));
+                    self.lent.push_back(id);
+                }
                 Err(MemberError::Send(SendError::NoReceivers)) => break,
                 Err(e) => return Err(e.into()),
             }
         }
+        self.give_back();
         Ok(wait)
+    }
+
+    /// Hands the reader the buffers of the data messages the engine has cut into frames, in
+    /// the order they were sent: it reads the next blocks into them instead of into new
+    /// allocations (1 MiB each, which the allocator got from the kernel as fresh pages to
+    /// fault in and clear). The engine keeps the newest two, so a buffer not taken in time
+    /// is only a buffer the reader allocates again.
+    fn give_back(&mut self) {
+        // Messages are cut into frames in order: once one is given back, those lent before
+        // it and not given back are gone.
+        let mut newest = None;
+        for (i, &id) in self.lent.iter().enumerate() {
+            if let Some(buf) = self.node.take_sent(id) {
+                // A reader that stopped needs no more buffers.
+                let _ = self.spent.send(buf);
+                newest = Some(i);
+            }
+        }
+        if let Some(i) = newest {
+            self.lent.drain(..=i);
+        }
+        while self.lent.len() > LENT_TRACKED {
+            self.lent.pop_front();
+        }
     }
 
     /// The reader's first block: where the data starts (and which offer, if one, did not
@@ -1535,10 +1581,43 @@ fn gather_offers(
 
 #[cfg(test)]
 mod tests {
-    use super::{failed_hosts, resume_point, Expect};
+    use super::{failed_hosts, read_blocks, resume_point, Block, Expect};
     use crate::transfer::{offer_key, DigestAlgo, Offer, StreamHasher};
     use ethbcast::Key;
     use std::io::{Read, Seek};
+
+    /// A buffer the engine gave back is where the reader reads its next block: the block's
+    /// bytes are the input's, in a data message, whatever the buffer held before; without one
+    /// the reader allocates, and the stream's digest is the same either way.
+    #[test]
+    fn the_reader_reads_into_the_buffers_given_back() {
+        let data: Vec<u8> = (0..2500u32).map(|i| (i * 13 + i / 5) as u8).collect();
+        let (tx, rx) = std::sync::mpsc::sync_channel(8);
+        let (spent_tx, spent_rx) = std::sync::mpsc::channel();
+        let mut old = Vec::with_capacity(1001);
+        old.extend_from_slice(&[0xAA; 700]);
+        let at = old.as_ptr();
+        spent_tx.send(old).unwrap();
+        let mut input: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(data.clone()));
+        let mut hasher = StreamHasher::new(DigestAlgo::Xxh3);
+        read_blocks(&mut input, 1000, &mut hasher, &tx, &spent_rx);
+        drop(tx);
+        let blocks: Vec<Block> = rx.iter().collect();
+        let mut whole = StreamHasher::new(DigestAlgo::Xxh3);
+        whole.update(&data);
+        match &blocks[..] {
+            [Block::Data(a), Block::Data(b), Block::Data(c), Block::Eof(d)] => {
+                assert_eq!(a.as_ptr(), at, "the first block in the buffer given back");
+                assert_ne!(b.as_ptr(), at);
+                assert_eq!(a[0], b'D');
+                assert_eq!(&a[1..], &data[..1000]);
+                assert_eq!(&b[1..], &data[1000..2000]);
+                assert_eq!(&c[1..], &data[2000..]);
+                assert_eq!(*d, whole.finalize());
+            }
+            _ => panic!("three data blocks and the end expected"),
+        }
+    }
 
     #[test]
     fn a_file_starts_at_the_smallest_offer_only_if_every_offer_matches_it() {
