@@ -501,7 +501,14 @@ impl Link for SimPort {
         let (mut held, retain) = {
             let mut inner = self.inner.borrow_mut();
             let p = &mut inner.ports[self.index];
-            (std::mem::take(&mut p.held), p.retain)
+            let mut held = std::mem::take(&mut p.held);
+            // Room for this batch and a margin, no more: grown by doubling, the queue of every
+            // port would reach twice what it keeps (16 KiB of pointers more per port).
+            let (room, batch) = (held.capacity() - held.len(), p.rx.len());
+            if room < batch {
+                held.reserve_exact(batch + p.retain / HELD_MARGIN);
+            }
+            (held, p.retain)
         };
         let n = self.take_due(f, &mut |frame| held.push_back(frame))?;
         let leaving = held.len().saturating_sub(retain);
@@ -556,6 +563,10 @@ impl SimPort {
         Ok(n)
     }
 }
+
+/// A port's queue of held frames grows by what a batch needs plus this fraction of what it
+/// retains, so that it is seldom reallocated.
+const HELD_MARGIN: usize = 16;
 
 /// Frames a port holds (`range` of them, oldest first), found by where their bytes lie.
 struct Kept<'a>(&'a VecDeque<Rc<[u8]>>, std::ops::Range<usize>);

@@ -711,3 +711,33 @@ fn bad_configuration_is_a_typed_error() {
 }
 
 mod properties;
+
+/// A port that keeps the frames its host read (`Link::retain`) holds room for what it keeps
+/// and a batch's worth, not twice that: the queue of every port of a simulated group of
+/// thousands is memory the group's size multiplies.
+#[test]
+fn a_port_keeping_frames_holds_room_for_what_it_keeps_and_a_batch() {
+    let (net, mut ports) = build(perfect(2));
+    let (keep, batch) = (64, 3);
+    assert_eq!(ports[1].retain(keep), keep);
+    let mut got = 0;
+    for b in 0..100u32 {
+        for i in 0..batch {
+            ports[0]
+                .send(BROADCAST_MAC, &numbered(b * batch + i, 60))
+                .unwrap();
+        }
+        net.run_until_idle();
+        got += ports[1]
+            .recv_ready_held(&mut |_, _| {}, &mut |_| {})
+            .unwrap();
+    }
+    assert_eq!(got, 300);
+    let held = &net.inner.borrow().ports[1].held;
+    assert_eq!(held.len(), keep);
+    assert!(
+        held.capacity() <= keep + batch as usize + keep / HELD_MARGIN,
+        "room for {} frames",
+        held.capacity()
+    );
+}
