@@ -1,16 +1,21 @@
 //! The C ABI's progress thread (`capi/src/endpoint.rs`) on a 2-host test-bed: it runs only
-//! while its member owes peers something, and a link in error does not make it spin.
+//! while its member owes peers something, a link in error does not make it spin, and a caller
+//! that keeps calling wakes it ever less often.
 //!
 //! Needs root (network namespaces); with `ETHBCAST_REQUIRE_NETNS=1` a missing capability fails
 //! the test instead of skipping it.
 
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ethbcast::Membership;
 use ethbcast::Rank;
 use ethbcast_capi::endpoint::{Endpoint, EndpointOptions};
 use ethbcast_testbed::{netns, netns_available, Testbed, TestbedConfig};
+
+/// The tests count this process's progress threads, so they run one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Both hosts join and broadcast once; the endpoints come back to the test's thread.
 fn two_endpoints(bed: &Testbed) -> Vec<Endpoint> {
@@ -71,6 +76,7 @@ fn until_no_progress_thread(eps: &[Endpoint]) -> usize {
 
 #[test]
 fn a_progress_thread_runs_only_while_its_member_owes_peers_and_a_dead_link_does_not_make_it_spin() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     if !netns_available(
         "a_progress_thread_runs_only_while_its_member_owes_peers_and_a_dead_link_does_not_make_it_spin",
         false,
@@ -125,5 +131,74 @@ fn a_progress_thread_runs_only_while_its_member_owes_peers_and_a_dead_link_does_
     assert!(dead <= 80, "{dead} looks in 500 ms at a dead link");
     drop(eps);
     assert_eq!(progress_threads(), 0, "closing joins the thread");
+    bed.down().expect("tear down");
+}
+
+/// The voluntary context switches of this process's progress threads, summed: each is a sleep
+/// the thread began, so each wake-up but the last ends one.
+fn progress_thread_sleeps() -> u64 {
+    std::fs::read_dir("/proc/self/task")
+        .expect("list this process's threads")
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let name = std::fs::read_to_string(dir.join("comm")).ok()?;
+            if name.trim_end() != "ethbcast-progre" {
+                return None;
+            }
+            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+#[test]
+fn a_caller_that_keeps_calling_wakes_its_progress_thread_ever_less_often() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !netns_available(
+        "a_caller_that_keeps_calling_wakes_its_progress_thread_ever_less_often",
+        false,
+    ) {
+        return;
+    }
+    let prefix = format!("pw{:x}", std::process::id() & 0xfff);
+    let bed = Testbed::up(&TestbedConfig::new(2).prefix(prefix)).expect("test-bed");
+    let eps = two_endpoints(&bed);
+    // Both hosts call barriers a millisecond apart, as a program's loop of collectives does.
+    // Each barrier leaves its member owing the barrier's stragglers an answer, so both keep a
+    // progress thread; the callers serve the group themselves, and the threads only look
+    // whether their caller went away.
+    let barriers = |ep: &Endpoint, n: usize| {
+        for _ in 0..n {
+            ep.barrier().expect("barrier");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let run = |n: usize| {
+        std::thread::scope(|s| {
+            for ep in &eps {
+                s.spawn(move || barriers(ep, n));
+            }
+        })
+    };
+    run(50);
+    assert_eq!(until_progress_threads(2), 2, "both members owe stragglers");
+    let (before, t0) = (progress_thread_sleeps(), Instant::now());
+    run(1000);
+    let (sleeps, secs) = (
+        progress_thread_sleeps() - before,
+        t0.elapsed().as_secs_f64(),
+    );
+    // Looking once per 10 ms would be 100 sleeps a second per thread; doubling the look's
+    // interval up to 80 ms while the caller keeps coming back makes it about 13. (A caller
+    // descheduled for the whole grace is served once, and the looks start at 10 ms again.)
+    assert!(
+        sleeps as f64 <= 2.0 * 40.0 * secs,
+        "{sleeps} sleeps of 2 progress threads in {secs:.2} s of calls"
+    );
+    assert_eq!(until_progress_threads(2), 2, "the threads stayed");
+    drop(eps);
     bed.down().expect("tear down");
 }
