@@ -64,9 +64,9 @@ const PROGRESS_GRACE: Duration = Duration::from_millis(10);
 /// [`PROGRESS_GRACE`]. A caller that keeps calling wakes the thread about a dozen times a
 /// second instead of a hundred (each wake takes a core from a busy-polling MPI rank: 8 ranks'
 /// `MPI_Alltoall` between interposed barriers took 1.04x Open MPI's time with a look every
-/// 10 ms, 1.00x with one every 80 ms or none); a peer that needs this member right after such
-/// a run of calls waits up to this long, well inside the retransmission timeouts it backs off
-/// with.
+/// 10 ms, 1.00x with one every 80 ms, 1.01x without the thread); a peer that needs this
+/// member right after such a run of calls waits up to this long, well inside the
+/// retransmission timeouts it backs off with.
 const PROGRESS_GRACE_MAX: Duration = Duration::from_millis(80);
 /// How long the progress thread stays once its member owes nothing, looking only when a frame
 /// arrives. An acknowledgement can be lost, and the member cannot know: its root asks again
