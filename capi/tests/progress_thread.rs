@@ -5,8 +5,9 @@
 //! Needs root (network namespaces); with `ETHBCAST_REQUIRE_NETNS=1` a missing capability fails
 //! the test instead of skipping it.
 
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ethbcast::Membership;
@@ -16,6 +17,19 @@ use ethbcast_testbed::{netns, netns_available, Testbed, TestbedConfig};
 
 /// The tests count this process's progress threads, so they run one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The test `test`'s 2-host test-bed (namespaces named from `tag`) and its endpoints, with the
+/// turn of this file's tests held; `None` where namespaces are unavailable and not required.
+fn two_hosts(test: &str, tag: &str) -> Option<(MutexGuard<'static, ()>, Testbed, Vec<Endpoint>)> {
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !netns_available(test, false) {
+        return None;
+    }
+    let prefix = format!("{tag}{:x}", std::process::id() & 0xfff);
+    let bed = Testbed::up(&TestbedConfig::new(2).prefix(prefix)).expect("test-bed");
+    let eps = two_endpoints(&bed);
+    Some((one, bed, eps))
+}
 
 /// Both hosts join and broadcast once; the endpoints come back to the test's thread.
 fn two_endpoints(bed: &Testbed) -> Vec<Endpoint> {
@@ -42,13 +56,22 @@ fn two_endpoints(bed: &Testbed) -> Vec<Endpoint> {
     joins.into_iter().map(|j| j.join().expect("join")).collect()
 }
 
-/// Progress threads of this process (the kernel keeps 15 bytes of a thread's name).
-fn progress_threads() -> usize {
+/// The `/proc` directories of this process's progress threads (the kernel keeps 15 bytes of
+/// a thread's name).
+fn progress_thread_dirs() -> Vec<PathBuf> {
     std::fs::read_dir("/proc/self/task")
         .expect("list this process's threads")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end() == "ethbcast-progre")
-        .count()
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let name = std::fs::read_to_string(dir.join("comm")).ok()?;
+            (name.trim_end() == "ethbcast-progre").then_some(dir)
+        })
+        .collect()
+}
+
+/// Progress threads of this process.
+fn progress_threads() -> usize {
+    progress_thread_dirs().len()
 }
 
 /// Waits up to 5 s for this process to have `n` progress threads; how many it has then. (A
@@ -76,16 +99,12 @@ fn until_no_progress_thread(eps: &[Endpoint]) -> usize {
 
 #[test]
 fn a_progress_thread_runs_only_while_its_member_owes_peers_and_a_dead_link_does_not_make_it_spin() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !netns_available(
+    let Some((_one, bed, eps)) = two_hosts(
         "a_progress_thread_runs_only_while_its_member_owes_peers_and_a_dead_link_does_not_make_it_spin",
-        false,
-    ) {
+        "pt",
+    ) else {
         return;
-    }
-    let prefix = format!("pt{:x}", std::process::id() & 0xfff);
-    let bed = Testbed::up(&TestbedConfig::new(2).prefix(prefix)).expect("test-bed");
-    let eps = two_endpoints(&bed);
+    };
     let polls = |ep: &Endpoint| ep.counters().background_polls;
     // A second after the last acknowledgements are out, no thread is left (a
     // sleeping thread in every rank made Open MPI's own 8 KiB `MPI_Bcast` about 25% slower),
@@ -137,14 +156,9 @@ fn a_progress_thread_runs_only_while_its_member_owes_peers_and_a_dead_link_does_
 /// The voluntary context switches of this process's progress threads, summed: each is a sleep
 /// the thread began, so each wake-up but the last ends one.
 fn progress_thread_sleeps() -> u64 {
-    std::fs::read_dir("/proc/self/task")
-        .expect("list this process's threads")
-        .filter_map(|t| {
-            let dir = t.ok()?.path();
-            let name = std::fs::read_to_string(dir.join("comm")).ok()?;
-            if name.trim_end() != "ethbcast-progre" {
-                return None;
-            }
+    progress_thread_dirs()
+        .iter()
+        .filter_map(|dir| {
             let status = std::fs::read_to_string(dir.join("status")).ok()?;
             status
                 .lines()
@@ -156,16 +170,12 @@ fn progress_thread_sleeps() -> u64 {
 
 #[test]
 fn a_caller_that_keeps_calling_wakes_its_progress_thread_ever_less_often() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !netns_available(
+    let Some((_one, bed, eps)) = two_hosts(
         "a_caller_that_keeps_calling_wakes_its_progress_thread_ever_less_often",
-        false,
-    ) {
+        "pw",
+    ) else {
         return;
-    }
-    let prefix = format!("pw{:x}", std::process::id() & 0xfff);
-    let bed = Testbed::up(&TestbedConfig::new(2).prefix(prefix)).expect("test-bed");
-    let eps = two_endpoints(&bed);
+    };
     // Both hosts call barriers a millisecond apart, as a program's loop of collectives does.
     // Each barrier leaves its member owing the barrier's stragglers an answer, so both keep a
     // progress thread; the callers serve the group themselves, and the threads only look

@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use crate::engine::{Engine, HardwareAlgorithm, PostError};
+use crate::engine::{Engine, HardwareAlgorithm, PostError, SendError};
 use crate::wire::BarrierAlgo;
 use crate::Rank;
 
@@ -163,11 +163,7 @@ impl Member {
         data: Vec<u8>,
         algo: Algorithm,
     ) -> Result<u64, MemberError> {
-        // A stream goes out in hardware: a tree's message as `Simple`.
-        let hw = algo.hardware().unwrap_or(HardwareAlgorithm::Simple);
-        let r = self.engine.bcast(now, data, hw);
-        self.sync_timers();
-        Ok(r?)
+        self.stream_with(algo, |e, hw| e.bcast(now, data, hw))
     }
 
     /// [`Member::send_stream`] of the message in `buf`, lent (see
@@ -181,8 +177,18 @@ impl Member {
         buf: &mut Vec<u8>,
         algo: Algorithm,
     ) -> Result<u64, MemberError> {
+        self.stream_with(algo, |e, hw| e.bcast_from(now, buf, hw))
+    }
+
+    /// A message of this member's stream, handed to the engine by `send` with the hardware
+    /// algorithm of `algo` (a stream goes out in hardware: a tree's message as `Simple`).
+    fn stream_with(
+        &mut self,
+        algo: Algorithm,
+        send: impl FnOnce(&mut Engine, HardwareAlgorithm) -> Result<u64, SendError>,
+    ) -> Result<u64, MemberError> {
         let hw = algo.hardware().unwrap_or(HardwareAlgorithm::Simple);
-        let r = self.engine.bcast_from(now, buf, hw);
+        let r = send(&mut self.engine, hw);
         self.sync_timers();
         Ok(r?)
     }

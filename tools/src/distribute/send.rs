@@ -286,10 +286,6 @@ const EVICTED_REPEAT: Duration = Duration::from_millis(250);
 /// timeout well below a second, one small frame each time.
 const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
 
-/// Lent data messages whose buffers the sender still looks for (see [`Transfer::give_back`]):
-/// more than the engine holds at once.
-const LENT_TRACKED: usize = 64;
-
 enum Block {
     /// Where the data starts (the reader's first block), and the receiver (index in the
     /// offers) whose offer did not match the input, if one did not.
@@ -914,9 +910,8 @@ pub struct Transfer<'a> {
     /// The reader's blocks, and the rank of each offer it was given (in the reader's order).
     rx: Receiver<Block>,
     /// Where the buffers of data messages go back to the reader once the engine gave them
-    /// back (see [`Transfer::give_back`]), and the ids of the messages lent and not given back.
+    /// back (see [`Transfer::give_back`]).
     spent: std::sync::mpsc::Sender<Vec<u8>>,
-    lent: VecDeque<u64>,
     offer_ranks: Vec<usize>,
     /// Reading a file: where the receivers' offers go (see [`Transfer::begin`]).
     offers_tx: Option<std::sync::mpsc::SyncSender<Vec<Offer>>>,
@@ -1029,7 +1024,6 @@ impl<'a> Transfer<'a> {
             watch: Watch::new(n),
             rx,
             spent: spent_tx,
-            lent: VecDeque::new(),
             offer_ranks: Vec::new(),
             offers_tx: resumable.then_some(offers_tx),
             pb,
@@ -1200,10 +1194,7 @@ impl<'a> Transfer<'a> {
             let mut v = self.pending.take().expect("pending data");
             self.sent += len;
             match self.node.send_from(&mut v) {
-                Ok(id) => {
-                    self.inflight.push_back((id, len));
-                    self.lent.push_back(id);
-                }
+                Ok(id) => self.inflight.push_back((id, len)),
                 Err(MemberError::Send(SendError::NoReceivers)) => break,
                 Err(e) => return Err(e.into()),
             }
@@ -1215,24 +1206,15 @@ impl<'a> Transfer<'a> {
     /// Hands the reader the buffers of the data messages the engine has cut into frames, in
     /// the order they were sent: it reads the next blocks into them instead of into new
     /// allocations (1 MiB each, which the allocator got from the kernel as fresh pages to
-    /// fault in and clear). The engine keeps the newest two, so a buffer not taken in time
-    /// is only a buffer the reader allocates again.
+    /// fault in and clear). Every data message in flight was lent; one acknowledged before
+    /// its buffer was taken, or beyond the newest two the engine keeps, is only a buffer the
+    /// reader allocates again.
     fn give_back(&mut self) {
-        // Messages are cut into frames in order: once one is given back, those lent before
-        // it and not given back are gone.
-        let mut newest = None;
-        for (i, &id) in self.lent.iter().enumerate() {
+        for &(id, _) in &self.inflight {
             if let Some(buf) = self.node.take_sent(id) {
                 // A reader that stopped needs no more buffers.
                 let _ = self.spent.send(buf);
-                newest = Some(i);
             }
-        }
-        if let Some(i) = newest {
-            self.lent.drain(..=i);
-        }
-        while self.lent.len() > LENT_TRACKED {
-            self.lent.pop_front();
         }
     }
 
