@@ -8,10 +8,12 @@
 #                                    ports, 0% and 1% loss (ethbcast-bench distribute)
 # and puts the table of the same distribute run (distribute-goodput.md) into README.md between
 # its markers, so that the chart and the table beside it come from one run (a test of
-# ethbcast-tools checks that they agree). Every other plot, and both runs' tables (demo.txt,
-# distribute.txt), stay in OUT (default bench-out).
+# ethbcast-tools checks that they agree); and docs/large-groups.md's two plots of the scale
+# study on the simulator, 16 to 4096 members (docs/img/scale-goodput.svg,
+# docs/img/scale-root-control.svg; its table is scale.csv). Every other plot, and the runs'
+# tables (demo.txt, distribute.txt, scale.txt), stay in OUT (default bench-out).
 #
-# Usage: sudo bash docs/img/regenerate.sh [OUT]      (a few minutes, plus the release build)
+# Usage: sudo bash docs/img/regenerate.sh [OUT]      (about 15 minutes, plus the release build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-bench-out}
@@ -29,6 +31,8 @@ bench demo --out "$out" --prefix ebimgd | tee "$out/demo.txt"
 bench distribute --receivers 8 --mib 256 --rate 1gbit --loss 0,1 --prefix ebimg --out "$out" | tee "$out/distribute.txt"
 cp "$out/latency-vs-nodes-256B.svg" docs/img/latency-vs-nodes.svg
 cp "$out/distribute-goodput.svg" docs/img/distribute-goodput.svg
+bench scale --nodes 16,64,256,1024,2048,4096 --out "$out" | tee "$out/scale.txt"
+cp "$out/scale-goodput.svg" "$out/scale-root-control.svg" docs/img/
 # The goodput table replaces the lines between README's markers.
 awk -v table="$out/distribute-goodput.md" '
     /<!-- distribute-goodput table: end -->/ { inside = 0 }
@@ -39,4 +43,4 @@ awk -v table="$out/distribute-goodput.md" '
     }
 ' README.md > README.md.new
 mv README.md.new README.md
-echo "wrote docs/img/latency-vs-nodes.svg, docs/img/distribute-goodput.svg and README.md's goodput table (tables: $out/demo.txt, $out/distribute.txt)"
+echo "wrote docs/img/latency-vs-nodes.svg, docs/img/distribute-goodput.svg, docs/img/scale-goodput.svg, docs/img/scale-root-control.svg and README.md's goodput table (tables: $out/demo.txt, $out/distribute.txt, $out/scale.txt)"
