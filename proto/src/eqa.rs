@@ -236,6 +236,15 @@ pub struct Lms {
     pub recent_repaired: u32,
     /// Consecutive fail-over windows in which nearly everything had to be repaired.
     pub strikes: u8,
+    /// Fail-over: fresh frames copied to it since it was switched to point-to-point delivery
+    /// or last tried on broadcast.
+    pub p2p_sent: u32,
+    /// Fail-over: copies after which it is tried on broadcast again (0 before its first
+    /// fail-over; doubles after each trial that fails).
+    pub trial_after: u32,
+    /// Fail-over: it is being tried on broadcast again, and goes back to point-to-point
+    /// delivery at the first window that needed nearly everything repaired.
+    pub on_trial: bool,
     /// Per-destination counters.
     pub stats: LmsStats,
 }
@@ -267,6 +276,8 @@ pub struct LmsStats {
     pub repaired_bytes: u64,
     /// Times it was switched to point-to-point delivery.
     pub failovers: u64,
+    /// Times it was switched back to broadcast after a trial showed that broadcast reaches it.
+    pub failbacks: u64,
 }
 
 impl Lms {
@@ -359,6 +370,9 @@ impl Eqa {
             recent_sent: 0,
             recent_repaired: 0,
             strikes: 0,
+            p2p_sent: 0,
+            trial_after: 0,
+            on_trial: false,
             stats: LmsStats::default(),
         });
         let r = rank.index();

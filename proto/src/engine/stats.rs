@@ -13,8 +13,11 @@ pub struct EngineStats {
     pub repair_frames: u64,
     /// Of which re-broadcasts.
     pub rebroadcasts: u64,
-    /// Members switched to point-to-point delivery (fail-over).
+    /// Members switched to point-to-point delivery (fail-over; a trial of broadcast that
+    /// fails switches a member again and counts again).
     pub failovers: u64,
+    /// Members switched back to broadcast: a trial showed that broadcast reaches them again.
+    pub failbacks: u64,
     /// ACK frames sent.
     pub ack_frames: u64,
     /// NACK frames sent.

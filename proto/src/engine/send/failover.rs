@@ -7,6 +7,14 @@
 //! later fresh frame also goes to it alone, as a copy. Two windows, so that a burst of loss at
 //! a busy receiver is not mistaken for a broken broadcast path.
 //!
+//! A broken path may heal (a port or a switch's filter put right). After [`FIRST_TRIAL`]
+//! copies a destination served point to point is tried on broadcast again: no copies, and the
+//! next window judged alone. A window that needed nearly everything repaired sends it back to
+//! point-to-point delivery, and the next trial waits twice as many copies (at most
+//! [`LAST_TRIAL`]); any other window keeps it on broadcast. A failed trial costs the
+//! destination one window of frames repaired after its retransmission timeout, a cost the
+//! doubling spreads ever thinner.
+//!
 //! **Invariants.** The counters live with each destination (`Lms::recent_sent`,
 //! `recent_repaired`, `strikes`, `p2p`); this type keeps the copies owed to destinations served
 //! point to point, in the order their frames were sent, and drops those a destination no longer
@@ -23,6 +31,12 @@ use crate::machine::Transmit;
 
 /// Fresh frames over which the fail-over check judges a destination.
 const FAILOVER_WINDOW: u32 = 32;
+
+/// Copies a destination served point to point gets before its first trial of broadcast.
+const FIRST_TRIAL: u32 = 1024;
+
+/// The most copies between two trials of broadcast.
+const LAST_TRIAL: u32 = 1 << 20;
 
 /// The copies owed to destinations served point to point. See the module documentation.
 #[derive(Debug, Default)]
@@ -42,8 +56,19 @@ impl Failover {
         stats: &mut EngineStats,
     ) {
         if lms.p2p {
-            self.copies.push_back((lms.rank(), seq));
-            return;
+            if lms.p2p_sent < lms.trial_after {
+                lms.p2p_sent += 1;
+                self.copies.push_back((lms.rank(), seq));
+                return;
+            }
+            // Its turn to be tried on broadcast: this frame is the trial's first, and one
+            // window that needs nearly everything repaired ends the trial.
+            lms.p2p = false;
+            lms.on_trial = true;
+            lms.p2p_sent = 0;
+            lms.strikes = 1;
+            lms.recent_sent = 0;
+            lms.recent_repaired = 0;
         }
         lms.recent_sent = lms.recent_sent.saturating_add(1);
         // Frames of the window it has not acknowledged yet may still be repaired: judge only
@@ -58,16 +83,43 @@ impl Failover {
                 lms.strikes = 0;
             }
             if lms.strikes >= 2 {
-                lms.p2p = true;
-                lms.stats.failovers += 1;
-                stats.failovers += 1;
-                tracing::warn!(
+                Self::switch_to_p2p(lms, stats);
+            } else if lms.strikes == 0 && lms.on_trial {
+                lms.on_trial = false;
+                lms.trial_after = FIRST_TRIAL;
+                lms.stats.failbacks += 1;
+                stats.failbacks += 1;
+                tracing::info!(
                     rank = lms.rank().get(),
-                    "broadcast does not reach this member: serving it point-to-point"
+                    "broadcast reaches this member again: serving it by broadcast"
                 );
             }
             lms.recent_sent = 0;
             lms.recent_repaired = 0;
+        }
+    }
+
+    /// `lms` is served point to point from the next fresh frame on, until its next trial of
+    /// broadcast.
+    fn switch_to_p2p(lms: &mut Lms, stats: &mut EngineStats) {
+        lms.p2p = true;
+        lms.p2p_sent = 0;
+        lms.strikes = 0;
+        lms.stats.failovers += 1;
+        stats.failovers += 1;
+        if std::mem::take(&mut lms.on_trial) {
+            lms.trial_after = lms.trial_after.saturating_mul(2).min(LAST_TRIAL);
+            tracing::debug!(
+                rank = lms.rank().get(),
+                next_trial_after = lms.trial_after,
+                "broadcast still does not reach this member: serving it point-to-point"
+            );
+        } else {
+            lms.trial_after = FIRST_TRIAL;
+            tracing::warn!(
+                rank = lms.rank().get(),
+                "broadcast does not reach this member: serving it point-to-point"
+            );
         }
     }
 

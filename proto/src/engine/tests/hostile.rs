@@ -395,3 +395,94 @@ fn a_replayed_data_frame_is_no_sign_of_life() {
         "the replay is not a sign of life"
     );
 }
+
+/// Data frames sent to rank `to` alone as fail-over copies, counted by a drop rule that drops
+/// frames to `to` sent to everyone while `broken` says so.
+fn copies_counted(
+    to: usize,
+    broken: std::rc::Rc<std::cell::Cell<bool>>,
+    copies: std::rc::Rc<std::cell::Cell<usize>>,
+) -> super::DropRule {
+    Box::new(move |r, j| {
+        if j != to {
+            return false;
+        }
+        if r.kind == Some(Kind::Data) && r.flags.contains(Flags::P2P) {
+            copies.set(copies.get() + 1);
+        }
+        broken.get() && r.flags.contains(Flags::BROADCAST)
+    })
+}
+
+/// Rank 0 broadcasts `more`, `before` messages after its first: every member gets them all.
+fn broadcast_more(net: &mut Net, before: usize, more: &[Vec<u8>]) {
+    for m in more {
+        net.engines[0]
+            .bcast(net.now, m.clone(), HardwareAlgorithm::Simple)
+            .unwrap();
+    }
+    net.run(|n| n.all_got(0, before + more.len()));
+}
+
+/// Every member but rank 0 got `msgs`, once each, in order, intact.
+fn assert_all_delivered(net: &Net, msgs: &[Vec<u8>]) {
+    for r in 1..net.engines.len() {
+        let got = &net.delivered[r];
+        assert_eq!(got.len(), msgs.len(), "rank {r}: messages delivered");
+        let wrong = got.iter().zip(msgs).position(|(d, m)| d.2 != *m);
+        assert_eq!(wrong, None, "rank {r}: the first message that differs");
+    }
+}
+
+#[test]
+fn a_member_served_point_to_point_goes_back_to_broadcast_once_broadcast_reaches_it_again() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let mut net = Net::new(4, |_| {});
+    let (broken, copies) = (Rc::new(Cell::new(true)), Rc::new(Cell::new(0)));
+    net.drop = copies_counted(2, broken.clone(), copies.clone());
+    // Broadcast towards rank 2 is broken (a port's filter): it is served point to point.
+    let mut msgs: Vec<Vec<u8>> = (0..40).map(|i| message(4000, i)).collect();
+    broadcast_more(&mut net, 0, &msgs);
+    assert_eq!(net.engines[0].sender().failed_over(), vec![Rank::new(2)]);
+    // The path is put right. The copies go on until broadcast is tried again, and the trial
+    // keeps it on broadcast.
+    broken.set(false);
+    let more: Vec<Vec<u8>> = (0..200).map(|i| message(14_000, i as u8)).collect();
+    broadcast_more(&mut net, msgs.len(), &more);
+    msgs.extend(more);
+    assert_eq!(net.engines[0].sender().failed_over(), Vec::<Rank>::new());
+    assert_eq!(net.engines[0].stats().failbacks, 1);
+    assert_eq!(net.engines[0].stats().failovers, 1);
+    // From now on rank 2 gets broadcast frames alone, no copies.
+    let before = copies.get();
+    assert!(before > 0, "it was served point to point");
+    let more: Vec<Vec<u8>> = (0..50).map(|i| message(14_000, i as u8 ^ 0x55)).collect();
+    broadcast_more(&mut net, msgs.len(), &more);
+    msgs.extend(more);
+    assert_eq!(
+        copies.get(),
+        before,
+        "no copies after it went back to broadcast"
+    );
+    assert_all_delivered(&net, &msgs);
+}
+
+#[test]
+fn a_member_that_broadcast_still_does_not_reach_stays_point_to_point_and_is_tried_ever_less_often()
+{
+    let mut net = Net::new(4, |_| {});
+    net.drop = Box::new(|r, to| to == 2 && r.flags.contains(Flags::BROADCAST));
+    // About 3600 frames: the fail-over, a trial after 1024 copies that fails, another after
+    // 2048 that fails; the next would wait for 4096.
+    let msgs: Vec<Vec<u8>> = (0..360).map(|i| message(14_000, i as u8)).collect();
+    broadcast_more(&mut net, 0, &msgs);
+    assert_eq!(net.engines[0].sender().failed_over(), vec![Rank::new(2)]);
+    assert_eq!(
+        net.engines[0].stats().failovers,
+        3,
+        "switched once, and again after each of two trials"
+    );
+    assert_eq!(net.engines[0].stats().failbacks, 0);
+    assert_all_delivered(&net, &msgs);
+}
