@@ -26,7 +26,9 @@
  * with the ITERS measured samples; ethbcast-bench computes mean80, median and p99. With
  * MPI_BENCH_SEPARATE=mpi the line also has "entry_skew_us" (per iteration, the last rank's
  * entry into the call less the first's) and "entry_lag_us" (per rank, its mean entry behind
- * the first rank's). */
+ * the first rank's). A collective's line has "cpu_us" and "context_switches": the CPU time
+ * (every thread, user and system) and the context switches of all ranks over the measured
+ * iterations, separation and checks included: the work the loop costs the machine. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <limits.h>
@@ -39,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,12 +74,22 @@ static void oob_barrier(void) {
     }
 }
 
+/* This process's CPU time (every thread's, user and system) in µs, and its context switches
+ * (voluntary and involuntary). */
+static void usage_now(double *work) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    work[0] = (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 +
+              (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+    work[1] = (double)(u.ru_nvcsw + u.ru_nivcsw);
+}
+
 static unsigned char pattern(size_t size, int iter, size_t i) {
     return (unsigned char)(size * 3u + (unsigned)iter * 7u + i * 31u + (i >> 8));
 }
 
 static void report(const char *op, size_t size, int ok, const double *lat, const double *skew,
-                   const double *lag, int iters) {
+                   const double *lag, const double *work, int iters) {
     printf("{\"op\":\"%s\",\"size\":%zu,\"ranks\":%d,\"verified\":%s,\"samples_us\":[", op, size,
            n, ok ? "true" : "false");
     for (int i = 0; i < iters; i++)
@@ -94,6 +107,8 @@ static void report(const char *op, size_t size, int ok, const double *lat, const
             printf("%s%.3f", r ? "," : "", lag[r]);
         printf("]");
     }
+    if (work != NULL)
+        printf(",\"cpu_us\":%.1f,\"context_switches\":%.0f", work[0], work[1]);
     printf("}\n");
     fflush(stdout);
 }
@@ -139,7 +154,7 @@ static void ping_pong(const size_t *sizes, int nsizes, int iters, int warmup, in
         int all_ok = 0;
         PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
         if (me == 0)
-            report("latency", size, all_ok, lat, NULL, NULL, iters);
+            report("latency", size, all_ok, lat, NULL, NULL, NULL, iters);
     }
 }
 
@@ -254,7 +269,13 @@ int main(int argc, char **argv) {
             unsigned char *in = malloc(in_len ? in_len : 1);
             unsigned char *out = malloc(out_len ? out_len : 1);
             int ok = 1;
+            /* The work of the measured iterations, separation and checks included: this
+             * rank's CPU and context switches from the first one's start to the last one's
+             * end. */
+            double work_from[2] = {0, 0}, work[2] = {0, 0}, work_all[2] = {0, 0};
             for (int it = 0; it < total; it++) {
+                if (it == warmup)
+                    usage_now(work_from);
                 if (kind == 0)
                     for (size_t i = 0; i < size; i++)
                         in[i] = me == 0 ? pattern(size, it, i)
@@ -316,6 +337,10 @@ int main(int argc, char **argv) {
                     t_end[it - warmup] = t1;
                 }
             }
+            usage_now(work);
+            for (int k = 0; k < 2; k++)
+                work[k] -= work_from[k];
+            PMPI_Reduce(work, work_all, 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
             free(in);
             free(out);
             int all_ok = 0;
@@ -358,7 +383,8 @@ int main(int argc, char **argv) {
                     lat[i] = t_max[i] - (kind == 0 ? t_start[i] : t_enter_max[i]);
             }
             if (me == 0)
-                report(op, size, all_ok, lat, osu ? skew : NULL, osu ? lag : NULL, iters);
+                report(op, size, all_ok, lat, osu ? skew : NULL, osu ? lag : NULL, work_all,
+                       iters);
         }
     }
     free(list);

@@ -178,6 +178,12 @@ pub struct Row {
     /// With `--osu`: each rank's mean entry into the call behind the first rank's, µs, in rank
     /// order (the mean of the rounds'): which ranks the separating barrier releases late.
     pub entry_lag_us: Option<Vec<f64>>,
+    /// CPU µs of all ranks per measured iteration (every thread, user and system; the
+    /// separation and the checks included): the work the loop costs the machine. `None` for
+    /// the point-to-point latency.
+    pub cpu_us_per_iter: Option<f64>,
+    /// Context switches of all ranks per measured iteration (voluntary and involuntary).
+    pub context_switches_per_iter: Option<f64>,
     /// Every rank found every byte right.
     pub verified: bool,
 }
@@ -209,6 +215,12 @@ struct Line {
     /// With `--osu`: each rank's mean entry behind the first rank's.
     #[serde(default)]
     entry_lag_us: Option<Vec<f64>>,
+    /// A collective's: CPU µs of all ranks over the measured iterations.
+    #[serde(default)]
+    cpu_us: Option<f64>,
+    /// A collective's: context switches of all ranks over the measured iterations.
+    #[serde(default)]
+    context_switches: Option<f64>,
 }
 
 /// Runs the benchmark.
@@ -485,6 +497,12 @@ fn rows(
                     }
                     (a, _) => *a = None,
                 }
+                for (a, b) in [
+                    (&mut acc.cpu_us, l.cpu_us),
+                    (&mut acc.context_switches, l.context_switches),
+                ] {
+                    *a = a.zip(b).map(|(a, b)| a + b);
+                }
                 i
             }
             None => {
@@ -503,6 +521,12 @@ fn rows(
         let entry_lag_us = l
             .entry_lag_us
             .map(|v| v.iter().map(|x| x / pooled).collect());
+        // Summed over the rounds' iterations, all of them.
+        let per_iter = |total: Option<f64>| {
+            total
+                .filter(|_| !l.samples_us.is_empty())
+                .map(|t| t / l.samples_us.len() as f64)
+        };
         report.rows.push(Row {
             mpi: m.name().into(),
             op: l.op,
@@ -518,6 +542,8 @@ fn rows(
             p99_us: s.p99_us,
             entry_skew_median_us: l.entry_skew_us.as_deref().map(|k| summarize(k).median_us),
             entry_lag_us,
+            cpu_us_per_iter: per_iter(l.cpu_us),
+            context_switches_per_iter: per_iter(l.context_switches),
             verified: l.verified && l.samples_us.len() == o.iters,
         });
     }
@@ -540,6 +566,8 @@ pub fn render(r: &Report) -> String {
         "entry skew",
         "ratio (mean80)",
         "per round",
+        "CPU/iter",
+        "csw/iter",
         "verified",
     ]);
     let base = |x: &Row| {
@@ -588,12 +616,19 @@ pub fn render(r: &Report) -> String {
                 _ => "-".into(),
             },
             against.map_or_else(|| "-".into(), |b| round_ratios(x, b)),
+            x.cpu_us_per_iter.map_or_else(|| "-".into(), fmt_us),
+            x.context_switches_per_iter
+                .map_or_else(|| "-".into(), |c| format!("{c:.1}")),
             x.verified.to_string(),
         ]);
     }
     let mut s = t.render();
     let ports = r.rate.as_deref().unwrap_or("unshaped veths");
-    let _ = writeln!(s, "ports: {ports}; latencies in µs; method: {}", r.method);
+    let _ = writeln!(
+        s,
+        "ports: {ports}; latencies in µs; CPU/iter: µs of CPU of all ranks per iteration, csw/iter: their context switches (separation and checks included); method: {}",
+        r.method
+    );
     for n in &r.notes {
         let _ = writeln!(s, "note: {n}");
     }
@@ -699,6 +734,8 @@ mod tests {
             samples_us: samples_us.to_vec(),
             entry_skew_us: None,
             entry_lag_us: None,
+            cpu_us: None,
+            context_switches: None,
         }
     }
 
@@ -760,6 +797,37 @@ mod tests {
         rows(&mut report, MpiImpl::OpenMpi, &runs[1], &o, 2, without);
         let r = &report.rows[1];
         assert!(r.entry_lag_us.is_none() && r.entry_skew_median_us.is_none());
+    }
+
+    /// The work counters of a collective's lines: summed over the rounds and divided by all
+    /// their iterations; a round without them (an older program) leaves the row without.
+    #[test]
+    fn rounds_pool_the_cpu_and_context_switches_per_iteration() {
+        let mut o = MpiBenchOptions::new(2);
+        o.iters = 4;
+        let runs = runs(&o);
+        let mut report = empty(OSU_METHOD);
+        let worked = |cpu: f64, csw: f64| {
+            serde_json::from_str::<Line>(&format!(
+                "{{\"op\":\"allgather\",\"size\":4,\"ranks\":2,\"verified\":true,\
+                 \"samples_us\":[9,9],\"cpu_us\":{cpu},\"context_switches\":{csw}}}"
+            ))
+            .unwrap()
+        };
+        // Two rounds of two iterations: 100 and 300 µs of CPU, 4 and 8 switches.
+        let pool = vec![(0, worked(100.0, 4.0)), (1, worked(300.0, 8.0))];
+        rows(&mut report, MpiImpl::OpenMpi, &runs[0], &o, 2, pool);
+        assert_eq!(report.rows[0].cpu_us_per_iter, Some(100.0));
+        assert_eq!(report.rows[0].context_switches_per_iter, Some(3.0));
+        let table = render(&report);
+        assert!(table.contains("100.0") && table.contains("3.0"), "{table}");
+        let without = vec![
+            (0, worked(100.0, 4.0)),
+            (1, line("allgather", 4, &[9.0, 9.0])),
+        ];
+        rows(&mut report, MpiImpl::OpenMpi, &runs[1], &o, 2, without);
+        assert_eq!(report.rows[1].cpu_us_per_iter, None);
+        assert_eq!(report.rows[1].context_switches_per_iter, None);
     }
 }
 
