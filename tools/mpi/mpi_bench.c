@@ -28,7 +28,9 @@
  * entry into the call less the first's) and "entry_lag_us" (per rank, its mean entry behind
  * the first rank's). A collective's line has "cpu_us" and "context_switches": the CPU time
  * (every thread, user and system) and the context switches of all ranks over the measured
- * iterations, separation and checks included: the work the loop costs the machine. */
+ * iterations, separation and checks included: the work the loop costs the machine; and
+ * "loop_us", the longest any rank took for all of them, from the first one's separation to
+ * the last one's check. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <limits.h>
@@ -108,7 +110,8 @@ static void report(const char *op, size_t size, int ok, const double *lat, const
         printf("]");
     }
     if (work != NULL)
-        printf(",\"cpu_us\":%.1f,\"context_switches\":%.0f", work[0], work[1]);
+        printf(",\"cpu_us\":%.1f,\"context_switches\":%.0f,\"loop_us\":%.1f", work[0],
+               work[1], work[2]);
     printf("}\n");
     fflush(stdout);
 }
@@ -272,10 +275,13 @@ int main(int argc, char **argv) {
             /* The work of the measured iterations, separation and checks included: this
              * rank's CPU and context switches from the first one's start to the last one's
              * end. */
-            double work_from[2] = {0, 0}, work[2] = {0, 0}, work_all[2] = {0, 0};
+            double work_from[2] = {0, 0}, work[2] = {0, 0}, work_all[3] = {0, 0, 0};
+            double loop_from = 0, loop = 0;
             for (int it = 0; it < total; it++) {
-                if (it == warmup)
+                if (it == warmup) {
                     usage_now(work_from);
+                    loop_from = now_us();
+                }
                 if (kind == 0)
                     for (size_t i = 0; i < size; i++)
                         in[i] = me == 0 ? pattern(size, it, i)
@@ -337,10 +343,12 @@ int main(int argc, char **argv) {
                     t_end[it - warmup] = t1;
                 }
             }
+            loop = now_us() - loop_from;
             usage_now(work);
             for (int k = 0; k < 2; k++)
                 work[k] -= work_from[k];
             PMPI_Reduce(work, work_all, 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+            PMPI_Reduce(&loop, &work_all[2], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
             free(in);
             free(out);
             int all_ok = 0;

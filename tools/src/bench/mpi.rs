@@ -184,6 +184,10 @@ pub struct Row {
     pub cpu_us_per_iter: Option<f64>,
     /// Context switches of all ranks per measured iteration (voluntary and involuntary).
     pub context_switches_per_iter: Option<f64>,
+    /// µs per measured iteration of the whole loop (the separation, the call and the checks;
+    /// the slowest rank's): what a program that calls it in a loop sees. `None` for the
+    /// point-to-point latency.
+    pub period_us: Option<f64>,
     /// Every rank found every byte right.
     pub verified: bool,
 }
@@ -221,6 +225,10 @@ struct Line {
     /// A collective's: context switches of all ranks over the measured iterations.
     #[serde(default)]
     context_switches: Option<f64>,
+    /// A collective's: µs the slowest rank took for all measured iterations, separation and
+    /// checks included.
+    #[serde(default)]
+    loop_us: Option<f64>,
 }
 
 /// Runs the benchmark.
@@ -500,6 +508,7 @@ fn rows(
                 for (a, b) in [
                     (&mut acc.cpu_us, l.cpu_us),
                     (&mut acc.context_switches, l.context_switches),
+                    (&mut acc.loop_us, l.loop_us),
                 ] {
                     *a = a.zip(b).map(|(a, b)| a + b);
                 }
@@ -544,6 +553,7 @@ fn rows(
             entry_lag_us,
             cpu_us_per_iter: per_iter(l.cpu_us),
             context_switches_per_iter: per_iter(l.context_switches),
+            period_us: per_iter(l.loop_us),
             verified: l.verified && l.samples_us.len() == o.iters,
         });
     }
@@ -566,6 +576,7 @@ pub fn render(r: &Report) -> String {
         "entry skew",
         "ratio (mean80)",
         "per round",
+        "period",
         "CPU/iter",
         "csw/iter",
         "verified",
@@ -616,6 +627,7 @@ pub fn render(r: &Report) -> String {
                 _ => "-".into(),
             },
             against.map_or_else(|| "-".into(), |b| round_ratios(x, b)),
+            x.period_us.map_or_else(|| "-".into(), fmt_us),
             x.cpu_us_per_iter.map_or_else(|| "-".into(), fmt_us),
             x.context_switches_per_iter
                 .map_or_else(|| "-".into(), |c| format!("{c:.1}")),
@@ -626,7 +638,7 @@ pub fn render(r: &Report) -> String {
     let ports = r.rate.as_deref().unwrap_or("unshaped veths");
     let _ = writeln!(
         s,
-        "ports: {ports}; latencies in µs; CPU/iter: µs of CPU of all ranks per iteration, csw/iter: their context switches (separation and checks included); method: {}",
+        "ports: {ports}; latencies in µs; period: µs per iteration of the whole loop, CPU/iter: µs of CPU of all ranks per iteration, csw/iter: their context switches (separation and checks included); method: {}",
         r.method
     );
     for n in &r.notes {
@@ -736,6 +748,7 @@ mod tests {
             entry_lag_us: None,
             cpu_us: None,
             context_switches: None,
+            loop_us: None,
         }
     }
 
@@ -799,10 +812,11 @@ mod tests {
         assert!(r.entry_lag_us.is_none() && r.entry_skew_median_us.is_none());
     }
 
-    /// The work counters of a collective's lines: summed over the rounds and divided by all
-    /// their iterations; a round without them (an older program) leaves the row without.
+    /// The work counters and the loop's time of a collective's lines: summed over the rounds
+    /// and divided by all their iterations; a round without them (an older program) leaves
+    /// the row without.
     #[test]
-    fn rounds_pool_the_cpu_and_context_switches_per_iteration() {
+    fn rounds_pool_the_cpu_context_switches_and_period_per_iteration() {
         let mut o = MpiBenchOptions::new(2);
         o.iters = 4;
         let runs = runs(&o);
@@ -810,15 +824,19 @@ mod tests {
         let worked = |cpu: f64, csw: f64| {
             serde_json::from_str::<Line>(&format!(
                 "{{\"op\":\"allgather\",\"size\":4,\"ranks\":2,\"verified\":true,\
-                 \"samples_us\":[9,9],\"cpu_us\":{cpu},\"context_switches\":{csw}}}"
+                 \"samples_us\":[9,9],\"cpu_us\":{cpu},\"context_switches\":{csw},\
+                 \"loop_us\":{}}}",
+                cpu * 3.0
             ))
             .unwrap()
         };
-        // Two rounds of two iterations: 100 and 300 µs of CPU, 4 and 8 switches.
+        // Two rounds of two iterations: 100 and 300 µs of CPU, 4 and 8 switches, loops of 300
+        // and 900 µs.
         let pool = vec![(0, worked(100.0, 4.0)), (1, worked(300.0, 8.0))];
         rows(&mut report, MpiImpl::OpenMpi, &runs[0], &o, 2, pool);
         assert_eq!(report.rows[0].cpu_us_per_iter, Some(100.0));
         assert_eq!(report.rows[0].context_switches_per_iter, Some(3.0));
+        assert_eq!(report.rows[0].period_us, Some(300.0));
         let table = render(&report);
         assert!(table.contains("100.0") && table.contains("3.0"), "{table}");
         let without = vec![
@@ -828,6 +846,7 @@ mod tests {
         rows(&mut report, MpiImpl::OpenMpi, &runs[1], &o, 2, without);
         assert_eq!(report.rows[1].cpu_us_per_iter, None);
         assert_eq!(report.rows[1].context_switches_per_iter, None);
+        assert_eq!(report.rows[1].period_us, None);
     }
 }
 
