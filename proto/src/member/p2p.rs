@@ -1,5 +1,8 @@
-//! Point-to-point channels: a reliable engine per pair of members (its own group id, a window
-//! of [`P2P_WINDOW`] frames), used by the tree broadcast and by application datagrams.
+//! Point-to-point channels: a reliable engine per pair of members (its own group id, the
+//! group's configuration otherwise, its window of frames included), used by the tree broadcast
+//! and by application datagrams; at most [`P2P_WINDOW`] messages of a peer wait ahead of the
+//! application. The retransmission buffer's payload block is made at the channel's first
+//! frame sent (`eqa::Buf`).
 //!
 //! A channel is made at this member's first send to the peer, or at the first frame of the
 //! peer's that passes its tag. Each keeps receives posted ahead of the application, as many as
