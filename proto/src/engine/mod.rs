@@ -163,6 +163,13 @@ impl Engine {
     pub fn sender(&self) -> &Sender {
         &self.tx
     }
+    /// Whether broadcast reaches at most half the live members (the others failed over), so
+    /// that this member's next message should go down a tree instead. After a run of such
+    /// messages it answers no once and tries every failed-over member on broadcast again
+    /// (with back-off). Ask once per message.
+    pub fn broadcast_reaches_too_few(&mut self) -> bool {
+        self.tx.too_few_reached()
+    }
     /// Whether some stream holds frames this member has not acknowledged to their root (see
     /// [`Control::AckPoll`]).
     pub fn owes_acks(&self) -> bool {

@@ -82,9 +82,7 @@ impl Member {
         let tag = self.calls.next_tag(root);
         let (mut own, mut lent) = (None, None);
         if me == root {
-            let failed = self.engine.sender().failed_over().len();
-            let live = self.engine.sender().eqa().hms().live();
-            if algo == Algorithm::Tree || (failed > 0 && failed * 2 >= live) {
+            if algo == Algorithm::Tree || self.engine.broadcast_reaches_too_few() {
                 // The tree, or the fail-over of the group (LA-MPI 4.4): broadcast reaches too
                 // few members, so this message goes down the binomial tree instead.
                 if algo != Algorithm::Tree {

@@ -15,6 +15,13 @@
 //! destination one window of frames repaired after its retransmission timeout, a cost the
 //! doubling spreads ever thinner.
 //!
+//! Once broadcast reaches at most half the live destinations, the root's messages go down a
+//! tree instead ([`Failover::too_few_reached`], asked once per message), and no fresh frame
+//! would ever bring a trial. So after [`FIRST_TREE_TRIAL`] messages in a row down the tree
+//! (twice as many after each time it found broadcast still broken, at most
+//! [`LAST_TREE_TRIAL`]) every destination served point to point is tried on broadcast at once,
+//! and the message is broadcast.
+//!
 //! **Invariants.** The counters live with each destination (`Lms::recent_sent`,
 //! `recent_repaired`, `strikes`, `p2p`); this type keeps the copies owed to destinations served
 //! point to point, in the order their frames were sent, and drops those a destination no longer
@@ -38,11 +45,21 @@ const FIRST_TRIAL: u32 = 1024;
 /// The most copies between two trials of broadcast.
 const LAST_TRIAL: u32 = 1 << 20;
 
+/// Messages down the tree before the root tries broadcast again.
+const FIRST_TREE_TRIAL: u32 = 64;
+
+/// The most messages down the tree between two trials of broadcast.
+const LAST_TREE_TRIAL: u32 = 1 << 16;
+
 /// The copies owed to destinations served point to point. See the module documentation.
 #[derive(Debug, Default)]
 pub(super) struct Failover {
     /// Frames to send to a destination alone: (destination, frame).
     copies: VecDeque<(Rank, Seq)>,
+    /// Messages in a row that went down the tree because broadcast reaches too few.
+    tree_run: u32,
+    /// Messages down the tree after which broadcast is tried again (0: the first time).
+    tree_trial_after: u32,
 }
 
 impl Failover {
@@ -61,14 +78,8 @@ impl Failover {
                 self.copies.push_back((lms.rank(), seq));
                 return;
             }
-            // Its turn to be tried on broadcast: this frame is the trial's first, and one
-            // window that needs nearly everything repaired ends the trial.
-            lms.p2p = false;
-            lms.on_trial = true;
-            lms.p2p_sent = 0;
-            lms.strikes = 1;
-            lms.recent_sent = 0;
-            lms.recent_repaired = 0;
+            // Its turn to be tried on broadcast: this frame is the trial's first.
+            Self::start_trial(lms);
         }
         lms.recent_sent = lms.recent_sent.saturating_add(1);
         // Frames of the window it has not acknowledged yet may still be repaired: judge only
@@ -97,6 +108,47 @@ impl Failover {
             lms.recent_sent = 0;
             lms.recent_repaired = 0;
         }
+    }
+
+    /// `lms`, served point to point, is tried on broadcast from the next fresh frame on: one
+    /// window that needs nearly everything repaired ends the trial.
+    fn start_trial(lms: &mut Lms) {
+        lms.p2p = false;
+        lms.on_trial = true;
+        lms.p2p_sent = 0;
+        lms.strikes = 1;
+        lms.recent_sent = 0;
+        lms.recent_repaired = 0;
+    }
+
+    /// Whether broadcast reaches too few of the live destinations (at most half: the others
+    /// are served point to point) for the next message to be broadcast: it goes down a tree
+    /// instead. Asked once per message; see the module documentation for the trials.
+    pub(super) fn too_few_reached(&mut self, eqa: &mut Eqa) -> bool {
+        let failed = eqa.dests().iter().filter(|l| l.is_live() && l.p2p).count();
+        if failed == 0 || failed * 2 < eqa.hms().live() {
+            if failed == 0 {
+                self.tree_trial_after = 0;
+            }
+            self.tree_run = 0;
+            return false;
+        }
+        self.tree_run += 1;
+        let after = self.tree_trial_after.max(FIRST_TREE_TRIAL);
+        if self.tree_run < after {
+            return true;
+        }
+        // Broadcast again, to everybody: the trials tell whether it reaches them now.
+        self.tree_run = 0;
+        self.tree_trial_after = after.saturating_mul(2).min(LAST_TREE_TRIAL);
+        for lms in eqa.dests_mut().iter_mut().filter(|l| l.is_live() && l.p2p) {
+            Self::start_trial(lms);
+        }
+        tracing::debug!(
+            failed,
+            "trying broadcast again after messages down the tree"
+        );
+        false
     }
 
     /// `lms` is served point to point from the next fresh frame on, until its next trial of

@@ -427,6 +427,13 @@ impl Sender {
         Failover::failed_over(&self.eqa)
     }
 
+    /// Whether broadcast reaches at most half the live destinations, so that the next message
+    /// should go down a tree instead; now and then it answers no, to try broadcast again
+    /// (asked once per message: see `failover`).
+    pub(crate) fn too_few_reached(&mut self) -> bool {
+        self.failover.too_few_reached(&mut self.eqa)
+    }
+
     pub(crate) fn has_transmit(&self) -> bool {
         self.failover.has_copies()
             || self.polls.due()

@@ -486,3 +486,45 @@ fn a_member_that_broadcast_still_does_not_reach_stays_point_to_point_and_is_trie
     assert_eq!(net.engines[0].stats().failbacks, 0);
     assert_all_delivered(&net, &msgs);
 }
+
+#[test]
+fn a_root_whose_broadcast_reaches_too_few_tries_it_again_after_a_run_of_messages_down_the_tree() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let mut net = Net::new(4, |_| {});
+    let broken = Rc::new(Cell::new(true));
+    let b = broken.clone();
+    // Broadcast reaches neither rank 1 nor rank 2: two of three receivers.
+    net.drop = Box::new(move |r, to| {
+        b.get() && (to == 1 || to == 2) && r.flags.contains(Flags::BROADCAST)
+    });
+    let batch = |salt: u8| -> Vec<Vec<u8>> { (0..40).map(|i| message(4000, i ^ salt)).collect() };
+    let mut msgs = batch(0);
+    broadcast_more(&mut net, 0, &msgs);
+    let both = vec![Rank::new(1), Rank::new(2)];
+    assert_eq!(net.engines[0].sender().failed_over(), both);
+    // Asked once per message: the tree, 63 times; then broadcast is tried again, to everybody.
+    for i in 0..63 {
+        assert!(net.engines[0].broadcast_reaches_too_few(), "message {i}");
+    }
+    assert!(!net.engines[0].broadcast_reaches_too_few());
+    assert_eq!(net.engines[0].sender().failed_over(), Vec::<Rank>::new());
+    // Still broken: the trial's broadcasts send both back, and the next trial waits for 128.
+    let more = batch(0x11);
+    broadcast_more(&mut net, msgs.len(), &more);
+    msgs.extend(more);
+    assert_eq!(net.engines[0].sender().failed_over(), both);
+    for i in 0..127 {
+        assert!(net.engines[0].broadcast_reaches_too_few(), "message {i}");
+    }
+    assert!(!net.engines[0].broadcast_reaches_too_few());
+    // Put right: the trial keeps both on broadcast, and the root broadcasts from now on.
+    broken.set(false);
+    let more = batch(0x22);
+    broadcast_more(&mut net, msgs.len(), &more);
+    msgs.extend(more);
+    assert_eq!(net.engines[0].sender().failed_over(), Vec::<Rank>::new());
+    assert_eq!(net.engines[0].stats().failbacks, 2);
+    assert!(!net.engines[0].broadcast_reaches_too_few());
+    assert_all_delivered(&net, &msgs);
+}
