@@ -1,7 +1,7 @@
 //! Failures on real hosts, as `ethbcast-suite faults` runs them: a receiver killed during a
 //! long broadcast is evicted and the survivors complete; a killed root makes the receivers'
 //! calls fail cleanly; a member that broadcast frames do not reach is failed over to
-//! point-to-point; forged frames from a host outside a keyed group are rejected. Detection
+//! point-to-point, and goes back to broadcast once they reach it again; forged frames from a host outside a keyed group are rejected. Detection
 //! times are checked against the detector's bound (DBRR, `T_cleanup = 3 ceil(log2 n)
 //! T_gossip`, plus the confirmation ping), with slack for a shared 2-core machine.
 
@@ -58,6 +58,18 @@ fn a_member_whose_broadcast_frames_are_filtered_is_served_point_to_point() {
     let r = faults::broadcast_filtered(&prefix("c"), 4).expect("test-bed");
     assert!(r.passed, "{r:?}");
     assert!(r.detail.contains("failed over [2]"), "{r:?}");
+}
+
+#[test]
+fn a_member_whose_broadcast_filter_is_lifted_goes_back_to_broadcast() {
+    if !netns_available(
+        "a_member_whose_broadcast_filter_is_lifted_goes_back_to_broadcast",
+        true,
+    ) {
+        return;
+    }
+    let r = faults::broadcast_filter_lifted(&prefix("f"), 4).expect("test-bed");
+    assert!(r.passed, "{r:?}");
 }
 
 #[test]

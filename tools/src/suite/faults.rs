@@ -8,6 +8,9 @@
 //! - `root-killed`: the root stops; every receiver's call must fail with `PeerDead(root)`;
 //! - `broadcast-filtered`: an nftables rule drops every broadcast frame to one member; the
 //!   root must fail it over to point-to-point and everyone must get everything;
+//! - `broadcast-filter-lifted`: the rule of `broadcast-filtered` is taken away mid-run; the
+//!   root must try the member on broadcast again and keep it there, and everyone must get
+//!   everything;
 //! - `broadcast-filtered-for-many`: broadcast frames to half of the receivers are dropped;
 //!   the group must fall back to the point-to-point binomial tree;
 //! - `forged-frames`: with a group key, a host outside the group that took the root's MAC
@@ -320,6 +323,82 @@ pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, 
     })
 }
 
+/// Messages of `broadcast_filter_lifted`, and after how many of the root's the rule goes.
+const LIFTED_MESSAGES: usize = 200;
+const LIFTED_AFTER: u64 = 40;
+
+/// Broadcast frames to one member are dropped by nftables until the root has sent 40 of 200
+/// messages: the root fails the member over to point-to-point, tries it on broadcast again
+/// after 1024 copies, and keeps it there once the trial shows broadcast reaches it.
+pub fn broadcast_filter_lifted(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
+    let victim = hosts / 2;
+    let mut bed = bed(prefix, hosts, 0.0)?;
+    bed.drop_broadcast_to(victim, true)?;
+    let sent = Arc::new(AtomicU64::new(0));
+    let root_sent = sent.clone();
+    let handles = spawn_members(
+        &bed,
+        0..hosts,
+        move |mut g| {
+            let mut ok = 0usize;
+            for i in 0..LIFTED_MESSAGES {
+                let mut buf = if g.rank() == Rank::new(0) {
+                    msg(i)
+                } else {
+                    Vec::new()
+                };
+                g.bcast_with(Rank::new(0), &mut buf, Algorithm::Simple)?;
+                ok += usize::from(buf == msg(i));
+                if g.rank() == Rank::new(0) {
+                    root_sent.store(i as u64 + 1, Ordering::Release);
+                    if i as u64 + 1 == LIFTED_AFTER {
+                        // Until the rule is gone: the next messages find broadcast reaching.
+                        while root_sent.load(Ordering::Acquire) != u64::MAX {
+                            g.progress(Duration::from_millis(1))?;
+                        }
+                    }
+                }
+            }
+            g.flush()?;
+            for _ in 0..20 {
+                g.progress(Duration::from_millis(10))?;
+            }
+            let s = g.stats();
+            Ok((ok, s.failovers, s.failbacks, g.failed_over()))
+        },
+        opts(false),
+    )?;
+    let limit = Instant::now() + Duration::from_secs(20);
+    while sent.load(Ordering::Acquire) < LIFTED_AFTER && Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let dropped = bed.drop_counters().map(|c| c.isolated).unwrap_or(0);
+    bed.drop_broadcast_to(victim, false)?;
+    sent.store(u64::MAX, Ordering::Release);
+    let results = join_all(handles);
+    let (failovers, failbacks, failed_over) = match &results[0] {
+        Ok((_, o, b, over)) => (*o, *b, over.clone()),
+        Err(_) => (0, 0, Vec::new()),
+    };
+    let all_ok = results
+        .iter()
+        .all(|r| matches!(r, Ok((n, _, _, _)) if *n == LIFTED_MESSAGES));
+    let first_error = results
+        .iter()
+        .find_map(|r| r.as_ref().err().map(|e| e.to_string()));
+    Ok(ScenarioResult {
+        name: "broadcast-filter-lifted".into(),
+        passed: all_ok && dropped > 0 && failovers == 1 && failbacks == 1 && failed_over.is_empty(),
+        detect_ms: None,
+        bound_ms: None,
+        hosts,
+        detail: format!(
+            "broadcast frames to rank {victim} dropped ({dropped} dropped) for the first {LIFTED_AFTER} of {LIFTED_MESSAGES} messages; root failed over {failovers} time(s) and back {failbacks} time(s), failed over at the end {failed_over:?}; every member got {LIFTED_MESSAGES}/{LIFTED_MESSAGES}: {all_ok}{}",
+            error_suffix(&first_error)
+        ),
+    })
+}
+
 /// Broadcast frames to half of the receivers are dropped: the group falls back to the tree.
 pub fn broadcast_filtered_for_many(
     prefix: &str,
@@ -480,6 +559,7 @@ pub fn run_all(prefix: &str, hosts: usize) -> Result<FaultsReport, TestbedError>
             receiver_killed(&format!("{prefix}a"), hosts, 1.0)?,
             root_killed(&format!("{prefix}b"), hosts)?,
             broadcast_filtered(&format!("{prefix}c"), hosts)?,
+            broadcast_filter_lifted(&format!("{prefix}f"), hosts)?,
             broadcast_filtered_for_many(&format!("{prefix}e"), hosts)?,
             forged_frames(&format!("{prefix}d"), hosts)?,
         ],
