@@ -76,14 +76,15 @@ static void oob_barrier(void) {
     }
 }
 
-/* This process's CPU time (every thread's, user and system) in µs, and its context switches
- * (voluntary and involuntary). */
+/* This process's CPU time (every thread's, user and system) in µs, its context switches
+ * (voluntary and involuntary), and the clock in µs. */
 static void usage_now(double *work) {
     struct rusage u;
     getrusage(RUSAGE_SELF, &u);
     work[0] = (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 +
               (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
     work[1] = (double)(u.ru_nvcsw + u.ru_nivcsw);
+    work[2] = now_us();
 }
 
 static unsigned char pattern(size_t size, int iter, size_t i) {
@@ -275,13 +276,10 @@ int main(int argc, char **argv) {
             /* The work of the measured iterations, separation and checks included: this
              * rank's CPU and context switches from the first one's start to the last one's
              * end. */
-            double work_from[2] = {0, 0}, work[2] = {0, 0}, work_all[3] = {0, 0, 0};
-            double loop_from = 0, loop = 0;
+            double work_from[3] = {0, 0, 0}, work[3], work_all[3] = {0, 0, 0};
             for (int it = 0; it < total; it++) {
-                if (it == warmup) {
+                if (it == warmup)
                     usage_now(work_from);
-                    loop_from = now_us();
-                }
                 if (kind == 0)
                     for (size_t i = 0; i < size; i++)
                         in[i] = me == 0 ? pattern(size, it, i)
@@ -343,12 +341,12 @@ int main(int argc, char **argv) {
                     t_end[it - warmup] = t1;
                 }
             }
-            loop = now_us() - loop_from;
             usage_now(work);
-            for (int k = 0; k < 2; k++)
+            for (int k = 0; k < 3; k++)
                 work[k] -= work_from[k];
+            /* CPU and switches summed over the ranks; the loop's time, the slowest rank's. */
             PMPI_Reduce(work, work_all, 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-            PMPI_Reduce(&loop, &work_all[2], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            PMPI_Reduce(&work[2], &work_all[2], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
             free(in);
             free(out);
             int all_ok = 0;

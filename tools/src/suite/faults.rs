@@ -237,64 +237,110 @@ pub fn root_killed(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testbed
     })
 }
 
-/// What 60 simple broadcasts from rank 0 showed with broadcast frames to `blocked` dropped.
+/// What simple broadcasts from rank 0 showed with broadcast frames to `blocked` dropped.
 struct Filtered {
     all_ok: bool,
     failed_over: Vec<Rank>,
     fallbacks: u64,
+    /// The root's fail-overs and failbacks (`EngineStats`).
+    failovers: u64,
+    failbacks: u64,
+    /// Frames the rules dropped (counted before they were lifted, if they were).
     dropped: u64,
     /// The first member error, if any.
     error: Option<String>,
 }
 
-/// Drops every broadcast frame towards the `blocked` hosts with nftables and broadcasts 60
-/// messages from rank 0; with `root_waits` the root waits for each message, so that what it
-/// learnt from the last one (fail-overs) decides how the next one travels.
+/// What one member of `run_filtered` saw: messages right, its tree fall-backs, whom it failed
+/// over at the end, and its fail-overs and failbacks.
+type MemberSaw = (usize, u64, Vec<Rank>, u64, u64);
+
+/// Drops every broadcast frame towards the `blocked` hosts with nftables and broadcasts
+/// `messages` messages from rank 0; with `root_waits` the root waits for each message, so that
+/// what it learnt from the last one (fail-overs) decides how the next one travels; with
+/// `lift_after` the rules go once the root has sent that many (it waits for that, serving the
+/// group).
 fn run_filtered(
     prefix: &str,
     hosts: usize,
     blocked: &[usize],
     root_waits: bool,
+    messages: usize,
+    lift_after: Option<usize>,
 ) -> Result<Filtered, TestbedError> {
     let mut bed = bed(prefix, hosts, 0.0)?;
     for &b in blocked {
         bed.drop_broadcast_to(b, true)?;
     }
+    // The root reached `lift_after`; the rules are gone.
+    let (reached, lifted) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (root_reached, root_lifted) = (reached.clone(), lifted.clone());
     let handles = spawn_members(
         &bed,
         0..hosts,
-        move |mut g| {
+        move |mut g| -> Result<MemberSaw, GroupError> {
             let mut ok = 0usize;
-            for i in 0..60 {
-                let mut buf = if g.rank() == Rank::new(0) {
-                    msg(i)
-                } else {
-                    Vec::new()
-                };
+            let root = g.rank() == Rank::new(0);
+            for i in 0..messages {
+                let mut buf = if root { msg(i) } else { Vec::new() };
                 g.bcast_with(Rank::new(0), &mut buf, Algorithm::Simple)?;
                 ok += usize::from(buf == msg(i));
-                if root_waits && g.rank() == Rank::new(0) {
+                if root_waits && root {
                     g.flush()?;
+                }
+                if root && lift_after == Some(i + 1) {
+                    root_reached.store(true, Ordering::Release);
+                    while !root_lifted.load(Ordering::Acquire) {
+                        g.progress(Duration::from_millis(1))?;
+                    }
                 }
             }
             g.flush()?;
             for _ in 0..20 {
                 g.progress(Duration::from_millis(10))?;
             }
-            Ok((ok, g.tree_fallbacks(), g.failed_over()))
+            let s = g.stats();
+            Ok((
+                ok,
+                g.tree_fallbacks(),
+                g.failed_over(),
+                s.failovers,
+                s.failbacks,
+            ))
         },
         opts(false),
     )?;
+    let drop_counters =
+        |bed: &crate::testbed::Testbed| bed.drop_counters().map(|c| c.isolated).unwrap_or(0);
+    let mut dropped = None;
+    if lift_after.is_some() {
+        let limit = Instant::now() + Duration::from_secs(20);
+        while !reached.load(Ordering::Acquire) && Instant::now() < limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        dropped = Some(drop_counters(&bed));
+        for &b in blocked {
+            bed.drop_broadcast_to(b, false)?;
+        }
+        lifted.store(true, Ordering::Release);
+    }
     let results = join_all(handles);
-    let (fallbacks, failed_over) = match &results[0] {
-        Ok((_, f, over)) => (*f, over.clone()),
-        Err(_) => (0, Vec::new()),
+    let (fallbacks, failed_over, failovers, failbacks) = match &results[0] {
+        Ok((_, f, over, o, b)) => (*f, over.clone(), *o, *b),
+        Err(_) => (0, Vec::new(), 0, 0),
     };
     Ok(Filtered {
-        all_ok: results.iter().all(|r| matches!(r, Ok((60, _, _)))),
+        all_ok: results
+            .iter()
+            .all(|r| matches!(r, Ok((n, ..)) if *n == messages)),
         failed_over,
         fallbacks,
-        dropped: bed.drop_counters().map(|c| c.isolated).unwrap_or(0),
+        failovers,
+        failbacks,
+        dropped: dropped.unwrap_or_else(|| drop_counters(&bed)),
         error: results
             .iter()
             .find_map(|r| r.as_ref().err().map(|e| e.to_string())),
@@ -309,7 +355,7 @@ fn error_suffix(e: &Option<String>) -> String {
 /// Broadcast frames to one member are dropped by nftables: fail-over must keep it served.
 pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
     let victim = hosts / 2;
-    let f = run_filtered(prefix, hosts, &[victim], false)?;
+    let f = run_filtered(prefix, hosts, &[victim], false, 60, None)?;
     Ok(ScenarioResult {
         name: "broadcast-filtered".into(),
         passed: f.all_ok && f.failed_over == vec![Rank::new(victim as u16)] && f.dropped > 0,
@@ -325,76 +371,34 @@ pub fn broadcast_filtered(prefix: &str, hosts: usize) -> Result<ScenarioResult, 
 
 /// Messages of `broadcast_filter_lifted`, and after how many of the root's the rule goes.
 const LIFTED_MESSAGES: usize = 200;
-const LIFTED_AFTER: u64 = 40;
+const LIFTED_AFTER: usize = 40;
 
 /// Broadcast frames to one member are dropped by nftables until the root has sent 40 of 200
 /// messages: the root fails the member over to point-to-point, tries it on broadcast again
 /// after 1024 copies, and keeps it there once the trial shows broadcast reaches it.
 pub fn broadcast_filter_lifted(prefix: &str, hosts: usize) -> Result<ScenarioResult, TestbedError> {
     let victim = hosts / 2;
-    let mut bed = bed(prefix, hosts, 0.0)?;
-    bed.drop_broadcast_to(victim, true)?;
-    let sent = Arc::new(AtomicU64::new(0));
-    let root_sent = sent.clone();
-    let handles = spawn_members(
-        &bed,
-        0..hosts,
-        move |mut g| {
-            let mut ok = 0usize;
-            for i in 0..LIFTED_MESSAGES {
-                let mut buf = if g.rank() == Rank::new(0) {
-                    msg(i)
-                } else {
-                    Vec::new()
-                };
-                g.bcast_with(Rank::new(0), &mut buf, Algorithm::Simple)?;
-                ok += usize::from(buf == msg(i));
-                if g.rank() == Rank::new(0) {
-                    root_sent.store(i as u64 + 1, Ordering::Release);
-                    if i as u64 + 1 == LIFTED_AFTER {
-                        // Until the rule is gone: the next messages find broadcast reaching.
-                        while root_sent.load(Ordering::Acquire) != u64::MAX {
-                            g.progress(Duration::from_millis(1))?;
-                        }
-                    }
-                }
-            }
-            g.flush()?;
-            for _ in 0..20 {
-                g.progress(Duration::from_millis(10))?;
-            }
-            let s = g.stats();
-            Ok((ok, s.failovers, s.failbacks, g.failed_over()))
-        },
-        opts(false),
+    let f = run_filtered(
+        prefix,
+        hosts,
+        &[victim],
+        false,
+        LIFTED_MESSAGES,
+        Some(LIFTED_AFTER),
     )?;
-    let limit = Instant::now() + Duration::from_secs(20);
-    while sent.load(Ordering::Acquire) < LIFTED_AFTER && Instant::now() < limit {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let dropped = bed.drop_counters().map(|c| c.isolated).unwrap_or(0);
-    bed.drop_broadcast_to(victim, false)?;
-    sent.store(u64::MAX, Ordering::Release);
-    let results = join_all(handles);
-    let (failovers, failbacks, failed_over) = match &results[0] {
-        Ok((_, o, b, over)) => (*o, *b, over.clone()),
-        Err(_) => (0, 0, Vec::new()),
-    };
-    let all_ok = results
-        .iter()
-        .all(|r| matches!(r, Ok((n, _, _, _)) if *n == LIFTED_MESSAGES));
-    let first_error = results
-        .iter()
-        .find_map(|r| r.as_ref().err().map(|e| e.to_string()));
     Ok(ScenarioResult {
         name: "broadcast-filter-lifted".into(),
-        passed: all_ok && dropped > 0 && failovers == 1 && failbacks == 1 && failed_over.is_empty(),
+        passed: f.all_ok
+            && f.dropped > 0
+            && f.failovers == 1
+            && f.failbacks == 1
+            && f.failed_over.is_empty(),
         detect_ms: None,
         bound_ms: None,
         hosts,
         detail: format!(
-            "broadcast frames to rank {victim} dropped ({dropped} dropped) for the first {LIFTED_AFTER} of {LIFTED_MESSAGES} messages; root failed over {failovers} time(s) and back {failbacks} time(s), failed over at the end {failed_over:?}; every member got {LIFTED_MESSAGES}/{LIFTED_MESSAGES}: {all_ok}{}",
-            error_suffix(&first_error)
+            "broadcast frames to rank {victim} dropped ({} dropped) for the first {LIFTED_AFTER} of {LIFTED_MESSAGES} messages; root failed over {} time(s) and back {} time(s), failed over at the end {:?}; every member got {LIFTED_MESSAGES}/{LIFTED_MESSAGES}: {}{}",
+            f.dropped, f.failovers, f.failbacks, f.failed_over, f.all_ok, error_suffix(&f.error)
         ),
     })
 }
@@ -405,7 +409,7 @@ pub fn broadcast_filtered_for_many(
     hosts: usize,
 ) -> Result<ScenarioResult, TestbedError> {
     let blocked: Vec<usize> = (1..hosts).filter(|i| i % 2 == 1).collect();
-    let f = run_filtered(prefix, hosts, &blocked, true)?;
+    let f = run_filtered(prefix, hosts, &blocked, true, 60, None)?;
     Ok(ScenarioResult {
         name: "broadcast-filtered-for-many".into(),
         passed: f.all_ok && f.fallbacks > 0,

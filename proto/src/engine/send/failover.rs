@@ -51,6 +51,11 @@ const FIRST_TREE_TRIAL: u32 = 64;
 /// The most messages down the tree between two trials of broadcast.
 const LAST_TREE_TRIAL: u32 = 1 << 16;
 
+/// Whether `lms` is a live destination served point to point (failed over, not on trial).
+fn served_p2p(lms: &Lms) -> bool {
+    lms.is_live() && lms.p2p
+}
+
 /// The copies owed to destinations served point to point. See the module documentation.
 #[derive(Debug, Default)]
 pub(super) struct Failover {
@@ -96,8 +101,8 @@ impl Failover {
             if lms.strikes >= 2 {
                 Self::switch_to_p2p(lms, stats);
             } else if lms.strikes == 0 && lms.on_trial {
+                // Its next fail-over, if one comes, starts the trials over (`switch_to_p2p`).
                 lms.on_trial = false;
-                lms.trial_after = FIRST_TRIAL;
                 lms.stats.failbacks += 1;
                 stats.failbacks += 1;
                 tracing::info!(
@@ -125,7 +130,7 @@ impl Failover {
     /// are served point to point) for the next message to be broadcast: it goes down a tree
     /// instead. Asked once per message; see the module documentation for the trials.
     pub(super) fn too_few_reached(&mut self, eqa: &mut Eqa) -> bool {
-        let failed = eqa.dests().iter().filter(|l| l.is_live() && l.p2p).count();
+        let failed = eqa.dests().iter().filter(|l| served_p2p(l)).count();
         if failed == 0 || failed * 2 < eqa.hms().live() {
             if failed == 0 {
                 self.tree_trial_after = 0;
@@ -141,7 +146,7 @@ impl Failover {
         // Broadcast again, to everybody: the trials tell whether it reaches them now.
         self.tree_run = 0;
         self.tree_trial_after = after.saturating_mul(2).min(LAST_TREE_TRIAL);
-        for lms in eqa.dests_mut().iter_mut().filter(|l| l.is_live() && l.p2p) {
+        for lms in eqa.dests_mut().iter_mut().filter(|l| served_p2p(l)) {
             Self::start_trial(lms);
         }
         tracing::debug!(
@@ -210,7 +215,7 @@ impl Failover {
     pub(super) fn failed_over(eqa: &Eqa) -> Vec<Rank> {
         eqa.dests()
             .iter()
-            .filter(|l| l.is_live() && l.p2p)
+            .filter(|l| served_p2p(l))
             .map(|l| l.rank())
             .collect()
     }
