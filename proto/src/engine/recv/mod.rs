@@ -295,14 +295,17 @@ impl Receiver {
         if payload.len() > self.window.slot_payload() {
             return Err(DropReason::Protocol("payload larger than a frame slot"));
         }
-        // Behind a gap: straight into its message if it can be placed there, kept in its slot
-        // otherwise.
+        // Behind a gap: left where the link holds it, if frames are left in the link (consumed
+        // from there once the gap fills, copied once as ever, and the message is not begun
+        // ahead of its turn); else straight into its message if it can be placed there, kept
+        // in its slot otherwise.
         let reach = (s - self.window.expected()) as usize * self.window.slot_payload();
         let ahead_cap = self.window.len() as usize * self.window.slot_payload();
         let hint = self.window.prefetch();
-        let placed = self
-            .msgs
-            .place(&mut self.posts, reach, ahead_cap, repr, payload, hint);
+        let placed = !self.link.is_on()
+            && self
+                .msgs
+                .place(&mut self.posts, reach, ahead_cap, repr, payload, hint);
         let copy = !placed || self.keeps_copy(s, repr, payload.len());
         let slot = self.window.slot_mut(i);
         slot.state.insert(SlotState::HAVE);
@@ -545,6 +548,14 @@ impl Receiver {
     /// end of a batch that gives it back is the first at which the stream has frames leaving.
     pub(crate) fn link_front(&self) -> Option<usize> {
         self.link.front()
+    }
+
+    /// Appends where this stream's payloads left in the link lie, its stale notes forgotten
+    /// (see `InLink::refs`).
+    pub(crate) fn link_refs(&mut self, out: &mut Vec<usize>) {
+        if self.link.is_on() {
+            self.link.refs(&self.window, out);
+        }
     }
 
     /// Repairs for fellows served from the link, to be made when the batch ends.
