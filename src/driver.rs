@@ -71,6 +71,9 @@ pub(crate) struct Driver<L, M = Member> {
     member: M,
     link: L,
     buf: Vec<u8>,
+    /// Where the machine's payloads left in the link lie, when the link prunes what it
+    /// retains (see [`Link::prune_held`]).
+    refs: Vec<usize>,
 }
 
 impl<L, M: std::fmt::Debug> std::fmt::Debug for Driver<L, M> {
@@ -89,6 +92,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
             member: machine,
             link,
             buf,
+            refs: Vec::new(),
         }
     }
 
@@ -178,6 +182,13 @@ impl<L: Link, M: Machine> Driver<L, M> {
         } else {
             self.link.recv(wait, &mut take)?
         };
+        if held && self.link.wants_prune() {
+            // The frames the link retains that the machine no longer reads go now.
+            self.refs.clear();
+            self.member.link_refs(&mut self.refs);
+            self.refs.sort_unstable();
+            self.link.prune_held(&self.refs);
+        }
         let now = clock.now();
         if self.member.poll_timeout().is_some_and(|t| t <= now) {
             self.member.handle_timeout(now);

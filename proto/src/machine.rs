@@ -105,6 +105,13 @@ pub trait Machine {
     fn wants_frames_done(&self) -> bool {
         false
     }
+    /// Appends to `out` an address inside each frame the link retains that this machine will
+    /// still read (a payload it left there), forgetting on the way what it noted of frames it
+    /// no longer needs: a link that retains frames may let every other one go at once (see
+    /// the driver's pruning). Asked right after [`Machine::frames_done`]. None by default.
+    fn link_refs(&mut self, out: &mut Vec<usize>) {
+        let _ = out;
+    }
     /// Lets time pass.
     fn handle_timeout(&mut self, now: Instant);
     /// The earliest instant at which `handle_timeout` has work.

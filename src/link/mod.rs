@@ -481,6 +481,19 @@ pub trait Link {
         let _ = frames;
         0
     }
+    /// Whether the link would now let go, of the frames it [retains](Link::retain), those the
+    /// machine no longer reads ([`Link::prune_held`]): a link whose retained frames are its own
+    /// memory (a simulated port's, not a ring's fixed slots) asks from time to time. No by
+    /// default.
+    fn wants_prune(&self) -> bool {
+        false
+    }
+    /// Keeps, of the frames it retains, only those in which one of `refs` (addresses, sorted)
+    /// lies (see [`ethbcast_proto::Machine::link_refs`]); the others go now. Nothing by
+    /// default.
+    fn prune_held(&mut self, refs: &[usize]) {
+        let _ = refs;
+    }
     /// Calls `f` with what the link holds between batches: the frames it
     /// [retains](Link::retain), none leaving.
     fn with_held(&self, f: &mut dyn FnMut(BatchEnd<'_>)) {

@@ -479,6 +479,21 @@ impl Engine {
         self.crypt.put_back(opened);
     }
 
+    /// Appends to `out` where every payload the streams left in the link lies, the notes of
+    /// those no longer there (consumed and forgotten, copied, or their slot reused)
+    /// forgotten first (see [`crate::Machine::link_refs`]): the link may let every frame go
+    /// that none of these lies in.
+    pub fn link_refs(&mut self, out: &mut Vec<usize>) {
+        for k in 0..self.batched.len() {
+            let root = self.batched[k].root;
+            if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
+                rx.link_refs(out);
+                // The oldest note may have been a stale one.
+                self.batched[k].front = rx.link_front();
+            }
+        }
+    }
+
     /// The receive stream of `root` (made now if it was never heard from), and the timers.
     fn stream(&mut self, now: Instant, root: Rank) -> (&mut Receiver, &mut TimerTable) {
         if !self.rx.contains_key(&root) {

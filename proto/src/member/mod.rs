@@ -843,6 +843,9 @@ impl Machine for Member {
     fn wants_frames_done(&self) -> bool {
         self.engine.wants_frames_done()
     }
+    fn link_refs(&mut self, out: &mut Vec<usize>) {
+        self.engine.link_refs(out)
+    }
     fn handle_timeout(&mut self, now: Instant) {
         Member::handle_timeout(self, now)
     }

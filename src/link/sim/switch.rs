@@ -112,6 +112,9 @@ pub(super) struct PortState {
     pub(super) held: VecDeque<Rc<[u8]>>,
     /// How many frames the port keeps after each batch (0: none).
     pub(super) retain: usize,
+    /// How many frames it holds when it next lets go those its host no longer reads (see
+    /// `SimPort::prune_held`).
+    pub(super) prune_at: usize,
     pub(super) stats: SimStats,
 }
 

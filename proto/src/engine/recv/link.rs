@@ -65,6 +65,19 @@ impl InLink {
         self.at[i]
     }
 
+    /// Forgets the notes of frames no longer left in the link (consumed and forgotten,
+    /// copied, or their slot reused), and appends where the others' payloads lie to `out`:
+    /// a link may let go every frame none of them lies in, and the frames noted still leave
+    /// in the order they came (see `leave`).
+    pub(super) fn refs(&mut self, window: &Window, out: &mut Vec<usize>) {
+        self.refs.retain(|&(s, at)| {
+            let i = window.idx(s);
+            let slot = window.slot(i);
+            slot.state.contains(SlotState::LINK) && slot.repr.seq == s.low32() && self.at[i] == at
+        });
+        out.extend(self.refs.iter().map(|&(_, at)| at));
+    }
+
     /// A repair to make from the link at the batch's end.
     pub(super) fn relay(&mut self, relay: Relay) {
         self.relays.push(relay);
@@ -171,5 +184,38 @@ mod tests {
         assert_eq!(l.relays_waiting(), 1);
         assert_eq!(l.take_relays().len(), 1);
         assert_eq!(l.relays_waiting(), 0);
+    }
+
+    /// The addresses a link may not let go of are those of the payloads still left there:
+    /// notes whose slot no longer holds their frame in the link (copied, forgotten, or
+    /// reused by a later frame) are forgotten, and the oldest note left is the front.
+    #[test]
+    fn only_payloads_still_left_in_the_link_are_referred_to() {
+        let mut c = EngineConfig::new(1, Rank::new(1), 2);
+        c.window = 4;
+        let mut w = Window::new(&c);
+        let mut l = InLink::default();
+        l.set(true, 4);
+        let frames: Vec<Vec<u8>> = (0..3u8).map(|k| vec![k; 32]).collect();
+        for (s, f) in frames.iter().enumerate() {
+            let i = w.idx(Seq::new(s as u64));
+            let slot = w.slot_mut(i);
+            slot.repr.seq = s as u32;
+            slot.len = f.len() as u16;
+            slot.state = SlotState::HAVE;
+            l.note(&mut w, i, Seq::new(s as u64), f);
+        }
+        let mut out = Vec::new();
+        l.refs(&w, &mut out);
+        let at: Vec<usize> = frames.iter().map(|f| f.as_ptr() as usize).collect();
+        assert_eq!(out, at);
+        // Frame 0 was copied into the window (no longer in the link), frame 2's slot was
+        // reused by frame 6.
+        w.slot_mut(0).state.remove(SlotState::LINK);
+        w.slot_mut(2).repr.seq = 6;
+        out.clear();
+        l.refs(&w, &mut out);
+        assert_eq!(out, vec![at[1]]);
+        assert_eq!(l.front(), Some(at[1]));
     }
 }

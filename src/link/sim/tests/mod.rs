@@ -741,3 +741,63 @@ fn a_port_keeping_frames_holds_room_for_what_it_keeps_and_a_batch() {
         held.capacity()
     );
 }
+
+/// A port that keeps the frames its host read lets go, when pruned, every frame in which
+/// none of the host's addresses lies, and keeps the others in the order they came: those
+/// its host reads later (found where they were, by any address inside them) stay, and they
+/// still leave oldest first once more than it retains have come.
+#[test]
+fn a_pruned_port_keeps_only_the_frames_its_host_still_reads_in_their_order() {
+    let (net, mut ports) = build(perfect(2));
+    let keep = 8;
+    assert_eq!(ports[1].retain(keep), keep);
+    for i in 0..6 {
+        ports[0].send(BROADCAST_MAC, &numbered(i, 60)).unwrap();
+    }
+    net.run_until_idle();
+    // The host notes an address inside frames 1 and 4 (not their first byte).
+    let mut noted = Vec::new();
+    let mut payloads = Vec::new();
+    ports[1]
+        .recv_ready_held(
+            &mut |_, pdu| {
+                payloads.push(pdu.to_vec());
+                if [1, 4].contains(&(payloads.len() - 1)) {
+                    noted.push((pdu.as_ptr() as usize + 10, pdu[10..20].to_vec()));
+                }
+            },
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(payloads.len(), 6);
+    assert!(ports[1].wants_prune(), "never pruned: due at once");
+    let mut refs: Vec<usize> = noted.iter().map(|&(at, _)| at).collect();
+    refs.sort_unstable();
+    ports[1].prune_held(&refs);
+    assert!(!ports[1].wants_prune(), "pruned just now");
+    assert_eq!(net.inner.borrow().ports[1].held.len(), 2);
+    ports[1].with_held(&mut |end| {
+        for (at, bytes) in &noted {
+            assert_eq!(
+                end.held.find(*at, 10),
+                Some(&bytes[..]),
+                "kept where it was"
+            );
+        }
+    });
+    // Seven more frames: nine held, one more than it retains; the oldest kept one (frame
+    // 1) leaves first.
+    for i in 6..13 {
+        ports[0].send(BROADCAST_MAC, &numbered(i, 60)).unwrap();
+    }
+    net.run_until_idle();
+    let (first, second) = (noted[0].clone(), noted[1].clone());
+    ports[1]
+        .recv_ready_held(&mut |_, _| {}, &mut |end| {
+            assert_eq!(end.leaving.find(first.0, 10), Some(&first.1[..]));
+            assert_eq!(end.leaving.find(second.0, 10), None, "frame 4 stays");
+            assert_eq!(end.held.find(second.0, 10), Some(&second.1[..]));
+        })
+        .unwrap();
+    assert_eq!(net.inner.borrow().ports[1].held.len(), keep);
+}
