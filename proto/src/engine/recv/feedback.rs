@@ -21,6 +21,14 @@ impl Receiver {
             _ if self.acks.due() => self.send_ack(now, t),
             _ => {}
         }
+        if self.msgs.in_batch() && self.window.waits_in_link() {
+            // The next frames are here, in the link, and consumed at the batch's end: what is
+            // missing after them is planned then (`frames_done`), where the batch leaves the
+            // stream, as it is without the link. Planned now, the stream would look whole, and
+            // a gap found in this batch would be forgotten until the NACK retry.
+            self.link.defer_plan();
+            return;
+        }
         let gap = self.window.gap();
         if let Plan::Ask(from) = self.nacks.plan(now, gap, self.window.highest(), t) {
             self.send_nacks(now, from, t);

@@ -188,6 +188,13 @@ impl Window {
                 .contains(SlotState::HAVE)
     }
 
+    /// Whether the next expected frame is here and its payload in the link, consumed at the
+    /// batch's end (see `InLink`).
+    pub(super) fn waits_in_link(&self) -> bool {
+        let state = self.slots[self.idx(self.expected)].state;
+        state.contains(SlotState::HAVE | SlotState::LINK) && !state.contains(SlotState::PLACED)
+    }
+
     /// Makes the places slot by slot from now on (see `places`), unless a copy was kept.
     pub(super) fn set_sparse(&mut self, sparse: bool) {
         let made = self.places.as_ref().is_some_and(|p| !p.is_empty());

@@ -5,7 +5,8 @@ use crate::engine::{DropReason, Engine, EngineConfig, HardwareAlgorithm};
 use crate::wire::{Flags, Frame, Repr};
 use crate::{wire, Rank};
 
-use super::{lose_once, message, root_frames, Net};
+use super::{lose_once, message, root_frames, Kept, Net};
+use crate::machine::BatchEnd;
 
 /// One data frame of a 3000-byte broadcast from root 0 of `net`, its payload corrupted after
 /// the root emitted it (as a switch's memory might, past every Ethernet FCS).
@@ -344,4 +345,55 @@ fn a_message_begun_behind_a_gap_is_filled_without_reallocating() {
         b.len(),
         "the buffer grew while it was filled"
     );
+}
+
+/// A gap found while frames behind an earlier gap wait in the link for the batch's end is
+/// asked for at once, as it is without the link: frames that wait to be consumed are no gap,
+/// and what is missing after them is still missing, not left to the NACK retry a round of
+/// repairs later. Frames wait in the link whether or not a receive is posted for their
+/// message (without one, they are not placed into it ahead).
+#[test]
+fn a_gap_found_while_frames_wait_in_the_link_is_asked_for_at_once() {
+    for (in_link, posted) in [(false, true), (true, true), (false, false), (true, false)] {
+        let mut net = Net::new(2, |c| c.auto_post = posted);
+        let per = net.engines[0].config().max_payload();
+        let frames = root_frames(&mut net, &message(8 * per, 9), HardwareAlgorithm::Simple);
+        assert_eq!(frames.len(), 8);
+        let now = net.now;
+        let rx = &mut net.engines[1];
+        if in_link {
+            rx.leave_in_link(now, Rank::new(0));
+        }
+        // Each batch ends with every frame still held by the link.
+        let mut batch = |rx: &mut Engine, seqs: &[usize]| {
+            for &s in seqs {
+                assert_eq!(rx.handle_frame(now, &frames[s]), Ok(()));
+            }
+            rx.frames_done(
+                now,
+                BatchEnd {
+                    held: &Kept(&frames),
+                    leaving: &Kept(&[]),
+                },
+            );
+        };
+        // Frame 2 is lost; 3 and 4 come behind the gap, which is asked for.
+        batch(rx, &[0, 1, 3, 4]);
+        assert_eq!(
+            rx.stats().nack_frames,
+            1,
+            "in link: {in_link}, posted: {posted}"
+        );
+        // Its repair comes in one batch with frame 6: frame 5 is lost.
+        batch(rx, &[2, 6]);
+        assert_eq!(
+            rx.stats().nack_frames,
+            2,
+            "the new gap waits for a retry (in link: {in_link}, posted: {posted})"
+        );
+        assert_eq!(
+            rx.receiver(Rank::new(0)).map(|r| r.expected().get()),
+            Some(5)
+        );
+    }
 }
