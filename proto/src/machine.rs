@@ -107,8 +107,9 @@ pub trait Machine {
     }
     /// Appends to `out` an address inside each frame the link retains that this machine will
     /// still read (a payload it left there), forgetting on the way what it noted of frames it
-    /// no longer needs: a link that retains frames may let every other one go at once (see
-    /// the driver's pruning). Asked right after [`Machine::frames_done`]. None by default.
+    /// no longer needs: a link that retains frames in memory of its own (a simulated port)
+    /// may let every other one go at once. A driver asks right after
+    /// [`Machine::frames_done`], when its link would prune. None by default.
     fn link_refs(&mut self, out: &mut Vec<usize>) {
         let _ = out;
     }

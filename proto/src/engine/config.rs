@@ -82,7 +82,7 @@ pub struct EngineConfig {
     /// are dropped, so a host on the segment outside the group cannot inject data.
     pub key: Option<crate::secret::Key>,
     /// With a key: encrypt the payload of every frame this member sends (AES-256-GCM under a
-    /// key derived from the session key, [`crate::wire::crypt`]) rather than only authenticate
+    /// key derived from the session key, `wire::crypt`) rather than only authenticate
     /// it. On by default. Each sender chooses for its own frames: a member takes encrypted and
     /// authenticated frames alike, and refuses any other without the key's tag.
     pub encrypt: bool,

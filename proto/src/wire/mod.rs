@@ -55,7 +55,7 @@ pub use crypt::FrameCipher;
 pub(crate) use crypt::Opened;
 
 /// Current version of the wire format: 2 encrypts the payloads of keyed sessions
-/// ([`crypt`]); 1 authenticated them only. A frame of another version is refused
+/// (`wire::crypt`); 1 authenticated them only. A frame of another version is refused
 /// ([`WireError::BadVersion`]), and a join names the host that sent it.
 pub const VERSION: u8 = 2;
 /// Length of the fixed header in bytes.
