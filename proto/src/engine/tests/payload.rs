@@ -365,7 +365,7 @@ fn a_gap_found_while_frames_wait_in_the_link_is_asked_for_at_once() {
             rx.leave_in_link(now, Rank::new(0));
         }
         // Each batch ends with every frame still held by the link.
-        let mut batch = |rx: &mut Engine, seqs: &[usize]| {
+        let batch = |rx: &mut Engine, seqs: &[usize]| {
             for &s in seqs {
                 assert_eq!(rx.handle_frame(now, &frames[s]), Ok(()));
             }
