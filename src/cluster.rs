@@ -404,8 +404,11 @@ pub struct Scenario {
     /// every member leaves the roots' frames there ([`Member::leave_in_link_serving`])
     /// rather than copy the ones it keeps (behind a gap, or for its fellows' repair
     /// requests) into its receive window, copying only those still needed when the port
-    /// lets them go. [`Scenario::new`] sets [`LINK_HOLDS`]; 0: a link that keeps nothing,
-    /// and every kept frame copied (what a host's socket link does).
+    /// lets them go. The port lets go early the frames its member no longer reads (every
+    /// quarter of this many frames, see `Link::prune_held`), so this bounds the frames a
+    /// member reads later, not all it was sent. [`Scenario::new`] sets [`LINK_HOLDS`]; 0: a
+    /// link that keeps nothing, and every kept frame copied (what a host's socket link
+    /// does).
     ///
     /// Why: a broadcast frame a thousand ports keep is one frame, where a thousand window
     /// copies are a thousand (4096 members with 1 % loss and burst loss: the receive windows'
@@ -419,9 +422,9 @@ pub struct Scenario {
     /// message whole and the checker compares it.
     ///
     /// Why: a group of thousands reassembling messages of 64 KiB holds one in progress per
-    /// member and stream, and those begun behind a gap (most of the 4096-member run's peak),
-    /// and copies every byte into them; a member that observes reads each byte where the
-    /// port holds it, as `ethbcast recv` does.
+    /// member and stream (about half the 4096-member run's peak), and copies every byte into
+    /// it; a member that observes reads each byte where the port holds it, as `ethbcast
+    /// recv` does.
     pub observe: bool,
 }
 

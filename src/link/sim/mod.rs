@@ -527,7 +527,7 @@ impl Link for SimPort {
         frames
     }
 
-    /// Every [`PRUNE_EVERY`]th of what it retains in frames come since the last time.
+    /// Once a quarter of what it retains has come since the last time (`PRUNE_EVERY`).
     fn wants_prune(&self) -> bool {
         let inner = self.inner.borrow();
         let p = &inner.ports[self.index];
