@@ -26,7 +26,7 @@ impl Receiver {
             // missing after them is planned then (`frames_done`), where the batch leaves the
             // stream, as it is without the link. Planned now, the stream would look whole, and
             // a gap found in this batch would be forgotten until the NACK retry.
-            self.link.defer_plan();
+            self.msgs.defer_plan();
             return;
         }
         let gap = self.window.gap();

@@ -31,9 +31,6 @@ pub(super) struct InLink {
     at: Vec<usize>,
     /// Repairs for fellows of frames in the link, made when the batch ends.
     relays: Vec<Relay>,
-    /// The stream's NACKs were not planned while its next frames waited here: they are when
-    /// the batch ends.
-    plan_deferred: bool,
 }
 
 impl InLink {
@@ -79,16 +76,6 @@ impl InLink {
             slot.state.contains(SlotState::LINK) && slot.repr.seq == s.low32() && self.at[i] == at
         });
         out.extend(self.refs.iter().map(|&(_, at)| at));
-    }
-
-    /// The stream's NACKs are to be planned when the batch ends.
-    pub(super) fn defer_plan(&mut self) {
-        self.plan_deferred = true;
-    }
-
-    /// Whether the stream's NACKs are to be planned now (the batch ends); cleared.
-    pub(super) fn take_deferred_plan(&mut self) -> bool {
-        std::mem::take(&mut self.plan_deferred)
     }
 
     /// A repair to make from the link at the batch's end.

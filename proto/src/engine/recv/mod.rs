@@ -538,7 +538,7 @@ impl Receiver {
             self.link.leave(&mut self.window, end.leaving);
         }
         self.msgs.end_batch();
-        let deferred = self.link.take_deferred_plan();
+        let deferred = self.msgs.take_deferred_plan();
         if self.window.expected() > before || deferred {
             self.maybe_pull();
             self.schedule(now, &mut table.stream(self.timers));

@@ -112,6 +112,10 @@ pub(super) struct Messages {
     /// Frames were handed in since the last batch's end: the window's copies consumed now
     /// stay until then (see `Piece::held`).
     in_batch: bool,
+    /// The stream's NACKs were not planned while its next frames waited in the link: they
+    /// are when the batch ends (beside `in_batch`, where a flag costs the receive stream no
+    /// byte: its size is the paper's `s_RDP`).
+    plan_deferred: bool,
     /// The ids of messages begun ahead that a frame contradicted (consecutive: the first and
     /// how many, in the wire's 32 bits): the window forgets the frames placed into them (see
     /// [`Messages::take_forgotten`]).
@@ -138,6 +142,7 @@ impl Messages {
             pull_override: None,
             observer: None,
             in_batch: false,
+            plan_deferred: false,
             forgotten: None,
         }
     }
@@ -183,6 +188,16 @@ impl Messages {
     /// The batch ended.
     pub(super) fn end_batch(&mut self) {
         self.in_batch = false;
+    }
+
+    /// The stream's NACKs are to be planned when the batch ends.
+    pub(super) fn defer_plan(&mut self) {
+        self.plan_deferred = true;
+    }
+
+    /// Whether the stream's NACKs are to be planned now (the batch ends); cleared.
+    pub(super) fn take_deferred_plan(&mut self) -> bool {
+        std::mem::take(&mut self.plan_deferred)
     }
 
     /// Whether frames were handed in since the last batch's end.
