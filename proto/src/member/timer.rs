@@ -8,8 +8,9 @@
 //! machine that may move its deadline, so that finding the earliest is one look, and a timeout
 //! visits only the machines whose time came.
 //!
-//! **Invariants.** The ordered set holds exactly the armed timers, each once, at the deadline
-//! stored for it. A timer's deadline is at or before its machine's next deadline (a machine
+//! **Invariants.** The fixed machines' deadlines are in a small array, looked at whole (the
+//! group engine's moves with nearly every frame, and a move costs one store); the ordered set
+//! holds exactly the armed channels' timers, each once, at the deadline stored for it. A timer's deadline is at or before its machine's next deadline (a machine
 //! whose deadline only moved later, like the detector when a suspect speaks again, may be
 //! woken early, and finds nothing to do).
 
@@ -38,8 +39,8 @@ pub(super) struct TimerTable {
     fixed: [Option<Instant>; 4],
     /// The point-to-point channels' deadlines, of those armed.
     pairs: BTreeMap<Rank, Instant>,
-    /// Every armed timer at its deadline.
-    armed: BTreeSet<(Instant, Timer)>,
+    /// Every armed channel's timer at its deadline.
+    armed: BTreeSet<(Instant, Rank)>,
     /// The timers that fired, kept between calls (see [`TimerTable::fired`]).
     fired: Vec<Timer>,
 }
@@ -47,29 +48,48 @@ pub(super) struct TimerTable {
 impl TimerTable {
     /// Arms `timer` at `at`, or stops it with `None` (nothing changes if it is there already).
     pub(super) fn set_or_stop(&mut self, timer: Timer, at: Option<Instant>) {
-        let before = match timer {
-            Timer::Group => std::mem::replace(&mut self.fixed[0], at),
-            Timer::Detector => std::mem::replace(&mut self.fixed[1], at),
-            Timer::Barrier(i) => std::mem::replace(&mut self.fixed[2 + i.min(1)], at),
-            Timer::Pair(p) => match at {
-                Some(t) => self.pairs.insert(p, t),
-                None => self.pairs.remove(&p),
-            },
+        let i = match timer {
+            Timer::Group => 0,
+            Timer::Detector => 1,
+            Timer::Barrier(i) => 2 + i.min(1),
+            Timer::Pair(p) => return self.set_pair(p, at),
+        };
+        self.fixed[i] = at;
+    }
+
+    /// Arms the timer of the channel with `p` at `at`, or stops it.
+    fn set_pair(&mut self, p: Rank, at: Option<Instant>) {
+        let before = match at {
+            Some(t) => self.pairs.insert(p, t),
+            None => self.pairs.remove(&p),
         };
         if before == at {
             return;
         }
         if let Some(b) = before {
-            self.armed.remove(&(b, timer));
+            self.armed.remove(&(b, p));
         }
         if let Some(a) = at {
-            self.armed.insert((a, timer));
+            self.armed.insert((a, p));
         }
     }
 
+    /// The fixed machines, by their place in `fixed`.
+    const FIXED: [Timer; 4] = [
+        Timer::Group,
+        Timer::Detector,
+        Timer::Barrier(0),
+        Timer::Barrier(1),
+    ];
+
     /// The earliest deadline of any armed timer.
     pub(super) fn next_timeout(&self) -> Option<Instant> {
-        self.armed.first().map(|&(t, _)| t)
+        let fixed = self.fixed.iter().flatten().min().copied();
+        let pair = self.armed.first().map(|&(t, _)| t);
+        match (fixed, pair) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The timers due by `now`, in order: the group engine, the channels in rank order, the
@@ -79,10 +99,17 @@ impl TimerTable {
         let mut fired = std::mem::take(&mut self.fired);
         fired.clear();
         fired.extend(
+            Self::FIXED
+                .iter()
+                .zip(self.fixed)
+                .filter(|&(_, at)| at.is_some_and(|t| t <= now))
+                .map(|(&timer, _)| timer),
+        );
+        fired.extend(
             self.armed
                 .iter()
                 .take_while(|&&(t, _)| t <= now)
-                .map(|&(_, timer)| timer),
+                .map(|&(_, p)| Timer::Pair(p)),
         );
         fired.sort_unstable();
         fired
