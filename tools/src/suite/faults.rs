@@ -251,9 +251,16 @@ struct Filtered {
     error: Option<String>,
 }
 
-/// What one member of `run_filtered` saw: messages right, its tree fall-backs, whom it failed
-/// over at the end, and its fail-overs and failbacks.
-type MemberSaw = (usize, u64, Vec<Rank>, u64, u64);
+/// What one member of `run_filtered` saw.
+struct MemberSaw {
+    /// Messages that arrived right.
+    ok: usize,
+    fallbacks: u64,
+    /// Whom it had failed over at the end.
+    failed_over: Vec<Rank>,
+    failovers: u64,
+    failbacks: u64,
+}
 
 /// Drops every broadcast frame towards the `blocked` hosts with nftables and broadcasts
 /// `messages` messages from rank 0; with `root_waits` the root waits for each message, so that
@@ -303,13 +310,13 @@ fn run_filtered(
                 g.progress(Duration::from_millis(10))?;
             }
             let s = g.stats();
-            Ok((
+            Ok(MemberSaw {
                 ok,
-                g.tree_fallbacks(),
-                g.failed_over(),
-                s.failovers,
-                s.failbacks,
-            ))
+                fallbacks: g.tree_fallbacks(),
+                failed_over: g.failed_over(),
+                failovers: s.failovers,
+                failbacks: s.failbacks,
+            })
         },
         opts(false),
     )?;
@@ -328,18 +335,15 @@ fn run_filtered(
         lifted.store(true, Ordering::Release);
     }
     let results = join_all(handles);
-    let (fallbacks, failed_over, failovers, failbacks) = match &results[0] {
-        Ok((_, f, over, o, b)) => (*f, over.clone(), *o, *b),
-        Err(_) => (0, Vec::new(), 0, 0),
-    };
+    let root = results[0].as_ref().ok();
     Ok(Filtered {
         all_ok: results
             .iter()
-            .all(|r| matches!(r, Ok((n, ..)) if *n == messages)),
-        failed_over,
-        fallbacks,
-        failovers,
-        failbacks,
+            .all(|r| r.as_ref().is_ok_and(|saw| saw.ok == messages)),
+        failed_over: root.map(|r| r.failed_over.clone()).unwrap_or_default(),
+        fallbacks: root.map_or(0, |r| r.fallbacks),
+        failovers: root.map_or(0, |r| r.failovers),
+        failbacks: root.map_or(0, |r| r.failbacks),
         dropped: dropped.unwrap_or_else(|| drop_counters(&bed)),
         error: results
             .iter()

@@ -139,21 +139,34 @@ mod tests {
     use super::InLink;
     use crate::engine::EngineConfig;
 
-    #[test]
-    fn a_waiting_payload_is_copied_when_its_frame_leaves_and_a_consumed_one_forgotten() {
+    /// A window of 4 slots and its frames left in the link, on.
+    fn window_and_link() -> (Window, InLink) {
         let mut c = EngineConfig::new(1, Rank::new(1), 2);
         c.window = 4;
-        let mut w = Window::new(&c);
         let mut l = InLink::default();
         l.set(true, 4);
+        (Window::new(&c), l)
+    }
+
+    /// Frame `s` (payload `f`) lands in its slot, received (`have`) or not, and is left in the
+    /// link; returns its slot.
+    fn land_in_link(w: &mut Window, l: &mut InLink, s: u64, f: &[u8], have: bool) -> usize {
+        let i = w.idx(Seq::new(s));
+        let slot = w.slot_mut(i);
+        slot.repr.seq = s as u32;
+        slot.len = f.len() as u16;
+        slot.state = SlotState::empty();
+        slot.state.set(SlotState::HAVE, have);
+        l.note(w, i, Seq::new(s), f);
+        i
+    }
+
+    #[test]
+    fn a_waiting_payload_is_copied_when_its_frame_leaves_and_a_consumed_one_forgotten() {
+        let (mut w, mut l) = window_and_link();
         let (f0, f1) = (b"frame zero".to_vec(), b"frame one".to_vec());
         for (s, f, have) in [(0u64, &f0, false), (1, &f1, true)] {
-            let i = w.idx(Seq::new(s));
-            let slot = w.slot_mut(i);
-            slot.repr.seq = s as u32;
-            slot.len = f.len() as u16;
-            slot.state.set(SlotState::HAVE, have);
-            l.note(&mut w, i, Seq::new(s), f);
+            let i = land_in_link(&mut w, &mut l, s, f, have);
             assert_eq!(l.at(i), f.as_ptr() as usize);
         }
         // Frame 0 is still retained: nothing after it leaves either.
@@ -167,15 +180,10 @@ mod tests {
         // Into a sparse window (a stream that serves fellows as without the link) the consumed
         // ones are copied too: frame 2, consumed and kept for fellows, is copied when it
         // leaves, and serves them from the window until its slot is reused.
-        let mut w = Window::new(&c);
+        let (mut w, _) = window_and_link();
         w.set_sparse(true);
         let f2 = b"frame two".to_vec();
-        let i = w.idx(Seq::new(2));
-        let slot = w.slot_mut(i);
-        slot.repr.seq = 2;
-        slot.len = f2.len() as u16;
-        slot.state = SlotState::empty();
-        l.note(&mut w, i, Seq::new(2), &f2);
+        let i = land_in_link(&mut w, &mut l, 2, &f2, false);
         l.leave(&mut w, &Frames(&[&f2[..]]));
         let s2 = w.slot(i).state;
         assert!(s2.contains(SlotState::COPY) && !s2.contains(SlotState::LINK | SlotState::HAVE));
@@ -191,19 +199,10 @@ mod tests {
     /// reused by a later frame) are forgotten, and the oldest note left is the front.
     #[test]
     fn only_payloads_still_left_in_the_link_are_referred_to() {
-        let mut c = EngineConfig::new(1, Rank::new(1), 2);
-        c.window = 4;
-        let mut w = Window::new(&c);
-        let mut l = InLink::default();
-        l.set(true, 4);
+        let (mut w, mut l) = window_and_link();
         let frames: Vec<Vec<u8>> = (0..3u8).map(|k| vec![k; 32]).collect();
         for (s, f) in frames.iter().enumerate() {
-            let i = w.idx(Seq::new(s as u64));
-            let slot = w.slot_mut(i);
-            slot.repr.seq = s as u32;
-            slot.len = f.len() as u16;
-            slot.state = SlotState::HAVE;
-            l.note(&mut w, i, Seq::new(s as u64), f);
+            land_in_link(&mut w, &mut l, s as u64, f, true);
         }
         let mut out = Vec::new();
         l.refs(&w, &mut out);

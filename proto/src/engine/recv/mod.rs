@@ -299,13 +299,13 @@ impl Receiver {
         // from there once the gap fills, copied once as ever, and the message is not begun
         // ahead of its turn); else straight into its message if it can be placed there, kept
         // in its slot otherwise.
-        let reach = (s - self.window.expected()) as usize * self.window.slot_payload();
-        let ahead_cap = self.window.len() as usize * self.window.slot_payload();
-        let hint = self.window.prefetch();
-        let placed = !self.link.is_on()
-            && self
-                .msgs
-                .place(&mut self.posts, reach, ahead_cap, repr, payload, hint);
+        let placed = !self.link.is_on() && {
+            let reach = (s - self.window.expected()) as usize * self.window.slot_payload();
+            let ahead_cap = self.window.len() as usize * self.window.slot_payload();
+            let hint = self.window.prefetch();
+            self.msgs
+                .place(&mut self.posts, reach, ahead_cap, repr, payload, hint)
+        };
         let copy = !placed || self.keeps_copy(s, repr, payload.len());
         let slot = self.window.slot_mut(i);
         slot.state.insert(SlotState::HAVE);
