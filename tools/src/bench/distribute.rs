@@ -163,9 +163,26 @@ impl Drop for Kill {
     }
 }
 
-fn ethbcast_bin() -> PathBuf {
-    let me = std::env::current_exe().expect("current exe");
-    me.with_file_name("ethbcast")
+/// The `ethbcast` tool the transfers run: the one beside this program (as `cargo build` and
+/// `cargo install` put them).
+fn ethbcast_bin() -> Result<PathBuf, String> {
+    let me = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    ethbcast_beside(&me)
+}
+
+/// The `ethbcast` executable in the directory of `exe`, or why there is none.
+fn ethbcast_beside(exe: &Path) -> Result<PathBuf, String> {
+    let bin = exe.with_file_name("ethbcast");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "the transfers run the ethbcast tool, which is not beside this program (no {}): \
+             build both (`cargo build --release -p ethbcast-tools`) or install both \
+             (`cargo install --path tools`) and run them from there",
+            bin.display()
+        ))
+    }
 }
 
 /// One ethbcast transfer: goodput, seconds, whether all completed, the frames the sender
@@ -176,7 +193,7 @@ fn run_ethbcast(
     n: usize,
     backend: Backend,
 ) -> Result<(f64, f64, bool, u64, CpuCost), String> {
-    let bin = ethbcast_bin();
+    let bin = ethbcast_bin()?;
     let bin = bin.to_str().ok_or("bad path")?;
     let be = backend.to_string();
     let mut rs = Vec::new();
@@ -485,6 +502,8 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
 /// Runs the comparison; one test-bed per loss rate.
 pub fn run(o: &DistributeOptions) -> Result<Vec<Row>, String> {
     let n = o.receivers;
+    // Before anything is set up: without the tool there is nothing to measure.
+    ethbcast_bin()?;
     let input = std::env::temp_dir().join(format!("ethbcast-bench-{}.bin", std::process::id()));
     {
         use rand::{RngCore, SeedableRng};
@@ -709,6 +728,21 @@ mod tests {
         while cpu::thread_seconds() < until {
             std::hint::black_box(0u64);
         }
+    }
+
+    #[test]
+    fn a_bench_without_the_ethbcast_tool_beside_it_says_so_and_where_it_looked() {
+        let dir = std::env::temp_dir().join(format!("ethbcast-beside-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("ethbcast-bench");
+        let e = ethbcast_beside(&exe);
+        std::fs::write(dir.join("ethbcast"), b"").unwrap();
+        let found = ethbcast_beside(&exe);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = e.unwrap_err();
+        assert!(e.contains(&dir.join("ethbcast").display().to_string()), "{e}");
+        assert!(e.contains("cargo build"), "{e}");
+        assert_eq!(found.unwrap(), dir.join("ethbcast"));
     }
 
     #[test]
