@@ -378,6 +378,52 @@ fn without_reordering_a_link_keeps_frame_order() {
 }
 
 #[test]
+fn frames_due_at_one_instant_reach_their_ports_in_the_order_they_were_forwarded() {
+    // Infinitely fast links: every frame below is due at the same instant, the latency.
+    let (net, mut ports) = build(SimConfig {
+        per_port: vec![
+            (
+                2,
+                Faults {
+                    dup: 1.0,
+                    ..Faults::NONE
+                },
+            ),
+            (
+                4,
+                Faults {
+                    corrupt: 1.0,
+                    ..Faults::NONE
+                },
+            ),
+        ],
+        rate_bps: None,
+        ..perfect(6)
+    });
+    let to_3 = ports[3].local_mac();
+    ports[1].send(to_3, &numbered(1, 64)).unwrap();
+    ports[0].send(BROADCAST_MAC, &numbered(2, 64)).unwrap();
+    assert_eq!(net.step(), Some(net.now()));
+    assert_eq!(net.elapsed(), Duration::from_micros(5), "one latency");
+    assert_eq!(net.next_event(), None, "everything came at that instant");
+    // The unicast reached the switch first, then the broadcast went out port by port; port
+    // 2's copy and its duplicate, and port 4's damaged copy, take their places among them.
+    assert_eq!(net.take_ready(), vec![3, 1, 2, 4, 5]);
+    let got = drain(&net, &mut ports);
+    let at = |p: usize| -> Vec<u32> {
+        got.iter()
+            .filter(|r| r.port == p)
+            .map(|r| number(&r.pdu))
+            .collect()
+    };
+    assert_eq!(at(1), vec![2]);
+    assert_eq!(at(2), vec![2, 2]);
+    assert_eq!(at(3), vec![1, 2]);
+    assert_eq!(at(4).len(), 1);
+    assert_eq!(at(5), vec![2]);
+}
+
+#[test]
 fn duplication_delivers_a_frame_twice() {
     let (net, mut ports) = build(SimConfig {
         per_port: vec![(
