@@ -473,6 +473,11 @@ impl Sender {
         cfg: &EngineConfig,
         live: &[bool],
     ) -> Option<(Rank, Control)> {
+        // Asked at every transmit of every member: the designated receiver (a walk of the
+        // liveness table) is found only when a poll is due.
+        if !self.polls.pull_poll_due() {
+            return None;
+        }
         let designated = Sender::designated(cfg, live);
         self.polls.take_pull_poll(self.queue.front_id(), designated)
     }

@@ -97,6 +97,11 @@ impl Polls {
         Some((designated, poll))
     }
 
+    /// Whether a pull poll is due.
+    pub(super) fn pull_poll_due(&self) -> bool {
+        self.pull_poll
+    }
+
     /// Whether a poll is due.
     pub(super) fn due(&self) -> bool {
         self.pull_poll || !self.ack_polls.is_empty()
