@@ -73,8 +73,14 @@ pub struct SimCluster<M = Member> {
     net: SimNet,
     nodes: Vec<Driver<SimPort, M>>,
     timers: BinaryHeap<Reverse<(Instant, usize)>>,
-    /// The timer of each member in the heap (older entries are stale and skipped).
+    /// The timer of each member: when it next runs without frames.
     scheduled: Vec<Option<Instant>>,
+    /// The earliest of each member's entries in `timers`, at or before `scheduled` (the
+    /// others are stale and skipped). A timer that moves later leaves its entry alone, which
+    /// is put back at the new time when it comes up: a member's timer moves with nearly
+    /// every frame it takes, and in a group of thousands each move was a push into a heap
+    /// that grew with the stale entries.
+    queued: Vec<Option<Instant>>,
     /// Hosts that were killed: their members never run again.
     halted: Vec<bool>,
     /// Scratch: members to visit in this step.
@@ -119,6 +125,7 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
             nodes,
             timers: BinaryHeap::new(),
             scheduled: vec![None; n],
+            queued: vec![None; n],
             halted: vec![false; n],
             mark: vec![false; n],
             rx_coalesce: Duration::ZERO,
@@ -188,21 +195,51 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
 
     fn schedule(&mut self, i: usize) {
         let t = self.nodes[i].member().poll_timeout();
-        if t.is_some() && t != self.scheduled[i] {
-            self.scheduled[i] = t;
-            if let Some(t) = t {
+        if let Some(t) = t.filter(|&t| Some(t) != self.scheduled[i]) {
+            self.scheduled[i] = Some(t);
+            if self.queued[i].is_none_or(|q| t < q) {
+                self.queued[i] = Some(t);
                 self.timers.push(Reverse((t, i)));
             }
         }
     }
 
-    /// The earliest live timer, dropping stale heap entries.
+    /// Takes member `i`'s entry at `t` off the heap's top: returns its timer if due by `now`
+    /// (and clears it), puts the entry back at the timer's time if it moved later, drops it
+    /// if stale.
+    fn pop_timer(&mut self, t: Instant, i: usize, now: Instant) -> Option<Instant> {
+        self.timers.pop();
+        if self.queued[i] != Some(t) {
+            return None;
+        }
+        self.queued[i] = None;
+        let due = self.scheduled[i]?;
+        if due <= now {
+            self.scheduled[i] = None;
+            return Some(due);
+        }
+        self.queued[i] = Some(due);
+        self.timers.push(Reverse((due, i)));
+        None
+    }
+
+    /// The earliest live timer, dropping stale heap entries and moving those whose timer
+    /// moved later.
     fn next_timer(&mut self) -> Option<Instant> {
         while let Some(&Reverse((t, i))) = self.timers.peek() {
-            if self.scheduled[i] == Some(t) && !self.halted[i] {
+            let live = self.queued[i] == Some(t) && !self.halted[i];
+            if live && self.scheduled[i] == Some(t) {
                 return Some(t);
             }
-            self.timers.pop();
+            if live {
+                // Moved later: the entry goes back at the timer's time.
+                self.pop_timer(t, i, t);
+            } else {
+                self.timers.pop();
+                if self.queued[i] == Some(t) {
+                    self.queued[i] = None;
+                }
+            }
         }
         None
     }
@@ -291,9 +328,7 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
                 if t > now {
                     break;
                 }
-                self.timers.pop();
-                if self.scheduled[i] == Some(t) {
-                    self.scheduled[i] = None;
+                if self.pop_timer(t, i, now).is_some() {
                     ready.push(i);
                 }
             }
