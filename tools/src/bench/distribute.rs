@@ -740,7 +740,10 @@ mod tests {
         let found = ethbcast_beside(&exe);
         std::fs::remove_dir_all(&dir).unwrap();
         let e = e.unwrap_err();
-        assert!(e.contains(&dir.join("ethbcast").display().to_string()), "{e}");
+        assert!(
+            e.contains(&dir.join("ethbcast").display().to_string()),
+            "{e}"
+        );
         assert!(e.contains("cargo build"), "{e}");
         assert_eq!(found.unwrap(), dir.join("ethbcast"));
     }
