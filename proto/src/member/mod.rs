@@ -430,16 +430,17 @@ impl Member {
     fn handle_group_frame(&mut self, now: Instant, src: MacAddr, frame: &Frame<&[u8]>) -> bool {
         let claimed = frame.src();
         let relayed = frame.kind() == Kind::Repair && frame.flags().contains(Flags::P2P);
-        // A peer repair keeps the root as its source but comes from the fellow member this
-        // one asks for that root's frames.
-        let relayer = self
-            .engine
-            .repair_peer(claimed)
-            .filter(|&p| self.addrs.is(p, src));
-        // Who this frame proves alive: the rank whose address sent it.
+        // Who this frame proves alive: the rank whose address sent it. A peer repair keeps the
+        // root as its source but comes from the fellow member this one asks for that root's
+        // frames (looked up only for a frame whose address is not its source's: nearly every
+        // frame is, and the lookup reads the stream's state).
         let speaker = if self.addrs.is(claimed, src) {
             claimed
         } else {
+            let relayer = self
+                .engine
+                .repair_peer(claimed)
+                .filter(|&p| self.addrs.is(p, src));
             match relayer.filter(|_| relayed) {
                 Some(peer) => peer,
                 None => {
