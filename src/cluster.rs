@@ -264,7 +264,14 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
                 }
                 self.mark[i] = true;
                 let d = &mut self.nodes[i];
-                d.turn(&self.net, None)?;
+                // A turn: what the link would not take at the last flush goes first, then
+                // the frames come in and the timers fire, the workload looks, and what all
+                // that made leaves in one flush. A member left with nothing to send at its
+                // last flush has nothing now either: it was not touched since.
+                if d.held_back() {
+                    d.flush(now)?;
+                }
+                d.feed(&self.net)?;
                 w.visit(i, d.member_mut(), now);
                 d.flush(now)?;
                 self.schedule(i);

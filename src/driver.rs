@@ -74,6 +74,8 @@ pub(crate) struct Driver<L, M = Member> {
     /// Where the machine's payloads left in the link lie, when the link prunes what it
     /// retains (see [`Link::prune_held`]).
     refs: Vec<usize>,
+    /// The last flush stopped at a link that would not take more (see [`Driver::held_back`]).
+    held_back: bool,
 }
 
 impl<L, M: std::fmt::Debug> std::fmt::Debug for Driver<L, M> {
@@ -93,6 +95,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
             link,
             buf,
             refs: Vec::new(),
+            held_back: false,
         }
     }
 
@@ -113,7 +116,12 @@ impl<L: Link, M: Machine> Driver<L, M> {
     pub(crate) fn flush(&mut self, now: Instant) -> Result<(), LinkError> {
         // Only as much as the link takes without a long queue: the rest stays with the
         // machine, which puts repairs and control before fresh data when it is asked again.
-        while self.link.tx_ready() {
+        self.held_back = false;
+        loop {
+            if !self.link.tx_ready() {
+                self.held_back = true;
+                break;
+            }
             // Written where the link sends it from (a ring's TX slot), or into `buf` for a
             // link that copies anyway.
             let member = &mut self.member;
@@ -123,6 +131,12 @@ impl<L: Link, M: Machine> Driver<L, M> {
             }
         }
         self.link.flush()
+    }
+
+    /// Whether the last flush stopped at a link that would not take more, so that the machine
+    /// may still have frames to send (false: it said it had nothing more).
+    pub(crate) fn held_back(&self) -> bool {
+        self.held_back
     }
 
     /// One turn: send, wait up to `wait` (or the member's next timer, if sooner; `None`:
@@ -136,6 +150,13 @@ impl<L: Link, M: Machine> Driver<L, M> {
         let n = self.receive(clock, wait)?;
         self.flush(clock.now())?;
         Ok(n)
+    }
+
+    /// For a harness that flushes every member after its turn (the simulated cluster): feeds
+    /// in the frames that have come and fires due timers, without waiting and without
+    /// sending; what that made stays with the member until the harness flushes it.
+    pub(crate) fn feed(&mut self, clock: &impl Clock) -> Result<usize, LinkError> {
+        self.wait_and_feed(clock, clock.now(), None)
     }
 
     /// A turn without its last step: sends what the member has, waits, feeds the frames in and
@@ -154,10 +175,10 @@ impl<L: Link, M: Machine> Driver<L, M> {
         now: Instant,
         wait: Option<Duration>,
     ) -> Result<usize, LinkError> {
-        let wait = if self.link.tx_ready() {
-            wait
-        } else {
-            wait.map(|w| w.min(SEND_RETRY))
+        // (Without a wait there is nothing to shorten: the link is not asked.)
+        let wait = match wait {
+            Some(w) if !self.link.tx_ready() => Some(w.min(SEND_RETRY)),
+            w => w,
         };
         let wait = match (wait, self.member.poll_timeout()) {
             (Some(w), Some(t)) => Some(w.min(t.saturating_duration_since(now))),
@@ -272,5 +293,70 @@ impl<L: Link, M: Machine> Driver<L, M> {
     /// Takes the driver apart.
     pub(crate) fn into_parts(self) -> (M, L) {
         (self.member, self.link)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::sim::{SimConfig, SimPort};
+    use ethbcast_proto::Transmit;
+
+    /// A machine with `left` frames of 1000 bytes to send to port 1, nothing else.
+    #[derive(Debug)]
+    struct Sends {
+        left: usize,
+        to: ethbcast_proto::MacAddr,
+    }
+
+    impl Machine for Sends {
+        fn handle_frame(&mut self, _: Instant, _: ethbcast_proto::MacAddr, _: &[u8]) {}
+        fn handle_timeout(&mut self, _: Instant) {}
+        fn poll_timeout(&self) -> Option<Instant> {
+            None
+        }
+        fn poll_transmit(&mut self, _: Instant, buf: &mut [u8]) -> Option<Transmit> {
+            self.left = self.left.checked_sub(1)?;
+            buf[..1000].fill(7);
+            Some(Transmit {
+                dst: self.to,
+                len: 1000,
+            })
+        }
+    }
+
+    /// Port 0 of a switch at 100 Mbit/s whose transmit queue holds two full frames, driving
+    /// a machine with `frames` to send.
+    fn driver(frames: usize) -> (SimNet, Driver<SimPort, Sends>) {
+        let net = SimNet::new(SimConfig {
+            rate_bps: Some(100_000_000),
+            tx_queue: Some(2),
+            ..SimConfig::new(2)
+        })
+        .unwrap();
+        let mut ports = net.all_ports();
+        let to = ports[1].local_mac();
+        let machine = Sends { left: frames, to };
+        (net, Driver::new(machine, ports.swap_remove(0)))
+    }
+
+    #[test]
+    fn a_flush_says_whether_it_stopped_at_a_full_link_or_found_nothing_more_to_send() {
+        let (net, mut d) = driver(6);
+        d.flush(net.now()).unwrap();
+        assert!(d.held_back(), "the queue took at most two frames");
+        let left = d.member().left;
+        assert!((1..=4).contains(&left), "{left} frames left");
+        // As the queue drains, flushes send the rest, until one finds nothing left.
+        while d.held_back() {
+            let t = net.next_event().expect("the queue drains");
+            net.advance_to(t);
+            d.flush(net.now()).unwrap();
+        }
+        assert_eq!(d.member().left, 0, "everything went");
+        // A machine with nothing to send is never held back.
+        let (net, mut idle) = driver(0);
+        idle.flush(net.now()).unwrap();
+        assert!(!idle.held_back());
     }
 }
