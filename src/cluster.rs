@@ -264,14 +264,14 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
                 }
                 self.mark[i] = true;
                 let d = &mut self.nodes[i];
-                // A turn: what the link would not take at the last flush goes first, then
-                // the frames come in and the timers fire, the workload looks, and what all
-                // that made leaves in one flush. A member left with nothing to send at its
-                // last flush has nothing now either: it was not touched since.
-                if d.held_back() {
+                // A turn (`Driver::turn`), then the workload's look and a flush of what it
+                // made. The turn's first flush is skipped where it would find nothing: the
+                // last flush left nothing and the member was not touched since.
+                if d.unflushed() {
                     d.flush(now)?;
                 }
                 d.feed(&self.net)?;
+                d.flush(now)?;
                 w.visit(i, d.member_mut(), now);
                 d.flush(now)?;
                 self.schedule(i);

@@ -74,8 +74,8 @@ pub(crate) struct Driver<L, M = Member> {
     /// Where the machine's payloads left in the link lie, when the link prunes what it
     /// retains (see [`Link::prune_held`]).
     refs: Vec<usize>,
-    /// The last flush stopped at a link that would not take more (see [`Driver::held_back`]).
-    held_back: bool,
+    /// The machine may have frames to send (see [`Driver::unflushed`]).
+    unflushed: bool,
 }
 
 impl<L, M: std::fmt::Debug> std::fmt::Debug for Driver<L, M> {
@@ -95,7 +95,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
             link,
             buf,
             refs: Vec::new(),
-            held_back: false,
+            unflushed: false,
         }
     }
 
@@ -103,8 +103,9 @@ impl<L: Link, M: Machine> Driver<L, M> {
     pub(crate) fn member(&self) -> &M {
         &self.member
     }
-    /// The machine, for calls.
+    /// The machine, for calls (after which it may have frames to send).
     pub(crate) fn member_mut(&mut self) -> &mut M {
+        self.unflushed = true;
         &mut self.member
     }
     /// The link.
@@ -116,10 +117,10 @@ impl<L: Link, M: Machine> Driver<L, M> {
     pub(crate) fn flush(&mut self, now: Instant) -> Result<(), LinkError> {
         // Only as much as the link takes without a long queue: the rest stays with the
         // machine, which puts repairs and control before fresh data when it is asked again.
-        self.held_back = false;
+        self.unflushed = false;
         loop {
             if !self.link.tx_ready() {
-                self.held_back = true;
+                self.unflushed = true;
                 break;
             }
             // Written where the link sends it from (a ring's TX slot), or into `buf` for a
@@ -133,10 +134,12 @@ impl<L: Link, M: Machine> Driver<L, M> {
         self.link.flush()
     }
 
-    /// Whether the last flush stopped at a link that would not take more, so that the machine
-    /// may still have frames to send (false: it said it had nothing more).
-    pub(crate) fn held_back(&self) -> bool {
-        self.held_back
+    /// Whether the machine may have frames to send: the last flush stopped at a link that
+    /// would not take more, or the machine was lent for a call since (false: the last flush
+    /// found nothing more, and nothing was asked of the machine since, so a flush now would
+    /// find nothing either).
+    pub(crate) fn unflushed(&self) -> bool {
+        self.unflushed
     }
 
     /// One turn: send, wait up to `wait` (or the member's next timer, if sooner; `None`:
@@ -341,14 +344,14 @@ mod tests {
     }
 
     #[test]
-    fn a_flush_says_whether_it_stopped_at_a_full_link_or_found_nothing_more_to_send() {
+    fn a_driver_says_whether_its_machine_may_have_frames_left_to_send() {
         let (net, mut d) = driver(6);
         d.flush(net.now()).unwrap();
-        assert!(d.held_back(), "the queue took at most two frames");
+        assert!(d.unflushed(), "the queue took at most two frames");
         let left = d.member().left;
         assert!((1..=4).contains(&left), "{left} frames left");
         // As the queue drains, flushes send the rest, until one finds nothing left.
-        while d.held_back() {
+        while d.unflushed() {
             let t = net.next_event().expect("the queue drains");
             net.advance_to(t);
             d.flush(net.now()).unwrap();
@@ -357,6 +360,9 @@ mod tests {
         // A machine with nothing to send is never held back.
         let (net, mut idle) = driver(0);
         idle.flush(net.now()).unwrap();
-        assert!(!idle.held_back());
+        assert!(!idle.unflushed());
+        // A machine lent for a call may have something to send.
+        let _ = idle.member_mut();
+        assert!(idle.unflushed());
     }
 }
