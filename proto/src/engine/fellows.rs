@@ -9,9 +9,8 @@
 //! and the simulator holds every member of a group in one process: at 4096 members,
 //! 512 MiB.
 //!
-//! **Invariants.** `live` and `takes` have one entry per rank of the group; `heard_from` is
-//! sorted, one rank per fellow heard from, and `heard` holds what was heard from each, in
-//! the same order. A rank once evicted is never live again. A sign
+//! **Invariants.** `live` and `takes` have one entry per rank of the group; `heard` is sorted
+//! by rank, one entry per fellow heard from. A rank once evicted is never live again. A sign
 //! of life is noted only for a frame that passed every check and proved its sender spoke
 //! (see `Engine::last_heard`).
 
@@ -21,8 +20,9 @@ use crate::wire::{Admit, ReplayWindow};
 use crate::Rank;
 
 /// What this member heard from one fellow.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Heard {
+    rank: Rank,
     /// When it last gave a sign of life.
     at: Option<Instant>,
     /// The control counters seen lately from it.
@@ -35,11 +35,7 @@ pub(super) struct Fellows {
     live: Vec<bool>,
     /// Whose streams this member takes, by rank (`Engine::take_streams_from`).
     takes: Vec<bool>,
-    /// The ranks of the fellows heard from, ascending: searched apart from what was heard,
-    /// so that a search (one for nearly every frame) reads a few bytes per fellow, not the
-    /// whole record.
-    heard_from: Vec<Rank>,
-    /// What was heard from each of them, in the same order.
+    /// The fellows heard from, by rank.
     heard: Vec<Heard>,
 }
 
@@ -49,7 +45,6 @@ impl Fellows {
         Fellows {
             live: vec![true; n],
             takes: vec![true; n],
-            heard_from: Vec::new(),
             heard: Vec::new(),
         }
     }
@@ -89,17 +84,23 @@ impl Fellows {
 
     /// When `rank` last gave a sign of life.
     pub(super) fn last_heard(&self, rank: Rank) -> Option<Instant> {
-        let i = self.heard_from.binary_search(&rank).ok()?;
+        let i = self.heard.binary_search_by_key(&rank, |h| h.rank).ok()?;
         self.heard[i].at
     }
 
     /// What was heard from `rank` (made now if nothing was).
     fn entry(&mut self, rank: Rank) -> &mut Heard {
-        let i = match self.heard_from.binary_search(&rank) {
+        let i = match self.heard.binary_search_by_key(&rank, |h| h.rank) {
             Ok(i) => i,
             Err(i) => {
-                self.heard_from.insert(i, rank);
-                self.heard.insert(i, Heard::default());
+                self.heard.insert(
+                    i,
+                    Heard {
+                        rank,
+                        at: None,
+                        replay: ReplayWindow::default(),
+                    },
+                );
                 i
             }
         };
