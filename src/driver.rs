@@ -137,7 +137,8 @@ impl<L: Link, M: Machine> Driver<L, M> {
     /// Whether the machine may have frames to send: the last flush stopped at a link that
     /// would not take more, or the machine was lent for a call since (false: the last flush
     /// found nothing more, and nothing was asked of the machine since, so a flush now would
-    /// find nothing either).
+    /// find nothing either: a machine's frames are made by its calls, frames and timers, not
+    /// by time passing).
     pub(crate) fn unflushed(&self) -> bool {
         self.unflushed
     }
