@@ -223,22 +223,17 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
         None
     }
 
-    /// The earliest live timer, dropping stale heap entries and moving those whose timer
-    /// moved later.
+    /// The earliest live timer, dropping stale heap entries (and a halted member's) and
+    /// moving those whose timer moved later.
     fn next_timer(&mut self) -> Option<Instant> {
         while let Some(&Reverse((t, i))) = self.timers.peek() {
-            let live = self.queued[i] == Some(t) && !self.halted[i];
-            if live && self.scheduled[i] == Some(t) {
-                return Some(t);
-            }
-            if live {
-                // Moved later: the entry goes back at the timer's time.
-                self.pop_timer(t, i, t);
-            } else {
+            if self.halted[i] {
                 self.timers.pop();
-                if self.queued[i] == Some(t) {
-                    self.queued[i] = None;
-                }
+            } else if self.queued[i] == Some(t) && self.scheduled[i] == Some(t) {
+                return Some(t);
+            } else {
+                // Stale, or moved later (nothing is due before `t`).
+                self.pop_timer(t, i, t);
             }
         }
         None
@@ -264,14 +259,7 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
                 }
                 self.mark[i] = true;
                 let d = &mut self.nodes[i];
-                // A turn (`Driver::turn`), then the workload's look and a flush of what it
-                // made. The turn's first flush is skipped where it would find nothing: the
-                // last flush left nothing and the member was not touched since.
-                if d.unflushed() {
-                    d.flush(now)?;
-                }
-                d.feed(&self.net)?;
-                d.flush(now)?;
+                d.turn(&self.net, None)?;
                 w.visit(i, d.member_mut(), now);
                 d.flush(now)?;
                 self.schedule(i);

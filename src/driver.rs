@@ -95,7 +95,8 @@ impl<L: Link, M: Machine> Driver<L, M> {
             link,
             buf,
             refs: Vec::new(),
-            unflushed: false,
+            // A machine may be made with frames to send (a join's first hello).
+            unflushed: true,
         }
     }
 
@@ -135,10 +136,11 @@ impl<L: Link, M: Machine> Driver<L, M> {
     }
 
     /// Whether the machine may have frames to send: the last flush stopped at a link that
-    /// would not take more, or the machine was lent for a call since (false: the last flush
-    /// found nothing more, and nothing was asked of the machine since, so a flush now would
-    /// find nothing either: a machine's frames are made by its calls, frames and timers, not
-    /// by time passing).
+    /// would not take more, or the machine was called, handed frames or timed out since
+    /// (false: the last flush found nothing more and nothing reached the machine since, so a
+    /// flush now would find nothing either: a machine's frames are made by its calls, frames
+    /// and timers, not by time passing).
+    #[cfg(test)]
     pub(crate) fn unflushed(&self) -> bool {
         self.unflushed
     }
@@ -156,18 +158,16 @@ impl<L: Link, M: Machine> Driver<L, M> {
         Ok(n)
     }
 
-    /// For a harness that flushes every member after its turn (the simulated cluster): feeds
-    /// in the frames that have come and fires due timers, without waiting and without
-    /// sending; what that made stays with the member until the harness flushes it.
-    pub(crate) fn feed(&mut self, clock: &impl Clock) -> Result<usize, LinkError> {
-        self.wait_and_feed(clock, clock.now(), None)
-    }
-
     /// A turn without its last step: sends what the member has, waits, feeds the frames in and
-    /// fires due timers; what that made stays with the member until the next flush.
+    /// fires due timers; what that made stays with the member until the next flush. The
+    /// first step is skipped where it would find nothing ([`Driver::unflushed`]): in a
+    /// simulated group of thousands every member turns for every couple of frames, and
+    /// each flush asks the link and the member.
     fn receive(&mut self, clock: &impl Clock, wait: Option<Duration>) -> Result<usize, LinkError> {
         let now = clock.now();
-        self.flush(now)?;
+        if self.unflushed {
+            self.flush(now)?;
+        }
         self.wait_and_feed(clock, now, wait)
     }
 
@@ -189,6 +189,8 @@ impl<L: Link, M: Machine> Driver<L, M> {
             (w, _) => w,
         };
         let held = self.member.wants_frames_done();
+        // Frames in and timers fired make what the next flush sends.
+        self.unflushed = true;
         // Lent to two closures that never run at once: the frames' and the batch end's.
         let member = std::cell::RefCell::new(&mut self.member);
         let mut stamp = (now, 0u32);
@@ -235,6 +237,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
         let defer = sends == Sends::Deferred;
         let mut received = false;
         loop {
+            self.unflushed = true;
             if let Some(v) = ready(&mut self.member) {
                 // A deferred call completed by received frames leaves what they made for the
                 // next call, if that is acknowledgements only: data (a tree relay's copies for
@@ -255,6 +258,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
             // itself (a flush is done once its last acknowledgement left): look again before
             // waiting.
             self.flush(now)?;
+            self.unflushed = true;
             if let Some(v) = ready(&mut self.member) {
                 return Ok(Some(v));
             }
@@ -284,6 +288,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
     /// [`Machine::frames_done`]), none of it leaving. For bytes a machine consumed outside a
     /// turn, or left in the link's frames.
     pub(crate) fn frames_done(&mut self, now: Instant) {
+        self.unflushed = true;
         let member = &mut self.member;
         self.link.with_held(&mut |end| member.frames_done(now, end));
     }

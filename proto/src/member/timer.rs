@@ -10,9 +10,10 @@
 //!
 //! **Invariants.** The fixed machines' deadlines are in a small array, looked at whole (the
 //! group engine's moves with nearly every frame, and a move costs one store); the ordered set
-//! holds exactly the armed channels' timers, each once, at the deadline stored for it. A timer's deadline is at or before its machine's next deadline (a machine
-//! whose deadline only moved later, like the detector when a suspect speaks again, may be
-//! woken early, and finds nothing to do).
+//! holds exactly the armed channels' timers, each once, at the deadline stored for it. A
+//! timer's deadline is at or before its machine's next deadline (a machine whose deadline
+//! only moved later, like the detector when a suspect speaks again, may be woken early, and
+//! finds nothing to do).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -84,12 +85,8 @@ impl TimerTable {
 
     /// The earliest deadline of any armed timer.
     pub(super) fn next_timeout(&self) -> Option<Instant> {
-        let fixed = self.fixed.iter().flatten().min().copied();
         let pair = self.armed.first().map(|&(t, _)| t);
-        match (fixed, pair) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.fixed.iter().flatten().copied().chain(pair).min()
     }
 
     /// The timers due by `now`, in order: the group engine, the channels in rank order, the

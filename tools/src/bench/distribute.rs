@@ -185,15 +185,15 @@ fn ethbcast_beside(exe: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// One ethbcast transfer: goodput, seconds, whether all completed, the frames the sender
+/// One transfer by the ethbcast tool at `bin`: goodput, seconds, whether all completed, the frames the sender
 /// repaired, and the CPU of the sender and of all receivers.
 fn run_ethbcast(
+    bin: &Path,
     tb: &Testbed,
     input: &Path,
     n: usize,
     backend: Backend,
 ) -> Result<(f64, f64, bool, u64, CpuCost), String> {
-    let bin = ethbcast_bin()?;
     let bin = bin.to_str().ok_or("bad path")?;
     let be = backend.to_string();
     let mut rs = Vec::new();
@@ -503,7 +503,7 @@ fn run_blaster(tb: &Testbed, n: usize, backend: Backend) -> Result<Sample, Strin
 pub fn run(o: &DistributeOptions) -> Result<Vec<Row>, String> {
     let n = o.receivers;
     // Before anything is set up: without the tool there is nothing to measure.
-    ethbcast_bin()?;
+    let bin = ethbcast_bin()?;
     let input = std::env::temp_dir().join(format!("ethbcast-bench-{}.bin", std::process::id()));
     {
         use rand::{RngCore, SeedableRng};
@@ -537,7 +537,7 @@ pub fn run(o: &DistributeOptions) -> Result<Vec<Row>, String> {
             for _ in 0..o.repeat.max(1) {
                 for (i, &b) in backends.iter().enumerate() {
                     warm_up_on(&tb, n + 1, b)?;
-                    let (g, s, ok, repairs, c) = run_ethbcast(&tb, &input, n, b)?;
+                    let (g, s, ok, repairs, c) = run_ethbcast(&bin, &tb, &input, n, b)?;
                     let done = if ok { "all complete" } else { "INCOMPLETE" };
                     eb[i].push((g, s, format!("{done}, {repairs} repairs by the sender"), c));
                     warm_up_on(&tb, n + 1, b)?;
