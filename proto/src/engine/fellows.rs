@@ -2,17 +2,21 @@
 //! member takes its stream, when it last gave a sign of life, and which of its control
 //! counters were seen (to refuse replays).
 //!
-//! **Layout.** Liveness and streams taken are a byte per rank; the sign of life and the
-//! replay window are kept for the fellows heard from alone, in rank order (a member hears
-//! from its roots, its parent, its children and those that ask it for frames, a handful in a
-//! group of thousands). Why: kept per rank they were 32 bytes per fellow at every member,
-//! and the simulator holds every member of a group in one process: at 4096 members,
-//! 512 MiB.
+//! **Layout.** Liveness is a byte per rank, and so are the streams taken once a member takes
+//! some alone; the sign of life and the replay window are kept for the fellows heard from
+//! alone, in rank order (a member hears from its roots, its parent, its children and those
+//! that ask it for frames, a handful in a group of thousands). Why: kept per rank they were
+//! 32 bytes per fellow at every member, and the simulator holds every member of a group in
+//! one process: at 4096 members, 512 MiB. Every frame asks whether its sender is live, and
+//! every data frame whether its stream is taken: while nobody was evicted and every stream
+//! is taken (the common case) neither answer reads a per-rank table, whose line for the
+//! sender is seldom in the cache in a large group.
 //!
-//! **Invariants.** `live` and `takes` have one entry per rank of the group; `heard` is sorted
-//! by rank, one entry per fellow heard from. A rank once evicted is never live again. A sign
-//! of life is noted only for a frame that passed every check and proved its sender spoke
-//! (see `Engine::last_heard`).
+//! **Invariants.** `live` has one entry per rank of the group, and `evicted` is set once one
+//! of them is false; `takes` is empty (every stream taken) or has one entry per rank; `heard`
+//! is sorted by rank, one entry per fellow heard from. A rank once evicted is never live
+//! again. A sign of life is noted only for a frame that passed every check and proved its
+//! sender spoke (see `Engine::last_heard`).
 
 use std::time::Instant;
 
@@ -33,7 +37,11 @@ struct Heard {
 #[derive(Debug)]
 pub(super) struct Fellows {
     live: Vec<bool>,
-    /// Whose streams this member takes, by rank (`Engine::take_streams_from`).
+    /// Whether a fellow was evicted: while none was, every rank is live without a look at
+    /// `live`.
+    evicted: bool,
+    /// Whose streams this member takes, by rank (`Engine::take_streams_from`); empty: every
+    /// stream.
     takes: Vec<bool>,
     /// The fellows heard from, by rank.
     heard: Vec<Heard>,
@@ -44,7 +52,8 @@ impl Fellows {
     pub(super) fn new(n: usize) -> Fellows {
         Fellows {
             live: vec![true; n],
-            takes: vec![true; n],
+            evicted: false,
+            takes: Vec::new(),
             heard: Vec::new(),
         }
     }
@@ -56,7 +65,8 @@ impl Fellows {
 
     /// Whether `rank` is still a live member.
     pub(super) fn is_live(&self, rank: Rank) -> bool {
-        self.live.get(rank.index()).copied().unwrap_or(false)
+        let i = rank.index();
+        i < self.live.len() && (!self.evicted || self.live[i])
     }
 
     /// Removes `rank`: returns false if it is not a member or was evicted already.
@@ -64,6 +74,7 @@ impl Fellows {
         match self.live.get_mut(rank.index()) {
             Some(l) if *l => {
                 *l = false;
+                self.evicted = true;
                 true
             }
             _ => false,
@@ -72,14 +83,14 @@ impl Fellows {
 
     /// Takes the streams of `roots` alone.
     pub(super) fn take_streams_from(&mut self, roots: &[Rank]) {
-        for (r, t) in self.takes.iter_mut().enumerate() {
-            *t = roots.contains(&Rank::new(r as u16));
-        }
+        self.takes = (0..self.live.len())
+            .map(|r| roots.contains(&Rank::new(r as u16)))
+            .collect();
     }
 
     /// Whether this member takes `rank`'s stream.
     pub(super) fn takes(&self, rank: Rank) -> bool {
-        self.takes[rank.index()]
+        self.takes.is_empty() || self.takes[rank.index()]
     }
 
     /// When `rank` last gave a sign of life.
@@ -132,9 +143,14 @@ mod tests {
     fn an_evicted_member_stays_evicted_and_replays_are_refused() {
         let mut f = Fellows::new(3);
         assert!(f.is_live(Rank::new(2)) && !f.is_live(Rank::new(3)));
+        assert!(
+            (0..3).all(|r| f.takes(Rank::new(r))),
+            "every stream, until told"
+        );
         assert!(f.evict(Rank::new(2)));
         assert!(!f.evict(Rank::new(2)) && !f.evict(Rank::new(9)));
         assert_eq!(f.live(), [true, true, false]);
+        assert!(f.is_live(Rank::new(1)) && !f.is_live(Rank::new(2)) && !f.is_live(Rank::new(3)));
         f.take_streams_from(&[Rank::new(0)]);
         assert!(f.takes(Rank::new(0)) && !f.takes(Rank::new(1)));
         assert_eq!(f.admit(Rank::new(1), 5), Admit::Newest);
