@@ -396,6 +396,70 @@ fn a_replayed_data_frame_is_no_sign_of_life() {
     );
 }
 
+/// The first data frame `root` (of a group of 3, id 7) broadcasts.
+fn first_data_frame(root: u16) -> Vec<u8> {
+    let mut e = Engine::new(EngineConfig::new(7, Rank::new(root), 3)).unwrap();
+    let now = Instant::now();
+    e.bcast(now, vec![root as u8; 10], HardwareAlgorithm::Simple)
+        .unwrap();
+    let mut buf = vec![0u8; 1500];
+    let t = e.poll_transmit(now, &mut buf).unwrap();
+    buf.truncate(t.len);
+    assert_eq!(Frame::new_checked(&buf[..]).unwrap().kind(), Kind::Data);
+    buf
+}
+
+/// Performs the attack: frames in the name of a member this one evicted (its address forged,
+/// or the member back after it was declared dead) are refused, before and after its
+/// fellows' frames, while every live member's are taken.
+#[test]
+fn frames_of_an_evicted_member_are_refused_and_the_others_taken() {
+    let mut rx = Engine::new(EngineConfig::new(7, Rank::new(1), 3)).unwrap();
+    let now = Instant::now();
+    let (from0, from2) = (first_data_frame(0), first_data_frame(2));
+    assert_eq!(rx.handle_frame(now, &from2), Ok(()), "live until evicted");
+    assert!(rx.evict(now, Rank::new(2)));
+    assert!(!rx.is_live(Rank::new(2)) && rx.is_live(Rank::new(0)));
+    assert_eq!(
+        rx.handle_frame(now, &from2),
+        Err(DropReason::Evicted(Rank::new(2)))
+    );
+    assert_eq!(rx.handle_frame(now, &from0), Ok(()), "a live root's stream");
+    let mut heartbeat = Repr::new(Kind::Heartbeat);
+    heartbeat.group = 7;
+    heartbeat.src = Rank::new(2);
+    heartbeat.dst = wire::ALL;
+    heartbeat.msg_len = 1;
+    assert_eq!(
+        rx.handle_frame(now, &heartbeat.to_vec(b"").unwrap()),
+        Err(DropReason::Evicted(Rank::new(2))),
+        "its control frames too"
+    );
+}
+
+/// Performs the attack: a member that takes one root's stream alone (a stream's receiver)
+/// refuses the data frames of any other member, which may be a host without the key speaking
+/// as one, and makes no receive stream for them.
+#[test]
+fn a_member_that_takes_one_stream_refuses_anothers_data() {
+    let mut rx = Engine::new(EngineConfig::new(7, Rank::new(1), 3)).unwrap();
+    let now = Instant::now();
+    assert_eq!(
+        rx.handle_frame(now, &first_data_frame(2)),
+        Ok(()),
+        "every stream by default"
+    );
+    let mut rx = Engine::new(EngineConfig::new(7, Rank::new(1), 3)).unwrap();
+    rx.take_streams_from(&[Rank::new(0)]);
+    assert_eq!(
+        rx.handle_frame(now, &first_data_frame(2)),
+        Err(DropReason::Protocol("a stream this member does not take"))
+    );
+    assert!(rx.receiver(Rank::new(2)).is_none(), "nothing made for it");
+    assert_eq!(rx.handle_frame(now, &first_data_frame(0)), Ok(()));
+    assert!(rx.receiver(Rank::new(0)).is_some());
+}
+
 /// Data frames sent to rank `to` alone as fail-over copies, counted by a drop rule that drops
 /// frames to `to` sent to everyone while `broken` says so.
 fn copies_counted(
