@@ -102,6 +102,24 @@ fn recv(tb: &Testbed, host: usize, out: &[&str]) -> Proc {
     spawn(&tb.hosts()[host].netns, &args, Stdio::null())
 }
 
+/// `ethbcast recv` with the key file `key` on hosts 1 to `hosts - 1`, each into `out{i}.bin`
+/// in `dir`: the outputs and the receivers, in host order.
+fn keyed_receivers(tb: &Testbed, dir: &Path, key: &str, hosts: usize) -> (Vec<PathBuf>, Vec<Proc>) {
+    let outs: Vec<PathBuf> = (1..hosts)
+        .map(|i| dir.join(format!("out{i}.bin")))
+        .collect();
+    let rs = (1..hosts)
+        .map(|i| {
+            recv(
+                tb,
+                i,
+                &["--key-file", key, "-o", outs[i - 1].to_str().unwrap()],
+            )
+        })
+        .collect();
+    (outs, rs)
+}
+
 /// `ethbcast send` on host 0 (block wait mode), with `args` after the common ones.
 fn send(tb: &Testbed, args: &[&str], stdin: Stdio) -> Proc {
     let mut all = vec!["send", "--iface", "eth0", "--wait-mode", "block"];
@@ -1996,16 +2014,7 @@ fn min_receivers_starts_without_a_missing_host_the_report_names_it_and_only_fail
     std::fs::write(&hostfile, lines).unwrap();
     let input = dir.join("in.bin");
     let data = random_file(&input, 3 << 20, 52);
-    let outs: Vec<PathBuf> = (1..8).map(|i| dir.join(format!("out{i}.bin"))).collect();
-    let mut rs: Vec<Proc> = (1..8)
-        .map(|i| {
-            recv(
-                &tb,
-                i,
-                &["--key-file", key, "-o", outs[i - 1].to_str().unwrap()],
-            )
-        })
-        .collect();
+    let (outs, mut rs) = keyed_receivers(&tb, &dir, key, 8);
     let mut s = send(
         &tb,
         &[
@@ -2676,16 +2685,7 @@ fn json_after_sigint_lists_every_receiver_and_feeds_only_failed() {
     let key = key_file(&dir, "key", "the json interrupt test's phrase");
     let input = dir.join("in.bin");
     let data = random_file(&input, 8 << 20, 72);
-    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
-    let mut rs: Vec<Proc> = (1..3)
-        .map(|i| {
-            recv(
-                &tb,
-                i,
-                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
-            )
-        })
-        .collect();
+    let (outs, mut rs) = keyed_receivers(&tb, &dir, &key, 3);
     let mut s = send(
         &tb,
         &[
@@ -2788,16 +2788,7 @@ fn json_after_a_missing_interface_feeds_only_failed() {
     assert_eq!(rr["code"], 4, "{rr}");
     assert!(rr["error"].as_str().unwrap().contains("eth9"), "{rr}");
 
-    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
-    let mut rs: Vec<Proc> = (1..3)
-        .map(|i| {
-            recv(
-                &tb,
-                i,
-                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
-            )
-        })
-        .collect();
+    let (outs, mut rs) = keyed_receivers(&tb, &dir, &key, 3);
     only_failed_completes(&tb, &dir, &out, &key, &input, &mut rs, &outs, &data);
     tb.down().unwrap();
 }
@@ -2878,16 +2869,7 @@ fn the_loser_of_two_senders_names_the_other() {
     let key = key_file(&dir, "key", "the two senders' phrase");
     let input = dir.join("in.bin");
     let data = random_file(&input, 16 << 20, 74);
-    let outs: Vec<PathBuf> = (1..3).map(|i| dir.join(format!("out{i}.bin"))).collect();
-    let mut rs: Vec<Proc> = (1..3)
-        .map(|i| {
-            recv(
-                &tb,
-                i,
-                &["--key-file", &key, "-o", outs[i - 1].to_str().unwrap()],
-            )
-        })
-        .collect();
+    let (outs, mut rs) = keyed_receivers(&tb, &dir, &key, 3);
     let mut first = send(
         &tb,
         &[
