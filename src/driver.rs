@@ -237,8 +237,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
         let defer = sends == Sends::Deferred;
         let mut received = false;
         loop {
-            self.unflushed = true;
-            if let Some(v) = ready(&mut self.member) {
+            if let Some(v) = ready(self.member_mut()) {
                 // A deferred call completed by received frames leaves what they made for the
                 // next call, if that is acknowledgements only: data (a tree relay's copies for
                 // its children) goes now, or its receivers would wait for that next call.
@@ -258,8 +257,7 @@ impl<L: Link, M: Machine> Driver<L, M> {
             // itself (a flush is done once its last acknowledgement left): look again before
             // waiting.
             self.flush(now)?;
-            self.unflushed = true;
-            if let Some(v) = ready(&mut self.member) {
+            if let Some(v) = ready(self.member_mut()) {
                 return Ok(Some(v));
             }
             let wait = Some((deadline - now).min(slice));

@@ -185,8 +185,8 @@ fn ethbcast_beside(exe: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// One transfer by the ethbcast tool at `bin`: goodput, seconds, whether all completed, the frames the sender
-/// repaired, and the CPU of the sender and of all receivers.
+/// One transfer by the ethbcast tool at `bin`: goodput, seconds, whether all completed, the
+/// frames the sender repaired, and the CPU of the sender and of all receivers.
 fn run_ethbcast(
     bin: &Path,
     tb: &Testbed,

@@ -11,15 +11,23 @@ use super::{
     broadcast_all, member_with_a_stream_of_root_0, message, nack_frame, root_and_receiver, Net,
 };
 
+/// A frame of `kind` from `src` to every member of group 7, its length field `msg_len` (a
+/// control frame's counter).
+fn to_all(kind: Kind, src: u16, msg_len: u32) -> Repr {
+    let mut r = Repr::new(kind);
+    r.group = 7;
+    r.src = Rank::new(src);
+    r.dst = wire::ALL;
+    r.msg_len = msg_len;
+    r
+}
+
 #[test]
 fn foreign_stale_and_garbage_frames_are_counted_and_dropped() {
     let mut e = Engine::new(EngineConfig::new(7, Rank::new(1), 3)).unwrap();
     let now = Instant::now();
-    let mut r = Repr::new(Kind::Data);
+    let mut r = to_all(Kind::Data, 0, 1);
     r.group = 8;
-    r.src = Rank::new(0);
-    r.dst = wire::ALL;
-    r.msg_len = 1;
     assert_eq!(
         e.handle_frame(now, &r.to_vec(b"x").unwrap()),
         Err(DropReason::ForeignGroup(8))
@@ -298,10 +306,8 @@ fn only_frames_that_pass_every_check_are_a_sign_of_life() {
     })
     .unwrap();
     let t0 = Instant::now();
-    let mut r = Repr::new(Kind::Heartbeat);
-    r.src = Rank::new(0);
-    r.dst = wire::ALL;
-    r.msg_len = 1; // the sender's control counter (a fresh frame, not a replay)
+    // The sender's control counter 1: a fresh frame, not a replay.
+    let mut r = to_all(Kind::Heartbeat, 0, 1);
     let sealed = |r: &Repr, k: &[u8; 32]| {
         let mut buf = vec![0u8; 200];
         let n = r.emit(b"", &mut buf).unwrap();
@@ -425,11 +431,7 @@ fn frames_of_an_evicted_member_are_refused_and_the_others_taken() {
         Err(DropReason::Evicted(Rank::new(2)))
     );
     assert_eq!(rx.handle_frame(now, &from0), Ok(()), "a live root's stream");
-    let mut heartbeat = Repr::new(Kind::Heartbeat);
-    heartbeat.group = 7;
-    heartbeat.src = Rank::new(2);
-    heartbeat.dst = wire::ALL;
-    heartbeat.msg_len = 1;
+    let heartbeat = to_all(Kind::Heartbeat, 2, 1);
     assert_eq!(
         rx.handle_frame(now, &heartbeat.to_vec(b"").unwrap()),
         Err(DropReason::Evicted(Rank::new(2))),
