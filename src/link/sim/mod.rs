@@ -124,27 +124,25 @@ impl SimNet {
             r.set_stream(port as u64 * 2 + dir);
             r
         };
+        let hot = faults
+            .iter()
+            .enumerate()
+            .map(|(i, faults)| PortHot::new(faults, rng(i, 1)))
+            .collect();
         let ports = faults
             .into_iter()
             .enumerate()
             .map(|(i, faults)| PortState {
-                faults,
-                killed: false,
-                tx_rng: rng(i, 0),
-                rx_rng: rng(i, 1),
-                in_burst: false,
-                last_rx: 0,
-                tx_free: 0,
-                tx_blocked: false,
-                out_free: 0,
-                out_queue: VecDeque::new(),
                 uplink: VecDeque::new(),
-                downlink: VecDeque::new(),
-                rx: VecDeque::new(),
-                held: VecDeque::new(),
-                retain: 0,
-                prune_at: 0,
+                frames_sent: 0,
+                bytes_on_wire: 0,
+                dead: faults.dead,
+                killed: false,
+                host: HostLine::default(),
+                faults,
                 stats: SimStats::default(),
+                tx_rng: rng(i, 0),
+                out_queue: VecDeque::new(),
             })
             .collect();
         // Pin the shared base instant now, before anybody asks for the time.
@@ -161,6 +159,7 @@ impl SimNet {
                 burst_gap_ns: 0,
                 heap: EventQueue::new(),
                 ports,
+                hot,
                 groups: BTreeMap::new(),
                 cuts: Vec::new(),
                 ready: Vec::new(),
@@ -228,11 +227,7 @@ impl SimNet {
 
     /// Frames waiting in `port`'s receive queue (0 for a port that does not exist).
     pub fn rx_pending(&self, port: usize) -> usize {
-        self.inner
-            .borrow()
-            .ports
-            .get(port)
-            .map_or(0, |p| p.rx.len())
+        self.inner.borrow().hot.get(port).map_or(0, |p| p.rx.len())
     }
 
     /// When the earliest pending event is due: a frame reaching the switch or a port. Advancing
@@ -287,7 +282,7 @@ impl SimNet {
         let inner = self.inner.borrow();
         inner.check_port(port)?;
         Ok(Duration::from_nanos(
-            inner.ports[port].tx_free.saturating_sub(inner.now),
+            inner.ports[port].host.tx_free.saturating_sub(inner.now),
         ))
     }
 
@@ -296,9 +291,8 @@ impl SimNet {
         faults.validate()?;
         let mut inner = self.inner.borrow_mut();
         inner.check_port(port)?;
-        let p = &mut inner.ports[port];
-        p.faults = faults;
-        p.in_burst = false;
+        inner.set_faults(port, faults);
+        inner.hot[port].in_burst = false;
         Ok(())
     }
 
@@ -326,10 +320,9 @@ impl SimNet {
     pub fn kill(&self, port: usize) -> Result<(), SimError> {
         let mut inner = self.inner.borrow_mut();
         inner.check_port(port)?;
-        let p = &mut inner.ports[port];
-        p.killed = true;
-        p.rx.clear();
-        p.held.clear();
+        inner.set_killed(port, true);
+        inner.hot[port].rx.clear();
+        inner.ports[port].host.held.clear();
         tracing::debug!(port, "sim: port killed");
         Ok(())
     }
@@ -338,7 +331,7 @@ impl SimNet {
     pub fn revive(&self, port: usize) -> Result<(), SimError> {
         let mut inner = self.inner.borrow_mut();
         inner.check_port(port)?;
-        inner.ports[port].killed = false;
+        inner.set_killed(port, false);
         tracing::debug!(port, "sim: port revived");
         Ok(())
     }
@@ -347,7 +340,7 @@ impl SimNet {
     pub fn is_alive(&self, port: usize) -> Result<bool, SimError> {
         let inner = self.inner.borrow();
         inner.check_port(port)?;
-        Ok(!inner.ports[port].dead())
+        Ok(!inner.hot[port].dead)
     }
 
     /// Cuts the network between the ports in `a` and the ports in `b`, both ways: frames that
@@ -377,12 +370,13 @@ impl SimNet {
     pub fn port_stats(&self, port: usize) -> Result<SimStats, SimError> {
         let inner = self.inner.borrow();
         inner.check_port(port)?;
-        Ok(inner.ports[port].stats)
+        Ok(inner.port_stats(port))
     }
 
     /// The counters of every port, summed.
     pub fn stats(&self) -> SimStats {
-        self.inner.borrow().ports.iter().map(|p| p.stats).sum()
+        let inner = self.inner.borrow();
+        (0..inner.ports.len()).map(|j| inner.port_stats(j)).sum()
     }
 }
 
@@ -401,7 +395,7 @@ impl SimPort {
 
     /// Frames waiting in this port's receive queue.
     pub fn pending(&self) -> usize {
-        self.inner.borrow().ports[self.index].rx.len()
+        self.inner.borrow().hot[self.index].rx.len()
     }
 }
 
@@ -419,7 +413,7 @@ impl SimPort {
 
     /// Hands over every due frame whole (Ethernet header included); never waits.
     pub fn recv_frames(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
-        let mut q = std::mem::take(&mut self.inner.borrow_mut().ports[self.index].rx);
+        let mut q = std::mem::take(&mut self.inner.borrow_mut().hot[self.index].rx);
         let n = q.len();
         for frame in q.drain(..) {
             f(&frame);
@@ -481,7 +475,7 @@ impl Link for SimPort {
     /// Hands over every frame that has become due. There is no `wait_ready`: the harness moves
     /// the clock, so a port never waits. Ends the retention of the frames kept before.
     fn recv_ready(&mut self, f: &mut dyn FnMut(MacAddr, &[u8])) -> Result<usize, LinkError> {
-        self.inner.borrow_mut().ports[self.index].held.clear();
+        self.inner.borrow_mut().ports[self.index].host.held.clear();
         self.take_due(f, &mut |_| {})
     }
 
@@ -501,11 +495,12 @@ impl Link for SimPort {
         // Out of the switch while the host's code runs (no borrow is held then).
         let (mut held, retain) = {
             let mut inner = self.inner.borrow_mut();
-            let p = &mut inner.ports[self.index];
+            let batch = inner.hot[self.index].rx.len();
+            let p = &mut inner.ports[self.index].host;
             let mut held = std::mem::take(&mut p.held);
             // Room for this batch and a margin, no more: grown by doubling, the queue of every
             // port would reach twice what it keeps (16 KiB of pointers more per port).
-            let (room, batch) = (held.capacity() - held.len(), p.rx.len());
+            let room = held.capacity() - held.len();
             if room < batch {
                 held.reserve_exact(batch + p.retain / HELD_MARGIN);
             }
@@ -518,19 +513,19 @@ impl Link for SimPort {
             leaving: &Leaving(&held, 0..leaving),
         });
         held.drain(..leaving);
-        self.inner.borrow_mut().ports[self.index].held = held;
+        self.inner.borrow_mut().ports[self.index].host.held = held;
         Ok(n)
     }
 
     fn retain(&mut self, frames: usize) -> usize {
-        self.inner.borrow_mut().ports[self.index].retain = frames;
+        self.inner.borrow_mut().ports[self.index].host.retain = frames;
         frames
     }
 
     /// Once a quarter of what it retains has come since the last time (`PRUNE_EVERY`).
     fn wants_prune(&self) -> bool {
         let inner = self.inner.borrow();
-        let p = &inner.ports[self.index];
+        let p = &inner.ports[self.index].host;
         p.retain > 0 && p.held.len() >= p.prune_at
     }
 
@@ -540,7 +535,7 @@ impl Link for SimPort {
     /// members with loss, the repairs ports retained were about 350 MiB of the run's peak.
     fn prune_held(&mut self, refs: &[usize]) {
         let mut inner = self.inner.borrow_mut();
-        let p = &mut inner.ports[self.index];
+        let p = &mut inner.ports[self.index].host;
         p.held.retain(|f| {
             let start = f.as_ptr() as usize;
             // The first address at or after the frame's start lies in it, if any does.
@@ -551,12 +546,12 @@ impl Link for SimPort {
     }
 
     fn with_held(&self, f: &mut dyn FnMut(BatchEnd<'_>)) {
-        let held = std::mem::take(&mut self.inner.borrow_mut().ports[self.index].held);
+        let held = std::mem::take(&mut self.inner.borrow_mut().ports[self.index].host.held);
         f(BatchEnd {
             held: &Kept(&held, 0..held.len()),
             leaving: BatchEnd::NOTHING.leaving,
         });
-        self.inner.borrow_mut().ports[self.index].held = held;
+        self.inner.borrow_mut().ports[self.index].host.held = held;
     }
 }
 
@@ -568,7 +563,7 @@ impl SimPort {
         keep: &mut dyn FnMut(Rc<[u8]>),
     ) -> Result<usize, LinkError> {
         // Take the queue out so that no borrow is held while `f` runs.
-        let mut q = std::mem::take(&mut self.inner.borrow_mut().ports[self.index].rx);
+        let mut q = std::mem::take(&mut self.inner.borrow_mut().hot[self.index].rx);
         let n = q.len();
         for frame in q.drain(..) {
             // Every frame in the queue was built by `ethernet::to_vec` and its header is never
@@ -579,7 +574,7 @@ impl SimPort {
             keep(frame);
         }
         let mut inner = self.inner.borrow_mut();
-        let rx = &mut inner.ports[self.index].rx;
+        let rx = &mut inner.hot[self.index].rx;
         if rx.is_empty() {
             // Give the allocation back.
             *rx = q;

@@ -75,38 +75,141 @@ pub(super) struct InFlight<P> {
 pub(super) enum EventKind {
     /// The front frame of this port's uplink reaches the switch.
     Uplink(usize),
-    /// The front frame of the switch's output queue to this port reaches the port.
-    Downlink(usize),
+    /// The front frame of the switch's output queue to `port`, `pdu`, reaches the port. It
+    /// travels in the event, not in the port's state: no other line need be touched to
+    /// deliver it, and the event is no larger than a `Late` one anyway.
+    Downlink { port: usize, pdu: Rc<[u8]> },
     /// A frame held back for reordering reaches `port`.
     Late { port: usize, pdu: Rc<[u8]> },
     /// The transmit queue of `port`'s host may have drained below its bound.
     TxReady(usize),
 }
 
+/// What the switch reads and writes of a port for each frame it forwards or delivers there:
+/// two cache lines, the first with the port's state, the faults drawn first and the
+/// counters, the second with the queues of the switch's output link and of the port's
+/// receive side, then the stream its receive-side faults are drawn from.
+///
+/// Why apart from [`PortState`]: with thousands of ports, what the hosts touch between two
+/// frames to one port is far larger than the caches, so each line of a port that a frame
+/// touches is a miss to memory; spread over the whole state a frame touched a dozen of them.
+/// Dense and in port order, these lines are also what the hardware prefetches while a
+/// broadcast walks the ports one after the other.
 #[derive(Debug)]
-pub(super) struct PortState {
-    pub(super) faults: Faults,
-    pub(super) killed: bool,
-    pub(super) tx_rng: ChaCha8Rng,
-    pub(super) rx_rng: ChaCha8Rng,
+#[repr(C, align(64))]
+pub(super) struct PortHot {
+    /// Killed ([`PortState::killed`]) or configured dead ([`Faults::dead`]): sends and
+    /// receives nothing.
+    pub(super) dead: bool,
     pub(super) in_burst: bool,
+    /// Whether a fault drawn after loss can happen at this port (group loss, corruption,
+    /// reordering or duplication has a probability above zero): only then does forwarding
+    /// read them in [`PortState::faults`]. Without any, those draws take nothing from the
+    /// port's stream.
+    pub(super) later_faults: bool,
+    /// The front of the output link is in the heap.
+    pub(super) downlink_busy: bool,
     /// When the last frame for this port passed its receive-side faults (a burst ends when
     /// the port has been quiet for [`Inner::burst_gap_ns`]).
     pub(super) last_rx: u64,
-    /// When the uplink finishes serialising what it has been given.
-    pub(super) tx_free: u64,
-    /// Its host was told the link is not ready; it is woken when the queue drains.
-    pub(super) tx_blocked: bool,
     /// When the switch output link to this port finishes what it has been given.
     pub(super) out_free: u64,
-    /// Completion times of the frames in the switch output queue (only with a bounded buffer).
-    pub(super) out_queue: VecDeque<u64>,
-    /// Frames sent by this port, on their way to the switch.
-    pub(super) uplink: VecDeque<InFlight<Target>>,
-    /// Frames the switch forwarded to this port, on their way to it (not reordered ones).
+    /// [`Faults::loss`] of this port.
+    pub(super) loss: f64,
+    /// [`Faults::burst_loss`] of this port.
+    pub(super) burst_loss: f64,
+    /// [`Faults::burst_len`] of this port.
+    pub(super) burst_len: f64,
+    /// [`SimStats::frames_delivered`] of this port.
+    pub(super) frames_delivered: u64,
+    /// [`SimStats::lost`] of this port.
+    pub(super) lost: u64,
+    /// The frames the switch forwarded to this port, on their way to it, behind the front
+    /// one (which is in the heap, in its `Downlink` event), not reordered ones.
     pub(super) downlink: VecDeque<InFlight<()>>,
     /// Ethernet frames due at this port, oldest first.
     pub(super) rx: VecDeque<Rc<[u8]>>,
+    pub(super) rx_rng: ChaCha8Rng,
+}
+
+// Its state and its queues fill one cache line each.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(std::mem::offset_of!(PortHot, downlink) == 64);
+    assert!(std::mem::offset_of!(PortHot, rx_rng) == 128);
+};
+
+impl PortHot {
+    /// A port with `faults` drawn from `rx_rng`, up, idle and out of any loss burst.
+    pub(super) fn new(faults: &Faults, rx_rng: ChaCha8Rng) -> PortHot {
+        let mut hot = PortHot {
+            dead: false,
+            in_burst: false,
+            later_faults: false,
+            downlink_busy: false,
+            last_rx: 0,
+            out_free: 0,
+            loss: 0.0,
+            burst_loss: 0.0,
+            burst_len: 1.0,
+            frames_delivered: 0,
+            lost: 0,
+            downlink: VecDeque::new(),
+            rx: VecDeque::new(),
+            rx_rng,
+        };
+        hot.set_faults(faults, false);
+        hot
+    }
+
+    /// Takes the copies of `faults` it keeps, for a port that is `killed` or not.
+    pub(super) fn set_faults(&mut self, faults: &Faults, killed: bool) {
+        self.dead = killed || faults.dead;
+        self.loss = faults.loss;
+        self.burst_loss = faults.burst_loss;
+        self.burst_len = faults.burst_len;
+        let later = [
+            faults.group_loss,
+            faults.corrupt,
+            faults.reorder,
+            faults.dup,
+        ];
+        self.later_faults = later.iter().any(|&p| p > 0.0);
+    }
+}
+
+/// What the switch keeps of a port besides its [`PortHot`] lines: what sending touches and
+/// what each turn of its host touches, a cache line each (for the reasons of [`PortHot`]),
+/// then what only the faults after loss, the counters and rarer events touch.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub(super) struct PortState {
+    /// Frames sent by this port, on their way to the switch.
+    pub(super) uplink: VecDeque<InFlight<Target>>,
+    /// [`SimStats::frames_sent`] of this port.
+    pub(super) frames_sent: u64,
+    /// [`SimStats::bytes_on_wire`] of this port.
+    pub(super) bytes_on_wire: u64,
+    /// [`PortHot::dead`], beside what sending a frame touches.
+    pub(super) dead: bool,
+    pub(super) killed: bool,
+    pub(super) host: HostLine,
+    pub(super) faults: Faults,
+    /// Its counters but those kept apart (`frames_sent`, `bytes_on_wire` above,
+    /// `frames_delivered`, `lost` in [`PortHot`]), which are zero here.
+    pub(super) stats: SimStats,
+    pub(super) tx_rng: ChaCha8Rng,
+    /// Completion times of the frames in the switch output queue (only with a bounded buffer).
+    pub(super) out_queue: VecDeque<u64>,
+}
+
+/// What each turn of a port's host touches besides its receive queue, in a cache line of its
+/// own: whether it may send, the frames the port keeps for it and how many.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+pub(super) struct HostLine {
+    /// When the uplink finishes serialising what it has been given.
+    pub(super) tx_free: u64,
     /// Frames its host read and the port keeps for it (see [`super::SimPort`]'s
     /// `Link::retain`), oldest first: the `retain` newest after each batch.
     pub(super) held: VecDeque<Rc<[u8]>>,
@@ -115,14 +218,13 @@ pub(super) struct PortState {
     /// How many frames it holds when it next lets go those its host no longer reads (see
     /// `SimPort::prune_held`).
     pub(super) prune_at: usize,
-    pub(super) stats: SimStats,
+    /// Its host was told the link is not ready; it is woken when the queue drains.
+    pub(super) tx_blocked: bool,
 }
 
-impl PortState {
-    pub(super) fn dead(&self) -> bool {
-        self.killed || self.faults.dead
-    }
-}
+// What sending touches fills the first line, what a turn of the host touches the second.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::offset_of!(PortState, host) == 64);
 
 #[derive(Debug)]
 pub(super) struct Inner {
@@ -143,6 +245,8 @@ pub(super) struct Inner {
     pub(super) burst_gap_ns: u64,
     pub(super) heap: EventQueue<(u64, u64), EventKind>,
     pub(super) ports: Vec<PortState>,
+    /// The per-frame lines of the ports, by the same index as `ports`.
+    pub(super) hot: Vec<PortHot>,
     /// The ports that joined each multicast group, in index order.
     pub(super) groups: BTreeMap<MacAddr, Vec<usize>>,
     /// Partitions: frames between a port with `true` in one and a port with `true` in the
@@ -183,7 +287,7 @@ impl Inner {
     /// than the transmit queue's bound.
     pub(super) fn tx_ready(&self, port: usize) -> bool {
         self.tx_queue_ns
-            .is_none_or(|q| self.ports[port].tx_free.saturating_sub(self.now) < q)
+            .is_none_or(|q| self.ports[port].host.tx_free.saturating_sub(self.now) < q)
     }
 
     /// Tells `port`'s host whether it may send; when not, wakes it (puts it on the ready
@@ -192,8 +296,8 @@ impl Inner {
         if self.tx_ready(port) {
             return true;
         }
-        if !self.ports[port].tx_blocked {
-            self.ports[port].tx_blocked = true;
+        if !self.ports[port].host.tx_blocked {
+            self.ports[port].host.tx_blocked = true;
             self.schedule_tx_wake(port);
         }
         false
@@ -201,7 +305,7 @@ impl Inner {
 
     pub(super) fn schedule_tx_wake(&mut self, port: usize) {
         let q = self.tx_queue_ns.unwrap_or(0);
-        let at = (self.ports[port].tx_free.saturating_sub(q) + 1).max(self.now);
+        let at = (self.ports[port].host.tx_free.saturating_sub(q) + 1).max(self.now);
         let seq = self.next_seq();
         self.heap.push((at, seq), EventKind::TxReady(port));
     }
@@ -223,9 +327,63 @@ impl Inner {
     /// Puts a frame on the switch's output link to `port`, due at `at` (not before the frames
     /// already on it).
     pub(super) fn push_downlink(&mut self, port: usize, at: u64, pdu: Rc<[u8]>) {
-        let due = (at, self.next_seq());
-        let q = &mut self.ports[port].downlink;
-        enqueue(&mut self.heap, q, EventKind::Downlink(port), due, (), pdu);
+        let seq = self.next_seq();
+        let h = &mut self.hot[port];
+        if !h.downlink_busy {
+            h.downlink_busy = true;
+            self.heap.push((at, seq), EventKind::Downlink { port, pdu });
+            return;
+        }
+        h.downlink.push_back(InFlight {
+            at,
+            seq,
+            peer: (),
+            pdu,
+        });
+    }
+
+    /// The front frame of the switch's output link to `port` left it (its turn in the heap
+    /// just came): puts the next one's turn in the heap.
+    fn pop_downlink(&mut self, port: usize) {
+        let h = &mut self.hot[port];
+        match h.downlink.pop_front() {
+            Some(next) => {
+                let kind = EventKind::Downlink {
+                    port,
+                    pdu: next.pdu,
+                };
+                self.heap.push((next.at, next.seq), kind);
+            }
+            None => h.downlink_busy = false,
+        }
+    }
+
+    /// Counters of `port`: those kept with it and those in its [`PortHot`] line.
+    pub(super) fn port_stats(&self, port: usize) -> SimStats {
+        let (h, p) = (&self.hot[port], &self.ports[port]);
+        SimStats {
+            frames_delivered: h.frames_delivered,
+            lost: h.lost,
+            frames_sent: p.frames_sent,
+            bytes_on_wire: p.bytes_on_wire,
+            ..p.stats
+        }
+    }
+
+    /// Sets the faults of `port` (a loss burst it is in goes on).
+    pub(super) fn set_faults(&mut self, port: usize, faults: Faults) {
+        let p = &mut self.ports[port];
+        p.faults = faults;
+        p.dead = p.killed || faults.dead;
+        self.hot[port].set_faults(&faults, p.killed);
+    }
+
+    /// Kills `port`'s host (`true`) or brings it back.
+    pub(super) fn set_killed(&mut self, port: usize, killed: bool) {
+        let p = &mut self.ports[port];
+        p.killed = killed;
+        p.dead = killed || p.faults.dead;
+        self.hot[port].dead = p.dead;
     }
 
     pub(super) fn cut(&self, a: usize, b: usize) -> bool {
@@ -237,18 +395,18 @@ impl Inner {
     /// Counts a frame from `src` to `target` as lost at every port it was meant for.
     pub(super) fn lose_everywhere(&mut self, src: usize, target: Target) {
         match target {
-            Target::One(j) => self.ports[j].stats.lost += 1,
+            Target::One(j) => self.hot[j].lost += 1,
             Target::Group(g) => {
                 for &j in self.groups.get(&g).into_iter().flatten() {
                     if j != src {
-                        self.ports[j].stats.lost += 1;
+                        self.hot[j].lost += 1;
                     }
                 }
             }
             Target::All => {
-                for (j, p) in self.ports.iter_mut().enumerate() {
+                for (j, h) in self.hot.iter_mut().enumerate() {
                     if j != src {
-                        p.stats.lost += 1;
+                        h.lost += 1;
                     }
                 }
             }
@@ -289,16 +447,16 @@ impl Inner {
         let ser = self.ser_ns(pdu.len());
         let now = self.now;
         let sender = &mut self.ports[src];
-        sender.stats.frames_sent += 1;
-        if sender.dead() {
+        sender.frames_sent += 1;
+        if sender.dead {
             if let Some(t) = target {
                 self.lose_everywhere(src, t);
             }
             return Ok(());
         }
-        let done = sender.tx_free.max(now).saturating_add(ser);
-        sender.tx_free = done;
-        sender.stats.bytes_on_wire += wire_bytes(pdu.len()) as u64;
+        let done = sender.host.tx_free.max(now).saturating_add(ser);
+        sender.host.tx_free = done;
+        sender.bytes_on_wire += wire_bytes(pdu.len()) as u64;
         let Some(target) = target else {
             sender.stats.unknown_dst += 1;
             return Ok(());
@@ -321,7 +479,7 @@ impl Inner {
 
     /// The switch received a whole frame at `self.now`: forward it to its output ports.
     pub(super) fn arrive(&mut self, src: usize, target: Target, pdu: Rc<[u8]>) {
-        if self.ports[src].dead() {
+        if self.ports[src].dead {
             self.lose_everywhere(src, target);
             return;
         }
@@ -337,8 +495,10 @@ impl Inner {
             }
             Target::Group(g) => {
                 // Flooded: every other port's link carries it, the members' hosts take it.
-                let members = self.groups.get(&g).cloned().unwrap_or_default();
-                let mut next = members.iter().copied().peekable();
+                // The list is lent out of the map meanwhile, not copied (forwarding never
+                // reads it).
+                let members = self.groups.get_mut(&g).map(std::mem::take);
+                let mut next = members.iter().flatten().copied().peekable();
                 for j in 0..self.ports.len() {
                     let member = next.next_if_eq(&j).is_some();
                     if j == src {
@@ -349,6 +509,9 @@ impl Inner {
                     } else {
                         self.occupy(src, j, ser);
                     }
+                }
+                if let (Some(members), Some(slot)) = (members, self.groups.get_mut(&g)) {
+                    *slot = members;
                 }
             }
             Target::All => {
@@ -364,37 +527,52 @@ impl Inner {
     /// One output port's share of a frame (`ser` ns on the wire): queueing, serialisation,
     /// receive-side faults.
     pub(super) fn forward(&mut self, src: usize, j: usize, pdu: Rc<[u8]>, ser: u64) {
-        if self.cut(src, j) || self.ports[j].dead() {
-            self.ports[j].stats.lost += 1;
+        if self.cut(src, j) || self.hot[j].dead {
+            self.hot[j].lost += 1;
             return;
         }
         let Some(done) = self.queue_out(j, ser) else {
             return;
         };
-        let cap = self.switch_buffer;
         let (now, burst_gap) = (self.now, self.burst_gap_ns);
-        let p = &mut self.ports[j];
+        let h = &mut self.hot[j];
 
         // Receive-side faults, drawn from this port's own stream.
-        let f = p.faults;
-        let rng = &mut p.rx_rng;
-        let quiet = now.saturating_sub(std::mem::replace(&mut p.last_rx, now));
+        let rng = &mut h.rx_rng;
+        let quiet = now.saturating_sub(std::mem::replace(&mut h.last_rx, now));
         if quiet > burst_gap {
             // A burst is loss close in time: one that began before a quiet spell is over.
-            p.in_burst = false;
+            h.in_burst = false;
         }
         // Gilbert-Elliott: a frame in (or starting) a burst is lost, and the burst goes on past
         // it with probability 1 - 1/burst_len, so burst lengths are geometric with that mean.
-        let lost = if p.in_burst || chance(rng, f.burst_loss) {
-            p.in_burst = !chance(rng, 1.0 / f.burst_len);
+        let lost = if h.in_burst || chance(rng, h.burst_loss) {
+            h.in_burst = !chance(rng, 1.0 / h.burst_len);
             true
         } else {
-            chance(rng, f.loss)
+            chance(rng, h.loss)
         };
+        if h.later_faults {
+            self.later_faults(j, pdu, ser, done, lost);
+        } else if lost {
+            h.lost += 1;
+        } else {
+            self.push_downlink(j, done, pdu);
+        }
+    }
+
+    /// The rest of [`Inner::forward`] at a port with faults after loss (see
+    /// [`PortHot::later_faults`]), for a frame loss took (`lost`) or not and whose last bit
+    /// leaves the output queue at `done`.
+    fn later_faults(&mut self, j: usize, pdu: Rc<[u8]>, ser: u64, done: u64, lost: bool) {
+        let cap = self.switch_buffer;
+        let (h, p) = (&mut self.hot[j], &mut self.ports[j]);
+        let f = p.faults;
+        let rng = &mut h.rx_rng;
         let to_group = pdu.first().is_some_and(|b| b & 1 == 1);
         let lost = lost || (to_group && chance(rng, f.group_loss));
         if lost {
-            p.stats.lost += 1;
+            h.lost += 1;
             return;
         }
         let pdu = if pdu.len() > ETH_HEADER_LEN && chance(rng, f.corrupt) {
@@ -410,8 +588,8 @@ impl Inner {
         });
         let dup_at = chance(rng, f.dup).then(|| {
             p.stats.duplicated += 1;
-            let d = p.out_free.saturating_add(ser);
-            p.out_free = d;
+            let d = h.out_free.saturating_add(ser);
+            h.out_free = d;
             if cap.is_some() {
                 p.out_queue.push_back(d);
             }
@@ -435,29 +613,30 @@ impl Inner {
     /// will have left, or `None` if the queue is full (tail drop, counted).
     pub(super) fn queue_out(&mut self, j: usize, ser: u64) -> Option<u64> {
         let now = self.now;
-        let cap = self.switch_buffer;
+        let h = &mut self.hot[j];
+        let Some(cap) = self.switch_buffer else {
+            let done = h.out_free.max(now).saturating_add(ser);
+            h.out_free = done;
+            return Some(done);
+        };
         let p = &mut self.ports[j];
-        if let Some(cap) = cap {
-            while p.out_queue.front().is_some_and(|&done| done <= now) {
-                p.out_queue.pop_front();
-            }
-            if p.out_queue.len() >= cap {
-                p.stats.switch_drops += 1;
-                return None;
-            }
+        while p.out_queue.front().is_some_and(|&done| done <= now) {
+            p.out_queue.pop_front();
         }
-        let done = p.out_free.max(now).saturating_add(ser);
-        p.out_free = done;
-        if cap.is_some() {
-            p.out_queue.push_back(done);
+        if p.out_queue.len() >= cap {
+            p.stats.switch_drops += 1;
+            return None;
         }
+        let done = h.out_free.max(now).saturating_add(ser);
+        h.out_free = done;
+        p.out_queue.push_back(done);
         Some(done)
     }
 
     /// A flooded multicast frame for a group port `j`'s host did not join: it takes its time
     /// on the link, and the NIC discards it.
     pub(super) fn occupy(&mut self, src: usize, j: usize, ser: u64) {
-        if self.cut(src, j) || self.ports[j].dead() {
+        if self.cut(src, j) || self.hot[j].dead {
             return;
         }
         if self.queue_out(j, ser).is_some() {
@@ -466,31 +645,26 @@ impl Inner {
     }
 
     pub(super) fn deliver(&mut self, port: usize, pdu: Rc<[u8]>) {
-        let p = &mut self.ports[port];
-        if p.dead() {
-            p.stats.lost += 1;
+        let h = &mut self.hot[port];
+        if h.dead {
+            h.lost += 1;
         } else {
-            p.stats.frames_delivered += 1;
-            if p.rx.is_empty() {
+            h.frames_delivered += 1;
+            if h.rx.is_empty() {
                 self.ready.push(port);
             }
-            p.rx.push_back(pdu);
+            h.rx.push_back(pdu);
         }
     }
 
-    /// Takes the front frame off one of `port`'s link queues (whose turn in the heap just came)
-    /// and puts the next one's turn in the heap.
-    pub(super) fn pop_front<P>(
-        &mut self,
-        port: usize,
-        queue: fn(&mut PortState) -> &mut VecDeque<InFlight<P>>,
-        token: fn(usize) -> EventKind,
-    ) -> Option<InFlight<P>> {
-        let q = queue(&mut self.ports[port]);
+    /// Takes the front frame off `port`'s uplink (whose turn in the heap just came) and puts
+    /// the next one's turn in the heap.
+    fn pop_uplink(&mut self, port: usize) -> Option<InFlight<Target>> {
+        let q = &mut self.ports[port].uplink;
         let front = q.pop_front();
         if let Some(next) = q.front() {
             let (at, seq) = (next.at, next.seq);
-            self.heap.push((at, seq), token(port));
+            self.heap.push((at, seq), EventKind::Uplink(port));
         }
         front
     }
@@ -504,16 +678,14 @@ impl Inner {
             self.now = at.max(self.now);
             match kind {
                 EventKind::Uplink(src) => {
-                    if let Some(f) = self.pop_front(src, |p| &mut p.uplink, EventKind::Uplink) {
+                    if let Some(f) = self.pop_uplink(src) {
                         self.arrive(src, f.peer, f.pdu);
                     }
                 }
-                EventKind::Downlink(port) => {
-                    if let Some(f) = self.pop_front(port, |p| &mut p.downlink, EventKind::Downlink)
-                    {
-                        delivered += 1;
-                        self.deliver(port, f.pdu);
-                    }
+                EventKind::Downlink { port, pdu } => {
+                    self.pop_downlink(port);
+                    delivered += 1;
+                    self.deliver(port, pdu);
                 }
                 EventKind::Late { port, pdu } => {
                     delivered += 1;
@@ -522,8 +694,8 @@ impl Inner {
                 EventKind::TxReady(port) => {
                     if !self.tx_ready(port) {
                         self.schedule_tx_wake(port);
-                    } else if std::mem::take(&mut self.ports[port].tx_blocked)
-                        && self.ports[port].rx.is_empty()
+                    } else if std::mem::take(&mut self.ports[port].host.tx_blocked)
+                        && self.hot[port].rx.is_empty()
                     {
                         // (A port with frames waiting is on the list already.)
                         self.ready.push(port);

@@ -779,7 +779,7 @@ fn a_port_keeping_frames_holds_room_for_what_it_keeps_and_a_batch() {
             .unwrap();
     }
     assert_eq!(got, 300);
-    let held = &net.inner.borrow().ports[1].held;
+    let held = &net.inner.borrow().ports[1].host.held;
     assert_eq!(held.len(), keep);
     assert!(
         held.capacity() <= keep + batch as usize + keep / HELD_MARGIN,
@@ -821,7 +821,7 @@ fn a_pruned_port_keeps_only_the_frames_its_host_still_reads_in_their_order() {
     refs.sort_unstable();
     ports[1].prune_held(&refs);
     assert!(!ports[1].wants_prune(), "pruned just now");
-    assert_eq!(net.inner.borrow().ports[1].held.len(), 2);
+    assert_eq!(net.inner.borrow().ports[1].host.held.len(), 2);
     ports[1].with_held(&mut |end| {
         for (at, bytes) in &noted {
             assert_eq!(
@@ -845,5 +845,5 @@ fn a_pruned_port_keeps_only_the_frames_its_host_still_reads_in_their_order() {
             assert_eq!(end.held.find(second.0, 10), Some(&second.1[..]));
         })
         .unwrap();
-    assert_eq!(net.inner.borrow().ports[1].held.len(), keep);
+    assert_eq!(net.inner.borrow().ports[1].host.held.len(), keep);
 }
