@@ -113,6 +113,32 @@ pub(super) struct SendStatus<'a> {
     receivers: &'a [ReceiverReport],
 }
 
+impl<'a> SendStatus<'a> {
+    /// The status before any data went: `state`, `ok`, the interface, the input's size and
+    /// the receivers as they stand, every count zero.
+    fn before_data(
+        state: &'a str,
+        ok: Option<bool>,
+        iface: &'a str,
+        total: Option<u64>,
+        receivers: &'a [ReceiverReport],
+    ) -> SendStatus<'a> {
+        SendStatus {
+            state,
+            ok,
+            iface,
+            total,
+            bytes_sent: 0,
+            bytes_acked: 0,
+            resumed_from: 0,
+            seconds: 0.0,
+            data_frames: 0,
+            repair_frames: 0,
+            receivers,
+        }
+    }
+}
+
 /// A receiver that was expected and did not join (the transfer started without it).
 #[derive(Debug, Clone, Serialize)]
 pub struct MissingHost {
@@ -481,19 +507,7 @@ fn not_started(
     };
     let not_joined = a.expect.len().saturating_sub(receivers.len());
     if let Some(st) = status.as_mut() {
-        let end = SendStatus {
-            state: "done",
-            ok: Some(false),
-            iface: &a.link.iface,
-            total,
-            bytes_sent: 0,
-            bytes_acked: 0,
-            resumed_from: 0,
-            seconds: 0.0,
-            data_frames: 0,
-            repair_frames: 0,
-            receivers: &receivers,
-        };
+        let end = SendStatus::before_data("done", Some(false), &a.link.iface, total, &receivers);
         st.update(&end, true);
     }
     Report {
@@ -559,19 +573,7 @@ fn status_file(a: &SendArgs, total: Option<u64>) -> Result<Option<super::StatusF
     let Some(p) = &a.status_file else {
         return Ok(None);
     };
-    let first = SendStatus {
-        state: "joining",
-        ok: None,
-        iface: &a.link.iface,
-        total,
-        bytes_sent: 0,
-        bytes_acked: 0,
-        resumed_from: 0,
-        seconds: 0.0,
-        data_frames: 0,
-        repair_frames: 0,
-        receivers: &[],
-    };
+    let first = SendStatus::before_data("joining", None, &a.link.iface, total, &[]);
     super::StatusFile::create(p, &first).map(Some)
 }
 
