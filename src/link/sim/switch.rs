@@ -98,8 +98,7 @@ pub(super) enum EventKind {
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(super) struct PortHot {
-    /// Killed ([`PortState::killed`]) or configured dead ([`Faults::dead`]): sends and
-    /// receives nothing.
+    /// [`PortState::is_dead`]: sends and receives nothing.
     pub(super) dead: bool,
     pub(super) in_burst: bool,
     /// Whether a fault drawn after loss can happen at this port (group loss, corruption,
@@ -158,13 +157,14 @@ impl PortHot {
             rx: VecDeque::new(),
             rx_rng,
         };
-        hot.set_faults(faults, false);
+        hot.set_faults(faults, faults.dead);
         hot
     }
 
-    /// Takes the copies of `faults` it keeps, for a port that is `killed` or not.
-    pub(super) fn set_faults(&mut self, faults: &Faults, killed: bool) {
-        self.dead = killed || faults.dead;
+    /// Takes the copies of `faults` it keeps, and whether the port is `dead`
+    /// ([`PortState::is_dead`]).
+    pub(super) fn set_faults(&mut self, faults: &Faults, dead: bool) {
+        self.dead = dead;
         self.loss = faults.loss;
         self.burst_loss = faults.burst_loss;
         self.burst_len = faults.burst_len;
@@ -190,8 +190,10 @@ pub(super) struct PortState {
     pub(super) frames_sent: u64,
     /// [`SimStats::bytes_on_wire`] of this port.
     pub(super) bytes_on_wire: u64,
-    /// [`PortHot::dead`], beside what sending a frame touches.
+    /// [`PortState::is_dead`], beside what sending a frame touches (a copy, as
+    /// [`PortHot::dead`] is: [`Inner::set_faults`] and [`Inner::set_killed`] renew both).
     pub(super) dead: bool,
+    /// Its host was killed ([`super::SimNet::kill`]).
     pub(super) killed: bool,
     pub(super) host: HostLine,
     pub(super) faults: Faults,
@@ -220,6 +222,13 @@ pub(super) struct HostLine {
     pub(super) prune_at: usize,
     /// Its host was told the link is not ready; it is woken when the queue drains.
     pub(super) tx_blocked: bool,
+}
+
+impl PortState {
+    /// Killed or configured dead ([`Faults::dead`]): the port sends and receives nothing.
+    pub(super) fn is_dead(&self) -> bool {
+        self.killed || self.faults.dead
+    }
 }
 
 // What sending touches fills the first line, what a turn of the host touches the second.
@@ -318,10 +327,19 @@ impl Inner {
 
     /// Puts a frame on `src`'s uplink, due at the switch at `at` (not before the frames
     /// already on it).
+    /// Only the front frame's turn is in the heap: a frame that becomes the front enters it.
     pub(super) fn push_uplink(&mut self, src: usize, at: u64, target: Target, pdu: Rc<[u8]>) {
-        let due = (at, self.next_seq());
+        let seq = self.next_seq();
         let q = &mut self.ports[src].uplink;
-        enqueue(&mut self.heap, q, EventKind::Uplink(src), due, target, pdu);
+        if q.is_empty() {
+            self.heap.push((at, seq), EventKind::Uplink(src));
+        }
+        q.push_back(InFlight {
+            at,
+            seq,
+            peer: target,
+            pdu,
+        });
     }
 
     /// Puts a frame on the switch's output link to `port`, due at `at` (not before the frames
@@ -372,18 +390,21 @@ impl Inner {
 
     /// Sets the faults of `port` (a loss burst it is in goes on).
     pub(super) fn set_faults(&mut self, port: usize, faults: Faults) {
-        let p = &mut self.ports[port];
-        p.faults = faults;
-        p.dead = p.killed || faults.dead;
-        self.hot[port].set_faults(&faults, p.killed);
+        self.ports[port].faults = faults;
+        self.copy_faults(port);
     }
 
     /// Kills `port`'s host (`true`) or brings it back.
     pub(super) fn set_killed(&mut self, port: usize, killed: bool) {
+        self.ports[port].killed = killed;
+        self.copy_faults(port);
+    }
+
+    /// Renews the copies of `port`'s faults and deadness kept where frames read them.
+    fn copy_faults(&mut self, port: usize) {
         let p = &mut self.ports[port];
-        p.killed = killed;
-        p.dead = killed || p.faults.dead;
-        self.hot[port].dead = p.dead;
+        p.dead = p.is_dead();
+        self.hot[port].set_faults(&p.faults, p.dead);
     }
 
     pub(super) fn cut(&self, a: usize, b: usize) -> bool {
@@ -730,21 +751,4 @@ pub(super) fn corrupt(rng: &mut ChaCha8Rng, frame: &[u8]) -> Rc<[u8]> {
         }
     }
     Rc::from(bytes)
-}
-
-/// Appends the frame `pdu` (to or from `peer`), due at `due` (time, creation order), to the
-/// link queue `q`; a frame that becomes the queue's front enters the heap as `event` (only
-/// fronts are in the heap).
-fn enqueue<P>(
-    heap: &mut EventQueue<(u64, u64), EventKind>,
-    q: &mut VecDeque<InFlight<P>>,
-    event: EventKind,
-    (at, seq): (u64, u64),
-    peer: P,
-    pdu: Rc<[u8]>,
-) {
-    if q.is_empty() {
-        heap.push((at, seq), event);
-    }
-    q.push_back(InFlight { at, seq, peer, pdu });
 }

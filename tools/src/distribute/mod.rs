@@ -519,6 +519,28 @@ pub fn read_key_file(path: &std::path::Path, group_id: u32) -> Result<ethbcast::
 
 pub use crate::testbed::units::NO_LIMIT;
 
+/// The progress bar on stderr (hidden when stderr is not a terminal, or `quiet`).
+fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let (pb, tpl) = match total {
+        Some(t) => (
+            ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr()),
+            "{spinner} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+        ),
+        None => (
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+            "{spinner} [{elapsed_precise}] {bytes} {binary_bytes_per_sec} {msg}",
+        ),
+    };
+    if let Ok(style) = ProgressStyle::with_template(tpl) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
 /// `d` for messages: seconds, or "no limit".
 pub fn render_seconds(d: Duration) -> String {
     if d >= NO_LIMIT {
@@ -651,9 +673,11 @@ mod tests {
         assert!(!f.msg.contains("2 of 2"), "{}", f.msg);
     }
 
-    /// A scratch directory for the status file's tests.
-    fn status_dir(tag: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("ethbcast-status-{tag}-{}", std::process::id()));
+    /// An empty scratch directory of its own for the test that names it `tag` (the tests of
+    /// `recv/` too).
+    pub(super) fn scratch(tag: &str) -> std::path::PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("ethbcast-distribute-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
@@ -663,7 +687,7 @@ mod tests {
     /// neither blocks the writer (every receiver would time out) nor receives the status.
     #[test]
     fn a_fifo_planted_at_the_temporary_name_does_not_block_the_status_file() {
-        let dir = status_dir("fifo");
+        let dir = scratch("fifo");
         let path = dir.join("status.json");
         let guessed = dir.join(format!(".status.json.{}.tmp", std::process::id()));
         nix::unistd::mkfifo(&guessed, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
@@ -696,7 +720,7 @@ mod tests {
             eprintln!("SKIPPED: needs root to plant another user's file");
             return;
         }
-        let dir = status_dir("planted");
+        let dir = scratch("planted");
         let path = dir.join("status.json");
         let guessed = dir.join(format!(".status.json.{}.tmp", std::process::id()));
         std::fs::write(&guessed, b"theirs").unwrap();

@@ -727,7 +727,7 @@ impl<'a> Receiving<'a> {
             );
         }
         self.announced = total;
-        self.pb = Some(super::send::progress_bar(total, a.quiet));
+        self.pb = Some(super::progress_bar(total, a.quiet));
         let sink = &mut self.setup.guard.0;
         sink.start()?;
         let partial = matches!(sink, Sink::File { keep: true, .. });

@@ -736,6 +736,7 @@ mod tests {
     use crate::distribute::recv::push;
     use crate::distribute::recv::verify::tests::xxh3;
     use crate::distribute::recv::writer::{Job, Writer};
+    use crate::distribute::tests::scratch;
     use crate::transfer::Data;
     use std::sync::atomic::AtomicBool;
     use std::time::{Duration, Instant};
@@ -772,13 +773,6 @@ mod tests {
             &File::options().write(true).open("/dev/null").unwrap()
         ));
         std::fs::remove_dir_all(d).unwrap();
-    }
-
-    fn scratch(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("ethbcast-recv-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
     }
 
     /// A host user who can write to the target directory plants a symlink where the

@@ -9,12 +9,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ethbcast::{Dest, HostEntry, JoinSeen, MacAddr, Rank, Role, Settle, Stream};
+use ethbcast::{HostEntry, JoinSeen, MacAddr, Rank, Role, Settle, Stream};
 use serde::Serialize;
 
 use super::recv::RecvCounters;
 use super::{Fatal, LinkOptions, EXIT_INTERRUPTED};
-use crate::transfer::{DigestAlgo, ABORT};
+use crate::transfer::DigestAlgo;
 
 mod read;
 mod transfer;
@@ -303,44 +303,6 @@ impl Report {
         }
         s
     }
-}
-
-/// The progress bar on stderr (hidden when stderr is not a terminal, or `quiet`).
-pub(super) fn progress_bar(total: Option<u64>, quiet: bool) -> indicatif::ProgressBar {
-    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    let (pb, tpl) = match total {
-        Some(t) => (
-            ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr()),
-            "{spinner} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
-        ),
-        None => (
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
-            "{spinner} [{elapsed_precise}] {bytes} {binary_bytes_per_sec} {msg}",
-        ),
-    };
-    if let Ok(style) = ProgressStyle::with_template(tpl) {
-        pb.set_style(style.progress_chars("=> "));
-    }
-    pb
-}
-
-/// Tells every receiver to discard the transfer: data stops at once, the abort is repeated
-/// for about 100 ms (the first copies may meet queues still full of data), and the link is
-/// drained before the process exits with them.
-pub(super) fn abort_receivers(node: &mut Stream) {
-    node.abandon();
-    for _ in 0..6 {
-        control(node, Dest::All, ABORT);
-        let _ = node.turn(Duration::from_millis(20));
-    }
-    let _ = node.drain(Duration::from_millis(500));
-}
-
-pub(super) fn control(node: &mut Stream, dst: Dest, payload: &[u8]) {
-    let _ = node.notice(dst, payload.to_vec());
 }
 
 /// Whom the sender waits for.

@@ -10,21 +10,34 @@ use std::time::{Duration, Instant};
 use ethbcast::{Dest, Event, MemberError, Rank, SendError, Stream};
 
 use crate::distribute::recv::RecvCounters;
-use crate::distribute::{mbit, Fatal, EXIT_FAILED, EXIT_INTERRUPTED};
+use crate::distribute::{mbit, progress_bar, Fatal, EXIT_FAILED, EXIT_INTERRUPTED};
 use crate::transfer::rate::TokenBucket;
-use crate::transfer::{Final, Msg, Offer, Progress, EVICTED, KEEPALIVE};
+use crate::transfer::{Final, Msg, Offer, Progress, ABORT, EVICTED, KEEPALIVE};
 
 use super::read::{reader, Block, Input};
-use super::{
-    abort_receivers, control, progress_bar, Joined, MissingHost, Outcome, ReceiverReport, Report,
-    SendArgs, SendStatus,
-};
+use super::{Joined, MissingHost, Outcome, ReceiverReport, Report, SendArgs, SendStatus};
 
 /// How often an evicted receiver is told so again while the transfer lasts.
 const EVICTED_REPEAT: Duration = Duration::from_millis(250);
 /// How often the sender says it is alive (see [`KEEPALIVE`]): often enough for a receiver
 /// timeout well below a second, one small frame each time.
 const KEEPALIVE_EVERY: Duration = Duration::from_millis(250);
+
+/// Tells every receiver to discard the transfer: data stops at once, the abort is repeated
+/// for about 100 ms (the first copies may meet queues still full of data), and the link is
+/// drained before the process exits with them.
+fn abort_receivers(node: &mut Stream) {
+    node.abandon();
+    for _ in 0..6 {
+        control(node, Dest::All, ABORT);
+        let _ = node.turn(Duration::from_millis(20));
+    }
+    let _ = node.drain(Duration::from_millis(500));
+}
+
+fn control(node: &mut Stream, dst: Dest, payload: &[u8]) {
+    let _ = node.notice(dst, payload.to_vec());
+}
 
 /// Sets `f`'s outcome, `seconds` after `start`.
 fn finish(f: &mut ReceiverReport, start: Instant, what: Outcome, bytes: u64, err: String) {
