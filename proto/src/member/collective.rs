@@ -127,7 +127,7 @@ impl Member {
             BarrierAlgo::Broadcast => 0,
             BarrierAlgo::Dissemination => 1,
         };
-        let b = &mut self.barriers[which];
+        let b = self.barrier_mut(which);
         let epoch = b.next_epoch();
         b.enter(now, epoch)?;
         self.calls.start(Call::Barrier { which, epoch });

@@ -87,6 +87,12 @@ pub struct Member {
     pairs: Pairs,
     tree: TreeBcast,
     barriers: [Barrier; 2],
+    /// Set when a barrier was given something that may have queued frames of it: looked at
+    /// by [`Member::pump_controls`] only then (see [`Member::barrier_mut`]).
+    barrier_sends: bool,
+    /// Set when a barrier was given something that may have moved its deadline: looked at
+    /// by [`Member::sync_timers`] only then.
+    barrier_deadlines: bool,
     detector: Option<Detector>,
     addrs: Addresses,
     deliveries: Deliveries,
@@ -153,6 +159,8 @@ impl Member {
             pairs: Pairs::new(group, rank, size),
             tree: TreeBcast::new(),
             barriers,
+            barrier_sends: true,
+            barrier_deadlines: true,
             detector,
             addrs: Addresses::new(peers, group_mac),
             deliveries: Deliveries::new(n, prepost, senders.as_deref()),
@@ -377,8 +385,8 @@ impl Member {
         self.pairs.close(rank);
         self.timers.set_or_stop(Timer::Pair(rank), None);
         self.deliveries.evicted(rank);
-        for b in &mut self.barriers {
-            b.evicted(now, rank);
+        for i in 0..self.barriers.len() {
+            self.barrier_mut(i).evicted(now, rank);
         }
         self.reforward_trees(now);
         self.push_event(Event::Evicted { rank });
@@ -561,7 +569,7 @@ impl Member {
                     }
                 }
                 Timer::Barrier(i) => {
-                    let b = &mut self.barriers[i];
+                    let b = self.barrier_mut(i);
                     if b.poll_timeout().is_some_and(|t| t <= now) {
                         b.handle_timeout(now);
                     }
@@ -630,9 +638,23 @@ impl Member {
     fn sync_timers(&mut self) {
         self.timers
             .set_or_stop(Timer::Group, self.engine.poll_timeout());
-        for (i, b) in self.barriers.iter().enumerate() {
-            self.timers.set_or_stop(Timer::Barrier(i), b.poll_timeout());
+        if std::mem::take(&mut self.barrier_deadlines) {
+            for (i, b) in self.barriers.iter().enumerate() {
+                self.timers.set_or_stop(Timer::Barrier(i), b.poll_timeout());
+            }
         }
+    }
+
+    /// Barrier `i`, to be given a call, a frame, a timeout or an eviction: the one way to
+    /// change a barrier, so that its frames are pumped and its deadline is read again after.
+    ///
+    /// Why: a member takes thousands of frames for every one of a barrier, and looking at
+    /// both barriers' queues and deadlines after each frame was two or three cache lines
+    /// read for nothing per frame, each a miss in a group of thousands.
+    fn barrier_mut(&mut self, i: usize) -> &mut Barrier {
+        self.barrier_sends = true;
+        self.barrier_deadlines = true;
+        &mut self.barriers[i]
     }
 
     /// Keeps the detector's timer in step with it (its deadline is found by a look at every
@@ -769,7 +791,7 @@ impl Member {
         match msg {
             Control::Barrier(b) => {
                 let i = usize::from(b.algo == BarrierAlgo::Dissemination);
-                if self.barriers[i].handle_frame(now, src, &b).is_err() {
+                if self.barrier_mut(i).handle_frame(now, src, &b).is_err() {
                     self.stats.dropped += 1;
                 }
             }
@@ -798,9 +820,11 @@ impl Member {
     /// Moves the barriers' and the detector's frames into the engine's outbox (which drops
     /// and counts what it has no room for, see [`Engine::send_control`]).
     fn pump_controls(&mut self) {
-        for b in &mut self.barriers {
-            while let Some((dst, msg)) = b.poll_transmit() {
-                let _ = self.engine.send_control(dst, msg);
+        if std::mem::take(&mut self.barrier_sends) {
+            for b in &mut self.barriers {
+                while let Some((dst, msg)) = b.poll_transmit() {
+                    let _ = self.engine.send_control(dst, msg);
+                }
             }
         }
         if let Some(d) = self.detector.as_mut() {
