@@ -39,6 +39,7 @@ mod member;
 mod names;
 mod queue;
 mod rank;
+mod rank_map;
 mod secret;
 mod seq;
 mod wire;

@@ -154,7 +154,7 @@ impl Engine {
                     return Err(DropReason::Protocol("peer NACK for a bad root or member"));
                 }
                 let budget = self.outbox.room();
-                if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
+                if let Some(rx) = self.rx.get_mut(root).map(Box::as_mut) {
                     if unheld {
                         rx.on_unheld(now, &mut self.timers, base, missing, &more, src);
                     } else {
@@ -179,7 +179,7 @@ impl Engine {
                 if !to_me || root.get() >= self.cfg.size || root == self.cfg.rank {
                     return Err(DropReason::Protocol("peer answer for a bad root or member"));
                 }
-                if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
+                if let Some(rx) = self.rx.get_mut(root).map(Box::as_mut) {
                     rx.on_pending(now, &mut self.timers, base, missing, &more, src);
                     self.collect_rx(root);
                 }
@@ -225,6 +225,7 @@ impl Engine {
             send::Feedback::Ack { seen: Some(_), .. } => self.stats.probe_answers_handled += 1,
             _ => {}
         }
+        self.sending = true;
         self.tx.on_feedback(
             &self.cfg,
             now,
@@ -262,6 +263,7 @@ impl Engine {
                 return;
             }
             let covered = t.subtree(src);
+            self.sending = true;
             self.tx.on_tree_ack(
                 &self.cfg,
                 now,
@@ -275,7 +277,7 @@ impl Engine {
             self.collect_tx();
             return;
         }
-        let taken = match self.rx.get_mut(&root) {
+        let taken = match self.rx.get_mut(root) {
             Some(rx) => rx.on_report(now, &mut self.timers, src, next, laggard, view),
             _ => false,
         };

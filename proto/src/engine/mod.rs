@@ -49,10 +49,11 @@ mod tests;
 mod timer;
 mod tree;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::machine::{BatchEnd, Both, Held, Transmit};
+use crate::rank_map::RankMap;
 use crate::wire::{self, Control, WireError};
 use crate::Rank;
 
@@ -103,8 +104,9 @@ pub struct Engine {
     cfg: EngineConfig,
     tx: Sender,
     /// The receive streams, by root: those heard from alone (a slot per rank was 8 bytes
-    /// per fellow at every member, 128 MiB of a simulated group of 4096).
-    rx: BTreeMap<Rank, Box<Receiver>>,
+    /// per fellow at every member, 128 MiB of a simulated group of 4096). The first is
+    /// found in the engine itself: every data frame looks its stream up.
+    rx: RankMap<Box<Receiver>, 1>,
     /// The streams that take the end of each batch of frames ([`Engine::frames_done`]):
     /// those with an observer ([`Engine::observe`]) or left in the link
     /// ([`Engine::leave_in_link`]).
@@ -120,6 +122,14 @@ pub struct Engine {
     reserved: bool,
     /// Set by [`Engine::abandon`]: only control frames leave from then on.
     abandoned: bool,
+    /// Set when the send side is first given something: a message, feedback on this
+    /// member's stream, an eviction. Until then nothing of it can be due, and what the
+    /// engine asks of it after every frame and every turn (frames to send, timers, stable
+    /// messages) is skipped ([`Engine::tx_untouched`]).
+    ///
+    /// Why: in a group of thousands all but a few members never broadcast, and those
+    /// questions read several lines of the send side for nothing, each a miss.
+    sending: bool,
     /// Set once a counter of this member's frames reached its last value.
     ended: Option<SessionEnded>,
     events: VecDeque<EngineEvent>,
@@ -135,13 +145,14 @@ impl Engine {
         let n = usize::from(cfg.size);
         Ok(Engine {
             tx: Sender::new(&cfg),
-            rx: BTreeMap::new(),
+            rx: RankMap::new(),
             batched: Vec::new(),
             timers: TimerTable::new(cfg.size),
             fellows: Fellows::new(n),
             trees: tree::AckTrees::new(&vec![true; n]),
             outbox: Outbox::new(cfg.outbox),
             reserved: false,
+            sending: false,
             abandoned: false,
             ended: None,
             events: VecDeque::new(),
@@ -179,9 +190,9 @@ impl Engine {
     /// Acknowledges to every root what this member holds of its stream and has not
     /// acknowledged yet, now rather than when the root asks: for a member about to leave.
     pub fn ack_all(&mut self, now: Instant) {
-        let roots: Vec<Rank> = self.rx.keys().copied().collect();
+        let roots: Vec<Rank> = self.rx.keys().collect();
         for root in roots {
-            if let Some(rx) = self.rx.get_mut(&root) {
+            if let Some(rx) = self.rx.get_mut(root) {
                 rx.ack_held(now, &mut self.timers);
             }
             self.collect_rx(root);
@@ -196,7 +207,7 @@ impl Engine {
     }
     /// The receive stream of `root`, if it has been heard from.
     pub fn receiver(&self, root: Rank) -> Option<&Receiver> {
-        self.rx.get(&root).map(Box::as_ref)
+        self.rx.get(root).map(Box::as_ref)
     }
     /// The fellow receiver this member asks for lost frames of `root`'s stream (peer repair),
     /// if any: the one member whose relayed repairs of that stream are expected.
@@ -256,6 +267,7 @@ impl Engine {
     /// Test support: counts `frames` sequence numbers as used, as if broadcasts had used them.
     #[cfg(feature = "test-hooks")]
     pub(crate) fn skip_sequences(&mut self, frames: u64) {
+        self.sending = true;
         self.tx.skip_sequences(frames);
     }
 
@@ -319,6 +331,7 @@ impl Engine {
                 max: self.cfg.max_message,
             });
         }
+        self.sending = true;
         let id = self
             .tx
             .enqueue(
@@ -461,13 +474,13 @@ impl Engine {
             if !touched && front.is_none_or(|at| leaving.find(at, 0).is_none()) {
                 continue;
             }
-            if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
+            if let Some(rx) = self.rx.get_mut(root).map(Box::as_mut) {
                 rx.frames_done(now, &mut self.timers, end);
                 // What it delivered, served and scheduled leaves now, not at the stream's
                 // next frame or timer.
                 self.collect_rx(root);
             }
-            let front = self.rx.get(&root).and_then(|rx| rx.link_front());
+            let front = self.rx.get(root).and_then(|rx| rx.link_front());
             self.batched[k] = Batched {
                 root,
                 touched: false,
@@ -486,7 +499,7 @@ impl Engine {
     pub fn link_refs(&mut self, out: &mut Vec<usize>) {
         for k in 0..self.batched.len() {
             let root = self.batched[k].root;
-            if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
+            if let Some(rx) = self.rx.get_mut(root).map(Box::as_mut) {
                 rx.link_refs(out);
                 // The oldest note may have been a stale one.
                 self.batched[k].front = rx.link_front();
@@ -496,7 +509,7 @@ impl Engine {
 
     /// The receive stream of `root` (made now if it was never heard from), and the timers.
     fn stream(&mut self, now: Instant, root: Rank) -> (&mut Receiver, &mut TimerTable) {
-        if !self.rx.contains_key(&root) {
+        if !self.rx.contains_key(root) {
             let place = self.timers.add_stream(root);
             let mut rx = Receiver::new(&self.cfg, root, place);
             let link = self.trees.link(&self.cfg, root, self.fellows.live());
@@ -507,7 +520,7 @@ impl Engine {
             }
             self.rx.insert(root, Box::new(rx));
         }
-        let rx = self.rx.get_mut(&root).map(Box::as_mut).expect("just made");
+        let rx = self.rx.get_mut(root).map(Box::as_mut).expect("just made");
         (rx, &mut self.timers)
     }
 
@@ -540,7 +553,7 @@ impl Engine {
         if let Some(b) = self.batched.iter_mut().find(|b| b.root == root) {
             b.touched = true;
         }
-        if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
+        if let Some(rx) = self.rx.get_mut(root).map(Box::as_mut) {
             while let Some(ev) = rx.take_event() {
                 if let EngineEvent::Delivered(Message { data, .. }) = &ev {
                     self.stats.delivered += 1;
@@ -583,6 +596,9 @@ impl Engine {
     }
 
     fn collect_tx(&mut self) {
+        if self.tx_untouched() {
+            return;
+        }
         while let Some(id) = self.tx.take_stable() {
             self.events.push_back(EngineEvent::Stable { msg_id: id });
         }
@@ -593,14 +609,16 @@ impl Engine {
         // The streams whose timer is due, in rank order.
         let due = self.timers.fired_streams(now);
         for &root in &due {
-            if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
+            if let Some(rx) = self.rx.get_mut(root).map(Box::as_mut) {
                 rx.on_timeout(now, &mut self.timers);
             }
             self.collect_rx(root);
         }
         self.timers.give_back(due);
-        self.tx
-            .on_timeout(&self.cfg, now, self.fellows.live(), &mut self.timers);
+        if !self.tx_untouched() {
+            self.tx
+                .on_timeout(&self.cfg, now, self.fellows.live(), &mut self.timers);
+        }
     }
 
     /// The earliest instant at which [`Engine::handle_timeout`] has work.
@@ -610,13 +628,19 @@ impl Engine {
 
     /// True if frames are waiting to be sent.
     pub fn has_transmit(&self) -> bool {
-        !self.outbox.is_empty() || self.tx.has_transmit()
+        !self.outbox.is_empty() || self.has_data_to_send()
     }
 
     /// True if frames of this member's own stream (fresh data or repairs) are waiting to be
     /// sent, as opposed to control frames only (acknowledgements, requests).
     pub fn has_data_to_send(&self) -> bool {
-        self.tx.has_transmit()
+        !self.tx_untouched() && self.tx.has_transmit()
+    }
+
+    /// Whether the send side was never given anything (see `sending`).
+    fn tx_untouched(&self) -> bool {
+        debug_assert!(self.sending || (self.tx.is_idle() && !self.tx.has_transmit()));
+        !self.sending
     }
 
     /// Writes the next frame to send into `buf` (at least `max_pdu` bytes). Control frames go
@@ -642,7 +666,7 @@ impl Engine {
                 }
             };
         }
-        if self.abandoned {
+        if self.abandoned || self.tx_untouched() {
             return None;
         }
         if let Some((designated, poll)) = self.tx.take_pull_poll(&self.cfg, self.fellows.live()) {
@@ -700,25 +724,26 @@ impl Engine {
         }
         // Its messages that were complete (held back for fellows' requests) are still
         // delivered.
-        if let Some(rx) = self.rx.get_mut(&rank).map(Box::as_mut) {
+        if let Some(rx) = self.rx.get_mut(rank).map(Box::as_mut) {
             rx.release_all(&mut self.timers);
         }
         self.collect_rx(rank);
-        if let Some(rx) = self.rx.remove(&rank) {
+        if let Some(rx) = self.rx.remove(rank) {
             self.timers.remove_stream(rx.timers());
         }
         // The trees re-form in the new view.
         self.trees.relayout(self.fellows.live());
-        let roots: Vec<Rank> = self.rx.keys().copied().collect();
+        let roots: Vec<Rank> = self.rx.keys().collect();
         for root in roots {
             let link = self.trees.link(&self.cfg, root, self.fellows.live());
             let peer = self.peer_for(root, link.as_ref());
-            if let Some(rx) = self.rx.get_mut(&root).map(Box::as_mut) {
+            if let Some(rx) = self.rx.get_mut(root).map(Box::as_mut) {
                 rx.set_peer(peer);
                 rx.set_tree(now, &mut self.timers, link);
             }
             self.collect_rx(root);
         }
+        self.sending = true;
         self.tx
             .evict(&self.cfg, now, rank, self.fellows.live(), &mut self.timers);
         self.collect_tx();
@@ -732,7 +757,7 @@ impl Engine {
 
     /// True when this member, as root, has nothing queued, unsent or unacknowledged.
     pub fn is_idle(&self) -> bool {
-        self.tx.is_idle() && self.outbox.is_empty()
+        (self.tx_untouched() || self.tx.is_idle()) && self.outbox.is_empty()
     }
 
     /// Messages of `root` delivered so far.

@@ -9,8 +9,7 @@
 //! application add up to at most `prepost` once topped up; `top_ups` names the roots whose
 //! receives are due for a top-up. A rank this member does not take is never posted for.
 
-use std::collections::BTreeMap;
-
+use crate::rank_map::RankMap;
 use crate::Rank;
 
 use super::inbox::Inboxes;
@@ -26,12 +25,13 @@ pub(super) struct Deliveries {
     /// every member's).
     takes: Option<Box<[Rank]>>,
     /// Receives posted on the group engine and not consumed yet, per root (the roots posted
-    /// for; a counter per rank was 4 bytes per fellow at every member).
-    posted: BTreeMap<Rank, u32>,
+    /// for; a counter per rank was 4 bytes per fellow at every member). Looked up for every
+    /// data frame a streaming member takes: the first two roots' are kept inline.
+    posted: RankMap<u32, 2>,
     /// Messages delivered and not claimed by a call yet, per root.
     inbox: Inboxes,
     /// Streamed deliveries waiting for the application, per root (those that had some).
-    queued: BTreeMap<Rank, u32>,
+    queued: RankMap<u32, 2>,
     /// Roots whose deliveries the application took since the last top-up.
     top_ups: Vec<Rank>,
 }
@@ -49,9 +49,9 @@ impl Deliveries {
                 s.dedup();
                 s.into_boxed_slice()
             }),
-            posted: BTreeMap::new(),
+            posted: RankMap::new(),
             inbox: Inboxes::default(),
-            queued: BTreeMap::new(),
+            queued: RankMap::new(),
             top_ups: Vec::new(),
         }
     }
@@ -72,36 +72,36 @@ impl Deliveries {
 
     /// Receives posted for `root` and not consumed yet.
     pub(super) fn posted(&self, root: Rank) -> u32 {
-        self.posted.get(&root).copied().unwrap_or(0)
+        self.posted.get(root).copied().unwrap_or(0)
     }
 
     /// A receive was posted for `root`.
     pub(super) fn note_posted(&mut self, root: Rank) {
-        *self.posted.entry(root).or_default() += 1;
+        *self.posted.entry_or_default(root) += 1;
     }
 
     /// A message of `root` consumed its receive.
     pub(super) fn consumed(&mut self, root: Rank) {
-        if let Some(p) = self.posted.get_mut(&root) {
+        if let Some(p) = self.posted.get_mut(root) {
             *p = p.saturating_sub(1);
         }
     }
 
     /// Whether `root` is due another receive for a streaming member.
     pub(super) fn wants_post(&self, root: Rank) -> bool {
-        let queued = self.queued.get(&root).copied().unwrap_or(0);
+        let queued = self.queued.get(root).copied().unwrap_or(0);
         (self.posted(root) + queued) < self.prepost as u32
     }
 
     /// A streamed delivery of `root` was queued for the application (its receive is topped up).
     pub(super) fn queued(&mut self, root: Rank) {
-        *self.queued.entry(root).or_default() += 1;
+        *self.queued.entry_or_default(root) += 1;
         self.top_ups.push(root);
     }
 
     /// The application took a streamed delivery of `root`: room for one more.
     pub(super) fn taken(&mut self, root: Rank) {
-        if let Some(q) = self.queued.get_mut(&root) {
+        if let Some(q) = self.queued.get_mut(root) {
             *q = q.saturating_sub(1);
         }
         self.top_ups.push(root);
@@ -134,7 +134,7 @@ impl Deliveries {
 
     /// `rank` was evicted: its receives are gone.
     pub(super) fn evicted(&mut self, rank: Rank) {
-        self.posted.remove(&rank);
+        self.posted.remove(rank);
     }
 }
 
