@@ -99,7 +99,12 @@ impl InLink {
     /// serves fellows as without the link), copied too, to serve them until its slot is
     /// reused, as a frame never left in the link does.
     pub(super) fn leave(&mut self, window: &mut Window, leaving: &dyn Held) {
-        while let Some(&(s, _)) = self.refs.front() {
+        while let Some(&(s, noted)) = self.refs.front() {
+            if leaving.find(noted, 0).is_none() {
+                // The oldest frame noted stays, and so does every frame after it (they leave
+                // in the order they came): nothing of the window need be read.
+                break;
+            }
             let i = window.idx(s);
             let slot = window.slot(i);
             let live = slot.state.contains(SlotState::LINK) && slot.repr.seq == s.low32();
