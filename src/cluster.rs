@@ -253,11 +253,22 @@ impl<M: Machine + std::fmt::Debug> SimCluster<M> {
             for &i in &ready {
                 self.mark[i] = false;
             }
-            for &i in &ready {
+            for (k, &i) in ready.iter().enumerate() {
                 if self.mark[i] || self.halted[i] {
                     continue;
                 }
                 self.mark[i] = true;
+                if let Some(&next) = ready.get(k + 1) {
+                    // The next member's state is asked into the cache while this one runs.
+                    // In a group of thousands it was last touched thousands of turns ago,
+                    // and every line of it a turn reads would be a wait for memory.
+                    let d = &self.nodes[next];
+                    ethbcast_sys::prefetch::prefetch(
+                        std::ptr::from_ref(d).cast(),
+                        std::mem::size_of_val(d),
+                    );
+                    d.member().prefetch(ethbcast_sys::prefetch::prefetch);
+                }
                 let d = &mut self.nodes[i];
                 d.turn(&self.net, None)?;
                 w.visit(i, d.member_mut(), now);

@@ -198,6 +198,14 @@ impl Engine {
             self.collect_rx(root);
         }
     }
+    /// Hints what the engine's next frame reads first beside the engine itself: its receive
+    /// streams (see [`crate::Machine::prefetch`]).
+    pub fn prefetch(&self, hint: Prefetch) {
+        for rx in self.rx.values() {
+            rx.prefetch(hint);
+        }
+    }
+
     /// Heap bytes of the engine's buffers: its receive streams ([`Receiver::heap_bytes`]) and
     /// its send side without the per-destination cursors.
     pub fn heap_bytes(&self) -> usize {

@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use crate::barrier::{Barrier, BarrierConfig};
 use crate::detect::{Detector, DetectorEvent, DetectorMsg};
-use crate::engine::{self, Dest, Engine, EngineStats, Observer, SessionEnded};
+use crate::engine::{self, Dest, Engine, EngineStats, Observer, Prefetch, SessionEnded};
 use crate::machine::{BatchEnd, Machine};
 use crate::wire::ethernet::MacAddr;
 use crate::wire::{BarrierAlgo, Control, Flags, Frame, FrameCipher, Kind, WireError};
@@ -885,6 +885,9 @@ impl Machine for Member {
     }
     fn has_data_to_send(&self) -> bool {
         Member::has_data_to_send(self)
+    }
+    fn prefetch(&self, hint: Prefetch) {
+        self.engine.prefetch(hint);
     }
 }
 

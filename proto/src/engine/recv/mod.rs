@@ -32,7 +32,7 @@ use crate::wire::{Flags, Kind, Position, Repr};
 use crate::{Rank, Seq};
 
 use super::timer::{StreamPlace, TimerTable};
-use super::{Dest, DropReason, EngineConfig, EngineEvent, Observer, Outgoing, PostError};
+use super::{Dest, DropReason, EngineConfig, EngineEvent, Observer, Outgoing, PostError, Prefetch};
 
 mod ack;
 mod feedback;
@@ -164,6 +164,13 @@ impl Receiver {
     pub(crate) fn make_room(&mut self) {
         self.msgs.make_room();
         self.window.make_places();
+    }
+
+    /// Hints the stream's state and the slot its next frame lands in (see
+    /// `Machine::prefetch`).
+    pub(crate) fn prefetch(&self, hint: Prefetch) {
+        hint(std::ptr::from_ref(self).cast(), std::mem::size_of_val(self));
+        self.window.prefetch_next(hint);
     }
 
     /// Heap bytes this stream owns (window slots, pushed buffer, receive queue, the messages

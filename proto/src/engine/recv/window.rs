@@ -142,6 +142,12 @@ impl Window {
         s.ring_index(self.slots.len())
     }
 
+    /// Hints the slot the next new frame lands in (see `Machine::prefetch`).
+    pub(super) fn prefetch_next(&self, hint: Prefetch) {
+        let slot = &self.slots[self.idx(self.highest)];
+        hint(std::ptr::from_ref(slot).cast(), std::mem::size_of_val(slot));
+    }
+
     /// Slot `i`.
     pub(super) fn slot(&self, i: usize) -> &WSlot {
         &self.slots[i]
