@@ -34,7 +34,7 @@
 //! - **Virtual time.** Nothing moves until the harness calls [`SimNet::advance_to`]. Pending
 //!   frames are ordered by (due time, sequence number), so ties resolve in the order the
 //!   events were created and the run is deterministic. Each link is a FIFO whose front alone
-//!   sits in a binary heap, so the heap stays small even when queues grow long under
+//!   sits in a heap (4-ary), so the heap stays small even when queues grow long under
 //!   overload. [`SimPort::recv`] hands over every frame that has become due and never waits:
 //!   the harness owns the clock.
 //!
@@ -77,7 +77,7 @@
 //! back into the simulator from a receive callback is safe.
 
 use super::{BatchEnd, Held, Link, LinkError, MacAddr, BROADCAST_MAC};
-use ethbcast_proto::{is_group_mac, EthernetFrame, EventQueue};
+use ethbcast_proto::{is_group_mac, EthernetFrame};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::cell::RefCell;
@@ -85,9 +85,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+mod events;
 mod model;
 mod switch;
 
+use events::Events;
 pub use model::*;
 use switch::*;
 
@@ -157,7 +159,7 @@ impl SimNet {
                 switch_buffer: cfg.switch_buffer,
                 tx_queue_ns: None,
                 burst_gap_ns: 0,
-                heap: EventQueue::new(),
+                heap: Events::default(),
                 ports,
                 hot,
                 groups: BTreeMap::new(),
@@ -234,11 +236,7 @@ impl SimNet {
     /// to it may deliver nothing (the switch only forwarded the frame onward). `None` when the
     /// network is idle.
     pub fn next_event(&self) -> Option<Instant> {
-        self.inner
-            .borrow()
-            .heap
-            .next_at()
-            .map(|(at, _)| to_instant(at))
+        self.inner.borrow().heap.next_at().map(to_instant)
     }
 
     /// Moves the clock to `t`: every frame due at or before `t` becomes receivable at its port,
@@ -260,7 +258,7 @@ impl SimNet {
     /// Advances to the next pending event, if any, and returns the new time.
     pub fn step(&self) -> Option<Instant> {
         let mut inner = self.inner.borrow_mut();
-        let (at, _) = inner.heap.next_at()?;
+        let at = inner.heap.next_at()?;
         inner.advance_to(at);
         Some(to_instant(at))
     }
@@ -270,7 +268,7 @@ impl SimNet {
     pub fn run_until_idle(&self) -> usize {
         let mut inner = self.inner.borrow_mut();
         let mut n = 0;
-        while let Some((at, _)) = inner.heap.next_at() {
+        while let Some(at) = inner.heap.next_at() {
             n += inner.advance_to(at);
         }
         n

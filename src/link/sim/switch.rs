@@ -2,9 +2,10 @@
 //! per receiving port, partitions and taps. [`super::SimNet`] and [`super::SimPort`] are the
 //! handles the harness and the hosts hold on it.
 
+use super::events::{Event, Events, SEQ_LIMIT};
 use super::model::*;
 use super::{LinkError, MacAddr, BROADCAST_MAC};
-use ethbcast_proto::{is_group_mac, EthernetFrame, EventQueue, ETH_HEADER_LEN};
+use ethbcast_proto::{is_group_mac, EthernetFrame, ETH_HEADER_LEN};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -59,30 +60,17 @@ pub(super) enum Target {
 
 /// An Ethernet frame on its way: to the switch (`peer` is where it is addressed) or to a
 /// port (`peer` is `()`: the frame's header names its source).
+///
+/// Frames on one link leave it in the order they entered (each link is a FIFO with
+/// non-decreasing due times), so only the *front* of each link's queue is in the event
+/// queue: it stays as small as the number of ports plus the frames held back for
+/// reordering, however long the queues grow under overload.
 #[derive(Debug)]
 pub(super) struct InFlight<P> {
     pub(super) at: u64,
     pub(super) seq: u64,
     pub(super) peer: P,
     pub(super) pdu: Rc<[u8]>,
-}
-
-/// What the event queue orders, by (due time, creation order of the frame or event). Frames on one link leave it in the order they entered (each link is
-/// a FIFO with non-decreasing due times), so only the *front* of each link's queue needs to
-/// be in the heap: it stays as small as the number of ports plus the frames held back for
-/// reordering, however long the queues grow under overload.
-#[derive(Debug)]
-pub(super) enum EventKind {
-    /// The front frame of this port's uplink reaches the switch.
-    Uplink(usize),
-    /// The front frame of the switch's output queue to `port`, `pdu`, reaches the port. It
-    /// travels in the event, not in the port's state: no other line need be touched to
-    /// deliver it, and the event is no larger than a `Late` one anyway.
-    Downlink { port: usize, pdu: Rc<[u8]> },
-    /// A frame held back for reordering reaches `port`.
-    Late { port: usize, pdu: Rc<[u8]> },
-    /// The transmit queue of `port`'s host may have drained below its bound.
-    TxReady(usize),
 }
 
 /// What the switch reads and writes of a port for each frame it forwards or delivers there:
@@ -124,7 +112,7 @@ pub(super) struct PortHot {
     /// [`SimStats::lost`] of this port.
     pub(super) lost: u64,
     /// The frames the switch forwarded to this port, on their way to it, behind the front
-    /// one (which is in the heap, in its `Downlink` event), not reordered ones.
+    /// one (which is in the heap, in its [`Event::Downlink`]), not reordered ones.
     pub(super) downlink: VecDeque<InFlight<()>>,
     /// Ethernet frames due at this port, oldest first.
     pub(super) rx: VecDeque<Rc<[u8]>>,
@@ -252,7 +240,7 @@ pub(super) struct Inner {
     /// apart): 15 probes in a row lost at one member of 256 held the whole run for 2.2 s of
     /// virtual time. Fixed with the rate and the MTU (see [`burst_gap_ns`]).
     pub(super) burst_gap_ns: u64,
-    pub(super) heap: EventQueue<(u64, u64), EventKind>,
+    pub(super) heap: Events,
     pub(super) ports: Vec<PortState>,
     /// The per-frame lines of the ports, by the same index as `ports`.
     pub(super) hot: Vec<PortHot>,
@@ -316,11 +304,15 @@ impl Inner {
         let q = self.tx_queue_ns.unwrap_or(0);
         let at = (self.ports[port].host.tx_free.saturating_sub(q) + 1).max(self.now);
         let seq = self.next_seq();
-        self.heap.push((at, seq), EventKind::TxReady(port));
+        self.heap.push(at, seq, Event::TxReady(port));
     }
 
     pub(super) fn next_seq(&mut self) -> u64 {
         let seq = self.seq;
+        assert!(
+            seq < SEQ_LIMIT,
+            "the simulated switch ran out of event sequence numbers"
+        );
         self.seq += 1;
         seq
     }
@@ -332,7 +324,7 @@ impl Inner {
         let seq = self.next_seq();
         let q = &mut self.ports[src].uplink;
         if q.is_empty() {
-            self.heap.push((at, seq), EventKind::Uplink(src));
+            self.heap.push(at, seq, Event::Uplink(src));
         }
         q.push_back(InFlight {
             at,
@@ -349,7 +341,7 @@ impl Inner {
         let h = &mut self.hot[port];
         if !h.downlink_busy {
             h.downlink_busy = true;
-            self.heap.push((at, seq), EventKind::Downlink { port, pdu });
+            self.heap.push(at, seq, Event::Downlink(port, pdu));
             return;
         }
         h.downlink.push_back(InFlight {
@@ -366,11 +358,8 @@ impl Inner {
         let h = &mut self.hot[port];
         match h.downlink.pop_front() {
             Some(next) => {
-                let kind = EventKind::Downlink {
-                    port,
-                    pdu: next.pdu,
-                };
-                self.heap.push((next.at, next.seq), kind);
+                let event = Event::Downlink(port, next.pdu);
+                self.heap.push(next.at, next.seq, event);
             }
             None => h.downlink_busy = false,
         }
@@ -620,8 +609,7 @@ impl Inner {
         match late {
             Some(at) => {
                 let seq = self.next_seq();
-                let kind = EventKind::Late { port: j, pdu };
-                self.heap.push((at, seq), kind);
+                self.heap.push(at, seq, Event::Late(j, pdu));
             }
             None => self.push_downlink(j, done, pdu),
         }
@@ -685,7 +673,7 @@ impl Inner {
         let front = q.pop_front();
         if let Some(next) = q.front() {
             let (at, seq) = (next.at, next.seq);
-            self.heap.push((at, seq), EventKind::Uplink(port));
+            self.heap.push(at, seq, Event::Uplink(port));
         }
         front
     }
@@ -695,24 +683,24 @@ impl Inner {
             return 0;
         }
         let mut delivered = 0;
-        while let Some(((at, _), kind)) = self.heap.pop_due((target, u64::MAX)) {
+        while let Some((at, event)) = self.heap.pop_due(target) {
             self.now = at.max(self.now);
-            match kind {
-                EventKind::Uplink(src) => {
+            match event {
+                Event::Uplink(src) => {
                     if let Some(f) = self.pop_uplink(src) {
                         self.arrive(src, f.peer, f.pdu);
                     }
                 }
-                EventKind::Downlink { port, pdu } => {
+                Event::Downlink(port, pdu) => {
                     self.pop_downlink(port);
                     delivered += 1;
                     self.deliver(port, pdu);
                 }
-                EventKind::Late { port, pdu } => {
+                Event::Late(port, pdu) => {
                     delivered += 1;
                     self.deliver(port, pdu);
                 }
-                EventKind::TxReady(port) => {
+                Event::TxReady(port) => {
                     if !self.tx_ready(port) {
                         self.schedule_tx_wake(port);
                     } else if std::mem::take(&mut self.ports[port].host.tx_blocked)
