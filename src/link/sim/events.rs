@@ -17,8 +17,9 @@ use std::rc::Rc;
 /// What happens when an event's time comes.
 #[derive(Debug)]
 pub(super) enum Event {
-    /// The front frame of port `.0`'s uplink reaches the switch.
-    Uplink(usize),
+    /// The front frame of port `.0`'s uplink, `.1`, reaches the switch (it travels in the
+    /// event for the reason [`Event::Downlink`]'s does).
+    Uplink(usize, Rc<[u8]>),
     /// The front frame of the switch's output link to port `.0`, `.1`, reaches the port. It
     /// travels in the event, not in the port's state: no other line need be touched to
     /// deliver it.
@@ -45,7 +46,7 @@ const LATE: u64 = 2;
 const TX_READY: u64 = 3;
 
 /// One pending event: `key` is the due time (high 64 bits) and the tag (sequence number,
-/// kind, port); `frame` is the frame of a delivery.
+/// kind, port); `frame` is the frame of an arrival or a delivery.
 #[derive(Debug)]
 struct Entry {
     key: u128,
@@ -81,7 +82,7 @@ impl Events {
     /// the events due at the same instant. `seq` is unique and below [`SEQ_LIMIT`].
     pub(super) fn push(&mut self, at: u64, seq: u64, event: Event) {
         let (kind, port, frame) = match event {
-            Event::Uplink(port) => (UPLINK, port, None),
+            Event::Uplink(port, frame) => (UPLINK, port, Some(frame)),
             Event::Downlink(port, frame) => (DOWNLINK, port, Some(frame)),
             Event::Late(port, frame) => (LATE, port, Some(frame)),
             Event::TxReady(port) => (TX_READY, port, None),
@@ -110,7 +111,7 @@ impl Events {
         let event = match (tag >> PORT_BITS & ((1 << KIND_BITS) - 1), frame) {
             (DOWNLINK, Some(frame)) => Event::Downlink(port, frame),
             (LATE, Some(frame)) => Event::Late(port, frame),
-            (UPLINK, _) => Event::Uplink(port),
+            (UPLINK, Some(frame)) => Event::Uplink(port, frame),
             _ => Event::TxReady(port),
         };
         Some(((key >> 64) as u64, event))
@@ -125,7 +126,7 @@ mod tests {
     fn drain(q: &mut Events, now: u64) -> Vec<(u64, usize)> {
         std::iter::from_fn(|| q.pop_due(now))
             .map(|(at, e)| match e {
-                Event::Uplink(p)
+                Event::Uplink(p, _)
                 | Event::Downlink(p, _)
                 | Event::Late(p, _)
                 | Event::TxReady(p) => (at, p),
@@ -140,8 +141,8 @@ mod tests {
         q.push(5, 7, Event::TxReady(0));
         q.push(5, 3, Event::Late(65_535, frame.clone()));
         q.push(1, 9, Event::Downlink(2, frame.clone()));
-        q.push(5, SEQ_LIMIT - 1, Event::Uplink(1));
-        q.push(3, 0, Event::Uplink(4));
+        q.push(5, SEQ_LIMIT - 1, Event::Uplink(1, frame.clone()));
+        q.push(3, 0, Event::Uplink(4, frame.clone()));
         assert_eq!(q.next_at(), Some(1));
         assert!(q.pop_due(0).is_none());
         assert_eq!(drain(&mut q, 4), [(1, 2), (3, 4)]);

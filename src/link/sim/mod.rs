@@ -140,6 +140,7 @@ impl SimNet {
                 bytes_on_wire: 0,
                 dead: faults.dead,
                 killed: false,
+                uplink_busy: false,
                 host: HostLine::default(),
                 faults,
                 stats: SimStats::default(),

@@ -58,18 +58,17 @@ pub(super) enum Target {
     Group(MacAddr),
 }
 
-/// An Ethernet frame on its way: to the switch (`peer` is where it is addressed) or to a
-/// port (`peer` is `()`: the frame's header names its source).
+/// An Ethernet frame on its way, to the switch or to a port, behind the front of its link.
 ///
 /// Frames on one link leave it in the order they entered (each link is a FIFO with
 /// non-decreasing due times), so only the *front* of each link's queue is in the event
-/// queue: it stays as small as the number of ports plus the frames held back for
-/// reordering, however long the queues grow under overload.
+/// queue, its frame in the event: the queue stays as small as the number of ports plus the
+/// frames held back for reordering, however long the links' queues grow under overload, and
+/// a frame that finds its link idle is never written to the link's queue nor read back.
 #[derive(Debug)]
-pub(super) struct InFlight<P> {
+pub(super) struct InFlight {
     pub(super) at: u64,
     pub(super) seq: u64,
-    pub(super) peer: P,
     pub(super) pdu: Rc<[u8]>,
 }
 
@@ -113,7 +112,7 @@ pub(super) struct PortHot {
     pub(super) lost: u64,
     /// The frames the switch forwarded to this port, on their way to it, behind the front
     /// one (which is in the heap, in its [`Event::Downlink`]), not reordered ones.
-    pub(super) downlink: VecDeque<InFlight<()>>,
+    pub(super) downlink: VecDeque<InFlight>,
     /// Ethernet frames due at this port, oldest first.
     pub(super) rx: VecDeque<Rc<[u8]>>,
     pub(super) rx_rng: ChaCha8Rng,
@@ -172,8 +171,9 @@ impl PortHot {
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(super) struct PortState {
-    /// Frames sent by this port, on their way to the switch.
-    pub(super) uplink: VecDeque<InFlight<Target>>,
+    /// Frames sent by this port, on their way to the switch, behind the front one (which is
+    /// in the heap, in its [`Event::Uplink`]).
+    pub(super) uplink: VecDeque<InFlight>,
     /// [`SimStats::frames_sent`] of this port.
     pub(super) frames_sent: u64,
     /// [`SimStats::bytes_on_wire`] of this port.
@@ -183,6 +183,8 @@ pub(super) struct PortState {
     pub(super) dead: bool,
     /// Its host was killed ([`super::SimNet::kill`]).
     pub(super) killed: bool,
+    /// The front of the uplink is in the heap.
+    pub(super) uplink_busy: bool,
     pub(super) host: HostLine,
     pub(super) faults: Faults,
     /// Its counters but those kept apart (`frames_sent`, `bytes_on_wire` above,
@@ -319,19 +321,15 @@ impl Inner {
 
     /// Puts a frame on `src`'s uplink, due at the switch at `at` (not before the frames
     /// already on it).
-    /// Only the front frame's turn is in the heap: a frame that becomes the front enters it.
-    pub(super) fn push_uplink(&mut self, src: usize, at: u64, target: Target, pdu: Rc<[u8]>) {
+    pub(super) fn push_uplink(&mut self, src: usize, at: u64, pdu: Rc<[u8]>) {
         let seq = self.next_seq();
-        let q = &mut self.ports[src].uplink;
-        if q.is_empty() {
-            self.heap.push(at, seq, Event::Uplink(src));
+        let p = &mut self.ports[src];
+        if !p.uplink_busy {
+            p.uplink_busy = true;
+            self.heap.push(at, seq, Event::Uplink(src, pdu));
+            return;
         }
-        q.push_back(InFlight {
-            at,
-            seq,
-            peer: target,
-            pdu,
-        });
+        p.uplink.push_back(InFlight { at, seq, pdu });
     }
 
     /// Puts a frame on the switch's output link to `port`, due at `at` (not before the frames
@@ -344,12 +342,7 @@ impl Inner {
             self.heap.push(at, seq, Event::Downlink(port, pdu));
             return;
         }
-        h.downlink.push_back(InFlight {
-            at,
-            seq,
-            peer: (),
-            pdu,
-        });
+        h.downlink.push_back(InFlight { at, seq, pdu });
     }
 
     /// The front frame of the switch's output link to `port` left it (its turn in the heap
@@ -423,6 +416,21 @@ impl Inner {
         }
     }
 
+    /// Where the switch sends a frame from port `src` to `dst`: nowhere (`None`) for a station
+    /// address that is not another port's.
+    fn target(&self, src: usize, dst: MacAddr) -> Option<Target> {
+        if dst == BROADCAST_MAC {
+            Some(Target::All)
+        } else if is_group_mac(&dst) {
+            Some(Target::Group(dst))
+        } else {
+            port_index(&dst)
+                .map(usize::from)
+                .filter(|&j| j < self.ports.len() && j != src)
+                .map(Target::One)
+        }
+    }
+
     pub(super) fn send(&mut self, src: usize, dst: MacAddr, pdu: &[u8]) -> Result<(), LinkError> {
         // `src < ports <= MAX_PORTS`, so the index fits.
         self.send_as(src, port_mac(src as u16), dst, pdu)
@@ -443,17 +451,7 @@ impl Inner {
                 max: self.mtu,
             });
         }
-        let n = self.ports.len();
-        let target = if dst == BROADCAST_MAC {
-            Some(Target::All)
-        } else if is_group_mac(&dst) {
-            Some(Target::Group(dst))
-        } else {
-            port_index(&dst)
-                .map(usize::from)
-                .filter(|&j| j < n && j != src)
-                .map(Target::One)
-        };
+        let target = self.target(src, dst);
         let ser = self.ser_ns(pdu.len());
         let now = self.now;
         let sender = &mut self.ports[src];
@@ -483,12 +481,20 @@ impl Inner {
             // Exactly `frame_len` long: the frame fits.
             let _ = EthernetFrame::emit(out, dst, src_mac, pdu);
         }
-        self.push_uplink(src, at, target, frame);
+        self.push_uplink(src, at, frame);
         Ok(())
     }
 
-    /// The switch received a whole frame at `self.now`: forward it to its output ports.
-    pub(super) fn arrive(&mut self, src: usize, target: Target, pdu: Rc<[u8]>) {
+    /// The switch received a whole frame from `src` at `self.now`: forward it to its output
+    /// ports, found again from its header (a frame for nowhere never left its port; the header
+    /// shares its cache line with the count that forwarding increments anyway).
+    pub(super) fn arrive(&mut self, src: usize, pdu: Rc<[u8]>) {
+        let Some(target) = EthernetFrame::new_checked(&pdu[..])
+            .ok()
+            .and_then(|eth| self.target(src, eth.dst()))
+        else {
+            return;
+        };
         if self.ports[src].dead {
             self.lose_everywhere(src, target);
             return;
@@ -666,16 +672,16 @@ impl Inner {
         }
     }
 
-    /// Takes the front frame off `port`'s uplink (whose turn in the heap just came) and puts
-    /// the next one's turn in the heap.
-    fn pop_uplink(&mut self, port: usize) -> Option<InFlight<Target>> {
-        let q = &mut self.ports[port].uplink;
-        let front = q.pop_front();
-        if let Some(next) = q.front() {
-            let (at, seq) = (next.at, next.seq);
-            self.heap.push(at, seq, Event::Uplink(port));
+    /// The front frame of `port`'s uplink reached the switch (its turn in the heap just came):
+    /// puts the next one's turn in the heap.
+    fn pop_uplink(&mut self, port: usize) {
+        let p = &mut self.ports[port];
+        match p.uplink.pop_front() {
+            Some(next) => self
+                .heap
+                .push(next.at, next.seq, Event::Uplink(port, next.pdu)),
+            None => p.uplink_busy = false,
         }
-        front
     }
 
     pub(super) fn advance_to(&mut self, target: u64) -> usize {
@@ -686,10 +692,9 @@ impl Inner {
         while let Some((at, event)) = self.heap.pop_due(target) {
             self.now = at.max(self.now);
             match event {
-                Event::Uplink(src) => {
-                    if let Some(f) = self.pop_uplink(src) {
-                        self.arrive(src, f.peer, f.pdu);
-                    }
+                Event::Uplink(src, pdu) => {
+                    self.pop_uplink(src);
+                    self.arrive(src, pdu);
                 }
                 Event::Downlink(port, pdu) => {
                     self.pop_downlink(port);
