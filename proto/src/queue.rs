@@ -1,10 +1,12 @@
 //! A deterministic event queue: items come out earliest first, and items due at the same
 //! instant in the order they went in.
 //!
-//! Why here: every harness that drives the sans-IO machines in virtual time (the simulated
-//! switch, the barrier's and the detector's specifications, the simulated cluster's timers)
-//! needs exactly this ordering, and a run is reproducible from its seed only if ties never
-//! depend on the heap's internals. The sequence number each push takes makes the order total.
+//! Why here: a harness that drives the sans-IO machines in virtual time (the barrier's and
+//! the detector's specifications, a user's own) needs exactly this ordering, and a run is
+//! reproducible from its seed only if ties never depend on the heap's internals. The sequence
+//! number each push takes makes the order total. (The simulated switch keeps its own queue
+//! of the same order, `src/link/sim/events.rs`, in entries a third the size: thousands of
+//! ports' events wait in it at once.)
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
