@@ -104,8 +104,9 @@ pub struct Engine {
     cfg: EngineConfig,
     tx: Sender,
     /// The receive streams, by root: those heard from alone (a slot per rank was 8 bytes
-    /// per fellow at every member, 128 MiB of a simulated group of 4096). The first is
-    /// found in the engine itself: every data frame looks its stream up.
+    /// per fellow at every member, 128 MiB of a simulated group of 4096). Every data frame
+    /// looks its stream up: a member that takes one root's stream finds it in the engine
+    /// itself, with no node or vector of its own to read first.
     rx: RankMap<Box<Receiver>, 1>,
     /// The streams that take the end of each batch of frames ([`Engine::frames_done`]):
     /// those with an observer ([`Engine::observe`]) or left in the link
