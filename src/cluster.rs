@@ -696,9 +696,7 @@ impl Workload for Stream {
             .binary_search(&Rank::new(i as u16))
             .ok()
             .filter(|&k| !self.pending[k].is_empty());
-        let events = m.queued_events();
-        self.report.peak_queued_events = self.report.peak_queued_events.max(events);
-        if own.is_none() && events == 0 {
+        if own.is_none() && m.queued_events() == 0 {
             return;
         }
         let mut ledger = open(&self.ledger);
@@ -716,8 +714,8 @@ impl Workload for Stream {
                 self.pending[k].pop_front();
                 self.unsent -= 1;
             }
-            self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
         }
+        self.report.peak_queued_events = self.report.peak_queued_events.max(m.queued_events());
         while let Some(ev) = m.poll_event() {
             let (root, msg_id, len, data) = match ev {
                 Event::Delivered(Message { root, msg_id, data }) => {

@@ -14,6 +14,15 @@ use crate::Rank;
 
 use super::inbox::Inboxes;
 
+/// What one root's stream has at a member.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    /// Receives posted on the group engine and not consumed yet.
+    posted: u32,
+    /// Streamed deliveries waiting for the application.
+    queued: u32,
+}
+
 /// The deliveries of one member. See the module documentation.
 #[derive(Debug)]
 pub(super) struct Deliveries {
@@ -24,14 +33,12 @@ pub(super) struct Deliveries {
     /// Whose broadcasts and point-to-point messages this member takes, in rank order (`None`:
     /// every member's).
     takes: Option<Box<[Rank]>>,
-    /// Receives posted on the group engine and not consumed yet, per root (the roots posted
-    /// for; a counter per rank was 4 bytes per fellow at every member). Looked up for every
-    /// data frame a streaming member takes: the first two roots' are kept inline.
-    posted: RankMap<u32, 2>,
+    /// Per root posted for or streamed from, its receives and its deliveries waiting for the
+    /// application (counters per rank were 4 bytes per fellow at every member). Looked up for
+    /// every data frame a streaming member takes: the first two roots' are kept inline.
+    counts: RankMap<Counts, 2>,
     /// Messages delivered and not claimed by a call yet, per root.
     inbox: Inboxes,
-    /// Streamed deliveries waiting for the application, per root (those that had some).
-    queued: RankMap<u32, 2>,
     /// Roots whose deliveries the application took since the last top-up.
     top_ups: Vec<Rank>,
 }
@@ -49,9 +56,8 @@ impl Deliveries {
                 s.dedup();
                 s.into_boxed_slice()
             }),
-            posted: RankMap::new(),
+            counts: RankMap::new(),
             inbox: Inboxes::default(),
-            queued: RankMap::new(),
             top_ups: Vec::new(),
         }
     }
@@ -72,37 +78,37 @@ impl Deliveries {
 
     /// Receives posted for `root` and not consumed yet.
     pub(super) fn posted(&self, root: Rank) -> u32 {
-        self.posted.get(root).copied().unwrap_or(0)
+        self.counts.get(root).map_or(0, |c| c.posted)
     }
 
     /// A receive was posted for `root`.
     pub(super) fn note_posted(&mut self, root: Rank) {
-        *self.posted.entry_or_default(root) += 1;
+        self.counts.entry_or_default(root).posted += 1;
     }
 
     /// A message of `root` consumed its receive.
     pub(super) fn consumed(&mut self, root: Rank) {
-        if let Some(p) = self.posted.get_mut(root) {
-            *p = p.saturating_sub(1);
+        if let Some(c) = self.counts.get_mut(root) {
+            c.posted = c.posted.saturating_sub(1);
         }
     }
 
     /// Whether `root` is due another receive for a streaming member.
     pub(super) fn wants_post(&self, root: Rank) -> bool {
-        let queued = self.queued.get(root).copied().unwrap_or(0);
-        (self.posted(root) + queued) < self.prepost as u32
+        let c = self.counts.get(root).copied().unwrap_or_default();
+        c.posted + c.queued < self.prepost as u32
     }
 
     /// A streamed delivery of `root` was queued for the application (its receive is topped up).
     pub(super) fn queued(&mut self, root: Rank) {
-        *self.queued.entry_or_default(root) += 1;
+        self.counts.entry_or_default(root).queued += 1;
         self.top_ups.push(root);
     }
 
     /// The application took a streamed delivery of `root`: room for one more.
     pub(super) fn taken(&mut self, root: Rank) {
-        if let Some(q) = self.queued.get_mut(root) {
-            *q = q.saturating_sub(1);
+        if let Some(c) = self.counts.get_mut(root) {
+            c.queued = c.queued.saturating_sub(1);
         }
         self.top_ups.push(root);
     }
@@ -134,7 +140,9 @@ impl Deliveries {
 
     /// `rank` was evicted: its receives are gone.
     pub(super) fn evicted(&mut self, rank: Rank) {
-        self.posted.remove(rank);
+        if let Some(c) = self.counts.get_mut(rank) {
+            c.posted = 0;
+        }
     }
 }
 

@@ -12,7 +12,22 @@
 
 use super::model::MAX_PORTS;
 use dary_heap::QuaternaryHeap;
+use std::collections::VecDeque;
 use std::rc::Rc;
+
+/// An Ethernet frame on its way, to the switch or to a port, behind the front of its link.
+///
+/// Frames on one link leave it in the order they entered (each link is a FIFO with
+/// non-decreasing due times), so only the *front* of each link's queue is in the event
+/// queue, its frame in the event: the queue stays as small as the number of ports plus the
+/// frames held back for reordering, however long the links' queues grow under overload, and
+/// a frame that finds its link idle is never written to the link's queue nor read back.
+#[derive(Debug)]
+pub(super) struct InFlight {
+    pub(super) at: u64,
+    pub(super) seq: u64,
+    pub(super) pdu: Rc<[u8]>,
+}
 
 /// What happens when an event's time comes.
 #[derive(Debug)]
@@ -93,6 +108,36 @@ impl Events {
             key: u128::from(at) << 64 | u128::from(tag),
             frame,
         });
+    }
+
+    /// Puts `frame` on a link whose front alone is queued here (see [`InFlight`]): here now,
+    /// as `event` of it, if the link is idle (`busy` false), else `behind` the front.
+    pub(super) fn onto_link(
+        &mut self,
+        busy: &mut bool,
+        behind: &mut VecDeque<InFlight>,
+        frame: InFlight,
+        event: impl FnOnce(Rc<[u8]>) -> Event,
+    ) {
+        if std::mem::replace(busy, true) {
+            behind.push_back(frame);
+        } else {
+            self.push(frame.at, frame.seq, event(frame.pdu));
+        }
+    }
+
+    /// The front of a link left it (its event came): the next frame `behind` it is queued
+    /// here, as `event` of it, or the link is idle.
+    pub(super) fn next_on_link(
+        &mut self,
+        busy: &mut bool,
+        behind: &mut VecDeque<InFlight>,
+        event: impl FnOnce(Rc<[u8]>) -> Event,
+    ) {
+        match behind.pop_front() {
+            Some(next) => self.push(next.at, next.seq, event(next.pdu)),
+            None => *busy = false,
+        }
     }
 
     /// When the earliest event is due.

@@ -2,7 +2,7 @@
 //! per receiving port, partitions and taps. [`super::SimNet`] and [`super::SimPort`] are the
 //! handles the harness and the hosts hold on it.
 
-use super::events::{Event, Events, SEQ_LIMIT};
+use super::events::{Event, Events, InFlight, SEQ_LIMIT};
 use super::model::*;
 use super::{LinkError, MacAddr, BROADCAST_MAC};
 use ethbcast_proto::{is_group_mac, EthernetFrame, ETH_HEADER_LEN};
@@ -56,20 +56,6 @@ pub(super) enum Target {
     All,
     One(usize),
     Group(MacAddr),
-}
-
-/// An Ethernet frame on its way, to the switch or to a port, behind the front of its link.
-///
-/// Frames on one link leave it in the order they entered (each link is a FIFO with
-/// non-decreasing due times), so only the *front* of each link's queue is in the event
-/// queue, its frame in the event: the queue stays as small as the number of ports plus the
-/// frames held back for reordering, however long the links' queues grow under overload, and
-/// a frame that finds its link idle is never written to the link's queue nor read back.
-#[derive(Debug)]
-pub(super) struct InFlight {
-    pub(super) at: u64,
-    pub(super) seq: u64,
-    pub(super) pdu: Rc<[u8]>,
 }
 
 /// What the switch reads and writes of a port for each frame it forwards or delivers there:
@@ -322,40 +308,41 @@ impl Inner {
     /// Puts a frame on `src`'s uplink, due at the switch at `at` (not before the frames
     /// already on it).
     pub(super) fn push_uplink(&mut self, src: usize, at: u64, pdu: Rc<[u8]>) {
-        let seq = self.next_seq();
+        let frame = InFlight {
+            at,
+            seq: self.next_seq(),
+            pdu,
+        };
         let p = &mut self.ports[src];
-        if !p.uplink_busy {
-            p.uplink_busy = true;
-            self.heap.push(at, seq, Event::Uplink(src, pdu));
-            return;
-        }
-        p.uplink.push_back(InFlight { at, seq, pdu });
+        self.heap
+            .onto_link(&mut p.uplink_busy, &mut p.uplink, frame, |f| {
+                Event::Uplink(src, f)
+            });
     }
 
     /// Puts a frame on the switch's output link to `port`, due at `at` (not before the frames
     /// already on it).
     pub(super) fn push_downlink(&mut self, port: usize, at: u64, pdu: Rc<[u8]>) {
-        let seq = self.next_seq();
+        let frame = InFlight {
+            at,
+            seq: self.next_seq(),
+            pdu,
+        };
         let h = &mut self.hot[port];
-        if !h.downlink_busy {
-            h.downlink_busy = true;
-            self.heap.push(at, seq, Event::Downlink(port, pdu));
-            return;
-        }
-        h.downlink.push_back(InFlight { at, seq, pdu });
+        self.heap
+            .onto_link(&mut h.downlink_busy, &mut h.downlink, frame, |f| {
+                Event::Downlink(port, f)
+            });
     }
 
     /// The front frame of the switch's output link to `port` left it (its turn in the heap
     /// just came): puts the next one's turn in the heap.
     fn pop_downlink(&mut self, port: usize) {
         let h = &mut self.hot[port];
-        match h.downlink.pop_front() {
-            Some(next) => {
-                let event = Event::Downlink(port, next.pdu);
-                self.heap.push(next.at, next.seq, event);
-            }
-            None => h.downlink_busy = false,
-        }
+        self.heap
+            .next_on_link(&mut h.downlink_busy, &mut h.downlink, |f| {
+                Event::Downlink(port, f)
+            });
     }
 
     /// Counters of `port`: those kept with it and those in its [`PortHot`] line.
@@ -676,12 +663,10 @@ impl Inner {
     /// puts the next one's turn in the heap.
     fn pop_uplink(&mut self, port: usize) {
         let p = &mut self.ports[port];
-        match p.uplink.pop_front() {
-            Some(next) => self
-                .heap
-                .push(next.at, next.seq, Event::Uplink(port, next.pdu)),
-            None => p.uplink_busy = false,
-        }
+        self.heap
+            .next_on_link(&mut p.uplink_busy, &mut p.uplink, |f| {
+                Event::Uplink(port, f)
+            });
     }
 
     pub(super) fn advance_to(&mut self, target: u64) -> usize {

@@ -10,17 +10,17 @@
 
 use std::process::ExitCode;
 
-/// The simulator (`sim`, `scale`) holds every member of a group of thousands in this process,
-/// each allocating and freeing its messages' buffers: mimalloc's per-size pages keep that
-/// cheap where glibc's malloc spent a fifth of the run (docs/benchmarks.md, "The simulator's
-/// cost").
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::{Parser, Subcommand};
 use ethbcast_tools::bench::{
     barrier, demo, distribute, latency, memory, mpi, scale, sim, throughput,
 };
+
+/// The simulator (`sim`, `scale`) holds every member of a group of thousands in this process,
+/// each allocating and freeing its messages' buffers: mimalloc keeps that cheap where glibc's
+/// malloc took a fifth of the run's user time (docs/benchmarks.md, "Thousands of members with
+/// burst loss").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(
