@@ -348,8 +348,14 @@ impl Group {
     /// MPI_Bcast into the caller's buffer, of a length every member agrees on: the root sends
     /// `buf`, every other member receives the root's message into it. A message whose length
     /// differs from `buf`'s fails with [`GroupError::Length`]; `buf` is then left as it was,
-    /// as on any other error. The bytes pass through one buffer the group keeps from call to
-    /// call, so nothing is allocated once it has grown to the largest message.
+    /// as on any other error (the root's `buf` is never written).
+    ///
+    /// The root lends `buf` for the call: the frames that fit the retransmission buffer are
+    /// cut from it straight into that buffer, as [`Group::bcast`] cuts them from its `Vec`,
+    /// and only the rest of a message longer than the buffer's room (the window's free
+    /// frames) is copied first, into a buffer the group keeps from call to call. A receiver
+    /// receives into that buffer and copies the message into `buf`. So nothing is allocated
+    /// once it has grown to the largest message.
     pub fn bcast_into(&mut self, root: Rank, buf: &mut [u8]) -> Result<Outcome, GroupError> {
         self.bcast_into_with(root, buf, self.opts.algorithm)
     }
@@ -361,23 +367,39 @@ impl Group {
         buf: &mut [u8],
         algo: Algorithm,
     ) -> Result<Outcome, GroupError> {
-        let mut spare = std::mem::take(&mut self.spare);
-        let sending = root == self.rank();
-        if sending {
-            spare.clear();
-            spare.extend_from_slice(buf);
-        }
-        let r = self.bcast_with(root, &mut spare, algo).and_then(|outcome| {
-            if !sending {
-                if spare.len() != buf.len() {
-                    return Err(GroupError::Length {
-                        root,
-                        got: spare.len(),
-                        want: buf.len(),
-                    });
+        if root == self.rank() {
+            check_root(root, self.size())?;
+            self.finish_tail()?;
+            let mut spare = std::mem::take(&mut self.spare);
+            let started =
+                self.driver
+                    .member_mut()
+                    .bcast_slice(WallClock.now(), root, buf, &mut spare, algo);
+            let r = started
+                .map_err(GroupError::from)
+                .and_then(|()| self.finish_with("a message from the root", Sends::Now));
+            // The buffer the call took for the message's rest comes back with the result;
+            // the group keeps the larger of it and the one the call did not take.
+            let r = r.map(|done| {
+                if let Done::Bcast(back) = done {
+                    if back.capacity() > spare.capacity() {
+                        spare = back;
+                    }
                 }
-                buf.copy_from_slice(&spare);
+            });
+            self.spare = spare;
+            return r.map(|()| self.outcome());
+        }
+        let mut spare = std::mem::take(&mut self.spare);
+        let r = self.bcast_with(root, &mut spare, algo).and_then(|outcome| {
+            if spare.len() != buf.len() {
+                return Err(GroupError::Length {
+                    root,
+                    got: spare.len(),
+                    want: buf.len(),
+                });
             }
+            buf.copy_from_slice(&spare);
             Ok(outcome)
         });
         self.spare = spare;

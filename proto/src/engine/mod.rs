@@ -317,6 +317,36 @@ impl Engine {
         self.enqueue(now, buf, algo, true)
     }
 
+    /// [`Engine::bcast`] of the message in `data`, borrowed until this returns: while the
+    /// retransmission buffer has room (and no earlier message waits) its frames are published
+    /// into it straight from `data`, and only what does not fit is copied, into `spare`, which
+    /// the engine then takes and lends back through [`Engine::take_sent`] as for
+    /// [`Engine::bcast_from`] (holding the message's unpublished tail, or nothing). A message
+    /// published whole leaves `spare` untouched, and [`Engine::take_sent`] gives back an empty
+    /// buffer. On an error nothing is taken or published.
+    pub fn bcast_slice(
+        &mut self,
+        now: Instant,
+        data: &[u8],
+        spare: &mut Vec<u8>,
+        algo: HardwareAlgorithm,
+    ) -> Result<u64, SendError> {
+        self.admit_len(data.len())?;
+        let id = self
+            .tx
+            .enqueue_slice(
+                &self.cfg,
+                data,
+                spare,
+                algo,
+                self.fellows.live(),
+                &mut self.timers,
+            )
+            .inspect_err(|e| self.note_ended(e))?;
+        self.queued(now);
+        Ok(id)
+    }
+
     /// The buffer of message `id` lent with [`Engine::bcast_from`], once all its frames are in
     /// the retransmission buffer ([`Sender::queued`] is 0 then, if no later message waits).
     /// Kept for the newest two such messages only; `None` before, or once taken.
@@ -331,16 +361,7 @@ impl Engine {
         algo: HardwareAlgorithm,
         lent: bool,
     ) -> Result<u64, SendError> {
-        if let Some(e) = self.ended {
-            return Err(e.into());
-        }
-        if data.len() > self.cfg.max_message {
-            return Err(SendError::TooLong {
-                len: data.len(),
-                max: self.cfg.max_message,
-            });
-        }
-        self.sending = true;
+        self.admit_len(data.len())?;
         let id = self
             .tx
             .enqueue(
@@ -351,15 +372,39 @@ impl Engine {
                 lent,
                 &mut self.timers,
             )
-            .inspect_err(|e| {
-                if let SendError::SessionEnded(e) = e {
-                    self.ended = Some(*e);
-                }
-            })?;
+            .inspect_err(|e| self.note_ended(e))?;
+        self.queued(now);
+        Ok(id)
+    }
+
+    /// Whether a message of `len` bytes may be sent (the session goes on and it is not too
+    /// long); the send side is in use from here on.
+    fn admit_len(&mut self, len: usize) -> Result<(), SendError> {
+        if let Some(e) = self.ended {
+            return Err(e.into());
+        }
+        if len > self.cfg.max_message {
+            return Err(SendError::TooLong {
+                len,
+                max: self.cfg.max_message,
+            });
+        }
+        self.sending = true;
+        Ok(())
+    }
+
+    /// Notes the end of the session a send failed on.
+    fn note_ended(&mut self, e: &SendError) {
+        if let SendError::SessionEnded(e) = e {
+            self.ended = Some(*e);
+        }
+    }
+
+    /// A message was queued: counted, and framed while the buffer has room.
+    fn queued(&mut self, now: Instant) {
         self.stats.sent_msgs += 1;
         self.tx
             .fill(&self.cfg, now, self.fellows.live(), &mut self.timers);
-        Ok(id)
     }
 
     /// Posts a receive for the next message of `root` that has not been posted for yet,

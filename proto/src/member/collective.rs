@@ -22,6 +22,16 @@ use super::p2p::P2P_APP;
 use super::tree::{encode_tree, live_tree, Tag};
 use super::{Algorithm, Done, Member, MemberError};
 
+/// The message of a broadcast's root as its caller hands it.
+enum Outgoing<'a> {
+    /// Lent whole (see [`Member::bcast_from`]); elsewhere than at the root, the buffer to
+    /// receive into.
+    Lent(&'a mut Vec<u8>),
+    /// Borrowed for the call, with a buffer for what does not fit (see
+    /// [`Member::bcast_slice`]); elsewhere, the buffer to receive into.
+    Borrowed(&'a [u8], &'a mut Vec<u8>),
+}
+
 impl Member {
     /// Starts `MPI_Bcast` from `root` with `algo`: at the root `data` is sent, elsewhere it
     /// is ignored and the root's message is the result. Every member must call it in the
@@ -51,7 +61,28 @@ impl Member {
         buf: &mut Vec<u8>,
         algo: Algorithm,
     ) -> Result<(), MemberError> {
-        let r = self.start_bcast(now, root, buf, algo);
+        let r = self.start_bcast(now, root, Outgoing::Lent(buf), algo);
+        self.sync_timers();
+        r
+    }
+
+    /// [`Member::bcast_from`] whose root borrows its message, `data`, only until this returns:
+    /// the engine publishes the frames that fit the retransmission buffer straight from it
+    /// and copies only the rest, into `spare` (see
+    /// [`Engine::bcast_slice`](crate::Engine::bcast_slice)). Elsewhere `data` is ignored and
+    /// `spare`'s capacity receives the root's message, as `buf`'s does in
+    /// [`Member::bcast_from`]. The result, [`Done::Bcast`], gives back a buffer: at the root
+    /// the one the message's rest was copied into (its contents are no message), or `spare`
+    /// itself when the call did not take it; elsewhere the message.
+    pub fn bcast_slice(
+        &mut self,
+        now: Instant,
+        root: Rank,
+        data: &[u8],
+        spare: &mut Vec<u8>,
+        algo: Algorithm,
+    ) -> Result<(), MemberError> {
+        let r = self.start_bcast(now, root, Outgoing::Borrowed(data, spare), algo);
         self.sync_timers();
         r
     }
@@ -60,7 +91,7 @@ impl Member {
         &mut self,
         now: Instant,
         root: Rank,
-        buf: &mut Vec<u8>,
+        msg: Outgoing<'_>,
         algo: Algorithm,
     ) -> Result<(), MemberError> {
         let n = self.size();
@@ -88,11 +119,24 @@ impl Member {
                 if algo != Algorithm::Tree {
                     self.stats.tree_fallbacks += 1;
                 }
-                self.forward_tree(now, tag, buf)?;
-                own = Some(std::mem::take(buf));
+                own = Some(match msg {
+                    Outgoing::Lent(buf) => {
+                        self.forward_tree(now, tag, buf)?;
+                        std::mem::take(buf)
+                    }
+                    Outgoing::Borrowed(data, spare) => {
+                        self.forward_tree(now, tag, data)?;
+                        std::mem::take(spare)
+                    }
+                });
             } else {
                 let a = algo.hardware().unwrap_or_default();
-                lent = Some(self.engine.bcast_from(now, buf, a)?);
+                lent = Some(match msg {
+                    Outgoing::Lent(buf) => self.engine.bcast_from(now, buf, a)?,
+                    Outgoing::Borrowed(data, spare) => {
+                        self.engine.bcast_slice(now, data, spare, a)?
+                    }
+                });
             }
         } else if algo != Algorithm::Tree
             && !self.deliveries.has_message(root)
@@ -101,7 +145,10 @@ impl Member {
             // The receive of this call (the MPI way: posted when the call is made), into the
             // caller's buffer. A receive left by a call the root served down the tree serves
             // this one. A message already held in the pushed buffer is delivered by the post.
-            self.post_into(now, root, std::mem::take(buf))?;
+            let buf = match msg {
+                Outgoing::Lent(buf) | Outgoing::Borrowed(_, buf) => std::mem::take(buf),
+            };
+            self.post_into(now, root, buf)?;
             self.collect(now);
         }
         self.calls.start(Call::Bcast {

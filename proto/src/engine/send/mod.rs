@@ -170,6 +170,37 @@ impl Sender {
         Ok(self.queue.push(cfg, data, algo, lent, promised))
     }
 
+    /// Queues the message in `data`, borrowed for this call: its frames are published from
+    /// it while the buffer has room and the rest is copied into `spare`, which is taken then
+    /// and given back as the lent message (see [`SendQueue::push_slice`]). On an error
+    /// nothing is taken.
+    pub(crate) fn enqueue_slice(
+        &mut self,
+        cfg: &EngineConfig,
+        data: &[u8],
+        spare: &mut Vec<u8>,
+        algo: HardwareAlgorithm,
+        live: &[bool],
+        timers: &mut TimerTable,
+    ) -> Result<u64, SendError> {
+        let promised = self.queue.admit(cfg, data.len())?;
+        self.make_dests(cfg, live, timers);
+        if self.eqa.hms().live() == 0 {
+            return Err(SendError::NoReceivers);
+        }
+        let designated = Sender::designated(cfg, live);
+        Ok(self.queue.push_slice(
+            cfg,
+            &mut self.eqa,
+            self.sent_upto,
+            designated,
+            data,
+            spare,
+            algo,
+            promised,
+        ))
+    }
+
     /// The buffer of lent message `id`, once all its frames are in the retransmission buffer
     /// (`None` before, or if it was not lent, or was taken already).
     pub(crate) fn take_sent(&mut self, id: u64) -> Option<Vec<u8>> {

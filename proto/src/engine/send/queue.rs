@@ -5,13 +5,17 @@
 //! Push-pull messages stop at the end of their push part until the designated receiver's pull
 //! request arrives; a push-pull message that fits one frame is pushed whole in it (no BTP1
 //! cut, no pull). A message lent with `Engine::bcast_from` is given back once all its frames
-//! are in the buffer: the frames are copies, so the caller's buffer is free again then.
+//! are in the buffer: the frames are copies, so the caller's buffer is free again then. A
+//! message borrowed for the length of a call (`Engine::bcast_slice`) is published straight from
+//! the caller's bytes while the buffer has room, and only what did not fit is copied, into a
+//! buffer the caller lends for it.
 //!
 //! **Invariants.** Messages leave the queue in order, once all their frames are published;
 //! `unstable` names them with their last frame until every live destination has it, then they
 //! move to `stable`. `promised` bounds the sequence numbers the queued messages may take, and
 //! never passes `LAST_SEQ + 1` (the session ends instead). At most [`PUBLISH_AHEAD`] frames are
-//! published and not sent yet.
+//! published and not sent yet, except those of a borrowed message published as it was queued
+//! (at most the buffer's room).
 
 use std::collections::VecDeque;
 
@@ -38,8 +42,10 @@ const SENT_KEPT: usize = 2;
 #[derive(Debug)]
 pub(crate) struct OutMsg {
     id: u64,
+    /// The message's bytes from `base` on (all of them unless it was borrowed).
     data: Vec<u8>,
     algo: HardwareAlgorithm,
+    /// Where the frame cut next starts, in the message.
     off: usize,
     started: bool,
     push_end: usize,
@@ -49,6 +55,17 @@ pub(crate) struct OutMsg {
     /// Lent by the caller, who takes it back once its frames are all in the buffer
     /// ([`SendQueue::take_sent`]).
     lent: bool,
+    /// Bytes of a borrowed message published before the rest was copied into `data`: byte
+    /// `i` of the message is `data[i - base]`. A message is at most `u32::MAX` bytes long
+    /// (its length travels in 32 bits).
+    base: u32,
+}
+
+impl OutMsg {
+    /// The message's length.
+    fn len(&self) -> usize {
+        self.base as usize + self.data.len()
+    }
 }
 
 /// What framing stopped at (see [`SendQueue::fill`]).
@@ -143,6 +160,22 @@ impl SendQueue {
         lent: bool,
         promised: u64,
     ) -> u64 {
+        let len = data.len();
+        self.push_msg(cfg, std::mem::take(data), len, algo, lent, promised)
+    }
+
+    /// Queues a message of `len` bytes whose last `data.len()` are in `data` (the others are
+    /// published before anything else happens to the queue: see [`SendQueue::push_slice`]),
+    /// and returns its id.
+    fn push_msg(
+        &mut self,
+        cfg: &EngineConfig,
+        data: Vec<u8>,
+        len: usize,
+        algo: HardwareAlgorithm,
+        lent: bool,
+        promised: u64,
+    ) -> u64 {
         self.promised = promised;
         let id = self.next_id;
         self.next_id += 1;
@@ -150,13 +183,14 @@ impl SendQueue {
             // A message that fits one frame is pushed whole in that frame: cutting it at BTP1
             // would cost a second frame (and above BTP1 + BTP2 a pull round trip) for bytes
             // the first frame had room for.
-            HardwareAlgorithm::PushPull if data.len() <= cfg.max_payload() => data.len(),
-            HardwareAlgorithm::PushPull => data.len().min(cfg.btp1 + cfg.btp2),
-            HardwareAlgorithm::Simple => data.len(),
+            HardwareAlgorithm::PushPull if len <= cfg.max_payload() => len,
+            HardwareAlgorithm::PushPull => len.min(cfg.btp1 + cfg.btp2),
+            HardwareAlgorithm::Simple => len,
         };
+        let base = (len - data.len()) as u32;
         self.queue.push_back(OutMsg {
             id,
-            data: std::mem::take(data),
+            data,
             algo,
             off: 0,
             started: false,
@@ -164,7 +198,41 @@ impl SendQueue {
             pull_granted: false,
             last_push: None,
             lent,
+            base,
         });
+        id
+    }
+
+    /// Queues the message in `data`, borrowed for this call only, admitted with `promised`
+    /// (see [`SendQueue::admit`]), and returns its id. When no other message waits, its
+    /// frames are published into `eqa` at once, straight from `data`, while the buffer has
+    /// room (and a push-pull message up to its pull). What is left is copied into `spare`,
+    /// which the queue takes, leaving it empty, and gives back as the lent message
+    /// ([`SendQueue::take_sent`]); a message published whole leaves `spare` as it was, and
+    /// gives back an empty buffer.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push_slice(
+        &mut self,
+        cfg: &EngineConfig,
+        eqa: &mut Eqa,
+        sent_upto: Seq,
+        designated: Rank,
+        data: &[u8],
+        spare: &mut Vec<u8>,
+        algo: HardwareAlgorithm,
+        promised: u64,
+    ) -> u64 {
+        let id = self.push_msg(cfg, Vec::new(), data.len(), algo, true, promised);
+        if self.queue.len() == 1 {
+            self.frame(cfg, eqa, sent_upto, designated, Some(data));
+        }
+        if let Some(m) = self.queue.back_mut().filter(|m| m.id == id) {
+            let rest = &data[m.off..];
+            m.base = m.off as u32;
+            spare.clear();
+            spare.extend_from_slice(rest);
+            m.data = std::mem::take(spare);
+        }
         id
     }
 
@@ -198,6 +266,21 @@ impl SendQueue {
         sent_upto: Seq,
         designated: Rank,
     ) -> Filled {
+        self.frame(cfg, eqa, sent_upto, designated, None)
+    }
+
+    /// [`SendQueue::fill`]; `borrowed`: the whole of the front message, which is the only one
+    /// queued and was borrowed by [`SendQueue::push_slice`] (its frames are then published
+    /// while the buffer has room, not [`PUBLISH_AHEAD`] only: what is not published now must
+    /// be copied).
+    fn frame(
+        &mut self,
+        cfg: &EngineConfig,
+        eqa: &mut Eqa,
+        sent_upto: Seq,
+        designated: Rank,
+        borrowed: Option<&[u8]>,
+    ) -> Filled {
         let max = cfg.max_payload();
         loop {
             let held_from = eqa.tail().min(sent_upto);
@@ -205,7 +288,7 @@ impl SendQueue {
             let Some(m) = self.queue.front_mut() else {
                 break;
             };
-            if m.started && m.off >= m.data.len() {
+            if m.started && m.off >= m.len() {
                 let m = self.queue.pop_front().expect("front exists");
                 self.unstable.push_back((m.id, eqa.head() - 1));
                 if m.lent {
@@ -214,8 +297,17 @@ impl SendQueue {
                     }
                     self.sent.push_back((m.id, m.data));
                 }
+                if borrowed.is_some() {
+                    // The borrowed bytes were this message's only.
+                    return Filled::Done;
+                }
                 continue;
             }
+            // The message's bytes, and where they start in it.
+            let (bytes, base) = match borrowed {
+                Some(b) => (b, 0),
+                None => (&m.data[..], m.base as usize),
+            };
             if m.algo == HardwareAlgorithm::PushPull
                 && m.started
                 && m.off >= m.push_end
@@ -226,18 +318,17 @@ impl SendQueue {
             if room == 0 {
                 break;
             }
-            if eqa.head() - sent_upto >= PUBLISH_AHEAD {
+            if borrowed.is_none() && eqa.head() - sent_upto >= PUBLISH_AHEAD {
                 if let Some(hint) = cfg.prefetch {
                     // The next frames' bytes, for the call that publishes them.
-                    let ahead = m
-                        .data
-                        .get(m.off..)
+                    let ahead = bytes
+                        .get(m.off - base..)
                         .map_or(&[][..], |d| &d[..d.len().min(4 * max)]);
                     hint(ahead.as_ptr(), ahead.len());
                 }
                 break;
             }
-            let len = m.data.len();
+            let len = m.len();
             let end = if m.algo == HardwareAlgorithm::PushPull && m.off < cfg.btp1 && len > max {
                 cfg.btp1.min(len)
             } else if m.off < m.push_end {
@@ -273,9 +364,9 @@ impl SendQueue {
             };
             if let Some(hint) = cfg.prefetch {
                 let from = (end + 3 * max).min(len);
-                hint(m.data[from..].as_ptr(), (len - from).min(max));
+                hint(bytes[from - base..].as_ptr(), (len - from).min(max));
             }
-            let seq = match eqa.publish(repr, &m.data[m.off..end]) {
+            let seq = match eqa.publish(repr, &bytes[m.off - base..end - base]) {
                 Ok(s) => s,
                 Err(_) => break,
             };
@@ -413,6 +504,177 @@ mod tests {
         assert!(q.grant_pull(0));
         q.fill(&c, &mut eqa, pushed, Rank::new(1));
         assert!(eqa.head() > pushed, "the pull part follows");
+    }
+
+    /// The payload of every frame in `eqa` from `from` to its head, back to back.
+    fn published(eqa: &Eqa, from: u64) -> Vec<u8> {
+        (from..eqa.head().get())
+            .flat_map(|s| eqa.slot(Seq::new(s)).unwrap().payload().to_vec())
+            .collect()
+    }
+
+    fn bytes(len: usize, salt: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(13).wrapping_add(salt))
+            .collect()
+    }
+
+    #[test]
+    fn a_borrowed_message_that_fits_is_published_from_the_callers_bytes_and_copies_nothing() {
+        let (c, mut eqa, mut q) = setup();
+        let m = bytes(3 * c.max_payload() - 5, 1);
+        let mut spare = vec![0xEE; 40];
+        let p = q.admit(&c, m.len()).unwrap();
+        let id = q.push_slice(
+            &c,
+            &mut eqa,
+            Seq::new(0),
+            Rank::new(1),
+            &m,
+            &mut spare,
+            HardwareAlgorithm::Simple,
+            p,
+        );
+        assert_eq!(
+            eqa.head(),
+            Seq::new(3),
+            "all three frames, before any is sent"
+        );
+        assert_eq!(published(&eqa, 0), m);
+        assert!(eqa
+            .slot(Seq::new(2))
+            .unwrap()
+            .repr()
+            .flags
+            .contains(Flags::LAST));
+        assert_eq!(spare, vec![0xEE; 40], "the spare buffer was not touched");
+        assert_eq!(q.len(), 0, "the message left the queue");
+        assert_eq!(q.take_sent(id), Some(Vec::new()), "nothing of it was kept");
+    }
+
+    #[test]
+    fn a_borrowed_message_longer_than_the_room_copies_only_what_did_not_fit() {
+        let (c, mut eqa, mut q) = setup();
+        let max = c.max_payload();
+        // Two slots of the eight hold an earlier message's unacknowledged frames.
+        let p = q.admit(&c, 2 * max).unwrap();
+        q.push(
+            &c,
+            &mut bytes(2 * max, 9),
+            HardwareAlgorithm::Simple,
+            false,
+            p,
+        );
+        q.fill(&c, &mut eqa, Seq::new(0), Rank::new(1));
+        assert_eq!(eqa.head(), Seq::new(2));
+        let m = bytes(10 * max + 7, 2);
+        let mut spare = Vec::with_capacity(64 * 1024);
+        let p = q.admit(&c, m.len()).unwrap();
+        let id = q.push_slice(
+            &c,
+            &mut eqa,
+            Seq::new(2),
+            Rank::new(1),
+            &m,
+            &mut spare,
+            HardwareAlgorithm::Simple,
+            p,
+        );
+        assert_eq!(
+            eqa.head(),
+            Seq::new(8),
+            "the six free slots, from the caller's bytes"
+        );
+        assert_eq!(published(&eqa, 2), m[..6 * max]);
+        assert_eq!(spare.capacity(), 0, "the spare buffer went with the rest");
+        assert_eq!(q.take_sent(id), None, "not all framed yet");
+        // The destination acknowledges everything so far: the rest follows from the copy.
+        eqa.ack(Rank::new(1), Seq::new(8));
+        q.fill(&c, &mut eqa, Seq::new(8), Rank::new(1));
+        assert_eq!(eqa.head(), Seq::new(13));
+        assert_eq!(published(&eqa, 8), m[6 * max..]);
+        let back = q.take_sent(id).expect("framed whole");
+        assert_eq!(back, m[6 * max..], "the copy held the rest only");
+        assert_eq!(back.capacity(), 64 * 1024, "in the spare buffer");
+    }
+
+    #[test]
+    fn a_borrowed_message_behind_another_is_copied_whole_and_keeps_its_turn() {
+        let (mut c, _, _) = setup();
+        c.window = 64;
+        let mut eqa = Eqa::new(c.window, c.slot_payload(), std::iter::empty(), 4, c.rto);
+        eqa.add_dest(Rank::new(1), 4, c.rto);
+        let mut q = SendQueue::new(&c);
+        let max = c.max_payload();
+        let first = bytes(20 * max, 3);
+        let p = q.admit(&c, first.len()).unwrap();
+        q.push(&c, &mut first.clone(), HardwareAlgorithm::Simple, false, p);
+        q.fill(&c, &mut eqa, Seq::new(0), Rank::new(1));
+        assert_eq!(
+            eqa.head().get(),
+            PUBLISH_AHEAD,
+            "the first still has frames queued"
+        );
+        let m = bytes(2 * max, 4);
+        let mut spare = Vec::new();
+        let p = q.admit(&c, m.len()).unwrap();
+        let id = q.push_slice(
+            &c,
+            &mut eqa,
+            Seq::new(0),
+            Rank::new(1),
+            &m,
+            &mut spare,
+            HardwareAlgorithm::Simple,
+            p,
+        );
+        assert_eq!(
+            eqa.head().get(),
+            PUBLISH_AHEAD,
+            "nothing of it jumped the queue"
+        );
+        // Sending keeps up with publishing.
+        for _ in 0..3 {
+            let sent = eqa.head();
+            q.fill(&c, &mut eqa, sent, Rank::new(1));
+        }
+        assert_eq!(eqa.head().get(), 22);
+        let all: Vec<u8> = first.iter().chain(&m).copied().collect();
+        assert_eq!(published(&eqa, 0), all, "in order, each byte once");
+        assert_eq!(q.take_sent(id), Some(m), "its copy, given back");
+    }
+
+    #[test]
+    fn a_borrowed_push_pull_message_is_published_up_to_its_pull_and_copied_after() {
+        let (mut c, _, _) = setup();
+        c.window = 64;
+        let mut eqa = Eqa::new(c.window, c.slot_payload(), std::iter::empty(), 4, c.rto);
+        eqa.add_dest(Rank::new(1), 4, c.rto);
+        let mut q = SendQueue::new(&c);
+        let m = bytes(c.btp1 + c.btp2 + 3 * c.max_payload(), 5);
+        let mut spare = Vec::new();
+        let p = q.admit(&c, m.len()).unwrap();
+        let id = q.push_slice(
+            &c,
+            &mut eqa,
+            Seq::new(0),
+            Rank::new(1),
+            &m,
+            &mut spare,
+            HardwareAlgorithm::PushPull,
+            p,
+        );
+        let pushed = eqa.head();
+        assert!(eqa
+            .slot(pushed - 1)
+            .unwrap()
+            .repr()
+            .flags
+            .contains(Flags::PULL_WAIT | Flags::PUSH));
+        assert_eq!(published(&eqa, 0), m[..c.btp1 + c.btp2]);
+        assert!(q.grant_pull(id as u32));
+        assert_eq!(q.fill(&c, &mut eqa, pushed, Rank::new(1)), Filled::Done);
+        assert_eq!(published(&eqa, 0), m, "the pull part from the copy");
     }
 
     #[test]
