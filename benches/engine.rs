@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the hot paths: wire encode/decode, the EQA buffer, and the sans-IO
-//! engine at a receiver (in-order data) and at the root (ACK handling, fresh data out).
+//! engine at a receiver (in-order data) and at the root (ACK handling, fresh data out, a
+//! message queued from a slice).
 //!
 //! Run with `cargo bench --bench engine`. Measurement times are kept short (the build machine
 //! is shared); pass criterion options after `--` for longer runs, e.g.
@@ -351,9 +352,56 @@ fn root_benches(c: &mut Criterion) {
     g.finish();
 }
 
+/// A root queues a 16 KiB message it holds in a slice (what `Group::bcast_into`, the C ABI
+/// and the interposer do), into an empty window: its 12 frames are published at once.
+/// `copied_then_lent`: the slice copied into a reused buffer, which is then lent
+/// (`Engine::bcast_from`); `borrowed`: published from the slice (`Engine::bcast_slice`).
+fn root_queue_benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("engine/root_queue_16KiB");
+    short(&mut g);
+    const LEN: usize = 16 * 1024;
+    g.throughput(Throughput::Bytes(LEN as u64));
+    let now = Instant::now();
+    let msg = payload(LEN);
+    let fresh = || {
+        (
+            Engine::new(EngineConfig::new(1, Rank::new(0), ROOT_SIZE)).expect("valid config"),
+            Vec::with_capacity(LEN),
+        )
+    };
+    g.bench_function("copied_then_lent", |b| {
+        b.iter_batched_ref(
+            fresh,
+            |(root, spare)| {
+                spare.extend_from_slice(black_box(&msg));
+                let r = root.bcast_from(black_box(now), spare, HardwareAlgorithm::Simple);
+                black_box(r.is_ok())
+            },
+            BATCH,
+        )
+    });
+    g.bench_function("borrowed", |b| {
+        b.iter_batched_ref(
+            fresh,
+            |(root, spare)| {
+                let r = root.bcast_slice(
+                    black_box(now),
+                    black_box(&msg),
+                    spare,
+                    HardwareAlgorithm::Simple,
+                );
+                debug_assert!(spare.capacity() == LEN, "nothing copied");
+                black_box(r.is_ok())
+            },
+            BATCH,
+        )
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default();
-    targets = wire_benches, eqa_benches, receiver_benches, root_benches
+    targets = wire_benches, eqa_benches, receiver_benches, root_benches, root_queue_benches
 }
 criterion_main!(benches);
