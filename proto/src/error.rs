@@ -30,6 +30,10 @@ pub enum ConfigError {
     /// A queue or threshold set to zero.
     #[error("ack_every, send_queue, recv_queue and outbox must be at least 1")]
     Zero,
+    /// The longest message is longer than a frame can name: a message's length and a
+    /// frame's offset in it travel in 32 bits.
+    #[error("max_message of {0} bytes is more than a frame can name (4294967295 bytes)")]
+    MaxMessage(usize),
     /// Gathering gaps for longer than half the window: the window would fill before the
     /// receiver asks for its lost frames.
     #[error("gathering gaps for {0} frames is more than half the window of {1} frames")]

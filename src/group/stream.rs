@@ -470,8 +470,16 @@ mod tests {
             ..ok.clone()
         };
         assert_eq!(gather.check(), Err(ConfigError::Gather(33, 64)));
-        let zero = StreamOptions { ack_every: 0, ..ok };
+        let zero = StreamOptions {
+            ack_every: 0,
+            ..ok.clone()
+        };
         assert_eq!(zero.check(), Err(ConfigError::Zero));
+        let huge = StreamOptions {
+            max_message: 1 << 33,
+            ..ok
+        };
+        assert_eq!(huge.check(), Err(ConfigError::MaxMessage(1 << 33)));
     }
 
     #[test]

@@ -74,7 +74,8 @@ pub struct EngineConfig {
     pub recv_queue: usize,
     /// Repair requests each destination's LDP queues.
     pub repair_queue: usize,
-    /// Largest message accepted from the network (guards against absurd lengths).
+    /// Largest message accepted from the network (guards against absurd lengths) and
+    /// broadcast; at most `u32::MAX` bytes, what a frame can name.
     pub max_message: usize,
     /// Deliver every message as it completes, without `post_recv` (streaming use).
     pub auto_post: bool,
@@ -263,6 +264,9 @@ impl EngineConfig {
         }
         if self.nack_gather > self.window / 2 {
             return Err(ConfigError::Gather(self.nack_gather, self.window));
+        }
+        if u32::try_from(self.max_message).is_err() {
+            return Err(ConfigError::MaxMessage(self.max_message));
         }
         Ok(())
     }

@@ -96,6 +96,20 @@ fn borrowed_messages_arrive_whole_in_order_under_loss_whatever_fitted_the_window
     assert!(net.lost > 0, "frames were lost");
 }
 
+/// A message's length and a frame's offset in it travel in 32 bits: a configuration that
+/// would accept a longer message is refused, so that no message is ever cut to fit them.
+#[test]
+fn a_longest_message_beyond_what_a_frame_can_name_is_refused() {
+    let mut c = crate::engine::EngineConfig::new(7, Rank::new(0), 2);
+    c.max_message = u32::MAX as usize;
+    assert!(crate::engine::Engine::new(c.clone()).is_ok());
+    c.max_message += 1;
+    assert_eq!(
+        crate::engine::Engine::new(c).err(),
+        Some(crate::ConfigError::MaxMessage(u32::MAX as usize + 1))
+    );
+}
+
 /// A borrowed message the engine refuses takes nothing: the spare buffer is as it was and
 /// no frame of it is published.
 #[test]
