@@ -1,5 +1,5 @@
-//! The group API between real hosts of the namespace test-bed: discovery, bcast from every
-//! root with every algorithm, and a clean error when a member is missing.
+//! The group API between real hosts of the namespace test-bed: discovery, bcast (both forms)
+//! from every root with every algorithm, and a clean error when a member is missing.
 
 use std::time::Duration;
 
@@ -104,6 +104,15 @@ fn discovered_group_broadcasts_from_every_root_with_every_algorithm() {
                                 };
                                 g.bcast_with(Rank::new(root), &mut buf, algo)?;
                                 seen.push((root, algo, buf == payload(root, round, len)));
+                                // The slice form: the root's frames cut from its slice as far
+                                // as the window's room goes, the rest from a copy.
+                                let mut slice = if g.rank() == Rank::new(root) {
+                                    payload(root, round + 3, len)
+                                } else {
+                                    vec![0u8; len]
+                                };
+                                g.bcast_into_with(Rank::new(root), &mut slice, algo)?;
+                                seen.push((root, algo, slice == payload(root, round + 3, len)));
                             }
                         }
                     }
@@ -125,7 +134,7 @@ fn discovered_group_broadcasts_from_every_root_with_every_algorithm() {
         .collect();
     for h in handles {
         let seen = h.join().expect("member thread").expect("member");
-        assert_eq!(seen.len(), 3 * n * 3);
+        assert_eq!(seen.len(), 3 * n * 3 * 2);
         assert!(seen.iter().all(|&(_, _, ok)| ok), "{seen:?}");
     }
 }
