@@ -319,7 +319,8 @@ impl Sender {
                 let seen = behind(head, seen)
                     .unwrap_or(Seq::new(0))
                     .min(self.sent_upto);
-                Repairs::on_probe_answer(&mut self.eqa, src, seen, self.sent_upto);
+                self.repairs
+                    .on_probe_answer(&mut self.eqa, src, seen, self.sent_upto);
             }
             Feedback::Pull { msg_id, .. } if self.queue.grant_pull(msg_id) => {
                 self.polls.pulled(timers);
@@ -426,6 +427,7 @@ impl Sender {
                 lms.stats.polls += 1;
                 timers.set(Timer::Retransmit(rank), now + lms.rto);
                 self.polls.ack_poll(cfg, rank);
+                self.repairs.asked(rank, sent_upto);
                 continue;
             }
             // With an acknowledgement tree a whole subtree waits for one member's frame (the
@@ -439,6 +441,7 @@ impl Sender {
                 lms.stats.probes += 1;
                 lms.unicast_repairs = true;
                 self.repairs.probe(rank);
+                self.repairs.asked(rank, sent_upto);
             }
             timers.set(Timer::Retransmit(rank), next);
             // Go back to its cursor (the probe). A timer acts once, when it fires: however

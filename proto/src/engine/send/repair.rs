@@ -11,7 +11,9 @@
 //!
 //! **Invariants.** The repair queues themselves are the destinations' ([`crate::eqa::Lms`]);
 //! this type keeps where the round robin stands, which destinations are being probed (a probe
-//! is unicast, never re-broadcast), and when each frame was last re-broadcast.
+//! is unicast, never re-broadcast) and how far the frames went when each was last asked how far
+//! it has seen (its answer goes back over the frames sent before the question only), and when
+//! each frame was last re-broadcast.
 
 use std::time::Instant;
 
@@ -28,15 +30,25 @@ use crate::machine::Transmit;
 /// receivers' retry interval (`EngineConfig::nack_retry`): see [`Repairs::recently_rebroadcast`].
 const REBROADCAST_HOLD_DIV: u32 = 2;
 
+/// What a destination's retransmission timer asked of it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Asked {
+    /// The next repair to it is a probe (asks for an immediate acknowledgement).
+    probe: bool,
+    /// The frames sent (`sent_upto`) when the timer last asked it how far it has seen (a
+    /// poll or a probe). Its answer speaks for those frames only: the question reached it
+    /// behind them, and the frames sent after it may still be on their way.
+    upto: Option<Seq>,
+}
+
 /// The repair scheduler of one root. See the module documentation.
 #[derive(Debug)]
 pub(super) struct Repairs {
     /// Where the round robin over the destinations stands.
     rr: usize,
-    /// Per rank: its retransmission timer fired and the next repair to it is a probe (asks
-    /// for an immediate acknowledgement). Made at the first probe: most members never
-    /// broadcast.
-    probing: Vec<bool>,
+    /// Per rank, what its retransmission timer asked of it (see [`Asked`]). Made at the
+    /// first ask: most members never broadcast.
+    asked: Vec<Asked>,
     /// When frames were last re-broadcast as repairs, by sequence number modulo its length
     /// (the buffer's slots; made at the first re-broadcast).
     rebroadcast_at: Vec<Option<(Seq, Instant)>>,
@@ -54,7 +66,7 @@ impl Repairs {
     pub(super) fn new(cfg: &EngineConfig) -> Repairs {
         Repairs {
             rr: 0,
-            probing: Vec::new(),
+            asked: Vec::new(),
             rebroadcast_at: Vec::new(),
             tail_due: false,
             tail_at: None,
@@ -65,11 +77,8 @@ impl Repairs {
 
     /// The next repair to `rank` is a probe.
     pub(super) fn probe(&mut self, rank: Rank) {
-        if self.probing.is_empty() {
-            self.probing = vec![false; self.size];
-        }
-        if let Some(p) = self.probing.get_mut(rank.index()) {
-            *p = true;
+        if let Some(a) = self.asked_mut(rank) {
+            a.probe = true;
         }
     }
 
@@ -131,11 +140,35 @@ impl Repairs {
         }
     }
 
-    /// The answer to a probe from `src`: everything after what it has seen (`seen`), up to 16
-    /// frames, was sent long enough ago to be lost: go back over it.
-    pub(super) fn on_probe_answer(eqa: &mut Eqa, src: Rank, seen: Seq, sent_upto: Seq) {
+    /// `rank`'s retransmission timer asks it how far it has seen (a poll, or a probe), with
+    /// the frames before `sent_upto` sent.
+    pub(super) fn asked(&mut self, rank: Rank, sent_upto: Seq) {
+        if let Some(a) = self.asked_mut(rank) {
+            a.upto = Some(sent_upto);
+        }
+    }
+
+    /// What was asked of `rank` (the table made at the first ask).
+    fn asked_mut(&mut self, rank: Rank) -> Option<&mut Asked> {
+        if self.asked.is_empty() {
+            self.asked = vec![Asked::default(); self.size];
+        }
+        self.asked.get_mut(rank.index())
+    }
+
+    /// The answer to a poll or probe from `src`: everything after what it has seen (`seen`)
+    /// that was sent before it was asked, up to 16 frames, was lost (the question reached it
+    /// behind those frames): go back over it. Frames sent after the question may still be
+    /// on their way (a receiver working through a batch answers later than the timer), and
+    /// are left to its NACKs and the next timeout.
+    pub(super) fn on_probe_answer(&self, eqa: &mut Eqa, src: Rank, seen: Seq, sent_upto: Seq) {
         let cursor = eqa.lms(src).map_or(seen, |l| l.cursor());
-        let end = sent_upto.min(cursor + u64::from(NACK_BITS));
+        let asked = self
+            .asked
+            .get(src.index())
+            .and_then(|a| a.upto)
+            .map_or(sent_upto, |a| a.min(sent_upto));
+        let end = asked.min(cursor + u64::from(NACK_BITS));
         for s in seen.max(cursor).up_to(end) {
             eqa.request_repair(src, s);
         }
@@ -210,9 +243,9 @@ impl Repairs {
             };
             self.rr = (i + 1) % n;
             let probe = self
-                .probing
+                .asked
                 .get_mut(rank.index())
-                .is_some_and(std::mem::take);
+                .is_some_and(|a| std::mem::take(&mut a.probe));
             let others = eqa.slot(seq).map_or(0, |s| usize::from(s.want()));
             let unicast = eqa.lms(rank).is_some_and(|l| l.unicast_repairs || l.p2p);
             // A probe asks its destination alone for an acknowledgement: re-broadcast, it asked
@@ -395,7 +428,7 @@ mod tests {
         assert!(f.flags().contains(Flags::ACK_REQ));
         // The answer to a probe goes back over what the destination has not seen.
         let (_, mut eqa) = root(2, 16);
-        Repairs::on_probe_answer(&mut eqa, Rank::new(1), Seq::new(2), Seq::new(16));
+        r.on_probe_answer(&mut eqa, Rank::new(1), Seq::new(2), Seq::new(16));
         let q = eqa.lms(Rank::new(1)).unwrap().repair_queue().len();
         assert_eq!(
             q as u32,

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::{Engine, EngineConfig, EngineEvent, EngineStats, HardwareAlgorithm, Message};
-use crate::wire::{Control, Frame, Kind};
+use crate::wire::{Control, Frame, Kind, Repr};
 use crate::Rank;
 
 use super::{
@@ -376,4 +376,80 @@ fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
         .collect();
     assert_eq!(got, vec![0, 1, 2]);
     assert_eq!(root.stats().repair_frames, 1, "only the lost frame");
+}
+
+/// A poll reaches its receiver behind every frame sent before it (one path, in order), so its
+/// answer speaks for those frames only. A receiver busy with a batch answers after the root
+/// has sent more: those frames are still on their way, and the root sends none of them again;
+/// a frame sent before the poll and missing from the answer was lost, and goes again.
+#[test]
+fn a_polls_answer_repairs_what_was_sent_before_the_poll_never_what_followed_it() {
+    let (mut root, mut rx) = root_and_receiver();
+    let t0 = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    let mut sent = Vec::new();
+    for i in 0..3u8 {
+        root.bcast(t0, vec![i; 8], HardwareAlgorithm::Simple)
+            .unwrap();
+    }
+    while let Some(t) = root.poll_transmit(t0, &mut buf) {
+        sent.push(buf[..t.len].to_vec());
+    }
+    assert_eq!(sent.len(), 3);
+    // The receiver has the first frame; the second is lost; the third is on its way.
+    rx.handle_frame(t0, &sent[0]).unwrap();
+    let fired = root
+        .poll_timeout()
+        .expect("the root's retransmission timer");
+    root.handle_timeout(fired);
+    let t = root.poll_transmit(fired, &mut buf).expect("the poll");
+    let poll = buf[..t.len].to_vec();
+    assert_eq!(
+        Control::parse(&Frame::new_checked(&poll[..]).unwrap()).unwrap(),
+        Control::AckPoll
+    );
+    // Two more messages go out after the poll.
+    for i in 3..5u8 {
+        root.bcast(fired, vec![i; 8], HardwareAlgorithm::Simple)
+            .unwrap();
+    }
+    while let Some(t) = root.poll_transmit(fired, &mut buf) {
+        sent.push(buf[..t.len].to_vec());
+    }
+    assert_eq!(sent.len(), 5);
+    // The third frame, then the poll, reach the receiver; it answers.
+    rx.handle_frame(fired, &sent[2]).unwrap();
+    rx.handle_frame(fired, &poll).unwrap();
+    let mut answered = false;
+    while let Some(t) = rx.poll_transmit(fired, &mut buf) {
+        answered |= matches!(
+            Control::parse(&Frame::new_checked(&buf[..t.len]).unwrap()),
+            Ok(Control::Ack { seen: Some(_), .. })
+        );
+        root.handle_frame(fired, &buf[..t.len]).unwrap();
+    }
+    assert!(answered, "the poll's answer says how far it has seen");
+    let mut again = Vec::new();
+    while let Some(t) = root.poll_transmit(fired, &mut buf) {
+        let f = Frame::new_checked(&buf[..t.len]).unwrap();
+        if f.kind() == Kind::Repair {
+            again.push(Repr::parse(&f).seq);
+        }
+        rx.handle_frame(fired, &buf[..t.len]).unwrap();
+    }
+    assert_eq!(
+        again,
+        vec![1],
+        "the lost frame, not the two sent after the poll"
+    );
+    for f in &sent[3..] {
+        rx.handle_frame(fired, f).unwrap();
+    }
+    let got: Vec<u64> = std::iter::from_fn(|| rx.poll_event())
+        .filter_map(|e| match e {
+            EngineEvent::Delivered(Message { msg_id, .. }) => Some(msg_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, vec![0, 1, 2, 3, 4]);
 }
