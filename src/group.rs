@@ -29,7 +29,7 @@ use crate::link::{self, Link, LinkError, MacAddr};
 use crate::Rank;
 use ethbcast_proto::{
     Algorithm, BarrierAlgo, DetectorConfig, Done, EngineConfig, EngineStats, Expect, JoinConfig,
-    JoinStats, Joined, Member, MemberConfig, MemberStats,
+    JoinStats, Joined, Member, MemberConfig, MemberError, MemberStats,
 };
 
 mod allgather;
@@ -328,21 +328,30 @@ impl Group {
         buf: &mut Vec<u8>,
         algo: Algorithm,
     ) -> Result<Outcome, GroupError> {
-        let n = self.size();
-        check_root(root, n)?;
+        if let Done::Bcast(data) =
+            self.run_bcast(root, |m, now| m.bcast_from(now, root, buf, algo))?
+        {
+            *buf = data;
+        }
+        Ok(self.outcome())
+    }
+
+    /// A broadcast from `root` that `start` starts at the member: runs it to its result (a
+    /// receiver returns its message before sending the acknowledgements it made).
+    fn run_bcast(
+        &mut self,
+        root: Rank,
+        start: impl FnOnce(&mut Member, Instant) -> Result<(), MemberError>,
+    ) -> Result<Done, GroupError> {
+        check_root(root, self.size())?;
         self.finish_tail()?;
-        self.driver
-            .member_mut()
-            .bcast_from(WallClock.now(), root, buf, algo)?;
+        start(self.driver.member_mut(), WallClock.now())?;
         let sends = if root == self.rank() {
             Sends::Now
         } else {
             Sends::Deferred
         };
-        if let Done::Bcast(data) = self.finish_with("a message from the root", sends)? {
-            *buf = data;
-        }
-        Ok(self.outcome())
+        self.finish_with("a message from the root", sends)
     }
 
     /// MPI_Bcast into the caller's buffer, of a length every member agrees on: the root sends
@@ -368,16 +377,10 @@ impl Group {
         algo: Algorithm,
     ) -> Result<Outcome, GroupError> {
         if root == self.rank() {
-            check_root(root, self.size())?;
-            self.finish_tail()?;
             let mut spare = std::mem::take(&mut self.spare);
-            let started =
-                self.driver
-                    .member_mut()
-                    .bcast_slice(WallClock.now(), root, buf, &mut spare, algo);
-            let r = started
-                .map_err(GroupError::from)
-                .and_then(|()| self.finish_with("a message from the root", Sends::Now));
+            let r = self.run_bcast(root, |m, now| {
+                m.bcast_slice(now, root, buf, &mut spare, algo)
+            });
             // The buffer the call took for the message's rest comes back with the result;
             // the group keeps the larger of it and the one the call did not take.
             let r = r.map(|done| {

@@ -69,6 +69,7 @@ pub use observe::{Observe, Observer, Piece};
 use outbox::Outbox;
 pub(crate) use outbox::Outgoing;
 pub use recv::Receiver;
+pub(crate) use send::Handed;
 pub use send::Sender;
 pub use stats::{DropStats, EngineStats};
 use timer::TimerTable;
@@ -301,7 +302,8 @@ impl Engine {
         data: Vec<u8>,
         algo: HardwareAlgorithm,
     ) -> Result<u64, SendError> {
-        self.enqueue(now, &mut { data }, algo, false)
+        let data = &mut { data };
+        self.enqueue(now, Handed::Taken { data, lent: false }, algo)
     }
 
     /// [`Engine::bcast`] of the message in `buf`, lent: the engine takes it (leaving `buf`
@@ -314,7 +316,14 @@ impl Engine {
         buf: &mut Vec<u8>,
         algo: HardwareAlgorithm,
     ) -> Result<u64, SendError> {
-        self.enqueue(now, buf, algo, true)
+        self.enqueue(
+            now,
+            Handed::Taken {
+                data: buf,
+                lent: true,
+            },
+            algo,
+        )
     }
 
     /// [`Engine::bcast`] of the message in `data`, borrowed until this returns: while the
@@ -331,20 +340,7 @@ impl Engine {
         spare: &mut Vec<u8>,
         algo: HardwareAlgorithm,
     ) -> Result<u64, SendError> {
-        self.admit_len(data.len())?;
-        let id = self
-            .tx
-            .enqueue_slice(
-                &self.cfg,
-                data,
-                spare,
-                algo,
-                self.fellows.live(),
-                &mut self.timers,
-            )
-            .inspect_err(|e| self.note_ended(e))?;
-        self.queued(now);
-        Ok(id)
+        self.enqueue(now, Handed::Borrowed { data, spare }, algo)
     }
 
     /// The buffer of message `id` lent with [`Engine::bcast_from`], once all its frames are in
@@ -354,35 +350,17 @@ impl Engine {
         self.tx.take_sent(id)
     }
 
-    fn enqueue(
+    /// Queues the message `msg` hands over (see [`Sender::enqueue`]); returns its id.
+    pub(crate) fn enqueue(
         &mut self,
         now: Instant,
-        data: &mut Vec<u8>,
+        msg: Handed<'_>,
         algo: HardwareAlgorithm,
-        lent: bool,
     ) -> Result<u64, SendError> {
-        self.admit_len(data.len())?;
-        let id = self
-            .tx
-            .enqueue(
-                &self.cfg,
-                data,
-                algo,
-                self.fellows.live(),
-                lent,
-                &mut self.timers,
-            )
-            .inspect_err(|e| self.note_ended(e))?;
-        self.queued(now);
-        Ok(id)
-    }
-
-    /// Whether a message of `len` bytes may be sent (the session goes on and it is not too
-    /// long); the send side is in use from here on.
-    fn admit_len(&mut self, len: usize) -> Result<(), SendError> {
         if let Some(e) = self.ended {
             return Err(e.into());
         }
+        let len = msg.bytes().len();
         if len > self.cfg.max_message {
             return Err(SendError::TooLong {
                 len,
@@ -390,21 +368,18 @@ impl Engine {
             });
         }
         self.sending = true;
-        Ok(())
-    }
-
-    /// Notes the end of the session a send failed on.
-    fn note_ended(&mut self, e: &SendError) {
-        if let SendError::SessionEnded(e) = e {
-            self.ended = Some(*e);
-        }
-    }
-
-    /// A message was queued: counted, and framed while the buffer has room.
-    fn queued(&mut self, now: Instant) {
+        let id = self
+            .tx
+            .enqueue(&self.cfg, msg, algo, self.fellows.live(), &mut self.timers)
+            .inspect_err(|e| {
+                if let SendError::SessionEnded(e) = e {
+                    self.ended = Some(*e);
+                }
+            })?;
         self.stats.sent_msgs += 1;
         self.tx
             .fill(&self.cfg, now, self.fellows.live(), &mut self.timers);
+        Ok(id)
     }
 
     /// Posts a receive for the next message of `root` that has not been posted for yet,

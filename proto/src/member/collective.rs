@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use crate::engine::{Engine, HardwareAlgorithm, PostError, SendError};
+use crate::engine::{Engine, Handed, HardwareAlgorithm, PostError, SendError};
 use crate::wire::BarrierAlgo;
 use crate::Rank;
 
@@ -21,16 +21,6 @@ use super::call::Call;
 use super::p2p::P2P_APP;
 use super::tree::{encode_tree, live_tree, Tag};
 use super::{Algorithm, Done, Member, MemberError};
-
-/// The message of a broadcast's root as its caller hands it.
-enum Outgoing<'a> {
-    /// Lent whole (see [`Member::bcast_from`]); elsewhere than at the root, the buffer to
-    /// receive into.
-    Lent(&'a mut Vec<u8>),
-    /// Borrowed for the call, with a buffer for what does not fit (see
-    /// [`Member::bcast_slice`]); elsewhere, the buffer to receive into.
-    Borrowed(&'a [u8], &'a mut Vec<u8>),
-}
 
 impl Member {
     /// Starts `MPI_Bcast` from `root` with `algo`: at the root `data` is sent, elsewhere it
@@ -61,7 +51,15 @@ impl Member {
         buf: &mut Vec<u8>,
         algo: Algorithm,
     ) -> Result<(), MemberError> {
-        let r = self.start_bcast(now, root, Outgoing::Lent(buf), algo);
+        let r = self.start_bcast(
+            now,
+            root,
+            Handed::Taken {
+                data: buf,
+                lent: true,
+            },
+            algo,
+        );
         self.sync_timers();
         r
     }
@@ -82,7 +80,7 @@ impl Member {
         spare: &mut Vec<u8>,
         algo: Algorithm,
     ) -> Result<(), MemberError> {
-        let r = self.start_bcast(now, root, Outgoing::Borrowed(data, spare), algo);
+        let r = self.start_bcast(now, root, Handed::Borrowed { data, spare }, algo);
         self.sync_timers();
         r
     }
@@ -91,7 +89,7 @@ impl Member {
         &mut self,
         now: Instant,
         root: Rank,
-        msg: Outgoing<'_>,
+        msg: Handed<'_>,
         algo: Algorithm,
     ) -> Result<(), MemberError> {
         let n = self.size();
@@ -119,24 +117,11 @@ impl Member {
                 if algo != Algorithm::Tree {
                     self.stats.tree_fallbacks += 1;
                 }
-                own = Some(match msg {
-                    Outgoing::Lent(buf) => {
-                        self.forward_tree(now, tag, buf)?;
-                        std::mem::take(buf)
-                    }
-                    Outgoing::Borrowed(data, spare) => {
-                        self.forward_tree(now, tag, data)?;
-                        std::mem::take(spare)
-                    }
-                });
+                self.forward_tree(now, tag, msg.bytes())?;
+                own = Some(std::mem::take(msg.buffer()));
             } else {
                 let a = algo.hardware().unwrap_or_default();
-                lent = Some(match msg {
-                    Outgoing::Lent(buf) => self.engine.bcast_from(now, buf, a)?,
-                    Outgoing::Borrowed(data, spare) => {
-                        self.engine.bcast_slice(now, data, spare, a)?
-                    }
-                });
+                lent = Some(self.engine.enqueue(now, msg, a)?);
             }
         } else if algo != Algorithm::Tree
             && !self.deliveries.has_message(root)
@@ -145,10 +130,7 @@ impl Member {
             // The receive of this call (the MPI way: posted when the call is made), into the
             // caller's buffer. A receive left by a call the root served down the tree serves
             // this one. A message already held in the pushed buffer is delivered by the post.
-            let buf = match msg {
-                Outgoing::Lent(buf) | Outgoing::Borrowed(_, buf) => std::mem::take(buf),
-            };
-            self.post_into(now, root, buf)?;
+            self.post_into(now, root, std::mem::take(msg.buffer()))?;
             self.collect(now);
         }
         self.calls.start(Call::Bcast {

@@ -41,10 +41,10 @@ mod repair;
 
 use failover::Failover;
 use polls::Polls;
-pub(crate) use queue::OutMsg;
 #[cfg(test)]
 pub(super) use queue::PUBLISH_AHEAD;
 use queue::{Filled, SendQueue};
+pub(crate) use queue::{Handed, OutMsg};
 use repair::Repairs;
 
 /// What a receiver tells the root about its stream (the root-bound control messages).
@@ -150,55 +150,41 @@ impl Sender {
         self.eqa.buf().heap_bytes() + self.queue.heap_bytes()
     }
 
-    /// Queues the message in `data`, taking it (leaving `data` empty) only once it is
-    /// accepted: on an error `data` keeps it. A `lent` message is kept for its caller when its
-    /// frames are all in the buffer ([`Sender::take_sent`]).
+    /// Queues the message `msg` hands over, taking its buffer only once it is accepted: on an
+    /// error nothing is taken or published. A message taken whole ([`Handed::Taken`]) is
+    /// framed as the buffer has room; a borrowed one ([`Handed::Borrowed`]) is published from
+    /// the caller's bytes while the buffer has room, and the rest copied into the spare
+    /// buffer, which is taken then (see [`SendQueue::push_slice`]). A lent or borrowed message's
+    /// buffer comes back through [`Sender::take_sent`].
     pub(crate) fn enqueue(
         &mut self,
         cfg: &EngineConfig,
-        data: &mut Vec<u8>,
-        algo: HardwareAlgorithm,
-        live: &[bool],
-        lent: bool,
-        timers: &mut TimerTable,
-    ) -> Result<u64, SendError> {
-        let promised = self.queue.admit(cfg, data.len())?;
-        self.make_dests(cfg, live, timers);
-        if self.eqa.hms().live() == 0 {
-            return Err(SendError::NoReceivers);
-        }
-        Ok(self.queue.push(cfg, data, algo, lent, promised))
-    }
-
-    /// Queues the message in `data`, borrowed for this call: its frames are published from
-    /// it while the buffer has room and the rest is copied into `spare`, which is taken then
-    /// and given back as the lent message (see [`SendQueue::push_slice`]). On an error
-    /// nothing is taken.
-    pub(crate) fn enqueue_slice(
-        &mut self,
-        cfg: &EngineConfig,
-        data: &[u8],
-        spare: &mut Vec<u8>,
+        msg: Handed<'_>,
         algo: HardwareAlgorithm,
         live: &[bool],
         timers: &mut TimerTable,
     ) -> Result<u64, SendError> {
-        let promised = self.queue.admit(cfg, data.len())?;
+        let promised = self.queue.admit(cfg, msg.bytes().len())?;
         self.make_dests(cfg, live, timers);
         if self.eqa.hms().live() == 0 {
             return Err(SendError::NoReceivers);
         }
-        let designated = Sender::designated(cfg, live);
-        Ok(self.queue.push_slice(
-            cfg,
-            &mut self.eqa,
-            self.sent_upto,
-            designated,
-            data,
-            spare,
-            algo,
-            promised,
-        ))
+        Ok(match msg {
+            Handed::Taken { data, lent } => self.queue.push(cfg, data, algo, lent, promised),
+            Handed::Borrowed { data, spare } => {
+                let designated = Sender::designated(cfg, live);
+                self.queue.push_slice(
+                    cfg,
+                    &mut self.eqa,
+                    self.sent_upto,
+                    designated,
+                    data,
+                    spare,
+                    algo,
+                    promised,
+                )
+            }
+        })
     }
 
     /// The buffer of lent message `id`, once all its frames are in the retransmission buffer
@@ -440,8 +426,7 @@ impl Sender {
             if !first {
                 lms.stats.probes += 1;
                 lms.unicast_repairs = true;
-                self.repairs.probe(rank);
-                self.repairs.asked(rank, sent_upto);
+                self.repairs.probe(rank, sent_upto);
             }
             timers.set(Timer::Retransmit(rank), next);
             // Go back to its cursor (the probe). A timer acts once, when it fires: however

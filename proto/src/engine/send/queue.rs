@@ -38,6 +38,38 @@ pub(crate) const PUBLISH_AHEAD: u64 = 16;
 /// back, and the next call's is the newest).
 const SENT_KEPT: usize = 2;
 
+/// A message as its caller hands it to the send queue.
+#[derive(Debug)]
+pub(crate) enum Handed<'a> {
+    /// The queue takes the message's buffer (see [`SendQueue::push`]); a `lent` one comes
+    /// back once its frames are all in the buffer.
+    Taken { data: &'a mut Vec<u8>, lent: bool },
+    /// Borrowed for the call, with a buffer for what is not published at once (see
+    /// [`SendQueue::push_slice`]).
+    Borrowed {
+        data: &'a [u8],
+        spare: &'a mut Vec<u8>,
+    },
+}
+
+impl<'a> Handed<'a> {
+    /// The message's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Handed::Taken { data, .. } => data,
+            Handed::Borrowed { data, .. } => data,
+        }
+    }
+
+    /// The buffer the call takes: the message's own, or the spare one.
+    pub(crate) fn buffer(self) -> &'a mut Vec<u8> {
+        match self {
+            Handed::Taken { data, .. } => data,
+            Handed::Borrowed { spare, .. } => spare,
+        }
+    }
+}
+
 /// A message in the send queue.
 #[derive(Debug)]
 pub(crate) struct OutMsg {
@@ -424,13 +456,30 @@ mod tests {
     use super::{Filled, SendQueue, PUBLISH_AHEAD};
 
     fn setup() -> (EngineConfig, Eqa, SendQueue) {
+        setup_window(8)
+    }
+
+    /// A root of two members, with a buffer of `window` slots and room for two messages.
+    fn setup_window(window: usize) -> (EngineConfig, Eqa, SendQueue) {
         let mut c = EngineConfig::new(1, Rank::new(0), 2);
-        c.window = 8;
+        c.window = window;
         c.send_queue = 2;
         let mut eqa = Eqa::new(c.window, c.slot_payload(), std::iter::empty(), 4, c.rto);
         eqa.add_dest(Rank::new(1), 4, c.rto);
         let q = SendQueue::new(&c);
         (c, eqa, q)
+    }
+
+    /// Queues `m` borrowed, with `sent` frames sent so far and rank 1 designated.
+    fn borrow(
+        (c, eqa, q): (&EngineConfig, &mut Eqa, &mut SendQueue),
+        sent: u64,
+        m: &[u8],
+        spare: &mut Vec<u8>,
+        algo: HardwareAlgorithm,
+    ) -> u64 {
+        let p = q.admit(c, m.len()).unwrap();
+        q.push_slice(c, eqa, Seq::new(sent), Rank::new(1), m, spare, algo, p)
     }
 
     #[test]
@@ -473,11 +522,7 @@ mod tests {
 
     #[test]
     fn publishing_stays_a_few_frames_ahead_of_sending() {
-        let (mut c, _, _) = setup();
-        c.window = 64;
-        let mut eqa = Eqa::new(c.window, c.slot_payload(), std::iter::empty(), 4, c.rto);
-        eqa.add_dest(Rank::new(1), 4, c.rto);
-        let mut q = SendQueue::new(&c);
+        let (c, mut eqa, mut q) = setup_window(64);
         let len = 40 * c.max_payload();
         let p = q.admit(&c, len).unwrap();
         q.push(&c, &mut vec![0; len], HardwareAlgorithm::Simple, false, p);
@@ -524,16 +569,12 @@ mod tests {
         let (c, mut eqa, mut q) = setup();
         let m = bytes(3 * c.max_payload() - 5, 1);
         let mut spare = vec![0xEE; 40];
-        let p = q.admit(&c, m.len()).unwrap();
-        let id = q.push_slice(
-            &c,
-            &mut eqa,
-            Seq::new(0),
-            Rank::new(1),
+        let id = borrow(
+            (&c, &mut eqa, &mut q),
+            0,
             &m,
             &mut spare,
             HardwareAlgorithm::Simple,
-            p,
         );
         assert_eq!(
             eqa.head(),
@@ -569,16 +610,12 @@ mod tests {
         assert_eq!(eqa.head(), Seq::new(2));
         let m = bytes(10 * max + 7, 2);
         let mut spare = Vec::with_capacity(64 * 1024);
-        let p = q.admit(&c, m.len()).unwrap();
-        let id = q.push_slice(
-            &c,
-            &mut eqa,
-            Seq::new(2),
-            Rank::new(1),
+        let id = borrow(
+            (&c, &mut eqa, &mut q),
+            2,
             &m,
             &mut spare,
             HardwareAlgorithm::Simple,
-            p,
         );
         assert_eq!(
             eqa.head(),
@@ -600,11 +637,7 @@ mod tests {
 
     #[test]
     fn a_borrowed_message_behind_another_is_copied_whole_and_keeps_its_turn() {
-        let (mut c, _, _) = setup();
-        c.window = 64;
-        let mut eqa = Eqa::new(c.window, c.slot_payload(), std::iter::empty(), 4, c.rto);
-        eqa.add_dest(Rank::new(1), 4, c.rto);
-        let mut q = SendQueue::new(&c);
+        let (c, mut eqa, mut q) = setup_window(64);
         let max = c.max_payload();
         let first = bytes(20 * max, 3);
         let p = q.admit(&c, first.len()).unwrap();
@@ -617,16 +650,12 @@ mod tests {
         );
         let m = bytes(2 * max, 4);
         let mut spare = Vec::new();
-        let p = q.admit(&c, m.len()).unwrap();
-        let id = q.push_slice(
-            &c,
-            &mut eqa,
-            Seq::new(0),
-            Rank::new(1),
+        let id = borrow(
+            (&c, &mut eqa, &mut q),
+            0,
             &m,
             &mut spare,
             HardwareAlgorithm::Simple,
-            p,
         );
         assert_eq!(
             eqa.head().get(),
@@ -646,23 +675,15 @@ mod tests {
 
     #[test]
     fn a_borrowed_push_pull_message_is_published_up_to_its_pull_and_copied_after() {
-        let (mut c, _, _) = setup();
-        c.window = 64;
-        let mut eqa = Eqa::new(c.window, c.slot_payload(), std::iter::empty(), 4, c.rto);
-        eqa.add_dest(Rank::new(1), 4, c.rto);
-        let mut q = SendQueue::new(&c);
+        let (c, mut eqa, mut q) = setup_window(64);
         let m = bytes(c.btp1 + c.btp2 + 3 * c.max_payload(), 5);
         let mut spare = Vec::new();
-        let p = q.admit(&c, m.len()).unwrap();
-        let id = q.push_slice(
-            &c,
-            &mut eqa,
-            Seq::new(0),
-            Rank::new(1),
+        let id = borrow(
+            (&c, &mut eqa, &mut q),
+            0,
             &m,
             &mut spare,
             HardwareAlgorithm::PushPull,
-            p,
         );
         let pushed = eqa.head();
         assert!(eqa

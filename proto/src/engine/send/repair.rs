@@ -75,8 +75,10 @@ impl Repairs {
         }
     }
 
-    /// The next repair to `rank` is a probe.
-    pub(super) fn probe(&mut self, rank: Rank) {
+    /// The next repair to `rank` is a probe, asking how far it has seen with the frames
+    /// before `sent_upto` sent (see [`Repairs::asked`]).
+    pub(super) fn probe(&mut self, rank: Rank, sent_upto: Seq) {
+        self.asked(rank, sent_upto);
         if let Some(a) = self.asked_mut(rank) {
             a.probe = true;
         }
@@ -419,7 +421,7 @@ mod tests {
         for m in 1..4 {
             eqa.request_repair(Rank::new(m), Seq::new(0));
         }
-        r.probe(Rank::new(1));
+        r.probe(Rank::new(1), Seq::new(16));
         let t = r
             .poll(&c, t0, &mut buf, &mut eqa, Seq::new(2), &mut stats)
             .unwrap();

@@ -313,12 +313,7 @@ fn fellow_asks(rx: &mut Engine, now: Instant, ask: &Control, ctr: u32) {
 /// The frames root 0 sends at once for its broadcast of `m` with `algo`, not delivered.
 fn root_frames(net: &mut Net, m: &[u8], algo: HardwareAlgorithm) -> Vec<Vec<u8>> {
     net.engines[0].bcast(net.now, m.to_vec(), algo).unwrap();
-    let mut buf = vec![0u8; 1500];
-    let mut frames = Vec::new();
-    while let Some(t) = net.engines[0].poll_transmit(net.now, &mut buf) {
-        frames.push(buf[..t.len].to_vec());
-    }
-    frames
+    drain(&mut net.engines[0], net.now)
 }
 
 /// A seeded drop rule: every data, repair and ACK frame is lost with probability `p`.

@@ -8,7 +8,7 @@ use crate::wire::{Control, Frame, Kind, Repr};
 use crate::Rank;
 
 use super::{
-    assert_exact, frames_of, lossy, lossy_stream, message, root_and_receiver, Net, LOSSY_LEN,
+    assert_exact, drain, frames_of, lossy, lossy_stream, message, root_and_receiver, Net, LOSSY_LEN,
 };
 
 #[test]
@@ -386,15 +386,11 @@ fn a_lost_last_frame_is_repaired_after_the_answer_to_the_roots_poll() {
 fn a_polls_answer_repairs_what_was_sent_before_the_poll_never_what_followed_it() {
     let (mut root, mut rx) = root_and_receiver();
     let t0 = Instant::now();
-    let mut buf = vec![0u8; 1500];
-    let mut sent = Vec::new();
     for i in 0..3u8 {
         root.bcast(t0, vec![i; 8], HardwareAlgorithm::Simple)
             .unwrap();
     }
-    while let Some(t) = root.poll_transmit(t0, &mut buf) {
-        sent.push(buf[..t.len].to_vec());
-    }
+    let mut sent = drain(&mut root, t0);
     assert_eq!(sent.len(), 3);
     // The receiver has the first frame; the second is lost; the third is on its way.
     rx.handle_frame(t0, &sent[0]).unwrap();
@@ -402,10 +398,10 @@ fn a_polls_answer_repairs_what_was_sent_before_the_poll_never_what_followed_it()
         .poll_timeout()
         .expect("the root's retransmission timer");
     root.handle_timeout(fired);
-    let t = root.poll_transmit(fired, &mut buf).expect("the poll");
-    let poll = buf[..t.len].to_vec();
+    let poll = drain(&mut root, fired);
+    assert_eq!(poll.len(), 1);
     assert_eq!(
-        Control::parse(&Frame::new_checked(&poll[..]).unwrap()).unwrap(),
+        Control::parse(&Frame::new_checked(&poll[0][..]).unwrap()).unwrap(),
         Control::AckPoll
     );
     // Two more messages go out after the poll.
@@ -413,29 +409,27 @@ fn a_polls_answer_repairs_what_was_sent_before_the_poll_never_what_followed_it()
         root.bcast(fired, vec![i; 8], HardwareAlgorithm::Simple)
             .unwrap();
     }
-    while let Some(t) = root.poll_transmit(fired, &mut buf) {
-        sent.push(buf[..t.len].to_vec());
-    }
+    sent.extend(drain(&mut root, fired));
     assert_eq!(sent.len(), 5);
     // The third frame, then the poll, reach the receiver; it answers.
     rx.handle_frame(fired, &sent[2]).unwrap();
-    rx.handle_frame(fired, &poll).unwrap();
+    rx.handle_frame(fired, &poll[0]).unwrap();
     let mut answered = false;
-    while let Some(t) = rx.poll_transmit(fired, &mut buf) {
+    for f in drain(&mut rx, fired) {
         answered |= matches!(
-            Control::parse(&Frame::new_checked(&buf[..t.len]).unwrap()),
+            Control::parse(&Frame::new_checked(&f[..]).unwrap()),
             Ok(Control::Ack { seen: Some(_), .. })
         );
-        root.handle_frame(fired, &buf[..t.len]).unwrap();
+        root.handle_frame(fired, &f).unwrap();
     }
     assert!(answered, "the poll's answer says how far it has seen");
     let mut again = Vec::new();
-    while let Some(t) = root.poll_transmit(fired, &mut buf) {
-        let f = Frame::new_checked(&buf[..t.len]).unwrap();
-        if f.kind() == Kind::Repair {
-            again.push(Repr::parse(&f).seq);
+    for f in drain(&mut root, fired) {
+        let frame = Frame::new_checked(&f[..]).unwrap();
+        if frame.kind() == Kind::Repair {
+            again.push(Repr::parse(&frame).seq);
         }
-        rx.handle_frame(fired, &buf[..t.len]).unwrap();
+        rx.handle_frame(fired, &f).unwrap();
     }
     assert_eq!(
         again,
