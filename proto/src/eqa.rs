@@ -30,6 +30,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::engine::{Retransmit, Route};
 use crate::wire::Repr;
 
 use crate::{Rank, Seq};
@@ -216,35 +217,10 @@ pub struct Lms {
     live: bool,
     repair: VecDeque<Seq>,
     repair_cap: usize,
-    /// Current retransmission timeout (grows by back-off, reset on progress).
-    pub rto: Duration,
-    /// Consecutive timeouts without progress.
-    pub backoffs: u32,
-    /// Last time this destination's cursor advanced (or it was created).
-    pub last_progress: Option<Instant>,
-    /// Last time a frame arrived from this destination.
-    pub last_heard: Option<Instant>,
-    /// Fail-over: hardware broadcast does not reach it, every fresh frame is also unicast.
-    pub p2p: bool,
-    /// It fell silent past its retransmission timeout since its last NACK (a NACK shows that
-    /// broadcast frames reach it): its repairs go point-to-point, because a re-broadcast may
-    /// not reach it either.
-    pub unicast_repairs: bool,
-    /// Fresh frames broadcast since the fail-over check last looked.
-    pub recent_sent: u32,
-    /// Frames repaired to it since the fail-over check last looked.
-    pub recent_repaired: u32,
-    /// Consecutive fail-over windows in which nearly everything had to be repaired.
-    pub strikes: u8,
-    /// Fail-over: fresh frames copied to it since it was switched to point-to-point delivery
-    /// or last tried on broadcast.
-    pub p2p_sent: u32,
-    /// Fail-over: copies after which it is tried on broadcast again (0 before its first
-    /// fail-over; doubles after each trial that fails).
-    pub trial_after: u32,
-    /// Fail-over: it is being tried on broadcast again, and goes back to point-to-point
-    /// delivery at the first window that needed nearly everything repaired.
-    pub on_trial: bool,
+    /// Its retransmission timer (the root's sender runs it).
+    pub(crate) timer: Retransmit,
+    /// How fresh frames and repairs reach it (the fail-over judges it).
+    pub(crate) route: Route,
     /// Per-destination counters.
     pub stats: LmsStats,
 }
@@ -292,6 +268,23 @@ impl Lms {
     /// False once evicted.
     pub fn is_live(&self) -> bool {
         self.live
+    }
+    /// Its current retransmission timeout (the configured one, doubled per expiry without
+    /// progress).
+    pub fn rto(&self) -> Duration {
+        self.timer.rto()
+    }
+    /// When its cursor last moved (never, since it was added: `None`).
+    pub fn last_progress(&self) -> Option<Instant> {
+        self.timer.last_progress()
+    }
+    /// When a frame last came from it.
+    pub fn last_heard(&self) -> Option<Instant> {
+        self.timer.last_heard()
+    }
+    /// Whether it is served point to point, because broadcast does not reach it (fail-over).
+    pub fn point_to_point(&self) -> bool {
+        self.route.point_to_point()
     }
     /// Pending repair requests (sequences), oldest first.
     pub fn repair_queue(&self) -> &VecDeque<Seq> {
@@ -361,18 +354,8 @@ impl Eqa {
             live: true,
             repair: VecDeque::with_capacity(repair_cap),
             repair_cap,
-            rto,
-            backoffs: 0,
-            last_progress: None,
-            last_heard: None,
-            p2p: false,
-            unicast_repairs: false,
-            recent_sent: 0,
-            recent_repaired: 0,
-            strikes: 0,
-            p2p_sent: 0,
-            trial_after: 0,
-            on_trial: false,
+            timer: Retransmit::new(rto),
+            route: Route::default(),
             stats: LmsStats::default(),
         });
         let r = rank.index();

@@ -69,8 +69,8 @@ pub use observe::{Observe, Observer, Piece};
 use outbox::Outbox;
 pub(crate) use outbox::Outgoing;
 pub use recv::Receiver;
-pub(crate) use send::Handed;
 pub use send::Sender;
+pub(crate) use send::{Handed, Retransmit, Route};
 pub use stats::{DropStats, EngineStats};
 use timer::TimerTable;
 

@@ -294,8 +294,8 @@ impl Member {
         let l = eqa.lms(rank)?;
         Some(DestProgress {
             outstanding: eqa.head().get().saturating_sub(l.cursor().get()),
-            last_heard: l.last_heard,
-            last_progress: l.last_progress,
+            last_heard: l.last_heard(),
+            last_progress: l.last_progress(),
         })
     }
     /// Until when this member should stay reachable for members that may still need it

@@ -22,10 +22,10 @@
 //! [`LAST_TREE_TRIAL`]) every destination served point to point is tried on broadcast at once,
 //! and the message is broadcast.
 //!
-//! **Invariants.** The counters live with each destination (`Lms::recent_sent`,
-//! `recent_repaired`, `strikes`, `p2p`); this type keeps the copies owed to destinations served
-//! point to point, in the order their frames were sent, and drops those a destination no longer
-//! needs when their turn comes.
+//! **Invariants.** What is judged of each destination ([`Route`]) lives in its `Lms` and is
+//! changed here only (a repair counts towards it through [`Route::repaired`]); [`Failover`]
+//! keeps the copies owed to destinations served point to point, in the order their frames were
+//! sent, and drops those a destination no longer needs when their turn comes.
 
 use std::collections::VecDeque;
 
@@ -53,7 +53,65 @@ const LAST_TREE_TRIAL: u32 = 1 << 16;
 
 /// Whether `lms` is a live destination served point to point (failed over, not on trial).
 fn served_p2p(lms: &Lms) -> bool {
-    lms.is_live() && lms.p2p
+    lms.is_live() && lms.route.p2p
+}
+
+/// How fresh frames and repairs reach one destination: what the fail-over judges of it (see
+/// the module documentation), and whether its repairs go to it alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// Broadcast does not reach it: every fresh frame is also sent to it alone.
+    p2p: bool,
+    /// It fell silent past its retransmission timeout since its last NACK (a NACK shows that
+    /// broadcast frames reach it): its repairs go point to point, because a re-broadcast may
+    /// not reach it either.
+    silent: bool,
+    /// Fresh frames broadcast since the check last judged it.
+    recent_sent: u32,
+    /// Frames repaired to it since the check last judged it.
+    recent_repaired: u32,
+    /// Windows in a row in which nearly everything had to be repaired.
+    strikes: u8,
+    /// Served point to point: fresh frames copied to it since it was switched or last tried
+    /// on broadcast.
+    p2p_sent: u32,
+    /// Copies after which it is tried on broadcast again (0 before its first fail-over;
+    /// doubles after each trial that fails).
+    trial_after: u32,
+    /// It is being tried on broadcast again, and goes back to point-to-point delivery at the
+    /// first window that needed nearly everything repaired.
+    on_trial: bool,
+}
+
+impl Route {
+    /// Whether broadcast does not reach it, so that every fresh frame is sent to it alone.
+    pub(crate) fn point_to_point(&self) -> bool {
+        self.p2p
+    }
+    /// Whether its repairs go to it alone, never in a re-broadcast: it is served point to
+    /// point, or it fell silent since its last NACK.
+    pub(crate) fn repairs_alone(&self) -> bool {
+        self.silent || self.p2p
+    }
+    /// It fell silent past its retransmission timeout (`true`), or it sent a NACK, which shows
+    /// that broadcast reaches it (`false`).
+    pub(crate) fn set_silent(&mut self, silent: bool) {
+        self.silent = silent;
+    }
+    /// A frame was repaired to it.
+    pub(crate) fn repaired(&mut self) {
+        self.recent_repaired = self.recent_repaired.saturating_add(1);
+    }
+
+    /// The route of a destination that failed over, for tests of what depends on it.
+    #[cfg(test)]
+    pub(crate) fn failed_over() -> Route {
+        Route {
+            p2p: true,
+            trial_after: FIRST_TRIAL,
+            ..Route::default()
+        }
+    }
 }
 
 /// The copies owed to destinations served point to point. See the module documentation.
@@ -77,32 +135,32 @@ impl Failover {
         sent_upto: Seq,
         stats: &mut EngineStats,
     ) {
-        if lms.p2p {
-            if lms.p2p_sent < lms.trial_after {
-                lms.p2p_sent += 1;
+        if lms.route.p2p {
+            if lms.route.p2p_sent < lms.route.trial_after {
+                lms.route.p2p_sent += 1;
                 self.copies.push_back((lms.rank(), seq));
                 return;
             }
             // Its turn to be tried on broadcast: this frame is the trial's first.
             Self::start_trial(lms);
         }
-        lms.recent_sent = lms.recent_sent.saturating_add(1);
+        lms.route.recent_sent = lms.route.recent_sent.saturating_add(1);
         // Frames of the window it has not acknowledged yet may still be repaired: judge only
         // those settled, and only once there are enough of them.
-        let outstanding = (sent_upto - lms.cursor()).min(u64::from(lms.recent_sent));
-        let settled = lms.recent_sent - outstanding as u32;
-        if lms.recent_sent >= FAILOVER_WINDOW && settled >= FAILOVER_WINDOW / 2 {
+        let outstanding = (sent_upto - lms.cursor()).min(u64::from(lms.route.recent_sent));
+        let settled = lms.route.recent_sent - outstanding as u32;
+        if lms.route.recent_sent >= FAILOVER_WINDOW && settled >= FAILOVER_WINDOW / 2 {
             // Nearly every broadcast frame had to be repaired: broadcast does not reach it.
-            if u64::from(lms.recent_repaired) * 10 >= u64::from(settled) * 9 {
-                lms.strikes = lms.strikes.saturating_add(1);
+            if u64::from(lms.route.recent_repaired) * 10 >= u64::from(settled) * 9 {
+                lms.route.strikes = lms.route.strikes.saturating_add(1);
             } else {
-                lms.strikes = 0;
+                lms.route.strikes = 0;
             }
-            if lms.strikes >= 2 {
+            if lms.route.strikes >= 2 {
                 Self::switch_to_p2p(lms, stats);
-            } else if lms.strikes == 0 && lms.on_trial {
+            } else if lms.route.strikes == 0 && lms.route.on_trial {
                 // Its next fail-over, if one comes, starts the trials over (`switch_to_p2p`).
-                lms.on_trial = false;
+                lms.route.on_trial = false;
                 lms.stats.failbacks += 1;
                 stats.failbacks += 1;
                 tracing::info!(
@@ -110,20 +168,20 @@ impl Failover {
                     "broadcast reaches this member again: serving it by broadcast"
                 );
             }
-            lms.recent_sent = 0;
-            lms.recent_repaired = 0;
+            lms.route.recent_sent = 0;
+            lms.route.recent_repaired = 0;
         }
     }
 
     /// `lms`, served point to point, is tried on broadcast from the next fresh frame on: one
     /// window that needs nearly everything repaired ends the trial.
     fn start_trial(lms: &mut Lms) {
-        lms.p2p = false;
-        lms.on_trial = true;
-        lms.p2p_sent = 0;
-        lms.strikes = 1;
-        lms.recent_sent = 0;
-        lms.recent_repaired = 0;
+        lms.route.p2p = false;
+        lms.route.on_trial = true;
+        lms.route.p2p_sent = 0;
+        lms.route.strikes = 1;
+        lms.route.recent_sent = 0;
+        lms.route.recent_repaired = 0;
     }
 
     /// Whether broadcast reaches too few of the live destinations (at most half: the others
@@ -159,20 +217,20 @@ impl Failover {
     /// `lms` is served point to point from the next fresh frame on, until its next trial of
     /// broadcast.
     fn switch_to_p2p(lms: &mut Lms, stats: &mut EngineStats) {
-        lms.p2p = true;
-        lms.p2p_sent = 0;
-        lms.strikes = 0;
+        lms.route.p2p = true;
+        lms.route.p2p_sent = 0;
+        lms.route.strikes = 0;
         lms.stats.failovers += 1;
         stats.failovers += 1;
-        if std::mem::take(&mut lms.on_trial) {
-            lms.trial_after = lms.trial_after.saturating_mul(2).min(LAST_TRIAL);
+        if std::mem::take(&mut lms.route.on_trial) {
+            lms.route.trial_after = lms.route.trial_after.saturating_mul(2).min(LAST_TRIAL);
             tracing::debug!(
                 rank = lms.rank().get(),
-                next_trial_after = lms.trial_after,
+                next_trial_after = lms.route.trial_after,
                 "broadcast still does not reach this member: serving it point-to-point"
             );
         } else {
-            lms.trial_after = FIRST_TRIAL;
+            lms.route.trial_after = FIRST_TRIAL;
             tracing::warn!(
                 rank = lms.rank().get(),
                 "broadcast does not reach this member: serving it point-to-point"
@@ -252,12 +310,16 @@ mod tests {
                 sent += 1;
                 let lms = eqa.lms_mut(Rank::new(1)).unwrap();
                 // Every frame repaired, and acknowledged after.
-                lms.recent_repaired += 1;
+                lms.route.repaired();
                 f.on_fresh(lms, seq, sent, &mut stats);
                 eqa.ack(Rank::new(1), sent);
             }
             let lms = eqa.lms(Rank::new(1)).unwrap();
-            assert_eq!(lms.p2p, window == 1, "after two windows, not one");
+            assert_eq!(
+                lms.point_to_point(),
+                window == 1,
+                "after two windows, not one"
+            );
         }
         assert_eq!(stats.failovers, 1);
         assert_eq!(Failover::failed_over(&eqa), [Rank::new(1)]);

@@ -38,14 +38,17 @@ mod failover;
 mod polls;
 mod queue;
 mod repair;
+mod retransmit;
 
 use failover::Failover;
+pub(crate) use failover::Route;
 use polls::Polls;
 #[cfg(test)]
 pub(super) use queue::PUBLISH_AHEAD;
 use queue::{Filled, SendQueue};
 pub(crate) use queue::{Handed, OutMsg};
 use repair::Repairs;
+pub(crate) use retransmit::Retransmit;
 
 /// What a receiver tells the root about its stream (the root-bound control messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,9 +234,7 @@ impl Sender {
     ) -> bool {
         let progressed = self.eqa.ack(rank, cursor);
         if let Some(lms) = self.eqa.lms_mut(rank).filter(|_| progressed) {
-            lms.backoffs = 0;
-            lms.rto = cfg.rto;
-            lms.last_progress = Some(now);
+            lms.timer.progressed(now, cfg.rto);
             let timer = (lms.cursor() < self.sent_upto).then_some(now + cfg.rto);
             timers.set_or_stop(Timer::Retransmit(rank), timer);
         }
@@ -259,20 +260,18 @@ impl Sender {
         let cumulative = behind(head, next).unwrap_or(Seq::new(0));
         let progressed = self.eqa.ack(src, cumulative.min(self.sent_upto));
         if let Some(lms) = self.eqa.lms_mut(src) {
-            lms.last_heard = Some(now);
+            lms.timer.heard(now);
             lms.stats.max_lag = lms.stats.max_lag.max(head - lms.cursor());
             match fb {
                 Feedback::Nack { .. } => {
                     lms.stats.nacks += 1;
-                    lms.unicast_repairs = false;
+                    lms.route.set_silent(false);
                 }
                 Feedback::Pull { .. } => lms.stats.pulls += 1,
                 Feedback::Ack { .. } => lms.stats.acks += 1,
             }
             if progressed {
-                lms.backoffs = 0;
-                lms.rto = cfg.rto;
-                lms.last_progress = Some(now);
+                lms.timer.progressed(now, cfg.rto);
                 let timer = (lms.cursor() < self.sent_upto).then_some(now + cfg.rto);
                 timers.set_or_stop(Timer::Retransmit(src), timer);
             }
@@ -356,12 +355,12 @@ impl Sender {
                     continue;
                 };
                 if r != laggard && !stale && timers.is_armed(Timer::Retransmit(r)) {
-                    timers.set(Timer::Retransmit(r), now + lms.rto);
+                    timers.set(Timer::Retransmit(r), now + lms.rto());
                 }
             }
         }
         if let Some(lms) = self.eqa.lms_mut(reporter) {
-            lms.last_heard = Some(now);
+            lms.timer.heard(now);
             lms.stats.acks += 1;
         }
         self.fill(cfg, now, live, timers);
@@ -401,8 +400,7 @@ impl Sender {
             lms.stats.timeouts += 1;
             // The first timeout since the member last made progress is the gentle one, with
             // or without a tree.
-            let first = lms.backoffs == 0;
-            lms.backoffs += 1;
+            let first = lms.timer.expired();
             if first && cfg.ack_tree == 0 {
                 // Most often its stream merely went idle with frames not yet acknowledged
                 // (receivers answer every `ack_every` frames and when asked, never on a timer
@@ -411,7 +409,7 @@ impl Sender {
                 // says how far it has seen and the root goes back over what it lacks. A poll
                 // or answer that is lost leaves the next timeout to the probes below.
                 lms.stats.polls += 1;
-                timers.set(Timer::Retransmit(rank), now + lms.rto);
+                timers.set(Timer::Retransmit(rank), now + lms.rto());
                 self.polls.ack_poll(cfg, rank);
                 self.repairs.asked(rank, sent_upto);
                 continue;
@@ -421,11 +419,10 @@ impl Sender {
             // the subtree times out at once: the first timeout only repairs the frame at the
             // cursor, re-broadcast once when many wait for it, and the member's report comes
             // up the tree. Probes (an answer straight from each) start at the second.
-            lms.rto = (lms.rto * 2).min(cfg.rto_max);
-            let (next, cursor) = (now + lms.rto, lms.cursor());
+            let (next, cursor) = (now + lms.timer.back_off(cfg.rto_max), lms.cursor());
             if !first {
                 lms.stats.probes += 1;
-                lms.unicast_repairs = true;
+                lms.route.set_silent(true);
                 self.repairs.probe(rank, sent_upto);
             }
             timers.set(Timer::Retransmit(rank), next);

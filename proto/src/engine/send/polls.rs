@@ -39,7 +39,7 @@ impl Polls {
     /// fired together (a group that went idle), unless one of them is served point-to-point
     /// (the broadcast does not reach it); otherwise one per member.
     pub(super) fn take_ack_poll(&mut self, eqa: &Eqa) -> Option<Dest> {
-        let broadcast_reaches = |r: &Rank| eqa.lms(*r).is_some_and(|l| !l.p2p);
+        let broadcast_reaches = |r: &Rank| eqa.lms(*r).is_some_and(|l| !l.point_to_point());
         if self.ack_polls.len() > 1 && self.ack_polls.iter().all(broadcast_reaches) {
             self.ack_polls.clear();
             return Some(Dest::All);
@@ -136,7 +136,7 @@ mod tests {
         p.ack_poll(&c, Rank::new(2));
         assert_eq!(p.take_ack_poll(&eqa), Some(Dest::All));
         assert_eq!(p.take_ack_poll(&eqa), None);
-        eqa.lms_mut(Rank::new(2)).unwrap().p2p = true;
+        eqa.lms_mut(Rank::new(2)).unwrap().route = crate::engine::Route::failed_over();
         p.ack_poll(&c, Rank::new(1));
         p.ack_poll(&c, Rank::new(2));
         assert_eq!(p.take_ack_poll(&eqa), Some(Dest::Rank(Rank::new(2))));

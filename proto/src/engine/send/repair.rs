@@ -249,7 +249,7 @@ impl Repairs {
                 .get_mut(rank.index())
                 .is_some_and(|a| std::mem::take(&mut a.probe));
             let others = eqa.slot(seq).map_or(0, |s| usize::from(s.want()));
-            let unicast = eqa.lms(rank).is_some_and(|l| l.unicast_repairs || l.p2p);
+            let unicast = eqa.lms(rank).is_some_and(|l| l.route.repairs_alone());
             // A probe asks its destination alone for an acknowledgement: re-broadcast, it asked
             // every member, and each answered the root directly (at 4096 members with burst
             // loss, a million answers: 63 control frames into the roots per data frame).
@@ -279,7 +279,7 @@ impl Repairs {
                 eqa.withdraw_repair(seq, &mut served);
                 let mut k = 1;
                 while let Some(&r) = served.get(k) {
-                    if eqa.lms(r).is_some_and(|l| l.unicast_repairs || l.p2p) {
+                    if eqa.lms(r).is_some_and(|l| l.route.repairs_alone()) {
                         // The re-broadcast may not reach it: it keeps its own request.
                         eqa.request_repair(r, seq);
                         served.swap_remove(k);
@@ -291,7 +291,7 @@ impl Repairs {
             }
             for &r in &served {
                 if let Some(l) = eqa.lms_mut(r) {
-                    l.recent_repaired = l.recent_repaired.saturating_add(1);
+                    l.route.repaired();
                     l.stats.repairs += 1;
                     l.stats.repaired_bytes += bytes;
                     if rebroadcast {

@@ -155,7 +155,8 @@ fn a_member_that_broadcast_does_not_reach_is_served_point_to_point() {
     assert_eq!(net.engines[0].stats().failovers, 1);
     let tx = net.engines[0].sender().eqa();
     assert!(
-        !tx.lms(Rank::new(1)).unwrap().p2p && !tx.lms(Rank::new(3)).unwrap().p2p,
+        !tx.lms(Rank::new(1)).unwrap().point_to_point()
+            && !tx.lms(Rank::new(3)).unwrap().point_to_point(),
         "the others stay on broadcast"
     );
 }
