@@ -258,7 +258,7 @@ impl Sender {
         };
         // A number before the stream's start acknowledges nothing.
         let cumulative = behind(head, next).unwrap_or(Seq::new(0));
-        let progressed = self.eqa.ack(src, cumulative.min(self.sent_upto));
+        self.progress(cfg, now, src, cumulative.min(self.sent_upto), timers);
         if let Some(lms) = self.eqa.lms_mut(src) {
             lms.timer.heard(now);
             lms.stats.max_lag = lms.stats.max_lag.max(head - lms.cursor());
@@ -269,11 +269,6 @@ impl Sender {
                 }
                 Feedback::Pull { .. } => lms.stats.pulls += 1,
                 Feedback::Ack { .. } => lms.stats.acks += 1,
-            }
-            if progressed {
-                lms.timer.progressed(now, cfg.rto);
-                let timer = (lms.cursor() < self.sent_upto).then_some(now + cfg.rto);
-                timers.set_or_stop(Timer::Retransmit(src), timer);
             }
         }
         match *fb {
