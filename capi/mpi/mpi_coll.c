@@ -56,68 +56,6 @@ static unsigned char sentinel(int salt, long i) {
     return (unsigned char)(0x5A ^ (unsigned)salt ^ (unsigned long)i * 7u);
 }
 
-#define GUARD 64
-
-/* A region for `count` elements of `type`, GUARD bytes either side, and which bytes the type
- * map covers (found with MPI_Unpack, 4.2: unpacking 0xFF bytes marks exactly them). */
-struct region {
-    unsigned char *base, *buf, *mask;
-    long lo; /* offset of base + GUARD from buf */
-    size_t len;
-};
-
-static struct region region_for(MPI_Datatype type, int count) {
-    MPI_Aint lb, extent, tlb, textent;
-    OK(MPI_Type_get_extent(type, &lb, &extent));
-    OK(MPI_Type_get_true_extent(type, &tlb, &textent));
-    MPI_Aint lo = 0, hi = 0;
-    if (count > 0) {
-        MPI_Aint last = (MPI_Aint)(count - 1) * extent;
-        lo = tlb + (last < 0 ? last : 0);
-        hi = tlb + textent + (last > 0 ? last : 0);
-    }
-    if (lo > 0)
-        lo = 0;
-    if (hi < 0)
-        hi = 0;
-    struct region r;
-    r.len = (size_t)(hi - lo) + 2 * GUARD;
-    r.base = malloc(r.len);
-    r.mask = calloc(r.len, 1);
-    CHECK(r.base != NULL && r.mask != NULL, "out of memory");
-    r.buf = r.base + GUARD - lo;
-    r.lo = (long)lo - GUARD;
-    int tsize;
-    OK(MPI_Type_size(type, &tsize));
-    size_t bytes = (size_t)tsize * (size_t)count;
-    if (bytes > 0) {
-        unsigned char *ff = malloc(bytes);
-        CHECK(ff != NULL, "out of memory");
-        memset(ff, 0xFF, bytes);
-        memset(r.base, 0, r.len);
-        int pos = 0;
-        OK(MPI_Unpack(ff, (int)bytes, &pos, r.buf, count, type, MPI_COMM_SELF));
-        for (size_t i = 0; i < r.len; i++)
-            r.mask[i] = r.base[i] != 0;
-        free(ff);
-    }
-    return r;
-}
-
-static void region_free(struct region *r) {
-    free(r->base);
-    free(r->mask);
-}
-
-/* Whether offset `o` (from buf) is covered in r, and its index in base. */
-static int covers(const struct region *r, long o, size_t *at) {
-    long i = o - r->lo;
-    if (i < 0 || (size_t)i >= r->len || !r->mask[i])
-        return 0;
-    *at = (size_t)i;
-    return 1;
-}
-
 /* Allgatherv on comm (an intracommunicator of cn ranks): rank q sends counts[q] elements of
  * `type`, which land at displs[q] elements of the receive buffer; every byte checked. */
 static void gatherv_checked(MPI_Comm comm, MPI_Datatype type, const int *counts,

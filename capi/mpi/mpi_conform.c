@@ -44,65 +44,6 @@ static unsigned char sentinel(int root, int salt, size_t i) {
     return (unsigned char)(pattern(root, salt, i) ^ 0xA5);
 }
 
-#define GUARD 64
-
-/* A region that holds `count` elements of `type`, with GUARD bytes on either side. */
-struct region {
-    unsigned char *base; /* malloc'd */
-    unsigned char *buf;  /* what MPI_Bcast is given */
-    size_t len;          /* bytes in base */
-    unsigned char *mask; /* 1 where the type map covers the byte */
-};
-
-static struct region region_for(MPI_Datatype type, int count) {
-    MPI_Aint lb, extent, tlb, textent;
-    OK(MPI_Type_get_extent(type, &lb, &extent));
-    OK(MPI_Type_get_true_extent(type, &tlb, &textent));
-    MPI_Aint lo = 0, hi = 0;
-    if (count > 0) {
-        MPI_Aint last = (MPI_Aint)(count - 1) * extent;
-        lo = tlb + (last < 0 ? last : 0);
-        hi = tlb + textent + (last > 0 ? last : 0);
-    }
-    if (lo > 0)
-        lo = 0;
-    if (hi < 0)
-        hi = 0;
-    struct region r;
-    r.len = (size_t)(hi - lo) + 2 * GUARD;
-    r.base = malloc(r.len);
-    r.mask = calloc(r.len, 1);
-    CHECK(r.base != NULL && r.mask != NULL, "out of memory");
-    r.buf = r.base + GUARD - lo;
-    /* The type map's bytes: unpack count elements of 0xFF into a zeroed region. */
-    int tsize;
-    OK(MPI_Type_size(type, &tsize));
-    size_t bytes = (size_t)tsize * (size_t)count;
-    if (bytes > 0) {
-        unsigned char *ff = malloc(bytes);
-        CHECK(ff != NULL, "out of memory");
-        memset(ff, 0xFF, bytes);
-        memset(r.base, 0, r.len);
-        int pos = 0;
-        OK(MPI_Unpack(ff, (int)bytes, &pos, r.buf, count, type, MPI_COMM_SELF));
-        CHECK((size_t)pos == bytes, "MPI_Unpack consumed %d of %zu bytes", pos, bytes);
-        size_t covered = 0;
-        for (size_t i = 0; i < r.len; i++) {
-            r.mask[i] = r.base[i] != 0;
-            covered += r.mask[i];
-        }
-        CHECK(covered <= bytes, "type map covers %zu bytes of a %zu-byte signature", covered,
-              bytes);
-        free(ff);
-    }
-    return r;
-}
-
-static void region_free(struct region *r) {
-    free(r->base);
-    free(r->mask);
-}
-
 /* One broadcast from `root` on `comm`, `scount` elements of `stype` at the root and `rcount`
  * of `rtype` at the others (one type signature), every byte checked. `what` names the case. */
 static void bcast_checked(MPI_Comm comm, int root, MPI_Datatype stype, int scount,
