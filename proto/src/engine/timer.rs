@@ -197,25 +197,27 @@ impl TimerTable {
     /// between calls, with room for every member: give it back with
     /// [`TimerTable::give_back`]).
     pub(crate) fn fired_streams(&mut self, now: Instant) -> Vec<Rank> {
-        let mut fired = self.take_list();
-        let Some(now) = self.nanos_of(now) else {
-            return fired;
-        };
-        for &(at, e) in &self.armed {
-            if at > now {
-                break;
-            }
-            if let Entry::Stream(p) = e {
-                fired.push(self.streams[p.0 as usize].1);
-            }
-        }
-        fired.sort_unstable();
-        fired
+        self.fired(now, |t, e| match e {
+            Entry::Stream(p) => Some(t.streams[p.0 as usize].1),
+            Entry::Retransmit(_) | Entry::Pull => None,
+        })
     }
 
     /// The destinations whose retransmission timer is due by `now`, in rank order (as
     /// [`TimerTable::fired_streams`]).
     pub(crate) fn fired_retransmits(&mut self, now: Instant) -> Vec<Rank> {
+        self.fired(now, |_, e| match e {
+            Entry::Retransmit(r) => Some(r),
+            Entry::Stream(_) | Entry::Pull => None,
+        })
+    }
+
+    /// The ranks `rank_of` gives for the armed entries due by `now`, in rank order.
+    fn fired(
+        &mut self,
+        now: Instant,
+        rank_of: impl Fn(&TimerTable, Entry) -> Option<Rank>,
+    ) -> Vec<Rank> {
         let mut fired = self.take_list();
         let Some(now) = self.nanos_of(now) else {
             return fired;
@@ -224,9 +226,7 @@ impl TimerTable {
             if at > now {
                 break;
             }
-            if let Entry::Retransmit(r) = e {
-                fired.push(r);
-            }
+            fired.extend(rank_of(self, e));
         }
         fired.sort_unstable();
         fired
