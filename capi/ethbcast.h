@@ -130,7 +130,7 @@
 #define ETHBCAST_WAIT_PATIENT 4
 
 /**
- * Broadcast algorithm: push-pull hardware broadcast (PPBCAST, the default).
+ * Broadcast algorithm: push-pull hardware broadcast (PPBCAST).
  */
 #define ETHBCAST_ALGO_PUSHPULL 0
 
@@ -143,6 +143,12 @@
  * Broadcast algorithm: point-to-point binomial tree.
  */
 #define ETHBCAST_ALGO_TREE 2
+
+/**
+ * Broadcast algorithm, the default: the binomial tree in a group of two members (hosts,
+ * with `ethbcast_open_hosts`), simple hardware broadcast in a larger one.
+ */
+#define ETHBCAST_ALGO_AUTO 3
 
 /**
  * `host_spin_us`: never sleep, keep looking (yielding the CPU in between).

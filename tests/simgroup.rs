@@ -63,6 +63,26 @@ fn the_group_survives_every_fault_at_once() {
     assert_perfect(&r);
 }
 
+/// The default algorithm in groups of two (the tree: the message goes point to point) and of
+/// three (simple broadcast), with loss, duplicates and reordering: every call completes with
+/// the root's bytes at every member, every barrier releases.
+#[test]
+fn the_default_algorithm_delivers_in_groups_of_two_and_three_under_faults() {
+    for nodes in [2, 3] {
+        let mut sc = GroupScenario::new(nodes, 150);
+        sc.algos = vec![Algorithm::Auto];
+        sc.traffic.faults = Faults {
+            loss: 0.03,
+            dup: 0.01,
+            reorder: 0.01,
+            ..Faults::NONE
+        };
+        let r = run_group(&sc).unwrap();
+        assert_perfect(&r);
+        assert_eq!(r.deliveries.expected, 150 * u64::from(nodes - 1));
+    }
+}
+
 #[test]
 fn the_same_seed_gives_the_same_report() {
     let mut sc = GroupScenario::new(8, 60);

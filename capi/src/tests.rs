@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 
-use ethbcast::{GroupOptions, Membership, WaitMode, KEY_FILE_ENV};
+use ethbcast::{Algorithm, GroupOptions, Membership, WaitMode, KEY_FILE_ENV};
 
 use super::*;
 use crate::handles::lookup;
@@ -18,6 +18,26 @@ fn defaults_map_to_group_defaults() {
     assert_eq!(o.host.group.timeout, g.timeout);
     assert!(matches!(o.host.membership, Membership::Env));
     assert!(o.progress_thread);
+    assert_eq!(o.host.group.algorithm, g.algorithm);
+}
+
+/// Every algorithm the header names opens as that algorithm of the library, the default as
+/// the library's default.
+#[test]
+fn each_algorithm_of_the_header_is_the_librarys() {
+    assert_eq!(EthbcastOptions::default().algorithm, ETHBCAST_ALGO_AUTO);
+    for (c, algo) in [
+        (ETHBCAST_ALGO_PUSHPULL, Algorithm::PushPull),
+        (ETHBCAST_ALGO_SIMPLE, Algorithm::Simple),
+        (ETHBCAST_ALGO_TREE, Algorithm::Tree),
+        (ETHBCAST_ALGO_AUTO, Algorithm::Auto),
+    ] {
+        let o = EthbcastOptions {
+            algorithm: c,
+            ..EthbcastOptions::default()
+        };
+        assert_eq!(options_from(&o).unwrap().host.group.algorithm, algo, "{c}");
+    }
 }
 
 /// Every wait mode the header names opens as that mode of the library.

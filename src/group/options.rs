@@ -36,7 +36,8 @@ pub struct GroupOptions {
     pub backend: Backend,
     /// Wait mode.
     pub wait: WaitMode,
-    /// Default broadcast algorithm.
+    /// Default broadcast algorithm: [`Algorithm::Auto`], the binomial tree in a group of two
+    /// and simple broadcast in a larger one (see [`Algorithm::for_group`]).
     pub algorithm: Algorithm,
     /// How long a call may wait (join, bcast, barrier) before failing.
     pub timeout: Duration,
@@ -91,7 +92,7 @@ impl Default for GroupOptions {
             group_id: 0xEB_CA57,
             backend: Backend::Ring,
             wait: WaitMode::Adaptive,
-            algorithm: Algorithm::PushPull,
+            algorithm: Algorithm::Auto,
             timeout: Duration::from_secs(30),
             tweak: None,
             barrier_arity: BARRIER_ARITY,
