@@ -21,6 +21,13 @@ fn defaults_map_to_group_defaults() {
     assert_eq!(o.host.group.algorithm, g.algorithm);
 }
 
+/// What the default C options with `set` applied open as.
+fn opened_with(set: impl FnOnce(&mut EthbcastOptions)) -> EndpointOptions {
+    let mut o = EthbcastOptions::default();
+    set(&mut o);
+    options_from(&o).unwrap()
+}
+
 /// Every algorithm the header names opens as that algorithm of the library, the default as
 /// the library's default.
 #[test]
@@ -32,11 +39,8 @@ fn each_algorithm_of_the_header_is_the_librarys() {
         (ETHBCAST_ALGO_TREE, Algorithm::Tree),
         (ETHBCAST_ALGO_AUTO, Algorithm::Auto),
     ] {
-        let o = EthbcastOptions {
-            algorithm: c,
-            ..EthbcastOptions::default()
-        };
-        assert_eq!(options_from(&o).unwrap().host.group.algorithm, algo, "{c}");
+        let o = opened_with(|o| o.algorithm = c);
+        assert_eq!(o.host.group.algorithm, algo, "{c}");
     }
 }
 
@@ -50,11 +54,8 @@ fn each_wait_mode_of_the_header_is_the_librarys() {
         (ETHBCAST_WAIT_DOZE, WaitMode::Doze),
         (ETHBCAST_WAIT_PATIENT, WaitMode::Patient),
     ] {
-        let o = EthbcastOptions {
-            wait: c,
-            ..EthbcastOptions::default()
-        };
-        assert_eq!(options_from(&o).unwrap().host.group.wait, mode, "{c}");
+        let o = opened_with(|o| o.wait = c);
+        assert_eq!(o.host.group.wait, mode, "{c}");
     }
 }
 
