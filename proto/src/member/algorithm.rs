@@ -39,9 +39,10 @@ impl Algorithm {
     /// --sizes 8,256,1024,4096,16384,65536`, on unshaped veths and on ports shaped to
     /// 1 Gbit/s and 100 Mbit/s), simple broadcast took at most push-pull's time in nearly every
     /// case, and push-pull's pull costs a round trip from 4 KiB on (at 8 members and 1 Gbit/s,
-    /// 1.00 of the tree's time against simple's 0.55). Why the tree at two members: simple
-    /// broadcast took 1.2-1.75x the tree's time there on veths and at 1 Gbit/s, as much at
-    /// 100 Mbit/s; from four members on it took less than the tree's at every size and speed.
+    /// 1.00 of the tree's time against simple's 0.55). Why the tree at two members: there simple
+    /// broadcast took up to 1.94x the tree's time (64 KiB on veths), and the tree was nowhere
+    /// more than 3% slower (256 B on veths); from four members on simple broadcast took less
+    /// than the tree's time at every size and speed.
     pub fn for_group(self, members: u16) -> Algorithm {
         match self {
             Algorithm::Auto if members <= 2 => Algorithm::Tree,
