@@ -135,7 +135,7 @@
 #define ETHBCAST_ALGO_PUSHPULL 0
 
 /**
- * Broadcast algorithm: simple hardware broadcast (SBCAST).
+ * Broadcast algorithm: simple hardware broadcast (SBCAST, the default).
  */
 #define ETHBCAST_ALGO_SIMPLE 1
 
@@ -143,12 +143,6 @@
  * Broadcast algorithm: point-to-point binomial tree.
  */
 #define ETHBCAST_ALGO_TREE 2
-
-/**
- * Broadcast algorithm, the default: the binomial tree in a group of two members (hosts,
- * with `ethbcast_open_hosts`), simple hardware broadcast in a larger one.
- */
-#define ETHBCAST_ALGO_AUTO 3
 
 /**
  * `host_spin_us`: never sleep, keep looking (yielding the CPU in between).

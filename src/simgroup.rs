@@ -2,8 +2,8 @@
 //! by call, for every member, under faults, with dead and deaf members.
 //!
 //! Every member runs the same schedule, MPI style: call `c` is a broadcast from a rotating
-//! root with a size and an algorithm (push-pull, simple, the binomial tree, or the default)
-//! drawn from the seed, and every `barrier_every` calls a barrier. The members are [`Member`]s run by the
+//! root with a size and an algorithm (push-pull, simple, or the binomial tree) drawn from the
+//! seed, and every `barrier_every` calls a barrier. The members are [`Member`]s run by the
 //! one driver in virtual time ([`crate::cluster::SimCluster`]), with failure detection on.
 //! `kill` members die a third of the way through the run (their host stops: its port goes
 //! dead and its member never runs again); `filter` members sit behind a filter that drops
@@ -72,12 +72,7 @@ impl GroupScenario {
     pub fn new(nodes: u16, messages: usize) -> GroupScenario {
         GroupScenario {
             traffic: Traffic::new(nodes, messages),
-            algos: vec![
-                Algorithm::PushPull,
-                Algorithm::Simple,
-                Algorithm::Tree,
-                Algorithm::Auto,
-            ],
+            algos: vec![Algorithm::PushPull, Algorithm::Simple, Algorithm::Tree],
             barrier_every: 10,
             kill: 0,
             filter: 0,

@@ -63,14 +63,13 @@ fn the_group_survives_every_fault_at_once() {
     assert_perfect(&r);
 }
 
-/// The default algorithm in groups of two (the tree: the message goes point to point) and of
-/// three (simple broadcast), with loss, duplicates and reordering: every call completes with
-/// the root's bytes at every member, every barrier releases.
+/// The default algorithm in groups of two and of three, with loss, duplicates and reordering:
+/// every call completes with the root's bytes at every member, every barrier releases.
 #[test]
 fn the_default_algorithm_delivers_in_groups_of_two_and_three_under_faults() {
     for nodes in [2, 3] {
         let mut sc = GroupScenario::new(nodes, 150);
-        sc.algos = vec![Algorithm::Auto];
+        sc.algos = vec![Algorithm::default()];
         sc.traffic.faults = Faults {
             loss: 0.03,
             dup: 0.01,

@@ -53,8 +53,7 @@
  * and fails with MPI_ERR_OTHER.)
  *
  * Environment: ETHBCAST_IFACE (required), ETHBCAST_WAIT (patient, adaptive, block, spin,
- * doze; default patient: spin yielding the CPU for up to 2 ms, then block), ETHBCAST_ALGO (auto, simple, pushpull, tree; default auto: the
- * tree between two hosts, simple broadcast among more),
+ * doze; default patient: spin yielding the CPU for up to 2 ms, then block), ETHBCAST_ALGO (simple, pushpull, tree; default simple),
  * ETHBCAST_PROGRESS_THREAD=0 (no progress thread: only for programs that call collectives
  * all the time), ETHBCAST_ROOT_WAITS_ABOVE=BYTES (a root's broadcast longer than this returns
  * once all acknowledged; default: none waits),
@@ -330,8 +329,6 @@ static uint64_t ebc_read_setting(int which) {
     case EBC_S_ALLREDUCE_MAX_BYTES:
         return strcasecmp(v, "unlimited") == 0 ? (uint64_t)EBC_MAX_MESSAGE : ebc_number(v);
     case EBC_S_ALGO:
-        if (strcasecmp(v, "auto") == 0)
-            return ETHBCAST_ALGO_AUTO;
         if (strcasecmp(v, "simple") == 0)
             return ETHBCAST_ALGO_SIMPLE;
         if (strcasecmp(v, "pushpull") == 0)
@@ -511,7 +508,7 @@ static void ebc_setup(void) {
         opts.wait = ETHBCAST_WAIT_PATIENT;
         if ((v = set[EBC_S_WAIT]) != EBC_UNSET)
             opts.wait = v == EBC_INVALID ? UINT32_MAX : (uint32_t)v;
-        opts.algorithm = ETHBCAST_ALGO_AUTO;
+        opts.algorithm = ETHBCAST_ALGO_SIMPLE;
         if ((v = set[EBC_S_ALGO]) != EBC_UNSET)
             opts.algorithm = v == EBC_INVALID ? UINT32_MAX : (uint32_t)v;
         if ((v = set[EBC_S_ROOT_WAITS_ABOVE]) != EBC_UNSET && v != EBC_INVALID)

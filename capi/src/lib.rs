@@ -111,13 +111,10 @@ pub const ETHBCAST_WAIT_PATIENT: u32 = 4;
 
 /// Broadcast algorithm: push-pull hardware broadcast (PPBCAST).
 pub const ETHBCAST_ALGO_PUSHPULL: u32 = 0;
-/// Broadcast algorithm: simple hardware broadcast (SBCAST).
+/// Broadcast algorithm: simple hardware broadcast (SBCAST, the default).
 pub const ETHBCAST_ALGO_SIMPLE: u32 = 1;
 /// Broadcast algorithm: point-to-point binomial tree.
 pub const ETHBCAST_ALGO_TREE: u32 = 2;
-/// Broadcast algorithm, the default: the binomial tree in a group of two members (hosts,
-/// with `ethbcast_open_hosts`), simple hardware broadcast in a larger one.
-pub const ETHBCAST_ALGO_AUTO: u32 = 3;
 
 /// `host_spin_us`: never sleep, keep looking (yielding the CPU in between).
 pub const ETHBCAST_HOST_SPIN_FOREVER: u32 = u32::MAX;

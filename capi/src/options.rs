@@ -10,8 +10,8 @@ use ethbcast::{Algorithm, GroupOptions, HostOptions, Membership, WaitMode};
 use crate::endpoint::{EndpointOptions, Placement};
 use crate::failure::Failure;
 use crate::{
-    EthbcastOptions, ETHBCAST_ABI_VERSION, ETHBCAST_ALGO_AUTO, ETHBCAST_ALGO_PUSHPULL,
-    ETHBCAST_ALGO_SIMPLE, ETHBCAST_ALGO_TREE, ETHBCAST_HOST_SPIN_FOREVER, ETHBCAST_ROOT_WAITS_AUTO,
+    EthbcastOptions, ETHBCAST_ABI_VERSION, ETHBCAST_ALGO_PUSHPULL, ETHBCAST_ALGO_SIMPLE,
+    ETHBCAST_ALGO_TREE, ETHBCAST_HOST_SPIN_FOREVER, ETHBCAST_ROOT_WAITS_AUTO,
     ETHBCAST_WAIT_ADAPTIVE, ETHBCAST_WAIT_BLOCK, ETHBCAST_WAIT_DOZE, ETHBCAST_WAIT_PATIENT,
     ETHBCAST_WAIT_SPIN,
 };
@@ -33,7 +33,7 @@ impl Default for EthbcastOptions {
             group_id: g.group_id,
             timeout_ms: u32::try_from(g.timeout.as_millis()).unwrap_or(u32::MAX),
             wait: ETHBCAST_WAIT_ADAPTIVE,
-            algorithm: ETHBCAST_ALGO_AUTO,
+            algorithm: ETHBCAST_ALGO_SIMPLE,
             expected: 0,
             progress_thread: 1,
             linger_ms: 50,
@@ -61,7 +61,6 @@ pub(crate) fn options_from(c: &EthbcastOptions) -> Result<EndpointOptions, Failu
         ETHBCAST_ALGO_PUSHPULL => Algorithm::PushPull,
         ETHBCAST_ALGO_SIMPLE => Algorithm::Simple,
         ETHBCAST_ALGO_TREE => Algorithm::Tree,
-        ETHBCAST_ALGO_AUTO => Algorithm::Auto,
         a => return Err(Failure::invalid(format!("unknown algorithm {a}"))),
     };
     if c.timeout_ms == 0 {

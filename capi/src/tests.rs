@@ -32,12 +32,11 @@ fn opened_with(set: impl FnOnce(&mut EthbcastOptions)) -> EndpointOptions {
 /// the library's default.
 #[test]
 fn each_algorithm_of_the_header_is_the_librarys() {
-    assert_eq!(EthbcastOptions::default().algorithm, ETHBCAST_ALGO_AUTO);
+    assert_eq!(EthbcastOptions::default().algorithm, ETHBCAST_ALGO_SIMPLE);
     for (c, algo) in [
         (ETHBCAST_ALGO_PUSHPULL, Algorithm::PushPull),
         (ETHBCAST_ALGO_SIMPLE, Algorithm::Simple),
         (ETHBCAST_ALGO_TREE, Algorithm::Tree),
-        (ETHBCAST_ALGO_AUTO, Algorithm::Auto),
     ] {
         let o = opened_with(|o| o.algorithm = c);
         assert_eq!(o.host.group.algorithm, algo, "{c}");

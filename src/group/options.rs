@@ -36,8 +36,7 @@ pub struct GroupOptions {
     pub backend: Backend,
     /// Wait mode.
     pub wait: WaitMode,
-    /// Default broadcast algorithm: [`Algorithm::Auto`], the binomial tree in a group of two
-    /// and simple broadcast in a larger one (see [`Algorithm::for_group`]).
+    /// Default broadcast algorithm: simple broadcast (see [`Algorithm`]).
     pub algorithm: Algorithm,
     /// How long a call may wait (join, bcast, barrier) before failing.
     pub timeout: Duration,
@@ -92,7 +91,7 @@ impl Default for GroupOptions {
             group_id: 0xEB_CA57,
             backend: Backend::Ring,
             wait: WaitMode::Adaptive,
-            algorithm: Algorithm::Auto,
+            algorithm: Algorithm::Simple,
             timeout: Duration::from_secs(30),
             tweak: None,
             barrier_arity: BARRIER_ARITY,

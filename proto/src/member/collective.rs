@@ -93,8 +93,6 @@ impl Member {
         algo: Algorithm,
     ) -> Result<(), MemberError> {
         let n = self.size();
-        // Every member resolves the default alike, from the group's size.
-        let algo = algo.for_group(n);
         if root.get() >= n {
             return Err(MemberError::BadRank {
                 rank: root,

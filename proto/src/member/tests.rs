@@ -339,32 +339,6 @@ mod root_call {
     fn a_tree_relay_returns_only_once_its_copies_are_in_their_windows() {
         rounds(4, Algorithm::Tree);
     }
-
-    /// By default ([`Algorithm::Auto`]) the one receiver of a group of two gets the message
-    /// point to point, and the root of a larger group broadcasts it: every frame the root
-    /// sends is addressed to a member, or some frame to the group's address. Either way every
-    /// receiver gets every message whole (the rounds above).
-    #[test]
-    fn by_default_a_group_of_two_sends_point_to_point_and_a_larger_one_broadcasts() {
-        for (n, broadcast) in [(2, false), (3, true), (5, true)] {
-            let mut ms = group(n);
-            let now = Instant::now();
-            let data = message(0, 4000);
-            ms[0]
-                .bcast(now, Rank::new(0), data, Algorithm::Auto)
-                .unwrap();
-            let mut buf = vec![0u8; 9000];
-            let mut dsts = Vec::new();
-            while let Some(t) = ms[0].poll_transmit(now, &mut buf) {
-                dsts.push(t.dst);
-            }
-            assert!(!dsts.is_empty(), "{n} members: the root sent nothing");
-            let to_members = dsts.iter().all(|d| (0..n).any(|j| port_mac(j) == *d));
-            assert_eq!(!to_members, broadcast, "{n} members: sent to {dsts:?}");
-        }
-        rounds(2, Algorithm::Auto);
-        rounds(3, Algorithm::Auto);
-    }
 }
 
 /// Performs the misbehaviour: a fellow pings a member (each ping with a fresh control

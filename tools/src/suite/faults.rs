@@ -517,9 +517,8 @@ pub fn forged_frames(prefix: &str, hosts: usize) -> Result<ScenarioResult, Testb
                 } else {
                     Vec::new()
                 };
-                // In hardware, whatever the group's size: the attack is on the broadcast
-                // stream, whose frames every host of the segment sees (a group of two would
-                // send point to point by default).
+                // In hardware, whatever the default: the attack is on the broadcast stream,
+                // whose frames every host of the segment sees.
                 g.bcast_with(Rank::new(0), &mut buf, Algorithm::Simple)?;
                 ok += usize::from(buf == msg(i));
             }
