@@ -508,7 +508,7 @@ static void ebc_setup(void) {
         opts.wait = ETHBCAST_WAIT_PATIENT;
         if ((v = set[EBC_S_WAIT]) != EBC_UNSET)
             opts.wait = v == EBC_INVALID ? UINT32_MAX : (uint32_t)v;
-        opts.algorithm = ETHBCAST_ALGO_SIMPLE;
+        /* The algorithm is the library's default (simple broadcast) unless set. */
         if ((v = set[EBC_S_ALGO]) != EBC_UNSET)
             opts.algorithm = v == EBC_INVALID ? UINT32_MAX : (uint32_t)v;
         if ((v = set[EBC_S_ROOT_WAITS_ABOVE]) != EBC_UNSET && v != EBC_INVALID)

@@ -16,6 +16,37 @@ use crate::{
     ETHBCAST_WAIT_SPIN,
 };
 
+/// The wait modes the header names, each with the library's mode: read both ways, so that
+/// the C defaults are the library's.
+const WAITS: [(u32, WaitMode); 5] = [
+    (ETHBCAST_WAIT_ADAPTIVE, WaitMode::Adaptive),
+    (ETHBCAST_WAIT_BLOCK, WaitMode::Block),
+    (ETHBCAST_WAIT_SPIN, WaitMode::Spin),
+    (ETHBCAST_WAIT_DOZE, WaitMode::Doze),
+    (ETHBCAST_WAIT_PATIENT, WaitMode::Patient),
+];
+
+/// The broadcast algorithms the header names, each with the library's (as [`WAITS`]).
+const ALGORITHMS: [(u32, Algorithm); 3] = [
+    (ETHBCAST_ALGO_PUSHPULL, Algorithm::PushPull),
+    (ETHBCAST_ALGO_SIMPLE, Algorithm::Simple),
+    (ETHBCAST_ALGO_TREE, Algorithm::Tree),
+];
+
+/// The library's value of C code `code` in `table`.
+fn from_code<T: Copy>(table: &[(u32, T)], code: u32) -> Option<T> {
+    table.iter().find(|(c, _)| *c == code).map(|&(_, v)| v)
+}
+
+/// The C code of the library's `value` in `table` (every value the library defaults to has
+/// one; `u32::MAX`, which no call takes, otherwise).
+fn code_of<T: PartialEq>(table: &[(u32, T)], value: T) -> u32 {
+    table
+        .iter()
+        .find(|(_, v)| *v == value)
+        .map_or(u32::MAX, |&(c, _)| c)
+}
+
 /// The size of the options of this library (ABI 1: the smallest a caller may pass, too).
 pub(crate) const OPTIONS_SIZE: usize = size_of::<EthbcastOptions>();
 /// The smallest options a caller may pass: those of the first layout with a size field.
@@ -32,8 +63,8 @@ impl Default for EthbcastOptions {
             size: OPTIONS_SIZE as u32,
             group_id: g.group_id,
             timeout_ms: u32::try_from(g.timeout.as_millis()).unwrap_or(u32::MAX),
-            wait: ETHBCAST_WAIT_ADAPTIVE,
-            algorithm: ETHBCAST_ALGO_SIMPLE,
+            wait: code_of(&WAITS, g.wait),
+            algorithm: code_of(&ALGORITHMS, g.algorithm),
             expected: 0,
             progress_thread: 1,
             linger_ms: 50,
@@ -49,20 +80,10 @@ impl Default for EthbcastOptions {
 
 /// The options of `ethbcast_open` from C, without the key (see `open_options`).
 pub(crate) fn options_from(c: &EthbcastOptions) -> Result<EndpointOptions, Failure> {
-    let wait = match c.wait {
-        ETHBCAST_WAIT_ADAPTIVE => WaitMode::Adaptive,
-        ETHBCAST_WAIT_BLOCK => WaitMode::Block,
-        ETHBCAST_WAIT_SPIN => WaitMode::Spin,
-        ETHBCAST_WAIT_DOZE => WaitMode::Doze,
-        ETHBCAST_WAIT_PATIENT => WaitMode::Patient,
-        w => return Err(Failure::invalid(format!("unknown wait mode {w}"))),
-    };
-    let algorithm = match c.algorithm {
-        ETHBCAST_ALGO_PUSHPULL => Algorithm::PushPull,
-        ETHBCAST_ALGO_SIMPLE => Algorithm::Simple,
-        ETHBCAST_ALGO_TREE => Algorithm::Tree,
-        a => return Err(Failure::invalid(format!("unknown algorithm {a}"))),
-    };
+    let wait = from_code(&WAITS, c.wait)
+        .ok_or_else(|| Failure::invalid(format!("unknown wait mode {}", c.wait)))?;
+    let algorithm = from_code(&ALGORITHMS, c.algorithm)
+        .ok_or_else(|| Failure::invalid(format!("unknown algorithm {}", c.algorithm)))?;
     if c.timeout_ms == 0 {
         return Err(Failure::invalid("timeout_ms must be positive"));
     }

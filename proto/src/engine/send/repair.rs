@@ -169,7 +169,7 @@ impl Repairs {
             .asked
             .get(src.index())
             .and_then(|a| a.upto)
-            .map_or(sent_upto, |a| a.min(sent_upto));
+            .unwrap_or(sent_upto);
         let end = asked.min(cursor + u64::from(NACK_BITS));
         for s in seen.max(cursor).up_to(end) {
             eqa.request_repair(src, s);
